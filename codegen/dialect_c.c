@@ -1,0 +1,207 @@
+/* dialect_c.c: the C dialect. Plain loops the compiler can vectorise, CBLAS through
+ * dmrt_sgemm, and the loss and optimizer kernels written to match PyTorch's order of
+ * operations (so that results agree to float rounding). */
+#include <ctype.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "dialect.h"
+
+void cg_line(cg_writer *w, const char *fmt, ...) {
+    for (int i = 0; i < w->indent; i++) fputs("    ", w->f);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(w->f, fmt, ap);
+    va_end(ap);
+    fputc('\n', w->f);
+}
+
+void cg_blank(cg_writer *w) { fputc('\n', w->f); }
+
+void cg_float_literal(double v, char *buf, size_t size) {
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.9g", v);
+    int has_point = strpbrk(tmp, ".e") != NULL;
+    snprintf(buf, size, "%s%sf", tmp, has_point ? "" : ".0");
+}
+
+/* "i0 * 1024 + i1": the flat offset of an operand at the loop position. */
+static void index_expr(const cg_loop_nest *k, const int64_t *stride, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int d = 0; d < k->rank; d++) {
+        if (stride[d] == 0) continue;
+        int w = stride[d] == 1 ? snprintf(buf + n, size - n, "%si%d", n ? " + " : "", d)
+                               : snprintf(buf + n, size - n, "%si%d * %lld", n ? " + " : "", d, (long long)stride[d]);
+        if (w > 0) n += (size_t)w;
+        if (n >= size) break;
+    }
+    if (!n) snprintf(buf, size, "0");
+}
+
+/* The expression with each operand variable replaced by its element (or literal). */
+static void substitute(const cg_loop_nest *k, char *out, size_t size) {
+    const char *p = k->expr;
+    size_t n = 0;
+    while (*p && n + 1 < size) {
+        if (isalpha((unsigned char)*p) || *p == '_') {
+            const char *start = p;
+            while (isalnum((unsigned char)*p) || *p == '_') p++;
+            size_t len = (size_t)(p - start);
+            int done = 0;
+            for (int i = 0; i < k->n_in && !done; i++) {
+                if (strlen(k->var[i]) != len || strncmp(k->var[i], start, len) != 0) continue;
+                char idx[256];
+                int w;
+                if (k->constant[i]) {
+                    w = snprintf(out + n, size - n, "%s", k->constant[i]);
+                } else {
+                    index_expr(k, k->stride[i], idx, sizeof idx);
+                    w = snprintf(out + n, size - n, "%s[%s]", k->buffer[i], idx);
+                }
+                if (w > 0) n += (size_t)w;
+                done = 1;
+            }
+            if (!done) {
+                int w = snprintf(out + n, size - n, "%.*s", (int)len, start);
+                if (w > 0) n += (size_t)w;
+            }
+        } else if (isdigit((unsigned char)*p) || *p == '.') {
+            while (isdigit((unsigned char)*p) || *p == '.' || *p == 'f') out[n++] = *p++;
+        } else {
+            out[n++] = *p++;
+        }
+        if (n >= size) n = size - 1;
+    }
+    out[n] = 0;
+}
+
+static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
+    if (k->accumulate) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->out_elems);
+    int base = w->indent;
+    for (int d = 0; d < k->rank; d++) {
+        cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)k->size[d], d);
+        w->indent++;
+    }
+    char idx[256], expr[4096];
+    index_expr(k, k->out_stride, idx, sizeof idx);
+    substitute(k, expr, sizeof expr);
+    cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
+    while (w->indent > base) {
+        w->indent--;
+        cg_line(w, "}");
+    }
+    if (k->scale) cg_line(w, "for (int64_t i = 0; i < %lld; i++) %s[i] *= %s;", (long long)k->out_elems, k->out, k->scale);
+}
+
+static void c_gemm(cg_writer *w, const cg_gemm *k) {
+    cg_line(w, "dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
+            (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb,
+            k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+}
+
+/* Row by row: max, log-sum-exp in double, loss = lse - logit[target]; the mean
+ * accumulates in double too. Targets outside [0, classes) fail the step. */
+static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "double total = 0.0;");
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
+    cg_line(w, "int32_t target = %s[r];", k->targets);
+    cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->classes);
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
+            k->where, (long long)k->classes);
+    cg_line(w, "    return DMRT_ERR_DATA;");
+    cg_line(w, "}");
+    cg_line(w, "float max = row[0];");
+    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)k->classes);
+    cg_line(w, "double sum = 0.0;");
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)k->classes);
+    cg_line(w, "total += log(sum) + (double)max - (double)row[target];");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->rows);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
+    cg_line(w, "float *drow = %s + r * %lld;", k->out, (long long)k->classes);
+    cg_line(w, "float max = row[0];");
+    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)k->classes);
+    cg_line(w, "double sum = 0.0;");
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)k->classes);
+    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->rows);
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++)", (long long)k->classes);
+    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;");
+    cg_line(w, "drow[%s[r]] -= scale;", k->targets);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* torch.optim.SGD: d = g + wd * p; buf = d on the first step, else
+ * momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf;
+ * p -= lr * d. */
+static void c_sgd(cg_writer *w, const cg_update *k) {
+    const ir_optimizer *o = k->opt;
+    char lr[64], wd[64], mom[64], damp[64];
+    cg_float_literal(o->lr, lr, sizeof lr);
+    cg_float_literal(o->weight_decay, wd, sizeof wd);
+    cg_float_literal(o->momentum, mom, sizeof mom);
+    cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
+    cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->n);
+    w->indent++;
+    if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", k->grad, wd, k->param);
+    else cg_line(w, "float d = %s[i];", k->grad);
+    if (k->state0) {
+        cg_line(w, "%s[i] = ctx->step == 1 ? d : %s * %s[i] + %s * d;", k->state0, mom, k->state0, damp);
+        if (o->nesterov) cg_line(w, "d = d + %s * %s[i];", mom, k->state0);
+        else cg_line(w, "d = %s[i];", k->state0);
+    }
+    cg_line(w, "%s[i] -= %s * d;", k->param, lr);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = lerp(m, g, 1 - beta1);
+ * v = beta2 * v + (1 - beta2) * g * g; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). */
+static void c_adamw(cg_writer *w, const cg_update *k) {
+    const ir_optimizer *o = k->opt;
+    char b1c[64], b2[64], b2c[64], eps[64];
+    cg_float_literal(1.0 - o->beta1, b1c, sizeof b1c);
+    cg_float_literal(o->beta2, b2, sizeof b2);
+    cg_float_literal(1.0 - o->beta2, b2c, sizeof b2c);
+    cg_float_literal(o->eps, eps, sizeof eps);
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "const float decay = (float)(1.0 - %.17g * %.17g);", o->lr, o->weight_decay);
+    cg_line(w, "const float step_size = (float)(%.17g / (1.0 - pow(%.17g, (double)ctx->step)));", o->lr, o->beta1);
+    cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)ctx->step));", o->beta2);
+    cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->n);
+    w->indent++;
+    cg_line(w, "float g = %s[i];", k->grad);
+    cg_line(w, "%s[i] *= decay;", k->param);
+    cg_line(w, "%s[i] += %s * (g - %s[i]);", k->state0, b1c, k->state0);
+    cg_line(w, "%s[i] = %s * %s[i] + %s * g * g;", k->state1, b2, k->state1, b2c);
+    cg_line(w, "float denom = sqrtf(%s[i]) / bc2_sqrt + %s;", k->state1, eps);
+    cg_line(w, "%s[i] -= step_size * (%s[i] / denom);", k->param, k->state0);
+    w->indent--;
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+const cg_dialect cg_dialect_c = {
+    .name = "c",
+    .loop_nest = c_loop_nest,
+    .gemm = c_gemm,
+    .cross_entropy = c_cross_entropy,
+    .cross_entropy_grad = c_cross_entropy_grad,
+    .sgd = c_sgd,
+    .adamw = c_adamw,
+};

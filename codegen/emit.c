@@ -1,0 +1,752 @@
+/* emit.c: what to emit for a planned graph: the public header, the context, one
+ * function per phase (forward, backward, update) with every buffer named after its
+ * source expression, and the model descriptor for generic tools. Kernels are spelled by
+ * a dialect (dialect.h). requires: shapes, autodiff, optimizer, memory plan. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "dialect.h"
+
+typedef struct emitter {
+    const ir_graph *g;
+    const dm_memory_plan *plan;
+    const cg_dialect *dialect;
+    const char *source_path;   /* as quoted in comments: the file name */
+    const char *source_text;
+    size_t source_len;
+    char **cname;              /* (n_values) C identifier of the value's buffer */
+    char prefix_upper[128];
+    cg_writer w;
+} emitter;
+
+/* ---- names ----------------------------------------------------------------------------- */
+
+static const char *const reserved[] = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "ctx", "batch", "loss", "row", "drow", "max", "sum", "scale", "target", "total",
+    "decay", "step_size", "bc2_sqrt", "denom", "d", "g", "r", "c", "i", "rng", "exp", "log", "sqrt",
+    "pow", "expf", "logf", "tanhf", "sqrtf", "memset", "snprintf", "NULL",
+};
+
+static int is_reserved(const char *s) {
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+        if (strcmp(reserved[i], s) == 0) return 1;
+    if (s[0] == 'i' && isdigit((unsigned char)s[1])) return 1;   /* loop indices */
+    return strncmp(s, "dmrt", 4) == 0;
+}
+
+static void assign_names(emitter *E) {
+    const ir_graph *g = E->g;
+    E->cname = calloc((size_t)g->n_values + 1, sizeof(char *));
+    if (!E->cname) abort();
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        char base[200];
+        if (v->name) {
+            size_t n = 0;
+            for (const char *p = v->name; *p && n + 1 < sizeof base; p++)
+                base[n++] = isalnum((unsigned char)*p) ? *p : '_';
+            base[n] = 0;
+            if (isdigit((unsigned char)base[0]) || n == 0) snprintf(base, sizeof base, "v_%.180s", v->name);
+        } else {
+            snprintf(base, sizeof base, "%s", ir_op_info_of(v->op)->name);
+        }
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", base, is_reserved(base) ? "_" : "");
+        for (int suffix = 2;; suffix++) {
+            int taken = 0;
+            for (int k = 0; k < i && !taken; k++) taken = E->cname[k] && strcmp(E->cname[k], name) == 0;
+            if (!taken) break;
+            snprintf(name, sizeof name, "%s_%d", base, suffix);
+        }
+        E->cname[i] = strdup(name);
+    }
+}
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static const ir_value *V(const emitter *E, int id) { return E->g->values[id]; }
+
+static const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "float"; }
+
+static void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size) {
+    ir_format_type(E->g, t, buf, size);
+}
+
+/* The .dm line of loc, trimmed and made safe inside a C comment. */
+static void source_line(const emitter *E, int line, char *buf, size_t size) {
+    const char *p = E->source_text, *end = E->source_text + E->source_len;
+    for (int l = 1; l < line && p < end; p++)
+        if (*p == '\n') l++;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    size_t n = 0;
+    for (; p < end && *p != '\n' && n + 1 < size && n < 100; p++) {
+        char c = *p;
+        if (c == '*' && p + 1 < end && p[1] == '/') c = '+';
+        buf[n++] = (c >= 32 && c < 127) ? c : ' ';
+    }
+    while (n && buf[n - 1] == ' ') n--;
+    buf[n] = 0;
+}
+
+static void contiguous_strides(const ir_type *t, int64_t *stride) {
+    int64_t s = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= t->shape[d];
+    }
+}
+
+/* Merges adjacent dims that every array walks contiguously, and drops size-1 dims. */
+static void coalesce(cg_loop_nest *k) {
+    int r = 0;
+    for (int d = 0; d < k->rank; d++) {
+        if (k->size[d] == 1) continue;
+        if (r > 0) {
+            int mergeable = k->out_stride[r - 1] == k->out_stride[d] * k->size[d];
+            for (int i = 0; i < k->n_in && mergeable; i++) mergeable = k->stride[i][r - 1] == k->stride[i][d] * k->size[d];
+            if (mergeable) {
+                k->size[r - 1] *= k->size[d];
+                k->out_stride[r - 1] = k->out_stride[d];
+                for (int i = 0; i < k->n_in; i++) k->stride[i][r - 1] = k->stride[i][d];
+                continue;
+            }
+        }
+        k->size[r] = k->size[d];
+        k->out_stride[r] = k->out_stride[d];
+        for (int i = 0; i < k->n_in; i++) k->stride[i][r] = k->stride[i][d];
+        r++;
+    }
+    k->rank = r;
+}
+
+typedef struct literal {
+    char text[64];
+} literal;
+
+/* Operand k of a loop nest: its buffer, or its value inline when it is a constant. */
+static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char *var, int id, literal *lit) {
+    k->var[slot] = var;
+    if (V(E, id)->op == OP_CONST) {
+        cg_float_literal(V(E, id)->scalar, lit->text, sizeof lit->text);
+        k->constant[slot] = lit->text;
+    } else {
+        k->buffer[slot] = E->cname[id];
+    }
+}
+
+/* ---- ops ------------------------------------------------------------------------------- */
+
+static void emit_elementwise(emitter *E, const ir_value *v) {
+    const ir_op_info *info = ir_op_info_of(v->op);
+    cg_loop_nest k = {0};
+    literal lits[CG_MAX_OPERANDS];
+    k.rank = v->type.rank;
+    for (int d = 0; d < k.rank; d++) k.size[d] = v->type.shape[d];
+    contiguous_strides(&v->type, k.out_stride);
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(&v->type);
+    static const char *const unary_vars[] = {"x", "y", "dy"};
+    static const char *const binary_vars[] = {"a", "b"};
+    if (info->cls == OPC_UNARY || info->cls == OPC_UNARY_GRAD) {
+        k.expr = info->cls == OPC_UNARY ? info->forward : ir_op_info_of(v->unary)->backward;
+        k.n_in = v->n_operands;
+        for (int i = 0; i < k.n_in; i++) {
+            set_operand(E, &k, i, unary_vars[i], v->operands[i], &lits[i]);
+            contiguous_strides(&v->type, k.stride[i]);
+        }
+    } else {
+        k.expr = info->forward;
+        k.n_in = 2;
+        for (int i = 0; i < 2; i++) {
+            const ir_type *t = &V(E, v->operands[i])->type;
+            int64_t own[IR_MAX_RANK];
+            contiguous_strides(t, own);
+            for (int d = 0; d < k.rank; d++) {
+                int td = d - (k.rank - t->rank);
+                k.stride[i][d] = td < 0 || t->shape[td] == 1 ? 0 : own[td];
+            }
+            set_operand(E, &k, i, binary_vars[i], v->operands[i], &lits[i]);
+        }
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
+ * layout is the big one's with the dims in v->axes left out. */
+static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
+    int is_broadcast = v->op == OP_BROADCAST;
+    const ir_type *big = is_broadcast ? &v->type : &V(E, v->operands[0])->type;
+    cg_loop_nest k = {0};
+    literal lit, scale;
+    k.rank = big->rank;
+    int64_t big_stride[IR_MAX_RANK], small_stride[IR_MAX_RANK], s = 1;
+    contiguous_strides(big, big_stride);
+    for (int d = big->rank - 1; d >= 0; d--) {
+        int reduced = (v->axes >> d) & 1u;
+        small_stride[d] = reduced ? 0 : s;
+        if (!reduced) s *= big->shape[d];
+    }
+    for (int d = 0; d < k.rank; d++) k.size[d] = big->shape[d];
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(&v->type);
+    if (is_broadcast) {
+        memcpy(k.out_stride, big_stride, sizeof big_stride);
+        memcpy(k.stride[0], small_stride, sizeof small_stride);
+    } else {
+        memcpy(k.out_stride, small_stride, sizeof small_stride);
+        memcpy(k.stride[0], big_stride, sizeof big_stride);
+        k.accumulate = 1;
+        if (v->op == OP_MEAN) {
+            cg_float_literal((double)k.out_elems / (double)ir_numel(big), scale.text, sizeof scale.text);
+            k.scale = scale.text;
+        }
+    }
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+static void emit_transpose(emitter *E, const ir_value *v) {
+    const ir_type *in = &V(E, v->operands[0])->type;
+    cg_loop_nest k = {0};
+    literal lit;
+    int64_t in_stride[IR_MAX_RANK];
+    contiguous_strides(in, in_stride);
+    k.rank = v->type.rank;
+    for (int d = 0; d < k.rank; d++) {
+        k.size[d] = v->type.shape[d];
+        k.stride[0][d] = in_stride[v->perm[d]];
+    }
+    contiguous_strides(&v->type, k.out_stride);
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(&v->type);
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+static void emit_matmul(emitter *E, const ir_value *v) {
+    const ir_type *a = &V(E, v->operands[0])->type, *b = &V(E, v->operands[1])->type;
+    cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
+                 .b = E->cname[v->operands[1]], .c = E->cname[v->id]};
+    int64_t a_cols = a->shape[a->rank - 1], a_rows = ir_numel(a) / a_cols;
+    int64_t b_cols = b->shape[b->rank - 1], b_rows = ir_numel(b) / b_cols;
+    k.lda = a_cols;
+    k.ldb = b_cols;
+    if (v->trans_a) {
+        k.m = a_cols, k.k = a_rows, k.n = b_cols;
+    } else {
+        k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
+    }
+    k.ldc = k.n;
+    E->dialect->gemm(&E->w, &k);
+}
+
+static void emit_loss(emitter *E, const ir_value *v, int grad) {
+    const ir_type *logits = &V(E, v->operands[0])->type;
+    char where[300];
+    snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
+    cg_xent k = {.classes = logits->shape[logits->rank - 1], .logits = E->cname[v->operands[0]],
+                 .targets = E->cname[v->operands[1]], .out = E->cname[v->id], .where = where};
+    k.rows = ir_numel(logits) / k.classes;
+    char dloss[128];
+    if (grad) {
+        const ir_value *d = V(E, v->operands[2]);
+        if (d->op == OP_CONST) cg_float_literal(d->scalar, dloss, sizeof dloss);
+        else snprintf(dloss, sizeof dloss, "%s[0]", E->cname[d->id]);
+        k.dloss = dloss;
+        E->dialect->cross_entropy_grad(&E->w, &k);
+    } else {
+        E->dialect->cross_entropy(&E->w, &k);
+    }
+}
+
+static void emit_update(emitter *E, const ir_value *v) {
+    cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(&V(E, v->operands[0])->type),
+                   .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
+    if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
+    if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
+    if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
+    else E->dialect->adamw(&E->w, &k);
+}
+
+static void emit_op(emitter *E, const ir_value *v) {
+    const ir_op_info *info = ir_op_info_of(v->op);
+    if (info->cls == OPC_SOURCE) return;
+    char line[160], type[256];
+    source_line(E, v->loc.line, line, sizeof line);
+    shape_comment(E, &v->type, type, sizeof type);
+    cg_blank(&E->w);
+    cg_line(&E->w, "/* %s:%d: %s */", E->source_path, v->loc.line, line);
+    if (v->type.dtype == DT_VOID)
+        cg_line(&E->w, "/* %s(%s) */", info->name, E->cname[v->operands[0]]);
+    else
+        cg_line(&E->w, "/* %s = %s : %s */", E->cname[v->id], info->name, type);
+    switch (info->cls) {
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY: emit_elementwise(E, v); break;
+    case OPC_REDUCE:
+    case OPC_BROADCAST: emit_reduce_or_broadcast(E, v); break;
+    case OPC_RESHAPE: cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]); break;
+    case OPC_TRANSPOSE: emit_transpose(E, v); break;
+    case OPC_MATMUL: emit_matmul(E, v); break;
+    case OPC_LOSS: emit_loss(E, v, 0); break;
+    case OPC_LOSS_GRAD: emit_loss(E, v, 1); break;
+    case OPC_UPDATE: emit_update(E, v); break;
+    case OPC_SOURCE: break;
+    }
+}
+
+/* ---- phase functions ------------------------------------------------------------------- */
+
+/* The pointer through which code reaches a value's storage. */
+static void storage_expr(const emitter *E, int id, char *buf, size_t size) {
+    const dm_memory_plan *p = E->plan;
+    int root = p->storage_of[id];
+    long long off = (long long)p->offset[id];
+    switch (p->region[id]) {
+    case REGION_INPUT: snprintf(buf, size, "batch->%s", E->cname[root]); break;
+    case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
+    case REGION_GRADS: snprintf(buf, size, "ctx->grads + %lld", off); break;
+    case REGION_STATE: snprintf(buf, size, "ctx->state + %lld", off); break;
+    case REGION_ARENA: snprintf(buf, size, "ctx->arena + %lld", off); break;
+    case REGION_NONE: snprintf(buf, size, "NULL"); break;
+    }
+}
+
+static int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
+
+static void declare_buffers(emitter *E, const char *used) {
+    const ir_graph *g = E->g;
+    for (int i = 0; i < g->n_values; i++) {
+        if (!used[i] || !has_storage(E, i)) continue;
+        const ir_value *v = V(E, i);
+        char where[128], type[256];
+        storage_expr(E, i, where, sizeof where);
+        shape_comment(E, &v->type, type, sizeof type);
+        int readonly = E->plan->region[i] == REGION_INPUT;
+        if (v->type.dtype == DT_I32 && E->plan->region[i] == REGION_ARENA)
+            cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
+                    ctype(v->type.dtype), where, type);
+        else
+            cg_line(&E->w, "%s%s *%s = %s; /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i], where, type);
+    }
+}
+
+static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *what) {
+    const ir_graph *g = E->g;
+    char *used = calloc((size_t)g->n_values + 1, 1);
+    if (!used) abort();
+    int any = 0, uses_batch = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+        any = 1;
+        used[i] = v->type.dtype != DT_VOID;
+        for (int k = 0; k < v->n_operands; k++) used[v->operands[k]] = 1;
+    }
+    for (int i = 0; i < g->n_values; i++)
+        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
+    cg_line(&E->w, "/* %s */", what);
+    cg_line(&E->w, "static int %s(%s *ctx, const %s_batch *batch) {", fn, "struct_ctx", g->model);
+    E->w.indent++;
+    if (!uses_batch) cg_line(&E->w, "(void)batch;");
+    if (!any) cg_line(&E->w, "(void)ctx;");
+    declare_buffers(E, used);
+    for (int i = 0; i < g->n_values; i++)
+        if (V(E, i)->phase == phase) emit_op(E, V(E, i));
+    cg_line(&E->w, "return DMRT_OK;");
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    cg_blank(&E->w);
+    free(used);
+}
+
+/* ---- files ----------------------------------------------------------------------------- */
+
+static void tensor_desc(emitter *E, const ir_value *v, const char *name) {
+    char dims[256] = "";
+    size_t n = 0;
+    for (int d = 0; d < v->type.rank; d++) {
+        int k = snprintf(dims + n, sizeof dims - n, "%s%lld", d ? ", " : "", (long long)v->type.shape[d]);
+        if (k > 0) n += (size_t)k;
+    }
+    cg_line(&E->w, "{\"%s\", %s, %d, {%s}, %lld},", name, v->type.dtype == DT_I32 ? "DMRT_I32" : "DMRT_F32", v->type.rank,
+            v->type.rank ? dims : "0", (long long)ir_numel(&v->type));
+}
+
+static void emit_header(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model, *M = E->prefix_upper;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* %s.h: generated by dmc from %s. Do not edit: change the .dm and recompile.", m, E->source_path);
+    cg_line(w, " *");
+    cg_line(w, " * One training step of the model, on one device. Every function returns DMRT_OK (0) or");
+    cg_line(w, " * a DMRT_ERR_* code with a message from %s_error(). Contexts are independent: any", m);
+    cg_line(w, " * number may be used from different threads. */");
+    cg_line(w, "#ifndef %s_H", M);
+    cg_line(w, "#define %s_H", M);
+    cg_blank(w);
+    cg_line(w, "#include <stdint.h>");
+    cg_blank(w);
+    cg_line(w, "#include \"dmrt.h\"");
+    cg_blank(w);
+    cg_line(w, "#ifdef __cplusplus");
+    cg_line(w, "extern \"C\" {");
+    cg_line(w, "#endif");
+    cg_blank(w);
+    cg_line(w, "typedef struct %s_ctx %s_ctx;", m, m);
+    cg_blank(w);
+    cg_line(w, "/* The inputs of one step, row-major, in the shapes of %s. */", E->source_path);
+    cg_line(w, "typedef struct %s_batch {", m);
+    for (int i = 0; i < g->n_inputs; i++) {
+        const ir_value *v = V(E, g->inputs[i]);
+        char type[256];
+        shape_comment(E, &v->type, type, sizeof type);
+        cg_line(w, "    const %s *%s; /* %s */", ctype(v->type.dtype), E->cname[v->id], type);
+    }
+    if (g->n_inputs == 0) cg_line(w, "    int unused; /* the model has no inputs */");
+    cg_line(w, "} %s_batch;", m);
+    cg_blank(w);
+    cg_line(w, "/* A context with parameters initialised as the .dm says, from seed (the same seed gives");
+    cg_line(w, " * the same parameters); NULL when out of memory. */");
+    cg_line(w, "%s_ctx *%s_create(uint64_t seed);", m, m);
+    cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
+    cg_blank(w);
+    cg_line(w, "/* Parameters from/to a safetensors file, named as in the .dm (\"fc1.weight\"). Loading");
+    cg_line(w, " * checks every name, dtype and shape and changes nothing on failure; saving is atomic. */");
+    cg_line(w, "int %s_load_weights(%s_ctx *ctx, const char *path);", m, m);
+    cg_line(w, "int %s_save_weights(%s_ctx *ctx, const char *path);", m, m);
+    cg_blank(w);
+    cg_line(w, "/* The forward pass: the loss (if the model has one) into *loss (may be NULL). */");
+    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
+    cg_line(w, "/* Forward, backward and optimizer update; the loss before the update into *loss. */");
+    cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
+    cg_blank(w);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        char type[256];
+        shape_comment(E, &v->type, type, sizeof type);
+        cg_line(w, "/* Output '%s' (%s) of the last forward or train_step; valid until the next call. */", v->name, type);
+        cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx);", ctype(v->type.dtype), m, E->cname[v->id], m);
+    }
+    cg_blank(w);
+    cg_line(w, "/* The last error message of ctx (\"\" if none). */");
+    cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
+    cg_blank(w);
+    cg_line(w, "/* Shapes, names and entry points for generic tools (dmrt_trainer_main). */");
+    cg_line(w, "extern const dmrt_model %s_model;", m);
+    cg_blank(w);
+    cg_line(w, "#ifdef __cplusplus");
+    cg_line(w, "}");
+    cg_line(w, "#endif");
+    cg_line(w, "#endif");
+}
+
+static void emit_init(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* Initial parameters: each from its own random stream, so that adding a parameter");
+    cg_line(w, " * leaves the others' values unchanged. */");
+    cg_line(w, "static void init_params(struct_ctx *ctx, uint64_t seed) {");
+    w->indent++;
+    cg_line(w, "dmrt_rng rng;");
+    if (g->n_params == 0) cg_line(w, "(void)ctx; (void)seed; (void)rng;");
+    for (int p = 0; p < g->n_params; p++) {
+        const ir_value *v = V(E, g->params[p]);
+        long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
+        char a[64], b[64];
+        cg_line(w, "/* %s */", v->name);
+        cg_line(w, "dmrt_rng_init(&rng, seed, %d);", p);
+        switch (v->init.kind) {
+        case INIT_ZEROS: cg_line(w, "dmrt_fill_const(ctx->params + %lld, %lld, 0.0f);", off, n); break;
+        case INIT_ONES: cg_line(w, "dmrt_fill_const(ctx->params + %lld, %lld, 1.0f);", off, n); break;
+        case INIT_NORMAL:
+            cg_float_literal(v->init.a, a, sizeof a);
+            cg_float_literal(v->init.b, b, sizeof b);
+            cg_line(w, "dmrt_fill_normal(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            break;
+        case INIT_UNIFORM:
+            cg_float_literal(v->init.a, a, sizeof a);
+            cg_float_literal(v->init.b, b, sizeof b);
+            cg_line(w, "dmrt_fill_uniform(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            break;
+        case INIT_XAVIER: {
+            /* glorot uniform: bound sqrt(6 / (fan_in + fan_out)), fans of the last two dims */
+            const ir_type *t = &v->type;
+            double rf = 1, fan_in, fan_out;
+            for (int d = 0; d + 2 < t->rank; d++) rf *= (double)t->shape[d];
+            fan_in = t->rank >= 2 ? (double)t->shape[t->rank - 2] * rf : (double)t->shape[0];
+            fan_out = t->rank >= 2 ? (double)t->shape[t->rank - 1] * rf : (double)t->shape[0];
+            double bound = sqrt(6.0 / (fan_in + fan_out));
+            cg_float_literal(-bound, a, sizeof a);
+            cg_float_literal(bound, b, sizeof b);
+            cg_line(w, "dmrt_fill_uniform(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            break;
+        }
+        }
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+static void emit_source(emitter *E) {
+    const ir_graph *g = E->g;
+    const dm_memory_plan *P = E->plan;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    int has_loss = g->loss >= 0, trains = g->loss >= 0 && g->grads;
+    cg_line(w, "/* %s.c: generated by dmc from %s. Do not edit: change the .dm and recompile. */", m, E->source_path);
+    cg_line(w, "#include \"%s.h\"", m);
+    cg_blank(w);
+    cg_line(w, "#include <math.h>");
+    cg_line(w, "#include <stdio.h>");
+    cg_line(w, "#include <stdlib.h>");
+    cg_line(w, "#include <string.h>");
+    cg_blank(w);
+    cg_line(w, "/* Storage of one rank, planned by dmc (elements of 4 bytes). */");
+    cg_line(w, "struct %s_ctx {", m);
+    cg_line(w, "    float *params; /* (%lld) every parameter, in declaration order */", (long long)P->param_elems);
+    cg_line(w, "    float *grads;  /* (%lld) gradient of each parameter after train_step */", (long long)P->grad_elems);
+    cg_line(w, "    float *state;  /* (%lld) optimizer state */", (long long)P->state_elems);
+    cg_line(w, "    float *arena;  /* (%lld) temporaries of one step, reused by liveness (%lld without reuse) */",
+            (long long)P->arena_elems, (long long)P->arena_unshared_elems);
+    cg_line(w, "    int64_t step;  /* optimizer updates done */");
+    cg_line(w, "    char error[512];");
+    cg_line(w, "};");
+    cg_line(w, "typedef struct %s_ctx struct_ctx;", m);
+    cg_blank(w);
+    cg_line(w, "static const dmrt_tensor_desc input_descs[%d] = {", g->n_inputs ? g->n_inputs : 1);
+    w->indent++;
+    for (int i = 0; i < g->n_inputs; i++) tensor_desc(E, V(E, g->inputs[i]), V(E, g->inputs[i])->name);
+    if (!g->n_inputs) cg_line(w, "{\"\", DMRT_F32, 0, {0}, 0},");
+    w->indent--;
+    cg_line(w, "};");
+    cg_line(w, "static const dmrt_tensor_desc param_descs[%d] = {", g->n_params ? g->n_params : 1);
+    w->indent++;
+    for (int p = 0; p < g->n_params; p++) tensor_desc(E, V(E, g->params[p]), V(E, g->params[p])->name);
+    if (!g->n_params) cg_line(w, "{\"\", DMRT_F32, 0, {0}, 0},");
+    w->indent--;
+    cg_line(w, "};");
+    cg_line(w, "static const dmrt_tensor_desc output_descs[%d] = {", g->n_outputs ? g->n_outputs : 1);
+    w->indent++;
+    for (int i = 0; i < g->n_outputs; i++) tensor_desc(E, V(E, g->outputs[i]), V(E, g->outputs[i])->name);
+    if (!g->n_outputs) cg_line(w, "{\"\", DMRT_F32, 0, {0}, 0},");
+    w->indent--;
+    cg_line(w, "};");
+    cg_line(w, "/* Offset of each parameter (and of its gradient) in ctx->params (ctx->grads). */");
+    cg_line(w, "static const int64_t param_offsets[%d] = {", g->n_params ? g->n_params : 1);
+    for (int p = 0; p < g->n_params; p++) cg_line(w, "    %lld,", (long long)P->offset[g->params[p]]);
+    if (!g->n_params) cg_line(w, "    0,");
+    cg_line(w, "};");
+    if (trains) {
+        cg_line(w, "static const int64_t grad_offsets[%d] = {", g->n_params ? g->n_params : 1);
+        for (int p = 0; p < g->n_params; p++) cg_line(w, "    %lld,", (long long)P->offset[g->grads[p]]);
+        if (!g->n_params) cg_line(w, "    0,");
+        cg_line(w, "};");
+    }
+    cg_blank(w);
+    emit_init(E);
+    emit_phase(E, PHASE_FORWARD, "run_forward", "The forward pass.");
+    if (trains) {
+        emit_phase(E, PHASE_BACKWARD, "run_backward", "The backward pass: gradients of the loss into ctx->grads.");
+        if (g->optimizer.kind != OPTIM_NONE) emit_phase(E, PHASE_UPDATE, "run_update", "The optimizer update (ctx->step already counts it).");
+    }
+
+    /* the public API */
+    cg_line(w, "%s_ctx *%s_create(uint64_t seed) {", m, m);
+    w->indent++;
+    cg_line(w, "struct_ctx *ctx = calloc(1, sizeof *ctx);");
+    cg_line(w, "if (!ctx) return NULL;");
+    cg_line(w, "ctx->params = dmrt_alloc(%lld * sizeof(float));", (long long)P->param_elems);
+    cg_line(w, "ctx->grads = dmrt_alloc(%lld * sizeof(float));", (long long)P->grad_elems);
+    cg_line(w, "ctx->state = dmrt_alloc(%lld * sizeof(float));", (long long)P->state_elems);
+    cg_line(w, "ctx->arena = dmrt_alloc(%lld * sizeof(float));", (long long)P->arena_elems);
+    cg_line(w, "if (!ctx->params || !ctx->grads || !ctx->state || !ctx->arena) {");
+    cg_line(w, "    %s_destroy(ctx);", m);
+    cg_line(w, "    return NULL;");
+    cg_line(w, "}");
+    cg_line(w, "init_params(ctx, seed);");
+    cg_line(w, "return ctx;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
+    cg_line(w, "    if (!ctx) return;");
+    cg_line(w, "    dmrt_free(ctx->params);");
+    cg_line(w, "    dmrt_free(ctx->grads);");
+    cg_line(w, "    dmrt_free(ctx->state);");
+    cg_line(w, "    dmrt_free(ctx->arena);");
+    cg_line(w, "    free(ctx);");
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_load_weights(%s_ctx *ctx, const char *path) {", m, m);
+    cg_line(w, "    ctx->error[0] = 0;");
+    cg_line(w, "    return dmrt_load_params(&%s_model, ctx, path, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;", m);
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_save_weights(%s_ctx *ctx, const char *path) {", m, m);
+    cg_line(w, "    ctx->error[0] = 0;");
+    cg_line(w, "    return dmrt_save_params(&%s_model, ctx, path, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;", m);
+    cg_line(w, "}");
+    cg_blank(w);
+    const char *loss_name = has_loss ? E->cname[g->loss] : NULL;
+    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    cg_line(w, "int status = run_forward(ctx, batch);");
+    if (has_loss) {
+        char where[128];
+        storage_expr(E, g->loss, where, sizeof where);
+        cg_line(w, "if (status == DMRT_OK && loss) *loss = *(%s); /* %s */", where, loss_name);
+    } else {
+        cg_line(w, "if (loss) *loss = 0.0f; /* the model declares no loss */");
+    }
+    cg_line(w, "return status;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    if (!trains) {
+        cg_line(w, "(void)batch; (void)loss;");
+        cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
+        cg_line(w, "return DMRT_ERR_ARG;");
+    } else {
+        cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
+        cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
+        if (g->optimizer.kind != OPTIM_NONE) {
+            cg_line(w, "if (status != DMRT_OK) return status;");
+            cg_line(w, "ctx->step++;");
+            cg_line(w, "return run_update(ctx, batch);");
+        } else {
+            cg_line(w, "return status; /* no optimizer: gradients only */");
+        }
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        char where[128];
+        storage_expr(E, v->id, where, sizeof where);
+        if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
+        cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", ctype(v->type.dtype), m, E->cname[v->id], m);
+        if (E->plan->region[v->id] == REGION_INPUT) cg_line(w, "    (void)ctx;");
+        cg_line(w, "    return %s%s;", v->type.dtype == DT_I32 && E->plan->region[v->id] != REGION_INPUT ? "(const int32_t *)" : "", where);
+        cg_line(w, "}");
+        cg_blank(w);
+    }
+    cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
+    cg_blank(w);
+
+    /* the descriptor */
+    cg_line(w, "static void *model_create(uint64_t seed, char *err, size_t errlen) {");
+    cg_line(w, "    struct_ctx *ctx = %s_create(seed);", m);
+    cg_line(w, "    if (!ctx) snprintf(err, errlen, \"%s: out of memory\");", m);
+    cg_line(w, "    return ctx;");
+    cg_line(w, "}");
+    cg_line(w, "static void model_destroy(void *ctx) { %s_destroy(ctx); }", m);
+    cg_line(w, "static void *model_param(void *ctx, int i) { return ((struct_ctx *)ctx)->params + param_offsets[i]; }");
+    if (trains)
+        cg_line(w, "static void *model_grad(void *ctx, int i) { return ((struct_ctx *)ctx)->grads + grad_offsets[i]; }");
+    else
+        cg_line(w, "static void *model_grad(void *ctx, int i) { (void)ctx; (void)i; return NULL; }");
+    cg_line(w, "static %s_batch batch_of(const void *const *inputs) {", m);
+    cg_line(w, "    %s_batch batch;", m);
+    cg_line(w, "    memset(&batch, 0, sizeof batch);");
+    if (!g->n_inputs) cg_line(w, "    (void)inputs;");
+    for (int i = 0; i < g->n_inputs; i++) cg_line(w, "    batch.%s = inputs[%d];", E->cname[g->inputs[i]], i);
+    cg_line(w, "    return batch;");
+    cg_line(w, "}");
+    cg_line(w, "static int model_forward(void *ctx, const void *const *inputs, float *loss) {");
+    cg_line(w, "    %s_batch batch = batch_of(inputs);", m);
+    cg_line(w, "    return %s_forward(ctx, &batch, loss);", m);
+    cg_line(w, "}");
+    cg_line(w, "static int model_train_step(void *ctx, const void *const *inputs, float *loss) {");
+    cg_line(w, "    %s_batch batch = batch_of(inputs);", m);
+    cg_line(w, "    return %s_train_step(ctx, &batch, loss);", m);
+    cg_line(w, "}");
+    cg_line(w, "static const void *model_output(void *ctx, int i) {");
+    if (!g->n_outputs) cg_line(w, "    (void)ctx;");
+    cg_line(w, "    switch (i) {");
+    for (int i = 0; i < g->n_outputs; i++) cg_line(w, "    case %d: return %s_output_%s(ctx);", i, m, E->cname[g->outputs[i]]);
+    cg_line(w, "    default: return NULL;");
+    cg_line(w, "    }");
+    cg_line(w, "}");
+    cg_line(w, "static const char *model_error(void *ctx) { return %s_error(ctx); }", m);
+    cg_blank(w);
+    cg_line(w, "const dmrt_model %s_model = {", m);
+    cg_line(w, "    .name = \"%s\",", m);
+    cg_line(w, "    .n_inputs = %d,", g->n_inputs);
+    cg_line(w, "    .inputs = input_descs,");
+    cg_line(w, "    .n_params = %d,", g->n_params);
+    cg_line(w, "    .params = param_descs,");
+    cg_line(w, "    .n_outputs = %d,", g->n_outputs);
+    cg_line(w, "    .outputs = output_descs,");
+    cg_line(w, "    .create = model_create,");
+    cg_line(w, "    .destroy = model_destroy,");
+    cg_line(w, "    .param = model_param,");
+    cg_line(w, "    .grad = model_grad,");
+    cg_line(w, "    .forward = model_forward,");
+    cg_line(w, "    .train_step = model_train_step,");
+    cg_line(w, "    .output = model_output,");
+    cg_line(w, "    .error = model_error,");
+    cg_line(w, "};");
+}
+
+/* Writes via a temporary file and rename, so a failed run leaves no half-written file. */
+static int write_file(emitter *E, const char *dir, const char *name, void (*body)(emitter *), FILE *err) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(err, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    E->w = (cg_writer){.f = f};
+    body(E);
+    int failed = ferror(f);
+    if (fclose(f) != 0) failed = 1;
+    if (failed || rename(tmp, path) != 0) {
+        fprintf(err, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, const char *source_text,
+              size_t source_len, const char *out_dir, FILE *err) {
+    const char *base = strrchr(source_path, '/');
+    emitter E = {.g = g, .plan = plan, .dialect = &cg_dialect_c, .source_path = base ? base + 1 : source_path,
+                 .source_text = source_text, .source_len = source_len};
+    size_t n = 0;
+    for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
+    E.prefix_upper[n] = 0;
+    assign_names(&E);
+    char h[300], c[300];
+    snprintf(h, sizeof h, "%s.h", g->model);
+    snprintf(c, sizeof c, "%s.c", g->model);
+    int status = write_file(&E, out_dir, h, emit_header, err);
+    if (!status) status = write_file(&E, out_dir, c, emit_source, err);
+    for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
+    free(E.cname);
+    return status;
+}

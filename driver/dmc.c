@@ -1,0 +1,394 @@
+/* dmc: the driver. A flat list of the passes (DESIGN.md), and `dmc run`, which builds
+ * the generated code with the system C compiler and trains it. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ast.h"
+#include "codegen.h"
+#include "explain.h"
+#include "lower.h"
+#include "passes.h"
+
+#ifndef DMC_VERSION
+#define DMC_VERSION "0.1.0"
+#endif
+
+static const char usage[] =
+    "usage: dmc [options] FILE.dm -o DIR     compile to DIR/<model>.h and DIR/<model>.c\n"
+    "       dmc --emit=ir [options] FILE.dm  print the IR\n"
+    "       dmc --explain[=json] [options] FILE.dm\n"
+    "                                        print the partition and memory plan\n"
+    "       dmc --check [options] FILE.dm    report errors only\n"
+    "       dmc run [options] FILE.dm [trainer options]\n"
+    "                                        compile, build with cc and train (see dmc run --help)\n"
+    "\n"
+    "options (every command):\n"
+    "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...)\n"
+    "  --mesh AXIS=N[,AXIS=N...]  override mesh axis sizes (mesh(AXIS = ...))\n"
+    "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
+    "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff or optimizer\n"
+    "  -o DIR                     output directory (created if missing)\n"
+    "  --help, --version\n"
+    "\n"
+    "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
+    "  --save FILE.safetensors --batch-file FILE.safetensors --data fashion-mnist\n"
+    "  --data-dir DIR --dump-grads FILE.safetensors --quiet (docs/trainer.md)\n"
+    "  dmc run also takes --keep DIR (keep the build there) and --cc COMPILER.\n";
+
+typedef struct options {
+    const char *input;
+    const char *out_dir;
+    const char *name;
+    const char *emit;         /* "ir" or NULL */
+    const char *stop_after;   /* lower | autodiff | optimizer */
+    int explain;              /* 0, 1 text, 2 json */
+    int check;
+    int run;
+    const char *keep_dir;
+    const char *cc;
+    dm_override dims[64];
+    int n_dims;
+    dm_override mesh[IR_MAX_AXES];
+    int n_mesh;
+    char **trainer_args;      /* passed through to the trainer */
+    int n_trainer_args;
+} options;
+
+static int parse_overrides(const char *flag, const char *list, dm_override *out, int *n, int max) {
+    char *copy = strdup(list), *save = NULL;
+    int status = 0;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        char *end = NULL;
+        long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+        if (!eq || eq == item || !end || *end || end == eq + 1) {
+            fprintf(stderr, "dmc: error: %s expects NAME=INTEGER[,NAME=INTEGER...], got '%s'\n", flag, item);
+            status = -1;
+            break;
+        }
+        if (*n == max) {
+            fprintf(stderr, "dmc: error: too many %s overrides\n", flag);
+            status = -1;
+            break;
+        }
+        *eq = 0;
+        out[*n].name = strdup(item);
+        out[*n].value = v;
+        out[*n].used = 0;
+        (*n)++;
+    }
+    free(copy);
+    return status;
+}
+
+/* Options may be written --opt=value or --opt value. */
+static const char *option_value(int argc, char **argv, int *i, const char *flag) {
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n) == 0 && argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (strcmp(argv[*i], flag) == 0) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "dmc: error: %s needs a value\n", flag);
+            exit(2);
+        }
+        return argv[++*i];
+    }
+    return NULL;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    int i = 1;
+    if (argc > 1 && strcmp(argv[1], "run") == 0) {
+        o->run = 1;
+        i = 2;
+    }
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (o->run && o->input) {
+            /* after the .dm file, everything goes to the trainer except our own flags */
+            if ((v = option_value(argc, argv, &i, "--set"))) {
+                if (parse_overrides("--set", v, o->dims, &o->n_dims, 64)) return -1;
+            } else if ((v = option_value(argc, argv, &i, "--mesh"))) {
+                if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
+            } else if ((v = option_value(argc, argv, &i, "--keep"))) {
+                o->keep_dir = v;
+            } else if ((v = option_value(argc, argv, &i, "--cc"))) {
+                o->cc = v;
+            } else {
+                o->trainer_args[o->n_trainer_args++] = argv[i];
+            }
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            if (o->run) {
+                o->trainer_args[o->n_trainer_args++] = argv[i];
+                continue;
+            }
+            fputs(usage, stdout);
+            exit(0);
+        } else if (strcmp(a, "--version") == 0) {
+            printf("dmc %s\n", DMC_VERSION);
+            exit(0);
+        } else if ((v = option_value(argc, argv, &i, "--set"))) {
+            if (parse_overrides("--set", v, o->dims, &o->n_dims, 64)) return -1;
+        } else if ((v = option_value(argc, argv, &i, "--mesh"))) {
+            if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
+        } else if ((v = option_value(argc, argv, &i, "--name"))) {
+            o->name = v;
+        } else if ((v = option_value(argc, argv, &i, "--emit"))) {
+            if (strcmp(v, "ir") != 0) {
+                fprintf(stderr, "dmc: error: --emit takes 'ir', got '%s'\n", v);
+                return -1;
+            }
+            o->emit = v;
+        } else if ((v = option_value(argc, argv, &i, "--stop-after"))) {
+            if (strcmp(v, "lower") && strcmp(v, "autodiff") && strcmp(v, "optimizer")) {
+                fprintf(stderr, "dmc: error: --stop-after takes lower, autodiff or optimizer, got '%s'\n", v);
+                return -1;
+            }
+            o->stop_after = v;
+        } else if (strcmp(a, "--explain") == 0 || strcmp(a, "--explain=text") == 0) {
+            o->explain = 1;
+        } else if (strcmp(a, "--explain=json") == 0) {
+            o->explain = 2;
+        } else if (strcmp(a, "--check") == 0) {
+            o->check = 1;
+        } else if ((v = option_value(argc, argv, &i, "-o"))) {
+            o->out_dir = v;
+        } else if (o->run && ((v = option_value(argc, argv, &i, "--keep")))) {
+            o->keep_dir = v;
+        } else if (o->run && ((v = option_value(argc, argv, &i, "--cc")))) {
+            o->cc = v;
+        } else if (a[0] == '-' && a[1]) {
+            if (o->run) {
+                o->trainer_args[o->n_trainer_args++] = argv[i];
+                continue;
+            }
+            fprintf(stderr, "dmc: error: unknown option '%s'\n%s", a, usage);
+            return -1;
+        } else if (!o->input) {
+            o->input = a;
+        } else {
+            fprintf(stderr, "dmc: error: more than one input file ('%s' and '%s')\n", o->input, a);
+            return -1;
+        }
+    }
+    if (!o->input) {
+        fprintf(stderr, "dmc: error: no input file\n%s", usage);
+        return -1;
+    }
+    if (!o->run && !o->emit && !o->explain && !o->check && !o->out_dir) {
+        fprintf(stderr, "dmc: error: nothing to do: give -o DIR, --emit=ir, --explain, --check or use 'dmc run'\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The model name: --name, or the file name without directory and .dm, made a C
+ * identifier. */
+static int model_name(const options *o, char *buf, size_t size) {
+    const char *src = o->name;
+    char from_file[256];
+    if (!src) {
+        const char *base = strrchr(o->input, '/');
+        base = base ? base + 1 : o->input;
+        snprintf(from_file, sizeof from_file, "%s", base);
+        char *dot = strrchr(from_file, '.');
+        if (dot && dot != from_file) *dot = 0;
+        src = from_file;
+    }
+    size_t n = 0;
+    for (const char *p = src; *p && n + 1 < size; p++) buf[n++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '_';
+    buf[n] = 0;
+    if (n == 0 || isdigit((unsigned char)buf[0])) {
+        if (o->name) {
+            fprintf(stderr, "dmc: error: --name '%s' is not a C identifier\n", o->name);
+            return -1;
+        }
+        memmove(buf + 2, buf, n + 1 < size - 2 ? n + 1 : size - 2);
+        buf[0] = 'm', buf[1] = '_';
+    }
+    return 0;
+}
+
+static int make_dir(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(path, 0777);
+            *p = '/';
+        }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "dmc: error: cannot create directory %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The runtime to link generated code against: DMC_RUNTIME_DIR (a directory holding
+ * dmrt.h and libdmrt.a), the build tree dmc was built in, or the install prefix. */
+static void runtime_paths(char *inc, char *lib, size_t size) {
+    const char *env = getenv("DMC_RUNTIME_DIR");
+    if (env && *env) {
+        snprintf(inc, size, "%s", env);
+        snprintf(lib, size, "%s/libdmrt.a", env);
+        return;
+    }
+    if (access(DMC_BUILD_RUNTIME_LIB, R_OK) == 0) {
+        snprintf(inc, size, "%s", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(lib, size, "%s", DMC_BUILD_RUNTIME_LIB);
+        return;
+    }
+    snprintf(inc, size, "%s", DMC_INSTALL_INCLUDE_DIR);
+    snprintf(lib, size, "%s/libdmrt.a", DMC_INSTALL_LIB_DIR);
+}
+
+static int run_process(char *const argv[]) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "dmc: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) fprintf(stderr, "dmc: %s was killed by signal %d\n", argv[0], WTERMSIG(status));
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+static int remove_tree(const char *dir) {
+    char *argv[] = {"rm", "-rf", (char *)dir, NULL};
+    return run_process(argv);
+}
+
+static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
+    char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[PATH_MAX], lib[PATH_MAX], inc_flag[PATH_MAX + 2],
+        out_inc_flag[PATH_MAX + 2];
+    snprintf(main_path, sizeof main_path, "%s/main.c", dir);
+    snprintf(exe, sizeof exe, "%s/%s", dir, g->model);
+    snprintf(model_c, sizeof model_c, "%s/%s.c", dir, g->model);
+    FILE *f = fopen(main_path, "w");
+    if (!f) {
+        fprintf(stderr, "dmc: error: cannot write %s: %s\n", main_path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
+    fprintf(f, "#include \"%s.h\"\n\nint main(int argc, char **argv) { return dmrt_trainer_main(&%s_model, argc, argv); }\n",
+            g->model, g->model);
+    fclose(f);
+    runtime_paths(inc, lib, sizeof inc);
+    snprintf(inc_flag, sizeof inc_flag, "-I%s", inc);
+    snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
+    const char *cc = o->cc ? o->cc : getenv("CC");
+    if (!cc || !*cc) cc = "cc";
+    char *cc_argv[] = {(char *)cc, "-std=c11", "-O3", "-march=native", "-fno-math-errno", inc_flag, out_inc_flag, model_c, main_path,
+                       lib, DMC_LINK_FLAGS_1, DMC_LINK_FLAGS_2, DMC_LINK_FLAGS_3, "-lm", "-lpthread", "-o", exe, NULL};
+    int status = run_process(cc_argv);
+    if (status != 0) {
+        fprintf(stderr, "dmc: error: building the generated code failed (%s)\n", cc);
+        return 1;
+    }
+    char **argv = calloc((size_t)o->n_trainer_args + 2, sizeof(char *));
+    argv[0] = exe;
+    for (int i = 0; i < o->n_trainer_args; i++) argv[i + 1] = o->trainer_args[i];
+    status = run_process(argv);
+    free(argv);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    options o = {0};
+    o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
+    if (parse_args(argc, argv, &o)) return 2;
+    char model[256];
+    if (model_name(&o, model, sizeof model)) return 2;
+
+    dm_source src;
+    if (dm_source_read(&src, o.input, stderr)) return 1;
+    dm_diag diag;
+    dm_diag_init(&diag, &src, stderr);
+    dm_program *prog = dm_parse(&diag);
+    ir_graph *g = NULL;
+    int status = 1;
+    if (diag.n_errors == 0) {
+        dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh};
+        g = dm_lower(prog, &lo, &diag);
+    }
+    dm_program_free(prog);
+    if (!g) goto done;
+
+#ifndef NDEBUG
+#define VERIFY(pass) do { if (ir_verify(g, pass, stderr)) goto done; } while (0)
+#else
+#define VERIFY(pass) do { } while (0)
+#endif
+    VERIFY("lower");
+    int stop_lower = o.stop_after && strcmp(o.stop_after, "lower") == 0;
+    int stop_autodiff = o.stop_after && strcmp(o.stop_after, "autodiff") == 0;
+    if (!stop_lower) {
+        if (pass_autodiff(g, &diag)) goto done;
+        VERIFY("autodiff");
+        if (!stop_autodiff) {
+            if (pass_optimizer(g, &diag)) goto done;
+            VERIFY("optimizer");
+        }
+    }
+    if (o.emit) {
+        ir_print(g, stdout);
+        status = 0;
+        goto done;
+    }
+    if (g->loss >= 0 && g->optimizer.kind == OPTIM_NONE && (o.run || o.out_dir)) {
+        fprintf(stderr, "%s: error: the program minimizes a loss but declares no optimizer (optimizer sgd(lr = ...))\n", o.input);
+        goto done;
+    }
+    dm_memory_plan plan;
+    pass_memory(g, &plan);
+    if (o.explain) {
+        explain_print(g, &plan, o.input, o.explain == 2, stdout);
+        status = 0;
+    } else if (o.check) {
+        status = 0;
+    } else {
+        char tmp_dir[PATH_MAX] = "";
+        const char *dir = o.out_dir;
+        if (o.run && !dir) dir = o.keep_dir;
+        if (!dir) {
+            const char *base = getenv("TMPDIR");
+            snprintf(tmp_dir, sizeof tmp_dir, "%s/dmc-run-XXXXXX", base && *base ? base : "/tmp");
+            if (!mkdtemp(tmp_dir)) {
+                fprintf(stderr, "dmc: error: cannot create a temporary directory: %s\n", strerror(errno));
+                dm_memory_plan_free(&plan);
+                goto done;
+            }
+            dir = tmp_dir;
+        } else if (make_dir(dir)) {
+            dm_memory_plan_free(&plan);
+            goto done;
+        }
+        status = codegen_c(g, &plan, o.input, src.text, src.len, dir, stderr) ? 1 : 0;
+        if (status == 0 && o.run) status = build_and_run(&o, g, dir);
+        if (tmp_dir[0]) remove_tree(tmp_dir);
+    }
+    dm_memory_plan_free(&plan);
+done:
+    ir_graph_free(g);
+    dm_source_free(&src);
+    for (int i = 0; i < o.n_dims; i++) free((char *)o.dims[i].name);
+    for (int i = 0; i < o.n_mesh; i++) free((char *)o.mesh[i].name);
+    free(o.trainer_args);
+    return status;
+}

@@ -1,0 +1,46 @@
+/* diag.h: source files and diagnostics in the `file:line:col: error: message` form,
+ * followed by the source line and a caret under the offending range. */
+#ifndef DM_DIAG_H
+#define DM_DIAG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct dm_source {
+    char *path;      /* as given on the command line */
+    char *text;      /* whole file, NUL-terminated (may contain other NULs) */
+    size_t len;      /* bytes of text, without the terminator */
+} dm_source;
+
+/* A position in a source: 1-based line and byte column, and the length of the range
+ * the caret underlines (at least 1). */
+typedef struct dm_loc {
+    int line;
+    int col;
+    int len;
+} dm_loc;
+
+typedef struct dm_diag {
+    const dm_source *src;
+    FILE *out;
+    int n_errors;
+    int max_errors;  /* past this, one "too many errors" line and silence */
+} dm_diag;
+
+/* Reads path whole; on failure prints `dmc: error: cannot read PATH: reason` and
+ * returns -1. */
+int dm_source_read(dm_source *src, const char *path, FILE *err);
+void dm_source_from_string(dm_source *src, const char *path, const char *text, size_t len);
+void dm_source_free(dm_source *src);
+
+void dm_diag_init(dm_diag *d, const dm_source *src, FILE *out);
+/* Counts and prints an error at loc. */
+void dm_error(dm_diag *d, dm_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void dm_verror(dm_diag *d, dm_loc loc, const char *fmt, va_list ap);
+/* A note attached to the previous error (not counted). */
+void dm_note(dm_diag *d, dm_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,283 @@
+/* parser.y: grammar of the .dm language (docs/language.md has the summary). A pure,
+ * reentrant parser with locations; syntax errors recover at the next statement. */
+%define api.pure full
+%define api.prefix {dm_yy}
+%define parse.error detailed
+%locations
+%define api.location.type {dm_loc}
+%param {void *scanner}
+%parse-param {dm_parse_state *state}
+
+%code requires {
+#include "parse_state.h"
+}
+
+%code provides {
+int dm_yylex(DM_YYSTYPE *yylval, DM_YYLTYPE *yylloc, void *scanner);
+}
+
+%code {
+#include <string.h>
+
+#define YYLLOC_DEFAULT(Cur, Rhs, N)                                  \
+    do {                                                             \
+        if (N) {                                                     \
+            (Cur) = YYRHSLOC(Rhs, 1);                                \
+            dm_loc last_ = YYRHSLOC(Rhs, N);                         \
+            if (last_.line == (Cur).line && last_.col >= (Cur).col)  \
+                (Cur).len = last_.col + last_.len - (Cur).col;       \
+        } else {                                                     \
+            (Cur) = YYRHSLOC(Rhs, 0);                                \
+            (Cur).len = 1;                                           \
+        }                                                            \
+    } while (0)
+
+/* Expressions deeper than this are rejected here, so later recursive passes are safe. */
+#define MAX_EXPR_DEPTH 500
+
+static void dm_yyerror(DM_YYLTYPE *loc, void *scanner, dm_parse_state *state, const char *msg) {
+    (void)scanner;
+    dm_error(state->diag, *loc, "%s", msg);
+}
+
+static dm_expr *new_expr(dm_parse_state *s, dm_expr_kind kind, dm_loc loc) {
+    dm_expr *e = dm_pool_alloc(s->pool, sizeof(dm_expr));
+    e->kind = kind;
+    e->loc = loc;
+    e->depth = 1;
+    return e;
+}
+
+static dm_expr *deepen(dm_parse_state *s, dm_expr *e, int child_depth) {
+    e->depth = child_depth + 1;
+    if (e->depth == MAX_EXPR_DEPTH)
+        dm_error(s->diag, e->loc, "expression nested deeper than %d levels", MAX_EXPR_DEPTH);
+    return e;
+}
+
+static dm_expr *binary(dm_parse_state *s, int op, dm_expr *l, dm_expr *r, dm_loc loc) {
+    dm_expr *e = new_expr(s, EXPR_BINARY, loc);
+    e->op = op;
+    e->lhs = l;
+    e->rhs = r;
+    return deepen(s, e, l->depth > r->depth ? l->depth : r->depth);
+}
+
+static int items_depth(dm_expr **items, int n) {
+    int d = 0;
+    for (int i = 0; i < n; i++)
+        if (items[i]->depth > d) d = items[i]->depth;
+    return d;
+}
+#define list_depth(l) items_depth((l).items, (l).n)
+
+static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
+    dm_stmt *st = dm_pool_alloc(s->pool, sizeof(dm_stmt));
+    st->kind = kind;
+    st->loc = loc;
+    return st;
+}
+}
+
+%union {
+    dm_expr *expr;
+    char *str;
+    dm_stmt *stmt;
+    dm_type *type;
+    struct { dm_expr **items; int n; } list;
+    struct { dm_stmt **items; int n; } stmts;
+    struct { char **names; dm_loc *locs; int n; } names;
+    struct { dm_type *type; int count; } dims;
+}
+
+%token <expr> NUMBER
+%token <str> NAME
+%token NL KW_DIM KW_MESH KW_INPUT KW_PARAM KW_LAYER KW_REPEAT KW_BLOCK KW_RETURN
+%token KW_OUTPUT KW_MINIMIZE KW_OPTIMIZER BAD_CHAR TOO_DEEP
+
+%type <expr> expr dim_expr call arg layer_ref
+%type <list> args arg_list exprs expr_list_opt
+%type <stmt> stmt block
+%type <stmts> stmts
+%type <type> type
+%type <dims> dims dim_list
+%type <names> names name_list
+
+%left '+' '-'
+%left '*' '/' '@'
+%precedence NEG
+
+%start program
+
+%%
+
+program:
+    stmts                       { state->program->stmts = $1.items; state->program->n_stmts = $1.n; }
+    ;
+
+stmts:
+    %empty                      { $$.items = NULL; $$.n = 0; }
+  | stmts NL                    { $$ = $1; }
+  | stmts stmt NL               {
+                                  $$ = $1;
+                                  if ($2) $$.items = dm_pool_push(state->pool, $$.items, &$$.n,
+                                                                  sizeof(dm_stmt *), &$2);
+                                }
+  | stmts error NL              { $$ = $1; yyerrok; }
+  ;
+
+stmt:
+    KW_DIM NAME '=' dim_expr    { $$ = new_stmt(state, STMT_DIM, @1); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
+  | KW_MESH '(' arg_list ')'    { $$ = new_stmt(state, STMT_MESH, @1); $$->args = $3.items; $$->n_args = $3.n; }
+  | KW_INPUT NAME ':' type      { $$ = new_stmt(state, STMT_INPUT, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; }
+  | KW_PARAM NAME ':' type '=' expr
+                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; $$->value = $6; }
+  | KW_LAYER NAME '=' layer_ref { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
+  | KW_LAYER NAME '=' KW_REPEAT dim_expr layer_ref
+                                { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->repeat = $5; $$->value = $6; }
+  | NAME '=' expr               { $$ = new_stmt(state, STMT_LET, @1); $$->name = $1; $$->name_loc = @1; $$->value = $3; }
+  | NAME ':' type '=' expr      { $$ = new_stmt(state, STMT_LET, @1); $$->name = $1; $$->name_loc = @1; $$->type = $3; $$->value = $5; }
+  | KW_RETURN expr              { $$ = new_stmt(state, STMT_RETURN, @1); $$->value = $2; }
+  | KW_OUTPUT exprs             { $$ = new_stmt(state, STMT_OUTPUT, @1); $$->args = $2.items; $$->n_args = $2.n; }
+  | KW_MINIMIZE NAME            { $$ = new_stmt(state, STMT_MINIMIZE, @2); $$->name = $2; $$->name_loc = @2; }
+  | KW_OPTIMIZER call           { $$ = new_stmt(state, STMT_OPTIMIZER, @1); $$->value = $2; }
+  | block                       { $$ = $1; }
+  ;
+
+block:
+    KW_BLOCK NAME names '(' name_list ')' '{' stmts '}'
+                                {
+                                  $$ = new_stmt(state, STMT_BLOCK, @2); $$->name = $2; $$->name_loc = @2;
+                                  $$->params = $3.names; $$->param_locs = $3.locs; $$->n_params = $3.n;
+                                  $$->inputs = $5.names; $$->input_locs = $5.locs; $$->n_inputs = $5.n;
+                                  $$->body = $8.items; $$->n_body = $8.n;
+                                }
+  ;
+
+names:
+    %empty                      { $$.names = NULL; $$.locs = NULL; $$.n = 0; }
+  | '[' name_list ']'           { $$ = $2; }
+  ;
+
+name_list:
+    %empty                      { $$.names = NULL; $$.locs = NULL; $$.n = 0; }
+  | NAME                        {
+                                  $$.n = 0; $$.names = dm_pool_push(state->pool, NULL, &$$.n, sizeof(char *), &$1);
+                                  $$.n = 0; $$.locs = dm_pool_push(state->pool, NULL, &$$.n, sizeof(dm_loc), &@1);
+                                }
+  | name_list ',' NAME          {
+                                  $$ = $1; int n = $$.n;
+                                  $$.names = dm_pool_push(state->pool, $$.names, &n, sizeof(char *), &$3);
+                                  $$.locs = dm_pool_push(state->pool, $$.locs, &$$.n, sizeof(dm_loc), &@3);
+                                }
+  ;
+
+type:
+    NAME                        { $$ = dm_pool_alloc(state->pool, sizeof(dm_type)); $$->dtype = $1; $$->dtype_loc = @1; $$->loc = @1; }
+  | NAME '[' ']'                { $$ = dm_pool_alloc(state->pool, sizeof(dm_type)); $$->dtype = $1; $$->dtype_loc = @1; $$->loc = @$; }
+  | NAME '[' dim_list ']'       { $$ = $3.type; $$->dtype = $1; $$->dtype_loc = @1; $$->loc = @$; }
+  ;
+
+dim_list:
+    dims                        { $$ = $1; }
+  ;
+
+dims:
+    dim_expr                    {
+                                  $$.type = dm_pool_alloc(state->pool, sizeof(dm_type));
+                                  dm_type *t = $$.type; int n = t->rank, m = t->rank; char *no_axis = NULL; dm_loc l = @1;
+                                  t->dims = dm_pool_push(state->pool, t->dims, &n, sizeof(dm_expr *), &$1);
+                                  t->axes = dm_pool_push(state->pool, t->axes, &m, sizeof(char *), &no_axis);
+                                  t->axis_locs = dm_pool_push(state->pool, t->axis_locs, &t->rank, sizeof(dm_loc), &l);
+                                }
+  | dim_expr '@' NAME           {
+                                  $$.type = dm_pool_alloc(state->pool, sizeof(dm_type));
+                                  dm_type *t = $$.type; int n = t->rank, m = t->rank; dm_loc l = @3;
+                                  t->dims = dm_pool_push(state->pool, t->dims, &n, sizeof(dm_expr *), &$1);
+                                  t->axes = dm_pool_push(state->pool, t->axes, &m, sizeof(char *), &$3);
+                                  t->axis_locs = dm_pool_push(state->pool, t->axis_locs, &t->rank, sizeof(dm_loc), &l);
+                                }
+  | dims ',' dim_expr           {
+                                  $$ = $1; dm_type *t = $$.type; int n = t->rank, m = t->rank; char *no_axis = NULL; dm_loc l = @3;
+                                  t->dims = dm_pool_push(state->pool, t->dims, &n, sizeof(dm_expr *), &$3);
+                                  t->axes = dm_pool_push(state->pool, t->axes, &m, sizeof(char *), &no_axis);
+                                  t->axis_locs = dm_pool_push(state->pool, t->axis_locs, &t->rank, sizeof(dm_loc), &l);
+                                }
+  | dims ',' dim_expr '@' NAME  {
+                                  $$ = $1; dm_type *t = $$.type; int n = t->rank, m = t->rank; dm_loc l = @5;
+                                  t->dims = dm_pool_push(state->pool, t->dims, &n, sizeof(dm_expr *), &$3);
+                                  t->axes = dm_pool_push(state->pool, t->axes, &m, sizeof(char *), &$5);
+                                  t->axis_locs = dm_pool_push(state->pool, t->axis_locs, &t->rank, sizeof(dm_loc), &l);
+                                }
+  ;
+
+/* Dimension expressions: integers, names, + - * / and parentheses; no '@', which
+ * marks the mesh axis in a type. */
+dim_expr:
+    NUMBER                      { $$ = $1; $$->depth = 1; }
+  | NAME                        { $$ = new_expr(state, EXPR_NAME, @1); $$->name = $1; }
+  | dim_expr '+' dim_expr       { $$ = binary(state, '+', $1, $3, @2); }
+  | dim_expr '-' dim_expr       { $$ = binary(state, '-', $1, $3, @2); }
+  | dim_expr '*' dim_expr       { $$ = binary(state, '*', $1, $3, @2); }
+  | dim_expr '/' dim_expr       { $$ = binary(state, '/', $1, $3, @2); }
+  | '(' dim_expr ')'            { $$ = $2; }
+  ;
+
+expr:
+    NUMBER                      { $$ = $1; $$->depth = 1; }
+  | NAME                        { $$ = new_expr(state, EXPR_NAME, @1); $$->name = $1; }
+  | call                        { $$ = $1; }
+  | '[' expr_list_opt ']'       { $$ = new_expr(state, EXPR_LIST, @$); $$->args = $2.items; $$->n_args = $2.n; deepen(state, $$, list_depth($2)); }
+  | expr '+' expr               { $$ = binary(state, '+', $1, $3, @2); }
+  | expr '-' expr               { $$ = binary(state, '-', $1, $3, @2); }
+  | expr '*' expr               { $$ = binary(state, '*', $1, $3, @2); }
+  | expr '/' expr               { $$ = binary(state, '/', $1, $3, @2); }
+  | expr '@' expr               { $$ = binary(state, '@', $1, $3, @2); }
+  | '-' expr %prec NEG          { $$ = new_expr(state, EXPR_NEG, @1); $$->lhs = $2; deepen(state, $$, $2->depth); }
+  | '(' expr ')'                { $$ = $2; }
+  ;
+
+call:
+    NAME '(' arg_list ')'       { $$ = new_expr(state, EXPR_CALL, @1); $$->name = $1; $$->args = $3.items; $$->n_args = $3.n; deepen(state, $$, list_depth($3)); }
+  | NAME '[' expr_list_opt ']'  { $$ = new_expr(state, EXPR_CALL, @1); $$->name = $1; $$->dim_args = $3.items; $$->n_dim_args = $3.n; $$->has_dim_args = 1; deepen(state, $$, list_depth($3)); }
+  | NAME '[' expr_list_opt ']' '(' arg_list ')'
+                                {
+                                  $$ = new_expr(state, EXPR_CALL, @1); $$->name = $1; $$->dim_args = $3.items; $$->n_dim_args = $3.n; $$->has_dim_args = 1;
+                                  $$->args = $6.items; $$->n_args = $6.n;
+                                  deepen(state, $$, list_depth($3) > list_depth($6) ? list_depth($3) : list_depth($6));
+                                }
+  ;
+
+/* The block a layer instantiates: linear[D, H], or a bare name for a block without
+ * dimension parameters. */
+layer_ref:
+    call                        { $$ = $1; }
+  | NAME                        { $$ = new_expr(state, EXPR_CALL, @1); $$->name = $1; }
+  ;
+
+arg_list:
+    %empty                      { $$.items = NULL; $$.n = 0; }
+  | args                        { $$ = $1; }
+  ;
+
+args:
+    arg                         { $$.items = NULL; $$.n = 0; $$.items = dm_pool_push(state->pool, $$.items, &$$.n, sizeof(dm_expr *), &$1); }
+  | args ',' arg                { $$ = $1; $$.items = dm_pool_push(state->pool, $$.items, &$$.n, sizeof(dm_expr *), &$3); }
+  ;
+
+arg:
+    expr                        { $$ = $1; }
+  | NAME '=' expr               { $$ = new_expr(state, EXPR_KWARG, @1); $$->name = $1; $$->lhs = $3; deepen(state, $$, $3->depth); }
+  ;
+
+expr_list_opt:
+    %empty                      { $$.items = NULL; $$.n = 0; }
+  | exprs                       { $$ = $1; }
+  ;
+
+exprs:
+    expr                        { $$.items = NULL; $$.n = 0; $$.items = dm_pool_push(state->pool, $$.items, &$$.n, sizeof(dm_expr *), &$1); }
+  | exprs ',' expr              { $$ = $1; $$.items = dm_pool_push(state->pool, $$.items, &$$.n, sizeof(dm_expr *), &$3); }
+  ;
+
+%%

@@ -1,0 +1,130 @@
+/* ir.c: graph construction, op lookup and interned strings. */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const ir_op_info op_infos[OP_COUNT] = {
+#define OP(id, nm, ar, cl, fw, bw) [OP_##id] = {.name = nm, .arity = ar, .cls = OPC_##cl, .forward = fw, .backward = bw},
+#include "ops.def"
+#undef OP
+};
+
+const ir_op_info *ir_op_info_of(ir_op op) { return &op_infos[op]; }
+
+ir_op ir_op_by_name(const char *name) {
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(op_infos[i].name, name) == 0) return (ir_op)i;
+    return OP_COUNT;
+}
+
+const char *ir_dtype_name(ir_dtype t) {
+    switch (t) {
+    case DT_F32: return "f32";
+    case DT_I32: return "i32";
+    case DT_VOID: return "void";
+    }
+    return "?";
+}
+
+int64_t ir_numel(const ir_type *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    return n;
+}
+
+typedef struct ir_strings {
+    struct ir_strings *next;
+    char text[];
+} ir_strings;
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "dmc: error: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+ir_graph *ir_graph_new(const char *model) {
+    ir_graph *g = xcalloc(1, sizeof *g);
+    g->model = ir_intern(g, model);
+    g->loss = -1;
+    return g;
+}
+
+void ir_graph_free(ir_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_values; i++) {
+        free(g->values[i]->operands);
+        free(g->values[i]);
+    }
+    free(g->values);
+    free(g->params);
+    free(g->inputs);
+    free(g->outputs);
+    free(g->grads);
+    free(g->dim_names);
+    free(g->dim_values);
+    for (ir_strings *s = g->strings, *next; s; s = next) {
+        next = s->next;
+        free(s);
+    }
+    free(g);
+}
+
+const char *ir_intern(ir_graph *g, const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    ir_strings *node = xcalloc(1, sizeof *node + n + 1);
+    memcpy(node->text, s, n + 1);
+    node->next = g->strings;
+    g->strings = node;
+    return node->text;
+}
+
+const char *ir_internf(ir_graph *g, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return ir_intern(g, buf);
+}
+
+ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc) {
+    if (g->n_values == g->cap_values) {
+        g->cap_values = g->cap_values ? g->cap_values * 2 : 64;
+        ir_value **grown = realloc(g->values, (size_t)g->cap_values * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "dmc: error: out of memory\n");
+            abort();
+        }
+        g->values = grown;
+    }
+    ir_value *v = xcalloc(1, sizeof *v);
+    v->id = g->n_values;
+    v->op = op;
+    v->n_operands = n_operands;
+    v->operands = xcalloc((size_t)n_operands, sizeof(int));
+    if (n_operands) memcpy(v->operands, operands, (size_t)n_operands * sizeof(int));
+    v->loc = loc;
+    v->param_index = -1;
+    v->unary = OP_COUNT;
+    for (int i = 0; i < IR_MAX_RANK; i++) v->type.split[i] = IR_REPLICATED;
+    g->values[g->n_values++] = v;
+    return v;
+}
+
+void ir_append_id(ir_graph *g, int **list, int *n, int id) {
+    (void)g;
+    int *grown = realloc(*list, (size_t)(*n + 1) * sizeof(int));
+    if (!grown) {
+        fprintf(stderr, "dmc: error: out of memory\n");
+        abort();
+    }
+    grown[(*n)++] = id;
+    *list = grown;
+}

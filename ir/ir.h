@@ -1,0 +1,155 @@
+/* ir.h: the dmc IR. One graph per program: the forward ops in source order, then (after
+ * passes/autodiff) the backward ops, then (after passes/optimizer) the updates. Every
+ * value has exactly one defining op, so values and ops are the same nodes. Operands
+ * always come earlier in the list: list order is a valid execution order. */
+#ifndef DM_IR_H
+#define DM_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "diag.h"
+
+typedef enum ir_op {
+#define OP(id, name, arity, cls, fwd, bwd) OP_##id,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} ir_op;
+
+typedef enum ir_op_class {
+    OPC_SOURCE, OPC_UNARY, OPC_UNARY_GRAD, OPC_BINARY, OPC_REDUCE, OPC_BROADCAST,
+    OPC_RESHAPE, OPC_TRANSPOSE, OPC_MATMUL, OPC_LOSS, OPC_LOSS_GRAD, OPC_UPDATE,
+} ir_op_class;
+
+typedef struct ir_op_info {
+    const char *name;
+    int arity;              /* -1: variadic */
+    ir_op_class cls;
+    const char *forward;    /* elementwise C expression, or NULL */
+    const char *backward;   /* elementwise C expression of the gradient, or NULL */
+} ir_op_info;
+
+const ir_op_info *ir_op_info_of(ir_op op);
+/* OP_COUNT when no op has that name. */
+ir_op ir_op_by_name(const char *name);
+
+typedef enum ir_dtype { DT_F32, DT_I32, DT_VOID } ir_dtype;
+const char *ir_dtype_name(ir_dtype t);
+
+#define IR_MAX_RANK 8
+#define IR_MAX_AXES 8
+#define IR_REPLICATED (-1)
+
+/* dtype, shape with named dims, and sharding over the mesh. */
+typedef struct ir_type {
+    ir_dtype dtype;
+    int rank;
+    int64_t shape[IR_MAX_RANK];        /* (rank) */
+    const char *dim_name[IR_MAX_RANK]; /* (rank) the dimension constant, or NULL */
+    int8_t split[IR_MAX_RANK];         /* (rank) mesh axis splitting the dim, or IR_REPLICATED */
+    uint32_t partial;                  /* mesh axes over which a sum is pending (bit per axis) */
+} ir_type;
+
+int64_t ir_numel(const ir_type *t);
+
+typedef enum ir_init_kind { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_XAVIER } ir_init_kind;
+
+typedef struct ir_init {
+    ir_init_kind kind;
+    double a, b;        /* normal: mean, std; uniform: lo, hi */
+} ir_init;
+
+typedef enum ir_optimizer_kind { OPTIM_NONE, OPTIM_SGD, OPTIM_ADAMW } ir_optimizer_kind;
+
+/* Hyper-parameters, named and defaulted as torch.optim.SGD / torch.optim.AdamW. */
+typedef struct ir_optimizer {
+    ir_optimizer_kind kind;
+    double lr;
+    double momentum, dampening, weight_decay; /* sgd (weight_decay also adamw) */
+    int nesterov;
+    double beta1, beta2, eps;                 /* adamw */
+    dm_loc loc;
+} ir_optimizer;
+
+typedef enum ir_role {
+    ROLE_TEMP,       /* lives inside one step, in the arena */
+    ROLE_INPUT,      /* read from the caller's buffer */
+    ROLE_PARAM,      /* persistent, saved and loaded */
+    ROLE_GRAD,       /* persistent gradient of a parameter */
+    ROLE_STATE,      /* persistent optimizer state */
+    ROLE_CONST,      /* a scalar spelled inline */
+} ir_role;
+
+typedef enum ir_phase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE } ir_phase;
+
+typedef struct ir_value {
+    int id;                   /* index in graph->values */
+    ir_op op;
+    int n_operands;
+    int *operands;            /* (n_operands) ids of earlier values */
+    ir_type type;
+    const char *name;         /* source-derived name ("h1", "fc1.weight", "d_h1"), or NULL */
+    dm_loc loc;               /* the .dm expression it comes from */
+    ir_role role;
+    ir_phase phase;
+    /* attributes, by op */
+    double scalar;            /* CONST */
+    uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
+    int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
+    int trans_a, trans_b;     /* MATMUL */
+    ir_op unary;              /* UNARY_GRAD: the forward op */
+    ir_init init;             /* PARAM */
+    int param_index;          /* PARAM, GRAD, STATE: which parameter (else -1) */
+    int annotated;            /* sharding written by the user (kept by passes) */
+} ir_value;
+
+typedef struct ir_mesh_axis {
+    const char *name;
+    int64_t size;
+    dm_loc loc;
+} ir_mesh_axis;
+
+typedef struct ir_graph {
+    const char *model;        /* the symbol prefix: file name without .dm */
+    ir_value **values;        /* (n_values) in execution order */
+    int n_values, cap_values;
+    int *params;              /* (n_params) PARAM value ids, declaration order */
+    int n_params;
+    int *inputs;              /* (n_inputs) INPUT value ids */
+    int n_inputs;
+    int *outputs;             /* (n_outputs) values returned by forward */
+    int n_outputs;
+    int loss;                 /* scalar f32 value minimised, or -1 */
+    int *grads;               /* (n_params) gradient value of each param, -1 before autodiff */
+    ir_optimizer optimizer;
+    ir_mesh_axis axes[IR_MAX_AXES];
+    int n_axes;
+    /* named dimension constants, after --set overrides, for printing and explain */
+    const char **dim_names;   /* (n_dims) */
+    int64_t *dim_values;      /* (n_dims) */
+    int n_dims;
+    struct ir_strings *strings;
+} ir_graph;
+
+ir_graph *ir_graph_new(const char *model);
+void ir_graph_free(ir_graph *g);
+/* A string owned by the graph. */
+const char *ir_intern(ir_graph *g, const char *s);
+const char *ir_internf(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Appends a value with the given operands; the type is left for the shape rules
+ * (passes/shapes.c) unless the caller sets it. */
+ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc);
+void ir_append_id(ir_graph *g, int **list, int *n, int id);
+
+/* Prints the graph, one value per line, in a stable format (golden tests use it). */
+void ir_print(const ir_graph *g, FILE *out);
+/* Formats a type as f32[B@data, 1024]{+tensor} into buf. */
+void ir_format_type(const ir_graph *g, const ir_type *t, char *buf, size_t size);
+
+/* Checks the IR invariants (operand order, arity, types set, roles); prints each
+ * broken one to err with the pass name and returns their count. */
+int ir_verify(const ir_graph *g, const char *after_pass, FILE *err);
+
+#endif

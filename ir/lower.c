@@ -1,0 +1,1057 @@
+/* lower.c: syntax tree → forward IR. requires: a parsed program; leaves: a typed forward
+ * graph with params, inputs, outputs, loss, optimizer and mesh filled in.
+ *
+ * Names live in scopes: the global scope (dims, blocks, inputs, params, layers, lets),
+ * an instance scope per layer instance (its dim parameters, params and nested layers,
+ * created when the layer is declared so that parameters are registered in declaration
+ * order, as in PyTorch), and a call scope for the lets of one call of a block. */
+#include "lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+#define MAX_REPEAT 4096
+#define MAX_INSTANCE_DEPTH 32
+#define MAX_NUMEL ((int64_t)1 << 40)
+
+typedef enum { B_DIM, B_VALUE, B_LAYER, B_BLOCK } binding_kind;
+
+typedef struct instance instance;
+
+typedef struct binding {
+    const char *name;
+    binding_kind kind;
+    dm_loc loc;
+    int64_t dim;          /* B_DIM */
+    const char *display;  /* B_DIM: the name types print for it (the caller's), or NULL */
+    int value;            /* B_VALUE */
+    instance *layer;      /* B_LAYER */
+    const dm_stmt *block; /* B_BLOCK */
+} binding;
+
+typedef struct scope {
+    struct scope *parent;
+    binding *items;       /* (n) */
+    int n, cap;
+    const char *prefix;   /* value names made here start with it ("fc1."), "" at top */
+} scope;
+
+struct instance {
+    const char *path;         /* "h.0.attn" */
+    const dm_stmt *block;     /* NULL for a repeat group */
+    scope env;                /* dim parameters, params, nested layers */
+    instance **members;       /* (n_members) repeat group: h.0, h.1, ... */
+    int n_members;
+    instance *next_alloc;     /* every instance, for freeing */
+};
+
+typedef struct lowerer {
+    ir_graph *g;
+    dm_diag *d;
+    const dm_lower_options *opts;
+    scope global;
+    instance *instances;
+    int depth;                /* nested instantiation / calls */
+} lowerer;
+
+/* ---- scopes ---------------------------------------------------------------------------- */
+
+static binding *scope_find_local(scope *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->items[i].name, name) == 0) return &s->items[i];
+    return NULL;
+}
+
+static binding *scope_find(scope *s, const char *name) {
+    for (; s; s = s->parent) {
+        binding *b = scope_find_local(s, name);
+        if (b) return b;
+    }
+    return NULL;
+}
+
+static const char *binding_kind_name(binding_kind k) {
+    static const char *const names[] = {"dimension", "value", "layer", "block"};
+    return names[k];
+}
+
+/* Adds a binding; a name already bound in the same scope is a redefinition. */
+static binding *bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
+    binding *old = scope_find_local(s, name);
+    if (old) {
+        dm_error(L->d, loc, "redefinition of '%s'", name);
+        dm_note(L->d, old->loc, "previous definition of '%s' (a %s) is here", name, binding_kind_name(old->kind));
+        return NULL;
+    }
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        binding *grown = realloc(s->items, (size_t)s->cap * sizeof *grown);
+        if (!grown) abort();
+        s->items = grown;
+    }
+    binding *b = &s->items[s->n++];
+    memset(b, 0, sizeof *b);
+    b->name = ir_intern(L->g, name);
+    b->kind = kind;
+    b->loc = loc;
+    return b;
+}
+
+static void scope_free(scope *s) { free(s->items); }
+
+/* ---- constants ------------------------------------------------------------------------- */
+
+static int mul_checked(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+
+/* Integer dimension arithmetic over dimension names. Returns 0 and sets *out, or reports
+ * and returns -1. */
+static int eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
+    switch (e->kind) {
+    case EXPR_NUM:
+        if (!e->is_int) {
+            dm_error(L->d, e->loc, "a dimension must be an integer, not %g", e->num);
+            return -1;
+        }
+        *out = e->inum;
+        return 0;
+    case EXPR_NAME: {
+        binding *b = scope_find(s, e->name);
+        if (!b) {
+            dm_error(L->d, e->loc, "unknown dimension '%s'", e->name);
+            return -1;
+        }
+        if (b->kind != B_DIM) {
+            dm_error(L->d, e->loc, "'%s' is a %s, not a dimension", e->name, binding_kind_name(b->kind));
+            return -1;
+        }
+        *out = b->dim;
+        return 0;
+    }
+    case EXPR_NEG: {
+        int64_t v;
+        if (eval_dim(L, s, e->lhs, &v)) return -1;
+        *out = -v;
+        return 0;
+    }
+    case EXPR_BINARY: {
+        int64_t a, b;
+        if (eval_dim(L, s, e->lhs, &a) || eval_dim(L, s, e->rhs, &b)) return -1;
+        int overflow = 0;
+        switch (e->op) {
+        case '+': overflow = __builtin_add_overflow(a, b, out); break;
+        case '-': overflow = __builtin_sub_overflow(a, b, out); break;
+        case '*': overflow = mul_checked(a, b, out); break;
+        case '/':
+            if (b == 0 || a % b != 0) {
+                dm_error(L->d, e->loc, "%lld / %lld is not a whole number", (long long)a, (long long)b);
+                return -1;
+            }
+            *out = a / b;
+            break;
+        default:
+            dm_error(L->d, e->loc, "'%c' is not allowed in a dimension", e->op);
+            return -1;
+        }
+        if (overflow) {
+            dm_error(L->d, e->loc, "dimension arithmetic overflows");
+            return -1;
+        }
+        return 0;
+    }
+    default:
+        dm_error(L->d, e->loc, "expected a dimension expression");
+        return -1;
+    }
+}
+
+/* Real-valued constants (hyper-parameters, initialiser arguments): numbers, dims and
+ * arithmetic. */
+static int eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {
+    switch (e->kind) {
+    case EXPR_NUM:
+        *out = e->num;
+        return 0;
+    case EXPR_NAME: {
+        binding *b = scope_find(s, e->name);
+        if (b && b->kind == B_DIM) {
+            *out = (double)b->dim;
+            return 0;
+        }
+        if (strcmp(e->name, "true") == 0 || strcmp(e->name, "false") == 0) {
+            *out = e->name[0] == 't';
+            return 0;
+        }
+        dm_error(L->d, e->loc, "'%s' is not a constant", e->name);
+        return -1;
+    }
+    case EXPR_NEG:
+        if (eval_number(L, s, e->lhs, out)) return -1;
+        *out = -*out;
+        return 0;
+    case EXPR_BINARY: {
+        double a, b;
+        if (eval_number(L, s, e->lhs, &a) || eval_number(L, s, e->rhs, &b)) return -1;
+        switch (e->op) {
+        case '+': *out = a + b; return 0;
+        case '-': *out = a - b; return 0;
+        case '*': *out = a * b; return 0;
+        case '/': *out = a / b; return 0;
+        default: break;
+        }
+        dm_error(L->d, e->loc, "'%c' is not allowed in a constant", e->op);
+        return -1;
+    }
+    default:
+        dm_error(L->d, e->loc, "expected a number");
+        return -1;
+    }
+}
+
+/* ---- types ----------------------------------------------------------------------------- */
+
+static int axis_index(const ir_graph *g, const char *name) {
+    for (int i = 0; i < g->n_axes; i++)
+        if (strcmp(g->axes[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The name a type prints for a dim written as e: a global dimension's own name, a
+ * block parameter's name at the call site (D, not IN), or NULL for arithmetic. */
+static const char *dim_name_of(scope *s, const dm_expr *e) {
+    if (e->kind != EXPR_NAME) return NULL;
+    binding *b = scope_find(s, e->name);
+    return b && b->kind == B_DIM ? b->display : NULL;
+}
+
+static int eval_type(lowerer *L, scope *s, const dm_type *t, ir_type *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < IR_MAX_RANK; i++) out->split[i] = IR_REPLICATED;
+    if (strcmp(t->dtype, "f32") == 0) out->dtype = DT_F32;
+    else if (strcmp(t->dtype, "i32") == 0) out->dtype = DT_I32;
+    else {
+        dm_error(L->d, t->dtype_loc, "unknown dtype '%s' (expected f32 or i32)", t->dtype);
+        return -1;
+    }
+    if (t->rank > IR_MAX_RANK) {
+        dm_error(L->d, t->loc, "rank %d exceeds the maximum of %d", t->rank, IR_MAX_RANK);
+        return -1;
+    }
+    out->rank = t->rank;
+    int errors = 0;
+    int64_t numel = 1;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t size;
+        if (eval_dim(L, s, t->dims[i], &size)) { errors++; continue; }
+        if (size <= 0) {
+            dm_error(L->d, t->dims[i]->loc, "dimension must be positive, got %lld", (long long)size);
+            errors++;
+            continue;
+        }
+        if (mul_checked(numel, size, &numel) || numel > MAX_NUMEL) {
+            dm_error(L->d, t->loc, "tensor is too large (more than 2^40 elements)");
+            return -1;
+        }
+        out->shape[i] = size;
+        const char *dn = dim_name_of(s, t->dims[i]);
+        out->dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+        if (t->axes[i]) {
+            int a = axis_index(L->g, t->axes[i]);
+            if (a < 0) {
+                dm_error(L->d, t->axis_locs[i], "unknown mesh axis '%s'", t->axes[i]);
+                if (L->g->n_axes == 0) dm_note(L->d, t->axis_locs[i], "declare the mesh first: mesh(%s = 2)", t->axes[i]);
+                errors++;
+                continue;
+            }
+            if (size % L->g->axes[a].size != 0) {
+                dm_error(L->d, t->axis_locs[i], "dim %d (size %lld) cannot be split evenly over mesh axis '%s' of size %lld",
+                         i, (long long)size, t->axes[i], (long long)L->g->axes[a].size);
+                errors++;
+                continue;
+            }
+            for (int k = 0; k < i; k++)
+                if (out->split[k] == a) {
+                    dm_error(L->d, t->axis_locs[i], "mesh axis '%s' already splits dim %d", t->axes[i], k);
+                    errors++;
+                }
+            out->split[i] = (int8_t)a;
+        }
+    }
+    return errors ? -1 : 0;
+}
+
+/* ---- values ---------------------------------------------------------------------------- */
+
+static ir_value *make(lowerer *L, scope *s, ir_op op, const int *operands, int n, dm_loc loc) {
+    ir_value *v = ir_add(L->g, op, operands, n, loc);
+    if (s->prefix[0]) v->name = ir_internf(L->g, "%s%s", s->prefix, ir_op_info_of(op)->name);
+    return v;
+}
+
+/* Makes the value and types it; -1 when its shape rule failed. */
+static int make_typed(lowerer *L, scope *s, ir_op op, const int *operands, int n, dm_loc loc) {
+    ir_value *v = make(L, s, op, operands, n, loc);
+    return shapes_infer(L->g, v, L->d) ? -1 : v->id;
+}
+
+static int make_const(lowerer *L, double value, dm_loc loc) {
+    ir_value *v = ir_add(L->g, OP_CONST, NULL, 0, loc);
+    v->scalar = value;
+    v->role = ROLE_CONST;
+    shapes_infer(L->g, v, L->d);
+    return v->id;
+}
+
+static ir_value *val(lowerer *L, int id) { return L->g->values[id]; }
+
+static int lower_expr(lowerer *L, scope *s, const dm_expr *e);
+
+/* ---- layers and blocks ----------------------------------------------------------------- */
+
+static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path, const dm_expr *call, scope *caller);
+
+static instance *new_instance(lowerer *L, const char *path) {
+    instance *in = calloc(1, sizeof *in);
+    if (!in) abort();
+    in->path = ir_intern(L->g, path);
+    in->env.parent = &L->global;
+    in->env.prefix = ir_internf(L->g, "%s.", path);
+    in->next_alloc = L->instances;
+    L->instances = in;
+    return in;
+}
+
+static const dm_stmt *find_block(lowerer *L, scope *s, const dm_expr *call) {
+    binding *b = scope_find(s, call->name);
+    if (!b || b->kind != B_BLOCK) {
+        if (b) dm_error(L->d, call->loc, "'%s' is a %s, not a block", call->name, binding_kind_name(b->kind));
+        else dm_error(L->d, call->loc, "unknown block '%s'", call->name);
+        return NULL;
+    }
+    if (call->n_args) {
+        dm_error(L->d, call->args[0]->loc, "a layer declaration takes dimensions in [ ], not arguments");
+        return NULL;
+    }
+    return b->block;
+}
+
+/* layer NAME = block[dims]  or  layer NAME = repeat N block[dims] */
+static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *path) {
+    const dm_stmt *block = find_block(L, s, st->value);
+    if (!block) return;
+    binding *b = bind(L, s, st->name, B_LAYER, st->name_loc);
+    if (!b) return;
+    if (!st->repeat) {
+        b->layer = instantiate(L, block, path, st->value, s);
+        return;
+    }
+    int64_t count;
+    if (eval_dim(L, s, st->repeat, &count)) return;
+    if (count < 1 || count > MAX_REPEAT) {
+        dm_error(L->d, st->repeat->loc, "repeat count must be between 1 and %d, got %lld", MAX_REPEAT, (long long)count);
+        return;
+    }
+    instance *group = new_instance(L, path);
+    group->members = calloc((size_t)count, sizeof(instance *));
+    if (!group->members) abort();
+    for (int64_t i = 0; i < count; i++) {
+        char member_path[512];
+        snprintf(member_path, sizeof member_path, "%s.%lld", path, (long long)i);
+        group->members[i] = instantiate(L, block, member_path, st->value, s);
+        if (!group->members[i]) return;
+        group->n_members++;
+    }
+    b->layer = group;
+}
+
+static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
+    ir_type t;
+    if (eval_type(L, s, st->type, &t)) return;
+    if (t.dtype != DT_F32) {
+        dm_error(L->d, st->type->dtype_loc, "parameters must be f32, '%s' is %s", st->name, ir_dtype_name(t.dtype));
+        return;
+    }
+    ir_init init = {0};
+    const dm_expr *e = st->value;
+    const char *kind = e->kind == EXPR_NAME || e->kind == EXPR_CALL ? e->name : NULL;
+    int want_args = 0;
+    if (kind && strcmp(kind, "zeros") == 0) init.kind = INIT_ZEROS;
+    else if (kind && strcmp(kind, "ones") == 0) init.kind = INIT_ONES;
+    else if (kind && strcmp(kind, "xavier") == 0) init.kind = INIT_XAVIER;
+    else if (kind && strcmp(kind, "normal") == 0) init.kind = INIT_NORMAL, want_args = 2;
+    else if (kind && strcmp(kind, "uniform") == 0) init.kind = INIT_UNIFORM, want_args = 2;
+    else {
+        dm_error(L->d, e->loc, "unknown initialiser (expected zeros, ones, xavier, normal(mean, std) or uniform(lo, hi))");
+        return;
+    }
+    int n_args = e->kind == EXPR_CALL ? e->n_args : 0;
+    if (n_args != want_args) {
+        dm_error(L->d, e->loc, "%s takes %d argument%s, got %d", kind, want_args, want_args == 1 ? "" : "s", n_args);
+        return;
+    }
+    if (want_args && (eval_number(L, s, e->args[0], &init.a) || eval_number(L, s, e->args[1], &init.b))) return;
+    if (init.kind == INIT_XAVIER && t.rank < 1) {
+        dm_error(L->d, e->loc, "xavier needs at least one dimension");
+        return;
+    }
+    binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
+    if (!b) return;
+    ir_value *v = ir_add(L->g, OP_PARAM, NULL, 0, st->name_loc);
+    v->type = t;
+    v->annotated = 1;
+    v->role = ROLE_PARAM;
+    v->init = init;
+    v->name = ir_intern(L->g, full_name);
+    v->param_index = L->g->n_params;
+    ir_append_id(L->g, &L->g->params, &L->g->n_params, v->id);
+    b->value = v->id;
+}
+
+static int statement_allowed_in_block(dm_stmt_kind k) {
+    return k == STMT_DIM || k == STMT_PARAM || k == STMT_LAYER || k == STMT_LET || k == STMT_RETURN;
+}
+
+static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable);
+
+/* Creates the instance scope: dim parameters bound to the call's dims, then the
+ * block's dims, params and nested layers in order. */
+static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path, const dm_expr *call, scope *caller) {
+    if (L->depth >= MAX_INSTANCE_DEPTH) {
+        dm_error(L->d, call->loc, "layers nested deeper than %d (is block '%s' recursive?)", MAX_INSTANCE_DEPTH, block->name);
+        return NULL;
+    }
+    if (call->n_dim_args != block->n_params) {
+        dm_error(L->d, call->loc, "block '%s' takes %d dimension%s, got %d", block->name, block->n_params,
+                 block->n_params == 1 ? "" : "s", call->n_dim_args);
+        dm_note(L->d, block->name_loc, "'%s' is defined here", block->name);
+        return NULL;
+    }
+    instance *in = new_instance(L, path);
+    in->block = block;
+    for (int i = 0; i < block->n_params; i++) {
+        int64_t v;
+        if (eval_dim(L, caller, call->dim_args[i], &v)) return NULL;
+        binding *b = bind(L, &in->env, block->params[i], B_DIM, block->param_locs[i]);
+        if (b) {
+            b->dim = v;
+            b->display = dim_name_of(caller, call->dim_args[i]);
+        }
+    }
+    L->depth++;
+    for (int i = 0; i < block->n_body; i++) {
+        const dm_stmt *st = block->body[i];
+        char full[512];
+        if (st->kind == STMT_PARAM || st->kind == STMT_LAYER) snprintf(full, sizeof full, "%s.%s", path, st->name);
+        if (st->kind == STMT_DIM) lower_dim(L, &in->env, st, 0);
+        else if (st->kind == STMT_PARAM) lower_param(L, &in->env, st, full);
+        else if (st->kind == STMT_LAYER) lower_layer(L, &in->env, st, full);
+    }
+    L->depth--;
+    return in;
+}
+
+/* Calls one instance on its arguments: binds them, lowers the lets, returns the value
+ * of `return`. */
+static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
+    const dm_stmt *block = in->block;
+    if (n_args != block->n_inputs) {
+        dm_error(L->d, call->loc, "layer '%s' (block '%s') takes %d argument%s, got %d", in->path, block->name,
+                 block->n_inputs, block->n_inputs == 1 ? "" : "s", n_args);
+        return -1;
+    }
+    if (L->depth >= MAX_INSTANCE_DEPTH) {
+        dm_error(L->d, call->loc, "layer calls nested deeper than %d", MAX_INSTANCE_DEPTH);
+        return -1;
+    }
+    scope locals = {.parent = &in->env, .prefix = in->env.prefix};
+    for (int i = 0; i < n_args; i++) {
+        binding *b = bind(L, &locals, block->inputs[i], B_VALUE, block->input_locs[i]);
+        if (b) b->value = args[i];
+    }
+    int result = -1, returned = 0;
+    L->depth++;
+    for (int i = 0; i < block->n_body && !returned; i++) {
+        const dm_stmt *st = block->body[i];
+        if (st->kind == STMT_LET) {
+            int v = lower_expr(L, &locals, st->value);
+            if (v < 0) continue;
+            if (!val(L, v)->name || val(L, v)->role == ROLE_TEMP)
+                val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
+            binding *b = bind(L, &locals, st->name, B_VALUE, st->name_loc);
+            if (b) b->value = v;
+        } else if (st->kind == STMT_RETURN) {
+            result = lower_expr(L, &locals, st->value);
+            returned = 1;
+        }
+    }
+    L->depth--;
+    scope_free(&locals);
+    if (!returned) {
+        dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
+        return -1;
+    }
+    if (result >= 0 && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
+    return result;
+}
+
+static int call_layer(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
+    if (!in->members) return call_instance(L, in, args, n_args, call);
+    /* a repeat group chains its members: x -> h.0 -> h.1 -> ... */
+    if (n_args != 1) {
+        dm_error(L->d, call->loc, "repeated layer '%s' takes exactly one argument, got %d", in->path, n_args);
+        return -1;
+    }
+    int x = args[0];
+    for (int i = 0; i < in->n_members && x >= 0; i++) x = call_instance(L, in->members[i], &x, 1, call);
+    return x;
+}
+
+/* Resolves a dotted path (fc1.weight, h.0.attn) through layer instances. */
+static binding *resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc) {
+    binding *b = scope_find(s, name);
+    if (b) return b;
+    const char *dot = strchr(name, '.');
+    if (!dot) return NULL;
+    char head[256];
+    size_t n = (size_t)(dot - name);
+    if (n >= sizeof head) return NULL;
+    memcpy(head, name, n);
+    head[n] = 0;
+    binding *h = scope_find(s, head);
+    if (!h || h->kind != B_LAYER) return NULL;
+    instance *in = h->layer;
+    const char *rest = dot + 1;
+    while (in && in->members) {
+        /* a repeat group: the next component is the member index */
+        char *end;
+        long idx = strtol(rest, &end, 10);
+        if (end == rest || (*end && *end != '.') || idx < 0 || idx >= in->n_members) {
+            dm_error(L->d, loc, "'%s': layer '%s' has members 0 to %d", name, in->path, in->n_members - 1);
+            return NULL;
+        }
+        in = in->members[idx];
+        if (!*end) return NULL;
+        rest = end + 1;
+    }
+    if (!in) return NULL;
+    return resolve_path(L, &in->env, rest, loc);
+}
+
+/* ---- expressions ----------------------------------------------------------------------- */
+
+static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out);
+
+static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
+    switch (e->kind) {
+    case EXPR_NUM:
+        return make_const(L, e->num, e->loc);
+    case EXPR_NAME: {
+        binding *b = resolve_path(L, s, e->name, e->loc);
+        if (!b) {
+            dm_error(L->d, e->loc, "unknown name '%s'", e->name);
+            return -1;
+        }
+        if (b->kind == B_DIM) return make_const(L, (double)b->dim, e->loc);
+        if (b->kind != B_VALUE) {
+            dm_error(L->d, e->loc, "'%s' is a %s, not a value%s", e->name, binding_kind_name(b->kind),
+                     b->kind == B_LAYER ? " (call it: name(x))" : "");
+            return -1;
+        }
+        return b->value;
+    }
+    case EXPR_NEG: {
+        int x = lower_expr(L, s, e->lhs);
+        if (x < 0) return -1;
+        if (val(L, x)->op == OP_CONST) return make_const(L, -val(L, x)->scalar, e->loc);
+        return make_typed(L, s, OP_NEG, &x, 1, e->loc);
+    }
+    case EXPR_BINARY: {
+        int a = lower_expr(L, s, e->lhs);
+        int b = lower_expr(L, s, e->rhs);
+        if (a < 0 || b < 0) return -1;
+        if (e->op == '@') {
+            int ab[2] = {a, b};
+            return make_typed(L, s, OP_MATMUL, ab, 2, e->loc);
+        }
+        ir_value *va = val(L, a), *vb = val(L, b);
+        if (va->op == OP_CONST && vb->op == OP_CONST) {
+            double x = va->scalar, y = vb->scalar;
+            double r = e->op == '+' ? x + y : e->op == '-' ? x - y : e->op == '*' ? x * y : x / y;
+            return make_const(L, r, e->loc);
+        }
+        ir_op op = e->op == '+' ? OP_ADD : e->op == '-' ? OP_SUB : e->op == '*' ? OP_MUL : OP_DIV;
+        int ab[2] = {a, b};
+        return make_typed(L, s, op, ab, 2, e->loc);
+    }
+    case EXPR_CALL: {
+        int out;
+        if (lower_builtin(L, s, e, &out)) return out;
+        binding *b = resolve_path(L, s, e->name, e->loc);
+        if (!b || b->kind != B_LAYER) {
+            if (b && b->kind == B_BLOCK)
+                dm_error(L->d, e->loc, "'%s' is a block; declare a layer first: layer NAME = %s[...]", e->name, e->name);
+            else if (b)
+                dm_error(L->d, e->loc, "'%s' is a %s, not a function or layer", e->name, binding_kind_name(b->kind));
+            else
+                dm_error(L->d, e->loc, "unknown function or layer '%s'", e->name);
+            return -1;
+        }
+        if (e->has_dim_args) {
+            dm_error(L->d, e->loc, "layer '%s' is called with ( ) only; its dimensions were given when it was declared", e->name);
+            return -1;
+        }
+        int args[16];
+        if (e->n_args > 16) {
+            dm_error(L->d, e->loc, "too many arguments");
+            return -1;
+        }
+        for (int i = 0; i < e->n_args; i++) {
+            if (e->args[i]->kind == EXPR_KWARG) {
+                dm_error(L->d, e->args[i]->loc, "layers take positional arguments");
+                return -1;
+            }
+            args[i] = lower_expr(L, s, e->args[i]);
+            if (args[i] < 0) return -1;
+        }
+        return call_layer(L, b->layer, args, e->n_args, e);
+    }
+    case EXPR_LIST:
+        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape");
+        return -1;
+    case EXPR_KWARG:
+        dm_error(L->d, e->loc, "keyword argument outside a call");
+        return -1;
+    }
+    return -1;
+}
+
+/* A dim of x named by a dimension name or an integer index (negative from the end). */
+static int resolve_axis(lowerer *L, const ir_type *t, const dm_expr *e) {
+    if (e->kind == EXPR_NAME) {
+        int found = -1;
+        for (int i = 0; i < t->rank; i++)
+            if (t->dim_name[i] && strcmp(t->dim_name[i], e->name) == 0) {
+                if (found >= 0) {
+                    dm_error(L->d, e->loc, "dimension '%s' appears twice in the operand; use an index", e->name);
+                    return -1;
+                }
+                found = i;
+            }
+        if (found < 0) {
+            char ts[256];
+            ir_format_type(L->g, t, ts, sizeof ts);
+            dm_error(L->d, e->loc, "operand of type %s has no dimension named '%s'", ts, e->name);
+        }
+        return found;
+    }
+    int64_t k;
+    const dm_expr *num = e;
+    int negative = 0;
+    if (e->kind == EXPR_NEG && e->lhs->kind == EXPR_NUM) num = e->lhs, negative = 1;
+    if (num->kind != EXPR_NUM || !num->is_int) {
+        dm_error(L->d, e->loc, "expected a dimension name or index");
+        return -1;
+    }
+    k = negative ? -num->inum : num->inum;
+    if (k < 0) k += t->rank;
+    if (k < 0 || k >= t->rank) {
+        dm_error(L->d, e->loc, "dimension index out of range for rank %d", t->rank);
+        return -1;
+    }
+    return (int)k;
+}
+
+static int want_args(lowerer *L, const dm_expr *e, int lo, int hi) {
+    for (int i = 0; i < e->n_args; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "%s takes no keyword arguments", e->name);
+            return -1;
+        }
+    if (e->has_dim_args) {
+        dm_error(L->d, e->loc, "%s is a function; call it with ( )", e->name);
+        return -1;
+    }
+    if (e->n_args < lo || e->n_args > hi) {
+        if (lo == hi) dm_error(L->d, e->loc, "%s takes %d argument%s, got %d", e->name, lo, lo == 1 ? "" : "s", e->n_args);
+        else dm_error(L->d, e->loc, "%s takes %d to %d arguments, got %d", e->name, lo, hi, e->n_args);
+        return -1;
+    }
+    return 0;
+}
+
+/* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
+static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    const char *f = e->name;
+    *out = -1;
+    ir_op unary = ir_op_by_name(f);
+    if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) {
+        if (want_args(L, e, 1, 1)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x >= 0) *out = make_typed(L, s, unary, &x, 1, e->loc);
+        return 1;
+    }
+    if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) {
+        if (want_args(L, e, 1, 1 + IR_MAX_RANK)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        uint32_t axes = 0;
+        if (e->n_args == 1) axes = (1u << t->rank) - 1;
+        for (int i = 1; i < e->n_args; i++) {
+            int a = resolve_axis(L, t, e->args[i]);
+            if (a < 0) return 1;
+            axes |= 1u << a;
+        }
+        ir_value *v = make(L, s, f[0] == 's' ? OP_SUM : OP_MEAN, &x, 1, e->loc);
+        v->axes = axes;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "reshape") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        const dm_expr *shape = e->args[1];
+        if (x < 0) return 1;
+        if (shape->kind != EXPR_LIST) {
+            dm_error(L->d, shape->loc, "reshape takes the new shape as a list: reshape(x, [B, T, C])");
+            return 1;
+        }
+        if (shape->n_args > IR_MAX_RANK) {
+            dm_error(L->d, shape->loc, "rank %d exceeds the maximum of %d", shape->n_args, IR_MAX_RANK);
+            return 1;
+        }
+        ir_value *v = make(L, s, OP_RESHAPE, &x, 1, e->loc);
+        v->type.rank = shape->n_args;
+        int infer = -1;
+        int64_t known = 1, total = ir_numel(&val(L, x)->type);
+        for (int i = 0; i < shape->n_args; i++) {
+            int64_t size;
+            if (eval_dim(L, s, shape->args[i], &size)) return 1;
+            if (size == -1 && infer < 0) {
+                infer = i;
+                continue;
+            }
+            if (size <= 0) {
+                dm_error(L->d, shape->args[i]->loc, "dimension must be positive (or -1 once), got %lld", (long long)size);
+                return 1;
+            }
+            v->type.shape[i] = size;
+            const char *dn = dim_name_of(s, shape->args[i]);
+            v->type.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+            if (mul_checked(known, size, &known)) known = total + 1;
+        }
+        if (infer >= 0) {
+            if (known == 0 || total % known != 0) {
+                dm_error(L->d, shape->loc, "cannot infer the -1 dimension: %lld elements do not divide by %lld",
+                         (long long)total, (long long)known);
+                return 1;
+            }
+            v->type.shape[infer] = total / known;
+        }
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "transpose") == 0) {
+        if (e->n_args != 1 && want_args(L, e, 3, 3)) return 1;
+        if (want_args(L, e, 1, 3)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        if (t->rank < 2) {
+            dm_error(L->d, e->loc, "transpose needs at least two dimensions");
+            return 1;
+        }
+        int d0 = t->rank - 2, d1 = t->rank - 1;
+        if (e->n_args == 3) {
+            d0 = resolve_axis(L, t, e->args[1]);
+            d1 = resolve_axis(L, t, e->args[2]);
+            if (d0 < 0 || d1 < 0) return 1;
+        }
+        ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
+        for (int i = 0; i < t->rank; i++) v->perm[i] = i;
+        v->perm[d0] = d1;
+        v->perm[d1] = d0;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "cross_entropy") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int ab[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+        if (ab[0] >= 0 && ab[1] >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, ab, 2, e->loc);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- statements ------------------------------------------------------------------------ */
+
+static dm_override *find_override(dm_override *list, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i].name, name) == 0) return &list[i];
+    return NULL;
+}
+
+static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
+    int64_t v;
+    if (eval_dim(L, s, st->value, &v)) return;
+    dm_override *o = overridable ? find_override(L->opts->dims, L->opts->n_dims, st->name) : NULL;
+    if (o) {
+        v = o->value;
+        o->used = 1;
+    }
+    if (v <= 0) {
+        dm_error(L->d, st->value->loc, "dimension '%s' must be positive, got %lld", st->name, (long long)v);
+        return;
+    }
+    binding *b = bind(L, s, st->name, B_DIM, st->name_loc);
+    if (!b) return;
+    b->dim = v;
+    b->display = overridable ? b->name : NULL;
+    if (overridable) {
+        ir_graph *g = L->g;
+        const char **names = realloc(g->dim_names, (size_t)(g->n_dims + 1) * sizeof *names);
+        int64_t *values = realloc(g->dim_values, (size_t)(g->n_dims + 1) * sizeof *values);
+        if (!names || !values) abort();
+        names[g->n_dims] = b->name;
+        values[g->n_dims] = v;
+        g->dim_names = names;
+        g->dim_values = values;
+        g->n_dims++;
+    }
+}
+
+static void lower_mesh(lowerer *L, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    if (g->n_axes) {
+        dm_error(L->d, st->loc, "the mesh is already declared");
+        dm_note(L->d, g->axes[0].loc, "first declared here");
+        return;
+    }
+    for (int i = 0; i < st->n_args; i++) {
+        const dm_expr *a = st->args[i];
+        if (a->kind != EXPR_KWARG) {
+            dm_error(L->d, a->loc, "mesh axes are written name = size");
+            continue;
+        }
+        if (g->n_axes == IR_MAX_AXES) {
+            dm_error(L->d, a->loc, "at most %d mesh axes", IR_MAX_AXES);
+            return;
+        }
+        if (axis_index(g, a->name) >= 0) {
+            dm_error(L->d, a->loc, "mesh axis '%s' declared twice", a->name);
+            continue;
+        }
+        int64_t size;
+        if (eval_dim(L, &L->global, a->lhs, &size)) continue;
+        dm_override *o = find_override(L->opts->mesh, L->opts->n_mesh, a->name);
+        if (o) size = o->value, o->used = 1;
+        if (size < 1 || size > 65536) {
+            dm_error(L->d, a->lhs->loc, "mesh axis '%s' must have a size from 1 to 65536, got %lld", a->name, (long long)size);
+            continue;
+        }
+        g->axes[g->n_axes].name = ir_intern(g, a->name);
+        g->axes[g->n_axes].size = size;
+        g->axes[g->n_axes].loc = a->loc;
+        g->n_axes++;
+    }
+}
+
+static void lower_optimizer(lowerer *L, const dm_stmt *st) {
+    ir_optimizer *o = &L->g->optimizer;
+    const dm_expr *call = st->value;
+    if (o->kind != OPTIM_NONE) {
+        dm_error(L->d, st->loc, "the optimizer is already declared");
+        return;
+    }
+    struct { const char *name; double *slot; } hypers[8];
+    int n = 0;
+    *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
+    if (strcmp(call->name, "sgd") == 0) {
+        o->kind = OPTIM_SGD;
+        double nesterov = 0;
+        hypers[n].name = "lr", hypers[n++].slot = &o->lr;
+        hypers[n].name = "momentum", hypers[n++].slot = &o->momentum;
+        hypers[n].name = "dampening", hypers[n++].slot = &o->dampening;
+        hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
+        hypers[n].name = "nesterov", hypers[n++].slot = &nesterov;
+        (void)nesterov;
+    } else if (strcmp(call->name, "adamw") == 0) {
+        o->kind = OPTIM_ADAMW;
+        o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = 0.01;
+        hypers[n].name = "lr", hypers[n++].slot = &o->lr;
+        hypers[n].name = "beta1", hypers[n++].slot = &o->beta1;
+        hypers[n].name = "beta2", hypers[n++].slot = &o->beta2;
+        hypers[n].name = "eps", hypers[n++].slot = &o->eps;
+        hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
+    } else {
+        dm_error(L->d, call->loc, "unknown optimizer '%s' (expected sgd or adamw)", call->name);
+        return;
+    }
+    double nesterov_value = 0;
+    for (int i = 0; i < call->n_args; i++) {
+        const dm_expr *a = call->args[i];
+        if (a->kind != EXPR_KWARG) {
+            dm_error(L->d, a->loc, "optimizer settings are written name = value");
+            continue;
+        }
+        double *slot = NULL;
+        for (int k = 0; k < n; k++)
+            if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
+        if (o->kind == OPTIM_SGD && strcmp(a->name, "nesterov") == 0) slot = &nesterov_value;
+        if (!slot) {
+            dm_error(L->d, a->loc, "%s has no setting '%s'", call->name, a->name);
+            continue;
+        }
+        if (eval_number(L, &L->global, a->lhs, slot)) continue;
+        if (*slot < 0 || !isfinite(*slot)) dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
+    }
+    o->nesterov = nesterov_value != 0;
+    if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        dm_error(L->d, call->loc, "nesterov momentum requires a momentum and zero dampening");
+    if (o->kind == OPTIM_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))
+        dm_error(L->d, call->loc, "adamw betas must be below 1");
+}
+
+static void check_block_body(lowerer *L, const dm_stmt *block) {
+    int has_return = 0;
+    for (int i = 0; i < block->n_body; i++) {
+        const dm_stmt *st = block->body[i];
+        if (!statement_allowed_in_block(st->kind)) dm_error(L->d, st->loc, "this statement is not allowed inside a block");
+        if (st->kind == STMT_RETURN) has_return = 1;
+    }
+    if (!has_return) dm_error(L->d, block->name_loc, "block '%s' has no return statement", block->name);
+}
+
+static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
+    scope *s = &L->global;
+    ir_graph *g = L->g;
+    switch (st->kind) {
+    case STMT_DIM: lower_dim(L, s, st, 1); break;
+    case STMT_MESH: break; /* lowered first, see dm_lower */
+    case STMT_BLOCK: {
+        check_block_body(L, st);
+        binding *b = bind(L, s, st->name, B_BLOCK, st->name_loc);
+        if (b) b->block = st;
+        break;
+    }
+    case STMT_INPUT: {
+        ir_type t;
+        if (eval_type(L, s, st->type, &t)) break;
+        binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
+        if (!b) break;
+        ir_value *v = ir_add(g, OP_INPUT, NULL, 0, st->name_loc);
+        v->type = t;
+        v->annotated = 1;
+        v->role = ROLE_INPUT;
+        v->name = b->name;
+        ir_append_id(g, &g->inputs, &g->n_inputs, v->id);
+        b->value = v->id;
+        break;
+    }
+    case STMT_PARAM: lower_param(L, s, st, st->name); break;
+    case STMT_LAYER: lower_layer(L, s, st, st->name); break;
+    case STMT_LET: {
+        int v = lower_expr(L, s, st->value);
+        if (v < 0) break;
+        if (st->type) {
+            ir_type want;
+            if (eval_type(L, s, st->type, &want)) break;
+            ir_type *have = &val(L, v)->type;
+            int same = want.dtype == have->dtype && want.rank == have->rank;
+            for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];
+            if (!same) {
+                char ws[256], hs[256];
+                ir_format_type(g, &want, ws, sizeof ws);
+                ir_format_type(g, have, hs, sizeof hs);
+                dm_error(L->d, st->type->loc, "'%s' is declared %s but its value is %s", st->name, ws, hs);
+                break;
+            }
+            if (val(L, v)->role == ROLE_TEMP) {
+                for (int i = 0; i < want.rank; i++) have->split[i] = want.split[i];
+                val(L, v)->annotated = 1;
+            }
+        }
+        binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
+        if (!b) break;
+        if (val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
+        b->value = v;
+        break;
+    }
+    case STMT_OUTPUT:
+        for (int i = 0; i < st->n_args; i++) {
+            const dm_expr *e = st->args[i];
+            if (e->kind != EXPR_NAME) {
+                dm_error(L->d, e->loc, "output takes names of values");
+                continue;
+            }
+            int v = lower_expr(L, s, e);
+            if (v < 0) continue;
+            if (val(L, v)->role == ROLE_CONST) {
+                dm_error(L->d, e->loc, "'%s' is a constant, not a computed value", e->name);
+                continue;
+            }
+            ir_append_id(g, &g->outputs, &g->n_outputs, v);
+        }
+        break;
+    case STMT_MINIMIZE: {
+        if (g->loss >= 0) {
+            dm_error(L->d, st->loc, "the loss is already chosen");
+            dm_note(L->d, *loss_loc, "by this statement");
+            break;
+        }
+        binding *b = scope_find(s, st->name);
+        if (!b || b->kind != B_VALUE) {
+            dm_error(L->d, st->name_loc, b ? "'%s' is not a value" : "unknown name '%s'", st->name);
+            break;
+        }
+        const ir_type *t = &val(L, b->value)->type;
+        if (t->rank != 0 || t->dtype != DT_F32) {
+            char ts[256];
+            ir_format_type(g, t, ts, sizeof ts);
+            dm_error(L->d, st->name_loc, "the loss must be an f32 scalar, '%s' is %s", st->name, ts);
+            break;
+        }
+        g->loss = b->value;
+        *loss_loc = st->loc;
+        break;
+    }
+    case STMT_OPTIMIZER: lower_optimizer(L, st); break;
+    case STMT_RETURN: dm_error(L->d, st->loc, "return is only allowed inside a block"); break;
+    }
+}
+
+ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
+    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts};
+    L.global.prefix = "";
+    int errors_before = d->n_errors;
+    /* The mesh first: types anywhere in the file may name its axes. */
+    for (int i = 0; i < prog->n_stmts; i++)
+        if (prog->stmts[i]->kind == STMT_MESH) lower_mesh(&L, prog->stmts[i]);
+    dm_loc loss_loc = {0};
+    for (int i = 0; i < prog->n_stmts; i++)
+        if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
+    for (int i = 0; i < opts->n_dims; i++)
+        if (!opts->dims[i].used) {
+            fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);
+            d->n_errors++;
+        }
+    for (int i = 0; i < opts->n_mesh; i++)
+        if (!opts->mesh[i].used) {
+            fprintf(d->out, "dmc: error: --mesh %s: the program's mesh has no axis named '%s'\n", opts->mesh[i].name, opts->mesh[i].name);
+            d->n_errors++;
+        }
+    for (instance *in = L.instances, *next; in; in = next) {
+        next = in->next_alloc;
+        scope_free(&in->env);
+        free(in->members);
+        free(in);
+    }
+    scope_free(&L.global);
+    if (d->n_errors > errors_before) {
+        ir_graph_free(L.g);
+        return NULL;
+    }
+    return L.g;
+}

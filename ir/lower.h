@@ -1,0 +1,29 @@
+/* lower.h: from the syntax tree to the IR's forward graph. Resolves names, evaluates
+ * dimension expressions (with command-line overrides), instantiates blocks and layers,
+ * and types every value through the shape rules. */
+#ifndef DM_LOWER_H
+#define DM_LOWER_H
+
+#include "ast.h"
+#include "ir.h"
+
+/* A NAME=VALUE override from the command line (--set, --mesh). */
+typedef struct dm_override {
+    const char *name;
+    int64_t value;
+    int used;        /* set by lowering when the name was found */
+} dm_override;
+
+typedef struct dm_lower_options {
+    const char *model;          /* symbol prefix, a C identifier */
+    dm_override *dims;          /* (n_dims) --set */
+    int n_dims;
+    dm_override *mesh;          /* (n_mesh) --mesh */
+    int n_mesh;
+} dm_lower_options;
+
+/* Returns the forward graph, or NULL with errors reported to d. Overrides whose name
+ * is not a dimension (or mesh axis) of the program are errors too. */
+ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d);
+
+#endif

@@ -1,0 +1,34 @@
+/* verify.c: IR invariants, checked between passes in debug builds.
+ * requires nothing; breaks nothing. */
+#include "ir.h"
+
+int ir_verify(const ir_graph *g, const char *after_pass, FILE *err) {
+    int problems = 0;
+#define BROKEN(v, ...) do { fprintf(err, "dmc: internal error: IR after %s: %%%d: ", after_pass, (v)->id); \
+        fprintf(err, __VA_ARGS__); fputc('\n', err); problems++; } while (0)
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        const ir_op_info *info = ir_op_info_of(v->op);
+        if (v->id != i) BROKEN(v, "id %d at index %d", v->id, i);
+        if (info->arity >= 0 && v->n_operands != info->arity)
+            BROKEN(v, "%s takes %d operands, has %d", info->name, info->arity, v->n_operands);
+        for (int k = 0; k < v->n_operands; k++)
+            if (v->operands[k] < 0 || v->operands[k] >= i)
+                BROKEN(v, "operand %d is %%%d, not an earlier value", k, v->operands[k]);
+        if (v->type.rank < 0 || v->type.rank > IR_MAX_RANK) BROKEN(v, "rank %d", v->type.rank);
+        for (int d = 0; d < v->type.rank; d++) {
+            if (v->type.shape[d] <= 0) BROKEN(v, "dim %d has size %lld", d, (long long)v->type.shape[d]);
+            if (v->type.split[d] != IR_REPLICATED && (v->type.split[d] < 0 || v->type.split[d] >= g->n_axes))
+                BROKEN(v, "dim %d split over unknown axis %d", d, v->type.split[d]);
+        }
+        if ((v->role == ROLE_PARAM) != (v->op == OP_PARAM)) BROKEN(v, "param role and op disagree");
+        if (v->phase > 0 && i > 0 && g->values[i - 1]->phase > v->phase) BROKEN(v, "phase goes backwards");
+    }
+    for (int p = 0; p < g->n_params; p++)
+        if (g->params[p] < 0 || g->params[p] >= g->n_values || g->values[g->params[p]]->op != OP_PARAM)
+            fprintf(err, "dmc: internal error: IR after %s: params[%d] is not a param\n", after_pass, p), problems++;
+    if (g->loss >= 0 && (g->loss >= g->n_values || g->values[g->loss]->type.rank != 0))
+        fprintf(err, "dmc: internal error: IR after %s: loss is not a scalar\n", after_pass), problems++;
+#undef BROKEN
+    return problems;
+}

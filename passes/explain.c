@@ -1,0 +1,98 @@
+/* explain.c: the plan of one rank, for people (text) and tools (JSON). requires: the
+ * memory plan. Types are printed in the .dm notation, f32[B@data, H]{+tensor}. */
+#include <string.h>
+
+#include "explain.h"
+
+static void mib(double elems, char *buf, size_t size) { snprintf(buf, size, "%.2f MiB", elems * 4.0 / (1024.0 * 1024.0)); }
+
+static void json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+static void list_values_json(const ir_graph *g, const int *ids, int n, FILE *out) {
+    fputc('[', out);
+    for (int i = 0; i < n; i++) {
+        const ir_value *v = g->values[ids[i]];
+        char type[256];
+        ir_format_type(g, &v->type, type, sizeof type);
+        fprintf(out, "%s{\"name\": ", i ? ", " : "");
+        json_string(out, v->name ? v->name : "");
+        fprintf(out, ", \"type\": ");
+        json_string(out, type);
+        fprintf(out, ", \"elements\": %lld, \"line\": %d}", (long long)ir_numel(&v->type), v->loc.line);
+    }
+    fputc(']', out);
+}
+
+static void list_values(const ir_graph *g, const char *title, const int *ids, int n, FILE *out) {
+    if (!n) return;
+    fprintf(out, "%s:\n", title);
+    for (int i = 0; i < n; i++) {
+        const ir_value *v = g->values[ids[i]];
+        char type[256];
+        ir_format_type(g, &v->type, type, sizeof type);
+        fprintf(out, "  %-28s %-32s line %d\n", v->name ? v->name : "?", type, v->loc.line);
+    }
+}
+
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, int json, FILE *out) {
+    int64_t ranks = 1;
+    for (int a = 0; a < g->n_axes; a++) ranks *= g->axes[a].size;
+    if (json) {
+        fprintf(out, "{\"model\": ");
+        json_string(out, g->model);
+        fprintf(out, ", \"source\": ");
+        json_string(out, source_path);
+        fprintf(out, ", \"mesh\": [");
+        for (int a = 0; a < g->n_axes; a++) {
+            fprintf(out, "%s{\"axis\": ", a ? ", " : "");
+            json_string(out, g->axes[a].name);
+            fprintf(out, ", \"size\": %lld}", (long long)g->axes[a].size);
+        }
+        fprintf(out, "], \"ranks\": %lld, \"inputs\": ", (long long)ranks);
+        list_values_json(g, g->inputs, g->n_inputs, out);
+        fprintf(out, ", \"params\": ");
+        list_values_json(g, g->params, g->n_params, out);
+        fprintf(out, ", \"outputs\": ");
+        list_values_json(g, g->outputs, g->n_outputs, out);
+        fprintf(out, ", \"collectives\": []");
+        fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
+                     "\"activations\": %lld, \"activations_without_reuse\": %lld}}\n",
+                (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
+                (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
+        return;
+    }
+    fprintf(out, "plan of %s (model %s)\n\n", source_path, g->model);
+    fprintf(out, "mesh: ");
+    if (!g->n_axes) fprintf(out, "none (one device)");
+    for (int a = 0; a < g->n_axes; a++) fprintf(out, "%s%s=%lld", a ? " x " : "", g->axes[a].name, (long long)g->axes[a].size);
+    fprintf(out, ", %lld rank%s\n", (long long)ranks, ranks == 1 ? "" : "s");
+    if (g->n_dims) {
+        fprintf(out, "dims:");
+        for (int i = 0; i < g->n_dims; i++) fprintf(out, " %s=%lld", g->dim_names[i], (long long)g->dim_values[i]);
+        fprintf(out, "\n");
+    }
+    fprintf(out, "\n");
+    list_values(g, "inputs", g->inputs, g->n_inputs, out);
+    list_values(g, "params", g->params, g->n_params, out);
+    list_values(g, "outputs", g->outputs, g->n_outputs, out);
+    if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
+    fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
+    char p[32], gr[32], s[32], a[32], au[32];
+    mib((double)plan->param_elems, p, sizeof p);
+    mib((double)plan->grad_elems, gr, sizeof gr);
+    mib((double)plan->state_elems, s, sizeof s);
+    mib((double)plan->arena_elems, a, sizeof a);
+    mib((double)plan->arena_unshared_elems, au, sizeof au);
+    fprintf(out, "memory per rank:\n");
+    fprintf(out, "  parameters        %12s\n", p);
+    fprintf(out, "  gradients         %12s\n", gr);
+    fprintf(out, "  optimizer state   %12s\n", s);
+    fprintf(out, "  activations       %12s  (%s without buffer reuse)\n", a, au);
+}

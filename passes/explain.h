@@ -1,0 +1,11 @@
+/* explain.h: `dmc --explain`, the partition and memory plan in words (or JSON). */
+#ifndef DM_EXPLAIN_H
+#define DM_EXPLAIN_H
+
+#include <stdio.h>
+
+#include "passes.h"
+
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, int json, FILE *out);
+
+#endif

@@ -1,0 +1,48 @@
+/* passes.h: the passes over the IR, each in its own file with one entry point. Each
+ * returns 0 on success, or the number of errors it reported to d. */
+#ifndef DM_PASSES_H
+#define DM_PASSES_H
+
+#include "ir.h"
+
+/* shapes.c: sets v->type from its operands and attributes by its op's shape rule.
+ * SOURCE, RESHAPE, BROADCAST and SUM_TO values carry their result shape already (set by
+ * whoever made them); the rule checks it. Reports a mismatch at v->loc naming the
+ * shapes. */
+int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d);
+/* Runs shapes_infer over every value again: the type/shape check as a pass. */
+int pass_shapes(ir_graph *g, dm_diag *d);
+
+/* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
+ * sets g->grads. requires: typed forward graph, g->loss. */
+int pass_autodiff(ir_graph *g, dm_diag *d);
+
+/* optimizer.c: appends one update op per parameter and its state. requires: autodiff. */
+int pass_optimizer(ir_graph *g, dm_diag *d);
+
+
+/* memory.c: where every value lives during a step. */
+typedef enum dm_region {
+    REGION_NONE,    /* no storage: constants (spelled inline), update ops */
+    REGION_INPUT,   /* the caller's batch buffer */
+    REGION_PARAMS,  /* ctx->params */
+    REGION_GRADS,   /* ctx->grads */
+    REGION_STATE,   /* ctx->state */
+    REGION_ARENA,   /* ctx->arena, reused within a step */
+} dm_region;
+
+typedef struct dm_memory_plan {
+    dm_region *region;       /* (n_values) */
+    int64_t *offset;         /* (n_values) elements from the start of the region */
+    int *storage_of;         /* (n_values) the value whose buffer this one shares (itself, or a reshape's root) */
+    int64_t param_elems, grad_elems, state_elems, arena_elems;
+    int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
+} dm_memory_plan;
+
+/* Plans persistent buffers in declaration order and the arena by liveness over the
+ * whole train step (first fit; outputs and the loss live to the end, reshapes share
+ * their operand's buffer). requires: optimizer (or autodiff); breaks nothing. */
+int pass_memory(const ir_graph *g, dm_memory_plan *plan);
+void dm_memory_plan_free(dm_memory_plan *plan);
+
+#endif

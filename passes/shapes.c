@@ -1,0 +1,216 @@
+/* shapes.c: type and shape check. requires operands typed; leaves every value typed.
+ * Rules are chosen per op class (ir/ops.def), so an op of a known class needs no code
+ * here. Dim names travel with the dims they describe. */
+#include <string.h>
+
+#include "passes.h"
+
+static void type_str(const ir_graph *g, const ir_type *t, char *buf, size_t n) {
+    ir_format_type(g, t, buf, n);
+}
+
+static const ir_type *operand_type(const ir_graph *g, const ir_value *v, int k) {
+    return &g->values[v->operands[k]]->type;
+}
+
+static void set_scalar(ir_type *t, ir_dtype dtype) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    for (int i = 0; i < IR_MAX_RANK; i++) t->split[i] = IR_REPLICATED;
+}
+
+static void copy_dim(ir_type *dst, int di, const ir_type *src, int si) {
+    dst->shape[di] = src->shape[si];
+    dst->dim_name[di] = src->dim_name[si];
+    dst->split[di] = src->split[si];
+}
+
+static int want_f32(ir_graph *g, ir_value *v, int k, dm_diag *d) {
+    const ir_type *t = operand_type(g, v, k);
+    if (t->dtype == DT_F32) return 0;
+    char s[256];
+    type_str(g, t, s, sizeof s);
+    dm_error(d, v->loc, "%s expects f32 operands, got %s", ir_op_info_of(v->op)->name, s);
+    return 1;
+}
+
+static int rule_source(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)g; (void)d;
+    if (v->op == OP_CONST) set_scalar(&v->type, DT_F32);
+    return 0;
+}
+
+static int rule_unary(ir_graph *g, ir_value *v, dm_diag *d) {
+    v->type = *operand_type(g, v, 0);
+    return want_f32(g, v, 0, d);
+}
+
+static int rule_unary_grad(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)d;
+    v->type = *operand_type(g, v, 0);
+    return 0;
+}
+
+/* numpy broadcasting: align from the right, sizes equal or one of them 1. */
+static int rule_binary(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *a = operand_type(g, v, 0), *b = operand_type(g, v, 1);
+    int errors = want_f32(g, v, 0, d);
+    if (!errors) errors += want_f32(g, v, 1, d);
+    int rank = a->rank > b->rank ? a->rank : b->rank;
+    set_scalar(&v->type, DT_F32);
+    v->type.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        int ai = a->rank - rank + i, bi = b->rank - rank + i;
+        int64_t as = ai >= 0 ? a->shape[ai] : 1, bs = bi >= 0 ? b->shape[bi] : 1;
+        if (as != bs && as != 1 && bs != 1 && !errors) {
+            char sa[256], sb[256];
+            type_str(g, a, sa, sizeof sa);
+            type_str(g, b, sb, sizeof sb);
+            dm_error(d, v->loc, "shapes %s and %s cannot be broadcast together (dim %d: %lld vs %lld)",
+                     sa, sb, i, (long long)as, (long long)bs);
+            errors++;
+        }
+        if (ai >= 0 && (as != 1 || bi < 0 || bs == 1)) copy_dim(&v->type, i, a, ai);
+        else copy_dim(&v->type, i, b, bi);
+    }
+    return errors;
+}
+
+static int rule_reduce(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *x = operand_type(g, v, 0);
+    int errors = want_f32(g, v, 0, d);
+    if (v->op == OP_SUM_TO) {
+        /* the target shape was set by the maker; check it is x with axes summed away */
+        if (v->type.rank > x->rank) errors++;
+        return errors;
+    }
+    ir_type t;
+    set_scalar(&t, DT_F32);
+    for (int i = 0; i < x->rank; i++)
+        if (!(v->axes & (1u << i))) copy_dim(&t, t.rank++, x, i);
+    v->type = t;
+    return errors;
+}
+
+static int rule_keep_preset(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *x = operand_type(g, v, 0);
+    if (v->op == OP_RESHAPE && ir_numel(x) != ir_numel(&v->type)) {
+        char sa[256], sb[256];
+        type_str(g, x, sa, sizeof sa);
+        type_str(g, &v->type, sb, sizeof sb);
+        dm_error(d, v->loc, "cannot reshape %s (%lld elements) to %s (%lld elements)", sa,
+                 (long long)ir_numel(x), sb, (long long)ir_numel(&v->type));
+        return 1;
+    }
+    v->type.dtype = x->dtype;
+    return 0;
+}
+
+static int rule_transpose(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)d;
+    const ir_type *x = operand_type(g, v, 0);
+    ir_type t;
+    set_scalar(&t, x->dtype);
+    t.rank = x->rank;
+    for (int i = 0; i < x->rank; i++) copy_dim(&t, i, x, v->perm[i]);
+    v->type = t;
+    return 0;
+}
+
+/* See ir/ops.def for the layouts of a and b. */
+static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *a = operand_type(g, v, 0), *b = operand_type(g, v, 1);
+    int errors = want_f32(g, v, 0, d);
+    if (!errors) errors += want_f32(g, v, 1, d);
+    if (errors) return errors;
+    char sa[256], sb[256];
+    type_str(g, a, sa, sizeof sa);
+    type_str(g, b, sb, sizeof sb);
+    ir_type t;
+    set_scalar(&t, DT_F32);
+    if (v->trans_a) {
+        if (a->rank < 1 || b->rank < 1 ||
+            ir_numel(a) / a->shape[a->rank - 1] != ir_numel(b) / b->shape[b->rank - 1]) {
+            dm_error(d, v->loc, "matmul rows differ: %s^T @ %s", sa, sb);
+            return 1;
+        }
+        copy_dim(&t, t.rank++, a, a->rank - 1);
+        copy_dim(&t, t.rank++, b, b->rank - 1);
+        v->type = t;
+        return 0;
+    }
+    if (a->rank < 1 || b->rank != 2) {
+        dm_error(d, v->loc, "matmul needs a matrix on the right and at least a vector on the left, got %s @ %s", sa, sb);
+        return 1;
+    }
+    int bk = v->trans_b ? 1 : 0, bn = 1 - bk;
+    if (a->shape[a->rank - 1] != b->shape[bk]) {
+        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", sa, sb,
+                 (long long)a->shape[a->rank - 1], (long long)b->shape[bk]);
+        return 1;
+    }
+    for (int i = 0; i < a->rank - 1; i++) copy_dim(&t, t.rank++, a, i);
+    copy_dim(&t, t.rank++, b, bn);
+    v->type = t;
+    return 0;
+}
+
+static int rule_loss(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *logits = operand_type(g, v, 0), *targets = operand_type(g, v, 1);
+    char sa[256], sb[256];
+    type_str(g, logits, sa, sizeof sa);
+    type_str(g, targets, sb, sizeof sb);
+    set_scalar(&v->type, DT_F32);
+    if (logits->dtype != DT_F32 || targets->dtype != DT_I32) {
+        dm_error(d, v->loc, "cross_entropy expects f32 logits and i32 targets, got %s and %s", sa, sb);
+        return 1;
+    }
+    int ok = logits->rank >= 1 && targets->rank == logits->rank - 1;
+    for (int i = 0; ok && i < targets->rank; i++) ok = targets->shape[i] == logits->shape[i];
+    if (!ok) {
+        dm_error(d, v->loc, "cross_entropy targets must have the logits' shape without its last dim: %s vs %s", sa, sb);
+        return 1;
+    }
+    return 0;
+}
+
+static int rule_loss_grad(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)d;
+    v->type = *operand_type(g, v, 0);
+    v->type.partial = 0;
+    return 0;
+}
+
+static int rule_update(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)g; (void)d;
+    set_scalar(&v->type, DT_VOID);
+    return 0;
+}
+
+typedef int (*shape_rule)(ir_graph *, ir_value *, dm_diag *);
+
+static const shape_rule rules_by_class[] = {
+    [OPC_SOURCE] = rule_source,       [OPC_UNARY] = rule_unary,
+    [OPC_UNARY_GRAD] = rule_unary_grad, [OPC_BINARY] = rule_binary,
+    [OPC_REDUCE] = rule_reduce,       [OPC_BROADCAST] = rule_keep_preset,
+    [OPC_RESHAPE] = rule_keep_preset, [OPC_TRANSPOSE] = rule_transpose,
+    [OPC_MATMUL] = rule_matmul,       [OPC_LOSS] = rule_loss,
+    [OPC_LOSS_GRAD] = rule_loss_grad, [OPC_UPDATE] = rule_update,
+};
+
+int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {
+    return rules_by_class[ir_op_info_of(v->op)->cls](g, v, d);
+}
+
+int pass_shapes(ir_graph *g, dm_diag *d) {
+    int errors = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        ir_value *v = g->values[i];
+        ir_type before = v->type;
+        errors += shapes_infer(g, v, d);
+        /* user annotations on sharding survive re-inference */
+        if (v->annotated)
+            for (int k = 0; k < before.rank && k < v->type.rank; k++) v->type.split[k] = before.split[k];
+    }
+    return errors;
+}

@@ -1,0 +1,47 @@
+/* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one. */
+#include "dmrt.h"
+
+#include <cblas.h>
+#include <limits.h>
+
+/* Element (i, j) of op(X) for a row-major X with row stride ld. */
+#define OPX(x, t, i, j, ld) ((t) ? (x)[(int64_t)(j) * (ld) + (i)] : (x)[(int64_t)(i) * (ld) + (j)])
+
+void dmrt_sgemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (int64_t p = 0; p < k; p++)
+                acc += (double)OPX(a, trans_a, i, p, lda) * (double)OPX(b, trans_b, p, j, ldb);
+            float *cij = &c[i * ldc + j];
+            /* beta == 0 means C is not read (it may hold NaN), as in BLAS. */
+            *cij = alpha * (float)acc + (beta == 0.0f ? 0.0f : beta * *cij);
+        }
+    }
+}
+
+static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        /* C = beta * C; BLAS implementations disagree on k == 0 and on lda there. */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
+        !fits_int(ldc)) {
+        /* Beyond the 32-bit BLAS interface: fall back to the reference. */
+        dmrt_sgemm_ref(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
+                b, (int)ldb, beta, c, (int)ldc);
+}

@@ -1,0 +1,27 @@
+/* internal.h: helpers shared by the files of libdmrt; not installed. */
+#ifndef DMRT_INTERNAL_H
+#define DMRT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmrt.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DMRT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DMRT_PRINTF(f, a)
+#endif
+
+/* Formats a message into err (when err != NULL and errlen > 0); returns -1 so that
+ * callers can write `return dmrt_errorf(err, errlen, "...")`. */
+int dmrt_errorf(char *err, size_t errlen, const char *fmt, ...) DMRT_PRINTF(3, 4);
+
+/* Writes "[d0, d1, ...]" into buf (truncated to buflen); returns buf. */
+char *dmrt_shape_str(char *buf, size_t buflen, int rank, const int64_t *shape);
+
+/* Product of the dims, or -1 on a negative dim or int64 overflow. */
+int64_t dmrt_shape_numel(int rank, const int64_t *shape);
+
+#endif

@@ -1,0 +1,79 @@
+/* rng.c: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+ * SC'11), used as a counter-based generator.
+ *
+ * Draw number `counter` of stream `stream` under key `seed` is one Philox block:
+ *   counter words (counter lo, counter hi, stream lo, stream hi), key (seed lo, seed hi);
+ * the first two output words form the u64. Every draw (u64, uniform, normal) consumes
+ * exactly one block, so value i of a stream can be had by setting rng->counter = i. */
+#include "dmrt.h"
+
+#include <math.h>
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
+    uint64_t p = (uint64_t)a * b;
+    *hi = (uint32_t)(p >> 32);
+    *lo = (uint32_t)p;
+}
+
+static void philox4x32_10(uint32_t ctr[4], uint32_t key0, uint32_t key1) {
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0, lo0, hi1, lo1;
+        mulhilo(PHILOX_M0, ctr[0], &hi0, &lo0);
+        mulhilo(PHILOX_M1, ctr[2], &hi1, &lo1);
+        uint32_t n0 = hi1 ^ ctr[1] ^ key0;
+        uint32_t n1 = lo1;
+        uint32_t n2 = hi0 ^ ctr[3] ^ key1;
+        uint32_t n3 = lo0;
+        ctr[0] = n0, ctr[1] = n1, ctr[2] = n2, ctr[3] = n3;
+        key0 += PHILOX_W0;
+        key1 += PHILOX_W1;
+    }
+}
+
+void dmrt_rng_init(dmrt_rng *rng, uint64_t seed, uint64_t stream) {
+    rng->seed = seed;
+    rng->stream = stream;
+    rng->counter = 0;
+}
+
+uint64_t dmrt_rng_u64(dmrt_rng *rng) {
+    uint32_t x[4] = {(uint32_t)rng->counter, (uint32_t)(rng->counter >> 32),
+                     (uint32_t)rng->stream, (uint32_t)(rng->stream >> 32)};
+    philox4x32_10(x, (uint32_t)rng->seed, (uint32_t)(rng->seed >> 32));
+    rng->counter++;
+    return (uint64_t)x[0] | (uint64_t)x[1] << 32;
+}
+
+float dmrt_rng_uniform(dmrt_rng *rng) {
+    /* 24 random bits: every value is exactly representable and < 1. */
+    return (float)(dmrt_rng_u64(rng) >> 40) * 0x1.0p-24f;
+}
+
+float dmrt_rng_normal(dmrt_rng *rng) {
+    /* Box-Muller on the two halves of one draw; u1 in (0, 1] so log(u1) is finite. */
+    uint64_t u = dmrt_rng_u64(rng);
+    double u1 = ((double)(u >> 32) + 1.0) * 0x1.0p-32;
+    double u2 = (double)(u & 0xffffffffu) * 0x1.0p-32;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
+}
+
+void dmrt_fill_uniform(float *p, int64_t n, float lo, float hi, dmrt_rng *rng) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = lo + (hi - lo) * dmrt_rng_uniform(rng);
+        if (v >= hi && hi > lo) v = nextafterf(hi, lo); /* rounding; keep [lo, hi) */
+        p[i] = v;
+    }
+}
+
+void dmrt_fill_normal(float *p, int64_t n, float mean, float std, dmrt_rng *rng) {
+    for (int64_t i = 0; i < n; i++) p[i] = mean + std * dmrt_rng_normal(rng);
+}
+
+void dmrt_fill_const(float *p, int64_t n, float value) {
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+}

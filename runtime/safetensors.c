@@ -1,0 +1,388 @@
+/* safetensors.c: reading (whole file, validated) and atomic writing of safetensors.
+ *
+ * Layout: u64 little-endian N, N bytes of JSON header, then the data area. The
+ * header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]}
+ * (offsets relative to the data area) plus an optional "__metadata__" object. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The Python implementation refuses headers above 100 MB; so do we. */
+#define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+
+typedef struct {
+    int64_t begin, end;
+} st_range;
+
+static int st_dtype_parse(const char *s, dmrt_dtype *dtype) {
+    if (strcmp(s, "F32") == 0) return *dtype = DMRT_F32, 0;
+    if (strcmp(s, "I32") == 0) return *dtype = DMRT_I32, 0;
+    return -1;
+}
+
+static int read_whole(const char *path, void **buf, size_t *size, char *err, size_t errlen) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return dmrt_errorf(err, errlen, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    char *p = malloc(n ? n : 1);
+    if (!p) {
+        fclose(fp);
+        return dmrt_errorf(err, errlen, "%s: out of memory reading %zu bytes", path, n);
+    }
+    size_t got = fread(p, 1, n, fp);
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (got != n) {
+        free(p);
+        return dmrt_errorf(err, errlen, "%s: read %zu of %zu bytes%s%s", path, got, n,
+                           rerr ? ": " : "", rerr ? strerror(errno) : " (file shrank?)");
+    }
+    *buf = p;
+    *size = n;
+    return 0;
+}
+
+/* A non-negative JSON integer, or -1. */
+static int64_t json_nonneg(const json_t *v) {
+    if (!json_is_integer(v)) return -1;
+    json_int_t x = json_integer_value(v);
+    return x < 0 ? -1 : (int64_t)x;
+}
+
+static int cmp_by_offset(const void *pa, const void *pb) {
+    const dmrt_st_tensor *a = pa, *b = pb;
+    /* data already points into one buffer: pointer order is offset order. */
+    const char *da = a->data, *db = b->data;
+    if (da != db) return da < db ? -1 : 1;
+    if (a->numel != b->numel) return a->numel < b->numel ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* Parses one tensor entry; on error, a message naming the tensor (the caller adds
+ * the path). */
+static int parse_entry(const char *name, json_t *v, uint64_t data_size, dmrt_st_tensor *t,
+                       st_range *r, char *msg, size_t msglen) {
+    char sbuf[256];
+    if (!json_is_object(v))
+        return dmrt_errorf(msg, msglen, "tensor '%s': entry is not a JSON object", name);
+    json_t *jd = json_object_get(v, "dtype");
+    json_t *js = json_object_get(v, "shape");
+    json_t *jo = json_object_get(v, "data_offsets");
+    if (!jd) return dmrt_errorf(msg, msglen, "tensor '%s': missing \"dtype\"", name);
+    if (!js) return dmrt_errorf(msg, msglen, "tensor '%s': missing \"shape\"", name);
+    if (!jo) return dmrt_errorf(msg, msglen, "tensor '%s': missing \"data_offsets\"", name);
+    if (!json_is_string(jd))
+        return dmrt_errorf(msg, msglen, "tensor '%s': \"dtype\" is not a string", name);
+    if (st_dtype_parse(json_string_value(jd), &t->dtype) != 0)
+        return dmrt_errorf(msg, msglen, "tensor '%s': unsupported dtype '%s' (supported: F32, I32)",
+                           name, json_string_value(jd));
+    if (!json_is_array(js))
+        return dmrt_errorf(msg, msglen, "tensor '%s': \"shape\" is not an array", name);
+    size_t rank = json_array_size(js);
+    if (rank > DMRT_MAX_RANK)
+        return dmrt_errorf(msg, msglen, "tensor '%s': shape has rank %zu, more than %d", name,
+                           rank, DMRT_MAX_RANK);
+    t->rank = (int)rank;
+    for (size_t i = 0; i < rank; i++) {
+        int64_t d = json_nonneg(json_array_get(js, i));
+        if (d < 0)
+            return dmrt_errorf(msg, msglen,
+                               "tensor '%s': shape entry %zu is not a non-negative integer", name,
+                               i);
+        t->shape[i] = d;
+    }
+    t->numel = dmrt_shape_numel(t->rank, t->shape);
+    if (t->numel < 0 || t->numel > INT64_MAX / 8)
+        return dmrt_errorf(msg, msglen, "tensor '%s': shape %s is too large", name,
+                           dmrt_shape_str(sbuf, sizeof sbuf, t->rank, t->shape));
+    if (!json_is_array(jo) || json_array_size(jo) != 2 ||
+        json_nonneg(json_array_get(jo, 0)) < 0 || json_nonneg(json_array_get(jo, 1)) < 0)
+        return dmrt_errorf(msg, msglen,
+                           "tensor '%s': \"data_offsets\" is not [begin, end] with non-negative "
+                           "integers",
+                           name);
+    r->begin = json_nonneg(json_array_get(jo, 0));
+    r->end = json_nonneg(json_array_get(jo, 1));
+    if (r->begin > r->end)
+        return dmrt_errorf(msg, msglen, "tensor '%s': data_offsets [%lld, %lld] end before they begin",
+                           name, (long long)r->begin, (long long)r->end);
+    if ((uint64_t)r->end > data_size)
+        return dmrt_errorf(msg, msglen,
+                           "tensor '%s': data_offsets [%lld, %lld] are out of range: the data "
+                           "area has %llu bytes",
+                           name, (long long)r->begin, (long long)r->end,
+                           (unsigned long long)data_size);
+    int64_t need = t->numel * (int64_t)dmrt_dtype_size(t->dtype);
+    if (r->end - r->begin != need)
+        return dmrt_errorf(msg, msglen,
+                           "tensor '%s': data_offsets [%lld, %lld] hold %lld bytes but shape %s "
+                           "of %s needs %lld",
+                           name, (long long)r->begin, (long long)r->end,
+                           (long long)(r->end - r->begin),
+                           dmrt_shape_str(sbuf, sizeof sbuf, t->rank, t->shape),
+                           dmrt_dtype_name(t->dtype), (long long)need);
+    return 0;
+}
+
+/* Everything after the file is in memory; path-less messages in msg. */
+static int parse_file(dmrt_st_file *f, char *msg, size_t msglen) {
+    const unsigned char *b = f->buffer;
+    if (f->size < 8)
+        return dmrt_errorf(msg, msglen,
+                           "file is %zu bytes, too short for the 8-byte header length", f->size);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    if (hlen > f->size - 8)
+        return dmrt_errorf(msg, msglen,
+                           "header length %llu is beyond the end of the file (%zu bytes follow "
+                           "the length); truncated or not a safetensors file",
+                           (unsigned long long)hlen, f->size - 8);
+    if (hlen > ST_MAX_HEADER)
+        return dmrt_errorf(msg, msglen, "header length %llu is larger than the %llu allowed",
+                           (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)b + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return dmrt_errorf(msg, msglen, "header is not valid JSON: %s (line %d, column %d)",
+                           jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return dmrt_errorf(msg, msglen, "header is not a JSON object");
+    }
+    uint64_t data_size = f->size - 8 - hlen;
+    const char *data = (const char *)b + 8 + hlen;
+    size_t cap = json_object_size(root);
+    f->tensors = calloc(cap ? cap : 1, sizeof *f->tensors);
+    st_range *ranges = calloc(cap ? cap : 1, sizeof *ranges);
+    if (!f->tensors || !ranges) {
+        free(ranges);
+        json_decref(root);
+        return dmrt_errorf(msg, msglen, "out of memory");
+    }
+    int rc = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(val)) {
+                rc = dmrt_errorf(msg, msglen, "\"__metadata__\" is not a JSON object");
+                break;
+            }
+            continue;
+        }
+        dmrt_st_tensor *t = &f->tensors[f->n_tensors];
+        st_range *r = &ranges[f->n_tensors];
+        t->name = strdup(key);
+        if (!t->name) {
+            rc = dmrt_errorf(msg, msglen, "out of memory");
+            break;
+        }
+        f->n_tensors++;
+        if ((rc = parse_entry(key, val, data_size, t, r, msg, msglen)) != 0) break;
+        t->data = data + r->begin;
+    }
+    json_decref(root);
+    if (rc == 0 && f->n_tensors > 1) {
+        /* Sort by offset (file order), then neighbours must not overlap. Empty tensors
+         * overlap nothing. */
+        qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_by_offset);
+        const dmrt_st_tensor *prev = NULL;
+        for (int i = 0; i < f->n_tensors && rc == 0; i++) {
+            const dmrt_st_tensor *t = &f->tensors[i];
+            if (t->numel == 0) continue;
+            if (prev) {
+                int64_t pb = (const char *)prev->data - data;
+                int64_t pe = pb + prev->numel * (int64_t)dmrt_dtype_size(prev->dtype);
+                int64_t tb = (const char *)t->data - data;
+                int64_t te = tb + t->numel * (int64_t)dmrt_dtype_size(t->dtype);
+                if (tb < pe)
+                    rc = dmrt_errorf(msg, msglen,
+                                     "tensors '%s' and '%s' overlap: data_offsets [%lld, %lld] "
+                                     "and [%lld, %lld]",
+                                     prev->name, t->name, (long long)pb, (long long)pe,
+                                     (long long)tb, (long long)te);
+            }
+            prev = t;
+        }
+    }
+    free(ranges);
+    return rc;
+}
+
+int dmrt_st_read(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    if (read_whole(path, &f->buffer, &f->size, err, errlen) != 0) return -1;
+    f->path = strdup(path);
+    char msg[1024];
+    msg[0] = '\0';
+    if (!f->path || parse_file(f, msg, sizeof msg) != 0) {
+        dmrt_st_close(f);
+        return dmrt_errorf(err, errlen, "%s: %s", path, msg[0] ? msg : "out of memory");
+    }
+    return 0;
+}
+
+void dmrt_st_close(dmrt_st_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    free(f->tensors);
+    free(f->buffer);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+const dmrt_st_tensor *dmrt_st_find(const dmrt_st_file *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+/* The JSON header, padded with spaces to a multiple of 8; malloc'd. */
+static char *build_header(const char *path, int n, const dmrt_tensor_desc *descs,
+                          size_t *hlen, char *err, size_t errlen) {
+    json_t *root = json_object();
+    if (!root) return dmrt_errorf(err, errlen, "%s: out of memory", path), NULL;
+    int64_t off = 0;
+    char sbuf[256];
+    for (int i = 0; i < n; i++) {
+        const dmrt_tensor_desc *d = &descs[i];
+        const char *fail = NULL;
+        if (!d->name || !d->name[0]) fail = "has no name";
+        else if (d->dtype != DMRT_F32 && d->dtype != DMRT_I32) fail = "has an unknown dtype";
+        else if (d->rank < 0 || d->rank > DMRT_MAX_RANK) fail = "has a bad rank";
+        else if (dmrt_shape_numel(d->rank, d->shape) != d->numel)
+            fail = "has numel that does not match its shape";
+        else if (strcmp(d->name, "__metadata__") == 0) fail = "uses the reserved name";
+        else if (json_object_get(root, d->name)) fail = "appears twice";
+        if (fail) {
+            int rank = d->rank < 0 ? 0 : d->rank > DMRT_MAX_RANK ? DMRT_MAX_RANK : d->rank;
+            json_decref(root);
+            dmrt_errorf(err, errlen, "%s: tensor %d ('%s', shape %s) %s", path, i,
+                        d->name ? d->name : "", dmrt_shape_str(sbuf, sizeof sbuf, rank, d->shape),
+                        fail);
+            return NULL;
+        }
+        int64_t bytes = d->numel * (int64_t)dmrt_dtype_size(d->dtype);
+        json_t *shape = json_array();
+        for (int k = 0; k < d->rank; k++) json_array_append_new(shape, json_integer(d->shape[k]));
+        json_t *offs = json_array();
+        json_array_append_new(offs, json_integer(off));
+        json_array_append_new(offs, json_integer(off + bytes));
+        json_t *e = json_object();
+        json_object_set_new(e, "dtype", json_string(dmrt_dtype_name(d->dtype)));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets", offs);
+        if (json_object_set_new(root, d->name, e) != 0) {
+            json_decref(root);
+            dmrt_errorf(err, errlen, "%s: tensor '%s': cannot encode the name (not UTF-8?)",
+                        path, d->name);
+            return NULL;
+        }
+        off += bytes;
+    }
+    char *js = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!js) return dmrt_errorf(err, errlen, "%s: cannot encode the header", path), NULL;
+    size_t len = strlen(js), padded = (len + 7) / 8 * 8;
+    char *h = malloc(padded + 1);
+    if (!h) {
+        free(js);
+        return dmrt_errorf(err, errlen, "%s: out of memory", path), NULL;
+    }
+    memcpy(h, js, len);
+    memset(h + len, ' ', padded - len);
+    h[padded] = '\0';
+    free(js);
+    *hlen = padded;
+    return h;
+}
+
+/* fsync of the directory holding path, so that the rename itself is durable. Best
+ * effort: some file systems refuse fsync on directories. */
+static void sync_parent_dir(const char *path) {
+    char *dir = strdup(path);
+    if (!dir) return;
+    char *slash = strrchr(dir, '/');
+    const char *d = ".";
+    if (slash) {
+        if (slash == dir) slash[1] = '\0';
+        else *slash = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,
+                  const void *const *data, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (!data[i] && descs[i].numel > 0)
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' has no data", path,
+                               descs[i].name ? descs[i].name : "");
+    size_t hlen = 0;
+    char *header = build_header(path, n, descs, &hlen, err, errlen);
+    if (!header) return -1;
+
+    size_t tlen = strlen(path) + 32;
+    char *tmp = malloc(tlen);
+    if (!tmp) {
+        free(header);
+        return dmrt_errorf(err, errlen, "%s: out of memory", path);
+    }
+    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+
+    /* A stale PATH.tmp.<pid> can only come from a dead process (pids are reused
+     * across containers), so truncating it is safe. */
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        int e = errno;
+        free(header);
+        dmrt_errorf(err, errlen, "%s: cannot create temporary file %s: %s", path, tmp,
+                    strerror(e));
+        free(tmp);
+        return -1;
+    }
+    const char *what = NULL;
+    int e = 0;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    if (fwrite(len8, 1, 8, fp) != 8 || fwrite(header, 1, hlen, fp) != hlen) what = "write";
+    for (int i = 0; i < n && !what; i++) {
+        size_t bytes = (size_t)descs[i].numel * dmrt_dtype_size(descs[i].dtype);
+        if (bytes && fwrite(data[i], 1, bytes, fp) != bytes) what = "write";
+    }
+    if (!what && fflush(fp) != 0) what = "write";
+    if (!what && fsync(fileno(fp)) != 0) what = "fsync";
+    if (what) e = errno;
+    if (fclose(fp) != 0 && !what) what = "close", e = errno;
+    if (!what && rename(tmp, path) != 0) what = "rename to the final name", e = errno;
+    free(header);
+    if (what) {
+        remove(tmp);
+        dmrt_errorf(err, errlen, "%s: %s of temporary file %s failed: %s (file left unchanged)",
+                    path, what, tmp, strerror(e));
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    sync_parent_dir(path);
+    return 0;
+}
