@@ -168,11 +168,12 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
     cg_line(w, "}");
 }
 
-/* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = lerp(m, g, 1 - beta1);
+/* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = beta1 * m + (1 - beta1) * g;
  * v = beta2 * v + (1 - beta2) * g * g; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). */
 static void c_adamw(cg_writer *w, const cg_update *k) {
     const ir_optimizer *o = k->opt;
-    char b1c[64], b2[64], b2c[64], eps[64];
+    char b1[64], b1c[64], b2[64], b2c[64], eps[64];
+    cg_float_literal(o->beta1, b1, sizeof b1);
     cg_float_literal(1.0 - o->beta1, b1c, sizeof b1c);
     cg_float_literal(o->beta2, b2, sizeof b2);
     cg_float_literal(1.0 - o->beta2, b2c, sizeof b2c);
@@ -186,7 +187,7 @@ static void c_adamw(cg_writer *w, const cg_update *k) {
     w->indent++;
     cg_line(w, "float g = %s[i];", k->grad);
     cg_line(w, "%s[i] *= decay;", k->param);
-    cg_line(w, "%s[i] += %s * (g - %s[i]);", k->state0, b1c, k->state0);
+    cg_line(w, "%s[i] = %s * %s[i] + %s * g;", k->state0, b1, k->state0, b1c);
     cg_line(w, "%s[i] = %s * %s[i] + %s * g * g;", k->state1, b2, k->state1, b2c);
     cg_line(w, "float denom = sqrtf(%s[i]) / bc2_sqrt + %s;", k->state1, eps);
     cg_line(w, "%s[i] -= step_size * (%s[i] / denom);", k->param, k->state0);

@@ -16,6 +16,10 @@
 #include "lower.h"
 #include "passes.h"
 
+#ifndef DMC_SANITIZE
+#define DMC_SANITIZE "-O3"   /* a harmless repeat when dmc is not sanitized */
+#endif
+
 #ifndef DMC_VERSION
 #define DMC_VERSION "0.1.0"
 #endif
@@ -293,8 +297,8 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     snprintf(inc_flag, sizeof inc_flag, "-I%s", inc);
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
     const char *cc = o->cc ? o->cc : getenv("CC");
-    if (!cc || !*cc) cc = "cc";
-    char *cc_argv[] = {(char *)cc, "-std=c11", "-O3", "-march=native", "-fno-math-errno", inc_flag, out_inc_flag, model_c, main_path,
+    if (!cc || !*cc) cc = DMC_DEFAULT_CC;
+    char *cc_argv[] = {(char *)cc, "-std=c11", "-O3", "-march=native", "-fno-math-errno", DMC_SANITIZE, inc_flag, out_inc_flag, model_c, main_path,
                        lib, DMC_LINK_FLAGS_1, DMC_LINK_FLAGS_2, DMC_LINK_FLAGS_3, "-lm", "-lpthread", "-o", exe, NULL};
     int status = run_process(cc_argv);
     if (status != 0) {

@@ -20,7 +20,8 @@ layer fc1 = linear[D, H]
 layer fc2 = linear[H, H]
 layer fc3 = linear[H, K]
 
-h1 = relu(fc1(x))
+xn = (x - 0.2860) / 0.3530   # standardise pixels (Fashion-MNIST mean and std)
+h1 = relu(fc1(xn))
 h2 = relu(fc2(h1))
 logits = fc3(h2)
 loss = cross_entropy(logits, y)

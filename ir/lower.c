@@ -867,16 +867,15 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
     }
     struct { const char *name; double *slot; } hypers[8];
     int n = 0;
+    double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
     *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
     if (strcmp(call->name, "sgd") == 0) {
         o->kind = OPTIM_SGD;
-        double nesterov = 0;
         hypers[n].name = "lr", hypers[n++].slot = &o->lr;
         hypers[n].name = "momentum", hypers[n++].slot = &o->momentum;
         hypers[n].name = "dampening", hypers[n++].slot = &o->dampening;
         hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
-        hypers[n].name = "nesterov", hypers[n++].slot = &nesterov;
-        (void)nesterov;
+        hypers[n].name = "nesterov", hypers[n++].slot = &nesterov_value;
     } else if (strcmp(call->name, "adamw") == 0) {
         o->kind = OPTIM_ADAMW;
         o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = 0.01;
@@ -889,7 +888,6 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, call->loc, "unknown optimizer '%s' (expected sgd or adamw)", call->name);
         return;
     }
-    double nesterov_value = 0;
     for (int i = 0; i < call->n_args; i++) {
         const dm_expr *a = call->args[i];
         if (a->kind != EXPR_KWARG) {
@@ -899,7 +897,6 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         double *slot = NULL;
         for (int k = 0; k < n; k++)
             if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
-        if (o->kind == OPTIM_SGD && strcmp(a->name, "nesterov") == 0) slot = &nesterov_value;
         if (!slot) {
             dm_error(L->d, a->loc, "%s has no setting '%s'", call->name, a->name);
             continue;

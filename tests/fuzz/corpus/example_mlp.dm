@@ -1,0 +1,30 @@
+# mlp.dm: a three-layer perceptron for Fashion-MNIST (28x28 images, 10 classes).
+#   dmc run examples/mlp.dm --epochs 5
+
+dim B = 128     # batch
+dim D = 784     # pixels
+dim H = 1024    # hidden width
+dim K = 10      # classes
+
+# x @ weight + bias, with weight stored [in, out]
+block linear[IN, OUT](x) {
+    param weight : f32[IN, OUT] = xavier
+    param bias   : f32[OUT] = zeros
+    return x @ weight + bias
+}
+
+input x : f32[B, D]
+input y : i32[B]
+
+layer fc1 = linear[D, H]
+layer fc2 = linear[H, H]
+layer fc3 = linear[H, K]
+
+h1 = relu(fc1(x))
+h2 = relu(fc2(h1))
+logits = fc3(h2)
+loss = cross_entropy(logits, y)
+
+output logits
+minimize loss
+optimizer adamw(lr = 1e-3, weight_decay = 1e-4)

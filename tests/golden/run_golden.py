@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""run_golden.py: golden IR dumps of dmc.
+
+    run_golden.py DMC [--update] [NAME ...]
+
+For every case below, runs `DMC --emit=ir ARGS FILE` (FILE relative to the source
+root) and compares stdout exactly with NAME.ir next to this script; dmc must exit with
+status 0 and print nothing on stderr. A mismatch prints a unified diff (golden ->
+actual). --update rewrites the .ir files from dmc's current output: read every changed
+golden before committing it (names, shapes, gradients). NAMEs restrict the run.
+"""
+import argparse
+import difflib
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# name -> (source file relative to the source root, extra dmc arguments)
+CASES = {
+    "mlp": ("examples/mlp.dm", ["--set", "B=4,H=8"]),
+    "mlp.lower": ("examples/mlp.dm", ["--set", "B=4,H=8", "--stop-after=lower"]),
+    "mlp.autodiff": ("examples/mlp.dm", ["--set", "B=4,H=8", "--stop-after=autodiff"]),
+    "broadcast": ("tests/golden/broadcast.dm", []),
+    "reduce": ("tests/golden/reduce.dm", []),
+    "layout": ("tests/golden/layout.dm", []),
+    "repeat": ("tests/golden/repeat.dm", []),
+    "repeat.lower": ("tests/golden/repeat.dm", ["--set", "L=2", "--stop-after=lower"]),
+}
+TIMEOUT_S = 30
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dmc")
+    ap.add_argument("--update", action="store_true", help="rewrite the .ir goldens")
+    ap.add_argument("names", nargs="*")
+    opts = ap.parse_args()
+    dmc = os.path.abspath(opts.dmc)
+    names = opts.names or sorted(CASES)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print("run_golden: no such case: %s (cases: %s)" % (", ".join(unknown), ", ".join(sorted(CASES))))
+        return 2
+
+    failed, updated = [], []
+    for name in names:
+        source, args = CASES[name]
+        golden_path = os.path.join(HERE, name + ".ir")
+        cmd = [dmc, "--emit=ir"] + args + [source]
+        try:
+            p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            failed.append(name)
+            print("FAIL %s: did not finish within %d s" % (name, TIMEOUT_S))
+            continue
+        problems = []
+        if p.returncode != 0:
+            problems.append("exit status %d (command: %s)" % (p.returncode, " ".join(cmd[1:])))
+        if p.stderr:
+            problems.append("unexpected stderr:\n" + p.stderr.decode("utf-8", "replace"))
+        if opts.update and not problems:
+            old = open(golden_path, "rb").read() if os.path.exists(golden_path) else None
+            if old != p.stdout:
+                with open(golden_path, "wb") as f:
+                    f.write(p.stdout)
+                updated.append(name)
+            continue
+        if not os.path.exists(golden_path):
+            problems.append("no golden %s.ir (run with --update)" % name)
+        else:
+            with open(golden_path, "rb") as f:
+                golden = f.read()
+            if golden != p.stdout:
+                diff = difflib.unified_diff(
+                    golden.decode("utf-8", "replace").splitlines(True),
+                    p.stdout.decode("utf-8", "replace").splitlines(True),
+                    fromfile=name + ".ir", tofile=name + " (actual)")
+                problems.append("IR differs from the golden:\n" + "".join(diff))
+        if problems:
+            failed.append(name)
+            print("FAIL %s" % name)
+            for prob in problems:
+                print("  " + prob.rstrip("\n").replace("\n", "\n  "))
+
+    for name in updated:
+        print("updated %s.ir" % name)
+    print("run_golden: %d cases, %d failed%s" % (len(names), len(failed),
+                                                  ", %d goldens updated" % len(updated) if opts.update else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""test_mlp.py: PyTorch oracle for examples/mlp.dm (meson test `ref-mlp-pytorch`).
+
+usage: /usr/bin/python3 tests/ref/test_mlp.py DMC SOURCE_ROOT
+
+The model is compiled with small dims (--set B=16,H=64; D=784 and K=10 stay) and run
+with `dmc run` from initial weights and batches generated here (fixed seeds, written
+with stio.py and passed via --init / --batch-file). An equivalent float32 torch module
+(weights stored [in, out], y = x @ W + b, mean cross-entropy) is the reference:
+
+  a) step 1: loss, and every gradient from --dump-grads vs torch autograd;
+  b) 10 steps of SGD (lr 0.05, momentum 0.9, weight_decay 1e-3) on a copy of the file
+     with the optimizer line replaced: the 10 printed losses and the --save'd weights
+     vs torch.optim.SGD;
+  c) 10 steps of the file as is (adamw lr 1e-3, weight_decay 1e-4): same vs
+     torch.optim.AdamW;
+  plus the other optimizer paths the same way: SGD with nesterov, SGD with dampening,
+  plain SGD, and an AdamW with non-default betas/eps and a large weight decay (in (c)
+  the decay is too small to see; see optimizer_cases).
+
+Bounds (all checked element-wise; each measured maximum is printed):
+  losses:   |dmc - torch| <= 1e-5 * |torch|
+  grads:    |dmc - torch| <= 1e-5 + 1e-4 * |torch|
+  weights:  |dmc - torch| <= 1e-5 after 10 steps
+Justification: both sides compute in float32 but sum in different orders (OpenBLAS
+blocking vs torch's kernels), so each value may differ by a few float32 ulps (2^-24 ~
+6e-8 relative) times a condition factor from cancellation in the sums (reductions of
+up to 784 terms). The gradients here are O(1e-3..1e-1), so 1e-4 relative is ~1000 ulps
+of headroom for that, and the 1e-5 absolute term covers elements that cancel to near
+zero (where a relative bound is meaningless). The test also prints how far torch
+float32 itself is from torch float64, the scale of legitimate float32 noise: the dmc
+errors should be of that order or below, far below the bounds; a real bug (a wrong
+transpose, a missing bias or weight-decay term, a wrong beta or bias correction) is off
+by >= 1e-3. The reference is torch float32, not float64, on purpose: in (c), AdamW's
+first steps are ~lr*sign(g), so a few fc1.weight elements with near-zero gradients
+differ between float32 and float64 by ~1.4e-5, while dmc and torch float32 agree
+within ~1e-6 (measured, B=16 H=64 with these seeds).
+
+Exit status: 0 pass, 1 failure (message on stderr), 77 torch/numpy unavailable (skip),
+2 usage.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+B, H, D, K = 16, 64, 784, 10
+STEPS = 10
+LOSS_RTOL = 1e-5
+GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
+WEIGHT_ATOL = 1e-5
+ADAMW_LINE = "optimizer adamw(lr = 1e-3, weight_decay = 1e-4)"
+PARAMS = [("fc1.weight", (D, H)), ("fc1.bias", (H,)),
+          ("fc2.weight", (H, H)), ("fc2.bias", (H,)),
+          ("fc3.weight", (H, K)), ("fc3.bias", (K,))]
+
+
+class Failure(Exception):
+    pass
+
+
+def make_data(np, torch):
+    """Initial weights (xavier-uniform weights, small random biases) and STEPS batches."""
+    g = torch.Generator().manual_seed(1234)
+    init = {}
+    for name, shape in PARAMS:
+        if len(shape) == 2:
+            bound = (6.0 / (shape[0] + shape[1])) ** 0.5
+            t = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+        else:
+            t = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * 0.1
+        init[name] = t.numpy().astype(np.float32)
+    rng = np.random.default_rng(5678)
+    xs = rng.random((STEPS, B, D), dtype=np.float64).astype(np.float32)
+    ys = rng.integers(0, K, size=(STEPS, B)).astype(np.int32)
+    return init, xs, ys
+
+
+def torch_run(torch, init, xs, ys, make_opt, steps, dtype):
+    """Trains the torch equivalent; returns (losses, grads after step 1, final params)."""
+    import torch.nn.functional as F
+    p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in init.items()}
+    opt = make_opt([p[n] for n, _ in PARAMS]) if make_opt else None
+    losses, grads1 = [], None
+    for s in range(steps):
+        x = torch.tensor(xs[s % len(xs)], dtype=dtype)
+        y = torch.tensor(ys[s % len(ys)], dtype=torch.int64)
+        for t in p.values():
+            t.grad = None
+        h1 = torch.relu(x @ p["fc1.weight"] + p["fc1.bias"])
+        h2 = torch.relu(h1 @ p["fc2.weight"] + p["fc2.bias"])
+        logits = h2 @ p["fc3.weight"] + p["fc3.bias"]
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        losses.append(loss.item())
+        if grads1 is None:
+            grads1 = {n: t.grad.detach().double().numpy().copy() for n, t in p.items()}
+        if opt:
+            opt.step()
+    return losses, grads1, {n: t.detach().double().numpy() for n, t in p.items()}
+
+
+def optimizer_cases(torch):
+    """(label, optimizer line or None for the file as is, torch optimizer factory)."""
+    SGD, AdamW = torch.optim.SGD, torch.optim.AdamW
+    return [
+        # b) the brief's SGD: momentum and weight decay
+        ("sgd", "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3)",
+         lambda ps: SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3)),
+        # the other SGD paths: nesterov, dampening, plain
+        ("sgd-nesterov", "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3, nesterov = true)",
+         lambda ps: SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3, nesterov=True)),
+        ("sgd-damp", "optimizer sgd(lr = 0.1, momentum = 0.5, dampening = 0.5, weight_decay = 1e-2)",
+         lambda ps: SGD(ps, lr=0.1, momentum=0.5, dampening=0.5, weight_decay=1e-2)),
+        ("sgd-plain", "optimizer sgd(lr = 0.1)", lambda ps: SGD(ps, lr=0.1)),
+        # c) the file as is: adamw(lr = 1e-3, weight_decay = 1e-4)
+        ("adamw", None,
+         lambda ps: AdamW(ps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)),
+        # In (c) the decoupled decay moves weights by only ~lr*wd*|w|*10 ~ 3e-7, below
+        # the bound, so a missing decay would pass. This AdamW has every hyper-parameter
+        # away from its default and a large decay: dropping the decay, L2 instead of
+        # decoupled decay, or a wrong beta1/beta2/eps each moves the weights by >= 3e-3
+        # (measured with torch), while float32 noise (torch f32 vs f64) stays < 1e-6.
+        # (A larger lr with a small eps is ill-conditioned: near-zero gradients make
+        # m/sqrt(v) rounding-sensitive, torch f32 vs f64 differs by > 1e-5 there.)
+        ("adamw-hp", "optimizer adamw(lr = 2e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-5, weight_decay = 1.0)",
+         lambda ps: AdamW(ps, lr=2e-3, betas=(0.8, 0.99), eps=1e-5, weight_decay=1.0)),
+    ]
+
+
+def run_dmc(dmc, dm_file, tmp, args):
+    cmd = [dmc, "run", dm_file, "--set", "B=%d,H=%d" % (B, H), "--quiet"] + args
+    env = dict(os.environ, TMPDIR=tmp)
+    try:
+        r = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=240)
+    except OSError as e:
+        raise Failure("cannot run %s: %s" % (dmc, e))
+    if r.returncode != 0:
+        raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
+    losses = []
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
+            if int(f[1]) != len(losses) + 1:
+                raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
+            losses.append(float(f[3]))
+    return losses
+
+
+def check_losses(what, got, want):
+    if len(got) != len(want):
+        raise Failure("%s: dmc printed %d step losses, expected %d" % (what, len(got), len(want)))
+    worst, at = 0.0, 0
+    for i, (g, w) in enumerate(zip(got, want)):
+        rel = abs(g - w) / abs(w)
+        if rel > worst:
+            worst, at = rel, i
+    def show(vs):
+        text = ["%.6f" % v for v in vs]
+        return ", ".join(text if len(text) <= 4 else text[:3] + ["..."] + text[-1:])
+    print("%-12s losses: max rel error %.3g (bound %.0e) at step %d; dmc %s; torch %s"
+          % (what, worst, LOSS_RTOL, at + 1, show(got), show(want)))
+    if worst > LOSS_RTOL:
+        raise Failure("%s: loss of step %d: dmc %.9g vs torch %.9g, relative error %.3g > %.0e"
+                      % (what, at + 1, got[at], want[at], worst, LOSS_RTOL))
+
+
+def check_tensors(np, what, got, want, atol, rtol, ref64=None):
+    """Element-wise |got - want| <= atol + rtol * |want| for every parameter name."""
+    failures = []
+    for name, shape in PARAMS:
+        if name not in got:
+            failures.append("%s: tensor '%s' missing from dmc's file" % (what, name))
+            continue
+        g = got[name].astype(np.float64)
+        w = want[name]
+        if g.shape != tuple(shape):
+            failures.append("%s: '%s' has shape %s, expected %s" % (what, name, list(g.shape), list(shape)))
+            continue
+        err = np.abs(g - w)
+        ratio = err / (atol + rtol * np.abs(w))
+        k = int(np.argmax(ratio))
+        noise = ""
+        if ref64 is not None:
+            noise = "; torch f32 vs f64 %.3g" % float(np.max(np.abs(w - ref64[name])))
+        print("%-12s %-10s max abs error %.3g (max |torch| %.3g, worst error/bound %.3g)%s"
+              % (what, name, float(err.max()), float(np.abs(w).max()), float(ratio.flat[k]), noise))
+        if ratio.flat[k] > 1.0:
+            idx = np.unravel_index(k, g.shape)
+            failures.append("%s: %s%s: dmc %.9g vs torch %.9g, error %.3g > bound %.3g (%.0e + %.0e * |torch|)"
+                            % (what, name, list(idx), g[idx], w[idx], err[idx],
+                               atol + rtol * abs(w[idx]), atol, rtol))
+    if failures:
+        raise Failure("\n".join(failures))
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
+        return 2
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    try:
+        import numpy as np
+        import torch
+    except ImportError as e:
+        print("SKIP: torch/numpy not importable (%s); use /usr/bin/python3" % e)
+        return 77
+    import stio
+
+    torch.manual_seed(0)
+    src_path = os.path.join(root, "examples", "mlp.dm")
+    with open(src_path) as f:
+        src = f.read()
+    opt_re = re.compile(r"^optimizer .*$", re.M)
+    if len(opt_re.findall(src)) != 1 or ADAMW_LINE not in src:
+        print("FAIL: %s: expected exactly one optimizer line, '%s'; update test_mlp.py"
+              % (src_path, ADAMW_LINE), file=sys.stderr)
+        return 1
+    init, xs, ys = make_data(np, torch)
+
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-mlp-") as tmp:
+        init_path = os.path.join(tmp, "init.safetensors")
+        batch_path = os.path.join(tmp, "batches.safetensors")
+        stio.save(init, init_path)
+        stio.save({"x": xs, "y": ys}, batch_path)
+        common = ["--init", init_path, "--batch-file", batch_path]
+        try:
+            # a) forward loss and gradients of step 1
+            grads_path = os.path.join(tmp, "grads.safetensors")
+            d_losses = run_dmc(dmc, src_path, tmp, common + ["--steps", "1", "--dump-grads", grads_path])
+            t_losses, t_grads, _ = torch_run(torch, init, xs, ys, None, 1, torch.float32)
+            _, t_grads64, _ = torch_run(torch, init, xs, ys, None, 1, torch.float64)
+            check_losses("step1", d_losses, t_losses)
+            check_tensors(np, "grad", stio.load(grads_path), t_grads, GRAD_ATOL, GRAD_RTOL, t_grads64)
+
+            # b), c) and more: STEPS steps of each optimizer
+            for label, line, make_opt in optimizer_cases(torch):
+                if line is None:
+                    dm_file = src_path
+                else:
+                    # same file name, so the model and parameter names stay the same
+                    dm_dir = os.path.join(tmp, label)
+                    os.mkdir(dm_dir)
+                    dm_file = os.path.join(dm_dir, "mlp.dm")
+                    with open(dm_file, "w") as f:
+                        f.write(opt_re.sub(line, src))
+                out = os.path.join(tmp, label + ".safetensors")
+                d_losses = run_dmc(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--save", out])
+                t_losses, _, t_final = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float32)
+                _, _, t_final64 = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float64)
+                check_losses(label, d_losses, t_losses)
+                check_tensors(np, label, stio.load(out), t_final, WEIGHT_ATOL, 0.0, t_final64)
+        except Failure as e:
+            print("FAIL: %s" % e, file=sys.stderr)
+            return 1
+        except subprocess.TimeoutExpired as e:
+            print("FAIL: timed out: %s" % e, file=sys.stderr)
+            return 1
+    print("PASS: examples/mlp.dm matches PyTorch (B=%d, H=%d): step-1 loss and gradients, "
+          "%d steps of SGD and of AdamW" % (B, H, STEPS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
