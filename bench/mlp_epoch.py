@@ -8,18 +8,21 @@ dmc:     `dmc run examples/mlp.dm --epochs 1 --quiet`. Compile time (dmc + cc) i
          only prints its usage); the training time is the trainer's own
          `trained N steps in T s` (the step loop: filling batches and train_step; not
          data loading, compiling or evaluation).
-PyTorch: the same model (784-1024-1024-10, ReLU, weights xavier-uniform, biases zero),
+PyTorch: the same model (the input standardisation `xn = (x - MEAN) / STD` read from the
+         .dm file when it has one, 784-1024-1024-10, ReLU, weights xavier-uniform,
+         biases zero),
          B=128, AdamW(lr=1e-3, weight_decay=1e-4), one shuffled pass of floor(60000/128)
          = 468 batches (last partial batch dropped, as dmc does), data loaded from the
          same gzipped IDX files with gzip+numpy; only the training loop is timed
          (batch gather, forward, backward, optimizer step).
 Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
          before torch is imported (Debian's torch uses the same OpenBLAS), and
-         torch.set_num_threads to the same number.
+         torch.set_num_threads to the same number; OMP_WAIT_POLICY=PASSIVE unless set
+         (see main).
 
 Prints both times, the ratio pytorch_time / dmc_time (> 1: dmc is faster) and the test
-accuracy of both after the epoch. With --runs N, each side runs N times and the best
-time is reported.
+accuracy of both after the epoch. With --runs N, the two sides run alternately N times
+each and the best time of each is reported (use it on a busy machine).
 """
 import argparse
 import gzip
@@ -32,6 +35,22 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, D, H, K = 128, 784, 1024, 10
+
+
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+NORM_RE = re.compile(r"^xn\s*=\s*\(\s*x\s*-\s*%s\s*\)\s*/\s*%s\s*(?:#.*)?$" % (_NUM, _NUM), re.M)
+
+
+def model_norm(path):
+    """(mean, std) of the model's input standardisation, or None."""
+    with open(path) as f:
+        src = f.read()
+    m = NORM_RE.search(src)
+    uses = re.search(r"^h1\s*=\s*relu\(fc1\((\w+)\)\)", src, re.M)
+    if not uses or uses.group(1) != ("xn" if m else "x"):
+        sys.exit("mlp_epoch: %s is not the model mirrored here (h1 = relu(fc1(x or xn))); "
+                 "update bench/mlp_epoch.py" % path)
+    return (float(m.group(1)), float(m.group(2))) if m else None
 
 
 def read_idx(path, np):
@@ -81,8 +100,19 @@ def run_torch(args, np, torch):
     yte = torch.from_numpy(read_idx(os.path.join(d, "t10k-labels-idx1-ubyte.gz"), np).astype(np.int64))
     load_s = time.perf_counter() - t0
 
+    class Standardize(nn.Module):
+        def __init__(self, mean, std):
+            super().__init__()
+            self.mean, self.std = mean, std
+
+        def forward(self, x):
+            return (x - self.mean) / self.std
+
     torch.manual_seed(args.seed)
-    model = nn.Sequential(nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, K))
+    layers = [nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, K)]
+    if args.norm:
+        layers.insert(0, Standardize(*args.norm))
+    model = nn.Sequential(*layers)
     for m in model:
         if isinstance(m, nn.Linear):
             nn.init.xavier_uniform_(m.weight)
@@ -119,12 +149,17 @@ def main():
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     args.model = os.path.abspath(args.model)
+    args.norm = model_norm(args.model)
 
     threads = args.threads or int(os.environ.get("OPENBLAS_NUM_THREADS") or 0) \
         or len(os.sched_getaffinity(0))
     # before torch loads OpenBLAS, which reads it once
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # torch's OpenMP threads spin-wait by default and then starve OpenBLAS's own
+    # pthreads on the same cores (measured on 2 cores: 2-7x slower steps); passive
+    # waiting gives PyTorch its best multi-threaded time
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import numpy as np
         import torch
@@ -132,20 +167,25 @@ def main():
         sys.exit("mlp_epoch: needs torch and numpy (%s); run it with /usr/bin/python3" % e)
     torch.set_num_threads(threads)
 
-    print("mlp_epoch: %s, B=%d, one epoch of Fashion-MNIST, %d thread(s) (OpenBLAS and torch), "
-          "torch %s, %d run(s) each" % (os.path.relpath(args.model), B, threads, torch.__version__, args.runs))
+    print("mlp_epoch: %s (%s), B=%d, one epoch of Fashion-MNIST, %d thread(s) (OpenBLAS and torch, "
+          "OMP_WAIT_POLICY=%s), torch %s, %d run(s) each"
+          % (os.path.relpath(args.model),
+             "inputs standardised with mean %g, std %g" % args.norm if args.norm else "raw inputs", B, threads, os.environ["OMP_WAIT_POLICY"], torch.__version__, args.runs))
     sys.stdout.flush()
 
-    dmc_runs = [run_dmc(args, os.environ) for _ in range(args.runs)]
+    dmc_runs, torch_runs = [], []
+    for i in range(args.runs):
+        dmc_runs.append(run_dmc(args, os.environ))
+        torch_runs.append(run_torch(args, np, torch))
+        if args.runs > 1:
+            print("  run %d: dmc train %.2f s, pytorch train %.2f s" % (i + 1, dmc_runs[-1][1], torch_runs[-1][0]))
+            sys.stdout.flush()
     compile_s = min(r[0] for r in dmc_runs)
     dmc = min(dmc_runs, key=lambda r: r[1])
     _, dmc_s, dmc_steps, dmc_acc, dmc_wall = dmc
     print("dmc:     compile %.2f s (dmc + cc); train %.2f s (%d steps, %.1f ms/step); "
           "test accuracy %.4f; whole `dmc run` %.2f s"
           % (compile_s, dmc_s, dmc_steps, 1e3 * dmc_s / dmc_steps, dmc_acc, dmc_wall))
-    sys.stdout.flush()
-
-    torch_runs = [run_torch(args, np, torch) for _ in range(args.runs)]
     pt_s, pt_steps, pt_acc, load_s = min(torch_runs, key=lambda r: r[0])
     print("pytorch: train %.2f s (%d steps, %.1f ms/step); test accuracy %.4f; data loading %.2f s"
           % (pt_s, pt_steps, 1e3 * pt_s / pt_steps, pt_acc, load_s))

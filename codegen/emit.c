@@ -238,6 +238,16 @@ static void emit_transpose(emitter *E, const ir_value *v) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
+/* A reshape into a buffer of its own: the elements in order. */
+static void emit_copy(emitter *E, const ir_value *v) {
+    cg_loop_nest k = {.rank = 1, .size = {ir_numel(&v->type)}, .n_in = 1, .out = E->cname[v->id],
+                      .out_stride = {1}, .out_elems = ir_numel(&v->type), .expr = "x"};
+    literal lit;
+    k.stride[0][0] = 1;
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
 static void emit_matmul(emitter *E, const ir_value *v) {
     const ir_type *a = &V(E, v->operands[0])->type, *b = &V(E, v->operands[1])->type;
     cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
@@ -301,7 +311,12 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_BINARY: emit_elementwise(E, v); break;
     case OPC_REDUCE:
     case OPC_BROADCAST: emit_reduce_or_broadcast(E, v); break;
-    case OPC_RESHAPE: cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]); break;
+    case OPC_RESHAPE:
+        if (E->plan->storage_of[v->id] != v->id)
+            cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
+        else
+            emit_copy(E, v);
+        break;
     case OPC_TRANSPOSE: emit_transpose(E, v); break;
     case OPC_MATMUL: emit_matmul(E, v); break;
     case OPC_LOSS: emit_loss(E, v, 0); break;

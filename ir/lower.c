@@ -16,6 +16,11 @@
 #define MAX_REPEAT 4096
 #define MAX_INSTANCE_DEPTH 32
 #define MAX_NUMEL ((int64_t)1 << 40)
+/* The forward graph's size limit: far above any real model (GPT-2 XL lowers to about
+ * 2,000 values), low enough that every later pass stays fast on hostile input. */
+#define MAX_FORWARD_VALUES 16384
+#define MAX_INSTANCES 65536
+#define MAX_PATH 256
 
 typedef enum { B_DIM, B_VALUE, B_LAYER, B_BLOCK } binding_kind;
 
@@ -36,6 +41,8 @@ typedef struct scope {
     struct scope *parent;
     binding *items;       /* (n) */
     int n, cap;
+    int *slots;           /* (n_slots) open-addressing index into items, -1 empty */
+    int n_slots;
     const char *prefix;   /* value names made here start with it ("fc1."), "" at top */
 } scope;
 
@@ -51,6 +58,8 @@ struct instance {
 typedef struct lowerer {
     ir_graph *g;
     dm_diag *d;
+    int too_large;            /* the size limit was hit and reported: stop lowering */
+    int n_instances;          /* layer instances made, bounded by MAX_INSTANCES */
     const dm_lower_options *opts;
     scope global;
     instance *instances;
@@ -59,10 +68,40 @@ typedef struct lowerer {
 
 /* ---- scopes ---------------------------------------------------------------------------- */
 
+static unsigned hash_name(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
 static binding *scope_find_local(scope *s, const char *name) {
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->items[i].name, name) == 0) return &s->items[i];
-    return NULL;
+    if (!s->n_slots) return NULL;
+    for (unsigned i = hash_name(name) & (unsigned)(s->n_slots - 1);; i = (i + 1) & (unsigned)(s->n_slots - 1)) {
+        int k = s->slots[i];
+        if (k < 0) return NULL;
+        if (strcmp(s->items[k].name, name) == 0) return &s->items[k];
+    }
+}
+
+/* Keeps the index at most half full, so lookups stay short however many names. */
+static void scope_index(scope *s) {
+    if (s->n * 2 < s->n_slots) {
+        unsigned mask = (unsigned)(s->n_slots - 1), i = hash_name(s->items[s->n - 1].name) & mask;
+        while (s->slots[i] >= 0) i = (i + 1) & mask;
+        s->slots[i] = s->n - 1;
+        return;
+    }
+    free(s->slots);
+    s->n_slots = s->n_slots ? s->n_slots * 2 : 32;
+    s->slots = malloc((size_t)s->n_slots * sizeof(int));
+    if (!s->slots) abort();
+    for (int i = 0; i < s->n_slots; i++) s->slots[i] = -1;
+    unsigned mask = (unsigned)(s->n_slots - 1);
+    for (int k = 0; k < s->n; k++) {
+        unsigned i = hash_name(s->items[k].name) & mask;
+        while (s->slots[i] >= 0) i = (i + 1) & mask;
+        s->slots[i] = k;
+    }
 }
 
 static binding *scope_find(scope *s, const char *name) {
@@ -97,10 +136,14 @@ static binding *bind(lowerer *L, scope *s, const char *name, binding_kind kind, 
     b->name = ir_intern(L->g, name);
     b->kind = kind;
     b->loc = loc;
+    scope_index(s);
     return b;
 }
 
-static void scope_free(scope *s) { free(s->items); }
+static void scope_free(scope *s) {
+    free(s->items);
+    free(s->slots);
+}
 
 /* ---- constants ------------------------------------------------------------------------- */
 
@@ -307,6 +350,7 @@ static int make_const(lowerer *L, double value, dm_loc loc) {
 static ir_value *val(lowerer *L, int id) { return L->g->values[id]; }
 
 static int lower_expr(lowerer *L, scope *s, const dm_expr *e);
+static void bind_failed(lowerer *L, scope *s, const dm_stmt *st);
 
 /* ---- layers and blocks ----------------------------------------------------------------- */
 
@@ -357,8 +401,11 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
     group->members = calloc((size_t)count, sizeof(instance *));
     if (!group->members) abort();
     for (int64_t i = 0; i < count; i++) {
-        char member_path[512];
-        snprintf(member_path, sizeof member_path, "%s.%lld", path, (long long)i);
+        char member_path[MAX_PATH];
+        if (snprintf(member_path, sizeof member_path, "%s.%lld", path, (long long)i) >= (int)sizeof member_path) {
+            dm_error(L->d, st->name_loc, "the path of layer '%s' is longer than %d characters", path, MAX_PATH - 1);
+            return;
+        }
         group->members[i] = instantiate(L, block, member_path, st->value, s);
         if (!group->members[i]) return;
         group->n_members++;
@@ -417,7 +464,20 @@ static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable);
 
 /* Creates the instance scope: dim parameters bound to the call's dims, then the
  * block's dims, params and nested layers in order. */
+static int over_limit(lowerer *L, dm_loc loc) {
+    if (L->too_large) return 1;
+    if (L->g->n_values <= MAX_FORWARD_VALUES && L->n_instances <= MAX_INSTANCES) return 0;
+    if (L->n_instances > MAX_INSTANCES)
+        dm_error(L->d, loc, "the program is too large: more than %d layer instances", MAX_INSTANCES);
+    else
+        dm_error(L->d, loc, "the program is too large: more than %d operations in the forward pass", MAX_FORWARD_VALUES);
+    L->too_large = 1;
+    return 1;
+}
+
 static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path, const dm_expr *call, scope *caller) {
+    L->n_instances++;
+    if (over_limit(L, call->loc)) return NULL;
     if (L->depth >= MAX_INSTANCE_DEPTH) {
         dm_error(L->d, call->loc, "layers nested deeper than %d (is block '%s' recursive?)", MAX_INSTANCE_DEPTH, block->name);
         return NULL;
@@ -442,8 +502,12 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
     L->depth++;
     for (int i = 0; i < block->n_body; i++) {
         const dm_stmt *st = block->body[i];
-        char full[512];
-        if (st->kind == STMT_PARAM || st->kind == STMT_LAYER) snprintf(full, sizeof full, "%s.%s", path, st->name);
+        char full[MAX_PATH];
+        if ((st->kind == STMT_PARAM || st->kind == STMT_LAYER) &&
+            snprintf(full, sizeof full, "%s.%s", path, st->name) >= (int)sizeof full) {
+            dm_error(L->d, st->name_loc, "the path of '%s' in layer '%s' is longer than %d characters", st->name, path, MAX_PATH - 1);
+            continue;
+        }
         if (st->kind == STMT_DIM) lower_dim(L, &in->env, st, 0);
         else if (st->kind == STMT_PARAM) lower_param(L, &in->env, st, full);
         else if (st->kind == STMT_LAYER) lower_layer(L, &in->env, st, full);
@@ -456,6 +520,7 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
  * of `return`. */
 static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
     const dm_stmt *block = in->block;
+    if (over_limit(L, call->loc)) return -1;
     if (n_args != block->n_inputs) {
         dm_error(L->d, call->loc, "layer '%s' (block '%s') takes %d argument%s, got %d", in->path, block->name,
                  block->n_inputs, block->n_inputs == 1 ? "" : "s", n_args);
@@ -476,7 +541,10 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         const dm_stmt *st = block->body[i];
         if (st->kind == STMT_LET) {
             int v = lower_expr(L, &locals, st->value);
-            if (v < 0) continue;
+            if (v < 0) {
+                bind_failed(L, &locals, st);
+                continue;
+            }
             if (!val(L, v)->name || val(L, v)->role == ROLE_TEMP)
                 val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
             binding *b = bind(L, &locals, st->name, B_VALUE, st->name_loc);
@@ -537,6 +605,13 @@ static binding *resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc)
     }
     if (!in) return NULL;
     return resolve_path(L, &in->env, rest, loc);
+}
+
+/* A let whose value failed still defines its name (as no value), so that later uses do
+ * not each report it as unknown. */
+static void bind_failed(lowerer *L, scope *s, const dm_stmt *st) {
+    binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
+    if (b) b->value = -1;
 }
 
 /* ---- expressions ----------------------------------------------------------------------- */
@@ -602,6 +677,7 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
             dm_error(L->d, e->loc, "layer '%s' is called with ( ) only; its dimensions were given when it was declared", e->name);
             return -1;
         }
+        if (!b->layer) return -1; /* its declaration failed and was reported */
         int args[16];
         if (e->n_args > 16) {
             dm_error(L->d, e->loc, "too many arguments");
@@ -740,7 +816,10 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
             v->type.shape[i] = size;
             const char *dn = dim_name_of(s, shape->args[i]);
             v->type.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
-            if (mul_checked(known, size, &known)) known = total + 1;
+            if (mul_checked(known, size, &known) || known > MAX_NUMEL) {
+                dm_error(L->d, shape->loc, "tensor is too large (more than 2^40 elements)");
+                return 1;
+            }
         }
         if (infer >= 0) {
             if (known == 0 || total % known != 0) {
@@ -865,6 +944,10 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, st->loc, "the optimizer is already declared");
         return;
     }
+    if (call->has_dim_args) {
+        dm_error(L->d, call->loc, "%s is a function; call it with ( )", call->name);
+        return;
+    }
     struct { const char *name; double *slot; } hypers[8];
     int n = 0;
     double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
@@ -951,7 +1034,10 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_LAYER: lower_layer(L, s, st, st->name); break;
     case STMT_LET: {
         int v = lower_expr(L, s, st->value);
-        if (v < 0) break;
+        if (v < 0) {
+            bind_failed(L, s, st);
+            break;
+        }
         if (st->type) {
             ir_type want;
             if (eval_type(L, s, st->type, &want)) break;
@@ -1003,6 +1089,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             dm_error(L->d, st->name_loc, b ? "'%s' is not a value" : "unknown name '%s'", st->name);
             break;
         }
+        if (b->value < 0) break; /* its definition failed and was reported */
         const ir_type *t = &val(L, b->value)->type;
         if (t->rank != 0 || t->dtype != DT_F32) {
             char ts[256];
@@ -1027,8 +1114,9 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     for (int i = 0; i < prog->n_stmts; i++)
         if (prog->stmts[i]->kind == STMT_MESH) lower_mesh(&L, prog->stmts[i]);
     dm_loc loss_loc = {0};
-    for (int i = 0; i < prog->n_stmts; i++)
-        if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
+    for (int i = 0; i < prog->n_stmts && !L.too_large; i++)
+        if (prog->stmts[i]->kind != STMT_MESH && !over_limit(&L, prog->stmts[i]->loc))
+            lower_top(&L, prog->stmts[i], &loss_loc);
     for (int i = 0; i < opts->n_dims; i++)
         if (!opts->dims[i].used) {
             fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);

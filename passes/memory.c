@@ -37,7 +37,9 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        plan->storage_of[i] = v->op == OP_RESHAPE ? plan->storage_of[v->operands[0]] : i;
+        /* a temporary reshape shares its operand's buffer; a reshape with a buffer of
+         * its own (a parameter's gradient) is a copy */
+        plan->storage_of[i] = v->op == OP_RESHAPE && v->role == ROLE_TEMP ? plan->storage_of[v->operands[0]] : i;
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */

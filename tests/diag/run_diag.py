@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--dir", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--update", action="store_true", help="rewrite the .err goldens")
     ap.add_argument("names", nargs="*")
-    opts = ap.parse_args()
+    opts = ap.parse_intermixed_args()
     dmc = os.path.abspath(opts.dmc)
     directory = os.path.abspath(opts.dir)
 

@@ -37,7 +37,7 @@ def main():
     ap.add_argument("dmc")
     ap.add_argument("--update", action="store_true", help="rewrite the .ir goldens")
     ap.add_argument("names", nargs="*")
-    opts = ap.parse_args()
+    opts = ap.parse_intermixed_args()
     dmc = os.path.abspath(opts.dmc)
     names = opts.names or sorted(CASES)
     unknown = [n for n in names if n not in CASES]

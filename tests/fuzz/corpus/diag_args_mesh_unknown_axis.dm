@@ -1,0 +1,2 @@
+# args: --mesh model=2
+mesh(data = 2)

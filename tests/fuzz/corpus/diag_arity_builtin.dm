@@ -1,0 +1,2 @@
+input x : f32[3]
+y = relu(x, x)

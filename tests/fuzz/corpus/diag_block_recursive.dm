@@ -1,0 +1,5 @@
+block f(x) {
+    layer inner = f
+    return inner(x)
+}
+layer l = f

@@ -1,0 +1,4 @@
+block f(x) {
+    return relu(x)
+}
+layer h = repeat 1000000 f

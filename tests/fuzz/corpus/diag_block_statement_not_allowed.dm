@@ -1,0 +1,4 @@
+block f(x) {
+    output x
+    return x
+}

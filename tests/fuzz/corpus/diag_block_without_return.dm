@@ -1,0 +1,3 @@
+block f(x) {
+    y = relu(x)
+}

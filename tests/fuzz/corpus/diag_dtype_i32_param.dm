@@ -1,0 +1,1 @@
+param counts : i32[3, 5] = zeros

@@ -1,0 +1,2 @@
+input labels : i32[4]
+y = relu(labels)

@@ -1,0 +1,1 @@
+param w : f32[3] = normal(0)

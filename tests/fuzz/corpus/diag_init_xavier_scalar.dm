@@ -1,0 +1,1 @@
+param s : f32[] = xavier

@@ -1,0 +1,2 @@
+dim B = 4
+minimize B

@@ -1,0 +1,2 @@
+input y : i32[]
+minimize y

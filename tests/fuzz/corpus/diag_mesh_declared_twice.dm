@@ -1,0 +1,2 @@
+mesh(data = 2)
+mesh(tensor = 2)

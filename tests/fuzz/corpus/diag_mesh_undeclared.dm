@@ -1,0 +1,1 @@
+input x : f32[4@data, 3]

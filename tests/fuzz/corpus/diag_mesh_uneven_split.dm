@@ -1,0 +1,3 @@
+mesh(data = 4)
+dim B = 6
+input x : f32[B@data, 3]

@@ -1,0 +1,5 @@
+block double(x) {
+    return x + x
+}
+layer d = double
+y = d

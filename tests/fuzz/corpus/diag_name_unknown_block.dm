@@ -1,0 +1,2 @@
+dim D = 4
+layer fc = dense[D, D]

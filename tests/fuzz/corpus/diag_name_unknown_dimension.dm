@@ -1,0 +1,2 @@
+dim B = 4
+input x : f32[B, H]

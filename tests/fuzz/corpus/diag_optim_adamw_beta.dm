@@ -1,0 +1,1 @@
+optimizer adamw(lr = 1e-3, beta2 = 1)

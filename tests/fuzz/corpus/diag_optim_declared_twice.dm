@@ -1,0 +1,2 @@
+optimizer sgd(lr = 0.1)
+optimizer adamw(lr = 1e-3)

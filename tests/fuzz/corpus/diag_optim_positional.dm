@@ -1,0 +1,1 @@
+optimizer sgd(0.1)

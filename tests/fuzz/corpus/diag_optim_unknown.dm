@@ -1,0 +1,1 @@
+optimizer rmsprop(lr = 0.01)

@@ -1,0 +1,1 @@
+optimizer sgd(learning_rate = 0.1)

@@ -1,0 +1,6 @@
+block f(x) {
+    return x
+}
+block f(x) {
+    return relu(x)
+}

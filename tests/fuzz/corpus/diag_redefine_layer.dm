@@ -1,0 +1,5 @@
+block f(x) {
+    return x
+}
+layer l = f
+layer l = f

@@ -1,0 +1,2 @@
+param w : f32[4] = zeros
+param w : f32[4] = ones

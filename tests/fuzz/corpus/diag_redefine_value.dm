@@ -1,0 +1,3 @@
+input x : f32[4]
+y = relu(x)
+y = tanh(x)

@@ -1,0 +1,2 @@
+input x : f32[4]
+y = relu(x))

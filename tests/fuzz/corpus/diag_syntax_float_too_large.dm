@@ -1,0 +1,1 @@
+optimizer sgd(lr = 1e999)

@@ -1,0 +1,2 @@
+# Dimensions have no unary minus.
+dim B = -3

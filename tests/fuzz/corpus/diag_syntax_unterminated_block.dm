@@ -1,0 +1,3 @@
+block linear[IN, OUT](x) {
+    param weight : f32[IN, OUT] = xavier
+    return x @ weight

@@ -1,0 +1,26 @@
+# Past 20 errors dmc stops with one line.
+y1 = nosuch1
+y2 = nosuch2
+y3 = nosuch3
+y4 = nosuch4
+y5 = nosuch5
+y6 = nosuch6
+y7 = nosuch7
+y8 = nosuch8
+y9 = nosuch9
+y10 = nosuch10
+y11 = nosuch11
+y12 = nosuch12
+y13 = nosuch13
+y14 = nosuch14
+y15 = nosuch15
+y16 = nosuch16
+y17 = nosuch17
+y18 = nosuch18
+y19 = nosuch19
+y20 = nosuch20
+y21 = nosuch21
+y22 = nosuch22
+y23 = nosuch23
+y24 = nosuch24
+y25 = nosuch25

@@ -1,0 +1,5 @@
+block f(x) {
+layer g = f
+return g(x)
+}
+layer h = f
