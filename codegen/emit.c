@@ -19,6 +19,8 @@ typedef struct emitter {
     const char *source_path;   /* as quoted in comments: the file name */
     const char *source_text;
     size_t source_len;
+    size_t *line_start;        /* (n_lines) offset of each line of the source */
+    int n_lines;
     char **cname;              /* (n_values) C identifier of the value's buffer */
     char prefix_upper[128];
     cg_writer w;
@@ -42,10 +44,22 @@ static int is_reserved(const char *s) {
     return strncmp(s, "dmrt", 4) == 0;
 }
 
+static unsigned hash_name(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Every value gets a distinct C identifier derived from its source name (dots become
+ * underscores; a clash gets the value's number as a suffix). A hash set keeps this
+ * linear. */
 static void assign_names(emitter *E) {
     const ir_graph *g = E->g;
     E->cname = calloc((size_t)g->n_values + 1, sizeof(char *));
-    if (!E->cname) abort();
+    size_t n_slots = 64;
+    while (n_slots < (size_t)g->n_values * 2 + 2) n_slots *= 2;
+    char **taken = calloc(n_slots, sizeof(char *));
+    if (!E->cname || !taken) abort();
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         char base[200];
@@ -56,18 +70,22 @@ static void assign_names(emitter *E) {
             base[n] = 0;
             if (isdigit((unsigned char)base[0]) || n == 0) snprintf(base, sizeof base, "v_%.180s", v->name);
         } else {
-            snprintf(base, sizeof base, "%s", ir_op_info_of(v->op)->name);
+            /* unnamed: the op and the value number, unique at once */
+            snprintf(base, sizeof base, "%s_%d", ir_op_info_of(v->op)->name, i);
         }
         char name[256];
         snprintf(name, sizeof name, "%s%s", base, is_reserved(base) ? "_" : "");
-        for (int suffix = 2;; suffix++) {
-            int taken = 0;
-            for (int k = 0; k < i && !taken; k++) taken = E->cname[k] && strcmp(E->cname[k], name) == 0;
-            if (!taken) break;
+        for (int suffix = i + 1;; suffix++) {
+            size_t slot = hash_name(name) & (n_slots - 1);
+            while (taken[slot] && strcmp(taken[slot], name) != 0) slot = (slot + 1) & (n_slots - 1);
+            if (!taken[slot]) {
+                E->cname[i] = taken[slot] = strdup(name);
+                break;
+            }
             snprintf(name, sizeof name, "%s_%d", base, suffix);
         }
-        E->cname[i] = strdup(name);
     }
+    free(taken);
 }
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -82,9 +100,8 @@ static void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t 
 
 /* The .dm line of loc, trimmed and made safe inside a C comment. */
 static void source_line(const emitter *E, int line, char *buf, size_t size) {
-    const char *p = E->source_text, *end = E->source_text + E->source_len;
-    for (int l = 1; l < line && p < end; p++)
-        if (*p == '\n') l++;
+    const char *end = E->source_text + E->source_len;
+    const char *p = line >= 1 && line <= E->n_lines ? E->source_text + E->line_start[line - 1] : end;
     while (p < end && (*p == ' ' || *p == '\t')) p++;
     size_t n = 0;
     for (; p < end && *p != '\n' && n + 1 < size && n < 100; p++) {
@@ -362,6 +379,21 @@ static void declare_buffers(emitter *E, const char *used) {
     }
 }
 
+/* Whether op v reads operand k: a unary gradient reads only the variables its
+ * expression names (relu's gradient needs x and dy, not y). */
+static int operand_read(const ir_value *v, int k) {
+    if (v->op != OP_UNARY_GRAD) return 1;
+    static const char *const vars[] = {"x", "y", "dy"};
+    const char *expr = ir_op_info_of(v->unary)->backward;
+    size_t n = strlen(vars[k]);
+    for (const char *p = expr; (p = strstr(p, vars[k])); p += n) {
+        int starts = p == expr || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        int ends = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (starts && ends) return 1;
+    }
+    return 0;
+}
+
 static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *what) {
     const ir_graph *g = E->g;
     char *used = calloc((size_t)g->n_values + 1, 1);
@@ -371,8 +403,11 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
         const ir_value *v = V(E, i);
         if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
         any = 1;
+        /* a reshape that shares its operand's buffer emits no code: it touches nothing */
+        if (v->op == OP_RESHAPE && E->plan->storage_of[i] != i) continue;
         used[i] = v->type.dtype != DT_VOID;
-        for (int k = 0; k < v->n_operands; k++) used[v->operands[k]] = 1;
+        for (int k = 0; k < v->n_operands; k++)
+            if (operand_read(v, k)) used[v->operands[k]] = 1;
     }
     for (int i = 0; i < g->n_values; i++)
         if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
@@ -755,6 +790,11 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     size_t n = 0;
     for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
     E.prefix_upper[n] = 0;
+    E.line_start = malloc((source_len + 2) * sizeof(size_t));
+    if (!E.line_start) abort();
+    E.line_start[E.n_lines++] = 0;
+    for (size_t i = 0; i < source_len; i++)
+        if (source_text[i] == '\n') E.line_start[E.n_lines++] = i + 1;
     assign_names(&E);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
@@ -763,5 +803,6 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     if (!status) status = write_file(&E, out_dir, c, emit_source, err);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
+    free(E.line_start);
     return status;
 }

@@ -90,10 +90,13 @@ static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
     struct { dm_type *type; int count; } dims;
 }
 
-%token <expr> NUMBER
-%token <str> NAME
-%token NL KW_DIM KW_MESH KW_INPUT KW_PARAM KW_LAYER KW_REPEAT KW_BLOCK KW_RETURN
-%token KW_OUTPUT KW_MINIMIZE KW_OPTIMIZER BAD_CHAR TOO_DEEP
+%token <expr> NUMBER "number"
+%token <str> NAME "name"
+%token NL "end of line"
+%token KW_DIM "'dim'" KW_MESH "'mesh'" KW_INPUT "'input'" KW_PARAM "'param'" KW_LAYER "'layer'"
+%token KW_REPEAT "'repeat'" KW_BLOCK "'block'" KW_RETURN "'return'" KW_OUTPUT "'output'"
+%token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'"
+%token TOO_DEEP "too deep nesting"
 
 %type <expr> expr dim_expr call arg layer_ref
 %type <list> args arg_list exprs expr_list_opt

@@ -86,12 +86,17 @@ const char *ir_intern(ir_graph *g, const char *s) {
 }
 
 const char *ir_internf(ir_graph *g, const char *fmt, ...) {
-    char buf[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    return ir_intern(g, buf);
+    ir_strings *node = xcalloc(1, sizeof *node + (size_t)(n > 0 ? n : 0) + 1);
+    va_start(ap, fmt);
+    vsnprintf(node->text, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
+    va_end(ap);
+    node->next = g->strings;
+    g->strings = node;
+    return node->text;
 }
 
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc) {

@@ -17,10 +17,10 @@
 #define MAX_INSTANCE_DEPTH 32
 #define MAX_NUMEL ((int64_t)1 << 40)
 /* The forward graph's size limit: far above any real model (GPT-2 XL lowers to about
- * 2,000 values), low enough that every later pass stays fast on hostile input. */
-#define MAX_FORWARD_VALUES 16384
+ * 2,000 values), low enough that every pass stays fast on hostile input. */
+#define MAX_FORWARD_VALUES (1 << 19)
 #define MAX_INSTANCES 65536
-#define MAX_PATH 256
+#define MAX_PATH 4096
 
 typedef enum { B_DIM, B_VALUE, B_LAYER, B_BLOCK } binding_kind;
 
@@ -480,6 +480,7 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
     if (over_limit(L, call->loc)) return NULL;
     if (L->depth >= MAX_INSTANCE_DEPTH) {
         dm_error(L->d, call->loc, "layers nested deeper than %d (is block '%s' recursive?)", MAX_INSTANCE_DEPTH, block->name);
+        L->too_large = 1; /* one report, not one per branch of the recursion */
         return NULL;
     }
     if (call->n_dim_args != block->n_params) {
@@ -535,17 +536,18 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         binding *b = bind(L, &locals, block->inputs[i], B_VALUE, block->input_locs[i]);
         if (b) b->value = args[i];
     }
-    int result = -1, returned = 0;
+    int result = -1, returned = 0, first_new = L->g->n_values;
     L->depth++;
     for (int i = 0; i < block->n_body && !returned; i++) {
         const dm_stmt *st = block->body[i];
         if (st->kind == STMT_LET) {
+            int first_new = L->g->n_values;
             int v = lower_expr(L, &locals, st->value);
             if (v < 0) {
                 bind_failed(L, &locals, st);
                 continue;
             }
-            if (!val(L, v)->name || val(L, v)->role == ROLE_TEMP)
+            if (v >= first_new && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
                 val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
             binding *b = bind(L, &locals, st->name, B_VALUE, st->name_loc);
             if (b) b->value = v;
@@ -560,7 +562,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
         return -1;
     }
-    if (result >= 0 && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
+    if (result >= first_new && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
     return result;
 }
 
@@ -582,7 +584,7 @@ static binding *resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc)
     if (b) return b;
     const char *dot = strchr(name, '.');
     if (!dot) return NULL;
-    char head[256];
+    char head[MAX_PATH];
     size_t n = (size_t)(dot - name);
     if (n >= sizeof head) return NULL;
     memcpy(head, name, n);
@@ -1033,6 +1035,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_PARAM: lower_param(L, s, st, st->name); break;
     case STMT_LAYER: lower_layer(L, s, st, st->name); break;
     case STMT_LET: {
+        int first_new = g->n_values;
         int v = lower_expr(L, s, st->value);
         if (v < 0) {
             bind_failed(L, s, st);
@@ -1058,7 +1061,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         }
         binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
         if (!b) break;
-        if (val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
+        if (v >= first_new && val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
         b->value = v;
         break;
     }
@@ -1073,6 +1076,12 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             if (v < 0) continue;
             if (val(L, v)->role == ROLE_CONST) {
                 dm_error(L->d, e->loc, "'%s' is a constant, not a computed value", e->name);
+                continue;
+            }
+            int twice = 0;
+            for (int k = 0; k < g->n_outputs; k++) twice |= g->outputs[k] == v;
+            if (twice) {
+                dm_error(L->d, e->loc, "'%s' is already an output", e->name);
                 continue;
             }
             ir_append_id(g, &g->outputs, &g->n_outputs, v);

@@ -3,8 +3,8 @@
  *
  * Persistent values (params, grads, optimizer state) are laid out in declaration order,
  * so that each region is one contiguous block (a later ZeRO pass shards it by ranges).
- * Temporaries share one arena: a value is placed at the lowest offset that does not
- * overlap any value still live when it is defined (first fit). Offsets are rounded to
+ * Temporaries share one arena: a value is placed in the first free range that holds it
+ * (first fit over the ranges freed by dead values, else at the top). Offsets are rounded to
  * 16 elements (64 bytes) for vector loads. */
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +15,59 @@
 
 static int64_t round_up(int64_t n) { return (n + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS; }
 
-typedef struct live_block {
-    int64_t offset, size;
-    int until;   /* index of the last op that reads it */
-} live_block;
+/* Free ranges of the arena below its top, sorted by offset and never adjacent. Real
+ * models keep few of them, so a sorted array is enough. */
+typedef struct gap_list {
+    int64_t *offset, *size;   /* (n) */
+    int n;
+    int64_t top;              /* everything at or above is free */
+} gap_list;
 
-static int by_offset(const void *a, const void *b) {
-    const live_block *x = a, *y = b;
-    return (x->offset > y->offset) - (x->offset < y->offset);
+static int64_t take(gap_list *f, int64_t size) {
+    for (int k = 0; k < f->n; k++) {
+        if (f->size[k] < size) continue;
+        int64_t at = f->offset[k];
+        f->offset[k] += size;
+        f->size[k] -= size;
+        if (f->size[k] == 0) {
+            memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+            memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+            f->n--;
+        }
+        return at;
+    }
+    int64_t at = f->top;
+    f->top += size;
+    return at;
+}
+
+static void give_back(gap_list *f, int64_t at, int64_t size) {
+    int k = 0;
+    while (k < f->n && f->offset[k] < at) k++;
+    /* merge with the gap before and the one after */
+    if (k > 0 && f->offset[k - 1] + f->size[k - 1] == at) {
+        k--;
+        at = f->offset[k];
+        size += f->size[k];
+        memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+        memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+        f->n--;
+    }
+    if (k < f->n && at + size == f->offset[k]) {
+        size += f->size[k];
+        memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+        memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+        f->n--;
+    }
+    if (at + size == f->top) {
+        f->top = at;
+        return;
+    }
+    memmove(f->offset + k + 1, f->offset + k, (size_t)(f->n - k) * sizeof(int64_t));
+    memmove(f->size + k + 1, f->size + k, (size_t)(f->n - k) * sizeof(int64_t));
+    f->offset[k] = at;
+    f->size[k] = size;
+    f->n++;
 }
 
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
@@ -32,8 +77,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     plan->offset = calloc((size_t)n + 1, sizeof(int64_t));
     plan->storage_of = calloc((size_t)n + 1, sizeof(int));
     int *last_use = calloc((size_t)n + 1, sizeof(int));
-    live_block *live = calloc((size_t)n + 1, sizeof(live_block));
-    if (!plan->region || !plan->offset || !plan->storage_of || !last_use || !live) abort();
+    if (!plan->region || !plan->offset || !plan->storage_of || !last_use) abort();
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
@@ -56,10 +100,19 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         if (plan->storage_of[i] != i && last_use[i] > last_use[plan->storage_of[i]])
             last_use[plan->storage_of[i]] = last_use[i];
 
-    int n_live = 0;
+    /* dies_after[i]: the arena buffers whose last reader is op i, as a linked list */
+    int *dies_head = malloc(((size_t)n + 1) * sizeof(int)), *dies_next = malloc(((size_t)n + 1) * sizeof(int));
+    gap_list free_list = {.offset = malloc(((size_t)n + 1) * sizeof(int64_t)), .size = malloc(((size_t)n + 1) * sizeof(int64_t))};
+    if (!dies_head || !dies_next || !free_list.offset || !free_list.size) abort();
+    for (int i = 0; i <= n; i++) dies_head[i] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         int64_t size = round_up(ir_numel(&v->type));
+        /* Buffers whose last reader ran before this op are free again; the operands of
+         * this op are still live, so its result never overlaps them. */
+        if (i > 0)
+            for (int k = dies_head[i - 1]; k >= 0; k = dies_next[k])
+                give_back(&free_list, plan->offset[k], round_up(ir_numel(&g->values[k]->type)));
         switch (v->role) {
         case ROLE_CONST: plan->region[i] = REGION_NONE; continue;
         case ROLE_INPUT: plan->region[i] = REGION_INPUT; continue;
@@ -90,25 +143,19 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
             plan->offset[i] = plan->offset[root];
             continue;
         }
-        /* drop blocks whose last reader ran before this op */
-        int kept = 0;
-        for (int k = 0; k < n_live; k++)
-            if (live[k].until >= i) live[kept++] = live[k];
-        n_live = kept;
-        qsort(live, (size_t)n_live, sizeof *live, by_offset);
-        int64_t at = 0;
-        for (int k = 0; k < n_live; k++) {
-            if (live[k].offset - at >= size) break;
-            if (live[k].offset + live[k].size > at) at = live[k].offset + live[k].size;
-        }
         plan->region[i] = REGION_ARENA;
-        plan->offset[i] = at;
-        live[n_live++] = (live_block){.offset = at, .size = size, .until = last_use[i]};
-        if (at + size > plan->arena_elems) plan->arena_elems = at + size;
+        plan->offset[i] = take(&free_list, size);
+        int dies = last_use[i] < n ? last_use[i] : n;
+        dies_next[i] = dies_head[dies];
+        dies_head[dies] = i;
+        if (plan->offset[i] + size > plan->arena_elems) plan->arena_elems = plan->offset[i] + size;
         plan->arena_unshared_elems += size;
     }
+    free(dies_head);
+    free(dies_next);
+    free(free_list.offset);
+    free(free_list.size);
     free(last_use);
-    free(live);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-# Reported for each layer made from the block.
+# Poor: reported again for each layer made from the block.
 block scale(x) {
     param w : f32[3] = ones
     param w : f32[3] = zeros

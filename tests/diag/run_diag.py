@@ -7,7 +7,8 @@ Runs `DMC --check [ARGS] X.dm` for every X.dm in DIR (default: this script's
 directory), from inside DIR so that messages name the file as `X.dm`. ARGS come from
 an optional first line `# args: --set Q=3`. Each file must make dmc exit with status 1,
 print nothing on stdout, and print on stderr exactly the golden X.err; a mismatch
-prints a unified diff (golden -> actual).
+prints a unified diff (golden -> actual). dmc runs with a 10 s timeout and, unless it
+cannot start under it (ASan), a 2 GiB address-space limit.
 
 --update rewrites the X.err files from dmc's current output (still only for runs
 that exit with status 1): read every changed golden before committing it.
@@ -16,11 +17,26 @@ NAMEs (X or X.dm) restrict the run to those files.
 import argparse
 import difflib
 import os
+import resource
 import shlex
 import subprocess
 import sys
+import tempfile
 
 TIMEOUT_S = 10
+MEMORY_LIMIT = 2 << 30
+
+
+def limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def memory_limit_works(dmc):
+    """Whether dmc starts under the limit (not under ASan, which reserves terabytes)."""
+    with tempfile.NamedTemporaryFile(suffix=".dm") as f:
+        p = subprocess.run([dmc, "--check", f.name], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, preexec_fn=limit_memory)
+        return p.returncode == 0
 
 
 def case_args(path):
@@ -37,11 +53,11 @@ def describe_status(rc):
     return "exit status %d" % rc
 
 
-def run_case(dmc, directory, name):
+def run_case(dmc, directory, name, preexec):
     args = [dmc, "--check"] + case_args(os.path.join(directory, name)) + [name]
     try:
-        p = subprocess.run(args, cwd=directory, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+        p = subprocess.run(args, cwd=directory, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=TIMEOUT_S, preexec_fn=preexec)
     except subprocess.TimeoutExpired:
         return None, b"", b""
     return p.returncode, p.stdout, p.stderr
@@ -69,10 +85,11 @@ def main():
         print("run_diag: no .dm files in %s" % directory)
         return 2
 
+    preexec = limit_memory if memory_limit_works(dmc) else None
     failed, updated = [], []
     for name in cases:
         golden_path = os.path.join(directory, name[:-3] + ".err")
-        rc, out, err = run_case(dmc, directory, name)
+        rc, out, err = run_case(dmc, directory, name, preexec)
         problems = []
         if rc is None:
             problems.append("did not finish within %d s" % TIMEOUT_S)

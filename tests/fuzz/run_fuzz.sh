@@ -44,6 +44,7 @@ fi
 
 work=${FUZZ_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/dmc-fuzz-XXXXXX")}
 mkdir -p "$work/corpus" "$work/obj" "$work/artifacts"
+work=$(cd "$work" && pwd)
 echo "run_fuzz.sh: working in $work"
 
 # Compile each source on its own, so that the generated ones can get their own flags.

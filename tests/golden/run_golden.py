@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """run_golden.py: golden IR dumps of dmc.
 
-    run_golden.py DMC [--update] [NAME ...]
+    run_golden.py DMC [--update] [--known-bugs] [NAME ...]
 
 For every case below, runs `DMC --emit=ir ARGS FILE` (FILE relative to the source
 root) and compares stdout exactly with NAME.ir next to this script; dmc must exit with
 status 0 and print nothing on stderr. A mismatch prints a unified diff (golden ->
 actual). --update rewrites the .ir files from dmc's current output: read every changed
 golden before committing it (names, shapes, gradients). NAMEs restrict the run.
+
+--known-bugs runs the cases of bugs/ instead: IR that is wrong today, with the golden
+written by hand as it should be. They fail until the bug is fixed (meson test
+golden-known-bugs); then move them up here.
 """
 import argparse
 import difflib
@@ -28,6 +32,10 @@ CASES = {
     "layout": ("tests/golden/layout.dm", []),
     "repeat": ("tests/golden/repeat.dm", []),
     "repeat.lower": ("tests/golden/repeat.dm", ["--set", "L=2", "--stop-after=lower"]),
+    "alias": ("tests/golden/alias.dm", []),
+}
+# known bugs: goldens in bugs/, written by hand
+KNOWN_BUGS = {
 }
 TIMEOUT_S = 30
 
@@ -36,19 +44,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dmc")
     ap.add_argument("--update", action="store_true", help="rewrite the .ir goldens")
+    ap.add_argument("--known-bugs", action="store_true", help="run the cases of bugs/")
     ap.add_argument("names", nargs="*")
     opts = ap.parse_intermixed_args()
     dmc = os.path.abspath(opts.dmc)
-    names = opts.names or sorted(CASES)
-    unknown = [n for n in names if n not in CASES]
+    cases = KNOWN_BUGS if opts.known_bugs else CASES
+    golden_dir = os.path.join(HERE, "bugs") if opts.known_bugs else HERE
+    names = opts.names or sorted(cases)
+    unknown = [n for n in names if n not in cases]
     if unknown:
-        print("run_golden: no such case: %s (cases: %s)" % (", ".join(unknown), ", ".join(sorted(CASES))))
+        print("run_golden: no such case: %s (cases: %s)" % (", ".join(unknown), ", ".join(sorted(cases))))
         return 2
 
     failed, updated = [], []
     for name in names:
-        source, args = CASES[name]
-        golden_path = os.path.join(HERE, name + ".ir")
+        source, args = cases[name]
+        golden_path = os.path.join(golden_dir, name + ".ir")
         cmd = [dmc, "--emit=ir"] + args + [source]
         try:
             p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -1,3 +1,4 @@
+# Poor: the failed dim L cascades into "unknown dimension 'L'".
 block f(x) {
     return relu(x)
 }

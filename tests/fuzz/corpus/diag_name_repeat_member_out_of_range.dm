@@ -1,3 +1,4 @@
+# Poor: two errors for one mistake.
 block scale(x) {
     param w : f32[3] = ones
     return x * w

@@ -1,9 +1,0 @@
-# KNOWN BUG: dmc crashes (SIGSEGV in call_layer, ir/lower.c) when a repeated layer
-# whose members could not be made is called.
-# Expected: only the error about the dimensions.
-block double(x) {
-    return x + x
-}
-layer h = repeat 2 double[3]
-input x : f32[3]
-y = h(x)
