@@ -123,13 +123,17 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
     return v;
 }
 
+/* Grows at powers of two (the capacity is implied by the count), so appending n ids
+ * costs O(n). */
 void ir_append_id(ir_graph *g, int **list, int *n, int id) {
     (void)g;
-    int *grown = realloc(*list, (size_t)(*n + 1) * sizeof(int));
-    if (!grown) {
-        fprintf(stderr, "dmc: error: out of memory\n");
-        abort();
+    if (*n == 0 || (*n & (*n - 1)) == 0) {
+        int *grown = realloc(*list, (size_t)(*n ? *n * 2 : 4) * sizeof(int));
+        if (!grown) {
+            fprintf(stderr, "dmc: error: out of memory\n");
+            abort();
+        }
+        *list = grown;
     }
-    grown[(*n)++] = id;
-    *list = grown;
+    (*list)[(*n)++] = id;
 }

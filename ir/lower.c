@@ -892,13 +892,16 @@ static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) 
     b->display = overridable ? b->name : NULL;
     if (overridable) {
         ir_graph *g = L->g;
-        const char **names = realloc(g->dim_names, (size_t)(g->n_dims + 1) * sizeof *names);
-        int64_t *values = realloc(g->dim_values, (size_t)(g->n_dims + 1) * sizeof *values);
-        if (!names || !values) abort();
-        names[g->n_dims] = b->name;
-        values[g->n_dims] = v;
-        g->dim_names = names;
-        g->dim_values = values;
+        if (g->n_dims == 0 || (g->n_dims & (g->n_dims - 1)) == 0) {
+            size_t cap = g->n_dims ? (size_t)g->n_dims * 2 : 8;   /* powers of two: O(n) appends */
+            const char **names = realloc(g->dim_names, cap * sizeof *names);
+            if (names) g->dim_names = names;
+            int64_t *values = realloc(g->dim_values, cap * sizeof *values);
+            if (values) g->dim_values = values;
+            if (!names || !values) abort();
+        }
+        g->dim_names[g->n_dims] = b->name;
+        g->dim_values[g->n_dims] = v;
         g->n_dims++;
     }
 }

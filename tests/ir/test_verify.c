@@ -45,7 +45,8 @@ int main(void) {
     failures += expect("operand not defined earlier", g, 1);
 
     g = small_graph();
-    g->values[1]->n_operands = 2;
+    ir_add(g, OP_RELU, (int[]){0, 1}, 2, here); /* relu of two operands */
+    g->values[2]->type = g->values[1]->type;
     failures += expect("wrong arity", g, 1);
 
     g = small_graph();
