@@ -44,12 +44,6 @@ static int is_reserved(const char *s) {
     return strncmp(s, "dmrt", 4) == 0;
 }
 
-static unsigned hash_name(const char *s) {
-    unsigned h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
-
 /* Every value gets a distinct C identifier derived from its source name (dots become
  * underscores; a clash gets the value's number as a suffix). A hash set keeps this
  * linear. */
@@ -76,7 +70,7 @@ static void assign_names(emitter *E) {
         char name[256];
         snprintf(name, sizeof name, "%s%s", base, is_reserved(base) ? "_" : "");
         for (int suffix = i + 1;; suffix++) {
-            size_t slot = hash_name(name) & (n_slots - 1);
+            size_t slot = ir_hash_string(name) & (n_slots - 1);
             while (taken[slot] && strcmp(taken[slot], name) != 0) slot = (slot + 1) & (n_slots - 1);
             if (!taken[slot]) {
                 E->cname[i] = taken[slot] = strdup(name);
@@ -91,6 +85,9 @@ static void assign_names(emitter *E) {
 /* ---- small helpers --------------------------------------------------------------------- */
 
 static const ir_value *V(const emitter *E, int id) { return E->g->values[id]; }
+
+/* A reshape planned to share its operand's buffer: no code, no buffer of its own. */
+static int shares_buffer(const emitter *E, int id) { return E->plan->storage_of[id] != id; }
 
 static const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "float"; }
 
@@ -329,7 +326,7 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_REDUCE:
     case OPC_BROADCAST: emit_reduce_or_broadcast(E, v); break;
     case OPC_RESHAPE:
-        if (E->plan->storage_of[v->id] != v->id)
+        if (shares_buffer(E, v->id))
             cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
         else
             emit_copy(E, v);
@@ -404,7 +401,7 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
         if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
-        if (v->op == OP_RESHAPE && E->plan->storage_of[i] != i) continue;
+        if (shares_buffer(E, i)) continue;
         used[i] = v->type.dtype != DT_VOID;
         for (int k = 0; k < v->n_operands; k++)
             if (operand_read(v, k)) used[v->operands[k]] = 1;

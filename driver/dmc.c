@@ -17,7 +17,7 @@
 #include "passes.h"
 
 #ifndef DMC_SANITIZE
-#define DMC_SANITIZE "-O3"   /* a harmless repeat when dmc is not sanitized */
+#define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
 #endif
 
 #ifndef DMC_VERSION
@@ -278,6 +278,14 @@ static int remove_tree(const char *dir) {
     return run_process(argv);
 }
 
+/* Appends the space-separated words of s (modified in place) to argv from index n,
+ * up to index max; returns the new count. */
+static int split_words(char *s, char **argv, int n, int max) {
+    char *save = NULL;
+    for (char *w = strtok_r(s, " ", &save); w && n < max; w = strtok_r(NULL, " ", &save)) argv[n++] = w;
+    return n;
+}
+
 static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[PATH_MAX], lib[PATH_MAX], inc_flag[PATH_MAX + 2],
         out_inc_flag[PATH_MAX + 2];
@@ -298,8 +306,21 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
     const char *cc = o->cc ? o->cc : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
-    char *cc_argv[] = {(char *)cc, "-std=c11", "-O3", "-march=native", "-fno-math-errno", DMC_SANITIZE, inc_flag, out_inc_flag, model_c, main_path,
-                       lib, DMC_LINK_FLAGS_1, DMC_LINK_FLAGS_2, DMC_LINK_FLAGS_3, "-lm", "-lpthread", "-o", exe, NULL};
+    char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_SANITIZE;
+    char link[] = DMC_LINK_FLAGS " -lm -lpthread";
+    char *cc_argv[40];
+    int n = 0;
+    cc_argv[n++] = (char *)cc;
+    n = split_words(flags, cc_argv, n, 20);
+    cc_argv[n++] = inc_flag;
+    cc_argv[n++] = out_inc_flag;
+    cc_argv[n++] = model_c;
+    cc_argv[n++] = main_path;
+    cc_argv[n++] = lib;
+    n = split_words(link, cc_argv, n, 34);
+    cc_argv[n++] = "-o";
+    cc_argv[n++] = exe;
+    cc_argv[n] = NULL;
     int status = run_process(cc_argv);
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s)\n", cc);

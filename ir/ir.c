@@ -75,14 +75,18 @@ void ir_graph_free(ir_graph *g) {
     free(g);
 }
 
-const char *ir_intern(ir_graph *g, const char *s) {
-    if (!s) return NULL;
-    size_t n = strlen(s);
-    ir_strings *node = xcalloc(1, sizeof *node + n + 1);
-    memcpy(node->text, s, n + 1);
+/* Room for a string of len characters, owned by the graph. */
+static char *new_string(ir_graph *g, size_t len) {
+    ir_strings *node = xcalloc(1, sizeof *node + len + 1);
     node->next = g->strings;
     g->strings = node;
     return node->text;
+}
+
+const char *ir_intern(ir_graph *g, const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    return memcpy(new_string(g, n), s, n + 1);
 }
 
 const char *ir_internf(ir_graph *g, const char *fmt, ...) {
@@ -90,13 +94,28 @@ const char *ir_internf(ir_graph *g, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    ir_strings *node = xcalloc(1, sizeof *node + (size_t)(n > 0 ? n : 0) + 1);
+    size_t len = n > 0 ? (size_t)n : 0;
+    char *text = new_string(g, len);
     va_start(ap, fmt);
-    vsnprintf(node->text, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
+    vsnprintf(text, len + 1, fmt, ap);
     va_end(ap);
-    node->next = g->strings;
-    g->strings = node;
-    return node->text;
+    return text;
+}
+
+unsigned ir_hash_string(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+void *ir_grow(void *array, int count, size_t item_size) {
+    if (count != 0 && (count & (count - 1)) != 0) return array;
+    void *grown = realloc(array, (size_t)(count ? count * 2 : 4) * item_size);
+    if (!grown) {
+        fprintf(stderr, "dmc: error: out of memory\n");
+        abort();
+    }
+    return grown;
 }
 
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc) {
@@ -123,17 +142,8 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
     return v;
 }
 
-/* Grows at powers of two (the capacity is implied by the count), so appending n ids
- * costs O(n). */
 void ir_append_id(ir_graph *g, int **list, int *n, int id) {
     (void)g;
-    if (*n == 0 || (*n & (*n - 1)) == 0) {
-        int *grown = realloc(*list, (size_t)(*n ? *n * 2 : 4) * sizeof(int));
-        if (!grown) {
-            fprintf(stderr, "dmc: error: out of memory\n");
-            abort();
-        }
-        *list = grown;
-    }
+    *list = ir_grow(*list, *n, sizeof **list);
     (*list)[(*n)++] = id;
 }

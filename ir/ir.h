@@ -138,6 +138,13 @@ void ir_graph_free(ir_graph *g);
 const char *ir_intern(ir_graph *g, const char *s);
 const char *ir_internf(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* FNV-1a of a NUL-terminated string, for the hash tables of names. */
+unsigned ir_hash_string(const char *s);
+/* Makes room for one more item in an array holding count items whose capacity is
+ * implied by the count (the next power of two): call before every append; appending n
+ * items costs O(n). Aborts when out of memory. */
+void *ir_grow(void *array, int count, size_t item_size);
+
 /* Appends a value with the given operands; the type is left for the shape rules
  * (passes/shapes.c) unless the caller sets it. */
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc);

@@ -68,27 +68,26 @@ typedef struct lowerer {
 
 /* ---- scopes ---------------------------------------------------------------------------- */
 
-static unsigned hash_name(const char *s) {
-    unsigned h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
-
 static binding *scope_find_local(scope *s, const char *name) {
     if (!s->n_slots) return NULL;
-    for (unsigned i = hash_name(name) & (unsigned)(s->n_slots - 1);; i = (i + 1) & (unsigned)(s->n_slots - 1)) {
+    for (unsigned i = ir_hash_string(name) & (unsigned)(s->n_slots - 1);; i = (i + 1) & (unsigned)(s->n_slots - 1)) {
         int k = s->slots[i];
         if (k < 0) return NULL;
         if (strcmp(s->items[k].name, name) == 0) return &s->items[k];
     }
 }
 
-/* Keeps the index at most half full, so lookups stay short however many names. */
+static void slot_insert(scope *s, int k) {
+    unsigned mask = (unsigned)(s->n_slots - 1), i = ir_hash_string(s->items[k].name) & mask;
+    while (s->slots[i] >= 0) i = (i + 1) & mask;
+    s->slots[i] = k;
+}
+
+/* Indexes the newest binding, keeping the index at most half full (rebuilt twice as
+ * large when it would not be), so lookups stay short however many names. */
 static void scope_index(scope *s) {
     if (s->n * 2 < s->n_slots) {
-        unsigned mask = (unsigned)(s->n_slots - 1), i = hash_name(s->items[s->n - 1].name) & mask;
-        while (s->slots[i] >= 0) i = (i + 1) & mask;
-        s->slots[i] = s->n - 1;
+        slot_insert(s, s->n - 1);
         return;
     }
     free(s->slots);
@@ -96,12 +95,7 @@ static void scope_index(scope *s) {
     s->slots = malloc((size_t)s->n_slots * sizeof(int));
     if (!s->slots) abort();
     for (int i = 0; i < s->n_slots; i++) s->slots[i] = -1;
-    unsigned mask = (unsigned)(s->n_slots - 1);
-    for (int k = 0; k < s->n; k++) {
-        unsigned i = hash_name(s->items[k].name) & mask;
-        while (s->slots[i] >= 0) i = (i + 1) & mask;
-        s->slots[i] = k;
-    }
+    for (int k = 0; k < s->n; k++) slot_insert(s, k);
 }
 
 static binding *scope_find(scope *s, const char *name) {
@@ -462,8 +456,7 @@ static int statement_allowed_in_block(dm_stmt_kind k) {
 
 static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable);
 
-/* Creates the instance scope: dim parameters bound to the call's dims, then the
- * block's dims, params and nested layers in order. */
+/* Reports, once, that the program passed a size limit; lowering then stops. */
 static int over_limit(lowerer *L, dm_loc loc) {
     if (L->too_large) return 1;
     if (L->g->n_values <= MAX_FORWARD_VALUES && L->n_instances <= MAX_INSTANCES) return 0;
@@ -475,6 +468,8 @@ static int over_limit(lowerer *L, dm_loc loc) {
     return 1;
 }
 
+/* Creates the instance scope: dim parameters bound to the call's dims, then the
+ * block's dims, params and nested layers in order. */
 static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path, const dm_expr *call, scope *caller) {
     L->n_instances++;
     if (over_limit(L, call->loc)) return NULL;
@@ -536,18 +531,19 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         binding *b = bind(L, &locals, block->inputs[i], B_VALUE, block->input_locs[i]);
         if (b) b->value = args[i];
     }
-    int result = -1, returned = 0, first_new = L->g->n_values;
+    /* values made by this call (not aliases of earlier ones) take names from it */
+    int result = -1, returned = 0, call_start = L->g->n_values;
     L->depth++;
     for (int i = 0; i < block->n_body && !returned; i++) {
         const dm_stmt *st = block->body[i];
         if (st->kind == STMT_LET) {
-            int first_new = L->g->n_values;
+            int let_start = L->g->n_values;
             int v = lower_expr(L, &locals, st->value);
             if (v < 0) {
                 bind_failed(L, &locals, st);
                 continue;
             }
-            if (v >= first_new && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
+            if (v >= let_start && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
                 val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
             binding *b = bind(L, &locals, st->name, B_VALUE, st->name_loc);
             if (b) b->value = v;
@@ -562,7 +558,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
         return -1;
     }
-    if (result >= first_new && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
+    if (result >= call_start && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
     return result;
 }
 
@@ -892,14 +888,8 @@ static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) 
     b->display = overridable ? b->name : NULL;
     if (overridable) {
         ir_graph *g = L->g;
-        if (g->n_dims == 0 || (g->n_dims & (g->n_dims - 1)) == 0) {
-            size_t cap = g->n_dims ? (size_t)g->n_dims * 2 : 8;   /* powers of two: O(n) appends */
-            const char **names = realloc(g->dim_names, cap * sizeof *names);
-            if (names) g->dim_names = names;
-            int64_t *values = realloc(g->dim_values, cap * sizeof *values);
-            if (values) g->dim_values = values;
-            if (!names || !values) abort();
-        }
+        g->dim_names = ir_grow(g->dim_names, g->n_dims, sizeof *g->dim_names);
+        g->dim_values = ir_grow(g->dim_values, g->n_dims, sizeof *g->dim_values);
         g->dim_names[g->n_dims] = b->name;
         g->dim_values[g->n_dims] = v;
         g->n_dims++;
@@ -1126,9 +1116,8 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     for (int i = 0; i < prog->n_stmts; i++)
         if (prog->stmts[i]->kind == STMT_MESH) lower_mesh(&L, prog->stmts[i]);
     dm_loc loss_loc = {0};
-    for (int i = 0; i < prog->n_stmts && !L.too_large; i++)
-        if (prog->stmts[i]->kind != STMT_MESH && !over_limit(&L, prog->stmts[i]->loc))
-            lower_top(&L, prog->stmts[i], &loss_loc);
+    for (int i = 0; i < prog->n_stmts && !over_limit(&L, prog->stmts[i]->loc); i++)
+        if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
     for (int i = 0; i < opts->n_dims; i++)
         if (!opts->dims[i].used) {
             fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);

@@ -23,6 +23,12 @@ typedef struct gap_list {
     int64_t top;              /* everything at or above is free */
 } gap_list;
 
+static void remove_gap(gap_list *f, int k) {
+    memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+    memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
+    f->n--;
+}
+
 static int64_t take(gap_list *f, int64_t size) {
     for (int k = 0; k < f->n; k++) {
         if (f->size[k] < size) continue;
@@ -30,9 +36,7 @@ static int64_t take(gap_list *f, int64_t size) {
         f->offset[k] += size;
         f->size[k] -= size;
         if (f->size[k] == 0) {
-            memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-            memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-            f->n--;
+            remove_gap(f, k);
         }
         return at;
     }
@@ -49,15 +53,11 @@ static void give_back(gap_list *f, int64_t at, int64_t size) {
         k--;
         at = f->offset[k];
         size += f->size[k];
-        memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-        memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-        f->n--;
+        remove_gap(f, k);
     }
     if (k < f->n && at + size == f->offset[k]) {
         size += f->size[k];
-        memmove(f->offset + k, f->offset + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-        memmove(f->size + k, f->size + k + 1, (size_t)(f->n - k - 1) * sizeof(int64_t));
-        f->n--;
+        remove_gap(f, k);
     }
     if (at + size == f->top) {
         f->top = at;
@@ -100,7 +100,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         if (plan->storage_of[i] != i && last_use[i] > last_use[plan->storage_of[i]])
             last_use[plan->storage_of[i]] = last_use[i];
 
-    /* dies_after[i]: the arena buffers whose last reader is op i, as a linked list */
+    /* dies_head[i]: the arena buffers whose last reader is op i, linked through dies_next */
     int *dies_head = malloc(((size_t)n + 1) * sizeof(int)), *dies_next = malloc(((size_t)n + 1) * sizeof(int));
     gap_list free_list = {.offset = malloc(((size_t)n + 1) * sizeof(int64_t)), .size = malloc(((size_t)n + 1) * sizeof(int64_t))};
     if (!dies_head || !dies_next || !free_list.offset || !free_list.size) abort();

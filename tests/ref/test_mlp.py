@@ -52,6 +52,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
+import dmcrun  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 B, H, D, K = 16, 64, 784, 10
 STEPS = 10
@@ -68,9 +70,6 @@ _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 # optional input standardisation, `xn = (x - MEAN) / STD`, feeding fc1
 NORM_RE = re.compile(r"^xn\s*=\s*\(\s*x\s*-\s*%s\s*\)\s*/\s*%s\s*(?:#.*)?$" % (_NUM, _NUM), re.M)
 
-
-class Failure(Exception):
-    pass
 
 
 def model_signature(src):
@@ -166,23 +165,7 @@ def optimizer_cases(torch):
 
 
 def run_dmc(dmc, dm_file, tmp, args):
-    cmd = [dmc, "run", dm_file, "--set", "B=%d,H=%d" % (B, H), "--quiet"] + args
-    env = dict(os.environ, TMPDIR=tmp)
-    try:
-        r = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=240)
-    except OSError as e:
-        raise Failure("cannot run %s: %s" % (dmc, e))
-    if r.returncode != 0:
-        raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
-    losses = []
-    for line in r.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            if int(f[1]) != len(losses) + 1:
-                raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
-            losses.append(float(f[3]))
-    return losses
+    return dmcrun.run_dmc(dmc, dm_file, tmp, ["--set", "B=%d,H=%d" % (B, H)] + args, timeout=240)
 
 
 def check_losses(what, got, want):

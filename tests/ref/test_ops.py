@@ -52,6 +52,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
+import dmcrun  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 STEPS = 3
 LR = 0.1
@@ -59,9 +61,6 @@ LOSS_RTOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 WEIGHT_ATOL = 1e-5
 
-
-class Failure(Exception):
-    pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -238,23 +237,7 @@ def torch_run(torch, init, batches, loss_fn, params, dtype):
 
 
 def run_dmc(dmc, dm_file, tmp, args):
-    cmd = [dmc, "run", dm_file, "--quiet"] + args
-    env = dict(os.environ, TMPDIR=tmp)
-    try:
-        r = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=120)
-    except OSError as e:
-        raise Failure("cannot run %s: %s" % (dmc, e))
-    if r.returncode != 0:
-        raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
-    losses = []
-    for line in r.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            if int(f[1]) != len(losses) + 1:
-                raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
-            losses.append(float(f[3]))
-    return losses
+    return dmcrun.run_dmc(dmc, dm_file, tmp, args, timeout=120)
 
 
 def check_losses(model, got, want):
