@@ -29,21 +29,44 @@ typedef struct cg_loop_nest {
     const char *buffer[CG_MAX_OPERANDS];            /* C name of the operand buffer */
     const char *constant[CG_MAX_OPERANDS];          /* C literal, or NULL */
     int64_t stride[CG_MAX_OPERANDS][IR_MAX_RANK];   /* (n_in, rank) */
+    int64_t offset[CG_MAX_OPERANDS];                /* (n_in) element of operand k at index 0 */
     const char *out;
     int64_t out_stride[IR_MAX_RANK];                /* (rank) */
+    int64_t out_offset;
     int64_t out_elems;                              /* elements of out (zeroed first when accumulating) */
     const char *expr;
     int accumulate;
     const char *scale;                              /* multiply out by this literal afterwards, or NULL */
 } cg_loop_nest;
 
-/* Row-major c = op(a) @ op(b) (+ c when accumulate). */
+/* Row-major c = op(a) @ op(b) (+ c when accumulate), batch times: the i-th product
+ * reads a + i * batch_stride_a and b + i * batch_stride_b and writes c + i * batch_stride_c. */
 typedef struct cg_gemm {
     int trans_a, trans_b;
     int64_t m, n, k, lda, ldb, ldc;
     const char *a, *b, *c;
     int accumulate;
+    int64_t batch;                                  /* 1 for a single product */
+    int64_t batch_stride_a, batch_stride_b, batch_stride_c;
 } cg_gemm;
+
+/* A kernel along one dim of a tensor seen as (outer, n, inner): softmax and its
+ * gradient work along n; layernorm and its gradients along the last dim (inner 1); the
+ * causal mask sees (outer, n queries, inner keys). Unused operands are NULL. */
+typedef struct cg_rowwise {
+    int64_t outer, n, inner;
+    const char *x, *y, *dy, *weight, *bias, *out;
+    const char *fill;                               /* causal mask: C literal of masked elements */
+    const char *eps;                                /* layernorm: C literal */
+} cg_rowwise;
+
+/* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds
+ * the rows of dy into a zeroed table (n, cols). */
+typedef struct cg_embed {
+    int64_t rows, n, cols;
+    const char *table, *ids, *dy, *out;
+    const char *where;                              /* .dm location for the range error */
+} cg_embed;
 
 /* Mean cross-entropy over rows of logits (rows, classes) with i32 targets; or, for the
  * gradient, dlogits = (softmax - onehot) * dloss / rows. */
@@ -68,6 +91,14 @@ typedef struct cg_dialect {
     void (*cross_entropy_grad)(cg_writer *w, const cg_xent *k);
     void (*sgd)(cg_writer *w, const cg_update *k);
     void (*adamw)(cg_writer *w, const cg_update *k);
+    void (*softmax)(cg_writer *w, const cg_rowwise *k);
+    void (*softmax_grad)(cg_writer *w, const cg_rowwise *k);
+    void (*causal_mask)(cg_writer *w, const cg_rowwise *k);
+    void (*layernorm)(cg_writer *w, const cg_rowwise *k);
+    void (*layernorm_grad)(cg_writer *w, const cg_rowwise *k);
+    void (*layernorm_wgrad)(cg_writer *w, const cg_rowwise *k);
+    void (*embed)(cg_writer *w, const cg_embed *k);
+    void (*embed_grad)(cg_writer *w, const cg_embed *k);
 } cg_dialect;
 
 extern const cg_dialect cg_dialect_c;

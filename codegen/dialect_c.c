@@ -26,9 +26,13 @@ void cg_float_literal(double v, char *buf, size_t size) {
 }
 
 /* "i0 * 1024 + i1": the flat offset of an operand at the loop position. */
-static void index_expr(const cg_loop_nest *k, const int64_t *stride, char *buf, size_t size) {
+static void index_expr(const cg_loop_nest *k, const int64_t *stride, int64_t offset, char *buf, size_t size) {
     size_t n = 0;
     buf[0] = 0;
+    if (offset) {
+        int w = snprintf(buf, size, "%lld", (long long)offset);
+        if (w > 0) n = (size_t)w;
+    }
     for (int d = 0; d < k->rank; d++) {
         if (stride[d] == 0) continue;
         int w = stride[d] == 1 ? snprintf(buf + n, size - n, "%si%d", n ? " + " : "", d)
@@ -56,7 +60,7 @@ static void substitute(const cg_loop_nest *k, char *out, size_t size) {
                 if (k->constant[i]) {
                     w = snprintf(out + n, size - n, "%s", k->constant[i]);
                 } else {
-                    index_expr(k, k->stride[i], idx, sizeof idx);
+                    index_expr(k, k->stride[i], k->offset[i], idx, sizeof idx);
                     w = snprintf(out + n, size - n, "%s[%s]", k->buffer[i], idx);
                 }
                 if (w > 0) n += (size_t)w;
@@ -84,7 +88,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         w->indent++;
     }
     char idx[256], expr[4096];
-    index_expr(k, k->out_stride, idx, sizeof idx);
+    index_expr(k, k->out_stride, k->out_offset, idx, sizeof idx);
     substitute(k, expr, sizeof expr);
     cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
     while (w->indent > base) {
@@ -95,9 +99,18 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
 }
 
 static void c_gemm(cg_writer *w, const cg_gemm *k) {
-    cg_line(w, "dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
-            (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb,
-            k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+    const char *beta = k->accumulate ? "1.0f" : "0.0f";
+    if (k->batch <= 1) {
+        cg_line(w, "dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
+                (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
+                k->c, (long long)k->ldc);
+        return;
+    }
+    cg_line(w, "for (int64_t ib = 0; ib < %lld; ib++)", (long long)k->batch);
+    cg_line(w, "    dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s + ib * %lld, %lld, %s + ib * %lld, %lld, %s, %s + ib * %lld, %lld);",
+            k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->batch_stride_a,
+            (long long)k->lda, k->b, (long long)k->batch_stride_b, (long long)k->ldb, beta, k->c,
+            (long long)k->batch_stride_c, (long long)k->ldc);
 }
 
 /* Row by row: max, log-sum-exp in double, loss = lse - logit[target]; the mean
@@ -197,6 +210,157 @@ static void c_adamw(cg_writer *w, const cg_update *k) {
     cg_line(w, "}");
 }
 
+/* Opens "for r, for i" over the (outer, inner) positions of a rowwise kernel and sets
+ * `base`, the offset of element 0 of the row; elements are base + j * inner. Returns
+ * the indent to close to. */
+static int rowwise_open(cg_writer *w, const cg_rowwise *k) {
+    int indent = w->indent;
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->outer);
+    w->indent++;
+    if (k->inner == 1) {
+        cg_line(w, "const int64_t base = r * %lld;", (long long)k->n);
+    } else {
+        cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->inner);
+        w->indent++;
+        cg_line(w, "const int64_t base = r * %lld + i;", (long long)(k->n * k->inner));
+    }
+    return indent;
+}
+
+static void close_to(cg_writer *w, int indent) {
+    while (w->indent > indent) {
+        w->indent--;
+        cg_line(w, "}");
+    }
+}
+
+/* "j" or "j * 64": the row element index. */
+static const char *row_index(const cg_rowwise *k, char *buf, size_t size) {
+    if (k->inner == 1) snprintf(buf, size, "j");
+    else snprintf(buf, size, "j * %lld", (long long)k->inner);
+    return buf;
+}
+
+/* Subtracts the row max before exp, so that large logits cannot overflow (and a row
+ * masked with -inf except its max gives exact zeros). */
+static void c_softmax(cg_writer *w, const cg_rowwise *k) {
+    char j[64];
+    row_index(k, j, sizeof j);
+    long long n = (long long)k->n;
+    int indent = rowwise_open(w, k);
+    cg_line(w, "const float *row = %s + base;", k->x);
+    cg_line(w, "float *out_row = %s + base;", k->out);
+    cg_line(w, "float max = row[0];");
+    cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = row[%s] > max ? row[%s] : max;", n, j, j);
+    cg_line(w, "float sum = 0.0f;");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
+    cg_line(w, "    out_row[%s] = expf(row[%s] - max);", j, j);
+    cg_line(w, "    sum += out_row[%s];", j);
+    cg_line(w, "}");
+    cg_line(w, "const float scale = 1.0f / sum;");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[%s] *= scale;", n, j);
+    close_to(w, indent);
+}
+
+static void c_softmax_grad(cg_writer *w, const cg_rowwise *k) {
+    char j[64];
+    row_index(k, j, sizeof j);
+    long long n = (long long)k->n;
+    int indent = rowwise_open(w, k);
+    cg_line(w, "const float *y_row = %s + base, *dy_row = %s + base;", k->y, k->dy);
+    cg_line(w, "float *out_row = %s + base;", k->out);
+    cg_line(w, "float dot = 0.0f;");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) dot += y_row[%s] * dy_row[%s];", n, j, j);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[%s] = y_row[%s] * (dy_row[%s] - dot);", n, j, j, j);
+    close_to(w, indent);
+}
+
+/* Query q sees keys 0 .. q + (keys - queries): with as many keys as queries, itself
+ * and the earlier positions. */
+static void c_causal_mask(cg_writer *w, const cg_rowwise *k) {
+    long long nq = (long long)k->n, nk = (long long)k->inner;
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++)", (long long)k->outer);
+    cg_line(w, "    for (int64_t query = 0; query < %lld; query++)", nq);
+    cg_line(w, "        for (int64_t key = 0; key < %lld; key++)", nk);
+    cg_line(w, "            %s[(r * %lld + query) * %lld + key] = key > query + %lld ? %s : %s[(r * %lld + query) * %lld + key];",
+            k->out, nq, nk, nk - nq, k->fill, k->x, nq, nk);
+}
+
+/* The row's mean and 1 / sqrt(biased variance + eps), summed in double. */
+static void layernorm_stats(cg_writer *w, const cg_rowwise *k) {
+    long long n = (long long)k->n;
+    cg_line(w, "const float *x_row = %s + base;", k->x);
+    cg_line(w, "double sum = 0.0, sum_sq = 0.0;");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum += x_row[j];", n);
+    cg_line(w, "const float mean = (float)(sum / %lld.0);", n);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_sq += (double)(x_row[j] - mean) * (x_row[j] - mean);", n);
+    cg_line(w, "const float rstd = (float)(1.0 / sqrt(sum_sq / %lld.0 + %s));", n, k->eps);
+}
+
+static void c_layernorm(cg_writer *w, const cg_rowwise *k) {
+    int indent = rowwise_open(w, k);
+    layernorm_stats(w, k);
+    cg_line(w, "float *out_row = %s + base;", k->out);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] = (x_row[j] - mean) * rstd * %s[j] + %s[j];", (long long)k->n,
+            k->weight, k->bias);
+    close_to(w, indent);
+}
+
+/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * weight. */
+static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
+    long long n = (long long)k->n;
+    int indent = rowwise_open(w, k);
+    layernorm_stats(w, k);
+    cg_line(w, "const float *dy_row = %s + base;", k->dy);
+    cg_line(w, "float *out_row = %s + base;", k->out);
+    cg_line(w, "double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
+    cg_line(w, "    const float dxhat = dy_row[j] * %s[j];", k->weight);
+    cg_line(w, "    sum_dxhat += dxhat;");
+    cg_line(w, "    sum_dxhat_xhat += (double)dxhat * ((x_row[j] - mean) * rstd);");
+    cg_line(w, "}");
+    cg_line(w, "const float mean_dxhat = (float)(sum_dxhat / %lld.0), mean_dxhat_xhat = (float)(sum_dxhat_xhat / %lld.0);", n, n);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++)", n);
+    cg_line(w, "    out_row[j] = rstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);", k->weight);
+    close_to(w, indent);
+}
+
+static void c_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
+    cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n);
+    int indent = rowwise_open(w, k);
+    layernorm_stats(w, k);
+    cg_line(w, "const float *dy_row = %s + base;", k->dy);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", (long long)k->n, k->out);
+    close_to(w, indent);
+}
+
+static void c_embed(cg_writer *w, const cg_embed *k) {
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const int32_t id = %s[r];", k->ids);
+    cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->n);
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: id %%d at position %%lld is outside [0, %lld)\", (int)id, (long long)r);",
+            k->where, (long long)k->n);
+    cg_line(w, "    return DMRT_ERR_DATA;");
+    cg_line(w, "}");
+    cg_line(w, "memcpy(%s + r * %lld, %s + (int64_t)id * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
+            (long long)k->cols, (long long)k->cols);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* The forward checked every id. */
+static void c_embed_grad(cg_writer *w, const cg_embed *k) {
+    long long c = (long long)k->cols;
+    cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n * c);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "float *out_row = %s + (int64_t)%s[r] * %lld;", k->out, k->ids, c);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] += %s[r * %lld + j];", c, k->dy, c);
+    w->indent--;
+    cg_line(w, "}");
+}
+
 const cg_dialect cg_dialect_c = {
     .name = "c",
     .loop_nest = c_loop_nest,
@@ -205,4 +369,12 @@ const cg_dialect cg_dialect_c = {
     .cross_entropy_grad = c_cross_entropy_grad,
     .sgd = c_sgd,
     .adamw = c_adamw,
+    .softmax = c_softmax,
+    .softmax_grad = c_softmax_grad,
+    .causal_mask = c_causal_mask,
+    .layernorm = c_layernorm,
+    .layernorm_grad = c_layernorm_grad,
+    .layernorm_wgrad = c_layernorm_wgrad,
+    .embed = c_embed,
+    .embed_grad = c_embed_grad,
 };

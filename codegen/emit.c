@@ -34,7 +34,10 @@ static const char *const reserved[] = {
     "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
     "volatile", "while", "ctx", "batch", "loss", "row", "drow", "max", "sum", "scale", "target", "total",
     "decay", "step_size", "bc2_sqrt", "denom", "d", "g", "r", "c", "i", "rng", "exp", "log", "sqrt",
-    "pow", "expf", "logf", "tanhf", "sqrtf", "memset", "snprintf", "NULL",
+    "pow", "expf", "logf", "tanhf", "sqrtf", "memset", "memcpy", "snprintf", "NULL", "INFINITY",
+    /* locals of the rowwise, embedding and batched-matmul kernels (dialect_c.c) */
+    "base", "j", "ib", "id", "query", "key", "out_row", "x_row", "y_row", "dy_row", "dot", "sum_sq", "mean", "rstd",
+    "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat",
 };
 
 static int is_reserved(const char *s) {
@@ -265,18 +268,120 @@ static void emit_copy(emitter *E, const ir_value *v) {
 static void emit_matmul(emitter *E, const ir_value *v) {
     const ir_type *a = &V(E, v->operands[0])->type, *b = &V(E, v->operands[1])->type;
     cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
-                 .b = E->cname[v->operands[1]], .c = E->cname[v->id]};
+                 .b = E->cname[v->operands[1]], .c = E->cname[v->id], .batch = 1};
     int64_t a_cols = a->shape[a->rank - 1], a_rows = ir_numel(a) / a_cols;
     int64_t b_cols = b->shape[b->rank - 1], b_rows = ir_numel(b) / b_cols;
+    if (v->batch_dims > 0) {
+        /* one product per batch element, of the last two dims */
+        for (int d = 0; d < v->batch_dims; d++) k.batch *= a->shape[d];
+        a_rows = a->shape[a->rank - 2];
+        b_rows = b->shape[b->rank - 2];
+        k.batch_stride_a = a_rows * a_cols;
+        k.batch_stride_b = b_rows * b_cols;
+        k.batch_stride_c = ir_numel(&v->type) / k.batch;
+    }
     k.lda = a_cols;
     k.ldb = b_cols;
     if (v->trans_a) {
-        k.m = a_cols, k.k = a_rows, k.n = b_cols;
+        k.m = a_cols, k.k = a_rows;
+        k.n = v->trans_b ? b_rows : b_cols;
     } else {
         k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
     }
     k.ldc = k.n;
     E->dialect->gemm(&E->w, &k);
+}
+
+/* slice copies a window of one dim; pad writes its operand into that window of zeros. */
+static void emit_slice(emitter *E, const ir_value *v) {
+    int pad = v->op == OP_PAD;
+    const ir_type *small = pad ? &V(E, v->operands[0])->type : &v->type;
+    const ir_type *big = pad ? &v->type : &V(E, v->operands[0])->type;
+    int64_t small_stride[IR_MAX_RANK], big_stride[IR_MAX_RANK];
+    contiguous_strides(small, small_stride);
+    contiguous_strides(big, big_stride);
+    cg_loop_nest k = {0};
+    literal lit;
+    k.rank = small->rank;
+    for (int d = 0; d < k.rank; d++) k.size[d] = small->shape[d];
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(&v->type);
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    int64_t window = v->offset * big_stride[v->axis];
+    memcpy(k.stride[0], pad ? small_stride : big_stride, sizeof small_stride);
+    memcpy(k.out_stride, pad ? big_stride : small_stride, sizeof small_stride);
+    if (pad) {
+        k.out_offset = window;
+        k.accumulate = 1; /* zeros first, then the window */
+    } else {
+        k.offset[0] = window;
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* Softmax, its gradient, the causal mask and layernorm: the operand viewed as (outer,
+ * n, inner) around the dim the op works along. */
+static void emit_rowwise(emitter *E, const ir_value *v) {
+    const ir_type *x = &V(E, v->operands[0])->type;
+    int axis = v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD ? v->axis : x->rank - 1;
+    if (v->op == OP_CAUSAL_MASK) axis = x->rank - 2;
+    cg_rowwise k = {.outer = 1, .n = x->shape[axis], .inner = 1, .out = E->cname[v->id]};
+    for (int d = 0; d < axis; d++) k.outer *= x->shape[d];
+    for (int d = axis + 1; d < x->rank; d++) k.inner *= x->shape[d];
+    char fill[64], eps[64];
+    const char *operand[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < v->n_operands; i++) operand[i] = E->cname[v->operands[i]];
+    switch (v->op) {
+    case OP_SOFTMAX:
+        k.x = operand[0];
+        E->dialect->softmax(&E->w, &k);
+        return;
+    case OP_SOFTMAX_GRAD:
+        k.y = operand[0], k.dy = operand[1];
+        E->dialect->softmax_grad(&E->w, &k);
+        return;
+    case OP_CAUSAL_MASK:
+        if (isinf(v->scalar)) snprintf(fill, sizeof fill, "%sINFINITY", v->scalar < 0 ? "-" : "");
+        else cg_float_literal(v->scalar, fill, sizeof fill);
+        k.x = operand[0], k.fill = fill;
+        E->dialect->causal_mask(&E->w, &k);
+        return;
+    default:
+        break;
+    }
+    cg_float_literal(v->scalar, eps, sizeof eps);
+    k.eps = eps;
+    k.x = operand[0];
+    if (v->op == OP_LAYERNORM) {
+        k.weight = operand[1], k.bias = operand[2];
+        E->dialect->layernorm(&E->w, &k);
+    } else if (v->op == OP_LAYERNORM_GRAD) {
+        k.weight = operand[1], k.dy = operand[2];
+        E->dialect->layernorm_grad(&E->w, &k);
+    } else {
+        k.dy = operand[1];
+        E->dialect->layernorm_wgrad(&E->w, &k);
+    }
+}
+
+static void emit_embed(emitter *E, const ir_value *v) {
+    char where[300];
+    snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
+    int grad = v->op == OP_EMBED_GRAD;
+    const ir_type *table = grad ? &v->type : &V(E, v->operands[0])->type;
+    const ir_type *ids = &V(E, v->operands[grad ? 0 : 1])->type;
+    cg_embed k = {.rows = ir_numel(ids), .n = table->shape[0], .cols = table->shape[1], .out = E->cname[v->id],
+                  .ids = E->cname[v->operands[grad ? 0 : 1]], .where = where};
+    if (grad) {
+        k.dy = E->cname[v->operands[1]];
+        E->dialect->embed_grad(&E->w, &k);
+    } else {
+        k.table = E->cname[v->operands[0]];
+        E->dialect->embed(&E->w, &k);
+    }
 }
 
 static void emit_loss(emitter *E, const ir_value *v, int grad) {
@@ -336,6 +441,11 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_LOSS: emit_loss(E, v, 0); break;
     case OPC_LOSS_GRAD: emit_loss(E, v, 1); break;
     case OPC_UPDATE: emit_update(E, v); break;
+    case OPC_SOFTMAX:
+    case OPC_MASK:
+    case OPC_NORM: emit_rowwise(E, v); break;
+    case OPC_SLICE: emit_slice(E, v); break;
+    case OPC_GATHER: emit_embed(E, v); break;
     case OPC_SOURCE: break;
     }
 }

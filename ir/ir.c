@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const ir_op_info op_infos[OP_COUNT] = {
-#define OP(id, nm, ar, cl, fw, bw) [OP_##id] = {.name = nm, .arity = ar, .cls = OPC_##cl, .forward = fw, .backward = bw},
+#define OP(id, nm, ar, cl, sh, fw, bw) [OP_##id] = {.name = nm, .arity = ar, .cls = OPC_##cl, .shard = sh, .forward = fw, .backward = bw},
 #include "ops.def"
 #undef OP
 };

@@ -11,7 +11,7 @@
 #include "diag.h"
 
 typedef enum ir_op {
-#define OP(id, name, arity, cls, fwd, bwd) OP_##id,
+#define OP(id, name, arity, cls, shard, fwd, bwd) OP_##id,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -20,12 +20,34 @@ typedef enum ir_op {
 typedef enum ir_op_class {
     OPC_SOURCE, OPC_UNARY, OPC_UNARY_GRAD, OPC_BINARY, OPC_REDUCE, OPC_BROADCAST,
     OPC_RESHAPE, OPC_TRANSPOSE, OPC_MATMUL, OPC_LOSS, OPC_LOSS_GRAD, OPC_UPDATE,
+    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER,
 } ir_op_class;
+
+/* How an op may be partitioned over a mesh axis (the rule the sharding pass applies;
+ * only recorded so far: every op runs unpartitioned).
+ *   SOURCE       the sharding is declared (input, param) or follows its user.
+ *   ELEMENTWISE  any dim may be split, the same way in operands and result; a size-1
+ *                (broadcast) dim of an operand stays whole.
+ *   REDUCE       kept dims keep their split; a split reduced dim leaves the result
+ *                partial over that axis (an allreduce or reduce-scatter completes it).
+ *   LAYOUT       reshape, transpose, slice: a split moves with its dim when the dim
+ *                survives whole; otherwise the operand is gathered first.
+ *   CONTRACT     matmul: batch and row dims of a and column dims of b carry their
+ *                split to the result; a split contracting dim makes it partial.
+ *   ROWWISE      softmax, layernorm, cross-entropy, masks: any dim but the one the op
+ *                works along may be split; that one must be whole (or the op needs
+ *                its own collective: cross-entropy over a split vocabulary).
+ *   GATHER       embedding: ids split like the result's leading dims; a table split
+ *                over its rows (vocabulary) gives a partial result. */
+typedef enum ir_shard_rule {
+    SHARD_SOURCE, SHARD_ELEMENTWISE, SHARD_REDUCE, SHARD_LAYOUT, SHARD_CONTRACT, SHARD_ROWWISE, SHARD_GATHER,
+} ir_shard_rule;
 
 typedef struct ir_op_info {
     const char *name;
     int arity;              /* -1: variadic */
     ir_op_class cls;
+    ir_shard_rule shard;
     const char *forward;    /* elementwise C expression, or NULL */
     const char *backward;   /* elementwise C expression of the gradient, or NULL */
 } ir_op_info;
@@ -94,8 +116,11 @@ typedef struct ir_value {
     ir_role role;
     ir_phase phase;
     /* attributes, by op */
-    double scalar;            /* CONST */
+    double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
+    int axis;                 /* SOFTMAX*, SLICE, PAD: the dim worked along */
+    int64_t offset;           /* SLICE, PAD: first element along axis */
+    int batch_dims;           /* MATMUL: leading dims shared by a, b and the result */
     int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
     int trans_a, trans_b;     /* MATMUL */
     ir_op unary;              /* UNARY_GRAD: the forward op */

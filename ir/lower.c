@@ -228,6 +228,18 @@ static int eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {
         if (eval_number(L, s, e->lhs, out)) return -1;
         *out = -*out;
         return 0;
+    case EXPR_CALL:
+        if (strcmp(e->name, "sqrt") == 0 && e->n_args == 1 && !e->has_dim_args && e->args[0]->kind != EXPR_KWARG) {
+            if (eval_number(L, s, e->args[0], out)) return -1;
+            if (*out < 0) {
+                dm_error(L->d, e->loc, "sqrt of a negative number (%g)", *out);
+                return -1;
+            }
+            *out = sqrt(*out);
+            return 0;
+        }
+        dm_error(L->d, e->loc, "only sqrt(...) may be called in a constant");
+        return -1;
     case EXPR_BINARY: {
         double a, b;
         if (eval_number(L, s, e->lhs, &a) || eval_number(L, s, e->rhs, &b)) return -1;
@@ -616,6 +628,45 @@ static void bind_failed(lowerer *L, scope *s, const dm_stmt *st) {
 
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out);
 
+static int is_call_of(const dm_expr *e, const char *name, int n_args) {
+    return e->kind == EXPR_CALL && strcmp(e->name, name) == 0 && e->n_args == n_args && !e->has_dim_args;
+}
+
+/* a @ b. `a @ transpose(b)` multiplies by b transposed in place (no copy of b), which
+ * is how a tied head (x @ transpose(wte.weight)) and attention scores (q @
+ * transpose(k)) are written. A right operand of rank 3 or more makes a batched
+ * product over the leading dims. */
+static int lower_matmul(lowerer *L, scope *s, const dm_expr *e) {
+    int trans_b = is_call_of(e->rhs, "transpose", 1) && e->rhs->args[0]->kind != EXPR_KWARG;
+    int a = lower_expr(L, s, e->lhs);
+    int b = lower_expr(L, s, trans_b ? e->rhs->args[0] : e->rhs);
+    if (a < 0 || b < 0) return -1;
+    const ir_type *tb = &val(L, b)->type;
+    if (trans_b && tb->rank < 2) {
+        dm_error(L->d, e->rhs->loc, "transpose needs at least two dimensions");
+        return -1;
+    }
+    ir_value *v = make(L, s, OP_MATMUL, (int[]){a, b}, 2, e->loc);
+    v->trans_b = trans_b;
+    v->batch_dims = tb->rank > 2 ? tb->rank - 2 : 0;
+    return shapes_infer(L->g, v, L->d) ? -1 : v->id;
+}
+
+/* A unary function of a constant, computed now (sqrt(HS) in a scale). */
+static int fold_unary(ir_op op, double x, double *out) {
+    switch (op) {
+    case OP_IDENTITY: *out = x; return 1;
+    case OP_NEG: *out = -x; return 1;
+    case OP_RELU: *out = x > 0 ? x : 0; return 1;
+    case OP_TANH: *out = tanh(x); return 1;
+    case OP_SIGMOID: *out = 1 / (1 + exp(-x)); return 1;
+    case OP_EXP: *out = exp(x); return 1;
+    case OP_LOG: *out = log(x); return x > 0;
+    case OP_SQRT: *out = sqrt(x); return x >= 0;
+    default: return 0;
+    }
+}
+
 static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
     switch (e->kind) {
     case EXPR_NUM:
@@ -641,13 +692,10 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
         return make_typed(L, s, OP_NEG, &x, 1, e->loc);
     }
     case EXPR_BINARY: {
+        if (e->op == '@') return lower_matmul(L, s, e);
         int a = lower_expr(L, s, e->lhs);
         int b = lower_expr(L, s, e->rhs);
         if (a < 0 || b < 0) return -1;
-        if (e->op == '@') {
-            int ab[2] = {a, b};
-            return make_typed(L, s, OP_MATMUL, ab, 2, e->loc);
-        }
         ir_value *va = val(L, a), *vb = val(L, b);
         if (va->op == OP_CONST && vb->op == OP_CONST) {
             double x = va->scalar, y = vb->scalar;
@@ -755,6 +803,70 @@ static int want_args(lowerer *L, const dm_expr *e, int lo, int hi) {
     return 0;
 }
 
+/* layernorm(x, weight, bias) or layernorm(x, weight, bias, eps = E); E defaults to 1e-5
+ * (GPT-2's and torch's). */
+static int lower_layernorm(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    double eps = 1e-5;
+    int n = e->n_args;
+    if (n > 0 && e->args[n - 1]->kind == EXPR_KWARG) {
+        const dm_expr *kw = e->args[--n];
+        if (strcmp(kw->name, "eps") != 0) {
+            dm_error(L->d, kw->loc, "layernorm has no argument '%s' (it takes eps)", kw->name);
+            return 1;
+        }
+        if (eval_number(L, s, kw->lhs, &eps)) return 1;
+        if (!(eps > 0)) {
+            dm_error(L->d, kw->lhs->loc, "layernorm eps must be positive, got %g", eps);
+            return 1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "layernorm's only keyword argument is eps, and it comes last");
+            return 1;
+        }
+    if (e->has_dim_args || n != 3) {
+        dm_error(L->d, e->loc, "layernorm takes (x, weight, bias) and optionally eps = E, got %d arguments", n);
+        return 1;
+    }
+    int ops[3];
+    for (int i = 0; i < 3; i++)
+        if ((ops[i] = lower_expr(L, s, e->args[i])) < 0) return 1;
+    ir_value *v = make(L, s, OP_LAYERNORM, ops, 3, e->loc);
+    v->scalar = eps;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* slice(x, DIM, START, END): elements START..END-1 of one dim (by name or index),
+ * START and END dim expressions (negative from the end, as in Python). */
+static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 4, 4)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const ir_type *t = &val(L, x)->type;
+    int axis = resolve_axis(L, t, e->args[1]);
+    int64_t start, end, size;
+    if (axis < 0 || eval_dim(L, s, e->args[2], &start) || eval_dim(L, s, e->args[3], &end)) return 1;
+    size = t->shape[axis];
+    if (start < 0) start += size;
+    if (end < 0) end += size;
+    if (start < 0 || end > size || start >= end) {
+        char ts[256];
+        ir_format_type(L->g, t, ts, sizeof ts);
+        dm_error(L->d, e->loc, "slice %lld:%lld of dim %d is empty or outside %s", (long long)start, (long long)end, axis, ts);
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_SLICE, &x, 1, e->loc);
+    v->type = *t;
+    v->type.shape[axis] = end - start;
+    v->type.dim_name[axis] = end - start == size ? t->dim_name[axis] : NULL;
+    v->axis = axis;
+    v->offset = start;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     const char *f = e->name;
@@ -763,7 +875,39 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) {
         if (want_args(L, e, 1, 1)) return 1;
         int x = lower_expr(L, s, e->args[0]);
-        if (x >= 0) *out = make_typed(L, s, unary, &x, 1, e->loc);
+        double folded;
+        if (x >= 0 && val(L, x)->op == OP_CONST && fold_unary(unary, val(L, x)->scalar, &folded))
+            *out = make_const(L, folded, e->loc);
+        else if (x >= 0)
+            *out = make_typed(L, s, unary, &x, 1, e->loc);
+        return 1;
+    }
+    if (strcmp(f, "softmax") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        int axis = resolve_axis(L, &val(L, x)->type, e->args[1]);
+        if (axis < 0) return 1;
+        ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
+        v->axis = axis;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "causal_mask") == 0) {
+        if (want_args(L, e, 1, 1)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        ir_value *v = make(L, s, OP_CAUSAL_MASK, &x, 1, e->loc);
+        v->scalar = -INFINITY;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "layernorm") == 0) return lower_layernorm(L, s, e, out);
+    if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
+    if (strcmp(f, "embed") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+        if (ops[0] >= 0 && ops[1] >= 0) *out = make_typed(L, s, OP_EMBED, ops, 2, e->loc);
         return 1;
     }
     if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) {

@@ -63,6 +63,19 @@ static void print_attrs(const ir_value *v, FILE *out) {
     case OPC_MATMUL:
         if (v->trans_a) fprintf(out, " trans_a");
         if (v->trans_b) fprintf(out, " trans_b");
+        if (v->batch_dims) fprintf(out, " batch_dims=%d", v->batch_dims);
+        break;
+    case OPC_SOFTMAX:
+        fprintf(out, " axis=%d", v->axis);
+        break;
+    case OPC_MASK:
+        fprintf(out, " fill=%.9g", v->scalar);
+        break;
+    case OPC_NORM:
+        fprintf(out, " eps=%.9g", v->scalar);
+        break;
+    case OPC_SLICE:
+        fprintf(out, " axis=%d offset=%lld", v->axis, (long long)v->offset);
         break;
     case OPC_UNARY_GRAD:
         fprintf(out, " of=%s", ir_op_info_of(v->unary)->name);

@@ -173,19 +173,91 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
             m->phase = PHASE_BACKWARD;
             m->name = n0;
             m->trans_b = !v->trans_b;
+            m->batch_dims = v->batch_dims;
             A->errors += shapes_infer(A->g, m, A->d);
             accumulate(A, x0, m->id, loc);
         }
         if (needs[x1]) {
-            /* db = a^T @ dy (rows of a and dy flattened); with trans_b, db = dy^T @ a */
+            /* db = a^T @ dy (rows of a and dy flattened unless batched); with trans_b,
+             * db = dy^T @ a */
             int ops[2] = {x0, dy};
             if (v->trans_b) ops[0] = dy, ops[1] = x0;
             ir_value *m = ir_add(A->g, OP_MATMUL, ops, 2, loc);
             m->phase = PHASE_BACKWARD;
             m->name = n1;
             m->trans_a = 1;
+            m->batch_dims = v->batch_dims;
             A->errors += shapes_infer(A->g, m, A->d);
             accumulate(A, x1, m->id, loc);
+        }
+        return;
+    }
+    case OPC_SOFTMAX: {
+        if (v->op != OP_SOFTMAX) break;
+        ir_value *gv = ir_add(A->g, OP_SOFTMAX_GRAD, (int[]){v->id, dy}, 2, loc);
+        gv->phase = PHASE_BACKWARD;
+        gv->name = n0;
+        gv->axis = v->axis;
+        A->errors += shapes_infer(A->g, gv, A->d);
+        accumulate(A, x0, gv->id, loc);
+        return;
+    }
+    case OPC_MASK: {
+        /* masked elements do not depend on x: their gradient is zero */
+        ir_value *gv = ir_add(A->g, OP_CAUSAL_MASK, &dy, 1, loc);
+        gv->phase = PHASE_BACKWARD;
+        gv->name = n0;
+        gv->scalar = 0.0;
+        A->errors += shapes_infer(A->g, gv, A->d);
+        accumulate(A, x0, gv->id, loc);
+        return;
+    }
+    case OPC_NORM: {
+        if (v->op != OP_LAYERNORM) break;
+        int x2 = v->operands[2];
+        if (needs[x0]) {
+            ir_value *gv = ir_add(A->g, OP_LAYERNORM_GRAD, (int[]){x0, x1, dy}, 3, loc);
+            gv->phase = PHASE_BACKWARD;
+            gv->name = n0;
+            gv->scalar = v->scalar;
+            A->errors += shapes_infer(A->g, gv, A->d);
+            accumulate(A, x0, gv->id, loc);
+        }
+        if (needs[x1]) {
+            ir_value *gv = ir_add(A->g, OP_LAYERNORM_WGRAD, (int[]){x0, dy}, 2, loc);
+            gv->phase = PHASE_BACKWARD;
+            gv->name = n1;
+            gv->scalar = v->scalar;
+            A->errors += shapes_infer(A->g, gv, A->d);
+            accumulate(A, x1, gv->id, loc);
+        }
+        if (needs[x2]) {
+            const char *n2 = V(A, x2)->name ? ir_internf(A->g, "d_%s", V(A, x2)->name) : NULL;
+            accumulate(A, x2, sum_to(A, dy, &V(A, x2)->type, loc, n2), loc);
+        }
+        return;
+    }
+    case OPC_SLICE: {
+        /* slice and pad are each other's gradient */
+        ir_value *gv = ir_add(A->g, v->op == OP_SLICE ? OP_PAD : OP_SLICE, &dy, 1, loc);
+        gv->phase = PHASE_BACKWARD;
+        gv->name = n0;
+        gv->axis = v->axis;
+        gv->offset = v->offset;
+        gv->type = V(A, x0)->type;
+        A->errors += shapes_infer(A->g, gv, A->d);
+        accumulate(A, x0, gv->id, loc);
+        return;
+    }
+    case OPC_GATHER: {
+        if (v->op != OP_EMBED) break;
+        if (needs[x0]) {
+            ir_value *gv = ir_add(A->g, OP_EMBED_GRAD, (int[]){x1, dy}, 2, loc);
+            gv->phase = PHASE_BACKWARD;
+            gv->name = n0;
+            gv->type = V(A, x0)->type;
+            A->errors += shapes_infer(A->g, gv, A->d);
+            accumulate(A, x0, gv->id, loc);
         }
         return;
     }
@@ -197,10 +269,10 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     case OPC_UNARY_GRAD:
     case OPC_LOSS_GRAD:
     case OPC_UPDATE:
-        dm_error(A->d, loc, "internal: %s cannot be differentiated", info->name);
-        A->errors++;
-        return;
+        break;
     }
+    dm_error(A->d, loc, "internal: %s cannot be differentiated", info->name);
+    A->errors++;
 }
 
 int pass_autodiff(ir_graph *g, dm_diag *d) {

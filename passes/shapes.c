@@ -117,6 +117,37 @@ static int rule_transpose(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
+static int same_dims(const ir_type *a, const ir_type *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+/* Batched: (batch..., M, K) @ (batch..., K, N), the last two dims of either transposed
+ * by trans_a / trans_b. */
+static int rule_batched_matmul(ir_graph *g, ir_value *v, dm_diag *d, const char *sa, const char *sb) {
+    const ir_type *a = operand_type(g, v, 0), *b = operand_type(g, v, 1);
+    int nb = v->batch_dims;
+    if (a->rank != nb + 2 || b->rank != nb + 2 || !same_dims(a, b, nb)) {
+        dm_error(d, v->loc, "batched matmul needs operands of the same rank with the same leading dims, got %s @ %s", sa, sb);
+        return 1;
+    }
+    int am = v->trans_a ? nb + 1 : nb, ak = v->trans_a ? nb : nb + 1;
+    int bk = v->trans_b ? nb + 1 : nb, bn = v->trans_b ? nb : nb + 1;
+    if (a->shape[ak] != b->shape[bk]) {
+        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", sa, sb,
+                 (long long)a->shape[ak], (long long)b->shape[bk]);
+        return 1;
+    }
+    ir_type t;
+    set_scalar(&t, DT_F32);
+    for (int i = 0; i < nb; i++) copy_dim(&t, t.rank++, a, i);
+    copy_dim(&t, t.rank++, a, am);
+    copy_dim(&t, t.rank++, b, bn);
+    v->type = t;
+    return 0;
+}
+
 /* See ir/ops.def for the layouts of a and b. */
 static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
     const ir_type *a = operand_type(g, v, 0), *b = operand_type(g, v, 1);
@@ -126,6 +157,7 @@ static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
     char sa[256], sb[256];
     type_str(g, a, sa, sizeof sa);
     type_str(g, b, sb, sizeof sb);
+    if (v->batch_dims > 0) return rule_batched_matmul(g, v, d, sa, sb);
     ir_type t;
     set_scalar(&t, DT_F32);
     if (v->trans_a) {
@@ -187,6 +219,109 @@ static int rule_update(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
+static int rule_softmax(ir_graph *g, ir_value *v, dm_diag *d) {
+    int errors = 0;
+    for (int k = 0; k < v->n_operands && !errors; k++) errors += want_f32(g, v, k, d);
+    v->type = *operand_type(g, v, 0);
+    v->type.partial = 0;
+    if (!errors && (v->axis < 0 || v->axis >= v->type.rank)) {
+        dm_error(d, v->loc, "%s needs a dimension to work along", ir_op_info_of(v->op)->name);
+        errors++;
+    }
+    return errors;
+}
+
+static int rule_mask(ir_graph *g, ir_value *v, dm_diag *d) {
+    int errors = want_f32(g, v, 0, d);
+    v->type = *operand_type(g, v, 0);
+    if (!errors && v->type.rank < 2) {
+        char sa[256];
+        type_str(g, &v->type, sa, sizeof sa);
+        dm_error(d, v->loc, "causal_mask needs at least two dims (query, key), got %s", sa);
+        errors++;
+    }
+    return errors;
+}
+
+/* layernorm (x, weight, bias), its x gradient (x, weight, dy) and weight gradient (x, dy):
+ * weight and bias are vectors as long as x's last dim. */
+static int rule_norm(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *x = operand_type(g, v, 0);
+    int errors = 0;
+    for (int k = 0; k < v->n_operands && !errors; k++) errors += want_f32(g, v, k, d);
+    if (errors) return errors;
+    char sx[256], sw[256];
+    type_str(g, x, sx, sizeof sx);
+    if (x->rank < 1) {
+        dm_error(d, v->loc, "layernorm needs at least one dim, got %s", sx);
+        return 1;
+    }
+    int64_t c = x->shape[x->rank - 1];
+    int n_vectors = v->op == OP_LAYERNORM ? 2 : v->op == OP_LAYERNORM_GRAD ? 1 : 0;
+    for (int k = 1; k <= n_vectors; k++) {
+        const ir_type *p = operand_type(g, v, k);
+        if (p->rank != 1 || p->shape[0] != c) {
+            const char *what = k == 1 ? "weight" : "bias";
+            type_str(g, p, sw, sizeof sw);
+            dm_error(d, v->loc, "layernorm %s must be a vector as long as x's last dim: x %s, %s %s", what, sx, what, sw);
+            return 1;
+        }
+    }
+    if (v->op == OP_LAYERNORM_WGRAD) {
+        set_scalar(&v->type, DT_F32);
+        v->type.rank = 1;
+        copy_dim(&v->type, 0, x, x->rank - 1);
+    } else {
+        v->type = *x;
+        v->type.partial = 0;
+    }
+    return 0;
+}
+
+/* slice and pad: the result's type is preset by the maker; checked against the operand. */
+static int rule_slice(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *x = operand_type(g, v, 0);
+    const ir_type *small = v->op == OP_SLICE ? &v->type : x, *big = v->op == OP_SLICE ? x : &v->type;
+    int ok = small->rank == big->rank && v->axis >= 0 && v->axis < big->rank && v->offset >= 0 &&
+             v->offset + small->shape[v->axis] <= big->shape[v->axis];
+    for (int i = 0; ok && i < big->rank; i++) ok = i == v->axis || small->shape[i] == big->shape[i];
+    v->type.dtype = x->dtype;
+    if (!ok) {
+        char sa[256], sb[256];
+        type_str(g, x, sa, sizeof sa);
+        type_str(g, &v->type, sb, sizeof sb);
+        dm_error(d, v->loc, "%s of %s to %s at offset %lld of dim %d is out of bounds", ir_op_info_of(v->op)->name, sa,
+                 sb, (long long)v->offset, v->axis);
+        return 1;
+    }
+    return 0;
+}
+
+/* embed (table (N, C), ids (...)) -> (..., C); embed_grad (ids, dy) -> the table's
+ * shape, preset by autodiff. */
+static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
+    int grad = v->op == OP_EMBED_GRAD;
+    const ir_type *table = grad ? &v->type : operand_type(g, v, 0);
+    const ir_type *ids = operand_type(g, v, grad ? 0 : 1);
+    char st[256], si[256];
+    type_str(g, table, st, sizeof st);
+    type_str(g, ids, si, sizeof si);
+    if (table->dtype != DT_F32 || table->rank != 2 || ids->dtype != DT_I32 || ids->rank + 1 > IR_MAX_RANK) {
+        dm_error(d, v->loc, "embed expects an f32 table [N, C] and i32 ids, got %s and %s", st, si);
+        return 1;
+    }
+    if (grad) {
+        v->type.dtype = DT_F32;
+        return 0;
+    }
+    ir_type t;
+    set_scalar(&t, DT_F32);
+    for (int i = 0; i < ids->rank; i++) copy_dim(&t, t.rank++, ids, i);
+    copy_dim(&t, t.rank++, table, 1);
+    v->type = t;
+    return 0;
+}
+
 typedef int (*shape_rule)(ir_graph *, ir_value *, dm_diag *);
 
 static const shape_rule rules_by_class[] = {
@@ -196,6 +331,9 @@ static const shape_rule rules_by_class[] = {
     [OPC_RESHAPE] = rule_keep_preset, [OPC_TRANSPOSE] = rule_transpose,
     [OPC_MATMUL] = rule_matmul,       [OPC_LOSS] = rule_loss,
     [OPC_LOSS_GRAD] = rule_loss_grad, [OPC_UPDATE] = rule_update,
+    [OPC_SOFTMAX] = rule_softmax,     [OPC_MASK] = rule_mask,
+    [OPC_NORM] = rule_norm,           [OPC_SLICE] = rule_slice,
+    [OPC_GATHER] = rule_gather,
 };
 
 int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {

@@ -33,6 +33,8 @@ CASES = {
     "repeat": ("tests/golden/repeat.dm", []),
     "repeat.lower": ("tests/golden/repeat.dm", ["--set", "L=2", "--stop-after=lower"]),
     "alias": ("tests/golden/alias.dm", []),
+    "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
+    "transformer": ("tests/ref/ops/transformer.dm", []),
 }
 # known bugs: goldens in bugs/, written by hand
 KNOWN_BUGS = {

@@ -19,6 +19,10 @@ rule):
   layers.dm       a parameter used several times, a layer called twice, a repeat layer
                   of nested blocks, a block reading a top-level parameter
   xent.dm         cross_entropy over [B, T, V] logits with [B, T] targets
+  transformer.dm  embed, layernorm (eps given), slice (last and middle dims, negative
+                  bounds), heads split/merged, batched matmul with transpose folded
+                  into it, causal_mask, softmax over the last and a middle dim, sqrt,
+                  a head tied to the embedding table
 
 Every model is trained with plain SGD (lr 0.1) for 3 steps by one `dmc run` (--init:
 random parameters from a fixed seed, positive where they divide; --batch-file: 3
@@ -159,6 +163,24 @@ def xent_loss(torch, F, p, i):
     return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1)) + 0.01 * (logits * logits).mean()
 
 
+def transformer_loss(torch, F, p, i):
+    B, T, C, V, NH = 2, 5, 6, 7, 2
+    hs = C // NH
+    ids = i["ids"]
+    e = p["table"][ids]
+    n = F.layer_norm(e, (C,), p["lnw"], p["lnb"], eps=1e-3)
+    q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in (n @ p["wqkv"]).split(C, dim=-1))
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    # dmc folds sqrt(C / NH) to a float32 constant: round it the same way
+    scale = torch.tensor(hs ** 0.5, dtype=torch.float32).to(q.dtype)
+    att = torch.softmax((q @ k.transpose(-1, -2) / scale).masked_fill(~causal, float("-inf")), dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    s2 = torch.softmax(y * p["w2"], dim=1)
+    m = e[:, 1:-1, :]
+    logits = (y + s2) @ p["table"].t()
+    return F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1)) + (m * m).mean() + torch.sqrt(s2 + 1).mean()
+
+
 def _lin_params(prefix, n_in, n_out):
     return [(prefix + ".weight", (n_in, n_out), ("normal", (2.0 / (n_in + n_out)) ** 0.5)),
             (prefix + ".bias", (n_out,), ("normal", 0.1))]
@@ -191,6 +213,11 @@ MODELS = [
      [("wte", (5, 7), ("normal", 1.0)), ("b", (7,), ("normal", 0.1)),
       ("ln", (5,), ("positive",))],
      xent_loss),
+    ("transformer", {"ids": ((2, 5), ("i32", 7))},
+     [("table", (7, 6), ("normal", 1.0)), ("lnw", (6,), ("positive",)),
+      ("lnb", (6,), ("normal", 0.5)), ("wqkv", (6, 18), ("normal", 0.5)),
+      ("w2", (5, 6), ("normal", 1.0))],
+     transformer_loss),
 ]
 
 

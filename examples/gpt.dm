@@ -1,0 +1,89 @@
+# gpt.dm: GPT-2 (Radford et al., 2019). Parameter names and shapes follow the Hugging Face
+# GPT-2 checkpoint, so its model.safetensors loads with `--init`. The sizes are named as in
+# llm.c; the defaults are GPT-2 124M, and any other config is one --set away:
+#   dmc --explain examples/gpt.dm
+#   dmc run examples/gpt.dm --set V=256,T=64,C=128,NH=4,L=4,B=16 \
+#       --data text:/usr/share/games/fortunes/cookie --steps 2000 --sample 400
+
+dim B = 4        # batch
+dim T = 1024     # context length
+dim V = 50257    # vocabulary
+dim C = 768      # width (channels)
+dim NH = 12      # attention heads
+dim L = 12       # layers
+
+# Hugging Face's Conv1D: weight stored [in, out], y = x @ weight + bias
+block linear[IN, OUT](x) {
+    param weight : f32[IN, OUT] = normal(0, 0.02)
+    param bias   : f32[OUT] = zeros
+    return x @ weight + bias
+}
+
+# the projections back into the residual stream start smaller, as in GPT-2
+block projection[IN, OUT](x) {
+    param weight : f32[IN, OUT] = normal(0, 0.02 / sqrt(2 * L))
+    param bias   : f32[OUT] = zeros
+    return x @ weight + bias
+}
+
+block norm[C](x) {
+    param weight : f32[C] = ones
+    param bias   : f32[C] = zeros
+    return layernorm(x, weight, bias, eps = 1e-5)
+}
+
+# causal self-attention, heads split from and merged back into C
+block attention[C, NH](x) {
+    dim HS = C / NH                                                 # head size
+    layer c_attn = linear[C, 3 * C]
+    layer c_proj = projection[C, C]
+    qkv = c_attn(x)                                                 # [B, T, 3C]: q | k | v
+    q = transpose(reshape(slice(qkv, -1, 0, C), [B, T, NH, HS]), T, NH)           # [B, NH, T, HS]
+    k = transpose(reshape(slice(qkv, -1, C, 2 * C), [B, T, NH, HS]), T, NH)
+    v = transpose(reshape(slice(qkv, -1, 2 * C, 3 * C), [B, T, NH, HS]), T, NH)
+    att = softmax(causal_mask(q @ transpose(k) / sqrt(HS)), -1)    # [B, NH, T, T]
+    y = reshape(transpose(att @ v, NH, T), [B, T, C])               # heads merged
+    return c_proj(y)
+}
+
+block feed_forward[C](x) {
+    layer c_fc = linear[C, 4 * C]
+    layer c_proj = projection[4 * C, C]
+    return c_proj(gelu(c_fc(x)))
+}
+
+block transformer_block[C, NH](x) {
+    layer ln_1 = norm[C]
+    layer attn = attention[C, NH]
+    layer ln_2 = norm[C]
+    layer mlp = feed_forward[C]
+    x_attn = x + attn(ln_1(x))                                      # residual adds
+    return x_attn + mlp(ln_2(x_attn))
+}
+
+block token_embedding[N, C](ids) {
+    param weight : f32[N, C] = normal(0, 0.02)
+    return embed(weight, ids)
+}
+
+# position t's vector is row t of the table, the same for every sequence of the batch
+block position_embedding[N, C](x) {
+    param weight : f32[N, C] = normal(0, 0.01)
+    return x + weight
+}
+
+input tokens  : i32[B, T]
+input targets : i32[B, T]     # tokens shifted by one
+
+layer wte = token_embedding[V, C]
+layer wpe = position_embedding[T, C]
+layer h = repeat L transformer_block[C, NH]
+layer ln_f = norm[C]
+
+x = wpe(wte(tokens))                                # [B, T, C]
+logits = ln_f(h(x)) @ transpose(wte.weight)         # the head is tied to the token embedding: [B, T, V]
+loss = cross_entropy(logits, targets)
+
+output logits
+minimize loss
+optimizer adamw(lr = 1e-3, weight_decay = 0.01)

@@ -1,0 +1,3 @@
+input v : f32[5]
+m = causal_mask(v)
+w = v @ transpose(v)
