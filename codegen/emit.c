@@ -446,6 +446,11 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_NORM: emit_rowwise(E, v); break;
     case OPC_SLICE: emit_slice(E, v); break;
     case OPC_GATHER: emit_embed(E, v); break;
+    case OPC_COLLECTIVE:
+        /* the driver stops before codegen while SPMD generation is missing; never
+         * produce code that silently skips a collective */
+        cg_line(&E->w, "#error \"dmc: code generation for %s is not implemented\"", info->name);
+        break;
     case OPC_SOURCE: break;
     }
 }

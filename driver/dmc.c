@@ -37,7 +37,7 @@ static const char usage[] =
     "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...)\n"
     "  --mesh AXIS=N[,AXIS=N...]  override mesh axis sizes (mesh(AXIS = ...))\n"
     "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
-    "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff or optimizer\n"
+    "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff, optimizer or shard\n"
     "  -o DIR                     output directory (created if missing)\n"
     "  --help, --version\n"
     "\n"
@@ -51,7 +51,7 @@ typedef struct options {
     const char *out_dir;
     const char *name;
     const char *emit;         /* "ir" or NULL */
-    const char *stop_after;   /* lower | autodiff | optimizer */
+    const char *stop_after;   /* lower | autodiff | optimizer | shard */
     int explain;              /* 0, 1 text, 2 json */
     int check;
     int run;
@@ -152,8 +152,8 @@ static int parse_args(int argc, char **argv, options *o) {
             }
             o->emit = v;
         } else if ((v = option_value(argc, argv, &i, "--stop-after"))) {
-            if (strcmp(v, "lower") && strcmp(v, "autodiff") && strcmp(v, "optimizer")) {
-                fprintf(stderr, "dmc: error: --stop-after takes lower, autodiff or optimizer, got '%s'\n", v);
+            if (strcmp(v, "lower") && strcmp(v, "autodiff") && strcmp(v, "optimizer") && strcmp(v, "shard")) {
+                fprintf(stderr, "dmc: error: --stop-after takes lower, autodiff, optimizer or shard, got '%s'\n", v);
                 return -1;
             }
             o->stop_after = v;
@@ -347,6 +347,7 @@ int main(int argc, char **argv) {
     dm_diag_init(&diag, &src, stderr);
     dm_program *prog = dm_parse(&diag);
     ir_graph *g = NULL;
+    dm_reshard_list reshards = {0};
     int status = 1;
     if (diag.n_errors == 0) {
         dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh};
@@ -363,12 +364,17 @@ int main(int argc, char **argv) {
     VERIFY("lower");
     int stop_lower = o.stop_after && strcmp(o.stop_after, "lower") == 0;
     int stop_autodiff = o.stop_after && strcmp(o.stop_after, "autodiff") == 0;
+    int stop_optimizer = o.stop_after && strcmp(o.stop_after, "optimizer") == 0;
     if (!stop_lower) {
         if (pass_autodiff(g, &diag)) goto done;
         VERIFY("autodiff");
         if (!stop_autodiff) {
             if (pass_optimizer(g, &diag)) goto done;
             VERIFY("optimizer");
+            if (!stop_optimizer) {
+                if (pass_shard(g, &reshards, &diag)) goto done;
+                VERIFY("shard");
+            }
         }
     }
     if (o.emit) {
@@ -383,10 +389,17 @@ int main(int argc, char **argv) {
     dm_memory_plan plan;
     pass_memory(g, &plan);
     if (o.explain) {
-        explain_print(g, &plan, o.input, o.explain == 2, stdout);
+        explain_print(g, &plan, &reshards, o.input, o.explain == 2, stdout);
         status = 0;
     } else if (o.check) {
         status = 0;
+    } else if (ir_is_partitioned(g)) {
+        /* partitioned (SPMD) code generation is not written yet: say so rather than emit
+         * code that would run a shard as if it were the whole */
+        fprintf(stderr, "%s: error: on this mesh the program is partitioned (%d collective%s); generating partitioned "
+                        "code is not implemented yet (see the plan with --explain, or run on a mesh whose axes have "
+                        "size 1)\n",
+                o.input, reshards.n, reshards.n == 1 ? "" : "s");
     } else {
         char tmp_dir[PATH_MAX] = "";
         const char *dir = o.out_dir;
@@ -410,6 +423,7 @@ int main(int argc, char **argv) {
     }
     dm_memory_plan_free(&plan);
 done:
+    dm_reshard_list_free(&reshards);
     ir_graph_free(g);
     dm_source_free(&src);
     for (int i = 0; i < o.n_dims; i++) free((char *)o.dims[i].name);

@@ -34,6 +34,23 @@ int64_t ir_numel(const ir_type *t) {
     return n;
 }
 
+int64_t ir_local_numel(const ir_graph *g, const ir_type *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->split[i] == IR_REPLICATED ? t->shape[i] : t->shape[i] / g->axes[t->split[i]].size;
+    return n;
+}
+
+int ir_is_partitioned(const ir_graph *g) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_type *t = &g->values[i]->type;
+        if (t->partial) return 1;
+        for (int d = 0; d < t->rank; d++)
+            if (t->split[d] != IR_REPLICATED) return 1;
+    }
+    return 0;
+}
+
 typedef struct ir_strings {
     struct ir_strings *next;
     char text[];
@@ -118,7 +135,7 @@ void *ir_grow(void *array, int count, size_t item_size) {
     return grown;
 }
 
-ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc) {
+void ir_append_value(ir_graph *g, ir_value *v) {
     if (g->n_values == g->cap_values) {
         g->cap_values = g->cap_values ? g->cap_values * 2 : 64;
         ir_value **grown = realloc(g->values, (size_t)g->cap_values * sizeof *grown);
@@ -128,8 +145,12 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
         }
         g->values = grown;
     }
-    ir_value *v = xcalloc(1, sizeof *v);
     v->id = g->n_values;
+    g->values[g->n_values++] = v;
+}
+
+ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc) {
+    ir_value *v = xcalloc(1, sizeof *v);
     v->op = op;
     v->n_operands = n_operands;
     v->operands = xcalloc((size_t)n_operands, sizeof(int));
@@ -138,7 +159,7 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
     v->param_index = -1;
     v->unary = OP_COUNT;
     for (int i = 0; i < IR_MAX_RANK; i++) v->type.split[i] = IR_REPLICATED;
-    g->values[g->n_values++] = v;
+    ir_append_value(g, v);
     return v;
 }
 

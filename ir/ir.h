@@ -20,7 +20,7 @@ typedef enum ir_op {
 typedef enum ir_op_class {
     OPC_SOURCE, OPC_UNARY, OPC_UNARY_GRAD, OPC_BINARY, OPC_REDUCE, OPC_BROADCAST,
     OPC_RESHAPE, OPC_TRANSPOSE, OPC_MATMUL, OPC_LOSS, OPC_LOSS_GRAD, OPC_UPDATE,
-    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER,
+    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER, OPC_COLLECTIVE,
 } ir_op_class;
 
 /* How an op may be partitioned over a mesh axis (the rule the sharding pass applies;
@@ -38,9 +38,11 @@ typedef enum ir_op_class {
  *                works along may be split; that one must be whole (or the op needs
  *                its own collective: cross-entropy over a split vocabulary).
  *   GATHER       embedding: ids split like the result's leading dims; a table split
- *                over its rows (vocabulary) gives a partial result. */
+ *                over its rows (vocabulary) gives a partial result.
+ *   COLLECTIVE   inserted by the sharding pass: the op is the change of sharding. */
 typedef enum ir_shard_rule {
     SHARD_SOURCE, SHARD_ELEMENTWISE, SHARD_REDUCE, SHARD_LAYOUT, SHARD_CONTRACT, SHARD_ROWWISE, SHARD_GATHER,
+    SHARD_COLLECTIVE,
 } ir_shard_rule;
 
 typedef struct ir_op_info {
@@ -118,7 +120,9 @@ typedef struct ir_value {
     /* attributes, by op */
     double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
-    int axis;                 /* SOFTMAX*, SLICE, PAD: the dim worked along */
+    int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along */
+    int axis2;                /* ALLTOALL: the dim that becomes split */
+    int mesh_axis;            /* collectives: the mesh axis communicated over */
     int64_t offset;           /* SLICE, PAD: first element along axis */
     int batch_dims;           /* MATMUL: leading dims shared by a, b and the result */
     int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
@@ -170,10 +174,17 @@ unsigned ir_hash_string(const char *s);
  * items costs O(n). Aborts when out of memory. */
 void *ir_grow(void *array, int count, size_t item_size);
 
+/* Elements of one rank's shard: split dims divided by their mesh axis size. */
+int64_t ir_local_numel(const struct ir_graph *g, const ir_type *t);
+/* Whether any value is split or has a pending sum (the program runs partitioned). */
+int ir_is_partitioned(const struct ir_graph *g);
+
 /* Appends a value with the given operands; the type is left for the shape rules
  * (passes/shapes.c) unless the caller sets it. */
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc);
 void ir_append_id(ir_graph *g, int **list, int *n, int id);
+/* Appends an existing value (a pass rebuilding the list in a new order); sets its id. */
+void ir_append_value(ir_graph *g, ir_value *v);
 
 /* Prints the graph, one value per line, in a stable format (golden tests use it). */
 void ir_print(const ir_graph *g, FILE *out);

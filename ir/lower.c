@@ -883,11 +883,15 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
         return 1;
     }
     if (strcmp(f, "softmax") == 0) {
-        if (want_args(L, e, 2, 2)) return 1;
+        if (want_args(L, e, 1, 2)) return 1;
         int x = lower_expr(L, s, e->args[0]);
         if (x < 0) return 1;
-        int axis = resolve_axis(L, &val(L, x)->type, e->args[1]);
-        if (axis < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        int axis = e->n_args == 2 ? resolve_axis(L, t, e->args[1]) : t->rank - 1;
+        if (axis < 0) {
+            if (t->rank == 0) dm_error(L->d, e->loc, "softmax of a scalar");
+            return 1;
+        }
         ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
         v->axis = axis;
         *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;

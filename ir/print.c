@@ -43,7 +43,7 @@ static const char *role_name(ir_role r) {
     return "";
 }
 
-static void print_attrs(const ir_value *v, FILE *out) {
+static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
     const ir_op_info *info = ir_op_info_of(v->op);
     switch (info->cls) {
     case OPC_REDUCE:
@@ -76,6 +76,11 @@ static void print_attrs(const ir_value *v, FILE *out) {
         break;
     case OPC_SLICE:
         fprintf(out, " axis=%d offset=%lld", v->axis, (long long)v->offset);
+        break;
+    case OPC_COLLECTIVE:
+        fprintf(out, " over=%s", g->axes[v->mesh_axis].name);
+        if (v->op != OP_ALLREDUCE) fprintf(out, " dim=%d", v->axis);
+        if (v->op == OP_ALLTOALL) fprintf(out, " to_dim=%d", v->axis2);
         break;
     case OPC_UNARY_GRAD:
         fprintf(out, " of=%s", ir_op_info_of(v->unary)->name);
@@ -120,7 +125,7 @@ void ir_print(const ir_graph *g, FILE *out) {
         if (v->name) fprintf(out, " %s", v->name);
         fprintf(out, " : %s%s = %s", role_name(v->role), type, ir_op_info_of(v->op)->name);
         for (int k = 0; k < v->n_operands; k++) fprintf(out, "%s%%%d", k ? ", " : " ", v->operands[k]);
-        print_attrs(v, out);
+        print_attrs(g, v, out);
         fprintf(out, "  # line %d\n", v->loc.line);
     }
     if (g->loss >= 0) fprintf(out, "loss %%%d\n", g->loss);

@@ -269,6 +269,7 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     case OPC_UNARY_GRAD:
     case OPC_LOSS_GRAD:
     case OPC_UPDATE:
+    case OPC_COLLECTIVE: /* inserted after autodiff (passes/shard.c) */
         break;
     }
     dm_error(A->d, loc, "internal: %s cannot be differentiated", info->name);

@@ -25,7 +25,8 @@ static void list_values_json(const ir_graph *g, const int *ids, int n, FILE *out
         json_string(out, v->name ? v->name : "");
         fprintf(out, ", \"type\": ");
         json_string(out, type);
-        fprintf(out, ", \"elements\": %lld, \"line\": %d}", (long long)ir_numel(&v->type), v->loc.line);
+        fprintf(out, ", \"elements\": %lld, \"elements_per_rank\": %lld, \"line\": %d}", (long long)ir_numel(&v->type),
+                (long long)ir_local_numel(g, &v->type), v->loc.line);
     }
     fputc(']', out);
 }
@@ -41,7 +42,74 @@ static void list_values(const ir_graph *g, const char *title, const int *ids, in
     }
 }
 
-void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, int json, FILE *out) {
+/* "allreduce over data", "allgather over tensor of dim 1" */
+static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size_t size) {
+    const char *axis = g->axes[c->mesh_axis].name;
+    switch (c->op) {
+    case OP_ALLREDUCE: snprintf(buf, size, "allreduce(%s)", axis); break;
+    case OP_ALLTOALL: snprintf(buf, size, "alltoall(%s, dim %d -> %d)", axis, c->axis, c->axis2); break;
+    default: snprintf(buf, size, "%s(%s, dim %d)", ir_op_info_of(c->op)->name, axis, c->axis); break;
+    }
+}
+
+/* Bytes one rank contributes: its shard of the operand (a local slice moves nothing). */
+static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
+    if (c->op == OP_SHARD_SLICE) return 0;
+    return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
+}
+
+static const char *const phase_names[] = {"forward", "backward", "update"};
+
+static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+    if (!r || r->n == 0) {
+        fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
+        return;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < r->n; i++) total += collective_bytes(g, g->values[r->items[i].value]);
+    char t[32];
+    mib((double)total / 4.0, t, sizeof t);
+    fprintf(out, "\ncollectives: %d per step, %s per rank\n", r->n, t);
+    for (int i = 0; i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        const ir_value *src = g->values[c->operands[0]];
+        char op[96], type[256], bytes[32];
+        collective_str(g, c, op, sizeof op);
+        ir_format_type(g, &src->type, type, sizeof type);
+        mib((double)collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
+        fprintf(out, "  %-8s %-28s %-30s %-28s %12s  line %-4d %s\n", phase_names[c->phase], op,
+                src->name ? src->name : "?", type, bytes, r->items[i].source_line, r->items[i].reason);
+    }
+    fprintf(out, "\n");
+}
+
+static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+    fprintf(out, "[");
+    for (int i = 0; r && i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        const ir_value *src = g->values[c->operands[0]];
+        char type[256];
+        ir_format_type(g, &src->type, type, sizeof type);
+        fprintf(out, "%s{\"op\": ", i ? ", " : "");
+        json_string(out, ir_op_info_of(c->op)->name);
+        fprintf(out, ", \"axis\": ");
+        json_string(out, g->axes[c->mesh_axis].name);
+        if (c->op != OP_ALLREDUCE) fprintf(out, ", \"dim\": %d", c->axis);
+        if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
+        fprintf(out, ", \"phase\": \"%s\", \"value\": ", phase_names[c->phase]);
+        json_string(out, src->name ? src->name : "");
+        fprintf(out, ", \"type\": ");
+        json_string(out, type);
+        fprintf(out, ", \"bytes_per_rank\": %lld, \"line\": %d, \"reason\": ", (long long)collective_bytes(g, c),
+                r->items[i].source_line);
+        json_string(out, r->items[i].reason);
+        fprintf(out, "}");
+    }
+    fprintf(out, "]");
+}
+
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards, const char *source_path,
+                   int json, FILE *out) {
     int64_t ranks = 1;
     for (int a = 0; a < g->n_axes; a++) ranks *= g->axes[a].size;
     if (json) {
@@ -61,7 +129,8 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *so
         list_values_json(g, g->params, g->n_params, out);
         fprintf(out, ", \"outputs\": ");
         list_values_json(g, g->outputs, g->n_outputs, out);
-        fprintf(out, ", \"collectives\": []");
+        fprintf(out, ", \"collectives\": ");
+        list_collectives_json(g, reshards, out);
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                      "\"activations\": %lld, \"activations_without_reuse\": %lld}}\n",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
@@ -83,7 +152,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *so
     list_values(g, "params", g->params, g->n_params, out);
     list_values(g, "outputs", g->outputs, g->n_outputs, out);
     if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
-    fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
+    list_collectives(g, reshards, out);
     char p[32], gr[32], s[32], a[32], au[32];
     mib((double)plan->param_elems, p, sizeof p);
     mib((double)plan->grad_elems, gr, sizeof gr);

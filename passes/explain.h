@@ -6,6 +6,7 @@
 
 #include "passes.h"
 
-void explain_print(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, int json, FILE *out);
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards, const char *source_path,
+                   int json, FILE *out);
 
 #endif

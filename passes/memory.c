@@ -1,4 +1,4 @@
-/* memory.c: the static memory plan of one rank. requires: the final graph; leaves the
+/* memory.c: the static memory plan of one rank (sizes are the rank's shards). requires: the final graph; leaves the
  * graph untouched and fills a dm_memory_plan.
  *
  * Persistent values (params, grads, optimizer state) are laid out in declaration order,
@@ -107,12 +107,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     for (int i = 0; i <= n; i++) dies_head[i] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        int64_t size = round_up(ir_numel(&v->type));
+        int64_t size = round_up(ir_local_numel(g, &v->type));
         /* Buffers whose last reader ran before this op are free again; the operands of
          * this op are still live, so its result never overlaps them. */
         if (i > 0)
             for (int k = dies_head[i - 1]; k >= 0; k = dies_next[k])
-                give_back(&free_list, plan->offset[k], round_up(ir_numel(&g->values[k]->type)));
+                give_back(&free_list, plan->offset[k], round_up(ir_local_numel(g, &g->values[k]->type)));
         switch (v->role) {
         case ROLE_CONST: plan->region[i] = REGION_NONE; continue;
         case ROLE_INPUT: plan->region[i] = REGION_INPUT; continue;

@@ -21,6 +21,23 @@ int pass_autodiff(ir_graph *g, dm_diag *d);
 int pass_optimizer(ir_graph *g, dm_diag *d);
 
 
+/* shard.c: completes the sharding of every value from the .dm annotations and inserts
+ * the collectives (allreduce, allgather, reduce-scatter, all-to-all, local slice) that
+ * consumers need; records each one in log. requires: optimizer; renumbers values. */
+typedef struct dm_reshard {
+    int value;              /* the collective op's value id */
+    int source_line;        /* .dm line of the value it reshards */
+    const char *reason;     /* why its consumer needs another sharding */
+} dm_reshard;
+
+typedef struct dm_reshard_list {
+    dm_reshard *items;      /* (n) in execution order */
+    int n;
+} dm_reshard_list;
+
+int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d);
+void dm_reshard_list_free(dm_reshard_list *log);
+
 /* memory.c: where every value lives during a step. */
 typedef enum dm_region {
     REGION_NONE,    /* no storage: constants (spelled inline), update ops */

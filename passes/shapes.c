@@ -322,6 +322,29 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
+/* A collective changes the sharding only: the operand's type with the split of one dim
+ * or the pending sum over one mesh axis changed. */
+static int rule_collective(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)d;
+    ir_type t = *operand_type(g, v, 0);
+    uint32_t bit = 1u << v->mesh_axis;
+    switch (v->op) {
+    case OP_ALLREDUCE: t.partial &= ~bit; break;
+    case OP_ALLGATHER: t.split[v->axis] = IR_REPLICATED; break;
+    case OP_REDUCE_SCATTER:
+        t.partial &= ~bit;
+        t.split[v->axis] = (int8_t)v->mesh_axis;
+        break;
+    case OP_ALLTOALL:
+        t.split[v->axis] = IR_REPLICATED;
+        t.split[v->axis2] = (int8_t)v->mesh_axis;
+        break;
+    default: t.split[v->axis] = (int8_t)v->mesh_axis; break;
+    }
+    v->type = t;
+    return 0;
+}
+
 typedef int (*shape_rule)(ir_graph *, ir_value *, dm_diag *);
 
 static const shape_rule rules_by_class[] = {
@@ -333,7 +356,7 @@ static const shape_rule rules_by_class[] = {
     [OPC_LOSS_GRAD] = rule_loss_grad, [OPC_UPDATE] = rule_update,
     [OPC_SOFTMAX] = rule_softmax,     [OPC_MASK] = rule_mask,
     [OPC_NORM] = rule_norm,           [OPC_SLICE] = rule_slice,
-    [OPC_GATHER] = rule_gather,
+    [OPC_GATHER] = rule_gather,       [OPC_COLLECTIVE] = rule_collective,
 };
 
 int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {

@@ -1,7 +1,7 @@
 # Poor: an error in a block's body is reported again at every call of a layer of it
 # (a and b here); once would do.
 block f(x) {
-    y = softmax(x)
+    y = logsumexp(x)
     return y
 }
 layer a = f

@@ -1,0 +1,580 @@
+/* shard.c: sharding completion and resharding over the joint graph (forward, backward,
+ * update). requires: the typed joint graph (after the optimizer pass) and the mesh;
+ * leaves: every value's type carrying its sharding (split per dim, pending sums), a
+ * collective op wherever a consumer needs its operand sharded otherwise than it was
+ * produced, and one dm_reshard record per collective (for --explain). Rebuilds the
+ * value list (new ids; params, inputs, outputs, loss and grads follow).
+ *
+ * Values are visited in execution order. Sources take the sharding written in the .dm
+ * (unannotated ones are replicated; optimizer state follows its parameter). Every other
+ * op applies its rule (ir.h, ir_shard_rule): from its operands' shardings it picks the
+ * result's and says which sharding it needs of each operand; where an operand differs,
+ * collectives are inserted before the op (one set per operand and target, shared by
+ * every consumer). A value annotated in the .dm is resharded to its annotation right
+ * after it is made. The loss and the outputs are made whole (no pending sum); an update
+ * needs its gradient and state sharded as its parameter, so a parameter's gradient that
+ * comes out partial over `data` is allreduced there, and the gradient role moves to the
+ * reduced value.
+ *
+ * Mesh axes of size 1 are dropped from every sharding first: a mesh of one is the
+ * serial program. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+#define MAX_OPERANDS 4
+
+typedef struct shard_state {
+    ir_graph *g;
+    dm_diag *d;
+    dm_reshard_list *log;
+    int *map;            /* (old values) new id standing for an old value */
+    /* reshards made so far, per source value (new ids): a chain through next */
+    int *first_cache;    /* (cache_ids) index into cache, or -1 */
+    int cache_ids;
+    struct cached { int result, next; } *cache;
+    int n_cache;
+    int errors;
+} shard_state;
+
+static ir_value *V(shard_state *S, int id) { return S->g->values[id]; }
+
+static int axis_size(const ir_graph *g, int axis) { return axis < 0 ? 1 : (int)g->axes[axis].size; }
+
+/* Keeps first_cache as long as the value list (new values have no reshards yet). */
+static void cache_room(shard_state *S) {
+    if (S->cache_ids >= S->g->n_values) return;
+    int n = S->g->n_values * 2 + 16;
+    S->first_cache = realloc(S->first_cache, (size_t)n * sizeof(int));
+    if (!S->first_cache) abort();
+    for (int i = S->cache_ids; i < n; i++) S->first_cache[i] = -1;
+    S->cache_ids = n;
+}
+
+static void clear_sharding(ir_type *t) {
+    for (int i = 0; i < IR_MAX_RANK; i++) t->split[i] = IR_REPLICATED;
+    t->partial = 0;
+}
+
+static int same_sharding(const ir_type *a, const ir_type *b) {
+    if (a->partial != b->partial || a->rank != b->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->split[i] != b->split[i]) return 0;
+    return 1;
+}
+
+/* Mesh axes splitting some dim, as bits. */
+static uint32_t split_axes(const ir_type *t) {
+    uint32_t used = 0;
+    for (int i = 0; i < t->rank; i++)
+        if (t->split[i] != IR_REPLICATED) used |= 1u << t->split[i];
+    return used;
+}
+
+/* Drops splits over size-1 axes and splits that do not divide their dim evenly (the
+ * latter only where the user did not ask: annotations were checked when lowered). */
+static void drop_trivial(const ir_graph *g, ir_type *t) {
+    for (int i = 0; i < t->rank; i++)
+        if (t->split[i] != IR_REPLICATED &&
+            (axis_size(g, t->split[i]) == 1 || t->shape[i] % axis_size(g, t->split[i]) != 0))
+            t->split[i] = IR_REPLICATED;
+    for (int a = 0; a < g->n_axes; a++)
+        if (axis_size(g, a) == 1) t->partial &= ~(1u << a);
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static int add_collective(shard_state *S, ir_op op, int source, int mesh_axis, int dim, int dim2, const char *reason,
+                          ir_phase phase) {
+    ir_value *src = V(S, source);
+    ir_value *c = ir_add(S->g, op, &source, 1, src->loc);
+    c->phase = phase > src->phase ? phase : src->phase;
+    c->mesh_axis = mesh_axis;
+    c->axis = dim;
+    c->axis2 = dim2;
+    c->name = src->name ? ir_internf(S->g, "%s.%s", src->name, ir_op_info_of(op)->name) : NULL;
+    S->errors += shapes_infer(S->g, c, S->d);
+    dm_reshard r = {.value = c->id, .source_line = src->loc.line, .reason = reason};
+    S->log->items = ir_grow(S->log->items, S->log->n, sizeof *S->log->items);
+    S->log->items[S->log->n++] = r;
+    cache_room(S);
+    return c->id;
+}
+
+/* Collectives taking source (sharded as it is) to the sharding of want: pending sums
+ * first (reduce-scatter where the target splits a dim the source does not, else
+ * allreduce), then per dim: a split moving between dims over one axis is an all-to-all,
+ * a split dropped is an all-gather, a split added is a local slice. */
+static int convert(shard_state *S, int source, const ir_type *want, const char *reason, ir_phase phase) {
+    int cur = source;
+    const ir_graph *g = S->g;
+    for (int a = 0; a < g->n_axes; a++) {
+        uint32_t bit = 1u << a;
+        const ir_type *t = &V(S, cur)->type;
+        if (!(t->partial & bit) || (want->partial & bit)) continue;
+        int dim = -1;
+        for (int i = 0; i < t->rank; i++)
+            if (want->split[i] == a && t->split[i] == IR_REPLICATED) dim = i;
+        cur = dim >= 0 ? add_collective(S, OP_REDUCE_SCATTER, cur, a, dim, 0, reason, phase)
+                       : add_collective(S, OP_ALLREDUCE, cur, a, 0, 0, reason, phase);
+    }
+    for (int i = 0; i < want->rank; i++) {
+        const ir_type *t = &V(S, cur)->type;
+        int have = t->split[i], need = want->split[i];
+        if (have == need || have == IR_REPLICATED) continue;
+        int to = -1;
+        for (int j = 0; j < t->rank; j++)
+            if (j != i && want->split[j] == have && t->split[j] == IR_REPLICATED) to = j;
+        cur = to >= 0 ? add_collective(S, OP_ALLTOALL, cur, have, i, to, reason, phase)
+                      : add_collective(S, OP_ALLGATHER, cur, have, i, 0, reason, phase);
+    }
+    for (int i = 0; i < want->rank; i++) {
+        const ir_type *t = &V(S, cur)->type;
+        if (t->split[i] == IR_REPLICATED && want->split[i] != IR_REPLICATED)
+            cur = add_collective(S, OP_SHARD_SLICE, cur, want->split[i], i, 0, reason, phase);
+    }
+    if (V(S, cur)->type.partial & ~want->partial) {
+        dm_error(S->d, V(S, source)->loc, "internal: cannot make a pending sum appear by resharding");
+        S->errors++;
+    }
+    return cur;
+}
+
+/* source resharded to want, reusing an earlier conversion of the same value. */
+static int reshard(shard_state *S, int source, const ir_type *want, const char *reason, ir_phase phase) {
+    if (same_sharding(&V(S, source)->type, want)) return source;
+    for (int k = S->first_cache[source]; k >= 0; k = S->cache[k].next)
+        if (same_sharding(&V(S, S->cache[k].result)->type, want)) return S->cache[k].result;
+    int result = convert(S, source, want, reason, phase);
+    S->cache = ir_grow(S->cache, S->n_cache, sizeof *S->cache);
+    S->cache[S->n_cache] = (struct cached){result, S->first_cache[source]};
+    S->first_cache[source] = S->n_cache++;
+    return result;
+}
+
+/* ---- rules ------------------------------------------------------------------------------- */
+
+/* A rule's decision: the result's sharding (in res) and the sharding wanted of each
+ * operand (want[k], starting as the operand is), with a reason for any change. */
+typedef struct decision {
+    ir_type res;
+    ir_type want[MAX_OPERANDS];
+    const char *reason;
+} decision;
+
+static const ir_type *operand(shard_state *S, const ir_value *v, int k) { return &V(S, v->operands[k])->type; }
+
+/* Whether an elementwise op is linear in operand k (the others held fixed). */
+static int linear_in(const ir_value *v, int k) {
+    switch (v->op) {
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL: return 1;
+    case OP_DIV:
+    case OP_NEG:
+    case OP_IDENTITY: return k == 0;
+    case OP_UNARY_GRAD: return k == 2; /* f'(x, y) * dy */
+    default: return 0;
+    }
+}
+
+/* Elementwise ops with numpy broadcasting: each result dim takes the split of the
+ * operands that have it (a size-1 dim never splits); where operands disagree the
+ * larger operand's split wins (the smaller moves, the cheaper resharding), and an
+ * operand that is whole is sliced locally, which costs nothing. */
+static void rule_elementwise(shard_state *S, const ir_value *v, decision *D) {
+    int n = v->n_operands;
+    int rank = v->type.rank;
+    for (int i = 0; i < rank; i++) {
+        int best = IR_REPLICATED;
+        int64_t best_size = -1;
+        for (int k = 0; k < n; k++) {
+            const ir_type *t = operand(S, v, k);
+            int ti = i - (rank - t->rank);
+            if (ti < 0 || t->split[ti] == IR_REPLICATED) continue;
+            if (ir_numel(t) > best_size) best = t->split[ti], best_size = ir_numel(t);
+        }
+        /* an axis may split one dim only */
+        for (int j = 0; j < i; j++)
+            if (best != IR_REPLICATED && D->res.split[j] == best) best = IR_REPLICATED;
+        D->res.split[i] = (int8_t)best;
+        for (int k = 0; k < n; k++) {
+            ir_type *w = &D->want[k];
+            int ti = i - (rank - w->rank);
+            if (ti < 0) continue;
+            int target = w->shape[ti] == 1 ? IR_REPLICATED : best;
+            if (w->split[ti] != target) {
+                w->split[ti] = (int8_t)target;
+                D->reason = "operands of an elementwise op sharded differently";
+            }
+        }
+    }
+    /* A pending sum survives an op linear in the one operand that carries it (add and
+     * sub: every operand pending alike, since a whole operand would be summed once per
+     * rank); any other pending sum is completed first. */
+    uint32_t keep = 0;
+    int carriers = 0, carrier = -1, alike = 1;
+    for (int k = 0; k < n; k++) {
+        uint32_t p = operand(S, v, k)->partial;
+        if (p) carriers++, carrier = k, keep = p;
+        if (p != operand(S, v, 0)->partial) alike = 0;
+    }
+    if (v->op == OP_ADD || v->op == OP_SUB) keep = alike ? keep : 0;
+    else if (carriers != 1 || !linear_in(v, carrier)) keep = 0;
+    keep &= ~split_axes(&D->res);
+    D->res.partial = keep;
+    for (int k = 0; k < n; k++) {
+        uint32_t allowed = keep && linear_in(v, k) && D->want[k].partial == keep ? keep : 0;
+        if (D->want[k].partial != allowed) {
+            D->want[k].partial = allowed;
+            if (!D->reason) D->reason = "a pending sum must be complete before a non-linear op";
+        }
+    }
+}
+
+/* reductions keep the split of kept dims; a reduced split dim becomes a pending sum */
+static void rule_reduce(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    D->res.partial = x->partial;
+    if (v->op == OP_BROADCAST) {
+        for (int i = 0, k = 0; i < v->type.rank; i++)
+            D->res.split[i] = (v->axes >> i) & 1u ? IR_REPLICATED : x->split[k++];
+        return;
+    }
+    /* sum and mean drop the reduced dims; sum_to drops the leading ones and keeps
+     * the others as size 1 */
+    int lead = v->op == OP_SUM_TO ? x->rank - v->type.rank : 0;
+    for (int i = 0, r = 0; i < x->rank; i++) {
+        int reduced = (v->axes >> i) & 1u;
+        if (reduced && x->split[i] != IR_REPLICATED) D->res.partial |= 1u << x->split[i];
+        if (v->op == OP_SUM_TO && i >= lead) D->res.split[i - lead] = reduced ? IR_REPLICATED : x->split[i];
+        else if (v->op != OP_SUM_TO && !reduced) D->res.split[r++] = x->split[i];
+    }
+}
+
+/* Reshape: a split survives when its dim maps to a result dim whose leading factor it
+ * is (merging [B@data, T] into [B*T@data], or splitting [C@tensor] into
+ * [NH@tensor, HS]); any other split is gathered first. */
+static void rule_reshape(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    const ir_type *y = &v->type;
+    D->res.partial = x->partial;
+    /* walk both shapes in groups of equal products */
+    int i = 0, j = 0;
+    while (i < x->rank && j < y->rank) {
+        int i0 = i, j0 = j;
+        int64_t px = x->shape[i++], py = y->shape[j++];
+        while (px != py) {
+            if (px < py) px *= x->shape[i++];
+            else py *= y->shape[j++];
+        }
+        while (i < x->rank && x->shape[i] == 1) i++;
+        for (int a = i0; a < i; a++) {
+            int axis = x->split[a];
+            if (axis == IR_REPLICATED) continue;
+            /* the first non-1 dim of each side leads its group */
+            int lead_x = i0, lead_y = j0;
+            while (lead_x < i - 1 && x->shape[lead_x] == 1) lead_x++;
+            while (lead_y < j - 1 && y->shape[lead_y] == 1) lead_y++;
+            if (a == lead_x && y->shape[lead_y] % axis_size(S->g, axis) == 0 &&
+                (x->shape[a] % axis_size(S->g, axis) == 0))
+                D->res.split[lead_y] = (int8_t)axis;
+            else {
+                D->want[0].split[a] = IR_REPLICATED;
+                D->reason = "reshape moves a split dim";
+            }
+        }
+    }
+}
+
+static void rule_transpose(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    D->res.partial = x->partial;
+    for (int i = 0; i < v->type.rank; i++) D->res.split[i] = x->split[v->perm[i]];
+}
+
+/* One contracting dim pair (a's dim ka, b's dim kb): split alike, the product is a
+ * pending sum over that axis; split on one side only, the other side is sliced
+ * locally (no communication). Returns the axis or IR_REPLICATED. */
+static int contract(decision *D, const ir_type *a, int ka, const ir_type *b, int kb) {
+    int sa = a->split[ka], sb = b->split[kb];
+    int axis = sa != IR_REPLICATED ? sa : sb;
+    D->want[0].split[ka] = (int8_t)axis;
+    D->want[1].split[kb] = (int8_t)axis;
+    return axis;
+}
+
+static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *a = operand(S, v, 0), *b = operand(S, v, 1);
+    uint32_t partial = 0;
+    int r = 0;
+    if (v->batch_dims > 0) {
+        int nb = v->batch_dims;
+        for (int i = 0; i < nb; i++) {
+            int s = a->split[i] != IR_REPLICATED ? a->split[i] : b->split[i];
+            D->want[0].split[i] = D->want[1].split[i] = (int8_t)s;
+            D->res.split[r++] = (int8_t)s;
+        }
+        int am = v->trans_a ? nb + 1 : nb, ak = v->trans_a ? nb : nb + 1;
+        int bk = v->trans_b ? nb + 1 : nb, bn = v->trans_b ? nb : nb + 1;
+        D->res.split[r++] = a->split[am];
+        int k = contract(D, a, ak, b, bk);
+        D->res.split[r++] = b->split[bn];
+        if (k != IR_REPLICATED) partial |= 1u << k;
+    } else if (v->trans_a) {
+        /* a (rows..., K), b (rows..., N): the rows contract; only alike layouts keep splits */
+        int alike = a->rank == b->rank;
+        for (int i = 0; alike && i + 1 < a->rank; i++) alike = a->shape[i] == b->shape[i];
+        for (int i = 0; i + 1 < a->rank; i++) {
+            if (!alike) {
+                D->want[0].split[i] = IR_REPLICATED;
+                continue;
+            }
+            int k = contract(D, a, i, b, i);
+            if (k != IR_REPLICATED) partial |= 1u << k;
+        }
+        for (int i = 0; !alike && i + 1 < b->rank; i++) D->want[1].split[i] = IR_REPLICATED;
+        D->res.split[0] = a->split[a->rank - 1];
+        D->res.split[1] = b->split[b->rank - 1];
+    } else {
+        for (int i = 0; i + 1 < a->rank; i++) D->res.split[r++] = a->split[i];
+        int bk = v->trans_b ? 1 : 0;
+        int k = contract(D, a, a->rank - 1, b, bk);
+        if (k != IR_REPLICATED) partial |= 1u << k;
+        D->res.split[r++] = b->split[1 - bk];
+    }
+    /* an axis used twice (two result dims, or a result dim and the contraction): keep
+     * the first use, gather the rest */
+    uint32_t seen = partial;
+    for (int i = 0; i < D->res.rank; i++) {
+        int s = D->res.split[i];
+        if (s == IR_REPLICATED) continue;
+        if (seen & (1u << s)) D->res.split[i] = IR_REPLICATED;
+        seen |= 1u << s;
+    }
+    /* the operands must then produce exactly that: clear their splits the result lost */
+    /* (re-derive by rerunning the mapping on the wanted operands) */
+    if (v->batch_dims == 0 && !v->trans_a) {
+        for (int i = 0; i + 1 < a->rank; i++) D->want[0].split[i] = D->res.split[i];
+        D->want[1].split[v->trans_b ? 0 : 1] = D->res.split[D->res.rank - 1];
+    } else if (v->batch_dims == 0) {
+        D->want[0].split[a->rank - 1] = D->res.split[0];
+        D->want[1].split[b->rank - 1] = D->res.split[1];
+    } else {
+        int nb = v->batch_dims;
+        for (int i = 0; i < nb; i++) D->want[0].split[i] = D->want[1].split[i] = D->res.split[i];
+        D->want[0].split[v->trans_a ? nb + 1 : nb] = D->res.split[nb];
+        D->want[1].split[v->trans_b ? nb : nb + 1] = D->res.split[nb + 1];
+    }
+    /* linear in each operand: one operand's pending sum may pass through, on axes the
+     * result does not otherwise use */
+    if (a->partial && b->partial) D->want[1].partial = 0;
+    for (int k = 0; k < 2; k++) D->want[k].partial &= ~(split_axes(&D->res) | partial);
+    D->res.partial = partial | D->want[0].partial | D->want[1].partial;
+    if (!same_sharding(&D->want[0], a) || !same_sharding(&D->want[1], b)) D->reason = "matmul operands sharded differently";
+}
+
+/* Ops along one dim (softmax, masks, layernorm, cross-entropy): that dim must be whole
+ * and no sum pending; the others keep their split. */
+static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    int whole_from = x->rank - 1, whole_to = x->rank - 1;
+    if (v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD) whole_from = whole_to = v->axis;
+    if (v->op == OP_CAUSAL_MASK) whole_from = x->rank - 2;
+    for (int k = 0; k < v->n_operands; k++) {
+        ir_type *w = &D->want[k];
+        if (w->partial) D->reason = "a pending sum must be complete before a non-linear op";
+        w->partial = 0;
+    }
+    /* x-shaped operands agree with x; vectors (layernorm weight, bias) are whole */
+    for (int k = 0; k < v->n_operands; k++) {
+        ir_type *w = &D->want[k];
+        const ir_type *t = operand(S, v, k);
+        for (int i = 0; i < w->rank; i++) {
+            int target = IR_REPLICATED;
+            if (t->rank == x->rank && !(i >= whole_from && i <= whole_to)) target = x->split[i];
+            if (v->op == OP_CROSS_ENTROPY_GRAD && k == 1) target = x->split[i];
+            if (v->op == OP_CROSS_ENTROPY && k == 1) target = x->split[i];
+            if (w->split[i] != target) {
+                w->split[i] = (int8_t)target;
+                D->reason = "the dim an op works along must be whole";
+            }
+        }
+    }
+    if (v->op == OP_CROSS_ENTROPY || v->op == OP_LAYERNORM_WGRAD) {
+        /* a mean (sum) over rows: split rows leave a pending sum */
+        for (int i = 0; i + 1 < x->rank; i++)
+            if (D->want[0].split[i] != IR_REPLICATED) D->res.partial |= 1u << D->want[0].split[i];
+        return;
+    }
+    for (int i = 0; i < v->type.rank; i++) D->res.split[i] = D->want[0].split[i];
+}
+
+static void rule_slice(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    D->res.partial = x->partial;
+    if (x->split[v->axis] != IR_REPLICATED) {
+        D->want[0].split[v->axis] = IR_REPLICATED;
+        D->reason = "a sliced dim must be whole";
+    }
+    for (int i = 0; i < v->type.rank; i++) D->res.split[i] = D->want[0].split[i];
+}
+
+/* embed(table, ids): leading dims split like ids, the width like the table; a table
+ * split over its rows (vocabulary) gives a pending sum (rows a rank lacks are zero).
+ * embed_grad(ids, dy): rows spread over ranks leave a pending sum. */
+static void rule_gather(shard_state *S, const ir_value *v, decision *D) {
+    if (v->op == OP_EMBED) {
+        const ir_type *table = operand(S, v, 0), *ids = operand(S, v, 1);
+        for (int i = 0; i < ids->rank; i++) D->res.split[i] = ids->split[i];
+        D->res.split[ids->rank] = table->split[1];
+        if (table->split[0] != IR_REPLICATED) D->res.partial |= 1u << table->split[0];
+        D->want[0].partial = 0;
+        return;
+    }
+    const ir_type *ids = operand(S, v, 0);
+    ir_type *dy = &D->want[1];
+    for (int i = 0; i < ids->rank; i++) {
+        dy->split[i] = ids->split[i];
+        if (ids->split[i] != IR_REPLICATED) D->res.partial |= 1u << ids->split[i];
+    }
+    D->res.split[1] = dy->split[ids->rank];
+    D->res.partial |= dy->partial;
+    if (!same_sharding(dy, operand(S, v, 1))) D->reason = "embedding gradient rows sharded like the ids";
+}
+
+/* An update works in place on its parameter's shard: gradient and state alike, whole. */
+static void rule_update(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *param = operand(S, v, 0);
+    for (int k = 1; k < v->n_operands; k++) {
+        ir_type *w = &D->want[k];
+        for (int i = 0; i < w->rank; i++) w->split[i] = param->split[i];
+        w->partial = 0;
+    }
+    D->reason = "the update needs the gradient sharded as its parameter";
+}
+
+static void decide(shard_state *S, const ir_value *v, decision *D) {
+    memset(D, 0, sizeof *D);
+    D->res = v->type;
+    clear_sharding(&D->res);
+    for (int k = 0; k < v->n_operands && k < MAX_OPERANDS; k++) D->want[k] = *operand(S, v, k);
+    switch (ir_op_info_of(v->op)->cls) {
+    case OPC_SOURCE: D->res = v->type; break;
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY: rule_elementwise(S, v, D); break;
+    case OPC_REDUCE:
+    case OPC_BROADCAST: rule_reduce(S, v, D); break;
+    case OPC_RESHAPE: rule_reshape(S, v, D); break;
+    case OPC_TRANSPOSE: rule_transpose(S, v, D); break;
+    case OPC_MATMUL: rule_matmul(S, v, D); break;
+    case OPC_LOSS:
+    case OPC_LOSS_GRAD:
+    case OPC_SOFTMAX:
+    case OPC_MASK:
+    case OPC_NORM: rule_rowwise(S, v, D); break;
+    case OPC_SLICE: rule_slice(S, v, D); break;
+    case OPC_GATHER: rule_gather(S, v, D); break;
+    case OPC_UPDATE: rule_update(S, v, D); break;
+    case OPC_COLLECTIVE: D->res = v->type; break;
+    }
+    if (v->op == OP_CROSS_ENTROPY_GRAD) D->want[2].partial = 0;
+    drop_trivial(S->g, &D->res);
+}
+
+/* ---- the pass ------------------------------------------------------------------------------ */
+
+static int is_listed(const int *ids, int n, int id) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return 1;
+    return 0;
+}
+
+int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
+    int n_old = g->n_values;
+    ir_value **old = g->values;
+    shard_state S = {.g = g, .d = d, .log = log};
+    S.map = malloc((size_t)(n_old ? n_old : 1) * sizeof(int));
+    if (!S.map) abort();
+    g->values = NULL;
+    g->n_values = g->cap_values = 0;
+
+    for (int i = 0; i < n_old; i++) {
+        ir_value *v = old[i];
+        for (int k = 0; k < v->n_operands; k++) v->operands[k] = S.map[v->operands[k]];
+        if (v->op == OP_STATE && v->param_index >= 0) {
+            const ir_type *pt = &g->values[S.map[g->params[v->param_index]]]->type;
+            for (int k = 0; k < v->type.rank; k++) v->type.split[k] = pt->split[k];
+        }
+        if (ir_op_info_of(v->op)->cls == OPC_SOURCE) drop_trivial(g, &v->type);
+        ir_type annotation = v->type;
+        decision D;
+        decide(&S, v, &D);
+        for (int k = 0; k < v->n_operands && k < MAX_OPERANDS; k++) {
+            drop_trivial(g, &D.want[k]);
+            v->operands[k] = reshard(&S, v->operands[k], &D.want[k], D.reason ? D.reason : "operand sharding", v->phase);
+        }
+        v->type.partial = D.res.partial;
+        for (int k = 0; k < v->type.rank; k++) v->type.split[k] = D.res.split[k];
+        ir_append_value(g, v);
+        cache_room(&S);
+        int result = v->id;
+        /* a value whose sharding the user wrote is resharded to it */
+        if (v->annotated && ir_op_info_of(v->op)->cls != OPC_SOURCE) {
+            drop_trivial(g, &annotation);
+            annotation.partial = 0;
+            result = reshard(&S, result, &annotation, "annotated in the .dm", v->phase);
+        }
+        /* the loss and the outputs are read by the caller: whole sums */
+        if ((i == g->loss || is_listed(g->outputs, g->n_outputs, i)) && V(&S, result)->type.partial) {
+            ir_type whole = V(&S, result)->type;
+            whole.partial = 0;
+            result = reshard(&S, result, &whole, "the caller reads it", v->phase);
+        }
+        /* the name the user gave stays with what they see */
+        if (result != v->id && v->name) {
+            V(&S, result)->name = v->name;
+            v->name = ir_internf(g, "%s.local", v->name);
+        }
+        S.map[i] = result;
+    }
+    free(old);
+
+    for (int p = 0; p < g->n_params; p++) g->params[p] = S.map[g->params[p]];
+    for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = S.map[g->inputs[i]];
+    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = S.map[g->outputs[i]];
+    if (g->loss >= 0) g->loss = S.map[g->loss];
+    /* a gradient reduced for its update: the reduced value becomes the gradient */
+    int *update_of = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof(int));
+    if (!update_of) abort();
+    for (int p = 0; p < g->n_params; p++) update_of[p] = -1;
+    for (int i = 0; i < g->n_values; i++)
+        if (ir_op_info_of(g->values[i]->op)->cls == OPC_UPDATE) update_of[g->values[i]->param_index] = i;
+    for (int p = 0; g->grads && p < g->n_params; p++) {
+        int gid = S.map[g->grads[p]];
+        if (update_of[p] >= 0 && g->values[update_of[p]]->operands[1] != gid) {
+            ir_value *was = g->values[gid], *now = g->values[g->values[update_of[p]]->operands[1]];
+            now->role = ROLE_GRAD;
+            now->param_index = p;
+            now->name = was->name;
+            was->role = ROLE_TEMP;
+            was->param_index = -1;
+            was->name = ir_internf(g, "%s.partial", now->name);
+            gid = now->id;
+        }
+        g->grads[p] = gid;
+    }
+    free(update_of);
+    free(S.map);
+    free(S.first_cache);
+    free(S.cache);
+    return S.errors;
+}
+
+void dm_reshard_list_free(dm_reshard_list *log) {
+    free(log->items);
+    log->items = NULL;
+    log->n = 0;
+}
