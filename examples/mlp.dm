@@ -6,6 +6,9 @@ dim D = 784     # pixels
 dim H = 1024    # hidden width
 dim K = 10      # classes
 
+# one device by default; `--mesh data=N` splits every batch over N ranks (data parallel)
+mesh(data = 1)
+
 # x @ weight + bias, with weight stored [in, out]
 block linear[IN, OUT](x) {
     param weight : f32[IN, OUT] = xavier
@@ -13,8 +16,8 @@ block linear[IN, OUT](x) {
     return x @ weight + bias
 }
 
-input x : f32[B, D]
-input y : i32[B]
+input x : f32[B@data, D]
+input y : i32[B@data]
 
 layer fc1 = linear[D, H]
 layer fc2 = linear[H, H]

@@ -78,7 +78,8 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
         ir_format_type(g, &src->type, type, sizeof type);
         mib((double)collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
         fprintf(out, "  %-8s %-28s %-30s %-28s %12s  line %-4d %s\n", phase_names[c->phase], op,
-                src->name ? src->name : "?", type, bytes, r->items[i].source_line, r->items[i].reason);
+                src->name ? src->name : ir_op_info_of(src->op)->name, type, bytes, r->items[i].source_line,
+                r->items[i].reason);
     }
     fprintf(out, "\n");
 }
@@ -97,7 +98,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         if (c->op != OP_ALLREDUCE) fprintf(out, ", \"dim\": %d", c->axis);
         if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
         fprintf(out, ", \"phase\": \"%s\", \"value\": ", phase_names[c->phase]);
-        json_string(out, src->name ? src->name : "");
+        json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
         fprintf(out, ", \"type\": ");
         json_string(out, type);
         fprintf(out, ", \"bytes_per_rank\": %lld, \"line\": %d, \"reason\": ", (long long)collective_bytes(g, c),

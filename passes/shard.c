@@ -509,6 +509,20 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             for (int k = 0; k < v->type.rank; k++) v->type.split[k] = pt->split[k];
         }
         if (ir_op_info_of(v->op)->cls == OPC_SOURCE) drop_trivial(g, &v->type);
+        /* an operand already reduced for another consumer is used reduced: that sum
+         * is paid for, and a pending one would need its own collective later */
+        for (int k = 0; k < v->n_operands; k++) {
+            const ir_type *t = &V(&S, v->operands[k])->type;
+            if (!t->partial) continue;
+            for (int c = S.first_cache[v->operands[k]]; c >= 0; c = S.cache[c].next) {
+                ir_type whole = *t;
+                whole.partial = 0;
+                if (same_sharding(&V(&S, S.cache[c].result)->type, &whole)) {
+                    v->operands[k] = S.cache[c].result;
+                    break;
+                }
+            }
+        }
         ir_type annotation = v->type;
         decision D;
         decide(&S, v, &D);

@@ -4,7 +4,9 @@
     run_golden.py DMC [--update] [--known-bugs] [NAME ...]
 
 For every case below, runs `DMC --emit=ir ARGS FILE` (FILE relative to the source
-root) and compares stdout exactly with NAME.ir next to this script; dmc must exit with
+root) and compares stdout exactly with NAME.ir next to this script (a case whose ARGS
+have --explain runs `DMC ARGS FILE` and compares with NAME.explain: the partition
+plans); dmc must exit with
 status 0 and print nothing on stderr. A mismatch prints a unified diff (golden ->
 actual). --update rewrites the .ir files from dmc's current output: read every changed
 golden before committing it (names, shapes, gradients). NAMEs restrict the run.
@@ -35,6 +37,14 @@ CASES = {
     "alias": ("tests/golden/alias.dm", []),
     "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
     "transformer": ("tests/ref/ops/transformer.dm", []),
+    # partition plans: data parallel, Megatron's MLP (column then row), both, and JSON
+    "mlp.data2": ("examples/mlp.dm", ["--mesh", "data=2", "--explain"]),
+    "mlp.data4": ("examples/mlp.dm", ["--mesh", "data=4", "--explain"]),
+    "mlp.serial": ("examples/mlp.dm", ["--explain"]),
+    "megatron_mlp.data2_tensor2": ("tests/golden/megatron_mlp.dm", ["--explain"]),
+    "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain"]),
+    "megatron_mlp.json": ("tests/golden/megatron_mlp.dm", ["--explain=json"]),
+    "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),
 }
 # known bugs: goldens in bugs/, written by hand
 KNOWN_BUGS = {
@@ -61,8 +71,9 @@ def main():
     failed, updated = [], []
     for name in names:
         source, args = cases[name]
-        golden_path = os.path.join(golden_dir, name + ".ir")
-        cmd = [dmc, "--emit=ir"] + args + [source]
+        explain = any(a.startswith("--explain") for a in args)
+        golden_path = os.path.join(golden_dir, name + (".explain" if explain else ".ir"))
+        cmd = [dmc] + ([] if explain else ["--emit=ir"]) + args + [source]
         try:
             p = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=TIMEOUT_S)
