@@ -171,6 +171,33 @@ typedef struct dmrt_idx {
 int dmrt_idx_read(dmrt_idx *out, const char *path, char *err, size_t errlen);
 void dmrt_idx_free(dmrt_idx *idx);
 
+/* ---- byte-level text ------------------------------------------------------------------------ */
+
+/* The corpus of a byte-level language model: the bytes of some files, concatenated in
+ * the order given, each byte a token 0..255. */
+typedef struct dmrt_text {
+    unsigned char *bytes;  /* (size) */
+    int64_t size;
+    int n_files;
+    int64_t *file_sizes;   /* (n_files) bytes that file i contributed */
+} dmrt_text;
+
+/* Reads every file whole (regular files and pipes alike). Fails, naming the file, when
+ * one cannot be opened or read, or is empty. */
+int dmrt_text_read(dmrt_text *t, int n_files, const char *const *paths, char *err,
+                   size_t errlen);
+void dmrt_text_free(dmrt_text *t);
+
+/* Picks the next token from logits[0..n): a draw from softmax(logits / temperature)
+ * restricted to the top_k largest logits (top_k 0 or >= n: all n; among equal logits the
+ * lower index ranks first). temperature 0 or top_k 1 is greedy: the first index of the
+ * largest logit, no draw. Otherwise exactly one dmrt_rng_u64 draw from rng. -inf logits
+ * have probability 0 and are never picked. Returns DMRT_OK with *token set;
+ * DMRT_ERR_DATA when a logit is NaN or +inf or all are -inf; DMRT_ERR_ARG for n <= 0,
+ * top_k < 0, or a temperature that is negative, NaN or infinite; DMRT_ERR_NOMEM. */
+int dmrt_sample_logits(const float *logits, int n, float temperature, int top_k, dmrt_rng *rng,
+                       int *token);
+
 /* ---- the trainer behind `dmc run` ---------------------------------------------------------- */
 
 /* Parses argv (see docs/trainer.md) and trains the model; returns the process exit

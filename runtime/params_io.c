@@ -2,46 +2,81 @@
  *
  * Loading is all-or-nothing: the whole file is read and every parameter checked
  * (present, dtype, shape) before the first byte is copied into the context, so a
- * bad file leaves the context as it was. */
+ * bad file leaves the context as it was. A parameter missing under its own name is
+ * also looked up with the prefix "transformer." (Hugging Face GPT-2 checkpoints). */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* Checkpoints saved by Hugging Face's GPT2LMHeadModel carry the GPT-2 body under this
+ * prefix ("transformer.h.0.attn.c_attn.weight"); the plain GPT-2 model.safetensors does
+ * not. */
+#define HF_BODY_PREFIX "transformer."
+
+/* The file's tensor for parameter `name`: the exact name, else HF_BODY_PREFIX + name;
+ * NULL when neither is there. */
+static const dmrt_st_tensor *find_param_tensor(const dmrt_st_file *f, const char *name) {
+    const dmrt_st_tensor *t = dmrt_st_find(f, name);
+    if (t) return t;
+    size_t plen = strlen(HF_BODY_PREFIX);
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *candidate = f->tensors[i].name;
+        if (strncmp(candidate, HF_BODY_PREFIX, plen) == 0 && strcmp(candidate + plen, name) == 0)
+            return &f->tensors[i];
+    }
+    return NULL;
+}
+
 int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char *err,
                      size_t errlen) {
     dmrt_st_file f;
     if (dmrt_st_read(&f, path, err, errlen) != 0) return -1;
+    /* source[i]: the file's tensor for parameter i, all found and checked before any is
+     * copied */
+    const dmrt_st_tensor **source = calloc(model->n_params ? (size_t)model->n_params : 1,
+                                           sizeof *source);
+    if (!source) {
+        dmrt_st_close(&f);
+        return dmrt_errorf(err, errlen, "%s: out of memory", path);
+    }
     char want[256], got[256];
     int rc = 0;
     for (int i = 0; i < model->n_params && rc == 0; i++) {
         const dmrt_tensor_desc *d = &model->params[i];
-        const dmrt_st_tensor *t = dmrt_st_find(&f, d->name);
+        const dmrt_st_tensor *t = find_param_tensor(&f, d->name);
         dmrt_shape_str(want, sizeof want, d->rank, d->shape);
         if (!t) {
             rc = dmrt_errorf(err, errlen,
-                             "%s: parameter '%s' (%s %s) of model '%s' is missing from the file",
-                             path, d->name, dmrt_dtype_name(d->dtype), want, model->name);
+                             "%s: parameter '%s' (%s %s) of model '%s' is missing from the file "
+                             "(also as '" HF_BODY_PREFIX "%s')",
+                             path, d->name, dmrt_dtype_name(d->dtype), want, model->name, d->name);
             break;
         }
         dmrt_shape_str(got, sizeof got, t->rank, t->shape);
         if (t->dtype != d->dtype)
-            rc = dmrt_errorf(err, errlen, "%s: tensor '%s': dtype %s but the model expects %s",
-                             path, d->name, dmrt_dtype_name(t->dtype), dmrt_dtype_name(d->dtype));
+            rc = dmrt_errorf(err, errlen,
+                             "%s: tensor '%s': dtype %s but the model expects %s for parameter "
+                             "'%s'",
+                             path, t->name, dmrt_dtype_name(t->dtype), dmrt_dtype_name(d->dtype),
+                             d->name);
         else if (t->rank != d->rank || memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank))
             rc = dmrt_errorf(err, errlen,
-                             "%s: tensor '%s': shape %s in the file but the model expects %s",
-                             path, d->name, got, want);
+                             "%s: tensor '%s': shape %s in the file but the model expects %s for "
+                             "parameter '%s'",
+                             path, t->name, got, want, d->name);
         else if (!model->param(ctx, i))
             rc = dmrt_errorf(err, errlen, "%s: model '%s' has no storage for parameter '%s'",
                              path, model->name, d->name);
+        source[i] = t;
     }
     if (rc == 0)
         for (int i = 0; i < model->n_params; i++) {
             const dmrt_tensor_desc *d = &model->params[i];
-            const dmrt_st_tensor *t = dmrt_st_find(&f, d->name);
-            memcpy(model->param(ctx, i), t->data, (size_t)d->numel * dmrt_dtype_size(d->dtype));
+            memcpy(model->param(ctx, i), source[i]->data,
+                   (size_t)d->numel * dmrt_dtype_size(d->dtype));
         }
+    free(source);
     dmrt_st_close(&f);
     return rc;
 }

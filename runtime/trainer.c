@@ -1,14 +1,17 @@
 /* trainer.c: dmrt_trainer_main, the program behind `dmc run` (see docs/trainer.md).
  *
- * Parses the options, picks the data (a --batch-file, or Fashion-MNIST for models
- * shaped like a classifier of it), creates the context, trains, evaluates, saves.
- * stdout carries only machine-readable lines (step / epoch / test accuracy / trained);
- * everything else (progress bar, notes, errors) goes to stderr.
+ * Parses the options, picks the data (a --batch-file; Fashion-MNIST for models shaped
+ * like a classifier of it; or, with --data text:FILES, windows of a byte corpus for
+ * language models), creates the context, trains, evaluates, saves, and for language
+ * models optionally samples text. stdout carries only machine-readable lines (step /
+ * epoch / test accuracy / val loss / trained), then the sample; everything else
+ * (progress bar, notes, errors) goes to stderr.
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,16 @@
 #define TR_MNIST_CLASSES 10
 /* Stream of dmrt_rng used for shuffling (the model's create() uses its own). */
 #define TR_SHUFFLE_STREAM UINT64_C(0x73687566666c65) /* "shuffle" */
+/* Streams for the offsets of text training windows and for sampling: each has its own,
+ * so that sampling after N steps does not depend on how many windows were drawn. */
+#define TR_WINDOWS_STREAM UINT64_C(0x77696e646f7773) /* "windows" */
+#define TR_SAMPLE_STREAM UINT64_C(0x73616d706c65)    /* "sample" */
+/* Byte-level language models: bytes are tokens 0..255; larger ids are never sampled. */
+#define TR_BYTE_TOKENS 256
+/* The validation loss uses at most this many windows, so that it stays cheap enough to
+ * run every few steps (--eval-every). */
+#define TR_MAX_VAL_WINDOWS 32
+#define TR_TEXT_PREFIX "text:"
 
 enum { TR_OK = 0, TR_RUNTIME = 1, TR_USAGE = 2, TR_HELP = 3 };
 
@@ -27,12 +40,27 @@ typedef struct tr_opts {
     int64_t epochs; /* -1 when not given */
     uint64_t seed;
     const char *init, *save, *batch_file, *data, *data_dir, *dump_grads;
+    const char *text_files; /* --data text:FILES: the part after "text:"; else NULL */
+    int64_t eval_every;     /* 0: the validation loss only at the end */
+    int64_t sample;         /* bytes to generate; -1 when --sample is not given */
+    const char *prompt;     /* NULL when not given (then "\n") */
+    double temperature;     /* -1 when not given (then 1) */
+    int64_t top_k;          /* -1 when not given (then 40) */
     int quiet;
 } tr_opts;
 
-/* Where the batches come from: exactly one of the two parts is in use. */
+/* A byte-level language model as text training and sampling need it: inputs tokens and
+ * targets, both i32[B, T], and an output logits f32[B, T, V] with V >= 256. */
+typedef struct tr_lm {
+    int tokens, targets; /* input indices */
+    int logits;          /* output index */
+    int64_t batch, len, vocab; /* B, T, V */
+} tr_lm;
+
+/* Where the batches come from: at most one of the three parts is in use (none when
+ * only sampling). */
 typedef struct tr_data {
-    int mnist;
+    int mnist, text;
     int64_t steps_per_epoch;
     /* --batch-file */
     dmrt_st_file bf;
@@ -42,6 +70,16 @@ typedef struct tr_data {
     dmrt_idx train_x, train_y, test_x, test_y;
     int64_t *perm;             /* (train n) order of the current epoch */
     dmrt_rng shuffle;
+    /* --data text: the corpus is bytes [0, train_bytes) for training windows, then
+     * val_bytes for validation */
+    tr_lm lm;
+    char *text_list;           /* copy of the file list, split in place at the commas */
+    const char **text_paths;   /* (n_text_paths) into text_list */
+    int n_text_paths;
+    dmrt_text corpus;
+    int64_t train_bytes, val_bytes;
+    int64_t val_windows, val_stride; /* validation windows start at val_stride * k */
+    dmrt_rng windows;
 } tr_data;
 
 typedef struct tr_bar {
@@ -58,22 +96,39 @@ static const char usage_text[] =
     "  --steps N          train N steps, cycling through the data as needed\n"
     "  --epochs N         train N passes over the data (default 1); with --steps, stop\n"
     "                     at whichever limit comes first\n"
-    "  --seed S           seed of parameter initialisation and shuffling (default 0)\n"
+    "  --seed S           seed of parameter initialisation, shuffling, text windows and\n"
+    "                     sampling (default 0)\n"
     "  --init FILE        load the parameters from a safetensors file after initialisation\n"
     "  --save FILE        write the parameters to a safetensors file at the end (atomically)\n"
     "  --batch-file FILE  safetensors file with one tensor per model input, named after it,\n"
     "                     with a leading step dimension: step i trains on slice i\n"
     "  --data NAME        built-in data set: fashion-mnist (the default for models whose\n"
     "                     inputs are f32[B, 784] and i32[B])\n"
-    "  --data-dir DIR     directory of the data set files\n"
+    "  --data text:FILE[,FILE...]\n"
+    "                     byte-level language modelling on the files' bytes, concatenated\n"
+    "                     (models with inputs tokens, targets: i32[B, T] and an output\n"
+    "                     logits: f32[B, T, V], V >= 256): each step trains on B windows\n"
+    "                     at random offsets of the first 90%%; the last 10%% (at least\n"
+    "                     T+1 bytes) is held out for the validation loss; an epoch is\n"
+    "                     floor(training bytes / (B*T)) steps\n"
+    "  --data-dir DIR     directory of the fashion-mnist files\n"
     "                     (default " TR_DEFAULT_DATA_DIR ")\n"
+    "  --eval-every N     with --data text: also print the validation loss every N steps\n"
+    "  --sample N         after training, generate N bytes with the language model (with\n"
+    "                     --steps 0 no data is needed)\n"
+    "  --prompt TEXT      the bytes the sample continues (default: a newline)\n"
+    "  --temperature X    sampling temperature (default 1; 0: greedy, the likeliest byte)\n"
+    "  --top-k K          sample among the K likeliest bytes (default 40; 0: all 256)\n"
     "  --dump-grads FILE  after the first step, write every parameter's gradient\n"
-    "  --quiet            no progress bar\n"
+    "  --quiet            no progress bar and no summary on stderr\n"
     "  -h, --help         print this text and exit\n"
     "\n"
-    "stdout: one line per step, 'step <n> loss <loss> ms <ms>'; with a data set,\n"
+    "stdout: one line per step, 'step <n> loss <loss> ms <ms>'; with fashion-mnist,\n"
     "'epoch <e> test accuracy <acc>' after each epoch and 'test accuracy <acc>' at the\n"
-    "end; last, 'trained <n> steps in <s> s (<ms> ms/step)'.\n"
+    "end; with --data text, 'step <n> val loss <loss>' every --eval-every steps and\n"
+    "'val loss <loss>' at the end; then 'trained <n> steps in <s> s (<ms> ms/step)';\n"
+    "last, with --sample, a line 'sample:', the prompt and the generated bytes as they\n"
+    "are, and a newline.\n"
     "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
 static void usage(FILE *fp, const char *prog, const dmrt_model *model) {
@@ -105,15 +160,53 @@ static int parse_u64(const char *s, uint64_t *v) {
     return 0;
 }
 
+/* A finite, non-negative decimal number (also as a float, which is how the sampler
+ * takes it). */
+static int parse_f64(const char *s, double *v) {
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || !isfinite(x) || !isfinite((float)x)) return -1;
+    *v = x;
+    return 0;
+}
+
+/* Prints "PROG: message" and the usage on stderr; returns TR_USAGE. */
+static int usage_error(const char *prog, const dmrt_model *model, const char *fmt, ...)
+    DMRT_PRINTF(3, 4);
+static int usage_error(const char *prog, const dmrt_model *model, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    usage(stderr, prog, model);
+    return TR_USAGE;
+}
+
+/* "text:a.txt,b.txt": a non-empty list without empty names. */
+static int valid_text_list(const char *list) {
+    if (!*list) return 0;
+    for (const char *p = list; *p; p++)
+        if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0')) return 0;
+    return 1;
+}
+
 /* Returns TR_OK, TR_HELP or TR_USAGE (message and usage printed). */
 static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                       const dmrt_model *model) {
-    static const char *const valued[] = {"--steps", "--epochs",     "--seed",     "--init",
-                                         "--save",  "--batch-file", "--data",     "--data-dir",
-                                         "--dump-grads"};
+    static const char *const valued[] = {
+        "--steps",      "--epochs", "--seed",   "--init",        "--save",
+        "--batch-file", "--data",   "--data-dir", "--dump-grads", "--eval-every",
+        "--sample",     "--prompt", "--temperature", "--top-k"};
     memset(o, 0, sizeof *o);
     o->steps = -1;
     o->epochs = -1;
+    o->sample = -1;
+    o->temperature = -1.0;
+    o->top_k = -1;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) return TR_HELP;
@@ -129,52 +222,74 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
             if (strlen(valued[k]) == nlen && strncmp(arg, valued[k], nlen) == 0) name = valued[k];
         if (!name) {
             if (arg[0] == '-')
-                fprintf(stderr, "%s: unknown option '%.*s'\n", prog, (int)nlen, arg);
-            else
-                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, arg);
-            usage(stderr, prog, model);
-            return TR_USAGE;
+                return usage_error(prog, model, "unknown option '%.*s'", (int)nlen, arg);
+            return usage_error(prog, model, "unexpected argument '%s'", arg);
         }
         const char *val = eq ? eq + 1 : NULL;
         if (!val) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "%s: option %s needs a value\n", prog, name);
-                usage(stderr, prog, model);
-                return TR_USAGE;
-            }
+            if (i + 1 >= argc) return usage_error(prog, model, "option %s needs a value", name);
             val = argv[++i];
         }
+        const struct {
+            const char *name;
+            int64_t *value;
+        } integers[] = {{"--steps", &o->steps},
+                        {"--epochs", &o->epochs},
+                        {"--eval-every", &o->eval_every},
+                        {"--sample", &o->sample},
+                        {"--top-k", &o->top_k}};
+        int64_t *integer = NULL;
+        for (size_t k = 0; k < sizeof integers / sizeof integers[0]; k++)
+            if (strcmp(name, integers[k].name) == 0) integer = integers[k].value;
+        const char *want = "a non-empty value";
         int bad = 0;
-        if (strcmp(name, "--steps") == 0) bad = parse_i64(val, &o->steps);
-        else if (strcmp(name, "--epochs") == 0) bad = parse_i64(val, &o->epochs);
-        else if (strcmp(name, "--seed") == 0) bad = parse_u64(val, &o->seed);
-        else if (!*val) bad = -1;
+        if (integer || strcmp(name, "--seed") == 0) {
+            want = "a non-negative integer";
+            bad = integer ? parse_i64(val, integer) : parse_u64(val, &o->seed);
+        } else if (strcmp(name, "--temperature") == 0) {
+            want = "a non-negative number";
+            bad = parse_f64(val, &o->temperature);
+        } else if (!*val) bad = -1;
         else if (strcmp(name, "--init") == 0) o->init = val;
         else if (strcmp(name, "--save") == 0) o->save = val;
         else if (strcmp(name, "--batch-file") == 0) o->batch_file = val;
         else if (strcmp(name, "--data") == 0) o->data = val;
         else if (strcmp(name, "--data-dir") == 0) o->data_dir = val;
         else if (strcmp(name, "--dump-grads") == 0) o->dump_grads = val;
-        if (bad) {
-            int numeric = strcmp(name, "--steps") == 0 || strcmp(name, "--epochs") == 0 ||
-                          strcmp(name, "--seed") == 0;
-            const char *want = numeric ? "a non-negative integer" : "a non-empty value";
-            fprintf(stderr, "%s: bad value '%s' for %s: expected %s\n", prog, val, name, want);
-            usage(stderr, prog, model);
-            return TR_USAGE;
-        }
+        else if (strcmp(name, "--prompt") == 0) o->prompt = val;
+        if (bad)
+            return usage_error(prog, model, "bad value '%s' for %s: expected %s", val, name, want);
     }
-    if (o->data && strcmp(o->data, "fashion-mnist") != 0) {
-        fprintf(stderr, "%s: unknown data set '%s' for --data (known: fashion-mnist)\n", prog,
-                o->data);
-        usage(stderr, prog, model);
-        return TR_USAGE;
+    if (o->data && strncmp(o->data, TR_TEXT_PREFIX, strlen(TR_TEXT_PREFIX)) == 0) {
+        o->text_files = o->data + strlen(TR_TEXT_PREFIX);
+        if (!valid_text_list(o->text_files))
+            return usage_error(prog, model,
+                               "bad value '%s' for --data: expected text:FILE[,FILE...] with "
+                               "non-empty file names",
+                               o->data);
+    } else if (o->data && strcmp(o->data, "fashion-mnist") != 0) {
+        return usage_error(prog, model,
+                           "unknown data set '%s' for --data (known: fashion-mnist, "
+                           "text:FILE[,FILE...])",
+                           o->data);
     }
-    if (o->batch_file && (o->data || o->data_dir)) {
-        fprintf(stderr, "%s: --batch-file cannot be combined with %s\n", prog,
-                o->data ? "--data" : "--data-dir");
-        usage(stderr, prog, model);
-        return TR_USAGE;
+    if (o->batch_file && (o->data || o->data_dir))
+        return usage_error(prog, model, "--batch-file cannot be combined with %s",
+                           o->data ? "--data" : "--data-dir");
+    if (o->text_files && o->data_dir)
+        return usage_error(prog, model,
+                           "--data-dir is the directory of fashion-mnist; it cannot be combined "
+                           "with --data text:... (give the files' paths there)");
+    if (o->eval_every > 0 && !o->text_files)
+        return usage_error(prog, model,
+                           "--eval-every needs --data text:FILE[,FILE...] (its validation part)");
+    /* Sampling settings without --sample would be silently ignored: most likely the
+     * --sample was forgotten. */
+    if (o->sample < 0 && (o->prompt || o->temperature >= 0.0 || o->top_k >= 0)) {
+        const char *which = o->prompt                ? "--prompt"
+                            : o->temperature >= 0.0 ? "--temperature"
+                                                    : "--top-k";
+        return usage_error(prog, model, "%s only applies with --sample N", which);
     }
     return TR_OK;
 }
@@ -190,18 +305,57 @@ static char *desc_str(char *buf, size_t len, const dmrt_tensor_desc *d) {
 }
 
 /* "x: f32[8, 784], y: i32[8]" */
-static char *inputs_str(char *buf, size_t len, const dmrt_model *m) {
+static char *descs_str(char *buf, size_t len, int n, const dmrt_tensor_desc *descs) {
     size_t used = 0;
     buf[0] = '\0';
-    if (m->n_inputs == 0) snprintf(buf, len, "none");
-    for (int i = 0; i < m->n_inputs && used < len; i++) {
+    if (n == 0) snprintf(buf, len, "none");
+    for (int i = 0; i < n && used < len; i++) {
         char d[300];
         int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
-                         desc_str(d, sizeof d, &m->inputs[i]));
+                         desc_str(d, sizeof d, &descs[i]));
         if (w < 0) break;
         used += (size_t)w;
     }
     return buf;
+}
+
+static char *inputs_str(char *buf, size_t len, const dmrt_model *m) {
+    return descs_str(buf, len, m->n_inputs, m->inputs);
+}
+
+static int find_desc(int n, const dmrt_tensor_desc *descs, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (descs[i].name && strcmp(descs[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Fills *lm when the model is a byte-level language model (see tr_lm); else returns -1
+ * with what does not fit in why. */
+static int find_lm(const dmrt_model *m, tr_lm *lm, char *why, size_t whylen) {
+    lm->tokens = find_desc(m->n_inputs, m->inputs, "tokens");
+    lm->targets = find_desc(m->n_inputs, m->inputs, "targets");
+    lm->logits = find_desc(m->n_outputs, m->outputs, "logits");
+    /* Any other input could not be filled from a corpus. */
+    if (m->n_inputs != 2 || lm->tokens < 0 || lm->targets < 0)
+        return dmrt_errorf(why, whylen, "the inputs must be exactly tokens and targets");
+    const dmrt_tensor_desc *tok = &m->inputs[lm->tokens], *tgt = &m->inputs[lm->targets];
+    if (tok->dtype != DMRT_I32 || tok->rank != 2 || tok->shape[0] < 1 || tok->shape[1] < 1)
+        return dmrt_errorf(why, whylen, "tokens is not i32[B, T]");
+    if (tgt->dtype != DMRT_I32 || tgt->rank != 2 || tgt->shape[0] != tok->shape[0] ||
+        tgt->shape[1] != tok->shape[1])
+        return dmrt_errorf(why, whylen, "targets is not i32 of the shape of tokens");
+    if (lm->logits < 0) return dmrt_errorf(why, whylen, "there is no output named logits");
+    const dmrt_tensor_desc *out = &m->outputs[lm->logits];
+    if (out->dtype != DMRT_F32 || out->rank != 3 || out->shape[0] != tok->shape[0] ||
+        out->shape[1] != tok->shape[1])
+        return dmrt_errorf(why, whylen, "logits is not f32[B, T, V] with the B and T of tokens");
+    if (out->shape[2] < TR_BYTE_TOKENS)
+        return dmrt_errorf(why, whylen, "logits has V = %lld, fewer than the 256 byte values",
+                           (long long)out->shape[2]);
+    lm->batch = tok->shape[0];
+    lm->len = tok->shape[1];
+    lm->vocab = out->shape[2];
+    return 0;
 }
 
 /* Inputs f32[B, 784] and i32[B]: B, else 0. */
@@ -363,8 +517,106 @@ static void shuffle(tr_data *d) {
     }
 }
 
+/* --data text:FILES. The corpus splits into a training part, the first 90%, and a
+ * validation part, the last 10% but at least one window of T+1 bytes. */
+static int open_text(tr_data *d, const tr_lm *lm, const char *list, uint64_t seed, char *err,
+                     size_t errlen) {
+    d->text = 1;
+    d->lm = *lm;
+    d->text_list = strdup(list);
+    if (!d->text_list) return dmrt_errorf(err, errlen, "out of memory");
+    int n = 1;
+    for (const char *p = list; *p; p++) n += *p == ',';
+    d->text_paths = calloc((size_t)n, sizeof *d->text_paths);
+    if (!d->text_paths) return dmrt_errorf(err, errlen, "out of memory");
+    for (char *p = d->text_list;;) {
+        d->text_paths[d->n_text_paths++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    if (dmrt_text_read(&d->corpus, d->n_text_paths, d->text_paths, err, errlen) != 0) return -1;
+
+    int64_t T = lm->len, window = T + 1, size = d->corpus.size;
+    d->val_bytes = size / 10 > window ? size / 10 : window;
+    d->train_bytes = size - d->val_bytes;
+    if (d->train_bytes < window)
+        return dmrt_errorf(err, errlen,
+                           "%s: a corpus of %lld bytes is too short for windows of T+1 = %lld "
+                           "bytes: the training part (the first 90%%) and the validation part "
+                           "(the last 10%%, at least T+1 bytes) need one window each, so at "
+                           "least %lld bytes",
+                           list, (long long)size, (long long)window, (long long)(2 * window));
+    int64_t per_step = lm->batch * T;
+    d->steps_per_epoch = d->train_bytes / per_step > 0 ? d->train_bytes / per_step : 1;
+
+    /* Validation windows: as many non-overlapping ones as fit, at most 32, rounded down to
+     * whole batches (forward's loss is a mean over the batch, so a padded batch would
+     * count its padding), spread evenly over the validation part. */
+    int64_t fit = (d->val_bytes - 1) / T;
+    int64_t n_val = fit < TR_MAX_VAL_WINDOWS ? fit : TR_MAX_VAL_WINDOWS;
+    if (n_val >= lm->batch) n_val -= n_val % lm->batch;
+    d->val_windows = n_val;
+    /* (n_val - 1) * T <= val_bytes - window, so the stride is at least T */
+    d->val_stride = n_val > 1 ? (d->val_bytes - window) / (n_val - 1) : 0;
+    dmrt_rng_init(&d->windows, seed, TR_WINDOWS_STREAM);
+    return 0;
+}
+
+/* Uniform in [0, n), n > 0: draws from the top of the u64 range that would make small
+ * results likelier (modulo bias) are drawn again. */
+static uint64_t draw_below(dmrt_rng *rng, uint64_t n) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n; /* a multiple of n */
+    uint64_t x;
+    do x = dmrt_rng_u64(rng);
+    while (x >= limit);
+    return x % n;
+}
+
+/* Row `row` of tokens and targets: the window starting at bytes[0] (T+1 bytes). */
+static void fill_window(const tr_lm *lm, void **in, int64_t row, const unsigned char *bytes) {
+    int32_t *tokens = (int32_t *)in[lm->tokens] + row * lm->len;
+    int32_t *targets = (int32_t *)in[lm->targets] + row * lm->len;
+    for (int64_t t = 0; t < lm->len; t++) {
+        tokens[t] = bytes[t];
+        targets[t] = bytes[t + 1];
+    }
+}
+
+/* Mean of model->forward's loss over the validation windows, B per batch. When fewer
+ * windows than B fit, the one batch repeats them in order (row r holds window r mod n). */
+static int validation_loss(tr_data *d, const dmrt_model *m, void *ctx, void **in, double *loss,
+                           char *err, size_t errlen) {
+    const unsigned char *val = d->corpus.bytes + d->train_bytes;
+    int64_t B = d->lm.batch, n = d->val_windows;
+    int64_t batches = n >= B ? n / B : 1;
+    double sum = 0.0;
+    for (int64_t b = 0; b < batches; b++) {
+        for (int64_t r = 0; r < B; r++) {
+            int64_t k = n >= B ? b * B + r : r % n;
+            fill_window(&d->lm, in, r, val + k * d->val_stride);
+        }
+        float batch_loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &batch_loss) != 0)
+            return dmrt_errorf(err, errlen, "validation batch %lld: %s", (long long)(b + 1),
+                               ctx_error(m, ctx));
+        sum += batch_loss;
+    }
+    *loss = sum / (double)batches;
+    return 0;
+}
+
 /* Fills the input buffers for global step `step` (0-based), batch `b` of its epoch. */
 static void fill_batch(tr_data *d, const dmrt_model *m, void **in, int64_t step, int64_t b) {
+    if (d->text) {
+        /* B windows at offsets uniform over the train_bytes - T whose T+1 bytes lie in
+         * the training part */
+        uint64_t offsets = (uint64_t)(d->train_bytes - d->lm.len);
+        for (int64_t r = 0; r < d->lm.batch; r++)
+            fill_window(&d->lm, in, r, d->corpus.bytes + draw_below(&d->windows, offsets));
+        return;
+    }
     if (d->mnist) {
         float *x = in[0];
         int32_t *y = in[1];
@@ -426,6 +678,67 @@ static void data_close(tr_data *d) {
     dmrt_idx_free(&d->test_x);
     dmrt_idx_free(&d->test_y);
     free(d->perm);
+    dmrt_text_free(&d->corpus);
+    free(d->text_paths);
+    free(d->text_list);
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+
+/* Generates o->sample bytes after the prompt; writes "sample:\n", the prompt, the bytes
+ * and "\n" to stdout. Only the descriptor is used: the context (the last min(length, T)
+ * bytes) sits in row 0 of tokens, every other row and the targets are zeros, and the
+ * next byte is drawn from the logits of row 0 at the context's last position, over the
+ * byte ids 0..255 only. One forward of the whole batch per byte: simple, not fast. */
+static int sample_text(const dmrt_model *m, void *ctx, void **in, const tr_lm *lm,
+                       const tr_opts *o, char *err, size_t errlen) {
+    const char *prompt = o->prompt ? o->prompt : "\n";
+    float temperature = o->temperature >= 0.0 ? (float)o->temperature : 1.0f;
+    int top_k = o->top_k < 0                 ? 40
+                : o->top_k > TR_BYTE_TOKENS ? TR_BYTE_TOKENS
+                                             : (int)o->top_k;
+    int64_t T = lm->len;
+    memset(in[lm->tokens], 0, desc_bytes(&m->inputs[lm->tokens]));
+    memset(in[lm->targets], 0, desc_bytes(&m->inputs[lm->targets]));
+    int32_t *context = in[lm->tokens]; /* row 0 */
+    int64_t len = 0;                   /* bytes of context in row 0 */
+    size_t prompt_len = strlen(prompt);
+    for (size_t i = prompt_len > (size_t)T ? prompt_len - (size_t)T : 0; i < prompt_len; i++)
+        context[len++] = (unsigned char)prompt[i];
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, o->seed, TR_SAMPLE_STREAM);
+
+    fputs("sample:\n", stdout);
+    fwrite(prompt, 1, prompt_len, stdout);
+    fflush(stdout);
+    for (int64_t i = 1; i <= o->sample; i++) {
+        float loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
+            return dmrt_errorf(err, errlen, "sampling byte %lld: %s", (long long)i,
+                               ctx_error(m, ctx));
+        const float *logits = m->output(ctx, lm->logits);
+        if (!logits)
+            return dmrt_errorf(err, errlen, "sampling: model output %d (logits) is NULL",
+                               lm->logits);
+        int next = 0;
+        int rc = dmrt_sample_logits(logits + (len - 1) * lm->vocab, TR_BYTE_TOKENS, temperature,
+                                    top_k, &rng, &next);
+        if (rc == DMRT_ERR_NOMEM) return dmrt_errorf(err, errlen, "out of memory");
+        if (rc != DMRT_OK)
+            return dmrt_errorf(err, errlen,
+                               "sampling byte %lld: the logits of bytes 0..255 at position %lld "
+                               "hold NaN or +inf, or are all -inf",
+                               (long long)i, (long long)(len - 1));
+        if (len == T) { /* full: slide the window by one byte */
+            memmove(context, context + 1, (size_t)(T - 1) * sizeof *context);
+            len--;
+        }
+        context[len++] = next;
+        putchar(next);
+        fflush(stdout); /* show the text as it comes */
+    }
+    putchar('\n');
+    return 0;
 }
 
 /* ---- progress bar ---------------------------------------------------------------------------- */
@@ -462,8 +775,40 @@ static void bar_end(tr_bar *b) {
 
 /* ---- main --------------------------------------------------------------------------------- */
 
+/* The one-line summary of model and data on stderr at the start. */
+static void print_summary(const dmrt_model *m, const tr_opts *o, const tr_data *d,
+                          const char *prog, int64_t total) {
+    int64_t np = 0;
+    for (int i = 0; i < m->n_params; i++) np += m->params[i].numel;
+    fprintf(stderr, "%s: model '%s', %lld parameters; ", prog, m->name, (long long)np);
+    if (d->mnist) {
+        fprintf(stderr,
+                "fashion-mnist (%lld train, %lld test), batch %lld, %lld steps/epoch, %lld steps",
+                (long long)d->train_x.n, (long long)d->test_x.n, (long long)d->batch,
+                (long long)d->steps_per_epoch, (long long)total);
+    } else if (d->text) {
+        fputs("text ", stderr);
+        for (int i = 0; i < d->n_text_paths; i++)
+            fprintf(stderr, "%s%s (%lld bytes)", i ? ", " : "", d->text_paths[i],
+                    (long long)d->corpus.file_sizes[i]);
+        fprintf(stderr,
+                ": %lld bytes, %lld for training, %lld for validation (%lld windows); batch "
+                "%lld x %lld, %lld steps/epoch, %lld steps",
+                (long long)d->corpus.size, (long long)d->train_bytes, (long long)d->val_bytes,
+                (long long)d->val_windows, (long long)d->lm.batch, (long long)d->lm.len,
+                (long long)d->steps_per_epoch, (long long)total);
+    } else if (o->batch_file) {
+        fprintf(stderr, "%s (%lld steps), %lld steps", o->batch_file,
+                (long long)d->steps_per_epoch, (long long)total);
+    } else {
+        fputs("no data (sampling only), 0 steps", stderr);
+    }
+    if (o->sample >= 0) fprintf(stderr, "; then a sample of %lld bytes", (long long)o->sample);
+    fputc('\n', stderr);
+}
+
 static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
-    char err[2048], ins[1024];
+    char err[2048], ins[1024], outs[1024], why[256];
     tr_data d;
     memset(&d, 0, sizeof d);
     void *ctx = NULL;
@@ -473,13 +818,34 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     err[0] = '\0';
 
     /* Which data: usage-level decisions first. */
+    tr_lm lm = {0, 0, 0, 0, 0, 0};
+    int is_lm = find_lm(m, &lm, why, sizeof why) == 0;
+    if ((o->text_files || o->sample >= 0) && !is_lm) {
+        fprintf(stderr,
+                "%s: %s needs a byte-level language model: inputs tokens: i32[B, T] and "
+                "targets: i32[B, T], and an output logits: f32[B, T, V] with V >= 256; model "
+                "'%s' has inputs %s and outputs %s (%s)\n",
+                prog, o->text_files ? "--data text:..." : "--sample", m->name,
+                inputs_str(ins, sizeof ins, m),
+                descs_str(outs, sizeof outs, m->n_outputs, m->outputs), why);
+        return TR_USAGE;
+    }
     int64_t batch = mnist_batch(m);
-    if (!o->batch_file && batch <= 0) {
+    /* Sampling from parameters given by --init needs no corpus. */
+    int sample_only = o->sample >= 0 && (o->steps == 0 || o->epochs == 0) && !o->batch_file &&
+                      !o->data && !o->data_dir;
+    if (!o->batch_file && !o->text_files && batch <= 0 && !sample_only) {
         inputs_str(ins, sizeof ins, m);
         if (o->data || o->data_dir)
             fprintf(stderr,
                     "%s: --data fashion-mnist needs a model with inputs f32[B, 784] and i32[B]; "
                     "model '%s' has inputs %s\n",
+                    prog, m->name, ins);
+        else if (is_lm)
+            fprintf(stderr,
+                    "%s: model '%s' (inputs %s) needs data: pass --data text:FILE[,FILE...] (a "
+                    "corpus of bytes), or --batch-file FILE.safetensors with one tensor per "
+                    "input, named after it, with a leading step dimension\n",
                     prog, m->name, ins);
         else
             fprintf(stderr,
@@ -493,13 +859,20 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
         fprintf(stderr, "%s: model '%s' lacks create/destroy/param/train_step\n", prog, m->name);
         return TR_RUNTIME;
     }
+    if ((o->text_files || o->sample >= 0) && (!m->forward || !m->output)) {
+        fprintf(stderr, "%s: model '%s' lacks forward/output, which %s needs\n", prog, m->name,
+                o->text_files ? "the validation loss" : "sampling");
+        return TR_RUNTIME;
+    }
 
     if (o->batch_file) {
         if (open_batch_file(&d, m, o->batch_file, err, sizeof err) != 0) goto fail;
-    } else {
+    } else if (o->text_files) {
+        if (open_text(&d, &lm, o->text_files, o->seed, err, sizeof err) != 0) goto fail;
+    } else if (batch > 0) {
         const char *dir = o->data_dir ? o->data_dir : TR_DEFAULT_DATA_DIR;
         if (open_mnist(&d, batch, dir, o->seed, err, sizeof err) != 0) goto fail;
-    }
+    } /* else sampling only: no data, no steps */
     int eval_out = -1;
     if (d.mnist) {
         if (!m->forward || !m->output) {
@@ -526,29 +899,18 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
 
     /* How many steps: --steps and --epochs both limit; by default one epoch. */
     int64_t spe = d.steps_per_epoch, total;
-    if (o->epochs >= 0) total = o->epochs > INT64_MAX / spe ? INT64_MAX : o->epochs * spe;
+    if (spe == 0) total = 0; /* sampling only */
+    else if (o->epochs >= 0) total = o->epochs > INT64_MAX / spe ? INT64_MAX : o->epochs * spe;
     else total = o->steps >= 0 ? o->steps : spe;
     if (o->steps >= 0 && o->steps < total) total = o->steps;
 
     tr_bar bar = {0, 0, 0, 0.0};
     bar.on = !o->quiet && isatty(STDERR_FILENO);
     bar.stdout_tty = isatty(STDOUT_FILENO);
-    if (!o->quiet) {
-        int64_t np = 0;
-        for (int i = 0; i < m->n_params; i++) np += m->params[i].numel;
-        if (d.mnist)
-            fprintf(stderr,
-                    "%s: model '%s', %lld parameters; fashion-mnist (%lld train, %lld test), "
-                    "batch %lld, %lld steps/epoch, %lld steps\n",
-                    prog, m->name, (long long)np, (long long)d.train_x.n, (long long)d.test_x.n,
-                    (long long)batch, (long long)spe, (long long)total);
-        else
-            fprintf(stderr, "%s: model '%s', %lld parameters; %s (%lld steps), %lld steps\n", prog,
-                    m->name, (long long)np, o->batch_file, (long long)spe, (long long)total);
-    }
+    if (!o->quiet) print_summary(m, o, &d, prog, total);
 
-    double t_train = 0.0, acc = 0.0;
-    int acc_fresh = 0; /* acc is for the current parameters */
+    double t_train = 0.0, acc = 0.0, val_loss = 0.0;
+    int acc_fresh = 0, val_fresh = 0; /* acc, val_loss are for the current parameters */
     int64_t step = 0;
     for (int64_t epoch = 1; step < total; epoch++) {
         if (d.mnist) shuffle(&d);
@@ -566,7 +928,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
             double t2 = dmrt_now();
             t_train += t2 - t0;
             step++;
-            acc_fresh = 0;
+            acc_fresh = val_fresh = 0;
             if (bar.stdout_tty) bar_clear(&bar);
             printf("step %lld loss %.9g ms %.3f\n", (long long)step, (double)loss,
                    1e3 * (t2 - t1));
@@ -587,6 +949,14 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
                     goto fail;
                 }
             }
+            if (d.text && o->eval_every > 0 && step % o->eval_every == 0) {
+                int rc = validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err);
+                if (bar.stdout_tty || rc != 0) bar_clear(&bar);
+                if (rc != 0) goto fail;
+                val_fresh = 1;
+                printf("step %lld val loss %.9g\n", (long long)step, val_loss);
+                fflush(stdout);
+            }
         }
         bar_end(&bar);
         if (d.mnist && n == spe && eval_out >= 0) {
@@ -606,8 +976,16 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
             goto fail;
         printf("test accuracy %.4f\n", acc);
     }
+    if (d.text) {
+        if (!val_fresh && validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err) != 0)
+            goto fail;
+        printf("val loss %.9g\n", val_loss);
+    }
     printf("trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)step, t_train,
            step ? 1e3 * t_train / (double)step : 0.0);
+    fflush(stdout);
+    /* Last, because its bytes are arbitrary: a parser can stop at the line "sample:". */
+    if (o->sample >= 0 && sample_text(m, ctx, in, &lm, o, err, sizeof err) != 0) goto fail;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         snprintf(err, sizeof err, "writing to stdout: %s", strerror(errno));
         goto fail;
