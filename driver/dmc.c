@@ -43,7 +43,8 @@ static const char usage[] =
     "\n"
     "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
     "  --save FILE.safetensors --batch-file FILE.safetensors --data fashion-mnist\n"
-    "  --data-dir DIR --dump-grads FILE.safetensors --quiet (docs/trainer.md)\n"
+    "  --data text:FILE[,FILE...] --data-dir DIR --eval-every N --sample N --prompt TEXT\n"
+    "  --temperature X --top-k K --dump-grads FILE.safetensors --quiet (docs/trainer.md)\n"
     "  dmc run also takes --keep DIR (keep the build there) and --cc COMPILER.\n";
 
 typedef struct options {
