@@ -43,9 +43,9 @@ static void index_expr(const cg_loop_nest *k, const int64_t *stride, int64_t off
     if (!n) snprintf(buf, size, "0");
 }
 
-/* The expression with each operand variable replaced by its element (or literal). */
-static void substitute(const cg_loop_nest *k, char *out, size_t size) {
-    const char *p = k->expr;
+/* expr with each operand variable replaced by its element (or literal). */
+static void substitute(const cg_loop_nest *k, const char *expr, char *out, size_t size) {
+    const char *p = expr;
     size_t n = 0;
     while (*p && n + 1 < size) {
         if (isalpha((unsigned char)*p) || *p == '_') {
@@ -87,9 +87,23 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)k->size[d], d);
         w->indent++;
     }
-    char idx[256], expr[4096];
+    char idx[256], expr[4096], local[4096];
     index_expr(k, k->out_stride, k->out_offset, idx, sizeof idx);
-    substitute(k, expr, sizeof expr);
+    /* "name = e1; ...; result": locals computed once per element, then the result */
+    const char *rest = k->expr;
+    for (const char *semi; (semi = strchr(rest, ';')); rest = semi + 1) {
+        snprintf(local, sizeof local, "%.*s", (int)(semi - rest), rest);
+        char *eq = strchr(local, '=');
+        if (!eq) continue;
+        *eq = 0;
+        char *name = local;
+        while (*name == ' ') name++;
+        for (char *end = eq - 1; end > name && *end == ' '; end--) *end = 0;
+        substitute(k, eq + 1, expr, sizeof expr);
+        cg_line(w, "const float %s =%s;", name, expr);
+    }
+    while (*rest == ' ') rest++;
+    substitute(k, rest, expr, sizeof expr);
     cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
     while (w->indent > base) {
         w->indent--;

@@ -38,6 +38,8 @@ static const char *const reserved[] = {
     /* locals of the rowwise, embedding and batched-matmul kernels (dialect_c.c) */
     "base", "j", "ib", "id", "query", "key", "out_row", "x_row", "y_row", "dy_row", "dot", "sum_sq", "mean", "rstd",
     "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat",
+    /* locals of elementwise expressions (ir/ops.def) */
+    "tanh_inner",
 };
 
 static int is_reserved(const char *s) {
