@@ -58,6 +58,9 @@ typedef struct cg_rowwise {
     const char *x, *y, *dy, *weight, *bias, *out;
     const char *fill;                               /* causal mask: C literal of masked elements */
     const char *eps;                                /* layernorm: C literal */
+    const char *scale;                              /* softmax: C literal the input is multiplied by, or NULL */
+    int64_t causal_queries;                         /* softmax: rows are queries cycling through this
+                                                     * many, seeing keys up to their own (0: every key) */
 } cg_rowwise;
 
 /* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds

@@ -255,37 +255,85 @@ static const char *row_index(const cg_rowwise *k, char *buf, size_t size) {
     return buf;
 }
 
-/* Subtracts the row max before exp, so that large logits cannot overflow (and a row
- * masked with -inf except its max gives exact zeros). */
+/* Declares `keys`, how many elements of the row take part: with a fused causal mask,
+ * the query's own position and those before it (bottom-right aligned when there are
+ * more keys than queries), else the whole row. */
+static void declare_keys(cg_writer *w, const cg_rowwise *k) {
+    if (k->causal_queries)
+        cg_line(w, "const int64_t keys = r %% %lld + %lld;", (long long)k->causal_queries,
+                (long long)(k->n - k->causal_queries + 1));
+    else
+        cg_line(w, "const int64_t keys = %lld;", (long long)k->n);
+}
+
+/* sum = the row's elements 0 .. keys-1 added in 8 lanes, so that the loop vectorises
+ * (a single running float sum cannot be reordered by the compiler). */
+static void lane_sum(cg_writer *w, const char *sum, const char *lane_term, const char *tail_term) {
+    cg_line(w, "float lanes[8] = {0};");
+    cg_line(w, "int64_t j = 0;");
+    cg_line(w, "for (; j + 8 <= keys; j += 8)");
+    cg_line(w, "    for (int lane = 0; lane < 8; lane++) lanes[lane] += %s;", lane_term);
+    cg_line(w, "for (; j < keys; j++) lanes[0] += %s;", tail_term);
+    cg_line(w, "%s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));", sum);
+}
+
+/* Subtracts the row max before exp, so that large logits cannot overflow; a fused
+ * causal mask leaves the keys after the query at exactly 0 and skips their exp. */
 static void c_softmax(cg_writer *w, const cg_rowwise *k) {
-    char j[64];
+    char j[64], jl[80], term[160], tail[160];
     row_index(k, j, sizeof j);
+    snprintf(jl, sizeof jl, k->inner == 1 ? "j + lane" : "(j + lane) * %lld", (long long)k->inner);
     long long n = (long long)k->n;
     int indent = rowwise_open(w, k);
+    declare_keys(w, k);
     cg_line(w, "const float *row = %s + base;", k->x);
     cg_line(w, "float *out_row = %s + base;", k->out);
     cg_line(w, "float max = row[0];");
-    cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = row[%s] > max ? row[%s] : max;", n, j, j);
-    cg_line(w, "float sum = 0.0f;");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
-    cg_line(w, "    out_row[%s] = expf(row[%s] - max);", j, j);
-    cg_line(w, "    sum += out_row[%s];", j);
+    cg_line(w, "for (int64_t j = 1; j < keys; j++) max = row[%s] > max ? row[%s] : max;", j, j);
+    if (k->scale) {
+        cg_line(w, "const float scaled_max = max * %s;", k->scale);
+        cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = expf(row[%s] * %s - scaled_max);", j, j, k->scale);
+    } else {
+        cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = expf(row[%s] - max);", j, j);
+    }
+    cg_line(w, "float sum;");
+    cg_line(w, "{");
+    w->indent++;
+    snprintf(term, sizeof term, "out_row[%s]", jl);
+    snprintf(tail, sizeof tail, "out_row[%s]", j);
+    lane_sum(w, "sum", term, tail);
+    w->indent--;
     cg_line(w, "}");
-    cg_line(w, "const float scale = 1.0f / sum;");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[%s] *= scale;", n, j);
+    cg_line(w, "const float inv_sum = 1.0f / sum;");
+    cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] *= inv_sum;", j);
+    if (k->causal_queries) cg_line(w, "for (int64_t j = keys; j < %lld; j++) out_row[%s] = 0.0f;", n, j);
     close_to(w, indent);
 }
 
+/* dx = scale * y * (dy - sum(y * dy)); keys a fused causal mask hid have y = 0, so
+ * their gradient is 0. */
 static void c_softmax_grad(cg_writer *w, const cg_rowwise *k) {
-    char j[64];
+    char j[64], jl[80], term[200], tail[200];
     row_index(k, j, sizeof j);
+    snprintf(jl, sizeof jl, k->inner == 1 ? "j + lane" : "(j + lane) * %lld", (long long)k->inner);
     long long n = (long long)k->n;
     int indent = rowwise_open(w, k);
+    declare_keys(w, k);
     cg_line(w, "const float *y_row = %s + base, *dy_row = %s + base;", k->y, k->dy);
     cg_line(w, "float *out_row = %s + base;", k->out);
-    cg_line(w, "float dot = 0.0f;");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) dot += y_row[%s] * dy_row[%s];", n, j, j);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[%s] = y_row[%s] * (dy_row[%s] - dot);", n, j, j, j);
+    cg_line(w, "float dot;");
+    cg_line(w, "{");
+    w->indent++;
+    snprintf(term, sizeof term, "y_row[%s] * dy_row[%s]", jl, jl);
+    snprintf(tail, sizeof tail, "y_row[%s] * dy_row[%s]", j, j);
+    lane_sum(w, "dot", term, tail);
+    w->indent--;
+    cg_line(w, "}");
+    if (k->scale)
+        cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = %s * (y_row[%s] * (dy_row[%s] - dot));", j, k->scale, j, j);
+    else
+        cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = y_row[%s] * (dy_row[%s] - dot);", j, j, j);
+    if (k->causal_queries) cg_line(w, "for (int64_t j = keys; j < %lld; j++) out_row[%s] = 0.0f;", n, j);
     close_to(w, indent);
 }
 

@@ -37,7 +37,8 @@ static const char *const reserved[] = {
     "pow", "expf", "logf", "tanhf", "sqrtf", "memset", "memcpy", "snprintf", "NULL", "INFINITY",
     /* locals of the rowwise, embedding and batched-matmul kernels (dialect_c.c) */
     "base", "j", "ib", "id", "query", "key", "out_row", "x_row", "y_row", "dy_row", "dot", "sum_sq", "mean", "rstd",
-    "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat",
+    "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat", "keys", "lane", "lanes", "inv_sum",
+    "scaled_max",
     /* locals of elementwise expressions (ir/ops.def) */
     "tanh_inner",
 };
@@ -336,6 +337,12 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
     char fill[64], eps[64];
     const char *operand[3] = {NULL, NULL, NULL};
     for (int i = 0; i < v->n_operands; i++) operand[i] = E->cname[v->operands[i]];
+    char scale[64];
+    if ((v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD) && v->scalar != 1.0) {
+        cg_float_literal(v->scalar, scale, sizeof scale);
+        k.scale = scale;
+    }
+    if (v->causal) k.causal_queries = x->shape[x->rank - 2];
     switch (v->op) {
     case OP_SOFTMAX:
         k.x = operand[0];
@@ -682,6 +689,14 @@ static void emit_source(emitter *E) {
     cg_line(w, "#include <stdio.h>");
     cg_line(w, "#include <stdlib.h>");
     cg_line(w, "#include <string.h>");
+    cg_blank(w);
+    cg_line(w, "/* glibc's libmvec (2.35 and later, linked through -lm) has vector versions of these:");
+    cg_line(w, " * declaring them lets gcc vectorise the loops that call them (GELU, softmax). */");
+    cg_line(w, "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \\");
+    cg_line(w, "    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))");
+    cg_line(w, "float tanhf(float) __attribute__((simd(\"notinbranch\")));");
+    cg_line(w, "float expf(float) __attribute__((simd(\"notinbranch\")));");
+    cg_line(w, "#endif");
     cg_blank(w);
     cg_line(w, "/* Storage of one rank, planned by dmc (elements of 4 bytes). */");
     cg_line(w, "struct %s_ctx {", m);

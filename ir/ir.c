@@ -163,6 +163,12 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
     return v;
 }
 
+void ir_drop_last(ir_graph *g) {
+    ir_value *v = g->values[--g->n_values];
+    free(v->operands);
+    free(v);
+}
+
 void ir_append_id(ir_graph *g, int **list, int *n, int id) {
     (void)g;
     *list = ir_grow(*list, *n, sizeof **list);

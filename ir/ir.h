@@ -118,7 +118,8 @@ typedef struct ir_value {
     ir_role role;
     ir_phase phase;
     /* attributes, by op */
-    double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill */
+    double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*: scale */
+    int causal;               /* SOFTMAX*: a causal mask fused in (keys after the query get 0) */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
     int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along */
     int axis2;                /* ALLTOALL: the dim that becomes split */
@@ -183,6 +184,8 @@ int ir_is_partitioned(const struct ir_graph *g);
  * (passes/shapes.c) unless the caller sets it. */
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc);
 void ir_append_id(ir_graph *g, int **list, int *n, int id);
+/* Removes the last value (one its maker folded away before anything referenced it). */
+void ir_drop_last(ir_graph *g);
 /* Appends an existing value (a pass rebuilding the list in a new order); sets its id. */
 void ir_append_value(ir_graph *g, ir_value *v);
 

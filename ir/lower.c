@@ -867,6 +867,30 @@ static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+/* softmax(causal_mask(s / c)), the attention pattern, becomes one softmax that scales
+ * by 1 / c and sees only the keys up to each query: no masked or scaled copy of the
+ * scores is made, and only the visible keys are exponentiated. *x is the mask just
+ * made (and the division, when there is one); they are dropped from the graph, which
+ * nothing else can reference yet. */
+static int fuse_causal(lowerer *L, int *x, double *scale) {
+    ir_graph *g = L->g;
+    ir_value *mask = val(L, *x);
+    if (mask->op != OP_CAUSAL_MASK || *x != g->n_values - 1) return 0;
+    int inner = mask->operands[0];
+    ir_drop_last(g);
+    ir_value *in = val(L, inner);
+    if ((in->op == OP_DIV || in->op == OP_MUL) && inner == g->n_values - 1) {
+        ir_value *c = val(L, in->operands[1]);
+        if (c->op == OP_CONST && c->scalar > 0) {
+            *scale = in->op == OP_DIV ? 1.0 / c->scalar : c->scalar;
+            inner = in->operands[0];
+            ir_drop_last(g);
+        }
+    }
+    *x = inner;
+    return 1;
+}
+
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     const char *f = e->name;
@@ -892,8 +916,12 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
             if (t->rank == 0) dm_error(L->d, e->loc, "softmax of a scalar");
             return 1;
         }
+        double scale = 1.0;
+        int causal = axis == t->rank - 1 && is_call_of(e->args[0], "causal_mask", 1) && fuse_causal(L, &x, &scale);
         ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
         v->axis = axis;
+        v->causal = causal;
+        v->scalar = scale;
         *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
         return 1;
     }

@@ -67,6 +67,8 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
         break;
     case OPC_SOFTMAX:
         fprintf(out, " axis=%d", v->axis);
+        if (v->causal) fprintf(out, " causal");
+        if (v->scalar != 1.0) fprintf(out, " scale=%.9g", v->scalar);
         break;
     case OPC_MASK:
         fprintf(out, " fill=%.9g", v->scalar);

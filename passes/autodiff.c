@@ -198,6 +198,8 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         gv->phase = PHASE_BACKWARD;
         gv->name = n0;
         gv->axis = v->axis;
+        gv->causal = v->causal;
+        gv->scalar = v->scalar;
         A->errors += shapes_infer(A->g, gv, A->d);
         accumulate(A, x0, gv->id, loc);
         return;

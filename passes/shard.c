@@ -381,7 +381,7 @@ static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *x = operand(S, v, 0);
     int whole_from = x->rank - 1, whole_to = x->rank - 1;
     if (v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD) whole_from = whole_to = v->axis;
-    if (v->op == OP_CAUSAL_MASK) whole_from = x->rank - 2;
+    if (v->op == OP_CAUSAL_MASK || v->causal) whole_from = x->rank - 2; /* query positions matter */
     for (int k = 0; k < v->n_operands; k++) {
         ir_type *w = &D->want[k];
         if (w->partial) D->reason = "a pending sum must be complete before a non-linear op";

@@ -21,8 +21,9 @@ rule):
   xent.dm         cross_entropy over [B, T, V] logits with [B, T] targets
   transformer.dm  embed, layernorm (eps given), slice (last and middle dims, negative
                   bounds), heads split/merged, batched matmul with transpose folded
-                  into it, causal_mask, softmax over the last and a middle dim, sqrt,
-                  a head tied to the embedding table
+                  into it, causal_mask fused into a scaled softmax and on its own,
+                  softmax over the last and a middle dim, sqrt, a head tied to the
+                  embedding table
 
 Every model is trained with plain SGD (lr 0.1) for 3 steps by one `dmc run` (--init:
 random parameters from a fixed seed, positive where they divide; --batch-file: 3
@@ -175,10 +176,12 @@ def transformer_loss(torch, F, p, i):
     scale = torch.tensor(hs ** 0.5, dtype=torch.float32).to(q.dtype)
     att = torch.softmax((q @ k.transpose(-1, -2) / scale).masked_fill(~causal, float("-inf")), dim=-1)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    att2 = torch.softmax((q @ v.transpose(-1, -2)).masked_fill(~causal, float("-inf")) * 0.5, dim=-1)
     s2 = torch.softmax(y * p["w2"], dim=1)
     m = e[:, 1:-1, :]
     logits = (y + s2) @ p["table"].t()
-    return F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1)) + (m * m).mean() + torch.sqrt(s2 + 1).mean()
+    return (F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1)) + (m * m).mean() + torch.sqrt(s2 + 1).mean()
+            + (att2 * att2).mean())
 
 
 def _lin_params(prefix, n_in, n_out):
