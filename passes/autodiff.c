@@ -18,12 +18,21 @@ typedef struct autodiff {
 
 static ir_value *V(autodiff *A, int id) { return A->g->values[id]; }
 
-static int emit(autodiff *A, ir_op op, const int *operands, int n, dm_loc loc, const char *name) {
+/* A backward value whose attributes the caller sets before finish() types it. */
+static ir_value *start(autodiff *A, ir_op op, const int *operands, int n, dm_loc loc, const char *name) {
     ir_value *v = ir_add(A->g, op, operands, n, loc);
     v->phase = PHASE_BACKWARD;
     v->name = name;
+    return v;
+}
+
+static int finish(autodiff *A, ir_value *v) {
     A->errors += shapes_infer(A->g, v, A->d);
     return v->id;
+}
+
+static int emit(autodiff *A, ir_op op, const int *operands, int n, dm_loc loc, const char *name) {
+    return finish(A, start(A, op, operands, n, loc, name));
 }
 
 static int emit1(autodiff *A, ir_op op, int x, dm_loc loc, const char *name) { return emit(A, op, &x, 1, loc, name); }
@@ -50,24 +59,18 @@ static int sum_to(autodiff *A, int t, const ir_type *like, dm_loc loc, const cha
     for (int i = 0; i < tt->rank; i++)
         if (i < lead || (like->shape[i - lead] == 1 && tt->shape[i] != 1)) axes |= 1u << i;
     if (!axes) return t;
-    ir_value *v = ir_add(A->g, OP_SUM_TO, &t, 1, loc);
-    v->phase = PHASE_BACKWARD;
-    v->name = name;
+    ir_value *v = start(A, OP_SUM_TO, &t, 1, loc, name);
     v->axes = axes;
     v->type = *like;
     v->type.dtype = DT_F32;
-    A->errors += shapes_infer(A->g, v, A->d);
-    return v->id;
+    return finish(A, v);
 }
 
 static int broadcast(autodiff *A, int t, const ir_type *to, uint32_t axes, dm_loc loc, const char *name) {
-    ir_value *v = ir_add(A->g, OP_BROADCAST, &t, 1, loc);
-    v->phase = PHASE_BACKWARD;
-    v->name = name;
+    ir_value *v = start(A, OP_BROADCAST, &t, 1, loc, name);
     v->axes = axes;
     v->type = *to;
-    A->errors += shapes_infer(A->g, v, A->d);
-    return v->id;
+    return finish(A, v);
 }
 
 static void accumulate(autodiff *A, int target, int contribution, dm_loc loc) {
@@ -93,12 +96,9 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         return;
     case OPC_UNARY: {
         int ops[3] = {x0, v->id, dy};
-        ir_value *gv = ir_add(A->g, OP_UNARY_GRAD, ops, 3, loc);
-        gv->phase = PHASE_BACKWARD;
+        ir_value *gv = start(A, OP_UNARY_GRAD, ops, 3, loc, n0);
         gv->unary = v->op;
-        gv->name = n0;
-        A->errors += shapes_infer(A->g, gv, A->d);
-        accumulate(A, x0, gv->id, loc);
+        accumulate(A, x0, finish(A, gv), loc);
         return;
     }
     case OPC_BINARY: {
@@ -134,31 +134,22 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         return;
     }
     case OPC_BROADCAST: {
-        ir_value *s = ir_add(A->g, OP_SUM_TO, &dy, 1, loc);
-        s->phase = PHASE_BACKWARD;
-        s->name = n0;
+        ir_value *s = start(A, OP_SUM_TO, &dy, 1, loc, n0);
         s->axes = v->axes;
         s->type = V(A, x0)->type;
-        A->errors += shapes_infer(A->g, s, A->d);
-        accumulate(A, x0, s->id, loc);
+        accumulate(A, x0, finish(A, s), loc);
         return;
     }
     case OPC_RESHAPE: {
-        ir_value *r = ir_add(A->g, OP_RESHAPE, &dy, 1, loc);
-        r->phase = PHASE_BACKWARD;
-        r->name = n0;
+        ir_value *r = start(A, OP_RESHAPE, &dy, 1, loc, n0);
         r->type = V(A, x0)->type;
-        A->errors += shapes_infer(A->g, r, A->d);
-        accumulate(A, x0, r->id, loc);
+        accumulate(A, x0, finish(A, r), loc);
         return;
     }
     case OPC_TRANSPOSE: {
-        ir_value *t = ir_add(A->g, OP_TRANSPOSE, &dy, 1, loc);
-        t->phase = PHASE_BACKWARD;
-        t->name = n0;
+        ir_value *t = start(A, OP_TRANSPOSE, &dy, 1, loc, n0);
         for (int i = 0; i < v->type.rank; i++) t->perm[v->perm[i]] = i;
-        A->errors += shapes_infer(A->g, t, A->d);
-        accumulate(A, x0, t->id, loc);
+        accumulate(A, x0, finish(A, t), loc);
         return;
     }
     case OPC_MATMUL: {
@@ -169,69 +160,51 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         }
         if (needs[x0]) {
             /* y = a @ b: da = dy @ b^T;  y = a @ b^T: da = dy @ b */
-            ir_value *m = ir_add(A->g, OP_MATMUL, (int[]){dy, x1}, 2, loc);
-            m->phase = PHASE_BACKWARD;
-            m->name = n0;
+            ir_value *m = start(A, OP_MATMUL, (int[]){dy, x1}, 2, loc, n0);
             m->trans_b = !v->trans_b;
             m->batch_dims = v->batch_dims;
-            A->errors += shapes_infer(A->g, m, A->d);
-            accumulate(A, x0, m->id, loc);
+            accumulate(A, x0, finish(A, m), loc);
         }
         if (needs[x1]) {
             /* db = a^T @ dy (rows of a and dy flattened unless batched); with trans_b,
              * db = dy^T @ a */
             int ops[2] = {x0, dy};
             if (v->trans_b) ops[0] = dy, ops[1] = x0;
-            ir_value *m = ir_add(A->g, OP_MATMUL, ops, 2, loc);
-            m->phase = PHASE_BACKWARD;
-            m->name = n1;
+            ir_value *m = start(A, OP_MATMUL, ops, 2, loc, n1);
             m->trans_a = 1;
             m->batch_dims = v->batch_dims;
-            A->errors += shapes_infer(A->g, m, A->d);
-            accumulate(A, x1, m->id, loc);
+            accumulate(A, x1, finish(A, m), loc);
         }
         return;
     }
     case OPC_SOFTMAX: {
         if (v->op != OP_SOFTMAX) break;
-        ir_value *gv = ir_add(A->g, OP_SOFTMAX_GRAD, (int[]){v->id, dy}, 2, loc);
-        gv->phase = PHASE_BACKWARD;
-        gv->name = n0;
+        ir_value *gv = start(A, OP_SOFTMAX_GRAD, (int[]){v->id, dy}, 2, loc, n0);
         gv->axis = v->axis;
         gv->causal = v->causal;
         gv->scalar = v->scalar;
-        A->errors += shapes_infer(A->g, gv, A->d);
-        accumulate(A, x0, gv->id, loc);
+        accumulate(A, x0, finish(A, gv), loc);
         return;
     }
     case OPC_MASK: {
         /* masked elements do not depend on x: their gradient is zero */
-        ir_value *gv = ir_add(A->g, OP_CAUSAL_MASK, &dy, 1, loc);
-        gv->phase = PHASE_BACKWARD;
-        gv->name = n0;
+        ir_value *gv = start(A, OP_CAUSAL_MASK, &dy, 1, loc, n0);
         gv->scalar = 0.0;
-        A->errors += shapes_infer(A->g, gv, A->d);
-        accumulate(A, x0, gv->id, loc);
+        accumulate(A, x0, finish(A, gv), loc);
         return;
     }
     case OPC_NORM: {
         if (v->op != OP_LAYERNORM) break;
         int x2 = v->operands[2];
         if (needs[x0]) {
-            ir_value *gv = ir_add(A->g, OP_LAYERNORM_GRAD, (int[]){x0, x1, dy}, 3, loc);
-            gv->phase = PHASE_BACKWARD;
-            gv->name = n0;
+            ir_value *gv = start(A, OP_LAYERNORM_GRAD, (int[]){x0, x1, dy}, 3, loc, n0);
             gv->scalar = v->scalar;
-            A->errors += shapes_infer(A->g, gv, A->d);
-            accumulate(A, x0, gv->id, loc);
+            accumulate(A, x0, finish(A, gv), loc);
         }
         if (needs[x1]) {
-            ir_value *gv = ir_add(A->g, OP_LAYERNORM_WGRAD, (int[]){x0, dy}, 2, loc);
-            gv->phase = PHASE_BACKWARD;
-            gv->name = n1;
+            ir_value *gv = start(A, OP_LAYERNORM_WGRAD, (int[]){x0, dy}, 2, loc, n1);
             gv->scalar = v->scalar;
-            A->errors += shapes_infer(A->g, gv, A->d);
-            accumulate(A, x1, gv->id, loc);
+            accumulate(A, x1, finish(A, gv), loc);
         }
         if (needs[x2]) {
             const char *n2 = V(A, x2)->name ? ir_internf(A->g, "d_%s", V(A, x2)->name) : NULL;
@@ -241,25 +214,19 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     }
     case OPC_SLICE: {
         /* slice and pad are each other's gradient */
-        ir_value *gv = ir_add(A->g, v->op == OP_SLICE ? OP_PAD : OP_SLICE, &dy, 1, loc);
-        gv->phase = PHASE_BACKWARD;
-        gv->name = n0;
+        ir_value *gv = start(A, v->op == OP_SLICE ? OP_PAD : OP_SLICE, &dy, 1, loc, n0);
         gv->axis = v->axis;
         gv->offset = v->offset;
         gv->type = V(A, x0)->type;
-        A->errors += shapes_infer(A->g, gv, A->d);
-        accumulate(A, x0, gv->id, loc);
+        accumulate(A, x0, finish(A, gv), loc);
         return;
     }
     case OPC_GATHER: {
         if (v->op != OP_EMBED) break;
         if (needs[x0]) {
-            ir_value *gv = ir_add(A->g, OP_EMBED_GRAD, (int[]){x1, dy}, 2, loc);
-            gv->phase = PHASE_BACKWARD;
-            gv->name = n0;
+            ir_value *gv = start(A, OP_EMBED_GRAD, (int[]){x1, dy}, 2, loc, n0);
             gv->type = V(A, x0)->type;
-            A->errors += shapes_infer(A->g, gv, A->d);
-            accumulate(A, x0, gv->id, loc);
+            accumulate(A, x0, finish(A, gv), loc);
         }
         return;
     }
