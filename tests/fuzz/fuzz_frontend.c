@@ -2,7 +2,7 @@
  *
  * The input bytes are a .dm source. They go through the same sequence as the driver
  * (driver/dmc.c): parse, lower (only when parsing reported no error), the IR verifier
- * after each pass, autodiff, optimizer, the memory plan, the IR printer and --explain;
+ * after each pass, autodiff, optimizer, sharding, the memory plan, the IR printer and --explain;
  * then everything is freed, so LeakSanitizer sees any leak.
  *
  * Diagnostics go to /dev/null (opened once). A broken IR invariant (ir_verify) is an
@@ -50,15 +50,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         verify(g, "lower");
         if (pass_autodiff(g, &diag) == 0) {
             verify(g, "autodiff");
-            if (pass_optimizer(g, &diag) == 0) {
-                verify(g, "optimizer");
+            dm_reshard_list reshards = {0};
+            if (pass_optimizer(g, &diag) == 0 && pass_shard(g, &reshards, &diag) == 0) {
+                verify(g, "shard");
                 dm_memory_plan plan;
                 pass_memory(g, &plan);
                 ir_print(g, devnull);
-                explain_print(g, &plan, "fuzz.dm", 0, devnull);
-                explain_print(g, &plan, "fuzz.dm", 1, devnull);
+                explain_print(g, &plan, &reshards, "fuzz.dm", 0, devnull);
+                explain_print(g, &plan, &reshards, "fuzz.dm", 1, devnull);
                 dm_memory_plan_free(&plan);
             }
+            dm_reshard_list_free(&reshards);
         }
     }
     ir_graph_free(g);
