@@ -1,0 +1,201 @@
+/* dmrt_comm.h: communicators of libdmrt. One interface, two backends.
+ *
+ * Generated code runs SPMD: every rank runs the same function with its own dmrt_rank.
+ * A rank sits on a mesh of named axes (`data`, `tensor`, `pipe`, ...) and owns one
+ * communicator per axis: the ranks that differ from it only along that axis. Collectives
+ * are float32, blocking, and called by every rank of the communicator in the same order
+ * (as in MPI). Backends:
+ *
+ *   threads  N ranks as threads of one process, collectives in shared memory
+ *            (library dmrt_comm, pthreads only): dmrt_threads_run.
+ *   MPI      one rank per process under mpirun (library dmrt_comm_mpi): dmrt_mpi_run.
+ *
+ * Results are deterministic and identical on every rank of a communicator: both backends
+ * sum in communicator-rank order, element by element, so an allreduce is bit for bit the
+ * serial sum ((x0 + x1) + x2) + ... whatever the timing and whichever backend.
+ *
+ * Failure is never a silent hang. Every wait has a deadline (dmrt_rank_set_timeout,
+ * default 120 s or $DMRT_COMM_TIMEOUT); a rank that fails calls dmrt_rank_abort and every
+ * other rank's pending or later collective fails within about a second with
+ * "rank R failed: <message>". Functions return 0 or DMRT_ERR_COMM; the message is in
+ * dmrt_rank_error. See docs/comm.md.
+ */
+#ifndef DMRT_COMM_H
+#define DMRT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status of a failed communicator call (dmrt.h's codes are 0..5). If dmrt.h defines it
+ * too, it must use #define (or guard its enum) so that both headers agree. */
+#ifndef DMRT_ERR_COMM
+#define DMRT_ERR_COMM 6
+#endif
+
+/* At most this many mesh axes; axis names are at most DMRT_MESH_NAME_MAX - 1 bytes. */
+#define DMRT_MESH_MAX_AXES 8
+#define DMRT_MESH_NAME_MAX 32
+
+/* One rank's view of the run: world rank and size, mesh coordinates, one communicator
+ * per mesh axis, the current step (for messages), the deadline and the last error.
+ * Created by a launcher and passed to rank_main; owned by the launcher. */
+typedef struct dmrt_rank dmrt_rank;
+
+/* A group of ranks that run collectives together: the world, or one mesh axis. Owned
+ * by its dmrt_rank. Used by one thread only: the rank's own. */
+typedef struct dmrt_comm dmrt_comm;
+
+/* ---- the rank ------------------------------------------------------------------------ */
+
+/* World rank of r, in 0 .. dmrt_rank_count(r) - 1. */
+int dmrt_rank_id(const dmrt_rank *r);
+/* Number of ranks in the run (the world size). */
+int dmrt_rank_count(const dmrt_rank *r);
+/* "threads" or "mpi". */
+const char *dmrt_rank_backend(const dmrt_rank *r);
+
+/* The training step that r is in; error messages name it ("at step 7"). Starts at -1,
+ * which messages leave out. */
+void dmrt_rank_set_step(dmrt_rank *r, int64_t step);
+int64_t dmrt_rank_step(const dmrt_rank *r);
+
+/* How long a collective may wait for the other ranks before it fails, in seconds
+ * (> 0; anything else is ignored). The launcher sets it from $DMRT_COMM_TIMEOUT or, when
+ * that is unset, to 120 s. Each rank has its own. */
+void dmrt_rank_set_timeout(dmrt_rank *r, double seconds);
+double dmrt_rank_timeout(const dmrt_rank *r);
+
+/* The message of the last failed call on r ("" when none failed yet). */
+const char *dmrt_rank_error(const dmrt_rank *r);
+
+/* Declares r failed, with a message saying why (NULL: "aborted"). Every other rank's
+ * pending or later collective and recv then fails promptly with "rank R failed:
+ * <message>", and every later communicator call of r fails at once. Call it when a rank
+ * cannot go on (a NaN loss, a file that does not load); the launchers call it for a
+ * rank_main that returns non-zero. Only the first call has an effect. */
+void dmrt_rank_abort(dmrt_rank *r, const char *message);
+
+/* The communicator of all ranks; its rank is the world rank, its axis name "world". */
+dmrt_comm *dmrt_rank_world(dmrt_rank *r);
+
+/* ---- the mesh ------------------------------------------------------------------------ */
+
+/* Places the ranks on a mesh of n_axes named axes (0 <= n_axes <= DMRT_MESH_MAX_AXES)
+ * with the given sizes, row-major: the last axis varies fastest over world ranks, so on
+ * data=2 x tensor=2 rank 1 is (data 0, tensor 1) and rank 2 is (data 1, tensor 0). The
+ * product of the sizes must be the world size, else it fails with e.g. "mesh data=2 x
+ * tensor=2 needs 4 ranks, the run has 3" (an empty mesh needs 1 rank). Names must be
+ * non-empty, distinct, shorter than DMRT_MESH_NAME_MAX, and not "world".
+ *
+ * Every rank must call it, with the same mesh (it is a collective over the world, with
+ * the deadline). A second call replaces the mesh; communicators of the old one are
+ * freed. Returns 0, or DMRT_ERR_COMM with the message in err (may be NULL) and in
+ * dmrt_rank_error. */
+int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
+                   const int64_t *axis_sizes, char *err, size_t errlen);
+
+/* Number of axes of the current mesh (0 before dmrt_mesh_init). */
+int dmrt_mesh_axes(const dmrt_rank *r);
+/* Index of the axis with that name, or -1. */
+int dmrt_mesh_find_axis(const dmrt_rank *r, const char *name);
+/* The communicator of the ranks that differ from r only along `axis`, ordered by their
+ * coordinate on it: its rank is r's coordinate. NULL for an axis out of range. */
+dmrt_comm *dmrt_mesh_axis(dmrt_rank *r, int axis);
+/* r's coordinate along axis (-1 for an axis out of range). */
+int dmrt_mesh_coord(const dmrt_rank *r, int axis);
+
+/* ---- communicators ------------------------------------------------------------------- */
+
+/* Number of ranks in c. */
+int dmrt_comm_size(const dmrt_comm *c);
+/* This rank's index in c, 0 .. size - 1 (its coordinate on c's axis). */
+int dmrt_comm_rank(const dmrt_comm *c);
+/* World rank of c's member i (0 <= i < size), or -1. */
+int dmrt_comm_member(const dmrt_comm *c, int i);
+/* "world" or the mesh axis name. */
+const char *dmrt_comm_axis_name(const dmrt_comm *c);
+/* The rank that owns c. */
+dmrt_rank *dmrt_comm_owner(const dmrt_comm *c);
+
+/* ---- collectives ----------------------------------------------------------------------
+ *
+ * All are called by every rank of c, in the same order, with the same sizes (and root);
+ * the threads backend checks this and fails naming both calls. `what` labels the call in
+ * messages, e.g. "allreduce of fc1.weight.grad (mlp.dm:21)"; NULL gives the op name.
+ * Counts are in floats and may be 0. Buffers may be NULL only when they hold 0 floats.
+ * All return 0, or DMRT_ERR_COMM with a message in dmrt_rank_error that names this rank,
+ * the axis, the label and the step (a NULL communicator: DMRT_ERR_COMM, no message).
+ * After a failure, buffers passed to the failed call must stay allocated until the
+ * launcher returns (the MPI backend cannot cancel a collective it gave up on). */
+
+/* buf[i] = sum over comm ranks k, in order, of rank k's buf[i], on every rank. In place. */
+int dmrt_allreduce_sum(dmrt_comm *c, float *buf, int64_t n, const char *what);
+
+/* recv (size * n_per_rank) = the send buffers (n_per_rank each) of comm ranks 0, 1, ...
+ * concatenated. send may be recv + rank * n_per_rank (in place); no other overlap. */
+int dmrt_allgather(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                   const char *what);
+
+/* send holds size blocks of n_per_rank; comm rank i gets in recv (n_per_rank) the sum,
+ * in comm-rank order, of block i of every rank's send. send and recv must not overlap. */
+int dmrt_reduce_scatter_sum(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                            const char *what);
+
+/* send and recv hold size blocks of n_per_rank; block j of rank i's send becomes block i
+ * of rank j's recv. send and recv must not overlap. */
+int dmrt_alltoall(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                  const char *what);
+
+/* Every rank's buf (n floats) becomes comm rank root's buf. */
+int dmrt_broadcast(dmrt_comm *c, int root, float *buf, int64_t n, const char *what);
+
+/* Returns once every rank of c has called it. */
+int dmrt_barrier(dmrt_comm *c, const char *what);
+
+/* ---- point to point (pipeline stages) --------------------------------------------------
+ *
+ * peer is a rank of c. Messages between a pair arrive in the order sent, and a recv must
+ * ask for exactly the count that was sent (else it fails naming both). Sends are
+ * buffered: dmrt_send copies buf and returns without waiting for the receiver, so both
+ * sides of a pair may send first, at any size (each pending message holds a copy until
+ * it is received). dmrt_recv waits, with the deadline, for the next message from peer.
+ * Sending to oneself is allowed. */
+int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what);
+int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
+
+/* ---- launchers ------------------------------------------------------------------------ */
+
+/* What a rank runs: return 0 on success, non-zero (with dmrt_rank_error or an abort
+ * message saying why) on failure. */
+typedef int (*dmrt_rank_main)(dmrt_rank *r, void *arg);
+
+/* Runs rank_main on n_ranks threads of this process (one dmrt_rank each, world ranks
+ * 0 .. n_ranks - 1, an empty mesh) and joins them. A rank_main that returns non-zero
+ * aborts the others (dmrt_rank_abort with its status and message). Returns 0 when every
+ * rank returned 0; else the status of the rank that failed first, with err naming it and
+ * its message and listing the ranks that failed after it. Reads $DMRT_COMM_TIMEOUT.
+ * Several runs may go on at once in one process; each has its own ranks. */
+int dmrt_threads_run(int n_ranks, dmrt_rank_main rank_main, void *arg, char *err,
+                     size_t errlen);
+
+/* Runs rank_main once in this MPI process: MPI_Init_thread (MPI_THREAD_FUNNELED: call
+ * the communicators from this thread), rank_main, then an agreement of all ranks on
+ * their statuses, MPI_Finalize. A rank_main that returns non-zero aborts the others, as
+ * with threads. Returns 0 when every rank returned 0; else, on every rank, the status of
+ * the first failed rank (the lowest that failed on its own rather than after another's
+ * abort), with err naming it and its message and listing the others that failed. A rank
+ * that cannot complete the agreement within the launch-time deadline (a rank is stuck or
+ * gone) prints why and calls MPI_Abort, the last resort. Once per process. Defined in
+ * dmrt_comm_mpi only. */
+int dmrt_mpi_run(int *argc, char ***argv, dmrt_rank_main rank_main, void *arg, char *err,
+                 size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
