@@ -7,15 +7,13 @@ class Failure(Exception):
     """A check failed; the message says which and by how much."""
 
 
-def run_dmc(dmc, dm_file, tmp, args, timeout):
-    """Runs `dmc run DM_FILE --quiet ARGS` in tmp; returns the losses of its step lines."""
-    cmd = [dmc, "run", dm_file, "--quiet"] + args
-    env = dict(os.environ, TMPDIR=tmp)
+def step_losses(cmd, cwd, timeout, env=None):
+    """Runs cmd in cwd; returns the losses of its `step N loss X` lines, in order."""
     try:
-        r = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=timeout)
     except OSError as e:
-        raise Failure("cannot run %s: %s" % (dmc, e))
+        raise Failure("cannot run %s: %s" % (cmd[0], e))
     if r.returncode != 0:
         raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
     losses = []
@@ -26,3 +24,29 @@ def run_dmc(dmc, dm_file, tmp, args, timeout):
                 raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
             losses.append(float(f[3]))
     return losses
+
+
+def run_dmc(dmc, dm_file, tmp, args, timeout):
+    """Runs `dmc run DM_FILE --quiet ARGS` in tmp; returns the losses of its step lines."""
+    cmd = [dmc, "run", dm_file, "--quiet"] + args
+    return step_losses(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp))
+
+
+def check_losses(what, got, want, rtol):
+    """Every printed loss within rtol of torch's, relative; prints the worst."""
+    if len(got) != len(want):
+        raise Failure("%s: dmc printed %d step losses, expected %d" % (what, len(got), len(want)))
+    worst, at = 0.0, 0
+    for i, (g, w) in enumerate(zip(got, want)):
+        rel = abs(g - w) / abs(w)
+        if rel > worst:
+            worst, at = rel, i
+
+    def show(vs):
+        text = ["%.6f" % v for v in vs]
+        return ", ".join(text if len(text) <= 4 else text[:3] + ["..."] + text[-1:])
+    print("%-12s losses: max rel error %.3g (bound %.0e) at step %d; dmc %s; torch %s"
+          % (what, worst, rtol, at + 1, show(got), show(want)))
+    if worst > rtol:
+        raise Failure("%s: loss of step %d: dmc %.9g vs torch %.9g, relative error %.3g > %.0e"
+                      % (what, at + 1, got[at], want[at], worst, rtol))

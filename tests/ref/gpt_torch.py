@@ -6,8 +6,6 @@ does not package), parameters in a dict keyed by the .dm's dotted names, weights
 module as an argument so that importing this file never needs torch (the test exits 77,
 a skip, where torch is missing).
 """
-import json
-import struct
 
 import numpy as np
 
@@ -124,23 +122,3 @@ def hf_checkpoint(init, T, L, prefix=""):
         out[prefix + "h.%d.attn.bias" % i] = mask.copy()
     return out
 
-
-def save_with_metadata(tensors, path, metadata):
-    """Like stio.save, with a "__metadata__" entry first in the header (HF files carry
-    {"format": "pt"}), and the tensors in the order given rather than sorted."""
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name, arr in tensors.items():
-        arr = np.asarray(arr)
-        st = {np.dtype("<f4"): "F32", np.dtype("<i4"): "I32"}[arr.dtype.newbyteorder("<")]
-        data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": st, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)

@@ -21,10 +21,12 @@ def _st_dtype(arr):
     raise TypeError("stio: unsupported dtype %s (only float32 and int32)" % arr.dtype)
 
 
-def save(tensors, path):
-    """Writes {name: numpy array} (float32 or int32) to path."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
+def save(tensors, path, metadata=None, sort=True):
+    """Writes {name: numpy array} (float32 or int32) to path. metadata (a dict of
+    strings, as Hugging Face's {"format": "pt"}) goes first in the header as
+    "__metadata__"; sort=False keeps the tensors in the order given."""
+    header, blobs, offset = ({"__metadata__": metadata} if metadata is not None else {}), [], 0
+    for name in (sorted(tensors) if sort else tensors):
         arr = np.asarray(tensors[name])
         st, dt = _st_dtype(arr)
         data = np.ascontiguousarray(arr, dtype=dt).tobytes()

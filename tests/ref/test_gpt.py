@@ -268,19 +268,7 @@ def run_dmc(dmc, dm_file, tmp, args):
 def run_trainer(exe, tmp, args):
     """Runs a trainer binary that `dmc run --keep` left (the same program `dmc run`
     would build again and run with these arguments); returns its step losses."""
-    cmd = [exe, "--quiet"] + args
-    r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=240)
-    if r.returncode != 0:
-        raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
-    losses = []
-    for line in r.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            if int(f[1]) != len(losses) + 1:
-                raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
-            losses.append(float(f[3]))
-    return losses
+    return dmcrun.step_losses([exe, "--quiet"] + args, tmp, timeout=240)
 
 
 def run_trainer_failing(exe, tmp, args, what, needles):
@@ -302,19 +290,7 @@ def run_trainer_failing(exe, tmp, args, what, needles):
 
 
 def check_losses(what, got, want):
-    if len(got) != len(want):
-        raise Failure("%s: dmc printed %d step losses, expected %d" % (what, len(got), len(want)))
-    worst, at = 0.0, 0
-    for i, (g, w) in enumerate(zip(got, want)):
-        rel = abs(g - w) / abs(w)
-        if rel > worst:
-            worst, at = rel, i
-    text = ["%.6f" % v for v in got]
-    print("%-12s losses: max rel error %.3g (bound %.0e) at step %d; dmc %s"
-          % (what, worst, LOSS_RTOL, at + 1, ", ".join(text if len(text) <= 4 else text[:3] + ["..."] + text[-1:])))
-    if worst > LOSS_RTOL:
-        raise Failure("%s: loss of step %d: dmc %.9g vs torch %.9g, relative error %.3g > %.0e"
-                      % (what, at + 1, got[at], want[at], worst, LOSS_RTOL))
+    dmcrun.check_losses(what, got, want, LOSS_RTOL)
 
 
 def check_tensors(np, what, names, got, want, atol, rtol, ref64=None, loose=None):
@@ -480,7 +456,7 @@ def mode_hf(np, torch, G, dmc, src_path, specs, tmp):
     # a) model.safetensors layout, with the attn.bias buffers
     hf = G.hf_checkpoint(init, T, L)
     plain = os.path.join(tmp, "model.safetensors")
-    G.save_with_metadata(hf, plain, meta)
+    stio.save(hf, plain, metadata=meta, sort=False)
     check = stio.load(plain)
     if set(check) != set(names) | {"h.%d.attn.bias" % i for i in range(L)}:
         raise Failure("the HF-layout file holds %s" % sorted(check))
@@ -494,14 +470,14 @@ def mode_hf(np, torch, G, dmc, src_path, specs, tmp):
     bad = dict(hf)
     bad["wpe.weight"] = np.concatenate([init["wpe.weight"], init["wpe.weight"]])
     bad_path = os.path.join(tmp, "bad-wpe.safetensors")
-    G.save_with_metadata(bad, bad_path, meta)
+    stio.save(bad, bad_path, metadata=meta, sort=False)
     run_trainer_failing(exe, tmp, ["--init", bad_path, "--batch-file", batch_path, "--steps", "1"],
                     "hf-bad-wpe", ["wpe.weight", "[%d, %d]" % (2 * T, C), "[%d, %d]" % (T, C)])
 
     # b) GPT2LMHeadModel.save_pretrained's keys: "transformer." before every key
     pre = G.hf_checkpoint(init, T, L, prefix="transformer.")
     pre_path = os.path.join(tmp, "lmhead.safetensors")
-    G.save_with_metadata(pre, pre_path, meta)
+    stio.save(pre, pre_path, metadata=meta, sort=False)
     p_loss, p_grads = step1_check(np, torch, G, "hf-prefixed", lambda a: run_trainer(exe, tmp, a), tmp,
                                   init, tokens, targets, pre_path, batch_path)
     same = p_loss == d_loss and all(np.array_equal(p_grads[n], d_grads[n]) for n in names)
@@ -515,7 +491,7 @@ def mode_hf(np, torch, G, dmc, src_path, specs, tmp):
     key = "transformer.h.1.attn.c_attn.weight"
     bad[key] = np.ascontiguousarray(pre[key].T)
     bad_path = os.path.join(tmp, "bad-cattn.safetensors")
-    G.save_with_metadata(bad, bad_path, meta)
+    stio.save(bad, bad_path, metadata=meta, sort=False)
     run_trainer_failing(exe, tmp, ["--init", bad_path, "--batch-file", batch_path, "--steps", "1"],
                     "hf-bad-cattn", ["h.1.attn.c_attn.weight", "[%d, %d]" % (3 * C, C), "[%d, %d]" % (C, 3 * C)])
     print("PASS: Hugging Face GPT-2 layout (%s): loads with and without 'transformer.', loss and gradients "

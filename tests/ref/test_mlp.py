@@ -169,21 +169,7 @@ def run_dmc(dmc, dm_file, tmp, args):
 
 
 def check_losses(what, got, want):
-    if len(got) != len(want):
-        raise Failure("%s: dmc printed %d step losses, expected %d" % (what, len(got), len(want)))
-    worst, at = 0.0, 0
-    for i, (g, w) in enumerate(zip(got, want)):
-        rel = abs(g - w) / abs(w)
-        if rel > worst:
-            worst, at = rel, i
-    def show(vs):
-        text = ["%.6f" % v for v in vs]
-        return ", ".join(text if len(text) <= 4 else text[:3] + ["..."] + text[-1:])
-    print("%-12s losses: max rel error %.3g (bound %.0e) at step %d; dmc %s; torch %s"
-          % (what, worst, LOSS_RTOL, at + 1, show(got), show(want)))
-    if worst > LOSS_RTOL:
-        raise Failure("%s: loss of step %d: dmc %.9g vs torch %.9g, relative error %.3g > %.0e"
-                      % (what, at + 1, got[at], want[at], worst, LOSS_RTOL))
+    dmcrun.check_losses(what, got, want, LOSS_RTOL)
 
 
 def check_tensors(np, what, got, want, atol, rtol, ref64=None):
