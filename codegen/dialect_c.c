@@ -266,24 +266,53 @@ static void declare_keys(cg_writer *w, const cg_rowwise *k) {
         cg_line(w, "const int64_t keys = %lld;", (long long)k->n);
 }
 
-/* sum = the row's elements 0 .. keys-1 added in 8 lanes, so that the loop vectorises
- * (a single running float sum cannot be reordered by the compiler). */
-static void lane_sum(cg_writer *w, const char *sum, const char *lane_term, const char *tail_term) {
+/* template with every '@' replaced by index */
+static void fill_index(const char *template, const char *index, char *out, size_t size) {
+    size_t n = 0;
+    for (const char *p = template; *p && n + 1 < size; p++) {
+        if (*p != '@') {
+            out[n++] = *p;
+            continue;
+        }
+        int w = snprintf(out + n, size - n, "%s", index);
+        if (w > 0) n += (size_t)w;
+        if (n >= size) n = size - 1;
+    }
+    out[n] = 0;
+}
+
+/* Declares `float sum`, the terms for row elements 0 .. keys-1 (term: an expression
+ * with '@' for the element index) added in 8 lanes, so that the loop vectorises (a
+ * single running float sum cannot be reordered by the compiler). */
+static void lane_sum(cg_writer *w, const cg_rowwise *k, const char *sum, const char *term) {
+    char j[64], jl[80], lane_term[200], tail_term[200];
+    row_index(k, j, sizeof j);
+    snprintf(jl, sizeof jl, k->inner == 1 ? "j + lane" : "(j + lane) * %lld", (long long)k->inner);
+    fill_index(term, jl, lane_term, sizeof lane_term);
+    fill_index(term, j, tail_term, sizeof tail_term);
+    cg_line(w, "float %s;", sum);
+    cg_line(w, "{");
+    w->indent++;
     cg_line(w, "float lanes[8] = {0};");
     cg_line(w, "int64_t j = 0;");
     cg_line(w, "for (; j + 8 <= keys; j += 8)");
     cg_line(w, "    for (int lane = 0; lane < 8; lane++) lanes[lane] += %s;", lane_term);
     cg_line(w, "for (; j < keys; j++) lanes[0] += %s;", tail_term);
     cg_line(w, "%s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));", sum);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* The keys a fused causal mask hides are exact zeros (and so is their gradient). */
+static void zero_hidden_keys(cg_writer *w, const cg_rowwise *k, const char *j) {
+    if (k->causal_queries) cg_line(w, "for (int64_t j = keys; j < %lld; j++) out_row[%s] = 0.0f;", (long long)k->n, j);
 }
 
 /* Subtracts the row max before exp, so that large logits cannot overflow; a fused
  * causal mask leaves the keys after the query at exactly 0 and skips their exp. */
 static void c_softmax(cg_writer *w, const cg_rowwise *k) {
-    char j[64], jl[80], term[160], tail[160];
+    char j[64];
     row_index(k, j, sizeof j);
-    snprintf(jl, sizeof jl, k->inner == 1 ? "j + lane" : "(j + lane) * %lld", (long long)k->inner);
-    long long n = (long long)k->n;
     int indent = rowwise_open(w, k);
     declare_keys(w, k);
     cg_line(w, "const float *row = %s + base;", k->x);
@@ -296,44 +325,28 @@ static void c_softmax(cg_writer *w, const cg_rowwise *k) {
     } else {
         cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = expf(row[%s] - max);", j, j);
     }
-    cg_line(w, "float sum;");
-    cg_line(w, "{");
-    w->indent++;
-    snprintf(term, sizeof term, "out_row[%s]", jl);
-    snprintf(tail, sizeof tail, "out_row[%s]", j);
-    lane_sum(w, "sum", term, tail);
-    w->indent--;
-    cg_line(w, "}");
+    lane_sum(w, k, "sum", "out_row[@]");
     cg_line(w, "const float inv_sum = 1.0f / sum;");
     cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] *= inv_sum;", j);
-    if (k->causal_queries) cg_line(w, "for (int64_t j = keys; j < %lld; j++) out_row[%s] = 0.0f;", n, j);
+    zero_hidden_keys(w, k, j);
     close_to(w, indent);
 }
 
 /* dx = scale * y * (dy - sum(y * dy)); keys a fused causal mask hid have y = 0, so
  * their gradient is 0. */
 static void c_softmax_grad(cg_writer *w, const cg_rowwise *k) {
-    char j[64], jl[80], term[200], tail[200];
+    char j[64];
     row_index(k, j, sizeof j);
-    snprintf(jl, sizeof jl, k->inner == 1 ? "j + lane" : "(j + lane) * %lld", (long long)k->inner);
-    long long n = (long long)k->n;
     int indent = rowwise_open(w, k);
     declare_keys(w, k);
     cg_line(w, "const float *y_row = %s + base, *dy_row = %s + base;", k->y, k->dy);
     cg_line(w, "float *out_row = %s + base;", k->out);
-    cg_line(w, "float dot;");
-    cg_line(w, "{");
-    w->indent++;
-    snprintf(term, sizeof term, "y_row[%s] * dy_row[%s]", jl, jl);
-    snprintf(tail, sizeof tail, "y_row[%s] * dy_row[%s]", j, j);
-    lane_sum(w, "dot", term, tail);
-    w->indent--;
-    cg_line(w, "}");
+    lane_sum(w, k, "dot", "y_row[@] * dy_row[@]");
     if (k->scale)
         cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = %s * (y_row[%s] * (dy_row[%s] - dot));", j, k->scale, j, j);
     else
         cg_line(w, "for (int64_t j = 0; j < keys; j++) out_row[%s] = y_row[%s] * (dy_row[%s] - dot);", j, j, j);
-    if (k->causal_queries) cg_line(w, "for (int64_t j = keys; j < %lld; j++) out_row[%s] = 0.0f;", n, j);
+    zero_hidden_keys(w, k, j);
     close_to(w, indent);
 }
 
