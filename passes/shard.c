@@ -134,7 +134,7 @@ static int convert(shard_state *S, int source, const ir_type *want, const char *
         if (t->split[i] == IR_REPLICATED && want->split[i] != IR_REPLICATED)
             cur = add_collective(S, OP_SHARD_SLICE, cur, want->split[i], i, 0, reason, phase);
     }
-    if (V(S, cur)->type.partial & ~want->partial) {
+    if (want->partial & ~V(S, cur)->type.partial) {
         dm_error(S->d, V(S, source)->loc, "internal: cannot make a pending sum appear by resharding");
         S->errors++;
     }
@@ -270,13 +270,13 @@ static void rule_reshape(shard_state *S, const ir_value *v, decision *D) {
             else py *= y->shape[j++];
         }
         while (i < x->rank && x->shape[i] == 1) i++;
+        /* the first non-1 dim of each side leads its group */
+        int lead_x = i0, lead_y = j0;
+        while (lead_x < i - 1 && x->shape[lead_x] == 1) lead_x++;
+        while (lead_y < j - 1 && y->shape[lead_y] == 1) lead_y++;
         for (int a = i0; a < i; a++) {
             int axis = x->split[a];
             if (axis == IR_REPLICATED) continue;
-            /* the first non-1 dim of each side leads its group */
-            int lead_x = i0, lead_y = j0;
-            while (lead_x < i - 1 && x->shape[lead_x] == 1) lead_x++;
-            while (lead_y < j - 1 && y->shape[lead_y] == 1) lead_y++;
             if (a == lead_x && y->shape[lead_y] % axis_size(S->g, axis) == 0 &&
                 (x->shape[a] % axis_size(S->g, axis) == 0))
                 D->res.split[lead_y] = (int8_t)axis;
@@ -307,21 +307,18 @@ static int contract(decision *D, const ir_type *a, int ka, const ir_type *b, int
 
 static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *a = operand(S, v, 0), *b = operand(S, v, 1);
+    /* from[i]: the dims of a and of b that result dim i comes from (-1: neither) */
+    int from[IR_MAX_RANK][2];
+    int nb = v->batch_dims, r = 0;
     uint32_t partial = 0;
-    int r = 0;
-    if (v->batch_dims > 0) {
-        int nb = v->batch_dims;
-        for (int i = 0; i < nb; i++) {
-            int s = a->split[i] != IR_REPLICATED ? a->split[i] : b->split[i];
-            D->want[0].split[i] = D->want[1].split[i] = (int8_t)s;
-            D->res.split[r++] = (int8_t)s;
-        }
+    for (int i = 0; i < nb; i++, r++) from[r][0] = from[r][1] = i;
+    if (nb > 0) {
         int am = v->trans_a ? nb + 1 : nb, ak = v->trans_a ? nb : nb + 1;
         int bk = v->trans_b ? nb + 1 : nb, bn = v->trans_b ? nb : nb + 1;
-        D->res.split[r++] = a->split[am];
         int k = contract(D, a, ak, b, bk);
-        D->res.split[r++] = b->split[bn];
         if (k != IR_REPLICATED) partial |= 1u << k;
+        from[r][0] = am, from[r++][1] = -1;
+        from[r][0] = -1, from[r++][1] = bn;
     } else if (v->trans_a) {
         /* a (rows..., K), b (rows..., N): the rows contract; only alike layouts keep splits */
         int alike = a->rank == b->rank;
@@ -335,37 +332,28 @@ static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
             if (k != IR_REPLICATED) partial |= 1u << k;
         }
         for (int i = 0; !alike && i + 1 < b->rank; i++) D->want[1].split[i] = IR_REPLICATED;
-        D->res.split[0] = a->split[a->rank - 1];
-        D->res.split[1] = b->split[b->rank - 1];
+        from[r][0] = a->rank - 1, from[r++][1] = -1;
+        from[r][0] = -1, from[r++][1] = b->rank - 1;
     } else {
-        for (int i = 0; i + 1 < a->rank; i++) D->res.split[r++] = a->split[i];
         int bk = v->trans_b ? 1 : 0;
         int k = contract(D, a, a->rank - 1, b, bk);
         if (k != IR_REPLICATED) partial |= 1u << k;
-        D->res.split[r++] = b->split[1 - bk];
+        for (int i = 0; i + 1 < a->rank; i++) from[r][0] = i, from[r++][1] = -1;
+        from[r][0] = -1, from[r++][1] = 1 - bk;
     }
-    /* an axis used twice (two result dims, or a result dim and the contraction): keep
-     * the first use, gather the rest */
+    /* each result dim takes its operands' split (a's first); an axis used twice (two
+     * result dims, or a result dim and the contraction) keeps its first use; the
+     * operands are then wanted exactly so */
     uint32_t seen = partial;
-    for (int i = 0; i < D->res.rank; i++) {
-        int s = D->res.split[i];
-        if (s == IR_REPLICATED) continue;
-        if (seen & (1u << s)) D->res.split[i] = IR_REPLICATED;
-        seen |= 1u << s;
-    }
-    /* the operands must then produce exactly that: clear their splits the result lost */
-    /* (re-derive by rerunning the mapping on the wanted operands) */
-    if (v->batch_dims == 0 && !v->trans_a) {
-        for (int i = 0; i + 1 < a->rank; i++) D->want[0].split[i] = D->res.split[i];
-        D->want[1].split[v->trans_b ? 0 : 1] = D->res.split[D->res.rank - 1];
-    } else if (v->batch_dims == 0) {
-        D->want[0].split[a->rank - 1] = D->res.split[0];
-        D->want[1].split[b->rank - 1] = D->res.split[1];
-    } else {
-        int nb = v->batch_dims;
-        for (int i = 0; i < nb; i++) D->want[0].split[i] = D->want[1].split[i] = D->res.split[i];
-        D->want[0].split[v->trans_a ? nb + 1 : nb] = D->res.split[nb];
-        D->want[1].split[v->trans_b ? nb : nb + 1] = D->res.split[nb + 1];
+    for (int i = 0; i < r; i++) {
+        int s = IR_REPLICATED;
+        if (from[i][0] >= 0) s = a->split[from[i][0]];
+        if (s == IR_REPLICATED && from[i][1] >= 0) s = b->split[from[i][1]];
+        if (s != IR_REPLICATED && (seen & (1u << s))) s = IR_REPLICATED;
+        if (s != IR_REPLICATED) seen |= 1u << s;
+        D->res.split[i] = (int8_t)s;
+        if (from[i][0] >= 0) D->want[0].split[from[i][0]] = (int8_t)s;
+        if (from[i][1] >= 0) D->want[1].split[from[i][1]] = (int8_t)s;
     }
     /* linear in each operand: one operand's pending sum may pass through, on axes the
      * result does not otherwise use */
