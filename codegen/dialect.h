@@ -67,6 +67,10 @@ typedef struct cg_rowwise {
  * the rows of dy into a zeroed table (n, cols). */
 typedef struct cg_embed {
     int64_t rows, n, cols;
+    int64_t vocab;                                  /* ids must be in [0, vocab) */
+    const char *first_row;                          /* C expression: the id of table row 0 when the
+                                                     * table holds a window of the vocabulary (ids
+                                                     * outside it give zero rows); NULL: 0, n == vocab */
     const char *table, *ids, *dy, *out;
     const char *where;                              /* .dm location for the range error */
 } cg_embed;
@@ -75,6 +79,7 @@ typedef struct cg_embed {
  * gradient, dlogits = (softmax - onehot) * dloss / rows. */
 typedef struct cg_xent {
     int64_t rows, classes;
+    int64_t mean_rows;                              /* the divisor of the mean: rows of every rank */
     const char *logits, *targets, *out;
     const char *dloss;                              /* C expression of the scalar; NULL for the forward */
     const char *where;                              /* .dm location for the range error */

@@ -149,7 +149,7 @@ static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
     cg_line(w, "total += log(sum) + (double)max - (double)row[target];");
     w->indent--;
     cg_line(w, "}");
-    cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->rows);
+    cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->mean_rows);
     w->indent--;
     cg_line(w, "}");
 }
@@ -163,7 +163,7 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)k->classes);
     cg_line(w, "double sum = 0.0;");
     cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)k->classes);
-    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->rows);
+    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->mean_rows);
     cg_line(w, "for (int64_t c = 0; c < %lld; c++)", (long long)k->classes);
     cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;");
     cg_line(w, "drow[%s[r]] -= scale;", k->targets);
@@ -413,13 +413,24 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const int32_t id = %s[r];", k->ids);
-    cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->n);
+    cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->vocab);
     cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: id %%d at position %%lld is outside [0, %lld)\", (int)id, (long long)r);",
-            k->where, (long long)k->n);
+            k->where, (long long)k->vocab);
     cg_line(w, "    return DMRT_ERR_DATA;");
     cg_line(w, "}");
-    cg_line(w, "memcpy(%s + r * %lld, %s + (int64_t)id * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
-            (long long)k->cols, (long long)k->cols);
+    if (k->first_row) {
+        /* rows of another rank's window are zero here: the pending sum over ranks fills them */
+        cg_line(w, "const int64_t row = (int64_t)id - (%s);", k->first_row);
+        cg_line(w, "if (row < 0 || row >= %lld) {", (long long)k->n);
+        cg_line(w, "    memset(%s + r * %lld, 0, %lld * sizeof(float));", k->out, (long long)k->cols, (long long)k->cols);
+        cg_line(w, "    continue;");
+        cg_line(w, "}");
+        cg_line(w, "memcpy(%s + r * %lld, %s + row * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
+                (long long)k->cols, (long long)k->cols);
+    } else {
+        cg_line(w, "memcpy(%s + r * %lld, %s + (int64_t)id * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
+                (long long)k->cols, (long long)k->cols);
+    }
     w->indent--;
     cg_line(w, "}");
 }

@@ -4,6 +4,7 @@
  * a dialect (dialect.h). requires: shapes, autodiff, optimizer, memory plan. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ typedef struct emitter {
     size_t *line_start;        /* (n_lines) offset of each line of the source */
     int n_lines;
     char **cname;              /* (n_values) C identifier of the value's buffer */
+    ir_type *local;            /* (n_values) the value as one rank holds it: split dims divided */
+    int partitioned;           /* the mesh splits something: SPMD code with communicators */
+    int64_t scratch_elems;     /* floats of ctx->scratch, which collectives rearrange blocks in */
     char prefix_upper[128];
     cg_writer w;
 } emitter;
@@ -91,6 +95,9 @@ static void assign_names(emitter *E) {
 /* ---- small helpers --------------------------------------------------------------------- */
 
 static const ir_value *V(const emitter *E, int id) { return E->g->values[id]; }
+
+/* The type of value id as one rank holds it (the global type when unpartitioned). */
+static const ir_type *T(const emitter *E, int id) { return &E->local[id]; }
 
 /* A reshape planned to share its operand's buffer: no code, no buffer of its own. */
 static int shares_buffer(const emitter *E, int id) { return E->plan->storage_of[id] != id; }
@@ -168,11 +175,11 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
     const ir_op_info *info = ir_op_info_of(v->op);
     cg_loop_nest k = {0};
     literal lits[CG_MAX_OPERANDS];
-    k.rank = v->type.rank;
-    for (int d = 0; d < k.rank; d++) k.size[d] = v->type.shape[d];
-    contiguous_strides(&v->type, k.out_stride);
+    k.rank = T(E, v->id)->rank;
+    for (int d = 0; d < k.rank; d++) k.size[d] = T(E, v->id)->shape[d];
+    contiguous_strides(T(E, v->id), k.out_stride);
     k.out = E->cname[v->id];
-    k.out_elems = ir_numel(&v->type);
+    k.out_elems = ir_numel(T(E, v->id));
     static const char *const unary_vars[] = {"x", "y", "dy"};
     static const char *const binary_vars[] = {"a", "b"};
     if (info->cls == OPC_UNARY || info->cls == OPC_UNARY_GRAD) {
@@ -180,13 +187,13 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         k.n_in = v->n_operands;
         for (int i = 0; i < k.n_in; i++) {
             set_operand(E, &k, i, unary_vars[i], v->operands[i], &lits[i]);
-            contiguous_strides(&v->type, k.stride[i]);
+            contiguous_strides(T(E, v->id), k.stride[i]);
         }
     } else {
         k.expr = info->forward;
         k.n_in = 2;
         for (int i = 0; i < 2; i++) {
-            const ir_type *t = &V(E, v->operands[i])->type;
+            const ir_type *t = T(E, v->operands[i]);
             int64_t own[IR_MAX_RANK];
             contiguous_strides(t, own);
             for (int d = 0; d < k.rank; d++) {
@@ -204,7 +211,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
  * layout is the big one's with the dims in v->axes left out. */
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     int is_broadcast = v->op == OP_BROADCAST;
-    const ir_type *big = is_broadcast ? &v->type : &V(E, v->operands[0])->type;
+    const ir_type *big = is_broadcast ? T(E, v->id) : T(E, v->operands[0]);
     cg_loop_nest k = {0};
     literal lit, scale;
     k.rank = big->rank;
@@ -218,7 +225,7 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     for (int d = 0; d < k.rank; d++) k.size[d] = big->shape[d];
     k.n_in = 1;
     k.out = E->cname[v->id];
-    k.out_elems = ir_numel(&v->type);
+    k.out_elems = ir_numel(T(E, v->id));
     if (is_broadcast) {
         memcpy(k.out_stride, big_stride, sizeof big_stride);
         memcpy(k.stride[0], small_stride, sizeof small_stride);
@@ -227,7 +234,10 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
         memcpy(k.stride[0], big_stride, sizeof big_stride);
         k.accumulate = 1;
         if (v->op == OP_MEAN) {
-            cg_float_literal((double)k.out_elems / (double)ir_numel(big), scale.text, sizeof scale.text);
+            /* the global count: a rank's share of a mean over a split dim is its partial sum
+             * divided by every rank's elements, so the pending sum is the whole mean */
+            cg_float_literal((double)ir_numel(&v->type) / (double)ir_numel(&V(E, v->operands[0])->type), scale.text,
+                             sizeof scale.text);
             k.scale = scale.text;
         }
     }
@@ -238,20 +248,20 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
 }
 
 static void emit_transpose(emitter *E, const ir_value *v) {
-    const ir_type *in = &V(E, v->operands[0])->type;
+    const ir_type *in = T(E, v->operands[0]);
     cg_loop_nest k = {0};
     literal lit;
     int64_t in_stride[IR_MAX_RANK];
     contiguous_strides(in, in_stride);
-    k.rank = v->type.rank;
+    k.rank = T(E, v->id)->rank;
     for (int d = 0; d < k.rank; d++) {
-        k.size[d] = v->type.shape[d];
+        k.size[d] = T(E, v->id)->shape[d];
         k.stride[0][d] = in_stride[v->perm[d]];
     }
-    contiguous_strides(&v->type, k.out_stride);
+    contiguous_strides(T(E, v->id), k.out_stride);
     k.n_in = 1;
     k.out = E->cname[v->id];
-    k.out_elems = ir_numel(&v->type);
+    k.out_elems = ir_numel(T(E, v->id));
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
     coalesce(&k);
@@ -260,8 +270,8 @@ static void emit_transpose(emitter *E, const ir_value *v) {
 
 /* A reshape into a buffer of its own: the elements in order. */
 static void emit_copy(emitter *E, const ir_value *v) {
-    cg_loop_nest k = {.rank = 1, .size = {ir_numel(&v->type)}, .n_in = 1, .out = E->cname[v->id],
-                      .out_stride = {1}, .out_elems = ir_numel(&v->type), .expr = "x"};
+    cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
+                      .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = "x"};
     literal lit;
     k.stride[0][0] = 1;
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
@@ -269,7 +279,7 @@ static void emit_copy(emitter *E, const ir_value *v) {
 }
 
 static void emit_matmul(emitter *E, const ir_value *v) {
-    const ir_type *a = &V(E, v->operands[0])->type, *b = &V(E, v->operands[1])->type;
+    const ir_type *a = T(E, v->operands[0]), *b = T(E, v->operands[1]);
     cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
                  .b = E->cname[v->operands[1]], .c = E->cname[v->id], .batch = 1};
     int64_t a_cols = a->shape[a->rank - 1], a_rows = ir_numel(a) / a_cols;
@@ -281,7 +291,7 @@ static void emit_matmul(emitter *E, const ir_value *v) {
         b_rows = b->shape[b->rank - 2];
         k.batch_stride_a = a_rows * a_cols;
         k.batch_stride_b = b_rows * b_cols;
-        k.batch_stride_c = ir_numel(&v->type) / k.batch;
+        k.batch_stride_c = ir_numel(T(E, v->id)) / k.batch;
     }
     k.lda = a_cols;
     k.ldb = b_cols;
@@ -298,8 +308,8 @@ static void emit_matmul(emitter *E, const ir_value *v) {
 /* slice copies a window of one dim; pad writes its operand into that window of zeros. */
 static void emit_slice(emitter *E, const ir_value *v) {
     int pad = v->op == OP_PAD;
-    const ir_type *small = pad ? &V(E, v->operands[0])->type : &v->type;
-    const ir_type *big = pad ? &v->type : &V(E, v->operands[0])->type;
+    const ir_type *small = pad ? T(E, v->operands[0]) : T(E, v->id);
+    const ir_type *big = pad ? T(E, v->id) : T(E, v->operands[0]);
     int64_t small_stride[IR_MAX_RANK], big_stride[IR_MAX_RANK];
     contiguous_strides(small, small_stride);
     contiguous_strides(big, big_stride);
@@ -309,7 +319,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
     for (int d = 0; d < k.rank; d++) k.size[d] = small->shape[d];
     k.n_in = 1;
     k.out = E->cname[v->id];
-    k.out_elems = ir_numel(&v->type);
+    k.out_elems = ir_numel(T(E, v->id));
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
     int64_t window = v->offset * big_stride[v->axis];
@@ -328,7 +338,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
 /* Softmax, its gradient, the causal mask and layernorm: the operand viewed as (outer,
  * n, inner) around the dim the op works along. */
 static void emit_rowwise(emitter *E, const ir_value *v) {
-    const ir_type *x = &V(E, v->operands[0])->type;
+    const ir_type *x = T(E, v->operands[0]);
     int axis = v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD ? v->axis : x->rank - 1;
     if (v->op == OP_CAUSAL_MASK) axis = x->rank - 2;
     cg_rowwise k = {.outer = 1, .n = x->shape[axis], .inner = 1, .out = E->cname[v->id]};
@@ -380,10 +390,18 @@ static void emit_embed(emitter *E, const ir_value *v) {
     char where[300];
     snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
     int grad = v->op == OP_EMBED_GRAD;
-    const ir_type *table = grad ? &v->type : &V(E, v->operands[0])->type;
-    const ir_type *ids = &V(E, v->operands[grad ? 0 : 1])->type;
+    const ir_type *table = grad ? T(E, v->id) : T(E, v->operands[0]);
+    const ir_type *ids = T(E, v->operands[grad ? 0 : 1]);
     cg_embed k = {.rows = ir_numel(ids), .n = table->shape[0], .cols = table->shape[1], .out = E->cname[v->id],
                   .ids = E->cname[v->operands[grad ? 0 : 1]], .where = where};
+    const ir_type *global_table = grad ? &v->type : &V(E, v->operands[0])->type;
+    k.vocab = global_table->shape[0];
+    char first_row[96];
+    if (global_table->split[0] != IR_REPLICATED) {
+        /* a vocabulary split over ranks: this rank holds rows [first_row, first_row + n) */
+        snprintf(first_row, sizeof first_row, "ctx->coord[%d] * %lld", global_table->split[0], (long long)k.n);
+        k.first_row = first_row;
+    }
     if (grad) {
         k.dy = E->cname[v->operands[1]];
         E->dialect->embed_grad(&E->w, &k);
@@ -394,12 +412,14 @@ static void emit_embed(emitter *E, const ir_value *v) {
 }
 
 static void emit_loss(emitter *E, const ir_value *v, int grad) {
-    const ir_type *logits = &V(E, v->operands[0])->type;
+    const ir_type *logits = T(E, v->operands[0]);
     char where[300];
     snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
     cg_xent k = {.classes = logits->shape[logits->rank - 1], .logits = E->cname[v->operands[0]],
                  .targets = E->cname[v->operands[1]], .out = E->cname[v->id], .where = where};
     k.rows = ir_numel(logits) / k.classes;
+    /* the mean is over every rank's rows: split rows leave a pending sum of shares */
+    k.mean_rows = ir_numel(&V(E, v->operands[0])->type) / V(E, v->operands[0])->type.shape[logits->rank - 1];
     char dloss[128];
     if (grad) {
         const ir_value *d = V(E, v->operands[2]);
@@ -412,8 +432,142 @@ static void emit_loss(emitter *E, const ir_value *v, int grad) {
     }
 }
 
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
+
+/* Product of dims [from, to) of t. */
+static int64_t dims_product(const ir_type *t, int from, int to) {
+    int64_t n = 1;
+    for (int d = from; d < to; d++) n *= t->shape[d];
+    return n;
+}
+
+/* A rearranging copy out[...] = x[...] over a loop nest of the given sizes and strides. */
+static void emit_copy_nest(emitter *E, int rank, const int64_t *size, const char *in, const int64_t *in_stride,
+                           const char *out, const int64_t *out_stride, int64_t elems) {
+    cg_loop_nest k = {.rank = rank, .n_in = 1, .var = {"x"}, .buffer = {in}, .out = out, .out_elems = elems, .expr = "x"};
+    for (int d = 0; d < rank; d++) {
+        k.size[d] = size[d];
+        k.stride[0][d] = in_stride[d];
+        k.out_stride[d] = out_stride[d];
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* The call of a collective, failing the step with the communicator's message. */
+static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) {
+    char args[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const ir_value *src = V(E, v->operands[0]);
+    cg_line(&E->w, "if (%s(ctx->comm[%d], %s, \"%s of %s (%s:%d)\") != 0) return comm_failed(ctx);",
+            v->op == OP_ALLREDUCE ? "dmrt_allreduce_sum" : v->op == OP_ALLGATHER ? "dmrt_allgather"
+            : v->op == OP_REDUCE_SCATTER ? "dmrt_reduce_scatter_sum" : "dmrt_alltoall",
+            v->mesh_axis, args, ir_op_info_of(v->op)->name, src->name ? src->name : E->cname[src->id], E->source_path,
+            v->loc.line);
+}
+
+/* How each collective moves blocks. A dim split over an axis of k ranks holds block c
+ * (of k equal blocks) on the rank at coordinate c; communicators concatenate rank blocks
+ * whole, so a dim that is not the outermost is rearranged through ctx->scratch:
+ *   allreduce       copy, then sum in place.
+ *   all-gather      gather [k, outer, block] into scratch, then interleave to [outer, k, block].
+ *   reduce-scatter  [outer, k, block] to [k, outer, block] in scratch, then reduce-scatter.
+ *   all-to-all      pack the k target blocks of the new split dim, exchange, unpack along
+ *                   the old one.
+ *   shard slice     copy this rank's block, at an offset known at run time. */
+static void emit_collective(emitter *E, const ir_value *v) {
+    const ir_type *in = T(E, v->operands[0]), *out = T(E, v->id);
+    const char *x = E->cname[v->operands[0]], *y = E->cname[v->id];
+    int64_t k = axis_size(E, v->mesh_axis), n_in = ir_numel(in), n_out = ir_numel(out);
+    int i = v->axis;
+    switch (v->op) {
+    case OP_ALLREDUCE:
+        cg_line(&E->w, "memcpy(%s, %s, %lld * sizeof(float));", y, x, (long long)n_in);
+        emit_comm_call(E, v, "%s, %lld", y, (long long)n_in);
+        return;
+    case OP_ALLGATHER:
+    case OP_REDUCE_SCATTER: {
+        int gather = v->op == OP_ALLGATHER;
+        const ir_type *whole = gather ? out : in;
+        int64_t outer = dims_product(whole, 0, i), block = dims_product(whole, i, whole->rank) / k;
+        if (outer == 1) {
+            emit_comm_call(E, v, "%s, %s, %lld", x, y, (long long)(gather ? n_in : n_out));
+            return;
+        }
+        /* (outer, k, block) in the whole tensor; (k, outer, block) in scratch */
+        int64_t size[3] = {outer, k, block}, whole_stride[3] = {k * block, block, 1}, scratch_stride[3] = {block, outer * block, 1};
+        if (gather) {
+            emit_comm_call(E, v, "%s, ctx->scratch, %lld", x, (long long)n_in);
+            emit_copy_nest(E, 3, size, "ctx->scratch", scratch_stride, y, whole_stride, n_out);
+        } else {
+            emit_copy_nest(E, 3, size, x, whole_stride, "ctx->scratch", scratch_stride, n_in);
+            emit_comm_call(E, v, "ctx->scratch, %s, %lld", y, (long long)n_out);
+        }
+        return;
+    }
+    case OP_ALLTOALL: {
+        /* in: dim i split (block of it), dim j whole; out: dim i whole, dim j split */
+        int j = v->axis2, rank = in->rank;
+        int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
+        contiguous_strides(in, in_stride);
+        contiguous_strides(out, out_stride);
+        /* a message is in's shape with dim j cut to out's block of it, contiguous */
+        ir_type msg = *in;
+        msg.shape[j] = out->shape[j];
+        int64_t msg_stride[IR_MAX_RANK], size[IR_MAX_RANK + 1], from[IR_MAX_RANK + 1], to[IR_MAX_RANK + 1];
+        contiguous_strides(&msg, msg_stride);
+        int64_t msg_elems = ir_numel(&msg);
+        size[0] = k;
+        for (int d = 0; d < rank; d++) size[d + 1] = msg.shape[d];
+        /* pack: message r is in's block r of dim j */
+        from[0] = msg.shape[j] * in_stride[j], to[0] = msg_elems;
+        for (int d = 0; d < rank; d++) from[d + 1] = in_stride[d], to[d + 1] = msg_stride[d];
+        emit_copy_nest(E, rank + 1, size, x, from, "ctx->scratch", to, n_in);
+        char recv[64];
+        snprintf(recv, sizeof recv, "ctx->scratch + %lld", (long long)n_in);
+        emit_comm_call(E, v, "ctx->scratch, %s, %lld", recv, (long long)msg_elems);
+        /* unpack: the message from rank r is out's block r of dim i */
+        from[0] = msg_elems, to[0] = in->shape[i] * out_stride[i];
+        for (int d = 0; d < rank; d++) from[d + 1] = msg_stride[d], to[d + 1] = out_stride[d];
+        emit_copy_nest(E, rank + 1, size, recv, from, y, to, n_out);
+        return;
+    }
+    case OP_SHARD_SLICE: {
+        int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
+        contiguous_strides(in, in_stride);
+        contiguous_strides(out, out_stride);
+        char block[160];
+        snprintf(block, sizeof block, "(%s + ctx->coord[%d] * %lld)", x, v->mesh_axis, (long long)(out->shape[i] * in_stride[i]));
+        emit_copy_nest(E, out->rank, out->shape, block, in_stride, y, out_stride, n_out);
+        return;
+    }
+    default: break;
+    }
+}
+
+/* Floats of ctx->scratch the collectives need at most: the whole tensor of a gather or
+ * reduce-scatter, both message sets of an all-to-all. */
+static int64_t scratch_need(const emitter *E) {
+    int64_t need = 0;
+    for (int id = 0; id < E->g->n_values; id++) {
+        const ir_value *v = V(E, id);
+        int64_t n = 0;
+        if (v->op == OP_ALLGATHER) n = ir_numel(T(E, id));
+        else if (v->op == OP_REDUCE_SCATTER) n = ir_numel(T(E, v->operands[0]));
+        else if (v->op == OP_ALLTOALL) n = 2 * ir_numel(T(E, id));
+        if (n > need) need = n;
+    }
+    return need;
+}
+
 static void emit_update(emitter *E, const ir_value *v) {
-    cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(&V(E, v->operands[0])->type),
+    cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(T(E, v->operands[0])),
                    .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
     if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
     if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
@@ -455,16 +609,23 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_NORM: emit_rowwise(E, v); break;
     case OPC_SLICE: emit_slice(E, v); break;
     case OPC_GATHER: emit_embed(E, v); break;
-    case OPC_COLLECTIVE:
-        /* the driver stops before codegen while SPMD generation is missing; never
-         * produce code that silently skips a collective */
-        cg_line(&E->w, "#error \"dmc: code generation for %s is not implemented\"", info->name);
-        break;
+    case OPC_COLLECTIVE: emit_collective(E, v); break;
     case OPC_SOURCE: break;
     }
 }
 
 /* ---- phase functions ------------------------------------------------------------------- */
+
+/* The first element of this rank's block of input id in the caller's whole batch: the
+ * block of a split leading dim is contiguous (codegen_c refuses other splits). */
+static void input_block(const emitter *E, int id, char *buf, size_t size) {
+    const ir_type *t = &V(E, id)->type;
+    int n = snprintf(buf, size, "batch->%s", E->cname[id]);
+    for (int d = 0; d < t->rank && n > 0 && (size_t)n < size; d++)
+        if (t->split[d] != IR_REPLICATED)
+            n += snprintf(buf + n, size - (size_t)n, " + ctx->coord[%d] * %lld", t->split[d],
+                          (long long)(T(E, id)->shape[d] * dims_product(t, d + 1, t->rank)));
+}
 
 /* The pointer through which code reaches a value's storage. */
 static void storage_expr(const emitter *E, int id, char *buf, size_t size) {
@@ -472,7 +633,7 @@ static void storage_expr(const emitter *E, int id, char *buf, size_t size) {
     int root = p->storage_of[id];
     long long off = (long long)p->offset[id];
     switch (p->region[id]) {
-    case REGION_INPUT: snprintf(buf, size, "batch->%s", E->cname[root]); break;
+    case REGION_INPUT: input_block(E, root, buf, size); break;
     case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
     case REGION_GRADS: snprintf(buf, size, "ctx->grads + %lld", off); break;
     case REGION_STATE: snprintf(buf, size, "ctx->state + %lld", off); break;
@@ -566,15 +727,32 @@ static void emit_header(emitter *E) {
     cg_writer *w = &E->w;
     cg_line(w, "/* %s.h: generated by dmc from %s. Do not edit: change the .dm and recompile.", m, E->source_path);
     cg_line(w, " *");
-    cg_line(w, " * One training step of the model, on one device. Every function returns DMRT_OK (0) or");
-    cg_line(w, " * a DMRT_ERR_* code with a message from %s_error(). Contexts are independent: any", m);
-    cg_line(w, " * number may be used from different threads. */");
+    if (E->partitioned) {
+        long long ranks = 1;
+        char mesh[256] = "";
+        size_t n = 0;
+        for (int a = 0; a < g->n_axes; a++) {
+            ranks *= (long long)g->axes[a].size;
+            int k = snprintf(mesh + n, sizeof mesh - n, "%s%s=%lld", a ? " x " : "", g->axes[a].name, (long long)g->axes[a].size);
+            if (k > 0 && (size_t)k < sizeof mesh - n) n += (size_t)k;
+        }
+        cg_line(w, " * One training step of the model, SPMD on the mesh %s (%lld ranks): every rank", mesh, ranks);
+        cg_line(w, " * creates its context with %s_create_rank and calls the same functions in the same", m);
+        cg_line(w, " * order; each holds its block of every split tensor and the communicators of dmrt_comm.h");
+        cg_line(w, " * move data between them. Every function returns DMRT_OK (0) or a DMRT_ERR_* code with");
+        cg_line(w, " * a message from %s_error(). */", m);
+    } else {
+        cg_line(w, " * One training step of the model, on one device. Every function returns DMRT_OK (0) or");
+        cg_line(w, " * a DMRT_ERR_* code with a message from %s_error(). Contexts are independent: any", m);
+        cg_line(w, " * number may be used from different threads. */");
+    }
     cg_line(w, "#ifndef %s_H", M);
     cg_line(w, "#define %s_H", M);
     cg_blank(w);
     cg_line(w, "#include <stdint.h>");
     cg_blank(w);
     cg_line(w, "#include \"dmrt.h\"");
+    if (E->partitioned) cg_line(w, "#include \"dmrt_comm.h\"");
     cg_blank(w);
     cg_line(w, "#ifdef __cplusplus");
     cg_line(w, "extern \"C\" {");
@@ -582,7 +760,11 @@ static void emit_header(emitter *E) {
     cg_blank(w);
     cg_line(w, "typedef struct %s_ctx %s_ctx;", m, m);
     cg_blank(w);
-    cg_line(w, "/* The inputs of one step, row-major, in the shapes of %s. */", E->source_path);
+    if (E->partitioned)
+        cg_line(w, "/* The inputs of one step, whole, row-major, in the shapes of %s: every rank passes the\n"
+                   " * same batch and reads its own block of each split input. */", E->source_path);
+    else
+        cg_line(w, "/* The inputs of one step, row-major, in the shapes of %s. */", E->source_path);
     cg_line(w, "typedef struct %s_batch {", m);
     for (int i = 0; i < g->n_inputs; i++) {
         const ir_value *v = V(E, g->inputs[i]);
@@ -593,13 +775,23 @@ static void emit_header(emitter *E) {
     if (g->n_inputs == 0) cg_line(w, "    int unused; /* the model has no inputs */");
     cg_line(w, "} %s_batch;", m);
     cg_blank(w);
-    cg_line(w, "/* A context with parameters initialised as the .dm says, from seed (the same seed gives");
-    cg_line(w, " * the same parameters); NULL when out of memory. */");
-    cg_line(w, "%s_ctx *%s_create(uint64_t seed);", m, m);
+    if (E->partitioned) {
+        cg_line(w, "/* This rank's context: joins the mesh (every rank of the run must call it; the run must");
+        cg_line(w, " * have as many ranks as the mesh) and initialises parameters as the .dm says, from seed:");
+        cg_line(w, " * the same seed gives the serial program's parameters, split. NULL on failure, with the");
+        cg_line(w, " * message in err. */");
+        cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen);", m, m);
+    } else {
+        cg_line(w, "/* A context with parameters initialised as the .dm says, from seed (the same seed gives");
+        cg_line(w, " * the same parameters); NULL when out of memory. */");
+        cg_line(w, "%s_ctx *%s_create(uint64_t seed);", m, m);
+    }
     cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
     cg_blank(w);
     cg_line(w, "/* Parameters from/to a safetensors file, named as in the .dm (\"fc1.weight\"). Loading");
-    cg_line(w, " * checks every name, dtype and shape and changes nothing on failure; saving is atomic. */");
+    cg_line(w, " * checks every name, dtype and shape and changes nothing on failure; saving is atomic.%s */",
+            E->partitioned ? "\n * Files hold whole tensors: every rank loads its blocks; saving gathers them (every rank\n"
+                             " * must call it) and world rank 0 writes the file" : "");
     cg_line(w, "int %s_load_weights(%s_ctx *ctx, const char *path);", m, m);
     cg_line(w, "int %s_save_weights(%s_ctx *ctx, const char *path);", m, m);
     cg_blank(w);
@@ -628,33 +820,49 @@ static void emit_header(emitter *E) {
     cg_line(w, "#endif");
 }
 
+static int is_split(const ir_type *t) {
+    for (int d = 0; d < t->rank; d++)
+        if (t->split[d] != IR_REPLICATED) return 1;
+    return 0;
+}
+
 static void emit_init(emitter *E) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     cg_line(w, "/* Initial parameters: each from its own random stream, so that adding a parameter");
-    cg_line(w, " * leaves the others' values unchanged. */");
-    cg_line(w, "static void init_params(struct_ctx *ctx, uint64_t seed) {");
+    cg_line(w, " * leaves the others' values unchanged.%s */",
+            E->partitioned ? " A split parameter is drawn whole and the rank keeps its\n * block, so every mesh starts from the serial program's values" : "");
+    cg_line(w, "static int init_params(struct_ctx *ctx, uint64_t seed) {");
     w->indent++;
     cg_line(w, "dmrt_rng rng;");
     if (g->n_params == 0) cg_line(w, "(void)ctx; (void)seed; (void)rng;");
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *v = V(E, g->params[p]);
+        int split = is_split(&v->type);
         long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
-        char a[64], b[64];
+        char a[64], b[64], dst[96];
+        if (split) snprintf(dst, sizeof dst, "whole");
+        else snprintf(dst, sizeof dst, "ctx->params + %lld", off);
         cg_line(w, "/* %s */", v->name);
         cg_line(w, "dmrt_rng_init(&rng, seed, %d);", p);
+        if (split) {
+            cg_line(w, "{");
+            w->indent++;
+            cg_line(w, "float *whole = dmrt_alloc(%lld * sizeof(float));", n);
+            cg_line(w, "if (!whole) return DMRT_ERR_NOMEM;");
+        }
         switch (v->init.kind) {
-        case INIT_ZEROS: cg_line(w, "dmrt_fill_const(ctx->params + %lld, %lld, 0.0f);", off, n); break;
-        case INIT_ONES: cg_line(w, "dmrt_fill_const(ctx->params + %lld, %lld, 1.0f);", off, n); break;
+        case INIT_ZEROS: cg_line(w, "dmrt_fill_const(%s, %lld, 0.0f);", dst, n); break;
+        case INIT_ONES: cg_line(w, "dmrt_fill_const(%s, %lld, 1.0f);", dst, n); break;
         case INIT_NORMAL:
             cg_float_literal(v->init.a, a, sizeof a);
             cg_float_literal(v->init.b, b, sizeof b);
-            cg_line(w, "dmrt_fill_normal(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            cg_line(w, "dmrt_fill_normal(%s, %lld, %s, %s, &rng);", dst, n, a, b);
             break;
         case INIT_UNIFORM:
             cg_float_literal(v->init.a, a, sizeof a);
             cg_float_literal(v->init.b, b, sizeof b);
-            cg_line(w, "dmrt_fill_uniform(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            cg_line(w, "dmrt_fill_uniform(%s, %lld, %s, %s, &rng);", dst, n, a, b);
             break;
         case INIT_XAVIER: {
             /* glorot uniform: bound sqrt(6 / (fan_in + fan_out)), fans of the last two dims */
@@ -666,11 +874,93 @@ static void emit_init(emitter *E) {
             double bound = sqrt(6.0 / (fan_in + fan_out));
             cg_float_literal(-bound, a, sizeof a);
             cg_float_literal(bound, b, sizeof b);
-            cg_line(w, "dmrt_fill_uniform(ctx->params + %lld, %lld, %s, %s, &rng);", off, n, a, b);
+            cg_line(w, "dmrt_fill_uniform(%s, %lld, %s, %s, &rng);", dst, n, a, b);
             break;
         }
         }
+        if (split) {
+            cg_line(w, "scatter_param(ctx, %d, whole);", p);
+            cg_line(w, "dmrt_free(whole);");
+            w->indent--;
+            cg_line(w, "}");
+        }
     }
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* The mesh, the split of every parameter and gradient, and the block moves between a
+ * rank's shard and the whole tensor (initialisation, loading, saving). */
+static void emit_spmd_support(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int n_axes = g->n_axes;
+    long long ranks = 1;
+    for (int a = 0; a < n_axes; a++) ranks *= (long long)g->axes[a].size;
+    cg_line(w, "/* The mesh this code was compiled for: %lld ranks, row-major (the last axis varies fastest). */", ranks);
+    cg_line(w, "static const char *const mesh_axis_names[%d] = {", n_axes);
+    for (int a = 0; a < n_axes; a++) cg_line(w, "    \"%s\",", g->axes[a].name);
+    cg_line(w, "};");
+    cg_line(w, "static const int64_t mesh_axis_sizes[%d] = {", n_axes);
+    for (int a = 0; a < n_axes; a++) cg_line(w, "    %lld,", (long long)g->axes[a].size);
+    cg_line(w, "};");
+    for (int grad = 0; grad < 2; grad++) {
+        if (grad && !g->grads) break;
+        cg_line(w, "/* The mesh axis splitting each dim of each %s (-1: whole on every rank). */", grad ? "gradient" : "parameter");
+        cg_line(w, "static const int8_t %s_split[%d][%d] = {", grad ? "grad" : "param", g->n_params ? g->n_params : 1, IR_MAX_RANK);
+        for (int p = 0; p < g->n_params; p++) {
+            const ir_type *t = &V(E, grad ? g->grads[p] : g->params[p])->type;
+            char row[128] = "";
+            size_t n = 0;
+            for (int d = 0; d < IR_MAX_RANK; d++) {
+                int k = snprintf(row + n, sizeof row - n, "%s%d", d ? ", " : "", d < t->rank ? t->split[d] : -1);
+                if (k > 0) n += (size_t)k;
+            }
+            cg_line(w, "    {%s}, /* %s */", row, V(E, g->params[p])->name);
+        }
+        if (!g->n_params) cg_line(w, "    {0},");
+        cg_line(w, "};");
+    }
+    cg_blank(w);
+    cg_line(w, "/* The block of a tensor of the given whole shape that this rank holds. */");
+    cg_line(w, "static void rank_block(const struct_ctx *ctx, const dmrt_tensor_desc *desc, const int8_t *split, int64_t *start,");
+    cg_line(w, "                       int64_t *block) {");
+    cg_line(w, "    for (int d = 0; d < desc->rank; d++) {");
+    cg_line(w, "        block[d] = split[d] < 0 ? desc->shape[d] : desc->shape[d] / mesh_axis_sizes[split[d]];");
+    cg_line(w, "        start[d] = split[d] < 0 ? 0 : ctx->coord[split[d]] * block[d];");
+    cg_line(w, "    }");
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard. */");
+    cg_line(w, "static void scatter_param(struct_ctx *ctx, int p, const float *whole) {");
+    cg_line(w, "    int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
+    cg_line(w, "    rank_block(ctx, &param_descs[p], param_split[p], start, block);");
+    cg_line(w, "    dmrt_block_read(whole, param_descs[p].rank, param_descs[p].shape, block, start, ctx->params + param_offsets[p]);");
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* Parameter p (or its gradient), whole, on every rank: each rank writes its block into");
+    cg_line(w, " * zeros and the blocks are summed over the axes that split it (x + 0 is exact). Every");
+    cg_line(w, " * rank must call it. */");
+    cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
+    w->indent++;
+    cg_line(w, "const dmrt_tensor_desc *desc = &param_descs[p];");
+    if (g->grads) cg_line(w, "const int8_t *split = grad ? grad_split[p] : param_split[p];");
+    else cg_line(w, "const int8_t *split = param_split[p];");
+    cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
+    cg_line(w, "rank_block(ctx, desc, split, start, block);");
+    cg_line(w, "memset(whole, 0, (size_t)desc->numel * sizeof(float));");
+    if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + grad_offsets[p] : ctx->params + param_offsets[p];");
+    else cg_line(w, "const float *shard = grad ? NULL : ctx->params + param_offsets[p];");
+    cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
+    cg_line(w, "dmrt_block_write(shard, desc->rank, desc->shape, block, start, whole);");
+    cg_line(w, "for (int axis = 0; axis < %d; axis++) {", n_axes);
+    cg_line(w, "    int splits = 0;");
+    cg_line(w, "    for (int d = 0; d < desc->rank; d++) splits |= split[d] == axis;");
+    cg_line(w, "    if (splits && dmrt_allreduce_sum(ctx->comm[axis], whole, desc->numel, desc->name) != 0) return comm_failed(ctx);");
+    cg_line(w, "}");
+    cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
@@ -706,10 +996,24 @@ static void emit_source(emitter *E) {
     cg_line(w, "    float *arena;  /* (%lld) temporaries of one step, reused by liveness (%lld without reuse) */",
             (long long)P->arena_elems, (long long)P->arena_unshared_elems);
     cg_line(w, "    int64_t step;  /* optimizer updates done */");
+    if (E->partitioned) {
+        cg_line(w, "    dmrt_rank *rank;           /* this rank of the run (the launcher's) */");
+        cg_line(w, "    dmrt_comm *comm[%d];        /* (mesh axes) the ranks differing from this one along each axis */", g->n_axes);
+        cg_line(w, "    int64_t coord[%d];          /* (mesh axes) this rank's coordinate: the block of a split dim it holds */", g->n_axes);
+        cg_line(w, "    float *scratch;            /* (%lld) collectives rearrange blocks here */", (long long)E->scratch_elems);
+    }
     cg_line(w, "    char error[512];");
     cg_line(w, "};");
     cg_line(w, "typedef struct %s_ctx struct_ctx;", m);
     cg_blank(w);
+    if (E->partitioned) {
+        cg_line(w, "/* A failed collective fails the step with the communicator's message (rank, axis, op, step). */");
+        cg_line(w, "static int comm_failed(struct_ctx *ctx) {");
+        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%%s\", dmrt_rank_error(ctx->rank));");
+        cg_line(w, "    return DMRT_ERR_COMM;");
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     cg_line(w, "static const dmrt_tensor_desc input_descs[%d] = {", g->n_inputs ? g->n_inputs : 1);
     w->indent++;
     for (int i = 0; i < g->n_inputs; i++) tensor_desc(E, V(E, g->inputs[i]), V(E, g->inputs[i])->name);
@@ -740,6 +1044,7 @@ static void emit_source(emitter *E) {
         cg_line(w, "};");
     }
     cg_blank(w);
+    if (E->partitioned) emit_spmd_support(E);
     emit_init(E);
     emit_phase(E, PHASE_FORWARD, "run_forward", "The forward pass.");
     if (trains) {
@@ -748,20 +1053,40 @@ static void emit_source(emitter *E) {
     }
 
     /* the public API */
-    cg_line(w, "%s_ctx *%s_create(uint64_t seed) {", m, m);
-    w->indent++;
+    /* one allocation routine; the partitioned create joins the mesh first */
+    if (E->partitioned) {
+        cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {", m, m);
+        w->indent++;
+        cg_line(w, "if (dmrt_mesh_init(rank, %d, mesh_axis_names, mesh_axis_sizes, err, errlen) != 0) return NULL;", g->n_axes);
+    } else {
+        cg_line(w, "%s_ctx *%s_create(uint64_t seed) {", m, m);
+        w->indent++;
+    }
     cg_line(w, "struct_ctx *ctx = calloc(1, sizeof *ctx);");
-    cg_line(w, "if (!ctx) return NULL;");
+    cg_line(w, "if (!ctx) goto oom;");
     cg_line(w, "ctx->params = dmrt_alloc(%lld * sizeof(float));", (long long)P->param_elems);
     cg_line(w, "ctx->grads = dmrt_alloc(%lld * sizeof(float));", (long long)P->grad_elems);
     cg_line(w, "ctx->state = dmrt_alloc(%lld * sizeof(float));", (long long)P->state_elems);
     cg_line(w, "ctx->arena = dmrt_alloc(%lld * sizeof(float));", (long long)P->arena_elems);
-    cg_line(w, "if (!ctx->params || !ctx->grads || !ctx->state || !ctx->arena) {");
-    cg_line(w, "    %s_destroy(ctx);", m);
-    cg_line(w, "    return NULL;");
-    cg_line(w, "}");
-    cg_line(w, "init_params(ctx, seed);");
+    if (E->partitioned) {
+        cg_line(w, "ctx->scratch = dmrt_alloc(%lld * sizeof(float));", (long long)E->scratch_elems);
+        cg_line(w, "ctx->rank = rank;");
+        cg_line(w, "for (int axis = 0; axis < %d; axis++) {", g->n_axes);
+        cg_line(w, "    ctx->comm[axis] = dmrt_mesh_axis(rank, axis);");
+        cg_line(w, "    ctx->coord[axis] = dmrt_mesh_coord(rank, axis);");
+        cg_line(w, "}");
+        cg_line(w, "if (!ctx->params || !ctx->grads || !ctx->state || !ctx->arena || !ctx->scratch) goto oom;");
+    } else {
+        cg_line(w, "if (!ctx->params || !ctx->grads || !ctx->state || !ctx->arena) goto oom;");
+    }
+    cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) goto oom;");
     cg_line(w, "return ctx;");
+    w->indent--;
+    cg_line(w, "oom:");
+    w->indent++;
+    cg_line(w, "%s_destroy(ctx);", m);
+    if (E->partitioned) cg_line(w, "snprintf(err, errlen, \"%s: out of memory\");", m);
+    cg_line(w, "return NULL;");
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
@@ -771,6 +1096,7 @@ static void emit_source(emitter *E) {
     cg_line(w, "    dmrt_free(ctx->grads);");
     cg_line(w, "    dmrt_free(ctx->state);");
     cg_line(w, "    dmrt_free(ctx->arena);");
+    if (E->partitioned) cg_line(w, "    dmrt_free(ctx->scratch);");
     cg_line(w, "    free(ctx);");
     cg_line(w, "}");
     cg_blank(w);
@@ -835,11 +1161,20 @@ static void emit_source(emitter *E) {
     cg_blank(w);
 
     /* the descriptor */
-    cg_line(w, "static void *model_create(uint64_t seed, char *err, size_t errlen) {");
-    cg_line(w, "    struct_ctx *ctx = %s_create(seed);", m);
-    cg_line(w, "    if (!ctx) snprintf(err, errlen, \"%s: out of memory\");", m);
-    cg_line(w, "    return ctx;");
-    cg_line(w, "}");
+    if (E->partitioned) {
+        cg_line(w, "static void *model_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {");
+        cg_line(w, "    return %s_create_rank(seed, rank, err, errlen);", m);
+        cg_line(w, "}");
+        cg_line(w, "static int model_gather(void *ctx, int i, int grad, float *whole) { return gather_param(ctx, i, grad, whole); }");
+        cg_line(w, "static void model_scatter(void *ctx, int i, const float *whole) { scatter_param(ctx, i, whole); }");
+        cg_line(w, "static int model_rank_id(void *ctx) { return dmrt_rank_id(((struct_ctx *)ctx)->rank); }");
+    } else {
+        cg_line(w, "static void *model_create(uint64_t seed, char *err, size_t errlen) {");
+        cg_line(w, "    struct_ctx *ctx = %s_create(seed);", m);
+        cg_line(w, "    if (!ctx) snprintf(err, errlen, \"%s: out of memory\");", m);
+        cg_line(w, "    return ctx;");
+        cg_line(w, "}");
+    }
     cg_line(w, "static void model_destroy(void *ctx) { %s_destroy(ctx); }", m);
     cg_line(w, "static void *model_param(void *ctx, int i) { return ((struct_ctx *)ctx)->params + param_offsets[i]; }");
     if (trains)
@@ -878,7 +1213,21 @@ static void emit_source(emitter *E) {
     cg_line(w, "    .params = param_descs,");
     cg_line(w, "    .n_outputs = %d,", g->n_outputs);
     cg_line(w, "    .outputs = output_descs,");
-    cg_line(w, "    .create = model_create,");
+    if (E->partitioned) {
+        long long ranks = 1;
+        for (int a = 0; a < g->n_axes; a++) ranks *= (long long)g->axes[a].size;
+        cg_line(w, "    .n_ranks = %lld,", ranks);
+        cg_line(w, "    .n_mesh_axes = %d,", g->n_axes);
+        cg_line(w, "    .mesh_axis_names = mesh_axis_names,");
+        cg_line(w, "    .mesh_axis_sizes = mesh_axis_sizes,");
+        cg_line(w, "    .create_rank = model_create_rank,");
+        cg_line(w, "    .gather = model_gather,");
+        cg_line(w, "    .scatter = model_scatter,");
+        cg_line(w, "    .rank_id = model_rank_id,");
+    } else {
+        cg_line(w, "    .n_ranks = 1,");
+        cg_line(w, "    .create = model_create,");
+    }
     cg_line(w, "    .destroy = model_destroy,");
     cg_line(w, "    .param = model_param,");
     cg_line(w, "    .grad = model_grad,");
@@ -887,6 +1236,35 @@ static void emit_source(emitter *E) {
     cg_line(w, "    .output = model_output,");
     cg_line(w, "    .error = model_error,");
     cg_line(w, "};");
+}
+
+/* What SPMD code generation does not handle yet, refused before anything is written. */
+static int check_spmd(const emitter *E, FILE *err) {
+    const ir_graph *g = E->g;
+    int bad = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const ir_type *t = &V(E, g->inputs[i])->type;
+        for (int d = 0; d < t->rank; d++) {
+            if (t->split[d] == IR_REPLICATED) continue;
+            if (dims_product(t, 0, d) != 1) {
+                fprintf(err, "%s:%d: error: input '%s' is split on dim %d over '%s': generated code reads a rank's block of "
+                             "an input only when the split dim is the leading one\n",
+                        E->source_path, V(E, g->inputs[i])->loc.line, V(E, g->inputs[i])->name, d,
+                        g->axes[t->split[d]].name);
+                bad = -1;
+            }
+            break;
+        }
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {
+            fprintf(err, "%s:%d: error: an all-to-all of a rank-%d tensor is not supported (at most %d dims)\n",
+                    E->source_path, v->loc.line, v->type.rank, IR_MAX_RANK - 1);
+            bad = -1;
+        }
+    }
+    return bad;
 }
 
 /* Writes via a temporary file and rename, so a failed run leaves no half-written file. */
@@ -925,11 +1303,26 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     for (size_t i = 0; i < source_len; i++)
         if (source_text[i] == '\n') E.line_start[E.n_lines++] = i + 1;
     assign_names(&E);
+    E.local = malloc(((size_t)g->n_values + 1) * sizeof *E.local);
+    if (!E.local) abort();
+    for (int i = 0; i < g->n_values; i++) {
+        ir_type *t = &E.local[i];
+        *t = g->values[i]->type;
+        for (int d = 0; d < t->rank; d++)
+            if (t->split[d] != IR_REPLICATED) {
+                t->shape[d] /= g->axes[t->split[d]].size;
+                E.partitioned = 1;
+            }
+        if (t->partial) E.partitioned = 1;
+    }
+    E.scratch_elems = scratch_need(&E);
+    int status = check_spmd(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
     snprintf(c, sizeof c, "%s.c", g->model);
-    int status = write_file(&E, out_dir, h, emit_header, err);
+    if (!status) status = write_file(&E, out_dir, h, emit_header, err);
     if (!status) status = write_file(&E, out_dir, c, emit_source, err);
+    free(E.local);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
     free(E.line_start);

@@ -45,7 +45,10 @@ static const char usage[] =
     "  --save FILE.safetensors --batch-file FILE.safetensors --data fashion-mnist\n"
     "  --data text:FILE[,FILE...] --data-dir DIR --eval-every N --sample N --prompt TEXT\n"
     "  --temperature X --top-k K --dump-grads FILE.safetensors --quiet (docs/trainer.md)\n"
-    "  dmc run also takes --keep DIR (keep the build there) and --cc COMPILER.\n";
+    "  dmc run also takes --keep DIR (keep the build there), --cc COMPILER and, for a\n"
+    "  partitioned program (a mesh of several ranks), --backend threads|mpi: threads (the\n"
+    "  default) runs the ranks as threads of one process; mpi builds with mpicc and runs\n"
+    "  one process per rank under mpirun (--mpirun 'COMMAND ARGS' replaces 'mpirun').\n";
 
 typedef struct options {
     const char *input;
@@ -58,6 +61,8 @@ typedef struct options {
     int run;
     const char *keep_dir;
     const char *cc;
+    const char *backend;      /* dmc run: "threads" (default) or "mpi" */
+    const char *mpirun;       /* dmc run --backend mpi: the launcher command */
     dm_override dims[64];
     int n_dims;
     dm_override mesh[IR_MAX_AXES];
@@ -125,6 +130,10 @@ static int parse_args(int argc, char **argv, options *o) {
                 o->keep_dir = v;
             } else if ((v = option_value(argc, argv, &i, "--cc"))) {
                 o->cc = v;
+            } else if ((v = option_value(argc, argv, &i, "--backend"))) {
+                o->backend = v;
+            } else if ((v = option_value(argc, argv, &i, "--mpirun"))) {
+                o->mpirun = v;
             } else {
                 o->trainer_args[o->n_trainer_args++] = argv[i];
             }
@@ -170,6 +179,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->keep_dir = v;
         } else if (o->run && ((v = option_value(argc, argv, &i, "--cc")))) {
             o->cc = v;
+        } else if (o->run && ((v = option_value(argc, argv, &i, "--backend")))) {
+            o->backend = v;
+        } else if (o->run && ((v = option_value(argc, argv, &i, "--mpirun")))) {
+            o->mpirun = v;
         } else if (a[0] == '-' && a[1]) {
             if (o->run) {
                 o->trainer_args[o->n_trainer_args++] = argv[i];
@@ -186,6 +199,14 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (!o->input) {
         fprintf(stderr, "dmc: error: no input file\n%s", usage);
+        return -1;
+    }
+    if (o->backend && strcmp(o->backend, "threads") != 0 && strcmp(o->backend, "mpi") != 0) {
+        fprintf(stderr, "dmc: error: --backend takes threads or mpi, got '%s'\n", o->backend);
+        return -1;
+    }
+    if (o->mpirun && !(o->backend && strcmp(o->backend, "mpi") == 0)) {
+        fprintf(stderr, "dmc: error: --mpirun needs --backend mpi\n");
         return -1;
     }
     if (!o->run && !o->emit && !o->explain && !o->check && !o->out_dir) {
@@ -239,21 +260,28 @@ static int make_dir(const char *dir) {
 }
 
 /* The runtime to link generated code against: DMC_RUNTIME_DIR (a directory holding
- * dmrt.h and libdmrt.a), the build tree dmc was built in, or the install prefix. */
-static void runtime_paths(char *inc, char *lib, size_t size) {
+ * dmrt.h, dmrt_comm.h and the libdmrt*.a), the build tree dmc was built in, or the
+ * install prefix. Headers in inc[0..1], libraries in lib[0..1] (repeats are harmless). */
+static void runtime_paths(char inc[2][PATH_MAX], char lib[2][PATH_MAX]) {
     const char *env = getenv("DMC_RUNTIME_DIR");
     if (env && *env) {
-        snprintf(inc, size, "%s", env);
-        snprintf(lib, size, "%s/libdmrt.a", env);
+        for (int i = 0; i < 2; i++) {
+            snprintf(inc[i], PATH_MAX, "%s", env);
+            snprintf(lib[i], PATH_MAX, "%s", env);
+        }
         return;
     }
-    if (access(DMC_BUILD_RUNTIME_LIB, R_OK) == 0) {
-        snprintf(inc, size, "%s", DMC_SOURCE_RUNTIME_DIR);
-        snprintf(lib, size, "%s", DMC_BUILD_RUNTIME_LIB);
+    if (access(DMC_BUILD_RUNTIME_DIR "/libdmrt.a", R_OK) == 0) {
+        snprintf(inc[0], PATH_MAX, "%s", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(inc[1], PATH_MAX, "%s/comm", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(lib[0], PATH_MAX, "%s", DMC_BUILD_RUNTIME_DIR);
+        snprintf(lib[1], PATH_MAX, "%s/comm", DMC_BUILD_RUNTIME_DIR);
         return;
     }
-    snprintf(inc, size, "%s", DMC_INSTALL_INCLUDE_DIR);
-    snprintf(lib, size, "%s/libdmrt.a", DMC_INSTALL_LIB_DIR);
+    for (int i = 0; i < 2; i++) {
+        snprintf(inc[i], PATH_MAX, "%s", DMC_INSTALL_INCLUDE_DIR);
+        snprintf(lib[i], PATH_MAX, "%s", DMC_INSTALL_LIB_DIR);
+    }
 }
 
 static int run_process(char *const argv[]) {
@@ -287,49 +315,106 @@ static int split_words(char *s, char **argv, int n, int max) {
     return n;
 }
 
+/* main.c of `dmc run`: the generic trainer of libdmrt; under MPI its ranks are this
+ * process's one (dmrt_mpi_run). */
+static int write_main(const char *path, const ir_graph *g, int mpi) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
+    fprintf(f, "#include \"%s.h\"\n", g->model);
+    if (!mpi) {
+        fprintf(f, "\nint main(int argc, char **argv) { return dmrt_trainer_main(&%s_model, argc, argv); }\n", g->model);
+    } else {
+        fprintf(f, "#include \"dmrt_comm.h\"\n\n");
+        fprintf(f, "struct args { int *argc; char ***argv; };\n\n");
+        fprintf(f, "/* One rank per process: mpirun decides how many. */\n");
+        fprintf(f, "static int mpi_launch(void *launch_arg, int n_ranks, dmrt_rank_main rank_main, void *arg, char *err, size_t errlen) {\n");
+        fprintf(f, "    struct args *a = launch_arg;\n");
+        fprintf(f, "    (void)n_ranks;\n");
+        fprintf(f, "    return dmrt_mpi_run(a->argc, a->argv, rank_main, arg, err, errlen);\n");
+        fprintf(f, "}\n\n");
+        fprintf(f, "int main(int argc, char **argv) {\n");
+        fprintf(f, "    struct args a = {&argc, &argv};\n");
+        fprintf(f, "    return dmrt_trainer_main_spmd(&%s_model, argc, argv, mpi_launch, &a);\n", g->model);
+        fprintf(f, "}\n");
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t mesh_ranks(const ir_graph *g) {
+    int64_t n = 1;
+    for (int a = 0; a < g->n_axes; a++) n *= g->axes[a].size;
+    return n;
+}
+
 static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
-    char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[PATH_MAX], lib[PATH_MAX], inc_flag[PATH_MAX + 2],
-        out_inc_flag[PATH_MAX + 2];
+    int mpi = o->backend && strcmp(o->backend, "mpi") == 0;
+    char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[2][PATH_MAX], lib[2][PATH_MAX],
+        inc_flag[2][PATH_MAX + 2], lib_flag[2][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
     snprintf(main_path, sizeof main_path, "%s/main.c", dir);
     snprintf(exe, sizeof exe, "%s/%s", dir, g->model);
     snprintf(model_c, sizeof model_c, "%s/%s.c", dir, g->model);
-    FILE *f = fopen(main_path, "w");
-    if (!f) {
-        fprintf(stderr, "dmc: error: cannot write %s: %s\n", main_path, strerror(errno));
-        return 1;
+    if (write_main(main_path, g, mpi)) return 1;
+    runtime_paths(inc, lib);
+    for (int i = 0; i < 2; i++) {
+        snprintf(inc_flag[i], sizeof inc_flag[i], "-I%s", inc[i]);
+        snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
     }
-    fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
-    fprintf(f, "#include \"%s.h\"\n\nint main(int argc, char **argv) { return dmrt_trainer_main(&%s_model, argc, argv); }\n",
-            g->model, g->model);
-    fclose(f);
-    runtime_paths(inc, lib, sizeof inc);
-    snprintf(inc_flag, sizeof inc_flag, "-I%s", inc);
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
-    const char *cc = o->cc ? o->cc : getenv("CC");
+    /* mpicc wraps the C compiler with MPI's flags */
+    const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
     char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_SANITIZE;
-    char link[] = DMC_LINK_FLAGS " -lm -lpthread";
-    char *cc_argv[40];
+    char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
+    char *cc_argv[48];
     int n = 0;
     cc_argv[n++] = (char *)cc;
     n = split_words(flags, cc_argv, n, 20);
-    cc_argv[n++] = inc_flag;
+    cc_argv[n++] = inc_flag[0];
+    cc_argv[n++] = inc_flag[1];
     cc_argv[n++] = out_inc_flag;
     cc_argv[n++] = model_c;
     cc_argv[n++] = main_path;
-    cc_argv[n++] = lib;
-    n = split_words(link, cc_argv, n, 34);
+    cc_argv[n++] = lib_flag[0];
+    cc_argv[n++] = lib_flag[1];
+    if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
+    n = split_words(link, cc_argv, n, 44);
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
     int status = run_process(cc_argv);
     if (status != 0) {
-        fprintf(stderr, "dmc: error: building the generated code failed (%s)\n", cc);
+        fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
+                mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
         return 1;
     }
-    char **argv = calloc((size_t)o->n_trainer_args + 2, sizeof(char *));
-    argv[0] = exe;
-    for (int i = 0; i < o->n_trainer_args; i++) argv[i + 1] = o->trainer_args[i];
+    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
+    char mpirun[1024], np[32];
+    snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
+    snprintf(np, sizeof np, "%lld", (long long)mesh_ranks(g));
+    char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
+    if (!argv) return 1;
+    n = 0;
+    if (mpi) {
+        n = split_words(mpirun, argv, 0, 32);
+        argv[n++] = "-np";
+        argv[n++] = np;
+        if (!o->mpirun) {
+            /* more ranks than cores is what a test on one machine wants; root is what CI is */
+            argv[n++] = "--oversubscribe";
+            if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
+        }
+    }
+    argv[n++] = exe;
+    for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
+    argv[n] = NULL;
     status = run_process(argv);
     free(argv);
     return status;
@@ -394,13 +479,6 @@ int main(int argc, char **argv) {
         status = 0;
     } else if (o.check) {
         status = 0;
-    } else if (ir_is_partitioned(g)) {
-        /* partitioned (SPMD) code generation is not written yet: say so rather than emit
-         * code that would run a shard as if it were the whole */
-        fprintf(stderr, "%s: error: on this mesh the program is partitioned (%d collective%s); generating partitioned "
-                        "code is not implemented yet (see the plan with --explain, or run on a mesh whose axes have "
-                        "size 1)\n",
-                o.input, reshards.n, reshards.n == 1 ? "" : "s");
     } else {
         char tmp_dir[PATH_MAX] = "";
         const char *dir = o.out_dir;

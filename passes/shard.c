@@ -11,7 +11,7 @@
  * result's and says which sharding it needs of each operand; where an operand differs,
  * collectives are inserted before the op (one set per operand and target, shared by
  * every consumer). A value annotated in the .dm is resharded to its annotation right
- * after it is made. The loss and the outputs are made whole (no pending sum); an update
+ * after it is made. The loss and the outputs are made whole (no pending sum, no split); an update
  * needs its gradient and state sharded as its parameter, so a parameter's gradient that
  * comes out partial over `data` is allreduced there, and the gradient role moves to the
  * reduced value.
@@ -483,6 +483,9 @@ static int is_listed(const int *ids, int n, int id) {
 int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     int n_old = g->n_values;
     ir_value **old = g->values;
+    int *output_of = malloc((size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int)); /* (outputs) whole value, or -1 */
+    if (!output_of) abort();
+    for (int k = 0; k < g->n_outputs; k++) output_of[k] = -1;
     shard_state S = {.g = g, .d = d, .log = log};
     S.map = malloc((size_t)(n_old ? n_old : 1) * sizeof(int));
     if (!S.map) abort();
@@ -529,11 +532,25 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             annotation.partial = 0;
             result = reshard(&S, result, &annotation, "annotated in the .dm", v->phase);
         }
-        /* the loss and the outputs are read by the caller: whole sums */
-        if ((i == g->loss || is_listed(g->outputs, g->n_outputs, i)) && V(&S, result)->type.partial) {
+        /* the loss and the outputs are read by the caller, in the shapes of the .dm: whole
+         * on every rank (no pending sum, no split) */
+        int listed = is_listed(g->outputs, g->n_outputs, i);
+        if (i == g->loss || listed) {
             ir_type whole = V(&S, result)->type;
-            whole.partial = 0;
-            result = reshard(&S, result, &whole, "the caller reads it", v->phase);
+            clear_sharding(&whole);
+            int whole_id = reshard(&S, result, &whole, "the caller reads it", v->phase);
+            /* the program's own consumers keep the sharded value (the loss is a scalar:
+             * its whole sum serves both) */
+            if (listed && i != g->loss) {
+                for (int k = 0; k < g->n_outputs; k++)
+                    if (g->outputs[k] == i) output_of[k] = whole_id;
+                if (whole_id != result && v->name) {
+                    V(&S, whole_id)->name = v->name;
+                    v->name = ir_internf(g, "%s.local", v->name);
+                }
+            } else {
+                result = whole_id;
+            }
         }
         /* the name the user gave stays with what they see */
         if (result != v->id && v->name) {
@@ -546,7 +563,8 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
 
     for (int p = 0; p < g->n_params; p++) g->params[p] = S.map[g->params[p]];
     for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = S.map[g->inputs[i]];
-    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = S.map[g->outputs[i]];
+    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = output_of[i] >= 0 ? output_of[i] : S.map[g->outputs[i]];
+    free(output_of);
     if (g->loss >= 0) g->loss = S.map[g->loss];
     /* a gradient reduced for its update: the reduced value becomes the gradient */
     int *update_of = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof(int));

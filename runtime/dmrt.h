@@ -23,6 +23,14 @@ enum {
     DMRT_ERR_DATA = 3,   /* input data out of range (a target outside the classes) */
     DMRT_ERR_ARG = 4,    /* a bad argument */
 };
+/* A communicator call failed (a collective timed out, another rank failed). A macro, as
+ * dmrt_comm.h defines it too. */
+#ifndef DMRT_ERR_COMM
+#define DMRT_ERR_COMM 6
+#endif
+
+/* One rank of an SPMD run (dmrt_comm.h). */
+typedef struct dmrt_rank dmrt_rank;
 
 /* ---- tensors as the generated code describes them ---------------------------------- */
 
@@ -69,6 +77,23 @@ typedef struct dmrt_model {
     const void *(*output)(void *ctx, int i);
     /* Last error message of this context ("" when none). */
     const char *(*error)(void *ctx);
+
+    /* SPMD models, compiled for a mesh of more than one rank (n_ranks > 1): create is NULL
+     * and each rank calls create_rank with its dmrt_rank (joining the mesh); param and grad
+     * return the rank's block of each tensor. A serial model has n_ranks 1 and the rest
+     * NULL or 0. */
+    int64_t n_ranks;                    /* product of the mesh axis sizes */
+    int n_mesh_axes;
+    const char *const *mesh_axis_names; /* (n_mesh_axes) */
+    const int64_t *mesh_axis_sizes;     /* (n_mesh_axes) */
+    void *(*create_rank)(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen);
+    /* Parameter i (grad 0) or its gradient (grad 1), whole (shape params[i]), into whole
+     * on every rank; every rank must call it. Returns DMRT_OK or an error status. */
+    int (*gather)(void *ctx, int i, int grad, float *whole);
+    /* The rank's block of parameter i from the whole tensor (local, no communication). */
+    void (*scatter)(void *ctx, int i, const float *whole);
+    /* World rank of the context (0 writes files). */
+    int (*rank_id)(void *ctx);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -76,6 +101,14 @@ typedef struct dmrt_model {
 /* 64-byte aligned, zeroed allocation; NULL on failure. Free with dmrt_free. */
 void *dmrt_alloc(size_t bytes);
 void dmrt_free(void *p);
+
+/* A block of a row-major tensor of shape whole[rank]: block[d] elements of dim d from
+ * start[d]. read copies that block of whole_data into the contiguous block_data; write
+ * copies it back. */
+void dmrt_block_read(const float *whole_data, int rank, const int64_t *whole,
+                     const int64_t *block, const int64_t *start, float *block_data);
+void dmrt_block_write(const float *block_data, int rank, const int64_t *whole,
+                      const int64_t *block, const int64_t *start, float *whole_data);
 
 /* ---- BLAS ------------------------------------------------------------------------------ */
 
@@ -150,12 +183,17 @@ int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,
 
 /* Copies every parameter of the model from the file into the context; checks that
  * each is present with the right dtype and shape (the message names the file, the
- * tensor, the expected and the found shape). Extra tensors in the file are ignored. */
+ * tensor, the expected and the found shape). Extra tensors in the file are ignored.
+ * An SPMD model's rank keeps its block of each (local: every rank reads the file). */
 int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char *err,
                      size_t errlen);
-/* Writes every parameter (atomically, as dmrt_st_write). */
+/* Writes every parameter (atomically, as dmrt_st_write). An SPMD model gathers the
+ * whole tensors (every rank must call it) and world rank 0 writes. */
 int dmrt_save_params(const dmrt_model *model, void *ctx, const char *path, char *err,
                      size_t errlen);
+/* The same for the gradients of the last train_step (--dump-grads). */
+int dmrt_save_grads(const dmrt_model *model, void *ctx, const char *path, char *err,
+                    size_t errlen);
 
 /* ---- data sets ---------------------------------------------------------------------------- */
 
@@ -201,8 +239,19 @@ int dmrt_sample_logits(const float *logits, int n, float temperature, int top_k,
 /* ---- the trainer behind `dmc run` ---------------------------------------------------------- */
 
 /* Parses argv (see docs/trainer.md) and trains the model; returns the process exit
- * status. */
+ * status. An SPMD model (n_ranks > 1) runs its ranks as threads of this process
+ * (dmrt_comm.h's threads backend). */
 int dmrt_trainer_main(const dmrt_model *model, int argc, char **argv);
+
+/* Starts the ranks of an SPMD run: calls rank_main(rank, arg) on each and returns 0 when
+ * all returned 0, else a status with the first failure in err (dmrt_threads_run's
+ * contract; launch_arg is the caller's). The MPI launcher runs the one rank of this
+ * process and ignores n_ranks (mpirun decides; a mismatch fails when the mesh is joined). */
+typedef int (*dmrt_launcher)(void *launch_arg, int n_ranks, int (*rank_main)(dmrt_rank *rank, void *arg),
+                             void *arg, char *err, size_t errlen);
+/* dmrt_trainer_main with the ranks started by launch. */
+int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,
+                           void *launch_arg);
 
 #ifdef __cplusplus
 }

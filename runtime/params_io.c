@@ -73,20 +73,53 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
     if (rc == 0)
         for (int i = 0; i < model->n_params; i++) {
             const dmrt_tensor_desc *d = &model->params[i];
-            memcpy(model->param(ctx, i), source[i]->data,
-                   (size_t)d->numel * dmrt_dtype_size(d->dtype));
+            if (model->scatter) model->scatter(ctx, i, source[i]->data);
+            else memcpy(model->param(ctx, i), source[i]->data,
+                        (size_t)d->numel * dmrt_dtype_size(d->dtype));
         }
     free(source);
     dmrt_st_close(&f);
     return rc;
 }
 
-int dmrt_save_params(const dmrt_model *model, void *ctx, const char *path, char *err,
-                     size_t errlen) {
-    const void **data = calloc(model->n_params ? (size_t)model->n_params : 1, sizeof *data);
-    if (!data) return dmrt_errorf(err, errlen, "%s: out of memory", path);
-    for (int i = 0; i < model->n_params; i++) data[i] = model->param(ctx, i);
-    int rc = dmrt_st_write(path, model->n_params, model->params, data, err, errlen);
+/* Every parameter (grad 0) or gradient (grad 1) to path. An SPMD model's tensors are
+ * gathered whole on every rank first, and only world rank 0 writes. */
+static int save_tensors(const dmrt_model *model, void *ctx, int grad, const char *path, char *err,
+                        size_t errlen) {
+    int n = model->n_params;
+    const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
+    float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
+    int rc = 0;
+    if (!data || !whole) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!model->gather) {
+            data[i] = grad ? model->grad(ctx, i) : model->param(ctx, i);
+            continue;
+        }
+        /* a failed gather leaves this rank's share of the others' collectives undone: they
+         * fail on their deadline or this rank's abort, never half-write the file */
+        whole[i] = dmrt_alloc((size_t)model->params[i].numel * sizeof(float));
+        if (!whole[i]) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+        else if (model->gather(ctx, i, grad, whole[i]) != 0)
+            rc = dmrt_errorf(err, errlen, "%s: gathering '%s': %s", path, model->params[i].name,
+                             model->error(ctx));
+        data[i] = whole[i];
+    }
+    if (rc == 0 && (!model->rank_id || model->rank_id(ctx) == 0))
+        rc = dmrt_st_write(path, n, model->params, data, err, errlen);
+    for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
+    free(whole);
     free(data);
     return rc;
+}
+
+int dmrt_save_params(const dmrt_model *model, void *ctx, const char *path, char *err,
+                     size_t errlen) {
+    return save_tensors(model, ctx, 0, path, err, errlen);
+}
+
+int dmrt_save_grads(const dmrt_model *model, void *ctx, const char *path, char *err,
+                    size_t errlen) {
+    if (!model->grad) return dmrt_errorf(err, errlen, "%s: model '%s' exposes no gradients", path, model->name);
+    return save_tensors(model, ctx, 1, path, err, errlen);
 }

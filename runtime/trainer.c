@@ -8,6 +8,7 @@
  * (progress bar, notes, errors) goes to stderr.
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
+#include "dmrt_comm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -690,7 +691,7 @@ static void data_close(tr_data *d) {
  * bytes) sits in row 0 of tokens, every other row and the targets are zeros, and the
  * next byte is drawn from the logits of row 0 at the context's last position, over the
  * byte ids 0..255 only. One forward of the whole batch per byte: simple, not fast. */
-static int sample_text(const dmrt_model *m, void *ctx, void **in, const tr_lm *lm,
+static int sample_text(FILE *outs, const dmrt_model *m, void *ctx, void **in, const tr_lm *lm,
                        const tr_opts *o, char *err, size_t errlen) {
     const char *prompt = o->prompt ? o->prompt : "\n";
     float temperature = o->temperature >= 0.0 ? (float)o->temperature : 1.0f;
@@ -708,9 +709,9 @@ static int sample_text(const dmrt_model *m, void *ctx, void **in, const tr_lm *l
     dmrt_rng rng;
     dmrt_rng_init(&rng, o->seed, TR_SAMPLE_STREAM);
 
-    fputs("sample:\n", stdout);
-    fwrite(prompt, 1, prompt_len, stdout);
-    fflush(stdout);
+    fputs("sample:\n", outs);
+    fwrite(prompt, 1, prompt_len, outs);
+    fflush(outs);
     for (int64_t i = 1; i <= o->sample; i++) {
         float loss = 0.0f;
         if (m->forward(ctx, (const void *const *)in, &loss) != 0)
@@ -734,10 +735,10 @@ static int sample_text(const dmrt_model *m, void *ctx, void **in, const tr_lm *l
             len--;
         }
         context[len++] = next;
-        putchar(next);
-        fflush(stdout); /* show the text as it comes */
+        fputc(next, outs);
+        fflush(outs); /* show the text as it comes */
     }
-    putchar('\n');
+    fputc('\n', outs);
     return 0;
 }
 
@@ -776,39 +777,47 @@ static void bar_end(tr_bar *b) {
 /* ---- main --------------------------------------------------------------------------------- */
 
 /* The one-line summary of model and data on stderr at the start. */
-static void print_summary(const dmrt_model *m, const tr_opts *o, const tr_data *d,
+static void print_summary(FILE *errs, const dmrt_model *m, const tr_opts *o, const tr_data *d,
                           const char *prog, int64_t total) {
     int64_t np = 0;
     for (int i = 0; i < m->n_params; i++) np += m->params[i].numel;
-    fprintf(stderr, "%s: model '%s', %lld parameters; ", prog, m->name, (long long)np);
+    fprintf(errs, "%s: model '%s', %lld parameters; ", prog, m->name, (long long)np);
     if (d->mnist) {
-        fprintf(stderr,
+        fprintf(errs,
                 "fashion-mnist (%lld train, %lld test), batch %lld, %lld steps/epoch, %lld steps",
                 (long long)d->train_x.n, (long long)d->test_x.n, (long long)d->batch,
                 (long long)d->steps_per_epoch, (long long)total);
     } else if (d->text) {
-        fputs("text ", stderr);
+        fputs("text ", errs);
         for (int i = 0; i < d->n_text_paths; i++)
-            fprintf(stderr, "%s%s (%lld bytes)", i ? ", " : "", d->text_paths[i],
+            fprintf(errs, "%s%s (%lld bytes)", i ? ", " : "", d->text_paths[i],
                     (long long)d->corpus.file_sizes[i]);
-        fprintf(stderr,
+        fprintf(errs,
                 ": %lld bytes, %lld for training, %lld for validation (%lld windows); batch "
                 "%lld x %lld, %lld steps/epoch, %lld steps",
                 (long long)d->corpus.size, (long long)d->train_bytes, (long long)d->val_bytes,
                 (long long)d->val_windows, (long long)d->lm.batch, (long long)d->lm.len,
                 (long long)d->steps_per_epoch, (long long)total);
     } else if (o->batch_file) {
-        fprintf(stderr, "%s (%lld steps), %lld steps", o->batch_file,
+        fprintf(errs, "%s (%lld steps), %lld steps", o->batch_file,
                 (long long)d->steps_per_epoch, (long long)total);
     } else {
-        fputs("no data (sampling only), 0 steps", stderr);
+        fputs("no data (sampling only), 0 steps", errs);
     }
-    if (o->sample >= 0) fprintf(stderr, "; then a sample of %lld bytes", (long long)o->sample);
-    fputc('\n', stderr);
+    if (o->sample >= 0) fprintf(errs, "; then a sample of %lld bytes", (long long)o->sample);
+    fputc('\n', errs);
 }
 
-static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
-    char err[2048], ins[1024], outs[1024], why[256];
+/* Trains on one rank (rank NULL: the serial model). Only the lead rank (world rank 0)
+ * prints: the others write to errs = outs = /dev/null. A rank's failure message goes to
+ * fail (the launcher reports it) instead of errs. */
+static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_rank *rank, char *fail,
+               size_t faillen) {
+    int lead = !rank || dmrt_rank_id(rank) == 0;
+    FILE *devnull = lead ? NULL : fopen("/dev/null", "w");
+    if (!lead && !devnull) return dmrt_errorf(fail, faillen, "cannot open /dev/null: %s", strerror(errno)), TR_RUNTIME;
+    FILE *outs = lead ? stdout : devnull, *errs = lead ? stderr : devnull;
+    char err[2048], ins[1024], outputs[1024], why[256];
     tr_data d;
     memset(&d, 0, sizeof d);
     void *ctx = NULL;
@@ -821,13 +830,13 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     tr_lm lm = {0, 0, 0, 0, 0, 0};
     int is_lm = find_lm(m, &lm, why, sizeof why) == 0;
     if ((o->text_files || o->sample >= 0) && !is_lm) {
-        fprintf(stderr,
+        fprintf(errs,
                 "%s: %s needs a byte-level language model: inputs tokens: i32[B, T] and "
                 "targets: i32[B, T], and an output logits: f32[B, T, V] with V >= 256; model "
                 "'%s' has inputs %s and outputs %s (%s)\n",
                 prog, o->text_files ? "--data text:..." : "--sample", m->name,
                 inputs_str(ins, sizeof ins, m),
-                descs_str(outs, sizeof outs, m->n_outputs, m->outputs), why);
+                descs_str(outputs, sizeof outputs, m->n_outputs, m->outputs), why);
         return TR_USAGE;
     }
     int64_t batch = mnist_batch(m);
@@ -837,30 +846,30 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     if (!o->batch_file && !o->text_files && batch <= 0 && !sample_only) {
         inputs_str(ins, sizeof ins, m);
         if (o->data || o->data_dir)
-            fprintf(stderr,
+            fprintf(errs,
                     "%s: --data fashion-mnist needs a model with inputs f32[B, 784] and i32[B]; "
                     "model '%s' has inputs %s\n",
                     prog, m->name, ins);
         else if (is_lm)
-            fprintf(stderr,
+            fprintf(errs,
                     "%s: model '%s' (inputs %s) needs data: pass --data text:FILE[,FILE...] (a "
                     "corpus of bytes), or --batch-file FILE.safetensors with one tensor per "
                     "input, named after it, with a leading step dimension\n",
                     prog, m->name, ins);
         else
-            fprintf(stderr,
+            fprintf(errs,
                     "%s: model '%s' (inputs %s) has no default data set; pass --batch-file "
                     "FILE.safetensors with one tensor per input, named after it, with a leading "
                     "step dimension\n",
                     prog, m->name, ins);
         return TR_USAGE;
     }
-    if (!m->create || !m->destroy || !m->param || !m->train_step) {
-        fprintf(stderr, "%s: model '%s' lacks create/destroy/param/train_step\n", prog, m->name);
+    if (!(rank ? m->create_rank != NULL : m->create != NULL) || !m->destroy || !m->param || !m->train_step) {
+        fprintf(errs, "%s: model '%s' lacks create/destroy/param/train_step\n", prog, m->name);
         return TR_RUNTIME;
     }
     if ((o->text_files || o->sample >= 0) && (!m->forward || !m->output)) {
-        fprintf(stderr, "%s: model '%s' lacks forward/output, which %s needs\n", prog, m->name,
+        fprintf(errs, "%s: model '%s' lacks forward/output, which %s needs\n", prog, m->name,
                 o->text_files ? "the validation loss" : "sampling");
         return TR_RUNTIME;
     }
@@ -876,10 +885,10 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     int eval_out = -1;
     if (d.mnist) {
         if (!m->forward || !m->output) {
-            fprintf(stderr, "%s: note: model '%s' has no forward/output; no test accuracy\n",
+            fprintf(errs, "%s: note: model '%s' has no forward/output; no test accuracy\n",
                     prog, m->name);
         } else if ((eval_out = logits_output(m, batch)) < 0) {
-            fprintf(stderr,
+            fprintf(errs,
                     "%s: note: model '%s' has no output f32[%lld, 10] (logits); no test accuracy\n",
                     prog, m->name, (long long)batch);
         }
@@ -890,7 +899,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     for (int i = 0; i < m->n_inputs; i++)
         if (!(in[i] = dmrt_alloc(desc_bytes(&m->inputs[i])))) goto oom;
 
-    ctx = m->create(o->seed, err, sizeof err);
+    ctx = rank ? m->create_rank(o->seed, rank, err, sizeof err) : m->create(o->seed, err, sizeof err);
     if (!ctx) {
         if (!err[0]) snprintf(err, sizeof err, "creating model '%s' failed", m->name);
         goto fail;
@@ -905,9 +914,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
     if (o->steps >= 0 && o->steps < total) total = o->steps;
 
     tr_bar bar = {0, 0, 0, 0.0};
-    bar.on = !o->quiet && isatty(STDERR_FILENO);
+    bar.on = lead && !o->quiet && isatty(STDERR_FILENO);
     bar.stdout_tty = isatty(STDOUT_FILENO);
-    if (!o->quiet) print_summary(m, o, &d, prog, total);
+    if (!o->quiet) print_summary(errs, m, o, &d, prog, total);
 
     double t_train = 0.0, acc = 0.0, val_loss = 0.0;
     int acc_fresh = 0, val_fresh = 0; /* acc, val_loss are for the current parameters */
@@ -930,21 +939,12 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
             step++;
             acc_fresh = val_fresh = 0;
             if (bar.stdout_tty) bar_clear(&bar);
-            printf("step %lld loss %.9g ms %.3f\n", (long long)step, (double)loss,
+            fprintf(outs, "step %lld loss %.9g ms %.3f\n", (long long)step, (double)loss,
                    1e3 * (t2 - t1));
-            fflush(stdout);
+            fflush(outs);
             bar_draw(&bar, b + 1, n, epoch, loss, bar.stdout_tty || b + 1 == n);
             if (step == 1 && o->dump_grads) {
-                const void **g = calloc((size_t)m->n_params + 1, sizeof *g);
-                if (!g) goto oom;
-                for (int i = 0; i < m->n_params && m->grad; i++) g[i] = m->grad(ctx, i);
-                int rc = m->grad ? dmrt_st_write(o->dump_grads, m->n_params, m->params, g, err,
-                                                 sizeof err)
-                                 : dmrt_errorf(err, sizeof err,
-                                               "--dump-grads: model '%s' exposes no gradients",
-                                               m->name);
-                free(g);
-                if (rc != 0) {
+                if (dmrt_save_grads(m, ctx, o->dump_grads, err, sizeof err) != 0) {
                     bar_clear(&bar);
                     goto fail;
                 }
@@ -954,39 +954,39 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
                 if (bar.stdout_tty || rc != 0) bar_clear(&bar);
                 if (rc != 0) goto fail;
                 val_fresh = 1;
-                printf("step %lld val loss %.9g\n", (long long)step, val_loss);
-                fflush(stdout);
+                fprintf(outs, "step %lld val loss %.9g\n", (long long)step, val_loss);
+                fflush(outs);
             }
         }
         bar_end(&bar);
         if (d.mnist && n == spe && eval_out >= 0) {
             if (evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0) goto fail;
             acc_fresh = 1;
-            printf("epoch %lld test accuracy %.4f\n", (long long)epoch, acc);
-            fflush(stdout);
+            fprintf(outs, "epoch %lld test accuracy %.4f\n", (long long)epoch, acc);
+            fflush(outs);
         }
     }
     bar_clear(&bar);
     if (o->dump_grads && step == 0)
-        fprintf(stderr, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
+        fprintf(errs, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
 
     if (o->save && dmrt_save_params(m, ctx, o->save, err, sizeof err) != 0) goto fail;
     if (d.mnist && eval_out >= 0) {
         if (!acc_fresh && evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0)
             goto fail;
-        printf("test accuracy %.4f\n", acc);
+        fprintf(outs, "test accuracy %.4f\n", acc);
     }
     if (d.text) {
         if (!val_fresh && validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err) != 0)
             goto fail;
-        printf("val loss %.9g\n", val_loss);
+        fprintf(outs, "val loss %.9g\n", val_loss);
     }
-    printf("trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)step, t_train,
+    fprintf(outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)step, t_train,
            step ? 1e3 * t_train / (double)step : 0.0);
-    fflush(stdout);
+    fflush(outs);
     /* Last, because its bytes are arbitrary: a parser can stop at the line "sample:". */
-    if (o->sample >= 0 && sample_text(m, ctx, in, &lm, o, err, sizeof err) != 0) goto fail;
-    if (fflush(stdout) != 0 || ferror(stdout)) {
+    if (o->sample >= 0 && sample_text(outs, m, ctx, in, &lm, o, err, sizeof err) != 0) goto fail;
+    if (fflush(outs) != 0 || ferror(outs)) {
         snprintf(err, sizeof err, "writing to stdout: %s", strerror(errno));
         goto fail;
     }
@@ -996,7 +996,8 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog) {
 oom:
     oom_msg = "out of memory";
 fail:
-    fprintf(stderr, "%s: error: %s\n", prog, oom_msg ? oom_msg : err);
+    if (rank) snprintf(fail, faillen, "%s", oom_msg ? oom_msg : err);
+    else fprintf(errs, "%s: error: %s\n", prog, oom_msg ? oom_msg : err);
     status = TR_RUNTIME;
 done:
     if (ctx) m->destroy(ctx);
@@ -1004,10 +1005,44 @@ done:
         for (int i = 0; i < m->n_inputs; i++) dmrt_free(in[i]);
     free(in);
     data_close(&d);
+    if (devnull) fclose(devnull);
     return status;
 }
 
-int dmrt_trainer_main(const dmrt_model *model, int argc, char **argv) {
+/* ---- SPMD: one run() per rank ------------------------------------------------------------- */
+
+typedef struct tr_spmd {
+    const dmrt_model *m;
+    const tr_opts *o;
+    const char *prog;
+    int usage_failed; /* a rank found a usage error (its lead printed it) */
+    int lead;         /* this process hosts world rank 0 (MPI: one rank per process) */
+    int ran;          /* some rank of this process started */
+} tr_spmd;
+
+static int rank_main(dmrt_rank *r, void *arg) {
+    tr_spmd *s = arg;
+    char fail[2048] = "";
+    s->ran = 1;
+    if (dmrt_rank_id(r) == 0) s->lead = 1;
+    int status = run(s->m, s->o, s->prog, r, fail, sizeof fail);
+    if (status == TR_USAGE) {
+        s->usage_failed = 1;
+        dmrt_rank_abort(r, "usage error");
+    } else if (status != TR_OK) {
+        dmrt_rank_abort(r, fail[0] ? fail : "failed");
+    }
+    return status;
+}
+
+static int threads_launch(void *launch_arg, int n_ranks, dmrt_rank_main main_fn, void *arg, char *err,
+                          size_t errlen) {
+    (void)launch_arg;
+    return dmrt_threads_run(n_ranks, main_fn, arg, err, errlen);
+}
+
+int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,
+                           void *launch_arg) {
     const char *prog = argc > 0 && argv[0] && argv[0][0] ? argv[0] : "dmrt-trainer";
     tr_opts o;
     int r = parse_args(argc, argv, &o, prog, model);
@@ -1016,5 +1051,22 @@ int dmrt_trainer_main(const dmrt_model *model, int argc, char **argv) {
         return fflush(stdout) == 0 ? 0 : 1;
     }
     if (r != TR_OK) return r;
-    return run(model, &o, prog);
+    if (model->n_ranks <= 1 || !model->create_rank) return run(model, &o, prog, NULL, NULL, 0);
+    if (model->n_ranks > INT32_MAX) {
+        fprintf(stderr, "%s: error: model '%s' needs %lld ranks\n", prog, model->name, (long long)model->n_ranks);
+        return TR_RUNTIME;
+    }
+    tr_spmd s = {model, &o, prog, 0, 0, 0};
+    char err[4096] = "";
+    int status = launch(launch_arg, (int)model->n_ranks, rank_main, &s, err, sizeof err);
+    if (status == 0) return TR_OK;
+    if (s.usage_failed) return TR_USAGE;
+    /* every rank learns the first failure; the one hosting rank 0 says it (the MPI
+     * launcher may fail before any rank ran: then every process does) */
+    if (s.lead || !s.ran) fprintf(stderr, "%s: error: %s\n", prog, err[0] ? err : "a rank failed");
+    return TR_RUNTIME;
+}
+
+int dmrt_trainer_main(const dmrt_model *model, int argc, char **argv) {
+    return dmrt_trainer_main_spmd(model, argc, argv, threads_launch, NULL);
 }

@@ -79,7 +79,7 @@ def model_signature(src):
     body = [ln.split("#")[0].strip() for ln in src.splitlines()]
     need = ["h1 = relu(fc1(%s))" % ("xn" if norm else "x"), "h2 = relu(fc2(h1))",
             "logits = fc3(h2)", "loss = cross_entropy(logits, y)", "minimize loss",
-            "layer fc1 = linear[D, H]", "layer fc2 = linear[H, H]", "layer fc3 = linear[H, K]",
+            "layer fc1 = column_linear[D, H]", "layer fc2 = row_linear[H, H]", "layer fc3 = linear[H, K]",
             "return x @ weight + bias", "input x : f32[B@data, D]", "input y : i32[B@data]"]
     missing = [n for n in need if n not in body]
     if missing:
