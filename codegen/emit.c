@@ -710,15 +710,18 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
 
 /* ---- files ----------------------------------------------------------------------------- */
 
+/* A tensor as files and tools see it: a parameter in its stored shape. */
 static void tensor_desc(emitter *E, const ir_value *v, const char *name) {
     char dims[256] = "";
     size_t n = 0;
-    for (int d = 0; d < v->type.rank; d++) {
-        int k = snprintf(dims + n, sizeof dims - n, "%s%lld", d ? ", " : "", (long long)v->type.shape[d]);
+    int rank = v->stored_rank ? v->stored_rank : v->type.rank;
+    const int64_t *shape = v->stored_rank ? v->stored_shape : v->type.shape;
+    for (int d = 0; d < rank; d++) {
+        int k = snprintf(dims + n, sizeof dims - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
         if (k > 0) n += (size_t)k;
     }
-    cg_line(&E->w, "{\"%s\", %s, %d, {%s}, %lld},", name, v->type.dtype == DT_I32 ? "DMRT_I32" : "DMRT_F32", v->type.rank,
-            v->type.rank ? dims : "0", (long long)ir_numel(&v->type));
+    cg_line(&E->w, "{\"%s\", %s, %d, {%s}, %lld},", name, v->type.dtype == DT_I32 ? "DMRT_I32" : "DMRT_F32", rank,
+            rank ? dims : "0", (long long)ir_numel(&v->type));
 }
 
 static void emit_header(emitter *E) {
@@ -865,8 +868,14 @@ static void emit_init(emitter *E) {
             cg_line(w, "dmrt_fill_uniform(%s, %lld, %s, %s, &rng);", dst, n, a, b);
             break;
         case INIT_XAVIER: {
-            /* glorot uniform: bound sqrt(6 / (fan_in + fan_out)), fans of the last two dims */
-            const ir_type *t = &v->type;
+            /* glorot uniform: bound sqrt(6 / (fan_in + fan_out)), fans of the last two dims
+             * (of the stored shape, the one a checkpoint's author saw) */
+            ir_type stored = v->type;
+            if (v->stored_rank) {
+                stored.rank = v->stored_rank;
+                for (int d = 0; d < stored.rank; d++) stored.shape[d] = v->stored_shape[d];
+            }
+            const ir_type *t = &stored;
             double rf = 1, fan_in, fan_out;
             for (int d = 0; d + 2 < t->rank; d++) rf *= (double)t->shape[d];
             fan_in = t->rank >= 2 ? (double)t->shape[t->rank - 2] * rf : (double)t->shape[0];
@@ -923,12 +932,23 @@ static void emit_spmd_support(emitter *E) {
         if (!g->n_params) cg_line(w, "    {0},");
         cg_line(w, "};");
     }
+    cg_line(w, "/* Each parameter's shape in the program (its stored shape may merge dims): rank, dims. */");
+    cg_line(w, "static const int64_t param_shapes[%d][%d] = {", g->n_params ? g->n_params : 1, IR_MAX_RANK + 1);
+    for (int p = 0; p < g->n_params; p++) {
+        const ir_type *t = &V(E, g->params[p])->type;
+        char row[256];
+        size_t n = (size_t)snprintf(row, sizeof row, "%d", t->rank);
+        for (int d = 0; d < t->rank && n < sizeof row; d++) n += (size_t)snprintf(row + n, sizeof row - n, ", %lld", (long long)t->shape[d]);
+        cg_line(w, "    {%s},", row);
+    }
+    if (!g->n_params) cg_line(w, "    {0},");
+    cg_line(w, "};");
     cg_blank(w);
-    cg_line(w, "/* The block of a tensor of the given whole shape that this rank holds. */");
-    cg_line(w, "static void rank_block(const struct_ctx *ctx, const dmrt_tensor_desc *desc, const int8_t *split, int64_t *start,");
-    cg_line(w, "                       int64_t *block) {");
-    cg_line(w, "    for (int d = 0; d < desc->rank; d++) {");
-    cg_line(w, "        block[d] = split[d] < 0 ? desc->shape[d] : desc->shape[d] / mesh_axis_sizes[split[d]];");
+    cg_line(w, "/* The block of parameter p (or its gradient, split as given) that this rank holds. */");
+    cg_line(w, "static void rank_block(const struct_ctx *ctx, int p, const int8_t *split, int64_t *start, int64_t *block) {");
+    cg_line(w, "    const int64_t *shape = param_shapes[p] + 1;");
+    cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) {");
+    cg_line(w, "        block[d] = split[d] < 0 ? shape[d] : shape[d] / mesh_axis_sizes[split[d]];");
     cg_line(w, "        start[d] = split[d] < 0 ? 0 : ctx->coord[split[d]] * block[d];");
     cg_line(w, "    }");
     cg_line(w, "}");
@@ -936,8 +956,8 @@ static void emit_spmd_support(emitter *E) {
     cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard. */");
     cg_line(w, "static void scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     cg_line(w, "    int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
-    cg_line(w, "    rank_block(ctx, &param_descs[p], param_split[p], start, block);");
-    cg_line(w, "    dmrt_block_read(whole, param_descs[p].rank, param_descs[p].shape, block, start, ctx->params + param_offsets[p]);");
+    cg_line(w, "    rank_block(ctx, p, param_split[p], start, block);");
+    cg_line(w, "    dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->params + param_offsets[p]);");
     cg_line(w, "}");
     cg_blank(w);
     cg_line(w, "/* Parameter p (or its gradient), whole, on every rank: each rank writes its block into");
@@ -949,15 +969,15 @@ static void emit_spmd_support(emitter *E) {
     if (g->grads) cg_line(w, "const int8_t *split = grad ? grad_split[p] : param_split[p];");
     else cg_line(w, "const int8_t *split = param_split[p];");
     cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
-    cg_line(w, "rank_block(ctx, desc, split, start, block);");
+    cg_line(w, "rank_block(ctx, p, split, start, block);");
     cg_line(w, "memset(whole, 0, (size_t)desc->numel * sizeof(float));");
     if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + grad_offsets[p] : ctx->params + param_offsets[p];");
     else cg_line(w, "const float *shard = grad ? NULL : ctx->params + param_offsets[p];");
     cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
-    cg_line(w, "dmrt_block_write(shard, desc->rank, desc->shape, block, start, whole);");
+    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
     cg_line(w, "for (int axis = 0; axis < %d; axis++) {", n_axes);
     cg_line(w, "    int splits = 0;");
-    cg_line(w, "    for (int d = 0; d < desc->rank; d++) splits |= split[d] == axis;");
+    cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) splits |= split[d] == axis;");
     cg_line(w, "    if (splits && dmrt_allreduce_sum(ctx->comm[axis], whole, desc->numel, desc->name) != 0) return comm_failed(ctx);");
     cg_line(w, "}");
     cg_line(w, "return DMRT_OK;");

@@ -12,16 +12,23 @@ dim C = 768      # width (channels)
 dim NH = 12      # attention heads
 dim L = 12       # layers
 
-# Hugging Face's Conv1D: weight stored [in, out], y = x @ weight + bias
+# One device by default. `--mesh data=N` splits every batch over N ranks; `--mesh tensor=N`
+# splits attention by heads and the MLP by its hidden units (Megatron-LM: one allreduce per
+# block forward, one backward); both compose. NH and 4 * C must divide by tensor.
+mesh(data = 1, tensor = 1)
+
+# Hugging Face's Conv1D: weight stored [in, out], y = x @ weight + bias; each rank holds a
+# block of the output columns (no communication)
 block linear[IN, OUT](x) {
-    param weight : f32[IN, OUT] = normal(0, 0.02)
-    param bias   : f32[OUT] = zeros
+    param weight : f32[IN, OUT@tensor] = normal(0, 0.02)
+    param bias   : f32[OUT@tensor] = zeros
     return x @ weight + bias
 }
 
-# the projections back into the residual stream start smaller, as in GPT-2
+# the projections back into the residual stream start smaller, as in GPT-2; each rank holds
+# a block of the input rows, so the product is a pending sum over `tensor` (one allreduce)
 block projection[IN, OUT](x) {
-    param weight : f32[IN, OUT] = normal(0, 0.02 / sqrt(2 * L))
+    param weight : f32[IN@tensor, OUT] = normal(0, 0.02 / sqrt(2 * L))
     param bias   : f32[OUT] = zeros
     return x @ weight + bias
 }
@@ -32,15 +39,31 @@ block norm[C](x) {
     return layernorm(x, weight, bias, eps = 1e-5)
 }
 
+# part P (0: q, 1: k, 2: v) of a fused projection: x @ weight[:, P, :] + bias[P, :]
+block part[C, P](x, weight, bias) {
+    return x @ reshape(slice(weight, 1, P, P + 1), [C, C]) + reshape(slice(bias, 0, P, P + 1), [C])
+}
+
+# Hugging Face's fused q | k | v projection, stored [C, 3C] as in the checkpoint and computed
+# as [C, 3, C] (the same elements), so that q, k and v each split by heads over `tensor`.
+# A call gives q; part[C, 1] and part[C, 2] of its parameters give k and v.
+block fused_qkv[C](x) {
+    param weight : f32[C, 3, C@tensor] as [C, 3 * C] = normal(0, 0.02)
+    param bias   : f32[3, C@tensor] as [3 * C] = zeros
+    layer q = part[C, 0]
+    return q(x, weight, bias)
+}
+
 # causal self-attention, heads split from and merged back into C
 block attention[C, NH](x) {
     dim HS = C / NH                                                 # head size
-    layer c_attn = linear[C, 3 * C]
+    layer c_attn = fused_qkv[C]
+    layer k_part = part[C, 1]
+    layer v_part = part[C, 2]
     layer c_proj = projection[C, C]
-    qkv = c_attn(x)                                                 # [B, T, 3C]: q | k | v
-    q = transpose(reshape(slice(qkv, -1, 0, C), [B, T, NH, HS]), T, NH)           # [B, NH, T, HS]
-    k = transpose(reshape(slice(qkv, -1, C, 2 * C), [B, T, NH, HS]), T, NH)
-    v = transpose(reshape(slice(qkv, -1, 2 * C, 3 * C), [B, T, NH, HS]), T, NH)
+    q = transpose(reshape(c_attn(x), [B, T, NH, HS]), T, NH)                          # [B, NH, T, HS]
+    k = transpose(reshape(k_part(x, c_attn.weight, c_attn.bias), [B, T, NH, HS]), T, NH)
+    v = transpose(reshape(v_part(x, c_attn.weight, c_attn.bias), [B, T, NH, HS]), T, NH)
     att = softmax(causal_mask(q @ transpose(k) / sqrt(HS)), -1)    # [B, NH, T, T]
     y = reshape(transpose(att @ v, NH, T), [B, T, C])               # heads merged
     return c_proj(y)
@@ -72,8 +95,8 @@ block position_embedding[N, C](x) {
     return x + weight
 }
 
-input tokens  : i32[B, T]
-input targets : i32[B, T]     # tokens shifted by one
+input tokens  : i32[B@data, T]
+input targets : i32[B@data, T]     # tokens shifted by one
 
 layer wte = token_embedding[V, C]
 layer wpe = position_embedding[T, C]

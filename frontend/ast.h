@@ -67,6 +67,7 @@ struct dm_stmt {
     char *name;          /* DIM, INPUT, PARAM, LAYER, LET, MINIMIZE, BLOCK */
     dm_loc name_loc;
     dm_type *type;       /* INPUT, PARAM, LET (optional) */
+    dm_type *stored;     /* PARAM: the shape in weight files (`as [C, 3 * C]`), or NULL */
     dm_expr *value;      /* DIM, PARAM init, LET, RETURN, OPTIMIZER call, LAYER block call */
     dm_expr *repeat;     /* LAYER: repeat count, NULL for one instance */
     dm_expr **args;      /* (n_args) MESH kwargs, OUTPUT names */

@@ -94,6 +94,7 @@ static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
 %token <str> NAME "name"
 %token NL "end of line"
 %token KW_DIM "'dim'" KW_MESH "'mesh'" KW_INPUT "'input'" KW_PARAM "'param'" KW_LAYER "'layer'"
+%token KW_AS "'as'"
 %token KW_REPEAT "'repeat'" KW_BLOCK "'block'" KW_RETURN "'return'" KW_OUTPUT "'output'"
 %token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'"
 %token TOO_DEEP "too deep nesting"
@@ -135,6 +136,9 @@ stmt:
   | KW_INPUT NAME ':' type      { $$ = new_stmt(state, STMT_INPUT, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; }
   | KW_PARAM NAME ':' type '=' expr
                                 { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; $$->value = $6; }
+  | KW_PARAM NAME ':' type KW_AS '[' dim_list ']' '=' expr
+                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4;
+                                  $$->stored = $7.type; $$->stored->loc = @7; $$->value = $10; }
   | KW_LAYER NAME '=' layer_ref { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
   | KW_LAYER NAME '=' KW_REPEAT dim_expr layer_ref
                                 { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->repeat = $5; $$->value = $6; }

@@ -130,6 +130,8 @@ typedef struct ir_value {
     int trans_a, trans_b;     /* MATMUL */
     ir_op unary;              /* UNARY_GRAD: the forward op */
     ir_init init;             /* PARAM */
+    int stored_rank;          /* PARAM: rank of its shape in weight files, 0 when that is type's */
+    int64_t stored_shape[IR_MAX_RANK]; /* (stored_rank) the same elements in the same order */
     int param_index;          /* PARAM, GRAD, STATE: which parameter (else -1) */
     int annotated;            /* sharding written by the user (kept by passes) */
 } ir_value;

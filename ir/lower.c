@@ -449,10 +449,32 @@ static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
         dm_error(L->d, e->loc, "xavier needs at least one dimension");
         return;
     }
+    ir_type stored = {0};
+    if (st->stored) {
+        /* the checkpoint's shape: the same elements, row-major, seen as other dims */
+        dm_type shape = *st->stored;
+        shape.dtype = "f32";
+        if (eval_type(L, s, &shape, &stored)) return;
+        for (int d = 0; d < shape.rank; d++)
+            if (shape.axes[d]) {
+                dm_error(L->d, shape.axis_locs[d], "the stored shape of a parameter cannot be split (split the dims of its type)");
+                return;
+            }
+        if (ir_numel(&stored) != ir_numel(&t)) {
+            char a[256], b[256];
+            ir_format_type(L->g, &t, a, sizeof a);
+            ir_format_type(L->g, &stored, b, sizeof b);
+            dm_error(L->d, st->stored->loc, "stored shape %s has %lld elements, parameter '%s' (%s) has %lld", b,
+                     (long long)ir_numel(&stored), st->name, a, (long long)ir_numel(&t));
+            return;
+        }
+    }
     binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
     if (!b) return;
     ir_value *v = ir_add(L->g, OP_PARAM, NULL, 0, st->name_loc);
     v->type = t;
+    v->stored_rank = stored.rank;
+    for (int d = 0; d < stored.rank; d++) v->stored_shape[d] = stored.shape[d];
     v->annotated = 1;
     v->role = ROLE_PARAM;
     v->init = init;

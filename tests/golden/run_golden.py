@@ -42,6 +42,9 @@ CASES = {
     "mlp.data4": ("examples/mlp.dm", ["--mesh", "data=4", "--explain"]),
     "mlp.serial": ("examples/mlp.dm", ["--explain"]),
     "mlp.data2_tensor2": ("examples/mlp.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
+    # Megatron-LM's GPT: one allreduce forward and one backward per attention and MLP block
+    # over tensor, the gradients over data
+    "gpt.data2_tensor2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
     "megatron_mlp.data2_tensor2": ("tests/golden/megatron_mlp.dm", ["--explain"]),
     "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain"]),
     "megatron_mlp.json": ("tests/golden/megatron_mlp.dm", ["--explain=json"]),

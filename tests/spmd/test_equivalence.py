@@ -1,0 +1,125 @@
+"""test_equivalence.py DMC SRCROOT MODEL BACKEND: the serial program is the oracle of the
+partitioned one.
+
+MODEL is mlp (examples/mlp.dm, small sizes) or gpt (examples/gpt.dm, the tiny config);
+BACKEND is threads or mpi. For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
+trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
+seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
+  - every step's loss equals the serial loss within LOSS_RTOL (relative);
+  - the gradients of step 1, gathered whole (--dump-grads), equal the serial ones within
+    GRAD_ATOL (absolute, every element);
+  - the final weights, gathered whole and saved by rank 0 (--save), equal the serial ones
+    within WEIGHT_ATOL[model] (absolute, every element of every parameter). AdamW divides
+    each gradient element by its running RMS, so where a gradient is about as small as
+    its float32 rounding (GELU's flat tail gives such elements in the GPT), a difference
+    in the last bit of the gradient moves that weight by up to lr per step: the GPT's
+    bound is a fraction of lr (1e-3) rather than 1e-5.
+Prints the worst differences it saw. Exit 77 (a meson skip) for mpi without mpirun.
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import stio  # noqa: E402
+from dmcrun import Failure, run_dmc  # noqa: E402
+
+STEPS = 10
+LOSS_RTOL = 1e-5
+GRAD_ATOL = 1e-6
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4}
+MESHES = ["data=2", "data=4", "tensor=2", "tensor=4", "data=2,tensor=2"]
+
+MODELS = {
+    # batch 16 divides over data=4; hidden 64 over tensor=4
+    "mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"),
+    # batch 4 over data=4; 4 heads and 4C over tensor=4
+    "gpt": ("examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=2,B=4"),
+}
+
+
+def batches(model, sizes, rng):
+    """STEPS batches of random inputs, one tensor per input with a leading step dim."""
+    dims = dict(kv.split("=") for kv in sizes.split(","))
+    dims = {k: int(v) for k, v in dims.items()}
+    if model == "mlp":
+        b, d, k = dims["B"], dims["D"], dims["K"]
+        return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
+                "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}
+    b, t, v = dims["B"], dims["T"], dims["V"]
+    return {"tokens": rng.integers(0, v, (STEPS, b, t)).astype(np.int32),
+            "targets": rng.integers(0, v, (STEPS, b, t)).astype(np.int32)}
+
+
+def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag):
+    """Losses and final weights of STEPS steps on mesh (None: serial)."""
+    saved = os.path.join(tmp, "weights-%s.safetensors" % tag)
+    grads = os.path.join(tmp, "grads-%s.safetensors" % tag)
+    args = ["--set", sizes, "--batch-file", batch_file, "--steps", str(STEPS), "--seed", "7",
+            "--save", saved, "--dump-grads", grads]
+    if mesh:
+        args += ["--mesh", mesh, "--backend", backend]
+    losses = run_dmc(dmc, dm_file, tmp, args, timeout=300)
+    if len(losses) != STEPS:
+        raise Failure("%s: %d step lines, expected %d" % (tag, len(losses), STEPS))
+    return losses, stio.load(grads), stio.load(saved)
+
+
+def max_difference(tag, got, want):
+    """The largest absolute difference over every element of every tensor, and where."""
+    if sorted(got) != sorted(want):
+        raise Failure("%s: saved tensors %s, serial saved %s" % (tag, sorted(got), sorted(want)))
+    worst, worst_name = 0.0, "-"
+    for name, w in want.items():
+        if got[name].shape != w.shape:
+            raise Failure("%s: %s has shape %s, serial %s" % (tag, name, got[name].shape, w.shape))
+        err = float(np.max(np.abs(got[name] - w))) if w.size else 0.0
+        if err > worst:
+            worst, worst_name = err, name
+    return worst, worst_name
+
+
+def main():
+    dmc, root, model, backend = sys.argv[1:5]
+    if backend == "mpi" and not shutil.which("mpirun"):
+        print("SKIP: mpirun is not installed")
+        return 77
+    dm_file, sizes = MODELS[model]
+    dm_file = os.path.join(os.path.abspath(root), dm_file)
+    tmp = tempfile.mkdtemp(prefix="dmc-spmd-")
+    failures = []
+    try:
+        batch_file = os.path.join(tmp, "batches.safetensors")
+        stio.save(batches(model, sizes, np.random.default_rng(3)), batch_file)
+        want_losses, want_grads, want_weights = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial")
+        for mesh in MESHES:
+            tag = "%s %s %s" % (model, backend, mesh)
+            try:
+                losses, grads, weights = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
+                                               mesh.replace(",", "_"))
+                loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want_losses))
+                grad_err, grad_name = max_difference(tag, grads, want_grads)
+                weight_err, weight_name = max_difference(tag, weights, want_weights)
+                print("%-28s losses %.1e (bound %.0e), step-1 grads %.1e (%.0e) in %s, weights %.1e (%.0e) in %s"
+                      % (tag, loss_err, LOSS_RTOL, grad_err, GRAD_ATOL, grad_name, weight_err,
+                         WEIGHT_ATOL[model], weight_name))
+                if loss_err > LOSS_RTOL:
+                    raise Failure("%s: losses %s vs serial %s" % (tag, losses, want_losses))
+                if grad_err > GRAD_ATOL:
+                    raise Failure("%s: the gradient of %s differs from the serial run by %.3g" % (tag, grad_name, grad_err))
+                if weight_err > WEIGHT_ATOL[model]:
+                    raise Failure("%s: %s differs from the serial run by %.3g" % (tag, weight_name, weight_err))
+            except Failure as e:
+                print("FAIL %s" % e)
+                failures.append(mesh)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (len(MESHES) - len(failures), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
