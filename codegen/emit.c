@@ -26,6 +26,8 @@ typedef struct emitter {
     ir_type *local;            /* (n_values) the value as one rank holds it: split dims divided */
     int partitioned;           /* the mesh splits something: SPMD code with communicators */
     int64_t scratch_elems;     /* floats of ctx->scratch, which collectives rearrange blocks in */
+    int *bucket_lead;          /* (n_values) for a gradient allreduced in a bucket: the bucket's
+                                * first allreduce (which reduces them all); else -1 */
     char prefix_upper[128];
     cg_writer w;
 } emitter;
@@ -551,6 +553,72 @@ static void emit_collective(emitter *E, const ir_value *v) {
     }
 }
 
+/* Gradient buckets. The update phase allreduces each parameter's pending gradient over
+ * an axis (data parallelism); gradients live in ctx->grads in declaration order, so a run
+ * of consecutive parameters whose gradients are allreduced over the same axis is one
+ * contiguous range: each partial is copied into its gradient's place and the range is
+ * reduced by one call, up to GRAD_BUCKET_FLOATS (25 MiB, as PyTorch DDP's buckets). Fewer,
+ * larger messages: each collective synchronises the ranks once. The padding between
+ * gradients is zero and stays zero. */
+#define GRAD_BUCKET_FLOATS ((int64_t)25 * 1024 * 1024 / 4)
+
+static int grad_allreduce(const emitter *E, int p) {
+    const ir_graph *g = E->g;
+    if (!g->grads || g->grads[p] < 0) return 0;
+    const ir_value *v = V(E, g->grads[p]);
+    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && E->plan->region[v->id] == REGION_GRADS;
+}
+
+static void plan_buckets(emitter *E) {
+    const ir_graph *g = E->g;
+    E->bucket_lead = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!E->bucket_lead) abort();
+    for (int i = 0; i < g->n_values; i++) E->bucket_lead[i] = -1;
+    for (int p = 0; p < g->n_params;) {
+        if (!grad_allreduce(E, p)) {
+            p++;
+            continue;
+        }
+        const ir_value *lead = V(E, g->grads[p]);
+        int64_t floats = ir_numel(T(E, lead->id));
+        int q = p + 1;
+        while (q < g->n_params && grad_allreduce(E, q) && V(E, g->grads[q])->mesh_axis == lead->mesh_axis &&
+               floats + ir_numel(T(E, g->grads[q])) <= GRAD_BUCKET_FLOATS) {
+            floats += ir_numel(T(E, g->grads[q]));
+            q++;
+        }
+        /* the lead is the member the update phase reaches first */
+        int first = g->grads[p];
+        for (int k = p; k < q; k++)
+            if (g->grads[k] < first) first = g->grads[k];
+        for (int k = p; k < q; k++) E->bucket_lead[g->grads[k]] = first;
+        p = q;
+    }
+}
+
+/* At the bucket's first allreduce: every member's partial into its gradient, then the
+ * range of ctx->grads from the first member to the end of the last, reduced at once. */
+static void emit_bucket(emitter *E, const ir_value *lead) {
+    const ir_graph *g = E->g;
+    int64_t begin = -1, end = 0;
+    const char *first_name = NULL, *last_name = NULL;
+    int members = 0;
+    for (int p = 0; p < g->n_params; p++) {
+        int id = g->grads ? g->grads[p] : -1;
+        if (id < 0 || E->bucket_lead[id] != lead->id) continue;
+        const ir_value *v = V(E, id);
+        cg_line(&E->w, "memcpy(%s, %s, %lld * sizeof(float));", E->cname[id], E->cname[v->operands[0]],
+                (long long)ir_numel(T(E, id)));
+        if (begin < 0) begin = E->plan->offset[id], first_name = V(E, g->params[p])->name;
+        end = E->plan->offset[id] + ir_numel(T(E, id));
+        last_name = V(E, g->params[p])->name;
+        members++;
+    }
+    cg_line(&E->w, "if (dmrt_allreduce_sum(ctx->comm[%d], ctx->grads + %lld, %lld, \"allreduce of the gradients %s .. %s (%d)\") != 0)",
+            lead->mesh_axis, (long long)begin, (long long)(end - begin), first_name, last_name, members);
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
 /* Floats of ctx->scratch the collectives need at most: the whole tensor of a gather or
  * reduce-scatter, both message sets of an all-to-all. */
 static int64_t scratch_need(const emitter *E) {
@@ -609,7 +677,14 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_NORM: emit_rowwise(E, v); break;
     case OPC_SLICE: emit_slice(E, v); break;
     case OPC_GATHER: emit_embed(E, v); break;
-    case OPC_COLLECTIVE: emit_collective(E, v); break;
+    case OPC_COLLECTIVE:
+        if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0) {
+            if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
+            else cg_line(&E->w, "/* reduced with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
+        } else {
+            emit_collective(E, v);
+        }
+        break;
     case OPC_SOURCE: break;
     }
 }
@@ -1336,6 +1411,7 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
         if (t->partial) E.partitioned = 1;
     }
     E.scratch_elems = scratch_need(&E);
+    plan_buckets(&E);
     int status = check_spmd(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
@@ -1343,6 +1419,7 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     if (!status) status = write_file(&E, out_dir, h, emit_header, err);
     if (!status) status = write_file(&E, out_dir, c, emit_source, err);
     free(E.local);
+    free(E.bucket_lead);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
     free(E.line_start);
