@@ -348,12 +348,6 @@ static int write_main(const char *path, const ir_graph *g, int mpi) {
     return 0;
 }
 
-static int64_t mesh_ranks(const ir_graph *g) {
-    int64_t n = 1;
-    for (int a = 0; a < g->n_axes; a++) n *= g->axes[a].size;
-    return n;
-}
-
 static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     int mpi = o->backend && strcmp(o->backend, "mpi") == 0;
     char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[2][PATH_MAX], lib[2][PATH_MAX],
@@ -398,7 +392,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
     char mpirun[1024], np[32];
     snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
-    snprintf(np, sizeof np, "%lld", (long long)mesh_ranks(g));
+    snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g));
     char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
     if (!argv) return 1;
     n = 0;

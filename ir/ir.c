@@ -41,6 +41,12 @@ int64_t ir_local_numel(const ir_graph *g, const ir_type *t) {
     return n;
 }
 
+int64_t ir_mesh_ranks(const ir_graph *g) {
+    int64_t n = 1;
+    for (int a = 0; a < g->n_axes; a++) n *= g->axes[a].size;
+    return n;
+}
+
 int ir_is_partitioned(const ir_graph *g) {
     for (int i = 0; i < g->n_values; i++) {
         const ir_type *t = &g->values[i]->type;

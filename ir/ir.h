@@ -179,6 +179,8 @@ void *ir_grow(void *array, int count, size_t item_size);
 
 /* Elements of one rank's shard: split dims divided by their mesh axis size. */
 int64_t ir_local_numel(const struct ir_graph *g, const ir_type *t);
+/* Ranks of the mesh: the product of its axis sizes (1 without a mesh). */
+int64_t ir_mesh_ranks(const struct ir_graph *g);
 /* Whether any value is split or has a pending sum (the program runs partitioned). */
 int ir_is_partitioned(const struct ir_graph *g);
 

@@ -111,8 +111,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
 
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards, const char *source_path,
                    int json, FILE *out) {
-    int64_t ranks = 1;
-    for (int a = 0; a < g->n_axes; a++) ranks *= g->axes[a].size;
+    int64_t ranks = ir_mesh_ranks(g);
     if (json) {
         fprintf(out, "{\"model\": ");
         json_string(out, g->model);

@@ -534,27 +534,23 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
         }
         /* the loss and the outputs are read by the caller, in the shapes of the .dm: whole
          * on every rank (no pending sum, no split) */
-        int listed = is_listed(g->outputs, g->n_outputs, i);
+        int listed = is_listed(g->outputs, g->n_outputs, i), shown = result;
         if (i == g->loss || listed) {
             ir_type whole = V(&S, result)->type;
             clear_sharding(&whole);
-            int whole_id = reshard(&S, result, &whole, "the caller reads it", v->phase);
+            shown = reshard(&S, result, &whole, "the caller reads it", v->phase);
             /* the program's own consumers keep the sharded value (the loss is a scalar:
              * its whole sum serves both) */
             if (listed && i != g->loss) {
                 for (int k = 0; k < g->n_outputs; k++)
-                    if (g->outputs[k] == i) output_of[k] = whole_id;
-                if (whole_id != result && v->name) {
-                    V(&S, whole_id)->name = v->name;
-                    v->name = ir_internf(g, "%s.local", v->name);
-                }
+                    if (g->outputs[k] == i) output_of[k] = shown;
             } else {
-                result = whole_id;
+                result = shown;
             }
         }
         /* the name the user gave stays with what they see */
-        if (result != v->id && v->name) {
-            V(&S, result)->name = v->name;
+        if (shown != v->id && v->name) {
+            V(&S, shown)->name = v->name;
             v->name = ir_internf(g, "%s.local", v->name);
         }
         S.map[i] = result;

@@ -1015,9 +1015,10 @@ typedef struct tr_spmd {
     const dmrt_model *m;
     const tr_opts *o;
     const char *prog;
-    int usage_failed; /* a rank found a usage error (its lead printed it) */
-    int lead;         /* this process hosts world rank 0 (MPI: one rank per process) */
-    int ran;          /* some rank of this process started */
+    /* written by every rank thread: atomic */
+    _Atomic int usage_failed; /* a rank found a usage error (its lead printed it) */
+    _Atomic int lead;         /* this process hosts world rank 0 (MPI: one rank per process) */
+    _Atomic int ran;          /* some rank of this process started */
 } tr_spmd;
 
 static int rank_main(dmrt_rank *r, void *arg) {

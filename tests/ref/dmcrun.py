@@ -7,6 +7,18 @@ class Failure(Exception):
     """A check failed; the message says which and by how much."""
 
 
+def import_reference():
+    """(numpy, torch), or None after printing the skip line when they are not importable
+    (the caller exits 77, a meson skip)."""
+    try:
+        import numpy
+        import torch
+    except ImportError as e:
+        print("SKIP: torch/numpy not importable (%s); use /usr/bin/python3" % e)
+        return None
+    return numpy, torch
+
+
 def step_losses(cmd, cwd, timeout, env=None):
     """Runs cmd in cwd; returns the losses of its `step N loss X` lines, in order."""
     try:

@@ -91,7 +91,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure  # noqa: E402
+from dmcrun import Failure, import_reference  # noqa: E402
 
 V, T, C, NH, L, B = 64, 16, 32, 4, 2, 4
 SETS = "V=%d,T=%d,C=%d,NH=%d,L=%d,B=%d" % (V, T, C, NH, L, B)
@@ -511,12 +511,10 @@ def main(argv):
         return 2
     dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
     mode = argv[3] if len(argv) == 4 else "train"
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        print("SKIP: torch/numpy not importable (%s); use /usr/bin/python3" % e)
+    reference = import_reference()
+    if not reference:
         return 77
+    np, torch = reference
     import gpt_torch as G
 
     torch.manual_seed(0)

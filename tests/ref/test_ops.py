@@ -58,7 +58,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure  # noqa: E402
+from dmcrun import Failure, import_reference  # noqa: E402
 
 STEPS = 3
 LR = 0.1
@@ -324,12 +324,10 @@ def main(argv):
         sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
         return 2
     dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        print("SKIP: torch/numpy not importable (%s); use /usr/bin/python3" % e)
+    reference = import_reference()
+    if not reference:
         return 77
+    np, torch = reference
     import stio
 
     torch.manual_seed(0)
