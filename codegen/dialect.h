@@ -83,6 +83,14 @@ typedef struct cg_xent {
     const char *logits, *targets, *out;
     const char *dloss;                              /* C expression of the scalar; NULL for the forward */
     const char *where;                              /* .dm location for the range error */
+    /* classes split over ranks (vocabulary-parallel): this rank holds classes
+     * [coord * classes, (coord + 1) * classes) of all_classes; the row maxima are gathered
+     * and the sums reduced over comm, in scratch ((comm_size + 3) * rows floats) */
+    int64_t all_classes;                            /* = classes when whole */
+    const char *coord, *comm, *scratch;             /* C expressions (coord: this rank's place on
+                                                     * comm); NULL when whole */
+    int64_t comm_size;
+    const char *logits_name;                        /* for the collectives' labels */
 } cg_xent;
 
 typedef struct cg_update {

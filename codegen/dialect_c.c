@@ -127,9 +127,98 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
             (long long)k->batch_stride_c, (long long)k->ldc);
 }
 
+/* Vocabulary-parallel cross-entropy (Megatron-LM): each rank holds a block of every row's
+ * classes. Every rank's row maxima are gathered (the global maximum of a row is the max
+ * of them), then each rank's sums of exp(logit - max) and, for the loss, the target's
+ * logit (from the one rank holding it, 0 elsewhere) are summed over the ranks. The
+ * rows' statistics live in scratch: maxima (comm_size x rows), row_max, sums, target. */
+static void c_xent_split_stats(cg_writer *w, const cg_xent *k, int forward) {
+    long long rows = (long long)k->rows, classes = (long long)k->classes;
+    cg_line(w, "float *maxima = %s;                  /* (%lld, %lld) every rank's row maxima */", k->scratch,
+            (long long)k->comm_size, rows);
+    cg_line(w, "float *row_max = maxima + %lld;      /* (%lld) */", (long long)k->comm_size * rows, rows);
+    cg_line(w, "float *sums = row_max + %lld;        /* (%lld) sum of exp(logit - row_max), then the target's logit (%lld) */",
+            rows, rows, rows);
+    cg_line(w, "const int64_t first_class = (int64_t)%s * %lld;", k->coord, classes);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
+    if (forward) {
+        cg_line(w, "int32_t target = %s[r];", k->targets);
+        cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->all_classes);
+        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
+                k->where, (long long)k->all_classes);
+        cg_line(w, "    return DMRT_ERR_DATA;");
+        cg_line(w, "}");
+    }
+    cg_line(w, "float max = row[0];");
+    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", classes);
+    cg_line(w, "maxima[(int64_t)%s * %lld + r] = max;", k->coord, rows);
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "if (dmrt_allgather(%s, maxima + (int64_t)%s * %lld, maxima, %lld, \"allgather of the row maxima of %s (%s)\") != 0)",
+            k->comm, k->coord, rows, rows, k->logits_name, k->where);
+    cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
+    cg_line(w, "float max = maxima[r];");
+    cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = maxima[j * %lld + r] > max ? maxima[j * %lld + r] : max;",
+            (long long)k->comm_size, rows, rows);
+    cg_line(w, "row_max[r] = max;");
+    cg_line(w, "double sum = 0.0;");
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", classes);
+    cg_line(w, "sums[r] = (float)sum;");
+    if (forward) {
+        cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
+        cg_line(w, "sums[%lld + r] = target >= 0 && target < %lld ? row[target] : 0.0f;", rows, classes);
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "if (dmrt_allreduce_sum(%s, sums, %lld, \"allreduce of the row sums of %s (%s)\") != 0)", k->comm,
+            forward ? 2 * rows : rows, k->logits_name, k->where);
+    cg_line(w, "    return comm_failed(ctx);");
+}
+
+static void c_cross_entropy_split(cg_writer *w, const cg_xent *k) {
+    cg_line(w, "{");
+    w->indent++;
+    c_xent_split_stats(w, k, 1);
+    cg_line(w, "double total = 0.0;");
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++)", (long long)k->rows);
+    cg_line(w, "    total += log((double)sums[r]) + (double)row_max[r] - (double)sums[%lld + r];", (long long)k->rows);
+    cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->mean_rows);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+static void c_cross_entropy_grad_split(cg_writer *w, const cg_xent *k) {
+    long long classes = (long long)k->classes;
+    cg_line(w, "{");
+    w->indent++;
+    c_xent_split_stats(w, k, 0);
+    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->mean_rows);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
+    cg_line(w, "float *drow = %s + r * %lld;", k->out, classes);
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
+    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - row_max[r])) / (double)sums[r]) * scale;");
+    cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
+    cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
+    w->indent--;
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+}
+
 /* Row by row: max, log-sum-exp in double, loss = lse - logit[target]; the mean
  * accumulates in double too. Targets outside [0, classes) fail the step. */
 static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
+    if (k->comm) {
+        c_cross_entropy_split(w, k);
+        return;
+    }
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double total = 0.0;");
@@ -155,6 +244,10 @@ static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
 }
 
 static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
+    if (k->comm) {
+        c_cross_entropy_grad_split(w, k);
+        return;
+    }
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);

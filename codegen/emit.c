@@ -413,6 +413,8 @@ static void emit_embed(emitter *E, const ir_value *v) {
     }
 }
 
+static int64_t axis_size(const emitter *E, int axis);
+
 static void emit_loss(emitter *E, const ir_value *v, int grad) {
     const ir_type *logits = T(E, v->operands[0]);
     char where[300];
@@ -422,6 +424,17 @@ static void emit_loss(emitter *E, const ir_value *v, int grad) {
     k.rows = ir_numel(logits) / k.classes;
     /* the mean is over every rank's rows: split rows leave a pending sum of shares */
     k.mean_rows = ir_numel(&V(E, v->operands[0])->type) / V(E, v->operands[0])->type.shape[logits->rank - 1];
+    k.all_classes = k.classes;
+    int class_axis = V(E, v->operands[0])->type.split[logits->rank - 1];
+    char comm[48], coord[48];
+    if (class_axis != IR_REPLICATED) {
+        snprintf(comm, sizeof comm, "ctx->comm[%d]", class_axis);
+        snprintf(coord, sizeof coord, "ctx->coord[%d]", class_axis);
+        k.comm = comm, k.coord = coord, k.scratch = "ctx->scratch";
+        k.comm_size = axis_size(E, class_axis);
+        k.all_classes = k.classes * k.comm_size;
+        k.logits_name = V(E, v->operands[0])->name ? V(E, v->operands[0])->name : E->cname[v->operands[0]];
+    }
     char dloss[128];
     if (grad) {
         const ir_value *d = V(E, v->operands[2]);
@@ -532,7 +545,7 @@ static void emit_collective(emitter *E, const ir_value *v) {
         for (int d = 0; d < rank; d++) from[d + 1] = in_stride[d], to[d + 1] = msg_stride[d];
         emit_copy_nest(E, rank + 1, size, x, from, "ctx->scratch", to, n_in);
         char recv[64];
-        snprintf(recv, sizeof recv, "ctx->scratch + %lld", (long long)n_in);
+        snprintf(recv, sizeof recv, "(ctx->scratch + %lld)", (long long)n_in);
         emit_comm_call(E, v, "ctx->scratch, %s, %lld", recv, (long long)msg_elems);
         /* unpack: the message from rank r is out's block r of dim i */
         from[0] = msg_elems, to[0] = in->shape[i] * out_stride[i];
@@ -629,6 +642,13 @@ static int64_t scratch_need(const emitter *E) {
         if (v->op == OP_ALLGATHER) n = ir_numel(T(E, id));
         else if (v->op == OP_REDUCE_SCATTER) n = ir_numel(T(E, v->operands[0]));
         else if (v->op == OP_ALLTOALL) n = 2 * ir_numel(T(E, id));
+        else if ((v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) &&
+                 V(E, v->operands[0])->type.split[T(E, v->operands[0])->rank - 1] != IR_REPLICATED) {
+            /* row maxima of every rank, then the global maxima, sums and target logits */
+            const ir_type *logits = T(E, v->operands[0]);
+            int64_t rows = ir_numel(logits) / logits->shape[logits->rank - 1];
+            n = (axis_size(E, V(E, v->operands[0])->type.split[logits->rank - 1]) + 3) * rows;
+        }
         if (n > need) need = n;
     }
     return need;

@@ -14,7 +14,8 @@ dim L = 12       # layers
 
 # One device by default. `--mesh data=N` splits every batch over N ranks; `--mesh tensor=N`
 # splits attention by heads and the MLP by its hidden units (Megatron-LM: one allreduce per
-# block forward, one backward); both compose. NH and 4 * C must divide by tensor.
+# block forward, one backward) and the vocabulary; both compose. NH, 4 * C and V must
+# divide by tensor.
 mesh(data = 1, tensor = 1)
 
 # Hugging Face's Conv1D: weight stored [in, out], y = x @ weight + bias; each rank holds a
@@ -84,8 +85,11 @@ block transformer_block[C, NH](x) {
     return x_attn + mlp(ln_2(x_attn))
 }
 
+# the vocabulary splits over `tensor` (Megatron-LM's vocabulary-parallel embedding: a rank
+# looks up the rows it holds, one allreduce sums them), and so do the tied head's logits,
+# which cross-entropy takes split; V must divide by tensor (llm.c pads GPT-2's to 50304)
 block token_embedding[N, C](ids) {
-    param weight : f32[N, C] = normal(0, 0.02)
+    param weight : f32[N@tensor, C] = normal(0, 0.02)
     return embed(weight, ids)
 }
 

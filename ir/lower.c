@@ -275,7 +275,10 @@ static const char *dim_name_of(scope *s, const dm_expr *e) {
     return b && b->kind == B_DIM ? b->display : NULL;
 }
 
-static int eval_type(lowerer *L, scope *s, const dm_type *t, ir_type *out) {
+/* The type written as t, for the tensor named what (for messages). A split that does not
+ * divide its dim is reported and left out, so that the name is still defined and later
+ * uses of it do not cascade into more errors. */
+static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, ir_type *out) {
     memset(out, 0, sizeof *out);
     for (int i = 0; i < IR_MAX_RANK; i++) out->split[i] = IR_REPLICATED;
     if (strcmp(t->dtype, "f32") == 0) out->dtype = DT_F32;
@@ -315,9 +318,8 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, ir_type *out) {
                 continue;
             }
             if (size % L->g->axes[a].size != 0) {
-                dm_error(L->d, t->axis_locs[i], "dim %d (size %lld) cannot be split evenly over mesh axis '%s' of size %lld",
-                         i, (long long)size, t->axes[i], (long long)L->g->axes[a].size);
-                errors++;
+                dm_error(L->d, t->axis_locs[i], "'%s' cannot be split evenly: dim %d has size %lld, mesh axis '%s' has size %lld",
+                         what, i, (long long)size, t->axes[i], (long long)L->g->axes[a].size);
                 continue;
             }
             for (int k = 0; k < i; k++)
@@ -421,7 +423,7 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
 
 static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
     ir_type t;
-    if (eval_type(L, s, st->type, &t)) return;
+    if (eval_type(L, s, st->type, full_name, &t)) return;
     if (t.dtype != DT_F32) {
         dm_error(L->d, st->type->dtype_loc, "parameters must be f32, '%s' is %s", st->name, ir_dtype_name(t.dtype));
         return;
@@ -454,7 +456,7 @@ static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
         /* the checkpoint's shape: the same elements, row-major, seen as other dims */
         dm_type shape = *st->stored;
         shape.dtype = "f32";
-        if (eval_type(L, s, &shape, &stored)) return;
+        if (eval_type(L, s, &shape, full_name, &stored)) return;
         for (int d = 0; d < shape.rank; d++)
             if (shape.axes[d]) {
                 dm_error(L->d, shape.axis_locs[d], "the stored shape of a parameter cannot be split (split the dims of its type)");
@@ -1211,7 +1213,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     }
     case STMT_INPUT: {
         ir_type t;
-        if (eval_type(L, s, st->type, &t)) break;
+        if (eval_type(L, s, st->type, st->name, &t)) break;
         binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
         if (!b) break;
         ir_value *v = ir_add(g, OP_INPUT, NULL, 0, st->name_loc);
@@ -1234,7 +1236,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         }
         if (st->type) {
             ir_type want;
-            if (eval_type(L, s, st->type, &want)) break;
+            if (eval_type(L, s, st->type, st->name, &want)) break;
             ir_type *have = &val(L, v)->type;
             int same = want.dtype == have->dtype && want.rank == have->rank;
             for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];

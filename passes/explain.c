@@ -42,10 +42,21 @@ static void list_values(const ir_graph *g, const char *title, const int *ids, in
     }
 }
 
-/* "allreduce over data", "allgather over tensor of dim 1" */
+static int is_split_cross_entropy(const ir_value *c) { return c->op == OP_CROSS_ENTROPY || c->op == OP_CROSS_ENTROPY_GRAD; }
+
+/* The mesh axis a collective communicates over (a split cross-entropy: its classes'). */
+static int collective_axis(const ir_graph *g, const ir_value *c) {
+    if (!is_split_cross_entropy(c)) return c->mesh_axis;
+    const ir_type *logits = &g->values[c->operands[0]]->type;
+    return logits->split[logits->rank - 1];
+}
+
+/* "allreduce(data)", "allgather(tensor, dim 1)" */
 static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size_t size) {
-    const char *axis = g->axes[c->mesh_axis].name;
+    const char *axis = g->axes[collective_axis(g, c)].name;
     switch (c->op) {
+    case OP_CROSS_ENTROPY: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
+    case OP_CROSS_ENTROPY_GRAD: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
     case OP_ALLREDUCE: snprintf(buf, size, "allreduce(%s)", axis); break;
     case OP_ALLTOALL: snprintf(buf, size, "alltoall(%s, dim %d -> %d)", axis, c->axis, c->axis2); break;
     default: snprintf(buf, size, "%s(%s, dim %d)", ir_op_info_of(c->op)->name, axis, c->axis); break;
@@ -55,6 +66,13 @@ static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size
 /* Bytes one rank contributes: its shard of the operand (a local slice moves nothing). */
 static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
     if (c->op == OP_SHARD_SLICE) return 0;
+    if (is_split_cross_entropy(c)) {
+        /* per local row: its maximum (gathered), then the sum of exponentials and, in the
+         * forward, the target's logit (summed) */
+        const ir_type *logits = &g->values[c->operands[0]]->type;
+        int64_t rows = ir_local_numel(g, logits) / (logits->shape[logits->rank - 1] / g->axes[collective_axis(g, c)].size);
+        return rows * (c->op == OP_CROSS_ENTROPY ? 3 : 2) * 4;
+    }
     return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
 }
 
@@ -92,10 +110,10 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         char type[256];
         ir_format_type(g, &src->type, type, sizeof type);
         fprintf(out, "%s{\"op\": ", i ? ", " : "");
-        json_string(out, ir_op_info_of(c->op)->name);
+        json_string(out, is_split_cross_entropy(c) ? "allgather+allreduce" : ir_op_info_of(c->op)->name);
         fprintf(out, ", \"axis\": ");
-        json_string(out, g->axes[c->mesh_axis].name);
-        if (c->op != OP_ALLREDUCE) fprintf(out, ", \"dim\": %d", c->axis);
+        json_string(out, g->axes[collective_axis(g, c)].name);
+        if (c->op != OP_ALLREDUCE && !is_split_cross_entropy(c)) fprintf(out, ", \"dim\": %d", c->axis);
         if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
         fprintf(out, ", \"phase\": \"%s\", \"value\": ", phase_names[c->phase]);
         json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);

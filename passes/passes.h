@@ -25,7 +25,8 @@ int pass_optimizer(ir_graph *g, dm_diag *d);
  * the collectives (allreduce, allgather, reduce-scatter, all-to-all, local slice) that
  * consumers need; records each one in log. requires: optimizer; renumbers values. */
 typedef struct dm_reshard {
-    int value;              /* the collective op's value id */
+    int value;              /* the collective op's value id, or a cross-entropy (gradient) that
+                             * exchanges row maxima and sums inside (split vocabulary) */
     int source_line;        /* .dm line of the value it reshards */
     const char *reason;     /* why its consumer needs another sharding */
 } dm_reshard;

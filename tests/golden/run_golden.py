@@ -43,9 +43,11 @@ CASES = {
     "mlp.serial": ("examples/mlp.dm", ["--explain"]),
     "mlp.data2_tensor2": ("examples/mlp.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
     # Megatron-LM's GPT: one allreduce forward and one backward per attention and MLP block
-    # over tensor, the gradients over data
-    "gpt.data2_tensor2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
+    # over tensor, the gradients over data; the vocabulary split too (padded as llm.c does)
+    "gpt.data2_tensor2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--set", "V=50304", "--explain"]),
     "megatron_mlp.data2_tensor2": ("tests/golden/megatron_mlp.dm", ["--explain"]),
+    # the all-gather form, all-to-all, gathered weights, reduce-scattered gradients
+    "forms.data2_tensor2": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
     "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain"]),
     "megatron_mlp.json": ("tests/golden/megatron_mlp.dm", ["--explain=json"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),
@@ -115,7 +117,7 @@ def main():
                 print("  " + prob.rstrip("\n").replace("\n", "\n  "))
 
     for name in updated:
-        print("updated %s.ir" % name)
+        print("updated %s" % name)
     print("run_golden: %d cases, %d failed%s" % (len(names), len(failed),
                                                   ", %d goldens updated" % len(updated) if opts.update else ""))
     return 1 if failed else 0

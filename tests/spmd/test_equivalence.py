@@ -1,7 +1,10 @@
 """test_equivalence.py DMC SRCROOT MODEL BACKEND: the serial program is the oracle of the
 partitioned one.
 
-MODEL is mlp (examples/mlp.dm, small sizes) or gpt (examples/gpt.dm, the tiny config);
+MODEL is mlp (examples/mlp.dm, small sizes), gpt (examples/gpt.dm, the tiny config: its
+vocabulary splits over tensor, so cross-entropy runs vocabulary-parallel) or forms
+(tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
+reduce-scatter of gradients);
 BACKEND is threads or mpi. For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
 seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
@@ -30,7 +33,7 @@ from dmcrun import Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6}
 MESHES = ["data=2", "data=4", "tensor=2", "tensor=4", "data=2,tensor=2"]
 
 MODELS = {
@@ -38,6 +41,9 @@ MODELS = {
     "mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"),
     # batch 4 over data=4; 4 heads and 4C over tensor=4
     "gpt": ("examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=2,B=4"),
+    # batch 16 over data=2 x tensor=2 (the rows split over tensor too), hidden 32 and
+    # classes 8 over tensor=4
+    "forms": ("tests/spmd/forms.dm", "B=16,D=24,H=32,K=8"),
 }
 
 
@@ -45,7 +51,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model == "mlp":
+    if model in ("mlp", "forms"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}
