@@ -6,7 +6,11 @@ usage: /usr/bin/python3 bench/mlp_dp.py --dmc BUILD/driver/dmc [--steps N] [--ru
 Runs `dmc run examples/mlp.dm --steps N --quiet` (B=128, the global batch) as:
   serial          one rank; OpenBLAS with as many threads as ranks below (2)
   serial-1thread  one rank; OpenBLAS on one thread (the per-rank budget of the runs below)
-  threads data=2  two ranks as threads of one process (--mesh data=2), one BLAS thread each
+  threads data=2  two ranks as threads of one process (--mesh data=2), one BLAS thread each;
+                  its gradients are two buckets, one of 45 KiB started during the backward
+                  pass, the other (7 MiB) reduced at its end
+  threads 2 MiB   the same with --bucket-mb 2: fc2's gradient (4 MiB) is reduced on a
+                  helper thread while fc1's is computed
   mpi data=2      two processes under mpirun (--backend mpi), one BLAS thread each
 Times are the trainer's own `trained N steps in T s` (the step loop: batches and
 train_step, collectives included; not compiling, data loading or evaluation). Prints ms
@@ -50,7 +54,9 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--runs", type=int, default=3)
     opts = ap.parse_args()
-    configs = [("serial", [], 2), ("serial-1thread", [], 1), ("threads data=2", ["--mesh", "data=2"], 1)]
+    configs = [("serial", [], 2), ("serial-1thread", [], 1), ("threads data=2", ["--mesh", "data=2"], 1),
+               # fc2's gradient in a bucket of its own, reduced while fc1's is computed
+               ("threads 2 MiB", ["--mesh", "data=2", "--bucket-mb", "2"], 1)]
     if shutil.which("mpirun"):
         configs.append(("mpi data=2", ["--mesh", "data=2", "--backend", "mpi"], 1))
     best, ref_losses = {}, None

@@ -28,6 +28,9 @@ typedef struct emitter {
     int64_t scratch_elems;     /* floats of ctx->scratch, which collectives rearrange blocks in */
     int *bucket_lead;          /* (n_values) for a gradient allreduced in a bucket: the bucket's
                                 * first allreduce (which reduces them all); else -1 */
+    int *bucket_ready;         /* (n_values) for a bucket's lead: the value after which every
+                                * member's partial gradient is complete */
+    int64_t bucket_floats;     /* the largest bucket */
     char prefix_upper[128];
     cg_writer w;
 } emitter;
@@ -570,10 +573,17 @@ static void emit_collective(emitter *E, const ir_value *v) {
  * an axis (data parallelism); gradients live in ctx->grads in declaration order, so a run
  * of consecutive parameters whose gradients are allreduced over the same axis is one
  * contiguous range: each partial is copied into its gradient's place and the range is
- * reduced by one call, up to GRAD_BUCKET_FLOATS (25 MiB, as PyTorch DDP's buckets). Fewer,
- * larger messages: each collective synchronises the ranks once. The padding between
- * gradients is zero and stays zero. */
+ * reduced by one call, up to GRAD_BUCKET_FLOATS (25 MiB; the first, holding the last
+ * parameters, 1 MiB: PyTorch DDP's sizes; --bucket-mb changes the 25). Fewer, larger messages: each collective
+ * synchronises the ranks once. The padding between gradients is zero and stays zero.
+ *
+ * A bucket whose partials are all complete before the backward pass ends is started
+ * there, right after the last of them (dmrt_allreduce_start), and waited for at the end
+ * of the pass: the backward pass computes the earlier layers' gradients in reverse order,
+ * so the later layers' buckets are reduced while it goes on (where the backend can
+ * overlap: docs/comm.md). Other buckets are reduced where the update reaches them. */
 #define GRAD_BUCKET_FLOATS ((int64_t)25 * 1024 * 1024 / 4)
+#define GRAD_FIRST_BUCKET_FLOATS ((int64_t)1024 * 1024 / 4)
 
 static int grad_allreduce(const emitter *E, int p) {
     const ir_graph *g = E->g;
@@ -585,32 +595,48 @@ static int grad_allreduce(const emitter *E, int p) {
 static void plan_buckets(emitter *E) {
     const ir_graph *g = E->g;
     E->bucket_lead = malloc(((size_t)g->n_values + 1) * sizeof(int));
-    if (!E->bucket_lead) abort();
-    for (int i = 0; i < g->n_values; i++) E->bucket_lead[i] = -1;
-    for (int p = 0; p < g->n_params;) {
-        if (!grad_allreduce(E, p)) {
-            p++;
+    E->bucket_ready = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!E->bucket_lead || !E->bucket_ready) abort();
+    for (int i = 0; i < g->n_values; i++) E->bucket_lead[i] = E->bucket_ready[i] = -1;
+    /* the last backward op: a bucket complete only then has nothing to overlap */
+    int last_backward = -1;
+    for (int i = 0; i < g->n_values; i++)
+        if (V(E, i)->phase == PHASE_BACKWARD && ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE) last_backward = i;
+    /* from the last parameter back, as the backward pass completes them; the first bucket
+     * is small, so that the first reduction starts early (as DDP's) */
+    int64_t cap = GRAD_FIRST_BUCKET_FLOATS < E->bucket_floats ? GRAD_FIRST_BUCKET_FLOATS : E->bucket_floats;
+    for (int q = g->n_params; q > 0;) {
+        if (!grad_allreduce(E, q - 1)) {
+            q--;
             continue;
         }
-        const ir_value *lead = V(E, g->grads[p]);
-        int64_t floats = ir_numel(T(E, lead->id));
-        int q = p + 1;
-        while (q < g->n_params && grad_allreduce(E, q) && V(E, g->grads[q])->mesh_axis == lead->mesh_axis &&
-               floats + ir_numel(T(E, g->grads[q])) <= GRAD_BUCKET_FLOATS) {
-            floats += ir_numel(T(E, g->grads[q]));
-            q++;
+        const ir_value *last = V(E, g->grads[q - 1]);
+        int64_t floats = ir_numel(T(E, last->id));
+        int p = q - 1; /* the bucket is parameters [p, q) */
+        while (p > 0 && grad_allreduce(E, p - 1) && V(E, g->grads[p - 1])->mesh_axis == last->mesh_axis &&
+               floats + ir_numel(T(E, g->grads[p - 1])) <= cap) {
+            floats += ir_numel(T(E, g->grads[p - 1]));
+            p--;
         }
         /* the lead is the member the update phase reaches first */
-        int first = g->grads[p];
-        for (int k = p; k < q; k++)
+        int first = g->grads[p], ready = -1;
+        for (int k = p; k < q; k++) {
             if (g->grads[k] < first) first = g->grads[k];
+            int partial = V(E, g->grads[k])->operands[0];
+            if (partial > ready) ready = partial;
+        }
         for (int k = p; k < q; k++) E->bucket_lead[g->grads[k]] = first;
-        p = q;
+        if (V(E, ready)->phase == PHASE_BACKWARD && ready < last_backward) E->bucket_ready[first] = ready;
+        cap = E->bucket_floats;
+        q = p;
     }
 }
 
-/* At the bucket's first allreduce: every member's partial into its gradient, then the
- * range of ctx->grads from the first member to the end of the last, reduced at once. */
+/* Whether the bucket led by lead is started in the backward pass. */
+static int bucket_started_early(const emitter *E, int lead) { return E->bucket_ready[lead] >= 0; }
+
+/* Every member's partial into its gradient, then the range of ctx->grads from the first
+ * member to the end of the last, reduced at once (started, when early). */
 static void emit_bucket(emitter *E, const ir_value *lead) {
     const ir_graph *g = E->g;
     int64_t begin = -1, end = 0;
@@ -627,9 +653,35 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
         last_name = V(E, g->params[p])->name;
         members++;
     }
-    cg_line(&E->w, "if (dmrt_allreduce_sum(ctx->comm[%d], ctx->grads + %lld, %lld, \"allreduce of the gradients %s .. %s (%d)\") != 0)",
-            lead->mesh_axis, (long long)begin, (long long)(end - begin), first_name, last_name, members);
+    char label[300];
+    if (members == 1) snprintf(label, sizeof label, "allreduce of the gradient of %s", first_name);
+    else snprintf(label, sizeof label, "allreduce of the gradients %s .. %s (%d)", first_name, last_name, members);
+    cg_line(&E->w, "if (%s(ctx->comm[%d], ctx->grads + %lld, %lld, \"%s\") != 0)",
+            bucket_started_early(E, lead->id) ? "dmrt_allreduce_start" : "dmrt_allreduce_sum", lead->mesh_axis,
+            (long long)begin, (long long)(end - begin), label);
     cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* In the backward pass: the buckets complete after value id start reducing. */
+static void emit_bucket_starts(emitter *E, int id) {
+    for (int lead = 0; lead < E->g->n_values; lead++) {
+        if (E->bucket_ready[lead] != id) continue;
+        cg_line(&E->w, "/* every gradient of this bucket is complete: reduce it while the pass goes on */");
+        emit_bucket(E, V(E, lead));
+    }
+}
+
+/* At the end of the backward pass: the started buckets, done (once per axis). */
+static void emit_bucket_waits(emitter *E) {
+    uint32_t axes = 0;
+    for (int lead = 0; lead < E->g->n_values; lead++)
+        if (bucket_started_early(E, lead)) axes |= 1u << V(E, lead)->mesh_axis;
+    for (int a = 0; a < E->g->n_axes; a++)
+        if (axes & (1u << a)) {
+            cg_blank(&E->w);
+            cg_line(&E->w, "/* the gradient buckets started above, reduced over %s */", E->g->axes[a].name);
+            cg_line(&E->w, "if (dmrt_comm_wait(ctx->comm[%d]) != 0) return comm_failed(ctx);", a);
+        }
 }
 
 /* Floats of ctx->scratch the collectives need at most: the whole tensor of a gather or
@@ -699,7 +751,9 @@ static void emit_op(emitter *E, const ir_value *v) {
     case OPC_GATHER: emit_embed(E, v); break;
     case OPC_COLLECTIVE:
         if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0) {
-            if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
+            if (bucket_started_early(E, E->bucket_lead[v->id]))
+                cg_line(&E->w, "/* reduced with its bucket during the backward pass */");
+            else if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
             else cg_line(&E->w, "/* reduced with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
         } else {
             emit_collective(E, v);
@@ -786,6 +840,9 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
         for (int k = 0; k < v->n_operands; k++)
             if (operand_read(v, k)) used[v->operands[k]] = 1;
     }
+    /* the buckets started in this pass: their partials and gradients */
+    for (int i = 0; phase == PHASE_BACKWARD && i < g->n_values; i++)
+        if (E->bucket_lead[i] >= 0 && bucket_started_early(E, E->bucket_lead[i])) used[i] = used[V(E, i)->operands[0]] = 1;
     for (int i = 0; i < g->n_values; i++)
         if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
     cg_line(&E->w, "/* %s */", what);
@@ -794,8 +851,11 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     declare_buffers(E, used);
-    for (int i = 0; i < g->n_values; i++)
+    for (int i = 0; i < g->n_values; i++) {
         if (V(E, i)->phase == phase) emit_op(E, V(E, i));
+        if (phase == PHASE_BACKWARD) emit_bucket_starts(E, i);
+    }
+    if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     cg_line(&E->w, "return DMRT_OK;");
     E->w.indent--;
     cg_line(&E->w, "}");
@@ -1401,10 +1461,11 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*body
 }
 
 int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_path, const char *source_text,
-              size_t source_len, const char *out_dir, FILE *err) {
+              size_t source_len, const codegen_options *options, const char *out_dir, FILE *err) {
     const char *base = strrchr(source_path, '/');
     emitter E = {.g = g, .plan = plan, .dialect = &cg_dialect_c, .source_path = base ? base + 1 : source_path,
-                 .source_text = source_text, .source_len = source_len};
+                 .source_text = source_text, .source_len = source_len, .bucket_floats = GRAD_BUCKET_FLOATS};
+    if (options && options->bucket_bytes > 0) E.bucket_floats = options->bucket_bytes / 4 > 0 ? options->bucket_bytes / 4 : 1;
     size_t n = 0;
     for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
     E.prefix_upper[n] = 0;
@@ -1436,6 +1497,7 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     if (!status) status = write_file(&E, out_dir, c, emit_source, err);
     free(E.local);
     free(E.bucket_lead);
+    free(E.bucket_ready);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
     free(E.line_start);

@@ -39,6 +39,8 @@ static const char usage[] =
     "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
     "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff, optimizer or shard\n"
     "  -o DIR                     output directory (created if missing)\n"
+    "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
+    "                             25; the first, of the last layers, is at most 1)\n"
     "  --help, --version\n"
     "\n"
     "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
@@ -63,6 +65,7 @@ typedef struct options {
     const char *cc;
     const char *backend;      /* dmc run: "threads" (default) or "mpi" */
     const char *mpirun;       /* dmc run --backend mpi: the launcher command */
+    codegen_options codegen;
     dm_override dims[64];
     int n_dims;
     dm_override mesh[IR_MAX_AXES];
@@ -112,6 +115,17 @@ static const char *option_value(int argc, char **argv, int *i, const char *flag)
     return NULL;
 }
 
+static int parse_bucket_mb(const char *v, options *o) {
+    char *end = NULL;
+    double mb = strtod(v, &end);
+    if (!end || *end || end == v || !(mb > 0) || mb > 1e6) {
+        fprintf(stderr, "dmc: error: --bucket-mb expects a positive number of MiB, got '%s'\n", v);
+        return -1;
+    }
+    o->codegen.bucket_bytes = (int64_t)(mb * 1024 * 1024);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     int i = 1;
     if (argc > 1 && strcmp(argv[1], "run") == 0) {
@@ -126,6 +140,8 @@ static int parse_args(int argc, char **argv, options *o) {
                 if (parse_overrides("--set", v, o->dims, &o->n_dims, 64)) return -1;
             } else if ((v = option_value(argc, argv, &i, "--mesh"))) {
                 if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
+            } else if ((v = option_value(argc, argv, &i, "--bucket-mb"))) {
+                if (parse_bucket_mb(v, o)) return -1;
             } else if ((v = option_value(argc, argv, &i, "--keep"))) {
                 o->keep_dir = v;
             } else if ((v = option_value(argc, argv, &i, "--cc"))) {
@@ -155,6 +171,8 @@ static int parse_args(int argc, char **argv, options *o) {
             if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
         } else if ((v = option_value(argc, argv, &i, "--name"))) {
             o->name = v;
+        } else if ((v = option_value(argc, argv, &i, "--bucket-mb"))) {
+            if (parse_bucket_mb(v, o)) return -1;
         } else if ((v = option_value(argc, argv, &i, "--emit"))) {
             if (strcmp(v, "ir") != 0) {
                 fprintf(stderr, "dmc: error: --emit takes 'ir', got '%s'\n", v);
@@ -490,7 +508,7 @@ int main(int argc, char **argv) {
             dm_memory_plan_free(&plan);
             goto done;
         }
-        status = codegen_c(g, &plan, o.input, src.text, src.len, dir, stderr) ? 1 : 0;
+        status = codegen_c(g, &plan, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
         if (status == 0 && o.run) status = build_and_run(&o, g, dir);
         if (tmp_dir[0]) remove_tree(tmp_dir);
     }

@@ -318,8 +318,11 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, i
                 continue;
             }
             if (size % L->g->axes[a].size != 0) {
+                int64_t parts = L->g->axes[a].size, padded = (size + parts - 1) / parts * parts;
                 dm_error(L->d, t->axis_locs[i], "'%s' cannot be split evenly: dim %d has size %lld, mesh axis '%s' has size %lld",
-                         what, i, (long long)size, t->axes[i], (long long)L->g->axes[a].size);
+                         what, i, (long long)size, t->axes[i], (long long)parts);
+                dm_note(L->d, t->axis_locs[i], "dims are not padded: make it a multiple of %lld (%lld), or drop '@%s'",
+                        (long long)parts, (long long)padded, t->axes[i]);
                 continue;
             }
             for (int k = 0; k < i; k++)

@@ -3,6 +3,7 @@
 #include "comm_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,7 @@ static void free_mesh(dmrt_rank *r) {
     for (int a = 0; a < r->n_axes; a++) {
         dmrt_comm *c = r->axes[a];
         if (!c) continue;
+        comm_async_stop(c);
         if (c->impl) r->backend->comm_destroy(c);
         free(c->members);
         free(c);
@@ -104,6 +106,7 @@ static void free_mesh(dmrt_rank *r) {
 }
 
 void comm_rank_release(dmrt_rank *r) {
+    comm_async_stop(&r->world);
     free_mesh(r);
     free(r->world.members);
     r->world.members = NULL;
@@ -130,8 +133,7 @@ const char *comm_error_body(const dmrt_rank *r) {
 }
 
 void dmrt_rank_abort(dmrt_rank *r, const char *message) {
-    if (r->failed) return;
-    r->failed = 1;
+    if (atomic_exchange(&r->failed, 1)) return;
     if (!message || !*message) message = "aborted";
     /* A rank passing on its own error (dmrt_rank_error) would name itself twice in
      * "rank R failed: rank R: ...": drop that prefix. */
@@ -333,6 +335,9 @@ void comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n
 
 /* The checks every call shares. Returns 0 when the backend may go on. */
 static int begin(dmrt_comm *c, comm_call *call, comm_op op, const char *what) {
+    /* the calls started on c come first (the helper's own call has op ALLREDUCE, and
+     * comm_allreduce_now is the only allreduce that reaches here) */
+    if (op != COMM_OP_ALLREDUCE) comm_settle(c);
     call->op = op;
     call->what = what && *what ? what : comm_op_name(op);
     call->deadline = comm_now() + c->rank->timeout;
@@ -368,8 +373,13 @@ static int check_disjoint(dmrt_comm *c, const comm_call *call, const float *send
 }
 
 int dmrt_allreduce_sum(dmrt_comm *c, float *buf, int64_t n, const char *what) {
-    comm_call call;
     if (!c) return DMRT_ERR_COMM;
+    comm_settle(c);
+    return comm_allreduce_now(c, buf, n, what);
+}
+
+int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
+    comm_call call;
     if (begin(c, &call, COMM_OP_ALLREDUCE, what) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;

@@ -42,8 +42,12 @@ typedef struct comm_call {
     double deadline;   /* comm_now() by which it must be done */
 } comm_call;
 
+typedef struct comm_async comm_async;
+
 struct dmrt_comm {
     dmrt_rank *rank;                      /* owner */
+    comm_async *async;                    /* started allreduces (dmrt_allreduce_start), or NULL */
+    int started_status;                   /* first failure of a start the backend ran at once */
     int size;
     int me;                               /* this rank's index in the comm */
     int *members;                         /* (size) world rank of each comm rank */
@@ -57,7 +61,7 @@ struct dmrt_rank {
     int id, count;                        /* world rank, world size */
     int64_t step;                         /* -1: no step yet */
     double timeout;                       /* seconds a call may wait */
-    int failed;                           /* this rank aborted: every call fails at once */
+    _Atomic int failed;                   /* this rank aborted: every call fails at once */
     char error[COMM_ERROR_MAX];           /* last error message */
     char abort_message[COMM_ERROR_MAX];   /* why this rank aborted (when failed) */
     const dmrt_comm_backend *backend;
@@ -76,6 +80,9 @@ struct dmrt_rank {
  * range, the rank not failed) and return 0 or DMRT_ERR_COMM after comm_fail(). */
 struct dmrt_comm_backend {
     const char *name;
+    /* Whether a rank may call collectives on two of its communicators from two threads
+     * at once: dmrt_allreduce_start then hands its call to a helper thread. */
+    int concurrent_comms;
     /* Sets up c->impl for a comm whose size, me, members and axis_name are filled in;
      * every member calls it, with the same seq (the owner's comms_created count). */
     int (*comm_create)(dmrt_comm *c, uint64_t seq, const comm_call *call);
@@ -95,6 +102,13 @@ struct dmrt_comm_backend {
     void (*abort)(dmrt_rank *r, const char *message);
 };
 
+/* dmrt_allreduce_sum without waiting for the calls started on c (async.c's helper). */
+int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what);
+/* Waits until every allreduce started on c is done (before a blocking call on c). */
+void comm_settle(dmrt_comm *c);
+/* comm_settle, then stops c's helper thread (before c is destroyed). */
+void comm_async_stop(dmrt_comm *c);
+
 /* Monotonic seconds. */
 double comm_now(void);
 
@@ -103,8 +117,9 @@ double comm_now(void);
  * or -1 with a message in err when $DMRT_COMM_TIMEOUT is not a positive number. */
 int comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
                    char *err, size_t errlen);
-/* Frees the mesh comms (through the backend) and the world's member list; not the world's
- * impl, which the backend frees. */
+/* Waits for the started allreduces of every comm of r and stops their helper threads;
+ * frees the mesh comms (through the backend) and the world's member list; not the
+ * world's impl, which the backend frees. */
 void comm_rank_release(dmrt_rank *r);
 
 /* Writes "rank R: <what> on axis A at step S: <detail>" into the owner's error and

@@ -46,7 +46,8 @@ extern "C" {
 typedef struct dmrt_rank dmrt_rank;
 
 /* A group of ranks that run collectives together: the world, or one mesh axis. Owned
- * by its dmrt_rank. Used by one thread only: the rank's own. */
+ * by its dmrt_rank. Called from one thread only: the rank's own (started allreduces run
+ * on a helper the library owns). */
 typedef struct dmrt_comm dmrt_comm;
 
 /* ---- the rank ------------------------------------------------------------------------ */
@@ -155,6 +156,21 @@ int dmrt_broadcast(dmrt_comm *c, int root, float *buf, int64_t n, const char *wh
 
 /* Returns once every rank of c has called it. */
 int dmrt_barrier(dmrt_comm *c, const char *what);
+
+/* ---- overlapping a reduction with computation ------------------------------------------
+ *
+ * dmrt_allreduce_start begins dmrt_allreduce_sum(c, buf, n, what) and, where the backend
+ * allows, returns at once: threads runs it on a helper thread of this rank (one per
+ * communicator), so the caller computes meanwhile; MPI (initialised
+ * MPI_THREAD_FUNNELED) runs it before returning. Until dmrt_comm_wait(c) returns, buf
+ * must be neither read nor written and `what` must stay valid. Calls started on c run in
+ * the order started; any other call on c first waits for them, so every rank still sees
+ * the same sequence of calls. dmrt_comm_wait returns once every started call on c is
+ * done: 0, or DMRT_ERR_COMM for the first that failed (message in dmrt_rank_error).
+ * dmrt_allreduce_start itself returns DMRT_ERR_COMM only for a call that ran at once
+ * and failed (wait reports it too). */
+int dmrt_allreduce_start(dmrt_comm *c, float *buf, int64_t n, const char *what);
+int dmrt_comm_wait(dmrt_comm *c);
 
 /* ---- point to point (pipeline stages) --------------------------------------------------
  *

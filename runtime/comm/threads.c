@@ -701,6 +701,7 @@ static void tw_comm_destroy(dmrt_comm *c) {
 
 static const dmrt_comm_backend threads_backend = {
     .name = "threads",
+    .concurrent_comms = 1,
     .comm_create = tw_comm_create,
     .comm_destroy = tw_comm_destroy,
     .allreduce_sum = tw_allreduce,

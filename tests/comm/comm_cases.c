@@ -335,3 +335,49 @@ int case_back_to_back(dmrt_comm *c, int iters) {
     free(got);
     return fails;
 }
+
+/* The serial sum over c's ranks of case_fill(n, seed, rank). */
+static void expected_sum(dmrt_comm *c, float *want, float *scratch, int64_t n, uint32_t seed) {
+    case_fill(want, n, seed, dmrt_comm_member(c, 0));
+    for (int k = 1; k < dmrt_comm_size(c); k++) {
+        case_fill(scratch, n, seed, dmrt_comm_member(c, k));
+        for (int64_t i = 0; i < n; i++) want[i] += scratch[i];
+    }
+}
+
+int case_started(dmrt_comm *c, uint32_t seed) {
+    dmrt_rank *r = dmrt_comm_owner(c);
+    int me_world = dmrt_comm_member(c, dmrt_comm_rank(c));
+    /* small and large (both paths of the threads backend), more than fit at once in the
+     * helper's queue would be too few to matter: 6 buffers, started back to back */
+    static const int64_t sizes[] = {1, 100, 5000, 70001, 3, 300000};
+    enum { N_BUF = sizeof sizes / sizeof sizes[0] };
+    float *bufs[N_BUF], *want = alloc_floats(300000), *scratch = alloc_floats(300000);
+    int fails = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int b = 0; b < N_BUF; b++) {
+            bufs[b] = alloc_floats(sizes[b]);
+            case_fill(bufs[b], sizes[b], seed + (uint32_t)(round * N_BUF + b), me_world);
+            fails += CASE_EXPECT(r, dmrt_allreduce_start(c, bufs[b], sizes[b], "started allreduce") == 0, "%s",
+                                 dmrt_rank_error(r));
+            if (b == 2 && round == 1) {
+                /* a blocking call on the same comm waits for the started ones: the order holds */
+                float x = 1.0f;
+                fails += CASE_EXPECT(r, dmrt_allreduce_sum(c, &x, 1, "blocking in between") == 0, "%s",
+                                     dmrt_rank_error(r));
+                fails += CASE_EXPECT(r, x == (float)dmrt_comm_size(c), "blocking sum %g", (double)x);
+            }
+        }
+        /* computation meanwhile: the expected results */
+        fails += CASE_EXPECT(r, dmrt_comm_wait(c) == 0, "%s", dmrt_rank_error(r));
+        for (int b = 0; b < N_BUF; b++) {
+            expected_sum(c, want, scratch, sizes[b], seed + (uint32_t)(round * N_BUF + b));
+            fails += !case_same(r, "started allreduce", bufs[b], want, sizes[b]);
+            free(bufs[b]);
+        }
+    }
+    fails += CASE_EXPECT(r, dmrt_comm_wait(c) == 0, "a wait with nothing started: %s", dmrt_rank_error(r));
+    free(want);
+    free(scratch);
+    return fails;
+}

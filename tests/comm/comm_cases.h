@@ -14,6 +14,11 @@
 #define CASE_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define CASE_PRINTF(f, a)
+/* dmrt_allreduce_start / dmrt_comm_wait on c: several allreduces of small and large
+ * sizes started back to back, a blocking allreduce on c between them, the results after
+ * the wait against the serial sums, three rounds. */
+int case_started(dmrt_comm *c, uint32_t seed);
+
 #endif
 
 /* Prints "FAIL file:line: rank R: <message>" and returns 1. */
@@ -55,5 +60,10 @@ int case_p2p(dmrt_comm *c, uint32_t seed);
 /* `iters` collectives back to back, mixing ops and sizes (small and large paths), each
  * checked: catches ordering and generation bugs. */
 int case_back_to_back(dmrt_comm *c, int iters);
+
+/* dmrt_allreduce_start / dmrt_comm_wait on c: several allreduces of small and large
+ * sizes started back to back, a blocking allreduce on c between them, the results after
+ * the wait against the serial sums, three rounds. */
+int case_started(dmrt_comm *c, uint32_t seed);
 
 #endif

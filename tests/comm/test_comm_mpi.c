@@ -46,6 +46,7 @@ static int run_collectives(dmrt_rank *r, test_state *t) {
     t->failures += case_collectives_all_sizes(w, 1);
     t->failures += case_p2p(w, 500);
     t->failures += case_back_to_back(w, 1000);
+    t->failures += case_started(w, 40);
     /* A recv of the wrong size names both counts, and the pair stays in order. */
     float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     if (t->rank == 0) {

@@ -6,7 +6,8 @@
  *   test_comm_threads errors        mesh mismatch text, bad arguments, mismatched calls,
  *                                   launcher errors, a rank that returns early
  *   test_comm_threads timeout       a rank that never arrives, with a 1 s deadline
- *   test_comm_threads abort         one rank aborts; the others fail fast with its message
+ *   test_comm_threads abort         one rank aborts; the others fail fast with its message,
+ *                                   also from a started allreduce
  *   test_comm_threads stress        thousands of back-to-back collectives; two runs at once
  *
  * Prints FAIL lines and exits 1 on any failure. */
@@ -64,6 +65,7 @@ static int main_collectives(dmrt_rank *r, void *arg) {
             fails += case_collectives(w, 1 + 16 * (uint32_t)i, sizes[i]);
     }
     fails += case_p2p(w, 500);
+    fails += case_started(w, 40);
     atomic_fetch_add(&total_failures, fails);
     return fails ? 1 : 0;
 }
@@ -459,6 +461,31 @@ static int main_abort(dmrt_rank *r, void *arg) {
     return rc;
 }
 
+/* A rank aborts while the others have an allreduce started: their wait fails promptly
+ * with its message (the helper's call sees the abort like any call). */
+static int main_abort_started(dmrt_rank *r, void *arg) {
+    (void)arg;
+    dmrt_rank_set_timeout(r, 60);
+    dmrt_rank_set_step(r, 3);
+    dmrt_comm *w = dmrt_rank_world(r);
+    static float bufs[4][100000];
+    float *buf = bufs[dmrt_rank_id(r)];
+    if (dmrt_rank_id(r) == 1) {
+        sleep_s(0.3);
+        dmrt_rank_abort(r, "out of memory in the backward pass");
+        return 5;
+    }
+    double t0 = now_s();
+    EXPECT_R(r, dmrt_allreduce_start(w, buf, 100000, "allreduce of the gradients a .. b (2)") == 0, "start: %s",
+             dmrt_rank_error(r));
+    int rc = dmrt_comm_wait(w);
+    double took = now_s() - t0;
+    EXPECT_R(r, rc == DMRT_ERR_COMM, "wait returned %d", rc);
+    EXPECT_HAS(r, dmrt_rank_error(r), "allreduce of the gradients a .. b (2) on axis world at step 3: rank 1 failed: out of memory");
+    EXPECT_R(r, took < 1.5, "noticed after %.2f s", took);
+    return rc;
+}
+
 static void test_abort(void) {
     char err[1024];
     double t0 = now_s();
@@ -468,6 +495,13 @@ static void test_abort(void) {
     EXPECT_HAS(NULL, err, "rank 2 failed: loss is NaN at step 7 (status 42); also failed: ranks 0, 1, 3");
     EXPECT(took < 2.0, "abort run took %.2f s", took);
     printf("abort: %s (%.2f s)\n", err, took);
+    t0 = now_s();
+    rc = dmrt_threads_run(3, main_abort_started, NULL, err, sizeof err);
+    took = now_s() - t0;
+    EXPECT(rc == 5, "abort with started calls returned %d: %s", rc, err);
+    EXPECT_HAS(NULL, err, "rank 1 failed: out of memory in the backward pass (status 5)");
+    EXPECT(took < 2.0, "abort with started calls took %.2f s", took);
+    printf("abort with started allreduces: %s (%.2f s)\n", err, took);
 }
 
 /* ---- stress ------------------------------------------------------------------------ */

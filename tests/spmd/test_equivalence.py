@@ -34,7 +34,10 @@ STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
 WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6}
-MESHES = ["data=2", "data=4", "tensor=2", "tensor=4", "data=2,tensor=2"]
+# (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
+# buckets are started during the backward pass and overlap it
+MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
+          ("data=2", ["--bucket-mb", "0.004"])]
 
 MODELS = {
     # batch 16 divides over data=4; hidden 64 over tensor=4
@@ -60,14 +63,14 @@ def batches(model, sizes, rng):
             "targets": rng.integers(0, v, (STEPS, b, t)).astype(np.int32)}
 
 
-def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag):
+def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=()):
     """Losses and final weights of STEPS steps on mesh (None: serial)."""
     saved = os.path.join(tmp, "weights-%s.safetensors" % tag)
     grads = os.path.join(tmp, "grads-%s.safetensors" % tag)
     args = ["--set", sizes, "--batch-file", batch_file, "--steps", str(STEPS), "--seed", "7",
             "--save", saved, "--dump-grads", grads]
     if mesh:
-        args += ["--mesh", mesh, "--backend", backend]
+        args += ["--mesh", mesh, "--backend", backend] + list(extra)
     losses = run_dmc(dmc, dm_file, tmp, args, timeout=300)
     if len(losses) != STEPS:
         raise Failure("%s: %d step lines, expected %d" % (tag, len(losses), STEPS))
@@ -101,15 +104,15 @@ def main():
         batch_file = os.path.join(tmp, "batches.safetensors")
         stio.save(batches(model, sizes, np.random.default_rng(3)), batch_file)
         want_losses, want_grads, want_weights = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial")
-        for mesh in MESHES:
-            tag = "%s %s %s" % (model, backend, mesh)
+        for mesh, extra in MESHES:
+            tag = "%s %s %s%s" % (model, backend, mesh, " small buckets" if extra else "")
             try:
                 losses, grads, weights = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
-                                               mesh.replace(",", "_"))
+                                               (mesh + "_".join(extra)).replace(",", "_"), extra)
                 loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want_losses))
                 grad_err, grad_name = max_difference(tag, grads, want_grads)
                 weight_err, weight_name = max_difference(tag, weights, want_weights)
-                print("%-28s losses %.1e (bound %.0e), step-1 grads %.1e (%.0e) in %s, weights %.1e (%.0e) in %s"
+                print("%-34s losses %.1e (bound %.0e), step-1 grads %.1e (%.0e) in %s, weights %.1e (%.0e) in %s"
                       % (tag, loss_err, LOSS_RTOL, grad_err, GRAD_ATOL, grad_name, weight_err,
                          WEIGHT_ATOL[model], weight_name))
                 if loss_err > LOSS_RTOL:
