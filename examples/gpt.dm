@@ -1,13 +1,13 @@
 # gpt.dm: GPT-2 (Radford et al., 2019). Parameter names and shapes follow the Hugging Face
-# GPT-2 checkpoint, so its model.safetensors loads with `--init`. The sizes are named as in
-# llm.c; the defaults are GPT-2 124M, and any other config is one --set away:
+# GPT-2 checkpoint, so its model.safetensors loads with `--init --set V=50257`. The sizes
+# are named as in llm.c; the defaults are GPT-2 124M, and any other config is one --set away:
 #   dmc --explain examples/gpt.dm
 #   dmc run examples/gpt.dm --set V=256,T=64,C=128,NH=4,L=4,B=16 \
 #       --data text:/usr/share/games/fortunes/cookie --steps 2000 --sample 400
 
 dim B = 4        # batch
 dim T = 1024     # context length
-dim V = 50257    # vocabulary
+dim V = 50304    # vocabulary: GPT-2's 50257 padded to a multiple of 128 (llm.c, nanoGPT)
 dim C = 768      # width (channels)
 dim NH = 12      # attention heads
 dim L = 12       # layers
@@ -87,7 +87,7 @@ block transformer_block[C, NH](x) {
 
 # the vocabulary splits over `tensor` (Megatron-LM's vocabulary-parallel embedding: a rank
 # looks up the rows it holds, one allreduce sums them), and so do the tied head's logits,
-# which cross-entropy takes split; V must divide by tensor (llm.c pads GPT-2's to 50304)
+# which cross-entropy takes split; V must divide by tensor (hence 50304)
 block token_embedding[N, C](ids) {
     param weight : f32[N@tensor, C] = normal(0, 0.02)
     return embed(weight, ids)
