@@ -1,0 +1,115 @@
+/* test_schedule.c: pipeline schedules (passes/schedule.c) against the dependency rules and
+ * the formulas they must meet, for every P in 1..8, M in 1..16, both schedules, and
+ * backward costs of 1x and 2x the forward:
+ *   - every stage runs F and B of every micro-batch exactly once, never two at a time;
+ *   - F(s, m) starts after F(s-1, m) ends; B(s, m) after B(s+1, m), and on the last stage
+ *     after F(s, m); no action waits when its stage is free and its input is there;
+ *   - the bubble is (P - 1) / (M + P - 1) for both schedules;
+ *   - activations in flight: M on every stage for GPipe, min(P - s, M) for 1F1B;
+ *   - GPipe's forward of micro-batch m on stage s is at slot s + m;
+ *   - the grid of P=4, M=8 GPipe (unit costs) is as drawn in the GPipe paper.
+ * Prints FAIL lines; exits 1 on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                       \
+    do {                                                        \
+        if (!(cond)) {                                          \
+            failures++;                                         \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
+            printf(__VA_ARGS__);                                \
+            printf("\n");                                       \
+        }                                                       \
+    } while (0)
+
+static void check(pipe_kind kind, int P, int M, double f, double b) {
+    pipe_schedule s;
+    const char *name = pipe_kind_name(kind);
+    if (pipe_schedule_build(&s, kind, P, M, f, b) != 0) {
+        EXPECT(0, "%s P=%d M=%d: build failed", name, P, M);
+        return;
+    }
+    for (int st = 0; st < P; st++) {
+        int seen_f[64] = {0}, seen_b[64] = {0};
+        double last_end = 0.0;
+        for (int i = 0; i < 2 * M; i++) {
+            const pipe_action *a = pipe_action_at(&s, st, i);
+            EXPECT(a->micro >= 0 && a->micro < M, "%s P=%d M=%d stage %d: micro %d", name, P, M, st, a->micro);
+            if (a->micro < 0 || a->micro >= M) continue;
+            (a->kind == 'F' ? seen_f : seen_b)[a->micro]++;
+            EXPECT(a->start >= last_end - 1e-9, "%s P=%d M=%d stage %d: action %d overlaps the previous", name, P, M, st, i);
+            EXPECT(fabs(a->end - a->start - (a->kind == 'F' ? f : b)) < 1e-9, "%s: wrong duration", name);
+            /* its input: found by searching the neighbour stage */
+            double input = 0.0;
+            int from = a->kind == 'F' ? st - 1 : (st == P - 1 ? st : st + 1);
+            char want = a->kind == 'F' || st == P - 1 ? 'F' : 'B';
+            if (from >= 0 && !(a->kind == 'F' && st == 0)) {
+                input = -1.0;
+                for (int j = 0; j < 2 * M; j++) {
+                    const pipe_action *d = pipe_action_at(&s, from, j);
+                    if (d->kind == want && d->micro == a->micro) input = d->end;
+                }
+            }
+            EXPECT(a->start >= input - 1e-9, "%s P=%d M=%d: %c%d on stage %d starts at %g before its input (%g)", name, P,
+                   M, a->kind, a->micro, st, a->start, input);
+            double earliest = input > last_end ? input : last_end;
+            EXPECT(fabs(a->start - earliest) < 1e-9, "%s P=%d M=%d: %c%d on stage %d waits needlessly", name, P, M,
+                   a->kind, a->micro, st);
+            last_end = a->end;
+        }
+        for (int m = 0; m < M; m++)
+            EXPECT(seen_f[m] == 1 && seen_b[m] == 1, "%s P=%d M=%d stage %d: micro %d run F%d B%d times", name, P, M, st,
+                   m, seen_f[m], seen_b[m]);
+        int want_flight = kind == PIPE_GPIPE ? M : (P - st < M ? P - st : M);
+        EXPECT(pipe_in_flight(&s, st) == want_flight, "%s P=%d M=%d stage %d: %d in flight, expected %d", name, P, M,
+               st, pipe_in_flight(&s, st), want_flight);
+    }
+    EXPECT(fabs(pipe_bubble(&s) - pipe_bubble_formula(P, M)) < 1e-9, "%s P=%d M=%d b=%g: bubble %g, formula %g", name,
+           P, M, b, pipe_bubble(&s), pipe_bubble_formula(P, M));
+    if (kind == PIPE_GPIPE)
+        for (int st = 0; st < P; st++)
+            for (int i = 0; i < M; i++)
+                EXPECT(fabs(pipe_action_at(&s, st, i)->start - (st + i) * f) < 1e-9, "gpipe: F%d on stage %d", i, st);
+    pipe_schedule_free(&s);
+}
+
+static void check_grid(void) {
+    pipe_schedule s;
+    if (pipe_schedule_build(&s, PIPE_GPIPE, 4, 8, 1, 1) != 0) {
+        EXPECT(0, "build failed");
+        return;
+    }
+    char buf[4096] = "";
+    FILE *mem = fmemopen(buf, sizeof buf, "w");
+    pipe_schedule_print(&s, mem);
+    fclose(mem);
+    const char *want =
+        "  stage 0   F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7\n"
+        "  stage 1   .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7 .\n"
+        "  stage 2   .  .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  B0 B1 B2 B3 B4 B5 B6 B7 .  .\n"
+        "  stage 3   .  .  .  F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7 .  .  .\n";
+    EXPECT(strcmp(buf, want) == 0, "grid:\n%s\nexpected:\n%s", buf, want);
+    pipe_schedule_free(&s);
+}
+
+int main(void) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 16; M++)
+            for (int k = 0; k < 2; k++) {
+                check(k ? PIPE_1F1B : PIPE_GPIPE, P, M, 1.0, 1.0);
+                check(k ? PIPE_1F1B : PIPE_GPIPE, P, M, 1.0, 2.0);
+            }
+    check_grid();
+    pipe_schedule s;
+    EXPECT(pipe_schedule_build(&s, PIPE_GPIPE, 0, 4, 1, 1) == -1, "0 stages accepted");
+    EXPECT(pipe_kind_by_name("1f1b") == PIPE_1F1B && pipe_kind_by_name("gpipe") == PIPE_GPIPE &&
+               pipe_kind_by_name("zb") == -1, "names");
+    printf("%s\n", failures ? "schedule: FAILED" : "schedule: 256 schedules and the grid checked");
+    return failures ? 1 : 0;
+}
