@@ -619,14 +619,15 @@ static void plan_buckets(emitter *E) {
             p--;
         }
         /* the lead is the member the update phase reaches first */
-        int first = g->grads[p], ready = -1;
+        int first = g->grads[p], ready = -1, in_backward = 1;
         for (int k = p; k < q; k++) {
             if (g->grads[k] < first) first = g->grads[k];
             int partial = V(E, g->grads[k])->operands[0];
             if (partial > ready) ready = partial;
+            if (V(E, partial)->phase != PHASE_BACKWARD) in_backward = 0;
         }
         for (int k = p; k < q; k++) E->bucket_lead[g->grads[k]] = first;
-        if (V(E, ready)->phase == PHASE_BACKWARD && ready < last_backward) E->bucket_ready[first] = ready;
+        if (in_backward && ready < last_backward) E->bucket_ready[first] = ready;
         cap = E->bucket_floats;
         q = p;
     }
@@ -1265,6 +1266,11 @@ static void emit_source(emitter *E) {
     cg_blank(w);
     cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
     cg_line(w, "    if (!ctx) return;");
+    if (E->partitioned) {
+        /* a step that failed may have left gradient buckets reducing ctx->grads */
+        cg_line(w, "    for (int axis = 0; axis < %d; axis++)", g->n_axes);
+        cg_line(w, "        if (ctx->comm[axis]) (void)dmrt_comm_wait(ctx->comm[axis]);");
+    }
     cg_line(w, "    dmrt_free(ctx->params);");
     cg_line(w, "    dmrt_free(ctx->grads);");
     cg_line(w, "    dmrt_free(ctx->state);");

@@ -996,8 +996,14 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
 oom:
     oom_msg = "out of memory";
 fail:
-    if (rank) snprintf(fail, faillen, "%s", oom_msg ? oom_msg : err);
-    else fprintf(errs, "%s: error: %s\n", prog, oom_msg ? oom_msg : err);
+    if (rank) {
+        snprintf(fail, faillen, "%s", oom_msg ? oom_msg : err);
+        /* before destroy: the other ranks stop, so that reductions this rank started
+         * (which destroy waits for) fail promptly instead of at the deadline */
+        dmrt_rank_abort(rank, fail);
+    } else {
+        fprintf(errs, "%s: error: %s\n", prog, oom_msg ? oom_msg : err);
+    }
     status = TR_RUNTIME;
 done:
     if (ctx) m->destroy(ctx);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ASYNC_QUEUE 64 /* started calls not yet done, per communicator */
 
@@ -31,11 +32,14 @@ struct comm_async {
     uint64_t started, done;        /* jobs queued, jobs finished (guarded by lock) */
     int stop;
     int status;                    /* first failure since the last dmrt_comm_wait */
+    char job_error[COMM_ERROR_MAX];   /* the helper's error messages go here */
+    char first_error[COMM_ERROR_MAX]; /* the message of that first failure */
 };
 
 static void *helper(void *arg) {
     dmrt_comm *c = arg;
     comm_async *a = c->async;
+    comm_set_error_sink(a->job_error);
     pthread_mutex_lock(&a->lock);
     for (;;) {
         while (a->done == a->started && !a->stop) pthread_cond_wait(&a->changed, &a->lock);
@@ -44,7 +48,10 @@ static void *helper(void *arg) {
         pthread_mutex_unlock(&a->lock);
         int status = comm_allreduce_now(c, job.buf, job.n, job.what);
         pthread_mutex_lock(&a->lock);
-        if (status && !a->status) a->status = status;
+        if (status && !a->status) {
+            a->status = status;
+            memcpy(a->first_error, a->job_error, sizeof a->first_error);
+        }
         a->done++;
         pthread_cond_broadcast(&a->changed);
     }
@@ -99,7 +106,11 @@ int dmrt_comm_wait(dmrt_comm *c) {
     if (a) {
         pthread_mutex_lock(&a->lock);
         drain(a);
-        if (!status) status = a->status;
+        if (!status && a->status) {
+            status = a->status;
+            /* the helper's message becomes the rank's, written by the rank's thread */
+            memcpy(c->rank->error, a->first_error, sizeof a->first_error);
+        }
         a->status = 0;
         pthread_mutex_unlock(&a->lock);
     }

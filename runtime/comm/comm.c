@@ -70,6 +70,9 @@ static int parse_timeout(double *out, char *err, size_t errlen) {
     return 0;
 }
 
+/* this thread's error buffer when it is a helper (comm_set_error_sink), else NULL */
+static _Thread_local char *error_sink;
+
 int comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
                    char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
@@ -105,6 +108,12 @@ static void free_mesh(dmrt_rank *r) {
     r->n_axes = 0;
 }
 
+void comm_rank_stop_helpers(dmrt_rank *r) {
+    comm_async_stop(&r->world);
+    for (int a = 0; a < r->n_axes; a++)
+        if (r->axes[a]) comm_async_stop(r->axes[a]);
+}
+
 void comm_rank_release(dmrt_rank *r) {
     comm_async_stop(&r->world);
     free_mesh(r);
@@ -126,14 +135,21 @@ void dmrt_rank_set_timeout(dmrt_rank *r, double seconds) {
 }
 
 const char *comm_error_body(const dmrt_rank *r) {
+    const char *error = error_sink ? error_sink : r->error;
     char prefix[32];
     int len = snprintf(prefix, sizeof prefix, "rank %d: ", r->id);
-    if (strncmp(r->error, prefix, (size_t)len) == 0) return r->error + len;
-    return r->error;
+    if (strncmp(error, prefix, (size_t)len) == 0) return error + len;
+    return error;
 }
 
+void comm_set_error_sink(char *buf) { error_sink = buf; }
+
+char *comm_error_buffer(dmrt_rank *r) { return error_sink ? error_sink : r->error; }
+
+int comm_claim_abort(dmrt_rank *r) { return !atomic_exchange(&r->abort_claimed, 1); }
+
 void dmrt_rank_abort(dmrt_rank *r, const char *message) {
-    if (atomic_exchange(&r->failed, 1)) return;
+    if (!comm_claim_abort(r)) return;
     if (!message || !*message) message = "aborted";
     /* A rank passing on its own error (dmrt_rank_error) would name itself twice in
      * "rank R failed: rank R: ...": drop that prefix. */
@@ -142,7 +158,8 @@ void dmrt_rank_abort(dmrt_rank *r, const char *message) {
     if (strncmp(message, prefix, (size_t)len) == 0) message += len;
     /* message may point into r->error: copy it before r->error is rewritten. */
     comm_format(r->abort_message, sizeof r->abort_message, "%s", message);
-    comm_format(r->error, sizeof r->error, "rank %d failed: %s", r->id, r->abort_message);
+    comm_format(comm_error_buffer(r), COMM_ERROR_MAX, "rank %d failed: %s", r->id, r->abort_message);
+    atomic_store(&r->failed, 1);
     r->backend->abort(r, r->abort_message);
 }
 
@@ -157,7 +174,7 @@ int comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap)
     comm_format(msg, sizeof msg, "rank %d: %s on axis %s", r->id, call->what, c->axis_name);
     if (r->step >= 0) comm_appendf(msg, sizeof msg, " at step %lld", (long long)r->step);
     comm_appendf(msg, sizeof msg, ": %s", detail);
-    memcpy(r->error, msg, sizeof msg);
+    memcpy(comm_error_buffer(r), msg, sizeof msg);
     return DMRT_ERR_COMM;
 }
 

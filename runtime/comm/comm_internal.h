@@ -61,7 +61,9 @@ struct dmrt_rank {
     int id, count;                        /* world rank, world size */
     int64_t step;                         /* -1: no step yet */
     double timeout;                       /* seconds a call may wait */
-    _Atomic int failed;                   /* this rank aborted: every call fails at once */
+    _Atomic int failed;                   /* this rank aborted: every call fails at once (set
+                                           * after abort_message is written) */
+    _Atomic int abort_claimed;            /* the thread that aborts r claims it first */
     char error[COMM_ERROR_MAX];           /* last error message */
     char abort_message[COMM_ERROR_MAX];   /* why this rank aborted (when failed) */
     const dmrt_comm_backend *backend;
@@ -108,6 +110,18 @@ int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what);
 void comm_settle(dmrt_comm *c);
 /* comm_settle, then stops c's helper thread (before c is destroyed). */
 void comm_async_stop(dmrt_comm *c);
+/* Stops the helper threads of every comm of r (once its main function returned: no
+ * started call may outlive the buffers it reduces). */
+void comm_rank_stop_helpers(dmrt_rank *r);
+/* Makes this thread's communicator errors go to buf (COMM_ERROR_MAX bytes) instead of
+ * its rank's error: a helper thread writes its own, and the rank's thread copies it over
+ * when it waits (two threads never write one rank's error). NULL: back to the rank's. */
+void comm_set_error_sink(char *buf);
+/* Where this thread's errors go for r: the sink, or r->error. */
+char *comm_error_buffer(dmrt_rank *r);
+/* Claims the abort of r for this thread: 1 for the first caller, 0 after. The claimer
+ * writes abort_message, then sets failed. */
+int comm_claim_abort(dmrt_rank *r);
 
 /* Monotonic seconds. */
 double comm_now(void);

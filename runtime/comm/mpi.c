@@ -116,10 +116,10 @@ static void mpi_abort_notice(dmrt_rank *r, const char *message);
 
 static int mpi_failed(dmrt_comm *c, const comm_call *call, const char *msg) {
     comm_fail(c, call, "%s", msg);
-    if (!c->rank->failed) {
-        c->rank->failed = 1;
+    if (comm_claim_abort(c->rank)) {
         comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
                     comm_error_body(c->rank));
+        c->rank->failed = 1;
         mpi_abort_notice(c->rank, c->rank->abort_message);
     }
     return DMRT_ERR_COMM;

@@ -179,9 +179,9 @@ static void tw_abort(dmrt_rank *r, const char *message) {
 /* After a failure of its own (a timeout), r aborts the world with its error message,
  * keeping that message as its own error. */
 static void abort_after_failure(dmrt_rank *r) {
-    if (r->failed) return;
-    r->failed = 1;
+    if (!comm_claim_abort(r)) return;
     comm_format(r->abort_message, sizeof r->abort_message, "%s", comm_error_body(r));
+    atomic_store(&r->failed, 1);
     tw_abort(r, r->abort_message);
 }
 
@@ -737,6 +737,9 @@ static void *rank_thread(void *p) {
         else comm_format(msg, sizeof msg, "its main function returned %d", t->status);
         dmrt_rank_abort(r, msg);
     }
+    /* nothing the rank started may run on once it has returned (after a failure the
+     * abort above makes its helpers' calls fail promptly) */
+    comm_rank_stop_helpers(r);
     atomic_store_explicit(&t->world->finished[r->id], 1, memory_order_release);
     wake_all(t->world);
     return NULL;
