@@ -127,6 +127,27 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
             (long long)k->batch_stride_c, (long long)k->ldc);
 }
 
+/* Cross-entropy's row pieces, on `row` (the row's logits, `classes` of them). */
+static void c_xent_target_check(cg_writer *w, const cg_xent *k) {
+    cg_line(w, "int32_t target = %s[r];", k->targets);
+    cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->all_classes);
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
+            k->where, (long long)k->all_classes);
+    cg_line(w, "    return DMRT_ERR_DATA;");
+    cg_line(w, "}");
+}
+
+static void c_xent_row_max(cg_writer *w, int64_t classes) {
+    cg_line(w, "float max = row[0];");
+    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)classes);
+}
+
+/* sum of exp(row[c] - max), in double */
+static void c_xent_sum_exp(cg_writer *w, int64_t classes) {
+    cg_line(w, "double sum = 0.0;");
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)classes);
+}
+
 /* Vocabulary-parallel cross-entropy (Megatron-LM): each rank holds a block of every row's
  * classes. Every rank's row maxima are gathered (the global maximum of a row is the max
  * of them), then each rank's sums of exp(logit - max) and, for the loss, the target's
@@ -143,16 +164,8 @@ static void c_xent_split_stats(cg_writer *w, const cg_xent *k, int forward) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
-    if (forward) {
-        cg_line(w, "int32_t target = %s[r];", k->targets);
-        cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->all_classes);
-        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
-                k->where, (long long)k->all_classes);
-        cg_line(w, "    return DMRT_ERR_DATA;");
-        cg_line(w, "}");
-    }
-    cg_line(w, "float max = row[0];");
-    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", classes);
+    if (forward) c_xent_target_check(w, k);
+    c_xent_row_max(w, k->classes);
     cg_line(w, "maxima[(int64_t)%s * %lld + r] = max;", k->coord, rows);
     w->indent--;
     cg_line(w, "}");
@@ -166,8 +179,7 @@ static void c_xent_split_stats(cg_writer *w, const cg_xent *k, int forward) {
     cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = maxima[j * %lld + r] > max ? maxima[j * %lld + r] : max;",
             (long long)k->comm_size, rows, rows);
     cg_line(w, "row_max[r] = max;");
-    cg_line(w, "double sum = 0.0;");
-    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", classes);
+    c_xent_sum_exp(w, k->classes);
     cg_line(w, "sums[r] = (float)sum;");
     if (forward) {
         cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
@@ -225,16 +237,9 @@ static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
-    cg_line(w, "int32_t target = %s[r];", k->targets);
-    cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->classes);
-    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
-            k->where, (long long)k->classes);
-    cg_line(w, "    return DMRT_ERR_DATA;");
-    cg_line(w, "}");
-    cg_line(w, "float max = row[0];");
-    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)k->classes);
-    cg_line(w, "double sum = 0.0;");
-    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)k->classes);
+    c_xent_target_check(w, k);
+    c_xent_row_max(w, k->classes);
+    c_xent_sum_exp(w, k->classes);
     cg_line(w, "total += log(sum) + (double)max - (double)row[target];");
     w->indent--;
     cg_line(w, "}");
@@ -252,10 +257,8 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
     cg_line(w, "float *drow = %s + r * %lld;", k->out, (long long)k->classes);
-    cg_line(w, "float max = row[0];");
-    cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)k->classes);
-    cg_line(w, "double sum = 0.0;");
-    cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)k->classes);
+    c_xent_row_max(w, k->classes);
+    c_xent_sum_exp(w, k->classes);
     cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->mean_rows);
     cg_line(w, "for (int64_t c = 0; c < %lld; c++)", (long long)k->classes);
     cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;");

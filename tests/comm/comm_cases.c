@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int case_fail(const dmrt_rank *r, const char *file, int line, const char *fmt, ...) {
     char msg[1024];
@@ -51,6 +52,19 @@ int case_same(const dmrt_rank *r, const char *what, const float *got, const floa
     }
     return 0;
 }
+
+double case_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void case_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+int case_has(const char *msg, const char *needle) { return strstr(msg, needle) != NULL; }
 
 static float *alloc_floats(int64_t n) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof(float));

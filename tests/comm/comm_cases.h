@@ -27,6 +27,11 @@ int case_fail(const dmrt_rank *r, const char *file, int line, const char *fmt, .
 #define CASE_EXPECT(r, cond, ...) \
     ((cond) ? 0 : case_fail((r), __FILE__, __LINE__, __VA_ARGS__))
 
+/* Monotonic seconds; sleeping s seconds; whether msg contains needle. */
+double case_now(void);
+void case_sleep(double s);
+int case_has(const char *msg, const char *needle);
+
 /* Input value i of world rank `rank` under `seed`: signs and magnitudes from 2^-12 to
  * 2^12 mixed, so that a sum in another order rounds differently. */
 float case_value(uint32_t seed, int rank, int64_t i);

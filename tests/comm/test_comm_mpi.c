@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct test_state {
     const char *mode;
@@ -23,22 +22,9 @@ typedef struct test_state {
     int failures;
 } test_state;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static int has(const char *msg, const char *needle) { return strstr(msg, needle) != NULL; }
-
 #define EXPECT(t, r, cond, ...) ((t)->failures += CASE_EXPECT(r, cond, __VA_ARGS__))
 #define EXPECT_HAS(t, r, msg, needle) \
-    EXPECT(t, r, has((msg), (needle)), "message lacks \"%s\": %s", (needle), (msg))
+    EXPECT(t, r, case_has((msg), (needle)), "message lacks \"%s\": %s", (needle), (msg))
 
 static int run_collectives(dmrt_rank *r, test_state *t) {
     dmrt_comm *w = dmrt_rank_world(r);
@@ -90,22 +76,22 @@ static int run_abort(dmrt_rank *r, test_state *t) {
         if (dmrt_allreduce_sum(w, buf, 1000, "warm-up") != 0)
             return EXPECT(t, r, 0, "%s", dmrt_rank_error(r)), 1;
     if (t->rank == 1) {
-        sleep_s(0.3);
+        case_sleep(0.3);
         dmrt_rank_abort(r, "loss is NaN at step 7");
         EXPECT(t, r, dmrt_barrier(w, NULL) == DMRT_ERR_COMM, "barrier after abort");
         return 42;
     }
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_allreduce_sum(w, buf, 1000, "allreduce of fc2.weight.grad");
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT(t, r, rc == DMRT_ERR_COMM, "allreduce without rank 1 returned %d", rc);
     EXPECT_HAS(t, r, dmrt_rank_error(r), "allreduce of fc2.weight.grad on axis world at step 7: rank 1 failed: loss is NaN at step 7");
     EXPECT(t, r, took < 1.5, "noticed after %.2f s", took);
     printf("rank %d noticed rank 1's abort after %.3f s\n", t->rank, took - 0.3 > 0 ? took - 0.3 : 0);
-    t0 = now_s();
+    t0 = case_now();
     EXPECT(t, r, dmrt_barrier(w, "next barrier") == DMRT_ERR_COMM, "barrier after the abort");
     EXPECT_HAS(t, r, dmrt_rank_error(r), "next barrier on axis world at step 7: rank 1 failed: loss is NaN");
-    EXPECT(t, r, now_s() - t0 < 0.1, "later call took %.2f s", now_s() - t0);
+    EXPECT(t, r, case_now() - t0 < 0.1, "later call took %.2f s", case_now() - t0);
     return rc;
 }
 
@@ -114,10 +100,10 @@ static int run_timeout(dmrt_rank *r, test_state *t) {
     dmrt_rank_set_step(r, 5);
     float g[100];
     case_fill(g, 100, 9, t->rank);
-    if (t->rank == t->size - 1) sleep_s(2.5);  /* late by more than the deadline */
-    double t0 = now_s();
+    if (t->rank == t->size - 1) case_sleep(2.5);  /* late by more than the deadline */
+    double t0 = case_now();
     int rc = dmrt_allreduce_sum(dmrt_rank_world(r), g, 100, "allreduce of fc1.weight.grad (mlp.dm:21)");
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT(t, r, rc == DMRT_ERR_COMM, "allreduce returned %d", rc);
     if (t->rank == t->size - 1) {
         /* By now the others have given up and said so: it fails at once. */
@@ -134,11 +120,11 @@ static int run_timeout(dmrt_rank *r, test_state *t) {
 static int run_returns(dmrt_rank *r, test_state *t) {
     if (t->rank == 1) return 7;
     dmrt_rank_set_timeout(r, 30);
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_barrier(dmrt_rank_world(r), "barrier of the epoch");
     EXPECT(t, r, rc == DMRT_ERR_COMM, "barrier returned %d", rc);
     EXPECT_HAS(t, r, dmrt_rank_error(r), "barrier of the epoch on axis world: rank 1 failed: its main function returned 7");
-    EXPECT(t, r, now_s() - t0 < 1.5, "noticed after %.2f s", now_s() - t0);
+    EXPECT(t, r, case_now() - t0 < 1.5, "noticed after %.2f s", case_now() - t0);
     return rc;
 }
 
@@ -160,9 +146,9 @@ int main(int argc, char **argv) {
     }
     test_state t = {argv[1], -1, 0, 0};
     char err[2048];
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_mpi_run(&argc, &argv, rank_main, &t, err, sizeof err);
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     const char *mode = t.mode;
     if (strcmp(mode, "collectives") == 0) {
         EXPECT(&t, NULL, rc == 0, "dmrt_mpi_run returned %d: %s", rc, err);

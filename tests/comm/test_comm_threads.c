@@ -19,31 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static atomic_int total_failures;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 #define EXPECT(cond, ...) \
     atomic_fetch_add(&total_failures, CASE_EXPECT(NULL, cond, __VA_ARGS__))
 #define EXPECT_R(r, cond, ...) \
     atomic_fetch_add(&total_failures, CASE_EXPECT(r, cond, __VA_ARGS__))
 
-/* msg contains needle. */
-static int has(const char *msg, const char *needle) { return strstr(msg, needle) != NULL; }
-
 #define EXPECT_HAS(r, msg, needle) \
-    EXPECT_R(r, has((msg), (needle)), "message lacks \"%s\": %s", (needle), (msg))
+    EXPECT_R(r, case_has((msg), (needle)), "message lacks \"%s\": %s", (needle), (msg))
 
 /* ---- collectives ------------------------------------------------------------------- */
 
@@ -74,11 +59,11 @@ static void test_collectives(void) {
     static const int ranks[] = {1, 2, 3, 4, 8};
     for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
         char err[1024];
-        double t0 = now_s();
+        double t0 = case_now();
         int rc = dmrt_threads_run(ranks[i], main_collectives, NULL, err, sizeof err);
         EXPECT(rc == 0, "%d ranks: %s", ranks[i], err);
         printf("collectives on %d ranks: %s (%.2f s)\n", ranks[i], rc ? "FAILED" : "ok",
-               now_s() - t0);
+               case_now() - t0);
     }
 }
 
@@ -146,7 +131,7 @@ static int main_determinism(dmrt_rank *r, void *arg) {
         float *buf = malloc((size_t)n * sizeof(float));
         case_fill(buf, n, 42 + (uint32_t)s, id);
         /* Different arrival orders in every run. */
-        sleep_s(1e-4 * (double)((id * 7 + d->run * 3 + s) % 8));
+        case_sleep(1e-4 * (double)((id * 7 + d->run * 3 + s) % 8));
         if (dmrt_allreduce_sum(dmrt_rank_world(r), buf, n, "determinism") != 0) {
             EXPECT_R(r, 0, "%s", dmrt_rank_error(r));
             free(buf);
@@ -300,9 +285,9 @@ static int main_returns(dmrt_rank *r, void *arg) {
         return 5;
     }
     dmrt_rank_set_timeout(r, 30);
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_barrier(dmrt_rank_world(r), "barrier of the epoch");
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT_R(r, rc == DMRT_ERR_COMM, "barrier without rank 1 returned %d", rc);
     EXPECT_R(r, took < 2.0, "took %.2f s to notice", took);
     if (mode == 2) {
@@ -366,16 +351,16 @@ static int main_timeout(dmrt_rank *r, void *arg) {
     dmrt_rank_set_step(r, 5);
     int id = dmrt_rank_id(r);
     if (id == 3) {  /* never arrives: busy elsewhere for longer than the deadline */
-        sleep_s(2.5);
+        case_sleep(2.5);
         return 0;
     }
     /* Ranks 0 and 2 form a data group without rank 3 and complete; rank 1 waits for 3. */
     float g[100];
     case_fill(g, 100, 9, id);
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_allreduce_sum(dmrt_mesh_axis(r, 0), g, 100,
                                 "allreduce of fc1.weight.grad (mlp.dm:21)");
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     if (id == 1) {
         EXPECT_R(r, rc == DMRT_ERR_COMM, "rank 1 got %d", rc);
         EXPECT_HAS(r, dmrt_rank_error(r), "rank 1: allreduce of fc1.weight.grad (mlp.dm:21) on axis data at step 5: timed out after 1 s: rank 3 did not arrive");
@@ -386,9 +371,9 @@ static int main_timeout(dmrt_rank *r, void *arg) {
     /* The others then wait for rank 1 in a world barrier; they learn of its timeout
      * promptly rather than at their own deadline. */
     dmrt_rank_set_timeout(r, 30);
-    t0 = now_s();
+    t0 = case_now();
     rc = dmrt_barrier(dmrt_rank_world(r), "barrier after the step");
-    took = now_s() - t0;
+    took = case_now() - t0;
     EXPECT_R(r, rc == DMRT_ERR_COMM, "barrier got %d", rc);
     EXPECT_HAS(r, dmrt_rank_error(r), "barrier after the step on axis world at step 5: rank 1 failed: allreduce of fc1.weight.grad (mlp.dm:21) on axis data at step 5: timed out after 1 s: rank 3 did not arrive");
     EXPECT_R(r, took < 2.0, "took %.2f s to fail", took);
@@ -399,7 +384,7 @@ static int main_recv_timeout(dmrt_rank *r, void *arg) {
     (void)arg;
     dmrt_rank_set_timeout(r, 0.5);
     if (dmrt_rank_id(r) == 1) {
-        sleep_s(1.5);
+        case_sleep(1.5);
         return 0;
     }
     float x[4];
@@ -411,9 +396,9 @@ static int main_recv_timeout(dmrt_rank *r, void *arg) {
 
 static void test_timeout(void) {
     char err[1024];
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_threads_run(4, main_timeout, NULL, err, sizeof err);
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT(rc == DMRT_ERR_COMM, "timeout run returned %d: %s", rc, err);
     EXPECT_HAS(NULL, err, "rank 1 failed: allreduce of fc1.weight.grad (mlp.dm:21) on axis data at step 5: timed out after 1 s: rank 3 did not arrive (status 6); also failed: ranks 0, 2");
     EXPECT(took < 4.0, "timeout run took %.2f s", took);
@@ -437,7 +422,7 @@ static int main_abort(dmrt_rank *r, void *arg) {
     for (int i = 0; i < 5; i++)
         if (dmrt_allreduce_sum(w, buf, 1000, "warm-up") != 0) return EXPECT_R(r, 0, "%s", dmrt_rank_error(r));
     if (id == 2) {
-        sleep_s(0.3);
+        case_sleep(0.3);
         dmrt_rank_abort(r, "loss is NaN at step 7");
         EXPECT_HAS(r, dmrt_rank_error(r), "rank 2 failed: loss is NaN at step 7");
         /* Its own later calls fail at once. */
@@ -445,19 +430,19 @@ static int main_abort(dmrt_rank *r, void *arg) {
         EXPECT_HAS(r, dmrt_rank_error(r), "this rank failed before: loss is NaN at step 7");
         return 42;
     }
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = id == 3 ? dmrt_recv(w, 2, buf, 10, "recv of activations")
                      : dmrt_allreduce_sum(w, buf, 1000, "allreduce of fc2.weight.grad");
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT_R(r, rc == DMRT_ERR_COMM, "rank %d got %d", id, rc);
     EXPECT_HAS(r, dmrt_rank_error(r), "at step 7: rank 2 failed: loss is NaN at step 7");
     EXPECT_R(r, took < 1.5, "rank %d noticed after %.2f s", id, took);
     printf("rank %d noticed rank 2's abort after %.4f s\n", id, took > 0.3 ? took - 0.3 : 0);
     /* Later calls fail at once with the same message. */
-    t0 = now_s();
+    t0 = case_now();
     EXPECT_R(r, dmrt_barrier(w, "next barrier") == DMRT_ERR_COMM, "barrier after the abort");
     EXPECT_HAS(r, dmrt_rank_error(r), "next barrier on axis world at step 7: rank 2 failed: loss is NaN");
-    EXPECT_R(r, now_s() - t0 < 0.1, "later call took %.2f s", now_s() - t0);
+    EXPECT_R(r, case_now() - t0 < 0.1, "later call took %.2f s", case_now() - t0);
     return rc;
 }
 
@@ -471,15 +456,15 @@ static int main_abort_started(dmrt_rank *r, void *arg) {
     static float bufs[4][100000];
     float *buf = bufs[dmrt_rank_id(r)];
     if (dmrt_rank_id(r) == 1) {
-        sleep_s(0.3);
+        case_sleep(0.3);
         dmrt_rank_abort(r, "out of memory in the backward pass");
         return 5;
     }
-    double t0 = now_s();
+    double t0 = case_now();
     EXPECT_R(r, dmrt_allreduce_start(w, buf, 100000, "allreduce of the gradients a .. b (2)") == 0, "start: %s",
              dmrt_rank_error(r));
     int rc = dmrt_comm_wait(w);
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT_R(r, rc == DMRT_ERR_COMM, "wait returned %d", rc);
     EXPECT_HAS(r, dmrt_rank_error(r), "allreduce of the gradients a .. b (2) on axis world at step 3: rank 1 failed: out of memory");
     EXPECT_R(r, took < 1.5, "noticed after %.2f s", took);
@@ -488,16 +473,16 @@ static int main_abort_started(dmrt_rank *r, void *arg) {
 
 static void test_abort(void) {
     char err[1024];
-    double t0 = now_s();
+    double t0 = case_now();
     int rc = dmrt_threads_run(4, main_abort, NULL, err, sizeof err);
-    double took = now_s() - t0;
+    double took = case_now() - t0;
     EXPECT(rc == 42, "abort run returned %d: %s", rc, err);
     EXPECT_HAS(NULL, err, "rank 2 failed: loss is NaN at step 7 (status 42); also failed: ranks 0, 1, 3");
     EXPECT(took < 2.0, "abort run took %.2f s", took);
     printf("abort: %s (%.2f s)\n", err, took);
-    t0 = now_s();
+    t0 = case_now();
     rc = dmrt_threads_run(3, main_abort_started, NULL, err, sizeof err);
-    took = now_s() - t0;
+    took = case_now() - t0;
     EXPECT(rc == 5, "abort with started calls returned %d: %s", rc, err);
     EXPECT_HAS(NULL, err, "rank 1 failed: out of memory in the backward pass (status 5)");
     EXPECT(took < 2.0, "abort with started calls took %.2f s", took);
@@ -550,11 +535,11 @@ static void test_stress(void) {
     for (int i = 0; i < 4; i++) {
         char err[1024];
         stress_arg a = {iters[i], 0};
-        double t0 = now_s();
+        double t0 = case_now();
         int rc = dmrt_threads_run(ranks[i], main_stress, &a, err, sizeof err);
         EXPECT(rc == 0, "%d ranks: %s", ranks[i], err);
         printf("stress: %d back-to-back collectives on %d ranks: %s (%.2f s)\n", iters[i], ranks[i],
-               rc ? "FAILED" : "ok", now_s() - t0);
+               rc ? "FAILED" : "ok", case_now() - t0);
     }
     stress_arg mesh = {1200, 1};
     char err[1024];
