@@ -22,15 +22,9 @@ enum { B = LM_BATCH, T = LM_LEN, V = LM_VOCAB };
 static const char *exe; /* bytelm_train */
 static char dir[4096];  /* scratch directory of this run */
 
-typedef struct run_out {
-    int status;
-    char *out, *err;
-    size_t out_size;
-} run_out;
-
 /* Runs bytelm_train VARIANT CORPUS LOG with the NULL-terminated trainer options. */
-static run_out trainer(const char *variant, const char *corpus, const char *log,
-                       const char **args) {
+static tu_output trainer(const char *variant, const char *corpus, const char *log,
+                         const char **args) {
     char *argv[64];
     int n = 0;
     argv[n++] = (char *)exe;
@@ -39,21 +33,7 @@ static run_out trainer(const char *variant, const char *corpus, const char *log,
     argv[n++] = (char *)log;
     for (; *args && n < 62; args++) argv[n++] = (char *)*args;
     argv[n] = NULL;
-    char op[4096], ep[4096];
-    tu_path(op, sizeof op, dir, "stdout.txt");
-    tu_path(ep, sizeof ep, dir, "stderr.txt");
-    run_out r;
-    r.status = tu_run(argv, op, ep);
-    r.out = tu_read(op, &r.out_size);
-    r.err = tu_read(ep, NULL);
-    if (!r.out) r.out = calloc(1, 1), r.out_size = 0;
-    if (!r.err) r.err = calloc(1, 1);
-    return r;
-}
-
-static void run_free(run_out *r) {
-    free(r->out);
-    free(r->err);
+    return tu_run_capture(argv, dir);
 }
 
 static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
@@ -204,7 +184,7 @@ static size_t expected_sample(const char *prompt, int n, float temperature, int 
 }
 
 /* The bytes after the line "sample:" (NULL if there is none); their count in *len. */
-static const unsigned char *sample_of(const run_out *r, size_t *len) {
+static const unsigned char *sample_of(const tu_output *r, size_t *len) {
     const char *s = strstr(r->out, "sample:\n");
     if (!s || (s != r->out && s[-1] != '\n')) return NULL;
     s += strlen("sample:\n");
@@ -231,7 +211,7 @@ static int test_training(void) {
 
     const char *a1[] = {"--data", spec, "--steps", "1000", "--eval-every", "250", "--seed", "5",
                         "--quiet", NULL};
-    run_out r = trainer("lm", all, log, a1);
+    tu_output r = trainer("lm", all, log, a1);
     CHECK(r.status == 0, "status %d: %s", r.status, r.err);
     CHECK(count_steps(r.out) == 1000, "%d step lines", count_steps(r.out));
     CHECK(count_lines(r.out, "step 250 val loss ") == 1 &&
@@ -243,7 +223,7 @@ static int test_training(void) {
     const char *trained = strstr(r.out, "\ntrained 1000 steps in ");
     CHECK(val && trained && val < trained && !strstr(trained + 1, "\n" "step "),
           "want the step lines, then 'val loss', then 'trained':\n%s", r.out);
-    run_free(&r);
+    tu_output_free(&r);
 
     lm_log *lg = malloc(sizeof *lg);
     read_log(log, lg);
@@ -282,12 +262,12 @@ static int test_training(void) {
     snprintf(note, sizeof note, "a.txt (100 bytes), %s/b.txt (200 bytes): 300 bytes, 270 for "
              "training, 30 for validation (3 windows); batch 3 x 8, 11 steps/epoch, 11 steps", dir);
     CHECK(contains(r.err, note), "stderr lacks \"%s\": %s", note, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     const char *a3[] = {"--data", spec, "--epochs", "2", "--quiet", NULL};
     r = trainer("lm", all, "-", a3);
     CHECK(r.status == 0 && count_steps(r.out) == 22, "--epochs 2: status %d, %d steps", r.status,
           count_steps(r.out));
-    run_free(&r);
+    tu_output_free(&r);
 
     /* the files in the other order make another corpus: windows the fake does not know */
     char swapped[16384];
@@ -296,7 +276,7 @@ static int test_training(void) {
     r = trainer("lm", all, "-", a4);
     CHECK(r.status == 1 && contains(r.err, "is not a window of the training part"),
           "files swapped: status %d: %s", r.status, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     free(lg);
     free(c);
     return fails;
@@ -317,7 +297,7 @@ static int test_validation(void) {
         tu_path(all, sizeof all, dir, "all.txt");
         tu_path(log, sizeof log, dir, "log.txt");
         const char *args[] = {"--data", spec, "--steps", "5", "--quiet", NULL};
-        run_out r = trainer("lm", all, log, args);
+        tu_output r = trainer("lm", all, log, args);
         CHECK(r.status == 0, "corpus of %lld: status %d: %s", (long long)size, r.status, r.err);
         double want = expected_val_loss(c, size), got = final_val_loss(r.out);
         CHECK(fabs(got - want) <= 1e-6 * want, "corpus of %lld: val loss %.9g, want %.9g",
@@ -339,7 +319,7 @@ static int test_validation(void) {
                 CHECK(lg->train[s][0] == 0 && lg->train[s][1] == 0 && lg->train[s][2] == 0,
                       "smallest corpus: a window not at offset 0");
         free(lg);
-        run_free(&r);
+        tu_output_free(&r);
         free(c);
     }
     return fails;
@@ -371,7 +351,7 @@ static int test_sampling(void) {
         if (cases[i].prompt) args[k++] = "--prompt", args[k++] = cases[i].prompt;
         if (cases[i].temperature) args[k++] = "--temperature", args[k++] = cases[i].temperature;
         if (cases[i].top_k) args[k++] = "--top-k", args[k++] = cases[i].top_k;
-        run_out r = trainer("lm", "-", "-", args);
+        tu_output r = trainer("lm", "-", "-", args);
         CHECK(r.status == 0, "case %zu: status %d: %s", i, r.status, r.err);
         CHECK(strncmp(r.out, "trained 0 steps in ", 19) == 0, "case %zu: stdout starts %.40s", i,
               r.out);
@@ -408,7 +388,7 @@ static int test_sampling(void) {
         if (temperature == 0.0f || top_k == 1)
             CHECK(second + third == 0, "case %zu: greedy sampling took another byte", i);
         if (top_k == 2) CHECK(third == 0, "case %zu: top-k 2 sampled the third byte", i);
-        run_free(&r);
+        tu_output_free(&r);
     }
     return fails;
 }
@@ -420,9 +400,9 @@ static int test_init(void) {
     tu_path(params, sizeof params, dir, "params.safetensors");
     const char *a1[] = {"--steps", "0", "--sample", "0", "--seed", "42", "--save", params,
                         "--quiet", NULL};
-    run_out r = trainer("lm", "-", "-", a1);
+    tu_output r = trainer("lm", "-", "-", a1);
     CHECK(r.status == 0 && tu_exists(params), "save: status %d: %s", r.status, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     const char *a2[] = {"--init", params, "--steps", "0", "--sample", "3", "--temperature", "0",
                         "--prompt", "x", NULL};
     r = trainer("lm", "-", "-", a2);
@@ -433,7 +413,7 @@ static int test_init(void) {
           "--init and sample: status %d: %s", r.status, r.err);
     CHECK(contains(r.err, "no data (sampling only), 0 steps; then a sample of 3 bytes"),
           "summary: %s", r.err);
-    run_free(&r);
+    tu_output_free(&r);
 
     unsigned char *c = make_corpus(100, 9);
     const char *names[] = {"c.txt"};
@@ -446,7 +426,7 @@ static int test_init(void) {
     CHECK(r.status == 0 && count_steps(r.out) == 0 &&
               fabs(final_val_loss(r.out) - expected_val_loss(c, size)) < 1e-4,
           "--steps 0 with a corpus: status %d\n%s%s", r.status, r.out, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     free(c);
     return fails;
 }
@@ -516,7 +496,7 @@ static int test_errors(void) {
         {"lm", {"--top-k", "5", "--data", s_two}, 2, "--top-k only applies with --sample N", "usage:"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_out r = trainer(cases[i].variant, "-", "-", cases[i].args);
+        tu_output r = trainer(cases[i].variant, "-", "-", cases[i].args);
         CHECK(r.status == cases[i].status, "case %zu (%s): status %d, want %d: %s", i,
               cases[i].phrase, r.status, cases[i].status, r.err);
         CHECK(contains(r.err, cases[i].phrase) &&
@@ -524,18 +504,18 @@ static int test_errors(void) {
               "case %zu: stderr lacks \"%s\" / \"%s\":\n%s", i, cases[i].phrase,
               cases[i].phrase2 ? cases[i].phrase2 : "", r.err);
         CHECK(r.out[0] == '\0', "case %zu: an error wrote to stdout: %s", i, r.out);
-        run_free(&r);
+        tu_output_free(&r);
     }
 
     const char *help[] = {"--help", NULL};
-    run_out r = trainer("lm", "-", "-", help);
+    tu_output r = trainer("lm", "-", "-", help);
     static const char *const opts[] = {"--data text:FILE[,FILE...]", "--eval-every N",
                                        "--sample N", "--prompt TEXT", "--temperature X",
                                        "--top-k K", "val loss", "sample:"};
     CHECK(r.status == 0, "--help: status %d", r.status);
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         CHECK(contains(r.out, opts[i]), "--help does not mention %s", opts[i]);
-    run_free(&r);
+    tu_output_free(&r);
     return fails;
 }
 

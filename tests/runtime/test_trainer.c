@@ -17,34 +17,15 @@
 #define SKIP 77
 enum { S = 3, B = 8, D = 4, C = 3 }; /* batch file slices; softmax_small's shapes */
 
-typedef struct run_out {
-    int status;
-    char *out, *err;
-} run_out;
-
 /* Runs the trainer with NULL-terminated args after the model name. */
-static run_out trainer(const char *exe, const char *dir, const char *model, const char **args) {
+static tu_output trainer(const char *exe, const char *dir, const char *model, const char **args) {
     char *argv[64];
     int n = 0;
     argv[n++] = (char *)exe;
     argv[n++] = (char *)model;
     for (; *args && n < 62; args++) argv[n++] = (char *)*args;
     argv[n] = NULL;
-    char op[4096], ep[4096];
-    tu_path(op, sizeof op, dir, "stdout.txt");
-    tu_path(ep, sizeof ep, dir, "stderr.txt");
-    run_out r;
-    r.status = tu_run(argv, op, ep);
-    r.out = tu_read(op, NULL);
-    r.err = tu_read(ep, NULL);
-    if (!r.out) r.out = calloc(1, 1);
-    if (!r.err) r.err = calloc(1, 1);
-    return r;
-}
-
-static void run_free(run_out *r) {
-    free(r->out);
-    free(r->err);
+    return tu_run_capture(argv, dir);
 }
 
 /* Losses of the "step N loss V" lines, in order; returns how many (-1 if a line is
@@ -129,14 +110,14 @@ static int test_batch(const char *exe, const char *dir) {
     /* 5 steps cycle through the 3 slices: 0 1 2 0 1 */
     const char *a1[] = {"--batch-file", bpath, "--steps", "5", "--seed", "7", "--save", save,
                         "--dump-grads", grads, "--quiet", NULL};
-    run_out r = trainer(exe, dir, "small", a1);
+    tu_output r = trainer(exe, dir, "small", a1);
     CHECK(r.status == 0, "status %d, stderr: %s", r.status, r.err);
     float got[16];
     int n = step_losses(r.out, got, 16);
     CHECK(n == 5, "%d step lines in:\n%s", n, r.out);
     CHECK(contains(r.out, "\ntrained 5 steps in "), "no summary line in:\n%s", r.out);
     CHECK(r.err[0] == '\0', "--quiet run wrote to stderr: %s", r.err);
-    run_free(&r);
+    tu_output_free(&r);
 
     /* the same in-process */
     void *ctx = m->create(7, err, sizeof err);
@@ -170,7 +151,7 @@ static int test_batch(const char *exe, const char *dir) {
         n = step_losses(r.out, got, 16);
         CHECK(r.status == 0 && n == lim[i].steps, "limits case %zu: status %d, %d steps", i,
               r.status, n);
-        run_free(&r);
+        tu_output_free(&r);
     }
 
     /* --init then --steps 0 --save: the same parameters */
@@ -185,7 +166,7 @@ static int test_batch(const char *exe, const char *dir) {
     free(f2);
     CHECK(contains(r.err, "model 'softmax_small'"), "no summary on stderr without --quiet: %s",
           r.err);
-    run_free(&r);
+    tu_output_free(&r);
 
     /* usage errors: exit 2, message and usage on stderr */
     struct {
@@ -206,13 +187,13 @@ static int test_batch(const char *exe, const char *dir) {
         CHECK(contains(r.err, usage[i].phrase) && contains(r.err, "usage:"),
               "stderr lacks \"%s\" or the usage: %s", usage[i].phrase, r.err);
         CHECK(r.out[0] == '\0', "usage error wrote to stdout: %s", r.out);
-        run_free(&r);
+        tu_output_free(&r);
     }
     const char *none[] = {NULL};
     r = trainer(exe, dir, "small", none);
     CHECK(r.status == 2 && contains(r.err, "pass --batch-file"),
           "no data: status %d: %s", r.status, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     const char *help[] = {"--help", NULL};
     r = trainer(exe, dir, "small", help);
     CHECK(r.status == 0, "--help status %d", r.status);
@@ -221,7 +202,7 @@ static int test_batch(const char *exe, const char *dir) {
                                        "--quiet", "--help"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         CHECK(contains(r.out, opts[i]), "--help does not mention %s", opts[i]);
-    run_free(&r);
+    tu_output_free(&r);
 
     /* runtime errors: exit 1, message naming the file */
     const dmrt_tensor_desc xd_shape = {.name = "x", .dtype = DMRT_F32, .rank = 3, .shape = {S, B, D + 1}, .numel = S * B * (D + 1)};
@@ -246,7 +227,7 @@ static int test_batch(const char *exe, const char *dir) {
         CHECK(r.status == 1, "%s: status %d", rt[i].phrase, r.status);
         CHECK(contains(r.err, rt[i].phrase), "stderr lacks \"%s\": %s", rt[i].phrase, r.err);
         if (rt[i].bad_label < 0) CHECK(contains(r.err, bad), "stderr does not name %s", bad);
-        run_free(&r);
+        tu_output_free(&r);
     }
     char nodir[4096];
     tu_path(nodir, sizeof nodir, dir, "nodir/out.safetensors");
@@ -254,13 +235,13 @@ static int test_batch(const char *exe, const char *dir) {
     r = trainer(exe, dir, "small", a3);
     CHECK(r.status == 1 && contains(r.err, nodir), "--save into a missing directory: %d %s",
           r.status, r.err);
-    run_free(&r);
+    tu_output_free(&r);
     const char *a4[] = {"--batch-file", bpath, "--init", nodir, "--quiet", NULL};
     r = trainer(exe, dir, "small", a4);
     CHECK(r.status == 1 && contains(r.err, nodir) && contains(r.err, "cannot open"),
           "--init of a missing file: %d %s", r.status, r.err);
     CHECK(step_losses(r.out, got, 16) == 0, "trained despite a bad --init");
-    run_free(&r);
+    tu_output_free(&r);
     return fails;
 }
 
@@ -281,7 +262,7 @@ static int test_mnist(const char *exe, const char *dir) {
         return SKIP;
     }
     const char *args[] = {"--epochs", "1", "--seed", "1", "--quiet", NULL};
-    run_out r = trainer(exe, dir, "mnist", args);
+    tu_output r = trainer(exe, dir, "mnist", args);
     CHECK(r.status == 0, "status %d: %s", r.status, r.err);
     float got[4];
     int n = step_losses(r.out, got, 4);
@@ -292,7 +273,7 @@ static int test_mnist(const char *exe, const char *dir) {
     CHECK(acc > 0.75 && acc < 1.0, "test accuracy %g", acc);
     CHECK(contains(r.out, "\ntrained 600 steps in "), "no summary");
     fprintf(stderr, "fashion-mnist softmax regression, 1 epoch: test accuracy %.4f\n", acc);
-    run_free(&r);
+    tu_output_free(&r);
     return fails;
 }
 
@@ -329,7 +310,7 @@ static int test_tiny(const char *exe, const char *dir) {
 
     const char *a0[] = {"--data", "fashion-mnist", "--data-dir", dir, "--steps", "0", "--seed",
                         "11", "--quiet", NULL};
-    run_out o = trainer(exe, dir, "mnist", a0);
+    tu_output o = trainer(exe, dir, "mnist", a0);
     CHECK(o.status == 0, "status %d: %s", o.status, o.err);
     double acc = parse_acc(o.out, "test accuracy ");
     /* the same directly: argmax of W x + b with the initial parameters */
@@ -352,7 +333,7 @@ static int test_tiny(const char *exe, const char *dir) {
     double want = correct / (double)NTE;
     /* allow one example of disagreement from rounding near ties */
     CHECK(fabs(acc - want) <= 1.0 / NTE + 1e-4, "test accuracy %g, direct %g", acc, want);
-    run_free(&o);
+    tu_output_free(&o);
 
     /* 2 steps per epoch; 5 steps = epochs of 2, 2, 1: two epoch lines, then the final */
     const char *a1[] = {"--data-dir", dir, "--steps", "5", "--quiet", NULL};
@@ -363,14 +344,14 @@ static int test_tiny(const char *exe, const char *dir) {
     CHECK(contains(o.out, "\nepoch 1 test accuracy ") && contains(o.out, "\nepoch 2 test accuracy ") &&
               !contains(o.out, "epoch 3") && parse_acc(o.out, "test accuracy ") >= 0.0,
           "epoch lines:\n%s", o.out);
-    run_free(&o);
+    tu_output_free(&o);
 
     /* a broken data set names the file */
     write_idx_gz(tu_path(p, sizeof p, dir, "t10k-labels-idx1-ubyte.gz"), 0x801u, NTE - 1, lab);
     o = trainer(exe, dir, "mnist", a1);
     CHECK(o.status == 1 && contains(o.err, "has 150 images but t10k-labels-idx1-ubyte.gz has 149"),
           "mismatched test set: status %d: %s", o.status, o.err);
-    run_free(&o);
+    tu_output_free(&o);
     free(img);
     return fails;
 }

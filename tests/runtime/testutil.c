@@ -97,3 +97,21 @@ int tu_run(char *const *argv, const char *out_path, const char *err_path) {
     if (waitpid(pid, &st, 0) != pid) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+tu_output tu_run_capture(char *const *argv, const char *dir) {
+    char op[4096], ep[4096];
+    tu_path(op, sizeof op, dir, "stdout.txt");
+    tu_path(ep, sizeof ep, dir, "stderr.txt");
+    tu_output o = {0};
+    o.status = tu_run(argv, op, ep);
+    o.out = tu_read(op, &o.out_size);
+    o.err = tu_read(ep, NULL);
+    if (!o.out) o.out = calloc(1, 1), o.out_size = 0;
+    if (!o.err) o.err = calloc(1, 1);
+    return o;
+}
+
+void tu_output_free(tu_output *o) {
+    free(o->out);
+    free(o->err);
+}

@@ -19,4 +19,14 @@ int tu_count_tmp(const char *dir);
 /* Runs argv[0] with argv, stdout and stderr into the given files; exit status, or -1. */
 int tu_run(char *const *argv, const char *out_path, const char *err_path);
 
+/* What a run printed. out and err are never NULL (empty when unreadable). */
+typedef struct tu_output {
+    int status;         /* exit status, or -1 */
+    char *out, *err;    /* malloc'd, NUL-terminated */
+    size_t out_size;    /* bytes of out (it may hold NULs) */
+} tu_output;
+/* tu_run with stdout and stderr into DIR/stdout.txt and DIR/stderr.txt, read back. */
+tu_output tu_run_capture(char *const *argv, const char *dir);
+void tu_output_free(tu_output *o);
+
 #endif
