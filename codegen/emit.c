@@ -428,7 +428,7 @@ static void emit_loss(emitter *E, const ir_value *v, int grad) {
     /* the mean is over every rank's rows: split rows leave a pending sum of shares */
     k.mean_rows = ir_numel(&V(E, v->operands[0])->type) / V(E, v->operands[0])->type.shape[logits->rank - 1];
     k.all_classes = k.classes;
-    int class_axis = V(E, v->operands[0])->type.split[logits->rank - 1];
+    int class_axis = ir_class_split_axis(E->g, v);
     char comm[48], coord[48];
     if (class_axis != IR_REPLICATED) {
         snprintf(comm, sizeof comm, "ctx->comm[%d]", class_axis);
@@ -663,13 +663,12 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
     cg_line(&E->w, "    return comm_failed(ctx);");
 }
 
-/* In the backward pass: the buckets complete after value id start reducing. */
-static void emit_bucket_starts(emitter *E, int id) {
-    for (int lead = 0; lead < E->g->n_values; lead++) {
-        if (E->bucket_ready[lead] != id) continue;
-        cg_line(&E->w, "/* every gradient of this bucket is complete: reduce it while the pass goes on */");
-        emit_bucket(E, V(E, lead));
-    }
+/* In the backward pass, after value id: the bucket it completes (start_after: lead by
+ * value, from bucket_ready) starts reducing. */
+static void emit_bucket_start(emitter *E, const int *start_after, int id) {
+    if (start_after[id] < 0) return;
+    cg_line(&E->w, "/* every gradient of this bucket is complete: reduce it while the pass goes on */");
+    emit_bucket(E, V(E, start_after[id]));
 }
 
 /* At the end of the backward pass: the started buckets, done (once per axis). */
@@ -695,12 +694,11 @@ static int64_t scratch_need(const emitter *E) {
         if (v->op == OP_ALLGATHER) n = ir_numel(T(E, id));
         else if (v->op == OP_REDUCE_SCATTER) n = ir_numel(T(E, v->operands[0]));
         else if (v->op == OP_ALLTOALL) n = 2 * ir_numel(T(E, id));
-        else if ((v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) &&
-                 V(E, v->operands[0])->type.split[T(E, v->operands[0])->rank - 1] != IR_REPLICATED) {
+        else if (ir_class_split_axis(E->g, v) != IR_REPLICATED) {
             /* row maxima of every rank, then the global maxima, sums and target logits */
             const ir_type *logits = T(E, v->operands[0]);
             int64_t rows = ir_numel(logits) / logits->shape[logits->rank - 1];
-            n = (axis_size(E, V(E, v->operands[0])->type.split[logits->rank - 1]) + 3) * rows;
+            n = (axis_size(E, ir_class_split_axis(E->g, v)) + 3) * rows;
         }
         if (n > need) need = n;
     }
@@ -852,10 +850,17 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     declare_buffers(E, used);
+    /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
+    int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!start_after) abort();
+    for (int i = 0; i < g->n_values; i++) start_after[i] = -1;
+    for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
+        if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
     for (int i = 0; i < g->n_values; i++) {
         if (V(E, i)->phase == phase) emit_op(E, V(E, i));
-        if (phase == PHASE_BACKWARD) emit_bucket_starts(E, i);
+        emit_bucket_start(E, start_after, i);
     }
+    free(start_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     cg_line(&E->w, "return DMRT_OK;");
     E->w.indent--;

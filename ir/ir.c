@@ -47,6 +47,12 @@ int64_t ir_mesh_ranks(const ir_graph *g) {
     return n;
 }
 
+int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
+    if (v->op != OP_CROSS_ENTROPY && v->op != OP_CROSS_ENTROPY_GRAD) return IR_REPLICATED;
+    const ir_type *logits = &g->values[v->operands[0]]->type;
+    return logits->split[logits->rank - 1];
+}
+
 int ir_is_partitioned(const ir_graph *g) {
     for (int i = 0; i < g->n_values; i++) {
         const ir_type *t = &g->values[i]->type;

@@ -183,6 +183,9 @@ int64_t ir_local_numel(const struct ir_graph *g, const ir_type *t);
 int64_t ir_mesh_ranks(const struct ir_graph *g);
 /* Whether any value is split or has a pending sum (the program runs partitioned). */
 int ir_is_partitioned(const struct ir_graph *g);
+/* For cross-entropy or its gradient over logits whose classes (last dim) are split: the
+ * mesh axis splitting them, the op then running vocabulary-parallel; else IR_REPLICATED. */
+int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
 
 /* Appends a value with the given operands; the type is left for the shape rules
  * (passes/shapes.c) unless the caller sets it. */

@@ -42,13 +42,12 @@ static void list_values(const ir_graph *g, const char *title, const int *ids, in
     }
 }
 
+/* Listed collectives are collective ops, or cross-entropies over split classes. */
 static int is_split_cross_entropy(const ir_value *c) { return c->op == OP_CROSS_ENTROPY || c->op == OP_CROSS_ENTROPY_GRAD; }
 
 /* The mesh axis a collective communicates over (a split cross-entropy: its classes'). */
 static int collective_axis(const ir_graph *g, const ir_value *c) {
-    if (!is_split_cross_entropy(c)) return c->mesh_axis;
-    const ir_type *logits = &g->values[c->operands[0]]->type;
-    return logits->split[logits->rank - 1];
+    return is_split_cross_entropy(c) ? ir_class_split_axis(g, c) : c->mesh_axis;
 }
 
 /* "allreduce(data)", "allgather(tensor, dim 1)" */

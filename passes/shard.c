@@ -363,20 +363,14 @@ static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
     if (!same_sharding(&D->want[0], a) || !same_sharding(&D->want[1], b)) D->reason = "matmul operands sharded differently";
 }
 
-/* Whether v is cross-entropy (or its gradient) over logits whose classes are split: the
- * op then runs vocabulary-parallel (Megatron-LM), exchanging per-row maxima and sums
- * inside the op instead of gathering the logits. */
-static int split_classes(const ir_value *v, const ir_type *logits) {
-    return (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) && logits->split[logits->rank - 1] != IR_REPLICATED;
-}
-
 /* Ops along one dim (softmax, masks, layernorm, cross-entropy): that dim must be whole
  * and no sum pending; the others keep their split. Cross-entropy's classes may stay
- * split (split_classes). */
+ * split: it then runs vocabulary-parallel (Megatron-LM), exchanging per-row maxima and
+ * sums inside the op instead of gathering the logits (ir_class_split_axis). */
 static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *x = operand(S, v, 0);
     int whole_from = x->rank - 1, whole_to = x->rank - 1;
-    if (split_classes(v, x)) whole_from = whole_to = x->rank; /* none */
+    if (ir_class_split_axis(S->g, v) != IR_REPLICATED) whole_from = whole_to = x->rank; /* none */
     if (v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD) whole_from = whole_to = v->axis;
     if (v->op == OP_CAUSAL_MASK || v->causal) whole_from = x->rank - 2; /* query positions matter */
     for (int k = 0; k < v->n_operands; k++) {
@@ -534,7 +528,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
         for (int k = 0; k < v->type.rank; k++) v->type.split[k] = D.res.split[k];
         ir_append_value(g, v);
         cache_room(&S);
-        if (v->n_operands && split_classes(v, &V(&S, v->operands[0])->type)) {
+        if (ir_class_split_axis(g, v) != IR_REPLICATED) {
             /* its exchanges are inside the op; --explain lists them with the others */
             dm_reshard r = {.value = v->id, .source_line = v->loc.line, .reason = "cross-entropy over a split vocabulary"};
             log->items = ir_grow(log->items, log->n, sizeof *log->items);
