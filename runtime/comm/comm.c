@@ -3,8 +3,8 @@
 #include "comm_internal.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +115,7 @@ void comm_rank_stop_helpers(dmrt_rank *r) {
 }
 
 void comm_rank_release(dmrt_rank *r) {
-    comm_async_stop(&r->world);
+    comm_rank_stop_helpers(r);
     free_mesh(r);
     free(r->world.members);
     r->world.members = NULL;
