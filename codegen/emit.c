@@ -12,6 +12,7 @@
 
 #include "codegen.h"
 #include "dialect.h"
+#include "schedule.h"
 
 typedef struct emitter {
     const ir_graph *g;
@@ -31,6 +32,18 @@ typedef struct emitter {
     int *bucket_ready;         /* (n_values) for a bucket's lead: the value after which every
                                 * member's partial gradient is complete */
     int64_t bucket_floats;     /* the largest bucket */
+    /* micro-batches and pipeline stages (g->microbatches > 1 or a pipeline axis): each
+     * stage's forward and backward of one micro-batch are functions, run in the order of
+     * the schedule by a generated step function per stage */
+    int scheduled;
+    int stages;                /* P (1 without a pipeline axis) */
+    int pipe_axis;             /* the pipeline's mesh axis, or -1 */
+    int kind;                  /* pipe_kind of the schedule */
+    int *slots;                /* (stages) micro-batches whose temporaries a stage holds at once:
+                                * each has its own copy of the arena */
+    uint64_t *needed_on;       /* (n_values) for a buffer's owner: the stages reading it (bit per stage) */
+    const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
+    int in_micro;              /* the function being emitted has a micro-batch index `micro` */
     char prefix_upper[128];
     cg_writer w;
 } emitter;
@@ -769,6 +782,8 @@ static void emit_op(emitter *E, const ir_value *v) {
 static void input_block(const emitter *E, int id, char *buf, size_t size) {
     const ir_type *t = &V(E, id)->type;
     int n = snprintf(buf, size, "batch->%s", E->cname[id]);
+    if (E->in_micro && E->g->microbatches > 1 && n > 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, " + micro * %lld", (long long)ir_numel(t));
     for (int d = 0; d < t->rank && n > 0 && (size_t)n < size; d++)
         if (t->split[d] != IR_REPLICATED)
             n += snprintf(buf + n, size - (size_t)n, " + ctx->coord[%d] * %lld", t->split[d],
@@ -785,7 +800,7 @@ static void storage_expr(const emitter *E, int id, char *buf, size_t size) {
     case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
     case REGION_GRADS: snprintf(buf, size, "ctx->grads + %lld", off); break;
     case REGION_STATE: snprintf(buf, size, "ctx->state + %lld", off); break;
-    case REGION_ARENA: snprintf(buf, size, "ctx->arena + %lld", off); break;
+    case REGION_ARENA: snprintf(buf, size, "%s + %lld", E->arena_var, off); break;
     case REGION_NONE: snprintf(buf, size, "NULL"); break;
     }
 }
@@ -824,14 +839,52 @@ static int operand_read(const ir_value *v, int k) {
     return 0;
 }
 
-static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *what) {
+/* The value whose gradient buffer one micro-batch's backward pass fills for parameter p:
+ * the gradient itself, or the partial sum the update allreduces into it. */
+static int micro_grad(const emitter *E, int p) {
+    const ir_value *v = V(E, E->g->grads[p]);
+    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE ? v->operands[0] : v->id;
+}
+
+/* Whether buffer owner r reaches `stage` from another stage in this phase's function:
+ * forward values in the forward pass (even those only the backward reads), gradients in
+ * the backward pass. */
+static int received(const emitter *E, int r, ir_phase phase, int stage) {
+    if (stage < 0 || E->plan->region[r] != REGION_ARENA || V(E, r)->stage == stage) return 0;
+    if (!(E->needed_on[r] >> stage & 1)) return 0;
+    return V(E, r)->phase == phase;
+}
+
+static void emit_transfer(emitter *E, int r, int peer, int send) {
+    const ir_value *v = V(E, r);
+    char line[160];
+    source_line(E, v->loc.line, line, sizeof line);
+    cg_line(&E->w, "if (dmrt_%s(ctx->comm[%d], %d, %s%s, %lld, \"%s of %s %s stage %d (%s:%d)\") != 0)", send ? "send" : "recv",
+            E->pipe_axis, peer, v->type.dtype == DT_I32 ? "(float *)" : "", E->cname[r], (long long)ir_numel(T(E, r)),
+            V(E, r)->phase == PHASE_FORWARD ? "activation" : "gradient", E->cname[r], send ? "to" : "from", peer,
+            E->source_path, v->loc.line);
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* After op id in a stage's function: its result to the stages that read it. */
+static void emit_sends(emitter *E, int id, int stage) {
+    if (stage < 0 || E->plan->region[id] != REGION_ARENA || shares_buffer(E, id)) return;
+    uint64_t to = E->needed_on[id] & ~((uint64_t)1 << stage);
+    if (to) cg_line(&E->w, "/* %s, to the stages that read it */", E->cname[id]);
+    for (int t = 0; t < E->stages; t++)
+        if (to >> t & 1) emit_transfer(E, id, t, 1);
+}
+
+/* One phase as a function. stage < 0: every op (one step at once); else the ops of that
+ * pipeline stage, for one micro-batch `micro` (forward and backward). */
+static void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
     const ir_graph *g = E->g;
     char *used = calloc((size_t)g->n_values + 1, 1);
     if (!used) abort();
-    int any = 0, uses_batch = 0;
+    int any = 0, uses_batch = 0, micro = stage >= 0 && phase != PHASE_UPDATE;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
-        if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+        if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE || (stage >= 0 && v->stage != stage)) continue;
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (shares_buffer(E, i)) continue;
@@ -843,13 +896,40 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
     for (int i = 0; phase == PHASE_BACKWARD && i < g->n_values; i++)
         if (E->bucket_lead[i] >= 0 && bucket_started_early(E, E->bucket_lead[i])) used[i] = used[V(E, i)->operands[0]] = 1;
     for (int i = 0; i < g->n_values; i++)
+        if (received(E, i, phase, stage)) used[i] = any = 1;
+    /* the micro-batch's gradients, summed; its loss and outputs, kept */
+    int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
+    for (int p = 0; sums && p < g->n_params; p++)
+        if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
+    int keeps = micro && phase == PHASE_FORWARD;
+    if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
+    for (int i = 0; keeps && i < g->n_outputs; i++)
+        if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
+    for (int i = 0; i < g->n_values; i++)
         if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
     cg_line(&E->w, "/* %s */", what);
-    cg_line(&E->w, "static int %s(%s *ctx, const %s_batch *batch) {", fn, "struct_ctx", g->model);
+    if (micro)
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
+    else
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch) {", fn, g->model);
     E->w.indent++;
+    E->in_micro = micro;
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
+    int traced = micro && E->partitioned;
+    if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
+    if (stage >= 0 && any) {
+        if (micro && E->slots[stage] > 1)
+            cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
+                    (long long)E->plan->arena_elems);
+        else
+            cg_line(&E->w, "float *arena = ctx->arena;");
+        E->arena_var = "arena";
+    }
+    if (micro) cg_line(&E->w, "(void)micro;");
     declare_buffers(E, used);
+    for (int i = 0; i < g->n_values; i++)
+        if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
     /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
     int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
     if (!start_after) abort();
@@ -857,15 +937,41 @@ static void emit_phase(emitter *E, ir_phase phase, const char *fn, const char *w
     for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
         if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
     for (int i = 0; i < g->n_values; i++) {
-        if (V(E, i)->phase == phase) emit_op(E, V(E, i));
+        if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
+            emit_op(E, V(E, i));
+            emit_sends(E, i, stage);
+        }
         emit_bucket_start(E, start_after, i);
     }
     free(start_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
+    if (sums) {
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* this micro-batch's gradients, summed over the step's (ctx->grad_sum is laid out as ctx->grads) */");
+        for (int p = 0; p < g->n_params; p++)
+            if (V(E, g->params[p])->stage == stage)
+                cg_line(&E->w, "add_micro_grad(ctx->grad_sum + %lld, %s, %lld, micro);", (long long)E->plan->offset[g->grads[p]],
+                        E->cname[micro_grad(E, p)], (long long)ir_numel(T(E, g->grads[p])));
+    }
+    if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' */");
+        cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)%s[0];", E->cname[g->loss]);
+    }
+    for (int i = 0; keeps && i < g->n_outputs; i++) {
+        int o = g->outputs[i];
+        if (V(E, o)->stage != stage) continue;
+        long long n = (long long)ir_numel(T(E, o));
+        cg_line(&E->w, "memcpy(ctx->output_%s + micro * %lld, %s, %lld * sizeof(%s)); /* the step's output, by micro-batch */",
+                E->cname[o], n, E->cname[o], n, ctype(V(E, o)->type.dtype));
+    }
+    if (traced) cg_line(&E->w, "dmrt_trace_action(ctx->rank, '%c', micro, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B');
     cg_line(&E->w, "return DMRT_OK;");
     E->w.indent--;
     cg_line(&E->w, "}");
     cg_blank(&E->w);
+    E->arena_var = "ctx->arena";
+    E->in_micro = 0;
     free(used);
 }
 
@@ -877,12 +983,14 @@ static void tensor_desc(emitter *E, const ir_value *v, const char *name) {
     size_t n = 0;
     int rank = v->stored_rank ? v->stored_rank : v->type.rank;
     const int64_t *shape = v->stored_rank ? v->stored_shape : v->type.shape;
+    /* a step's inputs and outputs hold every micro-batch */
+    int64_t micro = v->op != OP_PARAM && E->g->microbatches > 1 ? E->g->microbatches : 1;
     for (int d = 0; d < rank; d++) {
-        int k = snprintf(dims + n, sizeof dims - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+        int k = snprintf(dims + n, sizeof dims - n, "%s%lld", d ? ", " : "", (long long)(shape[d] * (d ? 1 : micro)));
         if (k > 0) n += (size_t)k;
     }
     cg_line(&E->w, "{\"%s\", %s, %d, {%s}, %lld},", name, v->type.dtype == DT_I32 ? "DMRT_I32" : "DMRT_F32", rank,
-            rank ? dims : "0", (long long)ir_numel(&v->type));
+            rank ? dims : "0", (long long)(ir_numel(&v->type) * micro));
 }
 
 static void emit_header(emitter *E) {
@@ -1091,6 +1199,14 @@ static void emit_spmd_support(emitter *E) {
         if (!g->n_params) cg_line(w, "    {0},");
         cg_line(w, "};");
     }
+    if (E->pipe_axis >= 0) {
+        cg_line(w, "/* The mesh axis of the pipeline's stages, and the stage holding each parameter. */");
+        cg_line(w, "#define PIPELINE_AXIS %d", E->pipe_axis);
+        cg_line(w, "static const int param_stage[%d] = {", g->n_params ? g->n_params : 1);
+        for (int p = 0; p < g->n_params; p++) cg_line(w, "    %d, /* %s */", V(E, g->params[p])->stage, V(E, g->params[p])->name);
+        if (!g->n_params) cg_line(w, "    0,");
+        cg_line(w, "};");
+    }
     cg_line(w, "/* Each parameter's shape in the program (its stored shape may merge dims): rank, dims. */");
     cg_line(w, "static const int64_t param_shapes[%d][%d] = {", g->n_params ? g->n_params : 1, IR_MAX_RANK + 1);
     for (int p = 0; p < g->n_params; p++) {
@@ -1133,9 +1249,15 @@ static void emit_spmd_support(emitter *E) {
     if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + grad_offsets[p] : ctx->params + param_offsets[p];");
     else cg_line(w, "const float *shard = grad ? NULL : ctx->params + param_offsets[p];");
     cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
-    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
+    if (E->pipe_axis >= 0) {
+        cg_line(w, "/* only the parameter's stage has its values (the others add zeros) */");
+        cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == param_stage[p])");
+        cg_line(w, "    dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
+    } else {
+        cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
+    }
     cg_line(w, "for (int axis = 0; axis < %d; axis++) {", n_axes);
-    cg_line(w, "    int splits = 0;");
+    cg_line(w, "    int splits = %s;", E->pipe_axis >= 0 ? "axis == PIPELINE_AXIS" : "0");
     cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) splits |= split[d] == axis;");
     cg_line(w, "    if (splits && dmrt_allreduce_sum(ctx->comm[axis], whole, desc->numel, desc->name) != 0) return comm_failed(ctx);");
     cg_line(w, "}");
@@ -1143,6 +1265,204 @@ static void emit_spmd_support(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
+}
+
+/* Slots per stage and which stages read each buffer. */
+static void plan_stages(emitter *E) {
+    const ir_graph *g = E->g;
+    E->slots = calloc((size_t)E->stages, sizeof(int));
+    E->needed_on = calloc((size_t)g->n_values + 1, sizeof(uint64_t));
+    if (!E->slots || !E->needed_on) abort();
+    for (int st = 0; st < E->stages; st++) {
+        int in_flight = E->kind == PIPE_GPIPE ? g->microbatches : E->stages - st;
+        E->slots[st] = in_flight < g->microbatches ? in_flight : g->microbatches;
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (ir_op_info_of(v->op)->cls == OPC_SOURCE || shares_buffer(E, i) || v->stage >= 64) continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (operand_read(v, k)) E->needed_on[E->plan->storage_of[v->operands[k]]] |= (uint64_t)1 << v->stage;
+    }
+}
+
+/* ---- micro-batches and pipeline stages --------------------------------------------------- */
+
+/* Stage s's functions (forward and backward of one micro-batch, its update), then its
+ * actions in the schedule's order as straight-line code: the grid of --explain, row s. */
+static void emit_stages(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int trains = g->loss >= 0 && g->grads, M = g->microbatches;
+    cg_line(w, "/* Micro-batches whose temporaries each stage holds at once (%s): a copy of the arena each. */",
+            E->stages > 1 ? pipe_kind_name(E->kind) : "one after the other");
+    cg_line(w, "static const int stage_slots[%d] = {", E->stages);
+    for (int st = 0; st < E->stages; st++) cg_line(w, "    %d,", E->slots[st]);
+    cg_line(w, "};");
+    if (trains && M > 1) {
+        cg_line(w, "/* sum (n) += grad, or = grad for the first micro-batch */");
+        cg_line(w, "static void add_micro_grad(float *sum, const float *grad, int64_t n, int64_t micro) {");
+        cg_line(w, "    if (micro == 0) memcpy(sum, grad, (size_t)n * sizeof(float));");
+        cg_line(w, "    else for (int64_t i = 0; i < n; i++) sum[i] += grad[i];");
+        cg_line(w, "}");
+        cg_line(w, "/* grad (n) = sum / micro-batches: each micro-batch's loss is a mean over its rows, the step's over all */");
+        cg_line(w, "static void mean_micro_grad(float *grad, const float *sum, int64_t n) {");
+        cg_line(w, "    for (int64_t i = 0; i < n; i++) grad[i] = sum[i] * (1.0f / %d.0f);", M);
+        cg_line(w, "}");
+    }
+    cg_blank(w);
+    pipe_schedule sched;
+    if (pipe_schedule_build(&sched, (pipe_kind)E->kind, E->stages, M, 1.0, 2.0)) abort();
+    for (int st = 0; st < E->stages; st++) {
+        char fn[64], what[256];
+        int first = -1, last = -1;
+        for (int i = 0; i < g->n_values; i++)
+            if (V(E, i)->phase == PHASE_FORWARD && V(E, i)->stage == st && ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE) {
+                if (first < 0) first = i;
+                last = i;
+            }
+        snprintf(fn, sizeof fn, "stage%d_forward", st);
+        snprintf(what, sizeof what, "Stage %d's forward pass of micro-batch `micro` (%s lines %d to %d).", st, E->source_path,
+                 first >= 0 ? V(E, first)->loc.line : 0, last >= 0 ? V(E, last)->loc.line : 0);
+        emit_phase(E, PHASE_FORWARD, st, fn, what);
+        if (trains) {
+            snprintf(fn, sizeof fn, "stage%d_backward", st);
+            snprintf(what, sizeof what, "Stage %d's backward pass of micro-batch `micro`.", st);
+            emit_phase(E, PHASE_BACKWARD, st, fn, what);
+            if (g->optimizer.kind != OPTIM_NONE) {
+                snprintf(fn, sizeof fn, "stage%d_update", st);
+                snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
+                emit_phase(E, PHASE_UPDATE, st, fn, what);
+            }
+        }
+        /* forward only: the micro-batches in order */
+        cg_line(w, "/* Stage %d's forward pass of the step's %d micro-batch%s. */", st, M, M == 1 ? "" : "es");
+        cg_line(w, "static int stage%d_infer(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+        cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
+        cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
+        cg_line(w, "        if (status != DMRT_OK) return status;");
+        cg_line(w, "    }");
+        cg_line(w, "    return DMRT_OK;");
+        cg_line(w, "}");
+        cg_blank(w);
+        if (!trains) continue;
+        cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
+                st, E->stages > 1 ? pipe_kind_name(E->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
+                M == 1 ? "" : "es");
+        cg_line(w, " * draws every stage's actions as a grid. */");
+        cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+        w->indent++;
+        cg_line(w, "int status;");
+        for (int i = 0; i < 2 * M; i++) {
+            const pipe_action *a = pipe_action_at(&sched, st, i);
+            cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
+                    a->kind == 'F' ? "forward" : "backward", a->micro);
+        }
+        int any = 0;
+        for (int p = 0; M > 1 && p < g->n_params; p++)
+            if (V(E, g->params[p])->stage == st) {
+                if (!any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
+                any = 1;
+                char where[128];
+                storage_expr(E, micro_grad(E, p), where, sizeof where);
+                cg_line(w, "mean_micro_grad(%s, ctx->grad_sum + %lld, %lld); /* %s */", where,
+                        (long long)E->plan->offset[g->grads[p]], (long long)ir_numel(T(E, g->grads[p])),
+                        V(E, g->params[p])->name);
+            }
+        cg_line(w, "return DMRT_OK;");
+        w->indent--;
+        cg_line(w, "}");
+        cg_blank(w);
+    }
+    pipe_schedule_free(&sched);
+}
+
+/* `call` (stage%d_NAME) of this rank's stage. */
+static void emit_stage_dispatch(emitter *E, const char *what, const char *args) {
+    cg_writer *w = &E->w;
+    if (E->stages == 1) {
+        cg_line(w, "status = stage0_%s(%s);", what, args);
+        return;
+    }
+    cg_line(w, "switch (ctx->coord[PIPELINE_AXIS]) {");
+    for (int st = 0; st < E->stages; st++) cg_line(w, "case %d: status = stage%d_%s(%s); break;", st, st, what, args);
+    cg_line(w, "default: status = DMRT_ERR_ARG; break;");
+    cg_line(w, "}");
+}
+
+static void emit_scheduled_api(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    int trains = g->loss >= 0 && g->grads;
+    cg_line(w, "/* The step's loss and outputs, on every rank: the stage computing each sends it to the others%s. */",
+            E->stages > 1 ? " (an allreduce\n * over the pipeline axis of the value and zeros: x + 0 is exact)" : "");
+    cg_line(w, "static int finish_forward(struct_ctx *ctx, float *loss) {");
+    w->indent++;
+    if (g->loss >= 0) {
+        if (E->stages > 1)
+            cg_line(w, "ctx->loss = ctx->coord[PIPELINE_AXIS] == %d ? (float)(ctx->loss_sum / %d.0) : 0.0f;",
+                    V(E, g->loss)->stage, g->microbatches);
+        else
+            cg_line(w, "ctx->loss = (float)(ctx->loss_sum / %d.0);", g->microbatches);
+    } else {
+        cg_line(w, "ctx->loss = 0.0f; /* the model declares no loss */");
+    }
+    if (E->stages > 1) {
+        if (g->loss >= 0)
+            cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[PIPELINE_AXIS], &ctx->loss, 1, \"the loss, from its stage\") != 0) return comm_failed(ctx);");
+        for (int i = 0; i < g->n_outputs; i++) {
+            int o = g->outputs[i];
+            long long n = (long long)(g->microbatches * ir_numel(T(E, o)));
+            cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != %d) memset(ctx->output_%s, 0, %lld * sizeof(float));", V(E, o)->stage,
+                    E->cname[o], n);
+            cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[PIPELINE_AXIS], (float *)ctx->output_%s, %lld, \"output %s, from its stage\") != 0)",
+                    E->cname[o], n, V(E, o)->name);
+            cg_line(w, "    return comm_failed(ctx);");
+        }
+    }
+    cg_line(w, "if (loss) *loss = ctx->loss;");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    cg_line(w, "int status;");
+    emit_stage_dispatch(E, "infer", "ctx, batch");
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    cg_line(w, "return finish_forward(ctx, loss);");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    if (!trains) {
+        cg_line(w, "(void)batch; (void)loss;");
+        cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
+        cg_line(w, "return DMRT_ERR_ARG;");
+    } else {
+        cg_line(w, "ctx->error[0] = 0;");
+        cg_line(w, "int status;");
+        emit_stage_dispatch(E, "train", "ctx, batch");
+        cg_line(w, "if (status == DMRT_OK) status = finish_forward(ctx, loss);");
+        cg_line(w, "if (status != DMRT_OK) return status;");
+        if (g->optimizer.kind != OPTIM_NONE) {
+            cg_line(w, "ctx->step++;");
+            emit_stage_dispatch(E, "update", "ctx, batch");
+        }
+        cg_line(w, "return status;");
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", ctype(v->type.dtype), m, E->cname[v->id], m);
+        cg_line(w, "    return ctx->output_%s;", E->cname[v->id]);
+        cg_line(w, "}");
+        cg_blank(w);
+    }
 }
 
 static void emit_source(emitter *E) {
@@ -1172,8 +1492,21 @@ static void emit_source(emitter *E) {
     cg_line(w, "    float *params; /* (%lld) every parameter, in declaration order */", (long long)P->param_elems);
     cg_line(w, "    float *grads;  /* (%lld) gradient of each parameter after train_step */", (long long)P->grad_elems);
     cg_line(w, "    float *state;  /* (%lld) optimizer state */", (long long)P->state_elems);
-    cg_line(w, "    float *arena;  /* (%lld) temporaries of one step, reused by liveness (%lld without reuse) */",
-            (long long)P->arena_elems, (long long)P->arena_unshared_elems);
+    if (E->scheduled) {
+        cg_line(w, "    float *arena;  /* (stage_slots[stage], %lld) temporaries of one micro-batch, reused by liveness (%lld",
+                (long long)P->arena_elems, (long long)P->arena_unshared_elems);
+        cg_line(w, "                    * without reuse): a copy for each micro-batch in flight on this rank's stage */");
+        if (trains && g->microbatches > 1)
+            cg_line(w, "    float *grad_sum; /* (%lld) the micro-batches' gradients, summed; laid out as grads */", (long long)P->grad_elems);
+        cg_line(w, "    double loss_sum; /* the micro-batches' losses, summed */");
+        cg_line(w, "    float loss;      /* the step's: their mean */");
+        for (int i = 0; i < g->n_outputs; i++)
+            cg_line(w, "    %s *output_%s; /* (%d, %lld) output %s of the step, by micro-batch */", ctype(V(E, g->outputs[i])->type.dtype),
+                    E->cname[g->outputs[i]], g->microbatches, (long long)ir_numel(T(E, g->outputs[i])), V(E, g->outputs[i])->name);
+    } else {
+        cg_line(w, "    float *arena;  /* (%lld) temporaries of one step, reused by liveness (%lld without reuse) */",
+                (long long)P->arena_elems, (long long)P->arena_unshared_elems);
+    }
     cg_line(w, "    int64_t step;  /* optimizer updates done */");
     if (E->partitioned) {
         cg_line(w, "    dmrt_rank *rank;           /* this rank of the run (the launcher's) */");
@@ -1225,10 +1558,15 @@ static void emit_source(emitter *E) {
     cg_blank(w);
     if (E->partitioned) emit_spmd_support(E);
     emit_init(E);
-    emit_phase(E, PHASE_FORWARD, "run_forward", "The forward pass.");
-    if (trains) {
-        emit_phase(E, PHASE_BACKWARD, "run_backward", "The backward pass: gradients of the loss into ctx->grads.");
-        if (g->optimizer.kind != OPTIM_NONE) emit_phase(E, PHASE_UPDATE, "run_update", "The optimizer update (ctx->step already counts it).");
+    if (E->scheduled) {
+        emit_stages(E);
+    } else {
+        emit_phase(E, PHASE_FORWARD, -1, "run_forward", "The forward pass.");
+        if (trains) {
+            emit_phase(E, PHASE_BACKWARD, -1, "run_backward", "The backward pass: gradients of the loss into ctx->grads.");
+            if (g->optimizer.kind != OPTIM_NONE)
+                emit_phase(E, PHASE_UPDATE, -1, "run_update", "The optimizer update (ctx->step already counts it).");
+        }
     }
 
     /* the public API */
@@ -1246,7 +1584,22 @@ static void emit_source(emitter *E) {
     cg_line(w, "ctx->params = dmrt_alloc(%lld * sizeof(float));", (long long)P->param_elems);
     cg_line(w, "ctx->grads = dmrt_alloc(%lld * sizeof(float));", (long long)P->grad_elems);
     cg_line(w, "ctx->state = dmrt_alloc(%lld * sizeof(float));", (long long)P->state_elems);
-    cg_line(w, "ctx->arena = dmrt_alloc(%lld * sizeof(float));", (long long)P->arena_elems);
+    if (E->scheduled) {
+        cg_line(w, "ctx->arena = dmrt_alloc((size_t)stage_slots[%s] * %lld * sizeof(float));", E->pipe_axis >= 0 ? "dmrt_mesh_coord(rank, PIPELINE_AXIS)" : "0",
+                (long long)P->arena_elems);
+        if (trains && g->microbatches > 1) cg_line(w, "ctx->grad_sum = dmrt_alloc(%lld * sizeof(float));", (long long)P->grad_elems);
+        for (int i = 0; i < g->n_outputs; i++)
+            cg_line(w, "ctx->output_%s = dmrt_alloc(%lld * sizeof(%s));", E->cname[g->outputs[i]],
+                    (long long)(g->microbatches * ir_numel(T(E, g->outputs[i]))), ctype(V(E, g->outputs[i])->type.dtype));
+        char cond[512] = "";
+        size_t n = 0;
+        if (trains && g->microbatches > 1) n += (size_t)snprintf(cond + n, sizeof cond - n, " || !ctx->grad_sum");
+        for (int i = 0; i < g->n_outputs && n < sizeof cond; i++)
+            n += (size_t)snprintf(cond + n, sizeof cond - n, " || !ctx->output_%s", E->cname[g->outputs[i]]);
+        if (n) cg_line(w, "if (%s) goto oom;", cond + 4);
+    } else {
+        cg_line(w, "ctx->arena = dmrt_alloc(%lld * sizeof(float));", (long long)P->arena_elems);
+    }
     if (E->partitioned) {
         cg_line(w, "ctx->scratch = dmrt_alloc(%lld * sizeof(float));", (long long)E->scratch_elems);
         cg_line(w, "ctx->rank = rank;");
@@ -1280,6 +1633,8 @@ static void emit_source(emitter *E) {
     cg_line(w, "    dmrt_free(ctx->grads);");
     cg_line(w, "    dmrt_free(ctx->state);");
     cg_line(w, "    dmrt_free(ctx->arena);");
+    if (E->scheduled && trains && g->microbatches > 1) cg_line(w, "    dmrt_free(ctx->grad_sum);");
+    for (int i = 0; E->scheduled && i < g->n_outputs; i++) cg_line(w, "    dmrt_free(ctx->output_%s);", E->cname[g->outputs[i]]);
     if (E->partitioned) cg_line(w, "    dmrt_free(ctx->scratch);");
     cg_line(w, "    free(ctx);");
     cg_line(w, "}");
@@ -1294,52 +1649,55 @@ static void emit_source(emitter *E) {
     cg_line(w, "    return dmrt_save_params(&%s_model, ctx, path, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;", m);
     cg_line(w, "}");
     cg_blank(w);
-    const char *loss_name = has_loss ? E->cname[g->loss] : NULL;
-    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    cg_line(w, "ctx->error[0] = 0;");
-    cg_line(w, "int status = run_forward(ctx, batch);");
-    if (has_loss) {
-        char where[128];
-        storage_expr(E, g->loss, where, sizeof where);
-        cg_line(w, "if (status == DMRT_OK && loss) *loss = *(%s); /* %s */", where, loss_name);
-    } else {
-        cg_line(w, "if (loss) *loss = 0.0f; /* the model declares no loss */");
-    }
-    cg_line(w, "return status;");
-    w->indent--;
-    cg_line(w, "}");
-    cg_blank(w);
-    cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    if (!trains) {
-        cg_line(w, "(void)batch; (void)loss;");
-        cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
-        cg_line(w, "return DMRT_ERR_ARG;");
-    } else {
-        cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
-        cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
-        if (g->optimizer.kind != OPTIM_NONE) {
-            cg_line(w, "if (status != DMRT_OK) return status;");
-            cg_line(w, "ctx->step++;");
-            cg_line(w, "return run_update(ctx, batch);");
+    if (E->scheduled) emit_scheduled_api(E);
+    else {
+        const char *loss_name = has_loss ? E->cname[g->loss] : NULL;
+        cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+        w->indent++;
+        cg_line(w, "ctx->error[0] = 0;");
+        cg_line(w, "int status = run_forward(ctx, batch);");
+        if (has_loss) {
+            char where[128];
+            storage_expr(E, g->loss, where, sizeof where);
+            cg_line(w, "if (status == DMRT_OK && loss) *loss = *(%s); /* %s */", where, loss_name);
         } else {
-            cg_line(w, "return status; /* no optimizer: gradients only */");
+            cg_line(w, "if (loss) *loss = 0.0f; /* the model declares no loss */");
         }
-    }
-    w->indent--;
-    cg_line(w, "}");
-    cg_blank(w);
-    for (int i = 0; i < g->n_outputs; i++) {
-        const ir_value *v = V(E, g->outputs[i]);
-        char where[128];
-        storage_expr(E, v->id, where, sizeof where);
-        if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
-        cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", ctype(v->type.dtype), m, E->cname[v->id], m);
-        if (E->plan->region[v->id] == REGION_INPUT) cg_line(w, "    (void)ctx;");
-        cg_line(w, "    return %s%s;", v->type.dtype == DT_I32 && E->plan->region[v->id] != REGION_INPUT ? "(const int32_t *)" : "", where);
+        cg_line(w, "return status;");
+        w->indent--;
         cg_line(w, "}");
         cg_blank(w);
+        cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+        w->indent++;
+        if (!trains) {
+            cg_line(w, "(void)batch; (void)loss;");
+            cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
+            cg_line(w, "return DMRT_ERR_ARG;");
+        } else {
+            cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
+            cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
+            if (g->optimizer.kind != OPTIM_NONE) {
+                cg_line(w, "if (status != DMRT_OK) return status;");
+                cg_line(w, "ctx->step++;");
+                cg_line(w, "return run_update(ctx, batch);");
+            } else {
+                cg_line(w, "return status; /* no optimizer: gradients only */");
+            }
+        }
+        w->indent--;
+        cg_line(w, "}");
+        cg_blank(w);
+        for (int i = 0; i < g->n_outputs; i++) {
+            const ir_value *v = V(E, g->outputs[i]);
+            char where[128];
+            storage_expr(E, v->id, where, sizeof where);
+            if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
+            cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", ctype(v->type.dtype), m, E->cname[v->id], m);
+            if (E->plan->region[v->id] == REGION_INPUT) cg_line(w, "    (void)ctx;");
+            cg_line(w, "    return %s%s;", v->type.dtype == DT_I32 && E->plan->region[v->id] != REGION_INPUT ? "(const int32_t *)" : "", where);
+            cg_line(w, "}");
+            cg_blank(w);
+        }
     }
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
     cg_blank(w);
@@ -1420,6 +1778,48 @@ static void emit_source(emitter *E) {
     cg_line(w, "};");
 }
 
+/* What pipelined code generation does not handle yet. */
+static int check_stages(const emitter *E, FILE *err) {
+    const ir_graph *g = E->g;
+    int bad = 0;
+    if (E->stages > 64) {
+        fprintf(err, "%s: error: at most 64 pipeline stages, the mesh has %d\n", E->source_path, E->stages);
+        return -1;
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        if (g->microbatches > 1 && (v->type.rank == 0 || !v->type.dim_name[0] || strcmp(v->type.dim_name[0], g->batch_dim) != 0)) {
+            fprintf(err, "%s:%d: error: output '%s' does not lead with the batch '%s': with micro-batches, outputs are "
+                         "the step's rows\n", E->source_path, v->loc.line, v->name, g->batch_dim);
+            bad = -1;
+        }
+        if (E->plan->region[v->id] != REGION_ARENA) {
+            fprintf(err, "%s:%d: error: output '%s' is not computed: with micro-batches or stages, outputs are results of ops\n",
+                    E->source_path, v->loc.line, v->name);
+            bad = -1;
+        }
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->op == OP_PARAM && E->needed_on[i] & ~((uint64_t)1 << v->stage)) {
+            fprintf(err, "%s:%d: error: parameter '%s' is used on more than one pipeline stage (tied weights): not "
+                         "supported yet\n", E->source_path, v->loc.line, v->name);
+            bad = -1;
+        }
+        if (E->plan->region[i] != REGION_ARENA || !(E->needed_on[i] & ~((uint64_t)1 << v->stage))) continue;
+        /* forward values flow to later stages, gradients to earlier ones */
+        uint64_t later = ~(((uint64_t)2 << v->stage) - 1), earlier = ((uint64_t)1 << v->stage) - 1;
+        uint64_t wrong = E->needed_on[i] & (v->phase == PHASE_FORWARD ? earlier : v->phase == PHASE_BACKWARD ? later : ~0ull);
+        wrong &= ~((uint64_t)1 << v->stage);
+        if (wrong) {
+            fprintf(err, "%s:%d: error: internal: '%s' (stage %d) is read by a stage the schedule runs before it\n",
+                    E->source_path, v->loc.line, v->name ? v->name : "?", v->stage);
+            bad = -1;
+        }
+    }
+    return bad;
+}
+
 /* What SPMD code generation does not handle yet, refused before anything is written. */
 static int check_spmd(const emitter *E, FILE *err) {
     const ir_graph *g = E->g;
@@ -1438,6 +1838,7 @@ static int check_spmd(const emitter *E, FILE *err) {
             break;
         }
     }
+    if (E->scheduled && check_stages(E, err)) bad = -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {
@@ -1498,8 +1899,17 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
             }
         if (t->partial) E.partitioned = 1;
     }
+    E.arena_var = "ctx->arena";
+    E.pipe_axis = g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1 ? g->pipe_axis : -1;
+    E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
+    E.scheduled = E.stages > 1 || g->microbatches > 1;
+    if (E.pipe_axis >= 0) E.partitioned = 1;
+    E.kind = E.stages > 1 ? g->schedule : PIPE_1F1B;
+    if (E.scheduled) plan_stages(&E);
     E.scratch_elems = scratch_need(&E);
     plan_buckets(&E);
+    if (E.scheduled)
+        for (int i = 0; i < g->n_values; i++) E.bucket_ready[i] = -1; /* reduced after the last micro-batch */
     int status = check_spmd(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
@@ -1509,6 +1919,8 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     free(E.local);
     free(E.bucket_lead);
     free(E.bucket_ready);
+    free(E.slots);
+    free(E.needed_on);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
     free(E.line_start);

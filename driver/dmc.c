@@ -15,6 +15,7 @@
 #include "explain.h"
 #include "lower.h"
 #include "passes.h"
+#include "schedule.h"
 
 #ifndef DMC_SANITIZE
 #define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
@@ -41,6 +42,12 @@ static const char usage[] =
     "  -o DIR                     output directory (created if missing)\n"
     "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
     "                             25; the first, of the last layers, is at most 1)\n"
+    "  --microbatches M           run each step's batch as M micro-batches, their gradients\n"
+    "                             summed (schedule NAME(microbatches = M) in the .dm); with a\n"
+    "                             mesh axis named pipeline, they flow through its stages\n"
+    "  --accumulate K             the same count, by its other name (accumulate = K)\n"
+    "  --schedule gpipe|1f1b      the pipeline schedule (default gpipe)\n"
+    "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --help, --version\n"
     "\n"
     "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
@@ -70,6 +77,9 @@ typedef struct options {
     int n_dims;
     dm_override mesh[IR_MAX_AXES];
     int n_mesh;
+    int microbatches;         /* --microbatches / --accumulate, 0: the program's */
+    int schedule;             /* --schedule, -1: the program's */
+    dm_pipeline_options pipeline;
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
 } options;
@@ -126,6 +136,49 @@ static int parse_bucket_mb(const char *v, options *o) {
     return 0;
 }
 
+static int parse_microbatches(const char *flag, const char *v, options *o) {
+    char *end = NULL;
+    long m = strtol(v, &end, 10);
+    if (!end || *end || end == v || m < 1 || m > 4096) {
+        fprintf(stderr, "dmc: error: %s expects a count from 1 to 4096, got '%s'\n", flag, v);
+        return -1;
+    }
+    o->microbatches = (int)m;
+    return 0;
+}
+
+/* The options of the compiler proper, also taken after the .dm file of `dmc run`:
+ * 1 when argv[*i] was one, 0 when not, -1 on a bad value. */
+static int parse_common(int argc, char **argv, int *i, options *o) {
+    const char *v;
+    if ((v = option_value(argc, argv, i, "--set")))
+        return parse_overrides("--set", v, o->dims, &o->n_dims, 64) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--mesh")))
+        return parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--bucket-mb"))) return parse_bucket_mb(v, o) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--microbatches"))) return parse_microbatches("--microbatches", v, o) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--accumulate"))) return parse_microbatches("--accumulate", v, o) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--memory-gb"))) {
+        char *end = NULL;
+        double gb = strtod(v, &end);
+        if (!end || *end || end == v || !(gb > 0) || gb > 1e6) {
+            fprintf(stderr, "dmc: error: --memory-gb expects a positive number of GiB, got '%s'\n", v);
+            return -1;
+        }
+        o->pipeline.memory_limit_bytes = gb * 1024 * 1024 * 1024;
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--schedule"))) {
+        o->schedule = pipe_kind_by_name(v);
+        if (o->schedule < 0) {
+            fprintf(stderr, "dmc: error: --schedule takes gpipe or 1f1b, got '%s'\n", v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     int i = 1;
     if (argc > 1 && strcmp(argv[1], "run") == 0) {
@@ -134,14 +187,12 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
+        int common;
         if (o->run && o->input) {
             /* after the .dm file, everything goes to the trainer except our own flags */
-            if ((v = option_value(argc, argv, &i, "--set"))) {
-                if (parse_overrides("--set", v, o->dims, &o->n_dims, 64)) return -1;
-            } else if ((v = option_value(argc, argv, &i, "--mesh"))) {
-                if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
-            } else if ((v = option_value(argc, argv, &i, "--bucket-mb"))) {
-                if (parse_bucket_mb(v, o)) return -1;
+            int common = parse_common(argc, argv, &i, o);
+            if (common < 0) return -1;
+            if (common) {
             } else if ((v = option_value(argc, argv, &i, "--keep"))) {
                 o->keep_dir = v;
             } else if ((v = option_value(argc, argv, &i, "--cc"))) {
@@ -165,14 +216,10 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (strcmp(a, "--version") == 0) {
             printf("dmc %s\n", DMC_VERSION);
             exit(0);
-        } else if ((v = option_value(argc, argv, &i, "--set"))) {
-            if (parse_overrides("--set", v, o->dims, &o->n_dims, 64)) return -1;
-        } else if ((v = option_value(argc, argv, &i, "--mesh"))) {
-            if (parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES)) return -1;
+        } else if ((common = parse_common(argc, argv, &i, o)) != 0) {
+            if (common < 0) return -1;
         } else if ((v = option_value(argc, argv, &i, "--name"))) {
             o->name = v;
-        } else if ((v = option_value(argc, argv, &i, "--bucket-mb"))) {
-            if (parse_bucket_mb(v, o)) return -1;
         } else if ((v = option_value(argc, argv, &i, "--emit"))) {
             if (strcmp(v, "ir") != 0) {
                 fprintf(stderr, "dmc: error: --emit takes 'ir', got '%s'\n", v);
@@ -434,6 +481,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
 
 int main(int argc, char **argv) {
     options o = {0};
+    o.schedule = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
     if (parse_args(argc, argv, &o)) return 2;
     char model[256];
@@ -446,9 +494,11 @@ int main(int argc, char **argv) {
     dm_program *prog = dm_parse(&diag);
     ir_graph *g = NULL;
     dm_reshard_list reshards = {0};
+    dm_pipeline_plan pipeline = {0};
     int status = 1;
     if (diag.n_errors == 0) {
-        dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh};
+        dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh,
+                                .microbatches = o.microbatches, .schedule = o.schedule};
         g = dm_lower(prog, &lo, &diag);
     }
     dm_program_free(prog);
@@ -472,6 +522,7 @@ int main(int argc, char **argv) {
             if (!stop_optimizer) {
                 if (pass_shard(g, &reshards, &diag)) goto done;
                 VERIFY("shard");
+                if (pass_pipeline(g, &o.pipeline, &pipeline, &diag)) goto done;
             }
         }
     }
@@ -487,7 +538,7 @@ int main(int argc, char **argv) {
     dm_memory_plan plan;
     pass_memory(g, &plan);
     if (o.explain) {
-        explain_print(g, &plan, &reshards, o.input, o.explain == 2, stdout);
+        explain_print(g, &plan, &reshards, &pipeline, o.input, o.explain == 2, stdout);
         status = 0;
     } else if (o.check) {
         status = 0;
@@ -515,6 +566,7 @@ int main(int argc, char **argv) {
     dm_memory_plan_free(&plan);
 done:
     dm_reshard_list_free(&reshards);
+    dm_pipeline_plan_free(&pipeline);
     ir_graph_free(g);
     dm_source_free(&src);
     for (int i = 0; i < o.n_dims; i++) free((char *)o.dims[i].name);

@@ -14,9 +14,9 @@ dim L = 12       # layers
 
 # One device by default. `--mesh data=N` splits every batch over N ranks; `--mesh tensor=N`
 # splits attention by heads and the MLP by its hidden units (Megatron-LM: one allreduce per
-# block forward, one backward) and the vocabulary; both compose. NH, 4 * C and V must
-# divide by tensor.
-mesh(data = 1, tensor = 1)
+# block forward, one backward) and the vocabulary; `--mesh pipeline=N` cuts the blocks
+# into N stages (dmc --explain shows where). NH, 4 * C and V must divide by tensor.
+mesh(data = 1, tensor = 1, pipeline = 1)
 
 # Hugging Face's Conv1D: weight stored [in, out], y = x @ weight + bias; each rank holds a
 # block of the output columns (no communication)

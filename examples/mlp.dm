@@ -8,8 +8,10 @@ dim K = 10      # classes
 
 # One device by default. `--mesh data=N` splits every batch over N ranks (data
 # parallel); `--mesh tensor=N` splits fc1 by columns and fc2 by rows over N ranks
-# (Megatron-LM's MLP: one allreduce forward, one backward); both compose.
-mesh(data = 1, tensor = 1)
+# (Megatron-LM's MLP: one allreduce forward, one backward); `--mesh pipeline=N` cuts the
+# layers into N stages that micro-batches flow through (--microbatches, --schedule); all
+# three compose.
+mesh(data = 1, tensor = 1, pipeline = 1)
 
 # x @ weight + bias, with weight stored [in, out]
 block linear[IN, OUT](x) {

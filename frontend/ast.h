@@ -57,6 +57,8 @@ typedef enum dm_stmt_kind {
     STMT_OUTPUT,    /* output logits, probs */
     STMT_MINIMIZE,  /* minimize loss */
     STMT_OPTIMIZER, /* optimizer adamw(lr = 1e-3) */
+    STMT_SCHEDULE,  /* schedule 1f1b(microbatches = 8) */
+    STMT_ACCUMULATE,/* accumulate = 4 */
     STMT_BLOCK,     /* block linear[IN, OUT](x) { ... } */
 } dm_stmt_kind;
 
@@ -68,7 +70,8 @@ struct dm_stmt {
     dm_loc name_loc;
     dm_type *type;       /* INPUT, PARAM, LET (optional) */
     dm_type *stored;     /* PARAM: the shape in weight files (`as [C, 3 * C]`), or NULL */
-    dm_expr *value;      /* DIM, PARAM init, LET, RETURN, OPTIMIZER call, LAYER block call */
+    dm_expr *value;      /* DIM, PARAM init, LET, RETURN, OPTIMIZER and SCHEDULE call, LAYER block
+                          * call, ACCUMULATE count */
     dm_expr *repeat;     /* LAYER: repeat count, NULL for one instance */
     dm_expr **args;      /* (n_args) MESH kwargs, OUTPUT names */
     int n_args;

@@ -81,6 +81,8 @@ ir_graph *ir_graph_new(const char *model) {
     ir_graph *g = xcalloc(1, sizeof *g);
     g->model = ir_intern(g, model);
     g->loss = -1;
+    g->pipe_axis = -1;
+    g->microbatches = 1;
     return g;
 }
 
@@ -93,6 +95,7 @@ void ir_graph_free(ir_graph *g) {
     free(g->values);
     free(g->params);
     free(g->inputs);
+    free(g->cut_after);
     free(g->outputs);
     free(g->grads);
     free(g->dim_names);

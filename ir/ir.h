@@ -134,6 +134,9 @@ typedef struct ir_value {
     int64_t stored_shape[IR_MAX_RANK]; /* (stored_rank) the same elements in the same order */
     int param_index;          /* PARAM, GRAD, STATE: which parameter (else -1) */
     int annotated;            /* sharding written by the user (kept by passes) */
+    struct ir_value *origin;  /* backward: the forward op whose gradient rule made it (its
+                               * pipeline stage runs it); NULL otherwise */
+    int stage;                /* pipeline stage running it (passes/pipeline.c); 0 without one */
 } ir_value;
 
 typedef struct ir_mesh_axis {
@@ -157,6 +160,19 @@ typedef struct ir_graph {
     ir_optimizer optimizer;
     ir_mesh_axis axes[IR_MAX_AXES];
     int n_axes;
+    int pipe_axis;            /* the mesh axis named "pipeline" (stages), or -1 */
+    /* A step's batch runs as `microbatches` micro-batches whose gradients are summed
+     * (accumulation; the pipeline's micro-batches): the graph is one micro-batch, its
+     * batch_dim (the inputs' leading dim) batch_whole / microbatches. */
+    int microbatches;         /* 1: the whole batch at once */
+    int schedule;             /* pipe_kind (passes/schedule.h): gpipe or 1f1b */
+    const char *batch_dim;    /* NULL when microbatches is 1 */
+    int64_t batch_whole;
+    dm_loc schedule_loc;      /* the schedule or accumulate statement, if any */
+    struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
+                               * starts after cut_after[k]; NULL: dmc chooses */
+    int n_cuts;
+    dm_loc cuts_loc;
     /* named dimension constants, after --set overrides, for printing and explain */
     const char **dim_names;   /* (n_dims) */
     int64_t *dim_values;      /* (n_dims) */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "schedule.h"
 
 #define MAX_REPEAT 4096
 #define MAX_INSTANCE_DEPTH 32
@@ -64,6 +65,7 @@ typedef struct lowerer {
     scope global;
     instance *instances;
     int depth;                /* nested instantiation / calls */
+    const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
 } lowerer;
 
 /* ---- scopes ---------------------------------------------------------------------------- */
@@ -314,6 +316,12 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, i
             if (a < 0) {
                 dm_error(L->d, t->axis_locs[i], "unknown mesh axis '%s'", t->axes[i]);
                 if (L->g->n_axes == 0) dm_note(L->d, t->axis_locs[i], "declare the mesh first: mesh(%s = 2)", t->axes[i]);
+                errors++;
+                continue;
+            }
+            if (a == L->g->pipe_axis) {
+                dm_error(L->d, t->axis_locs[i], "the pipeline axis splits the model into stages, not dims");
+                dm_note(L->d, t->axis_locs[i], "dmc chooses the stages (dmc --explain shows them); drop '@%s'", t->axes[i]);
                 errors++;
                 continue;
             }
@@ -1085,6 +1093,19 @@ static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) 
         dm_error(L->d, st->value->loc, "dimension '%s' must be positive, got %lld", st->name, (long long)v);
         return;
     }
+    ir_graph *gm = L->g;
+    if (overridable && gm->batch_dim && strcmp(gm->batch_dim, st->name) == 0) {
+        /* the graph is one micro-batch: the step's batch is its microbatches */
+        if (v % gm->microbatches != 0) {
+            dm_error(L->d, st->value->loc, "the batch '%s' = %lld cannot be split into %d micro-batches", st->name,
+                     (long long)v, gm->microbatches);
+            dm_note(L->d, gm->schedule_loc.line > 0 ? gm->schedule_loc : st->value->loc,
+                    "micro-batches are equal: make '%s' a multiple of %d", st->name, gm->microbatches);
+        } else {
+            gm->batch_whole = v;
+            v /= gm->microbatches;
+        }
+    }
     binding *b = bind(L, s, st->name, B_DIM, st->name_loc);
     if (!b) return;
     b->dim = v;
@@ -1128,6 +1149,7 @@ static void lower_mesh(lowerer *L, const dm_stmt *st) {
             dm_error(L->d, a->lhs->loc, "mesh axis '%s' must have a size from 1 to 65536, got %lld", a->name, (long long)size);
             continue;
         }
+        if (strcmp(a->name, "pipeline") == 0) g->pipe_axis = g->n_axes;
         g->axes[g->n_axes].name = ir_intern(g, a->name);
         g->axes[g->n_axes].size = size;
         g->axes[g->n_axes].loc = a->loc;
@@ -1190,6 +1212,105 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, call->loc, "nesterov momentum requires a momentum and zero dampening");
     if (o->kind == OPTIM_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))
         dm_error(L->d, call->loc, "adamw betas must be below 1");
+}
+
+/* The count of a schedule or accumulate statement: a positive integer. */
+static int micro_count(lowerer *L, const dm_expr *e, const char *what, int *out) {
+    int64_t v;
+    if (eval_dim(L, &L->global, e, &v)) return -1;
+    if (v < 1 || v > 4096) {
+        dm_error(L->d, e->loc, "%s must be from 1 to 4096, got %lld", what, (long long)v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* `schedule 1f1b(microbatches = 8)` and `accumulate = 4`: the micro-batches of a step
+ * (the same count: Megatron-LM's number of micro-batches is its accumulation) and the
+ * pipeline schedule. Read before anything else: the batch dim is lowered divided. */
+static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc) {
+    ir_graph *g = L->g;
+    int m = 0;
+    dm_loc at = st->loc;
+    if (st->kind == STMT_ACCUMULATE) {
+        if (micro_count(L, st->value, "accumulate", &m)) return;
+    } else {
+        const dm_expr *call = st->value;
+        int kind = pipe_kind_by_name(call->name);
+        if (call->has_dim_args || kind < 0) {
+            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe or 1f1b)", call->name);
+            return;
+        }
+        g->schedule = kind;
+        for (int i = 0; i < call->n_args; i++) {
+            const dm_expr *a = call->args[i];
+            if (a->kind == EXPR_KWARG && strcmp(a->name, "cuts") == 0) {
+                if (a->lhs->kind != EXPR_LIST) dm_error(L->d, a->lhs->loc, "cuts are a list of values: cuts = [h1, h2]");
+                else L->cuts = a->lhs;
+                continue;
+            }
+            if (a->kind != EXPR_KWARG || strcmp(a->name, "microbatches") != 0) {
+                dm_error(L->d, a->loc, "a schedule takes microbatches = M and cuts = [values]");
+                continue;
+            }
+            if (micro_count(L, a->lhs, "microbatches", &m)) return;
+            at = a->loc;
+        }
+    }
+    if (m == 0) return;
+    if (*micro && *micro != m) {
+        dm_error(L->d, at, "%d micro-batches here, %d before", m, *micro);
+        dm_note(L->d, *micro_loc, "accumulate and microbatches count the same micro-batches; give one");
+        return;
+    }
+    *micro = m;
+    *micro_loc = at;
+}
+
+/* cuts = [h1, h2]: each a value of the program, in order; stage k + 1 starts after
+ * the k-th. */
+static void resolve_cuts(lowerer *L, const dm_expr *list) {
+    ir_graph *g = L->g;
+    g->cuts_loc = list->loc;
+    g->cut_after = calloc((size_t)list->n_args + 1, sizeof *g->cut_after);
+    if (!g->cut_after) abort();
+    for (int i = 0; i < list->n_args; i++) {
+        const dm_expr *e = list->args[i];
+        binding *b = e->kind == EXPR_NAME ? scope_find(&L->global, e->name) : NULL;
+        if (!b || b->kind != B_VALUE || b->value < 0 || val(L, b->value)->phase != PHASE_FORWARD ||
+            ir_op_info_of(val(L, b->value)->op)->cls == OPC_SOURCE) {
+            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...)");
+            continue;
+        }
+        ir_value *v = val(L, b->value);
+        if (g->n_cuts && g->cut_after[g->n_cuts - 1]->id >= v->id) {
+            dm_error(L->d, e->loc, "cuts are listed in program order: '%s' comes before the previous one", e->name);
+            continue;
+        }
+        g->cut_after[g->n_cuts++] = v;
+    }
+}
+
+/* The batch dim: the leading dim of every input, a global dimension by name. */
+static const char *batch_dim_name(lowerer *L, const dm_program *prog) {
+    const char *name = NULL;
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        if (st->kind != STMT_INPUT || !st->type) continue;
+        const dm_expr *lead = st->type->rank > 0 ? st->type->dims[0] : NULL;
+        if (!lead || lead->kind != EXPR_NAME) {
+            dm_error(L->d, lead ? lead->loc : st->type->loc,
+                     "micro-batches split the inputs' leading dim: it must be the batch, named by a dim");
+            return NULL;
+        }
+        if (name && strcmp(name, lead->name) != 0) {
+            dm_error(L->d, lead->loc, "micro-batches split the inputs' leading dim: '%s' here, '%s' before", lead->name, name);
+            return NULL;
+        }
+        name = lead->name;
+    }
+    return name;
 }
 
 static void check_block_body(lowerer *L, const dm_stmt *block) {
@@ -1307,6 +1428,8 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         break;
     }
     case STMT_OPTIMIZER: lower_optimizer(L, st); break;
+    case STMT_SCHEDULE:
+    case STMT_ACCUMULATE: break; /* lowered first, see dm_lower */
     case STMT_RETURN: dm_error(L->d, st->loc, "return is only allowed inside a block"); break;
     }
 }
@@ -1318,9 +1441,33 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     /* The mesh first: types anywhere in the file may name its axes. */
     for (int i = 0; i < prog->n_stmts; i++)
         if (prog->stmts[i]->kind == STMT_MESH) lower_mesh(&L, prog->stmts[i]);
+    /* Then the micro-batches: the batch dim is lowered as one micro-batch. */
+    int micro = 0;
+    dm_loc micro_loc = {0};
+    for (int i = 0; i < prog->n_stmts; i++)
+        if (prog->stmts[i]->kind == STMT_SCHEDULE || prog->stmts[i]->kind == STMT_ACCUMULATE)
+            lower_schedule(&L, prog->stmts[i], &micro, &micro_loc);
+    if (opts->schedule >= 0) L.g->schedule = opts->schedule;
+    if (opts->microbatches > 0) micro = opts->microbatches;
+    L.g->schedule_loc = micro_loc;
+    if (micro > 1) {
+        L.g->microbatches = micro;
+        L.g->batch_dim = batch_dim_name(&L, prog);
+        if (!L.g->batch_dim && d->n_errors == errors_before) {
+            fprintf(d->out, "dmc: error: micro-batches split the batch, but the program has no inputs\n");
+            d->n_errors++;
+        }
+        if (L.g->batch_dim) L.g->batch_dim = ir_intern(L.g, L.g->batch_dim);
+    }
     dm_loc loss_loc = {0};
     for (int i = 0; i < prog->n_stmts && !over_limit(&L, prog->stmts[i]->loc); i++)
         if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
+    if (L.cuts) resolve_cuts(&L, L.cuts);
+    if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
+        fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
+                L.g->batch_dim);
+        d->n_errors++;
+    }
     for (int i = 0; i < opts->n_dims; i++)
         if (!opts->dims[i].used) {
             fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);

@@ -20,6 +20,8 @@ typedef struct dm_lower_options {
     int n_dims;
     dm_override *mesh;          /* (n_mesh) --mesh */
     int n_mesh;
+    int microbatches;           /* --microbatches (--accumulate), 0: the program's */
+    int schedule;               /* --schedule as a pipe_kind, -1: the program's */
 } dm_lower_options;
 
 /* Returns the forward graph, or NULL with errors reported to d. Overrides whose name

@@ -13,6 +13,7 @@ typedef struct autodiff {
     ir_graph *g;
     dm_diag *d;
     int *grad;       /* (values at start) gradient value id, -1 when none yet */
+    ir_value *origin; /* the forward value being differentiated: its stage runs the new ops */
     int errors;
 } autodiff;
 
@@ -23,6 +24,7 @@ static ir_value *start(autodiff *A, ir_op op, const int *operands, int n, dm_loc
     ir_value *v = ir_add(A->g, op, operands, n, loc);
     v->phase = PHASE_BACKWARD;
     v->name = name;
+    v->origin = A->origin;
     return v;
 }
 
@@ -45,6 +47,7 @@ static int emit2(autodiff *A, ir_op op, int a, int b, dm_loc loc, const char *na
 static int emit_const(autodiff *A, double value, dm_loc loc) {
     ir_value *v = ir_add(A->g, OP_CONST, NULL, 0, loc);
     v->phase = PHASE_BACKWARD;
+    v->origin = A->origin;
     v->role = ROLE_CONST;
     v->scalar = value;
     shapes_infer(A->g, v, A->d);
@@ -258,10 +261,12 @@ int pass_autodiff(ir_graph *g, dm_diag *d) {
         needs[i] = v->op == OP_PARAM;
         for (int k = 0; k < v->n_operands && !needs[i]; k++) needs[i] = needs[v->operands[k]];
     }
+    A.origin = g->values[g->loss];
     A.grad[g->loss] = emit_const(&A, 1.0, g->values[g->loss]->loc);
     for (int i = g->loss; i >= 0; i--) {
         ir_value *v = g->values[i];
         if (A.grad[i] < 0 || !needs[i] || v->op == OP_PARAM) continue;
+        A.origin = v;
         backprop(&A, v, A.grad[i], needs);
     }
     /* Each parameter's gradient gets a buffer of its own (role grad): a shared value
@@ -271,6 +276,7 @@ int pass_autodiff(ir_graph *g, dm_diag *d) {
     for (int p = 0; p < g->n_params; p++) {
         ir_value *param = g->values[g->params[p]];
         int gid = A.grad[param->id];
+        A.origin = param;
         const char *name = ir_internf(g, "%s.grad", param->name);
         if (gid < 0) {
             int zero = emit_const(&A, 0.0, param->loc);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "explain.h"
+#include "schedule.h"
 
 static void mib(double elems, char *buf, size_t size) { snprintf(buf, size, "%.2f MiB", elems * 4.0 / (1024.0 * 1024.0)); }
 
@@ -131,8 +132,89 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
     fprintf(out, "]");
 }
 
-void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards, const char *source_path,
-                   int json, FILE *out) {
+/* "h1 (line 43)" */
+static void value_str(const ir_value *v, char *buf, size_t size) {
+    if (v->name) snprintf(buf, size, "%s (line %d)", v->name, v->loc.line);
+    else snprintf(buf, size, "line %d", v->loc.line);
+}
+
+static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) { return pl && (pl->stages > 1 || g->microbatches > 1); }
+
+static pipe_kind schedule_kind(const ir_graph *g, const dm_pipeline_plan *pl) {
+    return pl->stages > 1 ? (pipe_kind)g->schedule : PIPE_1F1B;
+}
+
+static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    fprintf(out, ", \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cuts_by\": \"%s\", "
+                 "\"bubble_formula\": %.6f, \"imbalance\": %.4f, \"stage\": [",
+            pl->stages, g->microbatches, pipe_kind_name(schedule_kind(g, pl)), pl->by_user ? "program" : "dmc",
+            pipe_bubble_formula(pl->stages, g->microbatches), pl->imbalance);
+    for (int k = 0; k < pl->stages; k++) {
+        const dm_stage_plan *s = &pl->stage[k];
+        fprintf(out, "%s{\"first\": ", k ? ", " : "");
+        json_string(out, g->values[s->first]->name ? g->values[s->first]->name : "");
+        fprintf(out, ", \"last\": ");
+        json_string(out, g->values[s->last]->name ? g->values[s->last]->name : "");
+        fprintf(out, ", \"first_line\": %d, \"last_line\": %d, \"seconds\": %.6g, \"flops\": %.6g, "
+                     "\"recv_bytes\": %lld, \"activation_bytes\": %lld, \"in_flight\": %d, \"param_bytes\": %lld}",
+                g->values[s->first]->loc.line, g->values[s->last]->loc.line, s->seconds, s->flops,
+                (long long)s->recv_elems * 4, (long long)s->activation_elems * 4, s->in_flight, (long long)s->param_elems * 4);
+    }
+    fprintf(out, "]}");
+}
+
+static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    int P = pl->stages, M = g->microbatches;
+    if (P == 1) {
+        fprintf(out, "micro-batches: %d of %s = %lld each, their gradients summed (accumulation): the step's batch\n"
+                     "  is %s = %lld, in the memory of one micro-batch\n\n",
+                M, g->batch_dim, (long long)(g->batch_whole / M), g->batch_dim, (long long)g->batch_whole);
+        return;
+    }
+    pipe_kind kind = schedule_kind(g, pl);
+    fprintf(out, "pipeline: %d stages x %d micro-batch%s", P, M, M == 1 ? "" : "es");
+    if (M > 1) fprintf(out, " (%s = %lld as %d of %lld)", g->batch_dim, (long long)g->batch_whole, M, (long long)(g->batch_whole / M));
+    fprintf(out, ", schedule %s\n", pipe_kind_name(kind));
+    fprintf(out, "  cuts %s\n", pl->by_user ? "as the program gives them (schedule ... cuts = [...])"
+                                            : "chosen by dmc: the slowest stage as fast as it can be (dynamic programming)");
+    double total = 0;
+    for (int k = 0; k < P; k++) total += pl->stage[k].seconds;
+    fprintf(out, "  %-5s %-52s %10s %6s %12s %22s\n", "stage", "forward ops", "time/micro", "share", "recv/micro",
+            "activations in flight");
+    for (int k = 0; k < P; k++) {
+        const dm_stage_plan *s = &pl->stage[k];
+        char first[96], last[96], ops[200], recv[32], act[32], all[32], flight[96];
+        value_str(g->values[s->first], first, sizeof first);
+        value_str(g->values[s->last], last, sizeof last);
+        snprintf(ops, sizeof ops, "%s .. %s", first, last);
+        if (k) mib((double)s->recv_elems, recv, sizeof recv);
+        else snprintf(recv, sizeof recv, "-");
+        mib((double)(s->activation_elems + s->recv_elems), act, sizeof act);
+        mib((double)(s->activation_elems + s->recv_elems) * s->in_flight, all, sizeof all);
+        snprintf(flight, sizeof flight, "%d x %s = %s", s->in_flight, act, all);
+        fprintf(out, "  %-5d %-52s %8.3f ms %5.1f%% %12s   %s\n", k, ops, s->seconds * 1e3,
+                total > 0 ? 100 * s->seconds / total : 0, recv, flight);
+    }
+    fprintf(out, "  imbalance: the slowest stage takes %.2fx the mean (time predicted by cost rules, not measured)\n",
+            pl->imbalance);
+    for (int t = 0; t < pl->n_tied; t++)
+        fprintf(out, "  note: parameter '%s' is used on several stages (tied weights): code generation refuses it\n",
+                g->values[pl->tied[t]]->name);
+    pipe_schedule sched;
+    if (pipe_schedule_build(&sched, kind, P, M, 1.0, 2.0) == 0) {
+        fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
+                     "micro-batch m, '.': idle\n", pipe_kind_name(kind));
+        pipe_schedule_print(&sched, out);
+        fprintf(out, "bubble: (P - 1) / (M + P - 1) = %d / %d = %.1f%% of each stage's time idle", P - 1, M + P - 1,
+                100 * pipe_bubble_formula(P, M));
+        fprintf(out, " (the grid's: %.1f%%)\n", 100 * pipe_bubble(&sched));
+        pipe_schedule_free(&sched);
+    }
+    fprintf(out, "\n");
+}
+
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
+                   const dm_pipeline_plan *pipeline, const char *source_path, int json, FILE *out) {
     int64_t ranks = ir_mesh_ranks(g);
     if (json) {
         fprintf(out, "{\"model\": ");
@@ -153,6 +235,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         list_values_json(g, g->outputs, g->n_outputs, out);
         fprintf(out, ", \"collectives\": ");
         list_collectives_json(g, reshards, out);
+        if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                      "\"activations\": %lld, \"activations_without_reuse\": %lld}}\n",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
@@ -166,7 +249,13 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     fprintf(out, ", %lld rank%s\n", (long long)ranks, ranks == 1 ? "" : "s");
     if (g->n_dims) {
         fprintf(out, "dims:");
-        for (int i = 0; i < g->n_dims; i++) fprintf(out, " %s=%lld", g->dim_names[i], (long long)g->dim_values[i]);
+        for (int i = 0; i < g->n_dims; i++) {
+            if (g->batch_dim && strcmp(g->batch_dim, g->dim_names[i]) == 0)
+                fprintf(out, " %s=%lld (micro-batches of %lld)", g->dim_names[i], (long long)g->batch_whole,
+                        (long long)g->dim_values[i]);
+            else
+                fprintf(out, " %s=%lld", g->dim_names[i], (long long)g->dim_values[i]);
+        }
         fprintf(out, "\n");
     }
     fprintf(out, "\n");
@@ -175,6 +264,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     list_values(g, "outputs", g->outputs, g->n_outputs, out);
     if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
     list_collectives(g, reshards, out);
+    if (pipelined(g, pipeline)) pipeline_text(g, pipeline, out);
     char p[32], gr[32], s[32], a[32], au[32];
     mib((double)plan->param_elems, p, sizeof p);
     mib((double)plan->grad_elems, gr, sizeof gr);

@@ -6,7 +6,8 @@
 
 #include "passes.h"
 
-void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards, const char *source_path,
-                   int json, FILE *out);
+/* pipeline may be NULL (or of one stage and micro-batch): no pipeline section. */
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
+                   const dm_pipeline_plan *pipeline, const char *source_path, int json, FILE *out);
 
 #endif

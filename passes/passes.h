@@ -39,6 +39,54 @@ typedef struct dm_reshard_list {
 int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d);
 void dm_reshard_list_free(dm_reshard_list *log);
 
+/* cost.c: the predicted work of one op on one rank (its shard), for choosing pipeline
+ * cuts and for --explain. Flops count a multiply-add as 2; bytes are what the op reads
+ * and writes. Collectives cost their bytes (moved, not computed). */
+typedef struct dm_op_cost {
+    double flops;
+    double bytes;
+} dm_op_cost;
+
+dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v);
+/* Seconds on a nominal device (COST_FLOPS_PER_S, COST_BYTES_PER_S): only the ratios
+ * between stages matter to the cut. */
+double cost_seconds(dm_op_cost c);
+/* Seconds to move bytes between two pipeline stages. */
+double cost_link_seconds(double bytes);
+
+/* pipeline.c: assigns every op to a pipeline stage (v->stage). Forward ops are cut into
+ * contiguous stages by dynamic programming over their order, balancing each stage's
+ * predicted time (its forward ops, their gradients, and receiving its inputs) under a
+ * memory limit per rank; or where g->cut_after says. Backward ops run on their origin's
+ * stage, updates on their parameter's. requires: shard; runs with no pipeline axis too
+ * (everything on stage 0). */
+typedef struct dm_stage_plan {
+    int first, last;            /* value ids of its first and last forward op */
+    double seconds;             /* predicted forward + backward time of one micro-batch */
+    double flops;               /* forward + backward of one micro-batch */
+    int64_t recv_elems;         /* elements received from earlier stages, per micro-batch */
+    int64_t activation_elems;   /* elements of its forward values the backward reads, per micro-batch */
+    int64_t param_elems;        /* elements of its parameters (one rank's shards) */
+    int in_flight;              /* micro-batches whose activations it holds at once */
+} dm_stage_plan;
+
+typedef struct dm_pipeline_plan {
+    int stages;                 /* P: the pipeline axis's size (1 without one) */
+    dm_stage_plan *stage;       /* (stages) */
+    double imbalance;           /* slowest stage over the mean, >= 1 */
+    int by_user;                /* the cuts are the program's (schedule ... cuts = [...]) */
+    int *tied;                  /* (n_tied) parameters used on more than one stage */
+    int n_tied;
+} dm_pipeline_plan;
+
+typedef struct dm_pipeline_options {
+    double memory_limit_bytes;  /* per rank: parameters, gradients, optimizer state and the
+                                 * activations in flight; 0: no limit */
+} dm_pipeline_options;
+
+int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d);
+void dm_pipeline_plan_free(dm_pipeline_plan *plan);
+
 /* memory.c: where every value lives during a step. */
 typedef enum dm_region {
     REGION_NONE,    /* no storage: constants (spelled inline), update ops */

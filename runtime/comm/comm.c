@@ -116,6 +116,7 @@ void comm_rank_stop_helpers(dmrt_rank *r) {
 
 void comm_rank_release(dmrt_rank *r) {
     comm_rank_stop_helpers(r);
+    comm_trace_free(r);
     free_mesh(r);
     free(r->world.members);
     r->world.members = NULL;

@@ -75,7 +75,11 @@ struct dmrt_rank {
     int axis_sizes[DMRT_MESH_MAX_AXES];
     int coords[DMRT_MESH_MAX_AXES];
     dmrt_comm *axes[DMRT_MESH_MAX_AXES];
+    struct comm_trace *trace;             /* pipeline actions recorded (trace.c), or NULL: off */
 };
+
+/* trace.c: frees r's trace. */
+void comm_trace_free(dmrt_rank *r);
 
 /* A backend. Collectives get checked arguments (c non-NULL, counts >= 0 and within
  * int64 when multiplied by the size, buffers non-NULL when they hold data, root/peer in

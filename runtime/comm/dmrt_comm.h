@@ -185,6 +185,32 @@ int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
+/* ---- timeline ------------------------------------------------------------------------
+ *
+ * Generated pipeline code records each forward and backward action of a micro-batch
+ * (docs/trainer.md, --trace). Off until dmrt_trace_enable; then every action costs two
+ * clock reads. */
+typedef struct dmrt_trace_event {
+    char kind;          /* 'F' or 'B' */
+    int64_t micro;      /* micro-batch */
+    int64_t step;       /* dmrt_rank_step when it ran */
+    double start, end;  /* seconds, CLOCK_MONOTONIC */
+} dmrt_trace_event;
+
+/* Starts recording r's actions (at most 1 << 20; later ones are dropped). 0, or
+ * DMRT_ERR_COMM when out of memory. */
+int dmrt_trace_enable(dmrt_rank *r);
+/* The clock, when r records; 0 otherwise. */
+double dmrt_trace_now(const dmrt_rank *r);
+/* Records an action of r that began at start and ends now (nothing when off). */
+void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start);
+/* r's recorded actions, in order. */
+int64_t dmrt_trace_events(const dmrt_rank *r, const dmrt_trace_event **events);
+/* Every rank's actions, on world rank 0 (a collective over the world: every rank calls
+ * it): *all (malloc'd, the caller frees) holds counts[r] events of world rank r in turn;
+ * other ranks get NULL. Returns 0, or DMRT_ERR_COMM / DMRT_ERR_NOMEM. */
+int dmrt_trace_gather(dmrt_rank *r, dmrt_trace_event **all, int64_t *counts);
+
 /* What a rank runs: return 0 on success, non-zero (with dmrt_rank_error or an abort
  * message saying why) on failure. */
 typedef int (*dmrt_rank_main)(dmrt_rank *r, void *arg);

@@ -51,15 +51,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (pass_autodiff(g, &diag) == 0) {
             verify(g, "autodiff");
             dm_reshard_list reshards = {0};
-            if (pass_optimizer(g, &diag) == 0 && pass_shard(g, &reshards, &diag) == 0) {
+            dm_pipeline_plan pipeline = {0};
+            if (pass_optimizer(g, &diag) == 0 && pass_shard(g, &reshards, &diag) == 0 &&
+                pass_pipeline(g, NULL, &pipeline, &diag) == 0) {
                 verify(g, "shard");
                 dm_memory_plan plan;
                 pass_memory(g, &plan);
                 ir_print(g, devnull);
-                explain_print(g, &plan, &reshards, "fuzz.dm", 0, devnull);
-                explain_print(g, &plan, &reshards, "fuzz.dm", 1, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, "fuzz.dm", 0, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, "fuzz.dm", 1, devnull);
                 dm_memory_plan_free(&plan);
             }
+            dm_pipeline_plan_free(&pipeline);
             dm_reshard_list_free(&reshards);
         }
     }

@@ -1,0 +1,327 @@
+/* pipeline.c: pipeline stages. The forward ops, in program order, are cut into P
+ * contiguous stages; every other op follows: a backward op runs where the forward op it
+ * differentiates ran (v->origin), an update where its parameter lives, a collective the
+ * shard pass inserted where its operand is.
+ *
+ * The cut minimises the slowest stage (the pipeline runs at its pace), where a stage's
+ * time is its forward ops' predicted time, their backward ops' and receiving the values
+ * that cross into it (forward, and their gradients back), by dynamic programming over
+ * the boundaries: best[k][j] is the slowest of k stages holding the first j ops. Ties go
+ * to the cut moving fewer bytes. A stage must fit the memory limit: its parameters,
+ * gradients and optimizer state, plus the activations of the micro-batches it holds at
+ * once (M for GPipe, min(P - s, M) for 1F1B). */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "schedule.h"
+
+typedef struct pipe_costs {
+    int n;                  /* forward ops */
+    int *op;                /* (n) their value ids, in order */
+    double *seconds;        /* (n) forward time + the time of the backward ops it originates */
+    double *flops;          /* (n) the same in flops */
+    double *activation;     /* (n) elements of the op's result the backward reads */
+    double *params;         /* (n) elements of persistent state first used by the op */
+    double *cross;          /* (n + 1) elements crossing a boundary before op j (0 at 0 and n) */
+    char *layer_start;      /* (n + 1) op j starts a layer (instance or top-level value) */
+    int layer_starts;       /* how many of the n - 1 inner boundaries do */
+} pipe_costs;
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) abort();
+    return p;
+}
+
+/* Optimizer state per parameter element: AdamW keeps two, SGD with momentum one. */
+static int states_per_param(const ir_graph *g) {
+    if (g->optimizer.kind == OPTIM_ADAMW) return 2;
+    return g->optimizer.kind == OPTIM_SGD && g->optimizer.momentum > 0 ? 1 : 0;
+}
+
+static int is_forward_op(const ir_value *v) {
+    return v->phase == PHASE_FORWARD && ir_op_info_of(v->op)->cls != OPC_SOURCE;
+}
+
+/* Length of the layer part of a value's name: "h.3" of "h.3.mlp.c_fc" (an instance of a
+ * repeated layer), "fc1" of "fc1.matmul", all of "h1". */
+static size_t layer_key(const char *name) {
+    const char *dot = strchr(name, '.');
+    if (!dot) return strlen(name);
+    const char *p = dot + 1;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p > dot + 1 && (*p == '.' || *p == 0)) return (size_t)(p - name);
+    return (size_t)(dot - name);
+}
+
+/* The cut goes between layers (the layer stack) where it can: inside one, more values
+ * usually cross. An op without a name belongs to the layer before it. */
+static void mark_layers(const ir_graph *g, pipe_costs *c) {
+    c->layer_start = xcalloc((size_t)c->n + 1, 1);
+    const char *key = NULL;
+    size_t key_len = 0;
+    for (int j = 0; j < c->n; j++) {
+        const char *name = g->values[c->op[j]]->name;
+        if (!name) continue;
+        size_t len = layer_key(name);
+        if (key && (len != key_len || strncmp(name, key, len) != 0)) {
+            c->layer_start[j] = 1;
+            c->layer_starts++;
+        }
+        key = name, key_len = len;
+    }
+}
+
+static void measure(const ir_graph *g, pipe_costs *c) {
+    int n = 0;
+    int *pos = xcalloc((size_t)g->n_values, sizeof(int));
+    c->op = xcalloc((size_t)g->n_values, sizeof(int));
+    for (int i = 0; i < g->n_values; i++) {
+        pos[i] = -1;
+        if (is_forward_op(g->values[i])) pos[i] = n, c->op[n++] = i;
+    }
+    c->n = n;
+    c->seconds = xcalloc((size_t)n, sizeof(double));
+    c->flops = xcalloc((size_t)n, sizeof(double));
+    c->activation = xcalloc((size_t)n, sizeof(double));
+    c->params = xcalloc((size_t)n, sizeof(double));
+    c->cross = xcalloc((size_t)n + 1, sizeof(double));
+    double *delta = xcalloc((size_t)n + 2, sizeof(double));
+    int *first_use = xcalloc((size_t)g->n_values, sizeof(int));
+    int *last_use = xcalloc((size_t)g->n_values, sizeof(int));
+    char *read_backward = xcalloc((size_t)g->n_values, 1);
+    for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        /* where the op runs, as a forward position: its own, or its origin's */
+        int at = pos[i];
+        if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
+        if (at < 0) continue;
+        dm_op_cost oc = cost_of_op(g, v);
+        c->seconds[at] += cost_seconds(oc);
+        c->flops[at] += oc.flops;
+        for (int k = 0; k < v->n_operands; k++) {
+            int x = v->operands[k];
+            if (at < first_use[x]) first_use[x] = at;
+            if (at > last_use[x]) last_use[x] = at;
+            if (v->phase == PHASE_BACKWARD) read_backward[x] = 1;
+        }
+    }
+    int states = states_per_param(g);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op == OP_PARAM && first_use[i] < n)
+            c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * (2 + states);
+        if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
+        double elems = (double)ir_local_numel(g, &v->type);
+        /* it crosses every boundary after it up to its last user */
+        delta[pos[i] + 1] += elems;
+        delta[last_use[i] + 1] -= elems;
+        if (read_backward[i]) c->activation[pos[i]] += elems;
+    }
+    double run = 0;
+    for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
+    c->cross[0] = c->cross[n] = 0;
+    mark_layers(g, c);
+    free(delta);
+    free(first_use);
+    free(last_use);
+    free(read_backward);
+    free(pos);
+}
+
+static void costs_free(pipe_costs *c) {
+    free(c->op);
+    free(c->seconds);
+    free(c->flops);
+    free(c->activation);
+    free(c->params);
+    free(c->cross);
+    free(c->layer_start);
+}
+
+static int in_flight(const ir_graph *g, int stages, int stage) {
+    int m = g->microbatches;
+    if (g->schedule == PIPE_GPIPE && stages > 1) return m;
+    return stages - stage < m ? stages - stage : m;
+}
+
+/* Stage k of P holding ops [i, j): its time (activations and gradients of the values
+ * crossing in both ways) and whether it fits the limit. */
+static double stage_seconds(const pipe_costs *c, const double *prefix, int i, int j) {
+    return prefix[j] - prefix[i] + 2 * cost_link_seconds(4.0 * c->cross[i]);
+}
+
+static double stage_bytes(const ir_graph *g, const pipe_costs *c, int stages, int k, int i, int j) {
+    double params = 0, act = 0;
+    for (int q = i; q < j; q++) params += c->params[q], act += c->activation[q];
+    return 4.0 * (params + (act + c->cross[i]) * in_flight(g, stages, k));
+}
+
+/* best[k][j]: the slowest stage of the best cut of ops [0, j) into k + 1 stages; from[k][j]
+ * where its last stage starts. Returns -1 when no cut fits the limit. */
+static int choose_cuts(const ir_graph *g, const pipe_costs *c, int stages, double limit, int *boundary) {
+    int n = c->n;
+    double *prefix = xcalloc((size_t)n + 1, sizeof(double));
+    for (int j = 0; j < n; j++) prefix[j + 1] = prefix[j] + c->seconds[j];
+    size_t cells = (size_t)stages * ((size_t)n + 1);
+    double *best = xcalloc(cells, sizeof(double)), *moved = xcalloc(cells, sizeof(double));
+    int *from = xcalloc(cells, sizeof(int));
+#define AT(k, j) ((size_t)(k) * ((size_t)n + 1) + (size_t)(j))
+    for (size_t q = 0; q < cells; q++) best[q] = DBL_MAX, from[q] = -1;
+    int layers_only = c->layer_starts >= stages - 1;
+    for (int j = 1; j <= n; j++)
+        if (!limit || stage_bytes(g, c, stages, 0, 0, j) <= limit) best[AT(0, j)] = stage_seconds(c, prefix, 0, j);
+    for (int k = 1; k < stages; k++)
+        for (int j = k + 1; j <= n; j++)
+            for (int i = k; i < j; i++) {
+                if (best[AT(k - 1, i)] == DBL_MAX || (layers_only && !c->layer_start[i])) continue;
+                if (limit && stage_bytes(g, c, stages, k, i, j) > limit) continue;
+                double t = stage_seconds(c, prefix, i, j);
+                if (t < best[AT(k - 1, i)]) t = best[AT(k - 1, i)];
+                double m = moved[AT(k - 1, i)] + c->cross[i];
+                /* equal within rounding: the cut moving fewer bytes */
+                int better = t < best[AT(k, j)] * (1 - 1e-9) ||
+                             (t <= best[AT(k, j)] * (1 + 1e-9) && m < moved[AT(k, j)]);
+                if (better) best[AT(k, j)] = t, moved[AT(k, j)] = m, from[AT(k, j)] = i;
+            }
+    int ok = best[AT(stages - 1, n)] < DBL_MAX;
+    if (ok) {
+        boundary[stages] = n;
+        for (int k = stages - 1; k > 0; k--) boundary[k] = from[AT(k, boundary[k + 1])];
+        boundary[0] = 0;
+    }
+#undef AT
+    free(prefix);
+    free(best);
+    free(moved);
+    free(from);
+    return ok ? 0 : -1;
+}
+
+/* Stages of everything but the forward ops, which have theirs. */
+static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
+    int *low = xcalloc((size_t)g->n_values, sizeof(int)), *high = xcalloc((size_t)g->n_values, sizeof(int));
+    for (int i = 0; i < g->n_values; i++) low[i] = plan->stages, high[i] = -1;
+    /* sources first, from their forward users: parameters are where the model uses them */
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (!is_forward_op(v)) continue;
+        for (int k = 0; k < v->n_operands; k++) {
+            int x = v->operands[k];
+            if (v->stage < low[x]) low[x] = v->stage;
+            if (v->stage > high[x]) high[x] = v->stage;
+        }
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        ir_value *v = g->values[i];
+        if (ir_op_info_of(v->op)->cls == OPC_SOURCE && v->phase == PHASE_FORWARD) v->stage = low[i] < plan->stages ? low[i] : 0;
+        if (v->op == OP_PARAM && high[i] > low[i]) {
+            plan->tied = realloc(plan->tied, (size_t)(plan->n_tied + 1) * sizeof(int));
+            if (!plan->tied) abort();
+            plan->tied[plan->n_tied++] = i;
+        }
+    }
+    /* backward and update ops in order: their origin's stage, a parameter's, an operand's */
+    for (int i = 0; i < g->n_values; i++) {
+        ir_value *v = g->values[i];
+        if (v->phase == PHASE_FORWARD) continue;
+        if (v->origin) {
+            v->stage = v->origin->stage;
+        } else if (v->op == OP_STATE) {
+            continue; /* its update's, below */
+        } else {
+            v->stage = 0;
+            for (int k = 0; k < v->n_operands; k++) {
+                const ir_value *x = g->values[v->operands[k]];
+                if (x->role != ROLE_CONST) {
+                    v->stage = x->stage;
+                    break;
+                }
+            }
+        }
+        if (ir_op_info_of(v->op)->cls == OPC_UPDATE)
+            for (int k = 2; k < v->n_operands; k++) g->values[v->operands[k]]->stage = v->stage;
+    }
+    free(low);
+    free(high);
+}
+
+static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundary, dm_pipeline_plan *plan) {
+    double total = 0, slowest = 0;
+    for (int k = 0; k < plan->stages; k++) {
+        dm_stage_plan *s = &plan->stage[k];
+        int i = boundary[k], j = boundary[k + 1];
+        s->first = c->op[i];
+        s->last = c->op[j - 1];
+        s->seconds = 2 * cost_link_seconds(4.0 * c->cross[i]);
+        for (int q = i; q < j; q++) {
+            s->seconds += c->seconds[q];
+            s->flops += c->flops[q];
+            s->activation_elems += (int64_t)c->activation[q];
+        }
+        s->recv_elems = (int64_t)c->cross[i];
+        s->in_flight = in_flight(g, plan->stages, k);
+        total += s->seconds;
+        if (s->seconds > slowest) slowest = s->seconds;
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op == OP_PARAM) plan->stage[v->stage].param_elems += ir_local_numel(g, &v->type);
+    }
+    plan->imbalance = total > 0 ? slowest / (total / plan->stages) : 1;
+}
+
+int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d) {
+    memset(plan, 0, sizeof *plan);
+    int stages = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1;
+    plan->stages = stages;
+    plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
+    pipe_costs c;
+    measure(g, &c);
+    int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
+    int errors = 0;
+    dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
+    if (c.n < stages) {
+        dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
+        errors++;
+    } else if (g->n_cuts) {
+        if (g->n_cuts != stages - 1) {
+            dm_error(d, g->cuts_loc, "%d cuts make %d stages, but the pipeline axis has %d", g->n_cuts, g->n_cuts + 1, stages);
+            errors++;
+        }
+        for (int k = 0; k < g->n_cuts && !errors; k++) {
+            int j = 0;
+            while (j < c.n && c.op[j] != g->cut_after[k]->id) j++;
+            boundary[k + 1] = j + 1;
+            if (j + 1 >= c.n) {
+                dm_error(d, g->cuts_loc, "the cut after '%s' leaves no op to the last stage", g->cut_after[k]->name);
+                errors++;
+            }
+        }
+        boundary[0] = 0;
+        boundary[stages] = c.n;
+        plan->by_user = 1;
+    } else if (choose_cuts(g, &c, stages, opts ? opts->memory_limit_bytes : 0, boundary)) {
+        dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank", stages, opts->memory_limit_bytes / (1 << 30));
+        dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)");
+        errors++;
+    }
+    if (!errors) {
+        for (int k = 0; k < stages; k++)
+            for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
+        place_the_rest(g, plan);
+        summarise(g, &c, boundary, plan);
+    }
+    free(boundary);
+    costs_free(&c);
+    return errors;
+}
+
+void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
+    free(plan->stage);
+    free(plan->tied);
+    memset(plan, 0, sizeof *plan);
+}
