@@ -917,7 +917,6 @@ static void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, co
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned;
-    if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
     if (stage >= 0 && any) {
         if (micro && E->slots[stage] > 1)
             cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
@@ -930,6 +929,8 @@ static void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, co
     declare_buffers(E, used);
     for (int i = 0; i < g->n_values; i++)
         if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
+    /* the action starts when its inputs are here: waiting for them is the bubble */
+    if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
     /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
     int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
     if (!start_after) abort();

@@ -138,7 +138,9 @@ static void value_str(const ir_value *v, char *buf, size_t size) {
     else snprintf(buf, size, "line %d", v->loc.line);
 }
 
-static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) { return pl && (pl->stages > 1 || g->microbatches > 1); }
+static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
+    return pl && (pl->stages > 1 || g->microbatches > 1) && pl->stage[0].first >= 0;
+}
 
 static pipe_kind schedule_kind(const ir_graph *g, const dm_pipeline_plan *pl) {
     return pl->stages > 1 ? (pipe_kind)g->schedule : PIPE_1F1B;

@@ -284,7 +284,9 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
     int errors = 0;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
-    if (c.n < stages) {
+    if (stages == 1) {
+        boundary[1] = c.n;
+    } else if (c.n < stages) {
         dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
         errors++;
     } else if (g->n_cuts) {
@@ -309,7 +311,10 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)");
         errors++;
     }
-    if (!errors) {
+    if (!errors && c.n == 0) {
+        plan->stage[0].first = plan->stage[0].last = -1;
+        place_the_rest(g, plan);
+    } else if (!errors) {
         for (int k = 0; k < stages; k++)
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);

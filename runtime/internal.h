@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dmrt.h"
 
@@ -12,6 +13,13 @@
 #define DMRT_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define DMRT_PRINTF(f, a)
+/* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
+ * trace) and path's .svg (the last training step), and the measured bubble on out.
+ * Every rank calls it; world rank 0 writes. 0, or -1 with a message in err. */
+struct dmrt_rank;
+int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *path, FILE *out, char *err,
+                     size_t errlen);
+
 #endif
 
 /* Formats a message into err (when err != NULL and errlen > 0); returns -1 so that
@@ -23,5 +31,12 @@ char *dmrt_shape_str(char *buf, size_t buflen, int rank, const int64_t *shape);
 
 /* Product of the dims, or -1 on a negative dim or int64 overflow. */
 int64_t dmrt_shape_numel(int rank, const int64_t *shape);
+
+/* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
+ * trace) and path's .svg (the last training step), and the measured bubble on out.
+ * Every rank calls it; world rank 0 writes. 0, or -1 with a message in err. */
+struct dmrt_rank;
+int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *path, FILE *out, char *err,
+                     size_t errlen);
 
 #endif

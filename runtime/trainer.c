@@ -41,6 +41,7 @@ typedef struct tr_opts {
     int64_t epochs; /* -1 when not given */
     uint64_t seed;
     const char *init, *save, *batch_file, *data, *data_dir, *dump_grads;
+    const char *trace;      /* --trace FILE: the pipeline's timeline (trace_files.c) */
     const char *text_files; /* --data text:FILES: the part after "text:"; else NULL */
     int64_t eval_every;     /* 0: the validation loss only at the end */
     int64_t sample;         /* bytes to generate; -1 when --sample is not given */
@@ -121,6 +122,9 @@ static const char usage_text[] =
     "  --temperature X    sampling temperature (default 1; 0: greedy, the likeliest byte)\n"
     "  --top-k K          sample among the K likeliest bytes (default 40; 0: all 256)\n"
     "  --dump-grads FILE  after the first step, write every parameter's gradient\n"
+    "  --trace FILE       record every rank's forward and backward actions (pipelines,\n"
+    "                     micro-batches): FILE a Chrome trace (Perfetto), FILE's .svg\n"
+    "                     the last step; prints the measured pipeline bubble\n"
     "  --quiet            no progress bar and no summary on stderr\n"
     "  -h, --help         print this text and exit\n"
     "\n"
@@ -201,7 +205,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     static const char *const valued[] = {
         "--steps",      "--epochs", "--seed",   "--init",        "--save",
         "--batch-file", "--data",   "--data-dir", "--dump-grads", "--eval-every",
-        "--sample",     "--prompt", "--temperature", "--top-k"};
+        "--sample",     "--prompt", "--temperature", "--top-k", "--trace"};
     memset(o, 0, sizeof *o);
     o->steps = -1;
     o->epochs = -1;
@@ -257,6 +261,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         else if (strcmp(name, "--data") == 0) o->data = val;
         else if (strcmp(name, "--data-dir") == 0) o->data_dir = val;
         else if (strcmp(name, "--dump-grads") == 0) o->dump_grads = val;
+        else if (strcmp(name, "--trace") == 0) o->trace = val;
         else if (strcmp(name, "--prompt") == 0) o->prompt = val;
         if (bad)
             return usage_error(prog, model, "bad value '%s' for %s: expected %s", val, name, want);
@@ -905,6 +910,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         goto fail;
     }
     if (o->init && dmrt_load_params(m, ctx, o->init, err, sizeof err) != 0) goto fail;
+    if (o->trace && rank && dmrt_trace_enable(rank) != 0) goto oom;
 
     /* How many steps: --steps and --epochs both limit; by default one epoch. */
     int64_t spe = d.steps_per_epoch, total;
@@ -929,7 +935,10 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             fill_batch(&d, m, in, step, b);
             float loss = 0.0f;
             double t1 = dmrt_now();
-            if (m->train_step(ctx, (const void *const *)in, &loss) != 0) {
+            if (rank) dmrt_rank_set_step(rank, step + 1);
+            int failed = m->train_step(ctx, (const void *const *)in, &loss) != 0;
+            if (rank) dmrt_rank_set_step(rank, -1);
+            if (failed) {
                 bar_clear(&bar);
                 snprintf(err, sizeof err, "step %lld: %s", (long long)(step + 1), ctx_error(m, ctx));
                 goto fail;
@@ -969,6 +978,10 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     bar_clear(&bar);
     if (o->dump_grads && step == 0)
         fprintf(errs, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
+    if (o->trace && !rank)
+        fprintf(errs, "%s: note: --trace records the ranks of a partitioned model; this one runs on one: nothing written\n",
+                prog);
+    if (o->trace && rank && dmrt_trace_write(m, rank, o->trace, outs, err, sizeof err) != 0) goto fail;
 
     if (o->save && dmrt_save_params(m, ctx, o->save, err, sizeof err) != 0) goto fail;
     if (d.mnist && eval_out >= 0) {

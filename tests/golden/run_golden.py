@@ -50,6 +50,13 @@ CASES = {
     "forms.data2_tensor2": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
     "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain"]),
     "megatron_mlp.json": ("tests/golden/megatron_mlp.dm", ["--explain=json"]),
+    # pipelines: the cuts, each stage's cost, the schedule's grid and its bubble
+    "gpt.pipeline4_m8": ("examples/gpt.dm", ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8", "--explain"]),
+    "mlp.pipeline2_1f1b": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b",
+                                               "--explain"]),
+    "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain"]),
+    "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain"]),
+    "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),
 }
 # known bugs: goldens in bugs/, written by hand

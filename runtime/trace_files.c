@@ -1,0 +1,212 @@
+/* trace_files.c: the trainer's --trace. Every rank's pipeline actions (dmrt_comm.h's
+ * timeline) gathered on world rank 0 and written as a Chrome trace (JSON, loadable in
+ * Perfetto and chrome://tracing) and an SVG picture of the last training step; the
+ * measured bubble beside the formula. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmrt.h"
+#include "dmrt_comm.h"
+#include "internal.h"
+
+/* A rank's place on the pipeline axis of the model's mesh (0 without one). */
+static int stage_of(const dmrt_model *m, int rank, int *stages) {
+    int64_t stride = 1;
+    *stages = 1;
+    for (int a = m->n_mesh_axes - 1; a >= 0; a--) {
+        if (strcmp(m->mesh_axis_names[a], "pipeline") == 0) {
+            *stages = (int)m->mesh_axis_sizes[a];
+            return (int)((rank / stride) % m->mesh_axis_sizes[a]);
+        }
+        stride *= m->mesh_axis_sizes[a];
+    }
+    return 0;
+}
+
+/* The training actions of one step on one rank: a run of events of that step, up to
+ * its last backward (evaluation's forwards come after, with no backward). */
+typedef struct step_span {
+    int64_t step;
+    double start, end, busy;
+    int ranks;
+} step_span;
+
+/* Per training step: the span from the first action to the last on any rank, and the
+ * busy time of every rank summed. */
+static int64_t training_steps(const dmrt_trace_event *all, const int64_t *counts, int ranks, step_span **out) {
+    int64_t cap = 16, n = 0;
+    step_span *s = malloc((size_t)cap * sizeof *s);
+    if (!s) return -1;
+    const dmrt_trace_event *e = all;
+    for (int r = 0; r < ranks; e += counts[r], r++) {
+        for (int64_t i = 0; i < counts[r];) {
+            int64_t j = i, last_b = -1;
+            while (j < counts[r] && e[j].step == e[i].step) {
+                if (e[j].kind == 'B') last_b = j;
+                j++;
+            }
+            if (last_b >= 0 && e[i].step >= 0) {
+                int64_t k = 0;
+                while (k < n && s[k].step != e[i].step) k++;
+                if (k == n) {
+                    if (n == cap) {
+                        step_span *t = realloc(s, (size_t)(cap *= 2) * sizeof *s);
+                        if (!t) return free(s), -1;
+                        s = t;
+                    }
+                    s[n++] = (step_span){e[i].step, e[i].start, e[last_b].end, 0, 0};
+                }
+                if (e[i].start < s[k].start) s[k].start = e[i].start;
+                if (e[last_b].end > s[k].end) s[k].end = e[last_b].end;
+                for (int64_t q = i; q <= last_b; q++) s[k].busy += e[q].end - e[q].start;
+                s[k].ranks++;
+            }
+            i = j;
+        }
+    }
+    *out = s;
+    return n;
+}
+
+static int write_json(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks, double t0,
+                      FILE *f) {
+    int stages;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    const dmrt_trace_event *e = all;
+    int first = 1;
+    for (int r = 0; r < ranks; e += counts[r], r++) {
+        fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"rank %d "
+                   "(stage %d)\"}}",
+                first ? "" : ",\n", r, r, stage_of(m, r, &stages));
+        first = 0;
+        for (int64_t i = 0; i < counts[r]; i++)
+            fprintf(f, ",\n{\"name\": \"%c%lld\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                       "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro\": %lld}}",
+                    e[i].kind, (long long)e[i].micro, e[i].kind == 'F' ? "forward" : "backward", r,
+                    1e6 * (e[i].start - t0), 1e6 * (e[i].end - e[i].start), (long long)e[i].step, (long long)e[i].micro);
+    }
+    fprintf(f, "\n]}\n");
+    return 0;
+}
+
+static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks,
+                      const step_span *span, double bubble, double formula, FILE *f) {
+    const double width = 1000, left = 130, row = 28, top = 40;
+    double scale = span->end > span->start ? width / (span->end - span->start) : 0;
+    int stages;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"monospace\" "
+               "font-size=\"11\">\n",
+            left + width + 20, top + row * ranks + 30);
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"13\">%s: step %lld, %.3f ms; measured bubble %.1f%%, (P-1)/(M+P-1) = "
+               "%.1f%%</text>\n",
+            m->name, (long long)span->step, 1e3 * (span->end - span->start), 100 * bubble, 100 * formula);
+    const dmrt_trace_event *e = all;
+    for (int r = 0; r < ranks; e += counts[r], r++) {
+        double y = top + row * r;
+        fprintf(f, "<text x=\"10\" y=\"%.0f\">rank %d (stage %d)</text>\n", y + 17, r, stage_of(m, r, &stages));
+        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"#eeeeee\"/>\n", left, y + 2, width, row - 4);
+        for (int64_t i = 0; i < counts[r]; i++) {
+            if (e[i].step != span->step || e[i].start < span->start || e[i].end > span->end) continue;
+            double x = left + (e[i].start - span->start) * scale, w = (e[i].end - e[i].start) * scale;
+            fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
+                       "stroke-width=\"0.5\"><title>%c%lld: %.3f ms</title></rect>\n",
+                    x, y + 2, w > 0.5 ? w : 0.5, row - 4, e[i].kind == 'F' ? "#4e79a7" : "#59a14f", e[i].kind,
+                    (long long)e[i].micro, 1e3 * (e[i].end - e[i].start));
+            if (w > 22)
+                fprintf(f, "<text x=\"%.2f\" y=\"%.0f\" fill=\"white\">%c%lld</text>\n", x + 3, y + 17, e[i].kind,
+                        (long long)e[i].micro);
+        }
+    }
+    fprintf(f, "</svg>\n");
+}
+
+/* path.json -> path.svg; any other name gets .svg appended. */
+static void svg_path_of(const char *path, char *out, size_t size) {
+    size_t n = strlen(path);
+    if (n > 5 && strcmp(path + n - 5, ".json") == 0) snprintf(out, size, "%.*s.svg", (int)(n - 5), path);
+    else snprintf(out, size, "%s.svg", path);
+}
+
+static FILE *open_tmp(const char *path, char *tmp, size_t size, char *err, size_t errlen) {
+    snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static int close_tmp(FILE *f, const char *tmp, const char *path, char *err, size_t errlen) {
+    int failed = ferror(f);
+    if (fclose(f) != 0) failed = 1;
+    if (failed || rename(tmp, path) != 0) {
+        dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FILE *out, char *err, size_t errlen) {
+    int ranks = dmrt_rank_count(rank);
+    int64_t *counts = calloc((size_t)ranks, sizeof *counts);
+    dmrt_trace_event *all = NULL;
+    if (!counts) return dmrt_errorf(err, errlen, "out of memory");
+    if (dmrt_trace_gather(rank, &all, counts) != 0) {
+        free(counts);
+        return dmrt_errorf(err, errlen, "gathering the trace: %s", dmrt_rank_error(rank));
+    }
+    if (dmrt_rank_id(rank) != 0) {
+        free(counts);
+        return 0;
+    }
+    int status = -1;
+    step_span *spans = NULL;
+    int64_t total = 0, micros = 0;
+    double t0 = 0;
+    for (int r = 0; r < ranks; r++) total += counts[r];
+    for (int64_t i = 0; i < total; i++) {
+        if (i == 0 || all[i].start < t0) t0 = all[i].start;
+        if (all[i].micro + 1 > micros) micros = all[i].micro + 1;
+    }
+    int64_t n_steps = training_steps(all, counts, ranks, &spans);
+    if (n_steps < 0) {
+        dmrt_errorf(err, errlen, "out of memory");
+        goto done;
+    }
+    /* the bubble of every training step but the first (it warms caches and allocators) */
+    double bubble = 0;
+    int64_t measured = 0;
+    for (int64_t k = n_steps > 1 ? 1 : 0; k < n_steps; k++) {
+        if (spans[k].ranks != ranks || spans[k].end <= spans[k].start) continue;
+        bubble += 1 - spans[k].busy / (ranks * (spans[k].end - spans[k].start));
+        measured++;
+    }
+    if (measured) bubble /= (double)measured;
+    int stages;
+    stage_of(m, 0, &stages);
+    double formula = (double)(stages - 1) / (double)(micros + stages - 1);
+    char tmp[4200], svg[4096];
+    FILE *f = open_tmp(path, tmp, sizeof tmp, err, errlen);
+    if (!f) goto done;
+    write_json(m, all, counts, ranks, t0, f);
+    if (close_tmp(f, tmp, path, err, errlen)) goto done;
+    svg_path_of(path, svg, sizeof svg);
+    if (n_steps > 0) {
+        if (!(f = open_tmp(svg, tmp, sizeof tmp, err, errlen))) goto done;
+        write_svg(m, all, counts, ranks, &spans[n_steps - 1], bubble, formula, f);
+        if (close_tmp(f, tmp, svg, err, errlen)) goto done;
+    }
+    if (measured)
+        fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)\n", bubble,
+                (long long)measured, formula, stages, (long long)micros);
+    fprintf(out, "trace: %s (%lld actions; Perfetto, chrome://tracing)%s%s\n", path, (long long)total,
+            n_steps > 0 ? ", picture of the last step: " : "", n_steps > 0 ? svg : "");
+    status = 0;
+done:
+    free(spans);
+    free(all);
+    free(counts);
+    return status;
+}
