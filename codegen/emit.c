@@ -626,7 +626,9 @@ static void plan_buckets(emitter *E) {
         const ir_value *last = V(E, g->grads[q - 1]);
         int64_t floats = ir_numel(T(E, last->id));
         int p = q - 1; /* the bucket is parameters [p, q) */
+        /* a bucket is one stage's: each stage updates its own parameters */
         while (p > 0 && grad_allreduce(E, p - 1) && V(E, g->grads[p - 1])->mesh_axis == last->mesh_axis &&
+               V(E, g->grads[p - 1])->stage == last->stage &&
                floats + ir_numel(T(E, g->grads[p - 1])) <= cap) {
             floats += ir_numel(T(E, g->grads[p - 1]));
             p--;

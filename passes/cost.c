@@ -7,7 +7,6 @@
 #define COST_FLOPS_PER_S 1e11
 #define COST_BYTES_PER_S 2e10
 #define COST_LINK_BYTES_PER_S 1e10   /* between the ranks of two stages */
-#define COST_LINK_LATENCY_S 1e-5
 
 /* Element operations per element of the result (or of the operand, for reductions). */
 static double ops_per_element(const ir_value *v) {
@@ -60,4 +59,6 @@ double cost_seconds(dm_op_cost c) {
     return compute > memory ? compute : memory;
 }
 
-double cost_link_seconds(double bytes) { return bytes > 0 ? COST_LINK_LATENCY_S + bytes / COST_LINK_BYTES_PER_S : 0; }
+/* No latency term: ops have none either, and a latency would outweigh every op of a small
+ * model, packing its compute into one stage. */
+double cost_link_seconds(double bytes) { return bytes / COST_LINK_BYTES_PER_S; }

@@ -5,7 +5,8 @@ MODEL is mlp (examples/mlp.dm, small sizes), gpt (examples/gpt.dm, the tiny conf
 vocabulary splits over tensor, so cross-entropy runs vocabulary-parallel) or forms
 (tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
 reduce-scatter of gradients);
-BACKEND is threads or mpi. For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
+BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
+MESHES (pipeline stages, micro-batches, accumulation). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
 seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
   - every step's loss equals the serial loss within LOSS_RTOL (relative);
@@ -33,12 +34,23 @@ from dmcrun import Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
           ("data=2", ["--bucket-mb", "0.004"])]
 
+# pipelines and micro-batches (MESH_SET pipeline): accumulation without a mesh, 2 and 4
+# stages with 1, 4 and 8 micro-batches under both schedules, and pipelines composed with
+# data and tensor parallelism (data=2 x tensor=2 x pipeline=2: 8 ranks)
+PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
+                   ("pipeline=2", ["--microbatches", "1"]),
+                   ("pipeline=2", ["--microbatches", "4"]),
+                   ("pipeline=2", ["--microbatches", "8", "--schedule", "1f1b"]),
+                   ("pipeline=4", ["--microbatches", "8"]),
+                   ("pipeline=4", ["--microbatches", "4", "--schedule", "1f1b"]),
+                   ("data=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4"])]
 MODELS = {
     # batch 16 divides over data=4; hidden 64 over tensor=4
     "mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"),
@@ -47,6 +59,8 @@ MODELS = {
     # batch 16 over data=2 x tensor=2 (the rows split over tensor too), hidden 32 and
     # classes 8 over tensor=4
     "forms": ("tests/spmd/forms.dm", "B=16,D=24,H=32,K=8"),
+    # four residual blocks and a head: a layer per stage on pipeline=4
+    "stack": ("tests/spmd/stack.dm", "B=16,D=32,H=64,K=8"),
 }
 
 
@@ -54,7 +68,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model in ("mlp", "forms"):
+    if model in ("mlp", "forms", "stack"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}
@@ -92,7 +106,10 @@ def max_difference(tag, got, want):
 
 
 def main():
+    global MESHES
     dmc, root, model, backend = sys.argv[1:5]
+    if len(sys.argv) > 5 and sys.argv[5] == "pipeline":
+        MESHES = PIPELINE_MESHES
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77
@@ -105,7 +122,7 @@ def main():
         stio.save(batches(model, sizes, np.random.default_rng(3)), batch_file)
         want_losses, want_grads, want_weights = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial")
         for mesh, extra in MESHES:
-            tag = "%s %s %s%s" % (model, backend, mesh, " small buckets" if extra else "")
+            tag = "%s %s %s %s" % (model, backend, mesh, " ".join(extra))
             try:
                 losses, grads, weights = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
                                                (mesh + "_".join(extra)).replace(",", "_"), extra)
