@@ -291,7 +291,8 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         errors++;
     } else if (g->n_cuts) {
         if (g->n_cuts != stages - 1) {
-            dm_error(d, g->cuts_loc, "%d cuts make %d stages, but the pipeline axis has %d", g->n_cuts, g->n_cuts + 1, stages);
+            dm_error(d, g->cuts_loc, "%d cut%s make%s %d stages, but the pipeline axis has %d", g->n_cuts,
+                     g->n_cuts == 1 ? "" : "s", g->n_cuts == 1 ? "s" : "", g->n_cuts + 1, stages);
             errors++;
         }
         for (int k = 0; k < g->n_cuts && !errors; k++) {

@@ -1,0 +1,2 @@
+# args: --microbatches 2
+input x : f32[8, 3]

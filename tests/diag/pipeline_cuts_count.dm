@@ -1,0 +1,9 @@
+dim B = 8
+mesh(pipeline = 3)
+schedule gpipe(microbatches = 2, cuts = [h])
+input x : f32[B, 3]
+input y : i32[B]
+h = relu(x)
+g = tanh(h)
+loss = cross_entropy(g, y)
+minimize loss
