@@ -1014,7 +1014,9 @@ static void emit_header(emitter *E) {
         cg_line(w, " * creates its context with %s_create_rank and calls the same functions in the same", m);
         cg_line(w, " * order; each holds its block of every split tensor and the communicators of dmrt_comm.h");
         cg_line(w, " * move data between them. Every function returns DMRT_OK (0) or a DMRT_ERR_* code with");
-        cg_line(w, " * a message from %s_error(). */", m);
+        cg_line(w, " * a message from %s_error().%s */", m,
+                E->scheduled ? "\n *\n * A step runs its batch as micro-batches; the ranks of each pipeline stage run that\n"
+                               " * stage's layers (dmc --explain shows the stages and the schedule)." : "");
     } else {
         cg_line(w, " * One training step of the model, on one device. Every function returns DMRT_OK (0) or");
         cg_line(w, " * a DMRT_ERR_* code with a message from %s_error(). Contexts are independent: any", m);
@@ -1379,6 +1381,18 @@ static void emit_stages(emitter *E) {
     pipe_schedule_free(&sched);
 }
 
+/* The head of <model>_train_step; for a model without a loss, all of its body: 0. */
+static int open_train_step(emitter *E) {
+    const char *m = E->g->model;
+    cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    E->w.indent++;
+    if (E->g->loss >= 0 && E->g->grads) return 1;
+    cg_line(&E->w, "(void)batch; (void)loss;");
+    cg_line(&E->w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
+    cg_line(&E->w, "return DMRT_ERR_ARG;");
+    return 0;
+}
+
 /* `call` (stage%d_NAME) of this rank's stage. */
 static void emit_stage_dispatch(emitter *E, const char *what, const char *args) {
     cg_writer *w = &E->w;
@@ -1396,7 +1410,6 @@ static void emit_scheduled_api(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    int trains = g->loss >= 0 && g->grads;
     cg_line(w, "/* The step's loss and outputs, on every rank: the stage computing each sends it to the others%s. */",
             E->stages > 1 ? " (an allreduce\n * over the pipeline axis of the value and zeros: x + 0 is exact)" : "");
     cg_line(w, "static int finish_forward(struct_ctx *ctx, float *loss) {");
@@ -1438,13 +1451,7 @@ static void emit_scheduled_api(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
-    cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    if (!trains) {
-        cg_line(w, "(void)batch; (void)loss;");
-        cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
-        cg_line(w, "return DMRT_ERR_ARG;");
-    } else {
+    if (open_train_step(E)) {
         cg_line(w, "ctx->error[0] = 0;");
         cg_line(w, "int status;");
         emit_stage_dispatch(E, "train", "ctx, batch");
@@ -1670,13 +1677,7 @@ static void emit_source(emitter *E) {
         w->indent--;
         cg_line(w, "}");
         cg_blank(w);
-        cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-        w->indent++;
-        if (!trains) {
-            cg_line(w, "(void)batch; (void)loss;");
-            cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
-            cg_line(w, "return DMRT_ERR_ARG;");
-        } else {
+        if (open_train_step(E)) {
             cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
             cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
             if (g->optimizer.kind != OPTIM_NONE) {
