@@ -38,9 +38,9 @@ typedef struct emitter {
     int scheduled;
     int stages;                /* P (1 without a pipeline axis) */
     int pipe_axis;             /* the pipeline's mesh axis, or -1 */
-    int kind;                  /* pipe_kind of the schedule */
-    int *slots;                /* (stages) micro-batches whose temporaries a stage holds at once:
-                                * each has its own copy of the arena */
+    pipe_schedule sched;       /* every stage's actions, as the generated step runs them */
+    int *slots;                /* (stages) micro-batches whose temporaries a stage holds at once
+                                * (pipe_in_flight of sched): each has its own copy of the arena */
     uint64_t *needed_on;       /* (n_values) for a buffer's owner: the stages reading it (bit per stage) */
     const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
@@ -859,8 +859,6 @@ static int received(const emitter *E, int r, ir_phase phase, int stage) {
 
 static void emit_transfer(emitter *E, int r, int peer, int send) {
     const ir_value *v = V(E, r);
-    char line[160];
-    source_line(E, v->loc.line, line, sizeof line);
     cg_line(&E->w, "if (dmrt_%s(ctx->comm[%d], %d, %s%s, %lld, \"%s of %s %s stage %d (%s:%d)\") != 0)", send ? "send" : "recv",
             E->pipe_axis, peer, v->type.dtype == DT_I32 ? "(float *)" : "", E->cname[r], (long long)ir_numel(T(E, r)),
             V(E, r)->phase == PHASE_FORWARD ? "activation" : "gradient", E->cname[r], send ? "to" : "from", peer,
@@ -1272,16 +1270,17 @@ static void emit_spmd_support(emitter *E) {
     cg_blank(w);
 }
 
-/* Slots per stage and which stages read each buffer. */
+/* ---- micro-batches and pipeline stages --------------------------------------------------- */
+
+/* The schedule, the slots per stage and which stages read each buffer. */
 static void plan_stages(emitter *E) {
     const ir_graph *g = E->g;
+    if (pipe_schedule_build(&E->sched, pipe_kind_for(g->schedule, E->stages), E->stages, g->microbatches, 1.0, 2.0))
+        abort();
     E->slots = calloc((size_t)E->stages, sizeof(int));
     E->needed_on = calloc((size_t)g->n_values + 1, sizeof(uint64_t));
     if (!E->slots || !E->needed_on) abort();
-    for (int st = 0; st < E->stages; st++) {
-        int in_flight = E->kind == PIPE_GPIPE ? g->microbatches : E->stages - st;
-        E->slots[st] = in_flight < g->microbatches ? in_flight : g->microbatches;
-    }
+    for (int st = 0; st < E->stages; st++) E->slots[st] = pipe_in_flight(&E->sched, st);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (ir_op_info_of(v->op)->cls == OPC_SOURCE || shares_buffer(E, i) || v->stage >= 64) continue;
@@ -1290,8 +1289,6 @@ static void plan_stages(emitter *E) {
     }
 }
 
-/* ---- micro-batches and pipeline stages --------------------------------------------------- */
-
 /* Stage s's functions (forward and backward of one micro-batch, its update), then its
  * actions in the schedule's order as straight-line code: the grid of --explain, row s. */
 static void emit_stages(emitter *E) {
@@ -1299,7 +1296,7 @@ static void emit_stages(emitter *E) {
     cg_writer *w = &E->w;
     int trains = g->loss >= 0 && g->grads, M = g->microbatches;
     cg_line(w, "/* Micro-batches whose temporaries each stage holds at once (%s): a copy of the arena each. */",
-            E->stages > 1 ? pipe_kind_name(E->kind) : "one after the other");
+            E->stages > 1 ? pipe_kind_name(E->sched.kind) : "one after the other");
     cg_line(w, "static const int stage_slots[%d] = {", E->stages);
     for (int st = 0; st < E->stages; st++) cg_line(w, "    %d,", E->slots[st]);
     cg_line(w, "};");
@@ -1315,8 +1312,6 @@ static void emit_stages(emitter *E) {
         cg_line(w, "}");
     }
     cg_blank(w);
-    pipe_schedule sched;
-    if (pipe_schedule_build(&sched, (pipe_kind)E->kind, E->stages, M, 1.0, 2.0)) abort();
     for (int st = 0; st < E->stages; st++) {
         char fn[64], what[256];
         int first = -1, last = -1;
@@ -1351,14 +1346,14 @@ static void emit_stages(emitter *E) {
         cg_blank(w);
         if (!trains) continue;
         cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
-                st, E->stages > 1 ? pipe_kind_name(E->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
+                st, E->stages > 1 ? pipe_kind_name(E->sched.kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
                 M == 1 ? "" : "es");
         cg_line(w, " * draws every stage's actions as a grid. */");
         cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
         w->indent++;
         cg_line(w, "int status;");
         for (int i = 0; i < 2 * M; i++) {
-            const pipe_action *a = pipe_action_at(&sched, st, i);
+            const pipe_action *a = pipe_action_at(&E->sched, st, i);
             cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
                     a->kind == 'F' ? "forward" : "backward", a->micro);
         }
@@ -1378,7 +1373,6 @@ static void emit_stages(emitter *E) {
         cg_line(w, "}");
         cg_blank(w);
     }
-    pipe_schedule_free(&sched);
 }
 
 /* The head of <model>_train_step; for a model without a loss, all of its body: 0. */
@@ -1810,12 +1804,11 @@ static int check_stages(const emitter *E, FILE *err) {
                          "supported yet\n", E->source_path, v->loc.line, v->name);
             bad = -1;
         }
-        if (E->plan->region[i] != REGION_ARENA || !(E->needed_on[i] & ~((uint64_t)1 << v->stage))) continue;
-        /* forward values flow to later stages, gradients to earlier ones */
-        uint64_t later = ~(((uint64_t)2 << v->stage) - 1), earlier = ((uint64_t)1 << v->stage) - 1;
-        uint64_t wrong = E->needed_on[i] & (v->phase == PHASE_FORWARD ? earlier : v->phase == PHASE_BACKWARD ? later : ~0ull);
-        wrong &= ~((uint64_t)1 << v->stage);
-        if (wrong) {
+        uint64_t others = E->needed_on[i] & ~((uint64_t)1 << v->stage);
+        if (E->plan->region[i] != REGION_ARENA || !others) continue;
+        /* forward values flow to later stages, gradients to earlier ones, updates nowhere */
+        uint64_t earlier = ((uint64_t)1 << v->stage) - 1;
+        if (v->phase == PHASE_UPDATE || (others & (v->phase == PHASE_FORWARD ? earlier : ~earlier))) {
             fprintf(err, "%s:%d: error: internal: '%s' (stage %d) is read by a stage the schedule runs before it\n",
                     E->source_path, v->loc.line, v->name ? v->name : "?", v->stage);
             bad = -1;
@@ -1908,7 +1901,6 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
     E.scheduled = E.stages > 1 || g->microbatches > 1;
     if (E.pipe_axis >= 0) E.partitioned = 1;
-    E.kind = E.stages > 1 ? g->schedule : PIPE_1F1B;
     if (E.scheduled) plan_stages(&E);
     E.scratch_elems = scratch_need(&E);
     plan_buckets(&E);
@@ -1924,6 +1916,7 @@ int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_
     free(E.bucket_lead);
     free(E.bucket_ready);
     free(E.slots);
+    if (E.scheduled) pipe_schedule_free(&E.sched);
     free(E.needed_on);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);

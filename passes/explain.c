@@ -142,14 +142,10 @@ static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
     return pl && (pl->stages > 1 || g->microbatches > 1) && pl->stage[0].first >= 0;
 }
 
-static pipe_kind schedule_kind(const ir_graph *g, const dm_pipeline_plan *pl) {
-    return pl->stages > 1 ? (pipe_kind)g->schedule : PIPE_1F1B;
-}
-
 static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     fprintf(out, ", \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cuts_by\": \"%s\", "
                  "\"bubble_formula\": %.6f, \"imbalance\": %.4f, \"stage\": [",
-            pl->stages, g->microbatches, pipe_kind_name(schedule_kind(g, pl)), pl->by_user ? "program" : "dmc",
+            pl->stages, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->stages)), pl->by_user ? "program" : "dmc",
             pipe_bubble_formula(pl->stages, g->microbatches), pl->imbalance);
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
@@ -173,7 +169,7 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
                 M, g->batch_dim, (long long)(g->batch_whole / M), g->batch_dim, (long long)g->batch_whole);
         return;
     }
-    pipe_kind kind = schedule_kind(g, pl);
+    pipe_kind kind = pipe_kind_for(g->schedule, pl->stages);
     fprintf(out, "pipeline: %d stages x %d micro-batch%s", P, M, M == 1 ? "" : "es");
     if (M > 1) fprintf(out, " (%s = %lld as %d of %lld)", g->batch_dim, (long long)g->batch_whole, M, (long long)(g->batch_whole / M));
     fprintf(out, ", schedule %s\n", pipe_kind_name(kind));

@@ -17,14 +17,17 @@
 #include "passes.h"
 #include "schedule.h"
 
+/* Per forward op, summed over the ops before it: a stage of ops [i, j) has seconds[j] -
+ * seconds[i], and so on. */
 typedef struct pipe_costs {
     int n;                  /* forward ops */
     int *op;                /* (n) their value ids, in order */
-    double *seconds;        /* (n) forward time + the time of the backward ops it originates */
-    double *flops;          /* (n) the same in flops */
-    double *activation;     /* (n) elements of the op's result the backward reads */
-    double *params;         /* (n) elements of persistent state first used by the op */
-    double *cross;          /* (n + 1) elements crossing a boundary before op j (0 at 0 and n) */
+    double *seconds;        /* (n + 1) forward time + the time of the backward ops it originates */
+    double *flops;          /* (n + 1) the same in flops */
+    double *activation;     /* (n + 1) elements of the op's result the backward reads */
+    double *params;         /* (n + 1) elements of persistent state first used by the op */
+    double *cross;          /* (n + 1) elements crossing the boundary before op j (0 at 0 and n) */
+    int *in_flight;         /* (stages) micro-batches each stage holds at once, by the schedule */
     char *layer_start;      /* (n + 1) op j starts a layer (instance or top-level value) */
     int layer_starts;       /* how many of the n - 1 inner boundaries do */
 } pipe_costs;
@@ -83,10 +86,10 @@ static void measure(const ir_graph *g, pipe_costs *c) {
         if (is_forward_op(g->values[i])) pos[i] = n, c->op[n++] = i;
     }
     c->n = n;
-    c->seconds = xcalloc((size_t)n, sizeof(double));
-    c->flops = xcalloc((size_t)n, sizeof(double));
-    c->activation = xcalloc((size_t)n, sizeof(double));
-    c->params = xcalloc((size_t)n, sizeof(double));
+    c->seconds = xcalloc((size_t)n + 1, sizeof(double));
+    c->flops = xcalloc((size_t)n + 1, sizeof(double));
+    c->activation = xcalloc((size_t)n + 1, sizeof(double));
+    c->params = xcalloc((size_t)n + 1, sizeof(double));
     c->cross = xcalloc((size_t)n + 1, sizeof(double));
     double *delta = xcalloc((size_t)n + 2, sizeof(double));
     int *first_use = xcalloc((size_t)g->n_values, sizeof(int));
@@ -124,6 +127,16 @@ static void measure(const ir_graph *g, pipe_costs *c) {
     double run = 0;
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;
+    /* per op (at j) into sums over the ops before j */
+    double *per_op[] = {c->seconds, c->flops, c->activation, c->params};
+    for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) {
+        double sum = 0;
+        for (int j = 0; j <= n; j++) {
+            double here = j < n ? per_op[a][j] : 0;
+            per_op[a][j] = sum;
+            sum += here;
+        }
+    }
     mark_layers(g, c);
     free(delta);
     free(first_use);
@@ -140,32 +153,24 @@ static void costs_free(pipe_costs *c) {
     free(c->params);
     free(c->cross);
     free(c->layer_start);
+    free(c->in_flight);
 }
 
-static int in_flight(const ir_graph *g, int stages, int stage) {
-    int m = g->microbatches;
-    if (g->schedule == PIPE_GPIPE && stages > 1) return m;
-    return stages - stage < m ? stages - stage : m;
+/* A stage holding ops [i, j): its time (with the activations crossing in and their
+ * gradients crossing back), and its bytes as stage k (state, and the activations of the
+ * micro-batches in flight). */
+static double stage_seconds(const pipe_costs *c, int i, int j) {
+    return c->seconds[j] - c->seconds[i] + 2 * cost_link_seconds(4.0 * c->cross[i]);
 }
 
-/* Stage k of P holding ops [i, j): its time (activations and gradients of the values
- * crossing in both ways) and whether it fits the limit. */
-static double stage_seconds(const pipe_costs *c, const double *prefix, int i, int j) {
-    return prefix[j] - prefix[i] + 2 * cost_link_seconds(4.0 * c->cross[i]);
-}
-
-static double stage_bytes(const ir_graph *g, const pipe_costs *c, int stages, int k, int i, int j) {
-    double params = 0, act = 0;
-    for (int q = i; q < j; q++) params += c->params[q], act += c->activation[q];
-    return 4.0 * (params + (act + c->cross[i]) * in_flight(g, stages, k));
+static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
+    return 4.0 * (c->params[j] - c->params[i] + (c->activation[j] - c->activation[i] + c->cross[i]) * c->in_flight[k]);
 }
 
 /* best[k][j]: the slowest stage of the best cut of ops [0, j) into k + 1 stages; from[k][j]
  * where its last stage starts. Returns -1 when no cut fits the limit. */
-static int choose_cuts(const ir_graph *g, const pipe_costs *c, int stages, double limit, int *boundary) {
+static int choose_cuts(const pipe_costs *c, int stages, double limit, int *boundary) {
     int n = c->n;
-    double *prefix = xcalloc((size_t)n + 1, sizeof(double));
-    for (int j = 0; j < n; j++) prefix[j + 1] = prefix[j] + c->seconds[j];
     size_t cells = (size_t)stages * ((size_t)n + 1);
     double *best = xcalloc(cells, sizeof(double)), *moved = xcalloc(cells, sizeof(double));
     int *from = xcalloc(cells, sizeof(int));
@@ -173,13 +178,13 @@ static int choose_cuts(const ir_graph *g, const pipe_costs *c, int stages, doubl
     for (size_t q = 0; q < cells; q++) best[q] = DBL_MAX, from[q] = -1;
     int layers_only = c->layer_starts >= stages - 1;
     for (int j = 1; j <= n; j++)
-        if (!limit || stage_bytes(g, c, stages, 0, 0, j) <= limit) best[AT(0, j)] = stage_seconds(c, prefix, 0, j);
+        if (!limit || stage_bytes(c, 0, 0, j) <= limit) best[AT(0, j)] = stage_seconds(c, 0, j);
     for (int k = 1; k < stages; k++)
         for (int j = k + 1; j <= n; j++)
             for (int i = k; i < j; i++) {
                 if (best[AT(k - 1, i)] == DBL_MAX || (layers_only && !c->layer_start[i])) continue;
-                if (limit && stage_bytes(g, c, stages, k, i, j) > limit) continue;
-                double t = stage_seconds(c, prefix, i, j);
+                if (limit && stage_bytes(c, k, i, j) > limit) continue;
+                double t = stage_seconds(c, i, j);
                 if (t < best[AT(k - 1, i)]) t = best[AT(k - 1, i)];
                 double m = moved[AT(k - 1, i)] + c->cross[i];
                 /* equal within rounding: the cut moving fewer bytes */
@@ -194,7 +199,6 @@ static int choose_cuts(const ir_graph *g, const pipe_costs *c, int stages, doubl
         boundary[0] = 0;
     }
 #undef AT
-    free(prefix);
     free(best);
     free(moved);
     free(from);
@@ -256,14 +260,11 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         int i = boundary[k], j = boundary[k + 1];
         s->first = c->op[i];
         s->last = c->op[j - 1];
-        s->seconds = 2 * cost_link_seconds(4.0 * c->cross[i]);
-        for (int q = i; q < j; q++) {
-            s->seconds += c->seconds[q];
-            s->flops += c->flops[q];
-            s->activation_elems += (int64_t)c->activation[q];
-        }
+        s->seconds = stage_seconds(c, i, j);
+        s->flops = c->flops[j] - c->flops[i];
+        s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
         s->recv_elems = (int64_t)c->cross[i];
-        s->in_flight = in_flight(g, plan->stages, k);
+        s->in_flight = c->in_flight[k];
         total += s->seconds;
         if (s->seconds > slowest) slowest = s->seconds;
     }
@@ -281,6 +282,11 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c;
     measure(g, &c);
+    pipe_schedule sched;
+    c.in_flight = xcalloc((size_t)stages, sizeof(int));
+    if (pipe_schedule_build(&sched, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0)) abort();
+    for (int k = 0; k < stages; k++) c.in_flight[k] = pipe_in_flight(&sched, k);
+    pipe_schedule_free(&sched);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
     int errors = 0;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
@@ -307,7 +313,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         boundary[0] = 0;
         boundary[stages] = c.n;
         plan->by_user = 1;
-    } else if (choose_cuts(g, &c, stages, opts ? opts->memory_limit_bytes : 0, boundary)) {
+    } else if (choose_cuts(&c, stages, opts ? opts->memory_limit_bytes : 0, boundary)) {
         dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank", stages, opts->memory_limit_bytes / (1 << 30));
         dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)");
         errors++;

@@ -11,6 +11,8 @@ int pipe_kind_by_name(const char *name) {
     return -1;
 }
 
+pipe_kind pipe_kind_for(int kind, int stages) { return stages > 1 ? (pipe_kind)kind : PIPE_1F1B; }
+
 const char *pipe_kind_name(pipe_kind kind) { return kind == PIPE_GPIPE ? "gpipe" : "1f1b"; }
 
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i) {

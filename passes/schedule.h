@@ -29,6 +29,10 @@ typedef struct pipe_schedule {
     double makespan;       /* end of the last action */
 } pipe_schedule;
 
+/* The schedule that P stages run: one stage runs its micro-batches one after the other
+ * (forward, backward, next: 1F1B with P = 1) whatever the program asked for. */
+pipe_kind pipe_kind_for(int kind, int stages);
+
 /* "gpipe" / "1f1b" to the kind; -1 for anything else. */
 int pipe_kind_by_name(const char *name);
 const char *pipe_kind_name(pipe_kind kind);
