@@ -126,14 +126,15 @@ static const char *option_value(int argc, char **argv, int *i, const char *flag)
     return NULL;
 }
 
-static int parse_bucket_mb(const char *v, options *o) {
+/* A positive number up to 1e6 of `unit` (MiB, GiB) into *out. */
+static int parse_size(const char *flag, const char *v, const char *unit, double *out) {
     char *end = NULL;
-    double mb = strtod(v, &end);
-    if (!end || *end || end == v || !(mb > 0) || mb > 1e6) {
-        fprintf(stderr, "dmc: error: --bucket-mb expects a positive number of MiB, got '%s'\n", v);
+    double x = strtod(v, &end);
+    if (!end || *end || end == v || !(x > 0) || x > 1e6) {
+        fprintf(stderr, "dmc: error: %s expects a positive number of %s, got '%s'\n", flag, unit, v);
         return -1;
     }
-    o->codegen.bucket_bytes = (int64_t)(mb * 1024 * 1024);
+    *out = x;
     return 0;
 }
 
@@ -156,17 +157,17 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         return parse_overrides("--set", v, o->dims, &o->n_dims, 64) ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--mesh")))
         return parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES) ? -1 : 1;
-    if ((v = option_value(argc, argv, i, "--bucket-mb"))) return parse_bucket_mb(v, o) ? -1 : 1;
+    double size;
+    if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
+        if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
+        o->codegen.bucket_bytes = (int64_t)(size * 1024 * 1024);
+        return 1;
+    }
     if ((v = option_value(argc, argv, i, "--microbatches"))) return parse_microbatches("--microbatches", v, o) ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--accumulate"))) return parse_microbatches("--accumulate", v, o) ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--memory-gb"))) {
-        char *end = NULL;
-        double gb = strtod(v, &end);
-        if (!end || *end || end == v || !(gb > 0) || gb > 1e6) {
-            fprintf(stderr, "dmc: error: --memory-gb expects a positive number of GiB, got '%s'\n", v);
-            return -1;
-        }
-        o->pipeline.memory_limit_bytes = gb * 1024 * 1024 * 1024;
+        if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
+        o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--schedule"))) {

@@ -34,11 +34,16 @@ typedef struct step_span {
     int ranks;
 } step_span;
 
-/* Per training step: the span from the first action to the last on any rank, and the
- * busy time of every rank summed. */
+/* Per training step (the trainer numbers them 1, 2, ...): the span from the first action
+ * to the last on any rank, and the busy time of every rank summed; spans[k] is step k
+ * (ranks 0 when step k left no training actions). Returns the largest step, or -1 when
+ * out of memory. */
 static int64_t training_steps(const dmrt_trace_event *all, const int64_t *counts, int ranks, step_span **out) {
-    int64_t cap = 16, n = 0;
-    step_span *s = malloc((size_t)cap * sizeof *s);
+    int64_t total = 0, last_step = 0;
+    for (int r = 0; r < ranks; r++) total += counts[r];
+    for (int64_t i = 0; i < total; i++)
+        if (all[i].step > last_step) last_step = all[i].step;
+    step_span *s = calloc((size_t)last_step + 1, sizeof *s);
     if (!s) return -1;
     const dmrt_trace_event *e = all;
     for (int r = 0; r < ranks; e += counts[r], r++) {
@@ -48,27 +53,19 @@ static int64_t training_steps(const dmrt_trace_event *all, const int64_t *counts
                 if (e[j].kind == 'B') last_b = j;
                 j++;
             }
-            if (last_b >= 0 && e[i].step >= 0) {
-                int64_t k = 0;
-                while (k < n && s[k].step != e[i].step) k++;
-                if (k == n) {
-                    if (n == cap) {
-                        step_span *t = realloc(s, (size_t)(cap *= 2) * sizeof *s);
-                        if (!t) return free(s), -1;
-                        s = t;
-                    }
-                    s[n++] = (step_span){e[i].step, e[i].start, e[last_b].end, 0, 0};
-                }
-                if (e[i].start < s[k].start) s[k].start = e[i].start;
-                if (e[last_b].end > s[k].end) s[k].end = e[last_b].end;
-                for (int64_t q = i; q <= last_b; q++) s[k].busy += e[q].end - e[q].start;
-                s[k].ranks++;
+            step_span *k = e[i].step > 0 ? &s[e[i].step] : NULL;
+            if (k && last_b >= 0) {
+                if (!k->ranks || e[i].start < k->start) k->start = e[i].start;
+                if (!k->ranks || e[last_b].end > k->end) k->end = e[last_b].end;
+                for (int64_t q = i; q <= last_b; q++) k->busy += e[q].end - e[q].start;
+                k->step = e[i].step;
+                k->ranks++;
             }
             i = j;
         }
     }
     *out = s;
-    return n;
+    return last_step;
 }
 
 static int write_json(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks, double t0,
@@ -170,16 +167,18 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
         if (i == 0 || all[i].start < t0) t0 = all[i].start;
         if (all[i].micro + 1 > micros) micros = all[i].micro + 1;
     }
-    int64_t n_steps = training_steps(all, counts, ranks, &spans);
-    if (n_steps < 0) {
+    int64_t last_step = training_steps(all, counts, ranks, &spans);
+    if (last_step < 0) {
         dmrt_errorf(err, errlen, "out of memory");
         goto done;
     }
     /* the bubble of every training step but the first (it warms caches and allocators) */
     double bubble = 0;
-    int64_t measured = 0;
-    for (int64_t k = n_steps > 1 ? 1 : 0; k < n_steps; k++) {
+    int64_t measured = 0, pictured = 0;
+    for (int64_t k = 1; k <= last_step; k++) {
         if (spans[k].ranks != ranks || spans[k].end <= spans[k].start) continue;
+        pictured = k;
+        if (k == 1 && last_step > 1) continue;
         bubble += 1 - spans[k].busy / (ranks * (spans[k].end - spans[k].start));
         measured++;
     }
@@ -193,16 +192,16 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     write_json(m, all, counts, ranks, t0, f);
     if (close_tmp(f, tmp, path, err, errlen)) goto done;
     svg_path_of(path, svg, sizeof svg);
-    if (n_steps > 0) {
+    if (pictured) {
         if (!(f = open_tmp(svg, tmp, sizeof tmp, err, errlen))) goto done;
-        write_svg(m, all, counts, ranks, &spans[n_steps - 1], bubble, formula, f);
+        write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, f);
         if (close_tmp(f, tmp, svg, err, errlen)) goto done;
     }
     if (measured)
         fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)\n", bubble,
                 (long long)measured, formula, stages, (long long)micros);
     fprintf(out, "trace: %s (%lld actions; Perfetto, chrome://tracing)%s%s\n", path, (long long)total,
-            n_steps > 0 ? ", picture of the last step: " : "", n_steps > 0 ? svg : "");
+            pictured ? ", picture of the last step: " : "", pictured ? svg : "");
     status = 0;
 done:
     free(spans);
