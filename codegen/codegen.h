@@ -1,4 +1,7 @@
-/* codegen.h: writes DIR/<model>.h and DIR/<model>.c for a planned graph. */
+/* codegen.h: writes DIR/<model>.h and DIR/<model>.<c|cu> for a planned graph, in the
+ * dialect the target names (C for CPUs, CUDA for NVIDIA GPUs). Codegen plans nothing:
+ * the memory plan, the pipeline's stages and schedule and the gradient buckets come from
+ * passes. */
 #ifndef DM_CODEGEN_H
 #define DM_CODEGEN_H
 
@@ -9,16 +12,28 @@
 
 /* Choices of the generated code that the graph does not fix. */
 typedef struct codegen_options {
-    /* the largest gradient bucket, in bytes (0: 25 MiB, as PyTorch DDP); the first bucket
-     * reduced, holding the last parameters, is at most 1 MiB and never larger than this */
-    int64_t bucket_bytes;
+    const char *target;   /* "c" (NULL: the default) or "cuda" */
+    int tf32;             /* cuda: matrix products may use TF32 tensor cores */
 } codegen_options;
+
+/* What the passes decided, for code generation to spell. pipeline must have its readers
+ * (pipeline_plan_readers). */
+typedef struct codegen_plans {
+    const dm_memory_plan *memory;
+    const dm_pipeline_plan *pipeline;
+    const dm_bucket_plan *buckets;
+} codegen_plans;
+
+/* Whether name is a target codegen knows ("c", "cuda"). */
+int codegen_target_known(const char *name);
+/* "c" or "cu": the suffix of the generated source for the target. */
+const char *codegen_source_suffix(const char *target);
 
 /* source_path is the .dm file (quoted in comments), source_text its contents (each op
  * gets its .dm line as a comment); options may be NULL (the defaults). Returns 0, or -1
  * with a message on err. Files are written atomically (temporary name, then rename). */
-int codegen_c(const ir_graph *g, const dm_memory_plan *plan, const char *source_path,
-              const char *source_text, size_t source_len, const codegen_options *options,
-              const char *out_dir, FILE *err);
+int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path,
+                  const char *source_text, size_t source_len, const codegen_options *options,
+                  const char *out_dir, FILE *err);
 
 #endif

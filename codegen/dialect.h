@@ -9,9 +9,18 @@
 
 #include "ir.h"
 
+/* Output is written in two sections: file-scope code the host functions call (CUDA
+ * kernels; empty for C) and the host functions themselves. A dialect's kernel hook
+ * writes a launch (or a loop) into w and, where it needs one, a kernel into w->kernels.
+ * The emitter concatenates the file as: preamble, kernels, host functions. */
 typedef struct cg_writer {
     FILE *f;
     int indent;
+    struct cg_writer *kernels;   /* the file-scope section (never NULL while emitting) */
+    int serial;                  /* the dialect's counter: unique kernel names within a file */
+    void *dialect_state;         /* the dialect's own, per file, on the kernels writer (CUDA: the
+                                  * kernels written so far, to reuse); freed by the dialect's
+                                  * finish hook; NULL at first (writers start zeroed) */
 } cg_writer;
 
 void cg_line(cg_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -72,7 +81,9 @@ typedef struct cg_embed {
                                                      * table holds a window of the vocabulary (ids
                                                      * outside it give zero rows); NULL: 0, n == vocab */
     const char *table, *ids, *dy, *out;
-    const char *where;                              /* .dm location for the range error */
+    int fault_site;                                 /* the forward: the number of its range check
+                                                     * (dmrt_fault.site, see fault_check) */
+    const char *scratch;                            /* the gradient: scratch_bytes of it, or NULL */
 } cg_embed;
 
 /* Mean cross-entropy over rows of logits (rows, classes) with i32 targets; or, for the
@@ -81,14 +92,19 @@ typedef struct cg_xent {
     int64_t rows, classes;
     int64_t mean_rows;                              /* the divisor of the mean: rows of every rank */
     const char *logits, *targets, *out;
-    const char *dloss;                              /* C expression of the scalar; NULL for the forward */
-    const char *where;                              /* .dm location for the range error */
+    const char *dloss;                              /* the gradient: a C literal, or a buffer name whose
+                                                     * element 0 is the scalar (dloss_is_buffer) */
+    int dloss_is_buffer;
+    int fault_site;                                 /* the forward: the number of its range check */
+    const char *where;                              /* .dm location, for the collectives' labels */
     /* classes split over ranks (vocabulary-parallel): this rank holds classes
      * [coord * classes, (coord + 1) * classes) of all_classes; the row maxima are gathered
-     * and the sums reduced over comm, in scratch ((comm_size + 3) * rows floats) */
+     * and the sums reduced over comm */
     int64_t all_classes;                            /* = classes when whole */
-    const char *coord, *comm, *scratch;             /* C expressions (coord: this rank's place on
+    const char *coord, *comm;                       /* C expressions (coord: this rank's place on
                                                      * comm); NULL when whole */
+    const char *scratch;                            /* floats of the context's storage, at least
+                                                     * xent_scratch_floats(rows, comm_size) */
     int64_t comm_size;
     const char *logits_name;                        /* for the collectives' labels */
 } cg_xent;
@@ -99,8 +115,59 @@ typedef struct cg_update {
     const char *param, *grad, *state0, *state1;     /* state NULL when unused */
 } cg_update;
 
+typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
+
+/* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
+ *
+ * Conventions of the generated host code the hooks write into: the context is `ctx`
+ * (struct_ctx *, see emit.c), with ctx->error (char[512]), ctx->fault (dmrt_fault) and
+ * ctx->step (int64_t, updates done, this one counted); functions return DMRT_OK or a
+ * status. `on_fail` arguments are the statement to run when the spelled call fails
+ * ("return device_failed(ctx);", "goto fail;"); a dialect whose calls cannot fail
+ * ignores them. Buffer names are C expressions of pointers into the context's storage,
+ * which is device memory when device_memory is set: then host code never dereferences
+ * them and goes through copy. */
 typedef struct cg_dialect {
-    const char *name;
+    const char *name;               /* --target: "c", "cuda" */
+    const char *source_suffix;      /* of the generated file: "c", "cu" */
+    int device_memory;              /* buffers live on a device (see above) */
+
+    /* After #include "<model>.h": the includes and file-scope declarations the dialect
+     * needs (before the context struct). */
+    void (*preamble)(cg_writer *w);
+    /* Fields of the context struct the dialect needs (a device handle). */
+    void (*ctx_fields)(cg_writer *w);
+    /* After the context struct: static helpers that take struct_ctx * (for CUDA,
+     * device_failed(ctx), which copies the device error into ctx->error). */
+    void (*ctx_helpers)(cg_writer *w);
+    /* In <model>_create(_rank), before any allocation (ctx->rank is set when
+     * partitioned), with the options the dialect reads (tf32: --tf32); and in destroy,
+     * after every free. */
+    void (*ctx_open)(cg_writer *w, int partitioned, int tf32, const char *on_fail);
+    void (*ctx_close)(cg_writer *w);
+
+    /* lhs = zeroed storage of `bytes` (a C expression); lhs NULL on failure (on_fail). */
+    void (*alloc)(cg_writer *w, const char *lhs, const char *bytes, const char *on_fail);
+    void (*free)(cg_writer *w, const char *ptr);
+    /* bytes (a C expression) from src to dst. A host side is host memory of the caller. */
+    void (*copy)(cg_writer *w, const char *dst, const char *src, const char *bytes, cg_copy_kind kind,
+                 const char *on_fail);
+    void (*zero)(cg_writer *w, const char *ptr, const char *bytes, const char *on_fail);
+    /* How a dmrt_comm.h call (op: "allreduce_sum", "allgather", "reduce_scatter_sum",
+     * "alltoall", "allreduce_start", "comm_wait", "send", "recv") on the context's
+     * buffers is spelled up to its first argument: "dmrt_allreduce_sum(" or
+     * "dmrt_gpu_allreduce_sum(ctx->gpu, ". Calls on host memory always use dmrt_comm.h. */
+    void (*comm_callee)(char *buf, size_t size, const char *op);
+    /* After a kernel with a range check (embed, cross_entropy forward) (end_of_phase 0)
+     * and at the end of a phase function that has one (1): the statements that return
+     * data_fault(ctx) once ctx->fault.site is set. C checks at once; CUDA once, at the
+     * end (it skips bad rows, so nothing before touches memory it should not). */
+    void (*fault_check)(cg_writer *w, int end_of_phase);
+    /* Scratch the kernels need beyond the collectives' (ctx->scratch, floats): a
+     * cross-entropy of rows x classes over comm_size ranks (1: whole); an embedding
+     * gradient of rows positions (bytes, in cg_embed.scratch). */
+    int64_t (*xent_scratch_floats)(int64_t rows, int64_t comm_size);
+    int64_t (*embed_grad_scratch_bytes)(int64_t rows);
     void (*loop_nest)(cg_writer *w, const cg_loop_nest *k);
     void (*gemm)(cg_writer *w, const cg_gemm *k);
     void (*cross_entropy)(cg_writer *w, const cg_xent *k);
@@ -115,9 +182,15 @@ typedef struct cg_dialect {
     void (*layernorm_wgrad)(cg_writer *w, const cg_rowwise *k);
     void (*embed)(cg_writer *w, const cg_embed *k);
     void (*embed_grad)(cg_writer *w, const cg_embed *k);
+    /* After the last hook of a file (w: its host writer): frees what the dialect keeps in
+     * w->kernels->dialect_state. NULL: nothing to do. */
+    void (*finish)(cg_writer *w);
 } cg_dialect;
 
 extern const cg_dialect cg_dialect_c;
+
+/* The dialect named by --target, or NULL. */
+const cg_dialect *cg_dialect_find(const char *name);
 
 /* A float as a C literal ("0.5f", "1e-08f"). */
 void cg_float_literal(double v, char *buf, size_t size);

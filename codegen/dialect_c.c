@@ -128,12 +128,16 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
 }
 
 /* Cross-entropy's row pieces, on `row` (the row's logits, `classes` of them). */
+/* A bad index: recorded for the host's check (fault_check), and the loop left. */
+static void c_record_fault(cg_writer *w, int site, const char *value, const char *position) {
+    cg_line(w, "    ctx->fault.site = %d, ctx->fault.value = (int32_t)%s, ctx->fault.position = %s;", site, value, position);
+    cg_line(w, "    break;");
+}
+
 static void c_xent_target_check(cg_writer *w, const cg_xent *k) {
     cg_line(w, "int32_t target = %s[r];", k->targets);
     cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->all_classes);
-    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: target %%d of row %%lld is outside [0, %lld)\", (int)target, (long long)r);",
-            k->where, (long long)k->all_classes);
-    cg_line(w, "    return DMRT_ERR_DATA;");
+    c_record_fault(w, k->fault_site, "target", "r");
     cg_line(w, "}");
 }
 
@@ -209,7 +213,7 @@ static void c_cross_entropy_grad_split(cg_writer *w, const cg_xent *k) {
     cg_line(w, "{");
     w->indent++;
     c_xent_split_stats(w, k, 0);
-    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->mean_rows);
+    cg_line(w, "float scale = %s%s / %lld.0f;", k->dloss, k->dloss_is_buffer ? "[0]" : "", (long long)k->mean_rows);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
@@ -259,7 +263,7 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     cg_line(w, "float *drow = %s + r * %lld;", k->out, (long long)k->classes);
     c_xent_row_max(w, k->classes);
     c_xent_sum_exp(w, k->classes);
-    cg_line(w, "float scale = %s / %lld.0f;", k->dloss, (long long)k->mean_rows);
+    cg_line(w, "float scale = %s%s / %lld.0f;", k->dloss, k->dloss_is_buffer ? "[0]" : "", (long long)k->mean_rows);
     cg_line(w, "for (int64_t c = 0; c < %lld; c++)", (long long)k->classes);
     cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;");
     cg_line(w, "drow[%s[r]] -= scale;", k->targets);
@@ -510,9 +514,7 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
     w->indent++;
     cg_line(w, "const int32_t id = %s[r];", k->ids);
     cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->vocab);
-    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: id %%d at position %%lld is outside [0, %lld)\", (int)id, (long long)r);",
-            k->where, (long long)k->vocab);
-    cg_line(w, "    return DMRT_ERR_DATA;");
+    c_record_fault(w, k->fault_site, "id", "r");
     cg_line(w, "}");
     if (k->first_row) {
         /* rows of another rank's window are zero here: the pending sum over ranks fills them */
@@ -543,8 +545,86 @@ static void c_embed_grad(cg_writer *w, const cg_embed *k) {
     cg_line(w, "}");
 }
 
+/* ---- host scaffolding ---- */
+
+static void c_preamble(cg_writer *w) {
+    cg_line(w, "#include <math.h>");
+    cg_line(w, "#include <stdio.h>");
+    cg_line(w, "#include <stdlib.h>");
+    cg_line(w, "#include <string.h>");
+    cg_blank(w);
+    cg_line(w, "/* glibc's libmvec (2.35 and later, linked through -lm) has vector versions of these:");
+    cg_line(w, " * declaring them lets gcc vectorise the loops that call them (GELU, softmax). */");
+    cg_line(w, "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \\");
+    cg_line(w, "    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))");
+    cg_line(w, "float tanhf(float) __attribute__((simd(\"notinbranch\")));");
+    cg_line(w, "float expf(float) __attribute__((simd(\"notinbranch\")));");
+    cg_line(w, "#endif");
+    cg_blank(w);
+}
+
+static void c_nothing(cg_writer *w) { (void)w; }
+
+static void c_ctx_open(cg_writer *w, int partitioned, int tf32, const char *on_fail) {
+    (void)w, (void)partitioned, (void)tf32, (void)on_fail;
+}
+
+static void c_alloc(cg_writer *w, const char *lhs, const char *bytes, const char *on_fail) {
+    cg_line(w, "%s = dmrt_alloc(%s);", lhs, bytes);
+    cg_line(w, "if (!%s) %s", lhs, on_fail);
+}
+
+static void c_free(cg_writer *w, const char *ptr) { cg_line(w, "dmrt_free(%s);", ptr); }
+
+/* Host memory is all there is: every kind of copy is memcpy. */
+static void c_copy(cg_writer *w, const char *dst, const char *src, const char *bytes, cg_copy_kind kind, const char *on_fail) {
+    (void)kind, (void)on_fail;
+    cg_line(w, "memcpy(%s, %s, %s);", dst, src, bytes);
+}
+
+static void c_zero(cg_writer *w, const char *ptr, const char *bytes, const char *on_fail) {
+    (void)on_fail;
+    cg_line(w, "memset(%s, 0, %s);", ptr, bytes);
+}
+
+static void c_comm_callee(char *buf, size_t size, const char *op) { snprintf(buf, size, "dmrt_%s(", op); }
+
+/* The kernel left its loop at the bad index: nothing after it ran on it. */
+static void c_fault_check(cg_writer *w, int end_of_phase) {
+    if (!end_of_phase) cg_line(w, "if (ctx->fault.site) return data_fault(ctx);");
+}
+
+/* Vocabulary-parallel: every rank's row maxima, the global maxima, the sums and the
+ * targets' logits (c_xent_split_stats); whole rows need none. */
+static int64_t c_xent_scratch_floats(int64_t rows, int64_t comm_size) { return comm_size > 1 ? (comm_size + 3) * rows : 0; }
+
+static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
+    (void)rows;
+    return 0;
+}
+
+const cg_dialect *cg_dialect_find(const char *name) {
+    if (strcmp(name, cg_dialect_c.name) == 0) return &cg_dialect_c;
+    return NULL;
+}
+
 const cg_dialect cg_dialect_c = {
     .name = "c",
+    .source_suffix = "c",
+    .device_memory = 0,
+    .preamble = c_preamble,
+    .ctx_fields = c_nothing,
+    .ctx_helpers = c_nothing,
+    .ctx_open = c_ctx_open,
+    .ctx_close = c_nothing,
+    .alloc = c_alloc,
+    .free = c_free,
+    .copy = c_copy,
+    .zero = c_zero,
+    .comm_callee = c_comm_callee,
+    .fault_check = c_fault_check,
+    .xent_scratch_floats = c_xent_scratch_floats,
+    .embed_grad_scratch_bytes = c_embed_grad_scratch_bytes,
     .loop_nest = c_loop_nest,
     .gemm = c_gemm,
     .cross_entropy = c_cross_entropy,

@@ -21,12 +21,19 @@
 #define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
 #endif
 
+#ifndef DMC_NVCC
+#define DMC_NVCC ""       /* nvcc found when dmc was built, or "" */
+#endif
+#ifndef DMC_CUDA_HOME
+#define DMC_CUDA_HOME "/usr/local/cuda"
+#endif
+
 #ifndef DMC_VERSION
 #define DMC_VERSION "0.1.0"
 #endif
 
 static const char usage[] =
-    "usage: dmc [options] FILE.dm -o DIR     compile to DIR/<model>.h and DIR/<model>.c\n"
+    "usage: dmc [options] FILE.dm -o DIR     compile to DIR/<model>.h and DIR/<model>.c (.cu)\n"
     "       dmc --emit=ir [options] FILE.dm  print the IR\n"
     "       dmc --explain[=json] [options] FILE.dm\n"
     "                                        print the partition and memory plan\n"
@@ -40,6 +47,9 @@ static const char usage[] =
     "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
     "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff, optimizer or shard\n"
     "  -o DIR                     output directory (created if missing)\n"
+    "  --target c|cuda            generated code: C for CPUs (default), or CUDA with cuBLAS\n"
+    "                             and NCCL for NVIDIA GPUs (dmc run compiles it with nvcc)\n"
+    "  --tf32                     cuda: matrix products may use TF32 (default strict fp32)\n"
     "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
     "                             25; the first, of the last layers, is at most 1)\n"
     "  --microbatches M           run each step's batch as M micro-batches, their gradients\n"
@@ -58,7 +68,11 @@ static const char usage[] =
     "  dmc run also takes --keep DIR (keep the build there), --cc COMPILER and, for a\n"
     "  partitioned program (a mesh of several ranks), --backend threads|mpi: threads (the\n"
     "  default) runs the ranks as threads of one process; mpi builds with mpicc and runs\n"
-    "  one process per rank under mpirun (--mpirun 'COMMAND ARGS' replaces 'mpirun').\n";
+    "  one process per rank under mpirun (--mpirun 'COMMAND ARGS' replaces 'mpirun').\n"
+    "  With --target cuda each rank uses one GPU (DMRT_CUDA_DEVICE picks it); collectives go\n"
+    "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
+    "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
+    "  compiler and the GPU architecture.\n";
 
 typedef struct options {
     const char *input;
@@ -74,6 +88,7 @@ typedef struct options {
     const char *backend;      /* dmc run: "threads" (default) or "mpi" */
     const char *mpirun;       /* dmc run --backend mpi: the launcher command */
     codegen_options codegen;
+    int64_t bucket_bytes;     /* --bucket-mb, in bytes (0: the default) */
     dm_override dims[64];
     int n_dims;
     dm_override mesh[IR_MAX_AXES];
@@ -160,7 +175,19 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
-        o->codegen.bucket_bytes = (int64_t)(size * 1024 * 1024);
+        o->bucket_bytes = (int64_t)(size * 1024 * 1024);
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--target"))) {
+        if (!codegen_target_known(v)) {
+            fprintf(stderr, "dmc: error: --target takes c or cuda, got '%s'\n", v);
+            return -1;
+        }
+        o->codegen.target = v;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--tf32") == 0) {
+        o->codegen.tf32 = 1;
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--microbatches"))) return parse_microbatches("--microbatches", v, o) ? -1 : 1;
@@ -327,12 +354,13 @@ static int make_dir(const char *dir) {
 }
 
 /* The runtime to link generated code against: DMC_RUNTIME_DIR (a directory holding
- * dmrt.h, dmrt_comm.h and the libdmrt*.a), the build tree dmc was built in, or the
- * install prefix. Headers in inc[0..1], libraries in lib[0..1] (repeats are harmless). */
-static void runtime_paths(char inc[2][PATH_MAX], char lib[2][PATH_MAX]) {
+ * dmrt.h, dmrt_comm.h, dmrt_cuda.h and the libdmrt*.a), the build tree dmc was built
+ * in, or the install prefix. Headers in inc[0..2], libraries in lib[0..2] (runtime,
+ * comm, cuda; repeats are harmless). */
+static void runtime_paths(char inc[3][PATH_MAX], char lib[3][PATH_MAX]) {
     const char *env = getenv("DMC_RUNTIME_DIR");
     if (env && *env) {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             snprintf(inc[i], PATH_MAX, "%s", env);
             snprintf(lib[i], PATH_MAX, "%s", env);
         }
@@ -343,9 +371,11 @@ static void runtime_paths(char inc[2][PATH_MAX], char lib[2][PATH_MAX]) {
         snprintf(inc[1], PATH_MAX, "%s/comm", DMC_SOURCE_RUNTIME_DIR);
         snprintf(lib[0], PATH_MAX, "%s", DMC_BUILD_RUNTIME_DIR);
         snprintf(lib[1], PATH_MAX, "%s/comm", DMC_BUILD_RUNTIME_DIR);
+        snprintf(inc[2], PATH_MAX, "%s/cuda", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(lib[2], PATH_MAX, "%s/cuda", DMC_BUILD_RUNTIME_DIR);
         return;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         snprintf(inc[i], PATH_MAX, "%s", DMC_INSTALL_INCLUDE_DIR);
         snprintf(lib[i], PATH_MAX, "%s", DMC_INSTALL_LIB_DIR);
     }
@@ -415,26 +445,63 @@ static int write_main(const char *path, const ir_graph *g, int mpi) {
     return 0;
 }
 
+/* nvcc: $NVCC, or the one found when dmc was built; NULL (with a message) when there is
+ * none to run. */
+static const char *find_nvcc(void) {
+    const char *nvcc = getenv("NVCC");
+    if (!nvcc || !*nvcc) nvcc = DMC_NVCC;
+    if (*nvcc && access(nvcc, X_OK) == 0) return nvcc;
+    fprintf(stderr, "dmc: error: --target cuda needs nvcc, the CUDA toolkit's compiler: %s (set NVCC to its path)\n",
+            *nvcc ? "it is not executable here" : "none was found when dmc was built");
+    return NULL;
+}
+
+/* Compiles the generated .cu into model_o with nvcc: C++ (the CUDA dialect writes C that
+ * is also C++), for Hopper (DMC_CUDA_ARCH, default sm_90: H100 and H200) with PTX for newer
+ * GPUs, warnings as errors. */
+static int compile_cuda(const char *nvcc, const char *model_cu, const char *model_o, char inc_flag[3][PATH_MAX + 2],
+                        const char *out_inc_flag) {
+    const char *arch = getenv("DMC_CUDA_ARCH");
+    if (!arch || !*arch) arch = "90";
+    char gencode[2][96];
+    snprintf(gencode[0], sizeof gencode[0], "arch=compute_%s,code=sm_%s", arch, arch);
+    snprintf(gencode[1], sizeof gencode[1], "arch=compute_%s,code=compute_%s", arch, arch);
+    char *argv[] = {(char *)nvcc, "-c", "-std=c++17", "-O3", "-gencode", gencode[0], "-gencode", gencode[1],
+                    "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", inc_flag[0], inc_flag[1], inc_flag[2],
+                    (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o, NULL};
+    int status = run_process(argv);
+    if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
+    return status;
+}
+
 static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     int mpi = o->backend && strcmp(o->backend, "mpi") == 0;
-    char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[2][PATH_MAX], lib[2][PATH_MAX],
-        inc_flag[2][PATH_MAX + 2], lib_flag[2][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
+    int cuda = o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
+    char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[3][PATH_MAX], lib[3][PATH_MAX],
+        inc_flag[3][PATH_MAX + 2], lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
     snprintf(main_path, sizeof main_path, "%s/main.c", dir);
     snprintf(exe, sizeof exe, "%s/%s", dir, g->model);
-    snprintf(model_c, sizeof model_c, "%s/%s.c", dir, g->model);
+    snprintf(model_c, sizeof model_c, "%s/%s.%s", dir, g->model, cuda ? "o" : "c");
     if (write_main(main_path, g, mpi)) return 1;
     runtime_paths(inc, lib);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         snprintf(inc_flag[i], sizeof inc_flag[i], "-I%s", inc[i]);
         snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
     }
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
+    if (cuda) {
+        const char *nvcc = find_nvcc();
+        char model_cu[PATH_MAX];
+        snprintf(model_cu, sizeof model_cu, "%s/%s.cu", dir, g->model);
+        if (!nvcc || compile_cuda(nvcc, model_cu, model_c, inc_flag, out_inc_flag) != 0) return 1;
+    }
     /* mpicc wraps the C compiler with MPI's flags */
     const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
     char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_SANITIZE;
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
-    char *cc_argv[48];
+    char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
+    char *cc_argv[64];
     int n = 0;
     cc_argv[n++] = (char *)cc;
     n = split_words(flags, cc_argv, n, 20);
@@ -443,10 +510,10 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     cc_argv[n++] = out_inc_flag;
     cc_argv[n++] = model_c;
     cc_argv[n++] = main_path;
-    cc_argv[n++] = lib_flag[0];
-    cc_argv[n++] = lib_flag[1];
+    for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
+    if (cuda) n = split_words(cuda_link, cc_argv, n, 36);
     if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
-    n = split_words(link, cc_argv, n, 44);
+    n = split_words(link, cc_argv, n, 58);
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
@@ -561,7 +628,12 @@ int main(int argc, char **argv) {
             dm_memory_plan_free(&plan);
             goto done;
         }
-        status = codegen_c(g, &plan, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
+        dm_bucket_plan buckets;
+        pipeline_plan_readers(&pipeline, g, &plan);
+        pass_buckets(g, &plan, o.bucket_bytes / 4 > 0 ? o.bucket_bytes / 4 : o.bucket_bytes > 0 ? 1 : 0, &buckets);
+        codegen_plans plans = {.memory = &plan, .pipeline = &pipeline, .buckets = &buckets};
+        status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
+        dm_bucket_plan_free(&buckets);
         if (status == 0 && o.run) status = build_and_run(&o, g, dir);
         if (tmp_dir[0]) remove_tree(tmp_dir);
     }

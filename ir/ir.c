@@ -1,6 +1,7 @@
 /* ir.c: graph construction, op lookup and interned strings. */
 #include "ir.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,19 @@ int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
     if (v->op != OP_CROSS_ENTROPY && v->op != OP_CROSS_ENTROPY_GRAD) return IR_REPLICATED;
     const ir_type *logits = &g->values[v->operands[0]]->type;
     return logits->split[logits->rank - 1];
+}
+
+int ir_reads_operand(const ir_value *v, int k) {
+    if (v->op != OP_UNARY_GRAD) return 1;
+    static const char *const vars[] = {"x", "y", "dy"};
+    const char *expr = ir_op_info_of(v->unary)->backward;
+    size_t n = strlen(vars[k]);
+    for (const char *p = expr; (p = strstr(p, vars[k])); p += n) {
+        int starts = p == expr || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        int ends = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (starts && ends) return 1;
+    }
+    return 0;
 }
 
 int ir_is_partitioned(const ir_graph *g) {

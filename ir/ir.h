@@ -202,6 +202,9 @@ int ir_is_partitioned(const struct ir_graph *g);
 /* For cross-entropy or its gradient over logits whose classes (last dim) are split: the
  * mesh axis splitting them, the op then running vocabulary-parallel; else IR_REPLICATED. */
 int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
+/* Whether op v reads operand k: a unary gradient reads only the variables its
+ * expression names (relu's gradient needs x and dy, not y); every other op reads all. */
+int ir_reads_operand(const struct ir_value *v, int k);
 
 /* Appends a value with the given operands; the type is left for the shape rules
  * (passes/shapes.c) unless the caller sets it. */

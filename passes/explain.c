@@ -198,16 +198,13 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     for (int t = 0; t < pl->n_tied; t++)
         fprintf(out, "  note: parameter '%s' is used on several stages (tied weights): code generation refuses it\n",
                 g->values[pl->tied[t]]->name);
-    pipe_schedule sched;
-    if (pipe_schedule_build(&sched, kind, P, M, 1.0, 2.0) == 0) {
-        fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
-                     "micro-batch m, '.': idle\n", pipe_kind_name(kind));
-        pipe_schedule_print(&sched, out);
-        fprintf(out, "bubble: (P - 1) / (M + P - 1) = %d / %d = %.1f%% of each stage's time idle", P - 1, M + P - 1,
-                100 * pipe_bubble_formula(P, M));
-        fprintf(out, " (the grid's: %.1f%%)\n", 100 * pipe_bubble(&sched));
-        pipe_schedule_free(&sched);
-    }
+    const pipe_schedule *sched = &pl->schedule;
+    fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
+                 "micro-batch m, '.': idle\n", pipe_kind_name(kind));
+    pipe_schedule_print(sched, out);
+    fprintf(out, "bubble: (P - 1) / (M + P - 1) = %d / %d = %.1f%% of each stage's time idle", P - 1, M + P - 1,
+            100 * pipe_bubble_formula(P, M));
+    fprintf(out, " (the grid's: %.1f%%)\n", 100 * pipe_bubble(sched));
     fprintf(out, "\n");
 }
 

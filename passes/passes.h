@@ -4,6 +4,7 @@
 #define DM_PASSES_H
 
 #include "ir.h"
+#include "schedule.h"
 
 /* shapes.c: sets v->type from its operands and attributes by its op's shape rule.
  * SOURCE, RESHAPE, BROADCAST and SUM_TO values carry their result shape already (set by
@@ -77,6 +78,10 @@ typedef struct dm_pipeline_plan {
     int by_user;                /* the cuts are the program's (schedule ... cuts = [...]) */
     int *tied;                  /* (n_tied) parameters used on more than one stage */
     int n_tied;
+    pipe_schedule schedule;     /* every stage's actions (GPipe, 1F1B), as generated code runs them */
+    uint64_t *readers;          /* (n_values) for a buffer's owner (memory plan's storage_of): the
+                                 * stages whose ops read it, a bit each (stages <= 64); set by
+                                 * pipeline_plan_readers once memory is planned */
 } dm_pipeline_plan;
 
 typedef struct dm_pipeline_options {
@@ -110,5 +115,23 @@ typedef struct dm_memory_plan {
  * their operand's buffer). requires: optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
 void dm_memory_plan_free(dm_memory_plan *plan);
+
+/* pipeline.c, after memory: fills plan->readers (which stages read each buffer), from
+ * which code generation sends each value to the stages that need it. */
+void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_memory_plan *mem);
+
+/* buckets.c: which gradient allreduces are one call (a bucket) and which start during
+ * the backward pass. bucket_floats: the largest bucket (0: DM_BUCKET_FLOATS). */
+#define DM_BUCKET_FLOATS ((int64_t)25 * 1024 * 1024 / 4)
+#define DM_FIRST_BUCKET_FLOATS ((int64_t)1024 * 1024 / 4)
+typedef struct dm_bucket_plan {
+    int *lead;    /* (n_values) for a gradient allreduced in a bucket: the bucket's first
+                   * allreduce in the update phase (which reduces them all); else -1 */
+    int *ready;   /* (n_values) for a lead whose bucket starts in the backward pass: the
+                   * value after which every member's partial is complete; else -1 */
+} dm_bucket_plan;
+
+int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan);
+void dm_bucket_plan_free(dm_bucket_plan *plan);
 
 #endif

@@ -282,11 +282,11 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c;
     measure(g, &c);
-    pipe_schedule sched;
+    /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = xcalloc((size_t)stages, sizeof(int));
-    if (pipe_schedule_build(&sched, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0)) abort();
-    for (int k = 0; k < stages; k++) c.in_flight[k] = pipe_in_flight(&sched, k);
-    pipe_schedule_free(&sched);
+    if (pipe_schedule_build(&plan->schedule, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0))
+        abort();
+    for (int k = 0; k < stages; k++) c.in_flight[k] = pipe_in_flight(&plan->schedule, k);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
     int errors = 0;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
@@ -332,7 +332,21 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     return errors;
 }
 
+void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_memory_plan *mem) {
+    free(plan->readers);
+    plan->readers = xcalloc((size_t)g->n_values + 1, sizeof(uint64_t));
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        /* a reshape sharing its operand's buffer runs no code: it reads nothing */
+        if (ir_op_info_of(v->op)->cls == OPC_SOURCE || mem->storage_of[i] != i || v->stage >= 64) continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (ir_reads_operand(v, k)) plan->readers[mem->storage_of[v->operands[k]]] |= (uint64_t)1 << v->stage;
+    }
+}
+
 void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
+    if (plan->schedule.actions) pipe_schedule_free(&plan->schedule);
+    free(plan->readers);
     free(plan->stage);
     free(plan->tied);
     memset(plan, 0, sizeof *plan);

@@ -22,12 +22,23 @@ enum {
     DMRT_ERR_FILE = 2,   /* a file could not be read or written, or is malformed */
     DMRT_ERR_DATA = 3,   /* input data out of range (a target outside the classes) */
     DMRT_ERR_ARG = 4,    /* a bad argument */
+    DMRT_ERR_DEVICE = 7, /* a GPU call failed (libdmrt_cuda: the message names it) */
 };
 /* A communicator call failed (a collective timed out, another rank failed). A macro, as
  * dmrt_comm.h defines it too. */
 #ifndef DMRT_ERR_COMM
 #define DMRT_ERR_COMM 6
 #endif
+
+/* A bad index found by a kernel (an embedding id or a target out of range): the generated
+ * code's number of the check (site, from 1; 0: none), the value and its position. Kernels
+ * record the first and skip the row; the host turns it into a message with the .dm
+ * location. */
+typedef struct dmrt_fault {
+    int32_t site;
+    int32_t value;
+    int64_t position;
+} dmrt_fault;
 
 /* One rank of an SPMD run (dmrt_comm.h). */
 typedef struct dmrt_rank dmrt_rank;
@@ -90,8 +101,11 @@ typedef struct dmrt_model {
     /* Parameter i (grad 0) or its gradient (grad 1), whole (shape params[i]), into whole
      * on every rank; every rank must call it. Returns DMRT_OK or an error status. */
     int (*gather)(void *ctx, int i, int grad, float *whole);
-    /* The rank's block of parameter i from the whole tensor (local, no communication). */
-    void (*scatter)(void *ctx, int i, const float *whole);
+    /* The rank's block of parameter i from the whole tensor (local, no communication).
+     * Returns DMRT_OK or an error status (message from error()). A model whose storage
+     * is not host memory (the CUDA target) sets gather and scatter also when serial:
+     * param and grad then return device pointers, which tools must not dereference. */
+    int (*scatter)(void *ctx, int i, const float *whole);
     /* World rank of the context (0 writes files). */
     int (*rank_id)(void *ctx);
 } dmrt_model;

@@ -71,11 +71,14 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
         source[i] = t;
     }
     if (rc == 0)
-        for (int i = 0; i < model->n_params; i++) {
+        for (int i = 0; i < model->n_params && rc == 0; i++) {
             const dmrt_tensor_desc *d = &model->params[i];
-            if (model->scatter) model->scatter(ctx, i, source[i]->data);
-            else memcpy(model->param(ctx, i), source[i]->data,
-                        (size_t)d->numel * dmrt_dtype_size(d->dtype));
+            if (!model->scatter)
+                memcpy(model->param(ctx, i), source[i]->data,
+                       (size_t)d->numel * dmrt_dtype_size(d->dtype));
+            else if (model->scatter(ctx, i, source[i]->data) != 0)
+                rc = dmrt_errorf(err, errlen, "%s: loading '%s': %s", path, d->name,
+                                 model->error(ctx));
         }
     free(source);
     dmrt_st_close(&f);

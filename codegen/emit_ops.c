@@ -1,0 +1,542 @@
+/* emit_ops.c: each op of the step as a kernel description handed to the dialect: loop
+ * nests (elementwise, reductions, broadcasts, transposes, slices), products, row-wise
+ * kernels, embeddings, losses, optimizer updates; and the collectives the shard pass
+ * inserted, with the gradient buckets of passes/buckets.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emitter.h"
+
+typedef struct literal {
+    char text[64];
+} literal;
+
+/* Operand k of a loop nest: its buffer, or its value inline when it is a constant. */
+static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char *var, int id, literal *lit) {
+    k->var[slot] = var;
+    if (V(E, id)->op == OP_CONST) {
+        cg_float_literal(V(E, id)->scalar, lit->text, sizeof lit->text);
+        k->constant[slot] = lit->text;
+    } else {
+        k->buffer[slot] = E->cname[id];
+    }
+}
+
+static void emit_elementwise(emitter *E, const ir_value *v) {
+    const ir_op_info *info = ir_op_info_of(v->op);
+    cg_loop_nest k = {0};
+    literal lits[CG_MAX_OPERANDS];
+    k.rank = T(E, v->id)->rank;
+    for (int d = 0; d < k.rank; d++) k.size[d] = T(E, v->id)->shape[d];
+    contiguous_strides(T(E, v->id), k.out_stride);
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(T(E, v->id));
+    static const char *const unary_vars[] = {"x", "y", "dy"};
+    static const char *const binary_vars[] = {"a", "b"};
+    if (info->cls == OPC_UNARY || info->cls == OPC_UNARY_GRAD) {
+        k.expr = info->cls == OPC_UNARY ? info->forward : ir_op_info_of(v->unary)->backward;
+        k.n_in = v->n_operands;
+        for (int i = 0; i < k.n_in; i++) {
+            set_operand(E, &k, i, unary_vars[i], v->operands[i], &lits[i]);
+            contiguous_strides(T(E, v->id), k.stride[i]);
+        }
+    } else {
+        k.expr = info->forward;
+        k.n_in = 2;
+        for (int i = 0; i < 2; i++) {
+            const ir_type *t = T(E, v->operands[i]);
+            int64_t own[IR_MAX_RANK];
+            contiguous_strides(t, own);
+            for (int d = 0; d < k.rank; d++) {
+                int td = d - (k.rank - t->rank);
+                k.stride[i][d] = td < 0 || t->shape[td] == 1 ? 0 : own[td];
+            }
+            set_operand(E, &k, i, binary_vars[i], v->operands[i], &lits[i]);
+        }
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
+ * layout is the big one's with the dims in v->axes left out. */
+static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
+    int is_broadcast = v->op == OP_BROADCAST;
+    const ir_type *big = is_broadcast ? T(E, v->id) : T(E, v->operands[0]);
+    cg_loop_nest k = {0};
+    literal lit, scale;
+    k.rank = big->rank;
+    int64_t big_stride[IR_MAX_RANK], small_stride[IR_MAX_RANK], s = 1;
+    contiguous_strides(big, big_stride);
+    for (int d = big->rank - 1; d >= 0; d--) {
+        int reduced = (v->axes >> d) & 1u;
+        small_stride[d] = reduced ? 0 : s;
+        if (!reduced) s *= big->shape[d];
+    }
+    for (int d = 0; d < k.rank; d++) k.size[d] = big->shape[d];
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(T(E, v->id));
+    if (is_broadcast) {
+        memcpy(k.out_stride, big_stride, sizeof big_stride);
+        memcpy(k.stride[0], small_stride, sizeof small_stride);
+    } else {
+        memcpy(k.out_stride, small_stride, sizeof small_stride);
+        memcpy(k.stride[0], big_stride, sizeof big_stride);
+        k.accumulate = 1;
+        if (v->op == OP_MEAN) {
+            /* the global count: a rank's share of a mean over a split dim is its partial sum
+             * divided by every rank's elements, so the pending sum is the whole mean */
+            cg_float_literal((double)ir_numel(&v->type) / (double)ir_numel(&V(E, v->operands[0])->type), scale.text,
+                             sizeof scale.text);
+            k.scale = scale.text;
+        }
+    }
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+static void emit_transpose(emitter *E, const ir_value *v) {
+    const ir_type *in = T(E, v->operands[0]);
+    cg_loop_nest k = {0};
+    literal lit;
+    int64_t in_stride[IR_MAX_RANK];
+    contiguous_strides(in, in_stride);
+    k.rank = T(E, v->id)->rank;
+    for (int d = 0; d < k.rank; d++) {
+        k.size[d] = T(E, v->id)->shape[d];
+        k.stride[0][d] = in_stride[v->perm[d]];
+    }
+    contiguous_strides(T(E, v->id), k.out_stride);
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(T(E, v->id));
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* A reshape into a buffer of its own: the elements in order. */
+static void emit_copy(emitter *E, const ir_value *v) {
+    cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
+                      .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = "x"};
+    literal lit;
+    k.stride[0][0] = 1;
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+static void emit_matmul(emitter *E, const ir_value *v) {
+    const ir_type *a = T(E, v->operands[0]), *b = T(E, v->operands[1]);
+    cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
+                 .b = E->cname[v->operands[1]], .c = E->cname[v->id], .batch = 1};
+    int64_t a_cols = a->shape[a->rank - 1], a_rows = ir_numel(a) / a_cols;
+    int64_t b_cols = b->shape[b->rank - 1], b_rows = ir_numel(b) / b_cols;
+    if (v->batch_dims > 0) {
+        /* one product per batch element, of the last two dims */
+        for (int d = 0; d < v->batch_dims; d++) k.batch *= a->shape[d];
+        a_rows = a->shape[a->rank - 2];
+        b_rows = b->shape[b->rank - 2];
+        k.batch_stride_a = a_rows * a_cols;
+        k.batch_stride_b = b_rows * b_cols;
+        k.batch_stride_c = ir_numel(T(E, v->id)) / k.batch;
+    }
+    k.lda = a_cols;
+    k.ldb = b_cols;
+    if (v->trans_a) {
+        k.m = a_cols, k.k = a_rows;
+        k.n = v->trans_b ? b_rows : b_cols;
+    } else {
+        k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
+    }
+    k.ldc = k.n;
+    E->dialect->gemm(&E->w, &k);
+}
+
+/* slice copies a window of one dim; pad writes its operand into that window of zeros. */
+static void emit_slice(emitter *E, const ir_value *v) {
+    int pad = v->op == OP_PAD;
+    const ir_type *small = pad ? T(E, v->operands[0]) : T(E, v->id);
+    const ir_type *big = pad ? T(E, v->id) : T(E, v->operands[0]);
+    int64_t small_stride[IR_MAX_RANK], big_stride[IR_MAX_RANK];
+    contiguous_strides(small, small_stride);
+    contiguous_strides(big, big_stride);
+    cg_loop_nest k = {0};
+    literal lit;
+    k.rank = small->rank;
+    for (int d = 0; d < k.rank; d++) k.size[d] = small->shape[d];
+    k.n_in = 1;
+    k.out = E->cname[v->id];
+    k.out_elems = ir_numel(T(E, v->id));
+    k.expr = "x";
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    int64_t window = v->offset * big_stride[v->axis];
+    memcpy(k.stride[0], pad ? small_stride : big_stride, sizeof small_stride);
+    memcpy(k.out_stride, pad ? big_stride : small_stride, sizeof small_stride);
+    if (pad) {
+        k.out_offset = window;
+        k.accumulate = 1; /* zeros first, then the window */
+    } else {
+        k.offset[0] = window;
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+/* Softmax, its gradient, the causal mask and layernorm: the operand viewed as (outer,
+ * n, inner) around the dim the op works along. */
+static void emit_rowwise(emitter *E, const ir_value *v) {
+    const ir_type *x = T(E, v->operands[0]);
+    int axis = v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD ? v->axis : x->rank - 1;
+    if (v->op == OP_CAUSAL_MASK) axis = x->rank - 2;
+    cg_rowwise k = {.outer = 1, .n = x->shape[axis], .inner = 1, .out = E->cname[v->id]};
+    for (int d = 0; d < axis; d++) k.outer *= x->shape[d];
+    for (int d = axis + 1; d < x->rank; d++) k.inner *= x->shape[d];
+    char fill[64], eps[64];
+    const char *operand[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < v->n_operands; i++) operand[i] = E->cname[v->operands[i]];
+    char scale[64];
+    if ((v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD) && v->scalar != 1.0) {
+        cg_float_literal(v->scalar, scale, sizeof scale);
+        k.scale = scale;
+    }
+    if (v->causal) k.causal_queries = x->shape[x->rank - 2];
+    switch (v->op) {
+    case OP_SOFTMAX:
+        k.x = operand[0];
+        E->dialect->softmax(&E->w, &k);
+        return;
+    case OP_SOFTMAX_GRAD:
+        k.y = operand[0], k.dy = operand[1];
+        E->dialect->softmax_grad(&E->w, &k);
+        return;
+    case OP_CAUSAL_MASK:
+        if (isinf(v->scalar)) snprintf(fill, sizeof fill, "%sINFINITY", v->scalar < 0 ? "-" : "");
+        else cg_float_literal(v->scalar, fill, sizeof fill);
+        k.x = operand[0], k.fill = fill;
+        E->dialect->causal_mask(&E->w, &k);
+        return;
+    default:
+        break;
+    }
+    cg_float_literal(v->scalar, eps, sizeof eps);
+    k.eps = eps;
+    k.x = operand[0];
+    if (v->op == OP_LAYERNORM) {
+        k.weight = operand[1], k.bias = operand[2];
+        E->dialect->layernorm(&E->w, &k);
+    } else if (v->op == OP_LAYERNORM_GRAD) {
+        k.weight = operand[1], k.dy = operand[2];
+        E->dialect->layernorm_grad(&E->w, &k);
+    } else {
+        k.dy = operand[1];
+        E->dialect->layernorm_wgrad(&E->w, &k);
+    }
+}
+
+static void emit_embed(emitter *E, const ir_value *v) {
+    int grad = v->op == OP_EMBED_GRAD;
+    const ir_type *table = grad ? T(E, v->id) : T(E, v->operands[0]);
+    const ir_type *ids = T(E, v->operands[grad ? 0 : 1]);
+    cg_embed k = {.rows = ir_numel(ids), .n = table->shape[0], .cols = table->shape[1], .out = E->cname[v->id],
+                  .ids = E->cname[v->operands[grad ? 0 : 1]], .fault_site = E->fault_site[v->id]};
+    const ir_type *global_table = grad ? &v->type : &V(E, v->operands[0])->type;
+    k.vocab = global_table->shape[0];
+    char first_row[96];
+    if (global_table->split[0] != IR_REPLICATED) {
+        /* a vocabulary split over ranks: this rank holds rows [first_row, first_row + n) */
+        snprintf(first_row, sizeof first_row, "ctx->coord[%d] * %lld", global_table->split[0], (long long)k.n);
+        k.first_row = first_row;
+    }
+    if (grad) {
+        k.dy = E->cname[v->operands[1]];
+        if (E->dialect->embed_grad_scratch_bytes(k.rows) > 0) k.scratch = "ctx->scratch";
+        E->dialect->embed_grad(&E->w, &k);
+    } else {
+        k.table = E->cname[v->operands[0]];
+        E->dialect->embed(&E->w, &k);
+        E->dialect->fault_check(&E->w, 0);
+        E->phase_faults = 1;
+    }
+}
+
+static void emit_loss(emitter *E, const ir_value *v, int grad) {
+    const ir_type *logits = T(E, v->operands[0]);
+    char where[300];
+    snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
+    cg_xent k = {.classes = logits->shape[logits->rank - 1], .logits = E->cname[v->operands[0]],
+                 .targets = E->cname[v->operands[1]], .out = E->cname[v->id], .where = where,
+                 .fault_site = E->fault_site[v->id], .scratch = "ctx->scratch", .comm_size = 1};
+    k.rows = ir_numel(logits) / k.classes;
+    /* the mean is over every rank's rows: split rows leave a pending sum of shares */
+    k.mean_rows = ir_numel(&V(E, v->operands[0])->type) / V(E, v->operands[0])->type.shape[logits->rank - 1];
+    k.all_classes = k.classes;
+    int class_axis = ir_class_split_axis(E->g, v);
+    char comm[48], coord[48];
+    if (class_axis != IR_REPLICATED) {
+        snprintf(comm, sizeof comm, "ctx->comm[%d]", class_axis);
+        snprintf(coord, sizeof coord, "ctx->coord[%d]", class_axis);
+        k.comm = comm, k.coord = coord;
+        k.comm_size = axis_size(E, class_axis);
+        k.all_classes = k.classes * k.comm_size;
+        k.logits_name = V(E, v->operands[0])->name ? V(E, v->operands[0])->name : E->cname[v->operands[0]];
+    }
+    char dloss[128];
+    if (grad) {
+        const ir_value *d = V(E, v->operands[2]);
+        if (d->op == OP_CONST) cg_float_literal(d->scalar, dloss, sizeof dloss);
+        else snprintf(dloss, sizeof dloss, "%s", E->cname[d->id]);
+        k.dloss = dloss;
+        k.dloss_is_buffer = d->op != OP_CONST;
+        E->dialect->cross_entropy_grad(&E->w, &k);
+    } else {
+        E->dialect->cross_entropy(&E->w, &k);
+        E->dialect->fault_check(&E->w, 0);
+        E->phase_faults = 1;
+    }
+}
+
+/* A rearranging copy out[...] = x[...] over a loop nest of the given sizes and strides. */
+static void emit_copy_nest(emitter *E, int rank, const int64_t *size, const char *in, const int64_t *in_stride,
+                           const char *out, const int64_t *out_stride, int64_t elems) {
+    cg_loop_nest k = {.rank = rank, .n_in = 1, .var = {"x"}, .buffer = {in}, .out = out, .out_elems = elems, .expr = "x"};
+    for (int d = 0; d < rank; d++) {
+        k.size[d] = size[d];
+        k.stride[0][d] = in_stride[d];
+        k.out_stride[d] = out_stride[d];
+    }
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
+static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) {
+    char args[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const ir_value *src = V(E, v->operands[0]);
+    char callee[96];
+    comm_callee(E, v->op == OP_ALLREDUCE ? "allreduce_sum" : v->op == OP_ALLGATHER ? "allgather"
+                   : v->op == OP_REDUCE_SCATTER ? "reduce_scatter_sum" : "alltoall", callee, sizeof callee);
+    cg_line(&E->w, "if (%sctx->comm[%d], %s, \"%s of %s (%s:%d)\") != 0) return comm_failed(ctx);", callee,
+            v->mesh_axis, args, ir_op_info_of(v->op)->name, src->name ? src->name : E->cname[src->id], E->source_path,
+            v->loc.line);
+}
+
+/* How each collective moves blocks. A dim split over an axis of k ranks holds block c
+ * (of k equal blocks) on the rank at coordinate c; communicators concatenate rank blocks
+ * whole, so a dim that is not the outermost is rearranged through ctx->scratch:
+ *   allreduce       copy, then sum in place.
+ *   all-gather      gather [k, outer, block] into scratch, then interleave to [outer, k, block].
+ *   reduce-scatter  [outer, k, block] to [k, outer, block] in scratch, then reduce-scatter.
+ *   all-to-all      pack the k target blocks of the new split dim, exchange, unpack along
+ *                   the old one.
+ *   shard slice     copy this rank's block, at an offset known at run time. */
+static void emit_collective(emitter *E, const ir_value *v) {
+    const ir_type *in = T(E, v->operands[0]), *out = T(E, v->id);
+    const char *x = E->cname[v->operands[0]], *y = E->cname[v->id];
+    int64_t k = axis_size(E, v->mesh_axis), n_in = ir_numel(in), n_out = ir_numel(out);
+    int i = v->axis;
+    switch (v->op) {
+    case OP_ALLREDUCE:
+        copy_elems(E, y, x, (long long)n_in, "float", CG_DEVICE_TO_DEVICE);
+        emit_comm_call(E, v, "%s, %lld", y, (long long)n_in);
+        return;
+    case OP_ALLGATHER:
+    case OP_REDUCE_SCATTER: {
+        int gather = v->op == OP_ALLGATHER;
+        const ir_type *whole = gather ? out : in;
+        int64_t outer = dims_product(whole, 0, i), block = dims_product(whole, i, whole->rank) / k;
+        if (outer == 1) {
+            emit_comm_call(E, v, "%s, %s, %lld", x, y, (long long)(gather ? n_in : n_out));
+            return;
+        }
+        /* (outer, k, block) in the whole tensor; (k, outer, block) in scratch */
+        int64_t size[3] = {outer, k, block}, whole_stride[3] = {k * block, block, 1}, scratch_stride[3] = {block, outer * block, 1};
+        if (gather) {
+            emit_comm_call(E, v, "%s, ctx->scratch, %lld", x, (long long)n_in);
+            emit_copy_nest(E, 3, size, "ctx->scratch", scratch_stride, y, whole_stride, n_out);
+        } else {
+            emit_copy_nest(E, 3, size, x, whole_stride, "ctx->scratch", scratch_stride, n_in);
+            emit_comm_call(E, v, "ctx->scratch, %s, %lld", y, (long long)n_out);
+        }
+        return;
+    }
+    case OP_ALLTOALL: {
+        /* in: dim i split (block of it), dim j whole; out: dim i whole, dim j split */
+        int j = v->axis2, rank = in->rank;
+        int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
+        contiguous_strides(in, in_stride);
+        contiguous_strides(out, out_stride);
+        /* a message is in's shape with dim j cut to out's block of it, contiguous */
+        ir_type msg = *in;
+        msg.shape[j] = out->shape[j];
+        int64_t msg_stride[IR_MAX_RANK], size[IR_MAX_RANK + 1], from[IR_MAX_RANK + 1], to[IR_MAX_RANK + 1];
+        contiguous_strides(&msg, msg_stride);
+        int64_t msg_elems = ir_numel(&msg);
+        size[0] = k;
+        for (int d = 0; d < rank; d++) size[d + 1] = msg.shape[d];
+        /* pack: message r is in's block r of dim j */
+        from[0] = msg.shape[j] * in_stride[j], to[0] = msg_elems;
+        for (int d = 0; d < rank; d++) from[d + 1] = in_stride[d], to[d + 1] = msg_stride[d];
+        emit_copy_nest(E, rank + 1, size, x, from, "ctx->scratch", to, n_in);
+        char recv[64];
+        snprintf(recv, sizeof recv, "(ctx->scratch + %lld)", (long long)n_in);
+        emit_comm_call(E, v, "ctx->scratch, %s, %lld", recv, (long long)msg_elems);
+        /* unpack: the message from rank r is out's block r of dim i */
+        from[0] = msg_elems, to[0] = in->shape[i] * out_stride[i];
+        for (int d = 0; d < rank; d++) from[d + 1] = msg_stride[d], to[d + 1] = out_stride[d];
+        emit_copy_nest(E, rank + 1, size, recv, from, y, to, n_out);
+        return;
+    }
+    case OP_SHARD_SLICE: {
+        int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
+        contiguous_strides(in, in_stride);
+        contiguous_strides(out, out_stride);
+        char block[160];
+        snprintf(block, sizeof block, "(%s + ctx->coord[%d] * %lld)", x, v->mesh_axis, (long long)(out->shape[i] * in_stride[i]));
+        emit_copy_nest(E, out->rank, out->shape, block, in_stride, y, out_stride, n_out);
+        return;
+    }
+    default: break;
+    }
+}
+
+/* Every member's partial into its gradient, then the range of ctx->grads from the first
+ * member to the end of the last, reduced at once (started, when early). */
+static void emit_bucket(emitter *E, const ir_value *lead) {
+    const ir_graph *g = E->g;
+    int64_t begin = -1, end = 0;
+    const char *first_name = NULL, *last_name = NULL;
+    int members = 0;
+    for (int p = 0; p < g->n_params; p++) {
+        int id = g->grads ? g->grads[p] : -1;
+        if (id < 0 || E->bucket_lead[id] != lead->id) continue;
+        const ir_value *v = V(E, id);
+        copy_elems(E, E->cname[id], E->cname[v->operands[0]], (long long)ir_numel(T(E, id)), "float",
+                   CG_DEVICE_TO_DEVICE);
+        if (begin < 0) begin = E->plan->offset[id], first_name = V(E, g->params[p])->name;
+        end = E->plan->offset[id] + ir_numel(T(E, id));
+        last_name = V(E, g->params[p])->name;
+        members++;
+    }
+    char label[300];
+    if (members == 1) snprintf(label, sizeof label, "allreduce of the gradient of %s", first_name);
+    else snprintf(label, sizeof label, "allreduce of the gradients %s .. %s (%d)", first_name, last_name, members);
+    char callee[96];
+    comm_callee(E, bucket_started_early(E, lead->id) ? "allreduce_start" : "allreduce_sum", callee, sizeof callee);
+    cg_line(&E->w, "if (%sctx->comm[%d], ctx->grads + %lld, %lld, \"%s\") != 0)", callee, lead->mesh_axis,
+            (long long)begin, (long long)(end - begin), label);
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* In the backward pass, after value id: the bucket it completes (start_after: lead by
+ * value, from bucket_ready) starts reducing. */
+void emit_bucket_start(emitter *E, const int *start_after, int id) {
+    if (start_after[id] < 0) return;
+    cg_line(&E->w, "/* every gradient of this bucket is complete: reduce it while the pass goes on */");
+    emit_bucket(E, V(E, start_after[id]));
+}
+
+/* At the end of the backward pass: the started buckets, done (once per axis). */
+void emit_bucket_waits(emitter *E) {
+    uint32_t axes = 0;
+    for (int lead = 0; lead < E->g->n_values; lead++)
+        if (bucket_started_early(E, lead)) axes |= 1u << V(E, lead)->mesh_axis;
+    for (int a = 0; a < E->g->n_axes; a++)
+        if (axes & (1u << a)) {
+            cg_blank(&E->w);
+            cg_line(&E->w, "/* the gradient buckets started above, reduced over %s */", E->g->axes[a].name);
+            char callee[96];
+            cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", comm_callee(E, "comm_wait", callee, sizeof callee),
+                    a);
+        }
+}
+
+/* Floats of ctx->scratch the collectives need at most: the whole tensor of a gather or
+ * reduce-scatter, both message sets of an all-to-all. */
+int64_t scratch_need(const emitter *E) {
+    int64_t need = 0;
+    for (int id = 0; id < E->g->n_values; id++) {
+        const ir_value *v = V(E, id);
+        int64_t n = 0;
+        if (v->op == OP_ALLGATHER) n = ir_numel(T(E, id));
+        else if (v->op == OP_REDUCE_SCATTER) n = ir_numel(T(E, v->operands[0]));
+        else if (v->op == OP_ALLTOALL) n = 2 * ir_numel(T(E, id));
+        else if (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) {
+            /* the dialect's: every rank's row maxima, sums and target logits when split */
+            const ir_type *logits = T(E, v->operands[0]);
+            int64_t rows = ir_numel(logits) / logits->shape[logits->rank - 1];
+            int axis = ir_class_split_axis(E->g, v);
+            n = E->dialect->xent_scratch_floats(rows, axis == IR_REPLICATED ? 1 : axis_size(E, axis));
+        } else if (v->op == OP_EMBED_GRAD) {
+            int64_t bytes = E->dialect->embed_grad_scratch_bytes(ir_numel(T(E, v->operands[0])));
+            n = (bytes + 3) / 4;
+        }
+        if (n > need) need = n;
+    }
+    return need;
+}
+
+static void emit_update(emitter *E, const ir_value *v) {
+    cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(T(E, v->operands[0])),
+                   .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
+    if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
+    if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
+    if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
+    else E->dialect->adamw(&E->w, &k);
+}
+
+void emit_op(emitter *E, const ir_value *v) {
+    const ir_op_info *info = ir_op_info_of(v->op);
+    if (info->cls == OPC_SOURCE) return;
+    char line[160], type[256];
+    source_line(E, v->loc.line, line, sizeof line);
+    shape_comment(E, &v->type, type, sizeof type);
+    cg_blank(&E->w);
+    cg_line(&E->w, "/* %s:%d: %s */", E->source_path, v->loc.line, line);
+    if (v->type.dtype == DT_VOID)
+        cg_line(&E->w, "/* %s(%s) */", info->name, E->cname[v->operands[0]]);
+    else
+        cg_line(&E->w, "/* %s = %s : %s */", E->cname[v->id], info->name, type);
+    switch (info->cls) {
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY: emit_elementwise(E, v); break;
+    case OPC_REDUCE:
+    case OPC_BROADCAST: emit_reduce_or_broadcast(E, v); break;
+    case OPC_RESHAPE:
+        if (shares_buffer(E, v->id))
+            cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
+        else
+            emit_copy(E, v);
+        break;
+    case OPC_TRANSPOSE: emit_transpose(E, v); break;
+    case OPC_MATMUL: emit_matmul(E, v); break;
+    case OPC_LOSS: emit_loss(E, v, 0); break;
+    case OPC_LOSS_GRAD: emit_loss(E, v, 1); break;
+    case OPC_UPDATE: emit_update(E, v); break;
+    case OPC_SOFTMAX:
+    case OPC_MASK:
+    case OPC_NORM: emit_rowwise(E, v); break;
+    case OPC_SLICE: emit_slice(E, v); break;
+    case OPC_GATHER: emit_embed(E, v); break;
+    case OPC_COLLECTIVE:
+        if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0) {
+            if (bucket_started_early(E, E->bucket_lead[v->id]))
+                cg_line(&E->w, "/* reduced with its bucket during the backward pass */");
+            else if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
+            else cg_line(&E->w, "/* reduced with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
+        } else {
+            emit_collective(E, v);
+        }
+        break;
+    case OPC_SOURCE: break;
+    }
+}

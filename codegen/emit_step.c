@@ -1,0 +1,453 @@
+/* emit_step.c: the functions of a step: one per phase (forward, backward, update), or,
+ * with micro-batches and pipeline stages, each stage's functions of one micro-batch and
+ * its schedule as straight-line calls; sends and receives between stages; the public
+ * forward, train_step and outputs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "emitter.h"
+
+static void declare_buffers(emitter *E, const char *used) {
+    const ir_graph *g = E->g;
+    for (int i = 0; i < g->n_values; i++) {
+        if (!used[i] || !has_storage(E, i)) continue;
+        const ir_value *v = V(E, i);
+        char where[128], type[256];
+        storage_expr(E, i, where, sizeof where);
+        shape_comment(E, &v->type, type, sizeof type);
+        int readonly = E->plan->region[i] == REGION_INPUT;
+        if (v->type.dtype == DT_I32 && E->plan->region[i] == REGION_ARENA)
+            cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
+                    ctype(v->type.dtype), where, type);
+        else
+            cg_line(&E->w, "%s%s *%s = %s; /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i], where, type);
+    }
+}
+
+/* The value whose gradient buffer one micro-batch's backward pass fills for parameter p:
+ * the gradient itself, or the partial sum the update allreduces into it. */
+static int micro_grad(const emitter *E, int p) {
+    const ir_value *v = V(E, E->g->grads[p]);
+    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE ? v->operands[0] : v->id;
+}
+
+/* Adds a micro-batch's gradient of parameter p into ctx->grad_sum (the first one is
+ * copied): the step's gradient is their mean. */
+static void emit_micro_grad_sum(emitter *E, int p) {
+    long long n = (long long)ir_numel(T(E, E->g->grads[p]));
+    const char *grad = E->cname[micro_grad(E, p)];
+    char sum[96];
+    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->offset[E->g->grads[p]]);
+    cg_line(&E->w, "if (micro == 0) {");
+    E->w.indent++;
+    copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
+    E->w.indent--;
+    cg_line(&E->w, "} else {");
+    E->w.indent++;
+    cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, grad}, .stride = {{1}, {1}},
+                      .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
+    E->dialect->loop_nest(&E->w, &k);
+    E->w.indent--;
+    cg_line(&E->w, "}");
+}
+
+/* Whether buffer owner r reaches `stage` from another stage in this phase's function:
+ * forward values in the forward pass (even those only the backward reads), gradients in
+ * the backward pass. */
+static int received(const emitter *E, int r, ir_phase phase, int stage) {
+    if (stage < 0 || E->plan->region[r] != REGION_ARENA || V(E, r)->stage == stage) return 0;
+    if (!(E->needed_on[r] >> stage & 1)) return 0;
+    return V(E, r)->phase == phase;
+}
+
+static void emit_transfer(emitter *E, int r, int peer, int send) {
+    const ir_value *v = V(E, r);
+    char callee[96];
+    cg_line(&E->w, "if (%sctx->comm[%d], %d, %s%s, %lld, \"%s of %s %s stage %d (%s:%d)\") != 0)",
+            comm_callee(E, send ? "send" : "recv", callee, sizeof callee), E->pipe_axis, peer, v->type.dtype == DT_I32 ? "(float *)" : "", E->cname[r], (long long)ir_numel(T(E, r)),
+            V(E, r)->phase == PHASE_FORWARD ? "activation" : "gradient", E->cname[r], send ? "to" : "from", peer,
+            E->source_path, v->loc.line);
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* After op id in a stage's function: its result to the stages that read it. */
+static void emit_sends(emitter *E, int id, int stage) {
+    if (stage < 0 || E->plan->region[id] != REGION_ARENA || shares_buffer(E, id)) return;
+    uint64_t to = E->needed_on[id] & ~((uint64_t)1 << stage);
+    if (to) cg_line(&E->w, "/* %s, to the stages that read it */", E->cname[id]);
+    for (int t = 0; t < E->stages; t++)
+        if (to >> t & 1) emit_transfer(E, id, t, 1);
+}
+
+/* One phase as a function. stage < 0: every op (one step at once); else the ops of that
+ * pipeline stage, for one micro-batch `micro` (forward and backward). */
+void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
+    const ir_graph *g = E->g;
+    char *used = calloc((size_t)g->n_values + 1, 1);
+    if (!used) abort();
+    int any = 0, uses_batch = 0, micro = stage >= 0 && phase != PHASE_UPDATE;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE || (stage >= 0 && v->stage != stage)) continue;
+        any = 1;
+        /* a reshape that shares its operand's buffer emits no code: it touches nothing */
+        if (shares_buffer(E, i)) continue;
+        used[i] = v->type.dtype != DT_VOID;
+        for (int k = 0; k < v->n_operands; k++)
+            if (ir_reads_operand(v, k)) used[v->operands[k]] = 1;
+    }
+    /* the buckets started in this pass: their partials and gradients */
+    for (int i = 0; phase == PHASE_BACKWARD && i < g->n_values; i++)
+        if (E->bucket_lead[i] >= 0 && bucket_started_early(E, E->bucket_lead[i])) used[i] = used[V(E, i)->operands[0]] = 1;
+    for (int i = 0; i < g->n_values; i++)
+        if (received(E, i, phase, stage)) used[i] = any = 1;
+    /* the micro-batch's gradients, summed; its loss and outputs, kept */
+    int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
+    for (int p = 0; sums && p < g->n_params; p++)
+        if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
+    int keeps = micro && phase == PHASE_FORWARD;
+    if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
+    for (int i = 0; keeps && i < g->n_outputs; i++)
+        if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
+    for (int i = 0; i < g->n_values; i++)
+        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
+    cg_line(&E->w, "/* %s */", what);
+    if (micro)
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
+    else
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch) {", fn, g->model);
+    E->w.indent++;
+    E->in_micro = micro;
+    E->phase_faults = 0;
+    if (!uses_batch) cg_line(&E->w, "(void)batch;");
+    if (!any) cg_line(&E->w, "(void)ctx;");
+    int traced = micro && E->partitioned;
+    if (stage >= 0 && any) {
+        if (micro && E->slots[stage] > 1)
+            cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
+                    (long long)E->plan->arena_elems);
+        else
+            cg_line(&E->w, "float *arena = ctx->arena;");
+        E->arena_var = "arena";
+    }
+    if (micro) cg_line(&E->w, "(void)micro;");
+    declare_buffers(E, used);
+    for (int i = 0; i < g->n_values; i++)
+        if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
+    /* the action starts when its inputs are here: waiting for them is the bubble */
+    if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
+    /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
+    int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!start_after) abort();
+    for (int i = 0; i < g->n_values; i++) start_after[i] = -1;
+    for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
+        if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
+    for (int i = 0; i < g->n_values; i++) {
+        if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
+            emit_op(E, V(E, i));
+            emit_sends(E, i, stage);
+        }
+        emit_bucket_start(E, start_after, i);
+    }
+    free(start_after);
+    if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
+    if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
+    if (sums) {
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* this micro-batch's gradients, summed over the step's (ctx->grad_sum is laid out as ctx->grads) */");
+        for (int p = 0; p < g->n_params; p++)
+            if (V(E, g->params[p])->stage == stage) emit_micro_grad_sum(E, p);
+    }
+    if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' */");
+        cg_line(&E->w, "float micro_loss;");
+        copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
+        cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
+    }
+    for (int i = 0; keeps && i < g->n_outputs; i++) {
+        int o = g->outputs[i];
+        if (V(E, o)->stage != stage) continue;
+        long long n = (long long)ir_numel(T(E, o));
+        char dst[160];
+        snprintf(dst, sizeof dst, "ctx->output_%s + micro * %lld", E->cname[o], n);
+        cg_line(&E->w, "/* the step's output, by micro-batch */");
+        copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
+    }
+    if (traced) cg_line(&E->w, "dmrt_trace_action(ctx->rank, '%c', micro, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B');
+    cg_line(&E->w, "return DMRT_OK;");
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    cg_blank(&E->w);
+    E->arena_var = "ctx->arena";
+    E->in_micro = 0;
+    free(used);
+}
+
+/* Stage s's functions (forward and backward of one micro-batch, its update), then its
+ * actions in the schedule's order as straight-line code: the grid of --explain, row s. */
+void emit_stages(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int trains = g->loss >= 0 && g->grads, M = g->microbatches;
+    cg_line(w, "/* Micro-batches whose temporaries each stage holds at once (%s): a copy of the arena each. */",
+            E->stages > 1 ? pipe_kind_name(E->sched->kind) : "one after the other");
+    cg_line(w, "static const int stage_slots[%d] = {", E->stages);
+    for (int st = 0; st < E->stages; st++) cg_line(w, "    %d,", E->slots[st]);
+    cg_line(w, "};");
+    cg_blank(w);
+    for (int st = 0; st < E->stages; st++) {
+        char fn[64], what[256];
+        int first = -1, last = -1;
+        for (int i = 0; i < g->n_values; i++)
+            if (V(E, i)->phase == PHASE_FORWARD && V(E, i)->stage == st && ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE) {
+                if (first < 0) first = i;
+                last = i;
+            }
+        snprintf(fn, sizeof fn, "stage%d_forward", st);
+        snprintf(what, sizeof what, "Stage %d's forward pass of micro-batch `micro` (%s lines %d to %d).", st, E->source_path,
+                 first >= 0 ? V(E, first)->loc.line : 0, last >= 0 ? V(E, last)->loc.line : 0);
+        emit_phase(E, PHASE_FORWARD, st, fn, what);
+        if (trains) {
+            snprintf(fn, sizeof fn, "stage%d_backward", st);
+            snprintf(what, sizeof what, "Stage %d's backward pass of micro-batch `micro`.", st);
+            emit_phase(E, PHASE_BACKWARD, st, fn, what);
+            if (g->optimizer.kind != OPTIM_NONE) {
+                snprintf(fn, sizeof fn, "stage%d_update", st);
+                snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
+                emit_phase(E, PHASE_UPDATE, st, fn, what);
+            }
+        }
+        /* forward only: the micro-batches in order */
+        cg_line(w, "/* Stage %d's forward pass of the step's %d micro-batch%s. */", st, M, M == 1 ? "" : "es");
+        cg_line(w, "static int stage%d_infer(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+        cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
+        cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
+        cg_line(w, "        if (status != DMRT_OK) return status;");
+        cg_line(w, "    }");
+        cg_line(w, "    return DMRT_OK;");
+        cg_line(w, "}");
+        cg_blank(w);
+        if (!trains) continue;
+        cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
+                st, E->stages > 1 ? pipe_kind_name(E->sched->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
+                M == 1 ? "" : "es");
+        cg_line(w, " * draws every stage's actions as a grid. */");
+        cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+        w->indent++;
+        cg_line(w, "int status;");
+        for (int i = 0; i < 2 * M; i++) {
+            const pipe_action *a = pipe_action_at(E->sched, st, i);
+            cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
+                    a->kind == 'F' ? "forward" : "backward", a->micro);
+        }
+        int any = 0;
+        char mean[64];
+        snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", M);
+        for (int p = 0; M > 1 && p < g->n_params; p++)
+            if (V(E, g->params[p])->stage == st) {
+                /* each micro-batch's loss is a mean over its rows, the step's over all */
+                if (!any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
+                any = 1;
+                char where[128], grad[140], sum[96];
+                storage_expr(E, micro_grad(E, p), where, sizeof where);
+                snprintf(grad, sizeof grad, "(%s)", where);
+                snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->offset[g->grads[p]]);
+                long long n = (long long)ir_numel(T(E, g->grads[p]));
+                cg_line(w, "/* %s */", V(E, g->params[p])->name);
+                cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},
+                                  .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
+                E->dialect->loop_nest(w, &k);
+            }
+        cg_line(w, "return DMRT_OK;");
+        w->indent--;
+        cg_line(w, "}");
+        cg_blank(w);
+    }
+}
+
+/* The head of <model>_train_step; for a model without a loss, all of its body: 0. */
+static int open_train_step(emitter *E) {
+    const char *m = E->g->model;
+    cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    E->w.indent++;
+    if (E->g->loss >= 0 && E->g->grads) return 1;
+    cg_line(&E->w, "(void)batch; (void)loss;");
+    cg_line(&E->w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
+    cg_line(&E->w, "return DMRT_ERR_ARG;");
+    return 0;
+}
+
+/* `call` (stage%d_NAME) of this rank's stage. */
+static void emit_stage_dispatch(emitter *E, const char *what, const char *args) {
+    cg_writer *w = &E->w;
+    if (E->stages == 1) {
+        cg_line(w, "status = stage0_%s(%s);", what, args);
+        return;
+    }
+    cg_line(w, "switch (ctx->coord[PIPELINE_AXIS]) {");
+    for (int st = 0; st < E->stages; st++) cg_line(w, "case %d: status = stage%d_%s(%s); break;", st, st, what, args);
+    cg_line(w, "default: status = DMRT_ERR_ARG; break;");
+    cg_line(w, "}");
+}
+
+/* On a device: the caller's batch (host memory) to the context's inputs. */
+void emit_upload(emitter *E) {
+    if (!E->device) return;
+    for (int i = 0; i < E->g->n_inputs; i++) {
+        const ir_value *v = V(E, E->g->inputs[i]);
+        char dst[160], src[160];
+        snprintf(dst, sizeof dst, "ctx->input_%s", E->cname[v->id]);
+        snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
+        int64_t micro = E->g->microbatches > 1 ? E->g->microbatches : 1;
+        copy_elems(E, dst, src, (long long)(ir_numel(&v->type) * micro), ctype(v->type.dtype), CG_HOST_TO_DEVICE);
+    }
+}
+
+/* <model>_output_NAME: where (a C expression) holds n elements; on a device, a copy of
+ * them in host memory. */
+void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n) {
+    const char *m = E->g->model, *type = ctype(v->type.dtype);
+    cg_writer *w = &E->w;
+    cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", type, m, E->cname[v->id], m);
+    w->indent++;
+    if (strncmp(where, "NULL", 4) == 0) {
+        cg_line(w, "(void)ctx;");
+        cg_line(w, "return %s;", where);
+    } else if (!E->device) {
+        cg_line(w, "return %s%s;", v->type.dtype == DT_I32 ? "(const int32_t *)" : "", where);
+    } else {
+        char dst[160], src[200];
+        snprintf(dst, sizeof dst, "ctx->host_output_%s", E->cname[v->id]);
+        snprintf(src, sizeof src, "%s%s", v->type.dtype == DT_I32 ? "(const int32_t *)" : "", where);
+        const char *saved = E->on_fail;
+        E->on_fail = "return NULL;";
+        copy_elems(E, dst, src, n, type, CG_DEVICE_TO_HOST);
+        E->on_fail = saved;
+        cg_line(w, "return ctx->host_output_%s;", E->cname[v->id]);
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+void emit_scheduled_api(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* The step's loss and outputs, on every rank: the stage computing each sends it to the others%s. */",
+            E->stages > 1 ? " (an allreduce\n * over the pipeline axis of the value and zeros: x + 0 is exact)" : "");
+    cg_line(w, "static int finish_forward(struct_ctx *ctx, float *loss) {");
+    w->indent++;
+    if (g->loss >= 0) {
+        if (E->stages > 1)
+            cg_line(w, "ctx->loss = ctx->coord[PIPELINE_AXIS] == %d ? (float)(ctx->loss_sum / %d.0) : 0.0f;",
+                    V(E, g->loss)->stage, g->microbatches);
+        else
+            cg_line(w, "ctx->loss = (float)(ctx->loss_sum / %d.0);", g->microbatches);
+    } else {
+        cg_line(w, "ctx->loss = 0.0f; /* the model declares no loss */");
+    }
+    if (E->stages > 1) {
+        if (g->loss >= 0)
+            cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[PIPELINE_AXIS], &ctx->loss, 1, \"the loss, from its stage\") != 0) return comm_failed(ctx);");
+        for (int i = 0; i < g->n_outputs; i++) {
+            int o = g->outputs[i];
+            long long n = (long long)(g->microbatches * ir_numel(T(E, o)));
+            char out[128], callee[96];
+            snprintf(out, sizeof out, "ctx->output_%s", E->cname[o]);
+            cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != %d) {", V(E, o)->stage);
+            w->indent++;
+            zero_elems(E, out, n, "float");
+            w->indent--;
+            cg_line(w, "}");
+            cg_line(w, "if (%sctx->comm[PIPELINE_AXIS], (float *)ctx->output_%s, %lld, \"output %s, from its stage\") != 0)",
+                    comm_callee(E, "allreduce_sum", callee, sizeof callee), E->cname[o], n, V(E, o)->name);
+            cg_line(w, "    return comm_failed(ctx);");
+        }
+    }
+    cg_line(w, "if (loss) *loss = ctx->loss;");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    cg_line(w, "int status;");
+    emit_upload(E);
+    emit_stage_dispatch(E, "infer", "ctx, batch");
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    cg_line(w, "return finish_forward(ctx, loss);");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    if (open_train_step(E)) {
+        cg_line(w, "ctx->error[0] = 0;");
+        cg_line(w, "int status;");
+        emit_upload(E);
+        emit_stage_dispatch(E, "train", "ctx, batch");
+        cg_line(w, "if (status == DMRT_OK) status = finish_forward(ctx, loss);");
+        cg_line(w, "if (status != DMRT_OK) return status;");
+        if (g->optimizer.kind != OPTIM_NONE) {
+            cg_line(w, "ctx->step++;");
+            emit_stage_dispatch(E, "update", "ctx, batch");
+        }
+        cg_line(w, "return status;");
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        char where[128];
+        snprintf(where, sizeof where, "ctx->output_%s", E->cname[v->id]);
+        emit_output_accessor(E, v, where, (long long)(g->microbatches * ir_numel(T(E, v->id))));
+    }
+}
+
+/* Forward, train_step and the outputs of a program run in one go (no micro-batches). */
+void emit_serial_api(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    emit_upload(E);
+    cg_line(w, "int status = run_forward(ctx, batch);");
+    if (g->loss >= 0) {
+        char where[128];
+        storage_expr(E, g->loss, where, sizeof where);
+        cg_line(w, "if (status != DMRT_OK || !loss) return status;");
+        cg_line(w, "/* %s */", E->cname[g->loss]);
+        copy_elems(E, "loss", where, 1, "float", CG_DEVICE_TO_HOST);
+    } else {
+        cg_line(w, "if (loss) *loss = 0.0f; /* the model declares no loss */");
+    }
+    cg_line(w, "return status;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    if (open_train_step(E)) {
+        cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
+        cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
+        if (g->optimizer.kind != OPTIM_NONE) {
+            cg_line(w, "if (status != DMRT_OK) return status;");
+            cg_line(w, "ctx->step++;");
+            cg_line(w, "return run_update(ctx, batch);");
+        } else {
+            cg_line(w, "return status; /* no optimizer: gradients only */");
+        }
+    }
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        char where[128];
+        storage_expr(E, v->id, where, sizeof where);
+        if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
+        emit_output_accessor(E, v, where, (long long)ir_numel(T(E, v->id)));
+    }
+}

@@ -1,0 +1,110 @@
+/* emitter.h: the state code generation shares between its files (internal to codegen/):
+ *   emit.c       the entry point, names, sections and files, what codegen refuses
+ *   emit_ops.c   each op (and collective) as a dialect kernel description
+ *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
+ *   emit_api.c   the header, the context, initialisation, weights and the descriptor
+ * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
+#ifndef DM_EMITTER_H
+#define DM_EMITTER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "codegen.h"
+#include "dialect.h"
+#include "schedule.h"
+
+typedef struct emitter {
+    const ir_graph *g;
+    const dm_memory_plan *plan;
+    const cg_dialect *dialect;
+    const char *source_path;   /* as quoted in comments: the file name */
+    const char *source_text;
+    size_t source_len;
+    size_t *line_start;        /* (n_lines) offset of each line of the source */
+    int n_lines;
+    char **cname;              /* (n_values) C identifier of the value's buffer */
+    ir_type *local;            /* (n_values) the value as one rank holds it: split dims divided */
+    int partitioned;           /* the mesh splits something: SPMD code with communicators */
+    int device;                /* the dialect's buffers are device memory (dialect.h) */
+    int tf32;                  /* --tf32 */
+    int64_t scratch_elems;     /* floats of ctx->scratch: collectives rearrange blocks there, and
+                                * kernels that need room (cross-entropy) use it */
+    const int *bucket_lead;    /* (n_values) the bucket plan's (passes/buckets.c) */
+    const int *bucket_ready;   /* (n_values) */
+    /* micro-batches and pipeline stages (g->microbatches > 1 or a pipeline axis): each
+     * stage's forward and backward of one micro-batch are functions, run in the order of
+     * the schedule by a generated step function per stage */
+    int scheduled;
+    int stages;                /* P (1 without a pipeline axis) */
+    int pipe_axis;             /* the pipeline's mesh axis, or -1 */
+    const pipe_schedule *sched;/* every stage's actions, as the generated step runs them (the
+                                * pipeline plan's) */
+    int *slots;                /* (stages) micro-batches whose temporaries a stage holds at once
+                                * (the pipeline plan's in-flight counts): a copy of the arena each */
+    const uint64_t *needed_on; /* (n_values) for a buffer's owner: the stages reading it (bit per stage) */
+    int *fault_site;           /* (n_values) the number of an op's range check (from 1), or 0 */
+    int n_faults;
+    int phase_faults;          /* the function being emitted has a range check */
+    const char *on_fail;       /* the statement a failed device call runs in the current function */
+    const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
+    int in_micro;              /* the function being emitted has a micro-batch index `micro` */
+    char prefix_upper[128];
+    cg_writer w;               /* host functions */
+    cg_writer kernels;         /* file-scope kernels (the dialect's) */
+} emitter;
+
+static inline const ir_value *V(const emitter *E, int id) { return E->g->values[id]; }
+
+/* The type of value id as one rank holds it (the global type when unpartitioned). */
+static inline const ir_type *T(const emitter *E, int id) { return &E->local[id]; }
+
+/* A reshape planned to share its operand's buffer: no code, no buffer of its own. */
+static inline int shares_buffer(const emitter *E, int id) { return E->plan->storage_of[id] != id; }
+
+static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
+
+static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "float"; }
+
+static inline int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
+
+/* Product of dims [from, to) of t. */
+static inline int64_t dims_product(const ir_type *t, int from, int to) {
+    int64_t n = 1;
+    for (int d = from; d < to; d++) n *= t->shape[d];
+    return n;
+}
+
+/* Whether the bucket led by lead is started in the backward pass. */
+static inline int bucket_started_early(const emitter *E, int lead) { return E->bucket_ready[lead] >= 0; }
+
+/* emit.c */
+void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
+void zero_elems(emitter *E, const char *ptr, long long n, const char *type);
+const char *comm_callee(const emitter *E, const char *op, char *buf, size_t size);
+void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size);
+void source_line(const emitter *E, int line, char *buf, size_t size);
+void contiguous_strides(const ir_type *t, int64_t *stride);
+void coalesce(cg_loop_nest *k);
+void storage_expr(const emitter *E, int id, char *buf, size_t size);
+
+/* emit_ops.c */
+void emit_bucket_start(emitter *E, const int *start_after, int id);
+void emit_bucket_waits(emitter *E);
+int64_t scratch_need(const emitter *E);
+void emit_op(emitter *E, const ir_value *v);
+
+/* emit_step.c */
+void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what);
+void emit_stages(emitter *E);
+void emit_upload(emitter *E);
+void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
+void emit_scheduled_api(emitter *E);
+void emit_serial_api(emitter *E);
+
+/* emit_api.c */
+void emit_header(emitter *E);
+void emit_source_head(emitter *E);
+void emit_source_body(emitter *E);
+
+#endif
