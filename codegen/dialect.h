@@ -131,6 +131,8 @@ typedef struct cg_dialect {
     const char *name;               /* --target: "c", "cuda" */
     const char *source_suffix;      /* of the generated file: "c", "cu" */
     int device_memory;              /* buffers live on a device (see above) */
+    const char *comm_error;         /* C expression: the message of the communicator call that
+                                     * just failed (comm_failed copies it into ctx->error) */
 
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */
@@ -188,6 +190,7 @@ typedef struct cg_dialect {
 } cg_dialect;
 
 extern const cg_dialect cg_dialect_c;
+extern const cg_dialect cg_dialect_cuda;
 
 /* The dialect named by --target, or NULL. */
 const cg_dialect *cg_dialect_find(const char *name);

@@ -605,6 +605,7 @@ static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
 
 const cg_dialect *cg_dialect_find(const char *name) {
     if (strcmp(name, cg_dialect_c.name) == 0) return &cg_dialect_c;
+    if (strcmp(name, cg_dialect_cuda.name) == 0) return &cg_dialect_cuda;
     return NULL;
 }
 
@@ -612,6 +613,7 @@ const cg_dialect cg_dialect_c = {
     .name = "c",
     .source_suffix = "c",
     .device_memory = 0,
+    .comm_error = "dmrt_rank_error(ctx->rank)",
     .preamble = c_preamble,
     .ctx_fields = c_nothing,
     .ctx_helpers = c_nothing,

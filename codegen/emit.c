@@ -22,7 +22,8 @@ static const char *const reserved[] = {
     /* locals of the rowwise, embedding and batched-matmul kernels (dialect_c.c) */
     "base", "j", "ib", "id", "query", "key", "out_row", "x_row", "y_row", "dy_row", "dot", "sum_sq", "mean", "rstd",
     "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat", "keys", "lane", "lanes", "inv_sum",
-    "scaled_max", "fault", "status", "whole", "shard", "host",
+    "scaled_max", "fault", "status", "whole", "shard", "host", "arena", "micro_loss", "trace_start",
+    "comm_failed", "data_fault", "device_failed", "fault_formats",
     /* locals of elementwise expressions (ir/ops.def) */
     "tanh_inner",
 };
@@ -31,8 +32,9 @@ static int is_reserved(const char *s) {
     for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
         if (strcmp(reserved[i], s) == 0) return 1;
     if (s[0] == 'i' && isdigit((unsigned char)s[1])) return 1;   /* loop indices */
-    /* the runtime's names, and the CUDA dialect's kernels */
-    return strncmp(s, "dmrt", 4) == 0 || strncmp(s, "kernel_", 7) == 0;
+    /* the runtime's names, and the CUDA dialect's kernels (k<serial>_...) */
+    if (s[0] == 'k' && isdigit((unsigned char)s[1])) return 1;
+    return strncmp(s, "dmrt", 4) == 0;
 }
 
 /* Every value gets a distinct C identifier derived from its source name (dots become
@@ -272,6 +274,7 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
         failed = section_open(&E->kernels, &sec[1]) || section_open(&E->w, &sec[2]);
         E->w.kernels = &E->kernels;
         if (!failed) body(E);
+        if (E->dialect->finish) E->dialect->finish(&E->w);
         if (E->kernels.f && fclose(E->kernels.f) != 0) failed = 1;
         if (E->w.f && fclose(E->w.f) != 0) failed = 1;
     }

@@ -13,6 +13,7 @@ typedef struct owned_buffer {
     long long elems;
     const char *type;
     int host;          /* host memory even on a device */
+    char at[16];       /* on a device: its offset in the one device allocation ("at[3]") */
 } owned_buffer;
 
 /* A tensor as files and tools see it: a parameter in its stored shape. */
@@ -401,6 +402,7 @@ static void emit_context_struct(emitter *E) {
         cg_line(w, "int64_t coord[%d];          /* (mesh axes) this rank's coordinate: the block of a split dim it holds */", g->n_axes);
     }
     E->dialect->ctx_fields(w);
+    if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
     cg_line(w, "char error[512];");
     w->indent--;
@@ -415,7 +417,7 @@ static void emit_context_helpers(emitter *E) {
     if (E->partitioned) {
         cg_line(w, "/* A failed collective fails the step with the communicator's message (rank, axis, op, step). */");
         cg_line(w, "static int comm_failed(struct_ctx *ctx) {");
-        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%%s\", dmrt_rank_error(ctx->rank));");
+        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%%s\", %s);", E->dialect->comm_error);
         cg_line(w, "    return DMRT_ERR_COMM;");
         cg_line(w, "}");
         cg_blank(w);
@@ -540,6 +542,15 @@ static void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     E->dialect->ctx_open(w, E->partitioned, E->tf32, "goto fail;");
+    if (E->device) {
+        /* in a block: the gotos above must not jump over its declarations (C++) */
+        cg_line(w, "{");
+        w->indent++;
+        cg_line(w, "/* one device allocation holds every buffer, each at a 256-byte boundary */");
+        cg_line(w, "size_t at[%d];", n_bufs + 1);
+        cg_line(w, "at[0] = 0;");
+    }
+    int n_device = 0;
     for (int i = 0; i < n_bufs; i++) {
         char lhs[200], bytes[200];
         snprintf(lhs, sizeof lhs, "ctx->%.150s", bufs[i].field);
@@ -551,9 +562,22 @@ static void emit_create_destroy(emitter *E) {
         if (bufs[i].host) {
             cg_line(w, "%s = (%s *)dmrt_alloc(%s);", lhs, bufs[i].type, bytes);
             cg_line(w, "if (!%s) goto oom;", lhs);
+        } else if (E->device) {
+            cg_line(w, "at[%d] = at[%d] + (%s + 255) / 256 * 256; /* %s */", n_device + 1, n_device, bytes, bufs[i].field);
+            snprintf(bufs[i].at, sizeof bufs[i].at, "at[%d]", n_device++);
         } else {
             E->dialect->alloc(w, lhs, bytes, "goto oom;");
         }
+    }
+    if (E->device) {
+        char total[32];
+        snprintf(total, sizeof total, "at[%d]", n_device);
+        E->dialect->alloc(w, "ctx->device_block", total, "{ (void)device_failed(ctx); goto fail; }");
+        for (int i = 0; i < n_bufs; i++)
+            if (!bufs[i].host)
+                cg_line(w, "ctx->%.150s = (%s *)(ctx->device_block + %s);", bufs[i].field, bufs[i].type, bufs[i].at);
+        w->indent--;
+        cg_line(w, "}");
     }
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
@@ -589,8 +613,9 @@ static void emit_create_destroy(emitter *E) {
         char ptr[200];
         snprintf(ptr, sizeof ptr, "ctx->%.150s", bufs[i].field);
         if (bufs[i].host) cg_line(w, "dmrt_free(%s);", ptr);
-        else E->dialect->free(w, ptr);
+        else if (!E->device) E->dialect->free(w, ptr);
     }
+    if (E->device) E->dialect->free(w, "ctx->device_block");
     E->dialect->ctx_close(w);
     cg_line(w, "free(ctx);");
     w->indent--;
@@ -698,18 +723,15 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".train_step = model_train_step,");
     cg_line(w, ".output = model_output,");
     cg_line(w, ".error = model_error,");
+    /* every field named (C++ warns of missing ones) */
     cg_line(w, ".n_ranks = %lld,", E->partitioned ? (long long)ir_mesh_ranks(g) : 1LL);
-    if (E->partitioned) {
-        cg_line(w, ".n_mesh_axes = %d,", g->n_axes);
-        cg_line(w, ".mesh_axis_names = mesh_axis_names,");
-        cg_line(w, ".mesh_axis_sizes = mesh_axis_sizes,");
-        cg_line(w, ".create_rank = model_create_rank,");
-    }
-    if (copies) {
-        cg_line(w, ".gather = model_gather,");
-        cg_line(w, ".scatter = model_scatter,");
-    }
-    if (E->partitioned) cg_line(w, ".rank_id = model_rank_id,");
+    cg_line(w, ".n_mesh_axes = %d,", E->partitioned ? g->n_axes : 0);
+    cg_line(w, ".mesh_axis_names = %s,", E->partitioned ? "mesh_axis_names" : "NULL");
+    cg_line(w, ".mesh_axis_sizes = %s,", E->partitioned ? "mesh_axis_sizes" : "NULL");
+    cg_line(w, ".create_rank = %s,", E->partitioned ? "model_create_rank" : "NULL");
+    cg_line(w, ".gather = %s,", copies ? "model_gather" : "NULL");
+    cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
+    cg_line(w, ".rank_id = %s,", E->partitioned ? "model_rank_id" : "NULL");
     w->indent--;
     cg_line(w, "};");
 }

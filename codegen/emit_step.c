@@ -110,7 +110,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; keeps && i < g->n_outputs; i++)
         if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
     for (int i = 0; i < g->n_values; i++)
-        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT) uses_batch = 1;
+        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT && !E->device) uses_batch = 1;
     cg_line(&E->w, "/* %s */", what);
     if (micro)
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
@@ -122,7 +122,10 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned;
-    if (stage >= 0 && any) {
+    int uses_arena = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (used[i] && E->plan->region[i] == REGION_ARENA) uses_arena = 1;
+    if (stage >= 0 && uses_arena) {
         if (micro && E->slots[stage] > 1)
             cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
                     (long long)E->plan->arena_elems);

@@ -500,7 +500,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
     char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_SANITIZE;
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
-    char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
+    char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
     char *cc_argv[64];
     int n = 0;
     cc_argv[n++] = (char *)cc;

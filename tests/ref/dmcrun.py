@@ -1,6 +1,38 @@
 """Running `dmc run` from the PyTorch reference tests and reading its step losses."""
 import os
+import shutil
 import subprocess
+import sys
+
+# The GPU suite (tests/gpu/meson.build) runs these same tests on the CUDA target by
+# setting DMC_TEST_TARGET=cuda: every `dmc run` then gets --target cuda, and a machine
+# without a GPU skips the test (exit 77) before anything is compared.
+TARGET = os.environ.get("DMC_TEST_TARGET", "c")
+
+
+def gpu_count():
+    """GPUs nvidia-smi lists (0 without a driver)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        r = subprocess.run([smi, "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           universal_newlines=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+
+
+def require_target():
+    """Exits 77 (a meson skip) with a SKIP line when the target's hardware is missing."""
+    if TARGET == "cuda" and gpu_count() == 0:
+        print("SKIP: the CUDA target needs a GPU, and nvidia-smi lists none here")
+        sys.exit(77)
+
+
+def target_args():
+    """What every `dmc run` of the test gets for its target."""
+    return [] if TARGET == "c" else ["--target", TARGET]
 
 
 class Failure(Exception):
@@ -39,8 +71,10 @@ def step_losses(cmd, cwd, timeout, env=None):
 
 
 def run_dmc(dmc, dm_file, tmp, args, timeout):
-    """Runs `dmc run DM_FILE --quiet ARGS` in tmp; returns the losses of its step lines."""
-    cmd = [dmc, "run", dm_file, "--quiet"] + args
+    """Runs `dmc run DM_FILE --quiet ARGS` in tmp (on the test's target); returns the
+    losses of its step lines."""
+    require_target()
+    cmd = [dmc, "run", dm_file, "--quiet"] + target_args() + args
     return step_losses(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp))
 
 

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""gpu_gpt2.py: GPT-2 124M training steps on one GPU, dmc's CUDA target vs PyTorch eager.
+
+usage: python3 bench/gpu_gpt2.py --dmc BUILD/driver/dmc [--batches 8,16] [--precisions fp32,tf32]
+           [--steps N] [--profile]
+
+Run it with an interpreter whose torch has CUDA (the GPU machine's python3); the dmc
+build must have found the CUDA toolkit (libdmrt_cuda).
+
+Model:   examples/gpt.dm at its defaults (V=50304, T=1024, C=768, NH=12, L=12), B from
+         --batches.
+Data:    random tokens (numpy, seed 0) written once per B to a batch file; both sides train
+         on the same slices in the same order, from dmc's own initial weights (`--steps 0
+         --save W`), with AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01) as
+         gpt.dm declares it.
+dmc:     `dmc run examples/gpt.dm --target cuda [--tf32] --set B=.. --init W --batch-file F
+         --steps N --quiet`; step time from the trainer's `step n loss x ms y` lines
+         (train_step, host to host, the loss copied back each step).
+PyTorch: bench/gpt_step.py's TorchGPT on the GPU (the same parameters, weights [in, out],
+         addmm), with F.scaled_dot_product_attention(is_causal=True); a step is timed from
+         zero_grad to the end of opt.step() with torch.cuda.synchronize() on both sides.
+         fp32: allow_tf32 False for matmuls and cuDNN; tf32: True (dmc: --tf32).
+Per run: WARMUP steps, then the median of N measured steps.
+Memory:  peak GPU memory of each process, polled from nvidia-smi every 50 ms (context
+         included, the same for both), and PyTorch's own max_memory_allocated.
+MFU:     model flops per token 6 N + 12 L C T (nanoGPT's estimate_mfu, N the parameters),
+         times tokens/s, over the device's dense peak at that precision (H100/H200 SXM:
+         fp32 67, tf32 494.7 TFLOP/s; override with --peak-tflops).
+Check:   PyTorch's losses from dmc's weights on the same batches follow dmc's (max relative
+         difference printed; fails above 1e-3 in fp32, 2e-2 in tf32).
+--profile: runs dmc's step under `nsys profile --stats=true` (when nsys is installed) and
+         prints the top kernels by GPU time.
+Prints a table: ms/step, tokens/s, MFU and peak memory of each, and torch ms / dmc ms.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "ref"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+DIMS = {"V": 50304, "T": 1024, "C": 768, "NH": 12, "L": 12}
+WARMUP = 3
+PEAK_TFLOPS = {"fp32": 67.0, "tf32": 494.7}   # H100 SXM dense (H200: the same compute)
+LOSS_RTOL = {"fp32": 1e-3, "tf32": 2e-2}
+
+
+class PeakMemory:
+    """Polls nvidia-smi for the largest memory.used of process pid (MiB)."""
+
+    def __init__(self, pid_fn):
+        self.pid_fn, self.peak, self.stop = pid_fn, 0, threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+
+    def poll(self):
+        while not self.stop.is_set():
+            pid = self.pid_fn()
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
+                                     timeout=10).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                out = ""
+            for line in out.splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) == 2 and pid is not None and parts[0] == str(pid) and parts[1].isdigit():
+                    self.peak = max(self.peak, int(parts[1]))
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def dmc_run(cmd, tmp, measure=False):
+    """Runs dmc; returns (stdout, stderr, peak MiB)."""
+    proc = subprocess.Popen(cmd, cwd=tmp, env=dict(os.environ, TMPDIR=tmp), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+    children = []
+
+    def pid():
+        # the trainer is dmc's child: nvidia-smi lists it, not dmc
+        if not children:
+            try:
+                kids = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE,
+                                      universal_newlines=True).stdout.split()
+                children.extend(kids[-1:])
+            except OSError:
+                pass
+        return children[0] if children else None
+
+    if measure:
+        with PeakMemory(pid) as mem:
+            out, err = proc.communicate()
+        peak = mem.peak
+    else:
+        out, err = proc.communicate()
+        peak = 0
+    if proc.returncode != 0:
+        sys.exit("gpu_gpt2: `%s` failed (%d):\n%s" % (" ".join(cmd), proc.returncode, err[-3000:]))
+    return out, err, peak
+
+
+def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, tf32):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    model = TorchGPT(torch, dims, stio.load(init), True)
+    model.p = {n: torch.nn.Parameter(t.detach().cuda()) for n, t in model.p.items()}
+    model.mask = model.mask.cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    data = stio.load(batches)
+    S = data["tokens"].shape[0]
+    tokens = [torch.from_numpy(data["tokens"][s].astype("int64")).cuda() for s in range(S)]
+    targets = [torch.from_numpy(data["targets"][s].astype("int64")).cuda() for s in range(S)]
+    torch.cuda.reset_peak_memory_stats()
+    times, losses = [], []
+    for i in range(WARMUP + steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(tokens[i % S], targets[i % S])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    allocated = torch.cuda.max_memory_allocated() / 2**20
+    del model, opt, tokens, targets
+    torch.cuda.empty_cache()
+    return 1e3 * statistics.median(times[WARMUP:]), losses, allocated
+
+
+def profile_dmc(args, cmd, tmp):
+    nsys = shutil.which("nsys")
+    if not nsys:
+        print("profile: nsys is not installed here; no per-kernel table")
+        return
+    out = os.path.join(tmp, "profile")
+    r = subprocess.run([nsys, "profile", "--stats=true", "-o", out, "--force-overwrite", "true"] + cmd, cwd=tmp,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    text = r.stdout
+    start = text.find("cuda_gpu_kern_sum")
+    print("profile (nsys, dmc's steps): top kernels by GPU time")
+    print("\n".join(text[start:].splitlines()[:30]) if start >= 0 else text[-3000:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description="GPT-2 124M on one GPU: dmc --target cuda vs PyTorch eager")
+    ap.add_argument("--dmc", required=True)
+    ap.add_argument("--batches", default="8,16")
+    ap.add_argument("--precisions", default="fp32,tf32")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--peak-tflops", type=float, default=0, help="the device's dense peak at the precision")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    args.dmc = os.path.abspath(args.dmc)
+    try:
+        import numpy as np
+        import torch
+        import stio
+        from gpt_step import TorchGPT
+    except ImportError as e:
+        sys.exit("gpu_gpt2: needs torch with CUDA and numpy (%s)" % e)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_gpt2: torch sees no CUDA device")
+    device = torch.cuda.get_device_name(0)
+    model = os.path.join(ROOT, "examples", "gpt.dm")
+    print("gpu_gpt2: %s, torch %s, GPT-2 %s, median of %d steps after %d warm-up"
+          % (device, torch.__version__, ",".join("%s=%d" % kv for kv in DIMS.items()), args.steps, WARMUP))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpu-gpt2-") as tmp:
+        for B in [int(b) for b in args.batches.split(",")]:
+            dims = dict(DIMS, B=B)
+            sets = ",".join("%s=%d" % kv for kv in dims.items())
+            S = WARMUP + args.steps
+            seq = np.random.default_rng(0).integers(0, dims["V"], size=(S, B, dims["T"] + 1)).astype(np.int32)
+            batches = os.path.join(tmp, "batches-%d.safetensors" % B)
+            stio.save({"tokens": seq[:, :, :-1].copy(), "targets": seq[:, :, 1:].copy()}, batches)
+            init = os.path.join(tmp, "init-%d.safetensors" % B)
+            _, err, _ = dmc_run([args.dmc, "run", model, "--target", "cuda", "--set", sets, "--batch-file", batches,
+                                 "--steps", "0", "--save", init], tmp)
+            m = re.search(r"(\d+) parameters", err)
+            nparams = int(m.group(1)) if m else 0
+            for prec in args.precisions.split(","):
+                tf32 = prec == "tf32"
+                keep = os.path.join(tmp, "build-%d-%s" % (B, prec))
+                cmd = [args.dmc, "run", model, "--target", "cuda", "--set", sets, "--batch-file", batches, "--init",
+                       init, "--steps", str(S), "--quiet", "--keep", keep] + (["--tf32"] if tf32 else [])
+                out, _, dmc_mib = dmc_run(cmd, tmp, measure=True)
+                steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", out, re.M)
+                dmc_ms = statistics.median(float(s[2]) for s in steps[WARMUP:])
+                dmc_losses = [float(s[1]) for s in steps]
+                t_ms, t_losses, t_alloc = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, tf32)
+                diff = max(abs(a - b) / abs(b) for a, b in zip(t_losses, dmc_losses))
+                if diff > LOSS_RTOL[prec]:
+                    sys.exit("gpu_gpt2: B=%d %s: PyTorch losses %s differ from dmc's %s (max rel %.2g)"
+                             % (B, prec, t_losses, dmc_losses, diff))
+                tokens = B * dims["T"]
+                flops = (6 * nparams + 12 * dims["L"] * dims["C"] * dims["T"]) * tokens
+                peak = (args.peak_tflops or PEAK_TFLOPS[prec]) * 1e12
+                rows.append((B, prec, dmc_ms, t_ms, tokens, flops, peak, dmc_mib, t_alloc, diff))
+                if args.profile:
+                    profile_dmc(args, [os.path.join(keep, "gpt"), "--init", init, "--batch-file", batches, "--steps",
+                                       "6", "--quiet"] + [], tmp)
+    hdr = "%3s %5s %9s %9s %7s %10s %10s %6s %6s %9s %9s %8s" % (
+        "B", "prec", "dmc ms", "torch ms", "ratio", "dmc tok/s", "torch tok", "dmc", "torch", "dmc MiB", "torch MiB",
+        "loss dif")
+    print(hdr)
+    print("-" * len(hdr))
+    for B, prec, dm, tm, tokens, flops, peak, dmib, talloc, diff in rows:
+        print("%3d %5s %9.1f %9.1f %6.2fx %10.0f %10.0f %5.1f%% %5.1f%% %9d %9.0f %8.1e" % (
+            B, prec, dm, tm, tm / dm, tokens / dm * 1e3, tokens / tm * 1e3, 100 * flops / (dm / 1e3) / peak,
+            100 * flops / (tm / 1e3) / peak, dmib, talloc, diff))
+    print("ratio = torch ms / dmc ms (> 1: dmc is faster); MFU columns: model flops / step time / dense peak; "
+          "dmc MiB: nvidia-smi peak of the process; torch MiB: max_memory_allocated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

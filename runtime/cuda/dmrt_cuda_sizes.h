@@ -1,0 +1,49 @@
+/* dmrt_cuda_sizes.h: the scratch sizes of libdmrt_cuda's kernels, as formulas that both
+ * sides use: the compiler (codegen/dialect_cuda.c) sizes the context's storage with them
+ * at compile time, where it cannot call the CUDA runtime, and the runtime
+ * (dmrt_gpu_xent_scratch, dmrt_gpu_embed_grad_scratch) returns them, and checks at run
+ * time that what it actually lays out fits (failing with a message otherwise, never
+ * overrunning). Plain C, no CUDA types: included by C11 and by CUDA C++. The bounds are
+ * generous on purpose; each term says what it holds. */
+#ifndef DMRT_CUDA_SIZES_H
+#define DMRT_CUDA_SIZES_H
+
+#include <stdint.h>
+
+/* Room for aligning sub-buffers (each to 256 bytes) and for the partials of a final
+ * fixed-order sum: 4096 floats (16 KiB). */
+#define DMRT_CUDA_SCRATCH_SLACK_FLOATS 4096
+
+/* Floats of device scratch a cross-entropy (forward or gradient) of `rows` rows needs,
+ * its classes split over comm_size ranks (1: whole). A bound, not a layout; what the
+ * runtime lays out today:
+ *   split  (comm_size + 3) * rows: every rank's row maxima (the all-gather), the row
+ *          maxima over all ranks, and the sums of exp(logit - max) with the target's
+ *          logit (the forward allreduces both at once)
+ *   whole  2 * rows + 2: each row's loss as a double, summed in row order, and 8-byte
+ *          alignment
+ * The bound gives (comm_size + 8) * rows + slack, room for 5 more floats a row. */
+static inline int64_t dmrt_cuda_xent_scratch_floats(int64_t rows, int64_t comm_size) {
+    if (rows < 0) rows = 0;
+    if (comm_size < 1) comm_size = 1;
+    return rows * (comm_size + 8) + DMRT_CUDA_SCRATCH_SLACK_FLOATS;
+}
+
+/* Bytes of device scratch an embedding gradient of `rows` positions needs. The runtime
+ * sorts (id, position) int32 pairs by id with a CUB radix sort, so that each table row
+ * sums its positions in position order (deterministic, the C target's order):
+ *   16 * rows + 1.3 KiB  keys and positions, each double-buffered: 4 arrays of rows int32,
+ *                        each rounded up to 256 bytes, plus 256 bytes to align the start
+ *   the rest             CUB's temporary storage and any per-run arrays: 48 * rows + 1 MiB
+ *                        less the 1.3 KiB above. CUB's size can only be asked at run time
+ *                        (it needs the device); for a sort of int32 pairs it is histograms
+ *                        and per-tile digit counts, about 1 byte per item plus a fixed part
+ *                        of a few KiB, so the bound holds with a wide margin. The runtime
+ *                        asks CUB and fails with a message (never overruns) if it ever
+ *                        does not fit. */
+static inline int64_t dmrt_cuda_embed_grad_scratch_bytes(int64_t rows) {
+    if (rows < 0) rows = 0;
+    return 64 * rows + ((int64_t)1 << 20);
+}
+
+#endif

@@ -1,0 +1,197 @@
+/* gpu_internal.h: what the files of libdmrt_cuda share and nothing else sees: the
+ * dmrt_gpu struct, the checking macros around CUDA/cuBLAS/NCCL calls, launch shapes and
+ * the block reductions of the row-wise kernels. Not installed. The dmrt_gpu_ functions
+ * declared here cross files of the library only. */
+#ifndef DMRT_GPU_INTERNAL_H
+#define DMRT_GPU_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "dmrt_cuda.h"
+
+/* The NCCL communicator of one mesh axis of the rank. */
+typedef struct gpu_nccl_comm {
+    dmrt_comm *comm;   /* the host communicator it mirrors (same members, same order) */
+    ncclComm_t nccl;
+    int pending;       /* allreduces started on comm_stream that no wait has covered yet */
+} gpu_nccl_comm;
+
+/* A live device allocation, for the peak counter (cudaFree does not say the size). */
+typedef struct gpu_alloc {
+    void *p;
+    size_t bytes;
+} gpu_alloc;
+
+struct dmrt_gpu {
+    int device;
+    dmrt_rank *rank;                /* NULL: a serial program */
+    cudaStream_t stream;            /* every call of the rank, in call order */
+    cudaStream_t comm_stream;       /* NCCL allreduces started to overlap later work */
+    cudaEvent_t start_event;        /* on stream: where a started allreduce may begin */
+    cudaEvent_t wait_event;         /* on comm_stream: what dmrt_gpu_comm_wait waits for */
+    cublasHandle_t cublas;
+    int tf32;                       /* matrix products may use TF32 tensor cores */
+    dmrt_gpu_comm_mode comm_mode;   /* NCCL or STAGED once created, never AUTO */
+    int nccl_every_axis;            /* NCCL was asked for (options or DMRT_GPU_COMM), not
+                                       chosen by AUTO: axes of size 1 get NCCL too */
+    char name[300];                 /* "NVIDIA H100 80GB HBM3 (device 0)" */
+    char error[512];                /* the last failure, "file:line: call failed: why" */
+    dmrt_fault *fault;              /* device: the first bad index since the last take */
+
+    float *staging;                 /* pinned host memory for staged collectives */
+    size_t staging_bytes;
+    void *scratch;                  /* device: statistics of kernels that get no scratch */
+    size_t scratch_bytes;
+
+    gpu_alloc *allocs;              /* (n_allocs) live device allocations */
+    int n_allocs, cap_allocs;
+    size_t bytes_in_use, peak_bytes;
+
+    int n_nccl;
+    gpu_nccl_comm nccl[DMRT_MESH_MAX_AXES];  /* (n_nccl) one per mesh axis of size > 1,
+                                                of any size with nccl_every_axis */
+    int nccl_aborted;               /* a deadline or peer failure aborted the NCCL comms */
+};
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* Writes "file:line: <message>" into g->error and returns status. */
+int dmrt_gpu_fail(dmrt_gpu *g, int status, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* A failed call also leaves CUDA's last error set; it is cleared so that the next launch
+ * check does not report it again in the wrong place. */
+#define CUDA_CHECK(g, call)                                                                  \
+    do {                                                                                     \
+        cudaError_t check_e_ = (call);                                                       \
+        if (check_e_ != cudaSuccess) {                                                       \
+            (void)cudaGetLastError();                                                        \
+            return dmrt_gpu_fail((g), DMRT_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s",  \
+                                 #call, cudaGetErrorString(check_e_));                       \
+        }                                                                                    \
+    } while (0)
+
+#define CUBLAS_CHECK(g, call)                                                                \
+    do {                                                                                     \
+        cublasStatus_t check_s_ = (call);                                                    \
+        if (check_s_ != CUBLAS_STATUS_SUCCESS)                                               \
+            return dmrt_gpu_fail((g), DMRT_ERR_DEVICE, __FILE__, __LINE__, "%s failed: %s",  \
+                                 #call, cublasGetStatusString(check_s_));                    \
+    } while (0)
+
+#define NCCL_CHECK(g, comm, call)                                                            \
+    do {                                                                                     \
+        ncclResult_t check_r_ = (call);                                                      \
+        if (check_r_ != ncclSuccess)                                                         \
+            return dmrt_gpu_fail((g), DMRT_ERR_DEVICE, __FILE__, __LINE__,                   \
+                                 "%s failed: %s (%s)", #call, ncclGetErrorString(check_r_),  \
+                                 ncclGetLastError(comm));                                    \
+    } while (0)
+
+/* After a <<<launch>>>: a bad configuration shows here, faults inside the kernel at the
+ * next synchronisation. */
+#define LAUNCH_CHECK(g, what)                                                                \
+    do {                                                                                     \
+        cudaError_t check_e_ = cudaGetLastError();                                           \
+        if (check_e_ != cudaSuccess)                                                         \
+            return dmrt_gpu_fail((g), DMRT_ERR_DEVICE, __FILE__, __LINE__,                   \
+                                 "launch of %s failed: %s", (what),                          \
+                                 cudaGetErrorString(check_e_));                              \
+    } while (0)
+
+/* Every entry point starts here: a rank's gpu may be used from a thread other than the
+ * one that created it, and the current device is per thread. */
+#define GPU_ENTER(g)                                                                         \
+    do {                                                                                     \
+        if (!(g)) return DMRT_ERR_ARG;                                                       \
+        CUDA_CHECK((g), cudaSetDevice((g)->device));                                         \
+    } while (0)
+
+#define ARG_CHECK(g, cond)                                                                   \
+    do {                                                                                     \
+        if (!(cond))                                                                         \
+            return dmrt_gpu_fail((g), DMRT_ERR_ARG, __FILE__, __LINE__, "%s: bad argument: %s", \
+                                 __func__, #cond);                                           \
+    } while (0)
+
+/* ---- shared services ------------------------------------------------------------------- */
+
+/* *p = device memory of at least bytes owned by g (grown on demand, freed by destroy),
+ * for kernels whose API gives them no scratch. Synchronises when it grows. */
+int dmrt_gpu_scratch(dmrt_gpu *g, size_t bytes, void **p);
+/* Pinned host memory of at least bytes; the stream must be idle (staged collectives
+ * synchronise first). */
+int dmrt_gpu_staging(dmrt_gpu *g, size_t bytes, float **p);
+/* Waits for a stream. With NCCL, polls with the rank's deadline and aborts the NCCL
+ * communicators when it passes or NCCL reports an error (no silent hang). */
+int dmrt_gpu_wait_stream(dmrt_gpu *g, cudaStream_t s);
+/* NCCL bootstrap over the rank's mesh axes (create), and teardown (destroy). */
+int dmrt_gpu_nccl_init(dmrt_gpu *g);
+void dmrt_gpu_nccl_destroy(dmrt_gpu *g);
+
+/* ---- launch shapes ----------------------------------------------------------------------- */
+
+/* Grids are capped and kernels loop (grid-stride), so any count fits gridDim. */
+#define GPU_MAX_BLOCKS ((int64_t)1 << 20)
+
+static inline unsigned gpu_blocks(int64_t items, int threads) {
+    int64_t b = (items + threads - 1) / threads;
+    if (b < 1) b = 1;
+    return (unsigned)(b < GPU_MAX_BLOCKS ? b : GPU_MAX_BLOCKS);
+}
+
+static inline unsigned gpu_row_blocks(int64_t rows) {
+    return (unsigned)(rows < GPU_MAX_BLOCKS ? (rows < 1 ? 1 : rows) : GPU_MAX_BLOCKS);
+}
+
+/* Threads of a block that works through one row of n elements: enough to keep a row's
+ * loads wide, few enough that short rows do not idle most of the block. A multiple of
+ * 32: the reductions below need whole warps. */
+static inline int gpu_row_threads(int64_t n) {
+    if (n >= 4096) return 512;
+    if (n >= 1024) return 256;
+    if (n >= 256) return 128;
+    if (n >= 64) return 64;
+    return 32;
+}
+
+/* ---- reductions (device) ------------------------------------------------------------------
+ *
+ * Every thread of the block must call them (no thread may have returned) and every one
+ * gets the result. The order of operations depends only on blockDim, so a given launch
+ * shape always gives the same bits. shared: 32 elements of the block's shared memory. */
+#ifdef __CUDACC__
+struct gpu_sum_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct gpu_max_op {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename T, typename Op>
+__device__ inline T gpu_block_reduce(T v, Op op, T *shared) {
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    __syncthreads();  /* the previous reduction's readers are done with shared */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    T r = shared[0];
+    for (int w = 1; w < warps; w++) r = op(r, shared[w]);
+    return r;
+}
+
+/* Records the first bad index since the last dmrt_gpu_fault_take: whichever thread
+ * claims the site first writes the value and position; later ones leave it. */
+__device__ inline void gpu_record_fault(dmrt_fault *f, int site, int32_t value,
+                                        int64_t position) {
+    if (atomicCAS(&f->site, 0, site) == 0) {
+        f->value = value;
+        f->position = position;
+    }
+}
+#endif
+
+#endif

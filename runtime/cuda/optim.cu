@@ -1,0 +1,74 @@
+/* optim.cu: the optimizer updates, elementwise. Every float operation is an explicit
+ * round-to-nearest intrinsic in the C target's order (codegen/dialect_c.c, c_sgd and
+ * c_adamw), so that nvcc cannot fuse a multiply and an add: the results are those of the
+ * C target bit for bit (IEEE single precision on both; the C target's x86-64 build does
+ * not fuse either). */
+#include "gpu_internal.h"
+
+/* torch.optim.SGD: d = g + wd * p; buf = first step ? d : momentum * buf +
+ * (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf; p -= lr * d. */
+__global__ static void sgd_kernel(float *param, const float *grad, float *buf, int64_t n,
+                                  float lr, float weight_decay, float momentum,
+                                  float one_minus_dampening, int nesterov, int first_step) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float p = param[i];
+        /* without weight decay the C target reads g alone (no 0 * p: p may be inf) */
+        float d = weight_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(weight_decay, p)) : grad[i];
+        if (buf) {
+            const float b = first_step ? d
+                                       : __fadd_rn(__fmul_rn(momentum, buf[i]),
+                                                   __fmul_rn(one_minus_dampening, d));
+            buf[i] = b;
+            d = nesterov ? __fadd_rn(d, __fmul_rn(momentum, b)) : b;
+        }
+        param[i] = __fsub_rn(p, __fmul_rn(lr, d));
+    }
+}
+
+/* torch.optim.AdamW (single-tensor path): p *= decay; m = b1 m + (1 - b1) g;
+ * v = b2 v + (1 - b2) g g; p -= step_size * (m / (sqrt(v) / bc2_sqrt + eps)). */
+__global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v,
+                                    int64_t n, float beta1, float one_minus_beta1, float beta2,
+                                    float one_minus_beta2, float eps, float decay,
+                                    float step_size, float bc2_sqrt) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = grad[i];
+        const float p = __fmul_rn(param[i], decay);
+        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(one_minus_beta1, g));
+        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        param[i] = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(mi, denom)));
+    }
+}
+
+int dmrt_gpu_sgd(dmrt_gpu *g, float *param, const float *grad, float *momentum_buf, int64_t n,
+                 float lr, float weight_decay, float momentum, float one_minus_dampening,
+                 int nesterov, int64_t step) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0);
+    if (n == 0) return DMRT_OK;
+    sgd_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, momentum_buf, n, lr,
+                                                          weight_decay, momentum,
+                                                          one_minus_dampening, nesterov,
+                                                          step == 1);
+    LAUNCH_CHECK(g, "sgd_kernel");
+    return DMRT_OK;
+}
+
+int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float *v, int64_t n,
+                   float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                   float eps, float decay, float step_size, float bc2_sqrt) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0);
+    if (n == 0) return DMRT_OK;
+    adamw_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, m, v, n, beta1,
+                                                            one_minus_beta1, beta2,
+                                                            one_minus_beta2, eps, decay,
+                                                            step_size, bc2_sqrt);
+    LAUNCH_CHECK(g, "adamw_kernel");
+    return DMRT_OK;
+}
