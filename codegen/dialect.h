@@ -70,6 +70,8 @@ typedef struct cg_rowwise {
     const char *scale;                              /* softmax: C literal the input is multiplied by, or NULL */
     int64_t causal_queries;                         /* softmax: rows are queries cycling through this
                                                      * many, seeing keys up to their own (0: every key) */
+    const char *scratch;                            /* layernorm_wgrad: wgrad_scratch_floats of the
+                                                     * context's storage, or NULL when that is 0 */
 } cg_rowwise;
 
 /* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds
@@ -170,6 +172,8 @@ typedef struct cg_dialect {
      * gradient of rows positions (bytes, in cg_embed.scratch). */
     int64_t (*xent_scratch_floats)(int64_t rows, int64_t comm_size);
     int64_t (*embed_grad_scratch_bytes)(int64_t rows);
+    /* ... and a layernorm weight gradient of (rows, n) (floats). */
+    int64_t (*wgrad_scratch_floats)(int64_t rows, int64_t n);
     void (*loop_nest)(cg_writer *w, const cg_loop_nest *k);
     void (*gemm)(cg_writer *w, const cg_gemm *k);
     void (*cross_entropy)(cg_writer *w, const cg_xent *k);

@@ -603,6 +603,12 @@ static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
     return 0;
 }
 
+/* The C target sums the weight gradient row by row into out: no room needed. */
+static int64_t c_wgrad_scratch_floats(int64_t rows, int64_t n) {
+    (void)rows, (void)n;
+    return 0;
+}
+
 const cg_dialect *cg_dialect_find(const char *name) {
     if (strcmp(name, cg_dialect_c.name) == 0) return &cg_dialect_c;
     if (strcmp(name, cg_dialect_cuda.name) == 0) return &cg_dialect_cuda;
@@ -627,6 +633,7 @@ const cg_dialect cg_dialect_c = {
     .fault_check = c_fault_check,
     .xent_scratch_floats = c_xent_scratch_floats,
     .embed_grad_scratch_bytes = c_embed_grad_scratch_bytes,
+    .wgrad_scratch_floats = c_wgrad_scratch_floats,
     .loop_nest = c_loop_nest,
     .gemm = c_gemm,
     .cross_entropy = c_cross_entropy,

@@ -544,6 +544,7 @@ static int64_t cuda_xent_scratch_floats(int64_t rows, int64_t comm_size) {
 }
 
 static int64_t cuda_embed_grad_scratch_bytes(int64_t rows) { return dmrt_cuda_embed_grad_scratch_bytes(rows); }
+static int64_t cuda_wgrad_scratch_floats(int64_t rows, int64_t n) { return dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n); }
 
 /* ---- library kernels ------------------------------------------------------------------------- */
 
@@ -679,8 +680,8 @@ static void cuda_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
 
 static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_layernorm_wgrad(ctx->gpu, %s, %s, %s, %lld, %lld, %s", k->x, k->dy, k->out,
-             (long long)(k->outer * k->inner), (long long)k->n, k->eps);
+    snprintf(call, sizeof call, "dmrt_gpu_layernorm_wgrad(ctx->gpu, %s, %s, %s, %lld, %lld, %s, %s", k->x, k->dy, k->out,
+             (long long)(k->outer * k->inner), (long long)k->n, k->eps, k->scratch ? k->scratch : "NULL");
     checked(w, call);
 }
 
@@ -720,6 +721,7 @@ const cg_dialect cg_dialect_cuda = {
     .fault_check = cuda_fault_check,
     .xent_scratch_floats = cuda_xent_scratch_floats,
     .embed_grad_scratch_bytes = cuda_embed_grad_scratch_bytes,
+    .wgrad_scratch_floats = cuda_wgrad_scratch_floats,
     .loop_nest = cuda_loop_nest,
     .gemm = cuda_gemm,
     .cross_entropy = cuda_cross_entropy,

@@ -235,6 +235,7 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
         E->dialect->layernorm_grad(&E->w, &k);
     } else {
         k.dy = operand[1];
+        if (E->dialect->wgrad_scratch_floats(k.outer * k.inner, k.n) > 0) k.scratch = "ctx->scratch";
         E->dialect->layernorm_wgrad(&E->w, &k);
     }
 }
@@ -475,6 +476,10 @@ int64_t scratch_need(const emitter *E) {
             int64_t rows = ir_numel(logits) / logits->shape[logits->rank - 1];
             int axis = ir_class_split_axis(E->g, v);
             n = E->dialect->xent_scratch_floats(rows, axis == IR_REPLICATED ? 1 : axis_size(E, axis));
+        } else if (v->op == OP_LAYERNORM_WGRAD) {
+            const ir_type *x = T(E, v->operands[0]);
+            int64_t n_last = x->shape[x->rank - 1];
+            n = E->dialect->wgrad_scratch_floats(ir_numel(x) / n_last, n_last);
         } else if (v->op == OP_EMBED_GRAD) {
             int64_t bytes = E->dialect->embed_grad_scratch_bytes(ir_numel(T(E, v->operands[0])));
             n = (bytes + 3) / 4;

@@ -22,6 +22,7 @@
 
 #include "dmrt.h"
 #include "dmrt_comm.h"
+#include "dmrt_cuda_sizes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,9 +134,11 @@ int dmrt_gpu_layernorm(dmrt_gpu *g, const float *x, const float *weight, const f
 /* dx = rstd * (dy * weight - mean(dy * weight) - xhat * mean(dy * weight * xhat)). */
 int dmrt_gpu_layernorm_grad(dmrt_gpu *g, const float *x, const float *weight, const float *dy,
                             float *out, int64_t rows, int64_t n, float eps);
-/* out (n) = sum over rows of dy * xhat (the weight's gradient; the bias's is a sum). */
+/* out (n) = sum over rows of dy * xhat (the weight's gradient; the bias's is a sum), in
+ * fixed chunks of rows then the chunks in order (deterministic). scratch: device floats,
+ * at least dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n) (dmrt_cuda_sizes.h). */
 int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float *out,
-                             int64_t rows, int64_t n, float eps);
+                             int64_t rows, int64_t n, float eps, float *scratch);
 
 /* ---- cross-entropy ------------------------------------------------------------------------
  *

@@ -46,4 +46,25 @@ static inline int64_t dmrt_cuda_embed_grad_scratch_bytes(int64_t rows) {
     return 64 * rows + ((int64_t)1 << 20);
 }
 
+/* Chunks of rows a layernorm weight gradient of `rows` rows sums separately (each
+ * column of a chunk in row order, then the chunks in order: deterministic). */
+static inline int64_t dmrt_cuda_wgrad_chunks(int64_t rows) {
+    int64_t per_chunk = 256, chunks = (rows + per_chunk - 1) / per_chunk;
+    if (chunks > 4096) {
+        per_chunk = (rows + 4095) / 4096;
+        chunks = (rows + per_chunk - 1) / per_chunk;
+    }
+    return chunks;
+}
+
+/* Floats of device scratch a layernorm weight gradient of (rows, n) needs: each row's
+ * mean and rstd (2 * rows), and each chunk's column sums when there is more than one
+ * chunk (chunks * n). */
+static inline int64_t dmrt_cuda_layernorm_wgrad_scratch_floats(int64_t rows, int64_t n) {
+    if (rows < 0) rows = 0;
+    if (n < 0) n = 0;
+    int64_t chunks = dmrt_cuda_wgrad_chunks(rows);
+    return 2 * rows + (chunks > 1 ? chunks * n : 0);
+}
+
 #endif

@@ -180,22 +180,6 @@ static void device_free(dmrt_gpu *g, void *p) {
     }
 }
 
-int dmrt_gpu_scratch(dmrt_gpu *g, size_t bytes, void **p) {
-    if (bytes > g->scratch_bytes) {
-        /* kernels queued earlier may still read the old block */
-        int rc = dmrt_gpu_wait_stream(g, g->stream);
-        if (rc != DMRT_OK) return rc;
-        device_free(g, g->scratch);
-        g->scratch = NULL;
-        g->scratch_bytes = 0;
-        rc = device_malloc(g, &g->scratch, bytes);
-        if (rc != DMRT_OK) return rc;
-        g->scratch_bytes = bytes;
-    }
-    *p = g->scratch;
-    return DMRT_OK;
-}
-
 int dmrt_gpu_staging(dmrt_gpu *g, size_t bytes, float **p) {
     if (bytes > g->staging_bytes) {
         if (g->staging) CUDA_CHECK(g, cudaFreeHost(g->staging));
@@ -279,6 +263,12 @@ int dmrt_gpu_fault_take(dmrt_gpu *g, dmrt_fault *fault) {
     CUDA_CHECK(g, cudaMemcpyAsync(&host, g->fault, sizeof host, cudaMemcpyDeviceToHost, g->stream));
     int rc = dmrt_gpu_wait_stream(g, g->stream);
     if (rc != DMRT_OK) return rc;
+    if (host.site != 0) {
+        /* gpu_record_fault's packing: ~(position << 32 | value) */
+        const uint64_t key = ~(uint64_t)host.position;
+        host.position = (int64_t)(key >> 32);
+        host.value = (int32_t)(uint32_t)(key & 0xffffffffu);
+    }
     *fault = host;
     if (host.site != 0) CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
     return DMRT_OK;

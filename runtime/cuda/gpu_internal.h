@@ -42,8 +42,6 @@ struct dmrt_gpu {
 
     float *staging;                 /* pinned host memory for staged collectives */
     size_t staging_bytes;
-    void *scratch;                  /* device: statistics of kernels that get no scratch */
-    size_t scratch_bytes;
 
     gpu_alloc *allocs;              /* (n_allocs) live device allocations */
     int n_allocs, cap_allocs;
@@ -118,9 +116,6 @@ int dmrt_gpu_fail(dmrt_gpu *g, int status, const char *file, int line, const cha
 
 /* ---- shared services ------------------------------------------------------------------- */
 
-/* *p = device memory of at least bytes owned by g (grown on demand, freed by destroy),
- * for kernels whose API gives them no scratch. Synchronises when it grows. */
-int dmrt_gpu_scratch(dmrt_gpu *g, size_t bytes, void **p);
 /* Pinned host memory of at least bytes; the stream must be idle (staged collectives
  * synchronise first). */
 int dmrt_gpu_staging(dmrt_gpu *g, size_t bytes, float **p);
@@ -183,14 +178,17 @@ __device__ inline T gpu_block_reduce(T v, Op op, T *shared) {
     return r;
 }
 
-/* Records the first bad index since the last dmrt_gpu_fault_take: whichever thread
- * claims the site first writes the value and position; later ones leave it. */
+/* Records a bad index for dmrt_gpu_fault_take, deterministically whatever the thread
+ * order: the first kernel with one claims the site (kernels of a stream run in order),
+ * and among its bad indices the lowest position wins, as in the C target's loop. On the
+ * device, f->position holds ~(position << 32 | value) (0: none yet), so that atomicMax
+ * keeps the lowest position; dmrt_gpu_fault_take unpacks it (positions < 2^31). */
 __device__ inline void gpu_record_fault(dmrt_fault *f, int site, int32_t value,
                                         int64_t position) {
-    if (atomicCAS(&f->site, 0, site) == 0) {
-        f->value = value;
-        f->position = position;
-    }
+    const int claimed = atomicCAS(&f->site, 0, site);
+    if (claimed != 0 && claimed != site) return;
+    const unsigned long long key = ((unsigned long long)position << 32) | (uint32_t)value;
+    atomicMax((unsigned long long *)&f->position, ~key);
 }
 #endif
 

@@ -254,7 +254,7 @@ int dmrt_gpu_layernorm_grad(dmrt_gpu *g, const float *x, const float *weight, co
 /* Row statistics first (one block per row), then columns summed over fixed chunks of
  * rows, then the chunks in order: deterministic, and parallel over rows and columns. */
 int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float *out,
-                             int64_t rows, int64_t n, float eps) {
+                             int64_t rows, int64_t n, float eps, float *scratch) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && n >= 0);
     if (n == 0) return DMRT_OK;
@@ -262,19 +262,13 @@ int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float
         CUDA_CHECK(g, cudaMemsetAsync(out, 0, (size_t)n * sizeof(float), g->stream));
         return DMRT_OK;
     }
+    ARG_CHECK(g, scratch != NULL);
     /* 256 rows a chunk keeps enough blocks busy; at most 4096 chunks bounds the scratch
-     * (and gridDim.y) for very tall inputs. */
-    int64_t per_chunk = 256, chunks = (rows + per_chunk - 1) / per_chunk;
-    if (chunks > 4096) {
-        per_chunk = (rows + 4095) / 4096;
-        chunks = (rows + per_chunk - 1) / per_chunk;
-    }
+     * (and gridDim.y) for very tall inputs (dmrt_cuda_wgrad_chunks) */
+    const int64_t chunks = dmrt_cuda_wgrad_chunks(rows);
+    const int64_t per_chunk = (rows + chunks - 1) / chunks;
     const size_t stats_floats = 2 * (size_t)rows;
-    const size_t sums_floats = chunks > 1 ? (size_t)chunks * (size_t)n : 0;
-    void *scratch = NULL;
-    int rc = dmrt_gpu_scratch(g, (stats_floats + sums_floats) * sizeof(float), &scratch);
-    if (rc != DMRT_OK) return rc;
-    float *stats = (float *)scratch;
+    float *stats = scratch;
     float *sums = chunks > 1 ? stats + stats_floats : out;
 
     layernorm_stats_kernel<<<gpu_row_blocks(rows), gpu_row_threads(n), 0, g->stream>>>(

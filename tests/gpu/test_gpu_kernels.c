@@ -525,18 +525,20 @@ static void layernorm_case(dmrt_gpu *g, int64_t rows, int64_t n, uint64_t seed) 
 
     /* sums over rows in another grouping: relative to the size of the sum */
     float *got2 = host_floats(n);
+    float *dscratch = device_floats(g, dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n));
     ref_layernorm_wgrad(x, dy, want, rows, n, eps);
-    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps));
+    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps, dscratch));
     from_device(g, got, dout, (size_t)n * sizeof(float));
     snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld)", (long long)rows, (long long)n);
     compare(what, got, want, n, 1e-4, 1e-5 * sqrt((double)rows), 0);
     GPU_OK(g, dmrt_gpu_zero(g, dout, (size_t)n * sizeof(float)));
-    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps));
+    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps, dscratch));
     from_device(g, got2, dout, (size_t)n * sizeof(float));
     snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld) run twice", (long long)rows,
              (long long)n);
     compare_bits(what, got2, got, n);
 
+    dmrt_gpu_free(g, dscratch);
     dmrt_gpu_free(g, dx);
     dmrt_gpu_free(g, ddy);
     dmrt_gpu_free(g, dw);
