@@ -280,7 +280,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     int stages = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1;
     plan->stages = stages;
     plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
-    pipe_costs c;
+    pipe_costs c = {0};
     measure(g, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = xcalloc((size_t)stages, sizeof(int));
@@ -314,7 +314,9 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         boundary[stages] = c.n;
         plan->by_user = 1;
     } else if (choose_cuts(&c, stages, opts ? opts->memory_limit_bytes : 0, boundary)) {
-        dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank", stages, opts->memory_limit_bytes / (1 << 30));
+        /* without a limit every cut of n >= stages ops fits: only the limit can refuse */
+        dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank (--memory-gb)", stages,
+                 opts->memory_limit_bytes / (1 << 30));
         dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)");
         errors++;
     }
