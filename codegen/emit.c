@@ -196,11 +196,6 @@ static int check_stages(const emitter *E, FILE *err) {
     }
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
-        if (v->op == OP_PARAM && E->needed_on[i] & ~((uint64_t)1 << v->stage)) {
-            fprintf(err, "%s:%d: error: parameter '%s' is used on more than one pipeline stage (tied weights): not "
-                         "supported yet\n", E->source_path, v->loc.line, v->name);
-            bad = -1;
-        }
         uint64_t others = E->needed_on[i] & ~((uint64_t)1 << v->stage);
         if (E->plan->region[i] != REGION_ARENA || !others) continue;
         /* forward values flow to later stages, gradients to earlier ones, updates nowhere */

@@ -79,6 +79,41 @@ static void emit_sends(emitter *E, int id, int stage) {
         if (to >> t & 1) emit_transfer(E, id, t, 1);
 }
 
+/* The stages other than its own (the one that updates it) holding a copy of parameter p:
+ * those whose ops read it (GPT's token embedding on the first, the tied head on the
+ * last). 0 for a parameter on one stage. */
+static uint64_t tied_holders(const emitter *E, int p) {
+    int id = E->g->params[p];
+    if (!E->needed_on || V(E, id)->stage >= 64) return 0;
+    return E->needed_on[E->plan->storage_of[id]] & ~((uint64_t)1 << V(E, id)->stage);
+}
+
+/* After the owner's update of a tied parameter, its new values to every other holder
+ * (Megatron-LM allreduces the two stages' gradients and updates both; dmc sums the
+ * gradient on the owner, which the backward pass already sends it, and sends the
+ * weights: the same bytes, and one optimizer state). Sends are buffered: no stage waits
+ * for another's update. */
+static void emit_tied_updates(emitter *E, int stage) {
+    const ir_graph *g = E->g;
+    for (int p = 0; p < g->n_params; p++) {
+        uint64_t holders = tied_holders(E, p);
+        const ir_value *v = V(E, g->params[p]);
+        int owner = v->stage;
+        if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
+        char callee[96];
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* %s is tied across stages: stage %d updates it, the others hold copies */", v->name, owner);
+        for (int t = 0; t < E->stages; t++) {
+            int send = owner == stage && (holders >> t & 1), recv = t == owner && owner != stage;
+            if (!send && !recv) continue;
+            cg_line(&E->w, "if (%sctx->comm[%d], %d, %s, %lld, \"updated parameter %s %s stage %d\") != 0)",
+                    comm_callee(E, send ? "send" : "recv", callee, sizeof callee), E->pipe_axis, t, E->cname[v->id],
+                    (long long)ir_numel(T(E, v->id)), v->name, send ? "to" : "from", t);
+            cg_line(&E->w, "    return comm_failed(ctx);");
+        }
+    }
+}
+
 /* One phase as a function. stage < 0: every op (one step at once); else the ops of that
  * pipeline stage, for one micro-batch `micro` (forward and backward). */
 void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
@@ -105,6 +140,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
+    /* parameters tied across stages: the owner's update goes to the other holders' copies */
+    for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++)
+        if (tied_holders(E, p) >> stage & 1) used[g->params[p]] = any = 1;
     int keeps = micro && phase == PHASE_FORWARD;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
     for (int i = 0; keeps && i < g->n_outputs; i++)
@@ -154,6 +192,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     }
     free(start_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
+    if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
     if (sums) {
         cg_blank(&E->w);

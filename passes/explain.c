@@ -158,6 +158,16 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
                 g->values[s->first]->loc.line, g->values[s->last]->loc.line, s->seconds, s->flops,
                 (long long)s->recv_elems * 4, (long long)s->activation_elems * 4, s->in_flight, (long long)s->param_elems * 4);
     }
+    fprintf(out, "], \"tied\": [");
+    for (int t = 0; t < pl->n_tied; t++) {
+        const ir_value *v = g->values[pl->tied[t]];
+        fprintf(out, "%s{\"name\": ", t ? ", " : "");
+        json_string(out, v->name);
+        fprintf(out, ", \"updated_on\": %d, \"stages\": [", v->stage);
+        for (int k = 0, n = 0; k < pl->stages && k < 64; k++)
+            if (pl->tied_on[t] >> k & 1) fprintf(out, "%s%d", n++ ? ", " : "", k);
+        fprintf(out, "]}");
+    }
     fprintf(out, "]}");
 }
 
@@ -195,9 +205,14 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     }
     fprintf(out, "  imbalance: the slowest stage takes %.2fx the mean (time predicted by cost rules, not measured)\n",
             pl->imbalance);
-    for (int t = 0; t < pl->n_tied; t++)
-        fprintf(out, "  note: parameter '%s' is used on several stages (tied weights): code generation refuses it\n",
-                g->values[pl->tied[t]]->name);
+    for (int t = 0; t < pl->n_tied; t++) {
+        const ir_value *v = g->values[pl->tied[t]];
+        fprintf(out, "  tied: '%s' is used on stages", v->name);
+        for (int k = 0, n = 0; k < P && k < 64; k++)
+            if (pl->tied_on[t] >> k & 1) fprintf(out, "%s %d", n++ ? "," : "", k);
+        fprintf(out, ": each holds it, stage %d sums its gradient and updates it, then sends it to the others\n",
+                v->stage);
+    }
     const pipe_schedule *sched = &pl->schedule;
     fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
                  "micro-batch m, '.': idle\n", pipe_kind_name(kind));

@@ -76,7 +76,10 @@ typedef struct dm_pipeline_plan {
     dm_stage_plan *stage;       /* (stages) */
     double imbalance;           /* slowest stage over the mean, >= 1 */
     int by_user;                /* the cuts are the program's (schedule ... cuts = [...]) */
-    int *tied;                  /* (n_tied) parameters used on more than one stage */
+    int *tied;                  /* (n_tied) parameters used on more than one stage: each holds a
+                                 * copy, the parameter's own stage (the first) updates it and
+                                 * sends the new values to the others */
+    uint64_t *tied_on;          /* (n_tied) the stages whose forward ops use it, a bit each */
     int n_tied;
     pipe_schedule schedule;     /* every stage's actions (GPipe, 1F1B), as generated code runs them */
     uint64_t *readers;          /* (n_values) for a buffer's owner (memory plan's storage_of): the

@@ -224,7 +224,9 @@ static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
         if (ir_op_info_of(v->op)->cls == OPC_SOURCE && v->phase == PHASE_FORWARD) v->stage = low[i] < plan->stages ? low[i] : 0;
         if (v->op == OP_PARAM && high[i] > low[i]) {
             plan->tied = realloc(plan->tied, (size_t)(plan->n_tied + 1) * sizeof(int));
-            if (!plan->tied) abort();
+            plan->tied_on = realloc(plan->tied_on, (size_t)(plan->n_tied + 1) * sizeof(uint64_t));
+            if (!plan->tied || !plan->tied_on) abort();
+            plan->tied_on[plan->n_tied] = 0;
             plan->tied[plan->n_tied++] = i;
         }
     }
@@ -249,6 +251,13 @@ static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
         if (ir_op_info_of(v->op)->cls == OPC_UPDATE)
             for (int k = 2; k < v->n_operands; k++) g->values[v->operands[k]]->stage = v->stage;
     }
+    for (int t = 0; t < plan->n_tied; t++)
+        for (int i = 0; i < g->n_values; i++) {
+            const ir_value *v = g->values[i];
+            if (!is_forward_op(v) || v->stage >= 64) continue;
+            for (int k = 0; k < v->n_operands; k++)
+                if (v->operands[k] == plan->tied[t]) plan->tied_on[t] |= (uint64_t)1 << v->stage;
+        }
     free(low);
     free(high);
 }
@@ -351,5 +360,6 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
     free(plan->readers);
     free(plan->stage);
     free(plan->tied);
+    free(plan->tied_on);
     memset(plan, 0, sizeof *plan);
 }

@@ -6,7 +6,8 @@ vocabulary splits over tensor, so cross-entropy runs vocabulary-parallel) or for
 (tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
 reduce-scatter of gradients);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
-MESHES (pipeline stages, micro-batches, accumulation). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
+MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
+different stages). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
 seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
   - every step's loss equals the serial loss within LOSS_RTOL (relative);
@@ -50,7 +51,12 @@ PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
                    ("pipeline=4", ["--microbatches", "8"]),
                    ("pipeline=4", ["--microbatches", "4", "--schedule", "1f1b"]),
                    ("data=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
-                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4"])]
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4"]),
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"])]
+# sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
+# split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
+# embedding on the first stage and the head tied to it on the last)
+PIPELINE_SIZES = {"gpt": "V=64,T=16,C=32,NH=4,L=4,B=8"}
 MODELS = {
     # batch 16 divides over data=4; hidden 64 over tensor=4
     "mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"),
@@ -108,12 +114,15 @@ def max_difference(tag, got, want):
 def main():
     global MESHES
     dmc, root, model, backend = sys.argv[1:5]
-    if len(sys.argv) > 5 and sys.argv[5] == "pipeline":
+    pipeline = len(sys.argv) > 5 and sys.argv[5] == "pipeline"
+    if pipeline:
         MESHES = PIPELINE_MESHES
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77
     dm_file, sizes = MODELS[model]
+    if pipeline:
+        sizes = PIPELINE_SIZES.get(model, sizes)
     dm_file = os.path.join(os.path.abspath(root), dm_file)
     tmp = tempfile.mkdtemp(prefix="dmc-spmd-")
     failures = []
