@@ -163,6 +163,15 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size) {
     const dm_memory_plan *p = E->plan;
     int root = p->storage_of[id];
     long long off = (long long)p->offset[id];
+    if (p->region[id] != REGION_INPUT && p->region[id] != REGION_NONE) {
+        off = (long long)dm_offset_on(p, E->g, id, E->cur_stage);
+        if (off < 0) {
+            /* the pipeline plan sends every value a stage reads to it */
+            fprintf(stderr, "dmc: internal error: '%s' is used on stage %d, which holds no copy of it\n",
+                    V(E, id)->name ? V(E, id)->name : "?", E->cur_stage);
+            abort();
+        }
+    }
     switch (p->region[id]) {
     case REGION_INPUT: input_block(E, root, buf, size); break;
     case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
@@ -323,7 +332,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     }
     emitter E = {.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
                  .source_text = source_text, .source_len = source_len, .device = dialect->device_memory,
-                 .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);"};
+                 .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
     size_t n = 0;
     for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
     E.prefix_upper[n] = 0;

@@ -10,7 +10,7 @@
 /* The buffers a context owns: (field, elements, element type), as create allocates them. */
 typedef struct owned_buffer {
     char field[160];
-    long long elems;
+    char elems[160];   /* C expression: elements */
     const char *type;
     int host;          /* host memory even on a device */
     char at[16];       /* on a device: its offset in the one device allocation ("at[3]") */
@@ -163,10 +163,18 @@ static void emit_init(emitter *E) {
         /* a split parameter, or any on a device, is drawn whole in host memory first */
         int split = is_split(&v->type), staged = split || E->device;
         long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
-        char a[64], b[64], dst[96];
+        /* pipeline stages hold their own parameters: each at its stage's offset */
+        int by_stage = E->plan->stages > 1;
+        char a[64], b[64], dst[96], at[64];
+        if (by_stage) snprintf(at, sizeof at, "ctx->param_offsets[%d]", p);
+        else snprintf(at, sizeof at, "%lld", off);
         if (staged) snprintf(dst, sizeof dst, "whole");
-        else snprintf(dst, sizeof dst, "ctx->params + %lld", off);
+        else snprintf(dst, sizeof dst, "ctx->params + %s", at);
         cg_line(w, "/* %s */", v->name);
+        if (by_stage) {
+            cg_line(w, "if (ctx->param_offsets[%d] >= 0) { /* held by this rank's stage */", p);
+            w->indent++;
+        }
         cg_line(w, "dmrt_rng_init(&rng, seed, %d);", p);
         if (staged) {
             cg_line(w, "{");
@@ -213,13 +221,17 @@ static void emit_init(emitter *E) {
             cg_line(w, "if (status != DMRT_OK) return status;");
         } else if (staged) {
             char to[96];
-            snprintf(to, sizeof to, "ctx->params + %lld", off);
+            snprintf(to, sizeof to, "ctx->params + %s", at);
             char bytes[64];
             snprintf(bytes, sizeof bytes, "%lld * sizeof(float)", n);
             E->dialect->copy(w, to, "whole", bytes, CG_HOST_TO_DEVICE, "{ dmrt_free(whole); return device_failed(ctx); }");
             cg_line(w, "dmrt_free(whole);");
         }
         if (staged) {
+            w->indent--;
+            cg_line(w, "}");
+        }
+        if (by_stage) {
             w->indent--;
             cg_line(w, "}");
         }
@@ -293,6 +305,7 @@ static void emit_spmd_support(emitter *E) {
     cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard%s. */", E->device ? " (through host memory)" : "");
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
+    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->param_offsets[p] < 0) return DMRT_OK; /* another stage's */");
     cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
     cg_line(w, "rank_block(ctx, p, param_split[p], start, block);");
     if (E->device) {
@@ -301,11 +314,11 @@ static void emit_spmd_support(emitter *E) {
         cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
         cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
         cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
-        E->dialect->copy(w, "ctx->params + param_offsets[p]", "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
+        E->dialect->copy(w, "ctx->params + ctx->param_offsets[p]", "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
                          "{ dmrt_free(host); return device_failed(ctx); }");
         cg_line(w, "dmrt_free(host);");
     } else {
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->params + param_offsets[p]);");
+        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->params + ctx->param_offsets[p]);");
     }
     cg_line(w, "return DMRT_OK;");
     w->indent--;
@@ -322,9 +335,15 @@ static void emit_spmd_support(emitter *E) {
     cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
     cg_line(w, "rank_block(ctx, p, split, start, block);");
     cg_line(w, "memset(whole, 0, (size_t)desc->numel * sizeof(float));");
-    if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + grad_offsets[p] : ctx->params + param_offsets[p];");
-    else cg_line(w, "const float *shard = grad ? NULL : ctx->params + param_offsets[p];");
-    cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
+    if (g->grads) cg_line(w, "if (grad && !ctx->grads) return DMRT_ERR_ARG;");
+    else cg_line(w, "if (grad) return DMRT_ERR_ARG;");
+    if (E->pipe_axis >= 0) {
+        /* only the parameter's stage has its values (the others add zeros) */
+        cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == param_stage[p]) {");
+        w->indent++;
+    }
+    if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
+    else cg_line(w, "const float *shard = ctx->params + ctx->param_offsets[p];");
     if (E->device) {
         cg_line(w, "int64_t n = 1;");
         cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
@@ -334,14 +353,12 @@ static void emit_spmd_support(emitter *E) {
                          "{ dmrt_free(host); return device_failed(ctx); }");
         cg_line(w, "shard = host;");
     }
-    if (E->pipe_axis >= 0) {
-        cg_line(w, "/* only the parameter's stage has its values (the others add zeros) */");
-        cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == param_stage[p])");
-        cg_line(w, "    dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
-    } else {
-        cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
-    }
+    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
     if (E->device) cg_line(w, "dmrt_free(host);");
+    if (E->pipe_axis >= 0) {
+        w->indent--;
+        cg_line(w, "}");
+    }
     cg_line(w, "for (int axis = 0; axis < %d; axis++) {", n_axes);
     cg_line(w, "    int splits = %s;", E->pipe_axis >= 0 ? "axis == PIPELINE_AXIS" : "0");
     cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) splits |= split[d] == axis;");
@@ -402,6 +419,8 @@ static void emit_context_struct(emitter *E) {
         cg_line(w, "int64_t coord[%d];          /* (mesh axes) this rank's coordinate: the block of a split dim it holds */", g->n_axes);
     }
     E->dialect->ctx_fields(w);
+    cg_line(w, "const int64_t *param_offsets; /* (params) this rank's: stage_param_offsets[its stage] */");
+    if (trains) cg_line(w, "const int64_t *grad_offsets;  /* (params) likewise */");
     if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
     cg_line(w, "char error[512];");
@@ -465,15 +484,38 @@ static void emit_descs(emitter *E) {
     emit_desc_table(E, "input_descs", g->inputs, g->n_inputs);
     emit_desc_table(E, "param_descs", g->params, g->n_params);
     emit_desc_table(E, "output_descs", g->outputs, g->n_outputs);
-    cg_line(w, "/* Offset of each parameter (and of its gradient) in ctx->params (ctx->grads). */");
-    cg_line(w, "static const int64_t param_offsets[%d] = {", g->n_params ? g->n_params : 1);
-    for (int p = 0; p < g->n_params; p++) cg_line(w, "    %lld,", (long long)E->plan->offset[g->params[p]]);
-    if (!g->n_params) cg_line(w, "    0,");
-    cg_line(w, "};");
-    if (g->loss >= 0 && g->grads) {
-        cg_line(w, "static const int64_t grad_offsets[%d] = {", g->n_params ? g->n_params : 1);
-        for (int p = 0; p < g->n_params; p++) cg_line(w, "    %lld,", (long long)E->plan->offset[g->grads[p]]);
-        if (!g->n_params) cg_line(w, "    0,");
+    int S = E->plan->stages > 1 ? E->plan->stages : 1, np = g->n_params ? g->n_params : 1;
+    for (int grad = 0; grad < 2; grad++) {
+        if (grad && !(g->loss >= 0 && g->grads)) break;
+        if (!grad)
+            cg_line(w, "/* Offset of each parameter in ctx->params (its gradient's in ctx->grads, below)%s. */",
+                    S > 1 ? ", by\n * pipeline stage: a stage's ranks hold only its own parameters (and copies of tied\n"
+                            " * ones), and gradients of the parameters they update (-1: not held)" : "");
+        cg_line(w, "static const int64_t stage_%s_offsets[%d][%d] = {", grad ? "grad" : "param", S, np);
+        for (int s = 0; s < S; s++) {
+            char row[8192];
+            size_t n = 0;
+            for (int p = 0; p < g->n_params && n + 32 < sizeof row; p++) {
+                int id = grad ? g->grads[p] : g->params[p];
+                long long off = S == 1 ? (long long)E->plan->offset[id]
+                                : grad ? (V(E, id)->stage == s ? (long long)E->plan->offset[id] : -1)
+                                       : (long long)dm_offset_on(E->plan, g, id, s);
+                n += (size_t)snprintf(row + n, sizeof row - n, "%s%lld", p ? ", " : "", off);
+            }
+            if (!g->n_params) snprintf(row, sizeof row, "0");
+            cg_line(w, "    {%s},", row);
+        }
+        cg_line(w, "};");
+    }
+    if (S > 1) {
+        cg_line(w, "/* Elements of each stage's regions: parameters, gradients, optimizer state, and the");
+        cg_line(w, " * temporaries of one micro-batch. */");
+        cg_line(w, "static const int64_t stage_elems[%d][4] = {", S);
+        for (int s = 0; s < S; s++) {
+            const dm_stage_memory *m = &E->plan->stage[s];
+            cg_line(w, "    {%lld, %lld, %lld, %lld}, /* stage %d */", (long long)m->param_elems, (long long)m->grad_elems,
+                    (long long)m->state_elems, (long long)m->arena_elems, s);
+        }
         cg_line(w, "};");
     }
     cg_blank(w);
@@ -487,29 +529,50 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
     do { \
         if (n < max) { \
             snprintf(b[n].field, sizeof b[n].field, name_fmt, name_arg); \
-            b[n].elems = (long long)(count), b[n].type = ty, b[n].host = on_host; \
+            snprintf(b[n].elems, sizeof b[n].elems, "%s", count); \
+            b[n].type = ty, b[n].host = on_host; \
             n++; \
         } \
     } while (0)
-    OWN("%s", "params", P->param_elems, "float", 0);
-    OWN("%s", "grads", P->grad_elems, "float", 0);
-    OWN("%s", "state", P->state_elems, "float", 0);
-    if (E->scheduled) {
-        OWN("%s", "arena", 0, "float", 0); /* sized by the stage's slots: create spells it */
-        if (trains && g->microbatches > 1) OWN("%s", "grad_sum", P->grad_elems, "float", 0);
-        for (int i = 0; i < g->n_outputs; i++)
-            OWN("output_%s", E->cname[g->outputs[i]], g->microbatches * ir_numel(T(E, g->outputs[i])),
-                ctype(V(E, g->outputs[i])->type.dtype), 0);
+    /* a pipeline stage's ranks: their stage's sizes (stage_elems, ctx->coord known by then) */
+    char num[4][96];
+    if (P->stages > 1) {
+        for (int r = 0; r < 4; r++) snprintf(num[r], sizeof num[r], "stage_elems[ctx->coord[PIPELINE_AXIS]][%d]", r);
     } else {
-        OWN("%s", "arena", P->arena_elems, "float", 0);
+        snprintf(num[0], sizeof num[0], "%lld", (long long)P->param_elems);
+        snprintf(num[1], sizeof num[1], "%lld", (long long)P->grad_elems);
+        snprintf(num[2], sizeof num[2], "%lld", (long long)P->state_elems);
+        snprintf(num[3], sizeof num[3], "%lld", (long long)P->arena_elems);
     }
-    if (E->scratch_elems) OWN("%s", "scratch", E->scratch_elems, "float", 0);
+    char count[160];
+    OWN("%s", "params", num[0], "float", 0);
+    OWN("%s", "grads", num[1], "float", 0);
+    OWN("%s", "state", num[2], "float", 0);
+    if (E->scheduled) {
+        snprintf(count, sizeof count, "(int64_t)stage_slots[%s] * %s", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0",
+                 num[3]);
+        OWN("%s", "arena", count, "float", 0);
+        if (trains && g->microbatches > 1) OWN("%s", "grad_sum", num[1], "float", 0);
+        for (int i = 0; i < g->n_outputs; i++) {
+            snprintf(count, sizeof count, "%lld", (long long)(g->microbatches * ir_numel(T(E, g->outputs[i]))));
+            OWN("output_%s", E->cname[g->outputs[i]], count, ctype(V(E, g->outputs[i])->type.dtype), 0);
+        }
+    } else {
+        OWN("%s", "arena", num[3], "float", 0);
+    }
+    if (E->scratch_elems) {
+        snprintf(count, sizeof count, "%lld", (long long)E->scratch_elems);
+        OWN("%s", "scratch", count, "float", 0);
+    }
     int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
-    for (int i = 0; E->device && i < g->n_inputs; i++)
-        OWN("input_%s", E->cname[g->inputs[i]], ir_numel(&V(E, g->inputs[i])->type) * micro, ctype(V(E, g->inputs[i])->type.dtype), 0);
+    for (int i = 0; E->device && i < g->n_inputs; i++) {
+        snprintf(count, sizeof count, "%lld", (long long)(ir_numel(&V(E, g->inputs[i])->type) * micro));
+        OWN("input_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
+    }
     for (int i = 0; E->device && i < g->n_outputs; i++) {
         int o = g->outputs[i];
-        OWN("host_output_%s", E->cname[o], (E->scheduled ? g->microbatches : 1) * ir_numel(T(E, o)), ctype(V(E, o)->type.dtype), 1);
+        snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(T(E, o))));
+        OWN("host_output_%s", E->cname[o], count, ctype(V(E, o)->type.dtype), 1);
     }
 #undef OWN
     return n;
@@ -541,6 +604,9 @@ static void emit_create_destroy(emitter *E) {
         cg_line(w, "    ctx->coord[axis] = dmrt_mesh_coord(rank, axis);");
         cg_line(w, "}");
     }
+    cg_line(w, "ctx->param_offsets = stage_param_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
+    if (g->loss >= 0 && g->grads)
+        cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     E->dialect->ctx_open(w, E->partitioned, E->tf32, "goto fail;");
     if (E->device) {
         /* in a block: the gotos above must not jump over its declarations (C++) */
@@ -552,13 +618,9 @@ static void emit_create_destroy(emitter *E) {
     }
     int n_device = 0;
     for (int i = 0; i < n_bufs; i++) {
-        char lhs[200], bytes[200];
+        char lhs[200], bytes[240];
         snprintf(lhs, sizeof lhs, "ctx->%.150s", bufs[i].field);
-        if (E->scheduled && strcmp(bufs[i].field, "arena") == 0)
-            snprintf(bytes, sizeof bytes, "(size_t)stage_slots[%s] * %lld * sizeof(float)",
-                     E->pipe_axis >= 0 ? "dmrt_mesh_coord(rank, PIPELINE_AXIS)" : "0", (long long)E->plan->arena_elems);
-        else
-            snprintf(bytes, sizeof bytes, "%lld * sizeof(%s)", bufs[i].elems, bufs[i].type);
+        snprintf(bytes, sizeof bytes, "(size_t)(%.150s) * sizeof(%s)", bufs[i].elems, bufs[i].type);
         if (bufs[i].host) {
             cg_line(w, "%s = (%s *)dmrt_alloc(%s);", lhs, bufs[i].type, bytes);
             cg_line(w, "if (!%s) goto oom;", lhs);
@@ -631,8 +693,8 @@ static void emit_device_param_copies(emitter *E) {
     cg_line(w, "/* Parameter p (or its gradient) into whole, host memory. */");
     cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
     w->indent++;
-    if (trains) cg_line(w, "const float *shard = grad ? ctx->grads + grad_offsets[p] : ctx->params + param_offsets[p];");
-    else cg_line(w, "const float *shard = grad ? NULL : ctx->params + param_offsets[p];");
+    if (trains) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
+    else cg_line(w, "const float *shard = grad ? NULL : ctx->params + ctx->param_offsets[p];");
     cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
     E->dialect->copy(w, "whole", "shard", "(size_t)param_descs[p].numel * sizeof(float)", CG_DEVICE_TO_HOST, E->on_fail);
     cg_line(w, "return DMRT_OK;");
@@ -641,7 +703,7 @@ static void emit_device_param_copies(emitter *E) {
     cg_line(w, "/* Parameter p from whole, host memory. */");
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
-    E->dialect->copy(w, "ctx->params + param_offsets[p]", "whole", "(size_t)param_descs[p].numel * sizeof(float)",
+    E->dialect->copy(w, "ctx->params + ctx->param_offsets[p]", "whole", "(size_t)param_descs[p].numel * sizeof(float)",
                      CG_HOST_TO_DEVICE, E->on_fail);
     cg_line(w, "return DMRT_OK;");
     w->indent--;
@@ -675,9 +737,17 @@ static void emit_descriptor(emitter *E) {
         cg_line(w, "}");
     }
     cg_line(w, "static void model_destroy(void *ctx) { %s_destroy((struct_ctx *)ctx); }", m);
-    cg_line(w, "static void *model_param(void *ctx, int i) { return ((struct_ctx *)ctx)->params + param_offsets[i]; }");
-    if (trains)
-        cg_line(w, "static void *model_grad(void *ctx, int i) { return ((struct_ctx *)ctx)->grads + grad_offsets[i]; }");
+    cg_line(w, "/* Parameter i's storage on this rank (NULL: another pipeline stage's), and its gradient's. */");
+    cg_line(w, "static void *model_param(void *ctx, int i) {");
+    cg_line(w, "    struct_ctx *c = (struct_ctx *)ctx;");
+    cg_line(w, "    return c->param_offsets[i] < 0 ? NULL : c->params + c->param_offsets[i];");
+    cg_line(w, "}");
+    if (trains) {
+        cg_line(w, "static void *model_grad(void *ctx, int i) {");
+        cg_line(w, "    struct_ctx *c = (struct_ctx *)ctx;");
+        cg_line(w, "    return c->grad_offsets[i] < 0 ? NULL : c->grads + c->grad_offsets[i];");
+        cg_line(w, "}");
+    }
     else
         cg_line(w, "static void *model_grad(void *ctx, int i) { (void)ctx; (void)i; return NULL; }");
     cg_line(w, "static %s_batch batch_of(const void *const *inputs) {", m);

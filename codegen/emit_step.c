@@ -157,6 +157,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     E->w.indent++;
     E->in_micro = micro;
     E->phase_faults = 0;
+    E->cur_stage = stage;
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned;
@@ -166,7 +167,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (stage >= 0 && uses_arena) {
         if (micro && E->slots[stage] > 1)
             cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
-                    (long long)E->plan->arena_elems);
+                    (long long)stage_arena_elems(E, stage));
         else
             cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
@@ -223,6 +224,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     cg_blank(&E->w);
     E->arena_var = "ctx->arena";
     E->in_micro = 0;
+    E->cur_stage = -1;
     free(used);
 }
 
@@ -285,6 +287,7 @@ void emit_stages(emitter *E) {
         }
         int any = 0;
         char mean[64];
+        E->cur_stage = st; /* the mean goes where this stage keeps the gradient */
         snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", M);
         for (int p = 0; M > 1 && p < g->n_params; p++)
             if (V(E, g->params[p])->stage == st) {
@@ -301,6 +304,7 @@ void emit_stages(emitter *E) {
                                   .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
                 E->dialect->loop_nest(w, &k);
             }
+        E->cur_stage = -1;
         cg_line(w, "return DMRT_OK;");
         w->indent--;
         cg_line(w, "}");

@@ -47,6 +47,8 @@ typedef struct emitter {
     int n_faults;
     int phase_faults;          /* the function being emitted has a range check */
     const char *on_fail;       /* the statement a failed device call runs in the current function */
+    int cur_stage;             /* the pipeline stage whose function is being emitted (its buffers'
+                                * offsets are that stage's), or -1 */
     const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
     char prefix_upper[128];
@@ -76,6 +78,11 @@ static inline int64_t dims_product(const ir_type *t, int from, int to) {
 }
 
 /* Whether the bucket led by lead is started in the backward pass. */
+/* Elements of one micro-batch's arena on a stage's ranks. */
+static inline int64_t stage_arena_elems(const emitter *E, int stage) {
+    return E->plan->stages > 1 && stage >= 0 ? E->plan->stage[stage].arena_elems : E->plan->arena_elems;
+}
+
 static inline int bucket_started_early(const emitter *E, int lead) { return E->bucket_ready[lead] >= 0; }
 
 /* emit.c */

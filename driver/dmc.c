@@ -606,6 +606,9 @@ int main(int argc, char **argv) {
     }
     dm_memory_plan plan;
     pass_memory(g, &plan);
+    /* which stages read each buffer; then each pipeline stage's own share of memory */
+    pipeline_plan_readers(&pipeline, g, &plan);
+    memory_plan_stages(&plan, g, &pipeline);
     if (o.explain) {
         explain_print(g, &plan, &reshards, &pipeline, o.input, o.explain == 2, stdout);
         status = 0;
@@ -629,7 +632,6 @@ int main(int argc, char **argv) {
             goto done;
         }
         dm_bucket_plan buckets;
-        pipeline_plan_readers(&pipeline, g, &plan);
         pass_buckets(g, &plan, o.bucket_bytes / 4 > 0 ? o.bucket_bytes / 4 : o.bucket_bytes > 0 ? 1 : 0, &buckets);
         codegen_plans plans = {.memory = &plan, .pipeline = &pipeline, .buckets = &buckets};
         status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;

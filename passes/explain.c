@@ -247,9 +247,18 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         list_collectives_json(g, reshards, out);
         if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
-                     "\"activations\": %lld, \"activations_without_reuse\": %lld}}\n",
+                     "\"activations\": %lld, \"activations_without_reuse\": %lld",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
                 (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
+        /* pipelines: each stage's ranks' own (the figures above are the largest of them) */
+        fprintf(out, ", \"stages\": [");
+        for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
+            const dm_stage_memory *m = &plan->stage[k];
+            fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld}",
+                    k ? ", " : "", (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
+                    (long long)m->state_elems * 4, (long long)m->arena_elems * 4);
+        }
+        fprintf(out, "]}}\n");
         return;
     }
     fprintf(out, "plan of %s (model %s)\n\n", source_path, g->model);
@@ -281,9 +290,18 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     mib((double)plan->state_elems, s, sizeof s);
     mib((double)plan->arena_elems, a, sizeof a);
     mib((double)plan->arena_unshared_elems, au, sizeof au);
-    fprintf(out, "memory per rank:\n");
+    fprintf(out, "memory per rank%s:\n", plan->stages > 1 ? " (each region's largest over the stages)" : "");
     fprintf(out, "  parameters        %12s\n", p);
     fprintf(out, "  gradients         %12s\n", gr);
     fprintf(out, "  optimizer state   %12s\n", s);
-    fprintf(out, "  activations       %12s  (%s without buffer reuse)\n", a, au);
+    fprintf(out, "  activations       %12s  (%s without buffer reuse; one micro-batch's)\n", a, au);
+    for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
+        const dm_stage_memory *m = &plan->stage[k];
+        mib((double)m->param_elems, p, sizeof p);
+        mib((double)m->grad_elems, gr, sizeof gr);
+        mib((double)m->state_elems, s, sizeof s);
+        mib((double)m->arena_elems, a, sizeof a);
+        fprintf(out, "  stage %-3d parameters %s, gradients %s, optimizer state %s, activations %s x %d in flight\n", k, p,
+                gr, s, a, pipeline && k < pipeline->stages ? pipeline->stage[k].in_flight : 1);
+    }
 }

@@ -160,8 +160,224 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
 }
 
 void dm_memory_plan_free(dm_memory_plan *plan) {
+    free(plan->stage);
+    free(plan->copy_first);
+    free(plan->copy_stage);
+    free(plan->copy_offset);
     free(plan->region);
     free(plan->offset);
     free(plan->storage_of);
     memset(plan, 0, sizeof *plan);
+}
+
+/* ---- pipeline stages ------------------------------------------------------------------------
+ *
+ * Each stage's ranks hold their own regions. Parameters: those the stage's ops use, in
+ * declaration order (a parameter tied across stages is held by each; its own stage, the
+ * first, updates it). Gradients and optimizer state: those of the parameters it updates.
+ * Arena: a first fit by liveness over the stage's own sequence of definitions, phase by
+ * phase: the values it receives in that phase (all at the phase function's start), then
+ * its ops in program order. A value it computes is placed at its definition; one it
+ * receives at its phase's start; either dies after its last reader on this stage. The
+ * step's loss and outputs on their stage are read at the end of its forward function,
+ * and the micro-batch gradient sums at the end of its backward function: those live to
+ * the end of the phase. */
+
+typedef struct stage_item {
+    int id;          /* the value (a storage root) */
+    int def;         /* position of its definition on this stage (a receive: its own) */
+    int dies;        /* position of its last reader on this stage (>= def) */
+} stage_item;
+
+/* Copies of values on stages other than their own, collected as triples, then sorted by
+ * value into the plan's copy_first/copy_stage/copy_offset. */
+typedef struct copy_list {
+    int *id, *stage;
+    int64_t *offset;
+    int n, cap;
+} copy_list;
+
+static void add_copy(copy_list *c, int id, int stage, int64_t offset) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->id = realloc(c->id, (size_t)c->cap * sizeof(int));
+        c->stage = realloc(c->stage, (size_t)c->cap * sizeof(int));
+        c->offset = realloc(c->offset, (size_t)c->cap * sizeof(int64_t));
+        if (!c->id || !c->stage || !c->offset) abort();
+    }
+    c->id[c->n] = id, c->stage[c->n] = stage, c->offset[c->n] = offset;
+    c->n++;
+}
+
+/* The arena of stage s: items (received values and the stage's own arena values) in
+ * definition order, first fit, each freed after its last reader on this stage. */
+static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe, int s,
+                             copy_list *copies) {
+    int n = g->n_values;
+    stage_item *items = malloc(((size_t)n + 1) * sizeof *items);
+    int *pos_of = malloc(((size_t)n + 1) * sizeof(int));   /* an op's position on this stage, or -1 */
+    int *item_of = malloc(((size_t)n + 1) * sizeof(int));  /* a root's item on this stage, or -1 */
+    if (!items || !pos_of || !item_of) abort();
+    int n_items = 0, pos = 0, phase_end[3] = {-1, -1, -1};
+    for (int i = 0; i < n; i++) pos_of[i] = item_of[i] = -1;
+    const ir_phase phases[3] = {PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE};
+    for (int f = 0; f < 3; f++) {
+        for (int i = 0; i < n; i++) {
+            const ir_value *v = g->values[i];
+            int received = plan->region[i] == REGION_ARENA && plan->storage_of[i] == i && v->stage != s &&
+                           v->phase == phases[f] && v->stage < 64 && (pipe->readers[i] >> s & 1);
+            if (!received) continue;
+            item_of[i] = n_items;
+            items[n_items++] = (stage_item){.id = i, .def = pos, .dies = pos};
+            pos++;
+        }
+        for (int i = 0; i < n; i++) {
+            const ir_value *v = g->values[i];
+            if (v->phase != phases[f] || v->stage != s || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+            pos_of[i] = pos;
+            if (plan->region[i] == REGION_ARENA && plan->storage_of[i] == i) {
+                item_of[i] = n_items;
+                items[n_items++] = (stage_item){.id = i, .def = pos, .dies = pos};
+            }
+            pos++;
+        }
+        phase_end[f] = pos - 1;
+    }
+    /* last readers on this stage */
+    for (int i = 0; i < n; i++) {
+        if (pos_of[i] < 0) continue;
+        const ir_value *v = g->values[i];
+        for (int k = 0; k < v->n_operands; k++) {
+            int it = item_of[plan->storage_of[v->operands[k]]];
+            if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
+        }
+    }
+    /* read at the end of the forward function: the loss and outputs; of the backward: the
+     * partial gradients summed over micro-batches */
+    for (int q = -1; q < g->n_outputs; q++) {
+        int id = q < 0 ? g->loss : g->outputs[q];
+        int it = id >= 0 ? item_of[plan->storage_of[id]] : -1;
+        if (it >= 0 && items[it].dies < phase_end[0]) items[it].dies = phase_end[0];
+    }
+    for (int p = 0; g->grads && p < g->n_params; p++) {
+        const ir_value *gv = g->values[g->grads[p]];
+        int partial = gv->op == OP_ALLREDUCE && gv->phase == PHASE_UPDATE ? gv->operands[0] : gv->id;
+        int it = item_of[plan->storage_of[partial]];
+        if (it >= 0 && items[it].dies < phase_end[1]) items[it].dies = phase_end[1];
+    }
+    /* first fit: at each item's definition, what died before it is free again */
+    int *dies_head = malloc(((size_t)pos + 1) * sizeof(int)), *dies_next = malloc(((size_t)n_items + 1) * sizeof(int));
+    gap_list free_list = {.offset = malloc(((size_t)n_items + 1) * sizeof(int64_t)),
+                          .size = malloc(((size_t)n_items + 1) * sizeof(int64_t))};
+    int64_t *offset = malloc(((size_t)n_items + 1) * sizeof(int64_t));
+    if (!dies_head || !dies_next || !offset || !free_list.offset || !free_list.size) abort();
+    for (int q = 0; q <= pos; q++) dies_head[q] = -1;
+    dm_stage_memory *sm = &plan->stage[s];
+    int freed_to = 0; /* positions below this had their dead freed */
+    for (int it = 0; it < n_items; it++) {
+        for (; freed_to < items[it].def; freed_to++)
+            for (int k = dies_head[freed_to]; k >= 0; k = dies_next[k])
+                give_back(&free_list, offset[k], round_up(ir_local_numel(g, &g->values[items[k].id]->type)));
+        int64_t size = round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+        offset[it] = take(&free_list, size);
+        if (offset[it] + size > sm->arena_elems) sm->arena_elems = offset[it] + size;
+        sm->arena_unshared_elems += size;
+        dies_next[it] = dies_head[items[it].dies];
+        dies_head[items[it].dies] = it;
+        int id = items[it].id;
+        if (g->values[id]->stage == s) plan->offset[id] = offset[it];
+        else add_copy(copies, id, s, offset[it]);
+    }
+    free(dies_head);
+    free(dies_next);
+    free(offset);
+    free(free_list.offset);
+    free(free_list.size);
+    free(items);
+    free(pos_of);
+    free(item_of);
+}
+
+/* The persistent regions of every stage: parameters (each holder's copy of a tied one),
+ * gradients and state on their own stage, in declaration order. */
+static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe,
+                                  copy_list *copies) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        int64_t size = round_up(ir_local_numel(g, &v->type));
+        if (v->stage >= plan->stages) continue;
+        dm_stage_memory *own = &plan->stage[v->stage];
+        switch (plan->region[i]) {
+        case REGION_PARAMS: {
+            plan->offset[i] = own->param_elems;
+            own->param_elems += size;
+            uint64_t others = v->stage < 64 ? pipe->readers[plan->storage_of[i]] & ~((uint64_t)1 << v->stage) : 0;
+            for (int s = 0; s < plan->stages && s < 64; s++)
+                if (others >> s & 1) {
+                    add_copy(copies, i, s, plan->stage[s].param_elems);
+                    plan->stage[s].param_elems += size;
+                }
+            break;
+        }
+        case REGION_GRADS:
+            plan->offset[i] = own->grad_elems;
+            own->grad_elems += size;
+            break;
+        case REGION_STATE:
+            plan->offset[i] = own->state_elems;
+            own->state_elems += size;
+            break;
+        default: break;
+        }
+    }
+}
+
+void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe) {
+    if (pipe->stages <= 1 || !pipe->readers) return;
+    int n = g->n_values;
+    plan->stages = pipe->stages;
+    plan->stage = calloc((size_t)plan->stages, sizeof *plan->stage);
+    plan->copy_first = calloc((size_t)n + 2, sizeof(int));
+    if (!plan->stage || !plan->copy_first) abort();
+    copy_list copies = {0};
+    plan_stage_persistent(plan, g, pipe, &copies);
+    for (int s = 0; s < plan->stages; s++) plan_stage_arena(plan, g, pipe, s, &copies);
+    /* a sharing reshape is where its root is */
+    for (int i = 0; i < n; i++)
+        if (plan->storage_of[i] != i) plan->offset[i] = plan->offset[plan->storage_of[i]];
+    /* the copies by value (counting sort; stages ascending within a value, as added) */
+    for (int k = 0; k < copies.n; k++) plan->copy_first[copies.id[k] + 1]++;
+    for (int i = 0; i < n; i++) plan->copy_first[i + 1] += plan->copy_first[i];
+    plan->copy_stage = malloc(((size_t)copies.n + 1) * sizeof(int));
+    plan->copy_offset = malloc(((size_t)copies.n + 1) * sizeof(int64_t));
+    int *fill = malloc(((size_t)n + 1) * sizeof(int));
+    if (!plan->copy_stage || !plan->copy_offset || !fill) abort();
+    memcpy(fill, plan->copy_first, (size_t)n * sizeof(int));
+    for (int k = 0; k < copies.n; k++) {
+        int at = fill[copies.id[k]]++;
+        plan->copy_stage[at] = copies.stage[k];
+        plan->copy_offset[at] = copies.offset[k];
+    }
+    free(fill);
+    free(copies.id);
+    free(copies.stage);
+    free(copies.offset);
+    /* what the largest rank holds */
+    plan->param_elems = plan->grad_elems = plan->state_elems = plan->arena_elems = plan->arena_unshared_elems = 0;
+    for (int s = 0; s < plan->stages; s++) {
+        const dm_stage_memory *m = &plan->stage[s];
+        if (m->param_elems > plan->param_elems) plan->param_elems = m->param_elems;
+        if (m->grad_elems > plan->grad_elems) plan->grad_elems = m->grad_elems;
+        if (m->state_elems > plan->state_elems) plan->state_elems = m->state_elems;
+        if (m->arena_elems > plan->arena_elems) plan->arena_elems = m->arena_elems;
+        if (m->arena_unshared_elems > plan->arena_unshared_elems) plan->arena_unshared_elems = m->arena_unshared_elems;
+    }
+}
+
+int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage) {
+    int root = plan->storage_of[id];
+    if (plan->stages <= 1 || stage < 0 || g->values[root]->stage == stage) return plan->offset[root];
+    for (int k = plan->copy_first[root]; k < plan->copy_first[root + 1]; k++)
+        if (plan->copy_stage[k] == stage) return plan->copy_offset[k];
+    return -1;
 }

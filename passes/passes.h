@@ -105,12 +105,26 @@ typedef enum dm_region {
     REGION_ARENA,   /* ctx->arena, reused within a step */
 } dm_region;
 
+/* The regions of one pipeline stage's ranks (elements). */
+typedef struct dm_stage_memory {
+    int64_t param_elems, grad_elems, state_elems, arena_elems, arena_unshared_elems;
+} dm_stage_memory;
+
 typedef struct dm_memory_plan {
     dm_region *region;       /* (n_values) */
-    int64_t *offset;         /* (n_values) elements from the start of the region */
+    int64_t *offset;         /* (n_values) elements from the start of the region (of the value's
+                              * own stage's region, once memory_plan_stages ran) */
     int *storage_of;         /* (n_values) the value whose buffer this one shares (itself, or a reshape's root) */
-    int64_t param_elems, grad_elems, state_elems, arena_elems;
+    int64_t param_elems, grad_elems, state_elems, arena_elems;  /* the largest over stages */
     int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
+    /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
+    int stages;              /* 1: one layout for every rank */
+    dm_stage_memory *stage;  /* (stages) */
+    int *copy_first;         /* (n_values + 1) copies of value i on stages other than its own
+                              * (a tied parameter's, a received value's): entries
+                              * [copy_first[i], copy_first[i + 1]) of copy_stage/copy_offset */
+    int *copy_stage;
+    int64_t *copy_offset;
 } dm_memory_plan;
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
@@ -122,6 +136,16 @@ void dm_memory_plan_free(dm_memory_plan *plan);
 /* pipeline.c, after memory: fills plan->readers (which stages read each buffer), from
  * which code generation sends each value to the stages that need it. */
 void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_memory_plan *mem);
+
+/* memory.c, after pipeline_plan_readers: with several pipeline stages, lays out
+ * each stage's regions on their own (its parameters and copies of the tied ones it uses,
+ * the gradients and optimizer state of those it updates, an arena by liveness over its
+ * own ops and the values it receives), so that a rank allocates only its stage's share.
+ * Leaves a one-stage plan as it is. */
+void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe);
+/* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in that
+ * stage's region, or -1 when that stage holds no copy. stage < 0: its own stage. */
+int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage);
 
 /* buckets.c: which gradient allreduces are one call (a bucket) and which start during
  * the backward pass. bucket_floats: the largest bucket (0: DM_BUCKET_FLOATS). */

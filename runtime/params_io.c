@@ -65,7 +65,7 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
                              "%s: tensor '%s': shape %s in the file but the model expects %s for "
                              "parameter '%s'",
                              path, t->name, got, want, d->name);
-        else if (!model->param(ctx, i))
+        else if (!model->scatter && !model->param(ctx, i))
             rc = dmrt_errorf(err, errlen, "%s: model '%s' has no storage for parameter '%s'",
                              path, model->name, d->name);
         source[i] = t;

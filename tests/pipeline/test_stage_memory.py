@@ -1,0 +1,73 @@
+"""test_stage_memory.py DMC SRCROOT: each pipeline stage holds its share, and no more.
+
+For gpt.dm (tiny, L=4) on pipeline=2 and pipeline=4 and mlp.dm on pipeline=2, against the
+serial plan of the same program (`dmc --explain=json`, memory_bytes_per_rank):
+  - the stages' gradients and optimizer state add up to the serial program's exactly
+    (each parameter's are held once, by the stage that updates it);
+  - the stages' parameters add up to the serial program's plus one copy of each tied
+    parameter per extra stage using it (gpt.dm's wte: the head on the last stage);
+  - every stage's arena (one micro-batch's temporaries) is no larger than the serial
+    program's for that micro-batch size, and the largest region figures are the stages'
+    largest.
+Elements are rounded to 16 (64 bytes) per tensor, as the memory plan lays them out.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def explain(dmc, dm, sets, *extra):
+    r = subprocess.run([dmc, "--explain=json", dm, "--set", sets] + list(extra), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if r.returncode != 0:
+        raise SystemExit("FAIL: dmc --explain=json %s: %s" % (" ".join(extra), r.stderr))
+    return json.loads(r.stdout)
+
+
+def padded_bytes(elements):
+    return (elements + 15) // 16 * 16 * 4
+
+
+def main(argv):
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    gpt, mlp = os.path.join(root, "examples", "gpt.dm"), os.path.join(root, "examples", "mlp.dm")
+    cases = [("gpt pipeline=2", gpt, "V=64,T=16,C=32,NH=4,L=4,B=8", ["--mesh", "pipeline=2", "--microbatches", "4"]),
+             ("gpt pipeline=4 1f1b", gpt, "V=64,T=16,C=32,NH=4,L=4,B=8",
+              ["--mesh", "pipeline=4", "--microbatches", "4", "--schedule", "1f1b"]),
+             ("mlp pipeline=2", mlp, "B=16,D=48,H=64,K=10", ["--mesh", "pipeline=2", "--microbatches", "2"])]
+    failures = 0
+    for name, dm, sets, extra in cases:
+        micro = int(extra[extra.index("--microbatches") + 1])
+        # the serial program at the micro-batch size: the same per-micro-batch arena scale
+        b = [kv for kv in sets.split(",") if kv.startswith("B=")][0]
+        serial_sets = sets.replace(b, "B=%d" % (int(b[2:]) // micro))
+        serial = explain(dmc, dm, serial_sets)["memory_bytes_per_rank"]
+        plan = explain(dmc, dm, sets, *extra)
+        mem, stages = plan["memory_bytes_per_rank"], plan["memory_bytes_per_rank"]["stages"]
+        params = {p["name"]: p["elements_per_rank"] for p in plan["params"]}
+        tied_extra = sum(padded_bytes(params[t["name"]]) * (len(t["stages"]) - 1) for t in plan["pipeline"]["tied"])
+        checks = [
+            ("gradients", sum(s["grads"] for s in stages), serial["grads"]),
+            ("optimizer state", sum(s["optimizer_state"] for s in stages), serial["optimizer_state"]),
+            ("parameters", sum(s["params"] for s in stages), serial["params"] + tied_extra),
+            ("largest parameters", mem["params"], max(s["params"] for s in stages)),
+            ("largest arena", mem["activations"], max(s["activations"] for s in stages)),
+        ]
+        bad = [(what, got, want) for what, got, want in checks if got != want]
+        big = [k for k, s in enumerate(stages) if s["activations"] > serial["activations"]]
+        print("%-20s stages %d: params %s B (tied copies %d B), grads %s, state %s, arenas %s (serial %d)"
+              % (name, len(stages), [s["params"] for s in stages], tied_extra, [s["grads"] for s in stages],
+                 [s["optimizer_state"] for s in stages], [s["activations"] for s in stages], serial["activations"]))
+        for what, got, want in bad:
+            print("FAIL %s: %s: the stages hold %d bytes, expected %d" % (name, what, got, want))
+        for k in big:
+            print("FAIL %s: stage %d's arena (%d B) exceeds the serial program's (%d B)"
+                  % (name, k, stages[k]["activations"], serial["activations"]))
+        failures += bool(bad or big)
+    print("%d passed, %d failed" % (len(cases) - failures, failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
