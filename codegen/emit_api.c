@@ -126,7 +126,12 @@ void emit_header(emitter *E) {
         const ir_value *v = V(E, g->outputs[i]);
         char type[256];
         shape_comment(E, &v->type, type, sizeof type);
-        cg_line(w, "/* Output '%s' (%s) of the last forward or train_step; valid until the next call. */", v->name, type);
+        if (output_gathered(E, v))
+            cg_line(w, "/* Output '%s' (%s) of the last forward or train_step, gathered whole from every rank when\n"
+                       " * called: every rank must call it, in the same order (NULL on failure: %s_error). Valid\n"
+                       " * until the next call. */", v->name, type, g->model);
+        else
+            cg_line(w, "/* Output '%s' (%s) of the last forward or train_step; valid until the next call. */", v->name, type);
         cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx);", ctype(v->type.dtype), m, E->cname[v->id], m);
     }
     cg_blank(w);
@@ -412,6 +417,12 @@ static void emit_context_struct(emitter *E) {
                     g->model, E->cname[v->id]);
         }
     }
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        if (output_gathered(E, v))
+            cg_line(w, "float *whole_output_%s; /* host memory: output %s gathered whole, when asked for */", E->cname[v->id],
+                    v->name);
+    }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
     if (E->partitioned) {
         cg_line(w, "dmrt_rank *rank;           /* this rank of the run (the launcher's) */");
@@ -568,6 +579,12 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
     for (int i = 0; E->device && i < g->n_inputs; i++) {
         snprintf(count, sizeof count, "%lld", (long long)(ir_numel(&V(E, g->inputs[i])->type) * micro));
         OWN("input_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int o = g->outputs[i];
+        if (!output_gathered(E, V(E, o))) continue;
+        snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(&V(E, o)->type)));
+        OWN("whole_output_%s", E->cname[o], count, "float", 1);
     }
     for (int i = 0; E->device && i < g->n_outputs; i++) {
         int o = g->outputs[i];

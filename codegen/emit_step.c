@@ -352,9 +352,80 @@ void emit_upload(emitter *E) {
 
 /* <model>_output_NAME: where (a C expression) holds n elements; on a device, a copy of
  * them in host memory. */
+/* The body of an accessor gathering output v whole from every rank's block: each rank
+ * writes its block of each micro-batch into zeros, then the ranks sum over every axis that
+ * splits it (x + 0 is exact), holds a pending sum of it, or is the pipeline (only the
+ * output's stage has it). local holds n elements: micro-batches of this rank's block. */
+static void emit_output_gather(emitter *E, const ir_value *v, const char *local, long long n) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    const ir_type *whole = &v->type, *block = T(E, v->id);
+    long long M = g->microbatches > 1 && E->scheduled ? g->microbatches : 1, n_whole = (long long)ir_numel(whole);
+    cg_line(w, "struct_ctx *ctx = (struct_ctx *)ctx_; /* a failed gather leaves its message in ctx->error */");
+    if (E->device) {
+        char dst[160];
+        snprintf(dst, sizeof dst, "ctx->host_output_%s", E->cname[v->id]);
+        const char *saved = E->on_fail;
+        E->on_fail = "return NULL;";
+        copy_elems(E, dst, local, n, "float", CG_DEVICE_TO_HOST);
+        E->on_fail = saved;
+        cg_line(w, "const float *local = ctx->host_output_%s;", E->cname[v->id]);
+    } else {
+        cg_line(w, "const float *local = %s;", local);
+    }
+    cg_line(w, "float *whole = ctx->whole_output_%s;", E->cname[v->id]);
+    cg_line(w, "memset(whole, 0, %lld * sizeof(float));", n_whole * M);
+    char shape[256] = "", blk[256] = "";
+    size_t ns = 0, nb = 0;
+    for (int d = 0; d < whole->rank; d++) {
+        ns += (size_t)snprintf(shape + ns, sizeof shape - ns, "%s%lld", d ? ", " : "", (long long)whole->shape[d]);
+        nb += (size_t)snprintf(blk + nb, sizeof blk - nb, "%s%lld", d ? ", " : "", (long long)block->shape[d]);
+    }
+    int rank = whole->rank ? whole->rank : 1;
+    cg_line(w, "const int64_t whole_shape[%d] = {%s}, block[%d] = {%s};", rank, whole->rank ? shape : "1", rank,
+            whole->rank ? blk : "1");
+    cg_line(w, "int64_t start[%d] = {0};", rank);
+    for (int d = 0; d < whole->rank; d++)
+        if (whole->split[d] != IR_REPLICATED) cg_line(w, "start[%d] = ctx->coord[%d] * block[%d];", d, whole->split[d], d);
+    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) /* the output's stage */", v->stage);
+    cg_line(w, "%sfor (int64_t micro = 0; micro < %lld; micro++)", E->pipe_axis >= 0 ? "    " : "", M);
+    cg_line(w, "%s    dmrt_block_write(local + micro * %lld, %d, whole_shape, block, start, whole + micro * %lld);",
+            E->pipe_axis >= 0 ? "    " : "", (long long)ir_numel(block), rank, n_whole);
+    for (int a = 0; a < g->n_axes; a++) {
+        int sums = (whole->partial >> a & 1) || a == E->pipe_axis;
+        for (int d = 0; d < whole->rank; d++) sums |= whole->split[d] == a;
+        if (!sums || g->axes[a].size == 1) continue;
+        cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[%d], whole, %lld, \"output %s, gathered over %s\") != 0) {", a,
+                n_whole * M, v->name, g->axes[a].name);
+        cg_line(w, "    (void)comm_failed(ctx);");
+        cg_line(w, "    return NULL;");
+        cg_line(w, "}");
+    }
+    cg_line(w, "return whole;");
+}
+
+/* Whether output v is gathered when asked for (rather than read where it is). */
+int output_gathered(const emitter *E, const ir_value *v) {
+    if (!E->partitioned || v->type.dtype != DT_F32) return 0;
+    if (E->pipe_axis >= 0 || v->type.partial) return 1;
+    for (int d = 0; d < v->type.rank; d++)
+        if (v->type.split[d] != IR_REPLICATED) return 1;
+    return 0;
+}
+
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n) {
     const char *m = E->g->model, *type = ctype(v->type.dtype);
     cg_writer *w = &E->w;
+    if (output_gathered(E, v)) {
+        cg_line(w, "/* Gathered from every rank's block when asked for: every rank must call it (a collective). */");
+        cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx_) {", type, m, E->cname[v->id], m);
+        w->indent++;
+        emit_output_gather(E, v, where, n);
+        w->indent--;
+        cg_line(w, "}");
+        cg_blank(w);
+        return;
+    }
     cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx) {", type, m, E->cname[v->id], m);
     w->indent++;
     if (strncmp(where, "NULL", 4) == 0) {
@@ -399,6 +470,7 @@ void emit_scheduled_api(emitter *E) {
             cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[PIPELINE_AXIS], &ctx->loss, 1, \"the loss, from its stage\") != 0) return comm_failed(ctx);");
         for (int i = 0; i < g->n_outputs; i++) {
             int o = g->outputs[i];
+            if (output_gathered(E, V(E, o))) continue; /* gathered when asked for */
             long long n = (long long)(g->microbatches * ir_numel(T(E, o)));
             char out[128], callee[96];
             snprintf(out, sizeof out, "ctx->output_%s", E->cname[o]);

@@ -541,10 +541,13 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             annotation.partial = 0;
             result = reshard(&S, result, &annotation, "annotated in the .dm", v->phase);
         }
-        /* the loss and the outputs are read by the caller, in the shapes of the .dm: whole
-         * on every rank (no pending sum, no split) */
+        /* the loss is read by the caller every step, in the shape of the .dm: whole on
+         * every rank (no pending sum). Outputs (f32) stay as computed: the caller asks for
+         * them rarely (evaluation, sampling), and the generated accessor gathers them then
+         * (a GPT's logits gathered every step were half of what a rank sent) */
         int listed = is_listed(g->outputs, g->n_outputs, i), shown = result;
-        if (i == g->loss || listed) {
+        int on_demand = listed && i != g->loss && v->type.dtype == DT_F32;
+        if (i == g->loss || (listed && !on_demand)) {
             ir_type whole = V(&S, result)->type;
             clear_sharding(&whole);
             shown = reshard(&S, result, &whole, "the caller reads it", v->phase);
