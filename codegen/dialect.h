@@ -202,4 +202,13 @@ const cg_dialect *cg_dialect_find(const char *name);
 /* A float as a C literal ("0.5f", "1e-08f"). */
 void cg_float_literal(double v, char *buf, size_t size);
 
+/* AdamW as torch.optim.AdamW computes it, shared by every dialect: the literals of beta1,
+ * 1 - beta1, beta2, 1 - beta2 and eps, and (written to w) the declarations of this step's
+ * decay = 1 - lr * wd, step_size = lr / (1 - beta1^step) and bc2_sqrt = sqrt(1 - beta2^step),
+ * each computed in double and rounded to float once. */
+typedef struct cg_adamw_literals {
+    char beta1[64], one_minus_beta1[64], beta2[64], one_minus_beta2[64], eps[64];
+} cg_adamw_literals;
+void cg_adamw_prologue(cg_writer *w, const ir_optimizer *o, cg_adamw_literals *lit);
+
 #endif

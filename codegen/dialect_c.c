@@ -297,19 +297,23 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
 
 /* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = beta1 * m + (1 - beta1) * g;
  * v = beta2 * v + (1 - beta2) * g * g; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). */
-static void c_adamw(cg_writer *w, const cg_update *k) {
-    const ir_optimizer *o = k->opt;
-    char b1[64], b1c[64], b2[64], b2c[64], eps[64];
-    cg_float_literal(o->beta1, b1, sizeof b1);
-    cg_float_literal(1.0 - o->beta1, b1c, sizeof b1c);
-    cg_float_literal(o->beta2, b2, sizeof b2);
-    cg_float_literal(1.0 - o->beta2, b2c, sizeof b2c);
-    cg_float_literal(o->eps, eps, sizeof eps);
-    cg_line(w, "{");
-    w->indent++;
+void cg_adamw_prologue(cg_writer *w, const ir_optimizer *o, cg_adamw_literals *lit) {
+    cg_float_literal(o->beta1, lit->beta1, sizeof lit->beta1);
+    cg_float_literal(1.0 - o->beta1, lit->one_minus_beta1, sizeof lit->one_minus_beta1);
+    cg_float_literal(o->beta2, lit->beta2, sizeof lit->beta2);
+    cg_float_literal(1.0 - o->beta2, lit->one_minus_beta2, sizeof lit->one_minus_beta2);
+    cg_float_literal(o->eps, lit->eps, sizeof lit->eps);
     cg_line(w, "const float decay = (float)(1.0 - %.17g * %.17g);", o->lr, o->weight_decay);
     cg_line(w, "const float step_size = (float)(%.17g / (1.0 - pow(%.17g, (double)ctx->step)));", o->lr, o->beta1);
     cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)ctx->step));", o->beta2);
+}
+
+static void c_adamw(cg_writer *w, const cg_update *k) {
+    cg_adamw_literals lit;
+    cg_line(w, "{");
+    w->indent++;
+    cg_adamw_prologue(w, k->opt, &lit);
+    const char *b1 = lit.beta1, *b1c = lit.one_minus_beta1, *b2 = lit.beta2, *b2c = lit.one_minus_beta2, *eps = lit.eps;
     cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->n);
     w->indent++;
     cg_line(w, "float g = %s[i];", k->grad);

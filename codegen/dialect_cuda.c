@@ -622,20 +622,14 @@ static void cuda_sgd(cg_writer *w, const cg_update *k) {
 /* torch.optim.AdamW (dmrt_gpu_adamw): the step's factors in double on the host, exactly
  * as dialect_c.c's c_adamw computes them. */
 static void cuda_adamw(cg_writer *w, const cg_update *k) {
-    const ir_optimizer *o = k->opt;
-    char b1[64], b1c[64], b2[64], b2c[64], eps[64], call[1024];
-    cg_float_literal(o->beta1, b1, sizeof b1);
-    cg_float_literal(1.0 - o->beta1, b1c, sizeof b1c);
-    cg_float_literal(o->beta2, b2, sizeof b2);
-    cg_float_literal(1.0 - o->beta2, b2c, sizeof b2c);
-    cg_float_literal(o->eps, eps, sizeof eps);
+    cg_adamw_literals lit;
+    char call[1024];
     cg_line(w, "{");
     w->indent++;
-    cg_line(w, "const float decay = (float)(1.0 - %.17g * %.17g);", o->lr, o->weight_decay);
-    cg_line(w, "const float step_size = (float)(%.17g / (1.0 - pow(%.17g, (double)ctx->step)));", o->lr, o->beta1);
-    cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)ctx->step));", o->beta2);
+    cg_adamw_prologue(w, k->opt, &lit);
     snprintf(call, sizeof call, "dmrt_gpu_adamw(ctx->gpu, %s, %s, %s, %s, %lld, %s, %s, %s, %s, %s, decay, step_size, bc2_sqrt",
-             k->param, k->grad, k->state0, k->state1, (long long)k->n, b1, b1c, b2, b2c, eps);
+             k->param, k->grad, k->state0, k->state1, (long long)k->n, lit.beta1, lit.one_minus_beta1, lit.beta2,
+             lit.one_minus_beta2, lit.eps);
     checked(w, call);
     w->indent--;
     cg_line(w, "}");
