@@ -135,6 +135,8 @@ typedef struct cg_dialect {
     int device_memory;              /* buffers live on a device (see above) */
     const char *comm_error;         /* C expression: the message of the communicator call that
                                      * just failed (comm_failed copies it into ctx->error) */
+    const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
+                                     * in the dialect's memory (dmrt_model.memory_peak) */
 
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */

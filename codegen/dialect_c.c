@@ -573,12 +573,13 @@ static void c_ctx_open(cg_writer *w, int partitioned, int tf32, const char *on_f
     (void)w, (void)partitioned, (void)tf32, (void)on_fail;
 }
 
+/* Counted in ctx->memory: the trainer reports it next to --explain's prediction. */
 static void c_alloc(cg_writer *w, const char *lhs, const char *bytes, const char *on_fail) {
-    cg_line(w, "%s = dmrt_alloc(%s);", lhs, bytes);
+    cg_line(w, "%s = dmrt_alloc_tracked(&ctx->memory, %s);", lhs, bytes);
     cg_line(w, "if (!%s) %s", lhs, on_fail);
 }
 
-static void c_free(cg_writer *w, const char *ptr) { cg_line(w, "dmrt_free(%s);", ptr); }
+static void c_free(cg_writer *w, const char *ptr) { cg_line(w, "dmrt_free_tracked(&ctx->memory, %s);", ptr); }
 
 /* Host memory is all there is: every kind of copy is memcpy. */
 static void c_copy(cg_writer *w, const char *dst, const char *src, const char *bytes, cg_copy_kind kind, const char *on_fail) {
@@ -624,6 +625,7 @@ const cg_dialect cg_dialect_c = {
     .source_suffix = "c",
     .device_memory = 0,
     .comm_error = "dmrt_rank_error(ctx->rank)",
+    .memory_peak = "c->memory.peak",
     .preamble = c_preamble,
     .ctx_fields = c_nothing,
     .ctx_helpers = c_nothing,

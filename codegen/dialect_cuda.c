@@ -702,6 +702,7 @@ const cg_dialect cg_dialect_cuda = {
     /* a device collective's message is the gpu's (a staged one's host failure is copied
      * there too); a host collective's (gathering weights) the rank's */
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
+    .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     .preamble = cuda_preamble,
     .ctx_fields = cuda_ctx_fields,
     .ctx_helpers = cuda_ctx_helpers,

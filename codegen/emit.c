@@ -309,6 +309,13 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
 
 int codegen_target_known(const char *name) { return cg_dialect_find(name) != NULL; }
 
+void codegen_scratch_rules(const char *target, dm_scratch_rules *out) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    if (!d) d = &cg_dialect_c;
+    *out = (dm_scratch_rules){.xent_floats = d->xent_scratch_floats, .embed_grad_bytes = d->embed_grad_scratch_bytes,
+                              .wgrad_floats = d->wgrad_scratch_floats};
+}
+
 const char *codegen_source_suffix(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d ? d->source_suffix : "c";
@@ -369,7 +376,9 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.bucket_lead = plans->buckets->lead;
     E.bucket_ready = plans->buckets->ready;
     number_faults(&E);
-    E.scratch_elems = scratch_need(&E);
+    dm_scratch_rules rules;
+    codegen_scratch_rules(dialect->name, &rules);
+    E.scratch_elems = dm_scratch_elems(g, &rules);
     int status = check_spmd(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);

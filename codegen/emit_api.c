@@ -433,6 +433,7 @@ static void emit_context_struct(emitter *E) {
     cg_line(w, "const int64_t *param_offsets; /* (params) this rank's: stage_param_offsets[its stage] */");
     if (trains) cg_line(w, "const int64_t *grad_offsets;  /* (params) likewise */");
     if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
+    cg_line(w, "dmrt_alloc_stats memory; /* the host memory this context allocated (dmrt_alloc_tracked) */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
     cg_line(w, "char error[512];");
     w->indent--;
@@ -639,7 +640,7 @@ static void emit_create_destroy(emitter *E) {
         snprintf(lhs, sizeof lhs, "ctx->%.150s", bufs[i].field);
         snprintf(bytes, sizeof bytes, "(size_t)(%.150s) * sizeof(%s)", bufs[i].elems, bufs[i].type);
         if (bufs[i].host) {
-            cg_line(w, "%s = (%s *)dmrt_alloc(%s);", lhs, bufs[i].type, bytes);
+            cg_line(w, "%s = (%s *)dmrt_alloc_tracked(&ctx->memory, %s);", lhs, bufs[i].type, bytes);
             cg_line(w, "if (!%s) goto oom;", lhs);
         } else if (E->device) {
             cg_line(w, "at[%d] = at[%d] + (%s + 255) / 256 * 256; /* %s */", n_device + 1, n_device, bytes, bufs[i].field);
@@ -691,7 +692,7 @@ static void emit_create_destroy(emitter *E) {
     for (int i = 0; i < n_bufs; i++) {
         char ptr[200];
         snprintf(ptr, sizeof ptr, "ctx->%.150s", bufs[i].field);
-        if (bufs[i].host) cg_line(w, "dmrt_free(%s);", ptr);
+        if (bufs[i].host) cg_line(w, "dmrt_free_tracked(&ctx->memory, %s);", ptr);
         else if (!E->device) E->dialect->free(w, ptr);
     }
     if (E->device) E->dialect->free(w, "ctx->device_block");
@@ -792,6 +793,10 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, "    }");
     cg_line(w, "}");
     cg_line(w, "static const char *model_error(void *ctx) { return %s_error((struct_ctx *)ctx); }", m);
+    cg_line(w, "static size_t model_memory_peak(void *ctx) {");
+    cg_line(w, "    const struct_ctx *c = (const struct_ctx *)ctx;");
+    cg_line(w, "    return %s;", E->dialect->memory_peak);
+    cg_line(w, "}");
     cg_blank(w);
     cg_line(w, "const dmrt_model %s_model = {", m);
     w->indent++;
@@ -819,6 +824,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".gather = %s,", copies ? "model_gather" : "NULL");
     cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
     cg_line(w, ".rank_id = %s,", E->partitioned ? "model_rank_id" : "NULL");
+    cg_line(w, ".memory_peak = model_memory_peak,");
     w->indent--;
     cg_line(w, "};");
 }

@@ -460,34 +460,6 @@ void emit_bucket_waits(emitter *E) {
         }
 }
 
-/* Floats of ctx->scratch the collectives need at most: the whole tensor of a gather or
- * reduce-scatter, both message sets of an all-to-all. */
-int64_t scratch_need(const emitter *E) {
-    int64_t need = 0;
-    for (int id = 0; id < E->g->n_values; id++) {
-        const ir_value *v = V(E, id);
-        int64_t n = 0;
-        if (v->op == OP_ALLGATHER) n = ir_numel(T(E, id));
-        else if (v->op == OP_REDUCE_SCATTER) n = ir_numel(T(E, v->operands[0]));
-        else if (v->op == OP_ALLTOALL) n = 2 * ir_numel(T(E, id));
-        else if (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) {
-            /* the dialect's: every rank's row maxima, sums and target logits when split */
-            const ir_type *logits = T(E, v->operands[0]);
-            int64_t rows = ir_numel(logits) / logits->shape[logits->rank - 1];
-            int axis = ir_class_split_axis(E->g, v);
-            n = E->dialect->xent_scratch_floats(rows, axis == IR_REPLICATED ? 1 : axis_size(E, axis));
-        } else if (v->op == OP_LAYERNORM_WGRAD) {
-            const ir_type *x = T(E, v->operands[0]);
-            int64_t n_last = x->shape[x->rank - 1];
-            n = E->dialect->wgrad_scratch_floats(ir_numel(x) / n_last, n_last);
-        } else if (v->op == OP_EMBED_GRAD) {
-            int64_t bytes = E->dialect->embed_grad_scratch_bytes(ir_numel(T(E, v->operands[0])));
-            n = (bytes + 3) / 4;
-        }
-        if (n > need) need = n;
-    }
-    return need;
-}
 
 static void emit_update(emitter *E, const ir_value *v) {
     cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(T(E, v->operands[0])),

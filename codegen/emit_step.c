@@ -405,13 +405,7 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
 }
 
 /* Whether output v is gathered when asked for (rather than read where it is). */
-int output_gathered(const emitter *E, const ir_value *v) {
-    if (!E->partitioned || v->type.dtype != DT_F32) return 0;
-    if (E->pipe_axis >= 0 || v->type.partial) return 1;
-    for (int d = 0; d < v->type.rank; d++)
-        if (v->type.split[d] != IR_REPLICATED) return 1;
-    return 0;
-}
+int output_gathered(const emitter *E, const ir_value *v) { return dm_output_gathered(E->g, v); }
 
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n) {
     const char *m = E->g->model, *type = ctype(v->type.dtype);

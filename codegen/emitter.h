@@ -98,7 +98,6 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size);
 /* emit_ops.c */
 void emit_bucket_start(emitter *E, const int *start_after, int id);
 void emit_bucket_waits(emitter *E);
-int64_t scratch_need(const emitter *E);
 void emit_op(emitter *E, const ir_value *v);
 
 /* emit_step.c */

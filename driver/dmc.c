@@ -609,6 +609,9 @@ int main(int argc, char **argv) {
     /* which stages read each buffer; then each pipeline stage's own share of memory */
     pipeline_plan_readers(&pipeline, g, &plan);
     memory_plan_stages(&plan, g, &pipeline);
+    dm_scratch_rules scratch_rules;
+    codegen_scratch_rules(o.codegen.target, &scratch_rules);
+    plan.scratch_elems = dm_scratch_elems(g, &scratch_rules);
     if (o.explain) {
         explain_print(g, &plan, &reshards, &pipeline, o.input, o.explain == 2, stdout);
         status = 0;

@@ -250,6 +250,25 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
                      "\"activations\": %lld, \"activations_without_reuse\": %lld",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
                 (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
+        /* what a rank allocates at its peak (the C target's layout): the largest rank's, and
+         * each stage's */
+        int n_peaks = plan->stages > 1 ? plan->stages : 1;
+        int64_t peak = 0;
+        for (int k = 0; k < n_peaks; k++) {
+            dm_memory_peak pk;
+            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
+            if (pk.total > peak) peak = pk.total;
+        }
+        fprintf(out, ", \"peak_bytes_per_rank\": %lld, \"peak_bytes_by_stage\": [", (long long)peak);
+        for (int k = 0; k < n_peaks; k++) {
+            dm_memory_peak pk;
+            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
+            fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
+                         "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld}",
+                    k ? ", " : "", (long long)pk.total, (long long)pk.params, (long long)pk.grads, (long long)pk.optimizer_state,
+                    (long long)pk.activations, (long long)pk.gradient_sums, (long long)pk.scratch, (long long)pk.outputs);
+        }
+        fprintf(out, "]");
         /* pipelines: each stage's ranks' own (the figures above are the largest of them) */
         fprintf(out, ", \"stages\": [");
         for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
@@ -295,6 +314,21 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     fprintf(out, "  gradients         %12s\n", gr);
     fprintf(out, "  optimizer state   %12s\n", s);
     fprintf(out, "  activations       %12s  (%s without buffer reuse; one micro-batch's)\n", a, au);
+    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+    for (int k = 0; k < n_peaks; k++) {
+        dm_memory_peak pk;
+        dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
+        char total[32], parts[7][32];
+        mib((double)pk.total / 4, total, sizeof total);
+        const int64_t part[7] = {pk.params, pk.grads, pk.optimizer_state, pk.activations, pk.gradient_sums, pk.scratch,
+                                 pk.outputs};
+        for (int q = 0; q < 7; q++) mib((double)part[q] / 4, parts[q], sizeof parts[q]);
+        if (n_peaks > 1) fprintf(out, "  stage %-3d ", k);
+        else fprintf(out, "  ");
+        fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
+                     "%s, gradient sums %s, scratch %s, outputs %s\n",
+                total, (long long)pk.total, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
+    }
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
         mib((double)m->param_elems, p, sizeof p);

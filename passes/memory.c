@@ -381,3 +381,80 @@ int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int 
         if (plan->copy_stage[k] == stage) return plan->copy_offset[k];
     return -1;
 }
+
+/* ---- what a rank allocates ------------------------------------------------------------------ */
+
+/* The shape of v as one rank holds it: split dims divided. */
+static ir_type local_type(const ir_graph *g, const ir_value *v) {
+    ir_type t = v->type;
+    for (int d = 0; d < t.rank; d++)
+        if (t.split[d] != IR_REPLICATED) t.shape[d] /= g->axes[t.split[d]].size;
+    return t;
+}
+
+int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
+    int64_t need = 0;
+    for (int id = 0; id < g->n_values; id++) {
+        const ir_value *v = g->values[id];
+        int64_t n = 0;
+        if (v->op == OP_ALLGATHER) {
+            n = ir_local_numel(g, &v->type);
+        } else if (v->op == OP_REDUCE_SCATTER) {
+            n = ir_local_numel(g, &g->values[v->operands[0]]->type);
+        } else if (v->op == OP_ALLTOALL) {
+            n = 2 * ir_local_numel(g, &v->type);
+        } else if (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) {
+            ir_type logits = local_type(g, g->values[v->operands[0]]);
+            int64_t rows = ir_numel(&logits) / logits.shape[logits.rank - 1];
+            int axis = ir_class_split_axis(g, v);
+            n = rules->xent_floats(rows, axis == IR_REPLICATED ? 1 : g->axes[axis].size);
+        } else if (v->op == OP_LAYERNORM_WGRAD) {
+            ir_type x = local_type(g, g->values[v->operands[0]]);
+            int64_t n_last = x.shape[x.rank - 1];
+            n = rules->wgrad_floats(ir_numel(&x) / n_last, n_last);
+        } else if (v->op == OP_EMBED_GRAD) {
+            n = (rules->embed_grad_bytes(ir_local_numel(g, &g->values[v->operands[0]]->type)) + 3) / 4;
+        }
+        if (n > need) need = n;
+    }
+    return need;
+}
+
+static int pipelined(const ir_graph *g) { return g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1; }
+
+int dm_output_gathered(const ir_graph *g, const ir_value *v) {
+    if (v->type.dtype != DT_F32 || !(ir_is_partitioned(g) || pipelined(g))) return 0;
+    if (pipelined(g) || v->type.partial) return 1;
+    for (int d = 0; d < v->type.rank; d++)
+        if (v->type.split[d] != IR_REPLICATED) return 1;
+    return 0;
+}
+
+/* dmrt_alloc's rounding: 64 bytes at least, in 64-byte steps */
+static int64_t allocated(int64_t bytes) { return bytes <= 0 ? 64 : (bytes + 63) / 64 * 64; }
+
+void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe,
+                       int64_t scratch_elems, int stage, dm_memory_peak *out) {
+    memset(out, 0, sizeof *out);
+    int staged = plan->stages > 1 && stage >= 0 && stage < plan->stages;
+    int64_t params = staged ? plan->stage[stage].param_elems : plan->param_elems;
+    int64_t grads = staged ? plan->stage[stage].grad_elems : plan->grad_elems;
+    int64_t state = staged ? plan->stage[stage].state_elems : plan->state_elems;
+    int64_t arena = staged ? plan->stage[stage].arena_elems : plan->arena_elems;
+    int scheduled = pipelined(g) || g->microbatches > 1;
+    int in_flight = scheduled && pipe && pipe->stage && stage < pipe->stages ? pipe->stage[stage < 0 ? 0 : stage].in_flight : 1;
+    int64_t M = scheduled ? g->microbatches : 1;
+    out->params = allocated(4 * params);
+    out->grads = allocated(4 * grads);
+    out->optimizer_state = allocated(4 * state);
+    out->activations = allocated(4 * arena * in_flight);
+    if (scheduled && g->loss >= 0 && g->grads && g->microbatches > 1) out->gradient_sums = allocated(4 * grads);
+    if (scratch_elems > 0) out->scratch = allocated(4 * scratch_elems);
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = g->values[g->outputs[i]];
+        if (scheduled) out->outputs += allocated(4 * M * ir_local_numel(g, &v->type));
+        if (dm_output_gathered(g, v)) out->outputs += allocated(4 * M * ir_numel(&v->type));
+    }
+    out->total = out->params + out->grads + out->optimizer_state + out->activations + out->gradient_sums + out->scratch +
+                 out->outputs;
+}

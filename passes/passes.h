@@ -125,6 +125,7 @@ typedef struct dm_memory_plan {
                               * [copy_first[i], copy_first[i + 1]) of copy_stage/copy_offset */
     int *copy_stage;
     int64_t *copy_offset;
+    int64_t scratch_elems;   /* the target's dm_scratch_elems, where the caller set it (for explain) */
 } dm_memory_plan;
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
@@ -146,6 +147,35 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
 /* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in that
  * stage's region, or -1 when that stage holds no copy. stage < 0: its own stage. */
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage);
+
+/* The scratch a target's kernels need beyond the collectives' (codegen's dialects give
+ * these), and the scratch of a whole step in elements: the largest need of any
+ * collective (a gather's or reduce-scatter's whole tensor, both message sets of an
+ * all-to-all) or kernel. */
+typedef struct dm_scratch_rules {
+    int64_t (*xent_floats)(int64_t rows, int64_t comm_size);
+    int64_t (*embed_grad_bytes)(int64_t rows);
+    int64_t (*wgrad_floats)(int64_t rows, int64_t n);
+} dm_scratch_rules;
+int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules);
+
+/* Whether output v is gathered whole only when the caller asks for it (a partitioned
+ * program's f32 output that is split, a pending sum, or on one pipeline stage). */
+int dm_output_gathered(const ir_graph *g, const ir_value *v);
+
+/* What one rank allocates (host memory, the C target's layout: every buffer rounded to 64
+ * bytes as dmrt_alloc rounds it), by part; `stage` for pipelines (0 otherwise).
+ * scratch_elems: dm_scratch_elems of the target. */
+typedef struct dm_memory_peak {
+    int64_t params, grads, optimizer_state;
+    int64_t activations;      /* the arena, times the micro-batches in flight */
+    int64_t gradient_sums;    /* the micro-batches' gradients, summed */
+    int64_t scratch;          /* collectives' and kernels' room */
+    int64_t outputs;          /* the step's outputs by micro-batch, and gathered ones */
+    int64_t total;
+} dm_memory_peak;
+void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe,
+                       int64_t scratch_elems, int stage, dm_memory_peak *out);
 
 /* buckets.c: which gradient allreduces are one call (a bucket) and which start during
  * the backward pass. bucket_floats: the largest bucket (0: DM_BUCKET_FLOATS). */

@@ -19,6 +19,27 @@ void *dmrt_alloc(size_t bytes) {
 
 void dmrt_free(void *p) { free(p); }
 
+/* A tracked block is one DMRT_ALIGN header (its counted size) and the rounded block. */
+void *dmrt_alloc_tracked(dmrt_alloc_stats *stats, size_t bytes) {
+    size_t rounded = bytes == 0 ? DMRT_ALIGN : (bytes + DMRT_ALIGN - 1) / DMRT_ALIGN * DMRT_ALIGN;
+    if (rounded < bytes || rounded > SIZE_MAX - DMRT_ALIGN) return NULL;
+    unsigned char *base = dmrt_alloc(rounded + DMRT_ALIGN);
+    if (!base) return NULL;
+    memcpy(base, &rounded, sizeof rounded);
+    stats->current += rounded;
+    if (stats->current > stats->peak) stats->peak = stats->current;
+    return base + DMRT_ALIGN;
+}
+
+void dmrt_free_tracked(dmrt_alloc_stats *stats, void *p) {
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - DMRT_ALIGN;
+    size_t rounded;
+    memcpy(&rounded, base, sizeof rounded);
+    stats->current -= rounded;
+    free(base);
+}
+
 size_t dmrt_dtype_size(dmrt_dtype dtype) {
     switch (dtype) {
     case DMRT_F32: return 4;

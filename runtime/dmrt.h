@@ -108,6 +108,10 @@ typedef struct dmrt_model {
     int (*scatter)(void *ctx, int i, const float *whole);
     /* World rank of the context (0 writes files). */
     int (*rank_id)(void *ctx);
+
+    /* Bytes the context's allocations took at most (host memory for the C target, device
+     * memory for CUDA): what `dmc --explain` predicts per rank. NULL: not known. */
+    size_t (*memory_peak)(void *ctx);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -115,6 +119,16 @@ typedef struct dmrt_model {
 /* 64-byte aligned, zeroed allocation; NULL on failure. Free with dmrt_free. */
 void *dmrt_alloc(size_t bytes);
 void dmrt_free(void *p);
+
+/* What a generated context holds: the bytes its allocations take (each rounded to 64, as
+ * dmrt_alloc rounds them) now and at most. */
+typedef struct dmrt_alloc_stats {
+    size_t current, peak;
+} dmrt_alloc_stats;
+/* dmrt_alloc, counted in stats; free with dmrt_free_tracked on the same stats (NULL is
+ * allowed). */
+void *dmrt_alloc_tracked(dmrt_alloc_stats *stats, size_t bytes);
+void dmrt_free_tracked(dmrt_alloc_stats *stats, void *p);
 
 /* A block of a row-major tensor of shape whole[rank]: block[d] elements of dim d from
  * start[d]. read copies that block of whole_data into the contiguous block_data; write

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define TR_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
@@ -49,6 +50,7 @@ typedef struct tr_opts {
     double temperature;     /* -1 when not given (then 1) */
     int64_t top_k;          /* -1 when not given (then 40) */
     int quiet;
+    int memory;             /* --memory: every rank reports what its model allocated */
 } tr_opts;
 
 /* A byte-level language model as text training and sampling need it: inputs tokens and
@@ -126,6 +128,9 @@ static const char usage_text[] =
     "                     micro-batches): FILE a Chrome trace (Perfetto), FILE's .svg\n"
     "                     the last step; prints the measured pipeline bubble\n"
     "  --quiet            no progress bar and no summary on stderr\n"
+    "  --memory           at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"
+    "                     bytes' on stderr (what dmc --explain predicts per rank), and the\n"
+    "                     first rank 'memory: process peak RSS <MiB> MiB'\n"
     "  -h, --help         print this text and exit\n"
     "\n"
     "stdout: one line per step, 'step <n> loss <loss> ms <ms>'; with fashion-mnist,\n"
@@ -217,6 +222,10 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) return TR_HELP;
         if (strcmp(arg, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(arg, "--memory") == 0) {
+            o->memory = 1;
             continue;
         }
         /* --name VALUE or --name=VALUE */
@@ -813,6 +822,22 @@ static void print_summary(FILE *errs, const dmrt_model *m, const tr_opts *o, con
     fputc('\n', errs);
 }
 
+/* --memory: one line per rank on stderr (written whole, so that threads do not mix them),
+ * and the process's peak resident set from the lead rank. */
+static void report_memory(const dmrt_model *m, void *ctx, dmrt_rank *rank, int lead) {
+    char line[160];
+    if (m->memory_peak)
+        snprintf(line, sizeof line, "memory rank %d: model peak %zu bytes\n", rank ? dmrt_rank_id(rank) : 0,
+                 m->memory_peak(ctx));
+    else
+        snprintf(line, sizeof line, "memory rank %d: model peak unknown\n", rank ? dmrt_rank_id(rank) : 0);
+    fputs(line, stderr);
+    struct rusage ru;
+    if (lead && getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(stderr, "memory: process peak RSS %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    fflush(stderr);
+}
+
 /* Trains on one rank (rank NULL: the serial model). Only the lead rank (world rank 0)
  * prints: the others write to errs = outs = /dev/null. A rank's failure message goes to
  * fail (the launcher reports it) instead of errs. */
@@ -997,6 +1022,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     fprintf(outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)step, t_train,
            step ? 1e3 * t_train / (double)step : 0.0);
     fflush(outs);
+    if (o->memory) report_memory(m, ctx, rank, lead);
     /* Last, because its bytes are arbitrary: a parser can stop at the line "sample:". */
     if (o->sample >= 0 && sample_text(outs, m, ctx, in, &lm, o, err, sizeof err) != 0) goto fail;
     if (fflush(outs) != 0 || ferror(outs)) {
