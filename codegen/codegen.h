@@ -17,7 +17,8 @@ typedef struct codegen_options {
 } codegen_options;
 
 /* What the passes decided, for code generation to spell. pipeline must have its readers
- * (pipeline_plan_readers). */
+ * (pipeline_plan_readers); memory its scratch_elems for this target (dm_scratch_elems
+ * with codegen_scratch_rules). */
 typedef struct codegen_plans {
     const dm_memory_plan *memory;
     const dm_pipeline_plan *pipeline;

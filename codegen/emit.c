@@ -352,19 +352,13 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.local = malloc(((size_t)g->n_values + 1) * sizeof *E.local);
     if (!E.local) abort();
     for (int i = 0; i < g->n_values; i++) {
-        ir_type *t = &E.local[i];
-        *t = g->values[i]->type;
-        for (int d = 0; d < t->rank; d++)
-            if (t->split[d] != IR_REPLICATED) {
-                t->shape[d] /= g->axes[t->split[d]].size;
-                E.partitioned = 1;
-            }
-        if (t->partial) E.partitioned = 1;
+        E.local[i] = ir_local_type(g, &g->values[i]->type);
     }
+    E.partitioned = ir_is_partitioned(g);
     E.arena_var = "ctx->arena";
-    E.pipe_axis = g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1 ? g->pipe_axis : -1;
+    E.pipe_axis = ir_pipeline_axis(g);
     E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
-    E.scheduled = E.stages > 1 || g->microbatches > 1;
+    E.scheduled = ir_is_scheduled(g);
     if (E.pipe_axis >= 0) E.partitioned = 1;
     if (E.scheduled) {
         E.sched = &plans->pipeline->schedule;
@@ -376,9 +370,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.bucket_lead = plans->buckets->lead;
     E.bucket_ready = plans->buckets->ready;
     number_faults(&E);
-    dm_scratch_rules rules;
-    codegen_scratch_rules(dialect->name, &rules);
-    E.scratch_elems = dm_scratch_elems(g, &rules);
+    E.scratch_elems = plans->memory->scratch_elems;
     int status = check_spmd(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);

@@ -126,7 +126,7 @@ void emit_header(emitter *E) {
         const ir_value *v = V(E, g->outputs[i]);
         char type[256];
         shape_comment(E, &v->type, type, sizeof type);
-        if (output_gathered(E, v))
+        if (dm_output_gathered(E->g, v))
             cg_line(w, "/* Output '%s' (%s) of the last forward or train_step, gathered whole from every rank when\n"
                        " * called: every rank must call it, in the same order (NULL on failure: %s_error). Valid\n"
                        " * until the next call. */", v->name, type, g->model);
@@ -419,7 +419,7 @@ static void emit_context_struct(emitter *E) {
     }
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
-        if (output_gathered(E, v))
+        if (dm_output_gathered(E->g, v))
             cg_line(w, "float *whole_output_%s; /* host memory: output %s gathered whole, when asked for */", E->cname[v->id],
                     v->name);
     }
@@ -508,10 +508,9 @@ static void emit_descs(emitter *E) {
             char row[8192];
             size_t n = 0;
             for (int p = 0; p < g->n_params && n + 32 < sizeof row; p++) {
+                /* a gradient has no copies: it is held by the stage updating it only */
                 int id = grad ? g->grads[p] : g->params[p];
-                long long off = S == 1 ? (long long)E->plan->offset[id]
-                                : grad ? (V(E, id)->stage == s ? (long long)E->plan->offset[id] : -1)
-                                       : (long long)dm_offset_on(E->plan, g, id, s);
+                long long off = (long long)dm_offset_on(E->plan, g, id, S == 1 ? -1 : s);
                 n += (size_t)snprintf(row + n, sizeof row - n, "%s%lld", p ? ", " : "", off);
             }
             if (!g->n_params) snprintf(row, sizeof row, "0");
@@ -583,7 +582,7 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
     }
     for (int i = 0; i < g->n_outputs; i++) {
         int o = g->outputs[i];
-        if (!output_gathered(E, V(E, o))) continue;
+        if (!dm_output_gathered(E->g, V(E, o))) continue;
         snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(&V(E, o)->type)));
         OWN("whole_output_%s", E->cname[o], count, "float", 1);
     }

@@ -404,13 +404,10 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
     cg_line(w, "return whole;");
 }
 
-/* Whether output v is gathered when asked for (rather than read where it is). */
-int output_gathered(const emitter *E, const ir_value *v) { return dm_output_gathered(E->g, v); }
-
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n) {
     const char *m = E->g->model, *type = ctype(v->type.dtype);
     cg_writer *w = &E->w;
-    if (output_gathered(E, v)) {
+    if (dm_output_gathered(E->g, v)) {
         cg_line(w, "/* Gathered from every rank's block when asked for: every rank must call it (a collective). */");
         cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx_) {", type, m, E->cname[v->id], m);
         w->indent++;
@@ -464,7 +461,7 @@ void emit_scheduled_api(emitter *E) {
             cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[PIPELINE_AXIS], &ctx->loss, 1, \"the loss, from its stage\") != 0) return comm_failed(ctx);");
         for (int i = 0; i < g->n_outputs; i++) {
             int o = g->outputs[i];
-            if (output_gathered(E, V(E, o))) continue; /* gathered when asked for */
+            if (dm_output_gathered(E->g, V(E, o))) continue; /* gathered when asked for */
             long long n = (long long)(g->microbatches * ir_numel(T(E, o)));
             char out[128], callee[96];
             snprintf(out, sizeof out, "ctx->output_%s", E->cname[o]);

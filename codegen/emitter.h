@@ -101,7 +101,6 @@ void emit_bucket_waits(emitter *E);
 void emit_op(emitter *E, const ir_value *v);
 
 /* emit_step.c */
-int output_gathered(const emitter *E, const ir_value *v);
 void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what);
 void emit_stages(emitter *E);
 void emit_upload(emitter *E);

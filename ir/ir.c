@@ -42,6 +42,19 @@ int64_t ir_local_numel(const ir_graph *g, const ir_type *t) {
     return n;
 }
 
+ir_type ir_local_type(const ir_graph *g, const ir_type *t) {
+    ir_type local = *t;
+    for (int d = 0; d < local.rank; d++)
+        if (local.split[d] != IR_REPLICATED) local.shape[d] /= g->axes[local.split[d]].size;
+    return local;
+}
+
+int ir_pipeline_axis(const ir_graph *g) {
+    return g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1 ? g->pipe_axis : -1;
+}
+
+int ir_is_scheduled(const ir_graph *g) { return g->microbatches > 1 || ir_pipeline_axis(g) >= 0; }
+
 int64_t ir_mesh_ranks(const ir_graph *g) {
     int64_t n = 1;
     for (int a = 0; a < g->n_axes; a++) n *= g->axes[a].size;

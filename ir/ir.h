@@ -195,6 +195,12 @@ void *ir_grow(void *array, int count, size_t item_size);
 
 /* Elements of one rank's shard: split dims divided by their mesh axis size. */
 int64_t ir_local_numel(const struct ir_graph *g, const ir_type *t);
+/* t as one rank holds it: each split dim divided by its mesh axis's size. */
+ir_type ir_local_type(const struct ir_graph *g, const ir_type *t);
+/* The mesh axis of a pipeline of more than one stage, or -1. */
+int ir_pipeline_axis(const struct ir_graph *g);
+/* Whether a step runs as scheduled micro-batches (several of them, or pipeline stages). */
+int ir_is_scheduled(const struct ir_graph *g);
 /* Ranks of the mesh: the product of its axis sizes (1 without a mesh). */
 int64_t ir_mesh_ranks(const struct ir_graph *g);
 /* Whether any value is split or has a pending sum (the program runs partitioned). */

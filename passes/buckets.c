@@ -30,7 +30,7 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
     if (!plan->lead || !plan->ready) abort();
     for (int i = 0; i < g->n_values; i++) plan->lead[i] = plan->ready[i] = -1;
     if (bucket_floats <= 0) bucket_floats = DM_BUCKET_FLOATS;
-    int scheduled = g->microbatches > 1 || (g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1);
+    int scheduled = ir_is_scheduled(g);
     /* the last backward op: a bucket complete only then has nothing to overlap */
     int last_backward = -1;
     for (int i = 0; i < g->n_values; i++)

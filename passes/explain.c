@@ -1,5 +1,6 @@
 /* explain.c: the plan of one rank, for people (text) and tools (JSON). requires: the
  * memory plan. Types are printed in the .dm notation, f32[B@data, H]{+tensor}. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "explain.h"
@@ -253,21 +254,23 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         /* what a rank allocates at its peak (the C target's layout): the largest rank's, and
          * each stage's */
         int n_peaks = plan->stages > 1 ? plan->stages : 1;
+        dm_memory_peak *peaks = calloc((size_t)n_peaks, sizeof *peaks);
+        if (!peaks) abort();
         int64_t peak = 0;
         for (int k = 0; k < n_peaks; k++) {
-            dm_memory_peak pk;
-            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
-            if (pk.total > peak) peak = pk.total;
+            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &peaks[k]);
+            if (peaks[k].total > peak) peak = peaks[k].total;
         }
         fprintf(out, ", \"peak_bytes_per_rank\": %lld, \"peak_bytes_by_stage\": [", (long long)peak);
         for (int k = 0; k < n_peaks; k++) {
-            dm_memory_peak pk;
-            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
+            const dm_memory_peak *pk = &peaks[k];
             fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                          "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld}",
-                    k ? ", " : "", (long long)pk.total, (long long)pk.params, (long long)pk.grads, (long long)pk.optimizer_state,
-                    (long long)pk.activations, (long long)pk.gradient_sums, (long long)pk.scratch, (long long)pk.outputs);
+                    k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
+                    (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
+                    (long long)pk->scratch, (long long)pk->outputs);
         }
+        free(peaks);
         fprintf(out, "]");
         /* pipelines: each stage's ranks' own (the figures above are the largest of them) */
         fprintf(out, ", \"stages\": [");

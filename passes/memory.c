@@ -384,14 +384,6 @@ int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int 
 
 /* ---- what a rank allocates ------------------------------------------------------------------ */
 
-/* The shape of v as one rank holds it: split dims divided. */
-static ir_type local_type(const ir_graph *g, const ir_value *v) {
-    ir_type t = v->type;
-    for (int d = 0; d < t.rank; d++)
-        if (t.split[d] != IR_REPLICATED) t.shape[d] /= g->axes[t.split[d]].size;
-    return t;
-}
-
 int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
     int64_t need = 0;
     for (int id = 0; id < g->n_values; id++) {
@@ -404,12 +396,12 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
         } else if (v->op == OP_ALLTOALL) {
             n = 2 * ir_local_numel(g, &v->type);
         } else if (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) {
-            ir_type logits = local_type(g, g->values[v->operands[0]]);
+            ir_type logits = ir_local_type(g, &g->values[v->operands[0]]->type);
             int64_t rows = ir_numel(&logits) / logits.shape[logits.rank - 1];
             int axis = ir_class_split_axis(g, v);
             n = rules->xent_floats(rows, axis == IR_REPLICATED ? 1 : g->axes[axis].size);
         } else if (v->op == OP_LAYERNORM_WGRAD) {
-            ir_type x = local_type(g, g->values[v->operands[0]]);
+            ir_type x = ir_local_type(g, &g->values[v->operands[0]]->type);
             int64_t n_last = x.shape[x.rank - 1];
             n = rules->wgrad_floats(ir_numel(&x) / n_last, n_last);
         } else if (v->op == OP_EMBED_GRAD) {
@@ -420,11 +412,10 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
     return need;
 }
 
-static int pipelined(const ir_graph *g) { return g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1; }
-
 int dm_output_gathered(const ir_graph *g, const ir_value *v) {
-    if (v->type.dtype != DT_F32 || !(ir_is_partitioned(g) || pipelined(g))) return 0;
-    if (pipelined(g) || v->type.partial) return 1;
+    /* a split or pending output is itself what makes the program partitioned */
+    if (v->type.dtype != DT_F32) return 0;
+    if (ir_pipeline_axis(g) >= 0 || v->type.partial) return 1;
     for (int d = 0; d < v->type.rank; d++)
         if (v->type.split[d] != IR_REPLICATED) return 1;
     return 0;
@@ -441,8 +432,8 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     int64_t grads = staged ? plan->stage[stage].grad_elems : plan->grad_elems;
     int64_t state = staged ? plan->stage[stage].state_elems : plan->state_elems;
     int64_t arena = staged ? plan->stage[stage].arena_elems : plan->arena_elems;
-    int scheduled = pipelined(g) || g->microbatches > 1;
-    int in_flight = scheduled && pipe && pipe->stage && stage < pipe->stages ? pipe->stage[stage < 0 ? 0 : stage].in_flight : 1;
+    int scheduled = ir_is_scheduled(g), k = stage < 0 ? 0 : stage;
+    int in_flight = scheduled && pipe && pipe->stage && k < pipe->stages ? pipe->stage[k].in_flight : 1;
     int64_t M = scheduled ? g->microbatches : 1;
     out->params = allocated(4 * params);
     out->grads = allocated(4 * grads);

@@ -125,7 +125,7 @@ typedef struct dm_memory_plan {
                               * [copy_first[i], copy_first[i + 1]) of copy_stage/copy_offset */
     int *copy_stage;
     int64_t *copy_offset;
-    int64_t scratch_elems;   /* the target's dm_scratch_elems, where the caller set it (for explain) */
+    int64_t scratch_elems;   /* the target's dm_scratch_elems, set by the caller (explain, codegen) */
 } dm_memory_plan;
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
