@@ -13,6 +13,20 @@
 
 /* ---- kernels --------------------------------------------------------------------------- */
 
+/* A row's maximum (float), as every thread of the block sees it (c_xent_row_max). */
+__device__ static float row_max_of(const float *row, int64_t classes, float *shared) {
+    float mx = -INFINITY;
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, row[c]);
+    return gpu_block_reduce(mx, gpu_max_op(), shared);
+}
+
+/* A row's sum of exp(logit - mx), in double (c_xent_sum_exp). */
+__device__ static double row_sum_exp(const float *row, int64_t classes, float mx, double *shared) {
+    double sum = 0.0;
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)(row[c] - mx));
+    return gpu_block_reduce(sum, gpu_sum_op(), shared);
+}
+
 /* row_loss[r] = log(sum exp(row - max)) + max - row[target]; a target outside
  * [0, classes) records the fault and gives 0. */
 __global__ static void xent_rows_kernel(const float *logits, const int32_t *targets,
@@ -30,12 +44,8 @@ __global__ static void xent_rows_kernel(const float *logits, const int32_t *targ
             }
             continue;
         }
-        float mx = -INFINITY;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, row[c]);
-        mx = gpu_block_reduce(mx, gpu_max_op(), fshared);
-        double sum = 0.0;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)(row[c] - mx));
-        sum = gpu_block_reduce(sum, gpu_sum_op(), dshared);
+        const float mx = row_max_of(row, classes, fshared);
+        const double sum = row_sum_exp(row, classes, mx, dshared);
         if (threadIdx.x == 0) row_loss[r] = log(sum) + (double)mx - (double)row[t];
     }
 }
@@ -64,12 +74,8 @@ __global__ static void xent_grad_kernel(const float *logits, const int32_t *targ
         const float *row = logits + r * classes;
         float *drow = dlogits + r * classes;
         const int64_t t = targets[r];  /* out of range: matches no class */
-        float mx = -INFINITY;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, row[c]);
-        mx = gpu_block_reduce(mx, gpu_max_op(), fshared);
-        double sum = 0.0;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)(row[c] - mx));
-        sum = gpu_block_reduce(sum, gpu_sum_op(), dshared);
+        const float mx = row_max_of(row, classes, fshared);
+        const double sum = row_sum_exp(row, classes, mx, dshared);
         for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
             float v = __fmul_rn((float)(exp((double)(row[c] - mx)) / sum), scale);
             if (c == t) v = __fsub_rn(v, scale);
@@ -90,9 +96,7 @@ __global__ static void xent_local_max_kernel(const float *logits, const int32_t 
             if (t < 0 || t >= all_classes) gpu_record_fault(fault, site, t, r);
         }
         const float *row = logits + r * classes;
-        float mx = -INFINITY;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, row[c]);
-        mx = gpu_block_reduce(mx, gpu_max_op(), shared);
+        const float mx = row_max_of(row, classes, shared);
         if (threadIdx.x == 0) maxima_mine[r] = mx;
     }
 }
@@ -110,9 +114,7 @@ __global__ static void xent_split_sums_kernel(const float *logits, const int32_t
         const float *row = logits + r * classes;
         float mx = maxima[r];
         for (int64_t j = 1; j < comm_size; j++) mx = maxima[j * rows + r] > mx ? maxima[j * rows + r] : mx;
-        double sum = 0.0;
-        for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) sum += exp((double)(row[c] - mx));
-        sum = gpu_block_reduce(sum, gpu_sum_op(), shared);
+        const double sum = row_sum_exp(row, classes, mx, shared);
         if (threadIdx.x == 0) {
             row_max[r] = mx;
             sums[r] = (float)sum;
