@@ -27,6 +27,12 @@
 #ifndef DMC_CUDA_HOME
 #define DMC_CUDA_HOME "/usr/local/cuda"
 #endif
+#ifndef DMC_NVCC_FLAGS    /* as libdmrt_cuda is compiled (runtime/cuda/meson.build) */
+#define DMC_NVCC_FLAGS "-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror"
+#endif
+#ifndef DMC_CUDA_ARCH
+#define DMC_CUDA_ARCH "90"
+#endif
 
 #ifndef DMC_VERSION
 #define DMC_VERSION "0.1.0"
@@ -456,19 +462,25 @@ static const char *find_nvcc(void) {
     return NULL;
 }
 
-/* Compiles the generated .cu into model_o with nvcc: C++ (the CUDA dialect writes C that
- * is also C++), for Hopper (DMC_CUDA_ARCH, default sm_90: H100 and H200) with PTX for newer
- * GPUs, warnings as errors. */
+/* Compiles the generated .cu into model_o with nvcc as libdmrt_cuda is compiled
+ * (DMC_NVCC_FLAGS: C++, which the CUDA dialect's C also is; warnings as errors), for the
+ * architecture $DMC_CUDA_ARCH or the build's (sm_90: H100, H200) with PTX for newer GPUs. */
 static int compile_cuda(const char *nvcc, const char *model_cu, const char *model_o, char inc_flag[3][PATH_MAX + 2],
                         const char *out_inc_flag) {
     const char *arch = getenv("DMC_CUDA_ARCH");
-    if (!arch || !*arch) arch = "90";
-    char gencode[2][96];
+    if (!arch || !*arch) arch = DMC_CUDA_ARCH;
+    char gencode[2][96], flags[] = DMC_NVCC_FLAGS;
     snprintf(gencode[0], sizeof gencode[0], "arch=compute_%s,code=sm_%s", arch, arch);
     snprintf(gencode[1], sizeof gencode[1], "arch=compute_%s,code=compute_%s", arch, arch);
-    char *argv[] = {(char *)nvcc, "-c", "-std=c++17", "-O3", "-gencode", gencode[0], "-gencode", gencode[1],
-                    "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror", inc_flag[0], inc_flag[1], inc_flag[2],
-                    (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o, NULL};
+    char *argv[40];
+    int n = 0;
+    argv[n++] = (char *)nvcc;
+    argv[n++] = "-c";
+    n = split_words(flags, argv, n, 24);
+    char *rest[] = {"-gencode", gencode[0], "-gencode", gencode[1], inc_flag[0], inc_flag[1], inc_flag[2],
+                    (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o};
+    for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
+    argv[n] = NULL;
     int status = run_process(argv);
     if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
     return status;
