@@ -162,7 +162,8 @@ static void input_block(const emitter *E, int id, char *buf, size_t size) {
 void storage_expr(const emitter *E, int id, char *buf, size_t size) {
     const dm_memory_plan *p = E->plan;
     int root = p->storage_of[id];
-    long long off = (long long)p->offset[id];
+    /* the offset on the stage being emitted (the value's own outside stage functions) */
+    long long off = 0;
     if (p->region[id] != REGION_INPUT && p->region[id] != REGION_NONE) {
         off = (long long)dm_offset_on(p, E->g, id, E->cur_stage);
         if (off < 0) {
