@@ -23,6 +23,7 @@ typedef struct codegen_plans {
     const dm_memory_plan *memory;
     const dm_pipeline_plan *pipeline;
     const dm_bucket_plan *buckets;
+    const dm_zero_plan *zero;       /* NULL: no ZeRO */
 } codegen_plans;
 
 /* Whether name is a target codegen knows ("c", "cuda"). */

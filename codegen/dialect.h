@@ -113,7 +113,7 @@ typedef struct cg_xent {
 
 typedef struct cg_update {
     const ir_optimizer *opt;
-    int64_t n;
+    const char *count;                              /* elements: a C expression (int64_t) */
     const char *param, *grad, *state0, *state1;     /* state NULL when unused */
 } cg_update;
 

@@ -281,7 +281,7 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
-    cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->n);
+    cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
     w->indent++;
     if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", k->grad, wd, k->param);
     else cg_line(w, "float d = %s[i];", k->grad);
@@ -314,7 +314,7 @@ static void c_adamw(cg_writer *w, const cg_update *k) {
     w->indent++;
     cg_adamw_prologue(w, k->opt, &lit);
     const char *b1 = lit.beta1, *b1c = lit.one_minus_beta1, *b2 = lit.beta2, *b2c = lit.one_minus_beta2, *eps = lit.eps;
-    cg_line(w, "for (int64_t i = 0; i < %lld; i++) {", (long long)k->n);
+    cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
     w->indent++;
     cg_line(w, "float g = %s[i];", k->grad);
     cg_line(w, "%s[i] *= decay;", k->param);

@@ -238,6 +238,11 @@ static int check_spmd(const emitter *E, FILE *err) {
         }
     }
     if (E->scheduled && check_stages(E, err)) bad = -1;
+    if (E->device && E->zero->n_buckets) {
+        fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
+                E->source_path, E->zero->stage);
+        bad = -1;
+    }
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {
@@ -370,6 +375,8 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     }
     E.bucket_lead = plans->buckets->lead;
     E.bucket_ready = plans->buckets->ready;
+    static const dm_zero_plan no_zero = {0};
+    E.zero = plans->zero ? plans->zero : &no_zero;
     number_faults(&E);
     E.scratch_elems = plans->memory->scratch_elems;
     int status = check_spmd(&E, err);

@@ -329,6 +329,26 @@ static void emit_spmd_support(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
+    int zero = E->zero->n_buckets > 0 && g->grads;
+    if (zero) {
+        cg_line(w, "/* ZeRO: where each parameter's reduced gradient is, in shares over an axis: {axis, share,");
+        cg_line(w, " * coordinate 0's share in ctx->grads, the step per coordinate, the parameter's place in the");
+        cg_line(w, " * range, the range}; axis -1: whole in ctx->grads. */");
+        cg_line(w, "static const int64_t zero_grads[%d][6] = {", g->n_params);
+        for (int p = 0; p < g->n_params; p++) {
+            const dm_zero_bucket *b = zero_bucket_of(E, p);
+            if (!b) {
+                cg_line(w, "    {-1, 0, 0, 0, 0, 0}, /* %s */", V(E, g->params[p])->name);
+                continue;
+            }
+            int two = E->zero->stage >= 2;
+            cg_line(w, "    {%d, %lld, %lld, %lld, %lld, %lld}, /* %s */", b->axis, (long long)b->share,
+                    (long long)(two ? b->grad_at : b->grad_begin), (long long)(two ? 0 : b->share),
+                    (long long)(dm_grad_sum_offset(E->plan, g->grads[p]) - b->grad_begin), (long long)b->span,
+                    V(E, g->params[p])->name);
+        }
+        cg_line(w, "};");
+    }
     cg_line(w, "/* Parameter p (or its gradient), whole, on every rank: each rank writes its block into");
     cg_line(w, " * zeros and the blocks are summed over the axes that split it (x + 0 is exact). Every");
     cg_line(w, " * rank must call it. */");
@@ -349,6 +369,20 @@ static void emit_spmd_support(emitter *E) {
     }
     if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
     else cg_line(w, "const float *shard = ctx->params + ctx->param_offsets[p];");
+    if (zero) {
+        cg_line(w, "float *range = NULL;");
+        cg_line(w, "if (grad && zero_grads[p][0] >= 0) {");
+        cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
+        cg_line(w, "    const int64_t *z = zero_grads[p];");
+        cg_line(w, "    range = (float *)dmrt_alloc((size_t)z[5] * sizeof(float));");
+        cg_line(w, "    if (!range) return DMRT_ERR_NOMEM;");
+        cg_line(w, "    if (dmrt_allgather(ctx->comm[z[0]], ctx->grads + z[2] + ctx->coord[z[0]] * z[3], range, z[1], desc->name) != 0) {");
+        cg_line(w, "        dmrt_free(range);");
+        cg_line(w, "        return comm_failed(ctx);");
+        cg_line(w, "    }");
+        cg_line(w, "    shard = range + z[4];");
+        cg_line(w, "}");
+    }
     if (E->device) {
         cg_line(w, "int64_t n = 1;");
         cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
@@ -360,6 +394,7 @@ static void emit_spmd_support(emitter *E) {
     }
     cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
     if (E->device) cg_line(w, "dmrt_free(host);");
+    if (zero) cg_line(w, "dmrt_free(range);");
     if (E->pipe_axis >= 0) {
         w->indent--;
         cg_line(w, "}");
@@ -393,7 +428,8 @@ static void emit_context_struct(emitter *E) {
                 (long long)P->arena_elems, (long long)P->arena_unshared_elems);
         cg_line(w, "                * without reuse): a copy for each micro-batch in flight on this rank's stage */");
         if (trains && g->microbatches > 1)
-            cg_line(w, "float *grad_sum; /* (%lld) the micro-batches' gradients, summed; laid out as grads */", (long long)P->grad_elems);
+            cg_line(w, "float *grad_sum; /* (%lld) the micro-batches' gradients, summed; laid out as grads%s */",
+                    (long long)dm_grad_sum_elems(P, -1), P->sum_offset ? " are whole (ZeRO keeps shares)" : "");
         cg_line(w, "double loss_sum; /* the micro-batches' losses, summed */");
         cg_line(w, "float loss;      /* the step's: their mean */");
         for (int i = 0; i < g->n_outputs; i++)
@@ -519,13 +555,13 @@ static void emit_descs(emitter *E) {
         cg_line(w, "};");
     }
     if (S > 1) {
-        cg_line(w, "/* Elements of each stage's regions: parameters, gradients, optimizer state, and the");
-        cg_line(w, " * temporaries of one micro-batch. */");
-        cg_line(w, "static const int64_t stage_elems[%d][4] = {", S);
+        cg_line(w, "/* Elements of each stage's regions: parameters, gradients, optimizer state, the");
+        cg_line(w, " * temporaries of one micro-batch, and the micro-batches' gradient sum. */");
+        cg_line(w, "static const int64_t stage_elems[%d][5] = {", S);
         for (int s = 0; s < S; s++) {
             const dm_stage_memory *m = &E->plan->stage[s];
-            cg_line(w, "    {%lld, %lld, %lld, %lld}, /* stage %d */", (long long)m->param_elems, (long long)m->grad_elems,
-                    (long long)m->state_elems, (long long)m->arena_elems, s);
+            cg_line(w, "    {%lld, %lld, %lld, %lld, %lld}, /* stage %d */", (long long)m->param_elems, (long long)m->grad_elems,
+                    (long long)m->state_elems, (long long)m->arena_elems, (long long)dm_grad_sum_elems(E->plan, s), s);
         }
         cg_line(w, "};");
     }
@@ -546,14 +582,15 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         } \
     } while (0)
     /* a pipeline stage's ranks: their stage's sizes (stage_elems, ctx->coord known by then) */
-    char num[4][96];
+    char num[5][96];
     if (P->stages > 1) {
-        for (int r = 0; r < 4; r++) snprintf(num[r], sizeof num[r], "stage_elems[ctx->coord[PIPELINE_AXIS]][%d]", r);
+        for (int r = 0; r < 5; r++) snprintf(num[r], sizeof num[r], "stage_elems[ctx->coord[PIPELINE_AXIS]][%d]", r);
     } else {
         snprintf(num[0], sizeof num[0], "%lld", (long long)P->param_elems);
         snprintf(num[1], sizeof num[1], "%lld", (long long)P->grad_elems);
         snprintf(num[2], sizeof num[2], "%lld", (long long)P->state_elems);
         snprintf(num[3], sizeof num[3], "%lld", (long long)P->arena_elems);
+        snprintf(num[4], sizeof num[4], "%lld", (long long)dm_grad_sum_elems(P, -1));
     }
     char count[160];
     OWN("%s", "params", num[0], "float", 0);
@@ -563,7 +600,7 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         snprintf(count, sizeof count, "(int64_t)stage_slots[%s] * %s", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0",
                  num[3]);
         OWN("%s", "arena", count, "float", 0);
-        if (trains && g->microbatches > 1) OWN("%s", "grad_sum", num[1], "float", 0);
+        if (trains && g->microbatches > 1) OWN("%s", "grad_sum", num[4], "float", 0);
         for (int i = 0; i < g->n_outputs; i++) {
             snprintf(count, sizeof count, "%lld", (long long)(g->microbatches * ir_numel(T(E, g->outputs[i]))));
             OWN("output_%s", E->cname[g->outputs[i]], count, ctype(V(E, g->outputs[i])->type.dtype), 0);

@@ -462,8 +462,14 @@ void emit_bucket_waits(emitter *E) {
 
 
 static void emit_update(emitter *E, const ir_value *v) {
-    cg_update k = {.opt = &E->g->optimizer, .n = ir_numel(T(E, v->operands[0])),
-                   .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
+    const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
+    if (zb) {
+        cg_line(&E->w, "/* updated with its ZeRO bucket, at %s */", E->cname[zb->lead]);
+        return;
+    }
+    char count[32];
+    snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, v->operands[0])));
+    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
     if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
     if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
     if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
@@ -505,7 +511,11 @@ void emit_op(emitter *E, const ir_value *v) {
     case OPC_SLICE: emit_slice(E, v); break;
     case OPC_GATHER: emit_embed(E, v); break;
     case OPC_COLLECTIVE:
-        if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0) {
+        if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0 && zero_bucket_of(E, v->param_index)) {
+            const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
+            if (zb->lead == v->id) emit_zero_bucket(E, zb);
+            else cg_line(&E->w, "/* reduce-scattered with its ZeRO bucket, at %s */", E->cname[zb->lead]);
+        } else if (v->op == OP_ALLREDUCE && E->bucket_lead[v->id] >= 0) {
             if (bucket_started_early(E, E->bucket_lead[v->id]))
                 cg_line(&E->w, "/* reduced with its bucket during the backward pass */");
             else if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);

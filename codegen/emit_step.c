@@ -37,7 +37,7 @@ static void emit_micro_grad_sum(emitter *E, int p) {
     long long n = (long long)ir_numel(T(E, E->g->grads[p]));
     const char *grad = E->cname[micro_grad(E, p)];
     char sum[96];
-    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->offset[E->g->grads[p]]);
+    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, E->g->grads[p]));
     cg_line(&E->w, "if (micro == 0) {");
     E->w.indent++;
     copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
@@ -127,6 +127,13 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (shares_buffer(E, i)) continue;
+        /* a ZeRO bucket reaches its members' gradients, state and parameters by offset */
+        const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
+        if (zb && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
+        if (zb && v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE) {
+            used[v->operands[0]] = 1;
+            continue;
+        }
         used[i] = v->type.dtype != DT_VOID;
         for (int k = 0; k < v->n_operands; k++)
             if (ir_reads_operand(v, k)) used[v->operands[k]] = 1;
@@ -142,7 +149,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies */
     for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++)
-        if (tied_holders(E, p) >> stage & 1) used[g->params[p]] = any = 1;
+        if ((tied_holders(E, p) >> stage & 1) || (tied_holders(E, p) && V(E, g->params[p])->stage == stage))
+            used[g->params[p]] = any = 1;
     int keeps = micro && phase == PHASE_FORWARD;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
     for (int i = 0; keeps && i < g->n_outputs; i++)
@@ -297,7 +305,7 @@ void emit_stages(emitter *E) {
                 char where[128], grad[140], sum[96];
                 storage_expr(E, micro_grad(E, p), where, sizeof where);
                 snprintf(grad, sizeof grad, "(%s)", where);
-                snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->offset[g->grads[p]]);
+                snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
                 long long n = (long long)ir_numel(T(E, g->grads[p]));
                 cg_line(w, "/* %s */", V(E, g->params[p])->name);
                 cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},

@@ -32,6 +32,7 @@ typedef struct emitter {
                                 * kernels that need room (cross-entropy) use it */
     const int *bucket_lead;    /* (n_values) the bucket plan's (passes/buckets.c) */
     const int *bucket_ready;   /* (n_values) */
+    const dm_zero_plan *zero;  /* ZeRO's buckets (passes/zero.c); n_buckets 0 without */
     /* micro-batches and pipeline stages (g->microbatches > 1 or a pipeline axis): each
      * stage's forward and backward of one micro-batch are functions, run in the order of
      * the schedule by a generated step function per stage */
@@ -84,6 +85,10 @@ static inline int64_t stage_arena_elems(const emitter *E, int stage) {
 }
 
 static inline int bucket_started_early(const emitter *E, int lead) { return E->bucket_ready[lead] >= 0; }
+/* The ZeRO bucket updating parameter p (passes/zero.c), or NULL. */
+static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
+    return E->zero->n_buckets && p >= 0 && E->zero->bucket_of[p] >= 0 ? &E->zero->bucket[E->zero->bucket_of[p]] : NULL;
+}
 
 /* emit.c */
 void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
@@ -98,6 +103,8 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size);
 /* emit_ops.c */
 void emit_bucket_start(emitter *E, const int *start_after, int id);
 void emit_bucket_waits(emitter *E);
+/* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather. */
+void emit_zero_bucket(emitter *E, const dm_zero_bucket *b);
 void emit_op(emitter *E, const ir_value *v);
 
 /* emit_step.c */

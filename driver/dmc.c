@@ -64,6 +64,9 @@ static const char usage[] =
     "  --accumulate K             the same count, by its other name (accumulate = K)\n"
     "  --schedule gpipe|1f1b      the pipeline schedule (default gpipe)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
+    "  --zero 0|1|2               ZeRO: 1 splits the optimizer state over the axis gradients\n"
+    "                             are allreduced on (data), 2 the gradients too (zero = N in\n"
+    "                             the .dm; default 0)\n"
     "  --help, --version\n"
     "\n"
     "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
@@ -101,6 +104,7 @@ typedef struct options {
     int n_mesh;
     int microbatches;         /* --microbatches / --accumulate, 0: the program's */
     int schedule;             /* --schedule, -1: the program's */
+    int zero;                 /* --zero, -1: the program's */
     dm_pipeline_options pipeline;
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
@@ -201,6 +205,15 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--memory-gb"))) {
         if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
         o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--zero"))) {
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
+            fprintf(stderr, "dmc: error: --zero takes 0, 1 or 2, got '%s'%s\n", v,
+                    strcmp(v, "3") == 0 ? " (stage 3, parameters split, is not built yet)" : "");
+            return -1;
+        }
+        o->zero = v[0] - '0';
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--schedule"))) {
@@ -563,6 +576,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
 int main(int argc, char **argv) {
     options o = {0};
     o.schedule = -1;
+    o.zero = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
     if (parse_args(argc, argv, &o)) return 2;
     char model[256];
@@ -579,7 +593,8 @@ int main(int argc, char **argv) {
     int status = 1;
     if (diag.n_errors == 0) {
         dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh,
-                                .microbatches = o.microbatches, .schedule = o.schedule};
+                                .microbatches = o.microbatches, .schedule = o.schedule,
+                                .zero = o.zero};
         g = dm_lower(prog, &lo, &diag);
     }
     dm_program_free(prog);
@@ -624,8 +639,14 @@ int main(int argc, char **argv) {
     dm_scratch_rules scratch_rules;
     codegen_scratch_rules(o.codegen.target, &scratch_rules);
     plan.scratch_elems = dm_scratch_elems(g, &scratch_rules);
+    /* gradient buckets, and ZeRO's shares of them */
+    dm_bucket_plan buckets;
+    pass_buckets(g, &plan, o.bucket_bytes / 4 > 0 ? o.bucket_bytes / 4 : o.bucket_bytes > 0 ? 1 : 0, &buckets);
+    dm_zero_plan zero;
+    pass_zero(g, &plan, &buckets, &zero);
+    if (zero.scratch_elems > plan.scratch_elems) plan.scratch_elems = zero.scratch_elems;
     if (o.explain) {
-        explain_print(g, &plan, &reshards, &pipeline, o.input, o.explain == 2, stdout);
+        explain_print(g, &plan, &reshards, &pipeline, &zero, o.input, o.explain == 2, stdout);
         status = 0;
     } else if (o.check) {
         status = 0;
@@ -633,27 +654,29 @@ int main(int argc, char **argv) {
         char tmp_dir[PATH_MAX] = "";
         const char *dir = o.out_dir;
         if (o.run && !dir) dir = o.keep_dir;
+        int ready = 1;
         if (!dir) {
             const char *base = getenv("TMPDIR");
             snprintf(tmp_dir, sizeof tmp_dir, "%s/dmc-run-XXXXXX", base && *base ? base : "/tmp");
-            if (!mkdtemp(tmp_dir)) {
+            if (mkdtemp(tmp_dir)) {
+                dir = tmp_dir;
+            } else {
                 fprintf(stderr, "dmc: error: cannot create a temporary directory: %s\n", strerror(errno));
-                dm_memory_plan_free(&plan);
-                goto done;
+                tmp_dir[0] = 0;
+                ready = 0;
             }
-            dir = tmp_dir;
         } else if (make_dir(dir)) {
-            dm_memory_plan_free(&plan);
-            goto done;
+            ready = 0;
         }
-        dm_bucket_plan buckets;
-        pass_buckets(g, &plan, o.bucket_bytes / 4 > 0 ? o.bucket_bytes / 4 : o.bucket_bytes > 0 ? 1 : 0, &buckets);
-        codegen_plans plans = {.memory = &plan, .pipeline = &pipeline, .buckets = &buckets};
-        status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
-        dm_bucket_plan_free(&buckets);
-        if (status == 0 && o.run) status = build_and_run(&o, g, dir);
+        if (ready) {
+            codegen_plans plans = {.memory = &plan, .pipeline = &pipeline, .buckets = &buckets, .zero = &zero};
+            status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
+            if (status == 0 && o.run) status = build_and_run(&o, g, dir);
+        }
         if (tmp_dir[0]) remove_tree(tmp_dir);
     }
+    dm_zero_plan_free(&zero);
+    dm_bucket_plan_free(&buckets);
     dm_memory_plan_free(&plan);
 done:
     dm_reshard_list_free(&reshards);

@@ -96,7 +96,7 @@ static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
 %token KW_DIM "'dim'" KW_MESH "'mesh'" KW_INPUT "'input'" KW_PARAM "'param'" KW_LAYER "'layer'"
 %token KW_AS "'as'"
 %token KW_REPEAT "'repeat'" KW_BLOCK "'block'" KW_RETURN "'return'" KW_OUTPUT "'output'"
-%token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'" KW_SCHEDULE "'schedule'" KW_ACCUMULATE "'accumulate'"
+%token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'" KW_SCHEDULE "'schedule'" KW_ACCUMULATE "'accumulate'" KW_ZERO "'zero'"
 %token TOO_DEEP "too deep nesting"
 
 %type <expr> expr dim_expr call arg layer_ref
@@ -150,6 +150,7 @@ stmt:
   | KW_OPTIMIZER call           { $$ = new_stmt(state, STMT_OPTIMIZER, @1); $$->value = $2; }
   | KW_SCHEDULE call            { $$ = new_stmt(state, STMT_SCHEDULE, @1); $$->value = $2; }
   | KW_ACCUMULATE '=' dim_expr  { $$ = new_stmt(state, STMT_ACCUMULATE, @1); $$->value = $3; }
+  | KW_ZERO '=' dim_expr        { $$ = new_stmt(state, STMT_ZERO, @1); $$->value = $3; }
   | block                       { $$ = $1; }
   ;
 

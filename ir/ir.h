@@ -169,6 +169,10 @@ typedef struct ir_graph {
     const char *batch_dim;    /* NULL when microbatches is 1 */
     int64_t batch_whole;
     dm_loc schedule_loc;      /* the schedule or accumulate statement, if any */
+    /* ZeRO (passes/zero.c): 1 splits the optimizer state of every parameter whose
+     * gradient is allreduced (data parallelism) over that axis, 2 its gradient too. */
+    int zero;                 /* 0: off */
+    dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
                                * starts after cut_after[k]; NULL: dmc chooses */
     int n_cuts;

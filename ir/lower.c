@@ -1268,6 +1268,20 @@ static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *mi
     *micro_loc = at;
 }
 
+/* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). Stage 3 (the
+ * parameters too) is not built. */
+static void lower_zero(lowerer *L, const dm_stmt *st) {
+    int64_t v;
+    if (eval_dim(L, &L->global, st->value, &v)) return;
+    if (v < 0 || v > 2) {
+        dm_error(L->d, st->value->loc, "zero is 0, 1 (optimizer state split over data) or 2 (gradients too), got %lld%s",
+                 (long long)v, v == 3 ? ": stage 3 (parameters split) is not built yet" : "");
+        return;
+    }
+    L->g->zero = (int)v;
+    L->g->zero_loc = st->loc;
+}
+
 /* cuts = [h1, h2]: each a value of the program, in order; stage k + 1 starts after
  * the k-th. */
 static void resolve_cuts(lowerer *L, const dm_expr *list) {
@@ -1430,6 +1444,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_OPTIMIZER: lower_optimizer(L, st); break;
     case STMT_SCHEDULE:
     case STMT_ACCUMULATE: break; /* lowered first, see dm_lower */
+    case STMT_ZERO: lower_zero(L, st); break;
     case STMT_RETURN: dm_error(L->d, st->loc, "return is only allowed inside a block"); break;
     }
 }
@@ -1463,6 +1478,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     for (int i = 0; i < prog->n_stmts && !over_limit(&L, prog->stmts[i]->loc); i++)
         if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
     if (L.cuts) resolve_cuts(&L, L.cuts);
+    if (opts->zero >= 0) L.g->zero = opts->zero;
     if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
         fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
                 L.g->batch_dim);

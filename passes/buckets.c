@@ -11,7 +11,8 @@
  * there, right after the last of them, and waited for at the end of the pass: the
  * backward pass computes the earlier layers' gradients in reverse order, so the later
  * layers' buckets are reduced while it goes on. With micro-batches the gradients are
- * complete only after the last one, so every bucket is reduced in the update.
+ * complete only after the last one, so every bucket is reduced in the update; with ZeRO
+ * (passes/zero.c) too.
  *
  * requires: shard, pipeline (stages), memory (gradients in REGION_GRADS); breaks nothing. */
 #include <stdlib.h>
@@ -60,7 +61,8 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
             if (g->values[partial]->phase != PHASE_BACKWARD) in_backward = 0;
         }
         for (int k = p; k < q; k++) plan->lead[g->grads[k]] = first;
-        if (in_backward && ready < last_backward && !scheduled) plan->ready[first] = ready;
+        /* ZeRO's reduce-scatters run in the update */
+        if (in_backward && ready < last_backward && !scheduled && !g->zero) plan->ready[first] = ready;
         cap = bucket_floats;
         q = p;
     }

@@ -224,9 +224,46 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     fprintf(out, "\n");
 }
 
+/* ZeRO's buckets: which gradients each reduce-scatters and how much of it a rank updates. */
+static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
+    const dm_zero_bucket *b0 = &z->bucket[0];
+    fprintf(out, "ZeRO %d over %s (%lld ranks): the optimizer state%s of each gradient bucket split into\n"
+                 "equal shares of its flat range; instead of the bucket's allreduce, a reduce-scatter of its\n"
+                 "gradients, the update of this rank's share, and an all-gather of its parameters (the same bytes)\n",
+            z->stage, g->axes[b0->axis].name, (long long)g->axes[b0->axis].size, z->stage >= 2 ? " and gradients" : "");
+    fprintf(out, "  %-6s %-5s %-52s %12s %12s\n", "bucket", "stage", "parameters", "elements", "share/rank");
+    for (int k = 0; k < z->n_buckets; k++) {
+        const dm_zero_bucket *b = &z->bucket[k];
+        char params[200];
+        int n = b->last - b->first + 1;
+        if (n == 1) snprintf(params, sizeof params, "%s", g->values[g->params[b->first]]->name);
+        else snprintf(params, sizeof params, "%s .. %s (%d)", g->values[g->params[b->first]]->name,
+                      g->values[g->params[b->last]]->name, n);
+        fprintf(out, "  %-6d %-5d %-52s %12lld %12lld\n", k, b->stage, params, (long long)b->span, (long long)b->share);
+    }
+    fprintf(out, "\n");
+}
+
+static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
+    fprintf(out, ", \"zero\": {\"stage\": %d, \"buckets\": [", z->stage);
+    for (int k = 0; k < z->n_buckets; k++) {
+        const dm_zero_bucket *b = &z->bucket[k];
+        fprintf(out, "%s{\"axis\": ", k ? ", " : "");
+        json_string(out, g->axes[b->axis].name);
+        fprintf(out, ", \"stage\": %d, \"first\": ", b->stage);
+        json_string(out, g->values[g->params[b->first]]->name);
+        fprintf(out, ", \"last\": ");
+        json_string(out, g->values[g->params[b->last]]->name);
+        fprintf(out, ", \"elements\": %lld, \"share\": %lld}", (long long)b->span, (long long)b->share);
+    }
+    fprintf(out, "]}");
+}
+
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
-                   const dm_pipeline_plan *pipeline, const char *source_path, int json, FILE *out) {
+                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int json,
+                   FILE *out) {
     int64_t ranks = ir_mesh_ranks(g);
+    int zeroed = zero && zero->n_buckets > 0;
     if (json) {
         fprintf(out, "{\"model\": ");
         json_string(out, g->model);
@@ -247,6 +284,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         fprintf(out, ", \"collectives\": ");
         list_collectives_json(g, reshards, out);
         if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
+        if (zeroed) zero_json(g, zero, out);
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                      "\"activations\": %lld, \"activations_without_reuse\": %lld",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
@@ -306,6 +344,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
     list_collectives(g, reshards, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, out);
+    if (zeroed) zero_text(g, zero, out);
     char p[32], gr[32], s[32], a[32], au[32];
     mib((double)plan->param_elems, p, sizeof p);
     mib((double)plan->grad_elems, gr, sizeof gr);

@@ -6,8 +6,10 @@
 
 #include "passes.h"
 
-/* pipeline may be NULL (or of one stage and micro-batch): no pipeline section. */
+/* pipeline may be NULL (or of one stage and micro-batch): no pipeline section; zero NULL
+ * or without buckets: no ZeRO section. */
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
-                   const dm_pipeline_plan *pipeline, const char *source_path, int json, FILE *out);
+                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int json,
+                   FILE *out);
 
 #endif

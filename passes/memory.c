@@ -5,7 +5,9 @@
  * so that each region is one contiguous block (a later ZeRO pass shards it by ranges).
  * Temporaries share one arena: a value is placed in the first free range that holds it
  * (first fit over the ranges freed by dead values, else at the top). Offsets are rounded to
- * 16 elements (64 bytes) for vector loads. */
+ * 16 elements (64 bytes) for vector loads; with ZeRO, parameters and gradients to a
+ * multiple of every mesh axis's size too, so that a run of them splits into equal shares
+ * (passes/zero.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,16 @@
 #define ALIGN_ELEMS 16
 
 static int64_t round_up(int64_t n) { return (n + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS; }
+
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+/* A parameter's or gradient's allocation: with ZeRO, a multiple of 16 and of every
+ * axis's size (their least common multiple: 16 for meshes of powers of two up to 16). */
+static int64_t persistent_size(const ir_graph *g, int64_t numel) {
+    int64_t align = ALIGN_ELEMS;
+    for (int a = 0; g->zero && a < g->n_axes; a++) align = align / gcd(align, g->axes[a].size) * g->axes[a].size;
+    return (numel + align - 1) / align * align;
+}
 
 /* Free ranges of the arena below its top, sorted by offset and never adjacent. Real
  * models keep few of them, so a sorted array is enough. */
@@ -119,12 +131,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         case ROLE_PARAM:
             plan->region[i] = REGION_PARAMS;
             plan->offset[i] = plan->param_elems;
-            plan->param_elems += size;
+            plan->param_elems += persistent_size(g, ir_local_numel(g, &v->type));
             continue;
         case ROLE_GRAD:
             plan->region[i] = REGION_GRADS;
             plan->offset[i] = plan->grad_elems;
-            plan->grad_elems += size;
+            plan->grad_elems += persistent_size(g, ir_local_numel(g, &v->type));
             continue;
         case ROLE_STATE:
             plan->region[i] = REGION_STATE;
@@ -164,6 +176,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->copy_first);
     free(plan->copy_stage);
     free(plan->copy_offset);
+    free(plan->sum_offset);
     free(plan->region);
     free(plan->offset);
     free(plan->storage_of);
@@ -305,6 +318,7 @@ static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         int64_t size = round_up(ir_local_numel(g, &v->type));
+        if (plan->region[i] == REGION_PARAMS || plan->region[i] == REGION_GRADS) size = persistent_size(g, ir_local_numel(g, &v->type));
         if (v->stage >= plan->stages) continue;
         dm_stage_memory *own = &plan->stage[v->stage];
         switch (plan->region[i]) {
@@ -384,6 +398,16 @@ int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int 
 
 /* ---- what a rank allocates ------------------------------------------------------------------ */
 
+int64_t dm_grad_sum_offset(const dm_memory_plan *plan, int id) {
+    return plan->sum_offset ? plan->sum_offset[id] : plan->offset[id];
+}
+
+int64_t dm_grad_sum_elems(const dm_memory_plan *plan, int stage) {
+    if (plan->stages > 1 && stage >= 0 && stage < plan->stages)
+        return plan->stage[stage].grad_sum_elems ? plan->stage[stage].grad_sum_elems : plan->stage[stage].grad_elems;
+    return plan->grad_sum_elems ? plan->grad_sum_elems : plan->grad_elems;
+}
+
 int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
     int64_t need = 0;
     for (int id = 0; id < g->n_values; id++) {
@@ -439,7 +463,8 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     out->grads = allocated(4 * grads);
     out->optimizer_state = allocated(4 * state);
     out->activations = allocated(4 * arena * in_flight);
-    if (scheduled && g->loss >= 0 && g->grads && g->microbatches > 1) out->gradient_sums = allocated(4 * grads);
+    if (scheduled && g->loss >= 0 && g->grads && g->microbatches > 1)
+        out->gradient_sums = allocated(4 * dm_grad_sum_elems(plan, staged ? stage : -1));
     if (scratch_elems > 0) out->scratch = allocated(4 * scratch_elems);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = g->values[g->outputs[i]];

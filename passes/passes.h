@@ -108,6 +108,7 @@ typedef enum dm_region {
 /* The regions of one pipeline stage's ranks (elements). */
 typedef struct dm_stage_memory {
     int64_t param_elems, grad_elems, state_elems, arena_elems, arena_unshared_elems;
+    int64_t grad_sum_elems;  /* the gradients laid out whole (see sum_offset); 0: grad_elems */
 } dm_stage_memory;
 
 typedef struct dm_memory_plan {
@@ -126,6 +127,10 @@ typedef struct dm_memory_plan {
     int *copy_stage;
     int64_t *copy_offset;
     int64_t scratch_elems;   /* the target's dm_scratch_elems, set by the caller (explain, codegen) */
+    /* ZeRO 2 keeps only shares of gradients in REGION_GRADS (pass_zero): the micro-batches'
+     * gradient sums keep the whole layout, where gradient i sits at sum_offset[i] */
+    int64_t *sum_offset;     /* (n_values) NULL: offset */
+    int64_t grad_sum_elems;  /* 0: grad_elems */
 } dm_memory_plan;
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
@@ -147,6 +152,11 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
 /* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in that
  * stage's region, or -1 when that stage holds no copy. stage < 0: its own stage. */
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage);
+
+/* Where gradient id sits in the micro-batches' gradient sum, and that sum's elements on
+ * `stage` (< 0: the largest). */
+int64_t dm_grad_sum_offset(const dm_memory_plan *plan, int id);
+int64_t dm_grad_sum_elems(const dm_memory_plan *plan, int stage);
 
 /* The scratch a target's kernels need beyond the collectives' (codegen's dialects give
  * these), and the scratch of a whole step in elements: the largest need of any
@@ -190,5 +200,31 @@ typedef struct dm_bucket_plan {
 
 int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan);
 void dm_bucket_plan_free(dm_bucket_plan *plan);
+
+/* zero.c: ZeRO 1 and 2 over the gradient buckets (see there). */
+typedef struct dm_zero_bucket {
+    int lead;              /* the bucket's lead allreduce (dm_bucket_plan) */
+    int axis;              /* the mesh axis its shares split over (k ranks) */
+    int stage;             /* its pipeline stage */
+    int first, last;       /* its parameters, [first, last] in declaration order */
+    int64_t param_begin;   /* where the range starts in ctx->params */
+    int64_t grad_begin;    /* and in the whole gradient layout (ctx->grads for zero 1) */
+    int64_t span;          /* elements of the range, a multiple of k */
+    int64_t share;         /* span / k: what each rank reduces and updates */
+    int64_t state_at;      /* the share of optimizer state tensor j: ctx->state + state_at + j * align16(share) */
+    int64_t grad_at;       /* zero 2: the share of the gradient in ctx->grads; else -1 */
+} dm_zero_bucket;
+
+typedef struct dm_zero_plan {
+    int stage;             /* g->zero */
+    dm_zero_bucket *bucket;/* (n_buckets) */
+    int n_buckets;
+    int *bucket_of;        /* (n_params) the bucket updating parameter p, or -1 */
+    int states;            /* optimizer state tensors per parameter */
+    int64_t scratch_elems; /* what the buckets need of ctx->scratch */
+} dm_zero_plan;
+
+int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_zero_plan *z);
+void dm_zero_plan_free(dm_zero_plan *z);
 
 #endif

@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dm_program *prog = dm_parse(&diag);
     ir_graph *g = NULL;
     if (diag.n_errors == 0) {
-        dm_lower_options lo = {.model = "fuzz"};
+        dm_lower_options lo = {.model = "fuzz", .schedule = -1, .zero = -1};
         g = dm_lower(prog, &lo, &diag);
     }
     dm_program_free(prog);
@@ -58,8 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 dm_memory_plan plan;
                 pass_memory(g, &plan);
                 ir_print(g, devnull);
-                explain_print(g, &plan, &reshards, &pipeline, "fuzz.dm", 0, devnull);
-                explain_print(g, &plan, &reshards, &pipeline, "fuzz.dm", 1, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", 0, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", 1, devnull);
                 dm_memory_plan_free(&plan);
             }
             dm_pipeline_plan_free(&pipeline);

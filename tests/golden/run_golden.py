@@ -55,6 +55,9 @@ CASES = {
     "mlp.pipeline2_1f1b": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b",
                                                "--explain"]),
     "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain"]),
+    # ZeRO: each bucket's shares, and the state (and gradients) per rank halved
+    "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain"]),
+    "gpt.data2_tensor2_zero2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--zero", "2", "--explain=json"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),

@@ -35,11 +35,15 @@ from dmcrun import Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
-          ("data=2", ["--bucket-mb", "0.004"])]
+          ("data=2", ["--bucket-mb", "0.004"]),
+          # ZeRO: optimizer state (1), and gradients (2), in shares over data; small buckets
+          # make shares begin and end inside tensors
+          ("data=2", ["--zero", "1"]), ("data=4", ["--zero", "2", "--bucket-mb", "0.004"]),
+          ("data=2,tensor=2", ["--zero", "2"])]
 
 # pipelines and micro-batches (MESH_SET pipeline): accumulation without a mesh, 2 and 4
 # stages with 1, 4 and 8 micro-batches under both schedules, and pipelines composed with
@@ -52,7 +56,10 @@ PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
                    ("pipeline=4", ["--microbatches", "4", "--schedule", "1f1b"]),
                    ("data=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4"]),
-                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"])]
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
+                   # ZeRO on pipeline stages, with the micro-batches' gradients summed whole
+                   ("data=2,pipeline=2", ["--microbatches", "4", "--zero", "1"]),
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "2"])]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -67,6 +74,8 @@ MODELS = {
     "forms": ("tests/spmd/forms.dm", "B=16,D=24,H=32,K=8"),
     # four residual blocks and a head: a layer per stage on pipeline=4
     "stack": ("tests/spmd/stack.dm", "B=16,D=32,H=64,K=8"),
+    # SGD with Nesterov momentum: one state tensor per parameter (ZeRO's shares of it)
+    "sgd": ("tests/spmd/sgd.dm", "B=16,D=24,H=32,K=8"),
 }
 
 
@@ -74,7 +83,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model in ("mlp", "forms", "stack"):
+    if model in ("mlp", "forms", "stack", "sgd"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}

@@ -25,7 +25,14 @@ MODELS = {"mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"), "gpt": ("examples/g
 MESHES = [[], ["--mesh", "data=2"], ["--mesh", "tensor=2"], ["--accumulate", "2"],
           ["--mesh", "pipeline=2", "--microbatches", "4"],
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "1f1b"],
-          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4"]]
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4"],
+          ["--mesh", "data=2", "--zero", "1"], ["--mesh", "data=4", "--zero", "2"],
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--zero", "2"]]
+# ZeRO against its formula: the optimizer state (and, for zero 2, the gradients) per rank
+# is the unsharded plan's over the data axis's size k, within the rounding of each bucket's
+# share (16 elements per state tensor and bucket) and the parameters' padding to a multiple
+# of k and 16
+ZERO_FORMULA = [("data=2", "1"), ("data=4", "2"), ("data=4", "1")]
 
 
 def batch(model, sets):
@@ -50,6 +57,35 @@ def stage_of(rank, mesh):
     for s in sizes[k + 1:]:
         inner *= s
     return rank // inner % sizes[k]
+
+
+def explain_json(dmc, dm, sets, extra):
+    r = subprocess.run([dmc, "--explain=json", dm, "--set", sets] + extra, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, check=True)
+    return json.loads(r.stdout)
+
+
+def zero_formula(dmc, dm, sets, model):
+    """The ZeRO plans' state and gradients per rank against the unsharded plan's / k."""
+    failures = []
+    for mesh, stage in ZERO_FORMULA:
+        k = int(mesh.split("=")[1])
+        base = explain_json(dmc, dm, sets, ["--mesh", mesh])
+        plan = explain_json(dmc, dm, sets, ["--mesh", mesh, "--zero", stage])
+        buckets = len(plan["zero"]["buckets"])
+        mem, mem0 = plan["memory_bytes_per_rank"], base["memory_bytes_per_rank"]
+        states = 2  # AdamW: exp_avg, exp_avg_sq
+        slack = 4 * (states * 16 * buckets + 16 * k * len(plan["params"]))
+        parts = [("optimizer_state", mem0["optimizer_state"] / k)]
+        parts.append(("grads", mem0["grads"] / k if stage == "2" else mem0["grads"]))
+        for part, want in parts:
+            got = mem[part]
+            ok = abs(got - want) <= slack
+            print("%-48s %s: %d bytes per rank, formula %d (slack %d)%s"
+                  % ("%s %s --zero %s" % (model, mesh, stage), part, got, want, slack, "" if ok else "  FAIL"))
+            if not ok:
+                failures.append("%s %s --zero %s: %s %d bytes, formula %d" % (model, mesh, stage, part, got, want))
+    return failures
 
 
 def main(argv):
@@ -90,6 +126,7 @@ def main(argv):
                 print("%-48s %d rank(s): measured %s bytes, predicted %s; worst difference %.2f%%"
                       % (what, ranks, sorted(set(measured.values())), sorted(set(p["total"] for p in predicted)),
                          100 * worst))
+            failures += zero_formula(dmc, dm, sets, model)
     for f in failures:
         print("FAIL " + f)
     print("%d passed, %d failed" % (checks, len(failures)))

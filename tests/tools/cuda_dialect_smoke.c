@@ -441,11 +441,11 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     d->comm_callee(callee, sizeof callee, "allgather");
     cg_line(w, "if (%sctx->comm[0], grad, g, 16, \"allgather\") != DMRT_OK) return device_failed(ctx);", callee);
 
-    cg_update us = {.opt = &sgd, .n = 64, .param = "m", .grad = "grad", .state0 = "v"};
+    cg_update us = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad", .state0 = "v"};
     d->sgd(w, &us);
-    cg_update us0 = {.opt = &sgd, .n = 64, .param = "m", .grad = "grad"};
+    cg_update us0 = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad"};
     d->sgd(w, &us0);
-    cg_update ua = {.opt = &adamw, .n = 64, .param = "x", .grad = "grad", .state0 = "m", .state1 = "v"};
+    cg_update ua = {.opt = &adamw, .count = "64", .param = "x", .grad = "grad", .state0 = "m", .state1 = "v"};
     d->adamw(w, &ua);
     d->fault_check(w, 1);
     cg_line(w, "return DMRT_OK;");

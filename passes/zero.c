@@ -1,0 +1,164 @@
+/* zero.c: ZeRO (weight-update sharding). With g->zero >= 1, every gradient bucket of
+ * passes/buckets.c (a run of parameters whose gradients are allreduced over one axis, on
+ * one stage, contiguous in ctx->params and ctx->grads alike) is one flat range of
+ * `span` elements, a multiple of the axis size k (the memory plan rounds parameters and
+ * gradients so): instead of allreducing it, the update reduce-scatters it, so that the
+ * rank at coordinate c holds the summed gradient of elements [c * span / k, (c + 1) *
+ * span / k) of the range, updates those elements of the parameters with optimizer state
+ * for them alone, and all-gathers the parameters in place. This is the sharding of the
+ * flat parameter vector over the axis (DeepSpeed's and FSDP's flat partition): a share
+ * may begin and end inside a tensor, so no dimension has to divide by k.
+ *   zero 1: the optimizer state is the shares only (1/k of it per rank);
+ *   zero 2: the gradients too: a bucket is assembled whole in ctx->scratch and
+ *           reduce-scattered into the rank's share of ctx->grads.
+ * The same bytes cross the links as the allreduce (a reduce-scatter and an all-gather).
+ *
+ * requires: memory (and memory_plan_stages), buckets; rewrites the memory plan's
+ * optimizer state (and, for zero 2, gradient) layout: members' state values get no
+ * storage of their own (REGION_NONE), their gradients' offsets become -1 (the buckets
+ * reach them by range), and plan->sum_offset keeps the whole layout (the micro-batches'
+ * gradient sums', and zero 1's ctx->grads). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; } /* the memory plan's alignment */
+
+/* The optimizer state tensors of each update: its operands after the parameter and
+ * gradient. */
+static int state_count(const ir_graph *g, int p) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (ir_op_info_of(v->op)->cls == OPC_UPDATE && v->param_index == p) return v->n_operands - 2;
+    }
+    return 0;
+}
+
+/* The buckets: one per lead of the bucket plan whose members sit alike in ctx->params
+ * and ctx->grads (a tied parameter's copy between them breaks that: such a bucket keeps
+ * its allreduce). */
+static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_zero_plan *z) {
+    for (int lead = 0; lead < g->n_values; lead++) {
+        int first = -1, last = -1, alike = 1;
+        for (int p = 0; p < g->n_params; p++) {
+            int grad = g->grads ? g->grads[p] : -1;
+            if (grad < 0 || buckets->lead[grad] != lead) continue;
+            if (first < 0) first = p;
+            else if (mem->offset[g->params[p]] - mem->offset[g->params[first]] != mem->offset[grad] - mem->offset[g->grads[first]])
+                alike = 0;
+            last = p;
+        }
+        if (first < 0 || !alike) continue;
+        const ir_value *l = g->values[lead], *end_param = g->values[g->params[last]];
+        int64_t k = g->axes[l->mesh_axis].size;
+        dm_zero_bucket b = {.lead = lead, .axis = (int)l->mesh_axis, .stage = g->values[g->params[first]]->stage,
+                            .first = first, .last = last, .grad_begin = mem->offset[g->grads[first]],
+                            .param_begin = mem->offset[g->params[first]], .grad_at = -1};
+        /* the last member's allocation, rounded to a multiple of k, ends the range */
+        int64_t end = mem->offset[g->grads[last]] + ir_local_numel(g, &end_param->type);
+        int64_t span = end - b.grad_begin;
+        b.span = (span + k - 1) / k * k;
+        b.share = b.span / k;
+        z->bucket = ir_grow(z->bucket, z->n_buckets, sizeof *z->bucket);
+        z->bucket[z->n_buckets++] = b;
+        for (int p = first; p <= last; p++) z->bucket_of[p] = z->n_buckets - 1;
+    }
+}
+
+/* Lays out region (state or gradients) again, stage by stage: the values of parameters
+ * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
+ * a share each). Members' values lose their storage. */
+static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm_region region, int per_bucket) {
+    int S = mem->stages > 1 ? mem->stages : 1;
+    int64_t *top = calloc((size_t)S, sizeof(int64_t));
+    int *param_of = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!top || !param_of) abort();
+    for (int i = 0; i < g->n_values; i++) param_of[i] = region == REGION_STATE ? g->values[i]->param_index : -1;
+    for (int p = 0; region == REGION_GRADS && p < g->n_params; p++)
+        if (g->grads[p] >= 0) param_of[g->grads[p]] = p;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (mem->region[i] != region || mem->storage_of[i] != i) continue;
+        int p = param_of[i] >= 0 && param_of[i] < g->n_params ? param_of[i] : -1;
+        int s = S > 1 ? (p >= 0 ? g->values[g->params[p]]->stage : v->stage) : 0;
+        if (p >= 0 && z->bucket_of[p] >= 0) {
+            if (region == REGION_STATE) mem->region[i] = REGION_NONE;
+            mem->offset[i] = -1;
+            continue;
+        }
+        mem->offset[i] = top[s];
+        top[s] += align16(ir_local_numel(g, &v->type));
+    }
+    /* values sharing a buffer (reshapes) follow it */
+    for (int i = 0; i < g->n_values; i++) {
+        int root = mem->storage_of[i];
+        if (root == i || mem->region[i] != region) continue;
+        mem->region[i] = mem->region[root];
+        mem->offset[i] = mem->offset[root];
+    }
+    for (int b = 0; b < z->n_buckets; b++) {
+        dm_zero_bucket *zb = &z->bucket[b];
+        int s = S > 1 ? zb->stage : 0;
+        if (region == REGION_STATE) zb->state_at = top[s];
+        else zb->grad_at = top[s];
+        top[s] += (int64_t)per_bucket * align16(zb->share);
+    }
+    for (int s = 0; s < S; s++) {
+        int64_t *elems = region == REGION_STATE ? (S > 1 ? &mem->stage[s].state_elems : &mem->state_elems)
+                                                : (S > 1 ? &mem->stage[s].grad_elems : &mem->grad_elems);
+        *elems = top[s];
+    }
+    if (S > 1) {
+        int64_t most = 0;
+        for (int s = 0; s < S; s++) {
+            int64_t e = region == REGION_STATE ? mem->stage[s].state_elems : mem->stage[s].grad_elems;
+            if (e > most) most = e;
+        }
+        if (region == REGION_STATE) mem->state_elems = most;
+        else mem->grad_elems = most;
+    }
+    free(top);
+    free(param_of);
+}
+
+int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_zero_plan *z) {
+    memset(z, 0, sizeof *z);
+    z->stage = g->zero;
+    z->bucket_of = malloc(((size_t)g->n_params + 1) * sizeof(int));
+    if (!z->bucket_of) abort();
+    for (int p = 0; p < g->n_params; p++) z->bucket_of[p] = -1;
+    if (!g->zero || !g->grads || g->optimizer.kind == OPTIM_NONE) return 0;
+    find_buckets(g, mem, buckets, z);
+    if (!z->n_buckets) return 0;
+    z->states = state_count(g, z->bucket[0].first);
+    /* the whole gradient layout, for the micro-batches' sums */
+    mem->sum_offset = malloc(((size_t)g->n_values + 1) * sizeof(int64_t));
+    if (!mem->sum_offset) abort();
+    memcpy(mem->sum_offset, mem->offset, (size_t)g->n_values * sizeof(int64_t));
+    int S = mem->stages > 1 ? mem->stages : 1;
+    for (int s = 0; s < S; s++) {
+        if (S > 1) mem->stage[s].grad_sum_elems = mem->stage[s].grad_elems;
+    }
+    mem->grad_sum_elems = mem->grad_elems;
+    relayout(g, mem, z, REGION_STATE, z->states);
+    if (g->zero >= 2) {
+        relayout(g, mem, z, REGION_GRADS, 1);
+    } else {
+        /* whole in ctx->grads, but reduced only in this rank's share: no offset to hand out */
+        for (int p = 0; p < g->n_params; p++)
+            if (z->bucket_of[p] >= 0) mem->offset[g->grads[p]] = -1;
+    }
+    for (int b = 0; b < z->n_buckets; b++) {
+        /* zero 1 receives its share; zero 2 assembles the whole range there */
+        int64_t need = g->zero >= 2 ? z->bucket[b].span : z->bucket[b].share;
+        if (need > z->scratch_elems) z->scratch_elems = need;
+    }
+    return 0;
+}
+
+void dm_zero_plan_free(dm_zero_plan *z) {
+    free(z->bucket);
+    free(z->bucket_of);
+    memset(z, 0, sizeof *z);
+}
