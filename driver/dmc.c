@@ -64,6 +64,10 @@ static const char usage[] =
     "  --accumulate K             the same count, by its other name (accumulate = K)\n"
     "  --schedule gpipe|1f1b      the pipeline schedule (default gpipe)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
+    "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
+    "                             its inputs for the backward pass, which makes the rest\n"
+    "                             again), selective (only cheap ops: not products), marked\n"
+    "                             (default: the calls the .dm wraps in recompute(...)), off\n"
     "  --zero 0|1|2               ZeRO: 1 splits the optimizer state over the axis gradients\n"
     "                             are allreduced on (data), 2 the gradients too (zero = N in\n"
     "                             the .dm; default 0)\n"
@@ -105,6 +109,7 @@ typedef struct options {
     int microbatches;         /* --microbatches / --accumulate, 0: the program's */
     int schedule;             /* --schedule, -1: the program's */
     int zero;                 /* --zero, -1: the program's */
+    int recompute;            /* --recompute as an ir_recompute */
     dm_pipeline_options pipeline;
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
@@ -206,6 +211,16 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
         o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
         return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--recompute"))) {
+        static const char *const modes[] = {"marked", "full", "selective", "off"};
+        for (int m = 0; m < 4; m++)
+            if (strcmp(v, modes[m]) == 0) {
+                o->recompute = m;
+                return 1;
+            }
+        fprintf(stderr, "dmc: error: --recompute takes full, selective, marked or off, got '%s'\n", v);
+        return -1;
     }
     if ((v = option_value(argc, argv, i, "--zero"))) {
         if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
@@ -594,7 +609,7 @@ int main(int argc, char **argv) {
     if (diag.n_errors == 0) {
         dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh,
                                 .microbatches = o.microbatches, .schedule = o.schedule,
-                                .zero = o.zero};
+                                .zero = o.zero, .recompute = o.recompute};
         g = dm_lower(prog, &lo, &diag);
     }
     dm_program_free(prog);
@@ -613,6 +628,8 @@ int main(int argc, char **argv) {
         if (pass_autodiff(g, &diag)) goto done;
         VERIFY("autodiff");
         if (!stop_autodiff) {
+            if (pass_recompute(g, &diag)) goto done;
+            VERIFY("recompute");
             if (pass_optimizer(g, &diag)) goto done;
             VERIFY("optimizer");
             if (!stop_optimizer) {

@@ -107,6 +107,8 @@ typedef enum ir_role {
 
 typedef enum ir_phase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE } ir_phase;
 
+typedef enum ir_recompute { RECOMPUTE_MARKED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_NONE } ir_recompute;
+
 typedef struct ir_value {
     int id;                   /* index in graph->values */
     ir_op op;
@@ -137,6 +139,9 @@ typedef struct ir_value {
     struct ir_value *origin;  /* backward: the forward op whose gradient rule made it (its
                                * pipeline stage runs it); NULL otherwise */
     int stage;                /* pipeline stage running it (passes/pipeline.c); 0 without one */
+    int segment;              /* forward values made by one call of a layer at the top level (a
+                               * transformer block): the call's number from 1; 0 elsewhere */
+    int marked;               /* made inside recompute(...): its segment is recomputed */
 } ir_value;
 
 typedef struct ir_mesh_axis {
@@ -172,6 +177,10 @@ typedef struct ir_graph {
     /* ZeRO (passes/zero.c): 1 splits the optimizer state of every parameter whose
      * gradient is allreduced (data parallelism) over that axis, 2 its gradient too. */
     int zero;                 /* 0: off */
+    /* Activation recomputation (passes/recompute.c): RECOMPUTE_MARKED recomputes the
+     * segments the program marks with recompute(...), FULL every segment, SELECTIVE the
+     * cheap ops (not products or collectives) of every segment. */
+    int recompute;            /* ir_recompute */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
                                * starts after cut_after[k]; NULL: dmc chooses */

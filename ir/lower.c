@@ -65,6 +65,8 @@ typedef struct lowerer {
     scope global;
     instance *instances;
     int depth;                /* nested instantiation / calls */
+    int segments;             /* top-level layer calls so far (ir_value.segment) */
+    int in_recompute;         /* lowering the argument of recompute(...) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
 } lowerer;
 
@@ -601,6 +603,15 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
     }
     L->depth--;
     scope_free(&locals);
+    if (L->depth == 0) {
+        /* a top-level call: its values are one segment (passes/recompute.c) */
+        int segment = ++L->segments;
+        for (int i = call_start; i < L->g->n_values; i++)
+            if (val(L, i)->role == ROLE_TEMP) {
+                val(L, i)->segment = segment;
+                val(L, i)->marked = L->in_recompute > 0;
+            }
+    }
     if (!returned) {
         dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
         return -1;
@@ -939,6 +950,14 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
             *out = make_const(L, folded, e->loc);
         else if (x >= 0)
             *out = make_typed(L, s, unary, &x, 1, e->loc);
+        return 1;
+    }
+    if (strcmp(f, "recompute") == 0) {
+        /* recompute(h(x)): the layer calls inside keep only their inputs for the backward */
+        if (want_args(L, e, 1, 1)) return 1;
+        L->in_recompute++;
+        *out = lower_expr(L, s, e->args[0]);
+        L->in_recompute--;
         return 1;
     }
     if (strcmp(f, "softmax") == 0) {
@@ -1479,6 +1498,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
         if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
     if (L.cuts) resolve_cuts(&L, L.cuts);
     if (opts->zero >= 0) L.g->zero = opts->zero;
+    L.g->recompute = opts->recompute;
     if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
         fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
                 L.g->batch_dim);

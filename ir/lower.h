@@ -23,6 +23,7 @@ typedef struct dm_lower_options {
     int microbatches;           /* --microbatches (--accumulate), 0: the program's */
     int schedule;               /* --schedule as a pipe_kind, -1: the program's */
     int zero;                   /* --zero as a stage (0 turns it off), -1: the program's */
+    int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
 } dm_lower_options;
 
 /* Returns the forward graph, or NULL with errors reported to d. Overrides whose name

@@ -244,6 +244,34 @@ static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, "\n");
 }
 
+/* The forward ops made again in the backward pass (passes/recompute.c), and their flops. */
+static int recomputed_ops(const ir_graph *g, double *flops) {
+    int n = 0;
+    double f = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->phase != PHASE_BACKWARD || v->segment <= 0) continue;
+        n++;
+        f += cost_of_op(g, v).flops;
+    }
+    if (flops) *flops = f;
+    return n;
+}
+
+static void recompute_text(const ir_graph *g, FILE *out) {
+    static const char *const modes[] = {"the calls in recompute(...)", "full", "selective", "off"};
+    double flops, total = 0;
+    int n = recomputed_ops(g, &flops);
+    if (!n) return;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i]->phase != PHASE_UPDATE) total += cost_of_op(g, g->values[i]).flops;
+    fprintf(out, "recomputation (%s): %d forward ops made again in the backward pass, %.3g GFLOP per rank and\n"
+                 "micro-batch (%.1f%% of the step's); %s\n\n",
+            modes[g->recompute], n, flops / 1e9, total > 0 ? 100 * flops / total : 0.0,
+            g->recompute == RECOMPUTE_SELECTIVE ? "products and gathers keep their outputs, the rest is made again"
+                                                : "each such layer call keeps only its inputs for the backward");
+}
+
 static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, ", \"zero\": {\"stage\": %d, \"buckets\": [", z->stage);
     for (int k = 0; k < z->n_buckets; k++) {
@@ -285,6 +313,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         list_collectives_json(g, reshards, out);
         if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
         if (zeroed) zero_json(g, zero, out);
+        fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                      "\"activations\": %lld, \"activations_without_reuse\": %lld",
                 (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
@@ -345,6 +374,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     list_collectives(g, reshards, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, out);
     if (zeroed) zero_text(g, zero, out);
+    recompute_text(g, out);
     char p[32], gr[32], s[32], a[32], au[32];
     mib((double)plan->param_elems, p, sizeof p);
     mib((double)plan->grad_elems, gr, sizeof gr);

@@ -18,6 +18,10 @@ int pass_shapes(ir_graph *g, dm_diag *d);
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
 
+/* recompute.c: copies of the forward ops whose values the backward reads, for the
+ * segments g->recompute selects, placed in the backward pass. requires: autodiff. */
+int pass_recompute(ir_graph *g, dm_diag *d);
+
 /* optimizer.c: appends one update op per parameter and its state. requires: autodiff. */
 int pass_optimizer(ir_graph *g, dm_diag *d);
 

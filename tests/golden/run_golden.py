@@ -57,6 +57,8 @@ CASES = {
     "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain"]),
     # ZeRO: each bucket's shares, and the state (and gradients) per rank halved
     "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain"]),
+    # recomputation: the ops made again, and the smaller activation arena
+    "gpt.recompute_full": ("examples/gpt.dm", ["--set", "B=8", "--mesh", "data=8", "--recompute", "full", "--explain"]),
     "gpt.data2_tensor2_zero2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--zero", "2", "--explain=json"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
