@@ -148,9 +148,10 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies */
-    for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++)
-        if ((tied_holders(E, p) >> stage & 1) || (tied_holders(E, p) && V(E, g->params[p])->stage == stage))
-            used[g->params[p]] = any = 1;
+    for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++) {
+        uint64_t holders = tied_holders(E, p);
+        if (holders && ((holders >> stage & 1) || V(E, g->params[p])->stage == stage)) used[g->params[p]] = any = 1;
+    }
     int keeps = micro && phase == PHASE_FORWARD;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
     for (int i = 0; keeps && i < g->n_outputs; i++)

@@ -20,14 +20,12 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
     cg_line(&E->w, "if (lo < hi) {");
     E->w.indent++;
     /* the update op names its gradient and state */
-    const ir_value *update = NULL;
-    for (int i = 0; i < g->n_values && !update; i++)
-        if (ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE && V(E, i)->param_index == p) update = V(E, i);
+    const ir_value *update = E->zero->update_of[p] >= 0 ? V(E, E->zero->update_of[p]) : NULL;
     const char *names[4] = {E->cname[param->id], E->cname[g->grads[p]], NULL, NULL};
     for (int j = 0; j < E->zero->states && update && j + 2 < update->n_operands; j++) {
         names[2 + j] = E->cname[update->operands[2 + j]];
         cg_line(&E->w, "float *%s = ctx->state + %lld + (lo - share_begin);", names[2 + j],
-                (long long)(b->state_at + j * ((b->share + 15) / 16 * 16)));
+                (long long)(b->state_at + j * b->state_stride));
     }
     cg_line(&E->w, "float *%s = ctx->params + %lld + lo;", names[0], (long long)b->param_begin);
     cg_line(&E->w, "const float *%s = %s + (lo - share_begin);", names[1], grad_share);

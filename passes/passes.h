@@ -215,7 +215,8 @@ typedef struct dm_zero_bucket {
     int64_t grad_begin;    /* and in the whole gradient layout (ctx->grads for zero 1) */
     int64_t span;          /* elements of the range, a multiple of k */
     int64_t share;         /* span / k: what each rank reduces and updates */
-    int64_t state_at;      /* the share of optimizer state tensor j: ctx->state + state_at + j * align16(share) */
+    int64_t state_at;      /* the share of optimizer state tensor j: ctx->state + state_at + j * state_stride */
+    int64_t state_stride;  /* share, rounded to the memory plan's 16 elements */
     int64_t grad_at;       /* zero 2: the share of the gradient in ctx->grads; else -1 */
 } dm_zero_bucket;
 
@@ -224,6 +225,7 @@ typedef struct dm_zero_plan {
     dm_zero_bucket *bucket;/* (n_buckets) */
     int n_buckets;
     int *bucket_of;        /* (n_params) the bucket updating parameter p, or -1 */
+    int *update_of;        /* (n_params) parameter p's update op */
     int states;            /* optimizer state tensors per parameter */
     int64_t scratch_elems; /* what the buckets need of ctx->scratch */
 } dm_zero_plan;

@@ -25,16 +25,6 @@
 
 static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; } /* the memory plan's alignment */
 
-/* The optimizer state tensors of each update: its operands after the parameter and
- * gradient. */
-static int state_count(const ir_graph *g, int p) {
-    for (int i = 0; i < g->n_values; i++) {
-        const ir_value *v = g->values[i];
-        if (ir_op_info_of(v->op)->cls == OPC_UPDATE && v->param_index == p) return v->n_operands - 2;
-    }
-    return 0;
-}
-
 /* The buckets: one per lead of the bucket plan whose members sit alike in ctx->params
  * and ctx->grads (a tied parameter's copy between them breaks that: such a bucket keeps
  * its allreduce). */
@@ -60,6 +50,7 @@ static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_
         int64_t span = end - b.grad_begin;
         b.span = (span + k - 1) / k * k;
         b.share = b.span / k;
+        b.state_stride = align16(b.share);
         z->bucket = ir_grow(z->bucket, z->n_buckets, sizeof *z->bucket);
         z->bucket[z->n_buckets++] = b;
         for (int p = first; p <= last; p++) z->bucket_of[p] = z->n_buckets - 1;
@@ -102,7 +93,7 @@ static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm
         int s = S > 1 ? zb->stage : 0;
         if (region == REGION_STATE) zb->state_at = top[s];
         else zb->grad_at = top[s];
-        top[s] += (int64_t)per_bucket * align16(zb->share);
+        top[s] += (int64_t)per_bucket * zb->state_stride;
     }
     for (int s = 0; s < S; s++) {
         int64_t *elems = region == REGION_STATE ? (S > 1 ? &mem->stage[s].state_elems : &mem->state_elems)
@@ -126,20 +117,22 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
     memset(z, 0, sizeof *z);
     z->stage = g->zero;
     z->bucket_of = malloc(((size_t)g->n_params + 1) * sizeof(int));
-    if (!z->bucket_of) abort();
-    for (int p = 0; p < g->n_params; p++) z->bucket_of[p] = -1;
+    z->update_of = malloc(((size_t)g->n_params + 1) * sizeof(int));
+    if (!z->bucket_of || !z->update_of) abort();
+    for (int p = 0; p < g->n_params; p++) z->bucket_of[p] = z->update_of[p] = -1;
+    for (int i = 0; i < g->n_values; i++)
+        if (ir_op_info_of(g->values[i]->op)->cls == OPC_UPDATE) z->update_of[g->values[i]->param_index] = i;
     if (!g->zero || !g->grads || g->optimizer.kind == OPTIM_NONE) return 0;
     find_buckets(g, mem, buckets, z);
     if (!z->n_buckets) return 0;
-    z->states = state_count(g, z->bucket[0].first);
+    /* the optimizer state tensors: an update's operands after the parameter and gradient */
+    int first_update = z->update_of[z->bucket[0].first];
+    z->states = first_update >= 0 ? g->values[first_update]->n_operands - 2 : 0;
     /* the whole gradient layout, for the micro-batches' sums */
     mem->sum_offset = malloc(((size_t)g->n_values + 1) * sizeof(int64_t));
     if (!mem->sum_offset) abort();
     memcpy(mem->sum_offset, mem->offset, (size_t)g->n_values * sizeof(int64_t));
-    int S = mem->stages > 1 ? mem->stages : 1;
-    for (int s = 0; s < S; s++) {
-        if (S > 1) mem->stage[s].grad_sum_elems = mem->stage[s].grad_elems;
-    }
+    for (int s = 0; mem->stages > 1 && s < mem->stages; s++) mem->stage[s].grad_sum_elems = mem->stage[s].grad_elems;
     mem->grad_sum_elems = mem->grad_elems;
     relayout(g, mem, z, REGION_STATE, z->states);
     if (g->zero >= 2) {
@@ -160,5 +153,6 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
 void dm_zero_plan_free(dm_zero_plan *z) {
     free(z->bucket);
     free(z->bucket_of);
+    free(z->update_of);
     memset(z, 0, sizeof *z);
 }
