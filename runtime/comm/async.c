@@ -1,9 +1,10 @@
-/* async.c: allreduces that overlap computation (dmrt_allreduce_start, dmrt_comm_wait).
+/* async.c: collectives that overlap computation (dmrt_allreduce_start,
+ * dmrt_allgather_start, dmrt_comm_wait).
  *
  * Where the backend lets a rank use two communicators from two threads at once (threads),
  * each communicator that gets a started call has a helper thread of its rank: it runs the
  * started calls one after another, in the order they were started, with the ordinary
- * blocking allreduce, so every rank of the communicator still makes the same calls in
+ * blocking collective, so every rank of the communicator still makes the same calls in
  * the same order, and the deadline, abort and mismatch checks apply unchanged. The
  * caller goes on computing meanwhile. A blocking collective on the same communicator
  * first waits for the started ones (comm_settle), which keeps the order of calls the
@@ -19,8 +20,9 @@
 #define ASYNC_QUEUE 64 /* started calls not yet done, per communicator */
 
 typedef struct async_job {
+    const float *send;  /* allgather: this rank's block; NULL: an allreduce of buf */
     float *buf;
-    int64_t n;
+    int64_t n;          /* allreduce: floats of buf; allgather: floats per rank */
     const char *what;
 } async_job;
 
@@ -46,7 +48,8 @@ static void *helper(void *arg) {
         if (a->done == a->started) break; /* stopping, nothing left */
         async_job job = a->jobs[a->done % ASYNC_QUEUE];
         pthread_mutex_unlock(&a->lock);
-        int status = comm_allreduce_now(c, job.buf, job.n, job.what);
+        int status = job.send ? comm_allgather_now(c, job.send, job.buf, job.n, job.what)
+                              : comm_allreduce_now(c, job.buf, job.n, job.what);
         pthread_mutex_lock(&a->lock);
         if (status && !a->status) {
             a->status = status;
@@ -80,22 +83,35 @@ static void drain(comm_async *a) {
     while (a->done < a->started) pthread_cond_wait(&a->changed, &a->lock);
 }
 
-int dmrt_allreduce_start(dmrt_comm *c, float *buf, int64_t n, const char *what) {
-    if (!c) return DMRT_ERR_COMM;
+/* Queues job on c's helper, or runs it now where there is none (the backend cannot, or
+ * no thread could be made). */
+static int start(dmrt_comm *c, async_job job) {
     comm_async *a = c->rank->backend->concurrent_comms ? async_of(c) : NULL;
     if (!a) {
-        /* no helper (the backend cannot, or no thread could be made): now */
-        int status = comm_allreduce_now(c, buf, n, what);
+        int status = job.send ? comm_allgather_now(c, job.send, job.buf, job.n, job.what)
+                              : comm_allreduce_now(c, job.buf, job.n, job.what);
         if (status && !c->started_status) c->started_status = status;
         return status;
     }
     pthread_mutex_lock(&a->lock);
     while (a->started - a->done == ASYNC_QUEUE) pthread_cond_wait(&a->changed, &a->lock);
-    a->jobs[a->started % ASYNC_QUEUE] = (async_job){buf, n, what};
+    a->jobs[a->started % ASYNC_QUEUE] = job;
     a->started++;
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->lock);
     return 0;
+}
+
+int dmrt_allreduce_start(dmrt_comm *c, float *buf, int64_t n, const char *what) {
+    if (!c) return DMRT_ERR_COMM;
+    return start(c, (async_job){.buf = buf, .n = n, .what = what});
+}
+
+int dmrt_allgather_start(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                         const char *what) {
+    if (!c) return DMRT_ERR_COMM;
+    if (!send) return dmrt_allgather(c, send, recv, n_per_rank, what); /* its error message */
+    return start(c, (async_job){.send = send, .buf = recv, .n = n_per_rank, .what = what});
 }
 
 int dmrt_comm_wait(dmrt_comm *c) {

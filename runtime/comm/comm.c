@@ -352,10 +352,10 @@ void comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n
 /* ---- argument checks, then the backend ---------------------------------------------- */
 
 /* The checks every call shares. Returns 0 when the backend may go on. */
-static int begin(dmrt_comm *c, comm_call *call, comm_op op, const char *what) {
-    /* the calls started on c come first (the helper's own call has op ALLREDUCE, and
-     * comm_allreduce_now is the only allreduce that reaches here) */
-    if (op != COMM_OP_ALLREDUCE) comm_settle(c);
+static int begin(dmrt_comm *c, comm_call *call, comm_op op, const char *what, int settle) {
+    /* the calls started on c come first (the helper's own calls, made through the
+     * comm_*_now functions, pass settle 0) */
+    if (settle) comm_settle(c);
     call->op = op;
     call->what = what && *what ? what : comm_op_name(op);
     call->deadline = comm_now() + c->rank->timeout;
@@ -398,7 +398,7 @@ int dmrt_allreduce_sum(dmrt_comm *c, float *buf, int64_t n, const char *what) {
 
 int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
     comm_call call;
-    if (begin(c, &call, COMM_OP_ALLREDUCE, what) || check_count(c, &call, n, 1) ||
+    if (begin(c, &call, COMM_OP_ALLREDUCE, what, 0) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     return c->rank->backend->allreduce_sum(c, buf, n, &call);
@@ -406,9 +406,15 @@ int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
 
 int dmrt_allgather(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
                    const char *what) {
-    comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_ALLGATHER, what) || check_count(c, &call, n_per_rank, c->size) ||
+    comm_settle(c);
+    return comm_allgather_now(c, send, recv, n_per_rank, what);
+}
+
+int comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                       const char *what) {
+    comm_call call;
+    if (begin(c, &call, COMM_OP_ALLGATHER, what, 0) || check_count(c, &call, n_per_rank, c->size) ||
         check_buf(c, &call, send, n_per_rank, "the send") ||
         check_buf(c, &call, recv, n_per_rank, "the recv"))
         return DMRT_ERR_COMM;
@@ -423,7 +429,7 @@ int dmrt_reduce_scatter_sum(dmrt_comm *c, const float *send, float *recv, int64_
                             const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_REDUCE_SCATTER, what) ||
+    if (begin(c, &call, COMM_OP_REDUCE_SCATTER, what, 1) ||
         check_count(c, &call, n_per_rank, c->size) ||
         check_buf(c, &call, send, n_per_rank, "the send") ||
         check_buf(c, &call, recv, n_per_rank, "the recv") ||
@@ -436,7 +442,7 @@ int dmrt_alltoall(dmrt_comm *c, const float *send, float *recv, int64_t n_per_ra
                   const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_ALLTOALL, what) || check_count(c, &call, n_per_rank, c->size) ||
+    if (begin(c, &call, COMM_OP_ALLTOALL, what, 1) || check_count(c, &call, n_per_rank, c->size) ||
         check_buf(c, &call, send, n_per_rank, "the send") ||
         check_buf(c, &call, recv, n_per_rank, "the recv") ||
         check_disjoint(c, &call, send, n_per_rank * c->size, recv, n_per_rank * c->size))
@@ -447,7 +453,7 @@ int dmrt_alltoall(dmrt_comm *c, const float *send, float *recv, int64_t n_per_ra
 int dmrt_broadcast(dmrt_comm *c, int root, float *buf, int64_t n, const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_BROADCAST, what) || check_count(c, &call, n, 1) ||
+    if (begin(c, &call, COMM_OP_BROADCAST, what, 1) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (root < 0 || root >= c->size)
@@ -459,14 +465,14 @@ int dmrt_broadcast(dmrt_comm *c, int root, float *buf, int64_t n, const char *wh
 int dmrt_barrier(dmrt_comm *c, const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_BARRIER, what)) return DMRT_ERR_COMM;
+    if (begin(c, &call, COMM_OP_BARRIER, what, 1)) return DMRT_ERR_COMM;
     return c->rank->backend->barrier(c, &call);
 }
 
 int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_SEND, what) || check_count(c, &call, n, 1) ||
+    if (begin(c, &call, COMM_OP_SEND, what, 1) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (peer < 0 || peer >= c->size)
@@ -478,7 +484,7 @@ int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *w
 int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_RECV, what) || check_count(c, &call, n, 1) ||
+    if (begin(c, &call, COMM_OP_RECV, what, 1) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (peer < 0 || peer >= c->size)

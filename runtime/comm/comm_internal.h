@@ -110,6 +110,8 @@ struct dmrt_comm_backend {
 
 /* dmrt_allreduce_sum without waiting for the calls started on c (async.c's helper). */
 int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what);
+int comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                       const char *what);
 /* Waits until every allreduce started on c is done (before a blocking call on c). */
 void comm_settle(dmrt_comm *c);
 /* comm_settle, then stops c's helper thread (before c is destroyed). */

@@ -168,8 +168,12 @@ int dmrt_barrier(dmrt_comm *c, const char *what);
  * the same sequence of calls. dmrt_comm_wait returns once every started call on c is
  * done: 0, or DMRT_ERR_COMM for the first that failed (message in dmrt_rank_error).
  * dmrt_allreduce_start itself returns DMRT_ERR_COMM only for a call that ran at once
- * and failed (wait reports it too). */
+ * and failed (wait reports it too). dmrt_allgather_start is the same for dmrt_allgather
+ * (ZeRO 3 gathers the next layer's parameters while this one computes): until the wait,
+ * send must not be written nor recv read or written. */
 int dmrt_allreduce_start(dmrt_comm *c, float *buf, int64_t n, const char *what);
+int dmrt_allgather_start(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                         const char *what);
 int dmrt_comm_wait(dmrt_comm *c);
 
 /* ---- point to point (pipeline stages) --------------------------------------------------

@@ -391,6 +391,27 @@ int case_started(dmrt_comm *c, uint32_t seed) {
         }
     }
     fails += CASE_EXPECT(r, dmrt_comm_wait(c) == 0, "a wait with nothing started: %s", dmrt_rank_error(r));
+    /* started all-gathers, between started allreduces (ZeRO 3's prefetch): each block of
+     * the result is its rank's data, the allreduce still the sum */
+    int k = dmrt_comm_size(c);
+    for (int b = 0; b < N_BUF; b++) {
+        int64_t n = sizes[b];
+        float *send = alloc_floats(n), *recv = alloc_floats(n * k), *sum = alloc_floats(n);
+        case_fill(send, n, seed + 100u + (uint32_t)b, me_world);
+        case_fill(sum, n, seed + 200u + (uint32_t)b, me_world);
+        fails += CASE_EXPECT(r, dmrt_allgather_start(c, send, recv, n, "started all-gather") == 0, "%s", dmrt_rank_error(r));
+        fails += CASE_EXPECT(r, dmrt_allreduce_start(c, sum, n, "started allreduce") == 0, "%s", dmrt_rank_error(r));
+        fails += CASE_EXPECT(r, dmrt_comm_wait(c) == 0, "%s", dmrt_rank_error(r));
+        for (int q = 0; q < k; q++) {
+            case_fill(scratch, n, seed + 100u + (uint32_t)b, dmrt_comm_member(c, q));
+            fails += !case_same(r, "started all-gather", recv + (int64_t)q * n, scratch, n);
+        }
+        expected_sum(c, want, scratch, n, seed + 200u + (uint32_t)b);
+        fails += !case_same(r, "allreduce after a started all-gather", sum, want, n);
+        free(send);
+        free(recv);
+        free(sum);
+    }
     free(want);
     free(scratch);
     return fails;
