@@ -165,8 +165,10 @@ static void emit_init(emitter *E) {
     if (g->n_params == 0) cg_line(w, "(void)ctx; (void)seed; (void)rng;");
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *v = V(E, g->params[p]);
-        /* a split parameter, or any on a device, is drawn whole in host memory first */
-        int split = is_split(&v->type), staged = split || E->device;
+        /* a split parameter (ZeRO 3's in shares too), or any on a device, is drawn whole in
+         * host memory first */
+        const dm_zero_bucket *zb = zero_bucket_of(E, p);
+        int split = is_split(&v->type) || (zb && zb->param_at >= 0), staged = split || E->device;
         long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
         /* pipeline stages hold their own parameters: each at its stage's offset */
         int by_stage = E->plan->stages > 1;
@@ -177,7 +179,8 @@ static void emit_init(emitter *E) {
         else snprintf(dst, sizeof dst, "ctx->params + %s", at);
         cg_line(w, "/* %s */", v->name);
         if (by_stage) {
-            cg_line(w, "if (ctx->param_offsets[%d] >= 0) { /* held by this rank's stage */", p);
+            if (zb && zb->param_at >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) { /* held by this rank's stage */", v->stage);
+            else cg_line(w, "if (ctx->param_offsets[%d] >= 0) { /* held by this rank's stage */", p);
             w->indent++;
         }
         cg_line(w, "dmrt_rng_init(&rng, seed, %d);", p);
@@ -247,6 +250,24 @@ static void emit_init(emitter *E) {
     cg_blank(w);
 }
 
+/* ZeRO 3: the table of the parameters held in shares (passes/zero.c). */
+static void emit_zero_params(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* ZeRO 3: where each parameter is, in shares over an axis: {axis, share, this rank's share");
+    cg_line(w, " * in ctx->params, the parameter's place in the range, the range}; axis -1: not in shares. */");
+    cg_line(w, "static const int64_t zero_params[%d][5] = {", g->n_params);
+    for (int p = 0; p < g->n_params; p++) {
+        const dm_zero_bucket *b = zero_bucket_of(E, p);
+        if (!b || b->param_at < 0)
+            cg_line(w, "    {-1, 0, 0, 0, 0}, /* %s */", V(E, g->params[p])->name);
+        else
+            cg_line(w, "    {%d, %lld, %lld, %lld, %lld}, /* %s */", b->axis, (long long)b->share, (long long)b->param_at,
+                    (long long)E->zero->range_at[p], (long long)b->span, V(E, g->params[p])->name);
+    }
+    cg_line(w, "};");
+}
+
 /* The mesh, the split of every parameter and gradient, and the block moves between a
  * rank's shard and the whole tensor (initialisation, loading, saving). */
 static void emit_spmd_support(emitter *E) {
@@ -308,11 +329,34 @@ static void emit_spmd_support(emitter *E) {
     cg_line(w, "}");
     cg_blank(w);
     cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard%s. */", E->device ? " (through host memory)" : "");
+    int zero3 = 0;
+    for (int b = 0; b < E->zero->n_buckets; b++) zero3 |= E->zero->bucket[b].param_at >= 0;
+    if (zero3) emit_zero_params(E);
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
-    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->param_offsets[p] < 0) return DMRT_OK; /* another stage's */");
     cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
     cg_line(w, "rank_block(ctx, p, param_split[p], start, block);");
+    if (zero3) {
+        cg_line(w, "if (zero_params[p][0] >= 0) {");
+        w->indent++;
+        if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != param_stage[p]) return DMRT_OK; /* another stage's */");
+        cg_line(w, "/* this rank's block, and of it the elements in this rank's share of the range */");
+        cg_line(w, "const int64_t *z = zero_params[p];");
+        cg_line(w, "int64_t n = 1;");
+        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
+        cg_line(w, "float *local = (float *)dmrt_alloc((size_t)n * sizeof(float));");
+        cg_line(w, "if (!local) return DMRT_ERR_NOMEM;");
+        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, local);");
+        cg_line(w, "const int64_t share_begin = ctx->coord[z[0]] * z[1];");
+        cg_line(w, "const int64_t lo = share_begin > z[3] ? share_begin : z[3];");
+        cg_line(w, "const int64_t hi = share_begin + z[1] < z[3] + n ? share_begin + z[1] : z[3] + n;");
+        cg_line(w, "if (lo < hi) memcpy(ctx->params + z[2] + (lo - share_begin), local + (lo - z[3]), (size_t)(hi - lo) * sizeof(float));");
+        cg_line(w, "dmrt_free(local);");
+        cg_line(w, "return DMRT_OK;");
+        w->indent--;
+        cg_line(w, "}");
+    }
+    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->param_offsets[p] < 0) return DMRT_OK; /* another stage's */");
     if (E->device) {
         cg_line(w, "int64_t n = 1;");
         cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
@@ -367,10 +411,26 @@ static void emit_spmd_support(emitter *E) {
         cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == param_stage[p]) {");
         w->indent++;
     }
-    if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
+    if (zero3) /* a parameter in shares has no offset */
+        cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->param_offsets[p] < 0 ? NULL : ctx->params + ctx->param_offsets[p];");
+    else if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
     else cg_line(w, "const float *shard = ctx->params + ctx->param_offsets[p];");
-    if (zero) {
+    if (zero3) {
         cg_line(w, "float *range = NULL;");
+        cg_line(w, "if (!grad && zero_params[p][0] >= 0) {");
+        cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
+        cg_line(w, "    const int64_t *z = zero_params[p];");
+        cg_line(w, "    range = (float *)dmrt_alloc((size_t)z[4] * sizeof(float));");
+        cg_line(w, "    if (!range) return DMRT_ERR_NOMEM;");
+        cg_line(w, "    if (dmrt_allgather(ctx->comm[z[0]], ctx->params + z[2], range, z[1], desc->name) != 0) {");
+        cg_line(w, "        dmrt_free(range);");
+        cg_line(w, "        return comm_failed(ctx);");
+        cg_line(w, "    }");
+        cg_line(w, "    shard = range + z[3];");
+        cg_line(w, "}");
+    }
+    if (zero) {
+        if (!zero3) cg_line(w, "float *range = NULL;");
         cg_line(w, "if (grad && zero_grads[p][0] >= 0) {");
         cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
         cg_line(w, "    const int64_t *z = zero_grads[p];");

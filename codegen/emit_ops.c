@@ -495,7 +495,9 @@ void emit_op(emitter *E, const ir_value *v) {
     case OPC_REDUCE:
     case OPC_BROADCAST: emit_reduce_or_broadcast(E, v); break;
     case OPC_RESHAPE:
-        if (shares_buffer(E, v->id))
+        if (v->op == OP_PARAM_VIEW)
+            emit_param_view(E, v);
+        else if (shares_buffer(E, v->id))
             cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
         else
             emit_copy(E, v);
@@ -520,6 +522,8 @@ void emit_op(emitter *E, const ir_value *v) {
                 cg_line(&E->w, "/* reduced with its bucket during the backward pass */");
             else if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
             else cg_line(&E->w, "/* reduced with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
+        } else if (v->op == OP_ZERO_GATHER) {
+            emit_zero_gather(E, v);
         } else {
             emit_collective(E, v);
         }

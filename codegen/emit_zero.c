@@ -1,7 +1,9 @@
 /* emit_zero.c: a ZeRO bucket's update (passes/zero.c): its gradients reduce-scattered,
  * this rank's share of the parameters updated with the optimizer state it holds, and
- * the parameters all-gathered in place. */
+ * the parameters all-gathered in place (ZeRO 3: left in shares, and gathered where the
+ * passes read them, passes/zero_gather.c). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "emitter.h"
 
@@ -10,7 +12,7 @@
 static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const char *grad_share) {
     const ir_graph *g = E->g;
     const ir_value *param = V(E, g->params[p]);
-    long long at = (long long)(E->plan->offset[g->params[p]] - b->param_begin), n = (long long)ir_numel(T(E, param->id));
+    long long at = (long long)E->zero->range_at[p], n = (long long)ir_numel(T(E, param->id));
     cg_line(&E->w, "/* %s: elements [%lld, %lld) of the range */", param->name, at, at + n);
     cg_line(&E->w, "{");
     E->w.indent++;
@@ -27,7 +29,10 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
         cg_line(&E->w, "float *%s = ctx->state + %lld + (lo - share_begin);", names[2 + j],
                 (long long)(b->state_at + j * b->state_stride));
     }
-    cg_line(&E->w, "float *%s = ctx->params + %lld + lo;", names[0], (long long)b->param_begin);
+    if (b->param_at >= 0) /* ZeRO 3: only the share is here */
+        cg_line(&E->w, "float *%s = ctx->params + %lld + (lo - share_begin);", names[0], (long long)b->param_at);
+    else
+        cg_line(&E->w, "float *%s = ctx->params + %lld + lo;", names[0], (long long)b->param_begin);
     cg_line(&E->w, "const float *%s = %s + (lo - share_begin);", names[1], grad_share);
     cg_update k = {.opt = &g->optimizer, .count = "(hi - lo)", .param = names[0], .grad = names[1], .state0 = names[2],
                    .state1 = names[3]};
@@ -39,18 +44,24 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
     cg_line(&E->w, "}");
 }
 
+/* "first .. last (n)" of a bucket, for comments and the runtime's messages. */
+static void bucket_label(const emitter *E, const dm_zero_bucket *b, char *label, size_t size) {
+    const char *first = V(E, E->g->params[b->first])->name, *last = V(E, E->g->params[b->last])->name;
+    if (b->first == b->last) snprintf(label, size, "%s", first);
+    else snprintf(label, size, "%s .. %s (%d)", first, last, b->last - b->first + 1);
+}
+
 void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
     const ir_graph *g = E->g;
-    int two = E->zero->stage >= 2, members = b->last - b->first + 1;
-    const char *first = V(E, g->params[b->first])->name, *last = V(E, g->params[b->last])->name;
+    int two = E->zero->stage >= 2;
     char label[300];
-    if (members == 1) snprintf(label, sizeof label, "%s", first);
-    else snprintf(label, sizeof label, "%s .. %s (%d)", first, last, members);
+    bucket_label(E, b, label, sizeof label);
     long long k = (long long)axis_size(E, b->axis);
     cg_line(&E->w, "/* ZeRO %d over %s: the gradients of %s, %lld elements in all, reduce-scattered:", E->zero->stage,
             g->axes[b->axis].name, label, (long long)b->span);
-    cg_line(&E->w, " * this rank updates its %lld (1/%lld) with the optimizer state it holds for them, and", (long long)b->share, k);
-    cg_line(&E->w, " * the parameters are all-gathered. */");
+    cg_line(&E->w, " * this rank updates its %lld (1/%lld) with the optimizer state it holds for them%s", (long long)b->share, k,
+            b->param_at >= 0 ? " (the parameters" : ", and");
+    cg_line(&E->w, " * %s */", b->param_at >= 0 ? "stay in shares: the passes gather them where they read them)." : "the parameters are all-gathered.");
     cg_line(&E->w, "{");
     E->w.indent++;
     /* the whole range, its gaps zero: in ctx->grads (zero 1) or assembled in scratch (zero 2) */
@@ -88,10 +99,46 @@ void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
     cg_line(&E->w, "    return comm_failed(ctx);");
     if (!two) copy_elems(E, share, "ctx->scratch", (long long)b->share, "float", CG_DEVICE_TO_DEVICE);
     for (int p = b->first; p <= b->last; p++) emit_member_update(E, b, p, share);
-    cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld + share_begin, ctx->params + %lld, %lld, \"all-gather of the parameters %s\") != 0)",
+    if (b->param_at < 0) {
+        cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld + share_begin, ctx->params + %lld, %lld, \"all-gather of the parameters %s\") != 0)",
             comm_callee(E, "allgather", callee, sizeof callee), b->axis, (long long)b->param_begin, (long long)b->param_begin,
             (long long)b->share, label);
-    cg_line(&E->w, "    return comm_failed(ctx);");
+        cg_line(&E->w, "    return comm_failed(ctx);");
+    }
     E->w.indent--;
     cg_line(&E->w, "}");
+}
+
+static const dm_zero_bucket *gathered_bucket(const emitter *E, const ir_value *gather) {
+    const dm_zero_bucket *b = zero_bucket_of(E, V(E, gather->operands[0])->param_index);
+    if (!b || b->param_at < 0) {
+        fprintf(stderr, "dmc: internal error: '%s' gathers parameters no ZeRO 3 bucket holds in shares\n", gather->name);
+        abort();
+    }
+    return b;
+}
+
+void emit_zero_gather(emitter *E, const ir_value *v) {
+    const dm_zero_bucket *b = gathered_bucket(E, v);
+    char label[300], callee[96];
+    bucket_label(E, b, label, sizeof label);
+    cg_line(&E->w, "/* ZeRO 3: the parameters %s, all-gathered over %s from the ranks' shares of %lld; started,", label,
+            E->g->axes[b->axis].name, (long long)b->share);
+    cg_line(&E->w, " * computation goes on until their first use */");
+    cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld, %s, %lld, \"all-gather of the parameters %s\") != 0)",
+            comm_callee(E, "allgather_start", callee, sizeof callee), b->axis, (long long)b->param_at, E->cname[v->id],
+            (long long)b->share, label);
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+void emit_param_view(emitter *E, const ir_value *v) {
+    const ir_value *gather = V(E, v->operands[0]), *prev = v->id > 0 ? V(E, v->id - 1) : NULL;
+    if (!prev || prev->op != OP_PARAM_VIEW || prev->operands[0] != gather->id) {
+        char callee[96];
+        cg_line(&E->w, "/* the all-gather of %s is done before the first use */", E->cname[gather->id]);
+        cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", comm_callee(E, "comm_wait", callee, sizeof callee),
+                gathered_bucket(E, gather)->axis);
+    }
+    cg_line(&E->w, "/* %s is elements [%lld, %lld) of %s */", E->cname[v->id], (long long)v->offset,
+            (long long)(v->offset + ir_numel(T(E, v->id))), E->cname[gather->id]);
 }

@@ -103,8 +103,11 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size);
 /* emit_ops.c */
 void emit_bucket_start(emitter *E, const int *start_after, int id);
 void emit_bucket_waits(emitter *E);
-/* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather. */
+/* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather;
+ * ZeRO 3's gathers of a bucket's parameters (started) and its views (the first waits). */
 void emit_zero_bucket(emitter *E, const dm_zero_bucket *b);
+void emit_zero_gather(emitter *E, const ir_value *v);
+void emit_param_view(emitter *E, const ir_value *v);
 void emit_op(emitter *E, const ir_value *v);
 
 /* emit_step.c */

@@ -68,8 +68,9 @@ static const char usage[] =
     "                             its inputs for the backward pass, which makes the rest\n"
     "                             again), selective (only cheap ops: not products), marked\n"
     "                             (default: the calls the .dm wraps in recompute(...)), off\n"
-    "  --zero 0|1|2               ZeRO: 1 splits the optimizer state over the axis gradients\n"
-    "                             are allreduced on (data), 2 the gradients too (zero = N in\n"
+    "  --zero 0|1|2|3             ZeRO: 1 splits the optimizer state over the axis gradients\n"
+    "                             are allreduced on (data), 2 the gradients too, 3 the\n"
+    "                             parameters too, gathered per bucket before use (zero = N in\n"
     "                             the .dm; default 0)\n"
     "  --help, --version\n"
     "\n"
@@ -114,6 +115,11 @@ typedef struct options {
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
 } options;
+
+/* The largest gradient bucket in floats (0: the default; a size under one float: 1). */
+static int64_t bucket_floats(const options *o) {
+    return o->bucket_bytes / 4 > 0 ? o->bucket_bytes / 4 : o->bucket_bytes > 0 ? 1 : 0;
+}
 
 static int parse_overrides(const char *flag, const char *list, dm_override *out, int *n, int max) {
     char *copy = strdup(list), *save = NULL;
@@ -223,9 +229,8 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         return -1;
     }
     if ((v = option_value(argc, argv, i, "--zero"))) {
-        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
-            fprintf(stderr, "dmc: error: --zero takes 0, 1 or 2, got '%s'%s\n", v,
-                    strcmp(v, "3") == 0 ? " (stage 3, parameters split, is not built yet)" : "");
+        if (strlen(v) != 1 || v[0] < '0' || v[0] > '3') {
+            fprintf(stderr, "dmc: error: --zero takes 0, 1, 2 or 3, got '%s'\n", v);
             return -1;
         }
         o->zero = v[0] - '0';
@@ -636,6 +641,8 @@ int main(int argc, char **argv) {
                 if (pass_shard(g, &reshards, &diag)) goto done;
                 VERIFY("shard");
                 if (pass_pipeline(g, &o.pipeline, &pipeline, &diag)) goto done;
+                pass_zero_gather(g, bucket_floats(&o), &pipeline, &reshards);
+                VERIFY("zero_gather");
             }
         }
     }
@@ -658,7 +665,7 @@ int main(int argc, char **argv) {
     plan.scratch_elems = dm_scratch_elems(g, &scratch_rules);
     /* gradient buckets, and ZeRO's shares of them */
     dm_bucket_plan buckets;
-    pass_buckets(g, &plan, o.bucket_bytes / 4 > 0 ? o.bucket_bytes / 4 : o.bucket_bytes > 0 ? 1 : 0, &buckets);
+    pass_buckets(g, &plan, bucket_floats(&o), &buckets);
     dm_zero_plan zero;
     pass_zero(g, &plan, &buckets, &zero);
     if (zero.scratch_elems > plan.scratch_elems) plan.scratch_elems = zero.scratch_elems;

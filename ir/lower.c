@@ -1287,14 +1287,14 @@ static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *mi
     *micro_loc = at;
 }
 
-/* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). Stage 3 (the
- * parameters too) is not built. */
+/* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). */
 static void lower_zero(lowerer *L, const dm_stmt *st) {
     int64_t v;
     if (eval_dim(L, &L->global, st->value, &v)) return;
-    if (v < 0 || v > 2) {
-        dm_error(L->d, st->value->loc, "zero is 0, 1 (optimizer state split over data) or 2 (gradients too), got %lld%s",
-                 (long long)v, v == 3 ? ": stage 3 (parameters split) is not built yet" : "");
+    if (v < 0 || v > 3) {
+        dm_error(L->d, st->value->loc,
+                 "zero is 0, 1 (optimizer state split over data), 2 (gradients too) or 3 (parameters too), got %lld",
+                 (long long)v);
         return;
     }
     L->g->zero = (int)v;

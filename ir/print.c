@@ -81,8 +81,11 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
         break;
     case OPC_COLLECTIVE:
         fprintf(out, " over=%s", g->axes[v->mesh_axis].name);
-        if (v->op != OP_ALLREDUCE) fprintf(out, " dim=%d", v->axis);
+        if (v->op != OP_ALLREDUCE && v->op != OP_ZERO_GATHER) fprintf(out, " dim=%d", v->axis);
         if (v->op == OP_ALLTOALL) fprintf(out, " to_dim=%d", v->axis2);
+        break;
+    case OPC_RESHAPE:
+        if (v->op == OP_PARAM_VIEW) fprintf(out, " offset=%lld", (long long)v->offset);
         break;
     case OPC_UNARY_GRAD:
         fprintf(out, " of=%s", ir_op_info_of(v->unary)->name);

@@ -22,7 +22,7 @@
 static int grad_allreduce(const ir_graph *g, const dm_memory_plan *mem, int p) {
     if (!g->grads || g->grads[p] < 0) return 0;
     const ir_value *v = g->values[g->grads[p]];
-    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && mem->region[v->id] == REGION_GRADS;
+    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && (!mem || mem->region[v->id] == REGION_GRADS);
 }
 
 int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan) {

@@ -224,13 +224,34 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     fprintf(out, "\n");
 }
 
+/* ZeRO 3's gathers of parameters (passes/zero_gather.c) in one micro-batch: their count
+ * and the elements they gather. */
+static int zero_gathers(const ir_graph *g, int64_t *elements) {
+    int n = 0;
+    *elements = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i]->op == OP_ZERO_GATHER) n++, *elements += ir_numel(&g->values[i]->type);
+    return n;
+}
+
 /* ZeRO's buckets: which gradients each reduce-scatters and how much of it a rank updates. */
 static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     const dm_zero_bucket *b0 = &z->bucket[0];
+    int64_t gathered;
+    int gathers = zero_gathers(g, &gathered);
     fprintf(out, "ZeRO %d over %s (%lld ranks): the optimizer state%s of each gradient bucket split into\n"
                  "equal shares of its flat range; instead of the bucket's allreduce, a reduce-scatter of its\n"
-                 "gradients, the update of this rank's share, and an all-gather of its parameters (the same bytes)\n",
-            z->stage, g->axes[b0->axis].name, (long long)g->axes[b0->axis].size, z->stage >= 2 ? " and gradients" : "");
+                 "gradients, the update of this rank's share, and %s\n",
+            z->stage, g->axes[b0->axis].name, (long long)g->axes[b0->axis].size,
+            z->stage >= 3 ? ", gradients and parameters" : z->stage >= 2 ? " and gradients" : "",
+            gathers ? "no all-gather of the parameters: they stay in shares" : "an all-gather of its parameters (the same bytes)");
+    if (gathers) {
+        char elems[32];
+        mib((double)gathered, elems, sizeof elems);
+        fprintf(out, "and each bucket the passes read is all-gathered before its first reader in the forward pass\n"
+                     "and again in the backward (the next one started ahead), freed after its last reader:\n"
+                     "%d all-gathers of %s per micro-batch (shares marked * below)\n", gathers, elems);
+    }
     fprintf(out, "  %-6s %-5s %-52s %12s %12s\n", "bucket", "stage", "parameters", "elements", "share/rank");
     for (int k = 0; k < z->n_buckets; k++) {
         const dm_zero_bucket *b = &z->bucket[k];
@@ -239,7 +260,8 @@ static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
         if (n == 1) snprintf(params, sizeof params, "%s", g->values[g->params[b->first]]->name);
         else snprintf(params, sizeof params, "%s .. %s (%d)", g->values[g->params[b->first]]->name,
                       g->values[g->params[b->last]]->name, n);
-        fprintf(out, "  %-6d %-5d %-52s %12lld %12lld\n", k, b->stage, params, (long long)b->span, (long long)b->share);
+        fprintf(out, "  %-6d %-5d %-52s %12lld %12lld%s\n", k, b->stage, params, (long long)b->span, (long long)b->share,
+                b->param_at >= 0 ? " *" : "");
     }
     fprintf(out, "\n");
 }
@@ -282,9 +304,12 @@ static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
         json_string(out, g->values[g->params[b->first]]->name);
         fprintf(out, ", \"last\": ");
         json_string(out, g->values[g->params[b->last]]->name);
-        fprintf(out, ", \"elements\": %lld, \"share\": %lld}", (long long)b->span, (long long)b->share);
+        fprintf(out, ", \"elements\": %lld, \"share\": %lld, \"parameters_in_shares\": %s}", (long long)b->span,
+                (long long)b->share, b->param_at >= 0 ? "true" : "false");
     }
-    fprintf(out, "]}");
+    int64_t gathered;
+    int gathers = zero_gathers(g, &gathered);
+    fprintf(out, "], \"gathers\": %d, \"gathered_elements\": %lld}", gathers, (long long)gathered);
 }
 
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,

@@ -21,7 +21,7 @@ static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 
 /* A parameter's or gradient's allocation: with ZeRO, a multiple of 16 and of every
  * axis's size (their least common multiple: 16 for meshes of powers of two up to 16). */
-static int64_t persistent_size(const ir_graph *g, int64_t numel) {
+int64_t dm_persistent_elems(const ir_graph *g, int64_t numel) {
     int64_t align = ALIGN_ELEMS;
     for (int a = 0; g->zero && a < g->n_axes; a++) align = align / gcd(align, g->axes[a].size) * g->axes[a].size;
     return (numel + align - 1) / align * align;
@@ -88,14 +88,17 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     plan->region = calloc((size_t)n + 1, sizeof(dm_region));
     plan->offset = calloc((size_t)n + 1, sizeof(int64_t));
     plan->storage_of = calloc((size_t)n + 1, sizeof(int));
+    plan->within = calloc((size_t)n + 1, sizeof(int64_t));
     int *last_use = calloc((size_t)n + 1, sizeof(int));
-    if (!plan->region || !plan->offset || !plan->storage_of || !last_use) abort();
+    if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         /* a temporary reshape shares its operand's buffer; a reshape with a buffer of
          * its own (a parameter's gradient) is a copy */
-        plan->storage_of[i] = v->op == OP_RESHAPE && v->role == ROLE_TEMP ? plan->storage_of[v->operands[0]] : i;
+        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW) && v->role == ROLE_TEMP;
+        plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
+        if (shares) plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : 0);
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */
@@ -131,12 +134,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         case ROLE_PARAM:
             plan->region[i] = REGION_PARAMS;
             plan->offset[i] = plan->param_elems;
-            plan->param_elems += persistent_size(g, ir_local_numel(g, &v->type));
+            plan->param_elems += dm_persistent_elems(g, ir_local_numel(g, &v->type));
             continue;
         case ROLE_GRAD:
             plan->region[i] = REGION_GRADS;
             plan->offset[i] = plan->grad_elems;
-            plan->grad_elems += persistent_size(g, ir_local_numel(g, &v->type));
+            plan->grad_elems += dm_persistent_elems(g, ir_local_numel(g, &v->type));
             continue;
         case ROLE_STATE:
             plan->region[i] = REGION_STATE;
@@ -152,7 +155,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         if (plan->storage_of[i] != i) {
             int root = plan->storage_of[i];
             plan->region[i] = plan->region[root];
-            plan->offset[i] = plan->offset[root];
+            plan->offset[i] = plan->offset[root] + plan->within[i];
             continue;
         }
         plan->region[i] = REGION_ARENA;
@@ -180,6 +183,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->region);
     free(plan->offset);
     free(plan->storage_of);
+    free(plan->within);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -318,7 +322,7 @@ static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         int64_t size = round_up(ir_local_numel(g, &v->type));
-        if (plan->region[i] == REGION_PARAMS || plan->region[i] == REGION_GRADS) size = persistent_size(g, ir_local_numel(g, &v->type));
+        if (plan->region[i] == REGION_PARAMS || plan->region[i] == REGION_GRADS) size = dm_persistent_elems(g, ir_local_numel(g, &v->type));
         if (v->stage >= plan->stages) continue;
         dm_stage_memory *own = &plan->stage[v->stage];
         switch (plan->region[i]) {
@@ -358,7 +362,7 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     for (int s = 0; s < plan->stages; s++) plan_stage_arena(plan, g, pipe, s, &copies);
     /* a sharing reshape is where its root is */
     for (int i = 0; i < n; i++)
-        if (plan->storage_of[i] != i) plan->offset[i] = plan->offset[plan->storage_of[i]];
+        if (plan->storage_of[i] != i) plan->offset[i] = plan->offset[plan->storage_of[i]] + plan->within[i];
     /* the copies by value (counting sort; stages ascending within a value, as added) */
     for (int k = 0; k < copies.n; k++) plan->copy_first[copies.id[k] + 1]++;
     for (int i = 0; i < n; i++) plan->copy_first[i + 1] += plan->copy_first[i];
@@ -390,9 +394,9 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
 
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage) {
     int root = plan->storage_of[id];
-    if (plan->stages <= 1 || stage < 0 || g->values[root]->stage == stage) return plan->offset[root];
+    if (plan->stages <= 1 || stage < 0 || g->values[root]->stage == stage) return plan->offset[root] + plan->within[id];
     for (int k = plan->copy_first[root]; k < plan->copy_first[root + 1]; k++)
-        if (plan->copy_stage[k] == stage) return plan->copy_offset[k];
+        if (plan->copy_stage[k] == stage) return plan->copy_offset[k] + plan->within[id];
     return -1;
 }
 

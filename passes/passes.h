@@ -120,6 +120,7 @@ typedef struct dm_memory_plan {
     int64_t *offset;         /* (n_values) elements from the start of the region (of the value's
                               * own stage's region, once memory_plan_stages ran) */
     int *storage_of;         /* (n_values) the value whose buffer this one shares (itself, or a reshape's root) */
+    int64_t *within;         /* (n_values) where in that buffer it starts: 0, or a param_view's offset */
     int64_t param_elems, grad_elems, state_elems, arena_elems;  /* the largest over stages */
     int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
     /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
@@ -141,7 +142,17 @@ typedef struct dm_memory_plan {
  * whole train step (first fit; outputs and the loss live to the end, reshapes share
  * their operand's buffer). requires: optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
+/* The elements the memory plan allocates a parameter or gradient of numel elements: a
+ * multiple of 16, and with ZeRO of every mesh axis's size. */
+int64_t dm_persistent_elems(const ir_graph *g, int64_t numel);
 void dm_memory_plan_free(dm_memory_plan *plan);
+
+/* zero_gather.c: with g->zero == 3, each gradient bucket's parameters are read from a
+ * range all-gathered before their first reader in the forward pass and again in the
+ * backward (zero_gather and param_view ops; the next bucket's gather prefetched). Uses
+ * pass_buckets's grouping (bucket_floats as there). requires: pipeline; renumbers values
+ * (and the value ids in pipe and reshards). */
+int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
 
 /* pipeline.c, after memory: fills plan->readers (which stages read each buffer), from
  * which code generation sends each value to the stages that need it. */
@@ -192,7 +203,8 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
                        int64_t scratch_elems, int stage, dm_memory_peak *out);
 
 /* buckets.c: which gradient allreduces are one call (a bucket) and which start during
- * the backward pass. bucket_floats: the largest bucket (0: DM_BUCKET_FLOATS). */
+ * the backward pass. bucket_floats: the largest bucket (0: DM_BUCKET_FLOATS). mem may be
+ * NULL before memory planning (the grouping is the same). */
 #define DM_BUCKET_FLOATS ((int64_t)25 * 1024 * 1024 / 4)
 #define DM_FIRST_BUCKET_FLOATS ((int64_t)1024 * 1024 / 4)
 typedef struct dm_bucket_plan {
@@ -205,7 +217,7 @@ typedef struct dm_bucket_plan {
 int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan);
 void dm_bucket_plan_free(dm_bucket_plan *plan);
 
-/* zero.c: ZeRO 1 and 2 over the gradient buckets (see there). */
+/* zero.c: ZeRO 1, 2 and 3 over the gradient buckets (see there). */
 typedef struct dm_zero_bucket {
     int lead;              /* the bucket's lead allreduce (dm_bucket_plan) */
     int axis;              /* the mesh axis its shares split over (k ranks) */
@@ -218,6 +230,8 @@ typedef struct dm_zero_bucket {
     int64_t state_at;      /* the share of optimizer state tensor j: ctx->state + state_at + j * state_stride */
     int64_t state_stride;  /* share, rounded to the memory plan's 16 elements */
     int64_t grad_at;       /* zero 2: the share of the gradient in ctx->grads; else -1 */
+    int64_t param_at;      /* zero 3, parameters gathered (passes/zero_gather.c): the share of
+                            * the parameters in ctx->params; else -1 (held whole, at param_begin) */
 } dm_zero_bucket;
 
 typedef struct dm_zero_plan {
@@ -226,6 +240,7 @@ typedef struct dm_zero_plan {
     int n_buckets;
     int *bucket_of;        /* (n_params) the bucket updating parameter p, or -1 */
     int *update_of;        /* (n_params) parameter p's update op */
+    int64_t *range_at;     /* (n_params) where parameter p starts in its bucket's range */
     int states;            /* optimizer state tensors per parameter */
     int64_t scratch_elems; /* what the buckets need of ctx->scratch */
 } dm_zero_plan;

@@ -326,6 +326,7 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
  * or the pending sum over one mesh axis changed. */
 static int rule_collective(ir_graph *g, ir_value *v, dm_diag *d) {
     (void)d;
+    if (v->op == OP_ZERO_GATHER) return 0; /* a flat range, typed by its maker */
     ir_type t = *operand_type(g, v, 0);
     uint32_t bit = 1u << v->mesh_axis;
     switch (v->op) {

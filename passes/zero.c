@@ -10,7 +10,10 @@
  * may begin and end inside a tensor, so no dimension has to divide by k.
  *   zero 1: the optimizer state is the shares only (1/k of it per rank);
  *   zero 2: the gradients too: a bucket is assembled whole in ctx->scratch and
- *           reduce-scattered into the rank's share of ctx->grads.
+ *           reduce-scattered into the rank's share of ctx->grads;
+ *   zero 3: the parameters too, for the buckets passes/zero_gather.c gathers (every one
+ *           but those of parameters tied across pipeline stages): ctx->params holds the
+ *           rank's share, updated in place, and no all-gather follows the update.
  * The same bytes cross the links as the allreduce (a reduce-scatter and an all-gather).
  *
  * requires: memory (and memory_plan_stages), buckets; rewrites the memory plan's
@@ -18,6 +21,7 @@
  * storage of their own (REGION_NONE), their gradients' offsets become -1 (the buckets
  * reach them by range), and plan->sum_offset keeps the whole layout (the micro-batches'
  * gradient sums', and zero 1's ctx->grads). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +48,8 @@ static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_
         int64_t k = g->axes[l->mesh_axis].size;
         dm_zero_bucket b = {.lead = lead, .axis = (int)l->mesh_axis, .stage = g->values[g->params[first]]->stage,
                             .first = first, .last = last, .grad_begin = mem->offset[g->grads[first]],
-                            .param_begin = mem->offset[g->params[first]], .grad_at = -1};
+                            .param_begin = mem->offset[g->params[first]], .grad_at = -1, .param_at = -1};
+        for (int p = first; p <= last; p++) z->range_at[p] = mem->offset[g->grads[p]] - b.grad_begin;
         /* the last member's allocation, rounded to a multiple of k, ends the range */
         int64_t end = mem->offset[g->grads[last]] + ir_local_numel(g, &end_param->type);
         int64_t span = end - b.grad_begin;
@@ -60,6 +65,73 @@ static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_
 /* Lays out region (state or gradients) again, stage by stage: the values of parameters
  * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
  * a share each). Members' values lose their storage. */
+/* ZeRO 3: whether the graph gathers bucket b's parameters (a zero_gather of its first
+ * member); each view must find its parameter where the update puts it. */
+static int gathered(const ir_graph *g, const dm_zero_plan *z, const dm_zero_bucket *b) {
+    int found = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op == OP_ZERO_GATHER && v->operands[0] == g->params[b->first]) {
+            found = 1;
+            if (ir_numel(&v->type) != b->span || v->n_operands != b->last - b->first + 1) {
+                fprintf(stderr, "dmc: internal error: '%s' gathers %lld elements of %d parameters, the bucket has %lld of %d\n",
+                        v->name, (long long)ir_numel(&v->type), v->n_operands, (long long)b->span, b->last - b->first + 1);
+                abort();
+            }
+        }
+        if (v->op == OP_PARAM_VIEW && v->param_index >= b->first && v->param_index <= b->last &&
+            v->offset != z->range_at[v->param_index]) {
+            fprintf(stderr, "dmc: internal error: '%s' is gathered at %lld of its range but updated at %lld\n", v->name,
+                    (long long)v->offset, (long long)z->range_at[v->param_index]);
+            abort();
+        }
+    }
+    return found;
+}
+
+/* ZeRO 3: ctx->params again, stage by stage: the parameters outside gathered buckets
+ * (and the copies of tied ones the stage holds) in their order, then each gathered
+ * bucket's share. Members lose their storage. */
+static void relayout_params(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z) {
+    int S = mem->stages > 1 ? mem->stages : 1;
+    int64_t most = 0;
+    for (int s = 0; s < S; s++) {
+        int64_t top = 0;
+        for (int i = 0; i < g->n_values; i++) {
+            const ir_value *v = g->values[i];
+            if (mem->region[i] != REGION_PARAMS || mem->storage_of[i] != i) continue;
+            int64_t size = dm_persistent_elems(g, ir_local_numel(g, &v->type));
+            int own = S == 1 || v->stage == s;
+            int b = v->param_index >= 0 ? z->bucket_of[v->param_index] : -1;
+            if (own && b >= 0 && z->bucket[b].param_at >= 0) {
+                mem->offset[i] = -1;
+                continue;
+            }
+            if (own) {
+                mem->offset[i] = top;
+                top += size;
+                continue;
+            }
+            for (int k = mem->copy_first[i]; k < mem->copy_first[i + 1]; k++)
+                if (mem->copy_stage[k] == s) {
+                    mem->copy_offset[k] = top;
+                    top += size;
+                }
+        }
+        for (int b = 0; b < z->n_buckets; b++) {
+            dm_zero_bucket *zb = &z->bucket[b];
+            if (zb->param_at < 0 || (S > 1 && zb->stage != s)) continue;
+            zb->param_at = top;
+            top += zb->state_stride;
+        }
+        if (S > 1) mem->stage[s].param_elems = top;
+        if (top > most) most = top;
+    }
+    mem->param_elems = most;
+    for (int i = 0; i < g->n_values; i++)
+        if (mem->region[i] == REGION_PARAMS && mem->offset[i] < 0) mem->region[i] = REGION_NONE;
+}
+
 static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm_region region, int per_bucket) {
     int S = mem->stages > 1 ? mem->stages : 1;
     int64_t *top = calloc((size_t)S, sizeof(int64_t));
@@ -118,8 +190,9 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
     z->stage = g->zero;
     z->bucket_of = malloc(((size_t)g->n_params + 1) * sizeof(int));
     z->update_of = malloc(((size_t)g->n_params + 1) * sizeof(int));
-    if (!z->bucket_of || !z->update_of) abort();
-    for (int p = 0; p < g->n_params; p++) z->bucket_of[p] = z->update_of[p] = -1;
+    z->range_at = malloc(((size_t)g->n_params + 1) * sizeof(int64_t));
+    if (!z->bucket_of || !z->update_of || !z->range_at) abort();
+    for (int p = 0; p < g->n_params; p++) z->bucket_of[p] = z->update_of[p] = -1, z->range_at[p] = -1;
     for (int i = 0; i < g->n_values; i++)
         if (ir_op_info_of(g->values[i]->op)->cls == OPC_UPDATE) z->update_of[g->values[i]->param_index] = i;
     if (!g->zero || !g->grads || g->optimizer.kind == OPTIM_NONE) return 0;
@@ -135,6 +208,10 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
     for (int s = 0; mem->stages > 1 && s < mem->stages; s++) mem->stage[s].grad_sum_elems = mem->stage[s].grad_elems;
     mem->grad_sum_elems = mem->grad_elems;
     relayout(g, mem, z, REGION_STATE, z->states);
+    if (g->zero >= 3) {
+        for (int b = 0; b < z->n_buckets; b++) z->bucket[b].param_at = gathered(g, z, &z->bucket[b]) ? 0 : -1;
+        relayout_params(g, mem, z);
+    }
     if (g->zero >= 2) {
         relayout(g, mem, z, REGION_GRADS, 1);
     } else {
@@ -154,5 +231,6 @@ void dm_zero_plan_free(dm_zero_plan *z) {
     free(z->bucket);
     free(z->bucket_of);
     free(z->update_of);
+    free(z->range_at);
     memset(z, 0, sizeof *z);
 }

@@ -60,6 +60,10 @@ CASES = {
     # recomputation: the ops made again, and the smaller activation arena
     "gpt.recompute_full": ("examples/gpt.dm", ["--set", "B=8", "--mesh", "data=8", "--recompute", "full", "--explain"]),
     "gpt.data2_tensor2_zero2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--zero", "2", "--explain=json"]),
+    # ZeRO 3: parameters in shares, each bucket gathered before its first reader in the
+    # forward and the backward pass (the next one prefetched), viewed in place
+    "mlp.zero3": ("examples/mlp.dm", ["--set", "B=4,H=8", "--mesh", "data=2", "--zero", "3", "--bucket-mb", "0.0001"]),
+    "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),

@@ -40,10 +40,11 @@ WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
           ("data=2", ["--bucket-mb", "0.004"]),
-          # ZeRO: optimizer state (1), and gradients (2), in shares over data; small buckets
-          # make shares begin and end inside tensors
+          # ZeRO: optimizer state (1), and gradients (2), and parameters (3, gathered bucket by
+          # bucket before their readers) in shares over data; small buckets make shares begin
+          # and end inside tensors, and many gathers prefetch the next
           ("data=2", ["--zero", "1"]), ("data=4", ["--zero", "2", "--bucket-mb", "0.004"]),
-          ("data=2,tensor=2", ["--zero", "2"])]
+          ("data=2,tensor=2", ["--zero", "2"]), ("data=2,tensor=2", ["--zero", "3", "--bucket-mb", "0.004"])]
 
 # pipelines and micro-batches (MESH_SET pipeline): accumulation without a mesh, 2 and 4
 # stages with 1, 4 and 8 micro-batches under both schedules, and pipelines composed with
@@ -59,7 +60,9 @@ PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
                    # ZeRO on pipeline stages, with the micro-batches' gradients summed whole
                    ("data=2,pipeline=2", ["--microbatches", "4", "--zero", "1"]),
-                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "2"])]
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "2"]),
+                   ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "3",
+                                                   "--bucket-mb", "0.004"])]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)

@@ -27,12 +27,14 @@ MESHES = [[], ["--mesh", "data=2"], ["--mesh", "tensor=2"], ["--accumulate", "2"
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "1f1b"],
           ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4"],
           ["--mesh", "data=2", "--zero", "1"], ["--mesh", "data=4", "--zero", "2"],
-          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--zero", "2"]]
-# ZeRO against its formula: the optimizer state (and, for zero 2, the gradients) per rank
-# is the unsharded plan's over the data axis's size k, within the rounding of each bucket's
-# share (16 elements per state tensor and bucket) and the parameters' padding to a multiple
-# of k and 16
-ZERO_FORMULA = [("data=2", "1"), ("data=4", "2"), ("data=4", "1")]
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--zero", "2"],
+          ["--mesh", "data=2", "--zero", "3"],
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b", "--zero", "3"]]
+# ZeRO against its formula: the optimizer state (and, for zero 2, the gradients; for zero 3
+# the parameters too) per rank is the unsharded plan's over the data axis's size k, within
+# the rounding of each bucket's share (16 elements per state tensor and bucket) and the
+# parameters' padding to a multiple of k and 16
+ZERO_FORMULA = [("data=2", "1"), ("data=4", "2"), ("data=4", "1"), ("data=4", "3")]
 
 
 def batch(model, sets):
@@ -77,7 +79,8 @@ def zero_formula(dmc, dm, sets, model):
         states = 2  # AdamW: exp_avg, exp_avg_sq
         slack = 4 * (states * 16 * buckets + 16 * k * len(plan["params"]))
         parts = [("optimizer_state", mem0["optimizer_state"] / k)]
-        parts.append(("grads", mem0["grads"] / k if stage == "2" else mem0["grads"]))
+        parts.append(("grads", mem0["grads"] / k if stage >= "2" else mem0["grads"]))
+        parts.append(("params", mem0["params"] / k if stage == "3" else mem0["params"]))
         for part, want in parts:
             got = mem[part]
             ok = abs(got - want) <= slack
