@@ -30,6 +30,9 @@ PLANS = [
     ("ZeRO 2", ["--mesh", "data=8", "--zero", "2"]),
     # zero 2 assembles a whole bucket in scratch: smaller buckets, less scratch
     ("ZeRO 2, 1 MiB buckets", ["--mesh", "data=8", "--zero", "2", "--bucket-mb", "1"]),
+    # zero 3: parameters in shares too, each bucket gathered whole while its layer runs
+    ("ZeRO 3, 1 MiB buckets", ["--mesh", "data=8", "--zero", "3", "--bucket-mb", "1"]),
+    ("ZeRO 3 + recompute, 1 MiB buckets", ["--mesh", "data=8", "--zero", "3", "--bucket-mb", "1", "--recompute", "full"]),
     ("recompute full", ["--mesh", "data=8", "--recompute", "full"]),
     ("recompute selective", ["--mesh", "data=8", "--recompute", "selective"]),
     ("ZeRO 2 + recompute", ["--mesh", "data=8", "--zero", "2", "--recompute", "full"]),
