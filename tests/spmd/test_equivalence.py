@@ -42,9 +42,11 @@ MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("
           ("data=2", ["--bucket-mb", "0.004"]),
           # ZeRO: optimizer state (1), and gradients (2), and parameters (3, gathered bucket by
           # bucket before their readers) in shares over data; small buckets make shares begin
-          # and end inside tensors, and many gathers prefetch the next
+          # and end inside tensors, and many gathers prefetch the next; the last with every
+          # layer call recomputed in the backward pass (which then reads the gathered copies)
           ("data=2", ["--zero", "1"]), ("data=4", ["--zero", "2", "--bucket-mb", "0.004"]),
-          ("data=2,tensor=2", ["--zero", "2"]), ("data=2,tensor=2", ["--zero", "3", "--bucket-mb", "0.004"])]
+          ("data=2,tensor=2", ["--zero", "2"]),
+          ("data=2,tensor=2", ["--zero", "3", "--bucket-mb", "0.004", "--recompute", "full"])]
 
 # pipelines and micro-batches (MESH_SET pipeline): accumulation without a mesh, 2 and 4
 # stages with 1, 4 and 8 micro-batches under both schedules, and pipelines composed with
