@@ -28,6 +28,7 @@ typedef struct insertion {
     int bucket;      /* index into the bucket list */
     int view_of;     /* -1: the bucket's gather; else the member parameter (index) viewed */
     ir_phase phase;
+    int seq;         /* its place in the planned order (ties at one position keep it) */
 } insertion;
 
 typedef struct zero_group {
@@ -84,33 +85,37 @@ static int find_groups(const ir_graph *g, int64_t bucket_floats, zero_group **ou
     return n;
 }
 
-static int by_first_reader_phase; /* qsort's context: 0 forward, 1 backward */
-static const zero_group *sort_groups;
-static int compare_order(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    int rx = sort_groups[x].first_reader[by_first_reader_phase], ry = sort_groups[y].first_reader[by_first_reader_phase];
-    return rx != ry ? (rx < ry ? -1 : 1) : (x < y ? -1 : x > y);
+/* A group and its first reader in a phase, sorted by the reader (then the group). */
+typedef struct reached {
+    int reader, group;
+} reached;
+
+static int compare_reached(const void *a, const void *b) {
+    const reached *x = a, *y = b;
+    if (x->reader != y->reader) return x->reader < y->reader ? -1 : 1;
+    return x->group < y->group ? -1 : x->group > y->group;
 }
 
 /* The insertions of one phase: the gathers and views of every group it reads, in the
  * order the pass reaches them, each next gather prefetched. */
 static int plan_phase(const zero_group *groups, int n_groups, int phase, insertion *ins, int n_ins) {
+    reached *by_reader = malloc(((size_t)n_groups + 1) * sizeof *by_reader);
     int *order = malloc(((size_t)n_groups + 1) * sizeof(int)), n = 0;
     char *started = calloc((size_t)n_groups + 1, 1);
-    if (!order || !started) abort();
+    if (!by_reader || !order || !started) abort();
     for (int b = 0; b < n_groups; b++)
-        if (groups[b].first_reader[phase] >= 0) order[n++] = b;
-    by_first_reader_phase = phase;
-    sort_groups = groups;
-    qsort(order, (size_t)n, sizeof *order, compare_order);
+        if (groups[b].first_reader[phase] >= 0) by_reader[n++] = (reached){groups[b].first_reader[phase], b};
+    qsort(by_reader, (size_t)n, sizeof *by_reader, compare_reached);
+    for (int k = 0; k < n; k++) order[k] = by_reader[k].group;
+    free(by_reader);
     ir_phase ph = phase ? PHASE_BACKWARD : PHASE_FORWARD;
     for (int k = 0; k < n; k++) {
         const zero_group *z = &groups[order[k]];
         int at = z->first_reader[phase];
-        if (!started[order[k]]) ins[n_ins++] = (insertion){at, order[k], -1, ph};
-        for (int p = z->first; p <= z->last; p++) ins[n_ins++] = (insertion){at, order[k], p, ph};
+        if (!started[order[k]]) ins[n_ins++] = (insertion){at, order[k], -1, ph, 0};
+        for (int p = z->first; p <= z->last; p++) ins[n_ins++] = (insertion){at, order[k], p, ph, 0};
         if (k + 1 < n && groups[order[k + 1]].stage == z->stage) {
-            ins[n_ins++] = (insertion){at, order[k + 1], -1, ph};
+            ins[n_ins++] = (insertion){at, order[k + 1], -1, ph, 0};
             started[order[k + 1]] = 1;
         }
     }
@@ -121,7 +126,8 @@ static int plan_phase(const zero_group *groups, int n_groups, int phase, inserti
 
 static int compare_insertions(const void *a, const void *b) {
     const insertion *x = a, *y = b;
-    return x->before != y->before ? (x->before < y->before ? -1 : 1) : 0;
+    if (x->before != y->before) return x->before < y->before ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
@@ -151,9 +157,8 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
     int n_ins = plan_phase(groups, n_groups, 0, ins, 0);
     n_ins = plan_phase(groups, n_groups, 1, ins, n_ins);
     /* by position, and in the planned order at one position */
-    for (int k = 0; k < n_ins; k++) ins[k].before = ins[k].before * (cap + 1) + k;
+    for (int k = 0; k < n_ins; k++) ins[k].seq = k;
     qsort(ins, (size_t)n_ins, sizeof *ins, compare_insertions);
-    for (int k = 0; k < n_ins; k++) ins[k].before /= (cap + 1);
 
     /* the new list: parameters first, then every op preceded by its insertions */
     ir_value **old = g->values;
