@@ -205,6 +205,14 @@ ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_
     return v;
 }
 
+void ir_renumber_lists(ir_graph *g, const int *map) {
+    for (int p = 0; p < g->n_params; p++) g->params[p] = map[g->params[p]];
+    for (int p = 0; g->grads && p < g->n_params; p++) g->grads[p] = g->grads[p] >= 0 ? map[g->grads[p]] : -1;
+    for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
+    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
+    if (g->loss >= 0) g->loss = map[g->loss];
+}
+
 void ir_drop_last(ir_graph *g) {
     ir_value *v = g->values[--g->n_values];
     free(v->operands);

@@ -233,6 +233,9 @@ void ir_append_id(ir_graph *g, int **list, int *n, int id);
 void ir_drop_last(ir_graph *g);
 /* Appends an existing value (a pass rebuilding the list in a new order); sets its id. */
 void ir_append_value(ir_graph *g, ir_value *v);
+/* After such a rebuild: the graph's params, grads, inputs, outputs and loss renamed by
+ * map (old id -> new id). */
+void ir_renumber_lists(ir_graph *g, const int *map);
 
 /* Prints the graph, one value per line, in a stable format (golden tests use it). */
 void ir_print(const ir_graph *g, FILE *out);

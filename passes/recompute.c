@@ -136,11 +136,7 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
     free(old);
     free(head);
     free(next);
-    for (int p = 0; p < g->n_params; p++) g->params[p] = map[g->params[p]];
-    for (int p = 0; p < g->n_params; p++) g->grads[p] = g->grads[p] >= 0 ? map[g->grads[p]] : -1;
-    for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
-    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
-    if (g->loss >= 0) g->loss = map[g->loss];
+    ir_renumber_lists(g, map);
     free(map);
 done:
     free(first_reader);

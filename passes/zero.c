@@ -65,28 +65,28 @@ static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_
 /* Lays out region (state or gradients) again, stage by stage: the values of parameters
  * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
  * a share each). Members' values lose their storage. */
-/* ZeRO 3: whether the graph gathers bucket b's parameters (a zero_gather of its first
- * member); each view must find its parameter where the update puts it. */
-static int gathered(const ir_graph *g, const dm_zero_plan *z, const dm_zero_bucket *b) {
-    int found = 0;
+/* ZeRO 3: marks the buckets whose parameters the graph gathers (zero_gather ops of
+ * passes/zero_gather.c) as held in shares (param_at 0, placed by relayout_params); each
+ * gather must cover its bucket and each view find its parameter where the update puts it. */
+static void mark_gathered(const ir_graph *g, dm_zero_plan *z) {
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (v->op == OP_ZERO_GATHER && v->operands[0] == g->params[b->first]) {
-            found = 1;
-            if (ir_numel(&v->type) != b->span || v->n_operands != b->last - b->first + 1) {
-                fprintf(stderr, "dmc: internal error: '%s' gathers %lld elements of %d parameters, the bucket has %lld of %d\n",
-                        v->name, (long long)ir_numel(&v->type), v->n_operands, (long long)b->span, b->last - b->first + 1);
+        if (v->op == OP_ZERO_GATHER) {
+            int p = g->values[v->operands[0]]->param_index, k = z->bucket_of[p];
+            dm_zero_bucket *b = k >= 0 ? &z->bucket[k] : NULL;
+            if (!b || b->first != p || ir_numel(&v->type) != b->span || v->n_operands != b->last - b->first + 1) {
+                fprintf(stderr, "dmc: internal error: '%s' gathers %lld elements of %d parameters, not a ZeRO bucket\n",
+                        v->name, (long long)ir_numel(&v->type), v->n_operands);
                 abort();
             }
+            b->param_at = 0;
         }
-        if (v->op == OP_PARAM_VIEW && v->param_index >= b->first && v->param_index <= b->last &&
-            v->offset != z->range_at[v->param_index]) {
+        if (v->op == OP_PARAM_VIEW && v->offset != z->range_at[v->param_index]) {
             fprintf(stderr, "dmc: internal error: '%s' is gathered at %lld of its range but updated at %lld\n", v->name,
                     (long long)v->offset, (long long)z->range_at[v->param_index]);
             abort();
         }
     }
-    return found;
 }
 
 /* ZeRO 3: ctx->params again, stage by stage: the parameters outside gathered buckets
@@ -209,7 +209,7 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
     mem->grad_sum_elems = mem->grad_elems;
     relayout(g, mem, z, REGION_STATE, z->states);
     if (g->zero >= 3) {
-        for (int b = 0; b < z->n_buckets; b++) z->bucket[b].param_at = gathered(g, z, &z->bucket[b]) ? 0 : -1;
+        mark_gathered(g, z);
         relayout_params(g, mem, z);
     }
     if (g->zero >= 2) {

@@ -43,29 +43,27 @@ typedef struct zero_group {
 static int find_groups(const ir_graph *g, int64_t bucket_floats, zero_group **out) {
     dm_bucket_plan plan;
     pass_buckets(g, NULL, bucket_floats, &plan);
+    /* the parameters some op reads on another stage than theirs (tied ones) */
+    char *elsewhere = calloc((size_t)g->n_params + 1, 1);
+    if (!elsewhere) abort();
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        for (int k = 0; k < v->n_operands && v->phase != PHASE_UPDATE; k++) {
+            const ir_value *o = g->values[v->operands[k]];
+            if (o->op == OP_PARAM && v->stage != o->stage) elsewhere[o->param_index] = 1;
+        }
+    }
     int n = 0;
     zero_group *groups = NULL;
-    for (int lead = 0; lead < g->n_values; lead++) {
-        int first = -1, last = -1;
-        for (int p = 0; p < g->n_params; p++)
-            if (g->grads[p] >= 0 && plan.lead[g->grads[p]] == lead) {
-                if (first < 0) first = p;
-                last = p;
-            }
-        if (first < 0) continue;
-        const ir_value *l = g->values[lead];
-        zero_group z = {.first = first, .last = last, .axis = l->mesh_axis, .stage = g->values[g->params[first]]->stage,
-                        .first_reader = {-1, -1}};
-        int own_stage = 1;
-        for (int i = 0; i < g->n_values && own_stage; i++) {
-            const ir_value *v = g->values[i];
-            if (v->phase == PHASE_UPDATE) continue;
-            for (int k = 0; k < v->n_operands; k++) {
-                const ir_value *o = g->values[v->operands[k]];
-                if (o->op == OP_PARAM && o->param_index >= first && o->param_index <= last && v->stage != o->stage) own_stage = 0;
-            }
-        }
-        if (!own_stage) continue;
+    /* a bucket is a run of consecutive parameters with one lead (passes/buckets.c) */
+    for (int first = 0, last; first < g->n_params; first = last + 1) {
+        int lead = g->grads[first] >= 0 ? plan.lead[g->grads[first]] : -1;
+        int own_stage = !elsewhere[first];
+        for (last = first; last + 1 < g->n_params && lead >= 0 && g->grads[last + 1] >= 0 && plan.lead[g->grads[last + 1]] == lead;)
+            own_stage &= !elsewhere[++last];
+        if (lead < 0 || !own_stage) continue;
+        zero_group z = {.first = first, .last = last, .axis = g->values[lead]->mesh_axis,
+                        .stage = g->values[g->params[first]]->stage, .first_reader = {-1, -1}};
         z.at = malloc(((size_t)(last - first) + 1) * sizeof(int64_t));
         if (!z.at) abort();
         int64_t end = 0, k = g->axes[z.axis].size;
@@ -81,6 +79,7 @@ static int find_groups(const ir_graph *g, int64_t bucket_floats, zero_group **ou
         groups[n++] = z;
     }
     dm_bucket_plan_free(&plan);
+    free(elsewhere);
     *out = groups;
     return n;
 }
@@ -221,11 +220,7 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
         map[i] = v->id;
     }
     free(old);
-    for (int p = 0; p < g->n_params; p++) g->params[p] = map[g->params[p]];
-    for (int p = 0; p < g->n_params; p++) g->grads[p] = g->grads[p] >= 0 ? map[g->grads[p]] : -1;
-    for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
-    for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
-    if (g->loss >= 0) g->loss = map[g->loss];
+    ir_renumber_lists(g, map);
     /* the plans so far name values by id */
     for (int r = 0; reshards && r < reshards->n; r++) reshards->items[r].value = map[reshards->items[r].value];
     for (int s = 0; pipe && pipe->stage && s < pipe->stages; s++) {
