@@ -341,7 +341,14 @@ static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) 
  *   shard slice     copy this rank's block, at an offset known at run time. */
 static void emit_collective(emitter *E, const ir_value *v) {
     const ir_type *in = T(E, v->operands[0]), *out = T(E, v->id);
-    const char *x = E->cname[v->operands[0]], *y = E->cname[v->id];
+    /* collectives move floats; integer tensors (token ids, labels) travel bit for bit,
+     * and through scratch reinterpreted as their own type */
+    int ints = in->dtype == DT_I32;
+    char x_words[160], y_words[160];
+    snprintf(x_words, sizeof x_words, ints ? "(const float *)%s" : "%s", E->cname[v->operands[0]]);
+    snprintf(y_words, sizeof y_words, ints ? "(float *)%s" : "%s", E->cname[v->id]);
+    const char *x = x_words, *y = y_words, *scratch = ints ? "((int32_t *)ctx->scratch)" : "ctx->scratch";
+    const char *x_own = E->cname[v->operands[0]], *y_own = E->cname[v->id];
     int64_t k = axis_size(E, v->mesh_axis), n_in = ir_numel(in), n_out = ir_numel(out);
     int i = v->axis;
     switch (v->op) {
@@ -362,9 +369,9 @@ static void emit_collective(emitter *E, const ir_value *v) {
         int64_t size[3] = {outer, k, block}, whole_stride[3] = {k * block, block, 1}, scratch_stride[3] = {block, outer * block, 1};
         if (gather) {
             emit_comm_call(E, v, "%s, ctx->scratch, %lld", x, (long long)n_in);
-            emit_copy_nest(E, 3, size, "ctx->scratch", scratch_stride, y, whole_stride, n_out);
+            emit_copy_nest(E, 3, size, scratch, scratch_stride, y_own, whole_stride, n_out);
         } else {
-            emit_copy_nest(E, 3, size, x, whole_stride, "ctx->scratch", scratch_stride, n_in);
+            emit_copy_nest(E, 3, size, x_own, whole_stride, scratch, scratch_stride, n_in);
             emit_comm_call(E, v, "ctx->scratch, %s, %lld", y, (long long)n_out);
         }
         return;
@@ -386,14 +393,15 @@ static void emit_collective(emitter *E, const ir_value *v) {
         /* pack: message r is in's block r of dim j */
         from[0] = msg.shape[j] * in_stride[j], to[0] = msg_elems;
         for (int d = 0; d < rank; d++) from[d + 1] = in_stride[d], to[d + 1] = msg_stride[d];
-        emit_copy_nest(E, rank + 1, size, x, from, "ctx->scratch", to, n_in);
-        char recv[64];
+        emit_copy_nest(E, rank + 1, size, x_own, from, scratch, to, n_in);
+        char recv[64], recv_own[80];
         snprintf(recv, sizeof recv, "(ctx->scratch + %lld)", (long long)n_in);
+        snprintf(recv_own, sizeof recv_own, "(%s + %lld)", scratch, (long long)n_in);
         emit_comm_call(E, v, "ctx->scratch, %s, %lld", recv, (long long)msg_elems);
         /* unpack: the message from rank r is out's block r of dim i */
         from[0] = msg_elems, to[0] = in->shape[i] * out_stride[i];
         for (int d = 0; d < rank; d++) from[d + 1] = msg_stride[d], to[d + 1] = out_stride[d];
-        emit_copy_nest(E, rank + 1, size, recv, from, y, to, n_out);
+        emit_copy_nest(E, rank + 1, size, recv_own, from, y_own, to, n_out);
         return;
     }
     case OP_SHARD_SLICE: {
@@ -401,8 +409,8 @@ static void emit_collective(emitter *E, const ir_value *v) {
         contiguous_strides(in, in_stride);
         contiguous_strides(out, out_stride);
         char block[160];
-        snprintf(block, sizeof block, "(%s + ctx->coord[%d] * %lld)", x, v->mesh_axis, (long long)(out->shape[i] * in_stride[i]));
-        emit_copy_nest(E, out->rank, out->shape, block, in_stride, y, out_stride, n_out);
+        snprintf(block, sizeof block, "(%s + ctx->coord[%d] * %lld)", x_own, v->mesh_axis, (long long)(out->shape[i] * in_stride[i]));
+        emit_copy_nest(E, out->rank, out->shape, block, in_stride, y_own, out_stride, n_out);
         return;
     }
     default: break;

@@ -134,6 +134,10 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
             used[v->operands[0]] = 1;
             continue;
         }
+        /* a bucket reduced during the backward pass reads nothing here */
+        if (v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && E->bucket_lead[i] >= 0 &&
+            bucket_started_early(E, E->bucket_lead[i]))
+            continue;
         used[i] = v->type.dtype != DT_VOID;
         for (int k = 0; k < v->n_operands; k++)
             if (ir_reads_operand(v, k)) used[v->operands[k]] = 1;

@@ -2,7 +2,8 @@
 
 For mlp.dm and gpt.dm (the tiny config, and GPT-2 124M as the .dm declares it) on the
 serial program and on data=2, tensor=2, data=2 x tensor=2 and pipeline=2 meshes (gpt.dm's
-embedding and the head tied to it then on different stages), `dmc run --target cuda
+embedding and the head tied to it then on different stages), and for tests/spmd/forms.dm
+(which all-gathers integer labels) on data=2 x tensor=2, `dmc run --target cuda
 --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
@@ -35,6 +36,10 @@ CASES = [
     ("mlp-data2-tensor2", "examples/mlp.dm", SMALL_MLP, "data=2,tensor=2", [], None),
     ("mlp-pipeline2", "examples/mlp.dm", SMALL_MLP, "pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"], None),
     ("mlp-accumulate", "examples/mlp.dm", SMALL_MLP, None, ["--accumulate", "2"], None),
+    # gradient buckets reduced during the backward pass (the update then reads no partials)
+    ("mlp-data2-buckets", "examples/mlp.dm", SMALL_MLP, "data=2", ["--bucket-mb", "0.004"], None),
+    # an all-gather of integer labels (collectives move them as floats, bit for bit)
+    ("forms-data2-tensor2", "tests/spmd/forms.dm", "B=16,D=24,H=32,K=8", "data=2,tensor=2", [], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
@@ -49,7 +54,7 @@ def batch_file(tmp, dm, sets):
     """One step of random inputs for the model and sizes."""
     dims = {k: int(v) for k, v in (kv.split("=") for kv in sets.split(","))}
     rng = np.random.default_rng(0)
-    if "mlp" in dm:
+    if "gpt" not in dm:
         b = {"x": rng.standard_normal((1, dims["B"], dims["D"])).astype(np.float32),
              "y": rng.integers(0, dims["K"], (1, dims["B"])).astype(np.int32)}
     else:
