@@ -197,6 +197,9 @@ typedef struct cg_dialect {
 
 extern const cg_dialect cg_dialect_c;
 extern const cg_dialect cg_dialect_cuda;
+/* Whether the CUDA dialect splits this nest's sum into chunks (then its results differ
+ * from the C dialect's by rounding; for tests/tools/cuda_dialect_smoke.c). */
+int cg_cuda_sum_is_split(const cg_loop_nest *k);
 
 /* The dialect named by --target, or NULL. */
 const cg_dialect *cg_dialect_find(const char *name);

@@ -330,6 +330,22 @@ static void operand_loads(const nest *s, const char *ind, unsigned *dims, sbuf *
     }
 }
 
+/* p's digits for the kept dims in dims, the fastest kept dim first: `const int64_t iD = ...;` */
+static void kept_digits(const nest *s, unsigned dims, const char *ind, sbuf *b) {
+    for (int d = 0; d < s->rank; d++) {
+        if (!(dims >> d & 1u)) continue;
+        int j = 0;
+        while (s->kept[j] != d) j++;
+        int64_t below = 1;
+        for (int l = 0; l < j; l++) below *= s->size[s->kept[l]];
+        sb_printf(b, "%sconst int64_t i%d = ", ind, d);
+        if (below == 1) sb_printf(b, "p");
+        else sb_printf(b, "p / %lld", (long long)below);
+        if (j < s->n_kept - 1) sb_printf(b, " %% %lld", (long long)s->size[d]);
+        sb_printf(b, ";\n");
+    }
+}
+
 /* The kernel of a nest the threads can split: one thread per output position. */
 static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tail) {
     const cg_loop_nest *k = s->k;
@@ -379,20 +395,116 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
 
     sb_printf(tail, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
               (long long)s->kept_total);
-    /* p's digits, the fastest kept dim first */
-    for (int d = 0; d < s->rank; d++) {
-        if (!(dims >> d & 1u)) continue;
-        int j = 0;
-        while (s->kept[j] != d) j++;
-        int64_t below = 1;
-        for (int l = 0; l < j; l++) below *= s->size[s->kept[l]];
-        sb_printf(tail, "%sconst int64_t i%d = ", ind, d);
-        if (below == 1) sb_printf(tail, "p");
-        else sb_printf(tail, "p / %lld", (long long)below);
-        if (j < s->n_kept - 1) sb_printf(tail, " %% %lld", (long long)s->size[d]);
-        sb_printf(tail, ";\n");
-    }
+    kept_digits(s, dims, ind, tail);
     sb_printf(tail, "%s    }\n}\n", body.s);
+    free(body.s);
+}
+
+/* A long sum with few outputs would leave most of the GPU idle at one thread per output:
+ * it is split into chunks of the summed positions (flattened, the outermost summed dim
+ * first, as C's loops walk them). The first kernel has a thread per (output, chunk) that
+ * sums its chunk in order into dmrt_gpu_sum_partials; the second a thread per output that
+ * adds its chunks in order. Deterministic, but not C's order of additions: results
+ * differ from the C target's by rounding. */
+#define SPLIT_MIN_SUMMED 128           /* shorter sums stay one thread per output */
+#define SPLIT_MIN_WORK 65536           /* nor are small nests split: two launches cost more */
+#define SPLIT_MAX_KEPT 131072          /* with this many outputs the GPU is busy already */
+#define SPLIT_CHUNK 32                 /* summed positions a first-kernel thread adds */
+#define SPLIT_MAX_CHUNKS 1024          /* the second kernel's sums stay short */
+
+/* Positions of the summed dims per chunk when the nest's sum is split, else 0. */
+static int64_t split_chunk(const nest *s, int parallel) {
+    const cg_loop_nest *k = s->k;
+    if (!parallel || !k->accumulate || !s->n_summed || s->summed_total < SPLIT_MIN_SUMMED ||
+        s->kept_total > SPLIT_MAX_KEPT || s->kept_total * s->summed_total < SPLIT_MIN_WORK)
+        return 0;
+    int64_t chunk = SPLIT_CHUNK;
+    for (;;) {
+        int64_t chunks = (s->summed_total + chunk - 1) / chunk;
+        if (chunks <= SPLIT_MAX_CHUNKS && chunks * s->kept_total <= DMRT_CUDA_SUM_PARTIALS_FLOATS) return chunk;
+        chunk *= 2;
+    }
+}
+
+int cg_cuda_sum_is_split(const cg_loop_nest *k) {
+    nest s;
+    nest_init(&s, k);
+    return split_chunk(&s, injective(&s)) > 0;
+}
+
+/* The two kernels of a split sum (split_chunk): head1/tail1 the chunks', head2/tail2 the
+ * one that adds them. */
+static void split_kernels(const nest *s, int64_t chunk, int fold_scale, sbuf *head1, sbuf *tail1, sbuf *head2,
+                          sbuf *tail2) {
+    const cg_loop_nest *k = s->k;
+    int64_t chunks = (s->summed_total + chunk - 1) / chunk, partials = chunks * s->kept_total;
+    const char *ind = "        ", *inner = "            ";
+    /* the chunks: partial[c * kept + p] = the sum of chunk c for output p */
+    sb_printf(head1, "/* partial sums of %s over ", k->expr);
+    sizes_text(s, head1);
+    sb_printf(head1, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
+    for (int j = 0; j < s->n_summed; j++) sb_printf(head1, "%s %d", j ? "," : "", s->summed[j]);
+    sb_printf(head1, ": %lld chunks of %lld */\n", (long long)chunks, (long long)chunk);
+    /* the operands' pointers as kernel_signature writes them, then the partials */
+    int typed = 0;
+    sb_printf(tail1, "(");
+    for (int i = 0; i < k->n_in; i++) {
+        if (!s->used[i] || k->constant[i]) continue;
+        sb_printf(head1, "%stypename T_%s", typed++ ? ", " : "template <", k->var[i]);
+        sb_printf(tail1, "const T_%s *%s_, ", k->var[i], k->var[i]);
+    }
+    sb_printf(head1, "%sstatic __global__ void ", typed ? ">\n" : "");
+    sb_printf(tail1, "float *partial) {\n");
+    unsigned dims = 0;
+    sbuf body = {0};
+    sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
+    sb_printf(&body, "%sconst int64_t end = (c + 1) * %lld < %lld ? (c + 1) * %lld : %lld;\n", ind, (long long)chunk,
+              (long long)s->summed_total, (long long)chunk, (long long)s->summed_total);
+    sb_printf(&body, "%sfor (int64_t r = c * %lld; r < end; r++) {\n", ind, (long long)chunk);
+    int64_t after = s->summed_total;
+    for (int j = 0; j < s->n_summed; j++) {
+        int d = s->summed[j], named = 0;
+        after /= s->size[d];
+        for (int i = 0; i < k->n_in; i++) named |= s->used[i] && !k->constant[i] && s->stride[i][d] != 0;
+        if (!named) continue;   /* an unused local is an nvcc warning */
+        sb_printf(&body, "%sconst int64_t i%d = r", inner, d);
+        if (after > 1) sb_printf(&body, " / %lld", (long long)after);
+        if (j > 0) sb_printf(&body, " %% %lld", (long long)s->size[d]);
+        sb_printf(&body, ";\n");
+    }
+    operand_loads(s, inner, &dims, &body);
+    const char *result;
+    expr_locals(&body, inner, k->expr, &result);
+    sb_printf(&body, "%sacc += %s;\n%s}\n", inner, result, ind);
+    sb_printf(&body, "%spartial[q] = acc;\n", ind);
+    sb_printf(tail1, "    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += (int64_t)gridDim.x * blockDim.x) {\n",
+              (long long)partials);
+    if (s->n_kept && (dims || names(body.s, "p")))
+        sb_printf(tail1, "%sconst int64_t p = q %% %lld, c = q / %lld;\n", ind, (long long)s->kept_total, (long long)s->kept_total);
+    else
+        sb_printf(tail1, "%sconst int64_t c = q;\n", ind);
+    kept_digits(s, dims, ind, tail1);
+    sb_printf(tail1, "%s    }\n}\n", body.s);
+    free(body.s);
+
+    /* the outputs: the chunks in order */
+    sb_printf(head2, "/* out = the %lld chunk sums of each of %lld outputs, in order%s%s */\n", (long long)chunks,
+              (long long)s->kept_total, fold_scale ? ", times " : "", fold_scale ? k->scale : "");
+    sb_printf(head2, "template <typename T_out>\nstatic __global__ void ");
+    sb_printf(tail2, "(T_out *out, const float *partial) {\n");
+    dims = 0;
+    body = (sbuf){0};
+    sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
+    sb_printf(&body, "%sfor (int64_t c = 0; c < %lld; c++) acc += partial[c * %lld + p];\n", ind, (long long)chunks,
+              (long long)s->kept_total);
+    sb_printf(&body, "%sout[", ind);
+    array_index(s, s->out_stride, k->out_offset, &dims, &body);
+    if (fold_scale) sb_printf(&body, "] = acc * %s;\n", k->scale);
+    else sb_printf(&body, "] = acc;\n");
+    sb_printf(tail2, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
+              (long long)s->kept_total);
+    kept_digits(s, dims, ind, tail2);
+    sb_printf(tail2, "%s    }\n}\n", body.s);
     free(body.s);
 }
 
@@ -432,6 +544,32 @@ static void check_launch(cg_writer *w, const char *name) {
     cg_line(w, "if (dmrt_gpu_check_launch(ctx->gpu, \"%s\", __FILE__, __LINE__) != DMRT_OK) return device_failed(ctx);", name);
 }
 
+static void launch(cg_writer *w, const char *name, int64_t positions, int threads, const char *args) {
+    int64_t blocks = (positions + threads - 1) / threads;
+    if (blocks > MAX_BLOCKS) blocks = MAX_BLOCKS;
+    cg_line(w, "%s<<<%lld, %d, 0, (cudaStream_t)dmrt_gpu_stream(ctx->gpu)>>>(%s);", name, (long long)blocks, threads, args);
+    check_launch(w, name);
+}
+
+static void split_launch(cg_writer *w, const nest *s, int64_t chunk, int fold_scale) {
+    const cg_loop_nest *k = s->k;
+    sbuf head1 = {0}, tail1 = {0}, head2 = {0}, tail2 = {0}, args = {0};
+    split_kernels(s, chunk, fold_scale, &head1, &tail1, &head2, &tail2);
+    char part[64];
+    snprintf(part, sizeof part, "%s_partial", k->out);
+    const char *chunks_kernel = kernel_named(w, part, &head1, &tail1), *sum_kernel = kernel_named(w, k->out, &head2, &tail2);
+    for (int i = 0; i < k->n_in; i++)
+        if (s->used[i] && !k->constant[i]) sb_printf(&args, "%s, ", k->buffer[i]);
+    sb_printf(&args, "dmrt_gpu_sum_partials(ctx->gpu)");
+    int64_t chunks = (s->summed_total + chunk - 1) / chunk;
+    cg_line(w, "/* a long sum, split in %lld chunks: their sums, then each output's in chunk order */", (long long)chunks);
+    launch(w, chunks_kernel, chunks * s->kept_total, THREADS, args.s);
+    args.n = 0;
+    sb_printf(&args, "%s, dmrt_gpu_sum_partials(ctx->gpu)", k->out);
+    launch(w, sum_kernel, s->kept_total, SUM_THREADS, args.s);
+    free(head1.s), free(tail1.s), free(head2.s), free(tail2.s), free(args.s);
+}
+
 static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     nest s;
     nest_init(&s, k);
@@ -455,6 +593,11 @@ static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     if (k->accumulate && !(parallel && full))
         cg_line(w, "if (dmrt_gpu_zero(ctx->gpu, %s, %lld * sizeof(float)) != DMRT_OK) return device_failed(ctx);", k->out,
                 (long long)k->out_elems);
+    int64_t chunk = split_chunk(&s, parallel);
+    if (chunk) {
+        split_launch(w, &s, chunk, fold_scale);
+        return;
+    }
     sbuf head = {0}, tail = {0};
     if (parallel) parallel_kernel(&s, fold_scale, &head, &tail);
     else serial_kernel(&s, &head, &tail);

@@ -61,6 +61,10 @@ void *dmrt_gpu_stream(const dmrt_gpu *g);
 /* After a launch by generated code: DMRT_OK, or DMRT_ERR_DEVICE naming what and where
  * (cudaGetLastError; does not synchronise). */
 int dmrt_gpu_check_launch(dmrt_gpu *g, const char *what, const char *file, int line);
+/* DMRT_CUDA_SUM_PARTIALS_FLOATS floats of device memory, allocated at create, for the
+ * partial sums of generated reduction kernels: a long sum is split into chunks summed by
+ * one kernel and added in chunk order by the next, on the rank's stream (one at a time). */
+float *dmrt_gpu_sum_partials(const dmrt_gpu *g);
 /* Waits for the stream. */
 int dmrt_gpu_sync(dmrt_gpu *g);
 /* "NVIDIA H100 80GB HBM3 (device 0)" */

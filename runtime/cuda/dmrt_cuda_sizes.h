@@ -14,6 +14,11 @@
  * fixed-order sum: 4096 floats (16 KiB). */
 #define DMRT_CUDA_SCRATCH_SLACK_FLOATS 4096
 
+/* Floats of the device buffer generated reduction kernels keep their chunk sums in
+ * (dmrt_gpu_sum_partials): 4 MiB. The compiler splits a sum into at most this many
+ * (output, chunk) partials. */
+#define DMRT_CUDA_SUM_PARTIALS_FLOATS ((int64_t)1 << 20)
+
 /* Floats of device scratch a cross-entropy (forward or gradient) of `rows` rows needs,
  * its classes split over comm_size ranks (1: whole). A bound, not a layout; what the
  * runtime lays out today:

@@ -38,6 +38,8 @@ const char *dmrt_gpu_device_name(const dmrt_gpu *g) { return g ? g->name : ""; }
 
 size_t dmrt_gpu_peak_bytes(const dmrt_gpu *g) { return g ? g->peak_bytes : 0; }
 
+float *dmrt_gpu_sum_partials(const dmrt_gpu *g) { return g ? g->sum_partials : NULL; }
+
 int dmrt_gpu_check_launch(dmrt_gpu *g, const char *what, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return DMRT_OK;
@@ -395,6 +397,9 @@ static int open_device(dmrt_gpu *g) {
     int rc = device_malloc(g, &f, sizeof(dmrt_fault));
     if (rc != DMRT_OK) return rc;
     g->fault = (dmrt_fault *)f;
+    rc = device_malloc(g, &f, (size_t)DMRT_CUDA_SUM_PARTIALS_FLOATS * sizeof(float));
+    if (rc != DMRT_OK) return rc;
+    g->sum_partials = (float *)f;
     CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof(dmrt_fault), g->stream));
     CUDA_CHECK(g, cudaStreamSynchronize(g->stream));
     return DMRT_OK;

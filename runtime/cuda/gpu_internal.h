@@ -39,6 +39,8 @@ struct dmrt_gpu {
     char name[300];                 /* "NVIDIA H100 80GB HBM3 (device 0)" */
     char error[512];                /* the last failure, "file:line: call failed: why" */
     dmrt_fault *fault;              /* device: the first bad index since the last take */
+    float *sum_partials;            /* device: DMRT_CUDA_SUM_PARTIALS_FLOATS chunk sums of
+                                       generated reduction kernels */
 
     float *staging;                 /* pinned host memory for staged collectives */
     size_t staging_bytes;
