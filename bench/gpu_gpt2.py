@@ -21,15 +21,18 @@ PyTorch: bench/gpt_step.py's TorchGPT on the GPU (the same parameters, weights [
          zero_grad to the end of opt.step() with torch.cuda.synchronize() on both sides.
          fp32: allow_tf32 False for matmuls and cuDNN; tf32: True (dmc: --tf32).
 Per run: WARMUP steps, then the median of N measured steps.
-Memory:  peak GPU memory of each process, polled from nvidia-smi every 50 ms (context
-         included, the same for both), and PyTorch's own max_memory_allocated.
+Memory:  peak GPU memory in use (nvidia-smi's memory.used of GPU 0, polled every 50 ms)
+         above what was in use before: dmc's process with its CUDA context, PyTorch's
+         memory pool without its context (made earlier in this process); and PyTorch's own
+         max_memory_allocated.
 MFU:     model flops per token 6 N + 12 L C T (nanoGPT's estimate_mfu, N the parameters),
          times tokens/s, over the device's dense peak at that precision (H100/H200 SXM:
          fp32 67, tf32 494.7 TFLOP/s; override with --peak-tflops).
 Check:   PyTorch's losses from dmc's weights on the same batches follow dmc's (max relative
          difference printed; fails above 1e-3 in fp32, 2e-2 in tf32).
---profile: runs dmc's step under `nsys profile --stats=true` (when nsys is installed) and
-         prints the top kernels by GPU time.
+--profile: runs two of dmc's steps under `nsys profile --stats=true`, or where nsys is not
+         installed under Nsight Compute (`ncu --metrics gpu__time_duration.sum`, kernels
+         serialised), and prints the top kernels by GPU time per step.
 Prints a table: ms/step, tokens/s, MFU and peak memory of each, and torch ms / dmc ms.
 """
 import argparse
@@ -54,25 +57,28 @@ LOSS_RTOL = {"fp32": 1e-3, "tf32": 2e-2}
 
 
 class PeakMemory:
-    """Polls nvidia-smi for the largest memory.used of process pid (MiB)."""
+    """Polls nvidia-smi for the largest memory.used of GPU 0 above what was in use when it
+    started (MiB): per-process figures are not available in every container, and one
+    process at a time uses the GPU here."""
 
-    def __init__(self, pid_fn):
-        self.pid_fn, self.peak, self.stop = pid_fn, 0, threading.Event()
+    def __init__(self):
+        self.peak, self.stop = 0, threading.Event()
+        self.base = self.used()
         self.thread = threading.Thread(target=self.poll, daemon=True)
+
+    @staticmethod
+    def used():
+        try:
+            out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
+                                 timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return 0
+        return int(out) if out.isdigit() else 0
 
     def poll(self):
         while not self.stop.is_set():
-            pid = self.pid_fn()
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
-                                     timeout=10).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                out = ""
-            for line in out.splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                if len(parts) == 2 and pid is not None and parts[0] == str(pid) and parts[1].isdigit():
-                    self.peak = max(self.peak, int(parts[1]))
+            self.peak = max(self.peak, self.used() - self.base)
             time.sleep(0.05)
 
     def __enter__(self):
@@ -88,21 +94,8 @@ def dmc_run(cmd, tmp, measure=False):
     """Runs dmc; returns (stdout, stderr, peak MiB)."""
     proc = subprocess.Popen(cmd, cwd=tmp, env=dict(os.environ, TMPDIR=tmp), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True)
-    children = []
-
-    def pid():
-        # the trainer is dmc's child: nvidia-smi lists it, not dmc
-        if not children:
-            try:
-                kids = subprocess.run(["pgrep", "-P", str(proc.pid)], stdout=subprocess.PIPE,
-                                      universal_newlines=True).stdout.split()
-                children.extend(kids[-1:])
-            except OSError:
-                pass
-        return children[0] if children else None
-
     if measure:
-        with PeakMemory(pid) as mem:
+        with PeakMemory() as mem:
             out, err = proc.communicate()
         peak = mem.peak
     else:
@@ -126,6 +119,9 @@ def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, tf32):
     targets = [torch.from_numpy(data["targets"][s].astype("int64")).cuda() for s in range(S)]
     torch.cuda.reset_peak_memory_stats()
     times, losses = [], []
+    poll = PeakMemory()
+    poll.base -= torch.cuda.memory_reserved() // 2**20   # what this process held already counts
+    poll.__enter__()
     for i in range(WARMUP + steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -136,16 +132,49 @@ def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, tf32):
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    poll.__exit__()
     allocated = torch.cuda.max_memory_allocated() / 2**20
     del model, opt, tokens, targets
     torch.cuda.empty_cache()
-    return 1e3 * statistics.median(times[WARMUP:]), losses, allocated
+    return 1e3 * statistics.median(times[WARMUP:]), losses, allocated, poll.peak
 
 
-def profile_dmc(args, cmd, tmp):
+NCU_UNITS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3}
+
+
+def profile_dmc_ncu(ncu, cmd, tmp, steps):
+    """Per-kernel GPU time of dmc's steps from Nsight Compute (one metric, no clock lock):
+    kernels serialised, so the sum is the GPU busy time without overlap."""
+    r = subprocess.run([ncu, "--csv", "--clock-control", "none", "--metrics", "gpu__time_duration.sum"] + cmd,
+                       cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    import csv
+    rows = [row for row in csv.reader(line for line in r.stdout.splitlines() if line.startswith('"'))]
+    if not rows or "Kernel Name" not in rows[0]:
+        print("profile: ncu gave no table (exit %d):\n%s" % (r.returncode, r.stdout[-2000:]))
+        return
+    col = {name: i for i, name in enumerate(rows[0])}
+    by_kernel = {}
+    for row in rows[1:]:
+        if len(row) < len(col) or row[col["Metric Name"]] != "gpu__time_duration.sum":
+            continue
+        ms = float(row[col["Metric Value"]].replace(",", "")) * NCU_UNITS.get(row[col["Metric Unit"]], 1e-6)
+        name = row[col["Kernel Name"]].split("(")[0][:70]
+        total, count = by_kernel.get(name, (0.0, 0))
+        by_kernel[name] = (total + ms, count + 1)
+    busy = sum(t for t, _ in by_kernel.values())
+    print("profile (ncu, %d dmc steps, kernels serialised): GPU busy %.1f ms/step; top kernels" % (steps, busy / steps))
+    print("%8s %6s %7s  %s" % ("ms/step", "%", "calls", "kernel"))
+    for name, (t, n) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:25]:
+        print("%8.2f %5.1f%% %7d  %s" % (t / steps, 100 * t / busy, n // steps, name))
+
+
+def profile_dmc(args, cmd, tmp, steps):
     nsys = shutil.which("nsys")
     if not nsys:
-        print("profile: nsys is not installed here; no per-kernel table")
+        ncu = shutil.which("ncu")
+        if ncu:
+            return profile_dmc_ncu(ncu, cmd, tmp, steps)
+        print("profile: neither nsys nor ncu is installed here; no per-kernel table")
         return
     out = os.path.join(tmp, "profile")
     r = subprocess.run([nsys, "profile", "--stats=true", "-o", out, "--force-overwrite", "true"] + cmd, cwd=tmp,
@@ -202,7 +231,7 @@ def main():
                 steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", out, re.M)
                 dmc_ms = statistics.median(float(s[2]) for s in steps[WARMUP:])
                 dmc_losses = [float(s[1]) for s in steps]
-                t_ms, t_losses, t_alloc = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, tf32)
+                t_ms, t_losses, t_alloc, t_mib = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, tf32)
                 diff = max(abs(a - b) / abs(b) for a, b in zip(t_losses, dmc_losses))
                 if diff > LOSS_RTOL[prec]:
                     sys.exit("gpu_gpt2: B=%d %s: PyTorch losses %s differ from dmc's %s (max rel %.2g)"
@@ -210,21 +239,22 @@ def main():
                 tokens = B * dims["T"]
                 flops = (6 * nparams + 12 * dims["L"] * dims["C"] * dims["T"]) * tokens
                 peak = (args.peak_tflops or PEAK_TFLOPS[prec]) * 1e12
-                rows.append((B, prec, dmc_ms, t_ms, tokens, flops, peak, dmc_mib, t_alloc, diff))
+                rows.append((B, prec, dmc_ms, t_ms, tokens, flops, peak, dmc_mib, t_mib, t_alloc, diff))
                 if args.profile:
                     profile_dmc(args, [os.path.join(keep, "gpt"), "--init", init, "--batch-file", batches, "--steps",
-                                       "6", "--quiet"] + [], tmp)
-    hdr = "%3s %5s %9s %9s %7s %10s %10s %6s %6s %9s %9s %8s" % (
+                                       "2", "--quiet"], tmp, 2)
+    hdr = "%3s %5s %9s %9s %7s %10s %10s %6s %6s %9s %9s %9s %8s" % (
         "B", "prec", "dmc ms", "torch ms", "ratio", "dmc tok/s", "torch tok", "dmc", "torch", "dmc MiB", "torch MiB",
-        "loss dif")
+        "torch alc", "loss dif")
     print(hdr)
     print("-" * len(hdr))
-    for B, prec, dm, tm, tokens, flops, peak, dmib, talloc, diff in rows:
-        print("%3d %5s %9.1f %9.1f %6.2fx %10.0f %10.0f %5.1f%% %5.1f%% %9d %9.0f %8.1e" % (
+    for B, prec, dm, tm, tokens, flops, peak, dmib, tmib, talloc, diff in rows:
+        print("%3d %5s %9.1f %9.1f %6.2fx %10.0f %10.0f %5.1f%% %5.1f%% %9d %9d %9.0f %8.1e" % (
             B, prec, dm, tm, tm / dm, tokens / dm * 1e3, tokens / tm * 1e3, 100 * flops / (dm / 1e3) / peak,
-            100 * flops / (tm / 1e3) / peak, dmib, talloc, diff))
+            100 * flops / (tm / 1e3) / peak, dmib, tmib, talloc, diff))
     print("ratio = torch ms / dmc ms (> 1: dmc is faster); MFU columns: model flops / step time / dense peak; "
-          "dmc MiB: nvidia-smi peak of the process; torch MiB: max_memory_allocated")
+          "dmc MiB, torch MiB: peak GPU memory in use (nvidia-smi) above what was in use before (dmc: its CUDA "
+          "context included; torch: its memory pool, the context not); torch alc: max_memory_allocated")
     return 0
 
 
