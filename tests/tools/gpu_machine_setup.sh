@@ -1,0 +1,37 @@
+# gpu_machine_setup.sh: prepares a GPU machine without a build toolchain of its own (no
+# flex, bison or meson's Debian packages) to run a build made on another machine:
+#   . tests/tools/gpu_machine_setup.sh        (sourced, from the copied checkout's root)
+# - the checkout is reached at /work/main, the absolute path the build was configured
+#   with (a link when it lies elsewhere);
+# - link names (libopenblas.so, libjansson.so, libz.so, libnccl.so) point at the
+#   machine's .so.N files, for `dmc run` to link the generated code;
+# - /usr/bin/python3, which the tests name, becomes the interpreter that has torch.
+# Then run the GPU tests from the build's own test list:
+#   meson introspect build --tests > tests.json          (on the build machine)
+#   JOBS=4 python3 tests/tools/run_tests_from_json.py tests.json gpu-kernels gpu-ref-mlp ...
+here=$(pwd)
+mkdir -p /work
+if [ "$here" != /work/main ]; then rm -rf /work/main; ln -sfn "$here" /work/main; fi
+L=/usr/lib/x86_64-linux-gnu
+for l in openblas jansson z; do
+    if [ ! -e $L/lib$l.so ]; then
+        f=$(ls $L/lib$l.so.* 2>/dev/null | head -1)
+        [ -z "$f" ] && f=$(find / -xdev -name "lib$l.so.*" 2>/dev/null | head -1)
+        echo "link lib$l.so -> $f"
+        [ -n "$f" ] && ln -sf "$f" $L/lib$l.so
+    fi
+done
+if [ ! -e /usr/local/cuda/lib64/libnccl.so ]; then
+    f=$(find / -xdev -name 'libnccl.so*' 2>/dev/null | head -1)
+    echo "nccl: $f"
+    [ -n "$f" ] && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so.2
+fi
+ldconfig
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    torch_python=$(command -v python3)
+    mv /usr/bin/python3 /usr/bin/python3.orig 2>/dev/null
+    printf '#!/bin/sh\nexec %s "$@"\n' "$torch_python" > /usr/bin/python3
+    chmod +x /usr/bin/python3
+fi
+/usr/bin/python3 -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+export PATH=/usr/local/cuda/bin:$PATH
