@@ -300,19 +300,29 @@ static void sizes_text(const nest *s, sbuf *b) {
 }
 
 /* "template <...>\nstatic __global__ void " and, after the name, "(T_out *out, ...)"
- * with the pointers of the operands expr names. */
-static void kernel_signature(const nest *s, sbuf *head, sbuf *tail) {
+ * (without out unless with_out) with the pointers of the operands expr names, then
+ * `last` when given. */
+static void kernel_signature_with(const nest *s, int with_out, const char *last, sbuf *head, sbuf *tail) {
     const cg_loop_nest *k = s->k;
-    sb_printf(head, "template <typename T_out");
-    sb_printf(tail, "(T_out *out");
+    int params = 0;
+    sb_printf(tail, "(");
+    if (with_out) {
+        sb_printf(head, "template <typename T_out");
+        sb_printf(tail, "T_out *out");
+        params = 1;
+    }
     for (int i = 0; i < k->n_in; i++) {
         if (!s->used[i] || k->constant[i]) continue;
-        sb_printf(head, ", typename T_%s", k->var[i]);
-        sb_printf(tail, ", const T_%s *%s_", k->var[i], k->var[i]);
+        sb_printf(head, "%stypename T_%s", params ? ", " : "template <", k->var[i]);
+        sb_printf(tail, "%sconst T_%s *%s_", params ? ", " : "", k->var[i], k->var[i]);
+        params++;
     }
-    sb_printf(head, ">\nstatic __global__ void ");
+    if (last) sb_printf(tail, "%s%s", params ? ", " : "", last);
+    sb_printf(head, "%sstatic __global__ void ", params ? ">\n" : "");
     sb_printf(tail, ") {\n");
 }
+
+static void kernel_signature(const nest *s, sbuf *head, sbuf *tail) { kernel_signature_with(s, 1, NULL, head, tail); }
 
 /* Each operand expr names as a local of its name: `const T_x x = x_[index];` or the
  * literal of a constant operand. */
@@ -445,16 +455,7 @@ static void split_kernels(const nest *s, int64_t chunk, int fold_scale, sbuf *he
     sb_printf(head1, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
     for (int j = 0; j < s->n_summed; j++) sb_printf(head1, "%s %d", j ? "," : "", s->summed[j]);
     sb_printf(head1, ": %lld chunks of %lld */\n", (long long)chunks, (long long)chunk);
-    /* the operands' pointers as kernel_signature writes them, then the partials */
-    int typed = 0;
-    sb_printf(tail1, "(");
-    for (int i = 0; i < k->n_in; i++) {
-        if (!s->used[i] || k->constant[i]) continue;
-        sb_printf(head1, "%stypename T_%s", typed++ ? ", " : "template <", k->var[i]);
-        sb_printf(tail1, "const T_%s *%s_, ", k->var[i], k->var[i]);
-    }
-    sb_printf(head1, "%sstatic __global__ void ", typed ? ">\n" : "");
-    sb_printf(tail1, "float *partial) {\n");
+    kernel_signature_with(s, 0, "float *partial", head1, tail1);
     unsigned dims = 0;
     sbuf body = {0};
     sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
@@ -551,6 +552,12 @@ static void launch(cg_writer *w, const char *name, int64_t positions, int thread
     check_launch(w, name);
 }
 
+/* ", buffer" for each operand the kernel takes (kernel_signature's order). */
+static void operand_args(const nest *s, sbuf *args) {
+    for (int i = 0; i < s->k->n_in; i++)
+        if (s->used[i] && !s->k->constant[i]) sb_printf(args, ", %s", s->k->buffer[i]);
+}
+
 static void split_launch(cg_writer *w, const nest *s, int64_t chunk, int fold_scale) {
     const cg_loop_nest *k = s->k;
     sbuf head1 = {0}, tail1 = {0}, head2 = {0}, tail2 = {0}, args = {0};
@@ -558,12 +565,11 @@ static void split_launch(cg_writer *w, const nest *s, int64_t chunk, int fold_sc
     char part[64];
     snprintf(part, sizeof part, "%s_partial", k->out);
     const char *chunks_kernel = kernel_named(w, part, &head1, &tail1), *sum_kernel = kernel_named(w, k->out, &head2, &tail2);
-    for (int i = 0; i < k->n_in; i++)
-        if (s->used[i] && !k->constant[i]) sb_printf(&args, "%s, ", k->buffer[i]);
-    sb_printf(&args, "dmrt_gpu_sum_partials(ctx->gpu)");
+    operand_args(s, &args);
+    sb_printf(&args, ", dmrt_gpu_sum_partials(ctx->gpu)");
     int64_t chunks = (s->summed_total + chunk - 1) / chunk;
     cg_line(w, "/* a long sum, split in %lld chunks: their sums, then each output's in chunk order */", (long long)chunks);
-    launch(w, chunks_kernel, chunks * s->kept_total, THREADS, args.s);
+    launch(w, chunks_kernel, chunks * s->kept_total, THREADS, args.s + 2);
     args.n = 0;
     sb_printf(&args, "%s, dmrt_gpu_sum_partials(ctx->gpu)", k->out);
     launch(w, sum_kernel, s->kept_total, SUM_THREADS, args.s);
@@ -604,17 +610,12 @@ static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     const char *name = kernel_named(w, k->out, &head, &tail);
     free(head.s);
     free(tail.s);
-    int threads = !parallel ? 1 : s.n_summed ? SUM_THREADS : THREADS;
-    int64_t blocks = (s.kept_total + threads - 1) / threads;
-    if (!parallel) blocks = 1;
-    if (blocks > MAX_BLOCKS) blocks = MAX_BLOCKS;
     sbuf args = {0};
     sb_printf(&args, "%s", k->out);
-    for (int i = 0; i < k->n_in; i++)
-        if (s.used[i] && !k->constant[i]) sb_printf(&args, ", %s", k->buffer[i]);
-    cg_line(w, "%s<<<%lld, %d, 0, (cudaStream_t)dmrt_gpu_stream(ctx->gpu)>>>(%s);", name, (long long)blocks, threads, args.s);
+    operand_args(&s, &args);
+    if (parallel) launch(w, name, s.kept_total, s.n_summed ? SUM_THREADS : THREADS, args.s);
+    else launch(w, name, 1, 1, args.s);
     free(args.s);
-    check_launch(w, name);
 }
 
 /* ---- host scaffolding ------------------------------------------------------------------------ */

@@ -62,9 +62,6 @@ static void find_buckets(const ir_graph *g, const dm_memory_plan *mem, const dm_
     }
 }
 
-/* Lays out region (state or gradients) again, stage by stage: the values of parameters
- * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
- * a share each). Members' values lose their storage. */
 /* ZeRO 3: marks the buckets whose parameters the graph gathers (zero_gather ops of
  * passes/zero_gather.c) as held in shares (param_at 0, placed by relayout_params); each
  * gather must cover its bucket and each view find its parameter where the update puts it. */
@@ -132,6 +129,9 @@ static void relayout_params(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan
         if (mem->region[i] == REGION_PARAMS && mem->offset[i] < 0) mem->region[i] = REGION_NONE;
 }
 
+/* Lays out region (state or gradients) again, stage by stage: the values of parameters
+ * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
+ * a share each). Members' values lose their storage. */
 static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm_region region, int per_bucket) {
     int S = mem->stages > 1 ? mem->stages : 1;
     int64_t *top = calloc((size_t)S, sizeof(int64_t));
