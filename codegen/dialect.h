@@ -88,23 +88,29 @@ typedef struct cg_embed {
     const char *scratch;                            /* the gradient: scratch_bytes of it, or NULL */
 } cg_embed;
 
-/* Mean cross-entropy over rows of logits (rows, classes) with i32 targets; or, for the
- * gradient, dlogits = (softmax - onehot) * dloss / rows. */
+/* Cross-entropy over rows of logits (rows, classes) with i32 targets, as three kernels
+ * (ops.def): the rows' statistics (rows, 3): maximum, sum of exp(logit - maximum), the
+ * target's logit; the mean loss from the statistics alone; and from the logits and the
+ * statistics, dlogits = (softmax - onehot) * dloss / mean_rows. */
 typedef struct cg_xent {
     int64_t rows, classes;
     int64_t mean_rows;                              /* the divisor of the mean: rows of every rank */
-    const char *logits, *targets, *out;
+    const char *logits, *targets;
+    const char *stats;                              /* (rows, 3), as above */
+    const char *out;                                /* the statistics, the loss or dlogits */
     const char *dloss;                              /* the gradient: a C literal, or a buffer name whose
                                                      * element 0 is the scalar (dloss_is_buffer) */
     int dloss_is_buffer;
-    int fault_site;                                 /* the forward: the number of its range check */
+    int fault_site;                                 /* the statistics: the number of its range check */
     const char *where;                              /* .dm location, for the collectives' labels */
     /* classes split over ranks (vocabulary-parallel): this rank holds classes
-     * [coord * classes, (coord + 1) * classes) of all_classes; the row maxima are gathered
-     * and the sums reduced over comm */
+     * [coord * classes, (coord + 1) * classes) of all_classes; the statistics gather the
+     * row maxima and reduce the sums over comm */
     int64_t all_classes;                            /* = classes when whole */
-    const char *coord, *comm;                       /* C expressions (coord: this rank's place on
-                                                     * comm); NULL when whole */
+    const char *coord;                              /* C expression, this rank's place on the
+                                                     * classes' axis; NULL when whole */
+    const char *comm;                               /* the statistics over split classes: the
+                                                     * axis' communicator; else NULL */
     const char *scratch;                            /* floats of the context's storage, at least
                                                      * xent_scratch_floats(rows, comm_size) */
     int64_t comm_size;
@@ -164,7 +170,7 @@ typedef struct cg_dialect {
      * buffers is spelled up to its first argument: "dmrt_allreduce_sum(" or
      * "dmrt_gpu_allreduce_sum(ctx->gpu, ". Calls on host memory always use dmrt_comm.h. */
     void (*comm_callee)(char *buf, size_t size, const char *op);
-    /* After a kernel with a range check (embed, cross_entropy forward) (end_of_phase 0)
+    /* After a kernel with a range check (embed, xent_stats) (end_of_phase 0)
      * and at the end of a phase function that has one (1): the statements that return
      * data_fault(ctx) once ctx->fault.site is set. C checks at once; CUDA once, at the
      * end (it skips bad rows, so nothing before touches memory it should not). */
@@ -178,6 +184,7 @@ typedef struct cg_dialect {
     int64_t (*wgrad_scratch_floats)(int64_t rows, int64_t n);
     void (*loop_nest)(cg_writer *w, const cg_loop_nest *k);
     void (*gemm)(cg_writer *w, const cg_gemm *k);
+    void (*xent_stats)(cg_writer *w, const cg_xent *k);
     void (*cross_entropy)(cg_writer *w, const cg_xent *k);
     void (*cross_entropy_grad)(cg_writer *w, const cg_xent *k);
     void (*sgd)(cg_writer *w, const cg_update *k);

@@ -152,23 +152,39 @@ static void c_xent_sum_exp(cg_writer *w, int64_t classes) {
     cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)classes);
 }
 
-/* Vocabulary-parallel cross-entropy (Megatron-LM): each rank holds a block of every row's
- * classes. Every rank's row maxima are gathered (the global maximum of a row is the max
- * of them), then each rank's sums of exp(logit - max) and, for the loss, the target's
- * logit (from the one rank holding it, 0 elsewhere) are summed over the ranks. The
- * rows' statistics live in scratch: maxima (comm_size x rows), row_max, sums, target. */
-static void c_xent_split_stats(cg_writer *w, const cg_xent *k, int forward) {
+/* Whole rows: each row's statistics from its own logits (rows, 3): its maximum, sum of
+ * exp(logit - maximum), and the target's logit. */
+static void c_xent_stats_whole(cg_writer *w, const cg_xent *k) {
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
+    c_xent_target_check(w, k);
+    c_xent_row_max(w, k->classes);
+    c_xent_sum_exp(w, k->classes);
+    cg_line(w, "float *stats = %s + r * 3;", k->out);
+    cg_line(w, "stats[0] = max, stats[1] = (float)sum, stats[2] = row[target];");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* Vocabulary-parallel (Megatron-LM): each rank holds a block of every row's classes.
+ * Every rank's row maxima are gathered (the global maximum of a row is the max of them),
+ * then each rank's sums of exp(logit - max) and the target's logit (from the one rank
+ * holding it, 0 elsewhere) are summed over the ranks. In scratch: every rank's maxima
+ * (comm_size x rows), then the sums and target logits (2 x rows) the allreduce adds. */
+static void c_xent_stats_split(cg_writer *w, const cg_xent *k) {
     long long rows = (long long)k->rows, classes = (long long)k->classes;
+    cg_line(w, "{");
+    w->indent++;
     cg_line(w, "float *maxima = %s;                  /* (%lld, %lld) every rank's row maxima */", k->scratch,
             (long long)k->comm_size, rows);
-    cg_line(w, "float *row_max = maxima + %lld;      /* (%lld) */", (long long)k->comm_size * rows, rows);
-    cg_line(w, "float *sums = row_max + %lld;        /* (%lld) sum of exp(logit - row_max), then the target's logit (%lld) */",
-            rows, rows, rows);
+    cg_line(w, "float *sums = maxima + %lld;         /* (%lld) this rank's sums of exp(logit - max), then (%lld) target logits */",
+            (long long)k->comm_size * rows, rows, rows);
     cg_line(w, "const int64_t first_class = (int64_t)%s * %lld;", k->coord, classes);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
-    if (forward) c_xent_target_check(w, k);
+    c_xent_target_check(w, k);
     c_xent_row_max(w, k->classes);
     cg_line(w, "maxima[(int64_t)%s * %lld + r] = max;", k->coord, rows);
     w->indent--;
@@ -182,91 +198,59 @@ static void c_xent_split_stats(cg_writer *w, const cg_xent *k, int forward) {
     cg_line(w, "float max = maxima[r];");
     cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = maxima[j * %lld + r] > max ? maxima[j * %lld + r] : max;",
             (long long)k->comm_size, rows, rows);
-    cg_line(w, "row_max[r] = max;");
     c_xent_sum_exp(w, k->classes);
     cg_line(w, "sums[r] = (float)sum;");
-    if (forward) {
-        cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
-        cg_line(w, "sums[%lld + r] = target >= 0 && target < %lld ? row[target] : 0.0f;", rows, classes);
-    }
+    cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
+    cg_line(w, "sums[%lld + r] = target >= 0 && target < %lld ? row[target] : 0.0f;", rows, classes);
+    cg_line(w, "%s[r * 3] = max;", k->out);
     w->indent--;
     cg_line(w, "}");
-    cg_line(w, "if (dmrt_allreduce_sum(%s, sums, %lld, \"allreduce of the row sums of %s (%s)\") != 0)", k->comm,
-            forward ? 2 * rows : rows, k->logits_name, k->where);
+    cg_line(w, "if (dmrt_allreduce_sum(%s, sums, %lld, \"allreduce of the row sums of %s (%s)\") != 0)", k->comm, 2 * rows,
+            k->logits_name, k->where);
     cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++)", rows);
+    cg_line(w, "    %s[r * 3 + 1] = sums[r], %s[r * 3 + 2] = sums[%lld + r];", k->out, k->out, rows);
+    w->indent--;
+    cg_line(w, "}");
 }
 
-static void c_cross_entropy_split(cg_writer *w, const cg_xent *k) {
+static void c_xent_stats(cg_writer *w, const cg_xent *k) {
+    if (k->comm) c_xent_stats_split(w, k);
+    else c_xent_stats_whole(w, k);
+}
+
+/* The mean over rows of log(sum) + max - target logit, accumulated in double. */
+static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
     cg_line(w, "{");
     w->indent++;
-    c_xent_split_stats(w, k, 1);
     cg_line(w, "double total = 0.0;");
-    cg_line(w, "for (int64_t r = 0; r < %lld; r++)", (long long)k->rows);
-    cg_line(w, "    total += log((double)sums[r]) + (double)row_max[r] - (double)sums[%lld + r];", (long long)k->rows);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    cg_line(w, "    const float *stats = %s + r * 3;", k->stats);
+    cg_line(w, "    total += log((double)stats[1]) + (double)stats[0] - (double)stats[2];");
+    cg_line(w, "}");
     cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->mean_rows);
     w->indent--;
     cg_line(w, "}");
 }
 
-static void c_cross_entropy_grad_split(cg_writer *w, const cg_xent *k) {
+/* softmax from the forward's statistics, minus one at the target (when this rank holds
+ * its class), times dloss / mean_rows */
+static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     long long classes = (long long)k->classes;
     cg_line(w, "{");
     w->indent++;
-    c_xent_split_stats(w, k, 0);
     cg_line(w, "float scale = %s%s / %lld.0f;", k->dloss, k->dloss_is_buffer ? "[0]" : "", (long long)k->mean_rows);
+    if (k->coord) cg_line(w, "const int64_t first_class = (int64_t)%s * %lld;", k->coord, classes);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
-    cg_line(w, "const float *row = %s + r * %lld;", k->logits, classes);
+    cg_line(w, "const float *row = %s + r * %lld, *stats = %s + r * 3;", k->logits, classes, k->stats);
     cg_line(w, "float *drow = %s + r * %lld;", k->out, classes);
     cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
-    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - row_max[r])) / (double)sums[r]) * scale;");
-    cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
+    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale;");
+    cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
     cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
     w->indent--;
     cg_line(w, "}");
-    w->indent--;
-    cg_line(w, "}");
-}
-
-/* Row by row: max, log-sum-exp in double, loss = lse - logit[target]; the mean
- * accumulates in double too. Targets outside [0, classes) fail the step. */
-static void c_cross_entropy(cg_writer *w, const cg_xent *k) {
-    if (k->comm) {
-        c_cross_entropy_split(w, k);
-        return;
-    }
-    cg_line(w, "{");
-    w->indent++;
-    cg_line(w, "double total = 0.0;");
-    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
-    w->indent++;
-    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
-    c_xent_target_check(w, k);
-    c_xent_row_max(w, k->classes);
-    c_xent_sum_exp(w, k->classes);
-    cg_line(w, "total += log(sum) + (double)max - (double)row[target];");
-    w->indent--;
-    cg_line(w, "}");
-    cg_line(w, "%s[0] = (float)(total / %lld.0);", k->out, (long long)k->mean_rows);
-    w->indent--;
-    cg_line(w, "}");
-}
-
-static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
-    if (k->comm) {
-        c_cross_entropy_grad_split(w, k);
-        return;
-    }
-    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
-    w->indent++;
-    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
-    cg_line(w, "float *drow = %s + r * %lld;", k->out, (long long)k->classes);
-    c_xent_row_max(w, k->classes);
-    c_xent_sum_exp(w, k->classes);
-    cg_line(w, "float scale = %s%s / %lld.0f;", k->dloss, k->dloss_is_buffer ? "[0]" : "", (long long)k->mean_rows);
-    cg_line(w, "for (int64_t c = 0; c < %lld; c++)", (long long)k->classes);
-    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;");
-    cg_line(w, "drow[%s[r]] -= scale;", k->targets);
     w->indent--;
     cg_line(w, "}");
 }
@@ -599,9 +583,9 @@ static void c_fault_check(cg_writer *w, int end_of_phase) {
     if (!end_of_phase) cg_line(w, "if (ctx->fault.site) return data_fault(ctx);");
 }
 
-/* Vocabulary-parallel: every rank's row maxima, the global maxima, the sums and the
- * targets' logits (c_xent_split_stats); whole rows need none. */
-static int64_t c_xent_scratch_floats(int64_t rows, int64_t comm_size) { return comm_size > 1 ? (comm_size + 3) * rows : 0; }
+/* Vocabulary-parallel: every rank's row maxima, the sums and the targets' logits
+ * (c_xent_stats_split); whole rows need none. */
+static int64_t c_xent_scratch_floats(int64_t rows, int64_t comm_size) { return comm_size > 1 ? (comm_size + 2) * rows : 0; }
 
 static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
     (void)rows;
@@ -642,6 +626,7 @@ const cg_dialect cg_dialect_c = {
     .wgrad_scratch_floats = c_wgrad_scratch_floats,
     .loop_nest = c_loop_nest,
     .gemm = c_gemm,
+    .xent_stats = c_xent_stats,
     .cross_entropy = c_cross_entropy,
     .cross_entropy_grad = c_cross_entropy_grad,
     .sgd = c_sgd,

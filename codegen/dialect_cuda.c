@@ -714,39 +714,37 @@ static void xent_what(const cg_xent *k, char *buf, size_t size) {
     c_string(raw, buf, size);
 }
 
-static void cuda_cross_entropy(cg_writer *w, const cg_xent *k) {
+static void cuda_xent_stats(cg_writer *w, const cg_xent *k) {
     char call[2048];
-    const char *scratch = k->scratch ? k->scratch : "NULL";
     if (k->comm) {
         char what[600];
         xent_what(k, what, sizeof what);
-        snprintf(call, sizeof call,
-                 "dmrt_gpu_cross_entropy_split(ctx->gpu, %s, %s, %lld, %s, %s, %s, %lld, %lld, %lld, %s, %d, \"%s\"", k->comm,
-                 k->coord, (long long)k->comm_size, k->logits, k->targets, k->out, (long long)k->rows, (long long)k->classes,
-                 (long long)k->mean_rows, scratch, k->fault_site, what);
+        snprintf(call, sizeof call, "dmrt_gpu_xent_stats_split(ctx->gpu, %s, %s, %lld, %s, %s, %s, %lld, %lld, %s, %d, \"%s\"",
+                 k->comm, k->coord, (long long)k->comm_size, k->logits, k->targets, k->out, (long long)k->rows,
+                 (long long)k->classes, k->scratch ? k->scratch : "NULL", k->fault_site, what);
     } else {
-        snprintf(call, sizeof call, "dmrt_gpu_cross_entropy(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->logits, k->targets,
-                 k->out, (long long)k->rows, (long long)k->classes, (long long)k->mean_rows, scratch, k->fault_site);
+        snprintf(call, sizeof call, "dmrt_gpu_xent_stats(ctx->gpu, %s, %s, %s, %lld, %lld, %d", k->logits, k->targets, k->out,
+                 (long long)k->rows, (long long)k->classes, k->fault_site);
     }
     checked(w, call);
 }
 
+static void cuda_cross_entropy(cg_writer *w, const cg_xent *k) {
+    char call[1024];
+    snprintf(call, sizeof call, "dmrt_gpu_cross_entropy(ctx->gpu, %s, %s, %lld, %lld", k->stats, k->out, (long long)k->rows,
+             (long long)k->mean_rows);
+    checked(w, call);
+}
+
 static void cuda_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
-    char call[2048];
-    const char *scratch = k->scratch ? k->scratch : "NULL";
+    char call[2048], first_class[160];
     /* dloss: a device scalar, or a literal */
     const char *dev = k->dloss_is_buffer ? k->dloss : "NULL", *value = k->dloss_is_buffer ? "0.0f" : k->dloss;
-    if (k->comm) {
-        char what[600];
-        xent_what(k, what, sizeof what);
-        snprintf(call, sizeof call,
-                 "dmrt_gpu_cross_entropy_grad_split(ctx->gpu, %s, %s, %lld, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, \"%s\"", k->comm,
-                 k->coord, (long long)k->comm_size, k->logits, k->targets, dev, value, k->out, (long long)k->rows,
-                 (long long)k->classes, (long long)k->mean_rows, scratch, what);
-    } else {
-        snprintf(call, sizeof call, "dmrt_gpu_cross_entropy_grad(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s", k->logits,
-                 k->targets, dev, value, k->out, (long long)k->rows, (long long)k->classes, (long long)k->mean_rows, scratch);
-    }
+    if (k->coord) snprintf(first_class, sizeof first_class, "(int64_t)%s * %lld", k->coord, (long long)k->classes);
+    else snprintf(first_class, sizeof first_class, "0");
+    snprintf(call, sizeof call, "dmrt_gpu_cross_entropy_grad(ctx->gpu, %s, %s, %s, %s, %s, %s, %lld, %lld, %s, %lld, %lld", k->logits,
+             k->targets, k->stats, dev, value, k->out, (long long)k->rows, (long long)k->classes, first_class,
+             (long long)k->all_classes, (long long)k->mean_rows);
     checked(w, call);
 }
 
@@ -863,6 +861,7 @@ const cg_dialect cg_dialect_cuda = {
     .wgrad_scratch_floats = cuda_wgrad_scratch_floats,
     .loop_nest = cuda_loop_nest,
     .gemm = cuda_gemm,
+    .xent_stats = cuda_xent_stats,
     .cross_entropy = cuda_cross_entropy,
     .cross_entropy_grad = cuda_cross_entropy_grad,
     .sgd = cuda_sgd,

@@ -327,12 +327,13 @@ const char *codegen_source_suffix(const char *target) {
     return d ? d->source_suffix : "c";
 }
 
-/* Numbers every range check (an embedding's ids, a cross-entropy's targets) from 1. */
+/* Numbers every range check (an embedding's ids, a cross-entropy's targets: its
+ * statistics) from 1. */
 static void number_faults(emitter *E) {
     E->fault_site = calloc((size_t)E->g->n_values + 1, sizeof(int));
     if (!E->fault_site) abort();
     for (int i = 0; i < E->g->n_values; i++)
-        if (V(E, i)->op == OP_EMBED || V(E, i)->op == OP_CROSS_ENTROPY) E->fault_site[i] = ++E->n_faults;
+        if (V(E, i)->op == OP_EMBED || V(E, i)->op == OP_XENT_STATS) E->fault_site[i] = ++E->n_faults;
 }
 
 int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path, const char *source_text,

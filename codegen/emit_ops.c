@@ -266,39 +266,51 @@ static void emit_embed(emitter *E, const ir_value *v) {
     }
 }
 
-static void emit_loss(emitter *E, const ir_value *v, int grad) {
-    const ir_type *logits = T(E, v->operands[0]);
+/* Cross-entropy's three ops (ops.def): the statistics (v itself), the mean loss from
+ * them, and the gradient, which reads the logits and the statistics. */
+static void emit_loss(emitter *E, const ir_value *v) {
+    const ir_value *stats = v->op == OP_XENT_STATS ? v : V(E, v->operands[v->op == OP_CROSS_ENTROPY ? 0 : 3]);
+    const ir_value *logits = V(E, stats->operands[0]);
+    const ir_type *local_logits = T(E, logits->id);
     char where[300];
     snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
-    cg_xent k = {.classes = logits->shape[logits->rank - 1], .logits = E->cname[v->operands[0]],
-                 .targets = E->cname[v->operands[1]], .out = E->cname[v->id], .where = where,
-                 .fault_site = E->fault_site[v->id], .scratch = "ctx->scratch", .comm_size = 1};
-    k.rows = ir_numel(logits) / k.classes;
+    cg_xent k = {.classes = local_logits->shape[local_logits->rank - 1], .logits = E->cname[logits->id],
+                 .targets = E->cname[stats->operands[1]], .stats = E->cname[stats->id], .out = E->cname[v->id],
+                 .where = where, .fault_site = E->fault_site[v->id], .scratch = "ctx->scratch", .comm_size = 1};
+    k.rows = ir_numel(local_logits) / k.classes;
     /* the mean is over every rank's rows: split rows leave a pending sum of shares */
-    k.mean_rows = ir_numel(&V(E, v->operands[0])->type) / V(E, v->operands[0])->type.shape[logits->rank - 1];
+    k.mean_rows = ir_numel(&logits->type) / logits->type.shape[logits->type.rank - 1];
     k.all_classes = k.classes;
     int class_axis = ir_class_split_axis(E->g, v);
     char comm[48], coord[48];
     if (class_axis != IR_REPLICATED) {
-        snprintf(comm, sizeof comm, "ctx->comm[%d]", class_axis);
         snprintf(coord, sizeof coord, "ctx->coord[%d]", class_axis);
-        k.comm = comm, k.coord = coord;
+        k.coord = coord;
         k.comm_size = axis_size(E, class_axis);
         k.all_classes = k.classes * k.comm_size;
-        k.logits_name = V(E, v->operands[0])->name ? V(E, v->operands[0])->name : E->cname[v->operands[0]];
+        if (v->op == OP_XENT_STATS) {
+            snprintf(comm, sizeof comm, "ctx->comm[%d]", class_axis);
+            k.comm = comm;
+            k.logits_name = logits->name ? logits->name : E->cname[logits->id];
+        }
     }
     char dloss[128];
-    if (grad) {
+    switch (v->op) {
+    case OP_XENT_STATS:
+        E->dialect->xent_stats(&E->w, &k);
+        E->dialect->fault_check(&E->w, 0);
+        E->phase_faults = 1;
+        break;
+    case OP_CROSS_ENTROPY: E->dialect->cross_entropy(&E->w, &k); break;
+    default: {
         const ir_value *d = V(E, v->operands[2]);
         if (d->op == OP_CONST) cg_float_literal(d->scalar, dloss, sizeof dloss);
         else snprintf(dloss, sizeof dloss, "%s", E->cname[d->id]);
         k.dloss = dloss;
         k.dloss_is_buffer = d->op != OP_CONST;
         E->dialect->cross_entropy_grad(&E->w, &k);
-    } else {
-        E->dialect->cross_entropy(&E->w, &k);
-        E->dialect->fault_check(&E->w, 0);
-        E->phase_faults = 1;
+        break;
+    }
     }
 }
 
@@ -512,8 +524,8 @@ void emit_op(emitter *E, const ir_value *v) {
         break;
     case OPC_TRANSPOSE: emit_transpose(E, v); break;
     case OPC_MATMUL: emit_matmul(E, v); break;
-    case OPC_LOSS: emit_loss(E, v, 0); break;
-    case OPC_LOSS_GRAD: emit_loss(E, v, 1); break;
+    case OPC_LOSS:
+    case OPC_LOSS_GRAD: emit_loss(E, v); break;
     case OPC_UPDATE: emit_update(E, v); break;
     case OPC_SOFTMAX:
     case OPC_MASK:

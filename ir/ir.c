@@ -62,7 +62,7 @@ int64_t ir_mesh_ranks(const ir_graph *g) {
 }
 
 int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
-    if (v->op != OP_CROSS_ENTROPY && v->op != OP_CROSS_ENTROPY_GRAD) return IR_REPLICATED;
+    if (v->op != OP_XENT_STATS && v->op != OP_CROSS_ENTROPY_GRAD) return IR_REPLICATED;
     const ir_type *logits = &g->values[v->operands[0]]->type;
     return logits->split[logits->rank - 1];
 }

@@ -218,8 +218,10 @@ int ir_is_scheduled(const struct ir_graph *g);
 int64_t ir_mesh_ranks(const struct ir_graph *g);
 /* Whether any value is split or has a pending sum (the program runs partitioned). */
 int ir_is_partitioned(const struct ir_graph *g);
-/* For cross-entropy or its gradient over logits whose classes (last dim) are split: the
- * mesh axis splitting them, the op then running vocabulary-parallel; else IR_REPLICATED. */
+/* For cross-entropy's statistics or its gradient over logits whose classes (last dim) are
+ * split: the mesh axis splitting them, the op then running vocabulary-parallel (the
+ * statistics exchange over it; the gradient only needs its place on it); else
+ * IR_REPLICATED. */
 int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
 /* Whether op v reads operand k: a unary gradient reads only the variables its
  * expression names (relu's gradient needs x and dy, not y); every other op reads all. */

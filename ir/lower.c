@@ -1086,7 +1086,10 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     if (strcmp(f, "cross_entropy") == 0) {
         if (want_args(L, e, 2, 2)) return 1;
         int ab[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
-        if (ab[0] >= 0 && ab[1] >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, ab, 2, e->loc);
+        if (ab[0] < 0 || ab[1] < 0) return 1;
+        int stats = make_typed(L, s, OP_XENT_STATS, ab, 2, e->loc);
+        if (stats >= 0 && val(L, ab[0])->name) val(L, stats)->name = ir_internf(L->g, "%s_stats", val(L, ab[0])->name);
+        if (stats >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, &stats, 1, e->loc);
         return 1;
     }
     return 0;

@@ -234,8 +234,14 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         return;
     }
     case OPC_LOSS: {
-        int ops[3] = {x0, x1, dy};
-        accumulate(A, x0, emit(A, OP_CROSS_ENTROPY_GRAD, ops, 3, loc, n0), loc);
+        /* through the statistics to the logits: the gradient reads the forward's statistics
+         * (the statistics alone get none, as they are only ever read by the loss) */
+        if (v->op != OP_CROSS_ENTROPY) break;
+        const ir_value *stats = V(A, x0);
+        int logits = stats->operands[0];
+        int ops[4] = {logits, stats->operands[1], dy, x0};
+        const char *name = V(A, logits)->name ? ir_internf(A->g, "d_%s", V(A, logits)->name) : NULL;
+        accumulate(A, logits, emit(A, OP_CROSS_ENTROPY_GRAD, ops, 4, loc, name), loc);
         return;
     }
     case OPC_UNARY_GRAD:

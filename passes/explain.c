@@ -44,8 +44,8 @@ static void list_values(const ir_graph *g, const char *title, const int *ids, in
     }
 }
 
-/* Listed collectives are collective ops, or cross-entropies over split classes. */
-static int is_split_cross_entropy(const ir_value *c) { return c->op == OP_CROSS_ENTROPY || c->op == OP_CROSS_ENTROPY_GRAD; }
+/* Listed collectives are collective ops, or cross-entropy statistics over split classes. */
+static int is_split_cross_entropy(const ir_value *c) { return c->op == OP_XENT_STATS; }
 
 /* The mesh axis a collective communicates over (a split cross-entropy: its classes'). */
 static int collective_axis(const ir_graph *g, const ir_value *c) {
@@ -56,8 +56,7 @@ static int collective_axis(const ir_graph *g, const ir_value *c) {
 static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size_t size) {
     const char *axis = g->axes[collective_axis(g, c)].name;
     switch (c->op) {
-    case OP_CROSS_ENTROPY: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
-    case OP_CROSS_ENTROPY_GRAD: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
+    case OP_XENT_STATS: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
     case OP_ALLREDUCE: snprintf(buf, size, "allreduce(%s)", axis); break;
     case OP_ALLTOALL: snprintf(buf, size, "alltoall(%s, dim %d -> %d)", axis, c->axis, c->axis2); break;
     default: snprintf(buf, size, "%s(%s, dim %d)", ir_op_info_of(c->op)->name, axis, c->axis); break;
@@ -68,11 +67,11 @@ static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size
 static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
     if (c->op == OP_SHARD_SLICE) return 0;
     if (is_split_cross_entropy(c)) {
-        /* per local row: its maximum (gathered), then the sum of exponentials and, in the
-         * forward, the target's logit (summed) */
+        /* per local row: its maximum (gathered), then the sum of exponentials and the
+         * target's logit (summed); the gradient reads them and exchanges nothing */
         const ir_type *logits = &g->values[c->operands[0]]->type;
         int64_t rows = ir_local_numel(g, logits) / (logits->shape[logits->rank - 1] / g->axes[collective_axis(g, c)].size);
-        return rows * (c->op == OP_CROSS_ENTROPY ? 3 : 2) * 4;
+        return rows * 3 * 4;
     }
     return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
 }

@@ -423,7 +423,7 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
             n = ir_local_numel(g, &g->values[v->operands[0]]->type);
         } else if (v->op == OP_ALLTOALL) {
             n = 2 * ir_local_numel(g, &v->type);
-        } else if (v->op == OP_CROSS_ENTROPY || v->op == OP_CROSS_ENTROPY_GRAD) {
+        } else if (v->op == OP_XENT_STATS) {
             ir_type logits = ir_local_type(g, &g->values[v->operands[0]]->type);
             int64_t rows = ir_numel(&logits) / logits.shape[logits.rank - 1];
             int axis = ir_class_split_axis(g, v);

@@ -187,7 +187,12 @@ static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
+/* cross_entropy(stats): the mean, a scalar; xent_stats(logits, targets): (..., 3) */
 static int rule_loss(ir_graph *g, ir_value *v, dm_diag *d) {
+    if (v->op == OP_CROSS_ENTROPY) {
+        set_scalar(&v->type, DT_F32);
+        return 0;
+    }
     const ir_type *logits = operand_type(g, v, 0), *targets = operand_type(g, v, 1);
     char sa[256], sb[256];
     type_str(g, logits, sa, sizeof sa);
@@ -203,6 +208,11 @@ static int rule_loss(ir_graph *g, ir_value *v, dm_diag *d) {
         dm_error(d, v->loc, "cross_entropy targets must have the logits' shape without its last dim: %s vs %s", sa, sb);
         return 1;
     }
+    v->type = *logits;
+    v->type.partial = 0;
+    v->type.shape[logits->rank - 1] = 3;
+    v->type.dim_name[logits->rank - 1] = NULL;
+    v->type.split[logits->rank - 1] = IR_REPLICATED;
     return 0;
 }
 

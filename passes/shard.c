@@ -365,8 +365,9 @@ static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
 
 /* Ops along one dim (softmax, masks, layernorm, cross-entropy): that dim must be whole
  * and no sum pending; the others keep their split. Cross-entropy's classes may stay
- * split: it then runs vocabulary-parallel (Megatron-LM), exchanging per-row maxima and
- * sums inside the op instead of gathering the logits (ir_class_split_axis). */
+ * split: its statistics are then made vocabulary-parallel (Megatron-LM), exchanging
+ * per-row maxima and sums inside the op instead of gathering the logits
+ * (ir_class_split_axis), and its gradient reads them with no exchange of its own. */
 static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *x = operand(S, v, 0);
     int whole_from = x->rank - 1, whole_to = x->rank - 1;
@@ -385,8 +386,9 @@ static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
         for (int i = 0; i < w->rank; i++) {
             int target = IR_REPLICATED;
             if (t->rank == x->rank && !(i >= whole_from && i <= whole_to)) target = x->split[i];
-            if (v->op == OP_CROSS_ENTROPY_GRAD && k == 1) target = x->split[i];
-            if (v->op == OP_CROSS_ENTROPY && k == 1) target = x->split[i];
+            if ((v->op == OP_CROSS_ENTROPY_GRAD || v->op == OP_XENT_STATS) && k == 1) target = x->split[i];
+            /* the statistics: rows as the logits', each row's three whole */
+            if (v->op == OP_CROSS_ENTROPY_GRAD && k == 3) target = i + 1 < w->rank ? x->split[i] : IR_REPLICATED;
             if (w->split[i] != target) {
                 w->split[i] = (int8_t)target;
                 D->reason = "the dim an op works along must be whole";
@@ -400,6 +402,7 @@ static void rule_rowwise(shard_state *S, const ir_value *v, decision *D) {
         return;
     }
     for (int i = 0; i < v->type.rank; i++) D->res.split[i] = D->want[0].split[i];
+    if (v->op == OP_XENT_STATS) D->res.split[v->type.rank - 1] = IR_REPLICATED;
 }
 
 static void rule_slice(shard_state *S, const ir_value *v, decision *D) {
@@ -528,7 +531,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
         for (int k = 0; k < v->type.rank; k++) v->type.split[k] = D.res.split[k];
         ir_append_value(g, v);
         cache_room(&S);
-        if (ir_class_split_axis(g, v) != IR_REPLICATED) {
+        if (v->op == OP_XENT_STATS && ir_class_split_axis(g, v) != IR_REPLICATED) {
             /* its exchanges are inside the op; --explain lists them with the others */
             dm_reshard r = {.value = v->id, .source_line = v->loc.line, .reason = "cross-entropy over a split vocabulary"};
             log->items = ir_grow(log->items, log->n, sizeof *log->items);

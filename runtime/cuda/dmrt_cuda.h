@@ -146,37 +146,35 @@ int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float
 
 /* ---- cross-entropy ------------------------------------------------------------------------
  *
- * logits (rows, classes), targets (rows) int32. The loss is the sum over rows of
- * log(sum exp(logit - max)) + max - logit[target], divided by mean_rows (every rank's
- * rows), written to out_loss[0]; accumulated in double in a fixed order (deterministic).
- * A target outside [0, all_classes) records fault `site` and adds nothing.
- * scratch: device floats, at least dmrt_gpu_xent_scratch(rows, comm_size). */
-int64_t dmrt_gpu_xent_scratch(int64_t rows, int64_t comm_size);
-int dmrt_gpu_cross_entropy(dmrt_gpu *g, const float *logits, const int32_t *targets,
-                           float *out_loss, int64_t rows, int64_t classes, int64_t mean_rows,
-                           float *scratch, int site);
-/* dlogits = (softmax - onehot(target)) * dloss / mean_rows; dloss is *dloss_dev when that
- * is not NULL (a device scalar), else dloss_value. Rows whose target is out of range get
- * the softmax part only. */
-int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t *targets,
-                                const float *dloss_dev, float dloss_value, float *dlogits,
-                                int64_t rows, int64_t classes, int64_t mean_rows,
-                                float *scratch);
+ * logits (rows, classes), targets (rows) int32, in three calls as dmc's IR has them. The
+ * statistics stats (rows, 3): each row's maximum, sum of exp(logit - max) (in double,
+ * stored as float) and the target's logit. A target outside [0, all_classes) records fault
+ * `site`; its row gets (0, 1, 0), so it adds nothing to the loss, and a zero gradient.
+ * The loss: the sum over rows of log(sum) + max - target logit, divided by mean_rows
+ * (every rank's rows), written to out_loss[0]; accumulated in double in a fixed order
+ * (deterministic). The gradient: dlogits = (softmax - onehot(target)) * dloss / mean_rows
+ * from the logits and the statistics; dloss is *dloss_dev when that is not NULL (a device
+ * scalar), else dloss_value. */
+int dmrt_gpu_xent_stats(dmrt_gpu *g, const float *logits, const int32_t *targets, float *stats,
+                        int64_t rows, int64_t classes, int site);
 /* Vocabulary-parallel (Megatron-LM): this rank holds classes [coord * classes,
  * (coord + 1) * classes) of comm_size * classes. Row maxima are all-gathered over comm
- * and the sums of exp (and, forward, the target's logit) allreduced, as the C target
- * does (dmc's docs/parallelism.md); what labels the collectives. */
-int dmrt_gpu_cross_entropy_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord,
-                                 int64_t comm_size, const float *logits,
-                                 const int32_t *targets, float *out_loss, int64_t rows,
-                                 int64_t classes, int64_t mean_rows, float *scratch, int site,
-                                 const char *what);
-int dmrt_gpu_cross_entropy_grad_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord,
-                                      int64_t comm_size, const float *logits,
-                                      const int32_t *targets, const float *dloss_dev,
-                                      float dloss_value, float *dlogits, int64_t rows,
-                                      int64_t classes, int64_t mean_rows, float *scratch,
-                                      const char *what);
+ * and the sums of exp and the target's logit allreduced, as the C target does (dmc's
+ * docs/parallelism.md); what labels the collectives. scratch: device floats, at least
+ * dmrt_gpu_xent_scratch(rows, comm_size). */
+int64_t dmrt_gpu_xent_scratch(int64_t rows, int64_t comm_size);
+int dmrt_gpu_xent_stats_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord, int64_t comm_size,
+                              const float *logits, const int32_t *targets, float *stats,
+                              int64_t rows, int64_t classes, float *scratch, int site,
+                              const char *what);
+int dmrt_gpu_cross_entropy(dmrt_gpu *g, const float *stats, float *out_loss, int64_t rows,
+                           int64_t mean_rows);
+/* This rank's classes [first_class, first_class + classes) of all_classes (whole: 0 and
+ * classes); it exchanges nothing. */
+int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t *targets,
+                                const float *stats, const float *dloss_dev, float dloss_value,
+                                float *dlogits, int64_t rows, int64_t classes,
+                                int64_t first_class, int64_t all_classes, int64_t mean_rows);
 
 /* ---- embedding ----------------------------------------------------------------------------
  *

@@ -19,19 +19,17 @@
  * (output, chunk) partials. */
 #define DMRT_CUDA_SUM_PARTIALS_FLOATS ((int64_t)1 << 20)
 
-/* Floats of device scratch a cross-entropy (forward or gradient) of `rows` rows needs,
- * its classes split over comm_size ranks (1: whole). A bound, not a layout; what the
- * runtime lays out today:
- *   split  (comm_size + 3) * rows: every rank's row maxima (the all-gather), the row
- *          maxima over all ranks, and the sums of exp(logit - max) with the target's
- *          logit (the forward allreduces both at once)
- *   whole  2 * rows + 2: each row's loss as a double, summed in row order, and 8-byte
- *          alignment
- * The bound gives (comm_size + 8) * rows + slack, room for 5 more floats a row. */
+/* Floats of device scratch cross-entropy's statistics of `rows` rows need, their classes
+ * split over comm_size ranks (1: whole; the loss and the gradient need none). A bound,
+ * not a layout; what the runtime lays out today:
+ *   split  (comm_size + 2) * rows: every rank's row maxima (the all-gather), then the
+ *          sums of exp(logit - max) and the target's logits (allreduced at once)
+ *   whole  nothing: each row's statistics stay in its block
+ * The bound gives (comm_size + 4) * rows + slack, room for 2 more floats a row. */
 static inline int64_t dmrt_cuda_xent_scratch_floats(int64_t rows, int64_t comm_size) {
     if (rows < 0) rows = 0;
-    if (comm_size < 1) comm_size = 1;
-    return rows * (comm_size + 8) + DMRT_CUDA_SCRATCH_SLACK_FLOATS;
+    if (comm_size <= 1) return 0;
+    return rows * (comm_size + 4) + DMRT_CUDA_SCRATCH_SLACK_FLOATS;
 }
 
 /* Bytes of device scratch an embedding gradient of `rows` positions needs. The runtime

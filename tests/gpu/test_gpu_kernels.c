@@ -254,18 +254,44 @@ static float ref_xent(const float *logits, const int32_t *targets, int64_t rows,
     return (float)(total / (double)mean_rows);
 }
 
+/* The sum as the statistics store it (a float); rows whose target is out of range get
+ * zeros (the GPU records a fault). */
 static void ref_xent_grad(const float *logits, const int32_t *targets, float dloss, float *out,
                           int64_t rows, int64_t classes, int64_t mean_rows) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = logits + r * classes;
         float *drow = out + r * classes;
+        if (targets[r] < 0 || targets[r] >= classes) {
+            memset(drow, 0, (size_t)classes * sizeof(float));
+            continue;
+        }
         float max = row[0];
         for (int64_t c = 1; c < classes; c++) max = row[c] > max ? row[c] : max;
         double sum = 0.0;
         for (int64_t c = 0; c < classes; c++) sum += exp((double)(row[c] - max));
+        sum = (double)(float)sum;
         const float scale = dloss / (float)mean_rows;
         for (int64_t c = 0; c < classes; c++) drow[c] = (float)(exp((double)(row[c] - max)) / sum) * scale;
-        if (targets[r] >= 0 && targets[r] < classes) drow[targets[r]] -= scale;
+        drow[targets[r]] -= scale;
+    }
+}
+
+/* stats (rows, 3): max, sum of exp(logit - max) as a float, the target's logit; a row with
+ * a bad target (0, 1, 0). */
+static void ref_xent_stats(const float *logits, const int32_t *targets, float *stats,
+                           int64_t rows, int64_t classes) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = logits + r * classes;
+        float *s = stats + r * 3;
+        if (targets[r] < 0 || targets[r] >= classes) {
+            s[0] = 0.0f, s[1] = 1.0f, s[2] = 0.0f;
+            continue;
+        }
+        float max = row[0];
+        for (int64_t c = 1; c < classes; c++) max = row[c] > max ? row[c] : max;
+        double sum = 0.0;
+        for (int64_t c = 0; c < classes; c++) sum += exp((double)(row[c] - max));
+        s[0] = max, s[1] = (float)sum, s[2] = row[targets[r]];
     }
 }
 
@@ -575,20 +601,28 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
     }
     float *dl = to_device(g, logits, (size_t)total * sizeof(float));
     int32_t *dt = to_device(g, targets, (size_t)rows * sizeof(int32_t));
-    float *dout = device_floats(g, total);
-    float *scratch = device_floats(g, dmrt_gpu_xent_scratch(rows, 1));
+    float *dout = device_floats(g, total), *dstats = device_floats(g, rows * 3);
     float *dloss = device_floats(g, 1);
+    float *stats = host_floats(rows * 3), *want_stats = host_floats(rows * 3);
     char what[128];
 
+    GPU_OK(g, dmrt_gpu_xent_stats(g, dl, dt, dstats, rows, classes, 5));
+    from_device(g, stats, dstats, (size_t)rows * 3 * sizeof(float));
+    ref_xent_stats(logits, targets, want_stats, rows, classes);
+    snprintf(what, sizeof what, "xent_stats (%lld, %lld)%s", (long long)rows, (long long)classes,
+             bad ? " with 2 bad targets" : "");
+    /* maxima and target logits exact; double sums in another order, rounded to float */
+    compare(what, stats, want_stats, rows * 3, 1e-6, 0, 0);
     const float want_loss = ref_xent(logits, targets, rows, classes, mean_rows);
     float loss = 0, loss2 = 0;
-    GPU_OK(g, dmrt_gpu_cross_entropy(g, dl, dt, dloss, rows, classes, mean_rows, scratch, 5));
+    GPU_OK(g, dmrt_gpu_cross_entropy(g, dstats, dloss, rows, mean_rows));
     from_device(g, &loss, dloss, sizeof loss);
     snprintf(what, sizeof what, "cross_entropy (%lld, %lld) / %lld%s", (long long)rows,
              (long long)classes, (long long)mean_rows, bad ? " with 2 bad targets" : "");
-    /* double sums in another order: the float loss agrees to its last bits */
+    /* double sums in another order, each row's rounded to float: the float loss agrees to
+     * its last bits */
     compare(what, &loss, &want_loss, 1, 2e-6, 1e-7, 0);
-    GPU_OK(g, dmrt_gpu_cross_entropy(g, dl, dt, dloss, rows, classes, mean_rows, scratch, 5));
+    GPU_OK(g, dmrt_gpu_cross_entropy(g, dstats, dloss, rows, mean_rows));
     from_device(g, &loss2, dloss, sizeof loss2);
     CHECK(memcmp(&loss, &loss2, sizeof loss) == 0, "%s: run twice gave %.9g then %.9g", what,
           (double)loss, (double)loss2);
@@ -607,8 +641,8 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
 
     /* dloss given as a value, then as a device scalar */
     ref_xent_grad(logits, targets, 1.5f, want, rows, classes, mean_rows);
-    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, NULL, 1.5f, dout, rows, classes, mean_rows,
-                                          scratch));
+    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, dstats, NULL, 1.5f, dout, rows, classes, 0,
+                                          classes, mean_rows));
     from_device(g, got, dout, (size_t)total * sizeof(float));
     snprintf(what, sizeof what, "cross_entropy_grad (%lld, %lld)%s", (long long)rows,
              (long long)classes, bad ? " with 2 bad targets" : "");
@@ -617,8 +651,8 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
     const float two = 2.0f;
     GPU_OK(g, dmrt_gpu_copy(g, dloss, &two, sizeof two, DMRT_HOST_TO_DEVICE));
     ref_xent_grad(logits, targets, 2.0f, want, rows, classes, mean_rows);
-    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, dloss, 0.0f, dout, rows, classes, mean_rows,
-                                          scratch));
+    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, dstats, dloss, 0.0f, dout, rows, classes, 0,
+                                          classes, mean_rows));
     from_device(g, got, dout, (size_t)total * sizeof(float));
     snprintf(what, sizeof what, "cross_entropy_grad (%lld, %lld), dloss on the device",
              (long long)rows, (long long)classes);
@@ -627,11 +661,13 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
     dmrt_gpu_free(g, dl);
     dmrt_gpu_free(g, dt);
     dmrt_gpu_free(g, dout);
-    dmrt_gpu_free(g, scratch);
+    dmrt_gpu_free(g, dstats);
     dmrt_gpu_free(g, dloss);
     free(logits);
     free(want);
     free(got);
+    free(stats);
+    free(want_stats);
     free(targets);
 }
 
@@ -913,12 +949,14 @@ static int split_xent(dmrt_gpu *g, dmrt_rank *r, const split_data *s) {
     float *dl = to_device(g, mine, (size_t)(rows * classes) * sizeof(float));
     int32_t *dt = to_device(g, s->targets, (size_t)rows * sizeof(int32_t));
     float *dout = device_floats(g, rows * classes), *dloss = device_floats(g, 1);
+    float *dstats = device_floats(g, rows * 3);
     float *scratch = device_floats(g, dmrt_gpu_xent_scratch(rows, 2));
     char what[96];
 
     float loss = 0;
-    GPU_OK(g, dmrt_gpu_cross_entropy_split(g, w, me, 2, dl, dt, dloss, rows, classes, rows,
-                                           scratch, 9, "logits (test)"));
+    GPU_OK(g, dmrt_gpu_xent_stats_split(g, w, me, 2, dl, dt, dstats, rows, classes, scratch, 9,
+                                        "logits (test)"));
+    GPU_OK(g, dmrt_gpu_cross_entropy(g, dstats, dloss, rows, rows));
     from_device(g, &loss, dloss, sizeof loss);
     snprintf(what, sizeof what, "rank %d: split cross_entropy (%lld, 2 x %lld)", me,
              (long long)rows, (long long)classes);
@@ -929,8 +967,8 @@ static int split_xent(dmrt_gpu *g, dmrt_rank *r, const split_data *s) {
     CHECK(f.site == 9 && f.position == 5 && f.value == (int32_t)all,
           "%s: fault site %d value %d position %lld", what, f.site, f.value, (long long)f.position);
 
-    GPU_OK(g, dmrt_gpu_cross_entropy_grad_split(g, w, me, 2, dl, dt, NULL, 1.0f, dout, rows,
-                                                classes, rows, scratch, "logits (test)"));
+    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, dstats, NULL, 1.0f, dout, rows, classes,
+                                          me * classes, 2 * classes, rows));
     from_device(g, got, dout, (size_t)(rows * classes) * sizeof(float));
     snprintf(what, sizeof what, "rank %d: split cross_entropy_grad", me);
     compare(what, got, want, rows * classes, 1e-5, 1e-8, 0);
@@ -939,6 +977,7 @@ static int split_xent(dmrt_gpu *g, dmrt_rank *r, const split_data *s) {
     dmrt_gpu_free(g, dt);
     dmrt_gpu_free(g, dout);
     dmrt_gpu_free(g, dloss);
+    dmrt_gpu_free(g, dstats);
     dmrt_gpu_free(g, scratch);
     free(mine);
     free(want);

@@ -393,6 +393,7 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     cg_line(w, "float *g = ctx->scratch + 32; /* (4, 8) */");
     cg_line(w, "float *ln_w = ctx->params + 96, *ln_b = ctx->params + 104; /* (8) */");
     cg_line(w, "float *loss = ctx->scratch + 64; /* (1) */");
+    cg_line(w, "float *stats = ctx->scratch + 80; /* (4, 3) */");
     cg_line(w, "float *m = ctx->params + 200, *v = ctx->params + 300, *grad = ctx->scratch + 400; /* (64) */");
 
     cg_gemm mm = {.m = 4, .n = 8, .k = 8, .lda = 8, .ldb = 8, .ldc = 8, .a = "x", .b = "wt", .c = "h", .batch = 1};
@@ -436,21 +437,24 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
                     .out = "wt", .scratch = "(ctx->scratch + 1024)"};
     d->embed_grad(w, &eg2);
 
-    cg_xent xe = {.rows = 4, .classes = 8, .mean_rows = 8, .logits = "h", .targets = "targets", .out = "loss", .fault_site = 3,
-                  .where = "smoke.dm:12", .all_classes = 8, .scratch = "(ctx->scratch + 2048)", .comm_size = 1};
-    d->cross_entropy(w, &xe);
+    cg_xent xe = {.rows = 4, .classes = 8, .mean_rows = 8, .logits = "h", .targets = "targets", .stats = "stats", .out = "stats",
+                  .fault_site = 3, .where = "smoke.dm:12", .all_classes = 8, .scratch = "(ctx->scratch + 2048)", .comm_size = 1};
+    d->xent_stats(w, &xe);
     cg_xent xs = xe;
     xs.comm = "ctx->comm[1]", xs.coord = "ctx->coord[1]", xs.comm_size = 2, xs.all_classes = 16, xs.fault_site = 4;
     xs.logits_name = "logits \"quoted\"";
     xs.where = "dir\\smoke.dm:12";
-    d->cross_entropy(w, &xs);
+    d->xent_stats(w, &xs);
+    cg_xent xl = xe;
+    xl.out = "loss";
+    d->cross_entropy(w, &xl);
     cg_xent xg = xe;
     xg.out = "g", xg.dloss = "1.0f";
     d->cross_entropy_grad(w, &xg);
     xg.dloss = "loss", xg.dloss_is_buffer = 1;
     d->cross_entropy_grad(w, &xg);
     cg_xent xgs = xs;
-    xgs.out = "g", xgs.dloss = "0.5f";
+    xgs.comm = NULL, xgs.out = "g", xgs.dloss = "0.5f";
     d->cross_entropy_grad(w, &xgs);
     xgs.dloss = "loss", xgs.dloss_is_buffer = 1;
     d->cross_entropy_grad(w, &xgs);
