@@ -139,7 +139,7 @@ typedef struct dm_memory_plan {
 } dm_memory_plan;
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
- * whole train step (first fit; outputs and the loss live to the end, reshapes share
+ * whole train step (three placements, the smallest arena kept; outputs and the loss live to the end, reshapes share
  * their operand's buffer). requires: optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
 /* The elements the memory plan allocates a parameter or gradient of numel elements: a
