@@ -144,18 +144,21 @@ static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
 
 static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     fprintf(out, ", \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cuts_by\": \"%s\", "
-                 "\"bubble_formula\": %.6f, \"imbalance\": %.4f, \"stage\": [",
+                 "\"bubble_formula\": %.6f, \"bubble_simulated\": %.6f, \"step_seconds_simulated\": %.6g, "
+                 "\"imbalance\": %.4f, \"stage\": [",
             pl->stages, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->stages)), pl->by_user ? "program" : "dmc",
-            pipe_bubble_formula(pl->stages, g->microbatches), pl->imbalance);
+            pipe_bubble_formula(pl->stages, g->microbatches), pl->bubble, pl->timed.makespan, pl->imbalance);
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
         fprintf(out, "%s{\"first\": ", k ? ", " : "");
         json_string(out, g->values[s->first]->name ? g->values[s->first]->name : "");
         fprintf(out, ", \"last\": ");
         json_string(out, g->values[s->last]->name ? g->values[s->last]->name : "");
-        fprintf(out, ", \"first_line\": %d, \"last_line\": %d, \"seconds\": %.6g, \"flops\": %.6g, "
+        fprintf(out, ", \"first_line\": %d, \"last_line\": %d, \"seconds\": %.6g, \"forward_seconds\": %.6g, "
+                     "\"backward_seconds\": %.6g, \"flops\": %.6g, "
                      "\"recv_bytes\": %lld, \"activation_bytes\": %lld, \"in_flight\": %d, \"param_bytes\": %lld}",
-                g->values[s->first]->loc.line, g->values[s->last]->loc.line, s->seconds, s->flops,
+                g->values[s->first]->loc.line, g->values[s->last]->loc.line, s->seconds, s->forward_seconds,
+                s->backward_seconds, s->flops,
                 (long long)s->recv_elems * 4, (long long)s->activation_elems * 4, s->in_flight, (long long)s->param_elems * 4);
     }
     fprintf(out, "], \"tied\": [");
@@ -217,9 +220,9 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
                  "micro-batch m, '.': idle\n", pipe_kind_name(kind));
     pipe_schedule_print(sched, out);
-    fprintf(out, "bubble: (P - 1) / (M + P - 1) = %d / %d = %.1f%% of each stage's time idle", P - 1, M + P - 1,
-            100 * pipe_bubble_formula(P, M));
-    fprintf(out, " (the grid's: %.1f%%)\n", 100 * pipe_bubble(sched));
+    fprintf(out, "bubble: %.1f%% of stage-time idle, simulating the schedule with each stage's predicted forward and\n"
+                 "  backward times (a step of %.3f ms); equal stages would give (P - 1) / (M + P - 1) = %d / %d = %.1f%%\n",
+            100 * pl->bubble, pl->timed.makespan * 1e3, P - 1, M + P - 1, 100 * pipe_bubble_formula(P, M));
     fprintf(out, "\n");
 }
 

@@ -68,6 +68,7 @@ double cost_link_seconds(double bytes);
 typedef struct dm_stage_plan {
     int first, last;            /* value ids of its first and last forward op */
     double seconds;             /* predicted forward + backward time of one micro-batch */
+    double forward_seconds, backward_seconds; /* its two parts */
     double flops;               /* forward + backward of one micro-batch */
     int64_t recv_elems;         /* elements received from earlier stages, per micro-batch */
     int64_t activation_elems;   /* elements of its forward values the backward reads, per micro-batch */
@@ -86,6 +87,9 @@ typedef struct dm_pipeline_plan {
     uint64_t *tied_on;          /* (n_tied) the stages whose forward ops use it, a bit each */
     int n_tied;
     pipe_schedule schedule;     /* every stage's actions (GPipe, 1F1B), as generated code runs them */
+    pipe_schedule timed;        /* the same timed with each stage's predicted forward and backward
+                                 * times (unequal stages); actions NULL without cuts */
+    double bubble;              /* its idle fraction of stage-time (pipe_bubble) */
     uint64_t *readers;          /* (n_values) for a buffer's owner (memory plan's storage_of): the
                                  * stages whose ops read it, a bit each (stages <= 64); set by
                                  * pipeline_plan_readers once memory is planned */

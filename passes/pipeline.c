@@ -23,6 +23,7 @@ typedef struct pipe_costs {
     int n;                  /* forward ops */
     int *op;                /* (n) their value ids, in order */
     double *seconds;        /* (n + 1) forward time + the time of the backward ops it originates */
+    double *forward;        /* (n + 1) the forward time alone */
     double *flops;          /* (n + 1) the same in flops */
     double *activation;     /* (n + 1) elements of the op's result the backward reads */
     double *params;         /* (n + 1) elements of persistent state first used by the op */
@@ -87,6 +88,7 @@ static void measure(const ir_graph *g, pipe_costs *c) {
     }
     c->n = n;
     c->seconds = xcalloc((size_t)n + 1, sizeof(double));
+    c->forward = xcalloc((size_t)n + 1, sizeof(double));
     c->flops = xcalloc((size_t)n + 1, sizeof(double));
     c->activation = xcalloc((size_t)n + 1, sizeof(double));
     c->params = xcalloc((size_t)n + 1, sizeof(double));
@@ -104,6 +106,7 @@ static void measure(const ir_graph *g, pipe_costs *c) {
         if (at < 0) continue;
         dm_op_cost oc = cost_of_op(g, v);
         c->seconds[at] += cost_seconds(oc);
+        if (v->phase == PHASE_FORWARD) c->forward[at] += cost_seconds(oc);
         c->flops[at] += oc.flops;
         for (int k = 0; k < v->n_operands; k++) {
             int x = v->operands[k];
@@ -128,7 +131,7 @@ static void measure(const ir_graph *g, pipe_costs *c) {
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;
     /* per op (at j) into sums over the ops before j */
-    double *per_op[] = {c->seconds, c->flops, c->activation, c->params};
+    double *per_op[] = {c->seconds, c->forward, c->flops, c->activation, c->params};
     for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) {
         double sum = 0;
         for (int j = 0; j <= n; j++) {
@@ -148,6 +151,7 @@ static void measure(const ir_graph *g, pipe_costs *c) {
 static void costs_free(pipe_costs *c) {
     free(c->op);
     free(c->seconds);
+    free(c->forward);
     free(c->flops);
     free(c->activation);
     free(c->params);
@@ -270,6 +274,9 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         s->first = c->op[i];
         s->last = c->op[j - 1];
         s->seconds = stage_seconds(c, i, j);
+        /* the activations' arrival counts to the forward, their gradients' return to the backward */
+        s->forward_seconds = c->forward[j] - c->forward[i] + cost_link_seconds(4.0 * c->cross[i]);
+        s->backward_seconds = s->seconds - s->forward_seconds;
         s->flops = c->flops[j] - c->flops[i];
         s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
         s->recv_elems = (int64_t)c->cross[i];
@@ -282,6 +289,22 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         if (v->op == OP_PARAM) plan->stage[v->stage].param_elems += ir_local_numel(g, &v->type);
     }
     plan->imbalance = total > 0 ? slowest / (total / plan->stages) : 1;
+}
+
+/* The schedule timed with each stage's own predicted times (a stage with none of one
+ * kind gets a token time: the simulation needs every action to take some). */
+static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan) {
+    int P = plan->stages;
+    double *forward = xcalloc((size_t)P, sizeof(double)), *backward = xcalloc((size_t)P, sizeof(double));
+    for (int k = 0; k < P; k++) {
+        forward[k] = plan->stage[k].forward_seconds > 1e-12 ? plan->stage[k].forward_seconds : 1e-12;
+        backward[k] = plan->stage[k].backward_seconds > 1e-12 ? plan->stage[k].backward_seconds : 1e-12;
+    }
+    if (pipe_schedule_build_staged(&plan->timed, pipe_kind_for(g->schedule, P), P, g->microbatches, forward, backward))
+        abort();
+    plan->bubble = pipe_bubble(&plan->timed);
+    free(forward);
+    free(backward);
 }
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d) {
@@ -337,6 +360,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);
         summarise(g, &c, boundary, plan);
+        time_schedule(g, plan);
     }
     free(boundary);
     costs_free(&c);
@@ -357,6 +381,7 @@ void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_m
 
 void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
     if (plan->schedule.actions) pipe_schedule_free(&plan->schedule);
+    if (plan->timed.actions) pipe_schedule_free(&plan->timed);
     free(plan->readers);
     free(plan->stage);
     free(plan->tied);

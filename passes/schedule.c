@@ -55,9 +55,32 @@ static double ready_at(const pipe_schedule *s, const double *f_end, const double
 int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros, double forward_cost,
                         double backward_cost) {
     memset(s, 0, sizeof *s);
-    if (stages < 1 || micros < 1 || !(forward_cost > 0) || !(backward_cost > 0) || stages > 4096 || micros > 65536) return -1;
+    if (stages < 1 || stages > 4096) return -1;
+    double *forward = malloc((size_t)stages * sizeof(double)), *backward = malloc((size_t)stages * sizeof(double));
+    int status = forward && backward ? 0 : -1;
+    for (int st = 0; !status && st < stages; st++) forward[st] = forward_cost, backward[st] = backward_cost;
+    if (!status) status = pipe_schedule_build_staged(s, kind, stages, micros, forward, backward);
+    if (!status) s->forward_cost = forward_cost, s->backward_cost = backward_cost;
+    free(forward);
+    free(backward);
+    return status;
+}
+
+int pipe_schedule_build_staged(pipe_schedule *s, pipe_kind kind, int stages, int micros, const double *forward,
+                               const double *backward) {
+    memset(s, 0, sizeof *s);
+    if (stages < 1 || micros < 1 || stages > 4096 || micros > 65536) return -1;
+    for (int st = 0; st < stages; st++)
+        if (!(forward[st] > 0) || !(backward[st] > 0)) return -1;
     s->kind = kind, s->stages = stages, s->micros = micros;
-    s->forward_cost = forward_cost, s->backward_cost = backward_cost;
+    s->stage_forward = malloc((size_t)stages * sizeof(double));
+    s->stage_backward = malloc((size_t)stages * sizeof(double));
+    if (!s->stage_forward || !s->stage_backward) {
+        pipe_schedule_free(s);
+        return -1;
+    }
+    memcpy(s->stage_forward, forward, (size_t)stages * sizeof(double));
+    memcpy(s->stage_backward, backward, (size_t)stages * sizeof(double));
     size_t n = (size_t)stages * (size_t)micros;
     s->actions = calloc(2 * n, sizeof *s->actions);
     double *f_end = malloc(n * sizeof(double)), *b_end = malloc(n * sizeof(double));
@@ -76,7 +99,7 @@ int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros
                 double ready = ready_at(s, f_end, b_end, st, a);
                 if (ready < 0) break;
                 a->start = ready > free_at[st] ? ready : free_at[st];
-                a->end = a->start + (a->kind == 'F' ? forward_cost : backward_cost);
+                a->end = a->start + (a->kind == 'F' ? forward[st] : backward[st]);
                 free_at[st] = a->end;
                 (a->kind == 'F' ? f_end : b_end)[(size_t)st * micros + a->micro] = a->end;
                 if (a->end > s->makespan) s->makespan = a->end;
@@ -96,11 +119,15 @@ int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros
 
 void pipe_schedule_free(pipe_schedule *s) {
     free(s->actions);
+    free(s->stage_forward);
+    free(s->stage_backward);
     s->actions = NULL;
+    s->stage_forward = s->stage_backward = NULL;
 }
 
 double pipe_bubble(const pipe_schedule *s) {
-    double work = (double)s->stages * s->micros * (s->forward_cost + s->backward_cost);
+    double work = 0;
+    for (int st = 0; st < s->stages; st++) work += (double)s->micros * (s->stage_forward[st] + s->stage_backward[st]);
     return 1.0 - work / ((double)s->stages * s->makespan);
 }
 
@@ -116,6 +143,7 @@ int pipe_in_flight(const pipe_schedule *s, int stage) {
 }
 
 void pipe_schedule_print(const pipe_schedule *s, FILE *out) {
+    if (!(s->forward_cost > 0)) return;
     double unit = s->forward_cost < s->backward_cost ? s->forward_cost : s->backward_cost;
     int slots = (int)lround(s->makespan / unit);
     int width = s->micros > 10 ? 3 : 2;

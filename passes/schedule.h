@@ -24,7 +24,9 @@ typedef struct pipe_action {
 typedef struct pipe_schedule {
     pipe_kind kind;
     int stages, micros;
-    double forward_cost, backward_cost;
+    double forward_cost, backward_cost;   /* the same on every stage (pipe_schedule_build),
+                                           * else 0 */
+    double *stage_forward, *stage_backward; /* (stages) each stage's costs */
     pipe_action *actions;  /* (stages, 2 * micros): stage s's actions in its order */
     double makespan;       /* end of the last action */
 } pipe_schedule;
@@ -41,12 +43,17 @@ const char *pipe_kind_name(pipe_kind kind);
  * arguments are out of range or memory runs out. */
 int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros, double forward_cost,
                         double backward_cost);
+/* The same with each stage's own costs, forward[s] and backward[s] (> 0): unequal stages,
+ * whose bubble the formula does not give. */
+int pipe_schedule_build_staged(pipe_schedule *s, pipe_kind kind, int stages, int micros, const double *forward,
+                               const double *backward);
 void pipe_schedule_free(pipe_schedule *s);
 
 /* Stage s's action i (0 <= i < 2 * micros). */
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i);
 
-/* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan). */
+/* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan). With
+ * unequal stages it counts a fast stage's wait for the slow one as idle, as a trace does. */
 double pipe_bubble(const pipe_schedule *s);
 /* The theory: (P - 1) / (M + P - 1), the same for both schedules (Narayanan et al., 2021). */
 double pipe_bubble_formula(int stages, int micros);
@@ -55,7 +62,8 @@ double pipe_bubble_formula(int stages, int micros);
 int pipe_in_flight(const pipe_schedule *s, int stage);
 
 /* The grid, one row per stage and one column per slot of the smallest cost ("F3", "B0",
- * ". " idle), for schedules whose costs are whole multiples of the smaller one. */
+ * ". " idle), for schedules of equal stages whose costs are whole multiples of the
+ * smaller one (prints nothing for others). */
 void pipe_schedule_print(const pipe_schedule *s, FILE *out);
 
 #endif

@@ -7,7 +7,10 @@
  *   - the bubble is (P - 1) / (M + P - 1) for both schedules;
  *   - activations in flight: M on every stage for GPipe, min(P - s, M) for 1F1B;
  *   - GPipe's forward of micro-batch m on stage s is at slot s + m;
- *   - the grid of P=4, M=8 GPipe (unit costs) is as drawn in the GPipe paper.
+ *   - the grid of P=4, M=8 GPipe (unit costs) is as drawn in the GPipe paper;
+ *   - unequal stages (pipe_schedule_build_staged): GPipe's step is the flow shop's,
+ *     sum(f) + (M - 1) max(f) + sum(b) + (M - 1) max(b), for random per-stage costs; a
+ *     1F1B case timed by hand; equal costs give the uniform schedule action for action.
  * Prints FAIL lines; exits 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
@@ -98,6 +101,68 @@ static void check_grid(void) {
     pipe_schedule_free(&s);
 }
 
+static double lcg(unsigned *state) {
+    *state = *state * 1103515245u + 12345u;
+    return 0.25 + (double)(*state >> 8 & 0xffff) / 65536.0 * 4.0;
+}
+
+static void check_staged(void) {
+    unsigned state = 7;
+    double f[8], b[8];
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 12; M++) {
+            double sum_f = 0, sum_b = 0, max_f = 0, max_b = 0;
+            for (int st = 0; st < P; st++) {
+                f[st] = lcg(&state), b[st] = lcg(&state);
+                sum_f += f[st], sum_b += b[st];
+                max_f = f[st] > max_f ? f[st] : max_f, max_b = b[st] > max_b ? b[st] : max_b;
+            }
+            pipe_schedule s;
+            if (pipe_schedule_build_staged(&s, PIPE_GPIPE, P, M, f, b) != 0) {
+                EXPECT(0, "staged P=%d M=%d: build failed", P, M);
+                continue;
+            }
+            double want = sum_f + (M - 1) * max_f + sum_b + (M - 1) * max_b;
+            EXPECT(fabs(s.makespan - want) < 1e-9 * want, "staged gpipe P=%d M=%d: step %.9g, flow shop %.9g", P, M,
+                   s.makespan, want);
+            double work = M * (sum_f + sum_b);
+            EXPECT(fabs(pipe_bubble(&s) - (1 - work / (P * want))) < 1e-9, "staged gpipe P=%d M=%d: bubble", P, M);
+            pipe_schedule_free(&s);
+        }
+    /* 1F1B, P=2, M=2, stage 0 (f 1, b 2), stage 1 (f 3, b 6), by hand: stage 0 F0 [0,1] F1
+     * [1,2] B0 [10,12] B1 [19,21]; stage 1 F0 [1,4] B0 [4,10] F1 [10,13] B1 [13,19] */
+    pipe_schedule s;
+    const double f2[2] = {1, 3}, b2[2] = {2, 6};
+    if (pipe_schedule_build_staged(&s, PIPE_1F1B, 2, 2, f2, b2) == 0) {
+        const double starts[2][4] = {{0, 1, 10, 19}, {1, 4, 10, 13}};
+        for (int st = 0; st < 2; st++)
+            for (int i = 0; i < 4; i++)
+                EXPECT(fabs(pipe_action_at(&s, st, i)->start - starts[st][i]) < 1e-9, "staged 1f1b: stage %d action %d at %g",
+                       st, i, pipe_action_at(&s, st, i)->start);
+        EXPECT(fabs(s.makespan - 21) < 1e-9 && fabs(pipe_bubble(&s) - (1 - 24.0 / 42.0)) < 1e-9,
+               "staged 1f1b: step %g bubble %g", s.makespan, pipe_bubble(&s));
+        pipe_schedule_free(&s);
+    } else {
+        EXPECT(0, "staged 1f1b: build failed");
+    }
+    /* equal stages: the uniform schedule */
+    const double f4[4] = {1, 1, 1, 1}, b4[4] = {2, 2, 2, 2};
+    pipe_schedule u, t;
+    if (pipe_schedule_build(&u, PIPE_1F1B, 4, 6, 1, 2) == 0 && pipe_schedule_build_staged(&t, PIPE_1F1B, 4, 6, f4, b4) == 0) {
+        for (int st = 0; st < 4; st++)
+            for (int i = 0; i < 12; i++)
+                EXPECT(pipe_action_at(&u, st, i)->start == pipe_action_at(&t, st, i)->start &&
+                           pipe_action_at(&u, st, i)->kind == pipe_action_at(&t, st, i)->kind,
+                       "staged equal costs: stage %d action %d differs", st, i);
+        pipe_schedule_free(&u);
+        pipe_schedule_free(&t);
+    } else {
+        EXPECT(0, "equal costs: build failed");
+    }
+    const double bad[2] = {1, 0};
+    EXPECT(pipe_schedule_build_staged(&s, PIPE_GPIPE, 2, 2, f2, bad) == -1, "a zero cost accepted");
+}
+
 int main(void) {
     for (int P = 1; P <= 8; P++)
         for (int M = 1; M <= 16; M++)
@@ -106,10 +171,11 @@ int main(void) {
                 check(k ? PIPE_1F1B : PIPE_GPIPE, P, M, 1.0, 2.0);
             }
     check_grid();
+    check_staged();
     pipe_schedule s;
     EXPECT(pipe_schedule_build(&s, PIPE_GPIPE, 0, 4, 1, 1) == -1, "0 stages accepted");
     EXPECT(pipe_kind_by_name("1f1b") == PIPE_1F1B && pipe_kind_by_name("gpipe") == PIPE_GPIPE &&
                pipe_kind_by_name("zb") == -1, "names");
-    printf("%s\n", failures ? "schedule: FAILED" : "schedule: 256 schedules and the grid checked");
+    printf("%s\n", failures ? "schedule: FAILED" : "schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules checked");
     return failures ? 1 : 0;
 }
