@@ -369,6 +369,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     if (E.pipe_axis >= 0) E.partitioned = 1;
     if (E.scheduled) {
         E.sched = &plans->pipeline->schedule;
+        if (plans->pipeline->timed.actions) E.predicted_bubble = plans->pipeline->bubble;
         E.needed_on = plans->pipeline->readers;
         E.slots = calloc((size_t)E.stages, sizeof(int));
         if (!E.slots) abort();

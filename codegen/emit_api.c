@@ -921,6 +921,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
     cg_line(w, ".rank_id = %s,", E->partitioned ? "model_rank_id" : "NULL");
     cg_line(w, ".memory_peak = model_memory_peak,");
+    cg_line(w, ".predicted_bubble = %.6f,", E->predicted_bubble);
     w->indent--;
     cg_line(w, "};");
 }

@@ -76,7 +76,33 @@ static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
     return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
 }
 
+/* Bytes one rank sends over the collective's axis of n ranks, by ring algorithms (it
+ * receives as many): an allreduce of S bytes sends 2 (n - 1) / n S (reduce-scatter, then
+ * all-gather), an all-gather of an S-byte shard (n - 1) S, a reduce-scatter or an
+ * all-to-all of S bytes (n - 1) / n S. */
+static double collective_sent_bytes(const ir_graph *g, const ir_value *c) {
+    double n = (double)g->axes[collective_axis(g, c)].size, operand = (double)collective_bytes(g, c);
+    if (c->op == OP_SHARD_SLICE || n <= 1) return 0;
+    if (is_split_cross_entropy(c)) /* the maxima all-gathered (a third), two floats a row allreduced */
+        return operand / 3 * (n - 1) + operand * 2 / 3 * 2 * (n - 1) / n;
+    switch (c->op) {
+    case OP_ALLREDUCE: return operand * 2 * (n - 1) / n;
+    case OP_ALLGATHER: return operand * (n - 1);
+    case OP_ZERO_GATHER: return (double)ir_numel(&c->type) * 4 * (n - 1) / n;
+    default: return operand * (n - 1) / n;
+    }
+}
+
 static const char *const phase_names[] = {"forward", "backward", "update"};
+
+/* What each rank sends, summed by phase and mesh axis (sent[phase][axis]). */
+static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, double sent[3][IR_MAX_AXES]) {
+    memset(sent, 0, sizeof(double) * 3 * IR_MAX_AXES);
+    for (int i = 0; r && i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        sent[c->phase][collective_axis(g, c)] += collective_sent_bytes(g, c);
+    }
+}
 
 static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
     if (!r || r->n == 0) {
@@ -84,15 +110,28 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
         return;
     }
     int64_t total = 0;
+    double total_sent = 0;
     int calls = 0;
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
         total += collective_bytes(g, c);
+        total_sent += collective_sent_bytes(g, c);
         calls += is_split_cross_entropy(c) ? 2 : 1; /* its allgather and its allreduce */
     }
-    char t[32];
+    char t[32], s[32];
     mib((double)total / 4.0, t, sizeof t);
-    fprintf(out, "\ncollectives: %d per step, %s per rank\n", calls, t);
+    mib(total_sent / 4.0, s, sizeof s);
+    fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s (and\n"
+                 "receives as much):", calls, t, s);
+    double sent[3][IR_MAX_AXES];
+    sent_by_phase_axis(g, r, sent);
+    for (int p = 0, n = 0; p < 3; p++)
+        for (int a = 0; a < g->n_axes; a++) {
+            if (sent[p][a] <= 0) continue;
+            mib(sent[p][a] / 4.0, s, sizeof s);
+            fprintf(out, "%s %s over %s %s", n++ ? "," : "", phase_names[p], g->axes[a].name, s);
+        }
+    fprintf(out, "\n  %-8s %-28s %-30s %-28s %12s %12s\n", "phase", "collective", "value", "type", "operand", "sent");
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
         const ir_value *src = g->values[c->operands[0]];
@@ -100,8 +139,9 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
         collective_str(g, c, op, sizeof op);
         ir_format_type(g, &src->type, type, sizeof type);
         mib((double)collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
-        fprintf(out, "  %-8s %-28s %-30s %-28s %12s  line %-4d %s\n", phase_names[c->phase], op,
-                src->name ? src->name : ir_op_info_of(src->op)->name, type, bytes, r->items[i].source_line,
+        mib(collective_sent_bytes(g, c) / 4.0, s, sizeof s);
+        fprintf(out, "  %-8s %-28s %-30s %-28s %12s %12s  line %-4d %s\n", phase_names[c->phase], op,
+                src->name ? src->name : ir_op_info_of(src->op)->name, type, bytes, s, r->items[i].source_line,
                 r->items[i].reason);
     }
     fprintf(out, "\n");
@@ -124,12 +164,28 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
         fprintf(out, ", \"type\": ");
         json_string(out, type);
-        fprintf(out, ", \"bytes_per_rank\": %lld, \"line\": %d, \"reason\": ", (long long)collective_bytes(g, c),
-                r->items[i].source_line);
+        fprintf(out, ", \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f, \"line\": %d, \"reason\": ",
+                (long long)collective_bytes(g, c), collective_sent_bytes(g, c), r->items[i].source_line);
         json_string(out, r->items[i].reason);
         fprintf(out, "}");
     }
     fprintf(out, "]");
+}
+
+/* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis */
+static void sent_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+    double sent[3][IR_MAX_AXES], total = 0;
+    sent_by_phase_axis(g, r, sent);
+    fprintf(out, ", \"communication\": {\"algorithm\": \"ring\", \"by_phase_axis\": [");
+    for (int p = 0, n = 0; p < 3; p++)
+        for (int a = 0; a < g->n_axes; a++) {
+            if (sent[p][a] <= 0) continue;
+            total += sent[p][a];
+            fprintf(out, "%s{\"phase\": \"%s\", \"axis\": ", n++ ? ", " : "", phase_names[p]);
+            json_string(out, g->axes[a].name);
+            fprintf(out, ", \"sent_bytes_per_rank\": %.0f}", sent[p][a]);
+        }
+    fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f}", total, total);
 }
 
 /* "h1 (line 43)" */
@@ -338,6 +394,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         list_values_json(g, g->outputs, g->n_outputs, out);
         fprintf(out, ", \"collectives\": ");
         list_collectives_json(g, reshards, out);
+        sent_json(g, reshards, out);
         if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
         if (zeroed) zero_json(g, zero, out);
         fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));

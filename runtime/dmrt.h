@@ -112,6 +112,11 @@ typedef struct dmrt_model {
     /* Bytes the context's allocations took at most (host memory for the C target, device
      * memory for CUDA): what `dmc --explain` predicts per rank. NULL: not known. */
     size_t (*memory_peak)(void *ctx);
+
+    /* Pipelines: the bubble (idle share of stage-time) dmc predicted for this plan by
+     * simulating its schedule with each stage's times from its cost rules (`--explain`'s
+     * bubble; nominal rules, not this machine's); 0: none predicted. */
+    double predicted_bubble;
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

@@ -197,9 +197,13 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
         write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, f);
         if (close_tmp(f, tmp, svg, err, errlen)) goto done;
     }
-    if (measured)
-        fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)\n", bubble,
+    if (measured) {
+        fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)", bubble,
                 (long long)measured, formula, stages, (long long)micros);
+        if (m->predicted_bubble > 0)
+            fprintf(out, ", predicted %.4f (dmc --explain: the schedule timed by its nominal cost rules)", m->predicted_bubble);
+        fprintf(out, "\n");
+    }
     fprintf(out, "trace: %s (%lld actions; Perfetto, chrome://tracing)%s%s\n", path, (long long)total,
             pictured ? ", picture of the last step: " : "", pictured ? svg : "");
     status = 0;
