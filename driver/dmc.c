@@ -14,6 +14,7 @@
 #include "codegen.h"
 #include "explain.h"
 #include "lower.h"
+#include "hardware.h"
 #include "passes.h"
 #include "schedule.h"
 
@@ -56,6 +57,11 @@ static const char usage[] =
     "  --target c|cuda            generated code: C for CPUs (default), or CUDA with cuBLAS\n"
     "                             and NCCL for NVIDIA GPUs (dmc run compiles it with nvcc)\n"
     "  --tf32                     cuda: matrix products may use TF32 (default strict fp32)\n"
+    "  --hardware NAME|FILE       the machine plans are timed on: a preset (nominal, the\n"
+    "                             default; cpu-2core, a100-80gb-sxm, h100-80gb-sxm) or a JSON\n"
+    "                             file (docs/cost.md); --hardware list prints the presets\n"
+    "  --precision fp32|tf32|bf16 the precision matrix products are timed at (default fp32,\n"
+    "                             tf32 with --tf32); bf16 is planning only: no code for it\n"
     "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
     "                             25; the first, of the last layers, is at most 1)\n"
     "  --microbatches M           run each step's batch as M micro-batches, their gradients\n"
@@ -112,6 +118,8 @@ typedef struct options {
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
     dm_pipeline_options pipeline;
+    dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
+    int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
 } options;
@@ -197,6 +205,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
         o->bucket_bytes = (int64_t)(size * 1024 * 1024);
+        o->pipeline.bucket_bytes = (double)o->bucket_bytes;
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--target"))) {
@@ -213,6 +222,28 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     }
     if ((v = option_value(argc, argv, i, "--microbatches"))) return parse_microbatches("--microbatches", v, o) ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--accumulate"))) return parse_microbatches("--accumulate", v, o) ? -1 : 1;
+    if ((v = option_value(argc, argv, i, "--hardware"))) {
+        if (strcmp(v, "list") == 0) {
+            const char *const *names, *const *texts;
+            int n = dm_hardware_presets(&names, &texts);
+            for (int k = 0; k < n; k++) printf("%s\n  %s\n", names[k], texts[k]);
+            exit(0);
+        }
+        char err[1024];
+        if (dm_hardware_load(v, &o->hardware, err, sizeof err)) {
+            fprintf(stderr, "dmc: error: --hardware %s\n", err);
+            return -1;
+        }
+        o->pipeline.cost.hardware = &o->hardware;
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--precision"))) {
+        if ((o->precision = dm_precision_by_name(v)) < 0) {
+            fprintf(stderr, "dmc: error: --precision takes fp32, tf32 or bf16, got '%s'\n", v);
+            return -1;
+        }
+        return 1;
+    }
     if ((v = option_value(argc, argv, i, "--memory-gb"))) {
         if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
         o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
@@ -593,12 +624,33 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     return status;
 }
 
+/* What --precision times products at; code is only generated for what it can run. */
+static int resolve_precision(options *o) {
+    int tf32_code = o->codegen.tf32 && o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
+    if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
+    o->pipeline.cost.precision = o->precision;
+    if (!(o->run || o->out_dir)) return 0;
+    if (o->precision == DM_BF16) {
+        fprintf(stderr, "dmc: error: --precision bf16 is for planning (--explain): code generation is fp32, or tf32 with "
+                        "--target cuda --tf32\n");
+        return -1;
+    }
+    if ((o->precision == DM_TF32) != tf32_code) {
+        fprintf(stderr, "dmc: error: --precision %s, but the generated code runs %s (tf32 needs --target cuda --tf32)\n",
+                dm_precision_name((dm_precision)o->precision), tf32_code ? "tf32" : "fp32");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     options o = {0};
     o.schedule = -1;
     o.zero = -1;
+    o.precision = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
     if (parse_args(argc, argv, &o)) return 2;
+    if (resolve_precision(&o)) return 2;
     char model[256];
     if (model_name(&o, model, sizeof model)) return 2;
 

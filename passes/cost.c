@@ -1,12 +1,10 @@
-/* cost.c: flops and bytes of one op on one rank, and a nominal time for them. The
- * numbers only rank the stages of a cut against each other, so one roofline serves:
- * an op takes the longer of its flops at COST_FLOPS_PER_S and its bytes at
- * COST_BYTES_PER_S (one CPU socket's order of magnitude). */
+/* cost.c: flops, bytes and messages of one op on one rank, and their time on a machine
+ * described by a hardware file (passes/hardware.h; the default is the "nominal" preset,
+ * the single roofline these rules used before). An op takes the longer of its flops and
+ * its bytes, each at its peak times an efficiency, plus its messages: each step of a ring
+ * pays the link's latency, and the bytes sent its bandwidth (alpha-beta). */
+#include "hardware.h"
 #include "passes.h"
-
-#define COST_FLOPS_PER_S 1e11
-#define COST_BYTES_PER_S 2e10
-#define COST_LINK_BYTES_PER_S 1e10   /* between the ranks of two stages */
 
 /* Element operations per element of the result (or of the operand, for reductions). */
 static double ops_per_element(const ir_value *v) {
@@ -20,8 +18,39 @@ static double ops_per_element(const ir_value *v) {
     }
 }
 
+/* A split cross-entropy's exchanges count as a collective over its classes' axis. */
+static int communicates(const ir_graph *g, const ir_value *v) {
+    if (ir_op_info_of(v->op)->cls == OPC_COLLECTIVE) return v->op != OP_SHARD_SLICE;
+    return v->op == OP_XENT_STATS && ir_class_split_axis(g, v) != IR_REPLICATED;
+}
+
+static int comm_axis(const ir_graph *g, const ir_value *v) {
+    return v->op == OP_XENT_STATS ? ir_class_split_axis(g, v) : v->mesh_axis;
+}
+
+double cost_collective_sent(const ir_graph *g, const ir_value *c, double *messages) {
+    *messages = 0;
+    if (!communicates(g, c)) return 0;
+    double n = (double)g->axes[comm_axis(g, c)].size;
+    if (n <= 1) return 0;
+    if (c->op == OP_XENT_STATS) {
+        /* per local row: its maximum all-gathered, then two floats allreduced */
+        const ir_type *logits = &g->values[c->operands[0]]->type;
+        double rows = (double)ir_local_numel(g, logits) / (double)(logits->shape[logits->rank - 1] / (int64_t)n);
+        *messages = (n - 1) + 2 * (n - 1);
+        return 4 * rows * (n - 1) + 4 * 2 * rows * 2 * (n - 1) / n;
+    }
+    double operand = 4.0 * (double)ir_local_numel(g, &g->values[c->operands[0]]->type);
+    switch (c->op) {
+    case OP_ALLREDUCE: *messages = 2 * (n - 1); return operand * 2 * (n - 1) / n;
+    case OP_ALLGATHER: *messages = n - 1; return operand * (n - 1);
+    case OP_ZERO_GATHER: *messages = n - 1; return 4.0 * (double)ir_numel(&c->type) * (n - 1) / n;
+    default: *messages = n - 1; return operand * (n - 1) / n;
+    }
+}
+
 dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
-    dm_op_cost c = {0, 0};
+    dm_op_cost c = {0};
     const ir_op_info *info = ir_op_info_of(v->op);
     if (info->cls == OPC_SOURCE) return c;
     double out = v->type.dtype == DT_VOID ? 0 : (double)ir_local_numel(g, &v->type);
@@ -39,6 +68,7 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
         int64_t k = a->type.shape[kdim];
         if (a->type.split[kdim] != IR_REPLICATED) k /= g->axes[a->type.split[kdim]].size;
         c.flops = 2.0 * out * (double)k;
+        c.matmul = 1;
         break;
     }
     case OPC_REDUCE:
@@ -51,14 +81,41 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     case OPC_COLLECTIVE: c.flops = 0; break;
     default: c.flops = ops_per_element(v) * out; break;
     }
+    if (communicates(g, v)) {
+        c.axis = comm_axis(g, v);
+        c.sent = cost_collective_sent(g, v, &c.messages);
+        /* a collective's own bytes are sent, not computed on */
+        if (info->cls == OPC_COLLECTIVE) c.bytes = 0;
+    }
     return c;
 }
 
-double cost_seconds(dm_op_cost c) {
-    double compute = c.flops / COST_FLOPS_PER_S, memory = c.bytes / COST_BYTES_PER_S;
-    return compute > memory ? compute : memory;
+const dm_link *cost_axis_link(const ir_graph *g, const dm_hardware *hw, int axis) {
+    int64_t span = 1;
+    for (int a = g->n_axes - 1; a >= axis && a >= 0; a--) span *= g->axes[a].size;
+    return span <= hw->devices_per_node ? &hw->intra_node : &hw->inter_node;
 }
 
-/* No latency term: ops have none either, and a latency would outweigh every op of a small
- * model, packing its compute into one stage. */
-double cost_link_seconds(double bytes) { return bytes / COST_LINK_BYTES_PER_S; }
+static const dm_hardware *hardware_of(const dm_cost_model *m) {
+    return m && m->hardware ? m->hardware : dm_hardware_default();
+}
+
+double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
+    const dm_hardware *hw = hardware_of(m);
+    dm_precision p = m && c.matmul ? (dm_precision)m->precision : DM_FP32;
+    double peak = hw->peak_flops[p] * (c.matmul ? hw->matmul_efficiency : 1.0);
+    double compute = c.flops / peak, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
+    double t = compute > memory ? compute : memory;
+    if (c.sent > 0 || c.messages > 0) {
+        const dm_link *link = cost_axis_link(g, hw, c.axis);
+        t += c.messages * link->latency + c.sent / (link->bandwidth * hw->link_efficiency);
+    }
+    return t;
+}
+
+double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes) {
+    if (axis < 0 || bytes <= 0) return 0;
+    const dm_hardware *hw = hardware_of(m);
+    const dm_link *link = cost_axis_link(g, hw, axis);
+    return link->latency + bytes / (link->bandwidth * hw->link_efficiency);
+}

@@ -8,7 +8,7 @@
 
 static void mib(double elems, char *buf, size_t size) { snprintf(buf, size, "%.2f MiB", elems * 4.0 / (1024.0 * 1024.0)); }
 
-static void json_string(FILE *out, const char *s) {
+void explain_json_string(FILE *out, const char *s) {
     fputc('"', out);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fputc('\\', out);
@@ -24,9 +24,9 @@ static void list_values_json(const ir_graph *g, const int *ids, int n, FILE *out
         char type[256];
         ir_format_type(g, &v->type, type, sizeof type);
         fprintf(out, "%s{\"name\": ", i ? ", " : "");
-        json_string(out, v->name ? v->name : "");
+        explain_json_string(out, v->name ? v->name : "");
         fprintf(out, ", \"type\": ");
-        json_string(out, type);
+        explain_json_string(out, type);
         fprintf(out, ", \"elements\": %lld, \"elements_per_rank\": %lld, \"line\": %d}", (long long)ir_numel(&v->type),
                 (long long)ir_local_numel(g, &v->type), v->loc.line);
     }
@@ -155,18 +155,18 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         char type[256];
         ir_format_type(g, &src->type, type, sizeof type);
         fprintf(out, "%s{\"op\": ", i ? ", " : "");
-        json_string(out, is_split_cross_entropy(c) ? "allgather+allreduce" : ir_op_info_of(c->op)->name);
+        explain_json_string(out, is_split_cross_entropy(c) ? "allgather+allreduce" : ir_op_info_of(c->op)->name);
         fprintf(out, ", \"axis\": ");
-        json_string(out, g->axes[collective_axis(g, c)].name);
+        explain_json_string(out, g->axes[collective_axis(g, c)].name);
         if (c->op != OP_ALLREDUCE && !is_split_cross_entropy(c)) fprintf(out, ", \"dim\": %d", c->axis);
         if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
         fprintf(out, ", \"phase\": \"%s\", \"value\": ", phase_names[c->phase]);
-        json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
+        explain_json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
         fprintf(out, ", \"type\": ");
-        json_string(out, type);
+        explain_json_string(out, type);
         fprintf(out, ", \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f, \"line\": %d, \"reason\": ",
                 (long long)collective_bytes(g, c), collective_sent_bytes(g, c), r->items[i].source_line);
-        json_string(out, r->items[i].reason);
+        explain_json_string(out, r->items[i].reason);
         fprintf(out, "}");
     }
     fprintf(out, "]");
@@ -182,7 +182,7 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
             if (sent[p][a] <= 0) continue;
             total += sent[p][a];
             fprintf(out, "%s{\"phase\": \"%s\", \"axis\": ", n++ ? ", " : "", phase_names[p]);
-            json_string(out, g->axes[a].name);
+            explain_json_string(out, g->axes[a].name);
             fprintf(out, ", \"sent_bytes_per_rank\": %.0f}", sent[p][a]);
         }
     fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f}", total, total);
@@ -200,16 +200,16 @@ static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
 
 static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     fprintf(out, ", \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cuts_by\": \"%s\", "
-                 "\"bubble_formula\": %.6f, \"bubble_simulated\": %.6f, \"step_seconds_simulated\": %.6g, "
+                 "\"bubble_formula\": %.6f, \"bubble_simulated\": %.10g, \"step_seconds_simulated\": %.10g, "
                  "\"imbalance\": %.4f, \"stage\": [",
             pl->stages, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->stages)), pl->by_user ? "program" : "dmc",
             pipe_bubble_formula(pl->stages, g->microbatches), pl->bubble, pl->timed.makespan, pl->imbalance);
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
         fprintf(out, "%s{\"first\": ", k ? ", " : "");
-        json_string(out, g->values[s->first]->name ? g->values[s->first]->name : "");
+        explain_json_string(out, g->values[s->first]->name ? g->values[s->first]->name : "");
         fprintf(out, ", \"last\": ");
-        json_string(out, g->values[s->last]->name ? g->values[s->last]->name : "");
+        explain_json_string(out, g->values[s->last]->name ? g->values[s->last]->name : "");
         fprintf(out, ", \"first_line\": %d, \"last_line\": %d, \"seconds\": %.6g, \"forward_seconds\": %.6g, "
                      "\"backward_seconds\": %.6g, \"flops\": %.6g, "
                      "\"recv_bytes\": %lld, \"activation_bytes\": %lld, \"in_flight\": %d, \"param_bytes\": %lld}",
@@ -221,7 +221,7 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     for (int t = 0; t < pl->n_tied; t++) {
         const ir_value *v = g->values[pl->tied[t]];
         fprintf(out, "%s{\"name\": ", t ? ", " : "");
-        json_string(out, v->name);
+        explain_json_string(out, v->name);
         fprintf(out, ", \"updated_on\": %d, \"stages\": [", v->stage);
         for (int k = 0, n = 0; k < pl->stages && k < 64; k++)
             if (pl->tied_on[t] >> k & 1) fprintf(out, "%s%d", n++ ? ", " : "", k);
@@ -357,11 +357,11 @@ static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     for (int k = 0; k < z->n_buckets; k++) {
         const dm_zero_bucket *b = &z->bucket[k];
         fprintf(out, "%s{\"axis\": ", k ? ", " : "");
-        json_string(out, g->axes[b->axis].name);
+        explain_json_string(out, g->axes[b->axis].name);
         fprintf(out, ", \"stage\": %d, \"first\": ", b->stage);
-        json_string(out, g->values[g->params[b->first]]->name);
+        explain_json_string(out, g->values[g->params[b->first]]->name);
         fprintf(out, ", \"last\": ");
-        json_string(out, g->values[g->params[b->last]]->name);
+        explain_json_string(out, g->values[g->params[b->last]]->name);
         fprintf(out, ", \"elements\": %lld, \"share\": %lld, \"parameters_in_shares\": %s}", (long long)b->span,
                 (long long)b->share, b->param_at >= 0 ? "true" : "false");
     }
@@ -377,13 +377,13 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     int zeroed = zero && zero->n_buckets > 0;
     if (json) {
         fprintf(out, "{\"model\": ");
-        json_string(out, g->model);
+        explain_json_string(out, g->model);
         fprintf(out, ", \"source\": ");
-        json_string(out, source_path);
+        explain_json_string(out, source_path);
         fprintf(out, ", \"mesh\": [");
         for (int a = 0; a < g->n_axes; a++) {
             fprintf(out, "%s{\"axis\": ", a ? ", " : "");
-            json_string(out, g->axes[a].name);
+            explain_json_string(out, g->axes[a].name);
             fprintf(out, ", \"size\": %lld}", (long long)g->axes[a].size);
         }
         fprintf(out, "], \"ranks\": %lld, \"inputs\": ", (long long)ranks);
@@ -396,6 +396,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         list_collectives_json(g, reshards, out);
         sent_json(g, reshards, out);
         if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
+        explain_time_json(g, pipeline, out);
         if (zeroed) zero_json(g, zero, out);
         fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
         fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
@@ -457,6 +458,7 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
     if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
     list_collectives(g, reshards, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, out);
+    explain_time_text(g, pipeline, out);
     if (zeroed) zero_text(g, zero, out);
     recompute_text(g, out);
     char p[32], gr[32], s[32], a[32], au[32];

@@ -12,4 +12,9 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
                    const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int json,
                    FILE *out);
 
+/* Within --explain: the predicted step (explain_time.c), and JSON strings. */
+void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
+void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
+void explain_json_string(FILE *out, const char *s);
+
 #endif

@@ -45,19 +45,40 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d);
 void dm_reshard_list_free(dm_reshard_list *log);
 
 /* cost.c: the predicted work of one op on one rank (its shard), for choosing pipeline
- * cuts and for --explain. Flops count a multiply-add as 2; bytes are what the op reads
- * and writes. Collectives cost their bytes (moved, not computed). */
+ * cuts and for --explain, and its time on a described machine (hardware.h). Flops count
+ * a multiply-add as 2; bytes are what the op reads and writes. A collective (or the
+ * exchanges inside a vocabulary-parallel cross-entropy) also sends bytes over a mesh
+ * axis in messages, by ring algorithms. */
 typedef struct dm_op_cost {
     double flops;
     double bytes;
+    int matmul;             /* a matrix product: its flops run at the precision's peak */
+    double sent;            /* bytes this rank sends over mesh axis `axis` (receiving as many) */
+    double messages;        /* ... in this many steps, each paying the link's latency */
+    int axis;
 } dm_op_cost;
 
+/* The machine and the precision matrix products are costed at. */
+typedef struct dm_cost_model {
+    const struct dm_hardware *hardware;
+    int precision;          /* dm_precision */
+} dm_cost_model;
+
 dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v);
-/* Seconds on a nominal device (COST_FLOPS_PER_S, COST_BYTES_PER_S): only the ratios
- * between stages matter to the cut. */
-double cost_seconds(dm_op_cost c);
-/* Seconds to move bytes between two pipeline stages. */
-double cost_link_seconds(double bytes);
+/* Bytes one rank sends in collective (or split cross-entropy) c, by ring algorithms over
+ * the n ranks of its axis: an allreduce of S bytes 2 (n - 1) / n S, an all-gather of an
+ * S-byte shard (n - 1) S, a reduce-scatter or all-to-all of S bytes (n - 1) / n S; the
+ * message count in *messages. */
+double cost_collective_sent(const ir_graph *g, const ir_value *c, double *messages);
+/* Seconds on the model's machine: the longer of the flops at the peak (the precision's
+ * for products) and the bytes at the memory bandwidth, each scaled by its efficiency;
+ * plus what it sends, at its axis's link. */
+double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c);
+/* Seconds to send bytes to a neighbour over mesh axis `axis` (one message). */
+double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes);
+/* The link the ranks of mesh axis `axis` talk over: within a node when the axis and the
+ * axes inside it (ranks are laid out with the last axis innermost) fit on one. */
+const struct dm_link *cost_axis_link(const ir_graph *g, const struct dm_hardware *hw, int axis);
 
 /* pipeline.c: assigns every op to a pipeline stage (v->stage). Forward ops are cut into
  * contiguous stages by dynamic programming over their order, balancing each stage's
@@ -90,6 +111,12 @@ typedef struct dm_pipeline_plan {
     pipe_schedule timed;        /* the same timed with each stage's predicted forward and backward
                                  * times (unequal stages); actions NULL without cuts */
     double bubble;              /* its idle fraction of stage-time (pipe_bubble) */
+    dm_cost_model cost;         /* what the times assume */
+    double update_seconds;      /* the update phase of the slowest stage at it: gradient
+                                 * reductions left to the update, and the optimizer */
+    double step_seconds;        /* predicted: the timed schedule's makespan + update_seconds */
+    double model_flops;         /* per rank and step (the mean over stages): matrix products of
+                                 * the forward and backward passes, recomputed copies not counted */
     uint64_t *readers;          /* (n_values) for a buffer's owner (memory plan's storage_of): the
                                  * stages whose ops read it, a bit each (stages <= 64); set by
                                  * pipeline_plan_readers once memory is planned */
@@ -98,6 +125,8 @@ typedef struct dm_pipeline_plan {
 typedef struct dm_pipeline_options {
     double memory_limit_bytes;  /* per rank: parameters, gradients, optimizer state and the
                                  * activations in flight; 0: no limit */
+    dm_cost_model cost;         /* the machine the stages are timed on (hardware NULL: nominal) */
+    double bucket_bytes;        /* the gradient buckets' size (--bucket-mb; 0: 25 MiB) */
 } dm_pipeline_options;
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d);

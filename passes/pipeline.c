@@ -11,15 +11,19 @@
  * gradients and optimizer state, plus the activations of the micro-batches it holds at
  * once (M for GPipe, min(P - s, M) for 1F1B). */
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hardware.h"
 #include "passes.h"
 #include "schedule.h"
 
 /* Per forward op, summed over the ops before it: a stage of ops [i, j) has seconds[j] -
  * seconds[i], and so on. */
 typedef struct pipe_costs {
+    const ir_graph *g;
+    const dm_cost_model *model;
     int n;                  /* forward ops */
     int *op;                /* (n) their value ids, in order */
     double *seconds;        /* (n + 1) forward time + the time of the backward ops it originates */
@@ -78,7 +82,7 @@ static void mark_layers(const ir_graph *g, pipe_costs *c) {
     }
 }
 
-static void measure(const ir_graph *g, pipe_costs *c) {
+static void measure(const ir_graph *g, const dm_cost_model *model, pipe_costs *c) {
     int n = 0;
     int *pos = xcalloc((size_t)g->n_values, sizeof(int));
     c->op = xcalloc((size_t)g->n_values, sizeof(int));
@@ -105,8 +109,9 @@ static void measure(const ir_graph *g, pipe_costs *c) {
         if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
         if (at < 0) continue;
         dm_op_cost oc = cost_of_op(g, v);
-        c->seconds[at] += cost_seconds(oc);
-        if (v->phase == PHASE_FORWARD) c->forward[at] += cost_seconds(oc);
+        double t = cost_seconds(g, model, oc);
+        c->seconds[at] += t;
+        if (v->phase == PHASE_FORWARD) c->forward[at] += t;
         c->flops[at] += oc.flops;
         for (int k = 0; k < v->n_operands; k++) {
             int x = v->operands[k];
@@ -163,8 +168,13 @@ static void costs_free(pipe_costs *c) {
 /* A stage holding ops [i, j): its time (with the activations crossing in and their
  * gradients crossing back), and its bytes as stage k (state, and the activations of the
  * micro-batches in flight). */
+/* Receiving a stage's inputs from the stage before, over the pipeline axis. */
+static double recv_seconds(const pipe_costs *c, int i) {
+    return cost_link_seconds(c->g, c->model, c->g->pipe_axis, 4.0 * c->cross[i]);
+}
+
 static double stage_seconds(const pipe_costs *c, int i, int j) {
-    return c->seconds[j] - c->seconds[i] + 2 * cost_link_seconds(4.0 * c->cross[i]);
+    return c->seconds[j] - c->seconds[i] + 2 * recv_seconds(c, i);
 }
 
 static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
@@ -275,7 +285,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         s->last = c->op[j - 1];
         s->seconds = stage_seconds(c, i, j);
         /* the activations' arrival counts to the forward, their gradients' return to the backward */
-        s->forward_seconds = c->forward[j] - c->forward[i] + cost_link_seconds(4.0 * c->cross[i]);
+        s->forward_seconds = c->forward[j] - c->forward[i] + recv_seconds(c, i);
         s->backward_seconds = s->seconds - s->forward_seconds;
         s->flops = c->flops[j] - c->flops[i];
         s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
@@ -293,7 +303,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
 
 /* The schedule timed with each stage's own predicted times (a stage with none of one
  * kind gets a token time: the simulation needs every action to take some). */
-static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan) {
+static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
     double *forward = xcalloc((size_t)P, sizeof(double)), *backward = xcalloc((size_t)P, sizeof(double));
     for (int k = 0; k < P; k++) {
@@ -303,6 +313,41 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan) {
     if (pipe_schedule_build_staged(&plan->timed, pipe_kind_for(g->schedule, P), P, g->microbatches, forward, backward))
         abort();
     plan->bubble = pipe_bubble(&plan->timed);
+    /* the update phase, stage by stage (ranks of a stage run theirs at once); model flops
+     * of a rank, the mean over the stages: products forward and backward, not copies */
+    double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
+    /* the update's reductions run bucket by bucket (passes/buckets.c): the latency of a
+     * bucket's messages, not of every parameter's */
+    double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->stage < 0 || v->stage >= P) continue;
+        dm_op_cost oc = cost_of_op(g, v);
+        if (v->phase == PHASE_UPDATE && oc.messages > 0) {
+            size_t at = (size_t)v->stage * IR_MAX_AXES + (size_t)oc.axis;
+            reduced[at] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
+            if (oc.messages > steps[at]) steps[at] = oc.messages;
+            oc.messages = 0;
+        }
+        if (v->phase == PHASE_UPDATE) update[v->stage] += cost_seconds(g, &plan->cost, oc);
+        else if (oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) flops[v->stage] += oc.flops;
+    }
+    const dm_hardware *hw = plan->cost.hardware ? plan->cost.hardware : dm_hardware_default();
+    double bucket = bucket_bytes > 0 ? bucket_bytes : 25.0 * 1024 * 1024;
+    for (int k = 0; k < P; k++)
+        for (int a = 0; a < g->n_axes; a++) {
+            double buckets = ceil(reduced[(size_t)k * IR_MAX_AXES + a] / bucket);
+            update[k] += buckets * steps[(size_t)k * IR_MAX_AXES + a] * cost_axis_link(g, hw, a)->latency;
+        }
+    free(reduced);
+    free(steps);
+    for (int k = 0; k < P; k++) {
+        if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
+        plan->model_flops += flops[k] * g->microbatches / P;
+    }
+    plan->step_seconds = plan->timed.makespan + plan->update_seconds;
+    free(update);
+    free(flops);
     free(forward);
     free(backward);
 }
@@ -313,7 +358,9 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     plan->stages = stages;
     plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c = {0};
-    measure(g, &c);
+    plan->cost = opts ? opts->cost : (dm_cost_model){0};
+    c.g = g, c.model = &plan->cost;
+    measure(g, &plan->cost, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = xcalloc((size_t)stages, sizeof(int));
     if (pipe_schedule_build(&plan->schedule, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0))
@@ -360,7 +407,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);
         summarise(g, &c, boundary, plan);
-        time_schedule(g, plan);
+        time_schedule(g, plan, opts ? opts->bucket_bytes : 0);
     }
     free(boundary);
     costs_free(&c);

@@ -1,0 +1,64 @@
+/* explain_time.c: `--explain`'s predicted step: the pipeline schedule timed with each
+ * stage's forward and backward times on the chosen hardware (passes/cost.c), then the
+ * update phase; samples and tokens per second; model TFLOP/s per device. */
+#include <string.h>
+
+#include "explain.h"
+#include "hardware.h"
+
+/* Samples in one step (the inputs' leading dim, every micro-batch), and tokens when the
+ * first input is integer ids with a sequence dim (0 otherwise). */
+static double samples_per_step(const ir_graph *g, double *tokens) {
+    *tokens = 0;
+    if (g->n_inputs == 0) return 0;
+    const ir_type *t = &g->values[g->inputs[0]]->type;
+    if (t->rank < 1) return 0;
+    double samples = g->batch_dim ? (double)g->batch_whole : (double)t->shape[0];
+    if (t->dtype == DT_I32 && t->rank >= 2) *tokens = samples * (double)t->shape[1];
+    return samples;
+}
+
+static const dm_hardware *hardware_of(const dm_pipeline_plan *pl) {
+    return pl->cost.hardware ? pl->cost.hardware : dm_hardware_default();
+}
+
+void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    if (!pl || !pl->timed.actions) return;
+    const dm_hardware *hw = hardware_of(pl);
+    double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
+    fprintf(out, "predicted step on %s (%s), %s products: %.3f ms\n", hw->name, hw->source,
+            dm_precision_name((dm_precision)pl->cost.precision), step * 1e3);
+    fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)\n", g->microbatches,
+            g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.makespan * 1e3,
+            100 * pl->bubble);
+    fprintf(out, "  update: %.3f ms (the gradient reductions left to it, by buckets, counted as not overlapping the\n"
+                 "  backward pass; the optimizer)\n", pl->update_seconds * 1e3);
+    if (step > 0 && samples > 0) {
+        fprintf(out, "  %.4g samples/s", samples / step);
+        if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);
+        fprintf(out, ";\n  %.3g TFLOP/s per device of model flops (matrix products forward and backward: %.3g GFLOP per device\n"
+                     "  and step)\n", pl->model_flops / step / 1e12, pl->model_flops / 1e9);
+    }
+    if (pl->cost.precision == DM_BF16)
+        fprintf(out, "  (bf16 is costed only: the generated code runs fp32, or tf32 on --target cuda --tf32)\n");
+    fprintf(out, "  (%s; not modelled yet: buckets overlapping the\n"
+                 "  backward pass, launch overheads, reduced-precision activations; docs/cost.md)\n\n",
+            strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
+                                             : "the hardware's peaks times its efficiencies");
+}
+
+void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    if (!pl || !pl->timed.actions) return;
+    const dm_hardware *hw = hardware_of(pl);
+    double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
+    fprintf(out, ", \"predicted\": {\"hardware\": ");
+    explain_json_string(out, hw->name);
+    fprintf(out, ", \"hardware_source\": ");
+    explain_json_string(out, hw->source);
+    fprintf(out, ", \"precision\": \"%s\", \"step_seconds\": %.10g, \"schedule_seconds\": %.10g, \"update_seconds\": %.10g, "
+                 "\"bubble\": %.10g, \"samples_per_second\": %.10g, \"tokens_per_second\": %.10g, "
+                 "\"model_flops_per_device\": %.10g, \"tflops_per_device\": %.10g}",
+            dm_precision_name((dm_precision)pl->cost.precision), step, pl->timed.makespan, pl->update_seconds, pl->bubble,
+            step > 0 ? samples / step : 0, step > 0 ? tokens / step : 0, pl->model_flops,
+            step > 0 ? pl->model_flops / step / 1e12 : 0);
+}

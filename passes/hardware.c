@@ -1,0 +1,240 @@
+/* hardware.c: hardware descriptions for the cost model: the JSON format, its checks and
+ * the presets (docs/cost.md lists the datasheets their numbers come from). */
+#include "hardware.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The presets, in the file format. Datasheet peaks are dense (no sparsity); efficiencies
+ * and latencies are this project's assumptions until `dmc calibrate` measures them. */
+static const char *const preset_names[] = {"nominal", "cpu-2core", "a100-80gb-sxm", "h100-80gb-sxm"};
+static const char *const preset_texts[] = {
+    /* the single roofline the cost rules used before hardware files: one CPU socket's order
+     * of magnitude, every rank on one node */
+    "{\"name\": \"nominal\", \"device\": {\"peak_flops\": {\"fp32\": 1e11, \"tf32\": 1e11, \"bf16\": 1e11},"
+    " \"memory_bytes\": 1099511627776, \"memory_bandwidth\": 2e10}, \"devices_per_node\": 1048576,"
+    " \"intra_node\": {\"bandwidth\": 1e10, \"latency\": 0}, \"inter_node\": {\"bandwidth\": 1e10, \"latency\": 0},"
+    " \"efficiency\": {\"matmul\": 1, \"memory\": 1, \"link\": 1}}",
+    /* the machine kind this project is developed on: 2 cores of an AMD EPYC, 24 GiB, the
+     * threads backend (ranks are threads: a link is a copy through shared memory);
+     * OpenBLAS sgemm measured 75 GFLOP/s at n = 2048, numpy copies 16 GB/s */
+    "{\"name\": \"cpu-2core\", \"device\": {\"peak_flops\": {\"fp32\": 1.0e11, \"tf32\": 1.0e11, \"bf16\": 1.0e11},"
+    " \"memory_bytes\": 25769803776, \"memory_bandwidth\": 2.0e10}, \"devices_per_node\": 2,"
+    " \"intra_node\": {\"bandwidth\": 8e9, \"latency\": 5e-6}, \"inter_node\": {\"bandwidth\": 1.25e9, \"latency\": 5e-5},"
+    " \"efficiency\": {\"matmul\": 0.75, \"memory\": 0.8, \"link\": 0.8}}",
+    /* NVIDIA A100 80GB SXM (datasheet: FP32 19.5, TF32 156, BF16 312 TFLOPS dense; HBM2e
+     * 2,039 GB/s; NVLink 3 600 GB/s per GPU, both directions) in a DGX A100 (8 GPUs,
+     * NVSwitch; 8 x 200 Gb/s HDR InfiniBand for compute: 25 GB/s per GPU) */
+    "{\"name\": \"a100-80gb-sxm\", \"device\": {\"peak_flops\": {\"fp32\": 19.5e12, \"tf32\": 156e12, \"bf16\": 312e12},"
+    " \"memory_bytes\": 85899345920, \"memory_bandwidth\": 2.039e12}, \"devices_per_node\": 8,"
+    " \"intra_node\": {\"bandwidth\": 300e9, \"latency\": 5e-6}, \"inter_node\": {\"bandwidth\": 25e9, \"latency\": 1e-5},"
+    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8}}",
+    /* NVIDIA H100 80GB SXM (datasheet: FP32 67, TF32 494.7, BF16 989.4 TFLOPS dense; HBM3
+     * 3.35 TB/s; NVLink 4 900 GB/s per GPU, both directions) in a DGX H100 (8 GPUs;
+     * 8 x 400 Gb/s NDR InfiniBand: 50 GB/s per GPU) */
+    "{\"name\": \"h100-80gb-sxm\", \"device\": {\"peak_flops\": {\"fp32\": 67e12, \"tf32\": 494.7e12, \"bf16\": 989.4e12},"
+    " \"memory_bytes\": 85899345920, \"memory_bandwidth\": 3.35e12}, \"devices_per_node\": 8,"
+    " \"intra_node\": {\"bandwidth\": 450e9, \"latency\": 5e-6}, \"inter_node\": {\"bandwidth\": 50e9, \"latency\": 1e-5},"
+    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8}}",
+};
+
+int dm_hardware_presets(const char *const **names, const char *const **texts) {
+    if (names) *names = preset_names;
+    if (texts) *texts = preset_texts;
+    return (int)(sizeof preset_names / sizeof preset_names[0]);
+}
+
+static const char *const precision_names[DM_PRECISIONS] = {"fp32", "tf32", "bf16"};
+
+int dm_precision_by_name(const char *name) {
+    for (int p = 0; p < DM_PRECISIONS; p++)
+        if (strcmp(name, precision_names[p]) == 0) return p;
+    return -1;
+}
+
+const char *dm_precision_name(dm_precision p) { return p >= 0 && p < DM_PRECISIONS ? precision_names[p] : "?"; }
+
+typedef struct reader {
+    const char *source;
+    char *err;
+    size_t errlen;
+    int failed;
+} reader;
+
+static void fail(reader *r, const char *fmt, ...) {
+    if (r->failed++) return;
+    int n = snprintf(r->err, r->errlen, "%s: ", r->source);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < r->errlen) vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Every key of obj must be one of the names: a misspelt field is an error, not a default. */
+static void known_fields(reader *r, json_t *obj, const char *where, const char *const *names, int n) {
+    const char *key;
+    json_t *value;
+    json_object_foreach(obj, key, value) {
+        int known = 0;
+        for (int i = 0; i < n && !known; i++) known = strcmp(key, names[i]) == 0;
+        if (!known) fail(r, "unknown field '%s%s%s'", where, *where ? "." : "", key);
+    }
+}
+
+static json_t *object(reader *r, json_t *parent, const char *where, const char *key) {
+    json_t *v = json_object_get(parent, key);
+    if (!v) fail(r, "missing field '%s%s%s' (an object)", where, *where ? "." : "", key);
+    else if (!json_is_object(v)) fail(r, "field '%s%s%s' must be an object", where, *where ? "." : "", key);
+    return json_is_object(v) ? v : NULL;
+}
+
+/* A number at least min (exclusive when strict), at most max (0: no bound). */
+static double number(reader *r, json_t *parent, const char *where, const char *key, double min, int strict, double max) {
+    json_t *v = parent ? json_object_get(parent, key) : NULL;
+    if (!parent) return 0;
+    if (!v) {
+        fail(r, "missing field '%s.%s' (a number)", where, key);
+        return 0;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : 0;
+    int ok = json_is_number(v) && (strict ? x > min : x >= min) && (max <= 0 || x <= max);
+    if (!ok) {
+        char bound[96];
+        if (max > 0) snprintf(bound, sizeof bound, "in (%g, %g]", min, max);
+        else snprintf(bound, sizeof bound, "%s %g", strict ? "above" : "at least", min);
+        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        fail(r, "field '%s.%s' must be a number %s, got %s", where, key, bound, text ? text : "?");
+        free(text);
+    }
+    return x;
+}
+
+static void link_of(reader *r, json_t *root, const char *key, dm_link *link) {
+    json_t *o = object(r, root, "", key);
+    if (o) {
+        static const char *const fields[] = {"bandwidth", "latency"};
+        known_fields(r, o, key, fields, 2);
+    }
+    link->bandwidth = number(r, o, key, "bandwidth", 0, 1, 0);
+    link->latency = number(r, o, key, "latency", 0, 0, 0);
+}
+
+int dm_hardware_parse(const char *text, const char *source, dm_hardware *hw, char *err, size_t errlen) {
+    reader r = {.source = source, .err = err, .errlen = errlen};
+    memset(hw, 0, sizeof *hw);
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    if (!root) {
+        fail(&r, "not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        return -1;
+    }
+    if (!json_is_object(root)) {
+        fail(&r, "a hardware description is a JSON object");
+        json_decref(root);
+        return -1;
+    }
+    static const char *const top[] = {"name", "device", "devices_per_node", "intra_node", "inter_node", "efficiency", "notes"};
+    known_fields(&r, root, "", top, 7);
+    json_t *name = json_object_get(root, "name");
+    if (!json_is_string(name) || !*json_string_value(name)) fail(&r, "missing field 'name' (a string)");
+    else snprintf(hw->name, sizeof hw->name, "%s", json_string_value(name));
+    snprintf(hw->source, sizeof hw->source, "%s", source);
+
+    json_t *device = object(&r, root, "", "device");
+    if (device) {
+        static const char *const fields[] = {"peak_flops", "memory_bytes", "memory_bandwidth"};
+        known_fields(&r, device, "device", fields, 3);
+    }
+    json_t *peaks = device ? object(&r, device, "device", "peak_flops") : NULL;
+    if (peaks) known_fields(&r, peaks, "device.peak_flops", precision_names, DM_PRECISIONS);
+    for (int p = 0; p < DM_PRECISIONS; p++)
+        hw->peak_flops[p] = number(&r, peaks, "device.peak_flops", precision_names[p], 0, 1, 0);
+    hw->memory_bytes = number(&r, device, "device", "memory_bytes", 0, 1, 0);
+    hw->memory_bandwidth = number(&r, device, "device", "memory_bandwidth", 0, 1, 0);
+
+    json_t *per_node = json_object_get(root, "devices_per_node");
+    if (!json_is_integer(per_node) || json_integer_value(per_node) < 1 || json_integer_value(per_node) > (1 << 30)) {
+        char *text = per_node ? json_dumps(per_node, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        fail(&r, "field 'devices_per_node' must be an integer from 1, got %s", text ? text : "nothing");
+        free(text);
+    } else {
+        hw->devices_per_node = (int)json_integer_value(per_node);
+    }
+    link_of(&r, root, "intra_node", &hw->intra_node);
+    link_of(&r, root, "inter_node", &hw->inter_node);
+
+    /* optional: 1 (the peaks themselves) where not given */
+    hw->matmul_efficiency = hw->memory_efficiency = hw->link_efficiency = 1.0;
+    json_t *eff = json_object_get(root, "efficiency");
+    if (eff && !json_is_object(eff)) fail(&r, "field 'efficiency' must be an object");
+    if (json_is_object(eff)) {
+        static const char *const fields[] = {"matmul", "memory", "link"};
+        known_fields(&r, eff, "efficiency", fields, 3);
+        double *slot[] = {&hw->matmul_efficiency, &hw->memory_efficiency, &hw->link_efficiency};
+        for (int k = 0; k < 3; k++)
+            if (json_object_get(eff, fields[k])) *slot[k] = number(&r, eff, "efficiency", fields[k], 0, 1, 1);
+    }
+    json_decref(root);
+    return r.failed ? -1 : 0;
+}
+
+int dm_hardware_load(const char *name_or_path, dm_hardware *hw, char *err, size_t errlen) {
+    const char *const *names, *const *texts;
+    int n = dm_hardware_presets(&names, &texts);
+    for (int i = 0; i < n; i++)
+        if (strcmp(name_or_path, names[i]) == 0) {
+            char source[96];
+            snprintf(source, sizeof source, "preset %s", names[i]);
+            return dm_hardware_parse(texts[i], source, hw, err, errlen);
+        }
+    FILE *f = fopen(name_or_path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s (not a preset either: %s", name_or_path, strerror(errno), names[0]);
+        for (int i = 1; i < n; i++) {
+            size_t len = strlen(err);
+            snprintf(err + len, errlen - len, "%s%s", i + 1 < n ? ", " : " or ", names[i]);
+        }
+        size_t len = strlen(err);
+        snprintf(err + len, errlen - len, ")");
+        return -1;
+    }
+    char *text = NULL;
+    size_t size = 0, cap = 0;
+    for (;;) {
+        if (size + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *grown = realloc(text, cap);
+            if (!grown) break;
+            text = grown;
+        }
+        size_t got = fread(text + size, 1, cap - size - 1, f);
+        size += got;
+        if (got == 0) break;
+    }
+    int read_failed = ferror(f) || !text;
+    fclose(f);
+    if (read_failed || size > (1u << 20)) {
+        snprintf(err, errlen, "%s: %s", name_or_path, read_failed ? "could not be read" : "over 1 MiB: not a hardware description");
+        free(text);
+        return -1;
+    }
+    text[size] = 0;
+    int status = dm_hardware_parse(text, name_or_path, hw, err, errlen);
+    free(text);
+    return status;
+}
+
+const dm_hardware *dm_hardware_default(void) {
+    static dm_hardware nominal;
+    static int loaded;
+    if (!loaded) {
+        char err[256];
+        if (dm_hardware_parse(preset_texts[0], "preset nominal", &nominal, err, sizeof err)) abort();
+        loaded = 1;
+    }
+    return &nominal;
+}
