@@ -59,7 +59,7 @@ for f in "$src"/frontend/*.c "$src"/ir/*.c "$src"/passes/*.c "$gen/lexer.c" "$ge
     objs="$objs $o"
 done
 # shellcheck disable=SC2086
-"$CLANG" -fsanitize=fuzzer,address,undefined $objs -lm -o "$work/fuzz_frontend"
+"$CLANG" -fsanitize=fuzzer,address,undefined $objs -lm -ljansson -o "$work/fuzz_frontend"
 
 cp "$here"/corpus/* "$work/corpus/"
 echo "run_fuzz.sh: fuzzing for ${SECONDS_TO_RUN}s on $(ls "$work/corpus" | wc -l) seeds"
