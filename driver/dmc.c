@@ -649,13 +649,17 @@ int main(int argc, char **argv) {
     o.zero = -1;
     o.precision = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
-    if (parse_args(argc, argv, &o)) return 2;
-    if (resolve_precision(&o)) return 2;
     char model[256];
-    if (model_name(&o, model, sizeof model)) return 2;
+    if (parse_args(argc, argv, &o) || resolve_precision(&o) || model_name(&o, model, sizeof model)) {
+        free(o.trainer_args);
+        return 2;
+    }
 
     dm_source src;
-    if (dm_source_read(&src, o.input, stderr)) return 1;
+    if (dm_source_read(&src, o.input, stderr)) {
+        free(o.trainer_args);
+        return 1;
+    }
     dm_diag diag;
     dm_diag_init(&diag, &src, stderr);
     dm_program *prog = dm_parse(&diag);
