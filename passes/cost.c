@@ -96,12 +96,12 @@ const dm_link *cost_axis_link(const ir_graph *g, const dm_hardware *hw, int axis
     return span <= hw->devices_per_node ? &hw->intra_node : &hw->inter_node;
 }
 
-static const dm_hardware *hardware_of(const dm_cost_model *m) {
+const dm_hardware *cost_hardware(const dm_cost_model *m) {
     return m && m->hardware ? m->hardware : dm_hardware_default();
 }
 
 double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
-    const dm_hardware *hw = hardware_of(m);
+    const dm_hardware *hw = cost_hardware(m);
     dm_precision p = m && c.matmul ? (dm_precision)m->precision : DM_FP32;
     double peak = hw->peak_flops[p] * (c.matmul ? hw->matmul_efficiency : 1.0);
     double compute = c.flops / peak, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
@@ -115,7 +115,7 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
 
 double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes) {
     if (axis < 0 || bytes <= 0) return 0;
-    const dm_hardware *hw = hardware_of(m);
+    const dm_hardware *hw = cost_hardware(m);
     const dm_link *link = cost_axis_link(g, hw, axis);
     return link->latency + bytes / (link->bandwidth * hw->link_efficiency);
 }

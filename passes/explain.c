@@ -76,21 +76,11 @@ static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
     return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
 }
 
-/* Bytes one rank sends over the collective's axis of n ranks, by ring algorithms (it
- * receives as many): an allreduce of S bytes sends 2 (n - 1) / n S (reduce-scatter, then
- * all-gather), an all-gather of an S-byte shard (n - 1) S, a reduce-scatter or an
- * all-to-all of S bytes (n - 1) / n S. */
+/* Bytes one rank sends in the collective by ring algorithms (cost_collective_sent); it
+ * receives as many. */
 static double collective_sent_bytes(const ir_graph *g, const ir_value *c) {
-    double n = (double)g->axes[collective_axis(g, c)].size, operand = (double)collective_bytes(g, c);
-    if (c->op == OP_SHARD_SLICE || n <= 1) return 0;
-    if (is_split_cross_entropy(c)) /* the maxima all-gathered (a third), two floats a row allreduced */
-        return operand / 3 * (n - 1) + operand * 2 / 3 * 2 * (n - 1) / n;
-    switch (c->op) {
-    case OP_ALLREDUCE: return operand * 2 * (n - 1) / n;
-    case OP_ALLGATHER: return operand * (n - 1);
-    case OP_ZERO_GATHER: return (double)ir_numel(&c->type) * 4 * (n - 1) / n;
-    default: return operand * (n - 1) / n;
-    }
+    double messages;
+    return cost_collective_sent(g, c, &messages);
 }
 
 static const char *const phase_names[] = {"forward", "backward", "update"};

@@ -18,13 +18,9 @@ static double samples_per_step(const ir_graph *g, double *tokens) {
     return samples;
 }
 
-static const dm_hardware *hardware_of(const dm_pipeline_plan *pl) {
-    return pl->cost.hardware ? pl->cost.hardware : dm_hardware_default();
-}
-
 void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     if (!pl || !pl->timed.actions) return;
-    const dm_hardware *hw = hardware_of(pl);
+    const dm_hardware *hw = cost_hardware(&pl->cost);
     double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
     fprintf(out, "predicted step on %s (%s), %s products: %.3f ms\n", hw->name, hw->source,
             dm_precision_name((dm_precision)pl->cost.precision), step * 1e3);
@@ -49,7 +45,7 @@ void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
 
 void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     if (!pl || !pl->timed.actions) return;
-    const dm_hardware *hw = hardware_of(pl);
+    const dm_hardware *hw = cost_hardware(&pl->cost);
     double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
     fprintf(out, ", \"predicted\": {\"hardware\": ");
     explain_json_string(out, hw->name);

@@ -3,10 +3,10 @@
 #include "hardware.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The presets, in the file format. Datasheet peaks are dense (no sparsity); efficiencies
@@ -123,13 +123,12 @@ static void link_of(reader *r, json_t *root, const char *key, dm_link *link) {
     link->latency = number(r, o, key, "latency", 0, 0, 0);
 }
 
-int dm_hardware_parse(const char *text, const char *source, dm_hardware *hw, char *err, size_t errlen) {
+/* The description in root (JSON text parsed, or NULL with je saying why); frees root. */
+static int parse_root(json_t *root, const json_error_t *je, const char *source, dm_hardware *hw, char *err, size_t errlen) {
     reader r = {.source = source, .err = err, .errlen = errlen};
     memset(hw, 0, sizeof *hw);
-    json_error_t je;
-    json_t *root = json_loads(text, 0, &je);
     if (!root) {
-        fail(&r, "not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        fail(&r, "not JSON: %s (line %d, column %d)", je->text, je->line, je->column);
         return -1;
     }
     if (!json_is_object(root)) {
@@ -182,6 +181,11 @@ int dm_hardware_parse(const char *text, const char *source, dm_hardware *hw, cha
     return r.failed ? -1 : 0;
 }
 
+int dm_hardware_parse(const char *text, const char *source, dm_hardware *hw, char *err, size_t errlen) {
+    json_error_t je;
+    return parse_root(json_loads(text, 0, &je), &je, source, hw, err, errlen);
+}
+
 int dm_hardware_load(const char *name_or_path, dm_hardware *hw, char *err, size_t errlen) {
     const char *const *names, *const *texts;
     int n = dm_hardware_presets(&names, &texts);
@@ -192,40 +196,20 @@ int dm_hardware_load(const char *name_or_path, dm_hardware *hw, char *err, size_
             return dm_hardware_parse(texts[i], source, hw, err, errlen);
         }
     FILE *f = fopen(name_or_path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s (not a preset either: %s", name_or_path, strerror(errno), names[0]);
-        for (int i = 1; i < n; i++) {
-            size_t len = strlen(err);
-            snprintf(err + len, errlen - len, "%s%s", i + 1 < n ? ", " : " or ", names[i]);
-        }
+    if (f) {
+        json_error_t je;
+        json_t *root = json_loadf(f, 0, &je);
+        fclose(f);
+        return parse_root(root, &je, name_or_path, hw, err, errlen);
+    }
+    snprintf(err, errlen, "%s: %s (not a preset either: %s", name_or_path, strerror(errno), names[0]);
+    for (int i = 1; i < n; i++) {
         size_t len = strlen(err);
-        snprintf(err + len, errlen - len, ")");
-        return -1;
+        snprintf(err + len, errlen - len, "%s%s", i + 1 < n ? ", " : " or ", names[i]);
     }
-    char *text = NULL;
-    size_t size = 0, cap = 0;
-    for (;;) {
-        if (size + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *grown = realloc(text, cap);
-            if (!grown) break;
-            text = grown;
-        }
-        size_t got = fread(text + size, 1, cap - size - 1, f);
-        size += got;
-        if (got == 0) break;
-    }
-    int read_failed = ferror(f) || !text;
-    fclose(f);
-    if (read_failed || size > (1u << 20)) {
-        snprintf(err, errlen, "%s: %s", name_or_path, read_failed ? "could not be read" : "over 1 MiB: not a hardware description");
-        free(text);
-        return -1;
-    }
-    text[size] = 0;
-    int status = dm_hardware_parse(text, name_or_path, hw, err, errlen);
-    free(text);
-    return status;
+    size_t len = strlen(err);
+    snprintf(err + len, errlen - len, ")");
+    return -1;
 }
 
 const dm_hardware *dm_hardware_default(void) {

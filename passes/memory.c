@@ -9,9 +9,9 @@
  * clear of the placed values live with it (greedy by size, as offline planners of
  * inference arenas do). On gpt.dm greedy by size wins on most meshes tried, 1-21% below
  * first fit, often reaching the most bytes live at once; the others stay as a floor.
- * Offsets are rounded to 16 elements (64 bytes) for vector loads; with ZeRO, parameters and gradients to a
- * multiple of every mesh axis's size too, so that a run of them splits into equal shares
- * (passes/zero.c). */
+ * Offsets are rounded to 16 elements (64 bytes) for vector loads; with ZeRO, parameters
+ * and gradients to a multiple of every mesh axis's size too, so that a run of them splits
+ * into equal shares (passes/zero.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,22 +45,29 @@ static void remove_gap(gap_list *f, int k) {
     f->n--;
 }
 
-static int64_t take(gap_list *f, int64_t size, int best_fit) {
+/* The gap a buffer of size goes in: the lowest that holds it, or (best_fit) the smallest;
+ * -1 when none does. */
+static int pick_gap(const gap_list *f, int64_t size, int best_fit) {
     int pick = -1;
-    for (int k = 0; k < f->n && !(pick >= 0 && !best_fit); k++)
-        if (f->size[k] >= size && (pick < 0 || f->size[k] < f->size[pick])) pick = k;
-    if (pick >= 0) {
-        int k = pick;
-        int64_t at = f->offset[k];
-        f->offset[k] += size;
-        f->size[k] -= size;
-        if (f->size[k] == 0) {
-            remove_gap(f, k);
-        }
+    for (int k = 0; k < f->n; k++) {
+        if (f->size[k] < size || (pick >= 0 && f->size[k] >= f->size[pick])) continue;
+        pick = k;
+        if (!best_fit) break;
+    }
+    return pick;
+}
+
+static int64_t take(gap_list *f, int64_t size, int best_fit) {
+    int k = pick_gap(f, size, best_fit);
+    if (k < 0) {
+        int64_t at = f->top;
+        f->top += size;
         return at;
     }
-    int64_t at = f->top;
-    f->top += size;
+    int64_t at = f->offset[k];
+    f->offset[k] += size;
+    f->size[k] -= size;
+    if (f->size[k] == 0) remove_gap(f, k);
     return at;
 }
 
@@ -162,6 +169,13 @@ static int64_t place_by_size(int n, const int64_t *size, const int *def, const i
  * 7,000 at 48: 0.2 s of planning). */
 #define PLACE_BY_SIZE_MAX_ITEMS 20000
 
+/* The candidate placement replaces the kept one when its arena is strictly smaller. */
+static void keep_smaller(int n, int64_t *offset, int64_t *arena, const int64_t *candidate, int64_t candidate_arena) {
+    if (candidate_arena >= *arena) return;
+    memcpy(offset, candidate, (size_t)n * sizeof(int64_t));
+    *arena = candidate_arena;
+}
+
 /* Three policies (first fit and best fit in definition order, greedy by size); the
  * smallest arena wins, the earlier policy on a tie. */
 static int64_t place_buffers(int n, const int64_t *size, const int *def, const int *dies, int64_t *offset) {
@@ -171,13 +185,8 @@ static int64_t place_buffers(int n, const int64_t *size, const int *def, const i
     for (int i = 0; i < n; i++) order[i] = (death){dies[i], i};
     qsort(order, (size_t)n, sizeof *order, by_death);
     int64_t arena = place_once(n, size, def, order, 0, offset);
-    for (int policy = 1; policy <= (n <= PLACE_BY_SIZE_MAX_ITEMS ? 2 : 1); policy++) {
-        int64_t arena_other = policy == 1 ? place_once(n, size, def, order, 1, other) : place_by_size(n, size, def, dies, other);
-        if (arena_other < arena) {
-            memcpy(offset, other, (size_t)n * sizeof(int64_t));
-            arena = arena_other;
-        }
-    }
+    keep_smaller(n, offset, &arena, other, place_once(n, size, def, order, 1, other));
+    if (n <= PLACE_BY_SIZE_MAX_ITEMS) keep_smaller(n, offset, &arena, other, place_by_size(n, size, def, dies, other));
     free(order);
     free(other);
     return arena;

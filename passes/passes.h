@@ -74,6 +74,8 @@ double cost_collective_sent(const ir_graph *g, const ir_value *c, double *messag
  * for products) and the bytes at the memory bandwidth, each scaled by its efficiency;
  * plus what it sends, at its axis's link. */
 double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c);
+/* The model's machine: its hardware, or the nominal preset when it names none. */
+const struct dm_hardware *cost_hardware(const dm_cost_model *m);
 /* Seconds to send bytes to a neighbour over mesh axis `axis` (one message). */
 double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes);
 /* The link the ranks of mesh axis `axis` talk over: within a node when the axis and the

@@ -82,7 +82,7 @@ static void mark_layers(const ir_graph *g, pipe_costs *c) {
     }
 }
 
-static void measure(const ir_graph *g, const dm_cost_model *model, pipe_costs *c) {
+static void measure(const ir_graph *g, pipe_costs *c) {
     int n = 0;
     int *pos = xcalloc((size_t)g->n_values, sizeof(int));
     c->op = xcalloc((size_t)g->n_values, sizeof(int));
@@ -109,7 +109,7 @@ static void measure(const ir_graph *g, const dm_cost_model *model, pipe_costs *c
         if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
         if (at < 0) continue;
         dm_op_cost oc = cost_of_op(g, v);
-        double t = cost_seconds(g, model, oc);
+        double t = cost_seconds(g, c->model, oc);
         c->seconds[at] += t;
         if (v->phase == PHASE_FORWARD) c->forward[at] += t;
         c->flops[at] += oc.flops;
@@ -165,14 +165,15 @@ static void costs_free(pipe_costs *c) {
     free(c->in_flight);
 }
 
-/* A stage holding ops [i, j): its time (with the activations crossing in and their
- * gradients crossing back), and its bytes as stage k (state, and the activations of the
- * micro-batches in flight). */
-/* Receiving a stage's inputs from the stage before, over the pipeline axis. */
+/* Receiving the inputs of a stage starting at op i from the stage before, over the
+ * pipeline axis. */
 static double recv_seconds(const pipe_costs *c, int i) {
     return cost_link_seconds(c->g, c->model, c->g->pipe_axis, 4.0 * c->cross[i]);
 }
 
+/* A stage holding ops [i, j): its time (with the activations crossing in and their
+ * gradients crossing back), and its bytes as stage k (state, and the activations of the
+ * micro-batches in flight). */
 static double stage_seconds(const pipe_costs *c, int i, int j) {
     return c->seconds[j] - c->seconds[i] + 2 * recv_seconds(c, i);
 }
@@ -301,8 +302,50 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
     plan->imbalance = total > 0 ? slowest / (total / plan->stages) : 1;
 }
 
+/* The update phase of the slowest stage (ranks of a stage run theirs at once), and the
+ * model flops of a rank, the mean over the stages: products forward and backward, not
+ * recomputed copies. The update's reductions run bucket by bucket (passes/buckets.c):
+ * their latency is paid per bucket, not per parameter. */
+static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
+    int P = plan->stages;
+    double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
+    /* per stage and mesh axis: bytes reduced in the update, ring steps of one reduction */
+    double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->stage < 0 || v->stage >= P) continue;
+        dm_op_cost oc = cost_of_op(g, v);
+        if (v->phase != PHASE_UPDATE) {
+            if (oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) flops[v->stage] += oc.flops;
+            continue;
+        }
+        if (oc.messages > 0) {
+            size_t at = (size_t)v->stage * IR_MAX_AXES + (size_t)oc.axis;
+            reduced[at] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
+            if (oc.messages > steps[at]) steps[at] = oc.messages;
+            oc.messages = 0;
+        }
+        update[v->stage] += cost_seconds(g, &plan->cost, oc);
+    }
+    const dm_hardware *hw = cost_hardware(&plan->cost);
+    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
+    for (int k = 0; k < P; k++) {
+        for (int a = 0; a < g->n_axes; a++) {
+            size_t at = (size_t)k * IR_MAX_AXES + (size_t)a;
+            update[k] += ceil(reduced[at] / bucket) * steps[at] * cost_axis_link(g, hw, a)->latency;
+        }
+        if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
+        plan->model_flops += flops[k] * g->microbatches / P;
+    }
+    free(reduced);
+    free(steps);
+    free(update);
+    free(flops);
+}
+
 /* The schedule timed with each stage's own predicted times (a stage with none of one
- * kind gets a token time: the simulation needs every action to take some). */
+ * kind gets a token time: the simulation needs every action to take some), then the
+ * step: the schedule and the update. */
 static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
     double *forward = xcalloc((size_t)P, sizeof(double)), *backward = xcalloc((size_t)P, sizeof(double));
@@ -313,41 +356,8 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
     if (pipe_schedule_build_staged(&plan->timed, pipe_kind_for(g->schedule, P), P, g->microbatches, forward, backward))
         abort();
     plan->bubble = pipe_bubble(&plan->timed);
-    /* the update phase, stage by stage (ranks of a stage run theirs at once); model flops
-     * of a rank, the mean over the stages: products forward and backward, not copies */
-    double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
-    /* the update's reductions run bucket by bucket (passes/buckets.c): the latency of a
-     * bucket's messages, not of every parameter's */
-    double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
-    for (int i = 0; i < g->n_values; i++) {
-        const ir_value *v = g->values[i];
-        if (v->stage < 0 || v->stage >= P) continue;
-        dm_op_cost oc = cost_of_op(g, v);
-        if (v->phase == PHASE_UPDATE && oc.messages > 0) {
-            size_t at = (size_t)v->stage * IR_MAX_AXES + (size_t)oc.axis;
-            reduced[at] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
-            if (oc.messages > steps[at]) steps[at] = oc.messages;
-            oc.messages = 0;
-        }
-        if (v->phase == PHASE_UPDATE) update[v->stage] += cost_seconds(g, &plan->cost, oc);
-        else if (oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) flops[v->stage] += oc.flops;
-    }
-    const dm_hardware *hw = plan->cost.hardware ? plan->cost.hardware : dm_hardware_default();
-    double bucket = bucket_bytes > 0 ? bucket_bytes : 25.0 * 1024 * 1024;
-    for (int k = 0; k < P; k++)
-        for (int a = 0; a < g->n_axes; a++) {
-            double buckets = ceil(reduced[(size_t)k * IR_MAX_AXES + a] / bucket);
-            update[k] += buckets * steps[(size_t)k * IR_MAX_AXES + a] * cost_axis_link(g, hw, a)->latency;
-        }
-    free(reduced);
-    free(steps);
-    for (int k = 0; k < P; k++) {
-        if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
-        plan->model_flops += flops[k] * g->microbatches / P;
-    }
+    predict_update(g, plan, bucket_bytes);
     plan->step_seconds = plan->timed.makespan + plan->update_seconds;
-    free(update);
-    free(flops);
     free(forward);
     free(backward);
 }
@@ -360,7 +370,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     pipe_costs c = {0};
     plan->cost = opts ? opts->cost : (dm_cost_model){0};
     c.g = g, c.model = &plan->cost;
-    measure(g, &plan->cost, &c);
+    measure(g, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = xcalloc((size_t)stages, sizeof(int));
     if (pipe_schedule_build(&plan->schedule, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0))
