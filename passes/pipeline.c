@@ -182,41 +182,56 @@ static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
     return 4.0 * (c->params[j] - c->params[i] + (c->activation[j] - c->activation[i] + c->cross[i]) * c->in_flight[k]);
 }
 
-/* best[k][j]: the slowest stage of the best cut of ops [0, j) into k + 1 stages; from[k][j]
- * where its last stage starts. Returns -1 when no cut fits the limit. */
+/* Where a stage may start: between layers when there are enough of them, else at any
+ * op; 0 and n always. Returns the count, positions in cand (n + 1 room). The search is
+ * quadratic in these, so cutting at layers only (a GPT's L + 3) keeps it fast for deep
+ * models. */
+static int cut_candidates(const pipe_costs *c, int stages, int *cand) {
+    int layers_only = c->layer_starts >= stages - 1, m = 0;
+    for (int j = 0; j <= c->n; j++)
+        if (j == 0 || j == c->n || !layers_only || c->layer_start[j]) cand[m++] = j;
+    return m;
+}
+
+/* best[k][b]: the slowest stage of the best cut of ops [0, cand[b]) into k + 1 stages;
+ * from[k][b] the candidate its last stage starts at. Returns -1 when no cut fits the
+ * limit. */
 static int choose_cuts(const pipe_costs *c, int stages, double limit, int *boundary) {
-    int n = c->n;
-    size_t cells = (size_t)stages * ((size_t)n + 1);
+    int *cand = xcalloc((size_t)c->n + 1, sizeof(int));
+    int m = cut_candidates(c, stages, cand);
+    size_t cells = (size_t)stages * (size_t)m;
     double *best = xcalloc(cells, sizeof(double)), *moved = xcalloc(cells, sizeof(double));
     int *from = xcalloc(cells, sizeof(int));
-#define AT(k, j) ((size_t)(k) * ((size_t)n + 1) + (size_t)(j))
+#define AT(k, b) ((size_t)(k) * (size_t)m + (size_t)(b))
     for (size_t q = 0; q < cells; q++) best[q] = DBL_MAX, from[q] = -1;
-    int layers_only = c->layer_starts >= stages - 1;
-    for (int j = 1; j <= n; j++)
-        if (!limit || stage_bytes(c, 0, 0, j) <= limit) best[AT(0, j)] = stage_seconds(c, 0, j);
+    for (int b = 1; b < m; b++)
+        if (!limit || stage_bytes(c, 0, 0, cand[b]) <= limit) best[AT(0, b)] = stage_seconds(c, 0, cand[b]);
     for (int k = 1; k < stages; k++)
-        for (int j = k + 1; j <= n; j++)
-            for (int i = k; i < j; i++) {
-                if (best[AT(k - 1, i)] == DBL_MAX || (layers_only && !c->layer_start[i])) continue;
+        for (int b = k + 1; b < m; b++)
+            for (int a = k; a < b; a++) {
+                int i = cand[a], j = cand[b];
+                if (best[AT(k - 1, a)] == DBL_MAX) continue;
                 if (limit && stage_bytes(c, k, i, j) > limit) continue;
                 double t = stage_seconds(c, i, j);
-                if (t < best[AT(k - 1, i)]) t = best[AT(k - 1, i)];
-                double m = moved[AT(k - 1, i)] + c->cross[i];
+                if (t < best[AT(k - 1, a)]) t = best[AT(k - 1, a)];
+                double moved_here = moved[AT(k - 1, a)] + c->cross[i];
                 /* equal within rounding: the cut moving fewer bytes */
-                int better = t < best[AT(k, j)] * (1 - 1e-9) ||
-                             (t <= best[AT(k, j)] * (1 + 1e-9) && m < moved[AT(k, j)]);
-                if (better) best[AT(k, j)] = t, moved[AT(k, j)] = m, from[AT(k, j)] = i;
+                int better = t < best[AT(k, b)] * (1 - 1e-9) ||
+                             (t <= best[AT(k, b)] * (1 + 1e-9) && moved_here < moved[AT(k, b)]);
+                if (better) best[AT(k, b)] = t, moved[AT(k, b)] = moved_here, from[AT(k, b)] = a;
             }
-    int ok = best[AT(stages - 1, n)] < DBL_MAX;
+    int ok = m > stages - 1 && best[AT(stages - 1, m - 1)] < DBL_MAX;
     if (ok) {
-        boundary[stages] = n;
-        for (int k = stages - 1; k > 0; k--) boundary[k] = from[AT(k, boundary[k + 1])];
+        int at = m - 1;
+        boundary[stages] = c->n;
+        for (int k = stages - 1; k > 0; k--) at = from[AT(k, at)], boundary[k] = cand[at];
         boundary[0] = 0;
     }
 #undef AT
     free(best);
     free(moved);
     free(from);
+    free(cand);
     return ok ? 0 : -1;
 }
 
