@@ -12,6 +12,7 @@
 
 #include "ast.h"
 #include "codegen.h"
+#include "compile.h"
 #include "explain.h"
 #include "lower.h"
 #include "hardware.h"
@@ -369,6 +370,10 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "dmc: error: --backend takes threads or mpi, got '%s'\n", o->backend);
         return -1;
     }
+    if (o->stop_after && !o->emit) {
+        fprintf(stderr, "dmc: error: --stop-after needs --emit=ir\n");
+        return -1;
+    }
     if (o->mpirun && !(o->backend && strcmp(o->backend, "mpi") == 0)) {
         fprintf(stderr, "dmc: error: --mpirun needs --backend mpi\n");
         return -1;
@@ -624,6 +629,12 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     return status;
 }
 
+static dm_lower_options lower_options(const options *o, const char *model) {
+    return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
+                              .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
+                              .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute};
+}
+
 /* What --precision times products at; code is only generated for what it can run. */
 static int resolve_precision(options *o) {
     int tf32_code = o->codegen.tf32 && o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
@@ -663,45 +674,18 @@ int main(int argc, char **argv) {
     dm_diag diag;
     dm_diag_init(&diag, &src, stderr);
     dm_program *prog = dm_parse(&diag);
-    ir_graph *g = NULL;
-    dm_reshard_list reshards = {0};
-    dm_pipeline_plan pipeline = {0};
+    dm_compiled c = {0};
     int status = 1;
     if (diag.n_errors == 0) {
-        dm_lower_options lo = {.model = model, .dims = o.dims, .n_dims = o.n_dims, .mesh = o.mesh, .n_mesh = o.n_mesh,
-                                .microbatches = o.microbatches, .schedule = o.schedule,
-                                .zero = o.zero, .recompute = o.recompute};
-        g = dm_lower(prog, &lo, &diag);
+        dm_lower_options lo = lower_options(&o, model);
+        dm_compile_request req = {.lower = &lo, .pipeline = &o.pipeline, .bucket_floats = bucket_floats(&o),
+                                  .target = o.codegen.target, .stop_after = o.stop_after, .plan_memory = !o.emit};
+        if (dm_compile(prog, &req, &diag, &c) == 0) status = 0;
     }
     dm_program_free(prog);
-    if (!g) goto done;
-
-#ifndef NDEBUG
-#define VERIFY(pass) do { if (ir_verify(g, pass, stderr)) goto done; } while (0)
-#else
-#define VERIFY(pass) do { } while (0)
-#endif
-    VERIFY("lower");
-    int stop_lower = o.stop_after && strcmp(o.stop_after, "lower") == 0;
-    int stop_autodiff = o.stop_after && strcmp(o.stop_after, "autodiff") == 0;
-    int stop_optimizer = o.stop_after && strcmp(o.stop_after, "optimizer") == 0;
-    if (!stop_lower) {
-        if (pass_autodiff(g, &diag)) goto done;
-        VERIFY("autodiff");
-        if (!stop_autodiff) {
-            if (pass_recompute(g, &diag)) goto done;
-            VERIFY("recompute");
-            if (pass_optimizer(g, &diag)) goto done;
-            VERIFY("optimizer");
-            if (!stop_optimizer) {
-                if (pass_shard(g, &reshards, &diag)) goto done;
-                VERIFY("shard");
-                if (pass_pipeline(g, &o.pipeline, &pipeline, &diag)) goto done;
-                pass_zero_gather(g, bucket_floats(&o), &pipeline, &reshards);
-                VERIFY("zero_gather");
-            }
-        }
-    }
+    ir_graph *g = c.g;
+    if (status != 0) goto done;
+    status = 1;
     if (o.emit) {
         ir_print(g, stdout);
         status = 0;
@@ -711,22 +695,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: error: the program minimizes a loss but declares no optimizer (optimizer sgd(lr = ...))\n", o.input);
         goto done;
     }
-    dm_memory_plan plan;
-    pass_memory(g, &plan);
-    /* which stages read each buffer; then each pipeline stage's own share of memory */
-    pipeline_plan_readers(&pipeline, g, &plan);
-    memory_plan_stages(&plan, g, &pipeline);
-    dm_scratch_rules scratch_rules;
-    codegen_scratch_rules(o.codegen.target, &scratch_rules);
-    plan.scratch_elems = dm_scratch_elems(g, &scratch_rules);
-    /* gradient buckets, and ZeRO's shares of them */
-    dm_bucket_plan buckets;
-    pass_buckets(g, &plan, bucket_floats(&o), &buckets);
-    dm_zero_plan zero;
-    pass_zero(g, &plan, &buckets, &zero);
-    if (zero.scratch_elems > plan.scratch_elems) plan.scratch_elems = zero.scratch_elems;
     if (o.explain) {
-        explain_print(g, &plan, &reshards, &pipeline, &zero, o.input, o.explain == 2, stdout);
+        explain_print(g, &c.memory, &c.reshards, &c.pipeline, &c.zero, o.input, o.explain == 2, stdout);
         status = 0;
     } else if (o.check) {
         status = 0;
@@ -749,19 +719,14 @@ int main(int argc, char **argv) {
             ready = 0;
         }
         if (ready) {
-            codegen_plans plans = {.memory = &plan, .pipeline = &pipeline, .buckets = &buckets, .zero = &zero};
+            codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero};
             status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
             if (status == 0 && o.run) status = build_and_run(&o, g, dir);
         }
         if (tmp_dir[0]) remove_tree(tmp_dir);
     }
-    dm_zero_plan_free(&zero);
-    dm_bucket_plan_free(&buckets);
-    dm_memory_plan_free(&plan);
 done:
-    dm_reshard_list_free(&reshards);
-    dm_pipeline_plan_free(&pipeline);
-    ir_graph_free(g);
+    dm_compiled_free(&c);
     dm_source_free(&src);
     for (int i = 0; i < o.n_dims; i++) free((char *)o.dims[i].name);
     for (int i = 0; i < o.n_mesh; i++) free((char *)o.mesh[i].name);

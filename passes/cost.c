@@ -90,9 +90,10 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     return c;
 }
 
-const dm_link *cost_axis_link(const ir_graph *g, const dm_hardware *hw, int axis) {
+const dm_link *cost_axis_link(const ir_graph *g, const dm_cost_model *m, int axis) {
+    const dm_hardware *hw = cost_hardware(m);
     int64_t span = 1;
-    for (int a = g->n_axes - 1; a >= axis && a >= 0; a--) span *= g->axes[a].size;
+    for (int a = g->n_axes - 1; a >= axis && a >= 0; a--) span *= m && m->axis_sizes ? m->axis_sizes[a] : g->axes[a].size;
     return span <= hw->devices_per_node ? &hw->intra_node : &hw->inter_node;
 }
 
@@ -107,7 +108,7 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
     double compute = c.flops / peak, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
     double t = compute > memory ? compute : memory;
     if (c.sent > 0 || c.messages > 0) {
-        const dm_link *link = cost_axis_link(g, hw, c.axis);
+        const dm_link *link = cost_axis_link(g, m, c.axis);
         t += c.messages * link->latency + c.sent / (link->bandwidth * hw->link_efficiency);
     }
     return t;
@@ -116,6 +117,6 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
 double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes) {
     if (axis < 0 || bytes <= 0) return 0;
     const dm_hardware *hw = cost_hardware(m);
-    const dm_link *link = cost_axis_link(g, hw, axis);
+    const dm_link *link = cost_axis_link(g, m, axis);
     return link->latency + bytes / (link->bandwidth * hw->link_efficiency);
 }

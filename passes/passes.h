@@ -62,6 +62,10 @@ typedef struct dm_op_cost {
 typedef struct dm_cost_model {
     const struct dm_hardware *hardware;
     int precision;          /* dm_precision */
+    /* (n_axes) the mesh ranks are laid out by, when it is not the graph's: the planner
+     * (driver/plan.c) costs a one-stage probe of a pipelined plan on the links the whole
+     * mesh would use. NULL: the graph's axes. */
+    const int64_t *axis_sizes;
 } dm_cost_model;
 
 dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v);
@@ -80,7 +84,7 @@ const struct dm_hardware *cost_hardware(const dm_cost_model *m);
 double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes);
 /* The link the ranks of mesh axis `axis` talk over: within a node when the axis and the
  * axes inside it (ranks are laid out with the last axis innermost) fit on one. */
-const struct dm_link *cost_axis_link(const ir_graph *g, const struct dm_hardware *hw, int axis);
+const struct dm_link *cost_axis_link(const ir_graph *g, const dm_cost_model *m, int axis);
 
 /* pipeline.c: assigns every op to a pipeline stage (v->stage). Forward ops are cut into
  * contiguous stages by dynamic programming over their order, balancing each stage's
@@ -133,6 +137,25 @@ typedef struct dm_pipeline_options {
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d);
 void dm_pipeline_plan_free(dm_pipeline_plan *plan);
+
+/* The planner's estimate of a deep model (driver/plan.c): the stages of g's forward pass
+ * as if its repeated layer, of which g (a one-stage probe) has two instances named
+ * "GROUP.0" and "GROUP.1", had `layers` instances, each further one costed as the second.
+ * The cut is chosen as pass_pipeline chooses it (no memory limit); per stage, one
+ * micro-batch's forward and backward seconds, the update phase, and an estimate of its
+ * memory: ZeRO's shares taken over the axis named data. Returns 0, or -1 when g's instances
+ * are not two contiguous runs of equal length, or the cut cannot be made. */
+typedef struct dm_stage_estimate {
+    int stages;
+    double *forward, *backward;   /* (stages) seconds of one micro-batch, receiving included */
+    double *update;               /* (stages) seconds of the update phase */
+    double *state_bytes;          /* (stages) parameters, gradients and optimizer state */
+    double *activation_bytes;     /* (stages) kept for the backward pass, per micro-batch in flight */
+    double model_flops;           /* products forward and backward of one micro-batch, all stages */
+} dm_stage_estimate;
+int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
+                             int stages, dm_stage_estimate *out);
+void dm_stage_estimate_free(dm_stage_estimate *e);
 
 /* memory.c: where every value lives during a step. */
 typedef enum dm_region {

@@ -342,12 +342,11 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
         }
         update[v->stage] += cost_seconds(g, &plan->cost, oc);
     }
-    const dm_hardware *hw = cost_hardware(&plan->cost);
     double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
     for (int k = 0; k < P; k++) {
         for (int a = 0; a < g->n_axes; a++) {
             size_t at = (size_t)k * IR_MAX_AXES + (size_t)a;
-            update[k] += ceil(reduced[at] / bucket) * steps[at] * cost_axis_link(g, hw, a)->latency;
+            update[k] += ceil(reduced[at] / bucket) * steps[at] * cost_axis_link(g, &plan->cost, a)->latency;
         }
         if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
         plan->model_flops += flops[k] * g->microbatches / P;
@@ -459,4 +458,221 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
     free(plan->tied);
     free(plan->tied_on);
     memset(plan, 0, sizeof *plan);
+}
+
+/* ---- The planner's estimate (driver/plan.c): a deep model from a two-layer probe ---- */
+
+/* Where each op of the probe's forward pass sits: before the repeated layer, in its first
+ * or second instance ("group.0", "group.1"), or after. Returns -1 unless the instances are
+ * contiguous and of equal length; [*a0, *a1) and [*a1, *a2) are the instances. */
+static int find_instances(const ir_graph *g, const pipe_costs *c, const char *group, int *a0, int *a1, int *a2) {
+    char key[2][256];
+    snprintf(key[0], sizeof key[0], "%s.0", group);
+    snprintf(key[1], sizeof key[1], "%s.1", group);
+    int first[2] = {-1, -1}, last[2] = {-1, -1};
+    for (int j = 0; j < c->n; j++) {
+        const char *name = g->values[c->op[j]]->name;
+        if (!name) continue;
+        size_t len = layer_key(name);
+        for (int q = 0; q < 2; q++)
+            if (len == strlen(key[q]) && strncmp(name, key[q], len) == 0) {
+                if (first[q] < 0) first[q] = j;
+                last[q] = j;
+            }
+    }
+    if (first[0] < 0 || first[1] != last[0] + 1 || last[1] - first[1] != last[0] - first[0]) return -1;
+    *a0 = first[0], *a1 = first[1], *a2 = last[1] + 1;
+    return 0;
+}
+
+/* The update phase by forward position: each update-phase op counts where its parameter is
+ * first used; reductions by axis, their latency paid per bucket (as predict_update). */
+typedef struct update_costs {
+    double *seconds;     /* (n + 1) per op, without the reductions' latency */
+    double *reduced;     /* (n + 1) * IR_MAX_AXES bytes reduced over each axis */
+    double steps[IR_MAX_AXES]; /* ring steps of one reduction over each axis */
+    double *state;       /* (n + 1) bytes of parameters, gradients and optimizer state */
+    double *model_flops; /* (n + 1) products forward and backward, recomputed copies not counted */
+} update_costs;
+
+static int param_of(const ir_graph *g, const ir_value *v) {
+    if (v->param_index >= 0) return v->param_index;
+    for (int k = 0; k < v->n_operands; k++)
+        if (g->values[v->operands[k]]->param_index >= 0) return g->values[v->operands[k]]->param_index;
+    return -1;
+}
+
+static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs *u) {
+    int n = c->n;
+    u->seconds = xcalloc((size_t)n + 1, sizeof(double));
+    u->reduced = xcalloc(((size_t)n + 1) * IR_MAX_AXES, sizeof(double));
+    u->state = xcalloc((size_t)n + 1, sizeof(double));
+    u->model_flops = xcalloc((size_t)n + 1, sizeof(double));
+    memset(u->steps, 0, sizeof u->steps);
+    int *pos = xcalloc((size_t)g->n_values, sizeof(int)), *param_at = xcalloc((size_t)g->n_params + 1, sizeof(int));
+    for (int i = 0; i < g->n_values; i++) pos[i] = -1;
+    for (int j = 0; j < n; j++) pos[c->op[j]] = j;
+    for (int p = 0; p < g->n_params; p++) param_at[p] = n - 1;
+    for (int j = n - 1; j >= 0; j--) {
+        const ir_value *v = g->values[c->op[j]];
+        for (int k = 0; k < v->n_operands; k++) {
+            const ir_value *x = g->values[v->operands[k]];
+            if (x->op == OP_PARAM && x->param_index >= 0) param_at[x->param_index] = j;
+        }
+    }
+    /* ZeRO's shares: over the data axis */
+    double share = 1;
+    for (int a = 0; a < g->n_axes; a++)
+        if (g->zero > 0 && strcmp(g->axes[a].name, "data") == 0) share = (double)g->axes[a].size;
+    int states = states_per_param(g);
+    double per_elem = (g->zero >= 3 ? 1 / share : 1) + (g->zero >= 2 ? 1 / share : 1) + states / (g->zero >= 1 ? share : 1);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op == OP_PARAM && v->param_index >= 0) {
+            u->state[param_at[v->param_index]] += 4.0 * (double)ir_local_numel(g, &v->type) * per_elem;
+            continue;
+        }
+        int at = pos[i];
+        if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
+        dm_op_cost oc = cost_of_op(g, v);
+        if (v->phase != PHASE_UPDATE) {
+            if (at >= 0 && oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) u->model_flops[at] += oc.flops;
+            continue;
+        }
+        int p = param_of(g, v);
+        at = p >= 0 ? param_at[p] : n - 1;
+        if (at < 0) continue;
+        if (oc.messages > 0) {
+            u->reduced[(size_t)at * IR_MAX_AXES + (size_t)oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
+            if (oc.messages > u->steps[oc.axis]) u->steps[oc.axis] = oc.messages;
+            oc.messages = 0;
+        }
+        u->seconds[at] += cost_seconds(g, c->model, oc);
+    }
+    free(pos);
+    free(param_at);
+}
+
+static void update_costs_free(update_costs *u) {
+    free(u->seconds);
+    free(u->reduced);
+    free(u->state);
+    free(u->model_flops);
+}
+
+/* One per-op array of the probe (n entries, not summed) laid out for `layers` instances:
+ * the ops before the first, the first, the second `layers - 1` times, the rest. */
+static double *replicate(const double *probe, int n, int a1, int a2, int64_t layers, int width, int *n_out) {
+    int64_t len = a2 - a1, total = n + (layers - 2) * len;
+    double *out = xcalloc((size_t)(total + 1) * (size_t)width, sizeof(double));
+    int64_t at = 0;
+    for (int j = 0; j < a1; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
+    for (int64_t r = 0; r < layers - 1; r++)
+        for (int j = a1; j < a2; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
+    for (int j = a2; j < n; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
+    *n_out = (int)total;
+    return out;
+}
+
+/* Per-op sums back into per-op values (the probe's arrays are prefix sums). */
+static double *unsum(const double *sums, int n) {
+    double *v = xcalloc((size_t)n + 1, sizeof(double));
+    for (int j = 0; j < n; j++) v[j] = sums[j + 1] - sums[j];
+    return v;
+}
+
+static void prefix_sum(double *v, int n, int width) {
+    for (int a = 0; a < width; a++) {
+        double sum = 0;
+        for (int j = 0; j <= n; j++) {
+            double here = j < n ? v[(size_t)j * width + (size_t)a] : 0;
+            v[(size_t)j * width + (size_t)a] = sum;
+            sum += here;
+        }
+    }
+}
+
+int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
+                             int stages, dm_stage_estimate *out) {
+    memset(out, 0, sizeof *out);
+    pipe_costs c = {.g = g, .model = &opts->cost};
+    measure(g, &c);
+    int a0, a1, a2, status = -1;
+    if (layers < 2 || find_instances(g, &c, group, &a0, &a1, &a2)) {
+        costs_free(&c);
+        return -1;
+    }
+    update_costs u;
+    measure_update(g, &c, &u);
+    int n = c.n, m = 0;
+    double *seconds = unsum(c.seconds, n), *forward = unsum(c.forward, n), *activation = unsum(c.activation, n);
+    double *starts = xcalloc((size_t)n + 1, sizeof(double));
+    for (int j = 0; j <= n; j++) starts[j] = c.layer_start[j];
+    /* the deep model's per-op costs, then its sums as measure() leaves them */
+    pipe_costs v = {.g = g, .model = &opts->cost};
+    v.seconds = replicate(seconds, n, a1, a2, layers, 1, &m);
+    v.forward = replicate(forward, n, a1, a2, layers, 1, &m);
+    v.activation = replicate(activation, n, a1, a2, layers, 1, &m);
+    v.cross = replicate(c.cross, n, a1, a2, layers, 1, &m);
+    double *layer_start = replicate(starts, n, a1, a2, layers, 1, &m);
+    double *upd = replicate(u.seconds, n, a1, a2, layers, 1, &m), *state = replicate(u.state, n, a1, a2, layers, 1, &m);
+    double *flops = replicate(u.model_flops, n, a1, a2, layers, 1, &m);
+    double *reduced = replicate(u.reduced, n, a1, a2, layers, IR_MAX_AXES, &m);
+    v.n = m;
+    v.cross[0] = v.cross[m] = 0;
+    v.layer_start = xcalloc((size_t)m + 1, 1);
+    for (int j = 0; j <= m; j++) v.layer_start[j] = layer_start[j] != 0, v.layer_starts += j > 0 && j < m && v.layer_start[j];
+    v.params = xcalloc((size_t)m + 1, sizeof(double));
+    v.flops = xcalloc((size_t)m + 1, sizeof(double));
+    v.op = xcalloc((size_t)m + 1, sizeof(int));
+    v.in_flight = xcalloc((size_t)stages, sizeof(int));
+    prefix_sum(v.seconds, m, 1);
+    prefix_sum(v.forward, m, 1);
+    prefix_sum(v.activation, m, 1);
+    prefix_sum(upd, m, 1);
+    prefix_sum(state, m, 1);
+    prefix_sum(flops, m, 1);
+    prefix_sum(reduced, m, IR_MAX_AXES);
+    int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
+    if (stages == 1) boundary[1] = m;
+    if (m >= stages && (stages == 1 || choose_cuts(&v, stages, 0, boundary) == 0)) {
+        out->stages = stages;
+        out->forward = xcalloc((size_t)stages, sizeof(double));
+        out->backward = xcalloc((size_t)stages, sizeof(double));
+        out->update = xcalloc((size_t)stages, sizeof(double));
+        out->state_bytes = xcalloc((size_t)stages, sizeof(double));
+        out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
+        double bucket = opts->bucket_bytes > 0 ? opts->bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
+        for (int k = 0; k < stages; k++) {
+            int i = boundary[k], j = boundary[k + 1];
+            double recv = k > 0 ? recv_seconds(&v, i) : 0;
+            out->forward[k] = v.forward[j] - v.forward[i] + recv;
+            out->backward[k] = v.seconds[j] - v.seconds[i] + 2 * recv - out->forward[k];
+            out->update[k] = upd[j] - upd[i];
+            for (int a = 0; a < g->n_axes; a++) {
+                double bytes = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
+                out->update[k] += ceil(bytes / bucket) * u.steps[a] * cost_axis_link(g, &opts->cost, a)->latency;
+            }
+            out->state_bytes[k] = state[j] - state[i];
+            out->activation_bytes[k] = 4.0 * (v.activation[j] - v.activation[i] + v.cross[i]);
+        }
+        out->model_flops = flops[m];
+        status = 0;
+    }
+    free(boundary);
+    free(seconds), free(forward), free(activation), free(starts), free(layer_start);
+    free(upd), free(state), free(flops), free(reduced);
+    costs_free(&v);
+    update_costs_free(&u);
+    costs_free(&c);
+    return status;
+}
+
+void dm_stage_estimate_free(dm_stage_estimate *e) {
+    free(e->forward);
+    free(e->backward);
+    free(e->update);
+    free(e->state_bytes);
+    free(e->activation_bytes);
+    memset(e, 0, sizeof *e);
 }

@@ -1,0 +1,82 @@
+/* compile.c: the passes in order (compile.h). */
+#include <string.h>
+
+#include "codegen.h"
+#include "compile.h"
+
+static int stops_at(const dm_compile_request *req, const char *pass) {
+    return req->stop_after && strcmp(req->stop_after, pass) == 0;
+}
+
+#ifndef NDEBUG
+#define VERIFY(pass) do { if (ir_verify(g, pass, stderr)) return 1; } while (0)
+#else
+#define VERIFY(pass) do { } while (0)
+#endif
+
+static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+    VERIFY("lower");
+    if (stops_at(req, "lower")) return 0;
+    if (pass_autodiff(g, d)) return 1;
+    VERIFY("autodiff");
+    if (stops_at(req, "autodiff")) return 0;
+    if (pass_recompute(g, d)) return 1;
+    VERIFY("recompute");
+    if (pass_optimizer(g, d)) return 1;
+    VERIFY("optimizer");
+    if (stops_at(req, "optimizer")) return 0;
+    if (pass_shard(g, &out->reshards, d)) return 1;
+    VERIFY("shard");
+    if (pass_pipeline(g, req->pipeline, &out->pipeline, d)) return 1;
+    pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
+    VERIFY("zero_gather");
+    return 0;
+}
+
+/* Memory, each pipeline stage's share of it, gradient buckets and ZeRO's shares. */
+static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
+    ir_graph *g = out->g;
+    pass_memory(g, &out->memory);
+    pipeline_plan_readers(&out->pipeline, g, &out->memory);
+    memory_plan_stages(&out->memory, g, &out->pipeline);
+    dm_scratch_rules scratch_rules;
+    codegen_scratch_rules(req->target, &scratch_rules);
+    out->memory.scratch_elems = dm_scratch_elems(g, &scratch_rules);
+    pass_buckets(g, &out->memory, req->bucket_floats, &out->buckets);
+    pass_zero(g, &out->memory, &out->buckets, &out->zero);
+    if (out->zero.scratch_elems > out->memory.scratch_elems) out->memory.scratch_elems = out->zero.scratch_elems;
+    out->planned = 1;
+}
+
+int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+    memset(out, 0, sizeof *out);
+    int before = d->n_errors;
+    out->g = dm_lower(prog, req->lower, d);
+    if (!out->g) return d->n_errors > before ? d->n_errors - before : 1;
+    if (run_passes(out->g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
+    if (req->plan_memory && !req->stop_after) plan_memory(req, out);
+    return 0;
+}
+
+void dm_compiled_free(dm_compiled *c) {
+    if (c->planned) {
+        dm_zero_plan_free(&c->zero);
+        dm_bucket_plan_free(&c->buckets);
+        dm_memory_plan_free(&c->memory);
+    }
+    dm_reshard_list_free(&c->reshards);
+    dm_pipeline_plan_free(&c->pipeline);
+    ir_graph_free(c->g);
+    memset(c, 0, sizeof *c);
+}
+
+int64_t dm_compiled_peak_bytes(const dm_compiled *c) {
+    int64_t peak = 0;
+    int stages = c->pipeline.stages > 1 ? c->pipeline.stages : 1;
+    for (int k = 0; k < stages; k++) {
+        dm_memory_peak pk;
+        dm_memory_peak_of(&c->memory, c->g, &c->pipeline, c->memory.scratch_elems, k, &pk);
+        if (pk.total > peak) peak = pk.total;
+    }
+    return peak;
+}

@@ -1,0 +1,38 @@
+/* compile.h: the passes of DESIGN.md in order, from a parsed program to the plans code
+ * generation and --explain read. The driver runs it once; the planner (plan.h) runs it for
+ * every plan it compares. */
+#ifndef DM_COMPILE_H
+#define DM_COMPILE_H
+
+#include "ast.h"
+#include "lower.h"
+#include "passes.h"
+
+typedef struct dm_compile_request {
+    const dm_lower_options *lower;
+    const dm_pipeline_options *pipeline;
+    int64_t bucket_floats;      /* the largest gradient bucket (0: DM_BUCKET_FLOATS) */
+    const char *target;         /* the code generation target whose scratch is planned ("c", "cuda") */
+    const char *stop_after;     /* NULL, or lower | autodiff | optimizer | shard: stop there */
+    int plan_memory;            /* plan memory, buckets and ZeRO after the passes */
+} dm_compile_request;
+
+typedef struct dm_compiled {
+    ir_graph *g;                /* NULL when lowering failed */
+    dm_reshard_list reshards;
+    dm_pipeline_plan pipeline;
+    dm_memory_plan memory;      /* when planned */
+    dm_bucket_plan buckets;
+    dm_zero_plan zero;
+    int planned;
+} dm_compiled;
+
+/* Returns 0, or the errors reported to d (out is still freed by dm_compiled_free). */
+int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d, dm_compiled *out);
+void dm_compiled_free(dm_compiled *c);
+
+/* The most one rank allocates, over the pipeline stages (what --explain prints as the
+ * peak); requires a planned compile. */
+int64_t dm_compiled_peak_bytes(const dm_compiled *c);
+
+#endif
