@@ -13,6 +13,7 @@
 #include "ast.h"
 #include "codegen.h"
 #include "compile.h"
+#include "plan.h"
 #include "explain.h"
 #include "lower.h"
 #include "hardware.h"
@@ -46,12 +47,17 @@ static const char usage[] =
     "       dmc --explain[=json] [options] FILE.dm\n"
     "                                        print the partition and memory plan\n"
     "       dmc --check [options] FILE.dm    report errors only\n"
+    "       dmc --plan[=json] --devices N [options] FILE.dm\n"
+    "                                        search meshes, micro-batches, schedules, ZeRO and\n"
+    "                                        recomputation for N devices; print the fastest that fit\n"
     "       dmc run [options] FILE.dm [trainer options]\n"
     "                                        compile, build with cc and train (see dmc run --help)\n"
     "\n"
     "options (every command):\n"
     "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...)\n"
     "  --mesh AXIS=N[,AXIS=N...]  override mesh axis sizes (mesh(AXIS = ...))\n"
+    "  --mesh auto                the best plan --plan finds for --devices N (it also chooses\n"
+    "                             --microbatches, --schedule, --zero and --recompute)\n"
     "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
     "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff, optimizer or shard\n"
     "  -o DIR                     output directory (created if missing)\n"
@@ -81,6 +87,11 @@ static const char usage[] =
     "                             the .dm; default 0)\n"
     "  --help, --version\n"
     "\n"
+    "--plan and --mesh auto: --devices N (required), --global-batch B (the inputs' leading\n"
+    "  dim; default the program's), --memory-gb X (per device; default the hardware's),\n"
+    "  --hardware, --precision, --top K (plans printed, default 5; 0 all), --plan-whole\n"
+    "  (compile every plan whole instead of estimating deep models from two-layer probes)\n"
+    "\n"
     "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
     "  --save FILE.safetensors --batch-file FILE.safetensors --data fashion-mnist\n"
     "  --data text:FILE[,FILE...] --data-dir DIR --eval-every N --sample N --prompt TEXT\n"
@@ -102,6 +113,12 @@ typedef struct options {
     const char *emit;         /* "ir" or NULL */
     const char *stop_after;   /* lower | autodiff | optimizer | shard */
     int explain;              /* 0, 1 text, 2 json */
+    int plan;                 /* --plan: 0, 1 text, 2 json */
+    int mesh_auto;            /* --mesh auto */
+    int64_t devices;          /* --devices */
+    int64_t global_batch;     /* --global-batch, 0: the program's */
+    int top;                  /* --top, -1: 5 */
+    int plan_whole;           /* --plan-whole */
     int check;
     int run;
     const char *keep_dir;
@@ -183,6 +200,19 @@ static int parse_size(const char *flag, const char *v, const char *unit, double 
     return 0;
 }
 
+/* An integer from lo to hi into *out: 1, or -1 with a message. */
+static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (!end || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "dmc: error: %s expects an integer from %lld to %lld, got '%s'\n", flag, (long long)lo,
+                (long long)hi, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
 static int parse_microbatches(const char *flag, const char *v, options *o) {
     char *end = NULL;
     long m = strtol(v, &end, 10);
@@ -200,8 +230,20 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     const char *v;
     if ((v = option_value(argc, argv, i, "--set")))
         return parse_overrides("--set", v, o->dims, &o->n_dims, 64) ? -1 : 1;
-    if ((v = option_value(argc, argv, i, "--mesh")))
+    if ((v = option_value(argc, argv, i, "--mesh"))) {
+        if (strcmp(v, "auto") == 0) return o->mesh_auto = 1;
         return parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES) ? -1 : 1;
+    }
+    if ((v = option_value(argc, argv, i, "--devices"))) return parse_count("--devices", v, 1, 1 << 24, &o->devices);
+    if ((v = option_value(argc, argv, i, "--global-batch")))
+        return parse_count("--global-batch", v, 1, (int64_t)1 << 40, &o->global_batch);
+    if ((v = option_value(argc, argv, i, "--top"))) {
+        int64_t top;
+        if (parse_count("--top", v, 0, 100000, &top) < 0) return -1;
+        o->top = (int)top;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
@@ -279,6 +321,8 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     return 0;
 }
 
+static int check_plan_options(const options *o);
+
 static int parse_args(int argc, char **argv, options *o) {
     int i = 1;
     if (argc > 1 && strcmp(argv[1], "run") == 0) {
@@ -336,6 +380,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->explain = 1;
         } else if (strcmp(a, "--explain=json") == 0) {
             o->explain = 2;
+        } else if (strcmp(a, "--plan") == 0 || strcmp(a, "--plan=text") == 0) {
+            o->plan = 1;
+        } else if (strcmp(a, "--plan=json") == 0) {
+            o->plan = 2;
         } else if (strcmp(a, "--check") == 0) {
             o->check = 1;
         } else if ((v = option_value(argc, argv, &i, "-o"))) {
@@ -378,8 +426,32 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "dmc: error: --mpirun needs --backend mpi\n");
         return -1;
     }
-    if (!o->run && !o->emit && !o->explain && !o->check && !o->out_dir) {
-        fprintf(stderr, "dmc: error: nothing to do: give -o DIR, --emit=ir, --explain, --check or use 'dmc run'\n");
+    if (!o->run && !o->emit && !o->explain && !o->check && !o->out_dir && !o->plan) {
+        fprintf(stderr, "dmc: error: nothing to do: give -o DIR, --emit=ir, --explain, --plan, --check or use 'dmc run'\n");
+        return -1;
+    }
+    return check_plan_options(o);
+}
+
+/* --plan and --mesh auto choose the mesh and what goes with it. */
+static int check_plan_options(const options *o) {
+    if ((o->plan || o->mesh_auto) && o->devices < 1) {
+        fprintf(stderr, "dmc: error: %s needs --devices N\n", o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
+    if (!o->plan && !o->mesh_auto && (o->devices || o->global_batch || o->top >= 0 || o->plan_whole)) {
+        fprintf(stderr, "dmc: error: --devices, --global-batch, --top and --plan-whole go with --plan or --mesh auto\n");
+        return -1;
+    }
+    if (o->plan && o->mesh_auto) {
+        fprintf(stderr, "dmc: error: --plan lists plans; --mesh auto picks one to explain or run: give one of them\n");
+        return -1;
+    }
+    const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
+                       : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
+    if ((o->plan || o->mesh_auto) && chosen) {
+        fprintf(stderr, "dmc: error: %s chooses %s itself: drop it, or drop %s\n", o->plan ? "--plan" : "--mesh auto",
+                chosen, o->plan ? "--plan" : "--mesh auto");
         return -1;
     }
     return 0;
@@ -635,6 +707,46 @@ static dm_lower_options lower_options(const options *o, const char *model) {
                               .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute};
 }
 
+/* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
+ * which on stderr). Returns 0, or 1 after an error. */
+static int plan(options *o, const dm_program *prog, const dm_source *src, const char *model) {
+    dm_plan_request req = {.prog = prog, .src = src, .model = model, .dims = o->dims, .n_dims = o->n_dims,
+                           .devices = o->devices, .global_batch = o->global_batch,
+                           .memory_bytes = o->pipeline.memory_limit_bytes, .cost = o->pipeline.cost,
+                           .bucket_bytes = (double)o->bucket_bytes, .target = o->codegen.target,
+                           .exhaustive = o->plan_whole};
+    dm_plan_result r;
+    if (dm_plan_search(&req, &r, stderr)) return 1;
+    int status = 0;
+    if (o->plan) {
+        dm_plan_print(&req, &r, o->top >= 0 ? o->top : 5, o->plan == 2, stdout);
+    } else if (r.n_fit == 0) {
+        fprintf(stderr, "dmc: error: --mesh auto: no plan of %lld devices fits (dmc --plan lists them)\n",
+                (long long)o->devices);
+        status = 1;
+    } else {
+        const dm_plan_choice *best = &r.plans[0];
+        static const char *const axes[3] = {"data", "tensor", "pipeline"};
+        char text[256];
+        dm_plan_options_text(&r, best, text, sizeof text);
+        fprintf(stderr, "dmc: --mesh auto: %s (predicted step %.3f ms; dmc --plan lists the others)\n", text,
+                best->step_seconds * 1e3);
+        for (int a = 0; a < 3; a++)
+            if (r.has_axis[a])
+                o->mesh[o->n_mesh++] = (dm_override){.name = strdup(axes[a]), .value = best->mesh[a]};
+        o->microbatches = best->microbatches;
+        o->schedule = best->schedule;
+        o->zero = best->zero;
+        o->recompute = best->recompute;
+        if (o->global_batch) {
+            /* the batch the plan was made for */
+            o->dims[o->n_dims++] = (dm_override){.name = strdup(r.batch_dim), .value = o->global_batch};
+        }
+    }
+    dm_plan_result_free(&r);
+    return status;
+}
+
 /* What --precision times products at; code is only generated for what it can run. */
 static int resolve_precision(options *o) {
     int tf32_code = o->codegen.tf32 && o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
@@ -659,6 +771,7 @@ int main(int argc, char **argv) {
     o.schedule = -1;
     o.zero = -1;
     o.precision = -1;
+    o.top = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));
     char model[256];
     if (parse_args(argc, argv, &o) || resolve_precision(&o) || model_name(&o, model, sizeof model)) {
@@ -676,6 +789,14 @@ int main(int argc, char **argv) {
     dm_program *prog = dm_parse(&diag);
     dm_compiled c = {0};
     int status = 1;
+    if (diag.n_errors == 0 && (o.plan || o.mesh_auto)) {
+        int planned = plan(&o, prog, &src, model);
+        if (o.plan || planned != 0) {
+            status = planned == 0 ? 0 : 1;
+            dm_program_free(prog);
+            goto done;
+        }
+    }
     if (diag.n_errors == 0) {
         dm_lower_options lo = lower_options(&o, model);
         dm_compile_request req = {.lower = &lo, .pipeline = &o.pipeline, .bucket_floats = bucket_floats(&o),

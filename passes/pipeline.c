@@ -463,16 +463,30 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
 /* ---- The planner's estimate (driver/plan.c): a deep model from a two-layer probe ---- */
 
 /* Where each op of the probe's forward pass sits: before the repeated layer, in its first
- * or second instance ("group.0", "group.1"), or after. Returns -1 unless the instances are
- * contiguous and of equal length; [*a0, *a1) and [*a1, *a2) are the instances. */
+ * or second instance ("group.0", "group.1"), or after. Returns -1 unless the second
+ * instance's ops all follow the first's; [*a0, *a1) and [*a1, *a2) are the instances
+ * (ops made from parameters alone, ZeRO 3's gathers, count where they run). */
 static int find_instances(const ir_graph *g, const pipe_costs *c, const char *group, int *a0, int *a1, int *a2) {
     char key[2][256];
     snprintf(key[0], sizeof key[0], "%s.0", group);
     snprintf(key[1], sizeof key[1], "%s.1", group);
     int first[2] = {-1, -1}, last[2] = {-1, -1};
+    /* values computed from parameters alone */
+    char *param_side = xcalloc((size_t)g->n_values, 1);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        int only = v->op != OP_PARAM && v->n_operands > 0;
+        for (int k = 0; k < v->n_operands && only; k++) {
+            const ir_value *x = g->values[v->operands[k]];
+            only = x->op == OP_PARAM || x->role == ROLE_CONST || param_side[x->id];
+        }
+        param_side[i] = (char)only;
+    }
     for (int j = 0; j < c->n; j++) {
         const char *name = g->values[c->op[j]]->name;
-        if (!name) continue;
+        /* ZeRO 3 gathers a layer's parameters (and views them) while the layers before
+         * run: they belong where they run */
+        if (!name || param_side[c->op[j]]) continue;
         size_t len = layer_key(name);
         for (int q = 0; q < 2; q++)
             if (len == strlen(key[q]) && strncmp(name, key[q], len) == 0) {
@@ -480,8 +494,10 @@ static int find_instances(const ir_graph *g, const pipe_costs *c, const char *gr
                 last[q] = j;
             }
     }
-    if (first[0] < 0 || first[1] != last[0] + 1 || last[1] - first[1] != last[0] - first[0]) return -1;
-    *a0 = first[0], *a1 = first[1], *a2 = last[1] + 1;
+    free(param_side);
+    /* the second instance runs from the end of the first (gathers for it included) */
+    if (first[0] < 0 || first[1] <= last[0]) return -1;
+    *a0 = first[0], *a1 = last[0] + 1, *a2 = last[1] + 1;
     return 0;
 }
 

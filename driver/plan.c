@@ -1,0 +1,542 @@
+/* plan.c: the plan search (plan.h).
+ *
+ * Every candidate is the program compiled for one choice of mesh, micro-batches,
+ * schedule, ZeRO stage and recomputation, timed and sized as --explain times and sizes
+ * it. A deep model is not compiled whole for each: when its layers are `layer NAME =
+ * repeat DIM BLOCK`, the candidate is compiled with DIM = 2 and one pipeline stage (a
+ * probe of a few hundred ops), and pipeline_estimate_stages lays the second layer's costs
+ * out DIM - 1 times, cuts the stages as the pipeline pass would and times them; the
+ * schedule is simulated per schedule kind from the same stages. The best plans are then
+ * compiled whole, so the numbers printed are --explain's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compile.h"
+#include "hardware.h"
+#include "plan.h"
+#include "schedule.h"
+
+enum { AXIS_DATA, AXIS_TENSOR, AXIS_PIPELINE, SEARCHED_AXES };
+static const char *const axis_names[SEARCHED_AXES] = {"data", "tensor", "pipeline"};
+static const int recompute_modes[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+
+/* What the search needs of the program, from lowering it once as written. */
+typedef struct program_facts {
+    int axis_of[SEARCHED_AXES];   /* the program's mesh axis index of data, tensor, pipeline; -1 */
+    int n_axes;
+    const char *batch_dim;        /* the inputs' leading dim */
+    int64_t batch;
+    const char *group, *layer_dim;/* the repeated layer and its count's dim, or NULL */
+    int64_t layers;
+    double param_elems;           /* every parameter, whole */
+    int states;                   /* optimizer state tensors per parameter */
+    double samples, tokens;
+} program_facts;
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) abort();
+    return p;
+}
+
+/* The leading dim of the first input, by name (the batch micro-batches split). */
+static const char *batch_dim_of(const dm_program *prog) {
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        if (st->kind == STMT_INPUT && st->type && st->type->rank > 0 && st->type->dims[0]->kind == EXPR_NAME)
+            return st->type->dims[0]->name;
+    }
+    return NULL;
+}
+
+/* The top-level `layer NAME = repeat DIM ...` with the most instances. */
+static void repeated_layer(const dm_program *prog, const ir_graph *g, program_facts *f) {
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        if (st->kind != STMT_LAYER || !st->repeat || st->repeat->kind != EXPR_NAME) continue;
+        for (int k = 0; k < g->n_dims; k++)
+            if (strcmp(g->dim_names[k], st->repeat->name) == 0 && g->dim_values[k] > f->layers) {
+                f->group = st->name;
+                f->layer_dim = st->repeat->name;
+                f->layers = g->dim_values[k];
+            }
+    }
+}
+
+/* A diagnostics sink for the compiles of candidates: their errors only say the candidate
+ * is not a plan (a tensor axis that does not divide the heads, say). */
+static FILE *quiet(void) {
+    static FILE *sink;
+    if (!sink) sink = fopen("/dev/null", "w");
+    return sink;
+}
+
+static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *err) {
+    memset(f, 0, sizeof *f);
+    dm_override *dims = xcalloc((size_t)req->n_dims + 1, sizeof *dims);
+    memcpy(dims, req->dims, sizeof *dims * (size_t)req->n_dims);
+    int n_dims = req->n_dims;
+    f->batch_dim = batch_dim_of(req->prog);
+    if (req->global_batch > 0) {
+        if (!f->batch_dim) {
+            fprintf(err, "dmc: error: --global-batch: the program's inputs have no leading dim named by a dim\n");
+            free(dims);
+            return -1;
+        }
+        for (int i = 0; i < n_dims; i++)
+            if (strcmp(dims[i].name, f->batch_dim) == 0) {
+                fprintf(err, "dmc: error: --global-batch and --set %s both set the batch: give one\n", f->batch_dim);
+                free(dims);
+                return -1;
+            }
+        dims[n_dims++] = (dm_override){.name = f->batch_dim, .value = req->global_batch};
+    }
+    dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .schedule = -1, .zero = -1,
+                           .recompute = RECOMPUTE_MARKED};
+    dm_diag d;
+    dm_diag_init(&d, req->src, err);
+    ir_graph *g = dm_lower(req->prog, &lo, &d);
+    free(dims);
+    if (!g) return -1;
+    int status = 0;
+    for (int a = 0; a < SEARCHED_AXES; a++) f->axis_of[a] = -1;
+    f->n_axes = g->n_axes;
+    for (int k = 0; k < g->n_axes; k++) {
+        int known = -1;
+        for (int a = 0; a < SEARCHED_AXES; a++)
+            if (strcmp(g->axes[k].name, axis_names[a]) == 0) known = a;
+        if (known < 0) {
+            fprintf(err, "dmc: error: --plan searches meshes of the axes data, tensor and pipeline; the program's mesh has "
+                         "'%s'\n", g->axes[k].name);
+            status = -1;
+        } else {
+            f->axis_of[known] = k;
+        }
+    }
+    if (g->n_axes == 0) {
+        fprintf(err, "dmc: error: --plan needs a mesh: the program declares none (mesh(data = 1) makes one)\n");
+        status = -1;
+    }
+    for (int k = 0; k < g->n_dims; k++)
+        if (f->batch_dim && strcmp(g->dim_names[k], f->batch_dim) == 0) f->batch = g->dim_values[k];
+    if (!f->batch_dim || f->batch <= 0) {
+        fprintf(err, "dmc: error: --plan splits the batch: the program's inputs need a leading dim declared with dim\n");
+        status = -1;
+    }
+    repeated_layer(req->prog, g, f);
+    for (int p = 0; p < g->n_params; p++) f->param_elems += (double)ir_numel(&g->values[g->params[p]]->type);
+    f->states = g->optimizer.kind == OPTIM_ADAMW ? 2 : g->optimizer.kind == OPTIM_SGD && g->optimizer.momentum > 0;
+    f->samples = (double)f->batch;
+    if (g->n_inputs > 0) {
+        const ir_type *t = &g->values[g->inputs[0]]->type;
+        if (t->dtype == DT_I32 && t->rank >= 2) f->tokens = f->samples * (double)t->shape[1];
+    }
+    ir_graph_free(g);
+    return status;
+}
+
+/* One compile of the program: the user's --set, then `extra` dims, the mesh by searched
+ * axis, and the plan's other choices. */
+typedef struct compile_choice {
+    const dm_plan_request *req;
+    const program_facts *f;
+    int64_t mesh[SEARCHED_AXES];
+    int64_t batch, layers;        /* layers 0: the program's */
+    int microbatches, schedule, zero, recompute;
+    const int64_t *axis_sizes;    /* the links' mesh, NULL: the compiled one */
+} compile_choice;
+
+static int compile_one(const compile_choice *cc, dm_compiled *out) {
+    const dm_plan_request *req = cc->req;
+    const program_facts *f = cc->f;
+    dm_override *dims = xcalloc((size_t)req->n_dims + 2, sizeof *dims), mesh[SEARCHED_AXES];
+    int n_dims = 0, n_mesh = 0;
+    for (int i = 0; i < req->n_dims; i++)
+        if (strcmp(req->dims[i].name, f->batch_dim) != 0 && !(cc->layers && strcmp(req->dims[i].name, f->layer_dim) == 0))
+            dims[n_dims++] = (dm_override){.name = req->dims[i].name, .value = req->dims[i].value};
+    dims[n_dims++] = (dm_override){.name = f->batch_dim, .value = cc->batch};
+    if (cc->layers) dims[n_dims++] = (dm_override){.name = f->layer_dim, .value = cc->layers};
+    for (int a = 0; a < SEARCHED_AXES; a++)
+        if (f->axis_of[a] >= 0) mesh[n_mesh++] = (dm_override){.name = axis_names[a], .value = cc->mesh[a]};
+    dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .mesh = mesh, .n_mesh = n_mesh,
+                           .microbatches = cc->microbatches, .schedule = cc->schedule, .zero = cc->zero,
+                           .recompute = cc->recompute};
+    dm_pipeline_options po = {.cost = req->cost, .bucket_bytes = req->bucket_bytes};
+    po.cost.axis_sizes = cc->axis_sizes;
+    dm_compile_request cr = {.lower = &lo, .pipeline = &po, .target = req->target, .plan_memory = 1,
+                             .bucket_floats = (int64_t)(req->bucket_bytes / 4)};
+    dm_diag d;
+    dm_diag_init(&d, req->src, quiet());
+    int status = dm_compile(req->prog, &cr, &d, out);
+    free(dims);
+    return status;
+}
+
+/* The plan compiled whole: --explain's numbers. */
+static int evaluate_exact(const dm_plan_request *req, const program_facts *f, dm_plan_choice *p) {
+    compile_choice cc = {.req = req, .f = f, .batch = f->batch, .microbatches = p->microbatches,
+                         .schedule = p->schedule, .zero = p->zero, .recompute = p->recompute};
+    memcpy(cc.mesh, p->mesh, sizeof cc.mesh);
+    dm_compiled c;
+    int status = compile_one(&cc, &c);
+    if (status == 0) {
+        const dm_pipeline_plan *pl = &c.pipeline;
+        p->step_seconds = pl->step_seconds;
+        p->schedule_seconds = pl->timed.makespan;
+        p->update_seconds = pl->update_seconds;
+        p->bubble = pl->bubble;
+        p->model_flops = pl->model_flops;
+        p->memory_bytes = (double)dm_compiled_peak_bytes(&c);
+        p->exact = 1;
+    }
+    dm_compiled_free(&c);
+    return status;
+}
+
+/* Estimates of a candidate for each schedule from one probe: the plan with 2 layers and
+ * one stage, on the whole mesh's links. Fills plans[0..kinds), returns how many (0 when
+ * the probe does not compile, -1 when the model's layers cannot be laid out from it). */
+static int evaluate_probe(const dm_plan_request *req, const program_facts *f, const dm_plan_choice *base, int kinds,
+                          dm_plan_choice *plans) {
+    int64_t axis_sizes[IR_MAX_AXES] = {0}, share = base->mesh[AXIS_DATA] * base->microbatches;
+    for (int a = 0; a < SEARCHED_AXES; a++)
+        if (f->axis_of[a] >= 0) axis_sizes[f->axis_of[a]] = base->mesh[a];
+    compile_choice cc = {.req = req, .f = f, .batch = f->batch / share * base->mesh[AXIS_DATA], .layers = 2,
+                         .microbatches = 1, .schedule = PIPE_GPIPE, .zero = base->zero, .recompute = base->recompute,
+                         .axis_sizes = axis_sizes};
+    memcpy(cc.mesh, base->mesh, sizeof cc.mesh);
+    cc.mesh[AXIS_PIPELINE] = 1;
+    dm_compiled c;
+    int made = 0;
+    if (compile_one(&cc, &c) == 0) {
+        dm_pipeline_options po = {.cost = req->cost, .bucket_bytes = req->bucket_bytes};
+        po.cost.axis_sizes = axis_sizes;
+        int stages = (int)base->mesh[AXIS_PIPELINE];
+        dm_stage_estimate whole, probe;
+        made = -1;
+        if (pipeline_estimate_stages(c.g, &po, f->group, 2, 1, &probe) == 0 &&
+            pipeline_estimate_stages(c.g, &po, f->group, f->layers, stages, &whole) == 0) {
+            /* as the generated code allocates: an arena per micro-batch in flight (the
+             * kept activations and the working buffers around them: the probe's arena over
+             * its kept activations scales a stage's), the outputs of every micro-batch, and
+             * the scratch */
+            dm_memory_peak pk;
+            dm_memory_peak_of(&c.memory, c.g, &c.pipeline, c.memory.scratch_elems, 0, &pk);
+            double arena_per_kept = probe.activation_bytes[0] > 0 ? (double)pk.activations / probe.activation_bytes[0] : 1;
+            double fixed = (double)pk.outputs * base->microbatches + (double)pk.scratch;
+            for (int k = 0; k < kinds; k++) {
+                dm_plan_choice *p = &plans[k];
+                *p = *base;
+                p->schedule = k;
+                pipe_schedule s;
+                if (pipe_schedule_build_staged(&s, pipe_kind_for(k, stages), stages, p->microbatches, whole.forward,
+                                               whole.backward))
+                    abort();
+                p->schedule_seconds = s.makespan;
+                p->bubble = pipe_bubble(&s);
+                p->update_seconds = 0;
+                p->memory_bytes = 0;
+                for (int q = 0; q < stages; q++) {
+                    if (whole.update[q] > p->update_seconds) p->update_seconds = whole.update[q];
+                    double bytes = whole.state_bytes[q] + whole.activation_bytes[q] * arena_per_kept * pipe_in_flight(&s, q) +
+                                   fixed;
+                    if (bytes > p->memory_bytes) p->memory_bytes = bytes;
+                }
+                p->step_seconds = p->schedule_seconds + p->update_seconds;
+                p->model_flops = whole.model_flops * p->microbatches / stages;
+                p->exact = 0;
+                pipe_schedule_free(&s);
+            }
+            made = kinds;
+            dm_stage_estimate_free(&whole);
+        }
+        dm_stage_estimate_free(&probe);
+    }
+    dm_compiled_free(&c);
+    return made;
+}
+
+/* Parameters, gradients and optimizer state per device can be no smaller than every
+ * parameter over tensor x pipeline (ZeRO's shares over data): a plan over the limit by
+ * this alone is not compiled. */
+static double state_lower_bound(const program_facts *f, const dm_plan_choice *p) {
+    double d = (double)p->mesh[AXIS_DATA];
+    double per = (p->zero >= 3 ? 1 / d : 1) + (p->zero >= 2 ? 1 / d : 1) + f->states / (p->zero >= 1 ? d : 1);
+    return 4.0 * f->param_elems * per / (double)(p->mesh[AXIS_TENSOR] * p->mesh[AXIS_PIPELINE]);
+}
+
+typedef struct plan_list {
+    dm_plan_choice *items;
+    int n, cap;
+} plan_list;
+
+static dm_plan_choice *plan_push(plan_list *l) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->items = realloc(l->items, sizeof *l->items * (size_t)l->cap);
+        if (!l->items) abort();
+    }
+    memset(&l->items[l->n], 0, sizeof l->items[0]);
+    return &l->items[l->n++];
+}
+
+static int by_step(const void *a, const void *b) {
+    const dm_plan_choice *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    if (x->step_seconds != y->step_seconds) return x->step_seconds < y->step_seconds ? -1 : 1;
+    if (x->memory_bytes != y->memory_bytes) return x->memory_bytes < y->memory_bytes ? -1 : 1;
+    /* equal: the simpler plan (no recomputation, less ZeRO, fewer micro-batches) */
+    if (x->recompute != y->recompute) return x->recompute == RECOMPUTE_NONE ? -1 : y->recompute == RECOMPUTE_NONE ? 1 : 0;
+    if (x->zero != y->zero) return x->zero - y->zero;
+    return x->microbatches - y->microbatches;
+}
+
+/* Micro-batches of 1, 2, 4 or 8 samples per rank, or the rank's whole share (no
+ * accumulation): what the search tries for a share of `share` samples. */
+static int microbatch_counts(int64_t share, int *counts) {
+    int n = 0;
+    int64_t sizes[] = {share, 8, 4, 2, 1};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        if (sizes[k] > share || share % sizes[k] != 0 || share / sizes[k] > 4096) continue;
+        int m = (int)(share / sizes[k]), seen = 0;
+        for (int q = 0; q < n; q++) seen |= counts[q] == m;
+        if (!seen) counts[n++] = m;
+    }
+    return n;
+}
+
+/* Every candidate of one mesh: estimated (probe) or compiled whole. */
+static void search_mesh(const dm_plan_request *req, const program_facts *f, const int64_t mesh[SEARCHED_AXES],
+                        int probing, plan_list *out, double limit, int *too_big) {
+    int counts[8], n_counts = microbatch_counts(f->batch / mesh[AXIS_DATA], counts);
+    int kinds = mesh[AXIS_PIPELINE] > 1 ? 2 : 1, zeros = mesh[AXIS_DATA] > 1 ? 4 : 1;
+    for (int mc = 0; mc < n_counts; mc++)
+        for (int z = 0; z < zeros; z++)
+            for (size_t r = 0; r < sizeof recompute_modes / sizeof *recompute_modes; r++) {
+                dm_plan_choice base = {.microbatches = counts[mc], .zero = z, .recompute = recompute_modes[r]};
+                memcpy(base.mesh, mesh, sizeof base.mesh);
+                if (state_lower_bound(f, &base) > limit) {
+                    (*too_big)++;
+                    continue;
+                }
+                dm_plan_choice made[2];
+                int n = 0;
+                if (probing) n = evaluate_probe(req, f, &base, kinds, made);
+                if (!probing || n < 0) {
+                    /* no probe, or layers not laid out as a probe needs: compiled whole */
+                    n = 0;
+                    for (int k = 0; k < kinds; k++) {
+                        made[n] = base;
+                        made[n].schedule = k;
+                        if (evaluate_exact(req, f, &made[n]) == 0) n++;
+                    }
+                }
+                for (int k = 0; k < n; k++) {
+                    made[k].fits = made[k].memory_bytes <= limit;
+                    *plan_push(out) = made[k];
+                }
+            }
+}
+
+static void search_all(const dm_plan_request *req, const program_facts *f, int probing, plan_list *out, double limit,
+                       int *too_big) {
+    int64_t n = req->devices;
+    for (int64_t t = 1; t <= n; t++) {
+        if (n % t || (t > 1 && f->axis_of[AXIS_TENSOR] < 0)) continue;
+        for (int64_t p = 1; p <= n / t; p++) {
+            if ((n / t) % p || (p > 1 && f->axis_of[AXIS_PIPELINE] < 0)) continue;
+            int64_t d = n / t / p;
+            if ((d > 1 && f->axis_of[AXIS_DATA] < 0) || f->batch % d) continue;
+            if (f->layers && p > f->layers) continue;
+            int64_t mesh[SEARCHED_AXES] = {d, t, p};
+            search_mesh(req, f, mesh, probing, out, limit, too_big);
+        }
+    }
+}
+
+int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err) {
+    memset(out, 0, sizeof *out);
+    double started = now_seconds();
+    program_facts f;
+    if (req->devices < 1) {
+        fprintf(err, "dmc: error: --plan needs --devices N (N >= 1)\n");
+        return -1;
+    }
+    if (program_facts_of(req, &f, err)) return -1;
+    const struct dm_hardware *hw = cost_hardware(&req->cost);
+    double limit = req->memory_bytes > 0 ? req->memory_bytes : hw->memory_bytes;
+    int probing = !req->exhaustive && f.group && f.layers >= 4;
+    plan_list list = {0};
+    int too_big = 0;
+    search_all(req, &f, probing, &list, limit, &too_big);
+    qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
+    if (probing) {
+        /* the best estimates compiled whole, until one that fits is confirmed and the top
+         * few are exact */
+        int confirmed = 0;
+        for (int i = 0; i < list.n && list.items[i].fits && confirmed < 5; i++) {
+            if (evaluate_exact(req, &f, &list.items[i]) != 0) continue;
+            list.items[i].fits = list.items[i].memory_bytes <= limit;
+            confirmed++;
+        }
+        qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
+    }
+    for (int i = 0; i < list.n; i++) out->n_fit += list.items[i].fits;
+    out->plans = list.items;
+    out->n = list.n;
+    out->probed = probing;
+    out->layer_dim = f.layer_dim;
+    out->layers = f.layers;
+    out->global_batch = f.batch;
+    out->batch_dim = f.batch_dim;
+    for (int a = 0; a < SEARCHED_AXES; a++) out->has_axis[a] = f.axis_of[a] >= 0;
+    out->samples = f.samples;
+    out->tokens = f.tokens;
+    out->memory_bytes = limit;
+    out->seconds = now_seconds() - started;
+    if (list.n == 0 && too_big) {
+        fprintf(err, "dmc: error: --plan: no plan of %lld devices fits %.3g GiB per device: parameters, gradients and "
+                     "optimizer state alone need more (--memory-gb sets the limit)\n", (long long)req->devices,
+                limit / (1024.0 * 1024 * 1024));
+        return -1;
+    }
+    if (list.n == 0) {
+        fprintf(err, "dmc: error: --plan: no plan of %lld devices compiles for this program (the batch %lld must divide "
+                     "by data, the sizes the tensor axis splits by tensor)\n",
+                (long long)req->devices, (long long)f.batch);
+        return -1;
+    }
+    return 0;
+}
+
+void dm_plan_result_free(dm_plan_result *r) {
+    free(r->plans);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *recompute_name(int r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : r == RECOMPUTE_NONE ? "off" : "marked";
+}
+
+void dm_plan_options_text(const dm_plan_result *r, const dm_plan_choice *c, char *buf, size_t size) {
+    (void)r;
+    snprintf(buf, size, "--mesh data=%lld,tensor=%lld,pipeline=%lld --microbatches %d%s%s --zero %d --recompute %s",
+             (long long)c->mesh[0], (long long)c->mesh[1], (long long)c->mesh[2], c->microbatches,
+             c->mesh[2] > 1 ? " --schedule " : "", c->mesh[2] > 1 ? pipe_kind_name((pipe_kind)c->schedule) : "", c->zero,
+             recompute_name(c->recompute));
+}
+
+static void gib(double bytes, char *buf, size_t size) {
+    snprintf(buf, size, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+/* Why the best plan wins: against the next plan that fits, and the fastest plan that does
+ * not fit (when it is faster). */
+static void print_why(const dm_plan_result *r, FILE *out) {
+    const dm_plan_choice *best = &r->plans[0];
+    fprintf(out, "\nwhy the first: ");
+    const dm_plan_choice *next = NULL;
+    for (int i = 1; i < r->n_fit && !next; i++)
+        if (memcmp(r->plans[i].mesh, best->mesh, sizeof best->mesh) != 0) next = &r->plans[i];
+    if (!next) fprintf(out, "it is the only mesh that fits.");
+    else {
+        fprintf(out, "the fastest other mesh, data=%lld x tensor=%lld x pipeline=%lld with %d micro-batch%s, takes %.1f%% longer: its "
+                     "schedule %.3f ms (bubble %.1f%%) and update %.3f ms against %.3f ms (bubble %.1f%%) and %.3f ms.",
+                (long long)next->mesh[0], (long long)next->mesh[1], (long long)next->mesh[2], next->microbatches,
+                next->microbatches == 1 ? "" : "es", 100 * (next->step_seconds / best->step_seconds - 1),
+                next->schedule_seconds * 1e3, 100 * next->bubble, next->update_seconds * 1e3,
+                best->schedule_seconds * 1e3, 100 * best->bubble, best->update_seconds * 1e3);
+    }
+    for (int i = r->n_fit; i < r->n; i++) {
+        const dm_plan_choice *q = &r->plans[i];
+        if (q->step_seconds >= best->step_seconds) continue;
+        char need[32], limit[32];
+        gib(q->memory_bytes, need, sizeof need);
+        gib(r->memory_bytes, limit, sizeof limit);
+        fprintf(out, "\n  Faster plans do not fit: data=%lld x tensor=%lld x pipeline=%lld (zero %d, recompute %s) would "
+                     "take %.3f ms but needs %s of the %s a device has.",
+                (long long)q->mesh[0], (long long)q->mesh[1], (long long)q->mesh[2], q->zero, recompute_name(q->recompute),
+                q->step_seconds * 1e3, need, limit);
+        break;
+    }
+    fprintf(out, "\n");
+}
+
+static void print_json(const dm_plan_request *req, const dm_plan_result *r, int top, FILE *out) {
+    const struct dm_hardware *hw = cost_hardware(&req->cost);
+    fprintf(out, "{\"devices\": %lld, \"hardware\": \"%s\", \"precision\": \"%s\", \"global_batch\": %lld, "
+                 "\"memory_limit_bytes\": %.0f, \"method\": \"%s\", \"searched\": %d, \"fit\": %d, \"seconds\": %.6f, "
+                 "\"plans\": [",
+            (long long)req->devices, hw->name, dm_precision_name((dm_precision)req->cost.precision),
+            (long long)r->global_batch, r->memory_bytes, r->probed ? "probe" : "whole", r->n, r->n_fit, r->seconds);
+    int shown = top > 0 && top < r->n ? top : r->n;
+    for (int i = 0; i < shown; i++) {
+        const dm_plan_choice *c = &r->plans[i];
+        char opts[256];
+        dm_plan_options_text(r, c, opts, sizeof opts);
+        fprintf(out, "%s\n  {\"mesh\": {\"data\": %lld, \"tensor\": %lld, \"pipeline\": %lld}, \"microbatches\": %d, "
+                     "\"schedule\": \"%s\", \"zero\": %d, \"recompute\": \"%s\", \"step_seconds\": %.10g, "
+                     "\"schedule_seconds\": %.10g, \"update_seconds\": %.10g, \"bubble\": %.10g, \"memory_bytes\": %.0f, "
+                     "\"samples_per_second\": %.10g, \"tflops_per_device\": %.10g, \"fits\": %s, \"exact\": %s, "
+                     "\"options\": \"%s\"}",
+                i ? "," : "", (long long)c->mesh[0], (long long)c->mesh[1], (long long)c->mesh[2], c->microbatches,
+                pipe_kind_name(pipe_kind_for(c->schedule, (int)c->mesh[2])), c->zero, recompute_name(c->recompute),
+                c->step_seconds, c->schedule_seconds, c->update_seconds, c->bubble, c->memory_bytes,
+                r->samples / c->step_seconds, c->model_flops / c->step_seconds / 1e12, c->fits ? "true" : "false",
+                c->exact ? "true" : "false", opts);
+    }
+    fprintf(out, "\n]}\n");
+}
+
+void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top, int json, FILE *out) {
+    if (json) {
+        print_json(req, r, top, out);
+        return;
+    }
+    const struct dm_hardware *hw = cost_hardware(&req->cost);
+    char limit[32];
+    gib(r->memory_bytes, limit, sizeof limit);
+    fprintf(out, "plans of %lld device%s of %s (%s), %s products, global batch %lld, %s per device\n",
+            (long long)req->devices, req->devices == 1 ? "" : "s", hw->name, hw->source,
+            dm_precision_name((dm_precision)req->cost.precision), (long long)r->global_batch, limit);
+    fprintf(out, "searched %d plans in %.3f s, %d fit", r->n, r->seconds, r->n_fit);
+    if (r->probed)
+        fprintf(out, "; estimated from two-layer probes of %s = %lld layers, the best compiled whole", r->layer_dim,
+                (long long)r->layers);
+    fprintf(out, "\n\n  #  data tensor pipe  micro schedule zero recompute   step ms  bubble  update ms   memory/dev  %s\n",
+            r->tokens > 0 ? "tokens/s" : "samples/s");
+    int shown = top > 0 && top < r->n ? top : r->n;
+    for (int i = 0; i < shown; i++) {
+        const dm_plan_choice *c = &r->plans[i];
+        char mem[32];
+        gib(c->memory_bytes, mem, sizeof mem);
+        double rate = (r->tokens > 0 ? r->tokens : r->samples) / c->step_seconds;
+        fprintf(out, "%3d %5lld %6lld %4lld %6d %-8s %4d %-9s %9.3f %6.1f%% %10.3f %12s  %.4g%s%s\n", i + 1,
+                (long long)c->mesh[0], (long long)c->mesh[1], (long long)c->mesh[2], c->microbatches,
+                c->mesh[2] > 1 ? pipe_kind_name((pipe_kind)c->schedule) : "-", c->zero, recompute_name(c->recompute),
+                c->step_seconds * 1e3, c->bubble > 0 ? 100 * c->bubble : 0.0, c->update_seconds * 1e3, mem, rate,
+                c->exact ? "" : " (estimate)", c->fits ? "" : " (does not fit)");
+    }
+    if (r->n_fit == 0) {
+        double smallest = r->plans[0].memory_bytes;
+        for (int i = 1; i < r->n; i++)
+            if (r->plans[i].memory_bytes < smallest) smallest = r->plans[i].memory_bytes;
+        char need[32];
+        gib(smallest, need, sizeof need);
+        fprintf(out, "\nno plan fits %s per device: the smallest needs %s (--memory-gb sets the limit; more devices "
+                     "split more)\n", limit, need);
+        return;
+    }
+    print_why(r, out);
+    char opts[256];
+    dm_plan_options_text(r, &r->plans[0], opts, sizeof opts);
+    fprintf(out, "\nrun it: dmc run %s %s (or --mesh auto --devices %lld)\n", req->src->path, opts, (long long)req->devices);
+}
