@@ -214,12 +214,8 @@ static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, 
 }
 
 static int parse_microbatches(const char *flag, const char *v, options *o) {
-    char *end = NULL;
-    long m = strtol(v, &end, 10);
-    if (!end || *end || end == v || m < 1 || m > 4096) {
-        fprintf(stderr, "dmc: error: %s expects a count from 1 to 4096, got '%s'\n", flag, v);
-        return -1;
-    }
+    int64_t m;
+    if (parse_count(flag, v, 1, 4096, &m) < 0) return -1;
     o->microbatches = (int)m;
     return 0;
 }
@@ -711,10 +707,8 @@ static dm_lower_options lower_options(const options *o, const char *model) {
  * which on stderr). Returns 0, or 1 after an error. */
 static int plan(options *o, const dm_program *prog, const dm_source *src, const char *model) {
     dm_plan_request req = {.prog = prog, .src = src, .model = model, .dims = o->dims, .n_dims = o->n_dims,
-                           .devices = o->devices, .global_batch = o->global_batch,
-                           .memory_bytes = o->pipeline.memory_limit_bytes, .cost = o->pipeline.cost,
-                           .bucket_bytes = (double)o->bucket_bytes, .target = o->codegen.target,
-                           .exhaustive = o->plan_whole};
+                           .devices = o->devices, .global_batch = o->global_batch, .pipeline = &o->pipeline,
+                           .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole};
     dm_plan_result r;
     if (dm_plan_search(&req, &r, stderr)) return 1;
     int status = 0;
@@ -726,14 +720,13 @@ static int plan(options *o, const dm_program *prog, const dm_source *src, const 
         status = 1;
     } else {
         const dm_plan_choice *best = &r.plans[0];
-        static const char *const axes[3] = {"data", "tensor", "pipeline"};
         char text[256];
-        dm_plan_options_text(&r, best, text, sizeof text);
+        dm_plan_options_text(best, text, sizeof text);
         fprintf(stderr, "dmc: --mesh auto: %s (predicted step %.3f ms; dmc --plan lists the others)\n", text,
                 best->step_seconds * 1e3);
         for (int a = 0; a < 3; a++)
             if (r.has_axis[a])
-                o->mesh[o->n_mesh++] = (dm_override){.name = strdup(axes[a]), .value = best->mesh[a]};
+                o->mesh[o->n_mesh++] = (dm_override){.name = strdup(dm_plan_axes[a]), .value = best->mesh[a]};
         o->microbatches = best->microbatches;
         o->schedule = best->schedule;
         o->zero = best->zero;

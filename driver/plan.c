@@ -14,18 +14,18 @@
 #include <time.h>
 
 #include "compile.h"
+#include "explain.h"
 #include "hardware.h"
 #include "plan.h"
 #include "schedule.h"
 
 enum { AXIS_DATA, AXIS_TENSOR, AXIS_PIPELINE, SEARCHED_AXES };
-static const char *const axis_names[SEARCHED_AXES] = {"data", "tensor", "pipeline"};
+const char *const dm_plan_axes[SEARCHED_AXES] = {"data", "tensor", "pipeline"};
 static const int recompute_modes[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
 
 /* What the search needs of the program, from lowering it once as written. */
 typedef struct program_facts {
     int axis_of[SEARCHED_AXES];   /* the program's mesh axis index of data, tensor, pipeline; -1 */
-    int n_axes;
     const char *batch_dim;        /* the inputs' leading dim */
     int64_t batch;
     const char *group, *layer_dim;/* the repeated layer and its count's dim, or NULL */
@@ -108,11 +108,10 @@ static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *
     if (!g) return -1;
     int status = 0;
     for (int a = 0; a < SEARCHED_AXES; a++) f->axis_of[a] = -1;
-    f->n_axes = g->n_axes;
     for (int k = 0; k < g->n_axes; k++) {
         int known = -1;
         for (int a = 0; a < SEARCHED_AXES; a++)
-            if (strcmp(g->axes[k].name, axis_names[a]) == 0) known = a;
+            if (strcmp(g->axes[k].name, dm_plan_axes[a]) == 0) known = a;
         if (known < 0) {
             fprintf(err, "dmc: error: --plan searches meshes of the axes data, tensor and pipeline; the program's mesh has "
                          "'%s'\n", g->axes[k].name);
@@ -133,18 +132,23 @@ static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *
     }
     repeated_layer(req->prog, g, f);
     for (int p = 0; p < g->n_params; p++) f->param_elems += (double)ir_numel(&g->values[g->params[p]]->type);
-    f->states = g->optimizer.kind == OPTIM_ADAMW ? 2 : g->optimizer.kind == OPTIM_SGD && g->optimizer.momentum > 0;
-    f->samples = (double)f->batch;
-    if (g->n_inputs > 0) {
-        const ir_type *t = &g->values[g->inputs[0]]->type;
-        if (t->dtype == DT_I32 && t->rank >= 2) f->tokens = f->samples * (double)t->shape[1];
-    }
+    f->states = dm_optimizer_states(g);
+    f->samples = samples_per_step(g, &f->tokens);
     ir_graph_free(g);
     return status;
 }
 
-/* One compile of the program: the user's --set, then `extra` dims, the mesh by searched
- * axis, and the plan's other choices. */
+/* The request's pipeline options, the cut unlimited (plans over the memory are listed, not
+ * refused), on the links of the mesh axis_sizes (NULL: the compiled one). */
+static dm_pipeline_options probe_options(const dm_plan_request *req, const int64_t *axis_sizes) {
+    dm_pipeline_options po = *req->pipeline;
+    po.memory_limit_bytes = 0;
+    po.cost.axis_sizes = axis_sizes;
+    return po;
+}
+
+/* One compile of the program: the user's --set with the batch (and the layer count of a
+ * probe) replaced, the mesh by searched axis, and the plan's other choices. */
 typedef struct compile_choice {
     const dm_plan_request *req;
     const program_facts *f;
@@ -165,14 +169,13 @@ static int compile_one(const compile_choice *cc, dm_compiled *out) {
     dims[n_dims++] = (dm_override){.name = f->batch_dim, .value = cc->batch};
     if (cc->layers) dims[n_dims++] = (dm_override){.name = f->layer_dim, .value = cc->layers};
     for (int a = 0; a < SEARCHED_AXES; a++)
-        if (f->axis_of[a] >= 0) mesh[n_mesh++] = (dm_override){.name = axis_names[a], .value = cc->mesh[a]};
+        if (f->axis_of[a] >= 0) mesh[n_mesh++] = (dm_override){.name = dm_plan_axes[a], .value = cc->mesh[a]};
     dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .mesh = mesh, .n_mesh = n_mesh,
                            .microbatches = cc->microbatches, .schedule = cc->schedule, .zero = cc->zero,
                            .recompute = cc->recompute};
-    dm_pipeline_options po = {.cost = req->cost, .bucket_bytes = req->bucket_bytes};
-    po.cost.axis_sizes = cc->axis_sizes;
+    dm_pipeline_options po = probe_options(req, cc->axis_sizes);
     dm_compile_request cr = {.lower = &lo, .pipeline = &po, .target = req->target, .plan_memory = 1,
-                             .bucket_floats = (int64_t)(req->bucket_bytes / 4)};
+                             .bucket_floats = req->bucket_floats};
     dm_diag d;
     dm_diag_init(&d, req->src, quiet());
     int status = dm_compile(req->prog, &cr, &d, out);
@@ -217,20 +220,18 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
     dm_compiled c;
     int made = 0;
     if (compile_one(&cc, &c) == 0) {
-        dm_pipeline_options po = {.cost = req->cost, .bucket_bytes = req->bucket_bytes};
-        po.cost.axis_sizes = axis_sizes;
+        dm_pipeline_options po = probe_options(req, axis_sizes);
         int stages = (int)base->mesh[AXIS_PIPELINE];
-        dm_stage_estimate whole, probe;
+        dm_stage_estimate whole;
         made = -1;
-        if (pipeline_estimate_stages(c.g, &po, f->group, 2, 1, &probe) == 0 &&
-            pipeline_estimate_stages(c.g, &po, f->group, f->layers, stages, &whole) == 0) {
+        if (pipeline_estimate_stages(c.g, &po, f->group, f->layers, stages, &whole) == 0) {
             /* as the generated code allocates: an arena per micro-batch in flight (the
              * kept activations and the working buffers around them: the probe's arena over
              * its kept activations scales a stage's), the outputs of every micro-batch, and
              * the scratch */
             dm_memory_peak pk;
             dm_memory_peak_of(&c.memory, c.g, &c.pipeline, c.memory.scratch_elems, 0, &pk);
-            double arena_per_kept = probe.activation_bytes[0] > 0 ? (double)pk.activations / probe.activation_bytes[0] : 1;
+            double arena_per_kept = whole.probe_activation_bytes > 0 ? (double)pk.activations / whole.probe_activation_bytes : 1;
             double fixed = (double)pk.outputs * base->microbatches + (double)pk.scratch;
             for (int k = 0; k < kinds; k++) {
                 dm_plan_choice *p = &plans[k];
@@ -256,9 +257,8 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
                 pipe_schedule_free(&s);
             }
             made = kinds;
-            dm_stage_estimate_free(&whole);
         }
-        dm_stage_estimate_free(&probe);
+        dm_stage_estimate_free(&whole);
     }
     dm_compiled_free(&c);
     return made;
@@ -268,8 +268,7 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
  * parameter over tensor x pipeline (ZeRO's shares over data): a plan over the limit by
  * this alone is not compiled. */
 static double state_lower_bound(const program_facts *f, const dm_plan_choice *p) {
-    double d = (double)p->mesh[AXIS_DATA];
-    double per = (p->zero >= 3 ? 1 / d : 1) + (p->zero >= 2 ? 1 / d : 1) + f->states / (p->zero >= 1 ? d : 1);
+    double per = dm_state_per_param(p->zero, f->states, (double)p->mesh[AXIS_DATA]);
     return 4.0 * f->param_elems * per / (double)(p->mesh[AXIS_TENSOR] * p->mesh[AXIS_PIPELINE]);
 }
 
@@ -288,13 +287,20 @@ static dm_plan_choice *plan_push(plan_list *l) {
     return &l->items[l->n++];
 }
 
+/* Where r is in recompute_modes: the simplest first. */
+static int recompute_rank(int r) {
+    int k = 0;
+    while (k < (int)(sizeof recompute_modes / sizeof *recompute_modes) && recompute_modes[k] != r) k++;
+    return k;
+}
+
 static int by_step(const void *a, const void *b) {
     const dm_plan_choice *x = a, *y = b;
     if (x->fits != y->fits) return y->fits - x->fits;
     if (x->step_seconds != y->step_seconds) return x->step_seconds < y->step_seconds ? -1 : 1;
     if (x->memory_bytes != y->memory_bytes) return x->memory_bytes < y->memory_bytes ? -1 : 1;
-    /* equal: the simpler plan (no recomputation, less ZeRO, fewer micro-batches) */
-    if (x->recompute != y->recompute) return x->recompute == RECOMPUTE_NONE ? -1 : y->recompute == RECOMPUTE_NONE ? 1 : 0;
+    /* equal: the simpler plan (less recomputation, less ZeRO, fewer micro-batches) */
+    if (x->recompute != y->recompute) return recompute_rank(x->recompute) - recompute_rank(y->recompute);
     if (x->zero != y->zero) return x->zero - y->zero;
     return x->microbatches - y->microbatches;
 }
@@ -362,6 +368,22 @@ static void search_all(const dm_plan_request *req, const program_facts *f, int p
     }
 }
 
+/* The first CONFIRMED plans that fit, compiled whole: an estimate that turns out slower or
+ * larger moves down and the next is compiled, until the first few are exact (a plan whose
+ * whole compile fails is dropped). list is sorted by by_step. */
+enum { CONFIRMED = 5 };
+static void confirm_best(const dm_plan_request *req, const program_facts *f, plan_list *list, double limit) {
+    for (;;) {
+        int i = 0;
+        while (i < list->n && i < CONFIRMED && list->items[i].fits && list->items[i].exact) i++;
+        if (i == list->n || i == CONFIRMED || !list->items[i].fits) return;
+        dm_plan_choice *p = &list->items[i];
+        if (evaluate_exact(req, f, p) == 0) p->fits = p->memory_bytes <= limit;
+        else *p = list->items[--list->n];
+        qsort(list->items, (size_t)list->n, sizeof *list->items, by_step);
+    }
+}
+
 int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err) {
     memset(out, 0, sizeof *out);
     double started = now_seconds();
@@ -371,24 +393,14 @@ int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err) {
         return -1;
     }
     if (program_facts_of(req, &f, err)) return -1;
-    const struct dm_hardware *hw = cost_hardware(&req->cost);
-    double limit = req->memory_bytes > 0 ? req->memory_bytes : hw->memory_bytes;
+    const struct dm_hardware *hw = cost_hardware(&req->pipeline->cost);
+    double limit = req->pipeline->memory_limit_bytes > 0 ? req->pipeline->memory_limit_bytes : hw->memory_bytes;
     int probing = !req->exhaustive && f.group && f.layers >= 4;
     plan_list list = {0};
     int too_big = 0;
     search_all(req, &f, probing, &list, limit, &too_big);
     qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
-    if (probing) {
-        /* the best estimates compiled whole, until one that fits is confirmed and the top
-         * few are exact */
-        int confirmed = 0;
-        for (int i = 0; i < list.n && list.items[i].fits && confirmed < 5; i++) {
-            if (evaluate_exact(req, &f, &list.items[i]) != 0) continue;
-            list.items[i].fits = list.items[i].memory_bytes <= limit;
-            confirmed++;
-        }
-        qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
-    }
+    if (probing) confirm_best(req, &f, &list, limit);
     for (int i = 0; i < list.n; i++) out->n_fit += list.items[i].fits;
     out->plans = list.items;
     out->n = list.n;
@@ -426,8 +438,7 @@ static const char *recompute_name(int r) {
     return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : r == RECOMPUTE_NONE ? "off" : "marked";
 }
 
-void dm_plan_options_text(const dm_plan_result *r, const dm_plan_choice *c, char *buf, size_t size) {
-    (void)r;
+void dm_plan_options_text(const dm_plan_choice *c, char *buf, size_t size) {
     snprintf(buf, size, "--mesh data=%lld,tensor=%lld,pipeline=%lld --microbatches %d%s%s --zero %d --recompute %s",
              (long long)c->mesh[0], (long long)c->mesh[1], (long long)c->mesh[2], c->microbatches,
              c->mesh[2] > 1 ? " --schedule " : "", c->mesh[2] > 1 ? pipe_kind_name((pipe_kind)c->schedule) : "", c->zero,
@@ -471,17 +482,19 @@ static void print_why(const dm_plan_result *r, FILE *out) {
 }
 
 static void print_json(const dm_plan_request *req, const dm_plan_result *r, int top, FILE *out) {
-    const struct dm_hardware *hw = cost_hardware(&req->cost);
-    fprintf(out, "{\"devices\": %lld, \"hardware\": \"%s\", \"precision\": \"%s\", \"global_batch\": %lld, "
+    const struct dm_hardware *hw = cost_hardware(&req->pipeline->cost);
+    fprintf(out, "{\"devices\": %lld, \"hardware\": ", (long long)req->devices);
+    explain_json_string(out, hw->name);
+    fprintf(out, ", \"precision\": \"%s\", \"global_batch\": %lld, "
                  "\"memory_limit_bytes\": %.0f, \"method\": \"%s\", \"searched\": %d, \"fit\": %d, \"seconds\": %.6f, "
                  "\"plans\": [",
-            (long long)req->devices, hw->name, dm_precision_name((dm_precision)req->cost.precision),
+            dm_precision_name((dm_precision)req->pipeline->cost.precision),
             (long long)r->global_batch, r->memory_bytes, r->probed ? "probe" : "whole", r->n, r->n_fit, r->seconds);
     int shown = top > 0 && top < r->n ? top : r->n;
     for (int i = 0; i < shown; i++) {
         const dm_plan_choice *c = &r->plans[i];
         char opts[256];
-        dm_plan_options_text(r, c, opts, sizeof opts);
+        dm_plan_options_text(c, opts, sizeof opts);
         fprintf(out, "%s\n  {\"mesh\": {\"data\": %lld, \"tensor\": %lld, \"pipeline\": %lld}, \"microbatches\": %d, "
                      "\"schedule\": \"%s\", \"zero\": %d, \"recompute\": \"%s\", \"step_seconds\": %.10g, "
                      "\"schedule_seconds\": %.10g, \"update_seconds\": %.10g, \"bubble\": %.10g, \"memory_bytes\": %.0f, "
@@ -501,12 +514,12 @@ void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top,
         print_json(req, r, top, out);
         return;
     }
-    const struct dm_hardware *hw = cost_hardware(&req->cost);
+    const struct dm_hardware *hw = cost_hardware(&req->pipeline->cost);
     char limit[32];
     gib(r->memory_bytes, limit, sizeof limit);
     fprintf(out, "plans of %lld device%s of %s (%s), %s products, global batch %lld, %s per device\n",
             (long long)req->devices, req->devices == 1 ? "" : "s", hw->name, hw->source,
-            dm_precision_name((dm_precision)req->cost.precision), (long long)r->global_batch, limit);
+            dm_precision_name((dm_precision)req->pipeline->cost.precision), (long long)r->global_batch, limit);
     fprintf(out, "searched %d plans in %.3f s, %d fit", r->n, r->seconds, r->n_fit);
     if (r->probed)
         fprintf(out, "; estimated from two-layer probes of %s = %lld layers, the best compiled whole", r->layer_dim,
@@ -537,6 +550,6 @@ void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top,
     }
     print_why(r, out);
     char opts[256];
-    dm_plan_options_text(r, &r->plans[0], opts, sizeof opts);
+    dm_plan_options_text(&r->plans[0], opts, sizeof opts);
     fprintf(out, "\nrun it: dmc run %s %s (or --mesh auto --devices %lld)\n", req->src->path, opts, (long long)req->devices);
 }

@@ -20,9 +20,10 @@ typedef struct dm_plan_request {
     int n_dims;
     int64_t devices;
     int64_t global_batch;       /* the batch dim's value; 0: the program's */
-    double memory_bytes;        /* per device; 0: the hardware's */
-    dm_cost_model cost;         /* hardware and precision */
-    double bucket_bytes;        /* --bucket-mb (0: the default) */
+    /* the machine and precision, the gradient buckets' size, and the memory per device
+     * (memory_limit_bytes 0: the hardware's) */
+    const dm_pipeline_options *pipeline;
+    int64_t bucket_floats;      /* the same bucket size, as the passes take it (0: the default) */
     const char *target;
     int exhaustive;             /* compile every plan whole, even with a repeated layer */
 } dm_plan_request;
@@ -58,6 +59,8 @@ void dm_plan_result_free(dm_plan_result *r);
 /* The best `top` plans (0: all), and why the first wins; json: one object. */
 void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top, int json, FILE *out);
 /* The options that select plan c: "--mesh data=2,tensor=1,pipeline=1 --microbatches 1 ...". */
-void dm_plan_options_text(const dm_plan_result *r, const dm_plan_choice *c, char *buf, size_t size);
+void dm_plan_options_text(const dm_plan_choice *c, char *buf, size_t size);
+/* The mesh axes the search sizes, in dm_plan_choice.mesh's order. */
+extern const char *const dm_plan_axes[3];
 
 #endif

@@ -16,5 +16,8 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
 void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
 void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
 void explain_json_string(FILE *out, const char *s);
+/* Samples in one step (the inputs' leading dim, every micro-batch), and tokens when the
+ * first input is integer ids with a sequence dim (0 otherwise). */
+double samples_per_step(const ir_graph *g, double *tokens);
 
 #endif

@@ -6,9 +6,7 @@
 #include "explain.h"
 #include "hardware.h"
 
-/* Samples in one step (the inputs' leading dim, every micro-batch), and tokens when the
- * first input is integer ids with a sequence dim (0 otherwise). */
-static double samples_per_step(const ir_graph *g, double *tokens) {
+double samples_per_step(const ir_graph *g, double *tokens) {
     *tokens = 0;
     if (g->n_inputs == 0) return 0;
     const ir_type *t = &g->values[g->inputs[0]]->type;

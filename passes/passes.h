@@ -143,8 +143,8 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan);
  * "GROUP.0" and "GROUP.1", had `layers` instances, each further one costed as the second.
  * The cut is chosen as pass_pipeline chooses it (no memory limit); per stage, one
  * micro-batch's forward and backward seconds, the update phase, and an estimate of its
- * memory: ZeRO's shares taken over the axis named data. Returns 0, or -1 when g's instances
- * are not two contiguous runs of equal length, or the cut cannot be made. */
+ * memory: ZeRO's shares taken over the axis named data. Returns 0, or -1 when the second
+ * instance's ops do not all follow the first's, or the cut cannot be made. */
 typedef struct dm_stage_estimate {
     int stages;
     double *forward, *backward;   /* (stages) seconds of one micro-batch, receiving included */
@@ -152,10 +152,18 @@ typedef struct dm_stage_estimate {
     double *state_bytes;          /* (stages) parameters, gradients and optimizer state */
     double *activation_bytes;     /* (stages) kept for the backward pass, per micro-batch in flight */
     double model_flops;           /* products forward and backward of one micro-batch, all stages */
+    double probe_activation_bytes;/* what g itself keeps for its backward pass */
 } dm_stage_estimate;
 int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
                              int stages, dm_stage_estimate *out);
 void dm_stage_estimate_free(dm_stage_estimate *e);
+
+/* Optimizer state tensors per parameter: AdamW keeps two, SGD with momentum one. */
+int dm_optimizer_states(const ir_graph *g);
+/* Elements a rank keeps per parameter element (the parameter, its gradient, `states`
+ * optimizer state tensors) under ZeRO stage `zero` over `shares` ranks: 1 splits the
+ * state, 2 the gradient too, 3 the parameter too. */
+double dm_state_per_param(int zero, int states, double shares);
 
 /* memory.c: where every value lives during a step. */
 typedef enum dm_region {

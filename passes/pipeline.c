@@ -30,7 +30,8 @@ typedef struct pipe_costs {
     double *forward;        /* (n + 1) the forward time alone */
     double *flops;          /* (n + 1) the same in flops */
     double *activation;     /* (n + 1) elements of the op's result the backward reads */
-    double *params;         /* (n + 1) elements of persistent state first used by the op */
+    double *params;         /* (n + 1) elements of persistent state first used by the op: parameters,
+                             * gradients and optimizer state (ZeRO's shares of them) */
     double *cross;          /* (n + 1) elements crossing the boundary before op j (0 at 0 and n) */
     int *in_flight;         /* (stages) micro-batches each stage holds at once, by the schedule */
     char *layer_start;      /* (n + 1) op j starts a layer (instance or top-level value) */
@@ -43,10 +44,33 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-/* Optimizer state per parameter element: AdamW keeps two, SGD with momentum one. */
-static int states_per_param(const ir_graph *g) {
+int dm_optimizer_states(const ir_graph *g) {
     if (g->optimizer.kind == OPTIM_ADAMW) return 2;
     return g->optimizer.kind == OPTIM_SGD && g->optimizer.momentum > 0 ? 1 : 0;
+}
+
+double dm_state_per_param(int zero, int states, double shares) {
+    return (zero >= 3 ? 1 / shares : 1) + (zero >= 2 ? 1 / shares : 1) + states / (zero >= 1 ? shares : 1);
+}
+
+/* The ranks ZeRO splits a parameter's state over: the axis named data (1 without ZeRO). */
+static double zero_shares(const ir_graph *g) {
+    for (int a = 0; g->zero > 0 && a < g->n_axes; a++)
+        if (strcmp(g->axes[a].name, "data") == 0) return (double)g->axes[a].size;
+    return 1;
+}
+
+/* Per-op values (n of them) into sums over the ops before each: v[j] becomes the sum of
+ * v[0 .. j), for `width` interleaved arrays of n + 1 entries. */
+static void prefix_sum(double *v, int n, int width) {
+    for (int a = 0; a < width; a++) {
+        double sum = 0;
+        for (int j = 0; j <= n; j++) {
+            double here = j < n ? v[(size_t)j * width + (size_t)a] : 0;
+            v[(size_t)j * width + (size_t)a] = sum;
+            sum += here;
+        }
+    }
 }
 
 static int is_forward_op(const ir_value *v) {
@@ -82,7 +106,9 @@ static void mark_layers(const ir_graph *g, pipe_costs *c) {
     }
 }
 
-static void measure(const ir_graph *g, pipe_costs *c) {
+/* Each forward op's costs, its own (not yet summed), the values crossing each boundary and
+ * where layers start. */
+static void measure_ops(const ir_graph *g, pipe_costs *c) {
     int n = 0;
     int *pos = xcalloc((size_t)g->n_values, sizeof(int));
     c->op = xcalloc((size_t)g->n_values, sizeof(int));
@@ -120,11 +146,11 @@ static void measure(const ir_graph *g, pipe_costs *c) {
             if (v->phase == PHASE_BACKWARD) read_backward[x] = 1;
         }
     }
-    int states = states_per_param(g);
+    /* parameters, gradients and optimizer state, ZeRO's shares of them */
+    double state = dm_state_per_param(g->zero, dm_optimizer_states(g), zero_shares(g));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (v->op == OP_PARAM && first_use[i] < n)
-            c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * (2 + states);
+        if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
         if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
         double elems = (double)ir_local_numel(g, &v->type);
         /* it crosses every boundary after it up to its last user */
@@ -135,22 +161,23 @@ static void measure(const ir_graph *g, pipe_costs *c) {
     double run = 0;
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;
-    /* per op (at j) into sums over the ops before j */
-    double *per_op[] = {c->seconds, c->forward, c->flops, c->activation, c->params};
-    for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) {
-        double sum = 0;
-        for (int j = 0; j <= n; j++) {
-            double here = j < n ? per_op[a][j] : 0;
-            per_op[a][j] = sum;
-            sum += here;
-        }
-    }
     mark_layers(g, c);
     free(delta);
     free(first_use);
     free(last_use);
     free(read_backward);
     free(pos);
+}
+
+/* Per op (at j) into sums over the ops before j. */
+static void sum_costs(pipe_costs *c) {
+    double *per_op[] = {c->seconds, c->forward, c->flops, c->activation, c->params};
+    for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) prefix_sum(per_op[a], c->n, 1);
+}
+
+static void measure(const ir_graph *g, pipe_costs *c) {
+    measure_ops(g, c);
+    sum_costs(c);
 }
 
 static void costs_free(pipe_costs *c) {
@@ -176,6 +203,13 @@ static double recv_seconds(const pipe_costs *c, int i) {
  * micro-batches in flight). */
 static double stage_seconds(const pipe_costs *c, int i, int j) {
     return c->seconds[j] - c->seconds[i] + 2 * recv_seconds(c, i);
+}
+
+/* Its two parts: the activations' arrival counts to the forward, their gradients' return
+ * to the backward. */
+static void stage_times(const pipe_costs *c, int i, int j, double *forward, double *backward) {
+    *forward = c->forward[j] - c->forward[i] + recv_seconds(c, i);
+    *backward = stage_seconds(c, i, j) - *forward;
 }
 
 static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
@@ -300,9 +334,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         s->first = c->op[i];
         s->last = c->op[j - 1];
         s->seconds = stage_seconds(c, i, j);
-        /* the activations' arrival counts to the forward, their gradients' return to the backward */
-        s->forward_seconds = c->forward[j] - c->forward[i] + recv_seconds(c, i);
-        s->backward_seconds = s->seconds - s->forward_seconds;
+        stage_times(c, i, j, &s->forward_seconds, &s->backward_seconds);
         s->flops = c->flops[j] - c->flops[i];
         s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
         s->recv_elems = (int64_t)c->cross[i];
@@ -317,10 +349,37 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
     plan->imbalance = total > 0 ? slowest / (total / plan->stages) : 1;
 }
 
+/* Model flops as Megatron-LM counts them: products forward and backward, not recomputed
+ * copies. */
+static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
+    return oc->matmul && v->phase != PHASE_UPDATE && !(v->phase == PHASE_BACKWARD && v->segment > 0) ? oc->flops : 0;
+}
+
+/* An update-phase op's time, its reduction's latency left out: the bytes it reduces go to
+ * reduced[axis], and the ring steps of one reduction to steps[axis] (bucket_latency pays
+ * them per bucket). */
+static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
+                                double *steps) {
+    dm_op_cost oc = cost_of_op(g, v);
+    if (oc.messages > 0) {
+        reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
+        if (oc.messages > steps[oc.axis]) steps[oc.axis] = oc.messages;
+        oc.messages = 0;
+    }
+    return cost_seconds(g, m, oc);
+}
+
+/* The latency of the update's reductions: they run bucket by bucket (passes/buckets.c),
+ * each paying its ring steps' latency once. reduced and steps by mesh axis. */
+static double bucket_latency(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
+                             double bucket_bytes) {
+    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS, t = 0;
+    for (int a = 0; a < g->n_axes; a++) t += ceil(reduced[a] / bucket) * steps[a] * cost_axis_link(g, m, a)->latency;
+    return t;
+}
+
 /* The update phase of the slowest stage (ranks of a stage run theirs at once), and the
- * model flops of a rank, the mean over the stages: products forward and backward, not
- * recomputed copies. The update's reductions run bucket by bucket (passes/buckets.c):
- * their latency is paid per bucket, not per parameter. */
+ * model flops of a rank, the mean over the stages. */
 static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
     double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
@@ -329,25 +388,16 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->stage < 0 || v->stage >= P) continue;
-        dm_op_cost oc = cost_of_op(g, v);
-        if (v->phase != PHASE_UPDATE) {
-            if (oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) flops[v->stage] += oc.flops;
-            continue;
+        size_t at = (size_t)v->stage * IR_MAX_AXES;
+        if (v->phase == PHASE_UPDATE) update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at);
+        else {
+            dm_op_cost oc = cost_of_op(g, v);
+            flops[v->stage] += model_flops_of(v, &oc);
         }
-        if (oc.messages > 0) {
-            size_t at = (size_t)v->stage * IR_MAX_AXES + (size_t)oc.axis;
-            reduced[at] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
-            if (oc.messages > steps[at]) steps[at] = oc.messages;
-            oc.messages = 0;
-        }
-        update[v->stage] += cost_seconds(g, &plan->cost, oc);
     }
-    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
     for (int k = 0; k < P; k++) {
-        for (int a = 0; a < g->n_axes; a++) {
-            size_t at = (size_t)k * IR_MAX_AXES + (size_t)a;
-            update[k] += ceil(reduced[at] / bucket) * steps[at] * cost_axis_link(g, &plan->cost, a)->latency;
-        }
+        size_t at = (size_t)k * IR_MAX_AXES;
+        update[k] += bucket_latency(g, &plan->cost, reduced + at, steps + at, bucket_bytes);
         if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
         plan->model_flops += flops[k] * g->microbatches / P;
     }
@@ -501,14 +551,13 @@ static int find_instances(const ir_graph *g, const pipe_costs *c, const char *gr
     return 0;
 }
 
-/* The update phase by forward position: each update-phase op counts where its parameter is
- * first used; reductions by axis, their latency paid per bucket (as predict_update). */
+/* The update phase and the model flops by forward position: an update-phase op counts
+ * where its parameter is first used, a backward op where its origin runs. */
 typedef struct update_costs {
-    double *seconds;     /* (n + 1) per op, without the reductions' latency */
+    double *seconds;     /* (n + 1) per op, the reductions' latency left out */
     double *reduced;     /* (n + 1) * IR_MAX_AXES bytes reduced over each axis */
     double steps[IR_MAX_AXES]; /* ring steps of one reduction over each axis */
-    double *state;       /* (n + 1) bytes of parameters, gradients and optimizer state */
-    double *model_flops; /* (n + 1) products forward and backward, recomputed copies not counted */
+    double *model_flops; /* (n + 1) model_flops_of */
 } update_costs;
 
 static int param_of(const ir_graph *g, const ir_value *v) {
@@ -522,7 +571,6 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
     int n = c->n;
     u->seconds = xcalloc((size_t)n + 1, sizeof(double));
     u->reduced = xcalloc(((size_t)n + 1) * IR_MAX_AXES, sizeof(double));
-    u->state = xcalloc((size_t)n + 1, sizeof(double));
     u->model_flops = xcalloc((size_t)n + 1, sizeof(double));
     memset(u->steps, 0, sizeof u->steps);
     int *pos = xcalloc((size_t)g->n_values, sizeof(int)), *param_at = xcalloc((size_t)g->n_params + 1, sizeof(int));
@@ -536,34 +584,18 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
             if (x->op == OP_PARAM && x->param_index >= 0) param_at[x->param_index] = j;
         }
     }
-    /* ZeRO's shares: over the data axis */
-    double share = 1;
-    for (int a = 0; a < g->n_axes; a++)
-        if (g->zero > 0 && strcmp(g->axes[a].name, "data") == 0) share = (double)g->axes[a].size;
-    int states = states_per_param(g);
-    double per_elem = (g->zero >= 3 ? 1 / share : 1) + (g->zero >= 2 ? 1 / share : 1) + states / (g->zero >= 1 ? share : 1);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (v->op == OP_PARAM && v->param_index >= 0) {
-            u->state[param_at[v->param_index]] += 4.0 * (double)ir_local_numel(g, &v->type) * per_elem;
+        if (v->phase == PHASE_UPDATE) {
+            int p = param_of(g, v), at = p >= 0 ? param_at[p] : n - 1;
+            if (at >= 0)
+                u->seconds[at] += update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps);
             continue;
         }
-        int at = pos[i];
-        if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
-        dm_op_cost oc = cost_of_op(g, v);
-        if (v->phase != PHASE_UPDATE) {
-            if (at >= 0 && oc.matmul && !(v->phase == PHASE_BACKWARD && v->segment > 0)) u->model_flops[at] += oc.flops;
-            continue;
-        }
-        int p = param_of(g, v);
-        at = p >= 0 ? param_at[p] : n - 1;
+        int at = pos[i] >= 0 ? pos[i] : v->origin ? pos[v->origin->id] : -1;
         if (at < 0) continue;
-        if (oc.messages > 0) {
-            u->reduced[(size_t)at * IR_MAX_AXES + (size_t)oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
-            if (oc.messages > u->steps[oc.axis]) u->steps[oc.axis] = oc.messages;
-            oc.messages = 0;
-        }
-        u->seconds[at] += cost_seconds(g, c->model, oc);
+        dm_op_cost oc = cost_of_op(g, v);
+        u->model_flops[at] += model_flops_of(v, &oc);
     }
     free(pos);
     free(param_at);
@@ -572,85 +604,55 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
 static void update_costs_free(update_costs *u) {
     free(u->seconds);
     free(u->reduced);
-    free(u->state);
     free(u->model_flops);
 }
 
-/* One per-op array of the probe (n entries, not summed) laid out for `layers` instances:
- * the ops before the first, the first, the second `layers - 1` times, the rest. */
-static double *replicate(const double *probe, int n, int a1, int a2, int64_t layers, int width, int *n_out) {
-    int64_t len = a2 - a1, total = n + (layers - 2) * len;
-    double *out = xcalloc((size_t)(total + 1) * (size_t)width, sizeof(double));
-    int64_t at = 0;
-    for (int j = 0; j < a1; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
-    for (int64_t r = 0; r < layers - 1; r++)
-        for (int j = a1; j < a2; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
-    for (int j = a2; j < n; j++, at++) memcpy(out + at * width, probe + (size_t)j * width, sizeof(double) * (size_t)width);
-    *n_out = (int)total;
+/* One per-op array of the probe (n entries of `elem` bytes, not summed) laid out for
+ * `layers` instances: the ops before the second instance, the second `layers - 1` times,
+ * the rest; with one more entry, zero, for the sums. */
+static void *lay_out(const void *probe, size_t elem, int n, int a1, int a2, int64_t layers) {
+    const char *from = probe;
+    size_t before = (size_t)a1 * elem, layer = (size_t)(a2 - a1) * elem, after = (size_t)(n - a2) * elem;
+    char *out = xcalloc(before + (size_t)(layers - 1) * layer + after + elem, 1), *at = out;
+    memcpy(at, from, before), at += before;
+    for (int64_t r = 0; r < layers - 1; r++) memcpy(at, from + before, layer), at += layer;
+    memcpy(at, from + before + layer, after);
     return out;
-}
-
-/* Per-op sums back into per-op values (the probe's arrays are prefix sums). */
-static double *unsum(const double *sums, int n) {
-    double *v = xcalloc((size_t)n + 1, sizeof(double));
-    for (int j = 0; j < n; j++) v[j] = sums[j + 1] - sums[j];
-    return v;
-}
-
-static void prefix_sum(double *v, int n, int width) {
-    for (int a = 0; a < width; a++) {
-        double sum = 0;
-        for (int j = 0; j <= n; j++) {
-            double here = j < n ? v[(size_t)j * width + (size_t)a] : 0;
-            v[(size_t)j * width + (size_t)a] = sum;
-            sum += here;
-        }
-    }
 }
 
 int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
                              int stages, dm_stage_estimate *out) {
     memset(out, 0, sizeof *out);
     pipe_costs c = {.g = g, .model = &opts->cost};
-    measure(g, &c);
-    int a0, a1, a2, status = -1;
+    measure_ops(g, &c);
+    int a0, a1, a2, n = c.n, status = -1;
     if (layers < 2 || find_instances(g, &c, group, &a0, &a1, &a2)) {
         costs_free(&c);
         return -1;
     }
     update_costs u;
     measure_update(g, &c, &u);
-    int n = c.n, m = 0;
-    double *seconds = unsum(c.seconds, n), *forward = unsum(c.forward, n), *activation = unsum(c.activation, n);
-    double *starts = xcalloc((size_t)n + 1, sizeof(double));
-    for (int j = 0; j <= n; j++) starts[j] = c.layer_start[j];
-    /* the deep model's per-op costs, then its sums as measure() leaves them */
-    pipe_costs v = {.g = g, .model = &opts->cost};
-    v.seconds = replicate(seconds, n, a1, a2, layers, 1, &m);
-    v.forward = replicate(forward, n, a1, a2, layers, 1, &m);
-    v.activation = replicate(activation, n, a1, a2, layers, 1, &m);
-    v.cross = replicate(c.cross, n, a1, a2, layers, 1, &m);
-    double *layer_start = replicate(starts, n, a1, a2, layers, 1, &m);
-    double *upd = replicate(u.seconds, n, a1, a2, layers, 1, &m), *state = replicate(u.state, n, a1, a2, layers, 1, &m);
-    double *flops = replicate(u.model_flops, n, a1, a2, layers, 1, &m);
-    double *reduced = replicate(u.reduced, n, a1, a2, layers, IR_MAX_AXES, &m);
-    v.n = m;
-    v.cross[0] = v.cross[m] = 0;
-    v.layer_start = xcalloc((size_t)m + 1, 1);
-    for (int j = 0; j <= m; j++) v.layer_start[j] = layer_start[j] != 0, v.layer_starts += j > 0 && j < m && v.layer_start[j];
-    v.params = xcalloc((size_t)m + 1, sizeof(double));
-    v.flops = xcalloc((size_t)m + 1, sizeof(double));
-    v.op = xcalloc((size_t)m + 1, sizeof(int));
+    /* the deep model's per-op costs, then their sums as measure() leaves them */
+    pipe_costs v = {.g = g, .model = &opts->cost, .n = n + (int)((layers - 2) * (a2 - a1))};
+    int m = v.n;
+    v.seconds = lay_out(c.seconds, sizeof(double), n, a1, a2, layers);
+    v.forward = lay_out(c.forward, sizeof(double), n, a1, a2, layers);
+    v.flops = lay_out(c.flops, sizeof(double), n, a1, a2, layers);
+    v.activation = lay_out(c.activation, sizeof(double), n, a1, a2, layers);
+    v.params = lay_out(c.params, sizeof(double), n, a1, a2, layers);
+    v.cross = lay_out(c.cross, sizeof(double), n, a1, a2, layers);
+    v.layer_start = lay_out(c.layer_start, 1, n, a1, a2, layers);
+    for (int j = 1; j < m; j++) v.layer_starts += v.layer_start[j];
     v.in_flight = xcalloc((size_t)stages, sizeof(int));
-    prefix_sum(v.seconds, m, 1);
-    prefix_sum(v.forward, m, 1);
-    prefix_sum(v.activation, m, 1);
-    prefix_sum(upd, m, 1);
-    prefix_sum(state, m, 1);
+    sum_costs(&v);
+    double *update = lay_out(u.seconds, sizeof(double), n, a1, a2, layers);
+    double *flops = lay_out(u.model_flops, sizeof(double), n, a1, a2, layers);
+    double *reduced = lay_out(u.reduced, IR_MAX_AXES * sizeof(double), n, a1, a2, layers);
+    prefix_sum(update, m, 1);
     prefix_sum(flops, m, 1);
     prefix_sum(reduced, m, IR_MAX_AXES);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
-    if (stages == 1) boundary[1] = m;
+    boundary[1] = m;
     if (m >= stages && (stages == 1 || choose_cuts(&v, stages, 0, boundary) == 0)) {
         out->stages = stages;
         out->forward = xcalloc((size_t)stages, sizeof(double));
@@ -658,26 +660,22 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
         out->update = xcalloc((size_t)stages, sizeof(double));
         out->state_bytes = xcalloc((size_t)stages, sizeof(double));
         out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
-        double bucket = opts->bucket_bytes > 0 ? opts->bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
         for (int k = 0; k < stages; k++) {
             int i = boundary[k], j = boundary[k + 1];
-            double recv = k > 0 ? recv_seconds(&v, i) : 0;
-            out->forward[k] = v.forward[j] - v.forward[i] + recv;
-            out->backward[k] = v.seconds[j] - v.seconds[i] + 2 * recv - out->forward[k];
-            out->update[k] = upd[j] - upd[i];
-            for (int a = 0; a < g->n_axes; a++) {
-                double bytes = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
-                out->update[k] += ceil(bytes / bucket) * u.steps[a] * cost_axis_link(g, &opts->cost, a)->latency;
-            }
-            out->state_bytes[k] = state[j] - state[i];
+            double reduced_here[IR_MAX_AXES];
+            for (int a = 0; a < IR_MAX_AXES; a++)
+                reduced_here[a] = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
+            stage_times(&v, i, j, &out->forward[k], &out->backward[k]);
+            out->update[k] = update[j] - update[i] + bucket_latency(g, &opts->cost, reduced_here, u.steps, opts->bucket_bytes);
+            out->state_bytes[k] = 4.0 * (v.params[j] - v.params[i]);
             out->activation_bytes[k] = 4.0 * (v.activation[j] - v.activation[i] + v.cross[i]);
         }
         out->model_flops = flops[m];
+        for (int j = 0; j < n; j++) out->probe_activation_bytes += 4.0 * c.activation[j];
         status = 0;
     }
     free(boundary);
-    free(seconds), free(forward), free(activation), free(starts), free(layer_start);
-    free(upd), free(state), free(flops), free(reduced);
+    free(update), free(flops), free(reduced);
     costs_free(&v);
     update_costs_free(&u);
     costs_free(&c);
