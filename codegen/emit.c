@@ -366,10 +366,10 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.pipe_axis = ir_pipeline_axis(g);
     E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
     E.scheduled = ir_is_scheduled(g);
+    if (plans->pipeline && plans->pipeline->timed.actions) E.predicted = plans->pipeline;
     if (E.pipe_axis >= 0) E.partitioned = 1;
     if (E.scheduled) {
         E.sched = &plans->pipeline->schedule;
-        if (plans->pipeline->timed.actions) E.predicted_bubble = plans->pipeline->bubble;
         E.needed_on = plans->pipeline->readers;
         E.slots = calloc((size_t)E.stages, sizeof(int));
         if (!E.slots) abort();

@@ -1,11 +1,13 @@
 /* emit_api.c: the public header, the context (storage, create, destroy), initial
  * parameters, the SPMD block moves of parameters, weights files and the dmrt_model
  * descriptor for generic tools. */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emitter.h"
+#include "hardware.h"
 
 /* The buffers a context owns: (field, elements, element type), as create allocates them. */
 typedef struct owned_buffer {
@@ -894,6 +896,22 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, "    return %s;", E->dialect->memory_peak);
     cg_line(w, "}");
     cg_blank(w);
+    const dm_pipeline_plan *pl = E->predicted;
+    /* the hardware's name, from a user's file: only its plain characters go in the C source */
+    char hardware[64] = "";
+    if (pl) {
+        const char *name = cost_hardware(&pl->cost)->name;
+        size_t n = 0;
+        for (; *name && n + 1 < sizeof hardware; name++) hardware[n++] = isalnum((unsigned char)*name) || strchr("-_.+ ", *name) ? *name : '?';
+        hardware[n] = 0;
+        cg_line(w, "/* dmc --explain's prediction for this plan on %s: the step %.6g s */", hardware, pl->step_seconds);
+        for (int part = 0; part < 2; part++) {
+            cg_line(w, "static const double predicted_%s_seconds[%d] = {", part ? "backward" : "forward", pl->stages);
+            for (int k = 0; k < pl->stages; k++)
+                cg_line(w, "    %.6g, /* stage %d */", part ? pl->stage[k].backward_seconds : pl->stage[k].forward_seconds, k);
+            cg_line(w, "};");
+        }
+    }
     cg_line(w, "const dmrt_model %s_model = {", m);
     w->indent++;
     cg_line(w, ".name = \"%s\",", m);
@@ -921,7 +939,12 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
     cg_line(w, ".rank_id = %s,", E->partitioned ? "model_rank_id" : "NULL");
     cg_line(w, ".memory_peak = model_memory_peak,");
-    cg_line(w, ".predicted_bubble = %.6f,", E->predicted_bubble);
+    cg_line(w, ".predicted_bubble = %.6f,", pl && E->scheduled ? pl->bubble : 0.0);
+    cg_line(w, ".predicted_step_seconds = %.6g,", pl ? pl->step_seconds : 0.0);
+    cg_line(w, ".predicted_on = \"%s\",", hardware);
+    cg_line(w, ".n_predicted_stages = %d,", pl ? pl->stages : 0);
+    cg_line(w, ".predicted_forward_seconds = %s,", pl ? "predicted_forward_seconds" : "NULL");
+    cg_line(w, ".predicted_backward_seconds = %s,", pl ? "predicted_backward_seconds" : "NULL");
     w->indent--;
     cg_line(w, "};");
 }

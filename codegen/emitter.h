@@ -41,7 +41,7 @@ typedef struct emitter {
     int pipe_axis;             /* the pipeline's mesh axis, or -1 */
     const pipe_schedule *sched;/* every stage's actions, as the generated step runs them (the
                                 * pipeline plan's) */
-    double predicted_bubble;   /* the pipeline plan's simulated bubble (dmrt_model), or 0 */
+    const dm_pipeline_plan *predicted; /* the step's predicted times (dmrt_model), NULL: none */
     int *slots;                /* (stages) micro-batches whose temporaries a stage holds at once
                                 * (the pipeline plan's in-flight counts): a copy of the arena each */
     const uint64_t *needed_on; /* (n_values) for a buffer's owner: the stages reading it (bit per stage) */

@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* Element (i, j) of op(X) for a row-major X with row stride ld. */
 #define OPX(x, t, i, j, ld) ((t) ? (x)[(int64_t)(j) * (ld) + (i)] : (x)[(int64_t)(i) * (ld) + (j)])
@@ -44,4 +46,12 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
                 b, (int)ldb, beta, c, (int)ldc);
+}
+
+void dmrt_blas_share_cores(int ranks_here) {
+    if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS")) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1 || ranks_here < 1) return;
+    long threads = cores / ranks_here;
+    openblas_set_num_threads(threads < 1 ? 1 : (int)threads);
 }

@@ -113,10 +113,16 @@ typedef struct dmrt_model {
      * memory for CUDA): what `dmc --explain` predicts per rank. NULL: not known. */
     size_t (*memory_peak)(void *ctx);
 
-    /* Pipelines: the bubble (idle share of stage-time) dmc predicted for this plan by
-     * simulating its schedule with each stage's times from its cost rules (`--explain`'s
-     * bubble; nominal rules, not this machine's); 0: none predicted. */
+    /* What `dmc --explain` predicted for this plan on the hardware dmc was given
+     * (--hardware; the trainer's --trace prints it beside what it measures). Pipelines:
+     * the bubble (idle share of stage-time) of its schedule simulated with each stage's
+     * times; 0: none predicted. The step's time (schedule and update); each stage's
+     * forward and backward of one micro-batch (n_predicted_stages of them). */
     double predicted_bubble;
+    double predicted_step_seconds;
+    const char *predicted_on;       /* the hardware's name */
+    int n_predicted_stages;
+    const double *predicted_forward_seconds, *predicted_backward_seconds;
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -155,6 +161,12 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
 void dmrt_sgemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                     float *c, int64_t ldc);
+/* Gives each of the ranks running on this machine its share of the cores for matrix
+ * products: OpenBLAS threads = cores / ranks_here (at least 1). Two ranks with a thread per
+ * core each would put twice as many threads as cores to spin against each other (on two
+ * cores the mlp's data=2 step took 21 ms so, 13 ms with a thread each). Leaves OpenBLAS
+ * alone when OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set. */
+void dmrt_blas_share_cores(int ranks_here);
 
 /* ---- random numbers -------------------------------------------------------------------- */
 

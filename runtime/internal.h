@@ -13,12 +13,6 @@
 #define DMRT_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define DMRT_PRINTF(f, a)
-/* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
- * trace) and path's .svg (the last training step), and the measured bubble on out.
- * Every rank calls it; world rank 0 writes. 0, or -1 with a message in err. */
-struct dmrt_rank;
-int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *path, FILE *out, char *err,
-                     size_t errlen);
 
 #endif
 
@@ -38,5 +32,8 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 struct dmrt_rank;
 int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *path, FILE *out, char *err,
                      size_t errlen);
+/* The trainer's --trace, on the lead rank: the measured step time (the median of
+ * seconds[1..n), the first step warming caches left out) beside dmc's prediction. */
+void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n, FILE *out);
 
 #endif

@@ -120,6 +120,60 @@ static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const in
     fprintf(f, "</svg>\n");
 }
 
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n, FILE *out) {
+    if (n < 2) return;
+    double *sorted = malloc((size_t)(n - 1) * sizeof *sorted);
+    if (!sorted) return;
+    memcpy(sorted, seconds + 1, (size_t)(n - 1) * sizeof *sorted);
+    qsort(sorted, (size_t)(n - 1), sizeof *sorted, compare_doubles);
+    int64_t k = n - 1;
+    double median = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+    free(sorted);
+    fprintf(out, "step time %.3f ms measured (median of %lld steps, the first left out)", 1e3 * median, (long long)k);
+    if (m->predicted_step_seconds > 0)
+        fprintf(out, ", predicted %.3f ms on %s (%+.0f%%)", 1e3 * m->predicted_step_seconds, m->predicted_on,
+                100 * (m->predicted_step_seconds / median - 1));
+    fprintf(out, "\n");
+}
+
+/* Each stage's forward and backward of one micro-batch, measured (the mean over its
+ * ranks, micro-batches and the steps the bubble is measured on) beside the prediction. */
+static void stage_times(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks,
+                        const step_span *spans, int64_t first, int64_t last, FILE *out) {
+    int stages;
+    stage_of(m, 0, &stages);
+    double *sum = calloc((size_t)stages * 2, sizeof *sum), *n = calloc((size_t)stages * 2, sizeof *n);
+    if (!sum || !n) goto done;
+    const dmrt_trace_event *e = all;
+    for (int r = 0; r < ranks; e += counts[r], r++) {
+        int s = stage_of(m, r, &stages);
+        for (int64_t i = 0; i < counts[r]; i++) {
+            int64_t k = e[i].step;
+            if (k < first || k > last || spans[k].ranks != ranks) continue;
+            int b = e[i].kind == 'B';
+            sum[2 * s + b] += e[i].end - e[i].start;
+            n[2 * s + b] += 1;
+        }
+    }
+    for (int s = 0; s < stages; s++) {
+        if (!n[2 * s] || !n[2 * s + 1]) continue;
+        double fwd = sum[2 * s] / n[2 * s], bwd = sum[2 * s + 1] / n[2 * s + 1];
+        fprintf(out, "stage %d: forward %.3f ms, backward %.3f ms per micro-batch measured", s, 1e3 * fwd, 1e3 * bwd);
+        if (m->n_predicted_stages == stages)
+            fprintf(out, ", predicted %.3f ms and %.3f ms", 1e3 * m->predicted_forward_seconds[s],
+                    1e3 * m->predicted_backward_seconds[s]);
+        fprintf(out, "\n");
+    }
+done:
+    free(sum);
+    free(n);
+}
+
 /* path.json -> path.svg; any other name gets .svg appended. */
 static void svg_path_of(const char *path, char *out, size_t size) {
     size_t n = strlen(path);
@@ -201,8 +255,10 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
         fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)", bubble,
                 (long long)measured, formula, stages, (long long)micros);
         if (m->predicted_bubble > 0)
-            fprintf(out, ", predicted %.4f (dmc --explain: the schedule timed by its nominal cost rules)", m->predicted_bubble);
+            fprintf(out, ", predicted %.4f on %s (dmc --explain: the schedule simulated with each stage's predicted times)",
+                    m->predicted_bubble, m->predicted_on);
         fprintf(out, "\n");
+        stage_times(m, all, counts, ranks, spans, last_step > 1 ? 2 : 1, last_step, out);
     }
     fprintf(out, "trace: %s (%lld actions; Perfetto, chrome://tracing)%s%s\n", path, (long long)total,
             pictured ? ", picture of the last step: " : "", pictured ? svg : "");

@@ -852,6 +852,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     memset(&d, 0, sizeof d);
     void *ctx = NULL;
     void **in = NULL;
+    double *step_seconds = NULL; /* --trace: every step's time, for the median beside the prediction */
     int status = TR_RUNTIME;
     const char *oom_msg = NULL;
     err[0] = '\0';
@@ -950,6 +951,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (!o->quiet) print_summary(errs, m, o, &d, prog, total);
 
     double t_train = 0.0, acc = 0.0, val_loss = 0.0;
+    if (o->trace && lead && total > 0 && !(step_seconds = malloc((size_t)total * sizeof *step_seconds))) goto oom;
     int acc_fresh = 0, val_fresh = 0; /* acc, val_loss are for the current parameters */
     int64_t step = 0;
     for (int64_t epoch = 1; step < total; epoch++) {
@@ -970,6 +972,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             }
             double t2 = dmrt_now();
             t_train += t2 - t0;
+            if (step_seconds) step_seconds[step] = t2 - t1;
             step++;
             acc_fresh = val_fresh = 0;
             if (bar.stdout_tty) bar_clear(&bar);
@@ -1003,8 +1006,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     bar_clear(&bar);
     if (o->dump_grads && step == 0)
         fprintf(errs, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
+    if (step_seconds) dmrt_trace_step_time(m, step_seconds, step, outs);
     if (o->trace && !rank)
-        fprintf(errs, "%s: note: --trace records the ranks of a partitioned model; this one runs on one: nothing written\n",
+        fprintf(errs, "%s: note: --trace records the ranks of a partitioned model; this one runs on one: no timeline written\n",
                 prog);
     if (o->trace && rank && dmrt_trace_write(m, rank, o->trace, outs, err, sizeof err) != 0) goto fail;
 
@@ -1045,6 +1049,7 @@ fail:
     }
     status = TR_RUNTIME;
 done:
+    free(step_seconds);
     if (ctx) m->destroy(ctx);
     if (in)
         for (int i = 0; i < m->n_inputs; i++) dmrt_free(in[i]);
@@ -1084,6 +1089,7 @@ static int rank_main(dmrt_rank *r, void *arg) {
 static int threads_launch(void *launch_arg, int n_ranks, dmrt_rank_main main_fn, void *arg, char *err,
                           size_t errlen) {
     (void)launch_arg;
+    dmrt_blas_share_cores(n_ranks);
     return dmrt_threads_run(n_ranks, main_fn, arg, err, errlen);
 }
 
@@ -1104,6 +1110,12 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
     }
     tr_spmd s = {model, &o, prog, 0, 0, 0};
     char err[4096] = "";
+    if (launch != threads_launch) {
+        /* one rank per process: as many processes on this machine as the launcher says */
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        if (!local) local = getenv("MPI_LOCALNRANKS");
+        if (local && atoi(local) > 0) dmrt_blas_share_cores(atoi(local));
+    }
     int status = launch(launch_arg, (int)model->n_ranks, rank_main, &s, err, sizeof err);
     if (status == 0) return TR_OK;
     if (s.usage_failed) return TR_USAGE;
