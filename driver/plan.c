@@ -221,6 +221,7 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
     int made = 0;
     if (compile_one(&cc, &c) == 0) {
         dm_pipeline_options po = probe_options(req, axis_sizes);
+        po.microbatches = base->microbatches;
         int stages = (int)base->mesh[AXIS_PIPELINE];
         dm_stage_estimate whole;
         made = -1;

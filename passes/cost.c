@@ -14,6 +14,10 @@ static double ops_per_element(const ir_value *v) {
     case OPC_LOSS:
     case OPC_LOSS_GRAD: return 6;
     case OPC_UPDATE: return v->op == OP_ADAMW_UPDATE ? 12 : 4;
+    case OPC_UNARY_GRAD: return 4;
+    case OPC_UNARY:
+        /* a transcendental function costs about as much as ten multiply-adds */
+        return v->op == OP_TANH || v->op == OP_SIGMOID || v->op == OP_EXP || v->op == OP_LOG || v->op == OP_GELU ? 10 : 1;
     default: return 1;
     }
 }
@@ -60,15 +64,25 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
         if (x->role != ROLE_CONST) in += (double)ir_local_numel(g, &x->type);
     }
     c.bytes = 4.0 * (in + out);
+    c.calls = info->cls == OPC_RESHAPE ? 0 : 1;
+    c.fp32_master = v->phase == PHASE_UPDATE;
     switch (info->cls) {
     case OPC_MATMUL: {
         const ir_value *a = g->values[v->operands[0]];
         int r = a->type.rank;
         int kdim = v->trans_a ? r - 2 : r - 1;
-        int64_t k = a->type.shape[kdim];
-        if (a->type.split[kdim] != IR_REPLICATED) k /= g->axes[a->type.split[kdim]].size;
-        c.flops = 2.0 * out * (double)k;
+        ir_type a_local = ir_local_type(g, &a->type);
+        double k = (double)a_local.shape[kdim];
+        /* a weight's gradient x^T dy of a batched x [B, T, C] (a 2-D result): the sum runs
+         * over every row of x, all but its last dim */
+        if (v->trans_a && r > 2 && v->type.rank == 2) k = (double)ir_local_numel(g, &a->type) / (double)a_local.shape[r - 1];
+        c.flops = 2.0 * out * k;
         c.matmul = 1;
+        /* operands of rank 3 and more on both sides: a product per matrix (codegen loops over them) */
+        const ir_value *b = g->values[v->operands[1]];
+        ir_type local = ir_local_type(g, &v->type);
+        double matrix = local.rank >= 2 ? (double)local.shape[local.rank - 2] * (double)local.shape[local.rank - 1] : 0;
+        if (a->type.rank > 2 && b->type.rank > 2 && matrix > 0) c.calls = out / matrix;
         break;
     }
     case OPC_REDUCE:
@@ -101,12 +115,34 @@ const dm_hardware *cost_hardware(const dm_cost_model *m) {
     return m && m->hardware ? m->hardware : dm_hardware_default();
 }
 
+/* Ranks on one node: the plan's, up to a node's devices. */
+static double ranks_per_node(const ir_graph *g, const dm_cost_model *m, const dm_hardware *hw) {
+    double ranks = 1;
+    for (int a = 0; a < g->n_axes; a++) ranks *= (double)(m && m->axis_sizes ? m->axis_sizes[a] : g->axes[a].size);
+    return ranks < hw->devices_per_node ? ranks : hw->devices_per_node;
+}
+
+/* flop/s of one product of call_flops: the precision's peak at the efficiency for its
+ * size (where the hardware has a curve), on every core of a CPU when its rank is alone. */
+static double matmul_rate(const ir_graph *g, const dm_cost_model *m, const dm_hardware *hw, double call_flops) {
+    double peak = hw->peak_flops[m ? m->precision : DM_FP32];
+    if (hw->lone_rank_threads > 1 && ranks_per_node(g, m, hw) <= 1)
+        return peak * hw->lone_rank_threads * dm_size_curve_at(&hw->lone_rank_matmul, call_flops);
+    return peak * (hw->matmul_by_size.n ? dm_size_curve_at(&hw->matmul_by_size, call_flops) : hw->matmul_efficiency);
+}
+
 double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
     const dm_hardware *hw = cost_hardware(m);
-    dm_precision p = m && c.matmul ? (dm_precision)m->precision : DM_FP32;
-    double peak = hw->peak_flops[p] * (c.matmul ? hw->matmul_efficiency : 1.0);
-    double compute = c.flops / peak, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
+    double calls = c.calls > 0 ? c.calls : 1;
+    double rate = c.matmul ? matmul_rate(g, m, hw, c.flops / calls)
+                           : hw->vector_flops > 0 ? hw->vector_flops : hw->peak_flops[DM_FP32];
+    /* bf16 training keeps activations and their gradients in 2-byte elements (Megatron-LM
+     * and PyTorch's autocast do; dmc's generated code does not yet: costed only) */
+    if (m && m->precision == DM_BF16 && !c.fp32_master) c.bytes /= 2, c.sent /= 2;
+    double compute = c.flops / rate, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
     double t = compute > memory ? compute : memory;
+    /* a product's curve includes its calls' overheads; other kernels pay theirs */
+    if (!c.matmul) t += c.calls * hw->kernel_overhead;
     if (c.sent > 0 || c.messages > 0) {
         const dm_link *link = cost_axis_link(g, m, c.axis);
         t += c.messages * link->latency + c.sent / (link->bandwidth * hw->link_efficiency);

@@ -25,8 +25,9 @@ void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
     fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)\n", g->microbatches,
             g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.makespan * 1e3,
             100 * pl->bubble);
-    fprintf(out, "  update: %.3f ms (the gradient reductions left to it, by buckets, counted as not overlapping the\n"
-                 "  backward pass; the optimizer)\n", pl->update_seconds * 1e3);
+    fprintf(out, "  update: %.3f ms (the optimizer, and the gradient reductions by buckets less what the backward\n"
+                 "  pass hides of them: %s)\n", pl->update_seconds * 1e3,
+            hw->overlap > 0 ? "the hardware overlaps them by its efficiency.overlap" : "nothing on this hardware");
     if (step > 0 && samples > 0) {
         fprintf(out, "  %.4g samples/s", samples / step);
         if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);
@@ -35,8 +36,8 @@ void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
     }
     if (pl->cost.precision == DM_BF16)
         fprintf(out, "  (bf16 is costed only: the generated code runs fp32, or tf32 on --target cuda --tf32)\n");
-    fprintf(out, "  (%s; not modelled yet: buckets overlapping the\n"
-                 "  backward pass, launch overheads, reduced-precision activations; docs/cost.md)\n\n",
+    fprintf(out, "  (%s; not modelled yet: activation memory\n"
+                 "  in 2-byte elements, the interleaved schedule; docs/cost.md)\n\n",
             strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
                                              : "the hardware's peaks times its efficiencies");
 }

@@ -3,6 +3,7 @@
 #include "hardware.h"
 
 #include <errno.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,7 +11,9 @@
 #include <string.h>
 
 /* The presets, in the file format. Datasheet peaks are dense (no sparsity); efficiencies
- * and latencies are this project's assumptions until `dmc calibrate` measures them. */
+ * and latencies are this project's assumptions (`dmc calibrate` measures a CPU machine).
+ * The GPUs' overlap is 1: NCCL's kernels run on a stream of their own beside the
+ * backward pass's. */
 static const char *const preset_names[] = {"nominal", "cpu-2core", "a100-80gb-sxm", "h100-80gb-sxm"};
 static const char *const preset_texts[] = {
     /* the single roofline the cost rules used before hardware files: one CPU socket's order
@@ -32,14 +35,14 @@ static const char *const preset_texts[] = {
     "{\"name\": \"a100-80gb-sxm\", \"device\": {\"peak_flops\": {\"fp32\": 19.5e12, \"tf32\": 156e12, \"bf16\": 312e12},"
     " \"memory_bytes\": 85899345920, \"memory_bandwidth\": 2.039e12}, \"devices_per_node\": 8,"
     " \"intra_node\": {\"bandwidth\": 300e9, \"latency\": 5e-6}, \"inter_node\": {\"bandwidth\": 25e9, \"latency\": 1e-5},"
-    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8}}",
+    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8, \"overlap\": 1}}",
     /* NVIDIA H100 80GB SXM (datasheet: FP32 67, TF32 494.7, BF16 989.4 TFLOPS dense; HBM3
      * 3.35 TB/s; NVLink 4 900 GB/s per GPU, both directions) in a DGX H100 (8 GPUs;
      * 8 x 400 Gb/s NDR InfiniBand: 50 GB/s per GPU) */
     "{\"name\": \"h100-80gb-sxm\", \"device\": {\"peak_flops\": {\"fp32\": 67e12, \"tf32\": 494.7e12, \"bf16\": 989.4e12},"
     " \"memory_bytes\": 85899345920, \"memory_bandwidth\": 3.35e12}, \"devices_per_node\": 8,"
     " \"intra_node\": {\"bandwidth\": 450e9, \"latency\": 5e-6}, \"inter_node\": {\"bandwidth\": 50e9, \"latency\": 1e-5},"
-    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8}}",
+    " \"efficiency\": {\"matmul\": 0.7, \"memory\": 0.8, \"link\": 0.8, \"overlap\": 1}}",
 };
 
 int dm_hardware_presets(const char *const **names, const char *const **texts) {
@@ -97,20 +100,76 @@ static double number(reader *r, json_t *parent, const char *where, const char *k
     json_t *v = parent ? json_object_get(parent, key) : NULL;
     if (!parent) return 0;
     if (!v) {
-        fail(r, "missing field '%s.%s' (a number)", where, key);
+        fail(r, "missing field '%s%s%s' (a number)", where, *where ? "." : "", key);
         return 0;
     }
     double x = json_is_number(v) ? json_number_value(v) : 0;
     int ok = json_is_number(v) && (strict ? x > min : x >= min) && (max <= 0 || x <= max);
     if (!ok) {
         char bound[96];
-        if (max > 0) snprintf(bound, sizeof bound, "in (%g, %g]", min, max);
+        if (max > 0) snprintf(bound, sizeof bound, "in %s%g, %g]", strict ? "(" : "[", min, max);
         else snprintf(bound, sizeof bound, "%s %g", strict ? "above" : "at least", min);
         char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-        fail(r, "field '%s.%s' must be a number %s, got %s", where, key, bound, text ? text : "?");
+        fail(r, "field '%s%s%s' must be a number %s, got %s", where, *where ? "." : "", key, bound, text ? text : "?");
         free(text);
     }
     return x;
+}
+
+/* [[flops, efficiency], ...] ascending in flops, efficiencies in (0, 1]. */
+static void size_curve(reader *r, json_t *parent, const char *where, const char *key, dm_size_curve *c) {
+    json_t *v = json_object_get(parent, key);
+    c->n = 0;
+    if (!v) return;
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (n < 1 || n > DM_SIZE_POINTS) {
+        fail(r, "field '%s.%s' must be an array of 1 to %d [flops, efficiency] pairs", where, key, DM_SIZE_POINTS);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *pair = json_array_get(v, i);
+        json_t *f = json_array_get(pair, 0), *e = json_array_get(pair, 1);
+        double flops = json_number_value(f), eff = json_number_value(e);
+        if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_number(f) || !json_is_number(e) || flops <= 0 ||
+            eff <= 0 || eff > 1) {
+            fail(r, "field '%s.%s[%zu]' must be [flops above 0, efficiency in (0, 1]]", where, key, i);
+            return;
+        }
+        if (i > 0 && flops <= c->flops[i - 1]) {
+            fail(r, "field '%s.%s[%zu]': flops must ascend (%g after %g)", where, key, i, flops, c->flops[i - 1]);
+            return;
+        }
+        c->flops[i] = flops;
+        c->efficiency[i] = eff;
+    }
+    c->n = (int)n;
+}
+
+double dm_size_curve_at(const dm_size_curve *c, double flops) {
+    if (flops <= c->flops[0]) return c->efficiency[0];
+    for (int i = 1; i < c->n; i++)
+        if (flops < c->flops[i]) {
+            double t = log(flops / c->flops[i - 1]) / log(c->flops[i] / c->flops[i - 1]);
+            return c->efficiency[i - 1] + t * (c->efficiency[i] - c->efficiency[i - 1]);
+        }
+    return c->efficiency[c->n - 1];
+}
+
+static void lone_rank_of(reader *r, json_t *root, dm_hardware *hw) {
+    json_t *o = json_object_get(root, "lone_rank");
+    if (!o) return;
+    if (!json_is_object(o)) {
+        fail(r, "field 'lone_rank' must be an object");
+        return;
+    }
+    static const char *const fields[] = {"threads", "matmul_by_size"};
+    known_fields(r, o, "lone_rank", fields, 2);
+    json_t *threads = json_object_get(o, "threads");
+    if (!json_is_integer(threads) || json_integer_value(threads) < 1 || json_integer_value(threads) > 4096)
+        fail(r, "field 'lone_rank.threads' must be an integer from 1 to 4096");
+    else hw->lone_rank_threads = (int)json_integer_value(threads);
+    size_curve(r, o, "lone_rank", "matmul_by_size", &hw->lone_rank_matmul);
+    if (!hw->lone_rank_matmul.n) fail(r, "missing field 'lone_rank.matmul_by_size' (an array)");
 }
 
 static void link_of(reader *r, json_t *root, const char *key, dm_link *link) {
@@ -136,8 +195,10 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
         json_decref(root);
         return -1;
     }
-    static const char *const top[] = {"name", "device", "devices_per_node", "intra_node", "inter_node", "efficiency", "notes"};
-    known_fields(&r, root, "", top, 7);
+    /* "measured": what `dmc calibrate` measured, kept for the reader; not read here */
+    static const char *const top[] = {"name",       "device",          "devices_per_node", "intra_node", "inter_node",
+                                      "efficiency", "kernel_overhead", "lone_rank",        "notes",      "measured"};
+    known_fields(&r, root, "", top, 10);
     json_t *name = json_object_get(root, "name");
     if (!json_is_string(name) || !*json_string_value(name)) fail(&r, "missing field 'name' (a string)");
     else snprintf(hw->name, sizeof hw->name, "%s", json_string_value(name));
@@ -145,8 +206,8 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
 
     json_t *device = object(&r, root, "", "device");
     if (device) {
-        static const char *const fields[] = {"peak_flops", "memory_bytes", "memory_bandwidth"};
-        known_fields(&r, device, "device", fields, 3);
+        static const char *const fields[] = {"peak_flops", "memory_bytes", "memory_bandwidth", "vector_flops"};
+        known_fields(&r, device, "device", fields, 4);
     }
     json_t *peaks = device ? object(&r, device, "device", "peak_flops") : NULL;
     if (peaks) known_fields(&r, peaks, "device.peak_flops", precision_names, DM_PRECISIONS);
@@ -154,6 +215,10 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
         hw->peak_flops[p] = number(&r, peaks, "device.peak_flops", precision_names[p], 0, 1, 0);
     hw->memory_bytes = number(&r, device, "device", "memory_bytes", 0, 1, 0);
     hw->memory_bandwidth = number(&r, device, "device", "memory_bandwidth", 0, 1, 0);
+    if (device && json_object_get(device, "vector_flops"))
+        hw->vector_flops = number(&r, device, "device", "vector_flops", 0, 1, 0);
+    if (json_object_get(root, "kernel_overhead")) hw->kernel_overhead = number(&r, root, "", "kernel_overhead", 0, 0, 1);
+    lone_rank_of(&r, root, hw);
 
     json_t *per_node = json_object_get(root, "devices_per_node");
     if (!json_is_integer(per_node) || json_integer_value(per_node) < 1 || json_integer_value(per_node) > (1 << 30)) {
@@ -171,8 +236,10 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
     json_t *eff = json_object_get(root, "efficiency");
     if (eff && !json_is_object(eff)) fail(&r, "field 'efficiency' must be an object");
     if (json_is_object(eff)) {
-        static const char *const fields[] = {"matmul", "memory", "link"};
-        known_fields(&r, eff, "efficiency", fields, 3);
+        static const char *const fields[] = {"matmul", "memory", "link", "matmul_by_size", "overlap"};
+        known_fields(&r, eff, "efficiency", fields, 5);
+        if (json_object_get(eff, "overlap")) hw->overlap = number(&r, eff, "efficiency", "overlap", 0, 0, 1);
+        size_curve(&r, eff, "efficiency", "matmul_by_size", &hw->matmul_by_size);
         double *slot[] = {&hw->matmul_efficiency, &hw->memory_efficiency, &hw->link_efficiency};
         for (int k = 0; k < 3; k++)
             if (json_object_get(eff, fields[k])) *slot[k] = number(&r, eff, "efficiency", fields[k], 0, 1, 1);

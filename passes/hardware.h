@@ -16,6 +16,14 @@ typedef struct dm_link {
     double latency;         /* seconds per message (the alpha of alpha-beta) */
 } dm_link;
 
+/* Efficiency by the size of one matrix product (its 2 m n k flops): points ascending in
+ * flops, interpolated in log(flops) between them and held at the ends. n == 0: none. */
+#define DM_SIZE_POINTS 32
+typedef struct dm_size_curve {
+    int n;
+    double flops[DM_SIZE_POINTS], efficiency[DM_SIZE_POINTS];
+} dm_size_curve;
+
 typedef struct dm_hardware {
     char name[64];
     char source[256];                   /* the file, or "preset" */
@@ -27,7 +35,23 @@ typedef struct dm_hardware {
     /* the share of each peak kernels reach: matrix products of the peak flops, other
      * kernels of the memory bandwidth, collectives of the link bandwidth; in (0, 1] */
     double matmul_efficiency, memory_efficiency, link_efficiency;
+    /* the share of a gradient reduction started during the backward pass that its
+     * computation hides, in [0, 1]: 1 where collectives run beside kernels (NCCL on a GPU),
+     * 0 where the same cores do both (a CPU); 0 where not given */
+    double overlap;
+    /* optional refinements, measured by `dmc calibrate` (docs/calibrate.md): */
+    dm_size_curve matmul_by_size;   /* replaces matmul_efficiency where it has points */
+    double vector_flops;            /* element operations/s of the other kernels; 0: peak fp32 */
+    double kernel_overhead;         /* seconds each kernel (or product call) costs beyond its work */
+    /* CPUs, whose devices are cores: a rank alone on its node runs its products on
+     * lone_rank_threads threads (libdmrt gives a rank cores / ranks threads) at
+     * lone_rank_matmul's efficiency of that many devices' peak. 0: not so. */
+    int lone_rank_threads;
+    dm_size_curve lone_rank_matmul;
 } dm_hardware;
+
+/* The curve at one product's flops (c has points). */
+double dm_size_curve_at(const dm_size_curve *c, double flops);
 
 /* A preset by name, or else a JSON file by path. Returns 0, or -1 with a message in err
  * naming the file (or preset) and the field at fault. */

@@ -53,6 +53,9 @@ typedef struct dm_op_cost {
     double flops;
     double bytes;
     int matmul;             /* a matrix product: its flops run at the precision's peak */
+    double calls;           /* kernels it runs (a batched product: one call per matrix) */
+    int fp32_master;        /* on the fp32 master weights, their gradients and state (the
+                             * update phase): 4-byte elements whatever the precision */
     double sent;            /* bytes this rank sends over mesh axis `axis` (receiving as many) */
     double messages;        /* ... in this many steps, each paying the link's latency */
     int axis;
@@ -133,6 +136,8 @@ typedef struct dm_pipeline_options {
                                  * activations in flight; 0: no limit */
     dm_cost_model cost;         /* the machine the stages are timed on (hardware NULL: nominal) */
     double bucket_bytes;        /* the gradient buckets' size (--bucket-mb; 0: 25 MiB) */
+    int microbatches;           /* pipeline_estimate_stages: the plan's (its probe runs one);
+                                 * 0: the graph's */
 } dm_pipeline_options;
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d);

@@ -359,14 +359,35 @@ static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
  * reduced[axis], and the ring steps of one reduction to steps[axis] (bucket_latency pays
  * them per bucket). */
 static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
-                                double *steps) {
+                                double *steps, double *link_seconds) {
     dm_op_cost oc = cost_of_op(g, v);
     if (oc.messages > 0) {
         reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
         if (oc.messages > steps[oc.axis]) steps[oc.axis] = oc.messages;
         oc.messages = 0;
     }
-    return cost_seconds(g, m, oc);
+    double t = cost_seconds(g, m, oc);
+    if (oc.sent > 0) {
+        dm_op_cost local = oc;
+        local.sent = 0;
+        *link_seconds += t - cost_seconds(g, m, local);
+    }
+    return t;
+}
+
+/* What the backward pass hides of the update's reductions: with one micro-batch, no
+ * pipeline and no ZeRO, buckets start as their gradients complete (passes/buckets.c) and
+ * run beside the rest of the pass, as far as the hardware overlaps the two; the bucket
+ * completed last (the first parameters', at most a bucket) cannot hide. link_seconds: the
+ * reductions' time (their latency included); reduced: their bytes. */
+static double hidden_seconds(const ir_graph *g, const dm_cost_model *m, int stages, int microbatches,
+                             double link_seconds, double reduced, double backward, double bucket_bytes) {
+    double overlap = cost_hardware(m)->overlap;
+    if (overlap <= 0 || microbatches > 1 || stages > 1 || g->zero || reduced <= 0) return 0;
+    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
+    double last = link_seconds * (bucket < reduced ? bucket / reduced : 1);
+    double hideable = link_seconds - last;
+    return overlap * (hideable < backward ? hideable : backward);
 }
 
 /* The latency of the update's reductions: they run bucket by bucket (passes/buckets.c),
@@ -385,11 +406,13 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
     /* per stage and mesh axis: bytes reduced in the update, ring steps of one reduction */
     double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
+    double *link = xcalloc((size_t)P, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->stage < 0 || v->stage >= P) continue;
         size_t at = (size_t)v->stage * IR_MAX_AXES;
-        if (v->phase == PHASE_UPDATE) update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at);
+        if (v->phase == PHASE_UPDATE)
+            update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage]);
         else {
             dm_op_cost oc = cost_of_op(g, v);
             flops[v->stage] += model_flops_of(v, &oc);
@@ -397,12 +420,16 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     }
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
-        update[k] += bucket_latency(g, &plan->cost, reduced + at, steps + at, bucket_bytes);
+        double latency = bucket_latency(g, &plan->cost, reduced + at, steps + at, bucket_bytes), bytes = 0;
+        for (int a = 0; a < IR_MAX_AXES; a++) bytes += reduced[at + (size_t)a];
+        update[k] += latency - hidden_seconds(g, &plan->cost, P, g->microbatches, link[k] + latency, bytes,
+                                              plan->stage[k].backward_seconds, bucket_bytes);
         if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
         plan->model_flops += flops[k] * g->microbatches / P;
     }
     free(reduced);
     free(steps);
+    free(link);
     free(update);
     free(flops);
 }
@@ -555,6 +582,7 @@ static int find_instances(const ir_graph *g, const pipe_costs *c, const char *gr
  * where its parameter is first used, a backward op where its origin runs. */
 typedef struct update_costs {
     double *seconds;     /* (n + 1) per op, the reductions' latency left out */
+    double *link;        /* (n + 1) the part of seconds its reductions spend on links */
     double *reduced;     /* (n + 1) * IR_MAX_AXES bytes reduced over each axis */
     double steps[IR_MAX_AXES]; /* ring steps of one reduction over each axis */
     double *model_flops; /* (n + 1) model_flops_of */
@@ -570,6 +598,7 @@ static int param_of(const ir_graph *g, const ir_value *v) {
 static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs *u) {
     int n = c->n;
     u->seconds = xcalloc((size_t)n + 1, sizeof(double));
+    u->link = xcalloc((size_t)n + 1, sizeof(double));
     u->reduced = xcalloc(((size_t)n + 1) * IR_MAX_AXES, sizeof(double));
     u->model_flops = xcalloc((size_t)n + 1, sizeof(double));
     memset(u->steps, 0, sizeof u->steps);
@@ -589,7 +618,8 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
         if (v->phase == PHASE_UPDATE) {
             int p = param_of(g, v), at = p >= 0 ? param_at[p] : n - 1;
             if (at >= 0)
-                u->seconds[at] += update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps);
+                u->seconds[at] +=
+                    update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps, &u->link[at]);
             continue;
         }
         int at = pos[i] >= 0 ? pos[i] : v->origin ? pos[v->origin->id] : -1;
@@ -603,6 +633,7 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
 
 static void update_costs_free(update_costs *u) {
     free(u->seconds);
+    free(u->link);
     free(u->reduced);
     free(u->model_flops);
 }
@@ -646,9 +677,11 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
     v.in_flight = xcalloc((size_t)stages, sizeof(int));
     sum_costs(&v);
     double *update = lay_out(u.seconds, sizeof(double), n, a1, a2, layers);
+    double *link = lay_out(u.link, sizeof(double), n, a1, a2, layers);
     double *flops = lay_out(u.model_flops, sizeof(double), n, a1, a2, layers);
     double *reduced = lay_out(u.reduced, IR_MAX_AXES * sizeof(double), n, a1, a2, layers);
     prefix_sum(update, m, 1);
+    prefix_sum(link, m, 1);
     prefix_sum(flops, m, 1);
     prefix_sum(reduced, m, IR_MAX_AXES);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
@@ -662,11 +695,16 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
         out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
         for (int k = 0; k < stages; k++) {
             int i = boundary[k], j = boundary[k + 1];
-            double reduced_here[IR_MAX_AXES];
-            for (int a = 0; a < IR_MAX_AXES; a++)
+            double reduced_here[IR_MAX_AXES], bytes = 0;
+            for (int a = 0; a < IR_MAX_AXES; a++) {
                 reduced_here[a] = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
+                bytes += reduced_here[a];
+            }
             stage_times(&v, i, j, &out->forward[k], &out->backward[k]);
-            out->update[k] = update[j] - update[i] + bucket_latency(g, &opts->cost, reduced_here, u.steps, opts->bucket_bytes);
+            double latency = bucket_latency(g, &opts->cost, reduced_here, u.steps, opts->bucket_bytes);
+            out->update[k] = update[j] - update[i] + latency -
+                             hidden_seconds(g, &opts->cost, stages, opts->microbatches ? opts->microbatches : g->microbatches,
+                                            link[j] - link[i] + latency, bytes, out->backward[k], opts->bucket_bytes);
             out->state_bytes[k] = 4.0 * (v.params[j] - v.params[i]);
             out->activation_bytes[k] = 4.0 * (v.activation[j] - v.activation[i] + v.cross[i]);
         }
@@ -675,7 +713,7 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
         status = 0;
     }
     free(boundary);
-    free(update), free(flops), free(reduced);
+    free(update), free(link), free(flops), free(reduced);
     costs_free(&v);
     update_costs_free(&u);
     costs_free(&c);

@@ -12,7 +12,15 @@
   - the step is the timed schedule plus the update; the pipeline's bubble is the
     simulated one; tokens per second is samples per second times T for gpt.dm;
   - --precision bf16 times products at the bf16 peak (a faster step than fp32 on an
-    A100), and is refused when compiling (code generation is fp32).
+    A100), and is refused when compiling (code generation is fp32); where only memory
+    costs, its forward and backward take half the fp32 time (2-byte activations);
+  - efficiency.matmul_by_size: mlp.dm's serial forward and backward, on a machine where
+    only products cost, is the sum of its products' flops at the curve's efficiency for
+    each (interpolated in log flops), computed here from the model's shapes;
+    lone_rank: a rank alone on its node runs products on its threads (not so on data=2);
+  - efficiency.overlap: with one micro-batch the backward pass hides the update's
+    reductions but the bucket completed last, min(reductions - last bucket, backward),
+    scaled by the overlap; with micro-batches it hides nothing.
 Prints one line per check; exits 1 on any failure.
 """
 import json
@@ -40,6 +48,79 @@ def explain(dmc, args):
 
 def close(a, b, rel=1e-6):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+def curve_at(curve, flops):
+    import math
+    if flops <= curve[0][0]:
+        return curve[0][1]
+    for (f0, e0), (f1, e1) in zip(curve, curve[1:]):
+        if flops < f1:
+            return e0 + math.log(flops / f0) / math.log(f1 / f0) * (e1 - e0)
+    return curve[-1][1]
+
+
+def mlp_products(batch=128, d=784, h=1024, k=10):
+    """mlp.dm's matrix products of one step, as flops each: forward, then per layer the
+    weight's gradient and (but for the first) the input's."""
+    layers = [(d, h), (h, h), (h, k)]
+    forward = [2 * batch * i * o for i, o in layers]
+    return forward + forward + forward[1:]
+
+
+def check_products(dmc, write, check):
+    peak = 1e10
+    curve = [[1e6, 0.25], [1e8, 0.5], [1e9, 1.0]]
+    hw = json.loads(json.dumps(FREE))
+    hw["device"]["peak_flops"] = {"fp32": peak, "tf32": peak, "bf16": peak}
+    hw["device"]["vector_flops"] = 1e30
+    hw["efficiency"]["matmul_by_size"] = curve
+    rc, plan, err = explain(dmc, ["--hardware", write("curve.json", hw), MLP])
+    want = sum(f / (peak * curve_at(curve, f)) for f in mlp_products())
+    got = plan["predicted"]["schedule_seconds"] if rc == 0 else float("nan")
+    check(close(got, want, 1e-6), "mlp products at the curve's efficiencies: %.9g s, formula %.9g s" % (got, want))
+    hw["devices_per_node"] = 2
+    hw["intra_node"] = {"bandwidth": 1e30, "latency": 0}  # the loss's mean over data=2: free
+    hw["lone_rank"] = {"threads": 2, "matmul_by_size": [[1, 0.75]]}
+    path = write("lone.json", hw)
+    rc, plan, err = explain(dmc, ["--hardware", path, MLP])
+    want_lone = sum(f / (peak * 2 * 0.75) for f in mlp_products())
+    got = plan["predicted"]["schedule_seconds"] if rc == 0 else float("nan")
+    check(close(got, want_lone, 1e-6), "lone rank: products on 2 threads at 0.75: %.9g s, formula %.9g s" % (got, want_lone))
+    rc, plan, err = explain(dmc, ["--hardware", path, "--mesh", "data=2", MLP])
+    want_data = sum(f / 2 / (peak * curve_at(curve, f / 2)) for f in mlp_products())
+    got = plan["predicted"]["schedule_seconds"] if rc == 0 else float("nan")
+    check(close(got, want_data, 1e-6), "data=2: each rank's half-batch products on its own device: %.9g s, formula %.9g s"
+          % (got, want_data))
+
+
+def check_overlap(dmc, write, check):
+    hw = json.loads(json.dumps(FREE))
+    peak = 1e10
+    hw["device"]["peak_flops"] = {"fp32": peak, "tf32": peak, "bf16": peak}
+    hw["device"]["vector_flops"] = 1e30
+    plans = {}
+    for overlap in (0, 0.5):
+        hw["efficiency"]["overlap"] = overlap
+        path = write("overlap%s.json" % overlap, hw)
+        for micro in ("1", "2"):
+            rc, plan, err = explain(dmc, ["--hardware", path, "--mesh", "data=4", "--bucket-mb", "1", "--microbatches", micro, MLP])
+            plans[overlap, micro] = plan if rc == 0 else None
+    if None in plans.values():
+        check(False, "explain with overlap")
+        return
+    exposed = plans[0, "1"]["predicted"]["update_seconds"]
+    reduced = 4 * sum(p["elements"] for p in plans[0, "1"]["params"])
+    last = exposed * min(1.0, 1024 * 1024 / reduced)
+    backward = plans[0, "1"]["pipeline"]["stage"][0]["backward_seconds"] if plans[0, "1"].get("pipeline") else None
+    if backward is None:
+        backward = sum(f / 4 / peak for f in mlp_products()[3:])
+    want = exposed - 0.5 * min(exposed - last, backward)
+    got = plans[0.5, "1"]["predicted"]["update_seconds"]
+    check(close(got, want, 1e-6) and got < exposed,
+          "overlap 0.5, one micro-batch: update %.9g s, formula %.9g s (%.9g s without overlap)" % (got, want, exposed))
+    check(close(plans[0.5, "2"]["predicted"]["update_seconds"], plans[0, "2"]["predicted"]["update_seconds"]),
+          "overlap with micro-batches: nothing hidden")
 
 
 def main(argv):
@@ -83,6 +164,13 @@ def main(argv):
              "field 'inter_node.bandwidth' must be a number above 0"),
             ("efficiency", broken(lambda h: h["efficiency"].update(link=1.5)), "field 'efficiency.link' must be a number in (0, 1]"),
             ("type", broken(lambda h: h.update(devices_per_node="8")), "field 'devices_per_node' must be an integer"),
+            ("curve order", broken(lambda h: h["efficiency"].update(matmul_by_size=[[1e6, 0.5], [1e5, 0.6]])),
+             "field 'efficiency.matmul_by_size[1]': flops must ascend"),
+            ("curve value", broken(lambda h: h["efficiency"].update(matmul_by_size=[[1e6, 1.5]])),
+             "field 'efficiency.matmul_by_size[0]' must be [flops above 0, efficiency in (0, 1]]"),
+            ("overlap", broken(lambda h: h["efficiency"].update(overlap=2)), "field 'efficiency.overlap' must be a number in"),
+            ("lone rank", broken(lambda h: h.update(lone_rank={"threads": 2})), "missing field 'lone_rank.matmul_by_size'"),
+            ("overhead", broken(lambda h: h.update(kernel_overhead=-1)), "field 'kernel_overhead' must be a number in"),
         ]
         for what, content, message in bad:
             path = write(what.replace(" ", "_") + ".json", content)
@@ -110,6 +198,9 @@ def main(argv):
             got = plan["predicted"]["update_seconds"]
             check(close(got, want, 1e-6), "mlp data=4 update over the %s link: %.9g s, formula %.9g s" % (link, got, want))
 
+        check_products(dmc, write, check)
+        check_overlap(dmc, write, check)
+
     rc, plan, err = explain(dmc, ["--mesh", "pipeline=2", "--microbatches", "4", MLP])
     p = plan["predicted"]
     check(close(p["step_seconds"], p["schedule_seconds"] + p["update_seconds"]) and
@@ -128,6 +219,18 @@ def main(argv):
     r = subprocess.run([dmc, "--precision", "bf16", MLP, "-o", os.path.join(tempfile.gettempdir(), "dmc-bf16-out")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     check(r.returncode == 2 and "planning" in r.stderr, "bf16 refused for code generation: %s" % r.stderr.strip())
+    memory_only = json.loads(json.dumps(FREE))
+    memory_only["device"]["memory_bandwidth"] = 1e9
+    with tempfile.TemporaryDirectory(prefix="dmc-cost-") as tmp:
+        path = os.path.join(tmp, "memory.json")
+        with open(path, "w") as f:
+            json.dump(memory_only, f)
+        sched = {}
+        for precision in ("fp32", "bf16"):
+            rc, plan, err = explain(dmc, ["--hardware", path, "--precision", precision, MLP])
+            sched[precision] = plan["predicted"]["schedule_seconds"] if rc == 0 else None
+        check(sched["fp32"] and sched["bf16"] and close(sched["bf16"], sched["fp32"] / 2),
+              "memory-bound mlp: bf16 forward and backward %s s, half of fp32's %s s" % (sched["bf16"], sched["fp32"]))
     print("%d passed, %d failed" % (checks - len(fails), len(fails)))
     return 1 if fails else 0
 
