@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ast.h"
+#include "calibrate.h"
 #include "codegen.h"
 #include "compile.h"
 #include "plan.h"
@@ -52,6 +53,7 @@ static const char usage[] =
     "                                        recomputation for N devices; print the fastest that fit\n"
     "       dmc run [options] FILE.dm [trainer options]\n"
     "                                        compile, build with cc and train (see dmc run --help)\n"
+    "       dmc calibrate [-o FILE]          measure this machine for --hardware (dmc calibrate --help)\n"
     "\n"
     "options (every command):\n"
     "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...)\n"
@@ -760,6 +762,7 @@ static int resolve_precision(options *o) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "calibrate") == 0) return dm_calibrate_main(argc - 1, argv + 1);
     options o = {0};
     o.schedule = -1;
     o.zero = -1;
