@@ -227,47 +227,125 @@ static int cut_candidates(const pipe_costs *c, int stages, int *cand) {
     return m;
 }
 
-/* best[k][b]: the slowest stage of the best cut of ops [0, cand[b]) into k + 1 stages;
- * from[k][b] the candidate its last stage starts at. Returns -1 when no cut fits the
- * limit. */
+/* The cut search's tables: best[k][b], the slowest stage of the best cut of ops
+ * [0, cand[b]) into k + 1 stages; moved[k][b], the bytes its cuts move; from[k][b], the
+ * candidate its last stage starts at. Only the cells a whole cut can pass through are
+ * kept: stage k ends at least k candidates in and leaves one for each stage after it, so
+ * row k holds b in [k, k + w) with w = m - stages + 1. */
+typedef struct cut_search {
+    const pipe_costs *c;
+    const int *cand;
+    int m, w;
+    double limit;
+    double *best, *moved, *recv2;  /* recv2[a]: a stage starting at cand[a] receiving, both ways */
+    double *floor;                 /* floor[a]: the least of row k - 1 from a on */
+    double *reach;                 /* reach[z]: the most of seconds[cand[x]] - recv2[x] over x < z */
+    int *from;
+    int sorted;                    /* seconds[] never falls over the candidates, nor recv2 below 0 */
+} cut_search;
+
+#define AT(s, k, b) ((size_t)(k) * (size_t)(s)->w + (size_t)((b) - (k)))
+
+/* The slowest stage of the cut ending with stage k over [cand[a], cand[b]), or DBL_MAX
+ * when the cut before it does not exist or the stage does not fit the limit. */
+static double cut_time(const cut_search *s, int k, int a, int b) {
+    const pipe_costs *c = s->c;
+    int i = s->cand[a], j = s->cand[b];
+    double before = s->best[AT(s, k - 1, a)];
+    if (before == DBL_MAX || (s->limit && stage_bytes(c, k, i, j) > s->limit)) return DBL_MAX;
+    double t = c->seconds[j] - c->seconds[i] + s->recv2[a];   /* stage_seconds(c, i, j) */
+    return t < before ? before : t;
+}
+
+/* Whether the scan for cell (k, b) may start at candidate z > k without changing its
+ * outcome: when z's time is below every earlier start's by more than the rounding the
+ * scan forgives, so that z replaces whichever start the scan held, and the scan from z
+ * ends as the scan from k does. An earlier start x takes at least seconds[j] -
+ * seconds[cand[x]] + recv2[x], so at least seconds[j] - reach[z]; the margin (1e-13 of
+ * seconds[j]) covers the rounding of those sums, each within 1e-16 of the exact one when
+ * seconds[] is sorted and recv2 not negative. */
+static int may_start(const cut_search *s, int k, int z, int b) {
+    double t = cut_time(s, k, z, b), total = s->c->seconds[s->cand[b]];
+    return t != DBL_MAX && t < (total - s->reach[z] - 1e-13 * total) * (1 - 2e-9);
+}
+
+/* The latest start that may_start allows at or before `guess` (where cell (k, b - 1)'s
+ * last stage starts: the best starts move right with b), else k. */
+static int first_start(const cut_search *s, int k, int b, int guess) {
+    if (!s->sorted) return k;
+    int z = guess;
+    while (z > k && !may_start(s, k, z, b)) z--;
+    return z > k ? z : k;
+}
+
+/* Cell (k, b) as the scan over every start a in [k, b) fills it, from first_start on and
+ * up to the first start from which every later one is slower than the best found by more
+ * than the rounding forgiven (floor[]: none of them can then be chosen; with seconds[]
+ * sorted no time is below 0, where that would not hold). */
+static void cut_cell(cut_search *s, int k, int b, int guess) {
+    double best = DBL_MAX, moved = 0;
+    int from = -1;
+    for (int a = first_start(s, k, b, guess); a < b; a++) {
+        if (s->sorted && s->floor[a] > best * (1 + 1e-9)) break;
+        double t = cut_time(s, k, a, b);
+        if (t == DBL_MAX) continue;
+        double moved_here = s->moved[AT(s, k - 1, a)] + s->c->cross[s->cand[a]];
+        /* equal within rounding: the cut moving fewer bytes */
+        int better = t < best * (1 - 1e-9) || (t <= best * (1 + 1e-9) && moved_here < moved);
+        if (better) best = t, moved = moved_here, from = a;
+    }
+    s->best[AT(s, k, b)] = best, s->moved[AT(s, k, b)] = moved, s->from[AT(s, k, b)] = from;
+}
+
+/* The best cut into `stages` stages, by best[][]. Returns -1 when no cut fits the limit. */
 static int choose_cuts(const pipe_costs *c, int stages, double limit, int *boundary) {
     int *cand = xcalloc((size_t)c->n + 1, sizeof(int));
-    int m = cut_candidates(c, stages, cand);
-    size_t cells = (size_t)stages * (size_t)m;
-    double *best = xcalloc(cells, sizeof(double)), *moved = xcalloc(cells, sizeof(double));
-    int *from = xcalloc(cells, sizeof(int));
-#define AT(k, b) ((size_t)(k) * (size_t)m + (size_t)(b))
-    for (size_t q = 0; q < cells; q++) best[q] = DBL_MAX, from[q] = -1;
-    for (int b = 1; b < m; b++)
-        if (!limit || stage_bytes(c, 0, 0, cand[b]) <= limit) best[AT(0, b)] = stage_seconds(c, 0, cand[b]);
-    for (int k = 1; k < stages; k++)
-        for (int b = k + 1; b < m; b++)
-            for (int a = k; a < b; a++) {
-                int i = cand[a], j = cand[b];
-                if (best[AT(k - 1, a)] == DBL_MAX) continue;
-                if (limit && stage_bytes(c, k, i, j) > limit) continue;
-                double t = stage_seconds(c, i, j);
-                if (t < best[AT(k - 1, a)]) t = best[AT(k - 1, a)];
-                double moved_here = moved[AT(k - 1, a)] + c->cross[i];
-                /* equal within rounding: the cut moving fewer bytes */
-                int better = t < best[AT(k, b)] * (1 - 1e-9) ||
-                             (t <= best[AT(k, b)] * (1 + 1e-9) && moved_here < moved[AT(k, b)]);
-                if (better) best[AT(k, b)] = t, moved[AT(k, b)] = moved_here, from[AT(k, b)] = a;
-            }
-    int ok = m > stages - 1 && best[AT(stages - 1, m - 1)] < DBL_MAX;
+    int m = cut_candidates(c, stages, cand), w = m - stages + 1;
+    if (w < 2) {
+        free(cand);
+        return -1;
+    }
+    size_t cells = (size_t)stages * (size_t)w;
+    cut_search s = {.c = c, .cand = cand, .m = m, .w = w, .limit = limit, .sorted = 1};
+    s.best = xcalloc(cells, sizeof(double)), s.moved = xcalloc(cells, sizeof(double));
+    s.from = xcalloc(cells, sizeof(int));
+    s.recv2 = xcalloc((size_t)m, sizeof(double));
+    s.floor = xcalloc((size_t)m + 1, sizeof(double)), s.reach = xcalloc((size_t)m + 1, sizeof(double));
+    for (size_t q = 0; q < cells; q++) s.best[q] = DBL_MAX, s.from[q] = -1;
+    /* a stage's receiving depends on its start only: priced once per candidate */
+    for (int a = 0; a < m; a++) {
+        s.recv2[a] = 2 * recv_seconds(c, cand[a]);
+        if (s.recv2[a] < 0 || (a && c->seconds[cand[a]] < c->seconds[cand[a - 1]])) s.sorted = 0;
+        double reach = c->seconds[cand[a]] - s.recv2[a];
+        s.reach[a + 1] = a && s.reach[a] > reach ? s.reach[a] : reach;
+    }
+    for (int b = 1; b <= m - stages; b++)
+        if (!limit || stage_bytes(c, 0, 0, cand[b]) <= limit) s.best[AT(&s, 0, b)] = stage_seconds(c, 0, cand[b]);
+    for (int k = 1; k < stages; k++) {
+        s.floor[k - 1 + w] = DBL_MAX;
+        for (int a = k - 2 + w; a >= k - 1; a--) {
+            double v = s.best[AT(&s, k - 1, a)];
+            s.floor[a] = v < s.floor[a + 1] ? v : s.floor[a + 1];
+        }
+        for (int b = k + 1; b < k + w; b++) cut_cell(&s, k, b, s.from[AT(&s, k, b - 1)]);
+    }
+    int ok = s.best[AT(&s, stages - 1, m - 1)] < DBL_MAX;
     if (ok) {
         int at = m - 1;
         boundary[stages] = c->n;
-        for (int k = stages - 1; k > 0; k--) at = from[AT(k, at)], boundary[k] = cand[at];
+        for (int k = stages - 1; k > 0; k--) at = s.from[AT(&s, k, at)], boundary[k] = cand[at];
         boundary[0] = 0;
     }
-#undef AT
-    free(best);
-    free(moved);
-    free(from);
+    free(s.best);
+    free(s.moved);
+    free(s.recv2);
+    free(s.floor);
+    free(s.reach);
+    free(s.from);
     free(cand);
     return ok ? 0 : -1;
 }
+#undef AT
 
 /* Stages of everything but the forward ops, which have theirs. */
 static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
@@ -644,10 +722,13 @@ static void update_costs_free(update_costs *u) {
 static void *lay_out(const void *probe, size_t elem, int n, int a1, int a2, int64_t layers) {
     const char *from = probe;
     size_t before = (size_t)a1 * elem, layer = (size_t)(a2 - a1) * elem, after = (size_t)(n - a2) * elem;
-    char *out = xcalloc(before + (size_t)(layers - 1) * layer + after + elem, 1), *at = out;
+    /* written whole below: not zeroed first (the planner lays out ten of these per probe) */
+    char *out = malloc(before + (size_t)(layers - 1) * layer + after + elem), *at = out;
+    if (!out) abort();
     memcpy(at, from, before), at += before;
     for (int64_t r = 0; r < layers - 1; r++) memcpy(at, from + before, layer), at += layer;
-    memcpy(at, from + before + layer, after);
+    memcpy(at, from + before + layer, after), at += after;
+    memset(at, 0, elem);
     return out;
 }
 
