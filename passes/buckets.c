@@ -31,7 +31,7 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
     if (!plan->lead || !plan->ready) abort();
     for (int i = 0; i < g->n_values; i++) plan->lead[i] = plan->ready[i] = -1;
     if (bucket_floats <= 0) bucket_floats = DM_BUCKET_FLOATS;
-    int scheduled = ir_is_scheduled(g);
+    int early = dm_buckets_start_in_backward(g, ir_pipeline_axis(g) >= 0 ? 2 : 1, g->microbatches);
     /* the last backward op: a bucket complete only then has nothing to overlap */
     int last_backward = -1;
     for (int i = 0; i < g->n_values; i++)
@@ -61,12 +61,15 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
             if (g->values[partial]->phase != PHASE_BACKWARD) in_backward = 0;
         }
         for (int k = p; k < q; k++) plan->lead[g->grads[k]] = first;
-        /* ZeRO's reduce-scatters run in the update */
-        if (in_backward && ready < last_backward && !scheduled && !g->zero) plan->ready[first] = ready;
+        if (in_backward && ready < last_backward && early) plan->ready[first] = ready;
         cap = bucket_floats;
         q = p;
     }
     return 0;
+}
+
+int dm_buckets_start_in_backward(const ir_graph *g, int stages, int microbatches) {
+    return stages <= 1 && microbatches <= 1 && !g->zero;
 }
 
 void dm_bucket_plan_free(dm_bucket_plan *plan) {

@@ -75,7 +75,7 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
         double k = (double)a_local.shape[kdim];
         /* a weight's gradient x^T dy of a batched x [B, T, C] (a 2-D result): the sum runs
          * over every row of x, all but its last dim */
-        if (v->trans_a && r > 2 && v->type.rank == 2) k = (double)ir_local_numel(g, &a->type) / (double)a_local.shape[r - 1];
+        if (v->trans_a && r > 2 && v->type.rank == 2) k = (double)ir_numel(&a_local) / (double)a_local.shape[r - 1];
         c.flops = 2.0 * out * k;
         c.matmul = 1;
         /* operands of rank 3 and more on both sides: a product per matrix (codegen loops over them) */
@@ -104,10 +104,15 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     return c;
 }
 
+/* Mesh axis a's size in the layout the model costs (dm_cost_model.axis_sizes). */
+static int64_t axis_size(const ir_graph *g, const dm_cost_model *m, int a) {
+    return m && m->axis_sizes ? m->axis_sizes[a] : g->axes[a].size;
+}
+
 const dm_link *cost_axis_link(const ir_graph *g, const dm_cost_model *m, int axis) {
     const dm_hardware *hw = cost_hardware(m);
     int64_t span = 1;
-    for (int a = g->n_axes - 1; a >= axis && a >= 0; a--) span *= m && m->axis_sizes ? m->axis_sizes[a] : g->axes[a].size;
+    for (int a = g->n_axes - 1; a >= axis && a >= 0; a--) span *= axis_size(g, m, a);
     return span <= hw->devices_per_node ? &hw->intra_node : &hw->inter_node;
 }
 
@@ -118,7 +123,7 @@ const dm_hardware *cost_hardware(const dm_cost_model *m) {
 /* Ranks on one node: the plan's, up to a node's devices. */
 static double ranks_per_node(const ir_graph *g, const dm_cost_model *m, const dm_hardware *hw) {
     double ranks = 1;
-    for (int a = 0; a < g->n_axes; a++) ranks *= (double)(m && m->axis_sizes ? m->axis_sizes[a] : g->axes[a].size);
+    for (int a = 0; a < g->n_axes; a++) ranks *= (double)axis_size(g, m, a);
     return ranks < hw->devices_per_node ? ranks : hw->devices_per_node;
 }
 

@@ -286,6 +286,11 @@ typedef struct dm_bucket_plan {
 } dm_bucket_plan;
 
 int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan);
+/* Whether buckets may start during the backward pass of a plan of g with this many
+ * pipeline stages and micro-batches: only with one of each (a gradient is complete only
+ * after the last micro-batch) and no ZeRO (its reduce-scatters run in the update). The
+ * cost model's overlap asks it too. */
+int dm_buckets_start_in_backward(const ir_graph *g, int stages, int microbatches);
 void dm_bucket_plan_free(dm_bucket_plan *plan);
 
 /* zero.c: ZeRO 1, 2 and 3 over the gradient buckets (see there). */

@@ -235,7 +235,7 @@ static int cut_candidates(const pipe_costs *c, int stages, int *cand) {
 typedef struct cut_search {
     const pipe_costs *c;
     const int *cand;
-    int m, w;
+    int w;
     double limit;
     double *best, *moved, *recv2;  /* recv2[a]: a stage starting at cand[a] receiving, both ways */
     double *floor;                 /* floor[a]: the least of row k - 1 from a on */
@@ -306,7 +306,7 @@ static int choose_cuts(const pipe_costs *c, int stages, double limit, int *bound
         return -1;
     }
     size_t cells = (size_t)stages * (size_t)w;
-    cut_search s = {.c = c, .cand = cand, .m = m, .w = w, .limit = limit, .sorted = 1};
+    cut_search s = {.c = c, .cand = cand, .w = w, .limit = limit, .sorted = 1};
     s.best = xcalloc(cells, sizeof(double)), s.moved = xcalloc(cells, sizeof(double));
     s.from = xcalloc(cells, sizeof(int));
     s.recv2 = xcalloc((size_t)m, sizeof(double));
@@ -434,7 +434,7 @@ static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
 }
 
 /* An update-phase op's time, its reduction's latency left out: the bytes it reduces go to
- * reduced[axis], and the ring steps of one reduction to steps[axis] (bucket_latency pays
+ * reduced[axis], and the ring steps of one reduction to steps[axis] (reductions_seconds pays
  * them per bucket). */
 static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
                                 double *steps, double *link_seconds) {
@@ -453,28 +453,25 @@ static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const
     return t;
 }
 
-/* What the backward pass hides of the update's reductions: with one micro-batch, no
- * pipeline and no ZeRO, buckets start as their gradients complete (passes/buckets.c) and
- * run beside the rest of the pass, as far as the hardware overlaps the two; the bucket
- * completed last (the first parameters', at most a bucket) cannot hide. link_seconds: the
- * reductions' time (their latency included); reduced: their bytes. */
-static double hidden_seconds(const ir_graph *g, const dm_cost_model *m, int stages, int microbatches,
-                             double link_seconds, double reduced, double backward, double bucket_bytes) {
+/* What the update's reductions add to the update ops' own time (update_op_seconds): their
+ * latency, bucket by bucket (passes/buckets.c), each paying its ring steps' latency once;
+ * less what the backward pass hides of them where buckets start during it, as far as the
+ * hardware overlaps the two (the bucket completed last, the first parameters', at most a
+ * bucket, cannot hide). reduced and steps by mesh axis; link_seconds: the reductions'
+ * bandwidth time; backward: the pass's. */
+static double reductions_seconds(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
+                                 double link_seconds, double backward, int stages, int microbatches,
+                                 double bucket_bytes) {
+    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS, latency = 0, bytes = 0;
+    for (int a = 0; a < g->n_axes; a++) {
+        latency += ceil(reduced[a] / bucket) * steps[a] * cost_axis_link(g, m, a)->latency;
+        bytes += reduced[a];
+    }
     double overlap = cost_hardware(m)->overlap;
-    if (overlap <= 0 || microbatches > 1 || stages > 1 || g->zero || reduced <= 0) return 0;
-    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS;
-    double last = link_seconds * (bucket < reduced ? bucket / reduced : 1);
-    double hideable = link_seconds - last;
-    return overlap * (hideable < backward ? hideable : backward);
-}
-
-/* The latency of the update's reductions: they run bucket by bucket (passes/buckets.c),
- * each paying its ring steps' latency once. reduced and steps by mesh axis. */
-static double bucket_latency(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
-                             double bucket_bytes) {
-    double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS, t = 0;
-    for (int a = 0; a < g->n_axes; a++) t += ceil(reduced[a] / bucket) * steps[a] * cost_axis_link(g, m, a)->latency;
-    return t;
+    if (overlap <= 0 || bytes <= 0 || !dm_buckets_start_in_backward(g, stages, microbatches)) return latency;
+    double reductions = link_seconds + latency;
+    double hideable = reductions - reductions * (bucket < bytes ? bucket / bytes : 1);
+    return latency - overlap * (hideable < backward ? hideable : backward);
 }
 
 /* The update phase of the slowest stage (ranks of a stage run theirs at once), and the
@@ -498,10 +495,8 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     }
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
-        double latency = bucket_latency(g, &plan->cost, reduced + at, steps + at, bucket_bytes), bytes = 0;
-        for (int a = 0; a < IR_MAX_AXES; a++) bytes += reduced[at + (size_t)a];
-        update[k] += latency - hidden_seconds(g, &plan->cost, P, g->microbatches, link[k] + latency, bytes,
-                                              plan->stage[k].backward_seconds, bucket_bytes);
+        update[k] += reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
+                                        P, g->microbatches, bucket_bytes);
         if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
         plan->model_flops += flops[k] * g->microbatches / P;
     }
@@ -776,16 +771,14 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
         out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
         for (int k = 0; k < stages; k++) {
             int i = boundary[k], j = boundary[k + 1];
-            double reduced_here[IR_MAX_AXES], bytes = 0;
-            for (int a = 0; a < IR_MAX_AXES; a++) {
+            double reduced_here[IR_MAX_AXES];
+            for (int a = 0; a < IR_MAX_AXES; a++)
                 reduced_here[a] = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
-                bytes += reduced_here[a];
-            }
             stage_times(&v, i, j, &out->forward[k], &out->backward[k]);
-            double latency = bucket_latency(g, &opts->cost, reduced_here, u.steps, opts->bucket_bytes);
-            out->update[k] = update[j] - update[i] + latency -
-                             hidden_seconds(g, &opts->cost, stages, opts->microbatches ? opts->microbatches : g->microbatches,
-                                            link[j] - link[i] + latency, bytes, out->backward[k], opts->bucket_bytes);
+            out->update[k] = update[j] - update[i] +
+                             reductions_seconds(g, &opts->cost, reduced_here, u.steps, link[j] - link[i], out->backward[k],
+                                                stages, opts->microbatches ? opts->microbatches : g->microbatches,
+                                                opts->bucket_bytes);
             out->state_bytes[k] = 4.0 * (v.params[j] - v.params[i]);
             out->activation_bytes[k] = 4.0 * (v.activation[j] - v.activation[i] + v.cross[i]);
         }
