@@ -173,12 +173,19 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size) {
             abort();
         }
     }
+    if (!E->in_micro && E->summed && E->summed[id] >= 0) {
+        snprintf(buf, size, "ctx->grad_sum + %lld", (long long)dm_grad_sum_offset(p, E->g->grads[E->summed[id]]));
+        return;
+    }
     switch (p->region[id]) {
     case REGION_INPUT: input_block(E, root, buf, size); break;
     case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
     case REGION_GRADS: snprintf(buf, size, "ctx->grads + %lld", off); break;
     case REGION_STATE: snprintf(buf, size, "ctx->state + %lld", off); break;
-    case REGION_ARENA: snprintf(buf, size, "%s + %lld", E->arena_var, off); break;
+    case REGION_ARENA:
+        snprintf(buf, size, "%s + %lld", E->kept_var && off >= stage_kept_from(E, E->cur_stage) ? E->kept_var : E->arena_var,
+                 off);
+        break;
     case REGION_NONE: snprintf(buf, size, "NULL"); break;
     }
 }
@@ -375,6 +382,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
         if (!E.slots) abort();
         for (int st = 0; st < E.stages; st++) E.slots[st] = plans->pipeline->stage[st].in_flight;
     }
+    E.summed = dm_summed_partials(g);
     E.bucket_lead = plans->buckets->lead;
     E.bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
@@ -389,6 +397,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     if (!status) status = write_file(&E, out_dir, c, emit_source_head, emit_source_body, err);
     free(E.local);
     free(E.slots);
+    free(E.summed);
     free(E.fault_site);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);

@@ -15,6 +15,7 @@ typedef struct owned_buffer {
     char elems[160];   /* C expression: elements */
     const char *type;
     int host;          /* host memory even on a device */
+    int lazy;          /* (host) allocated when first used, not by create */
     char at[16];       /* on a device: its offset in the one device allocation ("at[3]") */
 } owned_buffer;
 
@@ -486,9 +487,10 @@ static void emit_context_struct(emitter *E) {
     cg_line(w, "float *grads;  /* (%lld) gradient of each parameter after train_step */", (long long)P->grad_elems);
     cg_line(w, "float *state;  /* (%lld) optimizer state */", (long long)P->state_elems);
     if (E->scheduled) {
-        cg_line(w, "float *arena;  /* (stage_slots[stage], %lld) temporaries of one micro-batch, reused by liveness (%lld",
+        cg_line(w, "float *arena;  /* temporaries, reused by liveness (%lld for one micro-batch, %lld without reuse);",
                 (long long)P->arena_elems, (long long)P->arena_unshared_elems);
-        cg_line(w, "                * without reuse): a copy for each micro-batch in flight on this rank's stage */");
+        cg_line(w, "                * of what the backward pass reads, a copy per micro-batch in flight on this");
+        cg_line(w, "                * rank's stage (stage_slots) */");
         if (trains && g->microbatches > 1)
             cg_line(w, "float *grad_sum; /* (%lld) the micro-batches' gradients, summed; laid out as grads%s */",
                     (long long)dm_grad_sum_elems(P, -1), P->sum_offset ? " are whole (ZeRO keeps shares)" : "");
@@ -518,7 +520,7 @@ static void emit_context_struct(emitter *E) {
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
         if (dm_output_gathered(E->g, v))
-            cg_line(w, "float *whole_output_%s; /* host memory: output %s gathered whole, when asked for */", E->cname[v->id],
+            cg_line(w, "float *whole_output_%s; /* host memory: output %s gathered whole, allocated when first asked for */", E->cname[v->id],
                     v->name);
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
@@ -618,12 +620,12 @@ static void emit_descs(emitter *E) {
     }
     if (S > 1) {
         cg_line(w, "/* Elements of each stage's regions: parameters, gradients, optimizer state, the");
-        cg_line(w, " * temporaries of one micro-batch, and the micro-batches' gradient sum. */");
+        cg_line(w, " * temporaries of its micro-batches in flight, and the micro-batches' gradient sum. */");
         cg_line(w, "static const int64_t stage_elems[%d][5] = {", S);
         for (int s = 0; s < S; s++) {
             const dm_stage_memory *m = &E->plan->stage[s];
             cg_line(w, "    {%lld, %lld, %lld, %lld, %lld}, /* stage %d */", (long long)m->param_elems, (long long)m->grad_elems,
-                    (long long)m->state_elems, (long long)m->arena_elems, (long long)dm_grad_sum_elems(E->plan, s), s);
+                    (long long)m->state_elems, (long long)m->held_elems, (long long)dm_grad_sum_elems(E->plan, s), s);
         }
         cg_line(w, "};");
     }
@@ -639,7 +641,7 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         if (n < max) { \
             snprintf(b[n].field, sizeof b[n].field, name_fmt, name_arg); \
             snprintf(b[n].elems, sizeof b[n].elems, "%s", count); \
-            b[n].type = ty, b[n].host = on_host; \
+            b[n].type = ty, b[n].host = on_host, b[n].lazy = 0; \
             n++; \
         } \
     } while (0)
@@ -659,8 +661,10 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
     OWN("%s", "grads", num[1], "float", 0);
     OWN("%s", "state", num[2], "float", 0);
     if (E->scheduled) {
-        snprintf(count, sizeof count, "(int64_t)stage_slots[%s] * %s", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0",
-                 num[3]);
+        if (P->stages > 1)
+            snprintf(count, sizeof count, "%s", num[3]);
+        else
+            snprintf(count, sizeof count, "(int64_t)stage_slots[0] * %s", num[3]);
         OWN("%s", "arena", count, "float", 0);
         if (trains && g->microbatches > 1) OWN("%s", "grad_sum", num[4], "float", 0);
         for (int i = 0; i < g->n_outputs; i++) {
@@ -683,7 +687,9 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         int o = g->outputs[i];
         if (!dm_output_gathered(E->g, V(E, o))) continue;
         snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(&V(E, o)->type)));
+        int at = n;
         OWN("whole_output_%s", E->cname[o], count, "float", 1);
+        if (n > at) b[at].lazy = 1; /* by the output's accessor */
     }
     for (int i = 0; E->device && i < g->n_outputs; i++) {
         int o = g->outputs[i];
@@ -737,7 +743,9 @@ static void emit_create_destroy(emitter *E) {
         char lhs[200], bytes[240];
         snprintf(lhs, sizeof lhs, "ctx->%.150s", bufs[i].field);
         snprintf(bytes, sizeof bytes, "(size_t)(%.150s) * sizeof(%s)", bufs[i].elems, bufs[i].type);
-        if (bufs[i].host) {
+        if (bufs[i].lazy) {
+            continue;
+        } else if (bufs[i].host) {
             cg_line(w, "%s = (%s *)dmrt_alloc_tracked(&ctx->memory, %s);", lhs, bufs[i].type, bytes);
             cg_line(w, "if (!%s) goto oom;", lhs);
         } else if (E->device) {

@@ -26,10 +26,7 @@ static void declare_buffers(emitter *E, const char *used) {
 
 /* The value whose gradient buffer one micro-batch's backward pass fills for parameter p:
  * the gradient itself, or the partial sum the update allreduces into it. */
-static int micro_grad(const emitter *E, int p) {
-    const ir_value *v = V(E, E->g->grads[p]);
-    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE ? v->operands[0] : v->id;
-}
+static int micro_grad(const emitter *E, int p) { return dm_micro_grad(E->g, p); }
 
 /* Adds a micro-batch's gradient of parameter p into ctx->grad_sum (the first one is
  * copied): the step's gradient is their mean. */
@@ -37,6 +34,8 @@ static void emit_micro_grad_sum(emitter *E, int p) {
     long long n = (long long)ir_numel(T(E, E->g->grads[p]));
     const char *grad = E->cname[micro_grad(E, p)];
     char sum[96];
+    cg_line(&E->w, "/* %s's gradient, added to the step's (ctx->grad_sum is laid out as ctx->grads) */",
+            V(E, E->g->params[p])->name);
     snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, E->g->grads[p]));
     cg_line(&E->w, "if (micro == 0) {");
     E->w.indent++;
@@ -178,12 +177,15 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++)
         if (used[i] && E->plan->region[i] == REGION_ARENA) uses_arena = 1;
     if (stage >= 0 && uses_arena) {
-        if (micro && E->slots[stage] > 1)
-            cg_line(&E->w, "float *arena = ctx->arena + (micro %% %d) * %lld; /* this micro-batch's copy */", E->slots[stage],
-                    (long long)stage_arena_elems(E, stage));
-        else
-            cg_line(&E->w, "float *arena = ctx->arena;");
+        cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
+        if (micro && E->slots[stage] > 1) {
+            cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
+                    (long long)stage_kept_from(E, stage));
+            cg_line(&E->w, "float *kept = ctx->arena + (micro %% stage_slots[%d]) * %lld;", stage,
+                    (long long)stage_kept_stride(E, stage));
+            E->kept_var = "kept";
+        }
     }
     if (micro) cg_line(&E->w, "(void)micro;");
     declare_buffers(E, used);
@@ -197,10 +199,21 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) start_after[i] = -1;
     for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
         if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
+    /* a micro-batch's gradient is added to the step's sum where it is computed: its buffer
+     * is free again from there (passes/memory.c plans it so) */
+    int *sum_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!sum_after) abort();
+    for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
+    for (int p = 0; sums && p < g->n_params; p++)
+        if (V(E, g->params[p])->stage == stage) sum_after[micro_grad(E, p)] = p;
     for (int i = 0; i < g->n_values; i++) {
         if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
             emit_op(E, V(E, i));
             emit_sends(E, i, stage);
+            if (sum_after[i] >= 0) {
+                emit_micro_grad_sum(E, sum_after[i]);
+                sum_after[i] = -1;
+            }
         }
         emit_bucket_start(E, start_after, i);
     }
@@ -208,12 +221,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
-    if (sums) {
-        cg_blank(&E->w);
-        cg_line(&E->w, "/* this micro-batch's gradients, summed over the step's (ctx->grad_sum is laid out as ctx->grads) */");
-        for (int p = 0; p < g->n_params; p++)
-            if (V(E, g->params[p])->stage == stage) emit_micro_grad_sum(E, p);
-    }
+    for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
+        if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);
+    free(sum_after);
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
         cg_blank(&E->w);
         cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' */");
@@ -236,6 +246,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     cg_line(&E->w, "}");
     cg_blank(&E->w);
     E->arena_var = "ctx->arena";
+    E->kept_var = NULL;
     E->in_micro = 0;
     E->cur_stage = -1;
     free(used);
@@ -247,12 +258,17 @@ void emit_stages(emitter *E) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int trains = g->loss >= 0 && g->grads, M = g->microbatches;
-    cg_line(w, "/* Micro-batches whose temporaries each stage holds at once (%s): a copy of the arena each. */",
-            E->stages > 1 ? pipe_kind_name(E->sched->kind) : "one after the other");
-    cg_line(w, "static const int stage_slots[%d] = {", E->stages);
-    for (int st = 0; st < E->stages; st++) cg_line(w, "    %d,", E->slots[st]);
-    cg_line(w, "};");
-    cg_blank(w);
+    int copies = E->stages == 1; /* the arena's allocation reads the table; stages' kept values */
+    for (int st = 0; st < E->stages; st++) copies |= E->slots[st] > 1;
+    if (copies) {
+        cg_line(w, "/* Micro-batches whose temporaries each stage holds at once (%s): a copy each of %s. */",
+                E->stages > 1 ? pipe_kind_name(E->sched->kind) : "one after the other",
+                E->stages > 1 ? "the values the backward pass reads" : "the arena");
+        cg_line(w, "static const int stage_slots[%d] = {", E->stages);
+        for (int st = 0; st < E->stages; st++) cg_line(w, "    %d,", E->slots[st]);
+        cg_line(w, "};");
+        cg_blank(w);
+    }
     for (int st = 0; st < E->stages; st++) {
         char fn[64], what[256];
         int first = -1, last = -1;
@@ -386,6 +402,14 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
     } else {
         cg_line(w, "const float *local = %s;", local);
     }
+    cg_line(w, "if (!ctx->whole_output_%s) { /* the first call allocates it (--explain counts it apart) */", E->cname[v->id]);
+    cg_line(w, "    ctx->whole_output_%s = (float *)dmrt_alloc_tracked(&ctx->memory, (size_t)%lld * sizeof(float));",
+            E->cname[v->id], n_whole * M);
+    cg_line(w, "    if (!ctx->whole_output_%s) {", E->cname[v->id]);
+    cg_line(w, "        snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for output %s\");", g->model, v->name);
+    cg_line(w, "        return NULL;");
+    cg_line(w, "    }");
+    cg_line(w, "}");
     cg_line(w, "float *whole = ctx->whole_output_%s;", E->cname[v->id]);
     cg_line(w, "memset(whole, 0, %lld * sizeof(float));", n_whole * M);
     char shape[256] = "", blk[256] = "";

@@ -52,7 +52,11 @@ typedef struct emitter {
     int cur_stage;             /* the pipeline stage whose function is being emitted (its buffers'
                                 * offsets are that stage's), or -1 */
     const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
+    const char *kept_var;      /* how it reaches the micro-batch's kept values (from
+                                * stage_kept_from(cur_stage) on), NULL: as the rest */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
+    int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
+                                * functions, such a gradient is read from ctx->grad_sum */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -79,12 +83,18 @@ static inline int64_t dims_product(const ir_type *t, int from, int to) {
     return n;
 }
 
-/* Whether the bucket led by lead is started in the backward pass. */
-/* Elements of one micro-batch's arena on a stage's ranks. */
-static inline int64_t stage_arena_elems(const emitter *E, int stage) {
-    return E->plan->stages > 1 && stage >= 0 ? E->plan->stage[stage].arena_elems : E->plan->arena_elems;
+/* A stage holding several micro-batches keeps a copy per micro-batch of the arena from
+ * kept_from on (its kept values: passes/memory.c), kept_stride elements apart. Without
+ * stages' layouts, the whole arena is copied. */
+static inline int64_t stage_kept_from(const emitter *E, int stage) {
+    const dm_memory_plan *P = E->plan;
+    return P->stages > 1 && stage >= 0 ? P->stage[stage].arena_elems - P->stage[stage].kept_elems : 0;
+}
+static inline int64_t stage_kept_stride(const emitter *E, int stage) {
+    return E->plan->stages > 1 && stage >= 0 ? E->plan->stage[stage].kept_elems : E->plan->arena_elems;
 }
 
+/* Whether the bucket led by lead is started in the backward pass. */
 static inline int bucket_started_early(const emitter *E, int lead) { return E->bucket_ready[lead] >= 0; }
 /* The ZeRO bucket updating parameter p (passes/zero.c), or NULL. */
 static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {

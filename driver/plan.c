@@ -208,6 +208,24 @@ static int evaluate_exact(const dm_plan_request *req, const program_facts *f, dm
     return status;
 }
 
+/* A probe's (one micro-batch's) outputs, as a stage keeps them for every micro-batch. */
+static double probe_output_bytes(const ir_graph *g) {
+    double bytes = 0;
+    for (int i = 0; i < g->n_outputs; i++) bytes += 4.0 * (double)ir_local_numel(g, &g->values[g->outputs[i]]->type);
+    return bytes;
+}
+
+/* The probe's gradients held in its arena until the update (the operands of their
+ * allreduces); with several micro-batches each is added to the step's sum at once. */
+static double probe_partial_gradient_bytes(const ir_graph *g) {
+    double bytes = 0;
+    for (int p = 0; g->grads && p < g->n_params; p++) {
+        const ir_value *v = g->values[dm_micro_grad(g, p)];
+        if (v->role == ROLE_TEMP) bytes += 4.0 * (double)ir_local_numel(g, &v->type);
+    }
+    return bytes;
+}
+
 /* Estimates of a candidate for each schedule from one probe: the plan with 2 layers and
  * one stage, on the whole mesh's links. Fills plans[0..kinds), returns how many (0 when
  * the probe does not compile, -1 when the model's layers cannot be laid out from it). */
@@ -230,14 +248,22 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
         dm_stage_estimate whole;
         made = -1;
         if (pipeline_estimate_stages(c.g, &po, f->group, f->layers, stages, &whole) == 0) {
-            /* as the generated code allocates: an arena per micro-batch in flight (the
-             * kept activations and the working buffers around them: the probe's arena over
-             * its kept activations scales a stage's), the outputs of every micro-batch, and
-             * the scratch */
+            /* as the generated code allocates (passes/memory.c): a stage's kept activations
+             * once per micro-batch in flight, one set of working buffers (the probe's arena
+             * less its kept activations, and less its gradients when several micro-batches
+             * add each to the step's sum as it is computed), the outputs of every
+             * micro-batch, and the scratch */
             dm_memory_peak pk;
             dm_memory_peak_of(&c.memory, c.g, &c.pipeline, c.memory.scratch_elems, 0, &pk);
-            double arena_per_kept = whole.probe_activation_bytes > 0 ? (double)pk.activations / whole.probe_activation_bytes : 1;
-            double fixed = (double)pk.outputs * base->microbatches + (double)pk.scratch;
+            double working = (double)pk.activations - whole.probe_activation_bytes;
+            if (base->microbatches > 1) working -= probe_partial_gradient_bytes(c.g);
+            if (working < 0) working = 0;
+            double fixed = probe_output_bytes(c.g) * base->microbatches + (double)pk.scratch;
+            /* several micro-batches: the step's gradient sum, laid out whole (4 bytes a
+             * parameter element of the stage, what state_bytes counts per element) */
+            double sum_per_state_byte = base->microbatches > 1 && pk.gradient_sums + pk.grads > 0
+                                            ? 1.0 / dm_state_per_param(base->zero, f->states, (double)base->mesh[AXIS_DATA])
+                                            : 0;
             for (int k = 0; k < kinds; k++) {
                 dm_plan_choice *p = &plans[k];
                 *p = *base;
@@ -252,8 +278,8 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
                 p->memory_bytes = 0;
                 for (int q = 0; q < stages; q++) {
                     if (whole.update[q] > p->update_seconds) p->update_seconds = whole.update[q];
-                    double bytes = whole.state_bytes[q] + whole.activation_bytes[q] * arena_per_kept * pipe_in_flight(&s, q) +
-                                   fixed;
+                    double bytes = whole.state_bytes[q] * (1 + sum_per_state_byte) + working +
+                                   whole.activation_bytes[q] * pipe_in_flight(&s, q) + fixed;
                     if (bytes > p->memory_bytes) p->memory_bytes = bytes;
                 }
                 p->step_seconds = p->schedule_seconds + p->update_seconds;

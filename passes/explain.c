@@ -407,10 +407,11 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         for (int k = 0; k < n_peaks; k++) {
             const dm_memory_peak *pk = &peaks[k];
             fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
-                         "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld}",
+                         "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld, "
+                         "\"gathered_outputs_on_request\": %lld}",
                     k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
                     (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
-                    (long long)pk->scratch, (long long)pk->outputs);
+                    (long long)pk->scratch, (long long)pk->outputs, (long long)pk->gathered_outputs);
         }
         free(peaks);
         fprintf(out, "]");
@@ -418,9 +419,11 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         fprintf(out, ", \"stages\": [");
         for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
             const dm_stage_memory *m = &plan->stage[k];
-            fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld}",
+            fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
+                         "\"activations_kept\": %lld, \"in_flight\": %d, \"activations_held\": %lld}",
                     k ? ", " : "", (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
-                    (long long)m->state_elems * 4, (long long)m->arena_elems * 4);
+                    (long long)m->state_elems * 4, (long long)m->arena_elems * 4, (long long)m->kept_elems * 4, m->in_flight,
+                    (long long)m->held_elems * 4);
         }
         fprintf(out, "]}}\n");
         return;
@@ -474,16 +477,33 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         if (n_peaks > 1) fprintf(out, "  stage %-3d ", k);
         else fprintf(out, "  ");
         fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
-                     "%s, gradient sums %s, scratch %s, outputs %s\n",
+                     "%s, gradient sums %s, scratch %s, outputs %s",
                 total, (long long)pk.total, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
+        if (pk.gathered_outputs) {
+            char gathered[32];
+            mib((double)pk.gathered_outputs / 4, gathered, sizeof gathered);
+            fprintf(out, "; and %s of host memory once the outputs are asked for whole", gathered);
+        }
+        fprintf(out, "\n");
     }
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
         mib((double)m->param_elems, p, sizeof p);
         mib((double)m->grad_elems, gr, sizeof gr);
         mib((double)m->state_elems, s, sizeof s);
-        mib((double)m->arena_elems, a, sizeof a);
-        fprintf(out, "  stage %-3d parameters %s, gradients %s, optimizer state %s, activations %s x %d in flight\n", k, p,
-                gr, s, a, pipeline && k < pipeline->stages ? pipeline->stage[k].in_flight : 1);
+        mib((double)m->held_elems, a, sizeof a);
+        fprintf(out, "  stage %-3d parameters %s, gradients %s, optimizer state %s, activations %s", k, p, gr, s, a);
+        if (m->in_flight > 1 && m->kept_elems == m->arena_elems) {
+            char arena[32];
+            mib((double)m->arena_elems, arena, sizeof arena);
+            fprintf(out, " (the arena, %s, x %d micro-batches in flight)", arena, m->in_flight);
+        } else if (m->in_flight > 1) {
+            char working[32], kept[32];
+            mib((double)(m->arena_elems - m->kept_elems), working, sizeof working);
+            mib((double)m->kept_elems, kept, sizeof kept);
+            fprintf(out, " (working buffers %s, and %s kept for the backward pass x %d micro-batches in flight)", working,
+                    kept, m->in_flight);
+        }
+        fprintf(out, "\n");
     }
 }

@@ -192,6 +192,29 @@ static int64_t place_buffers(int n, const int64_t *size, const int *def, const i
     return arena;
 }
 
+int dm_micro_grad(const ir_graph *g, int p) {
+    const ir_value *v = g->values[g->grads[p]];
+    return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE ? v->operands[0] : v->id;
+}
+
+int *dm_summed_partials(const ir_graph *g) {
+    int *param_of = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!param_of) abort();
+    for (int i = 0; i < g->n_values; i++) param_of[i] = -1;
+    if (!ir_is_scheduled(g) || g->microbatches <= 1 || g->loss < 0 || !g->grads) return param_of;
+    for (int p = 0; p < g->n_params; p++) {
+        int id = dm_micro_grad(g, p);
+        if (g->values[id]->role == ROLE_TEMP) param_of[id] = p;
+    }
+    return param_of;
+}
+
+/* Whether value reader's read of its operand k extends that buffer's life: not a read
+ * after the micro-batches of a partial gradient, which reads the step's sum instead. */
+static int read_keeps_alive(const int *summed, const ir_value *reader, int k) {
+    return reader->phase != PHASE_UPDATE || summed[reader->operands[k]] < 0;
+}
+
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
     memset(plan, 0, sizeof *plan);
@@ -212,13 +235,15 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */
+    int *summed = dm_summed_partials(g);
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         for (int k = 0; k < v->n_operands; k++) {
             int s = plan->storage_of[v->operands[k]];
-            if (last_use[s] < i) last_use[s] = i;
+            if (last_use[s] < i && read_keeps_alive(summed, v, k)) last_use[s] = i;
         }
     }
+    free(summed);
     for (int i = 0; i < g->n_outputs; i++) last_use[plan->storage_of[g->outputs[i]]] = n;
     if (g->loss >= 0) last_use[plan->storage_of[g->loss]] = n;
     for (int i = 0; i < n; i++)
@@ -305,9 +330,9 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
  * phase: the values it receives in that phase (all at the phase function's start), then
  * its ops in program order. A value it computes is placed at its definition; one it
  * receives at its phase's start; either dies after its last reader on this stage. The
- * step's loss and outputs on their stage are read at the end of its forward function,
- * and the micro-batch gradient sums at the end of its backward function: those live to
- * the end of the phase. */
+ * step's loss and outputs on their stage are read at the end of its forward function:
+ * those live to the end of the phase. A micro-batch's partial gradient dies where it is
+ * added to the step's sum (dm_summed_partials). */
 
 typedef struct stage_item {
     int id;          /* the value (a storage root) */
@@ -333,6 +358,38 @@ static void add_copy(copy_list *c, int id, int stage, int64_t offset) {
     }
     c->id[c->n] = id, c->stage[c->n] = stage, c->offset[c->n] = offset;
     c->n++;
+}
+
+/* Whether an item is one of the forward's values the backward reads: defined (or received)
+ * by the end of the forward function, alive after it. */
+static int is_kept(const stage_item *item, int forward_end) {
+    return item->def <= forward_end && item->dies > forward_end;
+}
+
+/* Places the items of one part of a stage's arena (kept: 1 the kept ones, 0 the others, -1
+ * every item) by liveness; their offsets into offset[], the part's size returned. */
+static int64_t place_items(const ir_graph *g, const stage_item *items, int n_items, int forward_end, int kept,
+                           int64_t *offset) {
+    int64_t *size = calloc((size_t)n_items + 1, sizeof(int64_t)), *at = calloc((size_t)n_items + 1, sizeof(int64_t));
+    int *def = calloc((size_t)n_items + 1, sizeof(int)), *dies = calloc((size_t)n_items + 1, sizeof(int));
+    int *which = calloc((size_t)n_items + 1, sizeof(int));
+    if (!size || !at || !def || !dies || !which) abort();
+    int n = 0;
+    for (int it = 0; it < n_items; it++) {
+        if (kept >= 0 && is_kept(&items[it], forward_end) != kept) continue;
+        which[n] = it;
+        size[n] = round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+        def[n] = items[it].def, dies[n] = items[it].dies;
+        n++;
+    }
+    int64_t total = place_buffers(n, size, def, dies, at);
+    for (int k = 0; k < n; k++) offset[which[k]] = at[k];
+    free(size);
+    free(at);
+    free(def);
+    free(dies);
+    free(which);
+    return total;
 }
 
 /* The arena of stage s: items (received values and the stage's own arena values) in
@@ -369,48 +426,55 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
         }
         phase_end[f] = pos - 1;
     }
-    /* last readers on this stage */
+    /* last readers on this stage; a micro-batch's partial gradient is added to the step's
+     * sum where it is computed (the position of the value, a view's included) */
+    int *summed = dm_summed_partials(g);
     for (int i = 0; i < n; i++) {
         if (pos_of[i] < 0) continue;
         const ir_value *v = g->values[i];
+        int own = summed[i] >= 0 ? item_of[plan->storage_of[i]] : -1;
+        if (own >= 0 && items[own].dies < pos_of[i]) items[own].dies = pos_of[i];
         for (int k = 0; k < v->n_operands; k++) {
             int it = item_of[plan->storage_of[v->operands[k]]];
-            if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
+            if (it >= 0 && items[it].dies < pos_of[i] && read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
         }
     }
-    /* read at the end of the forward function: the loss and outputs; of the backward: the
-     * partial gradients summed over micro-batches */
+    free(summed);
+    /* read at the end of the forward function: the loss and outputs */
     for (int q = -1; q < g->n_outputs; q++) {
         int id = q < 0 ? g->loss : g->outputs[q];
         int it = id >= 0 ? item_of[plan->storage_of[id]] : -1;
         if (it >= 0 && items[it].dies < phase_end[0]) items[it].dies = phase_end[0];
     }
-    for (int p = 0; g->grads && p < g->n_params; p++) {
-        const ir_value *gv = g->values[g->grads[p]];
-        int partial = gv->op == OP_ALLREDUCE && gv->phase == PHASE_UPDATE ? gv->operands[0] : gv->id;
-        int it = item_of[plan->storage_of[partial]];
-        if (it >= 0 && items[it].dies < phase_end[1]) items[it].dies = phase_end[1];
-    }
-    /* at each item's definition, what died before it is free again */
-    int64_t *size = calloc((size_t)n_items + 1, sizeof(int64_t)), *offset = calloc((size_t)n_items + 1, sizeof(int64_t));
-    int *def = calloc((size_t)n_items + 1, sizeof(int)), *dies = calloc((size_t)n_items + 1, sizeof(int));
-    if (!size || !offset || !def || !dies) abort();
+
     dm_stage_memory *sm = &plan->stage[s];
-    for (int it = 0; it < n_items; it++) {
-        size[it] = round_up(ir_local_numel(g, &g->values[items[it].id]->type));
-        def[it] = items[it].def, dies[it] = items[it].dies;
-        sm->arena_unshared_elems += size[it];
+    int64_t *offset = calloc((size_t)n_items + 1, sizeof(int64_t));
+    if (!offset) abort();
+    for (int it = 0; it < n_items; it++) sm->arena_unshared_elems += round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+    sm->in_flight = pipe->stage && s < pipe->stages && pipe->stage[s].in_flight > 1 ? pipe->stage[s].in_flight : 1;
+    sm->arena_elems = place_items(g, items, n_items, phase_end[0], -1, offset);
+    sm->kept_elems = sm->in_flight > 1 ? sm->arena_elems : 0; /* the whole arena copied */
+    if (sm->in_flight > 1) {
+        /* or the working buffers first, then the forward's values the backward reads: kept
+         * when smaller (a stage whose working buffers are small can hold less as one) */
+        int64_t *split = calloc((size_t)n_items + 1, sizeof(int64_t));
+        if (!split) abort();
+        int64_t working = place_items(g, items, n_items, phase_end[0], 0, split);
+        int64_t kept = place_items(g, items, n_items, phase_end[0], 1, split);
+        if (working + kept * sm->in_flight < sm->arena_elems * sm->in_flight) {
+            for (int it = 0; it < n_items; it++) offset[it] = split[it] + (is_kept(&items[it], phase_end[0]) ? working : 0);
+            sm->arena_elems = working + kept;
+            sm->kept_elems = kept;
+        }
+        free(split);
     }
-    sm->arena_elems = place_buffers(n_items, size, def, dies, offset);
+    sm->held_elems = sm->arena_elems + (int64_t)(sm->in_flight - 1) * sm->kept_elems;
     for (int it = 0; it < n_items; it++) {
         int id = items[it].id;
         if (g->values[id]->stage == s) plan->offset[id] = offset[it];
         else add_copy(copies, id, s, offset[it]);
     }
-    free(size);
     free(offset);
-    free(def);
-    free(dies);
     free(items);
     free(pos_of);
     free(item_of);
@@ -560,21 +624,22 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     int64_t params = staged ? plan->stage[stage].param_elems : plan->param_elems;
     int64_t grads = staged ? plan->stage[stage].grad_elems : plan->grad_elems;
     int64_t state = staged ? plan->stage[stage].state_elems : plan->state_elems;
-    int64_t arena = staged ? plan->stage[stage].arena_elems : plan->arena_elems;
     int scheduled = ir_is_scheduled(g), k = stage < 0 ? 0 : stage;
     int in_flight = scheduled && pipe && pipe->stage && k < pipe->stages ? pipe->stage[k].in_flight : 1;
+    /* a stage keeps a copy of its kept values per micro-batch in flight, one of the rest */
+    int64_t arena = staged ? plan->stage[stage].held_elems : plan->arena_elems * in_flight;
     int64_t M = scheduled ? g->microbatches : 1;
     out->params = allocated(4 * params);
     out->grads = allocated(4 * grads);
     out->optimizer_state = allocated(4 * state);
-    out->activations = allocated(4 * arena * in_flight);
+    out->activations = allocated(4 * arena);
     if (scheduled && g->loss >= 0 && g->grads && g->microbatches > 1)
         out->gradient_sums = allocated(4 * dm_grad_sum_elems(plan, staged ? stage : -1));
     if (scratch_elems > 0) out->scratch = allocated(4 * scratch_elems);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = g->values[g->outputs[i]];
         if (scheduled) out->outputs += allocated(4 * M * ir_local_numel(g, &v->type));
-        if (dm_output_gathered(g, v)) out->outputs += allocated(4 * M * ir_numel(&v->type));
+        if (dm_output_gathered(g, v)) out->gathered_outputs += allocated(4 * M * ir_numel(&v->type));
     }
     out->total = out->params + out->grads + out->optimizer_state + out->activations + out->gradient_sums + out->scratch +
                  out->outputs;

@@ -184,6 +184,14 @@ typedef enum dm_region {
 typedef struct dm_stage_memory {
     int64_t param_elems, grad_elems, state_elems, arena_elems, arena_unshared_elems;
     int64_t grad_sum_elems;  /* the gradients laid out whole (see sum_offset); 0: grad_elems */
+    /* A stage holding several micro-batches at once (in_flight > 1) lays its arena out in two
+     * parts: the working buffers, shared by every micro-batch (the stage runs one action at a
+     * time), then, from arena_elems - kept_elems, the forward values the backward reads, a
+     * copy per micro-batch in flight. held_elems = arena_elems + (in_flight - 1) * kept_elems
+     * is what its ranks allocate. kept_elems is 0 for one micro-batch in flight, and
+     * arena_elems where a copy of the whole arena per micro-batch takes less. */
+    int64_t kept_elems, held_elems;
+    int in_flight;
 } dm_stage_memory;
 
 typedef struct dm_memory_plan {
@@ -217,6 +225,14 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan);
  * multiple of 16, and with ZeRO of every mesh axis's size. */
 int64_t dm_persistent_elems(const ir_graph *g, int64_t numel);
 void dm_memory_plan_free(dm_memory_plan *plan);
+/* The value holding the gradient of parameter p that one micro-batch computes: the
+ * operand of the step's allreduce of it, or the gradient itself. */
+int dm_micro_grad(const ir_graph *g, int p);
+/* (n_values) for a step of several micro-batches: the parameter whose micro-batch gradient
+ * value i is, when that is a temporary: the generated code adds it to the step's sum
+ * (grad_sum) as soon as it is computed, and after the micro-batches reads the sum, never
+ * this value; -1 for every other value. Free with free(). */
+int *dm_summed_partials(const ir_graph *g);
 
 /* zero_gather.c: with g->zero == 3, each gradient bucket's parameters are read from a
  * range all-gathered before their first reader in the forward pass and again in the
@@ -267,8 +283,11 @@ typedef struct dm_memory_peak {
     int64_t activations;      /* the arena, times the micro-batches in flight */
     int64_t gradient_sums;    /* the micro-batches' gradients, summed */
     int64_t scratch;          /* collectives' and kernels' room */
-    int64_t outputs;          /* the step's outputs by micro-batch, and gathered ones */
+    int64_t outputs;          /* the step's outputs by micro-batch */
     int64_t total;
+    /* not in total: host memory a partitioned output takes when gathered whole, allocated
+     * the first time the caller asks for it */
+    int64_t gathered_outputs;
 } dm_memory_peak;
 void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe,
                        int64_t scratch_elems, int stage, dm_memory_peak *out);

@@ -52,6 +52,8 @@ MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("
 # stages with 1, 4 and 8 micro-batches under both schedules, and pipelines composed with
 # data and tensor parallelism (data=2 x tensor=2 x pipeline=2: 8 ranks)
 PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
+                   # each micro-batch's gradient summed where computed, the buckets reading the sum
+                   ("data=2", ["--accumulate", "4"]),
                    ("pipeline=2", ["--microbatches", "1"]),
                    ("pipeline=2", ["--microbatches", "4"]),
                    ("pipeline=2", ["--microbatches", "8", "--schedule", "1f1b"]),
