@@ -668,7 +668,11 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         OWN("%s", "arena", count, "float", 0);
         if (trains && g->microbatches > 1) OWN("%s", "grad_sum", num[4], "float", 0);
         for (int i = 0; i < g->n_outputs; i++) {
-            snprintf(count, sizeof count, "%lld", (long long)(g->microbatches * ir_numel(T(E, g->outputs[i]))));
+            long long kept = (long long)(g->microbatches * ir_numel(T(E, g->outputs[i])));
+            if (P->stages > 1) /* only the output's stage computes and keeps it */
+                snprintf(count, sizeof count, "ctx->coord[PIPELINE_AXIS] == %d ? %lld : 0", V(E, g->outputs[i])->stage, kept);
+            else
+                snprintf(count, sizeof count, "%lld", kept);
             OWN("output_%s", E->cname[g->outputs[i]], count, ctype(V(E, g->outputs[i])->type.dtype), 0);
         }
     } else {

@@ -252,13 +252,13 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
              * once per micro-batch in flight, one set of working buffers (the probe's arena
              * less its kept activations, and less its gradients when several micro-batches
              * add each to the step's sum as it is computed), the outputs of every
-             * micro-batch, and the scratch */
+             * micro-batch on the last stage, and the scratch */
             dm_memory_peak pk;
             dm_memory_peak_of(&c.memory, c.g, &c.pipeline, c.memory.scratch_elems, 0, &pk);
             double working = (double)pk.activations - whole.probe_activation_bytes;
             if (base->microbatches > 1) working -= probe_partial_gradient_bytes(c.g);
             if (working < 0) working = 0;
-            double fixed = probe_output_bytes(c.g) * base->microbatches + (double)pk.scratch;
+            double outputs = probe_output_bytes(c.g) * base->microbatches; /* on the last stage */
             /* several micro-batches: the step's gradient sum, laid out whole (4 bytes a
              * parameter element of the stage, what state_bytes counts per element) */
             double sum_per_state_byte = base->microbatches > 1 && pk.gradient_sums + pk.grads > 0
@@ -279,7 +279,8 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
                 for (int q = 0; q < stages; q++) {
                     if (whole.update[q] > p->update_seconds) p->update_seconds = whole.update[q];
                     double bytes = whole.state_bytes[q] * (1 + sum_per_state_byte) + working +
-                                   whole.activation_bytes[q] * pipe_in_flight(&s, q) + fixed;
+                                   whole.activation_bytes[q] * pipe_in_flight(&s, q) + (double)pk.scratch +
+                                   (q == stages - 1 ? outputs : 0);
                     if (bytes > p->memory_bytes) p->memory_bytes = bytes;
                 }
                 p->step_seconds = p->schedule_seconds + p->update_seconds;

@@ -638,7 +638,7 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     if (scratch_elems > 0) out->scratch = allocated(4 * scratch_elems);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = g->values[g->outputs[i]];
-        if (scheduled) out->outputs += allocated(4 * M * ir_local_numel(g, &v->type));
+        if (scheduled) out->outputs += allocated(staged && v->stage != stage ? 0 : 4 * M * ir_local_numel(g, &v->type));
         if (dm_output_gathered(g, v)) out->gathered_outputs += allocated(4 * M * ir_numel(&v->type));
     }
     out->total = out->params + out->grads + out->optimizer_state + out->activations + out->gradient_sums + out->scratch +
