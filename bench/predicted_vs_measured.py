@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TEXT = "/usr/share/games/fortunes/cookie"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXT = "README.md,docs/parallelism.md,docs/compiler.md"  # a corpus of bytes every checkout has
 MODELS = {
     "mlp": ["examples/mlp.dm", "--steps", "60"],
     "gpt": ["examples/gpt.dm", "--set", "V=256,T=64,C=128,NH=4,L=4,B=16", "--data", "text:" + TEXT, "--steps", "40"],
