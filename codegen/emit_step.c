@@ -24,15 +24,12 @@ static void declare_buffers(emitter *E, const char *used) {
     }
 }
 
-/* The value whose gradient buffer one micro-batch's backward pass fills for parameter p:
- * the gradient itself, or the partial sum the update allreduces into it. */
-static int micro_grad(const emitter *E, int p) { return dm_micro_grad(E->g, p); }
 
 /* Adds a micro-batch's gradient of parameter p into ctx->grad_sum (the first one is
  * copied): the step's gradient is their mean. */
 static void emit_micro_grad_sum(emitter *E, int p) {
     long long n = (long long)ir_numel(T(E, E->g->grads[p]));
-    const char *grad = E->cname[micro_grad(E, p)];
+    const char *grad = E->cname[dm_micro_grad(E->g, p)];
     char sum[96];
     cg_line(&E->w, "/* %s's gradient, added to the step's (ctx->grad_sum is laid out as ctx->grads) */",
             V(E, E->g->params[p])->name);
@@ -149,7 +146,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     /* the micro-batch's gradients, summed; its loss and outputs, kept */
     int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
     for (int p = 0; sums && p < g->n_params; p++)
-        if (V(E, g->params[p])->stage == stage) used[micro_grad(E, p)] = any = 1;
+        if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies */
     for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
@@ -205,7 +202,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (!sum_after) abort();
     for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
     for (int p = 0; sums && p < g->n_params; p++)
-        if (V(E, g->params[p])->stage == stage) sum_after[micro_grad(E, p)] = p;
+        if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
     for (int i = 0; i < g->n_values; i++) {
         if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
             emit_op(E, V(E, i));
@@ -324,7 +321,7 @@ void emit_stages(emitter *E) {
                 if (!any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
                 any = 1;
                 char where[128], grad[140], sum[96];
-                storage_expr(E, micro_grad(E, p), where, sizeof where);
+                storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
                 snprintf(grad, sizeof grad, "(%s)", where);
                 snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
                 long long n = (long long)ir_numel(T(E, g->grads[p]));

@@ -219,10 +219,8 @@ static double probe_output_bytes(const ir_graph *g) {
  * allreduces); with several micro-batches each is added to the step's sum at once. */
 static double probe_partial_gradient_bytes(const ir_graph *g) {
     double bytes = 0;
-    for (int p = 0; g->grads && p < g->n_params; p++) {
-        const ir_value *v = g->values[dm_micro_grad(g, p)];
-        if (v->role == ROLE_TEMP) bytes += 4.0 * (double)ir_local_numel(g, &v->type);
-    }
+    for (int p = 0; g->grads && p < g->n_params; p++)
+        if (dm_micro_grad_is_temporary(g, p)) bytes += 4.0 * (double)ir_local_numel(g, &g->values[dm_micro_grad(g, p)]->type);
     return bytes;
 }
 
@@ -261,7 +259,7 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
             double outputs = probe_output_bytes(c.g) * base->microbatches; /* on the last stage */
             /* several micro-batches: the step's gradient sum, laid out whole (4 bytes a
              * parameter element of the stage, what state_bytes counts per element) */
-            double sum_per_state_byte = base->microbatches > 1 && pk.gradient_sums + pk.grads > 0
+            double sum_per_state_byte = base->microbatches > 1 && pk.grads > 0 /* it trains */
                                             ? 1.0 / dm_state_per_param(base->zero, f->states, (double)base->mesh[AXIS_DATA])
                                             : 0;
             for (int k = 0; k < kinds; k++) {

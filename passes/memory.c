@@ -197,15 +197,15 @@ int dm_micro_grad(const ir_graph *g, int p) {
     return v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE ? v->operands[0] : v->id;
 }
 
+int dm_micro_grad_is_temporary(const ir_graph *g, int p) { return g->values[dm_micro_grad(g, p)]->role == ROLE_TEMP; }
+
 int *dm_summed_partials(const ir_graph *g) {
     int *param_of = malloc(((size_t)g->n_values + 1) * sizeof(int));
     if (!param_of) abort();
     for (int i = 0; i < g->n_values; i++) param_of[i] = -1;
     if (!ir_is_scheduled(g) || g->microbatches <= 1 || g->loss < 0 || !g->grads) return param_of;
-    for (int p = 0; p < g->n_params; p++) {
-        int id = dm_micro_grad(g, p);
-        if (g->values[id]->role == ROLE_TEMP) param_of[id] = p;
-    }
+    for (int p = 0; p < g->n_params; p++)
+        if (dm_micro_grad_is_temporary(g, p)) param_of[dm_micro_grad(g, p)] = p;
     return param_of;
 }
 
@@ -395,7 +395,7 @@ static int64_t place_items(const ir_graph *g, const stage_item *items, int n_ite
 /* The arena of stage s: items (received values and the stage's own arena values) in
  * definition order, each freed after its last reader on this stage (place_buffers). */
 static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe, int s,
-                             copy_list *copies) {
+                             const int *summed, copy_list *copies) {
     int n = g->n_values;
     stage_item *items = malloc(((size_t)n + 1) * sizeof *items);
     int *pos_of = malloc(((size_t)n + 1) * sizeof(int));   /* an op's position on this stage, or -1 */
@@ -428,7 +428,6 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
     }
     /* last readers on this stage; a micro-batch's partial gradient is added to the step's
      * sum where it is computed (the position of the value, a view's included) */
-    int *summed = dm_summed_partials(g);
     for (int i = 0; i < n; i++) {
         if (pos_of[i] < 0) continue;
         const ir_value *v = g->values[i];
@@ -439,7 +438,6 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
             if (it >= 0 && items[it].dies < pos_of[i] && read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
         }
     }
-    free(summed);
     /* read at the end of the forward function: the loss and outputs */
     for (int q = -1; q < g->n_outputs; q++) {
         int id = q < 0 ? g->loss : g->outputs[q];
@@ -524,7 +522,9 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     if (!plan->stage || !plan->copy_first) abort();
     copy_list copies = {0};
     plan_stage_persistent(plan, g, pipe, &copies);
-    for (int s = 0; s < plan->stages; s++) plan_stage_arena(plan, g, pipe, s, &copies);
+    int *summed = dm_summed_partials(g);
+    for (int s = 0; s < plan->stages; s++) plan_stage_arena(plan, g, pipe, s, summed, &copies);
+    free(summed);
     /* a sharing reshape is where its root is */
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i) plan->offset[i] = plan->offset[plan->storage_of[i]] + plan->within[i];

@@ -228,6 +228,8 @@ void dm_memory_plan_free(dm_memory_plan *plan);
 /* The value holding the gradient of parameter p that one micro-batch computes: the
  * operand of the step's allreduce of it, or the gradient itself. */
 int dm_micro_grad(const ir_graph *g, int p);
+/* Whether that value is a temporary (in the arena), not the gradient buffer itself. */
+int dm_micro_grad_is_temporary(const ir_graph *g, int p);
 /* (n_values) for a step of several micro-batches: the parameter whose micro-batch gradient
  * value i is, when that is a temporary: the generated code adds it to the step's sum
  * (grad_sum) as soon as it is computed, and after the micro-batches reads the sum, never
