@@ -48,7 +48,8 @@ def exhaustive(dmc):
     if rc == 0:
         # a limit between the smallest and the largest plan's memory
         memory = sorted(p["memory_bytes"] for p in json.loads(out)["plans"])
-        limit_gb = memory[len(memory) // 2] / 2**30
+        # the limit as dmc reads it (the printed one: plans at the median sit on it)
+        limit_gb = float("%.9f" % (memory[len(memory) // 2] / 2**30))
         rc, out, err = run(dmc, args + ["--memory-gb", "%.9f" % limit_gb])
     check(rc == 0, "mlp --plan=json on 4 devices runs (%s)" % err.strip()[:200])
     if rc:
