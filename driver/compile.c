@@ -14,12 +14,15 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 #define VERIFY(pass) do { } while (0)
 #endif
 
-static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+/* Lowering's checks and autodiff: what neither ZeRO nor recomputation changes. */
+static int differentiate(ir_graph *g, dm_diag *d) {
     VERIFY("lower");
-    if (stops_at(req, "lower")) return 0;
     if (pass_autodiff(g, d)) return 1;
     VERIFY("autodiff");
-    if (stops_at(req, "autodiff")) return 0;
+    return 0;
+}
+
+static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
     if (pass_recompute(g, d)) return 1;
     VERIFY("recompute");
     if (pass_optimizer(g, d)) return 1;
@@ -31,6 +34,16 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
     return 0;
+}
+
+static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+    if (stops_at(req, "lower")) {
+        VERIFY("lower");
+        return 0;
+    }
+    if (differentiate(g, d)) return 1;
+    if (stops_at(req, "autodiff")) return 0;
+    return run_after_autodiff(g, req, d, out);
 }
 
 /* Memory, each pipeline stage's share of it, gradient buckets and ZeRO's shares. */
@@ -54,6 +67,24 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
     out->g = dm_lower(prog, req->lower, d);
     if (!out->g) return d->n_errors > before ? d->n_errors - before : 1;
     if (run_passes(out->g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
+    if (req->plan_memory && !req->stop_after) plan_memory(req, out);
+    return 0;
+}
+
+ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, dm_diag *d) {
+    ir_graph *g = dm_lower(prog, lower, d);
+    if (g && differentiate(g, d)) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+    memset(out, 0, sizeof *out);
+    int before = d->n_errors;
+    out->g = g;
+    if (run_after_autodiff(g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
     if (req->plan_memory && !req->stop_after) plan_memory(req, out);
     return 0;
 }

@@ -23,6 +23,8 @@ enum { AXIS_DATA, AXIS_TENSOR, AXIS_PIPELINE, SEARCHED_AXES };
 const char *const dm_plan_axes[SEARCHED_AXES] = {"data", "tensor", "pipeline"};
 static const int recompute_modes[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
 
+typedef struct front_cache front_cache;
+
 /* What the search needs of the program, from lowering it once as written. */
 typedef struct program_facts {
     int axis_of[SEARCHED_AXES];   /* the program's mesh axis index of data, tensor, pipeline; -1 */
@@ -33,6 +35,7 @@ typedef struct program_facts {
     double param_elems;           /* every parameter, whole */
     int states;                   /* optimizer state tensors per parameter */
     double samples, tokens;
+    front_cache *fronts;          /* the program lowered for the latest candidates (compile_one) */
 } program_facts;
 
 static double now_seconds(void) {
@@ -158,6 +161,50 @@ typedef struct compile_choice {
     const int64_t *axis_sizes;    /* the links' mesh, NULL: the compiled one */
 } compile_choice;
 
+/* The program lowered and differentiated for the choices that shape it. The candidates of
+ * one mesh and micro-batch count differ only in ZeRO and recomputation, which the passes
+ * after autodiff read: they compile from copies of one such graph (lowering and autodiff
+ * were a seventh of the search). The search goes mesh by mesh: the latest few are kept. */
+enum { KEPT_FRONTS = 4 };
+
+typedef struct lowered_front {
+    int kept;
+    int64_t mesh[SEARCHED_AXES], batch, layers;
+    int microbatches, schedule;
+    ir_graph *g;                  /* NULL: these choices do not lower */
+} lowered_front;
+
+struct front_cache {
+    lowered_front front[KEPT_FRONTS];
+    int next;                     /* the one replaced next, the oldest */
+};
+
+static void front_cache_free(front_cache *fc) {
+    for (int i = 0; i < KEPT_FRONTS; i++) ir_graph_free(fc->front[i].g);
+    memset(fc, 0, sizeof *fc);
+}
+
+static int same_front(const lowered_front *x, const compile_choice *cc) {
+    return x->kept && memcmp(x->mesh, cc->mesh, sizeof x->mesh) == 0 && x->batch == cc->batch &&
+           x->layers == cc->layers && x->microbatches == cc->microbatches && x->schedule == cc->schedule;
+}
+
+/* The graph for cc, lowered with lo (its choices but ZeRO's and recomputation's) unless
+ * kept; owned by the cache. NULL when the choices do not lower. */
+static const ir_graph *front_for(const compile_choice *cc, const dm_lower_options *lo, dm_diag *d) {
+    front_cache *fc = cc->f->fronts;
+    for (int i = 0; i < KEPT_FRONTS; i++)
+        if (same_front(&fc->front[i], cc)) return fc->front[i].g;
+    lowered_front *x = &fc->front[fc->next];
+    fc->next = (fc->next + 1) % KEPT_FRONTS;
+    ir_graph_free(x->g);
+    *x = (lowered_front){.kept = 1, .batch = cc->batch, .layers = cc->layers, .microbatches = cc->microbatches,
+                         .schedule = cc->schedule};
+    memcpy(x->mesh, cc->mesh, sizeof x->mesh);
+    x->g = dm_lower_differentiated(cc->req->prog, lo, d);
+    return x->g;
+}
+
 static int compile_one(const compile_choice *cc, dm_compiled *out) {
     const dm_plan_request *req = cc->req;
     const program_facts *f = cc->f;
@@ -170,9 +217,12 @@ static int compile_one(const compile_choice *cc, dm_compiled *out) {
     if (cc->layers) dims[n_dims++] = (dm_override){.name = f->layer_dim, .value = cc->layers};
     for (int a = 0; a < SEARCHED_AXES; a++)
         if (f->axis_of[a] >= 0) mesh[n_mesh++] = (dm_override){.name = dm_plan_axes[a], .value = cc->mesh[a]};
+    /* a candidate that does not lower is not a plan, whatever else is wrong with it: a
+     * third of the 1T GPT's probes fail on the vocabulary (its first layer), and lowering
+     * the rest of the program after it took 5% of the search */
     dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .mesh = mesh, .n_mesh = n_mesh,
                            .microbatches = cc->microbatches, .schedule = cc->schedule, .zero = cc->zero,
-                           .recompute = cc->recompute};
+                           .recompute = cc->recompute, .stop_at_error = 1};
     dm_pipeline_options po = probe_options(req, cc->axis_sizes);
     dm_compile_request cr = {.lower = &lo, .pipeline = &po, .target = req->target, .plan_memory = 1,
                              .bucket_floats = req->bucket_floats};
@@ -182,7 +232,15 @@ static int compile_one(const compile_choice *cc, dm_compiled *out) {
      * not divide the vocabulary), and formatting their messages for /dev/null was 2% of
      * the search */
     d.max_errors = 0;
-    int status = dm_compile(req->prog, &cr, &d, out);
+    const ir_graph *front = front_for(cc, &lo, &d);
+    int status = 1;
+    if (front) {
+        ir_graph *g = ir_graph_copy(front);
+        dm_lower_set_choices(g, &lo);
+        status = dm_compile_differentiated(g, &cr, &d, out);
+    } else {
+        memset(out, 0, sizeof *out);
+    }
     free(dims);
     return status;
 }
@@ -423,14 +481,23 @@ int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err) {
         return -1;
     }
     if (program_facts_of(req, &f, err)) return -1;
+    front_cache fronts = {0};
+    f.fronts = &fronts;
     const struct dm_hardware *hw = cost_hardware(&req->pipeline->cost);
     double limit = req->pipeline->memory_limit_bytes > 0 ? req->pipeline->memory_limit_bytes : hw->memory_bytes;
     int probing = !req->exhaustive && f.group && f.layers >= 4;
+    /* the request with the cut searches of the probes' estimates remembered */
+    dm_pipeline_options pipeline = *req->pipeline;
+    pipeline.cut_memo = dm_cut_memo_new();
+    dm_plan_request searched = *req;
+    searched.pipeline = &pipeline;
     plan_list list = {0};
     int too_big = 0;
-    search_all(req, &f, probing, &list, limit, &too_big);
+    search_all(&searched, &f, probing, &list, limit, &too_big);
     qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
-    if (probing) confirm_best(req, &f, &list, limit);
+    if (probing) confirm_best(&searched, &f, &list, limit);
+    dm_cut_memo_free(pipeline.cut_memo);
+    front_cache_free(&fronts);
     for (int i = 0; i < list.n; i++) out->n_fit += list.items[i].fits;
     out->plans = list.items;
     out->n = list.n;

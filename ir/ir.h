@@ -190,11 +190,15 @@ typedef struct ir_graph {
     const char **dim_names;   /* (n_dims) */
     int64_t *dim_values;      /* (n_dims) */
     int n_dims;
-    struct ir_strings *strings;
+    struct ir_chunk *arena;   /* the values, their operand lists and the strings (ir.c) */
 } ir_graph;
 
 ir_graph *ir_graph_new(const char *model);
 void ir_graph_free(ir_graph *g);
+/* A copy of g whose values and lists are its own but whose strings (names, dim names) are
+ * g's: g must outlive it. The planner's candidates that differ only in what the later
+ * passes read start from copies of one lowered graph. */
+ir_graph *ir_graph_copy(const ir_graph *g);
 /* A string owned by the graph. */
 const char *ir_intern(ir_graph *g, const char *s);
 const char *ir_internf(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1471,6 +1471,11 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     }
 }
 
+void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
+    if (opts->zero >= 0) g->zero = opts->zero;
+    g->recompute = opts->recompute;
+}
+
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
     lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts};
     L.global.prefix = "";
@@ -1497,11 +1502,12 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
         if (L.g->batch_dim) L.g->batch_dim = ir_intern(L.g, L.g->batch_dim);
     }
     dm_loc loss_loc = {0};
-    for (int i = 0; i < prog->n_stmts && !over_limit(&L, prog->stmts[i]->loc); i++)
+    for (int i = 0; i < prog->n_stmts && !over_limit(&L, prog->stmts[i]->loc); i++) {
+        if (opts->stop_at_error && d->n_errors > errors_before) break;
         if (prog->stmts[i]->kind != STMT_MESH) lower_top(&L, prog->stmts[i], &loss_loc);
+    }
     if (L.cuts) resolve_cuts(&L, L.cuts);
-    if (opts->zero >= 0) L.g->zero = opts->zero;
-    L.g->recompute = opts->recompute;
+    dm_lower_set_choices(L.g, opts);
     if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
         fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
                 L.g->batch_dim);

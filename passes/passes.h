@@ -138,7 +138,14 @@ typedef struct dm_pipeline_options {
     double bucket_bytes;        /* the gradient buckets' size (--bucket-mb; 0: 25 MiB) */
     int microbatches;           /* pipeline_estimate_stages: the plan's (its probe runs one);
                                  * 0: the graph's */
+    struct dm_cut_memo *cut_memo; /* pipeline_estimate_stages: the cut searches made before, to
+                                 * repeat none (the planner's); NULL: none kept */
 } dm_pipeline_options;
+
+/* Cut searches kept for the next estimates of one plan search (pipeline.c says which). */
+typedef struct dm_cut_memo dm_cut_memo;
+dm_cut_memo *dm_cut_memo_new(void);
+void dm_cut_memo_free(dm_cut_memo *memo);
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d);
 void dm_pipeline_plan_free(dm_pipeline_plan *plan);

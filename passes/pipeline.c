@@ -60,16 +60,14 @@ static double zero_shares(const ir_graph *g) {
     return 1;
 }
 
-/* Per-op values (n of them) into sums over the ops before each: v[j] becomes the sum of
- * v[0 .. j), for `width` interleaved arrays of n + 1 entries. */
-static void prefix_sum(double *v, int n, int width) {
-    for (int a = 0; a < width; a++) {
-        double sum = 0;
-        for (int j = 0; j <= n; j++) {
-            double here = j < n ? v[(size_t)j * width + (size_t)a] : 0;
-            v[(size_t)j * width + (size_t)a] = sum;
-            sum += here;
-        }
+/* Per-op values (n of them, in an array of n + 1) into sums over the ops before each: v[j]
+ * becomes the sum of v[0 .. j). */
+static void prefix_sum(double *v, int n) {
+    double sum = 0;
+    for (int j = 0; j <= n; j++) {
+        double here = j < n ? v[j] : 0;
+        v[j] = sum;
+        sum += here;
     }
 }
 
@@ -172,7 +170,7 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
 /* Per op (at j) into sums over the ops before j. */
 static void sum_costs(pipe_costs *c) {
     double *per_op[] = {c->seconds, c->forward, c->flops, c->activation, c->params};
-    for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) prefix_sum(per_op[a], c->n, 1);
+    for (size_t a = 0; a < sizeof per_op / sizeof per_op[0]; a++) prefix_sum(per_op[a], c->n);
 }
 
 static void measure(const ir_graph *g, pipe_costs *c) {
@@ -238,6 +236,7 @@ typedef struct cut_search {
     int w;
     double limit;
     double *best, *moved, *recv2;  /* recv2[a]: a stage starting at cand[a] receiving, both ways */
+    double *seconds, *cross;       /* c's at each candidate: the scans read them contiguously */
     double *floor;                 /* floor[a]: the least of row k - 1 from a on */
     double *reach;                 /* reach[z]: the most of seconds[cand[x]] - recv2[x] over x < z */
     int *from;
@@ -248,12 +247,10 @@ typedef struct cut_search {
 
 /* The slowest stage of the cut ending with stage k over [cand[a], cand[b]), or DBL_MAX
  * when the cut before it does not exist or the stage does not fit the limit. */
-static double cut_time(const cut_search *s, int k, int a, int b) {
-    const pipe_costs *c = s->c;
-    int i = s->cand[a], j = s->cand[b];
+static inline double cut_time(const cut_search *s, int k, int a, int b) {
     double before = s->best[AT(s, k - 1, a)];
-    if (before == DBL_MAX || (s->limit && stage_bytes(c, k, i, j) > s->limit)) return DBL_MAX;
-    double t = c->seconds[j] - c->seconds[i] + s->recv2[a];   /* stage_seconds(c, i, j) */
+    if (before == DBL_MAX || (s->limit && stage_bytes(s->c, k, s->cand[a], s->cand[b]) > s->limit)) return DBL_MAX;
+    double t = s->seconds[b] - s->seconds[a] + s->recv2[a];   /* stage_seconds(c, cand[a], cand[b]) */
     return t < before ? before : t;
 }
 
@@ -265,7 +262,7 @@ static double cut_time(const cut_search *s, int k, int a, int b) {
  * seconds[j]) covers the rounding of those sums, each within 1e-16 of the exact one when
  * seconds[] is sorted and recv2 not negative. */
 static int may_start(const cut_search *s, int k, int z, int b) {
-    double t = cut_time(s, k, z, b), total = s->c->seconds[s->cand[b]];
+    double t = cut_time(s, k, z, b), total = s->seconds[b];
     return t != DBL_MAX && t < (total - s->reach[z] - 1e-13 * total) * (1 - 2e-9);
 }
 
@@ -283,13 +280,21 @@ static int first_start(const cut_search *s, int k, int b, int guess) {
  * than the rounding forgiven (floor[]: none of them can then be chosen; with seconds[]
  * sorted no time is below 0, where that would not hold). */
 static void cut_cell(cut_search *s, int k, int b, int guess) {
-    double best = DBL_MAX, moved = 0;
-    int from = -1;
+    /* row k - 1 by candidate, and what the scan reads of it, in locals: the scan is the
+     * planner's innermost loop */
+    const double *prior = s->best + AT(s, k - 1, k - 1) - (k - 1), *prior_moved = s->moved + AT(s, k - 1, k - 1) - (k - 1);
+    const double *seconds = s->seconds, *recv2 = s->recv2, *cross = s->cross, *floor = s->floor;
+    double end = seconds[b], limit = s->limit, best = DBL_MAX, moved = 0;
+    int from = -1, sorted = s->sorted;
     for (int a = first_start(s, k, b, guess); a < b; a++) {
-        if (s->sorted && s->floor[a] > best * (1 + 1e-9)) break;
-        double t = cut_time(s, k, a, b);
+        if (sorted && floor[a] > best * (1 + 1e-9)) break;
+        /* cut_time(s, k, a, b) */
+        double before = prior[a];
+        if (before == DBL_MAX || (limit && stage_bytes(s->c, k, s->cand[a], s->cand[b]) > limit)) continue;
+        double t = end - seconds[a] + recv2[a];
+        if (t < before) t = before;
         if (t == DBL_MAX) continue;
-        double moved_here = s->moved[AT(s, k - 1, a)] + s->c->cross[s->cand[a]];
+        double moved_here = prior_moved[a] + cross[a];
         /* equal within rounding: the cut moving fewer bytes */
         int better = t < best * (1 - 1e-9) || (t <= best * (1 + 1e-9) && moved_here < moved);
         if (better) best = t, moved = moved_here, from = a;
@@ -297,53 +302,159 @@ static void cut_cell(cut_search *s, int k, int b, int guess) {
     s->best[AT(s, k, b)] = best, s->moved[AT(s, k, b)] = moved, s->from[AT(s, k, b)] = from;
 }
 
-/* The best cut into `stages` stages, by best[][]. Returns -1 when no cut fits the limit. */
-static int choose_cuts(const pipe_costs *c, int stages, double limit, int *boundary) {
+/* The search's view of its candidates: each one's sum of seconds, crossing and receiving,
+ * and the bounds the scans use. */
+static void cut_search_init(cut_search *s, const pipe_costs *c, const int *cand, int m, int stages, double limit) {
+    *s = (cut_search){.c = c, .cand = cand, .w = m - stages + 1, .limit = limit, .sorted = 1};
+    s->recv2 = xcalloc((size_t)m, sizeof(double));
+    s->seconds = xcalloc((size_t)m, sizeof(double)), s->cross = xcalloc((size_t)m, sizeof(double));
+    s->floor = xcalloc((size_t)m + 1, sizeof(double)), s->reach = xcalloc((size_t)m + 1, sizeof(double));
+    /* a stage's receiving depends on its start only: priced once per candidate */
+    for (int a = 0; a < m; a++) {
+        s->seconds[a] = c->seconds[cand[a]], s->cross[a] = c->cross[cand[a]];
+        s->recv2[a] = 2 * recv_seconds(c, cand[a]);
+        if (s->recv2[a] < 0 || (a && c->seconds[cand[a]] < c->seconds[cand[a - 1]])) s->sorted = 0;
+        double reach = c->seconds[cand[a]] - s->recv2[a];
+        s->reach[a + 1] = a && s->reach[a] > reach ? s->reach[a] : reach;
+    }
+}
+
+static void cut_search_free(cut_search *s) {
+    free(s->best);
+    free(s->moved);
+    free(s->from);
+    free(s->recv2);
+    free(s->seconds);
+    free(s->cross);
+    free(s->floor);
+    free(s->reach);
+}
+
+/* Fills best[][] row by row; the candidates the stages of the best cut start at into
+ * starts (stages + 1, the end last). Returns 0, or -1 when no cut fits the limit. */
+static int cut_search_run(cut_search *s, int stages, int *starts) {
+    const pipe_costs *c = s->c;
+    const int *cand = s->cand;
+    int w = s->w, m = w + stages - 1;
+    size_t cells = (size_t)stages * (size_t)w;
+    s->best = xcalloc(cells, sizeof(double)), s->moved = xcalloc(cells, sizeof(double));
+    s->from = xcalloc(cells, sizeof(int));
+    for (size_t q = 0; q < cells; q++) s->best[q] = DBL_MAX, s->from[q] = -1;
+    for (int b = 1; b <= m - stages; b++)
+        if (!s->limit || stage_bytes(c, 0, 0, cand[b]) <= s->limit) s->best[AT(s, 0, b)] = stage_seconds(c, 0, cand[b]);
+    for (int k = 1; k < stages; k++) {
+        s->floor[k - 1 + w] = DBL_MAX;
+        for (int a = k - 2 + w; a >= k - 1; a--) {
+            double v = s->best[AT(s, k - 1, a)];
+            s->floor[a] = v < s->floor[a + 1] ? v : s->floor[a + 1];
+        }
+        for (int b = k + 1; b < k + w; b++) cut_cell(s, k, b, s->from[AT(s, k, b - 1)]);
+    }
+    if (!(s->best[AT(s, stages - 1, m - 1)] < DBL_MAX)) return -1;
+    starts[stages] = m - 1;
+    for (int k = stages - 1; k > 0; k--) starts[k] = s->from[AT(s, k, starts[k + 1])];
+    starts[0] = 0;
+    return 0;
+}
+
+/* ---- The planner's cut searches, remembered (dm_cut_memo) ----
+ * Probes of one mesh that differ only where the cut does not look (ZeRO's shares of the
+ * optimizer state, of the gradients) search the same cut: a third of the 1T GPT's
+ * searches repeat one of the few before them. Without a memory limit a search reads its
+ * candidates' seconds, receiving and crossing only, so equal ones choose equal cuts. */
+enum { CUT_MEMO_ENTRIES = 16 };
+
+typedef struct cut_memo_entry {
+    uint64_t hash;
+    int stages, m;
+    double *inputs;     /* (3 m) the candidates' seconds, then receiving, then crossing */
+    int *starts;        /* (stages + 1) cut_search_run's; NULL when no cut was found */
+} cut_memo_entry;
+
+struct dm_cut_memo {
+    cut_memo_entry entry[CUT_MEMO_ENTRIES];
+    int next;           /* the entry replaced next, the oldest */
+};
+
+dm_cut_memo *dm_cut_memo_new(void) { return xcalloc(1, sizeof(dm_cut_memo)); }
+
+void dm_cut_memo_free(dm_cut_memo *memo) {
+    if (!memo) return;
+    for (int e = 0; e < CUT_MEMO_ENTRIES; e++) free(memo->entry[e].inputs), free(memo->entry[e].starts);
+    free(memo);
+}
+
+/* What a search without a limit reads, packed for comparison, and a hash of it (FNV-1a
+ * over its doubles' bits). */
+static double *cut_inputs(const cut_search *s, int m, uint64_t *hash) {
+    double *in = xcalloc(3 * (size_t)m, sizeof(double));
+    memcpy(in, s->seconds, (size_t)m * sizeof(double));
+    memcpy(in + m, s->recv2, (size_t)m * sizeof(double));
+    memcpy(in + 2 * m, s->cross, (size_t)m * sizeof(double));
+    uint64_t h = 14695981039346656037u;
+    for (size_t i = 0; i < 3 * (size_t)m; i++) {
+        uint64_t bits;
+        memcpy(&bits, &in[i], sizeof bits);
+        h = (h ^ bits) * 1099511628211u;
+    }
+    *hash = h;
+    return in;
+}
+
+static const cut_memo_entry *memo_find(const dm_cut_memo *memo, uint64_t hash, int stages, int m, const double *in) {
+    for (int e = 0; e < CUT_MEMO_ENTRIES; e++) {
+        const cut_memo_entry *x = &memo->entry[e];
+        if (x->inputs && x->hash == hash && x->stages == stages && x->m == m &&
+            memcmp(x->inputs, in, 3 * (size_t)m * sizeof(double)) == 0)
+            return x;
+    }
+    return NULL;
+}
+
+/* Keeps a search (its inputs owned by the memo from now on), in place of the oldest. */
+static void memo_keep(dm_cut_memo *memo, uint64_t hash, int stages, int m, double *in, const int *starts) {
+    cut_memo_entry *x = &memo->entry[memo->next];
+    memo->next = (memo->next + 1) % CUT_MEMO_ENTRIES;
+    free(x->inputs), free(x->starts);
+    *x = (cut_memo_entry){.hash = hash, .stages = stages, .m = m, .inputs = in};
+    if (starts) {
+        x->starts = xcalloc((size_t)stages + 1, sizeof(int));
+        memcpy(x->starts, starts, ((size_t)stages + 1) * sizeof(int));
+    }
+}
+
+/* The best cut into `stages` stages, by best[][], looked up in memo first when there is one
+ * and no limit. Returns -1 when no cut fits the limit. */
+static int choose_cuts(const pipe_costs *c, int stages, double limit, dm_cut_memo *memo, int *boundary) {
     int *cand = xcalloc((size_t)c->n + 1, sizeof(int));
-    int m = cut_candidates(c, stages, cand), w = m - stages + 1;
-    if (w < 2) {
+    int m = cut_candidates(c, stages, cand);
+    if (m - stages + 1 < 2) {
         free(cand);
         return -1;
     }
-    size_t cells = (size_t)stages * (size_t)w;
-    cut_search s = {.c = c, .cand = cand, .w = w, .limit = limit, .sorted = 1};
-    s.best = xcalloc(cells, sizeof(double)), s.moved = xcalloc(cells, sizeof(double));
-    s.from = xcalloc(cells, sizeof(int));
-    s.recv2 = xcalloc((size_t)m, sizeof(double));
-    s.floor = xcalloc((size_t)m + 1, sizeof(double)), s.reach = xcalloc((size_t)m + 1, sizeof(double));
-    for (size_t q = 0; q < cells; q++) s.best[q] = DBL_MAX, s.from[q] = -1;
-    /* a stage's receiving depends on its start only: priced once per candidate */
-    for (int a = 0; a < m; a++) {
-        s.recv2[a] = 2 * recv_seconds(c, cand[a]);
-        if (s.recv2[a] < 0 || (a && c->seconds[cand[a]] < c->seconds[cand[a - 1]])) s.sorted = 0;
-        double reach = c->seconds[cand[a]] - s.recv2[a];
-        s.reach[a + 1] = a && s.reach[a] > reach ? s.reach[a] : reach;
-    }
-    for (int b = 1; b <= m - stages; b++)
-        if (!limit || stage_bytes(c, 0, 0, cand[b]) <= limit) s.best[AT(&s, 0, b)] = stage_seconds(c, 0, cand[b]);
-    for (int k = 1; k < stages; k++) {
-        s.floor[k - 1 + w] = DBL_MAX;
-        for (int a = k - 2 + w; a >= k - 1; a--) {
-            double v = s.best[AT(&s, k - 1, a)];
-            s.floor[a] = v < s.floor[a + 1] ? v : s.floor[a + 1];
+    cut_search s;
+    cut_search_init(&s, c, cand, m, stages, limit);
+    int *starts = xcalloc((size_t)stages + 1, sizeof(int)), status;
+    if (memo && !limit) {
+        uint64_t hash;
+        double *in = cut_inputs(&s, m, &hash);
+        const cut_memo_entry *seen = memo_find(memo, hash, stages, m, in);
+        if (seen) {
+            status = seen->starts ? 0 : -1;
+            if (seen->starts) memcpy(starts, seen->starts, ((size_t)stages + 1) * sizeof(int));
+            free(in);
+        } else {
+            status = cut_search_run(&s, stages, starts);
+            memo_keep(memo, hash, stages, m, in, status ? NULL : starts);
         }
-        for (int b = k + 1; b < k + w; b++) cut_cell(&s, k, b, s.from[AT(&s, k, b - 1)]);
+    } else {
+        status = cut_search_run(&s, stages, starts);
     }
-    int ok = s.best[AT(&s, stages - 1, m - 1)] < DBL_MAX;
-    if (ok) {
-        int at = m - 1;
-        boundary[stages] = c->n;
-        for (int k = stages - 1; k > 0; k--) at = s.from[AT(&s, k, at)], boundary[k] = cand[at];
-        boundary[0] = 0;
-    }
-    free(s.best);
-    free(s.moved);
-    free(s.recv2);
-    free(s.floor);
-    free(s.reach);
-    free(s.from);
+    for (int k = 0; !status && k <= stages; k++) boundary[k] = cand[starts[k]];
+    free(starts);
+    cut_search_free(&s);
     free(cand);
-    return ok ? 0 : -1;
+    return status;
 }
 #undef AT
 
@@ -566,7 +677,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         boundary[0] = 0;
         boundary[stages] = c.n;
         plan->by_user = 1;
-    } else if (choose_cuts(&c, stages, opts ? opts->memory_limit_bytes : 0, boundary)) {
+    } else if (choose_cuts(&c, stages, opts ? opts->memory_limit_bytes : 0, NULL, boundary)) {
         /* without a limit every cut of n >= stages ops fits: only the limit can refuse */
         dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank (--memory-gb)", stages,
                  opts->memory_limit_bytes / (1 << 30));
@@ -711,20 +822,102 @@ static void update_costs_free(update_costs *u) {
     free(u->model_flops);
 }
 
-/* One per-op array of the probe (n entries of `elem` bytes, not summed) laid out for
- * `layers` instances: the ops before the second instance, the second `layers - 1` times,
- * the rest; with one more entry, zero, for the sums. */
-static void *lay_out(const void *probe, size_t elem, int n, int a1, int a2, int64_t layers) {
-    const char *from = probe;
-    size_t before = (size_t)a1 * elem, layer = (size_t)(a2 - a1) * elem, after = (size_t)(n - a2) * elem;
-    /* written whole below: not zeroed first (the planner lays out ten of these per probe) */
-    char *out = malloc(before + (size_t)(layers - 1) * layer + after + elem), *at = out;
-    if (!out) abort();
-    memcpy(at, from, before), at += before;
-    for (int64_t r = 0; r < layers - 1; r++) memcpy(at, from + before, layer), at += layer;
-    memcpy(at, from + before + layer, after), at += after;
-    memset(at, 0, elem);
-    return out;
+/* The deep model as the probe lays it out: the ops before the second instance, the second
+ * `layers - 1` times, the rest. */
+typedef struct layout {
+    int n, a1, a2;      /* the probe's forward ops; its second instance is [a1, a2) */
+    int64_t layers;
+    int m;              /* ops laid out */
+} layout;
+
+/* What the estimate sums over the laid-out ops, a column each: the cut's costs (pipe_costs'),
+ * the update's and the model flops (update_costs'), then the bytes reduced over each mesh
+ * axis. A row has a fixed width (the last columns 0) so that the compiler adds rows as
+ * vectors: each column is still summed op after op. */
+enum { SUM_SECONDS, SUM_FORWARD, SUM_ACTIVATION, SUM_PARAMS, SUM_UPDATE, SUM_LINK, SUM_FLOPS, SUM_REDUCED,
+       SUM_COLUMNS = 16 };
+_Static_assert(SUM_REDUCED + IR_MAX_AXES <= SUM_COLUMNS, "a row holds every mesh axis");
+
+/* The probe's per-op costs (not summed) as rows. */
+static double *probe_rows(const pipe_costs *c, const update_costs *u) {
+    double *rows = xcalloc((size_t)c->n * SUM_COLUMNS, sizeof(double));
+    for (int j = 0; j < c->n; j++) {
+        double *row = rows + (size_t)j * SUM_COLUMNS;
+        row[SUM_SECONDS] = c->seconds[j], row[SUM_FORWARD] = c->forward[j];
+        row[SUM_ACTIVATION] = c->activation[j], row[SUM_PARAMS] = c->params[j];
+        row[SUM_UPDATE] = u->seconds[j], row[SUM_LINK] = u->link[j], row[SUM_FLOPS] = u->model_flops[j];
+        memcpy(row + SUM_REDUCED, u->reduced + (size_t)j * IR_MAX_AXES, IR_MAX_AXES * sizeof(double));
+    }
+    return rows;
+}
+
+/* The sums over the laid-out ops before each position a stage may start at (the layer
+ * starts, or every op when all_ops; 0 and m always): rows into sums, the
+ * positions' probe ops (n for m) into op, their count returned. Only these are ever read, so
+ * the deep model is not laid out whole (ten arrays of ten thousand ops per probe); each sum
+ * adds the same doubles in the same order as summing the laid-out arrays would. */
+static int sum_laid_out(const layout *l, const double *rows, const char *layer_start, int all_ops, double *sums,
+                        int *op) {
+    double sum[SUM_COLUMNS] = {0};
+    const struct { int from, to; int64_t times; } parts[] = {{0, l->a1, 1}, {l->a1, l->a2, l->layers - 1}, {l->a2, l->n, 1}};
+    int kept = 0, first = 1;
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
+        for (int64_t t = 0; t < parts[p].times; t++)
+            for (int i = parts[p].from; i < parts[p].to; i++) {
+                if (first || all_ops || layer_start[i]) {
+                    for (int a = 0; a < SUM_COLUMNS; a++) sums[(size_t)kept * SUM_COLUMNS + (size_t)a] = sum[a];
+                    op[kept++] = i;
+                }
+                first = 0;
+                const double *row = rows + (size_t)i * SUM_COLUMNS;
+#pragma GCC unroll 16
+                for (int a = 0; a < SUM_COLUMNS; a++) sum[a] += row[a];
+            }
+    memcpy(sums + (size_t)kept * SUM_COLUMNS, sum, sizeof sum);
+    op[kept++] = l->n;
+    return kept;
+}
+
+/* Layer starts among the laid-out ops 1 .. m - 1 (the boundaries inside the model). */
+static int64_t laid_out_layer_starts(const layout *l, const char *layer_start) {
+    int64_t before = 0, layer = 0, after = 0;
+    for (int i = 1; i < l->a1; i++) before += layer_start[i];
+    for (int i = l->a1; i < l->a2; i++) layer += layer_start[i];
+    for (int i = l->a2; i < l->n; i++) after += layer_start[i];
+    return before + (l->layers - 1) * layer + after;
+}
+
+/* The cut's costs at the kept positions as a pipe_costs whose ops are the spans between
+ * them: every one may start a stage, as each kept position may in the model laid out. */
+static void kept_costs(const pipe_costs *c, const double *sums, const int *op, int kept, pipe_costs *k) {
+    k->n = kept - 1;
+    k->seconds = xcalloc((size_t)kept, sizeof(double)), k->forward = xcalloc((size_t)kept, sizeof(double));
+    k->activation = xcalloc((size_t)kept, sizeof(double)), k->params = xcalloc((size_t)kept, sizeof(double));
+    k->cross = xcalloc((size_t)kept, sizeof(double));
+    k->layer_start = xcalloc((size_t)kept, 1);
+    for (int q = 0; q < kept; q++) {
+        const double *row = sums + (size_t)q * SUM_COLUMNS;
+        k->seconds[q] = row[SUM_SECONDS], k->forward[q] = row[SUM_FORWARD];
+        k->activation[q] = row[SUM_ACTIVATION], k->params[q] = row[SUM_PARAMS];
+        /* the crossing into a position is its op's; none into the model's end, nor its start */
+        k->cross[q] = q > 0 && op[q] < c->n ? c->cross[op[q]] : 0;
+        k->layer_start[q] = 1;
+    }
+    k->layer_starts = kept - 2;
+}
+
+/* Stage k of the estimate, over the kept positions [i, j). */
+static void estimate_stage(const ir_graph *g, const dm_pipeline_options *opts, const pipe_costs *kc, const double *sums,
+                           const double *steps, int stages, int k, int i, int j, dm_stage_estimate *out) {
+    const double *from = sums + (size_t)i * SUM_COLUMNS, *to = sums + (size_t)j * SUM_COLUMNS;
+    double reduced_here[IR_MAX_AXES];
+    for (int a = 0; a < IR_MAX_AXES; a++) reduced_here[a] = to[SUM_REDUCED + a] - from[SUM_REDUCED + a];
+    stage_times(kc, i, j, &out->forward[k], &out->backward[k]);
+    out->update[k] = to[SUM_UPDATE] - from[SUM_UPDATE] +
+                     reductions_seconds(g, &opts->cost, reduced_here, steps, to[SUM_LINK] - from[SUM_LINK], out->backward[k],
+                                        stages, opts->microbatches ? opts->microbatches : g->microbatches, opts->bucket_bytes);
+    out->state_bytes[k] = 4.0 * (kc->params[j] - kc->params[i]);
+    out->activation_bytes[k] = 4.0 * (kc->activation[j] - kc->activation[i] + kc->cross[i]);
 }
 
 int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
@@ -732,63 +925,42 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
     memset(out, 0, sizeof *out);
     pipe_costs c = {.g = g, .model = &opts->cost};
     measure_ops(g, &c);
-    int a0, a1, a2, n = c.n, status = -1;
-    if (layers < 2 || find_instances(g, &c, group, &a0, &a1, &a2)) {
+    int a0, n = c.n, status = -1;
+    layout l = {.n = n, .layers = layers};
+    if (layers < 2 || find_instances(g, &c, group, &a0, &l.a1, &l.a2)) {
         costs_free(&c);
         return -1;
     }
+    l.m = n + (int)((layers - 2) * (l.a2 - l.a1));
     update_costs u;
     measure_update(g, &c, &u);
-    /* the deep model's per-op costs, then their sums as measure() leaves them */
-    pipe_costs v = {.g = g, .model = &opts->cost, .n = n + (int)((layers - 2) * (a2 - a1))};
-    int m = v.n;
-    v.seconds = lay_out(c.seconds, sizeof(double), n, a1, a2, layers);
-    v.forward = lay_out(c.forward, sizeof(double), n, a1, a2, layers);
-    v.flops = lay_out(c.flops, sizeof(double), n, a1, a2, layers);
-    v.activation = lay_out(c.activation, sizeof(double), n, a1, a2, layers);
-    v.params = lay_out(c.params, sizeof(double), n, a1, a2, layers);
-    v.cross = lay_out(c.cross, sizeof(double), n, a1, a2, layers);
-    v.layer_start = lay_out(c.layer_start, 1, n, a1, a2, layers);
-    for (int j = 1; j < m; j++) v.layer_starts += v.layer_start[j];
-    v.in_flight = xcalloc((size_t)stages, sizeof(int));
-    sum_costs(&v);
-    double *update = lay_out(u.seconds, sizeof(double), n, a1, a2, layers);
-    double *link = lay_out(u.link, sizeof(double), n, a1, a2, layers);
-    double *flops = lay_out(u.model_flops, sizeof(double), n, a1, a2, layers);
-    double *reduced = lay_out(u.reduced, IR_MAX_AXES * sizeof(double), n, a1, a2, layers);
-    prefix_sum(update, m, 1);
-    prefix_sum(link, m, 1);
-    prefix_sum(flops, m, 1);
-    prefix_sum(reduced, m, IR_MAX_AXES);
+    /* the cut starts stages at layer starts when there are enough of them (cut_candidates) */
+    int all_ops = laid_out_layer_starts(&l, c.layer_start) < stages - 1;
+    double *rows = probe_rows(&c, &u);
+    int most = all_ops ? l.m + 1 : (int)laid_out_layer_starts(&l, c.layer_start) + 2;
+    double *sums = xcalloc((size_t)most * SUM_COLUMNS, sizeof(double));
+    int *op = xcalloc((size_t)most, sizeof(int));
+    int kept = sum_laid_out(&l, rows, c.layer_start, all_ops, sums, op);
+    pipe_costs kc = {.g = g, .model = &opts->cost};
+    kept_costs(&c, sums, op, kept, &kc);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
-    boundary[1] = m;
-    if (m >= stages && (stages == 1 || choose_cuts(&v, stages, 0, boundary) == 0)) {
+    boundary[1] = kc.n;
+    if (l.m >= stages && (stages == 1 || choose_cuts(&kc, stages, 0, opts->cut_memo, boundary) == 0)) {
         out->stages = stages;
         out->forward = xcalloc((size_t)stages, sizeof(double));
         out->backward = xcalloc((size_t)stages, sizeof(double));
         out->update = xcalloc((size_t)stages, sizeof(double));
         out->state_bytes = xcalloc((size_t)stages, sizeof(double));
         out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
-        for (int k = 0; k < stages; k++) {
-            int i = boundary[k], j = boundary[k + 1];
-            double reduced_here[IR_MAX_AXES];
-            for (int a = 0; a < IR_MAX_AXES; a++)
-                reduced_here[a] = reduced[(size_t)j * IR_MAX_AXES + (size_t)a] - reduced[(size_t)i * IR_MAX_AXES + (size_t)a];
-            stage_times(&v, i, j, &out->forward[k], &out->backward[k]);
-            out->update[k] = update[j] - update[i] +
-                             reductions_seconds(g, &opts->cost, reduced_here, u.steps, link[j] - link[i], out->backward[k],
-                                                stages, opts->microbatches ? opts->microbatches : g->microbatches,
-                                                opts->bucket_bytes);
-            out->state_bytes[k] = 4.0 * (v.params[j] - v.params[i]);
-            out->activation_bytes[k] = 4.0 * (v.activation[j] - v.activation[i] + v.cross[i]);
-        }
-        out->model_flops = flops[m];
+        for (int k = 0; k < stages; k++)
+            estimate_stage(g, opts, &kc, sums, u.steps, stages, k, boundary[k], boundary[k + 1], out);
+        out->model_flops = sums[(size_t)(kept - 1) * SUM_COLUMNS + SUM_FLOPS];
         for (int j = 0; j < n; j++) out->probe_activation_bytes += 4.0 * c.activation[j];
         status = 0;
     }
     free(boundary);
-    free(update), free(link), free(flops), free(reduced);
-    costs_free(&v);
+    free(rows), free(sums), free(op);
+    costs_free(&kc);
     update_costs_free(&u);
     costs_free(&c);
     return status;

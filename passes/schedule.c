@@ -24,7 +24,8 @@ static pipe_action *action_at(pipe_schedule *s, int stage, int i) {
 }
 
 /* Stage s's order. 1F1B: the forwards that fill the pipe below it (P - s - 1, at most M),
- * then alternately one forward and one backward, then the backwards left. */
+ * then alternately one forward and one backward, then the backwards left. Its micro-batches
+ * in flight are counted on the way. */
 static void order(pipe_schedule *s, int stage) {
     int M = s->micros, n = 0, next_f = 0, next_b = 0;
     int warmup = s->kind == PIPE_GPIPE ? M : s->stages - stage - 1;
@@ -33,23 +34,60 @@ static void order(pipe_schedule *s, int stage) {
         pipe_action *f = action_at(s, stage, n++);
         f->kind = 'F', f->micro = next_f++;
     }
+    int most = next_f;
     while (next_f < M) {
         pipe_action *f = action_at(s, stage, n++), *b = action_at(s, stage, n++);
         f->kind = 'F', f->micro = next_f++;
         b->kind = 'B', b->micro = next_b++;
+        if (next_f - next_b + 1 > most) most = next_f - next_b + 1;
     }
     while (next_b < M) {
         pipe_action *b = action_at(s, stage, n++);
         b->kind = 'B', b->micro = next_b++;
     }
+    s->in_flight[stage] = most;
 }
 
-/* When the input of stage's action a has arrived (-1: not yet known). */
-static double ready_at(const pipe_schedule *s, const double *f_end, const double *b_end, int stage, const pipe_action *a) {
-    int M = s->micros;
-    if (a->kind == 'F') return stage == 0 ? 0.0 : f_end[(size_t)(stage - 1) * M + a->micro];
-    if (stage == s->stages - 1) return f_end[(size_t)stage * M + a->micro];
-    return b_end[(size_t)(stage + 1) * M + a->micro];
+/* A stage's progress through its actions. A stage runs its forwards in micro-batch order,
+ * and its backwards: micro-batch m's has ended there once more than m have been timed. */
+typedef struct stage_clock {
+    int next;                  /* its next action to time */
+    int forwards, backwards;   /* how many of each are timed */
+    double idle_from;          /* the end of the last one timed */
+} stage_clock;
+
+/* Times stage st's actions from its next one on, each as soon as its input is there, up to
+ * the first whose input is not; f_end and b_end: (stages, micros) ends of the forwards and
+ * backwards timed. Returns how many it timed. */
+static int time_stage(pipe_schedule *s, int st, const double *forward, const double *backward, double *f_end,
+                      double *b_end, stage_clock *clocks) {
+    int M = s->micros, last = st == s->stages - 1;
+    stage_clock *own = &clocks[st];
+    pipe_action *row = s->actions + (size_t)st * 2 * (size_t)M;
+    double *own_f = f_end + (size_t)st * M, *own_b = b_end + (size_t)st * M;
+    /* an action's input: a forward's from the stage before (none on the first), a
+     * backward's from the stage after, or on the last stage from its own forward; the
+     * neighbours do not move while this stage is timed */
+    const double *forward_in = st > 0 ? own_f - M : NULL, *backward_in = last ? own_f : own_b + M;
+    int forwards_in = st > 0 ? clocks[st - 1].forwards : M, backwards_in = last ? 0 : clocks[st + 1].backwards;
+    int forwards = own->forwards, backwards = own->backwards, i = own->next;
+    double forward_cost = forward[st], backward_cost = backward[st], idle_from = own->idle_from, makespan = s->makespan;
+    for (; i < 2 * M; i++) {
+        pipe_action *a = &row[i];
+        int is_forward = a->kind == 'F', m = a->micro;
+        if (m >= (is_forward ? forwards_in : last ? forwards : backwards_in)) break;
+        double ready = is_forward ? (forward_in ? forward_in[m] : 0.0) : backward_in[m];
+        double start = ready > idle_from ? ready : idle_from, end = start + (is_forward ? forward_cost : backward_cost);
+        a->start = start, a->end = end;
+        if (is_forward) own_f[m] = end, forwards++;
+        else own_b[m] = end, backwards++;
+        idle_from = end;
+        if (end > makespan) makespan = end;
+    }
+    int timed = i - own->next;
+    own->next = i, own->forwards = forwards, own->backwards = backwards, own->idle_from = idle_from;
+    s->makespan = makespan;
+    return timed;
 }
 
 int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros, double forward_cost,
@@ -82,46 +120,41 @@ int pipe_schedule_build_staged(pipe_schedule *s, pipe_kind kind, int stages, int
     memcpy(s->stage_forward, forward, (size_t)stages * sizeof(double));
     memcpy(s->stage_backward, backward, (size_t)stages * sizeof(double));
     size_t n = (size_t)stages * (size_t)micros;
-    s->actions = calloc(2 * n, sizeof *s->actions);
+    /* every field of every action is written below: order() the kinds, the timing the rest */
+    s->actions = malloc(2 * n * sizeof *s->actions);
+    s->in_flight = malloc((size_t)stages * sizeof(int));
     double *f_end = malloc(n * sizeof(double)), *b_end = malloc(n * sizeof(double));
-    int *next = calloc((size_t)stages, sizeof(int));        /* (stages) next action to time */
-    double *free_at = calloc((size_t)stages, sizeof(double)); /* (stages) */
-    int status = s->actions && f_end && b_end && next && free_at ? 0 : -1;
-    for (size_t i = 0; !status && i < n; i++) f_end[i] = b_end[i] = -1.0;
+    stage_clock *clocks = calloc((size_t)stages, sizeof *clocks);
+    int status = s->actions && s->in_flight && f_end && b_end && clocks ? 0 : -1;
     for (int st = 0; !status && st < stages; st++) order(s, st);
     /* time the actions stage by stage, each as soon as its input is there; a pass that
-     * times nothing means the orders wait on each other (cannot happen for these two) */
-    for (size_t timed = 0; !status && timed < 2 * n;) {
+     * times nothing means the orders wait on each other (cannot happen for these two). The
+     * passes go down the stages and back up in turn: forwards wait on the stage before,
+     * backwards on the stage after, and a pass carries its direction's news through every
+     * stage (one way only, the backwards of a GPipe schedule took a pass per stage). Any
+     * order gives the same times: each action's depends only on the actions it waits on. */
+    for (size_t timed = 0, pass = 0; !status && timed < 2 * n; pass++) {
         size_t before = timed;
-        for (int st = 0; st < stages; st++) {
-            while (next[st] < 2 * micros) {
-                pipe_action *a = action_at(s, st, next[st]);
-                double ready = ready_at(s, f_end, b_end, st, a);
-                if (ready < 0) break;
-                a->start = ready > free_at[st] ? ready : free_at[st];
-                a->end = a->start + (a->kind == 'F' ? forward[st] : backward[st]);
-                free_at[st] = a->end;
-                (a->kind == 'F' ? f_end : b_end)[(size_t)st * micros + a->micro] = a->end;
-                if (a->end > s->makespan) s->makespan = a->end;
-                next[st]++;
-                timed++;
-            }
+        for (int q = 0; q < stages; q++) {
+            int st = pass % 2 ? stages - 1 - q : q;
+            timed += (size_t)time_stage(s, st, forward, backward, f_end, b_end, clocks);
         }
         if (timed == before) status = -1;
     }
     free(f_end);
     free(b_end);
-    free(next);
-    free(free_at);
+    free(clocks);
     if (status) pipe_schedule_free(s);
     return status;
 }
 
 void pipe_schedule_free(pipe_schedule *s) {
     free(s->actions);
+    free(s->in_flight);
     free(s->stage_forward);
     free(s->stage_backward);
     s->actions = NULL;
+    s->in_flight = NULL;
     s->stage_forward = s->stage_backward = NULL;
 }
 
@@ -133,14 +166,7 @@ double pipe_bubble(const pipe_schedule *s) {
 
 double pipe_bubble_formula(int stages, int micros) { return (double)(stages - 1) / (double)(micros + stages - 1); }
 
-int pipe_in_flight(const pipe_schedule *s, int stage) {
-    int held = 0, most = 0;
-    for (int i = 0; i < 2 * s->micros; i++) {
-        held += pipe_action_at(s, stage, i)->kind == 'F' ? 1 : -1;
-        if (held > most) most = held;
-    }
-    return most;
-}
+int pipe_in_flight(const pipe_schedule *s, int stage) { return s->in_flight[stage]; }
 
 void pipe_schedule_print(const pipe_schedule *s, FILE *out) {
     if (!(s->forward_cost > 0)) return;

@@ -28,6 +28,7 @@ typedef struct pipe_schedule {
                                            * else 0 */
     double *stage_forward, *stage_backward; /* (stages) each stage's costs */
     pipe_action *actions;  /* (stages, 2 * micros): stage s's actions in its order */
+    int *in_flight;        /* (stages) pipe_in_flight's, counted as the orders are made */
     double makespan;       /* end of the last action */
 } pipe_schedule;
 

@@ -9,6 +9,19 @@ static void type_str(const ir_graph *g, const ir_type *t, char *buf, size_t n) {
     ir_format_type(g, t, buf, n);
 }
 
+/* Two types as an error message shows them. Formatted only for the message: the rules run
+ * on every value of every compile, and formatting each operand's type up front was a tenth
+ * of the planner's compiles. */
+typedef struct type_strs {
+    char a[256], b[256];
+} type_strs;
+
+static const type_strs *two_types(const ir_graph *g, const ir_type *a, const ir_type *b, type_strs *out) {
+    type_str(g, a, out->a, sizeof out->a);
+    type_str(g, b, out->b, sizeof out->b);
+    return out;
+}
+
 static const ir_type *operand_type(const ir_graph *g, const ir_value *v, int k) {
     return &g->values[v->operands[k]]->type;
 }
@@ -125,17 +138,20 @@ static int same_dims(const ir_type *a, const ir_type *b, int n) {
 
 /* Batched: (batch..., M, K) @ (batch..., K, N), the last two dims of either transposed
  * by trans_a / trans_b. */
-static int rule_batched_matmul(ir_graph *g, ir_value *v, dm_diag *d, const char *sa, const char *sb) {
+static int rule_batched_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
     const ir_type *a = operand_type(g, v, 0), *b = operand_type(g, v, 1);
     int nb = v->batch_dims;
+    type_strs s;
     if (a->rank != nb + 2 || b->rank != nb + 2 || !same_dims(a, b, nb)) {
-        dm_error(d, v->loc, "batched matmul needs operands of the same rank with the same leading dims, got %s @ %s", sa, sb);
+        two_types(g, a, b, &s);
+        dm_error(d, v->loc, "batched matmul needs operands of the same rank with the same leading dims, got %s @ %s", s.a, s.b);
         return 1;
     }
     int am = v->trans_a ? nb + 1 : nb, ak = v->trans_a ? nb : nb + 1;
     int bk = v->trans_b ? nb + 1 : nb, bn = v->trans_b ? nb : nb + 1;
     if (a->shape[ak] != b->shape[bk]) {
-        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", sa, sb,
+        two_types(g, a, b, &s);
+        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", s.a, s.b,
                  (long long)a->shape[ak], (long long)b->shape[bk]);
         return 1;
     }
@@ -154,16 +170,15 @@ static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
     int errors = want_f32(g, v, 0, d);
     if (!errors) errors += want_f32(g, v, 1, d);
     if (errors) return errors;
-    char sa[256], sb[256];
-    type_str(g, a, sa, sizeof sa);
-    type_str(g, b, sb, sizeof sb);
-    if (v->batch_dims > 0) return rule_batched_matmul(g, v, d, sa, sb);
+    if (v->batch_dims > 0) return rule_batched_matmul(g, v, d);
+    type_strs s;
     ir_type t;
     set_scalar(&t, DT_F32);
     if (v->trans_a) {
         if (a->rank < 1 || b->rank < 1 ||
             ir_numel(a) / a->shape[a->rank - 1] != ir_numel(b) / b->shape[b->rank - 1]) {
-            dm_error(d, v->loc, "matmul rows differ: %s^T @ %s", sa, sb);
+            two_types(g, a, b, &s);
+            dm_error(d, v->loc, "matmul rows differ: %s^T @ %s", s.a, s.b);
             return 1;
         }
         copy_dim(&t, t.rank++, a, a->rank - 1);
@@ -172,12 +187,14 @@ static int rule_matmul(ir_graph *g, ir_value *v, dm_diag *d) {
         return 0;
     }
     if (a->rank < 1 || b->rank != 2) {
-        dm_error(d, v->loc, "matmul needs a matrix on the right and at least a vector on the left, got %s @ %s", sa, sb);
+        two_types(g, a, b, &s);
+        dm_error(d, v->loc, "matmul needs a matrix on the right and at least a vector on the left, got %s @ %s", s.a, s.b);
         return 1;
     }
     int bk = v->trans_b ? 1 : 0, bn = 1 - bk;
     if (a->shape[a->rank - 1] != b->shape[bk]) {
-        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", sa, sb,
+        two_types(g, a, b, &s);
+        dm_error(d, v->loc, "matmul inner dimensions differ: %s @ %s (%lld vs %lld)", s.a, s.b,
                  (long long)a->shape[a->rank - 1], (long long)b->shape[bk]);
         return 1;
     }
@@ -194,18 +211,18 @@ static int rule_loss(ir_graph *g, ir_value *v, dm_diag *d) {
         return 0;
     }
     const ir_type *logits = operand_type(g, v, 0), *targets = operand_type(g, v, 1);
-    char sa[256], sb[256];
-    type_str(g, logits, sa, sizeof sa);
-    type_str(g, targets, sb, sizeof sb);
+    type_strs s;
     set_scalar(&v->type, DT_F32);
     if (logits->dtype != DT_F32 || targets->dtype != DT_I32) {
-        dm_error(d, v->loc, "cross_entropy expects f32 logits and i32 targets, got %s and %s", sa, sb);
+        two_types(g, logits, targets, &s);
+        dm_error(d, v->loc, "cross_entropy expects f32 logits and i32 targets, got %s and %s", s.a, s.b);
         return 1;
     }
     int ok = logits->rank >= 1 && targets->rank == logits->rank - 1;
     for (int i = 0; ok && i < targets->rank; i++) ok = targets->shape[i] == logits->shape[i];
     if (!ok) {
-        dm_error(d, v->loc, "cross_entropy targets must have the logits' shape without its last dim: %s vs %s", sa, sb);
+        two_types(g, logits, targets, &s);
+        dm_error(d, v->loc, "cross_entropy targets must have the logits' shape without its last dim: %s vs %s", s.a, s.b);
         return 1;
     }
     v->type = *logits;
@@ -260,10 +277,10 @@ static int rule_norm(ir_graph *g, ir_value *v, dm_diag *d) {
     int errors = 0;
     for (int k = 0; k < v->n_operands && !errors; k++) errors += want_f32(g, v, k, d);
     if (errors) return errors;
-    char sx[256], sw[256];
-    type_str(g, x, sx, sizeof sx);
+    type_strs s;
     if (x->rank < 1) {
-        dm_error(d, v->loc, "layernorm needs at least one dim, got %s", sx);
+        type_str(g, x, s.a, sizeof s.a);
+        dm_error(d, v->loc, "layernorm needs at least one dim, got %s", s.a);
         return 1;
     }
     int64_t c = x->shape[x->rank - 1];
@@ -272,8 +289,8 @@ static int rule_norm(ir_graph *g, ir_value *v, dm_diag *d) {
         const ir_type *p = operand_type(g, v, k);
         if (p->rank != 1 || p->shape[0] != c) {
             const char *what = k == 1 ? "weight" : "bias";
-            type_str(g, p, sw, sizeof sw);
-            dm_error(d, v->loc, "layernorm %s must be a vector as long as x's last dim: x %s, %s %s", what, sx, what, sw);
+            two_types(g, x, p, &s);
+            dm_error(d, v->loc, "layernorm %s must be a vector as long as x's last dim: x %s, %s %s", what, s.a, what, s.b);
             return 1;
         }
     }
@@ -313,11 +330,10 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
     int grad = v->op == OP_EMBED_GRAD;
     const ir_type *table = grad ? &v->type : operand_type(g, v, 0);
     const ir_type *ids = operand_type(g, v, grad ? 0 : 1);
-    char st[256], si[256];
-    type_str(g, table, st, sizeof st);
-    type_str(g, ids, si, sizeof si);
     if (table->dtype != DT_F32 || table->rank != 2 || ids->dtype != DT_I32 || ids->rank + 1 > IR_MAX_RANK) {
-        dm_error(d, v->loc, "embed expects an f32 table [N, C] and i32 ids, got %s and %s", st, si);
+        type_strs s;
+        two_types(g, table, ids, &s);
+        dm_error(d, v->loc, "embed expects an f32 table [N, C] and i32 ids, got %s and %s", s.a, s.b);
         return 1;
     }
     if (grad) {
