@@ -618,15 +618,18 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     free(flops);
 }
 
-/* The schedule timed with each stage's own predicted times (a stage with none of one
- * kind gets a token time: the simulation needs every action to take some), then the
- * step: the schedule and the update. */
+/* A stage's time for one action as the schedule simulation takes it: a stage with none of
+ * one kind gets a token time, as the simulation needs every action to take some. */
+static double action_seconds(double seconds) { return seconds > 1e-12 ? seconds : 1e-12; }
+
+/* The schedule timed with each stage's own predicted times, then the step: the schedule
+ * and the update. */
 static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
     double *forward = xcalloc((size_t)P, sizeof(double)), *backward = xcalloc((size_t)P, sizeof(double));
     for (int k = 0; k < P; k++) {
-        forward[k] = plan->stage[k].forward_seconds > 1e-12 ? plan->stage[k].forward_seconds : 1e-12;
-        backward[k] = plan->stage[k].backward_seconds > 1e-12 ? plan->stage[k].backward_seconds : 1e-12;
+        forward[k] = action_seconds(plan->stage[k].forward_seconds);
+        backward[k] = action_seconds(plan->stage[k].backward_seconds);
     }
     if (pipe_schedule_build_staged(&plan->timed, pipe_kind_for(g->schedule, P), P, g->microbatches, forward, backward))
         abort();
@@ -913,6 +916,10 @@ static void estimate_stage(const ir_graph *g, const dm_pipeline_options *opts, c
     double reduced_here[IR_MAX_AXES];
     for (int a = 0; a < IR_MAX_AXES; a++) reduced_here[a] = to[SUM_REDUCED + a] - from[SUM_REDUCED + a];
     stage_times(kc, i, j, &out->forward[k], &out->backward[k]);
+    /* as the compiled plan times its schedule (time_schedule): a stage of the deep model
+     * may hold no op of one kind, and the planner simulates the schedule with these */
+    out->forward[k] = action_seconds(out->forward[k]);
+    out->backward[k] = action_seconds(out->backward[k]);
     out->update[k] = to[SUM_UPDATE] - from[SUM_UPDATE] +
                      reductions_seconds(g, &opts->cost, reduced_here, steps, to[SUM_LINK] - from[SUM_LINK], out->backward[k],
                                         stages, opts->microbatches ? opts->microbatches : g->microbatches, opts->bucket_bytes);

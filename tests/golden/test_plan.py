@@ -7,8 +7,8 @@
     (predicted.step_seconds, memory_bytes_per_rank.peak_bytes_per_rank), `fits` must be
     memory <= limit, and --plan's first plan must be the fastest that fits by --explain;
     the search must try every data x tensor x pipeline factorization of 4;
-  - the fast search of a deep model (small gpt, L=8, 8 devices: two-layer probes laid
-    out eight times) picks the same best plan as compiling every plan whole, and its step
+  - the fast search of a deep model (small gpt, L=8, 8 and 12 devices: two-layer probes
+    laid out eight times; pipeline=12 has stages without ops of their own) picks the same best plan as compiling every plan whole, and its step
     times are the whole compile's (1e-6) for plans without ZeRO 3;
   - --mesh auto explains the plan --plan ranks first; bad uses are refused with a message.
 Prints one line per check; exits 1 on any failure.
@@ -83,12 +83,12 @@ def exhaustive(dmc):
           "the first plan is the fastest that fits by --explain: %s vs %s" % (key(first), best_by_explain))
 
 
-def probes_match_whole(dmc):
-    base = ["--plan=json", GPT] + SMALL_GPT + ["--global-batch", "16", "--devices", "8", "--hardware", "cpu-2core",
-                                               "--top", "0"]
+def probes_match_whole(dmc, devices):
+    base = ["--plan=json", GPT] + SMALL_GPT + ["--global-batch", "16", "--devices", str(devices), "--hardware",
+                                               "cpu-2core", "--top", "0"]
     rc1, fast, err1 = run(dmc, base)
     rc2, whole, err2 = run(dmc, base + ["--plan-whole"])
-    check(rc1 == 0 and rc2 == 0, "small gpt --plan with probes and whole (%s %s)" % (err1[:100], err2[:100]))
+    check(rc1 == 0 and rc2 == 0, "small gpt --plan on %d devices with probes and whole (%s %s)" % (devices, err1[:100], err2[:100]))
     if rc1 or rc2:
         return
     fast, whole = json.loads(fast), json.loads(whole)
@@ -123,7 +123,8 @@ def mesh_auto(dmc):
 def main():
     dmc = sys.argv[1]
     exhaustive(dmc)
-    probes_match_whole(dmc)
+    probes_match_whole(dmc, 8)
+    probes_match_whole(dmc, 12)   # pipeline=12 over 8 layers: stages of the estimate without a backward op
     mesh_auto(dmc)
     print("%d failed" % failures)
     return 1 if failures else 0
