@@ -133,31 +133,37 @@ static int by_size(const void *a, const void *b) {
     return x->size != y->size ? (x->size < y->size) - (x->size > y->size) : x->item - y->item;
 }
 
+/* A buffer greedy by size has placed: what the scan for the next one reads, together, so
+ * that the scan (quadratic, the planner's hottest loop) walks one array in order. */
+typedef struct placed_buffer {
+    int64_t offset, end;
+    int def, dies;
+} placed_buffer;
+
 /* Greedy by size, as offline planners of inference arenas do: the largest buffer first,
  * each at the lowest offset clear of every buffer already placed that is live with it. */
 static int64_t place_by_size(int n, const int64_t *size, const int *def, const int *dies, int64_t *offset) {
     sized *order = malloc(((size_t)n + 1) * sizeof *order);
-    int *placed = malloc(((size_t)n + 1) * sizeof(int)); /* by offset */
+    placed_buffer *placed = malloc(((size_t)n + 1) * sizeof *placed); /* by offset */
     if (!order || !placed) abort();
     for (int i = 0; i < n; i++) order[i] = (sized){size[i], i};
     qsort(order, (size_t)n, sizeof *order, by_size);
     int64_t arena = 0;
     for (int q = 0; q < n; q++) {
-        int it = order[q].item, k = 0;
-        int64_t at = 0;
-        for (; k < q; k++) {
-            int p = placed[k];
-            if (offset[p] >= at + size[it]) break; /* the rest lie above: at fits */
-            if (def[p] <= dies[it] && def[it] <= dies[p] && offset[p] + size[p] > at) at = offset[p] + size[p];
+        int it = order[q].item, born = def[it], gone = dies[it];
+        int64_t at = 0, need = size[it];
+        for (int k = 0; k < q; k++) {
+            const placed_buffer *p = &placed[k];
+            if (p->offset >= at + need) break; /* the rest lie above: at fits */
+            if (p->def <= gone && born <= p->dies && p->end > at) at = p->end;
         }
         offset[it] = at;
-        k = q;
-        while (k > 0 && offset[placed[k - 1]] > at) {
-            placed[k] = placed[k - 1];
-            k--;
-        }
-        placed[k] = it;
-        if (at + size[it] > arena) arena = at + size[it];
+        /* after the last placed at or below `at`, as the scan above orders ties */
+        int k = q;
+        while (k > 0 && placed[k - 1].offset > at) k--;
+        memmove(placed + k + 1, placed + k, (size_t)(q - k) * sizeof *placed);
+        placed[k] = (placed_buffer){at, at + need, born, gone};
+        if (at + need > arena) arena = at + need;
     }
     free(order);
     free(placed);
