@@ -45,8 +45,11 @@
 static const char usage[] =
     "usage: dmc [options] FILE.dm -o DIR     compile to DIR/<model>.h and DIR/<model>.c (.cu)\n"
     "       dmc --emit=ir [options] FILE.dm  print the IR\n"
-    "       dmc --explain[=json] [options] FILE.dm\n"
-    "                                        print the partition and memory plan\n"
+    "       dmc --explain[=full|json] [options] FILE.dm\n"
+    "                                        print the partition and memory plan: a screen at\n"
+    "                                        any size (alike layers on one line, collectives\n"
+    "                                        grouped); =full every parameter and collective;\n"
+    "                                        =json everything, for tools\n"
     "       dmc --check [options] FILE.dm    report errors only\n"
     "       dmc --plan[=json] --devices N [options] FILE.dm\n"
     "                                        search meshes, micro-batches, schedules, ZeRO and\n"
@@ -114,7 +117,7 @@ typedef struct options {
     const char *name;
     const char *emit;         /* "ir" or NULL */
     const char *stop_after;   /* lower | autodiff | optimizer | shard */
-    int explain;              /* 0, 1 text, 2 json */
+    int explain;              /* 0, or 1 + the explain_format */
     int plan;                 /* --plan: 0, 1 text, 2 json */
     int mesh_auto;            /* --mesh auto */
     int64_t devices;          /* --devices */
@@ -375,9 +378,11 @@ static int parse_args(int argc, char **argv, options *o) {
             }
             o->stop_after = v;
         } else if (strcmp(a, "--explain") == 0 || strcmp(a, "--explain=text") == 0) {
-            o->explain = 1;
+            o->explain = 1 + EXPLAIN_TEXT;
+        } else if (strcmp(a, "--explain=full") == 0) {
+            o->explain = 1 + EXPLAIN_FULL;
         } else if (strcmp(a, "--explain=json") == 0) {
-            o->explain = 2;
+            o->explain = 1 + EXPLAIN_JSON;
         } else if (strcmp(a, "--plan") == 0 || strcmp(a, "--plan=text") == 0) {
             o->plan = 1;
         } else if (strcmp(a, "--plan=json") == 0) {
@@ -813,7 +818,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (o.explain) {
-        explain_print(g, &c.memory, &c.reshards, &c.pipeline, &c.zero, o.input, o.explain == 2, stdout);
+        explain_print(g, &c.memory, &c.reshards, &c.pipeline, &c.zero, o.input, (explain_format)(o.explain - 1), stdout);
         status = 0;
     } else if (o.check) {
         status = 0;

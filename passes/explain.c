@@ -6,7 +6,7 @@
 #include "explain.h"
 #include "schedule.h"
 
-static void mib(double elems, char *buf, size_t size) { snprintf(buf, size, "%.2f MiB", elems * 4.0 / (1024.0 * 1024.0)); }
+void explain_mib(double elems, char *buf, size_t size) { snprintf(buf, size, "%.2f MiB", elems * 4.0 / (1024.0 * 1024.0)); }
 
 void explain_json_string(FILE *out, const char *s) {
     fputc('"', out);
@@ -48,13 +48,21 @@ static void list_values(const ir_graph *g, const char *title, const int *ids, in
 static int is_split_cross_entropy(const ir_value *c) { return c->op == OP_XENT_STATS; }
 
 /* The mesh axis a collective communicates over (a split cross-entropy: its classes'). */
-static int collective_axis(const ir_graph *g, const ir_value *c) {
+int explain_collective_axis(const ir_graph *g, const ir_value *c) {
     return is_split_cross_entropy(c) ? ir_class_split_axis(g, c) : c->mesh_axis;
 }
 
+/* "allreduce", "allgather", ...; a split cross-entropy's statistics: "allgather+allreduce" */
+const char *explain_collective_kind(const ir_value *c) {
+    return is_split_cross_entropy(c) ? "allgather+allreduce" : ir_op_info_of(c->op)->name;
+}
+
+/* Calls a collective makes: a split cross-entropy makes an allgather and an allreduce. */
+int explain_collective_calls(const ir_value *c) { return is_split_cross_entropy(c) ? 2 : 1; }
+
 /* "allreduce(data)", "allgather(tensor, dim 1)" */
 static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size_t size) {
-    const char *axis = g->axes[collective_axis(g, c)].name;
+    const char *axis = g->axes[explain_collective_axis(g, c)].name;
     switch (c->op) {
     case OP_XENT_STATS: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
     case OP_ALLREDUCE: snprintf(buf, size, "allreduce(%s)", axis); break;
@@ -64,13 +72,13 @@ static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size
 }
 
 /* Bytes one rank contributes: its shard of the operand (a local slice moves nothing). */
-static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
+int64_t explain_collective_bytes(const ir_graph *g, const ir_value *c) {
     if (c->op == OP_SHARD_SLICE) return 0;
     if (is_split_cross_entropy(c)) {
         /* per local row: its maximum (gathered), then the sum of exponentials and the
          * target's logit (summed); the gradient reads them and exchanges nothing */
         const ir_type *logits = &g->values[c->operands[0]]->type;
-        int64_t rows = ir_local_numel(g, logits) / (logits->shape[logits->rank - 1] / g->axes[collective_axis(g, c)].size);
+        int64_t rows = ir_local_numel(g, logits) / (logits->shape[logits->rank - 1] / g->axes[explain_collective_axis(g, c)].size);
         return rows * 3 * 4;
     }
     return ir_local_numel(g, &g->values[c->operands[0]]->type) * 4;
@@ -78,19 +86,19 @@ static int64_t collective_bytes(const ir_graph *g, const ir_value *c) {
 
 /* Bytes one rank sends in the collective by ring algorithms (cost_collective_sent); it
  * receives as many. */
-static double collective_sent_bytes(const ir_graph *g, const ir_value *c) {
+double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c) {
     double messages;
     return cost_collective_sent(g, c, &messages);
 }
 
-static const char *const phase_names[] = {"forward", "backward", "update"};
+const char *const explain_phase_names[3] = {"forward", "backward", "update"};
 
 /* What each rank sends, summed by phase and mesh axis (sent[phase][axis]). */
 static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, double sent[3][IR_MAX_AXES]) {
     memset(sent, 0, sizeof(double) * 3 * IR_MAX_AXES);
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
-        sent[c->phase][collective_axis(g, c)] += collective_sent_bytes(g, c);
+        sent[c->phase][explain_collective_axis(g, c)] += explain_collective_sent_bytes(g, c);
     }
 }
 
@@ -104,13 +112,13 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
     int calls = 0;
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
-        total += collective_bytes(g, c);
-        total_sent += collective_sent_bytes(g, c);
-        calls += is_split_cross_entropy(c) ? 2 : 1; /* its allgather and its allreduce */
+        total += explain_collective_bytes(g, c);
+        total_sent += explain_collective_sent_bytes(g, c);
+        calls += explain_collective_calls(c);
     }
     char t[32], s[32];
-    mib((double)total / 4.0, t, sizeof t);
-    mib(total_sent / 4.0, s, sizeof s);
+    explain_mib((double)total / 4.0, t, sizeof t);
+    explain_mib(total_sent / 4.0, s, sizeof s);
     fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s (and\n"
                  "receives as much):", calls, t, s);
     double sent[3][IR_MAX_AXES];
@@ -118,8 +126,8 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
     for (int p = 0, n = 0; p < 3; p++)
         for (int a = 0; a < g->n_axes; a++) {
             if (sent[p][a] <= 0) continue;
-            mib(sent[p][a] / 4.0, s, sizeof s);
-            fprintf(out, "%s %s over %s %s", n++ ? "," : "", phase_names[p], g->axes[a].name, s);
+            explain_mib(sent[p][a] / 4.0, s, sizeof s);
+            fprintf(out, "%s %s over %s %s", n++ ? "," : "", explain_phase_names[p], g->axes[a].name, s);
         }
     fprintf(out, "\n  %-8s %-28s %-30s %-28s %12s %12s\n", "phase", "collective", "value", "type", "operand", "sent");
     for (int i = 0; i < r->n; i++) {
@@ -128,9 +136,9 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
         char op[96], type[256], bytes[32];
         collective_str(g, c, op, sizeof op);
         ir_format_type(g, &src->type, type, sizeof type);
-        mib((double)collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
-        mib(collective_sent_bytes(g, c) / 4.0, s, sizeof s);
-        fprintf(out, "  %-8s %-28s %-30s %-28s %12s %12s  line %-4d %s\n", phase_names[c->phase], op,
+        explain_mib((double)explain_collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
+        explain_mib(explain_collective_sent_bytes(g, c) / 4.0, s, sizeof s);
+        fprintf(out, "  %-8s %-28s %-30s %-28s %12s %12s  line %-4d %s\n", explain_phase_names[c->phase], op,
                 src->name ? src->name : ir_op_info_of(src->op)->name, type, bytes, s, r->items[i].source_line,
                 r->items[i].reason);
     }
@@ -145,17 +153,17 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         char type[256];
         ir_format_type(g, &src->type, type, sizeof type);
         fprintf(out, "%s{\"op\": ", i ? ", " : "");
-        explain_json_string(out, is_split_cross_entropy(c) ? "allgather+allreduce" : ir_op_info_of(c->op)->name);
+        explain_json_string(out, explain_collective_kind(c));
         fprintf(out, ", \"axis\": ");
-        explain_json_string(out, g->axes[collective_axis(g, c)].name);
+        explain_json_string(out, g->axes[explain_collective_axis(g, c)].name);
         if (c->op != OP_ALLREDUCE && !is_split_cross_entropy(c)) fprintf(out, ", \"dim\": %d", c->axis);
         if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
-        fprintf(out, ", \"phase\": \"%s\", \"value\": ", phase_names[c->phase]);
+        fprintf(out, ", \"phase\": \"%s\", \"value\": ", explain_phase_names[c->phase]);
         explain_json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
         fprintf(out, ", \"type\": ");
         explain_json_string(out, type);
         fprintf(out, ", \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f, \"line\": %d, \"reason\": ",
-                (long long)collective_bytes(g, c), collective_sent_bytes(g, c), r->items[i].source_line);
+                (long long)explain_collective_bytes(g, c), explain_collective_sent_bytes(g, c), r->items[i].source_line);
         explain_json_string(out, r->items[i].reason);
         fprintf(out, "}");
     }
@@ -171,7 +179,7 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
         for (int a = 0; a < g->n_axes; a++) {
             if (sent[p][a] <= 0) continue;
             total += sent[p][a];
-            fprintf(out, "%s{\"phase\": \"%s\", \"axis\": ", n++ ? ", " : "", phase_names[p]);
+            fprintf(out, "%s{\"phase\": \"%s\", \"axis\": ", n++ ? ", " : "", explain_phase_names[p]);
             explain_json_string(out, g->axes[a].name);
             fprintf(out, ", \"sent_bytes_per_rank\": %.0f}", sent[p][a]);
         }
@@ -220,7 +228,9 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     fprintf(out, "]}");
 }
 
-static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+/* draw_grid: the schedule, one column per forward time (as wide as 3 (M + P - 1) + 2 M
+ * columns, so only in --explain=full) */
+static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int draw_grid, FILE *out) {
     int P = pl->stages, M = g->microbatches;
     if (P == 1) {
         fprintf(out, "micro-batches: %d of %s = %lld each, their gradients summed (accumulation): the step's batch\n"
@@ -244,10 +254,10 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
         value_str(g->values[s->first], first, sizeof first);
         value_str(g->values[s->last], last, sizeof last);
         snprintf(ops, sizeof ops, "%s .. %s", first, last);
-        if (k) mib((double)s->recv_elems, recv, sizeof recv);
+        if (k) explain_mib((double)s->recv_elems, recv, sizeof recv);
         else snprintf(recv, sizeof recv, "-");
-        mib((double)(s->activation_elems + s->recv_elems), act, sizeof act);
-        mib((double)(s->activation_elems + s->recv_elems) * s->in_flight, all, sizeof all);
+        explain_mib((double)(s->activation_elems + s->recv_elems), act, sizeof act);
+        explain_mib((double)(s->activation_elems + s->recv_elems) * s->in_flight, all, sizeof all);
         snprintf(flight, sizeof flight, "%d x %s = %s", s->in_flight, act, all);
         fprintf(out, "  %-5d %-52s %8.3f ms %5.1f%% %12s   %s\n", k, ops, s->seconds * 1e3,
                 total > 0 ? 100 * s->seconds / total : 0, recv, flight);
@@ -262,10 +272,11 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
         fprintf(out, ": each holds it, stage %d sums its gradient and updates it, then sends it to the others\n",
                 v->stage);
     }
-    const pipe_schedule *sched = &pl->schedule;
-    fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
-                 "micro-batch m, '.': idle\n", pipe_kind_name(kind));
-    pipe_schedule_print(sched, out);
+    if (draw_grid) {
+        fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
+                     "micro-batch m, '.': idle\n", pipe_kind_name(kind));
+        pipe_schedule_print(&pl->schedule, out);
+    }
     fprintf(out, "bubble: %.1f%% of stage-time idle, simulating the schedule with each stage's predicted forward and\n"
                  "  backward times (a step of %.3f ms); equal stages would give (P - 1) / (M + P - 1) = %d / %d = %.1f%%\n",
             100 * pl->bubble, pl->timed.makespan * 1e3, P - 1, M + P - 1, 100 * pipe_bubble_formula(P, M));
@@ -282,8 +293,9 @@ static int zero_gathers(const ir_graph *g, int64_t *elements) {
     return n;
 }
 
-/* ZeRO's buckets: which gradients each reduce-scatters and how much of it a rank updates. */
-static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
+/* ZeRO's buckets: which gradients each reduce-scatters and how much of it a rank updates
+ * (full: a line per bucket; otherwise their count and sums, which read at any size). */
+static void zero_text(const ir_graph *g, const dm_zero_plan *z, int full, FILE *out) {
     const dm_zero_bucket *b0 = &z->bucket[0];
     int64_t gathered;
     int gathers = zero_gathers(g, &gathered);
@@ -295,10 +307,22 @@ static void zero_text(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
             gathers ? "no all-gather of the parameters: they stay in shares" : "an all-gather of its parameters (the same bytes)");
     if (gathers) {
         char elems[32];
-        mib((double)gathered, elems, sizeof elems);
+        explain_mib((double)gathered, elems, sizeof elems);
         fprintf(out, "and each bucket the passes read is all-gathered before its first reader in the forward pass\n"
                      "and again in the backward (the next one started ahead), freed after its last reader:\n"
-                     "%d all-gathers of %s per micro-batch (shares marked * below)\n", gathers, elems);
+                     "%d all-gathers of %s per micro-batch%s\n", gathers, elems, full ? " (shares marked * below)" : "");
+    }
+    if (!full) {
+        int64_t elements = 0, largest = 0, shares = 0;
+        for (int k = 0; k < z->n_buckets; k++) {
+            elements += z->bucket[k].span;
+            shares += z->bucket[k].share;
+            if (z->bucket[k].span > largest) largest = z->bucket[k].span;
+        }
+        fprintf(out, "  %d bucket%s of %lld elements (the largest %lld), a rank's shares %lld (--explain=full lists "
+                     "them)\n\n", z->n_buckets, z->n_buckets == 1 ? "" : "s", (long long)elements, (long long)largest,
+                (long long)shares);
+        return;
     }
     fprintf(out, "  %-6s %-5s %-52s %12s %12s\n", "bucket", "stage", "parameters", "elements", "share/rank");
     for (int k = 0; k < z->n_buckets; k++) {
@@ -360,74 +384,78 @@ static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, "], \"gathers\": %d, \"gathered_elements\": %lld}", gathers, (long long)gathered);
 }
 
-void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
-                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int json,
-                   FILE *out) {
-    int64_t ranks = ir_mesh_ranks(g);
-    int zeroed = zero && zero->n_buckets > 0;
-    if (json) {
-        fprintf(out, "{\"model\": ");
-        explain_json_string(out, g->model);
-        fprintf(out, ", \"source\": ");
-        explain_json_string(out, source_path);
-        fprintf(out, ", \"mesh\": [");
-        for (int a = 0; a < g->n_axes; a++) {
-            fprintf(out, "%s{\"axis\": ", a ? ", " : "");
-            explain_json_string(out, g->axes[a].name);
-            fprintf(out, ", \"size\": %lld}", (long long)g->axes[a].size);
-        }
-        fprintf(out, "], \"ranks\": %lld, \"inputs\": ", (long long)ranks);
-        list_values_json(g, g->inputs, g->n_inputs, out);
-        fprintf(out, ", \"params\": ");
-        list_values_json(g, g->params, g->n_params, out);
-        fprintf(out, ", \"outputs\": ");
-        list_values_json(g, g->outputs, g->n_outputs, out);
-        fprintf(out, ", \"collectives\": ");
-        list_collectives_json(g, reshards, out);
-        sent_json(g, reshards, out);
-        if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
-        explain_time_json(g, pipeline, out);
-        if (zeroed) zero_json(g, zero, out);
-        fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
-        fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
-                     "\"activations\": %lld, \"activations_without_reuse\": %lld",
-                (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
-                (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
-        /* what a rank allocates at its peak (the C target's layout): the largest rank's, and
-         * each stage's */
-        int n_peaks = plan->stages > 1 ? plan->stages : 1;
-        dm_memory_peak *peaks = calloc((size_t)n_peaks, sizeof *peaks);
-        if (!peaks) abort();
-        int64_t peak = 0;
-        for (int k = 0; k < n_peaks; k++) {
-            dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &peaks[k]);
-            if (peaks[k].total > peak) peak = peaks[k].total;
-        }
-        fprintf(out, ", \"peak_bytes_per_rank\": %lld, \"peak_bytes_by_stage\": [", (long long)peak);
-        for (int k = 0; k < n_peaks; k++) {
-            const dm_memory_peak *pk = &peaks[k];
-            fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
-                         "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld, "
-                         "\"gathered_outputs_on_request\": %lld}",
-                    k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
-                    (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
-                    (long long)pk->scratch, (long long)pk->outputs, (long long)pk->gathered_outputs);
-        }
-        free(peaks);
-        fprintf(out, "]");
-        /* pipelines: each stage's ranks' own (the figures above are the largest of them) */
-        fprintf(out, ", \"stages\": [");
-        for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
-            const dm_stage_memory *m = &plan->stage[k];
-            fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
-                         "\"activations_kept\": %lld, \"in_flight\": %d, \"activations_held\": %lld}",
-                    k ? ", " : "", (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
-                    (long long)m->state_elems * 4, (long long)m->arena_elems * 4, (long long)m->kept_elems * 4, m->in_flight,
-                    (long long)m->held_elems * 4);
-        }
-        fprintf(out, "]}}\n");
-        return;
+/* "memory_bytes_per_rank" to the end of the JSON object */
+static void memory_json(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out) {
+    fprintf(out, ", \"memory_bytes_per_rank\": {\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
+                 "\"activations\": %lld, \"activations_without_reuse\": %lld",
+            (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
+            (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
+    /* what a rank allocates at its peak (the C target's layout): the largest rank's, and
+     * each stage's */
+    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+    dm_memory_peak *peaks = calloc((size_t)n_peaks, sizeof *peaks);
+    if (!peaks) abort();
+    int64_t peak = 0;
+    for (int k = 0; k < n_peaks; k++) {
+        dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &peaks[k]);
+        if (peaks[k].total > peak) peak = peaks[k].total;
     }
+    fprintf(out, ", \"peak_bytes_per_rank\": %lld, \"peak_bytes_by_stage\": [", (long long)peak);
+    for (int k = 0; k < n_peaks; k++) {
+        const dm_memory_peak *pk = &peaks[k];
+        fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
+                     "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld, "
+                     "\"gathered_outputs_on_request\": %lld}",
+                k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
+                (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
+                (long long)pk->scratch, (long long)pk->outputs, (long long)pk->gathered_outputs);
+    }
+    free(peaks);
+    fprintf(out, "]");
+    /* pipelines: each stage's ranks' own (the figures above are the largest of them) */
+    fprintf(out, ", \"stages\": [");
+    for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
+        const dm_stage_memory *m = &plan->stage[k];
+        fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
+                     "\"activations_kept\": %lld, \"in_flight\": %d, \"activations_held\": %lld}",
+                k ? ", " : "", (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
+                (long long)m->state_elems * 4, (long long)m->arena_elems * 4, (long long)m->kept_elems * 4, m->in_flight,
+                (long long)m->held_elems * 4);
+    }
+    fprintf(out, "]}}\n");
+}
+
+static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
+                         const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, FILE *out) {
+    int64_t ranks = ir_mesh_ranks(g);
+    fprintf(out, "{\"model\": ");
+    explain_json_string(out, g->model);
+    fprintf(out, ", \"source\": ");
+    explain_json_string(out, source_path);
+    fprintf(out, ", \"mesh\": [");
+    for (int a = 0; a < g->n_axes; a++) {
+        fprintf(out, "%s{\"axis\": ", a ? ", " : "");
+        explain_json_string(out, g->axes[a].name);
+        fprintf(out, ", \"size\": %lld}", (long long)g->axes[a].size);
+    }
+    fprintf(out, "], \"ranks\": %lld, \"inputs\": ", (long long)ranks);
+    list_values_json(g, g->inputs, g->n_inputs, out);
+    fprintf(out, ", \"params\": ");
+    list_values_json(g, g->params, g->n_params, out);
+    fprintf(out, ", \"outputs\": ");
+    list_values_json(g, g->outputs, g->n_outputs, out);
+    fprintf(out, ", \"collectives\": ");
+    list_collectives_json(g, reshards, out);
+    sent_json(g, reshards, out);
+    if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
+    explain_time_json(g, pipeline, out);
+    if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
+    fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
+    memory_json(g, plan, pipeline, out);
+}
+
+static void header_text(const ir_graph *g, const char *source_path, FILE *out) {
+    int64_t ranks = ir_mesh_ranks(g);
     fprintf(out, "plan of %s (model %s)\n\n", source_path, g->model);
     fprintf(out, "mesh: ");
     if (!g->n_axes) fprintf(out, "none (one device)");
@@ -445,21 +473,16 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         fprintf(out, "\n");
     }
     fprintf(out, "\n");
-    list_values(g, "inputs", g->inputs, g->n_inputs, out);
-    list_values(g, "params", g->params, g->n_params, out);
-    list_values(g, "outputs", g->outputs, g->n_outputs, out);
-    if (g->loss >= 0) fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?", g->values[g->loss]->loc.line);
-    list_collectives(g, reshards, out);
-    if (pipelined(g, pipeline)) pipeline_text(g, pipeline, out);
-    explain_time_text(g, pipeline, out);
-    if (zeroed) zero_text(g, zero, out);
-    recompute_text(g, out);
+}
+
+/* Every region of the memory plan, each stage's peak and each stage's own (--explain=full). */
+static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out) {
     char p[32], gr[32], s[32], a[32], au[32];
-    mib((double)plan->param_elems, p, sizeof p);
-    mib((double)plan->grad_elems, gr, sizeof gr);
-    mib((double)plan->state_elems, s, sizeof s);
-    mib((double)plan->arena_elems, a, sizeof a);
-    mib((double)plan->arena_unshared_elems, au, sizeof au);
+    explain_mib((double)plan->param_elems, p, sizeof p);
+    explain_mib((double)plan->grad_elems, gr, sizeof gr);
+    explain_mib((double)plan->state_elems, s, sizeof s);
+    explain_mib((double)plan->arena_elems, a, sizeof a);
+    explain_mib((double)plan->arena_unshared_elems, au, sizeof au);
     fprintf(out, "memory per rank%s:\n", plan->stages > 1 ? " (each region's largest over the stages)" : "");
     fprintf(out, "  parameters        %12s\n", p);
     fprintf(out, "  gradients         %12s\n", gr);
@@ -470,10 +493,10 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
         dm_memory_peak pk;
         dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
         char total[32], parts[7][32];
-        mib((double)pk.total / 4, total, sizeof total);
+        explain_mib((double)pk.total / 4, total, sizeof total);
         const int64_t part[7] = {pk.params, pk.grads, pk.optimizer_state, pk.activations, pk.gradient_sums, pk.scratch,
                                  pk.outputs};
-        for (int q = 0; q < 7; q++) mib((double)part[q] / 4, parts[q], sizeof parts[q]);
+        for (int q = 0; q < 7; q++) explain_mib((double)part[q] / 4, parts[q], sizeof parts[q]);
         if (n_peaks > 1) fprintf(out, "  stage %-3d ", k);
         else fprintf(out, "  ");
         fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
@@ -481,29 +504,64 @@ void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_resha
                 total, (long long)pk.total, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
         if (pk.gathered_outputs) {
             char gathered[32];
-            mib((double)pk.gathered_outputs / 4, gathered, sizeof gathered);
+            explain_mib((double)pk.gathered_outputs / 4, gathered, sizeof gathered);
             fprintf(out, "; and %s of host memory once the outputs are asked for whole", gathered);
         }
         fprintf(out, "\n");
     }
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
-        mib((double)m->param_elems, p, sizeof p);
-        mib((double)m->grad_elems, gr, sizeof gr);
-        mib((double)m->state_elems, s, sizeof s);
-        mib((double)m->held_elems, a, sizeof a);
+        explain_mib((double)m->param_elems, p, sizeof p);
+        explain_mib((double)m->grad_elems, gr, sizeof gr);
+        explain_mib((double)m->state_elems, s, sizeof s);
+        explain_mib((double)m->held_elems, a, sizeof a);
         fprintf(out, "  stage %-3d parameters %s, gradients %s, optimizer state %s, activations %s", k, p, gr, s, a);
         if (m->in_flight > 1 && m->kept_elems == m->arena_elems) {
             char arena[32];
-            mib((double)m->arena_elems, arena, sizeof arena);
+            explain_mib((double)m->arena_elems, arena, sizeof arena);
             fprintf(out, " (the arena, %s, x %d micro-batches in flight)", arena, m->in_flight);
         } else if (m->in_flight > 1) {
             char working[32], kept[32];
-            mib((double)(m->arena_elems - m->kept_elems), working, sizeof working);
-            mib((double)m->kept_elems, kept, sizeof kept);
+            explain_mib((double)(m->arena_elems - m->kept_elems), working, sizeof working);
+            explain_mib((double)m->kept_elems, kept, sizeof kept);
             fprintf(out, " (working buffers %s, and %s kept for the backward pass x %d micro-batches in flight)", working,
                     kept, m->in_flight);
         }
         fprintf(out, "\n");
     }
+}
+
+/* full: every parameter, collective, schedule column and ZeRO bucket on its own line;
+ * otherwise what reads in a screen at any size (explain_compact.c). */
+static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
+                         const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int full,
+                         FILE *out) {
+    header_text(g, source_path, out);
+    if (full) {
+        list_values(g, "inputs", g->inputs, g->n_inputs, out);
+        list_values(g, "params", g->params, g->n_params, out);
+        list_values(g, "outputs", g->outputs, g->n_outputs, out);
+    } else {
+        explain_values_collapsed(g, "inputs", g->inputs, g->n_inputs, out);
+        explain_values_collapsed(g, "params", g->params, g->n_params, out);
+        explain_values_collapsed(g, "outputs", g->outputs, g->n_outputs, out);
+    }
+    if (g->loss >= 0)
+        fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?",
+                g->values[g->loss]->loc.line);
+    if (full) list_collectives(g, reshards, out);
+    else explain_collectives_grouped(g, reshards, out);
+    if (pipelined(g, pipeline)) pipeline_text(g, pipeline, full, out);
+    explain_time_text(g, pipeline, full, out);
+    if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);
+    recompute_text(g, out);
+    if (full) memory_text(g, plan, pipeline, out);
+    else explain_memory_table(g, plan, pipeline, out);
+}
+
+void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
+                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path,
+                   explain_format format, FILE *out) {
+    if (format == EXPLAIN_JSON) explain_json(g, plan, reshards, pipeline, zero, source_path, out);
+    else explain_text(g, plan, reshards, pipeline, zero, source_path, format == EXPLAIN_FULL, out);
 }

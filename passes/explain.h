@@ -6,18 +6,56 @@
 
 #include "passes.h"
 
+/* text: a screen at any size (names alike but for a layer index on one line, collectives
+ * grouped by phase, axis and kind); full: every parameter and collective on its own line;
+ * json: everything, for tools. */
+typedef enum explain_format { EXPLAIN_TEXT, EXPLAIN_FULL, EXPLAIN_JSON } explain_format;
+
 /* pipeline may be NULL (or of one stage and micro-batch): no pipeline section; zero NULL
  * or without buckets: no ZeRO section. */
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,
-                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path, int json,
-                   FILE *out);
+                   const dm_pipeline_plan *pipeline, const dm_zero_plan *zero, const char *source_path,
+                   explain_format format, FILE *out);
 
-/* Within --explain: the predicted step (explain_time.c), and JSON strings. */
-void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
+/* Within --explain: the predicted step (explain_time.c; full: with the notes on what it
+ * leaves out), and JSON strings. */
+void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pipeline, int full, FILE *out);
 void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pipeline, FILE *out);
 void explain_json_string(FILE *out, const char *s);
 /* Samples in one step (the inputs' leading dim, every micro-batch), and tokens when the
  * first input is integer ids with a sequence dim (0 otherwise). */
 double samples_per_step(const ir_graph *g, double *tokens);
+
+/* The collectives as explain.c counts them: the mesh axis, the kind ("allreduce",
+ * "allgather+allreduce" for a split cross-entropy's statistics), calls (2 for that pair),
+ * bytes of a rank's operand shard, bytes a rank sends by ring algorithms. */
+extern const char *const explain_phase_names[3];
+int explain_collective_axis(const ir_graph *g, const ir_value *c);
+const char *explain_collective_kind(const ir_value *c);
+int explain_collective_calls(const ir_value *c);
+int64_t explain_collective_bytes(const ir_graph *g, const ir_value *c);
+double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c);
+/* "12.50 MiB" of elements of 4 bytes */
+void explain_mib(double elems, char *buf, size_t size);
+
+/* The compact sections of the default text (explain_compact.c). */
+void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out);
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FILE *out);
+void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out);
+
+/* One line of a collapsed list of names (explain_names.c). */
+typedef struct explain_name_group {
+    int first;  /* the place of its first member in the list */
+    int count;  /* members */
+    char *name; /* "h.{0..11}.attn.c_proj.weight", or the one member's name */
+} explain_name_group;
+
+/* Groups the names that differ only in their layer index (their first dot-separated part
+ * written as a number) and have equal tags (tags NULL: all equal). Returns the number of
+ * groups, in *groups in the order of their first member (free them with
+ * explain_name_groups_free); group_of (NULL, or n entries): each name's group. */
+int explain_collapse_names(const char *const *names, const char *const *tags, int n, explain_name_group **groups,
+                           int *group_of);
+void explain_name_groups_free(explain_name_group *groups, int n);
 
 #endif

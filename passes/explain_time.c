@@ -16,8 +16,8 @@ double samples_per_step(const ir_graph *g, double *tokens) {
     return samples;
 }
 
-void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
-    if (!pl || !pl->timed.actions) return;
+/* Every figure, with what each covers and what the model leaves out (--explain=full). */
+static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     const dm_hardware *hw = cost_hardware(&pl->cost);
     double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
     fprintf(out, "predicted step on %s (%s), %s products: %.3f ms\n", hw->name, hw->source,
@@ -40,6 +40,34 @@ void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
                  "  in 2-byte elements, the interleaved schedule; docs/cost.md)\n\n",
             strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
                                              : "the hardware's peaks times its efficiencies");
+}
+
+/* The same figures in three lines. */
+static void time_text_compact(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    const dm_hardware *hw = cost_hardware(&pl->cost);
+    double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
+    fprintf(out, "predicted step on %s (%s), %s products: %.3f ms (%s)\n", hw->name, hw->source,
+            dm_precision_name((dm_precision)pl->cost.precision), step * 1e3,
+            strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
+                                             : "the hardware's peaks times its efficiencies");
+    fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%); update: %.3f ms\n",
+            g->microbatches, g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s",
+            pl->timed.makespan * 1e3, 100 * pl->bubble, pl->update_seconds * 1e3);
+    if (step > 0 && samples > 0) {
+        fprintf(out, "  %.4g samples/s", samples / step);
+        if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);
+        fprintf(out, ", %.3g TFLOP/s per device of model flops (%.3g GFLOP per device and step)\n",
+                pl->model_flops / step / 1e12, pl->model_flops / 1e9);
+    }
+    if (pl->cost.precision == DM_BF16)
+        fprintf(out, "  (bf16 is costed only: the generated code runs fp32, or tf32 on --target cuda --tf32)\n");
+    fprintf(out, "\n");
+}
+
+void explain_time_text(const ir_graph *g, const dm_pipeline_plan *pl, int full, FILE *out) {
+    if (!pl || !pl->timed.actions) return;
+    if (full) time_text_full(g, pl, out);
+    else time_text_compact(g, pl, out);
 }
 
 void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {

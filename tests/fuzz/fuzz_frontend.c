@@ -58,8 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 dm_memory_plan plan;
                 pass_memory(g, &plan);
                 ir_print(g, devnull);
-                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", 0, devnull);
-                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", 1, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", EXPLAIN_TEXT, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", EXPLAIN_FULL, devnull);
+                explain_print(g, &plan, &reshards, &pipeline, NULL, "fuzz.dm", EXPLAIN_JSON, devnull);
                 dm_memory_plan_free(&plan);
             }
             dm_pipeline_plan_free(&pipeline);

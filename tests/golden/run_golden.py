@@ -37,35 +37,45 @@ CASES = {
     "alias": ("tests/golden/alias.dm", []),
     "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
     "transformer": ("tests/ref/ops/transformer.dm", []),
-    # partition plans: data parallel, Megatron's MLP (column then row), both, and JSON
-    "mlp.data2": ("examples/mlp.dm", ["--mesh", "data=2", "--explain"]),
-    "mlp.data4": ("examples/mlp.dm", ["--mesh", "data=4", "--explain"]),
-    "mlp.serial": ("examples/mlp.dm", ["--explain"]),
-    "mlp.data2_tensor2": ("examples/mlp.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
+    # partition plans (--explain=full: every line): data parallel, Megatron's MLP (column then
+    # row), both, and JSON
+    "mlp.data2": ("examples/mlp.dm", ["--mesh", "data=2", "--explain=full"]),
+    "mlp.data4": ("examples/mlp.dm", ["--mesh", "data=4", "--explain=full"]),
+    "mlp.serial": ("examples/mlp.dm", ["--explain=full"]),
+    "mlp.data2_tensor2": ("examples/mlp.dm", ["--mesh", "data=2,tensor=2", "--explain=full"]),
     # Megatron-LM's GPT: one allreduce forward and one backward per attention and MLP block
     # over tensor, the gradients over data; the vocabulary split too
-    "gpt.data2_tensor2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
-    "megatron_mlp.data2_tensor2": ("tests/golden/megatron_mlp.dm", ["--explain"]),
+    "gpt.data2_tensor2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--explain=full"]),
+    "megatron_mlp.data2_tensor2": ("tests/golden/megatron_mlp.dm", ["--explain=full"]),
     # the all-gather form, all-to-all, gathered weights, reduce-scattered gradients
-    "forms.data2_tensor2": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
-    "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain"]),
+    "forms.data2_tensor2": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain=full"]),
+    "megatron_mlp.tensor2": ("tests/golden/megatron_mlp.dm", ["--mesh", "data=1", "--explain=full"]),
     "megatron_mlp.json": ("tests/golden/megatron_mlp.dm", ["--explain=json"]),
     # pipelines: the cuts, each stage's cost, the schedule's grid and its bubble
-    "gpt.pipeline4_m8": ("examples/gpt.dm", ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8", "--explain"]),
+    "gpt.pipeline4_m8": ("examples/gpt.dm", ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8", "--explain=full"]),
     "mlp.pipeline2_1f1b": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b",
-                                               "--explain"]),
-    "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain"]),
+                                               "--explain=full"]),
+    "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain=full"]),
     # ZeRO: each bucket's shares, and the state (and gradients) per rank halved
-    "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain"]),
+    "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain=full"]),
     # recomputation: the ops made again, and the smaller activation arena
-    "gpt.recompute_full": ("examples/gpt.dm", ["--set", "B=8", "--mesh", "data=8", "--recompute", "full", "--explain"]),
+    "gpt.recompute_full": ("examples/gpt.dm", ["--set", "B=8", "--mesh", "data=8", "--recompute", "full", "--explain=full"]),
     "gpt.data2_tensor2_zero2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2", "--zero", "2", "--explain=json"]),
     # ZeRO 3: parameters in shares, each bucket gathered before its first reader in the
     # forward and the backward pass (the next one prefetched), viewed in place
     "mlp.zero3": ("examples/mlp.dm", ["--set", "B=4,H=8", "--mesh", "data=2", "--zero", "3", "--bucket-mb", "0.0001"]),
-    "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain"]),
-    "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain"]),
+    "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain=full"]),
+    "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain=full"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
+    # --explain's default, a screen at any size: names alike but for a layer index on one
+    # line, collectives grouped by phase, axis and kind, memory a table of stages (the
+    # cases above are --explain=full, every line)
+    "gpt.data2_tensor2_pipeline2": ("examples/gpt.dm", ["--mesh", "data=2,tensor=2,pipeline=2", "--explain"]),
+    "gpt.pipeline4_m8.compact": ("examples/gpt.dm", ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8",
+                                                     "--explain"]),
+    "forms.data2_tensor2.compact": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
+    "mlp.data4_zero3.compact": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain"]),
+    "mlp.serial.compact": ("examples/mlp.dm", ["--explain"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),
 }
 # known bugs: goldens in bugs/, written by hand

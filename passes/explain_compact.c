@@ -1,0 +1,188 @@
+/* explain_compact.c: the sections of `--explain` that grow with the model, in a form
+ * that reads in a screen at any size: values alike but for a layer index on one line,
+ * collectives grouped by phase, mesh axis and kind with their counts, bytes and largest
+ * contributors, memory as a table of stages. `--explain=full` prints every line
+ * (explain.c); `--explain=json` holds every detail for tools. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "explain.h"
+
+/* "512 B", "24.00 KiB", "6.00 MiB", "1.25 GiB": two decimals of the largest unit below. */
+static void human_bytes(double bytes, char *buf, size_t size) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) {
+        snprintf(buf, size, "%.0f B", bytes);
+        return;
+    }
+    int u = 0;
+    for (bytes /= 1024; bytes >= 1024 && u < 3; u++) bytes /= 1024;
+    snprintf(buf, size, "%.2f %s", bytes, units[u]);
+}
+
+void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out) {
+    if (!n) return;
+    const char **names = calloc((size_t)n, sizeof *names);
+    char **tags = calloc((size_t)n, sizeof *tags);
+    if (!names || !tags) abort();
+    for (int i = 0; i < n; i++) {
+        const ir_value *v = g->values[ids[i]];
+        char type[256];
+        ir_format_type(g, &v->type, type, sizeof type);
+        tags[i] = malloc(strlen(type) + 64); /* padded to 32, then " line N" */
+        if (!tags[i]) abort();
+        /* one line stands for values of one type declared on one line */
+        sprintf(tags[i], "%-32s line %d", type, v->loc.line);
+        names[i] = v->name ? v->name : "?";
+    }
+    explain_name_group *groups;
+    int n_groups = explain_collapse_names(names, (const char *const *)tags, n, &groups, NULL);
+    if (n_groups < n) fprintf(out, "%s (%d; alike but for a layer index on one line):\n", title, n);
+    else fprintf(out, "%s:\n", title);
+    for (int k = 0; k < n_groups; k++) fprintf(out, "  %-32s %s\n", groups[k].name, tags[groups[k].first]);
+    explain_name_groups_free(groups, n_groups);
+    for (int i = 0; i < n; i++) free(tags[i]);
+    free(tags);
+    free(names);
+}
+
+/* The collectives of one phase, mesh axis and kind. */
+typedef struct collective_group {
+    int phase, axis;
+    const char *kind;
+    int calls;
+    int64_t bytes; /* of a rank's operand shards */
+    double sent;   /* bytes a rank sends by ring algorithms */
+    int n;         /* collectives, at items */
+    int *items;    /* their places in the reshard list, in its order */
+} collective_group;
+
+static int by_phase_axis_first(const void *a, const void *b) {
+    const collective_group *x = a, *y = b;
+    if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
+    if (x->axis != y->axis) return x->axis < y->axis ? -1 : 1;
+    return x->items[0] < y->items[0] ? -1 : x->items[0] > y->items[0];
+}
+
+/* The reshard list's collectives grouped, ordered by phase, then axis, then first appearance. */
+static int group_collectives(const ir_graph *g, const dm_reshard_list *r, collective_group *groups) {
+    int n_groups = 0;
+    for (int i = 0; i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        int axis = explain_collective_axis(g, c), k = 0;
+        const char *kind = explain_collective_kind(c);
+        while (k < n_groups && !(groups[k].phase == (int)c->phase && groups[k].axis == axis &&
+                                 strcmp(groups[k].kind, kind) == 0))
+            k++;
+        collective_group *grp = &groups[k];
+        if (k == n_groups++) {
+            memset(grp, 0, sizeof *grp);
+            grp->phase = (int)c->phase, grp->axis = axis, grp->kind = kind;
+            grp->items = malloc((size_t)r->n * sizeof *grp->items);
+            if (!grp->items) abort();
+        } else {
+            n_groups--;
+        }
+        grp->items[grp->n++] = i;
+        grp->calls += explain_collective_calls(c);
+        grp->bytes += explain_collective_bytes(g, c);
+        grp->sent += explain_collective_sent_bytes(g, c);
+    }
+    qsort(groups, (size_t)n_groups, sizeof *groups, by_phase_axis_first);
+    return n_groups;
+}
+
+/* The group's largest contributors, the values it moves collapsed by layer index and
+ * summed: "h.{0..11}.mlp.c_proj.matmul 72.00 MiB, wte 6.00 MiB (+3 more)". */
+static void largest_contributors(const ir_graph *g, const dm_reshard_list *r, const collective_group *grp, char *buf,
+                                 size_t size) {
+    enum { SHOWN = 2 };
+    const char **names = calloc((size_t)grp->n, sizeof *names);
+    int *group_of = calloc((size_t)grp->n, sizeof *group_of);
+    double *bytes = calloc((size_t)grp->n, sizeof *bytes);
+    if (!names || !group_of || !bytes) abort();
+    for (int i = 0; i < grp->n; i++) {
+        const ir_value *src = g->values[g->values[r->items[grp->items[i]].value]->operands[0]];
+        names[i] = src->name ? src->name : ir_op_info_of(src->op)->name;
+    }
+    explain_name_group *named;
+    int n_named = explain_collapse_names(names, NULL, grp->n, &named, group_of);
+    for (int i = 0; i < grp->n; i++)
+        bytes[group_of[i]] += (double)explain_collective_bytes(g, g->values[r->items[grp->items[i]].value]);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int shown = 0; shown < SHOWN && shown < n_named && len < size; shown++) {
+        int best = -1; /* the largest not shown yet; the first of equals */
+        for (int k = 0; k < n_named; k++)
+            if (bytes[k] >= 0 && (best < 0 || bytes[k] > bytes[best])) best = k;
+        char b[32] = "";
+        if (n_named > 1) human_bytes(bytes[best], b + 1, sizeof b - 1), b[0] = ' '; /* one: the group's own */
+        len += (size_t)snprintf(buf + len, size - len, "%s%s%s", shown ? ", " : "", named[best].name, b);
+        bytes[best] = -1;
+    }
+    if (n_named > SHOWN && len < size) snprintf(buf + len, size - len, " (+%d more)", n_named - SHOWN);
+    explain_name_groups_free(named, n_named);
+    free(bytes);
+    free(group_of);
+    free(names);
+}
+
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+    if (!r || r->n == 0) {
+        fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
+        return;
+    }
+    collective_group *groups = calloc((size_t)r->n, sizeof *groups);
+    if (!groups) abort();
+    int n_groups = group_collectives(g, r, groups), calls = 0;
+    int64_t bytes = 0;
+    double sent = 0;
+    for (int k = 0; k < n_groups; k++) calls += groups[k].calls, bytes += groups[k].bytes, sent += groups[k].sent;
+    char b[32], s[32];
+    human_bytes((double)bytes, b, sizeof b);
+    human_bytes(sent, s, sizeof s);
+    fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s "
+                 "(and receives as much)\n", calls, b, s);
+    fprintf(out, "  %-8s %-8s %-20s %5s %11s %11s  %s\n", "phase", "axis", "kind", "calls", "operands", "sent", "largest");
+    for (int k = 0; k < n_groups; k++) {
+        const collective_group *grp = &groups[k];
+        char largest[512];
+        largest_contributors(g, r, grp, largest, sizeof largest);
+        human_bytes((double)grp->bytes, b, sizeof b);
+        human_bytes(grp->sent, s, sizeof s);
+        fprintf(out, "  %-8s %-8s %-20s %5d %11s %11s  %s\n", explain_phase_names[grp->phase], g->axes[grp->axis].name,
+                grp->kind, grp->calls, b, s, largest);
+        free(grp->items);
+    }
+    free(groups);
+    fprintf(out, "\n");
+}
+
+void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out) {
+    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+    int64_t gathered = 0;
+    fprintf(out, "%-15s %10s %11s %10s %10s %12s %10s %8s %8s  (MiB)\n", "memory per rank", "peak", "parameters",
+            "gradients", "optimizer", "activations", "grad sums", "scratch", "outputs");
+    for (int k = 0; k < n_peaks; k++) {
+        dm_memory_peak pk;
+        dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
+        char label[24];
+        if (n_peaks > 1) snprintf(label, sizeof label, "stage %d", k);
+        else snprintf(label, sizeof label, "rank");
+        const double mib = 1024.0 * 1024.0;
+        fprintf(out, "  %-13s %10.2f %11.2f %10.2f %10.2f %12.2f %10.2f %8.2f %8.2f\n", label, pk.total / mib,
+                pk.params / mib, pk.grads / mib, pk.optimizer_state / mib, pk.activations / mib, pk.gradient_sums / mib,
+                pk.scratch / mib, pk.outputs / mib);
+        if (pk.gathered_outputs > gathered) gathered = pk.gathered_outputs;
+    }
+    char arena[32], unshared[32];
+    explain_mib((double)plan->arena_elems, arena, sizeof arena);
+    explain_mib((double)plan->arena_unshared_elems, unshared, sizeof unshared);
+    fprintf(out, "  peak: what a rank allocates at most; activations: those in flight, one micro-batch's arena "
+                 "%s%s (%s without buffer reuse)\n", arena, plan->stages > 1 ? " at most" : "", unshared);
+    if (gathered) {
+        char host[32];
+        human_bytes((double)gathered, host, sizeof host);
+        fprintf(out, "  and %s of host memory once the outputs are asked for whole\n", host);
+    }
+}
