@@ -105,11 +105,10 @@ void emit_header(emitter *E) {
         cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen);", m, m);
     } else {
         cg_line(w, "/* A context with parameters initialised as the .dm says, from seed (the same seed gives");
-        cg_line(w, " * the same parameters); NULL on failure. */");
-        cg_line(w, "%s_ctx *%s_create(uint64_t seed);", m, m);
-        cg_line(w, "/* The same, with the reason for a failure in err (\"out of memory\"%s). */",
+        cg_line(w, " * the same parameters). NULL on failure, with the reason in err (errlen bytes; err may");
+        cg_line(w, " * be NULL when errlen is 0): \"%s: out of memory\"%s. */", m,
                 E->device ? ", \"no CUDA device: ...\"" : "");
-        cg_line(w, "%s_ctx *%s_create_with_error(uint64_t seed, char *err, size_t errlen);", m, m);
+        cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen);", m, m);
     }
     cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
     cg_blank(w);
@@ -715,7 +714,7 @@ static void emit_create_destroy(emitter *E) {
         w->indent++;
         cg_line(w, "if (dmrt_mesh_init(rank, %d, mesh_axis_names, mesh_axis_sizes, err, errlen) != 0) return NULL;", g->n_axes);
     } else {
-        cg_line(w, "%s_ctx *%s_create_with_error(uint64_t seed, char *err, size_t errlen) {", m, m);
+        cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen) {", m, m);
         w->indent++;
     }
     cg_line(w, "struct_ctx *ctx = (struct_ctx *)calloc(1, sizeof *ctx);");
@@ -783,13 +782,6 @@ static void emit_create_destroy(emitter *E) {
     cg_line(w, "    return NULL;");
     cg_line(w, "}");
     cg_blank(w);
-    if (!E->partitioned) {
-        cg_line(w, "%s_ctx *%s_create(uint64_t seed) {", m, m);
-        cg_line(w, "    char err[512];");
-        cg_line(w, "    return %s_create_with_error(seed, err, sizeof err);", m);
-        cg_line(w, "}");
-        cg_blank(w);
-    }
     cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
     w->indent++;
     cg_line(w, "if (!ctx) return;");
@@ -853,7 +845,7 @@ static void emit_descriptor(emitter *E) {
         cg_line(w, "static int model_rank_id(void *ctx) { return dmrt_rank_id(((struct_ctx *)ctx)->rank); }");
     } else {
         cg_line(w, "static void *model_create(uint64_t seed, char *err, size_t errlen) {");
-        cg_line(w, "    return %s_create_with_error(seed, err, errlen);", m);
+        cg_line(w, "    return %s_create(seed, err, errlen);", m);
         cg_line(w, "}");
     }
     if (copies) {

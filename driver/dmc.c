@@ -15,6 +15,7 @@
 #include "codegen.h"
 #include "compile.h"
 #include "plan.h"
+#include "run_options.h"
 #include "explain.h"
 #include "lower.h"
 #include "hardware.h"
@@ -97,19 +98,8 @@ static const char usage[] =
     "  --hardware, --precision, --top K (plans printed, default 5; 0 all), --plan-whole\n"
     "  (compile every plan whole instead of estimating deep models from two-layer probes)\n"
     "\n"
-    "dmc run trainer options: --steps N --epochs N --seed S --init FILE.safetensors\n"
-    "  --save FILE.safetensors --batch-file FILE.safetensors --data fashion-mnist\n"
-    "  --data text:FILE[,FILE...] --data-dir DIR --eval-every N --sample N --prompt TEXT\n"
-    "  --temperature X --top-k K --dump-grads FILE.safetensors --trace FILE.json --quiet\n"
-    "  (docs/trainer.md)\n"
-    "  dmc run also takes --keep DIR (keep the build there), --cc COMPILER and, for a\n"
-    "  partitioned program (a mesh of several ranks), --backend threads|mpi: threads (the\n"
-    "  default) runs the ranks as threads of one process; mpi builds with mpicc and runs\n"
-    "  one process per rank under mpirun (--mpirun 'COMMAND ARGS' replaces 'mpirun').\n"
-    "  With --target cuda each rank uses one GPU (DMRT_CUDA_DEVICE picks it); collectives go\n"
-    "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
-    "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
-    "  compiler and the GPU architecture.\n";
+    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun) and the\n"
+    "  trainer's (--steps, --epochs, --seed, --save, --data, ...: docs/trainer.md).\n";
 
 typedef struct options {
     const char *input;
@@ -333,6 +323,16 @@ static int parse_args(int argc, char **argv, options *o) {
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
         int common;
+        if (o->run && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            dm_run_usage(stdout);
+            exit(0);
+        }
+        if (o->run && o->input && strcmp(a, "--") == 0) {
+            /* the rest is the trainer's, even what dmc would take itself */
+            for (i++; i < argc; i++)
+                if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) return -1;
+            break;
+        }
         if (o->run && o->input) {
             /* after the .dm file, everything goes to the trainer except our own flags */
             int common = parse_common(argc, argv, &i, o);
@@ -346,16 +346,12 @@ static int parse_args(int argc, char **argv, options *o) {
                 o->backend = v;
             } else if ((v = option_value(argc, argv, &i, "--mpirun"))) {
                 o->mpirun = v;
-            } else {
-                o->trainer_args[o->n_trainer_args++] = argv[i];
+            } else if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) {
+                return -1;
             }
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            if (o->run) {
-                o->trainer_args[o->n_trainer_args++] = argv[i];
-                continue;
-            }
             fputs(usage, stdout);
             exit(0);
         } else if (strcmp(a, "--version") == 0) {
@@ -401,7 +397,7 @@ static int parse_args(int argc, char **argv, options *o) {
             o->mpirun = v;
         } else if (a[0] == '-' && a[1]) {
             if (o->run) {
-                o->trainer_args[o->n_trainer_args++] = argv[i];
+                if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) return -1;
                 continue;
             }
             fprintf(stderr, "dmc: error: unknown option '%s'\n%s", a, usage);
@@ -414,7 +410,9 @@ static int parse_args(int argc, char **argv, options *o) {
         }
     }
     if (!o->input) {
-        fprintf(stderr, "dmc: error: no input file\n%s", usage);
+        fprintf(stderr, "dmc: error: no input file\n");
+        if (o->run) dm_run_usage(stderr);
+        else fputs(usage, stderr);
         return -1;
     }
     if (o->backend && strcmp(o->backend, "threads") != 0 && strcmp(o->backend, "mpi") != 0) {

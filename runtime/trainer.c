@@ -9,6 +9,7 @@
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
 #include "dmrt_comm.h"
+#include "trainer_options.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +20,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define TR_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define TR_DEFAULT_DATA_DIR DMRT_TRAINER_DEFAULT_DATA_DIR
 #define TR_MNIST_PIXELS 784
 #define TR_MNIST_CLASSES 10
 /* Stream of dmrt_rng used for shuffling (the model's create() uses its own). */
@@ -93,44 +94,8 @@ typedef struct tr_bar {
     double last;
 } tr_bar;
 
-static const char usage_text[] =
-    "usage: %s [options]\n"
-    "Trains model '%s': the program behind `dmc run`.\n"
-    "\n"
-    "  --steps N          train N steps, cycling through the data as needed\n"
-    "  --epochs N         train N passes over the data (default 1); with --steps, stop\n"
-    "                     at whichever limit comes first\n"
-    "  --seed S           seed of parameter initialisation, shuffling, text windows and\n"
-    "                     sampling (default 0)\n"
-    "  --init FILE        load the parameters from a safetensors file after initialisation\n"
-    "  --save FILE        write the parameters to a safetensors file at the end (atomically)\n"
-    "  --batch-file FILE  safetensors file with one tensor per model input, named after it,\n"
-    "                     with a leading step dimension: step i trains on slice i\n"
-    "  --data NAME        built-in data set: fashion-mnist (the default for models whose\n"
-    "                     inputs are f32[B, 784] and i32[B])\n"
-    "  --data text:FILE[,FILE...]\n"
-    "                     byte-level language modelling on the files' bytes, concatenated\n"
-    "                     (models with inputs tokens, targets: i32[B, T] and an output\n"
-    "                     logits: f32[B, T, V], V >= 256): each step trains on B windows\n"
-    "                     at random offsets of the first 90%%; the last 10%% (at least\n"
-    "                     T+1 bytes) is held out for the validation loss; an epoch is\n"
-    "                     floor(training bytes / (B*T)) steps\n"
-    "  --data-dir DIR     directory of the fashion-mnist files\n"
-    "                     (default " TR_DEFAULT_DATA_DIR ")\n"
-    "  --eval-every N     with --data text: also print the validation loss every N steps\n"
-    "  --sample N         after training, generate N bytes with the language model (with\n"
-    "                     --steps 0 no data is needed)\n"
-    "  --prompt TEXT      the bytes the sample continues (default: a newline)\n"
-    "  --temperature X    sampling temperature (default 1; 0: greedy, the likeliest byte)\n"
-    "  --top-k K          sample among the K likeliest bytes (default 40; 0: all 256)\n"
-    "  --dump-grads FILE  after the first step, write every parameter's gradient\n"
-    "  --trace FILE       record every rank's forward and backward actions (pipelines,\n"
-    "                     micro-batches): FILE a Chrome trace (Perfetto), FILE's .svg\n"
-    "                     the last step; prints the measured pipeline bubble\n"
-    "  --quiet            no progress bar and no summary on stderr\n"
-    "  --memory           at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"
-    "                     bytes' on stderr (what dmc --explain predicts per rank), and the\n"
-    "                     first rank 'memory: process peak RSS <MiB> MiB'\n"
+/* after the table's options */
+static const char usage_tail[] =
     "  -h, --help         print this text and exit\n"
     "\n"
     "stdout: one line per step, 'step <n> loss <loss> ms <ms>'; with fashion-mnist,\n"
@@ -142,7 +107,10 @@ static const char usage_text[] =
     "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
 static void usage(FILE *fp, const char *prog, const dmrt_model *model) {
-    fprintf(fp, usage_text, prog, model->name ? model->name : "?");
+    fprintf(fp, "usage: %s [options]\nTrains model '%s': the program behind `dmc run`.\n\n", prog,
+            model->name ? model->name : "?");
+    dmrt_trainer_options_print(fp);
+    fputs(usage_tail, fp);
 }
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -207,10 +175,10 @@ static int valid_text_list(const char *list) {
 /* Returns TR_OK, TR_HELP or TR_USAGE (message and usage printed). */
 static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                       const dmrt_model *model) {
-    static const char *const valued[] = {
-        "--steps",      "--epochs", "--seed",   "--init",        "--save",
-        "--batch-file", "--data",   "--data-dir", "--dump-grads", "--eval-every",
-        "--sample",     "--prompt", "--temperature", "--top-k", "--trace"};
+    /* the options of the table that take a value */
+#define TR_VALUED(name, value, help) value ? name : NULL,
+    static const char *const valued[] = {DMRT_TRAINER_OPTIONS(TR_VALUED)};
+#undef TR_VALUED
     memset(o, 0, sizeof *o);
     o->steps = -1;
     o->epochs = -1;
@@ -233,7 +201,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
         const char *name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            if (strlen(valued[k]) == nlen && strncmp(arg, valued[k], nlen) == 0) name = valued[k];
+            if (valued[k] && strlen(valued[k]) == nlen && strncmp(arg, valued[k], nlen) == 0) name = valued[k];
         if (!name) {
             if (arg[0] == '-')
                 return usage_error(prog, model, "unknown option '%.*s'", (int)nlen, arg);

@@ -7,7 +7,7 @@
  * blocking collective, so every rank of the communicator still makes the same calls in
  * the same order, and the deadline, abort and mismatch checks apply unchanged. The
  * caller goes on computing meanwhile. A blocking collective on the same communicator
- * first waits for the started ones (comm_settle), which keeps the order of calls the
+ * first waits for the started ones (dmrt_comm_settle), which keeps the order of calls the
  * program wrote. Elsewhere (MPI, initialised MPI_THREAD_FUNNELED) a started call runs
  * at once and its status waits for dmrt_comm_wait. */
 #include "comm_internal.h"
@@ -41,15 +41,15 @@ struct comm_async {
 static void *helper(void *arg) {
     dmrt_comm *c = arg;
     comm_async *a = c->async;
-    comm_set_error_sink(a->job_error);
+    dmrt_comm_set_error_sink(a->job_error);
     pthread_mutex_lock(&a->lock);
     for (;;) {
         while (a->done == a->started && !a->stop) pthread_cond_wait(&a->changed, &a->lock);
         if (a->done == a->started) break; /* stopping, nothing left */
         async_job job = a->jobs[a->done % ASYNC_QUEUE];
         pthread_mutex_unlock(&a->lock);
-        int status = job.send ? comm_allgather_now(c, job.send, job.buf, job.n, job.what)
-                              : comm_allreduce_now(c, job.buf, job.n, job.what);
+        int status = job.send ? dmrt_comm_allgather_now(c, job.send, job.buf, job.n, job.what)
+                              : dmrt_comm_allreduce_now(c, job.buf, job.n, job.what);
         pthread_mutex_lock(&a->lock);
         if (status && !a->status) {
             a->status = status;
@@ -88,8 +88,8 @@ static void drain(comm_async *a) {
 static int start(dmrt_comm *c, async_job job) {
     comm_async *a = c->rank->backend->concurrent_comms ? async_of(c) : NULL;
     if (!a) {
-        int status = job.send ? comm_allgather_now(c, job.send, job.buf, job.n, job.what)
-                              : comm_allreduce_now(c, job.buf, job.n, job.what);
+        int status = job.send ? dmrt_comm_allgather_now(c, job.send, job.buf, job.n, job.what)
+                              : dmrt_comm_allreduce_now(c, job.buf, job.n, job.what);
         if (status && !c->started_status) c->started_status = status;
         return status;
     }
@@ -133,7 +133,7 @@ int dmrt_comm_wait(dmrt_comm *c) {
     return status;
 }
 
-void comm_settle(dmrt_comm *c) {
+void dmrt_comm_settle(dmrt_comm *c) {
     comm_async *a = c->async;
     if (!a) return;
     pthread_mutex_lock(&a->lock);
@@ -141,7 +141,7 @@ void comm_settle(dmrt_comm *c) {
     pthread_mutex_unlock(&a->lock);
 }
 
-void comm_async_stop(dmrt_comm *c) {
+void dmrt_comm_async_stop(dmrt_comm *c) {
     comm_async *a = c->async;
     if (!a) return;
     pthread_mutex_lock(&a->lock);

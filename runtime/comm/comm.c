@@ -23,17 +23,17 @@ static const char *const op_names[COMM_OP_COUNT] = {
     [COMM_OP_RECV] = "recv",
 };
 
-const char *comm_op_name(comm_op op) {
+const char *dmrt_comm_op_name(comm_op op) {
     return op >= 0 && op < COMM_OP_COUNT ? op_names[op] : "?";
 }
 
-double comm_now(void) {
+double dmrt_comm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void comm_format(char *buf, size_t size, const char *fmt, ...) {
+void dmrt_comm_format(char *buf, size_t size, const char *fmt, ...) {
     if (!buf || size == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -41,7 +41,7 @@ void comm_format(char *buf, size_t size, const char *fmt, ...) {
     va_end(ap);
 }
 
-void comm_appendf(char *buf, size_t size, const char *fmt, ...) {
+void dmrt_comm_appendf(char *buf, size_t size, const char *fmt, ...) {
     size_t used = strnlen(buf, size);
     if (used + 1 >= size) return;
     va_list ap;
@@ -61,7 +61,7 @@ static int parse_timeout(double *out, char *err, size_t errlen) {
     double v = strtod(s, &end);
     if (errno || *end || !(v > 0) || !isfinite(v)) {
         if (err && errlen) {
-            comm_format(err, errlen,
+            dmrt_comm_format(err, errlen,
                         "DMRT_COMM_TIMEOUT='%s' is not a positive number of seconds", s);
         }
         return -1;
@@ -70,10 +70,10 @@ static int parse_timeout(double *out, char *err, size_t errlen) {
     return 0;
 }
 
-/* this thread's error buffer when it is a helper (comm_set_error_sink), else NULL */
+/* this thread's error buffer when it is a helper (dmrt_comm_set_error_sink), else NULL */
 static _Thread_local char *error_sink;
 
-int comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
+int dmrt_comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
                    char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     r->id = id;
@@ -84,10 +84,10 @@ int comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *bac
     r->world.rank = r;
     r->world.size = count;
     r->world.me = id;
-    comm_format(r->world.axis_name, sizeof r->world.axis_name, "world");
+    dmrt_comm_format(r->world.axis_name, sizeof r->world.axis_name, "world");
     r->world.members = malloc(sizeof(int) * (size_t)count);
     if (!r->world.members) {
-        if (err && errlen) comm_format(err, errlen, "out of memory for %d ranks", count);
+        if (err && errlen) dmrt_comm_format(err, errlen, "out of memory for %d ranks", count);
         return -1;
     }
     for (int i = 0; i < count; i++) r->world.members[i] = i;
@@ -99,7 +99,7 @@ static void free_mesh(dmrt_rank *r) {
     for (int a = 0; a < r->n_axes; a++) {
         dmrt_comm *c = r->axes[a];
         if (!c) continue;
-        comm_async_stop(c);
+        dmrt_comm_async_stop(c);
         if (c->impl) r->backend->comm_destroy(c);
         free(c->members);
         free(c);
@@ -108,15 +108,15 @@ static void free_mesh(dmrt_rank *r) {
     r->n_axes = 0;
 }
 
-void comm_rank_stop_helpers(dmrt_rank *r) {
-    comm_async_stop(&r->world);
+void dmrt_comm_rank_stop_helpers(dmrt_rank *r) {
+    dmrt_comm_async_stop(&r->world);
     for (int a = 0; a < r->n_axes; a++)
-        if (r->axes[a]) comm_async_stop(r->axes[a]);
+        if (r->axes[a]) dmrt_comm_async_stop(r->axes[a]);
 }
 
-void comm_rank_release(dmrt_rank *r) {
-    comm_rank_stop_helpers(r);
-    comm_trace_free(r);
+void dmrt_comm_rank_release(dmrt_rank *r) {
+    dmrt_comm_rank_stop_helpers(r);
+    dmrt_comm_trace_free(r);
     free_mesh(r);
     free(r->world.members);
     r->world.members = NULL;
@@ -135,7 +135,7 @@ void dmrt_rank_set_timeout(dmrt_rank *r, double seconds) {
     if (seconds > 0 && isfinite(seconds)) r->timeout = seconds;
 }
 
-const char *comm_error_body(const dmrt_rank *r) {
+const char *dmrt_comm_error_body(const dmrt_rank *r) {
     const char *error = error_sink ? error_sink : r->error;
     char prefix[32];
     int len = snprintf(prefix, sizeof prefix, "rank %d: ", r->id);
@@ -143,14 +143,14 @@ const char *comm_error_body(const dmrt_rank *r) {
     return error;
 }
 
-void comm_set_error_sink(char *buf) { error_sink = buf; }
+void dmrt_comm_set_error_sink(char *buf) { error_sink = buf; }
 
-char *comm_error_buffer(dmrt_rank *r) { return error_sink ? error_sink : r->error; }
+char *dmrt_comm_error_buffer(dmrt_rank *r) { return error_sink ? error_sink : r->error; }
 
-int comm_claim_abort(dmrt_rank *r) { return !atomic_exchange(&r->abort_claimed, 1); }
+int dmrt_comm_claim_abort(dmrt_rank *r) { return !atomic_exchange(&r->abort_claimed, 1); }
 
 void dmrt_rank_abort(dmrt_rank *r, const char *message) {
-    if (!comm_claim_abort(r)) return;
+    if (!dmrt_comm_claim_abort(r)) return;
     if (!message || !*message) message = "aborted";
     /* A rank passing on its own error (dmrt_rank_error) would name itself twice in
      * "rank R failed: rank R: ...": drop that prefix. */
@@ -158,31 +158,31 @@ void dmrt_rank_abort(dmrt_rank *r, const char *message) {
     int len = snprintf(prefix, sizeof prefix, "rank %d: ", r->id);
     if (strncmp(message, prefix, (size_t)len) == 0) message += len;
     /* message may point into r->error: copy it before r->error is rewritten. */
-    comm_format(r->abort_message, sizeof r->abort_message, "%s", message);
-    comm_format(comm_error_buffer(r), COMM_ERROR_MAX, "rank %d failed: %s", r->id, r->abort_message);
+    dmrt_comm_format(r->abort_message, sizeof r->abort_message, "%s", message);
+    dmrt_comm_format(dmrt_comm_error_buffer(r), COMM_ERROR_MAX, "rank %d failed: %s", r->id, r->abort_message);
     atomic_store(&r->failed, 1);
     r->backend->abort(r, r->abort_message);
 }
 
 /* ---- errors ------------------------------------------------------------------------- */
 
-int comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap) {
+int dmrt_comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap) {
     dmrt_rank *r = c->rank;
     char detail[COMM_ERROR_MAX];
     vsnprintf(detail, sizeof detail, fmt, ap);
     /* detail may quote r->error (a failure passed on), so format into a copy first. */
     char msg[COMM_ERROR_MAX];
-    comm_format(msg, sizeof msg, "rank %d: %s on axis %s", r->id, call->what, c->axis_name);
-    if (r->step >= 0) comm_appendf(msg, sizeof msg, " at step %lld", (long long)r->step);
-    comm_appendf(msg, sizeof msg, ": %s", detail);
-    memcpy(comm_error_buffer(r), msg, sizeof msg);
+    dmrt_comm_format(msg, sizeof msg, "rank %d: %s on axis %s", r->id, call->what, c->axis_name);
+    if (r->step >= 0) dmrt_comm_appendf(msg, sizeof msg, " at step %lld", (long long)r->step);
+    dmrt_comm_appendf(msg, sizeof msg, ": %s", detail);
+    memcpy(dmrt_comm_error_buffer(r), msg, sizeof msg);
     return DMRT_ERR_COMM;
 }
 
-int comm_fail(dmrt_comm *c, const comm_call *call, const char *fmt, ...) {
+int dmrt_comm_fail(dmrt_comm *c, const comm_call *call, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int rc = comm_vfail(c, call, fmt, ap);
+    int rc = dmrt_comm_vfail(c, call, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -209,9 +209,9 @@ int dmrt_mesh_coord(const dmrt_rank *r, int axis) {
 static void mesh_text(char *buf, size_t size, int n_axes, const char *const *names,
                       const int64_t *sizes) {
     buf[0] = 0;
-    if (n_axes == 0) comm_appendf(buf, size, "()");
+    if (n_axes == 0) dmrt_comm_appendf(buf, size, "()");
     for (int a = 0; a < n_axes; a++)
-        comm_appendf(buf, size, "%s%s=%lld", a ? " x " : "", names[a], (long long)sizes[a]);
+        dmrt_comm_appendf(buf, size, "%s%s=%lld", a ? " x " : "", names[a], (long long)sizes[a]);
 }
 
 static int mesh_fail(dmrt_rank *r, char *err, size_t errlen, const char *fmt, ...)
@@ -222,8 +222,8 @@ static int mesh_fail(dmrt_rank *r, char *err, size_t errlen, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    comm_format(r->error, sizeof r->error, "rank %d: %s", r->id, detail);
-    if (err && errlen) comm_format(err, errlen, "%s", r->error);
+    dmrt_comm_format(r->error, sizeof r->error, "rank %d: %s", r->id, detail);
+    if (err && errlen) dmrt_comm_format(err, errlen, "%s", r->error);
     return DMRT_ERR_COMM;
 }
 
@@ -267,7 +267,7 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
     /* All ranks are present (with the deadline) before any comm is built, so that a
      * missing rank is reported here rather than inside a backend's setup. */
     if (dmrt_barrier(&r->world, "barrier before the mesh setup") != 0) {
-        if (err && errlen) comm_format(err, errlen, "%s", r->error);
+        if (err && errlen) dmrt_comm_format(err, errlen, "%s", r->error);
         return DMRT_ERR_COMM;
     }
 
@@ -282,11 +282,11 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
     }
     r->n_axes = n_axes;
     for (int a = 0; a < n_axes; a++) {
-        comm_format(r->axis_names[a], sizeof r->axis_names[a], "%s", axis_names[a]);
+        dmrt_comm_format(r->axis_names[a], sizeof r->axis_names[a], "%s", axis_names[a]);
         r->axis_sizes[a] = (int)axis_sizes[a];
         r->coords[a] = coords[a];
     }
-    comm_call call = {COMM_OP_BARRIER, "mesh setup", comm_now() + r->timeout};
+    comm_call call = {COMM_OP_BARRIER, "mesh setup", dmrt_comm_now() + r->timeout};
     for (int a = 0; a < n_axes; a++) {
         dmrt_comm *c = calloc(1, sizeof *c);
         int *members = malloc(sizeof(int) * (size_t)axis_sizes[a]);
@@ -300,14 +300,14 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
         c->size = (int)axis_sizes[a];
         c->me = coords[a];
         c->members = members;
-        comm_format(c->axis_name, sizeof c->axis_name, "%s", axis_names[a]);
+        dmrt_comm_format(c->axis_name, sizeof c->axis_name, "%s", axis_names[a]);
         /* Members: this rank with its coordinate on axis a replaced by 0 .. size-1. */
         int base = r->id - coords[a] * stride[a];
         for (int i = 0; i < c->size; i++) members[i] = base + i * stride[a];
         r->axes[a] = c;
         if (r->backend->comm_create(c, r->comms_created++, &call) != 0) {
             free_mesh(r);  /* no half-built mesh: dmrt_mesh_axis gives NULL */
-            if (err && errlen) comm_format(err, errlen, "%s", r->error);
+            if (err && errlen) dmrt_comm_format(err, errlen, "%s", r->error);
             return DMRT_ERR_COMM;
         }
     }
@@ -325,7 +325,7 @@ int dmrt_comm_member(const dmrt_comm *c, int i) {
     return i >= 0 && i < c->size ? c->members[i] : -1;
 }
 
-void comm_slice(int64_t n, int parts, int i, int64_t *lo, int64_t *hi) {
+void dmrt_comm_slice(int64_t n, int parts, int i, int64_t *lo, int64_t *hi) {
     int64_t lines = (n + 15) / 16;
     int64_t a = lines * i / parts * 16, b = lines * (i + 1) / parts * 16;
     *lo = a < n ? a : n;
@@ -335,7 +335,7 @@ void comm_slice(int64_t n, int parts, int i, int64_t *lo, int64_t *hi) {
 /* Tiles keep the running sums in L1 while the sources stream by. */
 #define SUM_TILE 2048
 
-void comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n) {
+void dmrt_comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n) {
     float acc[SUM_TILE];
     for (int64_t j = 0; j < n; j += SUM_TILE) {
         int64_t t = n - j < SUM_TILE ? n - j : SUM_TILE;
@@ -355,26 +355,26 @@ void comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n
 static int begin(dmrt_comm *c, comm_call *call, comm_op op, const char *what, int settle) {
     /* the calls started on c come first (the helper's own calls, made through the
      * comm_*_now functions, pass settle 0) */
-    if (settle) comm_settle(c);
+    if (settle) dmrt_comm_settle(c);
     call->op = op;
-    call->what = what && *what ? what : comm_op_name(op);
-    call->deadline = comm_now() + c->rank->timeout;
+    call->what = what && *what ? what : dmrt_comm_op_name(op);
+    call->deadline = dmrt_comm_now() + c->rank->timeout;
     if (c->rank->failed)
-        return comm_fail(c, call, "this rank failed before: %s", c->rank->abort_message);
+        return dmrt_comm_fail(c, call, "this rank failed before: %s", c->rank->abort_message);
     return 0;
 }
 
 static int check_count(dmrt_comm *c, const comm_call *call, int64_t n, int64_t blocks) {
-    if (n < 0) return comm_fail(c, call, "negative count %lld", (long long)n);
+    if (n < 0) return dmrt_comm_fail(c, call, "negative count %lld", (long long)n);
     if (n > INT64_MAX / (int64_t)sizeof(float) / blocks)
-        return comm_fail(c, call, "%lld floats per rank times %lld ranks overflows",
+        return dmrt_comm_fail(c, call, "%lld floats per rank times %lld ranks overflows",
                          (long long)n, (long long)blocks);
     return 0;
 }
 
 static int check_buf(dmrt_comm *c, const comm_call *call, const void *p, int64_t n,
                      const char *which) {
-    if (n > 0 && !p) return comm_fail(c, call, "%s buffer is NULL for %lld floats", which,
+    if (n > 0 && !p) return dmrt_comm_fail(c, call, "%s buffer is NULL for %lld floats", which,
                                       (long long)n);
     return 0;
 }
@@ -386,17 +386,17 @@ static int check_disjoint(dmrt_comm *c, const comm_call *call, const float *send
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     uintptr_t s_end = s + (uintptr_t)n_send * sizeof(float);
     uintptr_t r_end = r + (uintptr_t)n_recv * sizeof(float);
-    if (s < r_end && r < s_end) return comm_fail(c, call, "send and recv buffers overlap");
+    if (s < r_end && r < s_end) return dmrt_comm_fail(c, call, "send and recv buffers overlap");
     return 0;
 }
 
 int dmrt_allreduce_sum(dmrt_comm *c, float *buf, int64_t n, const char *what) {
     if (!c) return DMRT_ERR_COMM;
-    comm_settle(c);
-    return comm_allreduce_now(c, buf, n, what);
+    dmrt_comm_settle(c);
+    return dmrt_comm_allreduce_now(c, buf, n, what);
 }
 
-int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
+int dmrt_comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
     comm_call call;
     if (begin(c, &call, COMM_OP_ALLREDUCE, what, 0) || check_count(c, &call, n, 1) ||
         check_buf(c, &call, buf, n, "the"))
@@ -407,11 +407,11 @@ int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what) {
 int dmrt_allgather(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
                    const char *what) {
     if (!c) return DMRT_ERR_COMM;
-    comm_settle(c);
-    return comm_allgather_now(c, send, recv, n_per_rank, what);
+    dmrt_comm_settle(c);
+    return dmrt_comm_allgather_now(c, send, recv, n_per_rank, what);
 }
 
-int comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+int dmrt_comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
                        const char *what) {
     comm_call call;
     if (begin(c, &call, COMM_OP_ALLGATHER, what, 0) || check_count(c, &call, n_per_rank, c->size) ||
@@ -457,7 +457,7 @@ int dmrt_broadcast(dmrt_comm *c, int root, float *buf, int64_t n, const char *wh
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (root < 0 || root >= c->size)
-        return comm_fail(c, &call, "root %d is not a rank of this axis (size %d)", root,
+        return dmrt_comm_fail(c, &call, "root %d is not a rank of this axis (size %d)", root,
                          c->size);
     return c->rank->backend->broadcast(c, root, buf, n, &call);
 }
@@ -476,7 +476,7 @@ int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *w
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (peer < 0 || peer >= c->size)
-        return comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
+        return dmrt_comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
                          c->size);
     return c->rank->backend->send(c, peer, buf, n, &call);
 }
@@ -488,7 +488,7 @@ int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what) {
         check_buf(c, &call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (peer < 0 || peer >= c->size)
-        return comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
+        return dmrt_comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
                          c->size);
     return c->rank->backend->recv(c, peer, buf, n, &call);
 }

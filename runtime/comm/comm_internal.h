@@ -2,7 +2,11 @@
  *
  * comm.c holds everything that does not depend on the backend: the rank and the mesh,
  * argument checks, error messages. A backend fills a dmrt_comm_backend table; comm.c
- * calls it once the arguments are known to be good. */
+ * calls it once the arguments are known to be good.
+ *
+ * The functions declared here cross files, so the static library exports them: they
+ * carry the dmrt_comm_ prefix like the public ones (a program with its own comm_now must
+ * still link; tests/tools/check_symbols.py holds every library to it). */
 #ifndef DMRT_COMM_INTERNAL_H
 #define DMRT_COMM_INTERNAL_H
 
@@ -33,13 +37,13 @@ typedef enum {
 } comm_op;
 
 /* "allreduce", "allgather", ... */
-const char *comm_op_name(comm_op op);
+const char *dmrt_comm_op_name(comm_op op);
 
 /* One call in progress: what messages say about it. */
 typedef struct comm_call {
     comm_op op;
     const char *what;  /* the caller's label, or the op name */
-    double deadline;   /* comm_now() by which it must be done */
+    double deadline;   /* dmrt_comm_now() by which it must be done */
 } comm_call;
 
 typedef struct comm_async comm_async;
@@ -79,11 +83,11 @@ struct dmrt_rank {
 };
 
 /* trace.c: frees r's trace. */
-void comm_trace_free(dmrt_rank *r);
+void dmrt_comm_trace_free(dmrt_rank *r);
 
 /* A backend. Collectives get checked arguments (c non-NULL, counts >= 0 and within
  * int64 when multiplied by the size, buffers non-NULL when they hold data, root/peer in
- * range, the rank not failed) and return 0 or DMRT_ERR_COMM after comm_fail(). */
+ * range, the rank not failed) and return 0 or DMRT_ERR_COMM after dmrt_comm_fail(). */
 struct dmrt_comm_backend {
     const char *name;
     /* Whether a rank may call collectives on two of its communicators from two threads
@@ -109,62 +113,62 @@ struct dmrt_comm_backend {
 };
 
 /* dmrt_allreduce_sum without waiting for the calls started on c (async.c's helper). */
-int comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what);
-int comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+int dmrt_comm_allreduce_now(dmrt_comm *c, float *buf, int64_t n, const char *what);
+int dmrt_comm_allgather_now(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
                        const char *what);
 /* Waits until every allreduce started on c is done (before a blocking call on c). */
-void comm_settle(dmrt_comm *c);
-/* comm_settle, then stops c's helper thread (before c is destroyed). */
-void comm_async_stop(dmrt_comm *c);
+void dmrt_comm_settle(dmrt_comm *c);
+/* dmrt_comm_settle, then stops c's helper thread (before c is destroyed). */
+void dmrt_comm_async_stop(dmrt_comm *c);
 /* Stops the helper threads of every comm of r (once its main function returned: no
  * started call may outlive the buffers it reduces). */
-void comm_rank_stop_helpers(dmrt_rank *r);
+void dmrt_comm_rank_stop_helpers(dmrt_rank *r);
 /* Makes this thread's communicator errors go to buf (COMM_ERROR_MAX bytes) instead of
  * its rank's error: a helper thread writes its own, and the rank's thread copies it over
  * when it waits (two threads never write one rank's error). NULL: back to the rank's. */
-void comm_set_error_sink(char *buf);
+void dmrt_comm_set_error_sink(char *buf);
 /* Where this thread's errors go for r: the sink, or r->error. */
-char *comm_error_buffer(dmrt_rank *r);
+char *dmrt_comm_error_buffer(dmrt_rank *r);
 /* Claims the abort of r for this thread: 1 for the first caller, 0 after. The claimer
  * writes abort_message, then sets failed. */
-int comm_claim_abort(dmrt_rank *r);
+int dmrt_comm_claim_abort(dmrt_rank *r);
 
 /* Monotonic seconds. */
-double comm_now(void);
+double dmrt_comm_now(void);
 
 /* Fills a new rank (world comm included, no mesh) for a backend; timeout from
  * $DMRT_COMM_TIMEOUT or 120 s. The world comm's impl is left for the backend. Returns 0,
  * or -1 with a message in err when $DMRT_COMM_TIMEOUT is not a positive number. */
-int comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
+int dmrt_comm_rank_init(dmrt_rank *r, int id, int count, const dmrt_comm_backend *backend,
                    char *err, size_t errlen);
 /* Waits for the started allreduces of every comm of r and stops their helper threads;
  * frees the mesh comms (through the backend) and the world's member list; not the
  * world's impl, which the backend frees. */
-void comm_rank_release(dmrt_rank *r);
+void dmrt_comm_rank_release(dmrt_rank *r);
 
 /* Writes "rank R: <what> on axis A at step S: <detail>" into the owner's error and
  * returns DMRT_ERR_COMM. */
-int comm_fail(dmrt_comm *c, const comm_call *call, const char *fmt, ...) COMM_PRINTF(3, 4);
+int dmrt_comm_fail(dmrt_comm *c, const comm_call *call, const char *fmt, ...) COMM_PRINTF(3, 4);
 /* Same, from a va_list. */
-int comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap);
+int dmrt_comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap);
 
 /* snprintf into buf, truncating quietly: messages are cut at the buffer size on purpose
  * (a direct snprintf would draw -Wformat-truncation). */
-void comm_format(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);
+void dmrt_comm_format(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);
 
 /* snprintf that appends to buf (holding strlen(buf) bytes already) and never overflows. */
-void comm_appendf(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);
+void dmrt_comm_appendf(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);
 
 /* The error message of r without its leading "rank R: ", as sent to the other ranks. */
-const char *comm_error_body(const dmrt_rank *r);
+const char *dmrt_comm_error_body(const dmrt_rank *r);
 
 /* Splits [0, n) into `parts` slices on 16-float (64-byte) boundaries, so that no two
  * ranks write the same cache line: slice i is [*lo, *hi). Both backends use it. */
-void comm_slice(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
+void dmrt_comm_slice(int64_t n, int parts, int i, int64_t *lo, int64_t *hi);
 
 /* dst[0..n) = sum over k = 0 .. count-1, in this order, of srcs[k][0..n): the one
  * reduction both backends use, so that their results agree bit for bit. dst may be one
  * of the sources (each element is read from every source before it is written). */
-void comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n);
+void dmrt_comm_sum_ordered(float *dst, const float *const *srcs, int count, int64_t n);
 
 #endif

@@ -8,7 +8,7 @@
  *
  * Sums are not left to MPI_Allreduce, whose order of additions is the library's choice:
  * allreduce is an alltoallv of slices (each rank gets slice i of every buffer), a local
- * sum in comm-rank order (comm_sum_ordered, as in the threads backend), and an in-place
+ * sum in comm-rank order (dmrt_comm_sum_ordered, as in the threads backend), and an in-place
  * allgatherv; small buffers use one allgather and every rank sums all of them.
  * reduce-scatter is an alltoall and the same ordered sum. Results are therefore bit for
  * bit those of the threads backend and of the serial sum.
@@ -86,12 +86,12 @@ static int mpi_report(int rc, const char *expr, const char *file, int line, char
     char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
-        comm_format(text, sizeof text, "code %d", rc);
+        dmrt_comm_format(text, sizeof text, "code %d", rc);
     int name_len = (int)strcspn(expr, "(");  /* "MPI_Test(&req, ...)" -> "MPI_Test" */
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     if (buf && size)
-        comm_format(buf, size, "%.*s failed at %s:%d: %s", name_len, expr, base, line, text);
+        dmrt_comm_format(buf, size, "%.*s failed at %s:%d: %s", name_len, expr, base, line, text);
     else
         fprintf(stderr, "dmrt_comm: %.*s failed at %s:%d: %s\n", name_len, expr, base, line,
                 text);
@@ -115,10 +115,10 @@ static int mpi_report(int rc, const char *expr, const char *file, int line, char
 static void mpi_abort_notice(dmrt_rank *r, const char *message);
 
 static int mpi_failed(dmrt_comm *c, const comm_call *call, const char *msg) {
-    comm_fail(c, call, "%s", msg);
-    if (comm_claim_abort(c->rank)) {
-        comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
-                    comm_error_body(c->rank));
+    dmrt_comm_fail(c, call, "%s", msg);
+    if (dmrt_comm_claim_abort(c->rank)) {
+        dmrt_comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
+                    dmrt_comm_error_body(c->rank));
         c->rank->failed = 1;
         mpi_abort_notice(c->rank, c->rank->abort_message);
     }
@@ -144,7 +144,7 @@ static void bury(mpi_rank_state *rs, void *p) {
 static void mpi_abort_notice(dmrt_rank *r, const char *message) {
     mpi_rank_state *rs = r->impl;
     rs->originated = rs->failed_rank < 0;
-    comm_format(rs->notice_text, sizeof rs->notice_text, "%s", message);
+    dmrt_comm_format(rs->notice_text, sizeof rs->notice_text, "%s", message);
     int len = (int)strlen(rs->notice_text) + 1;
     for (int i = 0; i < r->count; i++) {
         if (i == r->id || rs->notice_sends[i] != MPI_REQUEST_NULL) continue;
@@ -201,7 +201,7 @@ static int mpi_enter(dmrt_comm *c, const comm_call *call) {
     char msg[COMM_ERROR_MAX];
     if (receive_notices(c->rank, msg, sizeof msg)) return mpi_failed(c, call, msg);
     if (rs->failed_rank >= 0)
-        return comm_fail(c, call, "rank %d failed: %s", rs->failed_rank,
+        return dmrt_comm_fail(c, call, "rank %d failed: %s", rs->failed_rank,
                          notice_of(rs, rs->failed_rank));
     return 0;
 }
@@ -227,7 +227,7 @@ static int wait_for(dmrt_comm *c, const comm_call *call, MPI_Request *req, int s
                     MPI_Message *message, MPI_Status *status) {
     mpi_rank_state *rs = c->rank->impl;
     mpi_comm_state *cs = c->impl;
-    double start = comm_now(), give_up = -1;
+    double start = dmrt_comm_now(), give_up = -1;
     for (long polls = 0;; polls++) {
         int done = 0;
         if (req)
@@ -235,7 +235,7 @@ static int wait_for(dmrt_comm *c, const comm_call *call, MPI_Request *req, int s
         else
             MPI_CHECK(c, call, MPI_Improbe(source, tag, cs->comm, &done, message, status));
         if (done) return 0;
-        double now = comm_now();
+        double now = dmrt_comm_now();
         if ((polls & 15) == 0 && give_up < 0) {
             char msg[COMM_ERROR_MAX];
             if (receive_notices(c->rank, msg, sizeof msg)) return mpi_failed(c, call, msg);
@@ -245,18 +245,18 @@ static int wait_for(dmrt_comm *c, const comm_call *call, MPI_Request *req, int s
         if (notice || now >= call->deadline) {
             if (req && *req != MPI_REQUEST_NULL) cs->abandoned = 1;
             if (notice)
-                return comm_fail(c, call, "rank %d failed: %s", rs->failed_rank,
+                return dmrt_comm_fail(c, call, "rank %d failed: %s", rs->failed_rank,
                                  notice_of(rs, rs->failed_rank));
             const char *what = req ? "not every rank arrived (MPI cannot tell which)"
                                    : "nothing came from";
             if (req)
-                comm_fail(c, call, "timed out after %g s: %s", c->rank->timeout, what);
+                dmrt_comm_fail(c, call, "timed out after %g s: %s", c->rank->timeout, what);
             else
-                comm_fail(c, call, "timed out after %g s: %s rank %d", c->rank->timeout, what,
+                dmrt_comm_fail(c, call, "timed out after %g s: %s rank %d", c->rank->timeout, what,
                           c->members[source]);
             c->rank->failed = 1;
-            comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
-                        comm_error_body(c->rank));
+            dmrt_comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
+                        dmrt_comm_error_body(c->rank));
             mpi_abort_notice(c->rank, c->rank->abort_message);
             return DMRT_ERR_COMM;
         }
@@ -272,15 +272,15 @@ static int wait_request(dmrt_comm *c, const comm_call *call, MPI_Request *req) {
 
 static int too_big(dmrt_comm *c, const comm_call *call, int64_t n) {
     if (n <= INT_MAX) return 0;
-    return comm_fail(c, call, "%lld floats per rank: the MPI backend moves at most %d per rank"
-                     " in one %s", (long long)n, INT_MAX, comm_op_name(call->op));
+    return dmrt_comm_fail(c, call, "%lld floats per rank: the MPI backend moves at most %d per rank"
+                     " in one %s", (long long)n, INT_MAX, dmrt_comm_op_name(call->op));
 }
 
 static int ensure_work(dmrt_comm *c, const comm_call *call, int64_t floats) {
     mpi_comm_state *cs = c->impl;
     if (cs->work_cap >= floats) return 0;
     float *grown = malloc((size_t)floats * sizeof(float));
-    if (!grown) return comm_fail(c, call, "out of memory for %lld floats of work space",
+    if (!grown) return dmrt_comm_fail(c, call, "out of memory for %lld floats of work space",
                                  (long long)floats);
     free(cs->work);
     cs->work = grown;
@@ -299,7 +299,7 @@ static int allreduce_piece(dmrt_comm *c, float *buf, int n, const comm_call *cal
                                           &req));
         if (wait_request(c, call, &req)) return DMRT_ERR_COMM;
         for (int k = 0; k < size; k++) cs->srcs[k] = cs->work + (int64_t)k * n;
-        comm_sum_ordered(buf, cs->srcs, size, n);
+        dmrt_comm_sum_ordered(buf, cs->srcs, size, n);
         return 0;
     }
     /* Slice k of every buffer goes to rank k, which sums them in rank order; then the
@@ -308,7 +308,7 @@ static int allreduce_piece(dmrt_comm *c, float *buf, int n, const comm_call *cal
     int *recv_len = cs->counts + 2 * size, *recv_at = cs->counts + 3 * size;
     for (int k = 0; k < size; k++) {
         int64_t lo, hi;
-        comm_slice(n, size, k, &lo, &hi);
+        dmrt_comm_slice(n, size, k, &lo, &hi);
         slice_lo[k] = (int)lo;
         slice_len[k] = (int)(hi - lo);
     }
@@ -322,7 +322,7 @@ static int allreduce_piece(dmrt_comm *c, float *buf, int n, const comm_call *cal
                                       recv_at, MPI_FLOAT, cs->comm, &req));
     if (wait_request(c, call, &req)) return DMRT_ERR_COMM;
     for (int k = 0; k < size; k++) cs->srcs[k] = cs->work + (int64_t)k * mine;
-    comm_sum_ordered(buf + slice_lo[c->me], cs->srcs, size, mine);
+    dmrt_comm_sum_ordered(buf + slice_lo[c->me], cs->srcs, size, mine);
     MPI_CHECK(c, call, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, slice_len, slice_lo,
                                        MPI_FLOAT, cs->comm, &req));
     return wait_request(c, call, &req);
@@ -361,7 +361,7 @@ static int mpi_reduce_scatter(dmrt_comm *c, const float *send, float *recv, int6
                                      cs->comm, &req));
     if (wait_request(c, call, &req)) return DMRT_ERR_COMM;
     for (int k = 0; k < c->size; k++) cs->srcs[k] = cs->work + (int64_t)k * n;
-    comm_sum_ordered(recv, cs->srcs, c->size, n);
+    dmrt_comm_sum_ordered(recv, cs->srcs, c->size, n);
     return 0;
 }
 
@@ -424,7 +424,7 @@ static pending_send *send_buffer(dmrt_comm *c, const comm_call *call, int64_t n)
             int cap = cs->sends_cap ? 2 * cs->sends_cap : 4;
             pending_send *grown = realloc(cs->sends, sizeof *grown * (size_t)cap);
             if (!grown) {
-                comm_fail(c, call, "out of memory for send buffers");
+                dmrt_comm_fail(c, call, "out of memory for send buffers");
                 return NULL;
             }
             cs->sends = grown;
@@ -435,7 +435,7 @@ static pending_send *send_buffer(dmrt_comm *c, const comm_call *call, int64_t n)
     }
     float *data = malloc((size_t)(n ? n : 1) * sizeof(float));
     if (!data) {
-        comm_fail(c, call, "out of memory buffering %lld floats", (long long)n);
+        dmrt_comm_fail(c, call, "out of memory buffering %lld floats", (long long)n);
         return NULL;
     }
     free(free_slot->data);
@@ -472,13 +472,13 @@ static int mpi_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_ca
         if (got != len) {
             /* Take the message anyway, so the pair's order stays intact. */
             float *sink = malloc((size_t)(got ? got : 1) * sizeof(float));
-            if (!sink) return comm_fail(c, call, "out of memory taking a message of wrong size");
+            if (!sink) return dmrt_comm_fail(c, call, "out of memory taking a message of wrong size");
             char mpi_msg[COMM_ERROR_MAX];
             int ok = MPI_OK(MPI_Mrecv(sink, got, MPI_FLOAT, &m, MPI_STATUS_IGNORE), mpi_msg,
                             sizeof mpi_msg);
             free(sink);
             if (!ok) return mpi_failed(c, call, mpi_msg);
-            return comm_fail(c, call, "rank %d sent %lld floats, this recv expects %lld",
+            return dmrt_comm_fail(c, call, "rank %d sent %lld floats, this recv expects %lld",
                              c->members[peer], (long long)(off + got), (long long)n);
         }
         MPI_Request req;
@@ -499,7 +499,7 @@ static int attach(dmrt_comm *c, MPI_Comm comm, const comm_call *call) {
         free(cs);
         free(counts);
         free(srcs);
-        return comm_fail(c, call, "out of memory creating the communicator");
+        return dmrt_comm_fail(c, call, "out of memory creating the communicator");
     }
     cs->comm = comm;
     cs->counts = counts;
@@ -520,7 +520,7 @@ static int mpi_comm_create(dmrt_comm *c, uint64_t seq, const comm_call *call) {
     MPI_CHECK(c, call, MPI_Comm_size(comm, &size));
     MPI_CHECK(c, call, MPI_Comm_rank(comm, &me));
     if (size != c->size || me != c->me)
-        return comm_fail(c, call, "MPI_Comm_split gave rank %d of %d, expected %d of %d", me,
+        return dmrt_comm_fail(c, call, "MPI_Comm_split gave rank %d of %d, expected %d of %d", me,
                          size, c->me, c->size);
     return attach(c, comm, call);
 }
@@ -583,15 +583,15 @@ static int agree(dmrt_rank *r, outcome *mine, outcome *all, char *msg, size_t si
     if (!MPI_OK(MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, rs->control, &req), msg, size))
         return 1;
     double timeout = rs->end_timeout > r->timeout ? rs->end_timeout : r->timeout;
-    double start = comm_now(), deadline = start + timeout;
+    double start = dmrt_comm_now(), deadline = start + timeout;
     for (;;) {
         int done = 0;
         if (!MPI_OK(MPI_Test(&req, &done, MPI_STATUS_IGNORE), msg, size)) return 1;
         if (done) return 0;
         if (receive_notices(r, msg, size)) return 1;
-        double now = comm_now();
+        double now = dmrt_comm_now();
         if (now >= deadline) {
-            comm_format(msg, size, "not every rank reached the end of the run within %g s%s%s",
+            dmrt_comm_format(msg, size, "not every rank reached the end of the run within %g s%s%s",
                         timeout, rs->failed_rank >= 0 ? "; a rank failed: " : "",
                         rs->failed_rank >= 0 ? notice_of(rs, rs->failed_rank) : "");
             return 1;
@@ -604,10 +604,10 @@ static int agree(dmrt_rank *r, outcome *mine, outcome *all, char *msg, size_t si
 static void await_notice(dmrt_rank *r, int src) {
     mpi_rank_state *rs = r->impl;
     char msg[COMM_ERROR_MAX];
-    double start = comm_now();
-    while (!rs->notices[src] && comm_now() - start < rs->end_timeout) {
+    double start = dmrt_comm_now();
+    while (!rs->notices[src] && dmrt_comm_now() - start < rs->end_timeout) {
         if (receive_notices(r, msg, sizeof msg)) return;
-        back_off(comm_now() - start);
+        back_off(dmrt_comm_now() - start);
     }
 }
 
@@ -624,7 +624,7 @@ static int run_fail(char *err, size_t errlen, const char *fmt, ...) {
 
 static void free_rank(dmrt_rank *r) {
     mpi_rank_state *rs = r->impl;
-    comm_rank_release(r);  /* the mesh */
+    dmrt_comm_rank_release(r);  /* the mesh */
     mpi_comm_destroy(&r->world);
     if (rs) {
         for (int i = 0; rs->notice_sends && i < r->count; i++)
@@ -676,7 +676,7 @@ int dmrt_mpi_run(int *argc, char ***argv, dmrt_rank_main rank_main, void *arg, c
     for (int i = 0; rs->notice_sends && i < count; i++) rs->notice_sends[i] = MPI_REQUEST_NULL;
     /* Every rank reads the same environment, so they all fail here alike, or none does. */
     if (!rs->notices || !rs->notice_sends ||
-        comm_rank_init(r, id, count, &mpi_backend, err, errlen) != 0) {
+        dmrt_comm_rank_init(r, id, count, &mpi_backend, err, errlen) != 0) {
         if (!rs->notices || !rs->notice_sends) run_fail(err, errlen, "dmrt_mpi_run: out of memory");
         free(rs->notices);
         free(rs->notice_sends);
@@ -690,14 +690,14 @@ int dmrt_mpi_run(int *argc, char ***argv, dmrt_rank_main rank_main, void *arg, c
     rs->end_timeout = r->timeout;
     comm_call setup = {COMM_OP_BARRIER, "setup", 0};
     if (attach(&r->world, world, &setup) != 0) {
-        comm_format(msg, sizeof msg, "%s", r->error);
+        dmrt_comm_format(msg, sizeof msg, "%s", r->error);
         status = DMRT_ERR_COMM;
         dmrt_rank_abort(r, msg);
     } else {
         status = rank_main(r, arg);
         if (status != 0 && !r->failed) {
-            if (r->error[0]) comm_format(msg, sizeof msg, "%s", comm_error_body(r));
-            else comm_format(msg, sizeof msg, "its main function returned %d", status);
+            if (r->error[0]) dmrt_comm_format(msg, sizeof msg, "%s", dmrt_comm_error_body(r));
+            else dmrt_comm_format(msg, sizeof msg, "its main function returned %d", status);
             dmrt_rank_abort(r, msg);
         }
     }
@@ -725,16 +725,16 @@ int dmrt_mpi_run(int *argc, char ***argv, dmrt_rank_main rank_main, void *arg, c
         rc = all[first].status;
         char text[2 * COMM_ERROR_MAX];
         if (first != id) await_notice(r, first);
-        comm_format(text, sizeof text, "rank %d failed: %s (status %d)", first,
+        dmrt_comm_format(text, sizeof text, "rank %d failed: %s (status %d)", first,
                     first == id ? r->abort_message : notice_of(rs, first), rc);
         int others = 0;
         for (int i = 0; i < count; i++) others += i != first && all[i].status != 0;
         for (int i = 0, k = 0; i < count; i++) {
             if (i == first || all[i].status == 0) continue;
             const char *lead = others > 1 ? "; also failed: ranks" : "; also failed: rank";
-            comm_appendf(text, sizeof text, "%s %d", k++ ? "," : lead, i);
+            dmrt_comm_appendf(text, sizeof text, "%s %d", k++ ? "," : lead, i);
         }
-        if (err && errlen) comm_format(err, errlen, "%s", text);
+        if (err && errlen) dmrt_comm_format(err, errlen, "%s", text);
     }
     free(all);
     free_rank(r);

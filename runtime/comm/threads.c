@@ -19,7 +19,7 @@
  *     order, and writes the sum into every buffer, so each byte is read and written once
  *     and the bandwidth scales with the ranks.
  *
- * Sums always run over comm ranks 0, 1, ... in order (comm_sum_ordered), so results are
+ * Sums always run over comm ranks 0, 1, ... in order (dmrt_comm_sum_ordered), so results are
  * bit for bit the serial left-to-right sum, whichever path and whatever the timing.
  *
  * Barriers are generation counted: one 64-bit atomic holds (generation << 32 | arrived).
@@ -114,7 +114,7 @@ struct tw_world {
 typedef struct tw_comm {
     tw_group *group;
     uint64_t calls;               /* collectives so far: parity selects slots and stage */
-    const float **srcs;           /* (size) scratch for comm_sum_ordered */
+    const float **srcs;           /* (size) scratch for dmrt_comm_sum_ordered */
     int *flags;                   /* (2 * size) scratch for messages */
 } tw_comm;
 
@@ -169,7 +169,7 @@ static void tw_abort(dmrt_rank *r, const char *message) {
     tw_world *w = r->impl;
     pthread_mutex_lock(&w->lock);
     if (atomic_load_explicit(&w->failed_rank, memory_order_relaxed) < 0) {
-        comm_format(w->fail_message, sizeof w->fail_message, "%s", message);
+        dmrt_comm_format(w->fail_message, sizeof w->fail_message, "%s", message);
         atomic_store_explicit(&w->failed_rank, r->id, memory_order_release);
     }
     pthread_mutex_unlock(&w->lock);
@@ -179,8 +179,8 @@ static void tw_abort(dmrt_rank *r, const char *message) {
 /* After a failure of its own (a timeout), r aborts the world with its error message,
  * keeping that message as its own error. */
 static void abort_after_failure(dmrt_rank *r) {
-    if (!comm_claim_abort(r)) return;
-    comm_format(r->abort_message, sizeof r->abort_message, "%s", comm_error_body(r));
+    if (!dmrt_comm_claim_abort(r)) return;
+    dmrt_comm_format(r->abort_message, sizeof r->abort_message, "%s", dmrt_comm_error_body(r));
     atomic_store(&r->failed, 1);
     tw_abort(r, r->abort_message);
 }
@@ -190,7 +190,7 @@ static int check_world(dmrt_comm *c, const comm_call *call) {
     tw_world *w = c->rank->impl;
     int failed = atomic_load_explicit(&w->failed_rank, memory_order_acquire);
     if (failed < 0) return 0;
-    return comm_fail(c, call, "rank %d failed: %s", failed, w->fail_message);
+    return dmrt_comm_fail(c, call, "rank %d failed: %s", failed, w->fail_message);
 }
 
 /* "rank 3" or "ranks 2, 3": the world ranks of the members whose flag is set; returns
@@ -199,9 +199,9 @@ static int list_members(char *buf, size_t size, const tw_group *g, const int *fl
     int count = 0;
     for (int i = 0; i < g->size; i++) count += flags[i] != 0;
     buf[0] = 0;
-    comm_appendf(buf, size, "rank%s", count == 1 ? "" : "s");
+    dmrt_comm_appendf(buf, size, "rank%s", count == 1 ? "" : "s");
     for (int i = 0, k = 0; i < g->size; i++)
-        if (flags[i]) comm_appendf(buf, size, "%s %d", k++ ? "," : "", g->members[i]);
+        if (flags[i]) dmrt_comm_appendf(buf, size, "%s %d", k++ ? "," : "", g->members[i]);
     return count;
 }
 
@@ -244,7 +244,7 @@ static void reason_to_give_up(dmrt_comm *c, tw_group *g, uint32_t gen, barrier_k
     why[0] = 0;
     int failed = atomic_load_explicit(&w->failed_rank, memory_order_acquire);
     if (kind == AT_ENTRY && failed >= 0) {
-        comm_format(why, size, "rank %d failed: %s", failed, w->fail_message);
+        dmrt_comm_format(why, size, "rank %d failed: %s", failed, w->fail_message);
         return;
     }
     int *missing = flags, *gone = flags + g->size;
@@ -258,11 +258,11 @@ static void reason_to_give_up(dmrt_comm *c, tw_group *g, uint32_t gen, barrier_k
     char who[256];
     if (kind == AT_ENTRY && any_gone) {
         int k = list_members(who, sizeof who, g, gone);
-        comm_format(why, size, "%s returned from %s main function without calling it", who,
+        dmrt_comm_format(why, size, "%s returned from %s main function without calling it", who,
                     k == 1 ? "its" : "their");
     } else if (now >= deadline) {
         list_members(who, sizeof who, g, missing);
-        comm_format(why, size, "timed out after %g s%s: %s did not %s", c->rank->timeout,
+        dmrt_comm_format(why, size, "timed out after %g s%s: %s did not %s", c->rank->timeout,
                     kind == AT_EXIT ? " at the end of the collective" : "", who,
                     kind == AT_EXIT ? "finish" : "arrive");
     }
@@ -285,13 +285,13 @@ static int wait_release(dmrt_comm *c, tw_group *g, uint32_t gen, const comm_call
         sched_yield();
     }
     tw_comm *tc = c->impl;
-    double deadline = kind == AT_ENTRY ? call->deadline : comm_now() + c->rank->timeout;
+    double deadline = kind == AT_ENTRY ? call->deadline : dmrt_comm_now() + c->rank->timeout;
     char why[COMM_ERROR_MAX];
     why[0] = 0;
     pthread_mutex_lock(&g->lock);
     g->sleepers++;
     while (generation_of(atomic_load_explicit(&g->state, memory_order_acquire)) == gen) {
-        double now = comm_now();
+        double now = dmrt_comm_now();
         reason_to_give_up(c, g, gen, kind, now, deadline, tc->flags, why, sizeof why);
         if (why[0]) {
             if (kind == AT_EXIT || withdraw(g, gen, c->me)) break;
@@ -304,7 +304,7 @@ static int wait_release(dmrt_comm *c, tw_group *g, uint32_t gen, const comm_call
     g->sleepers--;
     pthread_mutex_unlock(&g->lock);
     if (!why[0]) return 0;
-    comm_fail(c, call, "%s", why);
+    dmrt_comm_fail(c, call, "%s", why);
     if (strncmp(why, "timed out", 9) == 0) abort_after_failure(c->rank);
     return DMRT_ERR_COMM;
 }
@@ -333,14 +333,14 @@ static float *stage_of(tw_group *g, uint64_t call_no, int member) {
 
 static void describe_slot(char *buf, size_t size, const tw_slot *s) {
     buf[0] = 0;
-    comm_appendf(buf, size, "%s", comm_op_name(s->op));
-    if (s->op == COMM_OP_BROADCAST) comm_appendf(buf, size, " from root %d", s->root);
+    dmrt_comm_appendf(buf, size, "%s", dmrt_comm_op_name(s->op));
+    if (s->op == COMM_OP_BROADCAST) dmrt_comm_appendf(buf, size, " from root %d", s->root);
     if (s->op != COMM_OP_BARRIER) {
         const char *per = s->op == COMM_OP_ALLREDUCE || s->op == COMM_OP_BROADCAST
                               ? "" : " per rank";
-        comm_appendf(buf, size, " of %lld floats%s", (long long)s->n, per);
+        dmrt_comm_appendf(buf, size, " of %lld floats%s", (long long)s->n, per);
     }
-    if (s->step >= 0) comm_appendf(buf, size, " at step %lld", (long long)s->step);
+    if (s->step >= 0) dmrt_comm_appendf(buf, size, " at step %lld", (long long)s->step);
 }
 
 /* Publishes this member's slot for the call; returns the call number. */
@@ -370,7 +370,7 @@ static int enter(dmrt_comm *c, tw_comm *tc, uint64_t call_no, const comm_call *c
             describe_slot(b, sizeof b, s);
             /* Every member sees the same slots, so all of them fail here, before any
              * touches another's buffers. */
-            return comm_fail(c, call, "ranks disagree on the collective: this rank called %s,"
+            return dmrt_comm_fail(c, call, "ranks disagree on the collective: this rank called %s,"
                              " rank %d called %s", a, g->members[i], b);
         }
     }
@@ -402,16 +402,16 @@ static int tw_allreduce(dmrt_comm *c, float *buf, int64_t n, const comm_call *ca
     if (g->size == 1) return 0;  /* a mesh axis of size 1 */
     if (small) {
         for (int i = 0; i < g->size; i++) tc->srcs[i] = stage_of(g, k, i);
-        comm_sum_ordered(buf, tc->srcs, g->size, n);
+        dmrt_comm_sum_ordered(buf, tc->srcs, g->size, n);
         return 0;
     }
     /* Reduce my slice over everyone's buffer, then push the sum into every buffer. */
     int64_t lo, hi;
-    comm_slice(n, g->size, c->me, &lo, &hi);
+    dmrt_comm_slice(n, g->size, c->me, &lo, &hi);
     for (int64_t j = lo; j < hi; j += COPY_TILE) {
         int64_t t = hi - j < COPY_TILE ? hi - j : COPY_TILE;
         for (int i = 0; i < g->size; i++) tc->srcs[i] = slot_of(g, k, i)->buf + j;
-        comm_sum_ordered(buf + j, tc->srcs, g->size, t);
+        dmrt_comm_sum_ordered(buf + j, tc->srcs, g->size, t);
         for (int i = 0; i < g->size; i++)
             if (i != c->me) memcpy(slot_of(g, k, i)->buf + j, buf + j, (size_t)t * sizeof(float));
     }
@@ -449,7 +449,7 @@ static int tw_reduce_scatter(dmrt_comm *c, const float *send, float *recv, int64
         const float *src = small ? stage_of(g, k, i) : slot_of(g, k, i)->send;
         tc->srcs[i] = src + (int64_t)c->me * n;
     }
-    comm_sum_ordered(recv, tc->srcs, g->size, n);
+    dmrt_comm_sum_ordered(recv, tc->srcs, g->size, n);
     return small ? 0 : barrier_wait(c, g, call, AT_EXIT);
 }
 
@@ -504,7 +504,7 @@ static int tw_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const co
     pthread_mutex_unlock(&box->lock);
     if (!m) {
         m = malloc(sizeof *m + (size_t)n * sizeof(float));
-        if (!m) return comm_fail(c, call, "out of memory buffering %lld floats", (long long)n);
+        if (!m) return dmrt_comm_fail(c, call, "out of memory buffering %lld floats", (long long)n);
         m->capacity = n;
     }
     m->next = NULL;
@@ -530,15 +530,15 @@ static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_cal
     why[0] = 0;
     pthread_mutex_lock(&box->lock);
     while (!box->head[peer]) {
-        double now = comm_now();
+        double now = dmrt_comm_now();
         int failed = atomic_load_explicit(&w->failed_rank, memory_order_acquire);
         if (failed >= 0) {
-            comm_format(why, sizeof why, "rank %d failed: %s", failed, w->fail_message);
+            dmrt_comm_format(why, sizeof why, "rank %d failed: %s", failed, w->fail_message);
         } else if (atomic_load_explicit(&w->finished[g->members[peer]], memory_order_acquire)) {
-            comm_format(why, sizeof why, "rank %d returned from its main function without sending",
+            dmrt_comm_format(why, sizeof why, "rank %d returned from its main function without sending",
                         g->members[peer]);
         } else if (now >= call->deadline) {
-            comm_format(why, sizeof why, "timed out after %g s: rank %d sent nothing",
+            dmrt_comm_format(why, sizeof why, "timed out after %g s: rank %d sent nothing",
                         c->rank->timeout, g->members[peer]);
         }
         if (why[0]) break;
@@ -552,15 +552,15 @@ static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_cal
     }
     pthread_mutex_unlock(&box->lock);
     if (why[0]) {
-        comm_fail(c, call, "%s", why);
+        dmrt_comm_fail(c, call, "%s", why);
         if (strncmp(why, "timed out", 9) == 0) abort_after_failure(c->rank);
         return DMRT_ERR_COMM;
     }
     int rc = 0;
     if (m->n != n) {
         char at[48] = "";
-        if (m->step >= 0) comm_format(at, sizeof at, " at step %lld", (long long)m->step);
-        rc = comm_fail(c, call, "rank %d sent %lld floats%s, this recv expects %lld",
+        if (m->step >= 0) dmrt_comm_format(at, sizeof at, " at step %lld", (long long)m->step);
+        rc = dmrt_comm_fail(c, call, "rank %d sent %lld floats%s, this recv expects %lld",
                        g->members[peer], (long long)m->n, at, (long long)n);
     } else if (n > 0) {
         memcpy(buf, m->data, (size_t)n * sizeof(float));
@@ -650,7 +650,7 @@ static int tw_comm_create(dmrt_comm *c, uint64_t seq, const comm_call *call) {
         free(tc);
         free(srcs);
         free(flags);
-        return comm_fail(c, call, "out of memory creating the communicator");
+        return dmrt_comm_fail(c, call, "out of memory creating the communicator");
     }
     pthread_mutex_lock(&w->lock);
     tw_group *g = w->groups;
@@ -670,7 +670,7 @@ static int tw_comm_create(dmrt_comm *c, uint64_t seq, const comm_call *call) {
         free(tc);
         free(srcs);
         free(flags);
-        return comm_fail(c, call, "out of memory creating the communicator");
+        return dmrt_comm_fail(c, call, "out of memory creating the communicator");
     }
     tc->group = g;
     tc->srcs = srcs;
@@ -733,13 +733,13 @@ static void *rank_thread(void *p) {
     t->status = t->rank_main(r, t->arg);
     if (t->status != 0 && !r->failed) {
         char msg[COMM_ERROR_MAX];
-        if (r->error[0]) comm_format(msg, sizeof msg, "%s", comm_error_body(r));
-        else comm_format(msg, sizeof msg, "its main function returned %d", t->status);
+        if (r->error[0]) dmrt_comm_format(msg, sizeof msg, "%s", dmrt_comm_error_body(r));
+        else dmrt_comm_format(msg, sizeof msg, "its main function returned %d", t->status);
         dmrt_rank_abort(r, msg);
     }
     /* nothing the rank started may run on once it has returned (after a failure the
      * abort above makes its helpers' calls fail promptly) */
-    comm_rank_stop_helpers(r);
+    dmrt_comm_rank_stop_helpers(r);
     atomic_store_explicit(&t->world->finished[r->id], 1, memory_order_release);
     wake_all(t->world);
     return NULL;
@@ -750,7 +750,7 @@ static void free_world(tw_world *w) {
     for (int i = 0; w->ranks && i < w->n_ranks; i++) {
         dmrt_rank *r = &w->ranks[i];
         if (!r->backend) continue;
-        comm_rank_release(r);  /* the mesh comms */
+        dmrt_comm_rank_release(r);  /* the mesh comms */
         if (r->world.impl) tw_comm_destroy(&r->world);
     }
     free(w->ranks);
@@ -781,17 +781,17 @@ static int summarize(tw_world *w, const tw_thread *threads, char *err, size_t er
     if (first < 0) return 0;
     const dmrt_rank *r = &w->ranks[first];
     char msg[2 * COMM_ERROR_MAX];
-    comm_format(msg, sizeof msg, "rank %d failed: %s (status %d)", first,
-                r->failed ? r->abort_message : r->error[0] ? comm_error_body(r) : "no message",
+    dmrt_comm_format(msg, sizeof msg, "rank %d failed: %s (status %d)", first,
+                r->failed ? r->abort_message : r->error[0] ? dmrt_comm_error_body(r) : "no message",
                 threads[first].status);
     int others = 0;
     for (int i = 0; i < w->n_ranks; i++) others += i != first && threads[i].status != 0;
     for (int i = 0, k = 0; i < w->n_ranks; i++) {
         if (i == first || threads[i].status == 0) continue;
         const char *lead = others > 1 ? "; also failed: ranks" : "; also failed: rank";
-        comm_appendf(msg, sizeof msg, "%s %d", k++ ? "," : lead, i);
+        dmrt_comm_appendf(msg, sizeof msg, "%s %d", k++ ? "," : lead, i);
     }
-    if (err && errlen) comm_format(err, errlen, "%s", msg);
+    if (err && errlen) dmrt_comm_format(err, errlen, "%s", msg);
     return threads[first].status;
 }
 
@@ -821,7 +821,7 @@ int dmrt_threads_run(int n_ranks, dmrt_rank_main rank_main, void *arg, char *err
         rc = launch_fail(err, errlen, "dmrt_threads_run: out of memory for %d ranks", n_ranks);
     for (int i = 0; i < n_ranks && rc == 0; i++) {
         dmrt_rank *r = &w->ranks[i];
-        if (comm_rank_init(r, i, n_ranks, &threads_backend, err, errlen) != 0) {
+        if (dmrt_comm_rank_init(r, i, n_ranks, &threads_backend, err, errlen) != 0) {
             rc = DMRT_ERR_COMM;
             break;
         }

@@ -17,14 +17,14 @@ int dmrt_trace_enable(dmrt_rank *r) {
     return r->trace ? 0 : DMRT_ERR_COMM;
 }
 
-void comm_trace_free(dmrt_rank *r) {
+void dmrt_comm_trace_free(dmrt_rank *r) {
     if (!r->trace) return;
     free(r->trace->events);
     free(r->trace);
     r->trace = NULL;
 }
 
-double dmrt_trace_now(const dmrt_rank *r) { return r && r->trace ? comm_now() : 0; }
+double dmrt_trace_now(const dmrt_rank *r) { return r && r->trace ? dmrt_comm_now() : 0; }
 
 void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start) {
     if (!r || !r->trace) return;
@@ -36,7 +36,7 @@ void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start) {
         if (!e) return; /* the timeline is a diagnostic: it loses events rather than fail the step */
         t->events = e, t->capacity = cap;
     }
-    t->events[t->n++] = (dmrt_trace_event){.kind = kind, .micro = micro, .step = r->step, .start = start, .end = comm_now()};
+    t->events[t->n++] = (dmrt_trace_event){.kind = kind, .micro = micro, .step = r->step, .start = start, .end = dmrt_comm_now()};
 }
 
 int64_t dmrt_trace_events(const dmrt_rank *r, const dmrt_trace_event **events) {

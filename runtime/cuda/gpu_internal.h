@@ -57,9 +57,15 @@ struct dmrt_gpu {
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
+/* The library's own functions have C linkage, as its interface has: the archive exports
+ * them under their plain dmrt_ names, not C++-mangled ones. */
+extern "C" {
+
 /* Writes "file:line: <message>" into g->error and returns status. */
 int dmrt_gpu_fail(dmrt_gpu *g, int status, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+}  /* extern "C" */
 
 /* A failed call also leaves CUDA's last error set; it is cleared so that the next launch
  * check does not report it again in the wrong place. */
@@ -118,6 +124,8 @@ int dmrt_gpu_fail(dmrt_gpu *g, int status, const char *file, int line, const cha
 
 /* ---- shared services ------------------------------------------------------------------- */
 
+extern "C" {
+
 /* Pinned host memory of at least bytes; the stream must be idle (staged collectives
  * synchronise first). */
 int dmrt_gpu_staging(dmrt_gpu *g, size_t bytes, float **p);
@@ -127,6 +135,8 @@ int dmrt_gpu_wait_stream(dmrt_gpu *g, cudaStream_t s);
 /* NCCL bootstrap over the rank's mesh axes (create), and teardown (destroy). */
 int dmrt_gpu_nccl_init(dmrt_gpu *g);
 void dmrt_gpu_nccl_destroy(dmrt_gpu *g);
+
+}  /* extern "C" */
 
 /* ---- launch shapes ----------------------------------------------------------------------- */
 

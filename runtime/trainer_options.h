@@ -1,0 +1,85 @@
+/* trainer_options.h: the options of the trainer (dmrt_trainer_main, runtime/trainer.c),
+ * one row each. Not installed.
+ *
+ * Two programs read this table: the trainer, which prints its usage from it and parses
+ * what it lists, and dmc, whose `dmc run` checks the trainer's options before compiling
+ * (a typo should not cost a C build) and lists them in `dmc run --help`. One table keeps
+ * the two from disagreeing.
+ *
+ * DMRT_TRAINER_OPTIONS(X) calls X(name, value, help): value is what the option takes
+ * ("N", "FILE"; NULL for a flag), help its description, lines separated by '\n'. -h and
+ * --help are not rows: every program answers them itself. */
+#ifndef DMRT_TRAINER_OPTIONS_H
+#define DMRT_TRAINER_OPTIONS_H
+
+#include <stdio.h>
+#include <string.h>
+
+#define DMRT_TRAINER_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+#define DMRT_TRAINER_OPTIONS(X)                                                              \
+    X("--steps", "N", "train N steps, cycling through the data as needed")                  \
+    X("--epochs", "N",                                                                       \
+      "train N passes over the data (default 1); with --steps, stop\n"                      \
+      "at whichever limit comes first")                                                      \
+    X("--seed", "S",                                                                         \
+      "seed of parameter initialisation, shuffling, text windows and\n"                     \
+      "sampling (default 0)")                                                                \
+    X("--init", "FILE", "load the parameters from a safetensors file after initialisation") \
+    X("--save", "FILE", "write the parameters to a safetensors file at the end (atomically)") \
+    X("--batch-file", "FILE",                                                                \
+      "safetensors file with one tensor per model input, named after it,\n"                 \
+      "with a leading step dimension: step i trains on slice i")                            \
+    X("--data", "NAME",                                                                      \
+      "built-in data set: fashion-mnist (the default for models whose\n"                    \
+      "inputs are f32[B, 784] and i32[B]);\n"                                               \
+      "--data text:FILE[,FILE...]: byte-level language modelling on the\n"                  \
+      "files' bytes, concatenated (models with inputs tokens, targets:\n"                   \
+      "i32[B, T] and an output logits: f32[B, T, V], V >= 256): each\n"                    \
+      "step trains on B windows at random offsets of the first 90%; the\n"                  \
+      "last 10% (at least T+1 bytes) is held out for the validation loss;\n"               \
+      "an epoch is floor(training bytes / (B*T)) steps")                                     \
+    X("--data-dir", "DIR",                                                                   \
+      "directory of the fashion-mnist files\n"                                              \
+      "(default " DMRT_TRAINER_DEFAULT_DATA_DIR ")")                                         \
+    X("--eval-every", "N", "with --data text: also print the validation loss every N steps") \
+    X("--sample", "N",                                                                       \
+      "after training, generate N bytes with the language model (with\n"                    \
+      "--steps 0 no data is needed)")                                                        \
+    X("--prompt", "TEXT", "the bytes the sample continues (default: a newline)")            \
+    X("--temperature", "X", "sampling temperature (default 1; 0: greedy, the likeliest byte)") \
+    X("--top-k", "K", "sample among the K likeliest bytes (default 40; 0: all 256)")        \
+    X("--dump-grads", "FILE", "after the first step, write every parameter's gradient")     \
+    X("--trace", "FILE",                                                                     \
+      "record every rank's forward and backward actions (pipelines,\n"                      \
+      "micro-batches): FILE a Chrome trace (Perfetto), FILE's .svg\n"                       \
+      "the last step; prints the measured pipeline bubble")                                  \
+    X("--quiet", NULL, "no progress bar and no summary on stderr")                          \
+    X("--memory", NULL,                                                                      \
+      "at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"                \
+      "bytes' on stderr (what dmc --explain predicts per rank), and the\n"                  \
+      "first rank 'memory: process peak RSS <MiB> MiB'")
+
+
+/* One row as the usages print it: "  --steps N          train N steps ...", the help's
+ * further lines indented under its first. */
+static inline void dmrt_trainer_option_print(FILE *fp, const char *name, const char *value,
+                                             const char *help) {
+    char head[64];
+    snprintf(head, sizeof head, "%s%s%s", name, value ? " " : "", value ? value : "");
+    fprintf(fp, "  %-18s ", head);
+    for (const char *line = help; *line;) {
+        size_t n = strcspn(line, "\n");
+        fprintf(fp, "%s%.*s\n", line == help ? "" : "                     ", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+}
+
+/* Every row of the table. */
+static inline void dmrt_trainer_options_print(FILE *fp) {
+#define DMRT_TRAINER_OPTION_PRINT(name, value, help) dmrt_trainer_option_print(fp, name, value, help);
+    DMRT_TRAINER_OPTIONS(DMRT_TRAINER_OPTION_PRINT)
+#undef DMRT_TRAINER_OPTION_PRINT
+}
+
+#endif

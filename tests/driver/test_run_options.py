@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""dmc run's command line: its --help lists every trainer option, and trainer options are
+checked before anything is compiled (runtime/trainer_options.h is the one list).
+
+usage: test_run_options.py DMC SOURCE_ROOT
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def dmc_run(dmc, *args):
+    start = time.monotonic()
+    r = subprocess.run([dmc, 'run'] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    return r.returncode, r.stdout, r.stderr, time.monotonic() - start
+
+
+def main(argv):
+    dmc, root = argv[1], argv[2]
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    table = open(os.path.join(root, 'runtime', 'trainer_options.h')).read()
+    options = re.findall(r'X\("(--[a-z-]+)"', table)
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    for args in (['--help'], [mlp, '--help'], [mlp, '--', '--help']):
+        rc, out, err, _ = dmc_run(dmc, *args)
+        check(rc == 0 and out.startswith('usage: dmc run'), 'dmc run %s: exit %d, %r' % (' '.join(args), rc, out[:80]))
+        missing = [o for o in options if o not in out]
+        check(not missing, 'dmc run %s does not list %s' % (' '.join(args), missing))
+    check(len(options) >= 15, 'trainer_options.h lists only %d options' % len(options))
+
+    # rejected before compiling: exit 2, the message, and no time for a C build
+    for args, message in [
+            (['--step', '3'], "unknown option '--step' (did you mean --steps?)"),
+            (['--tempreature', '1'], "unknown option '--tempreature' (did you mean --temperature?)"),
+            (['--mseh', 'data=2'], "unknown option '--mseh' (did you mean --mesh?)"),
+            (['--frobnicate'], "unknown option '--frobnicate'; dmc run --help"),
+            (['--steps'], 'trainer option --steps needs a value (--steps N)'),
+            (['--quiet=1'], "trainer option --quiet takes no value, got '--quiet=1'"),
+            (['stray'], "unexpected argument 'stray'"),
+            (['--', '--mesh', 'data=2'], "--mesh is dmc's option, not the trainer's: give it before '--'"),
+            (['--', '--sed', '1'], "unknown option '--sed' (did you mean --seed?)")]:
+        rc, out, err, seconds = dmc_run(dmc, mlp, *args)
+        check(rc == 2 and message in err and seconds < 1.5,
+              'dmc run mlp.dm %s: exit %d in %.1f s, stderr %r (want exit 2, %r)'
+              % (' '.join(args), rc, seconds, err, message))
+    rc, out, err, _ = dmc_run(dmc, '--steps', '3')
+    check(rc == 2 and 'no input file' in err, 'dmc run --steps 3: exit %d, %r' % (rc, err))
+
+    # after '--' the trainer gets the arguments: here a data directory that does not exist
+    rc, out, err, _ = dmc_run(dmc, mlp, '--set', 'B=4,H=8', '--', '--steps', '1', '--data-dir', '/nonexistent-dmc')
+    check(rc == 1 and '/nonexistent-dmc' in err, "dmc run mlp.dm -- --data-dir: exit %d, %r" % (rc, err))
+
+    for f in failures:
+        print('FAIL: ' + f)
+    print('%d trainer options; %d failures' % (len(options), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
