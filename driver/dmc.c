@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,19 +530,62 @@ static void runtime_paths(char inc[3][PATH_MAX], char lib[3][PATH_MAX]) {
     }
 }
 
+/* `dmc run` passes SIGINT, SIGTERM and SIGHUP on to the program it runs (the C compiler,
+ * the trainer, mpirun), which it starts in a process group of its own: a terminal's
+ * Ctrl-C then reaches the trainer once, through dmc, and asks it to stop at a step
+ * boundary (a second one ends it). dmc then removes its build directory. */
+static volatile sig_atomic_t child_running, stop_signal_seen;
+static volatile pid_t child_pid;
+
+static void pass_on_signal(int sig) {
+    stop_signal_seen = sig;
+    if (child_running) kill(child_pid, sig);
+}
+
+static void pass_on_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = pass_on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static int run_process(char *const argv[]) {
     fflush(stdout);
     fflush(stderr);
+    /* the child's pid is known to the handler before any signal can be passed on */
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, &before);
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &before, NULL);
+        return -1;
+    }
     if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &before, NULL);
         execvp(argv[0], argv);
         fprintf(stderr, "dmc: error: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return -1;
+    child_pid = pid;
+    child_running = 1;
+    sigprocmask(SIG_SETMASK, &before, NULL);
+    int status, waited;
+    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    child_running = 0;
+    if (waited < 0) return -1;
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) fprintf(stderr, "dmc: %s was killed by signal %d\n", argv[0], WTERMSIG(status));
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
@@ -671,6 +715,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
+    if (stop_signal_seen) return 128 + stop_signal_seen;
     int status = run_process(cc_argv);
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
@@ -697,7 +742,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     argv[n++] = exe;
     for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
     argv[n] = NULL;
-    status = run_process(argv);
+    status = stop_signal_seen ? 128 + stop_signal_seen : run_process(argv);
     free(argv);
     return status;
 }
@@ -822,6 +867,7 @@ int main(int argc, char **argv) {
         status = 0;
     } else {
         char tmp_dir[PATH_MAX] = "";
+        if (o.run) pass_on_signals(); /* from here on there is a directory to remove */
         const char *dir = o.out_dir;
         if (o.run && !dir) dir = o.keep_dir;
         int ready = 1;
@@ -841,7 +887,11 @@ int main(int argc, char **argv) {
         if (ready) {
             codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero};
             status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
-            if (status == 0 && o.run) status = build_and_run(&o, g, dir);
+            if (status == 0 && o.run) {
+                status = build_and_run(&o, g, dir);
+                /* a build the signal ended reports that, not a failure of its own */
+                if (stop_signal_seen && status == 1) status = 128 + stop_signal_seen;
+            }
         }
         if (tmp_dir[0]) remove_tree(tmp_dir);
     }

@@ -9,11 +9,13 @@
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
 #include "dmrt_comm.h"
+#include "trainer_guards.h"
 #include "trainer_options.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +38,9 @@
 #define TR_MAX_VAL_WINDOWS 32
 #define TR_TEXT_PREFIX "text:"
 
-enum { TR_OK = 0, TR_RUNTIME = 1, TR_USAGE = 2, TR_HELP = 3 };
+/* TR_STOPPED: a signal asked to stop and every rank stopped at the same step boundary;
+ * the process exits with 128 + the signal, as a shell reports a process it ended. */
+enum { TR_OK = 0, TR_RUNTIME = 1, TR_USAGE = 2, TR_HELP = 3, TR_STOPPED = 4 };
 
 typedef struct tr_opts {
     int64_t steps;  /* -1 when not given */
@@ -873,6 +877,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         return TR_RUNTIME;
     }
 
+    /* what training will write, tried before it starts (only the lead rank writes) */
+    if (lead && o->save && tr_guard_writable("--save", o->save, err, sizeof err) != 0) goto fail;
+    if (lead && o->dump_grads && tr_guard_writable("--dump-grads", o->dump_grads, err, sizeof err) != 0) goto fail;
+    if (lead && o->trace && tr_guard_writable("--trace", o->trace, err, sizeof err) != 0) goto fail;
+
     if (o->batch_file) {
         if (open_batch_file(&d, m, o->batch_file, err, sizeof err) != 0) goto fail;
     } else if (o->text_files) {
@@ -922,10 +931,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (o->trace && lead && total > 0 && !(step_seconds = malloc((size_t)total * sizeof *step_seconds))) goto oom;
     int acc_fresh = 0, val_fresh = 0; /* acc, val_loss are for the current parameters */
     int64_t step = 0;
-    for (int64_t epoch = 1; step < total; epoch++) {
+    int stop = 0;
+    for (int64_t epoch = 1; step < total && !stop; epoch++) {
         if (d.mnist) shuffle(&d);
         int64_t n = total - step < spe ? total - step : spe;
-        for (int64_t b = 0; b < n; b++) {
+        for (int64_t b = 0; b < n && !stop; b++) {
             double t0 = dmrt_now();
             fill_batch(&d, m, in, step, b);
             float loss = 0.0f;
@@ -939,6 +949,15 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
                 goto fail;
             }
             double t2 = dmrt_now();
+            int non_finite;
+            if (tr_guard_agree(rank, loss, &stop, &non_finite, err, sizeof err) != 0) goto fail;
+            if (!non_finite && !rank && !tr_guard_serial_gradients_finite(m, ctx)) non_finite = 1;
+            if (non_finite) {
+                bar_clear(&bar);
+                tr_guard_explain_non_finite(m, ctx, (const void *const *)in, step + 1, loss, !isfinite(loss), err,
+                                            sizeof err);
+                goto fail;
+            }
             t_train += t2 - t0;
             if (step_seconds) step_seconds[step] = t2 - t1;
             step++;
@@ -972,6 +991,14 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         }
     }
     bar_clear(&bar);
+    if (stop) {
+        /* the step is whole on every rank; what the run would write at its end is not
+         * written over what the files held */
+        fprintf(errs, "%s: stopped by a signal after step %lld of %lld%s\n", prog, (long long)step, (long long)total,
+                o->save ? "; --save was not written" : "");
+        status = TR_STOPPED;
+        goto done;
+    }
     if (o->dump_grads && step == 0)
         fprintf(errs, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
     if (step_seconds) dmrt_trace_step_time(m, step_seconds, step, outs);
@@ -1037,6 +1064,7 @@ typedef struct tr_spmd {
     _Atomic int usage_failed; /* a rank found a usage error (its lead printed it) */
     _Atomic int lead;         /* this process hosts world rank 0 (MPI: one rank per process) */
     _Atomic int ran;          /* some rank of this process started */
+    _Atomic int stopped;      /* the ranks stopped together, asked by a signal */
 } tr_spmd;
 
 static int rank_main(dmrt_rank *r, void *arg) {
@@ -1045,6 +1073,10 @@ static int rank_main(dmrt_rank *r, void *arg) {
     s->ran = 1;
     if (dmrt_rank_id(r) == 0) s->lead = 1;
     int status = run(s->m, s->o, s->prog, r, fail, sizeof fail);
+    if (status == TR_STOPPED) {
+        s->stopped = 1;
+        return 0; /* not a failure: every rank stopped at the same step */
+    }
     if (status == TR_USAGE) {
         s->usage_failed = 1;
         dmrt_rank_abort(r, "usage error");
@@ -1061,6 +1093,14 @@ static int threads_launch(void *launch_arg, int n_ranks, dmrt_rank_main main_fn,
     return dmrt_threads_run(n_ranks, main_fn, arg, err, errlen);
 }
 
+/* The process's exit status for run()'s: a stop asked by a signal as a shell shows the
+ * signal's (128 + its number; SIGTERM when another process of the mesh received it). */
+static int exit_status(int status) {
+    if (status != TR_STOPPED) return status;
+    int sig = tr_guard_stop_signal();
+    return 128 + (sig ? sig : SIGTERM);
+}
+
 int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,
                            void *launch_arg) {
     const char *prog = argc > 0 && argv[0] && argv[0][0] ? argv[0] : "dmrt-trainer";
@@ -1071,12 +1111,13 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
         return fflush(stdout) == 0 ? 0 : 1;
     }
     if (r != TR_OK) return r;
-    if (model->n_ranks <= 1 || !model->create_rank) return run(model, &o, prog, NULL, NULL, 0);
+    tr_guard_install_signals();
+    if (model->n_ranks <= 1 || !model->create_rank) return exit_status(run(model, &o, prog, NULL, NULL, 0));
     if (model->n_ranks > INT32_MAX) {
         fprintf(stderr, "%s: error: model '%s' needs %lld ranks\n", prog, model->name, (long long)model->n_ranks);
         return TR_RUNTIME;
     }
-    tr_spmd s = {model, &o, prog, 0, 0, 0};
+    tr_spmd s = {model, &o, prog, 0, 0, 0, 0};
     char err[4096] = "";
     if (launch != threads_launch) {
         /* one rank per process: as many processes on this machine as the launcher says */
@@ -1085,7 +1126,7 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
         if (local && atoi(local) > 0) dmrt_blas_share_cores(atoi(local));
     }
     int status = launch(launch_arg, (int)model->n_ranks, rank_main, &s, err, sizeof err);
-    if (status == 0) return TR_OK;
+    if (status == 0) return exit_status(s.stopped ? TR_STOPPED : TR_OK);
     if (s.usage_failed) return TR_USAGE;
     /* every rank learns the first failure; the one hosting rank 0 says it (the MPI
      * launcher may fail before any rank ran: then every process does) */

@@ -725,6 +725,7 @@ typedef struct tw_thread {
     int status;
     pthread_t thread;
     int started;
+    int stuck;     /* still running RETURN_GRACE_S after the world failed: left to run */
 } tw_thread;
 
 static void *rank_thread(void *p) {
@@ -771,14 +772,68 @@ static int launch_fail(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* The launcher's message: the first failure (by time), its status, and who else failed. */
+/* A rank still running RETURN_GRACE_S after the world failed (its thread stuck outside
+ * any call that could fail: a loop, a sleep) is left running, so that the failure is
+ * reported within a deadline and this much more, not when (if ever) it returns. */
+#define RETURN_GRACE_S 1.0
+
+/* Worlds left to ranks that did not return, kept reachable: their threads may still use
+ * them, and a leak checker should not count them. */
+static struct abandoned {
+    tw_world *world;
+    tw_thread *threads;
+    struct abandoned *next;
+} *abandoned;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_finished(const tw_world *w, int i) {
+    return atomic_load_explicit(&w->finished[i], memory_order_acquire) != 0;
+}
+
+/* Waits for every started rank to return, or, once the world has failed, at most
+ * RETURN_GRACE_S more. Returns how many did not return (0: all joined). */
+static int join_ranks(tw_world *w, tw_thread *threads) {
+    double failed_at = -1;
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < w->n_ranks; i++) running += threads[i].started && !is_finished(w, i);
+        if (running == 0) break;
+        double now = dmrt_comm_now();
+        if (failed_at < 0 && atomic_load_explicit(&w->failed_rank, memory_order_acquire) >= 0) failed_at = now;
+        if (failed_at >= 0 && now - failed_at > RETURN_GRACE_S) {
+            for (int i = 0; i < w->n_ranks; i++)
+                if (threads[i].started && !is_finished(w, i)) {
+                    pthread_detach(threads[i].thread);
+                    threads[i].started = 0;
+                    threads[i].stuck = 1;
+                } else if (threads[i].started) {
+                    pthread_join(threads[i].thread, NULL);
+                    threads[i].started = 0;
+                }
+            return running;
+        }
+        struct timespec nap = {0, 5 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    for (int i = 0; i < w->n_ranks; i++)
+        if (threads[i].started) pthread_join(threads[i].thread, NULL);
+    return 0;
+}
+
 static int summarize(tw_world *w, const tw_thread *threads, char *err, size_t errlen) {
     int first = atomic_load_explicit(&w->failed_rank, memory_order_acquire);
-    if (first < 0 || threads[first].status == 0) {
+    if (first < 0 || threads[first].stuck || threads[first].status == 0) {
         first = -1;
         for (int i = 0; i < w->n_ranks && first < 0; i++)
-            if (threads[i].status != 0) first = i;
+            if (!threads[i].stuck && threads[i].status != 0) first = i;
     }
-    if (first < 0) return 0;
+    int stuck = 0;
+    for (int i = 0; i < w->n_ranks; i++) stuck += threads[i].stuck;
+    if (first < 0 && !stuck) return 0;
+    if (first < 0) {
+        if (err && errlen) dmrt_comm_format(err, errlen, "ranks did not return");
+        return DMRT_ERR_COMM;
+    }
     const dmrt_rank *r = &w->ranks[first];
     char msg[2 * COMM_ERROR_MAX];
     dmrt_comm_format(msg, sizeof msg, "rank %d failed: %s (status %d)", first,
@@ -787,10 +842,14 @@ static int summarize(tw_world *w, const tw_thread *threads, char *err, size_t er
     int others = 0;
     for (int i = 0; i < w->n_ranks; i++) others += i != first && threads[i].status != 0;
     for (int i = 0, k = 0; i < w->n_ranks; i++) {
-        if (i == first || threads[i].status == 0) continue;
+        if (i == first || threads[i].stuck || threads[i].status == 0) continue;
         const char *lead = others > 1 ? "; also failed: ranks" : "; also failed: rank";
         dmrt_comm_appendf(msg, sizeof msg, "%s %d", k++ ? "," : lead, i);
     }
+    for (int i = 0, k = 0; i < w->n_ranks; i++)
+        if (threads[i].stuck)
+            dmrt_comm_appendf(msg, sizeof msg, "%s %d", k++ ? "," : stuck > 1 ? "; still running, not waited for: ranks"
+                                                                           : "; still running, not waited for: rank", i);
     if (err && errlen) dmrt_comm_format(err, errlen, "%s", msg);
     return threads[first].status;
 }
@@ -849,9 +908,15 @@ int dmrt_threads_run(int n_ranks, dmrt_rank_main rank_main, void *arg, char *err
         }
         t->started = 1;
     }
-    for (int i = 0; i < n_ranks; i++)
-        if (threads[i].started) pthread_join(threads[i].thread, NULL);
+    int stuck = join_ranks(w, threads);
     rc = summarize(w, threads, err, errlen);
+    if (stuck) {
+        struct abandoned *a = malloc(sizeof *a);
+        pthread_mutex_lock(&abandoned_lock);
+        if (a) *a = (struct abandoned){w, threads, abandoned}, abandoned = a;
+        pthread_mutex_unlock(&abandoned_lock);
+        return rc ? rc : DMRT_ERR_COMM;
+    }
     free_world(w);
     free(threads);
     return rc;

@@ -394,6 +394,18 @@ static int main_recv_timeout(dmrt_rank *r, void *arg) {
     return rc;
 }
 
+/* A rank stuck outside communication (far longer than the deadline): the run ends within
+ * the deadline and the grace after it, reporting the timeout and the rank left running. */
+static int main_stuck(dmrt_rank *r, void *arg) {
+    (void)arg;
+    dmrt_rank_set_timeout(r, 1.0);
+    if (dmrt_rank_id(r) == 1) {
+        case_sleep(30);
+        return 0;
+    }
+    return dmrt_barrier(dmrt_rank_world(r), "barrier of step 3");
+}
+
 static void test_timeout(void) {
     char err[1024];
     double t0 = case_now();
@@ -406,6 +418,14 @@ static void test_timeout(void) {
     rc = dmrt_threads_run(2, main_recv_timeout, NULL, err, sizeof err);
     EXPECT(rc == DMRT_ERR_COMM, "recv timeout run returned %d: %s", rc, err);
     printf("recv timeout: %s\n", err);
+    t0 = case_now();
+    rc = dmrt_threads_run(3, main_stuck, NULL, err, sizeof err);
+    took = case_now() - t0;
+    EXPECT(rc == DMRT_ERR_COMM, "stuck run returned %d: %s", rc, err);
+    EXPECT_HAS(NULL, err, "timed out after 1 s: rank 1 did not arrive");
+    EXPECT_HAS(NULL, err, "; still running, not waited for: rank 1");
+    EXPECT(took > 0.9 && took < 1.0 + 1.0 + 0.5, "stuck run took %.2f s (deadline 1 s, grace 1 s)", took);
+    printf("stuck: %s (%.2f s)\n", err, took);
 }
 
 /* ---- abort ------------------------------------------------------------------------- */

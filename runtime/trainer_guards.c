@@ -1,0 +1,137 @@
+/* trainer_guards.c: what stops the trainer cleanly (docs/trainer.md, "Stopping").
+ *
+ * - Files it will write are tried before the first step: an unwritable --save path
+ *   must not cost a training run.
+ * - A non-finite loss or gradient ends training at the step it appears in, naming the
+ *   first tensor that holds one, before anything is saved over a good file.
+ * - SIGINT and SIGTERM ask it to stop at the next step boundary; a second one of either
+ *   ends it at once (the handler is installed for one delivery).
+ * On a mesh every rank must stop at the same step, whatever it saw: the trainer's
+ * ranks agree on both at each step boundary (tr_guard_agree), one allreduce of two
+ * floats over the world. */
+#include "trainer_guards.h"
+
+#include "dmrt_comm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+void tr_guard_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second signal takes its default action */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int tr_guard_stop_signal(void) { return stop_signal; }
+
+int tr_guard_writable(const char *option, const char *path, char *err, size_t errlen) {
+    /* what the atomic writers do (PATH.tmp.<pid>, then a rename over PATH), tried */
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp) return dmrt_errorf(err, errlen, "out of memory");
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int saved = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    if (fd < 0) return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path, strerror(saved));
+    return 0;
+}
+
+/* The first element that is not finite among n floats, or -1. */
+static int64_t first_non_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+/* The first f32 input of the batch holding a non-finite value: its index, or -1. */
+static int non_finite_input(const dmrt_model *m, const void *const *inputs, int64_t *at) {
+    for (int i = 0; i < m->n_inputs; i++)
+        if (m->inputs[i].dtype == DMRT_F32 && (*at = first_non_finite(inputs[i], m->inputs[i].numel)) >= 0) return i;
+    return -1;
+}
+
+/* The first parameter whose gradient holds a non-finite value: its index, or -1 (-2 on a
+ * failed gather, the message in err). A model whose gradients are not host memory of
+ * this rank in whole (a mesh, the CUDA target) gathers each whole: every rank calls it. */
+static int non_finite_gradient(const dmrt_model *m, void *ctx, char *err, size_t errlen) {
+    float *whole = NULL;
+    int found = -1;
+    for (int i = 0; i < m->n_params && found == -1; i++) {
+        const float *g;
+        if (m->gather) {
+            float *grown = realloc(whole, (size_t)m->params[i].numel * sizeof(float));
+            if (!grown) {
+                found = -2;
+                dmrt_errorf(err, errlen, "out of memory");
+                break;
+            }
+            whole = grown;
+            if (m->gather(ctx, i, 1, whole) != DMRT_OK) {
+                found = -2;
+                dmrt_errorf(err, errlen, "gathering the gradient of '%s' failed: %s", m->params[i].name, m->error(ctx));
+                break;
+            }
+            g = whole;
+        } else {
+            g = m->grad(ctx, i);
+        }
+        if (g && first_non_finite(g, m->params[i].numel) >= 0) found = i;
+    }
+    free(whole);
+    return found;
+}
+
+int tr_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen) {
+    float flags[2] = {(float)(stop_signal != 0), (float)!isfinite(loss)};
+    if (rank && dmrt_allreduce_sum(dmrt_rank_world(rank), flags, 2, "trainer stop and finiteness") != 0)
+        return dmrt_errorf(err, errlen, "agreeing on whether to stop: %s", dmrt_rank_error(rank));
+    *stop = flags[0] > 0;
+    *non_finite = flags[1] > 0;
+    return 0;
+}
+
+int tr_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
+                                float loss, int loss_non_finite, char *err, size_t errlen) {
+    int64_t at = -1;
+    int in = non_finite_input(m, inputs, &at);
+    const char *what = loss_non_finite ? "the loss is not finite" : "a gradient is not finite";
+    if (in >= 0) {
+        int64_t row_len = m->inputs[in].rank > 0 && m->inputs[in].shape[0] > 0
+                              ? m->inputs[in].numel / m->inputs[in].shape[0] : 1;
+        return dmrt_errorf(err, errlen, "step %lld: %s (%g): the batch's input '%s' holds a non-finite value (row %lld); "
+                           "nothing was saved", (long long)step, what, (double)loss, m->inputs[in].name,
+                           (long long)(at / row_len));
+    }
+    char why[512] = "";
+    int p = non_finite_gradient(m, ctx, why, sizeof why);
+    if (p == -2) return dmrt_errorf(err, errlen, "step %lld: %s (%g), and %s", (long long)step, what, (double)loss, why);
+    if (p >= 0)
+        return dmrt_errorf(err, errlen, "step %lld: %s (%g): the first parameter whose gradient holds a non-finite "
+                           "value is '%s'; nothing was saved", (long long)step, what, (double)loss, m->params[p].name);
+    return dmrt_errorf(err, errlen, "step %lld: %s (%g), with finite inputs and gradients; nothing was saved",
+                       (long long)step, what, (double)loss);
+}
+
+int tr_guard_serial_gradients_finite(const dmrt_model *m, void *ctx) {
+    if (m->gather) return 1; /* gathering every gradient every step: not worth its cost */
+    char unused[8];
+    return non_finite_gradient(m, ctx, unused, sizeof unused) < 0;
+}
