@@ -17,6 +17,7 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 /* Lowering's checks and autodiff: what neither ZeRO nor recomputation changes. */
 static int differentiate(ir_graph *g, dm_diag *d) {
     VERIFY("lower");
+    if (pass_trainable(g, d)) return 1;
     if (pass_autodiff(g, d)) return 1;
     VERIFY("autodiff");
     return 0;

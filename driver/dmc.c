@@ -808,10 +808,6 @@ int main(int argc, char **argv) {
         status = 0;
         goto done;
     }
-    if (g->loss >= 0 && g->optimizer.kind == OPTIM_NONE && (o.run || o.out_dir)) {
-        fprintf(stderr, "%s: error: the program minimizes a loss but declares no optimizer (optimizer sgd(lr = ...))\n", o.input);
-        goto done;
-    }
     if (o.explain) {
         explain_print(g, &c.memory, &c.reshards, &c.pipeline, &c.zero, o.input, o.explain == 2, stdout);
         status = 0;

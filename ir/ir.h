@@ -142,6 +142,9 @@ typedef struct ir_value {
     int segment;              /* forward values made by one call of a layer at the top level (a
                                * transformer block): the call's number from 1; 0 elsewhere */
     int marked;               /* made inside recompute(...): its segment is recomputed */
+    int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
+                               * as torch.optim skips a parameter whose .grad is None, the
+                               * optimizer neither updates nor decays it */
 } ir_value;
 
 typedef struct ir_mesh_axis {
@@ -161,6 +164,7 @@ typedef struct ir_graph {
     int *outputs;             /* (n_outputs) values returned by forward */
     int n_outputs;
     int loss;                 /* scalar f32 value minimised, or -1 */
+    dm_loc loss_loc;          /* the minimize statement */
     int *grads;               /* (n_params) gradient value of each param, -1 before autodiff */
     ir_optimizer optimizer;
     ir_mesh_axis axes[IR_MAX_AXES];

@@ -1460,7 +1460,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             break;
         }
         g->loss = b->value;
-        *loss_loc = st->loc;
+        g->loss_loc = *loss_loc = st->loc;
         break;
     }
     case STMT_OPTIMIZER: lower_optimizer(L, st); break;

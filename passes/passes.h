@@ -14,6 +14,12 @@ int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d);
 /* Runs shapes_infer over every value again: the type/shape check as a pass. */
 int pass_shapes(ir_graph *g, dm_diag *d);
 
+/* trainable.c: whether the lowered program is a training step: not empty, a loss
+ * (minimize), an optimizer, and parameters the loss depends on; each error points where
+ * the missing statement belongs. A parameter the loss does not reach is a warning and is
+ * marked unreached (the optimizer leaves it alone). requires: lower. */
+int pass_trainable(ir_graph *g, dm_diag *d);
+
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
