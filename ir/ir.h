@@ -251,6 +251,9 @@ void ir_renumber_lists(ir_graph *g, const int *map);
 void ir_print(const ir_graph *g, FILE *out);
 /* Formats a type as f32[B@data, 1024]{+tensor} into buf. */
 void ir_format_type(const ir_graph *g, const ir_type *t, char *buf, size_t size);
+/* Formats a type's sizes as f32[H=1024, 3]: each named dim with its value (the sizes
+ * after --set, for messages about them). */
+void ir_format_sizes(const ir_type *t, char *buf, size_t size);
 
 /* Checks the IR invariants (operand order, arity, types set, roles); prints each
  * broken one to err with the pass name and returns their count. */
