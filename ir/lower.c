@@ -13,6 +13,7 @@
 
 #include "passes.h"
 #include "schedule.h"
+#include "suggest.h"
 
 #define MAX_REPEAT 4096
 #define MAX_INSTANCE_DEPTH 32
@@ -143,6 +144,29 @@ static binding *bind(lowerer *L, scope *s, const char *name, binding_kind kind, 
     return b;
 }
 
+/* Up to max names bound in s and the scopes around it, of the kinds in the mask (a bit
+ * per binding_kind), for "did you mean". */
+static int visible_names(const scope *s, unsigned kinds, const char **out, int max) {
+    int n = 0;
+    for (; s; s = s->parent)
+        for (int k = 0; k < s->n && n < max; k++)
+            if (kinds >> s->items[k].kind & 1) out[n++] = s->items[k].name;
+    return n;
+}
+
+/* "; did you mean 'NAME'?" for a name unknown in s, or "" when none is near. Nothing is
+ * searched once errors are no longer printed (hostile input with thousands of them). */
+static void near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size) {
+    enum { MAX_CANDIDATES = 4096 };
+    buf[0] = 0;
+    if (L->d->n_errors >= L->d->max_errors) return;
+    const char **names = malloc(MAX_CANDIDATES * sizeof *names);
+    if (!names) abort();
+    int n = visible_names(s, kinds, names, MAX_CANDIDATES);
+    dm_format_suggestion(buf, size, dm_nearest_name(name, names, n), "", NULL, 0);
+    free(names);
+}
+
 static void scope_free(scope *s) {
     free(s->items);
     free(s->slots);
@@ -166,7 +190,9 @@ static int eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
     case EXPR_NAME: {
         binding *b = scope_find(s, e->name);
         if (!b) {
-            dm_error(L->d, e->loc, "unknown dimension '%s'", e->name);
+            char near[160];
+            near_name(L, s, e->name, 1u << B_DIM, near, sizeof near);
+            dm_error(L->d, e->loc, "unknown dimension '%s'%s", e->name, near);
             return -1;
         }
         if (b->failed) return -1;
@@ -410,7 +436,11 @@ static const dm_stmt *find_block(lowerer *L, scope *s, const dm_expr *call) {
     binding *b = scope_find(s, call->name);
     if (!b || b->kind != B_BLOCK) {
         if (b) dm_error(L->d, call->loc, "'%s' is a %s, not a block", call->name, binding_kind_name(b->kind));
-        else dm_error(L->d, call->loc, "unknown block '%s'", call->name);
+        else {
+            char near[160];
+            near_name(L, s, call->name, 1u << B_BLOCK, near, sizeof near);
+            dm_error(L->d, call->loc, "unknown block '%s'%s", call->name, near);
+        }
         return NULL;
     }
     if (call->n_args) {
@@ -715,6 +745,7 @@ static void bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind ki
 /* ---- expressions ----------------------------------------------------------------------- */
 
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out);
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e);
 
 static int is_call_of(const dm_expr *e, const char *name, int n_args) {
     return e->kind == EXPR_CALL && strcmp(e->name, name) == 0 && e->n_args == n_args && !e->has_dim_args;
@@ -762,7 +793,9 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
     case EXPR_NAME: {
         binding *b = resolve_path(L, s, e->name, e->loc);
         if (!b) {
-            dm_error(L->d, e->loc, "unknown name '%s'", e->name);
+            char near[160];
+            near_name(L, s, e->name, 1u << B_VALUE | 1u << B_DIM, near, sizeof near);
+            dm_error(L->d, e->loc, "unknown name '%s'%s", e->name, near);
             return -1;
         }
         if (b->failed) return -1;
@@ -806,7 +839,7 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
             else if (b)
                 dm_error(L->d, e->loc, "'%s' is a %s, not a function or layer", e->name, binding_kind_name(b->kind));
             else
-                dm_error(L->d, e->loc, "unknown function or layer '%s'", e->name);
+                report_unknown_call(L, s, e);
             return -1;
         }
         if (e->has_dim_args) {
@@ -982,6 +1015,27 @@ static int fuse_causal(lowerer *L, int *x, double *scale) {
 }
 
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
+/* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
+static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
+                                                "reshape", "transpose", "cross_entropy", "recompute"};
+
+/* "unknown function or layer": the nearest function or layer in scope, and the functions. */
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
+    enum { MAX_NAMES = 4096 };
+    const char **names = malloc(MAX_NAMES * sizeof *names);
+    if (!names) abort();
+    int n_functions = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (ir_op_info_of((ir_op)op)->cls == OPC_UNARY) names[n_functions++] = ir_op_info_of((ir_op)op)->name;
+    for (size_t k = 0; k < sizeof builtin_functions / sizeof *builtin_functions; k++)
+        names[n_functions++] = builtin_functions[k];
+    int n = n_functions + visible_names(s, 1u << B_LAYER, names + n_functions, MAX_NAMES - n_functions);
+    char hint[1024];
+    dm_format_suggestion(hint, sizeof hint, dm_nearest_name(e->name, names, n), "functions", names, n_functions);
+    dm_error(L->d, e->loc, "unknown function or layer '%s'%s", e->name, hint);
+    free(names);
+}
+
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     const char *f = e->name;
     *out = -1;
@@ -1258,7 +1312,10 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         hypers[n].name = "eps", hypers[n++].slot = &o->eps;
         hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
     } else {
-        dm_error(L->d, call->loc, "unknown optimizer '%s' (expected sgd or adamw)", call->name);
+        static const char *const optimizers[] = {"sgd", "adamw"};
+        char hint[160];
+        dm_format_suggestion(hint, sizeof hint, dm_nearest_name(call->name, optimizers, 2), "valid", optimizers, 2);
+        dm_error(L->d, call->loc, "unknown optimizer '%s'%s", call->name, hint);
         return;
     }
     for (int i = 0; i < call->n_args; i++) {
@@ -1268,10 +1325,15 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         double *slot = NULL;
-        for (int k = 0; k < n; k++)
+        const char *names[sizeof hypers / sizeof *hypers];
+        for (int k = 0; k < n; k++) {
+            names[k] = hypers[k].name;
             if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
+        }
         if (!slot) {
-            dm_error(L->d, a->loc, "%s has no setting '%s'", call->name, a->name);
+            char hint[512];
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(a->name, names, n), "valid", names, n);
+            dm_error(L->d, a->loc, "unknown setting '%s' for %s%s", a->name, call->name, hint);
             continue;
         }
         if (eval_number(L, &L->global, a->lhs, slot)) continue;
@@ -1533,6 +1595,30 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     }
 }
 
+/* --set and --mesh names the program does not have, with the nearest it has. */
+static void report_unused_overrides(lowerer *L) {
+    const dm_lower_options *opts = L->opts;
+    const ir_graph *g = L->g;
+    const char *axes[IR_MAX_AXES];
+    for (int a = 0; a < g->n_axes; a++) axes[a] = g->axes[a].name;
+    char hint[1024];
+    for (int i = 0; i < opts->n_dims; i++)
+        if (!opts->dims[i].used) {
+            const char *name = opts->dims[i].name;
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(name, g->dim_names, g->n_dims), "dims", g->dim_names,
+                                 g->n_dims);
+            fprintf(L->d->out, "dmc: error: --set %s: the program has no dimension named '%s'%s\n", name, name, hint);
+            L->d->n_errors++;
+        }
+    for (int i = 0; i < opts->n_mesh; i++)
+        if (!opts->mesh[i].used) {
+            const char *name = opts->mesh[i].name;
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(name, axes, g->n_axes), "axes", axes, g->n_axes);
+            fprintf(L->d->out, "dmc: error: --mesh %s: the program's mesh has no axis named '%s'%s\n", name, name, hint);
+            L->d->n_errors++;
+        }
+}
+
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
@@ -1575,16 +1661,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
                 L.g->batch_dim);
         d->n_errors++;
     }
-    for (int i = 0; i < opts->n_dims; i++)
-        if (!opts->dims[i].used) {
-            fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);
-            d->n_errors++;
-        }
-    for (int i = 0; i < opts->n_mesh; i++)
-        if (!opts->mesh[i].used) {
-            fprintf(d->out, "dmc: error: --mesh %s: the program's mesh has no axis named '%s'\n", opts->mesh[i].name, opts->mesh[i].name);
-            d->n_errors++;
-        }
+    report_unused_overrides(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
         scope_free(&in->env);
