@@ -24,6 +24,12 @@ int pass_trainable(ir_graph *g, dm_diag *d);
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
 
+/* supported.c: refuses, at source locations, what code generation cannot do yet: an
+ * input split on a dim other than its leading one, outputs not led by the batch under
+ * micro-batches, more than 64 stages, an all-to-all of a rank-8 tensor. requires: shard,
+ * pipeline. */
+int pass_supported(const ir_graph *g, dm_diag *d);
+
 /* recompute.c: copies of the forward ops whose values the backward reads, for the
  * segments g->recompute selects, placed in the backward pass. requires: autodiff. */
 int pass_recompute(ir_graph *g, dm_diag *d);
