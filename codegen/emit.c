@@ -145,7 +145,7 @@ void coalesce(cg_loop_nest *k) {
 }
 
 /* The first element of this rank's block of input id in the caller's whole batch (or,
- * on a device, its copy there): the block of a split leading dim is contiguous (check_spmd
+ * on a device, its copy there): the block of a split leading dim is contiguous (passes/supported.c
  * refuses other splits). */
 static void input_block(const emitter *E, int id, char *buf, size_t size) {
     const ir_type *t = &V(E, id)->type;
@@ -190,21 +190,13 @@ void storage_expr(const emitter *E, int id, char *buf, size_t size) {
     }
 }
 
-/* What pipelined code generation does not handle yet. */
+/* What pipelined code generation does not handle yet (passes/supported.c refuses the rest
+ * at --check). */
 static int check_stages(const emitter *E, FILE *err) {
     const ir_graph *g = E->g;
     int bad = 0;
-    if (E->stages > 64) {
-        fprintf(err, "%s: error: at most 64 pipeline stages, the mesh has %d\n", E->source_path, E->stages);
-        return -1;
-    }
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
-        if (g->microbatches > 1 && (v->type.rank == 0 || !v->type.dim_name[0] || strcmp(v->type.dim_name[0], g->batch_dim) != 0)) {
-            fprintf(err, "%s:%d: error: output '%s' does not lead with the batch '%s': with micro-batches, outputs are "
-                         "the step's rows\n", E->source_path, v->loc.line, v->name, g->batch_dim);
-            bad = -1;
-        }
         if (E->plan->region[v->id] != REGION_ARENA) {
             fprintf(err, "%s:%d: error: output '%s' is not computed: with micro-batches or stages, outputs are results of ops\n",
                     E->source_path, v->loc.line, v->name);
@@ -226,37 +218,15 @@ static int check_stages(const emitter *E, FILE *err) {
     return bad;
 }
 
-/* What SPMD code generation does not handle yet, refused before anything is written. */
+/* What SPMD code generation does not handle yet, refused before anything is written
+ * (what needs only the graph, passes/supported.c refused at --check). */
 static int check_spmd(const emitter *E, FILE *err) {
-    const ir_graph *g = E->g;
     int bad = 0;
-    for (int i = 0; i < g->n_inputs; i++) {
-        const ir_type *t = &V(E, g->inputs[i])->type;
-        for (int d = 0; d < t->rank; d++) {
-            if (t->split[d] == IR_REPLICATED) continue;
-            if (dims_product(t, 0, d) != 1) {
-                fprintf(err, "%s:%d: error: input '%s' is split on dim %d over '%s': generated code reads a rank's block of "
-                             "an input only when the split dim is the leading one\n",
-                        E->source_path, V(E, g->inputs[i])->loc.line, V(E, g->inputs[i])->name, d,
-                        g->axes[t->split[d]].name);
-                bad = -1;
-            }
-            break;
-        }
-    }
     if (E->scheduled && check_stages(E, err)) bad = -1;
     if (E->device && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);
         bad = -1;
-    }
-    for (int i = 0; i < g->n_values; i++) {
-        const ir_value *v = V(E, i);
-        if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {
-            fprintf(err, "%s:%d: error: an all-to-all of a rank-%d tensor is not supported (at most %d dims)\n",
-                    E->source_path, v->loc.line, v->type.rank, IR_MAX_RANK - 1);
-            bad = -1;
-        }
     }
     return bad;
 }

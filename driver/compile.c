@@ -17,6 +17,7 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 /* Lowering's checks and autodiff: what neither ZeRO nor recomputation changes. */
 static int differentiate(ir_graph *g, dm_diag *d) {
     VERIFY("lower");
+    if (pass_trainable(g, d)) return 1;
     if (pass_autodiff(g, d)) return 1;
     VERIFY("autodiff");
     return 0;
@@ -31,6 +32,7 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (pass_shard(g, &out->reshards, d)) return 1;
     VERIFY("shard");
     if (pass_pipeline(g, req->pipeline, &out->pipeline, d)) return 1;
+    if (pass_supported(g, d)) return 1;
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
     return 0;

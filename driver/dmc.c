@@ -22,6 +22,7 @@
 #include "hardware.h"
 #include "passes.h"
 #include "schedule.h"
+#include "suggest.h"
 
 #ifndef DMC_SANITIZE
 #define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
@@ -315,6 +316,24 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
 
 static int check_plan_options(const options *o);
 
+/* Every option of dmc (not the trainer's, which dmc run passes on), for "did you mean". */
+static const char *const known_options[] = {
+    "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
+    "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
+    "--schedule", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--backend", "--mpirun", "--help", "--version"};
+
+static void report_unknown_option(const char *arg) {
+    char name[128];
+    snprintf(name, sizeof name, "%s", arg);
+    char *eq = strchr(name, '=');
+    if (eq) *eq = 0; /* --explian=json is --explain's */
+    const char *near = dm_nearest_name(name, known_options, (int)(sizeof known_options / sizeof *known_options));
+    char hint[160];
+    dm_format_suggestion(hint, sizeof hint, near, "", NULL, 0);
+    fprintf(stderr, "dmc: error: unknown option '%s'%s (dmc --help lists them)\n", arg, hint);
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     int i = 1;
     if (argc > 1 && strcmp(argv[1], "run") == 0) {
@@ -401,7 +420,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) return -1;
                 continue;
             }
-            fprintf(stderr, "dmc: error: unknown option '%s'\n%s", a, usage);
+            report_unknown_option(a);
             return -1;
         } else if (!o->input) {
             o->input = a;
@@ -854,10 +873,6 @@ int main(int argc, char **argv) {
     if (o.emit) {
         ir_print(g, stdout);
         status = 0;
-        goto done;
-    }
-    if (g->loss >= 0 && g->optimizer.kind == OPTIM_NONE && (o.run || o.out_dir)) {
-        fprintf(stderr, "%s: error: the program minimizes a loss but declares no optimizer (optimizer sgd(lr = ...))\n", o.input);
         goto done;
     }
     if (o.explain) {

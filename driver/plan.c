@@ -106,9 +106,14 @@ static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *
                            .recompute = RECOMPUTE_MARKED};
     dm_diag d;
     dm_diag_init(&d, req->src, err);
+    d.quiet_warnings = 1; /* the compile of the chosen plan prints them */
     ir_graph *g = dm_lower(req->prog, &lo, &d);
     free(dims);
     if (!g) return -1;
+    if (pass_trainable(g, &d)) {
+        ir_graph_free(g);
+        return -1;
+    }
     int status = 0;
     for (int a = 0; a < SEARCHED_AXES; a++) f->axis_of[a] = -1;
     for (int k = 0; k < g->n_axes; k++) {

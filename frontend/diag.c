@@ -58,6 +58,8 @@ void dm_diag_init(dm_diag *d, const dm_source *src, FILE *out) {
     d->out = out;
     d->n_errors = 0;
     d->max_errors = 20;
+    d->n_warnings = 0;
+    d->quiet_warnings = 0;
 }
 
 /* Prints the source line of loc and a caret under it. Long lines are shown as a window
@@ -114,6 +116,33 @@ void dm_error(dm_diag *d, dm_loc loc, const char *fmt, ...) {
     va_start(ap, fmt);
     dm_verror(d, loc, fmt, ap);
     va_end(ap);
+}
+
+void dm_warning(dm_diag *d, dm_loc loc, const char *fmt, ...) {
+    d->n_warnings++;
+    if (d->quiet_warnings || d->n_errors > d->max_errors) return;
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "warning", fmt, ap);
+    va_end(ap);
+}
+
+dm_loc dm_source_end(const dm_source *src) {
+    dm_loc loc = {1, 1, 1};
+    if (!src) return loc;
+    size_t end = src->len;
+    while (end > 0 && (src->text[end - 1] == '\n' || src->text[end - 1] == '\r' || src->text[end - 1] == ' ' ||
+                       src->text[end - 1] == '\t'))
+        end--;
+    for (size_t i = 0; i < end; i++) {
+        if (src->text[i] == '\n') {
+            loc.line++;
+            loc.col = 1;
+        } else {
+            loc.col++;
+        }
+    }
+    return loc;
 }
 
 void dm_note(dm_diag *d, dm_loc loc, const char *fmt, ...) {

@@ -26,6 +26,8 @@ typedef struct dm_diag {
     FILE *out;
     int n_errors;
     int max_errors;  /* past this, one "too many errors" line and silence */
+    int n_warnings;
+    int quiet_warnings; /* count warnings but print none (the planner's trial compiles) */
 } dm_diag;
 
 /* Reads path whole; on failure prints `dmc: error: cannot read PATH: reason` and
@@ -39,7 +41,14 @@ void dm_diag_init(dm_diag *d, const dm_source *src, FILE *out);
 void dm_error(dm_diag *d, dm_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void dm_verror(dm_diag *d, dm_loc loc, const char *fmt, va_list ap);
-/* A note attached to the previous error (not counted). */
+/* Prints a warning at loc: the program compiles, but probably not as its author meant.
+ * Counted in n_warnings, never in n_errors. */
+void dm_warning(dm_diag *d, dm_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The location just past the source's last non-blank character, for what a program
+ * lacks (no loss, no optimizer): a caret where the missing statement would go. */
+dm_loc dm_source_end(const dm_source *src);
+/* A note attached to the previous error or warning (not counted). */
 void dm_note(dm_diag *d, dm_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -142,6 +142,9 @@ typedef struct ir_value {
     int segment;              /* forward values made by one call of a layer at the top level (a
                                * transformer block): the call's number from 1; 0 elsewhere */
     int marked;               /* made inside recompute(...): its segment is recomputed */
+    int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
+                               * as torch.optim skips a parameter whose .grad is None, the
+                               * optimizer neither updates nor decays it */
 } ir_value;
 
 typedef struct ir_mesh_axis {
@@ -161,6 +164,7 @@ typedef struct ir_graph {
     int *outputs;             /* (n_outputs) values returned by forward */
     int n_outputs;
     int loss;                 /* scalar f32 value minimised, or -1 */
+    dm_loc loss_loc;          /* the minimize statement */
     int *grads;               /* (n_params) gradient value of each param, -1 before autodiff */
     ir_optimizer optimizer;
     ir_mesh_axis axes[IR_MAX_AXES];
@@ -247,6 +251,9 @@ void ir_renumber_lists(ir_graph *g, const int *map);
 void ir_print(const ir_graph *g, FILE *out);
 /* Formats a type as f32[B@data, 1024]{+tensor} into buf. */
 void ir_format_type(const ir_graph *g, const ir_type *t, char *buf, size_t size);
+/* Formats a type's sizes as f32[H=1024, 3]: each named dim with its value (the sizes
+ * after --set, for messages about them). */
+void ir_format_sizes(const ir_type *t, char *buf, size_t size);
 
 /* Checks the IR invariants (operand order, arity, types set, roles); prints each
  * broken one to err with the pass name and returns their count. */

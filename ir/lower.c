@@ -13,6 +13,7 @@
 
 #include "passes.h"
 #include "schedule.h"
+#include "suggest.h"
 
 #define MAX_REPEAT 4096
 #define MAX_INSTANCE_DEPTH 32
@@ -36,6 +37,8 @@ typedef struct binding {
     int value;            /* B_VALUE */
     instance *layer;      /* B_LAYER */
     const dm_stmt *block; /* B_BLOCK */
+    int failed;           /* its definition failed and was reported: uses of it stay silent
+                           * rather than cascade into "unknown name" */
 } binding;
 
 typedef struct scope {
@@ -68,6 +71,9 @@ typedef struct lowerer {
     int segments;             /* top-level layer calls so far (ir_value.segment) */
     int in_recompute;         /* lowering the argument of recompute(...) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
+    binding failed_path;      /* what a dotted path into a failed layer resolves to */
+    const char *layer_path;   /* the top-level layer being instantiated, or NULL */
+    dm_loc layer_loc;         /* its declaration: where errors in its block's body come from */
 } lowerer;
 
 /* ---- scopes ---------------------------------------------------------------------------- */
@@ -138,6 +144,29 @@ static binding *bind(lowerer *L, scope *s, const char *name, binding_kind kind, 
     return b;
 }
 
+/* Up to max names bound in s and the scopes around it, of the kinds in the mask (a bit
+ * per binding_kind), for "did you mean". */
+static int visible_names(const scope *s, unsigned kinds, const char **out, int max) {
+    int n = 0;
+    for (; s; s = s->parent)
+        for (int k = 0; k < s->n && n < max; k++)
+            if (kinds >> s->items[k].kind & 1) out[n++] = s->items[k].name;
+    return n;
+}
+
+/* "; did you mean 'NAME'?" for a name unknown in s, or "" when none is near. Nothing is
+ * searched once errors are no longer printed (hostile input with thousands of them). */
+static void near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size) {
+    enum { MAX_CANDIDATES = 4096 };
+    buf[0] = 0;
+    if (L->d->n_errors >= L->d->max_errors) return;
+    const char **names = malloc(MAX_CANDIDATES * sizeof *names);
+    if (!names) abort();
+    int n = visible_names(s, kinds, names, MAX_CANDIDATES);
+    dm_format_suggestion(buf, size, dm_nearest_name(name, names, n), "", NULL, 0);
+    free(names);
+}
+
 static void scope_free(scope *s) {
     free(s->items);
     free(s->slots);
@@ -161,9 +190,12 @@ static int eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
     case EXPR_NAME: {
         binding *b = scope_find(s, e->name);
         if (!b) {
-            dm_error(L->d, e->loc, "unknown dimension '%s'", e->name);
+            char near[160];
+            near_name(L, s, e->name, 1u << B_DIM, near, sizeof near);
+            dm_error(L->d, e->loc, "unknown dimension '%s'%s", e->name, near);
             return -1;
         }
+        if (b->failed) return -1;
         if (b->kind != B_DIM) {
             dm_error(L->d, e->loc, "'%s' is a %s, not a dimension", e->name, binding_kind_name(b->kind));
             return -1;
@@ -188,6 +220,7 @@ static int eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
         case '/':
             if (b == 0 || a % b != 0) {
                 dm_error(L->d, e->loc, "%lld / %lld is not a whole number", (long long)a, (long long)b);
+                if (L->layer_path) dm_note(L->d, L->layer_loc, "in layer '%s', declared here", L->layer_path);
                 return -1;
             }
             *out = a / b;
@@ -217,6 +250,7 @@ static int eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {
         return 0;
     case EXPR_NAME: {
         binding *b = scope_find(s, e->name);
+        if (b && b->failed) return -1;
         if (b && b->kind == B_DIM) {
             *out = (double)b->dim;
             return 0;
@@ -279,6 +313,17 @@ static const char *dim_name_of(scope *s, const dm_expr *e) {
     return b && b->kind == B_DIM ? b->display : NULL;
 }
 
+/* A tensor over the element limit: its name, its dims with their values (the sizes --set
+ * made), and, in a block, the layer whose declaration gave them. */
+static void report_too_large(lowerer *L, const dm_type *t, const char *what, const ir_type *shape) {
+    char sizes[512];
+    ir_format_sizes(shape, sizes, sizeof sizes);
+    double numel = 1;
+    for (int i = 0; i < shape->rank; i++) numel *= (double)shape->shape[i];
+    dm_error(L->d, t->loc, "tensor '%s' is too large: %s has %.3g elements (at most 2^40)", what, sizes, numel);
+    if (L->layer_path) dm_note(L->d, L->layer_loc, "in layer '%s', declared here", L->layer_path);
+}
+
 /* The type written as t, for the tensor named what (for messages). A split that does not
  * divide its dim is reported and left out, so that the name is still defined and later
  * uses of it do not cascade into more errors. */
@@ -296,7 +341,7 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, i
         return -1;
     }
     out->rank = t->rank;
-    int errors = 0;
+    int errors = 0, too_large = 0;
     int64_t numel = 1;
     for (int i = 0; i < t->rank; i++) {
         int64_t size;
@@ -306,13 +351,11 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, i
             errors++;
             continue;
         }
-        if (mul_checked(numel, size, &numel) || numel > MAX_NUMEL) {
-            dm_error(L->d, t->loc, "tensor is too large (more than 2^40 elements)");
-            return -1;
-        }
+        if (mul_checked(numel, size, &numel) || numel > MAX_NUMEL) too_large = 1;
         out->shape[i] = size;
         const char *dn = dim_name_of(s, t->dims[i]);
         out->dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+        if (too_large) continue;
         if (t->axes[i]) {
             int a = axis_index(L->g, t->axes[i]);
             if (a < 0) {
@@ -343,7 +386,8 @@ static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, i
             out->split[i] = (int8_t)a;
         }
     }
-    return errors ? -1 : 0;
+    if (too_large && !errors) report_too_large(L, t, what, out);
+    return errors || too_large ? -1 : 0;
 }
 
 /* ---- values ---------------------------------------------------------------------------- */
@@ -371,7 +415,7 @@ static int make_const(lowerer *L, double value, dm_loc loc) {
 static ir_value *val(lowerer *L, int id) { return L->g->values[id]; }
 
 static int lower_expr(lowerer *L, scope *s, const dm_expr *e);
-static void bind_failed(lowerer *L, scope *s, const dm_stmt *st);
+static void bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
 
 /* ---- layers and blocks ----------------------------------------------------------------- */
 
@@ -392,7 +436,11 @@ static const dm_stmt *find_block(lowerer *L, scope *s, const dm_expr *call) {
     binding *b = scope_find(s, call->name);
     if (!b || b->kind != B_BLOCK) {
         if (b) dm_error(L->d, call->loc, "'%s' is a %s, not a block", call->name, binding_kind_name(b->kind));
-        else dm_error(L->d, call->loc, "unknown block '%s'", call->name);
+        else {
+            char near[160];
+            near_name(L, s, call->name, 1u << B_BLOCK, near, sizeof near);
+            dm_error(L->d, call->loc, "unknown block '%s'%s", call->name, near);
+        }
         return NULL;
     }
     if (call->n_args) {
@@ -405,7 +453,10 @@ static const dm_stmt *find_block(lowerer *L, scope *s, const dm_expr *call) {
 /* layer NAME = block[dims]  or  layer NAME = repeat N block[dims] */
 static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *path) {
     const dm_stmt *block = find_block(L, s, st->value);
-    if (!block) return;
+    if (!block) {
+        bind_failed(L, s, st, B_LAYER);
+        return;
+    }
     binding *b = bind(L, s, st->name, B_LAYER, st->name_loc);
     if (!b) return;
     if (!st->repeat) {
@@ -421,6 +472,7 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
     instance *group = new_instance(L, path);
     group->members = calloc((size_t)count, sizeof(instance *));
     if (!group->members) abort();
+    int errors_before = L->d->n_errors;
     for (int64_t i = 0; i < count; i++) {
         char member_path[MAX_PATH];
         if (snprintf(member_path, sizeof member_path, "%s.%lld", path, (long long)i) >= (int)sizeof member_path) {
@@ -428,18 +480,21 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
             return;
         }
         group->members[i] = instantiate(L, block, member_path, st->value, s);
-        if (!group->members[i]) return;
+        /* the members are alike: the errors of the first would repeat in every other */
+        if (!group->members[i] || L->d->n_errors > errors_before) return;
         group->n_members++;
     }
     b->layer = group;
 }
 
-static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
+/* The parameter's type, stored shape and initialiser into *out (0), or -1 after
+ * reporting why it has none. */
+static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name, ir_value *out) {
     ir_type t;
-    if (eval_type(L, s, st->type, full_name, &t)) return;
+    if (eval_type(L, s, st->type, full_name, &t)) return -1;
     if (t.dtype != DT_F32) {
         dm_error(L->d, st->type->dtype_loc, "parameters must be f32, '%s' is %s", st->name, ir_dtype_name(t.dtype));
-        return;
+        return -1;
     }
     ir_init init = {0};
     const dm_expr *e = st->value;
@@ -452,28 +507,28 @@ static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
     else if (kind && strcmp(kind, "uniform") == 0) init.kind = INIT_UNIFORM, want_args = 2;
     else {
         dm_error(L->d, e->loc, "unknown initialiser (expected zeros, ones, xavier, normal(mean, std) or uniform(lo, hi))");
-        return;
+        return -1;
     }
     int n_args = e->kind == EXPR_CALL ? e->n_args : 0;
     if (n_args != want_args) {
         dm_error(L->d, e->loc, "%s takes %d argument%s, got %d", kind, want_args, want_args == 1 ? "" : "s", n_args);
-        return;
+        return -1;
     }
-    if (want_args && (eval_number(L, s, e->args[0], &init.a) || eval_number(L, s, e->args[1], &init.b))) return;
+    if (want_args && (eval_number(L, s, e->args[0], &init.a) || eval_number(L, s, e->args[1], &init.b))) return -1;
     if (init.kind == INIT_XAVIER && t.rank < 1) {
         dm_error(L->d, e->loc, "xavier needs at least one dimension");
-        return;
+        return -1;
     }
     ir_type stored = {0};
     if (st->stored) {
         /* the checkpoint's shape: the same elements, row-major, seen as other dims */
         dm_type shape = *st->stored;
         shape.dtype = "f32";
-        if (eval_type(L, s, &shape, full_name, &stored)) return;
+        if (eval_type(L, s, &shape, full_name, &stored)) return -1;
         for (int d = 0; d < shape.rank; d++)
             if (shape.axes[d]) {
                 dm_error(L->d, shape.axis_locs[d], "the stored shape of a parameter cannot be split (split the dims of its type)");
-                return;
+                return -1;
             }
         if (ir_numel(&stored) != ir_numel(&t)) {
             char a[256], b[256];
@@ -481,18 +536,31 @@ static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
             ir_format_type(L->g, &stored, b, sizeof b);
             dm_error(L->d, st->stored->loc, "stored shape %s has %lld elements, parameter '%s' (%s) has %lld", b,
                      (long long)ir_numel(&stored), st->name, a, (long long)ir_numel(&t));
-            return;
+            return -1;
         }
+    }
+    out->type = t;
+    out->stored_rank = stored.rank;
+    for (int d = 0; d < stored.rank; d++) out->stored_shape[d] = stored.shape[d];
+    out->init = init;
+    return 0;
+}
+
+static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
+    ir_value proto = {0};
+    if (define_param(L, s, st, full_name, &proto)) {
+        bind_failed(L, s, st, B_VALUE);
+        return;
     }
     binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
     if (!b) return;
     ir_value *v = ir_add(L->g, OP_PARAM, NULL, 0, st->name_loc);
-    v->type = t;
-    v->stored_rank = stored.rank;
-    for (int d = 0; d < stored.rank; d++) v->stored_shape[d] = stored.shape[d];
+    v->type = proto.type;
+    v->stored_rank = proto.stored_rank;
+    memcpy(v->stored_shape, proto.stored_shape, sizeof v->stored_shape);
     v->annotated = 1;
     v->role = ROLE_PARAM;
-    v->init = init;
+    v->init = proto.init;
     v->name = ir_intern(L->g, full_name);
     v->param_index = L->g->n_params;
     ir_append_id(L->g, &L->g->params, &L->g->n_params, v->id);
@@ -589,7 +657,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
             int let_start = L->g->n_values;
             int v = lower_expr(L, &locals, st->value);
             if (v < 0) {
-                bind_failed(L, &locals, st);
+                bind_failed(L, &locals, st, B_VALUE);
                 continue;
             }
             if (v >= let_start && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
@@ -644,6 +712,7 @@ static binding *resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc)
     memcpy(head, name, n);
     head[n] = 0;
     binding *h = scope_find(s, head);
+    if (h && h->kind == B_LAYER && !h->layer) return &L->failed_path; /* its declaration failed */
     if (!h || h->kind != B_LAYER) return NULL;
     instance *in = h->layer;
     const char *rest = dot + 1;
@@ -663,16 +732,20 @@ static binding *resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc)
     return resolve_path(L, &in->env, rest, loc);
 }
 
-/* A let whose value failed still defines its name (as no value), so that later uses do
- * not each report it as unknown. */
-static void bind_failed(lowerer *L, scope *s, const dm_stmt *st) {
-    binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
-    if (b) b->value = -1;
+/* A statement whose definition failed (a let, dim, input, param or layer) still defines
+ * its name, as failed, so that later uses do not each report it as unknown. */
+static void bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind) {
+    binding *b = bind(L, s, st->name, kind, st->name_loc);
+    if (b) {
+        b->value = -1;
+        b->failed = 1;
+    }
 }
 
 /* ---- expressions ----------------------------------------------------------------------- */
 
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out);
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e);
 
 static int is_call_of(const dm_expr *e, const char *name, int n_args) {
     return e->kind == EXPR_CALL && strcmp(e->name, name) == 0 && e->n_args == n_args && !e->has_dim_args;
@@ -720,9 +793,12 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
     case EXPR_NAME: {
         binding *b = resolve_path(L, s, e->name, e->loc);
         if (!b) {
-            dm_error(L->d, e->loc, "unknown name '%s'", e->name);
+            char near[160];
+            near_name(L, s, e->name, 1u << B_VALUE | 1u << B_DIM, near, sizeof near);
+            dm_error(L->d, e->loc, "unknown name '%s'%s", e->name, near);
             return -1;
         }
+        if (b->failed) return -1;
         if (b->kind == B_DIM) return make_const(L, (double)b->dim, e->loc);
         if (b->kind != B_VALUE) {
             dm_error(L->d, e->loc, "'%s' is a %s, not a value%s", e->name, binding_kind_name(b->kind),
@@ -756,13 +832,14 @@ static int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
         int out;
         if (lower_builtin(L, s, e, &out)) return out;
         binding *b = resolve_path(L, s, e->name, e->loc);
+        if (b && b->failed) return -1;
         if (!b || b->kind != B_LAYER) {
             if (b && b->kind == B_BLOCK)
                 dm_error(L->d, e->loc, "'%s' is a block; declare a layer first: layer NAME = %s[...]", e->name, e->name);
             else if (b)
                 dm_error(L->d, e->loc, "'%s' is a %s, not a function or layer", e->name, binding_kind_name(b->kind));
             else
-                dm_error(L->d, e->loc, "unknown function or layer '%s'", e->name);
+                report_unknown_call(L, s, e);
             return -1;
         }
         if (e->has_dim_args) {
@@ -938,6 +1015,27 @@ static int fuse_causal(lowerer *L, int *x, double *scale) {
 }
 
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
+/* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
+static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
+                                                "reshape", "transpose", "cross_entropy", "recompute"};
+
+/* "unknown function or layer": the nearest function or layer in scope, and the functions. */
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
+    enum { MAX_NAMES = 4096 };
+    const char **names = malloc(MAX_NAMES * sizeof *names);
+    if (!names) abort();
+    int n_functions = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (ir_op_info_of((ir_op)op)->cls == OPC_UNARY) names[n_functions++] = ir_op_info_of((ir_op)op)->name;
+    for (size_t k = 0; k < sizeof builtin_functions / sizeof *builtin_functions; k++)
+        names[n_functions++] = builtin_functions[k];
+    int n = n_functions + visible_names(s, 1u << B_LAYER, names + n_functions, MAX_NAMES - n_functions);
+    char hint[1024];
+    dm_format_suggestion(hint, sizeof hint, dm_nearest_name(e->name, names, n), "functions", names, n_functions);
+    dm_error(L->d, e->loc, "unknown function or layer '%s'%s", e->name, hint);
+    free(names);
+}
+
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     const char *f = e->name;
     *out = -1;
@@ -1105,7 +1203,10 @@ static dm_override *find_override(dm_override *list, int n, const char *name) {
 
 static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
     int64_t v;
-    if (eval_dim(L, s, st->value, &v)) return;
+    if (eval_dim(L, s, st->value, &v)) {
+        bind_failed(L, s, st, B_DIM);
+        return;
+    }
     dm_override *o = overridable ? find_override(L->opts->dims, L->opts->n_dims, st->name) : NULL;
     if (o) {
         v = o->value;
@@ -1113,6 +1214,7 @@ static void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) 
     }
     if (v <= 0) {
         dm_error(L->d, st->value->loc, "dimension '%s' must be positive, got %lld", st->name, (long long)v);
+        bind_failed(L, s, st, B_DIM);
         return;
     }
     ir_graph *gm = L->g;
@@ -1210,7 +1312,10 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         hypers[n].name = "eps", hypers[n++].slot = &o->eps;
         hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
     } else {
-        dm_error(L->d, call->loc, "unknown optimizer '%s' (expected sgd or adamw)", call->name);
+        static const char *const optimizers[] = {"sgd", "adamw"};
+        char hint[160];
+        dm_format_suggestion(hint, sizeof hint, dm_nearest_name(call->name, optimizers, 2), "valid", optimizers, 2);
+        dm_error(L->d, call->loc, "unknown optimizer '%s'%s", call->name, hint);
         return;
     }
     for (int i = 0; i < call->n_args; i++) {
@@ -1220,10 +1325,15 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         double *slot = NULL;
-        for (int k = 0; k < n; k++)
+        const char *names[sizeof hypers / sizeof *hypers];
+        for (int k = 0; k < n; k++) {
+            names[k] = hypers[k].name;
             if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
+        }
         if (!slot) {
-            dm_error(L->d, a->loc, "%s has no setting '%s'", call->name, a->name);
+            char hint[512];
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(a->name, names, n), "valid", names, n);
+            dm_error(L->d, a->loc, "unknown setting '%s' for %s%s", a->name, call->name, hint);
             continue;
         }
         if (eval_number(L, &L->global, a->lhs, slot)) continue;
@@ -1314,6 +1424,7 @@ static void resolve_cuts(lowerer *L, const dm_expr *list) {
     for (int i = 0; i < list->n_args; i++) {
         const dm_expr *e = list->args[i];
         binding *b = e->kind == EXPR_NAME ? scope_find(&L->global, e->name) : NULL;
+        if (b && b->failed) continue;
         if (!b || b->kind != B_VALUE || b->value < 0 || val(L, b->value)->phase != PHASE_FORWARD ||
             ir_op_info_of(val(L, b->value)->op)->cls == OPC_SOURCE) {
             dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...)");
@@ -1373,7 +1484,10 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     }
     case STMT_INPUT: {
         ir_type t;
-        if (eval_type(L, s, st->type, st->name, &t)) break;
+        if (eval_type(L, s, st->type, st->name, &t)) {
+            bind_failed(L, s, st, B_VALUE);
+            break;
+        }
         binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
         if (!b) break;
         ir_value *v = ir_add(g, OP_INPUT, NULL, 0, st->name_loc);
@@ -1386,17 +1500,25 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         break;
     }
     case STMT_PARAM: lower_param(L, s, st, st->name); break;
-    case STMT_LAYER: lower_layer(L, s, st, st->name); break;
+    case STMT_LAYER:
+        L->layer_path = st->name;
+        L->layer_loc = st->loc;
+        lower_layer(L, s, st, st->name);
+        L->layer_path = NULL;
+        break;
     case STMT_LET: {
         int first_new = g->n_values;
         int v = lower_expr(L, s, st->value);
         if (v < 0) {
-            bind_failed(L, s, st);
+            bind_failed(L, s, st, B_VALUE);
             break;
         }
         if (st->type) {
             ir_type want;
-            if (eval_type(L, s, st->type, st->name, &want)) break;
+            if (eval_type(L, s, st->type, st->name, &want)) {
+                bind_failed(L, s, st, B_VALUE);
+                break;
+            }
             ir_type *have = &val(L, v)->type;
             int same = want.dtype == have->dtype && want.rank == have->rank;
             for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];
@@ -1405,6 +1527,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
                 ir_format_type(g, &want, ws, sizeof ws);
                 ir_format_type(g, have, hs, sizeof hs);
                 dm_error(L->d, st->type->loc, "'%s' is declared %s but its value is %s", st->name, ws, hs);
+                bind_failed(L, s, st, B_VALUE);
                 break;
             }
             if (val(L, v)->role == ROLE_TEMP) {
@@ -1447,6 +1570,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             break;
         }
         binding *b = scope_find(s, st->name);
+        if (b && b->failed) break; /* its definition failed and was reported */
         if (!b || b->kind != B_VALUE) {
             dm_error(L->d, st->name_loc, b ? "'%s' is not a value" : "unknown name '%s'", st->name);
             break;
@@ -1460,7 +1584,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             break;
         }
         g->loss = b->value;
-        *loss_loc = st->loc;
+        g->loss_loc = *loss_loc = st->loc;
         break;
     }
     case STMT_OPTIMIZER: lower_optimizer(L, st); break;
@@ -1471,13 +1595,37 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     }
 }
 
+/* --set and --mesh names the program does not have, with the nearest it has. */
+static void report_unused_overrides(lowerer *L) {
+    const dm_lower_options *opts = L->opts;
+    const ir_graph *g = L->g;
+    const char *axes[IR_MAX_AXES];
+    for (int a = 0; a < g->n_axes; a++) axes[a] = g->axes[a].name;
+    char hint[1024];
+    for (int i = 0; i < opts->n_dims; i++)
+        if (!opts->dims[i].used) {
+            const char *name = opts->dims[i].name;
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(name, g->dim_names, g->n_dims), "dims", g->dim_names,
+                                 g->n_dims);
+            fprintf(L->d->out, "dmc: error: --set %s: the program has no dimension named '%s'%s\n", name, name, hint);
+            L->d->n_errors++;
+        }
+    for (int i = 0; i < opts->n_mesh; i++)
+        if (!opts->mesh[i].used) {
+            const char *name = opts->mesh[i].name;
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(name, axes, g->n_axes), "axes", axes, g->n_axes);
+            fprintf(L->d->out, "dmc: error: --mesh %s: the program's mesh has no axis named '%s'%s\n", name, name, hint);
+            L->d->n_errors++;
+        }
+}
+
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
-    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts};
+    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
     L.global.prefix = "";
     int errors_before = d->n_errors;
     /* The mesh first: types anywhere in the file may name its axes. */
@@ -1513,16 +1661,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
                 L.g->batch_dim);
         d->n_errors++;
     }
-    for (int i = 0; i < opts->n_dims; i++)
-        if (!opts->dims[i].used) {
-            fprintf(d->out, "dmc: error: --set %s: the program has no dimension named '%s'\n", opts->dims[i].name, opts->dims[i].name);
-            d->n_errors++;
-        }
-    for (int i = 0; i < opts->n_mesh; i++)
-        if (!opts->mesh[i].used) {
-            fprintf(d->out, "dmc: error: --mesh %s: the program's mesh has no axis named '%s'\n", opts->mesh[i].name, opts->mesh[i].name);
-            d->n_errors++;
-        }
+    report_unused_overrides(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
         scope_free(&in->env);

@@ -31,6 +31,18 @@ void ir_format_type(const ir_graph *g, const ir_type *t, char *buf, size_t size)
 #undef PUT
 }
 
+void ir_format_sizes(const ir_type *t, char *buf, size_t size) {
+    size_t n = 0;
+#define PUT(...) do { int k_ = snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__); if (k_ > 0) n += (size_t)k_; } while (0)
+    PUT("%s[", ir_dtype_name(t->dtype));
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dim_name[i]) PUT("%s%s=%lld", i ? ", " : "", t->dim_name[i], (long long)t->shape[i]);
+        else PUT("%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    }
+    PUT("]");
+#undef PUT
+}
+
 static const char *role_name(ir_role r) {
     switch (r) {
     case ROLE_TEMP: return "";

@@ -1,5 +1,7 @@
 /* optimizer.c: appends the update of every parameter (phase update) and the optimizer
- * state it keeps (role state, zero at creation). requires: autodiff (g->grads). */
+ * state it keeps (role state, zero at creation). A parameter the loss does not reach
+ * (passes/trainable.c) gets neither, as torch.optim skips a parameter whose .grad is
+ * None: no step, no weight decay. requires: autodiff (g->grads). */
 #include "passes.h"
 
 static int add_state(ir_graph *g, const ir_value *param, int p, const char *what) {
@@ -18,6 +20,7 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
     int errors = 0;
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *param = g->values[g->params[p]];
+        if (param->unreached) continue;
         int ops[4] = {param->id, g->grads[p], -1, -1};
         int n = 2;
         ir_op op;

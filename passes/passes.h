@@ -14,9 +14,21 @@ int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d);
 /* Runs shapes_infer over every value again: the type/shape check as a pass. */
 int pass_shapes(ir_graph *g, dm_diag *d);
 
+/* trainable.c: whether the lowered program is a training step: not empty, a loss
+ * (minimize), an optimizer, and parameters the loss depends on; each error points where
+ * the missing statement belongs. A parameter the loss does not reach is a warning and is
+ * marked unreached (the optimizer leaves it alone). requires: lower. */
+int pass_trainable(ir_graph *g, dm_diag *d);
+
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
+
+/* supported.c: refuses, at source locations, what code generation cannot do yet: an
+ * input split on a dim other than its leading one, outputs not led by the batch under
+ * micro-batches, more than 64 stages, an all-to-all of a rank-8 tensor. requires: shard,
+ * pipeline. */
+int pass_supported(const ir_graph *g, dm_diag *d);
 
 /* recompute.c: copies of the forward ops whose values the backward reads, for the
  * segments g->recompute selects, placed in the backward pass. requires: autodiff. */

@@ -8,3 +8,4 @@ param w2 : f32[256, 16] = xavier
 h = relu(x @ w1)
 loss = cross_entropy(h @ w2, y)
 minimize loss
+optimizer sgd(lr = 0.1)

@@ -5,13 +5,15 @@
 
 Runs `DMC --check [ARGS] X.dm` for every X.dm in DIR (default: this script's
 directory), from inside DIR so that messages name the file as `X.dm`. ARGS come from
-an optional first line `# args: --set Q=3`. Each file must make dmc exit with status 1,
-print nothing on stdout, and print on stderr exactly the golden X.err; a mismatch
+an optional line `# args: --set Q=3` among the file's leading comment lines. Each file
+must make dmc exit with status 1 (or the status of a leading `# exit: 0`: a program
+that compiles with warnings), print nothing on stdout, and print on stderr exactly
+the golden X.err; a mismatch
 prints a unified diff (golden -> actual). dmc runs with a 10 s timeout and, unless it
 cannot start under it (ASan), a 2 GiB address-space limit.
 
 --update rewrites the X.err files from dmc's current output (still only for runs
-that exit with status 1): read every changed golden before committing it.
+that exit with the expected status): read every changed golden before committing it.
 NAMEs (X or X.dm) restrict the run to those files.
 """
 import argparse
@@ -39,12 +41,19 @@ def memory_limit_works(dmc):
         return p.returncode == 0
 
 
-def case_args(path):
+def case_header(path):
+    """(ARGS, expected exit status) from the file's leading comment lines."""
+    args, status = [], 1
     with open(path, "rb") as f:
-        first = f.readline().decode("utf-8", "replace").strip()
-    if first.startswith("# args:"):
-        return shlex.split(first[len("# args:"):])
-    return []
+        for raw in f:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("#"):
+                break
+            if line.startswith("# args:"):
+                args = shlex.split(line[len("# args:"):])
+            elif line.startswith("# exit:"):
+                status = int(line[len("# exit:"):])
+    return args, status
 
 
 def describe_status(rc):
@@ -53,8 +62,8 @@ def describe_status(rc):
     return "exit status %d" % rc
 
 
-def run_case(dmc, directory, name, preexec):
-    args = [dmc, "--check"] + case_args(os.path.join(directory, name)) + [name]
+def run_case(dmc, directory, name, args, preexec):
+    args = [dmc, "--check"] + args + [name]
     try:
         p = subprocess.run(args, cwd=directory, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=TIMEOUT_S, preexec_fn=preexec)
@@ -89,12 +98,13 @@ def main():
     failed, updated = [], []
     for name in cases:
         golden_path = os.path.join(directory, name[:-3] + ".err")
-        rc, out, err = run_case(dmc, directory, name, preexec)
+        args, want_status = case_header(os.path.join(directory, name))
+        rc, out, err = run_case(dmc, directory, name, args, preexec)
         problems = []
         if rc is None:
             problems.append("did not finish within %d s" % TIMEOUT_S)
-        elif rc != 1:
-            problems.append("expected exit status 1, got %s" % describe_status(rc))
+        elif rc != want_status:
+            problems.append("expected exit status %d, got %s" % (want_status, describe_status(rc)))
         if out:
             problems.append("unexpected output on stdout:\n" + out.decode("utf-8", "replace"))
         if opts.update and not problems:

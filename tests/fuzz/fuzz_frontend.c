@@ -2,7 +2,7 @@
  *
  * The input bytes are a .dm source. They go through the same sequence as the driver
  * (driver/dmc.c): parse, lower (only when parsing reported no error), the IR verifier
- * after each pass, autodiff, optimizer, sharding, the memory plan, the IR printer and --explain;
+ * after each pass, the training-step checks, autodiff, optimizer, sharding, the memory plan, the IR printer and --explain;
  * then everything is freed, so LeakSanitizer sees any leak.
  *
  * Diagnostics go to /dev/null (opened once). A broken IR invariant (ir_verify) is an
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dm_program_free(prog);
     if (g) {
         verify(g, "lower");
-        if (pass_autodiff(g, &diag) == 0) {
+        if (pass_trainable(g, &diag) == 0 && pass_autodiff(g, &diag) == 0) {
             verify(g, "autodiff");
             dm_reshard_list reshards = {0};
             dm_pipeline_plan pipeline = {0};

@@ -67,9 +67,10 @@ optimizer sgd(lr = 0.1)
 # name -> (contents, expectation, known_bug[, extra check]); the extra check runs
 # `dmc --emit=ir` on a valid file (see extra_check).
 CASES = {
-    "empty": (b"", VALID, False),
-    "only-comments": (b"".join(b"# comment %d: { ( [ @ $ \xc3\xa9\n" % i for i in range(1000)), VALID, False),
-    "only-newlines": (b"\n" * 100000, VALID, False),
+    # no model at all: an error (the program is empty), not an empty model
+    "empty": (b"", BROKEN, False),
+    "only-comments": (b"".join(b"# comment %d: { ( [ @ $ \xc3\xa9\n" % i for i in range(1000)), BROKEN, False),
+    "only-newlines": (b"\n" * 100000, BROKEN, False),
     "valid-mlp": (MLP, VALID, False),
     "random-bytes-1": (random_bytes(1, 65536), BROKEN, False),
     "random-bytes-2": (random_bytes(2, 4096), BROKEN, False),
@@ -77,7 +78,7 @@ CASES = {
     "random-tokens-1": (random_tokens(1, 20000), BROKEN, False),
     "random-tokens-2": (random_tokens(2, 200000), BROKEN, False),
     "long-line-name": (b"y = " + b"a" * (1 << 20) + b"\n", BROKEN, False),
-    "long-line-comment": (b"# " + b"c" * (1 << 20) + b"\ndim B = 4\n", VALID, False),
+    "long-line-comment": (b"# " + b"c" * (1 << 20) + b"\n" + MLP, VALID, False),
     "long-line-errors": (b"y = relu(q) + " * 80000 + b"\n", BROKEN, False),
     "long-line-no-newline": (b"dim B = 4\ninput x : f32[B]\ny = " + b"x * " * 250000 + b"x", BROKEN, False),
     "nested-parens-100000": (b"y = " + b"(" * 100000 + b"1" + b")" * 100000 + b"\n", BROKEN, False),
@@ -94,7 +95,7 @@ CASES = {
     "huge-integer": (b"dim B = " + b"9" * 100000 + b"\n", BROKEN, False),
     "huge-float": (b"optimizer sgd(lr = " + b"9" * 400 + b".5)\n", BROKEN, False),
     "huge-exponent": (b"optimizer sgd(lr = 1e99999999999999999999)\n", BROKEN, False),
-    "tiny-float": (b"optimizer sgd(lr = 1e-99999)\n", VALID, False),
+    "tiny-float": (MLP.replace(b"lr = 0.1", b"lr = 1e-99999"), VALID, False),
     "int64-max": (b"dim B = 9223372036854775807\n", BROKEN, False),
     "dims-product-overflow": (b"dim A = 4000000000\ndim B = A * A * A\n", BROKEN, False),
     "dims-sum-overflow": (b"dim A = 4611686018427387903\ndim B = A + A + A\n", BROKEN, False),
@@ -120,7 +121,7 @@ CASES = {
     "many-errors": (b"y = relu(q)\n" * 100000, BROKEN, False),
     "many-mesh-axes": (b"mesh(" + b", ".join(b"a%d = 1" % i for i in range(100)) + b")\n", BROKEN, False),
     "many-block-params": (b"block f[" + b", ".join(b"D%d" % i for i in range(10000)) + b"](x) {\nreturn x\n}\n"
-                          b"layer l = f[" + b", ".join([b"1"] * 10000) + b"]\n", VALID, False),
+                          b"layer l = f[" + b", ".join([b"1"] * 10000) + b"]\n" + MLP, VALID, False),
     "many-layer-args": (b"block f(" + b", ".join(b"x%d" % i for i in range(100)) + b") {\nreturn x0\n}\n"
                         b"layer l = f\ninput x : f32[2]\ny = l(" + b", ".join([b"x"] * 100) + b")\n", BROKEN, False),
     "long-dotted-name": (b"y = " + b".".join([b"a"] * 100000) + b"\n", BROKEN, False),
@@ -128,9 +129,10 @@ CASES = {
     "no-final-newline": (MLP.rstrip(b"\n"), VALID, False),
     # Regressions: each was a bug (hang, blow-up, crash or silent acceptance).
     # Name lookup was a linear scan per scope, so N statements cost O(N^2).
-    "many-dims-100000": (b"".join(b"dim D%d = %d\n" % (i, i + 1) for i in range(100000)), VALID, False),
-    "many-lets-100000": (b"input y0 : f32[2]\n" + b"".join(b"y%d = y%d + 1\n" % (i, i - 1) for i in range(1, 100000)),
-                         VALID, False),
+    "many-dims-100000": (b"".join(b"dim D%d = %d\n" % (i, i + 1) for i in range(100000)) + MLP, VALID, False),
+    "many-lets-100000": (b"input y0 : f32[2]\nparam w : f32[2] = ones\ny1 = y0 * w\n"
+                         + b"".join(b"y%d = y%d + 1\n" % (i, i - 1) for i in range(2, 100000))
+                         + b"l = sum(y99999)\nminimize l\noptimizer sgd(lr = 0.1)\n", VALID, False),
     # Each repeat is capped at 4096 but their product was not: 16M instances, tens of GiB.
     "nested-repeat-4096x4096": (b"block leaf(x) {\nparam w : f32[1] = ones\nreturn x * w\n}\n"
                                 b"block mid(x) {\nlayer g = repeat 4096 leaf\nreturn g(x)\n}\n"
@@ -148,7 +150,9 @@ CASES = {
     # Value names were built in 512-byte buffers and silently cut: two layers with long
     # names got parameters of the same name.
     "long-layer-names": (b"block f(x) {\nparam w : f32[3] = ones\nreturn x * w\n}\n"
-                         b"layer " + b"a" * 600 + b"1 = f\nlayer " + b"a" * 600 + b"2 = f\n",
+                         b"layer " + b"a" * 600 + b"1 = f\nlayer " + b"a" * 600 + b"2 = f\n"
+                         b"input x : f32[3]\nl = sum(" + b"a" * 600 + b"1(x) + " + b"a" * 600 + b"2(x))\n"
+                         b"minimize l\noptimizer sgd(lr = 0.1)\n",
                          VALID, False, "distinct-param-names"),
     # A layer whose declaration failed stayed bound with no instance: calling it
     # dereferenced NULL (call_layer in ir/lower.c).
@@ -206,10 +210,11 @@ def main():
     work = opts.keep or tempfile.mkdtemp(prefix="dmc-robustness-")
     os.makedirs(work, exist_ok=True)
     try:
-        empty = os.path.join(work, "calibrate.dm")
-        open(empty, "wb").close()
+        valid = os.path.join(work, "calibrate.dm")
+        with open(valid, "wb") as f:
+            f.write(MLP)
         preexec = limit_memory
-        if run(dmc, empty, preexec)[0] != 0:
+        if run(dmc, valid, preexec)[0] != 0:
             print("note: dmc does not start under a %d MiB address-space limit; running without it"
                   % (MEMORY_LIMIT >> 20))
             preexec = None

@@ -24,8 +24,12 @@ rule):
                   into it, causal_mask fused into a scaled softmax and on its own,
                   softmax over the last and a middle dim, sqrt, a head tied to the
                   embedding table
+  unreached.dm    parameters the loss does not reach (a spare vector, a layer never
+                  called, a branch outside the loss) under AdamW with weight decay:
+                  torch.optim skips a parameter whose .grad is None, so they must come
+                  out of the steps bit for bit as they went in
 
-Every model is trained with plain SGD (lr 0.1) for 3 steps by one `dmc run` (--init:
+Every model but unreached.dm is trained with plain SGD (lr 0.1) for 3 steps by one `dmc run` (--init:
 random parameters from a fixed seed, positive where they divide; --batch-file: 3
 different batches), and the test compares
 
@@ -184,6 +188,12 @@ def transformer_loss(torch, F, p, i):
             + (att2 * att2).mean())
 
 
+def unreached_loss(torch, F, p, i):
+    h = i["x"] @ p["fc.weight"] + p["fc.bias"]
+    _branch = i["x"] * p["side"]  # computed, not in the loss: side gets no gradient
+    return (torch.tanh(h) * torch.tanh(h)).mean()
+
+
 def _lin_params(prefix, n_in, n_out):
     return [(prefix + ".weight", (n_in, n_out), ("normal", (2.0 / (n_in + n_out)) ** 0.5)),
             (prefix + ".bias", (n_out,), ("normal", 0.1))]
@@ -221,6 +231,10 @@ MODELS = [
       ("lnb", (6,), ("normal", 0.5)), ("wqkv", (6, 18), ("normal", 0.5)),
       ("w2", (5, 6), ("normal", 1.0))],
      transformer_loss),
+    ("unreached", {"x": ((4, 3), "f32")},
+     [("spare", (2,), ("positive",))] + _lin_params("fc", 3, 2) + _lin_params("unused", 3, 2)
+     + [("side", (3,), ("positive",))],
+     unreached_loss, ("adamw", {"lr": 0.1, "weight_decay": 0.1}), ["spare", "unused.weight", "unused.bias", "side"]),
 ]
 
 
@@ -244,12 +258,14 @@ def make_data(np, inputs, params, seed):
     return init, batches
 
 
-def torch_run(torch, init, batches, loss_fn, params, dtype):
-    """STEPS steps of plain SGD; returns (losses, grads after step 1, final params)."""
+def torch_run(torch, init, batches, loss_fn, params, dtype, optim=("sgd", {"lr": LR})):
+    """STEPS steps of the optimizer (plain SGD unless the model names another); returns
+    (losses, grads after step 1, final params)."""
     import numpy as np
     import torch.nn.functional as F
     p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in init.items()}
-    opt = torch.optim.SGD([p[n] for n, _, _ in params], lr=LR)
+    make = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optim[0]]
+    opt = make([p[n] for n, _, _ in params], **optim[1])
     losses, grads1 = [], None
     for s in range(STEPS):
         i = {}
@@ -319,6 +335,17 @@ def check_tensors(np, model, what, params, got, want, ref64, atol, rtol):
     return failures
 
 
+def check_unchanged(np, model, names, init, final):
+    """Parameters the loss does not reach: exactly their initial values after the steps."""
+    failures = []
+    for name in names:
+        same = final.get(name) is not None and np.array_equal(final[name], init[name])
+        print("%-11s %-7s %-18s %s" % (model, "frozen", name, "unchanged" if same else "CHANGED"))
+        if not same:
+            failures.append("%s: '%s' does not reach the loss but changed in training" % (model, name))
+    return failures
+
+
 def main(argv):
     if len(argv) != 3:
         sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
@@ -334,7 +361,9 @@ def main(argv):
     torch.set_num_threads(1)  # small tensors; keeps the reference deterministic
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-ref-ops-") as tmp:
-        for seed, (model, inputs, params, loss_fn) in enumerate(MODELS):
+        for seed, (model, inputs, params, loss_fn, *rest) in enumerate(MODELS):
+            optim = rest[0] if rest else ("sgd", {"lr": LR})
+            unreached = rest[1] if len(rest) > 1 else []
             dm_file = os.path.join(root, "tests", "ref", "ops", model + ".dm")
             init, batches = make_data(np, inputs, params, 1000 + seed)
             paths = {k: os.path.join(tmp, "%s.%s.safetensors" % (model, k))
@@ -347,14 +376,16 @@ def main(argv):
                                     "--steps", str(STEPS), "--dump-grads", paths["grads"],
                                     "--save", paths["final"]])
                 t_losses, t_grads, t_final = torch_run(torch, init, batches, loss_fn, params,
-                                                       torch.float32)
+                                                       torch.float32, optim)
                 _, t_grads64, t_final64 = torch_run(torch, init, batches, loss_fn, params,
-                                                    torch.float64)
+                                                    torch.float64, optim)
                 fails = check_losses(model, d_losses, t_losses)
                 fails += check_tensors(np, model, "grad", params, stio.load(paths["grads"]),
                                       t_grads, t_grads64, GRAD_ATOL, GRAD_RTOL)
-                fails += check_tensors(np, model, "weight", params, stio.load(paths["final"]),
+                d_final = stio.load(paths["final"])
+                fails += check_tensors(np, model, "weight", params, d_final,
                                        t_final, t_final64, WEIGHT_ATOL, 0.0)
+                fails += check_unchanged(np, model, unreached, init, d_final)
                 if fails:
                     raise Failure("\n".join(fails))
             except Failure as e:
@@ -369,8 +400,8 @@ def main(argv):
                  ", ".join(sorted(set(f.split(":")[0].split()[0] for f in failures)))),
               file=sys.stderr)
         return 1
-    print("PASS: %d op models (tests/ref/ops/*.dm) match PyTorch: losses of %d SGD steps, "
-          "step-1 gradients, final weights" % (len(MODELS), STEPS))
+    print("PASS: %d op models (tests/ref/ops/*.dm) match PyTorch: losses of %d optimizer steps, "
+          "step-1 gradients, final weights; parameters off the loss unchanged" % (len(MODELS), STEPS))
     return 0
 
 

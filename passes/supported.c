@@ -1,0 +1,70 @@
+/* supported.c: what code generation cannot do yet, refused with a source location at
+ * --check instead of when -o writes the code. requires: shard and pipeline (the splits and
+ * collectives are final, the stages known). leaves: the graph unchanged.
+ *
+ * Each check here is one code generation relies on (codegen/emit.c): inputs are read from
+ * the caller's whole batch, a rank's block of them is contiguous only when the split dim
+ * is the leading one; with micro-batches, outputs are gathered row block by row block;
+ * stage masks are 64-bit; all-to-all adds a dim to its operand. */
+#include <string.h>
+
+#include "passes.h"
+
+/* Elements of dims [from, to) of t. */
+static int64_t dims_numel(const ir_type *t, int from, int to) {
+    int64_t n = 1;
+    for (int d = from; d < to; d++) n *= t->shape[d];
+    return n;
+}
+
+static int check_inputs(const ir_graph *g, dm_diag *d) {
+    int errors = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const ir_value *v = g->values[g->inputs[i]];
+        const ir_type *t = &v->type;
+        for (int k = 0; k < t->rank; k++) {
+            if (t->split[k] == IR_REPLICATED) continue;
+            if (dims_numel(t, 0, k) != 1) {
+                const char *axis = g->axes[t->split[k]].name;
+                dm_error(d, v->loc, "input '%s' is split over '%s' on dim %d: generated code splits an input only on "
+                                    "its leading dim (the batch); split that one, or drop '@%s'", v->name, axis, k, axis);
+                errors++;
+            }
+            break;
+        }
+    }
+    return errors;
+}
+
+/* With micro-batches, each micro-batch's rows of an output are copied into the step's. */
+static int check_outputs(const ir_graph *g, dm_diag *d) {
+    int errors = 0;
+    for (int i = 0; g->microbatches > 1 && i < g->n_outputs; i++) {
+        const ir_value *v = g->values[g->outputs[i]];
+        const ir_type *t = &v->type;
+        if (t->rank == 0 || !t->dim_name[0] || strcmp(t->dim_name[0], g->batch_dim) != 0) {
+            dm_error(d, v->loc, "output '%s' does not lead with the batch '%s': with micro-batches, outputs are the "
+                                "step's rows", v->name, g->batch_dim);
+            errors++;
+        }
+    }
+    return errors;
+}
+
+int pass_supported(const ir_graph *g, dm_diag *d) {
+    int pipe_axis = ir_pipeline_axis(g);
+    if (pipe_axis >= 0 && g->axes[pipe_axis].size > 64) {
+        dm_error(d, g->axes[pipe_axis].loc, "at most 64 pipeline stages, the mesh has %lld", (long long)g->axes[pipe_axis].size);
+        return 1;
+    }
+    int errors = check_inputs(g, d) + check_outputs(g, d);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {
+            dm_error(d, v->loc, "an all-to-all of a rank-%d tensor is not supported (at most %d dims)", v->type.rank,
+                     IR_MAX_RANK - 1);
+            errors++;
+        }
+    }
+    return errors;
+}

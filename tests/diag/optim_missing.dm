@@ -1,0 +1,6 @@
+# A loss, but no optimizer: the parameters would never change.
+dim B = 4
+input x : f32[B, 3]
+param w : f32[3, 2] = xavier
+loss = mean(x @ w)
+minimize loss
