@@ -878,9 +878,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     }
 
     /* what training will write, tried before it starts (only the lead rank writes) */
-    if (lead && o->save && tr_guard_writable("--save", o->save, err, sizeof err) != 0) goto fail;
-    if (lead && o->dump_grads && tr_guard_writable("--dump-grads", o->dump_grads, err, sizeof err) != 0) goto fail;
-    if (lead && o->trace && tr_guard_writable("--trace", o->trace, err, sizeof err) != 0) goto fail;
+    if (lead && o->save && dmrt_trainer_guard_writable("--save", o->save, err, sizeof err) != 0) goto fail;
+    if (lead && o->dump_grads && dmrt_trainer_guard_writable("--dump-grads", o->dump_grads, err, sizeof err) != 0) goto fail;
+    if (lead && o->trace && dmrt_trainer_guard_writable("--trace", o->trace, err, sizeof err) != 0) goto fail;
 
     if (o->batch_file) {
         if (open_batch_file(&d, m, o->batch_file, err, sizeof err) != 0) goto fail;
@@ -950,11 +950,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             }
             double t2 = dmrt_now();
             int non_finite;
-            if (tr_guard_agree(rank, loss, &stop, &non_finite, err, sizeof err) != 0) goto fail;
-            if (!non_finite && !rank && !tr_guard_serial_gradients_finite(m, ctx)) non_finite = 1;
+            if (dmrt_trainer_guard_agree(rank, loss, &stop, &non_finite, err, sizeof err) != 0) goto fail;
+            if (!non_finite && !rank && !dmrt_trainer_guard_serial_gradients_finite(m, ctx)) non_finite = 1;
             if (non_finite) {
                 bar_clear(&bar);
-                tr_guard_explain_non_finite(m, ctx, (const void *const *)in, step + 1, loss, !isfinite(loss), err,
+                dmrt_trainer_guard_explain_non_finite(m, ctx, (const void *const *)in, step + 1, loss, !isfinite(loss), err,
                                             sizeof err);
                 goto fail;
             }
@@ -1097,7 +1097,7 @@ static int threads_launch(void *launch_arg, int n_ranks, dmrt_rank_main main_fn,
  * signal's (128 + its number; SIGTERM when another process of the mesh received it). */
 static int exit_status(int status) {
     if (status != TR_STOPPED) return status;
-    int sig = tr_guard_stop_signal();
+    int sig = dmrt_trainer_guard_stop_signal();
     return 128 + (sig ? sig : SIGTERM);
 }
 
@@ -1111,7 +1111,7 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
         return fflush(stdout) == 0 ? 0 : 1;
     }
     if (r != TR_OK) return r;
-    tr_guard_install_signals();
+    dmrt_trainer_guard_install_signals();
     if (model->n_ranks <= 1 || !model->create_rank) return exit_status(run(model, &o, prog, NULL, NULL, 0));
     if (model->n_ranks > INT32_MAX) {
         fprintf(stderr, "%s: error: model '%s' needs %lld ranks\n", prog, model->name, (long long)model->n_ranks);

@@ -7,7 +7,7 @@
  * - SIGINT and SIGTERM ask it to stop at the next step boundary; a second one of either
  *   ends it at once (the handler is installed for one delivery).
  * On a mesh every rank must stop at the same step, whatever it saw: the trainer's
- * ranks agree on both at each step boundary (tr_guard_agree), one allreduce of two
+ * ranks agree on both at each step boundary (dmrt_trainer_guard_agree), one allreduce of two
  * floats over the world. */
 #include "trainer_guards.h"
 
@@ -25,7 +25,7 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
-void tr_guard_install_signals(void) {
+void dmrt_trainer_guard_install_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -35,9 +35,9 @@ void tr_guard_install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-int tr_guard_stop_signal(void) { return stop_signal; }
+int dmrt_trainer_guard_stop_signal(void) { return stop_signal; }
 
-int tr_guard_writable(const char *option, const char *path, char *err, size_t errlen) {
+int dmrt_trainer_guard_writable(const char *option, const char *path, char *err, size_t errlen) {
     /* what the atomic writers do (PATH.tmp.<pid>, then a rename over PATH), tried */
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
@@ -99,7 +99,7 @@ static int non_finite_gradient(const dmrt_model *m, void *ctx, char *err, size_t
     return found;
 }
 
-int tr_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen) {
+int dmrt_trainer_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen) {
     float flags[2] = {(float)(stop_signal != 0), (float)!isfinite(loss)};
     if (rank && dmrt_allreduce_sum(dmrt_rank_world(rank), flags, 2, "trainer stop and finiteness") != 0)
         return dmrt_errorf(err, errlen, "agreeing on whether to stop: %s", dmrt_rank_error(rank));
@@ -108,7 +108,7 @@ int tr_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_finite, char
     return 0;
 }
 
-int tr_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
+int dmrt_trainer_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
                                 float loss, int loss_non_finite, char *err, size_t errlen) {
     int64_t at = -1;
     int in = non_finite_input(m, inputs, &at);
@@ -130,7 +130,7 @@ int tr_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *cons
                        (long long)step, what, (double)loss);
 }
 
-int tr_guard_serial_gradients_finite(const dmrt_model *m, void *ctx) {
+int dmrt_trainer_guard_serial_gradients_finite(const dmrt_model *m, void *ctx) {
     if (m->gather) return 1; /* gathering every gradient every step: not worth its cost */
     char unused[8];
     return non_finite_gradient(m, ctx, unused, sizeof unused) < 0;

@@ -7,27 +7,27 @@
 
 struct dmrt_rank;
 
-/* SIGINT and SIGTERM set the stop request (tr_guard_stop_signal: the signal, 0: none)
+/* SIGINT and SIGTERM set the stop request (dmrt_trainer_guard_stop_signal: the signal, 0: none)
  * instead of ending the process; a second one ends it. */
-void tr_guard_install_signals(void);
-int tr_guard_stop_signal(void);
+void dmrt_trainer_guard_install_signals(void);
+int dmrt_trainer_guard_stop_signal(void);
 
 /* Whether the trainer can write path atomically (a file beside it, then a rename), for
  * the option that names it; checked before training. */
-int tr_guard_writable(const char *option, const char *path, char *err, size_t errlen);
+int dmrt_trainer_guard_writable(const char *option, const char *path, char *err, size_t errlen);
 
 /* At a step boundary: whether any rank was asked to stop (*stop) and whether any rank's
  * loss is not finite (*non_finite). rank NULL: this process alone. Every rank calls it. */
-int tr_guard_agree(struct dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen);
+int dmrt_trainer_guard_agree(struct dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen);
 
 /* The message for a step whose loss or gradients are not finite: the first f32 input of
  * the batch holding a non-finite value, else the first parameter whose gradient does.
  * Gathers gradients on a mesh: every rank calls it. Returns -1 with the message in err. */
-int tr_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
+int dmrt_trainer_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
                                 float loss, int loss_non_finite, char *err, size_t errlen);
 
 /* A serial model on the host: whether every gradient of the last step is finite (a mesh
  * or device model: 1, not checked every step; its loss is). */
-int tr_guard_serial_gradients_finite(const dmrt_model *m, void *ctx);
+int dmrt_trainer_guard_serial_gradients_finite(const dmrt_model *m, void *ctx);
 
 #endif
