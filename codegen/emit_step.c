@@ -171,8 +171,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned;
     int uses_arena = 0;
-    for (int i = 0; i < g->n_values; i++)
-        if (used[i] && E->plan->region[i] == REGION_ARENA) uses_arena = 1;
+    for (int i = 0; i < g->n_values; i++) /* (outside a micro-batch, summed partials are in ctx->grad_sum) */
+        if (used[i] && E->plan->region[i] == REGION_ARENA && (micro || !E->summed || E->summed[i] < 0)) uses_arena = 1;
     if (stage >= 0 && uses_arena) {
         cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
@@ -203,17 +203,26 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
-    for (int i = 0; i < g->n_values; i++) {
-        if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
-            emit_op(E, V(E, i));
-            emit_sends(E, i, stage);
-            if (sum_after[i] >= 0) {
-                emit_micro_grad_sum(E, sum_after[i]);
-                sum_after[i] = -1;
+    /* clipping needs every gradient reduced before the first update reads one: the
+     * function's reductions, then the norm and scaling, then its updates */
+    int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0;
+    for (int part = 1; part <= 1 + clipped; part++) {
+        if (part == 2) emit_clip(E, stage);
+        E->update_part = clipped ? part : 0;
+        for (int i = 0; i < g->n_values; i++) {
+            int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
+            if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (!clipped || updates == (part == 2))) {
+                emit_op(E, V(E, i));
+                emit_sends(E, i, stage);
+                if (sum_after[i] >= 0) {
+                    emit_micro_grad_sum(E, sum_after[i]);
+                    sum_after[i] = -1;
+                }
             }
+            if (part == 1) emit_bucket_start(E, start_after, i);
         }
-        emit_bucket_start(E, start_after, i);
     }
+    E->update_part = 0;
     free(start_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
@@ -343,6 +352,7 @@ static int open_train_step(emitter *E) {
     const char *m = E->g->model;
     cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
+    if (emits_update(E)) cg_line(&E->w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     if (E->g->loss >= 0 && E->g->grads) return 1;
     cg_line(&E->w, "(void)batch; (void)loss;");
     cg_line(&E->w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
