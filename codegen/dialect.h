@@ -128,9 +128,9 @@ typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_co
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
  *
  * Conventions of the generated host code the hooks write into: the context is `ctx`
- * (struct_ctx *, see emit.c), with ctx->error (char[512]), ctx->fault (dmrt_fault) and
- * ctx->step (int64_t, updates done, this one counted); functions return DMRT_OK or a
- * status. `on_fail` arguments are the statement to run when the spelled call fails
+ * (struct_ctx *, see emit.c), with ctx->error (char[512]), ctx->fault (dmrt_fault),
+ * ctx->step (int64_t, updates done, this one counted) and ctx->lr (double, this update's
+ * learning rate: emit_schedule.c); functions return DMRT_OK or a status. `on_fail` arguments are the statement to run when the spelled call fails
  * ("return device_failed(ctx);", "goto fail;"); a dialect whose calls cannot fail
  * ignores them. Buffer names are C expressions of pointers into the context's storage,
  * which is device memory when device_memory is set: then host code never dereferences
@@ -189,6 +189,10 @@ typedef struct cg_dialect {
     void (*cross_entropy_grad)(cg_writer *w, const cg_xent *k);
     void (*sgd)(cg_writer *w, const cg_update *k);
     void (*adamw)(cg_writer *w, const cg_update *k);
+    /* Gradient clipping (emit_clip.c): the squares of count (a C expression) floats from x
+     * added to the host double `sum`; x's count floats multiplied by the host float `factor`. */
+    void (*sum_squares)(cg_writer *w, const char *x, const char *count, const char *sum);
+    void (*scale)(cg_writer *w, const char *x, const char *count, const char *factor);
     void (*softmax)(cg_writer *w, const cg_rowwise *k);
     void (*softmax_grad)(cg_writer *w, const cg_rowwise *k);
     void (*causal_mask)(cg_writer *w, const cg_rowwise *k);

@@ -257,11 +257,10 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
 
 /* torch.optim.SGD: d = g + wd * p; buf = d on the first step, else
  * momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf;
- * p -= lr * d. */
+ * p -= lr * d, lr the update's (ctx->lr, emit_schedule.c). */
 static void c_sgd(cg_writer *w, const cg_update *k) {
     const ir_optimizer *o = k->opt;
-    char lr[64], wd[64], mom[64], damp[64];
-    cg_float_literal(o->lr, lr, sizeof lr);
+    char wd[64], mom[64], damp[64];
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
@@ -274,7 +273,7 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
         if (o->nesterov) cg_line(w, "d = d + %s * %s[i];", mom, k->state0);
         else cg_line(w, "d = %s[i];", k->state0);
     }
-    cg_line(w, "%s[i] -= %s * d;", k->param, lr);
+    cg_line(w, "%s[i] -= (float)ctx->lr * d;", k->param);
     w->indent--;
     cg_line(w, "}");
 }
@@ -287,8 +286,8 @@ void cg_adamw_prologue(cg_writer *w, const ir_optimizer *o, cg_adamw_literals *l
     cg_float_literal(o->beta2, lit->beta2, sizeof lit->beta2);
     cg_float_literal(1.0 - o->beta2, lit->one_minus_beta2, sizeof lit->one_minus_beta2);
     cg_float_literal(o->eps, lit->eps, sizeof lit->eps);
-    cg_line(w, "const float decay = (float)(1.0 - %.17g * %.17g);", o->lr, o->weight_decay);
-    cg_line(w, "const float step_size = (float)(%.17g / (1.0 - pow(%.17g, (double)ctx->step)));", o->lr, o->beta1);
+    cg_line(w, "const float decay = (float)(1.0 - ctx->lr * %.17g);", o->weight_decay);
+    cg_line(w, "const float step_size = (float)(ctx->lr / (1.0 - pow(%.17g, (double)ctx->step)));", o->beta1);
     cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)ctx->step));", o->beta2);
 }
 
@@ -310,6 +309,14 @@ static void c_adamw(cg_writer *w, const cg_update *k) {
     cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
+}
+
+static void c_sum_squares(cg_writer *w, const char *x, const char *count, const char *sum) {
+    cg_line(w, "for (int64_t i = 0; i < %s; i++) %s += (double)%s[i] * %s[i];", count, sum, x, x);
+}
+
+static void c_scale(cg_writer *w, const char *x, const char *count, const char *factor) {
+    cg_line(w, "for (int64_t i = 0; i < %s; i++) %s[i] *= %s;", count, x, factor);
 }
 
 /* Opens "for r, for i" over the (outer, inner) positions of a rowwise kernel and sets
@@ -631,6 +638,8 @@ const cg_dialect cg_dialect_c = {
     .cross_entropy_grad = c_cross_entropy_grad,
     .sgd = c_sgd,
     .adamw = c_adamw,
+    .sum_squares = c_sum_squares,
+    .scale = c_scale,
     .softmax = c_softmax,
     .softmax_grad = c_softmax_grad,
     .causal_mask = c_causal_mask,

@@ -751,13 +751,12 @@ static void cuda_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
 /* torch.optim.SGD (dmrt_gpu_sgd; dialect_c.c's c_sgd) */
 static void cuda_sgd(cg_writer *w, const cg_update *k) {
     const ir_optimizer *o = k->opt;
-    char lr[64], wd[64], mom[64], damp[64], call[1024];
-    cg_float_literal(o->lr, lr, sizeof lr);
+    char wd[64], mom[64], damp[64], call[1024];
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
     snprintf(call, sizeof call, "dmrt_gpu_sgd(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %d, ctx->step", k->param, k->grad,
-             k->state0 ? k->state0 : "NULL", k->count, lr, wd, mom, damp, o->nesterov ? 1 : 0);
+             k->state0 ? k->state0 : "NULL", k->count, "(float)ctx->lr", wd, mom, damp, o->nesterov ? 1 : 0);
     checked(w, call);
 }
 
@@ -775,6 +774,19 @@ static void cuda_adamw(cg_writer *w, const cg_update *k) {
     checked(w, call);
     w->indent--;
     cg_line(w, "}");
+}
+
+/* gradient clipping (dmrt_gpu_sum_squares, dmrt_gpu_scale) */
+static void cuda_sum_squares(cg_writer *w, const char *x, const char *count, const char *sum) {
+    char call[512];
+    snprintf(call, sizeof call, "dmrt_gpu_sum_squares(ctx->gpu, %s, %s, &%s", x, count, sum);
+    checked(w, call);
+}
+
+static void cuda_scale(cg_writer *w, const char *x, const char *count, const char *factor) {
+    char call[512];
+    snprintf(call, sizeof call, "dmrt_gpu_scale(ctx->gpu, %s, %s, %s", x, count, factor);
+    checked(w, call);
 }
 
 static void cuda_softmax(cg_writer *w, const cg_rowwise *k) {
@@ -866,6 +878,8 @@ const cg_dialect cg_dialect_cuda = {
     .cross_entropy_grad = cuda_cross_entropy_grad,
     .sgd = cuda_sgd,
     .adamw = cuda_adamw,
+    .sum_squares = cuda_sum_squares,
+    .scale = cuda_scale,
     .softmax = cuda_softmax,
     .softmax_grad = cuda_softmax_grad,
     .causal_mask = cuda_causal_mask,

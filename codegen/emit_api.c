@@ -137,6 +137,7 @@ void emit_header(emitter *E) {
         cg_line(w, "const %s *%s_output_%s(const %s_ctx *ctx);", ctype(v->type.dtype), m, E->cname[v->id], m);
     }
     cg_blank(w);
+    emit_schedule_declarations(E);
     cg_line(w, "/* The last error message of ctx (\"\" if none). */");
     cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
     cg_blank(w);
@@ -523,6 +524,7 @@ static void emit_context_struct(emitter *E) {
                     v->name);
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
+    emit_schedule_fields(E);
     if (E->partitioned) {
         cg_line(w, "dmrt_rank *rank;           /* this rank of the run (the launcher's) */");
         cg_line(w, "dmrt_comm *comm[%d];        /* (mesh axes) the ranks differing from this one along each axis */", g->n_axes);
@@ -949,6 +951,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".n_predicted_stages = %d,", pl ? pl->stages : 0);
     cg_line(w, ".predicted_forward_seconds = %s,", pl ? "predicted_forward_seconds" : "NULL");
     cg_line(w, ".predicted_backward_seconds = %s,", pl ? "predicted_backward_seconds" : "NULL");
+    emit_schedule_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }
@@ -977,6 +980,7 @@ void emit_source_body(emitter *E) {
     if (E->partitioned) emit_spmd_support(E);
     else if (E->device) emit_device_param_copies(E);
     emit_init(E);
+    emit_schedule(E);
     if (E->scheduled) {
         emit_stages(E);
     } else {
@@ -1002,5 +1006,6 @@ void emit_source_body(emitter *E) {
     else emit_serial_api(E);
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
     cg_blank(w);
+    emit_schedule_api(E);
     emit_descriptor(E);
 }

@@ -483,8 +483,12 @@ void emit_bucket_waits(emitter *E) {
 
 static void emit_update(emitter *E, const ir_value *v) {
     const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
+    if (zb && E->update_part == 2 && v->param_index == zb->first) {
+        emit_zero_bucket_updates(E, zb);
+        return;
+    }
     if (zb) {
-        cg_line(&E->w, "/* updated with its ZeRO bucket, at %s */", E->cname[zb->lead]);
+        cg_line(&E->w, "/* updated with its ZeRO bucket, at %s */", E->cname[E->update_part == 2 ? E->g->params[zb->first] : zb->lead]);
         return;
     }
     char count[32];

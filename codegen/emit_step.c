@@ -110,6 +110,40 @@ static void emit_tied_updates(emitter *E, int stage) {
     }
 }
 
+/* The ops of one phase function in order, each followed by its sends (pipelines), its
+ * micro-batch gradient's sum (sum_after: the parameter whose micro-batch gradient value i
+ * is, or -1; set to -1 once summed) and the buckets it completes (started early). */
+static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after) {
+    const ir_graph *g = E->g;
+    /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
+    int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!start_after) abort();
+    for (int i = 0; i < g->n_values; i++) start_after[i] = -1;
+    for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
+        if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
+    /* clipping needs every gradient reduced before the first update reads one: the
+     * function's reductions, then the norm and scaling, then its updates */
+    int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0;
+    for (int part = 1; part <= 1 + clipped; part++) {
+        if (part == 2) emit_clip(E, stage);
+        E->update_part = clipped ? part : 0;
+        for (int i = 0; i < g->n_values; i++) {
+            int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
+            if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (!clipped || updates == (part == 2))) {
+                emit_op(E, V(E, i));
+                emit_sends(E, i, stage);
+                if (sum_after[i] >= 0) {
+                    emit_micro_grad_sum(E, sum_after[i]);
+                    sum_after[i] = -1;
+                }
+            }
+            if (part == 1) emit_bucket_start(E, start_after, i);
+        }
+    }
+    E->update_part = 0;
+    free(start_after);
+}
+
 /* One phase as a function. stage < 0: every op (one step at once); else the ops of that
  * pipeline stage, for one micro-batch `micro` (forward and backward). */
 void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
@@ -171,8 +205,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned;
     int uses_arena = 0;
-    for (int i = 0; i < g->n_values; i++)
-        if (used[i] && E->plan->region[i] == REGION_ARENA) uses_arena = 1;
+    for (int i = 0; i < g->n_values; i++) /* (outside a micro-batch, summed partials are in ctx->grad_sum) */
+        if (used[i] && E->plan->region[i] == REGION_ARENA && (micro || !E->summed || E->summed[i] < 0)) uses_arena = 1;
     if (stage >= 0 && uses_arena) {
         cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
@@ -190,12 +224,6 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
     /* the action starts when its inputs are here: waiting for them is the bubble */
     if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
-    /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
-    int *start_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
-    if (!start_after) abort();
-    for (int i = 0; i < g->n_values; i++) start_after[i] = -1;
-    for (int lead = 0; phase == PHASE_BACKWARD && lead < g->n_values; lead++)
-        if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
     /* a micro-batch's gradient is added to the step's sum where it is computed: its buffer
      * is free again from there (passes/memory.c plans it so) */
     int *sum_after = malloc(((size_t)g->n_values + 1) * sizeof(int));
@@ -203,18 +231,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
-    for (int i = 0; i < g->n_values; i++) {
-        if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
-            emit_op(E, V(E, i));
-            emit_sends(E, i, stage);
-            if (sum_after[i] >= 0) {
-                emit_micro_grad_sum(E, sum_after[i]);
-                sum_after[i] = -1;
-            }
-        }
-        emit_bucket_start(E, start_after, i);
-    }
-    free(start_after);
+    emit_phase_ops(E, phase, stage, sum_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
@@ -343,6 +360,7 @@ static int open_train_step(emitter *E) {
     const char *m = E->g->model;
     cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
+    if (emits_update(E)) cg_line(&E->w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     if (E->g->loss >= 0 && E->g->grads) return 1;
     cg_line(&E->w, "(void)batch; (void)loss;");
     cg_line(&E->w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);

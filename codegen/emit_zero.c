@@ -7,11 +7,11 @@
 
 #include "emitter.h"
 
-/* The update of member p's elements in this rank's share: the share is [share_begin,
- * share_begin + share) of the bucket's range, the parameter [at, at + n) of it. */
-static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const char *grad_share) {
-    const ir_graph *g = E->g;
-    const ir_value *param = V(E, g->params[p]);
+/* Opens the block of member p's elements in this rank's share: the share is [share_begin,
+ * share_begin + share) of the bucket's range, the parameter [at, at + n) of it, and the
+ * block runs on [lo, hi), their overlap, when not empty. Closed by zero_close_member. */
+void zero_open_member(emitter *E, const dm_zero_bucket *b, int p) {
+    const ir_value *param = V(E, E->g->params[p]);
     long long at = (long long)E->zero->range_at[p], n = (long long)ir_numel(T(E, param->id));
     cg_line(&E->w, "/* %s: elements [%lld, %lld) of the range */", param->name, at, at + n);
     cg_line(&E->w, "{");
@@ -21,6 +21,33 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
             (long long)b->share, at + n);
     cg_line(&E->w, "if (lo < hi) {");
     E->w.indent++;
+}
+
+void zero_close_member(emitter *E) {
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    E->w.indent--;
+    cg_line(&E->w, "}");
+}
+
+/* Where this rank's share of the bucket's gradients is after the reduce-scatter: zero 1
+ * puts it back in place in ctx->grads (where gathering the gradient, for dumps and
+ * checks, finds it), zero 2 keeps it at the bucket's own place. */
+void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size) {
+    if (E->zero->stage >= 2) snprintf(buf, size, "(ctx->grads + %lld)", (long long)b->grad_at);
+    else snprintf(buf, size, "(ctx->grads + %lld + share_begin)", (long long)b->grad_begin);
+}
+
+static void declare_share_begin(emitter *E, const dm_zero_bucket *b) {
+    cg_line(&E->w, "const int64_t share_begin = ctx->coord[%d] * (int64_t)%lld; /* this rank's share of the range */", b->axis,
+            (long long)b->share);
+}
+
+/* The update of member p's elements in this rank's share. */
+static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const char *grad_share) {
+    const ir_graph *g = E->g;
+    const ir_value *param = V(E, g->params[p]);
+    zero_open_member(E, b, p);
     /* the update op names its gradient and state */
     const ir_value *update = E->zero->update_of[p] >= 0 ? V(E, E->zero->update_of[p]) : NULL;
     const char *names[4] = {E->cname[param->id], E->cname[g->grads[p]], NULL, NULL};
@@ -38,10 +65,7 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
                    .state1 = names[3]};
     if (g->optimizer.kind == OPTIM_SGD) E->dialect->sgd(&E->w, &k);
     else E->dialect->adamw(&E->w, &k);
-    E->w.indent--;
-    cg_line(&E->w, "}");
-    E->w.indent--;
-    cg_line(&E->w, "}");
+    zero_close_member(E);
 }
 
 /* "first .. last (n)" of a bucket, for comments and the runtime's messages. */
@@ -51,19 +75,24 @@ static void bucket_label(const emitter *E, const dm_zero_bucket *b, char *label,
     else snprintf(label, size, "%s .. %s (%d)", first, last, b->last - b->first + 1);
 }
 
-void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
+/* The members' updates from this rank's share of their gradients, then the parameters
+ * all-gathered (ZeRO 1, 2). share_begin is declared. */
+static void emit_bucket_updates(emitter *E, const dm_zero_bucket *b, const char *label) {
+    char share[96], callee[96];
+    zero_grad_share(E, b, share, sizeof share);
+    for (int p = b->first; p <= b->last; p++) emit_member_update(E, b, p, share);
+    if (b->param_at < 0) {
+        cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld + share_begin, ctx->params + %lld, %lld, \"all-gather of the parameters %s\") != 0)",
+            comm_callee(E, "allgather", callee, sizeof callee), b->axis, (long long)b->param_begin, (long long)b->param_begin,
+            (long long)b->share, label);
+        cg_line(&E->w, "    return comm_failed(ctx);");
+    }
+}
+
+/* The bucket's gradients reduce-scattered into this rank's share; share_begin declared. */
+static void emit_bucket_reduce(emitter *E, const dm_zero_bucket *b, const char *label) {
     const ir_graph *g = E->g;
     int two = E->zero->stage >= 2;
-    char label[300];
-    bucket_label(E, b, label, sizeof label);
-    long long k = (long long)axis_size(E, b->axis);
-    cg_line(&E->w, "/* ZeRO %d over %s: the gradients of %s, %lld elements in all, reduce-scattered:", E->zero->stage,
-            g->axes[b->axis].name, label, (long long)b->span);
-    cg_line(&E->w, " * this rank updates its %lld (1/%lld) with the optimizer state it holds for them%s", (long long)b->share, k,
-            b->param_at >= 0 ? " (the parameters" : ", and");
-    cg_line(&E->w, " * %s */", b->param_at >= 0 ? "stay in shares: the passes gather them where they read them)." : "the parameters are all-gathered.");
-    cg_line(&E->w, "{");
-    E->w.indent++;
     /* the whole range, its gaps zero: in ctx->grads (zero 1) or assembled in scratch (zero 2) */
     char whole[96], share[96];
     if (two) snprintf(whole, sizeof whole, "ctx->scratch");
@@ -86,25 +115,52 @@ void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
         snprintf(dst, sizeof dst, "(%s + %lld)", whole, (long long)filled);
         zero_elems(E, dst, (long long)(b->span - filled), "float");
     }
-    cg_line(&E->w, "const int64_t share_begin = ctx->coord[%d] * (int64_t)%lld; /* this rank's share of the range */", b->axis,
-            (long long)b->share);
-    /* zero 1 receives its share in scratch and puts it back in place, where gathering the
-     * gradient (dump, checks) finds it */
-    if (two) snprintf(share, sizeof share, "(ctx->grads + %lld)", (long long)b->grad_at);
-    else snprintf(share, sizeof share, "(ctx->grads + %lld + share_begin)", (long long)b->grad_begin);
+    if (!two || E->update_part != 1) declare_share_begin(E, b); /* zero 2 reduces into a share that does not need it */
+    zero_grad_share(E, b, share, sizeof share);
     char callee[96];
     cg_line(&E->w, "if (%sctx->comm[%d], %s, %s, %lld, \"reduce-scatter of the gradients %s\") != 0)",
             comm_callee(E, "reduce_scatter_sum", callee, sizeof callee), b->axis, whole, two ? share : "ctx->scratch",
             (long long)b->share, label);
     cg_line(&E->w, "    return comm_failed(ctx);");
+    /* zero 1 receives its share in scratch and puts it back in place */
     if (!two) copy_elems(E, share, "ctx->scratch", (long long)b->share, "float", CG_DEVICE_TO_DEVICE);
-    for (int p = b->first; p <= b->last; p++) emit_member_update(E, b, p, share);
-    if (b->param_at < 0) {
-        cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld + share_begin, ctx->params + %lld, %lld, \"all-gather of the parameters %s\") != 0)",
-            comm_callee(E, "allgather", callee, sizeof callee), b->axis, (long long)b->param_begin, (long long)b->param_begin,
-            (long long)b->share, label);
-        cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
+    const ir_graph *g = E->g;
+    char label[300];
+    bucket_label(E, b, label, sizeof label);
+    long long k = (long long)axis_size(E, b->axis);
+    int updates = E->update_part != 1;
+    cg_line(&E->w, "/* ZeRO %d over %s: the gradients of %s, %lld elements in all, reduce-scattered%s", E->zero->stage,
+            g->axes[b->axis].name, label, (long long)b->span, updates ? ":" : " into this rank's");
+    if (updates) {
+        cg_line(&E->w, " * this rank updates its %lld (1/%lld) with the optimizer state it holds for them%s", (long long)b->share,
+                k, b->param_at >= 0 ? " (the parameters" : ", and");
+        cg_line(&E->w, " * %s */",
+                b->param_at >= 0 ? "stay in shares: the passes gather them where they read them)." : "the parameters are all-gathered.");
+    } else {
+        cg_line(&E->w, " * %lld (1/%lld); updated after clipping */", (long long)b->share, k);
     }
+    cg_line(&E->w, "{");
+    E->w.indent++;
+    emit_bucket_reduce(E, b, label);
+    if (updates) emit_bucket_updates(E, b, label);
+    E->w.indent--;
+    cg_line(&E->w, "}");
+}
+
+void emit_zero_bucket_updates(emitter *E, const dm_zero_bucket *b) {
+    char label[300];
+    bucket_label(E, b, label, sizeof label);
+    cg_line(&E->w, "/* ZeRO %d: this rank's share of the gradients of %s (reduce-scattered above) updates its %lld", E->zero->stage,
+            label, (long long)b->share);
+    cg_line(&E->w, " * (1/%lld) with the optimizer state it holds for them%s */", (long long)axis_size(E, b->axis),
+            b->param_at >= 0 ? "; the parameters stay in shares" : ", and the parameters are all-gathered");
+    cg_line(&E->w, "{");
+    E->w.indent++;
+    declare_share_begin(E, b);
+    emit_bucket_updates(E, b, label);
     E->w.indent--;
     cg_line(&E->w, "}");
 }

@@ -3,6 +3,8 @@
  *   emit_ops.c   each op (and collective) as a dialect kernel description
  *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
  *   emit_api.c   the header, the context, initialisation, weights and the descriptor
+ *   emit_schedule.c  the learning rate: schedule, host override, API
+ *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
 #define DM_EMITTER_H
@@ -55,6 +57,8 @@ typedef struct emitter {
     const char *kept_var;      /* how it reaches the micro-batch's kept values (from
                                 * stage_kept_from(cur_stage) on), NULL: as the rest */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
+    int update_part;           /* an update function split by clipping (emit_clip.c): 1 while its
+                                * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
     char prefix_upper[128];
@@ -117,6 +121,13 @@ void emit_bucket_waits(emitter *E);
 /* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather;
  * ZeRO 3's gathers of a bucket's parameters (started) and its views (the first waits). */
 void emit_zero_bucket(emitter *E, const dm_zero_bucket *b);
+/* ... with update_part 1 the bucket's reduce-scatter only, and its updates and all-gather
+ * later, from emit_zero_bucket_updates. The blocks of a member's elements in the rank's
+ * share ([lo, hi) with share_begin declared), and where the share of the gradients is. */
+void emit_zero_bucket_updates(emitter *E, const dm_zero_bucket *b);
+void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
+void zero_close_member(emitter *E);
+void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size);
 void emit_zero_gather(emitter *E, const ir_value *v);
 void emit_param_view(emitter *E, const ir_value *v);
 void emit_op(emitter *E, const ir_value *v);
@@ -128,6 +139,20 @@ void emit_upload(emitter *E);
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);
+
+/* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
+ * context's fields, the schedule and next_learning_rate (train_step calls it first), the API
+ * and the descriptor's fields. emits_update: the model has an optimizer update. */
+int emits_update(const emitter *E);
+void emit_schedule_declarations(emitter *E);
+void emit_schedule_fields(emitter *E);
+void emit_schedule(emitter *E);
+void emit_schedule_api(emitter *E);
+void emit_schedule_descriptor(emitter *E);
+
+/* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
+ * all), between their reductions and the updates. */
+void emit_clip(emitter *E, int stage);
 
 /* emit_api.c */
 void emit_header(emitter *E);

@@ -86,13 +86,21 @@ typedef struct ir_init {
 
 typedef enum ir_optimizer_kind { OPTIM_NONE, OPTIM_SGD, OPTIM_ADAMW } ir_optimizer_kind;
 
-/* Hyper-parameters, named and defaulted as torch.optim.SGD / torch.optim.AdamW. */
+/* How the learning rate falls after the warmup (docs/language.md, "Schedules and clipping"). */
+typedef enum ir_decay { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } ir_decay;
+
+/* Hyper-parameters, named and defaulted as torch.optim.SGD / torch.optim.AdamW; the
+ * schedule and clipping are either's. */
 typedef struct ir_optimizer {
     ir_optimizer_kind kind;
-    double lr;
+    double lr;                                /* the peak: after the warmup, before the decay */
     double momentum, dampening, weight_decay; /* sgd (weight_decay also adamw) */
     int nesterov;
     double beta1, beta2, eps;                 /* adamw */
+    double warmup;                            /* steps of linear warmup (an integer), 0: none */
+    ir_decay decay;                           /* over the run's total steps, after the warmup */
+    double min_lr;                            /* where the decay ends */
+    double clip;                              /* clip_grad_norm_'s max_norm, 0: no clipping */
     dm_loc loc;
 } ir_optimizer;
 
@@ -204,6 +212,12 @@ void ir_graph_free(ir_graph *g);
  * passes read start from copies of one lowered graph. */
 ir_graph *ir_graph_copy(const ir_graph *g);
 /* A string owned by the graph. */
+/* schedule.c: "none", "cosine", "linear"; the decay of a name (-1: none such); the
+ * checks of a schedule's settings that span several of them. */
+const char *ir_decay_name(ir_decay decay);
+int ir_decay_from_name(const char *name, ir_decay *decay);
+void ir_check_schedule(const ir_optimizer *o, dm_loc loc, dm_diag *d);
+
 const char *ir_intern(ir_graph *g, const char *s);
 const char *ir_internf(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

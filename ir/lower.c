@@ -1292,7 +1292,7 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, call->loc, "%s is a function; call it with ( )", call->name);
         return;
     }
-    struct { const char *name; double *slot; } hypers[8];
+    struct { const char *name; double *slot; } hypers[10];
     int n = 0;
     double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
     *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
@@ -1318,10 +1318,20 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, call->loc, "unknown optimizer '%s'%s", call->name, hint);
         return;
     }
+    /* the learning-rate schedule and clipping, either optimizer's (ir/schedule.c); decay is a name */
+    hypers[n].name = "warmup", hypers[n++].slot = &o->warmup;
+    hypers[n].name = "min_lr", hypers[n++].slot = &o->min_lr;
+    hypers[n].name = "clip", hypers[n++].slot = &o->clip;
     for (int i = 0; i < call->n_args; i++) {
         const dm_expr *a = call->args[i];
         if (a->kind != EXPR_KWARG) {
             dm_error(L->d, a->loc, "optimizer settings are written name = value");
+            continue;
+        }
+        if (strcmp(a->name, "decay") == 0) {
+            if (a->lhs->kind != EXPR_NAME || ir_decay_from_name(a->lhs->name, &o->decay) != 0)
+                dm_error(L->d, a->lhs->loc, "decay is none, cosine or linear%s%s%s", a->lhs->kind == EXPR_NAME ? ", not '" : "",
+                         a->lhs->kind == EXPR_NAME ? a->lhs->name : "", a->lhs->kind == EXPR_NAME ? "'" : "");
             continue;
         }
         double *slot = NULL;
@@ -1338,12 +1348,15 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
         }
         if (eval_number(L, &L->global, a->lhs, slot)) continue;
         if (*slot < 0 || !isfinite(*slot)) dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
+        else if (slot == &o->clip && *slot == 0)
+            dm_error(L->d, a->lhs->loc, "clip is the largest gradient norm let through, above 0 (leave it out not to clip)");
     }
     o->nesterov = nesterov_value != 0;
     if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
         dm_error(L->d, call->loc, "nesterov momentum requires a momentum and zero dampening");
     if (o->kind == OPTIM_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))
         dm_error(L->d, call->loc, "adamw betas must be below 1");
+    ir_check_schedule(o, call->loc, L->d);
 }
 
 /* The count of a schedule or accumulate statement: a positive integer. */

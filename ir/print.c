@@ -155,5 +155,8 @@ void ir_print(const ir_graph *g, FILE *out) {
         else
             fprintf(out, "optimizer adamw lr=%.9g beta1=%.9g beta2=%.9g eps=%.9g weight_decay=%.9g\n",
                     o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+        if (o->warmup > 0 || o->decay != DECAY_NONE)
+            fprintf(out, "schedule warmup=%.9g decay=%s min_lr=%.9g\n", o->warmup, ir_decay_name(o->decay), o->min_lr);
+        if (o->clip > 0) fprintf(out, "clip max_norm=%.9g\n", o->clip);
     }
 }

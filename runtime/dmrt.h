@@ -123,6 +123,16 @@ typedef struct dmrt_model {
     const char *predicted_on;       /* the hardware's name */
     int n_predicted_stages;
     const double *predicted_forward_seconds, *predicted_backward_seconds;
+
+    /* The learning rate, for models with an optimizer (NULL otherwise). set_total_steps:
+     * the run's total updates N, which a decaying schedule spans (the trainer calls it on
+     * every rank before the first step; a decaying model's train_step fails without it);
+     * set_lr: every later update uses lr instead of the schedule's (a host's own schedule
+     * calls it before each step); lr: the learning rate of the last update (0: none yet).
+     * The setters return DMRT_OK or DMRT_ERR_ARG (message from error()). */
+    int (*set_total_steps)(void *ctx, int64_t total_steps);
+    int (*set_lr)(void *ctx, double lr);
+    double (*lr)(void *ctx);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -188,6 +198,25 @@ float dmrt_rng_normal(dmrt_rng *rng);
 void dmrt_fill_uniform(float *p, int64_t n, float lo, float hi, dmrt_rng *rng);
 void dmrt_fill_normal(float *p, int64_t n, float mean, float std, dmrt_rng *rng);
 void dmrt_fill_const(float *p, int64_t n, float value);
+
+/* ---- learning-rate schedules --------------------------------------------------------------- */
+
+/* How the learning rate falls after the warmup. */
+typedef enum dmrt_decay { DMRT_DECAY_NONE, DMRT_DECAY_COSINE, DMRT_DECAY_LINEAR } dmrt_decay;
+
+/* A .dm's `optimizer ...(lr = .., warmup = .., decay = .., min_lr = ..)`. */
+typedef struct dmrt_lr_schedule {
+    double lr;          /* the peak: reached at the end of the warmup */
+    int64_t warmup;     /* W: updates rising linearly to lr (0: none) */
+    dmrt_decay decay;   /* after the warmup, over the rest of the run's N updates */
+    double min_lr;      /* where the decay ends, at update N */
+} dmrt_lr_schedule;
+
+/* The learning rate of update `step` (s, from 1) of a run of total_steps (N) updates:
+ * lr * s / W while s <= W; then lr without a decay; cosine: min_lr + (lr - min_lr) *
+ * (1 + cos(pi * (s - W) / (N - W))) / 2; linear: min_lr + (lr - min_lr) * (1 - (s - W) /
+ * (N - W)); min_lr from s = N on. N is read only with a decay. */
+double dmrt_lr_at(const dmrt_lr_schedule *s, int64_t step, int64_t total_steps);
 
 /* ---- time ------------------------------------------------------------------------------ */
 

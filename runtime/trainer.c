@@ -921,6 +921,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     else if (o->epochs >= 0) total = o->epochs > INT64_MAX / spe ? INT64_MAX : o->epochs * spe;
     else total = o->steps >= 0 ? o->steps : spe;
     if (o->steps >= 0 && o->steps < total) total = o->steps;
+    /* the schedule's N: a decaying learning rate reaches min_lr at the last step */
+    if (m->set_total_steps && m->set_total_steps(ctx, total) != 0) {
+        snprintf(err, sizeof err, "%s", ctx_error(m, ctx));
+        goto fail;
+    }
 
     tr_bar bar = {0, 0, 0, 0.0};
     bar.on = lead && !o->quiet && isatty(STDERR_FILENO);
@@ -963,8 +968,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             step++;
             acc_fresh = val_fresh = 0;
             if (bar.stdout_tty) bar_clear(&bar);
-            fprintf(outs, "step %lld loss %.9g ms %.3f\n", (long long)step, (double)loss,
-                   1e3 * (t2 - t1));
+            fprintf(outs, "step %lld loss %.9g ms %.3f", (long long)step, (double)loss, 1e3 * (t2 - t1));
+            if (m->lr) fprintf(outs, " lr %.9g", m->lr(ctx));
+            fputc('\n', outs);
             fflush(outs);
             bar_draw(&bar, b + 1, n, epoch, loss, bar.stdout_tty || b + 1 == n);
             if (step == 1 && o->dump_grads) {

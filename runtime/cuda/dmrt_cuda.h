@@ -210,6 +210,10 @@ int dmrt_gpu_sgd(dmrt_gpu *g, float *param, const float *grad, float *momentum_b
 int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float *v, int64_t n,
                    float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                    float eps, float decay, float step_size, float bc2_sqrt);
+/* Gradient clipping (torch.nn.utils.clip_grad_norm_): adds the squares of x[0..n) to the
+ * host's *sum (in double; waits for the stream), and x[i] *= factor. */
+int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum);
+int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
 
 /* ---- collectives on device buffers --------------------------------------------------------
  *

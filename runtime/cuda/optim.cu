@@ -72,3 +72,49 @@ int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float
     LAUNCH_CHECK(g, "adamw_kernel");
     return DMRT_OK;
 }
+
+/* ---- gradient clipping (torch.nn.utils.clip_grad_norm_) ---------------------------------- */
+
+enum { SQUARES_BLOCKS = 256, SQUARES_THREADS = 256 };
+
+/* Each block's sum of x[i]^2 (in double) over its grid-stride elements into partial[block]. */
+__global__ static void sum_squares_kernel(const float *x, int64_t n, double *partial) {
+    __shared__ double shared[32];
+    double s = 0.0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * (double)x[i];
+    s = gpu_block_reduce(s, gpu_sum_op(), shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* A fixed launch shape and the blocks' partial sums added on the host in block order:
+ * the same bits every time (the partials live in the sum-partials area, stream-ordered). */
+int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0 && sum != NULL);
+    if (n == 0) return DMRT_OK;
+    double *partial = (double *)g->sum_partials, host[SQUARES_BLOCKS];
+    sum_squares_kernel<<<SQUARES_BLOCKS, SQUARES_THREADS, 0, g->stream>>>(x, n, partial);
+    LAUNCH_CHECK(g, "sum_squares_kernel");
+    CUDA_CHECK(g, cudaMemcpyAsync(host, partial, sizeof host, cudaMemcpyDeviceToHost, g->stream));
+    int rc = dmrt_gpu_wait_stream(g, g->stream);
+    if (rc != DMRT_OK) return rc;
+    for (int b = 0; b < SQUARES_BLOCKS; b++) *sum += host[b];
+    return DMRT_OK;
+}
+
+__global__ static void scale_kernel(float *x, int64_t n, float factor) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], factor);
+}
+
+int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0);
+    if (n == 0) return DMRT_OK;
+    scale_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, n, factor);
+    LAUNCH_CHECK(g, "scale_kernel");
+    return DMRT_OK;
+}

@@ -37,6 +37,8 @@ CASES = {
     "alias": ("tests/golden/alias.dm", ["--stop-after=lower"]),
     "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
     "transformer": ("tests/ref/ops/transformer.dm", []),
+    # the optimizer line with a learning-rate schedule and clipping
+    "clip.optimizer": ("tests/spmd/clip.dm", ["--stop-after=optimizer"]),
     # partition plans (--explain=full: every line): data parallel, Megatron's MLP (column then
     # row), both, and JSON
     "mlp.data2": ("examples/mlp.dm", ["--mesh", "data=2", "--explain=full"]),

@@ -2,8 +2,9 @@
 
 For mlp.dm and gpt.dm (the tiny config, and GPT-2 124M as the .dm declares it) on the
 serial program and on data=2, tensor=2, data=2 x tensor=2 and pipeline=2 meshes (gpt.dm's
-embedding and the head tied to it then on different stages), and for tests/spmd/forms.dm
-(which all-gathers integer labels) on data=2 x tensor=2, `dmc run --target cuda
+embedding and the head tied to it then on different stages), for tests/spmd/forms.dm
+(which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
+(gradient clipping) on data=2 x tensor=2 and pipeline=2, `dmc run --target cuda
 --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
@@ -40,6 +41,9 @@ CASES = [
     ("mlp-data2-buckets", "examples/mlp.dm", SMALL_MLP, "data=2", ["--bucket-mb", "0.004"], None),
     # an all-gather of integer labels (collectives move them as floats, bit for bit)
     ("forms-data2-tensor2", "tests/spmd/forms.dm", "B=16,D=24,H=32,K=8", "data=2,tensor=2", [], None),
+    # gradient clipping (its norm and scaling on the device) and a learning-rate schedule
+    ("clip-data2-tensor2", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2,tensor=2", [], None),
+    ("clip-pipeline2", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2", ["--microbatches", "2"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),

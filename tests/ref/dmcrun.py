@@ -53,6 +53,12 @@ def import_reference():
 
 def step_losses(cmd, cwd, timeout, env=None):
     """Runs cmd in cwd; returns the losses of its `step N loss X` lines, in order."""
+    return [fields["loss"] for fields in step_fields(cmd, cwd, timeout, env)]
+
+
+def step_fields(cmd, cwd, timeout, env=None):
+    """Runs cmd in cwd; returns, in order, the fields of its `step N loss X [NAME VALUE]...`
+    lines as dicts of floats ({"loss": X, "ms": .., "lr": ..})."""
     try:
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=timeout)
@@ -60,22 +66,27 @@ def step_losses(cmd, cwd, timeout, env=None):
         raise Failure("cannot run %s: %s" % (cmd[0], e))
     if r.returncode != 0:
         raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
-    losses = []
+    steps = []
     for line in r.stdout.splitlines():
         f = line.split()
         if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            if int(f[1]) != len(losses) + 1:
+            if int(f[1]) != len(steps) + 1:
                 raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
-            losses.append(float(f[3]))
-    return losses
+            steps.append({name: float(value) for name, value in zip(f[2::2], f[3::2])})
+    return steps
 
 
 def run_dmc(dmc, dm_file, tmp, args, timeout):
     """Runs `dmc run DM_FILE --quiet ARGS` in tmp (on the test's target); returns the
     losses of its step lines."""
+    return [fields["loss"] for fields in run_dmc_steps(dmc, dm_file, tmp, args, timeout)]
+
+
+def run_dmc_steps(dmc, dm_file, tmp, args, timeout):
+    """The same, returning every field of the step lines (step_fields)."""
     require_target()
     cmd = [dmc, "run", dm_file, "--quiet"] + target_args() + args
-    return step_losses(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp))
+    return step_fields(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp))
 
 
 def check_losses(what, got, want, rtol):

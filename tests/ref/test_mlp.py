@@ -105,11 +105,27 @@ def make_data(np, torch):
     return init, xs, ys
 
 
-def torch_run(torch, init, xs, ys, make_opt, steps, dtype, norm):
-    """Trains the torch equivalent; returns (losses, grads after step 1, final params)."""
+def write_data(np, torch, tmp):
+    """make_data's weights and batches as files in tmp: (init, xs, ys, the `dmc run`
+    arguments that read them)."""
+    import stio
+    init, xs, ys = make_data(np, torch)
+    init_path = os.path.join(tmp, "init.safetensors")
+    batch_path = os.path.join(tmp, "batches.safetensors")
+    stio.save(init, init_path)
+    stio.save({"x": xs, "y": ys}, batch_path)
+    return init, xs, ys, ["--init", init_path, "--batch-file", batch_path]
+
+
+def torch_run(torch, init, xs, ys, make_opt, steps, dtype, norm, make_sched=None, clip=None, trace=None):
+    """Trains the torch equivalent; returns (losses, grads after step 1, final params).
+    make_sched: optimizer -> learning-rate scheduler, stepped after each update; clip:
+    clip_grad_norm_'s max_norm; trace: a list that gets each step's (learning rate,
+    gradient norm before clipping)."""
     import torch.nn.functional as F
     p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in init.items()}
     opt = make_opt([p[n] for n, _ in PARAMS]) if make_opt else None
+    sched = make_sched(opt) if make_sched else None
     losses, grads1 = [], None
     for s in range(steps):
         x = torch.tensor(xs[s % len(xs)], dtype=dtype)
@@ -128,8 +144,13 @@ def torch_run(torch, init, xs, ys, make_opt, steps, dtype, norm):
         losses.append(loss.item())
         if grads1 is None:
             grads1 = {n: t.grad.detach().double().numpy().copy() for n, t in p.items()}
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(p.values()), clip).item() if clip else None
+        if trace is not None:
+            trace.append((opt.param_groups[0]["lr"], grad_norm))
         if opt:
             opt.step()
+        if sched:
+            sched.step()
     return losses, grads1, {n: t.detach().double().numpy() for n, t in p.items()}
 
 
@@ -226,14 +247,8 @@ def main(argv):
     except Failure as e:
         print("FAIL: %s" % e, file=sys.stderr)
         return 1
-    init, xs, ys = make_data(np, torch)
-
     with tempfile.TemporaryDirectory(prefix="dmc-ref-mlp-") as tmp:
-        init_path = os.path.join(tmp, "init.safetensors")
-        batch_path = os.path.join(tmp, "batches.safetensors")
-        stio.save(init, init_path)
-        stio.save({"x": xs, "y": ys}, batch_path)
-        common = ["--init", init_path, "--batch-file", batch_path]
+        init, xs, ys, common = write_data(np, torch, tmp)
         try:
             # a) forward loss and gradients of step 1
             grads_path = os.path.join(tmp, "grads.safetensors")

@@ -470,6 +470,10 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     d->sgd(w, &us0);
     cg_update ua = {.opt = &adamw, .count = "64", .param = "x", .grad = "grad", .state0 = "m", .state1 = "v"};
     d->adamw(w, &ua);
+    /* gradient clipping's norm and scaling */
+    cg_line(w, "double sum_squares = 0.0;");
+    d->sum_squares(w, "grad", "64", "sum_squares");
+    d->scale(w, "grad", "64", "(float)(1.0 / (1.0 + sum_squares))");
     d->fault_check(w, 1);
     cg_line(w, "return DMRT_OK;");
     w->indent--;
@@ -535,7 +539,7 @@ static const char emu_prelude[] =
     "static int dmrt_gpu_zero(dmrt_gpu *g, void *p, size_t bytes) { (void)g; memset(p, 0, bytes); return DMRT_OK; }\n"
     "static float emu_partials[1 << 20];\n"
     "static float *dmrt_gpu_sum_partials(const dmrt_gpu *g) { (void)g; return emu_partials; }\n"
-    "typedef struct struct_ctx { dmrt_gpu *gpu; dmrt_fault fault; char error[512]; int64_t step; float *scratch; } struct_ctx;\n"
+    "typedef struct struct_ctx { dmrt_gpu *gpu; dmrt_fault fault; char error[512]; int64_t step; double lr; float *scratch; } struct_ctx;\n"
     "static int device_failed(struct_ctx *ctx) { (void)ctx; return DMRT_ERR_DEVICE; }\n"
     "\n";
 
@@ -637,6 +641,7 @@ int main(int argc, char **argv) {
     cg_line(&pre.w, "dmrt_fault fault;");
     cg_line(&pre.w, "char error[512];");
     cg_line(&pre.w, "int64_t step;");
+    cg_line(&pre.w, "double lr; /* the update's learning rate (emit_schedule.c) */");
     cg_line(&pre.w, "dmrt_rank *rank;");
     cg_line(&pre.w, "dmrt_comm *comm[2];");
     cg_line(&pre.w, "int coord[2];");

@@ -1,0 +1,129 @@
+/* emit_clip.c: gradient clipping as torch.nn.utils.clip_grad_norm_(max_norm = clip). In
+ * an update function, after every gradient is reduced (emit_phase emits the function's
+ * reductions first) and before any update reads one: the L2 norm of all the model's
+ * gradients over the whole mesh and, when clip / (norm + 1e-6) is below 1, every
+ * gradient multiplied by it.
+ *
+ * Each element is counted once over the mesh. A rank adds the squares of a block it
+ * holds only where it holds the first copy along every axis the gradient is replicated
+ * on (data once the allreduce made the replicas equal; tensor for a parameter such as a
+ * bias that tensor parallelism does not split). Blocks split over an axis (a
+ * tensor-parallel weight, ZeRO's shares over data) and pipeline stages (each updates
+ * its own parameters; a tied one is updated by its owner only) are disjoint: all count.
+ * One allreduce of the sum along every mesh axis then gives each rank the same total,
+ * so that replicas scale their copies alike. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emitter.h"
+
+/* The C condition under which this rank counts its block of a gradient of type t ("" on
+ * every rank), and the comment that says why. zero_axis: the axis ZeRO splits it over, or
+ * -1. */
+static void counted_here(const emitter *E, const ir_type *t, int zero_axis, char *cond, size_t cond_size, char *why,
+                         size_t why_size) {
+    const ir_graph *g = E->g;
+    uint32_t split = zero_axis >= 0 ? 1u << zero_axis : 0;
+    for (int d = 0; d < t->rank; d++)
+        if (t->split[d] != IR_REPLICATED) split |= 1u << t->split[d];
+    if (t->partial) {
+        fprintf(stderr, "dmc: internal error: an update reads a gradient with a pending sum\n");
+        abort();
+    }
+    size_t c = 0, w = 0;
+    cond[0] = why[0] = 0;
+    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
+        if (axis_size(E, a) == 1 || a == g->pipe_axis) continue;
+        int replicated = !(split >> a & 1);
+        w += (size_t)snprintf(why + w, w < why_size ? why_size - w : 0, "%s%s %s", w ? ", " : "",
+                              replicated ? "a copy on every" : "split over", g->axes[a].name);
+        if (replicated)
+            c += (size_t)snprintf(cond + c, c < cond_size ? cond_size - c : 0, "%sctx->coord[%d] == 0", c ? " && " : "", a);
+    }
+    if (!w) snprintf(why, why_size, "whole here");
+}
+
+/* Squares of the block into sum_squares, by the ranks that count it. */
+static void add_squares(emitter *E, const char *name, const ir_type *t, int zero_axis, const char *x, const char *count) {
+    char cond[256], why[256];
+    counted_here(E, t, zero_axis, cond, sizeof cond, why, sizeof why);
+    cg_line(&E->w, "/* %s: %s%s */", name, why, cond[0] ? "; counted by the first copy" : "");
+    if (cond[0]) {
+        cg_line(&E->w, "if (%s) {", cond);
+        E->w.indent++;
+    }
+    E->dialect->sum_squares(&E->w, x, count, "sum_squares");
+    if (cond[0]) {
+        E->w.indent--;
+        cg_line(&E->w, "}");
+    }
+}
+
+/* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it:
+ * its squares added to sum_squares (norm), or it multiplied by clip_scale. */
+static void each_gradient(emitter *E, int stage, int norm) {
+    const ir_graph *g = E->g;
+    char count[32];
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->phase != PHASE_UPDATE || ir_op_info_of(v->op)->cls != OPC_UPDATE || (stage >= 0 && v->stage != stage) ||
+            zero_bucket_of(E, v->param_index))
+            continue;
+        int grad = v->operands[1];
+        snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad)));
+        if (norm) add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
+        else E->dialect->scale(&E->w, E->cname[grad], count, "clip_scale");
+    }
+    for (int k = 0; k < E->zero->n_buckets; k++) {
+        const dm_zero_bucket *b = &E->zero->bucket[k];
+        if (stage >= 0 && V(E, g->params[b->first])->stage != stage) continue;
+        char share[96];
+        zero_grad_share(E, b, share, sizeof share);
+        cg_line(&E->w, "{");
+        E->w.indent++;
+        cg_line(&E->w, "const int64_t share_begin = ctx->coord[%d] * (int64_t)%lld; /* this rank's share of ZeRO's range */",
+                b->axis, (long long)b->share);
+        for (int p = b->first; p <= b->last; p++) {
+            zero_open_member(E, b, p);
+            cg_line(&E->w, "float *grad_share = %s + (lo - share_begin);", share);
+            if (norm) add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)");
+            else E->dialect->scale(&E->w, "grad_share", "(hi - lo)", "clip_scale");
+            zero_close_member(E);
+        }
+        E->w.indent--;
+        cg_line(&E->w, "}");
+    }
+}
+
+void emit_clip(emitter *E, int stage) {
+    const ir_graph *g = E->g;
+    const ir_optimizer *o = &g->optimizer;
+    cg_writer *w = &E->w;
+    char line[160], clip[64];
+    source_line(E, o->loc.line, line, sizeof line);
+    cg_float_literal(o->clip, clip, sizeof clip);
+    cg_blank(w);
+    cg_line(w, "/* %s:%d: %s */", E->source_path, o->loc.line, line);
+    cg_line(w, "/* clip = %g: the L2 norm of every gradient over the mesh, each element counted once; the", o->clip);
+    cg_line(w, " * gradients scaled by clip / (norm + 1e-6) where that is below 1 (torch.nn.utils.clip_grad_norm_) */");
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "double sum_squares = 0.0;");
+    each_gradient(E, stage, 1);
+    cg_line(w, "float norm_squared = (float)sum_squares;");
+    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
+        if (axis_size(E, a) == 1) continue;
+        cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[%d], &norm_squared, 1, \"gradient clipping: the squares over %s\") != 0)", a,
+                g->axes[a].name);
+        cg_line(w, "    return comm_failed(ctx);");
+    }
+    cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
+    cg_line(w, "if (clip_scale < 1.0f) {");
+    w->indent++;
+    each_gradient(E, stage, 0);
+    w->indent--;
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+}

@@ -1,0 +1,1 @@
+optimizer sgd(lr = 0.1, clip = 0)

@@ -1,0 +1,1 @@
+optimizer sgd(lr = 0.1, min_lr = 0.01)

@@ -1,0 +1,1 @@
+optimizer adamw(warmup = 2.5)
