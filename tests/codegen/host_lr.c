@@ -62,7 +62,7 @@ static int same_params(clip_ctx *a, clip_ctx *b) {
 
 int main(void) {
     make_batches();
-    clip_ctx *a = clip_create(7), *b = clip_create(7), *fresh = clip_create(7);
+    clip_ctx *a = clip_create(7, NULL, 0), *b = clip_create(7, NULL, 0), *fresh = clip_create(7, NULL, 0);
     if (!a || !b || !fresh) {
         fprintf(stderr, "clip_create failed\n");
         return 1;
@@ -98,7 +98,7 @@ int main(void) {
 
     /* a pinned rate of 0 (without a total: the host's rate needs none) */
     CHECK(clip_set_lr(fresh, 0.0) == DMRT_OK, "%s", clip_error(fresh));
-    clip_ctx *untouched = clip_create(7);
+    clip_ctx *untouched = clip_create(7, NULL, 0);
     CHECK(clip_train_step(fresh, &b0, &loss) == DMRT_OK, "%s", clip_error(fresh));
     CHECK(untouched && same_params(fresh, untouched), "lr 0 moved the parameters");
 
