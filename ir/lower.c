@@ -1335,14 +1335,15 @@ static void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         double *slot = NULL;
-        const char *names[sizeof hypers / sizeof *hypers];
+        const char *names[sizeof hypers / sizeof *hypers + 1];
         for (int k = 0; k < n; k++) {
             names[k] = hypers[k].name;
             if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
         }
+        names[n] = "decay"; /* a name, not a number: handled above, valid all the same */
         if (!slot) {
             char hint[512];
-            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(a->name, names, n), "valid", names, n);
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(a->name, names, n + 1), "valid", names, n + 1);
             dm_error(L->d, a->loc, "unknown setting '%s' for %s%s", a->name, call->name, hint);
             continue;
         }

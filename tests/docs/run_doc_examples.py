@@ -141,7 +141,7 @@ def main(argv):
                 continue
             start = time.monotonic()
             r = subprocess.run([dmc] + args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               universal_newlines=True, timeout=120)
+                               universal_newlines=True, errors="replace", timeout=120)  # samples are bytes
             ran += 1
             print('%-22s %s %5.1f s  %s' % (where, 'ok  ' if r.returncode == 0 else 'FAIL',
                                           time.monotonic() - start, command))
