@@ -186,8 +186,12 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     }
     if (micro) cg_line(&E->w, "(void)micro;");
     declare_buffers(E, used);
-    for (int i = 0; i < g->n_values; i++)
-        if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
+    for (int i = 0; i < g->n_values; i++) {
+        if (!received(E, i, phase, stage)) continue;
+        if (!predict_runs(E, i)) cg_line(&E->w, "if (!ctx->predicting) { /* only the loss needs it */"), E->w.indent++;
+        emit_transfer(E, i, V(E, i)->stage, 0);
+        if (!predict_runs(E, i)) E->w.indent--, cg_line(&E->w, "}");
+    }
     /* the action starts when its inputs are here: waiting for them is the bubble */
     if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
     /* a bucket's last partial is its own (partials are per gradient): one bucket per value */
@@ -203,8 +207,10 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
+    int guarded = 0; /* inside predict's guard (emit_predict.c) */
     for (int i = 0; i < g->n_values; i++) {
         if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage)) {
+            if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !shares_buffer(E, i)) predict_guard(E, i, &guarded);
             emit_op(E, V(E, i));
             emit_sends(E, i, stage);
             if (sum_after[i] >= 0) {
@@ -214,6 +220,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         }
         emit_bucket_start(E, start_after, i);
     }
+    if (guarded) E->w.indent--, cg_line(&E->w, "}");
     free(start_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
@@ -223,10 +230,14 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     free(sum_after);
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
         cg_blank(&E->w);
-        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' */");
+        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' (predict computes none) */");
+        cg_line(&E->w, "if (!ctx->predicting) {");
+        E->w.indent++;
         cg_line(&E->w, "float micro_loss;");
         copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
         cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
+        E->w.indent--;
+        cg_line(&E->w, "}");
     }
     for (int i = 0; keeps && i < g->n_outputs; i++) {
         int o = g->outputs[i];

@@ -3,6 +3,7 @@
  *   emit_ops.c   each op (and collective) as a dialect kernel description
  *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
  *   emit_api.c   the header, the context, initialisation, weights and the descriptor
+ *   emit_predict.c  <model>_predict (inference: the forward without the loss)
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
 #define DM_EMITTER_H
@@ -57,6 +58,8 @@ typedef struct emitter {
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
+    unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
+                                * of the forward (emit_predict.c) */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -128,6 +131,15 @@ void emit_upload(emitter *E);
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);
+
+/* emit_predict.c: <model>_predict, and the guard that makes the forward skip the loss */
+void predict_mark(emitter *E);
+int predict_runs(const emitter *E, int id);
+void predict_guard(emitter *E, int id, int *open);
+void emit_predict_decl(emitter *E);
+void emit_predict_api(emitter *E);
+void emit_predict_wrapper(emitter *E);
+void emit_predict_fields(emitter *E);
 
 /* emit_api.c */
 void emit_header(emitter *E);

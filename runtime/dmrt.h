@@ -123,6 +123,17 @@ typedef struct dmrt_model {
     const char *predicted_on;       /* the hardware's name */
     int n_predicted_stages;
     const double *predicted_forward_seconds, *predicted_backward_seconds;
+
+    /* Inference (<model>_predict): the outputs of the first rows rows (1 <= rows <=
+     * predict_batch) of inputs into outputs[i] (rows times the rest of output i's shape),
+     * running the forward ops the outputs need and not the loss. Inputs with
+     * predict_reads[i] 0 (the targets) are not read and may be NULL. Every rank calls it
+     * with the whole inputs. predict_batch 0: the model cannot predict, and
+     * predict_unsupported says why. A hand-written model may leave all of them 0/NULL. */
+    int (*predict)(void *ctx, const void *const *inputs, int64_t rows, void *const *outputs);
+    int64_t predict_batch;
+    const unsigned char *predict_reads; /* (n_inputs) */
+    const char *predict_unsupported;
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""test_predict.py: `dmc run --predict` (meson test `ref-predict`).
+
+usage: /usr/bin/python3 tests/ref/test_predict.py DMC SOURCE_ROOT
+
+examples/mlp.dm with small dims (--set B=8,H=64) is trained 3 steps on a batch file and
+saved; then --predict --init the saved weights on batch files of 5 rows (fewer than the
+batch: padded) and 21 rows (three calls: 8, 8, 5), and:
+
+  a) the logits equal a PyTorch float32 forward with the saved weights within 1e-5
+     (both sum in float32 in different orders: a few ulps of O(1) logits);
+  b) the same predictions on the meshes data=2, tensor=2 and pipeline=2 (2
+     micro-batches) equal the serial program's within 1e-5, and the 5-row file's equal
+     the first 5 rows of the 21-row file's (rows do not influence each other);
+  c) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
+     (exit 1, the message naming the file and the problem, an existing --out left as
+     it was), --predict without --out and --out without --predict (exit 2). The
+     targets (y) are not needed in the batch file.
+
+Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dmcrun  # noqa: E402
+
+SETS = "B=8,H=64"
+
+
+def run(dmc, src, args, cwd, mesh=None, expect=0):
+    cmd = [dmc, "run", src, "--set", SETS] + (["--mesh", mesh] if mesh else [])
+    if mesh and mesh.startswith("pipeline"):
+        cmd += ["--microbatches", "2"]
+    cmd += dmcrun.target_args() + ["--"] + args + ["--quiet"]
+    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    if r.returncode != expect:
+        raise dmcrun.Failure("%s: exit %d, expected %d\n%s" % (" ".join(cmd), r.returncode, expect, r.stderr))
+    return r.stderr
+
+
+def torch_logits(np, torch, w, x):
+    def lin(h, name):
+        return h @ torch.from_numpy(w[name + ".weight"]) + torch.from_numpy(w[name + ".bias"])
+    h = (torch.from_numpy(x) - 0.2860) / 0.3530
+    h = torch.relu(lin(h, "fc1"))
+    h = torch.relu(lin(h, "fc2"))
+    return lin(h, "fc3").numpy()
+
+
+def check_failures(dmc, src, d, stio, np):
+    rng = np.random.default_rng(3)
+    cases = [
+        ("missing.st", {"z": rng.random((4, 784), dtype=np.float32)}, "no tensor 'x' for model input x"),
+        ("dtype.st", {"x": np.zeros((4, 784), dtype=np.int32)}, "tensor 'x': dtype I32 but model input x needs F32"),
+        ("shape.st", {"x": np.zeros((4, 780), dtype=np.float32)}, "tensor 'x': shape [4, 780] but model input x needs F32 [rows, 784]"),
+    ]
+    for name, tensors, want in cases:
+        stio.save(tensors, os.path.join(d, name))
+        err = run(dmc, src, ["--predict", "--batch-file", name, "--out", "keep.st"], d, expect=1)
+        if name not in err or want not in err:
+            raise dmcrun.Failure("%s: expected a message naming the file and '%s', got: %s" % (name, want, err))
+    err = run(dmc, src, ["--predict", "--batch-file", "p5.st", "--out", "nodir/o.st"], d, expect=1)
+    if "nodir/o.st: cannot write the outputs: directory nodir" not in err:
+        raise dmcrun.Failure("unwritable --out: %s" % err)
+    if open(os.path.join(d, "keep.st"), "rb").read() != b"old":
+        raise dmcrun.Failure("a failed --predict changed an existing --out")
+    for args, want in ((["--predict", "--batch-file", "p5.st"], "--predict needs --out"),
+                       (["--out", "o.st", "--batch-file", "p5.st"], "--out only applies with --predict")):
+        err = run(dmc, src, args, d, expect=2)
+        if want not in err:
+            raise dmcrun.Failure("%s: expected '%s', got: %s" % (args, want, err))
+    print("failures: messages and exit statuses as documented")
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    dmcrun.require_target()
+    ref = dmcrun.import_reference()
+    if ref is None:
+        return 77
+    np, torch = ref
+    import stio
+    dmc, root = sys.argv[1], sys.argv[2]
+    src = os.path.join(root, "examples", "mlp.dm")
+    with tempfile.TemporaryDirectory() as d:
+        rng = np.random.default_rng(7)
+        stio.save({"x": rng.random((3, 8, 784), dtype=np.float32),
+                   "y": rng.integers(0, 10, (3, 8), dtype=np.int32)}, os.path.join(d, "train.st"))
+        run(dmc, src, ["--batch-file", "train.st", "--steps", "3", "--save", "w.st"], d)
+        w = stio.load(os.path.join(d, "w.st"))
+        x21 = rng.random((21, 784), dtype=np.float32)
+        stio.save({"x": x21[:5]}, os.path.join(d, "p5.st"))
+        stio.save({"x": x21}, os.path.join(d, "p21.st"))
+        with open(os.path.join(d, "keep.st"), "wb") as f:
+            f.write(b"old")
+        worst = 0.0
+        serial = {}
+        for mesh in (None, "data=2", "tensor=2", "pipeline=2"):
+            got = {}
+            for n in (5, 21):
+                out = "o%d_%s.st" % (n, (mesh or "serial").replace("=", ""))
+                run(dmc, src, ["--predict", "--init", "w.st", "--batch-file", "p%d.st" % n, "--out", out], d, mesh)
+                o = stio.load(os.path.join(d, out))
+                if set(o) != {"logits"} or o["logits"].shape != (n, 10):
+                    raise dmcrun.Failure("%s: tensors %s" % (out, {k: v.shape for k, v in o.items()}))
+                got[n] = o["logits"]
+            if mesh is None:
+                serial = got
+                want = torch_logits(np, torch, w, x21)
+                err = float(np.abs(got[21] - want).max())
+                worst = max(worst, err)
+                if err > 1e-5:
+                    raise dmcrun.Failure("serial predict vs torch: max |diff| %.3g > 1e-5" % err)
+                print("serial vs torch: max |diff| %.3g" % err)
+            else:
+                err = max(float(np.abs(got[n] - serial[n]).max()) for n in (5, 21))
+                if err > 1e-5:
+                    raise dmcrun.Failure("%s vs serial: max |diff| %.3g > 1e-5" % (mesh, err))
+                print("%s vs serial: max |diff| %.3g" % (mesh, err))
+            rows = float(np.abs(got[5] - got[21][:5]).max())
+            if rows > 1e-5:
+                raise dmcrun.Failure("%s: 5 rows alone vs in 21: max |diff| %.3g" % (mesh or "serial", rows))
+        check_failures(dmc, src, d, stio, np)
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except dmcrun.Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        sys.exit(1)
