@@ -104,8 +104,15 @@ static void emit_padding(emitter *E, int64_t B) {
     for (int i = 0; i < g->n_inputs; i++) {
         const ir_value *v = V(E, g->inputs[i]);
         const char *c = E->cname[v->id], *t = ctype(v->type.dtype);
-        if (!E->for_outputs[v->id]) continue;
         long long row = row_elems(E, v->id);
+        if (!E->for_outputs[v->id]) {
+            /* the address of this rank's block is still formed (not read): not from NULL */
+            cg_line(w, "/* %s: not read; zeros stand in for NULL */", v->name);
+            cg_line(w, "padded.%s = batch->%s ? batch->%s : (const %s *)(pads[%d] = calloc(%lld, sizeof(%s)));", c, c, c, t, i,
+                    row * (long long)B, t);
+            cg_line(w, "if (!padded.%s) status = DMRT_ERR_NOMEM;", c);
+            continue;
+        }
         cg_line(w, "if (!batch->%s) {", c);
         cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: predict: input %s is NULL\");", g->model, v->name);
         cg_line(w, "    status = DMRT_ERR_ARG;");

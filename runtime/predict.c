@@ -60,24 +60,30 @@ static int check_writable(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-/* Runs predict over the n rows in chunks of the model's batch into outs (whole). */
+/* Runs predict over the n rows in chunks of the model's batch into outs (whole). Each
+ * chunk's inputs are copied out of the file's buffer, where they may be unaligned. */
 static int run_chunks(const dmrt_model *m, void *ctx, const dmrt_st_tensor **t, int64_t n, void **outs, char *err,
                       size_t errlen) {
     const int64_t B = m->predict_batch;
-    const void **in = calloc((size_t)m->n_inputs + 1, sizeof *in);
+    void **in = calloc((size_t)m->n_inputs + 1, sizeof *in);
     void **out = calloc((size_t)m->n_outputs + 1, sizeof *out);
-    int status = in && out ? 0 : dmrt_errorf(err, errlen, "out of memory");
+    int status = in && out ? 0 : -1;
+    for (int i = 0; status == 0 && i < m->n_inputs; i++)
+        if (m->predict_reads[i] && !(in[i] = dmrt_alloc((size_t)m->inputs[i].numel * 4))) status = -1;
+    if (status != 0) dmrt_errorf(err, errlen, "out of memory");
     for (int64_t start = 0; status == 0 && start < n; start += B) {
         int64_t rows = n - start < B ? n - start : B;
-        for (int i = 0; i < m->n_inputs; i++)
-            if (m->predict_reads[i]) /* unaligned in the file's buffer: copied by predict when short, else read as is */
-                in[i] = (const char *)t[i]->data + (size_t)start * (size_t)(m->inputs[i].numel / B) * 4;
+        for (int i = 0; i < m->n_inputs; i++) {
+            size_t row = (size_t)(m->inputs[i].numel / B) * 4;
+            if (m->predict_reads[i]) memcpy(in[i], (const char *)t[i]->data + (size_t)start * row, (size_t)rows * row);
+        }
         for (int i = 0; i < m->n_outputs; i++)
             out[i] = (char *)outs[i] + (size_t)start * (size_t)(m->outputs[i].numel / B) * 4;
         if (m->predict(ctx, (const void *const *)in, rows, (void *const *)out) != DMRT_OK)
             status = dmrt_errorf(err, errlen, "predict of rows %lld to %lld: %s", (long long)start, (long long)(start + rows),
                                  m->error(ctx));
     }
+    for (int i = 0; in && i < m->n_inputs; i++) dmrt_free(in[i]);
     free(in);
     free(out);
     return status;

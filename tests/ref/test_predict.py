@@ -12,7 +12,9 @@ batch: padded) and 21 rows (three calls: 8, 8, 5), and:
   b) the same predictions on the meshes data=2, tensor=2 and pipeline=2 (2
      micro-batches) equal the serial program's within 1e-5, and the 5-row file's equal
      the first 5 rows of the 21-row file's (rows do not influence each other);
-  c) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
+  c) examples/gpt.dm (V=256,T=64,C=128,NH=4,L=4,B=16) the same way with gpt_torch
+     (1e-4), tensor=2 and pipeline=2 vs serial (1e-5), and ZeRO 3 (data=2) for the mlp;
+  d) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
      (exit 1, the message naming the file and the problem, an existing --out left as
      it was), --predict without --out and --out without --predict (exit 2). The
      targets (y) are not needed in the batch file.
@@ -28,11 +30,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dmcrun  # noqa: E402
 
 SETS = "B=8,H=64"
+GPT_SETS = "V=256,T=64,C=128,NH=4,L=4,B=16"
 
 
-def run(dmc, src, args, cwd, mesh=None, expect=0):
-    cmd = [dmc, "run", src, "--set", SETS] + (["--mesh", mesh] if mesh else [])
-    if mesh and mesh.startswith("pipeline"):
+def run(dmc, src, args, cwd, mesh=None, expect=0, sets=SETS):
+    cmd = [dmc, "run", src, "--set", sets] + (mesh.split() if mesh else [])
+    if mesh and mesh.startswith("--mesh pipeline"):
         cmd += ["--microbatches", "2"]
     cmd += dmcrun.target_args() + ["--"] + args + ["--quiet"]
     r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
@@ -75,6 +78,46 @@ def check_failures(dmc, src, d, stio, np):
     print("failures: messages and exit statuses as documented")
 
 
+def check_gpt(dmc, root, d, stio, np, torch):
+    """examples/gpt.dm (V=256,T=64,C=128,NH=4,L=4,B=16) after one step: 5 and 21 rows (16 + 5)
+    of tokens vs gpt_torch's forward (|diff| <= 1e-4: logits sum 128-long products through
+    4 layers and softmaxes in float32, in other orders), and tensor=2 and pipeline=2 vs
+    serial (1e-5); no targets in the file."""
+    import gpt_torch
+    src = os.path.join(root, "examples", "gpt.dm")
+    rng = np.random.default_rng(11)
+    stio.save({"tokens": rng.integers(0, 256, (1, 16, 64), dtype=np.int32),
+               "targets": rng.integers(0, 256, (1, 16, 64), dtype=np.int32)}, os.path.join(d, "gtrain.st"))
+    run(dmc, src, ["--batch-file", "gtrain.st", "--steps", "1", "--save", "gw.st"], d, sets=GPT_SETS)
+    w = {k: torch.from_numpy(v) for k, v in stio.load(os.path.join(d, "gw.st")).items()}
+    tokens = rng.integers(0, 256, (21, 64), dtype=np.int32)
+    stio.save({"tokens": tokens}, os.path.join(d, "g21.st"))
+    stio.save({"tokens": tokens[:5]}, os.path.join(d, "g5.st"))
+    with torch.no_grad():
+        _, want = gpt_torch.forward(torch, w, torch.from_numpy(tokens).long(), torch.zeros(21, 64, dtype=torch.long), 4, 4)
+    want = want.numpy()
+    serial = None
+    for mesh in (None, "--mesh tensor=2", "--mesh pipeline=2"):
+        got = {}
+        for n in (5, 21):
+            run(dmc, src, ["--predict", "--init", "gw.st", "--batch-file", "g%d.st" % n, "--out", "go.st"], d, mesh, sets=GPT_SETS)
+            got[n] = stio.load(os.path.join(d, "go.st"))["logits"]
+            if got[n].shape != (n, 64, 256):
+                raise dmcrun.Failure("gpt %s: logits %s" % (mesh, got[n].shape))
+        rows = float(np.abs(got[5] - got[21][:5]).max())
+        if mesh is None:
+            serial = got
+            err = float(np.abs(got[21] - want).max())
+            if err > 1e-4 or rows > 1e-5:
+                raise dmcrun.Failure("gpt predict vs torch: max |diff| %.3g > 1e-4 (5 rows vs 21: %.3g)" % (err, rows))
+            print("gpt serial vs torch: max |diff| %.3g" % err)
+        else:
+            err = max(float(np.abs(got[n] - serial[n]).max()) for n in (5, 21))
+            if err > 1e-5 or rows > 1e-5:
+                raise dmcrun.Failure("gpt %s vs serial: max |diff| %.3g (5 rows vs 21: %.3g)" % (mesh, err, rows))
+            print("gpt %s vs serial: max |diff| %.3g" % (mesh, err))
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -100,10 +143,10 @@ def main():
             f.write(b"old")
         worst = 0.0
         serial = {}
-        for mesh in (None, "data=2", "tensor=2", "pipeline=2"):
+        for mesh in (None, "--mesh data=2", "--mesh tensor=2", "--mesh pipeline=2", "--mesh data=2 --zero 3"):
             got = {}
             for n in (5, 21):
-                out = "o%d_%s.st" % (n, (mesh or "serial").replace("=", ""))
+                out = "o%d_%s.st" % (n, (mesh or "serial").replace("=", "").replace(" ", "").replace("-", ""))
                 run(dmc, src, ["--predict", "--init", "w.st", "--batch-file", "p%d.st" % n, "--out", out], d, mesh)
                 o = stio.load(os.path.join(d, out))
                 if set(o) != {"logits"} or o["logits"].shape != (n, 10):
@@ -126,6 +169,7 @@ def main():
             if rows > 1e-5:
                 raise dmcrun.Failure("%s: 5 rows alone vs in 21: max |diff| %.3g" % (mesh or "serial", rows))
         check_failures(dmc, src, d, stio, np)
+        check_gpt(dmc, root, d, stio, np, torch)
     print("ok")
     return 0
 
