@@ -32,6 +32,27 @@ int predict_runs(const emitter *E, int id) {
     return V(E, id)->phase != PHASE_FORWARD || E->for_outputs[id];
 }
 
+/* Whether t has a dim named name. */
+static int has_dim(const ir_type *t, const char *name) {
+    for (int d = 0; d < t->rank; d++)
+        if (t->dim_name[d] && strcmp(t->dim_name[d], name) == 0) return 1;
+    return 0;
+}
+
+/* A value the outputs need that combines rows of the batch (dim `batch`): one whose
+ * operand has that dim and it does not (a reduction or contraction over it), except
+ * reshapes (they move no element); -1 when none. */
+static int mixes_rows(const emitter *E, const char *batch) {
+    for (int i = 0; i < E->g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (!E->for_outputs[i] || v->phase != PHASE_FORWARD || has_dim(&v->type, batch)) continue;
+        if (ir_op_info_of(v->op)->cls == OPC_RESHAPE || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (has_dim(&V(E, v->operands[k])->type, batch)) return i;
+    }
+    return -1;
+}
+
 /* The rows of one predict call (the batch dim), or 0 with why it cannot predict. */
 static int64_t predict_batch(const emitter *E, char *why, size_t len) {
     const ir_graph *g = E->g;
@@ -52,6 +73,16 @@ static int64_t predict_batch(const emitter *E, char *why, size_t len) {
                 return snprintf(why, len, "%s %s does not start with the batch dim", pass ? "output" : "input", V(E, id)->name), 0;
             if (!first) first = t;
         }
+    int mix = first->dim_name[0] ? mixes_rows(E, first->dim_name[0]) : -1;
+    if (mix >= 0) {
+        char line[160];
+        source_line(E, V(E, mix)->loc.line, line, sizeof line);
+        /* in a C string and a format: no quote, backslash or percent sign */
+        for (char *c = line; *c; c++)
+            if (*c == '"' || *c == '\\' || *c == '%') *c = '?';
+        return snprintf(why, len, "%s:%d combines rows of the batch dim %s: %s", E->source_path, V(E, mix)->loc.line,
+                        first->dim_name[0], line), 0;
+    }
     /* micro-batches: values are typed per micro-batch; the batch is M of them */
     return first->shape[0] * (E->scheduled && g->microbatches > 1 ? g->microbatches : 1);
 }

@@ -14,14 +14,19 @@ batch: padded) and 21 rows (three calls: 8, 8, 5), and:
      the first 5 rows of the 21-row file's (rows do not influence each other);
   c) examples/gpt.dm (V=256,T=64,C=128,NH=4,L=4,B=16) the same way with gpt_torch
      (1e-4), tensor=2 and pipeline=2 vs serial (1e-5), and ZeRO 3 (data=2) for the mlp;
-  d) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
+  d) the C API (predict_api.c, under ASan and UBSan where available): row bounds, a NULL
+     input, NULL targets, rows equal to forward's on the zero-padded batch bit for bit,
+     nothing written past them, training after predict unchanged;
+  e) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
      (exit 1, the message naming the file and the problem, an existing --out left as
-     it was), --predict without --out and --out without --predict (exit 2). The
-     targets (y) are not needed in the batch file.
+     it was), --predict without --out and --out without --predict (exit 2), a model
+     whose output combines rows (exit 1, naming the line). The targets (y) are not
+     needed in the batch file.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,6 +81,62 @@ def check_failures(dmc, src, d, stio, np):
         if want not in err:
             raise dmcrun.Failure("%s: expected '%s', got: %s" % (args, want, err))
     print("failures: messages and exit statuses as documented")
+
+
+MIX_DM = """# mix.dm: an output that mixes rows (minus the batch's mean)
+dim B = 4
+dim C = 3
+input x : f32[B, C]
+input y : i32[B]
+param w : f32[C, C] = uniform(-1, 1)
+h = x @ w
+e = h - mean(h, B)
+loss = cross_entropy(e, y)
+output e
+minimize loss
+optimizer sgd(lr = 0.1)
+"""
+
+
+def check_unsupported(dmc, d):
+    """A model whose output combines rows cannot predict: exit 1 naming the line."""
+    with open(os.path.join(d, "mix.dm"), "w") as f:
+        f.write(MIX_DM)
+    err = run(dmc, os.path.join(d, "mix.dm"), ["--predict", "--batch-file", "p5.st", "--out", "o.st"], d, expect=1, sets="C=3")
+    want = "model 'mix' cannot predict: mix.dm:8 combines rows of the batch dim B: e = h - mean(h, B)"
+    if want not in err:
+        raise dmcrun.Failure("mix.dm: expected '%s', got: %s" % (want, err))
+    print("a model mixing rows: cannot predict, naming the line")
+
+
+def check_api(dmc, root, d):
+    """tests/ref/predict_api.c against mlp.c (B=8, H=64): row bounds, NULL input, bitwise
+    equal to forward on the zero-padded batch, nothing written past the rows, training
+    unchanged by predict; built with ASan and UBSan where the compiler has them."""
+    if dmcrun.TARGET != "c":
+        return
+    build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
+    cc = os.environ.get("CC", "cc")
+    if not shutil.which(cc) or not shutil.which("pkg-config"):
+        print("note: no %s or pkg-config: the C API check is skipped" % cc)
+        return
+    out = os.path.join(d, "api")
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "-o", out], check=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--static", "--libs", "dmrt"], env=env, check=True,
+                           stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
+    base = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I" + out,
+            os.path.join(root, "tests", "ref", "predict_api.c"), os.path.join(out, "mlp.c")] + flags
+    exe = os.path.join(out, "probe")
+    sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    if subprocess.run(base + sanitize + ["-o", exe], stderr=subprocess.DEVNULL).returncode != 0:
+        sanitize = []
+        subprocess.run(base + ["-o", exe], check=True)
+    r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    if r.returncode != 0:
+        raise dmcrun.Failure("predict_api exited %d: %s%s" % (r.returncode, r.stdout, r.stderr))
+    print("C API: %s%s" % (r.stdout.strip(), " (ASan, UBSan)" if sanitize else ""))
 
 
 def check_gpt(dmc, root, d, stio, np, torch):
@@ -169,6 +230,8 @@ def main():
             if rows > 1e-5:
                 raise dmcrun.Failure("%s: 5 rows alone vs in 21: max |diff| %.3g" % (mesh or "serial", rows))
         check_failures(dmc, src, d, stio, np)
+        check_unsupported(dmc, d)
+        check_api(dmc, root, d)
         check_gpt(dmc, root, d, stio, np, torch)
     print("ok")
     return 0
