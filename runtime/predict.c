@@ -122,9 +122,11 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
     if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0) goto done;
     int lead = !rank || dmrt_rank_id(rank) == 0;
     if (lead && dmrt_st_write(out_path, m->n_outputs, descs, (const void *const *)outs, err, errlen) != 0) goto done;
-    if (!quiet)
-        fprintf(errs, "predicted %lld rows (%lld calls of up to %lld) in %.3f s: %s\n", (long long)n,
-                (long long)((n + m->predict_batch - 1) / m->predict_batch), (long long)m->predict_batch, dmrt_now() - t0, out_path);
+    if (!quiet) {
+        long long calls = (long long)((n + m->predict_batch - 1) / m->predict_batch);
+        fprintf(errs, "predicted %lld rows (%lld call%s of up to %lld) in %.3f s: %s\n", (long long)n, calls,
+                calls == 1 ? "" : "s", (long long)m->predict_batch, dmrt_now() - t0, out_path);
+    }
     status = 0;
 done:
     if (ctx) m->destroy(ctx);
