@@ -9,11 +9,12 @@ batch: padded) and 21 rows (three calls: 8, 8, 5), and:
 
   a) the logits equal a PyTorch float32 forward with the saved weights within 1e-5
      (both sum in float32 in different orders: a few ulps of O(1) logits);
-  b) the same predictions on the meshes data=2, tensor=2 and pipeline=2 (2
-     micro-batches) equal the serial program's within 1e-5, and the 5-row file's equal
+  b) the same predictions on the meshes data=2, tensor=2, pipeline=2 (2 micro-batches),
+     data=2 with ZeRO 3, 2 micro-batches (accumulation) and data=2 x tensor=2 x
+     pipeline=2 equal the serial program's within 1e-5, and the 5-row file's equal
      the first 5 rows of the 21-row file's (rows do not influence each other);
   c) examples/gpt.dm (V=256,T=64,C=128,NH=4,L=4,B=16) the same way with gpt_torch
-     (1e-4), tensor=2 and pipeline=2 vs serial (1e-5), and ZeRO 3 (data=2) for the mlp;
+     (1e-4), tensor=2 and pipeline=2 vs serial (1e-5);
   d) the C API (predict_api.c, under ASan and UBSan where available): row bounds, a NULL
      input, NULL targets, rows equal to forward's on the zero-padded batch bit for bit,
      nothing written past them, training after predict unchanged;
@@ -40,8 +41,6 @@ GPT_SETS = "V=256,T=64,C=128,NH=4,L=4,B=16"
 
 def run(dmc, src, args, cwd, mesh=None, expect=0, sets=SETS):
     cmd = [dmc, "run", src, "--set", sets] + (mesh.split() if mesh else [])
-    if mesh and mesh.startswith("--mesh pipeline"):
-        cmd += ["--microbatches", "2"]
     cmd += dmcrun.target_args() + ["--"] + args + ["--quiet"]
     r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     if r.returncode != expect:
@@ -158,7 +157,7 @@ def check_gpt(dmc, root, d, stio, np, torch):
         _, want = gpt_torch.forward(torch, w, torch.from_numpy(tokens).long(), torch.zeros(21, 64, dtype=torch.long), 4, 4)
     want = want.numpy()
     serial = None
-    for mesh in (None, "--mesh tensor=2", "--mesh pipeline=2"):
+    for mesh in (None, "--mesh tensor=2", "--mesh pipeline=2 --microbatches 2"):
         got = {}
         for n in (5, 21):
             run(dmc, src, ["--predict", "--init", "gw.st", "--batch-file", "g%d.st" % n, "--out", "go.st"], d, mesh, sets=GPT_SETS)
@@ -204,7 +203,8 @@ def main():
             f.write(b"old")
         worst = 0.0
         serial = {}
-        for mesh in (None, "--mesh data=2", "--mesh tensor=2", "--mesh pipeline=2", "--mesh data=2 --zero 3"):
+        for mesh in (None, "--mesh data=2", "--mesh tensor=2", "--mesh pipeline=2 --microbatches 2", "--mesh data=2 --zero 3",
+                     "--microbatches 2", "--mesh data=2,tensor=2,pipeline=2 --microbatches 2"):
             got = {}
             for n in (5, 21):
                 out = "o%d_%s.st" % (n, (mesh or "serial").replace("=", "").replace(" ", "").replace("-", ""))
