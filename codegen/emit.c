@@ -358,6 +358,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     static const dm_zero_plan no_zero = {0};
     E.zero = plans->zero ? plans->zero : &no_zero;
     number_faults(&E);
+    predict_mark(&E);
     E.scratch_elems = plans->memory->scratch_elems;
     int status = check_spmd(&E, err);
     char h[300], c[300];
@@ -369,6 +370,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     free(E.slots);
     free(E.summed);
     free(E.fault_site);
+    free(E.for_outputs);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
     free(E.cname);
     free(E.line_start);

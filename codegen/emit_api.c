@@ -124,6 +124,7 @@ void emit_header(emitter *E) {
     cg_line(w, "/* Forward, backward and optimizer update; the loss before the update into *loss. */");
     cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
     cg_blank(w);
+    emit_predict_decl(E);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
         char type[256];
@@ -536,6 +537,7 @@ static void emit_context_struct(emitter *E) {
     if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
     cg_line(w, "dmrt_alloc_stats memory; /* the host memory this context allocated (dmrt_alloc_tracked) */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
+    cg_line(w, "int predicting; /* in %s_predict: the forward skips what only the loss needs */", g->model);
     cg_line(w, "char error[512];");
     w->indent--;
     cg_line(w, "};");
@@ -896,6 +898,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, "    default: return NULL;");
     cg_line(w, "    }");
     cg_line(w, "}");
+    emit_predict_wrapper(E);
     cg_line(w, "static const char *model_error(void *ctx) { return %s_error((struct_ctx *)ctx); }", m);
     cg_line(w, "static size_t model_memory_peak(void *ctx) {");
     cg_line(w, "    const struct_ctx *c = (const struct_ctx *)ctx;");
@@ -952,6 +955,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".predicted_forward_seconds = %s,", pl ? "predicted_forward_seconds" : "NULL");
     cg_line(w, ".predicted_backward_seconds = %s,", pl ? "predicted_backward_seconds" : "NULL");
     emit_schedule_descriptor(E);
+    emit_predict_fields(E);
     w->indent--;
     cg_line(w, "};");
 }
@@ -1004,6 +1008,7 @@ void emit_source_body(emitter *E) {
     cg_blank(w);
     if (E->scheduled) emit_scheduled_api(E);
     else emit_serial_api(E);
+    emit_predict_api(E);
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
     cg_blank(w);
     emit_schedule_api(E);

@@ -124,12 +124,14 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
     /* clipping needs every gradient reduced before the first update reads one: the
      * function's reductions, then the norm and scaling, then its updates */
     int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0;
+    int guarded = 0; /* inside predict's guard (emit_predict.c) */
     for (int part = 1; part <= 1 + clipped; part++) {
         if (part == 2) emit_clip(E, stage);
         E->update_part = clipped ? part : 0;
         for (int i = 0; i < g->n_values; i++) {
             int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
             if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (!clipped || updates == (part == 2))) {
+                if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !shares_buffer(E, i)) predict_guard(E, i, &guarded);
                 emit_op(E, V(E, i));
                 emit_sends(E, i, stage);
                 if (sum_after[i] >= 0) {
@@ -140,6 +142,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
             if (part == 1) emit_bucket_start(E, start_after, i);
         }
     }
+    if (guarded) E->w.indent--, cg_line(&E->w, "}");
     E->update_part = 0;
     free(start_after);
 }
@@ -220,8 +223,12 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     }
     if (micro) cg_line(&E->w, "(void)micro;");
     declare_buffers(E, used);
-    for (int i = 0; i < g->n_values; i++)
-        if (received(E, i, phase, stage)) emit_transfer(E, i, V(E, i)->stage, 0);
+    for (int i = 0; i < g->n_values; i++) {
+        if (!received(E, i, phase, stage)) continue;
+        if (!predict_runs(E, i)) cg_line(&E->w, "if (!ctx->predicting) { /* only the loss needs it */"), E->w.indent++;
+        emit_transfer(E, i, V(E, i)->stage, 0);
+        if (!predict_runs(E, i)) E->w.indent--, cg_line(&E->w, "}");
+    }
     /* the action starts when its inputs are here: waiting for them is the bubble */
     if (traced) cg_line(&E->w, "const double trace_start = dmrt_trace_now(ctx->rank);");
     /* a micro-batch's gradient is added to the step's sum where it is computed: its buffer
@@ -240,10 +247,14 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     free(sum_after);
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
         cg_blank(&E->w);
-        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' */");
+        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' (predict computes none) */");
+        cg_line(&E->w, "if (!ctx->predicting) {");
+        E->w.indent++;
         cg_line(&E->w, "float micro_loss;");
         copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
         cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
+        E->w.indent--;
+        cg_line(&E->w, "}");
     }
     for (int i = 0; keeps && i < g->n_outputs; i++) {
         int o = g->outputs[i];

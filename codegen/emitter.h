@@ -5,6 +5,7 @@
  *   emit_api.c   the header, the context, initialisation, weights and the descriptor
  *   emit_schedule.c  the learning rate: schedule, host override, API
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
+ *   emit_predict.c  <model>_predict (inference: the forward without the loss)
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
 #define DM_EMITTER_H
@@ -61,6 +62,8 @@ typedef struct emitter {
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
+    unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
+                                * of the forward (emit_predict.c) */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -153,6 +156,14 @@ void emit_schedule_descriptor(emitter *E);
 /* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
  * all), between their reductions and the updates. */
 void emit_clip(emitter *E, int stage);
+/* emit_predict.c: <model>_predict, and the guard that makes the forward skip the loss */
+void predict_mark(emitter *E);
+int predict_runs(const emitter *E, int id);
+void predict_guard(emitter *E, int id, int *open);
+void emit_predict_decl(emitter *E);
+void emit_predict_api(emitter *E);
+void emit_predict_wrapper(emitter *E);
+void emit_predict_fields(emitter *E);
 
 /* emit_api.c */
 void emit_header(emitter *E);

@@ -133,6 +133,16 @@ typedef struct dmrt_model {
     int (*set_total_steps)(void *ctx, int64_t total_steps);
     int (*set_lr)(void *ctx, double lr);
     double (*lr)(void *ctx);
+    /* Inference (<model>_predict): the outputs of the first rows rows (1 <= rows <=
+     * predict_batch) of inputs into outputs[i] (rows times the rest of output i's shape),
+     * running the forward ops the outputs need and not the loss. Inputs with
+     * predict_reads[i] 0 (the targets) are not read and may be NULL. Every rank calls it
+     * with the whole inputs. predict_batch 0: the model cannot predict, and
+     * predict_unsupported says why. A hand-written model may leave all of them 0/NULL. */
+    int (*predict)(void *ctx, const void *const *inputs, int64_t rows, void *const *outputs);
+    int64_t predict_batch;
+    const unsigned char *predict_reads; /* (n_inputs) */
+    const char *predict_unsupported;
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

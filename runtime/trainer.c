@@ -56,6 +56,8 @@ typedef struct tr_opts {
     int64_t top_k;          /* -1 when not given (then 40) */
     int quiet;
     int memory;             /* --memory: every rank reports what its model allocated */
+    int predict;            /* --predict: inference on --batch-file into --out (predict.c) */
+    const char *out;
 } tr_opts;
 
 /* A byte-level language model as text training and sampling need it: inputs tokens and
@@ -177,6 +179,19 @@ static int valid_text_list(const char *list) {
 }
 
 /* Returns TR_OK, TR_HELP or TR_USAGE (message and usage printed). */
+/* --predict needs --batch-file and --out, and trains nothing; --out needs --predict. */
+static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!o->predict)
+        return o->out ? usage_error(prog, model, "--out only applies with --predict") : TR_OK;
+    if (!o->batch_file || !o->out)
+        return usage_error(prog, model, "--predict needs %s", !o->batch_file ? "--batch-file FILE (the inputs)" : "--out FILE (for the outputs)");
+    const char *other = o->data ? "--data" : o->data_dir ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+                      : o->save ? "--save" : o->dump_grads ? "--dump-grads" : o->sample >= 0 ? "--sample"
+                      : o->eval_every ? "--eval-every" : o->trace ? "--trace" : NULL;
+    if (other) return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s", other);
+    return TR_OK;
+}
+
 static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                       const dmrt_model *model) {
     /* the options of the table that take a value */
@@ -198,6 +213,10 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         }
         if (strcmp(arg, "--memory") == 0) {
             o->memory = 1;
+            continue;
+        }
+        if (strcmp(arg, "--predict") == 0) {
+            o->predict = 1;
             continue;
         }
         /* --name VALUE or --name=VALUE */
@@ -244,6 +263,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         else if (strcmp(name, "--dump-grads") == 0) o->dump_grads = val;
         else if (strcmp(name, "--trace") == 0) o->trace = val;
         else if (strcmp(name, "--prompt") == 0) o->prompt = val;
+        else if (strcmp(name, "--out") == 0) o->out = val;
         if (bad)
             return usage_error(prog, model, "bad value '%s' for %s: expected %s", val, name, want);
     }
@@ -260,6 +280,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "text:FILE[,FILE...])",
                            o->data);
     }
+    int status = check_predict(o, prog, model);
+    if (status != TR_OK) return status;
     if (o->batch_file && (o->data || o->data_dir))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
                            o->data ? "--data" : "--data-dir");
@@ -829,6 +851,10 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     const char *oom_msg = NULL;
     err[0] = '\0';
 
+    if (o->predict) {
+        if (devnull) fclose(devnull);
+        return dmrt_trainer_predict(m, o->seed, o->init, o->batch_file, o->out, o->quiet, prog, rank, fail, faillen);
+    }
     /* Which data: usage-level decisions first. */
     tr_lm lm = {0, 0, 0, 0, 0, 0};
     int is_lm = find_lm(m, &lm, why, sizeof why) == 0;

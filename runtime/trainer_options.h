@@ -54,6 +54,12 @@
       "record every rank's forward and backward actions (pipelines,\n"                      \
       "micro-batches): FILE a Chrome trace (Perfetto), FILE's .svg\n"                       \
       "the last step; prints the measured pipeline bubble")                                  \
+    X("--predict", NULL,                                                                     \
+      "inference instead of training: the model's outputs for the rows of\n"                \
+      "--batch-file (one tensor per input the outputs read, named after it,\n"             \
+      "[rows, ...], any number of rows) into --out, with the parameters of\n"              \
+      "--init")                                                                              \
+    X("--out", "FILE", "with --predict: the safetensors file of the outputs (atomically)")  \
     X("--quiet", NULL, "no progress bar and no summary on stderr")                          \
     X("--memory", NULL,                                                                      \
       "at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"                \
