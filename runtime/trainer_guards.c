@@ -108,26 +108,35 @@ int dmrt_trainer_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_fi
     return 0;
 }
 
+/* A float as a message shows it: nan without the sign %g gives some (-nan). */
+static const char *float_text(float x, char *buf, size_t len) {
+    if (isnan(x)) snprintf(buf, len, "nan");
+    else snprintf(buf, len, "%g", (double)x);
+    return buf;
+}
+
 int dmrt_trainer_guard_explain_non_finite(const dmrt_model *m, void *ctx, const void *const *inputs, int64_t step,
                                 float loss, int loss_non_finite, char *err, size_t errlen) {
     int64_t at = -1;
     int in = non_finite_input(m, inputs, &at);
     const char *what = loss_non_finite ? "the loss is not finite" : "a gradient is not finite";
+    char value[32];
+    float_text(loss, value, sizeof value);
     if (in >= 0) {
         int64_t row_len = m->inputs[in].rank > 0 && m->inputs[in].shape[0] > 0
                               ? m->inputs[in].numel / m->inputs[in].shape[0] : 1;
-        return dmrt_errorf(err, errlen, "step %lld: %s (%g): the batch's input '%s' holds a non-finite value (row %lld); "
-                           "nothing was saved", (long long)step, what, (double)loss, m->inputs[in].name,
+        return dmrt_errorf(err, errlen, "step %lld: %s (%s): the batch's input '%s' holds a non-finite value (row %lld); "
+                           "nothing was saved", (long long)step, what, value, m->inputs[in].name,
                            (long long)(at / row_len));
     }
     char why[512] = "";
     int p = non_finite_gradient(m, ctx, why, sizeof why);
-    if (p == -2) return dmrt_errorf(err, errlen, "step %lld: %s (%g), and %s", (long long)step, what, (double)loss, why);
+    if (p == -2) return dmrt_errorf(err, errlen, "step %lld: %s (%s), and %s", (long long)step, what, value, why);
     if (p >= 0)
-        return dmrt_errorf(err, errlen, "step %lld: %s (%g): the first parameter whose gradient holds a non-finite "
-                           "value is '%s'; nothing was saved", (long long)step, what, (double)loss, m->params[p].name);
-    return dmrt_errorf(err, errlen, "step %lld: %s (%g), with finite inputs and gradients; nothing was saved",
-                       (long long)step, what, (double)loss);
+        return dmrt_errorf(err, errlen, "step %lld: %s (%s): the first parameter whose gradient holds a non-finite "
+                           "value is '%s'; nothing was saved", (long long)step, what, value, m->params[p].name);
+    return dmrt_errorf(err, errlen, "step %lld: %s (%s), with finite inputs and gradients; nothing was saved",
+                       (long long)step, what, value);
 }
 
 int dmrt_trainer_guard_serial_gradients_finite(const dmrt_model *m, void *ctx) {
