@@ -5,8 +5,8 @@
     naming the step and the first parameter whose gradient is not finite, exits 1, and
     leaves the --save file as it was: serial, data=2 x pipeline=2 and tensor=2 (every rank
     must stop at the same step, or the run hangs until the deadline);
-  - a NaN in the batch file's input x (step 3, row 5) is named as such (mlp's relu, as
-    fmaxf, turns it into 0: the loss stays finite and the gradient of fc1.weight is not);
+  - a NaN in the batch file's input x (step 3, row 5) is named as such, whether it shows in
+    the loss (relu passes NaN on, as PyTorch's does) or only in a gradient;
   - an unwritable --save path is refused before the first step;
   - SIGTERM and SIGINT sent to dmc during training: the trainer stops at a step boundary,
     says so, writes no --save, dmc exits 128 + the signal and removes its build directory
