@@ -361,6 +361,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     predict_mark(&E);
     E.scratch_elems = plans->memory->scratch_elems;
     int status = check_spmd(&E, err);
+    if (!status) status = emit_dropout_prepare(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
     snprintf(c, sizeof c, "%s.%s", g->model, dialect->source_suffix);

@@ -526,6 +526,10 @@ static void emit_context_struct(emitter *E) {
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
     emit_schedule_fields(E);
+    if (E->dropout) {
+        cg_line(w, "uint64_t seed; /* create's: with step, a dropout's number and an element's index, its random key */");
+        cg_line(w, "int training;  /* set by train_step, cleared by forward: dropout is the identity in forward */");
+    }
     if (E->partitioned) {
         cg_line(w, "dmrt_rank *rank;           /* this rank of the run (the launcher's) */");
         cg_line(w, "dmrt_comm *comm[%d];        /* (mesh axes) the ranks differing from this one along each axis */", g->n_axes);
@@ -772,6 +776,7 @@ static void emit_create_destroy(emitter *E) {
         w->indent--;
         cg_line(w, "}");
     }
+    if (E->dropout) cg_line(w, "ctx->seed = seed;");
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
     cg_line(w, "    goto fail;");

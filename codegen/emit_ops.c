@@ -512,6 +512,10 @@ void emit_op(emitter *E, const ir_value *v) {
         cg_line(&E->w, "/* %s(%s) */", info->name, E->cname[v->operands[0]]);
     else
         cg_line(&E->w, "/* %s = %s : %s */", E->cname[v->id], info->name, type);
+    if (v->op == OP_DROPOUT) {
+        emit_dropout(E, v);
+        return;
+    }
     switch (info->cls) {
     case OPC_UNARY:
     case OPC_UNARY_GRAD:

@@ -558,7 +558,9 @@ void emit_scheduled_api(emitter *E) {
         cg_line(w, "ctx->error[0] = 0;");
         cg_line(w, "int status;");
         emit_upload(E);
+        if (E->dropout) cg_line(w, "ctx->training = 1; /* dropout draws its masks */");
         emit_stage_dispatch(E, "train", "ctx, batch");
+        if (E->dropout) cg_line(w, "ctx->training = 0;");
         cg_line(w, "if (status == DMRT_OK) status = finish_forward(ctx, loss);");
         cg_line(w, "if (status != DMRT_OK) return status;");
         if (g->optimizer.kind != OPTIM_NONE) {
@@ -602,7 +604,9 @@ void emit_serial_api(emitter *E) {
     cg_line(w, "}");
     cg_blank(w);
     if (open_train_step(E)) {
+        if (E->dropout) cg_line(w, "ctx->training = 1; /* dropout draws its masks */");
         cg_line(w, "int status = %s_forward(ctx, batch, loss);", m);
+        if (E->dropout) cg_line(w, "ctx->training = 0;");
         cg_line(w, "if (status == DMRT_OK) status = run_backward(ctx, batch);");
         if (g->optimizer.kind != OPTIM_NONE) {
             cg_line(w, "if (status != DMRT_OK) return status;");

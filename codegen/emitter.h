@@ -57,6 +57,8 @@ typedef struct emitter {
     const char *arena_var;     /* how code reaches the arena: ctx->arena, or a micro-batch's copy */
     const char *kept_var;      /* how it reaches the micro-batch's kept values (from
                                 * stage_kept_from(cur_stage) on), NULL: as the rest */
+    int dropout;               /* the program has dropout ops: the context keeps the seed and a
+                                * training flag (codegen/emit_dropout.c) */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
     int update_part;           /* an update function split by clipping (emit_clip.c): 1 while its
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
@@ -107,6 +109,10 @@ static inline int bucket_started_early(const emitter *E, int lead) { return E->b
 static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
     return E->zero->n_buckets && p >= 0 && E->zero->bucket_of[p] >= 0 ? &E->zero->bucket[E->zero->bucket_of[p]] : NULL;
 }
+
+/* emit_dropout.c */
+int emit_dropout_prepare(emitter *E, FILE *err);
+void emit_dropout(emitter *E, const ir_value *v);
 
 /* emit.c */
 void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);

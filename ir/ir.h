@@ -139,6 +139,8 @@ typedef struct ir_value {
     int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
     int trans_a, trans_b;     /* MATMUL */
     ir_op unary;              /* UNARY_GRAD: the forward op */
+    int rng_op;               /* DROPOUT: the dropout's number in the forward program (part of
+                               * its random key; its gradient and recomputed copies share it) */
     ir_init init;             /* PARAM */
     int stored_rank;          /* PARAM: rank of its shape in weight files, 0 when that is type's */
     int64_t stored_shape[IR_MAX_RANK]; /* (stored_rank) the same elements in the same order */

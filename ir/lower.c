@@ -70,6 +70,7 @@ typedef struct lowerer {
     int depth;                /* nested instantiation / calls */
     int segments;             /* top-level layer calls so far (ir_value.segment) */
     int in_recompute;         /* lowering the argument of recompute(...) */
+    int dropouts;             /* dropout ops so far (ir_value.rng_op) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
     binding failed_path;      /* what a dotted path into a failed layer resolves to */
     const char *layer_path;   /* the top-level layer being instantiated, or NULL */
@@ -1036,9 +1037,35 @@ static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
     free(names);
 }
 
+/* dropout(x, p): p a constant in [0, 1); dropout(x, 0) is x itself, no op at all. */
+static int lower_dropout(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    double p;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0 || eval_number(L, s, e->args[1], &p)) return 1;
+    if (!(p >= 0.0 && p < 1.0)) {
+        dm_error(L->d, e->args[1]->loc, "dropout's probability must be in [0, 1), got %g", p);
+        return 1;
+    }
+    if (val(L, x)->op == OP_CONST || val(L, x)->type.dtype != DT_F32) {
+        dm_error(L->d, e->args[0]->loc, "dropout takes an f32 tensor, not a constant or i32");
+        return 1;
+    }
+    if (p == 0.0) {
+        *out = x;
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_DROPOUT, &x, 1, e->loc);
+    v->scalar = p;
+    v->rng_op = L->dropouts++;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     const char *f = e->name;
     *out = -1;
+    if (strcmp(f, "dropout") == 0) return lower_dropout(L, s, e, out);
     ir_op unary = ir_op_by_name(f);
     if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) {
         if (want_args(L, e, 1, 1)) return 1;

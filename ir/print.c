@@ -102,6 +102,9 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
     case OPC_UNARY_GRAD:
         fprintf(out, " of=%s", ir_op_info_of(v->unary)->name);
         break;
+    case OPC_UNARY:
+        if (v->op == OP_DROPOUT) fprintf(out, " p=%.9g stream=%d", v->scalar, v->rng_op);
+        break;
     default:
         break;
     }

@@ -98,6 +98,13 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     case OPC_SOURCE:
         return;
     case OPC_UNARY: {
+        if (v->op == OP_DROPOUT) { /* linear: the same mask (same key) on dy */
+            ir_value *gv = start(A, OP_DROPOUT, &dy, 1, loc, n0);
+            gv->scalar = v->scalar;
+            gv->rng_op = v->rng_op;
+            accumulate(A, x0, finish(A, gv), loc);
+            return;
+        }
         int ops[3] = {x0, v->id, dy};
         ir_value *gv = start(A, OP_UNARY_GRAD, ops, 3, loc, n0);
         gv->unary = v->op;

@@ -51,13 +51,27 @@ static int check_outputs(const ir_graph *g, dm_diag *d) {
     return errors;
 }
 
+/* With micro-batches, a dropout's elements are numbered in the step's whole tensor by
+ * micro-batch row blocks (codegen/emit_dropout.c): its value must lead with the batch. */
+static int check_dropout(const ir_graph *g, dm_diag *d) {
+    for (int i = 0; g->microbatches > 1 && i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        const ir_type *t = &v->type;
+        if (v->op != OP_DROPOUT || (t->rank > 0 && t->dim_name[0] && strcmp(t->dim_name[0], g->batch_dim) == 0)) continue;
+        dm_error(d, v->loc, "dropout of a value that does not lead with the batch '%s': with micro-batches, its mask "
+                            "is drawn by the step's rows", g->batch_dim);
+        return 1;
+    }
+    return 0;
+}
+
 int pass_supported(const ir_graph *g, dm_diag *d) {
     int pipe_axis = ir_pipeline_axis(g);
     if (pipe_axis >= 0 && g->axes[pipe_axis].size > 64) {
         dm_error(d, g->axes[pipe_axis].loc, "at most 64 pipeline stages, the mesh has %lld", (long long)g->axes[pipe_axis].size);
         return 1;
     }
-    int errors = check_inputs(g, d) + check_outputs(g, d);
+    int errors = check_inputs(g, d) + check_outputs(g, d) + check_dropout(g, d);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {

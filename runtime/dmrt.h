@@ -208,6 +208,9 @@ float dmrt_rng_normal(dmrt_rng *rng);
 void dmrt_fill_uniform(float *p, int64_t n, float lo, float hi, dmrt_rng *rng);
 void dmrt_fill_normal(float *p, int64_t n, float mean, float std, dmrt_rng *rng);
 void dmrt_fill_const(float *p, int64_t n, float value);
+/* Dropout: whether element `index` (of the whole tensor) of dropout `op` at `step` is kept:
+ * its uniform draw is >= threshold / 2^24 (runtime/rng.c). */
+int dmrt_dropout_keep(uint64_t seed, int64_t step, uint32_t op, uint64_t index, uint32_t threshold);
 
 /* ---- learning-rate schedules --------------------------------------------------------------- */
 

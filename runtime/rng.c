@@ -77,3 +77,15 @@ void dmrt_fill_normal(float *p, int64_t n, float mean, float std, dmrt_rng *rng)
 void dmrt_fill_const(float *p, int64_t n, float value) {
     for (int64_t i = 0; i < n; i++) p[i] = value;
 }
+
+/* Dropout's mask (codegen/emit_dropout.c): element `index` of the whole tensor, in dropout
+ * number `op` of the program at step `step`, under `seed`, is one Philox block with counter
+ * words (index lo, index hi, op with its top bit set, step) and key (seed lo, seed hi): the
+ * top bit keeps these blocks apart from the parameters' streams (dmrt_rng_init). Kept when
+ * its 24-bit uniform, as dmrt_rng_uniform's, is at least threshold / 2^24 (ceil(p 2^24)). */
+int dmrt_dropout_keep(uint64_t seed, int64_t step, uint32_t op, uint64_t index, uint32_t threshold) {
+    uint32_t x[4] = {(uint32_t)index, (uint32_t)(index >> 32), op | 0x80000000u, (uint32_t)step};
+    philox4x32_10(x, (uint32_t)seed, (uint32_t)(seed >> 32));
+    uint64_t u = (uint64_t)x[0] | (uint64_t)x[1] << 32;
+    return (uint32_t)(u >> 40) >= threshold;
+}

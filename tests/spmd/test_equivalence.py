@@ -1,8 +1,9 @@
 """test_equivalence.py DMC SRCROOT MODEL BACKEND: the serial program is the oracle of the
 partitioned one.
 
-MODEL is mlp (examples/mlp.dm, small sizes), gpt (examples/gpt.dm, the tiny config: its
-vocabulary splits over tensor, so cross-entropy runs vocabulary-parallel), forms
+MODEL is mlp (examples/mlp.dm, small sizes), dropout (tests/spmd/dropout.dm), gpt
+(examples/gpt.dm, the tiny config: its vocabulary splits over tensor, so cross-entropy runs
+vocabulary-parallel), forms
 (tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
 reduce-scatter of gradients), stack, sgd or clip (tests/spmd/clip.dm: gradient clipping,
 whose global norm counts every element once on each mesh, and a learning-rate schedule);
@@ -36,7 +37,7 @@ from dmcrun import TARGET, Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
@@ -82,6 +83,9 @@ MODELS = {
     "forms": ("tests/spmd/forms.dm", "B=16,D=24,H=32,K=8"),
     # four residual blocks and a head: a layer per stage on pipeline=4
     "stack": ("tests/spmd/stack.dm", "B=16,D=32,H=64,K=8"),
+    # stack.dm with dropout (on the input, the hidden units split over tensor, each block's
+    # output): every rank draws the serial program's mask for its block of each tensor
+    "dropout": ("tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8"),
     # SGD with Nesterov momentum: one state tensor per parameter (ZeRO's shares of it)
     "sgd": ("tests/spmd/sgd.dm", "B=16,D=24,H=32,K=8"),
     # gradient clipping (its global norm over every mesh) under a warmup and cosine decay
@@ -93,7 +97,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model in ("mlp", "forms", "stack", "sgd", "clip"):
+    if model in ("mlp", "forms", "stack", "sgd", "clip", "dropout"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}
