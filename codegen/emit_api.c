@@ -20,7 +20,7 @@ typedef struct owned_buffer {
 } owned_buffer;
 
 /* A tensor as files and tools see it: a parameter in its stored shape. */
-static void tensor_desc(emitter *E, const ir_value *v, const char *name) {
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name) {
     char dims[256] = "";
     size_t n = 0;
     int rank = v->stored_rank ? v->stored_rank : v->type.rank;
@@ -139,6 +139,7 @@ void emit_header(emitter *E) {
     }
     cg_blank(w);
     emit_schedule_declarations(E);
+    emit_state_declarations(E);
     cg_line(w, "/* The last error message of ctx (\"\" if none). */");
     cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
     cg_blank(w);
@@ -344,19 +345,7 @@ static void emit_spmd_support(emitter *E) {
         cg_line(w, "if (zero_params[p][0] >= 0) {");
         w->indent++;
         if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != param_stage[p]) return DMRT_OK; /* another stage's */");
-        cg_line(w, "/* this rank's block, and of it the elements in this rank's share of the range */");
-        cg_line(w, "const int64_t *z = zero_params[p];");
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *local = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!local) return DMRT_ERR_NOMEM;");
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, local);");
-        cg_line(w, "const int64_t share_begin = ctx->coord[z[0]] * z[1];");
-        cg_line(w, "const int64_t lo = share_begin > z[3] ? share_begin : z[3];");
-        cg_line(w, "const int64_t hi = share_begin + z[1] < z[3] + n ? share_begin + z[1] : z[3] + n;");
-        cg_line(w, "if (lo < hi) memcpy(ctx->params + z[2] + (lo - share_begin), local + (lo - z[3]), (size_t)(hi - lo) * sizeof(float));");
-        cg_line(w, "dmrt_free(local);");
-        cg_line(w, "return DMRT_OK;");
+        emit_share_scatter(E, "zero_params[p]", "ctx->params");
         w->indent--;
         cg_line(w, "}");
     }
@@ -590,7 +579,7 @@ static void emit_desc_table(emitter *E, const char *name, const int *ids, int n)
     cg_writer *w = &E->w;
     cg_line(w, "static const dmrt_tensor_desc %s[%d] = {", name, n ? n : 1);
     w->indent++;
-    for (int i = 0; i < n; i++) tensor_desc(E, V(E, ids[i]), V(E, ids[i])->name);
+    for (int i = 0; i < n; i++) emit_tensor_desc(E, V(E, ids[i]), V(E, ids[i])->name);
     if (!n) cg_line(w, "{\"\", DMRT_F32, 0, {0}, 0},");
     w->indent--;
     cg_line(w, "};");
@@ -961,6 +950,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".predicted_backward_seconds = %s,", pl ? "predicted_backward_seconds" : "NULL");
     emit_schedule_descriptor(E);
     emit_predict_fields(E);
+    emit_state_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }
@@ -1017,5 +1007,6 @@ void emit_source_body(emitter *E) {
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
     cg_blank(w);
     emit_schedule_api(E);
+    emit_state_support(E);
     emit_descriptor(E);
 }

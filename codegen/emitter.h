@@ -6,6 +6,7 @@
  *   emit_schedule.c  the learning rate: schedule, host override, API
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  *   emit_predict.c  <model>_predict (inference: the forward without the loss)
+ *   emit_state.c the optimizer state and step as checkpoints move them
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
 #define DM_EMITTER_H
@@ -64,6 +65,7 @@ typedef struct emitter {
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
+    int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
     char prefix_upper[128];
@@ -138,6 +140,10 @@ void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
 void zero_close_member(emitter *E);
 void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size);
 void emit_zero_gather(emitter *E, const ir_value *v);
+/* In a scatter function (whole, p, start, block in scope): the rank's block of whole, and of it
+ * the elements in the rank's share of the range, into storage; row: a {axis, share, this rank's
+ * share in storage, the parameter's place in the range, ...} table row. Returns from it. */
+void emit_share_scatter(emitter *E, const char *row, const char *storage);
 void emit_param_view(emitter *E, const ir_value *v);
 void emit_op(emitter *E, const ir_value *v);
 
@@ -171,7 +177,14 @@ void emit_predict_api(emitter *E);
 void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
 
+/* emit_state.c: checkpoints' optimizer state and step: the API's declarations, the tables,
+ * moves and API (after the step's functions), the descriptor's fields */
+void emit_state_declarations(emitter *E);
+void emit_state_support(emitter *E);
+void emit_state_descriptor(emitter *E);
+
 /* emit_api.c */
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
 void emit_header(emitter *E);
 void emit_source_head(emitter *E);
 void emit_source_body(emitter *E);
