@@ -69,6 +69,10 @@ PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "2"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "3",
                                                    "--bucket-mb", "0.004"])]
+# DMC_TEST_QUICK=1 (the sanitized build, tests/meson.build): the most composed of each list,
+# which reach the collectives, ZeRO's shares, recomputation and both schedules
+QUICK_MESHES = [MESHES[4], MESHES[-1]]
+QUICK_PIPELINE_MESHES = [PIPELINE_MESHES[3], PIPELINE_MESHES[-2]]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -140,6 +144,9 @@ def main():
     pipeline = len(sys.argv) > 5 and sys.argv[5] == "pipeline"
     if pipeline:
         MESHES = PIPELINE_MESHES
+    if os.environ.get("DMC_TEST_QUICK") == "1":
+        print("DMC_TEST_QUICK: %d of the %d meshes" % (2, len(MESHES)))
+        MESHES = QUICK_PIPELINE_MESHES if pipeline else QUICK_MESHES
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77
