@@ -26,18 +26,22 @@ static int state_values(const emitter *E, int *ids) {
     return n;
 }
 
-/* Whether this target writes checkpoints: host memory only. */
-static int checkpoints_supported(const emitter *E) { return !E->device; }
+/* Why this program cannot write checkpoints, or NULL when it can. */
+static const char *checkpoints_unsupported(const emitter *E) {
+    if (E->device) return "its optimizer state is device memory (the CUDA target), which checkpoints do not read yet";
+    return NULL;
+}
+static int checkpoints_supported(const emitter *E) { return checkpoints_unsupported(E) == NULL; }
 
 void emit_state_declarations(emitter *E) {
     const char *m = E->g->model;
     cg_writer *w = &E->w;
     cg_line(w, "/* Checkpoints: the parameters, the optimizer's state and the updates done, in one");
     cg_line(w, " * safetensors file written atomically; loading checks every tensor before it changes");
-    cg_line(w, " * anything. Files hold whole tensors, so a checkpoint of any mesh of this model loads.%s%s%s%s */",
+    cg_line(w, " * anything. Files hold whole tensors, so a checkpoint of any mesh of this model loads.%s%s%s */",
             E->partitioned ? "\n * Every rank must call them; world rank 0 writes" : "",
-            checkpoints_supported(E) ? "" : "\n * The ", checkpoints_supported(E) ? "" : E->dialect->name,
-            checkpoints_supported(E) ? "" : " target cannot write or read them yet: both return DMRT_ERR_ARG");
+            checkpoints_supported(E) ? "" : "\n * Not this program (both return DMRT_ERR_ARG): ",
+            checkpoints_supported(E) ? "" : checkpoints_unsupported(E));
     cg_line(w, "int %s_save_checkpoint(%s_ctx *ctx, const char *path);", m, m);
     cg_line(w, "int %s_load_checkpoint(%s_ctx *ctx, const char *path);", m, m);
     cg_line(w, "/* Optimizer updates done: train_step counts them, a loaded checkpoint sets them. */");
@@ -219,8 +223,8 @@ void emit_state_support(emitter *E) {
         cg_line(w, "ctx->error[0] = 0;");
         if (!checkpoints_supported(E)) {
             cg_line(w, "(void)path;");
-            cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%%s\", \"model '%s': the %s target cannot write or read checkpoints yet\");",
-                    m, E->dialect->name);
+            cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%%s\", \"model '%s' cannot write or read checkpoints: %s\");", m,
+                    checkpoints_unsupported(E));
             cg_line(w, "return DMRT_ERR_ARG;");
         } else if (save) {
             cg_line(w, "return dmrt_save_checkpoint(&%s_model, ctx, path, 0, NULL, NULL, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;", m);
@@ -237,6 +241,8 @@ void emit_state_descriptor(emitter *E) {
     cg_writer *w = &E->w;
     int n = E->n_states;
     cg_line(w, ".checkpoints = %d,", checkpoints_supported(E));
+    if (checkpoints_supported(E)) cg_line(w, ".checkpoints_unsupported = NULL,");
+    else cg_line(w, ".checkpoints_unsupported = \"%s\",", checkpoints_unsupported(E));
     cg_line(w, ".n_states = %d,", n);
     cg_line(w, ".states = %s,", n ? "state_descs" : "NULL");
     cg_line(w, ".state_gather = %s,", n ? "model_state_gather" : "NULL");

@@ -36,8 +36,8 @@ static int gather_whole(const dmrt_model *m, void *ctx, int i, float *whole) {
 int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n_meta, const char *const *keys,
                          const char *const *values, char *err, size_t errlen) {
     if (!m->checkpoints || !m->step)
-        return dmrt_errorf(err, errlen, "%s: model '%s' cannot write checkpoints (its target keeps no host copy)", path,
-                           m->name);
+        return dmrt_errorf(err, errlen, "%s: model '%s' cannot write checkpoints: %s", path, m->name,
+                           m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
     int n = m->n_params + m->n_states;
     int writer = !m->rank_id || m->rank_id(ctx) == 0;
     /* the writing rank keeps every tensor until the file is written; the others gather into
@@ -105,8 +105,8 @@ static int read_step(const dmrt_st_file *f, int64_t *step, char *err, size_t err
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen) {
     const char *path = f->path;
     if (!m->checkpoints || !m->set_step)
-        return dmrt_errorf(err, errlen, "%s: model '%s' cannot read checkpoints (its target keeps no host copy)", path,
-                           m->name);
+        return dmrt_errorf(err, errlen, "%s: model '%s' cannot read checkpoints: %s", path, m->name,
+                           m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
     int n = m->n_params + m->n_states, rc = 0;
     int64_t step = 0;
     const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);

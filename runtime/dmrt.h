@@ -144,13 +144,14 @@ typedef struct dmrt_model {
     const unsigned char *predict_reads; /* (n_inputs) */
     const char *predict_unsupported;
 
-    /* Checkpoints (runtime/checkpoint.c). checkpoints 0: the model cannot write them (the CUDA
-     * target). The optimizer's state as whole tensors, n_states of them, each named after
+    /* Checkpoints (runtime/checkpoint.c). checkpoints 0: the model cannot write them, and
+     * checkpoints_unsupported says why (the CUDA target's state is device memory). The optimizer's state as whole tensors, n_states of them, each named after
      * its parameter and shaped like it ("fc1.weight.exp_avg"): state_gather puts state i
      * whole into whole (every rank must call it), state_scatter keeps the rank's part of it
      * (local). step: the optimizer updates done; set_step sets them (step >= 0). Each
      * returns DMRT_OK or an error status (message from error()). */
     int checkpoints;
+    const char *checkpoints_unsupported; /* with checkpoints 0: why */
     int n_states;
     const dmrt_tensor_desc *states; /* (n_states) */
     int (*state_gather)(void *ctx, int i, float *whole);

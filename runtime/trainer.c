@@ -169,8 +169,8 @@ static int check_checkpoints(const tr_opts *o, const char *prog, const dmrt_mode
         return usage_error(prog, model,
                            "--resume restores the parameters from its checkpoint: it cannot be combined with --init");
     if ((o->checkpoint || o->resume) && !model->checkpoints)
-        return usage_error(prog, model, "model '%s' cannot write or read checkpoints (its target keeps its state on the device)",
-                           model->name);
+        return usage_error(prog, model, "model '%s' cannot write or read checkpoints: %s", model->name,
+                           model->checkpoints_unsupported ? model->checkpoints_unsupported : "it does not say how");
     return TR_OK;
 }
 
