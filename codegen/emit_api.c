@@ -948,6 +948,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".n_mesh_axes = %d,", E->partitioned ? g->n_axes : 0);
     cg_line(w, ".mesh_axis_names = %s,", E->partitioned ? "mesh_axis_names" : "NULL");
     cg_line(w, ".mesh_axis_sizes = %s,", E->partitioned ? "mesh_axis_sizes" : "NULL");
+    cg_line(w, ".pipeline_chunks = %d,", pl ? pl->chunks : 1);
     cg_line(w, ".create_rank = %s,", E->partitioned ? "model_create_rank" : "NULL");
     cg_line(w, ".gather = %s,", copies ? "model_gather" : "NULL");
     cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
