@@ -566,8 +566,9 @@ static void sum_ranks(dm_memory_plan *plan, const dm_pipeline_plan *pipe) {
         r->param_elems += m->param_elems, r->grad_elems += m->grad_elems, r->state_elems += m->state_elems;
         r->grad_sum_elems += m->grad_sum_elems ? m->grad_sum_elems : m->grad_elems;
         r->arena_unshared_elems += m->arena_unshared_elems;
-        /* the rank's arena is its stages' held regions, each its own */
-        r->arena_elems += m->held_elems, r->held_elems += m->held_elems;
+        /* the rank's arena is its stages' held regions, each its own; one micro-batch's is
+         * their arenas' */
+        r->arena_elems += m->arena_elems, r->held_elems += m->held_elems;
         if (m->in_flight > r->in_flight) r->in_flight = m->in_flight;
     }
 }

@@ -293,7 +293,7 @@ int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int 
  * stages holds it. */
 int64_t dm_offset_on_rank(const dm_memory_plan *plan, const ir_graph *g, int id, int rank);
 /* What the ranks of pipeline coordinate `rank` hold: their stage's regions, or interleaved
- * the sums of their stages' (arena_elems then counts every copy: held_elems). */
+ * the sums of their stages' (kept_elems then 0: held_elems is what they allocate). */
 const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank);
 
 /* Where gradient id sits in the micro-batches' gradient sum, and that sum's elements on

@@ -674,6 +674,17 @@ static int chunks_of(const ir_graph *g, int ranks, dm_diag *d) {
         dm_error(d, at, "at most 64 stages, and %d pipeline stages x %d chunks make %d", ranks, chunks, ranks * chunks);
         return -1;
     }
+    /* not built yet: ZeRO lays out each stage's shares as a rank's whole region, and
+     * clipping would take the norm chunk by chunk */
+    if (g->zero > 0) {
+        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the interleaved schedule",
+                 g->zero);
+        return -1;
+    }
+    if (g->optimizer.clip > 0) {
+        dm_error(d, g->optimizer.loc, "gradient clipping is not built for the interleaved schedule");
+        return -1;
+    }
     return chunks;
 }
 

@@ -255,7 +255,8 @@ void pipe_schedule_print(const pipe_schedule *s, FILE *out) {
             }
         }
         while (len > 0 && row[len - 1] == ' ') row[--len] = 0;
-        fprintf(out, "  stage %-3d %s\n", st, row);
+        /* interleaved, a row is a rank's: its chunks are stages of their own */
+        fprintf(out, s->chunks > 1 ? "  rank %-4d %s\n" : "  stage %-3d %s\n", st, row);
     }
     free(row);
 }

@@ -92,7 +92,7 @@ double pipe_bubble_formula_chunked(int stages, int chunks, int micros);
 int pipe_in_flight(const pipe_schedule *s, int vstage);
 
 /* The grid, one row per stage and one column per slot of the smallest cost ("F3", "B0",
- * ". " idle; interleaved: "F3a", the chunk a letter), for schedules of equal stages whose
+ * ". " idle; interleaved: a row per rank, "F3a", the chunk a letter), for schedules of equal stages whose
  * costs are whole multiples of the smaller one (prints nothing for others). */
 void pipe_schedule_print(const pipe_schedule *s, FILE *out);
 

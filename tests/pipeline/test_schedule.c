@@ -256,8 +256,8 @@ static void check_interleaved_grid(void) {
     }
     char buf[1024] = "";
     grid_of(&s, buf, sizeof buf);
-    const char *want = "  stage 0   F0a F1a F0b F1b .   B0b .   B1b B0a B1a\n"
-                       "  stage 1   .   F0a F1a F0b B0b F1b B1b B0a B1a .\n";
+    const char *want = "  rank 0    F0a F1a F0b F1b .   B0b .   B1b B0a B1a\n"
+                       "  rank 1    .   F0a F1a F0b B0b F1b B1b B0a B1a .\n";
     EXPECT(strcmp(buf, want) == 0, "interleaved grid:\n%s\nexpected:\n%s", buf, want);
     EXPECT(fabs(s.makespan - 10) < 1e-9 && fabs(pipe_bubble(&s) - 0.2) < 1e-9, "interleaved grid: step %g", s.makespan);
     pipe_schedule_free(&s);
