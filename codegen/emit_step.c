@@ -245,7 +245,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (stage >= 0 && uses_arena) {
         cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
-        if (micro && E->slots[stage] > 1) {
+        /* (a stage whose backward reads none of its forward's values keeps nothing) */
+        if (micro && E->slots[stage] > 1 && stage_kept_stride(E, stage) > 0) {
             cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
                     (long long)stage_kept_from(E, stage));
             cg_line(&E->w, "float *kept = ctx->arena + (micro %% stage_slots[%d]) * %lld;", stage,

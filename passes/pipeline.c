@@ -649,10 +649,14 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
  * the schedule cannot run: chunks given without the interleaved schedule, the interleaved
  * one without 2 or more chunks, micro-batches not in groups of P, more than 64 stages. */
 static int chunks_of(const ir_graph *g, int ranks, dm_diag *d) {
-    dm_loc at = g->chunks_loc.line > 0 ? g->chunks_loc : g->schedule_loc;
+    /* where the program gave chunks, else its schedule, else (command line) the pipeline axis */
+    dm_loc at = g->chunks_loc.line > 0     ? g->chunks_loc
+                : g->schedule_loc.line > 0 ? g->schedule_loc
+                : g->pipe_axis >= 0        ? g->axes[g->pipe_axis].loc
+                                           : (dm_loc){0};
     int M = g->microbatches;
     if (g->chunks > 0 && g->schedule != PIPE_INTERLEAVED) {
-        dm_error(d, at, "%d model chunks per stage, but the schedule is %s: chunks go with the interleaved schedule",
+        dm_error(d, at, "%d model chunks per pipeline rank, but the schedule is %s: chunks go with the interleaved schedule",
                  g->chunks, pipe_kind_name((pipe_kind)g->schedule));
         dm_note(d, at, "--schedule interleaved --chunks v, or schedule interleaved(microbatches = M, chunks = v)");
         return -1;
@@ -660,18 +664,18 @@ static int chunks_of(const ir_graph *g, int ranks, dm_diag *d) {
     int chunks = pipe_chunks_for(g->schedule, ranks, g->chunks);
     if (pipe_kind_for(g->schedule, ranks) != PIPE_INTERLEAVED) return 1;
     if (g->chunks < 2) {
-        dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline stage");
+        dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
         dm_note(d, at, "--chunks v, or schedule interleaved(microbatches = M, chunks = v)");
         return -1;
     }
     if (M % ranks != 0) {
-        dm_error(d, at, "%d micro-batch%s cannot run interleaved on %d pipeline stages: each stage takes micro-batches "
+        dm_error(d, at, "%d micro-batch%s cannot run interleaved on %d pipeline ranks: each takes micro-batches "
                  "through its chunks in groups of %d", M, M == 1 ? "" : "es", ranks, ranks);
         dm_note(d, at, "make the micro-batches a multiple of %d (--microbatches %d)", ranks, (M / ranks + 1) * ranks);
         return -1;
     }
     if (ranks * chunks > 64) {
-        dm_error(d, at, "at most 64 stages, and %d pipeline stages x %d chunks make %d", ranks, chunks, ranks * chunks);
+        dm_error(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
         return -1;
     }
     /* not built yet: ZeRO lays out each stage's shares as a rank's whole region, and
@@ -735,10 +739,11 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     if (stages == 1) {
         boundary[1] = c.n;
     } else if (c.n < stages) {
-        if (chunks > 1)
-            dm_error(d, at, "%d pipeline stages x %d chunks make %d stages, but the forward pass has %d ops", ranks, chunks,
+        if (chunks > 1) {
+            dm_error(d, at, "%d pipeline ranks x %d chunks make %d stages, but the forward pass has %d ops", ranks, chunks,
                      stages, c.n);
-        else
+            dm_note(d, at, "fewer chunks (--chunks), or another schedule");
+        } else
             dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
         errors++;
     } else if (g->n_cuts) {
