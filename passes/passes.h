@@ -159,6 +159,15 @@ typedef struct dm_pipeline_options {
                                  * repeat none (the planner's); NULL: none kept */
 } dm_pipeline_options;
 
+/* pipeline_checks.c: the model chunks each pipeline rank holds (1 but interleaved), or -1
+ * after reporting why the schedule cannot run (chunks without the interleaved schedule,
+ * the interleaved one without 2 or more chunks, micro-batches not in groups of P, more
+ * than 64 stages, ZeRO, clipping); and the cuts the program names (schedule ...(cuts =
+ * [...])) as the forward positions each stage starts at, boundary (stages + 1) over the
+ * n_ops forward ops op[] (value ids): the errors found. */
+int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);
+int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, int chunks, int *boundary, dm_diag *d);
+
 /* The pipeline coordinate of the ranks running stage k. */
 static inline int dm_rank_of_stage(const dm_pipeline_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
 

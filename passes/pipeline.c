@@ -645,78 +645,9 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
     free(backward);
 }
 
-/* The model chunks each pipeline rank holds (1 but interleaved), or -1 after reporting why
- * the schedule cannot run: chunks given without the interleaved schedule, the interleaved
- * one without 2 or more chunks, micro-batches not in groups of P, more than 64 stages. */
-static int chunks_of(const ir_graph *g, int ranks, dm_diag *d) {
-    /* where the program gave chunks, else its schedule, else (command line) the pipeline axis */
-    dm_loc at = g->chunks_loc.line > 0     ? g->chunks_loc
-                : g->schedule_loc.line > 0 ? g->schedule_loc
-                : g->pipe_axis >= 0        ? g->axes[g->pipe_axis].loc
-                                           : (dm_loc){0};
-    int M = g->microbatches;
-    if (g->chunks > 0 && g->schedule != PIPE_INTERLEAVED) {
-        dm_error(d, at, "%d model chunks per pipeline rank, but the schedule is %s: chunks go with the interleaved schedule",
-                 g->chunks, pipe_kind_name((pipe_kind)g->schedule));
-        dm_note(d, at, "--schedule interleaved --chunks v, or schedule interleaved(microbatches = M, chunks = v)");
-        return -1;
-    }
-    int chunks = pipe_chunks_for(g->schedule, ranks, g->chunks);
-    if (pipe_kind_for(g->schedule, ranks) != PIPE_INTERLEAVED) return 1;
-    if (g->chunks < 2) {
-        dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
-        dm_note(d, at, "--chunks v, or schedule interleaved(microbatches = M, chunks = v)");
-        return -1;
-    }
-    if (M % ranks != 0) {
-        dm_error(d, at, "%d micro-batch%s cannot run interleaved on %d pipeline ranks: each takes micro-batches "
-                 "through its chunks in groups of %d", M, M == 1 ? "" : "es", ranks, ranks);
-        dm_note(d, at, "make the micro-batches a multiple of %d (--microbatches %d)", ranks, (M / ranks + 1) * ranks);
-        return -1;
-    }
-    if (ranks * chunks > 64) {
-        dm_error(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
-        return -1;
-    }
-    /* not built yet: ZeRO lays out each stage's shares as a rank's whole region, and
-     * clipping would take the norm chunk by chunk */
-    if (g->zero > 0) {
-        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the interleaved schedule",
-                 g->zero);
-        return -1;
-    }
-    if (g->optimizer.clip > 0) {
-        dm_error(d, g->optimizer.loc, "gradient clipping is not built for the interleaved schedule");
-        return -1;
-    }
-    return chunks;
-}
-
-/* The cuts the program names (schedule ...(cuts = [...])) into boundary; the errors found. */
-static int cuts_by_user(const ir_graph *g, const pipe_costs *c, int stages, int chunks, int *boundary, dm_diag *d) {
-    int errors = 0;
-    if (g->n_cuts != stages - 1) {
-        dm_error(d, g->cuts_loc, "%d cut%s make%s %d stages, but the pipeline %s %d", g->n_cuts, g->n_cuts == 1 ? "" : "s",
-                 g->n_cuts == 1 ? "s" : "", g->n_cuts + 1, chunks > 1 ? "axis and its chunks make" : "axis has", stages);
-        errors++;
-    }
-    for (int k = 0; k < g->n_cuts && !errors; k++) {
-        int j = 0;
-        while (j < c->n && c->op[j] != g->cut_after[k]->id) j++;
-        boundary[k + 1] = j + 1;
-        if (j + 1 >= c->n) {
-            dm_error(d, g->cuts_loc, "the cut after '%s' leaves no op to the last stage", g->cut_after[k]->name);
-            errors++;
-        }
-    }
-    boundary[0] = 0;
-    boundary[stages] = c->n;
-    return errors;
-}
-
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d) {
     memset(plan, 0, sizeof *plan);
-    int ranks = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1, chunks = chunks_of(g, ranks, d);
+    int ranks = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1, chunks = pipeline_chunks(g, ranks, d);
     if (chunks < 0) return 1;
     int stages = ranks * chunks;
     plan->stages = stages, plan->ranks = ranks, plan->chunks = chunks;
@@ -747,7 +678,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
             dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
         errors++;
     } else if (g->n_cuts) {
-        errors += cuts_by_user(g, &c, stages, chunks, boundary, d);
+        errors += pipeline_user_cuts(g, c.n, c.op, stages, chunks, boundary, d);
         plan->by_user = 1;
     } else if (choose_cuts(&c, stages, limit, NULL, boundary)) {
         /* without a limit every cut of n >= stages ops fits: only the limit can refuse */
