@@ -1685,6 +1685,8 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     for (int i = 0; i < prog->n_stmts; i++)
         if (prog->stmts[i]->kind == STMT_SCHEDULE || prog->stmts[i]->kind == STMT_ACCUMULATE)
             lower_schedule(&L, prog->stmts[i], &micro, &micro_loc);
+    /* --schedule replaces the program's schedule, its chunks with it unless --chunks gives them */
+    if (opts->schedule >= 0 && opts->schedule != L.g->schedule) L.g->chunks = 0, L.g->chunks_loc = (dm_loc){0};
     if (opts->schedule >= 0) L.g->schedule = opts->schedule;
     if (opts->chunks > 0) L.g->chunks = opts->chunks, L.g->chunks_loc = (dm_loc){0};
     if (opts->microbatches > 0) micro = opts->microbatches;
