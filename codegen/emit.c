@@ -223,6 +223,11 @@ static int check_stages(const emitter *E, FILE *err) {
 static int check_spmd(const emitter *E, FILE *err) {
     int bad = 0;
     if (E->scheduled && check_stages(E, err)) bad = -1;
+    if (E->device && E->chunks > 1) {
+        fprintf(err, "%s: error: the interleaved schedule is built for the C target only; compile with --target c or "
+                     "another schedule\n", E->source_path);
+        bad = -1;
+    }
     if (E->device && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);
@@ -341,7 +346,9 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.partitioned = ir_is_partitioned(g);
     E.arena_var = "ctx->arena";
     E.pipe_axis = ir_pipeline_axis(g);
-    E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
+    E.ranks = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
+    E.chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
+    E.stages = E.ranks * E.chunks;
     E.scheduled = ir_is_scheduled(g);
     if (plans->pipeline && plans->pipeline->timed.actions) E.predicted = plans->pipeline;
     if (E.pipe_axis >= 0) E.partitioned = 1;

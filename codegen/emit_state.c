@@ -60,14 +60,15 @@ static void emit_state_tables(emitter *E, const int *ids, int n) {
     for (int i = 0; i < n; i++) emit_tensor_desc(E, V(E, g->params[V(E, ids[i])->param_index]), V(E, ids[i])->name);
     w->indent--;
     cg_line(w, "};");
-    cg_line(w, "/* Where this program keeps state i: {its parameter, the pipeline stage holding it, its offset in");
-    cg_line(w, " * ctx->state on that stage%s}. */", zero ? " (-1: in ZeRO's shares, zero_states)" : "");
+    cg_line(w, "/* Where this program keeps state i: {its parameter, the pipeline coordinate of the ranks holding");
+    cg_line(w, " * it, its offset in ctx->state on those ranks%s}. */", zero ? " (-1: in ZeRO's shares, zero_states)" : "");
     cg_line(w, "static const int64_t state_places[%d][3] = {", n);
     for (int i = 0; i < n; i++) {
         const ir_value *s = V(E, ids[i]);
-        int p = s->param_index, stage = E->plan->stages > 1 ? s->stage : 0;
-        long long at = zero_bucket_of(E, p) ? -1 : (long long)dm_offset_on(E->plan, g, s->id, E->plan->stages > 1 ? stage : -1);
-        cg_line(w, "    {%d, %d, %lld}, /* %s */", p, stage, at, s->name);
+        int p = s->param_index, staged = E->plan->stages > 1, rank = staged ? rank_of(E, s->stage) : 0;
+        long long at = zero_bucket_of(E, p) ? -1
+                       : (long long)(staged ? dm_offset_on_rank(E->plan, g, s->id, rank) : dm_offset_on(E->plan, g, s->id, -1));
+        cg_line(w, "    {%d, %d, %lld}, /* %s */", p, rank, at, s->name);
     }
     cg_line(w, "};");
     if (!E->partitioned) return;

@@ -41,7 +41,10 @@ typedef struct emitter {
      * stage's forward and backward of one micro-batch are functions, run in the order of
      * the schedule by a generated step function per stage */
     int scheduled;
-    int stages;                /* P (1 without a pipeline axis) */
+    int stages;                /* the pipeline's stages: P, or P * chunks interleaved (1 without
+                                * a pipeline axis) */
+    int ranks;                 /* P: the pipeline axis's size (1 without one) */
+    int chunks;                /* model chunks (stages) per pipeline rank: 1 but interleaved */
     int pipe_axis;             /* the pipeline's mesh axis, or -1 */
     const pipe_schedule *sched;/* every stage's actions, as the generated step runs them (the
                                 * pipeline plan's) */
@@ -87,6 +90,9 @@ static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "
 
 static inline int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
 
+/* The pipeline coordinate of the ranks running stage st. */
+static inline int rank_of(const emitter *E, int st) { return E->ranks > 1 ? st % E->ranks : 0; }
+
 /* Product of dims [from, to) of t. */
 static inline int64_t dims_product(const ir_type *t, int from, int to) {
     int64_t n = 1;
@@ -99,7 +105,8 @@ static inline int64_t dims_product(const ir_type *t, int from, int to) {
  * stages' layouts, the whole arena is copied. */
 static inline int64_t stage_kept_from(const emitter *E, int stage) {
     const dm_memory_plan *P = E->plan;
-    return P->stages > 1 && stage >= 0 ? P->stage[stage].arena_elems - P->stage[stage].kept_elems : 0;
+    if (!(P->stages > 1 && stage >= 0)) return 0;
+    return P->stage[stage].arena_base + P->stage[stage].arena_elems - P->stage[stage].kept_elems;
 }
 static inline int64_t stage_kept_stride(const emitter *E, int stage) {
     return E->plan->stages > 1 && stage >= 0 ? E->plan->stage[stage].kept_elems : E->plan->arena_elems;

@@ -83,7 +83,12 @@ static const char usage[] =
     "                             summed (schedule NAME(microbatches = M) in the .dm); with a\n"
     "                             mesh axis named pipeline, they flow through its stages\n"
     "  --accumulate K             the same count, by its other name (accumulate = K)\n"
-    "  --schedule gpipe|1f1b      the pipeline schedule (default gpipe)\n"
+    "  --schedule gpipe|1f1b|interleaved\n"
+    "                             the pipeline schedule (default gpipe); interleaved 1F1B\n"
+    "                             cuts the model into pipeline x v virtual stages, each rank\n"
+    "                             holding v of them (--chunks v), for 1/v of 1F1B's bubble\n"
+    "  --chunks v                 with --schedule interleaved: model chunks per pipeline rank\n"
+    "                             (schedule interleaved(..., chunks = v) in the .dm)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
     "                             its inputs for the backward pass, which makes the rest\n"
@@ -130,6 +135,7 @@ typedef struct options {
     int n_mesh;
     int microbatches;         /* --microbatches / --accumulate, 0: the program's */
     int schedule;             /* --schedule, -1: the program's */
+    int chunks;               /* --chunks, 0: the program's */
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
     dm_pipeline_options pipeline;
@@ -306,9 +312,15 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
-            fprintf(stderr, "dmc: error: --schedule takes gpipe or 1f1b, got '%s'\n", v);
+            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b or interleaved, got '%s'\n", v);
             return -1;
         }
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--chunks"))) {
+        int64_t chunks;
+        if (parse_count("--chunks", v, 2, 64, &chunks) < 0) return -1;
+        o->chunks = (int)chunks;
         return 1;
     }
     return 0;
@@ -320,7 +332,7 @@ static int check_plan_options(const options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
-    "--schedule", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -469,6 +481,7 @@ static int check_plan_options(const options *o) {
         return -1;
     }
     const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
+                       : o->chunks ? "--chunks"
                        : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
     if ((o->plan || o->mesh_auto) && chosen) {
         fprintf(stderr, "dmc: error: %s chooses %s itself: drop it, or drop %s\n", o->plan ? "--plan" : "--mesh auto",
@@ -769,7 +782,8 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
 static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
-                              .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute};
+                              .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
+                              .recompute = o->recompute};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says

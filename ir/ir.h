@@ -184,7 +184,10 @@ typedef struct ir_graph {
      * (accumulation; the pipeline's micro-batches): the graph is one micro-batch, its
      * batch_dim (the inputs' leading dim) batch_whole / microbatches. */
     int microbatches;         /* 1: the whole batch at once */
-    int schedule;             /* pipe_kind (passes/schedule.h): gpipe or 1f1b */
+    int schedule;             /* pipe_kind (passes/schedule.h): gpipe, 1f1b or interleaved */
+    int chunks;               /* interleaved: model chunks per pipeline stage (virtual stages
+                               * per rank); 0 when not given */
+    dm_loc chunks_loc;        /* where the program gave them, if it did */
     const char *batch_dim;    /* NULL when microbatches is 1 */
     int64_t batch_whole;
     dm_loc schedule_loc;      /* the schedule or accumulate statement, if any */

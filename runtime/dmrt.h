@@ -97,6 +97,9 @@ typedef struct dmrt_model {
     int n_mesh_axes;
     const char *const *mesh_axis_names; /* (n_mesh_axes) */
     const int64_t *mesh_axis_sizes;     /* (n_mesh_axes) */
+    int pipeline_chunks;                /* model chunks per pipeline rank: 1 (0 in models
+                                         * built before it was added) but for the interleaved
+                                         * schedule, whose stage j runs on rank j mod P */
     void *(*create_rank)(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen);
     /* Parameter i (grad 0) or its gradient (grad 1), whole (shape params[i]), into whole
      * on every rank; every rank must call it. Returns DMRT_OK or an error status. */

@@ -69,6 +69,12 @@ CASES = {
     "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain=full"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain=full"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
+    # interleaved 1F1B: the chunks of each rank, the grid by rank, the bubble against
+    # (P - 1) / (v M + P - 1); from the program's schedule statement, and from the options
+    "interleaved": ("tests/golden/interleaved.dm", ["--explain=full"]),
+    "interleaved.json": ("tests/golden/interleaved.dm", ["--explain=json"]),
+    "gpt.pipeline2_interleaved2_m8": ("examples/gpt.dm", ["--mesh", "pipeline=2", "--microbatches", "8", "--set", "B=8",
+                                                          "--schedule", "interleaved", "--chunks", "2", "--explain=full"]),
     # --explain's default, a screen at any size: names alike but for a layer index on one
     # line, collectives grouped by phase, axis and kind, memory a table of stages (the
     # cases above are --explain=full, every line)
