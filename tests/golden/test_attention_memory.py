@@ -16,6 +16,16 @@ beyond them, the unfused plan holds at most two more T x T buffers of one layer 
 unfused ops keep and L x B x NH x T x 4 of statistics kept instead; the unfused plan has
 no fused attention.
 
+Exactly, where a plan lays out apart what the forward keeps for the backward (a pipeline
+with several micro-batches in flight: each stage's kept part, and the cut search's count
+of the forward's values the backward reads), summed over the stages: per layer the
+probabilities go and the attention's output and statistics come (the fused backward reads
+out; the unfused one reads only the probabilities, v and q, k, which both keep), so
+
+  unfused kept - fused kept = L x 4 x (B / M) x NH x T x (T - D - 1) bytes
+
+for M micro-batches and head size D.
+
 Measured: one training step of a small GPT each way (`dmc run --memory`, text from this
 repository's README) must peak at exactly what --explain predicts, so the drop is real.
 Prints one line per case; exits 1 on any failure.
@@ -39,6 +49,7 @@ CASES = [
     ("V=256,T=512,C=128,NH=4,L=6,B=2", None),
 ]
 MEASURED = "V=256,T=128,C=64,NH=4,L=2,B=4"
+KEPT = ("V=256,T=256,C=256,NH=8,L=4,B=8", ["--mesh", "pipeline=2", "--microbatches", "4"], 4)
 
 
 def dims_of(sets, mesh):
@@ -49,8 +60,8 @@ def dims_of(sets, mesh):
     return d
 
 
-def explain(dmc, sets, mesh, fused):
-    args = [dmc, "--explain=json", GPT, "--set", sets] + (["--mesh", mesh] if mesh else [])
+def explain(dmc, sets, mesh, fused, extra=()):
+    args = [dmc, "--explain=json", GPT, "--set", sets] + (["--mesh", mesh] if mesh else []) + list(extra)
     args += [] if fused else ["--no-fuse-attention"]
     return json.loads(subprocess.run(args, stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout)
 
@@ -73,6 +84,27 @@ def check_plan(dmc, sets, mesh):
     if not (L - 1) * P <= drop <= (L + 2) * P:
         fails.append("arena drop %d bytes outside [(L - 1) P, (L + 2) P] = [%d, %d]" % (drop, (L - 1) * P, (L + 2) * P))
     return ["%s %s: %s" % (sets, mesh or "", x) for x in fails]
+
+
+def check_kept(dmc):
+    sets, extra, micro = KEPT
+    d = dims_of(sets, None)
+    want = d["L"] * 4 * (d["B"] // micro) * d["NH"] * d["T"] * (d["T"] - d["C"] // d["NH"] - 1)
+    fails, kept = [], {}
+    for fused in (True, False):
+        plan = explain(dmc, sets, None, fused, extra)
+        kept[fused] = (sum(s["activations_kept"] for s in plan["memory_bytes_per_rank"]["stages"]),
+                       sum(s["activation_bytes"] for s in plan["pipeline"]["stage"]),
+                       [(s["first"], s["last"]) for s in plan["pipeline"]["stage"]])
+    if kept[True][2] != kept[False][2]:
+        return ["%s: the stages differ fused %s and unfused %s" % (sets, kept[True][2], kept[False][2])]
+    for k, what in ((0, "memory plan's kept part"), (1, "cut search's activations")):
+        drop = kept[False][k] - kept[True][k]
+        print("%-34s %-16s %s: %d -> %d bytes, drop %d (formula %d)" % (sets, " ".join(extra[1:2]), what,
+                                                                        kept[False][k], kept[True][k], drop, want))
+        if drop != want:
+            fails.append("%s %s: drop %d bytes, formula %d" % (sets, what, drop, want))
+    return fails
 
 
 def measured_peak(dmc, tmp, fused):
@@ -115,6 +147,7 @@ def main(argv):
     fails = []
     for sets, mesh in CASES:
         fails += check_plan(dmc, sets, mesh)
+    fails += check_kept(dmc)
     try:
         fails += check_measured(dmc)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
