@@ -40,9 +40,7 @@ float expf(float) __attribute__((simd("notinbranch")));
 
 /* Queries and keys per block: a block's scores are 16 KiB, the tile products a size BLAS
  * runs well on one core. Shorter sequences take one block. */
-#ifndef DMRT_ATTENTION_TILE
 #define DMRT_ATTENTION_TILE 64
-#endif
 
 static inline int64_t dmrt_attention_tile(int64_t positions) {
     return positions < DMRT_ATTENTION_TILE ? (positions > 0 ? positions : 1) : DMRT_ATTENTION_TILE;
