@@ -319,7 +319,7 @@ int pass_autodiff(ir_graph *g, dm_diag *d) {
             gid = broadcast(&A, zero, &param->type, (1u << param->type.rank) - 1, param->loc, name);
         } else if (g->values[gid]->role != ROLE_TEMP || g->values[gid]->phase != PHASE_BACKWARD ||
                    ir_op_info_of(g->values[gid]->op)->cls == OPC_VIEW) {
-            /* a view of another buffer is copied into the gradient's own */
+            /* copied: a value outside the backward's temporaries, or a view of another buffer */
             gid = emit1(&A, OP_IDENTITY, gid, param->loc, name);
         } else {
             for (int q = 0; q < p; q++)

@@ -114,15 +114,15 @@ int pass_fuse_attention(ir_graph *g) {
     if (!readers || !map || !match || !dropped) abort();
     for (int i = 0; i < n; i++)
         for (int k = 0; k < g->values[i]->n_operands; k++) readers[g->values[i]->operands[k]]++;
-    int fused = 0;
+    int any = 0;
     for (int i = 0; i < n; i++) {
         attention_match *m = &match[i];
         if (!match_attention(g, g->values[i], readers, m)) continue;
         dropped[m->scores->id] = dropped[m->softmax->id] = 1;
         if (m->scaling) dropped[m->scaling->id] = 1;
-        fused++;
+        any = 1;
     }
-    if (fused) {
+    if (any) {
         ir_value **old = g->values;
         g->values = NULL;
         g->n_values = g->cap_values = 0;
