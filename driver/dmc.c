@@ -94,6 +94,9 @@ static const char usage[] =
     "                             its inputs for the backward pass, which makes the rest\n"
     "                             again), selective (only cheap ops: not products), marked\n"
     "                             (default: the calls the .dm wraps in recompute(...)), off\n"
+    "  --no-fuse-attention        keep softmax(causal_mask(q @ kT * s)) @ v as its three ops\n"
+    "                             (the C target fuses it into one kernel that holds no T x T\n"
+    "                             scores: docs/compiler.md)\n"
     "  --zero 0|1|2|3             ZeRO: 1 splits the optimizer state over the axis gradients\n"
     "                             are allreduced on (data), 2 the gradients too, 3 the\n"
     "                             parameters too, gathered per bucket before use (zero = N in\n"
@@ -138,6 +141,7 @@ typedef struct options {
     int chunks;               /* --chunks, 0: the program's */
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
+    int no_fuse_attention;    /* --no-fuse-attention */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
     int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
@@ -243,6 +247,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         return 1;
     }
     if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
+    if (strcmp(argv[*i], "--no-fuse-attention") == 0) return o->no_fuse_attention = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
@@ -332,6 +337,7 @@ static int check_plan_options(const options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
+    "--no-fuse-attention",
     "--schedule", "--chunks", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
@@ -779,11 +785,14 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     return status;
 }
 
+/* Attention is fused where the target has the kernel, unless --no-fuse-attention. */
+static int fuses_attention(const options *o) { return !o->no_fuse_attention && codegen_fuses_attention(o->codegen.target); }
+
 static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
                               .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
-                              .recompute = o->recompute};
+                              .recompute = o->recompute, .fuse_attention = fuses_attention(o)};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
@@ -791,7 +800,8 @@ static dm_lower_options lower_options(const options *o, const char *model) {
 static int plan(options *o, const dm_program *prog, const dm_source *src, const char *model) {
     dm_plan_request req = {.prog = prog, .src = src, .model = model, .dims = o->dims, .n_dims = o->n_dims,
                            .devices = o->devices, .global_batch = o->global_batch, .pipeline = &o->pipeline,
-                           .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole};
+                           .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole,
+                           .fuse_attention = fuses_attention(o)};
     dm_plan_result r;
     if (dm_plan_search(&req, &r, stderr)) return 1;
     int status = 0;

@@ -25,6 +25,8 @@ typedef struct dm_lower_options {
     int chunks;                 /* --chunks (interleaved), 0: the program's */
     int zero;                   /* --zero as a stage (0 turns it off), -1: the program's */
     int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
+    int fuse_attention;         /* fuse the attention pattern (passes/fuse_attention.c): the C target's
+                                 * default, off with --no-fuse-attention */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */
 } dm_lower_options;

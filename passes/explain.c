@@ -407,6 +407,48 @@ static void recompute_text(const ir_graph *g, FILE *out) {
                                                 : "each such layer call keeps only its inputs for the backward");
 }
 
+/* The attentions fused into one kernel (passes/fuse_attention.c), the forward's: their
+ * count, the first one's line, and per rank and micro-batch the elements of row
+ * log-sum-exp they keep for the backward and of probabilities the unfused ops would. */
+typedef struct fused_attention {
+    int count, line;
+    double kept_elems, probability_elems;
+} fused_attention;
+
+static fused_attention fused_attentions(const ir_graph *g) {
+    fused_attention f = {0};
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ATTENTION || v->phase != PHASE_FORWARD) continue;
+        double rows = (double)ir_local_numel(g, &v->type) / (double)v->type.shape[v->type.rank - 1];
+        if (!f.count++) f.line = v->loc.line;
+        f.kept_elems += rows;
+        f.probability_elems += rows * (double)v->type.shape[v->type.rank - 2];
+    }
+    return f;
+}
+
+/* One line; full: and how (the compact screen of GPT-2 2 x 2 x 2 stays under 60 lines). */
+static void attention_text(const ir_graph *g, int full, FILE *out) {
+    fused_attention f = fused_attentions(g);
+    if (!f.count) return;
+    char kept[32], probabilities[32];
+    explain_mib(f.kept_elems, kept, sizeof kept);
+    explain_mib(f.probability_elems, probabilities, sizeof probabilities);
+    fprintf(out, "attention: %d fused (line %d): %s of row statistics kept for the backward instead of %s of probabilities\n",
+            f.count, f.line, kept, probabilities);
+    if (full)
+        fprintf(out, "  (one rank's shards, every stage, one micro-batch): blocks of queries and keys with an online softmax,\n"
+                     "  the backward makes the scores again; --no-fuse-attention keeps the unfused ops\n");
+    fprintf(out, "\n");
+}
+
+static void attention_json(const ir_graph *g, FILE *out) {
+    fused_attention f = fused_attentions(g);
+    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f}",
+            f.count, 4 * f.kept_elems, 4 * f.probability_elems);
+}
+
 static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, ", \"zero\": {\"stage\": %d, \"buckets\": [", z->stage);
     for (int k = 0; k < z->n_buckets; k++) {
@@ -492,6 +534,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_time_json(g, pipeline, out);
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
     fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
+    attention_json(g, out);
     memory_json(g, plan, pipeline, out);
 }
 
@@ -600,6 +643,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_time_text(g, pipeline, full, out);
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);
     recompute_text(g, out);
+    attention_text(g, full, out);
     if (full) memory_text(g, plan, pipeline, out);
     else explain_memory_table(g, plan, pipeline, out);
 }

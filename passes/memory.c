@@ -233,11 +233,13 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        /* a temporary reshape shares its operand's buffer; a reshape with a buffer of
-         * its own (a parameter's gradient) is a copy */
-        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW) && v->role == ROLE_TEMP;
+        /* a temporary reshape or view shares its operand's buffer; a reshape with a buffer
+         * of its own (a parameter's gradient) is a copy */
+        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
+                     v->role == ROLE_TEMP;
         plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
-        if (shares) plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : 0);
+        if (shares)
+            plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */
@@ -295,7 +297,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         }
         plan->region[i] = REGION_ARENA;
         item_id[n_items] = i, def[n_items] = i, dies[n_items] = last_use[i] < n ? last_use[i] : n;
-        size[n_items] = round_up(ir_local_numel(g, &v->type));
+        size[n_items] = round_up(ir_storage_elems(g, v));
         plan->arena_unshared_elems += size[n_items];
         n_items++;
     }
@@ -385,7 +387,7 @@ static int64_t place_items(const ir_graph *g, const stage_item *items, int n_ite
     for (int it = 0; it < n_items; it++) {
         if (kept >= 0 && is_kept(&items[it], forward_end) != kept) continue;
         which[n] = it;
-        size[n] = round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+        size[n] = round_up(ir_storage_elems(g, g->values[items[it].id]));
         def[n] = items[it].def, dies[n] = items[it].dies;
         n++;
     }
@@ -455,7 +457,7 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
     dm_stage_memory *sm = &plan->stage[s];
     int64_t *offset = calloc((size_t)n_items + 1, sizeof(int64_t));
     if (!offset) abort();
-    for (int it = 0; it < n_items; it++) sm->arena_unshared_elems += round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+    for (int it = 0; it < n_items; it++) sm->arena_unshared_elems += round_up(ir_storage_elems(g, g->values[items[it].id]));
     sm->in_flight = pipe->stage && s < pipe->stages && pipe->stage[s].in_flight > 1 ? pipe->stage[s].in_flight : 1;
     sm->arena_elems = place_items(g, items, n_items, phase_end[0], -1, offset);
     sm->kept_elems = sm->in_flight > 1 ? sm->arena_elems : 0; /* the whole arena copied */
@@ -679,6 +681,9 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
             n = rules->wgrad_floats(ir_numel(&x) / n_last, n_last);
         } else if (v->op == OP_EMBED_GRAD) {
             n = (rules->embed_grad_bytes(ir_local_numel(g, &g->values[v->operands[0]]->type)) + 3) / 4;
+        } else if ((v->op == OP_ATTENTION || v->op == OP_ATTENTION_GRAD) && rules->attention_floats) {
+            const ir_type *q = &g->values[v->operands[0]]->type;
+            n = rules->attention_floats(q->shape[q->rank - 2], q->shape[q->rank - 1]);
         }
         if (n > need) need = n;
     }

@@ -20,6 +20,11 @@ int pass_shapes(ir_graph *g, dm_diag *d);
  * marked unreached (the optimizer leaves it alone). requires: lower. */
 int pass_trainable(ir_graph *g, dm_diag *d);
 
+/* fuse_attention.c: with g->fuse_attention, each softmax(causal_mask(q @ kT * s)) @ v whose
+ * scores and probabilities nothing else reads becomes one attention op. requires: typed
+ * forward graph (before autodiff); renumbers values. */
+int pass_fuse_attention(ir_graph *g);
+
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
@@ -318,6 +323,7 @@ typedef struct dm_scratch_rules {
     int64_t (*xent_floats)(int64_t rows, int64_t comm_size);
     int64_t (*embed_grad_bytes)(int64_t rows);
     int64_t (*wgrad_floats)(int64_t rows, int64_t n);
+    int64_t (*attention_floats)(int64_t positions, int64_t width); /* NULL: no attention kernel */
 } dm_scratch_rules;
 int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules);
 

@@ -150,7 +150,7 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
         const ir_value *v = g->values[i];
         if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
         if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
-        double elems = (double)ir_local_numel(g, &v->type);
+        double elems = (double)ir_storage_elems(g, v);
         /* it crosses every boundary after it up to its last user */
         delta[pos[i] + 1] += elems;
         delta[last_use[i] + 1] -= elems;

@@ -36,6 +36,9 @@ CASES = {
     "repeat.lower": ("tests/golden/repeat.dm", ["--set", "L=2", "--stop-after=lower"]),
     "alias": ("tests/golden/alias.dm", ["--stop-after=lower"]),
     "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
+    # the attention unfused: scores, causal softmax and product, and their three gradients
+    "gpt.autodiff.unfused": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff",
+                                                 "--no-fuse-attention"]),
     "transformer": ("tests/ref/ops/transformer.dm", []),
     # the optimizer line with a learning-rate schedule and clipping
     "clip.optimizer": ("tests/spmd/clip.dm", ["--stop-after=optimizer"]),
