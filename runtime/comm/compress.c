@@ -111,14 +111,22 @@ int64_t dmrt_allreduce_half_work(int64_t n, int ranks) {
     return 2 * (int64_t)ranks * (half_slice(n, ranks) / 2);
 }
 
+int dmrt_comm_check_work(dmrt_comm *c, const char *what, const float *work, int64_t work_elems, int64_t need) {
+    if (need > 0 && (!work || work_elems < need))
+        return dmrt_comm_compress_fail(c, what, "scratch of %lld floats, it needs %lld", work ? (long long)work_elems : 0LL,
+                                       (long long)need);
+    return 0;
+}
+
 int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format, float *work,
-                            const char *what) {
+                            int64_t work_elems, const char *what) {
     if (!c) return DMRT_ERR_COMM;
     if (format != DMRT_BF16 && format != DMRT_FP16)
         return dmrt_comm_compress_fail(c, what, "unknown 16-bit format %d", (int)format);
     if (n < 0) return dmrt_comm_compress_fail(c, what, "negative count %lld", (long long)n);
     if (n == 0) return 0;
-    if (!buf || !work) return dmrt_comm_compress_fail(c, what, "a NULL buffer for %lld floats", (long long)n);
+    if (!buf) return dmrt_comm_compress_fail(c, what, "a NULL buffer for %lld floats", (long long)n);
+    if (dmrt_comm_check_work(c, what, work, work_elems, dmrt_allreduce_half_work(n, c->size))) return DMRT_ERR_COMM;
     int ranks = c->size, me = c->me;
     int64_t slice = half_slice(n, ranks), slots = slice / 2;
     float *send = work, *recv = work + (int64_t)ranks * slots;
@@ -228,12 +236,14 @@ static int check_topk_segments(dmrt_comm *c, int64_t n, const dmrt_topk_segment 
 }
 
 int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, const dmrt_topk_segment *segs,
-                        int n_segs, float *work, const char *what) {
+                        int n_segs, float *work, int64_t work_elems, const char *what) {
     if (!c) return DMRT_ERR_COMM;
     if (check_topk_segments(c, n, segs, n_segs, what)) return DMRT_ERR_COMM;
     int64_t K = topk_elements(segs, n_segs);
-    if (n > 0 && (!grads || !residual || (K > 0 && !work)))
+    if (n > 0 && (!grads || !residual))
         return dmrt_comm_compress_fail(c, what, "a NULL buffer for %lld floats", (long long)n);
+    if (dmrt_comm_check_work(c, what, work, work_elems, K > 0 ? dmrt_allreduce_topk_work(segs, n_segs, c->size) : 0))
+        return DMRT_ERR_COMM;
     int ranks = c->size;
     float *pieces = work, *keys = work + 2 * K * ranks;
     float *values = pieces + 2 * K * c->me, *indices = values + K;

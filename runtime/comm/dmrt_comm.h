@@ -182,8 +182,8 @@ int dmrt_comm_wait(dmrt_comm *c);
  * docs/parallelism.md "Gradient compression"). Each is built on the collectives above, so
  * every backend runs it; like them it is called by every rank of c in the same order with
  * the same sizes, and its result is identical on every rank (sums in comm-rank order).
- * `work` is the caller's scratch of the size the matching _work function gives; it must
- * not overlap the other buffers. 0, or DMRT_ERR_COMM with the message in dmrt_rank_error. */
+ * `work` is the caller's scratch of work_elems floats, at least what the matching _work
+ * function gives (else the call fails saying so); it must not overlap the other buffers. 0, or DMRT_ERR_COMM with the message in dmrt_rank_error. */
 
 typedef enum dmrt_half_format { DMRT_BF16 = 1, DMRT_FP16 = 2 } dmrt_half_format;
 
@@ -200,7 +200,7 @@ float dmrt_half_to_float(uint16_t h, dmrt_half_format format);
  * the bytes of dmrt_allreduce_sum. work: dmrt_allreduce_half_work(n, size of c) floats. */
 int64_t dmrt_allreduce_half_work(int64_t n, int ranks);
 int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format, float *work,
-                            const char *what);
+                            int64_t work_elems, const char *what);
 
 /* A tensor in a range of gradients: top-k keeps k of its count elements per rank. */
 typedef struct dmrt_topk_segment {
@@ -220,7 +220,7 @@ typedef struct dmrt_topk_segment {
  * dmrt_allreduce_topk_work(segs, n_segs, size of c) floats. */
 int64_t dmrt_allreduce_topk_work(const dmrt_topk_segment *segs, int n_segs, int ranks);
 int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, const dmrt_topk_segment *segs,
-                        int n_segs, float *work, const char *what);
+                        int n_segs, float *work, int64_t work_elems, const char *what);
 
 /* A tensor in a range of gradients, as a rows x cols matrix (row-major; a vector is 1 x n). */
 typedef struct dmrt_powersgd_segment {
@@ -245,7 +245,7 @@ typedef struct dmrt_powersgd_segment {
 int64_t dmrt_allreduce_powersgd_work(const dmrt_powersgd_segment *segs, int n_segs, int rank);
 int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
                             const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
-                            float *work, const char *what);
+                            float *work, int64_t work_elems, const char *what);
 void dmrt_powersgd_init(float *q, const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed);
 /* q[0..n) uniform in [-1, 1) (multiples of 2^-23) from seed and stream: element i is
  * splitmix64's output of key + i + 1 steps, key being its output of seed + stream + 1

@@ -133,13 +133,13 @@ static int check_powersgd_segments(dmrt_comm *c, int64_t n, const dmrt_powersgd_
 
 int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
                             const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
-                            float *work, const char *what) {
+                            float *work, int64_t work_elems, const char *what) {
     if (!c) return DMRT_ERR_COMM;
     if (check_powersgd_segments(c, n, segs, n_segs, rank, what)) return DMRT_ERR_COMM;
     int64_t sent = dmrt_allreduce_powersgd_work(segs, n_segs, rank), q_total = 0;
     for (int s = 0; s < n_segs; s++) q_total += q_elems(&segs[s], rank);
-    if ((sent > 0 && (!grads || !work)) || (q_total > 0 && (!residual || !q)))
-        return dmrt_comm_compress_fail(c, what, "a NULL buffer");
+    if ((sent > 0 && !grads) || (q_total > 0 && (!residual || !q))) return dmrt_comm_compress_fail(c, what, "a NULL buffer");
+    if (dmrt_comm_check_work(c, what, work, work_elems, sent)) return DMRT_ERR_COMM;
     /* first exchange: every P, then the tensors reduced exactly */
     int64_t at = 0, q_at = 0;
     for (int s = 0; s < n_segs; s++) {

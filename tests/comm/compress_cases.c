@@ -112,7 +112,7 @@ static int check_half_allreduce(dmrt_comm *c, uint32_t seed, int64_t n, dmrt_hal
     for (int64_t i = 0; i < n; i++) want[i] = dmrt_half_to_float(dmrt_half_from_float(want[i], f), f);
     char what[128];
     snprintf(what, sizeof what, "%s allreduce of %lld", f == DMRT_FP16 ? "fp16" : "bf16", (long long)n);
-    int fails = CASE_EXPECT(r, dmrt_allreduce_sum_half(c, got, n, f, work, what) == 0, "%s", dmrt_rank_error(r));
+    int fails = CASE_EXPECT(r, dmrt_allreduce_sum_half(c, got, n, f, work, dmrt_allreduce_half_work(n, size), what) == 0, "%s", dmrt_rank_error(r));
     fails += !case_same(r, what, got, want, n);
     free(got), free(want), free(other), free(work);
     return fails;
@@ -199,7 +199,7 @@ static int check_topk(dmrt_comm *c, uint32_t seed, int64_t n, int k_mode, int ti
         }
         memcpy(exact, grads, (size_t)n * sizeof(float));
         topk_serial(c, seed, n, segs, n_segs, t, ties, residuals, want);
-        fails += CASE_EXPECT(r, dmrt_allreduce_topk(c, grads, residual, n, segs, n_segs, work, what) == 0, "%s",
+        fails += CASE_EXPECT(r, dmrt_allreduce_topk(c, grads, residual, n, segs, n_segs, work, dmrt_allreduce_topk_work(segs, n_segs, size), what) == 0, "%s",
                              dmrt_rank_error(r));
         fails += !case_same(r, what, grads, want, n);
         fails += !case_same(r, "the residual", residual, residuals[me], n);
@@ -262,7 +262,7 @@ static int check_powersgd_steps(dmrt_comm *c, uint32_t seed) {
         memcpy(exact, grads, (size_t)n * sizeof(float));
         fails += CASE_EXPECT(r, dmrt_allreduce_sum(c, before, n, "inputs") == 0, "%s", dmrt_rank_error(r));
         fails += CASE_EXPECT(r, dmrt_allreduce_sum(c, exact, n, "exact") == 0, "%s", dmrt_rank_error(r));
-        fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, n, segs, 3, rank, 7, t + 1, work, "powersgd") == 0,
+        fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, n, segs, 3, rank, 7, t + 1, work, dmrt_allreduce_powersgd_work(segs, 3, rank), "powersgd") == 0,
                              "%s", dmrt_rank_error(r));
         fails += same_everywhere(c, "PowerSGD's result", grads, n) + same_everywhere(c, "the summed Q", q, q_n);
         fails += !case_same(r, "the vector, summed exactly", grads + 36, exact + 36, 6);
@@ -287,13 +287,13 @@ static int check_powersgd_full_rank(dmrt_comm *c, uint32_t seed) {
     case_fill(grads, 24, seed, dmrt_comm_member(c, dmrt_comm_rank(c)));
     memcpy(exact, grads, sizeof exact);
     int fails = CASE_EXPECT(r, dmrt_allreduce_sum(c, exact, 24, "exact") == 0, "%s", dmrt_rank_error(r));
-    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 24, &seg, 1, rank, 11, 1, work, "full rank") == 0,
+    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 24, &seg, 1, rank, 11, 1, work, 9, "full rank") == 0,
                          "%s", dmrt_rank_error(r));
     double err = relative_difference(grads, exact, 24);
     fails += CASE_EXPECT(r, err < 1e-5, "rank = rows: the result differs from the sum by %.3g (relative)", err);
     memset(grads, 0, sizeof grads);
     memset(residual, 0, sizeof residual);
-    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 24, &seg, 1, rank, 11, 4, work, "zeros") == 0,
+    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 24, &seg, 1, rank, 11, 4, work, 9, "zeros") == 0,
                          "%s", dmrt_rank_error(r));
     dmrt_powersgd_random(redrawn, 24, 11, 5 + ((uint64_t)4 << 32));
     fails += !case_same(r, "Q drawn again after a zero gradient", q, redrawn, 24);
@@ -310,5 +310,12 @@ int case_compressed(dmrt_comm *c, uint32_t seed) {
             fails += check_topk(c, s + 2, sizes[i], k_mode, 0) + check_topk(c, s + 3, sizes[i], k_mode, 1);
     }
     fails += check_powersgd_steps(c, seed + 200) + check_powersgd_full_rank(c, seed + 300);
+    /* too little scratch fails on every rank before anything is sent */
+    dmrt_rank *r = dmrt_comm_owner(c);
+    float buf[100] = {0}, work[1];
+    fails += CASE_EXPECT(r, dmrt_allreduce_sum_half(c, buf, 100, DMRT_BF16, work, 1, "small") == DMRT_ERR_COMM &&
+                                case_has(dmrt_rank_error(r), "small on axis world") &&
+                                case_has(dmrt_rank_error(r), "scratch of 1 floats, it needs"),
+                         "too little scratch: %s", dmrt_rank_error(r));
     return fails;
 }
