@@ -93,6 +93,12 @@ static const char usage[] =
     "                             are allreduced on (data), 2 the gradients too, 3 the\n"
     "                             parameters too, gathered per bucket before use (zero = N in\n"
     "                             the .dm; default 0)\n"
+    "  --compress MODE            gradient compression of the allreduces over the data axis\n"
+    "                             (docs/parallelism.md): bf16 or fp16 (16-bit values on the\n"
+    "                             wire), topk:RATIO (each rank sends that fraction of each\n"
+    "                             gradient, its largest elements, with error feedback),\n"
+    "                             powersgd:RANK (matrices as rank-RANK factors, with error\n"
+    "                             feedback); none (default). C target, without ZeRO\n"
     "  --help, --version\n"
     "\n"
     "--plan and --mesh auto: --devices N (required), --global-batch B (the inputs' leading\n"
@@ -132,6 +138,7 @@ typedef struct options {
     int schedule;             /* --schedule, -1: the program's */
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
+    ir_compress compress;     /* --compress */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
     int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
@@ -303,6 +310,12 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         o->zero = v[0] - '0';
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--compress"))) {
+        char err[160];
+        if (dm_compress_parse(v, &o->compress, err, sizeof err) == 0) return 1;
+        fprintf(stderr, "dmc: error: --compress %s\n", err);
+        return -1;
+    }
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
@@ -320,7 +333,7 @@ static int check_plan_options(const options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
-    "--schedule", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -470,6 +483,11 @@ static int check_plan_options(const options *o) {
     }
     const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
                        : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
+    if ((o->plan || o->mesh_auto) && o->compress.kind != COMPRESS_NONE) {
+        fprintf(stderr, "dmc: error: %s does not search gradient compression: drop --compress, or give the mesh\n",
+                o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
     if ((o->plan || o->mesh_auto) && chosen) {
         fprintf(stderr, "dmc: error: %s chooses %s itself: drop it, or drop %s\n", o->plan ? "--plan" : "--mesh auto",
                 chosen, o->plan ? "--plan" : "--mesh auto");
@@ -769,7 +787,8 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
 static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
-                              .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute};
+                              .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute,
+                              .compress = o->compress};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
@@ -900,7 +919,8 @@ int main(int argc, char **argv) {
             ready = 0;
         }
         if (ready) {
-            codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero};
+            codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero,
+                                   .compress = &c.compress};
             status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
             if (status == 0 && o.run) {
                 status = build_and_run(&o, g, dir);

@@ -24,6 +24,7 @@ typedef struct dm_lower_options {
     int schedule;               /* --schedule as a pipe_kind, -1: the program's */
     int zero;                   /* --zero as a stage (0 turns it off), -1: the program's */
     int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
+    ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */
 } dm_lower_options;
