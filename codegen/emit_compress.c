@@ -89,8 +89,8 @@ void emit_compress_tables(emitter *E) {
     for (int k = 0; k < E->compress->n_buckets; k++) {
         const dm_compress_bucket *b = &E->compress->bucket[k];
         if (!b->q_elems) continue;
-        const char *guard = E->pipe_axis >= 0 ? "if (ctx->coord[PIPELINE_AXIS] == " : NULL;
-        if (guard) cg_line(&E->w, "%s%d) /* the bucket's stage */", guard, b->stage);
+        int guard = E->pipe_axis >= 0;
+        if (guard) cg_line(&E->w, "if (ctx->coord[%d] == %d) /* the bucket's pipeline stage */", E->pipe_axis, b->stage);
         cg_line(&E->w, "%sdmrt_powersgd_init(ctx->state + %lld, compress_segments_%d, %d, %d, seed);", guard ? "    " : "",
                 (long long)b->q_at, k, b->last - b->first + 1, E->g->compress.rank);
     }
