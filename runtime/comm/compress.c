@@ -92,10 +92,11 @@ static void pack_pair(float *slot, uint16_t lo, uint16_t hi) {
     memcpy(slot, &word, sizeof word);
 }
 
-static uint16_t unpack_one(const float *slots, int64_t i) {
+static void unpack_pair(const float *slot, uint16_t *lo, uint16_t *hi) {
     uint32_t word;
-    memcpy(&word, slots + i / 2, sizeof word);
-    return (uint16_t)(i % 2 ? word >> 16 : word & 0xffffu);
+    memcpy(&word, slot, sizeof word);
+    *lo = (uint16_t)(word & 0xffffu);
+    *hi = (uint16_t)(word >> 16);
 }
 
 /* Each rank's slice of the result, in 16-bit values: ceil(n / ranks), made even so that a
@@ -109,6 +110,42 @@ int64_t dmrt_allreduce_half_work(int64_t n, int ranks) {
     if (ranks < 1 || n <= 0) return 0;
     /* the packed send blocks, then the received ones (which the all-gather reuses) */
     return 2 * (int64_t)ranks * (half_slice(n, ranks) / 2);
+}
+
+/* The three loops of the 16-bit allreduce, each written once and inlined per format (fp16
+ * a constant), so that the conversions inline into them. */
+static inline uint16_t narrow(float x, int fp16) { return fp16 ? fp16_from_float(x) : bf16_from_float(x); }
+static inline float widen(uint16_t h, int fp16) { return fp16 ? fp16_to_float(h) : bits_float((uint32_t)h << 16); }
+
+/* slots[0 .. total / 2): buf[0 .. total) in 16 bits, zeros past n. */
+static inline void pack_all(const float *buf, int64_t n, int64_t total, float *slots, int fp16) {
+    for (int64_t i = 0; i < total; i += 2)
+        pack_pair(slots + i / 2, i < n ? narrow(buf[i], fp16) : 0, i + 1 < n ? narrow(buf[i + 1], fp16) : 0);
+}
+
+/* blocks[me]'s `slots` float slots = the sum over the ranks' blocks, each widened, added
+ * in rank order, rounded once (block `me` itself is read before it is overwritten). */
+static inline void sum_blocks(float *blocks, int ranks, int me, int64_t slots, int fp16) {
+    for (int64_t j = 0; j < slots; j++) {
+        uint16_t lo, hi;
+        unpack_pair(blocks + j, &lo, &hi);
+        float sum_lo = widen(lo, fp16), sum_hi = widen(hi, fp16);
+        for (int k = 1; k < ranks; k++) {
+            unpack_pair(blocks + (int64_t)k * slots + j, &lo, &hi);
+            sum_lo += widen(lo, fp16);
+            sum_hi += widen(hi, fp16);
+        }
+        pack_pair(blocks + (int64_t)me * slots + j, narrow(sum_lo, fp16), narrow(sum_hi, fp16));
+    }
+}
+
+static inline void unpack_all(const float *slots, int64_t n, float *buf, int fp16) {
+    for (int64_t i = 0; i < n; i += 2) {
+        uint16_t lo, hi;
+        unpack_pair(slots + i / 2, &lo, &hi);
+        buf[i] = widen(lo, fp16);
+        if (i + 1 < n) buf[i + 1] = widen(hi, fp16);
+    }
 }
 
 int dmrt_comm_check_work(dmrt_comm *c, const char *what, const float *work, int64_t work_elems, int64_t need) {
@@ -127,31 +164,19 @@ int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_forma
     if (n == 0) return 0;
     if (!buf) return dmrt_comm_compress_fail(c, what, "a NULL buffer for %lld floats", (long long)n);
     if (dmrt_comm_check_work(c, what, work, work_elems, dmrt_allreduce_half_work(n, c->size))) return DMRT_ERR_COMM;
-    int ranks = c->size, me = c->me;
+    int ranks = c->size, me = c->me, fp16 = format == DMRT_FP16;
     int64_t slice = half_slice(n, ranks), slots = slice / 2;
     float *send = work, *recv = work + (int64_t)ranks * slots;
-    /* block k of send: slice k of buf in 16 bits (zeros past n) */
-    for (int64_t i = 0; i < ranks * slice; i += 2) {
-        uint16_t lo = i < n ? dmrt_half_from_float(buf[i], format) : 0;
-        uint16_t hi = i + 1 < n ? dmrt_half_from_float(buf[i + 1], format) : 0;
-        pack_pair(send + i / 2, lo, hi);
-    }
+    /* block k of send: slice k of buf */
+    if (fp16) pack_all(buf, n, ranks * slice, send, 1);
+    else pack_all(buf, n, ranks * slice, send, 0);
     if (dmrt_alltoall(c, send, recv, slots, what)) return DMRT_ERR_COMM;
-    /* this rank's slice: every rank's 16-bit values added in float, in rank order, then
-     * rounded once; written into this rank's block of recv for the all-gather */
-    float *mine = recv + (int64_t)me * slots;
-    for (int64_t i = 0; i < slice; i += 2) {
-        uint16_t sum16[2];
-        for (int64_t j = 0; j < 2; j++) {
-            float sum = dmrt_half_to_float(unpack_one(recv, i + j), format);
-            for (int k = 1; k < ranks; k++) sum += dmrt_half_to_float(unpack_one(recv + (int64_t)k * slots, i + j), format);
-            sum16[j] = dmrt_half_from_float(sum, format);
-        }
-        /* block `me` is read above (k = me) before its slots are overwritten here */
-        pack_pair(mine + i / 2, sum16[0], sum16[1]);
-    }
-    if (dmrt_allgather(c, mine, recv, slots, what)) return DMRT_ERR_COMM;
-    for (int64_t i = 0; i < n; i++) buf[i] = dmrt_half_to_float(unpack_one(recv, i), format);
+    /* block k of recv: this rank's slice of rank k's buf; the sum goes into block me for the all-gather */
+    if (fp16) sum_blocks(recv, ranks, me, slots, 1);
+    else sum_blocks(recv, ranks, me, slots, 0);
+    if (dmrt_allgather(c, recv + (int64_t)me * slots, recv, slots, what)) return DMRT_ERR_COMM;
+    if (fp16) unpack_all(recv, n, buf, 1);
+    else unpack_all(recv, n, buf, 0);
     return 0;
 }
 
