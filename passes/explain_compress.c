@@ -16,20 +16,27 @@ static double plain_sent(const ir_graph *g, const ir_value *v) {
     return 4.0 * (double)ir_local_numel(g, &v->type) * 2 * (n - 1) / n;
 }
 
-/* Sums over the compressed gradients (and, with each, calls fn). */
+/* Sums over the compressed gradients of the pipeline stage sending the most (all of them
+ * without a pipeline: every rank holds every gradient), and, with each, calls fn. */
 static void total(const ir_graph *g, double *sent, double *plain, double *state,
                   void (*fn)(const ir_graph *, const compressed_grad *, FILE *), FILE *out) {
-    *sent = *plain = *state = 0;
+    int pipe = ir_pipeline_axis(g), stages = pipe >= 0 ? (int)g->axes[pipe].size : 1;
+    double by_stage[3][64] = {{0}};
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (!dm_compressed_allreduce(g, v)) continue;
         double messages;
         compressed_grad c = {v, dm_compress_sent(g, v, &messages), plain_sent(g, v)};
-        *sent += c.sent;
-        *plain += c.plain;
-        *state += 4.0 * (double)dm_compress_state_elems(g, v);
+        int s = stages > 1 && v->stage >= 0 && v->stage < 64 ? v->stage : 0;
+        by_stage[0][s] += c.sent;
+        by_stage[1][s] += c.plain;
+        by_stage[2][s] += 4.0 * (double)dm_compress_state_elems(g, v);
         if (fn) fn(g, &c, out);
     }
+    int most = 0;
+    for (int s = 1; s < stages && s < 64; s++)
+        if (by_stage[1][s] > by_stage[1][most]) most = s;
+    *sent = by_stage[0][most], *plain = by_stage[1][most], *state = by_stage[2][most];
 }
 
 static const char *rule_text(const ir_graph *g) {
@@ -84,8 +91,8 @@ void explain_compress_text(const ir_graph *g, int full, FILE *out) {
     human(plain, p, sizeof p);
     human(state, st, sizeof st);
     fprintf(out, "gradient compression over %s (--compress %s):\n  %s\n", g->axes[axis].name, name, rule_text(g));
-    fprintf(out, "  bytes per step on the data axis, per rank (ring algorithms): %s sent, %s uncompressed (%.1fx less)\n", s,
-            p, sent > 0 ? plain / sent : 0.0);
+    fprintf(out, "  bytes per step on the data axis, per rank%s (ring algorithms): %s sent, %s uncompressed (%.1fx less)\n",
+            ir_pipeline_axis(g) >= 0 ? " of the stage sending most" : "", s, p, sent > 0 ? plain / sent : 0.0);
     if (state > 0) fprintf(out, "  error-feedback state %s per rank, kept with the optimizer state\n", st);
     if (full) {
         fprintf(out, "  %-44s %-24s %12s %12s\n", "gradient", "sent as", "sent", "uncompressed");
