@@ -24,6 +24,7 @@ typedef struct codegen_plans {
     const dm_pipeline_plan *pipeline;
     const dm_bucket_plan *buckets;
     const dm_zero_plan *zero;       /* NULL: no ZeRO */
+    const dm_compress_plan *compress; /* NULL: no gradient compression */
 } codegen_plans;
 
 /* Whether name is a target codegen knows ("c", "cuda"). */

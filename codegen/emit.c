@@ -228,6 +228,13 @@ static int check_spmd(const emitter *E, FILE *err) {
                      "another schedule\n", E->source_path);
         bad = -1;
     }
+    if (E->device && E->g->compress.kind != COMPRESS_NONE) {
+        char name[64];
+        dm_compress_name(&E->g->compress, name, sizeof name);
+        fprintf(err, "%s: error: gradient compression (--compress %s) is built for the C target only; compile with --target c "
+                     "or without --compress\n", E->source_path, name);
+        bad = -1;
+    }
     if (E->device && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);
@@ -379,6 +386,8 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
     E.zero = plans->zero ? plans->zero : &no_zero;
+    static const dm_compress_plan no_compress = {0};
+    E.compress = plans->compress ? plans->compress : &no_compress;
     number_faults(&E);
     predict_mark(&E);
     E.scratch_elems = plans->memory->scratch_elems;

@@ -518,6 +518,7 @@ static void emit_context_struct(emitter *E) {
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
     emit_schedule_fields(E);
+    emit_compress_fields(E);
     if (E->dropout) {
         cg_line(w, "uint64_t seed; /* create's: with step, a dropout's number and an element's index, its random key */");
         cg_line(w, "int training;  /* set by train_step, cleared by forward: dropout is the identity in forward */");
@@ -771,6 +772,7 @@ static void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     if (E->dropout) cg_line(w, "ctx->seed = seed;");
+    emit_compress_create(E);
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
     cg_line(w, "    goto fail;");
@@ -974,6 +976,7 @@ void emit_source_head(emitter *E) {
     emit_context_struct(E);
     emit_context_helpers(E);
     emit_descs(E);
+    emit_compress_tables(E);
 }
 
 /* The host functions: initialisation, the step, the API and the descriptor. */

@@ -475,6 +475,11 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
     char label[300];
     if (members == 1) snprintf(label, sizeof label, "allreduce of the gradient of %s", first_name);
     else snprintf(label, sizeof label, "allreduce of the gradients %s .. %s (%d)", first_name, last_name, members);
+    const dm_compress_bucket *compressed = dm_compress_bucket_of(E->compress, lead->id);
+    if (compressed) {
+        emit_compressed_reduce(E, compressed, label);
+        return;
+    }
     char callee[96];
     comm_callee(E, bucket_started_early(E, lead->id) ? "allreduce_start" : "allreduce_sum", callee, sizeof callee);
     cg_line(&E->w, "if (%sctx->comm[%d], ctx->grads + %lld, %lld, \"%s\") != 0)", callee, lead->mesh_axis,

@@ -7,6 +7,7 @@
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  *   emit_predict.c  <model>_predict (inference: the forward without the loss)
  *   emit_state.c the optimizer state and step as checkpoints move them
+ *   emit_compress.c  gradient compression of the data axis's buckets
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
 #define DM_EMITTER_H
@@ -37,6 +38,7 @@ typedef struct emitter {
     const int *bucket_lead;    /* (n_values) the bucket plan's (passes/buckets.c) */
     const int *bucket_ready;   /* (n_values) */
     const dm_zero_plan *zero;  /* ZeRO's buckets (passes/zero.c); n_buckets 0 without */
+    const dm_compress_plan *compress; /* the compressed gradient buckets (passes/compress.c); n_buckets 0 without */
     /* micro-batches and pipeline stages (g->microbatches > 1 or a pipeline axis): each
      * stage's forward and backward of one micro-batch are functions, run in the order of
      * the schedule by a generated step function per stage */
@@ -118,6 +120,14 @@ static inline int bucket_started_early(const emitter *E, int lead) { return E->b
 static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
     return E->zero->n_buckets && p >= 0 && E->zero->bucket_of[p] >= 0 ? &E->zero->bucket[E->zero->bucket_of[p]] : NULL;
 }
+
+/* emit_compress.c: the context's field, the segment tables and PowerSGD's start (in the
+ * source's head), its call in create, and a compressed bucket's reduction (its partials
+ * already copied into ctx->grads; label: "allreduce of the gradients ..."). */
+void emit_compress_fields(emitter *E);
+void emit_compress_tables(emitter *E);
+void emit_compress_create(emitter *E);
+void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label);
 
 /* emit_dropout.c */
 int emit_dropout_prepare(emitter *E, FILE *err);

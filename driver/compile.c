@@ -63,6 +63,7 @@ static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     pass_buckets(g, &out->memory, req->bucket_floats, &out->buckets);
     pass_zero(g, &out->memory, &out->buckets, &out->zero);
     if (out->zero.scratch_elems > out->memory.scratch_elems) out->memory.scratch_elems = out->zero.scratch_elems;
+    pass_compress(g, &out->memory, &out->buckets, &out->compress);
     out->planned = 1;
 }
 
@@ -97,6 +98,7 @@ int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_dia
 void dm_compiled_free(dm_compiled *c) {
     if (c->planned) {
         dm_zero_plan_free(&c->zero);
+        dm_compress_plan_free(&c->compress);
         dm_bucket_plan_free(&c->buckets);
         dm_memory_plan_free(&c->memory);
     }

@@ -24,6 +24,7 @@ typedef struct dm_compiled {
     dm_memory_plan memory;      /* when planned */
     dm_bucket_plan buckets;
     dm_zero_plan zero;
+    dm_compress_plan compress;
     int planned;
 } dm_compiled;
 

@@ -101,6 +101,12 @@ static const char usage[] =
     "                             are allreduced on (data), 2 the gradients too, 3 the\n"
     "                             parameters too, gathered per bucket before use (zero = N in\n"
     "                             the .dm; default 0)\n"
+    "  --compress MODE            gradient compression of the allreduces over the data axis\n"
+    "                             (docs/parallelism.md): bf16 or fp16 (16-bit values on the\n"
+    "                             wire), topk:RATIO (each rank sends that fraction of each\n"
+    "                             gradient, its largest elements, with error feedback),\n"
+    "                             powersgd:RANK (matrices as rank-RANK factors, with error\n"
+    "                             feedback); none (default). C target, without ZeRO\n"
     "  --help, --version\n"
     "\n"
     "--plan and --mesh auto: --devices N (required), --global-batch B (the inputs' leading\n"
@@ -142,6 +148,7 @@ typedef struct options {
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
     int no_fuse_attention;    /* --no-fuse-attention */
+    ir_compress compress;     /* --compress */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
     int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
@@ -314,6 +321,12 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         o->zero = v[0] - '0';
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--compress"))) {
+        char err[160];
+        if (dm_compress_parse(v, &o->compress, err, sizeof err) == 0) return 1;
+        fprintf(stderr, "dmc: error: --compress %s\n", err);
+        return -1;
+    }
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
@@ -338,7 +351,7 @@ static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention",
-    "--schedule", "--chunks", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -489,6 +502,11 @@ static int check_plan_options(const options *o) {
     const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
                        : o->chunks ? "--chunks"
                        : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
+    if ((o->plan || o->mesh_auto) && o->compress.kind != COMPRESS_NONE) {
+        fprintf(stderr, "dmc: error: %s does not search gradient compression: drop --compress, or give the mesh\n",
+                o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
     if ((o->plan || o->mesh_auto) && chosen) {
         fprintf(stderr, "dmc: error: %s chooses %s itself: drop it, or drop %s\n", o->plan ? "--plan" : "--mesh auto",
                 chosen, o->plan ? "--plan" : "--mesh auto");
@@ -792,7 +810,7 @@ static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
                               .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
-                              .recompute = o->recompute, .fuse_attention = fuses_attention(o)};
+                              .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
@@ -924,7 +942,8 @@ int main(int argc, char **argv) {
             ready = 0;
         }
         if (ready) {
-            codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero};
+            codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero,
+                                   .compress = &c.compress};
             status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
             if (status == 0 && o.run) {
                 status = build_and_run(&o, g, dir);

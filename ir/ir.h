@@ -119,6 +119,16 @@ typedef enum ir_phase { PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE } ir_phase;
 
 typedef enum ir_recompute { RECOMPUTE_MARKED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_NONE } ir_recompute;
 
+/* Gradient compression of data parallelism's gradient allreduces (passes/compress.c):
+ * 16-bit values on the wire, top-k sparsification or PowerSGD, the last two with error
+ * feedback. */
+typedef enum ir_compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16, COMPRESS_TOPK, COMPRESS_POWERSGD } ir_compress_kind;
+typedef struct ir_compress {
+    ir_compress_kind kind;
+    double ratio;             /* top-k: the fraction of each gradient's elements a rank sends */
+    int rank;                 /* PowerSGD: the rank of the factors */
+} ir_compress;
+
 typedef struct ir_value {
     int id;                   /* index in graph->values */
     ir_op op;
@@ -203,6 +213,7 @@ typedef struct ir_graph {
     /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
      * op (set for the C target unless --no-fuse-attention). */
     int fuse_attention;
+    ir_compress compress;     /* of the gradient allreduces over the axis named data */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
                                * starts after cut_after[k]; NULL: dmc chooses */

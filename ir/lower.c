@@ -1670,6 +1670,7 @@ static void report_unused_overrides(lowerer *L) {
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
+    g->compress = opts->compress;
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {

@@ -27,6 +27,7 @@ typedef struct dm_lower_options {
     int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
     int fuse_attention;         /* fuse the attention pattern (passes/fuse_attention.c): the C target's
                                  * default, off with --no-fuse-attention */
+    ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */
 } dm_lower_options;

@@ -12,7 +12,7 @@
  * backward pass computes the earlier layers' gradients in reverse order, so the later
  * layers' buckets are reduced while it goes on. With micro-batches the gradients are
  * complete only after the last one, so every bucket is reduced in the update; with ZeRO
- * (passes/zero.c) too.
+ * (passes/zero.c) and gradient compression (passes/compress.c) too.
  *
  * requires: shard, pipeline (stages), memory (gradients in REGION_GRADS); breaks nothing. */
 #include <stdlib.h>
@@ -69,7 +69,7 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
 }
 
 int dm_buckets_start_in_backward(const ir_graph *g, int stages, int microbatches) {
-    return stages <= 1 && microbatches <= 1 && !g->zero;
+    return stages <= 1 && microbatches <= 1 && !g->zero && dm_compress_axis(g) < 0;
 }
 
 void dm_bucket_plan_free(dm_bucket_plan *plan) {

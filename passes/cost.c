@@ -58,6 +58,7 @@ double cost_collective_sent(const ir_graph *g, const ir_value *c, double *messag
         *messages = (n - 1) + 2 * (n - 1);
         return 4 * rows * (n - 1) + 4 * 2 * rows * 2 * (n - 1) / n;
     }
+    if (dm_compressed_allreduce(g, c)) return dm_compress_sent(g, c, messages);
     double operand = 4.0 * (double)ir_local_numel(g, &g->values[c->operands[0]]->type);
     switch (c->op) {
     case OP_ALLREDUCE: *messages = 2 * (n - 1); return operand * 2 * (n - 1) / n;
@@ -114,8 +115,9 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     if (communicates(g, v)) {
         c.axis = comm_axis(g, v);
         c.sent = cost_collective_sent(g, v, &c.messages);
-        /* a collective's own bytes are sent, not computed on */
+        /* a collective's own bytes are sent, not computed on; compressing them is computed */
         if (info->cls == OPC_COLLECTIVE) c.bytes = 0;
+        if (dm_compressed_allreduce(g, v)) c.flops = dm_compress_flops(g, v);
     }
     return c;
 }

@@ -530,6 +530,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     fprintf(out, ", \"collectives\": ");
     list_collectives_json(g, reshards, out);
     sent_json(g, reshards, out);
+    explain_compress_json(g, out);
     if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
     explain_time_json(g, pipeline, out);
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
@@ -639,6 +640,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
                 g->values[g->loss]->loc.line);
     if (full) list_collectives(g, reshards, out);
     else explain_collectives_grouped(g, reshards, out);
+    explain_compress_text(g, full, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, full, out);
     explain_time_text(g, pipeline, full, out);
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);

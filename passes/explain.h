@@ -38,6 +38,11 @@ double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c);
 /* "12.50 MiB" of elements of 4 bytes */
 void explain_mib(double elems, char *buf, size_t size);
 
+/* What --compress sends per step next to the uncompressed allreduce (explain_compress.c;
+ * nothing without compression; full: a line per gradient). */
+void explain_compress_text(const ir_graph *g, int full, FILE *out);
+void explain_compress_json(const ir_graph *g, FILE *out);
+
 /* The compact sections of the default text (explain_compact.c). */
 void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out);
 void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FILE *out);

@@ -364,8 +364,8 @@ typedef struct dm_bucket_plan {
 int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_floats, dm_bucket_plan *plan);
 /* Whether buckets may start during the backward pass of a plan of g with this many
  * pipeline stages and micro-batches: only with one of each (a gradient is complete only
- * after the last micro-batch) and no ZeRO (its reduce-scatters run in the update). The
- * cost model's overlap asks it too. */
+ * after the last micro-batch), no ZeRO (its reduce-scatters run in the update) and no
+ * gradient compression (its reductions are blocking). The cost model's overlap asks it too. */
 int dm_buckets_start_in_backward(const ir_graph *g, int stages, int microbatches);
 void dm_bucket_plan_free(dm_bucket_plan *plan);
 
@@ -399,5 +399,51 @@ typedef struct dm_zero_plan {
 
 int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_zero_plan *z);
 void dm_zero_plan_free(dm_zero_plan *z);
+
+/* compress.c: gradient compression of the buckets over the axis named data (--compress;
+ * see there). */
+typedef struct dm_compress_bucket {
+    int lead;              /* the bucket's lead allreduce (dm_bucket_plan) */
+    int axis, stage;       /* the data axis; its pipeline stage */
+    int first, last;       /* its parameters, [first, last] in declaration order */
+    int64_t grad_begin;    /* its range of ctx->grads: [grad_begin, grad_begin + elems) */
+    int64_t elems;
+    int64_t residual_at;   /* top-k, PowerSGD: the error-feedback residuals of the range, laid out as
+                            * it, in ctx->state; else -1 */
+    int64_t q_at, q_elems; /* PowerSGD: its matrices' Q factors in ctx->state, one after another */
+    int64_t work_elems;    /* the scratch its reduction needs */
+} dm_compress_bucket;
+
+typedef struct dm_compress_plan {
+    ir_compress_kind kind;
+    dm_compress_bucket *bucket;  /* (n_buckets) */
+    int n_buckets;
+} dm_compress_plan;
+
+/* "--compress TEXT" into *out: 0, or -1 with the reason in err. */
+int dm_compress_parse(const char *text, ir_compress *out, char *err, size_t errlen);
+/* "bf16", "topk:0.01", "powersgd:4", "none". */
+void dm_compress_name(const ir_compress *c, char *buf, size_t size);
+/* The mesh axis whose gradient allreduces are compressed: the one named data, when
+ * compression is on and it has more than one rank; else -1. */
+int dm_compress_axis(const ir_graph *g);
+/* Whether v is a gradient's allreduce that compression replaces. */
+int dm_compressed_allreduce(const ir_graph *g, const ir_value *v);
+/* Top-k: the elements a rank sends of a gradient of n: round(ratio x n), at least 1. */
+int64_t dm_topk_keep(const ir_compress *c, int64_t n);
+/* PowerSGD: the local gradient as rows x cols (the last dim, and the product of the
+ * others); whether it is compressed (rank 2 or more, and factors smaller than it). */
+int dm_powersgd_matrix(const ir_graph *g, const ir_value *grad, int64_t *rows, int64_t *cols);
+/* A compressed allreduce (dm_compressed_allreduce): the bytes one rank sends by ring
+ * algorithms, its message steps in *messages; the flops of compressing and decompressing;
+ * its elements of error-feedback state. */
+double dm_compress_sent(const ir_graph *g, const ir_value *v, double *messages);
+double dm_compress_flops(const ir_graph *g, const ir_value *v);
+int64_t dm_compress_state_elems(const ir_graph *g, const ir_value *v);
+
+int pass_compress(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_compress_plan *plan);
+/* The plan's bucket led by allreduce `lead`, or NULL. */
+const dm_compress_bucket *dm_compress_bucket_of(const dm_compress_plan *plan, int lead);
+void dm_compress_plan_free(dm_compress_plan *plan);
 
 #endif

@@ -44,6 +44,13 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
         dm_error(d, g->optimizer.loc, "gradient clipping is not built for the interleaved schedule");
         return -1;
     }
+    /* nor gradient compression: its buckets' tables are laid out by stage, not by rank */
+    if (g->compress.kind != COMPRESS_NONE) {
+        char name[64];
+        dm_compress_name(&g->compress, name, sizeof name);
+        dm_error(d, at, "gradient compression (--compress %s) is not built for the interleaved schedule", name);
+        return -1;
+    }
     return chunks;
 }
 

@@ -6,6 +6,7 @@
  * the caller's whole batch, a rank's block of them is contiguous only when the split dim
  * is the leading one; with micro-batches, outputs are gathered row block by row block;
  * stage masks are 64-bit; all-to-all adds a dim to its operand. */
+#include <stdio.h>
 #include <string.h>
 
 #include "passes.h"
@@ -65,13 +66,30 @@ static int check_dropout(const ir_graph *g, dm_diag *d) {
     return 0;
 }
 
+/* Gradient compression replaces the gradient allreduces that ZeRO turns into
+ * reduce-scatters: the two do not combine (yet). */
+static int check_compress(const ir_graph *g, dm_diag *d) {
+    if (g->compress.kind == COMPRESS_NONE || !g->zero) return 0;
+    char name[64];
+    dm_compress_name(&g->compress, name, sizeof name);
+    if (g->zero_loc.line > 0) {
+        dm_error(d, g->zero_loc, "--compress %s does not combine with ZeRO (zero = %d): ZeRO reduce-scatters the "
+                                 "gradients that compression would allreduce; drop one of them", name, g->zero);
+    } else {
+        fprintf(d->out, "dmc: error: --compress %s does not combine with --zero %d: ZeRO reduce-scatters the gradients "
+                        "that compression would allreduce; drop one of them\n", name, g->zero);
+        d->n_errors++;
+    }
+    return 1;
+}
+
 int pass_supported(const ir_graph *g, dm_diag *d) {
     int pipe_axis = ir_pipeline_axis(g);
     if (pipe_axis >= 0 && g->axes[pipe_axis].size > 64) {
         dm_error(d, g->axes[pipe_axis].loc, "at most 64 pipeline stages, the mesh has %lld", (long long)g->axes[pipe_axis].size);
         return 1;
     }
-    int errors = check_inputs(g, d) + check_outputs(g, d) + check_dropout(g, d);
+    int errors = check_inputs(g, d) + check_outputs(g, d) + check_dropout(g, d) + check_compress(g, d);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {

@@ -1,6 +1,6 @@
 /* bench_common.h: what the two allreduce benchmarks share: the sizes, the clock, the
  * single-thread memcpy baseline, the table. Header-only (static functions) so each
- * benchmark stays one file to read. */
+ * benchmark stays one file to read (inline: a benchmark need not use them all). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -17,26 +17,26 @@
  * least disturbed by whatever else runs on the machine. */
 #define BENCH_BATCHES 5
 
-static double bench_now(void) {
+static inline double bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Operations per batch: about 256 MiB of data per batch, 5 to 20000 operations. */
-static int bench_iters(int64_t bytes) {
+static inline int bench_iters(int64_t bytes) {
     int64_t iters = ((int64_t)256 << 20) / bytes;
     return (int)(iters < 5 ? 5 : iters > 20000 ? 20000 : iters);
 }
 
-static double bench_best(const double *v, int n) {
+static inline double bench_best(const double *v, int n) {
     double best = v[0];
     for (int i = 1; i < n; i++) best = v[i] < best ? v[i] : best;
     return best;
 }
 
 /* Seconds per memcpy of `bytes` on one thread, best of the batches. */
-static double bench_memcpy(int64_t bytes) {
+static inline double bench_memcpy(int64_t bytes) {
     char *src = malloc((size_t)bytes), *dst = malloc((size_t)bytes);
     if (!src || !dst) {
         fprintf(stderr, "out of memory\n");
@@ -61,13 +61,13 @@ static double bench_memcpy(int64_t bytes) {
     return bench_best(t, BENCH_BATCHES);
 }
 
-static void bench_size_text(char *buf, size_t size, int64_t bytes) {
+static inline void bench_size_text(char *buf, size_t size, int64_t bytes) {
     if (bytes >= (1 << 20)) snprintf(buf, size, "%lld MiB", (long long)(bytes >> 20));
     else snprintf(buf, size, "%lld KiB", (long long)(bytes >> 10));
 }
 
 /* nccl-tests' bus bandwidth of an allreduce: 2 (n - 1) / n * bytes / time, in GB/s. */
-static double bench_busbw(int64_t bytes, int ranks, double seconds) {
+static inline double bench_busbw(int64_t bytes, int ranks, double seconds) {
     return 2.0 * (ranks - 1) / ranks * (double)bytes / seconds / 1e9;
 }
 

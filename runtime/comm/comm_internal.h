@@ -153,6 +153,12 @@ int dmrt_comm_fail(dmrt_comm *c, const comm_call *call, const char *fmt, ...) CO
 /* Same, from a va_list. */
 int dmrt_comm_vfail(dmrt_comm *c, const comm_call *call, const char *fmt, va_list ap);
 
+/* A compressed reduction's own failure (compress.c): "rank R: <what> on axis A at step S:
+ * <detail>" in the owner's error; returns DMRT_ERR_COMM. */
+int dmrt_comm_compress_fail(dmrt_comm *c, const char *what, const char *fmt, ...) COMM_PRINTF(3, 4);
+/* Fails the call (as above) unless work holds at least need floats (work_elems). */
+int dmrt_comm_check_work(dmrt_comm *c, const char *what, const float *work, int64_t work_elems, int64_t need);
+
 /* snprintf into buf, truncating quietly: messages are cut at the buffer size on purpose
  * (a direct snprintf would draw -Wformat-truncation). */
 void dmrt_comm_format(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);

@@ -176,6 +176,82 @@ int dmrt_allgather_start(dmrt_comm *c, const float *send, float *recv, int64_t n
                          const char *what);
 int dmrt_comm_wait(dmrt_comm *c);
 
+/* ---- compressed gradient reductions (compress.c, powersgd.c) ---------------------------
+ *
+ * Data parallelism's gradient allreduce with fewer bytes on the wire (docs/comm.md,
+ * docs/parallelism.md "Gradient compression"). Each is built on the collectives above, so
+ * every backend runs it; like them it is called by every rank of c in the same order with
+ * the same sizes, and its result is identical on every rank (sums in comm-rank order).
+ * `work` is the caller's scratch of work_elems floats, at least what the matching _work
+ * function gives (else the call fails saying so); it must not overlap the other buffers. 0, or DMRT_ERR_COMM with the message in dmrt_rank_error. */
+
+typedef enum dmrt_half_format { DMRT_BF16 = 1, DMRT_FP16 = 2 } dmrt_half_format;
+
+/* The 16-bit value nearest x (ties to even; NaN stays NaN; beyond the format's range,
+ * infinity; fp16 has subnormals down to 2^-24 and flushes below 2^-25 to zero), and a
+ * 16-bit value as a float (exact). */
+uint16_t dmrt_half_from_float(float x, dmrt_half_format format);
+float dmrt_half_to_float(uint16_t h, dmrt_half_format format);
+
+/* buf[i] = the sum over comm ranks of their buf[i] with 16 bits on the wire: each rank's
+ * value rounded to the format, the ranks' values added in float in comm-rank order, the
+ * sum rounded to the format once and widened back. An all-to-all of 16-bit slices (rank i
+ * gets slice i of every buffer and sums it), then an all-gather of the 16-bit sums: half
+ * the bytes of dmrt_allreduce_sum. work: dmrt_allreduce_half_work(n, size of c) floats. */
+int64_t dmrt_allreduce_half_work(int64_t n, int ranks);
+int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format, float *work,
+                            int64_t work_elems, const char *what);
+
+/* A tensor in a range of gradients: top-k keeps k of its count elements per rank. */
+typedef struct dmrt_topk_segment {
+    int64_t offset;  /* where it starts in the range */
+    int64_t count;   /* its elements */
+    int64_t k;       /* how many of them each rank sends: 1 <= k <= count (0 when count is 0) */
+} dmrt_topk_segment;
+
+/* Top-k sparsification with error feedback over grads[0..n) (this rank's gradients, the
+ * range's gaps zero) and residual[0..n) (what this rank has not sent yet, laid out alike;
+ * zeros at the start). Per segment, residual += grads; the k elements of it largest in
+ * magnitude (ties to the lower index; a NaN counts as the largest) are this rank's piece,
+ * values and indices, and become zero in residual. The pieces are all-gathered (8 bytes
+ * per element kept, per rank), and grads becomes their sum: zeros, to which each rank's
+ * values are added at their indices in comm-rank order. With k = count everywhere it is
+ * dmrt_allreduce_sum of grads (0 + x0 + x1 ...). n < 2^31. work:
+ * dmrt_allreduce_topk_work(segs, n_segs, size of c) floats. */
+int64_t dmrt_allreduce_topk_work(const dmrt_topk_segment *segs, int n_segs, int ranks);
+int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, const dmrt_topk_segment *segs,
+                        int n_segs, float *work, int64_t work_elems, const char *what);
+
+/* A tensor in a range of gradients, as a rows x cols matrix (row-major; a vector is 1 x n). */
+typedef struct dmrt_powersgd_segment {
+    int64_t offset;     /* where it starts in the range */
+    int64_t rows, cols;
+    int compressed;     /* 1: reduced through rank-r factors; 0: summed exactly (vectors, and
+                         * matrices whose factors would be no smaller) */
+    uint64_t stream;    /* its factor's random stream (the parameter's number) */
+} dmrt_powersgd_segment;
+
+/* PowerSGD with error feedback over grads[0..n) and residual[0..n) (as for top-k), and
+ * q, the compressed segments' Q factors (cols x rank each, row-major) one after another.
+ * Per compressed segment: M = residual + grads (kept in residual); P = M Q; every P and
+ * the exact segments' gradients are summed over ranks in one dmrt_allreduce_sum; each P is
+ * orthonormalised (Gram-Schmidt on its columns in order, dot products and norms in double,
+ * a zero column left zero); Q = M^T P; residual = M - P Q^T with this rank's Q; every Q is
+ * summed in a second allreduce, and grads = P Q^T with the sum, which stays in q to start
+ * the next step (one with a zero column is drawn again: dmrt_powersgd_random with the
+ * segment's stream + (step << 32)). Bytes on the wire: (rows + cols) x rank floats per
+ * compressed segment. work: dmrt_allreduce_powersgd_work floats (every P and exact
+ * segment). dmrt_powersgd_init fills q from the seed (every rank the same values). */
+int64_t dmrt_allreduce_powersgd_work(const dmrt_powersgd_segment *segs, int n_segs, int rank);
+int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
+                            const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
+                            float *work, int64_t work_elems, const char *what);
+void dmrt_powersgd_init(float *q, const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed);
+/* q[0..n) uniform in [-1, 1) (multiples of 2^-23) from seed and stream: element i is
+ * splitmix64's output of key + i + 1 steps, key being its output of seed + stream + 1
+ * steps; the top 24 bits, less 2^23, over 2^23. */
+void dmrt_powersgd_random(float *q, int64_t n, uint64_t seed, uint64_t stream);
+
 /* ---- point to point (pipeline stages) --------------------------------------------------
  *
  * peer is a rank of c. Messages between a pair arrive in the order sent, and a recv must

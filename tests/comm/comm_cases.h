@@ -71,4 +71,14 @@ int case_back_to_back(dmrt_comm *c, int iters);
  * the wait against the serial sums, three rounds. */
 int case_started(dmrt_comm *c, uint32_t seed);
 
+/* compress_cases.c: dmrt_half_from_float and _to_float against the nearest of every
+ * value of each format (decoded with ldexp), ties to even; 0 failures or their count. */
+int case_half_formats(void);
+/* The compressed reductions on c against serial computations of their rules: the 16-bit
+ * allreduce (bit for bit), top-k (bit for bit, result and residual, over three calls,
+ * with ties; k = count equal to the allreduce); PowerSGD's properties (the same result
+ * and Q on every rank, exact vectors, nothing lost to the residuals, the exact sum at
+ * rank = rows, a zero Q drawn again). */
+int case_compressed(dmrt_comm *c, uint32_t seed);
+
 #endif

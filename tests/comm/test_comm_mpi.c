@@ -7,6 +7,8 @@
  *   mpirun -np N test_comm_mpi timeout       the last rank is late by more than the 1 s
  *                                            deadline; the others time out naming the call
  *   mpirun -np N test_comm_mpi returns       rank 1 returns 7 without a message
+ *   mpirun -np N test_comm_mpi compress      the compressed gradient reductions against
+ *                                            their rules computed serially
  *
  * Every process checks its own results and exits 1 on a failure, so mpirun's status is
  * the test's. */
@@ -134,14 +136,15 @@ static int rank_main(dmrt_rank *r, void *arg) {
     t->size = dmrt_rank_count(r);
     if (strcmp(t->mode, "collectives") == 0) return run_collectives(r, t);
     if (strcmp(t->mode, "abort") == 0) return run_abort(r, t);
+    if (strcmp(t->mode, "compress") == 0) return (t->failures += case_compressed(dmrt_rank_world(r), 900)) ? 1 : 0;
     if (strcmp(t->mode, "timeout") == 0) return run_timeout(r, t);
     return run_returns(r, t);
 }
 
 int main(int argc, char **argv) {
     if (argc != 2 || (strcmp(argv[1], "collectives") && strcmp(argv[1], "abort") &&
-                      strcmp(argv[1], "timeout") && strcmp(argv[1], "returns"))) {
-        fprintf(stderr, "usage: mpirun -np N %s collectives|abort|timeout|returns\n", argv[0]);
+                      strcmp(argv[1], "timeout") && strcmp(argv[1], "returns") && strcmp(argv[1], "compress"))) {
+        fprintf(stderr, "usage: mpirun -np N %s collectives|abort|timeout|returns|compress\n", argv[0]);
         return 2;
     }
     test_state t = {argv[1], -1, 0, 0};
@@ -150,7 +153,7 @@ int main(int argc, char **argv) {
     int rc = dmrt_mpi_run(&argc, &argv, rank_main, &t, err, sizeof err);
     double took = case_now() - t0;
     const char *mode = t.mode;
-    if (strcmp(mode, "collectives") == 0) {
+    if (strcmp(mode, "collectives") == 0 || strcmp(mode, "compress") == 0) {
         EXPECT(&t, NULL, rc == 0, "dmrt_mpi_run returned %d: %s", rc, err);
     } else if (strcmp(mode, "abort") == 0) {
         EXPECT(&t, NULL, rc == 42, "dmrt_mpi_run returned %d: %s", rc, err);

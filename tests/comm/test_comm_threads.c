@@ -9,6 +9,8 @@
  *   test_comm_threads abort         one rank aborts; the others fail fast with its message,
  *                                   also from a started allreduce
  *   test_comm_threads stress        thousands of back-to-back collectives; two runs at once
+ *   test_comm_threads compress      the 16-bit formats; the compressed gradient reductions on
+ *                                   1/2/3/4 ranks against their rules computed serially
  *
  * Prints FAIL lines and exits 1 on any failure. */
 #include "comm_cases.h"
@@ -64,6 +66,27 @@ static void test_collectives(void) {
         EXPECT(rc == 0, "%d ranks: %s", ranks[i], err);
         printf("collectives on %d ranks: %s (%.2f s)\n", ranks[i], rc ? "FAILED" : "ok",
                case_now() - t0);
+    }
+}
+
+/* ---- compressed gradient reductions ------------------------------------------------ */
+
+static int main_compress(dmrt_rank *r, void *arg) {
+    (void)arg;
+    int fails = case_compressed(dmrt_rank_world(r), 900);
+    atomic_fetch_add(&total_failures, fails);
+    return fails ? 1 : 0;
+}
+
+static void test_compress(void) {
+    atomic_fetch_add(&total_failures, case_half_formats());
+    static const int ranks[] = {1, 2, 3, 4};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        char err[1024];
+        double t0 = case_now();
+        int rc = dmrt_threads_run(ranks[i], main_compress, NULL, err, sizeof err);
+        EXPECT(rc == 0, "%d ranks: %s", ranks[i], err);
+        printf("compressed reductions on %d ranks: %s (%.2f s)\n", ranks[i], rc ? "FAILED" : "ok", case_now() - t0);
     }
 }
 
@@ -576,12 +599,13 @@ static void test_stress(void) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s collectives|mesh|determinism|errors|timeout|abort|stress\n",
+        fprintf(stderr, "usage: %s collectives|mesh|determinism|errors|timeout|abort|stress|compress\n",
                 argv[0]);
         return 2;
     }
     const char *mode = argv[1];
     if (strcmp(mode, "collectives") == 0) test_collectives();
+    else if (strcmp(mode, "compress") == 0) test_compress();
     else if (strcmp(mode, "mesh") == 0) test_mesh();
     else if (strcmp(mode, "determinism") == 0) test_determinism();
     else if (strcmp(mode, "errors") == 0) test_errors();

@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""compress_accuracy.py: what gradient compression (--compress) costs in accuracy.
+
+usage: /usr/bin/python3 bench/compress_accuracy.py --dmc BUILD/driver/dmc
+           [--epochs 5] [--seed 0] [--modes none,bf16,...] [--backend threads|mpi]
+
+Trains examples/mlp.dm on Fashion-MNIST with data=2 for each mode (default: none, bf16,
+fp16, topk:0.01, topk:0.1, powersgd:4, powersgd:1), the same seed and data order, and
+prints the test accuracy after the last epoch next to the uncompressed run's, with the
+bytes each rank sends per step (--explain=json) and the training time (on a shared
+machine the time is noise; the accuracy is not). docs/parallelism.md has the figures.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_MODES = "none,bf16,fp16,topk:0.01,topk:0.1,powersgd:4,powersgd:1"
+
+
+def sent_bytes(dmc, dm_file, mode):
+    """(compressed, uncompressed) bytes a rank sends per step for the gradients."""
+    cmd = [dmc, "--explain=json", dm_file, "--mesh", "data=2", "--compress", mode]
+    out = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout)
+    c = out.get("compress")
+    if not c:
+        return None, None
+    return c["sent_bytes_per_rank"], c["uncompressed_sent_bytes_per_rank"]
+
+
+def train(dmc, dm_file, mode, epochs, seed, backend):
+    cmd = [dmc, "run", dm_file, "--mesh", "data=2", "--backend", backend, "--epochs", str(epochs), "--seed", str(seed),
+           "--quiet"]
+    if mode != "none":
+        cmd += ["--compress", mode]
+    t0 = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    took = time.time() - t0
+    if r.returncode != 0:
+        sys.exit("`%s` failed:\n%s" % (" ".join(cmd), r.stdout))
+    m = re.search(r"test accuracy ([0-9.]+)", r.stdout)
+    if not m:
+        sys.exit("`%s` printed no test accuracy:\n%s" % (" ".join(cmd), r.stdout))
+    return float(m.group(1)), took
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dmc", required=True)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--modes", default=DEFAULT_MODES)
+    ap.add_argument("--backend", default="threads", choices=["threads", "mpi"])
+    a = ap.parse_args()
+    dm_file = os.path.join(ROOT, "examples", "mlp.dm")
+    modes = a.modes.split(",")
+    if "none" not in modes:
+        modes.insert(0, "none")
+    print("examples/mlp.dm on Fashion-MNIST, data=2 (%s), %d epochs, seed %d" % (a.backend, a.epochs, a.seed))
+    print("%-12s %9s %10s %14s %12s %10s" % ("compress", "accuracy", "vs none", "sent/step", "vs none", "time (s)"))
+    base = None
+    for mode in modes:
+        acc, took = train(a.dmc, dm_file, mode, a.epochs, a.seed, a.backend)
+        sent, plain = sent_bytes(a.dmc, dm_file, mode if mode != "none" else "bf16")
+        if mode == "none":
+            base, sent = acc, plain
+        print("%-12s %9.4f %+10.4f %11.1f KiB %11.1fx %10.1f" % (mode, acc, acc - base, sent / 1024, plain / sent, took))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

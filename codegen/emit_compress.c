@@ -1,0 +1,142 @@
+/* emit_compress.c: gradient compression on the data axis (passes/compress.c): each
+ * compressed bucket's tensors as a table of segments, PowerSGD's shared start, and the
+ * bucket's reduction through dmrt_comm.h's compressed calls instead of the allreduce. */
+#include <stdio.h>
+
+#include "emitter.h"
+
+static int compressed(const emitter *E) { return E->compress->n_buckets > 0; }
+static int powersgd(const emitter *E) { return compressed(E) && E->compress->kind == COMPRESS_POWERSGD; }
+
+void emit_compress_fields(emitter *E) {
+    if (powersgd(E))
+        cg_line(&E->w, "uint64_t compress_seed; /* create's: PowerSGD's factors start from it, and a factor of zeros is drawn again */");
+}
+
+static const char *kind_text(const emitter *E) {
+    switch (E->compress->kind) {
+    case COMPRESS_BF16: return "bf16";
+    case COMPRESS_FP16: return "fp16";
+    case COMPRESS_TOPK: return "top-k";
+    default: return "PowerSGD";
+    }
+}
+
+/* The segments of bucket k: its tensors' places in its range and how each is reduced. */
+static void emit_segment_table(emitter *E, int k) {
+    const ir_graph *g = E->g;
+    const dm_compress_bucket *b = &E->compress->bucket[k];
+    int topk = E->compress->kind == COMPRESS_TOPK, n = b->last - b->first + 1;
+    cg_line(&E->w, "static const dmrt_%s_segment compress_segments_%d[%d] = {", topk ? "topk" : "powersgd", k, n);
+    E->w.indent++;
+    for (int p = b->first; p <= b->last; p++) {
+        const ir_value *grad = V(E, g->grads[p]);
+        long long at = (long long)(E->plan->offset[grad->id] - b->grad_begin), count = (long long)ir_numel(T(E, grad->id));
+        const char *name = V(E, g->params[p])->name;
+        if (topk) {
+            cg_line(&E->w, "{%lld, %lld, %lld}, /* %s: %lld of %lld elements */", at, count,
+                    (long long)dm_topk_keep(&g->compress, count), name, (long long)dm_topk_keep(&g->compress, count), count);
+            continue;
+        }
+        int64_t rows, cols;
+        int squeezed = dm_powersgd_matrix(g, grad, &rows, &cols);
+        if (squeezed)
+            cg_line(&E->w, "{%lld, %lld, %lld, 1, %d}, /* %s: %lld x %lld as rank-%d factors */", at, (long long)rows,
+                    (long long)cols, p, name, (long long)rows, (long long)cols, g->compress.rank);
+        else
+            cg_line(&E->w, "{%lld, 1, %lld, 0, %d}, /* %s: summed exactly */", at, count, p, name);
+    }
+    E->w.indent--;
+    cg_line(&E->w, "};");
+}
+
+/* Where the error-feedback state of each parameter lives: optimizer state, under these names. */
+static void emit_state_comment(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_line(&E->w, "/* Error-feedback state, kept in ctx->state after the optimizer's (elements: offset, count):");
+    for (int k = 0; k < E->compress->n_buckets; k++) {
+        const dm_compress_bucket *b = &E->compress->bucket[k];
+        if (b->residual_at < 0) continue;
+        int64_t q_at = b->q_at;
+        for (int p = b->first; p <= b->last; p++) {
+            const ir_value *grad = V(E, g->grads[p]);
+            int64_t at = E->plan->offset[grad->id] - b->grad_begin, count = ir_numel(T(E, grad->id)), rows, cols;
+            const char *name = V(E, g->params[p])->name;
+            cg_line(&E->w, " *   %s.error_feedback: %lld, %lld", name, (long long)(b->residual_at + at), (long long)count);
+            if (E->compress->kind == COMPRESS_POWERSGD && dm_powersgd_matrix(g, grad, &rows, &cols)) {
+                cg_line(&E->w, " *   %s.powersgd_q: %lld, %lld", name, (long long)q_at, (long long)(cols * g->compress.rank));
+                q_at += cols * g->compress.rank;
+            }
+        }
+    }
+    cg_line(&E->w, " * (%s) */", E->plan->stages > 1 ? "in the state of the parameter's pipeline stage" : "every rank alike");
+}
+
+void emit_compress_tables(emitter *E) {
+    if (!compressed(E) || E->compress->kind == COMPRESS_BF16 || E->compress->kind == COMPRESS_FP16) return;
+    char name[64];
+    dm_compress_name(&E->g->compress, name, sizeof name);
+    cg_line(&E->w, "/* --compress %s: the tensors of each compressed gradient bucket, where they start in", name);
+    cg_line(&E->w, " * its range of ctx->grads and how they are reduced (dmrt_comm.h). */");
+    for (int k = 0; k < E->compress->n_buckets; k++) emit_segment_table(E, k);
+    emit_state_comment(E);
+    cg_blank(&E->w);
+    if (!powersgd(E)) return;
+    cg_line(&E->w, "/* PowerSGD's Q factors, drawn from the seed: the same on every rank of the data axis. */");
+    cg_line(&E->w, "static void compress_init(struct_ctx *ctx, uint64_t seed) {");
+    E->w.indent++;
+    cg_line(&E->w, "ctx->compress_seed = seed;");
+    for (int k = 0; k < E->compress->n_buckets; k++) {
+        const dm_compress_bucket *b = &E->compress->bucket[k];
+        if (!b->q_elems) continue;
+        int guard = E->pipe_axis >= 0;
+        if (guard) cg_line(&E->w, "if (ctx->coord[%d] == %d) /* the bucket's pipeline stage */", E->pipe_axis, b->stage);
+        cg_line(&E->w, "%sdmrt_powersgd_init(ctx->state + %lld, compress_segments_%d, %d, %d, seed);", guard ? "    " : "",
+                (long long)b->q_at, k, b->last - b->first + 1, E->g->compress.rank);
+    }
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    cg_blank(&E->w);
+}
+
+void emit_compress_create(emitter *E) {
+    if (powersgd(E)) cg_line(&E->w, "compress_init(ctx, seed);");
+}
+
+/* After the members' partials are in place in ctx->grads: the bucket's compressed reduction. */
+void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label) {
+    const ir_graph *g = E->g;
+    int k = (int)(b - E->compress->bucket), n_segs = b->last - b->first + 1;
+    char name[64];
+    dm_compress_name(&g->compress, name, sizeof name);
+    cg_line(&E->w, "/* --compress %s over %s: %s */", name, g->axes[b->axis].name,
+            g->compress.kind == COMPRESS_TOPK ? "each rank sends its largest elements (residual included), values and indices"
+            : g->compress.kind == COMPRESS_POWERSGD ? "the matrices as low-rank factors (residual included), the vectors exactly"
+                                                    : "16-bit values on the wire, summed in float");
+    char grads[64], residual[64], q[64], what[400];
+    snprintf(grads, sizeof grads, "ctx->grads + %lld", (long long)b->grad_begin);
+    snprintf(residual, sizeof residual, "ctx->state + %lld", (long long)b->residual_at);
+    if (b->q_elems) snprintf(q, sizeof q, "ctx->state + %lld", (long long)b->q_at);
+    else snprintf(q, sizeof q, "NULL"); /* no matrix to factor in this bucket */
+    snprintf(what, sizeof what, "%s %s", kind_text(E), label);
+    switch (g->compress.kind) {
+    case COMPRESS_BF16:
+    case COMPRESS_FP16:
+        cg_line(&E->w, "if (dmrt_allreduce_sum_half(ctx->comm[%d], %s, %lld, %s, ctx->scratch, %lld, \"%s\") != 0)", b->axis, grads,
+                (long long)b->elems, g->compress.kind == COMPRESS_BF16 ? "DMRT_BF16" : "DMRT_FP16", (long long)E->scratch_elems,
+                what);
+        break;
+    case COMPRESS_TOPK:
+        cg_line(&E->w, "if (dmrt_allreduce_topk(ctx->comm[%d], %s, %s, %lld, compress_segments_%d, %d, ctx->scratch, %lld,", b->axis,
+                grads, residual, (long long)b->elems, k, n_segs, (long long)E->scratch_elems);
+        cg_line(&E->w, "                        \"%s\") != 0)", what);
+        break;
+    default:
+        cg_line(&E->w, "if (dmrt_allreduce_powersgd(ctx->comm[%d], %s, %s, %s, %lld, compress_segments_%d, %d, %d,", b->axis, grads,
+                residual, q, (long long)b->elems, k, n_segs, g->compress.rank);
+        cg_line(&E->w, "                            ctx->compress_seed, ctx->step, ctx->scratch, %lld, \"%s\") != 0)",
+                (long long)E->scratch_elems, what);
+        break;
+    }
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
