@@ -145,7 +145,7 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
     fprintf(out, "\n");
 }
 
-static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
     fprintf(out, "[");
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
@@ -165,6 +165,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, F
         fprintf(out, ", \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f, \"line\": %d, \"reason\": ",
                 (long long)explain_collective_bytes(g, c), explain_collective_sent_bytes(g, c), r->items[i].source_line);
         explain_json_string(out, r->items[i].reason);
+        if (explain_replaced_by_zero(g, zero, r->items[i].value)) fprintf(out, ", \"replaced_by_zero\": true");
         fprintf(out, "}");
     }
     fprintf(out, "]");
@@ -449,6 +450,43 @@ static void attention_json(const ir_graph *g, FILE *out) {
             f.count, 4 * f.kept_elems, 4 * f.probability_elems);
 }
 
+int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value) {
+    for (int p = 0; zero && zero->n_buckets && g->grads && p < g->n_params; p++)
+        if (g->grads[p] == value) return zero->bucket_of[p] >= 0;
+    return 0;
+}
+
+static void add_zero_collective(const ir_graph *g, explain_zero_collective **out, int *n, int phase, int bucket,
+                                const dm_zero_bucket *b, const char *kind, const char *what, int64_t span) {
+    int64_t k = g->axes[b->axis].size;
+    *out = ir_grow(*out, *n, sizeof **out);
+    (*out)[(*n)++] = (explain_zero_collective){
+        .phase = phase, .axis = b->axis, .kind = kind, .what = what, .bucket = bucket,
+        .bytes = 4 * (strcmp(kind, "all-gather") == 0 ? span / k : span),
+        .sent = 4.0 * (double)span * (double)(k - 1) / (double)k};
+}
+
+int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explain_zero_collective **out) {
+    int n = 0;
+    *out = NULL;
+    if (!zero || zero->n_buckets == 0) return 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ZERO_GATHER) continue;
+        int k = zero->bucket_of[g->values[v->operands[0]]->param_index];
+        add_zero_collective(g, out, &n, (int)v->phase, k, &zero->bucket[k], "all-gather", "ZeRO 3 gathers",
+                            ir_numel(&v->type));
+    }
+    for (int k = 0; k < zero->n_buckets; k++)
+        add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "reduce-scatter", "ZeRO buckets' gradients",
+                            zero->bucket[k].span);
+    for (int k = 0; k < zero->n_buckets; k++)
+        if (zero->bucket[k].param_at < 0)
+            add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "all-gather", "ZeRO buckets' parameters",
+                                zero->bucket[k].span);
+    return n;
+}
+
 static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, ", \"zero\": {\"stage\": %d, \"buckets\": [", z->stage);
     for (int k = 0; k < z->n_buckets; k++) {
@@ -464,7 +502,17 @@ static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     }
     int64_t gathered;
     int gathers = zero_gathers(g, &gathered);
-    fprintf(out, "], \"gathers\": %d, \"gathered_elements\": %lld}", gathers, (long long)gathered);
+    fprintf(out, "], \"gathers\": %d, \"gathered_elements\": %lld, \"collectives\": [", gathers, (long long)gathered);
+    explain_zero_collective *zc;
+    int n = explain_zero_collectives(g, z, &zc);
+    for (int i = 0; i < n; i++) {
+        fprintf(out, "%s{\"op\": \"%s\", \"axis\": ", i ? ", " : "", zc[i].kind);
+        explain_json_string(out, g->axes[zc[i].axis].name);
+        fprintf(out, ", \"phase\": \"%s\", \"bucket\": %d, \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f}",
+                explain_phase_names[zc[i].phase], zc[i].bucket, (long long)zc[i].bytes, zc[i].sent);
+    }
+    free(zc);
+    fprintf(out, "]}");
 }
 
 /* "memory_bytes_per_rank" to the end of the JSON object */
@@ -528,7 +576,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     fprintf(out, ", \"outputs\": ");
     list_values_json(g, g->outputs, g->n_outputs, out);
     fprintf(out, ", \"collectives\": ");
-    list_collectives_json(g, reshards, out);
+    list_collectives_json(g, reshards, zero, out);
     sent_json(g, reshards, out);
     explain_compress_json(g, out);
     if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
@@ -639,7 +687,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
         fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?",
                 g->values[g->loss]->loc.line);
     if (full) list_collectives(g, reshards, out);
-    else explain_collectives_grouped(g, reshards, out);
+    else explain_collectives_grouped(g, reshards, zero, out);
     explain_compress_text(g, full, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, full, out);
     explain_time_text(g, pipeline, full, out);

@@ -35,6 +35,23 @@ const char *explain_collective_kind(const ir_value *c);
 int explain_collective_calls(const ir_value *c);
 int64_t explain_collective_bytes(const ir_graph *g, const ir_value *c);
 double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c);
+/* ZeRO's collectives (passes/zero.c) in place of its buckets' gradient allreduces: per
+ * bucket a reduce-scatter in the update and, for a bucket held whole, an all-gather of its
+ * parameters after it; per ZeRO 3 gather, an all-gather before its readers in the forward or
+ * backward pass. bytes: a rank's operand (a reduce-scatter's the bucket, an all-gather's the
+ * share); sent: what a rank sends by ring, (k-1)/k of the bucket. */
+typedef struct explain_zero_collective {
+    int phase, axis;
+    const char *kind; /* "reduce-scatter", "all-gather" */
+    const char *what; /* "ZeRO buckets' gradients", ... */
+    int bucket;
+    int64_t bytes;
+    double sent;
+} explain_zero_collective;
+/* The count, in *out (free it); none (0) without ZeRO (zero NULL or no buckets). */
+int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explain_zero_collective **out);
+/* Whether ZeRO reduces this gradient allreduce's bucket instead (zero may be NULL). */
+int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value);
 /* "12.50 MiB" of elements of 4 bytes */
 void explain_mib(double elems, char *buf, size_t size);
 
@@ -45,7 +62,8 @@ void explain_compress_json(const ir_graph *g, FILE *out);
 
 /* The compact sections of the default text (explain_compact.c). */
 void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out);
-void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FILE *out);
+/* zero: its buckets' reduce-scatters and all-gathers replace their allreduces (may be NULL) */
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out);
 void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out);
 
 /* One line of a collapsed list of names (explain_names.c). */

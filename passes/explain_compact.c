@@ -54,21 +54,52 @@ typedef struct collective_group {
     int64_t bytes; /* of a rank's operand shards */
     double sent;   /* bytes a rank sends by ring algorithms */
     int n;         /* collectives, at items */
-    int *items;    /* their places in the reshard list, in its order */
+    int *items;    /* their places in the reshard list, in its order (ZeRO's rows: none) */
+    char zero_largest[96]; /* ZeRO's rows: what the largest column says */
+    int zero_order;        /* ZeRO's rows: their order in a phase (a bucket's reduce-scatter first) */
 } collective_group;
 
 static int by_phase_axis_first(const void *a, const void *b) {
     const collective_group *x = a, *y = b;
     if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
     if (x->axis != y->axis) return x->axis < y->axis ? -1 : 1;
+    if (!x->n || !y->n) return x->n ? -1 : y->n ? 1 : x->zero_order - y->zero_order; /* ZeRO's rows last */
     return x->items[0] < y->items[0] ? -1 : x->items[0] > y->items[0];
 }
 
-/* The reshard list's collectives grouped, ordered by phase, then axis, then first appearance. */
-static int group_collectives(const ir_graph *g, const dm_reshard_list *r, collective_group *groups) {
+/* ZeRO's collectives (explain_zero_collectives) as rows after the reshard list's: one row
+ * per kind and phase, in the order they come. */
+static int zero_rows(const ir_graph *g, const dm_zero_plan *zero, collective_group *groups, int n_groups) {
+    explain_zero_collective *zc;
+    int n = explain_zero_collectives(g, zero, &zc), first = n_groups;
+    for (int i = 0; i < n; i++) {
+        int k = first;
+        while (k < n_groups && !(groups[k].phase == zc[i].phase && groups[k].axis == zc[i].axis &&
+                                 strcmp(groups[k].kind, zc[i].kind) == 0))
+            k++;
+        collective_group *grp = &groups[k];
+        if (k == n_groups) {
+            n_groups++;
+            memset(grp, 0, sizeof *grp);
+            grp->phase = zc[i].phase, grp->axis = zc[i].axis, grp->kind = zc[i].kind, grp->zero_order = k;
+            snprintf(grp->zero_largest, sizeof grp->zero_largest, "%s", zc[i].what);
+        }
+        grp->calls++;
+        grp->bytes += zc[i].bytes;
+        grp->sent += zc[i].sent;
+    }
+    free(zc);
+    return n_groups;
+}
+
+/* The reshard list's collectives grouped, ordered by phase, then axis, then first appearance
+ * (with ZeRO, its reduce-scatters and all-gathers in place of the buckets' allreduces). */
+static int group_collectives(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                             collective_group *groups) {
     int n_groups = 0;
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
+        if (explain_replaced_by_zero(g, zero, r->items[i].value)) continue;
         int axis = explain_collective_axis(g, c), k = 0;
         const char *kind = explain_collective_kind(c);
         while (k < n_groups && !(groups[k].phase == (int)c->phase && groups[k].axis == axis &&
@@ -88,6 +119,7 @@ static int group_collectives(const ir_graph *g, const dm_reshard_list *r, collec
         grp->bytes += explain_collective_bytes(g, c);
         grp->sent += explain_collective_sent_bytes(g, c);
     }
+    n_groups = zero_rows(g, zero, groups, n_groups);
     qsort(groups, (size_t)n_groups, sizeof *groups, by_phase_axis_first);
     return n_groups;
 }
@@ -127,14 +159,14 @@ static void largest_contributors(const ir_graph *g, const dm_reshard_list *r, co
     free(names);
 }
 
-void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
     if (!r || r->n == 0) {
         fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
         return;
     }
-    collective_group *groups = calloc((size_t)r->n, sizeof *groups);
+    collective_group *groups = calloc((size_t)r->n + 8, sizeof *groups); /* + ZeRO's rows */
     if (!groups) abort();
-    int n_groups = group_collectives(g, r, groups), calls = 0;
+    int n_groups = group_collectives(g, r, zero, groups), calls = 0;
     int64_t bytes = 0;
     double sent = 0;
     for (int k = 0; k < n_groups; k++) calls += groups[k].calls, bytes += groups[k].bytes, sent += groups[k].sent;
@@ -147,7 +179,8 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FI
     for (int k = 0; k < n_groups; k++) {
         const collective_group *grp = &groups[k];
         char largest[512];
-        largest_contributors(g, r, grp, largest, sizeof largest);
+        if (grp->n) largest_contributors(g, r, grp, largest, sizeof largest);
+        else snprintf(largest, sizeof largest, "%s", grp->zero_largest);
         human_bytes((double)grp->bytes, b, sizeof b);
         human_bytes(grp->sent, s, sizeof s);
         fprintf(out, "  %-8s %-8s %-20s %5d %11s %11s  %s\n", explain_phase_names[grp->phase], g->axes[grp->axis].name,

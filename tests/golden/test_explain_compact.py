@@ -151,9 +151,42 @@ def check_largest(what, text, items):
     return problems
 
 
+def plan_collectives(plan):
+    """The collectives a step makes: the reshard list's, but those ZeRO replaces, then ZeRO's
+    reduce-scatters and all-gathers (from its own section of the JSON)."""
+    kept = [c for c in plan["collectives"] if not c.get("replaced_by_zero")]
+    return kept + plan.get("zero", {}).get("collectives", [])
+
+
+def check_zero_collectives(what, plan):
+    """ZeRO's collectives against its buckets: a reduce-scatter of each bucket, an all-gather of
+    each bucket held whole, the gathers of those held in shares; ring traffic (k-1)/k."""
+    zero = plan.get("zero")
+    if not zero:
+        return
+    size = {a["axis"]: a["size"] for a in plan["mesh"]}
+    cs, buckets = zero["collectives"], zero["buckets"]
+    scatters = [c for c in cs if c["op"] == "reduce-scatter"]
+    whole = [b for b in buckets if not b["parameters_in_shares"]]
+    gathers = [c for c in cs if c["op"] == "all-gather" and c["phase"] == "update"]
+    early = [c for c in cs if c["phase"] != "update"]
+    ok = len(scatters) == len(buckets) and len(gathers) == len(whole) and len(early) == zero["gathers"]
+    ok = ok and sum(c["bytes_per_rank"] for c in scatters) == 4 * sum(b["elements"] for b in buckets)
+    k = size[buckets[0]["axis"]]
+    ok = ok and all(close("%.6f B" % c["sent_bytes_per_rank"], 4 * buckets[c["bucket"]]["elements"] * (k - 1) / k)
+                    for c in cs)
+    ok = ok and close("%.6f B" % sum(c["bytes_per_rank"] for c in early), 4 * zero["gathered_elements"] / k)
+    ok = ok and not any(c["op"] == "allreduce" and c["phase"] == "update" and c["axis"] == buckets[0]["axis"]
+                        and not c.get("replaced_by_zero") for c in plan["collectives"]
+                        if any(c["value"].startswith(b["first"]) for b in buckets))
+    check(ok, "%s: ZeRO's %d collectives are its %d buckets' reduce-scatters, %d all-gathers and %d gathers" %
+          (what, len(cs), len(buckets), len(whole), zero["gathers"]))
+
+
 def check_collectives(what, lines, plan):
+    check_zero_collectives(what, plan)
     groups, order = {}, []
-    for c in plan["collectives"]:
+    for c in plan_collectives(plan):
         key = (c["phase"], c["axis"], c["op"])
         if key not in groups:
             groups[key] = []
@@ -176,11 +209,15 @@ def check_collectives(what, lines, plan):
         if int(r.group(4)) != calls(cs) or not close(r.group(5), nbytes) or not close(r.group(6), sent):
             bad.append("%s: %s calls %s %s, JSON %d %d %.0f" % (r.group(0)[:40], r.group(4), r.group(5), r.group(6),
                                                               calls(cs), nbytes, sent))
+        if cs and "bucket" in cs[0]:  # ZeRO's rows name what they move, not a value
+            if not r.group(7).startswith("ZeRO"):
+                bad.append("%s: largest %r does not name ZeRO" % (r.group(0)[:40], r.group(7)))
+            continue
         bad += ["%s %s %s: %s" % (r.group(1), r.group(2), r.group(3), p) for p in check_largest(what, r.group(7), cs)]
     check(not bad, "%s: each row's calls, operand and sent bytes and largest values are the JSON's %s" % (what, bad[:3]))
     m = re.match(r"collectives: (\d+) per step on (%s) of operands per rank; by ring algorithms each rank sends (%s)"
                  % (SIZE, SIZE), head)
-    cs = plan["collectives"]
+    cs = plan_collectives(plan)
     check(m and int(m.group(1)) == calls(cs) and close(m.group(2), sum(c["bytes_per_rank"] for c in cs)) and
           close(m.group(3), sum(c["sent_bytes_per_rank"] for c in cs)),
           "%s: the header's calls and bytes are the sums over the JSON (%s)" % (what, head[:100]))
