@@ -102,6 +102,21 @@ static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, doub
     }
 }
 
+/* The same with ZeRO's collectives in place of the allreduces they replace. */
+static void sent_with_zero(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                           double sent[3][IR_MAX_AXES]) {
+    sent_by_phase_axis(g, r, sent);
+    for (int i = 0; r && i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        if (explain_replaced_by_zero(g, zero, r->items[i].value))
+            sent[c->phase][explain_collective_axis(g, c)] -= explain_collective_sent_bytes(g, c);
+    }
+    explain_zero_collective *zc;
+    int n = explain_zero_collectives(g, zero, &zc);
+    for (int i = 0; i < n; i++) sent[zc[i].phase][zc[i].axis] += zc[i].sent;
+    free(zc);
+}
+
 static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
     if (!r || r->n == 0) {
         fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
@@ -172,9 +187,9 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
 }
 
 /* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis */
-static void sent_json(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
     double sent[3][IR_MAX_AXES], total = 0;
-    sent_by_phase_axis(g, r, sent);
+    sent_with_zero(g, r, zero, sent);
     fprintf(out, ", \"communication\": {\"algorithm\": \"ring\", \"by_phase_axis\": [");
     for (int p = 0, n = 0; p < 3; p++)
         for (int a = 0; a < g->n_axes; a++) {
@@ -462,7 +477,7 @@ static void add_zero_collective(const ir_graph *g, explain_zero_collective **out
     *out = ir_grow(*out, *n, sizeof **out);
     (*out)[(*n)++] = (explain_zero_collective){
         .phase = phase, .axis = b->axis, .kind = kind, .what = what, .bucket = bucket,
-        .bytes = 4 * (strcmp(kind, "all-gather") == 0 ? span / k : span),
+        .bytes = 4 * (strcmp(kind, "allgather") == 0 ? span / k : span),
         .sent = 4.0 * (double)span * (double)(k - 1) / (double)k};
 }
 
@@ -474,15 +489,15 @@ int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explai
         const ir_value *v = g->values[i];
         if (v->op != OP_ZERO_GATHER) continue;
         int k = zero->bucket_of[g->values[v->operands[0]]->param_index];
-        add_zero_collective(g, out, &n, (int)v->phase, k, &zero->bucket[k], "all-gather", "ZeRO 3 gathers",
+        add_zero_collective(g, out, &n, (int)v->phase, k, &zero->bucket[k], "allgather", "ZeRO 3 gathers",
                             ir_numel(&v->type));
     }
     for (int k = 0; k < zero->n_buckets; k++)
-        add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "reduce-scatter", "ZeRO buckets' gradients",
+        add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "reduce_scatter", "ZeRO buckets' gradients",
                             zero->bucket[k].span);
     for (int k = 0; k < zero->n_buckets; k++)
         if (zero->bucket[k].param_at < 0)
-            add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "all-gather", "ZeRO buckets' parameters",
+            add_zero_collective(g, out, &n, 2, k, &zero->bucket[k], "allgather", "ZeRO buckets' parameters",
                                 zero->bucket[k].span);
     return n;
 }
@@ -577,7 +592,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     list_values_json(g, g->outputs, g->n_outputs, out);
     fprintf(out, ", \"collectives\": ");
     list_collectives_json(g, reshards, zero, out);
-    sent_json(g, reshards, out);
+    sent_json(g, reshards, zero, out);
     explain_compress_json(g, out);
     if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
     explain_time_json(g, pipeline, out);

@@ -42,7 +42,7 @@ double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c);
  * share); sent: what a rank sends by ring, (k-1)/k of the bucket. */
 typedef struct explain_zero_collective {
     int phase, axis;
-    const char *kind; /* "reduce-scatter", "all-gather" */
+    const char *kind; /* "reduce_scatter", "allgather" */
     const char *what; /* "ZeRO buckets' gradients", ... */
     int bucket;
     int64_t bytes;

@@ -24,6 +24,8 @@ CASES = [
     ("examples/gpt.dm", ["--mesh", "data=2,tensor=2"]),
     ("examples/gpt.dm", ["--mesh", "tensor=4", "--set", "V=64,T=16,C=32,NH=4,L=2,B=4"]),
     ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2"]),
+    ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "1"]),
+    ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1"]),
 ]
 
 
@@ -47,7 +49,10 @@ def check(dmc, dm, args):
     plan = json.loads(r.stdout)
     sizes = {a["axis"]: a["size"] for a in plan["mesh"]}
     fails, by = [], {}
-    for c in plan["collectives"]:
+    # ZeRO's reduce-scatters and all-gathers stand in for the allreduces they replace
+    made = [c for c in plan["collectives"] if not c.get("replaced_by_zero")]
+    made += plan.get("zero", {}).get("collectives", [])
+    for c in made:
         want = ring(c["op"], sizes[c["axis"]], c["bytes_per_rank"])
         if abs(c["sent_bytes_per_rank"] - want) > 1:
             fails.append("%s %s of %s: sent %s, ring formula %.0f" % (c["phase"], c["op"], c["value"],
@@ -61,8 +66,22 @@ def check(dmc, dm, args):
             fails.append("%s over %s: summary %s, collectives add to %.0f" % (key[0], key[1], got.get(key), by[key]))
     if abs(comm["sent_bytes_per_rank"] - sum(by.values())) > len(by) + 1:
         fails.append("total %s, collectives add to %.0f" % (comm["sent_bytes_per_rank"], sum(by.values())))
-    if dm == "examples/mlp.dm" and args == ["--mesh", "data=4"]:
+    if "--zero" in args and args[args.index("--zero") + 1] == "3":
+        # ZeRO 3: besides the reduce-scatter of every bucket in the update, (n - 1)/n of every
+        # element the forward and backward passes gather
+        n, zero = sizes["data"], plan["zero"]
+        want_update = sum(4 * b["elements"] * (n - 1) / n for b in zero["buckets"])
+        want_early = 4 * zero["gathered_elements"] * (n - 1) / n
+        early = got.get(("forward", "data"), 0) + got.get(("backward", "data"), 0) - by_loss(plan)
+        if abs(got.get(("update", "data"), 0) - want_update) > 1 or abs(early - want_early) > 8:
+            fails.append("zero 3: update %s (buckets' formula %.0f), gathers %.0f (formula %.0f)" %
+                         (got.get(("update", "data")), want_update, early, want_early))
+    if dm == "examples/mlp.dm" and args[:2] == ["--mesh", "data=4"] and "--bucket-mb" not in args:
+        # ZeRO 1: a reduce-scatter and an all-gather of each bucket, the allreduce's bytes
+        # over the buckets' elements (each rounded up to a multiple of n)
         params = sum(p["elements"] for p in plan["params"])
+        if "zero" in plan:
+            params = sum(b["elements"] for b in plan["zero"]["buckets"])
         want = 2 * 3 / 4 * 4 * params
         if abs(got.get(("update", "data"), 0) - want) > 1:
             fails.append("mlp data=4 update: sent %s, 1.5 x 4 bytes x %d parameters = %.0f" %
@@ -70,6 +89,11 @@ def check(dmc, dm, args):
     print("%-22s %-50s %3d collectives, %.0f bytes sent per rank%s" % (
         dm, " ".join(args), len(plan["collectives"]), comm["sent_bytes_per_rank"], " FAIL" if fails else ""))
     return fails
+
+
+def by_loss(plan):
+    """What the forward's loss allreduce sends (it is not ZeRO's)."""
+    return sum(c["sent_bytes_per_rank"] for c in plan["collectives"] if c["value"] == "loss.local")
 
 
 def main(argv):

@@ -166,9 +166,9 @@ def check_zero_collectives(what, plan):
         return
     size = {a["axis"]: a["size"] for a in plan["mesh"]}
     cs, buckets = zero["collectives"], zero["buckets"]
-    scatters = [c for c in cs if c["op"] == "reduce-scatter"]
+    scatters = [c for c in cs if c["op"] == "reduce_scatter"]
     whole = [b for b in buckets if not b["parameters_in_shares"]]
-    gathers = [c for c in cs if c["op"] == "all-gather" and c["phase"] == "update"]
+    gathers = [c for c in cs if c["op"] == "allgather" and c["phase"] == "update"]
     early = [c for c in cs if c["phase"] != "update"]
     ok = len(scatters) == len(buckets) and len(gathers) == len(whole) and len(early) == zero["gathers"]
     ok = ok and sum(c["bytes_per_rank"] for c in scatters) == 4 * sum(b["elements"] for b in buckets)
