@@ -162,7 +162,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "timeout") == 0) {
         EXPECT(&t, NULL, rc == DMRT_ERR_COMM, "dmrt_mpi_run returned %d: %s", rc, err);
         EXPECT_HAS(&t, NULL, err, "failed: allreduce of fc1.weight.grad (mlp.dm:21) on axis world at step 5: timed out after 1 s");
-        EXPECT(&t, NULL, took < 6.0, "the run took %.2f s", took);
+        /* the ranks' own timings are checked inside; this bound only catches a teardown that
+         * hangs, with room for MPI's start-up of 4 processes on a loaded 2-core machine */
+        EXPECT(&t, NULL, took < 12.0, "the run took %.2f s", took);
     } else {
         EXPECT(&t, NULL, rc == 7, "dmrt_mpi_run returned %d: %s", rc, err);
         EXPECT_HAS(&t, NULL, err, "rank 1 failed: its main function returned 7 (status 7)");
