@@ -330,7 +330,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
-            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b or interleaved, got '%s'\n", v);
+            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b, interleaved or 2bw, got '%s'\n", v);
             return -1;
         }
         return 1;
