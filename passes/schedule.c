@@ -9,7 +9,8 @@ int pipe_kind_by_name(const char *name) {
     if (strcmp(name, "gpipe") == 0) return PIPE_GPIPE;
     if (strcmp(name, "1f1b") == 0) return PIPE_1F1B;
     if (strcmp(name, "interleaved") == 0) return PIPE_INTERLEAVED;
-    if (strcmp(name, "2bw") == 0) return PIPE_2BW;
+    /* a .dm names it pipedream_2bw: a name cannot start with a digit */
+    if (strcmp(name, "2bw") == 0 || strcmp(name, "pipedream_2bw") == 0) return PIPE_2BW;
     return -1;
 }
 

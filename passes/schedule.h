@@ -58,7 +58,8 @@ pipe_kind pipe_kind_for(int kind, int stages);
  * stages, else 1. */
 int pipe_chunks_for(int kind, int stages, int chunks);
 
-/* "gpipe" / "1f1b" / "interleaved" / "2bw" to the kind; -1 for anything else. */
+/* "gpipe" / "1f1b" / "interleaved" / "2bw" (or "pipedream_2bw", as a .dm names it) to the
+ * kind; -1 for anything else. */
 int pipe_kind_by_name(const char *name);
 const char *pipe_kind_name(pipe_kind kind);
 
