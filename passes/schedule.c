@@ -160,11 +160,11 @@ static int simulate(pipe_schedule *s) {
     return status;
 }
 
-/* 2BW's steady step: on every stage, the time from the end of the forward of batch b's
- * last micro-batch to batch b + 1's, b the middle of the stream; the longest (a stage that
- * is slower sets the pace of the others). */
+/* 2BW's steady step: on every stage, the time from the end of the forward of batch b - 1's
+ * last micro-batch to batch b's, b the stream's last (before it, a stage with M = P may
+ * still be in its warm-up); the longest (a stage that is slower sets the pace of the others). */
 static double steady_step(const pipe_schedule *s) {
-    int M = s->micros, b = s->batches / 2, n = pipe_actions(s);
+    int M = s->micros, b = s->batches - 1, n = pipe_actions(s);
     double step = 0;
     for (int st = 0; st < s->stages; st++) {
         double end[2] = {0, 0};
