@@ -273,10 +273,13 @@ static void bubble_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out
     int P = pl->ranks, M = g->microbatches, v = pl->chunks;
     if (pl->timed.kind == PIPE_2BW) {
         fprintf(out, "bubble: %.1f%% of stage-time idle in a steady step, simulating %d steps' stream with each stage's\n"
-                     "  predicted forward and backward times (a step of %.3f ms; equal stages idle none: no flush between\n"
-                     "  steps); once a run, the first step's warm-up and the drain after the last take %.3f ms more\n"
-                     "  (equal stages: (P - 1) forward and backward times, a 1f1b step's bubble)\n",
-                100 * pl->bubble, pl->timed.batches, pl->timed.step * 1e3, pipe_2bw_warmup(&pl->timed) * 1e3);
+                     "  predicted forward and backward times (a step of %.3f ms). No flush: no step waits for its batch's\n"
+                     "  last backwards; but a step ends in collectives over every rank (its loss, the host's agreement to\n"
+                     "  go on), and then the last stage waits for the first forward: equal stages (backward 2x forward)\n"
+                     "  would give (P - 1) / (3 M + P - 1) = %d / %d = %.1f%%, 1f1b (P - 1) / (M + P - 1) = %.1f%%;\n"
+                     "  once a run, the drain after the last step takes %.3f ms more\n",
+                100 * pl->bubble, pl->timed.batches, pl->timed.step * 1e3, P - 1, 3 * M + P - 1,
+                100 * pipe_bubble_formula_2bw(P, M), 100 * pipe_bubble_formula(P, M), pipe_2bw_warmup(&pl->timed) * 1e3);
         return;
     }
     fprintf(out, "bubble: %.1f%% of %s-time idle, simulating the schedule with each stage's predicted forward and\n"

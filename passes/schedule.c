@@ -101,6 +101,8 @@ typedef struct simulation {
     double *f_end, *b_end;      /* (V, M) */
     int *next;                  /* (P) */
     double *idle_from;          /* (P) */
+    int *limit;                 /* (P) 2BW: the end of the step being timed in each stage's order */
+    double barrier;             /* 2BW: when the step being timed starts on every stage */
 } simulation;
 
 /* Times stage st's actions from its next one on, each as soon as its input is there, up to
@@ -110,6 +112,8 @@ static int time_stage(simulation *t, int st) {
     int P = s->stages, M = s->micros * s->batches, last = P * s->chunks - 1, n = pipe_actions(s), i = t->next[st];
     pipe_action *row = s->actions + (size_t)st * (size_t)n;
     double idle_from = t->idle_from[st], makespan = s->makespan;
+    if (t->limit) n = t->limit[st];
+    if (t->limit && idle_from < t->barrier) idle_from = t->barrier;
     for (; i < n; i++) {
         pipe_action *a = &row[i];
         int j = a->chunk * P + st, m = a->micro, is_forward = a->kind == 'F';
@@ -150,31 +154,37 @@ static int simulate(pipe_schedule *s) {
     t.forwards = calloc(V, sizeof(int)), t.backwards = calloc(V, sizeof(int));
     t.f_end = malloc(V * micros * sizeof(double)), t.b_end = malloc(V * micros * sizeof(double));
     t.next = calloc((size_t)s->stages, sizeof(int)), t.idle_from = calloc((size_t)s->stages, sizeof(double));
-    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from ? 0 : -1;
-    for (size_t timed = 0, pass = 0; !status && timed < all; pass++) {
-        size_t before = timed;
-        for (int q = 0; q < s->stages; q++) timed += (size_t)time_stage(&t, pass % 2 ? s->stages - 1 - q : q);
-        if (timed == before) status = -1;
-    }
-    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.next), free(t.idle_from);
-    return status;
-}
-
-/* 2BW's steady step: on every stage, the time from the end of the forward of batch b - 1's
- * last micro-batch to batch b's, b the stream's last (before it, a stage with M = P may
- * still be in its warm-up); the longest (a stage that is slower sets the pace of the others). */
-static double steady_step(const pipe_schedule *s) {
-    int M = s->micros, b = s->batches - 1, n = pipe_actions(s);
-    double step = 0;
-    for (int st = 0; st < s->stages; st++) {
-        double end[2] = {0, 0};
-        for (int i = 0; i < n; i++) {
-            const pipe_action *a = pipe_action_at(s, st, i);
-            if (a->kind == 'F' && (a->micro == b * M - 1 || a->micro == (b + 1) * M - 1)) end[a->micro / M - (b - 1)] = a->end;
+    /* 2BW's steps end in collectives over every rank (the step's loss, a host's agreement
+     * on whether to go on): a step starts on every stage once the last has ended the one
+     * before, so its steps are timed one after the other */
+    if (s->kind == PIPE_2BW) t.limit = calloc((size_t)s->stages, sizeof(int));
+    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from &&
+                         (s->kind != PIPE_2BW || t.limit)
+                     ? 0
+                     : -1;
+    for (int step = 0; !status && step < s->batches; step++) {
+        size_t until = all;
+        if (t.limit) {
+            until = 0;
+            for (int st = 0; st < s->stages; st++) {
+                /* step k ends before the forward of batch k + 1's micro-batch 0 */
+                int w = s->stages - st - 1, end = step + 1 < s->batches ? 2 * (step + 1) * s->micros - w : pipe_actions(s);
+                t.limit[st] = end;
+                until += (size_t)end;
+            }
+            t.barrier = s->makespan;
         }
-        if (end[1] - end[0] > step) step = end[1] - end[0];
+        for (size_t timed = 0, pass = 0; !status && timed < until; pass++) {
+            size_t before = timed;
+            timed = 0;
+            for (int q = 0; q < s->stages; q++) time_stage(&t, pass % 2 ? s->stages - 1 - q : q);
+            for (int q = 0; q < s->stages; q++) timed += (size_t)t.next[q];
+            if (timed == before) status = -1;
+        }
+        if (t.limit) s->step_ends[step] = s->makespan;
     }
-    return step;
+    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.next), free(t.idle_from), free(t.limit);
+    return status;
 }
 
 int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
@@ -208,7 +218,8 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
         free(by_chunk);
     }
     if (!status) status = simulate(s);
-    if (!status) s->step = kind == PIPE_2BW ? steady_step(s) : s->makespan;
+    /* 2BW: its middle step, which starts with a previous batch's backwards owed */
+    if (!status) s->step = kind == PIPE_2BW ? s->step_ends[1] - s->step_ends[0] : s->makespan;
     if (status) pipe_schedule_free(s);
     return status;
 }
@@ -255,6 +266,8 @@ double pipe_bubble(const pipe_schedule *s) {
 }
 
 double pipe_2bw_warmup(const pipe_schedule *s) { return s->makespan - s->batches * s->step; }
+
+double pipe_bubble_formula_2bw(int stages, int micros) { return (stages - 1.0) / (3.0 * micros + stages - 1); }
 
 double pipe_bubble_formula(int stages, int micros) { return pipe_bubble_formula_chunked(stages, 1, micros); }
 

@@ -43,8 +43,10 @@ typedef struct pipe_schedule {
     pipe_action *actions;  /* (stages, pipe_actions) stage s's actions in its order */
     int *in_flight;        /* (stages * chunks) pipe_in_flight's, counted as the orders are made */
     double makespan;       /* end of the last action */
-    double step;           /* a step's time: the makespan, or 2BW's in the steady state (the
-                            * time between the ends of two consecutive batches' forwards) */
+    double step;           /* a step's time: the makespan, or 2BW's in the steady state */
+    double step_ends[3];   /* 2BW: when each of its steps ends on the last stage to end it (the
+                            * steps end in collectives over every rank, which the next waits
+                            * for); the last step's with the drain after it */
 } pipe_schedule;
 
 /* The batches 2BW's action lists hold: the first step (its warm-up), a steady one, and the
@@ -99,7 +101,7 @@ int pipe_actions(const pipe_schedule *s);
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i);
 
 /* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan); 2BW's
- * of a steady step (its warm-up is once a run: pipe_2bw_warmup). With unequal stages it
+ * of a steady step (its drain is once a run: pipe_2bw_warmup). With unequal stages it
  * counts a fast stage's wait for the slow one as idle, as a trace does. */
 double pipe_bubble(const pipe_schedule *s);
 /* The theory: (P - 1) / (M + P - 1), the same for GPipe and 1F1B (Narayanan et al., 2021). */
@@ -108,9 +110,12 @@ double pipe_bubble_formula(int stages, int micros);
  * where 1F1B idles P - 1 stage-times, 1/v of the bubble: (1/v)(P - 1)/M of the ideal step,
  * an idle fraction (P - 1) / (v M + P - 1). v = 1 gives pipe_bubble_formula's. */
 double pipe_bubble_formula_chunked(int stages, int chunks, int micros);
-/* 2BW: the time a run of its batches takes beyond their steady steps (the first step's
- * warm-up and the drain at the end, once a run): makespan - batches * step. */
+/* 2BW: the time a run of its batches takes beyond their steady steps (the drain after the
+ * last: with equal stages (P - 1) backward times): makespan - batches * step. */
 double pipe_2bw_warmup(const pipe_schedule *s);
+/* 2BW with equal stages and backwards twice the forwards: each step starts on every stage
+ * together, and the last waits P - 1 forwards for the first: (P - 1) / (3 M + P - 1). */
+double pipe_bubble_formula_2bw(int stages, int micros);
 /* The most micro-batches whose activations virtual stage j holds at once (forward done,
  * backward not yet): M for GPipe, min(P - j, M) for 1F1B and 2BW. */
 int pipe_in_flight(const pipe_schedule *s, int vstage);

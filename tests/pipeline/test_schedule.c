@@ -21,8 +21,9 @@
  *     on the orders, and the bubble is (P - 1) / (v M + P - 1): (1/v)(P - 1)/M of the
  *     ideal step; the grid of P=2, v=2, M=2 as timed by hand; M not a multiple of P, or
  *     one chunk, refused;
- *   - 2bw (PipeDream-2BW) for P in 2..8, M in P..16, backward costing 1x and 2x: the stream's order (check_2bw), no
- *     idle in a steady step, the warm-up once, in-flight counts, M < P refused.
+ *   - 2bw (PipeDream-2BW) for P in 2..8, M in P..16, backward costing 1x and 2x: the
+ *     stream's order (check_2bw), a step's M (f + b) + (P - 1) f, the drain's (P - 1) b,
+ *     in-flight counts, M < P refused.
  * Prints FAIL lines; exits 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
@@ -277,9 +278,10 @@ static void check_interleaved_grid(void) {
  * warm-up forwards, then a forward and a backward, then the backwards left; so step t runs
  * F(t M + m), each followed by B(t M + m - (P - s - 1)) when there is one. F(s, i) starts
  * after F(s-1, i), B(s, i) after B(s+1, i) (on the last after F(s, i)), no action waits
- * needlessly; a steady step takes M (f + b), no idle (no flush), and the stream's
- * makespan is batches M (f + b) + (P - 1)(f + b): the warm-up and drain once; activations in
- * flight P - s. Returns the schedules checked. */
+ * needlessly within a step; every step starts on every stage once the one before has ended
+ * on all (its collectives): a step takes M (f + b) + (P - 1) f (no backward waited for, as
+ * 1F1B's flush does), the first as well, and the drain after the last (P - 1) b; activations
+ * in flight P - s. Returns the schedules checked. */
 static int check_2bw(int P, int M, double f, double b) {
     pipe_schedule s;
     if (pipe_schedule_build(&s, PIPE_2BW, P, M, f, b) != 0) {
@@ -309,12 +311,22 @@ static int check_2bw(int P, int M, double f, double b) {
             double ready = a->kind == 'F' ? (st ? f_end[(size_t)(st - 1) * N + a->micro] : 0)
                                           : (st == P - 1 ? f_end[(size_t)st * N + a->micro] : b_end[(size_t)(st + 1) * N + a->micro]);
             double free_at = i ? pipe_action_at(&s, st, i - 1)->end : 0;
+            int step = 0; /* the step action i is in: steps begin before F(k M) */
+            while (step + 1 < s.batches && i >= 2 * (step + 1) * M - (P - st - 1)) step++;
+            if (step && s.step_ends[step - 1] > free_at) free_at = s.step_ends[step - 1];
             EXPECT(fabs(a->start - (ready > free_at ? ready : free_at)) < 1e-9, "2bw P=%d M=%d stage %d action %d starts at %g",
                    P, M, st, i, a->start);
         }
-    EXPECT(fabs(s.step - M * (f + b)) < 1e-9, "2bw P=%d M=%d: steady step %g, expected %g", P, M, s.step, M * (f + b));
-    EXPECT(fabs(pipe_bubble(&s)) < 1e-9, "2bw P=%d M=%d: bubble %g", P, M, pipe_bubble(&s));
-    EXPECT(fabs(pipe_2bw_warmup(&s) - (P - 1) * (f + b)) < 1e-9, "2bw P=%d M=%d: warm-up %g", P, M, pipe_2bw_warmup(&s));
+    /* each step starts on every stage together (its collectives): the last stage waits P - 1
+     * forwards for the first; no backward is waited for */
+    double step = M * (f + b) + (P - 1) * f;
+    EXPECT(fabs(s.step - step) < 1e-9, "2bw P=%d M=%d: steady step %g, expected %g", P, M, s.step, step);
+    EXPECT(fabs(pipe_bubble(&s) - (P - 1) * f / step) < 1e-9, "2bw P=%d M=%d: bubble %g", P, M, pipe_bubble(&s));
+    if (b == 2 * f)
+        EXPECT(fabs(pipe_bubble(&s) - pipe_bubble_formula_2bw(P, M)) < 1e-9, "2bw P=%d M=%d: formula", P, M);
+    /* the first step is as long as a steady one; the drain after the last, P - 1 backwards */
+    EXPECT(fabs(s.step_ends[0] - step) < 1e-9, "2bw P=%d M=%d: first step %g", P, M, s.step_ends[0]);
+    EXPECT(fabs(pipe_2bw_warmup(&s) - (P - 1) * b) < 1e-9, "2bw P=%d M=%d: drain %g", P, M, pipe_2bw_warmup(&s));
     for (int st = 0; st < P; st++)
         EXPECT(pipe_in_flight(&s, st) == P - st, "2bw P=%d M=%d stage %d: %d in flight", P, M, st, pipe_in_flight(&s, st));
     free(f_end);
