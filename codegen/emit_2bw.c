@@ -107,15 +107,17 @@ void emit_2bw_helpers(emitter *E) {
 static void emit_owed_and_update(emitter *E, int st) {
     cg_writer *w = &E->w;
     const char *m = E->g->model;
-    cg_line(w, "/* Stage %d's backward of micro-batch `micro` of the previous batch, which it owed: on the", st);
-    cg_line(w, " * weights that batch ran on, with its inputs as kept. */");
-    cg_line(w, "static int stage%d_owed_backward(struct_ctx *ctx, int64_t micro) {", st);
-    cg_line(w, "    use_batch(ctx, 1);");
-    cg_line(w, "    int status = stage%d_backward(ctx, &ctx->previous, micro);", st);
-    cg_line(w, "    use_batch(ctx, 0);");
-    cg_line(w, "    return status;");
-    cg_line(w, "}");
-    cg_blank(w);
+    if (pipe_2bw_owed(E->ranks, st)) { /* the last stage owes none */
+        cg_line(w, "/* Stage %d's backward of micro-batch `micro` of the previous batch, which it owed: on the", st);
+        cg_line(w, " * weights that batch ran on, with its inputs as kept. */");
+        cg_line(w, "static int stage%d_owed_backward(struct_ctx *ctx, int64_t micro) {", st);
+        cg_line(w, "    use_batch(ctx, 1);");
+        cg_line(w, "    int status = stage%d_backward(ctx, &ctx->previous, micro);", st);
+        cg_line(w, "    use_batch(ctx, 0);");
+        cg_line(w, "    return status;");
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     cg_line(w, "/* Stage %d's next weight version, once the previous batch's backwards are done here: their", st);
     cg_line(w, " * gradients' mean, and the update applied to a copy of the newest weights in the other version,");
     cg_line(w, " * on which no batch runs any more (the previous one ran on it, or, at the stream's start, on");

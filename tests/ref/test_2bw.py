@@ -21,7 +21,9 @@ and AdamW:
     training's (the same run with fresh gradients) by far more than the bound: a schedule
     that flushed every step would fail it.
 
-The cases cover one to three micro-batches owed per stage (pipeline=2, 3 and 4), micro-batch
+tests/ref/embed2bw.dm (a token embedding, a hidden layer, an untied head; SGD with
+momentum) the same on pipeline=2 and 3 (M = 4): there the first stage's owed backwards read
+the previous batch's token ids, which the step keeps. The cases cover one to three micro-batches owed per stage (pipeline=2, 3 and 4), micro-batch
 counts that are and are not multiples of a stage's copies of kept values (M = 4 on 3
 stages: copies are chosen by a micro-batch's place in the stream), and data parallelism
 (pipeline=2 x data=2, threads backend).
@@ -75,17 +77,19 @@ def mlp_loss(torch, w, x, y, norm):
     return F.cross_entropy(h2 @ w["fc3.weight"] + w["fc3.bias"], y)
 
 
-def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
-    """The 2BW rule (stale=True) or synchronous training: (losses, final weights)."""
-    names = [n for n, _ in test_mlp.PARAMS]
+def train(torch, init, loss_of, make_opt, steps, stale=True):
+    """The 2BW rule (stale=True) or synchronous training from weights init (a dict of
+    arrays): loss_of(w, t) is batch t's loss at weights w; make_opt(params) the optimizer.
+    Returns (losses, final weights as float64 arrays)."""
+    names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}  # W(t)
-    opt = make_optimizer(torch, kind, [live[n] for n in names])
+    opt = make_opt([live[n] for n in names])
     older = {n: live[n].detach().clone() for n in names}  # W(t - 1); W(-1) = W(0)
     losses = []
     for t in range(steps):
         at = older if stale else {n: live[n].detach() for n in names}
         w = {n: at[n].clone().requires_grad_(True) for n in names}
-        loss = mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
+        loss = loss_of(w, t)
         loss.backward()
         losses.append(loss.item())
         older = {n: live[n].detach().clone() for n in names}
@@ -93,6 +97,58 @@ def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
             live[n].grad = w[n].grad
         opt.step()
     return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
+    """examples/mlp.dm under the 2BW rule (or synchronous): (losses, final weights)."""
+    def loss_of(w, t):
+        return mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
+    return train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), steps, stale)
+
+
+EMBED = {"B": 16, "T": 4, "V": 32, "C": 16}
+EMBED_CASES = [("embed-p2-m4", "pipeline=2", 4), ("embed-p3-m4", "pipeline=3", 4)]
+
+
+def embed_loss(torch, w, tokens, targets):
+    """tests/ref/embed2bw.dm's loss."""
+    import torch.nn.functional as F
+    logits = torch.tanh(w["wte"][tokens] @ w["w1"]) @ w["head"]
+    return F.cross_entropy(logits.reshape(-1, EMBED["V"]), targets.reshape(-1))
+
+
+def embed_reference(torch, init, toks, tgts, steps):
+    """The 2BW rule on embed2bw.dm, with its SGD (lr 0.5, momentum 0.5)."""
+    def loss_of(w, t):
+        return embed_loss(torch, w, torch.tensor(toks[t], dtype=torch.int64), torch.tensor(tgts[t], dtype=torch.int64))
+    return train(torch, init, loss_of, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), steps)
+
+
+def check_embed(np, torch, stio, dmc, root, tmp):
+    """embed2bw.dm's cases: losses and final weights against embed_reference."""
+    B, T, V, C = EMBED["B"], EMBED["T"], EMBED["V"], EMBED["C"]
+    rng = np.random.default_rng(99)
+    init = {"wte": rng.normal(0, 0.5, (V, C)).astype(np.float32),
+            "w1": rng.uniform(-0.4, 0.4, (C, C)).astype(np.float32),
+            "head": rng.uniform(-0.4, 0.4, (C, V)).astype(np.float32)}
+    toks = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
+    tgts = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
+    init_path, batch_path = os.path.join(tmp, "embed-init.safetensors"), os.path.join(tmp, "embed-batches.safetensors")
+    stio.save(init, init_path)
+    stio.save({"tokens": toks, "targets": tgts}, batch_path)
+    want, final = embed_reference(torch, init, toks, tgts, STEPS)
+    for label, mesh, micros in EMBED_CASES:
+        out = os.path.join(tmp, label + ".safetensors")
+        got = dmcrun.run_dmc(dmc, os.path.join(root, "tests", "ref", "embed2bw.dm"), tmp,
+                             ["--init", init_path, "--batch-file", batch_path, "--mesh", mesh, "--microbatches",
+                              str(micros), "--schedule", "2bw", "--steps", str(STEPS), "--save", out], timeout=240)
+        dmcrun.check_losses(label, got, want, LOSS_RTOL)
+        saved = stio.load(out)
+        for n in sorted(final):
+            err = float(np.max(np.abs(saved[n].astype(np.float64) - final[n])))
+            print("%-12s %-10s max abs error %.3g" % (label, n, err))
+            if err > WEIGHT_ATOL:
+                raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
 
 
 def main(argv):
@@ -137,6 +193,7 @@ def main(argv):
                 want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
                 dmcrun.check_losses(label, got, want, LOSS_RTOL)
                 test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+            check_embed(np, torch, stio, dmc, root, tmp)
     except Failure as e:
         print("FAIL: %s" % e, file=sys.stderr)
         return 1
@@ -144,7 +201,7 @@ def main(argv):
         print("FAIL: timed out: %s" % e, file=sys.stderr)
         return 1
     print("PASS: the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, "
-          "%d steps" % (len(CASES), STEPS))
+          "%d steps" % (len(CASES) + len(EMBED_CASES), STEPS))
     return 0
 
 
