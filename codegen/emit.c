@@ -235,6 +235,11 @@ static int check_spmd(const emitter *E, FILE *err) {
                      "or without --compress\n", E->source_path, name);
         bad = -1;
     }
+    if (E->device && emits_2bw(E)) {
+        fprintf(err, "%s: error: the 2bw schedule is built for the C target only; compile with --target c or another "
+                     "schedule\n", E->source_path);
+        bad = -1;
+    }
     if (E->device && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);

@@ -124,6 +124,7 @@ void emit_header(emitter *E) {
     cg_line(w, "/* Forward, backward and optimizer update; the loss before the update into *loss. */");
     cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
     cg_blank(w);
+    emit_2bw_declaration(E);
     emit_predict_decl(E);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
@@ -517,6 +518,7 @@ static void emit_context_struct(emitter *E) {
                     v->name);
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
+    emit_2bw_fields(E);
     emit_schedule_fields(E);
     emit_compress_fields(E);
     if (E->dropout) {
@@ -658,7 +660,12 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         snprintf(num[4], sizeof num[4], "%lld", (long long)dm_grad_sum_elems(P, -1));
     }
     char count[160];
-    OWN("%s", "params", num[0], "float", 0);
+    if (emits_2bw(E)) { /* two versions: ctx->params points at one */
+        OWN("%s", "weights[0]", num[0], "float", 0);
+        OWN("%s", "weights[1]", num[0], "float", 0);
+    } else {
+        OWN("%s", "params", num[0], "float", 0);
+    }
     OWN("%s", "grads", num[1], "float", 0);
     OWN("%s", "state", num[2], "float", 0);
     if (E->scheduled) {
@@ -684,6 +691,9 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         snprintf(count, sizeof count, "%lld", (long long)E->scratch_elems);
         OWN("%s", "scratch", count, "float", 0);
     }
+    for (int i = 0; i < g->n_inputs; i++)
+        if (emit_2bw_kept_count(E, i, count, sizeof count))
+            OWN("previous_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
     int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
     for (int i = 0; E->device && i < g->n_inputs; i++) {
         snprintf(count, sizeof count, "%lld", (long long)(ir_numel(&V(E, g->inputs[i])->type) * micro));
@@ -772,6 +782,7 @@ static void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     if (E->dropout) cg_line(w, "ctx->seed = seed;");
+    emit_2bw_create(E);
     emit_compress_create(E);
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
@@ -959,6 +970,7 @@ static void emit_descriptor(emitter *E) {
     emit_schedule_descriptor(E);
     emit_predict_fields(E);
     emit_state_descriptor(E);
+    cg_line(w, ".drain = %s,", emits_2bw(E) ? "model_drain" : "NULL");
     w->indent--;
     cg_line(w, "};");
 }

@@ -31,6 +31,8 @@ static const char *checkpoints_unsupported(const emitter *E) {
     if (E->device) return "its optimizer state is device memory (the CUDA target), which checkpoints do not read yet";
     if (E->g->compress.kind == COMPRESS_TOPK || E->g->compress.kind == COMPRESS_POWERSGD)
         return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
+    if (emits_2bw(E))
+        return "the 2bw schedule's second weight version and owed backwards are not in checkpoints yet";
     return NULL;
 }
 static int checkpoints_supported(const emitter *E) { return checkpoints_unsupported(E) == NULL; }

@@ -249,9 +249,18 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (micro && E->slots[stage] > 1 && stage_kept_stride(E, stage) > 0) {
             cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
                     (long long)stage_kept_from(E, stage));
-            cg_line(&E->w, "float *kept = ctx->arena + (micro %% stage_slots[%d]) * %lld;", stage,
-                    (long long)stage_kept_stride(E, stage));
+            if (emits_2bw(E)) /* by the micro-batch's place in the stream: steps overlap */
+                cg_line(&E->w, "float *kept = ctx->arena + kept_slot(ctx, micro, stage_slots[%d]) * %lld;", stage,
+                        (long long)stage_kept_stride(E, stage));
+            else
+                cg_line(&E->w, "float *kept = ctx->arena + (micro %% stage_slots[%d]) * %lld;", stage,
+                        (long long)stage_kept_stride(E, stage));
             E->kept_var = "kept";
+            int working = 0; /* a value below the kept ones, in the working buffers */
+            for (int i = 0; i < g->n_values && !working; i++)
+                if (used[i] && E->plan->region[i] == REGION_ARENA)
+                    working = E->plan->offset[E->plan->storage_of[i]] < stage_kept_from(E, stage);
+            if (!working) cg_line(&E->w, "(void)arena; /* every value here is a kept one */");
         }
     }
     if (micro) cg_line(&E->w, "(void)micro;");
@@ -339,9 +348,7 @@ static void emit_stage_functions(emitter *E, int st) {
     }
 }
 
-/* After a step's micro-batches, the gradients of stage st's parameters: the mean of the
- * micro-batches' sums. *any: whether the heading comment is out already. */
-static void emit_gradient_means(emitter *E, int st, int *any) {
+void emit_gradient_means(emitter *E, int st, int *any) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int M = g->microbatches;
@@ -375,14 +382,27 @@ static void emit_stage_schedule(emitter *E, int st) {
     int M = g->microbatches;
     cg_line(w, "/* Stage %d's forward pass of the step's %d micro-batch%s. */", st, M, M == 1 ? "" : "es");
     cg_line(w, "static int stage%d_infer(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
-    cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
-    cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
-    cg_line(w, "        if (status != DMRT_OK) return status;");
-    cg_line(w, "    }");
-    cg_line(w, "    return DMRT_OK;");
+    if (emits_2bw(E)) {
+        cg_line(w, "    int status = DMRT_OK;");
+        cg_line(w, "    ctx->inferring = 1; /* the kept values of the micro-batches this stage owes stay */");
+        cg_line(w, "    for (int64_t micro = 0; micro < %d && status == DMRT_OK; micro++)", M);
+        cg_line(w, "        status = stage%d_forward(ctx, batch, micro);", st);
+        cg_line(w, "    ctx->inferring = 0;");
+        cg_line(w, "    return status;");
+    } else {
+        cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
+        cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
+        cg_line(w, "        if (status != DMRT_OK) return status;");
+        cg_line(w, "    }");
+        cg_line(w, "    return DMRT_OK;");
+    }
     cg_line(w, "}");
     cg_blank(w);
     if (!(g->loss >= 0 && g->grads)) return;
+    if (emits_2bw(E)) {
+        emit_2bw_stage(E, st);
+        return;
+    }
     cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
             st, E->stages > 1 ? pipe_kind_name(E->sched->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
             M == 1 ? "" : "es");
@@ -482,6 +502,7 @@ void emit_stages(emitter *E) {
         cg_line(w, "};");
         cg_blank(w);
     }
+    emit_2bw_helpers(E);
     for (int st = 0; st < E->stages; st++) {
         emit_stage_functions(E, st);
         if (E->chunks == 1) emit_stage_schedule(E, st);
@@ -494,7 +515,10 @@ static int open_train_step(emitter *E) {
     const char *m = E->g->model;
     cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
-    if (emits_update(E)) cg_line(&E->w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
+    if (emits_2bw(E)) /* the stream's first step makes no update */
+        cg_line(&E->w, "if (ctx->owed >= 0 && next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
+    else if (emits_update(E))
+        cg_line(&E->w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     if (E->g->loss >= 0 && E->g->grads) return 1;
     cg_line(&E->w, "(void)batch; (void)loss;");
     cg_line(&E->w, "snprintf(ctx->error, sizeof ctx->error, \"%s: the model has no loss to minimize\");", m);
@@ -688,7 +712,7 @@ void emit_scheduled_api(emitter *E) {
         if (E->dropout) cg_line(w, "ctx->training = 0;");
         cg_line(w, "if (status == DMRT_OK) status = finish_forward(ctx, loss);");
         cg_line(w, "if (status != DMRT_OK) return status;");
-        if (g->optimizer.kind != OPTIM_NONE) {
+        if (g->optimizer.kind != OPTIM_NONE && !emits_2bw(E)) { /* 2bw: in the stages' steps */
             cg_line(w, "ctx->step++;");
             emit_stage_dispatch(E, "update", "ctx, batch");
         }
@@ -703,6 +727,7 @@ void emit_scheduled_api(emitter *E) {
         snprintf(where, sizeof where, "ctx->output_%s", E->cname[v->id]);
         emit_output_accessor(E, v, where, (long long)(g->microbatches * ir_numel(T(E, v->id))));
     }
+    emit_2bw_api(E);
 }
 
 /* Forward, train_step and the outputs of a program run in one go (no micro-batches). */

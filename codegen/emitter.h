@@ -129,6 +129,21 @@ void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label);
 
+/* emit_2bw.c: the 2bw schedule (PipeDream-2BW): whether the program runs it (a pipeline
+ * that trains with an optimizer); the context's fields; the elements of buffer
+ * previous_<input n> (an expression of the rank's stage into buf; 0: the buffer is not
+ * made); create's set-up after the allocations; the helpers before the stages' functions;
+ * stage st's owed backward, next version, step and drain (after its forward, backward
+ * and update); <model>_drain's declaration and definition. */
+int emits_2bw(const emitter *E);
+void emit_2bw_fields(emitter *E);
+int emit_2bw_kept_count(const emitter *E, int n, char *buf, size_t size);
+void emit_2bw_create(emitter *E);
+void emit_2bw_helpers(emitter *E);
+void emit_2bw_stage(emitter *E, int st);
+void emit_2bw_declaration(emitter *E);
+void emit_2bw_api(emitter *E);
+
 /* emit_dropout.c */
 int emit_dropout_prepare(emitter *E, FILE *err);
 void emit_dropout(emitter *E, const ir_value *v);
@@ -171,6 +186,9 @@ void emit_upload(emitter *E);
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);
+/* After a step's micro-batches, the gradients of stage st's parameters: the mean of their
+ * sums. *any: whether the heading comment is out already. */
+void emit_gradient_means(emitter *E, int st, int *any);
 
 /* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
  * context's fields, the schedule and next_learning_rate (train_step calls it first), the API

@@ -260,7 +260,7 @@ static int evaluate_exact(const dm_plan_request *req, const program_facts *f, dm
     if (status == 0) {
         const dm_pipeline_plan *pl = &c.pipeline;
         p->step_seconds = pl->step_seconds;
-        p->schedule_seconds = pl->timed.makespan;
+        p->schedule_seconds = pl->timed.step;
         p->update_seconds = pl->update_seconds;
         p->bubble = pl->bubble;
         p->model_flops = pl->model_flops;

@@ -215,10 +215,12 @@ static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
 static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     fprintf(out, ", \"pipeline\": {\"stages\": %d, \"ranks\": %d, \"chunks\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
                  "\"cuts_by\": \"%s\", \"bubble_formula\": %.6f, \"bubble_simulated\": %.10g, \"step_seconds_simulated\": %.10g, "
-                 "\"imbalance\": %.4f, \"stage\": [",
+                 "\"imbalance\": %.4f, ",
             pl->stages, pl->ranks, pl->chunks, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->ranks)),
             pl->by_user ? "program" : "dmc", pipe_bubble_formula_chunked(pl->ranks, pl->chunks, g->microbatches), pl->bubble,
-            pl->timed.makespan, pl->imbalance);
+            pl->timed.step, pl->imbalance);
+    if (pl->timed.kind == PIPE_2BW) fprintf(out, "\"warmup_seconds_once\": %.10g, ", pipe_2bw_warmup(&pl->timed));
+    fprintf(out, "\"stage\": [");
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
         fprintf(out, "%s{\"first\": ", k ? ", " : "");
@@ -284,8 +286,19 @@ static void stages_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out
 /* The simulated bubble beside the formula for equal stages. */
 static void bubble_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     int P = pl->ranks, M = g->microbatches, v = pl->chunks;
+    if (pl->timed.kind == PIPE_2BW) {
+        fprintf(out, "bubble: %.1f%% of stage-time idle in a steady step, simulating %d steps' stream with each stage's\n"
+                     "  predicted forward and backward times (a step of %.3f ms). No flush: no step waits for its batch's\n"
+                     "  last backwards; but a step ends in collectives over every rank (its loss, the host's agreement to\n"
+                     "  go on), and then the last stage waits for the first forward: equal stages (backward 2x forward)\n"
+                     "  would give (P - 1) / (3 M + P - 1) = %d / %d = %.1f%%, 1f1b (P - 1) / (M + P - 1) = %.1f%%;\n"
+                     "  once a run, the drain after the last step takes %.3f ms more\n",
+                100 * pl->bubble, pl->timed.batches, pl->timed.step * 1e3, P - 1, 3 * M + P - 1,
+                100 * pipe_bubble_formula_2bw(P, M), 100 * pipe_bubble_formula(P, M), pipe_2bw_warmup(&pl->timed) * 1e3);
+        return;
+    }
     fprintf(out, "bubble: %.1f%% of %s-time idle, simulating the schedule with each stage's predicted forward and\n"
-                 "  backward times (a step of %.3f ms); ", 100 * pl->bubble, v > 1 ? "rank" : "stage", pl->timed.makespan * 1e3);
+                 "  backward times (a step of %.3f ms); ", 100 * pl->bubble, v > 1 ? "rank" : "stage", pl->timed.step * 1e3);
     if (v == 1) {
         fprintf(out, "equal stages would give (P - 1) / (M + P - 1) = %d / %d = %.1f%%\n", P - 1, M + P - 1,
                 100 * pipe_bubble_formula(P, M));
@@ -330,6 +343,12 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int dra
     if (draw_grid && pl->chunks > 1) {
         fprintf(out, "\nschedule %s, one column per forward time of a stage (a backward takes two), Fmc/Bmc:\n"
                      "forward/backward of micro-batch m on the rank's chunk c (a, b, ...), '.': idle\n", pipe_kind_name(kind));
+        pipe_schedule_print(&pl->schedule, out);
+    } else if (draw_grid && kind == PIPE_2BW) {
+        fprintf(out, "\nschedule 2bw, %d steps' stream, one column per forward time (a backward takes two), Fi/Bi:\n"
+                     "forward/backward of micro-batch i of the stream (step i / %d's micro-batch i %% %d), '.': idle; step t\n"
+                     "runs F(t M .. t M + M - 1) and the backwards between, the previous step's last ones first\n",
+                pl->schedule.batches, M, M);
         pipe_schedule_print(&pl->schedule, out);
     } else if (draw_grid) {
         fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
@@ -551,10 +570,14 @@ static void memory_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
         const dm_memory_peak *pk = &peaks[k];
         fprintf(out, "%s{\"total\": %lld, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, "
                      "\"activations_in_flight\": %lld, \"gradient_sums\": %lld, \"scratch\": %lld, \"outputs\": %lld, "
-                     "\"gathered_outputs_on_request\": %lld}",
+                     "\"gathered_outputs_on_request\": %lld",
                 k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
                 (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
                 (long long)pk->scratch, (long long)pk->outputs, (long long)pk->gathered_outputs);
+        if (pk->weight_version)
+            fprintf(out, ", \"weight_version\": %lld, \"previous_inputs\": %lld", (long long)pk->weight_version,
+                    (long long)pk->previous_inputs);
+        fprintf(out, "}");
     }
     free(peaks);
     fprintf(out, "]");
@@ -652,6 +675,12 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
                      "%s, gradient sums %s, scratch %s, outputs %s",
                 total, (long long)pk.total, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
+        if (pk.weight_version) {
+            char second[32], previous[32];
+            explain_mib((double)pk.weight_version / 4, second, sizeof second);
+            explain_mib((double)pk.previous_inputs / 4, previous, sizeof previous);
+            fprintf(out, ", 2bw's second weight version %s, the previous batch's inputs %s", second, previous);
+        }
         if (pk.gathered_outputs) {
             char gathered[32];
             explain_mib((double)pk.gathered_outputs / 4, gathered, sizeof gathered);

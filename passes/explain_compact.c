@@ -194,7 +194,7 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, co
 void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out) {
     /* by pipeline coordinate: interleaved, a rank holds several stages */
     int n_peaks = plan->stages > 1 ? plan->ranks : 1, chunked = plan->stages > plan->ranks;
-    int64_t gathered = 0;
+    int64_t gathered = 0, versions = 0, previous = 0;
     fprintf(out, "%-15s %10s %11s %10s %10s %12s %10s %8s %8s  (MiB)\n", "memory per rank", "peak", "parameters",
             "gradients", "optimizer", "activations", "grad sums", "scratch", "outputs");
     for (int k = 0; k < n_peaks; k++) {
@@ -205,9 +205,18 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
         else snprintf(label, sizeof label, "rank");
         const double mib = 1024.0 * 1024.0;
         fprintf(out, "  %-13s %10.2f %11.2f %10.2f %10.2f %12.2f %10.2f %8.2f %8.2f\n", label, pk.total / mib,
-                pk.params / mib, pk.grads / mib, pk.optimizer_state / mib, pk.activations / mib, pk.gradient_sums / mib,
+                (pk.params + pk.weight_version) / mib, pk.grads / mib, pk.optimizer_state / mib, pk.activations / mib, pk.gradient_sums / mib,
                 pk.scratch / mib, pk.outputs / mib);
         if (pk.gathered_outputs > gathered) gathered = pk.gathered_outputs;
+        if (pk.weight_version > versions) versions = pk.weight_version;
+        if (pk.previous_inputs > previous) previous = pk.previous_inputs;
+    }
+    if (versions) {
+        char second[32], inputs[32];
+        human_bytes((double)versions, second, sizeof second);
+        human_bytes((double)previous, inputs, sizeof inputs);
+        fprintf(out, "  2bw: parameters are two weight versions (the second up to %s), and peak counts the previous\n"
+                     "  batch's inputs kept for the backwards a stage owes across a step's end (up to %s)\n", second, inputs);
     }
     char arena[32], unshared[32];
     explain_mib((double)plan->arena_elems, arena, sizeof arena);

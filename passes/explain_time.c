@@ -23,7 +23,7 @@ static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *
     fprintf(out, "predicted step on %s (%s), %s products: %.3f ms\n", hw->name, hw->source,
             dm_precision_name((dm_precision)pl->cost.precision), step * 1e3);
     fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)\n", g->microbatches,
-            g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.makespan * 1e3,
+            g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.step * 1e3,
             100 * pl->bubble);
     fprintf(out, "  update: %.3f ms (the optimizer, and the gradient reductions by buckets less what the backward\n"
                  "  pass hides of them: %s)\n", pl->update_seconds * 1e3,
@@ -52,7 +52,7 @@ static void time_text_compact(const ir_graph *g, const dm_pipeline_plan *pl, FIL
                                              : "the hardware's peaks times its efficiencies");
     fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%); update: %.3f ms\n",
             g->microbatches, g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s",
-            pl->timed.makespan * 1e3, 100 * pl->bubble, pl->update_seconds * 1e3);
+            pl->timed.step * 1e3, 100 * pl->bubble, pl->update_seconds * 1e3);
     if (step > 0 && samples > 0) {
         fprintf(out, "  %.4g samples/s", samples / step);
         if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);
@@ -81,7 +81,7 @@ void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
     fprintf(out, ", \"precision\": \"%s\", \"step_seconds\": %.10g, \"schedule_seconds\": %.10g, \"update_seconds\": %.10g, "
                  "\"bubble\": %.10g, \"samples_per_second\": %.10g, \"tokens_per_second\": %.10g, "
                  "\"model_flops_per_device\": %.10g, \"tflops_per_device\": %.10g}",
-            dm_precision_name((dm_precision)pl->cost.precision), step, pl->timed.makespan, pl->update_seconds, pl->bubble,
+            dm_precision_name((dm_precision)pl->cost.precision), step, pl->timed.step, pl->update_seconds, pl->bubble,
             step > 0 ? samples / step : 0, step > 0 ? tokens / step : 0, pl->model_flops,
             step > 0 ? pl->model_flops / step / 1e12 : 0);
 }

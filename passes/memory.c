@@ -727,6 +727,16 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
         if (scheduled) out->outputs += allocated(staged && rank_of(plan, v->stage) != stage ? 0 : 4 * M * ir_local_numel(g, &v->type));
         if (dm_output_gathered(g, v)) out->gathered_outputs += allocated(4 * M * ir_numel(&v->type));
     }
+    if (dm_runs_2bw(g) && staged) {
+        /* a buffer on every rank for each input some stage keeps (empty on the others) */
+        out->weight_version = out->params;
+        uint64_t any = 0, mine_kept = dm_2bw_kept_inputs(g, plan, stage);
+        for (int s = 0; s < plan->ranks; s++) any |= dm_2bw_kept_inputs(g, plan, s);
+        for (int n = 0; n < g->n_inputs && n < 64; n++)
+            if (any >> n & 1)
+                out->previous_inputs +=
+                    allocated(mine_kept >> n & 1 ? 4 * ir_numel(&g->values[g->inputs[n]]->type) * g->microbatches : 0);
+    }
     out->total = out->params + out->grads + out->optimizer_state + out->activations + out->gradient_sums + out->scratch +
-                 out->outputs;
+                 out->outputs + out->weight_version + out->previous_inputs;
 }

@@ -167,11 +167,15 @@ typedef struct dm_pipeline_options {
 /* pipeline_checks.c: the model chunks each pipeline rank holds (1 but interleaved), or -1
  * after reporting why the schedule cannot run (chunks without the interleaved schedule,
  * the interleaved one without 2 or more chunks, micro-batches not in groups of P, more
- * than 64 stages, ZeRO, clipping); and the cuts the program names (schedule ...(cuts =
+ * than 64 stages, ZeRO, clipping; 2bw: fewer micro-batches than stages, ZeRO, clipping,
+ * compression, dropout); and the cuts the program names (schedule ...(cuts =
  * [...])) as the forward positions each stage starts at, boundary (stages + 1) over the
  * n_ops forward ops op[] (value ids): the errors found. */
 int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);
 int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, int chunks, int *boundary, dm_diag *d);
+/* 2bw: 1 after reporting that a parameter the cut leaves on several stages (tied) is not
+ * built for it; else 0. */
+int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d);
 
 /* The pipeline coordinate of the ranks running stage k. */
 static inline int dm_rank_of_stage(const dm_pipeline_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
@@ -335,12 +339,21 @@ int dm_output_gathered(const ir_graph *g, const ir_value *v);
  * bytes as dmrt_alloc rounds it), by part; `stage`: the pipeline coordinate of the rank
  * (0 without stages; interleaved, the rank holds several).
  * scratch_elems: dm_scratch_elems of the target. */
+/* weight_versions.c: the 2bw schedule (PipeDream-2BW) on a pipeline of 2 or more stages,
+ * of a program that trains: each rank holds two versions of its parameters; and of the
+ * previous batch, the inputs (bit n: input n) that the backwards rank `stage` owes at a
+ * step's end read, kept whole (every micro-batch). */
+int dm_runs_2bw(const ir_graph *g);
+uint64_t dm_2bw_kept_inputs(const ir_graph *g, const dm_memory_plan *plan, int stage);
+
 typedef struct dm_memory_peak {
     int64_t params, grads, optimizer_state;
     int64_t activations;      /* the arena, times the micro-batches in flight */
     int64_t gradient_sums;    /* the micro-batches' gradients, summed */
     int64_t scratch;          /* collectives' and kernels' room */
     int64_t outputs;          /* the step's outputs by micro-batch */
+    int64_t weight_version;   /* 2bw: the parameters' second version (params counts the first) */
+    int64_t previous_inputs;  /* 2bw: the previous batch's inputs its owed backwards read */
     int64_t total;
     /* not in total: host memory a partitioned output takes when gathered whole, allocated
      * the first time the caller asks for it */

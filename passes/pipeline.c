@@ -640,7 +640,7 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
         abort();
     plan->bubble = pipe_bubble(&plan->timed);
     predict_update(g, plan, bucket_bytes);
-    plan->step_seconds = plan->timed.makespan + plan->update_seconds;
+    plan->step_seconds = plan->timed.step + plan->update_seconds;
     free(forward);
     free(backward);
 }
@@ -696,6 +696,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);
         summarise(g, &c, boundary, plan);
+        errors += pipeline_2bw_tied(g, plan, d);
         time_schedule(g, plan, opts ? opts->bucket_bytes : 0);
     }
     free(boundary);

@@ -3,6 +3,47 @@
 #include "passes.h"
 #include "schedule.h"
 
+/* 2BW's steps overlap: a stage's last backwards of a batch and its update run in the next
+ * step, on the weights that batch's forward used. What needs every stage's gradients of one
+ * step at one time, or state tied to the step's number, is refused: the errors found. */
+static int pipeline_2bw_problems(const ir_graph *g, int ranks, dm_loc at, dm_diag *d) {
+    int errors = 0;
+    const char *why = pipe_2bw_problem(ranks, g->microbatches);
+    if (why) {
+        dm_error(d, at, "%d micro-batch%s cannot run as 2bw on %d pipeline stages: %s", g->microbatches,
+                 g->microbatches == 1 ? "" : "es", ranks, why);
+        dm_note(d, at, "at the end of a step, stage s still owes the backwards of its batch's last %d - s - 1 "
+                       "micro-batches; with fewer than %d a step would owe an older batch's too (--microbatches %d)",
+                ranks, ranks, ranks);
+        errors++;
+    }
+    if (g->zero > 0) {
+        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the 2bw schedule", g->zero);
+        errors++;
+    }
+    /* the global norm would need every stage's gradients of a batch at once: the stages
+     * finish them at different points of the next step */
+    if (g->optimizer.clip > 0) {
+        dm_error(d, g->optimizer.loc, "gradient clipping is not built for the 2bw schedule: its norm spans the stages, "
+                                      "which finish a batch's gradients at different points of the next step");
+        errors++;
+    }
+    if (g->compress.kind != COMPRESS_NONE) {
+        char name[64];
+        dm_compress_name(&g->compress, name, sizeof name);
+        dm_error(d, at, "gradient compression (--compress %s) is not built for the 2bw schedule", name);
+        errors++;
+    }
+    /* a dropout mask is keyed by the updates done, which change inside a 2bw step */
+    for (int i = 0; i < g->n_values && !errors; i++)
+        if (g->values[i]->op == OP_DROPOUT) {
+            dm_error(d, g->values[i]->loc, "dropout is not built for the 2bw schedule: its masks are keyed by the step, "
+                                           "and a 2bw step updates the weights half-way");
+            errors++;
+        }
+    return errors;
+}
+
 int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
     /* where the program gave chunks, else its schedule, else (command line) the pipeline axis */
     dm_loc at = g->chunks_loc.line > 0     ? g->chunks_loc
@@ -17,6 +58,7 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
         return -1;
     }
     int chunks = pipe_chunks_for(g->schedule, ranks, g->chunks);
+    if (pipe_kind_for(g->schedule, ranks) == PIPE_2BW) return pipeline_2bw_problems(g, ranks, at, d) ? -1 : 1;
     if (pipe_kind_for(g->schedule, ranks) != PIPE_INTERLEAVED) return 1;
     if (g->chunks < 2) {
         dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
@@ -75,3 +117,14 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
     return errors;
 }
 
+
+int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d) {
+    if (pipe_kind_for(g->schedule, plan->ranks) != PIPE_2BW || plan->n_tied == 0) return 0;
+    /* its owner's new values reach the other holders at the owner's update, which 2bw
+     * runs at another point of the step on each stage */
+    const ir_value *v = g->values[plan->tied[0]];
+    dm_error(d, v->loc, "'%s' is used on more than one pipeline stage (tied), which the 2bw schedule does not build yet",
+             v->name);
+    dm_note(d, v->loc, "the 1f1b schedule runs it, or a cut that keeps its uses on one stage");
+    return 1;
+}

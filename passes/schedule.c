@@ -9,6 +9,8 @@ int pipe_kind_by_name(const char *name) {
     if (strcmp(name, "gpipe") == 0) return PIPE_GPIPE;
     if (strcmp(name, "1f1b") == 0) return PIPE_1F1B;
     if (strcmp(name, "interleaved") == 0) return PIPE_INTERLEAVED;
+    /* a .dm names it pipedream_2bw: a name cannot start with a digit */
+    if (strcmp(name, "2bw") == 0 || strcmp(name, "pipedream_2bw") == 0) return PIPE_2BW;
     return -1;
 }
 
@@ -19,7 +21,7 @@ int pipe_chunks_for(int kind, int stages, int chunks) {
 }
 
 const char *pipe_kind_name(pipe_kind kind) {
-    return kind == PIPE_GPIPE ? "gpipe" : kind == PIPE_1F1B ? "1f1b" : "interleaved";
+    return kind == PIPE_GPIPE ? "gpipe" : kind == PIPE_1F1B ? "1f1b" : kind == PIPE_2BW ? "2bw" : "interleaved";
 }
 
 const char *pipe_interleaved_problem(int stages, int chunks, int micros) {
@@ -28,7 +30,12 @@ const char *pipe_interleaved_problem(int stages, int chunks, int micros) {
     return NULL;
 }
 
-int pipe_actions(const pipe_schedule *s) { return 2 * s->chunks * s->micros; }
+const char *pipe_2bw_problem(int stages, int micros) {
+    if (micros < stages) return "2bw needs at least as many micro-batches as pipeline stages";
+    return NULL;
+}
+
+int pipe_actions(const pipe_schedule *s) { return 2 * s->chunks * s->micros * s->batches; }
 
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i) {
     return &s->actions[(size_t)stage * (size_t)pipe_actions(s) + (size_t)i];
@@ -54,24 +61,25 @@ static void kth(const pipe_schedule *s, int k, int backward, pipe_action *a) {
     a->micro = group / v * P + k % P;
 }
 
-/* The forwards a stage runs before its first backward. 1F1B: those that fill the pipe below
- * it, P - s - 1. Interleaved: a group of P on each chunk but the last while the first
+/* The forwards a stage runs before its first backward. 1F1B (and 2BW, once a run): those
+ * that fill the pipe below it, P - s - 1. Interleaved: a group of P on each chunk but the last while the first
  * micro-batch reaches the last virtual stage, and twice P - s - 1 more: with equal stages
  * P - s - 1 give the same step, but with stages 20% apart (random, timed here) the step
  * took up to 15% longer: the extra forwards are work a stage has at hand while it waits
  * for a slower one's gradients. */
 static int warmup(const pipe_schedule *s, int stage) {
-    int total = s->chunks * s->micros;
-    int n = s->kind == PIPE_GPIPE         ? total
-            : s->kind == PIPE_1F1B       ? s->stages - stage - 1
+    int total = s->chunks * s->micros * s->batches;
+    int n = s->kind == PIPE_GPIPE                              ? total
+            : s->kind == PIPE_1F1B || s->kind == PIPE_2BW      ? s->stages - stage - 1
                                          : (s->chunks - 1) * s->stages + 2 * (s->stages - stage - 1);
     return n < total ? n : total;
 }
 
 /* Stage s's order: the warm-up forwards, then alternately one forward and one backward, then
- * the backwards left. Each virtual stage's micro-batches in flight are counted on the way. */
+ * the backwards left (2BW: its batches' micro-batches as one stream: no flush between them).
+ * Each virtual stage's micro-batches in flight are counted on the way. */
 static void order(pipe_schedule *s, int stage) {
-    int total = s->chunks * s->micros, n = 0, next_f = 0, next_b = 0, warm = warmup(s, stage);
+    int total = s->chunks * s->micros * s->batches, n = 0, next_f = 0, next_b = 0, warm = warmup(s, stage);
     int *flight = s->in_flight + (size_t)stage * (size_t)s->chunks; /* by chunk, for now */
     int now[64] = {0};
     for (int c = 0; c < s->chunks; c++) flight[c] = 0;
@@ -93,15 +101,19 @@ typedef struct simulation {
     double *f_end, *b_end;      /* (V, M) */
     int *next;                  /* (P) */
     double *idle_from;          /* (P) */
+    int *limit;                 /* (P) 2BW: the end of the step being timed in each stage's order */
+    double barrier;             /* 2BW: when the step being timed starts on every stage */
 } simulation;
 
 /* Times stage st's actions from its next one on, each as soon as its input is there, up to
  * the first whose input is not. Returns how many it timed. */
 static int time_stage(simulation *t, int st) {
     pipe_schedule *s = t->s;
-    int P = s->stages, M = s->micros, last = P * s->chunks - 1, n = pipe_actions(s), i = t->next[st];
+    int P = s->stages, M = s->micros * s->batches, last = P * s->chunks - 1, n = pipe_actions(s), i = t->next[st];
     pipe_action *row = s->actions + (size_t)st * (size_t)n;
     double idle_from = t->idle_from[st], makespan = s->makespan;
+    if (t->limit) n = t->limit[st];
+    if (t->limit && idle_from < t->barrier) idle_from = t->barrier;
     for (; i < n; i++) {
         pipe_action *a = &row[i];
         int j = a->chunk * P + st, m = a->micro, is_forward = a->kind == 'F';
@@ -137,17 +149,41 @@ static int time_stage(simulation *t, int st) {
  * each action's depends only on the actions it waits on. */
 static int simulate(pipe_schedule *s) {
     size_t V = (size_t)s->stages * (size_t)s->chunks, all = (size_t)s->stages * (size_t)pipe_actions(s);
+    size_t micros = (size_t)s->micros * (size_t)s->batches;
     simulation t = {.s = s};
     t.forwards = calloc(V, sizeof(int)), t.backwards = calloc(V, sizeof(int));
-    t.f_end = malloc(V * (size_t)s->micros * sizeof(double)), t.b_end = malloc(V * (size_t)s->micros * sizeof(double));
+    t.f_end = malloc(V * micros * sizeof(double)), t.b_end = malloc(V * micros * sizeof(double));
     t.next = calloc((size_t)s->stages, sizeof(int)), t.idle_from = calloc((size_t)s->stages, sizeof(double));
-    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from ? 0 : -1;
-    for (size_t timed = 0, pass = 0; !status && timed < all; pass++) {
-        size_t before = timed;
-        for (int q = 0; q < s->stages; q++) timed += (size_t)time_stage(&t, pass % 2 ? s->stages - 1 - q : q);
-        if (timed == before) status = -1;
+    /* 2BW's steps end in collectives over every rank (the step's loss, a host's agreement
+     * on whether to go on): a step starts on every stage once the last has ended the one
+     * before, so its steps are timed one after the other */
+    if (s->kind == PIPE_2BW) t.limit = calloc((size_t)s->stages, sizeof(int));
+    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from &&
+                         (s->kind != PIPE_2BW || t.limit)
+                     ? 0
+                     : -1;
+    for (int step = 0; !status && step < s->batches; step++) {
+        size_t until = all;
+        if (t.limit) {
+            until = 0;
+            for (int st = 0; st < s->stages; st++) {
+                /* step k ends before the forward of batch k + 1's micro-batch 0 */
+                int w = s->stages - st - 1, end = step + 1 < s->batches ? 2 * (step + 1) * s->micros - w : pipe_actions(s);
+                t.limit[st] = end;
+                until += (size_t)end;
+            }
+            t.barrier = s->makespan;
+        }
+        for (size_t timed = 0, pass = 0; !status && timed < until; pass++) {
+            size_t before = timed;
+            timed = 0;
+            for (int q = 0; q < s->stages; q++) time_stage(&t, pass % 2 ? s->stages - 1 - q : q);
+            for (int q = 0; q < s->stages; q++) timed += (size_t)t.next[q];
+            if (timed == before) status = -1;
+        }
+        if (t.limit) s->step_ends[step] = s->makespan;
     }
-    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.next), free(t.idle_from);
+    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.next), free(t.idle_from), free(t.limit);
     return status;
 }
 
@@ -157,10 +193,12 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
     if (stages < 1 || micros < 1 || chunks < 1 || chunks > 64 || stages > 4096 || micros > 65536) return -1;
     if ((chunks > 1) != (kind == PIPE_INTERLEAVED) || (chunks > 1 && pipe_interleaved_problem(stages, chunks, micros)))
         return -1;
+    if (kind == PIPE_2BW && pipe_2bw_problem(stages, micros)) return -1;
     size_t V = (size_t)stages * (size_t)chunks;
     for (size_t j = 0; j < V; j++)
         if (!(forward[j] > 0) || !(backward[j] > 0)) return -1;
     s->kind = kind, s->stages = stages, s->micros = micros, s->chunks = chunks;
+    s->batches = kind == PIPE_2BW ? PIPE_2BW_BATCHES : 1;
     s->stage_forward = malloc(V * sizeof(double));
     s->stage_backward = malloc(V * sizeof(double));
     /* every field of every action is written below: order() the kinds, the timing the rest */
@@ -180,6 +218,8 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
         free(by_chunk);
     }
     if (!status) status = simulate(s);
+    /* 2BW: its middle step, which starts with a previous batch's backwards owed */
+    if (!status) s->step = kind == PIPE_2BW ? s->step_ends[1] - s->step_ends[0] : s->makespan;
     if (status) pipe_schedule_free(s);
     return status;
 }
@@ -222,8 +262,12 @@ void pipe_schedule_free(pipe_schedule *s) {
 double pipe_bubble(const pipe_schedule *s) {
     double work = 0;
     for (int j = 0; j < s->stages * s->chunks; j++) work += (double)s->micros * (s->stage_forward[j] + s->stage_backward[j]);
-    return 1.0 - work / ((double)s->stages * s->makespan);
+    return 1.0 - work / ((double)s->stages * s->step);
 }
+
+double pipe_2bw_warmup(const pipe_schedule *s) { return s->makespan - s->batches * s->step; }
+
+double pipe_bubble_formula_2bw(int stages, int micros) { return (stages - 1.0) / (3.0 * micros + stages - 1); }
 
 double pipe_bubble_formula(int stages, int micros) { return pipe_bubble_formula_chunked(stages, 1, micros); }
 
@@ -236,7 +280,7 @@ int pipe_in_flight(const pipe_schedule *s, int vstage) { return s->in_flight[vst
 void pipe_schedule_print(const pipe_schedule *s, FILE *out) {
     if (!(s->forward_cost > 0)) return;
     double unit = s->forward_cost < s->backward_cost ? s->forward_cost : s->backward_cost;
-    int slots = (int)lround(s->makespan / unit), digits = s->micros > 10 ? 2 : 1;
+    int slots = (int)lround(s->makespan / unit), digits = s->micros * s->batches > 10 ? 2 : 1;
     int width = 1 + digits + (s->chunks > 1); /* kind, micro-batch, chunk letter */
     char *row = malloc((size_t)slots * (size_t)(width + 1) + 1);
     if (!row) return;

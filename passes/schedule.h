@@ -1,4 +1,4 @@
-/* schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B). For P stages (pipeline
+/* schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B, PipeDream-2BW). For P stages (pipeline
  * ranks) and M micro-batches: each stage's actions in the order it runs them (forward or
  * backward of one micro-batch, on one of its model chunks), and their time slots, each
  * action starting as soon as its stage is free and its input has arrived. The model
@@ -6,7 +6,8 @@
  * its chunk j / P (one chunk a stage but for the interleaved schedule):
  *   F(j, m) after F(j-1, m);  B(j, m) after B(j+1, m), and on the last after F(j, m).
  * Used by code generation (one action list per stage, as generated code) and --explain
- * (the grid, the bubble, activations in flight). */
+ * (the grid, the bubble, activations in flight). 2BW's steps do not flush: its action
+ * lists are the stream of several consecutive batches, micro-batches numbered across them. */
 #ifndef DM_SCHEDULE_H
 #define DM_SCHEDULE_H
 
@@ -18,11 +19,14 @@ typedef enum pipe_kind {
     PIPE_INTERLEAVED, /* 1F1B over `chunks` model chunks per stage (Narayanan et al., 2021): micro-batches
                        * go through a stage's chunks in groups of P; the warm-up runs forwards of
                        * every chunk, then one forward one backward, then the backwards left */
+    PIPE_2BW,         /* PipeDream-2BW (Narayanan et al., 2021): 1F1B without a flush between steps; a
+                       * stage's last P - s - 1 backwards of batch t run in step t + 1, and batch t
+                       * runs on the weights of update t - 1 (two versions kept) */
 } pipe_kind;
 
 typedef struct pipe_action {
     char kind;        /* 'F' or 'B' */
-    int micro;        /* micro-batch, 0 .. M - 1 */
+    int micro;        /* micro-batch, 0 .. M - 1; 2BW: of the stream, batch micro / M's micro % M */
     int chunk;        /* the stage's model chunk, 0 .. chunks - 1: virtual stage chunk * P + stage */
     double start, end;
 } pipe_action;
@@ -31,13 +35,23 @@ typedef struct pipe_schedule {
     pipe_kind kind;
     int stages, micros;
     int chunks;                          /* model chunks per stage: 1 but for the interleaved schedule */
+    int batches;                         /* consecutive batches (steps) in the action lists: 1 but for
+                                          * 2BW, whose lists are PIPE_2BW_BATCHES batches' stream */
     double forward_cost, backward_cost;  /* the same on every virtual stage (pipe_schedule_build*),
                                           * else 0 */
     double *stage_forward, *stage_backward; /* (stages * chunks) each virtual stage's costs */
-    pipe_action *actions;  /* (stages, 2 * chunks * micros) stage s's actions in its order */
+    pipe_action *actions;  /* (stages, pipe_actions) stage s's actions in its order */
     int *in_flight;        /* (stages * chunks) pipe_in_flight's, counted as the orders are made */
     double makespan;       /* end of the last action */
+    double step;           /* a step's time: the makespan, or 2BW's in the steady state */
+    double step_ends[3];   /* 2BW: when each of its steps ends on the last stage to end it (the
+                            * steps end in collectives over every rank, which the next waits
+                            * for); the last step's with the drain after it */
 } pipe_schedule;
+
+/* The batches 2BW's action lists hold: the first step (its warm-up), a steady one, and the
+ * last with the drain after it. */
+#define PIPE_2BW_BATCHES 3
 
 /* The schedule that P stages run: one stage runs its micro-batches one after the other
  * (forward, backward, next: 1F1B with P = 1) whatever the program asked for. */
@@ -46,7 +60,8 @@ pipe_kind pipe_kind_for(int kind, int stages);
  * stages, else 1. */
 int pipe_chunks_for(int kind, int stages, int chunks);
 
-/* "gpipe" / "1f1b" / "interleaved" to the kind; -1 for anything else. */
+/* "gpipe" / "1f1b" / "interleaved" / "2bw" (or "pipedream_2bw", as a .dm names it) to the
+ * kind; -1 for anything else. */
 int pipe_kind_by_name(const char *name);
 const char *pipe_kind_name(pipe_kind kind);
 
@@ -54,6 +69,13 @@ const char *pipe_kind_name(pipe_kind kind);
  * sentence), or NULL when they can: chunks >= 2, and M a multiple of P (micro-batches go
  * through a stage's chunks in groups of P). */
 const char *pipe_interleaved_problem(int stages, int chunks, int micros);
+/* Why P stages cannot run M micro-batches as 2BW (a sentence), or NULL when they can:
+ * M >= P, so that the backwards a stage owes at a step's end are all of the step's own
+ * batch (two weight versions suffice). */
+const char *pipe_2bw_problem(int stages, int micros);
+/* 2BW: the backwards stage s of P still owes when a step ends (of its batch's last
+ * micro-batches), and runs in the next step or the drain: P - s - 1. */
+static inline int pipe_2bw_owed(int stages, int stage) { return stages - stage - 1; }
 
 /* Builds the schedule (stages >= 1, micros >= 1, costs > 0). Returns 0, or -1 when the
  * arguments are out of range or memory runs out. */
@@ -73,13 +95,14 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
                                 const double *forward, const double *backward);
 void pipe_schedule_free(pipe_schedule *s);
 
-/* Actions per stage: 2 * chunks * micros. */
+/* Actions per stage: 2 * chunks * micros * batches. */
 int pipe_actions(const pipe_schedule *s);
 /* Stage s's action i (0 <= i < pipe_actions(s)). */
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i);
 
-/* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan). With
- * unequal stages it counts a fast stage's wait for the slow one as idle, as a trace does. */
+/* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan); 2BW's
+ * of a steady step (its drain is once a run: pipe_2bw_warmup). With unequal stages it
+ * counts a fast stage's wait for the slow one as idle, as a trace does. */
 double pipe_bubble(const pipe_schedule *s);
 /* The theory: (P - 1) / (M + P - 1), the same for GPipe and 1F1B (Narayanan et al., 2021). */
 double pipe_bubble_formula(int stages, int micros);
@@ -87,8 +110,14 @@ double pipe_bubble_formula(int stages, int micros);
  * where 1F1B idles P - 1 stage-times, 1/v of the bubble: (1/v)(P - 1)/M of the ideal step,
  * an idle fraction (P - 1) / (v M + P - 1). v = 1 gives pipe_bubble_formula's. */
 double pipe_bubble_formula_chunked(int stages, int chunks, int micros);
+/* 2BW: the time a run of its batches takes beyond their steady steps (the drain after the
+ * last: with equal stages (P - 1) backward times): makespan - batches * step. */
+double pipe_2bw_warmup(const pipe_schedule *s);
+/* 2BW with equal stages and backwards twice the forwards: each step starts on every stage
+ * together, and the last waits P - 1 forwards for the first: (P - 1) / (3 M + P - 1). */
+double pipe_bubble_formula_2bw(int stages, int micros);
 /* The most micro-batches whose activations virtual stage j holds at once (forward done,
- * backward not yet): M for GPipe, min(P - j, M) for 1F1B. */
+ * backward not yet): M for GPipe, min(P - j, M) for 1F1B and 2BW. */
 int pipe_in_flight(const pipe_schedule *s, int vstage);
 
 /* The grid, one row per stage and one column per slot of the smallest cost ("F3", "B0",

@@ -161,6 +161,12 @@ typedef struct dmrt_model {
     int (*state_scatter)(void *ctx, int i, const float *whole);
     int64_t (*step)(void *ctx);
     int (*set_step)(void *ctx, int64_t step);
+
+    /* Pipelines whose steps do not flush (the 2bw schedule, <model>_drain): runs the
+     * backwards and the update the pipeline still owes, so that the weights are those of
+     * every step run; every rank must call it. NULL for the others, whose steps leave
+     * nothing owed. Returns DMRT_OK or an error status (message from error()). */
+    int (*drain)(void *ctx);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

@@ -280,6 +280,10 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     if (o->eval_every > 0 && !o->text_files)
         return usage_error(prog, model,
                            "--eval-every needs --data text:FILE[,FILE...] (its validation part)");
+    /* a 2bw step leaves a batch's last backwards to the next: no gradient is whole after step 1 */
+    if (o->dump_grads && model->drain)
+        return usage_error(prog, model, "--dump-grads: model '%s' runs the 2bw schedule, whose gradients are a step "
+                                        "late (no step leaves its batch's gradients whole)", model->name);
     /* Sampling settings without --sample would be silently ignored: most likely the
      * --sample was forgotten. */
     if (o->sample < 0 && (o->prompt || o->temperature >= 0.0 || o->top_k >= 0)) {
@@ -756,6 +760,13 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         }
     }
     bar_clear(&bar);
+    /* a pipeline that does not flush (2bw): the backwards and update it owes, so that the
+     * weights saved and evaluated are those of every step run */
+    if (m->drain && m->drain(ctx) != 0) {
+        snprintf(err, sizeof err, "draining the pipeline after step %lld: %s", (long long)step,
+                 dmrt_trainer_ctx_error(m, ctx));
+        goto fail;
+    }
     /* the end, or a stop asked by a signal: the checkpoint of the last step (not twice, and
      * not over the one this run resumed from) */
     if (o->checkpoint && checkpointed != step) {

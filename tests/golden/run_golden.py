@@ -60,6 +60,12 @@ CASES = {
     "gpt.pipeline4_m8": ("examples/gpt.dm", ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8", "--explain=full"]),
     "mlp.pipeline2_1f1b": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b",
                                                "--explain=full"]),
+    # 2bw: the stream's grid over three steps (no flush between them), a steady step's bubble
+    # (only the unequal stages'), the warm-up once, the second weight version
+    "mlp.pipeline2_2bw": ("examples/mlp.dm", ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw",
+                                              "--set", "H=784", "--explain=full"]),
+    "mlp.pipeline2_2bw.compact": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4",
+                                                      "--schedule", "2bw", "--explain"]),
     "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain=full"]),
     # ZeRO: each bucket's shares, and the state (and gradients) per rank halved
     "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain=full"]),

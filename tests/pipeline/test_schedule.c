@@ -20,7 +20,10 @@
  *     (so the simulation found no deadlock), the activations in flight are those counted
  *     on the orders, and the bubble is (P - 1) / (v M + P - 1): (1/v)(P - 1)/M of the
  *     ideal step; the grid of P=2, v=2, M=2 as timed by hand; M not a multiple of P, or
- *     one chunk, refused.
+ *     one chunk, refused;
+ *   - 2bw (PipeDream-2BW) for P in 2..8, M in P..16, backward costing 1x and 2x: the
+ *     stream's order (check_2bw), a step's M (f + b) + (P - 1) f, the drain's (P - 1) b,
+ *     in-flight counts, M < P refused.
  * Prints FAIL lines; exits 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
@@ -270,7 +273,75 @@ static void check_interleaved_grid(void) {
            "pipe_chunks_for");
 }
 
+/* 2BW: the stream of PIPE_2BW_BATCHES batches of M micro-batches (numbered across them) on
+ * P stages. Each stage's order is 1F1B over the whole stream (its own code here): P - s - 1
+ * warm-up forwards, then a forward and a backward, then the backwards left; so step t runs
+ * F(t M + m), each followed by B(t M + m - (P - s - 1)) when there is one. F(s, i) starts
+ * after F(s-1, i), B(s, i) after B(s+1, i) (on the last after F(s, i)), no action waits
+ * needlessly within a step; every step starts on every stage once the one before has ended
+ * on all (its collectives): a step takes M (f + b) + (P - 1) f (no backward waited for, as
+ * 1F1B's flush does), the first as well, and the drain after the last (P - 1) b; activations
+ * in flight P - s. Returns the schedules checked. */
+static int check_2bw(int P, int M, double f, double b) {
+    pipe_schedule s;
+    if (pipe_schedule_build(&s, PIPE_2BW, P, M, f, b) != 0) {
+        EXPECT(0, "2bw P=%d M=%d: build failed", P, M);
+        return 0;
+    }
+    int N = s.batches * M, n = pipe_actions(&s);
+    EXPECT(s.batches == PIPE_2BW_BATCHES && n == 2 * N, "2bw P=%d M=%d: %d batches, %d actions", P, M, s.batches, n);
+    double *f_end = calloc((size_t)P * (size_t)N, sizeof(double)), *b_end = calloc((size_t)P * (size_t)N, sizeof(double));
+    if (!f_end || !b_end) abort();
+    for (int st = 0; st < P; st++) {
+        int w = P - st - 1, k = 0;
+        for (int i = 0; i < n && k < n; i++) {
+            const pipe_action *a = pipe_action_at(&s, st, i);
+            /* the order: warm-up, then alternating, then the drain */
+            int fwd = i < w || (i < w + 2 * (N - w) && (i - w) % 2 == 0);
+            int micro = i < w ? i : i < w + 2 * (N - w) ? (fwd ? w + (i - w) / 2 : (i - w) / 2) : N - (n - i);
+            EXPECT(a->kind == (fwd ? 'F' : 'B') && a->micro == micro, "2bw P=%d M=%d stage %d action %d: %c%d, expected %c%d",
+                   P, M, st, i, a->kind, a->micro, fwd ? 'F' : 'B', micro);
+            (fwd ? f_end : b_end)[(size_t)st * N + a->micro] = a->end;
+            k++;
+        }
+    }
+    for (int st = 0; st < P; st++)
+        for (int i = 0; i < n; i++) {
+            const pipe_action *a = pipe_action_at(&s, st, i);
+            double ready = a->kind == 'F' ? (st ? f_end[(size_t)(st - 1) * N + a->micro] : 0)
+                                          : (st == P - 1 ? f_end[(size_t)st * N + a->micro] : b_end[(size_t)(st + 1) * N + a->micro]);
+            double free_at = i ? pipe_action_at(&s, st, i - 1)->end : 0;
+            int step = 0; /* the step action i is in: steps begin before F(k M) */
+            while (step + 1 < s.batches && i >= 2 * (step + 1) * M - (P - st - 1)) step++;
+            if (step && s.step_ends[step - 1] > free_at) free_at = s.step_ends[step - 1];
+            EXPECT(fabs(a->start - (ready > free_at ? ready : free_at)) < 1e-9, "2bw P=%d M=%d stage %d action %d starts at %g",
+                   P, M, st, i, a->start);
+        }
+    /* each step starts on every stage together (its collectives): the last stage waits P - 1
+     * forwards for the first; no backward is waited for */
+    double step = M * (f + b) + (P - 1) * f;
+    EXPECT(fabs(s.step - step) < 1e-9, "2bw P=%d M=%d: steady step %g, expected %g", P, M, s.step, step);
+    EXPECT(fabs(pipe_bubble(&s) - (P - 1) * f / step) < 1e-9, "2bw P=%d M=%d: bubble %g", P, M, pipe_bubble(&s));
+    if (b == 2 * f)
+        EXPECT(fabs(pipe_bubble(&s) - pipe_bubble_formula_2bw(P, M)) < 1e-9, "2bw P=%d M=%d: formula", P, M);
+    /* the first step is as long as a steady one; the drain after the last, P - 1 backwards */
+    EXPECT(fabs(s.step_ends[0] - step) < 1e-9, "2bw P=%d M=%d: first step %g", P, M, s.step_ends[0]);
+    EXPECT(fabs(pipe_2bw_warmup(&s) - (P - 1) * b) < 1e-9, "2bw P=%d M=%d: drain %g", P, M, pipe_2bw_warmup(&s));
+    for (int st = 0; st < P; st++)
+        EXPECT(pipe_in_flight(&s, st) == P - st, "2bw P=%d M=%d stage %d: %d in flight", P, M, st, pipe_in_flight(&s, st));
+    free(f_end);
+    free(b_end);
+    pipe_schedule_free(&s);
+    /* fewer micro-batches than stages: a step would owe two batches' backwards */
+    EXPECT(pipe_2bw_problem(P, M) == NULL && pipe_2bw_problem(P, P - 1) != NULL, "2bw P=%d: M >= P", P);
+    EXPECT(pipe_schedule_build(&s, PIPE_2BW, P, P - 1, f, b) == -1, "2bw P=%d M=%d built", P, P - 1);
+    return 1;
+}
+
 int main(void) {
+    int two_bw = 0;
+    for (int P = 2; P <= 8; P++)
+        for (int M = P; M <= 16; M++) two_bw += check_2bw(P, M, 1.0, 1.0) + check_2bw(P, M, 1.0, 2.0);
     int interleaved = 0;
     for (int P = 2; P <= 8; P++)
         for (int v = 2; v <= 4; v++)
@@ -290,10 +361,11 @@ int main(void) {
     pipe_schedule s;
     EXPECT(pipe_schedule_build(&s, PIPE_GPIPE, 0, 4, 1, 1) == -1, "0 stages accepted");
     EXPECT(pipe_kind_by_name("1f1b") == PIPE_1F1B && pipe_kind_by_name("gpipe") == PIPE_GPIPE &&
-               pipe_kind_by_name("interleaved") == PIPE_INTERLEAVED && pipe_kind_by_name("zb") == -1,
+               pipe_kind_by_name("interleaved") == PIPE_INTERLEAVED && pipe_kind_by_name("2bw") == PIPE_2BW &&
+               pipe_kind_by_name("pipedream_2bw") == PIPE_2BW && pipe_kind_by_name("zb") == -1,
            "names");
     if (failures) printf("schedule: FAILED\n");
-    else printf("schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules; %d interleaved and its grid checked\n",
-                interleaved);
+    else printf("schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules; %d interleaved and its grid; %d "
+                "2bw streams checked\n", interleaved, two_bw);
     return failures ? 1 : 0;
 }

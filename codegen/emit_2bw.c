@@ -1,0 +1,248 @@
+/* emit_2bw.c: the 2bw schedule's step (PipeDream-2BW, Narayanan et al. 2021). Stage s of P
+ * runs the 1F1B stream of every batch without a flush: a step runs the forwards of its
+ * batch t, each followed by the stream's next backward, so that the backwards of batch t's
+ * last P - s - 1 micro-batches run in step t + 1 (or the drain). Batch t runs on the
+ * weights of update t - 1; stage s makes update t (of batch t - 1's mean gradient) right
+ * after batch t - 1's last backward there, into the other of two weight versions, which no
+ * batch runs on any more. So W(t + 1) = W(t) - opt(gradient of batch t at W(t - 1)).
+ * Each rank keeps, across a step's end, the kept values of the micro-batches it owes (the
+ * copies are chosen by a micro-batch's place in the stream) and the previous batch's
+ * inputs that their backwards read. The passes chose the schedule (passes/schedule.c) and
+ * counted the memory (passes/weight_versions.c). */
+#include <string.h>
+
+#include "emitter.h"
+
+int emits_2bw(const emitter *E) { return E->stages > 1 && dm_runs_2bw(E->g) && E->g->optimizer.kind != OPTIM_NONE; }
+
+/* The inputs stage st keeps of the previous batch (bit n: input n). */
+static uint64_t kept_inputs(const emitter *E, int st) { return dm_2bw_kept_inputs(E->g, E->plan, st); }
+
+/* Of input n, the elements of a whole batch (every micro-batch). */
+static long long batch_elems(const emitter *E, int n) {
+    return (long long)(ir_numel(&V(E, E->g->inputs[n])->type) * E->g->microbatches);
+}
+
+void emit_2bw_fields(emitter *E) {
+    cg_writer *w = &E->w;
+    if (!emits_2bw(E)) return;
+    cg_line(w, "/* 2bw: two versions of this rank's parameters; ctx->params is the one in use */");
+    cg_line(w, "float *weights[2];");
+    cg_line(w, "int newest;    /* weights[newest]: the newest complete version (after updates `step`) */");
+    cg_line(w, "int current;   /* weights[current]: the version this step's batch runs on */");
+    cg_line(w, "int owed;      /* weights[owed]: the version the previous batch ran on, whose last backwards and");
+    cg_line(w, "                * update this stage owes (-1: none, the stream starts: after create or drain) */");
+    cg_line(w, "int64_t batches;    /* batches run (steps); the stream counts micro-batches from 0 */");
+    cg_line(w, "int64_t micro_base; /* the stream's number of the running batch's micro-batch 0 */");
+    cg_line(w, "int inferring;      /* in forward or predict: kept values go to the copy no owed backward holds */");
+    cg_line(w, "%s_batch previous;  /* the previous batch's inputs the owed backwards read (kept copies; NULL: not read) */",
+            E->g->model);
+    uint64_t any = 0;
+    for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
+    for (int n = 0; n < E->g->n_inputs; n++)
+        if (any >> n & 1) {
+            const ir_value *v = V(E, E->g->inputs[n]);
+            cg_line(w, "%s *previous_%s; /* (%lld on a stage that keeps it) */", ctype(v->type.dtype), E->cname[v->id],
+                    batch_elems(E, n));
+        }
+}
+
+int emit_2bw_kept_count(const emitter *E, int n, char *buf, size_t size) {
+    uint64_t any = 0;
+    for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
+    if (!emits_2bw(E) || !(any >> n & 1)) return 0;
+    /* only the stages whose owed backwards read it keep it: empty on the others */
+    size_t len = 0;
+    for (int st = 0; st < E->stages && len < size; st++)
+        if (kept_inputs(E, st) >> n & 1)
+            len += (size_t)snprintf(buf + len, size - len, "ctx->coord[PIPELINE_AXIS] == %d ? %lld : ", st, batch_elems(E, n));
+    if (len < size) snprintf(buf + len, size - len, "0");
+    return 1;
+}
+
+void emit_2bw_create(emitter *E) {
+    cg_writer *w = &E->w;
+    if (!emits_2bw(E)) return;
+    cg_line(w, "ctx->params = ctx->weights[0]; /* 2bw: initialised, the stream starts on version 0 */");
+    cg_line(w, "ctx->owed = -1;");
+    for (int n = 0; n < E->g->n_inputs; n++) {
+        uint64_t any = 0;
+        for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
+        if (any >> n & 1) cg_line(w, "ctx->previous.%s = ctx->previous_%s;", E->cname[E->g->inputs[n]], E->cname[E->g->inputs[n]]);
+    }
+}
+
+void emit_2bw_helpers(emitter *E) {
+    cg_writer *w = &E->w;
+    int M = E->g->microbatches;
+    if (!emits_2bw(E)) return;
+    cg_line(w, "/* 2bw: the weights and kept values of the batch to run: this step's (previous 0), or the");
+    cg_line(w, " * previous step's, whose last backwards this stage owes (previous 1). */");
+    cg_line(w, "static void use_batch(struct_ctx *ctx, int previous) {");
+    cg_line(w, "    ctx->params = ctx->weights[previous ? ctx->owed : ctx->current];");
+    cg_line(w, "    ctx->micro_base = (ctx->batches - previous) * %d;", M);
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* 2bw: which of a stage's `slots` copies of kept values micro-batch `micro` of the running");
+    cg_line(w, " * batch uses: by its number in the stream, so that the micro-batches a stage owes keep theirs");
+    cg_line(w, " * across the step's end. Inference between steps runs every micro-batch in the copy of the");
+    cg_line(w, " * next step's first micro-batch, which no owed backward holds. */");
+    cg_line(w, "static int64_t kept_slot(const struct_ctx *ctx, int64_t micro, int slots) {");
+    cg_line(w, "    return (ctx->micro_base + (ctx->inferring ? 0 : micro)) %% slots;");
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* 2bw: the end of a step: its batch's last backwards are owed (on every stage but the last,");
+    cg_line(w, " * which owes only the update), and the next batch runs on the newest weights, which forward,");
+    cg_line(w, " * predict and save_weights see until then. */");
+    cg_line(w, "static void end_step(struct_ctx *ctx) {");
+    cg_line(w, "    ctx->owed = ctx->current;");
+    cg_line(w, "    ctx->current = ctx->newest;");
+    cg_line(w, "    ctx->batches++;");
+    cg_line(w, "    use_batch(ctx, 0);");
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* Stage st's helpers: a backward it owes, and its next weight version. */
+static void emit_owed_and_update(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    if (pipe_2bw_owed(E->ranks, st)) { /* the last stage owes none */
+        cg_line(w, "/* Stage %d's backward of micro-batch `micro` of the previous batch, which it owed: on the", st);
+        cg_line(w, " * weights that batch ran on, with its inputs as kept. */");
+        cg_line(w, "static int stage%d_owed_backward(struct_ctx *ctx, int64_t micro) {", st);
+        cg_line(w, "    use_batch(ctx, 1);");
+        cg_line(w, "    int status = stage%d_backward(ctx, &ctx->previous, micro);", st);
+        cg_line(w, "    use_batch(ctx, 0);");
+        cg_line(w, "    return status;");
+        cg_line(w, "}");
+        cg_blank(w);
+    }
+    cg_line(w, "/* Stage %d's next weight version, once the previous batch's backwards are done here: their", st);
+    cg_line(w, " * gradients' mean, and the update applied to a copy of the newest weights in the other version,");
+    cg_line(w, " * on which no batch runs any more (the previous one ran on it, or, at the stream's start, on");
+    cg_line(w, " * the newest). */");
+    cg_line(w, "static int stage%d_next_version(struct_ctx *ctx, const %s_batch *batch) {", st, m);
+    w->indent++;
+    int any = 0;
+    emit_gradient_means(E, st, &any);
+    cg_line(w, "const int spare = 1 - ctx->newest;");
+    copy_elems(E, "ctx->weights[spare]", "ctx->weights[ctx->newest]", (long long)E->plan->stage[st].param_elems, "float",
+               CG_DEVICE_TO_DEVICE);
+    cg_line(w, "ctx->params = ctx->weights[spare];");
+    cg_line(w, "ctx->step++;");
+    cg_line(w, "int status = stage%d_update(ctx, batch);", st);
+    cg_line(w, "ctx->newest = spare;");
+    cg_line(w, "use_batch(ctx, 0);");
+    cg_line(w, "return status;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* The previous batch's inputs stage st's owed backwards read: a copy of the step's. */
+static void emit_keep_inputs(emitter *E, int st) {
+    uint64_t kept = kept_inputs(E, st);
+    for (int n = 0; n < E->g->n_inputs; n++) {
+        if (!(kept >> n & 1)) continue;
+        const ir_value *v = V(E, E->g->inputs[n]);
+        char dst[160], src[160];
+        snprintf(dst, sizeof dst, "ctx->previous_%s", E->cname[v->id]);
+        snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
+        cg_line(&E->w, "/* input %s, which the owed backwards read in the next step */", v->name);
+        copy_elems(E, dst, src, batch_elems(E, n), ctype(v->type.dtype), CG_DEVICE_TO_DEVICE);
+    }
+}
+
+void emit_2bw_stage(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    int M = E->g->microbatches, P = E->ranks, owed = pipe_2bw_owed(P, st);
+    emit_owed_and_update(E, st);
+    cg_line(w, "/* Stage %d's step of the 2bw stream (%d stages, %d micro-batches a batch): 1F1B without a", st, P, M);
+    if (owed) {
+        cg_line(w, " * flush. Each forward of the step's batch is followed by the stream's next backward: the");
+        cg_line(w, " * previous batch's last %d (owed; none when the stream starts), then its update, then this", owed);
+        cg_line(w, " * batch's first %d; its last %d %s owed to the next step or the drain. dmc --explain=full", M - owed, owed,
+                owed == 1 ? "is" : "are");
+        cg_line(w, " * draws the stream. */");
+    } else {
+        cg_line(w, " * flush. The previous batch's update first (none when the stream starts), then each forward");
+        cg_line(w, " * of the step's batch and its backward: the last stage owes none. dmc --explain=full draws");
+        cg_line(w, " * the stream. */");
+    }
+    cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, m);
+    w->indent++;
+    cg_line(w, "int status;");
+    cg_line(w, "const int owes = ctx->owed >= 0;");
+    cg_line(w, "use_batch(ctx, 0);");
+    if (!owed) cg_line(w, "if (owes && (status = stage%d_next_version(ctx, batch)) != DMRT_OK) return status;", st);
+    for (int k = 0; k < M; k++) {
+        cg_line(w, "if ((status = stage%d_forward(ctx, batch, %d)) != DMRT_OK) return status;", st, k);
+        if (k < owed) {
+            cg_line(w, "if (owes && (status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
+            if (k == owed - 1)
+                cg_line(w, "if (owes && (status = stage%d_next_version(ctx, batch)) != DMRT_OK) return status;", st);
+        } else {
+            cg_line(w, "if ((status = stage%d_backward(ctx, batch, %d)) != DMRT_OK) return status;", st, k - owed);
+        }
+    }
+    emit_keep_inputs(E, st);
+    cg_line(w, "end_step(ctx);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    if (owed) cg_line(w, "/* Stage %d's drain: the backwards it owes, and the previous batch's update. */", st);
+    else cg_line(w, "/* Stage %d's drain: the previous batch's update (it owes no backward). */", st);
+    cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);
+    w->indent++;
+    cg_line(w, "int status;");
+    for (int k = 0; k < owed; k++)
+        cg_line(w, "if ((status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
+    cg_line(w, "if ((status = stage%d_next_version(ctx, &ctx->previous)) != DMRT_OK) return status;", st);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+void emit_2bw_declaration(emitter *E) {
+    const char *m = E->g->model;
+    cg_writer *w = &E->w;
+    if (!emits_2bw(E)) return;
+    cg_line(w, "/* The 2bw schedule (PipeDream-2BW): a step does not flush the pipeline. train_step of batch t");
+    cg_line(w, " * runs it on the weights of update t - 1 and makes update t, from batch t - 1's gradient;");
+    cg_line(w, " * batch t's last backwards and update run in the next step. Between steps, forward, predict");
+    cg_line(w, " * and save_weights see the newest weights (update t after step t). %s_drain runs what the", m);
+    cg_line(w, " * pipeline owes: after N steps and the drain, the weights are update N's, and the next step");
+    cg_line(w, " * starts the stream again (it owes nothing: as after create). Every rank must call it; it");
+    cg_line(w, " * does nothing when nothing is owed. */");
+    cg_line(w, "int %s_drain(%s_ctx *ctx);", m, m);
+    cg_blank(w);
+}
+
+void emit_2bw_api(emitter *E) {
+    const char *m = E->g->model;
+    cg_writer *w = &E->w;
+    if (!emits_2bw(E)) return;
+    cg_line(w, "int %s_drain(%s_ctx *ctx) {", m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    cg_line(w, "if (ctx->owed < 0) return DMRT_OK; /* no step since create or the last drain */");
+    cg_line(w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
+    cg_line(w, "int status;");
+    cg_line(w, "switch (ctx->coord[PIPELINE_AXIS]) {");
+    for (int r = 0; r < E->ranks; r++) cg_line(w, "case %d: status = stage%d_drain(ctx); break;", r, r);
+    cg_line(w, "default: status = DMRT_ERR_ARG; break;");
+    cg_line(w, "}");
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    cg_line(w, "ctx->owed = -1;");
+    cg_line(w, "ctx->current = ctx->newest;");
+    cg_line(w, "use_batch(ctx, 0);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "static int model_drain(void *ctx) { return %s_drain((struct_ctx *)ctx); }", m);
+    cg_blank(w);
+}

@@ -1,0 +1,28 @@
+/* weight_versions.c: what the 2bw schedule keeps across a step's end (codegen allocates it,
+ * --explain counts it): a second version of every parameter, and of the previous batch the
+ * inputs that the backwards a stage owes read. requires: pipeline (stages), memory. */
+#include "passes.h"
+#include "schedule.h"
+
+int dm_runs_2bw(const ir_graph *g) {
+    int axis = ir_pipeline_axis(g);
+    int ranks = axis >= 0 ? (int)g->axes[axis].size : 1;
+    return pipe_kind_for(g->schedule, ranks) == PIPE_2BW && g->loss >= 0 && g->grads;
+}
+
+uint64_t dm_2bw_kept_inputs(const ir_graph *g, const dm_memory_plan *plan, int stage) {
+    int axis = ir_pipeline_axis(g);
+    if (!dm_runs_2bw(g) || pipe_2bw_owed((int)g->axes[axis].size, stage) == 0) return 0;
+    uint64_t kept = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->phase != PHASE_BACKWARD || v->stage != stage) continue;
+        for (int k = 0; k < v->n_operands; k++) {
+            int root = plan->storage_of[v->operands[k]];
+            if (!ir_reads_operand(v, k) || plan->region[root] != REGION_INPUT) continue;
+            for (int n = 0; n < g->n_inputs && n < 64; n++)
+                if (g->inputs[n] == root) kept |= (uint64_t)1 << n;
+        }
+    }
+    return kept;
+}

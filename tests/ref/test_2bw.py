@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""test_2bw.py: the 2bw schedule (PipeDream-2BW) against a PyTorch reference of its update
+rule (meson test `ref-2bw-pytorch`).
+
+usage: /usr/bin/python3 tests/ref/test_2bw.py DMC SOURCE_ROOT
+
+2BW does not compute what synchronous training computes, by design: batch t's gradient is
+taken at the weights one update old, W(t+1) = W(t) - opt(grad of batch t at W(t - 1)),
+W(-1) = W(0) (the optimizer's state advances as usual, with that stale gradient). The
+reference here is that rule written out in torch, independently of dmc: two copies of the
+weights, the optimizer stepping the live one with the gradient computed on the copy one
+update old. examples/mlp.dm at test_mlp.py's sizes, weights and batches runs STEPS steps
+with `dmc run --schedule 2bw` (the trainer drains the pipeline after the last step, so the
+--save'd weights are W(STEPS)) on each mesh of CASES, with SGD (momentum, weight decay)
+and AdamW:
+
+  - every printed loss (batch t's, at W(t - 1)) within 1e-5 relative of the reference's;
+  - the final weights within 1e-5 (test_mlp.py's bound, and its reasons: float32 sums in
+    other orders);
+  - and, so that the test can fail, the reference's final weights differ from synchronous
+    training's (the same run with fresh gradients) by far more than the bound: a schedule
+    that flushed every step would fail it.
+
+tests/ref/embed2bw.dm (a token embedding, a hidden layer, an untied head; SGD with
+momentum) the same on pipeline=2 and 3 (M = 4): there the first stage's owed backwards read
+the previous batch's token ids, which the step keeps. The cases cover one to three micro-batches owed per stage (pipeline=2, 3 and 4), micro-batch
+counts that are and are not multiples of a stage's copies of kept values (M = 4 on 3
+stages: copies are chosen by a micro-batch's place in the stream), and data parallelism
+(pipeline=2 x data=2, threads backend).
+
+Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import dmcrun  # noqa: E402
+import test_mlp  # noqa: E402
+from dmcrun import Failure, import_reference  # noqa: E402
+
+STEPS = test_mlp.STEPS
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-5
+# how far apart 2BW's and synchronous training's weights must be for the comparison to
+# tell them apart: 100 times the bound
+DISTINCT = 100 * WEIGHT_ATOL
+
+# (label, mesh, micro-batches, optimizer: "sgd" or "adamw")
+CASES = [
+    ("p2-m2-sgd", "pipeline=2", 2, "sgd"),
+    ("p2-m4-adamw", "pipeline=2", 4, "adamw"),
+    ("p3-m4-sgd", "pipeline=3", 4, "sgd"),
+    ("p4-m4-adamw", "pipeline=4", 4, "adamw"),
+    ("p2xd2-m2-adamw", "data=2,pipeline=2", 2, "adamw"),
+]
+SGD_LINE = "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3)"
+
+
+def make_optimizer(torch, kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
+
+
+def mlp_loss(torch, w, x, y, norm):
+    """examples/mlp.dm's loss on one batch with weights w (a dict of tensors)."""
+    import torch.nn.functional as F
+    if norm:
+        x = (x - torch.tensor(norm[0], dtype=torch.float32)) / torch.tensor(norm[1], dtype=torch.float32)
+    h1 = torch.relu(x @ w["fc1.weight"] + w["fc1.bias"])
+    h2 = torch.relu(h1 @ w["fc2.weight"] + w["fc2.bias"])
+    return F.cross_entropy(h2 @ w["fc3.weight"] + w["fc3.bias"], y)
+
+
+def train(torch, init, loss_of, make_opt, steps, stale=True):
+    """The 2BW rule (stale=True) or synchronous training from weights init (a dict of
+    arrays): loss_of(w, t) is batch t's loss at weights w; make_opt(params) the optimizer.
+    Returns (losses, final weights as float64 arrays)."""
+    names = sorted(init)
+    live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}  # W(t)
+    opt = make_opt([live[n] for n in names])
+    older = {n: live[n].detach().clone() for n in names}  # W(t - 1); W(-1) = W(0)
+    losses = []
+    for t in range(steps):
+        at = older if stale else {n: live[n].detach() for n in names}
+        w = {n: at[n].clone().requires_grad_(True) for n in names}
+        loss = loss_of(w, t)
+        loss.backward()
+        losses.append(loss.item())
+        older = {n: live[n].detach().clone() for n in names}
+        for n in names:
+            live[n].grad = w[n].grad
+        opt.step()
+    return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
+    """examples/mlp.dm under the 2BW rule (or synchronous): (losses, final weights)."""
+    def loss_of(w, t):
+        return mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
+    return train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), steps, stale)
+
+
+EMBED = {"B": 16, "T": 4, "V": 32, "C": 16}
+EMBED_CASES = [("embed-p2-m4", "pipeline=2", 4), ("embed-p3-m4", "pipeline=3", 4)]
+
+
+def embed_loss(torch, w, tokens, targets):
+    """tests/ref/embed2bw.dm's loss."""
+    import torch.nn.functional as F
+    logits = torch.tanh(w["wte"][tokens] @ w["w1"]) @ w["head"]
+    return F.cross_entropy(logits.reshape(-1, EMBED["V"]), targets.reshape(-1))
+
+
+def embed_reference(torch, init, toks, tgts, steps):
+    """The 2BW rule on embed2bw.dm, with its SGD (lr 0.5, momentum 0.5)."""
+    def loss_of(w, t):
+        return embed_loss(torch, w, torch.tensor(toks[t], dtype=torch.int64), torch.tensor(tgts[t], dtype=torch.int64))
+    return train(torch, init, loss_of, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), steps)
+
+
+def check_embed(np, torch, stio, dmc, root, tmp):
+    """embed2bw.dm's cases: losses and final weights against embed_reference."""
+    B, T, V, C = EMBED["B"], EMBED["T"], EMBED["V"], EMBED["C"]
+    rng = np.random.default_rng(99)
+    init = {"wte": rng.normal(0, 0.5, (V, C)).astype(np.float32),
+            "w1": rng.uniform(-0.4, 0.4, (C, C)).astype(np.float32),
+            "head": rng.uniform(-0.4, 0.4, (C, V)).astype(np.float32)}
+    toks = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
+    tgts = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
+    init_path, batch_path = os.path.join(tmp, "embed-init.safetensors"), os.path.join(tmp, "embed-batches.safetensors")
+    stio.save(init, init_path)
+    stio.save({"tokens": toks, "targets": tgts}, batch_path)
+    want, final = embed_reference(torch, init, toks, tgts, STEPS)
+    for label, mesh, micros in EMBED_CASES:
+        out = os.path.join(tmp, label + ".safetensors")
+        got = dmcrun.run_dmc(dmc, os.path.join(root, "tests", "ref", "embed2bw.dm"), tmp,
+                             ["--init", init_path, "--batch-file", batch_path, "--mesh", mesh, "--microbatches",
+                              str(micros), "--schedule", "2bw", "--steps", str(STEPS), "--save", out], timeout=240)
+        dmcrun.check_losses(label, got, want, LOSS_RTOL)
+        saved = stio.load(out)
+        for n in sorted(final):
+            err = float(np.max(np.abs(saved[n].astype(np.float64) - final[n])))
+            print("%-12s %-10s max abs error %.3g" % (label, n, err))
+            if err > WEIGHT_ATOL:
+                raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
+        return 2
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    ref = import_reference()
+    if not ref:
+        return 77
+    np, torch = ref
+    import stio
+    src_path = os.path.join(root, "examples", "mlp.dm")
+    with open(src_path) as f:
+        src = f.read()
+    opt_re = re.compile(r"^optimizer .*$", re.M)
+    try:
+        norm = test_mlp.model_signature(src)
+        if test_mlp.ADAMW_LINE not in src:
+            raise Failure("%s no longer has '%s'; update test_2bw.py" % (src_path, test_mlp.ADAMW_LINE))
+        with tempfile.TemporaryDirectory(prefix="dmc-ref-2bw-") as tmp:
+            init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+            sgd_dir = os.path.join(tmp, "sgd")
+            os.mkdir(sgd_dir)
+            with open(os.path.join(sgd_dir, "mlp.dm"), "w") as f:
+                f.write(opt_re.sub(SGD_LINE, src))
+            files = {"sgd": os.path.join(sgd_dir, "mlp.dm"), "adamw": src_path}
+            for kind in ("sgd", "adamw"):
+                _, stale = reference(torch, init, xs, ys, kind, STEPS, norm)
+                _, fresh = reference(torch, init, xs, ys, kind, STEPS, norm, stale=False)
+                apart = max(float(np.max(np.abs(stale[n] - fresh[n]))) for n in stale)
+                print("%-5s 2bw vs synchronous reference weights: max difference %.3g (must exceed %.0e)"
+                      % (kind, apart, DISTINCT))
+                if apart <= DISTINCT:
+                    raise Failure("%s: the 2bw rule and synchronous training end %.3g apart: the test would not "
+                                  "tell them apart" % (kind, apart))
+            for label, mesh, micros, kind in CASES:
+                out = os.path.join(tmp, label + ".safetensors")
+                args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", "2bw",
+                                 "--steps", str(STEPS), "--save", out]
+                got = test_mlp.run_dmc(dmc, files[kind], tmp, args)
+                want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
+                dmcrun.check_losses(label, got, want, LOSS_RTOL)
+                test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+            check_embed(np, torch, stio, dmc, root, tmp)
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        return 1
+    except subprocess.TimeoutExpired as e:
+        print("FAIL: timed out: %s" % e, file=sys.stderr)
+        return 1
+    print("PASS: the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, "
+          "%d steps" % (len(CASES) + len(EMBED_CASES), STEPS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
