@@ -44,6 +44,7 @@ ROWS = [
     ("pipeline GPipe, M=4", ["--mesh", "pipeline=2", "--schedule", "gpipe"] + PIPE),
     ("pipeline 1F1B, M=4", ["--mesh", "pipeline=2", "--schedule", "1f1b"] + PIPE),
     ("pipeline interleaved v=2, M=4", ["--mesh", "pipeline=2", "--schedule", "interleaved", "--chunks", "2"] + PIPE),
+    ("pipeline PipeDream-2BW, M=4", ["--mesh", "pipeline=2", "--schedule", "2bw"] + PIPE),
 ]
 
 

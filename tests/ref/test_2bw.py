@@ -26,7 +26,7 @@ momentum) the same on pipeline=2 and 3 (M = 4): there the first stage's owed bac
 the previous batch's token ids, which the step keeps. The cases cover one to three micro-batches owed per stage (pipeline=2, 3 and 4), micro-batch
 counts that are and are not multiples of a stage's copies of kept values (M = 4 on 3
 stages: copies are chosen by a micro-batch's place in the stream), and data parallelism
-(pipeline=2 x data=2, threads backend).
+(pipeline=2 x data=2, threads backend; pipeline=2 also on MPI).
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -57,6 +57,7 @@ CASES = [
     ("p3-m4-sgd", "pipeline=3", 4, "sgd"),
     ("p4-m4-adamw", "pipeline=4", 4, "adamw"),
     ("p2xd2-m2-adamw", "data=2,pipeline=2", 2, "adamw"),
+    ("p2-m4-adamw-mpi", "pipeline=2", 4, "adamw"),  # the MPI backend (the label's -mpi)
 ]
 SGD_LINE = "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3)"
 
@@ -189,6 +190,8 @@ def main(argv):
                 out = os.path.join(tmp, label + ".safetensors")
                 args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", "2bw",
                                  "--steps", str(STEPS), "--save", out]
+                if label.endswith("-mpi"):
+                    args += ["--backend", "mpi"]
                 got = test_mlp.run_dmc(dmc, files[kind], tmp, args)
                 want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
                 dmcrun.check_losses(label, got, want, LOSS_RTOL)
