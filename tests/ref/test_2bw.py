@@ -30,6 +30,7 @@ stages: copies are chosen by a micro-batch's place in the stream), and data para
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
+import json
 import os
 import re
 import subprocess
@@ -152,6 +153,38 @@ def check_embed(np, torch, stio, dmc, root, tmp):
                 raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
 
 
+def stream_order(stages, stage, micros, first_step):
+    """Stage `stage`'s actions in one step of the 2bw stream, by the rule: for each m the
+    forward of micro-batch m, then the backward P - 1 - stage micro-batches behind it (of
+    the previous batch when that index is negative; none in the first step)."""
+    lag, names = stages - 1 - stage, []
+    for m in range(micros):
+        names.append("F%d" % m)
+        if m - lag >= 0 or not first_step:
+            names.append("B%d" % ((m - lag) % micros))
+    return names
+
+
+def check_trace(dmc, tmp, common, files):
+    """The run's trace: no flush between steps. A steady step on stage 0 starts with the
+    previous batch's last backwards between its first forwards, as the stream's order says."""
+    stages, micros, steps = 2, 4, 3
+    trace = os.path.join(tmp, "2bw-trace.json")
+    test_mlp.run_dmc(dmc, files["adamw"], tmp, common + ["--mesh", "pipeline=%d" % stages, "--microbatches",
+                                                          str(micros), "--schedule", "2bw", "--steps", str(steps),
+                                                          "--trace", trace])
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    for stage in range(stages):
+        for step in range(1, steps + 1):
+            got = [e["name"] for e in sorted(events, key=lambda e: e["ts"])
+                   if e["tid"] == stage and e["args"]["step"] == step]
+            want = stream_order(stages, stage, micros, step == 1)
+            print("trace stage %d step %d: %s (the stream: %s)" % (stage, step, " ".join(got), " ".join(want)))
+            if got != want:
+                raise Failure("trace: stage %d's step %d ran %s, not the 2bw stream's %s" % (stage, step, got, want))
+
+
 def main(argv):
     if len(argv) != 3:
         sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
@@ -197,6 +230,7 @@ def main(argv):
                 dmcrun.check_losses(label, got, want, LOSS_RTOL)
                 test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
             check_embed(np, torch, stio, dmc, root, tmp)
+            check_trace(dmc, tmp, common, files)
     except Failure as e:
         print("FAIL: %s" % e, file=sys.stderr)
         return 1
