@@ -1671,6 +1671,7 @@ void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
     g->compress = opts->compress;
+    g->sequence_parallel = opts->sequence_parallel;
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
