@@ -573,20 +573,25 @@ static void decide(shard_state *S, const ir_value *v, decision *D) {
 
 /* ---- the pass ------------------------------------------------------------------------------ */
 
-/* A gradient pending over data and over other axes too (a layernorm's weight under data
- * and sequence parallelism) has the other sums completed where it is made, in the
- * backward pass: its update then needs only the data allreduce, the form gradient
- * buckets, ZeRO and compression take, reading a value complete before the update phase.
- * Returns the value standing for the gradient. */
+/* A gradient is resharded where it is made, in the backward pass, to its parameter's
+ * sharding but for a sum pending over data: a layernorm's weight gradient under data and
+ * sequence parallelism, pending over both axes, is allreduced over tensor there, and a
+ * position table's, split over the sequence, all-gathered. Its update then needs at most
+ * the data allreduce, the form gradient buckets, ZeRO and compression take, and with
+ * micro-batches the value they sum is complete. Returns the value standing for the
+ * gradient. */
 static int complete_besides_data(shard_state *S, int id) {
     ir_value *v = V(S, id);
-    int data = -1;
+    if (v->role != ROLE_GRAD) return id;
+    uint32_t data = 0;
     for (int a = 0; a < S->g->n_axes; a++)
-        if (strcmp(S->g->axes[a].name, "data") == 0) data = a;
-    if (v->role != ROLE_GRAD || data < 0 || !(v->type.partial >> data & 1u) || v->type.partial == 1u << data) return id;
+        if (strcmp(S->g->axes[a].name, "data") == 0) data = 1u << a;
+    const ir_type *param = &V(S, S->map[S->g->params[v->param_index]])->type;
     ir_type want = v->type;
-    want.partial = 1u << data;
-    int done = reshard(S, id, &want, "a gradient's sums besides data's, where it is made", v->phase);
+    for (int i = 0; i < want.rank; i++) want.split[i] = param->split[i];
+    want.partial &= data;
+    if (same_sharding(&want, &v->type)) return id;
+    int done = reshard(S, id, &want, "a gradient sharded as its parameter where it is made", v->phase);
     ir_value *w = V(S, done);
     w->role = ROLE_GRAD;
     w->param_index = v->param_index;
