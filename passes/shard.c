@@ -42,9 +42,7 @@ static ir_value *V(shard_state *S, int id) { return S->g->values[id]; }
 
 static int axis_size(const ir_graph *g, int axis) { return axis < 0 ? 1 : (int)g->axes[axis].size; }
 
-/* The mesh axis sequence parallelism splits rows over (the one named tensor), or -1 when
- * it is off or that axis has one rank. */
-static int sequence_axis(const ir_graph *g) {
+int dm_sequence_axis(const ir_graph *g) {
     if (!g->sequence_parallel) return -1;
     for (int a = 0; a < g->n_axes; a++)
         if (strcmp(g->axes[a].name, "tensor") == 0 && g->axes[a].size > 1) return a;
@@ -195,7 +193,7 @@ static int linear_in(const ir_value *v, int k) {
  * sliced locally). Elementwise ops, layernorms and residual adds then keep the split,
  * and the next tensor-parallel product gathers the rows (gather_sequence). */
 static void split_sequence(shard_state *S, const ir_value *v, decision *D) {
-    int axis = sequence_axis(S->g), rank = v->type.rank;
+    int axis = dm_sequence_axis(S->g), rank = v->type.rank;
     if (axis < 0 || (D->res.partial >> axis) & 1u || (split_axes(&D->res) >> axis) & 1u) return;
     int completed = 0;
     for (int k = 0; k < v->n_operands; k++) completed |= (int)((operand(S, v, k)->partial >> axis) & 1u);
@@ -210,7 +208,7 @@ static void split_sequence(shard_state *S, const ir_value *v, decision *D) {
         int ti = row - (rank - w->rank);
         if (ti >= 0 && w->shape[ti] != 1) w->split[ti] = (int8_t)axis;
     }
-    D->reason = "sequence parallelism: the sum completes split over the sequence";
+    D->reason = "sequence parallelism: rows split over tensor between its products";
 }
 
 /* Elementwise ops with numpy broadcasting: each result dim takes the split of the
@@ -346,7 +344,7 @@ static int contract(decision *D, const ir_type *a, int ka, const ir_type *b, int
  * column-parallel product, and before a row-parallel one's backward). Without it the
  * rows keep their split and the weight is gathered (tests/spmd/forms.dm). */
 static void gather_sequence(shard_state *S, const ir_value *v, decision *D) {
-    int axis = sequence_axis(S->g);
+    int axis = dm_sequence_axis(S->g);
     if (axis < 0 || v->batch_dims > 0) return;
     ir_type *a = &D->want[0], *b = &D->want[1];
     int weight_uses = a->split[a->rank - 1] == axis;
