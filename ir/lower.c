@@ -1667,6 +1667,23 @@ static void report_unused_overrides(lowerer *L) {
         }
 }
 
+/* --sequence-parallel splits rows over the mesh axis named tensor: the mesh must have one
+ * (of any size: one rank is the program without it). */
+static void check_sequence_parallel(lowerer *L) {
+    const ir_graph *g = L->g;
+    if (!L->opts->sequence_parallel) return;
+    const char *axes[IR_MAX_AXES];
+    for (int a = 0; a < g->n_axes; a++) {
+        axes[a] = g->axes[a].name;
+        if (strcmp(axes[a], "tensor") == 0) return;
+    }
+    char hint[1024];
+    dm_format_suggestion(hint, sizeof hint, NULL, "axes", axes, g->n_axes);
+    fprintf(L->d->out, "dmc: error: --sequence-parallel splits rows over the mesh axis named 'tensor', which the "
+                       "program's mesh does not have%s\n", hint);
+    L->d->n_errors++;
+}
+
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
@@ -1716,6 +1733,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
         d->n_errors++;
     }
     report_unused_overrides(&L);
+    check_sequence_parallel(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
         scope_free(&in->env);

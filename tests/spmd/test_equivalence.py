@@ -83,12 +83,18 @@ INTERLEAVED_MESHES = [("pipeline=2", ["--microbatches", "4", "--schedule", "inte
                                                       "--recompute", "full"])]
 # sequence parallelism (--sequence-parallel, MESH_SET seqpar): the rows between tensor-parallel
 # products split over tensor (gpt.dm's sequence T, dropout.dm's batch on tensor=2), alone, with
-# data parallelism, with ZeRO 2, with pipeline stages, and with --no-fuse-attention
+# data parallelism, with ZeRO 2 and 3 (and every layer call recomputed), with pipeline stages
+# (GPipe, 1F1B, interleaved), with selective recomputation and with --no-fuse-attention
 SEQUENCE_MESHES = [("tensor=2", ["--sequence-parallel"]), ("tensor=4", ["--sequence-parallel"]),
                    ("data=2,tensor=2", ["--sequence-parallel"]),
                    ("data=2,tensor=2", ["--sequence-parallel", "--zero", "2"]),
+                   ("data=2,tensor=2", ["--sequence-parallel", "--zero", "3", "--bucket-mb", "0.004",
+                                        "--recompute", "full"]),
                    ("tensor=2", ["--sequence-parallel", "--no-fuse-attention"]),
+                   ("tensor=2", ["--sequence-parallel", "--recompute", "selective"]),
                    ("tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "2"]),
+                   ("tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "4", "--schedule", "interleaved",
+                                            "--chunks", "2"]),
                    ("data=2,tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "2", "--schedule", "1f1b"])]
 # DMC_TEST_QUICK=1 (the sanitized build, tests/meson.build): the most composed of each list,
 # which reach the collectives, ZeRO's shares, recomputation and both schedules
