@@ -14,7 +14,10 @@
  * after it is made. The loss and the outputs are made whole (no pending sum, no split); an update
  * needs its gradient and state sharded as its parameter, so a parameter's gradient that
  * comes out partial over `data` is allreduced there, and the gradient role moves to the
- * reduced value.
+ * reduced value (any other resharding of a gradient is done where it is made).
+ * With sequence parallelism (ir_graph.sequence_parallel) two rules change: a pending sum
+ * over tensor completed at an elementwise op is reduce-scattered over rows
+ * (split_sequence), and a tensor-parallel product gathers such rows (gather_sequence).
  *
  * Mesh axes of size 1 are dropped from every sharding first: a mesh of one is the
  * serial program. */
