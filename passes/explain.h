@@ -44,7 +44,7 @@ void explain_compress_text(const ir_graph *g, int full, FILE *out);
 void explain_compress_json(const ir_graph *g, FILE *out);
 
 /* What --sequence-parallel holds in row blocks and which collectives it uses
- * (explain_sequence.c; nothing when it is off). */
+ * (explain_sequence.c; nothing, and no JSON key, when it is off). */
 void explain_sequence_text(const ir_graph *g, int full, FILE *out);
 void explain_sequence_json(const ir_graph *g, FILE *out);
 

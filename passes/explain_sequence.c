@@ -92,10 +92,7 @@ void explain_sequence_text(const ir_graph *g, int full, FILE *out) {
 
 void explain_sequence_json(const ir_graph *g, FILE *out) {
     sequence_split s = sequence_splits(g);
-    if (s.axis < 0) {
-        fprintf(out, ", \"sequence_parallel\": null");
-        return;
-    }
+    if (s.axis < 0) return;
     fprintf(out, ", \"sequence_parallel\": {\"axis\": ");
     explain_json_string(out, g->axes[s.axis].name);
     fprintf(out, ", \"forward_reduce_scatters\": %d, \"forward_all_gathers\": %d, \"kept_values\": %d, "
