@@ -10,6 +10,7 @@ the deepest model of each plan trains one step on 8 thread ranks (`dmc run --mem
 the measured peak of every rank is printed next to the limit.
 
     python3 bench/memory_largest_gpt.py [--dmc build/driver/dmc] [--limit-mib 128] [--verify]
+        [--plans tensor]   (only the plans whose name has it, after data parallel)
 
 Prints one row per plan and its ratio of layers to plain data parallelism's.
 """
@@ -38,6 +39,9 @@ PLANS = [
     ("ZeRO 2 + recompute", ["--mesh", "data=8", "--zero", "2", "--recompute", "full"]),
     ("tensor=8", ["--mesh", "tensor=8"]),
     ("data=2 x tensor=4", ["--mesh", "data=2,tensor=4"]),
+    # the residual stream's rows split over tensor between its products
+    ("tensor=8 + sequence parallel", ["--mesh", "tensor=8", "--sequence-parallel"]),
+    ("data=2 x tensor=4 + sequence parallel", ["--mesh", "data=2,tensor=4", "--sequence-parallel"]),
     ("pipeline=8 (1F1B, 8 micro)", ["--mesh", "pipeline=8", "--microbatches", "8", "--schedule", "1f1b"]),
     ("data=2 x pipeline=4 (1F1B)", ["--mesh", "data=2,pipeline=4", "--microbatches", "8", "--schedule", "1f1b"]),
     ("d2 x t2 x p2 + ZeRO 2 + recompute", ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule",
@@ -99,12 +103,15 @@ def main():
     ap.add_argument("--dmc", default=os.path.join(ROOT, "build", "driver", "dmc"))
     ap.add_argument("--limit-mib", type=float, default=128.0)
     ap.add_argument("--verify", action="store_true", help="train each deepest model one step and measure it")
+    ap.add_argument("--plans", help="only the plans whose name contains this (data parallel, the ratios' base, always)")
     args = ap.parse_args()
     limit = int(args.limit_mib * 1024 * 1024)
     print("GPT %s, 8 ranks, at most %.0f MiB per rank (predicted peak of the largest rank)" % (SIZES, args.limit_mib))
     base = None
     with tempfile.TemporaryDirectory(prefix="dmc-bench-memory-") as tmp:
         for name, extra in PLANS:
+            if args.plans and base is not None and args.plans not in name:
+                continue
             layers = deepest(args.dmc, limit, extra)
             if base is None:
                 base = max(layers, 1)

@@ -100,6 +100,10 @@ static const char usage[] =
     "  --no-fuse-attention        keep softmax(causal_mask(q @ kT * s)) @ v as its three ops\n"
     "                             (the C target fuses it into one kernel that holds no T x T\n"
     "                             scores: docs/compiler.md)\n"
+    "  --sequence-parallel        with a mesh axis named tensor: the layernorms, residual adds\n"
+    "                             and dropouts between tensor-parallel products hold their\n"
+    "                             rows split over tensor (the sequence of [B, T, C]), reduce-\n"
+    "                             scatter and all-gather replacing each allreduce (Megatron-LM)\n"
     "  --zero 0|1|2|3             ZeRO: 1 splits the optimizer state over the axis gradients\n"
     "                             are allreduced on (data), 2 the gradients too, 3 the\n"
     "                             parameters too, gathered per bucket before use (zero = N in\n"
@@ -151,6 +155,7 @@ typedef struct options {
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
     int no_fuse_attention;    /* --no-fuse-attention */
+    int sequence_parallel;    /* --sequence-parallel */
     ir_compress compress;     /* --compress */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
@@ -258,6 +263,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     }
     if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
     if (strcmp(argv[*i], "--no-fuse-attention") == 0) return o->no_fuse_attention = 1;
+    if (strcmp(argv[*i], "--sequence-parallel") == 0) return o->sequence_parallel = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
@@ -353,7 +359,7 @@ static int check_plan_options(const options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
-    "--no-fuse-attention",
+    "--no-fuse-attention", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
@@ -813,7 +819,8 @@ static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
                               .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
-                              .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress};
+                              .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress,
+                              .sequence_parallel = o->sequence_parallel};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says

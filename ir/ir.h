@@ -213,6 +213,11 @@ typedef struct ir_graph {
     /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
      * op (set for the C target unless --no-fuse-attention). */
     int fuse_attention;
+    /* passes/shard.c (--sequence-parallel): a pending sum over the mesh axis named tensor
+     * that an elementwise op completes is reduce-scattered over the rows' last dim (the
+     * sequence of a [B, T, C] activation) instead of allreduced, and the ops up to the next
+     * tensor-parallel product run on that split (Megatron-LM's sequence parallelism). */
+    int sequence_parallel;
     ir_compress compress;     /* of the gradient allreduces over the axis named data */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1

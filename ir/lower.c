@@ -630,6 +630,30 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
     return in;
 }
 
+/* `NAME : TYPE = EXPR`, at the top level or in a block: the value must have TYPE's dtype
+ * and shape; the sharding TYPE writes is kept as an annotation (passes/shard.c reshards
+ * the value to it). Returns nonzero after an error. */
+static int check_let_type(lowerer *L, scope *s, const dm_stmt *st, int v) {
+    if (!st->type) return 0;
+    ir_type want;
+    if (eval_type(L, s, st->type, st->name, &want)) return 1;
+    ir_type *have = &val(L, v)->type;
+    int same = want.dtype == have->dtype && want.rank == have->rank;
+    for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];
+    if (!same) {
+        char ws[256], hs[256];
+        ir_format_type(L->g, &want, ws, sizeof ws);
+        ir_format_type(L->g, have, hs, sizeof hs);
+        dm_error(L->d, st->type->loc, "'%s' is declared %s but its value is %s", st->name, ws, hs);
+        return 1;
+    }
+    if (val(L, v)->role == ROLE_TEMP) {
+        for (int i = 0; i < want.rank; i++) have->split[i] = want.split[i];
+        val(L, v)->annotated = 1;
+    }
+    return 0;
+}
+
 /* Calls one instance on its arguments: binds them, lowers the lets, returns the value
  * of `return`. */
 static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
@@ -657,7 +681,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         if (st->kind == STMT_LET) {
             int let_start = L->g->n_values;
             int v = lower_expr(L, &locals, st->value);
-            if (v < 0) {
+            if (v < 0 || check_let_type(L, &locals, st, v)) {
                 bind_failed(L, &locals, st, B_VALUE);
                 continue;
             }
@@ -1561,27 +1585,9 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
             bind_failed(L, s, st, B_VALUE);
             break;
         }
-        if (st->type) {
-            ir_type want;
-            if (eval_type(L, s, st->type, st->name, &want)) {
-                bind_failed(L, s, st, B_VALUE);
-                break;
-            }
-            ir_type *have = &val(L, v)->type;
-            int same = want.dtype == have->dtype && want.rank == have->rank;
-            for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];
-            if (!same) {
-                char ws[256], hs[256];
-                ir_format_type(g, &want, ws, sizeof ws);
-                ir_format_type(g, have, hs, sizeof hs);
-                dm_error(L->d, st->type->loc, "'%s' is declared %s but its value is %s", st->name, ws, hs);
-                bind_failed(L, s, st, B_VALUE);
-                break;
-            }
-            if (val(L, v)->role == ROLE_TEMP) {
-                for (int i = 0; i < want.rank; i++) have->split[i] = want.split[i];
-                val(L, v)->annotated = 1;
-            }
+        if (check_let_type(L, s, st, v)) {
+            bind_failed(L, s, st, B_VALUE);
+            break;
         }
         binding *b = bind(L, s, st->name, B_VALUE, st->name_loc);
         if (!b) break;
@@ -1667,10 +1673,28 @@ static void report_unused_overrides(lowerer *L) {
         }
 }
 
+/* --sequence-parallel splits rows over the mesh axis named tensor: the mesh must have one
+ * (of any size: one rank is the program without it). */
+static void check_sequence_parallel(lowerer *L) {
+    const ir_graph *g = L->g;
+    if (!L->opts->sequence_parallel) return;
+    const char *axes[IR_MAX_AXES];
+    for (int a = 0; a < g->n_axes; a++) {
+        axes[a] = g->axes[a].name;
+        if (strcmp(axes[a], "tensor") == 0) return;
+    }
+    char hint[1024];
+    dm_format_suggestion(hint, sizeof hint, NULL, "axes", axes, g->n_axes);
+    fprintf(L->d->out, "dmc: error: --sequence-parallel splits rows over the mesh axis named 'tensor', which the "
+                       "program's mesh does not have%s\n", hint);
+    L->d->n_errors++;
+}
+
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     if (opts->zero >= 0) g->zero = opts->zero;
     g->recompute = opts->recompute;
     g->compress = opts->compress;
+    g->sequence_parallel = opts->sequence_parallel;
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
@@ -1715,6 +1739,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
         d->n_errors++;
     }
     report_unused_overrides(&L);
+    check_sequence_parallel(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
         scope_free(&in->env);

@@ -28,6 +28,7 @@ typedef struct dm_lower_options {
     int fuse_attention;         /* fuse the attention pattern (passes/fuse_attention.c): the C target's
                                  * default, off with --no-fuse-attention */
     ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
+    int sequence_parallel;      /* --sequence-parallel (ir_graph.sequence_parallel) */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */
 } dm_lower_options;
@@ -35,8 +36,8 @@ typedef struct dm_lower_options {
 /* Returns the forward graph, or NULL with errors reported to d. Overrides whose name
  * is not a dimension (or mesh axis) of the program are errors too. */
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d);
-/* The options only the passes after autodiff read, the ZeRO stage and the recomputation,
- * set in g as dm_lower sets them: a graph lowered with other such options then compiles as
+/* The options only the passes after autodiff read (the ZeRO stage, the recomputation,
+ * compression, sequence parallelism), set in g as dm_lower sets them: a graph lowered with other such options then compiles as
  * if lowered with these (with opts->zero < 0 it keeps the stage it has, not the program's). */
 void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts);
 

@@ -622,6 +622,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
     fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
     attention_json(g, out);
+    explain_sequence_json(g, out);
     memory_json(g, plan, pipeline, out);
 }
 
@@ -738,6 +739,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);
     recompute_text(g, out);
     attention_text(g, full, out);
+    explain_sequence_text(g, full, out);
     if (full) memory_text(g, plan, pipeline, out);
     else explain_memory_table(g, plan, pipeline, out);
 }

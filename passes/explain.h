@@ -60,6 +60,11 @@ void explain_mib(double elems, char *buf, size_t size);
 void explain_compress_text(const ir_graph *g, int full, FILE *out);
 void explain_compress_json(const ir_graph *g, FILE *out);
 
+/* What --sequence-parallel holds in row blocks and which collectives it uses
+ * (explain_sequence.c; nothing, and no JSON key, when it is off). */
+void explain_sequence_text(const ir_graph *g, int full, FILE *out);
+void explain_sequence_json(const ir_graph *g, FILE *out);
+
 /* The compact sections of the default text (explain_compact.c). */
 void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out);
 /* zero: its buckets' reduce-scatters and all-gathers replace their allreduces (may be NULL) */

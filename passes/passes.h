@@ -59,6 +59,9 @@ typedef struct dm_reshard_list {
 } dm_reshard_list;
 
 int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d);
+/* With --sequence-parallel (ir_graph.sequence_parallel), the mesh axis named tensor that
+ * rows split over between tensor-parallel products; -1 when off or of one rank. */
+int dm_sequence_axis(const ir_graph *g);
 void dm_reshard_list_free(dm_reshard_list *log);
 
 /* cost.c: the predicted work of one op on one rank (its shard), for choosing pipeline

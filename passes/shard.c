@@ -14,7 +14,10 @@
  * after it is made. The loss and the outputs are made whole (no pending sum, no split); an update
  * needs its gradient and state sharded as its parameter, so a parameter's gradient that
  * comes out partial over `data` is allreduced there, and the gradient role moves to the
- * reduced value.
+ * reduced value (any other resharding of a gradient is done where it is made).
+ * With sequence parallelism (ir_graph.sequence_parallel) two rules change: a pending sum
+ * over tensor completed at an elementwise op is reduce-scattered over rows
+ * (split_sequence), and a tensor-parallel product gathers such rows (gather_sequence).
  *
  * Mesh axes of size 1 are dropped from every sharding first: a mesh of one is the
  * serial program. */
@@ -41,6 +44,13 @@ typedef struct shard_state {
 static ir_value *V(shard_state *S, int id) { return S->g->values[id]; }
 
 static int axis_size(const ir_graph *g, int axis) { return axis < 0 ? 1 : (int)g->axes[axis].size; }
+
+int dm_sequence_axis(const ir_graph *g) {
+    if (!g->sequence_parallel) return -1;
+    for (int a = 0; a < g->n_axes; a++)
+        if (strcmp(g->axes[a].name, "tensor") == 0 && g->axes[a].size > 1) return a;
+    return -1;
+}
 
 /* Keeps first_cache as long as the value list (new values have no reshards yet). */
 static void cache_room(shard_state *S) {
@@ -179,6 +189,31 @@ static int linear_in(const ir_value *v, int k) {
     }
 }
 
+/* Sequence parallelism (ir_graph.sequence_parallel): where an elementwise op completes a
+ * pending sum over tensor and nothing splits its result over tensor yet, the sum is
+ * reduce-scattered over the rows instead of allreduced: the result's last whole row dim
+ * that tensor divides (T of [B, T, C]) splits, and so does each operand's (a whole one is
+ * sliced locally). Elementwise ops, layernorms and residual adds then keep the split,
+ * and the next tensor-parallel product gathers the rows (gather_sequence). */
+static void split_sequence(shard_state *S, const ir_value *v, decision *D) {
+    int axis = dm_sequence_axis(S->g), rank = v->type.rank;
+    if (axis < 0 || (D->res.partial >> axis) & 1u || (split_axes(&D->res) >> axis) & 1u) return;
+    int completed = 0;
+    for (int k = 0; k < v->n_operands; k++) completed |= (int)((operand(S, v, k)->partial >> axis) & 1u);
+    if (!completed) return;
+    int row = -1;
+    for (int i = rank - 2; i >= 0 && row < 0; i--)
+        if (D->res.split[i] == IR_REPLICATED && v->type.shape[i] % axis_size(S->g, axis) == 0) row = i;
+    if (row < 0) return;
+    D->res.split[row] = (int8_t)axis;
+    for (int k = 0; k < v->n_operands; k++) {
+        ir_type *w = &D->want[k];
+        int ti = row - (rank - w->rank);
+        if (ti >= 0 && w->shape[ti] != 1) w->split[ti] = (int8_t)axis;
+    }
+    D->reason = "sequence parallelism: rows split over tensor between its products";
+}
+
 /* Elementwise ops with numpy broadcasting: each result dim takes the split of the
  * operands that have it (a size-1 dim never splits); where operands disagree the
  * larger operand's split wins (the smaller moves, the cheaper resharding), and an
@@ -231,6 +266,7 @@ static void rule_elementwise(shard_state *S, const ir_value *v, decision *D) {
             if (!D->reason) D->reason = "a pending sum must be complete before a non-linear op";
         }
     }
+    split_sequence(S, v, D);
 }
 
 /* reductions keep the split of kept dims; a reduced split dim becomes a pending sum */
@@ -305,8 +341,30 @@ static int contract(decision *D, const ir_type *a, int ka, const ir_type *b, int
     return axis;
 }
 
+/* Sequence parallelism: rows of a (and with trans_a, of b) split over tensor where a
+ * weight dim (a's last, b's others) is split over it too are gathered: the weight keeps
+ * its tensor-parallel split and the activation moves (the all-gather before a
+ * column-parallel product, and before a row-parallel one's backward). Without it the
+ * rows keep their split and the weight is gathered (tests/spmd/forms.dm). */
+static void gather_sequence(shard_state *S, const ir_value *v, decision *D) {
+    int axis = dm_sequence_axis(S->g);
+    if (axis < 0 || v->batch_dims > 0) return;
+    ir_type *a = &D->want[0], *b = &D->want[1];
+    int weight_uses = a->split[a->rank - 1] == axis;
+    for (int i = v->trans_a ? b->rank - 1 : 0; i < b->rank; i++) weight_uses |= b->split[i] == axis;
+    if (!weight_uses) return;
+    for (int k = 0; k < (v->trans_a ? 2 : 1); k++)
+        for (int i = 0; i + 1 < D->want[k].rank; i++)
+            if (D->want[k].split[i] == axis) {
+                D->want[k].split[i] = IR_REPLICATED;
+                D->reason = "sequence parallelism: a tensor-parallel product gathers the sequence";
+            }
+}
+
 static void rule_matmul(shard_state *S, const ir_value *v, decision *D) {
-    const ir_type *a = operand(S, v, 0), *b = operand(S, v, 1);
+    gather_sequence(S, v, D);
+    const ir_type a_wanted = D->want[0], b_wanted = D->want[1];
+    const ir_type *a = &a_wanted, *b = &b_wanted;
     /* from[i]: the dims of a and of b that result dim i comes from (-1: neither) */
     int from[IR_MAX_RANK][2];
     int nb = v->batch_dims, r = 0;
@@ -516,6 +574,35 @@ static void decide(shard_state *S, const ir_value *v, decision *D) {
 
 /* ---- the pass ------------------------------------------------------------------------------ */
 
+/* A gradient is resharded where it is made, in the backward pass, to its parameter's
+ * sharding but for a sum pending over data: a layernorm's weight gradient under data and
+ * sequence parallelism, pending over both axes, is allreduced over tensor there, and a
+ * position table's, split over the sequence, all-gathered. Its update then needs at most
+ * the data allreduce, the form gradient buckets, ZeRO and compression take, and with
+ * micro-batches the value they sum is complete. Returns the value standing for the
+ * gradient. */
+static int complete_besides_data(shard_state *S, int id) {
+    ir_value *v = V(S, id);
+    if (v->role != ROLE_GRAD) return id;
+    uint32_t data = 0;
+    for (int a = 0; a < S->g->n_axes; a++)
+        if (strcmp(S->g->axes[a].name, "data") == 0) data = 1u << a;
+    const ir_type *param = &V(S, S->map[S->g->params[v->param_index]])->type;
+    ir_type want = v->type;
+    for (int i = 0; i < want.rank; i++) want.split[i] = param->split[i];
+    want.partial &= data;
+    if (same_sharding(&want, &v->type)) return id;
+    int done = reshard(S, id, &want, "a gradient sharded as its parameter where it is made", v->phase);
+    ir_value *w = V(S, done);
+    w->role = ROLE_GRAD;
+    w->param_index = v->param_index;
+    w->name = v->name;
+    v->role = ROLE_TEMP;
+    v->param_index = -1;
+    v->name = ir_internf(S->g, "%s.unreduced", w->name);
+    return done;
+}
+
 static int is_listed(const int *ids, int n, int id) {
     for (int i = 0; i < n; i++)
         if (ids[i] == id) return 1;
@@ -604,7 +691,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             V(&S, shown)->name = v->name;
             v->name = ir_internf(g, "%s.local", v->name);
         }
-        S.map[i] = result;
+        S.map[i] = complete_besides_data(&S, result);
     }
     free(old);
 

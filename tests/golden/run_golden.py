@@ -76,6 +76,9 @@ CASES = {
     # forward and the backward pass (the next one prefetched), viewed in place
     "mlp.zero3": ("examples/mlp.dm", ["--set", "B=4,H=8", "--mesh", "data=2", "--zero", "3", "--bucket-mb", "0.0001"]),
     "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain=full"]),
+    # sequence parallelism: reduce-scatters and all-gathers along T, the rows kept split
+    "gpt.data2_tensor2_seqpar": ("examples/gpt.dm", ["--set", "V=256,T=64,C=128,NH=4,L=2,B=4", "--mesh", "data=2,tensor=2",
+                                               "--sequence-parallel", "--explain=full"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain=full"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
     # interleaved 1F1B: the chunks of each rank, the grid by rank, the bubble against

@@ -81,11 +81,27 @@ INTERLEAVED_MESHES = [("pipeline=2", ["--microbatches", "4", "--schedule", "inte
                       ("pipeline=4", ["--microbatches", "8", "--schedule", "interleaved", "--chunks", "2"]),
                       ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
                                                       "--recompute", "full"])]
+# sequence parallelism (--sequence-parallel, MESH_SET seqpar): the rows between tensor-parallel
+# products split over tensor (gpt.dm's sequence T, dropout.dm's batch on tensor=2), alone, with
+# data parallelism, with ZeRO 2 and 3 (and every layer call recomputed), with pipeline stages
+# (GPipe, 1F1B, interleaved), with selective recomputation and with --no-fuse-attention
+SEQUENCE_MESHES = [("tensor=2", ["--sequence-parallel"]), ("tensor=4", ["--sequence-parallel"]),
+                   ("data=2,tensor=2", ["--sequence-parallel"]),
+                   ("data=2,tensor=2", ["--sequence-parallel", "--zero", "2"]),
+                   ("data=2,tensor=2", ["--sequence-parallel", "--zero", "3", "--bucket-mb", "0.004",
+                                        "--recompute", "full"]),
+                   ("tensor=2", ["--sequence-parallel", "--no-fuse-attention"]),
+                   ("tensor=2", ["--sequence-parallel", "--recompute", "selective"]),
+                   ("tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "2"]),
+                   ("tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "4", "--schedule", "interleaved",
+                                            "--chunks", "2"]),
+                   ("data=2,tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "2", "--schedule", "1f1b"])]
 # DMC_TEST_QUICK=1 (the sanitized build, tests/meson.build): the most composed of each list,
 # which reach the collectives, ZeRO's shares, recomputation and both schedules
 QUICK_MESHES = [MESHES[4], MESHES[-1]]
 QUICK_PIPELINE_MESHES = [PIPELINE_MESHES[3], PIPELINE_MESHES[-2]]
 QUICK_INTERLEAVED_MESHES = [INTERLEAVED_MESHES[0], INTERLEAVED_MESHES[-1]]
+QUICK_SEQUENCE_MESHES = [SEQUENCE_MESHES[2], SEQUENCE_MESHES[-1]]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -158,9 +174,13 @@ def main():
     pipeline = mesh_set in ("pipeline", "interleaved")
     if pipeline:
         MESHES = INTERLEAVED_MESHES if mesh_set == "interleaved" else PIPELINE_MESHES
+    if mesh_set == "seqpar":
+        MESHES = SEQUENCE_MESHES
     if os.environ.get("DMC_TEST_QUICK") == "1":
         print("DMC_TEST_QUICK: %d of the %d meshes" % (2, len(MESHES)))
-        if not pipeline:
+        if mesh_set == "seqpar":
+            MESHES = QUICK_SEQUENCE_MESHES
+        elif not pipeline:
             MESHES = QUICK_MESHES
         else:
             MESHES = QUICK_INTERLEAVED_MESHES if mesh_set == "interleaved" else QUICK_PIPELINE_MESHES
