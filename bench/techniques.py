@@ -41,6 +41,7 @@ ROWS = [
     ("data + recompute full", ["--mesh", "data=2", "--recompute", "full"]),
     ("data + recompute selective", ["--mesh", "data=2", "--recompute", "selective"]),
     ("tensor (Megatron)", ["--mesh", "tensor=2"]),
+    ("tensor + sequence parallel", ["--mesh", "tensor=2", "--sequence-parallel"]),
     ("pipeline GPipe, M=4", ["--mesh", "pipeline=2", "--schedule", "gpipe"] + PIPE),
     ("pipeline 1F1B, M=4", ["--mesh", "pipeline=2", "--schedule", "1f1b"] + PIPE),
     ("pipeline interleaved v=2, M=4", ["--mesh", "pipeline=2", "--schedule", "interleaved", "--chunks", "2"] + PIPE),
