@@ -67,7 +67,9 @@ static uint16_t fp16_from_float(float x) {
         rest = m & ((1u << shift) - 1u);
         half = 1u << (shift - 1u);
     }
-    if (rest > half || (rest == half && (h & 1u))) h++; /* a carry out of the mantissa is the next exponent */
+    /* to nearest, ties to even, without a branch (gradients round up and down at random); a
+     * carry out of the mantissa is the next exponent */
+    h += (uint32_t)(rest > half) | ((uint32_t)(rest == half) & h & 1u);
     return (uint16_t)(sign | h);
 }
 
