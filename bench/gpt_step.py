@@ -3,6 +3,7 @@
 
 usage: /usr/bin/python3 bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads N]
            [--configs tiny,mid] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
+           [--dmc-arg=ARG ...]
 
 Configs (each a `--set` of gpt.dm's dims):
   tiny  V=64,T=16,C=32,NH=4,L=2,B=4          28,032 parameters, dmc step well under 1 ms
@@ -10,7 +11,8 @@ Configs (each a `--set` of gpt.dm's dims):
 Data:    random tokens (numpy, seed 0) in a batch file, one slice per step
          (tokens/targets i32 [S, B, T], written with tests/ref/stio.py); both sides train
          on the same slices in the same order.
-dmc:     `dmc run examples/gpt.dm --set ... --batch-file F --init W --steps N --quiet`;
+dmc:     `dmc run examples/gpt.dm --set ... --batch-file F --init W --steps N --quiet`, plus
+         each --dmc-arg (e.g. --dmc-arg=--no-fuse-attention: the attention unfused);
          W is the model's own initialisation (`--steps 0 --save W`, run once per config,
          which also prints the parameter count). Step time: the trainer's
          `step <n> loss <x> ms <y>` lines (y = milliseconds of train_step).
@@ -74,7 +76,7 @@ def parse_dims(text):
 
 
 def dmc_cmd(args, cfg, *extra):
-    return [args.dmc, "run", args.model, "--set", cfg["set"], "--batch-file", cfg["batches"]] + list(extra)
+    return [args.dmc, "run", args.model, "--set", cfg["set"], "--batch-file", cfg["batches"]] + args.dmc_arg + list(extra)
 
 
 def dmc_run(args, cmd, env):
@@ -193,6 +195,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for both (default: OPENBLAS_NUM_THREADS, else the usable CPUs)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each side, alternating; the best is reported")
+    ap.add_argument("--dmc-arg", action="append", default=[],
+                    help="an option for every `dmc run` (repeatable), e.g. --dmc-arg=--no-fuse-attention")
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     args.model = os.path.abspath(args.model)

@@ -29,6 +29,8 @@ typedef struct codegen_plans {
 
 /* Whether name is a target codegen knows ("c", "cuda"). */
 int codegen_target_known(const char *name);
+/* Whether the target has fused attention kernels (passes/fuse_attention.c): C does. */
+int codegen_fuses_attention(const char *target);
 /* The scratch the target's kernels need (dm_scratch_elems), for --explain's prediction. */
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
 /* "c" or "cu": the suffix of the generated source for the target. */

@@ -117,6 +117,19 @@ typedef struct cg_xent {
     const char *logits_name;                        /* for the collectives' labels */
 } cg_xent;
 
+/* Fused attention over `heads` heads, each a (positions, width) matrix, one after the
+ * other (runtime/dmrt_attention.h): the forward reads q, k, v and writes out and lse (a
+ * value per position); the backward reads q, k, v, out, lse and dout and writes dq, dk
+ * and dv. Unused operands are NULL. */
+typedef struct cg_attention {
+    int64_t heads, positions, width;
+    int causal;                                     /* keys after the query are hidden */
+    const char *scale;                              /* C literal the scores are multiplied by */
+    const char *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+    const char *work;                               /* attention_scratch_floats(positions, width)
+                                                     * floats of the context's storage */
+} cg_attention;
+
 typedef struct cg_update {
     const ir_optimizer *opt;
     const char *count;                              /* elements: a C expression (int64_t) */
@@ -182,6 +195,10 @@ typedef struct cg_dialect {
     int64_t (*embed_grad_scratch_bytes)(int64_t rows);
     /* ... and a layernorm weight gradient of (rows, n) (floats). */
     int64_t (*wgrad_scratch_floats)(int64_t rows, int64_t n);
+    /* ... and either fused attention kernel over heads of (positions, width) (floats). NULL,
+     * and attention and attention_grad NULL: the target has no fused attention (the driver
+     * then leaves the pattern unfused). */
+    int64_t (*attention_scratch_floats)(int64_t positions, int64_t width);
     void (*loop_nest)(cg_writer *w, const cg_loop_nest *k);
     void (*gemm)(cg_writer *w, const cg_gemm *k);
     void (*xent_stats)(cg_writer *w, const cg_xent *k);
@@ -201,6 +218,8 @@ typedef struct cg_dialect {
     void (*layernorm_wgrad)(cg_writer *w, const cg_rowwise *k);
     void (*embed)(cg_writer *w, const cg_embed *k);
     void (*embed_grad)(cg_writer *w, const cg_embed *k);
+    void (*attention)(cg_writer *w, const cg_attention *k);
+    void (*attention_grad)(cg_writer *w, const cg_attention *k);
     /* After the last hook of a file (w: its host writer): frees what the dialect keeps in
      * w->kernels->dialect_state. NULL: nothing to do. */
     void (*finish)(cg_writer *w);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dialect.h"
+#include "../runtime/dmrt_attention.h"
 
 void cg_line(cg_writer *w, const char *fmt, ...) {
     for (int i = 0; i < w->indent; i++) fputs("    ", w->f);
@@ -540,6 +541,33 @@ static void c_embed_grad(cg_writer *w, const cg_embed *k) {
     cg_line(w, "}");
 }
 
+/* The kernels of fused attention are runtime/dmrt_attention.h's, included once per file
+ * where the first one is used. */
+static void include_attention_kernels(cg_writer *w) {
+    static const char included = 1;
+    if (w->kernels->dialect_state == &included) return;
+    w->kernels->dialect_state = (void *)&included;
+    cg_line(w->kernels, "#include \"dmrt_attention.h\"  /* fused attention: dmrt_attention_forward, _backward */");
+}
+
+static void c_attention(cg_writer *w, const cg_attention *k) {
+    include_attention_kernels(w);
+    cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s);", k->q, k->k, k->v, k->out, k->lse,
+            (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
+}
+
+static void c_attention_grad(cg_writer *w, const cg_attention *k) {
+    include_attention_kernels(w);
+    cg_line(w, "dmrt_attention_backward(%s, %s, %s, %s, %s, %s,", k->q, k->k, k->v, k->out, k->lse, k->dout);
+    cg_line(w, "                        %s, %s, %s, %lld, %lld, %lld, %s, %d, %s);", k->dq, k->dk, k->dv, (long long)k->heads,
+            (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
+}
+
+static int64_t c_attention_scratch_floats(int64_t positions, int64_t width) {
+    (void)width;
+    return dmrt_attention_work_floats(positions);
+}
+
 /* ---- host scaffolding ---- */
 
 static void c_preamble(cg_writer *w) {
@@ -631,6 +659,7 @@ const cg_dialect cg_dialect_c = {
     .xent_scratch_floats = c_xent_scratch_floats,
     .embed_grad_scratch_bytes = c_embed_grad_scratch_bytes,
     .wgrad_scratch_floats = c_wgrad_scratch_floats,
+    .attention_scratch_floats = c_attention_scratch_floats,
     .loop_nest = c_loop_nest,
     .gemm = c_gemm,
     .xent_stats = c_xent_stats,
@@ -648,4 +677,6 @@ const cg_dialect cg_dialect_c = {
     .layernorm_wgrad = c_layernorm_wgrad,
     .embed = c_embed,
     .embed_grad = c_embed_grad,
+    .attention = c_attention,
+    .attention_grad = c_attention_grad,
 };

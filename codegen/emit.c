@@ -223,6 +223,11 @@ static int check_stages(const emitter *E, FILE *err) {
 static int check_spmd(const emitter *E, FILE *err) {
     int bad = 0;
     if (E->scheduled && check_stages(E, err)) bad = -1;
+    if (E->device && E->chunks > 1) {
+        fprintf(err, "%s: error: the interleaved schedule is built for the C target only; compile with --target c or "
+                     "another schedule\n", E->source_path);
+        bad = -1;
+    }
     if (E->device && E->g->compress.kind != COMPRESS_NONE) {
         char name[64];
         dm_compress_name(&E->g->compress, name, sizeof name);
@@ -236,6 +241,16 @@ static int check_spmd(const emitter *E, FILE *err) {
         bad = -1;
     }
     return bad;
+}
+
+/* Ops the target has no kernel for (the driver fuses attention only where it has one). */
+static int check_target(const emitter *E, FILE *err) {
+    for (int i = 0; i < E->g->n_values && !E->dialect->attention; i++)
+        if (ir_op_info_of(V(E, i)->op)->cls == OPC_ATTENTION) {
+            fprintf(err, "%s:%d: error: fused attention is built for the C target only\n", E->source_path, V(E, i)->loc.line);
+            return -1;
+        }
+    return 0;
 }
 
 /* A section of the file being written, in memory until the file is complete. */
@@ -299,11 +314,16 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
 
 int codegen_target_known(const char *name) { return cg_dialect_find(name) != NULL; }
 
+int codegen_fuses_attention(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->attention;
+}
+
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     if (!d) d = &cg_dialect_c;
     *out = (dm_scratch_rules){.xent_floats = d->xent_scratch_floats, .embed_grad_bytes = d->embed_grad_scratch_bytes,
-                              .wgrad_floats = d->wgrad_scratch_floats};
+                              .wgrad_floats = d->wgrad_scratch_floats, .attention_floats = d->attention_scratch_floats};
 }
 
 const char *codegen_source_suffix(const char *target) {
@@ -348,7 +368,9 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     E.partitioned = ir_is_partitioned(g);
     E.arena_var = "ctx->arena";
     E.pipe_axis = ir_pipeline_axis(g);
-    E.stages = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
+    E.ranks = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
+    E.chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
+    E.stages = E.ranks * E.chunks;
     E.scheduled = ir_is_scheduled(g);
     if (plans->pipeline && plans->pipeline->timed.actions) E.predicted = plans->pipeline;
     if (E.pipe_axis >= 0) E.partitioned = 1;
@@ -369,7 +391,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     number_faults(&E);
     predict_mark(&E);
     E.scratch_elems = plans->memory->scratch_elems;
-    int status = check_spmd(&E, err);
+    int status = check_spmd(&E, err) || check_target(&E, err) ? -1 : 0;
     if (!status) status = emit_dropout_prepare(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);

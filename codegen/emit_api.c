@@ -20,7 +20,7 @@ typedef struct owned_buffer {
 } owned_buffer;
 
 /* A tensor as files and tools see it: a parameter in its stored shape. */
-static void tensor_desc(emitter *E, const ir_value *v, const char *name) {
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name) {
     char dims[256] = "";
     size_t n = 0;
     int rank = v->stored_rank ? v->stored_rank : v->type.rank;
@@ -139,6 +139,7 @@ void emit_header(emitter *E) {
     }
     cg_blank(w);
     emit_schedule_declarations(E);
+    emit_state_declarations(E);
     cg_line(w, "/* The last error message of ctx (\"\" if none). */");
     cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
     cg_blank(w);
@@ -183,7 +184,8 @@ static void emit_init(emitter *E) {
         else snprintf(dst, sizeof dst, "ctx->params + %s", at);
         cg_line(w, "/* %s */", v->name);
         if (by_stage) {
-            if (zb && zb->param_at >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) { /* held by this rank's stage */", v->stage);
+            if (zb && zb->param_at >= 0)
+                cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) { /* held by this rank's stage */", rank_of(E, v->stage));
             else cg_line(w, "if (ctx->param_offsets[%d] >= 0) { /* held by this rank's stage */", p);
             w->indent++;
         }
@@ -304,10 +306,12 @@ static void emit_spmd_support(emitter *E) {
         cg_line(w, "};");
     }
     if (E->pipe_axis >= 0) {
-        cg_line(w, "/* The mesh axis of the pipeline's stages, and the stage holding each parameter. */");
+        cg_line(w, "/* The mesh axis of the pipeline's stages, and the stage holding each parameter%s. */",
+                E->chunks > 1 ? " (its ranks'\n * pipeline coordinate: the stage mod the axis's size)" : "");
         cg_line(w, "#define PIPELINE_AXIS %d", E->pipe_axis);
         cg_line(w, "static const int param_stage[%d] = {", g->n_params ? g->n_params : 1);
-        for (int p = 0; p < g->n_params; p++) cg_line(w, "    %d, /* %s */", V(E, g->params[p])->stage, V(E, g->params[p])->name);
+        for (int p = 0; p < g->n_params; p++)
+            cg_line(w, "    %d, /* %s */", rank_of(E, V(E, g->params[p])->stage), V(E, g->params[p])->name);
         if (!g->n_params) cg_line(w, "    0,");
         cg_line(w, "};");
     }
@@ -344,19 +348,7 @@ static void emit_spmd_support(emitter *E) {
         cg_line(w, "if (zero_params[p][0] >= 0) {");
         w->indent++;
         if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != param_stage[p]) return DMRT_OK; /* another stage's */");
-        cg_line(w, "/* this rank's block, and of it the elements in this rank's share of the range */");
-        cg_line(w, "const int64_t *z = zero_params[p];");
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *local = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!local) return DMRT_ERR_NOMEM;");
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, local);");
-        cg_line(w, "const int64_t share_begin = ctx->coord[z[0]] * z[1];");
-        cg_line(w, "const int64_t lo = share_begin > z[3] ? share_begin : z[3];");
-        cg_line(w, "const int64_t hi = share_begin + z[1] < z[3] + n ? share_begin + z[1] : z[3] + n;");
-        cg_line(w, "if (lo < hi) memcpy(ctx->params + z[2] + (lo - share_begin), local + (lo - z[3]), (size_t)(hi - lo) * sizeof(float));");
-        cg_line(w, "dmrt_free(local);");
-        cg_line(w, "return DMRT_OK;");
+        emit_share_scatter(E, "zero_params[p]", "ctx->params");
         w->indent--;
         cg_line(w, "}");
     }
@@ -591,7 +583,7 @@ static void emit_desc_table(emitter *E, const char *name, const int *ids, int n)
     cg_writer *w = &E->w;
     cg_line(w, "static const dmrt_tensor_desc %s[%d] = {", name, n ? n : 1);
     w->indent++;
-    for (int i = 0; i < n; i++) tensor_desc(E, V(E, ids[i]), V(E, ids[i])->name);
+    for (int i = 0; i < n; i++) emit_tensor_desc(E, V(E, ids[i]), V(E, ids[i])->name);
     if (!n) cg_line(w, "{\"\", DMRT_F32, 0, {0}, 0},");
     w->indent--;
     cg_line(w, "};");
@@ -604,7 +596,8 @@ static void emit_descs(emitter *E) {
     emit_desc_table(E, "input_descs", g->inputs, g->n_inputs);
     emit_desc_table(E, "param_descs", g->params, g->n_params);
     emit_desc_table(E, "output_descs", g->outputs, g->n_outputs);
-    int S = E->plan->stages > 1 ? E->plan->stages : 1, np = g->n_params ? g->n_params : 1;
+    /* by pipeline coordinate: interleaved, a rank holds several stages */
+    int S = E->plan->stages > 1 ? E->plan->ranks : 1, np = g->n_params ? g->n_params : 1;
     for (int grad = 0; grad < 2; grad++) {
         if (grad && !(g->loss >= 0 && g->grads)) break;
         if (!grad)
@@ -618,7 +611,7 @@ static void emit_descs(emitter *E) {
             for (int p = 0; p < g->n_params && n + 32 < sizeof row; p++) {
                 /* a gradient has no copies: it is held by the stage updating it only */
                 int id = grad ? g->grads[p] : g->params[p];
-                long long off = (long long)dm_offset_on(E->plan, g, id, S == 1 ? -1 : s);
+                long long off = (long long)(S == 1 ? dm_offset_on(E->plan, g, id, -1) : dm_offset_on_rank(E->plan, g, id, s));
                 n += (size_t)snprintf(row + n, sizeof row - n, "%s%lld", p ? ", " : "", off);
             }
             if (!g->n_params) snprintf(row, sizeof row, "0");
@@ -631,7 +624,7 @@ static void emit_descs(emitter *E) {
         cg_line(w, " * temporaries of its micro-batches in flight, and the micro-batches' gradient sum. */");
         cg_line(w, "static const int64_t stage_elems[%d][5] = {", S);
         for (int s = 0; s < S; s++) {
-            const dm_stage_memory *m = &E->plan->stage[s];
+            const dm_stage_memory *m = dm_rank_memory(E->plan, s);
             cg_line(w, "    {%lld, %lld, %lld, %lld, %lld}, /* stage %d */", (long long)m->param_elems, (long long)m->grad_elems,
                     (long long)m->state_elems, (long long)m->held_elems, (long long)dm_grad_sum_elems(E->plan, s), s);
         }
@@ -678,7 +671,8 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         for (int i = 0; i < g->n_outputs; i++) {
             long long kept = (long long)(g->microbatches * ir_numel(T(E, g->outputs[i])));
             if (P->stages > 1) /* only the output's stage computes and keeps it */
-                snprintf(count, sizeof count, "ctx->coord[PIPELINE_AXIS] == %d ? %lld : 0", V(E, g->outputs[i])->stage, kept);
+                snprintf(count, sizeof count, "ctx->coord[PIPELINE_AXIS] == %d ? %lld : 0", rank_of(E, V(E, g->outputs[i])->stage),
+                         kept);
             else
                 snprintf(count, sizeof count, "%lld", kept);
             OWN("output_%s", E->cname[g->outputs[i]], count, ctype(V(E, g->outputs[i])->type.dtype), 0);
@@ -950,6 +944,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".n_mesh_axes = %d,", E->partitioned ? g->n_axes : 0);
     cg_line(w, ".mesh_axis_names = %s,", E->partitioned ? "mesh_axis_names" : "NULL");
     cg_line(w, ".mesh_axis_sizes = %s,", E->partitioned ? "mesh_axis_sizes" : "NULL");
+    cg_line(w, ".pipeline_chunks = %d,", pl ? pl->chunks : 1);
     cg_line(w, ".create_rank = %s,", E->partitioned ? "model_create_rank" : "NULL");
     cg_line(w, ".gather = %s,", copies ? "model_gather" : "NULL");
     cg_line(w, ".scatter = %s,", copies ? "model_scatter" : "NULL");
@@ -963,6 +958,7 @@ static void emit_descriptor(emitter *E) {
     cg_line(w, ".predicted_backward_seconds = %s,", pl ? "predicted_backward_seconds" : "NULL");
     emit_schedule_descriptor(E);
     emit_predict_fields(E);
+    emit_state_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }
@@ -1020,5 +1016,6 @@ void emit_source_body(emitter *E) {
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
     cg_blank(w);
     emit_schedule_api(E);
+    emit_state_support(E);
     emit_descriptor(E);
 }

@@ -314,6 +314,31 @@ static void emit_loss(emitter *E, const ir_value *v) {
     }
 }
 
+/* Fused attention and its backward (runtime/dmrt_attention.h) over the rank's heads. The
+ * forward writes each row's log-sum-exp after its result (ir_storage_elems), where
+ * attention_lse reads it; the backward writes dq, dk and dv one after the other, its
+ * stacked result. */
+static void emit_attention(emitter *E, const ir_value *v) {
+    const ir_type *q = T(E, v->operands[0]);
+    int64_t positions = q->shape[q->rank - 2], width = q->shape[q->rank - 1], n = ir_numel(q);
+    char scale[64], lse[160], dk[160], dv[160];
+    cg_float_literal(v->scalar, scale, sizeof scale);
+    cg_attention k = {.heads = n / (positions * width), .positions = positions, .width = width, .causal = v->causal,
+                      .scale = scale, .q = E->cname[v->operands[0]], .k = E->cname[v->operands[1]],
+                      .v = E->cname[v->operands[2]], .work = "ctx->scratch"};
+    if (v->op == OP_ATTENTION) {
+        snprintf(lse, sizeof lse, "%s + %lld", E->cname[v->id], (long long)n);
+        k.out = E->cname[v->id], k.lse = lse;
+        E->dialect->attention(&E->w, &k);
+        return;
+    }
+    snprintf(dk, sizeof dk, "%s + %lld", E->cname[v->id], (long long)n);
+    snprintf(dv, sizeof dv, "%s + %lld", E->cname[v->id], (long long)(2 * n));
+    k.out = E->cname[v->operands[3]], k.lse = E->cname[v->operands[4]], k.dout = E->cname[v->operands[5]];
+    k.dq = E->cname[v->id], k.dk = dk, k.dv = dv;
+    E->dialect->attention_grad(&E->w, &k);
+}
+
 /* A rearranging copy out[...] = x[...] over a loop nest of the given sizes and strides. */
 static void emit_copy_nest(emitter *E, int rank, const int64_t *size, const char *in, const int64_t *in_stride,
                            const char *out, const int64_t *out_stride, int64_t elems) {
@@ -537,6 +562,13 @@ void emit_op(emitter *E, const ir_value *v) {
         break;
     case OPC_TRANSPOSE: emit_transpose(E, v); break;
     case OPC_MATMUL: emit_matmul(E, v); break;
+    case OPC_ATTENTION: emit_attention(E, v); break;
+    case OPC_VIEW:
+        /* only temporaries are views (autodiff copies one that is a parameter's gradient) */
+        cg_line(&E->w, "/* %s is read in place: %s of %s */", E->cname[v->id],
+                v->op == OP_ATTENTION_LSE ? "the rows' log-sum-exp, after the result" : "a part of the stacked gradients",
+                E->cname[v->operands[0]]);
+        break;
     case OPC_LOSS:
     case OPC_LOSS_GRAD: emit_loss(E, v); break;
     case OPC_UPDATE: emit_update(E, v); break;

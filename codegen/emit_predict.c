@@ -192,7 +192,8 @@ void emit_predict_api(emitter *E) {
             cg_line(w, "    status = stage0_infer(ctx, &padded);");
         } else {
             cg_line(w, "    switch (ctx->coord[PIPELINE_AXIS]) {");
-            for (int st = 0; st < E->stages; st++) cg_line(w, "    case %d: status = stage%d_infer(ctx, &padded); break;", st, st);
+            for (int r = 0; r < E->ranks; r++)
+                cg_line(w, "    case %d: status = %s%d_infer(ctx, &padded); break;", r, E->chunks > 1 ? "rank" : "stage", r);
             cg_line(w, "    default: status = DMRT_ERR_ARG; break;");
             cg_line(w, "    }");
         }

@@ -56,11 +56,32 @@ static int received(const emitter *E, int r, ir_phase phase, int stage) {
     return V(E, r)->phase == phase;
 }
 
+/* With model chunks a pair of ranks carries several streams (interleaved, rank 0 sends
+ * rank 1 the activations of stage 0 for stage 1 and of stage 2 for stage 3, and the
+ * gradients of stage 2 for stage 1), which each side runs in its schedule's order: each
+ * pair of stages and direction has a channel of its own, in which both sides go
+ * micro-batch by micro-batch and value by value in program order. Tied parameters' new
+ * values have channels after these. */
+static int stage_channel(int from, int to, int gradient) { return (from * 64 + to) * 2 + gradient; }
+static int tied_channel(int owner, int holder) { return 64 * 64 * 2 + owner * 64 + holder; }
+
+/* `callee` (send or recv) of pipeline traffic to or from stage peer's ranks: with model
+ * chunks on channel `channel`, untagged without. */
+static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
+    char callee[96], tagged[32];
+    snprintf(tagged, sizeof tagged, "%s_tagged", op);
+    comm_callee(E, E->chunks > 1 ? tagged : op, callee, sizeof callee);
+    if (E->chunks > 1) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
+    else snprintf(buf, size, "%sctx->comm[%d], %d", callee, E->pipe_axis, rank_of(E, peer));
+}
+
 static void emit_transfer(emitter *E, int r, int peer, int send) {
     const ir_value *v = V(E, r);
-    char callee[96];
-    cg_line(&E->w, "if (%sctx->comm[%d], %d, %s%s, %lld, \"%s of %s %s stage %d (%s:%d)\") != 0)",
-            comm_callee(E, send ? "send" : "recv", callee, sizeof callee), E->pipe_axis, peer, v->type.dtype == DT_I32 ? "(float *)" : "", E->cname[r], (long long)ir_numel(T(E, r)),
+    char call[160];
+    int to = send ? peer : E->cur_stage;
+    p2p_call(E, send ? "send" : "recv", peer, stage_channel(v->stage, to, v->phase != PHASE_FORWARD), call, sizeof call);
+    cg_line(&E->w, "if (%s, %s%s, %lld, \"%s of %s %s stage %d (%s:%d)\") != 0)", call,
+            v->type.dtype == DT_I32 ? "(float *)" : "", E->cname[r], (long long)ir_numel(T(E, r)),
             V(E, r)->phase == PHASE_FORWARD ? "activation" : "gradient", E->cname[r], send ? "to" : "from", peer,
             E->source_path, v->loc.line);
     cg_line(&E->w, "    return comm_failed(ctx);");
@@ -77,33 +98,43 @@ static void emit_sends(emitter *E, int id, int stage) {
 
 /* The stages other than its own (the one that updates it) holding a copy of parameter p:
  * those whose ops read it (GPT's token embedding on the first, the tied head on the
- * last). 0 for a parameter on one stage. */
+ * last); with model chunks, one stage per other rank reading it, whose copy the rank's
+ * stages share. 0 for a parameter on one stage. */
 static uint64_t tied_holders(const emitter *E, int p) {
-    int id = E->g->params[p];
-    if (!E->needed_on || V(E, id)->stage >= 64) return 0;
-    return E->needed_on[E->plan->storage_of[id]] & ~((uint64_t)1 << V(E, id)->stage);
+    const dm_memory_plan *P = E->plan;
+    int root = P->storage_of[E->g->params[p]];
+    uint64_t holders = 0;
+    if (!E->needed_on || P->stages <= 1 || V(E, root)->stage >= 64) return 0;
+    for (int k = P->copy_first[root]; k < P->copy_first[root + 1]; k++) holders |= (uint64_t)1 << P->copy_stage[k];
+    return holders;
 }
 
 /* After the owner's update of a tied parameter, its new values to every other holder
  * (Megatron-LM allreduces the two stages' gradients and updates both; dmc sums the
  * gradient on the owner, which the backward pass already sends it, and sends the
  * weights: the same bytes, and one optimizer state). Sends are buffered: no stage waits
- * for another's update. */
-static void emit_tied_updates(emitter *E, int stage) {
+ * for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
+ * Inside a stage's update function the parameter is its local variable; in a rank's
+ * (interleaved: after all its chunks' updates) its place in ctx->params. */
+enum { TIED_SENDS = 1, TIED_RECEIVES = 2 };
+static void emit_tied_updates(emitter *E, int stage, int which) {
     const ir_graph *g = E->g;
     for (int p = 0; p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
         const ir_value *v = V(E, g->params[p]);
         int owner = v->stage;
         if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
-        char callee[96];
+        if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES))) continue;
+        char call[160], buf[128];
+        if (E->chunks > 1) storage_expr(E, v->id, buf, sizeof buf);
+        else snprintf(buf, sizeof buf, "%s", E->cname[v->id]);
         cg_blank(&E->w);
         cg_line(&E->w, "/* %s is tied across stages: stage %d updates it, the others hold copies */", v->name, owner);
         for (int t = 0; t < E->stages; t++) {
             int send = owner == stage && (holders >> t & 1), recv = t == owner && owner != stage;
             if (!send && !recv) continue;
-            cg_line(&E->w, "if (%sctx->comm[%d], %d, %s, %lld, \"updated parameter %s %s stage %d\") != 0)",
-                    comm_callee(E, send ? "send" : "recv", callee, sizeof callee), E->pipe_axis, t, E->cname[v->id],
+            p2p_call(E, send ? "send" : "recv", t, tied_channel(owner, send ? t : stage), call, sizeof call);
+            cg_line(&E->w, "if (%s, %s, %lld, \"updated parameter %s %s stage %d\") != 0)", call, buf,
                     (long long)ir_numel(T(E, v->id)), v->name, send ? "to" : "from", t);
             cg_line(&E->w, "    return comm_failed(ctx);");
         }
@@ -184,8 +215,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = any = 1;
-    /* parameters tied across stages: the owner's update goes to the other holders' copies */
-    for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && p < g->n_params; p++) {
+    /* parameters tied across stages: the owner's update goes to the other holders' copies
+     * (with model chunks, after the rank's updates: emit_rank_update) */
+    for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1 && p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
         if (holders && ((holders >> stage & 1) || V(E, g->params[p])->stage == stage)) used[g->params[p]] = any = 1;
     }
@@ -213,7 +245,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (stage >= 0 && uses_arena) {
         cg_line(&E->w, "float *arena = ctx->arena;");
         E->arena_var = "arena";
-        if (micro && E->slots[stage] > 1) {
+        /* (a stage whose backward reads none of its forward's values keeps nothing) */
+        if (micro && E->slots[stage] > 1 && stage_kept_stride(E, stage) > 0) {
             cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
                     (long long)stage_kept_from(E, stage));
             cg_line(&E->w, "float *kept = ctx->arena + (micro %% stage_slots[%d]) * %lld;", stage,
@@ -240,7 +273,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
     emit_phase_ops(E, phase, stage, sum_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
-    if (phase == PHASE_UPDATE && stage >= 0) emit_tied_updates(E, stage);
+    if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1) emit_tied_updates(E, stage, TIED_SENDS | TIED_RECEIVES);
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
         if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);
@@ -265,7 +298,11 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         cg_line(&E->w, "/* the step's output, by micro-batch */");
         copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
     }
-    if (traced) cg_line(&E->w, "dmrt_trace_action(ctx->rank, '%c', micro, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B');
+    if (traced && E->chunks > 1)
+        cg_line(&E->w, "dmrt_trace_chunk_action(ctx->rank, '%c', micro, %d, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B',
+                stage / E->ranks);
+    else if (traced)
+        cg_line(&E->w, "dmrt_trace_action(ctx->rank, '%c', micro, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B');
     cg_line(&E->w, "return DMRT_OK;");
     E->w.indent--;
     cg_line(&E->w, "}");
@@ -277,12 +314,163 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     free(used);
 }
 
-/* Stage s's functions (forward and backward of one micro-batch, its update), then its
- * actions in the schedule's order as straight-line code: the grid of --explain, row s. */
-void emit_stages(emitter *E) {
+/* Stage st's functions: forward and backward of one micro-batch, its update. */
+static void emit_stage_functions(emitter *E, int st) {
+    const ir_graph *g = E->g;
+    char fn[64], what[256];
+    int first = -1, last = -1;
+    for (int i = 0; i < g->n_values; i++)
+        if (V(E, i)->phase == PHASE_FORWARD && V(E, i)->stage == st && ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE) {
+            if (first < 0) first = i;
+            last = i;
+        }
+    snprintf(fn, sizeof fn, "stage%d_forward", st);
+    snprintf(what, sizeof what, "Stage %d's forward pass of micro-batch `micro` (%s lines %d to %d).", st, E->source_path,
+             first >= 0 ? V(E, first)->loc.line : 0, last >= 0 ? V(E, last)->loc.line : 0);
+    emit_phase(E, PHASE_FORWARD, st, fn, what);
+    if (!(g->loss >= 0 && g->grads)) return;
+    snprintf(fn, sizeof fn, "stage%d_backward", st);
+    snprintf(what, sizeof what, "Stage %d's backward pass of micro-batch `micro`.", st);
+    emit_phase(E, PHASE_BACKWARD, st, fn, what);
+    if (g->optimizer.kind != OPTIM_NONE) {
+        snprintf(fn, sizeof fn, "stage%d_update", st);
+        snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
+        emit_phase(E, PHASE_UPDATE, st, fn, what);
+    }
+}
+
+/* After a step's micro-batches, the gradients of stage st's parameters: the mean of the
+ * micro-batches' sums. *any: whether the heading comment is out already. */
+static void emit_gradient_means(emitter *E, int st, int *any) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
-    int trains = g->loss >= 0 && g->grads, M = g->microbatches;
+    int M = g->microbatches;
+    char mean[64];
+    E->cur_stage = st; /* the mean goes where this stage keeps the gradient */
+    snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", M);
+    for (int p = 0; M > 1 && p < g->n_params; p++)
+        if (V(E, g->params[p])->stage == st) {
+            /* each micro-batch's loss is a mean over its rows, the step's over all */
+            if (!*any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
+            *any = 1;
+            char where[128], grad[140], sum[96];
+            storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
+            snprintf(grad, sizeof grad, "(%s)", where);
+            snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
+            long long n = (long long)ir_numel(T(E, g->grads[p]));
+            cg_line(w, "/* %s */", V(E, g->params[p])->name);
+            cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},
+                              .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
+            E->dialect->loop_nest(w, &k);
+        }
+    E->cur_stage = -1;
+}
+
+/* Stage st's step (one stage per rank): its forward pass of every micro-batch in order
+ * (inference), and its actions in the schedule's order as straight-line code: the grid of
+ * --explain, row st. */
+static void emit_stage_schedule(emitter *E, int st) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int M = g->microbatches;
+    cg_line(w, "/* Stage %d's forward pass of the step's %d micro-batch%s. */", st, M, M == 1 ? "" : "es");
+    cg_line(w, "static int stage%d_infer(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+    cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
+    cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
+    cg_line(w, "        if (status != DMRT_OK) return status;");
+    cg_line(w, "    }");
+    cg_line(w, "    return DMRT_OK;");
+    cg_line(w, "}");
+    cg_blank(w);
+    if (!(g->loss >= 0 && g->grads)) return;
+    cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
+            st, E->stages > 1 ? pipe_kind_name(E->sched->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
+            M == 1 ? "" : "es");
+    cg_line(w, " * draws every stage's actions as a grid. */");
+    cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
+    w->indent++;
+    cg_line(w, "int status;");
+    for (int i = 0; i < 2 * M; i++) {
+        const pipe_action *a = pipe_action_at(E->sched, st, i);
+        cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
+                a->kind == 'F' ? "forward" : "backward", a->micro);
+    }
+    int any = 0;
+    emit_gradient_means(E, st, &any);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* Interleaved: the step of the ranks at pipeline coordinate r, which hold stages r, r + P,
+ * ... (their chunks a, b, ...). Inference runs each chunk's micro-batches in order, chunk
+ * after chunk (sends are buffered: a chunk's forwards never wait on a later one's); the
+ * step runs the rank's row of the schedule; the update each chunk's, then the tied
+ * parameters' new values: the rank's sends, then its receives, so that no rank waits on
+ * another before its own are out. */
+static void emit_rank_schedule(emitter *E, int r) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int M = g->microbatches, P = E->ranks;
+    cg_line(w, "/* The forward pass of the step's %d micro-batch%s on pipeline rank %d: its chunks' stages", M,
+            M == 1 ? "" : "es", r);
+    cg_line(w, " * one after the other. */");
+    cg_line(w, "static int rank%d_infer(struct_ctx *ctx, const %s_batch *batch) {", r, g->model);
+    w->indent++;
+    for (int st = r; st < E->stages; st += P) {
+        cg_line(w, "for (int64_t micro = 0; micro < %d; micro++) {", M);
+        cg_line(w, "    int status = stage%d_forward(ctx, batch, micro);", st);
+        cg_line(w, "    if (status != DMRT_OK) return status;");
+        cg_line(w, "}");
+    }
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    if (!(g->loss >= 0 && g->grads)) return;
+    cg_line(w, "/* Pipeline rank %d's forward and backward passes of the step: interleaved 1F1B, %d stages x %d", r, P,
+            E->chunks);
+    cg_line(w, " * chunks, %d micro-batch%s; its chunks are stages %d + %d c. dmc --explain draws every rank's", M,
+            M == 1 ? "" : "es", r, P);
+    cg_line(w, " * actions as a grid (chunk c a letter). */");
+    cg_line(w, "static int rank%d_train(struct_ctx *ctx, const %s_batch *batch) {", r, g->model);
+    w->indent++;
+    cg_line(w, "int status;");
+    for (int i = 0; i < pipe_actions(E->sched); i++) {
+        const pipe_action *a = pipe_action_at(E->sched, r, i);
+        cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status; /* %c%d%c */", a->chunk * P + r,
+                a->kind == 'F' ? "forward" : "backward", a->micro, a->kind, a->micro, 'a' + a->chunk);
+    }
+    int any = 0;
+    for (int st = r; st < E->stages; st += P) emit_gradient_means(E, st, &any);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    if (g->optimizer.kind == OPTIM_NONE) return;
+    cg_line(w, "/* Pipeline rank %d's optimizer update: its chunks' stages, then the tied parameters. */", r);
+    cg_line(w, "static int rank%d_update(struct_ctx *ctx, const %s_batch *batch) {", r, g->model);
+    w->indent++;
+    cg_line(w, "int status;");
+    for (int st = r; st < E->stages; st += P)
+        cg_line(w, "if ((status = stage%d_update(ctx, batch)) != DMRT_OK) return status;", st);
+    for (int which = TIED_SENDS; which <= TIED_RECEIVES; which++)
+        for (int st = r; st < E->stages; st += P) {
+            E->cur_stage = st;
+            emit_tied_updates(E, st, which);
+        }
+    E->cur_stage = -1;
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* Every stage's functions, then each rank's step: its stage's schedule, or interleaved its
+ * chunks' (the function names the dispatch uses: stage%d_ or rank%d_). */
+void emit_stages(emitter *E) {
+    cg_writer *w = &E->w;
     int copies = E->stages == 1; /* the arena's allocation reads the table; stages' kept values */
     for (int st = 0; st < E->stages; st++) copies |= E->slots[st] > 1;
     if (copies) {
@@ -295,75 +483,10 @@ void emit_stages(emitter *E) {
         cg_blank(w);
     }
     for (int st = 0; st < E->stages; st++) {
-        char fn[64], what[256];
-        int first = -1, last = -1;
-        for (int i = 0; i < g->n_values; i++)
-            if (V(E, i)->phase == PHASE_FORWARD && V(E, i)->stage == st && ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE) {
-                if (first < 0) first = i;
-                last = i;
-            }
-        snprintf(fn, sizeof fn, "stage%d_forward", st);
-        snprintf(what, sizeof what, "Stage %d's forward pass of micro-batch `micro` (%s lines %d to %d).", st, E->source_path,
-                 first >= 0 ? V(E, first)->loc.line : 0, last >= 0 ? V(E, last)->loc.line : 0);
-        emit_phase(E, PHASE_FORWARD, st, fn, what);
-        if (trains) {
-            snprintf(fn, sizeof fn, "stage%d_backward", st);
-            snprintf(what, sizeof what, "Stage %d's backward pass of micro-batch `micro`.", st);
-            emit_phase(E, PHASE_BACKWARD, st, fn, what);
-            if (g->optimizer.kind != OPTIM_NONE) {
-                snprintf(fn, sizeof fn, "stage%d_update", st);
-                snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
-                emit_phase(E, PHASE_UPDATE, st, fn, what);
-            }
-        }
-        /* forward only: the micro-batches in order */
-        cg_line(w, "/* Stage %d's forward pass of the step's %d micro-batch%s. */", st, M, M == 1 ? "" : "es");
-        cg_line(w, "static int stage%d_infer(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
-        cg_line(w, "    for (int64_t micro = 0; micro < %d; micro++) {", M);
-        cg_line(w, "        int status = stage%d_forward(ctx, batch, micro);", st);
-        cg_line(w, "        if (status != DMRT_OK) return status;");
-        cg_line(w, "    }");
-        cg_line(w, "    return DMRT_OK;");
-        cg_line(w, "}");
-        cg_blank(w);
-        if (!trains) continue;
-        cg_line(w, "/* Stage %d's forward and backward passes of the step: %s, %d stage%s, %d micro-batch%s; dmc --explain",
-                st, E->stages > 1 ? pipe_kind_name(E->sched->kind) : "accumulation", E->stages, E->stages == 1 ? "" : "s", M,
-                M == 1 ? "" : "es");
-        cg_line(w, " * draws every stage's actions as a grid. */");
-        cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, g->model);
-        w->indent++;
-        cg_line(w, "int status;");
-        for (int i = 0; i < 2 * M; i++) {
-            const pipe_action *a = pipe_action_at(E->sched, st, i);
-            cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
-                    a->kind == 'F' ? "forward" : "backward", a->micro);
-        }
-        int any = 0;
-        char mean[64];
-        E->cur_stage = st; /* the mean goes where this stage keeps the gradient */
-        snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", M);
-        for (int p = 0; M > 1 && p < g->n_params; p++)
-            if (V(E, g->params[p])->stage == st) {
-                /* each micro-batch's loss is a mean over its rows, the step's over all */
-                if (!any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
-                any = 1;
-                char where[128], grad[140], sum[96];
-                storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
-                snprintf(grad, sizeof grad, "(%s)", where);
-                snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
-                long long n = (long long)ir_numel(T(E, g->grads[p]));
-                cg_line(w, "/* %s */", V(E, g->params[p])->name);
-                cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},
-                                  .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
-                E->dialect->loop_nest(w, &k);
-            }
-        E->cur_stage = -1;
-        cg_line(w, "return DMRT_OK;");
-        w->indent--;
-        cg_line(w, "}");
-        cg_blank(w);
+        emit_stage_functions(E, st);
+        if (E->chunks == 1) emit_stage_schedule(E, st);
     }
+    for (int r = 0; E->chunks > 1 && r < E->ranks; r++) emit_rank_schedule(E, r);
 }
 
 /* The head of <model>_train_step; for a model without a loss, all of its body: 0. */
@@ -386,8 +509,10 @@ static void emit_stage_dispatch(emitter *E, const char *what, const char *args) 
         cg_line(w, "status = stage0_%s(%s);", what, args);
         return;
     }
+    /* interleaved, a rank's step runs its chunks' stages */
+    const char *unit = E->chunks > 1 ? "rank" : "stage";
     cg_line(w, "switch (ctx->coord[PIPELINE_AXIS]) {");
-    for (int st = 0; st < E->stages; st++) cg_line(w, "case %d: status = stage%d_%s(%s); break;", st, st, what, args);
+    for (int r = 0; r < E->ranks; r++) cg_line(w, "case %d: status = %s%d_%s(%s); break;", r, unit, r, what, args);
     cg_line(w, "default: status = DMRT_ERR_ARG; break;");
     cg_line(w, "}");
 }
@@ -450,7 +575,7 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
     cg_line(w, "int64_t start[%d] = {0};", rank);
     for (int d = 0; d < whole->rank; d++)
         if (whole->split[d] != IR_REPLICATED) cg_line(w, "start[%d] = ctx->coord[%d] * block[%d];", d, whole->split[d], d);
-    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) /* the output's stage */", v->stage);
+    if (E->pipe_axis >= 0) cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) /* the output's stage */", rank_of(E, v->stage));
     cg_line(w, "%sfor (int64_t micro = 0; micro < %lld; micro++)", E->pipe_axis >= 0 ? "    " : "", M);
     cg_line(w, "%s    dmrt_block_write(local + micro * %lld, %d, whole_shape, block, start, whole + micro * %lld);",
             E->pipe_axis >= 0 ? "    " : "", (long long)ir_numel(block), rank, n_whole);
@@ -513,7 +638,7 @@ void emit_scheduled_api(emitter *E) {
     if (g->loss >= 0) {
         if (E->stages > 1)
             cg_line(w, "ctx->loss = ctx->coord[PIPELINE_AXIS] == %d ? (float)(ctx->loss_sum / %d.0) : 0.0f;",
-                    V(E, g->loss)->stage, g->microbatches);
+                    rank_of(E, V(E, g->loss)->stage), g->microbatches);
         else
             cg_line(w, "ctx->loss = (float)(ctx->loss_sum / %d.0);", g->microbatches);
     } else {
@@ -528,7 +653,7 @@ void emit_scheduled_api(emitter *E) {
             long long n = (long long)(g->microbatches * ir_numel(T(E, o)));
             char out[128], callee[96];
             snprintf(out, sizeof out, "ctx->output_%s", E->cname[o]);
-            cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != %d) {", V(E, o)->stage);
+            cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != %d) {", rank_of(E, V(E, o)->stage));
             w->indent++;
             zero_elems(E, out, n, "float");
             w->indent--;

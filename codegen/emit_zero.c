@@ -10,6 +10,23 @@
 /* Opens the block of member p's elements in this rank's share: the share is [share_begin,
  * share_begin + share) of the bucket's range, the parameter [at, at + n) of it, and the
  * block runs on [lo, hi), their overlap, when not empty. Closed by zero_close_member. */
+void emit_share_scatter(emitter *E, const char *row, const char *storage) {
+    cg_writer *w = &E->w;
+    cg_line(w, "/* this rank's block, and of it the elements in this rank's share of the range */");
+    cg_line(w, "const int64_t *z = %s;", row);
+    cg_line(w, "int64_t n = 1;");
+    cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
+    cg_line(w, "float *local = (float *)dmrt_alloc((size_t)n * sizeof(float));");
+    cg_line(w, "if (!local) return DMRT_ERR_NOMEM;");
+    cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, local);");
+    cg_line(w, "const int64_t share_begin = ctx->coord[z[0]] * z[1];");
+    cg_line(w, "const int64_t lo = share_begin > z[3] ? share_begin : z[3];");
+    cg_line(w, "const int64_t hi = share_begin + z[1] < z[3] + n ? share_begin + z[1] : z[3] + n;");
+    cg_line(w, "if (lo < hi) memcpy(%s + z[2] + (lo - share_begin), local + (lo - z[3]), (size_t)(hi - lo) * sizeof(float));", storage);
+    cg_line(w, "dmrt_free(local);");
+    cg_line(w, "return DMRT_OK;");
+}
+
 void zero_open_member(emitter *E, const dm_zero_bucket *b, int p) {
     const ir_value *param = V(E, E->g->params[p]);
     long long at = (long long)E->zero->range_at[p], n = (long long)ir_numel(T(E, param->id));

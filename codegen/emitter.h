@@ -6,6 +6,7 @@
  *   emit_schedule.c  the learning rate: schedule, host override, API
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  *   emit_predict.c  <model>_predict (inference: the forward without the loss)
+ *   emit_state.c the optimizer state and step as checkpoints move them
  *   emit_compress.c  gradient compression of the data axis's buckets
  * Everything is spelled through the dialect (dialect.h); planning is the passes'. */
 #ifndef DM_EMITTER_H
@@ -42,7 +43,10 @@ typedef struct emitter {
      * stage's forward and backward of one micro-batch are functions, run in the order of
      * the schedule by a generated step function per stage */
     int scheduled;
-    int stages;                /* P (1 without a pipeline axis) */
+    int stages;                /* the pipeline's stages: P, or P * chunks interleaved (1 without
+                                * a pipeline axis) */
+    int ranks;                 /* P: the pipeline axis's size (1 without one) */
+    int chunks;                /* model chunks (stages) per pipeline rank: 1 but interleaved */
     int pipe_axis;             /* the pipeline's mesh axis, or -1 */
     const pipe_schedule *sched;/* every stage's actions, as the generated step runs them (the
                                 * pipeline plan's) */
@@ -66,6 +70,7 @@ typedef struct emitter {
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
+    int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
     char prefix_upper[128];
@@ -87,6 +92,9 @@ static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "
 
 static inline int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
 
+/* The pipeline coordinate of the ranks running stage st. */
+static inline int rank_of(const emitter *E, int st) { return E->ranks > 1 ? st % E->ranks : 0; }
+
 /* Product of dims [from, to) of t. */
 static inline int64_t dims_product(const ir_type *t, int from, int to) {
     int64_t n = 1;
@@ -99,7 +107,8 @@ static inline int64_t dims_product(const ir_type *t, int from, int to) {
  * stages' layouts, the whole arena is copied. */
 static inline int64_t stage_kept_from(const emitter *E, int stage) {
     const dm_memory_plan *P = E->plan;
-    return P->stages > 1 && stage >= 0 ? P->stage[stage].arena_elems - P->stage[stage].kept_elems : 0;
+    if (!(P->stages > 1 && stage >= 0)) return 0;
+    return P->stage[stage].arena_base + P->stage[stage].arena_elems - P->stage[stage].kept_elems;
 }
 static inline int64_t stage_kept_stride(const emitter *E, int stage) {
     return E->plan->stages > 1 && stage >= 0 ? E->plan->stage[stage].kept_elems : E->plan->arena_elems;
@@ -148,6 +157,10 @@ void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
 void zero_close_member(emitter *E);
 void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size);
 void emit_zero_gather(emitter *E, const ir_value *v);
+/* In a scatter function (whole, p, start, block in scope): the rank's block of whole, and of it
+ * the elements in the rank's share of the range, into storage; row: a {axis, share, this rank's
+ * share in storage, the parameter's place in the range, ...} table row. Returns from it. */
+void emit_share_scatter(emitter *E, const char *row, const char *storage);
 void emit_param_view(emitter *E, const ir_value *v);
 void emit_op(emitter *E, const ir_value *v);
 
@@ -181,7 +194,14 @@ void emit_predict_api(emitter *E);
 void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
 
+/* emit_state.c: checkpoints' optimizer state and step: the API's declarations, the tables,
+ * moves and API (after the step's functions), the descriptor's fields */
+void emit_state_declarations(emitter *E);
+void emit_state_support(emitter *E);
+void emit_state_descriptor(emitter *E);
+
 /* emit_api.c */
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
 void emit_header(emitter *E);
 void emit_source_head(emitter *E);
 void emit_source_body(emitter *E);

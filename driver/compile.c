@@ -14,10 +14,13 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 #define VERIFY(pass) do { } while (0)
 #endif
 
-/* Lowering's checks and autodiff: what neither ZeRO nor recomputation changes. */
+/* Lowering's checks, the attention's fusion and autodiff: what neither ZeRO nor
+ * recomputation changes. */
 static int differentiate(ir_graph *g, dm_diag *d) {
     VERIFY("lower");
     if (pass_trainable(g, d)) return 1;
+    pass_fuse_attention(g);
+    VERIFY("fuse_attention");
     if (pass_autodiff(g, d)) return 1;
     VERIFY("autodiff");
     return 0;

@@ -83,12 +83,20 @@ static const char usage[] =
     "                             summed (schedule NAME(microbatches = M) in the .dm); with a\n"
     "                             mesh axis named pipeline, they flow through its stages\n"
     "  --accumulate K             the same count, by its other name (accumulate = K)\n"
-    "  --schedule gpipe|1f1b      the pipeline schedule (default gpipe)\n"
+    "  --schedule gpipe|1f1b|interleaved\n"
+    "                             the pipeline schedule (default gpipe); interleaved 1F1B\n"
+    "                             cuts the model into pipeline x v virtual stages, each rank\n"
+    "                             holding v of them (--chunks v), for 1/v of 1F1B's bubble\n"
+    "  --chunks v                 with --schedule interleaved: model chunks per pipeline rank\n"
+    "                             (schedule interleaved(..., chunks = v) in the .dm)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
     "                             its inputs for the backward pass, which makes the rest\n"
     "                             again), selective (only cheap ops: not products), marked\n"
     "                             (default: the calls the .dm wraps in recompute(...)), off\n"
+    "  --no-fuse-attention        keep softmax(causal_mask(q @ kT * s)) @ v as its three ops\n"
+    "                             (the C target fuses it into one kernel that holds no T x T\n"
+    "                             scores: docs/compiler.md)\n"
     "  --zero 0|1|2|3             ZeRO: 1 splits the optimizer state over the axis gradients\n"
     "                             are allreduced on (data), 2 the gradients too, 3 the\n"
     "                             parameters too, gathered per bucket before use (zero = N in\n"
@@ -136,8 +144,10 @@ typedef struct options {
     int n_mesh;
     int microbatches;         /* --microbatches / --accumulate, 0: the program's */
     int schedule;             /* --schedule, -1: the program's */
+    int chunks;               /* --chunks, 0: the program's */
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
+    int no_fuse_attention;    /* --no-fuse-attention */
     ir_compress compress;     /* --compress */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
@@ -244,6 +254,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         return 1;
     }
     if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
+    if (strcmp(argv[*i], "--no-fuse-attention") == 0) return o->no_fuse_attention = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
@@ -319,9 +330,15 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
-            fprintf(stderr, "dmc: error: --schedule takes gpipe or 1f1b, got '%s'\n", v);
+            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b or interleaved, got '%s'\n", v);
             return -1;
         }
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--chunks"))) {
+        int64_t chunks;
+        if (parse_count("--chunks", v, 2, 64, &chunks) < 0) return -1;
+        o->chunks = (int)chunks;
         return 1;
     }
     return 0;
@@ -333,7 +350,8 @@ static int check_plan_options(const options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
-    "--schedule", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--no-fuse-attention",
+    "--schedule", "--chunks", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -482,6 +500,7 @@ static int check_plan_options(const options *o) {
         return -1;
     }
     const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
+                       : o->chunks ? "--chunks"
                        : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
     if ((o->plan || o->mesh_auto) && o->compress.kind != COMPRESS_NONE) {
         fprintf(stderr, "dmc: error: %s does not search gradient compression: drop --compress, or give the mesh\n",
@@ -784,11 +803,14 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     return status;
 }
 
+/* Attention is fused where the target has the kernel, unless --no-fuse-attention. */
+static int fuses_attention(const options *o) { return !o->no_fuse_attention && codegen_fuses_attention(o->codegen.target); }
+
 static dm_lower_options lower_options(const options *o, const char *model) {
     return (dm_lower_options){.model = model, .dims = (dm_override *)o->dims, .n_dims = o->n_dims,
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
-                              .schedule = o->schedule, .zero = o->zero, .recompute = o->recompute,
-                              .compress = o->compress};
+                              .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
+                              .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
@@ -796,7 +818,8 @@ static dm_lower_options lower_options(const options *o, const char *model) {
 static int plan(options *o, const dm_program *prog, const dm_source *src, const char *model) {
     dm_plan_request req = {.prog = prog, .src = src, .model = model, .dims = o->dims, .n_dims = o->n_dims,
                            .devices = o->devices, .global_batch = o->global_batch, .pipeline = &o->pipeline,
-                           .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole};
+                           .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole,
+                           .fuse_attention = fuses_attention(o)};
     dm_plan_result r;
     if (dm_plan_search(&req, &r, stderr)) return 1;
     int status = 0;

@@ -227,7 +227,7 @@ static int compile_one(const compile_choice *cc, dm_compiled *out) {
      * the rest of the program after it took 5% of the search */
     dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .mesh = mesh, .n_mesh = n_mesh,
                            .microbatches = cc->microbatches, .schedule = cc->schedule, .zero = cc->zero,
-                           .recompute = cc->recompute, .stop_at_error = 1};
+                           .recompute = cc->recompute, .stop_at_error = 1, .fuse_attention = req->fuse_attention};
     dm_pipeline_options po = probe_options(req, cc->axis_sizes);
     dm_compile_request cr = {.lower = &lo, .pipeline = &po, .target = req->target, .plan_memory = 1,
                              .bucket_floats = req->bucket_floats};

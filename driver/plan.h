@@ -26,6 +26,7 @@ typedef struct dm_plan_request {
     int64_t bucket_floats;      /* the same bucket size, as the passes take it (0: the default) */
     const char *target;
     int exhaustive;             /* compile every plan whole, even with a repeated layer */
+    int fuse_attention;         /* dm_lower_options.fuse_attention of every plan */
 } dm_plan_request;
 
 typedef struct dm_plan_choice {

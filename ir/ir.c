@@ -70,6 +70,18 @@ int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
     return logits->split[logits->rank - 1];
 }
 
+int64_t ir_storage_elems(const ir_graph *g, const ir_value *v) {
+    int64_t n = ir_local_numel(g, &v->type);
+    if (v->op == OP_ATTENTION) n += n / v->type.shape[v->type.rank - 1];
+    return n;
+}
+
+int64_t ir_view_offset(const ir_graph *g, const ir_value *v) {
+    if (v->op == OP_ATTENTION_LSE) return ir_local_numel(g, &g->values[v->operands[0]]->type);
+    if (v->op == OP_STACKED_PART) return v->offset * ir_local_numel(g, &v->type);
+    return 0;
+}
+
 int ir_reads_operand(const ir_value *v, int k) {
     if (v->op != OP_UNARY_GRAD) return 1;
     static const char *const vars[] = {"x", "y", "dy"};

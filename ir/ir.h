@@ -20,7 +20,7 @@ typedef enum ir_op {
 typedef enum ir_op_class {
     OPC_SOURCE, OPC_UNARY, OPC_UNARY_GRAD, OPC_BINARY, OPC_REDUCE, OPC_BROADCAST,
     OPC_RESHAPE, OPC_TRANSPOSE, OPC_MATMUL, OPC_LOSS, OPC_LOSS_GRAD, OPC_UPDATE,
-    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER, OPC_COLLECTIVE,
+    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER, OPC_COLLECTIVE, OPC_ATTENTION, OPC_VIEW,
 } ir_op_class;
 
 /* How an op may be partitioned over a mesh axis (the rule the sharding pass applies;
@@ -39,10 +39,12 @@ typedef enum ir_op_class {
  *                its own collective: cross-entropy over a split vocabulary).
  *   GATHER       embedding: ids split like the result's leading dims; a table split
  *                over its rows (vocabulary) gives a partial result.
+ *   ATTENTION    fused attention and its backward: the leading (batch, head) dims split
+ *                alike in every operand; positions and the head's width whole.
  *   COLLECTIVE   inserted by the sharding pass: the op is the change of sharding. */
 typedef enum ir_shard_rule {
     SHARD_SOURCE, SHARD_ELEMENTWISE, SHARD_REDUCE, SHARD_LAYOUT, SHARD_CONTRACT, SHARD_ROWWISE, SHARD_GATHER,
-    SHARD_COLLECTIVE,
+    SHARD_COLLECTIVE, SHARD_ATTENTION,
 } ir_shard_rule;
 
 typedef struct ir_op_info {
@@ -138,13 +140,13 @@ typedef struct ir_value {
     ir_role role;
     ir_phase phase;
     /* attributes, by op */
-    double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*: scale */
-    int causal;               /* SOFTMAX*: a causal mask fused in (keys after the query get 0) */
+    double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*, ATTENTION*: scale */
+    int causal;               /* SOFTMAX*, ATTENTION*: a causal mask fused in (keys after the query get 0) */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
     int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along */
     int axis2;                /* ALLTOALL: the dim that becomes split */
     int mesh_axis;            /* collectives: the mesh axis communicated over */
-    int64_t offset;           /* SLICE, PAD: first element along axis */
+    int64_t offset;           /* SLICE, PAD: first element along axis; STACKED_PART: which part */
     int batch_dims;           /* MATMUL: leading dims shared by a, b and the result */
     int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
     int trans_a, trans_b;     /* MATMUL */
@@ -194,7 +196,10 @@ typedef struct ir_graph {
      * (accumulation; the pipeline's micro-batches): the graph is one micro-batch, its
      * batch_dim (the inputs' leading dim) batch_whole / microbatches. */
     int microbatches;         /* 1: the whole batch at once */
-    int schedule;             /* pipe_kind (passes/schedule.h): gpipe or 1f1b */
+    int schedule;             /* pipe_kind (passes/schedule.h): gpipe, 1f1b or interleaved */
+    int chunks;               /* interleaved: model chunks per pipeline stage (virtual stages
+                               * per rank); 0 when not given */
+    dm_loc chunks_loc;        /* where the program gave them, if it did */
     const char *batch_dim;    /* NULL when microbatches is 1 */
     int64_t batch_whole;
     dm_loc schedule_loc;      /* the schedule or accumulate statement, if any */
@@ -205,6 +210,9 @@ typedef struct ir_graph {
      * segments the program marks with recompute(...), FULL every segment, SELECTIVE the
      * cheap ops (not products or collectives) of every segment. */
     int recompute;            /* ir_recompute */
+    /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
+     * op (set for the C target unless --no-fuse-attention). */
+    int fuse_attention;
     ir_compress compress;     /* of the gradient allreduces over the axis named data */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
@@ -258,6 +266,12 @@ int ir_is_partitioned(const struct ir_graph *g);
  * statistics exchange over it; the gradient only needs its place on it); else
  * IR_REPLICATED. */
 int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
+/* Elements of v's buffer on one rank: its local type's, and for an attention also the
+ * rows' log-sum-exp kept after its result. */
+int64_t ir_storage_elems(const struct ir_graph *g, const struct ir_value *v);
+/* Where a view (attention_lse, stacked_part) starts in its operand's buffer, in elements
+ * of one rank's shards; 0 for other ops. */
+int64_t ir_view_offset(const struct ir_graph *g, const struct ir_value *v);
 /* Whether op v reads operand k: a unary gradient reads only the variables its
  * expression names (relu's gradient needs x and dy, not y); every other op reads all. */
 int ir_reads_operand(const struct ir_value *v, int k);

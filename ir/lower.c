@@ -1412,7 +1412,7 @@ static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *mi
         const dm_expr *call = st->value;
         int kind = pipe_kind_by_name(call->name);
         if (call->has_dim_args || kind < 0) {
-            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe or 1f1b)", call->name);
+            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe, 1f1b or interleaved)", call->name);
             return;
         }
         g->schedule = kind;
@@ -1423,8 +1423,15 @@ static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *mi
                 else L->cuts = a->lhs;
                 continue;
             }
+            if (a->kind == EXPR_KWARG && strcmp(a->name, "chunks") == 0) {
+                if (kind != PIPE_INTERLEAVED)
+                    dm_error(L->d, a->loc, "chunks = v goes with the interleaved schedule, not %s", call->name);
+                else if (!micro_count(L, a->lhs, "chunks", &g->chunks))
+                    g->chunks_loc = a->loc;
+                continue;
+            }
             if (a->kind != EXPR_KWARG || strcmp(a->name, "microbatches") != 0) {
-                dm_error(L->d, a->loc, "a schedule takes microbatches = M and cuts = [values]");
+                dm_error(L->d, a->loc, "a schedule takes microbatches = M, cuts = [values] and (interleaved) chunks = v");
                 continue;
             }
             if (micro_count(L, a->lhs, "microbatches", &m)) return;
@@ -1679,7 +1686,10 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     for (int i = 0; i < prog->n_stmts; i++)
         if (prog->stmts[i]->kind == STMT_SCHEDULE || prog->stmts[i]->kind == STMT_ACCUMULATE)
             lower_schedule(&L, prog->stmts[i], &micro, &micro_loc);
+    /* --schedule replaces the program's schedule, its chunks with it unless --chunks gives them */
+    if (opts->schedule >= 0 && opts->schedule != L.g->schedule) L.g->chunks = 0, L.g->chunks_loc = (dm_loc){0};
     if (opts->schedule >= 0) L.g->schedule = opts->schedule;
+    if (opts->chunks > 0) L.g->chunks = opts->chunks, L.g->chunks_loc = (dm_loc){0};
     if (opts->microbatches > 0) micro = opts->microbatches;
     L.g->schedule_loc = micro_loc;
     if (micro > 1) {
@@ -1698,6 +1708,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     }
     if (L.cuts) resolve_cuts(&L, L.cuts);
     dm_lower_set_choices(L.g, opts);
+    L.g->fuse_attention = opts->fuse_attention;
     if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
         fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
                 L.g->batch_dim);

@@ -22,8 +22,11 @@ typedef struct dm_lower_options {
     int n_mesh;
     int microbatches;           /* --microbatches (--accumulate), 0: the program's */
     int schedule;               /* --schedule as a pipe_kind, -1: the program's */
+    int chunks;                 /* --chunks (interleaved), 0: the program's */
     int zero;                   /* --zero as a stage (0 turns it off), -1: the program's */
     int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
+    int fuse_attention;         /* fuse the attention pattern (passes/fuse_attention.c): the C target's
+                                 * default, off with --no-fuse-attention */
     ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */

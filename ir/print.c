@@ -99,6 +99,13 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
     case OPC_RESHAPE:
         if (v->op == OP_PARAM_VIEW) fprintf(out, " offset=%lld", (long long)v->offset);
         break;
+    case OPC_ATTENTION:
+        if (v->causal) fprintf(out, " causal");
+        fprintf(out, " scale=%.9g", v->scalar);
+        break;
+    case OPC_VIEW:
+        if (v->op == OP_STACKED_PART) fprintf(out, " part=%lld", (long long)v->offset);
+        break;
     case OPC_UNARY_GRAD:
         fprintf(out, " of=%s", ir_op_info_of(v->unary)->name);
         break;

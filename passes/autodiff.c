@@ -251,6 +251,29 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         accumulate(A, logits, emit(A, OP_CROSS_ENTROPY_GRAD, ops, 4, loc, name), loc);
         return;
     }
+    case OPC_ATTENTION: {
+        if (v->op != OP_ATTENTION) break;
+        /* one fused backward from the forward's row log-sum-exp (read in place, after the
+         * result): it makes the scores again block by block and writes dq, dk and dv
+         * stacked, each read in place */
+        const char *name = v->name ? v->name : "attention";
+        int lse = emit1(A, OP_ATTENTION_LSE, v->id, loc, ir_internf(A->g, "%s.lse", name));
+        int ops[6] = {x0, x1, v->operands[2], v->id, lse, dy};
+        ir_value *gv = start(A, OP_ATTENTION_GRAD, ops, 6, loc, ir_internf(A->g, "d_%s.qkv", name));
+        gv->scalar = v->scalar;
+        gv->causal = v->causal;
+        int stacked = finish(A, gv);
+        for (int part = 0; part < 3; part++) {
+            int x = v->operands[part];
+            if (!needs[x]) continue;
+            ir_value *pv = start(A, OP_STACKED_PART, &stacked, 1, loc,
+                                 V(A, x)->name ? ir_internf(A->g, "d_%s", V(A, x)->name) : NULL);
+            pv->offset = part;
+            accumulate(A, x, finish(A, pv), loc);
+        }
+        return;
+    }
+    case OPC_VIEW:
     case OPC_UNARY_GRAD:
     case OPC_LOSS_GRAD:
     case OPC_UPDATE:
@@ -294,7 +317,9 @@ int pass_autodiff(ir_graph *g, dm_diag *d) {
         if (gid < 0) {
             int zero = emit_const(&A, 0.0, param->loc);
             gid = broadcast(&A, zero, &param->type, (1u << param->type.rank) - 1, param->loc, name);
-        } else if (g->values[gid]->role != ROLE_TEMP || g->values[gid]->phase != PHASE_BACKWARD) {
+        } else if (g->values[gid]->role != ROLE_TEMP || g->values[gid]->phase != PHASE_BACKWARD ||
+                   ir_op_info_of(g->values[gid]->op)->cls == OPC_VIEW) {
+            /* copied: a value outside the backward's temporaries, or a view of another buffer */
             gid = emit1(&A, OP_IDENTITY, gid, param->loc, name);
         } else {
             for (int q = 0; q < p; q++)

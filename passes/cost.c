@@ -22,6 +22,20 @@ static double ops_per_element(const ir_value *v) {
     }
 }
 
+/* Fused attention over one rank's heads: per visible (query, key) pair, the products of
+ * the forward (q.k, then p v: 4 D) or of the backward (the scores again, dp, dv, dq, dk:
+ * 10 D), and the softmax's few operations; a causal mask halves the pairs (the blocks of
+ * hidden keys are skipped). Costed as products, one call per head. */
+static void attention_cost(const ir_graph *g, const ir_value *v, dm_op_cost *c) {
+    ir_type q = ir_local_type(g, &g->values[v->operands[0]]->type);
+    double t = (double)q.shape[q.rank - 2], width = (double)q.shape[q.rank - 1];
+    double heads = (double)ir_numel(&q) / (t * width);
+    double pairs = heads * (v->causal ? t * (t + 1) / 2 : t * t);
+    c->flops = pairs * (v->op == OP_ATTENTION ? 4 * width + 5 : 10 * width + 8);
+    c->matmul = 1;
+    c->calls = heads;
+}
+
 /* A split cross-entropy's exchanges count as a collective over its classes' axis. */
 static int communicates(const ir_graph *g, const ir_value *v) {
     if (ir_op_info_of(v->op)->cls == OPC_COLLECTIVE) return v->op != OP_SHARD_SLICE;
@@ -58,14 +72,14 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     dm_op_cost c = {0};
     const ir_op_info *info = ir_op_info_of(v->op);
     if (info->cls == OPC_SOURCE) return c;
-    double out = v->type.dtype == DT_VOID ? 0 : (double)ir_local_numel(g, &v->type);
+    double out = v->type.dtype == DT_VOID ? 0 : (double)ir_storage_elems(g, v);
     double in = 0;
     for (int k = 0; k < v->n_operands; k++) {
         const ir_value *x = g->values[v->operands[k]];
         if (x->role != ROLE_CONST) in += (double)ir_local_numel(g, &x->type);
     }
     c.bytes = 4.0 * (in + out);
-    c.calls = info->cls == OPC_RESHAPE ? 0 : 1;
+    c.calls = info->cls == OPC_RESHAPE || info->cls == OPC_VIEW ? 0 : 1;
     c.fp32_master = v->phase == PHASE_UPDATE;
     switch (info->cls) {
     case OPC_MATMUL: {
@@ -89,6 +103,8 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     case OPC_REDUCE:
     case OPC_UPDATE:
     case OPC_LOSS: c.flops = ops_per_element(v) * in; break;
+    case OPC_ATTENTION: attention_cost(g, v, &c); break;
+    case OPC_VIEW: c.bytes = 0; break; /* read in place */
     case OPC_RESHAPE:
     case OPC_TRANSPOSE:
     case OPC_SLICE:

@@ -197,17 +197,19 @@ static int pipelined(const ir_graph *g, const dm_pipeline_plan *pl) {
 }
 
 static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
-    fprintf(out, ", \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cuts_by\": \"%s\", "
-                 "\"bubble_formula\": %.6f, \"bubble_simulated\": %.10g, \"step_seconds_simulated\": %.10g, "
+    fprintf(out, ", \"pipeline\": {\"stages\": %d, \"ranks\": %d, \"chunks\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
+                 "\"cuts_by\": \"%s\", \"bubble_formula\": %.6f, \"bubble_simulated\": %.10g, \"step_seconds_simulated\": %.10g, "
                  "\"imbalance\": %.4f, \"stage\": [",
-            pl->stages, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->stages)), pl->by_user ? "program" : "dmc",
-            pipe_bubble_formula(pl->stages, g->microbatches), pl->bubble, pl->timed.makespan, pl->imbalance);
+            pl->stages, pl->ranks, pl->chunks, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->ranks)),
+            pl->by_user ? "program" : "dmc", pipe_bubble_formula_chunked(pl->ranks, pl->chunks, g->microbatches), pl->bubble,
+            pl->timed.makespan, pl->imbalance);
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
         fprintf(out, "%s{\"first\": ", k ? ", " : "");
         explain_json_string(out, g->values[s->first]->name ? g->values[s->first]->name : "");
         fprintf(out, ", \"last\": ");
         explain_json_string(out, g->values[s->last]->name ? g->values[s->last]->name : "");
+        fprintf(out, ", \"rank\": %d, \"chunk\": %d", dm_rank_of_stage(pl, k), k / pl->ranks);
         fprintf(out, ", \"first_line\": %d, \"last_line\": %d, \"seconds\": %.6g, \"forward_seconds\": %.6g, "
                      "\"backward_seconds\": %.6g, \"flops\": %.6g, "
                      "\"recv_bytes\": %lld, \"activation_bytes\": %lld, \"in_flight\": %d, \"param_bytes\": %lld}",
@@ -228,6 +230,57 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
     fprintf(out, "]}");
 }
 
+/* Interleaved: the stages each pipeline rank holds, its chunks a, b, ... */
+static void chunks_text(const dm_pipeline_plan *pl, FILE *out) {
+    int P = pl->ranks;
+    fprintf(out, "  chunks: stage j runs on pipeline rank j mod %d as its chunk j / %d:", P, P);
+    for (int r = 0; r < P; r++) {
+        fprintf(out, "%s rank %d holds stages", r ? ";" : "", r);
+        for (int c = 0; c < pl->chunks; c++) fprintf(out, "%s %d (%c)", c ? "," : "", c * P + r, 'a' + c);
+    }
+    fprintf(out, "\n");
+}
+
+/* One line per stage: its ops, predicted time and share, what it receives, its activations. */
+static void stages_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    double total = 0;
+    int chunked = pl->chunks > 1;
+    for (int k = 0; k < pl->stages; k++) total += pl->stage[k].seconds;
+    fprintf(out, "  %-5s %s%-52s %10s %6s %12s %22s\n", "stage", chunked ? "rank " : "", "forward ops", "time/micro", "share",
+            "recv/micro", "activations in flight");
+    for (int k = 0; k < pl->stages; k++) {
+        const dm_stage_plan *s = &pl->stage[k];
+        char first[96], last[96], ops[200], recv[32], act[32], all[32], flight[96], rank[16] = "";
+        value_str(g->values[s->first], first, sizeof first);
+        value_str(g->values[s->last], last, sizeof last);
+        snprintf(ops, sizeof ops, "%s .. %s", first, last);
+        if (k) explain_mib((double)s->recv_elems, recv, sizeof recv);
+        else snprintf(recv, sizeof recv, "-");
+        explain_mib((double)(s->activation_elems + s->recv_elems), act, sizeof act);
+        explain_mib((double)(s->activation_elems + s->recv_elems) * s->in_flight, all, sizeof all);
+        snprintf(flight, sizeof flight, "%d x %s = %s", s->in_flight, act, all);
+        if (chunked) snprintf(rank, sizeof rank, "%d%c   ", dm_rank_of_stage(pl, k), 'a' + k / pl->ranks);
+        fprintf(out, "  %-5d %s%-52s %8.3f ms %5.1f%% %12s   %s\n", k, rank, ops, s->seconds * 1e3,
+                total > 0 ? 100 * s->seconds / total : 0, recv, flight);
+    }
+}
+
+/* The simulated bubble beside the formula for equal stages. */
+static void bubble_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
+    int P = pl->ranks, M = g->microbatches, v = pl->chunks;
+    fprintf(out, "bubble: %.1f%% of %s-time idle, simulating the schedule with each stage's predicted forward and\n"
+                 "  backward times (a step of %.3f ms); ", 100 * pl->bubble, v > 1 ? "rank" : "stage", pl->timed.makespan * 1e3);
+    if (v == 1) {
+        fprintf(out, "equal stages would give (P - 1) / (M + P - 1) = %d / %d = %.1f%%\n", P - 1, M + P - 1,
+                100 * pipe_bubble_formula(P, M));
+        return;
+    }
+    fprintf(out, "equal stages would give (P - 1) / (v M + P - 1) = %d / %d = %.1f%%:\n"
+                 "  (1/v)(P - 1)/M = %.1f%% of the ideal step, 1/%d of 1F1B's on %d stages (%.1f%% idle)\n",
+            P - 1, v * M + P - 1, 100 * pipe_bubble_formula_chunked(P, v, M), 100.0 * (P - 1) / ((double)v * M), v, P,
+            100 * pipe_bubble_formula(P, M));
+}
+
 /* draw_grid: the schedule, one column per forward time (as wide as 3 (M + P - 1) + 2 M
  * columns, so only in --explain=full) */
 static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int draw_grid, FILE *out) {
@@ -238,30 +291,16 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int dra
                 M, g->batch_dim, (long long)(g->batch_whole / M), g->batch_dim, (long long)g->batch_whole);
         return;
     }
-    pipe_kind kind = pipe_kind_for(g->schedule, pl->stages);
-    fprintf(out, "pipeline: %d stages x %d micro-batch%s", P, M, M == 1 ? "" : "es");
+    pipe_kind kind = pipe_kind_for(g->schedule, pl->ranks);
+    fprintf(out, "pipeline: %d stages", P);
+    if (pl->chunks > 1) fprintf(out, " (%d ranks x %d chunks)", pl->ranks, pl->chunks);
+    fprintf(out, " x %d micro-batch%s", M, M == 1 ? "" : "es");
     if (M > 1) fprintf(out, " (%s = %lld as %d of %lld)", g->batch_dim, (long long)g->batch_whole, M, (long long)(g->batch_whole / M));
     fprintf(out, ", schedule %s\n", pipe_kind_name(kind));
+    if (pl->chunks > 1) chunks_text(pl, out);
     fprintf(out, "  cuts %s\n", pl->by_user ? "as the program gives them (schedule ... cuts = [...])"
                                             : "chosen by dmc: the slowest stage as fast as it can be (dynamic programming)");
-    double total = 0;
-    for (int k = 0; k < P; k++) total += pl->stage[k].seconds;
-    fprintf(out, "  %-5s %-52s %10s %6s %12s %22s\n", "stage", "forward ops", "time/micro", "share", "recv/micro",
-            "activations in flight");
-    for (int k = 0; k < P; k++) {
-        const dm_stage_plan *s = &pl->stage[k];
-        char first[96], last[96], ops[200], recv[32], act[32], all[32], flight[96];
-        value_str(g->values[s->first], first, sizeof first);
-        value_str(g->values[s->last], last, sizeof last);
-        snprintf(ops, sizeof ops, "%s .. %s", first, last);
-        if (k) explain_mib((double)s->recv_elems, recv, sizeof recv);
-        else snprintf(recv, sizeof recv, "-");
-        explain_mib((double)(s->activation_elems + s->recv_elems), act, sizeof act);
-        explain_mib((double)(s->activation_elems + s->recv_elems) * s->in_flight, all, sizeof all);
-        snprintf(flight, sizeof flight, "%d x %s = %s", s->in_flight, act, all);
-        fprintf(out, "  %-5d %-52s %8.3f ms %5.1f%% %12s   %s\n", k, ops, s->seconds * 1e3,
-                total > 0 ? 100 * s->seconds / total : 0, recv, flight);
-    }
+    stages_text(g, pl, out);
     fprintf(out, "  imbalance: the slowest stage takes %.2fx the mean (time predicted by cost rules, not measured)\n",
             pl->imbalance);
     for (int t = 0; t < pl->n_tied; t++) {
@@ -272,14 +311,16 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int dra
         fprintf(out, ": each holds it, stage %d sums its gradient and updates it, then sends it to the others\n",
                 v->stage);
     }
-    if (draw_grid) {
+    if (draw_grid && pl->chunks > 1) {
+        fprintf(out, "\nschedule %s, one column per forward time of a stage (a backward takes two), Fmc/Bmc:\n"
+                     "forward/backward of micro-batch m on the rank's chunk c (a, b, ...), '.': idle\n", pipe_kind_name(kind));
+        pipe_schedule_print(&pl->schedule, out);
+    } else if (draw_grid) {
         fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
                      "micro-batch m, '.': idle\n", pipe_kind_name(kind));
         pipe_schedule_print(&pl->schedule, out);
     }
-    fprintf(out, "bubble: %.1f%% of stage-time idle, simulating the schedule with each stage's predicted forward and\n"
-                 "  backward times (a step of %.3f ms); equal stages would give (P - 1) / (M + P - 1) = %d / %d = %.1f%%\n",
-            100 * pl->bubble, pl->timed.makespan * 1e3, P - 1, M + P - 1, 100 * pipe_bubble_formula(P, M));
+    bubble_text(g, pl, out);
     fprintf(out, "\n");
 }
 
@@ -366,6 +407,48 @@ static void recompute_text(const ir_graph *g, FILE *out) {
                                                 : "each such layer call keeps only its inputs for the backward");
 }
 
+/* The attentions fused into one kernel (passes/fuse_attention.c), the forward's: their
+ * count, the first one's line, and per rank and micro-batch the elements of row
+ * log-sum-exp they keep for the backward and of probabilities the unfused ops would. */
+typedef struct fused_attention {
+    int count, line;
+    double kept_elems, probability_elems;
+} fused_attention;
+
+static fused_attention fused_attentions(const ir_graph *g) {
+    fused_attention f = {0};
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ATTENTION || v->phase != PHASE_FORWARD) continue;
+        double rows = (double)ir_local_numel(g, &v->type) / (double)v->type.shape[v->type.rank - 1];
+        if (!f.count++) f.line = v->loc.line;
+        f.kept_elems += rows;
+        f.probability_elems += rows * (double)v->type.shape[v->type.rank - 2];
+    }
+    return f;
+}
+
+/* One line; full: and how (the compact screen of GPT-2 2 x 2 x 2 stays under 60 lines). */
+static void attention_text(const ir_graph *g, int full, FILE *out) {
+    fused_attention f = fused_attentions(g);
+    if (!f.count) return;
+    char kept[32], probabilities[32];
+    explain_mib(f.kept_elems, kept, sizeof kept);
+    explain_mib(f.probability_elems, probabilities, sizeof probabilities);
+    fprintf(out, "attention: %d fused (line %d): %s of row statistics kept for the backward instead of %s of probabilities\n",
+            f.count, f.line, kept, probabilities);
+    if (full)
+        fprintf(out, "  (one rank's shards, every stage, one micro-batch): blocks of queries and keys with an online softmax,\n"
+                     "  the backward makes the scores again; --no-fuse-attention keeps the unfused ops\n");
+    fprintf(out, "\n");
+}
+
+static void attention_json(const ir_graph *g, FILE *out) {
+    fused_attention f = fused_attentions(g);
+    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f}",
+            f.count, 4 * f.kept_elems, 4 * f.probability_elems);
+}
+
 static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     fprintf(out, ", \"zero\": {\"stage\": %d, \"buckets\": [", z->stage);
     for (int k = 0; k < z->n_buckets; k++) {
@@ -391,8 +474,8 @@ static void memory_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
             (long long)plan->param_elems * 4, (long long)plan->grad_elems * 4, (long long)plan->state_elems * 4,
             (long long)plan->arena_elems * 4, (long long)plan->arena_unshared_elems * 4);
     /* what a rank allocates at its peak (the C target's layout): the largest rank's, and
-     * each stage's */
-    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+     * each stage's (by pipeline coordinate: interleaved, a rank holds several stages) */
+    int n_peaks = plan->stages > 1 ? plan->ranks : 1;
     dm_memory_peak *peaks = calloc((size_t)n_peaks, sizeof *peaks);
     if (!peaks) abort();
     int64_t peak = 0;
@@ -416,9 +499,9 @@ static void memory_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
     fprintf(out, ", \"stages\": [");
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
-        fprintf(out, "%s{\"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
+        fprintf(out, "%s{\"rank\": %d, \"params\": %lld, \"grads\": %lld, \"optimizer_state\": %lld, \"activations\": %lld, "
                      "\"activations_kept\": %lld, \"in_flight\": %d, \"activations_held\": %lld}",
-                k ? ", " : "", (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
+                k ? ", " : "", dm_rank_of_stage(pipeline, k), (long long)m->param_elems * 4, (long long)m->grad_elems * 4,
                 (long long)m->state_elems * 4, (long long)m->arena_elems * 4, (long long)m->kept_elems * 4, m->in_flight,
                 (long long)m->held_elems * 4);
     }
@@ -452,6 +535,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_time_json(g, pipeline, out);
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
     fprintf(out, ", \"recomputed_ops\": %d", recomputed_ops(g, NULL));
+    attention_json(g, out);
     memory_json(g, plan, pipeline, out);
 }
 
@@ -484,12 +568,14 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
     explain_mib((double)plan->state_elems, s, sizeof s);
     explain_mib((double)plan->arena_elems, a, sizeof a);
     explain_mib((double)plan->arena_unshared_elems, au, sizeof au);
-    fprintf(out, "memory per rank%s:\n", plan->stages > 1 ? " (each region's largest over the stages)" : "");
+    int chunked = plan->stages > plan->ranks && plan->ranks > 0;
+    fprintf(out, "memory per rank%s:\n", chunked ? " (each region's largest over the ranks, which hold their chunks' stages)"
+                                       : plan->stages > 1 ? " (each region's largest over the stages)" : "");
     fprintf(out, "  parameters        %12s\n", p);
     fprintf(out, "  gradients         %12s\n", gr);
     fprintf(out, "  optimizer state   %12s\n", s);
     fprintf(out, "  activations       %12s  (%s without buffer reuse; one micro-batch's)\n", a, au);
-    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+    int n_peaks = plan->stages > 1 ? plan->ranks : 1;
     for (int k = 0; k < n_peaks; k++) {
         dm_memory_peak pk;
         dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
@@ -498,7 +584,7 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         const int64_t part[7] = {pk.params, pk.grads, pk.optimizer_state, pk.activations, pk.gradient_sums, pk.scratch,
                                  pk.outputs};
         for (int q = 0; q < 7; q++) explain_mib((double)part[q] / 4, parts[q], sizeof parts[q]);
-        if (n_peaks > 1) fprintf(out, "  stage %-3d ", k);
+        if (n_peaks > 1) fprintf(out, chunked ? "  rank %-4d " : "  stage %-3d ", k);
         else fprintf(out, "  ");
         fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
                      "%s, gradient sums %s, scratch %s, outputs %s",
@@ -516,7 +602,9 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         explain_mib((double)m->grad_elems, gr, sizeof gr);
         explain_mib((double)m->state_elems, s, sizeof s);
         explain_mib((double)m->held_elems, a, sizeof a);
-        fprintf(out, "  stage %-3d parameters %s, gradients %s, optimizer state %s, activations %s", k, p, gr, s, a);
+        fprintf(out, "  stage %-3d ", k);
+        if (chunked) fprintf(out, "(rank %d%c) ", k % plan->ranks, 'a' + k / plan->ranks);
+        fprintf(out, "parameters %s, gradients %s, optimizer state %s, activations %s", p, gr, s, a);
         if (m->in_flight > 1 && m->kept_elems == m->arena_elems) {
             char arena[32];
             explain_mib((double)m->arena_elems, arena, sizeof arena);
@@ -557,6 +645,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_time_text(g, pipeline, full, out);
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);
     recompute_text(g, out);
+    attention_text(g, full, out);
     if (full) memory_text(g, plan, pipeline, out);
     else explain_memory_table(g, plan, pipeline, out);
 }

@@ -159,7 +159,8 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, FI
 }
 
 void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out) {
-    int n_peaks = plan->stages > 1 ? plan->stages : 1;
+    /* by pipeline coordinate: interleaved, a rank holds several stages */
+    int n_peaks = plan->stages > 1 ? plan->ranks : 1, chunked = plan->stages > plan->ranks;
     int64_t gathered = 0;
     fprintf(out, "%-15s %10s %11s %10s %10s %12s %10s %8s %8s  (MiB)\n", "memory per rank", "peak", "parameters",
             "gradients", "optimizer", "activations", "grad sums", "scratch", "outputs");
@@ -167,7 +168,7 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
         dm_memory_peak pk;
         dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
         char label[24];
-        if (n_peaks > 1) snprintf(label, sizeof label, "stage %d", k);
+        if (n_peaks > 1) snprintf(label, sizeof label, "%s %d", chunked ? "rank" : "stage", k);
         else snprintf(label, sizeof label, "rank");
         const double mib = 1024.0 * 1024.0;
         fprintf(out, "  %-13s %10.2f %11.2f %10.2f %10.2f %12.2f %10.2f %8.2f %8.2f\n", label, pk.total / mib,

@@ -37,7 +37,7 @@ static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *
     if (pl->cost.precision == DM_BF16)
         fprintf(out, "  (bf16 is costed only: the generated code runs fp32, or tf32 on --target cuda --tf32)\n");
     fprintf(out, "  (%s; not modelled yet: activation memory\n"
-                 "  in 2-byte elements, the interleaved schedule; docs/cost.md)\n\n",
+                 "  in 2-byte elements; docs/cost.md)\n\n",
             strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
                                              : "the hardware's peaks times its efficiencies");
 }

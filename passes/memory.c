@@ -233,11 +233,13 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        /* a temporary reshape shares its operand's buffer; a reshape with a buffer of
-         * its own (a parameter's gradient) is a copy */
-        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW) && v->role == ROLE_TEMP;
+        /* a temporary reshape or view shares its operand's buffer; a reshape with a buffer
+         * of its own (a parameter's gradient) is a copy */
+        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
+                     v->role == ROLE_TEMP;
         plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
-        if (shares) plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : 0);
+        if (shares)
+            plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */
@@ -295,7 +297,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         }
         plan->region[i] = REGION_ARENA;
         item_id[n_items] = i, def[n_items] = i, dies[n_items] = last_use[i] < n ? last_use[i] : n;
-        size[n_items] = round_up(ir_local_numel(g, &v->type));
+        size[n_items] = round_up(ir_storage_elems(g, v));
         plan->arena_unshared_elems += size[n_items];
         n_items++;
     }
@@ -316,6 +318,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
 
 void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->stage);
+    free(plan->rank);
     free(plan->copy_first);
     free(plan->copy_stage);
     free(plan->copy_offset);
@@ -384,7 +387,7 @@ static int64_t place_items(const ir_graph *g, const stage_item *items, int n_ite
     for (int it = 0; it < n_items; it++) {
         if (kept >= 0 && is_kept(&items[it], forward_end) != kept) continue;
         which[n] = it;
-        size[n] = round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+        size[n] = round_up(ir_storage_elems(g, g->values[items[it].id]));
         def[n] = items[it].def, dies[n] = items[it].dies;
         n++;
     }
@@ -454,7 +457,7 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
     dm_stage_memory *sm = &plan->stage[s];
     int64_t *offset = calloc((size_t)n_items + 1, sizeof(int64_t));
     if (!offset) abort();
-    for (int it = 0; it < n_items; it++) sm->arena_unshared_elems += round_up(ir_local_numel(g, &g->values[items[it].id]->type));
+    for (int it = 0; it < n_items; it++) sm->arena_unshared_elems += round_up(ir_storage_elems(g, g->values[items[it].id]));
     sm->in_flight = pipe->stage && s < pipe->stages && pipe->stage[s].in_flight > 1 ? pipe->stage[s].in_flight : 1;
     sm->arena_elems = place_items(g, items, n_items, phase_end[0], -1, offset);
     sm->kept_elems = sm->in_flight > 1 ? sm->arena_elems : 0; /* the whole arena copied */
@@ -498,9 +501,12 @@ static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const
         case REGION_PARAMS: {
             plan->offset[i] = own->param_elems;
             own->param_elems += size;
+            /* a copy on each other rank reading it, in the first of its stages that does */
             uint64_t others = v->stage < 64 ? pipe->readers[plan->storage_of[i]] & ~((uint64_t)1 << v->stage) : 0;
+            uint64_t ranks_held = (uint64_t)1 << dm_rank_of_stage(pipe, v->stage);
             for (int s = 0; s < plan->stages && s < 64; s++)
-                if (others >> s & 1) {
+                if ((others >> s & 1) && !(ranks_held >> dm_rank_of_stage(pipe, s) & 1)) {
+                    ranks_held |= (uint64_t)1 << dm_rank_of_stage(pipe, s);
                     add_copy(copies, i, s, plan->stage[s].param_elems);
                     plan->stage[s].param_elems += size;
                 }
@@ -519,6 +525,56 @@ static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const
     }
 }
 
+_Static_assert(REGION_GRADS == REGION_PARAMS + 1 && REGION_STATE == REGION_PARAMS + 2 && REGION_ARENA == REGION_PARAMS + 3,
+               "stack_chunks numbers the regions from params");
+
+/* Interleaved, a rank holds its chunks' stages: each region of the rank is theirs one after
+ * the other (chunk 0's first), and every offset, a copy's too, moves to where its stage's
+ * part starts in its rank's region. Without chunks the parts start at 0. */
+static void stack_chunks(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe, copy_list *copies) {
+    int S = plan->stages;
+    int64_t *base = calloc((size_t)S * 4 + 1, sizeof(int64_t)); /* per stage: params, grads, state, arena */
+    if (!base) abort();
+    for (int r = 0; r < pipe->ranks; r++) {
+        int64_t at[4] = {0};
+        for (int k = r; k < S; k += pipe->ranks) {
+            dm_stage_memory *m = &plan->stage[k];
+            const int64_t size[4] = {m->param_elems, m->grad_elems, m->state_elems, m->held_elems};
+            for (int q = 0; q < 4; q++) base[4 * k + q] = at[q], at[q] += size[q];
+            m->arena_base = base[4 * k + 3];
+        }
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        int k = g->values[i]->stage, q = plan->region[i] - REGION_PARAMS;
+        if (plan->storage_of[i] == i && k >= 0 && k < S && q >= 0 && q < 4) plan->offset[i] += base[4 * k + q];
+    }
+    for (int c = 0; c < copies->n; c++) {
+        int q = plan->region[copies->id[c]] - REGION_PARAMS;
+        if (q >= 0 && q < 4) copies->offset[c] += base[4 * copies->stage[c] + q];
+    }
+    free(base);
+}
+
+/* What each rank holds: the sums of its stages' regions (without chunks, its stage's: no
+ * table of its own, as ZeRO changes the stages' sizes later). */
+static void sum_ranks(dm_memory_plan *plan, const dm_pipeline_plan *pipe) {
+    plan->ranks = pipe->ranks;
+    if (pipe->chunks <= 1) return;
+    plan->rank = calloc((size_t)plan->ranks, sizeof *plan->rank);
+    if (!plan->rank) abort();
+    for (int k = 0; k < plan->stages; k++) {
+        const dm_stage_memory *m = &plan->stage[k];
+        dm_stage_memory *r = &plan->rank[dm_rank_of_stage(pipe, k)];
+        r->param_elems += m->param_elems, r->grad_elems += m->grad_elems, r->state_elems += m->state_elems;
+        r->grad_sum_elems += m->grad_sum_elems ? m->grad_sum_elems : m->grad_elems;
+        r->arena_unshared_elems += m->arena_unshared_elems;
+        /* the rank's arena is its stages' held regions, each its own; one micro-batch's is
+         * their arenas' */
+        r->arena_elems += m->arena_elems, r->held_elems += m->held_elems;
+        if (m->in_flight > r->in_flight) r->in_flight = m->in_flight;
+    }
+}
+
 void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe) {
     if (pipe->stages <= 1 || !pipe->readers) return;
     int n = g->n_values;
@@ -531,6 +587,7 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     int *summed = dm_summed_partials(g);
     for (int s = 0; s < plan->stages; s++) plan_stage_arena(plan, g, pipe, s, summed, &copies);
     free(summed);
+    if (pipe->chunks > 1) stack_chunks(plan, g, pipe, &copies);
     /* a sharing reshape is where its root is */
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i) plan->offset[i] = plan->offset[plan->storage_of[i]] + plan->within[i];
@@ -552,9 +609,10 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     free(copies.stage);
     free(copies.offset);
     /* what the largest rank holds */
+    sum_ranks(plan, pipe);
     plan->param_elems = plan->grad_elems = plan->state_elems = plan->arena_elems = plan->arena_unshared_elems = 0;
-    for (int s = 0; s < plan->stages; s++) {
-        const dm_stage_memory *m = &plan->stage[s];
+    for (int s = 0; s < plan->ranks; s++) {
+        const dm_stage_memory *m = dm_rank_memory(plan, s);
         if (m->param_elems > plan->param_elems) plan->param_elems = m->param_elems;
         if (m->grad_elems > plan->grad_elems) plan->grad_elems = m->grad_elems;
         if (m->state_elems > plan->state_elems) plan->state_elems = m->state_elems;
@@ -563,11 +621,27 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     }
 }
 
+const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank) {
+    return plan->rank ? &plan->rank[rank] : &plan->stage[rank];
+}
+
+/* The rank (pipeline coordinate) of stage k. */
+static int rank_of(const dm_memory_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
+
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage) {
     int root = plan->storage_of[id];
     if (plan->stages <= 1 || stage < 0 || g->values[root]->stage == stage) return plan->offset[root] + plan->within[id];
+    if (plan->region[root] == REGION_PARAMS) return dm_offset_on_rank(plan, g, id, rank_of(plan, stage));
     for (int k = plan->copy_first[root]; k < plan->copy_first[root + 1]; k++)
         if (plan->copy_stage[k] == stage) return plan->copy_offset[k] + plan->within[id];
+    return -1;
+}
+
+int64_t dm_offset_on_rank(const dm_memory_plan *plan, const ir_graph *g, int id, int rank) {
+    int root = plan->storage_of[id];
+    if (plan->stages <= 1 || rank_of(plan, g->values[root]->stage) == rank) return plan->offset[root] + plan->within[id];
+    for (int k = plan->copy_first[root]; k < plan->copy_first[root + 1]; k++)
+        if (rank_of(plan, plan->copy_stage[k]) == rank) return plan->copy_offset[k] + plan->within[id];
     return -1;
 }
 
@@ -577,9 +651,11 @@ int64_t dm_grad_sum_offset(const dm_memory_plan *plan, int id) {
     return plan->sum_offset ? plan->sum_offset[id] : plan->offset[id];
 }
 
-int64_t dm_grad_sum_elems(const dm_memory_plan *plan, int stage) {
-    if (plan->stages > 1 && stage >= 0 && stage < plan->stages)
-        return plan->stage[stage].grad_sum_elems ? plan->stage[stage].grad_sum_elems : plan->stage[stage].grad_elems;
+int64_t dm_grad_sum_elems(const dm_memory_plan *plan, int rank) {
+    if (plan->stages > 1 && rank >= 0 && rank < plan->ranks) {
+        const dm_stage_memory *m = dm_rank_memory(plan, rank);
+        return m->grad_sum_elems ? m->grad_sum_elems : m->grad_elems;
+    }
     return plan->grad_sum_elems ? plan->grad_sum_elems : plan->grad_elems;
 }
 
@@ -605,6 +681,9 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
             n = rules->wgrad_floats(ir_numel(&x) / n_last, n_last);
         } else if (v->op == OP_EMBED_GRAD) {
             n = (rules->embed_grad_bytes(ir_local_numel(g, &g->values[v->operands[0]]->type)) + 3) / 4;
+        } else if ((v->op == OP_ATTENTION || v->op == OP_ATTENTION_GRAD) && rules->attention_floats) {
+            const ir_type *q = &g->values[v->operands[0]]->type;
+            n = rules->attention_floats(q->shape[q->rank - 2], q->shape[q->rank - 1]);
         }
         if (n > need) need = n;
     }
@@ -626,14 +705,15 @@ static int64_t allocated(int64_t bytes) { return bytes <= 0 ? 64 : (bytes + 63) 
 void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe,
                        int64_t scratch_elems, int stage, dm_memory_peak *out) {
     memset(out, 0, sizeof *out);
-    int staged = plan->stages > 1 && stage >= 0 && stage < plan->stages;
-    int64_t params = staged ? plan->stage[stage].param_elems : plan->param_elems;
-    int64_t grads = staged ? plan->stage[stage].grad_elems : plan->grad_elems;
-    int64_t state = staged ? plan->stage[stage].state_elems : plan->state_elems;
+    int staged = plan->stages > 1 && stage >= 0 && stage < plan->ranks;
+    const dm_stage_memory *mine = staged ? dm_rank_memory(plan, stage) : NULL;
+    int64_t params = staged ? mine->param_elems : plan->param_elems;
+    int64_t grads = staged ? mine->grad_elems : plan->grad_elems;
+    int64_t state = staged ? mine->state_elems : plan->state_elems;
     int scheduled = ir_is_scheduled(g), k = stage < 0 ? 0 : stage;
     int in_flight = scheduled && pipe && pipe->stage && k < pipe->stages ? pipe->stage[k].in_flight : 1;
     /* a stage keeps a copy of its kept values per micro-batch in flight, one of the rest */
-    int64_t arena = staged ? plan->stage[stage].held_elems : plan->arena_elems * in_flight;
+    int64_t arena = staged ? mine->held_elems : plan->arena_elems * in_flight;
     int64_t M = scheduled ? g->microbatches : 1;
     out->params = allocated(4 * params);
     out->grads = allocated(4 * grads);
@@ -644,7 +724,7 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     if (scratch_elems > 0) out->scratch = allocated(4 * scratch_elems);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = g->values[g->outputs[i]];
-        if (scheduled) out->outputs += allocated(staged && v->stage != stage ? 0 : 4 * M * ir_local_numel(g, &v->type));
+        if (scheduled) out->outputs += allocated(staged && rank_of(plan, v->stage) != stage ? 0 : 4 * M * ir_local_numel(g, &v->type));
         if (dm_output_gathered(g, v)) out->gathered_outputs += allocated(4 * M * ir_numel(&v->type));
     }
     out->total = out->params + out->grads + out->optimizer_state + out->activations + out->gradient_sums + out->scratch +

@@ -20,6 +20,11 @@ int pass_shapes(ir_graph *g, dm_diag *d);
  * marked unreached (the optimizer leaves it alone). requires: lower. */
 int pass_trainable(ir_graph *g, dm_diag *d);
 
+/* fuse_attention.c: with g->fuse_attention, each softmax(causal_mask(q @ kT * s)) @ v whose
+ * scores and probabilities nothing else reads becomes one attention op. requires: typed
+ * forward graph (before autodiff); renumbers values. */
+int pass_fuse_attention(ir_graph *g);
+
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
@@ -106,7 +111,9 @@ const struct dm_link *cost_axis_link(const ir_graph *g, const dm_cost_model *m, 
  * predicted time (its forward ops, their gradients, and receiving its inputs) under a
  * memory limit per rank; or where g->cut_after says. Backward ops run on their origin's
  * stage, updates on their parameter's. requires: shard; runs with no pipeline axis too
- * (everything on stage 0). */
+ * (everything on stage 0). With the interleaved schedule the cut makes P * v virtual
+ * stages (v model chunks per rank): stage k (v->stage) runs on the ranks of pipeline
+ * coordinate k mod P, as their chunk k / P. */
 typedef struct dm_stage_plan {
     int first, last;            /* value ids of its first and last forward op */
     double seconds;             /* predicted forward + backward time of one micro-batch */
@@ -119,7 +126,9 @@ typedef struct dm_stage_plan {
 } dm_stage_plan;
 
 typedef struct dm_pipeline_plan {
-    int stages;                 /* P: the pipeline axis's size (1 without one) */
+    int stages;                 /* the stages the model is cut into: P, or P * chunks interleaved */
+    int ranks;                  /* P: the pipeline axis's size (1 without one) */
+    int chunks;                 /* model chunks (stages) per pipeline rank: 1 but interleaved */
     dm_stage_plan *stage;       /* (stages) */
     double imbalance;           /* slowest stage over the mean, >= 1 */
     int by_user;                /* the cuts are the program's (schedule ... cuts = [...]) */
@@ -128,7 +137,8 @@ typedef struct dm_pipeline_plan {
                                  * sends the new values to the others */
     uint64_t *tied_on;          /* (n_tied) the stages whose forward ops use it, a bit each */
     int n_tied;
-    pipe_schedule schedule;     /* every stage's actions (GPipe, 1F1B), as generated code runs them */
+    pipe_schedule schedule;     /* every rank's actions (GPipe, 1F1B, interleaved), as generated
+                                 * code runs them */
     pipe_schedule timed;        /* the same timed with each stage's predicted forward and backward
                                  * times (unequal stages); actions NULL without cuts */
     double bubble;              /* its idle fraction of stage-time (pipe_bubble) */
@@ -153,6 +163,18 @@ typedef struct dm_pipeline_options {
     struct dm_cut_memo *cut_memo; /* pipeline_estimate_stages: the cut searches made before, to
                                  * repeat none (the planner's); NULL: none kept */
 } dm_pipeline_options;
+
+/* pipeline_checks.c: the model chunks each pipeline rank holds (1 but interleaved), or -1
+ * after reporting why the schedule cannot run (chunks without the interleaved schedule,
+ * the interleaved one without 2 or more chunks, micro-batches not in groups of P, more
+ * than 64 stages, ZeRO, clipping); and the cuts the program names (schedule ...(cuts =
+ * [...])) as the forward positions each stage starts at, boundary (stages + 1) over the
+ * n_ops forward ops op[] (value ids): the errors found. */
+int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);
+int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, int chunks, int *boundary, dm_diag *d);
+
+/* The pipeline coordinate of the ranks running stage k. */
+static inline int dm_rank_of_stage(const dm_pipeline_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
 
 /* Cut searches kept for the next estimates of one plan search (pipeline.c says which). */
 typedef struct dm_cut_memo dm_cut_memo;
@@ -211,6 +233,9 @@ typedef struct dm_stage_memory {
      * arena_elems where a copy of the whole arena per micro-batch takes less. */
     int64_t kept_elems, held_elems;
     int in_flight;
+    /* Interleaved, a rank holds its chunks' regions one after the other: where this stage's
+     * arena starts in its rank's (the offsets of the plan already count it). */
+    int64_t arena_base;
 } dm_stage_memory;
 
 typedef struct dm_memory_plan {
@@ -224,6 +249,8 @@ typedef struct dm_memory_plan {
     /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
     int stages;              /* 1: one layout for every rank */
     dm_stage_memory *stage;  /* (stages) */
+    int ranks;               /* the pipeline's ranks: stages, or stages / chunks interleaved */
+    dm_stage_memory *rank;   /* (ranks) what each holds: the sums of its stages' regions */
     int *copy_first;         /* (n_values + 1) copies of value i on stages other than its own
                               * (a tied parameter's, a received value's): entries
                               * [copy_first[i], copy_first[i + 1]) of copy_stage/copy_offset */
@@ -272,12 +299,19 @@ void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_m
  * own ops and the values it receives), so that a rank allocates only its stage's share.
  * Leaves a one-stage plan as it is. */
 void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe);
-/* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in that
- * stage's region, or -1 when that stage holds no copy. stage < 0: its own stage. */
+/* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in their
+ * region, or -1 when that stage holds no copy. stage < 0: its own stage. A parameter is held
+ * once per rank: its stages (interleaved, several) share it. */
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage);
+/* The same for the ranks of pipeline coordinate `rank`: a parameter's, on whichever of its
+ * stages holds it. */
+int64_t dm_offset_on_rank(const dm_memory_plan *plan, const ir_graph *g, int id, int rank);
+/* What the ranks of pipeline coordinate `rank` hold: their stage's regions, or interleaved
+ * the sums of their stages' (kept_elems then 0: held_elems is what they allocate). */
+const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank);
 
 /* Where gradient id sits in the micro-batches' gradient sum, and that sum's elements on
- * `stage` (< 0: the largest). */
+ * the ranks of pipeline coordinate `rank` (< 0: the largest). */
 int64_t dm_grad_sum_offset(const dm_memory_plan *plan, int id);
 int64_t dm_grad_sum_elems(const dm_memory_plan *plan, int stage);
 
@@ -289,6 +323,7 @@ typedef struct dm_scratch_rules {
     int64_t (*xent_floats)(int64_t rows, int64_t comm_size);
     int64_t (*embed_grad_bytes)(int64_t rows);
     int64_t (*wgrad_floats)(int64_t rows, int64_t n);
+    int64_t (*attention_floats)(int64_t positions, int64_t width); /* NULL: no attention kernel */
 } dm_scratch_rules;
 int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules);
 
@@ -297,7 +332,8 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules);
 int dm_output_gathered(const ir_graph *g, const ir_value *v);
 
 /* What one rank allocates (host memory, the C target's layout: every buffer rounded to 64
- * bytes as dmrt_alloc rounds it), by part; `stage` for pipelines (0 otherwise).
+ * bytes as dmrt_alloc rounds it), by part; `stage`: the pipeline coordinate of the rank
+ * (0 without stages; interleaved, the rank holds several).
  * scratch_elems: dm_scratch_elems of the target. */
 typedef struct dm_memory_peak {
     int64_t params, grads, optimizer_state;

@@ -150,7 +150,7 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
         const ir_value *v = g->values[i];
         if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
         if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
-        double elems = (double)ir_local_numel(g, &v->type);
+        double elems = (double)ir_storage_elems(g, v);
         /* it crosses every boundary after it up to its last user */
         delta[pos[i] + 1] += elems;
         delta[last_use[i] + 1] -= elems;
@@ -585,8 +585,8 @@ static double reductions_seconds(const ir_graph *g, const dm_cost_model *m, cons
     return latency - overlap * (hideable < backward ? hideable : backward);
 }
 
-/* The update phase of the slowest stage (ranks of a stage run theirs at once), and the
- * model flops of a rank, the mean over the stages. */
+/* The update phase of the slowest rank (ranks of a stage run theirs at once; a rank runs
+ * its chunks' one after the other), and the model flops of a rank, the mean over them. */
 static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
     double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
@@ -604,13 +604,17 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
             flops[v->stage] += model_flops_of(v, &oc);
         }
     }
+    double *by_rank = xcalloc((size_t)plan->ranks, sizeof(double));
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
         update[k] += reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
                                         P, g->microbatches, bucket_bytes);
-        if (update[k] > plan->update_seconds) plan->update_seconds = update[k];
-        plan->model_flops += flops[k] * g->microbatches / P;
+        by_rank[dm_rank_of_stage(plan, k)] += update[k];
+        plan->model_flops += flops[k] * g->microbatches / plan->ranks;
     }
+    for (int r = 0; r < plan->ranks; r++)
+        if (by_rank[r] > plan->update_seconds) plan->update_seconds = by_rank[r];
+    free(by_rank);
     free(reduced);
     free(steps);
     free(link);
@@ -625,13 +629,14 @@ static double action_seconds(double seconds) { return seconds > 1e-12 ? seconds 
 /* The schedule timed with each stage's own predicted times, then the step: the schedule
  * and the update. */
 static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
-    int P = plan->stages;
-    double *forward = xcalloc((size_t)P, sizeof(double)), *backward = xcalloc((size_t)P, sizeof(double));
-    for (int k = 0; k < P; k++) {
+    int S = plan->stages;
+    double *forward = xcalloc((size_t)S, sizeof(double)), *backward = xcalloc((size_t)S, sizeof(double));
+    for (int k = 0; k < S; k++) {
         forward[k] = action_seconds(plan->stage[k].forward_seconds);
         backward[k] = action_seconds(plan->stage[k].backward_seconds);
     }
-    if (pipe_schedule_build_staged(&plan->timed, pipe_kind_for(g->schedule, P), P, g->microbatches, forward, backward))
+    if (pipe_schedule_build_virtual(&plan->timed, pipe_kind_for(g->schedule, plan->ranks), plan->ranks, plan->chunks,
+                                    g->microbatches, forward, backward))
         abort();
     plan->bubble = pipe_bubble(&plan->timed);
     predict_update(g, plan, bucket_bytes);
@@ -642,8 +647,10 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
 
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d) {
     memset(plan, 0, sizeof *plan);
-    int stages = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1;
-    plan->stages = stages;
+    int ranks = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1, chunks = pipeline_chunks(g, ranks, d);
+    if (chunks < 0) return 1;
+    int stages = ranks * chunks;
+    plan->stages = stages, plan->ranks = ranks, plan->chunks = chunks;
     plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c = {0};
     plan->cost = opts ? opts->cost : (dm_cost_model){0};
@@ -651,40 +658,34 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     measure(g, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = xcalloc((size_t)stages, sizeof(int));
-    if (pipe_schedule_build(&plan->schedule, pipe_kind_for(g->schedule, stages), stages, g->microbatches, 1.0, 2.0))
+    if (pipe_schedule_build_chunked(&plan->schedule, pipe_kind_for(g->schedule, ranks), ranks, chunks, g->microbatches,
+                                    1.0, 2.0))
         abort();
     for (int k = 0; k < stages; k++) c.in_flight[k] = pipe_in_flight(&plan->schedule, k);
     int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
     int errors = 0;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
+    /* a rank holds its chunks' memory: each chunk gets a share of the limit */
+    double limit = opts ? opts->memory_limit_bytes / chunks : 0;
     if (stages == 1) {
         boundary[1] = c.n;
     } else if (c.n < stages) {
-        dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
+        if (chunks > 1) {
+            dm_error(d, at, "%d pipeline ranks x %d chunks make %d stages, but the forward pass has %d ops", ranks, chunks,
+                     stages, c.n);
+            dm_note(d, at, "fewer chunks (--chunks), or another schedule");
+        } else
+            dm_error(d, at, "%d pipeline stages, but the forward pass has %d ops", stages, c.n);
         errors++;
     } else if (g->n_cuts) {
-        if (g->n_cuts != stages - 1) {
-            dm_error(d, g->cuts_loc, "%d cut%s make%s %d stages, but the pipeline axis has %d", g->n_cuts,
-                     g->n_cuts == 1 ? "" : "s", g->n_cuts == 1 ? "s" : "", g->n_cuts + 1, stages);
-            errors++;
-        }
-        for (int k = 0; k < g->n_cuts && !errors; k++) {
-            int j = 0;
-            while (j < c.n && c.op[j] != g->cut_after[k]->id) j++;
-            boundary[k + 1] = j + 1;
-            if (j + 1 >= c.n) {
-                dm_error(d, g->cuts_loc, "the cut after '%s' leaves no op to the last stage", g->cut_after[k]->name);
-                errors++;
-            }
-        }
-        boundary[0] = 0;
-        boundary[stages] = c.n;
+        errors += pipeline_user_cuts(g, c.n, c.op, stages, chunks, boundary, d);
         plan->by_user = 1;
-    } else if (choose_cuts(&c, stages, opts ? opts->memory_limit_bytes : 0, NULL, boundary)) {
+    } else if (choose_cuts(&c, stages, limit, NULL, boundary)) {
         /* without a limit every cut of n >= stages ops fits: only the limit can refuse */
         dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank (--memory-gb)", stages,
                  opts->memory_limit_bytes / (1 << 30));
-        dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)");
+        dm_note(d, at, "raise --memory-gb, use more stages, or 1f1b (fewer micro-batches in flight)%s",
+                chunks > 1 ? "; each of a rank's chunks gets an equal share of the limit" : "");
         errors++;
     }
     if (!errors && c.n == 0) {

@@ -10,7 +10,8 @@
  *
  * Which values (g->recompute): MARKED, those of segments made inside recompute(...);
  * FULL, every segment's; SELECTIVE, every segment's values that are cheap to make again
- * (elementwise, softmax, norms, reshapes: not products, which keep their outputs);
+ * (elementwise, softmax, norms, reshapes: not products or fused attention, which keep
+ * their outputs);
  * NONE, nothing.
  *
  * requires: autodiff (before optimizer and shard, which insert the collectives the
@@ -23,6 +24,7 @@
 static int cheap(const ir_value *v) {
     switch (ir_op_info_of(v->op)->cls) {
     case OPC_MATMUL:
+    case OPC_ATTENTION: /* products too, and what it keeps is small */
     case OPC_GATHER:
     case OPC_COLLECTIVE:
     case OPC_LOSS:

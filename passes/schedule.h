@@ -1,8 +1,10 @@
-/* schedule.h: pipeline schedules (GPipe, 1F1B). For P stages and M micro-batches: each
- * stage's actions in the order it runs them (forward or backward of one micro-batch),
- * and their time slots when a forward costs f and a backward b units, each action
- * starting as soon as its stage is free and its input has arrived:
- *   F(s, m) after F(s-1, m);  B(s, m) after B(s+1, m), and on the last stage after F(s, m).
+/* schedule.h: pipeline schedules (GPipe, 1F1B, interleaved 1F1B). For P stages (pipeline
+ * ranks) and M micro-batches: each stage's actions in the order it runs them (forward or
+ * backward of one micro-batch, on one of its model chunks), and their time slots, each
+ * action starting as soon as its stage is free and its input has arrived. The model
+ * is cut into V = P * chunks virtual stages; virtual stage j runs on stage j mod P, as
+ * its chunk j / P (one chunk a stage but for the interleaved schedule):
+ *   F(j, m) after F(j-1, m);  B(j, m) after B(j+1, m), and on the last after F(j, m).
  * Used by code generation (one action list per stage, as generated code) and --explain
  * (the grid, the bubble, activations in flight). */
 #ifndef DM_SCHEDULE_H
@@ -11,60 +13,87 @@
 #include <stdio.h>
 
 typedef enum pipe_kind {
-    PIPE_GPIPE,   /* every forward, then every backward (Huang et al., 2019) */
-    PIPE_1F1B,    /* PipeDream-flush: P - s - 1 forwards, then one forward one backward, then the rest */
+    PIPE_GPIPE,       /* every forward, then every backward (Huang et al., 2019) */
+    PIPE_1F1B,        /* PipeDream-flush: P - s - 1 forwards, then one forward one backward, then the rest */
+    PIPE_INTERLEAVED, /* 1F1B over `chunks` model chunks per stage (Narayanan et al., 2021): micro-batches
+                       * go through a stage's chunks in groups of P; the warm-up runs forwards of
+                       * every chunk, then one forward one backward, then the backwards left */
 } pipe_kind;
 
 typedef struct pipe_action {
     char kind;        /* 'F' or 'B' */
     int micro;        /* micro-batch, 0 .. M - 1 */
+    int chunk;        /* the stage's model chunk, 0 .. chunks - 1: virtual stage chunk * P + stage */
     double start, end;
 } pipe_action;
 
 typedef struct pipe_schedule {
     pipe_kind kind;
     int stages, micros;
-    double forward_cost, backward_cost;   /* the same on every stage (pipe_schedule_build),
-                                           * else 0 */
-    double *stage_forward, *stage_backward; /* (stages) each stage's costs */
-    pipe_action *actions;  /* (stages, 2 * micros): stage s's actions in its order */
-    int *in_flight;        /* (stages) pipe_in_flight's, counted as the orders are made */
+    int chunks;                          /* model chunks per stage: 1 but for the interleaved schedule */
+    double forward_cost, backward_cost;  /* the same on every virtual stage (pipe_schedule_build*),
+                                          * else 0 */
+    double *stage_forward, *stage_backward; /* (stages * chunks) each virtual stage's costs */
+    pipe_action *actions;  /* (stages, 2 * chunks * micros) stage s's actions in its order */
+    int *in_flight;        /* (stages * chunks) pipe_in_flight's, counted as the orders are made */
     double makespan;       /* end of the last action */
 } pipe_schedule;
 
 /* The schedule that P stages run: one stage runs its micro-batches one after the other
  * (forward, backward, next: 1F1B with P = 1) whatever the program asked for. */
 pipe_kind pipe_kind_for(int kind, int stages);
+/* The model chunks a stage holds: `chunks` for the interleaved schedule on 2 or more
+ * stages, else 1. */
+int pipe_chunks_for(int kind, int stages, int chunks);
 
-/* "gpipe" / "1f1b" to the kind; -1 for anything else. */
+/* "gpipe" / "1f1b" / "interleaved" to the kind; -1 for anything else. */
 int pipe_kind_by_name(const char *name);
 const char *pipe_kind_name(pipe_kind kind);
+
+/* Why P stages with `chunks` chunks each cannot run M micro-batches interleaved (a
+ * sentence), or NULL when they can: chunks >= 2, and M a multiple of P (micro-batches go
+ * through a stage's chunks in groups of P). */
+const char *pipe_interleaved_problem(int stages, int chunks, int micros);
 
 /* Builds the schedule (stages >= 1, micros >= 1, costs > 0). Returns 0, or -1 when the
  * arguments are out of range or memory runs out. */
 int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros, double forward_cost,
                         double backward_cost);
+/* The same with `chunks` model chunks per stage, each virtual stage costing forward_cost
+ * and backward_cost. */
+int pipe_schedule_build_chunked(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
+                                double forward_cost, double backward_cost);
 /* The same with each stage's own costs, forward[s] and backward[s] (> 0): unequal stages,
  * whose bubble the formula does not give. */
 int pipe_schedule_build_staged(pipe_schedule *s, pipe_kind kind, int stages, int micros, const double *forward,
                                const double *backward);
+/* The general one: each virtual stage's costs, forward[j] and backward[j] for j < stages
+ * * chunks. Returns -1 also when the stages' orders wait on each other (a deadlock). */
+int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
+                                const double *forward, const double *backward);
 void pipe_schedule_free(pipe_schedule *s);
 
-/* Stage s's action i (0 <= i < 2 * micros). */
+/* Actions per stage: 2 * chunks * micros. */
+int pipe_actions(const pipe_schedule *s);
+/* Stage s's action i (0 <= i < pipe_actions(s)). */
 const pipe_action *pipe_action_at(const pipe_schedule *s, int stage, int i);
 
 /* The idle fraction of stage-time: 1 - (work of every stage) / (stages * makespan). With
  * unequal stages it counts a fast stage's wait for the slow one as idle, as a trace does. */
 double pipe_bubble(const pipe_schedule *s);
-/* The theory: (P - 1) / (M + P - 1), the same for both schedules (Narayanan et al., 2021). */
+/* The theory: (P - 1) / (M + P - 1), the same for GPipe and 1F1B (Narayanan et al., 2021). */
 double pipe_bubble_formula(int stages, int micros);
-/* The most micro-batches whose activations stage s holds at once (forward done, backward
- * not yet): M for GPipe, min(P - s, M) for 1F1B. */
-int pipe_in_flight(const pipe_schedule *s, int stage);
+/* Interleaved with v chunks: each stage idles (P - 1) chunk-times of forward and backward
+ * where 1F1B idles P - 1 stage-times, 1/v of the bubble: (1/v)(P - 1)/M of the ideal step,
+ * an idle fraction (P - 1) / (v M + P - 1). v = 1 gives pipe_bubble_formula's. */
+double pipe_bubble_formula_chunked(int stages, int chunks, int micros);
+/* The most micro-batches whose activations virtual stage j holds at once (forward done,
+ * backward not yet): M for GPipe, min(P - j, M) for 1F1B. */
+int pipe_in_flight(const pipe_schedule *s, int vstage);
 
 /* The grid, one row per stage and one column per slot of the smallest cost ("F3", "B0",
- * ". " idle), for schedules of equal stages whose costs are whole multiples of the
- * smaller one (prints nothing for others). */
+ * ". " idle; interleaved: a row per rank, "F3a", the chunk a letter), for schedules of equal stages whose
+ * costs are whole multiples of the smaller one (prints nothing for others). */
 void pipe_schedule_print(const pipe_schedule *s, FILE *out);
 
 #endif

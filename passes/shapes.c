@@ -348,6 +348,48 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
+/* attention (q, k, v): three f32 tensors of one shape (..., T, D), the result the same;
+ * attention_grad (q, k, v, out, lse, dout): (3, ..., T, D), the three gradients stacked. */
+static int rule_attention(ir_graph *g, ir_value *v, dm_diag *d) {
+    const ir_type *q = operand_type(g, v, 0);
+    int errors = 0;
+    for (int k = 0; k < v->n_operands && !errors; k++) errors += want_f32(g, v, k, d);
+    if (errors) return errors;
+    for (int k = 1; k < 3; k++) {
+        const ir_type *t = operand_type(g, v, k);
+        if (q->rank < 2 || q->rank >= IR_MAX_RANK || t->rank != q->rank || !same_dims(q, t, q->rank)) {
+            type_strs s;
+            two_types(g, q, t, &s);
+            dm_error(d, v->loc, "attention needs q, k and v of one shape (..., T, D), got %s and %s", s.a, s.b);
+            return 1;
+        }
+    }
+    ir_type t = *q;
+    t.partial = 0;
+    if (v->op == OP_ATTENTION_GRAD) {
+        set_scalar(&t, DT_F32);
+        t.rank = q->rank + 1;
+        t.shape[0] = 3;
+        for (int i = 0; i < q->rank; i++) copy_dim(&t, i + 1, q, i);
+    }
+    v->type = t;
+    return 0;
+}
+
+/* attention_lse: the attention's type without its last dim (a value per row);
+ * stacked_part: its operand's without the leading (stacking) dim. */
+static int rule_view(ir_graph *g, ir_value *v, dm_diag *d) {
+    (void)d;
+    const ir_type *x = operand_type(g, v, 0);
+    ir_type t;
+    set_scalar(&t, x->dtype);
+    int skip = v->op == OP_STACKED_PART ? 1 : 0;
+    for (int i = skip; i < x->rank - (1 - skip); i++) copy_dim(&t, t.rank++, x, i);
+    t.partial = x->partial;
+    v->type = t;
+    return 0;
+}
+
 /* A collective changes the sharding only: the operand's type with the split of one dim
  * or the pending sum over one mesh axis changed. */
 static int rule_collective(ir_graph *g, ir_value *v, dm_diag *d) {
@@ -384,6 +426,7 @@ static const shape_rule rules_by_class[] = {
     [OPC_SOFTMAX] = rule_softmax,     [OPC_MASK] = rule_mask,
     [OPC_NORM] = rule_norm,           [OPC_SLICE] = rule_slice,
     [OPC_GATHER] = rule_gather,       [OPC_COLLECTIVE] = rule_collective,
+    [OPC_ATTENTION] = rule_attention, [OPC_VIEW] = rule_view,
 };
 
 int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {

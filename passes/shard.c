@@ -23,7 +23,7 @@
 
 #include "passes.h"
 
-#define MAX_OPERANDS 4
+#define MAX_OPERANDS 6
 
 typedef struct shard_state {
     ir_graph *g;
@@ -438,6 +438,40 @@ static void rule_gather(shard_state *S, const ir_value *v, decision *D) {
     if (!same_sharding(dy, operand(S, v, 1))) D->reason = "embedding gradient rows sharded like the ids";
 }
 
+/* Fused attention and its backward: the batch dims (all but the positions and the head's
+ * width) split as q's, in every operand and the result; positions and width whole (a
+ * query reads every key), no sum pending. The backward's stacked result leads with the
+ * dim of its three parts, whole. */
+static void rule_attention(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *q = operand(S, v, 0);
+    int batch = q->rank - 2;
+    for (int k = 0; k < v->n_operands; k++) {
+        ir_type *w = &D->want[k];
+        for (int i = 0; i < w->rank; i++) {
+            int target = i < batch ? q->split[i] : IR_REPLICATED;
+            if (w->split[i] != target) {
+                w->split[i] = (int8_t)target;
+                D->reason = "attention reads its operands split alike, positions whole";
+            }
+        }
+        if (w->partial) {
+            w->partial = 0;
+            D->reason = "a pending sum must be complete before a non-linear op";
+        }
+    }
+    int lead = v->op == OP_ATTENTION_GRAD;
+    for (int i = 0; i < batch; i++) D->res.split[i + lead] = q->split[i];
+}
+
+/* A view keeps its operand's sharding on the dims it keeps (the operand's buffer, read in
+ * place, is never resharded for it). */
+static void rule_view(shard_state *S, const ir_value *v, decision *D) {
+    const ir_type *x = operand(S, v, 0);
+    int skip = v->op == OP_STACKED_PART;
+    for (int i = 0; i < v->type.rank; i++) D->res.split[i] = x->split[i + skip];
+    D->res.partial = x->partial;
+}
+
 /* An update works in place on its parameter's shard: gradient and state alike, whole. */
 static void rule_update(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *param = operand(S, v, 0);
@@ -473,6 +507,8 @@ static void decide(shard_state *S, const ir_value *v, decision *D) {
     case OPC_GATHER: rule_gather(S, v, D); break;
     case OPC_UPDATE: rule_update(S, v, D); break;
     case OPC_COLLECTIVE: D->res = v->type; break;
+    case OPC_ATTENTION: rule_attention(S, v, D); break;
+    case OPC_VIEW: rule_view(S, v, D); break;
     }
     if (v->op == OP_CROSS_ENTROPY_GRAD) D->want[2].partial = 0;
     drop_trivial(S->g, &D->res);

@@ -97,6 +97,9 @@ typedef struct dmrt_model {
     int n_mesh_axes;
     const char *const *mesh_axis_names; /* (n_mesh_axes) */
     const int64_t *mesh_axis_sizes;     /* (n_mesh_axes) */
+    int pipeline_chunks;                /* model chunks per pipeline rank: 1 (0 in models
+                                         * built before it was added) but for the interleaved
+                                         * schedule, whose stage j runs on rank j mod P */
     void *(*create_rank)(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen);
     /* Parameter i (grad 0) or its gradient (grad 1), whole (shape params[i]), into whole
      * on every rank; every rank must call it. Returns DMRT_OK or an error status. */
@@ -143,6 +146,21 @@ typedef struct dmrt_model {
     int64_t predict_batch;
     const unsigned char *predict_reads; /* (n_inputs) */
     const char *predict_unsupported;
+
+    /* Checkpoints (runtime/checkpoint.c). checkpoints 0: the model cannot write them, and
+     * checkpoints_unsupported says why (the CUDA target's state is device memory). The optimizer's state as whole tensors, n_states of them, each named after
+     * its parameter and shaped like it ("fc1.weight.exp_avg"): state_gather puts state i
+     * whole into whole (every rank must call it), state_scatter keeps the rank's part of it
+     * (local). step: the optimizer updates done; set_step sets them (step >= 0). Each
+     * returns DMRT_OK or an error status (message from error()). */
+    int checkpoints;
+    const char *checkpoints_unsupported; /* with checkpoints 0: why */
+    int n_states;
+    const dmrt_tensor_desc *states; /* (n_states) */
+    int (*state_gather)(void *ctx, int i, float *whole);
+    int (*state_scatter)(void *ctx, int i, const float *whole);
+    int64_t (*step)(void *ctx);
+    int (*set_step)(void *ctx, int64_t step);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -255,6 +273,9 @@ typedef struct dmrt_st_file {
     dmrt_st_tensor *tensors;   /* (n_tensors) */
     void *buffer;              /* whole file */
     size_t size;
+    /* the header's "__metadata__": string keys and values (other values are skipped) */
+    int n_meta;
+    char **meta_keys, **meta_values; /* (n_meta) */
 } dmrt_st_file;
 
 /* Returns 0 on success; on failure a message naming the file and the problem. */
@@ -262,11 +283,16 @@ int dmrt_st_read(dmrt_st_file *f, const char *path, char *err, size_t errlen);
 void dmrt_st_close(dmrt_st_file *f);
 /* NULL when absent. */
 const dmrt_st_tensor *dmrt_st_find(const dmrt_st_file *f, const char *name);
+/* The "__metadata__" value of key; NULL when absent. */
+const char *dmrt_st_meta(const dmrt_st_file *f, const char *key);
 
 /* Writes tensors atomically: PATH.tmp.<pid>, fsync, rename. Either the whole new file
  * is at path afterwards or the old one (if any) is untouched. data[i] has descs[i]. */
 int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,
                   const void *const *data, char *err, size_t errlen);
+/* The same with a "__metadata__" of n_meta string pairs (keys[i]: values[i]). */
+int dmrt_st_write_meta(const char *path, int n, const dmrt_tensor_desc *descs, const void *const *data, int n_meta,
+                       const char *const *keys, const char *const *values, char *err, size_t errlen);
 
 /* Copies every parameter of the model from the file into the context; checks that
  * each is present with the right dtype and shape (the message names the file, the
@@ -281,6 +307,22 @@ int dmrt_save_params(const dmrt_model *model, void *ctx, const char *path, char 
 /* The same for the gradients of the last train_step (--dump-grads). */
 int dmrt_save_grads(const dmrt_model *model, void *ctx, const char *path, char *err,
                     size_t errlen);
+
+/* ---- checkpoints (checkpoint.c) ---------------------------------------------------------- */
+
+/* Writes the model's training state to path, atomically: every parameter and optimizer state
+ * tensor (model->states), whole, and metadata: "dmc.format", "dmc.model", "dmc.step" (the
+ * updates done), then the caller's n_meta pairs keys[i]: values[i]. An SPMD model gathers
+ * the tensors (every rank must call it) and world rank 0 writes. */
+int dmrt_save_checkpoint(const dmrt_model *model, void *ctx, const char *path, int n_meta,
+                         const char *const *keys, const char *const *values, char *err,
+                         size_t errlen);
+/* Restores parameters, optimizer state and step from a checkpoint of the same model (written
+ * on any mesh): every tensor is checked (present, dtype, shape) before anything changes.
+ * When file is not NULL it receives the file read (its metadata: dmrt_st_meta), which the
+ * caller closes with dmrt_st_close. Every rank of an SPMD model calls it. */
+int dmrt_load_checkpoint(const dmrt_model *model, void *ctx, const char *path,
+                         dmrt_st_file *file, char *err, size_t errlen);
 
 /* ---- data sets ---------------------------------------------------------------------------- */
 

@@ -26,6 +26,21 @@ char *dmrt_shape_str(char *buf, size_t buflen, int rank, const int64_t *shape);
 /* Product of the dims, or -1 on a negative dim or int64 overflow. */
 int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 
+/* params_io.c: whether the file's tensor t (NULL: absent) can be model's `what` ("parameter")
+ * d: present, of d's dtype and shape. 0, or -1 with a message naming path, the tensor and what
+ * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
+int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d,
+                      const char *what, const char *also_prefix, char *err, size_t errlen);
+
+/* checkpoint.c: the trainer's directory of checkpoints, DIR/step-<8 digits>.safetensors.
+ * path: the file of step (-1: too long for len). latest: the path of the newest (-1: none, or
+ * the directory cannot be read, with a message). prune: removes all but the newest keep. */
+int dmrt_checkpoint_path(const char *dir, int64_t step, char *path, size_t len);
+/* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
+int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);
+int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen);
+int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen);
+
 /* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
  * trace) and path's .svg (the last training step), and the measured bubble on out.
  * Every rank calls it; world rank 0 writes. 0, or -1 with a message in err. */

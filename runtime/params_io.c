@@ -40,31 +40,12 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
         dmrt_st_close(&f);
         return dmrt_errorf(err, errlen, "%s: out of memory", path);
     }
-    char want[256], got[256];
     int rc = 0;
     for (int i = 0; i < model->n_params && rc == 0; i++) {
         const dmrt_tensor_desc *d = &model->params[i];
         const dmrt_st_tensor *t = find_param_tensor(&f, d->name);
-        dmrt_shape_str(want, sizeof want, d->rank, d->shape);
-        if (!t) {
-            rc = dmrt_errorf(err, errlen,
-                             "%s: parameter '%s' (%s %s) of model '%s' is missing from the file "
-                             "(also as '" HF_BODY_PREFIX "%s')",
-                             path, d->name, dmrt_dtype_name(d->dtype), want, model->name, d->name);
-            break;
-        }
-        dmrt_shape_str(got, sizeof got, t->rank, t->shape);
-        if (t->dtype != d->dtype)
-            rc = dmrt_errorf(err, errlen,
-                             "%s: tensor '%s': dtype %s but the model expects %s for parameter "
-                             "'%s'",
-                             path, t->name, dmrt_dtype_name(t->dtype), dmrt_dtype_name(d->dtype),
-                             d->name);
-        else if (t->rank != d->rank || memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank))
-            rc = dmrt_errorf(err, errlen,
-                             "%s: tensor '%s': shape %s in the file but the model expects %s for "
-                             "parameter '%s'",
-                             path, t->name, got, want, d->name);
+        if (dmrt_check_tensor(model, path, t, d, "parameter", HF_BODY_PREFIX, err, errlen) != 0)
+            rc = -1;
         else if (!model->scatter && !model->param(ctx, i))
             rc = dmrt_errorf(err, errlen, "%s: model '%s' has no storage for parameter '%s'",
                              path, model->name, d->name);
@@ -83,6 +64,24 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
     free(source);
     dmrt_st_close(&f);
     return rc;
+}
+
+int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d,
+                      const char *what, const char *also_prefix, char *err, size_t errlen) {
+    char want[256], got[256];
+    dmrt_shape_str(want, sizeof want, d->rank, d->shape);
+    if (!t)
+        return dmrt_errorf(err, errlen, "%s: %s '%s' (%s %s) of model '%s' is missing from the file%s%s%s%s", path, what,
+                           d->name, dmrt_dtype_name(d->dtype), want, model->name, also_prefix ? " (also as '" : "",
+                           also_prefix ? also_prefix : "", also_prefix ? d->name : "", also_prefix ? "')" : "");
+    dmrt_shape_str(got, sizeof got, t->rank, t->shape);
+    if (t->dtype != d->dtype)
+        return dmrt_errorf(err, errlen, "%s: tensor '%s': dtype %s but the model expects %s for %s '%s'", path, t->name,
+                           dmrt_dtype_name(t->dtype), dmrt_dtype_name(d->dtype), what, d->name);
+    if (t->rank != d->rank || memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank))
+        return dmrt_errorf(err, errlen, "%s: tensor '%s': shape %s in the file but the model expects %s for %s '%s'", path,
+                           t->name, got, want, what, d->name);
+    return 0;
 }
 
 /* Every parameter (grad 0) or gradient (grad 1) to path. An SPMD model's tensors are

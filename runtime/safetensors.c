@@ -137,6 +137,28 @@ static int parse_entry(const char *name, json_t *v, uint64_t data_size, dmrt_st_
 }
 
 /* Everything after the file is in memory; path-less messages in msg. */
+/* The string pairs of a "__metadata__" object into f (the format allows only strings; others
+ * are skipped, as readers of the format do). */
+static int keep_metadata(dmrt_st_file *f, json_t *meta, char *msg, size_t msglen) {
+    size_t cap = json_object_size(meta);
+    f->meta_keys = calloc(cap ? cap : 1, sizeof *f->meta_keys);
+    f->meta_values = calloc(cap ? cap : 1, sizeof *f->meta_values);
+    if (!f->meta_keys || !f->meta_values) return dmrt_errorf(msg, msglen, "out of memory");
+    const char *key;
+    json_t *val;
+    json_object_foreach(meta, key, val) {
+        if (!json_is_string(val)) continue;
+        f->meta_keys[f->n_meta] = strdup(key);
+        f->meta_values[f->n_meta] = strdup(json_string_value(val));
+        if (!f->meta_keys[f->n_meta] || !f->meta_values[f->n_meta]) {
+            f->n_meta++; /* freed with the rest */
+            return dmrt_errorf(msg, msglen, "out of memory");
+        }
+        f->n_meta++;
+    }
+    return 0;
+}
+
 static int parse_file(dmrt_st_file *f, char *msg, size_t msglen) {
     const unsigned char *b = f->buffer;
     if (f->size < 8)
@@ -180,6 +202,7 @@ static int parse_file(dmrt_st_file *f, char *msg, size_t msglen) {
                 rc = dmrt_errorf(msg, msglen, "\"__metadata__\" is not a JSON object");
                 break;
             }
+            if ((rc = keep_metadata(f, val, msg, msglen)) != 0) break;
             continue;
         }
         dmrt_st_tensor *t = &f->tensors[f->n_tensors];
@@ -238,6 +261,12 @@ void dmrt_st_close(dmrt_st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_values[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_values);
     free(f->buffer);
     free(f->path);
     memset(f, 0, sizeof *f);
@@ -249,13 +278,33 @@ const dmrt_st_tensor *dmrt_st_find(const dmrt_st_file *f, const char *name) {
     return NULL;
 }
 
+const char *dmrt_st_meta(const dmrt_st_file *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_values[i];
+    return NULL;
+}
+
 /* ---- writing ---------------------------------------------------------------------------- */
 
 /* The JSON header, padded with spaces to a multiple of 8; malloc'd. */
-static char *build_header(const char *path, int n, const dmrt_tensor_desc *descs,
-                          size_t *hlen, char *err, size_t errlen) {
+static char *build_header(const char *path, int n, const dmrt_tensor_desc *descs, int n_meta,
+                          const char *const *keys, const char *const *values, size_t *hlen, char *err,
+                          size_t errlen) {
     json_t *root = json_object();
     if (!root) return dmrt_errorf(err, errlen, "%s: out of memory", path), NULL;
+    if (n_meta > 0) {
+        json_t *meta = json_object();
+        for (int i = 0; meta && i < n_meta; i++)
+            if (json_object_set_new(meta, keys[i], json_string(values[i])) != 0) {
+                json_decref(meta);
+                json_decref(root);
+                return dmrt_errorf(err, errlen, "%s: metadata '%s': cannot encode it (not UTF-8?)", path, keys[i]), NULL;
+            }
+        if (!meta || json_object_set_new(root, "__metadata__", meta) != 0) {
+            json_decref(root);
+            return dmrt_errorf(err, errlen, "%s: out of memory", path), NULL;
+        }
+    }
     int64_t off = 0;
     char sbuf[256];
     for (int i = 0; i < n; i++) {
@@ -333,12 +382,17 @@ static void sync_parent_dir(const char *path) {
 
 int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,
                   const void *const *data, char *err, size_t errlen) {
+    return dmrt_st_write_meta(path, n, descs, data, 0, NULL, NULL, err, errlen);
+}
+
+int dmrt_st_write_meta(const char *path, int n, const dmrt_tensor_desc *descs, const void *const *data, int n_meta,
+                       const char *const *keys, const char *const *values, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
         if (!data[i] && descs[i].numel > 0)
             return dmrt_errorf(err, errlen, "%s: tensor '%s' has no data", path,
                                descs[i].name ? descs[i].name : "");
     size_t hlen = 0;
-    char *header = build_header(path, n, descs, &hlen, err, errlen);
+    char *header = build_header(path, n, descs, n_meta, keys, values, &hlen, err, errlen);
     if (!header) return -1;
 
     size_t tlen = strlen(path) + 32;

@@ -26,6 +26,16 @@ static int stage_of(const dmrt_model *m, int rank, int *stages) {
     return 0;
 }
 
+/* Model chunks per pipeline rank: 1 but for the interleaved schedule. */
+static int chunks_of(const dmrt_model *m) { return m->pipeline_chunks > 1 ? m->pipeline_chunks : 1; }
+
+/* An action's name: its kind and micro-batch ("F3"), and with model chunks the chunk's
+ * letter ("F3b": chunk 1), as dmc --explain draws the schedule. */
+static void action_name(const dmrt_model *m, const dmrt_trace_event *e, char *buf, size_t size) {
+    if (chunks_of(m) > 1) snprintf(buf, size, "%c%lld%c", e->kind, (long long)e->micro, 'a' + e->chunk % 26);
+    else snprintf(buf, size, "%c%lld", e->kind, (long long)e->micro);
+}
+
 /* The training actions of one step on one rank: a run of events of that step, up to
  * its last backward (evaluation's forwards come after, with no backward). */
 typedef struct step_span {
@@ -79,11 +89,15 @@ static int write_json(const dmrt_model *m, const dmrt_trace_event *all, const in
                    "(stage %d)\"}}",
                 first ? "" : ",\n", r, r, stage_of(m, r, &stages));
         first = 0;
-        for (int64_t i = 0; i < counts[r]; i++)
-            fprintf(f, ",\n{\"name\": \"%c%lld\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
-                       "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro\": %lld}}",
-                    e[i].kind, (long long)e[i].micro, e[i].kind == 'F' ? "forward" : "backward", r,
-                    1e6 * (e[i].start - t0), 1e6 * (e[i].end - e[i].start), (long long)e[i].step, (long long)e[i].micro);
+        for (int64_t i = 0; i < counts[r]; i++) {
+            char name[48], chunk[32] = "";
+            action_name(m, &e[i], name, sizeof name);
+            if (chunks_of(m) > 1) snprintf(chunk, sizeof chunk, ", \"chunk\": %d", e[i].chunk);
+            fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                       "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro\": %lld%s}}",
+                    name, e[i].kind == 'F' ? "forward" : "backward", r, 1e6 * (e[i].start - t0),
+                    1e6 * (e[i].end - e[i].start), (long long)e[i].step, (long long)e[i].micro, chunk);
+        }
     }
     fprintf(f, "\n]}\n");
     return 0;
@@ -97,9 +111,10 @@ static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const in
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"monospace\" "
                "font-size=\"11\">\n",
             left + width + 20, top + row * ranks + 30);
-    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"13\">%s: step %lld, %.3f ms; measured bubble %.1f%%, (P-1)/(M+P-1) = "
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"13\">%s: step %lld, %.3f ms; measured bubble %.1f%%, %s = "
                "%.1f%%</text>\n",
-            m->name, (long long)span->step, 1e3 * (span->end - span->start), 100 * bubble, 100 * formula);
+            m->name, (long long)span->step, 1e3 * (span->end - span->start), 100 * bubble,
+            chunks_of(m) > 1 ? "(P-1)/(vM+P-1)" : "(P-1)/(M+P-1)", 100 * formula);
     const dmrt_trace_event *e = all;
     for (int r = 0; r < ranks; e += counts[r], r++) {
         double y = top + row * r;
@@ -108,13 +123,13 @@ static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const in
         for (int64_t i = 0; i < counts[r]; i++) {
             if (e[i].step != span->step || e[i].start < span->start || e[i].end > span->end) continue;
             double x = left + (e[i].start - span->start) * scale, w = (e[i].end - e[i].start) * scale;
+            char name[48];
+            action_name(m, &e[i], name, sizeof name);
             fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\" "
-                       "stroke-width=\"0.5\"><title>%c%lld: %.3f ms</title></rect>\n",
-                    x, y + 2, w > 0.5 ? w : 0.5, row - 4, e[i].kind == 'F' ? "#4e79a7" : "#59a14f", e[i].kind,
-                    (long long)e[i].micro, 1e3 * (e[i].end - e[i].start));
-            if (w > 22)
-                fprintf(f, "<text x=\"%.2f\" y=\"%.0f\" fill=\"white\">%c%lld</text>\n", x + 3, y + 17, e[i].kind,
-                        (long long)e[i].micro);
+                       "stroke-width=\"0.5\"><title>%s: %.3f ms</title></rect>\n",
+                    x, y + 2, w > 0.5 ? w : 0.5, row - 4, e[i].kind == 'F' ? "#4e79a7" : "#59a14f", name,
+                    1e3 * (e[i].end - e[i].start));
+            if (w > 22) fprintf(f, "<text x=\"%.2f\" y=\"%.0f\" fill=\"white\">%s</text>\n", x + 3, y + 17, name);
         }
     }
     fprintf(f, "</svg>\n");
@@ -142,20 +157,23 @@ void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n,
 }
 
 /* Each stage's forward and backward of one micro-batch, measured (the mean over its
- * ranks, micro-batches and the steps the bubble is measured on) beside the prediction. */
+ * ranks, micro-batches and the steps the bubble is measured on) beside the prediction.
+ * With model chunks, each of a rank's chunks is a stage of its own: chunk c of the ranks
+ * at pipeline coordinate s is stage c P + s. */
 static void stage_times(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks,
                         const step_span *spans, int64_t first, int64_t last, FILE *out) {
-    int stages;
-    stage_of(m, 0, &stages);
+    int P, chunks = chunks_of(m);
+    stage_of(m, 0, &P);
+    int stages = P * chunks;
     double *sum = calloc((size_t)stages * 2, sizeof *sum), *n = calloc((size_t)stages * 2, sizeof *n);
     if (!sum || !n) goto done;
     const dmrt_trace_event *e = all;
     for (int r = 0; r < ranks; e += counts[r], r++) {
-        int s = stage_of(m, r, &stages);
+        int coord = stage_of(m, r, &P);
         for (int64_t i = 0; i < counts[r]; i++) {
             int64_t k = e[i].step;
-            if (k < first || k > last || spans[k].ranks != ranks) continue;
-            int b = e[i].kind == 'B';
+            if (k < first || k > last || spans[k].ranks != ranks || e[i].chunk >= chunks) continue;
+            int b = e[i].kind == 'B', s = e[i].chunk * P + coord;
             sum[2 * s + b] += e[i].end - e[i].start;
             n[2 * s + b] += 1;
         }
@@ -163,7 +181,9 @@ static void stage_times(const dmrt_model *m, const dmrt_trace_event *all, const 
     for (int s = 0; s < stages; s++) {
         if (!n[2 * s] || !n[2 * s + 1]) continue;
         double fwd = sum[2 * s] / n[2 * s], bwd = sum[2 * s + 1] / n[2 * s + 1];
-        fprintf(out, "stage %d: forward %.3f ms, backward %.3f ms per micro-batch measured", s, 1e3 * fwd, 1e3 * bwd);
+        fprintf(out, "stage %d", s);
+        if (chunks > 1) fprintf(out, " (rank %d's chunk %c)", s % P, 'a' + s / P % 26);
+        fprintf(out, ": forward %.3f ms, backward %.3f ms per micro-batch measured", 1e3 * fwd, 1e3 * bwd);
         if (m->n_predicted_stages == stages)
             fprintf(out, ", predicted %.3f ms and %.3f ms", 1e3 * m->predicted_forward_seconds[s],
                     1e3 * m->predicted_backward_seconds[s]);
@@ -237,9 +257,10 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
         measured++;
     }
     if (measured) bubble /= (double)measured;
-    int stages;
+    int stages, chunks = chunks_of(m);
     stage_of(m, 0, &stages);
-    double formula = (double)(stages - 1) / (double)(micros + stages - 1);
+    /* interleaved, a rank idles (P - 1) chunk-times where 1F1B idles P - 1 stage-times */
+    double formula = (double)(stages - 1) / (double)(chunks * micros + stages - 1);
     char tmp[4200], svg[4096];
     FILE *f = open_tmp(path, tmp, sizeof tmp, err, errlen);
     if (!f) goto done;
@@ -252,8 +273,12 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
         if (close_tmp(f, tmp, svg, err, errlen)) goto done;
     }
     if (measured) {
-        fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)", bubble,
-                (long long)measured, formula, stages, (long long)micros);
+        if (chunks > 1)
+            fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(vM+P-1) %.4f (P=%d, v=%d, M=%lld)",
+                    bubble, (long long)measured, formula, stages, chunks, (long long)micros);
+        else
+            fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)", bubble,
+                    (long long)measured, formula, stages, (long long)micros);
         if (m->predicted_bubble > 0)
             fprintf(out, ", predicted %.4f on %s (dmc --explain: the schedule simulated with each stage's predicted times)",
                     m->predicted_bubble, m->predicted_on);

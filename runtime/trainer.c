@@ -9,6 +9,8 @@
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
 #include "dmrt_comm.h"
+#include "trainer_checkpoint.h"
+#include "trainer_data.h"
 #include "trainer_guards.h"
 #include "trainer_options.h"
 
@@ -23,19 +25,11 @@
 #include <unistd.h>
 
 #define TR_DEFAULT_DATA_DIR DMRT_TRAINER_DEFAULT_DATA_DIR
-#define TR_MNIST_PIXELS 784
-#define TR_MNIST_CLASSES 10
-/* Stream of dmrt_rng used for shuffling (the model's create() uses its own). */
-#define TR_SHUFFLE_STREAM UINT64_C(0x73687566666c65) /* "shuffle" */
-/* Streams for the offsets of text training windows and for sampling: each has its own,
- * so that sampling after N steps does not depend on how many windows were drawn. */
-#define TR_WINDOWS_STREAM UINT64_C(0x77696e646f7773) /* "windows" */
+/* The stream for sampling, beside the data's (trainer_data.h): each has its own, so that
+ * sampling after N steps does not depend on how many windows were drawn. */
 #define TR_SAMPLE_STREAM UINT64_C(0x73616d706c65)    /* "sample" */
 /* Byte-level language models: bytes are tokens 0..255; larger ids are never sampled. */
 #define TR_BYTE_TOKENS 256
-/* The validation loss uses at most this many windows, so that it stays cheap enough to
- * run every few steps (--eval-every). */
-#define TR_MAX_VAL_WINDOWS 32
 #define TR_TEXT_PREFIX "text:"
 
 /* TR_STOPPED: a signal asked to stop and every rank stopped at the same step boundary;
@@ -46,7 +40,11 @@ typedef struct tr_opts {
     int64_t steps;  /* -1 when not given */
     int64_t epochs; /* -1 when not given */
     uint64_t seed;
+    int seed_given;         /* --seed was given (a resumed run takes its checkpoint's) */
     const char *init, *save, *batch_file, *data, *data_dir, *dump_grads;
+    const char *checkpoint; /* --checkpoint DIR (trainer_checkpoint.c) */
+    int64_t checkpoint_every, checkpoint_keep; /* 0: at the end only; 0: keep all */
+    const char *resume;     /* --resume PATH */
     const char *trace;      /* --trace FILE: the pipeline's timeline (trace_files.c) */
     const char *text_files; /* --data text:FILES: the part after "text:"; else NULL */
     int64_t eval_every;     /* 0: the validation loss only at the end */
@@ -60,38 +58,6 @@ typedef struct tr_opts {
     const char *out;
 } tr_opts;
 
-/* A byte-level language model as text training and sampling need it: inputs tokens and
- * targets, both i32[B, T], and an output logits f32[B, T, V] with V >= 256. */
-typedef struct tr_lm {
-    int tokens, targets; /* input indices */
-    int logits;          /* output index */
-    int64_t batch, len, vocab; /* B, T, V */
-} tr_lm;
-
-/* Where the batches come from: at most one of the three parts is in use (none when
- * only sampling). */
-typedef struct tr_data {
-    int mnist, text;
-    int64_t steps_per_epoch;
-    /* --batch-file */
-    dmrt_st_file bf;
-    const dmrt_st_tensor **bt; /* (n_inputs) tensor feeding input i */
-    /* fashion-mnist */
-    int64_t batch;             /* B */
-    dmrt_idx train_x, train_y, test_x, test_y;
-    int64_t *perm;             /* (train n) order of the current epoch */
-    dmrt_rng shuffle;
-    /* --data text: the corpus is bytes [0, train_bytes) for training windows, then
-     * val_bytes for validation */
-    tr_lm lm;
-    char *text_list;           /* copy of the file list, split in place at the commas */
-    const char **text_paths;   /* (n_text_paths) into text_list */
-    int n_text_paths;
-    dmrt_text corpus;
-    int64_t train_bytes, val_bytes;
-    int64_t val_windows, val_stride; /* validation windows start at val_stride * k */
-    dmrt_rng windows;
-} tr_data;
 
 typedef struct tr_bar {
     int on;         /* stderr is a TTY and not --quiet */
@@ -192,6 +158,22 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
     return TR_OK;
 }
 
+static int check_checkpoints(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!o->checkpoint && (o->checkpoint_every || o->checkpoint_keep))
+        return usage_error(prog, model, "%s only applies with --checkpoint DIR",
+                           o->checkpoint_every ? "--checkpoint-every" : "--checkpoint-keep");
+    if (o->predict && (o->checkpoint || o->resume))
+        return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s",
+                           o->checkpoint ? "--checkpoint" : "--resume");
+    if (o->resume && o->init)
+        return usage_error(prog, model,
+                           "--resume restores the parameters from its checkpoint: it cannot be combined with --init");
+    if ((o->checkpoint || o->resume) && !model->checkpoints)
+        return usage_error(prog, model, "model '%s' cannot write or read checkpoints: %s", model->name,
+                           model->checkpoints_unsupported ? model->checkpoints_unsupported : "it does not say how");
+    return TR_OK;
+}
+
 static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                       const dmrt_model *model) {
     /* the options of the table that take a value */
@@ -242,7 +224,9 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                         {"--epochs", &o->epochs},
                         {"--eval-every", &o->eval_every},
                         {"--sample", &o->sample},
-                        {"--top-k", &o->top_k}};
+                        {"--top-k", &o->top_k},
+                        {"--checkpoint-every", &o->checkpoint_every},
+                        {"--checkpoint-keep", &o->checkpoint_keep}};
         int64_t *integer = NULL;
         for (size_t k = 0; k < sizeof integers / sizeof integers[0]; k++)
             if (strcmp(name, integers[k].name) == 0) integer = integers[k].value;
@@ -251,6 +235,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         if (integer || strcmp(name, "--seed") == 0) {
             want = "a non-negative integer";
             bad = integer ? parse_i64(val, integer) : parse_u64(val, &o->seed);
+            o->seed_given |= !integer;
         } else if (strcmp(name, "--temperature") == 0) {
             want = "a non-negative number";
             bad = parse_f64(val, &o->temperature);
@@ -264,6 +249,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         else if (strcmp(name, "--trace") == 0) o->trace = val;
         else if (strcmp(name, "--prompt") == 0) o->prompt = val;
         else if (strcmp(name, "--out") == 0) o->out = val;
+        else if (strcmp(name, "--checkpoint") == 0) o->checkpoint = val;
+        else if (strcmp(name, "--resume") == 0) o->resume = val;
         if (bad)
             return usage_error(prog, model, "bad value '%s' for %s: expected %s", val, name, want);
     }
@@ -281,6 +268,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            o->data);
     }
     int status = check_predict(o, prog, model);
+    if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status != TR_OK) return status;
     if (o->batch_file && (o->data || o->data_dir))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
@@ -304,33 +292,6 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
 }
 
 /* ---- model inspection ------------------------------------------------------------------------ */
-
-/* "x: f32[8, 784]" */
-static char *desc_str(char *buf, size_t len, const dmrt_tensor_desc *d) {
-    char s[256];
-    snprintf(buf, len, "%s: %s%s", d->name, d->dtype == DMRT_F32 ? "f32" : "i32",
-             dmrt_shape_str(s, sizeof s, d->rank, d->shape));
-    return buf;
-}
-
-/* "x: f32[8, 784], y: i32[8]" */
-static char *descs_str(char *buf, size_t len, int n, const dmrt_tensor_desc *descs) {
-    size_t used = 0;
-    buf[0] = '\0';
-    if (n == 0) snprintf(buf, len, "none");
-    for (int i = 0; i < n && used < len; i++) {
-        char d[300];
-        int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
-                         desc_str(d, sizeof d, &descs[i]));
-        if (w < 0) break;
-        used += (size_t)w;
-    }
-    return buf;
-}
-
-static char *inputs_str(char *buf, size_t len, const dmrt_model *m) {
-    return descs_str(buf, len, m->n_inputs, m->inputs);
-}
 
 static int find_desc(int n, const dmrt_tensor_desc *descs, const char *name) {
     for (int i = 0; i < n; i++)
@@ -390,306 +351,21 @@ static int logits_output(const dmrt_model *m, int64_t batch) {
     return found;
 }
 
-static size_t desc_bytes(const dmrt_tensor_desc *d) {
-    return (size_t)d->numel * dmrt_dtype_size(d->dtype);
-}
-
-static const char *ctx_error(const dmrt_model *m, void *ctx) {
-    const char *e = m->error ? m->error(ctx) : NULL;
-    return e && *e ? e : "(no message)";
-}
-
-/* ---- data ------------------------------------------------------------------------------------- */
-
-static int open_batch_file(tr_data *d, const dmrt_model *m, const char *path, char *err,
-                           size_t errlen) {
-    if (m->n_inputs == 0)
-        return dmrt_errorf(err, errlen, "%s: model '%s' has no inputs to feed from a batch file",
-                           path, m->name);
-    if (dmrt_st_read(&d->bf, path, err, errlen) != 0) return -1;
-    d->bt = calloc((size_t)m->n_inputs, sizeof *d->bt);
-    if (!d->bt) return dmrt_errorf(err, errlen, "%s: out of memory", path);
-    char got[256], in[300], all[1024];
-    int64_t steps = -1;
-    const char *first = NULL;
-    for (int i = 0; i < m->n_inputs; i++) {
-        const dmrt_tensor_desc *x = &m->inputs[i];
-        const dmrt_st_tensor *t = dmrt_st_find(&d->bf, x->name);
-        /* "[steps, 8, 4]" */
-        char wantn[300] = "[steps";
-        for (int k = 0; k < x->rank; k++) {
-            size_t used = strlen(wantn);
-            snprintf(wantn + used, sizeof wantn - used, ", %lld", (long long)x->shape[k]);
-        }
-        strncat(wantn, "]", sizeof wantn - strlen(wantn) - 1);
-        if (!t)
-            return dmrt_errorf(err, errlen,
-                               "%s: no tensor '%s' for model input %s; the file needs one tensor "
-                               "per input (%s), named after it, with a leading step dimension: "
-                               "'%s' %s %s",
-                               path, x->name, desc_str(in, sizeof in, x),
-                               inputs_str(all, sizeof all, m), x->name,
-                               dmrt_dtype_name(x->dtype), wantn);
-        if (t->dtype != x->dtype)
-            return dmrt_errorf(err, errlen, "%s: tensor '%s': dtype %s but model input %s needs %s",
-                               path, t->name, dmrt_dtype_name(t->dtype),
-                               desc_str(in, sizeof in, x), dmrt_dtype_name(x->dtype));
-        if (t->rank != x->rank + 1 ||
-            memcmp(t->shape + 1, x->shape, sizeof(int64_t) * (size_t)x->rank) != 0)
-            return dmrt_errorf(err, errlen,
-                               "%s: tensor '%s': shape %s but model input %s needs %s (a leading "
-                               "step dimension, then the input's shape)",
-                               path, t->name, dmrt_shape_str(got, sizeof got, t->rank, t->shape),
-                               desc_str(in, sizeof in, x), wantn);
-        if (steps < 0) {
-            steps = t->shape[0];
-            first = t->name;
-        } else if (t->shape[0] != steps) {
-            return dmrt_errorf(err, errlen, "%s: tensor '%s' has %lld steps but tensor '%s' has %lld",
-                               path, t->name, (long long)t->shape[0], first, (long long)steps);
-        }
-        d->bt[i] = t;
-    }
-    if (steps == 0)
-        return dmrt_errorf(err, errlen, "%s: the tensors have 0 steps (leading dimension)", path);
-    d->steps_per_epoch = steps;
-    return 0;
-}
-
-static char *join_path(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name);
-    return p;
-}
-
-static int read_idx_in(dmrt_idx *out, const char *dir, const char *name, char *err,
-                       size_t errlen) {
-    char *p = join_path(dir, name);
-    if (!p) return dmrt_errorf(err, errlen, "out of memory");
-    int rc = dmrt_idx_read(out, p, err, errlen);
-    free(p);
-    return rc;
-}
-
-/* A pair of IDX files: images of 784 pixels and labels in [0, 10), as many of each. */
-static int check_pair(const dmrt_idx *x, const dmrt_idx *y, const char *dir, const char *xname,
-                      const char *yname, char *err, size_t errlen) {
-    if (!x->images || x->row_size != TR_MNIST_PIXELS)
-        return dmrt_errorf(err, errlen, "%s/%s: expected images of 28 x 28 = 784 pixels", dir,
-                           xname);
-    if (!y->labels)
-        return dmrt_errorf(err, errlen, "%s/%s: expected labels, found images", dir, yname);
-    if (x->n != y->n)
-        return dmrt_errorf(err, errlen, "%s: %s has %lld images but %s has %lld labels", dir,
-                           xname, (long long)x->n, yname, (long long)y->n);
-    for (int64_t i = 0; i < y->n; i++)
-        if (y->labels[i] < 0 || y->labels[i] >= TR_MNIST_CLASSES)
-            return dmrt_errorf(err, errlen, "%s/%s: label %lld is %d, outside [0, %d)", dir, yname,
-                               (long long)i, (int)y->labels[i], TR_MNIST_CLASSES);
-    return 0;
-}
-
-static int open_mnist(tr_data *d, int64_t batch, const char *dir, uint64_t seed, char *err,
-                      size_t errlen) {
-    static const char *const names[4] = {"train-images-idx3-ubyte.gz",
-                                         "train-labels-idx1-ubyte.gz",
-                                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    d->mnist = 1;
-    d->batch = batch;
-    if (read_idx_in(&d->train_x, dir, names[0], err, errlen) ||
-        read_idx_in(&d->train_y, dir, names[1], err, errlen) ||
-        read_idx_in(&d->test_x, dir, names[2], err, errlen) ||
-        read_idx_in(&d->test_y, dir, names[3], err, errlen))
+/* Writes the checkpoint of the current step into --checkpoint's directory and says so on
+ * stdout ("checkpoint <step> <path>"). The data's position follows from the step, the seed
+ * and the data, which the metadata records. Every rank calls it. */
+static int write_checkpoint(const dmrt_model *m, void *ctx, const tr_opts *o, const char *data_kind, int64_t total_steps,
+                            int lead, FILE *outs, char *err, size_t errlen) {
+    char seed[32], total[32], path[4096];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    snprintf(total, sizeof total, "%lld", (long long)total_steps);
+    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps"}, *values[] = {seed, data_kind, total};
+    if (dmrt_trainer_checkpoint_write(m, ctx, o->checkpoint, o->checkpoint_keep, lead, 3, keys, values, path, sizeof path,
+                                      err, errlen) != 0)
         return -1;
-    if (check_pair(&d->train_x, &d->train_y, dir, names[0], names[1], err, errlen) ||
-        check_pair(&d->test_x, &d->test_y, dir, names[2], names[3], err, errlen))
-        return -1;
-    if (d->train_x.n < batch)
-        return dmrt_errorf(err, errlen, "%s: %lld training examples, fewer than one batch of %lld",
-                           dir, (long long)d->train_x.n, (long long)batch);
-    d->steps_per_epoch = d->train_x.n / batch; /* the last partial batch is dropped */
-    d->perm = malloc((size_t)d->train_x.n * sizeof *d->perm);
-    if (!d->perm) return dmrt_errorf(err, errlen, "out of memory");
-    for (int64_t i = 0; i < d->train_x.n; i++) d->perm[i] = i;
-    dmrt_rng_init(&d->shuffle, seed, TR_SHUFFLE_STREAM);
+    fprintf(outs, "checkpoint %lld %s\n", (long long)m->step(ctx), path);
+    fflush(outs);
     return 0;
-}
-
-/* Fisher-Yates over the whole training set; the rng carries on from epoch to epoch. */
-static void shuffle(tr_data *d) {
-    for (int64_t i = d->train_x.n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(dmrt_rng_u64(&d->shuffle) % (uint64_t)(i + 1));
-        int64_t t = d->perm[i];
-        d->perm[i] = d->perm[j];
-        d->perm[j] = t;
-    }
-}
-
-/* --data text:FILES. The corpus splits into a training part, the first 90%, and a
- * validation part, the last 10% but at least one window of T+1 bytes. */
-static int open_text(tr_data *d, const tr_lm *lm, const char *list, uint64_t seed, char *err,
-                     size_t errlen) {
-    d->text = 1;
-    d->lm = *lm;
-    d->text_list = strdup(list);
-    if (!d->text_list) return dmrt_errorf(err, errlen, "out of memory");
-    int n = 1;
-    for (const char *p = list; *p; p++) n += *p == ',';
-    d->text_paths = calloc((size_t)n, sizeof *d->text_paths);
-    if (!d->text_paths) return dmrt_errorf(err, errlen, "out of memory");
-    for (char *p = d->text_list;;) {
-        d->text_paths[d->n_text_paths++] = p;
-        char *comma = strchr(p, ',');
-        if (!comma) break;
-        *comma = '\0';
-        p = comma + 1;
-    }
-    if (dmrt_text_read(&d->corpus, d->n_text_paths, d->text_paths, err, errlen) != 0) return -1;
-
-    int64_t T = lm->len, window = T + 1, size = d->corpus.size;
-    d->val_bytes = size / 10 > window ? size / 10 : window;
-    d->train_bytes = size - d->val_bytes;
-    if (d->train_bytes < window)
-        return dmrt_errorf(err, errlen,
-                           "%s: a corpus of %lld bytes is too short for windows of T+1 = %lld "
-                           "bytes: the training part (the first 90%%) and the validation part "
-                           "(the last 10%%, at least T+1 bytes) need one window each, so at "
-                           "least %lld bytes",
-                           list, (long long)size, (long long)window, (long long)(2 * window));
-    int64_t per_step = lm->batch * T;
-    d->steps_per_epoch = d->train_bytes / per_step > 0 ? d->train_bytes / per_step : 1;
-
-    /* Validation windows: as many non-overlapping ones as fit, at most 32, rounded down to
-     * whole batches (forward's loss is a mean over the batch, so a padded batch would
-     * count its padding), spread evenly over the validation part. */
-    int64_t fit = (d->val_bytes - 1) / T;
-    int64_t n_val = fit < TR_MAX_VAL_WINDOWS ? fit : TR_MAX_VAL_WINDOWS;
-    if (n_val >= lm->batch) n_val -= n_val % lm->batch;
-    d->val_windows = n_val;
-    /* (n_val - 1) * T <= val_bytes - window, so the stride is at least T */
-    d->val_stride = n_val > 1 ? (d->val_bytes - window) / (n_val - 1) : 0;
-    dmrt_rng_init(&d->windows, seed, TR_WINDOWS_STREAM);
-    return 0;
-}
-
-/* Uniform in [0, n), n > 0: draws from the top of the u64 range that would make small
- * results likelier (modulo bias) are drawn again. */
-static uint64_t draw_below(dmrt_rng *rng, uint64_t n) {
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n; /* a multiple of n */
-    uint64_t x;
-    do x = dmrt_rng_u64(rng);
-    while (x >= limit);
-    return x % n;
-}
-
-/* Row `row` of tokens and targets: the window starting at bytes[0] (T+1 bytes). */
-static void fill_window(const tr_lm *lm, void **in, int64_t row, const unsigned char *bytes) {
-    int32_t *tokens = (int32_t *)in[lm->tokens] + row * lm->len;
-    int32_t *targets = (int32_t *)in[lm->targets] + row * lm->len;
-    for (int64_t t = 0; t < lm->len; t++) {
-        tokens[t] = bytes[t];
-        targets[t] = bytes[t + 1];
-    }
-}
-
-/* Mean of model->forward's loss over the validation windows, B per batch. When fewer
- * windows than B fit, the one batch repeats them in order (row r holds window r mod n). */
-static int validation_loss(tr_data *d, const dmrt_model *m, void *ctx, void **in, double *loss,
-                           char *err, size_t errlen) {
-    const unsigned char *val = d->corpus.bytes + d->train_bytes;
-    int64_t B = d->lm.batch, n = d->val_windows;
-    int64_t batches = n >= B ? n / B : 1;
-    double sum = 0.0;
-    for (int64_t b = 0; b < batches; b++) {
-        for (int64_t r = 0; r < B; r++) {
-            int64_t k = n >= B ? b * B + r : r % n;
-            fill_window(&d->lm, in, r, val + k * d->val_stride);
-        }
-        float batch_loss = 0.0f;
-        if (m->forward(ctx, (const void *const *)in, &batch_loss) != 0)
-            return dmrt_errorf(err, errlen, "validation batch %lld: %s", (long long)(b + 1),
-                               ctx_error(m, ctx));
-        sum += batch_loss;
-    }
-    *loss = sum / (double)batches;
-    return 0;
-}
-
-/* Fills the input buffers for global step `step` (0-based), batch `b` of its epoch. */
-static void fill_batch(tr_data *d, const dmrt_model *m, void **in, int64_t step, int64_t b) {
-    if (d->text) {
-        /* B windows at offsets uniform over the train_bytes - T whose T+1 bytes lie in
-         * the training part */
-        uint64_t offsets = (uint64_t)(d->train_bytes - d->lm.len);
-        for (int64_t r = 0; r < d->lm.batch; r++)
-            fill_window(&d->lm, in, r, d->corpus.bytes + draw_below(&d->windows, offsets));
-        return;
-    }
-    if (d->mnist) {
-        float *x = in[0];
-        int32_t *y = in[1];
-        for (int64_t r = 0; r < d->batch; r++) {
-            int64_t e = d->perm[b * d->batch + r];
-            memcpy(x + r * TR_MNIST_PIXELS, d->train_x.images + e * TR_MNIST_PIXELS,
-                   TR_MNIST_PIXELS * sizeof(float));
-            y[r] = d->train_y.labels[e];
-        }
-        return;
-    }
-    int64_t slice = step % d->steps_per_epoch;
-    for (int i = 0; i < m->n_inputs; i++) {
-        size_t bytes = desc_bytes(&m->inputs[i]);
-        /* The file buffer may not be aligned for the dtype: copy. */
-        memcpy(in[i], (const char *)d->bt[i]->data + (size_t)slice * bytes, bytes);
-    }
-}
-
-/* Test accuracy with model->forward, B examples at a time; the last partial batch is
- * padded with zeros and only its real examples count. */
-static int evaluate(tr_data *d, const dmrt_model *m, void *ctx, void **in, int out,
-                    double *acc, char *err, size_t errlen) {
-    float *x = in[0];
-    int32_t *y = in[1];
-    int64_t correct = 0, n = d->test_x.n, B = d->batch;
-    for (int64_t start = 0; start < n; start += B) {
-        int64_t cnt = n - start < B ? n - start : B;
-        memcpy(x, d->test_x.images + start * TR_MNIST_PIXELS,
-               (size_t)cnt * TR_MNIST_PIXELS * sizeof(float));
-        memcpy(y, d->test_y.labels + start, (size_t)cnt * sizeof(int32_t));
-        if (cnt < B) {
-            memset(x + cnt * TR_MNIST_PIXELS, 0, (size_t)(B - cnt) * TR_MNIST_PIXELS * sizeof(float));
-            memset(y + cnt, 0, (size_t)(B - cnt) * sizeof(int32_t));
-        }
-        float loss = 0.0f;
-        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
-            return dmrt_errorf(err, errlen, "evaluation (test examples %lld..%lld): %s",
-                               (long long)start, (long long)(start + cnt - 1), ctx_error(m, ctx));
-        const float *logits = m->output(ctx, out);
-        if (!logits) return dmrt_errorf(err, errlen, "evaluation: model output %d is NULL", out);
-        for (int64_t r = 0; r < cnt; r++) {
-            const float *row = logits + r * TR_MNIST_CLASSES;
-            int best = 0;
-            for (int c = 1; c < TR_MNIST_CLASSES; c++)
-                if (row[c] > row[best]) best = c;
-            correct += best == y[r];
-        }
-    }
-    *acc = n ? (double)correct / (double)n : 0.0;
-    return 0;
-}
-
-static void data_close(tr_data *d) {
-    dmrt_st_close(&d->bf);
-    free(d->bt);
-    dmrt_idx_free(&d->train_x);
-    dmrt_idx_free(&d->train_y);
-    dmrt_idx_free(&d->test_x);
-    dmrt_idx_free(&d->test_y);
-    free(d->perm);
-    dmrt_text_free(&d->corpus);
-    free(d->text_paths);
-    free(d->text_list);
 }
 
 /* ---- sampling ------------------------------------------------------------------------------- */
@@ -707,8 +383,8 @@ static int sample_text(FILE *outs, const dmrt_model *m, void *ctx, void **in, co
                 : o->top_k > TR_BYTE_TOKENS ? TR_BYTE_TOKENS
                                              : (int)o->top_k;
     int64_t T = lm->len;
-    memset(in[lm->tokens], 0, desc_bytes(&m->inputs[lm->tokens]));
-    memset(in[lm->targets], 0, desc_bytes(&m->inputs[lm->targets]));
+    memset(in[lm->tokens], 0, dmrt_trainer_desc_bytes(&m->inputs[lm->tokens]));
+    memset(in[lm->targets], 0, dmrt_trainer_desc_bytes(&m->inputs[lm->targets]));
     int32_t *context = in[lm->tokens]; /* row 0 */
     int64_t len = 0;                   /* bytes of context in row 0 */
     size_t prompt_len = strlen(prompt);
@@ -724,7 +400,7 @@ static int sample_text(FILE *outs, const dmrt_model *m, void *ctx, void **in, co
         float loss = 0.0f;
         if (m->forward(ctx, (const void *const *)in, &loss) != 0)
             return dmrt_errorf(err, errlen, "sampling byte %lld: %s", (long long)i,
-                               ctx_error(m, ctx));
+                               dmrt_trainer_ctx_error(m, ctx));
         const float *logits = m->output(ctx, lm->logits);
         if (!logits)
             return dmrt_errorf(err, errlen, "sampling: model output %d (logits) is NULL",
@@ -847,6 +523,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     void *ctx = NULL;
     void **in = NULL;
     double *step_seconds = NULL; /* --trace: every step's time, for the median beside the prediction */
+    dmrt_st_file resume_file;    /* --resume's checkpoint, until its tensors are in ctx */
+    memset(&resume_file, 0, sizeof resume_file);
+    int resumed = 0;             /* resume_file is open */
+    char resumed_from[4096] = "";
+    int64_t resumed_total = 0;   /* the steps the checkpoint's run was to train (0: unknown) */
     int status = TR_RUNTIME;
     const char *oom_msg = NULL;
     err[0] = '\0';
@@ -864,8 +545,8 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
                 "targets: i32[B, T], and an output logits: f32[B, T, V] with V >= 256; model "
                 "'%s' has inputs %s and outputs %s (%s)\n",
                 prog, o->text_files ? "--data text:..." : "--sample", m->name,
-                inputs_str(ins, sizeof ins, m),
-                descs_str(outputs, sizeof outputs, m->n_outputs, m->outputs), why);
+                dmrt_trainer_inputs_str(ins, sizeof ins, m),
+                dmrt_trainer_descs_str(outputs, sizeof outputs, m->n_outputs, m->outputs), why);
         return TR_USAGE;
     }
     int64_t batch = mnist_batch(m);
@@ -873,7 +554,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     int sample_only = o->sample >= 0 && (o->steps == 0 || o->epochs == 0) && !o->batch_file &&
                       !o->data && !o->data_dir;
     if (!o->batch_file && !o->text_files && batch <= 0 && !sample_only) {
-        inputs_str(ins, sizeof ins, m);
+        dmrt_trainer_inputs_str(ins, sizeof ins, m);
         if (o->data || o->data_dir)
             fprintf(errs,
                     "%s: --data fashion-mnist needs a model with inputs f32[B, 784] and i32[B]; "
@@ -903,19 +584,47 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         return TR_RUNTIME;
     }
 
+    /* --resume: its checkpoint first, as its seed orders the data and draws the dropout masks */
+    tr_opts resumed_opts;
+    if (o->resume) {
+        if (dmrt_trainer_resume_read(o->resume, &resume_file, err, sizeof err) != 0) goto fail;
+        resumed = 1;
+        uint64_t seed = o->seed;
+        int has_seed = dmrt_trainer_meta_u64(&resume_file, "trainer.seed", &seed, err, sizeof err);
+        if (has_seed < 0) goto fail;
+        if (has_seed && o->seed_given && seed != o->seed) {
+            fprintf(errs, "%s: --seed %llu, but checkpoint %s was trained with seed %llu: a resumed run keeps its seed "
+                          "(leave --seed out)\n", prog, (unsigned long long)o->seed, resume_file.path, (unsigned long long)seed);
+            status = TR_USAGE;
+            goto done;
+        }
+        resumed_opts = *o;
+        resumed_opts.seed = seed;
+        o = &resumed_opts;
+    }
+
     /* what training will write, tried before it starts (only the lead rank writes) */
+    if (lead && o->checkpoint && dmrt_trainer_checkpoint_dir(o->checkpoint, err, sizeof err) != 0) goto fail;
     if (lead && o->save && dmrt_trainer_guard_writable("--save", o->save, err, sizeof err) != 0) goto fail;
     if (lead && o->dump_grads && dmrt_trainer_guard_writable("--dump-grads", o->dump_grads, err, sizeof err) != 0) goto fail;
     if (lead && o->trace && dmrt_trainer_guard_writable("--trace", o->trace, err, sizeof err) != 0) goto fail;
 
     if (o->batch_file) {
-        if (open_batch_file(&d, m, o->batch_file, err, sizeof err) != 0) goto fail;
+        if (dmrt_trainer_open_batch_file(&d, m, o->batch_file, err, sizeof err) != 0) goto fail;
     } else if (o->text_files) {
-        if (open_text(&d, &lm, o->text_files, o->seed, err, sizeof err) != 0) goto fail;
+        if (dmrt_trainer_open_text(&d, &lm, o->text_files, o->seed, err, sizeof err) != 0) goto fail;
     } else if (batch > 0) {
         const char *dir = o->data_dir ? o->data_dir : TR_DEFAULT_DATA_DIR;
-        if (open_mnist(&d, batch, dir, o->seed, err, sizeof err) != 0) goto fail;
+        if (dmrt_trainer_open_mnist(&d, batch, dir, o->seed, err, sizeof err) != 0) goto fail;
     } /* else sampling only: no data, no steps */
+    const char *data_kind = d.mnist ? "fashion-mnist" : d.text ? "text" : o->batch_file ? "batch-file" : "none";
+    const char *trained_on = resumed ? dmrt_st_meta(&resume_file, "trainer.data") : NULL;
+    if (trained_on && strcmp(trained_on, data_kind) != 0) {
+        snprintf(err, sizeof err,
+                 "checkpoint %s was trained on %s data, this run's is %s: resume on the same data (or start from its "
+                 "parameters with --init)", resume_file.path, trained_on, data_kind);
+        goto fail;
+    }
     int eval_out = -1;
     if (d.mnist) {
         if (!m->forward || !m->output) {
@@ -931,7 +640,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     in = calloc((size_t)m->n_inputs + 1, sizeof *in);
     if (!in) goto oom;
     for (int i = 0; i < m->n_inputs; i++)
-        if (!(in[i] = dmrt_alloc(desc_bytes(&m->inputs[i])))) goto oom;
+        if (!(in[i] = dmrt_alloc(dmrt_trainer_desc_bytes(&m->inputs[i])))) goto oom;
 
     ctx = rank ? m->create_rank(o->seed, rank, err, sizeof err) : m->create(o->seed, err, sizeof err);
     if (!ctx) {
@@ -939,6 +648,17 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         goto fail;
     }
     if (o->init && dmrt_load_params(m, ctx, o->init, err, sizeof err) != 0) goto fail;
+    int64_t start = 0; /* the steps done before this run (--resume) */
+    if (resumed) {
+        if (dmrt_load_checkpoint_file(m, ctx, &resume_file, err, sizeof err) != 0) goto fail;
+        start = m->step(ctx);
+        snprintf(resumed_from, sizeof resumed_from, "%s", resume_file.path);
+        uint64_t planned = 0;
+        if (dmrt_trainer_meta_u64(&resume_file, "trainer.total_steps", &planned, err, sizeof err) < 0) goto fail;
+        resumed_total = (int64_t)planned;
+        dmrt_st_close(&resume_file); /* what the run needs of it is in ctx now */
+        resumed = 0;
+    }
     if (o->trace && rank && dmrt_trace_enable(rank) != 0) goto oom;
 
     /* How many steps: --steps and --epochs both limit; by default one epoch. */
@@ -949,7 +669,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (o->steps >= 0 && o->steps < total) total = o->steps;
     /* the schedule's N: a decaying learning rate reaches min_lr at the last step */
     if (m->set_total_steps && m->set_total_steps(ctx, total) != 0) {
-        snprintf(err, sizeof err, "%s", ctx_error(m, ctx));
+        snprintf(err, sizeof err, "%s", dmrt_trainer_ctx_error(m, ctx));
         goto fail;
     }
 
@@ -957,18 +677,26 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     bar.on = lead && !o->quiet && isatty(STDERR_FILENO);
     bar.stdout_tty = isatty(STDOUT_FILENO);
     if (!o->quiet) print_summary(errs, m, o, &d, prog, total);
+    if (resumed_from[0] && !o->quiet)
+        fprintf(errs, "%s: resuming from %s after step %lld%s\n", prog, resumed_from, (long long)start,
+                start >= total ? ": no step left to train" : "");
+    if (resumed_total > 0 && resumed_total != total && m->set_total_steps)
+        fprintf(errs, "%s: note: the run that wrote the checkpoint was to train %lld steps, this one %lld: a decaying "
+                      "learning rate now spans %lld\n", prog, (long long)resumed_total, (long long)total, (long long)total);
+    if (spe > 0) dmrt_trainer_skip_steps(&d, start);
 
     double t_train = 0.0, acc = 0.0, val_loss = 0.0;
     if (o->trace && lead && total > 0 && !(step_seconds = malloc((size_t)total * sizeof *step_seconds))) goto oom;
     int acc_fresh = 0, val_fresh = 0; /* acc, val_loss are for the current parameters */
-    int64_t step = 0;
+    int64_t step = start, checkpointed = -1;
     int stop = 0;
-    for (int64_t epoch = 1; step < total && !stop; epoch++) {
-        if (d.mnist) shuffle(&d);
-        int64_t n = total - step < spe ? total - step : spe;
-        for (int64_t b = 0; b < n && !stop; b++) {
+    /* a resumed run starts inside an epoch: batch start % spe of epoch start / spe + 1 */
+    for (int64_t epoch = spe ? start / spe + 1 : 1; step < total && !stop; epoch++) {
+        if (d.mnist) dmrt_trainer_shuffle(&d);
+        int64_t b0 = step - (epoch - 1) * spe, n = total - step < spe - b0 ? b0 + (total - step) : spe;
+        for (int64_t b = b0; b < n && !stop; b++) {
             double t0 = dmrt_now();
-            fill_batch(&d, m, in, step, b);
+            dmrt_trainer_fill_batch(&d, m, in, step, b);
             float loss = 0.0f;
             double t1 = dmrt_now();
             if (rank) dmrt_rank_set_step(rank, step + 1);
@@ -976,7 +704,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             if (rank) dmrt_rank_set_step(rank, -1);
             if (failed) {
                 bar_clear(&bar);
-                snprintf(err, sizeof err, "step %lld: %s", (long long)(step + 1), ctx_error(m, ctx));
+                snprintf(err, sizeof err, "step %lld: %s", (long long)(step + 1), dmrt_trainer_ctx_error(m, ctx));
                 goto fail;
             }
             double t2 = dmrt_now();
@@ -999,14 +727,19 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             fputc('\n', outs);
             fflush(outs);
             bar_draw(&bar, b + 1, n, epoch, loss, bar.stdout_tty || b + 1 == n);
-            if (step == 1 && o->dump_grads) {
+            if (o->checkpoint && o->checkpoint_every > 0 && step % o->checkpoint_every == 0 && !stop) {
+                if (bar.stdout_tty) bar_clear(&bar);
+                if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) goto fail;
+                checkpointed = step;
+            }
+            if (step == start + 1 && o->dump_grads) {
                 if (dmrt_save_grads(m, ctx, o->dump_grads, err, sizeof err) != 0) {
                     bar_clear(&bar);
                     goto fail;
                 }
             }
             if (d.text && o->eval_every > 0 && step % o->eval_every == 0) {
-                int rc = validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err);
+                int rc = dmrt_trainer_validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err);
                 if (bar.stdout_tty || rc != 0) bar_clear(&bar);
                 if (rc != 0) goto fail;
                 val_fresh = 1;
@@ -1016,24 +749,32 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         }
         bar_end(&bar);
         if (d.mnist && n == spe && eval_out >= 0) {
-            if (evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0) goto fail;
+            if (dmrt_trainer_evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0) goto fail;
             acc_fresh = 1;
             fprintf(outs, "epoch %lld test accuracy %.4f\n", (long long)epoch, acc);
             fflush(outs);
         }
     }
     bar_clear(&bar);
+    /* the end, or a stop asked by a signal: the checkpoint of the last step (not twice, and
+     * not over the one this run resumed from) */
+    if (o->checkpoint && checkpointed != step) {
+        char path[4096];
+        if (dmrt_checkpoint_path(o->checkpoint, step, path, sizeof path) != 0 || strcmp(path, resumed_from) != 0) {
+            if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) goto fail;
+        }
+    }
     if (stop) {
         /* the step is whole on every rank; what the run would write at its end is not
          * written over what the files held */
-        fprintf(errs, "%s: stopped by a signal after step %lld of %lld%s\n", prog, (long long)step, (long long)total,
-                o->save ? "; --save was not written" : "");
+        fprintf(errs, "%s: stopped by a signal after step %lld of %lld%s%s\n", prog, (long long)step, (long long)total,
+                o->save ? "; --save was not written" : "", o->checkpoint ? "; the checkpoint of that step was written" : "");
         status = TR_STOPPED;
         goto done;
     }
-    if (o->dump_grads && step == 0)
+    if (o->dump_grads && step == start)
         fprintf(errs, "%s: note: no step was run; --dump-grads wrote nothing\n", prog);
-    if (step_seconds) dmrt_trace_step_time(m, step_seconds, step, outs);
+    if (step_seconds) dmrt_trace_step_time(m, step_seconds + start, step - start, outs);
     if (o->trace && !rank)
         fprintf(errs, "%s: note: --trace records the ranks of a partitioned model; this one runs on one: no timeline written\n",
                 prog);
@@ -1041,17 +782,17 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
 
     if (o->save && dmrt_save_params(m, ctx, o->save, err, sizeof err) != 0) goto fail;
     if (d.mnist && eval_out >= 0) {
-        if (!acc_fresh && evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0)
+        if (!acc_fresh && dmrt_trainer_evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0)
             goto fail;
         fprintf(outs, "test accuracy %.4f\n", acc);
     }
     if (d.text) {
-        if (!val_fresh && validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err) != 0)
+        if (!val_fresh && dmrt_trainer_validation_loss(&d, m, ctx, in, &val_loss, err, sizeof err) != 0)
             goto fail;
         fprintf(outs, "val loss %.9g\n", val_loss);
     }
-    fprintf(outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)step, t_train,
-           step ? 1e3 * t_train / (double)step : 0.0);
+    fprintf(outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)(step - start), t_train,
+           step > start ? 1e3 * t_train / (double)(step - start) : 0.0);
     fflush(outs);
     if (o->memory) report_memory(m, ctx, rank, lead);
     /* Last, because its bytes are arbitrary: a parser can stop at the line "sample:". */
@@ -1076,12 +817,13 @@ fail:
     }
     status = TR_RUNTIME;
 done:
+    if (resumed) dmrt_st_close(&resume_file);
     free(step_seconds);
     if (ctx) m->destroy(ctx);
     if (in)
         for (int i = 0; i < m->n_inputs; i++) dmrt_free(in[i]);
     free(in);
-    data_close(&d);
+    dmrt_trainer_data_close(&d);
     if (devnull) fclose(devnull);
     return status;
 }

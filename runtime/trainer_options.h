@@ -27,6 +27,18 @@
       "sampling (default 0)")                                                                \
     X("--init", "FILE", "load the parameters from a safetensors file after initialisation") \
     X("--save", "FILE", "write the parameters to a safetensors file at the end (atomically)") \
+    X("--checkpoint", "DIR",                                                                 \
+      "write checkpoints into DIR (created when missing): DIR/step-<N>.\n"                  \
+      "safetensors holds the parameters, the optimizer state, the step\n"                   \
+      "and the seed and data the position follows from, written\n"                          \
+      "atomically at the end, every --checkpoint-every steps, and when\n"                   \
+      "a signal stops training")                                                             \
+    X("--checkpoint-every", "N", "with --checkpoint: also after every N-th step")            \
+    X("--checkpoint-keep", "K", "with --checkpoint: keep the newest K checkpoints (default: all)") \
+    X("--resume", "PATH",                                                                    \
+      "continue from a checkpoint: PATH a file, or a --checkpoint DIR (its\n"               \
+      "newest); --steps and --epochs count from the start of training,\n"                  \
+      "so 10 steps and 5 + --resume + 5 give the same weights")                            \
     X("--batch-file", "FILE",                                                                \
       "safetensors file with one tensor per model input, named after it,\n"                 \
       "with a leading step dimension: step i trains on slice i")                            \

@@ -286,7 +286,7 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
         r->axis_sizes[a] = (int)axis_sizes[a];
         r->coords[a] = coords[a];
     }
-    comm_call call = {COMM_OP_BARRIER, "mesh setup", dmrt_comm_now() + r->timeout};
+    comm_call call = {COMM_OP_BARRIER, "mesh setup", dmrt_comm_now() + r->timeout, 0};
     for (int a = 0; a < n_axes; a++) {
         dmrt_comm *c = calloc(1, sizeof *c);
         int *members = malloc(sizeof(int) * (size_t)axis_sizes[a]);
@@ -357,6 +357,7 @@ static int begin(dmrt_comm *c, comm_call *call, comm_op op, const char *what, in
      * comm_*_now functions, pass settle 0) */
     if (settle) dmrt_comm_settle(c);
     call->op = op;
+    call->tag = 0;
     call->what = what && *what ? what : dmrt_comm_op_name(op);
     call->deadline = dmrt_comm_now() + c->rank->timeout;
     if (c->rank->failed)
@@ -469,26 +470,38 @@ int dmrt_barrier(dmrt_comm *c, const char *what) {
     return c->rank->backend->barrier(c, &call);
 }
 
-int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what) {
-    comm_call call;
-    if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_SEND, what, 1) || check_count(c, &call, n, 1) ||
-        check_buf(c, &call, buf, n, "the"))
+/* The checks of a send or recv of n floats with peer on channel tag. */
+static int begin_p2p(dmrt_comm *c, comm_call *call, comm_op op, int peer, int tag, const float *buf,
+                     int64_t n, const char *what) {
+    if (begin(c, call, op, what, 1) || check_count(c, call, n, 1) || check_buf(c, call, buf, n, "the"))
         return DMRT_ERR_COMM;
     if (peer < 0 || peer >= c->size)
-        return dmrt_comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
+        return dmrt_comm_fail(c, call, "peer %d is not a rank of this axis (size %d)", peer,
                          c->size);
-    return c->rank->backend->send(c, peer, buf, n, &call);
+    if (tag < 0 || tag > DMRT_MAX_TAG)
+        return dmrt_comm_fail(c, call, "channel %d is not from 0 to %d", tag, DMRT_MAX_TAG);
+    call->tag = tag;
+    return 0;
+}
+
+int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what) {
+    return dmrt_send_tagged(c, peer, 0, buf, n, what);
 }
 
 int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what) {
+    return dmrt_recv_tagged(c, peer, 0, buf, n, what);
+}
+
+int dmrt_send_tagged(dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what) {
     comm_call call;
     if (!c) return DMRT_ERR_COMM;
-    if (begin(c, &call, COMM_OP_RECV, what, 1) || check_count(c, &call, n, 1) ||
-        check_buf(c, &call, buf, n, "the"))
-        return DMRT_ERR_COMM;
-    if (peer < 0 || peer >= c->size)
-        return dmrt_comm_fail(c, &call, "peer %d is not a rank of this axis (size %d)", peer,
-                         c->size);
+    if (begin_p2p(c, &call, COMM_OP_SEND, peer, tag, buf, n, what)) return DMRT_ERR_COMM;
+    return c->rank->backend->send(c, peer, buf, n, &call);
+}
+
+int dmrt_recv_tagged(dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what) {
+    comm_call call;
+    if (!c) return DMRT_ERR_COMM;
+    if (begin_p2p(c, &call, COMM_OP_RECV, peer, tag, buf, n, what)) return DMRT_ERR_COMM;
     return c->rank->backend->recv(c, peer, buf, n, &call);
 }

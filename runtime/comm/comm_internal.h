@@ -44,6 +44,7 @@ typedef struct comm_call {
     comm_op op;
     const char *what;  /* the caller's label, or the op name */
     double deadline;   /* dmrt_comm_now() by which it must be done */
+    int tag;           /* send and recv: the channel (dmrt_send_tagged), 0 for the rest */
 } comm_call;
 
 typedef struct comm_async comm_async;

@@ -15,7 +15,7 @@
 
 int dmrt_comm_compress_fail(dmrt_comm *c, const char *what, const char *fmt, ...) {
     comm_call call = {COMM_OP_ALLREDUCE, what && *what ? what : "compressed allreduce",
-                      dmrt_comm_now() + c->rank->timeout};
+                      dmrt_comm_now() + c->rank->timeout, 0};
     va_list ap;
     va_start(ap, fmt);
     int status = dmrt_comm_vfail(c, &call, fmt, ap);

@@ -262,6 +262,14 @@ void dmrt_powersgd_random(float *q, int64_t n, uint64_t seed, uint64_t stream);
  * Sending to oneself is allowed. */
 int dmrt_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what);
 int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
+/* The same on channel tag (0 to DMRT_MAX_TAG; dmrt_send and dmrt_recv use 0): the order
+ * is kept per pair and channel, and a recv takes the next message from peer on its
+ * channel, whatever came before on others. Pipelines whose ranks hold several model
+ * chunks send on a channel per pair of stages: a pair of ranks carries several streams,
+ * which each side runs in its own order. */
+#define DMRT_MAX_TAG 16383
+int dmrt_send_tagged(dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what);
+int dmrt_recv_tagged(dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what);
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
@@ -272,6 +280,7 @@ int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
  * clock reads. */
 typedef struct dmrt_trace_event {
     char kind;          /* 'F' or 'B' */
+    int chunk;          /* the rank's model chunk (interleaved schedule), else 0 */
     int64_t micro;      /* micro-batch */
     int64_t step;       /* dmrt_rank_step when it ran */
     double start, end;  /* seconds, CLOCK_MONOTONIC */
@@ -284,6 +293,8 @@ int dmrt_trace_enable(dmrt_rank *r);
 double dmrt_trace_now(const dmrt_rank *r);
 /* Records an action of r that began at start and ends now (nothing when off). */
 void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start);
+/* The same for an action on model chunk `chunk` of r's pipeline stage. */
+void dmrt_trace_chunk_action(dmrt_rank *r, char kind, int64_t micro, int chunk, double start);
 /* r's recorded actions, in order. */
 int64_t dmrt_trace_events(const dmrt_rank *r, const dmrt_trace_event **events);
 /* Every rank's actions, on world rank 0 (a collective over the world: every rank calls

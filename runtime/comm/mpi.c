@@ -38,7 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#define TAG_P2P 1
+#define TAG_P2P 1   /* channel t of dmrt_send_tagged is tag TAG_P2P + t: at most 16384, below the
+                     * 32767 every MPI allows */
 #define TAG_ABORT 2
 /* Floats per MPI call (counts and displacements are int): larger buffers go in pieces. */
 #define MPI_CHUNK ((int64_t)1 << 28)
@@ -453,7 +454,7 @@ static int mpi_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const c
         pending_send *p = send_buffer(c, call, len);
         if (!p) return DMRT_ERR_COMM;
         if (len > 0) memcpy(p->data, buf + off, (size_t)len * sizeof(float));
-        MPI_CHECK(c, call, MPI_Isend(p->data, len, MPI_FLOAT, peer, TAG_P2P, cs->comm, &p->req));
+        MPI_CHECK(c, call, MPI_Isend(p->data, len, MPI_FLOAT, peer, TAG_P2P + call->tag, cs->comm, &p->req));
         off += len;
     } while (off < n);
     return 0;
@@ -466,7 +467,7 @@ static int mpi_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_ca
         int len = (int)(n - off < MPI_CHUNK ? n - off : MPI_CHUNK);
         MPI_Message m;
         MPI_Status st;
-        if (wait_for(c, call, NULL, peer, TAG_P2P, &m, &st)) return DMRT_ERR_COMM;
+        if (wait_for(c, call, NULL, peer, TAG_P2P + call->tag, &m, &st)) return DMRT_ERR_COMM;
         int got = 0;
         MPI_CHECK(c, call, MPI_Get_count(&st, MPI_FLOAT, &got));
         if (got != len) {
@@ -688,7 +689,7 @@ int dmrt_mpi_run(int *argc, char ***argv, dmrt_rank_main rank_main, void *arg, c
     }
     r->impl = rs;
     rs->end_timeout = r->timeout;
-    comm_call setup = {COMM_OP_BARRIER, "setup", 0};
+    comm_call setup = {COMM_OP_BARRIER, "setup", 0, 0};
     if (attach(&r->world, world, &setup) != 0) {
         dmrt_comm_format(msg, sizeof msg, "%s", r->error);
         status = DMRT_ERR_COMM;

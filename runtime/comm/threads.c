@@ -37,6 +37,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ typedef struct tw_msg {
     struct tw_msg *next;
     int64_t n, capacity;
     int64_t step;       /* the sender's step, for messages */
+    int tag;            /* its channel (dmrt_send_tagged) */
     float data[];
 } tw_msg;
 
@@ -509,6 +511,7 @@ static int tw_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const co
     }
     m->next = NULL;
     m->n = n;
+    m->tag = call->tag;
     m->step = c->rank->step;
     if (n > 0) memcpy(m->data, buf, (size_t)n * sizeof(float));
     pthread_mutex_lock(&box->lock);
@@ -520,6 +523,14 @@ static int tw_send(dmrt_comm *c, int peer, const float *buf, int64_t n, const co
     return 0;
 }
 
+/* The link before the first message from peer on channel tag in box (box->head[peer]'s
+ * address for the first), or NULL when none has come. Under box->lock. */
+static tw_msg **first_on_channel(tw_inbox *box, int peer, int tag) {
+    for (tw_msg **at = &box->head[peer]; *at; at = &(*at)->next)
+        if ((*at)->tag == tag) return at;
+    return NULL;
+}
+
 static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_call *call) {
     tw_comm *tc = c->impl;
     tw_group *g = tc->group;
@@ -529,7 +540,8 @@ static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_cal
     char why[COMM_ERROR_MAX];
     why[0] = 0;
     pthread_mutex_lock(&box->lock);
-    while (!box->head[peer]) {
+    tw_msg **link;
+    while (!(link = first_on_channel(box, peer, call->tag))) {
         double now = dmrt_comm_now();
         int failed = atomic_load_explicit(&w->failed_rank, memory_order_acquire);
         if (failed >= 0) {
@@ -545,10 +557,12 @@ static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_cal
         double until = now + WAIT_SLICE_S < call->deadline ? now + WAIT_SLICE_S : call->deadline;
         cond_wait_until(&box->ready, &box->lock, until);
     }
-    tw_msg *m = box->head[peer];
+    tw_msg *m = link ? *link : NULL;
     if (m && !why[0]) {
-        box->head[peer] = m->next;
-        if (!box->head[peer]) box->tail[peer] = NULL;
+        *link = m->next;
+        /* the last one taken: the tail is the message before it, if any */
+        if (box->tail[peer] == m)
+            box->tail[peer] = link == &box->head[peer] ? NULL : (tw_msg *)((char *)link - offsetof(tw_msg, next));
     }
     pthread_mutex_unlock(&box->lock);
     if (why[0]) {
@@ -885,7 +899,7 @@ int dmrt_threads_run(int n_ranks, dmrt_rank_main rank_main, void *arg, char *err
             break;
         }
         r->impl = w;
-        comm_call call = {COMM_OP_BARRIER, "creating the world", 0};
+        comm_call call = {COMM_OP_BARRIER, "creating the world", 0, 0};
         if (tw_comm_create(&r->world, 0, &call) != 0)
             rc = launch_fail(err, errlen, "%s", r->error);
     }

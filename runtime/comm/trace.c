@@ -27,6 +27,10 @@ void dmrt_comm_trace_free(dmrt_rank *r) {
 double dmrt_trace_now(const dmrt_rank *r) { return r && r->trace ? dmrt_comm_now() : 0; }
 
 void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start) {
+    dmrt_trace_chunk_action(r, kind, micro, 0, start);
+}
+
+void dmrt_trace_chunk_action(dmrt_rank *r, char kind, int64_t micro, int chunk, double start) {
     if (!r || !r->trace) return;
     comm_trace *t = r->trace;
     if (t->n == t->capacity) {
@@ -36,7 +40,7 @@ void dmrt_trace_action(dmrt_rank *r, char kind, int64_t micro, double start) {
         if (!e) return; /* the timeline is a diagnostic: it loses events rather than fail the step */
         t->events = e, t->capacity = cap;
     }
-    t->events[t->n++] = (dmrt_trace_event){.kind = kind, .micro = micro, .step = r->step, .start = start, .end = dmrt_comm_now()};
+    t->events[t->n++] = (dmrt_trace_event){.kind = kind, .chunk = chunk, .micro = micro, .step = r->step, .start = start, .end = dmrt_comm_now()};
 }
 
 int64_t dmrt_trace_events(const dmrt_rank *r, const dmrt_trace_event **events) {

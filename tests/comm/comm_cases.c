@@ -270,6 +270,26 @@ int case_p2p(dmrt_comm *c, uint32_t seed) {
             fails += !case_same(r, "p2p message", got, want, sizes[s]);
         }
     }
+    /* Channels: messages to the right on channels 3, 1, 3, 0 (a large one, in pieces on
+     * MPI), taken from the left in another order: 1, the first of 3, 0, the second of 3;
+     * each channel keeps its own order. */
+    static const int tags[] = {3, 1, 3, 0}, taken[] = {1, 0, 3, 2};
+    static const int64_t tag_sizes[] = {5, 17, 1 << 20, 3};
+    for (int k = 0; k < 4; k++) {
+        case_fill(out, tag_sizes[k], seed + 300 + (uint32_t)k, dmrt_comm_member(c, me));
+        fails += CASE_EXPECT(r, dmrt_send_tagged(c, right, tags[k], out, tag_sizes[k], "tagged") == 0, "%s",
+                             dmrt_rank_error(r));
+    }
+    for (int q = 0; q < 4; q++) {
+        int k = taken[q];
+        poison(got, tag_sizes[k]);
+        fails += CASE_EXPECT(r, dmrt_recv_tagged(c, left, tags[k], got, tag_sizes[k], "tagged") == 0, "%s",
+                             dmrt_rank_error(r));
+        case_fill(want, tag_sizes[k], seed + 300 + (uint32_t)k, dmrt_comm_member(c, left));
+        fails += !case_same(r, "message on a channel", got, want, tag_sizes[k]);
+    }
+    fails += CASE_EXPECT(r, dmrt_send_tagged(c, right, DMRT_MAX_TAG + 1, out, 1, "bad channel") == DMRT_ERR_COMM,
+                         "channel %d accepted", DMRT_MAX_TAG + 1);
     /* To itself. */
     case_fill(out, 33, seed + 7, 999);
     fails += CASE_EXPECT(r, dmrt_send(c, me, out, 33, "self") == 0, "%s", dmrt_rank_error(r));

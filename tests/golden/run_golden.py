@@ -36,6 +36,9 @@ CASES = {
     "repeat.lower": ("tests/golden/repeat.dm", ["--set", "L=2", "--stop-after=lower"]),
     "alias": ("tests/golden/alias.dm", ["--stop-after=lower"]),
     "gpt.autodiff": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff"]),
+    # the attention unfused: scores, causal softmax and product, and their three gradients
+    "gpt.autodiff.unfused": ("examples/gpt.dm", ["--set", "V=64,T=16,C=32,NH=4,L=1,B=4", "--stop-after=autodiff",
+                                                 "--no-fuse-attention"]),
     "transformer": ("tests/ref/ops/transformer.dm", []),
     # the optimizer line with a learning-rate schedule and clipping
     "clip.optimizer": ("tests/spmd/clip.dm", ["--stop-after=optimizer"]),
@@ -69,6 +72,12 @@ CASES = {
     "mlp.data4_zero3": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain=full"]),
     "pipeline_cuts": ("tests/golden/pipeline_cuts.dm", ["--explain=full"]),
     "pipeline_cuts.json": ("tests/golden/pipeline_cuts.dm", ["--explain=json"]),
+    # interleaved 1F1B: the chunks of each rank, the grid by rank, the bubble against
+    # (P - 1) / (v M + P - 1); from the program's schedule statement, and from the options
+    "interleaved": ("tests/golden/interleaved.dm", ["--explain=full"]),
+    "interleaved.json": ("tests/golden/interleaved.dm", ["--explain=json"]),
+    "gpt.pipeline2_interleaved2_m8": ("examples/gpt.dm", ["--mesh", "pipeline=2", "--microbatches", "8", "--set", "B=8",
+                                                          "--schedule", "interleaved", "--chunks", "2", "--explain=full"]),
     # --explain's default, a screen at any size: names alike but for a layer index on one
     # line, collectives grouped by phase, axis and kind, memory a table of stages (the
     # cases above are --explain=full, every line)

@@ -10,7 +10,17 @@
  *   - the grid of P=4, M=8 GPipe (unit costs) is as drawn in the GPipe paper;
  *   - unequal stages (pipe_schedule_build_staged): GPipe's step is the flow shop's,
  *     sum(f) + (M - 1) max(f) + sum(b) + (M - 1) max(b), for random per-stage costs; a
- *     1F1B case timed by hand; equal costs give the uniform schedule action for action.
+ *     1F1B case timed by hand; equal costs give the uniform schedule action for action;
+ *   - interleaved 1F1B, for P in 2..8, v in 2..4 chunks and M in P..4P (multiples of P),
+ *     unit and 2x backward costs: each stage's order is the one written out below (its own
+ *     code: micro-batches in groups of P through the chunks, backwards from the last
+ *     chunk, (v - 1) P + 2 (P - s - 1) warm-up forwards), every virtual stage (chunk c of
+ *     stage s is j = c P + s) runs F and B of every micro-batch once, F(j, m) after
+ *     F(j-1, m), B(j, m) after B(j+1, m) (on the last after F(j, m)) with no needless wait
+ *     (so the simulation found no deadlock), the activations in flight are those counted
+ *     on the orders, and the bubble is (P - 1) / (v M + P - 1): (1/v)(P - 1)/M of the
+ *     ideal step; the grid of P=2, v=2, M=2 as timed by hand; M not a multiple of P, or
+ *     one chunk, refused.
  * Prints FAIL lines; exits 1 on any failure. */
 #include <math.h>
 #include <stdio.h>
@@ -82,6 +92,13 @@ static void check(pipe_kind kind, int P, int M, double f, double b) {
     pipe_schedule_free(&s);
 }
 
+/* The grid pipe_schedule_print draws, into buf. */
+static void grid_of(const pipe_schedule *s, char *buf, size_t size) {
+    FILE *mem = fmemopen(buf, size, "w");
+    pipe_schedule_print(s, mem);
+    fclose(mem);
+}
+
 static void check_grid(void) {
     pipe_schedule s;
     if (pipe_schedule_build(&s, PIPE_GPIPE, 4, 8, 1, 1) != 0) {
@@ -89,9 +106,7 @@ static void check_grid(void) {
         return;
     }
     char buf[4096] = "";
-    FILE *mem = fmemopen(buf, sizeof buf, "w");
-    pipe_schedule_print(&s, mem);
-    fclose(mem);
+    grid_of(&s, buf, sizeof buf);
     const char *want =
         "  stage 0   F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7\n"
         "  stage 1   .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  B0 B1 B2 B3 B4 B5 B6 B7 .\n"
@@ -163,7 +178,107 @@ static void check_staged(void) {
     EXPECT(pipe_schedule_build_staged(&s, PIPE_GPIPE, 2, 2, f2, bad) == -1, "a zero cost accepted");
 }
 
+/* Stage st's k-th forward (or backward) under the interleaved schedule, written from its
+ * definition: groups of P micro-batches go through chunks 0, 1, ..., v - 1 (backwards
+ * v - 1, ..., 0), then the next group. */
+static void interleaved_kth(int P, int v, int k, int backward, int *chunk, int *micro) {
+    int group = k / P;
+    *chunk = backward ? v - 1 - group % v : group % v;
+    *micro = (group / v) * P + k % P;
+}
+
+/* The action of virtual stage j, micro-batch m, kind kind: its end, or -1 when none. */
+static double end_of(const pipe_schedule *s, int j, int m, char kind) {
+    int st = j % s->stages, c = j / s->stages;
+    for (int i = 0; i < pipe_actions(s); i++) {
+        const pipe_action *a = pipe_action_at(s, st, i);
+        if (a->kind == kind && a->micro == m && a->chunk == c) return a->end;
+    }
+    return -1;
+}
+
+static void check_interleaved(int P, int v, int M, double f, double b) {
+    pipe_schedule s;
+    if (pipe_schedule_build_chunked(&s, PIPE_INTERLEAVED, P, v, M, f, b) != 0) {
+        EXPECT(0, "interleaved P=%d v=%d M=%d: build failed", P, v, M);
+        return;
+    }
+    int V = P * v, total = v * M;
+    for (int st = 0; st < P; st++) {
+        int warm = (v - 1) * P + 2 * (P - st - 1), nf = 0, nb = 0, now[8] = {0}, most[8] = {0};
+        if (warm > total) warm = total;
+        double last_end = 0;
+        for (int i = 0; i < 2 * total; i++) {
+            const pipe_action *a = pipe_action_at(&s, st, i);
+            int forward = i < warm || (nf < total && (i - warm) % 2 == 0) || nb == total, chunk, micro;
+            interleaved_kth(P, v, forward ? nf++ : nb++, !forward, &chunk, &micro);
+            EXPECT(a->kind == (forward ? 'F' : 'B') && a->chunk == chunk && a->micro == micro,
+                   "interleaved P=%d v=%d M=%d stage %d action %d: %c%d chunk %d, expected %c%d chunk %d", P, v, M, st, i,
+                   a->kind, a->micro, a->chunk, forward ? 'F' : 'B', micro, chunk);
+            int j = a->chunk * P + st;
+            double input = 0;
+            if (a->kind == 'F' && j > 0) input = end_of(&s, j - 1, a->micro, 'F');
+            if (a->kind == 'B') input = j == V - 1 ? end_of(&s, j, a->micro, 'F') : end_of(&s, j + 1, a->micro, 'B');
+            EXPECT(input >= 0 && a->start >= input - 1e-9, "interleaved P=%d v=%d M=%d: %c%d on virtual stage %d before its input",
+                   P, v, M, a->kind, a->micro, j);
+            double earliest = input > last_end ? input : last_end;
+            EXPECT(fabs(a->start - earliest) < 1e-9, "interleaved P=%d v=%d M=%d: %c%d on virtual stage %d waits needlessly", P,
+                   v, M, a->kind, a->micro, j);
+            EXPECT(fabs(a->end - a->start - (a->kind == 'F' ? f : b)) < 1e-9, "interleaved: wrong duration");
+            last_end = a->end;
+            now[a->chunk] += a->kind == 'F' ? 1 : -1;
+            if (now[a->chunk] > most[a->chunk]) most[a->chunk] = now[a->chunk];
+        }
+        for (int c = 0; c < v; c++)
+            EXPECT(pipe_in_flight(&s, c * P + st) == most[c], "interleaved P=%d v=%d M=%d virtual stage %d: %d in flight, counted %d",
+                   P, v, M, c * P + st, pipe_in_flight(&s, c * P + st), most[c]);
+    }
+    /* every action once: the orders above hold 2 v M actions, each (chunk, micro) pair once per kind */
+    for (int j = 0; j < V; j++)
+        for (int m = 0; m < M; m++)
+            EXPECT(end_of(&s, j, m, 'F') >= 0 && end_of(&s, j, m, 'B') >= 0, "interleaved: F or B of %d on %d missing", m, j);
+    double want = (double)(P - 1) / (v * M + P - 1);
+    EXPECT(fabs(pipe_bubble(&s) - want) < 1e-9 && fabs(pipe_bubble_formula_chunked(P, v, M) - want) < 1e-12,
+           "interleaved P=%d v=%d M=%d b=%g: bubble %g, formula %g", P, v, M, b, pipe_bubble(&s), want);
+    pipe_schedule_free(&s);
+}
+
+/* P=2, v=2, M=2, forward and backward 1: virtual stages 0 and 2 on stage 0, 1 and 3 on
+ * stage 1. Stage 0 warms up with all 4 forwards, stage 1 with 2; by hand: stage 1's F0b
+ * waits for stage 0's (end 3), its B0b follows it, F1b waits for stage 0's F1b (end 5);
+ * stage 0's B0b waits for stage 1's (end 5), B1b for stage 1's (7); stage 1's B0a for
+ * stage 0's B0b (6) and its own B1b (7); stage 0's B0a for stage 1's (8). */
+static void check_interleaved_grid(void) {
+    pipe_schedule s;
+    if (pipe_schedule_build_chunked(&s, PIPE_INTERLEAVED, 2, 2, 2, 1, 1) != 0) {
+        EXPECT(0, "interleaved grid: build failed");
+        return;
+    }
+    char buf[1024] = "";
+    grid_of(&s, buf, sizeof buf);
+    const char *want = "  rank 0    F0a F1a F0b F1b .   B0b .   B1b B0a B1a\n"
+                       "  rank 1    .   F0a F1a F0b B0b F1b B1b B0a B1a .\n";
+    EXPECT(strcmp(buf, want) == 0, "interleaved grid:\n%s\nexpected:\n%s", buf, want);
+    EXPECT(fabs(s.makespan - 10) < 1e-9 && fabs(pipe_bubble(&s) - 0.2) < 1e-9, "interleaved grid: step %g", s.makespan);
+    pipe_schedule_free(&s);
+    EXPECT(pipe_schedule_build_chunked(&s, PIPE_INTERLEAVED, 4, 2, 6, 1, 2) == -1, "M=6 on 4 stages accepted");
+    EXPECT(pipe_schedule_build_chunked(&s, PIPE_INTERLEAVED, 2, 1, 4, 1, 2) == -1, "one chunk accepted as interleaved");
+    EXPECT(pipe_interleaved_problem(4, 2, 6) && pipe_interleaved_problem(2, 1, 2) && !pipe_interleaved_problem(2, 3, 4),
+           "pipe_interleaved_problem");
+    EXPECT(pipe_chunks_for(PIPE_INTERLEAVED, 1, 3) == 1 && pipe_chunks_for(PIPE_1F1B, 4, 3) == 1 &&
+               pipe_chunks_for(PIPE_INTERLEAVED, 4, 3) == 3,
+           "pipe_chunks_for");
+}
+
 int main(void) {
+    int interleaved = 0;
+    for (int P = 2; P <= 8; P++)
+        for (int v = 2; v <= 4; v++)
+            for (int M = P; M <= 4 * P; M += P, interleaved += 2) {
+                check_interleaved(P, v, M, 1.0, 1.0);
+                check_interleaved(P, v, M, 1.0, 2.0);
+            }
+    check_interleaved_grid();
     for (int P = 1; P <= 8; P++)
         for (int M = 1; M <= 16; M++)
             for (int k = 0; k < 2; k++) {
@@ -175,7 +290,10 @@ int main(void) {
     pipe_schedule s;
     EXPECT(pipe_schedule_build(&s, PIPE_GPIPE, 0, 4, 1, 1) == -1, "0 stages accepted");
     EXPECT(pipe_kind_by_name("1f1b") == PIPE_1F1B && pipe_kind_by_name("gpipe") == PIPE_GPIPE &&
-               pipe_kind_by_name("zb") == -1, "names");
-    printf("%s\n", failures ? "schedule: FAILED" : "schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules checked");
+               pipe_kind_by_name("interleaved") == PIPE_INTERLEAVED && pipe_kind_by_name("zb") == -1,
+           "names");
+    if (failures) printf("schedule: FAILED\n");
+    else printf("schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules; %d interleaved and its grid checked\n",
+                interleaved);
     return failures ? 1 : 0;
 }

@@ -6,8 +6,10 @@ accesses, definite leaks):
     inside layers: the case an uninitialised count once sent to the layer-only search,
     which then failed with "no cut ... fits 0 GiB" though no limit was given);
   - dmc -o of mlp.dm on data=2 x pipeline=2 with 1F1B (cuts, schedule, codegen);
+  - dmc --explain of gpt.dm interleaved (2 ranks x 3 chunks, a memory limit);
   - tests/pipeline's schedule test;
-  - one step of the generated mlp.dm trainer on pipeline=2 with 2 micro-batches (threads).
+  - one step of the generated mlp.dm trainer on pipeline=2 with 2 micro-batches (threads),
+    and interleaved with 2 chunks (tagged sends, a rank's schedule over its chunks).
 Not registered in sanitized builds (valgrind cannot run ASan binaries). Exit 77 without
 valgrind.
 """
@@ -43,9 +45,16 @@ def main(argv):
                                 "--microbatches", "2", "--keep", keep, "--steps", "0", "--quiet", "--batch-file", batch],
                                cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                                env=dict(os.environ, TMPDIR=tmp))
-        if build.returncode != 0:
-            print("FAIL: building the pipeline trainer: %s" % build.stderr)
-            return 1
+        keep_interleaved = os.path.join(tmp, "build-interleaved")
+        build_interleaved = subprocess.run([dmc, "run", mlp, "--set", "B=16,D=48,H=64,K=10", "--mesh", "pipeline=2",
+                                            "--microbatches", "2", "--schedule", "interleaved", "--chunks", "2", "--keep",
+                                            keep_interleaved, "--steps", "0", "--quiet", "--batch-file", batch],
+                                           cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           universal_newlines=True, env=dict(os.environ, TMPDIR=tmp))
+        for b in (build, build_interleaved):
+            if b.returncode != 0:
+                print("FAIL: building the pipeline trainer: %s" % b.stderr)
+                return 1
         cases = [
             ("explain gpt L=4 on 10 stages", [dmc, "--explain", gpt, "--set", "L=4,B=10,T=64,V=256,C=64,NH=4",
                                               "--mesh", "pipeline=10", "--microbatches", "10"]),
@@ -55,9 +64,14 @@ def main(argv):
                                           "pipeline=2", "--microbatches", "4", "--memory-gb", "1"]),
             ("codegen mlp data=2 x pipeline=2", [dmc, mlp, "--mesh", "data=2,pipeline=2", "--microbatches", "4",
                                                  "--schedule", "1f1b", "-o", os.path.join(tmp, "out")]),
+            ("explain gpt interleaved, a limit", [dmc, "--explain=full", gpt, "--set", "B=8,T=64,V=256,C=64,NH=4",
+                                                  "--mesh", "pipeline=2", "--microbatches", "4", "--schedule",
+                                                  "interleaved", "--chunks", "3", "--memory-gb", "1"]),
             ("schedule test", [schedule_test]),
             ("trainer mlp pipeline=2, one step", [os.path.join(keep, "mlp"), "--batch-file", batch, "--steps", "1",
                                                   "--quiet"]),
+            ("trainer mlp interleaved, one step", [os.path.join(keep_interleaved, "mlp"), "--batch-file", batch, "--steps",
+                                                   "1", "--quiet"]),
         ]
         for name, cmd in cases:
             runs += 1

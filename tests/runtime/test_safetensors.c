@@ -266,13 +266,44 @@ static int bad_files(const char *dir) {
     return fails;
 }
 
+/* __metadata__: written as string pairs, read back by key; non-string values are skipped
+ * (the format allows strings only) and a file without one has none. */
+static int metadata(const char *dir) {
+    int fails = 0;
+    char path[4200], err[1024];
+    snprintf(path, sizeof path, "%s/meta.safetensors", dir);
+    float x[2] = {1.5f, -2.0f};
+    dmrt_tensor_desc d = {"x", DMRT_F32, 1, {2}, 2};
+    const void *data[1] = {x};
+    const char *keys[2] = {"dmc.step", "note"}, *values[2] = {"5", "caf\xc3\xa9"};
+    CHECK(dmrt_st_write_meta(path, 1, &d, data, 2, keys, values, err, sizeof err) == 0, "write_meta: %s", err);
+    dmrt_st_file f;
+    CHECK(dmrt_st_read(&f, path, err, sizeof err) == 0, "read: %s", err);
+    if (fails) return fails;
+    CHECK(f.n_tensors == 1 && f.n_meta == 2, "1 tensor and 2 metadata pairs, got %d and %d", f.n_tensors, f.n_meta);
+    CHECK(dmrt_st_meta(&f, "dmc.step") && strcmp(dmrt_st_meta(&f, "dmc.step"), "5") == 0, "dmc.step read back");
+    CHECK(dmrt_st_meta(&f, "note") && strcmp(dmrt_st_meta(&f, "note"), "caf\xc3\xa9") == 0, "UTF-8 value read back");
+    CHECK(dmrt_st_meta(&f, "missing") == NULL, "an absent key is NULL");
+    dmrt_st_close(&f);
+    const char *bad_values[1] = {"\xff"};
+    CHECK(dmrt_st_write_meta(path, 1, &d, data, 1, keys, bad_values, err, sizeof err) != 0, "a value that is not UTF-8 is refused");
+    CHECK_MSG(err, path, "metadata 'dmc.step'");
+    snprintf(path, sizeof path, "%s/mixed.safetensors", dir);
+    CHECK(write_raw(path, "{\"__metadata__\":{\"a\":\"b\",\"n\":3}}", 0, 0) == 0, "write raw");
+    CHECK(dmrt_st_read(&f, path, err, sizeof err) == 0, "read mixed metadata: %s", err);
+    if (fails) return fails;
+    CHECK(f.n_meta == 1 && strcmp(dmrt_st_meta(&f, "a"), "b") == 0 && !dmrt_st_meta(&f, "n"), "non-string values skipped");
+    dmrt_st_close(&f);
+    return fails;
+}
+
 int main(void) {
     char dir[4096];
     if (tu_mkdtemp(dir, sizeof dir) != 0) {
         perror("mkdtemp");
         return 1;
     }
-    int fails = round_trip(dir) + atomic(dir) + bad_files(dir);
+    int fails = round_trip(dir) + atomic(dir) + bad_files(dir) + metadata(dir);
     tu_rmdir(dir);
     if (fails) fprintf(stderr, "test_safetensors: %d failures\n", fails);
     return fails != 0;

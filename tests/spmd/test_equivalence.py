@@ -9,7 +9,8 @@ reduce-scatter of gradients), stack, sgd or clip (tests/spmd/clip.dm: gradient c
 whose global norm counts every element once on each mesh, and a learning-rate schedule);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
-different stages). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
+different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
+pipeline rank). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
 seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
   - every step's loss equals the serial loss within LOSS_RTOL (relative);
@@ -69,6 +70,22 @@ PIPELINE_MESHES = [("data=1", ["--accumulate", "4"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "2"]),
                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b", "--zero", "3",
                                                    "--bucket-mb", "0.004"])]
+# interleaved 1F1B (--chunks v: the model cut into P v stages, stage j on pipeline rank j mod
+# P): 2 and 3 chunks on 2 ranks, 2 on 4 (8 stages: gpt.dm's 4 blocks, embedding and head
+# each a stage or part of one), M = P (every rank warms up with all its forwards), the
+# tied embedding on rank 0's first chunk and the head on rank P-1's last, and with data
+# and tensor parallelism and recomputation (8 ranks)
+INTERLEAVED_MESHES = [("pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"]),
+                      ("pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "3"]),
+                      ("pipeline=2", ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2"]),
+                      ("pipeline=4", ["--microbatches", "8", "--schedule", "interleaved", "--chunks", "2"]),
+                      ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
+                                                      "--recompute", "full"])]
+# DMC_TEST_QUICK=1 (the sanitized build, tests/meson.build): the most composed of each list,
+# which reach the collectives, ZeRO's shares, recomputation and both schedules
+QUICK_MESHES = [MESHES[4], MESHES[-1]]
+QUICK_PIPELINE_MESHES = [PIPELINE_MESHES[3], PIPELINE_MESHES[-2]]
+QUICK_INTERLEAVED_MESHES = [INTERLEAVED_MESHES[0], INTERLEAVED_MESHES[-1]]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -137,9 +154,16 @@ def max_difference(tag, got, want):
 def main():
     global MESHES
     dmc, root, model, backend = sys.argv[1:5]
-    pipeline = len(sys.argv) > 5 and sys.argv[5] == "pipeline"
+    mesh_set = sys.argv[5] if len(sys.argv) > 5 else ""
+    pipeline = mesh_set in ("pipeline", "interleaved")
     if pipeline:
-        MESHES = PIPELINE_MESHES
+        MESHES = INTERLEAVED_MESHES if mesh_set == "interleaved" else PIPELINE_MESHES
+    if os.environ.get("DMC_TEST_QUICK") == "1":
+        print("DMC_TEST_QUICK: %d of the %d meshes" % (2, len(MESHES)))
+        if not pipeline:
+            MESHES = QUICK_MESHES
+        else:
+            MESHES = QUICK_INTERLEAVED_MESHES if mesh_set == "interleaved" else QUICK_PIPELINE_MESHES
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77

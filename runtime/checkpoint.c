@@ -1,0 +1,220 @@
+/* checkpoint.c: a model's training state in one safetensors file, and the trainer's
+ * directories of them.
+ *
+ * A checkpoint holds every parameter under its .dm name, every optimizer state tensor under
+ * its own ("fc1.weight.exp_avg"), whole, and in "__metadata__" the format, the model's name,
+ * the updates done ("dmc.step") and what the caller adds (the trainer: seed, data, position).
+ * Whole tensors make it independent of the mesh that wrote it. Writing is atomic
+ * (dmrt_st_write); loading checks every tensor before it changes anything. */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT_FORMAT "dmc checkpoint 1"
+#define CKPT_PREFIX "step-"
+#define CKPT_SUFFIX ".safetensors"
+/* metadata the checkpoint itself needs; callers add theirs after these */
+enum { CKPT_OWN_META = 3 };
+
+/* Tensor i of the checkpoint: parameters first, then the optimizer's state. */
+static const dmrt_tensor_desc *ckpt_desc(const dmrt_model *m, int i) {
+    return i < m->n_params ? &m->params[i] : &m->states[i - m->n_params];
+}
+
+/* Tensor i whole into whole (every rank of an SPMD model calls it). */
+static int gather_whole(const dmrt_model *m, void *ctx, int i, float *whole) {
+    if (i >= m->n_params) return m->state_gather(ctx, i - m->n_params, whole);
+    if (m->gather) return m->gather(ctx, i, 0, whole);
+    memcpy(whole, m->param(ctx, i), (size_t)m->params[i].numel * sizeof(float));
+    return DMRT_OK;
+}
+
+int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n_meta, const char *const *keys,
+                         const char *const *values, char *err, size_t errlen) {
+    if (!m->checkpoints || !m->step)
+        return dmrt_errorf(err, errlen, "%s: model '%s' cannot write checkpoints: %s", path, m->name,
+                           m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
+    int n = m->n_params + m->n_states;
+    int writer = !m->rank_id || m->rank_id(ctx) == 0;
+    /* the writing rank keeps every tensor until the file is written; the others gather into
+     * one buffer, reused */
+    float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
+    const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
+    dmrt_tensor_desc *descs = calloc(n ? (size_t)n : 1, sizeof *descs);
+    const char **all_keys = calloc((size_t)(n_meta + CKPT_OWN_META), sizeof *all_keys);
+    const char **all_values = calloc((size_t)(n_meta + CKPT_OWN_META), sizeof *all_values);
+    int rc = 0;
+    if (!whole || !data || !descs || !all_keys || !all_values) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    int64_t most = 0;
+    for (int i = 0; i < n && rc == 0; i++) most = ckpt_desc(m, i)->numel > most ? ckpt_desc(m, i)->numel : most;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const dmrt_tensor_desc *d = ckpt_desc(m, i);
+        descs[i] = *d;
+        if (writer || i == 0) whole[i] = dmrt_alloc((size_t)(writer ? d->numel : most) * sizeof(float));
+        float *into = writer ? whole[i] : whole[0];
+        /* a failed gather leaves the other ranks' collectives waiting: they fail on this
+         * rank's abort or their deadline, and no file is written */
+        if (!into) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+        else if (gather_whole(m, ctx, i, into) != 0)
+            rc = dmrt_errorf(err, errlen, "%s: gathering '%s': %s", path, d->name, m->error(ctx));
+        data[i] = into;
+    }
+    char step[32];
+    snprintf(step, sizeof step, "%" PRId64, m->step(ctx));
+    if (rc == 0 && writer) {
+        const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step"};
+        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step};
+        for (int k = 0; k < CKPT_OWN_META; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
+        for (int k = 0; k < n_meta; k++) all_keys[CKPT_OWN_META + k] = keys[k], all_values[CKPT_OWN_META + k] = values[k];
+        rc = dmrt_st_write_meta(path, n, descs, data, n_meta + CKPT_OWN_META, all_keys, all_values, err, errlen);
+    }
+    for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
+    free(whole);
+    free(data);
+    free(descs);
+    free(all_keys);
+    free(all_values);
+    return rc;
+}
+
+/* The file's "dmc.step": 0 and *step, or -1 with a message. */
+static int read_step(const dmrt_st_file *f, int64_t *step, char *err, size_t errlen) {
+    const char *format = dmrt_st_meta(f, "dmc.format"), *s = dmrt_st_meta(f, "dmc.step");
+    if (!format)
+        return dmrt_errorf(err, errlen,
+                           "%s: not a checkpoint (no \"dmc.format\" in its metadata): a weights file loads with "
+                           "--init, not --resume",
+                           f->path);
+    if (strcmp(format, CKPT_FORMAT) != 0)
+        return dmrt_errorf(err, errlen, "%s: checkpoint format '%s', this runtime reads '" CKPT_FORMAT "'", f->path,
+                           format);
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : -1;
+    if (!s || errno || end == s || *end || v < 0)
+        return dmrt_errorf(err, errlen, "%s: metadata \"dmc.step\" is %s%s%s, not a count of updates", f->path,
+                           s ? "'" : "missing", s ? s : "", s ? "'" : "");
+    *step = v;
+    return 0;
+}
+
+int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen) {
+    const char *path = f->path;
+    if (!m->checkpoints || !m->set_step)
+        return dmrt_errorf(err, errlen, "%s: model '%s' cannot read checkpoints: %s", path, m->name,
+                           m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
+    int n = m->n_params + m->n_states, rc = 0;
+    int64_t step = 0;
+    const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);
+    if (!source) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    if (rc == 0) rc = read_step(f, &step, err, errlen);
+    /* everything checked before anything changes */
+    for (int i = 0; i < n && rc == 0; i++) {
+        const dmrt_tensor_desc *d = ckpt_desc(m, i);
+        source[i] = dmrt_st_find(f, d->name);
+        rc = dmrt_check_tensor(m, path, source[i], d, i < m->n_params ? "parameter" : "optimizer state", NULL, err,
+                               errlen);
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        const dmrt_tensor_desc *d = ckpt_desc(m, i);
+        int status;
+        if (i >= m->n_params) status = m->state_scatter(ctx, i - m->n_params, source[i]->data);
+        else if (m->scatter) status = m->scatter(ctx, i, source[i]->data);
+        else status = (memcpy(m->param(ctx, i), source[i]->data, (size_t)d->numel * sizeof(float)), DMRT_OK);
+        if (status != DMRT_OK) rc = dmrt_errorf(err, errlen, "%s: loading '%s': %s", path, d->name, m->error(ctx));
+    }
+    if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
+        rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
+    free(source);
+    return rc;
+}
+
+int dmrt_load_checkpoint(const dmrt_model *m, void *ctx, const char *path, dmrt_st_file *file, char *err,
+                         size_t errlen) {
+    dmrt_st_file f;
+    if (dmrt_st_read(&f, path, err, errlen) != 0) return -1;
+    int rc = dmrt_load_checkpoint_file(m, ctx, &f, err, errlen);
+    if (rc == 0 && file) *file = f;
+    else dmrt_st_close(&f);
+    return rc;
+}
+
+/* ---- the trainer's directory of checkpoints ------------------------------------------------ */
+
+int dmrt_checkpoint_path(const char *dir, int64_t step, char *buf, size_t len) {
+    int k = snprintf(buf, len, "%s/" CKPT_PREFIX "%08" PRId64 CKPT_SUFFIX, dir, step);
+    return k < 0 || (size_t)k >= len ? -1 : 0;
+}
+
+/* The step of a file named step-<digits>.safetensors, or -1. */
+static int64_t name_step(const char *name) {
+    size_t np = strlen(CKPT_PREFIX), ns = strlen(CKPT_SUFFIX), len = strlen(name);
+    if (len <= np + ns || strncmp(name, CKPT_PREFIX, np) != 0 || strcmp(name + len - ns, CKPT_SUFFIX) != 0) return -1;
+    int64_t step = 0;
+    for (size_t i = np; i < len - ns; i++) {
+        if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+/* The steps of dir's checkpoints, ascending, malloc'd into *steps; how many, or -1. */
+static int list_steps(const char *dir, int64_t **steps, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) return dmrt_errorf(err, errlen, "%s: cannot open the directory: %s", dir, strerror(errno));
+    int n = 0, cap = 0;
+    *steps = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t s = name_step(e->d_name);
+        if (s < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
+            if (!grown) {
+                closedir(d);
+                free(*steps);
+                return dmrt_errorf(err, errlen, "%s: out of memory", dir);
+            }
+            *steps = grown;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort: a directory holds few */
+        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
+            int64_t t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1];
+            (*steps)[j - 1] = t;
+        }
+    return n;
+}
+
+int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen) {
+    int64_t *steps;
+    int n = list_steps(dir, &steps, err, errlen);
+    if (n < 0) return -1;
+    int64_t last = n ? steps[n - 1] : -1;
+    free(steps);
+    if (n == 0)
+        return dmrt_errorf(err, errlen, "%s: no checkpoint in the directory (files " CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
+                           dir);
+    if (dmrt_checkpoint_path(dir, last, path, len) != 0) return dmrt_errorf(err, errlen, "%s: path too long", dir);
+    return 0;
+}
+
+int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen) {
+    int64_t *steps;
+    int n = list_steps(dir, &steps, err, errlen);
+    if (n < 0) return -1;
+    int rc = 0;
+    char path[4096];
+    for (int i = 0; i + keep < n && rc == 0; i++)
+        if (dmrt_checkpoint_path(dir, steps[i], path, sizeof path) == 0 && remove(path) != 0 && errno != ENOENT)
+            rc = dmrt_errorf(err, errlen, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
+    free(steps);
+    return rc;
+}

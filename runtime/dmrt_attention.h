@@ -1,0 +1,197 @@
+/* dmrt_attention.h: fused attention, the kernels of dmc's attention op for the C target
+ * (passes/fuse_attention.c): out = softmax(q @ kT * scale) @ v per head, keys after the
+ * query hidden when causal, without ever holding a head's T x T scores.
+ *
+ * Generated code includes this header (its kernels are static, compiled with the model's
+ * own flags: -O3 -march=native vectorises the row loops for the machine at hand); the
+ * compiler includes it for the sizes (codegen/dialect_c.c). The tile products go through
+ * dmrt_sgemm (BLAS).
+ *
+ * Layout: a head is a (positions, width) matrix, heads one after the other: q, k, v, out,
+ * dout, dq, dk, dv are (heads, positions, width), lse (heads, positions).
+ *
+ * Forward, per head: for each block of `tile` queries, the blocks of keys it can see (with
+ * a causal mask: up to the block's last query; later blocks are skipped whole), each
+ * block's scores as one product, then per row an online softmax: the running maximum m
+ * and sum l of exp(score - m), the output rows rescaled by exp(m_old - m) when the maximum
+ * grows, then the block's exp(score - m) @ v added. At the end out = out / l and
+ * lse = m + log(l), the log of each row's softmax denominator.
+ *
+ * Backward, per head and block of keys: for each block of queries that sees it, the
+ * scores again, p = exp(score - lse) (the forward's probabilities, to rounding), then
+ *   dv += pT @ dout,  dp = dout @ vT,  ds = p * (dp - delta) * scale,
+ *   dq += ds @ k,     dk += dsT @ q,
+ * with delta = the row sums of dout * out (= the row sums of p * dp). */
+#ifndef DMRT_ATTENTION_H
+#define DMRT_ATTENTION_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dmrt.h"
+
+/* glibc's vector expf (libmvec), as the generated preamble declares it: the rows' loops
+ * of exp vectorise. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+float expf(float) __attribute__((simd("notinbranch")));
+#endif
+
+/* Queries and keys per block: a block's scores are 16 KiB, the tile products a size BLAS
+ * runs well on one core. Shorter sequences take one block. */
+#define DMRT_ATTENTION_TILE 64
+
+static inline int64_t dmrt_attention_tile(int64_t positions) {
+    return positions < DMRT_ATTENTION_TILE ? (positions > 0 ? positions : 1) : DMRT_ATTENTION_TILE;
+}
+
+/* Floats of work either kernel needs (the context's scratch): two blocks of scores, two
+ * values per query of a block, one per position of a head. */
+static inline int64_t dmrt_attention_work_floats(int64_t positions) {
+    int64_t tile = dmrt_attention_tile(positions);
+    return 2 * tile * tile + 2 * tile + positions;
+}
+
+/* Keys query `query` sees among the block of `keys` keys starting at key `first`. */
+static inline int64_t dmrt_attention_visible_(int64_t query, int64_t first, int64_t keys, int causal) {
+    if (!causal) return keys;
+    int64_t seen = query - first + 1;
+    return seen < 0 ? 0 : seen < keys ? seen : keys;
+}
+
+/* Sums are kept in 8 lanes (one float sum cannot be reordered into vectors), added
+ * pairwise at the end. */
+static inline float dmrt_attention_lanes_total_(const float lanes[8]) {
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+static inline float dmrt_attention_sum_(const float *x, int64_t n) {
+    float lanes[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int lane = 0; lane < 8; lane++) lanes[lane] += x[j + lane];
+    for (; j < n; j++) lanes[0] += x[j];
+    return dmrt_attention_lanes_total_(lanes);
+}
+
+static inline float dmrt_attention_max_(const float *x, int64_t n, float start) {
+    float lanes[8] = {start, start, start, start, start, start, start, start};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int lane = 0; lane < 8; lane++) lanes[lane] = x[j + lane] > lanes[lane] ? x[j + lane] : lanes[lane];
+    for (; j < n; j++) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
+    float m = lanes[0];
+    for (int lane = 1; lane < 8; lane++) m = lanes[lane] > m ? lanes[lane] : m;
+    return m;
+}
+
+/* One row of a block in the online softmax: the scores s[0 .. visible) become
+ * exp(s - m) with m the row's new maximum, the hidden ones 0; the running sum is
+ * rescaled to m and the block's added; returns exp(m_old - m), by which the row's output
+ * so far is to be rescaled. */
+static inline float dmrt_attention_online_row_(float *s, int64_t visible, int64_t keys, float *row_max, float *row_sum) {
+    float m = dmrt_attention_max_(s, visible, *row_max);
+    float rescale = expf(*row_max - m); /* 0 for the first block, whose old maximum is -inf */
+    for (int64_t j = 0; j < visible; j++) s[j] = expf(s[j] - m);
+    for (int64_t j = visible; j < keys; j++) s[j] = 0.0f;
+    *row_sum = *row_sum * rescale + dmrt_attention_sum_(s, visible);
+    *row_max = m;
+    return rescale;
+}
+
+static inline void dmrt_attention_forward(const float *q, const float *k, const float *v, float *out, float *lse,
+                                          int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                          float *work) {
+    const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
+    float *scores = work;               /* (tile, tile) a block's scores, then their exp */
+    float *row_max = work + tile * tile; /* (tile) each query's running maximum */
+    float *row_sum = row_max + tile;     /* (tile) its running sum of exp(score - maximum) */
+    for (int64_t h = 0; h < heads; h++) {
+        const float *qh = q + h * T * D, *kh = k + h * T * D, *vh = v + h * T * D;
+        float *oh = out + h * T * D, *lh = lse + h * T;
+        for (int64_t q0 = 0; q0 < T; q0 += tile) {
+            const int64_t nq = T - q0 < tile ? T - q0 : tile;
+            float *block_out = oh + q0 * D;
+            memset(block_out, 0, (size_t)(nq * D) * sizeof(float));
+            for (int64_t i = 0; i < nq; i++) row_max[i] = -INFINITY, row_sum[i] = 0.0f;
+            /* with a causal mask, the key blocks after the last query's are hidden whole */
+            const int64_t key_end = causal ? q0 + nq : T;
+            for (int64_t k0 = 0; k0 < key_end; k0 += tile) {
+                const int64_t nk = key_end - k0 < tile ? key_end - k0 : tile;
+                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * D, D, kh + k0 * D, D, 0.0f, scores, tile);
+                for (int64_t i = 0; i < nq; i++) {
+                    int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
+                    float rescale = dmrt_attention_online_row_(scores + i * tile, visible, nk, &row_max[i], &row_sum[i]);
+                    if (rescale != 1.0f)
+                        for (int64_t d = 0; d < D; d++) block_out[i * D + d] *= rescale;
+                }
+                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, scores, tile, vh + k0 * D, D, 1.0f, block_out, D);
+            }
+            for (int64_t i = 0; i < nq; i++) {
+                const float inv_sum = 1.0f / row_sum[i];
+                for (int64_t d = 0; d < D; d++) block_out[i * D + d] *= inv_sum;
+                lh[q0 + i] = row_max[i] + logf(row_sum[i]);
+            }
+        }
+    }
+}
+
+/* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head. */
+static inline void dmrt_attention_delta_(const float *dout, const float *out, int64_t rows, int64_t width, float *delta) {
+    for (int64_t i = 0; i < rows; i++) {
+        const float *a = dout + i * width, *b = out + i * width;
+        float lanes[8] = {0};
+        int64_t d = 0;
+        for (; d + 8 <= width; d += 8)
+            for (int lane = 0; lane < 8; lane++) lanes[lane] += a[d + lane] * b[d + lane];
+        for (; d < width; d++) lanes[0] += a[d] * b[d];
+        delta[i] = dmrt_attention_lanes_total_(lanes);
+    }
+}
+
+static inline void dmrt_attention_backward(const float *q, const float *k, const float *v, const float *out,
+                                           const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                           int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                           float *work) {
+    const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
+    float *probs = work;                  /* (tile, tile) a block's probabilities */
+    float *dscores = work + tile * tile;  /* (tile, tile) their gradient, then the scores' */
+    float *delta = dscores + tile * tile; /* (T) each query's sum of dout * out */
+    for (int64_t h = 0; h < heads; h++) {
+        const size_t head = (size_t)(h * T * D);
+        const float *qh = q + head, *kh = k + head, *vh = v + head, *doh = dout + head, *lh = lse + h * T;
+        float *dqh = dq + head, *dkh = dk + head, *dvh = dv + head;
+        memset(dqh, 0, (size_t)(T * D) * sizeof(float));
+        memset(dkh, 0, (size_t)(T * D) * sizeof(float));
+        memset(dvh, 0, (size_t)(T * D) * sizeof(float));
+        dmrt_attention_delta_(doh, out + head, T, D, delta);
+        for (int64_t k0 = 0; k0 < T; k0 += tile) {
+            const int64_t nk = T - k0 < tile ? T - k0 : tile;
+            /* with a causal mask, the query blocks before this key block see none of it */
+            for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
+                const int64_t nq = T - q0 < tile ? T - q0 : tile;
+                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * D, D, kh + k0 * D, D, 0.0f, probs, tile);
+                for (int64_t i = 0; i < nq; i++) {
+                    float *p = probs + i * tile;
+                    const float row_lse = lh[q0 + i];
+                    int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
+                    for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
+                    for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
+                }
+                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * D, D, 1.0f, dvh + k0 * D, D);
+                dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * D, D, vh + k0 * D, D, 0.0f, dscores, tile);
+                for (int64_t i = 0; i < nq; i++) {
+                    const float *p = probs + i * tile;
+                    float *ds = dscores + i * tile;
+                    const float row_delta = delta[q0 + i];
+                    for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
+                }
+                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * D, D, 1.0f, dqh + q0 * D, D);
+                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * D, D, 1.0f, dkh + k0 * D, D);
+            }
+        }
+    }
+}
+
+#endif

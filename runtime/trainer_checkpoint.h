@@ -1,0 +1,29 @@
+/* trainer_checkpoint.h: where the trainer's checkpoints go and which one a run resumes
+ * (--checkpoint DIR, --checkpoint-every N, --checkpoint-keep K, --resume PATH;
+ * trainer_checkpoint.c). trainer.c decides when to write and records its data's position.
+ * Not installed. Functions return 0, or -1 with a message in err. */
+#ifndef DMRT_TRAINER_CHECKPOINT_H
+#define DMRT_TRAINER_CHECKPOINT_H
+
+#include "internal.h"
+
+/* --checkpoint DIR, before training (the lead rank): DIR is created when missing (its
+ * parent must exist) and a file is tried there. */
+int dmrt_trainer_checkpoint_dir(const char *dir, char *err, size_t errlen);
+
+/* --resume PATH: PATH a checkpoint file, or a directory whose newest checkpoint it takes,
+ * read whole into f (f->path: the file). */
+int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen);
+
+/* The metadata value of key as an unsigned integer: 1 with *v set, 0 when absent, -1 (with a
+ * message naming the file) when it is not one. */
+int dmrt_trainer_meta_u64(const dmrt_st_file *f, const char *key, uint64_t *v, char *err, size_t errlen);
+
+/* Writes the checkpoint of the model's current step into dir (every rank calls it; world rank
+ * 0 writes) with the trainer's metadata (n_meta pairs), then, on the lead rank, removes all but
+ * the newest keep (0: keeps all). path receives the file's name. */
+int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *dir, int64_t keep, int lead, int n_meta,
+                                  const char *const *keys, const char *const *values, char *path, size_t len,
+                                  char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,334 @@
+/* trainer_data.c: where the trainer's batches come from (trainer_data.h). */
+#include "trainer_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* "x: f32[8, 784]" */
+char *dmrt_trainer_desc_str(char *buf, size_t len, const dmrt_tensor_desc *d) {
+    char s[256];
+    snprintf(buf, len, "%s: %s%s", d->name, d->dtype == DMRT_F32 ? "f32" : "i32",
+             dmrt_shape_str(s, sizeof s, d->rank, d->shape));
+    return buf;
+}
+
+/* "x: f32[8, 784], y: i32[8]" */
+char *dmrt_trainer_descs_str(char *buf, size_t len, int n, const dmrt_tensor_desc *descs) {
+    size_t used = 0;
+    buf[0] = '\0';
+    if (n == 0) snprintf(buf, len, "none");
+    for (int i = 0; i < n && used < len; i++) {
+        char d[300];
+        int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
+                         dmrt_trainer_desc_str(d, sizeof d, &descs[i]));
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+char *dmrt_trainer_inputs_str(char *buf, size_t len, const dmrt_model *m) {
+    return dmrt_trainer_descs_str(buf, len, m->n_inputs, m->inputs);
+}
+
+int dmrt_trainer_open_batch_file(tr_data *d, const dmrt_model *m, const char *path, char *err,
+                           size_t errlen) {
+    if (m->n_inputs == 0)
+        return dmrt_errorf(err, errlen, "%s: model '%s' has no inputs to feed from a batch file",
+                           path, m->name);
+    if (dmrt_st_read(&d->bf, path, err, errlen) != 0) return -1;
+    d->bt = calloc((size_t)m->n_inputs, sizeof *d->bt);
+    if (!d->bt) return dmrt_errorf(err, errlen, "%s: out of memory", path);
+    char got[256], in[300], all[1024];
+    int64_t steps = -1;
+    const char *first = NULL;
+    for (int i = 0; i < m->n_inputs; i++) {
+        const dmrt_tensor_desc *x = &m->inputs[i];
+        const dmrt_st_tensor *t = dmrt_st_find(&d->bf, x->name);
+        /* "[steps, 8, 4]" */
+        char wantn[300] = "[steps";
+        for (int k = 0; k < x->rank; k++) {
+            size_t used = strlen(wantn);
+            snprintf(wantn + used, sizeof wantn - used, ", %lld", (long long)x->shape[k]);
+        }
+        strncat(wantn, "]", sizeof wantn - strlen(wantn) - 1);
+        if (!t)
+            return dmrt_errorf(err, errlen,
+                               "%s: no tensor '%s' for model input %s; the file needs one tensor "
+                               "per input (%s), named after it, with a leading step dimension: "
+                               "'%s' %s %s",
+                               path, x->name, dmrt_trainer_desc_str(in, sizeof in, x),
+                               dmrt_trainer_inputs_str(all, sizeof all, m), x->name,
+                               dmrt_dtype_name(x->dtype), wantn);
+        if (t->dtype != x->dtype)
+            return dmrt_errorf(err, errlen, "%s: tensor '%s': dtype %s but model input %s needs %s",
+                               path, t->name, dmrt_dtype_name(t->dtype),
+                               dmrt_trainer_desc_str(in, sizeof in, x), dmrt_dtype_name(x->dtype));
+        if (t->rank != x->rank + 1 ||
+            memcmp(t->shape + 1, x->shape, sizeof(int64_t) * (size_t)x->rank) != 0)
+            return dmrt_errorf(err, errlen,
+                               "%s: tensor '%s': shape %s but model input %s needs %s (a leading "
+                               "step dimension, then the input's shape)",
+                               path, t->name, dmrt_shape_str(got, sizeof got, t->rank, t->shape),
+                               dmrt_trainer_desc_str(in, sizeof in, x), wantn);
+        if (steps < 0) {
+            steps = t->shape[0];
+            first = t->name;
+        } else if (t->shape[0] != steps) {
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' has %lld steps but tensor '%s' has %lld",
+                               path, t->name, (long long)t->shape[0], first, (long long)steps);
+        }
+        d->bt[i] = t;
+    }
+    if (steps == 0)
+        return dmrt_errorf(err, errlen, "%s: the tensors have 0 steps (leading dimension)", path);
+    d->steps_per_epoch = steps;
+    return 0;
+}
+
+static char *join_path(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", name);
+    return p;
+}
+
+static int read_idx_in(dmrt_idx *out, const char *dir, const char *name, char *err,
+                       size_t errlen) {
+    char *p = join_path(dir, name);
+    if (!p) return dmrt_errorf(err, errlen, "out of memory");
+    int rc = dmrt_idx_read(out, p, err, errlen);
+    free(p);
+    return rc;
+}
+
+/* A pair of IDX files: images of 784 pixels and labels in [0, 10), as many of each. */
+static int check_pair(const dmrt_idx *x, const dmrt_idx *y, const char *dir, const char *xname,
+                      const char *yname, char *err, size_t errlen) {
+    if (!x->images || x->row_size != TR_MNIST_PIXELS)
+        return dmrt_errorf(err, errlen, "%s/%s: expected images of 28 x 28 = 784 pixels", dir,
+                           xname);
+    if (!y->labels)
+        return dmrt_errorf(err, errlen, "%s/%s: expected labels, found images", dir, yname);
+    if (x->n != y->n)
+        return dmrt_errorf(err, errlen, "%s: %s has %lld images but %s has %lld labels", dir,
+                           xname, (long long)x->n, yname, (long long)y->n);
+    for (int64_t i = 0; i < y->n; i++)
+        if (y->labels[i] < 0 || y->labels[i] >= TR_MNIST_CLASSES)
+            return dmrt_errorf(err, errlen, "%s/%s: label %lld is %d, outside [0, %d)", dir, yname,
+                               (long long)i, (int)y->labels[i], TR_MNIST_CLASSES);
+    return 0;
+}
+
+int dmrt_trainer_open_mnist(tr_data *d, int64_t batch, const char *dir, uint64_t seed, char *err,
+                      size_t errlen) {
+    static const char *const names[4] = {"train-images-idx3-ubyte.gz",
+                                         "train-labels-idx1-ubyte.gz",
+                                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    d->mnist = 1;
+    d->batch = batch;
+    if (read_idx_in(&d->train_x, dir, names[0], err, errlen) ||
+        read_idx_in(&d->train_y, dir, names[1], err, errlen) ||
+        read_idx_in(&d->test_x, dir, names[2], err, errlen) ||
+        read_idx_in(&d->test_y, dir, names[3], err, errlen))
+        return -1;
+    if (check_pair(&d->train_x, &d->train_y, dir, names[0], names[1], err, errlen) ||
+        check_pair(&d->test_x, &d->test_y, dir, names[2], names[3], err, errlen))
+        return -1;
+    if (d->train_x.n < batch)
+        return dmrt_errorf(err, errlen, "%s: %lld training examples, fewer than one batch of %lld",
+                           dir, (long long)d->train_x.n, (long long)batch);
+    d->steps_per_epoch = d->train_x.n / batch; /* the last partial batch is dropped */
+    d->perm = malloc((size_t)d->train_x.n * sizeof *d->perm);
+    if (!d->perm) return dmrt_errorf(err, errlen, "out of memory");
+    for (int64_t i = 0; i < d->train_x.n; i++) d->perm[i] = i;
+    dmrt_rng_init(&d->shuffle, seed, TR_SHUFFLE_STREAM);
+    return 0;
+}
+
+/* Fisher-Yates over the whole training set; the rng carries on from epoch to epoch. */
+void dmrt_trainer_shuffle(tr_data *d) {
+    for (int64_t i = d->train_x.n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(dmrt_rng_u64(&d->shuffle) % (uint64_t)(i + 1));
+        int64_t t = d->perm[i];
+        d->perm[i] = d->perm[j];
+        d->perm[j] = t;
+    }
+}
+
+/* --data text:FILES. The corpus splits into a training part, the first 90%, and a
+ * validation part, the last 10% but at least one window of T+1 bytes. */
+int dmrt_trainer_open_text(tr_data *d, const tr_lm *lm, const char *list, uint64_t seed, char *err,
+                     size_t errlen) {
+    d->text = 1;
+    d->lm = *lm;
+    d->text_list = strdup(list);
+    if (!d->text_list) return dmrt_errorf(err, errlen, "out of memory");
+    int n = 1;
+    for (const char *p = list; *p; p++) n += *p == ',';
+    d->text_paths = calloc((size_t)n, sizeof *d->text_paths);
+    if (!d->text_paths) return dmrt_errorf(err, errlen, "out of memory");
+    for (char *p = d->text_list;;) {
+        d->text_paths[d->n_text_paths++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    if (dmrt_text_read(&d->corpus, d->n_text_paths, d->text_paths, err, errlen) != 0) return -1;
+
+    int64_t T = lm->len, window = T + 1, size = d->corpus.size;
+    d->val_bytes = size / 10 > window ? size / 10 : window;
+    d->train_bytes = size - d->val_bytes;
+    if (d->train_bytes < window)
+        return dmrt_errorf(err, errlen,
+                           "%s: a corpus of %lld bytes is too short for windows of T+1 = %lld "
+                           "bytes: the training part (the first 90%%) and the validation part "
+                           "(the last 10%%, at least T+1 bytes) need one window each, so at "
+                           "least %lld bytes",
+                           list, (long long)size, (long long)window, (long long)(2 * window));
+    int64_t per_step = lm->batch * T;
+    d->steps_per_epoch = d->train_bytes / per_step > 0 ? d->train_bytes / per_step : 1;
+
+    /* Validation windows: as many non-overlapping ones as fit, at most 32, rounded down to
+     * whole batches (forward's loss is a mean over the batch, so a padded batch would
+     * count its padding), spread evenly over the validation part. */
+    int64_t fit = (d->val_bytes - 1) / T;
+    int64_t n_val = fit < TR_MAX_VAL_WINDOWS ? fit : TR_MAX_VAL_WINDOWS;
+    if (n_val >= lm->batch) n_val -= n_val % lm->batch;
+    d->val_windows = n_val;
+    /* (n_val - 1) * T <= val_bytes - window, so the stride is at least T */
+    d->val_stride = n_val > 1 ? (d->val_bytes - window) / (n_val - 1) : 0;
+    dmrt_rng_init(&d->windows, seed, TR_WINDOWS_STREAM);
+    return 0;
+}
+
+/* Uniform in [0, n), n > 0: draws from the top of the u64 range that would make small
+ * results likelier (modulo bias) are drawn again. */
+static uint64_t draw_below(dmrt_rng *rng, uint64_t n) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n; /* a multiple of n */
+    uint64_t x;
+    do x = dmrt_rng_u64(rng);
+    while (x >= limit);
+    return x % n;
+}
+
+/* Row `row` of tokens and targets: the window starting at bytes[0] (T+1 bytes). */
+static void fill_window(const tr_lm *lm, void **in, int64_t row, const unsigned char *bytes) {
+    int32_t *tokens = (int32_t *)in[lm->tokens] + row * lm->len;
+    int32_t *targets = (int32_t *)in[lm->targets] + row * lm->len;
+    for (int64_t t = 0; t < lm->len; t++) {
+        tokens[t] = bytes[t];
+        targets[t] = bytes[t + 1];
+    }
+}
+
+/* Mean of model->forward's loss over the validation windows, B per batch. When fewer
+ * windows than B fit, the one batch repeats them in order (row r holds window r mod n). */
+int dmrt_trainer_validation_loss(tr_data *d, const dmrt_model *m, void *ctx, void **in, double *loss,
+                           char *err, size_t errlen) {
+    const unsigned char *val = d->corpus.bytes + d->train_bytes;
+    int64_t B = d->lm.batch, n = d->val_windows;
+    int64_t batches = n >= B ? n / B : 1;
+    double sum = 0.0;
+    for (int64_t b = 0; b < batches; b++) {
+        for (int64_t r = 0; r < B; r++) {
+            int64_t k = n >= B ? b * B + r : r % n;
+            fill_window(&d->lm, in, r, val + k * d->val_stride);
+        }
+        float batch_loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &batch_loss) != 0)
+            return dmrt_errorf(err, errlen, "validation batch %lld: %s", (long long)(b + 1),
+                               dmrt_trainer_ctx_error(m, ctx));
+        sum += batch_loss;
+    }
+    *loss = sum / (double)batches;
+    return 0;
+}
+
+/* Fills the input buffers for global step `step` (0-based), batch `b` of its epoch. */
+void dmrt_trainer_fill_batch(tr_data *d, const dmrt_model *m, void **in, int64_t step, int64_t b) {
+    if (d->text) {
+        /* B windows at offsets uniform over the train_bytes - T whose T+1 bytes lie in
+         * the training part */
+        uint64_t offsets = (uint64_t)(d->train_bytes - d->lm.len);
+        for (int64_t r = 0; r < d->lm.batch; r++)
+            fill_window(&d->lm, in, r, d->corpus.bytes + draw_below(&d->windows, offsets));
+        return;
+    }
+    if (d->mnist) {
+        float *x = in[0];
+        int32_t *y = in[1];
+        for (int64_t r = 0; r < d->batch; r++) {
+            int64_t e = d->perm[b * d->batch + r];
+            memcpy(x + r * TR_MNIST_PIXELS, d->train_x.images + e * TR_MNIST_PIXELS,
+                   TR_MNIST_PIXELS * sizeof(float));
+            y[r] = d->train_y.labels[e];
+        }
+        return;
+    }
+    int64_t slice = step % d->steps_per_epoch;
+    for (int i = 0; i < m->n_inputs; i++) {
+        size_t bytes = dmrt_trainer_desc_bytes(&m->inputs[i]);
+        /* The file buffer may not be aligned for the dtype: copy. */
+        memcpy(in[i], (const char *)d->bt[i]->data + (size_t)slice * bytes, bytes);
+    }
+}
+
+/* A resumed run's data where the run it continues left it, after `steps` steps: the
+ * shuffles of the epochs before (the current one's is the loop's), the text windows drawn. */
+void dmrt_trainer_skip_steps(tr_data *d, int64_t steps) {
+    if (d->mnist)
+        for (int64_t e = 0; e < steps / d->steps_per_epoch; e++) dmrt_trainer_shuffle(d);
+    if (d->text) {
+        uint64_t offsets = (uint64_t)(d->train_bytes - d->lm.len);
+        for (int64_t i = 0; i < steps * d->lm.batch; i++) (void)draw_below(&d->windows, offsets);
+    }
+}
+
+/* Test accuracy with model->forward, B examples at a time; the last partial batch is
+ * padded with zeros and only its real examples count. */
+int dmrt_trainer_evaluate(tr_data *d, const dmrt_model *m, void *ctx, void **in, int out,
+                    double *acc, char *err, size_t errlen) {
+    float *x = in[0];
+    int32_t *y = in[1];
+    int64_t correct = 0, n = d->test_x.n, B = d->batch;
+    for (int64_t start = 0; start < n; start += B) {
+        int64_t cnt = n - start < B ? n - start : B;
+        memcpy(x, d->test_x.images + start * TR_MNIST_PIXELS,
+               (size_t)cnt * TR_MNIST_PIXELS * sizeof(float));
+        memcpy(y, d->test_y.labels + start, (size_t)cnt * sizeof(int32_t));
+        if (cnt < B) {
+            memset(x + cnt * TR_MNIST_PIXELS, 0, (size_t)(B - cnt) * TR_MNIST_PIXELS * sizeof(float));
+            memset(y + cnt, 0, (size_t)(B - cnt) * sizeof(int32_t));
+        }
+        float loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
+            return dmrt_errorf(err, errlen, "evaluation (test examples %lld..%lld): %s",
+                               (long long)start, (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
+        const float *logits = m->output(ctx, out);
+        if (!logits) return dmrt_errorf(err, errlen, "evaluation: model output %d is NULL", out);
+        for (int64_t r = 0; r < cnt; r++) {
+            const float *row = logits + r * TR_MNIST_CLASSES;
+            int best = 0;
+            for (int c = 1; c < TR_MNIST_CLASSES; c++)
+                if (row[c] > row[best]) best = c;
+            correct += best == y[r];
+        }
+    }
+    *acc = n ? (double)correct / (double)n : 0.0;
+    return 0;
+}
+
+void dmrt_trainer_data_close(tr_data *d) {
+    dmrt_st_close(&d->bf);
+    free(d->bt);
+    dmrt_idx_free(&d->train_x);
+    dmrt_idx_free(&d->train_y);
+    dmrt_idx_free(&d->test_x);
+    dmrt_idx_free(&d->test_y);
+    free(d->perm);
+    dmrt_text_free(&d->corpus);
+    free(d->text_paths);
+    free(d->text_list);
+}

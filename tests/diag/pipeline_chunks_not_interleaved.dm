@@ -1,0 +1,12 @@
+# Model chunks per rank are the interleaved schedule's.
+dim B = 8
+mesh(pipeline = 2)
+schedule 1f1b(microbatches = 4, chunks = 2)
+input x : f32[B, 3]
+input y : i32[B]
+param w : f32[3, 3] = xavier
+h = relu(x @ w)
+g = tanh(h)
+loss = cross_entropy(g, y)
+minimize loss
+optimizer sgd(lr = 0.1)

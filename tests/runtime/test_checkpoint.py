@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""test_checkpoint.py DMC: the trainer's checkpoints and --resume (docs/trainer.md, "Checkpoints").
+
+The model is examples/mlp.dm made small, with what a resume must restore besides the
+parameters: AdamW's state and bias correction (the step), a warmup + cosine schedule over the
+run's steps, clipping, and dropout (its masks are keyed by seed and step). The data is a
+Fashion-MNIST-shaped set of 4 batches written here, so that 10 steps cross two epoch
+boundaries and a resume at step 5 starts inside the second epoch (its shuffle replayed).
+Oracle: the same program run straight.
+
+  - 10 steps straight and 5 + --resume + 5 give bitwise-identical weights (--save) and the
+    same loss lines for steps 6-10: serial, data=2 x tensor=2, pipeline=2 (2 micro-batches),
+    data=2 with ZeRO 1 (the optimizer state in shares) and ZeRO 3, and interleaved 1F1B
+    (pipeline=2, 2 chunks; without clipping, which it refuses);
+  - a checkpoint of one mesh loads on every other: resumed with no step left and written
+    again there, its tensors are those of the file it came from (every layout's gather and
+    scatter of parameters and optimizer state);
+  - --checkpoint-every writes every N steps and at the end, --checkpoint-keep K keeps the
+    newest K, and SIGTERM writes the checkpoint of the step it stopped after, from which the
+    run resumes to the straight run's weights;
+  - failures: --resume of an empty directory, of a truncated file, of a weights file, of
+    another model's checkpoint; a different --seed; an unwritable --checkpoint; options
+    that need --checkpoint, or that exclude --resume. Each is an error naming what is wrong,
+    before the first step.
+Prints one line per check; exits 1 on any failure.
+"""
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BATCH, BATCHES, TEST = 32, 4, 64
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        failures += 1
+
+
+def small_mlp(tmp):
+    with open(os.path.join(ROOT, "examples", "mlp.dm")) as f:
+        src = f.read()
+    src = re.sub(r"^dim B = \d+", "dim B = %d" % BATCH, src, flags=re.M)
+    src = re.sub(r"^dim H = \d+", "dim H = 64", src, flags=re.M)
+    src = src.replace("h1 = relu(fc1(xn))", "h1 = dropout(relu(fc1(xn)), 0.1)")
+    src = re.sub(r"optimizer \w+\([^)]*\)",
+                 "optimizer adamw(lr = 1e-2, weight_decay = 1e-4, warmup = 3, decay = cosine, min_lr = 1e-3, clip = 1.0)",
+                 src)
+    path = os.path.join(tmp, "small.dm")
+    with open(path, "w") as f:
+        f.write(src)
+    return path
+
+
+def write_idx(path, magic_dims, data):
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">I", magic_dims[0]))
+        for d in magic_dims[1:]:
+            f.write(struct.pack(">I", d))
+        f.write(bytes(data))
+
+
+def fashion_like(tmp):
+    """A data directory in fashion-mnist's format: BATCHES batches to train on, TEST to test."""
+    rng = random.Random(7)
+    d = os.path.join(tmp, "data")
+    os.makedirs(d)
+    for prefix, n in (("train", BATCH * BATCHES), ("t10k", TEST)):
+        labels = [rng.randrange(10) for _ in range(n)]
+        # images that depend on the label, so that training does something
+        pixels = [min(255, rng.randrange(128) + 12 * labels[i] * (p % 7 == labels[i] % 7))
+                  for i in range(n) for p in range(784)]
+        write_idx(os.path.join(d, prefix + "-images-idx3-ubyte.gz"), [0x803, n, 28, 28], pixels)
+        write_idx(os.path.join(d, prefix + "-labels-idx1-ubyte.gz"), [0x801, n], labels)
+    return d
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, raw bytes), and the metadata."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}, meta
+
+
+class Trainer:
+    """One compiled program of the small model on one mesh (dmc run --keep), run directly."""
+
+    def __init__(self, dmc, model, tmp, data, mesh, name=None):
+        self.name = name or " ".join(mesh) or "serial"
+        self.dir = os.path.join(tmp, "build-" + re.sub(r"\W+", "_", self.name))
+        r = subprocess.run([dmc, "run", model] + mesh + ["--keep", self.dir, "--", "--steps", "0", "--quiet",
+                            "--data-dir", data], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=600)
+        if r.returncode != 0:
+            sys.exit("compiling %s failed: %s" % (self.name, r.stderr))
+        self.exe = os.path.join(self.dir, "small")
+        self.data, self.tmp = data, tmp
+
+    def run(self, args, timeout=600):
+        return subprocess.run([self.exe, "--quiet", "--data-dir", self.data] + args, cwd=self.tmp,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=timeout)
+
+
+def loss_lines(out, first):
+    return [l for l in out.splitlines() if re.match(r"step (\d+) loss", l) and int(l.split()[1]) >= first]
+
+
+def strip_ms(lines):
+    return [re.sub(r" ms [\d.]+", "", l) for l in lines]
+
+
+def straight_vs_resumed(t, tmp):
+    tag = re.sub(r"\W+", "_", t.name)
+    straight, resumed = os.path.join(tmp, tag + "-straight.st"), os.path.join(tmp, tag + "-resumed.st")
+    ckpt = os.path.join(tmp, tag + "-ckpt")
+    a = t.run(["--steps", "10", "--save", straight])
+    # the run resumed is one of 10 steps (its schedule spans 10) that left a checkpoint at 5
+    b1 = t.run(["--steps", "10", "--checkpoint", ckpt, "--checkpoint-every", "5"])
+    at5 = os.path.join(ckpt, "step-00000005.safetensors")
+    b2 = t.run(["--steps", "10", "--resume", at5, "--save", resumed])
+    ok = a.returncode == 0 and b1.returncode == 0 and b2.returncode == 0
+    check(ok, "%s: 10 steps, and 5 + --resume + 5, run (%s)" % (t.name, (a.stderr + b1.stderr + b2.stderr).strip()[-300:]))
+    if not ok:
+        return None
+    same = open(straight, "rb").read() == open(resumed, "rb").read()
+    check(same, "%s: 5 + --resume + 5 gives the weights of 10 straight, bitwise" % t.name)
+    la, lb = strip_ms(loss_lines(a.stdout, 6)), strip_ms(loss_lines(b2.stdout, 1))
+    check(len(la) == 5 and la == lb, "%s: the resumed run prints steps 6-10 as the straight run (%s vs %s)"
+          % (t.name, la[:1], lb[:1]))
+    check("test accuracy" in b2.stdout and re.search(r"^epoch 2 test accuracy", b2.stdout, re.M) is not None,
+          "%s: the resumed run finishes epoch 2 and evaluates it" % t.name)
+    return at5
+
+
+def cross_mesh(trainers, source, tmp):
+    """source: a checkpoint of step 5 of some mesh; every mesh loads it and writes it again."""
+    want, want_meta = read_safetensors(source)
+    for t in trainers:
+        out = os.path.join(tmp, "again-" + re.sub(r"\W+", "_", t.name))
+        r = t.run(["--steps", "5", "--resume", source, "--checkpoint", out])
+        again = os.path.join(out, "step-00000005.safetensors")
+        if r.returncode != 0 or not os.path.exists(again):
+            check(False, "%s loads a checkpoint of another mesh (%s)" % (t.name, r.stderr.strip()[-300:]))
+            continue
+        got, meta = read_safetensors(again)
+        check(got == want and meta.get("dmc.step") == "5" and meta.get("trainer.seed") == want_meta.get("trainer.seed"),
+              "%s loads the checkpoint of another mesh and writes back the same %d tensors (parameters and "
+              "optimizer state)" % (t.name, len(want)))
+
+
+def every_and_keep(t, tmp):
+    d = os.path.join(tmp, "every")
+    r = t.run(["--steps", "7", "--checkpoint", d, "--checkpoint-every", "2", "--checkpoint-keep", "2"])
+    said = re.findall(r"^checkpoint (\d+) ", r.stdout, re.M)
+    check(r.returncode == 0 and said == ["2", "4", "6", "7"],
+          "--checkpoint-every 2 over 7 steps writes after steps 2, 4, 6 and at the end (%s)" % said)
+    check(sorted(os.listdir(d)) == ["step-00000006.safetensors", "step-00000007.safetensors"],
+          "--checkpoint-keep 2 keeps the newest two (%s)" % sorted(os.listdir(d)))
+
+
+def stopped_and_resumed(t, tmp):
+    """SIGTERM with --checkpoint: the stop's checkpoint resumes to the straight run's weights. t's
+    model has no decay, so that a run's length does not change its steps."""
+    d = os.path.join(tmp, "stopped")
+    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", d], cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    for line in p.stdout:
+        if line.startswith("step 2 "):
+            break
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    said = re.search(r"stopped by a signal after step (\d+) of 100000.*the checkpoint of that step was written", err)
+    ckpts = sorted(os.listdir(d)) if os.path.isdir(d) else []
+    check(p.returncode == 128 + signal.SIGTERM and said is not None and ckpts == ["step-%08d.safetensors" % int(said.group(1))],
+          "SIGTERM with --checkpoint: stops at a step boundary and writes that step's checkpoint (exit %s, %s; %s)"
+          % (p.returncode, ckpts, err.strip()[-200:]))
+    if not said:
+        return
+    steps = str(int(said.group(1)) + 3)
+    resumed, straight = os.path.join(tmp, "stop-resumed.st"), os.path.join(tmp, "stop-straight.st")
+    r = t.run(["--steps", steps, "--resume", d, "--save", resumed])
+    s = t.run(["--steps", steps, "--save", straight])
+    check(r.returncode == 0 and s.returncode == 0 and open(resumed, "rb").read() == open(straight, "rb").read(),
+          "resumed from the stop's checkpoint for 3 more steps: the weights of %s steps straight, bitwise" % steps)
+
+
+def failure_cases(t, tmp, ckpt):
+    def refused(args, pattern, what, status=1):
+        r = t.run(args)
+        check(r.returncode == status and re.search(pattern, r.stderr) is not None and "step 1 " not in r.stdout,
+              "%s: exit %d, before the first step (%s)" % (what, status, r.stderr.strip()[-240:]))
+
+    empty = os.path.join(tmp, "empty-dir")
+    os.makedirs(empty)
+    refused(["--steps", "2", "--resume", empty], re.escape(empty) + r": no checkpoint in the directory",
+            "--resume of an empty directory")
+    truncated = os.path.join(tmp, "truncated.safetensors")
+    with open(ckpt, "rb") as f:
+        blob = f.read()
+    with open(truncated, "wb") as f:
+        f.write(blob[:len(blob) // 2])
+    refused(["--steps", "2", "--resume", truncated], re.escape(truncated) + r": tensor '[\w.]+': data_offsets .* out of range",
+            "--resume of a truncated checkpoint")
+    weights = os.path.join(tmp, "weights.safetensors")
+    t.run(["--steps", "1", "--save", weights])
+    refused(["--steps", "2", "--resume", weights], r"not a checkpoint .*--init", "--resume of a weights file")
+    other = os.path.join(tmp, "other.safetensors")
+    tensors, meta = read_safetensors(ckpt)
+    write_safetensors(other, {k: v for k, v in tensors.items() if not k.endswith(".exp_avg_sq")}, meta)
+    refused(["--steps", "2", "--resume", other], r"optimizer state 'fc1.weight.exp_avg_sq' .* is missing",
+            "--resume of a checkpoint without AdamW's second moments (another optimizer's)")
+    refused(["--steps", "7", "--resume", ckpt, "--seed", "3"], r"--seed 3, but checkpoint .* seed 0", "--resume with another --seed", 2)
+    refused(["--steps", "2", "--resume", ckpt, "--init", weights], r"cannot be combined with --init", "--resume with --init", 2)
+    refused(["--steps", "2", "--checkpoint-every", "1"], r"--checkpoint-every only applies with --checkpoint",
+            "--checkpoint-every without --checkpoint", 2)
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").close()
+    refused(["--steps", "2", "--checkpoint", os.path.join(blocker, "sub")], r"--checkpoint .*cannot create the directory",
+            "--checkpoint under a file")
+
+
+def write_safetensors(path, tensors, meta):
+    header, offset = {"__metadata__": meta}, 0
+    for name, (dtype, shape, blob) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(t[2] for t in tensors.values()))
+
+
+def main():
+    dmc = os.path.abspath(sys.argv[1])
+    tmp = tempfile.mkdtemp(prefix="dmc-ckpt-")
+    try:
+        model = small_mlp(tmp)
+        data = fashion_like(tmp)
+        meshes = [[], ["--mesh", "data=2,tensor=2"], ["--mesh", "pipeline=2", "--microbatches", "2"],
+                  ["--mesh", "data=2", "--zero", "1"], ["--mesh", "data=2", "--zero", "3"]]
+        trainers = [Trainer(dmc, model, tmp, data, m) for m in meshes]
+        sources = [straight_vs_resumed(t, tmp) for t in trainers]
+        if sources[1]:
+            cross_mesh(trainers, sources[1], tmp)
+        if sources[3]:
+            cross_mesh(trainers[:1], sources[3], tmp)
+        every_and_keep(trainers[0], tmp)
+        if sources[0]:
+            failure_cases(trainers[0], tmp, sources[0])
+        with open(model) as f:
+            constant = f.read().replace(", warmup = 3, decay = cosine, min_lr = 1e-3", "")
+        model_constant = os.path.join(tmp, "constant", "small.dm")
+        os.makedirs(os.path.dirname(model_constant))
+        with open(model_constant, "w") as f:
+            f.write(constant)
+        stopped_and_resumed(Trainer(dmc, model_constant, tmp, data, [], "serial, no decay"), tmp)
+        # interleaved 1F1B (two model chunks per pipeline rank) refuses clipping
+        model_unclipped = os.path.join(tmp, "unclipped", "small.dm")
+        os.makedirs(os.path.dirname(model_unclipped))
+        with open(model_unclipped, "w") as f:
+            f.write(constant.replace(", clip = 1.0", ""))
+        interleaved = Trainer(dmc, model_unclipped, tmp, data, ["--mesh", "pipeline=2", "--microbatches", "2",
+                                                                "--schedule", "interleaved", "--chunks", "2"])
+        straight_vs_resumed(interleaved, tmp)
+        if sources[1]:
+            cross_mesh([interleaved], sources[1], tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failed" % failures)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
