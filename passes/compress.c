@@ -140,7 +140,7 @@ static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; } /* the memory p
 
 /* The scratch of a bucket's reduction, as dmrt_comm.h's _work functions count it. */
 static int64_t bucket_work(const ir_graph *g, const dm_compress_bucket *b) {
-    int64_t ranks = g->axes[b->axis].size, total = 0, largest = 0;
+    int64_t ranks = g->axes[b->axis].size, total = 0;
     if (g->compress.kind == COMPRESS_BF16 || g->compress.kind == COMPRESS_FP16) {
         int64_t slice = (b->elems + ranks - 1) / ranks;
         slice += slice & 1;
@@ -151,12 +151,11 @@ static int64_t bucket_work(const ir_graph *g, const dm_compress_bucket *b) {
         int64_t n = ir_local_numel(g, &grad->type), rows, cols;
         if (g->compress.kind == COMPRESS_TOPK) {
             total += 2 * ranks * dm_topk_keep(&g->compress, n);
-            largest = n > largest ? n : largest;
         } else {
             total += dm_powersgd_matrix(g, grad, &rows, &cols) ? rows * g->compress.rank : n;
         }
     }
-    return total + largest;
+    return total;
 }
 
 /* Appends state of `elems` to stage s's ctx->state; returns its offset. */

@@ -67,7 +67,9 @@ static uint16_t fp16_from_float(float x) {
         rest = m & ((1u << shift) - 1u);
         half = 1u << (shift - 1u);
     }
-    if (rest > half || (rest == half && (h & 1u))) h++; /* a carry out of the mantissa is the next exponent */
+    /* to nearest, ties to even, without a branch (gradients round up and down at random); a
+     * carry out of the mantissa is the next exponent */
+    h += (uint32_t)(rest > half) | ((uint32_t)(rest == half) & h & 1u);
     return (uint16_t)(sign | h);
 }
 
@@ -182,51 +184,46 @@ int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_forma
 
 /* ---- top-k --------------------------------------------------------------------------- */
 
-/* The size of x for selection: a NaN counts as the largest, so that it is sent and shows. */
-static float magnitude(float x) { return isnan(x) ? INFINITY : fabsf(x); }
+/* The order of magnitudes as an integer: a float's bits without the sign (non-negative
+ * floats sort as their bits do; a NaN's bits sort above infinity, so a NaN counts as the
+ * largest and is sent, and shows). */
+static uint32_t magnitude_key(float x) { return float_bits(x) & 0x7fffffffu; }
 
-/* The k-th largest of keys[0..n) (1 <= k <= n), reordering keys: quickselect with a
- * three-way partition, so that runs of equal keys (a gradient of zeros) take one pass. */
-static float kth_largest(float *keys, int64_t n, int64_t k) {
-    int64_t lo = 0, hi = n, want = k - 1; /* the answer is keys[want] once sorted descending */
-    while (hi - lo > 1) {
-        float a = keys[lo], b = keys[lo + (hi - lo) / 2], c = keys[hi - 1];
-        float pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-        /* [lo, gt): > pivot, [gt, i): == pivot, [lt, hi): < pivot */
-        int64_t gt = lo, i = lo, lt = hi;
-        while (i < lt) {
-            float x = keys[i];
-            if (x > pivot) {
-                keys[i] = keys[gt];
-                keys[gt++] = x;
-                i++;
-            } else if (x < pivot) {
-                keys[i] = keys[--lt];
-                keys[lt] = x;
-            } else {
-                i++;
-            }
+/* The key of the k-th largest magnitude of x[0..n) (1 <= k <= n), and in *ties how many
+ * elements with that key the k largest hold: a radix select on the key's bits, 11, 11 and
+ * 9 at a time (the sign bit is zero), counting into a histogram per pass (no branch on the
+ * data but a prefix test that settles fast, and no copy of x). */
+static uint32_t kth_largest_key(const float *x, int64_t n, int64_t k, int64_t *ties) {
+    static const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
+    uint32_t prefix = 0;     /* the answer's bits above the current pass */
+    int64_t need = k;        /* its rank among the keys that share the prefix, from the top */
+    int64_t counts[2048];
+    for (int pass = 0; pass < 3; pass++) {
+        int shift = shifts[pass], width = widths[pass];
+        uint32_t mask = (1u << width) - 1u;
+        memset(counts, 0, sizeof counts);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t key = magnitude_key(x[i]);
+            if (pass == 0 || key >> (shift + width) == prefix) counts[(key >> shift) & mask]++;
         }
-        if (want < gt) hi = gt;
-        else if (want < lt) return pivot;
-        else lo = lt;
+        uint32_t bin = mask;
+        while (counts[bin] < need) need -= counts[bin--];
+        prefix = prefix << width | bin;
     }
-    return keys[lo];
+    *ties = need;
+    return prefix;
 }
 
 /* The k elements of x[0..n) largest in magnitude, ties to the lower index, in index order:
  * their values and their indices (plus base) into values[0..k) and index_slots[0..k), and
- * zeros in their place in x (what this rank sends leaves its residual). keys: n floats. */
-static void take_top_k(float *x, int64_t n, int64_t k, int64_t base, float *values, float *index_slots, float *keys) {
-    for (int64_t i = 0; i < n; i++) keys[i] = magnitude(x[i]);
-    float threshold = kth_largest(keys, n, k);
-    int64_t above = 0;
-    for (int64_t i = 0; i < n; i++) above += magnitude(x[i]) > threshold;
-    int64_t ties = k - above, taken = 0;
-    for (int64_t i = 0; i < n && taken < k; i++) {
-        float m = magnitude(x[i]);
-        if (m < threshold || (m == threshold && ties == 0)) continue;
-        if (m == threshold) ties--;
+ * zeros in their place in x (what this rank sends leaves its residual). */
+static void take_top_k(float *x, int64_t n, int64_t k, int64_t base, float *values, float *index_slots) {
+    int64_t ties;
+    uint32_t threshold = kth_largest_key(x, n, k, &ties);
+    for (int64_t i = 0, taken = 0; i < n && taken < k; i++) {
+        uint32_t key = magnitude_key(x[i]);
+        if (key < threshold || (key == threshold && ties == 0)) continue;
+        if (key == threshold) ties--;
         int32_t index = (int32_t)(base + i);
         values[taken] = x[i];
         memcpy(index_slots + taken, &index, sizeof index);
@@ -243,10 +240,8 @@ static int64_t topk_elements(const dmrt_topk_segment *segs, int n_segs) {
 }
 
 int64_t dmrt_allreduce_topk_work(const dmrt_topk_segment *segs, int n_segs, int ranks) {
-    int64_t largest = 0;
-    for (int s = 0; s < n_segs; s++) largest = segs[s].count > largest ? segs[s].count : largest;
-    /* every rank's piece (K values, K indices), and the keys of the largest segment */
-    return 2 * topk_elements(segs, n_segs) * (ranks > 0 ? ranks : 1) + largest;
+    /* every rank's piece: K values, K indices */
+    return 2 * topk_elements(segs, n_segs) * (ranks > 0 ? ranks : 1);
 }
 
 static int check_topk_segments(dmrt_comm *c, int64_t n, const dmrt_topk_segment *segs, int n_segs, const char *what) {
@@ -270,7 +265,7 @@ int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, 
     if (dmrt_comm_check_work(c, what, work, work_elems, K > 0 ? dmrt_allreduce_topk_work(segs, n_segs, c->size) : 0))
         return DMRT_ERR_COMM;
     int ranks = c->size;
-    float *pieces = work, *keys = work + 2 * K * ranks;
+    float *pieces = work;
     float *values = pieces + 2 * K * c->me, *indices = values + K;
     int64_t at = 0;
     for (int s = 0; s < n_segs; s++) {
@@ -278,7 +273,7 @@ int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, 
         float *acc = residual + g->offset;
         const float *grad = grads + g->offset;
         for (int64_t i = 0; i < g->count; i++) acc[i] += grad[i]; /* error feedback: what was not sent before, plus now */
-        if (g->k > 0) take_top_k(acc, g->count, g->k, g->offset, values + at, indices + at, keys);
+        if (g->k > 0) take_top_k(acc, g->count, g->k, g->offset, values + at, indices + at);
         at += g->k;
     }
     if (dmrt_allgather(c, values, pieces, 2 * K, what)) return DMRT_ERR_COMM;

@@ -68,16 +68,16 @@ static void transposed_times_p(const float *restrict m, const float *restrict p,
     }
 }
 
-/* out = p q^T (sign +1), or out -= p q^T (sign -1): element (i, j) is sum_c p[i, c] q[j, c]. */
+/* out = p q^T, or with `subtract` out -= p q^T: element (i, j) is sum_c p[i, c] q[j, c]. */
 static void outer_product(const float *restrict p, const float *restrict q, float *restrict out, int64_t rows,
-                          int64_t cols, int rank, int sign) {
+                          int64_t cols, int rank, int subtract) {
     for (int64_t i = 0; i < rows; i++) {
         const float *pi = p + i * rank;
         float *oi = out + i * cols;
         for (int64_t j = 0; j < cols; j++) {
             float sum = 0.0f;
             for (int c = 0; c < rank; c++) sum += pi[c] * q[j * rank + c];
-            oi[j] = sign > 0 ? sum : oi[j] - sum;
+            oi[j] = subtract ? oi[j] - sum : sum;
         }
     }
 }
@@ -166,7 +166,7 @@ int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *
         float *m = residual + g->offset, *p = work + at, *qs = q + q_at;
         orthonormalise(p, g->rows, rank);
         transposed_times_p(m, p, qs, g->rows, g->cols, rank);
-        outer_product(p, qs, m, g->rows, g->cols, rank, -1);
+        outer_product(p, qs, m, g->rows, g->cols, rank, 1);
         at += g->rows * rank;
         q_at += g->cols * rank;
     }
@@ -182,7 +182,7 @@ int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *
         const dmrt_powersgd_segment *g = &segs[s];
         if (!g->compressed) continue;
         float *qs = q + q_at;
-        outer_product(work + at, qs, grads + g->offset, g->rows, g->cols, rank, 1);
+        outer_product(work + at, qs, grads + g->offset, g->rows, g->cols, rank, 0);
         if (has_zero_column(qs, g->cols, rank)) dmrt_powersgd_random(qs, g->cols * rank, seed, g->stream + ((uint64_t)step << 32));
         at += g->rows * rank;
         q_at += g->cols * rank;
