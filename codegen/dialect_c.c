@@ -98,6 +98,11 @@ static void parallel_for(cg_writer *w, int loops) {
     else cg_line(w, "DMRT_PARALLEL_FOR_COLLAPSE(ctx->threads, %d)", loops);
 }
 
+/* The same for an innermost loop of `count` iterations (blocks at multiples of 16). */
+static void parallel_for_vector(cg_writer *w, const char *count) {
+    cg_line(w, "DMRT_PARALLEL_FOR_VECTOR(ctx->threads, %s)", count);
+}
+
 /* Where a loop nest splits over threads: before the loop of dim `at`, over `loops` nested
  * loops (0: it stays on one thread). Only dims whose iterations write elements of their
  * own may split (a sum's reduced dims may not): the leading dims with an output stride.
@@ -151,7 +156,12 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         w->indent++;
     } else {
         for (int d = 0; d < k->rank; d++) {
-            if (split.loops && d == split.at) parallel_for(w, split.loops);
+            char count[32];
+            snprintf(count, sizeof count, "%lld", (long long)k->size[d]);
+            if (split.loops && d == split.at) {
+                if (d == k->rank - 1) parallel_for_vector(w, count);
+                else parallel_for(w, split.loops);
+            }
             cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)k->size[d], d);
             w->indent++;
         }
@@ -179,7 +189,9 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         cg_line(w, "}");
     }
     if (k->scale) {
-        if (k->out_elems >= PARALLEL_MIN_ELEMS) parallel_for(w, 1);
+        char count[32];
+        snprintf(count, sizeof count, "%lld", (long long)k->out_elems);
+        if (k->out_elems >= PARALLEL_MIN_ELEMS) parallel_for_vector(w, count);
         cg_line(w, "for (int64_t i = 0; i < %lld; i++) %s[i] *= %s;", (long long)k->out_elems, k->out, k->scale);
     }
 }
@@ -347,7 +359,7 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
 static void parallel_for_count(cg_writer *w, const char *count) {
     char *end;
     long long n = strtoll(count, &end, 10);
-    if (*end || n >= PARALLEL_MIN_ELEMS) parallel_for(w, 1);
+    if (*end || n >= PARALLEL_MIN_ELEMS) parallel_for_vector(w, count);
 }
 
 static void c_sgd(cg_writer *w, const cg_update *k) {

@@ -220,10 +220,22 @@ int dmrt_threads_per_rank(int ranks_here);
 /* The same over the n loops nested after it, as one space of iterations. */
 #define DMRT_PARALLEL_FOR_COLLAPSE(threads, n) \
     DMRT_PRAGMA_(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static) collapse(n))
+/* For an innermost loop of n iterations, which the compiler vectorises: one block per
+ * thread, each starting at a multiple of 16 iterations, so that the vector unit takes the
+ * same elements as on one thread (glibc's vector expf and tanhf may differ from the
+ * scalar ones, which take the rest, in the last bit). */
+#define DMRT_PARALLEL_FOR_VECTOR(threads, n)                                                   \
+    DMRT_PRAGMA_(omp parallel for num_threads(threads) if ((threads) > 1)                      \
+                     schedule(static, dmrt_vector_block_((n), (threads))))
 #else
 #define DMRT_PARALLEL_FOR(threads)
 #define DMRT_PARALLEL_FOR_COLLAPSE(threads, n)
+#define DMRT_PARALLEL_FOR_VECTOR(threads, n)
 #endif
+static inline int64_t dmrt_vector_block_(int64_t n, int threads) {
+    int64_t block = (n + (threads > 0 ? threads : 1) - 1) / (threads > 0 ? threads : 1);
+    return (block + 15) / 16 * 16;
+}
 
 /* ---- BLAS ------------------------------------------------------------------------------ */
 
