@@ -91,6 +91,8 @@ static void substitute(const cg_loop_nest *k, const char *expr, char *out, size_
 #define PARALLEL_MIN_ITERATIONS 64
 /* The columns of a block of a reduction over rows (c_loop_nest's reduce_columns). */
 #define REDUCE_BLOCK 64
+/* The groups of rows layernorm's weight gradient sums apart (c_layernorm_wgrad). */
+#define WGRAD_GROUPS 16
 
 /* The loop (or the `loops` nested loops) after it runs on the context's threads. */
 static void parallel_for(cg_writer *w, int loops) {
@@ -607,13 +609,45 @@ static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     close_to(w, indent);
 }
 
+/* The sum over rows of dy * xhat. Large ones (scratch given: c_wgrad_scratch_floats) sum
+ * WGRAD_GROUPS groups of rows apart, on the threads, then add the groups' sums in order:
+ * the groups do not depend on the threads, so neither do the bits. */
 static void c_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
-    cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n);
-    int indent = rowwise_open(w, k, 0);
+    long long n = (long long)k->n, rows = (long long)k->outer;
+    if (!k->scratch) {
+        cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, n);
+        int indent = rowwise_open(w, k, 0);
+        layernorm_stats(w, k);
+        cg_line(w, "const float *dy_row = %s + base;", k->dy);
+        cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n, k->out);
+        close_to(w, indent);
+        return;
+    }
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "float *group_sums = %s; /* (%d, %lld) each group of rows' sum */", k->scratch, WGRAD_GROUPS, n);
+    parallel_for(w, 1);
+    cg_line(w, "for (int64_t group = 0; group < %d; group++) {", WGRAD_GROUPS);
+    w->indent++;
+    cg_line(w, "float *sum_out = group_sums + group * %lld;", n);
+    cg_line(w, "memset(sum_out, 0, %lld * sizeof(float));", n);
+    cg_line(w, "for (int64_t r = %lld * group / %d; r < %lld * (group + 1) / %d; r++) {", rows, WGRAD_GROUPS, rows, WGRAD_GROUPS);
+    w->indent++;
+    cg_line(w, "const int64_t base = r * %lld;", n);
     layernorm_stats(w, k);
     cg_line(w, "const float *dy_row = %s + base;", k->dy);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", (long long)k->n, k->out);
-    close_to(w, indent);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_out[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n);
+    w->indent--;
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
+    cg_line(w, "    float sum = group_sums[j];");
+    cg_line(w, "    for (int64_t group = 1; group < %d; group++) sum += group_sums[group * %lld + j];", WGRAD_GROUPS, n);
+    cg_line(w, "    %s[j] = sum;", k->out);
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
 }
 
 /* The ids are checked first (a bad one stops at its row, as the host reports the first),
@@ -766,9 +800,10 @@ static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
 }
 
 /* The C target sums the weight gradient row by row into out: no room needed. */
+/* Layernorm's weight gradient: room for its groups' sums when it is large enough to split
+ * (c_layernorm_wgrad); smaller ones sum row by row into out. */
 static int64_t c_wgrad_scratch_floats(int64_t rows, int64_t n) {
-    (void)rows, (void)n;
-    return 0;
+    return rows >= 2 * WGRAD_GROUPS && rows * n >= PARALLEL_MIN_ELEMS ? WGRAD_GROUPS * n : 0;
 }
 
 const cg_dialect *cg_dialect_find(const char *name) {
