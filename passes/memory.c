@@ -260,6 +260,11 @@ static int *bias_adds(const ir_graph *g) {
     return bias_add_of;
 }
 
+/* The product a bias's add runs (bias_adds), whose operands it reads; NULL for other values. */
+static const ir_value *product_run_by(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
+    return v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id ? g->values[v->operands[0]] : NULL;
+}
+
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
     memset(plan, 0, sizeof *plan);
@@ -292,7 +297,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
             if (last_use[s] < i && read_keeps_alive(summed, v, k)) last_use[s] = i;
         }
         /* a bias's add runs its product: the product's operands are read there */
-        const ir_value *product = v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i ? g->values[v->operands[0]] : NULL;
+        const ir_value *product = product_run_by(plan, g, v);
         for (int k = 0; product && k < product->n_operands; k++) {
             int s = plan->storage_of[product->operands[k]];
             if (last_use[s] < i) last_use[s] = i;
@@ -493,6 +498,11 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
         for (int k = 0; k < v->n_operands; k++) {
             int it = item_of[plan->storage_of[v->operands[k]]];
             if (it >= 0 && items[it].dies < pos_of[i] && read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
+        }
+        const ir_value *product = product_run_by(plan, g, v);
+        for (int k = 0; product && k < product->n_operands; k++) {
+            int it = item_of[plan->storage_of[product->operands[k]]];
+            if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
         }
     }
     /* read at the end of the forward function: the loss and outputs */
