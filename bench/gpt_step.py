@@ -32,6 +32,8 @@ Check:   the parameter counts must agree, and PyTorch's losses, started from dmc
          on the same batches, must follow dmc's (max relative difference printed; the
          script fails above 1e-3).
 Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
+         (and DMC_THREADS to the same number for dmc, whose loops and one-thread BLAS calls
+         it splits over that many threads)
          before torch is imported, torch.set_num_threads to the same number,
          OMP_WAIT_POLICY=PASSIVE unless set (see bench/mlp_epoch.py).
 
@@ -206,6 +208,9 @@ def main():
     # before torch loads OpenBLAS, which reads it once; the same for dmc's trainer
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # dmc's ranks run on DMC_THREADS threads each (docs/runtime.md, "Cores"): OpenBLAS's
+    # setting no longer reaches them
+    os.environ["DMC_THREADS"] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # see bench/mlp_epoch.py
     try:
         import numpy as np

@@ -4,9 +4,10 @@
 usage: /usr/bin/python3 bench/mlp_dp.py --dmc BUILD/driver/dmc [--steps N] [--runs N]
 
 Runs `dmc run examples/mlp.dm --steps N --quiet` (B=128, the global batch) as:
-  serial          one rank; OpenBLAS with as many threads as ranks below (2)
-  serial-1thread  one rank; OpenBLAS on one thread (the per-rank budget of the runs below)
-  threads data=2  two ranks as threads of one process (--mesh data=2), one BLAS thread each;
+  serial          one rank on as many threads as ranks below (2): DMC_THREADS (and
+                  OPENBLAS_NUM_THREADS, which a runtime built without OpenMP reads)
+  serial-1thread  one rank on one thread (the per-rank budget of the runs below)
+  threads data=2  two ranks as threads of one process (--mesh data=2), one thread each;
                   its gradients are two buckets, one of 45 KiB started during the backward
                   pass, the other (7 MiB) reduced at its end
   threads 2 MiB   the same with --bucket-mb 2: fc2's gradient (4 MiB) is reduced on a
@@ -33,12 +34,14 @@ TRAINED = re.compile(r"trained (\d+) steps in ([0-9.]+) s")
 
 
 def run(dmc, steps, extra, blas_threads):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_WAIT_POLICY="PASSIVE")
+    # a rank's threads (docs/runtime.md, "Cores"): DMC_THREADS; OpenBLAS's setting is for
+    # a runtime built without OpenMP
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas_threads), DMC_THREADS=str(blas_threads), OMP_WAIT_POLICY="PASSIVE")
     cmd = [dmc, "run", os.path.join(ROOT, "examples/mlp.dm"), "--steps", str(steps), "--quiet",
            "--seed", "1"] + extra
     if "--backend" in extra:
         # mpirun passes OPENBLAS_NUM_THREADS on with -x
-        cmd += ["--mpirun", "mpirun --oversubscribe -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY"
+        cmd += ["--mpirun", "mpirun --oversubscribe -x OPENBLAS_NUM_THREADS -x DMC_THREADS -x OMP_WAIT_POLICY"
                 + (" --allow-run-as-root" if os.geteuid() == 0 else "")]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
     if r.returncode != 0:

@@ -16,6 +16,8 @@ PyTorch: the same model (the input standardisation `xn = (x - MEAN) / STD` read 
          same gzipped IDX files with gzip+numpy; only the training loop is timed
          (batch gather, forward, backward, optimizer step).
 Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
+         (and DMC_THREADS to the same number for dmc, whose loops and one-thread BLAS calls
+         it splits over that many threads)
          before torch is imported (Debian's torch uses the same OpenBLAS), and
          torch.set_num_threads to the same number; OMP_WAIT_POLICY=PASSIVE unless set
          (see main).
@@ -156,6 +158,9 @@ def main():
     # before torch loads OpenBLAS, which reads it once
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # dmc's ranks run on DMC_THREADS threads each (docs/runtime.md, "Cores"): OpenBLAS's
+    # setting no longer reaches them
+    os.environ["DMC_THREADS"] = str(threads)
     # torch's OpenMP threads spin-wait by default and then starve OpenBLAS's own
     # pthreads on the same cores (measured on 2 cores: 2-7x slower steps); passive
     # waiting gives PyTorch its best multi-threaded time

@@ -3,6 +3,7 @@
  * operations (so that results agree to float rounding). */
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dialect.h"
@@ -81,12 +82,91 @@ static void substitute(const cg_loop_nest *k, const char *expr, char *out, size_
     out[n] = 0;
 }
 
+/* ---- splitting loops over the rank's threads ---- */
+
+/* Loops over fewer elements than this stay on one thread: starting the others would
+ * cost more than they save. */
+#define PARALLEL_MIN_ELEMS (1 << 15)
+/* A split loop wants at least this many iterations, so that 16 threads get 4 each. */
+#define PARALLEL_MIN_ITERATIONS 64
+/* The columns of a block of a reduction over rows (c_loop_nest's reduce_columns). */
+#define REDUCE_BLOCK 64
+/* The groups of rows layernorm's weight gradient sums apart (c_layernorm_wgrad). */
+#define WGRAD_GROUPS 16
+
+/* The loop (or the `loops` nested loops) after it runs on the context's threads. */
+static void parallel_for(cg_writer *w, int loops) {
+    if (loops <= 1) cg_line(w, "DMRT_PARALLEL_FOR(ctx->threads)");
+    else cg_line(w, "DMRT_PARALLEL_FOR_COLLAPSE(ctx->threads, %d)", loops);
+}
+
+/* The same for an innermost loop of `count` iterations (blocks at multiples of 16). */
+static void parallel_for_vector(cg_writer *w, const char *count) {
+    cg_line(w, "DMRT_PARALLEL_FOR_VECTOR(ctx->threads, %s)", count);
+}
+
+/* Where a loop nest splits over threads: before the loop of dim `at`, over `loops` nested
+ * loops (0: it stays on one thread). Only dims whose iterations write elements of their
+ * own may split (a sum's reduced dims may not): the leading dims with an output stride.
+ * The innermost loop is kept whole, for the vector unit, unless it is the only one left
+ * with enough iterations. */
+typedef struct loop_split {
+    int at, loops;
+} loop_split;
+
+static loop_split split_of(const cg_loop_nest *k) {
+    loop_split none = {0, 0};
+    int64_t total = 1;
+    for (int d = 0; d < k->rank; d++) total *= k->size[d];
+    if (total < PARALLEL_MIN_ELEMS) return none;
+    int own = 0;
+    while (own < k->rank && k->out_stride[own] != 0) own++;
+    if (own == 0) return none;
+    int keep_inner = k->rank > 1 ? k->rank - 1 : 1;
+    int64_t iterations = 1;
+    for (int d = 0; d < own && d < keep_inner; d++) {
+        iterations *= k->size[d];
+        if (iterations >= PARALLEL_MIN_ITERATIONS) return (loop_split){0, d + 1};
+    }
+    if (own == k->rank && k->size[k->rank - 1] >= PARALLEL_MIN_ITERATIONS) return (loop_split){k->rank - 1, 1};
+    return (loop_split){0, own < keep_inner ? own : keep_inner};
+}
+
+/* A sum over the rows of a (rows, columns) nest into (columns) (a bias's gradient): blocks
+ * of columns on the threads, each summing its columns over every row in order, so that
+ * each sum adds the same terms in the same order as one thread would. */
+static int reduce_columns(const cg_loop_nest *k) {
+    int64_t total = k->rank == 2 ? k->size[0] * k->size[1] : 0;
+    return k->accumulate && k->rank == 2 && k->out_stride[0] == 0 && k->out_stride[1] != 0 &&
+           k->size[1] >= 2 * REDUCE_BLOCK && total >= PARALLEL_MIN_ELEMS;
+}
+
 static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     if (k->accumulate) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->out_elems);
     int base = w->indent;
-    for (int d = 0; d < k->rank; d++) {
-        cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)k->size[d], d);
+    loop_split split = split_of(k);
+    if (reduce_columns(k)) {
+        long long columns = (long long)k->size[1];
+        parallel_for(w, 1);
+        cg_line(w, "for (int64_t block = 0; block < %lld; block++) {", (columns + REDUCE_BLOCK - 1) / REDUCE_BLOCK);
         w->indent++;
+        cg_line(w, "const int64_t first = block * %d, end = first + %d < %lld ? first + %d : %lld;", REDUCE_BLOCK, REDUCE_BLOCK,
+                columns, REDUCE_BLOCK, columns);
+        cg_line(w, "for (int64_t i0 = 0; i0 < %lld; i0++) {", (long long)k->size[0]);
+        w->indent++;
+        cg_line(w, "for (int64_t i1 = first; i1 < end; i1++) {");
+        w->indent++;
+    } else {
+        for (int d = 0; d < k->rank; d++) {
+            char count[32];
+            snprintf(count, sizeof count, "%lld", (long long)k->size[d]);
+            if (split.loops && d == split.at) {
+                if (d == k->rank - 1) parallel_for_vector(w, count);
+                else parallel_for(w, split.loops);
+            }
+            cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", d, d, (long long)k->size[d], d);
+            w->indent++;
+        }
     }
     char idx[256], expr[4096], local[4096];
     index_expr(k, k->out_stride, k->out_offset, idx, sizeof idx);
@@ -110,17 +190,24 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         w->indent--;
         cg_line(w, "}");
     }
-    if (k->scale) cg_line(w, "for (int64_t i = 0; i < %lld; i++) %s[i] *= %s;", (long long)k->out_elems, k->out, k->scale);
+    if (k->scale) {
+        char count[32];
+        snprintf(count, sizeof count, "%lld", (long long)k->out_elems);
+        if (k->out_elems >= PARALLEL_MIN_ELEMS) parallel_for_vector(w, count);
+        cg_line(w, "for (int64_t i = 0; i < %lld; i++) %s[i] *= %s;", (long long)k->out_elems, k->out, k->scale);
+    }
 }
 
 static void c_gemm(cg_writer *w, const cg_gemm *k) {
     const char *beta = k->accumulate ? "1.0f" : "0.0f";
     if (k->batch <= 1) {
-        cg_line(w, "dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
+        cg_line(w, "dmrt_sgemm_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
                 (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
                 k->c, (long long)k->ldc);
         return;
     }
+    /* the products of a batch are shared out whole, each on one thread */
+    if ((double)k->batch * (double)k->m * (double)k->n * (double)k->k >= DMRT_SGEMM_SPLIT_MIN) parallel_for(w, 1);
     cg_line(w, "for (int64_t ib = 0; ib < %lld; ib++)", (long long)k->batch);
     cg_line(w, "    dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s + ib * %lld, %lld, %s + ib * %lld, %lld, %s, %s + ib * %lld, %lld);",
             k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->batch_stride_a,
@@ -158,12 +245,22 @@ static void c_xent_sum_exp(cg_writer *w, int64_t classes) {
 static void c_xent_stats_whole(cg_writer *w, const cg_xent *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
-    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
     c_xent_target_check(w, k);
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "if (!ctx->fault.site) {");
+    w->indent++;
+    if (k->rows * k->classes >= PARALLEL_MIN_ELEMS) parallel_for(w, 1);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
+    cg_line(w, "const int32_t target = %s[r];", k->targets);
+    cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
     c_xent_row_max(w, k->classes);
     c_xent_sum_exp(w, k->classes);
     cg_line(w, "float *stats = %s + r * 3;", k->out);
     cg_line(w, "stats[0] = max, stats[1] = (float)sum, stats[2] = row[target];");
+    w->indent--;
+    cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
 }
@@ -242,6 +339,7 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     w->indent++;
     cg_line(w, "float scale = %s%s / %lld.0f;", k->dloss, k->dloss_is_buffer ? "[0]" : "", (long long)k->mean_rows);
     if (k->coord) cg_line(w, "const int64_t first_class = (int64_t)%s * %lld;", k->coord, classes);
+    if (k->rows * k->classes >= PARALLEL_MIN_ELEMS) parallel_for(w, 1);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld, *stats = %s + r * 3;", k->logits, classes, k->stats);
@@ -259,12 +357,20 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
 /* torch.optim.SGD: d = g + wd * p; buf = d on the first step, else
  * momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf;
  * p -= lr * d, lr the update's (ctx->lr, emit_schedule.c). */
+/* Before a loop over `count` elements (a literal, or an expression known when it runs). */
+static void parallel_for_count(cg_writer *w, const char *count) {
+    char *end;
+    long long n = strtoll(count, &end, 10);
+    if (*end || n >= PARALLEL_MIN_ELEMS) parallel_for_vector(w, count);
+}
+
 static void c_sgd(cg_writer *w, const cg_update *k) {
     const ir_optimizer *o = k->opt;
     char wd[64], mom[64], damp[64];
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
+    parallel_for_count(w, k->count);
     cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
     w->indent++;
     if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", k->grad, wd, k->param);
@@ -298,6 +404,7 @@ static void c_adamw(cg_writer *w, const cg_update *k) {
     w->indent++;
     cg_adamw_prologue(w, k->opt, &lit);
     const char *b1 = lit.beta1, *b1c = lit.one_minus_beta1, *b2 = lit.beta2, *b2c = lit.one_minus_beta2, *eps = lit.eps;
+    parallel_for_count(w, k->count);
     cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
     w->indent++;
     cg_line(w, "float g = %s[i];", k->grad);
@@ -317,14 +424,19 @@ static void c_sum_squares(cg_writer *w, const char *x, const char *count, const 
 }
 
 static void c_scale(cg_writer *w, const char *x, const char *count, const char *factor) {
+    parallel_for_count(w, count);
     cg_line(w, "for (int64_t i = 0; i < %s; i++) %s[i] *= %s;", count, x, factor);
 }
 
 /* Opens "for r, for i" over the (outer, inner) positions of a rowwise kernel and sets
  * `base`, the offset of element 0 of the row; elements are base + j * inner. Returns
  * the indent to close to. */
-static int rowwise_open(cg_writer *w, const cg_rowwise *k) {
+static int rowwise_open(cg_writer *w, const cg_rowwise *k, int split) {
     int indent = w->indent;
+    /* rows are independent: split over the threads (by rows, or by rows and positions when
+     * there are few rows) unless the kernel sums over them */
+    if (split && k->outer * k->n * k->inner >= PARALLEL_MIN_ELEMS && k->outer * k->inner > 1)
+        parallel_for(w, k->inner == 1 || k->outer >= PARALLEL_MIN_ITERATIONS ? 1 : 2);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->outer);
     w->indent++;
     if (k->inner == 1) {
@@ -409,7 +521,7 @@ static void zero_hidden_keys(cg_writer *w, const cg_rowwise *k, const char *j) {
 static void c_softmax(cg_writer *w, const cg_rowwise *k) {
     char j[64];
     row_index(k, j, sizeof j);
-    int indent = rowwise_open(w, k);
+    int indent = rowwise_open(w, k, 1);
     declare_keys(w, k);
     cg_line(w, "const float *row = %s + base;", k->x);
     cg_line(w, "float *out_row = %s + base;", k->out);
@@ -433,7 +545,7 @@ static void c_softmax(cg_writer *w, const cg_rowwise *k) {
 static void c_softmax_grad(cg_writer *w, const cg_rowwise *k) {
     char j[64];
     row_index(k, j, sizeof j);
-    int indent = rowwise_open(w, k);
+    int indent = rowwise_open(w, k, 1);
     declare_keys(w, k);
     cg_line(w, "const float *y_row = %s + base, *dy_row = %s + base;", k->y, k->dy);
     cg_line(w, "float *out_row = %s + base;", k->out);
@@ -450,6 +562,7 @@ static void c_softmax_grad(cg_writer *w, const cg_rowwise *k) {
  * and the earlier positions. */
 static void c_causal_mask(cg_writer *w, const cg_rowwise *k) {
     long long nq = (long long)k->n, nk = (long long)k->inner;
+    if (k->outer * nq * nk >= PARALLEL_MIN_ELEMS) parallel_for(w, 2);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++)", (long long)k->outer);
     cg_line(w, "    for (int64_t query = 0; query < %lld; query++)", nq);
     cg_line(w, "        for (int64_t key = 0; key < %lld; key++)", nk);
@@ -469,7 +582,7 @@ static void layernorm_stats(cg_writer *w, const cg_rowwise *k) {
 }
 
 static void c_layernorm(cg_writer *w, const cg_rowwise *k) {
-    int indent = rowwise_open(w, k);
+    int indent = rowwise_open(w, k, 1);
     layernorm_stats(w, k);
     cg_line(w, "float *out_row = %s + base;", k->out);
     cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] = (x_row[j] - mean) * rstd * %s[j] + %s[j];", (long long)k->n,
@@ -480,7 +593,7 @@ static void c_layernorm(cg_writer *w, const cg_rowwise *k) {
 /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * weight. */
 static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     long long n = (long long)k->n;
-    int indent = rowwise_open(w, k);
+    int indent = rowwise_open(w, k, 1);
     layernorm_stats(w, k);
     cg_line(w, "const float *dy_row = %s + base;", k->dy);
     cg_line(w, "float *out_row = %s + base;", k->out);
@@ -496,15 +609,49 @@ static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     close_to(w, indent);
 }
 
+/* The sum over rows of dy * xhat. Large ones (scratch given: c_wgrad_scratch_floats) sum
+ * WGRAD_GROUPS groups of rows apart, on the threads, then add the groups' sums in order:
+ * the groups do not depend on the threads, so neither do the bits. */
 static void c_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
-    cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n);
-    int indent = rowwise_open(w, k);
+    long long n = (long long)k->n, rows = (long long)k->outer;
+    if (!k->scratch) {
+        cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, n);
+        int indent = rowwise_open(w, k, 0);
+        layernorm_stats(w, k);
+        cg_line(w, "const float *dy_row = %s + base;", k->dy);
+        cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n, k->out);
+        close_to(w, indent);
+        return;
+    }
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "float *group_sums = %s; /* (%d, %lld) each group of rows' sum */", k->scratch, WGRAD_GROUPS, n);
+    parallel_for(w, 1);
+    cg_line(w, "for (int64_t group = 0; group < %d; group++) {", WGRAD_GROUPS);
+    w->indent++;
+    cg_line(w, "float *sum_out = group_sums + group * %lld;", n);
+    cg_line(w, "memset(sum_out, 0, %lld * sizeof(float));", n);
+    cg_line(w, "for (int64_t r = %lld * group / %d; r < %lld * (group + 1) / %d; r++) {", rows, WGRAD_GROUPS, rows, WGRAD_GROUPS);
+    w->indent++;
+    cg_line(w, "const int64_t base = r * %lld;", n);
     layernorm_stats(w, k);
     cg_line(w, "const float *dy_row = %s + base;", k->dy);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", (long long)k->n, k->out);
-    close_to(w, indent);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_out[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n);
+    w->indent--;
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
+    cg_line(w, "    float sum = group_sums[j];");
+    cg_line(w, "    for (int64_t group = 1; group < %d; group++) sum += group_sums[group * %lld + j];", WGRAD_GROUPS, n);
+    cg_line(w, "    %s[j] = sum;", k->out);
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
 }
 
+/* The ids are checked first (a bad one stops at its row, as the host reports the first),
+ * then the rows copied, split over the threads. */
 static void c_embed(cg_writer *w, const cg_embed *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
@@ -512,9 +659,16 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
     cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->vocab);
     c_record_fault(w, k->fault_site, "id", "r");
     cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "if (!ctx->fault.site) {");
+    w->indent++;
+    if (k->rows * k->cols >= PARALLEL_MIN_ELEMS) parallel_for(w, 1);
+    cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
+    w->indent++;
     if (k->first_row) {
         /* rows of another rank's window are zero here: the pending sum over ranks fills them */
-        cg_line(w, "const int64_t row = (int64_t)id - (%s);", k->first_row);
+        cg_line(w, "const int64_t row = (int64_t)%s[r] - (%s);", k->ids, k->first_row);
         cg_line(w, "if (row < 0 || row >= %lld) {", (long long)k->n);
         cg_line(w, "    memset(%s + r * %lld, 0, %lld * sizeof(float));", k->out, (long long)k->cols, (long long)k->cols);
         cg_line(w, "    continue;");
@@ -522,21 +676,39 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
         cg_line(w, "memcpy(%s + r * %lld, %s + row * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
                 (long long)k->cols, (long long)k->cols);
     } else {
-        cg_line(w, "memcpy(%s + r * %lld, %s + (int64_t)id * %lld, %lld * sizeof(float));", k->out, (long long)k->cols, k->table,
-                (long long)k->cols, (long long)k->cols);
+        cg_line(w, "memcpy(%s + r * %lld, %s + (int64_t)%s[r] * %lld, %lld * sizeof(float));", k->out, (long long)k->cols,
+                k->table, k->ids, (long long)k->cols, (long long)k->cols);
     }
+    w->indent--;
+    cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
 }
 
-/* The forward checked every id. */
+/* The forward checked every id. Rows with the same id add into the same row of out: the
+ * threads take blocks of columns, each adding every row's in order (the sums one thread
+ * would make). */
 static void c_embed_grad(cg_writer *w, const cg_embed *k) {
     long long c = (long long)k->cols;
     cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n * c);
+    int split = k->rows * c >= PARALLEL_MIN_ELEMS && c >= 2 * REDUCE_BLOCK;
+    if (split) {
+        parallel_for(w, 1);
+        cg_line(w, "for (int64_t block = 0; block < %lld; block++) {", (c + REDUCE_BLOCK - 1) / REDUCE_BLOCK);
+        w->indent++;
+        cg_line(w, "const int64_t first = block * %d, end = first + %d < %lld ? first + %d : %lld;", REDUCE_BLOCK, REDUCE_BLOCK, c,
+                REDUCE_BLOCK, c);
+    } else {
+        cg_line(w, "{");
+        w->indent++;
+        cg_line(w, "const int64_t first = 0, end = %lld;", c);
+    }
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "float *out_row = %s + (int64_t)%s[r] * %lld;", k->out, k->ids, c);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] += %s[r * %lld + j];", c, k->dy, c);
+    cg_line(w, "for (int64_t j = first; j < end; j++) out_row[j] += %s[r * %lld + j];", k->dy, c);
+    w->indent--;
+    cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
 }
@@ -552,14 +724,14 @@ static void include_attention_kernels(cg_writer *w) {
 
 static void c_attention(cg_writer *w, const cg_attention *k) {
     include_attention_kernels(w);
-    cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s);", k->q, k->k, k->v, k->out, k->lse,
+    cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->q, k->k, k->v, k->out, k->lse,
             (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
 }
 
 static void c_attention_grad(cg_writer *w, const cg_attention *k) {
     include_attention_kernels(w);
     cg_line(w, "dmrt_attention_backward(%s, %s, %s, %s, %s, %s,", k->q, k->k, k->v, k->out, k->lse, k->dout);
-    cg_line(w, "                        %s, %s, %s, %lld, %lld, %lld, %s, %d, %s);", k->dq, k->dk, k->dv, (long long)k->heads,
+    cg_line(w, "                        %s, %s, %s, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->dq, k->dk, k->dv, (long long)k->heads,
             (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
 }
 
@@ -628,9 +800,10 @@ static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
 }
 
 /* The C target sums the weight gradient row by row into out: no room needed. */
+/* Layernorm's weight gradient: room for its groups' sums when it is large enough to split
+ * (c_layernorm_wgrad); smaller ones sum row by row into out. */
 static int64_t c_wgrad_scratch_floats(int64_t rows, int64_t n) {
-    (void)rows, (void)n;
-    return 0;
+    return rows >= 2 * WGRAD_GROUPS && rows * n >= PARALLEL_MIN_ELEMS ? WGRAD_GROUPS * n : 0;
 }
 
 const cg_dialect *cg_dialect_find(const char *name) {

@@ -143,6 +143,10 @@ void emit_header(emitter *E) {
     emit_state_declarations(E);
     cg_line(w, "/* The last error message of ctx (\"\" if none). */");
     cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
+    cg_line(w, "/* The threads this context's loops and matrix products run on (1 to DMRT_MAX_THREADS; DMRT_ERR_ARG");
+    cg_line(w, " * otherwise). create sets dmrt_threads_per_rank(the ranks on this machine): $DMC_THREADS, else");
+    cg_line(w, " * its share of the cores.%s */", E->device ? " This target's kernels run on the GPU: it changes nothing there." : "");
+    cg_line(w, "int %s_set_threads(%s_ctx *ctx, int threads);", m, m);
     cg_blank(w);
     cg_line(w, "/* Shapes, names and entry points for generic tools (dmrt_trainer_main). */");
     cg_line(w, "extern const dmrt_model %s_model;", m);
@@ -536,6 +540,7 @@ static void emit_context_struct(emitter *E) {
     if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
     cg_line(w, "dmrt_alloc_stats memory; /* the host memory this context allocated (dmrt_alloc_tracked) */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
+    cg_line(w, "int threads;    /* the loops and products of this rank run on this many threads (%s_set_threads) */", g->model);
     cg_line(w, "int predicting; /* in %s_predict: the forward skips what only the loss needs */", g->model);
     cg_line(w, "char error[512];");
     w->indent--;
@@ -742,6 +747,8 @@ static void emit_create_destroy(emitter *E) {
         cg_line(w, "    ctx->coord[axis] = dmrt_mesh_coord(rank, axis);");
         cg_line(w, "}");
     }
+    /* the ranks on this machine share its cores */
+    cg_line(w, "ctx->threads = dmrt_threads_per_rank(%s);", E->partitioned ? "dmrt_rank_local_count(rank)" : "1");
     cg_line(w, "ctx->param_offsets = stage_param_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     if (g->loss >= 0 && g->grads)
         cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
@@ -971,6 +978,7 @@ static void emit_descriptor(emitter *E) {
     emit_predict_fields(E);
     emit_state_descriptor(E);
     cg_line(w, ".drain = %s,", emits_2bw(E) ? "model_drain" : "NULL");
+    cg_line(w, ".set_threads = model_set_threads,");
     w->indent--;
     cg_line(w, "};");
 }
@@ -1026,6 +1034,16 @@ void emit_source_body(emitter *E) {
     else emit_serial_api(E);
     emit_predict_api(E);
     cg_line(w, "const char *%s_error(const %s_ctx *ctx) { return ctx->error; }", m, m);
+    cg_blank(w);
+    cg_line(w, "int %s_set_threads(%s_ctx *ctx, int threads) {", m, m);
+    cg_line(w, "    if (threads < 1 || threads > DMRT_MAX_THREADS) {");
+    cg_line(w, "        snprintf(ctx->error, sizeof ctx->error, \"%s_set_threads: threads is 1 to %%d, got %%d\", DMRT_MAX_THREADS, threads);", m);
+    cg_line(w, "        return DMRT_ERR_ARG;");
+    cg_line(w, "    }");
+    cg_line(w, "    ctx->threads = threads;");
+    cg_line(w, "    return DMRT_OK;");
+    cg_line(w, "}");
+    cg_line(w, "static int model_set_threads(void *ctx, int threads) { return %s_set_threads((struct_ctx *)ctx, threads); }", m);
     cg_blank(w);
     emit_schedule_api(E);
     emit_state_support(E);

@@ -24,7 +24,14 @@ static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char 
     }
 }
 
+static void emit_product(emitter *E, const ir_value *v);
+
 static void emit_elementwise(emitter *E, const ir_value *v) {
+    if (runs_product(E, v)) {
+        cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
+        emit_product(E, V(E, v->operands[0]));
+        return;
+    }
     const ir_op_info *info = ir_op_info_of(v->op);
     cg_loop_nest k = {0};
     literal lits[CG_MAX_OPERANDS];
@@ -131,7 +138,9 @@ static void emit_copy(emitter *E, const ir_value *v) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
-static void emit_matmul(emitter *E, const ir_value *v) {
+/* The product v into its buffer, filled first with the bias of its add when it has one
+ * (pass_memory's bias_add_of: the product adds to it, beta 1). */
+static void emit_product(emitter *E, const ir_value *v) {
     const ir_type *a = T(E, v->operands[0]), *b = T(E, v->operands[1]);
     cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
                  .b = E->cname[v->operands[1]], .c = E->cname[v->id], .batch = 1};
@@ -155,7 +164,28 @@ static void emit_matmul(emitter *E, const ir_value *v) {
         k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
     }
     k.ldc = k.n;
+    int add = E->plan->bias_add_of[v->id];
+    if (add >= 0) {
+        const ir_type *t = T(E, v->id);
+        int64_t n = t->shape[t->rank - 1];
+        cg_loop_nest fill = {.rank = 2, .size = {ir_numel(t) / n, n}, .n_in = 1, .out = E->cname[v->id],
+                             .out_stride = {n, 1}, .out_elems = ir_numel(t), .expr = "b"};
+        literal lit;
+        fill.stride[0][1] = 1;
+        set_operand(E, &fill, 0, "b", V(E, add)->operands[1], &lit);
+        cg_line(&E->w, "/* the product %s, into the bias %s: the sum */", E->cname[v->id], E->cname[V(E, add)->operands[1]]);
+        coalesce(&fill);
+        E->dialect->loop_nest(&E->w, &fill);
+        k.accumulate = 1;
+    }
     E->dialect->gemm(&E->w, &k);
+}
+
+/* A product with a bias's add runs where the add is (its bias may be made later). */
+static void emit_matmul(emitter *E, const ir_value *v) {
+    int add = E->plan->bias_add_of[v->id];
+    if (add >= 0) cg_line(&E->w, "/* computed with its bias by %s, below */", E->cname[add]);
+    else emit_product(E, v);
 }
 
 /* slice copies a window of one dim; pad writes its operand into that window of zeros. */

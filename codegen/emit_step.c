@@ -162,7 +162,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
         for (int i = 0; i < g->n_values; i++) {
             int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
             if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (!clipped || updates == (part == 2))) {
-                if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !shares_buffer(E, i)) predict_guard(E, i, &guarded);
+                if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !emits_nothing(E, V(E, i))) predict_guard(E, i, &guarded);
                 emit_op(E, V(E, i));
                 emit_sends(E, i, stage);
                 if (sum_after[i] >= 0) {
@@ -190,7 +190,15 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE || (stage >= 0 && v->stage != stage)) continue;
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
-        if (shares_buffer(E, i)) continue;
+        if (emits_nothing(E, v)) continue;
+        /* a bias's add runs its product: it writes the product's buffer (its own name is
+         * for its readers) */
+        if (runs_product(E, v)) {
+            const ir_value *product = V(E, v->operands[0]);
+            used[product->id] = used[v->operands[1]] = 1;
+            for (int k = 0; k < product->n_operands; k++) used[product->operands[k]] = 1;
+            continue;
+        }
         /* a ZeRO bucket reaches its members' gradients, state and parameters by offset */
         const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
         if (zb && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;

@@ -86,6 +86,14 @@ static inline const ir_type *T(const emitter *E, int id) { return &E->local[id];
 /* A reshape planned to share its operand's buffer: no code, no buffer of its own. */
 static inline int shares_buffer(const emitter *E, int id) { return E->plan->storage_of[id] != id; }
 
+/* A bias's add sharing its product's buffer runs that product (pass_memory's bias_add_of). */
+static inline int runs_product(const emitter *E, const ir_value *v) {
+    return v->op == OP_ADD && E->plan->bias_add_of[v->operands[0]] == v->id;
+}
+
+/* A value that shares another's buffer and emits no code (a reshape, a view). */
+static inline int emits_nothing(const emitter *E, const ir_value *v) { return shares_buffer(E, v->id) && !runs_product(E, v); }
+
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
 
 static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "float"; }

@@ -24,6 +24,9 @@
 #include "schedule.h"
 #include "suggest.h"
 
+#ifndef DMC_OPENMP_FLAG
+#define DMC_OPENMP_FLAG "" /* -fopenmp when the runtime was built with OpenMP */
+#endif
 #ifndef DMC_SANITIZE
 #define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
 #endif
@@ -761,7 +764,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     /* mpicc wraps the C compiler with MPI's flags */
     const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
-    char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_SANITIZE;
+    char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_OPENMP_FLAG " " DMC_SANITIZE;
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
     char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
     char *cc_argv[64];

@@ -221,6 +221,50 @@ static int read_keeps_alive(const int *summed, const ir_value *reader, int k) {
     return reader->phase != PHASE_UPDATE || summed[reader->operands[k]] < 0;
 }
 
+/* (n_values) an add of a bias to a product that nothing else reads, for each such product
+ * (else -1): x @ w + b, the bias (N) along the last dim of the product (.., N), split alike,
+ * no sum pending, on one stage, the sum read on no other. The product then runs where the
+ * add was (the bias may be made after it: gpt.dm's slices of a fused bias), its C filled
+ * with the bias and accumulated into (beta 1): one pass over C fewer. */
+static int *bias_adds(const ir_graph *g) {
+    int n = g->n_values;
+    int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int)), *readers = calloc((size_t)n + 1, sizeof(int));
+    char *read_elsewhere = calloc((size_t)n + 1, 1); /* read on another stage than its own */
+    if (!bias_add_of || !readers || !read_elsewhere) abort();
+    for (int i = 0; i < n; i++) {
+        bias_add_of[i] = -1;
+        for (int k = 0; k < g->values[i]->n_operands; k++) {
+            int o = g->values[i]->operands[k];
+            readers[o]++;
+            if (g->values[o]->stage != g->values[i]->stage) read_elsewhere[o] = 1;
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++) readers[g->outputs[i]] += 2;
+    if (g->loss >= 0) readers[g->loss] += 2;
+    for (int i = 0; i < n; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ADD || v->role != ROLE_TEMP || read_elsewhere[i] || v->operands[0] == v->operands[1]) continue;
+        const ir_value *m = g->values[v->operands[0]], *b = g->values[v->operands[1]];
+        const ir_type *mt = &m->type, *bt = &b->type;
+        int last = mt->rank - 1;
+        if (m->op != OP_MATMUL || m->role != ROLE_TEMP || readers[m->id] != 1 || m->batch_dims || m->stage != v->stage ||
+            mt->partial || v->type.partial || bt->partial || mt->dtype != DT_F32 || bt->dtype != DT_F32 || last < 0)
+            continue;
+        int same = v->type.rank == mt->rank && bt->rank == 1 && bt->shape[0] == mt->shape[last] &&
+                   bt->split[0] == mt->split[last];
+        for (int d = 0; same && d < mt->rank; d++) same = v->type.shape[d] == mt->shape[d] && v->type.split[d] == mt->split[d];
+        if (same) bias_add_of[m->id] = i;
+    }
+    free(readers);
+    free(read_elsewhere);
+    return bias_add_of;
+}
+
+/* The product a bias's add runs (bias_adds), whose operands it reads; NULL for other values. */
+static const ir_value *product_run_by(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
+    return v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id ? g->values[v->operands[0]] : NULL;
+}
+
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
     memset(plan, 0, sizeof *plan);
@@ -230,13 +274,15 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     plan->within = calloc((size_t)n + 1, sizeof(int64_t));
     int *last_use = calloc((size_t)n + 1, sizeof(int));
     if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
+    plan->bias_add_of = bias_adds(g);
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         /* a temporary reshape or view shares its operand's buffer; a reshape with a buffer
-         * of its own (a parameter's gradient) is a copy */
-        int shares = (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
-                     v->role == ROLE_TEMP;
+         * of its own (a parameter's gradient) is a copy; a bias's add shares its product's */
+        int shares = ((v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
+                      v->role == ROLE_TEMP) ||
+                     (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
         plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
         if (shares)
             plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
@@ -249,6 +295,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         for (int k = 0; k < v->n_operands; k++) {
             int s = plan->storage_of[v->operands[k]];
             if (last_use[s] < i && read_keeps_alive(summed, v, k)) last_use[s] = i;
+        }
+        /* a bias's add runs its product: the product's operands are read there */
+        const ir_value *product = product_run_by(plan, g, v);
+        for (int k = 0; product && k < product->n_operands; k++) {
+            int s = plan->storage_of[product->operands[k]];
+            if (last_use[s] < i) last_use[s] = i;
         }
     }
     free(summed);
@@ -327,6 +379,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->offset);
     free(plan->storage_of);
     free(plan->within);
+    free(plan->bias_add_of);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -445,6 +498,11 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
         for (int k = 0; k < v->n_operands; k++) {
             int it = item_of[plan->storage_of[v->operands[k]]];
             if (it >= 0 && items[it].dies < pos_of[i] && read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
+        }
+        const ir_value *product = product_run_by(plan, g, v);
+        for (int k = 0; product && k < product->n_operands; k++) {
+            int it = item_of[plan->storage_of[product->operands[k]]];
+            if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
         }
     }
     /* read at the end of the forward function: the loss and outputs */

@@ -251,6 +251,9 @@ typedef struct dm_memory_plan {
                               * own stage's region, once memory_plan_stages ran) */
     int *storage_of;         /* (n_values) the value whose buffer this one shares (itself, or a reshape's root) */
     int64_t *within;         /* (n_values) where in that buffer it starts: 0, or a param_view's offset */
+    int *bias_add_of;        /* (n_values) for a product whose one reader adds a bias to it: that
+                              * add, which shares its buffer (the product adds the bias: C
+                              * filled with it, beta 1); -1 for every other value */
     int64_t param_elems, grad_elems, state_elems, arena_elems;  /* the largest over stages */
     int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
     /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
@@ -272,7 +275,8 @@ typedef struct dm_memory_plan {
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
  * whole train step (three placements, the smallest arena kept; outputs and the loss live to the end, reshapes share
- * their operand's buffer). requires: optimizer (or autodiff); breaks nothing. */
+ * their operand's buffer, and so does a bias's add its product: bias_add_of). requires:
+ * optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
 /* The elements the memory plan allocates a parameter or gradient of numel elements: a
  * multiple of 16, and with ZeRO of every mesh axis's size. */

@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -26,6 +27,17 @@ void dmrt_sgemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
 
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+#ifdef _OPENMP
+/* The ranks split their products themselves (dmrt_sgemm_split), each on cores of its own:
+ * OpenBLAS's pool of threads, one per process, would run every rank's call on all cores
+ * at once. Its setting is the process's, so it is made once, before the first call. */
+static pthread_once_t blas_one_thread_once = PTHREAD_ONCE_INIT;
+static void blas_one_thread(void) { openblas_set_num_threads(1); }
+#define BLAS_READY() (void)pthread_once(&blas_one_thread_once, blas_one_thread)
+#else
+#define BLAS_READY() (void)0
+#endif
+
 void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                 float *c, int64_t ldc) {
@@ -43,15 +55,51 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
         dmrt_sgemm_ref(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
+    BLAS_READY();
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
                 b, (int)ldb, beta, c, (int)ldc);
 }
 
+/* Panel p of `panels` over `size` rows or columns: whole multiples of 16 (the widths
+ * BLAS kernels work in) but for the last. */
+static int64_t panel_start(int64_t size, int p, int panels) {
+    if (p >= panels) return size;
+    return size * p / panels / 16 * 16;
+}
+
+void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    int64_t longer = m >= n ? m : n;
+    int panels = threads;
+    if (panels > longer / 16) panels = (int)(longer / 16);
+    if (panels <= 1 || (double)m * (double)n * (double)k < DMRT_SGEMM_SPLIT_MIN) {
+        dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    int by_rows = m >= n;
+    DMRT_PARALLEL_FOR(panels)
+    for (int p = 0; p < panels; p++) {
+        int64_t first = panel_start(longer, p, panels), size = panel_start(longer, p + 1, panels) - first;
+        if (by_rows)
+            dmrt_sgemm(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
+                       c + first * ldc, ldc);
+        else
+            dmrt_sgemm(trans_a, trans_b, m, size, k, alpha, a, lda, trans_b ? b + first * ldb : b + first, ldb, beta,
+                       c + first, ldc);
+    }
+}
+
 void dmrt_blas_share_cores(int ranks_here) {
+#ifdef _OPENMP
+    (void)ranks_here;
+    BLAS_READY();
+#else
     if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS")) return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1 || ranks_here < 1) return;
+    long cores = dmrt_cores();
+    if (ranks_here < 1) return;
     long threads = cores / ranks_here;
     openblas_set_num_threads(threads < 1 ? 1 : (int)threads);
+#endif
 }

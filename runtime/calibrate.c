@@ -8,8 +8,9 @@
  *     shapes small models use, each with one single-threaded OpenBLAS per core and every
  *     core busy at once: a rank of a data-parallel run on a CPU is a core, and its
  *     neighbours compute at the same time (they share caches, memory and the clock);
- *   - the same shapes on one rank with every core's OpenBLAS thread (libdmrt gives a rank
- *     alone on its node all cores: dmrt_blas_share_cores);
+ *   - the same shapes on one rank with every core (libdmrt gives a rank alone on its node
+ *     all cores: dmrt_threads_per_rank), through dmrt_sgemm_split as generated code calls
+ *     it (one-thread OpenBLAS calls on panels; OpenBLAS's own threads without OpenMP);
  *   - memory bandwidth (a copy far larger than the caches), elementwise throughput (an
  *     axpy in cache) and the fixed cost of a small kernel, again with every core busy;
  *   - links with the libdmrt_comm backend the runs will use (threads, or MPI when built
@@ -258,6 +259,12 @@ static void *gemm_setup(const void *params) {
 static void gemm_call(void *p) {
     gemm_state *g = p;
     dmrt_sgemm(0, 0, g->s.m, g->s.n, g->s.k, 1.0f, g->a, g->s.k, g->b, g->s.n, 0.0f, g->c, g->s.n);
+}
+
+/* A lone rank's product, on every core. */
+static void gemm_split_call(void *p) {
+    gemm_state *g = p;
+    dmrt_sgemm_split(dmrt_cores(), 0, 0, g->s.m, g->s.n, g->s.k, 1.0f, g->a, g->s.k, g->b, g->s.n, 0.0f, g->c, g->s.n);
 }
 
 typedef struct copy_state {
@@ -600,7 +607,8 @@ static double busy_cores(int cores) {
 static int time_grid(gemm_row *rows, int n, int threads, int cores, const config *cfg, char *err, size_t errlen) {
     for (int pass = 0; pass < cfg->runs; pass++)
         for (int i = 0; i < n; i++) {
-            workload w = {gemm_setup, gemm_call, gemm_teardown, &rows[i].s, cfg->target, 1, rows[i].reps};
+            workload w = {gemm_setup, threads > 1 ? gemm_call : gemm_split_call, gemm_teardown, &rows[i].s, cfg->target, 1,
+                          rows[i].reps};
             double t;
             if (time_on_crew(&w, threads, &t, &rows[i].reps, err, errlen)) return -1;
             if (t < rows[i].seconds) rows[i].seconds = t;
@@ -655,8 +663,10 @@ static int measure_cores(const config *cfg, results *res, char *err, size_t errl
     if (time_on_crew(&kern, T, &res->kernel_seconds, &res->kernel_reps, err, errlen)) return -1;
     fprintf(stderr, PROGRAM ": a kernel of %d floats: %.3g ns\n", KERNEL_ELEMENTS, res->kernel_seconds * 1e9);
 
-    /* one rank alone on the node: its OpenBLAS has every core */
+    /* one rank alone on the node: its products have every core */
+#ifndef _OPENMP
     openblas_set_num_threads(T);
+#endif
     for (int i = 0; i < res->n_gemm; i++) res->lone[i] = (gemm_row){.s = res->gemm[i].s, .flops = res->gemm[i].flops,
                                                                     .seconds = INFINITY};
     return time_grid(res->lone, res->n_gemm, 1, T, cfg, err, errlen);

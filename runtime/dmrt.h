@@ -167,6 +167,9 @@ typedef struct dmrt_model {
      * every step run; every rank must call it. NULL for the others, whose steps leave
      * nothing owed. Returns DMRT_OK or an error status (message from error()). */
     int (*drain)(void *ctx);
+    /* The threads the context's loops and products run on (docs/runtime.md, "Cores"):
+     * DMRT_OK, or DMRT_ERR_ARG outside 1..DMRT_MAX_THREADS. NULL in models built before. */
+    int (*set_threads)(void *ctx, int threads);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -193,6 +196,52 @@ void dmrt_block_read(const float *whole_data, int rank, const int64_t *whole,
 void dmrt_block_write(const float *block_data, int rank, const int64_t *whole,
                       const int64_t *block, const int64_t *start, float *whole_data);
 
+/* ---- cores ------------------------------------------------------------------------------ */
+
+/* A rank's loops and matrix products run on threads of its own (runtime/cores.c): the
+ * generated context holds their count (<model>_set_threads changes it), the loops the
+ * generated code marks DMRT_PARALLEL_FOR split their iterations over that many threads in
+ * fixed chunks (OpenMP's static schedule: the same chunks for the same count, so the same
+ * bits every run), and dmrt_sgemm_split splits a product over them. Without OpenMP
+ * (a host compiling the generated code without -fopenmp) the loops run on one thread. */
+#define DMRT_MAX_THREADS 1024
+
+/* The cores this process may run on: its CPU affinity (taskset, cpusets, mpirun's
+ * binding), else the online processors; at least 1. */
+int dmrt_cores(void);
+/* DMC_THREADS: its value when it is an integer in 1..DMRT_MAX_THREADS, 0 when it is unset
+ * or empty, -1 when it is anything else. */
+int dmrt_threads_from_env(void);
+/* The threads each of ranks_here ranks on this machine runs on: DMC_THREADS when valid,
+ * else dmrt_cores() / ranks_here (at least 1): rank threads (or processes) together never
+ * ask for more threads than the machine has cores. */
+int dmrt_threads_per_rank(int ranks_here);
+
+#define DMRT_PRAGMA_(x) _Pragma(#x)
+#ifdef _OPENMP
+/* The for loop after it runs on `threads` threads (when more than 1), in fixed chunks. */
+#define DMRT_PARALLEL_FOR(threads) \
+    DMRT_PRAGMA_(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static))
+/* The same over the n loops nested after it, as one space of iterations. */
+#define DMRT_PARALLEL_FOR_COLLAPSE(threads, n) \
+    DMRT_PRAGMA_(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static) collapse(n))
+/* For an innermost loop of n iterations, which the compiler vectorises: one block per
+ * thread, each starting at a multiple of 16 iterations, so that the vector unit takes the
+ * same elements as on one thread (glibc's vector expf and tanhf may differ from the
+ * scalar ones, which take the rest, in the last bit). */
+#define DMRT_PARALLEL_FOR_VECTOR(threads, n)                                                   \
+    DMRT_PRAGMA_(omp parallel for num_threads(threads) if ((threads) > 1)                      \
+                     schedule(static, dmrt_vector_block_((n), (threads))))
+#else
+#define DMRT_PARALLEL_FOR(threads)
+#define DMRT_PARALLEL_FOR_COLLAPSE(threads, n)
+#define DMRT_PARALLEL_FOR_VECTOR(threads, n)
+#endif
+static inline int64_t dmrt_vector_block_(int64_t n, int threads) {
+    int64_t block = (n + (threads > 0 ? threads : 1) - 1) / (threads > 0 ? threads : 1);
+    return (block + 15) / 16 * 16;
+}
+
 /* ---- BLAS ------------------------------------------------------------------------------ */
 
 /* Row-major C = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
@@ -205,11 +254,20 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
 void dmrt_sgemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                     float *c, int64_t ldc);
-/* Gives each of the ranks running on this machine its share of the cores for matrix
- * products: OpenBLAS threads = cores / ranks_here (at least 1). Two ranks with a thread per
- * core each would put twice as many threads as cores to spin against each other (on two
- * cores the mlp's data=2 step took 21 ms so, 13 ms with a thread each). Leaves OpenBLAS
- * alone when OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set. */
+/* dmrt_sgemm on `threads` threads: C is cut into that many panels of rows (or of columns,
+ * when it has more columns than rows), each computed by a one-thread BLAS call of its own.
+ * The panels depend on threads only, so a count gives the same bits every run. Products
+ * too small to share (under DMRT_SGEMM_SPLIT_MIN multiply-adds) run on the caller alone. */
+#define DMRT_SGEMM_SPLIT_MIN (1 << 18)
+void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc);
+/* Built with OpenMP (the default where the compiler has it): sets OpenBLAS to one thread,
+ * whatever OPENBLAS_NUM_THREADS says, as every rank splits its own products over its own
+ * threads (dmrt_sgemm_split; dmrt_sgemm does it too, on its first call). Without OpenMP:
+ * gives each of the ranks running on this machine its share of the cores for OpenBLAS's
+ * pool, cores / ranks_here (at least 1), unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS
+ * is set. */
 void dmrt_blas_share_cores(int ranks_here);
 
 /* ---- random numbers -------------------------------------------------------------------- */

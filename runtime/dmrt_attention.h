@@ -100,14 +100,15 @@ static inline float dmrt_attention_online_row_(float *s, int64_t visible, int64_
     return rescale;
 }
 
-static inline void dmrt_attention_forward(const float *q, const float *k, const float *v, float *out, float *lse,
-                                          int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                          float *work) {
+/* The heads first .. end of the forward, in work. */
+static inline void dmrt_attention_forward_heads_(const float *q, const float *k, const float *v, float *out, float *lse,
+                                                 int64_t first, int64_t end, int64_t positions, int64_t width,
+                                                 float scale, int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *scores = work;               /* (tile, tile) a block's scores, then their exp */
     float *row_max = work + tile * tile; /* (tile) each query's running maximum */
     float *row_sum = row_max + tile;     /* (tile) its running sum of exp(score - maximum) */
-    for (int64_t h = 0; h < heads; h++) {
+    for (int64_t h = first; h < end; h++) {
         const float *qh = q + h * T * D, *kh = k + h * T * D, *vh = v + h * T * D;
         float *oh = out + h * T * D, *lh = lse + h * T;
         for (int64_t q0 = 0; q0 < T; q0 += tile) {
@@ -137,6 +138,34 @@ static inline void dmrt_attention_forward(const float *q, const float *k, const 
     }
 }
 
+/* Heads are independent: `threads` threads take blocks of them, each block computed as one
+ * thread computes it (the same bits for any count). The first block works in work, the
+ * others in room on their threads' stacks (dmrt_attention_work_floats each). */
+#define DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work, call)                                  \
+    do {                                                                                                   \
+        const int blocks_ = (threads) < 1 ? 1 : (int64_t)(threads) > (heads) ? (int)(heads) : (threads);  \
+        DMRT_PARALLEL_FOR(blocks_)                                                                         \
+        for (int block_ = 0; block_ < blocks_; block_++) {                                                 \
+            const int64_t first_ = (heads) * block_ / blocks_, end_ = (heads) * (block_ + 1) / blocks_;     \
+            if (block_ == 0) {                                                                             \
+                float *const block_work_ = (work);                                                         \
+                call;                                                                                      \
+            } else {                                                                                       \
+                float stack_work_[dmrt_attention_work_floats(positions)];                                  \
+                float *const block_work_ = stack_work_;                                                    \
+                call;                                                                                      \
+            }                                                                                              \
+        }                                                                                                  \
+    } while (0)
+
+static inline void dmrt_attention_forward(const float *q, const float *k, const float *v, float *out, float *lse,
+                                          int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                          int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
+                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, positions, width, scale,
+                                                              causal, block_work_));
+}
+
 /* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head. */
 static inline void dmrt_attention_delta_(const float *dout, const float *out, int64_t rows, int64_t width, float *delta) {
     for (int64_t i = 0; i < rows; i++) {
@@ -150,15 +179,16 @@ static inline void dmrt_attention_delta_(const float *dout, const float *out, in
     }
 }
 
-static inline void dmrt_attention_backward(const float *q, const float *k, const float *v, const float *out,
-                                           const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                           int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                           float *work) {
+/* The heads first .. end of the backward, in work. */
+static inline void dmrt_attention_backward_heads_(const float *q, const float *k, const float *v, const float *out,
+                                                  const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                                  int64_t first, int64_t end, int64_t positions, int64_t width,
+                                                  float scale, int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *probs = work;                  /* (tile, tile) a block's probabilities */
     float *dscores = work + tile * tile;  /* (tile, tile) their gradient, then the scores' */
     float *delta = dscores + tile * tile; /* (T) each query's sum of dout * out */
-    for (int64_t h = 0; h < heads; h++) {
+    for (int64_t h = first; h < end; h++) {
         const size_t head = (size_t)(h * T * D);
         const float *qh = q + head, *kh = k + head, *vh = v + head, *doh = dout + head, *lh = lse + h * T;
         float *dqh = dq + head, *dkh = dk + head, *dvh = dv + head;
@@ -192,6 +222,15 @@ static inline void dmrt_attention_backward(const float *q, const float *k, const
             }
         }
     }
+}
+
+static inline void dmrt_attention_backward(const float *q, const float *k, const float *v, const float *out,
+                                           const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                           int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                           int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
+                                dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_,
+                                                               positions, width, scale, causal, block_work_));
 }
 
 #endif

@@ -53,6 +53,13 @@ void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n,
 
 /* predict.c: the trainer's --predict for one rank (NULL: serial); the exit status (0 or 1). */
 int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out,
-                         int quiet, const char *prog, struct dmrt_rank *rank, char *fail, size_t faillen);
+                         int threads, int quiet, const char *prog, struct dmrt_rank *rank, char *fail, size_t faillen);
+
+/* --threads N: the context's loops and products on N threads (model->set_threads). 0, or -1
+ * with a message in err (a model built before the option cannot take it). */
+int dmrt_trainer_set_threads(const dmrt_model *m, void *ctx, int threads, char *err, size_t errlen);
+
+#define DMRT_STR2_(x) #x
+#define DMRT_STR_(x) DMRT_STR2_(x)
 
 #endif

@@ -91,7 +91,7 @@ static int run_chunks(const dmrt_model *m, void *ctx, const dmrt_st_tensor **t, 
 
 /* Checks, creates, loads, predicts and writes; 0 or -1 with the message. */
 static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out_path,
-                        dmrt_rank *rank, FILE *errs, int quiet, char *err, size_t errlen) {
+                        int threads, dmrt_rank *rank, FILE *errs, int quiet, char *err, size_t errlen) {
     dmrt_st_file f;
     memset(&f, 0, sizeof f);
     const dmrt_st_tensor **t = calloc((size_t)m->n_inputs + 1, sizeof *t);
@@ -117,7 +117,9 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
         }
     }
     ctx = rank ? m->create_rank(seed, rank, err, errlen) : m->create(seed, err, errlen);
-    if (!ctx || (init && dmrt_load_params(m, ctx, init, err, errlen) != 0)) goto done;
+    if (!ctx || (threads && dmrt_trainer_set_threads(m, ctx, threads, err, errlen) != 0) ||
+        (init && dmrt_load_params(m, ctx, init, err, errlen) != 0))
+        goto done;
     double t0 = dmrt_now();
     if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0) goto done;
     int lead = !rank || dmrt_rank_id(rank) == 0;
@@ -141,14 +143,14 @@ done:
 /* The trainer's --predict, for one rank (rank NULL: serial). Returns the trainer's exit
  * status: 0, 1 (runtime error: reported, or for a rank in fail and the rank aborted). */
 int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out,
-                         int quiet, const char *prog, dmrt_rank *rank, char *fail, size_t faillen) {
+                         int threads, int quiet, const char *prog, dmrt_rank *rank, char *fail, size_t faillen) {
     char err[2048] = "";
     int lead = !rank || dmrt_rank_id(rank) == 0;
     FILE *errs = lead ? stderr : NULL;
     if (!m->predict || m->predict_batch <= 0 || !m->predict_reads) {
         dmrt_errorf(err, sizeof err, "model '%s' cannot predict: %s", m->name,
                     m->predict_unsupported ? m->predict_unsupported : "it has no predict entry");
-    } else if (predict_file(m, seed, init, batch_file, out, rank, errs, quiet || !lead, err, sizeof err) == 0) {
+    } else if (predict_file(m, seed, init, batch_file, out, threads, rank, errs, quiet || !lead, err, sizeof err) == 0) {
         return 0;
     }
     if (rank) {

@@ -55,6 +55,7 @@ typedef struct tr_opts {
     int quiet;
     int memory;             /* --memory: every rank reports what its model allocated */
     int predict;            /* --predict: inference on --batch-file into --out (predict.c) */
+    int64_t threads;        /* --threads N: each rank's loops and products on N threads (0: the default) */
     const char *out;
 } tr_opts;
 
@@ -226,7 +227,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                         {"--sample", &o->sample},
                         {"--top-k", &o->top_k},
                         {"--checkpoint-every", &o->checkpoint_every},
-                        {"--checkpoint-keep", &o->checkpoint_keep}};
+                        {"--checkpoint-keep", &o->checkpoint_keep},
+                        {"--threads", &o->threads}};
         int64_t *integer = NULL;
         for (size_t k = 0; k < sizeof integers / sizeof integers[0]; k++)
             if (strcmp(name, integers[k].name) == 0) integer = integers[k].value;
@@ -251,9 +253,16 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         else if (strcmp(name, "--out") == 0) o->out = val;
         else if (strcmp(name, "--checkpoint") == 0) o->checkpoint = val;
         else if (strcmp(name, "--resume") == 0) o->resume = val;
+        if (!bad && strcmp(name, "--threads") == 0 && (o->threads < 1 || o->threads > DMRT_MAX_THREADS)) {
+            want = "an integer from 1 to " DMRT_STR_(DMRT_MAX_THREADS);
+            bad = -1;
+        }
         if (bad)
             return usage_error(prog, model, "bad value '%s' for %s: expected %s", val, name, want);
     }
+    if (!o->threads && dmrt_threads_from_env() < 0)
+        return usage_error(prog, model, "bad value '%s' for the environment variable DMC_THREADS: expected an integer "
+                           "from 1 to " DMRT_STR_(DMRT_MAX_THREADS), getenv("DMC_THREADS"));
     if (o->data && strncmp(o->data, TR_TEXT_PREFIX, strlen(TR_TEXT_PREFIX)) == 0) {
         o->text_files = o->data + strlen(TR_TEXT_PREFIX);
         if (!valid_text_list(o->text_files))
@@ -464,9 +473,21 @@ static void bar_end(tr_bar *b) {
 
 /* ---- main --------------------------------------------------------------------------------- */
 
+int dmrt_trainer_set_threads(const dmrt_model *m, void *ctx, int threads, char *err, size_t errlen) {
+    if (!m->set_threads) {
+        snprintf(err, errlen, "model '%s' was generated before --threads existed: regenerate it with dmc", m->name);
+        return -1;
+    }
+    if (m->set_threads(ctx, threads) != DMRT_OK) {
+        snprintf(err, errlen, "%s", dmrt_trainer_ctx_error(m, ctx));
+        return -1;
+    }
+    return 0;
+}
+
 /* The one-line summary of model and data on stderr at the start. */
 static void print_summary(FILE *errs, const dmrt_model *m, const tr_opts *o, const tr_data *d,
-                          const char *prog, int64_t total) {
+                          const char *prog, int64_t total, int threads) {
     int64_t np = 0;
     for (int i = 0; i < m->n_params; i++) np += m->params[i].numel;
     fprintf(errs, "%s: model '%s', %lld parameters; ", prog, m->name, (long long)np);
@@ -493,7 +514,7 @@ static void print_summary(FILE *errs, const dmrt_model *m, const tr_opts *o, con
         fputs("no data (sampling only), 0 steps", errs);
     }
     if (o->sample >= 0) fprintf(errs, "; then a sample of %lld bytes", (long long)o->sample);
-    fputc('\n', errs);
+    fprintf(errs, "; %d thread%s per rank\n", threads, threads == 1 ? "" : "s");
 }
 
 /* --memory: one line per rank on stderr (written whole, so that threads do not mix them),
@@ -538,7 +559,8 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
 
     if (o->predict) {
         if (devnull) fclose(devnull);
-        return dmrt_trainer_predict(m, o->seed, o->init, o->batch_file, o->out, o->quiet, prog, rank, fail, faillen);
+        return dmrt_trainer_predict(m, o->seed, o->init, o->batch_file, o->out, (int)o->threads, o->quiet, prog, rank,
+                                    fail, faillen);
     }
     /* Which data: usage-level decisions first. */
     tr_lm lm = {0, 0, 0, 0, 0, 0};
@@ -651,6 +673,8 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         if (!err[0]) snprintf(err, sizeof err, "creating model '%s' failed", m->name);
         goto fail;
     }
+    int threads = o->threads ? (int)o->threads : dmrt_threads_per_rank(rank ? dmrt_rank_local_count(rank) : 1);
+    if (o->threads && dmrt_trainer_set_threads(m, ctx, threads, err, sizeof err) != 0) goto fail;
     if (o->init && dmrt_load_params(m, ctx, o->init, err, sizeof err) != 0) goto fail;
     int64_t start = 0; /* the steps done before this run (--resume) */
     if (resumed) {
@@ -680,7 +704,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     tr_bar bar = {0, 0, 0, 0.0};
     bar.on = lead && !o->quiet && isatty(STDERR_FILENO);
     bar.stdout_tty = isatty(STDOUT_FILENO);
-    if (!o->quiet) print_summary(errs, m, o, &d, prog, total);
+    if (!o->quiet) print_summary(errs, m, o, &d, prog, total, threads);
     if (resumed_from[0] && !o->quiet)
         fprintf(errs, "%s: resuming from %s after step %lld%s\n", prog, resumed_from, (long long)start,
                 start >= total ? ": no step left to train" : "");

@@ -72,6 +72,9 @@
       "[rows, ...], any number of rows) into --out, with the parameters of\n"              \
       "--init")                                                                              \
     X("--out", "FILE", "with --predict: the safetensors file of the outputs (atomically)")  \
+    X("--threads", "N",                                                                      \
+      "run each rank's loops and matrix products on N threads (default:\n"                  \
+      "$DMC_THREADS, else the machine's cores shared by its ranks)")                         \
     X("--quiet", NULL, "no progress bar and no summary on stderr")                          \
     X("--memory", NULL,                                                                      \
       "at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"                \

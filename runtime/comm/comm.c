@@ -125,6 +125,15 @@ void dmrt_comm_rank_release(dmrt_rank *r) {
 int dmrt_rank_id(const dmrt_rank *r) { return r->id; }
 int dmrt_rank_count(const dmrt_rank *r) { return r->count; }
 const char *dmrt_rank_backend(const dmrt_rank *r) { return r->backend->name; }
+
+int dmrt_rank_local_count(const dmrt_rank *r) {
+    if (strcmp(r->backend->name, "threads") == 0) return r->count;
+    /* one rank per process: the launcher says how many it started on this node */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local) local = getenv("MPI_LOCALNRANKS");
+    int n = local ? atoi(local) : 0;
+    return n > 0 ? n : 1;
+}
 void dmrt_rank_set_step(dmrt_rank *r, int64_t step) { r->step = step; }
 int64_t dmrt_rank_step(const dmrt_rank *r) { return r->step; }
 double dmrt_rank_timeout(const dmrt_rank *r) { return r->timeout; }

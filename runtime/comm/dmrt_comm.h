@@ -58,6 +58,10 @@ int dmrt_rank_id(const dmrt_rank *r);
 int dmrt_rank_count(const dmrt_rank *r);
 /* "threads" or "mpi". */
 const char *dmrt_rank_backend(const dmrt_rank *r);
+/* Ranks of the run on this machine, r's included: every rank with the threads backend;
+ * with MPI, the launcher's count for the node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE,
+ * MPICH's MPI_LOCALNRANKS), else 1. They share its cores (dmrt_threads_per_rank). */
+int dmrt_rank_local_count(const dmrt_rank *r);
 
 /* The training step that r is in; error messages name it ("at step 7"). Starts at -1,
  * which messages leave out. */

@@ -86,9 +86,21 @@ static int one(const sizes *z) {
     const float scale = 1.0f / sqrtf((float)z->width);
     reference(z, q, k, v, dout, scale, want, want + n, want + n + rows, want + 2 * n + rows, want + 3 * n + rows);
     float *out = got, *lse = got + n, *dq = got + n + rows;
-    dmrt_attention_forward(q, k, v, out, lse, z->heads, z->positions, z->width, scale, z->causal, work);
+    dmrt_attention_forward(q, k, v, out, lse, z->heads, z->positions, z->width, scale, z->causal, 1, work);
     dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, z->positions, z->width, scale,
-                            z->causal, work);
+                            z->causal, 1, work);
+    /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
+    float *split = malloc(sizeof(float) * (4 * n + rows));
+    for (int threads = 2; threads <= 3; threads++) {
+        dmrt_attention_forward(q, k, v, split, split + n, z->heads, z->positions, z->width, scale, z->causal, threads,
+                               work);
+        dmrt_attention_backward(q, k, v, split, split + n, dout, split + n + rows, split + 2 * n + rows,
+                                split + 3 * n + rows, z->heads, z->positions, z->width, scale, z->causal, threads, work);
+        CHECK(memcmp(split, got, sizeof(float) * (4 * n + rows)) == 0,
+              "heads %d T %d D %d causal %d: %d threads differ from one", z->heads, z->positions, z->width, z->causal,
+              threads);
+    }
+    free(split);
     static const char *const names[] = {"out", "lse", "dq", "dk", "dv"};
     const size_t at[] = {0, n, n + rows, 2 * n + rows, 3 * n + rows}, count[] = {n, rows, n, n, n};
     for (int t = 0; t < 5; t++) {

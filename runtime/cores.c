@@ -1,0 +1,41 @@
+/* cores.c: how many threads each rank's loops and matrix products run on.
+ *
+ * The ranks running on one machine share its cores: each gets cores / ranks (at least
+ * one), so that N rank threads of one process, or N MPI processes on one node, never ask
+ * for more threads than there are cores. DMC_THREADS (and the trainer's --threads, which
+ * sets the context's count after create) overrides it. */
+#define _GNU_SOURCE
+#include "dmrt.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int dmrt_cores(void) {
+#ifdef CPU_COUNT
+    /* taskset, cgroups' cpusets and mpirun's binding narrow it below the machine's */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online < 1 ? 1 : online > 4096 ? 4096 : (int)online;
+}
+
+int dmrt_threads_from_env(void) {
+    const char *s = getenv("DMC_THREADS");
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 1 || v > DMRT_MAX_THREADS) return -1;
+    return (int)v;
+}
+
+int dmrt_threads_per_rank(int ranks_here) {
+    int env = dmrt_threads_from_env();
+    if (env > 0) return env;
+    int cores = dmrt_cores();
+    if (ranks_here < 1) ranks_here = 1;
+    return cores / ranks_here < 1 ? 1 : cores / ranks_here;
+}
