@@ -1,9 +1,12 @@
-/* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one. */
+/* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one, and the
+ * optional count of the time spent in it (DMRT_BLAS_TIME). */
 #include "dmrt.h"
 
 #include <cblas.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Element (i, j) of op(X) for a row-major X with row stride ld. */
@@ -26,10 +29,9 @@ void dmrt_sgemm_ref(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
 
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return;
+static void sgemm_untimed(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                          float *c, int64_t ldc) {
     if (k <= 0 || alpha == 0.0f) {
         /* C = beta * C; BLAS implementations disagree on k == 0 and on lda there. */
         for (int64_t i = 0; i < m; i++)
@@ -46,6 +48,38 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
                 b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* -1 until DMRT_BLAS_TIME is read (once: a product then costs one predictable branch);
+ * the counts are per thread, so that ranks on threads count their own products. */
+static atomic_int blas_timing = -1;
+static _Thread_local dmrt_blas_time blas_time;
+
+int dmrt_blas_time_on(void) {
+    int on = atomic_load_explicit(&blas_timing, memory_order_relaxed);
+    if (on < 0) {
+        const char *v = getenv("DMRT_BLAS_TIME");
+        on = v && *v && strcmp(v, "0") != 0;
+        atomic_store_explicit(&blas_timing, on, memory_order_relaxed);
+    }
+    return on;
+}
+
+dmrt_blas_time dmrt_blas_time_so_far(void) { return blas_time; }
+
+void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (!dmrt_blas_time_on()) {
+        sgemm_untimed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    double t0 = dmrt_now();
+    sgemm_untimed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    blas_time.seconds += dmrt_now() - t0;
+    blas_time.flops += 2.0 * (double)m * (double)n * (double)(k > 0 ? k : 0);
+    blas_time.calls++;
 }
 
 void dmrt_blas_share_cores(int ranks_here) {
