@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """gpt_step.py: training steps of examples/gpt.dm (GPT-2), dmc vs PyTorch (CPU).
 
-usage: /usr/bin/python3 bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads N]
-           [--configs tiny,mid] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
-           [--dmc-arg=ARG ...]
+usage: bench/.venv/bin/python bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads 1,2]
+           [--configs tiny,mid,big] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
+           [--variants explicit,sdpa,compile] [--dmc-arg=ARG ...]
+       (bench/.venv: PyTorch 2.x, made by `sh bench/setup_torch.sh`; /usr/bin/python3 runs
+       it with Debian's torch 1.13, which has neither SDPA nor torch.compile: those
+       variants are then skipped)
 
-Configs (each a `--set` of gpt.dm's dims):
+Configs (each a `--set` of gpt.dm's dims; default tiny,mid):
   tiny  V=64,T=16,C=32,NH=4,L=2,B=4          28,032 parameters, dmc step well under 1 ms
-  mid   V=256,T=256,C=256,NH=8,L=4,B=8       3,290,624 parameters, dmc step ~0.2-2 s
+  mid   V=256,T=256,C=256,NH=8,L=4,B=8       3,290,624 parameters
+  big   V=512,T=128,C=384,NH=6,L=6,B=8       10,949,376 parameters
 Data:    random tokens (numpy, seed 0) in a batch file, one slice per step
          (tokens/targets i32 [S, B, T], written with tests/ref/stio.py); both sides train
          on the same slices in the same order.
@@ -15,28 +19,33 @@ dmc:     `dmc run examples/gpt.dm --set ... --batch-file F --init W --steps N --
          each --dmc-arg (e.g. --dmc-arg=--no-fuse-attention: the attention unfused);
          W is the model's own initialisation (`--steps 0 --save W`, run once per config,
          which also prints the parameter count). Step time: the trainer's
-         `step <n> loss <x> ms <y>` lines (y = milliseconds of train_step).
+         `step <n> loss <x> ms <y> ... blas_ms <z>` lines (y = milliseconds of train_step,
+         z = of it inside dmrt_sgemm: DMRT_BLAS_TIME=1, docs/trainer.md). BLAS share: the
+         sum of z over the sum of y, measured steps of the best run.
 PyTorch: the same architecture written out in plain torch, float32, loaded from W:
          token + position embedding, L pre-LN blocks (layer_norm eps 1e-5; fused qkv
          projection x @ W + b with W [in, out], computed with addmm as nn.Linear does;
-         causal attention q @ k^T / sqrt(hs), masked_fill(-inf), softmax, @ v; GELU tanh
-         approximation; 4C MLP), final layer_norm, head tied to wte, mean cross-entropy,
-         AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01). A step is timed
-         from zero_grad(set_to_none=True) to the end of opt.step(). A second variant uses
-         F.scaled_dot_product_attention(is_causal=True) where this torch has it (2.0+),
-         else it is reported as n/a.
+         causal attention; GELU tanh approximation; 4C MLP), final layer_norm, head tied to
+         wte, mean cross-entropy, AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+         weight_decay 0.01; fused, one kernel, on torch 2.4+). A step is timed from
+         zero_grad(set_to_none=True) to the end of opt.step(). Variants of the attention:
+           explicit  q @ k^T / sqrt(hs), masked_fill(-inf), softmax, @ v (eager)
+           sdpa      F.scaled_dot_product_attention(is_causal=True) (eager; torch 2.0+)
+           compile   the sdpa loss under torch.compile (inductor: generated C++ for the
+                     CPU, forward and backward); it compiles in the warm-up steps
 Per run: N measured steps after 2 warm-up steps (not counted), the median of the N step
          times. With --runs R the sides alternate R times and the best median of each is
          reported (use it on a busy machine).
-Check:   the parameter counts must agree, and PyTorch's losses, started from dmc's weights
-         on the same batches, must follow dmc's (max relative difference printed; the
-         script fails above 1e-3).
-Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
-         before torch is imported, torch.set_num_threads to the same number,
-         OMP_WAIT_POLICY=PASSIVE unless set (see bench/mlp_epoch.py).
+Check:   the parameter counts must agree, and every variant's losses, started from dmc's
+         weights on the same batches, must follow dmc's (max relative difference printed;
+         the script fails above 1e-3).
+Threads: each count of --threads (default 1,2) for both sides in turn:
+         benchlib.dmc_thread_env for dmc (OPENBLAS_NUM_THREADS today),
+         torch.set_num_threads for torch (compiled code is compiled again for each count);
+         OMP_WAIT_POLICY=PASSIVE unless set (bench/benchlib.py says why).
 
-Prints a table: ms/step of dmc and of each PyTorch variant, and ratio torch / dmc
-(> 1: dmc is faster).
+Prints a table: per config and thread count, ms/step of dmc, its BLAS share, ms/step of
+each PyTorch variant, the best of them and ratio best torch / dmc (> 1: dmc is faster).
 """
 import argparse
 import math
