@@ -81,7 +81,8 @@ def adamw(torch, params, **kw):
 
 def describe_torch(torch):
     cfg = torch.__config__.show()
-    blas = "MKL" if "Math Kernel Library" in cfg else "OpenBLAS" if "OpenBLAS" in cfg else "BLAS?"
+    m = re.search(r"BLAS_INFO=(\w+)", cfg)
+    blas = "MKL" if "Math Kernel Library" in cfg else m.group(1) if m else "BLAS unknown"
     return "torch %s (%s, OMP_WAIT_POLICY=%s)" % (torch.__version__, blas, os.environ.get("OMP_WAIT_POLICY"))
 
 

@@ -11,7 +11,7 @@ usage: bench/.venv/bin/python bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N
 Configs (each a `--set` of gpt.dm's dims; default tiny,mid):
   tiny  V=64,T=16,C=32,NH=4,L=2,B=4          28,032 parameters, dmc step well under 1 ms
   mid   V=256,T=256,C=256,NH=8,L=4,B=8       3,290,624 parameters
-  big   V=512,T=128,C=384,NH=6,L=6,B=8       10,949,376 parameters
+  big   V=512,T=128,C=384,NH=6,L=6,B=8       10,893,312 parameters
 Data:    random tokens (numpy, seed 0) in a batch file, one slice per step
          (tokens/targets i32 [S, B, T], written with tests/ref/stio.py); both sides train
          on the same slices in the same order.
@@ -269,7 +269,7 @@ def main():
         if v not in ("explicit", "sdpa", "compile"):
             sys.exit("gpt_step: unknown variant %r (explicit, sdpa, compile)" % v)
         if v == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-            print("gpt_step: torch %s has no F.scaled_dot_product_attention: sdpa and compile skipped" % torch.__version__)
+            print("gpt_step: torch %s has no F.scaled_dot_product_attention: sdpa skipped" % torch.__version__)
         elif v == "compile" and not (benchlib.has_compile(torch)
                                      and hasattr(torch.nn.functional, "scaled_dot_product_attention")):
             print("gpt_step: torch %s has no torch.compile: compile skipped" % torch.__version__)

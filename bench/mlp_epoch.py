@@ -16,7 +16,9 @@ GEMMs:   the limit of a step made of nothing but its matrix products: BUILD/benc
          times mlp.dm's 8 products (3 forward; backward: the 3 weight gradients and the
          input gradients of fc3 and fc2), shapes from B, D, H, K below, alone and back to
          back through dmrt_sgemm, best pass of 30; times the epoch's steps. The script checks
-         that dmc's trainer counted those 8 products a step and their flops.
+         that dmc's trainer counted those 8 products a step and their flops. Beside it, the
+         same products through torch.mm (torch's BLAS: MKL in PyPI's wheels), best of 30:
+         the two BLAS libraries compared on this step's shapes.
 PyTorch: the same model (the input standardisation `xn = (x - MEAN) / STD` read from the
          .dm file when it has one, 784-1024-1024-10, ReLU, weights xavier-uniform,
          biases zero),
@@ -94,6 +96,24 @@ def run_gemms(args, env):
     if r.returncode != 0 or not m:
         sys.exit("mlp_epoch: %s failed (%d):\n%s%s" % (args.gemm_shapes, r.returncode, r.stdout, r.stderr))
     return 1e-3 * float(m.group(1))
+
+
+def torch_gemms(torch):
+    """Seconds of one pass of the same products through torch.mm (torch's BLAS), best of 30."""
+    ops = []
+    for g in gemm_shapes():
+        ta, tb, m, n, k = (int(x) for x in g.split(","))
+        a = torch.rand(k, m) if ta else torch.rand(m, k)
+        b = torch.rand(n, k) if tb else torch.rand(k, n)
+        ops.append((a.t() if ta else a, b.t() if tb else b, torch.empty(m, n)))
+    best = None
+    for r in range(31):
+        t0 = time.perf_counter()
+        for a, b, c in ops:
+            torch.mm(a, b, out=c)
+        dt = time.perf_counter() - t0
+        best = dt if best is None or r == 1 else min(best, dt)   # pass 0 warms up
+    return best
 
 
 def run_dmc(args, env):
@@ -197,12 +217,14 @@ def best_of_runs(args, np, torch, data, threads, variants):
     env = benchlib.dmc_thread_env(os.environ, threads)
     benchlib.set_torch_threads(torch, threads)
     sides = {v: TorchMLP(args, np, torch, data, v) for v in variants}
-    dmc_runs, gemm_runs, torch_runs = [], [], {v: [] for v in variants}
+    dmc_runs, gemm_runs, torch_gemm_runs, torch_runs = [], [], [], {v: [] for v in variants}
     for i in range(args.runs):
         dmc_runs.append(run_dmc(args, env))
         gemm_runs.append(run_gemms(args, env))
-        line = "  %d thread(s), run %d: dmc %.2f s (%.0f%% BLAS), GEMMs alone %.2f s" % (
-            threads, i + 1, dmc_runs[-1][1], 100 * dmc_runs[-1][5], gemm_runs[-1] * dmc_runs[-1][2])
+        torch_gemm_runs.append(torch_gemms(torch))
+        steps = dmc_runs[-1][2]
+        line = "  %d thread(s), run %d: dmc %.2f s (%.0f%% BLAS), GEMMs alone %.2f s (torch.mm %.2f s)" % (
+            threads, i + 1, dmc_runs[-1][1], 100 * dmc_runs[-1][5], gemm_runs[-1] * steps, torch_gemm_runs[-1] * steps)
         for v in variants:
             torch_runs[v].append(sides[v].epoch())
             line += ", %s %.2f s" % (v, torch_runs[v][-1][0])
@@ -210,6 +232,7 @@ def best_of_runs(args, np, torch, data, threads, variants):
         sys.stdout.flush()
     dmc = min(dmc_runs, key=lambda r: r[1])
     return {"dmc": dmc, "compile_s": min(r[0] for r in dmc_runs), "gemms": min(gemm_runs) * dmc[2],
+            "torch_gemms": min(torch_gemm_runs) * dmc[2],
             "torch": {v: min(runs, key=lambda r: r[0]) for v, runs in torch_runs.items()}}
 
 
@@ -255,14 +278,14 @@ def main():
 
     results = [(threads, best_of_runs(args, np, torch, data, threads, variants)) for threads in thread_counts]
 
-    hdr = "%3s %8s %5s %8s" % ("thr", "dmc s", "BLAS", "GEMMs s") + "".join(" %9s" % (v + " s") for v in variants) \
+    hdr = "%3s %8s %5s %8s %8s" % ("thr", "dmc s", "BLAS", "GEMMs s", "t.mm s") + "".join(" %9s" % (v + " s") for v in variants) \
         + " %16s %7s %9s" % ("best torch", "ratio", "dmc/GEMMs")
     print(hdr)
     print("-" * len(hdr))
     for threads, r in results:
         dmc_s, share = r["dmc"][1], r["dmc"][5]
         top = min(variants, key=lambda v: r["torch"][v][0])
-        print("%3d %8.2f %4.0f%% %8.2f" % (threads, dmc_s, 100 * share, r["gemms"])
+        print("%3d %8.2f %4.0f%% %8.2f %8.2f" % (threads, dmc_s, 100 * share, r["gemms"], r["torch_gemms"])
               + "".join(" %9.2f" % r["torch"][v][0] for v in variants)
               + " %16s %6.2fx %8.2fx" % ("%s %.2f" % (top, r["torch"][top][0]), r["torch"][top][0] / dmc_s,
                                          dmc_s / r["gemms"]))
@@ -274,7 +297,8 @@ def main():
           % (r["torch"][variants[0]][1],
              ", ".join("%s %.4f" % (v, x["torch"][v][2]) for _, x in results for v in variants), load_s))
     print("ratio = best torch time / dmc time (> 1: dmc is faster); BLAS: share of dmc's train_step in dmrt_sgemm "
-          "(DMRT_BLAS_TIME); GEMMs: the step's 8 products alone (bench/gemm_shapes), x %d steps" % r["dmc"][2])
+          "(DMRT_BLAS_TIME); GEMMs: the step's 8 products alone through dmrt_sgemm (bench/gemm_shapes), x %d steps; "
+          "t.mm: the same through torch.mm" % r["dmc"][2])
     return 0
 
 
