@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """gpt_step.py: training steps of examples/gpt.dm (GPT-2), dmc vs PyTorch (CPU).
 
-usage: /usr/bin/python3 bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads N]
-           [--configs tiny,mid] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
-           [--dmc-arg=ARG ...]
+usage: bench/.venv/bin/python bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads 1,2]
+           [--configs tiny,mid,big] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
+           [--variants explicit,sdpa,compile] [--dmc-arg=ARG ...]
+       (bench/.venv: PyTorch 2.x, made by `sh bench/setup_torch.sh`; /usr/bin/python3 runs
+       it with Debian's torch 1.13, which has neither SDPA nor torch.compile: those
+       variants are then skipped)
 
-Configs (each a `--set` of gpt.dm's dims):
+Configs (each a `--set` of gpt.dm's dims; default tiny,mid):
   tiny  V=64,T=16,C=32,NH=4,L=2,B=4          28,032 parameters, dmc step well under 1 ms
-  mid   V=256,T=256,C=256,NH=8,L=4,B=8       3,290,624 parameters, dmc step ~0.2-2 s
+  mid   V=256,T=256,C=256,NH=8,L=4,B=8       3,290,624 parameters
+  big   V=512,T=128,C=384,NH=6,L=6,B=8       10,893,312 parameters
 Data:    random tokens (numpy, seed 0) in a batch file, one slice per step
          (tokens/targets i32 [S, B, T], written with tests/ref/stio.py); both sides train
          on the same slices in the same order.
@@ -15,30 +19,33 @@ dmc:     `dmc run examples/gpt.dm --set ... --batch-file F --init W --steps N --
          each --dmc-arg (e.g. --dmc-arg=--no-fuse-attention: the attention unfused);
          W is the model's own initialisation (`--steps 0 --save W`, run once per config,
          which also prints the parameter count). Step time: the trainer's
-         `step <n> loss <x> ms <y>` lines (y = milliseconds of train_step).
+         `step <n> loss <x> ms <y> ... blas_ms <z>` lines (y = milliseconds of train_step,
+         z = of it inside dmrt_sgemm: DMRT_BLAS_TIME=1, docs/trainer.md). BLAS share: the
+         sum of z over the sum of y, measured steps of the best run.
 PyTorch: the same architecture written out in plain torch, float32, loaded from W:
          token + position embedding, L pre-LN blocks (layer_norm eps 1e-5; fused qkv
          projection x @ W + b with W [in, out], computed with addmm as nn.Linear does;
-         causal attention q @ k^T / sqrt(hs), masked_fill(-inf), softmax, @ v; GELU tanh
-         approximation; 4C MLP), final layer_norm, head tied to wte, mean cross-entropy,
-         AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01). A step is timed
-         from zero_grad(set_to_none=True) to the end of opt.step(). A second variant uses
-         F.scaled_dot_product_attention(is_causal=True) where this torch has it (2.0+),
-         else it is reported as n/a.
+         causal attention; GELU tanh approximation; 4C MLP), final layer_norm, head tied to
+         wte, mean cross-entropy, AdamW(lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+         weight_decay 0.01; fused, one kernel, on torch 2.4+). A step is timed from
+         zero_grad(set_to_none=True) to the end of opt.step(). Variants of the attention:
+           explicit  q @ k^T / sqrt(hs), masked_fill(-inf), softmax, @ v (eager)
+           sdpa      F.scaled_dot_product_attention(is_causal=True) (eager; torch 2.0+)
+           compile   the sdpa loss under torch.compile (inductor: generated C++ for the
+                     CPU, forward and backward); it compiles in the warm-up steps
 Per run: N measured steps after 2 warm-up steps (not counted), the median of the N step
          times. With --runs R the sides alternate R times and the best median of each is
          reported (use it on a busy machine).
-Check:   the parameter counts must agree, and PyTorch's losses, started from dmc's weights
-         on the same batches, must follow dmc's (max relative difference printed; the
-         script fails above 1e-3).
-Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
-         (and DMC_THREADS to the same number for dmc, whose loops and one-thread BLAS calls
-         it splits over that many threads)
-         before torch is imported, torch.set_num_threads to the same number,
-         OMP_WAIT_POLICY=PASSIVE unless set (see bench/mlp_epoch.py).
+Check:   the parameter counts must agree, and every variant's losses, started from dmc's
+         weights on the same batches, must follow dmc's (max relative difference printed;
+         the script fails above 1e-3).
+Threads: each count of --threads (default 1,2) for both sides in turn:
+         benchlib.dmc_thread_env for dmc (DMC_THREADS),
+         torch.set_num_threads for torch (compiled code is compiled again for each count);
+         OMP_WAIT_POLICY=PASSIVE unless set (bench/benchlib.py says why).
 
-Prints a table: ms/step of dmc and of each PyTorch variant, and ratio torch / dmc
-(> 1: dmc is faster).
+Prints a table: per config and thread count, ms/step of dmc, its BLAS share, ms/step of
+each PyTorch variant, the best of them and ratio best torch / dmc (> 1: dmc is faster).
 """
 import argparse
 import math
@@ -51,12 +58,14 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "ref"))
+import benchlib  # noqa: E402  (bench/, beside this file)
 
 CONFIGS = {
     "tiny": "V=64,T=16,C=32,NH=4,L=2,B=4",
     "mid": "V=256,T=256,C=256,NH=8,L=4,B=8",
+    "big": "V=512,T=128,C=384,NH=6,L=6,B=8",
 }
-STEPS = {"tiny": 100, "mid": 6}     # measured steps per run (after the warm-up)
+STEPS = {"tiny": 100, "mid": 6, "big": 6}     # measured steps per run (after the warm-up)
 WARMUP = 2
 DIMS = ("V", "T", "C", "NH", "L", "B")
 LOSS_RTOL = 1e-3
@@ -101,15 +110,17 @@ def dmc_prepare(args, cfg, env):
 
 
 def dmc_steps(args, cfg, env):
-    """Returns (median ms of the measured steps, losses)."""
+    """Returns (median ms of the measured steps, losses, share of those steps in BLAS)."""
     n = WARMUP + cfg["steps"]
     r = dmc_run(args, dmc_cmd(args, cfg, "--init", cfg["init"], "--steps", str(n), "--quiet"), env)
-    rows = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", r.stdout, re.M)
+    rows = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)(?: lr \S+)? blas_ms ([0-9.]+)", r.stdout, re.M)
     if len(rows) != n:
-        sys.exit("gpt_step: expected %d `step N loss X ms Y` lines from dmc, got %d:\n%s"
+        sys.exit("gpt_step: expected %d `step N loss X ms Y ... blas_ms Z` lines from dmc, got %d:\n%s"
                  % (n, len(rows), r.stdout[-2000:]))
+    benchlib.parse_blas("gpt_step", r.stdout)   # the summary line is there too
     ms = [float(row[2]) for row in rows[WARMUP:]]
-    return statistics.median(ms), [float(row[1]) for row in rows]
+    blas_share = sum(float(row[3]) for row in rows[WARMUP:]) / sum(ms)
+    return statistics.median(ms), [float(row[1]) for row in rows], blas_share
 
 
 class TorchGPT:
@@ -157,82 +168,125 @@ class TorchGPT:
         return F.cross_entropy(logits.view(-1, V), targets.view(-1))
 
 
-def torch_steps(args, cfg, torch, stio, sdpa):
-    """Returns (median ms of the measured steps, losses, parameter count)."""
-    import time
-    model = TorchGPT(torch, cfg["dims"], stio.load(cfg["init"]), sdpa)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    data = stio.load(cfg["batches"])
-    S = data["tokens"].shape[0]
-    tokens = [torch.from_numpy(data["tokens"][s].astype("int64")) for s in range(S)]
-    targets = [torch.from_numpy(data["targets"][s].astype("int64")) for s in range(S)]
-    times, losses = [], []
-    for i in range(WARMUP + cfg["steps"]):
-        tk, tg = tokens[i % S], targets[i % S]
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model.loss(tk, tg)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-    nparams = sum(t.numel() for t in model.parameters())
-    return 1e3 * statistics.median(times[WARMUP:]), losses, nparams
+class TorchSide:
+    """One PyTorch variant of a config at the current thread count: the model (and for
+    "compile" its compiled loss) is built once; each run loads dmc's initial weights into it
+    and starts a fresh optimizer."""
+
+    def __init__(self, cfg, torch, stio, variant):
+        self.cfg, self.torch, self.variant = cfg, torch, variant
+        self.init = stio.load(cfg["init"])
+        self.model = TorchGPT(torch, cfg["dims"], self.init, sdpa=variant != "explicit")
+        # compile: inductor over forward and backward (AOTAutograd), with SDPA inside
+        self.loss = torch.compile(self.model.loss) if variant == "compile" else self.model.loss
+        data = stio.load(cfg["batches"])
+        self.tokens = [torch.from_numpy(t.astype("int64")) for t in data["tokens"]]
+        self.targets = [torch.from_numpy(t.astype("int64")) for t in data["targets"]]
+
+    def steps(self):
+        """Returns (median ms of the measured steps, losses, parameter count, AdamW form)."""
+        import time
+        torch, model = self.torch, self.model
+        with torch.no_grad():
+            for name, p in model.p.items():
+                p.copy_(torch.from_numpy(self.init[name]))
+        opt, form = benchlib.adamw(torch, model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                   weight_decay=0.01)
+        S = len(self.tokens)
+        times, losses = [], []
+        for i in range(WARMUP + self.cfg["steps"]):
+            tk, tg = self.tokens[i % S], self.targets[i % S]
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = self.loss(tk, tg)
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+        nparams = sum(t.numel() for t in model.parameters())
+        return 1e3 * statistics.median(times[WARMUP:]), losses, nparams, form
 
 
 def max_rel(a, b):
     return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
 
 
+def best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params):
+    """Alternates dmc and every variant args.runs times; returns {side: best median ms},
+    dmc's share in BLAS (of its best run) and the AdamW form torch used."""
+    env = benchlib.dmc_thread_env(os.environ, threads)
+    benchlib.set_torch_threads(torch, threads)
+    sides = {v: TorchSide(cfg, torch, stio, v) for v in variants}
+    best, share, form = {}, None, None
+    for run in range(args.runs):
+        ms, dmc_losses, blas = dmc_steps(args, cfg, env)
+        if "dmc" not in best or ms < best["dmc"]:
+            best["dmc"], share = ms, blas
+        line = "  %s, %d thread(s), run %d: dmc %.3f ms (%.0f%% BLAS)" % (cfg["name"], threads, run + 1, ms, 100 * blas)
+        for v in variants:
+            ms, losses, nparams, form = sides[v].steps()
+            best[v] = min(best.get(v, ms), ms)
+            if nparams != dmc_params:
+                sys.exit("gpt_step: %s: PyTorch model has %d parameters, dmc's %d" % (cfg["name"], nparams, dmc_params))
+            diff = max_rel(losses, dmc_losses)
+            if diff > LOSS_RTOL:
+                sys.exit("gpt_step: %s: PyTorch (%s) losses %s differ from dmc's %s (max rel %.2g)"
+                         % (cfg["name"], v, losses, dmc_losses, diff))
+            cfg["diff"][v] = max(diff, cfg["diff"].get(v, 0.0))
+            line += ", %s %.3f ms" % (v, ms)
+        print(line)
+        sys.stdout.flush()
+    return best, share, form
+
+
 def main():
     ap = argparse.ArgumentParser(description="GPT training steps of examples/gpt.dm: dmc vs PyTorch CPU")
     ap.add_argument("--dmc", required=True, help="the dmc executable (BUILD/driver/dmc)")
     ap.add_argument("--model", default=os.path.join(ROOT, "examples", "gpt.dm"))
-    ap.add_argument("--configs", default="tiny,mid", help="comma-separated: tiny, mid (default both)")
-    ap.add_argument("--tiny", default=CONFIGS["tiny"], help="dims of the tiny config (default %(default)s)")
-    ap.add_argument("--mid", default=CONFIGS["mid"], help="dims of the mid config (default %(default)s)")
+    ap.add_argument("--configs", default="tiny,mid", help="comma-separated: %s (default %%(default)s)"
+                    % ", ".join(CONFIGS))
+    for name, dims in CONFIGS.items():
+        ap.add_argument("--" + name, default=dims, help="dims of the %s config (default %%(default)s)" % name)
     ap.add_argument("--steps", type=int, default=0,
-                    help="measured steps per run after %d warm-up steps (default: tiny %d, mid %d)"
-                    % (WARMUP, STEPS["tiny"], STEPS["mid"]))
-    ap.add_argument("--threads", type=int, default=0,
-                    help="threads for both (default: OPENBLAS_NUM_THREADS, else the usable CPUs)")
+                    help="measured steps per run after %d warm-up steps (default: %s)"
+                    % (WARMUP, ", ".join("%s %d" % kv for kv in STEPS.items())))
+    ap.add_argument("--threads", default="1,2", help="thread counts, each for both sides (default %(default)s)")
+    ap.add_argument("--variants", default="explicit,sdpa,compile",
+                    help="PyTorch variants: explicit, sdpa, compile (default %(default)s)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each side, alternating; the best is reported")
     ap.add_argument("--dmc-arg", action="append", default=[],
                     help="an option for every `dmc run` (repeatable), e.g. --dmc-arg=--no-fuse-attention")
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     args.model = os.path.abspath(args.model)
+    thread_counts = benchlib.parse_threads(args.threads)
+    benchlib.prepare_torch_env(max(thread_counts))
+    np, torch = benchlib.import_torch("gpt_step")
+    import stio
 
-    threads = args.threads or int(os.environ.get("OPENBLAS_NUM_THREADS") or 0) \
-        or len(os.sched_getaffinity(0))
-    # before torch loads OpenBLAS, which reads it once; the same for dmc's trainer
-    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    # dmc's ranks run on DMC_THREADS threads each (docs/runtime.md, "Cores"): OpenBLAS's
-    # setting no longer reaches them
-    os.environ["DMC_THREADS"] = str(threads)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # see bench/mlp_epoch.py
-    try:
-        import numpy as np
-        import torch
-        import stio
-    except ImportError as e:
-        sys.exit("gpt_step: needs torch and numpy (%s); run it with /usr/bin/python3" % e)
-    torch.set_num_threads(threads)
-    has_sdpa = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+    variants = []
+    for v in args.variants.split(","):
+        if v not in ("explicit", "sdpa", "compile"):
+            sys.exit("gpt_step: unknown variant %r (explicit, sdpa, compile)" % v)
+        if v == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            print("gpt_step: torch %s has no F.scaled_dot_product_attention: sdpa skipped" % torch.__version__)
+        elif v == "compile" and not (benchlib.has_compile(torch)
+                                     and hasattr(torch.nn.functional, "scaled_dot_product_attention")):
+            print("gpt_step: torch %s has no torch.compile: compile skipped" % torch.__version__)
+        else:
+            variants.append(v)
 
     configs = []
     for name in args.configs.split(","):
         if name not in CONFIGS:
-            sys.exit("gpt_step: unknown config %r (tiny, mid)" % name)
+            sys.exit("gpt_step: unknown config %r (%s)" % (name, ", ".join(CONFIGS)))
         text = getattr(args, name)
         configs.append({"name": name, "set": text, "dims": parse_dims(text),
-                        "steps": args.steps or STEPS[name]})
+                        "steps": args.steps or STEPS[name], "diff": {}})
 
-    print("gpt_step: %s, %d thread(s) (OpenBLAS and torch, OMP_WAIT_POLICY=%s), torch %s, "
-          "median ms/step of steps %d.. per run, best of %d run(s)"
-          % (os.path.relpath(args.model), threads, os.environ["OMP_WAIT_POLICY"], torch.__version__,
-             WARMUP + 1, args.runs))
+    print("gpt_step: %s; %s; threads %s; median ms/step of steps %d.. per run, best of %d run(s); load average %s"
+          % (os.path.relpath(args.model), benchlib.describe_torch(torch), args.threads, WARMUP + 1, args.runs,
+             " ".join("%.1f" % x for x in os.getloadavg())))
     sys.stdout.flush()
 
     with tempfile.TemporaryDirectory(prefix="gpt-step-") as tmp:
@@ -246,48 +300,28 @@ def main():
             cfg["batches"] = os.path.join(tmp, cfg["name"] + "-batches.safetensors")
             stio.save({"tokens": seq[:, :, :-1].copy(), "targets": seq[:, :, 1:].copy()}, cfg["batches"])
             dmc_params = dmc_prepare(args, cfg, os.environ)
+            for threads in thread_counts:
+                best, share, form = best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params)
+                rows.append((cfg, dmc_params, threads, best, share, form))
 
-            variants = ["explicit"] + (["sdpa"] if has_sdpa else [])
-            best = {"dmc": None}
-            best.update({v: None for v in variants})
-            for run in range(args.runs):
-                ms, dmc_losses = dmc_steps(args, cfg, os.environ)
-                best["dmc"] = ms if best["dmc"] is None else min(best["dmc"], ms)
-                line = "  %s run %d: dmc %.3f ms" % (cfg["name"], run + 1, ms)
-                for v in variants:
-                    ms, losses, nparams = torch_steps(args, cfg, torch, stio, v == "sdpa")
-                    best[v] = ms if best[v] is None else min(best[v], ms)
-                    if nparams != dmc_params:
-                        sys.exit("gpt_step: %s: PyTorch model has %d parameters, dmc's %d"
-                                 % (cfg["name"], nparams, dmc_params))
-                    diff = max_rel(losses, dmc_losses)
-                    if diff > LOSS_RTOL:
-                        sys.exit("gpt_step: %s: PyTorch (%s) losses %s differ from dmc's %s (max rel %.2g)"
-                                 % (cfg["name"], v, losses, dmc_losses, diff))
-                    cfg.setdefault("diff", {})[v] = max(diff, cfg.get("diff", {}).get(v, 0.0))
-                    line += ", torch-%s %.3f ms" % (v, ms)
-                if args.runs > 1:
-                    print(line)
-                    sys.stdout.flush()
-            rows.append((cfg, dmc_params, best))
-
-    hdr = "%-5s %-32s %10s %11s %12s %7s %12s %7s" % (
-        "cfg", "dims", "params", "dmc ms", "torch ms", "ratio", "t-sdpa ms", "ratio")
+    hdr = "%-5s %10s %3s %10s %5s" % ("cfg", "params", "thr", "dmc ms", "BLAS") \
+        + "".join(" %10s" % (v + " ms") for v in variants) + " %18s %7s" % ("best torch", "ratio")
     print(hdr)
     print("-" * len(hdr))
-    for cfg, nparams, best in rows:
-        sd = ("%12.3f %6.2fx" % (best["sdpa"], best["sdpa"] / best["dmc"])) if "sdpa" in best \
-            else "%12s %7s" % ("n/a", "")
-        print("%-5s %-32s %10d %11.3f %12.3f %6.2fx %s" % (
-            cfg["name"], cfg["set"], nparams, best["dmc"], best["explicit"],
-            best["explicit"] / best["dmc"], sd))
-    print("threads %d; ratio = torch ms / dmc ms (> 1: dmc is faster); torch-sdpa: %s"
-          % (threads, "F.scaled_dot_product_attention(is_causal=True)" if has_sdpa
-             else "n/a, torch %s has no F.scaled_dot_product_attention" % torch.__version__))
+    for cfg, nparams, threads, best, share, form in rows:
+        top = min(variants, key=lambda v: best[v])
+        print("%-5s %10d %3d %10.3f %4.0f%%" % (cfg["name"], nparams, threads, best["dmc"], 100 * share)
+              + "".join(" %10.3f" % best[v] for v in variants)
+              + " %18s %6.2fx" % ("%s %.3f" % (top, best[top]), best[top] / best["dmc"]))
+    print("configs: %s" % "; ".join("%s %s" % (c["name"], c["set"]) for c in configs))
+    print("ratio = best torch ms / dmc ms (> 1: dmc is faster); BLAS: the share of dmc's step in dmrt_sgemm "
+          "(DMRT_BLAS_TIME); torch: AdamW %s; explicit: q @ k^T, masked_fill, softmax, @ v; sdpa: "
+          "F.scaled_dot_product_attention(is_causal=True); compile: torch.compile (inductor) of the sdpa loss"
+          % (rows[0][5] if rows else "?"))
     print("check: parameter counts equal; PyTorch's losses from dmc's initial weights on the same "
           "batches, max relative difference to dmc's: %s"
           % ", ".join("%s (%d steps) %s %.1e" % (c["name"], WARMUP + c["steps"], v, x)
-                      for c, _, _ in rows for v, x in c["diff"].items()))
+                      for c in configs for v, x in c["diff"].items()))
     return 0
 
 

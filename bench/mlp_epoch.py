@@ -1,30 +1,42 @@
 #!/usr/bin/python3
 """mlp_epoch.py: one epoch of examples/mlp.dm on Fashion-MNIST, dmc vs PyTorch (CPU).
 
-usage: /usr/bin/python3 bench/mlp_epoch.py --dmc BUILD/driver/dmc [--threads N] [--runs N]
+usage: bench/.venv/bin/python bench/mlp_epoch.py --dmc BUILD/driver/dmc [--threads 1,2] [--runs N]
+           [--variants eager,compile] [--gemm-shapes BUILD/bench/gemm_shapes]
+       (bench/.venv: PyTorch 2.x, made by `sh bench/setup_torch.sh`; /usr/bin/python3 runs
+       it with Debian's torch 1.13, which has no torch.compile: that variant is then n/a)
 
 dmc:     `dmc run examples/mlp.dm --epochs 1 --quiet`. Compile time (dmc + cc) is timed
          apart, by `dmc run examples/mlp.dm --help` (compiles, builds, and the trainer
          only prints its usage); the training time is the trainer's own
          `trained N steps in T s` (the step loop: filling batches and train_step; not
-         data loading, compiling or evaluation).
+         data loading, compiling or evaluation). With DMRT_BLAS_TIME=1 the trainer also
+         reports the time its steps spent in dmrt_sgemm: the BLAS share printed.
+GEMMs:   the limit of a step made of nothing but its matrix products: BUILD/bench/gemm_shapes
+         times mlp.dm's 8 products (3 forward; backward: the 3 weight gradients and the
+         input gradients of fc3 and fc2), shapes from B, D, H, K below, alone and back to
+         back through dmrt_sgemm, best pass of 30; times the epoch's steps. The script checks
+         that dmc's trainer counted those 8 products a step and their flops. Beside it, the
+         same products through torch.mm (torch's BLAS: MKL in PyPI's wheels), best of 30:
+         the two BLAS libraries compared on this step's shapes.
 PyTorch: the same model (the input standardisation `xn = (x - MEAN) / STD` read from the
          .dm file when it has one, 784-1024-1024-10, ReLU, weights xavier-uniform,
          biases zero),
-         B=128, AdamW(lr=1e-3, weight_decay=1e-4), one shuffled pass of floor(60000/128)
-         = 468 batches (last partial batch dropped, as dmc does), data loaded from the
-         same gzipped IDX files with gzip+numpy; only the training loop is timed
-         (batch gather, forward, backward, optimizer step).
-Threads: OPENBLAS_NUM_THREADS (default: the CPUs this process may use), set for both
-         (and DMC_THREADS to the same number for dmc, whose loops and one-thread BLAS calls
-         it splits over that many threads)
-         before torch is imported (Debian's torch uses the same OpenBLAS), and
-         torch.set_num_threads to the same number; OMP_WAIT_POLICY=PASSIVE unless set
-         (see main).
+         B=128, AdamW(lr=1e-3, weight_decay=1e-4; fused on torch 2.4+), one shuffled pass
+         of floor(60000/128) = 468 batches (last partial batch dropped, as dmc does), data
+         loaded once from the same gzipped IDX files with gzip+numpy; only the training loop
+         is timed (batch gather, forward, backward, optimizer step). Variants: eager, and
+         compile (torch.compile of the model, inductor; its compilation is in a warm-up
+         step before the timed epoch, on a batch of the test set, which the weights are then
+         reset after).
+Threads: each count of --threads (default 1,2) for both: DMC_THREADS for dmc
+         (benchlib.dmc_thread_env), torch.set_num_threads for torch; OMP_WAIT_POLICY=PASSIVE
+         unless set (bench/benchlib.py says why).
 
-Prints both times, the ratio pytorch_time / dmc_time (> 1: dmc is faster) and the test
-accuracy of both after the epoch. With --runs N, the two sides run alternately N times
-each and the best time of each is reported (use it on a busy machine).
+Prints, per thread count, dmc's epoch, its BLAS share, the GEMMs-alone limit, each torch
+variant's epoch and ratio best_torch_time / dmc_time (> 1: dmc is faster), and the test
+accuracy of each after the epoch. With --runs N, the sides run alternately N times each
+and the best time of each is reported (use it on a busy machine).
 """
 import argparse
 import gzip
@@ -34,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib  # bench/, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, D, H, K = 128, 784, 1024, 10
@@ -63,8 +77,47 @@ def read_idx(path, np):
     return np.frombuffer(buf, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
+def gemm_shapes():
+    """mlp.dm's products in a step, as its generated code calls dmrt_sgemm: TA,TB,M,N,K."""
+    return ["0,0,%d,%d,%d" % (B, H, D), "0,0,%d,%d,%d" % (B, H, H), "0,0,%d,%d,%d" % (B, K, H),
+            "0,1,%d,%d,%d" % (B, H, K), "1,0,%d,%d,%d" % (H, K, B),
+            "0,1,%d,%d,%d" % (B, H, H), "1,0,%d,%d,%d" % (H, H, B), "1,0,%d,%d,%d" % (D, H, B)]
+
+
+def gemm_flops():
+    return sum(2.0 * m * n * k for m, n, k in (tuple(int(x) for x in g.split(",")[2:]) for g in gemm_shapes()))
+
+
+def run_gemms(args, env):
+    """Seconds of one pass of the step's products alone (best of 30)."""
+    r = subprocess.run([args.gemm_shapes, "-r", "30"] + gemm_shapes(), env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    m = re.search(r"^pass_ms ([0-9.]+)", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        sys.exit("mlp_epoch: %s failed (%d):\n%s%s" % (args.gemm_shapes, r.returncode, r.stdout, r.stderr))
+    return 1e-3 * float(m.group(1))
+
+
+def torch_gemms(torch):
+    """Seconds of one pass of the same products through torch.mm (torch's BLAS), best of 30."""
+    ops = []
+    for g in gemm_shapes():
+        ta, tb, m, n, k = (int(x) for x in g.split(","))
+        a = torch.rand(k, m) if ta else torch.rand(m, k)
+        b = torch.rand(n, k) if tb else torch.rand(k, n)
+        ops.append((a.t() if ta else a, b.t() if tb else b, torch.empty(m, n)))
+    best = None
+    for r in range(31):
+        t0 = time.perf_counter()
+        for a, b, c in ops:
+            torch.mm(a, b, out=c)
+        dt = time.perf_counter() - t0
+        best = dt if best is None or r == 1 else min(best, dt)   # pass 0 warms up
+    return best
+
+
 def run_dmc(args, env):
-    """Returns (compile_s, train_s, steps, accuracy, wall_s)."""
+    """Returns (compile_s, train_s, steps, accuracy, wall_s, blas_share)."""
     with tempfile.TemporaryDirectory(prefix="dmc-bench-") as tmp:
         env = dict(env, TMPDIR=tmp)
         t0 = time.perf_counter()
@@ -85,58 +138,102 @@ def run_dmc(args, env):
     acc = re.findall(r"^test accuracy ([0-9.]+)", r.stdout, re.M)
     if not m or not acc:
         sys.exit("mlp_epoch: cannot parse dmc's output:\n%s" % r.stdout[-2000:])
-    return compile_s, float(m.group(2)), int(m.group(1)), float(acc[-1]), wall_s
+    steps = int(m.group(1))
+    blas_s, step_s, calls, gflop = benchlib.parse_blas("mlp_epoch", r.stdout)
+    if calls != 8 * steps or abs(gflop - 1e-9 * gemm_flops() * steps) > 1e-4 * gflop:
+        sys.exit("mlp_epoch: dmc's steps made %d products, %g GFLOP; gemm_shapes() times %d a step, %g GFLOP: "
+                 "update bench/mlp_epoch.py" % (calls, gflop, 8 * steps, 1e-9 * gemm_flops() * steps))
+    return compile_s, float(m.group(2)), steps, float(acc[-1]), wall_s, blas_s / step_s
 
 
-def run_torch(args, np, torch):
-    """Returns (train_s, steps, accuracy, load_s)."""
-    import torch.nn as nn
-    import torch.nn.functional as F
-    t0 = time.perf_counter()
+def load_data(args, np, torch):
     d = args.data_dir
-    xtr = torch.from_numpy(read_idx(os.path.join(d, "train-images-idx3-ubyte.gz"), np)
-                           .reshape(-1, D).astype(np.float32) / 255.0)
-    ytr = torch.from_numpy(read_idx(os.path.join(d, "train-labels-idx1-ubyte.gz"), np).astype(np.int64))
-    xte = torch.from_numpy(read_idx(os.path.join(d, "t10k-images-idx3-ubyte.gz"), np)
-                           .reshape(-1, D).astype(np.float32) / 255.0)
-    yte = torch.from_numpy(read_idx(os.path.join(d, "t10k-labels-idx1-ubyte.gz"), np).astype(np.int64))
-    load_s = time.perf_counter() - t0
+    images = lambda name: torch.from_numpy(read_idx(os.path.join(d, name), np).reshape(-1, D).astype(np.float32) / 255.0)
+    labels = lambda name: torch.from_numpy(read_idx(os.path.join(d, name), np).astype(np.int64))
+    return (images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
+            images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
 
-    class Standardize(nn.Module):
-        def __init__(self, mean, std):
-            super().__init__()
-            self.mean, self.std = mean, std
 
-        def forward(self, x):
-            return (x - self.mean) / self.std
+class TorchMLP:
+    """mlp.dm in torch at the current thread count: built (and for "compile" compiled) once;
+    each epoch starts from freshly initialised weights."""
 
-    torch.manual_seed(args.seed)
-    layers = [nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, K)]
-    if args.norm:
-        layers.insert(0, Standardize(*args.norm))
-    model = nn.Sequential(*layers)
-    for m in model:
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
-    steps = xtr.shape[0] // B
-    perm = torch.from_numpy(np.random.default_rng(args.seed).permutation(xtr.shape[0]))
+    def __init__(self, args, np, torch, data, variant):
+        import torch.nn as nn
+        self.args, self.np, self.torch, self.data = args, np, torch, data
 
-    t0 = time.perf_counter()
-    for i in range(steps):
-        idx = perm[i * B:(i + 1) * B]
-        xb, yb = xtr[idx], ytr[idx]
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
-        loss.backward()
-        opt.step()
-    train_s = time.perf_counter() - t0
+        class Standardize(nn.Module):
+            def __init__(self, mean, std):
+                super().__init__()
+                self.mean, self.std = mean, std
 
-    with torch.no_grad():
-        correct = sum(int((model(xte[i:i + B]).argmax(1) == yte[i:i + B]).sum())
-                      for i in range(0, xte.shape[0], B))
-    return train_s, steps, correct / xte.shape[0], load_s
+            def forward(self, x):
+                return (x - self.mean) / self.std
+
+        layers = [nn.Linear(D, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(), nn.Linear(H, K)]
+        if args.norm:
+            layers.insert(0, Standardize(*args.norm))
+        self.model = nn.Sequential(*layers)
+        self.forward = torch.compile(self.model) if variant == "compile" else self.model
+        if variant == "compile":
+            self.epoch(steps=1)   # compiles forward and backward
+
+    def epoch(self, steps=None):
+        """Returns (train_s, steps, accuracy)."""
+        import torch.nn as nn
+        import torch.nn.functional as F
+        torch, np, args = self.torch, self.np, self.args
+        xtr, ytr, xte, yte = self.data
+        torch.manual_seed(args.seed)
+        with torch.no_grad():
+            for m in self.model:
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+                    nn.init.zeros_(m.bias)
+        opt, _ = benchlib.adamw(torch, self.model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=1e-4)
+        if steps is None:
+            steps = xtr.shape[0] // B
+            perm = torch.from_numpy(np.random.default_rng(args.seed).permutation(xtr.shape[0]))
+            xs, ys = xtr, ytr
+        else:
+            perm, xs, ys = torch.arange(steps * B), xte, yte
+        t0 = time.perf_counter()
+        for i in range(steps):
+            idx = perm[i * B:(i + 1) * B]
+            xb, yb = xs[idx], ys[idx]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(self.forward(xb), yb)
+            loss.backward()
+            opt.step()
+        train_s = time.perf_counter() - t0
+        with torch.no_grad():
+            correct = sum(int((self.model(xte[i:i + B]).argmax(1) == yte[i:i + B]).sum())
+                          for i in range(0, xte.shape[0], B))
+        return train_s, steps, correct / xte.shape[0]
+
+
+def best_of_runs(args, np, torch, data, threads, variants):
+    env = benchlib.dmc_thread_env(os.environ, threads)
+    benchlib.set_torch_threads(torch, threads)
+    sides = {v: TorchMLP(args, np, torch, data, v) for v in variants}
+    dmc_runs, gemm_runs, torch_gemm_runs, torch_runs = [], [], [], {v: [] for v in variants}
+    for i in range(args.runs):
+        dmc_runs.append(run_dmc(args, env))
+        gemm_runs.append(run_gemms(args, env))
+        torch_gemm_runs.append(torch_gemms(torch))
+        steps = dmc_runs[-1][2]
+        line = "  %d thread(s), run %d: dmc %.2f s (%.0f%% BLAS), GEMMs alone %.2f s (torch.mm %.2f s)" % (
+            threads, i + 1, dmc_runs[-1][1], 100 * dmc_runs[-1][5], gemm_runs[-1] * steps, torch_gemm_runs[-1] * steps)
+        for v in variants:
+            torch_runs[v].append(sides[v].epoch())
+            line += ", %s %.2f s" % (v, torch_runs[v][-1][0])
+        print(line)
+        sys.stdout.flush()
+    dmc = min(dmc_runs, key=lambda r: r[1])
+    return {"dmc": dmc, "compile_s": min(r[0] for r in dmc_runs), "gemms": min(gemm_runs) * dmc[2],
+            "torch_gemms": min(torch_gemm_runs) * dmc[2],
+            "torch": {v: min(runs, key=lambda r: r[0]) for v, runs in torch_runs.items()}}
 
 
 def main():
@@ -144,57 +241,64 @@ def main():
     ap.add_argument("--dmc", required=True, help="the dmc executable (BUILD/driver/dmc)")
     ap.add_argument("--model", default=os.path.join(ROOT, "examples", "mlp.dm"))
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="threads for both (default: OPENBLAS_NUM_THREADS, else the usable CPUs)")
+    ap.add_argument("--threads", default="1,2", help="thread counts, each for both sides (default %(default)s)")
+    ap.add_argument("--variants", default="eager,compile", help="PyTorch variants: eager, compile (default %(default)s)")
+    ap.add_argument("--gemm-shapes", help="the gemm_shapes program (default: BUILD/bench/gemm_shapes beside --dmc)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each side; the best time is reported")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     args.model = os.path.abspath(args.model)
     args.norm = model_norm(args.model)
+    args.gemm_shapes = args.gemm_shapes or os.path.join(os.path.dirname(os.path.dirname(args.dmc)), "bench",
+                                                        "gemm_shapes")
+    if not os.access(args.gemm_shapes, os.X_OK):
+        sys.exit("mlp_epoch: no %s (ninja -C BUILD builds it; or pass --gemm-shapes)" % args.gemm_shapes)
+    thread_counts = benchlib.parse_threads(args.threads)
+    benchlib.prepare_torch_env(max(thread_counts))
+    np, torch = benchlib.import_torch("mlp_epoch")
+    variants = []
+    for v in args.variants.split(","):
+        if v not in ("eager", "compile"):
+            sys.exit("mlp_epoch: unknown variant %r (eager, compile)" % v)
+        if v == "compile" and not benchlib.has_compile(torch):
+            print("mlp_epoch: torch %s has no torch.compile: compile skipped" % torch.__version__)
+        else:
+            variants.append(v)
 
-    threads = args.threads or int(os.environ.get("OPENBLAS_NUM_THREADS") or 0) \
-        or len(os.sched_getaffinity(0))
-    # before torch loads OpenBLAS, which reads it once
-    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    # dmc's ranks run on DMC_THREADS threads each (docs/runtime.md, "Cores"): OpenBLAS's
-    # setting no longer reaches them
-    os.environ["DMC_THREADS"] = str(threads)
-    # torch's OpenMP threads spin-wait by default and then starve OpenBLAS's own
-    # pthreads on the same cores (measured on 2 cores: 2-7x slower steps); passive
-    # waiting gives PyTorch its best multi-threaded time
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        sys.exit("mlp_epoch: needs torch and numpy (%s); run it with /usr/bin/python3" % e)
-    torch.set_num_threads(threads)
-
-    print("mlp_epoch: %s (%s), B=%d, one epoch of Fashion-MNIST, %d thread(s) (OpenBLAS and torch, "
-          "OMP_WAIT_POLICY=%s), torch %s, %d run(s) each"
+    print("mlp_epoch: %s (%s), B=%d, one epoch of Fashion-MNIST; %s; threads %s; %d run(s) each; load average %s"
           % (os.path.relpath(args.model),
-             "inputs standardised with mean %g, std %g" % args.norm if args.norm else "raw inputs", B, threads, os.environ["OMP_WAIT_POLICY"], torch.__version__, args.runs))
+             "inputs standardised with mean %g, std %g" % args.norm if args.norm else "raw inputs", B,
+             benchlib.describe_torch(torch), args.threads, args.runs,
+             " ".join("%.1f" % x for x in os.getloadavg())))
     sys.stdout.flush()
+    t0 = time.perf_counter()
+    data = load_data(args, np, torch)
+    load_s = time.perf_counter() - t0
 
-    dmc_runs, torch_runs = [], []
-    for i in range(args.runs):
-        dmc_runs.append(run_dmc(args, os.environ))
-        torch_runs.append(run_torch(args, np, torch))
-        if args.runs > 1:
-            print("  run %d: dmc train %.2f s, pytorch train %.2f s" % (i + 1, dmc_runs[-1][1], torch_runs[-1][0]))
-            sys.stdout.flush()
-    compile_s = min(r[0] for r in dmc_runs)
-    dmc = min(dmc_runs, key=lambda r: r[1])
-    _, dmc_s, dmc_steps, dmc_acc, dmc_wall = dmc
-    print("dmc:     compile %.2f s (dmc + cc); train %.2f s (%d steps, %.1f ms/step); "
-          "test accuracy %.4f; whole `dmc run` %.2f s"
-          % (compile_s, dmc_s, dmc_steps, 1e3 * dmc_s / dmc_steps, dmc_acc, dmc_wall))
-    pt_s, pt_steps, pt_acc, load_s = min(torch_runs, key=lambda r: r[0])
-    print("pytorch: train %.2f s (%d steps, %.1f ms/step); test accuracy %.4f; data loading %.2f s"
-          % (pt_s, pt_steps, 1e3 * pt_s / pt_steps, pt_acc, load_s))
-    print("ratio pytorch_time / dmc_time = %.2f (> 1: dmc is faster)" % (pt_s / dmc_s))
+    results = [(threads, best_of_runs(args, np, torch, data, threads, variants)) for threads in thread_counts]
+
+    hdr = "%3s %8s %5s %8s %8s" % ("thr", "dmc s", "BLAS", "GEMMs s", "t.mm s") + "".join(" %9s" % (v + " s") for v in variants) \
+        + " %16s %7s %9s" % ("best torch", "ratio", "dmc/GEMMs")
+    print(hdr)
+    print("-" * len(hdr))
+    for threads, r in results:
+        dmc_s, share = r["dmc"][1], r["dmc"][5]
+        top = min(variants, key=lambda v: r["torch"][v][0])
+        print("%3d %8.2f %4.0f%% %8.2f %8.2f" % (threads, dmc_s, 100 * share, r["gemms"], r["torch_gemms"])
+              + "".join(" %9.2f" % r["torch"][v][0] for v in variants)
+              + " %16s %6.2fx %8.2fx" % ("%s %.2f" % (top, r["torch"][top][0]), r["torch"][top][0] / dmc_s,
+                                         dmc_s / r["gemms"]))
+    _, r = results[0]
+    print("dmc: compile %.2f s (dmc + cc); %d steps; test accuracy %s; whole `dmc run` %.2f s (%d thread(s))"
+          % (r["compile_s"], r["dmc"][2], ", ".join("%.4f" % x["dmc"][3] for _, x in results), r["dmc"][4],
+             results[0][0]))
+    print("pytorch: %d steps; test accuracy %s; data loading %.2f s"
+          % (r["torch"][variants[0]][1],
+             ", ".join("%s %.4f" % (v, x["torch"][v][2]) for _, x in results for v in variants), load_s))
+    print("ratio = best torch time / dmc time (> 1: dmc is faster); BLAS: share of dmc's train_step in dmrt_sgemm "
+          "(DMRT_BLAS_TIME); GEMMs: the step's 8 products alone through dmrt_sgemm (bench/gemm_shapes), x %d steps; "
+          "t.mm: the same through torch.mm" % r["dmc"][2])
     return 0
 
 

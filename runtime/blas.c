@@ -1,10 +1,13 @@
-/* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one. */
+/* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one, and the
+ * optional count of the time spent in it (DMRT_BLAS_TIME). */
 #include "dmrt.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Element (i, j) of op(X) for a row-major X with row stride ld. */
@@ -38,10 +41,9 @@ static void blas_one_thread(void) { openblas_set_num_threads(1); }
 #define BLAS_READY() (void)0
 #endif
 
-void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return;
+static void sgemm_untimed(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                          float *c, int64_t ldc) {
     if (k <= 0 || alpha == 0.0f) {
         /* C = beta * C; BLAS implementations disagree on k == 0 and on lda there. */
         for (int64_t i = 0; i < m; i++)
@@ -61,6 +63,43 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
                 b, (int)ldb, beta, c, (int)ldc);
 }
 
+/* -1 until DMRT_BLAS_TIME is read (once: a product then costs one predictable branch);
+ * the counts are per thread, so that ranks on threads count their own products. */
+static atomic_int blas_timing = -1;
+static _Thread_local dmrt_blas_time blas_time;
+
+int dmrt_blas_time_on(void) {
+    int on = atomic_load_explicit(&blas_timing, memory_order_relaxed);
+    if (on < 0) {
+        const char *v = getenv("DMRT_BLAS_TIME");
+        on = v && *v && strcmp(v, "0") != 0;
+        atomic_store_explicit(&blas_timing, on, memory_order_relaxed);
+    }
+    return on;
+}
+
+dmrt_blas_time dmrt_blas_time_so_far(void) { return blas_time; }
+
+/* One product of 2 m n k flops, begun at t0, in this thread's counts. */
+static void count_product(int64_t m, int64_t n, int64_t k, double t0) {
+    blas_time.seconds += dmrt_now() - t0;
+    blas_time.flops += 2.0 * (double)m * (double)n * (double)(k > 0 ? k : 0);
+    blas_time.calls++;
+}
+
+void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (!dmrt_blas_time_on()) {
+        sgemm_untimed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    double t0 = dmrt_now();
+    sgemm_untimed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    count_product(m, n, k, t0);
+}
+
 /* Panel p of `panels` over `size` rows or columns: whole multiples of 16 (the widths
  * BLAS kernels work in) but for the last. */
 static int64_t panel_start(int64_t size, int p, int panels) {
@@ -78,17 +117,21 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
         dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
+    /* timed whole, by the calling thread: the panels run on other threads, whose counts
+     * nobody reads */
+    double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
     int by_rows = m >= n;
     DMRT_PARALLEL_FOR(panels)
     for (int p = 0; p < panels; p++) {
         int64_t first = panel_start(longer, p, panels), size = panel_start(longer, p + 1, panels) - first;
         if (by_rows)
-            dmrt_sgemm(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
-                       c + first * ldc, ldc);
+            sgemm_untimed(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb,
+                          beta, c + first * ldc, ldc);
         else
-            dmrt_sgemm(trans_a, trans_b, m, size, k, alpha, a, lda, trans_b ? b + first * ldb : b + first, ldb, beta,
-                       c + first, ldc);
+            sgemm_untimed(trans_a, trans_b, m, size, k, alpha, a, lda, trans_b ? b + first * ldb : b + first, ldb,
+                          beta, c + first, ldc);
     }
+    if (dmrt_blas_time_on()) count_product(m, n, k, t0);
 }
 
 void dmrt_blas_share_cores(int ranks_here) {

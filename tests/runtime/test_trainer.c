@@ -96,6 +96,48 @@ static int params_equal_file(const dmrt_model *m, void *ctx, const char *path, i
     return ok;
 }
 
+/* DMRT_BLAS_TIME=1: every step line ends in blas_ms (at most the step's ms) and a summary
+ * counts softmax_small's two products a step, of 2 B C D flops each; unset, neither. */
+static int test_blas_report(const char *exe, const char *dir, const char *bpath) {
+    int fails = 0;
+    const char *args[] = {"--batch-file", bpath, "--steps", "5", "--quiet", NULL};
+    for (int on = 0; on <= 1; on++) {
+        if (on) setenv("DMRT_BLAS_TIME", "1", 1);
+        else unsetenv("DMRT_BLAS_TIME");
+        tu_output r = trainer(exe, dir, "small", args);
+        CHECK(r.status == 0, "DMRT_BLAS_TIME %s: status %d: %s", on ? "1" : "unset", r.status, r.err);
+        int steps = 0;
+        for (const char *l = strstr(r.out, "step "); l; l = strstr(l + 1, "\nstep ")) {
+            l += l[0] == '\n';
+            double ms, blas_ms;
+            const char *field = strstr(l, " blas_ms ");
+            const char *eol = strchr(l, '\n');
+            int has = field && (!eol || field < eol);
+            CHECK(has == on, "step line %d %s blas_ms", steps + 1, on ? "lacks" : "has");
+            if (has && sscanf(l, "step %*d loss %*s ms %lf", &ms) == 1 && sscanf(field, " blas_ms %lf", &blas_ms) == 1)
+                CHECK(blas_ms >= 0.0 && blas_ms <= ms, "step %d: blas_ms %.3f of ms %.3f", steps + 1, blas_ms, ms);
+            steps++;
+        }
+        CHECK(steps == 5, "%d step lines", steps);
+        const char *sum = strstr(r.out, "\nblas ");
+        CHECK((sum != NULL) == on, "summary line %s:\n%s", on ? "missing" : "printed while off", r.out);
+        double blas_s, step_s, pct, gflop;
+        long long calls;
+        if (on && sum && sscanf(sum, "\nblas %lf s of train_step's %lf s (%lf%%), %lld products, %lf GFLOP", &blas_s,
+                                &step_s, &pct, &calls, &gflop) == 5) {
+            double want = 5 * 2 * 2e-9 * B * C * D;
+            CHECK(calls == 10, "%lld products in 5 steps, want 10", calls);
+            CHECK(fabs(gflop - want) <= 1e-5 * want, "%.9g GFLOP, want %.9g", gflop, want);
+            CHECK(blas_s <= step_s && pct <= 100.0, "blas %.3f s of %.3f s (%.1f%%)", blas_s, step_s, pct);
+        } else if (on) {
+            CHECK(0, "malformed summary: %s", sum ? sum : "(none)");
+        }
+        tu_output_free(&r);
+    }
+    unsetenv("DMRT_BLAS_TIME");
+    return fails;
+}
+
 static int test_batch(const char *exe, const char *dir) {
     int fails = 0;
     const dmrt_model *m = &softmax_small_model;
@@ -242,7 +284,7 @@ static int test_batch(const char *exe, const char *dir) {
           "--init of a missing file: %d %s", r.status, r.err);
     CHECK(step_losses(r.out, got, 16) == 0, "trained despite a bad --init");
     tu_output_free(&r);
-    return fails;
+    return fails + test_blas_report(exe, dir, bpath);
 }
 
 /* ---- fashion-mnist ---------------------------------------------------------------------- */
