@@ -761,7 +761,13 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
         snprintf(model_cu, sizeof model_cu, "%s/%s.cu", dir, g->model);
         if (!nvcc || compile_cuda(nvcc, model_cu, model_c, inc_flag, out_inc_flag) != 0) return 1;
     }
-    /* mpicc wraps the C compiler with MPI's flags */
+    /* mpicc wraps the C compiler with MPI's flags; it must wrap the compiler that built the
+     * runtime (its OpenMP and sanitizer runtimes: clang's libomp is not gcc's libgomp), so
+     * Open MPI's and MPICH's wrappers are pointed at it unless the user chose otherwise */
+    if (mpi && !o->cc) {
+        setenv("OMPI_CC", DMC_DEFAULT_CC, 0);
+        setenv("MPICH_CC", DMC_DEFAULT_CC, 0);
+    }
     const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
     char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_OPENMP_FLAG " " DMC_SANITIZE;

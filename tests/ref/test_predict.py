@@ -116,7 +116,7 @@ def check_api(dmc, root, d):
         return
     build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
-    cc = os.environ.get("CC", "cc")
+    cc = os.environ.get("CC", "cc")  # tests/ref/meson.build: the compiler that built the runtime
     if not shutil.which(cc) or not shutil.which("pkg-config"):
         print("note: no %s or pkg-config: the C API check is skipped" % cc)
         return
