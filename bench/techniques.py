@@ -57,7 +57,8 @@ def measure(dmc, args, steps, hardware):
     base = [GPT, "--set", SIZES] + args
     plan = run([dmc, "--explain=json", "--hardware", hardware] + base)
     if plan.returncode != 0:
-        return {"error": plan.stdout.strip().splitlines()[-1] if plan.stdout.strip() else "refused"}
+        errors = [l for l in plan.stdout.splitlines() if "error:" in l]
+        return {"error": errors[0].split("error:", 1)[1].strip() if errors else "refused"}
     plan = json.loads(plan.stdout)
     r = run([dmc, "run"] + base + ["--data", "text:" + CORPUS, "--steps", str(steps), "--memory", "--quiet"])
     if r.returncode != 0:
