@@ -93,23 +93,15 @@ double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c) {
 
 const char *const explain_phase_names[3] = {"forward", "backward", "update"};
 
-/* What each rank sends, summed by phase and mesh axis (sent[phase][axis]). */
-static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, double sent[3][IR_MAX_AXES]) {
+/* What each rank sends, summed by phase and mesh axis (sent[phase][axis]); with ZeRO (zero
+ * not NULL), its collectives in place of the allreduces they replace. */
+static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                               double sent[3][IR_MAX_AXES]) {
     memset(sent, 0, sizeof(double) * 3 * IR_MAX_AXES);
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
-        sent[c->phase][explain_collective_axis(g, c)] += explain_collective_sent_bytes(g, c);
-    }
-}
-
-/* The same with ZeRO's collectives in place of the allreduces they replace. */
-static void sent_with_zero(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
-                           double sent[3][IR_MAX_AXES]) {
-    sent_by_phase_axis(g, r, sent);
-    for (int i = 0; r && i < r->n; i++) {
-        const ir_value *c = g->values[r->items[i].value];
-        if (explain_replaced_by_zero(g, zero, r->items[i].value))
-            sent[c->phase][explain_collective_axis(g, c)] -= explain_collective_sent_bytes(g, c);
+        if (!explain_replaced_by_zero(g, zero, r->items[i].value))
+            sent[c->phase][explain_collective_axis(g, c)] += explain_collective_sent_bytes(g, c);
     }
     explain_zero_collective *zc;
     int n = explain_zero_collectives(g, zero, &zc);
@@ -137,7 +129,7 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
     fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s (and\n"
                  "receives as much):", calls, t, s);
     double sent[3][IR_MAX_AXES];
-    sent_by_phase_axis(g, r, sent);
+    sent_by_phase_axis(g, r, NULL, sent); /* the list's own collectives, as its rows */
     for (int p = 0, n = 0; p < 3; p++)
         for (int a = 0; a < g->n_axes; a++) {
             if (sent[p][a] <= 0) continue;
@@ -189,7 +181,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
 /* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis */
 static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
     double sent[3][IR_MAX_AXES], total = 0;
-    sent_with_zero(g, r, zero, sent);
+    sent_by_phase_axis(g, r, zero, sent);
     fprintf(out, ", \"communication\": {\"algorithm\": \"ring\", \"by_phase_axis\": [");
     for (int p = 0, n = 0; p < 3; p++)
         for (int a = 0; a < g->n_axes; a++) {
