@@ -240,6 +240,11 @@ static int check_spmd(const emitter *E, FILE *err) {
                      "schedule\n", E->source_path);
         bad = -1;
     }
+    if (E->device && E->g->param_servers.servers) {
+        fprintf(err, "%s: error: parameter servers are built for the C target only; compile with --target c or without "
+                     "--param-servers\n", E->source_path);
+        bad = -1;
+    }
     if (E->device && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);

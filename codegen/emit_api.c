@@ -112,6 +112,7 @@ void emit_header(emitter *E) {
     }
     cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
     cg_blank(w);
+    emit_ps_declaration(E);
     cg_line(w, "/* Parameters from/to a safetensors file, named as in the .dm (\"fc1.weight\"). Loading");
     cg_line(w, " * checks every name, dtype and shape and changes nothing on failure; saving is atomic.%s */",
             E->partitioned ? "\n * Files hold whole tensors: every rank loads its blocks; saving gathers them (every rank\n"
@@ -525,6 +526,7 @@ static void emit_context_struct(emitter *E) {
     emit_2bw_fields(E);
     emit_schedule_fields(E);
     emit_compress_fields(E);
+    emit_ps_fields(E);
     if (E->dropout) {
         cg_line(w, "uint64_t seed; /* create's: with step, a dropout's number and an element's index, its random key */");
         cg_line(w, "int training;  /* set by train_step, cleared by forward: dropout is the identity in forward */");
@@ -730,7 +732,11 @@ static void emit_create_destroy(emitter *E) {
     if (E->partitioned) {
         cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {", m, m);
         w->indent++;
-        cg_line(w, "if (dmrt_mesh_init(rank, %d, mesh_axis_names, mesh_axis_sizes, err, errlen) != 0) return NULL;", g->n_axes);
+        if (emits_param_servers(E)) /* the servers are world ranks after the mesh's */
+            cg_line(w, "if (dmrt_mesh_init_outside(rank, %d, mesh_axis_names, mesh_axis_sizes, %d, err, errlen) != 0) return NULL;",
+                    g->n_axes, g->param_servers.servers);
+        else
+            cg_line(w, "if (dmrt_mesh_init(rank, %d, mesh_axis_names, mesh_axis_sizes, err, errlen) != 0) return NULL;", g->n_axes);
     } else {
         cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen) {", m, m);
         w->indent++;
@@ -813,6 +819,7 @@ static void emit_create_destroy(emitter *E) {
         char callee[96];
         cg_line(w, "for (int axis = 0; axis < %d; axis++)", g->n_axes);
         cg_line(w, "    if (ctx->comm[axis]) (void)%sctx->comm[axis]);", comm_callee(E, "comm_wait", callee, sizeof callee));
+        emit_ps_finish(E);
     }
     for (int i = 0; i < n_bufs; i++) {
         char ptr[200];
@@ -979,6 +986,7 @@ static void emit_descriptor(emitter *E) {
     emit_state_descriptor(E);
     cg_line(w, ".drain = %s,", emits_2bw(E) ? "model_drain" : "NULL");
     cg_line(w, ".set_threads = model_set_threads,");
+    emit_ps_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }
@@ -997,6 +1005,7 @@ void emit_source_head(emitter *E) {
     emit_context_helpers(E);
     emit_descs(E);
     emit_compress_tables(E);
+    emit_ps_tables(E);
 }
 
 /* The host functions: initialisation, the step, the API and the descriptor. */
@@ -1046,6 +1055,7 @@ void emit_source_body(emitter *E) {
     cg_line(w, "static int model_set_threads(void *ctx, int threads) { return %s_set_threads((struct_ctx *)ctx, threads); }", m);
     cg_blank(w);
     emit_schedule_api(E);
+    emit_ps_api(E);
     emit_state_support(E);
     emit_descriptor(E);
 }

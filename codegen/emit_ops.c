@@ -505,6 +505,10 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
     char label[300];
     if (members == 1) snprintf(label, sizeof label, "allreduce of the gradient of %s", first_name);
     else snprintf(label, sizeof label, "allreduce of the gradients %s .. %s (%d)", first_name, last_name, members);
+    if (emits_param_servers(E)) {
+        cg_line(&E->w, "/* in place: pushed to the parameter servers with the step's other gradients, below */");
+        return;
+    }
     const dm_compress_bucket *compressed = dm_compress_bucket_of(E->compress, lead->id);
     if (compressed) {
         emit_compressed_reduce(E, compressed, label);
@@ -549,6 +553,10 @@ static void emit_update(emitter *E, const ir_value *v) {
     }
     if (zb) {
         cg_line(&E->w, "/* updated with its ZeRO bucket, at %s */", E->cname[E->update_part == 2 ? E->g->params[zb->first] : zb->lead]);
+        return;
+    }
+    if (emits_param_servers(E)) {
+        cg_line(&E->w, "/* updated by its parameter server (ps_update), below */");
         return;
     }
     char count[32];
@@ -616,6 +624,7 @@ void emit_op(emitter *E, const ir_value *v) {
             if (bucket_started_early(E, E->bucket_lead[v->id]))
                 cg_line(&E->w, "/* reduced with its bucket during the backward pass */");
             else if (E->bucket_lead[v->id] == v->id) emit_bucket(E, v);
+            else if (emits_param_servers(E)) cg_line(&E->w, "/* put in place with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
             else cg_line(&E->w, "/* reduced with its bucket, at %s */", E->cname[E->bucket_lead[v->id]]);
         } else if (v->op == OP_ZERO_GATHER) {
             emit_zero_gather(E, v);

@@ -33,6 +33,7 @@ static const char *checkpoints_unsupported(const emitter *E) {
         return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
     if (emits_2bw(E))
         return "the 2bw schedule's second weight version and owed backwards are not in checkpoints yet";
+    if (emits_param_servers(E)) return "the optimizer state is the parameter servers' (--param-servers), not in checkpoints yet";
     return NULL;
 }
 static int checkpoints_supported(const emitter *E) { return checkpoints_unsupported(E) == NULL; }

@@ -202,6 +202,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         /* a ZeRO bucket reaches its members' gradients, state and parameters by offset */
         const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
         if (zb && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
+        /* the parameter servers update: a worker's update reads nothing */
+        if (emits_param_servers(E) && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
         if (zb && v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE) {
             used[v->operands[0]] = 1;
             continue;
@@ -290,6 +292,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
     emit_phase_ops(E, phase, stage, sum_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
+    if (phase == PHASE_UPDATE) emit_ps_exchange(E);
     if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1) emit_tied_updates(E, stage, TIED_SENDS | TIED_RECEIVES);
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */

@@ -137,6 +137,20 @@ void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label);
 
+/* emit_ps.c: parameter servers (--param-servers): whether the program has them (a data
+ * mesh that trains with an optimizer); the tables, the update the servers run and the
+ * layout (in the source's head); the context's field; a worker's push and pull at the end
+ * of its update phase; destroy's goodbye to the servers; <model>_serve's declaration and
+ * definition; the descriptor's fields. */
+int emits_param_servers(const emitter *E);
+void emit_ps_tables(emitter *E);
+void emit_ps_fields(emitter *E);
+void emit_ps_exchange(emitter *E);
+void emit_ps_finish(emitter *E);
+void emit_ps_declaration(emitter *E);
+void emit_ps_api(emitter *E);
+void emit_ps_descriptor(emitter *E);
+
 /* emit_2bw.c: the 2bw schedule (PipeDream-2BW): whether the program runs it (a pipeline
  * that trains with an optimizer); the context's fields; the elements of buffer
  * previous_<input n> (an expression of the rank's stage into buf; 0: the buffer is not

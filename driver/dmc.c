@@ -117,6 +117,14 @@ static const char usage[] =
     "                             gradient, its largest elements, with error feedback),\n"
     "                             powersgd:RANK (matrices as rank-RANK factors, with error\n"
     "                             feedback); none (default). C target, without ZeRO\n"
+    "  --param-servers S          data parallelism through S parameter servers, world ranks\n"
+    "                             after the mesh's: each holds a shard of the parameters and\n"
+    "                             its optimizer state; workers push gradients and pull\n"
+    "                             parameters (synchronous: the allreduce's result, bit for\n"
+    "                             bit). A mesh of the data axis only, C target\n"
+    "                             (docs/parallelism.md)\n"
+    "  --ps-staleness K           with --param-servers: asynchronous, each push applied as it\n"
+    "                             comes, no worker more than K steps ahead of the slowest\n"
     "  --help, --version\n"
     "\n"
     "--plan and --mesh auto: --devices N (required), --global-batch B (the inputs' leading\n"
@@ -160,6 +168,7 @@ typedef struct options {
     int no_fuse_attention;    /* --no-fuse-attention */
     int sequence_parallel;    /* --sequence-parallel */
     ir_compress compress;     /* --compress */
+    ir_param_servers param_servers; /* --param-servers, --ps-staleness (-1: synchronous) */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
     int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
@@ -333,6 +342,18 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
         o->zero = v[0] - '0';
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--param-servers"))) {
+        int64_t servers;
+        if (parse_count("--param-servers", v, 1, 4096, &servers) < 0) return -1;
+        o->param_servers.servers = (int)servers;
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--ps-staleness"))) {
+        int64_t bound;
+        if (parse_count("--ps-staleness", v, 0, 1 << 20, &bound) < 0) return -1;
+        o->param_servers.staleness = (int)bound;
+        return 1;
+    }
     if ((v = option_value(argc, argv, i, "--compress"))) {
         char err[160];
         if (dm_compress_parse(v, &o->compress, err, sizeof err) == 0) return 1;
@@ -363,7 +384,7 @@ static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention", "--sequence-parallel",
-    "--schedule", "--chunks", "--compress", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--compress", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -514,6 +535,15 @@ static int check_plan_options(const options *o) {
     const char *chosen = o->n_mesh ? "--mesh" : o->microbatches ? "--microbatches" : o->schedule >= 0 ? "--schedule"
                        : o->chunks ? "--chunks"
                        : o->zero >= 0 ? "--zero" : o->recompute != RECOMPUTE_MARKED ? "--recompute" : NULL;
+    if (o->param_servers.staleness >= 0 && !o->param_servers.servers) {
+        fprintf(stderr, "dmc: error: --ps-staleness bounds the parameter servers' asynchrony: it needs --param-servers S\n");
+        return -1;
+    }
+    if ((o->plan || o->mesh_auto) && o->param_servers.servers) {
+        fprintf(stderr, "dmc: error: %s does not search parameter servers: drop --param-servers, or give the mesh\n",
+                o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
     if ((o->plan || o->mesh_auto) && o->compress.kind != COMPRESS_NONE) {
         fprintf(stderr, "dmc: error: %s does not search gradient compression: drop --compress, or give the mesh\n",
                 o->plan ? "--plan" : "--mesh auto");
@@ -799,7 +829,8 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
     char mpirun[1024], np[32];
     snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
-    snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g));
+    /* the mesh's ranks, then the parameter servers' */
+    snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g) + g->param_servers.servers);
     char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
     if (!argv) return 1;
     n = 0;
@@ -829,7 +860,7 @@ static dm_lower_options lower_options(const options *o, const char *model) {
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
                               .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
                               .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress,
-                              .sequence_parallel = o->sequence_parallel};
+                              .sequence_parallel = o->sequence_parallel, .param_servers = o->param_servers};
 }
 
 /* --plan: prints the plans; --mesh auto: puts the best one's choices into o (and says
@@ -894,6 +925,7 @@ int main(int argc, char **argv) {
     options o = {0};
     o.schedule = -1;
     o.zero = -1;
+    o.param_servers.staleness = -1;
     o.precision = -1;
     o.top = -1;
     o.trainer_args = calloc((size_t)argc + 1, sizeof(char *));

@@ -122,6 +122,14 @@ typedef enum ir_recompute { RECOMPUTE_MARKED, RECOMPUTE_FULL, RECOMPUTE_SELECTIV
 /* Gradient compression of data parallelism's gradient allreduces (passes/compress.c):
  * 16-bit values on the wire, top-k sparsification or PowerSGD, the last two with error
  * feedback. */
+/* Parameter servers (--param-servers S, docs/parallelism.md): data parallelism whose
+ * gradient allreduce and update are done by S ranks outside the mesh, each holding a
+ * shard of the parameters and its optimizer state (runtime/comm/dmrt_ps.h). */
+typedef struct ir_param_servers {
+    int servers;    /* 0: none (allreduce data parallelism) */
+    int staleness;  /* < 0: synchronous; else asynchronous with this bound (--ps-staleness) */
+} ir_param_servers;
+
 typedef enum ir_compress_kind { COMPRESS_NONE, COMPRESS_BF16, COMPRESS_FP16, COMPRESS_TOPK, COMPRESS_POWERSGD } ir_compress_kind;
 typedef struct ir_compress {
     ir_compress_kind kind;
@@ -219,6 +227,7 @@ typedef struct ir_graph {
      * tensor-parallel product run on that split (Megatron-LM's sequence parallelism). */
     int sequence_parallel;
     ir_compress compress;     /* of the gradient allreduces over the axis named data */
+    ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
                                * starts after cut_after[k]; NULL: dmc chooses */

@@ -1695,6 +1695,7 @@ void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
     g->recompute = opts->recompute;
     g->compress = opts->compress;
     g->sequence_parallel = opts->sequence_parallel;
+    g->param_servers = opts->param_servers;
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {

@@ -29,6 +29,7 @@ typedef struct dm_lower_options {
                                  * default, off with --no-fuse-attention */
     ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
     int sequence_parallel;      /* --sequence-parallel (ir_graph.sequence_parallel) */
+    ir_param_servers param_servers; /* --param-servers, --ps-staleness */
     int stop_at_error;          /* stop at the first top-level statement with an error: the
                                  * caller only asks whether the program lowers (the planner) */
 } dm_lower_options;

@@ -12,7 +12,8 @@
  * backward pass computes the earlier layers' gradients in reverse order, so the later
  * layers' buckets are reduced while it goes on. With micro-batches the gradients are
  * complete only after the last one, so every bucket is reduced in the update; with ZeRO
- * (passes/zero.c) and gradient compression (passes/compress.c) too.
+ * (passes/zero.c), gradient compression (passes/compress.c) and parameter servers
+ * (codegen/emit_ps.c: a bucket's gradients are put in place and pushed with the rest) too.
  *
  * requires: shard, pipeline (stages), memory (gradients in REGION_GRADS); breaks nothing. */
 #include <stdlib.h>
@@ -69,7 +70,7 @@ int pass_buckets(const ir_graph *g, const dm_memory_plan *mem, int64_t bucket_fl
 }
 
 int dm_buckets_start_in_backward(const ir_graph *g, int stages, int microbatches) {
-    return stages <= 1 && microbatches <= 1 && !g->zero && dm_compress_axis(g) < 0;
+    return stages <= 1 && microbatches <= 1 && !g->zero && dm_compress_axis(g) < 0 && !g->param_servers.servers;
 }
 
 void dm_bucket_plan_free(dm_bucket_plan *plan) {

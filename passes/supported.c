@@ -83,13 +83,46 @@ static int check_compress(const ir_graph *g, dm_diag *d) {
     return 1;
 }
 
+/* Parameter servers take the place of the data axis's allreduce and of the update: a
+ * mesh of that axis alone (>= 2 workers), an optimizer, and none of what changes the
+ * allreduce or the update (ZeRO, compression, clipping). */
+static int check_param_servers(const ir_graph *g, dm_diag *d) {
+    if (!g->param_servers.servers) return 0;
+    const char *why = NULL;
+    char buf[256];
+    int data = -1;
+    for (int a = 0; a < g->n_axes; a++) {
+        if (strcmp(g->axes[a].name, "data") == 0) data = a;
+        else if (g->axes[a].size > 1 && !why) {
+            snprintf(buf, sizeof buf, "the mesh's axis %s has size %lld: parameter servers serve a mesh of the data axis alone",
+                     g->axes[a].name, (long long)g->axes[a].size);
+            why = buf;
+        }
+    }
+    if (!why && (data < 0 || g->axes[data].size < 2))
+        why = "parameter servers need workers: a mesh axis named data of size >= 2 (--mesh data=N)";
+    else if (!why && g->optimizer.kind == OPTIM_NONE)
+        why = "parameter servers run the optimizer's update: the program declares no optimizer";
+    else if (!why && g->optimizer.clip > 0)
+        why = "parameter servers do not clip gradients (the norm is over every server's shard): drop clip";
+    else if (!why && g->zero)
+        why = "parameter servers already hold the optimizer state in shards: drop ZeRO";
+    else if (!why && g->compress.kind != COMPRESS_NONE)
+        why = "parameter servers take whole gradients: drop --compress";
+    if (!why) return 0;
+    fprintf(d->out, "dmc: error: --param-servers %d: %s\n", g->param_servers.servers, why);
+    d->n_errors++;
+    return 1;
+}
+
 int pass_supported(const ir_graph *g, dm_diag *d) {
     int pipe_axis = ir_pipeline_axis(g);
     if (pipe_axis >= 0 && g->axes[pipe_axis].size > 64) {
         dm_error(d, g->axes[pipe_axis].loc, "at most 64 pipeline stages, the mesh has %lld", (long long)g->axes[pipe_axis].size);
         return 1;
     }
-    int errors = check_inputs(g, d) + check_outputs(g, d) + check_dropout(g, d) + check_compress(g, d);
+    int errors = check_inputs(g, d) + check_outputs(g, d) + check_dropout(g, d) + check_compress(g, d) +
+                 check_param_servers(g, d);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op == OP_ALLTOALL && v->type.rank + 1 > IR_MAX_RANK) {

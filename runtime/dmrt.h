@@ -62,6 +62,8 @@ typedef struct dmrt_tensor_desc {
     int64_t numel;
 } dmrt_tensor_desc;
 
+struct dmrt_ps_stats; /* dmrt_ps.h */
+
 /* What a generated model exposes to generic tools (the trainer, tests). The context
  * is opaque (void *); every function pointer is implemented by the generated code. */
 typedef struct dmrt_model {
@@ -170,6 +172,11 @@ typedef struct dmrt_model {
     /* The threads the context's loops and products run on (docs/runtime.md, "Cores"):
      * DMRT_OK, or DMRT_ERR_ARG outside 1..DMRT_MAX_THREADS. NULL in models built before. */
     int (*set_threads)(void *ctx, int threads);
+    /* Parameter servers (dmrt_ps.h): param_servers world ranks after the n_ranks of the mesh
+     * serve, each calling serve (instead of create_rank) with stats for what it did; 0 and
+     * NULL in models without them. */
+    int param_servers;
+    int (*serve)(dmrt_rank *rank, struct dmrt_ps_stats *stats, char *err, size_t errlen);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

@@ -9,6 +9,7 @@
  * Exit status: 0 success, 1 runtime error, 2 usage error. */
 #include "internal.h"
 #include "dmrt_comm.h"
+#include "dmrt_ps.h"
 #include "trainer_checkpoint.h"
 #include "trainer_data.h"
 #include "trainer_guards.h"
@@ -169,6 +170,16 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
     return TR_OK;
 }
 
+/* A parameter server takes no steps: it has no trace, no checkpoint, no prediction. */
+static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!model->param_servers) return TR_OK;
+    const char *other = o->trace ? "--trace (a pipeline's timeline)" : o->predict ? "--predict" : NULL;
+    if (other)
+        return usage_error(prog, model, "%s is not built for parameter servers (this model has %d)", other,
+                           model->param_servers);
+    return TR_OK;
+}
+
 static int check_checkpoints(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!o->checkpoint && (o->checkpoint_every || o->checkpoint_keep))
         return usage_error(prog, model, "%s only applies with --checkpoint DIR",
@@ -288,6 +299,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     }
     int status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
+    if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
     if (o->batch_file && (o->data || o->data_dir))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
@@ -751,7 +763,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             }
             double t2 = dmrt_now();
             int non_finite;
-            if (dmrt_trainer_guard_agree(rank, loss, &stop, &non_finite, err, sizeof err) != 0) goto fail;
+            if (dmrt_trainer_guard_agree(m, rank, loss, &stop, &non_finite, err, sizeof err) != 0) goto fail;
             if (!non_finite && !rank && !dmrt_trainer_guard_serial_gradients_finite(m, ctx)) non_finite = 1;
             if (non_finite) {
                 bar_clear(&bar);
@@ -896,11 +908,31 @@ typedef struct tr_spmd {
     _Atomic int stopped;      /* the ranks stopped together, asked by a signal */
 } tr_spmd;
 
+/* A parameter server's rank: serves until the workers are done, then says what it did. */
+static int serve(const dmrt_model *m, dmrt_rank *r, char *fail, size_t faillen) {
+    dmrt_ps_stats stats;
+    if (m->serve(r, &stats, fail, faillen) != 0) return TR_RUNTIME;
+    int server = dmrt_rank_id(r) - (int)m->n_ranks;
+    fprintf(stderr, "server %d (world rank %d): %lld updates of its shard from %lld pushes", server, dmrt_rank_id(r),
+            (long long)stats.updates, (long long)stats.pushes);
+    if (stats.staleness >= 0)
+        fprintf(stderr, ", asynchronous (bound %d): workers at most %lld steps apart", stats.staleness, (long long)stats.max_lead);
+    else
+        fprintf(stderr, ", synchronous");
+    fprintf(stderr, ", %.2f s waiting for them\n", stats.waited_seconds);
+    return TR_OK;
+}
+
 static int rank_main(dmrt_rank *r, void *arg) {
     tr_spmd *s = arg;
     char fail[2048] = "";
     s->ran = 1;
     if (dmrt_rank_id(r) == 0) s->lead = 1;
+    if (s->m->param_servers && dmrt_rank_id(r) >= s->m->n_ranks) {
+        int served = serve(s->m, r, fail, sizeof fail);
+        if (served != TR_OK) dmrt_rank_abort(r, fail[0] ? fail : "failed");
+        return served;
+    }
     int status = run(s->m, s->o, s->prog, r, fail, sizeof fail);
     if (status == TR_STOPPED) {
         s->stopped = 1;
@@ -954,7 +986,7 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
         if (!local) local = getenv("MPI_LOCALNRANKS");
         if (local && atoi(local) > 0) dmrt_blas_share_cores(atoi(local));
     }
-    int status = launch(launch_arg, (int)model->n_ranks, rank_main, &s, err, sizeof err);
+    int status = launch(launch_arg, (int)model->n_ranks + model->param_servers, rank_main, &s, err, sizeof err);
     if (status == 0) return exit_status(s.stopped ? TR_STOPPED : TR_OK);
     if (s.usage_failed) return TR_USAGE;
     /* every rank learns the first failure; the one hosting rank 0 says it (the MPI

@@ -99,9 +99,13 @@ static int non_finite_gradient(const dmrt_model *m, void *ctx, char *err, size_t
     return found;
 }
 
-int dmrt_trainer_guard_agree(dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen) {
+int dmrt_trainer_guard_agree(const dmrt_model *m, dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err,
+                             size_t errlen) {
     float flags[2] = {(float)(stop_signal != 0), (float)!isfinite(loss)};
-    if (rank && dmrt_allreduce_sum(dmrt_rank_world(rank), flags, 2, "trainer stop and finiteness") != 0)
+    /* with parameter servers the workers are the data axis (their mesh has no other) */
+    dmrt_comm *training = rank && m->param_servers ? dmrt_mesh_axis(rank, dmrt_mesh_find_axis(rank, "data")) : NULL;
+    if (rank && !training) training = dmrt_rank_world(rank);
+    if (rank && dmrt_allreduce_sum(training, flags, 2, "trainer stop and finiteness") != 0)
         return dmrt_errorf(err, errlen, "agreeing on whether to stop: %s", dmrt_rank_error(rank));
     *stop = flags[0] > 0;
     *non_finite = flags[1] > 0;

@@ -16,9 +16,11 @@ int dmrt_trainer_guard_stop_signal(void);
  * the option that names it; checked before training. */
 int dmrt_trainer_guard_writable(const char *option, const char *path, char *err, size_t errlen);
 
-/* At a step boundary: whether any rank was asked to stop (*stop) and whether any rank's
- * loss is not finite (*non_finite). rank NULL: this process alone. Every rank calls it. */
-int dmrt_trainer_guard_agree(struct dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err, size_t errlen);
+/* At a step boundary: whether any rank of the training ranks (the mesh's: parameter
+ * servers take no steps) was asked to stop (*stop) and whether any one's loss is not
+ * finite (*non_finite). rank NULL: this process alone. Every training rank calls it. */
+int dmrt_trainer_guard_agree(const dmrt_model *m, struct dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err,
+                             size_t errlen);
 
 /* The message for a step whose loss or gradients are not finite: the first f32 input of
  * the batch holding a non-finite value, else the first parameter whose gradient does.

@@ -21,6 +21,7 @@ static const char *const op_names[COMM_OP_COUNT] = {
     [COMM_OP_BARRIER] = "barrier",
     [COMM_OP_SEND] = "send",
     [COMM_OP_RECV] = "recv",
+    [COMM_OP_PROBE] = "probe",
 };
 
 const char *dmrt_comm_op_name(comm_op op) {
@@ -238,6 +239,13 @@ static int mesh_fail(dmrt_rank *r, char *err, size_t errlen, const char *fmt, ..
 
 int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
                    const int64_t *axis_sizes, char *err, size_t errlen) {
+    return dmrt_mesh_init_outside(r, n_axes, axis_names, axis_sizes, 0, err, errlen);
+}
+
+int dmrt_mesh_inside(const dmrt_rank *r) { return !r->outside; }
+
+int dmrt_mesh_init_outside(dmrt_rank *r, int n_axes, const char *const *axis_names,
+                           const int64_t *axis_sizes, int outside, char *err, size_t errlen) {
     if (r->failed) return mesh_fail(r, err, errlen, "mesh setup after this rank failed");
     if (n_axes < 0 || n_axes > DMRT_MESH_MAX_AXES)
         return mesh_fail(r, err, errlen, "a mesh has 0 to %d axes, not %d",
@@ -263,12 +271,15 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
     int64_t product = 1;
     for (int a = 0; a < n_axes; a++)
         product = product > INT64_MAX / axis_sizes[a] ? INT64_MAX : product * axis_sizes[a];
-    if (product != r->count) {
+    if (outside < 0 || product == INT64_MAX || product + outside != r->count) {
         char text[512];
         mesh_text(text, sizeof text, n_axes, axis_names, axis_sizes);
         if (product == INT64_MAX)
             return mesh_fail(r, err, errlen, "mesh %s needs more ranks than int64 counts, the "
                              "run has %d", text, r->count);
+        if (outside > 0)
+            return mesh_fail(r, err, errlen, "mesh %s and %d rank%s outside it need %lld ranks, the run has %d",
+                             text, outside, outside == 1 ? "" : "s", (long long)product + outside, r->count);
         return mesh_fail(r, err, errlen, "mesh %s needs %lld rank%s, the run has %d", text,
                          (long long)product, product == 1 ? "" : "s", r->count);
     }
@@ -281,6 +292,17 @@ int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
     }
 
     free_mesh(r);
+    r->outside = r->id >= product;
+    if (r->outside) {
+        /* on no axis; the backend may still take part in building the mesh's comms */
+        comm_call skip = {COMM_OP_BARRIER, "mesh setup", dmrt_comm_now() + r->timeout, 0};
+        for (int a = 0; a < n_axes && r->backend->comm_skip; a++)
+            if (r->backend->comm_skip(r, &skip) != 0) {
+                if (err && errlen) dmrt_comm_format(err, errlen, "%s", r->error);
+                return DMRT_ERR_COMM;
+            }
+        return 0;
+    }
     int coords[DMRT_MESH_MAX_AXES];
     int stride[DMRT_MESH_MAX_AXES];
     for (int a = n_axes - 1, s = 1, rest = r->id; a >= 0; a--) {
@@ -506,6 +528,13 @@ int dmrt_send_tagged(dmrt_comm *c, int peer, int tag, const float *buf, int64_t 
     if (!c) return DMRT_ERR_COMM;
     if (begin_p2p(c, &call, COMM_OP_SEND, peer, tag, buf, n, what)) return DMRT_ERR_COMM;
     return c->rank->backend->send(c, peer, buf, n, &call);
+}
+
+int dmrt_probe_tagged(dmrt_comm *c, int peer, int tag, const char *what) {
+    comm_call call;
+    if (!c) return DMRT_ERR_COMM;
+    if (begin_p2p(c, &call, COMM_OP_PROBE, peer, tag, NULL, 0, what)) return DMRT_ERR_COMM;
+    return c->rank->backend->probe(c, peer, &call);
 }
 
 int dmrt_recv_tagged(dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what) {

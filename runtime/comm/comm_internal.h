@@ -33,6 +33,7 @@ typedef enum {
     COMM_OP_BARRIER,
     COMM_OP_SEND,
     COMM_OP_RECV,
+    COMM_OP_PROBE,
     COMM_OP_COUNT
 } comm_op;
 
@@ -76,6 +77,7 @@ struct dmrt_rank {
     uint64_t comms_created;               /* counts comm creations; identifies groups */
     dmrt_comm world;
     int n_axes;
+    int outside;                          /* not on the mesh: world rank >= its product */
     char axis_names[DMRT_MESH_MAX_AXES][DMRT_MESH_NAME_MAX];
     int axis_sizes[DMRT_MESH_MAX_AXES];
     int coords[DMRT_MESH_MAX_AXES];
@@ -109,6 +111,11 @@ struct dmrt_comm_backend {
     int (*barrier)(dmrt_comm *c, const comm_call *call);
     int (*send)(dmrt_comm *c, int peer, const float *buf, int64_t n, const comm_call *call);
     int (*recv)(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_call *call);
+    /* 1 when a message from peer on call->tag is waiting, else 0 (without waiting). */
+    int (*probe)(dmrt_comm *c, int peer, const comm_call *call);
+    /* What a rank outside the mesh does while the mesh's ranks run comm_create for an
+     * axis (MPI_Comm_split is a collective over the world); NULL: nothing. */
+    int (*comm_skip)(dmrt_rank *r, const comm_call *call);
     /* Tells the other ranks that r failed with this message (r->failed is already set). */
     void (*abort)(dmrt_rank *r, const char *message);
 };

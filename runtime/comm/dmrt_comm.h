@@ -103,6 +103,15 @@ dmrt_comm *dmrt_rank_world(dmrt_rank *r);
 int dmrt_mesh_init(dmrt_rank *r, int n_axes, const char *const *axis_names,
                    const int64_t *axis_sizes, char *err, size_t errlen);
 
+/* The same with `outside` more ranks than the mesh's product: world ranks from the
+ * product on are on no axis (dmrt_mesh_inside 0, dmrt_mesh_axes 0) and reach the others
+ * through the world (the parameter servers of dmrt_ps.h). Every rank calls it, outside
+ * ones included, with the same arguments. */
+int dmrt_mesh_init_outside(dmrt_rank *r, int n_axes, const char *const *axis_names,
+                           const int64_t *axis_sizes, int outside, char *err, size_t errlen);
+/* 1 for a rank on the mesh (every rank but those dmrt_mesh_init_outside left out). */
+int dmrt_mesh_inside(const dmrt_rank *r);
+
 /* Number of axes of the current mesh (0 before dmrt_mesh_init). */
 int dmrt_mesh_axes(const dmrt_rank *r);
 /* Index of the axis with that name, or -1. */
@@ -274,6 +283,11 @@ int dmrt_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
 #define DMRT_MAX_TAG 16383
 int dmrt_send_tagged(dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what);
 int dmrt_recv_tagged(dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what);
+
+/* 1 when a message from peer on channel tag is waiting (the next dmrt_recv_tagged from
+ * peer on tag takes it without waiting), 0 when none is, DMRT_ERR_COMM when a rank has
+ * failed. Never waits: a rank serving several peers polls them in turn. */
+int dmrt_probe_tagged(dmrt_comm *c, int peer, int tag, const char *what);
 
 /* ---- launchers ------------------------------------------------------------------------ */
 

@@ -490,6 +490,14 @@ static int mpi_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_ca
     return 0;
 }
 
+static int mpi_probe(dmrt_comm *c, int peer, const comm_call *call) {
+    mpi_comm_state *cs = c->impl;
+    if (mpi_enter(c, call) || progress_sends(c, call)) return DMRT_ERR_COMM;
+    int waiting = 0;
+    MPI_CHECK(c, call, MPI_Iprobe(peer, TAG_P2P + call->tag, cs->comm, &waiting, MPI_STATUS_IGNORE));
+    return waiting != 0;
+}
+
 /* ---- communicators ------------------------------------------------------------------------- */
 
 static int attach(dmrt_comm *c, MPI_Comm comm, const comm_call *call) {
@@ -524,6 +532,16 @@ static int mpi_comm_create(dmrt_comm *c, uint64_t seq, const comm_call *call) {
         return dmrt_comm_fail(c, call, "MPI_Comm_split gave rank %d of %d, expected %d of %d", me,
                          size, c->me, c->size);
     return attach(c, comm, call);
+}
+
+/* A rank outside the mesh takes part in the world's MPI_Comm_split of each axis with no
+ * color: it gets no communicator. */
+static int mpi_comm_skip(dmrt_rank *r, const comm_call *call) {
+    mpi_comm_state *world = r->world.impl;
+    MPI_Comm none = MPI_COMM_NULL;
+    MPI_CHECK(&r->world, call, MPI_Comm_split(world->comm, MPI_UNDEFINED, 0, &none));
+    if (none != MPI_COMM_NULL) MPI_WARN(MPI_Comm_free(&none));
+    return 0;
 }
 
 static void mpi_comm_destroy(dmrt_comm *c) {
@@ -565,6 +583,8 @@ static const dmrt_comm_backend mpi_backend = {
     .barrier = mpi_barrier,
     .send = mpi_send,
     .recv = mpi_recv,
+    .probe = mpi_probe,
+    .comm_skip = mpi_comm_skip,
     .abort = mpi_abort_notice,
 };
 

@@ -531,6 +531,16 @@ static tw_msg **first_on_channel(tw_inbox *box, int peer, int tag) {
     return NULL;
 }
 
+static int tw_probe(dmrt_comm *c, int peer, const comm_call *call) {
+    tw_comm *tc = c->impl;
+    tw_inbox *box = &tc->group->inbox[c->me];
+    if (check_world(c, call)) return DMRT_ERR_COMM;
+    pthread_mutex_lock(&box->lock);
+    int waiting = first_on_channel(box, peer, call->tag) != NULL;
+    pthread_mutex_unlock(&box->lock);
+    return waiting;
+}
+
 static int tw_recv(dmrt_comm *c, int peer, float *buf, int64_t n, const comm_call *call) {
     tw_comm *tc = c->impl;
     tw_group *g = tc->group;
@@ -726,6 +736,8 @@ static const dmrt_comm_backend threads_backend = {
     .barrier = tw_barrier,
     .send = tw_send,
     .recv = tw_recv,
+    .probe = tw_probe,
+    .comm_skip = NULL,
     .abort = tw_abort,
 };
 
