@@ -60,6 +60,11 @@ void explain_mib(double elems, char *buf, size_t size);
 void explain_compress_text(const ir_graph *g, int full, FILE *out);
 void explain_compress_json(const ir_graph *g, FILE *out);
 
+/* What --param-servers sends per worker and per server next to the allreduce plan it
+ * replaces (explain_ps.c; nothing, and no JSON key, without servers). */
+void explain_ps_text(const ir_graph *g, FILE *out);
+void explain_ps_json(const ir_graph *g, FILE *out);
+
 /* What --sequence-parallel holds in row blocks and which collectives it uses
  * (explain_sequence.c; nothing, and no JSON key, when it is off). */
 void explain_sequence_text(const ir_graph *g, int full, FILE *out);

@@ -335,7 +335,8 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         case ROLE_STATE:
             plan->region[i] = REGION_STATE;
             plan->offset[i] = plan->state_elems;
-            plan->state_elems += round_up(ir_local_numel(g, &v->type));
+            /* the parameter servers hold the optimizer state: a worker has none */
+            if (!g->param_servers.servers) plan->state_elems += round_up(ir_local_numel(g, &v->type));
             continue;
         case ROLE_TEMP: break;
         }

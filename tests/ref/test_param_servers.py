@@ -11,6 +11,9 @@ Oracles:
   - asynchronous servers with a bound K on 4 workers: every server applies each of the
     4 x steps pushes as an update and answers no pull with a worker more than K steps
     ahead (its report), and the loss stays finite;
+  - --explain=json's traffic against the formulas: a worker pushes and pulls every
+    parameter (4 bytes each), a server moves workers x its shard (ceil(params / servers))
+    each way, the replaced allreduce sends 2 (W - 1) / W of the gradients (ring);
   - what is refused: a mesh with another axis, --ps-staleness alone, --trace.
 
 usage: test_param_servers.py DMC SOURCE_ROOT
@@ -75,6 +78,32 @@ def check_synchronous(dmc, src, tmp, common):
     return os.path.join(tmp, "data2-servers2-ps.safetensors")
 
 
+def check_explain(dmc, src):
+    import json
+    D, H, K = 784, test_mlp.H, 10
+    params = D * H + H + H * H + H + H * K + K
+    for workers, servers, staleness in [(2, 2, None), (4, 3, 2)]:
+        args = [dmc, "--explain=json", "--set", "B=%d,H=%d" % (test_mlp.B, H), "--mesh", "data=%d" % workers,
+                "--param-servers", str(servers)] + (["--ps-staleness", str(staleness)] if staleness is not None else [])
+        r = subprocess.run(args + [src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                           timeout=60)
+        if r.returncode != 0:
+            raise Failure("%s failed:\n%s" % (" ".join(args), r.stdout))
+        ps = json.loads(r.stdout)["param_servers"]
+        shard = -(-params // servers)
+        want = {"servers": servers, "workers": workers, "first_server_rank": workers, "synchronous": staleness is None,
+                "staleness": -1 if staleness is None else staleness, "worker_sends_bytes": 4 * params,
+                "worker_receives_bytes": 4 * params, "server_sends_bytes": 4 * shard * workers,
+                "server_receives_bytes": 4 * shard * workers, "server_param_bytes": 4 * shard,
+                "server_state_bytes": 2 * 4 * shard, "replaced_allreduces": 6,
+                "allreduce_sent_bytes": round(4 * params * 2 * (workers - 1) / workers)}
+        for key, value in want.items():
+            if ps.get(key) != value and not (isinstance(value, int) and abs(ps.get(key, -1e18) - value) <= 1):
+                raise Failure("--explain=json, %d workers, %d servers: %s is %s, expected %s" % (workers, servers, key,
+                                                                                              ps.get(key), value))
+    print("--explain=json: the servers' and workers' traffic match the formulas")
+
+
 def main(argv):
     if len(argv) != 3:
         sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
@@ -94,6 +123,7 @@ def main(argv):
             raise Failure("%s no longer has '%s'; update test_param_servers.py" % (src_path, test_mlp.ADAMW_LINE))
         with tempfile.TemporaryDirectory(prefix="dmc-ref-ps-") as tmp:
             init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+            check_explain(dmc, src_path)
             sync_weights = check_synchronous(dmc, src_path, tmp, common)
             # the synchronous servers against PyTorch (AdamW, as mlp.dm)
             def adamw(params):

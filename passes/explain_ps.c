@@ -1,0 +1,74 @@
+/* explain_ps.c: the parameter servers of --param-servers in --explain: what each worker and
+ * each server sends and receives per step, beside what the allreduce plan they replace
+ * sends (runtime/comm/dmrt_ps.h has the protocol). */
+#include <stdio.h>
+
+#include "explain.h"
+
+/* The traffic of one step, in floats. */
+typedef struct ps_traffic {
+    int workers, servers, states;
+    double params;          /* the parameters laid end to end (every one replicated: a data mesh) */
+    double shard;           /* the largest server's share of them */
+    double allreduce_sent;  /* what a worker's gradient allreduces would send (ring) */
+    int allreduces;
+} ps_traffic;
+
+static ps_traffic traffic(const ir_graph *g) {
+    ps_traffic t = {0};
+    t.servers = g->param_servers.servers;
+    t.workers = (int)ir_mesh_ranks(g);
+    for (int p = 0; p < g->n_params; p++) t.params += (double)ir_numel(&g->values[g->params[p]]->type);
+    t.shard = (double)(((long long)t.params + t.servers - 1) / t.servers);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (ir_op_info_of(v->op)->cls == OPC_UPDATE && !t.states) t.states = v->n_operands - 2;
+        if (v->op != OP_ALLREDUCE || v->phase != PHASE_UPDATE || v->mesh_axis < 0) continue;
+        double n = (double)g->axes[v->mesh_axis].size;
+        t.allreduce_sent += (double)ir_local_numel(g, &v->type) * 2 * (n - 1) / n;
+        t.allreduces++;
+    }
+    return t;
+}
+
+void explain_ps_text(const ir_graph *g, FILE *out) {
+    if (!g->param_servers.servers) return;
+    ps_traffic t = traffic(g);
+    char params[32], shard[32], state[32], ring[32], pushed[32];
+    explain_mib(t.params, params, sizeof params);
+    explain_mib(t.shard, shard, sizeof shard);
+    explain_mib(t.shard * t.states, state, sizeof state);
+    explain_mib(t.allreduce_sent, ring, sizeof ring);
+    explain_mib(t.params * 2, pushed, sizeof pushed);
+    fprintf(out, "parameter servers (--param-servers %d): world ranks %d..%d, after the mesh's %d workers; ", t.servers,
+            t.workers, t.workers + t.servers - 1, t.workers);
+    if (g->param_servers.staleness < 0)
+        fprintf(out, "synchronous:\n  each server sums the workers' pushes of a step in worker order and updates once: the "
+                     "allreduce's result\n");
+    else
+        fprintf(out, "asynchronous:\n  each push is an update of its own (%d per step), and no worker runs more than %d "
+                     "step%s ahead of the slowest\n", t.workers, g->param_servers.staleness,
+                g->param_servers.staleness == 1 ? "" : "s");
+    fprintf(out, "  they replace the update's %d gradient allreduce%s above and the optimizer's update on the workers\n",
+            t.allreduces, t.allreduces == 1 ? "" : "s");
+    fprintf(out, "  per worker and step: pushes %s of gradients, pulls %s of parameters (%s in all); the allreduce "
+                 "plan sends %s and receives as much\n", params, params, pushed, ring);
+    char in[32];
+    explain_mib(t.shard * t.workers, in, sizeof in);
+    fprintf(out, "  per server and step: receives %d x %s of gradients and sends %d x %s of parameters (%s each way)\n",
+            t.workers, shard, t.workers, shard, in);
+    fprintf(out, "  a server holds %s of parameters and %s of optimizer state; a worker, no optimizer state\n\n", shard,
+            state);
+}
+
+void explain_ps_json(const ir_graph *g, FILE *out) {
+    if (!g->param_servers.servers) return;
+    ps_traffic t = traffic(g);
+    fprintf(out, ", \"param_servers\": {\"servers\": %d, \"workers\": %d, \"first_server_rank\": %d, \"synchronous\": %s, "
+                 "\"staleness\": %d, \"worker_sends_bytes\": %.0f, \"worker_receives_bytes\": %.0f, "
+                 "\"server_sends_bytes\": %.0f, \"server_receives_bytes\": %.0f, \"server_param_bytes\": %.0f, "
+                 "\"server_state_bytes\": %.0f, \"replaced_allreduces\": %d, \"allreduce_sent_bytes\": %.0f}",
+            t.servers, t.workers, t.workers, g->param_servers.staleness < 0 ? "true" : "false", g->param_servers.staleness,
+            4 * t.params, 4 * t.params, 4 * t.shard * t.workers, 4 * t.shard * t.workers, 4 * t.shard,
+            4 * t.shard * t.states, t.allreduces, 4 * t.allreduce_sent);
+}
