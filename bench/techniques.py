@@ -46,6 +46,8 @@ ROWS = [
     ("pipeline 1F1B, M=4", ["--mesh", "pipeline=2", "--schedule", "1f1b"] + PIPE),
     ("pipeline interleaved v=2, M=4", ["--mesh", "pipeline=2", "--schedule", "interleaved", "--chunks", "2"] + PIPE),
     ("pipeline PipeDream-2BW, M=4", ["--mesh", "pipeline=2", "--schedule", "2bw"] + PIPE),
+    ("data + 2 parameter servers", ["--mesh", "data=2", "--param-servers", "2"]),
+    ("data + 2 parameter servers, async K=1", ["--mesh", "data=2", "--param-servers", "2", "--ps-staleness", "1"]),
 ]
 
 
@@ -66,6 +68,8 @@ def measure(dmc, args, steps, hardware):
     ms = [float(m) for m in re.findall(r"^step \d+ loss \S+ ms ([0-9.]+)", r.stdout, re.M)][1:]
     peaks = [int(b) for b in re.findall(r"^memory rank \d+: model peak (\d+) bytes", r.stdout, re.M)]
     sent = plan.get("communication", {}).get("sent_bytes_per_rank", 0)
+    if "param_servers" in plan:  # a worker pushes its gradients instead of allreducing them
+        sent = plan["param_servers"]["worker_sends_bytes"]
     return {"ms": statistics.median(ms), "predicted_ms": 1e3 * plan["predicted"]["step_seconds"],
             "peak": max(peaks), "predicted_peak": plan["memory_bytes_per_rank"]["peak_bytes_per_rank"],
             "sent": sent}
