@@ -237,6 +237,47 @@ int case_mesh(dmrt_rank *r, int n_axes, const char *const *names, const int64_t 
     return fails;
 }
 
+int case_outside(dmrt_rank *r) {
+    int n = dmrt_rank_count(r), id = dmrt_rank_id(r), fails = 0;
+    const char *names[] = {"data"};
+    const int64_t sizes[] = {n - 1}, wrong[] = {n};
+    char err[512], want[160];
+    fails += CASE_EXPECT(r, dmrt_mesh_init_outside(r, 1, names, wrong, 1, err, sizeof err) == DMRT_ERR_COMM,
+                         "a mesh of %d and 1 outside accepted on %d ranks", n, n);
+    snprintf(want, sizeof want, "mesh data=%d and 1 rank outside it need %d ranks, the run has %d", n, n + 1, n);
+    fails += CASE_EXPECT(r, case_has(err, want), "got '%s', expected '%s'", err, want);
+    if (dmrt_mesh_init_outside(r, 1, names, sizes, 1, err, sizeof err) != 0)
+        return fails + case_fail(r, __FILE__, __LINE__, "mesh with a rank outside: %s", err);
+    int outside = id == n - 1;
+    fails += CASE_EXPECT(r, dmrt_mesh_inside(r) == !outside, "inside %d", dmrt_mesh_inside(r));
+    fails += CASE_EXPECT(r, dmrt_mesh_axes(r) == (outside ? 0 : 1), "%d axes", dmrt_mesh_axes(r));
+    dmrt_comm *w = dmrt_rank_world(r);
+    if (!outside) {
+        dmrt_comm *data = dmrt_mesh_axis(r, 0);
+        fails += CASE_EXPECT(r, data && dmrt_comm_size(data) == n - 1, "data comm of %d", data ? dmrt_comm_size(data) : -1);
+        if (data) fails += case_collectives(data, 77, 1000);
+    }
+    float go = 1, msg[3] = {1, 2, 3}, got[3] = {0, 0, 0};
+    if (outside) {
+        fails += CASE_EXPECT(r, dmrt_probe_tagged(w, 0, 9, "probe") == 0, "a message before any was sent");
+        fails += CASE_EXPECT(r, dmrt_send(w, 0, &go, 1, "go") == 0, "%s", dmrt_rank_error(r));
+        int waiting = 0;
+        for (double until = case_now() + 30; !waiting && case_now() < until;) {
+            waiting = dmrt_probe_tagged(w, 0, 9, "probe");
+            if (!waiting) case_sleep(1e-4);
+        }
+        fails += CASE_EXPECT(r, waiting == 1, "probe gave %d: %s", waiting, dmrt_rank_error(r));
+        fails += CASE_EXPECT(r, dmrt_probe_tagged(w, 0, 8, "probe") == 0, "a message on a channel nobody sent on");
+        fails += CASE_EXPECT(r, dmrt_recv_tagged(w, 0, 9, got, 3, "recv") == 0 && got[0] == 1 && got[2] == 3, "%s",
+                             dmrt_rank_error(r));
+    } else if (id == 0) {
+        fails += CASE_EXPECT(r, dmrt_recv(w, n - 1, &go, 1, "go") == 0, "%s", dmrt_rank_error(r));
+        fails += CASE_EXPECT(r, dmrt_send_tagged(w, n - 1, 9, msg, 3, "tagged") == 0, "%s", dmrt_rank_error(r));
+    }
+    fails += CASE_EXPECT(r, dmrt_barrier(w, "after the outside case") == 0, "%s", dmrt_rank_error(r));
+    return fails;
+}
+
 int case_p2p(dmrt_comm *c, uint32_t seed) {
     dmrt_rank *r = dmrt_comm_owner(c);
     int size = dmrt_comm_size(c), me = dmrt_comm_rank(c);

@@ -14,11 +14,6 @@
 #define CASE_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define CASE_PRINTF(f, a)
-/* dmrt_allreduce_start / dmrt_comm_wait on c: several allreduces of small and large
- * sizes started back to back, a blocking allreduce on c between them, the results after
- * the wait against the serial sums, three rounds. */
-int case_started(dmrt_comm *c, uint32_t seed);
-
 #endif
 
 /* Prints "FAIL file:line: rank R: <message>" and returns 1. */
@@ -80,5 +75,12 @@ int case_half_formats(void);
  * and Q on every rank, exact vectors, nothing lost to the residuals, the exact sum at
  * rank = rows, a zero Q drawn again). */
 int case_compressed(dmrt_comm *c, uint32_t seed);
+
+/* Ranks outside the mesh (dmrt_mesh_init_outside), on a world of n >= 2: a mesh data=n-1
+ * and the last rank outside it (on no axis; the others' data comm of n-1 members sums as
+ * the serial sum), a mesh whose sizes and outside ranks do not add up refused with the
+ * counts, and dmrt_probe_tagged: 0 before a message is sent (the sender waits for the
+ * prober's go), 1 once it is there, then the recv takes it. */
+int case_outside(dmrt_rank *r);
 
 #endif

@@ -65,6 +65,7 @@ static int run_collectives(dmrt_rank *r, test_state *t) {
         const int64_t pair[] = {2, 1};
         t->failures += case_mesh(r, 2, names, pair);
     }
+    t->failures += case_outside(r);
     return t->failures ? 1 : 0;
 }
 

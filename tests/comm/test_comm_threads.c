@@ -115,6 +115,11 @@ static int main_mesh(dmrt_rank *r, void *arg) {
     return fails ? 1 : 0;
 }
 
+static int main_outside(dmrt_rank *r, void *arg) {
+    (void)arg;
+    return case_outside(r) ? 1 : 0;
+}
+
 static void test_mesh(void) {
     static const mesh_case cases[] = {
         {2, {"data", "tensor"}, {2, 2}},
@@ -131,6 +136,12 @@ static void test_mesh(void) {
         int rc = dmrt_threads_run(ranks[i], main_mesh, (void *)&cases[i], err, sizeof err);
         EXPECT(rc == 0, "mesh case %zu: %s", i, err);
         printf("mesh case %zu (%d ranks): %s\n", i, ranks[i], rc ? "FAILED" : "ok");
+    }
+    for (int n = 2; n <= 4; n++) {
+        char err[1024];
+        int rc = dmrt_threads_run(n, main_outside, NULL, err, sizeof err);
+        EXPECT(rc == 0, "outside case, %d ranks: %s", n, err);
+        printf("a rank outside the mesh, probes (%d ranks): %s\n", n, rc ? "FAILED" : "ok");
     }
 }
 
