@@ -913,13 +913,16 @@ static int serve(const dmrt_model *m, dmrt_rank *r, char *fail, size_t faillen) 
     dmrt_ps_stats stats;
     if (m->serve(r, &stats, fail, faillen) != 0) return TR_RUNTIME;
     int server = dmrt_rank_id(r) - (int)m->n_ranks;
-    fprintf(stderr, "server %d (world rank %d): %lld updates of its shard from %lld pushes", server, dmrt_rank_id(r),
-            (long long)stats.updates, (long long)stats.pushes);
+    /* one write: the servers are threads of one process, and their lines must not mix */
+    char line[320], mode[128];
     if (stats.staleness >= 0)
-        fprintf(stderr, ", asynchronous (bound %d): workers at most %lld steps apart", stats.staleness, (long long)stats.max_lead);
+        snprintf(mode, sizeof mode, "asynchronous (bound %d): workers at most %lld steps apart", stats.staleness,
+                 (long long)stats.max_lead);
     else
-        fprintf(stderr, ", synchronous");
-    fprintf(stderr, ", %.2f s waiting for them\n", stats.waited_seconds);
+        snprintf(mode, sizeof mode, "synchronous");
+    snprintf(line, sizeof line, "server %d (world rank %d): %lld updates of its shard from %lld pushes, %s, %.2f s waiting for them\n",
+             server, dmrt_rank_id(r), (long long)stats.updates, (long long)stats.pushes, mode, stats.waited_seconds);
+    fputs(line, stderr);
     return TR_OK;
 }
 

@@ -244,7 +244,8 @@ static int serve_asynchronous(server *sv) {
                 dmrt_comm_format(why, sizeof why, "timed out after %g s: no worker pushed", dmrt_rank_timeout(sv->r));
                 rc = fail(sv->r, "a push, from its worker", why);
             }
-            struct timespec pause = {0, 50 * 1000}; /* polls every 50 us while idle */
+            /* polls every 50 us at first, every ms once idle for 10 ms (a slow step) */
+            struct timespec pause = {0, now - idle_since < 0.01 ? 50 * 1000 : 1000 * 1000};
             nanosleep(&pause, NULL);
         }
     }
