@@ -7,7 +7,7 @@ Oracles:
     against PyTorch's synchronous training (test_mlp's reference) to 1e-5;
   - asynchronous servers with staleness 0 and plain SGD: each worker's push applied on its
     own, p - lr g0 - lr g1 instead of p - lr (g0 + g1), which is the synchronous rule up to
-    rounding: PyTorch's weights to 1e-5;
+    rounding: PyTorch's weights to 1e-5, on threads and MPI;
   - asynchronous servers with a bound K on 4 workers: every server applies each of the
     4 x steps pushes as an update and answers no pull with a worker more than K steps
     ahead (its report), and the loss stays finite;
@@ -136,17 +136,19 @@ def main(argv):
             sgd_path = os.path.join(tmp, "sgd.dm")
             with open(sgd_path, "w") as f:
                 f.write(re.sub(r"^optimizer .*$", PLAIN_SGD_LINE, src, flags=re.M))
-            out_path = os.path.join(tmp, "async0.safetensors")
-            out = run(dmc, sgd_path, tmp, common + ["--mesh", "data=2", "--param-servers", "2", "--ps-staleness", "0",
-                                                    "--steps", str(STEPS), "--save", out_path])
-            for server, _, updates, pushes, mode, bound, lead in servers_of(out, 2):
-                if bound != "0" or lead != "0" or int(updates) != 2 * STEPS or int(pushes) != 2 * STEPS:
-                    raise Failure("staleness 0: server %s reports %s (%s updates, %s pushes)" % (server, mode, updates,
-                                                                                               pushes))
             _, _, final = test_mlp.torch_run(torch, init, xs, ys, lambda ps: torch.optim.SGD(ps, lr=0.05), STEPS,
                                              torch.float64, norm)
-            test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD", stio.load(out_path), final, WEIGHT_ATOL,
-                                   0.0)
+            for backend in ([], ["--backend", "mpi"]):
+                out_path = os.path.join(tmp, "async0%s.safetensors" % ("-mpi" if backend else ""))
+                out = run(dmc, sgd_path, tmp, common + backend + ["--mesh", "data=2", "--param-servers", "2",
+                                                                  "--ps-staleness", "0", "--steps", str(STEPS),
+                                                                  "--save", out_path])
+                for server, _, updates, pushes, mode, bound, lead in servers_of(out, 2):
+                    if bound != "0" or lead != "0" or int(updates) != 2 * STEPS or int(pushes) != 2 * STEPS:
+                        raise Failure("staleness 0: server %s reports %s (%s updates, %s pushes)" % (server, mode,
+                                                                                                   updates, pushes))
+                test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD%s" % (" (MPI)" if backend else ""),
+                                       stio.load(out_path), final, WEIGHT_ATOL, 0.0)
             print("asynchronous servers, staleness 0: PyTorch's SGD weights to %g (an update per push)" % WEIGHT_ATOL)
 
             # asynchronous, bound 1, 4 workers: the bound holds in every server's report
