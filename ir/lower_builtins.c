@@ -1,0 +1,514 @@
+/* lower_builtins.c: expressions → IR values: arithmetic, names, layer calls, and the
+ * built-in functions and operators (matmul, softmax, layernorm, slice, reshape, ...).
+ *
+ * lower_expr is here with the builtins rather than in lower.c because each builtin
+ * lowers its arguments through it: the recursion stays in this file, and lower.c needs
+ * only lower_expr. Names and layer calls go back to lower.c (lower_resolve_path,
+ * lower_call_layer). */
+#include "lower_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "suggest.h"
+
+/* ---- values ---------------------------------------------------------------------------- */
+
+static ir_value *make(lowerer *L, scope *s, ir_op op, const int *operands, int n, dm_loc loc) {
+    ir_value *v = ir_add(L->g, op, operands, n, loc);
+    if (s->prefix[0]) v->name = ir_internf(L->g, "%s%s", s->prefix, ir_op_info_of(op)->name);
+    return v;
+}
+
+/* Makes the value and types it; -1 when its shape rule failed. */
+static int make_typed(lowerer *L, scope *s, ir_op op, const int *operands, int n, dm_loc loc) {
+    ir_value *v = make(L, s, op, operands, n, loc);
+    return shapes_infer(L->g, v, L->d) ? -1 : v->id;
+}
+
+static int make_const(lowerer *L, double value, dm_loc loc) {
+    ir_value *v = ir_add(L->g, OP_CONST, NULL, 0, loc);
+    v->scalar = value;
+    v->role = ROLE_CONST;
+    shapes_infer(L->g, v, L->d);
+    return v->id;
+}
+
+/* ---- expressions ----------------------------------------------------------------------- */
+
+static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out);
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e);
+
+static int is_call_of(const dm_expr *e, const char *name, int n_args) {
+    return e->kind == EXPR_CALL && strcmp(e->name, name) == 0 && e->n_args == n_args && !e->has_dim_args;
+}
+
+/* a @ b. `a @ transpose(b)` multiplies by b transposed in place (no copy of b), which
+ * is how a tied head (x @ transpose(wte.weight)) and attention scores (q @
+ * transpose(k)) are written. A right operand of rank 3 or more makes a batched
+ * product over the leading dims. */
+static int lower_matmul(lowerer *L, scope *s, const dm_expr *e) {
+    int trans_b = is_call_of(e->rhs, "transpose", 1) && e->rhs->args[0]->kind != EXPR_KWARG;
+    int a = lower_expr(L, s, e->lhs);
+    int b = lower_expr(L, s, trans_b ? e->rhs->args[0] : e->rhs);
+    if (a < 0 || b < 0) return -1;
+    const ir_type *tb = &val(L, b)->type;
+    if (trans_b && tb->rank < 2) {
+        dm_error(L->d, e->rhs->loc, "transpose needs at least two dimensions");
+        return -1;
+    }
+    ir_value *v = make(L, s, OP_MATMUL, (int[]){a, b}, 2, e->loc);
+    v->trans_b = trans_b;
+    v->batch_dims = tb->rank > 2 ? tb->rank - 2 : 0;
+    return shapes_infer(L->g, v, L->d) ? -1 : v->id;
+}
+
+/* A unary function of a constant, computed now (sqrt(HS) in a scale). */
+static int fold_unary(ir_op op, double x, double *out) {
+    switch (op) {
+    case OP_IDENTITY: *out = x; return 1;
+    case OP_NEG: *out = -x; return 1;
+    case OP_RELU: *out = x > 0 ? x : 0; return 1;
+    case OP_TANH: *out = tanh(x); return 1;
+    case OP_SIGMOID: *out = 1 / (1 + exp(-x)); return 1;
+    case OP_EXP: *out = exp(x); return 1;
+    case OP_LOG: *out = log(x); return x > 0;
+    case OP_SQRT: *out = sqrt(x); return x >= 0;
+    default: return 0;
+    }
+}
+
+int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
+    switch (e->kind) {
+    case EXPR_NUM:
+        return make_const(L, e->num, e->loc);
+    case EXPR_NAME: {
+        binding *b = lower_resolve_path(L, s, e->name, e->loc);
+        if (!b) {
+            char near[160];
+            lower_near_name(L, s, e->name, 1u << B_VALUE | 1u << B_DIM, near, sizeof near);
+            dm_error(L->d, e->loc, "unknown name '%s'%s", e->name, near);
+            return -1;
+        }
+        if (b->failed) return -1;
+        if (b->kind == B_DIM) return make_const(L, (double)b->dim, e->loc);
+        if (b->kind != B_VALUE) {
+            dm_error(L->d, e->loc, "'%s' is a %s, not a value%s", e->name, lower_binding_kind_name(b->kind),
+                     b->kind == B_LAYER ? " (call it: name(x))" : "");
+            return -1;
+        }
+        return b->value;
+    }
+    case EXPR_NEG: {
+        int x = lower_expr(L, s, e->lhs);
+        if (x < 0) return -1;
+        if (val(L, x)->op == OP_CONST) return make_const(L, -val(L, x)->scalar, e->loc);
+        return make_typed(L, s, OP_NEG, &x, 1, e->loc);
+    }
+    case EXPR_BINARY: {
+        if (e->op == '@') return lower_matmul(L, s, e);
+        int a = lower_expr(L, s, e->lhs);
+        int b = lower_expr(L, s, e->rhs);
+        if (a < 0 || b < 0) return -1;
+        ir_value *va = val(L, a), *vb = val(L, b);
+        if (va->op == OP_CONST && vb->op == OP_CONST) {
+            double x = va->scalar, y = vb->scalar;
+            double r = e->op == '+' ? x + y : e->op == '-' ? x - y : e->op == '*' ? x * y : x / y;
+            return make_const(L, r, e->loc);
+        }
+        ir_op op = e->op == '+' ? OP_ADD : e->op == '-' ? OP_SUB : e->op == '*' ? OP_MUL : OP_DIV;
+        int ab[2] = {a, b};
+        return make_typed(L, s, op, ab, 2, e->loc);
+    }
+    case EXPR_CALL: {
+        int out;
+        if (lower_builtin(L, s, e, &out)) return out;
+        binding *b = lower_resolve_path(L, s, e->name, e->loc);
+        if (b && b->failed) return -1;
+        if (!b || b->kind != B_LAYER) {
+            if (b && b->kind == B_BLOCK)
+                dm_error(L->d, e->loc, "'%s' is a block; declare a layer first: layer NAME = %s[...]", e->name, e->name);
+            else if (b)
+                dm_error(L->d, e->loc, "'%s' is a %s, not a function or layer", e->name, lower_binding_kind_name(b->kind));
+            else
+                report_unknown_call(L, s, e);
+            return -1;
+        }
+        if (e->has_dim_args) {
+            dm_error(L->d, e->loc, "layer '%s' is called with ( ) only; its dimensions were given when it was declared", e->name);
+            return -1;
+        }
+        if (!b->layer) return -1; /* its declaration failed and was reported */
+        int args[16];
+        if (e->n_args > 16) {
+            dm_error(L->d, e->loc, "too many arguments");
+            return -1;
+        }
+        for (int i = 0; i < e->n_args; i++) {
+            if (e->args[i]->kind == EXPR_KWARG) {
+                dm_error(L->d, e->args[i]->loc, "layers take positional arguments");
+                return -1;
+            }
+            args[i] = lower_expr(L, s, e->args[i]);
+            if (args[i] < 0) return -1;
+        }
+        return lower_call_layer(L, b->layer, args, e->n_args, e);
+    }
+    case EXPR_LIST:
+        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape");
+        return -1;
+    case EXPR_KWARG:
+        dm_error(L->d, e->loc, "keyword argument outside a call");
+        return -1;
+    }
+    return -1;
+}
+
+/* A dim of x named by a dimension name or an integer index (negative from the end). */
+static int resolve_axis(lowerer *L, const ir_type *t, const dm_expr *e) {
+    if (e->kind == EXPR_NAME) {
+        int found = -1;
+        for (int i = 0; i < t->rank; i++)
+            if (t->dim_name[i] && strcmp(t->dim_name[i], e->name) == 0) {
+                if (found >= 0) {
+                    dm_error(L->d, e->loc, "dimension '%s' appears twice in the operand; use an index", e->name);
+                    return -1;
+                }
+                found = i;
+            }
+        if (found < 0) {
+            char ts[256];
+            ir_format_type(L->g, t, ts, sizeof ts);
+            dm_error(L->d, e->loc, "operand of type %s has no dimension named '%s'", ts, e->name);
+        }
+        return found;
+    }
+    int64_t k;
+    const dm_expr *num = e;
+    int negative = 0;
+    if (e->kind == EXPR_NEG && e->lhs->kind == EXPR_NUM) num = e->lhs, negative = 1;
+    if (num->kind != EXPR_NUM || !num->is_int) {
+        dm_error(L->d, e->loc, "expected a dimension name or index");
+        return -1;
+    }
+    k = negative ? -num->inum : num->inum;
+    if (k < 0) k += t->rank;
+    if (k < 0 || k >= t->rank) {
+        dm_error(L->d, e->loc, "dimension index out of range for rank %d", t->rank);
+        return -1;
+    }
+    return (int)k;
+}
+
+static int want_args(lowerer *L, const dm_expr *e, int lo, int hi) {
+    for (int i = 0; i < e->n_args; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "%s takes no keyword arguments", e->name);
+            return -1;
+        }
+    if (e->has_dim_args) {
+        dm_error(L->d, e->loc, "%s is a function; call it with ( )", e->name);
+        return -1;
+    }
+    if (e->n_args < lo || e->n_args > hi) {
+        if (lo == hi) dm_error(L->d, e->loc, "%s takes %d argument%s, got %d", e->name, lo, lo == 1 ? "" : "s", e->n_args);
+        else dm_error(L->d, e->loc, "%s takes %d to %d arguments, got %d", e->name, lo, hi, e->n_args);
+        return -1;
+    }
+    return 0;
+}
+
+/* layernorm(x, weight, bias) or layernorm(x, weight, bias, eps = E); E defaults to 1e-5
+ * (GPT-2's and torch's). */
+static int lower_layernorm(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    double eps = 1e-5;
+    int n = e->n_args;
+    if (n > 0 && e->args[n - 1]->kind == EXPR_KWARG) {
+        const dm_expr *kw = e->args[--n];
+        if (strcmp(kw->name, "eps") != 0) {
+            dm_error(L->d, kw->loc, "layernorm has no argument '%s' (it takes eps)", kw->name);
+            return 1;
+        }
+        if (lower_eval_number(L, s, kw->lhs, &eps)) return 1;
+        if (!(eps > 0)) {
+            dm_error(L->d, kw->lhs->loc, "layernorm eps must be positive, got %g", eps);
+            return 1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "layernorm's only keyword argument is eps, and it comes last");
+            return 1;
+        }
+    if (e->has_dim_args || n != 3) {
+        dm_error(L->d, e->loc, "layernorm takes (x, weight, bias) and optionally eps = E, got %d arguments", n);
+        return 1;
+    }
+    int ops[3];
+    for (int i = 0; i < 3; i++)
+        if ((ops[i] = lower_expr(L, s, e->args[i])) < 0) return 1;
+    ir_value *v = make(L, s, OP_LAYERNORM, ops, 3, e->loc);
+    v->scalar = eps;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* slice(x, DIM, START, END): elements START..END-1 of one dim (by name or index),
+ * START and END dim expressions (negative from the end, as in Python). */
+static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 4, 4)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const ir_type *t = &val(L, x)->type;
+    int axis = resolve_axis(L, t, e->args[1]);
+    int64_t start, end, size;
+    if (axis < 0 || lower_eval_dim(L, s, e->args[2], &start) || lower_eval_dim(L, s, e->args[3], &end)) return 1;
+    size = t->shape[axis];
+    if (start < 0) start += size;
+    if (end < 0) end += size;
+    if (start < 0 || end > size || start >= end) {
+        char ts[256];
+        ir_format_type(L->g, t, ts, sizeof ts);
+        dm_error(L->d, e->loc, "slice %lld:%lld of dim %d is empty or outside %s", (long long)start, (long long)end, axis, ts);
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_SLICE, &x, 1, e->loc);
+    v->type = *t;
+    v->type.shape[axis] = end - start;
+    v->type.dim_name[axis] = end - start == size ? t->dim_name[axis] : NULL;
+    v->axis = axis;
+    v->offset = start;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* softmax(causal_mask(s / c)), the attention pattern, becomes one softmax that scales
+ * by 1 / c and sees only the keys up to each query: no masked or scaled copy of the
+ * scores is made, and only the visible keys are exponentiated. *x is the mask just
+ * made (and the division, when there is one); they are dropped from the graph, which
+ * nothing else can reference yet. */
+static int fuse_causal(lowerer *L, int *x, double *scale) {
+    ir_graph *g = L->g;
+    ir_value *mask = val(L, *x);
+    if (mask->op != OP_CAUSAL_MASK || *x != g->n_values - 1) return 0;
+    int inner = mask->operands[0];
+    ir_drop_last(g);
+    ir_value *in = val(L, inner);
+    if ((in->op == OP_DIV || in->op == OP_MUL) && inner == g->n_values - 1) {
+        ir_value *c = val(L, in->operands[1]);
+        if (c->op == OP_CONST && c->scalar > 0) {
+            *scale = in->op == OP_DIV ? 1.0 / c->scalar : c->scalar;
+            inner = in->operands[0];
+            ir_drop_last(g);
+        }
+    }
+    *x = inner;
+    return 1;
+}
+
+/* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
+/* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
+static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
+                                                "reshape", "transpose", "cross_entropy", "recompute"};
+
+/* "unknown function or layer": the nearest function or layer in scope, and the functions. */
+static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
+    enum { MAX_NAMES = 4096 };
+    const char **names = malloc(MAX_NAMES * sizeof *names);
+    if (!names) abort();
+    int n_functions = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (ir_op_info_of((ir_op)op)->cls == OPC_UNARY) names[n_functions++] = ir_op_info_of((ir_op)op)->name;
+    for (size_t k = 0; k < sizeof builtin_functions / sizeof *builtin_functions; k++)
+        names[n_functions++] = builtin_functions[k];
+    int n = n_functions + lower_visible_names(s, 1u << B_LAYER, names + n_functions, MAX_NAMES - n_functions);
+    char hint[1024];
+    dm_format_suggestion(hint, sizeof hint, dm_nearest_name(e->name, names, n), "functions", names, n_functions);
+    dm_error(L->d, e->loc, "unknown function or layer '%s'%s", e->name, hint);
+    free(names);
+}
+
+/* dropout(x, p): p a constant in [0, 1); dropout(x, 0) is x itself, no op at all. */
+static int lower_dropout(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    double p;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0 || lower_eval_number(L, s, e->args[1], &p)) return 1;
+    if (!(p >= 0.0 && p < 1.0)) {
+        dm_error(L->d, e->args[1]->loc, "dropout's probability must be in [0, 1), got %g", p);
+        return 1;
+    }
+    if (val(L, x)->op == OP_CONST || val(L, x)->type.dtype != DT_F32) {
+        dm_error(L->d, e->args[0]->loc, "dropout takes an f32 tensor, not a constant or i32");
+        return 1;
+    }
+    if (p == 0.0) {
+        *out = x;
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_DROPOUT, &x, 1, e->loc);
+    v->scalar = p;
+    v->rng_op = L->dropouts++;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    const char *f = e->name;
+    *out = -1;
+    if (strcmp(f, "dropout") == 0) return lower_dropout(L, s, e, out);
+    ir_op unary = ir_op_by_name(f);
+    if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) {
+        if (want_args(L, e, 1, 1)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        double folded;
+        if (x >= 0 && val(L, x)->op == OP_CONST && fold_unary(unary, val(L, x)->scalar, &folded))
+            *out = make_const(L, folded, e->loc);
+        else if (x >= 0)
+            *out = make_typed(L, s, unary, &x, 1, e->loc);
+        return 1;
+    }
+    if (strcmp(f, "recompute") == 0) {
+        /* recompute(h(x)): the layer calls inside keep only their inputs for the backward */
+        if (want_args(L, e, 1, 1)) return 1;
+        L->in_recompute++;
+        *out = lower_expr(L, s, e->args[0]);
+        L->in_recompute--;
+        return 1;
+    }
+    if (strcmp(f, "softmax") == 0) {
+        if (want_args(L, e, 1, 2)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        int axis = e->n_args == 2 ? resolve_axis(L, t, e->args[1]) : t->rank - 1;
+        if (axis < 0) {
+            if (t->rank == 0) dm_error(L->d, e->loc, "softmax of a scalar");
+            return 1;
+        }
+        double scale = 1.0;
+        int causal = axis == t->rank - 1 && is_call_of(e->args[0], "causal_mask", 1) && fuse_causal(L, &x, &scale);
+        ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
+        v->axis = axis;
+        v->causal = causal;
+        v->scalar = scale;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "causal_mask") == 0) {
+        if (want_args(L, e, 1, 1)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        ir_value *v = make(L, s, OP_CAUSAL_MASK, &x, 1, e->loc);
+        v->scalar = -INFINITY;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "layernorm") == 0) return lower_layernorm(L, s, e, out);
+    if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
+    if (strcmp(f, "embed") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+        if (ops[0] >= 0 && ops[1] >= 0) *out = make_typed(L, s, OP_EMBED, ops, 2, e->loc);
+        return 1;
+    }
+    if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) {
+        if (want_args(L, e, 1, 1 + IR_MAX_RANK)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        uint32_t axes = 0;
+        if (e->n_args == 1) axes = (1u << t->rank) - 1;
+        for (int i = 1; i < e->n_args; i++) {
+            int a = resolve_axis(L, t, e->args[i]);
+            if (a < 0) return 1;
+            axes |= 1u << a;
+        }
+        ir_value *v = make(L, s, f[0] == 's' ? OP_SUM : OP_MEAN, &x, 1, e->loc);
+        v->axes = axes;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "reshape") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        const dm_expr *shape = e->args[1];
+        if (x < 0) return 1;
+        if (shape->kind != EXPR_LIST) {
+            dm_error(L->d, shape->loc, "reshape takes the new shape as a list: reshape(x, [B, T, C])");
+            return 1;
+        }
+        if (shape->n_args > IR_MAX_RANK) {
+            dm_error(L->d, shape->loc, "rank %d exceeds the maximum of %d", shape->n_args, IR_MAX_RANK);
+            return 1;
+        }
+        ir_value *v = make(L, s, OP_RESHAPE, &x, 1, e->loc);
+        v->type.rank = shape->n_args;
+        int infer = -1;
+        int64_t known = 1, total = ir_numel(&val(L, x)->type);
+        for (int i = 0; i < shape->n_args; i++) {
+            int64_t size;
+            if (lower_eval_dim(L, s, shape->args[i], &size)) return 1;
+            if (size == -1 && infer < 0) {
+                infer = i;
+                continue;
+            }
+            if (size <= 0) {
+                dm_error(L->d, shape->args[i]->loc, "dimension must be positive (or -1 once), got %lld", (long long)size);
+                return 1;
+            }
+            v->type.shape[i] = size;
+            const char *dn = lower_dim_name_of(s, shape->args[i]);
+            v->type.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+            if (mul_checked(known, size, &known) || known > MAX_NUMEL) {
+                dm_error(L->d, shape->loc, "tensor is too large (more than 2^40 elements)");
+                return 1;
+            }
+        }
+        if (infer >= 0) {
+            if (known == 0 || total % known != 0) {
+                dm_error(L->d, shape->loc, "cannot infer the -1 dimension: %lld elements do not divide by %lld",
+                         (long long)total, (long long)known);
+                return 1;
+            }
+            v->type.shape[infer] = total / known;
+        }
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "transpose") == 0) {
+        if (e->n_args != 1 && want_args(L, e, 3, 3)) return 1;
+        if (want_args(L, e, 1, 3)) return 1;
+        int x = lower_expr(L, s, e->args[0]);
+        if (x < 0) return 1;
+        const ir_type *t = &val(L, x)->type;
+        if (t->rank < 2) {
+            dm_error(L->d, e->loc, "transpose needs at least two dimensions");
+            return 1;
+        }
+        int d0 = t->rank - 2, d1 = t->rank - 1;
+        if (e->n_args == 3) {
+            d0 = resolve_axis(L, t, e->args[1]);
+            d1 = resolve_axis(L, t, e->args[2]);
+            if (d0 < 0 || d1 < 0) return 1;
+        }
+        ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
+        for (int i = 0; i < t->rank; i++) v->perm[i] = i;
+        v->perm[d0] = d1;
+        v->perm[d1] = d0;
+        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+        return 1;
+    }
+    if (strcmp(f, "cross_entropy") == 0) {
+        if (want_args(L, e, 2, 2)) return 1;
+        int ab[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+        if (ab[0] < 0 || ab[1] < 0) return 1;
+        int stats = make_typed(L, s, OP_XENT_STATS, ab, 2, e->loc);
+        if (stats >= 0 && val(L, ab[0])->name) val(L, stats)->name = ir_internf(L->g, "%s_stats", val(L, ab[0])->name);
+        if (stats >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, &stats, 1, e->loc);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* lower_internal.h: what the files of the lowering share; not part of lower.h.
+ *
+ * lower.c owns the names: scopes, the evaluation of dims and types, layer instances and
+ * the walk over the program. lower_builtins.c lowers expressions, and lower_settings.c
+ * the statements that set up the training rather than compute (dim, mesh, optimizer,
+ * schedule, zero). Both read and extend the lowerer's graph and scopes, and lower.c
+ * hands them every expression and setting statement: hence the types here.
+ *
+ * The functions declared here cross files, so the library exports them: they all carry
+ * the lower_ prefix, as the library's other modules carry theirs (emit_, pipe_, ...). */
+#ifndef DM_LOWER_INTERNAL_H
+#define DM_LOWER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lower.h"
+
+/* The elements one tensor may have: declared types (lower.c) and reshape
+ * (lower_builtins.c) are held to the same limit. */
+#define MAX_NUMEL ((int64_t)1 << 40)
+
+typedef enum { B_DIM, B_VALUE, B_LAYER, B_BLOCK } binding_kind;
+
+/* Only lower.c makes and walks instances: the other files pass them on, opaque. */
+typedef struct instance instance;
+
+typedef struct binding {
+    const char *name;
+    binding_kind kind;
+    dm_loc loc;
+    int64_t dim;          /* B_DIM */
+    const char *display;  /* B_DIM: the name types print for it (the caller's), or NULL */
+    int value;            /* B_VALUE */
+    instance *layer;      /* B_LAYER */
+    const dm_stmt *block; /* B_BLOCK */
+    int failed;           /* its definition failed and was reported: uses of it stay silent
+                           * rather than cascade into "unknown name" */
+} binding;
+
+typedef struct scope {
+    struct scope *parent;
+    binding *items;       /* (n) */
+    int n, cap;
+    int *slots;           /* (n_slots) open-addressing index into items, -1 empty */
+    int n_slots;
+    const char *prefix;   /* value names made here start with it ("fc1."), "" at top */
+} scope;
+
+typedef struct lowerer {
+    ir_graph *g;
+    dm_diag *d;
+    int too_large;            /* the size limit was hit and reported: stop lowering */
+    int n_instances;          /* layer instances made, bounded by MAX_INSTANCES */
+    const dm_lower_options *opts;
+    scope global;
+    instance *instances;
+    int depth;                /* nested instantiation / calls */
+    int segments;             /* top-level layer calls so far (ir_value.segment) */
+    int in_recompute;         /* lowering the argument of recompute(...) */
+    int dropouts;             /* dropout ops so far (ir_value.rng_op) */
+    const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
+    binding failed_path;      /* what a dotted path into a failed layer resolves to */
+    const char *layer_path;   /* the top-level layer being instantiated, or NULL */
+    dm_loc layer_loc;         /* its declaration: where errors in its block's body come from */
+} lowerer;
+
+/* One-line helpers called all over the lowering: inline, they are no exported
+ * symbol, so their short names need no prefix. */
+static inline ir_value *val(lowerer *L, int id) { return L->g->values[id]; }
+static inline int mul_checked(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+
+/* ---- lower.c --------------------------------------------------------------------------- */
+
+binding *lower_scope_find(scope *s, const char *name);
+const char *lower_binding_kind_name(binding_kind k);
+binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc);
+void lower_bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
+int lower_visible_names(const scope *s, unsigned kinds, const char **out, int max);
+void lower_near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size);
+int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out);
+int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out);
+int lower_axis_index(const ir_graph *g, const char *name);
+const char *lower_dim_name_of(scope *s, const dm_expr *e);
+binding *lower_resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc);
+int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call);
+
+/* ---- lower_builtins.c ------------------------------------------------------------------ */
+
+int lower_expr(lowerer *L, scope *s, const dm_expr *e);
+
+/* ---- lower_settings.c ------------------------------------------------------------------ */
+
+/* Blocks declare dims too (overridable 0): lower.c calls it for those as well. */
+void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable);
+void lower_mesh(lowerer *L, const dm_stmt *st);
+void lower_optimizer(lowerer *L, const dm_stmt *st);
+void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc);
+void lower_zero(lowerer *L, const dm_stmt *st);
+void lower_resolve_cuts(lowerer *L, const dm_expr *list);
+
+#endif

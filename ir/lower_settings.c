@@ -1,0 +1,280 @@
+/* lower_settings.c: the statements that set up the training rather than compute: dim
+ * (with --set), mesh (with --mesh), optimizer, schedule and accumulate, zero, and the
+ * schedule's cuts once the program is lowered. They write the graph's settings and the
+ * global scope's dims; dm_lower (lower.c) decides when each runs. */
+#include "lower_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+#include "suggest.h"
+
+/* ---- statements ------------------------------------------------------------------------ */
+
+static dm_override *find_override(dm_override *list, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i].name, name) == 0) return &list[i];
+    return NULL;
+}
+
+void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
+    int64_t v;
+    if (lower_eval_dim(L, s, st->value, &v)) {
+        lower_bind_failed(L, s, st, B_DIM);
+        return;
+    }
+    dm_override *o = overridable ? find_override(L->opts->dims, L->opts->n_dims, st->name) : NULL;
+    if (o) {
+        v = o->value;
+        o->used = 1;
+    }
+    if (v <= 0) {
+        dm_error(L->d, st->value->loc, "dimension '%s' must be positive, got %lld", st->name, (long long)v);
+        lower_bind_failed(L, s, st, B_DIM);
+        return;
+    }
+    ir_graph *gm = L->g;
+    if (overridable && gm->batch_dim && strcmp(gm->batch_dim, st->name) == 0) {
+        /* the graph is one micro-batch: the step's batch is its microbatches */
+        if (v % gm->microbatches != 0) {
+            dm_error(L->d, st->value->loc, "the batch '%s' = %lld cannot be split into %d micro-batches", st->name,
+                     (long long)v, gm->microbatches);
+            dm_note(L->d, gm->schedule_loc.line > 0 ? gm->schedule_loc : st->value->loc,
+                    "micro-batches are equal: make '%s' a multiple of %d", st->name, gm->microbatches);
+        } else {
+            gm->batch_whole = v;
+            v /= gm->microbatches;
+        }
+    }
+    binding *b = lower_bind(L, s, st->name, B_DIM, st->name_loc);
+    if (!b) return;
+    b->dim = v;
+    b->display = overridable ? b->name : NULL;
+    if (overridable) {
+        ir_graph *g = L->g;
+        g->dim_names = ir_grow(g->dim_names, g->n_dims, sizeof *g->dim_names);
+        g->dim_values = ir_grow(g->dim_values, g->n_dims, sizeof *g->dim_values);
+        g->dim_names[g->n_dims] = b->name;
+        g->dim_values[g->n_dims] = v;
+        g->n_dims++;
+    }
+}
+
+void lower_mesh(lowerer *L, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    if (g->n_axes) {
+        dm_error(L->d, st->loc, "the mesh is already declared");
+        dm_note(L->d, g->axes[0].loc, "first declared here");
+        return;
+    }
+    for (int i = 0; i < st->n_args; i++) {
+        const dm_expr *a = st->args[i];
+        if (a->kind != EXPR_KWARG) {
+            dm_error(L->d, a->loc, "mesh axes are written name = size");
+            continue;
+        }
+        if (g->n_axes == IR_MAX_AXES) {
+            dm_error(L->d, a->loc, "at most %d mesh axes", IR_MAX_AXES);
+            return;
+        }
+        if (lower_axis_index(g, a->name) >= 0) {
+            dm_error(L->d, a->loc, "mesh axis '%s' declared twice", a->name);
+            continue;
+        }
+        int64_t size;
+        if (lower_eval_dim(L, &L->global, a->lhs, &size)) continue;
+        dm_override *o = find_override(L->opts->mesh, L->opts->n_mesh, a->name);
+        if (o) size = o->value, o->used = 1;
+        if (size < 1 || size > 65536) {
+            dm_error(L->d, a->lhs->loc, "mesh axis '%s' must have a size from 1 to 65536, got %lld", a->name, (long long)size);
+            continue;
+        }
+        if (strcmp(a->name, "pipeline") == 0) g->pipe_axis = g->n_axes;
+        g->axes[g->n_axes].name = ir_intern(g, a->name);
+        g->axes[g->n_axes].size = size;
+        g->axes[g->n_axes].loc = a->loc;
+        g->n_axes++;
+    }
+}
+
+void lower_optimizer(lowerer *L, const dm_stmt *st) {
+    ir_optimizer *o = &L->g->optimizer;
+    const dm_expr *call = st->value;
+    if (o->kind != OPTIM_NONE) {
+        dm_error(L->d, st->loc, "the optimizer is already declared");
+        return;
+    }
+    if (call->has_dim_args) {
+        dm_error(L->d, call->loc, "%s is a function; call it with ( )", call->name);
+        return;
+    }
+    struct { const char *name; double *slot; } hypers[10];
+    int n = 0;
+    double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
+    *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
+    if (strcmp(call->name, "sgd") == 0) {
+        o->kind = OPTIM_SGD;
+        hypers[n].name = "lr", hypers[n++].slot = &o->lr;
+        hypers[n].name = "momentum", hypers[n++].slot = &o->momentum;
+        hypers[n].name = "dampening", hypers[n++].slot = &o->dampening;
+        hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
+        hypers[n].name = "nesterov", hypers[n++].slot = &nesterov_value;
+    } else if (strcmp(call->name, "adamw") == 0) {
+        o->kind = OPTIM_ADAMW;
+        o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = 0.01;
+        hypers[n].name = "lr", hypers[n++].slot = &o->lr;
+        hypers[n].name = "beta1", hypers[n++].slot = &o->beta1;
+        hypers[n].name = "beta2", hypers[n++].slot = &o->beta2;
+        hypers[n].name = "eps", hypers[n++].slot = &o->eps;
+        hypers[n].name = "weight_decay", hypers[n++].slot = &o->weight_decay;
+    } else {
+        static const char *const optimizers[] = {"sgd", "adamw"};
+        char hint[160];
+        dm_format_suggestion(hint, sizeof hint, dm_nearest_name(call->name, optimizers, 2), "valid", optimizers, 2);
+        dm_error(L->d, call->loc, "unknown optimizer '%s'%s", call->name, hint);
+        return;
+    }
+    /* the learning-rate schedule and clipping, either optimizer's (ir/schedule.c); decay is a name */
+    hypers[n].name = "warmup", hypers[n++].slot = &o->warmup;
+    hypers[n].name = "min_lr", hypers[n++].slot = &o->min_lr;
+    hypers[n].name = "clip", hypers[n++].slot = &o->clip;
+    for (int i = 0; i < call->n_args; i++) {
+        const dm_expr *a = call->args[i];
+        if (a->kind != EXPR_KWARG) {
+            dm_error(L->d, a->loc, "optimizer settings are written name = value");
+            continue;
+        }
+        if (strcmp(a->name, "decay") == 0) {
+            if (a->lhs->kind != EXPR_NAME || ir_decay_from_name(a->lhs->name, &o->decay) != 0)
+                dm_error(L->d, a->lhs->loc, "decay is none, cosine or linear%s%s%s", a->lhs->kind == EXPR_NAME ? ", not '" : "",
+                         a->lhs->kind == EXPR_NAME ? a->lhs->name : "", a->lhs->kind == EXPR_NAME ? "'" : "");
+            continue;
+        }
+        double *slot = NULL;
+        const char *names[sizeof hypers / sizeof *hypers + 1];
+        for (int k = 0; k < n; k++) {
+            names[k] = hypers[k].name;
+            if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
+        }
+        names[n] = "decay"; /* a name, not a number: handled above, valid all the same */
+        if (!slot) {
+            char hint[512];
+            dm_format_suggestion(hint, sizeof hint, dm_nearest_name(a->name, names, n + 1), "valid", names, n + 1);
+            dm_error(L->d, a->loc, "unknown setting '%s' for %s%s", a->name, call->name, hint);
+            continue;
+        }
+        if (lower_eval_number(L, &L->global, a->lhs, slot)) continue;
+        if (*slot < 0 || !isfinite(*slot)) dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
+        else if (slot == &o->clip && *slot == 0)
+            dm_error(L->d, a->lhs->loc, "clip is the largest gradient norm let through, above 0 (leave it out not to clip)");
+    }
+    o->nesterov = nesterov_value != 0;
+    if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        dm_error(L->d, call->loc, "nesterov momentum requires a momentum and zero dampening");
+    if (o->kind == OPTIM_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))
+        dm_error(L->d, call->loc, "adamw betas must be below 1");
+    ir_check_schedule(o, call->loc, L->d);
+}
+
+/* The count of a schedule or accumulate statement: a positive integer. */
+static int micro_count(lowerer *L, const dm_expr *e, const char *what, int *out) {
+    int64_t v;
+    if (lower_eval_dim(L, &L->global, e, &v)) return -1;
+    if (v < 1 || v > 4096) {
+        dm_error(L->d, e->loc, "%s must be from 1 to 4096, got %lld", what, (long long)v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* `schedule 1f1b(microbatches = 8)` and `accumulate = 4`: the micro-batches of a step
+ * (the same count: Megatron-LM's number of micro-batches is its accumulation) and the
+ * pipeline schedule. Read before anything else: the batch dim is lowered divided. */
+void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc) {
+    ir_graph *g = L->g;
+    int m = 0;
+    dm_loc at = st->loc;
+    if (st->kind == STMT_ACCUMULATE) {
+        if (micro_count(L, st->value, "accumulate", &m)) return;
+    } else {
+        const dm_expr *call = st->value;
+        int kind = pipe_kind_by_name(call->name);
+        if (call->has_dim_args || kind < 0) {
+            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved or pipedream_2bw)", call->name);
+            return;
+        }
+        g->schedule = kind;
+        for (int i = 0; i < call->n_args; i++) {
+            const dm_expr *a = call->args[i];
+            if (a->kind == EXPR_KWARG && strcmp(a->name, "cuts") == 0) {
+                if (a->lhs->kind != EXPR_LIST) dm_error(L->d, a->lhs->loc, "cuts are a list of values: cuts = [h1, h2]");
+                else L->cuts = a->lhs;
+                continue;
+            }
+            if (a->kind == EXPR_KWARG && strcmp(a->name, "chunks") == 0) {
+                if (kind != PIPE_INTERLEAVED)
+                    dm_error(L->d, a->loc, "chunks = v goes with the interleaved schedule, not %s", call->name);
+                else if (!micro_count(L, a->lhs, "chunks", &g->chunks))
+                    g->chunks_loc = a->loc;
+                continue;
+            }
+            if (a->kind != EXPR_KWARG || strcmp(a->name, "microbatches") != 0) {
+                dm_error(L->d, a->loc, "a schedule takes microbatches = M, cuts = [values] and (interleaved) chunks = v");
+                continue;
+            }
+            if (micro_count(L, a->lhs, "microbatches", &m)) return;
+            at = a->loc;
+        }
+    }
+    if (m == 0) return;
+    if (*micro && *micro != m) {
+        dm_error(L->d, at, "%d micro-batches here, %d before", m, *micro);
+        dm_note(L->d, *micro_loc, "accumulate and microbatches count the same micro-batches; give one");
+        return;
+    }
+    *micro = m;
+    *micro_loc = at;
+}
+
+/* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). */
+void lower_zero(lowerer *L, const dm_stmt *st) {
+    int64_t v;
+    if (lower_eval_dim(L, &L->global, st->value, &v)) return;
+    if (v < 0 || v > 3) {
+        dm_error(L->d, st->value->loc,
+                 "zero is 0, 1 (optimizer state split over data), 2 (gradients too) or 3 (parameters too), got %lld",
+                 (long long)v);
+        return;
+    }
+    L->g->zero = (int)v;
+    L->g->zero_loc = st->loc;
+}
+
+/* cuts = [h1, h2]: each a value of the program, in order; stage k + 1 starts after
+ * the k-th. */
+void lower_resolve_cuts(lowerer *L, const dm_expr *list) {
+    ir_graph *g = L->g;
+    g->cuts_loc = list->loc;
+    g->cut_after = calloc((size_t)list->n_args + 1, sizeof *g->cut_after);
+    if (!g->cut_after) abort();
+    for (int i = 0; i < list->n_args; i++) {
+        const dm_expr *e = list->args[i];
+        binding *b = e->kind == EXPR_NAME ? lower_scope_find(&L->global, e->name) : NULL;
+        if (b && b->failed) continue;
+        if (!b || b->kind != B_VALUE || b->value < 0 || val(L, b->value)->phase != PHASE_FORWARD ||
+            ir_op_info_of(val(L, b->value)->op)->cls == OPC_SOURCE) {
+            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...)");
+            continue;
+        }
+        ir_value *v = val(L, b->value);
+        if (g->n_cuts && g->cut_after[g->n_cuts - 1]->id >= v->id) {
+            dm_error(L->d, e->loc, "cuts are listed in program order: '%s' comes before the previous one", e->name);
+            continue;
+        }
+        g->cut_after[g->n_cuts++] = v;
+    }
+}
+
