@@ -155,7 +155,7 @@ CASES = {
                          b"minimize l\noptimizer sgd(lr = 0.1)\n",
                          VALID, False, "distinct-param-names"),
     # A layer whose declaration failed stayed bound with no instance: calling it
-    # dereferenced NULL (call_layer in ir/lower.c).
+    # dereferenced NULL (lower_call_layer in ir/lower.c).
     "call-failed-layer": (b"block f(x) {\nreturn x\n}\nlayer l = f[3]\ninput x : f32[3]\ny = l(x)\n", BROKEN, False),
     # Known bugs (known_bug True) fail until fixed: meson test fuzz-known-bugs. None now.
 }
