@@ -100,7 +100,7 @@ static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, cons
     memset(sent, 0, sizeof(double) * 3 * IR_MAX_AXES);
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
-        if (!explain_replaced_by_zero(g, zero, r->items[i].value))
+        if (!explain_replaced(g, zero, r->items[i].value))
             sent[c->phase][explain_collective_axis(g, c)] += explain_collective_sent_bytes(g, c);
     }
     explain_zero_collective *zc;
@@ -173,6 +173,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
                 (long long)explain_collective_bytes(g, c), explain_collective_sent_bytes(g, c), r->items[i].source_line);
         explain_json_string(out, r->items[i].reason);
         if (explain_replaced_by_zero(g, zero, r->items[i].value)) fprintf(out, ", \"replaced_by_zero\": true");
+        if (explain_replaced_by_param_servers(g, r->items[i].value)) fprintf(out, ", \"replaced_by_param_servers\": true");
         fprintf(out, "}");
     }
     fprintf(out, "]");
@@ -480,6 +481,16 @@ int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int va
     for (int p = 0; zero && zero->n_buckets && g->grads && p < g->n_params; p++)
         if (g->grads[p] == value) return zero->bucket_of[p] >= 0;
     return 0;
+}
+
+int explain_replaced_by_param_servers(const ir_graph *g, int value) {
+    const ir_value *v = g->values[value];
+    return g->param_servers.servers && v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && v->param_index >= 0 &&
+           g->grads && g->grads[v->param_index] == value;
+}
+
+int explain_replaced(const ir_graph *g, const dm_zero_plan *zero, int value) {
+    return explain_replaced_by_zero(g, zero, value) || explain_replaced_by_param_servers(g, value);
 }
 
 static void add_zero_collective(const ir_graph *g, explain_zero_collective **out, int *n, int phase, int bucket,

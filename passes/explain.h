@@ -50,8 +50,11 @@ typedef struct explain_zero_collective {
 } explain_zero_collective;
 /* The count, in *out (free it); none (0) without ZeRO (zero NULL or no buckets). */
 int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explain_zero_collective **out);
-/* Whether ZeRO reduces this gradient allreduce's bucket instead (zero may be NULL). */
+/* Whether ZeRO reduces this gradient allreduce's bucket instead (zero may be NULL); whether
+ * parameter servers take its place (--param-servers); either. */
 int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value);
+int explain_replaced_by_param_servers(const ir_graph *g, int value);
+int explain_replaced(const ir_graph *g, const dm_zero_plan *zero, int value);
 /* "12.50 MiB" of elements of 4 bytes */
 void explain_mib(double elems, char *buf, size_t size);
 

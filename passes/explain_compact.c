@@ -99,7 +99,7 @@ static int group_collectives(const ir_graph *g, const dm_reshard_list *r, const 
     int n_groups = 0;
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
-        if (explain_replaced_by_zero(g, zero, r->items[i].value)) continue;
+        if (explain_replaced(g, zero, r->items[i].value)) continue;
         int axis = explain_collective_axis(g, c), k = 0;
         const char *kind = explain_collective_kind(c);
         while (k < n_groups && !(groups[k].phase == (int)c->phase && groups[k].axis == axis &&

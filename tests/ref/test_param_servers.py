@@ -89,7 +89,16 @@ def check_explain(dmc, src):
                            timeout=60)
         if r.returncode != 0:
             raise Failure("%s failed:\n%s" % (" ".join(args), r.stdout))
-        ps = json.loads(r.stdout)["param_servers"]
+        plan = json.loads(r.stdout)
+        ps = plan["param_servers"]
+        replaced = [c for c in plan["collectives"] if c.get("replaced_by_param_servers")]
+        kept = [c for c in plan["collectives"] if not c.get("replaced_by_param_servers")]
+        if len(replaced) != 6 or any(c["op"] != "allreduce" or c["phase"] != "update" for c in replaced):
+            raise Failure("--explain=json: expected the 6 update allreduces marked replaced_by_param_servers, got %s"
+                          % replaced)
+        if plan["communication"]["sent_bytes_per_rank"] != sum(c["sent_bytes_per_rank"] for c in kept):
+            raise Failure("--explain=json: communication counts the allreduces the servers replace: %s"
+                          % plan["communication"])
         shard = -(-params // servers)
         want = {"servers": servers, "workers": workers, "first_server_rank": workers, "synchronous": staleness is None,
                 "staleness": -1 if staleness is None else staleness, "worker_sends_bytes": 4 * params,
@@ -101,7 +110,8 @@ def check_explain(dmc, src):
             if ps.get(key) != value and not (isinstance(value, int) and abs(ps.get(key, -1e18) - value) <= 1):
                 raise Failure("--explain=json, %d workers, %d servers: %s is %s, expected %s" % (workers, servers, key,
                                                                                               ps.get(key), value))
-    print("--explain=json: the servers' and workers' traffic match the formulas")
+    print("--explain=json: the servers' and workers' traffic match the formulas; the allreduces they replace are "
+          "marked and not counted")
 
 
 def main(argv):
