@@ -3,6 +3,8 @@
  * the single roofline these rules used before). An op takes the longer of its flops and
  * its bytes, each at its peak times an efficiency, plus its messages: each step of a ring
  * pays the link's latency, and the bytes sent its bandwidth (alpha-beta). */
+#include <math.h>
+
 #include "hardware.h"
 #include "passes.h"
 
@@ -145,24 +147,38 @@ static double ranks_per_node(const ir_graph *g, const dm_cost_model *m, const dm
     return ranks < hw->devices_per_node ? ranks : hw->devices_per_node;
 }
 
+/* The threads a rank's loops and products run on: on a CPU (a hardware with lone_rank
+ * figures, whose devices are cores) libdmrt gives each rank cores / ranks of its node
+ * (dmrt_threads_per_rank); elsewhere 1. */
+static double rank_threads(const ir_graph *g, const dm_cost_model *m, const dm_hardware *hw) {
+    if (hw->lone_rank_threads <= 1) return 1;
+    double threads = floor((double)hw->devices_per_node / ranks_per_node(g, m, hw));
+    return threads > 1 ? threads : 1;
+}
+
 /* flop/s of one product of call_flops: the precision's peak at the efficiency for its
- * size (where the hardware has a curve), on every core of a CPU when its rank is alone. */
+ * size (where the hardware has a curve), on every core of a CPU when its rank is alone
+ * (measured so: lone_rank), on its share of them otherwise (split in as many products). */
 static double matmul_rate(const ir_graph *g, const dm_cost_model *m, const dm_hardware *hw, double call_flops) {
     double peak = hw->peak_flops[m ? m->precision : DM_FP32];
     if (hw->lone_rank_threads > 1 && ranks_per_node(g, m, hw) <= 1)
         return peak * hw->lone_rank_threads * dm_size_curve_at(&hw->lone_rank_matmul, call_flops);
-    return peak * (hw->matmul_by_size.n ? dm_size_curve_at(&hw->matmul_by_size, call_flops) : hw->matmul_efficiency);
+    double threads = rank_threads(g, m, hw);
+    return threads * peak *
+           (hw->matmul_by_size.n ? dm_size_curve_at(&hw->matmul_by_size, call_flops / threads) : hw->matmul_efficiency);
 }
 
 double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
     const dm_hardware *hw = cost_hardware(m);
     double calls = c.calls > 0 ? c.calls : 1;
+    /* a CPU rank's loops run on its cores (the memory figures are per core, too) */
+    double threads = c.matmul ? 1 : rank_threads(g, m, hw);
     double rate = c.matmul ? matmul_rate(g, m, hw, c.flops / calls)
-                           : hw->vector_flops > 0 ? hw->vector_flops : hw->peak_flops[DM_FP32];
+                           : threads * (hw->vector_flops > 0 ? hw->vector_flops : hw->peak_flops[DM_FP32]);
     /* bf16 training keeps activations and their gradients in 2-byte elements (Megatron-LM
      * and PyTorch's autocast do; dmc's generated code does not yet: costed only) */
     if (m && m->precision == DM_BF16 && !c.fp32_master) c.bytes /= 2, c.sent /= 2;
-    double compute = c.flops / rate, memory = c.bytes / (hw->memory_bandwidth * hw->memory_efficiency);
+    double compute = c.flops / rate, memory = c.bytes / (threads * hw->memory_bandwidth * hw->memory_efficiency);
     double t = compute > memory ? compute : memory;
     /* a product's curve includes its calls' overheads; other kernels pay theirs */
     if (!c.matmul) t += c.calls * hw->kernel_overhead;
