@@ -46,6 +46,8 @@ typedef struct cg_loop_nest {
     const char *expr;
     int accumulate;
     const char *scale;                              /* multiply out by this literal afterwards, or NULL */
+    const char *also_out;                           /* C dialect: the first local of expr is also
+                                                     * stored there, at out's index, or NULL */
 } cg_loop_nest;
 
 /* Row-major c = op(a) @ op(b) (+ c when accumulate), batch times: the i-th product

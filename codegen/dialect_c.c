@@ -172,6 +172,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     index_expr(k, k->out_stride, k->out_offset, idx, sizeof idx);
     /* "name = e1; ...; result": locals computed once per element, then the result */
     const char *rest = k->expr;
+    int first_local = 1;
     for (const char *semi; (semi = strchr(rest, ';')); rest = semi + 1) {
         snprintf(local, sizeof local, "%.*s", (int)(semi - rest), rest);
         char *eq = strchr(local, '=');
@@ -182,6 +183,8 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         for (char *end = eq - 1; end > name && *end == ' '; end--) *end = 0;
         substitute(k, eq + 1, expr, sizeof expr);
         cg_line(w, "const float %s =%s;", name, expr);
+        if (first_local && k->also_out) cg_line(w, "%s[%s] = %s;", k->also_out, idx, name);
+        first_local = 0;
     }
     while (*rest == ' ') rest++;
     substitute(k, rest, expr, sizeof expr);

@@ -392,6 +392,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
         for (int st = 0; st < E.stages; st++) E.slots[st] = plans->pipeline->stage[st].in_flight;
     }
     E.summed = dm_summed_partials(g);
+    plan_bias_activations(&E);
     E.bucket_lead = plans->buckets->lead;
     E.bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
@@ -411,6 +412,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     free(E.local);
     free(E.slots);
     free(E.summed);
+    free(E.activation_of_bias);
     free(E.fault_site);
     free(E.for_outputs);
     for (int i = 0; i < g->n_values; i++) free(E.cname[i]);

@@ -2,6 +2,7 @@
  * nests (elementwise, reductions, broadcasts, transposes, slices), products, row-wise
  * kernels, embeddings, losses, optimizer updates; and the collectives the shard pass
  * inserted, with the gradient buckets of passes/buckets.c. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,7 +27,85 @@ static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char 
 
 static void emit_product(emitter *E, const ir_value *v);
 
+/* A bias's add that runs its product, whose first reader is an activation of it alone (a
+ * unary op, same phase and stage) on the C target: the product is made without the bias,
+ * and the activation's pass adds the bias, stores the sum (the activation's gradient reads
+ * it) and applies itself, one pass where there were two (the bias's fill, the activation). */
+void plan_bias_activations(emitter *E) {
+    const ir_graph *g = E->g;
+    E->activation_of_bias = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!E->activation_of_bias) abort();
+    for (int i = 0; i < g->n_values; i++) E->activation_of_bias[i] = -1;
+    if (E->device) return;
+    for (int a = 0; a < g->n_values; a++) {
+        const ir_value *add = V(E, a);
+        if (!runs_product(E, add)) continue;
+        for (int u = a + 1; u < g->n_values; u++) {
+            const ir_value *reader = V(E, u);
+            int reads = 0;
+            for (int k = 0; k < reader->n_operands; k++) reads |= reader->operands[k] == a;
+            if (!reads) continue;
+            const ir_op_info *info = ir_op_info_of(reader->op);
+            if (info->cls == OPC_UNARY && reader->n_operands == 1 && reader->op != OP_DROPOUT && info->forward &&
+                !strchr(info->forward, ';') && reader->phase == add->phase && reader->stage == add->stage &&
+                !shares_buffer(E, u) && T(E, u)->dtype == DT_F32 && ir_numel(T(E, u)) == ir_numel(T(E, a)))
+                E->activation_of_bias[a] = u;
+            break; /* the first reader decides */
+        }
+    }
+}
+
+/* The activation u of a bias's add that it completes (plan_bias_activations), or -1. */
+static int bias_of_activation(const emitter *E, int u) {
+    const ir_value *v = V(E, u);
+    return v->n_operands == 1 && E->activation_of_bias[v->operands[0]] == u ? v->operands[0] : -1;
+}
+
+/* expr with every identifier `from` spelled `to` (numbers such as 1.0f left whole). */
+static void rename_var(const char *expr, const char *from, const char *to, char *out, size_t size) {
+    size_t n = 0, from_len = strlen(from);
+    for (const char *p = expr; *p && n + 1 < size;) {
+        if (isalpha((unsigned char)*p) || *p == '_' || isdigit((unsigned char)*p)) {
+            const char *q = p;
+            while (isalnum((unsigned char)*q) || *q == '_' || (isdigit((unsigned char)*p) && *q == '.')) q++;
+            int match = !isdigit((unsigned char)*p) && (size_t)(q - p) == from_len && strncmp(p, from, from_len) == 0;
+            n += (size_t)snprintf(out + n, size - n, "%.*s", match ? (int)strlen(to) : (int)(q - p), match ? to : p);
+            p = q;
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n < size ? n : size - 1] = 0;
+}
+
+/* The sum product + bias (a local, pre_activation), stored back as the add's value, then
+ * the activation of it. */
+static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
+    const ir_value *a = V(E, add);
+    const ir_type *t = T(E, add);
+    int64_t n = t->shape[t->rank - 1];
+    char activation[1024], expr[2048];
+    rename_var(ir_op_info_of(u->op)->forward, "x", "pre_activation", activation, sizeof activation);
+    snprintf(expr, sizeof expr, "pre_activation = p + b; %s", activation);
+    cg_loop_nest k = {.rank = 2, .size = {ir_numel(t) / n, n}, .n_in = 2, .out = E->cname[u->id], .out_stride = {n, 1},
+                      .out_elems = ir_numel(t), .expr = expr, .also_out = E->cname[add]};
+    literal lits[2];
+    set_operand(E, &k, 0, "p", add, &lits[0]);
+    k.stride[0][0] = n, k.stride[0][1] = 1;
+    set_operand(E, &k, 1, "b", a->operands[1], &lits[1]);
+    k.stride[1][1] = 1;
+    cg_line(&E->w, "/* %s = %s + its bias %s, stored, and %s of it, in one pass */", E->cname[add],
+            E->cname[a->operands[0]], E->cname[a->operands[1]], ir_op_info_of(u->op)->name);
+    coalesce(&k);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
 static void emit_elementwise(emitter *E, const ir_value *v) {
+    int add = bias_of_activation(E, v->id);
+    if (add >= 0) {
+        emit_bias_activation(E, v, add);
+        return;
+    }
     if (runs_product(E, v)) {
         cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
         emit_product(E, V(E, v->operands[0]));
@@ -165,7 +244,10 @@ static void emit_product(emitter *E, const ir_value *v) {
     }
     k.ldc = k.n;
     int add = E->plan->bias_add_of[v->id];
-    if (add >= 0) {
+    if (add >= 0 && E->activation_of_bias[add] >= 0) {
+        cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
+                E->cname[V(E, add)->operands[1]], E->cname[E->activation_of_bias[add]]);
+    } else if (add >= 0) {
         const ir_type *t = T(E, v->id);
         int64_t n = t->shape[t->rank - 1];
         cg_loop_nest fill = {.rank = 2, .size = {ir_numel(t) / n, n}, .n_in = 1, .out = E->cname[v->id],
