@@ -39,7 +39,9 @@ void plan_bias_activations(emitter *E) {
     if (E->device) return;
     for (int a = 0; a < g->n_values; a++) {
         const ir_value *add = V(E, a);
-        if (!runs_product(E, add)) continue;
+        /* the bias is read later than the add would read it: only a parameter's own storage
+         * keeps it that long (a slice, a ZeRO 3 gather, is a temporary) */
+        if (!runs_product(E, add) || E->plan->region[E->plan->storage_of[add->operands[1]]] != REGION_PARAMS) continue;
         for (int u = a + 1; u < g->n_values; u++) {
             const ir_value *reader = V(E, u);
             int reads = 0;
