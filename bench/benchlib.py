@@ -96,3 +96,22 @@ def parse_blas(prog, stdout):
         sys.exit("%s: no 'blas ... of train_step's ...' line in dmc's output (DMRT_BLAS_TIME=1 set):\n%s"
                  % (prog, stdout[-2000:]))
     return float(m.group(1)), float(m.group(2)), int(m.group(4)), float(m.group(5))
+
+
+def train_accuracies(cmd, epochs):
+    """Runs a `dmc run ... --epochs E` command; returns (the test accuracy after the last
+    epoch, [each epoch's], its output, seconds). The trainer prints 'epoch E test accuracy
+    A' after each epoch and 'test accuracy A' at the end."""
+    import subprocess
+    import time
+    t0 = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    took = time.time() - t0
+    if r.returncode != 0:
+        raise RuntimeError("`%s` failed:\n%s" % (" ".join(cmd), r.stdout))
+    final = re.findall(r"^test accuracy ([0-9.]+)$", r.stdout, re.M)
+    per_epoch = [float(x) for x in re.findall(r"^epoch \d+ test accuracy ([0-9.]+)$", r.stdout, re.M)]
+    if len(final) != 1 or len(per_epoch) != epochs:
+        raise RuntimeError("`%s` printed %d final and %d epoch accuracies, not 1 and %d:\n%s" %
+                           (" ".join(cmd), len(final), len(per_epoch), epochs, r.stdout))
+    return float(final[0]), per_epoch, r.stdout, took

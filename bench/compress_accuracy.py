@@ -21,10 +21,11 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -45,18 +46,8 @@ def train(dmc, dm_file, mode, epochs, seed, backend):
            "--quiet"]
     if mode != "none":
         cmd += ["--compress", mode]
-    t0 = time.time()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    took = time.time() - t0
-    if r.returncode != 0:
-        raise RuntimeError("`%s` failed:\n%s" % (" ".join(cmd), r.stdout))
-    # the trainer prints 'epoch E test accuracy A' after each epoch, 'test accuracy A' at the end
-    final = re.findall(r"^test accuracy ([0-9.]+)$", r.stdout, re.M)
-    per_epoch = [float(x) for x in re.findall(r"^epoch \d+ test accuracy ([0-9.]+)$", r.stdout, re.M)]
-    if len(final) != 1 or len(per_epoch) != epochs:
-        raise RuntimeError("`%s` printed %d final and %d epoch accuracies, not 1 and %d:\n%s" %
-                           (" ".join(cmd), len(final), len(per_epoch), epochs, r.stdout))
-    return float(final[0]), per_epoch, took
+    final, per_epoch, _, took = benchlib.train_accuracies(cmd, epochs)
+    return final, per_epoch, took
 
 
 def main():

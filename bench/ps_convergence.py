@@ -19,10 +19,11 @@ timing, while the asynchronous ones do, which is the point: run several seeds).
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,18 +37,8 @@ def train(dmc, dm_file, mode, args, seed):
         cmd += ["--param-servers", str(args.servers)]
     if mode not in ("allreduce", "sync"):
         cmd += ["--ps-staleness", mode]
-    t0 = time.time()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    took = time.time() - t0
-    if r.returncode != 0:
-        raise RuntimeError("`%s` failed:\n%s" % (" ".join(cmd), r.stdout))
-    final = re.findall(r"^test accuracy ([0-9.]+)$", r.stdout, re.M)
-    per_epoch = [float(x) for x in re.findall(r"^epoch \d+ test accuracy ([0-9.]+)$", r.stdout, re.M)]
-    if len(final) != 1 or len(per_epoch) != args.epochs:
-        raise RuntimeError("`%s` printed %d final and %d epoch accuracies, not 1 and %d:\n%s" %
-                           (" ".join(cmd), len(final), len(per_epoch), args.epochs, r.stdout))
-    servers = re.findall(r"^server \d+ .*$", r.stdout, re.M)
-    return float(final[0]), per_epoch, servers, took
+    final, per_epoch, out, took = benchlib.train_accuracies(cmd, args.epochs)
+    return final, per_epoch, re.findall(r"^server \d+ .*$", out, re.M), took
 
 
 def main():
