@@ -109,7 +109,9 @@ static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, cons
     free(zc);
 }
 
-static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *out) {
+/* --explain=full: the reshard list as the passes placed it; a row that ZeRO's buckets or
+ * the parameter servers replace says so (their sections say with what). */
+static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
     if (!r || r->n == 0) {
         fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
         return;
@@ -145,9 +147,12 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, FILE *
         ir_format_type(g, &src->type, type, sizeof type);
         explain_mib((double)explain_collective_bytes(g, c) / 4.0, bytes, sizeof bytes);
         explain_mib(explain_collective_sent_bytes(g, c) / 4.0, s, sizeof s);
-        fprintf(out, "  %-8s %-28s %-30s %-28s %12s %12s  line %-4d %s\n", explain_phase_names[c->phase], op,
+        const char *replaced = explain_replaced_by_zero(g, zero, r->items[i].value) ? " [replaced by its ZeRO bucket]"
+                             : explain_replaced_by_param_servers(g, r->items[i].value) ? " [replaced by the parameter servers]"
+                                                                                        : "";
+        fprintf(out, "  %-8s %-28s %-30s %-28s %12s %12s  line %-4d %s%s\n", explain_phase_names[c->phase], op,
                 src->name ? src->name : ir_op_info_of(src->op)->name, type, bytes, s, r->items[i].source_line,
-                r->items[i].reason);
+                r->items[i].reason, replaced);
     }
     fprintf(out, "\n");
 }
@@ -735,7 +740,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     if (g->loss >= 0)
         fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?",
                 g->values[g->loss]->loc.line);
-    if (full) list_collectives(g, reshards, out);
+    if (full) list_collectives(g, reshards, zero, out);
     else explain_collectives_grouped(g, reshards, zero, out);
     explain_compress_text(g, full, out);
     explain_ps_text(g, out);
