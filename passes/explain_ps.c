@@ -23,9 +23,8 @@ static ps_traffic traffic(const ir_graph *g) {
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (ir_op_info_of(v->op)->cls == OPC_UPDATE && !t.states) t.states = v->n_operands - 2;
-        if (v->op != OP_ALLREDUCE || v->phase != PHASE_UPDATE || v->mesh_axis < 0) continue;
-        double n = (double)g->axes[v->mesh_axis].size;
-        t.allreduce_sent += (double)ir_local_numel(g, &v->type) * 2 * (n - 1) / n;
+        if (!explain_replaced_by_param_servers(g, i)) continue;
+        t.allreduce_sent += explain_collective_sent_bytes(g, v) / 4.0; /* (in floats) */
         t.allreduces++;
     }
     return t;
