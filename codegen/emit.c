@@ -236,8 +236,8 @@ static int check_spmd(const emitter *E, FILE *err) {
         bad = -1;
     }
     if (E->device && emits_2bw(E)) {
-        fprintf(err, "%s: error: the 2bw schedule is built for the C target only; compile with --target c or another "
-                     "schedule\n", E->source_path);
+        fprintf(err, "%s: error: the %s schedule is built for the C target only; compile with --target c or another "
+                     "schedule\n", E->source_path, dm_runs_pipedream(E->g) ? "pipedream" : "2bw");
         bad = -1;
     }
     if (E->device && E->g->param_servers.servers) {

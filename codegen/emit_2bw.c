@@ -1,4 +1,7 @@
-/* emit_2bw.c: the 2bw schedule's step (PipeDream-2BW, Narayanan et al. 2021). Stage s of P
+/* emit_2bw.c: the steps of the schedules that do not flush. 2bw (PipeDream-2BW, Narayanan et
+ * al. 2021) first, then what pipedream (PipeDream's weight stashing, Narayanan et al. 2019)
+ * does otherwise: the same stream, but each backward updates its stage (P - s versions).
+ * 2bw: stage s of P
  * runs the 1F1B stream of every batch without a flush: a step runs the forwards of its
  * batch t, each followed by the stream's next backward, so that the backwards of batch t's
  * last P - s - 1 micro-batches run in step t + 1 (or the drain). Batch t runs on the
@@ -15,6 +18,9 @@
 
 int emits_2bw(const emitter *E) { return E->stages > 1 && dm_runs_2bw(E->g) && E->g->optimizer.kind != OPTIM_NONE; }
 
+/* pipedream rather than 2bw */
+static int stashes(const emitter *E) { return dm_runs_pipedream(E->g); }
+
 /* The inputs stage st keeps of the previous batch (bit n: input n). */
 static uint64_t kept_inputs(const emitter *E, int st) { return dm_2bw_kept_inputs(E->g, E->plan, st); }
 
@@ -26,12 +32,22 @@ static long long batch_elems(const emitter *E, int n) {
 void emit_2bw_fields(emitter *E) {
     cg_writer *w = &E->w;
     if (!emits_2bw(E)) return;
-    cg_line(w, "/* 2bw: two versions of this rank's parameters; ctx->params is the one in use */");
-    cg_line(w, "float *weights[2];");
-    cg_line(w, "int newest;    /* weights[newest]: the newest complete version (after updates `step`) */");
-    cg_line(w, "int current;   /* weights[current]: the version this step's batch runs on */");
-    cg_line(w, "int owed;      /* weights[owed]: the version the previous batch ran on, whose last backwards and");
-    cg_line(w, "                * update this stage owes (-1: none, the stream starts: after create or drain) */");
+    if (stashes(E)) {
+        cg_line(w, "/* pipedream: versions of this rank's parameters, one per micro-batch in flight on its stage");
+        cg_line(w, " * (%d - s on stage s; the others are empty); ctx->params is the one in use */", E->ranks);
+        cg_line(w, "float *weights[%d];", E->ranks);
+        cg_line(w, "int newest;    /* weights[newest]: the newest version (after `updates` updates) */");
+        cg_line(w, "int owed;      /* 1: the previous batch's last backwards are owed here (-1: none, the stream");
+        cg_line(w, "                * starts: after create or drain) */");
+        cg_line(w, "int64_t updates;    /* this stage's optimizer updates: one per backward */");
+    } else {
+        cg_line(w, "/* 2bw: two versions of this rank's parameters; ctx->params is the one in use */");
+        cg_line(w, "float *weights[2];");
+        cg_line(w, "int newest;    /* weights[newest]: the newest complete version (after updates `step`) */");
+        cg_line(w, "int current;   /* weights[current]: the version this step's batch runs on */");
+        cg_line(w, "int owed;      /* weights[owed]: the version the previous batch ran on, whose last backwards and");
+        cg_line(w, "                * update this stage owes (-1: none, the stream starts: after create or drain) */");
+    }
     cg_line(w, "int64_t batches;    /* batches run (steps); the stream counts micro-batches from 0 */");
     cg_line(w, "int64_t micro_base; /* the stream's number of the running batch's micro-batch 0 */");
     cg_line(w, "int inferring;      /* in forward or predict: kept values go to the copy no owed backward holds */");
@@ -63,7 +79,8 @@ int emit_2bw_kept_count(const emitter *E, int n, char *buf, size_t size) {
 void emit_2bw_create(emitter *E) {
     cg_writer *w = &E->w;
     if (!emits_2bw(E)) return;
-    cg_line(w, "ctx->params = ctx->weights[0]; /* 2bw: initialised, the stream starts on version 0 */");
+    cg_line(w, "ctx->params = ctx->weights[0]; /* %s: initialised, the stream starts on version 0 */",
+            stashes(E) ? "pipedream" : "2bw");
     cg_line(w, "ctx->owed = -1;");
     for (int n = 0; n < E->g->n_inputs; n++) {
         uint64_t any = 0;
@@ -76,10 +93,18 @@ void emit_2bw_helpers(emitter *E) {
     cg_writer *w = &E->w;
     int M = E->g->microbatches;
     if (!emits_2bw(E)) return;
-    cg_line(w, "/* 2bw: the weights and kept values of the batch to run: this step's (previous 0), or the");
-    cg_line(w, " * previous step's, whose last backwards this stage owes (previous 1). */");
-    cg_line(w, "static void use_batch(struct_ctx *ctx, int previous) {");
-    cg_line(w, "    ctx->params = ctx->weights[previous ? ctx->owed : ctx->current];");
+    if (stashes(E)) {
+        cg_line(w, "/* pipedream: the kept values of the batch to run: this step's (previous 0), or the previous");
+        cg_line(w, " * step's, whose last backwards this stage owes (previous 1); a micro-batch's forward and");
+        cg_line(w, " * backward choose their weights, forward, predict and save_weights see the newest. */");
+        cg_line(w, "static void use_batch(struct_ctx *ctx, int previous) {");
+        cg_line(w, "    ctx->params = ctx->weights[ctx->newest];");
+    } else {
+        cg_line(w, "/* 2bw: the weights and kept values of the batch to run: this step's (previous 0), or the");
+        cg_line(w, " * previous step's, whose last backwards this stage owes (previous 1). */");
+        cg_line(w, "static void use_batch(struct_ctx *ctx, int previous) {");
+        cg_line(w, "    ctx->params = ctx->weights[previous ? ctx->owed : ctx->current];");
+    }
     cg_line(w, "    ctx->micro_base = (ctx->batches - previous) * %d;", M);
     cg_line(w, "}");
     cg_blank(w);
@@ -91,33 +116,98 @@ void emit_2bw_helpers(emitter *E) {
     cg_line(w, "    return (ctx->micro_base + (ctx->inferring ? 0 : micro)) %% slots;");
     cg_line(w, "}");
     cg_blank(w);
-    cg_line(w, "/* 2bw: the end of a step: its batch's last backwards are owed (on every stage but the last,");
-    cg_line(w, " * which owes only the update), and the next batch runs on the newest weights, which forward,");
-    cg_line(w, " * predict and save_weights see until then. */");
-    cg_line(w, "static void end_step(struct_ctx *ctx) {");
-    cg_line(w, "    ctx->owed = ctx->current;");
-    cg_line(w, "    ctx->current = ctx->newest;");
+    if (stashes(E)) {
+        cg_line(w, "/* pipedream: the end of a step: its batch's last backwards are owed (on every stage but the");
+        cg_line(w, " * last), and forward, predict and save_weights see the newest weights. */");
+        cg_line(w, "static void end_step(struct_ctx *ctx) {");
+        cg_line(w, "    ctx->owed = 1;");
+    } else {
+        cg_line(w, "/* 2bw: the end of a step: its batch's last backwards are owed (on every stage but the last,");
+        cg_line(w, " * which owes only the update), and the next batch runs on the newest weights, which forward,");
+        cg_line(w, " * predict and save_weights see until then. */");
+        cg_line(w, "static void end_step(struct_ctx *ctx) {");
+        cg_line(w, "    ctx->owed = ctx->current;");
+        cg_line(w, "    ctx->current = ctx->newest;");
+    }
     cg_line(w, "    ctx->batches++;");
     cg_line(w, "    use_batch(ctx, 0);");
     cg_line(w, "}");
     cg_blank(w);
 }
 
-/* Stage st's helpers: a backward it owes, and its next weight version. */
+/* pipedream: stage st's forward and backward of a micro-batch, each on the version the
+ * micro-batch's place in the stream names (the stage's micro-batches in flight have distinct
+ * ones), and the update each backward makes. */
+static void emit_stashed_actions(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    int versions = dm_weight_versions(E->g, st);
+    long long elems = (long long)E->plan->stage[st].param_elems;
+    cg_line(w, "/* Stage %d's forward of micro-batch `micro` on the newest weights, stashed for its backward in", st);
+    cg_line(w, " * the version its place in the stream names (of %d: that of the backward just done, or free). */",
+            versions);
+    cg_line(w, "static int stage%d_stashed_forward(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", st, m);
+    w->indent++;
+    cg_line(w, "const int version = (int)((ctx->micro_base + micro) %% %d);", versions);
+    cg_line(w, "if (version != ctx->newest) {");
+    w->indent++;
+    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
+    cg_line(w, "ctx->newest = version;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "ctx->params = ctx->weights[version];");
+    cg_line(w, "return stage%d_forward(ctx, batch, micro);", st);
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* Stage %d's backward of micro-batch `micro` on the weights its forward ran on, then the update", st);
+    cg_line(w, " * of its gradient, applied to a copy of the newest weights in the version the micro-batch held,");
+    cg_line(w, " * which is free now: it becomes the newest. */");
+    cg_line(w, "static int stage%d_stashed_backward(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", st, m);
+    w->indent++;
+    cg_line(w, "const int version = (int)((ctx->micro_base + micro) %% %d);", versions);
+    cg_line(w, "ctx->params = ctx->weights[version];");
+    cg_line(w, "int status = stage%d_backward(ctx, batch, micro);", st);
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    emit_micro_gradients(E, st, 0);
+    cg_line(w, "if (version != ctx->newest) {");
+    w->indent++;
+    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
+    cg_line(w, "ctx->newest = version;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "/* the optimizer counts its updates (AdamW's bias correction, momentum's first); ctx->step");
+    cg_line(w, " * counts steps */");
+    cg_line(w, "const int64_t steps = ctx->step;");
+    cg_line(w, "ctx->step = ++ctx->updates;");
+    cg_line(w, "status = stage%d_update(ctx, batch);", st);
+    cg_line(w, "ctx->step = steps;");
+    emit_micro_gradients(E, st, 1);
+    cg_line(w, "return status;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* Stage st's helpers: a backward it owes, and (2bw) its next weight version. */
 static void emit_owed_and_update(emitter *E, int st) {
     cg_writer *w = &E->w;
     const char *m = E->g->model;
+    if (stashes(E)) emit_stashed_actions(E, st);
     if (pipe_2bw_owed(E->ranks, st)) { /* the last stage owes none */
         cg_line(w, "/* Stage %d's backward of micro-batch `micro` of the previous batch, which it owed: on the", st);
-        cg_line(w, " * weights that batch ran on, with its inputs as kept. */");
+        cg_line(w, " * weights that %s, with its inputs as kept. */",
+                stashes(E) ? "micro-batch's forward ran on, and its update" : "batch ran on");
         cg_line(w, "static int stage%d_owed_backward(struct_ctx *ctx, int64_t micro) {", st);
         cg_line(w, "    use_batch(ctx, 1);");
-        cg_line(w, "    int status = stage%d_backward(ctx, &ctx->previous, micro);", st);
+        cg_line(w, "    int status = stage%d_%s(ctx, &ctx->previous, micro);", st,
+                stashes(E) ? "stashed_backward" : "backward");
         cg_line(w, "    use_batch(ctx, 0);");
         cg_line(w, "    return status;");
         cg_line(w, "}");
         cg_blank(w);
     }
+    if (stashes(E)) return;
     cg_line(w, "/* Stage %d's next weight version, once the previous batch's backwards are done here: their", st);
     cg_line(w, " * gradients' mean, and the update applied to a copy of the newest weights in the other version,");
     cg_line(w, " * on which no batch runs any more (the previous one ran on it, or, at the stream's start, on");
@@ -154,11 +244,61 @@ static void emit_keep_inputs(emitter *E, int st) {
     }
 }
 
+/* pipedream: stage st's step and drain, 2bw's stream with an update after each backward. */
+static void emit_stashed_stage(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    int M = E->g->microbatches, P = E->ranks, owed = pipe_2bw_owed(P, st);
+    cg_line(w, "/* Stage %d's step of the pipedream stream (%d stages, %d micro-batches a batch): 1F1B without", st, P, M);
+    cg_line(w, " * a flush. Each forward of the step's batch (on the newest weights, stashed) is followed by the");
+    if (owed) {
+        cg_line(w, " * stream's next backward and its update: the previous batch's last %d (owed; none when the", owed);
+        cg_line(w, " * stream starts), then this batch's first %d; its last %d %s owed to the next step or the", M - owed,
+                owed, owed == 1 ? "is" : "are");
+        cg_line(w, " * drain. dmc --explain=full draws the stream. */");
+    } else {
+        cg_line(w, " * micro-batch's backward and its update: the last stage owes none. dmc --explain=full draws");
+        cg_line(w, " * the stream. */");
+    }
+    cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, E->g->model);
+    w->indent++;
+    cg_line(w, "int status;");
+    if (owed) cg_line(w, "const int owes = ctx->owed >= 0;");
+    cg_line(w, "use_batch(ctx, 0);");
+    for (int k = 0; k < M; k++) {
+        cg_line(w, "if ((status = stage%d_stashed_forward(ctx, batch, %d)) != DMRT_OK) return status;", st, k);
+        if (k < owed)
+            cg_line(w, "if (owes && (status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
+        else
+            cg_line(w, "if ((status = stage%d_stashed_backward(ctx, batch, %d)) != DMRT_OK) return status;", st, k - owed);
+    }
+    emit_keep_inputs(E, st);
+    cg_line(w, "end_step(ctx);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* Stage %d's drain: the backwards it owes%s, with their updates. */", st, owed ? "" : " (none)");
+    cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);
+    w->indent++;
+    if (!owed) cg_line(w, "(void)ctx;");
+    else cg_line(w, "int status;");
+    for (int k = 0; k < owed; k++)
+        cg_line(w, "if ((status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
 void emit_2bw_stage(emitter *E, int st) {
     cg_writer *w = &E->w;
     const char *m = E->g->model;
     int M = E->g->microbatches, P = E->ranks, owed = pipe_2bw_owed(P, st);
     emit_owed_and_update(E, st);
+    if (stashes(E)) {
+        emit_stashed_stage(E, st);
+        return;
+    }
     cg_line(w, "/* Stage %d's step of the 2bw stream (%d stages, %d micro-batches a batch): 1F1B without a", st, P, M);
     if (owed) {
         cg_line(w, " * flush. Each forward of the step's batch is followed by the stream's next backward: the");
@@ -211,6 +351,18 @@ void emit_2bw_declaration(emitter *E) {
     const char *m = E->g->model;
     cg_writer *w = &E->w;
     if (!emits_2bw(E)) return;
+    if (stashes(E)) {
+        cg_line(w, "/* The pipedream schedule (PipeDream's weight stashing): a step does not flush the pipeline,");
+        cg_line(w, " * and every micro-batch's backward updates its stage's weights (%s_step counts steps, the", m);
+        cg_line(w, " * optimizer the updates); each micro-batch's backward runs on the weights its forward used on");
+        cg_line(w, " * that stage. A batch's last backwards and their updates run in the next step. Between steps,");
+        cg_line(w, " * forward, predict and save_weights see the newest weights. %s_drain runs what the pipeline", m);
+        cg_line(w, " * owes (at the last step's learning rate), and the next step starts the stream again (as");
+        cg_line(w, " * after create). Every rank must call it; it does nothing when nothing is owed. */");
+        cg_line(w, "int %s_drain(%s_ctx *ctx);", m, m);
+        cg_blank(w);
+        return;
+    }
     cg_line(w, "/* The 2bw schedule (PipeDream-2BW): a step does not flush the pipeline. train_step of batch t");
     cg_line(w, " * runs it on the weights of update t - 1 and makes update t, from batch t - 1's gradient;");
     cg_line(w, " * batch t's last backwards and update run in the next step. Between steps, forward, predict");
@@ -230,7 +382,10 @@ void emit_2bw_api(emitter *E) {
     w->indent++;
     cg_line(w, "ctx->error[0] = 0;");
     cg_line(w, "if (ctx->owed < 0) return DMRT_OK; /* no step since create or the last drain */");
-    cg_line(w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
+    if (stashes(E)) /* the last step's learning rate */
+        cg_line(w, "/* the owed updates run at the last step's learning rate */");
+    else
+        cg_line(w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     cg_line(w, "int status;");
     cg_line(w, "switch (ctx->coord[PIPELINE_AXIS]) {");
     for (int r = 0; r < E->ranks; r++) cg_line(w, "case %d: status = stage%d_drain(ctx); break;", r, r);
@@ -238,7 +393,7 @@ void emit_2bw_api(emitter *E) {
     cg_line(w, "}");
     cg_line(w, "if (status != DMRT_OK) return status;");
     cg_line(w, "ctx->owed = -1;");
-    cg_line(w, "ctx->current = ctx->newest;");
+    if (!stashes(E)) cg_line(w, "ctx->current = ctx->newest;");
     cg_line(w, "use_batch(ctx, 0);");
     cg_line(w, "return DMRT_OK;");
     w->indent--;

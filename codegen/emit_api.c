@@ -667,7 +667,13 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         snprintf(num[4], sizeof num[4], "%lld", (long long)dm_grad_sum_elems(P, -1));
     }
     char count[160];
-    if (emits_2bw(E)) { /* two versions: ctx->params points at one */
+    if (emits_2bw(E) && dm_runs_pipedream(g)) { /* P - s versions on stage s: ctx->params points at one */
+        for (int k = 0; k < E->ranks; k++) {
+            char stashed[160];
+            snprintf(stashed, sizeof stashed, "ctx->coord[PIPELINE_AXIS] < %d ? %s : 0", E->ranks - k, num[0]);
+            OWN("weights[%d]", k, stashed, "float", 0);
+        }
+    } else if (emits_2bw(E)) { /* two versions: ctx->params points at one */
         OWN("%s", "weights[0]", num[0], "float", 0);
         OWN("%s", "weights[1]", num[0], "float", 0);
     } else {
@@ -727,7 +733,7 @@ static void emit_create_destroy(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    owned_buffer bufs[64 + 2 * IR_MAX_AXES];
+    owned_buffer bufs[64 + 64 + 2 * IR_MAX_AXES]; /* (pipedream: up to 64 weight versions) */
     int n_bufs = owned_buffers(E, bufs, (int)(sizeof bufs / sizeof *bufs));
     if (E->partitioned) {
         cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {", m, m);

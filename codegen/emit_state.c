@@ -32,7 +32,9 @@ static const char *checkpoints_unsupported(const emitter *E) {
     if (E->g->compress.kind == COMPRESS_TOPK || E->g->compress.kind == COMPRESS_POWERSGD)
         return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
     if (emits_2bw(E))
-        return "the 2bw schedule's second weight version and owed backwards are not in checkpoints yet";
+        return dm_runs_pipedream(E->g) ? "the pipedream schedule's stashed weight versions and owed backwards are not in "
+                                         "checkpoints yet"
+                                       : "the 2bw schedule's second weight version and owed backwards are not in checkpoints yet";
     if (emits_param_servers(E)) return "the optimizer state is the parameter servers' (--param-servers), not in checkpoints yet";
     return NULL;
 }

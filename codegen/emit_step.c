@@ -359,29 +359,48 @@ static void emit_stage_functions(emitter *E, int st) {
     }
 }
 
-void emit_gradient_means(emitter *E, int st, int *any) {
+/* Stage st's gradients from ctx->grad_sum, divided by `divisor`, into where the update reads
+ * them (with a data axis, the sums themselves: then a divisor of 1 has nothing to do);
+ * `restart`: instead, the sums zeroed (the C target's memory), for the next to start. */
+static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, int restart, const char *title) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int M = g->microbatches;
     char mean[64];
     E->cur_stage = st; /* the mean goes where this stage keeps the gradient */
-    snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", M);
+    if (divisor > 1) snprintf(mean, sizeof mean, "x * (1.0f / %d.0f)", divisor);
+    else snprintf(mean, sizeof mean, "x");
     for (int p = 0; M > 1 && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == st) {
-            /* each micro-batch's loss is a mean over its rows, the step's over all */
-            if (!*any) cg_line(w, "/* the step's gradients: the mean of the micro-batches' */");
+            if (!*any) cg_line(w, "/* %s */", title);
             *any = 1;
             char where[128], grad[140], sum[96];
             storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
             snprintf(grad, sizeof grad, "(%s)", where);
             snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
             long long n = (long long)ir_numel(T(E, g->grads[p]));
+            if (!restart && divisor == 1 && strcmp(grad, sum) == 0) continue;
             cg_line(w, "/* %s */", V(E, g->params[p])->name);
+            if (restart) {
+                cg_line(w, "memset(%s, 0, %lld * sizeof(float));", sum, n);
+                continue;
+            }
             cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},
                               .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
             E->dialect->loop_nest(w, &k);
         }
     E->cur_stage = -1;
+}
+
+void emit_gradient_means(emitter *E, int st, int *any) {
+    /* each micro-batch's loss is a mean over its rows, the step's over all */
+    emit_summed_gradients(E, st, any, E->g->microbatches, 0, "the step's gradients: the mean of the micro-batches'");
+}
+
+void emit_micro_gradients(emitter *E, int st, int restart) {
+    int any = 0;
+    emit_summed_gradients(E, st, &any, 1, restart,
+                          restart ? "the sums zeroed for the next micro-batch's gradients" : "the micro-batch's gradients");
 }
 
 /* Stage st's step (one stage per rank): its forward pass of every micro-batch in order
@@ -526,7 +545,7 @@ static int open_train_step(emitter *E) {
     const char *m = E->g->model;
     cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
-    if (emits_2bw(E)) /* the stream's first step makes no update */
+    if (emits_2bw(E) && !dm_runs_pipedream(E->g)) /* the stream's first step makes no update */
         cg_line(&E->w, "if (ctx->owed >= 0 && next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     else if (emits_update(E))
         cg_line(&E->w, "if (next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
@@ -726,6 +745,8 @@ void emit_scheduled_api(emitter *E) {
         if (g->optimizer.kind != OPTIM_NONE && !emits_2bw(E)) { /* 2bw: in the stages' steps */
             cg_line(w, "ctx->step++;");
             emit_stage_dispatch(E, "update", "ctx, batch");
+        } else if (emits_2bw(E) && dm_runs_pipedream(g)) {
+            cg_line(w, "ctx->step++; /* pipedream: steps (batches); the updates, one per backward, are ctx->updates */");
         }
         cg_line(w, "return status;");
     }

@@ -154,8 +154,9 @@ void emit_ps_declaration(emitter *E);
 void emit_ps_api(emitter *E);
 void emit_ps_descriptor(emitter *E);
 
-/* emit_2bw.c: the 2bw schedule (PipeDream-2BW): whether the program runs it (a pipeline
- * that trains with an optimizer); the context's fields; the elements of buffer
+/* emit_2bw.c: the schedules that do not flush, 2bw (PipeDream-2BW) and pipedream (weight
+ * stashing): whether the program runs one (a pipeline that trains with an optimizer); the
+ * context's fields; the elements of buffer
  * previous_<input n> (an expression of the rank's stage into buf; 0: the buffer is not
  * made); create's set-up after the allocations; the helpers before the stages' functions;
  * stage st's owed backward, next version, step and drain (after its forward, backward
@@ -215,6 +216,9 @@ void emit_serial_api(emitter *E);
 /* After a step's micro-batches, the gradients of stage st's parameters: the mean of their
  * sums. *any: whether the heading comment is out already. */
 void emit_gradient_means(emitter *E, int st, int *any);
+/* pipedream: stage st's micro-batch gradient (its sum, of one) where the update reads it;
+ * restart: after the update, the sums zeroed for the next micro-batch's. */
+void emit_micro_gradients(emitter *E, int st, int restart);
 
 /* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
  * context's fields, the schedule and next_learning_rate (train_step calls it first), the API

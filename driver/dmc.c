@@ -86,13 +86,16 @@ static const char usage[] =
     "                             summed (schedule NAME(microbatches = M) in the .dm); with a\n"
     "                             mesh axis named pipeline, they flow through its stages\n"
     "  --accumulate K             the same count, by its other name (accumulate = K)\n"
-    "  --schedule gpipe|1f1b|interleaved|2bw\n"
+    "  --schedule gpipe|1f1b|interleaved|2bw|pipedream\n"
     "                             the pipeline schedule (default gpipe); interleaved 1F1B\n"
     "                             cuts the model into pipeline x v virtual stages, each rank\n"
     "                             holding v of them (--chunks v), for 1/v of 1F1B's bubble;\n"
     "                             2bw (PipeDream-2BW, pipedream_2bw in the .dm) never flushes:\n"
     "                             batch t's gradient is taken on the weights one update old,\n"
-    "                             two versions kept (docs/parallelism.md)\n"
+    "                             two versions kept; pipedream (PipeDream's weight stashing)\n"
+    "                             never flushes and updates a stage after every backward, each\n"
+    "                             micro-batch's backward on the weights its forward used\n"
+    "                             (docs/parallelism.md)\n"
     "  --chunks v                 with --schedule interleaved: model chunks per pipeline rank\n"
     "                             (schedule interleaved(..., chunks = v) in the .dm)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
@@ -363,7 +366,7 @@ static int parse_common(int argc, char **argv, int *i, options *o) {
     if ((v = option_value(argc, argv, i, "--schedule"))) {
         o->schedule = pipe_kind_by_name(v);
         if (o->schedule < 0) {
-            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b, interleaved or 2bw, got '%s'\n", v);
+            fprintf(stderr, "dmc: error: --schedule takes gpipe, 1f1b, interleaved, 2bw or pipedream, got '%s'\n", v);
             return -1;
         }
         return 1;

@@ -203,7 +203,7 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
         const dm_expr *call = st->value;
         int kind = pipe_kind_by_name(call->name);
         if (call->has_dim_args || kind < 0) {
-            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved or pipedream_2bw)", call->name);
+            dm_error(L->d, call->loc, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, pipedream_2bw or pipedream)", call->name);
             return;
         }
         g->schedule = kind;

@@ -217,7 +217,7 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
             pl->stages, pl->ranks, pl->chunks, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->ranks)),
             pl->by_user ? "program" : "dmc", pipe_bubble_formula_chunked(pl->ranks, pl->chunks, g->microbatches), pl->bubble,
             pl->timed.step, pl->imbalance);
-    if (pl->timed.kind == PIPE_2BW) fprintf(out, "\"warmup_seconds_once\": %.10g, ", pipe_2bw_warmup(&pl->timed));
+    if (pipe_flushless(pl->timed.kind)) fprintf(out, "\"warmup_seconds_once\": %.10g, ", pipe_2bw_warmup(&pl->timed));
     fprintf(out, "\"stage\": [");
     for (int k = 0; k < pl->stages; k++) {
         const dm_stage_plan *s = &pl->stage[k];
@@ -284,7 +284,7 @@ static void stages_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out
 /* The simulated bubble beside the formula for equal stages. */
 static void bubble_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     int P = pl->ranks, M = g->microbatches, v = pl->chunks;
-    if (pl->timed.kind == PIPE_2BW) {
+    if (pipe_flushless(pl->timed.kind)) {
         fprintf(out, "bubble: %.1f%% of stage-time idle in a steady step, simulating %d steps' stream with each stage's\n"
                      "  predicted forward and backward times (a step of %.3f ms). No flush: no step waits for its batch's\n"
                      "  last backwards; but a step ends in collectives over every rank (its loss, the host's agreement to\n"
@@ -342,11 +342,11 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int dra
         fprintf(out, "\nschedule %s, one column per forward time of a stage (a backward takes two), Fmc/Bmc:\n"
                      "forward/backward of micro-batch m on the rank's chunk c (a, b, ...), '.': idle\n", pipe_kind_name(kind));
         pipe_schedule_print(&pl->schedule, out);
-    } else if (draw_grid && kind == PIPE_2BW) {
-        fprintf(out, "\nschedule 2bw, %d steps' stream, one column per forward time (a backward takes two), Fi/Bi:\n"
+    } else if (draw_grid && pipe_flushless(kind)) {
+        fprintf(out, "\nschedule %s, %d steps' stream, one column per forward time (a backward takes two), Fi/Bi:\n"
                      "forward/backward of micro-batch i of the stream (step i / %d's micro-batch i %% %d), '.': idle; step t\n"
                      "runs F(t M .. t M + M - 1) and the backwards between, the previous step's last ones first\n",
-                pl->schedule.batches, M, M);
+                pipe_kind_name(kind), pl->schedule.batches, M, M);
         pipe_schedule_print(&pl->schedule, out);
     } else if (draw_grid) {
         fprintf(out, "\nschedule %s, one column per forward time (a backward takes two), Fm/Bm: forward/backward of\n"
@@ -689,7 +689,10 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
             char second[32], previous[32];
             explain_mib((double)pk.weight_version / 4, second, sizeof second);
             explain_mib((double)pk.previous_inputs / 4, previous, sizeof previous);
-            fprintf(out, ", 2bw's second weight version %s, the previous batch's inputs %s", second, previous);
+            if (g->schedule == PIPE_PIPEDREAM)
+                fprintf(out, ", pipedream's stashed weight versions %s, the previous batch's inputs %s", second, previous);
+            else
+                fprintf(out, ", 2bw's second weight version %s, the previous batch's inputs %s", second, previous);
         }
         if (pk.gathered_outputs) {
             char gathered[32];

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "explain.h"
+#include "schedule.h"
 
 /* "512 B", "24.00 KiB", "6.00 MiB", "1.25 GiB": two decimals of the largest unit below. */
 static void human_bytes(double bytes, char *buf, size_t size) {
@@ -215,8 +216,13 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
         char second[32], inputs[32];
         human_bytes((double)versions, second, sizeof second);
         human_bytes((double)previous, inputs, sizeof inputs);
-        fprintf(out, "  2bw: parameters are two weight versions (the second up to %s), and peak counts the previous\n"
-                     "  batch's inputs kept for the backwards a stage owes across a step's end (up to %s)\n", second, inputs);
+        if (g->schedule == PIPE_PIPEDREAM)
+            fprintf(out, "  pipedream: parameters are P - s weight versions on stage s, one per micro-batch in flight (the\n"
+                         "  stashed ones up to %s), and peak counts the previous batch's inputs kept for the backwards\n"
+                         "  a stage owes across a step's end (up to %s)\n", second, inputs);
+        else
+            fprintf(out, "  2bw: parameters are two weight versions (the second up to %s), and peak counts the previous\n"
+                         "  batch's inputs kept for the backwards a stage owes across a step's end (up to %s)\n", second, inputs);
     }
     char arena[32], unshared[32];
     explain_mib((double)plan->arena_elems, arena, sizeof arena);

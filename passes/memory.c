@@ -788,7 +788,7 @@ void dm_memory_peak_of(const dm_memory_plan *plan, const ir_graph *g, const dm_p
     }
     if (dm_runs_2bw(g) && staged) {
         /* a buffer on every rank for each input some stage keeps (empty on the others) */
-        out->weight_version = out->params;
+        out->weight_version = out->params * (dm_weight_versions(g, stage) - 1);
         uint64_t any = 0, mine_kept = dm_2bw_kept_inputs(g, plan, stage);
         for (int s = 0; s < plan->ranks; s++) any |= dm_2bw_kept_inputs(g, plan, s);
         for (int n = 0; n < g->n_inputs && n < 64; n++)

@@ -346,11 +346,15 @@ int dm_output_gathered(const ir_graph *g, const ir_value *v);
  * bytes as dmrt_alloc rounds it), by part; `stage`: the pipeline coordinate of the rank
  * (0 without stages; interleaved, the rank holds several).
  * scratch_elems: dm_scratch_elems of the target. */
-/* weight_versions.c: the 2bw schedule (PipeDream-2BW) on a pipeline of 2 or more stages,
- * of a program that trains: each rank holds two versions of its parameters; and of the
- * previous batch, the inputs (bit n: input n) that the backwards rank `stage` owes at a
- * step's end read, kept whole (every micro-batch). */
+/* weight_versions.c: the schedules that do not flush (2bw, PipeDream-2BW; pipedream,
+ * PipeDream's weight stashing) on a pipeline of 2 or more stages, of a program that trains
+ * (dm_runs_2bw: either; dm_runs_pipedream: the second). The versions of its parameters
+ * pipeline rank `stage` holds: 2 (2bw), P - stage (pipedream: one per micro-batch in
+ * flight), else 1; and of the previous batch, the inputs (bit n: input n) that the
+ * backwards rank `stage` owes at a step's end read, kept whole (every micro-batch). */
 int dm_runs_2bw(const ir_graph *g);
+int dm_runs_pipedream(const ir_graph *g);
+int dm_weight_versions(const ir_graph *g, int stage);
 uint64_t dm_2bw_kept_inputs(const ir_graph *g, const dm_memory_plan *plan, int stage);
 
 typedef struct dm_memory_peak {
@@ -359,8 +363,8 @@ typedef struct dm_memory_peak {
     int64_t gradient_sums;    /* the micro-batches' gradients, summed */
     int64_t scratch;          /* collectives' and kernels' room */
     int64_t outputs;          /* the step's outputs by micro-batch */
-    int64_t weight_version;   /* 2bw: the parameters' second version (params counts the first) */
-    int64_t previous_inputs;  /* 2bw: the previous batch's inputs its owed backwards read */
+    int64_t weight_version;   /* 2bw, pipedream: the parameters' versions but the first (params counts it) */
+    int64_t previous_inputs;  /* 2bw, pipedream: the previous batch's inputs its owed backwards read */
     int64_t total;
     /* not in total: host memory a partitioned output takes when gathered whole, allocated
      * the first time the caller asks for it */

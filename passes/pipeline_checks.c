@@ -3,42 +3,46 @@
 #include "passes.h"
 #include "schedule.h"
 
-/* 2BW's steps overlap: a stage's last backwards of a batch and its update run in the next
- * step, on the weights that batch's forward used. What needs every stage's gradients of one
- * step at one time, or state tied to the step's number, is refused: the errors found. */
+/* 2BW's and PipeDream's steps overlap: a stage's last backwards of a batch and its updates
+ * run in the next step, on the weights that batch's forward used. What needs every stage's
+ * gradients of one step at one time, or state tied to the step's number, is refused: the
+ * errors found. */
 static int pipeline_2bw_problems(const ir_graph *g, int ranks, dm_loc at, dm_diag *d) {
     int errors = 0;
-    const char *why = pipe_2bw_problem(ranks, g->microbatches);
+    pipe_kind kind = pipe_kind_for(g->schedule, ranks);
+    const char *name = pipe_kind_name(kind);
+    const char *why = pipe_2bw_problem(kind, ranks, g->microbatches);
     if (why) {
-        dm_error(d, at, "%d micro-batch%s cannot run as 2bw on %d pipeline stages: %s", g->microbatches,
-                 g->microbatches == 1 ? "" : "es", ranks, why);
+        dm_error(d, at, "%d micro-batch%s cannot run as %s on %d pipeline stages: %s", g->microbatches,
+                 g->microbatches == 1 ? "" : "es", name, ranks, why);
         dm_note(d, at, "at the end of a step, stage s still owes the backwards of its batch's last %d - s - 1 "
                        "micro-batches; with fewer than %d a step would owe an older batch's too (--microbatches %d)",
                 ranks, ranks, ranks);
         errors++;
     }
     if (g->zero > 0) {
-        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the 2bw schedule", g->zero);
+        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the %s schedule", g->zero,
+                 name);
         errors++;
     }
     /* the global norm would need every stage's gradients of a batch at once: the stages
      * finish them at different points of the next step */
     if (g->optimizer.clip > 0) {
-        dm_error(d, g->optimizer.loc, "gradient clipping is not built for the 2bw schedule: its norm spans the stages, "
-                                      "which finish a batch's gradients at different points of the next step");
+        dm_error(d, g->optimizer.loc, "gradient clipping is not built for the %s schedule: its norm spans the stages, "
+                                      "which finish a batch's gradients at different points of the next step", name);
         errors++;
     }
     if (g->compress.kind != COMPRESS_NONE) {
-        char name[64];
-        dm_compress_name(&g->compress, name, sizeof name);
-        dm_error(d, at, "gradient compression (--compress %s) is not built for the 2bw schedule", name);
+        char compress[64];
+        dm_compress_name(&g->compress, compress, sizeof compress);
+        dm_error(d, at, "gradient compression (--compress %s) is not built for the %s schedule", compress, name);
         errors++;
     }
     /* a dropout mask is keyed by the updates done, which change inside a 2bw step */
     for (int i = 0; i < g->n_values && !errors; i++)
         if (g->values[i]->op == OP_DROPOUT) {
-            dm_error(d, g->values[i]->loc, "dropout is not built for the 2bw schedule: its masks are keyed by the step, "
-                                           "and a 2bw step updates the weights half-way");
+            dm_error(d, g->values[i]->loc, "dropout is not built for the %s schedule: its masks are keyed by the step, "
+                                           "and a %s step updates the weights half-way", name, name);
             errors++;
         }
     return errors;
@@ -58,7 +62,7 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
         return -1;
     }
     int chunks = pipe_chunks_for(g->schedule, ranks, g->chunks);
-    if (pipe_kind_for(g->schedule, ranks) == PIPE_2BW) return pipeline_2bw_problems(g, ranks, at, d) ? -1 : 1;
+    if (pipe_flushless(pipe_kind_for(g->schedule, ranks))) return pipeline_2bw_problems(g, ranks, at, d) ? -1 : 1;
     if (pipe_kind_for(g->schedule, ranks) != PIPE_INTERLEAVED) return 1;
     if (g->chunks < 2) {
         dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
@@ -88,9 +92,9 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
     }
     /* nor gradient compression: its buckets' tables are laid out by stage, not by rank */
     if (g->compress.kind != COMPRESS_NONE) {
-        char name[64];
-        dm_compress_name(&g->compress, name, sizeof name);
-        dm_error(d, at, "gradient compression (--compress %s) is not built for the interleaved schedule", name);
+        char compress[64];
+        dm_compress_name(&g->compress, compress, sizeof compress);
+        dm_error(d, at, "gradient compression (--compress %s) is not built for the interleaved schedule", compress);
         return -1;
     }
     return chunks;
@@ -119,12 +123,13 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
 
 
 int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d) {
-    if (pipe_kind_for(g->schedule, plan->ranks) != PIPE_2BW || plan->n_tied == 0) return 0;
+    pipe_kind kind = pipe_kind_for(g->schedule, plan->ranks);
+    if (!pipe_flushless(kind) || plan->n_tied == 0) return 0;
     /* its owner's new values reach the other holders at the owner's update, which 2bw
-     * runs at another point of the step on each stage */
+     * (and pipedream) runs at another point of the step on each stage */
     const ir_value *v = g->values[plan->tied[0]];
-    dm_error(d, v->loc, "'%s' is used on more than one pipeline stage (tied), which the 2bw schedule does not build yet",
-             v->name);
+    dm_error(d, v->loc, "'%s' is used on more than one pipeline stage (tied), which the %s schedule does not build yet",
+             v->name, pipe_kind_name(kind));
     dm_note(d, v->loc, "the 1f1b schedule runs it, or a cut that keeps its uses on one stage");
     return 1;
 }

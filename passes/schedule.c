@@ -11,6 +11,7 @@ int pipe_kind_by_name(const char *name) {
     if (strcmp(name, "interleaved") == 0) return PIPE_INTERLEAVED;
     /* a .dm names it pipedream_2bw: a name cannot start with a digit */
     if (strcmp(name, "2bw") == 0 || strcmp(name, "pipedream_2bw") == 0) return PIPE_2BW;
+    if (strcmp(name, "pipedream") == 0) return PIPE_PIPEDREAM;
     return -1;
 }
 
@@ -21,7 +22,9 @@ int pipe_chunks_for(int kind, int stages, int chunks) {
 }
 
 const char *pipe_kind_name(pipe_kind kind) {
-    return kind == PIPE_GPIPE ? "gpipe" : kind == PIPE_1F1B ? "1f1b" : kind == PIPE_2BW ? "2bw" : "interleaved";
+    return kind == PIPE_GPIPE ? "gpipe" : kind == PIPE_1F1B ? "1f1b" : kind == PIPE_2BW ? "2bw"
+           : kind == PIPE_PIPEDREAM ? "pipedream"
+                                    : "interleaved";
 }
 
 const char *pipe_interleaved_problem(int stages, int chunks, int micros) {
@@ -30,8 +33,10 @@ const char *pipe_interleaved_problem(int stages, int chunks, int micros) {
     return NULL;
 }
 
-const char *pipe_2bw_problem(int stages, int micros) {
-    if (micros < stages) return "2bw needs at least as many micro-batches as pipeline stages";
+const char *pipe_2bw_problem(int kind, int stages, int micros) {
+    if (micros < stages)
+        return kind == PIPE_PIPEDREAM ? "pipedream needs at least as many micro-batches as pipeline stages"
+                                      : "2bw needs at least as many micro-batches as pipeline stages";
     return NULL;
 }
 
@@ -70,7 +75,7 @@ static void kth(const pipe_schedule *s, int k, int backward, pipe_action *a) {
 static int warmup(const pipe_schedule *s, int stage) {
     int total = s->chunks * s->micros * s->batches;
     int n = s->kind == PIPE_GPIPE                              ? total
-            : s->kind == PIPE_1F1B || s->kind == PIPE_2BW      ? s->stages - stage - 1
+            : s->kind == PIPE_1F1B || pipe_flushless(s->kind)   ? s->stages - stage - 1
                                          : (s->chunks - 1) * s->stages + 2 * (s->stages - stage - 1);
     return n < total ? n : total;
 }
@@ -157,9 +162,9 @@ static int simulate(pipe_schedule *s) {
     /* 2BW's steps end in collectives over every rank (the step's loss, a host's agreement
      * on whether to go on): a step starts on every stage once the last has ended the one
      * before, so its steps are timed one after the other */
-    if (s->kind == PIPE_2BW) t.limit = calloc((size_t)s->stages, sizeof(int));
+    if (pipe_flushless(s->kind)) t.limit = calloc((size_t)s->stages, sizeof(int));
     int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from &&
-                         (s->kind != PIPE_2BW || t.limit)
+                         (!pipe_flushless(s->kind) || t.limit)
                      ? 0
                      : -1;
     for (int step = 0; !status && step < s->batches; step++) {
@@ -193,12 +198,12 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
     if (stages < 1 || micros < 1 || chunks < 1 || chunks > 64 || stages > 4096 || micros > 65536) return -1;
     if ((chunks > 1) != (kind == PIPE_INTERLEAVED) || (chunks > 1 && pipe_interleaved_problem(stages, chunks, micros)))
         return -1;
-    if (kind == PIPE_2BW && pipe_2bw_problem(stages, micros)) return -1;
+    if (pipe_flushless(kind) && pipe_2bw_problem(kind, stages, micros)) return -1;
     size_t V = (size_t)stages * (size_t)chunks;
     for (size_t j = 0; j < V; j++)
         if (!(forward[j] > 0) || !(backward[j] > 0)) return -1;
     s->kind = kind, s->stages = stages, s->micros = micros, s->chunks = chunks;
-    s->batches = kind == PIPE_2BW ? PIPE_2BW_BATCHES : 1;
+    s->batches = pipe_flushless(kind) ? PIPE_2BW_BATCHES : 1;
     s->stage_forward = malloc(V * sizeof(double));
     s->stage_backward = malloc(V * sizeof(double));
     /* every field of every action is written below: order() the kinds, the timing the rest */
@@ -219,7 +224,7 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
     }
     if (!status) status = simulate(s);
     /* 2BW: its middle step, which starts with a previous batch's backwards owed */
-    if (!status) s->step = kind == PIPE_2BW ? s->step_ends[1] - s->step_ends[0] : s->makespan;
+    if (!status) s->step = pipe_flushless(kind) ? s->step_ends[1] - s->step_ends[0] : s->makespan;
     if (status) pipe_schedule_free(s);
     return status;
 }

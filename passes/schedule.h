@@ -22,7 +22,13 @@ typedef enum pipe_kind {
     PIPE_2BW,         /* PipeDream-2BW (Narayanan et al., 2021): 1F1B without a flush between steps; a
                        * stage's last P - s - 1 backwards of batch t run in step t + 1, and batch t
                        * runs on the weights of update t - 1 (two versions kept) */
+    PIPE_PIPEDREAM,   /* PipeDream with weight stashing (Narayanan et al., 2019): 2BW's stream, but each
+                       * micro-batch's backward updates its stage, and its forward and backward run on
+                       * the same version (P - s kept on stage s, one per micro-batch in flight) */
 } pipe_kind;
+
+/* The schedules whose steps do not flush (2BW, PipeDream): the same stream of actions. */
+static inline int pipe_flushless(int kind) { return kind == PIPE_2BW || kind == PIPE_PIPEDREAM; }
 
 typedef struct pipe_action {
     char kind;        /* 'F' or 'B' */
@@ -60,8 +66,8 @@ pipe_kind pipe_kind_for(int kind, int stages);
  * stages, else 1. */
 int pipe_chunks_for(int kind, int stages, int chunks);
 
-/* "gpipe" / "1f1b" / "interleaved" / "2bw" (or "pipedream_2bw", as a .dm names it) to the
- * kind; -1 for anything else. */
+/* "gpipe" / "1f1b" / "interleaved" / "2bw" (or "pipedream_2bw", as a .dm names it) /
+ * "pipedream" to the kind; -1 for anything else. */
 int pipe_kind_by_name(const char *name);
 const char *pipe_kind_name(pipe_kind kind);
 
@@ -69,10 +75,10 @@ const char *pipe_kind_name(pipe_kind kind);
  * sentence), or NULL when they can: chunks >= 2, and M a multiple of P (micro-batches go
  * through a stage's chunks in groups of P). */
 const char *pipe_interleaved_problem(int stages, int chunks, int micros);
-/* Why P stages cannot run M micro-batches as 2BW (a sentence), or NULL when they can:
- * M >= P, so that the backwards a stage owes at a step's end are all of the step's own
- * batch (two weight versions suffice). */
-const char *pipe_2bw_problem(int stages, int micros);
+/* Why P stages cannot run M micro-batches as 2BW or PipeDream (a sentence naming the
+ * schedule), or NULL when they can: M >= P, so that the backwards a stage owes at a step's
+ * end are all of the step's own batch (for 2BW, two weight versions suffice). */
+const char *pipe_2bw_problem(int kind, int stages, int micros);
 /* 2BW: the backwards stage s of P still owes when a step ends (of its batch's last
  * micro-batches), and runs in the next step or the drain: P - s - 1. */
 static inline int pipe_2bw_owed(int stages, int stage) { return stages - stage - 1; }

@@ -1,5 +1,6 @@
-/* weight_versions.c: what the 2bw schedule keeps across a step's end (codegen allocates it,
- * --explain counts it): a second version of every parameter, and of the previous batch the
+/* weight_versions.c: what the schedules that do not flush (2bw, pipedream) keep across a
+ * step's end (codegen allocates it, --explain counts it): more versions of every parameter
+ * (2bw a second; pipedream one per micro-batch in flight), and of the previous batch the
  * inputs that the backwards a stage owes read. requires: pipeline (stages), memory. */
 #include "passes.h"
 #include "schedule.h"
@@ -7,7 +8,18 @@
 int dm_runs_2bw(const ir_graph *g) {
     int axis = ir_pipeline_axis(g);
     int ranks = axis >= 0 ? (int)g->axes[axis].size : 1;
-    return pipe_kind_for(g->schedule, ranks) == PIPE_2BW && g->loss >= 0 && g->grads;
+    return pipe_flushless(pipe_kind_for(g->schedule, ranks)) && g->loss >= 0 && g->grads;
+}
+
+int dm_runs_pipedream(const ir_graph *g) {
+    return dm_runs_2bw(g) && g->schedule == PIPE_PIPEDREAM;
+}
+
+int dm_weight_versions(const ir_graph *g, int stage) {
+    if (!dm_runs_2bw(g)) return 1;
+    if (!dm_runs_pipedream(g)) return 2;
+    /* stage s runs P - s - 1 forwards ahead of its backwards: P - s micro-batches in flight */
+    return (int)g->axes[ir_pipeline_axis(g)].size - stage;
 }
 
 uint64_t dm_2bw_kept_inputs(const ir_graph *g, const dm_memory_plan *plan, int stage) {

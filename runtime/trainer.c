@@ -311,10 +311,12 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     if (o->eval_every > 0 && !o->text_files)
         return usage_error(prog, model,
                            "--eval-every needs --data text:FILE[,FILE...] (its validation part)");
-    /* a 2bw step leaves a batch's last backwards to the next: no gradient is whole after step 1 */
+    /* a step that does not flush (2bw, pipedream) leaves a batch's last backwards to the next:
+     * no gradient is whole after step 1 */
     if (o->dump_grads && model->drain)
-        return usage_error(prog, model, "--dump-grads: model '%s' runs the 2bw schedule, whose gradients are a step "
-                                        "late (no step leaves its batch's gradients whole)", model->name);
+        return usage_error(prog, model, "--dump-grads: model '%s' runs a pipeline schedule that does not flush (2bw or "
+                                        "pipedream), whose steps leave a batch's last backwards to the next (no step "
+                                        "leaves its batch's gradients whole)", model->name);
     /* Sampling settings without --sample would be silently ignored: most likely the
      * --sample was forgotten. */
     if (o->sample < 0 && (o->prompt || o->temperature >= 0.0 || o->top_k >= 0)) {

@@ -66,6 +66,9 @@ CASES = {
                                               "--set", "H=784", "--explain=full"]),
     "mlp.pipeline2_2bw.compact": ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4",
                                                       "--schedule", "2bw", "--explain"]),
+    # pipedream: the same stream, its weight versions (P - s on stage s) in the memory
+    "mlp.pipeline3_pipedream": ("examples/mlp.dm", ["--mesh", "pipeline=3", "--microbatches", "4", "--schedule",
+                                                    "pipedream", "--explain=full"]),
     "mlp.accumulate4": ("examples/mlp.dm", ["--accumulate", "4", "--explain=full"]),
     # ZeRO: each bucket's shares, and the state (and gradients) per rank halved
     "mlp.data2_zero1": ("examples/mlp.dm", ["--mesh", "data=2", "--zero", "1", "--explain=full"]),

@@ -282,10 +282,12 @@ static void check_interleaved_grid(void) {
  * on all (its collectives): a step takes M (f + b) + (P - 1) f (no backward waited for, as
  * 1F1B's flush does), the first as well, and the drain after the last (P - 1) b; activations
  * in flight P - s. Returns the schedules checked. */
-static int check_2bw(int P, int M, double f, double b) {
+/* 2BW's stream (and PipeDream's, the same actions: it differs in the weights each action
+ * runs on and when updates happen, not in the order or the dependencies). */
+static int check_2bw(pipe_kind kind, int P, int M, double f, double b) {
     pipe_schedule s;
-    if (pipe_schedule_build(&s, PIPE_2BW, P, M, f, b) != 0) {
-        EXPECT(0, "2bw P=%d M=%d: build failed", P, M);
+    if (pipe_schedule_build(&s, kind, P, M, f, b) != 0) {
+        EXPECT(0, "%s P=%d M=%d: build failed", pipe_kind_name(kind), P, M);
         return 0;
     }
     int N = s.batches * M, n = pipe_actions(&s);
@@ -333,15 +335,19 @@ static int check_2bw(int P, int M, double f, double b) {
     free(b_end);
     pipe_schedule_free(&s);
     /* fewer micro-batches than stages: a step would owe two batches' backwards */
-    EXPECT(pipe_2bw_problem(P, M) == NULL && pipe_2bw_problem(P, P - 1) != NULL, "2bw P=%d: M >= P", P);
-    EXPECT(pipe_schedule_build(&s, PIPE_2BW, P, P - 1, f, b) == -1, "2bw P=%d M=%d built", P, P - 1);
+    EXPECT(pipe_2bw_problem(kind, P, M) == NULL && pipe_2bw_problem(kind, P, P - 1) != NULL, "2bw P=%d: M >= P", P);
+    EXPECT(pipe_schedule_build(&s, kind, P, P - 1, f, b) == -1, "2bw P=%d M=%d built", P, P - 1);
     return 1;
 }
 
 int main(void) {
     int two_bw = 0;
     for (int P = 2; P <= 8; P++)
-        for (int M = P; M <= 16; M++) two_bw += check_2bw(P, M, 1.0, 1.0) + check_2bw(P, M, 1.0, 2.0);
+        for (int M = P; M <= 16; M++)
+            for (int k = 0; k < 2; k++) {
+                pipe_kind kind = k ? PIPE_PIPEDREAM : PIPE_2BW;
+                two_bw += check_2bw(kind, P, M, 1.0, 1.0) + check_2bw(kind, P, M, 1.0, 2.0);
+            }
     int interleaved = 0;
     for (int P = 2; P <= 8; P++)
         for (int v = 2; v <= 4; v++)
@@ -362,10 +368,11 @@ int main(void) {
     EXPECT(pipe_schedule_build(&s, PIPE_GPIPE, 0, 4, 1, 1) == -1, "0 stages accepted");
     EXPECT(pipe_kind_by_name("1f1b") == PIPE_1F1B && pipe_kind_by_name("gpipe") == PIPE_GPIPE &&
                pipe_kind_by_name("interleaved") == PIPE_INTERLEAVED && pipe_kind_by_name("2bw") == PIPE_2BW &&
-               pipe_kind_by_name("pipedream_2bw") == PIPE_2BW && pipe_kind_by_name("zb") == -1,
+               pipe_kind_by_name("pipedream_2bw") == PIPE_2BW && pipe_kind_by_name("pipedream") == PIPE_PIPEDREAM &&
+               pipe_kind_by_name("zb") == -1,
            "names");
     if (failures) printf("schedule: FAILED\n");
     else printf("schedule: 256 schedules, the grid and 96 + 2 unequal-stage schedules; %d interleaved and its grid; %d "
-                "2bw streams checked\n", interleaved, two_bw);
+                "2bw and pipedream streams checked\n", interleaved, two_bw);
     return failures ? 1 : 0;
 }

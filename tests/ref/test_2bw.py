@@ -165,13 +165,14 @@ def stream_order(stages, stage, micros, first_step):
     return names
 
 
-def check_trace(dmc, tmp, common, files):
+def check_trace(dmc, tmp, common, files, schedule="2bw"):
     """The run's trace: no flush between steps. A steady step on stage 0 starts with the
-    previous batch's last backwards between its first forwards, as the stream's order says."""
+    previous batch's last backwards between its first forwards, as the stream's order says
+    (the same for the pipedream schedule)."""
     stages, micros, steps = 2, 4, 3
-    trace = os.path.join(tmp, "2bw-trace.json")
+    trace = os.path.join(tmp, schedule + "-trace.json")
     test_mlp.run_dmc(dmc, files["adamw"], tmp, common + ["--mesh", "pipeline=%d" % stages, "--microbatches",
-                                                          str(micros), "--schedule", "2bw", "--steps", str(steps),
+                                                          str(micros), "--schedule", schedule, "--steps", str(steps),
                                                           "--trace", trace])
     with open(trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
@@ -182,7 +183,8 @@ def check_trace(dmc, tmp, common, files):
             want = stream_order(stages, stage, micros, step == 1)
             print("trace stage %d step %d: %s (the stream: %s)" % (stage, step, " ".join(got), " ".join(want)))
             if got != want:
-                raise Failure("trace: stage %d's step %d ran %s, not the 2bw stream's %s" % (stage, step, got, want))
+                raise Failure("trace: stage %d's step %d ran %s, not the %s stream's %s" % (stage, step, got, schedule,
+                                                                                            want))
 
 
 def main(argv):

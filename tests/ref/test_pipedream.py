@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""test_pipedream.py: the pipedream schedule (PipeDream's weight stashing) against a PyTorch
+reference of its update rule (meson test `ref-pipedream-pytorch`).
+
+usage: /usr/bin/python3 tests/ref/test_pipedream.py DMC SOURCE_ROOT
+
+PipeDream (Narayanan et al., 2019) does not compute what synchronous training computes, by
+design. The micro-batches of consecutive steps are one stream, numbered i = 0, 1, ...
+(step t's micro-batch m is i = t M + m). Stage s of P runs them 1F1B without a flush,
+its backwards P - 1 - s micro-batches behind its forwards, and updates its parameters
+after every backward, with that micro-batch's gradient alone (the mean over its rows).
+The forward of micro-batch i on stage s runs on the weights of the updates made there
+before it, max(0, i - (P - 1 - s)) of them, and its backward on the same (stashed)
+weights. So, for the parameters W_s of stage s:
+
+    g_i = gradient of micro-batch i's loss, each stage s at W_s(max(0, i - P + 1 + s))
+    W_s(i + 1) = W_s(i) - opt(g_i restricted to stage s)
+
+The reference is that rule written out in torch, independently of dmc: every version of
+every parameter kept, one autograd graph per micro-batch with each stage's parameters at
+its version, torch.optim.SGD/AdamW stepping the live weights once per micro-batch. Which
+parameters are on which stage is the plan's (read from `dmc --explain=json`: each stage's
+parameter bytes, the parameters in the order the model uses them). examples/mlp.dm at
+test_mlp.py's sizes, weights and batches runs STEPS steps with `dmc run --schedule
+pipedream` (the trainer drains the pipeline after the last step, so the --save'd weights
+are W(STEPS M)) on each mesh of CASES:
+
+  - every printed loss (the mean of the step's micro-batches' losses) within 1e-5 relative;
+  - the final weights within 1e-5 (test_mlp.py's bound);
+  - and, so that the test can fail, the reference's final weights differ from those of
+    the 2bw rule and of synchronous training by far more than the bound;
+  - a run's --trace (pipeline=2, M = 4, 3 steps) is the stream's order on each stage: no
+    flush between steps (test_2bw.check_trace).
+
+The cases cover pipelines of 2 to 4 stages (1 to 3 micro-batches owed across a step's end,
+and up to 4 weight versions), SGD with momentum and weight decay and AdamW (whose bias
+correction counts updates), data parallelism (pipeline=2 x data=2) and the MPI backend.
+
+Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import dmcrun  # noqa: E402
+import test_2bw  # noqa: E402
+import test_mlp  # noqa: E402
+from dmcrun import Failure, import_reference  # noqa: E402
+
+STEPS = test_mlp.STEPS
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-5
+DISTINCT = 100 * WEIGHT_ATOL
+
+# (label, mesh, micro-batches, optimizer: "sgd" or "adamw")
+CASES = [
+    ("p2-m4-sgd", "pipeline=2", 4, "sgd"),
+    ("p2-m2-adamw", "pipeline=2", 2, "adamw"),
+    ("p3-m4-adamw", "pipeline=3", 4, "adamw"),
+    ("p4-m4-sgd", "pipeline=4", 4, "sgd"),
+    ("p2xd2-m2-sgd", "data=2,pipeline=2", 2, "sgd"),
+    ("p2-m4-adamw-mpi", "pipeline=2", 4, "adamw"),  # the MPI backend (the label's -mpi)
+]
+
+
+# a smaller rate than test_2bw's: M updates a step, at 0.05 the loss diverges on 4 stages
+# and float rounding grows with it
+SGD_LINE = "optimizer sgd(lr = 0.01, momentum = 0.9, weight_decay = 1e-3)"
+
+
+def make_optimizer(torch, kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-3)
+    return test_2bw.make_optimizer(torch, kind, params)
+
+
+def stages_of(dmc, dm_file, mesh, micros):
+    """Each parameter's pipeline stage in dmc's plan: the stages' parameter bytes, taken from
+    the parameters in the order the model declares (and uses) them."""
+    out = subprocess.run([dmc, "--explain=json", dm_file, "--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H), "--mesh",
+                          mesh, "--microbatches", str(micros), "--schedule", "pipedream"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise Failure("dmc --explain=json failed: %s" % out.stderr)
+    plan = json.loads(out.stdout)
+    params = [(p["name"], 4 * p["elements"]) for p in plan["params"]]
+    stage_of, k = {}, 0
+    for s, st in enumerate(plan["pipeline"]["stage"]):
+        left = st["param_bytes"]
+        while left > 0 and k < len(params):
+            stage_of[params[k][0]] = s
+            left -= params[k][1]
+            k += 1
+        if left != 0:
+            raise Failure("the plan's stage %d holds %d parameter bytes that are not whole parameters"
+                          % (s, st["param_bytes"]))
+    if k != len(params):
+        raise Failure("the plan's stages hold %d of %d parameters" % (k, len(params)))
+    return stage_of, len(plan["pipeline"]["stage"])
+
+
+def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
+    """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
+    Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
+    the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
+    names = sorted(init)
+    live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
+    opt = make_optimizer(torch, kind, [live[n] for n in names])
+    history = {n: [live[n].detach().clone()] for n in names}  # history[n][k]: after k updates
+    rows = len(xs[0]) // micros
+    losses = []
+    for i in range(steps * micros):
+        t, m = divmod(i, micros)
+        w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
+        x = torch.tensor(xs[t][m * rows:(m + 1) * rows])
+        y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        loss = test_2bw.mlp_loss(torch, w, x, y, norm)
+        loss.backward()
+        if m == 0:
+            losses.append(0.0)
+        losses[-1] += loss.item() / micros
+        for n in names:
+            live[n].grad = w[n].grad
+        opt.step()
+        for n in names:
+            history[n].append(live[n].detach().clone())
+    return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
+    """The rule must end far from 2bw's and synchronous training's, or the test could not
+    tell them apart."""
+    def loss_of(w, t):
+        return test_2bw.mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
+    for stale, what in ((True, "2bw"), (False, "synchronous")):
+        _, other = test_2bw.train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), STEPS, stale)
+        apart = max(float(np.max(np.abs(final[n] - other[n]))) for n in final)
+        print("%-16s pipedream vs %s reference weights: max difference %.3g (must exceed %.0e)"
+              % (label, what, apart, DISTINCT))
+        if apart <= DISTINCT:
+            raise Failure("%s: the pipedream rule and %s training end %.3g apart: the test would not tell them "
+                          "apart" % (label, what, apart))
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
+        return 2
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    ref = import_reference()
+    if not ref:
+        return 77
+    np, torch = ref
+    import stio
+    src_path = os.path.join(root, "examples", "mlp.dm")
+    with open(src_path) as f:
+        src = f.read()
+    opt_re = re.compile(r"^optimizer .*$", re.M)
+    try:
+        norm = test_mlp.model_signature(src)
+        if test_mlp.ADAMW_LINE not in src:
+            raise Failure("%s no longer has '%s'; update test_pipedream.py" % (src_path, test_mlp.ADAMW_LINE))
+        with tempfile.TemporaryDirectory(prefix="dmc-ref-pipedream-") as tmp:
+            init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+            sgd_dir = os.path.join(tmp, "sgd")
+            os.mkdir(sgd_dir)
+            with open(os.path.join(sgd_dir, "mlp.dm"), "w") as f:
+                f.write(opt_re.sub(SGD_LINE, src))
+            files = {"sgd": os.path.join(sgd_dir, "mlp.dm"), "adamw": src_path}
+            checked = set()
+            for label, mesh, micros, kind in CASES:
+                stage_of, stages = stages_of(dmc, files[kind], mesh, micros)
+                want, final = reference(torch, init, xs, ys, kind, STEPS, micros, stage_of, stages, norm)
+                if kind not in checked:
+                    distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label)
+                    checked.add(kind)
+                out = os.path.join(tmp, label + ".safetensors")
+                args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", "pipedream",
+                                 "--steps", str(STEPS), "--save", out]
+                if label.endswith("-mpi"):
+                    args += ["--backend", "mpi"]
+                got = test_mlp.run_dmc(dmc, files[kind], tmp, args)
+                dmcrun.check_losses(label, got, want, LOSS_RTOL)
+                test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+            test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        return 1
+    except subprocess.TimeoutExpired as e:
+        print("FAIL: timed out: %s" % e, file=sys.stderr)
+        return 1
+    print("PASS: the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps"
+          % (len(CASES), STEPS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
