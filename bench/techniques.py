@@ -46,6 +46,7 @@ ROWS = [
     ("pipeline 1F1B, M=4", ["--mesh", "pipeline=2", "--schedule", "1f1b"] + PIPE),
     ("pipeline interleaved v=2, M=4", ["--mesh", "pipeline=2", "--schedule", "interleaved", "--chunks", "2"] + PIPE),
     ("pipeline PipeDream-2BW, M=4", ["--mesh", "pipeline=2", "--schedule", "2bw"] + PIPE),
+    ("pipeline PipeDream (weight stashing), M=4", ["--mesh", "pipeline=2", "--schedule", "pipedream"] + PIPE),
     ("data + 2 parameter servers", ["--mesh", "data=2", "--param-servers", "2"]),
     ("data + 2 parameter servers, async K=1", ["--mesh", "data=2", "--param-servers", "2", "--ps-staleness", "1"]),
 ]

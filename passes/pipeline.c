@@ -609,6 +609,9 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
         size_t at = (size_t)k * IR_MAX_AXES;
         update[k] += reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
                                         P, g->microbatches, bucket_bytes);
+        /* pipedream updates after every backward: M updates a step, priced as if they
+         * delayed the step by their sum (they run between a stage's actions) */
+        if (dm_runs_pipedream(g)) update[k] *= g->microbatches;
         by_rank[dm_rank_of_stage(plan, k)] += update[k];
         plan->model_flops += flops[k] * g->microbatches / plan->ranks;
     }
