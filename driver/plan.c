@@ -330,8 +330,8 @@ static int evaluate_probe(const dm_plan_request *req, const program_facts *f, co
                 *p = *base;
                 p->schedule = k;
                 pipe_schedule s;
-                if (pipe_schedule_build_staged(&s, pipe_kind_for(k, stages), stages, p->microbatches, whole.forward,
-                                               whole.backward))
+                if (pipe_schedule_build_sends(&s, pipe_kind_for(k, stages), stages, 1, p->microbatches, whole.forward,
+                                              whole.backward, whole.send))
                     abort();
                 p->schedule_seconds = s.makespan;
                 p->bubble = pipe_bubble(&s);

@@ -15,7 +15,6 @@ static double ops_per_element(const ir_value *v) {
     case OPC_NORM: return 8;
     case OPC_LOSS:
     case OPC_LOSS_GRAD: return 6;
-    case OPC_UPDATE: return v->op == OP_ADAMW_UPDATE ? 12 : 4;
     case OPC_UNARY_GRAD: return 4;
     case OPC_UNARY:
         /* a transcendental function costs about as much as ten multiply-adds */
@@ -36,6 +35,17 @@ static void attention_cost(const ir_graph *g, const ir_value *v, dm_op_cost *c) 
     c->flops = pairs * (v->op == OP_ATTENTION ? 4 * width + 5 : 10 * width + 8);
     c->matmul = 1;
     c->calls = heads;
+}
+
+/* An optimizer's update of one parameter, per element of it: AdamW's decay, two moments,
+ * square root, divisions and step (about ten element operations: the generated loop takes
+ * what ten axpy operations take on this project's machine); SGD's step with its weight
+ * decay, and two more for a momentum buffer. Every operand but the gradient is written back
+ * in place. */
+static void update_cost(const ir_graph *g, const ir_value *v, dm_op_cost *c) {
+    double n = (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
+    c->flops = n * (v->op == OP_ADAMW_UPDATE ? 10 : 3 + 2 * (v->n_operands - 2));
+    c->bytes += 4.0 * n * (v->n_operands - 1);
 }
 
 /* A split cross-entropy's exchanges count as a collective over its classes' axis. */
@@ -103,8 +113,8 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
         break;
     }
     case OPC_REDUCE:
-    case OPC_UPDATE:
     case OPC_LOSS: c.flops = ops_per_element(v) * in; break;
+    case OPC_UPDATE: update_cost(g, v, &c); break;
     case OPC_ATTENTION: attention_cost(g, v, &c); break;
     case OPC_VIEW: c.bytes = 0; break; /* read in place */
     case OPC_RESHAPE:
@@ -178,7 +188,8 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
     /* bf16 training keeps activations and their gradients in 2-byte elements (Megatron-LM
      * and PyTorch's autocast do; dmc's generated code does not yet: costed only) */
     if (m && m->precision == DM_BF16 && !c.fp32_master) c.bytes /= 2, c.sent /= 2;
-    double compute = c.flops / rate, memory = c.bytes / (threads * hw->memory_bandwidth * hw->memory_efficiency);
+    double bandwidth = c.in_cache && hw->cache_bandwidth > 0 ? hw->cache_bandwidth : hw->memory_bandwidth;
+    double compute = c.flops / rate, memory = c.bytes / (threads * bandwidth * hw->memory_efficiency);
     double t = compute > memory ? compute : memory;
     /* a product's curve includes its calls' overheads; other kernels pay theirs */
     if (!c.matmul) t += c.calls * hw->kernel_overhead;
@@ -187,6 +198,13 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
         t += c.messages * link->latency + c.sent / (link->bandwidth * hw->link_efficiency);
     }
     return t;
+}
+
+double cost_cached_share(const ir_graph *g, const dm_cost_model *m, double bytes) {
+    const dm_hardware *hw = cost_hardware(m);
+    if (hw->cache_bandwidth <= 0 || hw->cache_bytes <= 0) return 0;
+    double cache = hw->cache_bytes * rank_threads(g, m, hw);
+    return bytes <= cache ? 1 : cache / bytes;
 }
 
 double cost_link_seconds(const ir_graph *g, const dm_cost_model *m, int axis, double bytes) {

@@ -206,8 +206,9 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
 
     json_t *device = object(&r, root, "", "device");
     if (device) {
-        static const char *const fields[] = {"peak_flops", "memory_bytes", "memory_bandwidth", "vector_flops"};
-        known_fields(&r, device, "device", fields, 4);
+        static const char *const fields[] = {"peak_flops",   "memory_bytes",   "memory_bandwidth",
+                                             "vector_flops", "cache_bytes", "cache_bandwidth"};
+        known_fields(&r, device, "device", fields, 6);
     }
     json_t *peaks = device ? object(&r, device, "device", "peak_flops") : NULL;
     if (peaks) known_fields(&r, peaks, "device.peak_flops", precision_names, DM_PRECISIONS);
@@ -217,6 +218,16 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
     hw->memory_bandwidth = number(&r, device, "device", "memory_bandwidth", 0, 1, 0);
     if (device && json_object_get(device, "vector_flops"))
         hw->vector_flops = number(&r, device, "device", "vector_flops", 0, 1, 0);
+    /* both or neither: a cache without its bandwidth (or the reverse) prices nothing */
+    int has_cache_bytes = device && json_object_get(device, "cache_bytes"),
+        has_cache_bandwidth = device && json_object_get(device, "cache_bandwidth");
+    if (has_cache_bytes != has_cache_bandwidth)
+        fail(&r, "field 'device.%s' is given without 'device.%s': give both or neither",
+             has_cache_bytes ? "cache_bytes" : "cache_bandwidth", has_cache_bytes ? "cache_bandwidth" : "cache_bytes");
+    else if (has_cache_bytes) {
+        hw->cache_bytes = number(&r, device, "device", "cache_bytes", 0, 1, 0);
+        hw->cache_bandwidth = number(&r, device, "device", "cache_bandwidth", 0, 1, 0);
+    }
     if (json_object_get(root, "kernel_overhead")) hw->kernel_overhead = number(&r, root, "", "kernel_overhead", 0, 0, 1);
     lone_rank_of(&r, root, hw);
 

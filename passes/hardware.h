@@ -43,6 +43,10 @@ typedef struct dm_hardware {
     dm_size_curve matmul_by_size;   /* replaces matmul_efficiency where it has points */
     double vector_flops;            /* element operations/s of the other kernels; 0: peak fp32 */
     double kernel_overhead;         /* seconds each kernel (or product call) costs beyond its work */
+    /* the last-level cache: bytes of it per device (a CPU's shared cache over its cores) and
+     * the bandwidth per device of the other kernels on data held there; 0: not given (every
+     * byte at memory_bandwidth) */
+    double cache_bytes, cache_bandwidth;
     /* CPUs, whose devices are cores: a rank alone on its node runs its products on
      * lone_rank_threads threads (libdmrt gives a rank cores / ranks threads) at
      * lone_rank_matmul's efficiency of that many devices' peak. 0: not so. */

@@ -79,6 +79,8 @@ typedef struct dm_op_cost {
     double sent;            /* bytes this rank sends over mesh axis `axis` (receiving as many) */
     double messages;        /* ... in this many steps, each paying the link's latency */
     int axis;
+    int in_cache;           /* its bytes move at the cache's bandwidth (where the hardware
+                             * gives one), not the memory's */
 } dm_op_cost;
 
 /* The machine and the precision matrix products are costed at. */
@@ -101,6 +103,10 @@ double cost_collective_sent(const ir_graph *g, const ir_value *c, double *messag
  * for products) and the bytes at the memory bandwidth, each scaled by its efficiency;
  * plus what it sends, at its axis's link. */
 double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c);
+/* The share of a working set of `bytes` that stays in cache from one use to the next: a
+ * rank's cache (the hardware's cache bytes per device times the devices, cores, it runs
+ * on) over the bytes, at most 1; 0 where the hardware gives no cache. */
+double cost_cached_share(const ir_graph *g, const dm_cost_model *m, double bytes);
 /* The model's machine: its hardware, or the nominal preset when it names none. */
 const struct dm_hardware *cost_hardware(const dm_cost_model *m);
 /* Seconds to send bytes to a neighbour over mesh axis `axis` (one message). */
@@ -121,6 +127,8 @@ typedef struct dm_stage_plan {
     int first, last;            /* value ids of its first and last forward op */
     double seconds;             /* predicted forward + backward time of one micro-batch */
     double forward_seconds, backward_seconds; /* its two parts */
+    double send_seconds;        /* how far into its backward the gradient of its inputs leaves
+                                 * for the stage before (the weights' gradients follow) */
     double flops;               /* forward + backward of one micro-batch */
     int64_t recv_elems;         /* elements received from earlier stages, per micro-batch */
     int64_t activation_elems;   /* elements of its forward values the backward reads, per micro-batch */
@@ -201,6 +209,7 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan);
 typedef struct dm_stage_estimate {
     int stages;
     double *forward, *backward;   /* (stages) seconds of one micro-batch, receiving included */
+    double *send;                 /* (stages) dm_stage_plan.send_seconds */
     double *update;               /* (stages) seconds of the update phase */
     double *state_bytes;          /* (stages) parameters, gradients and optimizer state */
     double *activation_bytes;     /* (stages) kept for the backward pass, per micro-batch in flight */

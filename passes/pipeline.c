@@ -33,6 +33,10 @@ typedef struct pipe_costs {
     double *params;         /* (n + 1) elements of persistent state first used by the op: parameters,
                              * gradients and optimizer state (ZeRO's shares of them) */
     double *cross;          /* (n + 1) elements crossing the boundary before op j (0 at 0 and n) */
+    double *send_tail;      /* (n + 1) time of op j's backward ops that run after the last of them
+                             * the ops before j read: what a stage starting at j computes once
+                             * it has sent the stage before its gradient (the code emits the
+                             * backward in the graph's order, sending each value once made) */
     int *in_flight;         /* (stages) micro-batches each stage holds at once, by the schedule */
     char *layer_start;      /* (n + 1) op j starts a layer (instance or top-level value) */
     int layer_starts;       /* how many of the n - 1 inner boundaries do */
@@ -121,19 +125,25 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
     c->activation = xcalloc((size_t)n + 1, sizeof(double));
     c->params = xcalloc((size_t)n + 1, sizeof(double));
     c->cross = xcalloc((size_t)n + 1, sizeof(double));
+    c->send_tail = xcalloc((size_t)n + 1, sizeof(double));
     double *delta = xcalloc((size_t)n + 2, sizeof(double));
     int *first_use = xcalloc((size_t)g->n_values, sizeof(int));
     int *last_use = xcalloc((size_t)g->n_values, sizeof(int));
     char *read_backward = xcalloc((size_t)g->n_values, 1);
+    int *where = xcalloc((size_t)g->n_values, sizeof(int)), *last_sent = xcalloc((size_t)n + 1, sizeof(int));
+    double *op_seconds = xcalloc((size_t)g->n_values, sizeof(double));
     for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1;
+    for (int j = 0; j <= n; j++) last_sent[j] = -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         /* where the op runs, as a forward position: its own, or its origin's */
         int at = pos[i];
         if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
+        where[i] = at;
         if (at < 0) continue;
         dm_op_cost oc = cost_of_op(g, v);
         double t = cost_seconds(g, c->model, oc);
+        op_seconds[i] = t;
         c->seconds[at] += t;
         if (v->phase == PHASE_FORWARD) c->forward[at] += t;
         c->flops[at] += oc.flops;
@@ -142,8 +152,19 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
             if (at < first_use[x]) first_use[x] = at;
             if (at > last_use[x]) last_use[x] = at;
             if (v->phase == PHASE_BACKWARD) read_backward[x] = 1;
+            /* a backward value an op of an earlier position reads: sent there by a cut at x's */
+            const ir_value *xv = g->values[x];
+            if (xv->phase == PHASE_BACKWARD && where[x] > at && x > last_sent[where[x]]) last_sent[where[x]] = x;
         }
     }
+    for (int i = 0; i < g->n_values; i++) {
+        int at = where[i];
+        if (at >= 0 && g->values[i]->phase == PHASE_BACKWARD && last_sent[at] >= 0 && i > last_sent[at])
+            c->send_tail[at] += op_seconds[i];
+    }
+    free(where);
+    free(last_sent);
+    free(op_seconds);
     /* parameters, gradients and optimizer state, ZeRO's shares of them */
     double state = dm_state_per_param(g->zero, dm_optimizer_states(g), zero_shares(g));
     for (int i = 0; i < g->n_values; i++) {
@@ -186,6 +207,7 @@ static void costs_free(pipe_costs *c) {
     free(c->activation);
     free(c->params);
     free(c->cross);
+    free(c->send_tail);
     free(c->layer_start);
     free(c->in_flight);
 }
@@ -208,6 +230,14 @@ static double stage_seconds(const pipe_costs *c, int i, int j) {
 static void stage_times(const pipe_costs *c, int i, int j, double *forward, double *backward) {
     *forward = c->forward[j] - c->forward[i] + recv_seconds(c, i);
     *backward = stage_seconds(c, i, j) - *forward;
+}
+
+/* How far into the backward of a stage starting at op i its inputs' gradient leaves: all
+ * but what op i's backward computes after it (the first stage sends nothing: its whole
+ * backward). */
+static double send_seconds_of(const pipe_costs *c, int i, double backward) {
+    double send = i > 0 ? backward - c->send_tail[i] : backward;
+    return send > 1e-12 && send <= backward ? send : backward;
 }
 
 static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
@@ -524,6 +554,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         s->last = c->op[j - 1];
         s->seconds = stage_seconds(c, i, j);
         stage_times(c, i, j, &s->forward_seconds, &s->backward_seconds);
+        s->send_seconds = send_seconds_of(c, i, s->backward_seconds);
         s->flops = c->flops[j] - c->flops[i];
         s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
         s->recv_elems = (int64_t)c->cross[i];
@@ -546,9 +577,11 @@ static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
 
 /* An update-phase op's time, its reduction's latency left out: the bytes it reduces go to
  * reduced[axis], and the ring steps of one reduction to steps[axis] (reductions_seconds pays
- * them per bucket). */
+ * them per bucket). Its time with its bytes in cache is added to *cached_seconds, and the
+ * bytes it moves to *bytes (the update's working set, whose share in cache decides between
+ * the two: update_seconds_of). */
 static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
-                                double *steps, double *link_seconds) {
+                                double *steps, double *link_seconds, double *cached_seconds, double *bytes) {
     dm_op_cost oc = cost_of_op(g, v);
     if (oc.messages > 0) {
         reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
@@ -561,7 +594,20 @@ static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const
         local.sent = 0;
         *link_seconds += t - cost_seconds(g, m, local);
     }
+    oc.in_cache = 1;
+    *cached_seconds += cost_seconds(g, m, oc);
+    *bytes += oc.bytes;
     return t;
+}
+
+/* A rank's update ops over `bytes`: the share of them that stays in its cache between steps
+ * (the parameters, gradients and optimizer state the update streams through, which the
+ * forward and backward passes touched) runs at the cache's bandwidth, the rest at the
+ * memory's; seconds and cached: the ops' times with every byte in memory, in cache. */
+static double update_seconds_of(const ir_graph *g, const dm_cost_model *m, double seconds, double cached,
+                                double bytes) {
+    double share = cost_cached_share(g, m, bytes);
+    return (1 - share) * seconds + share * cached;
 }
 
 /* What the update's reductions add to the update ops' own time (update_op_seconds): their
@@ -593,20 +639,25 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     /* per stage and mesh axis: bytes reduced in the update, ring steps of one reduction */
     double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
     double *link = xcalloc((size_t)P, sizeof(double));
+    double *cached = xcalloc((size_t)P, sizeof(double)), *bytes = xcalloc((size_t)P, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->stage < 0 || v->stage >= P) continue;
         size_t at = (size_t)v->stage * IR_MAX_AXES;
         if (v->phase == PHASE_UPDATE)
-            update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage]);
+            update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage],
+                                                  &cached[v->stage], &bytes[v->stage]);
         else {
             dm_op_cost oc = cost_of_op(g, v);
             flops[v->stage] += model_flops_of(v, &oc);
         }
     }
-    double *by_rank = xcalloc((size_t)plan->ranks, sizeof(double));
+    /* a rank's chunks share its cache */
+    double *by_rank = xcalloc((size_t)plan->ranks, sizeof(double)), *rank_bytes = xcalloc((size_t)plan->ranks, sizeof(double));
+    for (int k = 0; k < P; k++) rank_bytes[dm_rank_of_stage(plan, k)] += bytes[k];
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
+        update[k] = update_seconds_of(g, &plan->cost, update[k], cached[k], rank_bytes[dm_rank_of_stage(plan, k)]);
         update[k] += reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
                                         P, g->microbatches, bucket_bytes);
         /* pipedream updates after every backward: M updates a step, priced as if they
@@ -618,6 +669,9 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     for (int r = 0; r < plan->ranks; r++)
         if (by_rank[r] > plan->update_seconds) plan->update_seconds = by_rank[r];
     free(by_rank);
+    free(rank_bytes);
+    free(cached);
+    free(bytes);
     free(reduced);
     free(steps);
     free(link);
@@ -634,13 +688,17 @@ static double action_seconds(double seconds) { return seconds > 1e-12 ? seconds 
 static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int S = plan->stages;
     double *forward = xcalloc((size_t)S, sizeof(double)), *backward = xcalloc((size_t)S, sizeof(double));
+    double *send = xcalloc((size_t)S, sizeof(double));
     for (int k = 0; k < S; k++) {
         forward[k] = action_seconds(plan->stage[k].forward_seconds);
         backward[k] = action_seconds(plan->stage[k].backward_seconds);
+        send[k] = plan->stage[k].send_seconds > 0 && plan->stage[k].send_seconds <= backward[k]
+                      ? plan->stage[k].send_seconds : backward[k];
     }
-    if (pipe_schedule_build_virtual(&plan->timed, pipe_kind_for(g->schedule, plan->ranks), plan->ranks, plan->chunks,
-                                    g->microbatches, forward, backward))
+    if (pipe_schedule_build_sends(&plan->timed, pipe_kind_for(g->schedule, plan->ranks), plan->ranks, plan->chunks,
+                                  g->microbatches, forward, backward, send))
         abort();
+    free(send);
     plan->bubble = pipe_bubble(&plan->timed);
     predict_update(g, plan, bucket_bytes);
     plan->step_seconds = plan->timed.step + plan->update_seconds;
@@ -774,6 +832,8 @@ static int find_instances(const ir_graph *g, const pipe_costs *c, const char *gr
  * where its parameter is first used, a backward op where its origin runs. */
 typedef struct update_costs {
     double *seconds;     /* (n + 1) per op, the reductions' latency left out */
+    double *cached;      /* (n + 1) the same with its bytes in cache */
+    double *bytes;       /* (n + 1) the bytes the update ops move */
     double *link;        /* (n + 1) the part of seconds its reductions spend on links */
     double *reduced;     /* (n + 1) * IR_MAX_AXES bytes reduced over each axis */
     double steps[IR_MAX_AXES]; /* ring steps of one reduction over each axis */
@@ -790,6 +850,8 @@ static int param_of(const ir_graph *g, const ir_value *v) {
 static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs *u) {
     int n = c->n;
     u->seconds = xcalloc((size_t)n + 1, sizeof(double));
+    u->cached = xcalloc((size_t)n + 1, sizeof(double));
+    u->bytes = xcalloc((size_t)n + 1, sizeof(double));
     u->link = xcalloc((size_t)n + 1, sizeof(double));
     u->reduced = xcalloc(((size_t)n + 1) * IR_MAX_AXES, sizeof(double));
     u->model_flops = xcalloc((size_t)n + 1, sizeof(double));
@@ -811,7 +873,8 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
             int p = param_of(g, v), at = p >= 0 ? param_at[p] : n - 1;
             if (at >= 0)
                 u->seconds[at] +=
-                    update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps, &u->link[at]);
+                    update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps, &u->link[at],
+                                      &u->cached[at], &u->bytes[at]);
             continue;
         }
         int at = pos[i] >= 0 ? pos[i] : v->origin ? pos[v->origin->id] : -1;
@@ -825,6 +888,8 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
 
 static void update_costs_free(update_costs *u) {
     free(u->seconds);
+    free(u->cached);
+    free(u->bytes);
     free(u->link);
     free(u->reduced);
     free(u->model_flops);
@@ -842,8 +907,8 @@ typedef struct layout {
  * the update's and the model flops (update_costs'), then the bytes reduced over each mesh
  * axis. A row has a fixed width (the last columns 0) so that the compiler adds rows as
  * vectors: each column is still summed op after op. */
-enum { SUM_SECONDS, SUM_FORWARD, SUM_ACTIVATION, SUM_PARAMS, SUM_UPDATE, SUM_LINK, SUM_FLOPS, SUM_REDUCED,
-       SUM_COLUMNS = 16 };
+enum { SUM_SECONDS, SUM_FORWARD, SUM_ACTIVATION, SUM_PARAMS, SUM_UPDATE, SUM_UPDATE_CACHED, SUM_UPDATE_BYTES,
+       SUM_LINK, SUM_FLOPS, SUM_REDUCED, SUM_COLUMNS = 18 };
 _Static_assert(SUM_REDUCED + IR_MAX_AXES <= SUM_COLUMNS, "a row holds every mesh axis");
 
 /* The probe's per-op costs (not summed) as rows. */
@@ -853,7 +918,8 @@ static double *probe_rows(const pipe_costs *c, const update_costs *u) {
         double *row = rows + (size_t)j * SUM_COLUMNS;
         row[SUM_SECONDS] = c->seconds[j], row[SUM_FORWARD] = c->forward[j];
         row[SUM_ACTIVATION] = c->activation[j], row[SUM_PARAMS] = c->params[j];
-        row[SUM_UPDATE] = u->seconds[j], row[SUM_LINK] = u->link[j], row[SUM_FLOPS] = u->model_flops[j];
+        row[SUM_UPDATE] = u->seconds[j], row[SUM_UPDATE_CACHED] = u->cached[j], row[SUM_UPDATE_BYTES] = u->bytes[j];
+        row[SUM_LINK] = u->link[j], row[SUM_FLOPS] = u->model_flops[j];
         memcpy(row + SUM_REDUCED, u->reduced + (size_t)j * IR_MAX_AXES, IR_MAX_AXES * sizeof(double));
     }
     return rows;
@@ -878,7 +944,7 @@ static int sum_laid_out(const layout *l, const double *rows, const char *layer_s
                 }
                 first = 0;
                 const double *row = rows + (size_t)i * SUM_COLUMNS;
-#pragma GCC unroll 16
+#pragma GCC unroll 18
                 for (int a = 0; a < SUM_COLUMNS; a++) sum[a] += row[a];
             }
     memcpy(sums + (size_t)kept * SUM_COLUMNS, sum, sizeof sum);
@@ -901,7 +967,7 @@ static void kept_costs(const pipe_costs *c, const double *sums, const int *op, i
     k->n = kept - 1;
     k->seconds = xcalloc((size_t)kept, sizeof(double)), k->forward = xcalloc((size_t)kept, sizeof(double));
     k->activation = xcalloc((size_t)kept, sizeof(double)), k->params = xcalloc((size_t)kept, sizeof(double));
-    k->cross = xcalloc((size_t)kept, sizeof(double));
+    k->cross = xcalloc((size_t)kept, sizeof(double)), k->send_tail = xcalloc((size_t)kept, sizeof(double));
     k->layer_start = xcalloc((size_t)kept, 1);
     for (int q = 0; q < kept; q++) {
         const double *row = sums + (size_t)q * SUM_COLUMNS;
@@ -909,6 +975,7 @@ static void kept_costs(const pipe_costs *c, const double *sums, const int *op, i
         k->activation[q] = row[SUM_ACTIVATION], k->params[q] = row[SUM_PARAMS];
         /* the crossing into a position is its op's; none into the model's end, nor its start */
         k->cross[q] = q > 0 && op[q] < c->n ? c->cross[op[q]] : 0;
+        k->send_tail[q] = op[q] < c->n ? c->send_tail[op[q]] : 0;
         k->layer_start[q] = 1;
     }
     k->layer_starts = kept - 2;
@@ -925,7 +992,10 @@ static void estimate_stage(const ir_graph *g, const dm_pipeline_options *opts, c
      * may hold no op of one kind, and the planner simulates the schedule with these */
     out->forward[k] = action_seconds(out->forward[k]);
     out->backward[k] = action_seconds(out->backward[k]);
-    out->update[k] = to[SUM_UPDATE] - from[SUM_UPDATE] +
+    out->send[k] = send_seconds_of(kc, i, out->backward[k]);
+    out->update[k] = update_seconds_of(g, &opts->cost, to[SUM_UPDATE] - from[SUM_UPDATE],
+                                       to[SUM_UPDATE_CACHED] - from[SUM_UPDATE_CACHED],
+                                       to[SUM_UPDATE_BYTES] - from[SUM_UPDATE_BYTES]) +
                      reductions_seconds(g, &opts->cost, reduced_here, steps, to[SUM_LINK] - from[SUM_LINK], out->backward[k],
                                         stages, opts->microbatches ? opts->microbatches : g->microbatches, opts->bucket_bytes);
     out->state_bytes[k] = 4.0 * (kc->params[j] - kc->params[i]);
@@ -962,6 +1032,7 @@ int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts,
         out->forward = xcalloc((size_t)stages, sizeof(double));
         out->backward = xcalloc((size_t)stages, sizeof(double));
         out->update = xcalloc((size_t)stages, sizeof(double));
+        out->send = xcalloc((size_t)stages, sizeof(double));
         out->state_bytes = xcalloc((size_t)stages, sizeof(double));
         out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
         for (int k = 0; k < stages; k++)
@@ -982,6 +1053,7 @@ void dm_stage_estimate_free(dm_stage_estimate *e) {
     free(e->forward);
     free(e->backward);
     free(e->update);
+    free(e->send);
     free(e->state_bytes);
     free(e->activation_bytes);
     memset(e, 0, sizeof *e);

@@ -104,6 +104,7 @@ typedef struct simulation {
     pipe_schedule *s;
     int *forwards, *backwards;  /* (V) */
     double *f_end, *b_end;      /* (V, M) */
+    double *b_sent;             /* (V, M) when a backward's gradient left for the stage before */
     int *next;                  /* (P) */
     double *idle_from;          /* (P) */
     int *limit;                 /* (P) 2BW: the end of the step being timed in each stage's order */
@@ -131,12 +132,13 @@ static int time_stage(simulation *t, int st) {
         } else if (!is_forward) {
             int from = j == last ? j : j + 1;
             if ((j == last ? t->forwards[from] : t->backwards[from]) <= m) break;
-            ready = (j == last ? t->f_end : t->b_end)[(size_t)from * M + m];
+            ready = (j == last ? t->f_end : t->b_sent)[(size_t)from * M + m];
         }
         double start = ready > idle_from ? ready : idle_from;
         double end = start + (is_forward ? s->stage_forward[j] : s->stage_backward[j]);
         a->start = start, a->end = end;
         (is_forward ? t->f_end : t->b_end)[(size_t)j * M + m] = end;
+        if (!is_forward) t->b_sent[(size_t)j * M + m] = start + s->stage_send[j];
         (is_forward ? t->forwards : t->backwards)[j]++;
         idle_from = end;
         if (end > makespan) makespan = end;
@@ -158,12 +160,13 @@ static int simulate(pipe_schedule *s) {
     simulation t = {.s = s};
     t.forwards = calloc(V, sizeof(int)), t.backwards = calloc(V, sizeof(int));
     t.f_end = malloc(V * micros * sizeof(double)), t.b_end = malloc(V * micros * sizeof(double));
+    t.b_sent = malloc(V * micros * sizeof(double));
     t.next = calloc((size_t)s->stages, sizeof(int)), t.idle_from = calloc((size_t)s->stages, sizeof(double));
     /* 2BW's steps end in collectives over every rank (the step's loss, a host's agreement
      * on whether to go on): a step starts on every stage once the last has ended the one
      * before, so its steps are timed one after the other */
     if (pipe_flushless(s->kind)) t.limit = calloc((size_t)s->stages, sizeof(int));
-    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.next && t.idle_from &&
+    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.b_sent && t.next && t.idle_from &&
                          (!pipe_flushless(s->kind) || t.limit)
                      ? 0
                      : -1;
@@ -188,12 +191,18 @@ static int simulate(pipe_schedule *s) {
         }
         if (t.limit) s->step_ends[step] = s->makespan;
     }
-    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.next), free(t.idle_from), free(t.limit);
+    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.b_sent), free(t.next), free(t.idle_from);
+    free(t.limit);
     return status;
 }
 
 int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
                                 const double *forward, const double *backward) {
+    return pipe_schedule_build_sends(s, kind, stages, chunks, micros, forward, backward, NULL);
+}
+
+int pipe_schedule_build_sends(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
+                              const double *forward, const double *backward, const double *send) {
     memset(s, 0, sizeof *s);
     if (stages < 1 || micros < 1 || chunks < 1 || chunks > 64 || stages > 4096 || micros > 65536) return -1;
     if ((chunks > 1) != (kind == PIPE_INTERLEAVED) || (chunks > 1 && pipe_interleaved_problem(stages, chunks, micros)))
@@ -201,18 +210,20 @@ int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, in
     if (pipe_flushless(kind) && pipe_2bw_problem(kind, stages, micros)) return -1;
     size_t V = (size_t)stages * (size_t)chunks;
     for (size_t j = 0; j < V; j++)
-        if (!(forward[j] > 0) || !(backward[j] > 0)) return -1;
+        if (!(forward[j] > 0) || !(backward[j] > 0) || (send && !(send[j] > 0 && send[j] <= backward[j]))) return -1;
     s->kind = kind, s->stages = stages, s->micros = micros, s->chunks = chunks;
     s->batches = pipe_flushless(kind) ? PIPE_2BW_BATCHES : 1;
     s->stage_forward = malloc(V * sizeof(double));
     s->stage_backward = malloc(V * sizeof(double));
+    s->stage_send = malloc(V * sizeof(double));
     /* every field of every action is written below: order() the kinds, the timing the rest */
     s->actions = malloc((size_t)stages * (size_t)pipe_actions(s) * sizeof *s->actions);
     s->in_flight = malloc(V * sizeof(int));
-    int status = s->stage_forward && s->stage_backward && s->actions && s->in_flight ? 0 : -1;
+    int status = s->stage_forward && s->stage_backward && s->stage_send && s->actions && s->in_flight ? 0 : -1;
     if (!status) {
         memcpy(s->stage_forward, forward, V * sizeof(double));
         memcpy(s->stage_backward, backward, V * sizeof(double));
+        memcpy(s->stage_send, send ? send : backward, V * sizeof(double));
         for (int st = 0; st < stages; st++) order(s, st);
         /* order() counted by stage and chunk; the table is by virtual stage */
         int *by_chunk = malloc(V * sizeof(int));
@@ -255,13 +266,14 @@ int pipe_schedule_build(pipe_schedule *s, pipe_kind kind, int stages, int micros
 }
 
 void pipe_schedule_free(pipe_schedule *s) {
+    free(s->stage_send);
     free(s->actions);
     free(s->in_flight);
     free(s->stage_forward);
     free(s->stage_backward);
     s->actions = NULL;
     s->in_flight = NULL;
-    s->stage_forward = s->stage_backward = NULL;
+    s->stage_forward = s->stage_backward = s->stage_send = NULL;
 }
 
 double pipe_bubble(const pipe_schedule *s) {

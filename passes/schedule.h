@@ -46,6 +46,9 @@ typedef struct pipe_schedule {
     double forward_cost, backward_cost;  /* the same on every virtual stage (pipe_schedule_build*),
                                           * else 0 */
     double *stage_forward, *stage_backward; /* (stages * chunks) each virtual stage's costs */
+    double *stage_send;    /* (stages * chunks) how long into a backward its gradient leaves for
+                            * the virtual stage before (the rest, weight gradients, runs on
+                            * meanwhile): the backward's cost but where given otherwise */
     pipe_action *actions;  /* (stages, pipe_actions) stage s's actions in its order */
     int *in_flight;        /* (stages * chunks) pipe_in_flight's, counted as the orders are made */
     double makespan;       /* end of the last action */
@@ -99,6 +102,11 @@ int pipe_schedule_build_staged(pipe_schedule *s, pipe_kind kind, int stages, int
  * * chunks. Returns -1 also when the stages' orders wait on each other (a deadlock). */
 int pipe_schedule_build_virtual(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
                                 const double *forward, const double *backward);
+/* The same where virtual stage j's backward sends its input's gradient send[j] into its
+ * cost (0 < send[j] <= backward[j]; send NULL: at its end), the stage before's backward
+ * waiting on that, not on the whole backward. */
+int pipe_schedule_build_sends(pipe_schedule *s, pipe_kind kind, int stages, int chunks, int micros,
+                              const double *forward, const double *backward, const double *send);
 void pipe_schedule_free(pipe_schedule *s);
 
 /* Actions per stage: 2 * chunks * micros * batches. */

@@ -177,6 +177,13 @@ static int time_on_crew(const workload *w, int threads, double *seconds, int64_t
         snprintf(err, errlen, "cannot make a barrier of %d threads", threads);
         goto done;
     }
+    /* One thread: the caller's own, whose OpenMP team (a lone rank's split products) then
+     * lives across every measurement; a new thread's first teams stall for milliseconds. */
+    if (threads == 1) {
+        m[0] = (member){&c, 0};
+        crew_thread(&m[0]);
+        started = threads;
+    }
     for (; started < threads; started++) {
         m[started] = (member){&c, started};
         int e = pthread_create(&tid[started], NULL, crew_thread, &m[started]);
@@ -186,7 +193,7 @@ static int time_on_crew(const workload *w, int threads, double *seconds, int64_t
             exit(1);
         }
     }
-    for (int i = 0; i < threads; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; i < threads && threads > 1; i++) pthread_join(tid[i], NULL);
     pthread_barrier_destroy(&c.barrier);
     status = 0;
     for (int i = 0; i < threads; i++)
@@ -307,6 +314,7 @@ static void copy_call(void *p) {
 
 typedef struct axpy_state {
     float *x, *y;
+    int64_t n;          /* elements of each */
 } axpy_state;
 
 static void axpy_teardown(void *p) {
@@ -316,18 +324,26 @@ static void axpy_teardown(void *p) {
     free(s);
 }
 
+/* params: the elements (an int64_t), or NULL for VECTOR_ELEMENTS */
 static void *axpy_setup(const void *params) {
-    (void)params;
     axpy_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->x = malloc(sizeof(float) * VECTOR_ELEMENTS);
-    s->y = malloc(sizeof(float) * VECTOR_ELEMENTS);
+    s->n = params ? *(const int64_t *)params : VECTOR_ELEMENTS;
+    s->x = malloc(sizeof(float) * (size_t)s->n);
+    s->y = malloc(sizeof(float) * (size_t)s->n);
     if (!s->x || !s->y) {
         axpy_teardown(s);
         return NULL;
     }
-    for (int i = 0; i < VECTOR_ELEMENTS; i++) s->x[i] = 1e-3f * (float)(i % 17), s->y[i] = 0;
+    for (int64_t i = 0; i < s->n; i++) s->x[i] = 1e-3f * (float)(i % 17), s->y[i] = 0;
     return s;
+}
+
+/* The same over s->n elements: the cache's bandwidth, on arrays that stay in it */
+static void axpy_n_call(void *p) {
+    axpy_state *s = p;
+    float *x = s->x, *y = s->y, a = 0.5f;
+    for (int64_t i = 0; i < s->n; i++) y[i] = x[i] * a + y[i];
 }
 
 /* y grows by at most 0.008 a call: no overflow and no denormals in any run */
@@ -543,6 +559,10 @@ typedef struct results {
     size_t copy_bytes;
     double copy_seconds, vector_seconds, kernel_seconds;
     int64_t copy_reps, vector_reps, kernel_reps;
+    size_t cache_bytes;     /* the last-level cache (0: unknown, and not measured) */
+    int64_t cache_elements; /* of each array of the in-cache axpy */
+    double cache_seconds;
+    int64_t cache_reps;
     double busy_before;     /* cores busy with other work when calibrate started (-1: unknown) */
 } results;
 
@@ -658,6 +678,18 @@ static int measure_cores(const config *cfg, results *res, char *err, size_t errl
     fprintf(stderr, PROGRAM ": axpy of %d floats on %d cores at once: %.3g Gop/s each\n", VECTOR_ELEMENTS, T,
             2.0 * VECTOR_ELEMENTS / res->vector_seconds * 1e-9);
 
+    /* the same axpy on arrays that fill half of each thread's share of the last-level
+     * cache: what the update, streaming through parameters and optimizer state that stay
+     * in cache between steps, moves per core (3 floats an element: x, y read, y written) */
+    res->cache_bytes = cache;
+    if (cache > 0) {
+        res->cache_elements = (int64_t)(cache / (size_t)T / 2 / (2 * sizeof(float)));
+        workload cached = {axpy_setup, axpy_n_call, axpy_teardown, &res->cache_elements, cfg->target, cfg->runs, 0};
+        if (time_on_crew(&cached, T, &res->cache_seconds, &res->cache_reps, err, errlen)) return -1;
+        fprintf(stderr, PROGRAM ": axpy of %" PRId64 " floats (in a %zu KiB cache) on %d cores at once: %.3g GB/s each\n",
+                res->cache_elements, cache >> 10, T, 12.0 * (double)res->cache_elements / res->cache_seconds * 1e-9);
+    }
+
     /* many short runs: the minimum is the overhead without interruptions */
     workload kern = {axpy_setup, axpy16_call, axpy_teardown, NULL, 2e-5, cfg->quick ? 50 : 300, 0};
     if (time_on_crew(&kern, T, &res->kernel_seconds, &res->kernel_reps, err, errlen)) return -1;
@@ -769,6 +801,11 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
                         json_pack("{s{sfsfsf}, sI, sf, sf}", "peak_flops", "fp32", peak, "tf32", peak, "bf16", peak,
                                   "memory_bytes", (json_int_t)(res->memory_bytes / T), "memory_bandwidth", bandwidth,
                                   "vector_flops", vector));
+    if (res->cache_bytes > 0) {
+        json_t *device = json_object_get(root, "device");
+        json_object_set_new(device, "cache_bytes", json_integer((json_int_t)(res->cache_bytes / (size_t)T)));
+        json_object_set_new(device, "cache_bandwidth", json_real(12.0 * (double)res->cache_elements / res->cache_seconds));
+    }
     json_object_set_new(root, "devices_per_node", json_integer(T));
     json_object_set_new(root, "intra_node", json_pack("{sf, sf}", "bandwidth", link->bandwidth, "latency", link->latency));
     json_object_set_new(root, "inter_node", json_pack("{sf, sf}", "bandwidth", link->bandwidth, "latency", link->latency));
@@ -788,6 +825,10 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
                                              res->copy_seconds, "reps", (json_int_t)res->copy_reps));
     json_object_set_new(m, "vector", json_pack("{si, sf, sI}", "elements", VECTOR_ELEMENTS, "seconds",
                                                res->vector_seconds, "reps", (json_int_t)res->vector_reps));
+    if (res->cache_bytes > 0)
+        json_object_set_new(m, "cache", json_pack("{sI, sI, sf, sI}", "last_level_bytes", (json_int_t)res->cache_bytes,
+                                                  "elements", (json_int_t)res->cache_elements, "seconds",
+                                                  res->cache_seconds, "reps", (json_int_t)res->cache_reps));
     json_object_set_new(m, "kernel", json_pack("{si, sf, sI}", "elements", KERNEL_ELEMENTS, "seconds",
                                                res->kernel_seconds, "reps", (json_int_t)res->kernel_reps));
     json_t *links = json_object();

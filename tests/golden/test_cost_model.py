@@ -18,6 +18,9 @@
     only products cost, is the sum of its products' flops at the curve's efficiency for
     each (interpolated in log flops), computed here from the model's shapes;
     lone_rank: a rank alone on its node runs products on its threads (not so on data=2);
+  - device.cache_bytes and cache_bandwidth: mlp.dm's AdamW update on a machine where only
+    memory costs is 28 bytes a parameter at the memory's bandwidth, and with a cache holding
+    all or a quarter of those bytes, that share at the cache's bandwidth;
   - efficiency.overlap: with one micro-batch the backward pass hides the update's
     reductions but the bucket completed last, min(reductions - last bucket, backward),
     scaled by the overlap; with micro-batches it hides nothing.
@@ -123,6 +126,31 @@ def check_overlap(dmc, write, check):
           "overlap with micro-batches: nothing hidden")
 
 
+def check_cache(dmc, write, check):
+    """mlp.dm's AdamW update where only memory costs: 28 bytes a parameter (its parameter,
+    gradient and two moments read, all but the gradient written back), at the memory's
+    bandwidth without a cache; with one, the share of those bytes the cache holds (its bytes
+    over theirs, at most 1) at the cache's bandwidth and the rest at the memory's."""
+    hw = json.loads(json.dumps(FREE))
+    hw["device"].update(memory_bandwidth=1e9, vector_flops=1e30)
+    hw["intra_node"] = hw["inter_node"] = {"bandwidth": 1e30, "latency": 0}
+    rc, plan, err = explain(dmc, ["--hardware", write("memory.json", hw), MLP])
+    if rc:
+        check(False, "explain on a memory-only machine: %s" % err)
+        return
+    params = sum(p["elements"] for p in plan["params"])
+    working = 28.0 * params
+    got = plan["predicted"]["update_seconds"]
+    check(close(got, working / 1e9), "AdamW update without a cache: %.9g s, 28 B x %d / bandwidth %.9g s" % (got, params, working / 1e9))
+    for share in (1.0, 0.25):
+        hw["device"].update(cache_bytes=share * working * (2 if share == 1 else 1), cache_bandwidth=4e9)
+        rc, plan, err = explain(dmc, ["--hardware", write("cache%s.json" % share, hw), MLP])
+        want = (1 - share) * working / 1e9 + share * working / 4e9
+        got = plan["predicted"]["update_seconds"] if rc == 0 else None
+        check(got is not None and close(got, want), "AdamW update, %.0f%% of it in cache: %s s, formula %.9g s" %
+              (100 * share, got, want))
+
+
 def main(argv):
     dmc = argv[1]
     fails, checks = [], 0
@@ -171,6 +199,10 @@ def main(argv):
             ("overlap", broken(lambda h: h["efficiency"].update(overlap=2)), "field 'efficiency.overlap' must be a number in"),
             ("lone rank", broken(lambda h: h.update(lone_rank={"threads": 2})), "missing field 'lone_rank.matmul_by_size'"),
             ("overhead", broken(lambda h: h.update(kernel_overhead=-1)), "field 'kernel_overhead' must be a number in"),
+            ("cache alone", broken(lambda h: h["device"].update(cache_bytes=1e6)),
+             "field 'device.cache_bytes' is given without 'device.cache_bandwidth'"),
+            ("cache bandwidth", broken(lambda h: h["device"].update(cache_bytes=1e6, cache_bandwidth=0)),
+             "field 'device.cache_bandwidth' must be a number above 0"),
         ]
         for what, content, message in bad:
             path = write(what.replace(" ", "_") + ".json", content)
@@ -200,6 +232,7 @@ def main(argv):
 
         check_products(dmc, write, check)
         check_overlap(dmc, write, check)
+        check_cache(dmc, write, check)
 
     rc, plan, err = explain(dmc, ["--mesh", "pipeline=2", "--microbatches", "4", MLP])
     p = plan["predicted"]

@@ -10,7 +10,9 @@
  *   - the grid of P=4, M=8 GPipe (unit costs) is as drawn in the GPipe paper;
  *   - unequal stages (pipe_schedule_build_staged): GPipe's step is the flow shop's,
  *     sum(f) + (M - 1) max(f) + sum(b) + (M - 1) max(b), for random per-stage costs; a
- *     1F1B case timed by hand; equal costs give the uniform schedule action for action;
+ *     1F1B case timed by hand, and again with the last stage sending its gradient before
+ *     its backward ends (its weight gradients after the send); equal costs give the uniform
+ *     schedule action for action;
  *   - interleaved 1F1B, for P in 2..8, v in 2..4 chunks and M in P..4P (multiples of P),
  *     unit and 2x backward costs: each stage's order is the one written out below (its own
  *     code: micro-batches in groups of P through the chunks, backwards from the last
@@ -124,6 +126,23 @@ static double lcg(unsigned *state) {
     return 0.25 + (double)(*state >> 8 & 0xffff) / 65536.0 * 4.0;
 }
 
+/* A 2-stage, 2-micro-batch schedule timed by hand (built: its builder's status): each
+ * stage's actions start at starts[stage], the step ends at `step`, and the bubble is the
+ * idle share of it (the work: 2 x (1 + 2) + 2 x (3 + 6) = 24). */
+static void check_timed_2x2(int built, pipe_schedule *s, const double starts[2][4], double step, const char *what) {
+    if (built != 0) {
+        EXPECT(0, "%s: build failed", what);
+        return;
+    }
+    for (int st = 0; st < 2; st++)
+        for (int i = 0; i < 4; i++)
+            EXPECT(fabs(pipe_action_at(s, st, i)->start - starts[st][i]) < 1e-9, "%s: stage %d action %d at %g", what, st,
+                   i, pipe_action_at(s, st, i)->start);
+    EXPECT(fabs(s->makespan - step) < 1e-9 && fabs(pipe_bubble(s) - (1 - 24.0 / (2 * step))) < 1e-9,
+           "%s: step %g bubble %g", what, s->makespan, pipe_bubble(s));
+    pipe_schedule_free(s);
+}
+
 static void check_staged(void) {
     unsigned state = 7;
     double f[8], b[8];
@@ -151,18 +170,18 @@ static void check_staged(void) {
      * [1,2] B0 [10,12] B1 [19,21]; stage 1 F0 [1,4] B0 [4,10] F1 [10,13] B1 [13,19] */
     pipe_schedule s;
     const double f2[2] = {1, 3}, b2[2] = {2, 6};
-    if (pipe_schedule_build_staged(&s, PIPE_1F1B, 2, 2, f2, b2) == 0) {
-        const double starts[2][4] = {{0, 1, 10, 19}, {1, 4, 10, 13}};
-        for (int st = 0; st < 2; st++)
-            for (int i = 0; i < 4; i++)
-                EXPECT(fabs(pipe_action_at(&s, st, i)->start - starts[st][i]) < 1e-9, "staged 1f1b: stage %d action %d at %g",
-                       st, i, pipe_action_at(&s, st, i)->start);
-        EXPECT(fabs(s.makespan - 21) < 1e-9 && fabs(pipe_bubble(&s) - (1 - 24.0 / 42.0)) < 1e-9,
-               "staged 1f1b: step %g bubble %g", s.makespan, pipe_bubble(&s));
-        pipe_schedule_free(&s);
-    } else {
-        EXPECT(0, "staged 1f1b: build failed");
-    }
+    const double by_hand[2][4] = {{0, 1, 10, 19}, {1, 4, 10, 13}};
+    check_timed_2x2(pipe_schedule_build_staged(&s, PIPE_1F1B, 2, 2, f2, b2), &s, by_hand, 21, "staged 1f1b");
+    /* the same with stage 1 sending its gradient 2 into its backward (pipe_schedule_build_sends):
+     * stage 1 F0 [1,4] B0 [4,10] (sent at 6) F1 [10,13] B1 [13,19] (sent at 15); stage 0
+     * F0 [0,1] F1 [1,2] B0 [6,8] B1 [15,17]; the step ends with stage 1's B1 at 19 */
+    const double send2[2] = {2, 2};
+    const double sent_early[2][4] = {{0, 1, 6, 15}, {1, 4, 10, 13}};
+    check_timed_2x2(pipe_schedule_build_sends(&s, PIPE_1F1B, 2, 1, 2, f2, b2, send2), &s, sent_early, 19,
+                    "early send 1f1b");
+    const double late[2] = {2, 7}, none[2] = {2, 0};
+    EXPECT(pipe_schedule_build_sends(&s, PIPE_1F1B, 2, 1, 2, f2, b2, late) == -1, "a send after its backward accepted");
+    EXPECT(pipe_schedule_build_sends(&s, PIPE_1F1B, 2, 1, 2, f2, b2, none) == -1, "a send at 0 accepted");
     /* equal stages: the uniform schedule */
     const double f4[4] = {1, 1, 1, 1}, b4[4] = {2, 2, 2, 2};
     pipe_schedule u, t;

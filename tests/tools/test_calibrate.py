@@ -9,7 +9,10 @@ For the threads backend (and MPI with --mpi):
     peak is the best sgemm flop/s, each size curve point a shape's flop/s over the peak
     (1 x the peak for every-core-busy shapes, threads x the peak for the lone rank; shapes
     of equal flops averaged), the memory bandwidth a copy's read and written bytes over its
-    time, vector flops 2 per element of the axpy, the kernel overhead the 16-float kernel;
+    time, vector flops 2 per element of the axpy, the kernel overhead the 16-float kernel,
+    the cache bytes the last-level cache in sysfs over the cores and the cache bandwidth
+    3 floats an element of the in-cache axpy (arrays filling half a core's share) over its
+    time;
   - the alpha-beta fits are recomputed with numpy (least squares on relative errors, a
     ring allreduce's 2 (n - 1) messages and 2 (n - 1) / n S bytes, a message's 1 and S;
     alpha = 0 refits when negative) and match the file's within 1%; intra_node is the fit
@@ -154,6 +157,21 @@ def independent(cores):
     return {k: float(np.median([g[k] for g in got])) for k in got[0]}
 
 
+def last_level_cache():
+    """The largest cache of cpu0 in sysfs, in bytes (0 when unknown), read as calibrate reads it."""
+    best = 0
+    for index in range(8):
+        try:
+            with open("/sys/devices/system/cpu/cpu0/cache/index%d/size" % index) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            best = max(best, int(digits) << (10 if text.endswith("K") else 20 if text.endswith("M") else 0))
+    return best
+
+
 def check_file(dmc, hw, backend, tmp, check):
     what = backend
     need = [("name",), ("notes",), ("device", "peak_flops", "fp32"), ("device", "peak_flops", "tf32"),
@@ -223,6 +241,17 @@ def check_file(dmc, hw, backend, tmp, check):
     vec = m["vector"]
     check(vec["elements"] == 65536 and rel(dev["vector_flops"], 2 * vec["elements"] / vec["seconds"]) < 1e-4,
           "%s: vector_flops = 2 x 65536 / axpy seconds" % what)
+    llc = last_level_cache()
+    if llc:
+        cache = m.get("cache", {})
+        elements = llc // T // 2 // 8
+        check(cache.get("last_level_bytes") == llc and cache.get("elements") == elements and
+              dev.get("cache_bytes") == llc // T and
+              rel(dev.get("cache_bandwidth", 0), 12 * elements / cache.get("seconds", 1e30)) < 1e-4,
+              "%s: cache_bytes = the %d KiB last-level cache (sysfs) / %d cores, cache_bandwidth = 3 x 4 B x %d "
+              "/ in-cache axpy seconds" % (what, llc >> 10, T, elements))
+    else:
+        check("cache" not in m and "cache_bytes" not in dev, "%s: no last-level cache in sysfs, none written" % what)
     check(m["kernel"]["elements"] == 16 and rel(hw["kernel_overhead"], m["kernel"]["seconds"]) < 1e-4,
           "%s: kernel_overhead = the 16-float kernel's seconds (%.3g ns)" % (what, hw["kernel_overhead"] * 1e9))
 
