@@ -10,7 +10,10 @@
  *   median:
  *     pass_ms <best> median_ms <median> gflop <per pass> gflops <at the best>
  *   then one line per shape (its best over the passes).
- * Threads: OpenBLAS's own (OPENBLAS_NUM_THREADS). */
+ * Threads: a lone rank's, dmrt_threads_per_rank(1) (DMC_THREADS, else the cores), each
+ * product split over them by dmrt_sgemm_split as generated code splits it (until
+ * 2026-11-24 one dmrt_sgemm call, which a runtime built with OpenMP runs on one thread
+ * whatever the count: the 2-thread limit was the 1-thread one). */
 #include "dmrt.h"
 
 #include <stdio.h>
@@ -42,10 +45,10 @@ static float *filled(long long count, unsigned *seed) {
     return p;
 }
 
-static void run(shape *s) {
+static void run(shape *s, int threads) {
     /* row strides of A (M x K, or K x M transposed) and B (K x N, or N x K transposed) */
-    dmrt_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, s->a, s->ta ? s->m : s->k, s->b, s->tb ? s->k : s->n, 0.0f,
-               s->c, s->n);
+    dmrt_sgemm_split(threads, s->ta, s->tb, s->m, s->n, s->k, 1.0f, s->a, s->ta ? s->m : s->k, s->b,
+                     s->tb ? s->k : s->n, 0.0f, s->c, s->n);
 }
 
 int main(int argc, char **argv) {
@@ -78,12 +81,13 @@ int main(int argc, char **argv) {
         s->best = 1e30;
         gflop += 2e-9 * (double)s->m * (double)s->n * (double)s->k;
     }
-    for (int i = 0; i < count; i++) run(&shapes[i]);
+    int threads = dmrt_threads_per_rank(1);
+    for (int i = 0; i < count; i++) run(&shapes[i], threads);
     for (int r = 0; r < reps; r++) {
         double t0 = dmrt_now();
         for (int i = 0; i < count; i++) {
             double ti = dmrt_now();
-            run(&shapes[i]);
+            run(&shapes[i], threads);
             double dt = dmrt_now() - ti;
             if (dt < shapes[i].best) shapes[i].best = dt;
         }
