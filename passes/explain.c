@@ -118,9 +118,15 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
     }
     int64_t total = 0;
     double total_sent = 0;
-    int calls = 0;
+    int calls = 0, by_servers = 0;
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
+        /* the sums are the step's traffic, as the phases' below: the parameter servers'
+         * exchange (their section) runs in place of these */
+        if (explain_replaced_by_param_servers(g, r->items[i].value)) {
+            by_servers++;
+            continue;
+        }
         total += explain_collective_bytes(g, c);
         total_sent += explain_collective_sent_bytes(g, c);
         calls += explain_collective_calls(c);
@@ -138,6 +144,8 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
             explain_mib(sent[p][a] / 4.0, s, sizeof s);
             fprintf(out, "%s %s over %s %s", n++ ? "," : "", explain_phase_names[p], g->axes[a].name, s);
         }
+    if (by_servers)
+        fprintf(out, "; not counted: the %d listed below that the parameter servers replace", by_servers);
     fprintf(out, "\n  %-8s %-28s %-30s %-28s %12s %12s\n", "phase", "collective", "value", "type", "operand", "sent");
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];

@@ -48,8 +48,9 @@ void explain_ps_text(const ir_graph *g, FILE *out) {
         fprintf(out, "asynchronous:\n  each push is an update of its own (%d per step), and no worker runs more than %d "
                      "step%s ahead of the slowest\n", t.workers, g->param_servers.staleness,
                 g->param_servers.staleness == 1 ? "" : "s");
-    fprintf(out, "  they replace the update's %d gradient allreduce%s over data (not in the table above; --explain=json "
-                 "marks them replaced_by_param_servers) and the optimizer's update on the workers\n",
+    fprintf(out, "  they replace the update's %d gradient allreduce%s over data (not counted in the collectives above; "
+                 "--explain=full lists them tagged, --explain=json marks them replaced_by_param_servers) and the "
+                 "optimizer's update on the workers\n",
             t.allreduces, t.allreduces == 1 ? "" : "s");
     fprintf(out, "  per worker and step: pushes %s of gradients, pulls %s of parameters (%s in all); the allreduce "
                  "plan sends %s and receives as much\n", params, params, pushed, ring);

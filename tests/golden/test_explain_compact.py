@@ -39,6 +39,7 @@ CASES = [
     (MLP, ["--mesh", "data=2,tensor=2"]),
     (MLP, ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1"]),
     (FORMS, ["--mesh", "data=2,tensor=2"]),
+    (MLP, ["--mesh", "data=2", "--param-servers", "2"]),
 ]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 SIZE = r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)"
@@ -152,9 +153,10 @@ def check_largest(what, text, items):
 
 
 def plan_collectives(plan):
-    """The collectives a step makes: the reshard list's, but those ZeRO replaces, then ZeRO's
+    """The collectives a step makes: the reshard list's, but those ZeRO or the parameter servers
+    replace, then ZeRO's
     reduce-scatters and all-gathers (from its own section of the JSON)."""
-    kept = [c for c in plan["collectives"] if not c.get("replaced_by_zero")]
+    kept = [c for c in plan["collectives"] if not c.get("replaced_by_zero") and not c.get("replaced_by_param_servers")]
     return kept + plan.get("zero", {}).get("collectives", [])
 
 
@@ -242,6 +244,21 @@ def check_full(what, full, plan):
           "%s: --explain=full lists every collective on its line (%d)" % (what, len(rows)))
     if "pipeline" in plan and plan["pipeline"]["stages"] > 1:
         check(any(l.startswith("  stage 0   F0") for l in lines), "%s: --explain=full draws the schedule" % what)
+    # the full list's header sums its rows, but those the parameter servers replace, which it counts apart
+    servers = [c for c in cs if c.get("replaced_by_param_servers")]
+    counted = [c for c in cs if not c.get("replaced_by_param_servers")]
+    head = " ".join(l for l in lines if l.startswith("collectives:") or l.startswith("receives as much"))
+    if not cs:
+        check(head.startswith("collectives: none"), "%s: --explain=full says there are no collectives" % what)
+        return
+    m = re.match(r"collectives: (\d+) per step on (%s) of operands per rank; by ring algorithms each rank sends (%s)"
+                 % (SIZE, SIZE), head)
+    calls = sum(2 if c["op"] == "allgather+allreduce" else 1 for c in counted)
+    check(m and int(m.group(1)) == calls and close(m.group(2), sum(c["bytes_per_rank"] for c in counted)) and
+          close(m.group(3), sum(c["sent_bytes_per_rank"] for c in counted)) and
+          (("not counted: the %d listed below that the parameter servers replace" % len(servers)) in head) == bool(servers),
+          "%s: --explain=full's header sums the rows the parameter servers do not replace (%d of %d; %s)" %
+          (what, len(counted), len(cs), head[:160]))
 
 
 def main():
