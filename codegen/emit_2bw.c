@@ -135,6 +135,17 @@ void emit_2bw_helpers(emitter *E) {
     cg_blank(w);
 }
 
+/* pipedream: makes weights[version] the newest, copying the newest there unless it is. */
+static void emit_take_newest(emitter *E, long long elems) {
+    cg_writer *w = &E->w;
+    cg_line(w, "if (version != ctx->newest) {");
+    w->indent++;
+    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
+    cg_line(w, "ctx->newest = version;");
+    w->indent--;
+    cg_line(w, "}");
+}
+
 /* pipedream: stage st's forward and backward of a micro-batch, each on the version the
  * micro-batch's place in the stream names (the stage's micro-batches in flight have distinct
  * ones), and the update each backward makes. */
@@ -149,12 +160,7 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "static int stage%d_stashed_forward(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", st, m);
     w->indent++;
     cg_line(w, "const int version = (int)((ctx->micro_base + micro) %% %d);", versions);
-    cg_line(w, "if (version != ctx->newest) {");
-    w->indent++;
-    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
-    cg_line(w, "ctx->newest = version;");
-    w->indent--;
-    cg_line(w, "}");
+    emit_take_newest(E, elems);
     cg_line(w, "ctx->params = ctx->weights[version];");
     cg_line(w, "return stage%d_forward(ctx, batch, micro);", st);
     w->indent--;
@@ -169,20 +175,14 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "ctx->params = ctx->weights[version];");
     cg_line(w, "int status = stage%d_backward(ctx, batch, micro);", st);
     cg_line(w, "if (status != DMRT_OK) return status;");
-    emit_micro_gradients(E, st, 0);
-    cg_line(w, "if (version != ctx->newest) {");
-    w->indent++;
-    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
-    cg_line(w, "ctx->newest = version;");
-    w->indent--;
-    cg_line(w, "}");
+    emit_micro_gradients(E, st);
+    emit_take_newest(E, elems);
     cg_line(w, "/* the optimizer counts its updates (AdamW's bias correction, momentum's first); ctx->step");
     cg_line(w, " * counts steps */");
     cg_line(w, "const int64_t steps = ctx->step;");
     cg_line(w, "ctx->step = ++ctx->updates;");
     cg_line(w, "status = stage%d_update(ctx, batch);", st);
     cg_line(w, "ctx->step = steps;");
-    emit_micro_gradients(E, st, 1);
     cg_line(w, "return status;");
     w->indent--;
     cg_line(w, "}");
@@ -244,6 +244,18 @@ static void emit_keep_inputs(emitter *E, int st) {
     }
 }
 
+/* The end of stage st's step function: the inputs its owed backwards read kept, the step
+ * ended (end_step), and the function closed. */
+static void emit_step_end(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    emit_keep_inputs(E, st);
+    cg_line(w, "end_step(ctx);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
 /* pipedream: stage st's step and drain, 2bw's stream with an update after each backward. */
 static void emit_stashed_stage(emitter *E, int st) {
     cg_writer *w = &E->w;
@@ -271,12 +283,7 @@ static void emit_stashed_stage(emitter *E, int st) {
         else
             cg_line(w, "if ((status = stage%d_stashed_backward(ctx, batch, %d)) != DMRT_OK) return status;", st, k - owed);
     }
-    emit_keep_inputs(E, st);
-    cg_line(w, "end_step(ctx);");
-    cg_line(w, "return DMRT_OK;");
-    w->indent--;
-    cg_line(w, "}");
-    cg_blank(w);
+    emit_step_end(E, st);
     cg_line(w, "/* Stage %d's drain: the backwards it owes%s, with their updates. */", st, owed ? "" : " (none)");
     cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);
     w->indent++;
@@ -327,12 +334,7 @@ void emit_2bw_stage(emitter *E, int st) {
             cg_line(w, "if ((status = stage%d_backward(ctx, batch, %d)) != DMRT_OK) return status;", st, k - owed);
         }
     }
-    emit_keep_inputs(E, st);
-    cg_line(w, "end_step(ctx);");
-    cg_line(w, "return DMRT_OK;");
-    w->indent--;
-    cg_line(w, "}");
-    cg_blank(w);
+    emit_step_end(E, st);
     if (owed) cg_line(w, "/* Stage %d's drain: the backwards it owes, and the previous batch's update. */", st);
     else cg_line(w, "/* Stage %d's drain: the previous batch's update (it owes no backward). */", st);
     cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);

@@ -26,14 +26,21 @@ static void declare_buffers(emitter *E, const char *used) {
 
 
 /* Adds a micro-batch's gradient of parameter p into ctx->grad_sum (the first one is
- * copied): the step's gradient is their mean. */
+ * copied): the step's gradient is their mean. pipedream updates after every backward, with
+ * that micro-batch's gradient alone: each is copied. */
 static void emit_micro_grad_sum(emitter *E, int p) {
     long long n = (long long)ir_numel(T(E, E->g->grads[p]));
     const char *grad = E->cname[dm_micro_grad(E->g, p)];
     char sum[96];
+    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, E->g->grads[p]));
+    if (dm_runs_pipedream(E->g)) {
+        cg_line(&E->w, "/* %s's gradient, for this micro-batch's update (ctx->grad_sum is laid out as ctx->grads) */",
+                V(E, E->g->params[p])->name);
+        copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
+        return;
+    }
     cg_line(&E->w, "/* %s's gradient, added to the step's (ctx->grad_sum is laid out as ctx->grads) */",
             V(E, E->g->params[p])->name);
-    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, E->g->grads[p]));
     cg_line(&E->w, "if (micro == 0) {");
     E->w.indent++;
     copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
@@ -360,9 +367,8 @@ static void emit_stage_functions(emitter *E, int st) {
 }
 
 /* Stage st's gradients from ctx->grad_sum, divided by `divisor`, into where the update reads
- * them (with a data axis, the sums themselves: then a divisor of 1 has nothing to do);
- * `restart`: instead, the sums zeroed (the C target's memory), for the next to start. */
-static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, int restart, const char *title) {
+ * them (with a data axis, the sums themselves: then a divisor of 1 has nothing to do). */
+static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, const char *title) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int M = g->microbatches;
@@ -379,12 +385,8 @@ static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, int
             snprintf(grad, sizeof grad, "(%s)", where);
             snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
             long long n = (long long)ir_numel(T(E, g->grads[p]));
-            if (!restart && divisor == 1 && strcmp(grad, sum) == 0) continue;
+            if (divisor == 1 && strcmp(grad, sum) == 0) continue;
             cg_line(w, "/* %s */", V(E, g->params[p])->name);
-            if (restart) {
-                cg_line(w, "memset(%s, 0, %lld * sizeof(float));", sum, n);
-                continue;
-            }
             cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 1, .var = {"x"}, .buffer = {sum}, .stride = {{1}},
                               .out = grad, .out_stride = {1}, .out_elems = n, .expr = mean};
             E->dialect->loop_nest(w, &k);
@@ -394,13 +396,12 @@ static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, int
 
 void emit_gradient_means(emitter *E, int st, int *any) {
     /* each micro-batch's loss is a mean over its rows, the step's over all */
-    emit_summed_gradients(E, st, any, E->g->microbatches, 0, "the step's gradients: the mean of the micro-batches'");
+    emit_summed_gradients(E, st, any, E->g->microbatches, "the step's gradients: the mean of the micro-batches'");
 }
 
-void emit_micro_gradients(emitter *E, int st, int restart) {
+void emit_micro_gradients(emitter *E, int st) {
     int any = 0;
-    emit_summed_gradients(E, st, &any, 1, restart,
-                          restart ? "the sums zeroed for the next micro-batch's gradients" : "the micro-batch's gradients");
+    emit_summed_gradients(E, st, &any, 1, "the micro-batch's gradients");
 }
 
 /* Stage st's step (one stage per rank): its forward pass of every micro-batch in order

@@ -216,9 +216,9 @@ void emit_serial_api(emitter *E);
 /* After a step's micro-batches, the gradients of stage st's parameters: the mean of their
  * sums. *any: whether the heading comment is out already. */
 void emit_gradient_means(emitter *E, int st, int *any);
-/* pipedream: stage st's micro-batch gradient (its sum, of one) where the update reads it;
- * restart: after the update, the sums zeroed for the next micro-batch's. */
-void emit_micro_gradients(emitter *E, int st, int restart);
+/* pipedream: stage st's micro-batch gradient (in ctx->grad_sum, of that micro-batch alone)
+ * where the update reads it. */
+void emit_micro_gradients(emitter *E, int st);
 
 /* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
  * context's fields, the schedule and next_learning_rate (train_step calls it first), the API

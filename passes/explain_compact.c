@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "explain.h"
-#include "schedule.h"
 
 /* "512 B", "24.00 KiB", "6.00 MiB", "1.25 GiB": two decimals of the largest unit below. */
 static void human_bytes(double bytes, char *buf, size_t size) {
@@ -216,7 +215,7 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
         char second[32], inputs[32];
         human_bytes((double)versions, second, sizeof second);
         human_bytes((double)previous, inputs, sizeof inputs);
-        if (g->schedule == PIPE_PIPEDREAM)
+        if (dm_runs_pipedream(g))
             fprintf(out, "  pipedream: parameters are P - s weight versions on stage s, one per micro-batch in flight (the\n"
                          "  stashed ones up to %s), and peak counts the previous batch's inputs kept for the backwards\n"
                          "  a stage owes across a step's end (up to %s)\n", second, inputs);

@@ -692,8 +692,8 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
     for (int k = 0; k < S; k++) {
         forward[k] = action_seconds(plan->stage[k].forward_seconds);
         backward[k] = action_seconds(plan->stage[k].backward_seconds);
-        send[k] = plan->stage[k].send_seconds > 0 && plan->stage[k].send_seconds <= backward[k]
-                      ? plan->stage[k].send_seconds : backward[k];
+        /* (send_seconds <= backward_seconds; a stage of no backward has a token one) */
+        send[k] = plan->stage[k].send_seconds > 0 ? plan->stage[k].send_seconds : backward[k];
     }
     if (pipe_schedule_build_sends(&plan->timed, pipe_kind_for(g->schedule, plan->ranks), plan->ranks, plan->chunks,
                                   g->microbatches, forward, backward, send))

@@ -103,7 +103,7 @@ static void order(pipe_schedule *s, int stage) {
 typedef struct simulation {
     pipe_schedule *s;
     int *forwards, *backwards;  /* (V) */
-    double *f_end, *b_end;      /* (V, M) */
+    double *f_end;              /* (V, M) */
     double *b_sent;             /* (V, M) when a backward's gradient left for the stage before */
     int *next;                  /* (P) */
     double *idle_from;          /* (P) */
@@ -137,8 +137,8 @@ static int time_stage(simulation *t, int st) {
         double start = ready > idle_from ? ready : idle_from;
         double end = start + (is_forward ? s->stage_forward[j] : s->stage_backward[j]);
         a->start = start, a->end = end;
-        (is_forward ? t->f_end : t->b_end)[(size_t)j * M + m] = end;
-        if (!is_forward) t->b_sent[(size_t)j * M + m] = start + s->stage_send[j];
+        if (is_forward) t->f_end[(size_t)j * M + m] = end;
+        else t->b_sent[(size_t)j * M + m] = start + s->stage_send[j];
         (is_forward ? t->forwards : t->backwards)[j]++;
         idle_from = end;
         if (end > makespan) makespan = end;
@@ -159,14 +159,13 @@ static int simulate(pipe_schedule *s) {
     size_t micros = (size_t)s->micros * (size_t)s->batches;
     simulation t = {.s = s};
     t.forwards = calloc(V, sizeof(int)), t.backwards = calloc(V, sizeof(int));
-    t.f_end = malloc(V * micros * sizeof(double)), t.b_end = malloc(V * micros * sizeof(double));
-    t.b_sent = malloc(V * micros * sizeof(double));
+    t.f_end = malloc(V * micros * sizeof(double)), t.b_sent = malloc(V * micros * sizeof(double));
     t.next = calloc((size_t)s->stages, sizeof(int)), t.idle_from = calloc((size_t)s->stages, sizeof(double));
     /* 2BW's steps end in collectives over every rank (the step's loss, a host's agreement
      * on whether to go on): a step starts on every stage once the last has ended the one
      * before, so its steps are timed one after the other */
     if (pipe_flushless(s->kind)) t.limit = calloc((size_t)s->stages, sizeof(int));
-    int status = t.forwards && t.backwards && t.f_end && t.b_end && t.b_sent && t.next && t.idle_from &&
+    int status = t.forwards && t.backwards && t.f_end && t.b_sent && t.next && t.idle_from &&
                          (!pipe_flushless(s->kind) || t.limit)
                      ? 0
                      : -1;
@@ -191,8 +190,7 @@ static int simulate(pipe_schedule *s) {
         }
         if (t.limit) s->step_ends[step] = s->makespan;
     }
-    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_end), free(t.b_sent), free(t.next), free(t.idle_from);
-    free(t.limit);
+    free(t.forwards), free(t.backwards), free(t.f_end), free(t.b_sent), free(t.next), free(t.idle_from), free(t.limit);
     return status;
 }
 

@@ -179,12 +179,12 @@ static int time_on_crew(const workload *w, int threads, double *seconds, int64_t
     }
     /* One thread: the caller's own, whose OpenMP team (a lone rank's split products) then
      * lives across every measurement; a new thread's first teams stall for milliseconds. */
-    if (threads == 1) {
+    const int on_caller = threads == 1;
+    if (on_caller) {
         m[0] = (member){&c, 0};
         crew_thread(&m[0]);
-        started = threads;
     }
-    for (; started < threads; started++) {
+    for (started = on_caller; started < threads; started++) {
         m[started] = (member){&c, started};
         int e = pthread_create(&tid[started], NULL, crew_thread, &m[started]);
         if (e != 0) {
@@ -193,7 +193,7 @@ static int time_on_crew(const workload *w, int threads, double *seconds, int64_t
             exit(1);
         }
     }
-    for (int i = 0; i < threads && threads > 1; i++) pthread_join(tid[i], NULL);
+    for (int i = on_caller; i < threads; i++) pthread_join(tid[i], NULL);
     pthread_barrier_destroy(&c.barrier);
     status = 0;
     for (int i = 0; i < threads; i++)
