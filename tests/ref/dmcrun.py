@@ -51,6 +51,31 @@ def import_reference():
     return numpy, torch
 
 
+def reference_main(argv, body):
+    """The main of a reference test run as `TEST DMC SOURCE_ROOT`: exit status 2 on another
+    use, 77 without torch and numpy (import_reference's skip), else body(dmc, root, np,
+    torch) with the two paths absolute: a Failure it raises, or a `dmc` that timed out, is a
+    FAIL line and 1; else it returns what passed, printed as the PASS line, and 0."""
+    if len(argv) != 3:
+        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
+        return 2
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    ref = import_reference()
+    if not ref:
+        return 77
+    np, torch = ref
+    try:
+        passed = body(dmc, root, np, torch)
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        return 1
+    except subprocess.TimeoutExpired as e:
+        print("FAIL: timed out: %s" % e, file=sys.stderr)
+        return 1
+    print("PASS: %s" % passed)
+    return 0
+
+
 def step_losses(cmd, cwd, timeout, env=None):
     """Runs cmd in cwd; returns the losses of its `step N loss X` lines, in order."""
     return [fields["loss"] for fields in step_fields(cmd, cwd, timeout, env)]

@@ -32,8 +32,6 @@ Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
@@ -42,7 +40,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
 import test_mlp  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 STEPS = test_mlp.STEPS
 LOSS_RTOL = 1e-5
@@ -187,61 +185,44 @@ def check_trace(dmc, tmp, common, files, schedule="2bw"):
                                                                                             want))
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    ref = import_reference()
-    if not ref:
-        return 77
-    np, torch = ref
+def run_checks(dmc, root, np, torch):
     import stio
-    src_path = os.path.join(root, "examples", "mlp.dm")
-    with open(src_path) as f:
-        src = f.read()
-    opt_re = re.compile(r"^optimizer .*$", re.M)
-    try:
-        norm = test_mlp.model_signature(src)
-        if test_mlp.ADAMW_LINE not in src:
-            raise Failure("%s no longer has '%s'; update test_2bw.py" % (src_path, test_mlp.ADAMW_LINE))
-        with tempfile.TemporaryDirectory(prefix="dmc-ref-2bw-") as tmp:
-            init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
-            sgd_dir = os.path.join(tmp, "sgd")
-            os.mkdir(sgd_dir)
-            with open(os.path.join(sgd_dir, "mlp.dm"), "w") as f:
-                f.write(opt_re.sub(SGD_LINE, src))
-            files = {"sgd": os.path.join(sgd_dir, "mlp.dm"), "adamw": src_path}
-            for kind in ("sgd", "adamw"):
-                _, stale = reference(torch, init, xs, ys, kind, STEPS, norm)
-                _, fresh = reference(torch, init, xs, ys, kind, STEPS, norm, stale=False)
-                apart = max(float(np.max(np.abs(stale[n] - fresh[n]))) for n in stale)
-                print("%-5s 2bw vs synchronous reference weights: max difference %.3g (must exceed %.0e)"
-                      % (kind, apart, DISTINCT))
-                if apart <= DISTINCT:
-                    raise Failure("%s: the 2bw rule and synchronous training end %.3g apart: the test would not "
-                                  "tell them apart" % (kind, apart))
-            for label, mesh, micros, kind in CASES:
-                out = os.path.join(tmp, label + ".safetensors")
-                args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", "2bw",
-                                 "--steps", str(STEPS), "--save", out]
-                if label.endswith("-mpi"):
-                    args += ["--backend", "mpi"]
-                got = test_mlp.run_dmc(dmc, files[kind], tmp, args)
-                want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
-                dmcrun.check_losses(label, got, want, LOSS_RTOL)
-                test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
-            check_embed(np, torch, stio, dmc, root, tmp)
-            check_trace(dmc, tmp, common, files)
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
-    except subprocess.TimeoutExpired as e:
-        print("FAIL: timed out: %s" % e, file=sys.stderr)
-        return 1
-    print("PASS: the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, "
-          "%d steps" % (len(CASES) + len(EMBED_CASES), STEPS))
-    return 0
+    src_path, src, norm = test_mlp.example(root, "test_2bw.py")
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-2bw-") as tmp:
+        init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+        files = {"sgd": test_mlp.with_optimizer(src, SGD_LINE, os.path.join(tmp, "sgd")), "adamw": src_path}
+        for kind in ("sgd", "adamw"):
+            _, stale = reference(torch, init, xs, ys, kind, STEPS, norm)
+            _, fresh = reference(torch, init, xs, ys, kind, STEPS, norm, stale=False)
+            apart = max(float(np.max(np.abs(stale[n] - fresh[n]))) for n in stale)
+            print("%-5s 2bw vs synchronous reference weights: max difference %.3g (must exceed %.0e)"
+                  % (kind, apart, DISTINCT))
+            if apart <= DISTINCT:
+                raise Failure("%s: the 2bw rule and synchronous training end %.3g apart: the test would not "
+                              "tell them apart" % (kind, apart))
+        for label, mesh, micros, kind in CASES:
+            out = os.path.join(tmp, label + ".safetensors")
+            got = test_mlp.run_dmc(dmc, files[kind], tmp, schedule_args(common, label, mesh, micros, "2bw", out))
+            want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
+            dmcrun.check_losses(label, got, want, LOSS_RTOL)
+            test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+        check_embed(np, torch, stio, dmc, root, tmp)
+        check_trace(dmc, tmp, common, files)
+    return ("the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, %d steps"
+            % (len(CASES) + len(EMBED_CASES), STEPS))
+
+
+def schedule_args(common, label, mesh, micros, schedule, out):
+    """`dmc run`'s arguments for a case of CASES' form: STEPS steps on `mesh` with `micros`
+    micro-batches under `schedule`, the weights saved to `out`; a label ending in -mpi runs
+    on the MPI backend."""
+    args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", schedule, "--steps", str(STEPS),
+                     "--save", out]
+    return args + (["--backend", "mpi"] if label.endswith("-mpi") else [])
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

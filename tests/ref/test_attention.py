@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 LOSS_RTOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
@@ -139,18 +139,10 @@ def run_config(np, torch, stio, dmc, dm, tmp, cfg, seed):
     return fails
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+def run_checks(dmc, root, np, torch):
     if dmcrun.TARGET != "c":
         print("SKIP: fused attention is the C target's")
-        return 77
-    reference = import_reference()
-    if not reference:
-        return 77
-    np, torch = reference
+        sys.exit(77)
     import stio
     torch.set_num_threads(1)
     dm = os.path.join(root, "tests", "ref", "attention.dm")
@@ -161,12 +153,13 @@ def main(argv):
                 failures += run_config(np, torch, stio, dmc, dm, tmp, cfg, 2000 + seed)
             except (Failure, subprocess.TimeoutExpired) as e:
                 failures.append(str(e))
-    for f in failures:
-        print("FAIL: %s" % f, file=sys.stderr)
-    if failures:
-        return 1
-    print("PASS: fused attention matches PyTorch (loss, gradients) at %d sizes, as the unfused ops do" % len(CONFIGS))
-    return 0
+    if failures:  # every size is tried
+        raise Failure("\n".join(failures))
+    return "fused attention matches PyTorch (loss, gradients) at %d sizes, as the unfused ops do" % len(CONFIGS)
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

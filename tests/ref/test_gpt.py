@@ -91,7 +91,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 V, T, C, NH, L, B = 64, 16, 32, 4, 2, 4
 SETS = "V=%d,T=%d,C=%d,NH=%d,L=%d,B=%d" % (V, T, C, NH, L, B)
@@ -505,16 +505,7 @@ def mode_hf(np, torch, G, dmc, src_path, specs, tmp):
           "match PyTorch, wrong shapes are named" % SETS)
 
 
-def main(argv):
-    if len(argv) not in (3, 4) or (len(argv) == 4 and argv[3] not in ("train", "hf")):
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT [train|hf]\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    mode = argv[3] if len(argv) == 4 else "train"
-    reference = import_reference()
-    if not reference:
-        return 77
-    np, torch = reference
+def run_checks(dmc, root, np, torch, mode):
     import gpt_torch as G
 
     torch.manual_seed(0)
@@ -523,17 +514,18 @@ def main(argv):
     with open(src_path) as f:
         src = f.read()
     specs = G.param_specs(V, T, C, L)
-    try:
-        model_signature(dmc, src_path, src, specs)
-        with tempfile.TemporaryDirectory(prefix="dmc-ref-gpt-") as tmp:
-            (mode_train if mode == "train" else mode_hf)(np, torch, G, dmc, src_path, specs, tmp)
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
-    except subprocess.TimeoutExpired as e:
-        print("FAIL: timed out: %s" % e, file=sys.stderr)
-        return 1
-    return 0
+    model_signature(dmc, src_path, src, specs)
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-gpt-") as tmp:
+        (mode_train if mode == "train" else mode_hf)(np, torch, G, dmc, src_path, specs, tmp)
+    return "examples/gpt.dm matches PyTorch (%s)" % mode
+
+
+def main(argv):
+    if len(argv) not in (3, 4) or (len(argv) == 4 and argv[3] not in ("train", "hf")):
+        sys.stderr.write("usage: %s DMC SOURCE_ROOT [train|hf]\n" % argv[0])
+        return 2
+    mode = argv[3] if len(argv) == 4 else "train"
+    return dmcrun.reference_main(argv[:3], lambda dmc, root, np, torch: run_checks(dmc, root, np, torch, mode))
 
 
 if __name__ == "__main__":

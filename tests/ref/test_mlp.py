@@ -45,7 +45,6 @@ Exit status: 0 pass, 1 failure (message on stderr), 77 torch/numpy unavailable (
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -53,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 B, H, D, K = 16, 64, 784, 10
 STEPS = 10
@@ -61,6 +60,7 @@ LOSS_RTOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 WEIGHT_ATOL = 1e-5
 ADAMW_LINE = "optimizer adamw(lr = 1e-3, weight_decay = 1e-4)"
+OPTIMIZER_RE = re.compile(r"^optimizer .*$", re.M)
 PARAMS = [("fc1.weight", (D, H)), ("fc1.bias", (H,)),
           ("fc2.weight", (H, H)), ("fc2.bias", (H,)),
           ("fc3.weight", (H, K)), ("fc3.bias", (K,))]
@@ -222,68 +222,57 @@ def check_tensors(np, what, got, want, atol, rtol, ref64=None):
         raise Failure("\n".join(failures))
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    reference = import_reference()
-    if not reference:
-        return 77
-    np, torch = reference
-    import stio
+def with_optimizer(src, line, directory):
+    """src with its optimizer line replaced by `line`, written as mlp.dm in `directory` (made
+    here; the file name, hence the model's and its parameters' names, stay examples/mlp.dm's).
+    Returns its path."""
+    os.mkdir(directory)
+    path = os.path.join(directory, "mlp.dm")
+    with open(path, "w") as f:
+        f.write(OPTIMIZER_RE.sub(line, src))
+    return path
 
-    torch.manual_seed(0)
-    src_path = os.path.join(root, "examples", "mlp.dm")
-    with open(src_path) as f:
+
+def example(root, test):
+    """examples/mlp.dm as the reference tests mirror it: (its path, its text, its input
+    standardisation: model_signature's); a Failure naming `test` when it has changed."""
+    path = os.path.join(root, "examples", "mlp.dm")
+    with open(path) as f:
         src = f.read()
-    opt_re = re.compile(r"^optimizer .*$", re.M)
-    if len(opt_re.findall(src)) != 1 or ADAMW_LINE not in src:
-        print("FAIL: %s: expected exactly one optimizer line, '%s'; update test_mlp.py"
-              % (src_path, ADAMW_LINE), file=sys.stderr)
-        return 1
-    try:
-        norm = model_signature(src)
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
+    if len(OPTIMIZER_RE.findall(src)) != 1 or ADAMW_LINE not in src:
+        raise Failure("%s: expected exactly one optimizer line, '%s'; update %s" % (path, ADAMW_LINE, test))
+    return path, src, model_signature(src)
+
+
+def run_checks(dmc, root, np, torch):
+    import stio
+    torch.manual_seed(0)
+    src_path, src, norm = example(root, "test_mlp.py")
     with tempfile.TemporaryDirectory(prefix="dmc-ref-mlp-") as tmp:
         init, xs, ys, common = write_data(np, torch, tmp)
-        try:
-            # a) forward loss and gradients of step 1
-            grads_path = os.path.join(tmp, "grads.safetensors")
-            d_losses = run_dmc(dmc, src_path, tmp, common + ["--steps", "1", "--dump-grads", grads_path])
-            t_losses, t_grads, _ = torch_run(torch, init, xs, ys, None, 1, torch.float32, norm)
-            _, t_grads64, _ = torch_run(torch, init, xs, ys, None, 1, torch.float64, norm)
-            check_losses("step1", d_losses, t_losses)
-            check_tensors(np, "grad", stio.load(grads_path), t_grads, GRAD_ATOL, GRAD_RTOL, t_grads64)
+        # a) forward loss and gradients of step 1
+        grads_path = os.path.join(tmp, "grads.safetensors")
+        d_losses = run_dmc(dmc, src_path, tmp, common + ["--steps", "1", "--dump-grads", grads_path])
+        t_losses, t_grads, _ = torch_run(torch, init, xs, ys, None, 1, torch.float32, norm)
+        _, t_grads64, _ = torch_run(torch, init, xs, ys, None, 1, torch.float64, norm)
+        check_losses("step1", d_losses, t_losses)
+        check_tensors(np, "grad", stio.load(grads_path), t_grads, GRAD_ATOL, GRAD_RTOL, t_grads64)
 
-            # b), c) and more: STEPS steps of each optimizer
-            for label, line, make_opt in optimizer_cases(torch):
-                if line is None:
-                    dm_file = src_path
-                else:
-                    # same file name, so the model and parameter names stay the same
-                    dm_dir = os.path.join(tmp, label)
-                    os.mkdir(dm_dir)
-                    dm_file = os.path.join(dm_dir, "mlp.dm")
-                    with open(dm_file, "w") as f:
-                        f.write(opt_re.sub(line, src))
-                out = os.path.join(tmp, label + ".safetensors")
-                d_losses = run_dmc(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--save", out])
-                t_losses, _, t_final = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float32, norm)
-                _, _, t_final64 = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float64, norm)
-                check_losses(label, d_losses, t_losses)
-                check_tensors(np, label, stio.load(out), t_final, WEIGHT_ATOL, 0.0, t_final64)
-        except Failure as e:
-            print("FAIL: %s" % e, file=sys.stderr)
-            return 1
-        except subprocess.TimeoutExpired as e:
-            print("FAIL: timed out: %s" % e, file=sys.stderr)
-            return 1
-    print("PASS: examples/mlp.dm matches PyTorch (B=%d, H=%d): step-1 loss and gradients, "
-          "%d steps of SGD and of AdamW" % (B, H, STEPS))
-    return 0
+        # b), c) and more: STEPS steps of each optimizer
+        for label, line, make_opt in optimizer_cases(torch):
+            dm_file = src_path if line is None else with_optimizer(src, line, os.path.join(tmp, label))
+            out = os.path.join(tmp, label + ".safetensors")
+            d_losses = run_dmc(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--save", out])
+            t_losses, _, t_final = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float32, norm)
+            _, _, t_final64 = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float64, norm)
+            check_losses(label, d_losses, t_losses)
+            check_tensors(np, label, stio.load(out), t_final, WEIGHT_ATOL, 0.0, t_final64)
+    return ("examples/mlp.dm matches PyTorch (B=%d, H=%d): step-1 loss and gradients, %d steps of SGD and of AdamW"
+            % (B, H, STEPS))
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 STEPS = 3
 LR = 0.1
@@ -346,17 +346,8 @@ def check_unchanged(np, model, names, init, final):
     return failures
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    reference = import_reference()
-    if not reference:
-        return 77
-    np, torch = reference
+def run_checks(dmc, root, np, torch):
     import stio
-
     torch.manual_seed(0)
     torch.set_num_threads(1)  # small tensors; keeps the reference deterministic
     failures = []
@@ -394,15 +385,15 @@ def main(argv):
             except subprocess.TimeoutExpired as e:
                 failures.append("%s: timed out: %s" % (model, e))
                 print("FAIL: %s: timed out: %s" % (model, e), file=sys.stderr)
-    if failures:
-        print("FAIL: %d of %d models differ from PyTorch: %s"
-              % (len(failures), len(MODELS),
-                 ", ".join(sorted(set(f.split(":")[0].split()[0] for f in failures)))),
-              file=sys.stderr)
-        return 1
-    print("PASS: %d op models (tests/ref/ops/*.dm) match PyTorch: losses of %d optimizer steps, "
-          "step-1 gradients, final weights; parameters off the loss unchanged" % (len(MODELS), STEPS))
-    return 0
+    if failures:  # every model is tried: the summary names each that failed
+        raise Failure("%d of %d models differ from PyTorch: %s"
+                      % (len(failures), len(MODELS), ", ".join(sorted(set(f.split(":")[0].split()[0] for f in failures)))))
+    return ("%d op models (tests/ref/ops/*.dm) match PyTorch: losses of %d optimizer steps, step-1 gradients, final "
+            "weights; parameters off the loss unchanged" % (len(MODELS), STEPS))
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dmcrun  # noqa: E402
 import test_mlp  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 STEPS = test_mlp.STEPS
 WEIGHT_ATOL = 1e-5
@@ -114,85 +114,66 @@ def check_explain(dmc, src):
           "marked and not counted")
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    ref = import_reference()
-    if not ref:
-        return 77
-    np, torch = ref
+def run_checks(dmc, root, np, torch):
     import stio
-    src_path = os.path.join(root, "examples", "mlp.dm")
-    with open(src_path) as f:
-        src = f.read()
-    try:
-        norm = test_mlp.model_signature(src)
-        if test_mlp.ADAMW_LINE not in src:
-            raise Failure("%s no longer has '%s'; update test_param_servers.py" % (src_path, test_mlp.ADAMW_LINE))
-        with tempfile.TemporaryDirectory(prefix="dmc-ref-ps-") as tmp:
-            init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
-            check_explain(dmc, src_path)
-            sync_weights = check_synchronous(dmc, src_path, tmp, common)
-            # the synchronous servers against PyTorch (AdamW, as mlp.dm)
-            def adamw(params):
-                return torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4)
-            _, _, final = test_mlp.torch_run(torch, init, xs, ys, adamw, STEPS, torch.float64, norm)
-            test_mlp.check_tensors(np, "synchronous servers vs PyTorch", stio.load(sync_weights), final, WEIGHT_ATOL, 0.0)
-            print("synchronous servers: PyTorch's AdamW weights to %g" % WEIGHT_ATOL)
+    src_path, src, norm = test_mlp.example(root, "test_param_servers.py")
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-ps-") as tmp:
+        init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+        check_explain(dmc, src_path)
+        sync_weights = check_synchronous(dmc, src_path, tmp, common)
+        # the synchronous servers against PyTorch (AdamW, as mlp.dm)
+        def adamw(params):
+            return torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-4)
+        _, _, final = test_mlp.torch_run(torch, init, xs, ys, adamw, STEPS, torch.float64, norm)
+        test_mlp.check_tensors(np, "synchronous servers vs PyTorch", stio.load(sync_weights), final, WEIGHT_ATOL, 0.0)
+        print("synchronous servers: PyTorch's AdamW weights to %g" % WEIGHT_ATOL)
 
-            # asynchronous, staleness 0, plain SGD: the synchronous rule up to rounding
-            sgd_path = os.path.join(tmp, "sgd.dm")
-            with open(sgd_path, "w") as f:
-                f.write(re.sub(r"^optimizer .*$", PLAIN_SGD_LINE, src, flags=re.M))
-            _, _, final = test_mlp.torch_run(torch, init, xs, ys, lambda ps: torch.optim.SGD(ps, lr=0.05), STEPS,
-                                             torch.float64, norm)
-            for backend in ([], ["--backend", "mpi"]):
-                out_path = os.path.join(tmp, "async0%s.safetensors" % ("-mpi" if backend else ""))
-                out = run(dmc, sgd_path, tmp, common + backend + ["--mesh", "data=2", "--param-servers", "2",
-                                                                  "--ps-staleness", "0", "--steps", str(STEPS),
-                                                                  "--save", out_path])
-                for server, _, updates, pushes, mode, bound, lead in servers_of(out, 2):
-                    if bound != "0" or lead != "0" or int(updates) != 2 * STEPS or int(pushes) != 2 * STEPS:
-                        raise Failure("staleness 0: server %s reports %s (%s updates, %s pushes)" % (server, mode,
-                                                                                                   updates, pushes))
-                test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD%s" % (" (MPI)" if backend else ""),
-                                       stio.load(out_path), final, WEIGHT_ATOL, 0.0)
-            print("asynchronous servers, staleness 0: PyTorch's SGD weights to %g (an update per push)" % WEIGHT_ATOL)
+        # asynchronous, staleness 0, plain SGD: the synchronous rule up to rounding
+        sgd_path = test_mlp.with_optimizer(src, PLAIN_SGD_LINE, os.path.join(tmp, "sgd"))
+        _, _, final = test_mlp.torch_run(torch, init, xs, ys, lambda ps: torch.optim.SGD(ps, lr=0.05), STEPS,
+                                         torch.float64, norm)
+        for backend in ([], ["--backend", "mpi"]):
+            out_path = os.path.join(tmp, "async0%s.safetensors" % ("-mpi" if backend else ""))
+            out = run(dmc, sgd_path, tmp, common + backend + ["--mesh", "data=2", "--param-servers", "2",
+                                                              "--ps-staleness", "0", "--steps", str(STEPS),
+                                                              "--save", out_path])
+            for server, _, updates, pushes, mode, bound, lead in servers_of(out, 2):
+                if bound != "0" or lead != "0" or int(updates) != 2 * STEPS or int(pushes) != 2 * STEPS:
+                    raise Failure("staleness 0: server %s reports %s (%s updates, %s pushes)" % (server, mode,
+                                                                                               updates, pushes))
+            test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD%s" % (" (MPI)" if backend else ""),
+                                   stio.load(out_path), final, WEIGHT_ATOL, 0.0)
+        print("asynchronous servers, staleness 0: PyTorch's SGD weights to %g (an update per push)" % WEIGHT_ATOL)
 
-            # asynchronous, bound 1, 4 workers: the bound holds in every server's report
-            out = run(dmc, src_path, tmp, common + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1",
-                                                    "--steps", str(3 * STEPS)])
-            losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", out, re.M)]
-            if len(losses) != 3 * STEPS or not all(np.isfinite(losses)):
-                raise Failure("staleness 1: expected %d finite losses, got %s" % (3 * STEPS, losses))
-            for server, _, updates, pushes, mode, bound, lead in servers_of(out, 3):
-                if bound != "1" or int(lead) > 1 or int(updates) != 4 * 3 * STEPS or int(pushes) != 4 * 3 * STEPS:
-                    raise Failure("staleness 1: server %s reports %s (%s updates, %s pushes)" % (server, mode, updates,
-                                                                                               pushes))
-            print("asynchronous servers, bound 1: every push an update, workers at most 1 step apart")
+        # asynchronous, bound 1, 4 workers: the bound holds in every server's report
+        out = run(dmc, src_path, tmp, common + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1",
+                                                "--steps", str(3 * STEPS)])
+        losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", out, re.M)]
+        if len(losses) != 3 * STEPS or not all(np.isfinite(losses)):
+            raise Failure("staleness 1: expected %d finite losses, got %s" % (3 * STEPS, losses))
+        for server, _, updates, pushes, mode, bound, lead in servers_of(out, 3):
+            if bound != "1" or int(lead) > 1 or int(updates) != 4 * 3 * STEPS or int(pushes) != 4 * 3 * STEPS:
+                raise Failure("staleness 1: server %s reports %s (%s updates, %s pushes)" % (server, mode, updates,
+                                                                                           pushes))
+        print("asynchronous servers, bound 1: every push an update, workers at most 1 step apart")
 
-            for args, want in [(["--mesh", "data=2,tensor=2", "--param-servers", "1"],
-                                "the mesh's axis tensor has size 2: parameter servers serve a mesh of the data axis alone"),
-                               (["--mesh", "data=2", "--ps-staleness", "1"], "--ps-staleness bounds the parameter servers'"),
-                               (["--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--trace", "t.json"],
-                                "--trace (a pipeline's timeline) is not built for parameter servers")]:
-                args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + common + args
-                r = subprocess.run([dmc, "run", src_path] + args, cwd=tmp, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
-                if r.returncode == 0 or want not in r.stdout:
-                    raise Failure("dmc run %s: expected a failure saying '%s', got (%d):\n%s" % (" ".join(args), want,
-                                                                                                r.returncode, r.stdout))
-            print("refused: another mesh axis, --ps-staleness alone, --trace")
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
-    except subprocess.TimeoutExpired as e:
-        print("FAIL: timed out: %s" % e, file=sys.stderr)
-        return 1
-    print("PASS: parameter servers: synchronous = allreduce (threads, MPI) = PyTorch; asynchronous within its bound")
-    return 0
+        for args, want in [(["--mesh", "data=2,tensor=2", "--param-servers", "1"],
+                            "the mesh's axis tensor has size 2: parameter servers serve a mesh of the data axis alone"),
+                           (["--mesh", "data=2", "--ps-staleness", "1"], "--ps-staleness bounds the parameter servers'"),
+                           (["--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--trace", "t.json"],
+                            "--trace (a pipeline's timeline) is not built for parameter servers")]:
+            args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + common + args
+            r = subprocess.run([dmc, "run", src_path] + args, cwd=tmp, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+            if r.returncode == 0 or want not in r.stdout:
+                raise Failure("dmc run %s: expected a failure saying '%s', got (%d):\n%s" % (" ".join(args), want,
+                                                                                            r.returncode, r.stdout))
+        print("refused: another mesh axis, --ps-staleness alone, --trace")
+    return "parameter servers: synchronous = allreduce (threads, MPI) = PyTorch; asynchronous within its bound"
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -51,12 +50,10 @@ sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
 import test_2bw  # noqa: E402
 import test_mlp  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
-STEPS = test_mlp.STEPS
-LOSS_RTOL = 1e-5
-WEIGHT_ATOL = 1e-5
-DISTINCT = 100 * WEIGHT_ATOL
+# test_2bw's steps and bounds, and its margin for telling rules apart
+STEPS, LOSS_RTOL, WEIGHT_ATOL, DISTINCT = test_2bw.STEPS, test_2bw.LOSS_RTOL, test_2bw.WEIGHT_ATOL, test_2bw.DISTINCT
 
 # (label, mesh, micro-batches, optimizer: "sgd" or "adamw")
 CASES = [
@@ -148,56 +145,31 @@ def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
                           "apart" % (label, what, apart))
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    ref = import_reference()
-    if not ref:
-        return 77
-    np, torch = ref
+def run_checks(dmc, root, np, torch):
     import stio
-    src_path = os.path.join(root, "examples", "mlp.dm")
-    with open(src_path) as f:
-        src = f.read()
-    opt_re = re.compile(r"^optimizer .*$", re.M)
-    try:
-        norm = test_mlp.model_signature(src)
-        if test_mlp.ADAMW_LINE not in src:
-            raise Failure("%s no longer has '%s'; update test_pipedream.py" % (src_path, test_mlp.ADAMW_LINE))
-        with tempfile.TemporaryDirectory(prefix="dmc-ref-pipedream-") as tmp:
-            init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
-            sgd_dir = os.path.join(tmp, "sgd")
-            os.mkdir(sgd_dir)
-            with open(os.path.join(sgd_dir, "mlp.dm"), "w") as f:
-                f.write(opt_re.sub(SGD_LINE, src))
-            files = {"sgd": os.path.join(sgd_dir, "mlp.dm"), "adamw": src_path}
-            checked = set()
-            for label, mesh, micros, kind in CASES:
-                stage_of, stages = stages_of(dmc, files[kind], mesh, micros)
-                want, final = reference(torch, init, xs, ys, kind, STEPS, micros, stage_of, stages, norm)
-                if kind not in checked:
-                    distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label)
-                    checked.add(kind)
-                out = os.path.join(tmp, label + ".safetensors")
-                args = common + ["--mesh", mesh, "--microbatches", str(micros), "--schedule", "pipedream",
-                                 "--steps", str(STEPS), "--save", out]
-                if label.endswith("-mpi"):
-                    args += ["--backend", "mpi"]
-                got = test_mlp.run_dmc(dmc, files[kind], tmp, args)
-                dmcrun.check_losses(label, got, want, LOSS_RTOL)
-                test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
-            test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
-    except subprocess.TimeoutExpired as e:
-        print("FAIL: timed out: %s" % e, file=sys.stderr)
-        return 1
-    print("PASS: the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps"
-          % (len(CASES), STEPS))
-    return 0
+    src_path, src, norm = test_mlp.example(root, "test_pipedream.py")
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-pipedream-") as tmp:
+        init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+        files = {"sgd": test_mlp.with_optimizer(src, SGD_LINE, os.path.join(tmp, "sgd")), "adamw": src_path}
+        checked = set()
+        for label, mesh, micros, kind in CASES:
+            stage_of, stages = stages_of(dmc, files[kind], mesh, micros)
+            want, final = reference(torch, init, xs, ys, kind, STEPS, micros, stage_of, stages, norm)
+            if kind not in checked:
+                distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label)
+                checked.add(kind)
+            out = os.path.join(tmp, label + ".safetensors")
+            got = test_mlp.run_dmc(dmc, files[kind], tmp, test_2bw.schedule_args(common, label, mesh, micros,
+                                                                                  "pipedream", out))
+            dmcrun.check_losses(label, got, want, LOSS_RTOL)
+            test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+        test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
+    return "the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps" % (
+        len(CASES), STEPS)
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":

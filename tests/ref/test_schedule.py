@@ -21,8 +21,6 @@ Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import math
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
@@ -32,7 +30,7 @@ sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
 import stio  # noqa: E402
 import test_mlp  # noqa: E402
-from dmcrun import Failure, import_reference  # noqa: E402
+from dmcrun import Failure  # noqa: E402
 
 STEPS = test_mlp.STEPS
 LR_RTOL = 1e-8  # the trainer prints %.9g
@@ -100,11 +98,7 @@ def run_case(np, torch, dmc, src, tmp, common, init, xs, ys, norm, case):
     label, line, make_opt, lr_at, clip, acts = case
     base_lr = make_opt([torch.zeros(1, requires_grad=True)]).param_groups[0]["lr"]
     make_sched = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_at(e + 1) / base_lr)  # noqa: E731
-    dm_dir = os.path.join(tmp, label)
-    os.mkdir(dm_dir)
-    dm_file = os.path.join(dm_dir, "mlp.dm")
-    with open(dm_file, "w") as f:
-        f.write(re.sub(r"^optimizer .*$", line, src, flags=re.M))
+    dm_file = test_mlp.with_optimizer(src, line, os.path.join(tmp, label))
     out = os.path.join(tmp, label + ".safetensors")
     steps = dmcrun.run_dmc_steps(dmc, dm_file, tmp, ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + common
                                  + ["--steps", str(STEPS), "--save", out], timeout=240)
@@ -119,36 +113,18 @@ def run_case(np, torch, dmc, src, tmp, common, init, xs, ys, norm, case):
     test_mlp.check_tensors(np, label, stio.load(out), t_final, test_mlp.WEIGHT_ATOL, 0.0, t_final64)
 
 
-def main(argv):
-    if len(argv) != 3:
-        sys.stderr.write("usage: %s DMC SOURCE_ROOT\n" % argv[0])
-        return 2
-    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    reference = import_reference()
-    if not reference:
-        return 77
-    np, torch = reference
+def run_checks(dmc, root, np, torch):
     torch.manual_seed(0)
-    with open(os.path.join(root, "examples", "mlp.dm")) as f:
-        src = f.read()
-    try:
-        norm = test_mlp.model_signature(src)
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        return 1
+    _, src, norm = test_mlp.example(root, "test_schedule.py")
     with tempfile.TemporaryDirectory(prefix="dmc-ref-schedule-") as tmp:
         init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
-        try:
-            for case in cases(torch):
-                run_case(np, torch, dmc, src, tmp, common, init, xs, ys, norm, case)
-        except Failure as e:
-            print("FAIL: %s" % e, file=sys.stderr)
-            return 1
-        except subprocess.TimeoutExpired as e:
-            print("FAIL: timed out: %s" % e, file=sys.stderr)
-            return 1
-    print("PASS: schedules (warmup, cosine, linear) and clipping (acting and idle) match PyTorch over %d steps" % STEPS)
-    return 0
+        for case in cases(torch):
+            run_case(np, torch, dmc, src, tmp, common, init, xs, ys, norm, case)
+    return "schedules (warmup, cosine, linear) and clipping (acting and idle) match PyTorch over %d steps" % STEPS
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
 
 
 if __name__ == "__main__":
