@@ -113,6 +113,11 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         emit_product(E, V(E, v->operands[0]));
         return;
     }
+    if (E->plan->assembled_in[v->id] >= 0) {
+        cg_line(&E->w, "/* %s = %s + %s: their windows of %s, filled above */", E->cname[v->id], E->cname[v->operands[0]],
+                E->cname[v->operands[1]], E->cname[E->plan->assembled_in[v->id]]);
+        return;
+    }
     const ir_op_info *info = ir_op_info_of(v->op);
     cg_loop_nest k = {0};
     literal lits[CG_MAX_OPERANDS];
@@ -244,7 +249,7 @@ static void emit_product(emitter *E, const ir_value *v) {
     } else {
         k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
     }
-    k.ldc = k.n;
+    k.ldc = E->plan->row_stride[v->id] ? E->plan->row_stride[v->id] : k.n; /* its window's rows (memory_windows.c) */
     int add = E->plan->bias_add_of[v->id];
     if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
@@ -272,9 +277,19 @@ static void emit_matmul(emitter *E, const ir_value *v) {
     else emit_product(E, v);
 }
 
-/* slice copies a window of one dim; pad writes its operand into that window of zeros. */
+/* slice copies a window of one dim; pad writes its operand into that window of zeros,
+ * or, in a window assembly, into its window of the sum's buffer (the others' pieces fill
+ * the rest), where its piece may already have been made. */
 static void emit_slice(emitter *E, const ir_value *v) {
-    int pad = v->op == OP_PAD;
+    int pad = v->op == OP_PAD, assembled = pad && E->plan->assembled_in[v->id] >= 0;
+    if (assembled && dm_piece_in_place(E->plan, v)) {
+        cg_line(&E->w, "/* %s: %s, made in its window of %s */", E->cname[v->id], E->cname[v->operands[0]],
+                E->cname[E->plan->assembled_in[v->id]]);
+        return;
+    }
+    if (assembled)
+        cg_line(&E->w, "/* %s: %s copied into its window of %s */", E->cname[v->id], E->cname[v->operands[0]],
+                E->cname[E->plan->assembled_in[v->id]]);
     const ir_type *small = pad ? T(E, v->operands[0]) : T(E, v->id);
     const ir_type *big = pad ? T(E, v->id) : T(E, v->operands[0]);
     int64_t small_stride[IR_MAX_RANK], big_stride[IR_MAX_RANK];
@@ -294,7 +309,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
     memcpy(k.out_stride, pad ? big_stride : small_stride, sizeof small_stride);
     if (pad) {
         k.out_offset = window;
-        k.accumulate = 1; /* zeros first, then the window */
+        k.accumulate = !assembled; /* zeros first, then the window */
     } else {
         k.offset[0] = window;
     }

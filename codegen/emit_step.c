@@ -206,6 +206,12 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
             for (int k = 0; k < product->n_operands; k++) used[product->operands[k]] = 1;
             continue;
         }
+        /* a window assembly's sum is made by its pieces (its adds emit a comment); it is
+         * read only when sent */
+        if (v->op == OP_ADD && E->plan->assembled_in[i] >= 0) {
+            if (stage >= 0 && (E->needed_on[i] & ~((uint64_t)1 << stage))) used[i] = 1;
+            continue;
+        }
         /* a ZeRO bucket reaches its members' gradients, state and parameters by offset */
         const dm_zero_bucket *zb = zero_bucket_of(E, v->param_index);
         if (zb && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;

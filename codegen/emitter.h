@@ -94,8 +94,17 @@ static inline int runs_product(const emitter *E, const ir_value *v) {
     return v->op == OP_ADD && E->plan->bias_add_of[v->operands[0]] == v->id;
 }
 
-/* A value that shares another's buffer and emits no code (a reshape, a view). */
-static inline int emits_nothing(const emitter *E, const ir_value *v) { return shares_buffer(E, v->id) && !runs_product(E, v); }
+/* A value of a window assembly that writes into the sum's buffer: a piece made in its
+ * window, or a pad copying its piece there (passes/memory_windows.c). */
+static inline int writes_window(const emitter *E, const ir_value *v) {
+    return E->plan->assembled_in[v->id] >= 0 && v->op != OP_ADD && !(v->op == OP_PAD && dm_piece_in_place(E->plan, v));
+}
+
+/* A value that shares another's buffer and emits no code (a reshape, a view, a window
+ * assembly's add). */
+static inline int emits_nothing(const emitter *E, const ir_value *v) {
+    return shares_buffer(E, v->id) && !runs_product(E, v) && !writes_window(E, v);
+}
 
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
 

@@ -275,17 +275,26 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     int *last_use = calloc((size_t)n + 1, sizeof(int));
     if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
     plan->bias_add_of = bias_adds(g);
+    dm_plan_window_assemblies(g, plan);
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         /* a temporary reshape or view shares its operand's buffer; a reshape with a buffer
-         * of its own (a parameter's gradient) is a copy; a bias's add shares its product's */
+         * of its own (a parameter's gradient) is a copy; a bias's add shares its product's;
+         * the pads, adds and pieces of a window assembly share its sum's (within: the
+         * piece's window, set by dm_plan_window_assemblies) */
         int shares = ((v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
                       v->role == ROLE_TEMP) ||
                      (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
-        plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
-        if (shares)
-            plan->within[i] = plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
+        int assembled = plan->assembled_in[i];
+        if (assembled >= 0 && assembled != i) {
+            plan->storage_of[i] = assembled;
+        } else {
+            plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
+            if (shares)
+                plan->within[i] =
+                    plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
+        }
         last_use[i] = i;
     }
     /* liveness of a buffer: the last read of it or of any reshape sharing it */
@@ -344,19 +353,27 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
             plan->region[i] = REGION_NONE;
             continue;
         }
-        if (plan->storage_of[i] != i) {
-            plan->region[i] = plan->region[plan->storage_of[i]];
-            continue;
-        }
-        plan->region[i] = REGION_ARENA;
-        item_id[n_items] = i, def[n_items] = i, dies[n_items] = last_use[i] < n ? last_use[i] : n;
-        size[n_items] = round_up(ir_storage_elems(g, v));
+        if (plan->storage_of[i] == i) plan->region[i] = REGION_ARENA;
+    }
+    for (int i = 0; i < n; i++)
+        if (plan->storage_of[i] != i) plan->region[i] = plan->region[plan->storage_of[i]];
+    /* a buffer is live from the first value written into it (a window assembly's first
+     * piece comes before its sum) */
+    char *placed = calloc((size_t)n + 1, 1);
+    if (!placed) abort();
+    for (int i = 0; i < n; i++) {
+        int root = plan->storage_of[i];
+        if (plan->region[root] != REGION_ARENA || placed[root]) continue;
+        placed[root] = 1;
+        item_id[n_items] = root, def[n_items] = i, dies[n_items] = last_use[root] < n ? last_use[root] : n;
+        size[n_items] = round_up(ir_storage_elems(g, g->values[root]));
         plan->arena_unshared_elems += size[n_items];
         n_items++;
     }
+    free(placed);
     plan->arena_elems = place_buffers(n_items, size, def, dies, offset);
     for (int it = 0; it < n_items; it++) plan->offset[item_id[it]] = offset[it];
-    /* a buffer's sharers (operands come first, so their root's offset is known) */
+    /* a buffer's sharers, where in it they start */
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i && plan->region[i] != REGION_NONE)
             plan->offset[i] = plan->offset[plan->storage_of[i]] + plan->within[i];
@@ -381,6 +398,8 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->storage_of);
     free(plan->within);
     free(plan->bias_add_of);
+    free(plan->assembled_in);
+    free(plan->row_stride);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -481,9 +500,13 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
             const ir_value *v = g->values[i];
             if (v->phase != phases[f] || v->stage != s || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
             pos_of[i] = pos;
-            if (plan->region[i] == REGION_ARENA && plan->storage_of[i] == i) {
-                item_of[i] = n_items;
-                items[n_items++] = (stage_item){.id = i, .def = pos, .dies = pos};
+            /* a buffer is live from the first value written into it (a window
+             * assembly's first piece comes before its sum) */
+            int root = plan->storage_of[i];
+            if (plan->region[i] == REGION_ARENA && item_of[root] < 0 && g->values[root]->stage == s &&
+                g->values[root]->phase == phases[f]) {
+                item_of[root] = n_items;
+                items[n_items++] = (stage_item){.id = root, .def = pos, .dies = pos};
             }
             pos++;
         }
@@ -554,7 +577,8 @@ static void plan_stage_persistent(dm_memory_plan *plan, const ir_graph *g, const
         const ir_value *v = g->values[i];
         int64_t size = round_up(ir_local_numel(g, &v->type));
         if (plan->region[i] == REGION_PARAMS || plan->region[i] == REGION_GRADS) size = dm_persistent_elems(g, ir_local_numel(g, &v->type));
-        if (v->stage >= plan->stages) continue;
+        /* a value sharing a buffer is placed with it (below, in memory_plan_stages) */
+        if (v->stage >= plan->stages || plan->storage_of[i] != i) continue;
         dm_stage_memory *own = &plan->stage[v->stage];
         switch (plan->region[i]) {
         case REGION_PARAMS: {

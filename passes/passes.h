@@ -263,6 +263,11 @@ typedef struct dm_memory_plan {
     int *bias_add_of;        /* (n_values) for a product whose one reader adds a bias to it: that
                               * add, which shares its buffer (the product adds the bias: C
                               * filled with it, beta 1); -1 for every other value */
+    int *assembled_in;       /* (n_values) the pads and adds of a window assembly, and the pieces
+                              * made in its windows (passes/memory_windows.c): its sum, whose
+                              * buffer they share; -1 for every other value */
+    int64_t *row_stride;     /* (n_values) a product writing its piece into a window whose rows
+                              * lie that far apart in the sum (its ldc); 0: its own width */
     int64_t param_elems, grad_elems, state_elems, arena_elems;  /* the largest over stages */
     int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
     /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
@@ -281,6 +286,14 @@ typedef struct dm_memory_plan {
     int64_t *sum_offset;     /* (n_values) NULL: offset */
     int64_t grad_sum_elems;  /* 0: grad_elems */
 } dm_memory_plan;
+
+/* Window assemblies (passes/memory_windows.c): a sum of pads whose windows, along one
+ * dim, tile the tensor (the gradient of a tensor read in slices) is built in the sum's
+ * buffer; fills plan->assembled_in, row_stride and the pieces' within. Called by
+ * pass_memory after bias_add_of, before buffers are shared. */
+void dm_plan_window_assemblies(const ir_graph *g, dm_memory_plan *plan);
+/* Whether pad (of an assembly) finds its piece already in its window: nothing to copy. */
+int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
  * whole train step (three placements, the smallest arena kept; outputs and the loss live to the end, reshapes share

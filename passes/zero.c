@@ -158,7 +158,7 @@ static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm
         int root = mem->storage_of[i];
         if (root == i || mem->region[i] != region) continue;
         mem->region[i] = mem->region[root];
-        mem->offset[i] = mem->offset[root];
+        mem->offset[i] = mem->offset[root] < 0 ? -1 : mem->offset[root] + mem->within[i];
     }
     for (int b = 0; b < z->n_buckets; b++) {
         dm_zero_bucket *zb = &z->bucket[b];

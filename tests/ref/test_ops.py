@@ -24,6 +24,10 @@ rule):
                   into it, causal_mask fused into a scaled softmax and on its own,
                   softmax over the last and a middle dim, sqrt, a head tied to the
                   embedding table
+  windows.dm      gradients of parameters read in slices: windows tiling a dim (rows
+                  written by products, strided windows of a [C, 3, C] weight and their
+                  bias rows by reductions, unequal windows copied in), overlapping
+                  windows, a row no slice reads
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -188,6 +192,18 @@ def transformer_loss(torch, F, p, i):
             + (att2 * att2).mean())
 
 
+def windows_loss(torch, F, p, i):
+    C = 4
+    x, wr, wf, bf, wo, wn, wc = i["x"], p["wr"], p["wf"], p["bf"], p["wo"], p["wn"], p["wc"]
+    r1, r2 = x @ wr[:C], x @ wr[C:]
+    f0, f1, f2 = (x @ wf[:, k, :] + bf[k] for k in range(3))
+    o1, o2 = wo[0:3], wo[1:4]
+    n1, n2 = wn[0:1], wn[2:3]
+    c1, c2 = torch.tanh(wc[0:1]), torch.tanh(wc[1:3])
+    return ((torch.tanh(r1) * r2).mean() + (torch.tanh(f0) * f1 + f2 * f2).mean() + (o1 * o2 * o1).mean()
+            + (n1 * n2 * n1).sum() + (c2 * c1 * c1).mean())
+
+
 def unreached_loss(torch, F, p, i):
     h = i["x"] @ p["fc.weight"] + p["fc.bias"]
     _branch = i["x"] * p["side"]  # computed, not in the loss: side gets no gradient
@@ -231,6 +247,10 @@ MODELS = [
       ("lnb", (6,), ("normal", 0.5)), ("wqkv", (6, 18), ("normal", 0.5)),
       ("w2", (5, 6), ("normal", 1.0))],
      transformer_loss),
+    ("windows", {"x": ((2, 3, 4), "f32")},
+     [("wr", (8, 4), ("normal", 0.5)), ("wf", (4, 3, 4), ("normal", 0.5)), ("bf", (3, 4), ("normal", 1.0)),
+      ("wo", (4, 4), ("normal", 0.5)), ("wn", (3, 4), ("normal", 0.5)), ("wc", (3, 4), ("normal", 0.5))],
+     windows_loss),
     ("unreached", {"x": ((4, 3), "f32")},
      [("spare", (2,), ("positive",))] + _lin_params("fc", 3, 2) + _lin_params("unused", 3, 2)
      + [("side", (3,), ("positive",))],
