@@ -850,9 +850,6 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     argv[n++] = exe;
     for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
     argv[n] = NULL;
-    /* a runtime built with OpenMP runs OpenBLAS on one thread inside each rank thread; the
-     * pool OpenBLAS would start when it loads only spins beside them (docs/runtime.md, "Cores") */
-    if (DMC_OPENMP_FLAG[0]) setenv("OPENBLAS_NUM_THREADS", "1", 0);
     status = stop_signal_seen ? 128 + stop_signal_seen : run_process(argv);
     free(argv);
     return status;

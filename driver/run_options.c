@@ -31,8 +31,6 @@ static const char run_usage[] =
     "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
     "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
     "  compiler and the GPU architecture.\n"
-    "  The trainer starts with OPENBLAS_NUM_THREADS=1 unless the environment sets it (a\n"
-    "  runtime built with OpenMP runs OpenBLAS on one thread per rank thread: docs/runtime.md).\n"
     "\n"
     "trainer options (docs/trainer.md):\n";
 

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 
@@ -58,30 +57,6 @@ def main(argv):
     # after '--' the trainer gets the arguments: here a data directory that does not exist
     rc, out, err, _ = dmc_run(dmc, mlp, '--set', 'B=4,H=8', '--', '--steps', '1', '--data-dir', '/nonexistent-dmc')
     check(rc == 1 and '/nonexistent-dmc' in err, "dmc run mlp.dm -- --data-dir: exit %d, %r" % (rc, err))
-
-    # the trainer starts with OPENBLAS_NUM_THREADS=1 unless the environment chose (the
-    # runtime runs OpenBLAS on one thread per rank thread): a launcher in mpirun's place
-    # reports what it was given
-    with tempfile.TemporaryDirectory(prefix='dmc-run-env-') as tmp:
-        launcher = os.path.join(tmp, 'show-env')
-        with open(launcher, 'w') as f:
-            f.write('#!/bin/sh\necho "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS-unset}"\n')
-        os.chmod(launcher, 0o755)
-        env = dict(os.environ)
-        env.pop('OPENBLAS_NUM_THREADS', None)
-        for given, want in ((None, '1'), ('3', '3')):
-            if given:
-                env['OPENBLAS_NUM_THREADS'] = given
-            r = subprocess.run([dmc, 'run', '--backend', 'mpi', '--mpirun', launcher, mlp, '--set', 'B=4,H=8'],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
-            if r.returncode != 0 and 'needs Open MPI' in r.stderr:
-                print('skipped: the environment dmc run gives the trainer (no MPI backend to stand in for)')
-                break
-            got = re.findall(r'OPENBLAS_NUM_THREADS=(\S+)', r.stdout)
-            openmp = os.environ.get('DMC_TEST_OPENMP', '1') == '1'
-            check(r.returncode == 0 and got == [want if openmp or given else 'unset'],
-                  'dmc run with OPENBLAS_NUM_THREADS %s: exit %d, the trainer saw %s (want %s)'
-                  % (given or 'unset', r.returncode, got, want))
 
     for f in failures:
         print('FAIL: ' + f)
