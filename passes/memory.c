@@ -221,26 +221,35 @@ static int read_keeps_alive(const int *summed, const ir_value *reader, int k) {
     return reader->phase != PHASE_UPDATE || summed[reader->operands[k]] < 0;
 }
 
+/* (n_values) the reads of each value: its readers' operands, and the loss and outputs
+ * twice (read after the step), so that 1 means one op reads it and nothing else does. */
+static int *count_readers(const ir_graph *g) {
+    int *readers = calloc((size_t)g->n_values + 1, sizeof(int));
+    if (!readers) abort();
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < g->values[i]->n_operands; k++) readers[g->values[i]->operands[k]]++;
+    for (int i = 0; i < g->n_outputs; i++) readers[g->outputs[i]] += 2;
+    if (g->loss >= 0) readers[g->loss] += 2;
+    return readers;
+}
+
 /* (n_values) an add of a bias to a product that nothing else reads, for each such product
  * (else -1): x @ w + b, the bias (N) along the last dim of the product (.., N), split alike,
  * no sum pending, on one stage, the sum read on no other. The product then runs where the
  * add was (the bias may be made after it: gpt.dm's slices of a fused bias), its C filled
  * with the bias and accumulated into (beta 1): one pass over C fewer. */
-static int *bias_adds(const ir_graph *g) {
+static int *bias_adds(const ir_graph *g, const int *readers) {
     int n = g->n_values;
-    int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int)), *readers = calloc((size_t)n + 1, sizeof(int));
+    int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int));
     char *read_elsewhere = calloc((size_t)n + 1, 1); /* read on another stage than its own */
-    if (!bias_add_of || !readers || !read_elsewhere) abort();
+    if (!bias_add_of || !read_elsewhere) abort();
     for (int i = 0; i < n; i++) {
         bias_add_of[i] = -1;
         for (int k = 0; k < g->values[i]->n_operands; k++) {
             int o = g->values[i]->operands[k];
-            readers[o]++;
             if (g->values[o]->stage != g->values[i]->stage) read_elsewhere[o] = 1;
         }
     }
-    for (int i = 0; i < g->n_outputs; i++) readers[g->outputs[i]] += 2;
-    if (g->loss >= 0) readers[g->loss] += 2;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         if (v->op != OP_ADD || v->role != ROLE_TEMP || read_elsewhere[i] || v->operands[0] == v->operands[1]) continue;
@@ -255,7 +264,6 @@ static int *bias_adds(const ir_graph *g) {
         for (int d = 0; same && d < mt->rank; d++) same = v->type.shape[d] == mt->shape[d] && v->type.split[d] == mt->split[d];
         if (same) bias_add_of[m->id] = i;
     }
-    free(readers);
     free(read_elsewhere);
     return bias_add_of;
 }
@@ -274,8 +282,10 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     plan->within = calloc((size_t)n + 1, sizeof(int64_t));
     int *last_use = calloc((size_t)n + 1, sizeof(int));
     if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
-    plan->bias_add_of = bias_adds(g);
-    dm_plan_window_assemblies(g, plan);
+    int *readers = count_readers(g);
+    plan->bias_add_of = bias_adds(g, readers);
+    dm_plan_window_assemblies(g, readers, plan);
+    free(readers);
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];

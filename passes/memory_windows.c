@@ -87,11 +87,10 @@ static int piece_layout(const ir_graph *g, const ir_value *p, int64_t *first, in
     }
     *first = p->offset * stride[p->axis];
     /* merge dims from the last: a dim joins the run inside it when it steps by its size */
-    int64_t run = 1, run_stride = 1, outer = 1, outer_stride = 0;
+    int64_t run = 1, outer = 1, outer_stride = 0;
     int d = piece.rank - 1;
-    for (; d >= 0 && (piece.shape[d] == 1 || stride[d] == run * run_stride); d--) run *= piece.shape[d];
-    for (; d >= 0 && piece.shape[d] == 1; d--) {}
-    if (d >= 0) {
+    for (; d >= 0 && (piece.shape[d] == 1 || stride[d] == run); d--) run *= piece.shape[d];
+    if (d >= 0) { /* the rows: the dims outside the run, stepping as one */
         outer_stride = stride[d];
         outer = piece.shape[d];
         for (d--; d >= 0; d--) {
@@ -127,18 +126,12 @@ static int piece_maker(const ir_graph *g, const int *readers, const dm_memory_pl
     return rows == 1 || (n == cols && ir_numel(&out) == rows * cols) ? id : -1;
 }
 
-void dm_plan_window_assemblies(const ir_graph *g, dm_memory_plan *plan) {
+void dm_plan_window_assemblies(const ir_graph *g, const int *readers, dm_memory_plan *plan) {
     int n = g->n_values;
     plan->assembled_in = malloc(((size_t)n + 1) * sizeof(int));
     plan->row_stride = calloc((size_t)n + 1, sizeof(int64_t));
-    int *readers = calloc((size_t)n + 1, sizeof(int));
-    if (!plan->assembled_in || !plan->row_stride || !readers) abort();
-    for (int i = 0; i < n; i++) {
-        plan->assembled_in[i] = -1;
-        for (int k = 0; k < g->values[i]->n_operands; k++) readers[g->values[i]->operands[k]]++;
-    }
-    for (int i = 0; i < g->n_outputs; i++) readers[g->outputs[i]] += 2;
-    if (g->loss >= 0) readers[g->loss] += 2;
+    if (!plan->assembled_in || !plan->row_stride) abort();
+    for (int i = 0; i < n; i++) plan->assembled_in[i] = -1;
     tree t;
     for (int r = n - 1; r >= 0; r--) {
         const ir_value *root = g->values[r];
@@ -160,7 +153,6 @@ void dm_plan_window_assemblies(const ir_graph *g, dm_memory_plan *plan) {
             if (rows > 1) plan->row_stride[maker] = row_stride;
         }
     }
-    free(readers);
 }
 
 int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad) {

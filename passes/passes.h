@@ -290,8 +290,9 @@ typedef struct dm_memory_plan {
 /* Window assemblies (passes/memory_windows.c): a sum of pads whose windows, along one
  * dim, tile the tensor (the gradient of a tensor read in slices) is built in the sum's
  * buffer; fills plan->assembled_in, row_stride and the pieces' within. Called by
- * pass_memory after bias_add_of, before buffers are shared. */
-void dm_plan_window_assemblies(const ir_graph *g, dm_memory_plan *plan);
+ * pass_memory after bias_add_of, before buffers are shared; readers (n_values): each
+ * value's reads, the loss and outputs counted twice. */
+void dm_plan_window_assemblies(const ir_graph *g, const int *readers, dm_memory_plan *plan);
 /* Whether pad (of an assembly) finds its piece already in its window: nothing to copy. */
 int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
 
