@@ -157,6 +157,7 @@ typedef struct options {
     const char *cc;
     const char *backend;      /* dmc run: "threads" (default) or "mpi" */
     const char *mpirun;       /* dmc run --backend mpi: the launcher command */
+    const char *march;        /* dmc run --march: the instruction set of the built program (NULL: native) */
     codegen_options codegen;
     int64_t bucket_bytes;     /* --bucket-mb, in bytes (0: the default) */
     dm_override dims[64];
@@ -388,7 +389,7 @@ static const char *const known_options[] = {
     "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
-    "--backend", "--mpirun", "--help", "--version"};
+    "--backend", "--mpirun", "--march", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
     char name[128];
@@ -399,6 +400,21 @@ static void report_unknown_option(const char *arg) {
     char hint[160];
     dm_format_suggestion(hint, sizeof hint, near, "", NULL, 0);
     fprintf(stderr, "dmc: error: unknown option '%s'%s (dmc --help lists them)\n", arg, hint);
+}
+
+/* dmc run's own options (--keep, --cc, --backend, --mpirun, --march): 1 when argv[*i] is
+ * one (its value taken), else 0. */
+static int parse_run_own(int argc, char **argv, int *i, options *o) {
+    static const char *const names[] = {"--keep", "--cc", "--backend", "--mpirun", "--march"};
+    const char **fields[] = {&o->keep_dir, &o->cc, &o->backend, &o->mpirun, &o->march};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        const char *v = option_value(argc, argv, i, names[k]);
+        if (v) {
+            *fields[k] = v;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -425,14 +441,7 @@ static int parse_args(int argc, char **argv, options *o) {
             int common = parse_common(argc, argv, &i, o);
             if (common < 0) return -1;
             if (common) {
-            } else if ((v = option_value(argc, argv, &i, "--keep"))) {
-                o->keep_dir = v;
-            } else if ((v = option_value(argc, argv, &i, "--cc"))) {
-                o->cc = v;
-            } else if ((v = option_value(argc, argv, &i, "--backend"))) {
-                o->backend = v;
-            } else if ((v = option_value(argc, argv, &i, "--mpirun"))) {
-                o->mpirun = v;
+            } else if (parse_run_own(argc, argv, &i, o)) {
             } else if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) {
                 return -1;
             }
@@ -474,14 +483,7 @@ static int parse_args(int argc, char **argv, options *o) {
             o->check = 1;
         } else if ((v = option_value(argc, argv, &i, "-o"))) {
             o->out_dir = v;
-        } else if (o->run && ((v = option_value(argc, argv, &i, "--keep")))) {
-            o->keep_dir = v;
-        } else if (o->run && ((v = option_value(argc, argv, &i, "--cc")))) {
-            o->cc = v;
-        } else if (o->run && ((v = option_value(argc, argv, &i, "--backend")))) {
-            o->backend = v;
-        } else if (o->run && ((v = option_value(argc, argv, &i, "--mpirun")))) {
-            o->mpirun = v;
+        } else if (o->run && parse_run_own(argc, argv, &i, o)) {
         } else if (a[0] == '-' && a[1]) {
             if (o->run) {
                 if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) return -1;
@@ -508,6 +510,12 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (o->stop_after && !o->emit) {
         fprintf(stderr, "dmc: error: --stop-after needs --emit=ir\n");
+        return -1;
+    }
+    if (o->march && (!*o->march || strlen(o->march) > 64 || strspn(o->march, "abcdefghijklmnopqrstuvwxyz"
+                                                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") != strlen(o->march))) {
+        fprintf(stderr, "dmc: error: --march takes an instruction set as gcc's -march does (native, x86-64, x86-64-v3, "
+                        "znver4, ...), got '%s'\n", o->march);
         return -1;
     }
     if (o->mpirun && !(o->backend && strcmp(o->backend, "mpi") == 0)) {
@@ -803,22 +811,30 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     }
     const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
     if (!cc || !*cc) cc = DMC_DEFAULT_CC;
-    char flags[] = "-std=c11 -O3 -march=native -fno-math-errno " DMC_OPENMP_FLAG " " DMC_SANITIZE;
+    /* -march=native unless --march says otherwise; $DMC_CFLAGS last, so that its flags win */
+    char flags[1024], march[96];
+    snprintf(march, sizeof march, "-march=%s", o->march ? o->march : "native");
+    const char *extra = getenv("DMC_CFLAGS");
+    if (snprintf(flags, sizeof flags, "-std=c11 -O3 %s -fno-math-errno %s %s %s", march, DMC_OPENMP_FLAG, DMC_SANITIZE,
+                 extra ? extra : "") >= (int)sizeof flags) {
+        fprintf(stderr, "dmc: error: DMC_CFLAGS is too long (%zu characters)\n", strlen(extra));
+        return 1;
+    }
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
     char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
-    char *cc_argv[64];
+    char *cc_argv[80];
     int n = 0;
     cc_argv[n++] = (char *)cc;
-    n = split_words(flags, cc_argv, n, 20);
+    n = split_words(flags, cc_argv, n, 32);
     cc_argv[n++] = inc_flag[0];
     cc_argv[n++] = inc_flag[1];
     cc_argv[n++] = out_inc_flag;
     cc_argv[n++] = model_c;
     cc_argv[n++] = main_path;
     for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
-    if (cuda) n = split_words(cuda_link, cc_argv, n, 36);
+    if (cuda) n = split_words(cuda_link, cc_argv, n, 48);
     if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
-    n = split_words(link, cc_argv, n, 58);
+    n = split_words(link, cc_argv, n, 74);
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;

@@ -27,6 +27,11 @@ static const char run_usage[] =
     "                     builds with mpicc and runs one process per rank under mpirun\n"
     "  --mpirun 'COMMAND ARGS'\n"
     "                     with --backend mpi: the launcher (default mpirun)\n"
+    "  --march ISA        the instruction set the program is built for, as the compiler's\n"
+    "                     -march (default native: this machine's CPU; x86-64 or x86-64-v2\n"
+    "                     for a program that must also run on older CPUs, under valgrind,\n"
+    "                     or on other hosts of an MPI run). $DMC_CFLAGS is appended to the\n"
+    "                     compiler's flags last (its -march wins over --march)\n"
     "  With --target cuda each rank uses one GPU (DMRT_CUDA_DEVICE picks it); collectives go\n"
     "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
     "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
@@ -56,7 +61,7 @@ static const char *const dmc_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb",
     "--target", "--tf32", "--microbatches", "--accumulate", "--hardware", "--precision",
     "--memory-gb", "--recompute", "--zero", "--compress", "--param-servers", "--ps-staleness", "--schedule", "--chunks", "--keep", "--cc", "--backend",
-    "--mpirun"};
+    "--mpirun", "--march"};
 
 /* Edit distance of a[0..na) and b, a swap of two neighbours counting as one edit (the
  * optimal string alignment distance), for suggestions: names are short. */

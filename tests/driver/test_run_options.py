@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """dmc run's command line: its --help lists every trainer option, and trainer options are
-checked before anything is compiled (runtime/trainer_options.h is the one list).
+checked before anything is compiled (runtime/trainer_options.h is the one list); --march and
+$DMC_CFLAGS reach the C compiler (a stand-in compiler records its arguments).
 
 usage: test_run_options.py DMC SOURCE_ROOT
 """
 import os
 import re
 import subprocess
+import stat
 import sys
+import tempfile
 import time
 
 
@@ -16,6 +19,43 @@ def dmc_run(dmc, *args):
     r = subprocess.run([dmc, 'run'] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True)
     return r.returncode, r.stdout, r.stderr, time.monotonic() - start
+
+
+def compiler_args(dmc, mlp, tmp, args, env_flags=None):
+    """The arguments dmc run gives the C compiler: a stand-in that writes them, one a line,
+    and fails (so nothing runs)."""
+    record = os.path.join(tmp, 'cc-args')
+    if os.path.exists(record):
+        os.remove(record)
+    cc = os.path.join(tmp, 'record-cc')
+    with open(cc, 'w') as f:
+        f.write('#!/bin/sh\nfor a in "$@"; do echo "$a"; done > %s\nexit 1\n' % record)
+    os.chmod(cc, stat.S_IRWXU)
+    env = dict(os.environ)
+    env.pop('DMC_CFLAGS', None)
+    if env_flags is not None:
+        env['DMC_CFLAGS'] = env_flags
+    r = subprocess.run([dmc, 'run', mlp, '--set', 'B=4,H=8', '--cc', cc] + args + ['--steps', '1'],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
+    got = open(record).read().split('\n')[:-1] if os.path.exists(record) else None
+    return r.returncode, got, r.stderr
+
+
+def check_compiler_flags(dmc, mlp, check):
+    with tempfile.TemporaryDirectory(prefix='dmc-march-') as tmp:
+        rc, got, err = compiler_args(dmc, mlp, tmp, [])
+        check(rc == 1 and got and '-march=native' in got and 'building the generated code failed' in err,
+              'dmc run: the compiler got %r (want -march=native), exit %d, %r' % (got, rc, err))
+        rc, got, _ = compiler_args(dmc, mlp, tmp, ['--march', 'x86-64-v2'])
+        check(got and '-march=x86-64-v2' in got and '-march=native' not in got,
+              'dmc run --march x86-64-v2: the compiler got %r' % got)
+        rc, got, _ = compiler_args(dmc, mlp, tmp, ['--march=x86-64'], env_flags='-DDMC_TEST_FLAG=1 -march=znver3')
+        check(got and got.index('-march=x86-64') < got.index('-march=znver3') and '-DDMC_TEST_FLAG=1' in got,
+              'dmc run --march=x86-64 with DMC_CFLAGS: the compiler got %r (want DMC_CFLAGS after --march)' % got)
+        for bad in ('', 'x86 64', '$(reboot)'):
+            rc, got, err = compiler_args(dmc, mlp, tmp, ['--march', bad])
+            check(rc == 2 and got is None and '--march takes an instruction set' in err,
+                  'dmc run --march %r: exit %d, compiler ran: %s, %r' % (bad, rc, got is not None, err))
 
 
 def main(argv):
@@ -57,6 +97,8 @@ def main(argv):
     # after '--' the trainer gets the arguments: here a data directory that does not exist
     rc, out, err, _ = dmc_run(dmc, mlp, '--set', 'B=4,H=8', '--', '--steps', '1', '--data-dir', '/nonexistent-dmc')
     check(rc == 1 and '/nonexistent-dmc' in err, "dmc run mlp.dm -- --data-dir: exit %d, %r" % (rc, err))
+
+    check_compiler_flags(dmc, mlp, check)
 
     for f in failures:
         print('FAIL: ' + f)
