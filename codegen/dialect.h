@@ -87,6 +87,9 @@ typedef struct cg_embed {
     const char *table, *ids, *dy, *out;
     int fault_site;                                 /* the forward: the number of its range check
                                                      * (dmrt_fault.site, see fault_check) */
+    const char *position_base;                      /* C expression: the position of ids[0] in the
+                                                     * step's whole batch, which a fault reports
+                                                     * (a rank's block, a micro-batch) */
     const char *scratch;                            /* the gradient: scratch_bytes of it, or NULL */
 } cg_embed;
 
@@ -104,6 +107,8 @@ typedef struct cg_xent {
                                                      * element 0 is the scalar (dloss_is_buffer) */
     int dloss_is_buffer;
     int fault_site;                                 /* the statistics: the number of its range check */
+    const char *position_base;                      /* C expression: the row of targets[0] in the
+                                                     * step's whole batch, which a fault reports */
     const char *where;                              /* .dm location, for the collectives' labels */
     /* classes split over ranks (vocabulary-parallel): this rank holds classes
      * [coord * classes, (coord + 1) * classes) of all_classes; the statistics gather the

@@ -220,15 +220,19 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
 
 /* Cross-entropy's row pieces, on `row` (the row's logits, `classes` of them). */
 /* A bad index: recorded for the host's check (fault_check), and the loop left. */
-static void c_record_fault(cg_writer *w, int site, const char *value, const char *position) {
-    cg_line(w, "    ctx->fault.site = %d, ctx->fault.value = (int32_t)%s, ctx->fault.position = %s;", site, value, position);
+static void c_record_fault(cg_writer *w, int site, const char *value, const char *base, const char *position) {
+    if (base && strcmp(base, "0") != 0)
+        cg_line(w, "    ctx->fault.site = %d, ctx->fault.value = (int32_t)%s, ctx->fault.position = %s + %s;", site, value,
+                base, position);
+    else
+        cg_line(w, "    ctx->fault.site = %d, ctx->fault.value = (int32_t)%s, ctx->fault.position = %s;", site, value, position);
     cg_line(w, "    break;");
 }
 
 static void c_xent_target_check(cg_writer *w, const cg_xent *k) {
     cg_line(w, "int32_t target = %s[r];", k->targets);
     cg_line(w, "if (target < 0 || target >= %lld) {", (long long)k->all_classes);
-    c_record_fault(w, k->fault_site, "target", "r");
+    c_record_fault(w, k->fault_site, "target", k->position_base, "r");
     cg_line(w, "}");
 }
 
@@ -660,7 +664,7 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
     w->indent++;
     cg_line(w, "const int32_t id = %s[r];", k->ids);
     cg_line(w, "if (id < 0 || id >= %lld) {", (long long)k->vocab);
-    c_record_fault(w, k->fault_site, "id", "r");
+    c_record_fault(w, k->fault_site, "id", k->position_base, "r");
     cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");

@@ -719,12 +719,13 @@ static void cuda_xent_stats(cg_writer *w, const cg_xent *k) {
     if (k->comm) {
         char what[600];
         xent_what(k, what, sizeof what);
-        snprintf(call, sizeof call, "dmrt_gpu_xent_stats_split(ctx->gpu, %s, %s, %lld, %s, %s, %s, %lld, %lld, %s, %d, \"%s\"",
+        snprintf(call, sizeof call, "dmrt_gpu_xent_stats_split(ctx->gpu, %s, %s, %lld, %s, %s, %s, %lld, %lld, %s, %d, %s, \"%s\"",
                  k->comm, k->coord, (long long)k->comm_size, k->logits, k->targets, k->out, (long long)k->rows,
-                 (long long)k->classes, k->scratch ? k->scratch : "NULL", k->fault_site, what);
+                 (long long)k->classes, k->scratch ? k->scratch : "NULL", k->fault_site,
+                 k->position_base ? k->position_base : "0", what);
     } else {
-        snprintf(call, sizeof call, "dmrt_gpu_xent_stats(ctx->gpu, %s, %s, %s, %lld, %lld, %d", k->logits, k->targets, k->out,
-                 (long long)k->rows, (long long)k->classes, k->fault_site);
+        snprintf(call, sizeof call, "dmrt_gpu_xent_stats(ctx->gpu, %s, %s, %s, %lld, %lld, %d, %s", k->logits, k->targets, k->out,
+                 (long long)k->rows, (long long)k->classes, k->fault_site, k->position_base ? k->position_base : "0");
     }
     checked(w, call);
 }
@@ -835,9 +836,9 @@ static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
 
 static void cuda_embed(cg_writer *w, const cg_embed *k) {
     char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_embed(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d", k->table, k->ids, k->out,
-             (long long)k->rows, (long long)k->n, (long long)k->cols, (long long)k->vocab, k->first_row ? k->first_row : "0",
-             k->fault_site);
+    snprintf(call, sizeof call, "dmrt_gpu_embed(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s", k->table, k->ids,
+             k->out, (long long)k->rows, (long long)k->n, (long long)k->cols, (long long)k->vocab,
+             k->first_row ? k->first_row : "0", k->fault_site, k->position_base ? k->position_base : "0");
     checked(w, call);
 }
 

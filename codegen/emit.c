@@ -144,18 +144,35 @@ void coalesce(cg_loop_nest *k) {
     k->rank = r;
 }
 
-/* The first element of this rank's block of input id in the caller's whole batch (or,
- * on a device, its copy there): the block of a split leading dim is contiguous (passes/supported.c
- * refuses other splits). */
-static void input_block(const emitter *E, int id, char *buf, size_t size) {
+/* Where this rank's block of input id starts in the caller's whole batch, in elements (a
+ * C expression; "0" when the block is the whole): the block of a split leading dim is
+ * contiguous (passes/supported.c refuses other splits). */
+void input_block_offset(const emitter *E, int id, char *buf, size_t size) {
     const ir_type *t = &V(E, id)->type;
-    int n = snprintf(buf, size, E->device ? "ctx->input_%s" : "batch->%s", E->cname[id]);
+    int n = snprintf(buf, size, "0");
     if (E->in_micro && E->g->microbatches > 1 && n > 0 && (size_t)n < size)
         n += snprintf(buf + n, size - (size_t)n, " + micro * %lld", (long long)ir_numel(t));
     for (int d = 0; d < t->rank && n > 0 && (size_t)n < size; d++)
         if (t->split[d] != IR_REPLICATED)
             n += snprintf(buf + n, size - (size_t)n, " + ctx->coord[%d] * %lld", t->split[d],
                           (long long)(T(E, id)->shape[d] * dims_product(t, d + 1, t->rank)));
+}
+
+/* The first element of this rank's block of input id in the caller's whole batch (or,
+ * on a device, its copy there). */
+static void input_block(const emitter *E, int id, char *buf, size_t size) {
+    char offset[256];
+    input_block_offset(E, id, offset, sizeof offset);
+    /* "0 + a + b" reads as "+ a + b" after the base */
+    snprintf(buf, size, E->device ? "ctx->input_%s%s" : "batch->%s%s", E->cname[id], offset + 1);
+}
+
+/* Where a kernel reading the ids or targets `id` reports a bad one: its position in the
+ * step's whole batch is this expression plus the position in the block (a value that is
+ * not an input's block: "0", positions are the block's own). */
+void fault_position_base(const emitter *E, int id, char *buf, size_t size) {
+    if (E->plan->region[id] == REGION_INPUT) input_block_offset(E, E->plan->storage_of[id], buf, size);
+    else snprintf(buf, size, "0");
 }
 
 /* The pointer through which code reaches a value's storage. */

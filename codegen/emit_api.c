@@ -552,6 +552,44 @@ static void emit_context_struct(emitter *E) {
 }
 
 /* comm_failed, data_fault and the dialect's helpers. */
+/* The messages of the kernels' range checks (ctx->fault.site), and for each the columns of
+ * the batch input it reads (0: one per row). A fault's position is in the step's whole
+ * batch (fault_position_base): [row, column] of a [B, T] input such as a GPT's tokens, the
+ * row of a [B] one; the format takes the value, the row and the column. */
+static void emit_fault_formats(emitter *E) {
+    cg_writer *w = &E->w;
+    long long *columns = calloc((size_t)E->n_faults + 1, sizeof *columns);
+    if (!columns) abort();
+    cg_line(w, "/* What each range check of a kernel (ctx->fault.site) found out of range. */");
+    cg_line(w, "static const char *const fault_formats[%d] = {", E->n_faults + 1);
+    cg_line(w, "    \"\",");
+    for (int i = 0; i < E->g->n_values; i++) {
+        if (!E->fault_site[i]) continue;
+        const ir_value *v = V(E, i);
+        int embed = v->op == OP_EMBED;
+        const ir_type *t = &V(E, v->operands[0])->type;
+        long long limit = (long long)(embed ? t->shape[0] : t->shape[t->rank - 1]);
+        int ids = v->operands[1]; /* the ids of an embedding, the targets of the statistics */
+        const ir_value *read = V(E, E->plan->region[ids] == REGION_INPUT ? E->plan->storage_of[ids] : ids);
+        const char *what = embed ? "id" : "target";
+        if (E->plan->region[ids] == REGION_INPUT && read->type.rank == 2) {
+            columns[E->fault_site[i]] = (long long)read->type.shape[1];
+            cg_line(w, "    \"%s:%d: %s %%d at [%%lld, %%lld] of '%s' is outside [0, %lld)\",", E->source_path, v->loc.line,
+                    what, read->name ? read->name : "?", limit);
+        } else {
+            cg_line(w, "    \"%s:%d: %s %%d %s %%lld is outside [0, %lld)\",", E->source_path, v->loc.line, what,
+                    E->plan->region[ids] == REGION_INPUT ? "of row" : "at position", limit);
+        }
+    }
+    cg_line(w, "};");
+    char row[4096];
+    size_t n = (size_t)snprintf(row, sizeof row, "0");
+    for (int s = 1; s <= E->n_faults && n < sizeof row; s++)
+        n += (size_t)snprintf(row + n, sizeof row - n, ", %lld", columns[s]);
+    cg_line(w, "static const long long fault_columns[%d] = {%s};", E->n_faults + 1, row);
+    free(columns);
+}
+
 static void emit_context_helpers(emitter *E) {
     cg_writer *w = &E->w;
     if (E->partitioned) {
@@ -563,23 +601,12 @@ static void emit_context_helpers(emitter *E) {
         cg_blank(w);
     }
     if (E->n_faults) {
-        cg_line(w, "/* What each range check of a kernel (ctx->fault.site) found out of range. */");
-        cg_line(w, "static const char *const fault_formats[%d] = {", E->n_faults + 1);
-        cg_line(w, "    \"\",");
-        for (int i = 0; i < E->g->n_values; i++) {
-            if (!E->fault_site[i]) continue;
-            const ir_value *v = V(E, i);
-            int embed = v->op == OP_EMBED;
-            const ir_type *t = &V(E, v->operands[0])->type;
-            long long limit = (long long)(embed ? t->shape[0] : t->shape[t->rank - 1]);
-            cg_line(w, "    \"%s:%d: %s %%d %s %%lld is outside [0, %lld)\",", E->source_path, v->loc.line, embed ? "id" : "target",
-                    embed ? "at position" : "of row", limit);
-        }
-        cg_line(w, "};");
+        emit_fault_formats(E);
         cg_line(w, "/* Fails the step with the message of the fault a kernel recorded, and clears it. */");
         cg_line(w, "static int data_fault(struct_ctx *ctx) {");
+        cg_line(w, "    const long long position = (long long)ctx->fault.position, columns = fault_columns[ctx->fault.site];");
         cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, fault_formats[ctx->fault.site], (int)ctx->fault.value,");
-        cg_line(w, "             (long long)ctx->fault.position);");
+        cg_line(w, "             columns ? position / columns : position, columns ? position %% columns : 0);");
         cg_line(w, "    memset(&ctx->fault, 0, sizeof ctx->fault);");
         cg_line(w, "    return DMRT_ERR_DATA;");
         cg_line(w, "}");

@@ -373,8 +373,11 @@ static void emit_embed(emitter *E, const ir_value *v) {
     int grad = v->op == OP_EMBED_GRAD;
     const ir_type *table = grad ? T(E, v->id) : T(E, v->operands[0]);
     const ir_type *ids = T(E, v->operands[grad ? 0 : 1]);
+    char position_base[256];
+    fault_position_base(E, v->operands[grad ? 0 : 1], position_base, sizeof position_base);
     cg_embed k = {.rows = ir_numel(ids), .n = table->shape[0], .cols = table->shape[1], .out = E->cname[v->id],
-                  .ids = E->cname[v->operands[grad ? 0 : 1]], .fault_site = E->fault_site[v->id]};
+                  .ids = E->cname[v->operands[grad ? 0 : 1]], .fault_site = E->fault_site[v->id],
+                  .position_base = position_base};
     const ir_type *global_table = grad ? &v->type : &V(E, v->operands[0])->type;
     k.vocab = global_table->shape[0];
     char first_row[96];
@@ -401,9 +404,10 @@ static void emit_loss(emitter *E, const ir_value *v) {
     const ir_value *stats = v->op == OP_XENT_STATS ? v : V(E, v->operands[v->op == OP_CROSS_ENTROPY ? 0 : 3]);
     const ir_value *logits = V(E, stats->operands[0]);
     const ir_type *local_logits = T(E, logits->id);
-    char where[300];
+    char where[300], position_base[256];
     snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
-    cg_xent k = {.classes = local_logits->shape[local_logits->rank - 1], .logits = E->cname[logits->id],
+    fault_position_base(E, stats->operands[1], position_base, sizeof position_base);
+    cg_xent k = {.position_base = position_base, .classes = local_logits->shape[local_logits->rank - 1], .logits = E->cname[logits->id],
                  .targets = E->cname[stats->operands[1]], .stats = E->cname[stats->id], .out = E->cname[v->id],
                  .where = where, .fault_site = E->fault_site[v->id], .scratch = "ctx->scratch", .comm_size = 1};
     k.rows = ir_numel(local_logits) / k.classes;

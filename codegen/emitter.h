@@ -192,6 +192,11 @@ void source_line(const emitter *E, int line, char *buf, size_t size);
 void contiguous_strides(const ir_type *t, int64_t *stride);
 void coalesce(cg_loop_nest *k);
 void storage_expr(const emitter *E, int id, char *buf, size_t size);
+/* Where this rank's block of input id starts in the caller's whole batch, in elements. */
+void input_block_offset(const emitter *E, int id, char *buf, size_t size);
+/* The position in the step's batch of element 0 of the ids (targets) `id` a kernel
+ * range-checks, as a C expression: what its fault position is reported after. */
+void fault_position_base(const emitter *E, int id, char *buf, size_t size);
 
 /* emit_ops.c */
 void plan_bias_activations(emitter *E);

@@ -149,14 +149,15 @@ int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float
  * logits (rows, classes), targets (rows) int32, in three calls as dmc's IR has them. The
  * statistics stats (rows, 3): each row's maximum, sum of exp(logit - max) (in double,
  * stored as float) and the target's logit. A target outside [0, all_classes) records fault
- * `site`; its row gets (0, 1, 0), so it adds nothing to the loss, and a zero gradient.
+ * `site` at position position_base + its row (where the block sits in the step's batch);
+ * its row gets (0, 1, 0), so it adds nothing to the loss, and a zero gradient.
  * The loss: the sum over rows of log(sum) + max - target logit, divided by mean_rows
  * (every rank's rows), written to out_loss[0]; accumulated in double in a fixed order
  * (deterministic). The gradient: dlogits = (softmax - onehot(target)) * dloss / mean_rows
  * from the logits and the statistics; dloss is *dloss_dev when that is not NULL (a device
  * scalar), else dloss_value. */
 int dmrt_gpu_xent_stats(dmrt_gpu *g, const float *logits, const int32_t *targets, float *stats,
-                        int64_t rows, int64_t classes, int site);
+                        int64_t rows, int64_t classes, int site, int64_t position_base);
 /* Vocabulary-parallel (Megatron-LM): this rank holds classes [coord * classes,
  * (coord + 1) * classes) of comm_size * classes. Row maxima are all-gathered over comm
  * and the sums of exp and the target's logit allreduced, as the C target does (dmc's
@@ -166,7 +167,7 @@ int64_t dmrt_gpu_xent_scratch(int64_t rows, int64_t comm_size);
 int dmrt_gpu_xent_stats_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord, int64_t comm_size,
                               const float *logits, const int32_t *targets, float *stats,
                               int64_t rows, int64_t classes, float *scratch, int site,
-                              const char *what);
+                              int64_t position_base, const char *what);
 int dmrt_gpu_cross_entropy(dmrt_gpu *g, const float *stats, float *out_loss, int64_t rows,
                            int64_t mean_rows);
 /* This rank's classes [first_class, first_class + classes) of all_classes (whole: 0 and
@@ -181,10 +182,10 @@ int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t 
  * table (n, cols) holds rows [first_row, first_row + n) of a vocabulary of vocab rows
  * (first_row 0 and n == vocab when whole). out (rows, cols) = table[ids[r] - first_row],
  * or zeros where the id is in another rank's window. An id outside [0, vocab) records
- * fault `site` and gives a zero row. */
+ * fault `site` at position position_base + r and gives a zero row. */
 int dmrt_gpu_embed(dmrt_gpu *g, const float *table, const int32_t *ids, float *out,
                    int64_t rows, int64_t n, int64_t cols, int64_t vocab, int64_t first_row,
-                   int site);
+                   int site, int64_t position_base);
 /* out (n, cols) = zeros + the rows of dy added at their ids, deterministically: each
  * table row sums its positions in position order (the same order as the C target). ids
  * outside the window (or the vocabulary) add nothing. scratch: device memory of at

@@ -17,11 +17,12 @@
  * an id outside the vocabulary, which also records the fault. */
 __global__ static void embed_kernel(const float *table, const int32_t *ids, float *out,
                                     int64_t rows, int64_t n, int64_t cols, int64_t vocab,
-                                    int64_t first_row, dmrt_fault *fault, int site) {
+                                    int64_t first_row, dmrt_fault *fault, int site,
+                                    int64_t position_base) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int32_t id = ids[r];
         const int bad = id < 0 || id >= vocab;
-        if (bad && threadIdx.x == 0) gpu_record_fault(fault, site, id, r);
+        if (bad && threadIdx.x == 0) gpu_record_fault(fault, site, id, position_base + r);
         const int64_t row = (int64_t)id - first_row;
         const float *src = !bad && row >= 0 && row < n ? table + row * cols : NULL;
         float *dst = out + r * cols;
@@ -31,12 +32,12 @@ __global__ static void embed_kernel(const float *table, const int32_t *ids, floa
 
 int dmrt_gpu_embed(dmrt_gpu *g, const float *table, const int32_t *ids, float *out,
                    int64_t rows, int64_t n, int64_t cols, int64_t vocab, int64_t first_row,
-                   int site) {
+                   int site, int64_t position_base) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && n >= 0 && cols >= 0 && vocab >= 0 && first_row >= 0);
     if (rows == 0 || cols == 0) return DMRT_OK;
     embed_kernel<<<gpu_row_blocks(rows), gpu_row_threads(cols), 0, g->stream>>>(
-        table, ids, out, rows, n, cols, vocab, first_row, g->fault, site);
+        table, ids, out, rows, n, cols, vocab, first_row, g->fault, site, position_base);
     LAUNCH_CHECK(g, "embed_kernel");
     return DMRT_OK;
 }

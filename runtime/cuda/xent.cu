@@ -40,7 +40,7 @@ __device__ static void store_bad_row(float *stats) {
 /* Whole rows: stats[r] = (max, sum of exp(row - max), row[target]). */
 __global__ static void xent_stats_kernel(const float *logits, const int32_t *targets, float *stats,
                                          int64_t rows, int64_t classes, dmrt_fault *fault,
-                                         int site) {
+                                         int site, int64_t position_base) {
     __shared__ float fshared[32];
     __shared__ double dshared[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -48,7 +48,7 @@ __global__ static void xent_stats_kernel(const float *logits, const int32_t *tar
         const int32_t t = targets[r];
         if (t < 0 || t >= classes) {  /* the same for every thread of the block */
             if (threadIdx.x == 0) {
-                gpu_record_fault(fault, site, t, r);
+                gpu_record_fault(fault, site, t, position_base + r);
                 store_bad_row(stats + r * 3);
             }
             continue;
@@ -67,12 +67,13 @@ __global__ static void xent_stats_kernel(const float *logits, const int32_t *tar
  * checked against every rank's classes. */
 __global__ static void xent_local_max_kernel(const float *logits, const int32_t *targets,
                                              float *maxima_mine, int64_t rows, int64_t classes,
-                                             int64_t all_classes, dmrt_fault *fault, int site) {
+                                             int64_t all_classes, dmrt_fault *fault, int site,
+                                             int64_t position_base) {
     __shared__ float shared[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         if (threadIdx.x == 0) {
             const int32_t t = targets[r];
-            if (t < 0 || t >= all_classes) gpu_record_fault(fault, site, t, r);
+            if (t < 0 || t >= all_classes) gpu_record_fault(fault, site, t, position_base + r);
         }
         const float *row = logits + r * classes;
         const float mx = row_max_of(row, classes, shared);
@@ -175,14 +176,14 @@ static int check_xent(dmrt_gpu *g, const char *what, int64_t rows, int64_t class
 }
 
 int dmrt_gpu_xent_stats(dmrt_gpu *g, const float *logits, const int32_t *targets, float *stats,
-                        int64_t rows, int64_t classes, int site) {
+                        int64_t rows, int64_t classes, int site, int64_t position_base) {
     GPU_ENTER(g);
     int rc = check_xent(g, "dmrt_gpu_xent_stats", rows, classes, 1);
     if (rc != DMRT_OK) return rc;
     if (rows == 0) return DMRT_OK;
     ARG_CHECK(g, stats != NULL && classes > 0);
     xent_stats_kernel<<<gpu_row_blocks(rows), gpu_row_threads(classes), 0, g->stream>>>(
-        logits, targets, stats, rows, classes, g->fault, site);
+        logits, targets, stats, rows, classes, g->fault, site, position_base);
     LAUNCH_CHECK(g, "xent_stats_kernel");
     return DMRT_OK;
 }
@@ -208,7 +209,7 @@ static int check_split(dmrt_gpu *g, const char *what, dmrt_comm *comm, int64_t c
 int dmrt_gpu_xent_stats_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord, int64_t comm_size,
                               const float *logits, const int32_t *targets, float *stats,
                               int64_t rows, int64_t classes, float *scratch, int site,
-                              const char *what) {
+                              int64_t position_base, const char *what) {
     GPU_ENTER(g);
     int rc = check_split(g, "dmrt_gpu_xent_stats_split", comm, coord, comm_size, rows, classes,
                          scratch);
@@ -221,7 +222,7 @@ int dmrt_gpu_xent_stats_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord, int64
     if (rows > 0) {
         xent_local_max_kernel<<<gpu_row_blocks(rows), gpu_row_threads(classes), 0, g->stream>>>(
             logits, targets, maxima + coord * rows, rows, classes, comm_size * classes, g->fault,
-            site);
+            site, position_base);
         LAUNCH_CHECK(g, "xent_local_max_kernel");
     }
     snprintf(text, sizeof text, "allgather of the row maxima of %s", label);

@@ -4,8 +4,10 @@ A kernel that reads indices checks them (an embedding's token ids, cross-entropy
 targets): the first out of range is recorded and the row skipped, and the host fails
 the step with `FILE.dm:LINE: ...`. For mlp.dm (a target of 12 with 10 classes) and the
 tiny gpt.dm (a token id of 70 with a vocabulary of 64; a target of -1), on the serial
-program and on data=2 (the bad row on rank 1's half of the batch), `dmc run` must exit 1
-with exactly the expected message and print no step. The target is DMC_TEST_TARGET's
+program, on data=2 (the bad row on rank 1's half of the batch), with micro-batches and on
+data=2 x tensor=2, `dmc run` must exit 1 with exactly the expected message and print no
+step. The position is the batch's, whichever rank's block or micro-batch holds it: the
+row of mlp.dm's [B] targets, [row, column] of gpt.dm's [B, T] tokens and targets. The target is DMC_TEST_TARGET's
 (c by default; the GPU suite runs it with cuda, and skips without a GPU).
 """
 import os
@@ -39,10 +41,10 @@ def cases(root):
     x = rng.standard_normal((1, 16, 48)).astype(np.float32)
     y = rng.integers(0, 10, (1, 16)).astype(np.int32)
     y_bad = y.copy()
-    y_bad[0, 11] = 12  # row 11: on rank 1 of data=2 (rows 8..15), its row 3
+    y_bad[0, 11] = 12  # row 11: on rank 1 of data=2 (rows 8..15), its own row 3
     tok = rng.integers(0, 64, (1, 4, 16)).astype(np.int32)
     tok_bad = tok.copy()
-    tok_bad[0, 3, 5] = 70  # position 3 * 16 + 5 = 53: on rank 1 of data=2, position 21
+    tok_bad[0, 3, 5] = 70  # [3, 5]: on rank 1 of data=2, its own position 1 * 16 + 5 = 21
     tgt_bad = tok.copy()
     tgt_bad[0, 0, 2] = -1
     mlp_loss = line_of(root, "examples/mlp.dm", r"cross_entropy\(")
@@ -52,13 +54,19 @@ def cases(root):
         ("mlp target", "examples/mlp.dm", MLP, None, {"x": x, "y": y_bad},
          "mlp.dm:%d: target 12 of row 11 is outside [0, 10)" % mlp_loss),
         ("mlp target data=2", "examples/mlp.dm", MLP, "data=2", {"x": x, "y": y_bad},
-         "mlp.dm:%d: target 12 of row 3 is outside [0, 10)" % mlp_loss),
+         "mlp.dm:%d: target 12 of row 11 is outside [0, 10)" % mlp_loss),
+        ("mlp target 4 micro", "examples/mlp.dm", MLP + " --accumulate 4", None, {"x": x, "y": y_bad},
+         "mlp.dm:%d: target 12 of row 11 is outside [0, 10)" % mlp_loss),
+        ("mlp data=2,tensor=2", "examples/mlp.dm", MLP + " --accumulate 2", "data=2,tensor=2", {"x": x, "y": y_bad},
+         "mlp.dm:%d: target 12 of row 11 is outside [0, 10)" % mlp_loss),
         ("gpt token id", "examples/gpt.dm", GPT, None, {"tokens": tok_bad, "targets": tok},
-         "gpt.dm:%d: id 70 at position 53 is outside [0, 64)" % gpt_embed),
+         "gpt.dm:%d: id 70 at [3, 5] of 'tokens' is outside [0, 64)" % gpt_embed),
         ("gpt token id data=2", "examples/gpt.dm", GPT, "data=2", {"tokens": tok_bad, "targets": tok},
-         "gpt.dm:%d: id 70 at position 21 is outside [0, 64)" % gpt_embed),
+         "gpt.dm:%d: id 70 at [3, 5] of 'tokens' is outside [0, 64)" % gpt_embed),
         ("gpt target", "examples/gpt.dm", GPT, None, {"tokens": tok, "targets": tgt_bad},
-         "gpt.dm:%d: target -1 of row 2 is outside [0, 64)" % gpt_loss),
+         "gpt.dm:%d: target -1 at [0, 2] of 'targets' is outside [0, 64)" % gpt_loss),
+        ("gpt target data=2", "examples/gpt.dm", GPT, "data=2", {"tokens": tok, "targets": tgt_bad},
+         "gpt.dm:%d: target -1 at [0, 2] of 'targets' is outside [0, 64)" % gpt_loss),
     ]
 
 
@@ -70,7 +78,8 @@ def main(argv):
         for i, (name, dm, sets, mesh, batch, want) in enumerate(cases(root)):
             path = os.path.join(tmp, "batch%d.safetensors" % i)
             stio.save(batch, path)
-            cmd = [dmc, "run", os.path.join(root, dm), "--quiet", "--set", sets, "--batch-file", path,
+            sets, *more = sets.split(" ")
+            cmd = [dmc, "run", os.path.join(root, dm), "--quiet", "--set", sets, *more, "--batch-file", path,
                    "--steps", "1"] + target_args() + (["--mesh", mesh] if mesh else [])
             r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                universal_newlines=True, timeout=600, env=dict(os.environ, TMPDIR=tmp))

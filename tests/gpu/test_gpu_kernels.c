@@ -606,7 +606,7 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
     float *stats = host_floats(rows * 3), *want_stats = host_floats(rows * 3);
     char what[128];
 
-    GPU_OK(g, dmrt_gpu_xent_stats(g, dl, dt, dstats, rows, classes, 5));
+    GPU_OK(g, dmrt_gpu_xent_stats(g, dl, dt, dstats, rows, classes, 5, 0));
     from_device(g, stats, dstats, (size_t)rows * 3 * sizeof(float));
     ref_xent_stats(logits, targets, want_stats, rows, classes);
     snprintf(what, sizeof what, "xent_stats (%lld, %lld)%s", (long long)rows, (long long)classes,
@@ -701,7 +701,7 @@ static void embed_case(dmrt_gpu *g, int64_t rows, int64_t cols, int64_t vocab, i
     char what[128];
 
     ref_embed(table, ids, want, rows, n, cols, vocab, first_row);
-    GPU_OK(g, dmrt_gpu_embed(g, dtable, dids, dout, rows, n, cols, vocab, first_row, 3));
+    GPU_OK(g, dmrt_gpu_embed(g, dtable, dids, dout, rows, n, cols, vocab, first_row, 3, 0));
     from_device(g, got, dout, (size_t)total * sizeof(float));
     snprintf(what, sizeof what, "embed %lld ids of %lld, rows [%lld, %lld), %lld cols%s",
              (long long)rows, (long long)vocab, (long long)first_row, (long long)(first_row + n),
@@ -954,7 +954,7 @@ static int split_xent(dmrt_gpu *g, dmrt_rank *r, const split_data *s) {
     char what[96];
 
     float loss = 0;
-    GPU_OK(g, dmrt_gpu_xent_stats_split(g, w, me, 2, dl, dt, dstats, rows, classes, scratch, 9,
+    GPU_OK(g, dmrt_gpu_xent_stats_split(g, w, me, 2, dl, dt, dstats, rows, classes, scratch, 9, 0,
                                         "logits (test)"));
     GPU_OK(g, dmrt_gpu_cross_entropy(g, dstats, dloss, rows, rows));
     from_device(g, &loss, dloss, sizeof loss);
