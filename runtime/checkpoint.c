@@ -61,6 +61,9 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
         if (!into) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
         else if (gather_whole(m, ctx, i, into) != 0)
             rc = dmrt_errorf(err, errlen, "%s: gathering '%s': %s", path, d->name, m->error(ctx));
+        else /* every rank gathers each tensor whole, and fails alike */
+            rc = dmrt_check_finite_to_write(path, i < m->n_params ? "parameter" : "optimizer state", d, into, m->step(ctx),
+                                            err, errlen);
         data[i] = into;
     }
     char step[32];

@@ -29,6 +29,13 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 /* params_io.c: whether the file's tensor t (NULL: absent) can be model's `what` ("parameter")
  * d: present, of d's dtype and shape. 0, or -1 with a message naming path, the tensor and what
  * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
+/* params_io.c: the first element of x[0..n) that is not finite, or -1. */
+int64_t dmrt_first_non_finite(const float *x, int64_t n);
+/* params_io.c: 0 when the whole tensor d (data) is finite, else -1 with the message "PATH not
+ * written: <what> 'NAME' holds a non-finite value (... at element E of SHAPE) after step S":
+ * the one check of what --save, checkpoints and <model>_save_weights write. */
+int dmrt_check_finite_to_write(const char *path, const char *what, const dmrt_tensor_desc *d, const float *data,
+                               int64_t step, char *err, size_t errlen);
 int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d,
                       const char *what, const char *also_prefix, char *err, size_t errlen);
 

@@ -6,6 +6,7 @@
  * also looked up with the prefix "transformer." (Hugging Face GPT-2 checkpoints). */
 #include "internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,7 +82,32 @@ int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_t
     if (t->rank != d->rank || memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank))
         return dmrt_errorf(err, errlen, "%s: tensor '%s': shape %s in the file but the model expects %s for %s '%s'", path,
                            t->name, got, want, what, d->name);
+    /* a NaN loaded would surface steps later as some gradient's, or as outputs */
+    if (t->dtype == DMRT_F32) {
+        int64_t at = dmrt_first_non_finite((const float *)t->data, d->numel);
+        if (at >= 0)
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' (%s '%s') holds a non-finite value: %g at element %lld of %s",
+                               path, t->name, what, d->name, (double)((const float *)t->data)[at], (long long)at, want);
+    }
     return 0;
+}
+
+int64_t dmrt_first_non_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+int dmrt_check_finite_to_write(const char *path, const char *what, const dmrt_tensor_desc *d, const float *data,
+                               int64_t step, char *err, size_t errlen) {
+    int64_t at = dmrt_first_non_finite(data, d->numel);
+    if (at < 0) return 0;
+    char shape[256];
+    dmrt_shape_str(shape, sizeof shape, d->rank, d->shape);
+    return dmrt_errorf(err, errlen,
+                       "%s not written: %s '%s' holds a non-finite value (%g at element %lld of %s) after step %lld; "
+                       "the files already there are left as they were",
+                       path, what, d->name, (double)data[at], (long long)at, shape, (long long)step);
 }
 
 /* Every parameter (grad 0) or gradient (grad 1) to path. An SPMD model's tensors are
@@ -107,6 +133,11 @@ static int save_tensors(const dmrt_model *model, void *ctx, int grad, const char
                              model->error(ctx));
         data[i] = whole[i];
     }
+    /* weights that are not finite are never written (gradients are: --dump-grads is for
+     * looking at them); every rank holds every tensor whole and fails alike */
+    int64_t step = model->step ? model->step(ctx) : 0;
+    for (int i = 0; i < n && rc == 0 && !grad; i++)
+        rc = dmrt_check_finite_to_write(path, "parameter", &model->params[i], data[i], step, err, errlen);
     if (rc == 0 && (!model->rank_id || model->rank_id(ctx) == 0))
         rc = dmrt_st_write(path, n, model->params, data, err, errlen);
     for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);

@@ -2,16 +2,28 @@
  * of a batch file, written to a safetensors file. The model's predict (<model>_predict)
  * runs up to predict_batch rows at a time; every rank runs it (a collective) and world
  * rank 0 writes the file, atomically. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "dmrt.h"
 #include "dmrt_comm.h"
 #include "internal.h"
+#include "trainer_guards.h"
+
+/* Outputs that are not finite are not written (weights that overflow in the forward):
+ * 0, or -1 naming the output, its row and the value. */
+static int outputs_finite(const dmrt_model *m, const dmrt_tensor_desc *descs, void *const *outs, const char *out_path,
+                          char *err, size_t errlen) {
+    for (int i = 0; i < m->n_outputs; i++) {
+        if (descs[i].dtype != DMRT_F32) continue;
+        int64_t at = dmrt_first_non_finite(outs[i], descs[i].numel), row_elems = descs[i].numel / descs[i].shape[0];
+        if (at >= 0)
+            return dmrt_errorf(err, errlen, "%s not written: output '%s' holds a non-finite value (%g in row %lld)", out_path,
+                               descs[i].name, (double)((const float *)outs[i])[at], (long long)(at / row_elems));
+    }
+    return 0;
+}
 
 /* The file's tensor for every input predict reads: [N, the input's shape after its first
  * dim], the input's dtype, the same N for all. Returns N, or -1 with the message. */
@@ -44,20 +56,6 @@ static int64_t check_inputs(const dmrt_model *m, const dmrt_st_file *f, const dm
     }
     if (n < 0) return dmrt_errorf(err, errlen, "%s: model '%s' reads no inputs to predict", f->path, m->name), -1;
     return n;
-}
-
-/* Whether path can be written: its directory exists and is writable, and it is not a
- * directory. */
-static int check_writable(const char *path, char *err, size_t errlen) {
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dmrt_errorf(err, errlen, "%s: cannot write the outputs: Is a directory", path);
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash == path ? 1 : slash - path), path);
-    if (access(dir, W_OK) != 0)
-        return dmrt_errorf(err, errlen, "%s: cannot write the outputs: directory %s: %s", path, dir, strerror(errno));
-    return 0;
 }
 
 /* Runs predict over the n rows in chunks of the model's batch into outs (whole). Each
@@ -105,7 +103,7 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
         goto done;
     }
     if (dmrt_st_read(&f, batch_file, err, errlen) != 0 || (n = check_inputs(m, &f, t, err, errlen)) < 0 ||
-        check_writable(out_path, err, errlen) != 0)
+        dmrt_trainer_guard_writable("--out", out_path, err, errlen) != 0)
         goto done;
     for (int i = 0; i < m->n_outputs; i++) {
         descs[i] = m->outputs[i];
@@ -121,7 +119,8 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
         (init && dmrt_load_params(m, ctx, init, err, errlen) != 0))
         goto done;
     double t0 = dmrt_now();
-    if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0) goto done;
+    if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0 || outputs_finite(m, descs, outs, out_path, err, errlen) != 0)
+        goto done;
     int lead = !rank || dmrt_rank_id(rank) == 0;
     if (lead && dmrt_st_write(out_path, m->n_outputs, descs, (const void *const *)outs, err, errlen) != 0) goto done;
     if (!quiet) {

@@ -576,6 +576,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     memset(&resume_file, 0, sizeof resume_file);
     int resumed = 0;             /* resume_file is open */
     char resumed_from[4096] = "";
+    char checkpoint_failed[2048] = ""; /* the error of the final checkpoint, reported after --save */
     int64_t resumed_total = 0;   /* the steps the checkpoint's run was to train (0: unknown) */
     int status = TR_RUNTIME;
     const char *oom_msg = NULL;
@@ -823,11 +824,16 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         goto fail;
     }
     /* the end, or a stop asked by a signal: the checkpoint of the last step (not twice, and
-     * not over the one this run resumed from) */
+     * not over the one this run resumed from). At the end a checkpoint that cannot be
+     * written (a full disk) does not cost the run its --save: that is still written, and
+     * the run fails after it with the checkpoint's error. */
     if (o->checkpoint && checkpointed != step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, step, path, sizeof path) != 0 || strcmp(path, resumed_from) != 0) {
-            if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) goto fail;
+            if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) {
+                if (stop || !o->save) goto fail;
+                snprintf(checkpoint_failed, sizeof checkpoint_failed, "%s", err);
+            }
         }
     }
     if (stop) {
@@ -846,7 +852,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
                 prog);
     if (o->trace && rank && dmrt_trace_write(m, rank, o->trace, outs, err, sizeof err) != 0) goto fail;
 
-    if (o->save && dmrt_save_params(m, ctx, o->save, err, sizeof err) != 0) goto fail;
+    if (o->save && dmrt_save_params(m, ctx, o->save, err, sizeof err) != 0) {
+        if (checkpoint_failed[0]) snprintf(err + strlen(err), sizeof err - strlen(err), "; and %s", checkpoint_failed);
+        goto fail;
+    }
+
     if (d.mnist && eval_out >= 0) {
         if (!acc_fresh && dmrt_trainer_evaluate(&d, m, ctx, in, eval_out, &acc, err, sizeof err) != 0)
             goto fail;
@@ -868,6 +878,11 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (o->sample >= 0 && sample_text(outs, m, ctx, in, &lm, o, err, sizeof err) != 0) goto fail;
     if (fflush(outs) != 0 || ferror(outs)) {
         snprintf(err, sizeof err, "writing to stdout: %s", strerror(errno));
+        goto fail;
+    }
+    if (checkpoint_failed[0]) {
+        /* what --save holds is the run's; the checkpoint's error ends it */
+        snprintf(err, sizeof err, "%s (--save %s was written)", checkpoint_failed, o->save);
         goto fail;
     }
     status = TR_OK;

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_signal;
@@ -38,11 +39,17 @@ void dmrt_trainer_guard_install_signals(void) {
 int dmrt_trainer_guard_stop_signal(void) { return stop_signal; }
 
 int dmrt_trainer_guard_writable(const char *option, const char *path, char *err, size_t errlen) {
+    /* a directory takes the temporary file beside it, and fails only at the rename */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dmrt_errorf(err, errlen, "%s %s: cannot write there: it is a directory (give a file's path)", option, path);
     /* what the atomic writers do (PATH.tmp.<pid>, then a rename over PATH), tried */
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp) return dmrt_errorf(err, errlen, "out of memory");
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    /* a name of this call's own: the ranks of one process may try the same path at once */
+    static _Atomic unsigned probes;
+    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), probes++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
     int saved = errno;
     if (fd >= 0) {
@@ -54,17 +61,10 @@ int dmrt_trainer_guard_writable(const char *option, const char *path, char *err,
     return 0;
 }
 
-/* The first element that is not finite among n floats, or -1. */
-static int64_t first_non_finite(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return -1;
-}
-
 /* The first f32 input of the batch holding a non-finite value: its index, or -1. */
 static int non_finite_input(const dmrt_model *m, const void *const *inputs, int64_t *at) {
     for (int i = 0; i < m->n_inputs; i++)
-        if (m->inputs[i].dtype == DMRT_F32 && (*at = first_non_finite(inputs[i], m->inputs[i].numel)) >= 0) return i;
+        if (m->inputs[i].dtype == DMRT_F32 && (*at = dmrt_first_non_finite(inputs[i], m->inputs[i].numel)) >= 0) return i;
     return -1;
 }
 
@@ -93,7 +93,7 @@ static int non_finite_gradient(const dmrt_model *m, void *ctx, char *err, size_t
         } else {
             g = m->grad(ctx, i);
         }
-        if (g && first_non_finite(g, m->params[i].numel) >= 0) found = i;
+        if (g && dmrt_first_non_finite(g, m->params[i].numel) >= 0) found = i;
     }
     free(whole);
     return found;

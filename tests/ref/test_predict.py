@@ -70,8 +70,12 @@ def check_failures(dmc, src, d, stio, np):
         if name not in err or want not in err:
             raise dmcrun.Failure("%s: expected a message naming the file and '%s', got: %s" % (name, want, err))
     err = run(dmc, src, ["--predict", "--batch-file", "p5.st", "--out", "nodir/o.st"], d, expect=1)
-    if "nodir/o.st: cannot write the outputs: directory nodir" not in err:
+    if "--out nodir/o.st: cannot write there: No such file or directory" not in err:
         raise dmcrun.Failure("unwritable --out: %s" % err)
+    os.makedirs(os.path.join(d, "adir"), exist_ok=True)
+    err = run(dmc, src, ["--predict", "--batch-file", "p5.st", "--out", "adir"], d, expect=1)
+    if "--out adir: cannot write there: it is a directory" not in err:
+        raise dmcrun.Failure("--out naming a directory: %s" % err)
     if open(os.path.join(d, "keep.st"), "rb").read() != b"old":
         raise dmcrun.Failure("a failed --predict changed an existing --out")
     for args, want in ((["--predict", "--batch-file", "p5.st"], "--predict needs --out"),

@@ -7,7 +7,16 @@
     must stop at the same step, or the run hangs until the deadline);
   - a NaN in the batch file's input x (step 3, row 5) is named as such, whether it shows in
     the loss (relu passes NaN on, as PyTorch's does) or only in a gradient;
-  - an unwritable --save path is refused before the first step;
+  - an unwritable --save path is refused before the first step, and so is one that is a
+    directory (it used to fail only after training);
+  - an update that overflows (sgd with lr = 1e38 on pixels in [0, 100): step 1's loss and
+    gradients are finite, its weights are not) writes neither the checkpoint nor --save,
+    names the parameter and exits 1 (it used to save ~30k infs with exit 0); serial and
+    data=2;
+  - a NaN in --init's weights is named with its file and tensor, for training, --steps 0
+    --save and --predict (it used to be blamed on another tensor's gradient, or written);
+  - a final checkpoint that cannot be written (a full disk: a 64 KiB tmpfs, root only)
+    still leaves --save written, and the run exits 1 with the checkpoint's error;
   - SIGTERM and SIGINT sent to dmc during training: the trainer stops at a step boundary,
     says so, writes no --save, dmc exits 128 + the signal and removes its build directory
     (TMPDIR is a directory of the test's, empty afterwards); serial and data=2.
@@ -16,6 +25,7 @@ Prints one line per check; exits 1 on any failure.
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -47,6 +57,35 @@ def write_safetensors(path, tensors):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, flat list of values) of a file of F32/I32 tensors."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = (t["dtype"], t["shape"], list(struct.unpack("<%d%s" % ((b - a) // 4, "f" if t["dtype"] == "F32" else "i"),
+                                                                 data[a:b])))
+    return out
+
+
+SMALL = ["--set", "B=8,D=48,H=32,K=10"]
+
+
+def small_batches(tmp, scale, steps=2):
+    """A batch file of the small mlp: pixels uniform in [0, scale)."""
+    import random
+    rnd = random.Random(5)
+    path = os.path.join(tmp, "small-%g.safetensors" % scale)
+    write_safetensors(path, {"x": ("F32", [steps, 8, 48], [rnd.uniform(0, scale) for _ in range(steps * 8 * 48)]),
+                             "y": ("I32", [steps, 8], [rnd.randrange(10) for _ in range(steps * 8)])})
+    return path
 
 
 def mlp_batch_size():
@@ -104,6 +143,98 @@ def unwritable_save(dmc, tmp):
           "an unwritable --save path is refused before training (%s)" % r.stderr.strip()[-200:])
 
 
+def save_is_directory(dmc, tmp):
+    target = os.path.join(tmp, "a-directory")
+    os.makedirs(target, exist_ok=True)
+    r = run(dmc, [MLP] + SMALL + ["--batch-file", small_batches(tmp, 1), "--steps", "2", "--quiet", "--save", target], tmp)
+    check(r.returncode == 1 and "it is a directory" in r.stderr and "step 1" not in r.stdout and os.listdir(target) == [],
+          "a --save path that is a directory is refused before training (%s)" % r.stderr.strip()[-200:])
+
+
+def overflowing_update(dmc, tmp):
+    with open(MLP) as f:
+        src = re.sub(r"optimizer \w+\([^)]*\)", "optimizer sgd(lr = 1e38)", f.read())
+    path = os.path.join(tmp, "overflow.dm")
+    with open(path, "w") as f:
+        f.write(src)
+    batches = small_batches(tmp, 100)
+    for mesh in [[], ["--mesh", "data=2"]]:
+        good, ck = os.path.join(tmp, "good.safetensors"), os.path.join(tmp, "ck-overflow")
+        with open(good, "w") as f:
+            f.write("the weights of a good run")
+        r = run(dmc, [path] + SMALL + mesh + ["--batch-file", batches, "--steps", "1", "--quiet", "--save", good,
+                                              "--checkpoint", ck], tmp)
+        what = " ".join(mesh) or "serial"
+        check(r.returncode == 1 and re.search(r"step-00000001\.safetensors not written: parameter '[\w.]+' holds a "
+                                              r"non-finite value \(-?inf at element \d+ of \[", r.stderr) is not None
+              and "step 1 loss" in r.stdout,
+              "%s: an update to infinite weights writes no checkpoint, names the parameter, exit 1 (exit %d, %s)"
+              % (what, r.returncode, r.stderr.strip()[-240:]))
+        check(os.listdir(ck) == [], "%s: no checkpoint file (%s)" % (what, os.listdir(ck)))
+        with open(good) as f:
+            check(f.read() == "the weights of a good run", "%s: --save's file is left as it was" % what)
+        shutil.rmtree(ck)
+        # without --checkpoint, --save itself refuses
+        r = run(dmc, [path] + SMALL + mesh + ["--batch-file", batches, "--steps", "1", "--quiet", "--save", good], tmp)
+        check(r.returncode == 1 and "good.safetensors not written: parameter" in r.stderr,
+              "%s: --save of infinite weights is refused (exit %d, %s)" % (what, r.returncode, r.stderr.strip()[-200:]))
+
+
+def nan_in_init(dmc, tmp):
+    batches = small_batches(tmp, 1)
+    weights = os.path.join(tmp, "w.safetensors")
+    r = run(dmc, [MLP] + SMALL + ["--batch-file", batches, "--steps", "0", "--quiet", "--save", weights], tmp)
+    check(r.returncode == 0, "--steps 0 --save writes the initial weights (%s)" % r.stderr.strip()[-200:])
+    tensors = read_safetensors(weights)
+    dtype, shape, values = tensors["fc1.weight"]
+    values[5 * shape[1] + 3] = float("nan")
+    bad = os.path.join(tmp, "nan-weights.safetensors")
+    write_safetensors(bad, tensors)
+    want = "nan-weights.safetensors: tensor 'fc1.weight' (parameter 'fc1.weight') holds a non-finite value: nan at " \
+           "element %d of [48, 32]" % (5 * shape[1] + 3)
+    out = os.path.join(tmp, "from-nan.safetensors")
+    for what, args in [("training", ["--steps", "2"]), ("--steps 0 --save", ["--steps", "0", "--save", out]),
+                       ("--predict", ["--predict", "--out", out]), ("training data=2", ["--steps", "2", "--mesh", "data=2"])]:
+        r = run(dmc, [MLP] + SMALL + ["--batch-file", batches if what != "--predict" else predict_rows(tmp),
+                                      "--init", bad, "--quiet"] + args, tmp)
+        check(r.returncode == 1 and want in r.stderr and "step 1" not in r.stdout and not os.path.exists(out),
+              "a NaN in --init is named, %s: exit %d, %s" % (what, r.returncode, r.stderr.strip()[-240:]))
+
+
+def predict_rows(tmp):
+    path = os.path.join(tmp, "rows.safetensors")
+    write_safetensors(path, {"x": ("F32", [3, 48], [0.25] * (3 * 48))})
+    return path
+
+
+def final_checkpoint_disk_full(dmc, tmp):
+    if os.geteuid() != 0:
+        print("skip  a full disk under the final checkpoint: needs root to mount a tmpfs")
+        return
+    full = os.path.join(tmp, "full")
+    os.makedirs(full)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", full]).returncode != 0:
+        print("skip  a full disk under the final checkpoint: mount -t tmpfs failed here")
+        return
+    try:
+        save = os.path.join(tmp, "kept.safetensors")
+        r = run(dmc, [MLP, "--set", "B=8,D=784,H=64,K=10", "--batch-file", mnist_like(tmp), "--steps", "2", "--quiet",
+                      "--save", save, "--checkpoint", os.path.join(full, "ck")], tmp)
+        check(r.returncode == 1 and "No space left on device" in r.stderr and "(--save %s was written)" % save in r.stderr,
+              "a final checkpoint on a full disk fails the run after --save (exit %d, %s)" % (r.returncode,
+                                                                                            r.stderr.strip()[-240:]))
+        check(os.path.exists(save) and "fc1.weight" in read_safetensors(save),
+              "--save is written though the final checkpoint was not")
+    finally:
+        subprocess.run(["umount", full])
+
+
+def mnist_like(tmp):
+    path = os.path.join(tmp, "784.safetensors")
+    write_safetensors(path, {"x": ("F32", [2, 8, 784], [0.5] * (2 * 8 * 784)), "y": ("I32", [2, 8], [3] * 16)})
+    return path
+
+
 def stopped_by(dmc, tmp, sig, mesh):
     build_tmp = tempfile.mkdtemp(dir=tmp, prefix="tmpdir-")
     save = os.path.join(tmp, "stopped.safetensors")
@@ -143,6 +274,10 @@ def main():
         diverging(dmc, tmp)
         nan_input(dmc, tmp)
         unwritable_save(dmc, tmp)
+        save_is_directory(dmc, tmp)
+        overflowing_update(dmc, tmp)
+        nan_in_init(dmc, tmp)
+        final_checkpoint_disk_full(dmc, tmp)
         stopped_by(dmc, tmp, signal.SIGTERM, [])
         stopped_by(dmc, tmp, signal.SIGINT, ["--mesh", "data=2"])
     print("%d failed" % failures)
