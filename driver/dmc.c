@@ -23,6 +23,7 @@
 #include "passes.h"
 #include "schedule.h"
 #include "suggest.h"
+#include "supervise.h"
 
 #ifndef DMC_OPENMP_FLAG
 #define DMC_OPENMP_FLAG "" /* -fopenmp when the runtime was built with OpenMP */
@@ -595,22 +596,6 @@ static int model_name(const options *o, char *buf, size_t size) {
     return 0;
 }
 
-static int make_dir(const char *dir) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(path, 0777);
-            *p = '/';
-        }
-    if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "dmc: error: cannot create directory %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 /* The runtime to link generated code against: DMC_RUNTIME_DIR (a directory holding
  * dmrt.h, dmrt_comm.h, dmrt_cuda.h and the libdmrt*.a), the build tree dmc was built
  * in, or the install prefix. Headers in inc[0..2], libraries in lib[0..2] (runtime,
@@ -637,72 +622,6 @@ static void runtime_paths(char inc[3][PATH_MAX], char lib[3][PATH_MAX]) {
         snprintf(inc[i], PATH_MAX, "%s", DMC_INSTALL_INCLUDE_DIR);
         snprintf(lib[i], PATH_MAX, "%s", DMC_INSTALL_LIB_DIR);
     }
-}
-
-/* `dmc run` passes SIGINT, SIGTERM and SIGHUP on to the program it runs (the C compiler,
- * the trainer, mpirun), which it starts in a process group of its own: a terminal's
- * Ctrl-C then reaches the trainer once, through dmc, and asks it to stop at a step
- * boundary (a second one ends it). dmc then removes its build directory. */
-static volatile sig_atomic_t child_running, stop_signal_seen;
-static volatile pid_t child_pid;
-
-static void pass_on_signal(int sig) {
-    stop_signal_seen = sig;
-    if (child_running) kill(child_pid, sig);
-}
-
-static void pass_on_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = pass_on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
-
-static int run_process(char *const argv[]) {
-    fflush(stdout);
-    fflush(stderr);
-    /* the child's pid is known to the handler before any signal can be passed on */
-    sigset_t stops, before;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGHUP);
-    sigprocmask(SIG_BLOCK, &stops, &before);
-    pid_t pid = fork();
-    if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &before, NULL);
-        return -1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &before, NULL);
-        execvp(argv[0], argv);
-        fprintf(stderr, "dmc: error: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    child_pid = pid;
-    child_running = 1;
-    sigprocmask(SIG_SETMASK, &before, NULL);
-    int status, waited;
-    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
-    }
-    child_running = 0;
-    if (waited < 0) return -1;
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) fprintf(stderr, "dmc: %s was killed by signal %d\n", argv[0], WTERMSIG(status));
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-static int remove_tree(const char *dir) {
-    char *argv[] = {"rm", "-rf", (char *)dir, NULL};
-    return run_process(argv);
 }
 
 /* Appends the space-separated words of s (modified in place) to argv from index n,
@@ -776,9 +695,16 @@ static int compile_cuda(const char *nvcc, const char *model_cu, const char *mode
                     (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o};
     for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
     argv[n] = NULL;
-    int status = run_process(argv);
+    int status = dm_run_process(argv, DM_RUN_TOOL);
     if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
     return status;
+}
+
+/* dir/name+ext into path: 0, or -1 after a message when it is too long. */
+static int in_dir(char path[PATH_MAX], const char *dir, const char *name, const char *ext) {
+    if (snprintf(path, PATH_MAX, "%s/%s%s", dir, name, ext) < PATH_MAX) return 0;
+    fprintf(stderr, "dmc: error: the path %s/%s%s is too long\n", dir, name, ext);
+    return -1;
 }
 
 static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
@@ -786,10 +712,9 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     int cuda = o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
     char main_path[PATH_MAX], exe[PATH_MAX], model_c[PATH_MAX], inc[3][PATH_MAX], lib[3][PATH_MAX],
         inc_flag[3][PATH_MAX + 2], lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
-    snprintf(main_path, sizeof main_path, "%s/main.c", dir);
-    snprintf(exe, sizeof exe, "%s/%s", dir, g->model);
-    snprintf(model_c, sizeof model_c, "%s/%s.%s", dir, g->model, cuda ? "o" : "c");
-    if (write_main(main_path, g, mpi)) return 1;
+    if (in_dir(main_path, dir, "main", ".c") || in_dir(exe, dir, g->model, "") ||
+        in_dir(model_c, dir, g->model, cuda ? ".o" : ".c") || write_main(main_path, g, mpi))
+        return 1;
     runtime_paths(inc, lib);
     for (int i = 0; i < 3; i++) {
         snprintf(inc_flag[i], sizeof inc_flag[i], "-I%s", inc[i]);
@@ -799,8 +724,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     if (cuda) {
         const char *nvcc = find_nvcc();
         char model_cu[PATH_MAX];
-        snprintf(model_cu, sizeof model_cu, "%s/%s.cu", dir, g->model);
-        if (!nvcc || compile_cuda(nvcc, model_cu, model_c, inc_flag, out_inc_flag) != 0) return 1;
+        if (!nvcc || in_dir(model_cu, dir, g->model, ".cu") || compile_cuda(nvcc, model_cu, model_c, inc_flag, out_inc_flag) != 0) return 1;
     }
     /* mpicc wraps the C compiler with MPI's flags; it must wrap the compiler that built the
      * runtime (its OpenMP and sanitizer runtimes: clang's libomp is not gcc's libgomp), so
@@ -838,8 +762,8 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
-    if (stop_signal_seen) return 128 + stop_signal_seen;
-    int status = run_process(cc_argv);
+    if (dm_stop_signal()) return 128 + dm_stop_signal();
+    int status = dm_run_process(cc_argv, DM_RUN_TOOL);
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
                 mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
@@ -866,7 +790,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     argv[n++] = exe;
     for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
     argv[n] = NULL;
-    status = stop_signal_seen ? 128 + stop_signal_seen : run_process(argv);
+    status = dm_stop_signal() ? 128 + dm_stop_signal() : dm_run_process(argv, DM_RUN_TRAINER);
     free(argv);
     return status;
 }
@@ -993,35 +917,23 @@ int main(int argc, char **argv) {
     } else if (o.check) {
         status = 0;
     } else {
-        char tmp_dir[PATH_MAX] = "";
-        if (o.run) pass_on_signals(); /* from here on there is a directory to remove */
-        const char *dir = o.out_dir;
-        if (o.run && !dir) dir = o.keep_dir;
-        int ready = 1;
-        if (!dir) {
-            const char *base = getenv("TMPDIR");
-            snprintf(tmp_dir, sizeof tmp_dir, "%s/dmc-run-XXXXXX", base && *base ? base : "/tmp");
-            if (mkdtemp(tmp_dir)) {
-                dir = tmp_dir;
-            } else {
-                fprintf(stderr, "dmc: error: cannot create a temporary directory: %s\n", strerror(errno));
-                tmp_dir[0] = 0;
-                ready = 0;
-            }
-        } else if (make_dir(dir)) {
-            ready = 0;
-        }
-        if (ready) {
+        /* -o DIR, --keep DIR, or a temporary directory that is removed, also when dmc is killed */
+        const char *given = o.out_dir ? o.out_dir : o.keep_dir;
+        char dir[PATH_MAX];
+        if (o.run) dm_pass_on_signals(); /* from here on there is a directory to remove */
+        if (dm_make_dir(given, dir) == 0) {
+            if (o.run) dm_watch_start(dir, !given);
             codegen_plans plans = {.memory = &c.memory, .pipeline = &c.pipeline, .buckets = &c.buckets, .zero = &c.zero,
                                    .compress = &c.compress};
             status = codegen_write(g, &plans, o.input, src.text, src.len, &o.codegen, dir, stderr) ? 1 : 0;
             if (status == 0 && o.run) {
                 status = build_and_run(&o, g, dir);
                 /* a build the signal ended reports that, not a failure of its own */
-                if (stop_signal_seen && status == 1) status = 128 + stop_signal_seen;
+                if (dm_stop_signal() && status == 1) status = 128 + dm_stop_signal();
             }
+            if (!given) dm_remove_tree(dir);
+            if (o.run) dm_watch_end();
         }
-        if (tmp_dir[0]) remove_tree(tmp_dir);
     }
 done:
     dm_compiled_free(&c);
