@@ -8,7 +8,7 @@
  * from the kernel (PR_SET_PDEATHSIG); the watchdog adds SIGKILL to the whole group only
  * when it has not ended within DM_STOP_GRACE_S seconds (a step or a checkpoint that long,
  * or a rank that hangs). A compiler has nothing to keep: its whole group (cc1, as, ld)
- * gets SIGTERM at once, on which gcc and nvcc remove their temporary files.
+ * gets SIGTERM at once (its temporary files are in the build directory: toolchain.c).
  *
  * The watchdog holds one end of a socket whose other end only dmc holds (close-on-exec:
  * the programs dmc runs do not inherit it). Each program started writes its process group

@@ -109,11 +109,25 @@ static const char *find_nvcc(void) {
     return NULL;
 }
 
+/* Runs a compiler with its temporary files in the build directory dir: a compiler that a
+ * killed dmc leaves (nvcc keeps its tmpxft_* files on SIGTERM) leaves them where the
+ * watchdog removes them (supervise.h). The trainer gets $TMPDIR as it was. */
+static int run_compiler(char *const argv[], const char *dir) {
+    const char *was = getenv("TMPDIR");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("TMPDIR", dir, 1);
+    int status = dm_run_process(argv, DM_RUN_TOOL);
+    if (saved) setenv("TMPDIR", saved, 1);
+    else unsetenv("TMPDIR");
+    free(saved);
+    return status;
+}
+
 /* Compiles the generated .cu into model_o with nvcc as libdmrt_cuda is compiled
  * (DMC_NVCC_FLAGS: C++, which the CUDA dialect's C also is; warnings as errors), for the
  * architecture $DMC_CUDA_ARCH or the build's (sm_90: H100, H200) with PTX for newer GPUs. */
-static int compile_cuda(const char *nvcc, const char *model_cu, const char *model_o, char inc_flag[3][PATH_MAX + 2],
-                        const char *out_inc_flag) {
+static int compile_cuda(const char *nvcc, const char *dir, const char *model_cu, const char *model_o,
+                        char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
     const char *arch = getenv("DMC_CUDA_ARCH");
     if (!arch || !*arch) arch = DMC_CUDA_ARCH;
     char gencode[2][96], flags[] = DMC_NVCC_FLAGS;
@@ -128,7 +142,7 @@ static int compile_cuda(const char *nvcc, const char *model_cu, const char *mode
                     (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o};
     for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
     argv[n] = NULL;
-    int status = dm_run_process(argv, DM_RUN_TOOL);
+    int status = run_compiler(argv, dir);
     if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
     return status;
 }
@@ -186,7 +200,9 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     if (cuda) {
         const char *nvcc = find_nvcc();
         char model_cu[PATH_MAX];
-        if (!nvcc || in_dir(model_cu, dir, g->model, ".cu") || compile_cuda(nvcc, model_cu, model_c, inc_flag, out_inc_flag) != 0) return 1;
+        if (!nvcc || in_dir(model_cu, dir, g->model, ".cu") ||
+            compile_cuda(nvcc, dir, model_cu, model_c, inc_flag, out_inc_flag) != 0)
+            return 1;
     }
     const char *cc = c_compiler(o, mpi);
     char flags[1024];
@@ -210,7 +226,7 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
     if (dm_stop_signal()) return 128 + dm_stop_signal();
-    int status = dm_run_process(cc_argv, DM_RUN_TOOL);
+    int status = run_compiler(cc_argv, dir);
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
                 mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");

@@ -11,7 +11,7 @@ TMPDIR of the test's; at its first step line dmc gets SIGKILL. Within a few seco
   - the trainer said it stopped at a step boundary (it got SIGTERM, once; under mpirun,
     which passes SIGTERM on, its ranks' stderr may not reach the end).
 Also killed while the C compiler runs (the compiler's processes are gone, the directory
-too), and with --backend mpi on data=2 when mpirun and mpicc are installed (else that case
+too, and TMPDIR holds nothing: the compiler's temporary files were in the directory), and with --backend mpi on data=2 when mpirun and mpicc are installed (else that case
 is skipped with a message). Whatever a failing run leaves is killed at the end.
 
 usage: test_killed.py DMC SOURCE_ROOT
@@ -117,8 +117,11 @@ def killed_run(dmc, mlp, root, label, extra, at_compile=False):
     left = processes_under(case)
     check(gone, "%s: no process of the run is left %.1f s after SIGKILL to dmc (%s)" % (
         label, secs, "; ".join("%d: %s" % (pid, cmd[:160]) for pid, cmd in left.items()) or "none"))
-    removed = wait_for(lambda: not [n for n in os.listdir(tmpdir) if n.startswith("dmc-run-")], 1.0)
-    check(removed, "%s: the build directory is removed (TMPDIR holds %s)" % (label, os.listdir(tmpdir)))
+    # a compiler's temporary files go with the build directory (mpirun may leave its own
+    # session directory in TMPDIR)
+    removed = wait_for(lambda: not [n for n in os.listdir(tmpdir) if at_compile or n.startswith("dmc-run-")], 1.0)
+    check(removed, "%s: the build directory is removed%s (TMPDIR holds %s)"
+          % (label, ", and no temporary file of the compiler is left" if at_compile else "", os.listdir(tmpdir)))
     check(not os.path.exists(save), "%s: --save was not written" % label)
     if not at_compile and "mpi" not in extra:
         # SIGTERM, not SIGKILL: the trainer stopped at a step boundary (and would have
