@@ -1,0 +1,263 @@
+/* toolchain.c: building the generated code of `dmc run` and starting it (toolchain.h). */
+#include "toolchain.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "supervise.h"
+
+#ifndef DMC_OPENMP_FLAG
+#define DMC_OPENMP_FLAG "" /* -fopenmp when the runtime was built with OpenMP */
+#endif
+#ifndef DMC_SANITIZE
+#define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
+#endif
+
+#ifndef DMC_NVCC
+#define DMC_NVCC ""       /* nvcc found when dmc was built, or "" */
+#endif
+#ifndef DMC_CUDA_HOME
+#define DMC_CUDA_HOME "/usr/local/cuda"
+#endif
+#ifndef DMC_NVCC_FLAGS    /* as libdmrt_cuda is compiled (runtime/cuda/meson.build) */
+#define DMC_NVCC_FLAGS "-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror"
+#endif
+#ifndef DMC_CUDA_ARCH
+#define DMC_CUDA_ARCH "90"
+#endif
+
+/* The runtime to link generated code against: DMC_RUNTIME_DIR (a directory holding
+ * dmrt.h, dmrt_comm.h, dmrt_cuda.h and the libdmrt*.a), the build tree dmc was built
+ * in, or the install prefix. Headers in inc[0..2], libraries in lib[0..2] (runtime,
+ * comm, cuda; repeats are harmless). */
+static void runtime_paths(char inc[3][PATH_MAX], char lib[3][PATH_MAX]) {
+    const char *env = getenv("DMC_RUNTIME_DIR");
+    if (env && *env) {
+        for (int i = 0; i < 3; i++) {
+            snprintf(inc[i], PATH_MAX, "%s", env);
+            snprintf(lib[i], PATH_MAX, "%s", env);
+        }
+        return;
+    }
+    if (access(DMC_BUILD_RUNTIME_DIR "/libdmrt.a", R_OK) == 0) {
+        snprintf(inc[0], PATH_MAX, "%s", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(inc[1], PATH_MAX, "%s/comm", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(lib[0], PATH_MAX, "%s", DMC_BUILD_RUNTIME_DIR);
+        snprintf(lib[1], PATH_MAX, "%s/comm", DMC_BUILD_RUNTIME_DIR);
+        snprintf(inc[2], PATH_MAX, "%s/cuda", DMC_SOURCE_RUNTIME_DIR);
+        snprintf(lib[2], PATH_MAX, "%s/cuda", DMC_BUILD_RUNTIME_DIR);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(inc[i], PATH_MAX, "%s", DMC_INSTALL_INCLUDE_DIR);
+        snprintf(lib[i], PATH_MAX, "%s", DMC_INSTALL_LIB_DIR);
+    }
+}
+
+/* Appends the space-separated words of s (modified in place) to argv from index n,
+ * up to index max; returns the new count. */
+static int split_words(char *s, char **argv, int n, int max) {
+    char *save = NULL;
+    for (char *w = strtok_r(s, " ", &save); w && n < max; w = strtok_r(NULL, " ", &save)) argv[n++] = w;
+    return n;
+}
+
+/* main.c of `dmc run`: the generic trainer of libdmrt; under MPI its ranks are this
+ * process's one (dmrt_mpi_run). */
+static int write_main(const char *path, const ir_graph *g, int mpi) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
+    fprintf(f, "#include \"%s.h\"\n", g->model);
+    if (!mpi) {
+        fprintf(f, "\nint main(int argc, char **argv) { return dmrt_trainer_main(&%s_model, argc, argv); }\n", g->model);
+    } else {
+        fprintf(f, "#include \"dmrt_comm.h\"\n\n");
+        fprintf(f, "struct args { int *argc; char ***argv; };\n\n");
+        fprintf(f, "/* One rank per process: mpirun decides how many. */\n");
+        fprintf(f, "static int mpi_launch(void *launch_arg, int n_ranks, dmrt_rank_main rank_main, void *arg, char *err, size_t errlen) {\n");
+        fprintf(f, "    struct args *a = launch_arg;\n");
+        fprintf(f, "    (void)n_ranks;\n");
+        fprintf(f, "    return dmrt_mpi_run(a->argc, a->argv, rank_main, arg, err, errlen);\n");
+        fprintf(f, "}\n\n");
+        fprintf(f, "int main(int argc, char **argv) {\n");
+        fprintf(f, "    struct args a = {&argc, &argv};\n");
+        fprintf(f, "    return dmrt_trainer_main_spmd(&%s_model, argc, argv, mpi_launch, &a);\n", g->model);
+        fprintf(f, "}\n");
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* nvcc: $NVCC, or the one found when dmc was built; NULL (with a message) when there is
+ * none to run. */
+static const char *find_nvcc(void) {
+    const char *nvcc = getenv("NVCC");
+    if (!nvcc || !*nvcc) nvcc = DMC_NVCC;
+    if (*nvcc && access(nvcc, X_OK) == 0) return nvcc;
+    fprintf(stderr, "dmc: error: --target cuda needs nvcc, the CUDA toolkit's compiler: %s (set NVCC to its path)\n",
+            *nvcc ? "it is not executable here" : "none was found when dmc was built");
+    return NULL;
+}
+
+/* Runs a compiler with its temporary files in the build directory dir: a compiler that a
+ * killed dmc leaves (nvcc keeps its tmpxft_* files on SIGTERM) leaves them where the
+ * watchdog removes them (supervise.h). The trainer gets $TMPDIR as it was. */
+static int run_compiler(char *const argv[], const char *dir) {
+    const char *was = getenv("TMPDIR");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("TMPDIR", dir, 1);
+    int status = dm_run_process(argv, DM_RUN_TOOL);
+    if (saved) setenv("TMPDIR", saved, 1);
+    else unsetenv("TMPDIR");
+    free(saved);
+    return status;
+}
+
+/* Compiles the generated .cu into model_o with nvcc as libdmrt_cuda is compiled
+ * (DMC_NVCC_FLAGS: C++, which the CUDA dialect's C also is; warnings as errors), for the
+ * architecture $DMC_CUDA_ARCH or the build's (sm_90: H100, H200) with PTX for newer GPUs. */
+static int compile_cuda(const char *nvcc, const char *dir, const char *model_cu, const char *model_o,
+                        char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
+    const char *arch = getenv("DMC_CUDA_ARCH");
+    if (!arch || !*arch) arch = DMC_CUDA_ARCH;
+    char gencode[2][96], flags[] = DMC_NVCC_FLAGS;
+    snprintf(gencode[0], sizeof gencode[0], "arch=compute_%s,code=sm_%s", arch, arch);
+    snprintf(gencode[1], sizeof gencode[1], "arch=compute_%s,code=compute_%s", arch, arch);
+    char *argv[40];
+    int n = 0;
+    argv[n++] = (char *)nvcc;
+    argv[n++] = "-c";
+    n = split_words(flags, argv, n, 24);
+    char *rest[] = {"-gencode", gencode[0], "-gencode", gencode[1], inc_flag[0], inc_flag[1], inc_flag[2],
+                    (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o};
+    for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
+    argv[n] = NULL;
+    int status = run_compiler(argv, dir);
+    if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
+    return status;
+}
+
+/* dir/name+ext into path: 0, or -1 after a message when it is too long. */
+static int in_dir(char path[PATH_MAX], const char *dir, const char *name, const char *ext) {
+    if (snprintf(path, PATH_MAX, "%s/%s%s", dir, name, ext) < PATH_MAX) return 0;
+    fprintf(stderr, "dmc: error: the path %s/%s%s is too long\n", dir, name, ext);
+    return -1;
+}
+
+/* The C compiler: --cc, mpicc for --backend mpi, else $CC, else the one that built dmc. */
+static const char *c_compiler(const dm_options *o, int mpi) {
+    /* mpicc wraps the C compiler with MPI's flags; it must wrap the compiler that built the
+     * runtime (its OpenMP and sanitizer runtimes: clang's libomp is not gcc's libgomp), so
+     * Open MPI's and MPICH's wrappers are pointed at it unless the user chose otherwise */
+    if (mpi && !o->cc) {
+        setenv("OMPI_CC", DMC_DEFAULT_CC, 0);
+        setenv("MPICH_CC", DMC_DEFAULT_CC, 0);
+    }
+    const char *cc = o->cc ? o->cc : mpi ? "mpicc" : getenv("CC");
+    return cc && *cc ? cc : DMC_DEFAULT_CC;
+}
+
+/* The C compiler's flags: -march=native unless --march says otherwise; $DMC_CFLAGS last,
+ * so that its flags win. 0, or -1 after a message. */
+static int c_flags(const dm_options *o, char flags[1024]) {
+    char march[96];
+    snprintf(march, sizeof march, "-march=%s", o->march ? o->march : "native");
+    const char *extra = getenv("DMC_CFLAGS");
+    if (snprintf(flags, 1024, "-std=c11 -O3 %s -fno-math-errno %s %s %s", march, DMC_OPENMP_FLAG, DMC_SANITIZE,
+                 extra ? extra : "") >= 1024) {
+        fprintf(stderr, "dmc: error: DMC_CFLAGS is too long (%zu characters)\n", strlen(extra));
+        return -1;
+    }
+    return 0;
+}
+
+static int uses_mpi(const dm_options *o) { return o->backend && strcmp(o->backend, "mpi") == 0; }
+
+int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[PATH_MAX]) {
+    int mpi = uses_mpi(o);
+    int cuda = o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
+    char main_path[PATH_MAX], model_c[PATH_MAX], inc[3][PATH_MAX], lib[3][PATH_MAX], inc_flag[3][PATH_MAX + 2],
+        lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
+    if (in_dir(main_path, dir, "main", ".c") || in_dir(exe, dir, g->model, "") ||
+        in_dir(model_c, dir, g->model, cuda ? ".o" : ".c") || write_main(main_path, g, mpi))
+        return 1;
+    runtime_paths(inc, lib);
+    for (int i = 0; i < 3; i++) {
+        snprintf(inc_flag[i], sizeof inc_flag[i], "-I%s", inc[i]);
+        snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
+    }
+    snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
+    if (cuda) {
+        const char *nvcc = find_nvcc();
+        char model_cu[PATH_MAX];
+        if (!nvcc || in_dir(model_cu, dir, g->model, ".cu") ||
+            compile_cuda(nvcc, dir, model_cu, model_c, inc_flag, out_inc_flag) != 0)
+            return 1;
+    }
+    const char *cc = c_compiler(o, mpi);
+    char flags[1024];
+    if (c_flags(o, flags)) return 1;
+    char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
+    char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
+    char *cc_argv[80];
+    int n = 0;
+    cc_argv[n++] = (char *)cc;
+    n = split_words(flags, cc_argv, n, 32);
+    cc_argv[n++] = inc_flag[0];
+    cc_argv[n++] = inc_flag[1];
+    cc_argv[n++] = out_inc_flag;
+    cc_argv[n++] = model_c;
+    cc_argv[n++] = main_path;
+    for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
+    if (cuda) n = split_words(cuda_link, cc_argv, n, 48);
+    if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
+    n = split_words(link, cc_argv, n, 74);
+    cc_argv[n++] = "-o";
+    cc_argv[n++] = exe;
+    cc_argv[n] = NULL;
+    if (dm_stop_signal()) return 128 + dm_stop_signal();
+    int status = run_compiler(cc_argv, dir);
+    if (status != 0) {
+        fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
+                mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
+        return 1;
+    }
+    return 0;
+}
+
+int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
+    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
+    char mpirun[1024], np[32];
+    snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
+    /* the mesh's ranks, then the parameter servers' */
+    snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g) + g->param_servers.servers);
+    char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
+    if (!argv) return 1;
+    int n = 0;
+    if (uses_mpi(o)) {
+        n = split_words(mpirun, argv, 0, 32);
+        argv[n++] = "-np";
+        argv[n++] = np;
+        if (!o->mpirun) {
+            /* more ranks than cores is what a test on one machine wants; root is what CI is */
+            argv[n++] = "--oversubscribe";
+            if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
+        }
+    }
+    argv[n++] = (char *)exe;
+    for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
+    argv[n] = NULL;
+    int status = dm_stop_signal() ? 128 + dm_stop_signal() : dm_run_process(argv, DM_RUN_TRAINER);
+    free(argv);
+    return status;
+}

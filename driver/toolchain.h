@@ -1,0 +1,22 @@
+/* toolchain.h: how `dmc run` builds the generated code and starts it: main.c (the
+ * generic trainer of libdmrt on the model), nvcc for --target cuda, the C compiler (cc,
+ * $CC, --cc, or mpicc for --backend mpi) with -march (--march) and $DMC_CFLAGS, linked
+ * against the runtime (DMC_RUNTIME_DIR, the build tree or the install prefix), then the
+ * program, under mpirun for --backend mpi. The processes run under supervise.h. */
+#ifndef DMC_TOOLCHAIN_H
+#define DMC_TOOLCHAIN_H
+
+#include <limits.h>
+
+#include "args.h"
+#include "ir.h"
+
+/* Builds g's code, written into dir, into the program exe (dir/<model>): 0, 1 after a
+ * message, or 128 + the signal that stopped dmc run before or during the build. */
+int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[PATH_MAX]);
+/* Runs exe with the trainer's arguments (under mpirun with -np the ranks of g's mesh and
+ * its parameter servers for --backend mpi): its exit status, or 128 + the signal that
+ * stopped it or dmc run. */
+int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe);
+
+#endif
