@@ -38,6 +38,10 @@ int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_t
 int dmrt_checkpoint_path(const char *dir, int64_t step, char *path, size_t len);
 /* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);
+/* Tensor t of file f against its CRC-32C in f's metadata ("dmc.crc32c.<name>"): 0 when they
+ * agree, or when there is none and !required; else -1 with a message naming the file and the
+ * tensor. */
+int dmrt_check_crc32c(const dmrt_st_file *f, const dmrt_st_tensor *t, int required, char *err, size_t errlen);
 int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen);
 int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen);
 

@@ -2,7 +2,8 @@
  *
  * Loading is all-or-nothing: the whole file is read and every parameter checked
  * (present, dtype, shape) before the first byte is copied into the context, so a
- * bad file leaves the context as it was. A parameter missing under its own name is
+ * bad file leaves the context as it was; a tensor with a CRC-32C in the file's metadata (a
+ * checkpoint's "dmc.crc32c.<name>") must match it. A parameter missing under its own name is
  * also looked up with the prefix "transformer." (Hugging Face GPT-2 checkpoints). */
 #include "internal.h"
 
@@ -45,6 +46,8 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
         const dmrt_tensor_desc *d = &model->params[i];
         const dmrt_st_tensor *t = find_param_tensor(&f, d->name);
         if (dmrt_check_tensor(model, path, t, d, "parameter", HF_BODY_PREFIX, err, errlen) != 0)
+            rc = -1;
+        else if (dmrt_check_crc32c(&f, t, 0, err, errlen) != 0) /* a checkpoint's checksum, when it has one */
             rc = -1;
         else if (!model->scatter && !model->param(ctx, i))
             rc = dmrt_errorf(err, errlen, "%s: model '%s' has no storage for parameter '%s'",

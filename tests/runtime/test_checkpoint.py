@@ -21,7 +21,9 @@ Oracle: the same program run straight.
   - failures: --resume of an empty directory, of a truncated file, of a weights file, of
     another model's checkpoint; a different --seed; an unwritable --checkpoint; options
     that need --checkpoint, or that exclude --resume. Each is an error naming what is wrong,
-    before the first step.
+    before the first step;
+  - issue 34 (nothing lost): checksums (every tensor's dmc.crc32c.<name> against a Python
+    CRC-32C; a flipped bit refused by --resume and --init; a format 1 file still resumes).
 Prints one line per check; exits 1 on any failure.
 """
 import gzip
@@ -240,6 +242,70 @@ def failure_cases(t, tmp, ckpt):
             "--checkpoint under a file")
 
 
+def refused_run(r, pattern, what, status=1):
+    check(r.returncode == status and re.search(pattern, r.stderr) is not None and "step 1 " not in r.stdout
+          and not re.search(r"^step \d+ loss", r.stdout, re.M),
+          "%s: exit %d, before the first step (%s)" % (what, status, r.stderr.strip()[-300:]))
+
+
+CRC_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    CRC_TABLE.append(_c)
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), bit-reflected, the reference the trainer's is checked against."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = (c >> 8) ^ CRC_TABLE[(c ^ b) & 0xFF]
+    return c ^ 0xFFFFFFFF
+
+
+def flip_bit(src, dst, tensor, byte=5, bit=3):
+    """dst: src with one bit of tensor's data flipped (in place in the file's bytes)."""
+    with open(src, "rb") as f:
+        blob = bytearray(f.read())
+    n = struct.unpack("<Q", blob[:8])[0]
+    begin = json.loads(blob[8:8 + n])[tensor]["data_offsets"][0]
+    blob[8 + n + begin + byte] ^= 1 << bit
+    with open(dst, "wb") as f:
+        f.write(bytes(blob))
+
+
+def checksums(t, tmp, ckpt):
+    """Issue 34 item 9: every tensor of a checkpoint has its CRC-32C, checked on --resume and --init."""
+    check(crc32c(b"123456789") == 0xE3069283, "the test's CRC-32C gives the standard check value")
+    tensors, meta = read_safetensors(ckpt)
+    bad = [k for k, v in tensors.items() if meta.get("dmc.crc32c." + k) != "%08x" % crc32c(v[2])]
+    check(meta.get("dmc.format") == "dmc checkpoint 2" and not bad,
+          "format 'dmc checkpoint 2': every one of %d tensors has its CRC-32C in dmc.crc32c.<name> (wrong or missing: %s)"
+          % (len(tensors), bad[:3]))
+    flipped = os.path.join(tmp, "flipped.safetensors")
+    flip_bit(ckpt, flipped, "fc1.weight.exp_avg")
+    refused_run(t.run(["--steps", "7", "--resume", flipped]),
+                r"%s: tensor 'fc1.weight.exp_avg' fails its CRC-32C check \(stored [0-9a-f]{8}, computed [0-9a-f]{8}\): "
+                r"the file is corrupt" % re.escape(flipped), "--resume of a checkpoint with one bit flipped in a tensor")
+    flipped_param = os.path.join(tmp, "flipped-param.safetensors")
+    flip_bit(ckpt, flipped_param, "fc2.bias", byte=0, bit=0)
+    refused_run(t.run(["--steps", "1", "--init", flipped_param]),
+                r"%s: tensor 'fc2.bias' fails its CRC-32C check" % re.escape(flipped_param),
+                "--init from a checkpoint with one bit flipped in a parameter")
+    stripped = os.path.join(tmp, "stripped.safetensors")
+    write_safetensors(stripped, tensors, {k: v for k, v in meta.items() if k != "dmc.crc32c.fc1.bias"})
+    refused_run(t.run(["--steps", "7", "--resume", stripped]), r"tensor 'fc1.bias' has no CRC-32C",
+                "--resume of a 'dmc checkpoint 2' without one tensor's CRC-32C")
+    # format 1 (before checksums) still resumes
+    old = os.path.join(tmp, "format1.safetensors")
+    meta1 = {k: v for k, v in meta.items() if not k.startswith("dmc.crc32c.")}
+    meta1["dmc.format"] = "dmc checkpoint 1"
+    write_safetensors(old, tensors, meta1)
+    r = t.run(["--steps", "7", "--resume", old])
+    check(r.returncode == 0, "a 'dmc checkpoint 1' file (no checksums) still resumes (%s)" % r.stderr.strip()[-200:])
+
+
 def write_safetensors(path, tensors, meta):
     header, offset = {"__metadata__": meta}, 0
     for name, (dtype, shape, blob) in tensors.items():
@@ -268,6 +334,7 @@ def main():
         every_and_keep(trainers[0], tmp)
         if sources[0]:
             failure_cases(trainers[0], tmp, sources[0])
+            checksums(trainers[0], tmp, sources[0])
         with open(model) as f:
             constant = f.read().replace(", warmup = 3, decay = cosine, min_lr = 1e-3", "")
         model_constant = os.path.join(tmp, "constant", "small.dm")
