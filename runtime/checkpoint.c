@@ -211,59 +211,127 @@ static int64_t name_step(const char *name) {
     return step;
 }
 
-/* The steps of dir's checkpoints, ascending, malloc'd into *steps; how many, or -1. */
-static int list_steps(const char *dir, int64_t **steps, char *err, size_t errlen) {
+/* dir's checkpoints, ascending by step, malloc'd into *out with each one's run (its header's
+ * DMRT_CKPT_RUN_KEY: the data are not read); how many, or -1. */
+int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size_t errlen) {
     DIR *d = opendir(dir);
     if (!d) return dmrt_errorf(err, errlen, "%s: cannot open the directory: %s", dir, strerror(errno));
-    int n = 0, cap = 0;
-    *steps = NULL;
-    for (struct dirent *e; (e = readdir(d));) {
-        int64_t s = name_step(e->d_name);
+    int n = 0, cap = 0, rc = 0;
+    dmrt_ckpt_entry *e = NULL;
+    for (struct dirent *de; rc == 0 && (de = readdir(d));) {
+        int64_t s = name_step(de->d_name);
         if (s < 0) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
-            int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
+            dmrt_ckpt_entry *grown = realloc(e, (size_t)cap * sizeof *e);
             if (!grown) {
-                closedir(d);
-                free(*steps);
-                return dmrt_errorf(err, errlen, "%s: out of memory", dir);
+                rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+                break;
             }
-            *steps = grown;
+            e = grown;
         }
-        (*steps)[n++] = s;
+        memset(&e[n], 0, sizeof e[n]);
+        e[n++].step = s;
     }
     closedir(d);
     for (int i = 1; i < n; i++) /* insertion sort: a directory holds few */
-        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
+        for (int j = i; j > 0 && e[j - 1].step > e[j].step; j--) {
+            dmrt_ckpt_entry t = e[j];
+            e[j] = e[j - 1];
+            e[j - 1] = t;
         }
+    for (int i = 0; i < n && rc == 0; i++) {
+        dmrt_st_file f;
+        char why[1024];
+        if (dmrt_checkpoint_path(dir, e[i].step, e[i].path, sizeof e[i].path) != 0) {
+            rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
+        } else if (dmrt_st_read_meta(&f, e[i].path, why, sizeof why) != 0) {
+            if (!(e[i].unreadable = strdup(why))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+        } else {
+            const char *run = dmrt_st_meta(&f, DMRT_CKPT_RUN_KEY);
+            if (run && *run && !(e[i].run = strdup(run))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+            dmrt_st_close(&f);
+        }
+    }
+    if (rc != 0) {
+        dmrt_checkpoint_list_free(e, n);
+        return -1;
+    }
+    *out = e;
     return n;
 }
 
-int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen) {
-    int64_t *steps;
-    int n = list_steps(dir, &steps, err, errlen);
-    if (n < 0) return -1;
-    int64_t last = n ? steps[n - 1] : -1;
-    free(steps);
-    if (n == 0)
-        return dmrt_errorf(err, errlen, "%s: no checkpoint in the directory (files " CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
-                           dir);
-    if (dmrt_checkpoint_path(dir, last, path, len) != 0) return dmrt_errorf(err, errlen, "%s: path too long", dir);
-    return 0;
+void dmrt_checkpoint_list_free(dmrt_ckpt_entry *e, int n) {
+    for (int i = 0; e && i < n; i++) {
+        free(e[i].run);
+        free(e[i].unreadable);
+    }
+    free(e);
 }
 
-int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen) {
-    int64_t *steps;
-    int n = list_steps(dir, &steps, err, errlen);
+int dmrt_checkpoint_of_run(const dmrt_ckpt_entry *e, const char *run) {
+    if (e->unreadable) return 0;
+    return run ? e->run && strcmp(e->run, run) == 0 : !e->run;
+}
+
+size_t dmrt_checkpoint_describe(char *buf, size_t len, const dmrt_ckpt_entry *e) {
+    const char *none = "of no named run (written before checkpoints named their run)";
+    int k = e->unreadable ? snprintf(buf, len, "%s, unreadable (%s)", e->path, e->unreadable)
+            : e->run      ? snprintf(buf, len, "%s of run %s", e->path, e->run)
+                          : snprintf(buf, len, "%s, %s", e->path, none);
+    return k < 0 ? 0 : (size_t)k >= len ? len ? len - 1 : 0 : (size_t)k;
+}
+
+int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen) {
+    dmrt_ckpt_entry *e = NULL;
+    int n = dmrt_checkpoint_list(dir, &e, err, errlen);
     if (n < 0) return -1;
+    if (n == 0) {
+        dmrt_checkpoint_list_free(e, n);
+        return dmrt_errorf(err, errlen, "%s: no checkpoint in the directory (files " CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
+                           dir);
+    }
+    /* the newest of each run, newest first: one run is the directory's own; several, a choice
+     * that is not the trainer's */
+    char runs[2048];
+    size_t used = 0;
+    int n_runs = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        int seen = 0;
+        for (int j = i + 1; j < n && !seen; j++)
+            seen = !e[i].unreadable && dmrt_checkpoint_of_run(&e[j], e[i].run);
+        if (seen) continue;
+        n_runs++;
+        if (used + 3 < sizeof runs) {
+            if (n_runs > 1) runs[used++] = ';', runs[used++] = ' ';
+            used += dmrt_checkpoint_describe(runs + used, sizeof runs - used, &e[i]);
+        }
+    }
     int rc = 0;
-    char path[4096];
-    for (int i = 0; i + keep < n && rc == 0; i++)
-        if (dmrt_checkpoint_path(dir, steps[i], path, sizeof path) == 0 && remove(path) != 0 && errno != ENOENT)
-            rc = dmrt_errorf(err, errlen, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
-    free(steps);
+    if (n_runs > 1)
+        rc = dmrt_errorf(err, errlen,
+                         "%s: the directory holds the checkpoints of %d runs (the newest of each: %s): name the "
+                         "checkpoint file to resume",
+                         dir, n_runs, runs);
+    else if ((size_t)snprintf(path, len, "%s", e[n - 1].path) >= len)
+        rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
+    dmrt_checkpoint_list_free(e, n);
+    return rc;
+}
+
+int dmrt_checkpoint_prune(const char *dir, int keep, const char *run, char *err, size_t errlen) {
+    dmrt_ckpt_entry *e = NULL;
+    int n = dmrt_checkpoint_list(dir, &e, err, errlen);
+    if (n < 0) return -1;
+    int rc = 0, ours = 0;
+    for (int i = 0; i < n; i++) ours += dmrt_checkpoint_of_run(&e[i], run);
+    /* the oldest of run's own; every other file stays */
+    for (int i = 0; i < n && ours > keep && rc == 0; i++) {
+        if (!dmrt_checkpoint_of_run(&e[i], run)) continue;
+        if (remove(e[i].path) != 0 && errno != ENOENT)
+            rc = dmrt_errorf(err, errlen, "%s: cannot remove an old checkpoint: %s", e[i].path, strerror(errno));
+        ours--;
+    }
+    dmrt_checkpoint_list_free(e, n);
     return rc;
 }

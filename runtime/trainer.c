@@ -392,13 +392,15 @@ static int logits_output(const dmrt_model *m, int64_t batch) {
  * stdout ("checkpoint <step> <path>"). The data's position follows from the step, the seed
  * and the data, which the metadata records. Every rank calls it. */
 static int write_checkpoint(const dmrt_model *m, void *ctx, const tr_opts *o, const char *data_kind, int64_t total_steps,
-                            int lead, FILE *outs, char *err, size_t errlen) {
+                            const char *run, int lead, FILE *outs, char *err, size_t errlen) {
     char seed[32], total[32], path[4096];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
     snprintf(total, sizeof total, "%lld", (long long)total_steps);
-    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps"}, *values[] = {seed, data_kind, total};
-    if (dmrt_trainer_checkpoint_write(m, ctx, o->checkpoint, o->checkpoint_keep, lead, 3, keys, values, path, sizeof path,
-                                      err, errlen) != 0)
+    /* a run resumed from a checkpoint without a run has none */
+    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps", DMRT_CKPT_RUN_KEY},
+               *values[] = {seed, data_kind, total, run};
+    if (dmrt_trainer_checkpoint_write(m, ctx, o->checkpoint, o->checkpoint_keep, run[0] ? run : NULL, lead,
+                                      run[0] ? 4 : 3, keys, values, path, sizeof path, err, errlen) != 0)
         return -1;
     fprintf(outs, "checkpoint %lld %s\n", (long long)m->step(ctx), path);
     fflush(outs);
@@ -652,9 +654,15 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         resumed_opts.seed = seed;
         o = &resumed_opts;
     }
+    /* the run's identity: its checkpoint's when resumed; its checkpoints go where no other run's are */
+    char run_id[DMRT_RUN_ID_SIZE];
+    dmrt_trainer_run_id(resumed ? &resume_file : NULL, run_id);
+    const char *adopted = resumed && !run_id[0] ? resume_file.path : NULL; /* resumed from one without a run */
 
     /* what training will write, tried before it starts (only the lead rank writes) */
-    if (lead && o->checkpoint && dmrt_trainer_checkpoint_dir(o->checkpoint, err, sizeof err) != 0) goto fail;
+    if (lead && o->checkpoint &&
+        dmrt_trainer_checkpoint_dir(o->checkpoint, run_id[0] ? run_id : NULL, adopted, err, sizeof err) != 0)
+        goto fail;
     if (lead && o->save && dmrt_trainer_guard_writable("--save", o->save, err, sizeof err) != 0) goto fail;
     if (lead && o->dump_grads && dmrt_trainer_guard_writable("--dump-grads", o->dump_grads, err, sizeof err) != 0) goto fail;
     if (lead && o->trace && dmrt_trainer_guard_writable("--trace", o->trace, err, sizeof err) != 0) goto fail;
@@ -788,7 +796,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             bar_draw(&bar, b + 1, n, epoch, loss, bar.stdout_tty || b + 1 == n);
             if (o->checkpoint && o->checkpoint_every > 0 && step % o->checkpoint_every == 0 && !stop) {
                 if (bar.stdout_tty) bar_clear(&bar);
-                if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) goto fail;
+                if (write_checkpoint(m, ctx, o, data_kind, total, run_id, lead, outs, err,
+                                     sizeof err) != 0)
+                    goto fail;
                 checkpointed = step;
             }
             if (step == start + 1 && o->dump_grads) {
@@ -827,7 +837,9 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (o->checkpoint && checkpointed != step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, step, path, sizeof path) != 0 || strcmp(path, resumed_from) != 0) {
-            if (write_checkpoint(m, ctx, o, data_kind, total, lead, outs, err, sizeof err) != 0) goto fail;
+            if (write_checkpoint(m, ctx, o, data_kind, total, run_id, lead, outs, err,
+                                 sizeof err) != 0)
+                goto fail;
         }
     }
     if (stop) {

@@ -22,8 +22,11 @@ Oracle: the same program run straight.
     another model's checkpoint; a different --seed; an unwritable --checkpoint; options
     that need --checkpoint, or that exclude --resume. Each is an error naming what is wrong,
     before the first step;
-  - issue 34 (nothing lost): checksums (every tensor's dmc.crc32c.<name> against a Python
-    CRC-32C; a flipped bit refused by --resume and --init; a format 1 file still resumes).
+  - issue 34 (nothing lost): one run per checkpoint directory (another run refused before
+    its first step, the first run's files untouched; a resumed run keeps its trainer.run and
+    prunes only its own; --resume of a directory of two runs; directories of checkpoints
+    without a run); checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C;
+    a flipped bit refused by --resume and --init; a format 1 file still resumes).
 Prints one line per check; exits 1 on any failure.
 """
 import gzip
@@ -155,7 +158,8 @@ def cross_mesh(trainers, source, tmp):
     """source: a checkpoint of step 5 of some mesh; every mesh loads it and writes it again."""
     want, want_meta = read_safetensors(source)
     for t in trainers:
-        out = os.path.join(tmp, "again-" + re.sub(r"\W+", "_", t.name))
+        # a directory per source: a checkpoint directory holds one run's checkpoints
+        out = os.path.join(tmp, "again-" + re.sub(r"\W+", "_", t.name) + "-from-" + os.path.basename(os.path.dirname(source)))
         r = t.run(["--steps", "5", "--resume", source, "--checkpoint", out])
         again = os.path.join(out, "step-00000005.safetensors")
         if r.returncode != 0 or not os.path.exists(again):
@@ -248,6 +252,74 @@ def refused_run(r, pattern, what, status=1):
           "%s: exit %d, before the first step (%s)" % (what, status, r.stderr.strip()[-300:]))
 
 
+def snapshot(d):
+    """name -> bytes of every file of directory d."""
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+
+
+def one_run_per_directory(t, tmp):
+    """Issue 34 item 2: a run does not write into, nor prune, a directory of another run's
+    checkpoints; a resumed run keeps its checkpoint's run and prunes its own files."""
+    d = os.path.join(tmp, "one-run")
+    r1 = t.run(["--steps", "8", "--checkpoint", d])
+    before = snapshot(d) if os.path.isdir(d) else {}
+    run1 = read_safetensors(os.path.join(d, "step-00000008.safetensors"))[1].get("trainer.run", "") if before else ""
+    check(r1.returncode == 0 and list(before) == ["step-00000008.safetensors"] and re.fullmatch(r"[0-9a-f]{16}", run1),
+          "a fresh run's checkpoint names its run: trainer.run %r (%s)" % (run1, r1.stderr.strip()[-200:]))
+    r2 = t.run(["--seed", "1", "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2", "--checkpoint-keep", "1"])
+    refused_run(r2, r"--checkpoint %s holds checkpoints of another run \(the newest: %s of run %s\).*another directory, "
+                r"or continue that run with --resume" % (re.escape(d), re.escape(os.path.join(d, "step-00000008.safetensors")), run1),
+                "another run into a directory of checkpoints (--checkpoint-keep 1)")
+    check(snapshot(d) == before, "the other run's checkpoints are as they were (%s)" % sorted(os.listdir(d)))
+    # the same step numbers would have replaced the other run's files
+    refused_run(t.run(["--seed", "1", "--steps", "8", "--checkpoint", d]), r"holds checkpoints of another run",
+                "another run that would write the same step into the directory")
+    # resumed: the same run, which may write there and prunes its own older files
+    r3 = t.run(["--resume", d, "--steps", "12", "--checkpoint", d, "--checkpoint-every", "2", "--checkpoint-keep", "2"])
+    said = re.findall(r"^checkpoint (\d+) ", r3.stdout, re.M)
+    left = sorted(os.listdir(d))
+    runs = {read_safetensors(os.path.join(d, n))[1].get("trainer.run") for n in left}
+    check(r3.returncode == 0 and said == ["10", "12"] and left == ["step-00000010.safetensors", "step-00000012.safetensors"]
+          and runs == {run1}, "a run resumed from its directory keeps its run and prunes its own checkpoints (%s, %s, %s; %s)"
+          % (said, left, runs, r3.stderr.strip()[-200:]))
+    # a directory of two runs' checkpoints (put there by hand): --resume DIR does not choose
+    other = os.path.join(tmp, "other-run")
+    t.run(["--seed", "1", "--steps", "3", "--checkpoint", other])
+    mixed = os.path.join(tmp, "mixed-runs")
+    shutil.copytree(d, mixed)
+    shutil.copy(os.path.join(other, "step-00000003.safetensors"), mixed)
+    refused_run(t.run(["--resume", mixed, "--steps", "14"]),
+                r"%s: the directory holds the checkpoints of 2 runs .*step-00000012.safetensors of run %s.*"
+                r"step-00000003.safetensors of run [0-9a-f]{16}.*name the checkpoint file" % (re.escape(mixed), run1),
+                "--resume of a directory with the checkpoints of two runs")
+    r4 = t.run(["--resume", os.path.join(mixed, "step-00000003.safetensors"), "--steps", "4"])
+    check(r4.returncode == 0, "--resume of one file of that directory (%s)" % r4.stderr.strip()[-200:])
+    # a directory of checkpoints written before they named their run: refused too
+    legacy = os.path.join(tmp, "legacy-run")
+    os.makedirs(legacy)
+    tensors, meta = read_safetensors(os.path.join(other, "step-00000003.safetensors"))
+    meta.pop("trainer.run", None)
+    write_safetensors(os.path.join(legacy, "step-00000003.safetensors"), tensors, meta)
+    refused_run(t.run(["--steps", "4", "--checkpoint", legacy]),
+                r"holds checkpoints of another run \(the newest: .*step-00000003.safetensors, of no named run",
+                "a run into a directory of checkpoints without a run")
+    # ... unless this run continues them: it has no run either, and they are its own
+    r5 = t.run(["--resume", legacy, "--steps", "5", "--checkpoint", legacy, "--checkpoint-keep", "1"])
+    left = sorted(os.listdir(legacy))
+    check(r5.returncode == 0 and left == ["step-00000005.safetensors"]
+          and "trainer.run" not in read_safetensors(os.path.join(legacy, left[0]))[1],
+          "a run resumed from a checkpoint without a run has none, writes beside it and prunes it (%s; %s)"
+          % (left, r5.stderr.strip()[-200:]))
+    # ... but not into another directory's checkpoints without a run
+    legacy2 = os.path.join(tmp, "legacy-run-2")
+    shutil.copytree(legacy, legacy2)
+    refused_run(t.run(["--resume", os.path.join(other, "step-00000003.safetensors"), "--steps", "4", "--checkpoint", legacy2]),
+                r"holds checkpoints of another run", "a resumed run into the directory of another run's checkpoints")
+    refused_run(t.run(["--resume", os.path.join(legacy, "step-00000005.safetensors"), "--steps", "6", "--checkpoint",
+                       legacy2]), r"holds checkpoints of another run \(the newest: .*legacy-run-2/step-00000005.safetensors, of no",
+                "a run resumed from a checkpoint without a run, into another directory of checkpoints without a run")
+
+
 CRC_TABLE = []
 for _n in range(256):
     _c = _n
@@ -335,6 +407,7 @@ def main():
         if sources[0]:
             failure_cases(trainers[0], tmp, sources[0])
             checksums(trainers[0], tmp, sources[0])
+        one_run_per_directory(trainers[0], tmp)
         with open(model) as f:
             constant = f.read().replace(", warmup = 3, decay = cosine, min_lr = 1e-3", "")
         model_constant = os.path.join(tmp, "constant", "small.dm")
