@@ -392,15 +392,17 @@ static int logits_output(const dmrt_model *m, int64_t batch) {
  * stdout ("checkpoint <step> <path>"). The data's position follows from the step, the seed
  * and the data, which the metadata records. Every rank calls it. */
 static int write_checkpoint(const dmrt_model *m, void *ctx, const tr_opts *o, const char *data_kind, int64_t total_steps,
-                            const char *run, int lead, FILE *outs, char *err, size_t errlen) {
+                            const char *run, const char *data_source, const char *data_hash, int lead, FILE *outs,
+                            char *err, size_t errlen) {
     char seed[32], total[32], path[4096];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
     snprintf(total, sizeof total, "%lld", (long long)total_steps);
     /* a run resumed from a checkpoint without a run has none */
-    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps", DMRT_CKPT_RUN_KEY},
-               *values[] = {seed, data_kind, total, run};
+    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps", "trainer.data_hash",
+                          "trainer.data_source", DMRT_CKPT_RUN_KEY},
+               *values[] = {seed, data_kind, total, data_hash, data_source ? data_source : "", run};
     if (dmrt_trainer_checkpoint_write(m, ctx, o->checkpoint, o->checkpoint_keep, run[0] ? run : NULL, lead,
-                                      run[0] ? 4 : 3, keys, values, path, sizeof path, err, errlen) != 0)
+                                      run[0] ? 6 : 5, keys, values, path, sizeof path, err, errlen) != 0)
         return -1;
     fprintf(outs, "checkpoint %lld %s\n", (long long)m->step(ctx), path);
     fflush(outs);
@@ -655,7 +657,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         o = &resumed_opts;
     }
     /* the run's identity: its checkpoint's when resumed; its checkpoints go where no other run's are */
-    char run_id[DMRT_RUN_ID_SIZE];
+    char run_id[DMRT_RUN_ID_SIZE], data_hash[17] = "";
     dmrt_trainer_run_id(resumed ? &resume_file : NULL, run_id);
     const char *adopted = resumed && !run_id[0] ? resume_file.path : NULL; /* resumed from one without a run */
 
@@ -676,12 +678,14 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
         if (dmrt_trainer_open_mnist(&d, batch, dir, o->seed, err, sizeof err) != 0) goto fail;
     } /* else sampling only: no data, no steps */
     const char *data_kind = d.mnist ? "fashion-mnist" : d.text ? "text" : o->batch_file ? "batch-file" : "none";
-    const char *trained_on = resumed ? dmrt_st_meta(&resume_file, "trainer.data") : NULL;
-    if (trained_on && strcmp(trained_on, data_kind) != 0) {
-        snprintf(err, sizeof err,
-                 "checkpoint %s was trained on %s data, this run's is %s: resume on the same data (or start from its "
-                 "parameters with --init)", resume_file.path, trained_on, data_kind);
-        goto fail;
+    /* a checkpoint records what its run trained on; a resumed run must train on the same */
+    if ((o->checkpoint || resumed) && dmrt_trainer_data_hash(&d, m, data_hash, err, sizeof err) != 0) goto fail;
+    if (resumed) {
+        char note[6000];
+        if (dmrt_trainer_resume_check_data(&resume_file, data_kind, d.source, data_hash, note, sizeof note, err,
+                                           sizeof err) != 0)
+            goto fail;
+        if (note[0]) fprintf(errs, "%s: note: %s\n", prog, note);
     }
     int eval_out = -1;
     if (d.mnist) {
@@ -796,7 +800,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
             bar_draw(&bar, b + 1, n, epoch, loss, bar.stdout_tty || b + 1 == n);
             if (o->checkpoint && o->checkpoint_every > 0 && step % o->checkpoint_every == 0 && !stop) {
                 if (bar.stdout_tty) bar_clear(&bar);
-                if (write_checkpoint(m, ctx, o, data_kind, total, run_id, lead, outs, err,
+                if (write_checkpoint(m, ctx, o, data_kind, total, run_id, d.source, data_hash, lead, outs, err,
                                      sizeof err) != 0)
                     goto fail;
                 checkpointed = step;
@@ -837,7 +841,7 @@ static int run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_ran
     if (o->checkpoint && checkpointed != step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, step, path, sizeof path) != 0 || strcmp(path, resumed_from) != 0) {
-            if (write_checkpoint(m, ctx, o, data_kind, total, run_id, lead, outs, err,
+            if (write_checkpoint(m, ctx, o, data_kind, total, run_id, d.source, data_hash, lead, outs, err,
                                  sizeof err) != 0)
                 goto fail;
         }

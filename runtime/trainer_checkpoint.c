@@ -73,6 +73,33 @@ void dmrt_trainer_run_id(const dmrt_st_file *resumed, char run[DMRT_RUN_ID_SIZE]
     snprintf(run, DMRT_RUN_ID_SIZE, "%016llx", (unsigned long long)r);
 }
 
+int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, const char *source, const char *hash,
+                                   char *note, size_t notelen, char *err, size_t errlen) {
+    note[0] = '\0';
+    const char *trained_on = dmrt_st_meta(f, "trainer.data");
+    if (trained_on && strcmp(trained_on, kind) != 0)
+        return dmrt_errorf(err, errlen,
+                           "checkpoint %s was trained on %s data, this run's is %s: resume on the same data (or start "
+                           "from its parameters with --init)",
+                           f->path, trained_on, kind);
+    const char *its_hash = dmrt_st_meta(f, "trainer.data_hash"), *its_source = dmrt_st_meta(f, "trainer.data_source");
+    if (!its_hash) {
+        if (!dmrt_st_meta(f, "dmc.format")) return 0; /* not a checkpoint: loading it says so */
+        snprintf(note, notelen,
+                 "checkpoint %s records no hash of its data (written before checkpoints did): that this run's %s "
+                 "data%s%s is the same is not checked",
+                 f->path, kind, source ? " " : "", source ? source : "");
+        return 0;
+    }
+    if (strcmp(its_hash, hash) != 0)
+        return dmrt_errorf(err, errlen,
+                           "checkpoint %s was trained on other data (%s %s, hash %s), this run's (%s %s, hash %s) "
+                           "differs: resume on the same data, or start from its parameters with --init",
+                           f->path, trained_on ? trained_on : kind, its_source ? its_source : "(not recorded)",
+                           its_hash, kind, source ? source : "", hash);
+    return 0;
+}
+
 int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) return dmrt_errorf(err, errlen, "--resume %s: %s", path, strerror(errno));

@@ -21,6 +21,12 @@ int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *ad
 #define DMRT_RUN_ID_SIZE 65
 void dmrt_trainer_run_id(const dmrt_st_file *resumed, char run[DMRT_RUN_ID_SIZE]);
 
+/* --resume: whether checkpoint f was trained on this run's data: its "trainer.data" (the
+ * kind) and its "trainer.data_hash" (dmrt_trainer_data_hash) must be this run's, else -1 with
+ * a message naming both. A checkpoint without a hash passes with a note in note (else ""). */
+int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, const char *source, const char *hash,
+                                   char *note, size_t notelen, char *err, size_t errlen);
+
 /* --resume PATH: PATH a checkpoint file, or a directory whose newest checkpoint it takes,
  * read whole into f (f->path: the file). */
 int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen);

@@ -25,8 +25,10 @@ Oracle: the same program run straight.
   - issue 34 (nothing lost): one run per checkpoint directory (another run refused before
     its first step, the first run's files untouched; a resumed run keeps its trainer.run and
     prunes only its own; --resume of a directory of two runs; directories of checkpoints
-    without a run); checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C;
-    a flipped bit refused by --resume and --init; a format 1 file still resumes).
+    without a run); the data (trainer.data_hash: another batch file, other fashion-mnist
+    files, a text corpus's files in another order refused, the same data resumed bitwise);
+    checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C; a flipped bit
+    refused by --resume and --init; a format 1 file still resumes).
 Prints one line per check; exits 1 on any failure.
 """
 import gzip
@@ -117,8 +119,8 @@ class Trainer:
         self.exe = os.path.join(self.dir, "small")
         self.data, self.tmp = data, tmp
 
-    def run(self, args, timeout=600):
-        return subprocess.run([self.exe, "--quiet", "--data-dir", self.data] + args, cwd=self.tmp,
+    def run(self, args, timeout=600, data_dir=True):
+        return subprocess.run([self.exe, "--quiet"] + (["--data-dir", self.data] if data_dir else []) + args, cwd=self.tmp,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               timeout=timeout)
 
@@ -320,6 +322,101 @@ def one_run_per_directory(t, tmp):
                 "a run resumed from a checkpoint without a run, into another directory of checkpoints without a run")
 
 
+def batch_file(path, seed, steps=2):
+    rng = random.Random(seed)
+    labels = [rng.randrange(10) for _ in range(steps * BATCH)]
+    xs = struct.pack("<%df" % (steps * BATCH * 784), *[rng.random() * (1 + labels[i // 784] * (i % 7 == 0))
+                                                       for i in range(steps * BATCH * 784)])
+    write_safetensors(path, {"x": ("F32", [steps, BATCH, 784], xs),
+                             "y": ("I32", [steps, BATCH], struct.pack("<%di" % len(labels), *labels))}, {})
+
+
+def same_data(t, tmp):
+    """Issue 34 item 6: --resume on other data (another batch file, other fashion-mnist files)
+    is refused; on the same data the resume is bitwise that of the straight run."""
+    b1, b2 = os.path.join(tmp, "b1.safetensors"), os.path.join(tmp, "b2.safetensors")
+    batch_file(b1, 1)
+    batch_file(b2, 2)
+    d = os.path.join(tmp, "bf-ckpt")
+    straight, resumed = os.path.join(tmp, "bf-straight.st"), os.path.join(tmp, "bf-resumed.st")
+    a = t.run(["--batch-file", b1, "--steps", "4", "--save", straight], data_dir=False)
+    b = t.run(["--batch-file", b1, "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2"], data_dir=False)
+    at2 = os.path.join(d, "step-00000002.safetensors")
+    meta = read_safetensors(at2)[1] if os.path.exists(at2) else {}
+    check(a.returncode == 0 and b.returncode == 0 and re.fullmatch(r"[0-9a-f]{16}", meta.get("trainer.data_hash", ""))
+          and meta.get("trainer.data_source") == b1,
+          "a checkpoint records its data: trainer.data_hash %r, trainer.data_source %r" %
+          (meta.get("trainer.data_hash"), meta.get("trainer.data_source")))
+    refused_run(t.run(["--batch-file", b2, "--steps", "4", "--resume", at2], data_dir=False),
+                r"checkpoint %s was trained on other data \(batch-file %s, hash [0-9a-f]{16}\), this run's \(batch-file "
+                r"%s, hash [0-9a-f]{16}\) differs: .*--init" % (re.escape(at2), re.escape(b1), re.escape(b2)),
+                "--resume with another batch file")
+    c = t.run(["--batch-file", b1, "--steps", "4", "--resume", at2, "--save", resumed], data_dir=False)
+    check(c.returncode == 0 and open(straight, "rb").read() == open(resumed, "rb").read(),
+          "--resume with the same batch file: the weights of the straight run, bitwise (%s)" % c.stderr.strip()[-200:])
+    # fashion-mnist files with other examples (the same shapes)
+    other = os.path.join(tmp, "other-data")
+    shutil.copytree(t.data, other)
+    labels = os.path.join(other, "train-labels-idx1-ubyte.gz")
+    with gzip.open(labels) as f:
+        blob = bytearray(f.read())
+    blob[8] = (blob[8] + 1) % 10
+    with gzip.open(labels, "wb") as f:
+        f.write(bytes(blob))
+    ck = os.path.join(tmp, "fm-ckpt")
+    t.run(["--steps", "2", "--checkpoint", ck])
+    refused_run(subprocess.run([t.exe, "--quiet", "--data-dir", other, "--steps", "3", "--resume", ck], cwd=tmp,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600),
+                r"trained on other data \(fashion-mnist %s, hash" % re.escape(t.data),
+                "--resume on fashion-mnist files with another label")
+    # a checkpoint from before checkpoints recorded their data: resumed, with a note
+    old = os.path.join(tmp, "no-hash.safetensors")
+    tensors, meta = read_safetensors(at2)
+    for k in ("trainer.data_hash", "trainer.data_source"):
+        meta.pop(k, None)
+    write_safetensors(old, tensors, meta)
+    r = t.run(["--batch-file", b2, "--steps", "3", "--resume", old], data_dir=False)
+    check(r.returncode == 0 and "records no hash of its data" in r.stderr,
+          "--resume of a checkpoint without trainer.data_hash: resumed with a note (%s)" % r.stderr.strip()[-200:])
+
+
+def text_order(dmc, tmp):
+    """Issue 34 item 6 for text: the corpus's files in another order are other data."""
+    parts = []
+    rng = random.Random(3)
+    for i in range(2):
+        p = os.path.join(tmp, "part%d.txt" % i)
+        with open(p, "w") as f:
+            f.write("".join(rng.choice("abcdefgh \n") for _ in range(3000)))
+        parts.append(p)
+    build = os.path.join(tmp, "build-gpt")
+    r = subprocess.run([dmc, "run", os.path.join(ROOT, "examples", "gpt.dm"), "--set", "V=256,T=8,C=16,NH=2,L=1,B=2",
+                        "--keep", build, "--", "--steps", "0", "--quiet", "--data", "text:" + ",".join(parts)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    if r.returncode != 0:
+        check(False, "compiling a small gpt.dm (%s)" % r.stderr.strip()[-300:])
+        return
+    exe = os.path.join(build, "gpt")
+
+    def run(args):
+        return subprocess.run([exe, "--quiet"] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=600)
+
+    ab, ba = "text:" + ",".join(parts), "text:" + ",".join(reversed(parts))
+    d = os.path.join(tmp, "text-ckpt")
+    straight, resumed = os.path.join(tmp, "text-straight.st"), os.path.join(tmp, "text-resumed.st")
+    a = run(["--data", ab, "--steps", "4", "--save", straight])
+    b = run(["--data", ab, "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2"])
+    at2 = os.path.join(d, "step-00000002.safetensors")
+    check(a.returncode == 0 and b.returncode == 0, "gpt.dm on a text corpus of two files (%s)" % (a.stderr + b.stderr)[-200:])
+    refused_run(run(["--data", ba, "--steps", "4", "--resume", at2]),
+                r"trained on other data \(text %s, hash .*this run's \(text %s, hash" % (re.escape(ab[5:]), re.escape(ba[5:])),
+                "--resume on the corpus's files in another order")
+    c = run(["--data", ab, "--steps", "4", "--resume", at2, "--save", resumed])
+    check(c.returncode == 0 and open(straight, "rb").read() == open(resumed, "rb").read(),
+          "--resume on the same corpus: the weights of the straight run, bitwise (%s)" % c.stderr.strip()[-200:])
+
+
 CRC_TABLE = []
 for _n in range(256):
     _c = _n
@@ -408,6 +505,8 @@ def main():
             failure_cases(trainers[0], tmp, sources[0])
             checksums(trainers[0], tmp, sources[0])
         one_run_per_directory(trainers[0], tmp)
+        same_data(trainers[0], tmp)
+        text_order(dmc, tmp)
         with open(model) as f:
             constant = f.read().replace(", warmup = 3, decay = cosine, min_lr = 1e-3", "")
         model_constant = os.path.join(tmp, "constant", "small.dm")
