@@ -3,9 +3,11 @@
  *
  * A checkpoint holds every parameter under its .dm name, every optimizer state tensor under
  * its own ("fc1.weight.exp_avg"), whole, and in "__metadata__" the format, the model's name,
- * the updates done ("dmc.step") and what the caller adds (the trainer: seed, data, position).
- * Whole tensors make it independent of the mesh that wrote it. Writing is atomic
- * (dmrt_st_write); loading checks every tensor before it changes anything. */
+ * the updates done ("dmc.step"), every tensor's CRC-32C ("dmc.crc32c.<name>") and what the
+ * caller adds (the trainer: its run, seed, data). Whole tensors make it independent of the mesh
+ * that wrote it. Writing is atomic (dmrt_st_write); loading checks every tensor, its checksum
+ * included, before it changes anything. */
+#include "crc32c.h"
 #include "internal.h"
 
 #include <dirent.h>
@@ -14,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CKPT_FORMAT "dmc checkpoint 1"
+/* 2: every tensor has its "dmc.crc32c.<name>"; 1 (read, not written): no checksums */
+#define CKPT_FORMAT "dmc checkpoint 2"
+#define CKPT_FORMAT_1 "dmc checkpoint 1"
+#define CKPT_CRC_PREFIX "dmc.crc32c."
 #define CKPT_PREFIX "step-"
 #define CKPT_SUFFIX ".safetensors"
 /* metadata the checkpoint itself needs; callers add theirs after these */
@@ -45,10 +50,15 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
     const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
     dmrt_tensor_desc *descs = calloc(n ? (size_t)n : 1, sizeof *descs);
-    const char **all_keys = calloc((size_t)(n_meta + CKPT_OWN_META), sizeof *all_keys);
-    const char **all_values = calloc((size_t)(n_meta + CKPT_OWN_META), sizeof *all_values);
+    /* the metadata: the checkpoint's own, a checksum per tensor, the caller's */
+    int n_all = CKPT_OWN_META + n + n_meta;
+    const char **all_keys = calloc((size_t)n_all, sizeof *all_keys);
+    const char **all_values = calloc((size_t)n_all, sizeof *all_values);
+    char **crc_keys = calloc(n ? (size_t)n : 1, sizeof *crc_keys);
+    char (*crc_values)[9] = calloc(n ? (size_t)n : 1, sizeof *crc_values);
     int rc = 0;
-    if (!whole || !data || !descs || !all_keys || !all_values) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    if (!whole || !data || !descs || !all_keys || !all_values || !crc_keys || !crc_values)
+        rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
     int64_t most = 0;
     for (int i = 0; i < n && rc == 0; i++) most = ckpt_desc(m, i)->numel > most ? ckpt_desc(m, i)->numel : most;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -72,9 +82,24 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
         const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step"};
         const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step};
         for (int k = 0; k < CKPT_OWN_META; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
-        for (int k = 0; k < n_meta; k++) all_keys[CKPT_OWN_META + k] = keys[k], all_values[CKPT_OWN_META + k] = values[k];
-        rc = dmrt_st_write_meta(path, n, descs, data, n_meta + CKPT_OWN_META, all_keys, all_values, err, errlen);
+        for (int i = 0; i < n && rc == 0; i++) {
+            size_t klen = strlen(CKPT_CRC_PREFIX) + strlen(descs[i].name) + 1;
+            if (!(crc_keys[i] = malloc(klen))) {
+                rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+                break;
+            }
+            snprintf(crc_keys[i], klen, CKPT_CRC_PREFIX "%s", descs[i].name);
+            dmrt_crc32c_hex(dmrt_crc32c(0, data[i], (size_t)descs[i].numel * dmrt_dtype_size(descs[i].dtype)),
+                            crc_values[i]);
+            all_keys[CKPT_OWN_META + i] = crc_keys[i], all_values[CKPT_OWN_META + i] = crc_values[i];
+        }
+        for (int k = 0; k < n_meta; k++)
+            all_keys[CKPT_OWN_META + n + k] = keys[k], all_values[CKPT_OWN_META + n + k] = values[k];
+        if (rc == 0) rc = dmrt_st_write_meta(path, n, descs, data, n_all, all_keys, all_values, err, errlen);
     }
+    for (int i = 0; crc_keys && i < n; i++) free(crc_keys[i]);
+    free(crc_keys);
+    free(crc_values);
     for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
     free(whole);
     free(data);
@@ -84,17 +109,20 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     return rc;
 }
 
-/* The file's "dmc.step": 0 and *step, or -1 with a message. */
-static int read_step(const dmrt_st_file *f, int64_t *step, char *err, size_t errlen) {
+/* The file's "dmc.step": 0 and *step, or -1 with a message. *checksummed: whether the format
+ * gives every tensor a CRC-32C (2; 1 did not). */
+static int read_step(const dmrt_st_file *f, int64_t *step, int *checksummed, char *err, size_t errlen) {
     const char *format = dmrt_st_meta(f, "dmc.format"), *s = dmrt_st_meta(f, "dmc.step");
     if (!format)
         return dmrt_errorf(err, errlen,
                            "%s: not a checkpoint (no \"dmc.format\" in its metadata): a weights file loads with "
                            "--init, not --resume",
                            f->path);
-    if (strcmp(format, CKPT_FORMAT) != 0)
-        return dmrt_errorf(err, errlen, "%s: checkpoint format '%s', this runtime reads '" CKPT_FORMAT "'", f->path,
-                           format);
+    *checksummed = strcmp(format, CKPT_FORMAT) == 0;
+    if (!*checksummed && strcmp(format, CKPT_FORMAT_1) != 0)
+        return dmrt_errorf(err, errlen,
+                           "%s: checkpoint format '%s', this runtime reads '" CKPT_FORMAT "' and '" CKPT_FORMAT_1 "'",
+                           f->path, format);
     char *end = NULL;
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : -1;
@@ -110,17 +138,21 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     if (!m->checkpoints || !m->set_step)
         return dmrt_errorf(err, errlen, "%s: model '%s' cannot read checkpoints: %s", path, m->name,
                            m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
-    int n = m->n_params + m->n_states, rc = 0;
+    int n = m->n_params + m->n_states, rc = 0, checksummed = 0;
     int64_t step = 0;
     const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);
     if (!source) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
-    if (rc == 0) rc = read_step(f, &step, err, errlen);
+    if (rc == 0) rc = read_step(f, &step, &checksummed, err, errlen);
     /* everything checked before anything changes */
     for (int i = 0; i < n && rc == 0; i++) {
         const dmrt_tensor_desc *d = ckpt_desc(m, i);
         source[i] = dmrt_st_find(f, d->name);
         rc = dmrt_check_tensor(m, path, source[i], d, i < m->n_params ? "parameter" : "optimizer state", NULL, err,
                                errlen);
+        if (rc == 0) rc = dmrt_check_crc32c(f, source[i], checksummed, err, errlen);
+        if (rc == 0)
+            rc = dmrt_check_finite_to_load(path, source[i], d, i < m->n_params ? "parameter" : "optimizer state", err,
+                                           errlen);
     }
     for (int i = 0; i < n && rc == 0; i++) {
         const dmrt_tensor_desc *d = ckpt_desc(m, i);
@@ -134,6 +166,26 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
     free(source);
     return rc;
+}
+
+int dmrt_check_crc32c(const dmrt_st_file *f, const dmrt_st_tensor *t, int required, char *err, size_t errlen) {
+    char key[1024], hex[9];
+    if (snprintf(key, sizeof key, CKPT_CRC_PREFIX "%s", t->name) >= (int)sizeof key)
+        return dmrt_errorf(err, errlen, "%s: tensor '%s': name too long", f->path, t->name);
+    const char *stored = dmrt_st_meta(f, key);
+    if (!stored) {
+        if (!required) return 0;
+        return dmrt_errorf(err, errlen,
+                           "%s: tensor '%s' has no CRC-32C (metadata \"%s\"), which every tensor of a '" CKPT_FORMAT
+                           "' file has: the file is corrupt or was altered",
+                           f->path, t->name, key);
+    }
+    dmrt_crc32c_hex(dmrt_crc32c(0, t->data, (size_t)t->numel * dmrt_dtype_size(t->dtype)), hex);
+    if (strcmp(stored, hex) != 0)
+        return dmrt_errorf(err, errlen,
+                           "%s: tensor '%s' fails its CRC-32C check (stored %s, computed %s): the file is corrupt",
+                           f->path, t->name, stored, hex);
+    return 0;
 }
 
 int dmrt_load_checkpoint(const dmrt_model *m, void *ctx, const char *path, dmrt_st_file *file, char *err,
@@ -165,59 +217,127 @@ static int64_t name_step(const char *name) {
     return step;
 }
 
-/* The steps of dir's checkpoints, ascending, malloc'd into *steps; how many, or -1. */
-static int list_steps(const char *dir, int64_t **steps, char *err, size_t errlen) {
+/* dir's checkpoints, ascending by step, malloc'd into *out with each one's run (its header's
+ * DMRT_CKPT_RUN_KEY: the data are not read); how many, or -1. */
+int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size_t errlen) {
     DIR *d = opendir(dir);
     if (!d) return dmrt_errorf(err, errlen, "%s: cannot open the directory: %s", dir, strerror(errno));
-    int n = 0, cap = 0;
-    *steps = NULL;
-    for (struct dirent *e; (e = readdir(d));) {
-        int64_t s = name_step(e->d_name);
+    int n = 0, cap = 0, rc = 0;
+    dmrt_ckpt_entry *e = NULL;
+    for (struct dirent *de; rc == 0 && (de = readdir(d));) {
+        int64_t s = name_step(de->d_name);
         if (s < 0) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
-            int64_t *grown = realloc(*steps, (size_t)cap * sizeof **steps);
+            dmrt_ckpt_entry *grown = realloc(e, (size_t)cap * sizeof *e);
             if (!grown) {
-                closedir(d);
-                free(*steps);
-                return dmrt_errorf(err, errlen, "%s: out of memory", dir);
+                rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+                break;
             }
-            *steps = grown;
+            e = grown;
         }
-        (*steps)[n++] = s;
+        memset(&e[n], 0, sizeof e[n]);
+        e[n++].step = s;
     }
     closedir(d);
     for (int i = 1; i < n; i++) /* insertion sort: a directory holds few */
-        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
+        for (int j = i; j > 0 && e[j - 1].step > e[j].step; j--) {
+            dmrt_ckpt_entry t = e[j];
+            e[j] = e[j - 1];
+            e[j - 1] = t;
         }
+    for (int i = 0; i < n && rc == 0; i++) {
+        dmrt_st_file f;
+        char why[1024];
+        if (dmrt_checkpoint_path(dir, e[i].step, e[i].path, sizeof e[i].path) != 0) {
+            rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
+        } else if (dmrt_st_read_meta(&f, e[i].path, why, sizeof why) != 0) {
+            if (!(e[i].unreadable = strdup(why))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+        } else {
+            const char *run = dmrt_st_meta(&f, DMRT_CKPT_RUN_KEY);
+            if (run && *run && !(e[i].run = strdup(run))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+            dmrt_st_close(&f);
+        }
+    }
+    if (rc != 0) {
+        dmrt_checkpoint_list_free(e, n);
+        return -1;
+    }
+    *out = e;
     return n;
 }
 
-int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen) {
-    int64_t *steps;
-    int n = list_steps(dir, &steps, err, errlen);
-    if (n < 0) return -1;
-    int64_t last = n ? steps[n - 1] : -1;
-    free(steps);
-    if (n == 0)
-        return dmrt_errorf(err, errlen, "%s: no checkpoint in the directory (files " CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
-                           dir);
-    if (dmrt_checkpoint_path(dir, last, path, len) != 0) return dmrt_errorf(err, errlen, "%s: path too long", dir);
-    return 0;
+void dmrt_checkpoint_list_free(dmrt_ckpt_entry *e, int n) {
+    for (int i = 0; e && i < n; i++) {
+        free(e[i].run);
+        free(e[i].unreadable);
+    }
+    free(e);
 }
 
-int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen) {
-    int64_t *steps;
-    int n = list_steps(dir, &steps, err, errlen);
+int dmrt_checkpoint_of_run(const dmrt_ckpt_entry *e, const char *run) {
+    if (e->unreadable) return 0;
+    return run ? e->run && strcmp(e->run, run) == 0 : !e->run;
+}
+
+size_t dmrt_checkpoint_describe(char *buf, size_t len, const dmrt_ckpt_entry *e) {
+    const char *none = "of no named run (written before checkpoints named their run)";
+    int k = e->unreadable ? snprintf(buf, len, "%s, unreadable (%s)", e->path, e->unreadable)
+            : e->run      ? snprintf(buf, len, "%s of run %s", e->path, e->run)
+                          : snprintf(buf, len, "%s, %s", e->path, none);
+    return k < 0 ? 0 : (size_t)k >= len ? len ? len - 1 : 0 : (size_t)k;
+}
+
+int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen) {
+    dmrt_ckpt_entry *e = NULL;
+    int n = dmrt_checkpoint_list(dir, &e, err, errlen);
     if (n < 0) return -1;
+    if (n == 0) {
+        dmrt_checkpoint_list_free(e, n);
+        return dmrt_errorf(err, errlen, "%s: no checkpoint in the directory (files " CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
+                           dir);
+    }
+    /* the newest of each run, newest first: one run is the directory's own; several, a choice
+     * that is not the trainer's */
+    char runs[2048];
+    size_t used = 0;
+    int n_runs = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        int seen = 0;
+        for (int j = i + 1; j < n && !seen; j++)
+            seen = !e[i].unreadable && dmrt_checkpoint_of_run(&e[j], e[i].run);
+        if (seen) continue;
+        n_runs++;
+        if (used + 3 < sizeof runs) {
+            if (n_runs > 1) runs[used++] = ';', runs[used++] = ' ';
+            used += dmrt_checkpoint_describe(runs + used, sizeof runs - used, &e[i]);
+        }
+    }
     int rc = 0;
-    char path[4096];
-    for (int i = 0; i + keep < n && rc == 0; i++)
-        if (dmrt_checkpoint_path(dir, steps[i], path, sizeof path) == 0 && remove(path) != 0 && errno != ENOENT)
-            rc = dmrt_errorf(err, errlen, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
-    free(steps);
+    if (n_runs > 1)
+        rc = dmrt_errorf(err, errlen,
+                         "%s: the directory holds the checkpoints of %d runs (the newest of each: %s): name the "
+                         "checkpoint file to resume",
+                         dir, n_runs, runs);
+    else if ((size_t)snprintf(path, len, "%s", e[n - 1].path) >= len)
+        rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
+    dmrt_checkpoint_list_free(e, n);
+    return rc;
+}
+
+int dmrt_checkpoint_prune(const char *dir, int keep, const char *run, char *err, size_t errlen) {
+    dmrt_ckpt_entry *e = NULL;
+    int n = dmrt_checkpoint_list(dir, &e, err, errlen);
+    if (n < 0) return -1;
+    int rc = 0, ours = 0;
+    for (int i = 0; i < n; i++) ours += dmrt_checkpoint_of_run(&e[i], run);
+    /* the oldest of run's own; every other file stays */
+    for (int i = 0; i < n && ours > keep && rc == 0; i++) {
+        if (!dmrt_checkpoint_of_run(&e[i], run)) continue;
+        if (remove(e[i].path) != 0 && errno != ENOENT)
+            rc = dmrt_errorf(err, errlen, "%s: cannot remove an old checkpoint: %s", e[i].path, strerror(errno));
+        ours--;
+    }
+    dmrt_checkpoint_list_free(e, n);
     return rc;
 }

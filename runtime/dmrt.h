@@ -396,14 +396,16 @@ int dmrt_save_grads(const dmrt_model *model, void *ctx, const char *path, char *
 /* ---- checkpoints (checkpoint.c) ---------------------------------------------------------- */
 
 /* Writes the model's training state to path, atomically: every parameter and optimizer state
- * tensor (model->states), whole, and metadata: "dmc.format", "dmc.model", "dmc.step" (the
- * updates done), then the caller's n_meta pairs keys[i]: values[i]. An SPMD model gathers
- * the tensors (every rank must call it) and world rank 0 writes. */
+ * tensor (model->states), whole, and metadata: "dmc.format" ("dmc checkpoint 2"), "dmc.model",
+ * "dmc.step" (the updates done), "dmc.crc32c.<name>" for every tensor (its CRC-32C, 8 hex
+ * digits), then the caller's n_meta pairs keys[i]: values[i]. An SPMD model gathers the
+ * tensors (every rank must call it) and world rank 0 writes. */
 int dmrt_save_checkpoint(const dmrt_model *model, void *ctx, const char *path, int n_meta,
                          const char *const *keys, const char *const *values, char *err,
                          size_t errlen);
 /* Restores parameters, optimizer state and step from a checkpoint of the same model (written
- * on any mesh): every tensor is checked (present, dtype, shape) before anything changes.
+ * on any mesh): every tensor is checked (present, dtype, shape, and its CRC-32C; a format 1
+ * file has none) before anything changes.
  * When file is not NULL it receives the file read (its metadata: dmrt_st_meta), which the
  * caller closes with dmrt_st_close. Every rank of an SPMD model calls it. */
 int dmrt_load_checkpoint(const dmrt_model *model, void *ctx, const char *path,

@@ -29,6 +29,10 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 /* params_io.c: whether the file's tensor t (NULL: absent) can be model's `what` ("parameter")
  * d: present, of d's dtype and shape. 0, or -1 with a message naming path, the tensor and what
  * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
+/* params_io.c: 0 when the file's F32 tensor t for the model's `what` d is finite, else -1
+ * with a message naming path, the tensor and the element (--init, --resume). */
+int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d, const char *what,
+                               char *err, size_t errlen);
 /* params_io.c: the first element of x[0..n) that is not finite, or -1. */
 int64_t dmrt_first_non_finite(const float *x, int64_t n);
 /* params_io.c: 0 when the whole tensor d (data) is finite, else -1 with the message "PATH not
@@ -39,14 +43,44 @@ int dmrt_check_finite_to_write(const char *path, const char *what, const dmrt_te
 int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d,
                       const char *what, const char *also_prefix, char *err, size_t errlen);
 
+/* safetensors.c: only the header's "__metadata__" of a safetensors file into f (no tensors:
+ * n_tensors 0), reading the length and the header, not the data. dmrt_st_close frees it. */
+int dmrt_st_read_meta(dmrt_st_file *f, const char *path, char *err, size_t errlen);
+
 /* checkpoint.c: the trainer's directory of checkpoints, DIR/step-<8 digits>.safetensors.
- * path: the file of step (-1: too long for len). latest: the path of the newest (-1: none, or
- * the directory cannot be read, with a message). prune: removes all but the newest keep. */
+ * path: the file of step (-1: too long for len). */
 int dmrt_checkpoint_path(const char *dir, int64_t step, char *path, size_t len);
 /* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);
+/* Tensor t of file f against its CRC-32C in f's metadata ("dmc.crc32c.<name>"): 0 when they
+ * agree, or when there is none and !required; else -1 with a message naming the file and the
+ * tensor. */
+int dmrt_check_crc32c(const dmrt_st_file *f, const dmrt_st_tensor *t, int required, char *err, size_t errlen);
+
+/* The run a checkpoint belongs to (the trainer's metadata: 16 hex digits, drawn when a run
+ * starts and kept by a run resumed from it). A directory's checkpoints, as listed: */
+#define DMRT_CKPT_RUN_KEY "trainer.run"
+typedef struct dmrt_ckpt_entry {
+    int64_t step;
+    char path[4096];
+    char *run;        /* its DMRT_CKPT_RUN_KEY; NULL when it has none, or "" (or is unreadable) */
+    char *unreadable; /* why its header cannot be read; NULL when it can */
+} dmrt_ckpt_entry;
+/* dir's checkpoints, ascending by step, with their runs (headers only: cheap); malloc'd into
+ * *out, free with dmrt_checkpoint_list_free. How many, or -1 with a message. */
+int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size_t errlen);
+void dmrt_checkpoint_list_free(dmrt_ckpt_entry *e, int n);
+/* Whether e is a readable checkpoint of run (NULL: one without a run). */
+int dmrt_checkpoint_of_run(const dmrt_ckpt_entry *e, const char *run);
+/* "DIR/step-00000020.safetensors of run 0123456789abcdef" (or why it has none) into buf;
+ * the length written. */
+size_t dmrt_checkpoint_describe(char *buf, size_t len, const dmrt_ckpt_entry *e);
+/* The newest checkpoint of dir into path; -1 with a message when there is none, when the
+ * directory cannot be read, or when it holds checkpoints of several runs (each named). */
 int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, size_t errlen);
-int dmrt_checkpoint_prune(const char *dir, int keep, char *err, size_t errlen);
+/* Removes the oldest checkpoints of run (NULL: those without a run) from dir, all but its
+ * newest keep; the files of other runs and unreadable ones stay. */
+int dmrt_checkpoint_prune(const char *dir, int keep, const char *run, char *err, size_t errlen);
 
 /* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
  * trace) and path's .svg (the last training step), and the measured bubble on out.

@@ -2,7 +2,8 @@
  *
  * Loading is all-or-nothing: the whole file is read and every parameter checked
  * (present, dtype, shape) before the first byte is copied into the context, so a
- * bad file leaves the context as it was. A parameter missing under its own name is
+ * bad file leaves the context as it was; a tensor with a CRC-32C in the file's metadata (a
+ * checkpoint's "dmc.crc32c.<name>") must match it. A parameter missing under its own name is
  * also looked up with the prefix "transformer." (Hugging Face GPT-2 checkpoints). */
 #include "internal.h"
 
@@ -47,6 +48,10 @@ int dmrt_load_params(const dmrt_model *model, void *ctx, const char *path, char 
         const dmrt_st_tensor *t = find_param_tensor(&f, d->name);
         if (dmrt_check_tensor(model, path, t, d, "parameter", HF_BODY_PREFIX, err, errlen) != 0)
             rc = -1;
+        else if (dmrt_check_crc32c(&f, t, 0, err, errlen) != 0) /* a checkpoint's checksum, when it has one */
+            rc = -1;
+        else if (dmrt_check_finite_to_load(path, t, d, "parameter", err, errlen) != 0)
+            rc = -1;
         else if (!model->scatter && !model->param(ctx, i))
             rc = dmrt_errorf(err, errlen, "%s: model '%s' has no storage for parameter '%s'",
                              path, model->name, d->name);
@@ -82,14 +87,19 @@ int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_t
     if (t->rank != d->rank || memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank))
         return dmrt_errorf(err, errlen, "%s: tensor '%s': shape %s in the file but the model expects %s for %s '%s'", path,
                            t->name, got, want, what, d->name);
-    /* a NaN loaded would surface steps later as some gradient's, or as outputs */
-    if (t->dtype == DMRT_F32) {
-        int64_t at = dmrt_first_non_finite((const float *)t->data, d->numel);
-        if (at >= 0)
-            return dmrt_errorf(err, errlen, "%s: tensor '%s' (%s '%s') holds a non-finite value: %g at element %lld of %s",
-                               path, t->name, what, d->name, (double)((const float *)t->data)[at], (long long)at, want);
-    }
     return 0;
+}
+
+int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d, const char *what,
+                               char *err, size_t errlen) {
+    /* a NaN loaded would surface steps later as some gradient's, or as outputs */
+    if (t->dtype != DMRT_F32) return 0;
+    int64_t at = dmrt_first_non_finite((const float *)t->data, d->numel);
+    if (at < 0) return 0;
+    char shape[256];
+    dmrt_shape_str(shape, sizeof shape, d->rank, d->shape);
+    return dmrt_errorf(err, errlen, "%s: tensor '%s' (%s '%s') holds a non-finite value: %g at element %lld of %s", path,
+                       t->name, what, d->name, (double)((const float *)t->data)[at], (long long)at, shape);
 }
 
 int64_t dmrt_first_non_finite(const float *x, int64_t n) {

@@ -159,7 +159,9 @@ static int keep_metadata(dmrt_st_file *f, json_t *meta, char *msg, size_t msglen
     return 0;
 }
 
-static int parse_file(dmrt_st_file *f, char *msg, size_t msglen) {
+/* meta_only: f->buffer holds the length and the header only (dmrt_st_read_meta), whose
+ * "__metadata__" is kept and tensors skipped. */
+static int parse_file(dmrt_st_file *f, int meta_only, char *msg, size_t msglen) {
     const unsigned char *b = f->buffer;
     if (f->size < 8)
         return dmrt_errorf(msg, msglen,
@@ -205,6 +207,7 @@ static int parse_file(dmrt_st_file *f, char *msg, size_t msglen) {
             if ((rc = keep_metadata(f, val, msg, msglen)) != 0) break;
             continue;
         }
+        if (meta_only) continue;
         dmrt_st_tensor *t = &f->tensors[f->n_tensors];
         st_range *r = &ranges[f->n_tensors];
         t->name = strdup(key);
@@ -250,7 +253,37 @@ int dmrt_st_read(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
     f->path = strdup(path);
     char msg[1024];
     msg[0] = '\0';
-    if (!f->path || parse_file(f, msg, sizeof msg) != 0) {
+    if (!f->path || parse_file(f, 0, msg, sizeof msg) != 0) {
+        dmrt_st_close(f);
+        return dmrt_errorf(err, errlen, "%s: %s", path, msg[0] ? msg : "out of memory");
+    }
+    return 0;
+}
+
+int dmrt_st_read_meta(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char len[8];
+    uint64_t hlen = 0;
+    size_t got = fread(len, 1, 8, fp);
+    for (int i = 7; got == 8 && i >= 0; i--) hlen = hlen << 8 | len[i];
+    char msg[1024];
+    msg[0] = '\0';
+    int rc = 0;
+    if (got != 8) rc = dmrt_errorf(msg, sizeof msg, "file is %zu bytes, too short for the 8-byte header length", got);
+    else if (hlen > ST_MAX_HEADER)
+        rc = dmrt_errorf(msg, sizeof msg, "header length %llu is larger than the %llu allowed", (unsigned long long)hlen,
+                         (unsigned long long)ST_MAX_HEADER);
+    else if (!(f->buffer = malloc((size_t)hlen + 8))) rc = dmrt_errorf(msg, sizeof msg, "out of memory");
+    else {
+        memcpy(f->buffer, len, 8);
+        f->size = 8 + fread((char *)f->buffer + 8, 1, (size_t)hlen, fp);
+    }
+    fclose(fp);
+    if (rc == 0 && !(f->path = strdup(path))) rc = -1;
+    if (rc == 0) rc = parse_file(f, 1, msg, sizeof msg);
+    if (rc != 0) {
         dmrt_st_close(f);
         return dmrt_errorf(err, errlen, "%s: %s", path, msg[0] ? msg : "out of memory");
     }

@@ -3,12 +3,25 @@
 #include "trainer_guards.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
-int dmrt_trainer_checkpoint_dir(const char *dir, char *err, size_t errlen) {
+/* Whether the checkpoint `file` lies in directory dir (the same directory: device and inode). */
+static int file_in_dir(const char *file, const char *dir) {
+    char parent[4096];
+    const char *slash = strrchr(file, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - file == 0 ? 1 : slash - file), file);
+    struct stat a, b;
+    return stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, char *err, size_t errlen) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return dmrt_errorf(err, errlen, "--checkpoint %s: cannot create the directory: %s", dir, strerror(errno));
     struct stat st;
@@ -17,7 +30,74 @@ int dmrt_trainer_checkpoint_dir(const char *dir, char *err, size_t errlen) {
     char probe[4096];
     if (dmrt_checkpoint_path(dir, 0, probe, sizeof probe) != 0)
         return dmrt_errorf(err, errlen, "--checkpoint %s: path too long", dir);
-    return dmrt_trainer_guard_writable("--checkpoint", probe, err, errlen);
+    if (dmrt_trainer_guard_writable("--checkpoint", probe, err, errlen) != 0) return -1;
+    /* one run per directory: another run's checkpoints would be overwritten (the same steps)
+     * or pruned by this one */
+    dmrt_ckpt_entry *e = NULL;
+    int n = dmrt_checkpoint_list(dir, &e, err, errlen), rc = n < 0 ? -1 : 0;
+    /* a run without a name (resumed from a checkpoint of before names) owns those without one
+     * beside the checkpoint it resumed from, and no others */
+    int legacy_ok = !run && adopted && file_in_dir(adopted, dir);
+    for (int i = n - 1; i >= 0 && rc == 0; i--) {
+        if (run ? dmrt_checkpoint_of_run(&e[i], run) : legacy_ok && dmrt_checkpoint_of_run(&e[i], NULL)) continue;
+        char what[4400];
+        dmrt_checkpoint_describe(what, sizeof what, &e[i]);
+        rc = dmrt_errorf(err, errlen,
+                         "--checkpoint %s holds checkpoints of another run (the newest: %s), which this run would "
+                         "overwrite or prune: write this run's into another directory, or %s%s",
+                         dir, what, e[i].unreadable ? "remove that file" : "continue that run with --resume ",
+                         e[i].unreadable ? "" : dir);
+    }
+    dmrt_checkpoint_list_free(e, n > 0 ? n : 0);
+    return rc;
+}
+
+void dmrt_trainer_run_id(const dmrt_st_file *resumed, char run[DMRT_RUN_ID_SIZE]) {
+    const char *kept = resumed ? dmrt_st_meta(resumed, DMRT_CKPT_RUN_KEY) : NULL;
+    run[0] = '\0';
+    if (resumed && (!kept || !*kept || strlen(kept) >= DMRT_RUN_ID_SIZE)) return; /* it had none: neither has this */
+    if (kept) {
+        snprintf(run, DMRT_RUN_ID_SIZE, "%s", kept);
+        return;
+    }
+    uint64_t r = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) {
+        /* no /dev/urandom: the clock and the process, distinct enough between two runs */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid() << 40;
+        r = (r ^ r >> 33) * UINT64_C(0xff51afd7ed558ccd);
+    }
+    if (fd >= 0) close(fd);
+    snprintf(run, DMRT_RUN_ID_SIZE, "%016llx", (unsigned long long)r);
+}
+
+int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, const char *source, const char *hash,
+                                   char *note, size_t notelen, char *err, size_t errlen) {
+    note[0] = '\0';
+    const char *trained_on = dmrt_st_meta(f, "trainer.data");
+    if (trained_on && strcmp(trained_on, kind) != 0)
+        return dmrt_errorf(err, errlen,
+                           "checkpoint %s was trained on %s data, this run's is %s: resume on the same data (or start "
+                           "from its parameters with --init)",
+                           f->path, trained_on, kind);
+    const char *its_hash = dmrt_st_meta(f, "trainer.data_hash"), *its_source = dmrt_st_meta(f, "trainer.data_source");
+    if (!its_hash) {
+        if (!dmrt_st_meta(f, "dmc.format")) return 0; /* not a checkpoint: loading it says so */
+        snprintf(note, notelen,
+                 "checkpoint %s records no hash of its data (written before checkpoints did): that this run's %s "
+                 "data%s%s is the same is not checked",
+                 f->path, kind, source ? " " : "", source ? source : "");
+        return 0;
+    }
+    if (strcmp(its_hash, hash) != 0)
+        return dmrt_errorf(err, errlen,
+                           "checkpoint %s was trained on other data (%s %s, hash %s), this run's (%s %s, hash %s) "
+                           "differs: resume on the same data, or start from its parameters with --init",
+                           f->path, trained_on ? trained_on : kind, its_source ? its_source : "(not recorded)",
+                           its_hash, kind, source ? source : "", hash);
+    return 0;
 }
 
 int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen) {
@@ -43,13 +123,14 @@ int dmrt_trainer_meta_u64(const dmrt_st_file *f, const char *key, uint64_t *v, c
     return 1;
 }
 
-int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *dir, int64_t keep, int lead, int n_meta,
+int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *dir, int64_t keep, const char *run,
+                                  int lead, int n_meta,
                                   const char *const *keys, const char *const *values, char *path, size_t len,
                                   char *err, size_t errlen) {
     if (dmrt_checkpoint_path(dir, m->step(ctx), path, len) != 0)
         return dmrt_errorf(err, errlen, "--checkpoint %s: path too long", dir);
     if (dmrt_save_checkpoint(m, ctx, path, n_meta, keys, values, err, errlen) != 0) return -1;
-    if (lead && keep > 0 && dmrt_checkpoint_prune(dir, keep > INT32_MAX ? INT32_MAX : (int)keep, err, errlen) != 0)
+    if (lead && keep > 0 && dmrt_checkpoint_prune(dir, keep > INT32_MAX ? INT32_MAX : (int)keep, run, err, errlen) != 0)
         return -1;
     return 0;
 }

@@ -8,8 +8,24 @@
 #include "internal.h"
 
 /* --checkpoint DIR, before training (the lead rank): DIR is created when missing (its
- * parent must exist) and a file is tried there. */
-int dmrt_trainer_checkpoint_dir(const char *dir, char *err, size_t errlen);
+ * parent must exist) and a file is tried there; a DIR that holds checkpoints of a run other
+ * than run (or without a run, or unreadable) is refused, naming the newest such file. A run
+ * without a name (run NULL: resumed from a checkpoint without one, adopted) owns the files
+ * without a run of adopted's directory, and no others. */
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, char *err, size_t errlen);
+
+/* A run's identity ("trainer.run"): the resumed checkpoint's ("" when it has none), else 16
+ * hex digits of a fresh random 64-bit number. Only world rank 0 writes checkpoints and
+ * checks directories, so the other ranks' identities, which differ in a fresh run, are
+ * never used. */
+#define DMRT_RUN_ID_SIZE 65
+void dmrt_trainer_run_id(const dmrt_st_file *resumed, char run[DMRT_RUN_ID_SIZE]);
+
+/* --resume: whether checkpoint f was trained on this run's data: its "trainer.data" (the
+ * kind) and its "trainer.data_hash" (dmrt_trainer_data_hash) must be this run's, else -1 with
+ * a message naming both. A checkpoint without a hash passes with a note in note (else ""). */
+int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, const char *source, const char *hash,
+                                   char *note, size_t notelen, char *err, size_t errlen);
 
 /* --resume PATH: PATH a checkpoint file, or a directory whose newest checkpoint it takes,
  * read whole into f (f->path: the file). */
@@ -21,8 +37,10 @@ int dmrt_trainer_meta_u64(const dmrt_st_file *f, const char *key, uint64_t *v, c
 
 /* Writes the checkpoint of the model's current step into dir (every rank calls it; world rank
  * 0 writes) with the trainer's metadata (n_meta pairs), then, on the lead rank, removes all but
- * the newest keep (0: keeps all). path receives the file's name. */
-int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *dir, int64_t keep, int lead, int n_meta,
+ * the newest keep of run's checkpoints (run NULL: those without a run; 0: keeps all; other
+ * files are never removed). path receives the file's name. */
+int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *dir, int64_t keep, const char *run,
+                                  int lead, int n_meta,
                                   const char *const *keys, const char *const *values, char *path, size_t len,
                                   char *err, size_t errlen);
 

@@ -1,6 +1,7 @@
 /* trainer_data.c: where the trainer's batches come from (trainer_data.h). */
 #include "trainer_data.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@ int dmrt_trainer_open_batch_file(tr_data *d, const dmrt_model *m, const char *pa
     if (m->n_inputs == 0)
         return dmrt_errorf(err, errlen, "%s: model '%s' has no inputs to feed from a batch file",
                            path, m->name);
+    if (!(d->source = strdup(path))) return dmrt_errorf(err, errlen, "out of memory");
     if (dmrt_st_read(&d->bf, path, err, errlen) != 0) return -1;
     d->bt = calloc((size_t)m->n_inputs, sizeof *d->bt);
     if (!d->bt) return dmrt_errorf(err, errlen, "%s: out of memory", path);
@@ -127,6 +129,7 @@ int dmrt_trainer_open_mnist(tr_data *d, int64_t batch, const char *dir, uint64_t
                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
     d->mnist = 1;
     d->batch = batch;
+    if (!(d->source = strdup(dir))) return dmrt_errorf(err, errlen, "out of memory");
     if (read_idx_in(&d->train_x, dir, names[0], err, errlen) ||
         read_idx_in(&d->train_y, dir, names[1], err, errlen) ||
         read_idx_in(&d->test_x, dir, names[2], err, errlen) ||
@@ -163,7 +166,8 @@ int dmrt_trainer_open_text(tr_data *d, const tr_lm *lm, const char *list, uint64
     d->text = 1;
     d->lm = *lm;
     d->text_list = strdup(list);
-    if (!d->text_list) return dmrt_errorf(err, errlen, "out of memory");
+    d->source = strdup(list);
+    if (!d->text_list || !d->source) return dmrt_errorf(err, errlen, "out of memory");
     int n = 1;
     for (const char *p = list; *p; p++) n += *p == ',';
     d->text_paths = calloc((size_t)n, sizeof *d->text_paths);
@@ -331,4 +335,47 @@ void dmrt_trainer_data_close(tr_data *d) {
     dmrt_text_free(&d->corpus);
     free(d->text_paths);
     free(d->text_list);
+    free(d->source);
+}
+
+/* ---- the data's identity ---------------------------------------------------------------- */
+
+#define TR_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define TR_FNV_PRIME UINT64_C(0x100000001b3)
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * TR_FNV_PRIME;
+    return h;
+}
+
+/* h carried on over the bytes of the file dir/name. */
+static int hash_file(uint64_t *h, const char *dir, const char *name, char *err, size_t errlen) {
+    char *path = join_path(dir, name);
+    if (!path) return dmrt_errorf(err, errlen, "out of memory");
+    FILE *fp = fopen(path, "rb");
+    int rc = fp ? 0 : dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char buf[1 << 16];
+    for (size_t got; rc == 0 && (got = fread(buf, 1, sizeof buf, fp)) > 0;) *h = fnv1a(*h, buf, got);
+    if (rc == 0 && ferror(fp)) rc = dmrt_errorf(err, errlen, "%s: read error: %s", path, strerror(errno));
+    if (fp) fclose(fp);
+    free(path);
+    return rc;
+}
+
+int dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17], char *err, size_t errlen) {
+    uint64_t h = TR_FNV_OFFSET;
+    if (d->text) {
+        h = fnv1a(h, d->corpus.bytes, (size_t)d->corpus.size);
+    } else if (d->mnist) {
+        static const char *const names[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+        for (int i = 0; i < 4; i++)
+            if (hash_file(&h, d->source, names[i], err, errlen) != 0) return -1;
+    } else if (d->bt) {
+        for (int i = 0; i < m->n_inputs; i++)
+            h = fnv1a(h, d->bt[i]->data, (size_t)d->bt[i]->numel * dmrt_dtype_size(d->bt[i]->dtype));
+    }
+    snprintf(hex, 17, "%016llx", (unsigned long long)h);
+    return 0;
 }

@@ -30,6 +30,7 @@ typedef struct tr_lm {
 typedef struct tr_data {
     int mnist, text;
     int64_t steps_per_epoch;
+    char *source;              /* the batch file, the fashion-mnist directory, the text list */
     /* --batch-file */
     dmrt_st_file bf;
     const dmrt_st_tensor **bt; /* (n_inputs) tensor feeding input i */
@@ -69,6 +70,13 @@ int dmrt_trainer_open_batch_file(tr_data *d, const dmrt_model *m, const char *pa
 int dmrt_trainer_open_mnist(tr_data *d, int64_t batch, const char *dir, uint64_t seed, char *err, size_t errlen);
 int dmrt_trainer_open_text(tr_data *d, const tr_lm *lm, const char *list, uint64_t seed, char *err, size_t errlen);
 void dmrt_trainer_data_close(tr_data *d);
+
+/* What identifies the data a checkpoint was trained on ("trainer.data_hash"): FNV-1a 64 of the
+ * bytes the run trains on, in order, as 16 hex digits into hex[17]: a batch file's tensors of
+ * the model's inputs (their data, input by input); a text corpus's bytes (the files
+ * concatenated in the order given); fashion-mnist's four files as they are on disk
+ * (train-images, train-labels, t10k-images, t10k-labels). */
+int dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17], char *err, size_t errlen);
 
 /* Fashion-MNIST's order of the next epoch (Fisher-Yates, the rng carrying on from epoch to
  * epoch). */

@@ -34,7 +34,7 @@
       "atomically at the end, every --checkpoint-every steps, and when\n"                   \
       "a signal stops training")                                                             \
     X("--checkpoint-every", "N", "with --checkpoint: also after every N-th step")            \
-    X("--checkpoint-keep", "K", "with --checkpoint: keep the newest K checkpoints (default: all)") \
+    X("--checkpoint-keep", "K", "with --checkpoint: keep this run's newest K checkpoints (default: all)") \
     X("--resume", "PATH",                                                                    \
       "continue from a checkpoint: PATH a file, or a --checkpoint DIR (its\n"               \
       "newest); --steps and --epochs count from the start of training,\n"                  \

@@ -100,22 +100,6 @@ static int logits_output(const dmrt_model *m, int64_t batch) {
     return found;
 }
 
-/* Writes the checkpoint of the current step into --checkpoint's directory and says so on
- * stdout ("checkpoint <step> <path>"). The data's position follows from the step, the seed
- * and the data, which the metadata records. Every rank calls it. */
-static int write_checkpoint(const dmrt_model *m, void *ctx, const tr_opts *o, const char *data_kind, int64_t total_steps,
-                            int lead, FILE *outs, char *err, size_t errlen) {
-    char seed[32], total[32], path[4096];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    snprintf(total, sizeof total, "%lld", (long long)total_steps);
-    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps"}, *values[] = {seed, data_kind, total};
-    if (dmrt_trainer_checkpoint_write(m, ctx, o->checkpoint, o->checkpoint_keep, lead, 3, keys, values, path, sizeof path,
-                                      err, errlen) != 0)
-        return -1;
-    fprintf(outs, "checkpoint %lld %s\n", (long long)m->step(ctx), path);
-    fflush(outs);
-    return 0;
-}
 
 /* ---- one rank's run: its state, and the phases run() calls in order ------------------------ */
 
@@ -141,6 +125,8 @@ typedef struct tr_run {
     char resumed_from[4096];
     int64_t resumed_total;     /* the steps the checkpoint's run was to train (0: unknown) */
     const char *data_kind;     /* fashion-mnist, text, batch-file or none (the checkpoints' trainer.data) */
+    char data_hash[17];        /* what the run trains on (trainer.data_hash), with --checkpoint or --resume */
+    char run_id[DMRT_RUN_ID_SIZE]; /* the run's identity (trainer.run): its checkpoint's when resumed */
     int eval_out;              /* the logits output for the test accuracy, or -1 */
     int threads;
     int64_t start, total;      /* steps done before this run (--resume), steps the run ends after */
@@ -164,6 +150,27 @@ static int run_failed(tr_run *r, const char *fmt, ...) {
     vsnprintf(r->err, sizeof r->err, fmt, ap);
     va_end(ap);
     return TR_RUNTIME;
+}
+
+/* Writes the checkpoint of the current step into --checkpoint's directory and says so on
+ * stdout ("checkpoint <step> <path>"). The data's position follows from the step, the seed
+ * and the data, which the metadata records with the run's identity. Every rank calls it. */
+static int write_checkpoint(tr_run *r) {
+    const tr_opts *o = r->o;
+    char seed[32], total[32], path[4096];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    snprintf(total, sizeof total, "%lld", (long long)r->total);
+    /* a run resumed from a checkpoint without a run has none */
+    const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps", "trainer.data_hash",
+                          "trainer.data_source", DMRT_CKPT_RUN_KEY},
+               *values[] = {seed, r->data_kind, total, r->data_hash, r->d.source ? r->d.source : "", r->run_id};
+    if (dmrt_trainer_checkpoint_write(r->m, r->ctx, o->checkpoint, o->checkpoint_keep, r->run_id[0] ? r->run_id : NULL,
+                                      r->lead, r->run_id[0] ? 6 : 5, keys, values, path, sizeof path, r->err,
+                                      sizeof r->err) != 0)
+        return TR_RUNTIME;
+    fprintf(r->outs, "checkpoint %lld %s\n", (long long)r->m->step(r->ctx), path);
+    fflush(r->outs);
+    return TR_OK;
 }
 
 /* Which data the model can take, decided before anything is read: usage errors. */
@@ -235,11 +242,17 @@ static int open_resume(tr_run *r) {
     return TR_OK;
 }
 
-/* What training will write, tried before it starts (only the lead rank writes). */
+/* The run's identity, and what training will write, tried before it starts (only the lead
+ * rank writes). */
 static int probe_outputs(tr_run *r) {
     const tr_opts *o = r->o;
+    /* the run's identity: its checkpoint's when resumed; its checkpoints go where no other run's are */
+    dmrt_trainer_run_id(r->resumed ? &r->resume_file : NULL, r->run_id);
+    const char *adopted = r->resumed && !r->run_id[0] ? r->resume_file.path : NULL; /* resumed from one without a run */
     if (!r->lead) return TR_OK;
-    if (o->checkpoint && dmrt_trainer_checkpoint_dir(o->checkpoint, r->err, sizeof r->err) != 0) return TR_RUNTIME;
+    if (o->checkpoint &&
+        dmrt_trainer_checkpoint_dir(o->checkpoint, r->run_id[0] ? r->run_id : NULL, adopted, r->err, sizeof r->err) != 0)
+        return TR_RUNTIME;
     const char *options[] = {"--save", "--dump-grads", "--trace"}, *paths[] = {o->save, o->dump_grads, o->trace};
     for (int i = 0; i < 3; i++)
         if (paths[i] && dmrt_trainer_guard_writable(options[i], paths[i], r->err, sizeof r->err) != 0) return TR_RUNTIME;
@@ -260,11 +273,16 @@ static int open_data(tr_run *r) {
         if (dmrt_trainer_open_mnist(d, r->batch, dir, o->seed, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     } /* else sampling only: no data, no steps */
     r->data_kind = d->mnist ? "fashion-mnist" : d->text ? "text" : o->batch_file ? "batch-file" : "none";
-    const char *trained_on = r->resumed ? dmrt_st_meta(&r->resume_file, "trainer.data") : NULL;
-    if (trained_on && strcmp(trained_on, r->data_kind) != 0)
-        return run_failed(r,
-                          "checkpoint %s was trained on %s data, this run's is %s: resume on the same data (or start "
-                          "from its parameters with --init)", r->resume_file.path, trained_on, r->data_kind);
+    /* a checkpoint records what its run trained on; a resumed run must train on the same */
+    if ((o->checkpoint || r->resumed) && dmrt_trainer_data_hash(d, m, r->data_hash, r->err, sizeof r->err) != 0)
+        return TR_RUNTIME;
+    if (r->resumed) {
+        char note[6000];
+        if (dmrt_trainer_resume_check_data(&r->resume_file, r->data_kind, d->source, r->data_hash, note, sizeof note,
+                                           r->err, sizeof r->err) != 0)
+            return TR_RUNTIME;
+        if (note[0]) fprintf(r->errs, "%s: note: %s\n", r->prog, note);
+    }
     r->eval_out = -1;
     if (d->mnist) {
         if (!m->forward || !m->output)
@@ -379,7 +397,7 @@ static int after_step(tr_run *r) {
     const tr_opts *o = r->o;
     if (o->checkpoint && o->checkpoint_every > 0 && r->step % o->checkpoint_every == 0 && !r->stop) {
         if (r->bar.stdout_tty) dmrt_trainer_bar_clear(&r->bar);
-        if (write_checkpoint(r->m, r->ctx, o, r->data_kind, r->total, r->lead, r->outs, r->err, sizeof r->err) != 0)
+        if (write_checkpoint(r) != 0)
             return TR_RUNTIME;
         r->checkpointed = r->step;
     }
@@ -442,7 +460,7 @@ static int end_training(tr_run *r) {
     if (o->checkpoint && r->checkpointed != r->step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, r->step, path, sizeof path) != 0 || strcmp(path, r->resumed_from) != 0) {
-            if (write_checkpoint(m, r->ctx, o, r->data_kind, r->total, r->lead, r->outs, r->err, sizeof r->err) != 0) {
+            if (write_checkpoint(r) != 0) {
                 if (r->stop || !o->save) return TR_RUNTIME;
                 snprintf(r->checkpoint_failed, sizeof r->checkpoint_failed, "%s", r->err);
             }

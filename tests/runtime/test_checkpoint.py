@@ -21,7 +21,14 @@ Oracle: the same program run straight.
   - failures: --resume of an empty directory, of a truncated file, of a weights file, of
     another model's checkpoint; a different --seed; an unwritable --checkpoint; options
     that need --checkpoint, or that exclude --resume. Each is an error naming what is wrong,
-    before the first step.
+    before the first step;
+  - issue 34 (nothing lost): one run per checkpoint directory (another run refused before
+    its first step, the first run's files untouched; a resumed run keeps its trainer.run and
+    prunes only its own; --resume of a directory of two runs; directories of checkpoints
+    without a run); the data (trainer.data_hash: another batch file, other fashion-mnist
+    files, a text corpus's files in another order refused, the same data resumed bitwise);
+    checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C; a flipped bit
+    refused by --resume and --init; a format 1 file still resumes).
 Prints one line per check; exits 1 on any failure.
 """
 import gzip
@@ -112,8 +119,8 @@ class Trainer:
         self.exe = os.path.join(self.dir, "small")
         self.data, self.tmp = data, tmp
 
-    def run(self, args, timeout=600):
-        return subprocess.run([self.exe, "--quiet", "--data-dir", self.data] + args, cwd=self.tmp,
+    def run(self, args, timeout=600, data_dir=True):
+        return subprocess.run([self.exe, "--quiet"] + (["--data-dir", self.data] if data_dir else []) + args, cwd=self.tmp,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               timeout=timeout)
 
@@ -153,7 +160,8 @@ def cross_mesh(trainers, source, tmp):
     """source: a checkpoint of step 5 of some mesh; every mesh loads it and writes it again."""
     want, want_meta = read_safetensors(source)
     for t in trainers:
-        out = os.path.join(tmp, "again-" + re.sub(r"\W+", "_", t.name))
+        # a directory per source: a checkpoint directory holds one run's checkpoints
+        out = os.path.join(tmp, "again-" + re.sub(r"\W+", "_", t.name) + "-from-" + os.path.basename(os.path.dirname(source)))
         r = t.run(["--steps", "5", "--resume", source, "--checkpoint", out])
         again = os.path.join(out, "step-00000005.safetensors")
         if r.returncode != 0 or not os.path.exists(again):
@@ -240,6 +248,233 @@ def failure_cases(t, tmp, ckpt):
             "--checkpoint under a file")
 
 
+def refused_run(r, pattern, what, status=1):
+    check(r.returncode == status and re.search(pattern, r.stderr) is not None and "step 1 " not in r.stdout
+          and not re.search(r"^step \d+ loss", r.stdout, re.M),
+          "%s: exit %d, before the first step (%s)" % (what, status, r.stderr.strip()[-300:]))
+
+
+def snapshot(d):
+    """name -> bytes of every file of directory d."""
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+
+
+def one_run_per_directory(t, tmp):
+    """Issue 34 item 2: a run does not write into, nor prune, a directory of another run's
+    checkpoints; a resumed run keeps its checkpoint's run and prunes its own files."""
+    d = os.path.join(tmp, "one-run")
+    r1 = t.run(["--steps", "8", "--checkpoint", d])
+    before = snapshot(d) if os.path.isdir(d) else {}
+    run1 = read_safetensors(os.path.join(d, "step-00000008.safetensors"))[1].get("trainer.run", "") if before else ""
+    check(r1.returncode == 0 and list(before) == ["step-00000008.safetensors"] and re.fullmatch(r"[0-9a-f]{16}", run1),
+          "a fresh run's checkpoint names its run: trainer.run %r (%s)" % (run1, r1.stderr.strip()[-200:]))
+    r2 = t.run(["--seed", "1", "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2", "--checkpoint-keep", "1"])
+    refused_run(r2, r"--checkpoint %s holds checkpoints of another run \(the newest: %s of run %s\).*another directory, "
+                r"or continue that run with --resume" % (re.escape(d), re.escape(os.path.join(d, "step-00000008.safetensors")), run1),
+                "another run into a directory of checkpoints (--checkpoint-keep 1)")
+    check(snapshot(d) == before, "the other run's checkpoints are as they were (%s)" % sorted(os.listdir(d)))
+    # the same step numbers would have replaced the other run's files
+    refused_run(t.run(["--seed", "1", "--steps", "8", "--checkpoint", d]), r"holds checkpoints of another run",
+                "another run that would write the same step into the directory")
+    # resumed: the same run, which may write there and prunes its own older files
+    r3 = t.run(["--resume", d, "--steps", "12", "--checkpoint", d, "--checkpoint-every", "2", "--checkpoint-keep", "2"])
+    said = re.findall(r"^checkpoint (\d+) ", r3.stdout, re.M)
+    left = sorted(os.listdir(d))
+    runs = {read_safetensors(os.path.join(d, n))[1].get("trainer.run") for n in left}
+    check(r3.returncode == 0 and said == ["10", "12"] and left == ["step-00000010.safetensors", "step-00000012.safetensors"]
+          and runs == {run1}, "a run resumed from its directory keeps its run and prunes its own checkpoints (%s, %s, %s; %s)"
+          % (said, left, runs, r3.stderr.strip()[-200:]))
+    # a directory of two runs' checkpoints (put there by hand): --resume DIR does not choose
+    other = os.path.join(tmp, "other-run")
+    t.run(["--seed", "1", "--steps", "3", "--checkpoint", other])
+    mixed = os.path.join(tmp, "mixed-runs")
+    shutil.copytree(d, mixed)
+    shutil.copy(os.path.join(other, "step-00000003.safetensors"), mixed)
+    refused_run(t.run(["--resume", mixed, "--steps", "14"]),
+                r"%s: the directory holds the checkpoints of 2 runs .*step-00000012.safetensors of run %s.*"
+                r"step-00000003.safetensors of run [0-9a-f]{16}.*name the checkpoint file" % (re.escape(mixed), run1),
+                "--resume of a directory with the checkpoints of two runs")
+    r4 = t.run(["--resume", os.path.join(mixed, "step-00000003.safetensors"), "--steps", "4"])
+    check(r4.returncode == 0, "--resume of one file of that directory (%s)" % r4.stderr.strip()[-200:])
+    # a directory of checkpoints written before they named their run: refused too
+    legacy = os.path.join(tmp, "legacy-run")
+    os.makedirs(legacy)
+    tensors, meta = read_safetensors(os.path.join(other, "step-00000003.safetensors"))
+    meta.pop("trainer.run", None)
+    write_safetensors(os.path.join(legacy, "step-00000003.safetensors"), tensors, meta)
+    refused_run(t.run(["--steps", "4", "--checkpoint", legacy]),
+                r"holds checkpoints of another run \(the newest: .*step-00000003.safetensors, of no named run",
+                "a run into a directory of checkpoints without a run")
+    # ... unless this run continues them: it has no run either, and they are its own
+    r5 = t.run(["--resume", legacy, "--steps", "5", "--checkpoint", legacy, "--checkpoint-keep", "1"])
+    left = sorted(os.listdir(legacy))
+    check(r5.returncode == 0 and left == ["step-00000005.safetensors"]
+          and "trainer.run" not in read_safetensors(os.path.join(legacy, left[0]))[1],
+          "a run resumed from a checkpoint without a run has none, writes beside it and prunes it (%s; %s)"
+          % (left, r5.stderr.strip()[-200:]))
+    # ... but not into another directory's checkpoints without a run
+    legacy2 = os.path.join(tmp, "legacy-run-2")
+    shutil.copytree(legacy, legacy2)
+    refused_run(t.run(["--resume", os.path.join(other, "step-00000003.safetensors"), "--steps", "4", "--checkpoint", legacy2]),
+                r"holds checkpoints of another run", "a resumed run into the directory of another run's checkpoints")
+    refused_run(t.run(["--resume", os.path.join(legacy, "step-00000005.safetensors"), "--steps", "6", "--checkpoint",
+                       legacy2]), r"holds checkpoints of another run \(the newest: .*legacy-run-2/step-00000005.safetensors, of no",
+                "a run resumed from a checkpoint without a run, into another directory of checkpoints without a run")
+
+
+def batch_file(path, seed, steps=2):
+    rng = random.Random(seed)
+    labels = [rng.randrange(10) for _ in range(steps * BATCH)]
+    xs = struct.pack("<%df" % (steps * BATCH * 784), *[rng.random() * (1 + labels[i // 784] * (i % 7 == 0))
+                                                       for i in range(steps * BATCH * 784)])
+    write_safetensors(path, {"x": ("F32", [steps, BATCH, 784], xs),
+                             "y": ("I32", [steps, BATCH], struct.pack("<%di" % len(labels), *labels))}, {})
+
+
+def same_data(t, tmp):
+    """Issue 34 item 6: --resume on other data (another batch file, other fashion-mnist files)
+    is refused; on the same data the resume is bitwise that of the straight run."""
+    b1, b2 = os.path.join(tmp, "b1.safetensors"), os.path.join(tmp, "b2.safetensors")
+    batch_file(b1, 1)
+    batch_file(b2, 2)
+    d = os.path.join(tmp, "bf-ckpt")
+    straight, resumed = os.path.join(tmp, "bf-straight.st"), os.path.join(tmp, "bf-resumed.st")
+    a = t.run(["--batch-file", b1, "--steps", "4", "--save", straight], data_dir=False)
+    b = t.run(["--batch-file", b1, "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2"], data_dir=False)
+    at2 = os.path.join(d, "step-00000002.safetensors")
+    meta = read_safetensors(at2)[1] if os.path.exists(at2) else {}
+    check(a.returncode == 0 and b.returncode == 0 and re.fullmatch(r"[0-9a-f]{16}", meta.get("trainer.data_hash", ""))
+          and meta.get("trainer.data_source") == b1,
+          "a checkpoint records its data: trainer.data_hash %r, trainer.data_source %r" %
+          (meta.get("trainer.data_hash"), meta.get("trainer.data_source")))
+    refused_run(t.run(["--batch-file", b2, "--steps", "4", "--resume", at2], data_dir=False),
+                r"checkpoint %s was trained on other data \(batch-file %s, hash [0-9a-f]{16}\), this run's \(batch-file "
+                r"%s, hash [0-9a-f]{16}\) differs: .*--init" % (re.escape(at2), re.escape(b1), re.escape(b2)),
+                "--resume with another batch file")
+    c = t.run(["--batch-file", b1, "--steps", "4", "--resume", at2, "--save", resumed], data_dir=False)
+    check(c.returncode == 0 and open(straight, "rb").read() == open(resumed, "rb").read(),
+          "--resume with the same batch file: the weights of the straight run, bitwise (%s)" % c.stderr.strip()[-200:])
+    # fashion-mnist files with other examples (the same shapes)
+    other = os.path.join(tmp, "other-data")
+    shutil.copytree(t.data, other)
+    labels = os.path.join(other, "train-labels-idx1-ubyte.gz")
+    with gzip.open(labels) as f:
+        blob = bytearray(f.read())
+    blob[8] = (blob[8] + 1) % 10
+    with gzip.open(labels, "wb") as f:
+        f.write(bytes(blob))
+    ck = os.path.join(tmp, "fm-ckpt")
+    t.run(["--steps", "2", "--checkpoint", ck])
+    refused_run(subprocess.run([t.exe, "--quiet", "--data-dir", other, "--steps", "3", "--resume", ck], cwd=tmp,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600),
+                r"trained on other data \(fashion-mnist %s, hash" % re.escape(t.data),
+                "--resume on fashion-mnist files with another label")
+    # a checkpoint from before checkpoints recorded their data: resumed, with a note
+    old = os.path.join(tmp, "no-hash.safetensors")
+    tensors, meta = read_safetensors(at2)
+    for k in ("trainer.data_hash", "trainer.data_source"):
+        meta.pop(k, None)
+    write_safetensors(old, tensors, meta)
+    r = t.run(["--batch-file", b2, "--steps", "3", "--resume", old], data_dir=False)
+    check(r.returncode == 0 and "records no hash of its data" in r.stderr,
+          "--resume of a checkpoint without trainer.data_hash: resumed with a note (%s)" % r.stderr.strip()[-200:])
+
+
+def text_order(dmc, tmp):
+    """Issue 34 item 6 for text: the corpus's files in another order are other data."""
+    parts = []
+    rng = random.Random(3)
+    for i in range(2):
+        p = os.path.join(tmp, "part%d.txt" % i)
+        with open(p, "w") as f:
+            f.write("".join(rng.choice("abcdefgh \n") for _ in range(3000)))
+        parts.append(p)
+    build = os.path.join(tmp, "build-gpt")
+    r = subprocess.run([dmc, "run", os.path.join(ROOT, "examples", "gpt.dm"), "--set", "V=256,T=8,C=16,NH=2,L=1,B=2",
+                        "--keep", build, "--", "--steps", "0", "--quiet", "--data", "text:" + ",".join(parts)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    if r.returncode != 0:
+        check(False, "compiling a small gpt.dm (%s)" % r.stderr.strip()[-300:])
+        return
+    exe = os.path.join(build, "gpt")
+
+    def run(args):
+        return subprocess.run([exe, "--quiet"] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=600)
+
+    ab, ba = "text:" + ",".join(parts), "text:" + ",".join(reversed(parts))
+    d = os.path.join(tmp, "text-ckpt")
+    straight, resumed = os.path.join(tmp, "text-straight.st"), os.path.join(tmp, "text-resumed.st")
+    a = run(["--data", ab, "--steps", "4", "--save", straight])
+    b = run(["--data", ab, "--steps", "4", "--checkpoint", d, "--checkpoint-every", "2"])
+    at2 = os.path.join(d, "step-00000002.safetensors")
+    check(a.returncode == 0 and b.returncode == 0, "gpt.dm on a text corpus of two files (%s)" % (a.stderr + b.stderr)[-200:])
+    refused_run(run(["--data", ba, "--steps", "4", "--resume", at2]),
+                r"trained on other data \(text %s, hash .*this run's \(text %s, hash" % (re.escape(ab[5:]), re.escape(ba[5:])),
+                "--resume on the corpus's files in another order")
+    c = run(["--data", ab, "--steps", "4", "--resume", at2, "--save", resumed])
+    check(c.returncode == 0 and open(straight, "rb").read() == open(resumed, "rb").read(),
+          "--resume on the same corpus: the weights of the straight run, bitwise (%s)" % c.stderr.strip()[-200:])
+
+
+CRC_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    CRC_TABLE.append(_c)
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), bit-reflected, the reference the trainer's is checked against."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = (c >> 8) ^ CRC_TABLE[(c ^ b) & 0xFF]
+    return c ^ 0xFFFFFFFF
+
+
+def flip_bit(src, dst, tensor, byte=5, bit=3):
+    """dst: src with one bit of tensor's data flipped (in place in the file's bytes)."""
+    with open(src, "rb") as f:
+        blob = bytearray(f.read())
+    n = struct.unpack("<Q", blob[:8])[0]
+    begin = json.loads(blob[8:8 + n])[tensor]["data_offsets"][0]
+    blob[8 + n + begin + byte] ^= 1 << bit
+    with open(dst, "wb") as f:
+        f.write(bytes(blob))
+
+
+def checksums(t, tmp, ckpt):
+    """Issue 34 item 9: every tensor of a checkpoint has its CRC-32C, checked on --resume and --init."""
+    check(crc32c(b"123456789") == 0xE3069283, "the test's CRC-32C gives the standard check value")
+    tensors, meta = read_safetensors(ckpt)
+    bad = [k for k, v in tensors.items() if meta.get("dmc.crc32c." + k) != "%08x" % crc32c(v[2])]
+    check(meta.get("dmc.format") == "dmc checkpoint 2" and not bad,
+          "format 'dmc checkpoint 2': every one of %d tensors has its CRC-32C in dmc.crc32c.<name> (wrong or missing: %s)"
+          % (len(tensors), bad[:3]))
+    flipped = os.path.join(tmp, "flipped.safetensors")
+    flip_bit(ckpt, flipped, "fc1.weight.exp_avg")
+    refused_run(t.run(["--steps", "7", "--resume", flipped]),
+                r"%s: tensor 'fc1.weight.exp_avg' fails its CRC-32C check \(stored [0-9a-f]{8}, computed [0-9a-f]{8}\): "
+                r"the file is corrupt" % re.escape(flipped), "--resume of a checkpoint with one bit flipped in a tensor")
+    flipped_param = os.path.join(tmp, "flipped-param.safetensors")
+    flip_bit(ckpt, flipped_param, "fc2.bias", byte=0, bit=0)
+    refused_run(t.run(["--steps", "1", "--init", flipped_param]),
+                r"%s: tensor 'fc2.bias' fails its CRC-32C check" % re.escape(flipped_param),
+                "--init from a checkpoint with one bit flipped in a parameter")
+    stripped = os.path.join(tmp, "stripped.safetensors")
+    write_safetensors(stripped, tensors, {k: v for k, v in meta.items() if k != "dmc.crc32c.fc1.bias"})
+    refused_run(t.run(["--steps", "7", "--resume", stripped]), r"tensor 'fc1.bias' has no CRC-32C",
+                "--resume of a 'dmc checkpoint 2' without one tensor's CRC-32C")
+    # format 1 (before checksums) still resumes
+    old = os.path.join(tmp, "format1.safetensors")
+    meta1 = {k: v for k, v in meta.items() if not k.startswith("dmc.crc32c.")}
+    meta1["dmc.format"] = "dmc checkpoint 1"
+    write_safetensors(old, tensors, meta1)
+    r = t.run(["--steps", "7", "--resume", old])
+    check(r.returncode == 0, "a 'dmc checkpoint 1' file (no checksums) still resumes (%s)" % r.stderr.strip()[-200:])
+
+
 def write_safetensors(path, tensors, meta):
     header, offset = {"__metadata__": meta}, 0
     for name, (dtype, shape, blob) in tensors.items():
@@ -268,6 +503,10 @@ def main():
         every_and_keep(trainers[0], tmp)
         if sources[0]:
             failure_cases(trainers[0], tmp, sources[0])
+            checksums(trainers[0], tmp, sources[0])
+        one_run_per_directory(trainers[0], tmp)
+        same_data(trainers[0], tmp)
+        text_order(dmc, tmp)
         with open(model) as f:
             constant = f.read().replace(", warmup = 3, decay = cosine, min_lr = 1e-3", "")
         model_constant = os.path.join(tmp, "constant", "small.dm")
