@@ -829,16 +829,24 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
                 mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
         return 1;
     }
-    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
-    char mpirun[1024], np[32];
-    snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
+    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args: every word of
+     * --mpirun, however long (a launch across machines has many: hosts, --mca settings) */
+    char np[32];
+    char *mpirun = strdup(o->mpirun ? o->mpirun : "mpirun");
+    if (!mpirun) return 1;
+    int mpirun_words = 0;
+    for (const char *c = mpirun; *c; c++)
+        if (*c != ' ' && (c == mpirun || c[-1] == ' ')) mpirun_words++;
     /* the mesh's ranks, then the parameter servers' */
     snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g) + g->param_servers.servers);
-    char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
-    if (!argv) return 1;
+    char **argv = calloc((size_t)o->n_trainer_args + (size_t)mpirun_words + 16, sizeof(char *));
+    if (!argv) {
+        free(mpirun);
+        return 1;
+    }
     n = 0;
     if (mpi) {
-        n = split_words(mpirun, argv, 0, 32);
+        n = split_words(mpirun, argv, 0, mpirun_words);
         argv[n++] = "-np";
         argv[n++] = np;
         if (!o->mpirun) {
@@ -852,6 +860,7 @@ static int build_and_run(const options *o, const ir_graph *g, const char *dir) {
     argv[n] = NULL;
     status = stop_signal_seen ? 128 + stop_signal_seen : run_process(argv);
     free(argv);
+    free(mpirun);
     return status;
 }
 
