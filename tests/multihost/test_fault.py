@@ -1,7 +1,8 @@
 """test_fault.py DMC SRCROOT: one host lost in the middle of training, across hosts made of
 network namespaces (run by with_hosts.sh, which exports DMC_NETNS_HOSTS and DMC_TEST_MPIRUN).
 
-examples/mlp.dm trains on data=2 x tensor=2 (4 ranks dealt round-robin over the hosts) with
+examples/mlp.dm trains on data=2 x tensor=2 x pipeline=2 (8 ranks dealt round-robin over the
+hosts: the last of 3 runs ranks 2 and 5) with
 $DMRT_COMM_TIMEOUT = DEADLINE s, for far more steps than it will live; once STEP lines have
 come out, the last host fails, three ways, each a fresh run:
   - ranks: its trainer processes are killed (SIGKILL). Open MPI's daemon on that host sees
@@ -15,8 +16,9 @@ come out, the last host fails, three ways, each a fresh run:
     Nothing in Open MPI notices; the dmc runtime's deadline does: the others' collectives
     time out (`timed out after DEADLINE s: not every rank arrived (MPI cannot tell which)`),
     then their agreement at the end of the run (another DEADLINE), and they call MPI_Abort.
-    Over MPI the runtime cannot tell which rank did not arrive, so this output names the
-    waiting ranks and the collective, not the lost ones.
+    Over MPI the runtime cannot tell which rank did not arrive in a collective, and a
+    pipeline receive names the rank it waited for, which may be waiting itself: this output
+    names the waiting ranks and what they waited in, not the lost ones.
 Each run must exit non-zero within its bound (kill to exit: DEADLINE + MARGIN s for the
 kills, 2 DEADLINE + MARGIN for the stop), say what is described above, and leave no process
 of the run on any host. Prints how long each took. Exit 77 (a meson skip) outside with_hosts.sh.
@@ -62,7 +64,7 @@ def run_case(dmc, root, tmp, hosts, mode):
     out_path = os.path.join(tmp, "out-%s.txt" % mode)
     cmd = [dmc, "run", os.path.join(root, "examples", "mlp.dm"), "--set", SIZES,
            "--batch-file", os.path.join(tmp, "batches.safetensors"), "--steps", "1000000",
-           "--mesh", "data=2,tensor=2", "--backend", "mpi", "--mpirun", os.environ["DMC_TEST_MPIRUN"]]
+           "--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "2", "--backend", "mpi", "--mpirun", os.environ["DMC_TEST_MPIRUN"]]
     env = dict(os.environ, DMRT_COMM_TIMEOUT=str(DEADLINE), TMPDIR=tmp)
     with open(out_path, "w") as out:
         p = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
