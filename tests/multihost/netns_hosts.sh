@@ -26,11 +26,14 @@ why_not() {
     command -v mpirun >/dev/null 2>&1 || { echo "no mpirun (openmpi-bin)"; return; }
     local probe="dmhprobe$$"
     if ! ip netns add "$probe" 2>/dev/null; then echo "ip netns add fails here (no netns support?)"; return; fi
-    local ok=1
-    ip link add "${probe}a" type veth peer name "${probe}b" 2>/dev/null || ok=0
+    local why=""
+    ip link add "${probe}a" type veth peer name "${probe}b" 2>/dev/null || why="cannot make a veth pair here"
     ip link del "${probe}a" 2>/dev/null || true
+    # what the agent does: enter the namespace (a mount namespace too) and a UTS namespace
+    [ -n "$why" ] || ip netns exec "$probe" unshare --uts hostname "$probe" >/dev/null 2>&1 || \
+        why="cannot enter a namespace with a host name of its own (ip netns exec, unshare --uts)"
     ip netns del "$probe" 2>/dev/null || true
-    [ $ok = 1 ] || { echo "cannot make a veth pair here"; return; }
+    [ -z "$why" ] || echo "$why"
 }
 
 cmd="${1:-}"
