@@ -23,4 +23,5 @@ for pair in ${DMC_NETNS_HOSTS:-}; do
     [ "${pair%%=*}" = "$host" ] && ns="${pair#*=}"
 done
 [ -n "$ns" ] || { echo "netns_agent: no namespace for host $host (DMC_NETNS_HOSTS: ${DMC_NETNS_HOSTS:-unset})" >&2; exit 255; }
+# shellcheck disable=SC2016 # $0 and $1 are the inner shell's
 exec ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$ns" "$*"

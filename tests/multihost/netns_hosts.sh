@@ -98,6 +98,7 @@ down)
     for ns in $(ip netns list | awk '{print $1}' | grep "^dmh${id}h" || true); do
         # whatever still runs in the host (a rank, an orted) goes with it
         pids="$(ip netns pids "$ns" 2>/dev/null || true)"
+        # shellcheck disable=SC2086 # one pid a word
         [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true
     done

@@ -13,6 +13,7 @@ n="$1"; shift
 dir="$(mktemp -d /tmp/dmc-netns-XXXXXX)"
 child=""
 # what COMMAND started and left (an mpirun whose dmc was killed) is in its session
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
     [ -z "$child" ] || pkill -KILL -s "$child" 2>/dev/null || true
     "$here/netns_hosts.sh" down "$dir"; rm -rf "$dir"
@@ -29,6 +30,7 @@ echo "launcher: $DMC_TEST_MPIRUN"
 id="$(cat "$dir/id")"
 
 # every host runs ranks, each in its own namespace (its own address)
+# shellcheck disable=SC2086,SC2016 # the launcher is a command line; the inner shell expands
 placed="$(timeout 60 $DMC_TEST_MPIRUN -np "$n" sh -c 'echo "$OMPI_COMM_WORLD_RANK $(ip -o -4 addr show eth0 | awk "{print \$4}")"' 2>&1)"
 echo "$placed" | sed 's/^/placement: rank /'
 for i in $(seq 1 "$n"); do
@@ -39,7 +41,7 @@ link_bytes() {
     echo $(( $(cat "/sys/class/net/dmh${id}v$1/statistics/rx_bytes") + $(cat "/sys/class/net/dmh${id}v$1/statistics/tx_bytes") ))
 }
 declare -a before
-for i in $(seq 1 "$n"); do before[$i]="$(link_bytes "$i")"; done
+for i in $(seq 1 "$n"); do before[i]="$(link_bytes "$i")"; done
 setsid "$@" &
 child=$!
 wait "$child"
