@@ -236,16 +236,24 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
 }
 
 int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
-    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args */
-    char mpirun[1024], np[32];
-    snprintf(mpirun, sizeof mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
+    /* mpirun [its args] -np N [--oversubscribe --allow-run-as-root] exe args: every word of
+     * --mpirun, however long (a launch across machines has many: hosts, --mca settings) */
+    char np[32];
+    char *mpirun = strdup(o->mpirun ? o->mpirun : "mpirun");
+    if (!mpirun) return 1;
+    int mpirun_words = 0;
+    for (const char *c = mpirun; *c; c++)
+        if (*c != ' ' && (c == mpirun || c[-1] == ' ')) mpirun_words++;
     /* the mesh's ranks, then the parameter servers' */
     snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g) + g->param_servers.servers);
-    char **argv = calloc((size_t)o->n_trainer_args + 48, sizeof(char *));
-    if (!argv) return 1;
+    char **argv = calloc((size_t)o->n_trainer_args + (size_t)mpirun_words + 16, sizeof(char *));
+    if (!argv) {
+        free(mpirun);
+        return 1;
+    }
     int n = 0;
     if (uses_mpi(o)) {
-        n = split_words(mpirun, argv, 0, 32);
+        n = split_words(mpirun, argv, 0, mpirun_words);
         argv[n++] = "-np";
         argv[n++] = np;
         if (!o->mpirun) {
@@ -259,5 +267,6 @@ int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
     argv[n] = NULL;
     int status = dm_stop_signal() ? 128 + dm_stop_signal() : dm_run_process(argv, DM_RUN_TRAINER);
     free(argv);
+    free(mpirun);
     return status;
 }

@@ -7,6 +7,7 @@ usage: test_run_options.py DMC SOURCE_ROOT
 """
 import os
 import re
+import shutil
 import subprocess
 import stat
 import sys
@@ -99,6 +100,27 @@ def main(argv):
     check(rc == 1 and '/nonexistent-dmc' in err, "dmc run mlp.dm -- --data-dir: exit %d, %r" % (rc, err))
 
     check_compiler_flags(dmc, mlp, check)
+
+    # --mpirun's every word reaches the launcher (a launch across machines has many: hosts,
+    # --mca settings; dmc once kept 32 and ran `... --mca -np 2`), then -np N and the program
+    if shutil.which('mpicc'):
+        tmp = tempfile.mkdtemp(prefix='dmc-mpirun-')
+        launcher, seen = os.path.join(tmp, 'launcher'), os.path.join(tmp, 'argv')
+        with open(launcher, 'w') as f:
+            f.write('#!/bin/sh\nprintf \'%%s\\n\' "$@" > %s\n' % seen)
+        os.chmod(launcher, 0o755)
+        words = ['--mca', 'name%d' % 0, 'x' * 1500] + ['--mca name%d value%d' % (i, i) for i in range(1, 40)]
+        rc, out, err, _ = dmc_run(dmc, mlp, '--set', 'B=4,H=8', '--mesh', 'data=2', '--backend', 'mpi',
+                                  '--mpirun', ' '.join([launcher] + words), '--steps', '1')
+        got = open(seen).read().splitlines() if os.path.exists(seen) else []
+        want = ' '.join(words).split()
+        check(rc == 0 and got[:len(want)] == want and got[len(want):len(want) + 2] == ['-np', '2']
+              and len(got) > len(want) + 2 and os.path.basename(got[len(want) + 2]) == 'mlp',
+              'dmc run --mpirun with %d words: exit %d, %s; the launcher got %d words: %s'
+              % (len(want) + 1, rc, err.strip(), len(got), got[len(want) - 2:]))
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print('no mpicc: the --mpirun check is skipped')
 
     for f in failures:
         print('FAIL: ' + f)

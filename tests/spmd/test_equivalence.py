@@ -10,7 +10,9 @@ whose global norm counts every element once on each mesh, and a learning-rate sc
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
 different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
-pipeline rank). For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
+pipeline rank), `multihost` MULTIHOST_MESHES (run by tests/multihost across hosts made of
+network namespaces). With $DMC_TEST_MPIRUN set, the mpi runs get it as their launcher
+(`--mpirun "$DMC_TEST_MPIRUN"`): tests/multihost's mpirun over those hosts. For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
 seed as the serial run (no --mesh: every axis has size 1, the serial program), and:
   - every step's loss equals the serial loss within LOSS_RTOL (relative);
@@ -96,6 +98,14 @@ SEQUENCE_MESHES = [("tensor=2", ["--sequence-parallel"]), ("tensor=4", ["--seque
                    ("tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "4", "--schedule", "interleaved",
                                             "--chunks", "2"]),
                    ("data=2,tensor=2,pipeline=2", ["--sequence-parallel", "--microbatches", "2", "--schedule", "1f1b"])]
+# across hosts (tests/multihost, MESH_SET multihost, ranks dealt round-robin over the hosts,
+# TCP between every two ranks): data x tensor, data x tensor x pipeline (1F1B), ZeRO 3 over
+# data with small buckets (shares begin and end inside tensors, gathers prefetched), and ZeRO 3
+# on data x tensor with every layer call recomputed
+MULTIHOST_MESHES = [("data=2,tensor=2", []),
+                    ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "1f1b"]),
+                    ("data=4", ["--zero", "3", "--bucket-mb", "0.004"]),
+                    MESHES[-1]]
 # DMC_TEST_QUICK=1 (the sanitized build, tests/meson.build): the most composed of each list,
 # which reach the collectives, ZeRO's shares, recomputation and both schedules
 QUICK_MESHES = [MESHES[4], MESHES[-1]]
@@ -147,6 +157,8 @@ def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=()):
             "--save", saved, "--dump-grads", grads]
     if mesh:
         args += ["--mesh", mesh, "--backend", backend] + list(extra)
+        if backend == "mpi" and os.environ.get("DMC_TEST_MPIRUN"):
+            args += ["--mpirun", os.environ["DMC_TEST_MPIRUN"]]
     losses = run_dmc(dmc, dm_file, tmp, args, timeout=300)
     if len(losses) != STEPS:
         raise Failure("%s: %d step lines, expected %d" % (tag, len(losses), STEPS))
@@ -176,6 +188,8 @@ def main():
         MESHES = INTERLEAVED_MESHES if mesh_set == "interleaved" else PIPELINE_MESHES
     if mesh_set == "seqpar":
         MESHES = SEQUENCE_MESHES
+    if mesh_set == "multihost":
+        MESHES = MULTIHOST_MESHES
     if os.environ.get("DMC_TEST_QUICK") == "1":
         print("DMC_TEST_QUICK: %d of the %d meshes" % (2, len(MESHES)))
         if mesh_set == "seqpar":
