@@ -36,6 +36,13 @@ void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
 /* "c" or "cu": the suffix of the generated source for the target. */
 const char *codegen_source_suffix(const char *target);
 
+/* What codegen_write refuses before it writes anything (techniques the target's dialect
+ * cannot do yet, cg_capabilities; what generated code does not handle), with the same
+ * messages: `dmc --check` runs it, so that it agrees with -o. 0, or -1 with the messages on
+ * err. */
+int codegen_check(const ir_graph *g, const codegen_plans *plans, const char *source_path, const codegen_options *options,
+                  FILE *err);
+
 /* source_path is the .dm file (quoted in comments), source_text its contents (each op
  * gets its .dm line as a comment); options may be NULL (the defaults). Returns 0, or -1
  * with a message on err. Files are written atomically (temporary name, then rename). */

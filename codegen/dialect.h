@@ -145,6 +145,20 @@ typedef struct cg_update {
 
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
 
+/* What a dialect's generated code can do, as data (1: it can). Code generation refuses
+ * the rest before it writes anything, and `dmc --check` runs the same refusals
+ * (codegen_check), so both say the same. Fused attention is the attention hook's presence. */
+typedef struct cg_capabilities {
+    int zero;               /* ZeRO's sharded updates (--zero) */
+    int interleaved;        /* the interleaved pipeline schedule (--schedule interleaved) */
+    int weight_versions;    /* the 2bw and pipedream schedules' weight versions */
+    int compress;           /* gradient compression (--compress) */
+    int param_servers;      /* parameter servers (--param-servers) */
+    int dropout;
+    int predict;            /* <model>_predict (else the descriptor says why not) */
+    int checkpoints;        /* checkpoints read the optimizer state (else the descriptor says why not) */
+} cg_capabilities;
+
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
  *
  * Conventions of the generated host code the hooks write into: the context is `ctx`
@@ -163,6 +177,7 @@ typedef struct cg_dialect {
                                      * just failed (comm_failed copies it into ctx->error) */
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
                                      * in the dialect's memory (dmrt_model.memory_peak) */
+    cg_capabilities can;            /* what its generated code can do (above) */
 
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */

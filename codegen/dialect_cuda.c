@@ -858,6 +858,8 @@ const cg_dialect cg_dialect_cuda = {
      * there too); a host collective's (gathering weights) the rank's */
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
+    /* none of these yet (docs/gpu.md, "Not done yet") */
+    .can = {0},
     .preamble = cuda_preamble,
     .ctx_fields = cuda_ctx_fields,
     .ctx_helpers = cuda_ctx_helpers,

@@ -235,34 +235,35 @@ static int check_stages(const emitter *E, FILE *err) {
     return bad;
 }
 
-/* What SPMD code generation does not handle yet, refused before anything is written
- * (what needs only the graph, passes/supported.c refused at --check). */
+/* What SPMD code generation does not handle, or the dialect cannot do (its capabilities),
+ * refused before anything is written, and by `dmc --check` (codegen_check). */
 static int check_spmd(const emitter *E, FILE *err) {
+    const cg_capabilities *can = &E->dialect->can;
     int bad = 0;
     if (E->scheduled && check_stages(E, err)) bad = -1;
-    if (E->device && E->chunks > 1) {
+    if (!can->interleaved && E->chunks > 1) {
         fprintf(err, "%s: error: the interleaved schedule is built for the C target only; compile with --target c or "
                      "another schedule\n", E->source_path);
         bad = -1;
     }
-    if (E->device && E->g->compress.kind != COMPRESS_NONE) {
+    if (!can->compress && E->g->compress.kind != COMPRESS_NONE) {
         char name[64];
         dm_compress_name(&E->g->compress, name, sizeof name);
         fprintf(err, "%s: error: gradient compression (--compress %s) is built for the C target only; compile with --target c "
                      "or without --compress\n", E->source_path, name);
         bad = -1;
     }
-    if (E->device && emits_2bw(E)) {
+    if (!can->weight_versions && emits_2bw(E)) {
         fprintf(err, "%s: error: the %s schedule is built for the C target only; compile with --target c or another "
                      "schedule\n", E->source_path, dm_runs_pipedream(E->g) ? "pipedream" : "2bw");
         bad = -1;
     }
-    if (E->device && E->g->param_servers.servers) {
+    if (!can->param_servers && E->g->param_servers.servers) {
         fprintf(err, "%s: error: parameter servers are built for the C target only; compile with --target c or without "
                      "--param-servers\n", E->source_path);
         bad = -1;
     }
-    if (E->device && E->zero->n_buckets) {
+    if (!can->zero && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);
         bad = -1;
@@ -367,73 +368,101 @@ static void number_faults(emitter *E) {
         if (V(E, i)->op == OP_EMBED || V(E, i)->op == OP_XENT_STATS) E->fault_site[i] = ++E->n_faults;
 }
 
-int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path, const char *source_text,
-                  size_t source_len, const codegen_options *options, const char *out_dir, FILE *err) {
+/* Everything codegen_write decides before it writes: E set up for g and its plans. 0, or
+ * -1 after a message (an unknown target). */
+static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plans, const char *source_path,
+                        const char *source_text, size_t source_len, const codegen_options *options, FILE *err) {
     const char *base = strrchr(source_path, '/');
     const cg_dialect *dialect = cg_dialect_find(options && options->target ? options->target : "c");
     if (!dialect) {
         fprintf(err, "dmc: error: unknown target '%s'\n", options->target);
         return -1;
     }
-    emitter E = {.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
-                 .source_text = source_text, .source_len = source_len, .device = dialect->device_memory,
-                 .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
+    *E = (emitter){.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
+                   .source_text = source_text, .source_len = source_len, .device = dialect->device_memory,
+                   .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
     size_t n = 0;
-    for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
-    E.prefix_upper[n] = 0;
-    E.line_start = malloc((source_len + 2) * sizeof(size_t));
-    if (!E.line_start) abort();
-    E.line_start[E.n_lines++] = 0;
+    for (const char *p = g->model; *p && n + 1 < sizeof E->prefix_upper; p++) E->prefix_upper[n++] = (char)toupper((unsigned char)*p);
+    E->prefix_upper[n] = 0;
+    E->line_start = malloc((source_len + 2) * sizeof(size_t));
+    if (!E->line_start) abort();
+    E->line_start[E->n_lines++] = 0;
     for (size_t i = 0; i < source_len; i++)
-        if (source_text[i] == '\n') E.line_start[E.n_lines++] = i + 1;
-    assign_names(&E);
-    E.local = malloc(((size_t)g->n_values + 1) * sizeof *E.local);
-    if (!E.local) abort();
+        if (source_text[i] == '\n') E->line_start[E->n_lines++] = i + 1;
+    assign_names(E);
+    E->local = malloc(((size_t)g->n_values + 1) * sizeof *E->local);
+    if (!E->local) abort();
     for (int i = 0; i < g->n_values; i++) {
-        E.local[i] = ir_local_type(g, &g->values[i]->type);
+        E->local[i] = ir_local_type(g, &g->values[i]->type);
     }
-    E.partitioned = ir_is_partitioned(g);
-    E.arena_var = "ctx->arena";
-    E.pipe_axis = ir_pipeline_axis(g);
-    E.ranks = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
-    E.chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
-    E.stages = E.ranks * E.chunks;
-    E.scheduled = ir_is_scheduled(g);
-    if (plans->pipeline && plans->pipeline->timed.actions) E.predicted = plans->pipeline;
-    if (E.pipe_axis >= 0) E.partitioned = 1;
-    if (E.scheduled) {
-        E.sched = &plans->pipeline->schedule;
-        E.needed_on = plans->pipeline->readers;
-        E.slots = calloc((size_t)E.stages, sizeof(int));
-        if (!E.slots) abort();
-        for (int st = 0; st < E.stages; st++) E.slots[st] = plans->pipeline->stage[st].in_flight;
+    E->partitioned = ir_is_partitioned(g);
+    E->arena_var = "ctx->arena";
+    E->pipe_axis = ir_pipeline_axis(g);
+    E->ranks = E->pipe_axis >= 0 ? (int)g->axes[E->pipe_axis].size : 1;
+    E->chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
+    E->stages = E->ranks * E->chunks;
+    E->scheduled = ir_is_scheduled(g);
+    if (plans->pipeline && plans->pipeline->timed.actions) E->predicted = plans->pipeline;
+    if (E->pipe_axis >= 0) E->partitioned = 1;
+    if (E->scheduled) {
+        E->sched = &plans->pipeline->schedule;
+        E->needed_on = plans->pipeline->readers;
+        E->slots = calloc((size_t)E->stages, sizeof(int));
+        if (!E->slots) abort();
+        for (int st = 0; st < E->stages; st++) E->slots[st] = plans->pipeline->stage[st].in_flight;
     }
-    E.summed = dm_summed_partials(g);
-    plan_bias_activations(&E);
-    E.bucket_lead = plans->buckets->lead;
-    E.bucket_ready = plans->buckets->ready;
+    E->summed = dm_summed_partials(g);
+    plan_bias_activations(E);
+    E->bucket_lead = plans->buckets->lead;
+    E->bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
-    E.zero = plans->zero ? plans->zero : &no_zero;
+    E->zero = plans->zero ? plans->zero : &no_zero;
     static const dm_compress_plan no_compress = {0};
-    E.compress = plans->compress ? plans->compress : &no_compress;
-    number_faults(&E);
-    predict_mark(&E);
-    E.scratch_elems = plans->memory->scratch_elems;
-    int status = check_spmd(&E, err) || check_target(&E, err) ? -1 : 0;
-    if (!status) status = emit_dropout_prepare(&E, err);
+    E->compress = plans->compress ? plans->compress : &no_compress;
+    number_faults(E);
+    predict_mark(E);
+    E->scratch_elems = plans->memory->scratch_elems;
+    return 0;
+}
+
+/* What codegen refuses for E's program and dialect: 0, or -1 after the messages. */
+static int emitter_check(emitter *E, FILE *err) {
+    int status = check_spmd(E, err) || check_target(E, err) ? -1 : 0;
+    if (!status) status = emit_dropout_prepare(E, err);
+    return status;
+}
+
+static void emitter_close(emitter *E) {
+    free(E->local);
+    free(E->slots);
+    free(E->summed);
+    free(E->activation_of_bias);
+    free(E->fault_site);
+    free(E->for_outputs);
+    for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
+    free(E->cname);
+    free(E->line_start);
+}
+
+int codegen_check(const ir_graph *g, const codegen_plans *plans, const char *source_path, const codegen_options *options,
+                  FILE *err) {
+    emitter E;
+    if (emitter_open(&E, g, plans, source_path, "", 0, options, err)) return -1;
+    int status = emitter_check(&E, err);
+    emitter_close(&E);
+    return status;
+}
+
+int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path, const char *source_text,
+                  size_t source_len, const codegen_options *options, const char *out_dir, FILE *err) {
+    emitter E;
+    if (emitter_open(&E, g, plans, source_path, source_text, source_len, options, err)) return -1;
+    int status = emitter_check(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
-    snprintf(c, sizeof c, "%s.%s", g->model, dialect->source_suffix);
+    snprintf(c, sizeof c, "%s.%s", g->model, E.dialect->source_suffix);
     if (!status) status = write_file(&E, out_dir, h, emit_header, NULL, err);
     if (!status) status = write_file(&E, out_dir, c, emit_source_head, emit_source_body, err);
-    free(E.local);
-    free(E.slots);
-    free(E.summed);
-    free(E.activation_of_bias);
-    free(E.fault_site);
-    free(E.for_outputs);
-    for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
-    free(E.cname);
-    free(E.line_start);
+    emitter_close(&E);
     return status;
 }

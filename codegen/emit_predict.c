@@ -58,7 +58,7 @@ static int64_t predict_batch(const emitter *E, char *why, size_t len) {
     const ir_graph *g = E->g;
     const ir_type *first = NULL;
     snprintf(why, len, "%s", "");
-    if (E->device) return snprintf(why, len, "predict is not supported on the %s target yet", E->dialect->name), 0;
+    if (!E->dialect->can.predict) return snprintf(why, len, "predict is not supported on the %s target yet", E->dialect->name), 0;
     if (!g->n_outputs) return snprintf(why, len, "the model declares no outputs"), 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < (pass ? g->n_outputs : g->n_inputs); i++) {
