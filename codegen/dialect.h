@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "codegen.h"
 #include "ir.h"
 
 /* Output is written in two sections: file-scope code the host functions call (CUDA
@@ -178,6 +179,7 @@ typedef struct cg_dialect {
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
                                      * in the dialect's memory (dmrt_model.memory_peak) */
     cg_capabilities can;            /* what its generated code can do (above) */
+    codegen_toolchain toolchain;    /* how dmc run builds its source (codegen.h) */
 
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */

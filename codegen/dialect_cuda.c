@@ -860,6 +860,8 @@ const cg_dialect cg_dialect_cuda = {
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* none of these yet (docs/gpu.md, "Not done yet") */
     .can = {0},
+    .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
+                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .preamble = cuda_preamble,
     .ctx_fields = cuda_ctx_fields,
     .ctx_helpers = cuda_ctx_helpers,

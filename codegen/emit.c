@@ -354,6 +354,11 @@ void codegen_scratch_rules(const char *target, dm_scratch_rules *out) {
                               .wgrad_floats = d->wgrad_scratch_floats, .attention_floats = d->attention_scratch_floats};
 }
 
+const codegen_toolchain *codegen_toolchain_of(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return &(d ? d : &cg_dialect_c)->toolchain;
+}
+
 const char *codegen_source_suffix(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d ? d->source_suffix : "c";
