@@ -91,7 +91,7 @@ void emit_header(emitter *E) {
     for (int i = 0; i < g->n_inputs; i++) {
         const ir_value *v = V(E, g->inputs[i]);
         char type[256];
-        shape_comment(E, &v->type, type, sizeof type);
+        cg_shape_comment(E, &v->type, type, sizeof type);
         cg_line(w, "    const %s *%s; /* %s */", ctype(v->type.dtype), E->cname[v->id], type);
     }
     if (g->n_inputs == 0) cg_line(w, "    int unused; /* the model has no inputs */");
@@ -130,7 +130,7 @@ void emit_header(emitter *E) {
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
         char type[256];
-        shape_comment(E, &v->type, type, sizeof type);
+        cg_shape_comment(E, &v->type, type, sizeof type);
         if (dm_output_gathered(E->g, v))
             cg_line(w, "/* Output '%s' (%s) of the last forward or train_step, gathered whole from every rank when\n"
                        " * called: every rank must call it, in the same order (NULL on failure: %s_error). Valid\n"
@@ -554,7 +554,7 @@ static void emit_context_struct(emitter *E) {
 /* comm_failed, data_fault and the dialect's helpers. */
 /* The messages of the kernels' range checks (ctx->fault.site), and for each the columns of
  * the batch input it reads (0: one per row). A fault's position is in the step's whole
- * batch (fault_position_base): [row, column] of a [B, T] input such as a GPT's tokens, the
+ * batch (cg_fault_position_base): [row, column] of a [B, T] input such as a GPT's tokens, the
  * row of a [B] one; the format takes the value, the row and the column. */
 static void emit_fault_formats(emitter *E) {
     cg_writer *w = &E->w;
@@ -851,7 +851,7 @@ static void emit_create_destroy(emitter *E) {
         /* a step that failed may have left gradient buckets reducing ctx->grads */
         char callee[96];
         cg_line(w, "for (int axis = 0; axis < %d; axis++)", g->n_axes);
-        cg_line(w, "    if (ctx->comm[axis]) (void)%sctx->comm[axis]);", comm_callee(E, "comm_wait", callee, sizeof callee));
+        cg_line(w, "    if (ctx->comm[axis]) (void)%sctx->comm[axis]);", cg_comm_callee(E, "comm_wait", callee, sizeof callee));
         emit_ps_finish(E);
     }
     for (int i = 0; i < n_bufs; i++) {

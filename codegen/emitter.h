@@ -1,5 +1,6 @@
 /* emitter.h: the state code generation shares between its files (internal to codegen/):
- *   emit.c       the entry point, names, sections and files, what codegen refuses
+ *   emit.c       the entry points, names, sections and files, what codegen refuses
+ *   emit_util.c  the helpers: copies, collectives' callees, comments, strides, storage
  *   emit_ops.c   each op (and collective) as a dialect kernel description
  *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
  *   emit_api.c   the header, the context, initialisation, weights and the descriptor
@@ -183,20 +184,20 @@ void emit_2bw_api(emitter *E);
 int emit_dropout_prepare(emitter *E, FILE *err);
 void emit_dropout(emitter *E, const ir_value *v);
 
-/* emit.c */
-void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
-void zero_elems(emitter *E, const char *ptr, long long n, const char *type);
-const char *comm_callee(const emitter *E, const char *op, char *buf, size_t size);
-void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size);
-void source_line(const emitter *E, int line, char *buf, size_t size);
-void contiguous_strides(const ir_type *t, int64_t *stride);
-void coalesce(cg_loop_nest *k);
-void storage_expr(const emitter *E, int id, char *buf, size_t size);
+/* emit_util.c: the helpers (emit.c is the entry point: codegen_write, codegen_check) */
+void cg_copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
+void cg_zero_elems(emitter *E, const char *ptr, long long n, const char *type);
+const char *cg_comm_callee(const emitter *E, const char *op, char *buf, size_t size);
+void cg_shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size);
+void cg_source_line(const emitter *E, int line, char *buf, size_t size);
+void cg_contiguous_strides(const ir_type *t, int64_t *stride);
+void cg_coalesce(cg_loop_nest *k);
+void cg_storage_expr(const emitter *E, int id, char *buf, size_t size);
 /* Where this rank's block of input id starts in the caller's whole batch, in elements. */
-void input_block_offset(const emitter *E, int id, char *buf, size_t size);
+void cg_input_block_offset(const emitter *E, int id, char *buf, size_t size);
 /* The position in the step's batch of element 0 of the ids (targets) `id` a kernel
  * range-checks, as a C expression: what its fault position is reported after. */
-void fault_position_base(const emitter *E, int id, char *buf, size_t size);
+void cg_fault_position_base(const emitter *E, int id, char *buf, size_t size);
 
 /* emit_ops.c */
 void plan_bias_activations(emitter *E);
