@@ -25,6 +25,7 @@ typedef struct codegen_plans {
     const dm_bucket_plan *buckets;
     const dm_zero_plan *zero;       /* NULL: no ZeRO */
     const dm_compress_plan *compress; /* NULL: no gradient compression */
+    const dm_bias_plan *bias;       /* pass_fuse_bias's; NULL: every bias is added by its product */
 } codegen_plans;
 
 /* How `dmc run` builds a target's generated source into a program (driver/toolchain.c
@@ -45,6 +46,8 @@ typedef struct codegen_toolchain {
 int codegen_target_known(const char *name);
 /* Whether the target has fused attention kernels (passes/fuse_attention.c): C does. */
 int codegen_fuses_attention(const char *target);
+/* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
+int codegen_fuses_bias(const char *target);
 /* The scratch the target's kernels need (dm_scratch_elems), for --explain's prediction. */
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
 /* The target's toolchain (NULL: the default target's). */

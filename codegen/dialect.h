@@ -158,6 +158,8 @@ typedef struct cg_capabilities {
     int dropout;
     int predict;            /* <model>_predict (else the descriptor says why not) */
     int checkpoints;        /* checkpoints read the optimizer state (else the descriptor says why not) */
+    int bias_activation;    /* an activation's loop nest adds a bias and stores the sum too
+                             * (cg_loop_nest.also_out: pass_fuse_bias) */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.

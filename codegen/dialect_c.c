@@ -826,7 +826,7 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1},
+            .predict = 1, .checkpoints = 1, .bias_activation = 1},
     .toolchain = {.libraries = ""},
     .preamble = c_preamble,
     .ctx_fields = c_nothing,

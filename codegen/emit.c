@@ -212,6 +212,11 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
 
 int codegen_target_known(const char *name) { return cg_dialect_find(name) != NULL; }
 
+int codegen_fuses_bias(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.bias_activation;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;
@@ -287,7 +292,14 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
         for (int st = 0; st < E->stages; st++) E->slots[st] = plans->pipeline->stage[st].in_flight;
     }
     E->summed = dm_summed_partials(g);
-    plan_bias_activations(E);
+    if (plans->bias && plans->bias->activation_of && dialect->can.bias_activation) {
+        E->activation_of_bias = plans->bias->activation_of;
+    } else {
+        int *none = malloc(((size_t)g->n_values + 1) * sizeof(int));
+        if (!none) abort();
+        for (int i = 0; i < g->n_values; i++) none[i] = -1;
+        E->activation_of_bias = E->no_bias_activations = none;
+    }
     E->bucket_lead = plans->buckets->lead;
     E->bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
@@ -311,7 +323,7 @@ static void emitter_close(emitter *E) {
     free(E->local);
     free(E->slots);
     free(E->summed);
-    free(E->activation_of_bias);
+    free(E->no_bias_activations);
     free(E->fault_site);
     free(E->for_outputs);
     for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);

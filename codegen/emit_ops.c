@@ -27,37 +27,7 @@ static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char 
 
 static void emit_product(emitter *E, const ir_value *v);
 
-/* A bias's add that runs its product, whose first reader is an activation of it alone (a
- * unary op, same phase and stage) on the C target: the product is made without the bias,
- * and the activation's pass adds the bias, stores the sum (the activation's gradient reads
- * it) and applies itself, one pass where there were two (the bias's fill, the activation). */
-void plan_bias_activations(emitter *E) {
-    const ir_graph *g = E->g;
-    E->activation_of_bias = malloc(((size_t)g->n_values + 1) * sizeof(int));
-    if (!E->activation_of_bias) abort();
-    for (int i = 0; i < g->n_values; i++) E->activation_of_bias[i] = -1;
-    if (E->device) return;
-    for (int a = 0; a < g->n_values; a++) {
-        const ir_value *add = V(E, a);
-        /* the bias is read later than the add would read it: only a parameter's own storage
-         * keeps it that long (a slice, a ZeRO 3 gather, is a temporary) */
-        if (!runs_product(E, add) || E->plan->region[E->plan->storage_of[add->operands[1]]] != REGION_PARAMS) continue;
-        for (int u = a + 1; u < g->n_values; u++) {
-            const ir_value *reader = V(E, u);
-            int reads = 0;
-            for (int k = 0; k < reader->n_operands; k++) reads |= reader->operands[k] == a;
-            if (!reads) continue;
-            const ir_op_info *info = ir_op_info_of(reader->op);
-            if (info->cls == OPC_UNARY && reader->n_operands == 1 && reader->op != OP_DROPOUT && info->forward &&
-                !strchr(info->forward, ';') && reader->phase == add->phase && reader->stage == add->stage &&
-                !shares_buffer(E, u) && T(E, u)->dtype == DT_F32 && ir_numel(T(E, u)) == ir_numel(T(E, a)))
-                E->activation_of_bias[a] = u;
-            break; /* the first reader decides */
-        }
-    }
-}
-
-/* The activation u of a bias's add that it completes (plan_bias_activations), or -1. */
+/* The activation u of a bias's add that it completes (passes/fuse_bias.c), or -1. */
 static int bias_of_activation(const emitter *E, int u) {
     const ir_value *v = V(E, u);
     return v->n_operands == 1 && E->activation_of_bias[v->operands[0]] == u ? v->operands[0] : -1;

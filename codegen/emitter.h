@@ -71,9 +71,10 @@ typedef struct emitter {
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
-    int *activation_of_bias;   /* (n_values) a bias's add run with its product: the activation
+    const int *activation_of_bias; /* (n_values) a bias's add run with its product: the activation
                                 * (gelu, relu, ...) that adds the bias in its own pass, or -1
-                                * (emit_ops.c, plan_bias_activations) */
+                                * (passes/fuse_bias.c) */
+    int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -200,7 +201,6 @@ void cg_input_block_offset(const emitter *E, int id, char *buf, size_t size);
 void cg_fault_position_base(const emitter *E, int id, char *buf, size_t size);
 
 /* emit_ops.c */
-void plan_bias_activations(emitter *E);
 void emit_bucket_start(emitter *E, const int *start_after, int id);
 void emit_bucket_waits(emitter *E);
 /* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather;

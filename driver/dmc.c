@@ -91,7 +91,7 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
 
 static codegen_plans plans_of(const dm_compiled *c) {
     return (codegen_plans){.memory = &c->memory, .pipeline = &c->pipeline, .buckets = &c->buckets, .zero = &c->zero,
-                           .compress = &c->compress};
+                           .compress = &c->compress, .bias = &c->bias};
 }
 
 /* --check: what -o would refuse, refused with the same messages (codegen_check), once the
