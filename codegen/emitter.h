@@ -3,7 +3,11 @@
  *   emit_util.c  the helpers: copies, collectives' callees, comments, strides, storage
  *   emit_ops.c   each op (and collective) as a dialect kernel description
  *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
- *   emit_api.c   the header, the context, initialisation, weights and the descriptor
+ *   emit_api.c   the source's head and host functions in order, the small API functions
+ *   emit_header.c  the public header
+ *   emit_context.c  the context: storage, its helpers, create and destroy
+ *   emit_params.c  initial parameters, shard <-> whole block moves of parameters
+ *   emit_descriptor.c  the dmrt_model descriptor and its tensor tables
  *   emit_schedule.c  the learning rate: schedule, host override, API
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  *   emit_predict.c  <model>_predict (inference: the forward without the loss)
@@ -263,9 +267,22 @@ void emit_state_declarations(emitter *E);
 void emit_state_support(emitter *E);
 void emit_state_descriptor(emitter *E);
 
-/* emit_api.c */
-void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
+/* emit_header.c: <model>.h */
 void emit_header(emitter *E);
+/* emit_params.c: initial parameters; on a mesh, the tables and block moves between a rank's
+ * shard and the whole tensor; serial on a device, the copies through host memory */
+void emit_init(emitter *E);
+void emit_spmd_support(emitter *E);
+void emit_device_param_copies(emitter *E);
+/* emit_context.c: the context struct, its helpers, create and destroy */
+void emit_context_struct(emitter *E);
+void emit_context_helpers(emitter *E);
+void emit_create_destroy(emitter *E);
+/* emit_descriptor.c: a tensor's row of a table, the tables, the dmrt_model descriptor */
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
+void emit_descs(emitter *E);
+void emit_descriptor(emitter *E);
+/* emit_api.c: the source's head and its host functions */
 void emit_source_head(emitter *E);
 void emit_source_body(emitter *E);
 
