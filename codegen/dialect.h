@@ -183,6 +183,14 @@ typedef struct cg_dialect {
     cg_capabilities can;            /* what its generated code can do (above) */
     codegen_toolchain toolchain;    /* how dmc run builds its source (codegen.h) */
 
+    /* What the public header <model>.h says of the target: after the API's opening comment,
+     * where the context's storage lives and how the API's host pointers reach it (NULL:
+     * nothing to add); the failures create reports besides "out of memory" (a C string
+     * fragment: ", \"no CUDA device: ...\"", or ""); a sentence on what set_threads
+     * changes ("" or " This target's ..."). */
+    void (*header_note)(cg_writer *w, const char *model);
+    const char *create_failures;
+    const char *threads_note;
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */
     void (*preamble)(cg_writer *w);

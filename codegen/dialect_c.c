@@ -828,6 +828,8 @@ const cg_dialect cg_dialect_c = {
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1},
     .toolchain = {.libraries = ""},
+    .create_failures = "",
+    .threads_note = "",
     .preamble = c_preamble,
     .ctx_fields = c_nothing,
     .ctx_helpers = c_nothing,

@@ -28,12 +28,7 @@ void emit_header(emitter *E) {
         cg_line(w, " * a DMRT_ERR_* code with a message from %s_error(). Contexts are independent: any", m);
         cg_line(w, " * number may be used from different threads. */");
     }
-    if (E->device) {
-        cg_line(w, "/* Target %s: the context's storage (parameters, gradients, optimizer state, temporaries)", E->dialect->name);
-        cg_line(w, " * is GPU memory, one device per context. Every pointer this API takes or returns is host");
-        cg_line(w, " * memory: batches are copied to the device by forward and train_step, outputs back by");
-        cg_line(w, " * %s_output_*, weight files through host buffers. */", m);
-    }
+    if (E->dialect->header_note) E->dialect->header_note(w, m);
     cg_line(w, "#ifndef %s_H", M);
     cg_line(w, "#define %s_H", M);
     cg_blank(w);
@@ -74,7 +69,7 @@ void emit_header(emitter *E) {
         cg_line(w, "/* A context with parameters initialised as the .dm says, from seed (the same seed gives");
         cg_line(w, " * the same parameters). NULL on failure, with the reason in err (errlen bytes; err may");
         cg_line(w, " * be NULL when errlen is 0): \"%s: out of memory\"%s. */", m,
-                E->device ? ", \"no CUDA device: ...\"" : "");
+                E->dialect->create_failures);
         cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen);", m, m);
     }
     cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
@@ -113,7 +108,7 @@ void emit_header(emitter *E) {
     cg_line(w, "const char *%s_error(const %s_ctx *ctx);", m, m);
     cg_line(w, "/* The threads this context's loops and matrix products run on (1 to DMRT_MAX_THREADS; DMRT_ERR_ARG");
     cg_line(w, " * otherwise). create sets dmrt_threads_per_rank(the ranks on this machine): $DMC_THREADS, else");
-    cg_line(w, " * its share of the cores.%s */", E->device ? " This target's kernels run on the GPU: it changes nothing there." : "");
+    cg_line(w, " * its share of the cores.%s */", E->dialect->threads_note);
     cg_line(w, "int %s_set_threads(%s_ctx *ctx, int threads);", m, m);
     cg_blank(w);
     cg_line(w, "/* Shapes, names and entry points for generic tools (dmrt_trainer_main). */");
