@@ -25,16 +25,42 @@ typedef struct codegen_plans {
     const dm_bucket_plan *buckets;
     const dm_zero_plan *zero;       /* NULL: no ZeRO */
     const dm_compress_plan *compress; /* NULL: no gradient compression */
+    const dm_bias_plan *bias;       /* pass_fuse_bias's; NULL: every bias is added by its product */
 } codegen_plans;
+
+/* How `dmc run` builds a target's generated source into a program (driver/toolchain.c
+ * spells the commands): the C compiler always compiles main.c and links it with the
+ * runtime; a target with a compiler of its own has it compile the source into an object
+ * first (with the flags and architecture the build gave the toolkit's runtime library). */
+typedef struct codegen_toolchain {
+    const char *compiler;       /* the source's own compiler ("nvcc"), or NULL: the C compiler
+                                 * compiles it with main.c */
+    const char *compiler_env;   /* the environment variable that names its path ("NVCC") */
+    const char *toolkit;        /* where the compiler and libraries come from, for messages ("CUDA") */
+    const char *libraries;      /* what the program links besides the runtime, before it, or "" */
+    int toolkit_libs;           /* the libraries are in the toolkit's lib64 (-L and -rpath) */
+    int tf32;                   /* --tf32 reaches the generated code (matrix products in TF32) */
+} codegen_toolchain;
 
 /* Whether name is a target codegen knows ("c", "cuda"). */
 int codegen_target_known(const char *name);
 /* Whether the target has fused attention kernels (passes/fuse_attention.c): C does. */
 int codegen_fuses_attention(const char *target);
+/* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
+int codegen_fuses_bias(const char *target);
 /* The scratch the target's kernels need (dm_scratch_elems), for --explain's prediction. */
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
+/* The target's toolchain (NULL: the default target's). */
+const codegen_toolchain *codegen_toolchain_of(const char *target);
 /* "c" or "cu": the suffix of the generated source for the target. */
 const char *codegen_source_suffix(const char *target);
+
+/* What codegen_write refuses before it writes anything (techniques the target's dialect
+ * cannot do yet, cg_capabilities; what generated code does not handle), with the same
+ * messages: `dmc --check` runs it, so that it agrees with -o. 0, or -1 with the messages on
+ * err. */
+int codegen_check(const ir_graph *g, const codegen_plans *plans, const char *source_path, const codegen_options *options,
+                  FILE *err);
 
 /* source_path is the .dm file (quoted in comments), source_text its contents (each op
  * gets its .dm line as a comment); options may be NULL (the defaults). Returns 0, or -1

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "codegen.h"
 #include "ir.h"
 
 /* Output is written in two sections: file-scope code the host functions call (CUDA
@@ -145,6 +146,22 @@ typedef struct cg_update {
 
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
 
+/* What a dialect's generated code can do, as data (1: it can). Code generation refuses
+ * the rest before it writes anything, and `dmc --check` runs the same refusals
+ * (codegen_check), so both say the same. Fused attention is the attention hook's presence. */
+typedef struct cg_capabilities {
+    int zero;               /* ZeRO's sharded updates (--zero) */
+    int interleaved;        /* the interleaved pipeline schedule (--schedule interleaved) */
+    int weight_versions;    /* the 2bw and pipedream schedules' weight versions */
+    int compress;           /* gradient compression (--compress) */
+    int param_servers;      /* parameter servers (--param-servers) */
+    int dropout;
+    int predict;            /* <model>_predict (else the descriptor says why not) */
+    int checkpoints;        /* checkpoints read the optimizer state (else the descriptor says why not) */
+    int bias_activation;    /* an activation's loop nest adds a bias and stores the sum too
+                             * (cg_loop_nest.also_out: pass_fuse_bias) */
+} cg_capabilities;
+
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
  *
  * Conventions of the generated host code the hooks write into: the context is `ctx`
@@ -163,7 +180,17 @@ typedef struct cg_dialect {
                                      * just failed (comm_failed copies it into ctx->error) */
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
                                      * in the dialect's memory (dmrt_model.memory_peak) */
+    cg_capabilities can;            /* what its generated code can do (above) */
+    codegen_toolchain toolchain;    /* how dmc run builds its source (codegen.h) */
 
+    /* What the public header <model>.h says of the target: after the API's opening comment,
+     * where the context's storage lives and how the API's host pointers reach it (NULL:
+     * nothing to add); the failures create reports besides "out of memory" (a C string
+     * fragment: ", \"no CUDA device: ...\"", or ""); a sentence on what set_threads
+     * changes ("" or " This target's ..."). */
+    void (*header_note)(cg_writer *w, const char *model);
+    const char *create_failures;
+    const char *threads_note;
     /* After #include "<model>.h": the includes and file-scope declarations the dialect
      * needs (before the context struct). */
     void (*preamble)(cg_writer *w);

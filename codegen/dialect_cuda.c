@@ -620,6 +620,13 @@ static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
 
 /* ---- host scaffolding ------------------------------------------------------------------------ */
 
+static void cuda_header_note(cg_writer *w, const char *m) {
+    cg_line(w, "/* Target cuda: the context's storage (parameters, gradients, optimizer state, temporaries)");
+    cg_line(w, " * is GPU memory, one device per context. Every pointer this API takes or returns is host");
+    cg_line(w, " * memory: batches are copied to the device by forward and train_step, outputs back by");
+    cg_line(w, " * %s_output_*, weight files through host buffers. */", m);
+}
+
 static void cuda_preamble(cg_writer *w) {
     cg_line(w, "#include <cuda_runtime.h>");
     cg_line(w, "#include <math.h>");
@@ -858,6 +865,13 @@ const cg_dialect cg_dialect_cuda = {
      * there too); a host collective's (gathering weights) the rank's */
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
+    /* none of these yet (docs/gpu.md, "Not done yet") */
+    .can = {0},
+    .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
+                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
+    .header_note = cuda_header_note,
+    .create_failures = ", \"no CUDA device: ...\"",
+    .threads_note = " This target's kernels run on the GPU: it changes nothing there.",
     .preamble = cuda_preamble,
     .ctx_fields = cuda_ctx_fields,
     .ctx_helpers = cuda_ctx_helpers,

@@ -1,6 +1,8 @@
-/* emit.c: code generation's entry point: names every value after its source, numbers
- * the range checks, refuses what generated code cannot do yet, and writes <model>.h and
- * <model>.<c|cu> atomically, the source in sections (head, kernels, host functions).
+/* emit.c: code generation's entry points (codegen.h): names every value after its source,
+ * numbers the range checks, refuses what generated code or the dialect cannot do yet (also
+ * alone: codegen_check), and writes <model>.h and <model>.<c|cu> atomically, the source in
+ * sections (head, kernels, host functions). The helpers the emitter's files share are
+ * emit_util.c's.
  * requires: shapes, autodiff, optimizer, shard, pipeline (+ readers), memory, buckets. */
 #include <ctype.h>
 #include <errno.h>
@@ -75,138 +77,6 @@ static void assign_names(emitter *E) {
     free(taken);
 }
 
-/* n elements of type from src to dst, spelled by the dialect. */
-void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind) {
-    char bytes[96];
-    snprintf(bytes, sizeof bytes, "%lld * sizeof(%s)", n, type);
-    E->dialect->copy(&E->w, dst, src, bytes, kind, E->on_fail);
-}
-
-void zero_elems(emitter *E, const char *ptr, long long n, const char *type) {
-    char bytes[96];
-    snprintf(bytes, sizeof bytes, "%lld * sizeof(%s)", n, type);
-    E->dialect->zero(&E->w, ptr, bytes, E->on_fail);
-}
-
-/* A dmrt_comm.h call on the context's buffers, as the dialect spells it: "callee(args" */
-const char *comm_callee(const emitter *E, const char *op, char *buf, size_t size) {
-    E->dialect->comm_callee(buf, size, op);
-    return buf;
-}
-
-void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size) {
-    ir_format_type(E->g, t, buf, size);
-}
-
-/* The .dm line of loc, trimmed and made safe inside a C comment. */
-void source_line(const emitter *E, int line, char *buf, size_t size) {
-    const char *end = E->source_text + E->source_len;
-    const char *p = line >= 1 && line <= E->n_lines ? E->source_text + E->line_start[line - 1] : end;
-    while (p < end && (*p == ' ' || *p == '\t')) p++;
-    size_t n = 0;
-    for (; p < end && *p != '\n' && n + 1 < size && n < 100; p++) {
-        char c = *p;
-        if (c == '*' && p + 1 < end && p[1] == '/') c = '+';
-        buf[n++] = (c >= 32 && c < 127) ? c : ' ';
-    }
-    while (n && buf[n - 1] == ' ') n--;
-    buf[n] = 0;
-}
-
-void contiguous_strides(const ir_type *t, int64_t *stride) {
-    int64_t s = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        stride[d] = s;
-        s *= t->shape[d];
-    }
-}
-
-/* Merges adjacent dims that every array walks contiguously, and drops size-1 dims. */
-void coalesce(cg_loop_nest *k) {
-    int r = 0;
-    for (int d = 0; d < k->rank; d++) {
-        if (k->size[d] == 1) continue;
-        if (r > 0) {
-            int mergeable = k->out_stride[r - 1] == k->out_stride[d] * k->size[d];
-            for (int i = 0; i < k->n_in && mergeable; i++) mergeable = k->stride[i][r - 1] == k->stride[i][d] * k->size[d];
-            if (mergeable) {
-                k->size[r - 1] *= k->size[d];
-                k->out_stride[r - 1] = k->out_stride[d];
-                for (int i = 0; i < k->n_in; i++) k->stride[i][r - 1] = k->stride[i][d];
-                continue;
-            }
-        }
-        k->size[r] = k->size[d];
-        k->out_stride[r] = k->out_stride[d];
-        for (int i = 0; i < k->n_in; i++) k->stride[i][r] = k->stride[i][d];
-        r++;
-    }
-    k->rank = r;
-}
-
-/* Where this rank's block of input id starts in the caller's whole batch, in elements (a
- * C expression; "0" when the block is the whole): the block of a split leading dim is
- * contiguous (passes/supported.c refuses other splits). */
-void input_block_offset(const emitter *E, int id, char *buf, size_t size) {
-    const ir_type *t = &V(E, id)->type;
-    int n = snprintf(buf, size, "0");
-    if (E->in_micro && E->g->microbatches > 1 && n > 0 && (size_t)n < size)
-        n += snprintf(buf + n, size - (size_t)n, " + micro * %lld", (long long)ir_numel(t));
-    for (int d = 0; d < t->rank && n > 0 && (size_t)n < size; d++)
-        if (t->split[d] != IR_REPLICATED)
-            n += snprintf(buf + n, size - (size_t)n, " + ctx->coord[%d] * %lld", t->split[d],
-                          (long long)(T(E, id)->shape[d] * dims_product(t, d + 1, t->rank)));
-}
-
-/* The first element of this rank's block of input id in the caller's whole batch (or,
- * on a device, its copy there). */
-static void input_block(const emitter *E, int id, char *buf, size_t size) {
-    char offset[256];
-    input_block_offset(E, id, offset, sizeof offset);
-    /* "0 + a + b" reads as "+ a + b" after the base */
-    snprintf(buf, size, E->device ? "ctx->input_%s%s" : "batch->%s%s", E->cname[id], offset + 1);
-}
-
-/* Where a kernel reading the ids or targets `id` reports a bad one: its position in the
- * step's whole batch is this expression plus the position in the block (a value that is
- * not an input's block: "0", positions are the block's own). */
-void fault_position_base(const emitter *E, int id, char *buf, size_t size) {
-    if (E->plan->region[id] == REGION_INPUT) input_block_offset(E, E->plan->storage_of[id], buf, size);
-    else snprintf(buf, size, "0");
-}
-
-/* The pointer through which code reaches a value's storage. */
-void storage_expr(const emitter *E, int id, char *buf, size_t size) {
-    const dm_memory_plan *p = E->plan;
-    int root = p->storage_of[id];
-    /* the offset on the stage being emitted (the value's own outside stage functions) */
-    long long off = 0;
-    if (p->region[id] != REGION_INPUT && p->region[id] != REGION_NONE) {
-        off = (long long)dm_offset_on(p, E->g, id, E->cur_stage);
-        if (off < 0) {
-            /* the pipeline plan sends every value a stage reads to it */
-            fprintf(stderr, "dmc: internal error: '%s' is used on stage %d, which holds no copy of it\n",
-                    V(E, id)->name ? V(E, id)->name : "?", E->cur_stage);
-            abort();
-        }
-    }
-    if (!E->in_micro && E->summed && E->summed[id] >= 0) {
-        snprintf(buf, size, "ctx->grad_sum + %lld", (long long)dm_grad_sum_offset(p, E->g->grads[E->summed[id]]));
-        return;
-    }
-    switch (p->region[id]) {
-    case REGION_INPUT: input_block(E, root, buf, size); break;
-    case REGION_PARAMS: snprintf(buf, size, "ctx->params + %lld", off); break;
-    case REGION_GRADS: snprintf(buf, size, "ctx->grads + %lld", off); break;
-    case REGION_STATE: snprintf(buf, size, "ctx->state + %lld", off); break;
-    case REGION_ARENA:
-        snprintf(buf, size, "%s + %lld", E->kept_var && off >= stage_kept_from(E, E->cur_stage) ? E->kept_var : E->arena_var,
-                 off);
-        break;
-    case REGION_NONE: snprintf(buf, size, "NULL"); break;
-    }
-}
-
 /* What pipelined code generation does not handle yet (passes/supported.c refuses the rest
  * at --check). */
 static int check_stages(const emitter *E, FILE *err) {
@@ -235,34 +105,35 @@ static int check_stages(const emitter *E, FILE *err) {
     return bad;
 }
 
-/* What SPMD code generation does not handle yet, refused before anything is written
- * (what needs only the graph, passes/supported.c refused at --check). */
+/* What SPMD code generation does not handle, or the dialect cannot do (its capabilities),
+ * refused before anything is written, and by `dmc --check` (codegen_check). */
 static int check_spmd(const emitter *E, FILE *err) {
+    const cg_capabilities *can = &E->dialect->can;
     int bad = 0;
     if (E->scheduled && check_stages(E, err)) bad = -1;
-    if (E->device && E->chunks > 1) {
+    if (!can->interleaved && E->chunks > 1) {
         fprintf(err, "%s: error: the interleaved schedule is built for the C target only; compile with --target c or "
                      "another schedule\n", E->source_path);
         bad = -1;
     }
-    if (E->device && E->g->compress.kind != COMPRESS_NONE) {
+    if (!can->compress && E->g->compress.kind != COMPRESS_NONE) {
         char name[64];
         dm_compress_name(&E->g->compress, name, sizeof name);
         fprintf(err, "%s: error: gradient compression (--compress %s) is built for the C target only; compile with --target c "
                      "or without --compress\n", E->source_path, name);
         bad = -1;
     }
-    if (E->device && emits_2bw(E)) {
+    if (!can->weight_versions && emits_2bw(E)) {
         fprintf(err, "%s: error: the %s schedule is built for the C target only; compile with --target c or another "
                      "schedule\n", E->source_path, dm_runs_pipedream(E->g) ? "pipedream" : "2bw");
         bad = -1;
     }
-    if (E->device && E->g->param_servers.servers) {
+    if (!can->param_servers && E->g->param_servers.servers) {
         fprintf(err, "%s: error: parameter servers are built for the C target only; compile with --target c or without "
                      "--param-servers\n", E->source_path);
         bad = -1;
     }
-    if (E->device && E->zero->n_buckets) {
+    if (!can->zero && E->zero->n_buckets) {
         fprintf(err, "%s: error: ZeRO (zero = %d) is built for the C target only; compile with --target c or without --zero\n",
                 E->source_path, E->zero->stage);
         bad = -1;
@@ -341,6 +212,11 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
 
 int codegen_target_known(const char *name) { return cg_dialect_find(name) != NULL; }
 
+int codegen_fuses_bias(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.bias_activation;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;
@@ -351,6 +227,11 @@ void codegen_scratch_rules(const char *target, dm_scratch_rules *out) {
     if (!d) d = &cg_dialect_c;
     *out = (dm_scratch_rules){.xent_floats = d->xent_scratch_floats, .embed_grad_bytes = d->embed_grad_scratch_bytes,
                               .wgrad_floats = d->wgrad_scratch_floats, .attention_floats = d->attention_scratch_floats};
+}
+
+const codegen_toolchain *codegen_toolchain_of(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return &(d ? d : &cg_dialect_c)->toolchain;
 }
 
 const char *codegen_source_suffix(const char *target) {
@@ -367,73 +248,108 @@ static void number_faults(emitter *E) {
         if (V(E, i)->op == OP_EMBED || V(E, i)->op == OP_XENT_STATS) E->fault_site[i] = ++E->n_faults;
 }
 
-int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path, const char *source_text,
-                  size_t source_len, const codegen_options *options, const char *out_dir, FILE *err) {
+/* Everything codegen_write decides before it writes: E set up for g and its plans. 0, or
+ * -1 after a message (an unknown target). */
+static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plans, const char *source_path,
+                        const char *source_text, size_t source_len, const codegen_options *options, FILE *err) {
     const char *base = strrchr(source_path, '/');
     const cg_dialect *dialect = cg_dialect_find(options && options->target ? options->target : "c");
     if (!dialect) {
         fprintf(err, "dmc: error: unknown target '%s'\n", options->target);
         return -1;
     }
-    emitter E = {.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
-                 .source_text = source_text, .source_len = source_len, .device = dialect->device_memory,
-                 .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
+    *E = (emitter){.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
+                   .source_text = source_text, .source_len = source_len, .device = dialect->device_memory,
+                   .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
     size_t n = 0;
-    for (const char *p = g->model; *p && n + 1 < sizeof E.prefix_upper; p++) E.prefix_upper[n++] = (char)toupper((unsigned char)*p);
-    E.prefix_upper[n] = 0;
-    E.line_start = malloc((source_len + 2) * sizeof(size_t));
-    if (!E.line_start) abort();
-    E.line_start[E.n_lines++] = 0;
+    for (const char *p = g->model; *p && n + 1 < sizeof E->prefix_upper; p++) E->prefix_upper[n++] = (char)toupper((unsigned char)*p);
+    E->prefix_upper[n] = 0;
+    E->line_start = malloc((source_len + 2) * sizeof(size_t));
+    if (!E->line_start) abort();
+    E->line_start[E->n_lines++] = 0;
     for (size_t i = 0; i < source_len; i++)
-        if (source_text[i] == '\n') E.line_start[E.n_lines++] = i + 1;
-    assign_names(&E);
-    E.local = malloc(((size_t)g->n_values + 1) * sizeof *E.local);
-    if (!E.local) abort();
+        if (source_text[i] == '\n') E->line_start[E->n_lines++] = i + 1;
+    assign_names(E);
+    E->local = malloc(((size_t)g->n_values + 1) * sizeof *E->local);
+    if (!E->local) abort();
     for (int i = 0; i < g->n_values; i++) {
-        E.local[i] = ir_local_type(g, &g->values[i]->type);
+        E->local[i] = ir_local_type(g, &g->values[i]->type);
     }
-    E.partitioned = ir_is_partitioned(g);
-    E.arena_var = "ctx->arena";
-    E.pipe_axis = ir_pipeline_axis(g);
-    E.ranks = E.pipe_axis >= 0 ? (int)g->axes[E.pipe_axis].size : 1;
-    E.chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
-    E.stages = E.ranks * E.chunks;
-    E.scheduled = ir_is_scheduled(g);
-    if (plans->pipeline && plans->pipeline->timed.actions) E.predicted = plans->pipeline;
-    if (E.pipe_axis >= 0) E.partitioned = 1;
-    if (E.scheduled) {
-        E.sched = &plans->pipeline->schedule;
-        E.needed_on = plans->pipeline->readers;
-        E.slots = calloc((size_t)E.stages, sizeof(int));
-        if (!E.slots) abort();
-        for (int st = 0; st < E.stages; st++) E.slots[st] = plans->pipeline->stage[st].in_flight;
+    E->partitioned = ir_is_partitioned(g);
+    E->arena_var = "ctx->arena";
+    E->pipe_axis = ir_pipeline_axis(g);
+    E->ranks = E->pipe_axis >= 0 ? (int)g->axes[E->pipe_axis].size : 1;
+    E->chunks = plans->pipeline && plans->pipeline->chunks > 1 ? plans->pipeline->chunks : 1;
+    E->stages = E->ranks * E->chunks;
+    E->scheduled = ir_is_scheduled(g);
+    if (plans->pipeline && plans->pipeline->timed.actions) E->predicted = plans->pipeline;
+    if (E->pipe_axis >= 0) E->partitioned = 1;
+    if (E->scheduled) {
+        E->sched = &plans->pipeline->schedule;
+        E->needed_on = plans->pipeline->readers;
+        E->slots = calloc((size_t)E->stages, sizeof(int));
+        if (!E->slots) abort();
+        for (int st = 0; st < E->stages; st++) E->slots[st] = plans->pipeline->stage[st].in_flight;
     }
-    E.summed = dm_summed_partials(g);
-    plan_bias_activations(&E);
-    E.bucket_lead = plans->buckets->lead;
-    E.bucket_ready = plans->buckets->ready;
+    E->summed = dm_summed_partials(g);
+    if (plans->bias && plans->bias->activation_of && dialect->can.bias_activation) {
+        E->activation_of_bias = plans->bias->activation_of;
+    } else {
+        int *none = malloc(((size_t)g->n_values + 1) * sizeof(int));
+        if (!none) abort();
+        for (int i = 0; i < g->n_values; i++) none[i] = -1;
+        E->activation_of_bias = E->no_bias_activations = none;
+    }
+    E->bucket_lead = plans->buckets->lead;
+    E->bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
-    E.zero = plans->zero ? plans->zero : &no_zero;
+    E->zero = plans->zero ? plans->zero : &no_zero;
     static const dm_compress_plan no_compress = {0};
-    E.compress = plans->compress ? plans->compress : &no_compress;
-    number_faults(&E);
-    predict_mark(&E);
-    E.scratch_elems = plans->memory->scratch_elems;
-    int status = check_spmd(&E, err) || check_target(&E, err) ? -1 : 0;
-    if (!status) status = emit_dropout_prepare(&E, err);
+    E->compress = plans->compress ? plans->compress : &no_compress;
+    number_faults(E);
+    predict_mark(E);
+    E->scratch_elems = plans->memory->scratch_elems;
+    return 0;
+}
+
+/* What codegen refuses for E's program and dialect: 0, or -1 after the messages. */
+static int emitter_check(emitter *E, FILE *err) {
+    int status = check_spmd(E, err) || check_target(E, err) ? -1 : 0;
+    if (!status) status = emit_dropout_prepare(E, err);
+    return status;
+}
+
+static void emitter_close(emitter *E) {
+    free(E->local);
+    free(E->slots);
+    free(E->summed);
+    free(E->no_bias_activations);
+    free(E->fault_site);
+    free(E->for_outputs);
+    for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
+    free(E->cname);
+    free(E->line_start);
+}
+
+int codegen_check(const ir_graph *g, const codegen_plans *plans, const char *source_path, const codegen_options *options,
+                  FILE *err) {
+    emitter E;
+    if (emitter_open(&E, g, plans, source_path, "", 0, options, err)) return -1;
+    int status = emitter_check(&E, err);
+    emitter_close(&E);
+    return status;
+}
+
+int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *source_path, const char *source_text,
+                  size_t source_len, const codegen_options *options, const char *out_dir, FILE *err) {
+    emitter E;
+    if (emitter_open(&E, g, plans, source_path, source_text, source_len, options, err)) return -1;
+    int status = emitter_check(&E, err);
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
-    snprintf(c, sizeof c, "%s.%s", g->model, dialect->source_suffix);
+    snprintf(c, sizeof c, "%s.%s", g->model, E.dialect->source_suffix);
     if (!status) status = write_file(&E, out_dir, h, emit_header, NULL, err);
     if (!status) status = write_file(&E, out_dir, c, emit_source_head, emit_source_body, err);
-    free(E.local);
-    free(E.slots);
-    free(E.summed);
-    free(E.activation_of_bias);
-    free(E.fault_site);
-    free(E.for_outputs);
-    for (int i = 0; i < g->n_values; i++) free(E.cname[i]);
-    free(E.cname);
-    free(E.line_start);
+    emitter_close(&E);
     return status;
 }

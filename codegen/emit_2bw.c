@@ -140,7 +140,7 @@ static void emit_take_newest(emitter *E, long long elems) {
     cg_writer *w = &E->w;
     cg_line(w, "if (version != ctx->newest) {");
     w->indent++;
-    copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
+    cg_copy_elems(E, "ctx->weights[version]", "ctx->weights[ctx->newest]", elems, "float", CG_DEVICE_TO_DEVICE);
     cg_line(w, "ctx->newest = version;");
     w->indent--;
     cg_line(w, "}");
@@ -217,7 +217,7 @@ static void emit_owed_and_update(emitter *E, int st) {
     int any = 0;
     emit_gradient_means(E, st, &any);
     cg_line(w, "const int spare = 1 - ctx->newest;");
-    copy_elems(E, "ctx->weights[spare]", "ctx->weights[ctx->newest]", (long long)E->plan->stage[st].param_elems, "float",
+    cg_copy_elems(E, "ctx->weights[spare]", "ctx->weights[ctx->newest]", (long long)E->plan->stage[st].param_elems, "float",
                CG_DEVICE_TO_DEVICE);
     cg_line(w, "ctx->params = ctx->weights[spare];");
     cg_line(w, "ctx->step++;");
@@ -240,7 +240,7 @@ static void emit_keep_inputs(emitter *E, int st) {
         snprintf(dst, sizeof dst, "ctx->previous_%s", E->cname[v->id]);
         snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
         cg_line(&E->w, "/* input %s, which the owed backwards read in the next step */", v->name);
-        copy_elems(E, dst, src, batch_elems(E, n), ctype(v->type.dtype), CG_DEVICE_TO_DEVICE);
+        cg_copy_elems(E, dst, src, batch_elems(E, n), ctype(v->type.dtype), CG_DEVICE_TO_DEVICE);
     }
 }
 

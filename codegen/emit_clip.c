@@ -101,7 +101,7 @@ void emit_clip(emitter *E, int stage) {
     const ir_optimizer *o = &g->optimizer;
     cg_writer *w = &E->w;
     char line[160], clip[64];
-    source_line(E, o->loc.line, line, sizeof line);
+    cg_source_line(E, o->loc.line, line, sizeof line);
     cg_float_literal(o->clip, clip, sizeof clip);
     cg_blank(w);
     cg_line(w, "/* %s:%d: %s */", E->source_path, o->loc.line, line);

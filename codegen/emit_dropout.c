@@ -3,19 +3,19 @@
  * the serial program draws there: the key of element i is (seed, ctx->step, the op's
  * number, i), one Philox block (runtime/rng.c, dmrt_dropout_keep). The backward pass is the
  * same op on dy, and a recomputed copy is the same op again: both redraw the same mask, so
- * none is stored. Forward (evaluation, ctx->training clear) copies x. C target only. */
+ * none is stored. Forward (evaluation, ctx->training clear) copies x. The C dialect's only (cg_capabilities). */
 #include <math.h>
 #include <string.h>
 
 #include "emitter.h"
 
 /* Whether the program has dropout ops (the context then keeps the seed and the training
- * flag); refuses them for targets other than C. */
+ * flag); refuses them for a dialect that cannot (cg_capabilities.dropout). */
 int emit_dropout_prepare(emitter *E, FILE *err) {
     for (int i = 0; i < E->g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (v->op != OP_DROPOUT) continue;
-        if (E->device) {
+        if (!E->dialect->can.dropout) {
             fprintf(err, "%s:%d:%d: error: dropout is built for the C target only; compile with --target c\n",
                     E->source_path, v->loc.line, v->loc.col);
             return -1;

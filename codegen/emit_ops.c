@@ -27,37 +27,7 @@ static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char 
 
 static void emit_product(emitter *E, const ir_value *v);
 
-/* A bias's add that runs its product, whose first reader is an activation of it alone (a
- * unary op, same phase and stage) on the C target: the product is made without the bias,
- * and the activation's pass adds the bias, stores the sum (the activation's gradient reads
- * it) and applies itself, one pass where there were two (the bias's fill, the activation). */
-void plan_bias_activations(emitter *E) {
-    const ir_graph *g = E->g;
-    E->activation_of_bias = malloc(((size_t)g->n_values + 1) * sizeof(int));
-    if (!E->activation_of_bias) abort();
-    for (int i = 0; i < g->n_values; i++) E->activation_of_bias[i] = -1;
-    if (E->device) return;
-    for (int a = 0; a < g->n_values; a++) {
-        const ir_value *add = V(E, a);
-        /* the bias is read later than the add would read it: only a parameter's own storage
-         * keeps it that long (a slice, a ZeRO 3 gather, is a temporary) */
-        if (!runs_product(E, add) || E->plan->region[E->plan->storage_of[add->operands[1]]] != REGION_PARAMS) continue;
-        for (int u = a + 1; u < g->n_values; u++) {
-            const ir_value *reader = V(E, u);
-            int reads = 0;
-            for (int k = 0; k < reader->n_operands; k++) reads |= reader->operands[k] == a;
-            if (!reads) continue;
-            const ir_op_info *info = ir_op_info_of(reader->op);
-            if (info->cls == OPC_UNARY && reader->n_operands == 1 && reader->op != OP_DROPOUT && info->forward &&
-                !strchr(info->forward, ';') && reader->phase == add->phase && reader->stage == add->stage &&
-                !shares_buffer(E, u) && T(E, u)->dtype == DT_F32 && ir_numel(T(E, u)) == ir_numel(T(E, a)))
-                E->activation_of_bias[a] = u;
-            break; /* the first reader decides */
-        }
-    }
-}
-
-/* The activation u of a bias's add that it completes (plan_bias_activations), or -1. */
+/* The activation u of a bias's add that it completes (passes/fuse_bias.c), or -1. */
 static int bias_of_activation(const emitter *E, int u) {
     const ir_value *v = V(E, u);
     return v->n_operands == 1 && E->activation_of_bias[v->operands[0]] == u ? v->operands[0] : -1;
@@ -98,7 +68,7 @@ static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
     k.stride[1][1] = 1;
     cg_line(&E->w, "/* %s = %s + its bias %s, stored, and %s of it, in one pass */", E->cname[add],
             E->cname[a->operands[0]], E->cname[a->operands[1]], ir_op_info_of(u->op)->name);
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -123,7 +93,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
     literal lits[CG_MAX_OPERANDS];
     k.rank = T(E, v->id)->rank;
     for (int d = 0; d < k.rank; d++) k.size[d] = T(E, v->id)->shape[d];
-    contiguous_strides(T(E, v->id), k.out_stride);
+    cg_contiguous_strides(T(E, v->id), k.out_stride);
     k.out = E->cname[v->id];
     k.out_elems = ir_numel(T(E, v->id));
     static const char *const unary_vars[] = {"x", "y", "dy"};
@@ -133,7 +103,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         k.n_in = v->n_operands;
         for (int i = 0; i < k.n_in; i++) {
             set_operand(E, &k, i, unary_vars[i], v->operands[i], &lits[i]);
-            contiguous_strides(T(E, v->id), k.stride[i]);
+            cg_contiguous_strides(T(E, v->id), k.stride[i]);
         }
     } else {
         k.expr = info->forward;
@@ -141,7 +111,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         for (int i = 0; i < 2; i++) {
             const ir_type *t = T(E, v->operands[i]);
             int64_t own[IR_MAX_RANK];
-            contiguous_strides(t, own);
+            cg_contiguous_strides(t, own);
             for (int d = 0; d < k.rank; d++) {
                 int td = d - (k.rank - t->rank);
                 k.stride[i][d] = td < 0 || t->shape[td] == 1 ? 0 : own[td];
@@ -149,7 +119,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
             set_operand(E, &k, i, binary_vars[i], v->operands[i], &lits[i]);
         }
     }
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -162,7 +132,7 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     literal lit, scale;
     k.rank = big->rank;
     int64_t big_stride[IR_MAX_RANK], small_stride[IR_MAX_RANK], s = 1;
-    contiguous_strides(big, big_stride);
+    cg_contiguous_strides(big, big_stride);
     for (int d = big->rank - 1; d >= 0; d--) {
         int reduced = (v->axes >> d) & 1u;
         small_stride[d] = reduced ? 0 : s;
@@ -189,7 +159,7 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     }
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -198,19 +168,19 @@ static void emit_transpose(emitter *E, const ir_value *v) {
     cg_loop_nest k = {0};
     literal lit;
     int64_t in_stride[IR_MAX_RANK];
-    contiguous_strides(in, in_stride);
+    cg_contiguous_strides(in, in_stride);
     k.rank = T(E, v->id)->rank;
     for (int d = 0; d < k.rank; d++) {
         k.size[d] = T(E, v->id)->shape[d];
         k.stride[0][d] = in_stride[v->perm[d]];
     }
-    contiguous_strides(T(E, v->id), k.out_stride);
+    cg_contiguous_strides(T(E, v->id), k.out_stride);
     k.n_in = 1;
     k.out = E->cname[v->id];
     k.out_elems = ir_numel(T(E, v->id));
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -263,7 +233,7 @@ static void emit_product(emitter *E, const ir_value *v) {
         fill.stride[0][1] = 1;
         set_operand(E, &fill, 0, "b", V(E, add)->operands[1], &lit);
         cg_line(&E->w, "/* the product %s, into the bias %s: the sum */", E->cname[v->id], E->cname[V(E, add)->operands[1]]);
-        coalesce(&fill);
+        cg_coalesce(&fill);
         E->dialect->loop_nest(&E->w, &fill);
         k.accumulate = 1;
     }
@@ -293,8 +263,8 @@ static void emit_slice(emitter *E, const ir_value *v) {
     const ir_type *small = pad ? T(E, v->operands[0]) : T(E, v->id);
     const ir_type *big = pad ? T(E, v->id) : T(E, v->operands[0]);
     int64_t small_stride[IR_MAX_RANK], big_stride[IR_MAX_RANK];
-    contiguous_strides(small, small_stride);
-    contiguous_strides(big, big_stride);
+    cg_contiguous_strides(small, small_stride);
+    cg_contiguous_strides(big, big_stride);
     cg_loop_nest k = {0};
     literal lit;
     k.rank = small->rank;
@@ -313,7 +283,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
     } else {
         k.offset[0] = window;
     }
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -374,7 +344,7 @@ static void emit_embed(emitter *E, const ir_value *v) {
     const ir_type *table = grad ? T(E, v->id) : T(E, v->operands[0]);
     const ir_type *ids = T(E, v->operands[grad ? 0 : 1]);
     char position_base[256];
-    fault_position_base(E, v->operands[grad ? 0 : 1], position_base, sizeof position_base);
+    cg_fault_position_base(E, v->operands[grad ? 0 : 1], position_base, sizeof position_base);
     cg_embed k = {.rows = ir_numel(ids), .n = table->shape[0], .cols = table->shape[1], .out = E->cname[v->id],
                   .ids = E->cname[v->operands[grad ? 0 : 1]], .fault_site = E->fault_site[v->id],
                   .position_base = position_base};
@@ -406,7 +376,7 @@ static void emit_loss(emitter *E, const ir_value *v) {
     const ir_type *local_logits = T(E, logits->id);
     char where[300], position_base[256];
     snprintf(where, sizeof where, "%s:%d", E->source_path, v->loc.line);
-    fault_position_base(E, stats->operands[1], position_base, sizeof position_base);
+    cg_fault_position_base(E, stats->operands[1], position_base, sizeof position_base);
     cg_xent k = {.position_base = position_base, .classes = local_logits->shape[local_logits->rank - 1], .logits = E->cname[logits->id],
                  .targets = E->cname[stats->operands[1]], .stats = E->cname[stats->id], .out = E->cname[v->id],
                  .where = where, .fault_site = E->fault_site[v->id], .scratch = "ctx->scratch", .comm_size = 1};
@@ -481,7 +451,7 @@ static void emit_copy_nest(emitter *E, int rank, const int64_t *size, const char
         k.stride[0][d] = in_stride[d];
         k.out_stride[d] = out_stride[d];
     }
-    coalesce(&k);
+    cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
@@ -493,7 +463,7 @@ static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) 
     va_end(ap);
     const ir_value *src = V(E, v->operands[0]);
     char callee[96];
-    comm_callee(E, v->op == OP_ALLREDUCE ? "allreduce_sum" : v->op == OP_ALLGATHER ? "allgather"
+    cg_comm_callee(E, v->op == OP_ALLREDUCE ? "allreduce_sum" : v->op == OP_ALLGATHER ? "allgather"
                    : v->op == OP_REDUCE_SCATTER ? "reduce_scatter_sum" : "alltoall", callee, sizeof callee);
     cg_line(&E->w, "if (%sctx->comm[%d], %s, \"%s of %s (%s:%d)\") != 0) return comm_failed(ctx);", callee,
             v->mesh_axis, args, ir_op_info_of(v->op)->name, src->name ? src->name : E->cname[src->id], E->source_path,
@@ -523,7 +493,7 @@ static void emit_collective(emitter *E, const ir_value *v) {
     int i = v->axis;
     switch (v->op) {
     case OP_ALLREDUCE:
-        copy_elems(E, y, x, (long long)n_in, "float", CG_DEVICE_TO_DEVICE);
+        cg_copy_elems(E, y, x, (long long)n_in, "float", CG_DEVICE_TO_DEVICE);
         emit_comm_call(E, v, "%s, %lld", y, (long long)n_in);
         return;
     case OP_ALLGATHER:
@@ -550,13 +520,13 @@ static void emit_collective(emitter *E, const ir_value *v) {
         /* in: dim i split (block of it), dim j whole; out: dim i whole, dim j split */
         int j = v->axis2, rank = in->rank;
         int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
-        contiguous_strides(in, in_stride);
-        contiguous_strides(out, out_stride);
+        cg_contiguous_strides(in, in_stride);
+        cg_contiguous_strides(out, out_stride);
         /* a message is in's shape with dim j cut to out's block of it, contiguous */
         ir_type msg = *in;
         msg.shape[j] = out->shape[j];
         int64_t msg_stride[IR_MAX_RANK], size[IR_MAX_RANK + 1], from[IR_MAX_RANK + 1], to[IR_MAX_RANK + 1];
-        contiguous_strides(&msg, msg_stride);
+        cg_contiguous_strides(&msg, msg_stride);
         int64_t msg_elems = ir_numel(&msg);
         size[0] = k;
         for (int d = 0; d < rank; d++) size[d + 1] = msg.shape[d];
@@ -576,8 +546,8 @@ static void emit_collective(emitter *E, const ir_value *v) {
     }
     case OP_SHARD_SLICE: {
         int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
-        contiguous_strides(in, in_stride);
-        contiguous_strides(out, out_stride);
+        cg_contiguous_strides(in, in_stride);
+        cg_contiguous_strides(out, out_stride);
         char block[160];
         snprintf(block, sizeof block, "(%s + ctx->coord[%d] * %lld)", x_own, v->mesh_axis, (long long)(out->shape[i] * in_stride[i]));
         emit_copy_nest(E, out->rank, out->shape, block, in_stride, y_own, out_stride, n_out);
@@ -598,7 +568,7 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
         int id = g->grads ? g->grads[p] : -1;
         if (id < 0 || E->bucket_lead[id] != lead->id) continue;
         const ir_value *v = V(E, id);
-        copy_elems(E, E->cname[id], E->cname[v->operands[0]], (long long)ir_numel(T(E, id)), "float",
+        cg_copy_elems(E, E->cname[id], E->cname[v->operands[0]], (long long)ir_numel(T(E, id)), "float",
                    CG_DEVICE_TO_DEVICE);
         if (begin < 0) begin = E->plan->offset[id], first_name = V(E, g->params[p])->name;
         end = E->plan->offset[id] + ir_numel(T(E, id));
@@ -618,7 +588,7 @@ static void emit_bucket(emitter *E, const ir_value *lead) {
         return;
     }
     char callee[96];
-    comm_callee(E, bucket_started_early(E, lead->id) ? "allreduce_start" : "allreduce_sum", callee, sizeof callee);
+    cg_comm_callee(E, bucket_started_early(E, lead->id) ? "allreduce_start" : "allreduce_sum", callee, sizeof callee);
     cg_line(&E->w, "if (%sctx->comm[%d], ctx->grads + %lld, %lld, \"%s\") != 0)", callee, lead->mesh_axis,
             (long long)begin, (long long)(end - begin), label);
     cg_line(&E->w, "    return comm_failed(ctx);");
@@ -642,7 +612,7 @@ void emit_bucket_waits(emitter *E) {
             cg_blank(&E->w);
             cg_line(&E->w, "/* the gradient buckets started above, reduced over %s */", E->g->axes[a].name);
             char callee[96];
-            cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", comm_callee(E, "comm_wait", callee, sizeof callee),
+            cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", cg_comm_callee(E, "comm_wait", callee, sizeof callee),
                     a);
         }
 }
@@ -675,8 +645,8 @@ void emit_op(emitter *E, const ir_value *v) {
     const ir_op_info *info = ir_op_info_of(v->op);
     if (info->cls == OPC_SOURCE) return;
     char line[160], type[256];
-    source_line(E, v->loc.line, line, sizeof line);
-    shape_comment(E, &v->type, type, sizeof type);
+    cg_source_line(E, v->loc.line, line, sizeof line);
+    cg_shape_comment(E, &v->type, type, sizeof type);
     cg_blank(&E->w);
     cg_line(&E->w, "/* %s:%d: %s */", E->source_path, v->loc.line, line);
     if (v->type.dtype == DT_VOID)

@@ -58,7 +58,7 @@ static int64_t predict_batch(const emitter *E, char *why, size_t len) {
     const ir_graph *g = E->g;
     const ir_type *first = NULL;
     snprintf(why, len, "%s", "");
-    if (E->device) return snprintf(why, len, "predict is not supported on the %s target yet", E->dialect->name), 0;
+    if (!E->dialect->can.predict) return snprintf(why, len, "predict is not supported on the %s target yet", E->dialect->name), 0;
     if (!g->n_outputs) return snprintf(why, len, "the model declares no outputs"), 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < (pass ? g->n_outputs : g->n_inputs); i++) {
@@ -76,7 +76,7 @@ static int64_t predict_batch(const emitter *E, char *why, size_t len) {
     int mix = first->dim_name[0] ? mixes_rows(E, first->dim_name[0]) : -1;
     if (mix >= 0) {
         char line[160];
-        source_line(E, V(E, mix)->loc.line, line, sizeof line);
+        cg_source_line(E, V(E, mix)->loc.line, line, sizeof line);
         /* in a C string and a format: no quote, backslash or percent sign */
         for (char *c = line; *c; c++)
             if (*c == '"' || *c == '\\' || *c == '%') *c = '?';
@@ -104,7 +104,7 @@ void emit_predict_decl(emitter *E) {
     cg_line(w, "typedef struct %s_outputs {", m);
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
-        shape_comment(E, &v->type, type, sizeof type);
+        cg_shape_comment(E, &v->type, type, sizeof type);
         cg_line(w, "    %s *%s; /* %s, its first %s rows */", ctype(v->type.dtype), E->cname[v->id], type,
                 v->type.rank && v->type.dim_name[0] ? v->type.dim_name[0] : "dim's");
     }

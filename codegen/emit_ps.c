@@ -38,7 +38,7 @@ void emit_ps_tables(emitter *E) {
     cg_blank(w);
     int states = ps_states(E);
     char line[160];
-    source_line(E, g->optimizer.loc.line, line, sizeof line);
+    cg_source_line(E, g->optimizer.loc.line, line, sizeof line);
     cg_line(w, "/* A server's update of n elements of its shard: the optimizer's, as run_update's.");
     cg_line(w, " * %s:%d: %s */", E->source_path, g->optimizer.loc.line, line);
     cg_line(w, "static void ps_update(const dmrt_ps_step *ctx, float *param, const float *grad, float *const *state, int64_t n) {");

@@ -50,7 +50,7 @@ void emit_schedule(emitter *E) {
     const ir_optimizer *o = &E->g->optimizer;
     cg_writer *w = &E->w;
     char line[160];
-    source_line(E, o->loc.line, line, sizeof line);
+    cg_source_line(E, o->loc.line, line, sizeof line);
     cg_line(w, "/* %s:%d: %s */", E->source_path, o->loc.line, line);
     cg_line(w, "static const dmrt_lr_schedule lr_schedule = {.lr = %.17g, .warmup = %lld, .decay = %s, .min_lr = %.17g};",
             o->lr, (long long)o->warmup, decay_constant(o->decay), o->min_lr);

@@ -28,7 +28,7 @@ static int state_values(const emitter *E, int *ids) {
 
 /* Why this program cannot write checkpoints, or NULL when it can. */
 static const char *checkpoints_unsupported(const emitter *E) {
-    if (E->device) return "its optimizer state is device memory (the CUDA target), which checkpoints do not read yet";
+    if (!E->dialect->can.checkpoints) return "its optimizer state is device memory (the CUDA target), which checkpoints do not read yet";
     if (E->g->compress.kind == COMPRESS_TOPK || E->g->compress.kind == COMPRESS_POWERSGD)
         return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
     if (emits_2bw(E))

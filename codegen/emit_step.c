@@ -13,8 +13,8 @@ static void declare_buffers(emitter *E, const char *used) {
         if (!used[i] || !has_storage(E, i)) continue;
         const ir_value *v = V(E, i);
         char where[128], type[256];
-        storage_expr(E, i, where, sizeof where);
-        shape_comment(E, &v->type, type, sizeof type);
+        cg_storage_expr(E, i, where, sizeof where);
+        cg_shape_comment(E, &v->type, type, sizeof type);
         int readonly = E->plan->region[i] == REGION_INPUT;
         if (v->type.dtype == DT_I32 && E->plan->region[i] == REGION_ARENA)
             cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
@@ -36,14 +36,14 @@ static void emit_micro_grad_sum(emitter *E, int p) {
     if (dm_runs_pipedream(E->g)) {
         cg_line(&E->w, "/* %s's gradient, for this micro-batch's update (ctx->grad_sum is laid out as ctx->grads) */",
                 V(E, E->g->params[p])->name);
-        copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
+        cg_copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
         return;
     }
     cg_line(&E->w, "/* %s's gradient, added to the step's (ctx->grad_sum is laid out as ctx->grads) */",
             V(E, E->g->params[p])->name);
     cg_line(&E->w, "if (micro == 0) {");
     E->w.indent++;
-    copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
+    cg_copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
     E->w.indent--;
     cg_line(&E->w, "} else {");
     E->w.indent++;
@@ -77,7 +77,7 @@ static int tied_channel(int owner, int holder) { return 64 * 64 * 2 + owner * 64
 static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
     char callee[96], tagged[32];
     snprintf(tagged, sizeof tagged, "%s_tagged", op);
-    comm_callee(E, E->chunks > 1 ? tagged : op, callee, sizeof callee);
+    cg_comm_callee(E, E->chunks > 1 ? tagged : op, callee, sizeof callee);
     if (E->chunks > 1) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
     else snprintf(buf, size, "%sctx->comm[%d], %d", callee, E->pipe_axis, rank_of(E, peer));
 }
@@ -133,7 +133,7 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
         if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
         if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES))) continue;
         char call[160], buf[128];
-        if (E->chunks > 1) storage_expr(E, v->id, buf, sizeof buf);
+        if (E->chunks > 1) cg_storage_expr(E, v->id, buf, sizeof buf);
         else snprintf(buf, sizeof buf, "%s", E->cname[v->id]);
         cg_blank(&E->w);
         cg_line(&E->w, "/* %s is tied across stages: stage %d updates it, the others hold copies */", v->name, owner);
@@ -317,7 +317,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         cg_line(&E->w, "if (!ctx->predicting) {");
         E->w.indent++;
         cg_line(&E->w, "float micro_loss;");
-        copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
+        cg_copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
         cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
         E->w.indent--;
         cg_line(&E->w, "}");
@@ -329,7 +329,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         char dst[160];
         snprintf(dst, sizeof dst, "ctx->output_%s + micro * %lld", E->cname[o], n);
         cg_line(&E->w, "/* the step's output, by micro-batch */");
-        copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
+        cg_copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
     }
     if (traced && E->chunks > 1)
         cg_line(&E->w, "dmrt_trace_chunk_action(ctx->rank, '%c', micro, %d, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B',
@@ -387,7 +387,7 @@ static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, con
             if (!*any) cg_line(w, "/* %s */", title);
             *any = 1;
             char where[128], grad[140], sum[96];
-            storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
+            cg_storage_expr(E, dm_micro_grad(E->g, p), where, sizeof where);
             snprintf(grad, sizeof grad, "(%s)", where);
             snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, g->grads[p]));
             long long n = (long long)ir_numel(T(E, g->grads[p]));
@@ -587,7 +587,7 @@ void emit_upload(emitter *E) {
         snprintf(dst, sizeof dst, "ctx->input_%s", E->cname[v->id]);
         snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
         int64_t micro = E->g->microbatches > 1 ? E->g->microbatches : 1;
-        copy_elems(E, dst, src, (long long)(ir_numel(&v->type) * micro), ctype(v->type.dtype), CG_HOST_TO_DEVICE);
+        cg_copy_elems(E, dst, src, (long long)(ir_numel(&v->type) * micro), ctype(v->type.dtype), CG_HOST_TO_DEVICE);
     }
 }
 
@@ -608,7 +608,7 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
         snprintf(dst, sizeof dst, "ctx->host_output_%s", E->cname[v->id]);
         const char *saved = E->on_fail;
         E->on_fail = "return NULL;";
-        copy_elems(E, dst, local, n, "float", CG_DEVICE_TO_HOST);
+        cg_copy_elems(E, dst, local, n, "float", CG_DEVICE_TO_HOST);
         E->on_fail = saved;
         cg_line(w, "const float *local = ctx->host_output_%s;", E->cname[v->id]);
     } else {
@@ -679,7 +679,7 @@ void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long
         snprintf(src, sizeof src, "%s%s", v->type.dtype == DT_I32 ? "(const int32_t *)" : "", where);
         const char *saved = E->on_fail;
         E->on_fail = "return NULL;";
-        copy_elems(E, dst, src, n, type, CG_DEVICE_TO_HOST);
+        cg_copy_elems(E, dst, src, n, type, CG_DEVICE_TO_HOST);
         E->on_fail = saved;
         cg_line(w, "return ctx->host_output_%s;", E->cname[v->id]);
     }
@@ -716,11 +716,11 @@ void emit_scheduled_api(emitter *E) {
             snprintf(out, sizeof out, "ctx->output_%s", E->cname[o]);
             cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != %d) {", rank_of(E, V(E, o)->stage));
             w->indent++;
-            zero_elems(E, out, n, "float");
+            cg_zero_elems(E, out, n, "float");
             w->indent--;
             cg_line(w, "}");
             cg_line(w, "if (%sctx->comm[PIPELINE_AXIS], (float *)ctx->output_%s, %lld, \"output %s, from its stage\") != 0)",
-                    comm_callee(E, "allreduce_sum", callee, sizeof callee), E->cname[o], n, V(E, o)->name);
+                    cg_comm_callee(E, "allreduce_sum", callee, sizeof callee), E->cname[o], n, V(E, o)->name);
             cg_line(w, "    return comm_failed(ctx);");
         }
     }
@@ -781,10 +781,10 @@ void emit_serial_api(emitter *E) {
     cg_line(w, "int status = run_forward(ctx, batch);");
     if (g->loss >= 0) {
         char where[128];
-        storage_expr(E, g->loss, where, sizeof where);
+        cg_storage_expr(E, g->loss, where, sizeof where);
         cg_line(w, "if (status != DMRT_OK || !loss) return status;");
         cg_line(w, "/* %s */", E->cname[g->loss]);
-        copy_elems(E, "loss", where, 1, "float", CG_DEVICE_TO_HOST);
+        cg_copy_elems(E, "loss", where, 1, "float", CG_DEVICE_TO_HOST);
     } else {
         cg_line(w, "if (loss) *loss = 0.0f; /* the model declares no loss */");
     }
@@ -811,7 +811,7 @@ void emit_serial_api(emitter *E) {
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
         char where[128];
-        storage_expr(E, v->id, where, sizeof where);
+        cg_storage_expr(E, v->id, where, sizeof where);
         if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
         emit_output_accessor(E, v, where, (long long)ir_numel(T(E, v->id)));
     }

@@ -100,7 +100,7 @@ static void emit_bucket_updates(emitter *E, const dm_zero_bucket *b, const char 
     for (int p = b->first; p <= b->last; p++) emit_member_update(E, b, p, share);
     if (b->param_at < 0) {
         cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld + share_begin, ctx->params + %lld, %lld, \"all-gather of the parameters %s\") != 0)",
-            comm_callee(E, "allgather", callee, sizeof callee), b->axis, (long long)b->param_begin, (long long)b->param_begin,
+            cg_comm_callee(E, "allgather", callee, sizeof callee), b->axis, (long long)b->param_begin, (long long)b->param_begin,
             (long long)b->share, label);
         cg_line(&E->w, "    return comm_failed(ctx);");
     }
@@ -121,26 +121,26 @@ static void emit_bucket_reduce(emitter *E, const dm_zero_bucket *b, const char *
         char dst[160];
         if (two && at > filled) {
             snprintf(dst, sizeof dst, "(%s + %lld)", whole, (long long)filled);
-            zero_elems(E, dst, (long long)(at - filled), "float");
+            cg_zero_elems(E, dst, (long long)(at - filled), "float");
         }
         snprintf(dst, sizeof dst, "(%s + %lld)", whole, (long long)at);
-        copy_elems(E, dst, E->cname[V(E, grad)->operands[0]], (long long)n, "float", CG_DEVICE_TO_DEVICE);
+        cg_copy_elems(E, dst, E->cname[V(E, grad)->operands[0]], (long long)n, "float", CG_DEVICE_TO_DEVICE);
         filled = at + n;
     }
     if (two && b->span > filled) {
         char dst[160];
         snprintf(dst, sizeof dst, "(%s + %lld)", whole, (long long)filled);
-        zero_elems(E, dst, (long long)(b->span - filled), "float");
+        cg_zero_elems(E, dst, (long long)(b->span - filled), "float");
     }
     if (!two || E->update_part != 1) declare_share_begin(E, b); /* zero 2 reduces into a share that does not need it */
     zero_grad_share(E, b, share, sizeof share);
     char callee[96];
     cg_line(&E->w, "if (%sctx->comm[%d], %s, %s, %lld, \"reduce-scatter of the gradients %s\") != 0)",
-            comm_callee(E, "reduce_scatter_sum", callee, sizeof callee), b->axis, whole, two ? share : "ctx->scratch",
+            cg_comm_callee(E, "reduce_scatter_sum", callee, sizeof callee), b->axis, whole, two ? share : "ctx->scratch",
             (long long)b->share, label);
     cg_line(&E->w, "    return comm_failed(ctx);");
     /* zero 1 receives its share in scratch and puts it back in place */
-    if (!two) copy_elems(E, share, "ctx->scratch", (long long)b->share, "float", CG_DEVICE_TO_DEVICE);
+    if (!two) cg_copy_elems(E, share, "ctx->scratch", (long long)b->share, "float", CG_DEVICE_TO_DEVICE);
 }
 
 void emit_zero_bucket(emitter *E, const dm_zero_bucket *b) {
@@ -199,7 +199,7 @@ void emit_zero_gather(emitter *E, const ir_value *v) {
             E->g->axes[b->axis].name, (long long)b->share);
     cg_line(&E->w, " * computation goes on until their first use */");
     cg_line(&E->w, "if (%sctx->comm[%d], ctx->params + %lld, %s, %lld, \"all-gather of the parameters %s\") != 0)",
-            comm_callee(E, "allgather_start", callee, sizeof callee), b->axis, (long long)b->param_at, E->cname[v->id],
+            cg_comm_callee(E, "allgather_start", callee, sizeof callee), b->axis, (long long)b->param_at, E->cname[v->id],
             (long long)b->share, label);
     cg_line(&E->w, "    return comm_failed(ctx);");
 }
@@ -209,7 +209,7 @@ void emit_param_view(emitter *E, const ir_value *v) {
     if (!prev || prev->op != OP_PARAM_VIEW || prev->operands[0] != gather->id) {
         char callee[96];
         cg_line(&E->w, "/* the all-gather of %s is done before the first use */", E->cname[gather->id]);
-        cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", comm_callee(E, "comm_wait", callee, sizeof callee),
+        cg_line(&E->w, "if (%sctx->comm[%d]) != 0) return comm_failed(ctx);", cg_comm_callee(E, "comm_wait", callee, sizeof callee),
                 gathered_bucket(E, gather)->axis);
     }
     cg_line(&E->w, "/* %s is elements [%lld, %lld) of %s */", E->cname[v->id], (long long)v->offset,

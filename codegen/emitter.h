@@ -1,8 +1,13 @@
 /* emitter.h: the state code generation shares between its files (internal to codegen/):
- *   emit.c       the entry point, names, sections and files, what codegen refuses
+ *   emit.c       the entry points, names, sections and files, what codegen refuses
+ *   emit_util.c  the helpers: copies, collectives' callees, comments, strides, storage
  *   emit_ops.c   each op (and collective) as a dialect kernel description
  *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
- *   emit_api.c   the header, the context, initialisation, weights and the descriptor
+ *   emit_api.c   the source's head and host functions in order, the small API functions
+ *   emit_header.c  the public header
+ *   emit_context.c  the context: storage, its helpers, create and destroy
+ *   emit_params.c  initial parameters, shard <-> whole block moves of parameters
+ *   emit_descriptor.c  the dmrt_model descriptor and its tensor tables
  *   emit_schedule.c  the learning rate: schedule, host override, API
  *   emit_clip.c  gradient clipping: the global norm over the mesh, the gradients scaled
  *   emit_predict.c  <model>_predict (inference: the forward without the loss)
@@ -70,9 +75,10 @@ typedef struct emitter {
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
-    int *activation_of_bias;   /* (n_values) a bias's add run with its product: the activation
+    const int *activation_of_bias; /* (n_values) a bias's add run with its product: the activation
                                 * (gelu, relu, ...) that adds the bias in its own pass, or -1
-                                * (emit_ops.c, plan_bias_activations) */
+                                * (passes/fuse_bias.c) */
+    int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -183,23 +189,22 @@ void emit_2bw_api(emitter *E);
 int emit_dropout_prepare(emitter *E, FILE *err);
 void emit_dropout(emitter *E, const ir_value *v);
 
-/* emit.c */
-void copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
-void zero_elems(emitter *E, const char *ptr, long long n, const char *type);
-const char *comm_callee(const emitter *E, const char *op, char *buf, size_t size);
-void shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size);
-void source_line(const emitter *E, int line, char *buf, size_t size);
-void contiguous_strides(const ir_type *t, int64_t *stride);
-void coalesce(cg_loop_nest *k);
-void storage_expr(const emitter *E, int id, char *buf, size_t size);
+/* emit_util.c: the helpers (emit.c is the entry point: codegen_write, codegen_check) */
+void cg_copy_elems(emitter *E, const char *dst, const char *src, long long n, const char *type, cg_copy_kind kind);
+void cg_zero_elems(emitter *E, const char *ptr, long long n, const char *type);
+const char *cg_comm_callee(const emitter *E, const char *op, char *buf, size_t size);
+void cg_shape_comment(const emitter *E, const ir_type *t, char *buf, size_t size);
+void cg_source_line(const emitter *E, int line, char *buf, size_t size);
+void cg_contiguous_strides(const ir_type *t, int64_t *stride);
+void cg_coalesce(cg_loop_nest *k);
+void cg_storage_expr(const emitter *E, int id, char *buf, size_t size);
 /* Where this rank's block of input id starts in the caller's whole batch, in elements. */
-void input_block_offset(const emitter *E, int id, char *buf, size_t size);
+void cg_input_block_offset(const emitter *E, int id, char *buf, size_t size);
 /* The position in the step's batch of element 0 of the ids (targets) `id` a kernel
  * range-checks, as a C expression: what its fault position is reported after. */
-void fault_position_base(const emitter *E, int id, char *buf, size_t size);
+void cg_fault_position_base(const emitter *E, int id, char *buf, size_t size);
 
 /* emit_ops.c */
-void plan_bias_activations(emitter *E);
 void emit_bucket_start(emitter *E, const int *start_after, int id);
 void emit_bucket_waits(emitter *E);
 /* emit_zero.c: a ZeRO bucket's reduce-scatter, its share's update, the parameters' all-gather;
@@ -262,9 +267,22 @@ void emit_state_declarations(emitter *E);
 void emit_state_support(emitter *E);
 void emit_state_descriptor(emitter *E);
 
-/* emit_api.c */
-void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
+/* emit_header.c: <model>.h */
 void emit_header(emitter *E);
+/* emit_params.c: initial parameters; on a mesh, the tables and block moves between a rank's
+ * shard and the whole tensor; serial on a device, the copies through host memory */
+void emit_init(emitter *E);
+void emit_spmd_support(emitter *E);
+void emit_device_param_copies(emitter *E);
+/* emit_context.c: the context struct, its helpers, create and destroy */
+void emit_context_struct(emitter *E);
+void emit_context_helpers(emitter *E);
+void emit_create_destroy(emitter *E);
+/* emit_descriptor.c: a tensor's row of a table, the tables, the dmrt_model descriptor */
+void emit_tensor_desc(emitter *E, const ir_value *v, const char *name);
+void emit_descs(emitter *E);
+void emit_descriptor(emitter *E);
+/* emit_api.c: the source's head and its host functions */
 void emit_source_head(emitter *E);
 void emit_source_body(emitter *E);
 

@@ -513,7 +513,8 @@ int dm_parse_args(int argc, char **argv, dm_options *o) {
 }
 
 int dm_resolve_precision(dm_options *o) {
-    int tf32_code = o->codegen.tf32 && o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
+    /* --tf32 reaches the code where the target's toolchain says it does (cuda) */
+    int tf32_code = o->codegen.tf32 && codegen_toolchain_of(o->codegen.target)->tf32;
     if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
     o->pipeline.cost.precision = o->precision;
     if (!(o->run || o->out_dir)) return 0;

@@ -51,7 +51,8 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
     return run_after_autodiff(g, req, d, out);
 }
 
-/* Memory, each pipeline stage's share of it, gradient buckets and ZeRO's shares. */
+/* Memory, each pipeline stage's share of it, gradient buckets, ZeRO's shares, and the
+ * bias adds activations complete (on the final memory plan). */
 static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     ir_graph *g = out->g;
     pass_memory(g, &out->memory);
@@ -64,6 +65,7 @@ static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     pass_zero(g, &out->memory, &out->buckets, &out->zero);
     if (out->zero.scratch_elems > out->memory.scratch_elems) out->memory.scratch_elems = out->zero.scratch_elems;
     pass_compress(g, &out->memory, &out->buckets, &out->compress);
+    pass_fuse_bias(g, &out->memory, codegen_fuses_bias(req->target), &out->bias);
     out->planned = 1;
 }
 
@@ -100,6 +102,7 @@ void dm_compiled_free(dm_compiled *c) {
         dm_zero_plan_free(&c->zero);
         dm_compress_plan_free(&c->compress);
         dm_bucket_plan_free(&c->buckets);
+        dm_bias_plan_free(&c->bias);
         dm_memory_plan_free(&c->memory);
     }
     dm_reshard_list_free(&c->reshards);

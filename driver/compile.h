@@ -22,6 +22,7 @@ typedef struct dm_compiled {
     dm_reshard_list reshards;
     dm_pipeline_plan pipeline;
     dm_memory_plan memory;      /* when planned */
+    dm_bias_plan bias;          /* the bias adds activations complete (for the target) */
     dm_bucket_plan buckets;
     dm_zero_plan zero;
     dm_compress_plan compress;

@@ -89,6 +89,19 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
     return dm_compile(prog, &req, diag, c) == 0 ? 0 : 1;
 }
 
+static codegen_plans plans_of(const dm_compiled *c) {
+    return (codegen_plans){.memory = &c->memory, .pipeline = &c->pipeline, .buckets = &c->buckets, .zero = &c->zero,
+                           .compress = &c->compress, .bias = &c->bias};
+}
+
+/* --check: what -o would refuse, refused with the same messages (codegen_check), once the
+ * plans are made (not after --stop-after). */
+static int check(const dm_options *o, const dm_compiled *c) {
+    if (!c->planned) return 0;
+    codegen_plans plans = plans_of(c);
+    return codegen_check(c->g, &plans, o->input, &o->codegen, stderr) ? 1 : 0;
+}
+
 /* -o DIR and dmc run: the code written into DIR, --keep DIR or a temporary directory
  * (removed at the end, also when dmc is killed: supervise.h), then built and trained. */
 static int generate(const dm_options *o, const dm_compiled *c, const dm_source *src) {
@@ -97,8 +110,7 @@ static int generate(const dm_options *o, const dm_compiled *c, const dm_source *
     if (o->run) dm_pass_on_signals(); /* from here on there is a directory to remove */
     if (dm_make_dir(given, dir)) return 1;
     if (o->run) dm_watch_start(dir, !given);
-    codegen_plans plans = {.memory = &c->memory, .pipeline = &c->pipeline, .buckets = &c->buckets, .zero = &c->zero,
-                           .compress = &c->compress};
+    codegen_plans plans = plans_of(c);
     int status = codegen_write(c->g, &plans, o->input, src->text, src->len, &o->codegen, dir, stderr) ? 1 : 0;
     if (status == 0 && o->run) {
         status = build_and_run(o, c->g, dir);
@@ -121,7 +133,7 @@ static int output(const dm_options *o, const dm_compiled *c, const dm_source *sr
                       stdout);
         return 0;
     }
-    return o->check ? 0 : generate(o, c, src);
+    return o->check ? check(o, c) : generate(o, c, src);
 }
 
 int main(int argc, char **argv) {

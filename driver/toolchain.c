@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codegen.h"
 #include "supervise.h"
 
 #ifndef DMC_OPENMP_FLAG
@@ -16,8 +17,11 @@
 #define DMC_SANITIZE ""   /* -fsanitize=... when dmc itself is sanitized */
 #endif
 
+/* The device toolkit meson found when dmc was built (CUDA's): its compiler, home, the
+ * flags and architecture its runtime library was compiled with. A target whose toolchain
+ * (codegen_toolchain_of) names a compiler of its own runs this one, or $<compiler_env>. */
 #ifndef DMC_NVCC
-#define DMC_NVCC ""       /* nvcc found when dmc was built, or "" */
+#define DMC_NVCC ""       /* the toolkit's compiler found when dmc was built, or "" */
 #endif
 #ifndef DMC_CUDA_HOME
 #define DMC_CUDA_HOME "/usr/local/cuda"
@@ -98,14 +102,15 @@ static int write_main(const char *path, const ir_graph *g, int mpi) {
     return 0;
 }
 
-/* nvcc: $NVCC, or the one found when dmc was built; NULL (with a message) when there is
- * none to run. */
-static const char *find_nvcc(void) {
-    const char *nvcc = getenv("NVCC");
-    if (!nvcc || !*nvcc) nvcc = DMC_NVCC;
-    if (*nvcc && access(nvcc, X_OK) == 0) return nvcc;
-    fprintf(stderr, "dmc: error: --target cuda needs nvcc, the CUDA toolkit's compiler: %s (set NVCC to its path)\n",
-            *nvcc ? "it is not executable here" : "none was found when dmc was built");
+/* The target's own compiler (nvcc): $<compiler_env> ($NVCC), or the one found when dmc was
+ * built; NULL (with a message) when there is none to run. */
+static const char *find_compiler(const char *target, const codegen_toolchain *tc) {
+    const char *path = getenv(tc->compiler_env);
+    if (!path || !*path) path = DMC_NVCC;
+    if (*path && access(path, X_OK) == 0) return path;
+    fprintf(stderr, "dmc: error: --target %s needs %s, the %s toolkit's compiler: %s (set %s to its path)\n", target,
+            tc->compiler, tc->toolkit, *path ? "it is not executable here" : "none was found when dmc was built",
+            tc->compiler_env);
     return NULL;
 }
 
@@ -123,11 +128,12 @@ static int run_compiler(char *const argv[], const char *dir) {
     return status;
 }
 
-/* Compiles the generated .cu into model_o with nvcc as libdmrt_cuda is compiled
- * (DMC_NVCC_FLAGS: C++, which the CUDA dialect's C also is; warnings as errors), for the
- * architecture $DMC_CUDA_ARCH or the build's (sm_90: H100, H200) with PTX for newer GPUs. */
-static int compile_cuda(const char *nvcc, const char *dir, const char *model_cu, const char *model_o,
-                        char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
+/* Compiles the generated source (.cu) into model_o with the target's compiler (nvcc) as
+ * the toolkit's runtime library libdmrt_cuda is compiled (DMC_NVCC_FLAGS: C++, which the
+ * CUDA dialect's C also is; warnings as errors), for the architecture $DMC_CUDA_ARCH or the
+ * build's (sm_90: H100, H200) with PTX for newer GPUs. */
+static int compile_source(const codegen_toolchain *tc, const char *nvcc, const char *dir, const char *model_cu,
+                          const char *model_o, char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
     const char *arch = getenv("DMC_CUDA_ARCH");
     if (!arch || !*arch) arch = DMC_CUDA_ARCH;
     char gencode[2][96], flags[] = DMC_NVCC_FLAGS;
@@ -143,7 +149,7 @@ static int compile_cuda(const char *nvcc, const char *dir, const char *model_cu,
     for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
     argv[n] = NULL;
     int status = run_compiler(argv, dir);
-    if (status != 0) fprintf(stderr, "dmc: error: compiling the generated CUDA failed (%s)\n", nvcc);
+    if (status != 0) fprintf(stderr, "dmc: error: compiling the generated %s failed (%s)\n", tc->toolkit, nvcc);
     return status;
 }
 
@@ -185,11 +191,15 @@ static int uses_mpi(const dm_options *o) { return o->backend && strcmp(o->backen
 
 int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[PATH_MAX]) {
     int mpi = uses_mpi(o);
-    int cuda = o->codegen.target && strcmp(o->codegen.target, "cuda") == 0;
+    const char *target = o->codegen.target ? o->codegen.target : "c";
+    const codegen_toolchain *tc = codegen_toolchain_of(target);
+    char source_ext[16];
+    snprintf(source_ext, sizeof source_ext, ".%s", codegen_source_suffix(target));
+    /* model_c: what the C compiler links, the generated source or its object */
     char main_path[PATH_MAX], model_c[PATH_MAX], inc[3][PATH_MAX], lib[3][PATH_MAX], inc_flag[3][PATH_MAX + 2],
         lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
     if (in_dir(main_path, dir, "main", ".c") || in_dir(exe, dir, g->model, "") ||
-        in_dir(model_c, dir, g->model, cuda ? ".o" : ".c") || write_main(main_path, g, mpi))
+        in_dir(model_c, dir, g->model, tc->compiler ? ".o" : source_ext) || write_main(main_path, g, mpi))
         return 1;
     runtime_paths(inc, lib);
     for (int i = 0; i < 3; i++) {
@@ -197,18 +207,21 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
         snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
     }
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
-    if (cuda) {
-        const char *nvcc = find_nvcc();
-        char model_cu[PATH_MAX];
-        if (!nvcc || in_dir(model_cu, dir, g->model, ".cu") ||
-            compile_cuda(nvcc, dir, model_cu, model_c, inc_flag, out_inc_flag) != 0)
+    if (tc->compiler) {
+        const char *compiler = find_compiler(target, tc);
+        char source[PATH_MAX];
+        if (!compiler || in_dir(source, dir, g->model, source_ext) ||
+            compile_source(tc, compiler, dir, source, model_c, inc_flag, out_inc_flag) != 0)
             return 1;
     }
     const char *cc = c_compiler(o, mpi);
     char flags[1024];
     if (c_flags(o, flags)) return 1;
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
-    char cuda_link[] = "-ldmrt_cuda -L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 -lcudart -lcublas -lnccl -lstdc++";
+    /* the target's libraries, after the toolkit's lib64 where they are there */
+    char target_link[1024];
+    snprintf(target_link, sizeof target_link, "%s%s", tc->toolkit_libs ? "-L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 " : "",
+             tc->libraries);
     char *cc_argv[80];
     int n = 0;
     cc_argv[n++] = (char *)cc;
@@ -219,7 +232,7 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     cc_argv[n++] = model_c;
     cc_argv[n++] = main_path;
     for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
-    if (cuda) n = split_words(cuda_link, cc_argv, n, 48);
+    n = split_words(target_link, cc_argv, n, 48);
     if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
     n = split_words(link, cc_argv, n, 74);
     cc_argv[n++] = "-o";

@@ -301,6 +301,16 @@ int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
  * their operand's buffer, and so does a bias's add its product: bias_add_of). requires:
  * optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
+/* fuse_bias.c: the bias adds (bias_add_of) whose first reader, an activation, adds the
+ * bias in its own pass instead of the product: activation_of (n_values) is that
+ * activation for such an add, -1 for every other value (all -1 unless enabled: the
+ * target's loop nests can, codegen_fuses_bias). requires: memory; leaves the graph. */
+typedef struct dm_bias_plan {
+    int *activation_of;
+} dm_bias_plan;
+void pass_fuse_bias(const ir_graph *g, const dm_memory_plan *mem, int enabled, dm_bias_plan *plan);
+void dm_bias_plan_free(dm_bias_plan *plan);
+
 /* The elements the memory plan allocates a parameter or gradient of numel elements: a
  * multiple of 16, and with ZeRO of every mesh axis's size. */
 int64_t dm_persistent_elems(const ir_graph *g, int64_t numel);

@@ -11,7 +11,7 @@ CXX=${CXX:-c++}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-$CC -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -Iir -Icodegen -Ifrontend \
+$CC -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -Iir -Icodegen -Ipasses -Ifrontend \
     tests/tools/cuda_dialect_smoke.c codegen/dialect_cuda.c codegen/dialect_c.c -o "$out/smoke"
 "$out/smoke" "$out" "$@"
 # the same float operations on both sides: no contraction into fma

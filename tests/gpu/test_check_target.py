@@ -1,0 +1,78 @@
+"""test_check_target.py DMC SRCROOT: `dmc --check --target cuda` agrees with `-o DIR --target cuda`.
+
+What the CUDA dialect cannot do yet (its capabilities, codegen/dialect.h) code generation
+refuses before it writes anything; --check runs the same refusals (codegen_check). For
+each technique: --check and -o exit with the same status (1) and print exactly the same
+stderr, which names the technique; the C target accepts both. A mesh CUDA does run is
+accepted by both too. Needs no nvcc: nothing is compiled.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+GPT = ["--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]
+
+
+def cases(root):
+    """(name, .dm, options, what the message says)."""
+    mlp = os.path.join(root, "examples", "mlp.dm")
+    gpt = os.path.join(root, "examples", "gpt.dm")
+    embed2bw = os.path.join(root, "tests", "ref", "embed2bw.dm")
+    dropout = os.path.join(root, "tests", "spmd", "dropout.dm")
+    return [
+        ("zero", mlp, ["--mesh", "data=2", "--zero", "1"], "ZeRO (zero = 1) is built for the C target only"),
+        ("zero-3", mlp, ["--mesh", "data=2", "--zero", "3"], "ZeRO (zero = 3) is built for the C target only"),
+        ("interleaved", gpt, GPT + ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "interleaved",
+                                    "--chunks", "2"], "the interleaved schedule is built for the C target only"),
+        ("compress-bf16", mlp, ["--mesh", "data=2", "--compress", "bf16"],
+         "gradient compression (--compress bf16) is built for the C target only"),
+        ("compress-topk", mlp, ["--mesh", "data=2", "--compress", "topk:0.1"],
+         "gradient compression (--compress topk:0.1) is built for the C target only"),
+        ("2bw", embed2bw, ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw"],
+         "the 2bw schedule is built for the C target only"),
+        ("pipedream", embed2bw, ["--mesh", "data=2,pipeline=3", "--microbatches", "4", "--schedule", "pipedream"],
+         "the pipedream schedule is built for the C target only"),
+        ("param-servers", mlp, ["--mesh", "data=2", "--param-servers", "1"],
+         "parameter servers are built for the C target only"),
+        ("dropout", dropout, [], "dropout is built for the C target only"),
+    ]
+
+
+def run(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p.returncode, p.stderr
+
+
+def main():
+    dmc, root = sys.argv[1], sys.argv[2]
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        accepted = [("data=2", os.path.join(root, "examples", "mlp.dm"), ["--mesh", "data=2"], None)]
+        for name, dm, opts, says in cases(root) + accepted:
+            out = os.path.join(tmp, name)
+            check = run([dmc, "--check", dm, "--target", "cuda"] + opts)
+            emit = run([dmc, dm, "-o", out, "--target", "cuda"] + opts)
+            problems = []
+            if check != emit:
+                problems.append("--check gave exit %d and %r, -o exit %d and %r" % (check + emit))
+            if says is None and emit[0] != 0:
+                problems.append("-o --target cuda refused it (exit %d): %r" % emit)
+            if says is not None and (emit[0] != 1 or says not in emit[1]):
+                problems.append("-o --target cuda should exit 1 saying %r, got exit %d and %r" % ((says,) + emit))
+            for cmd in ([dmc, "--check", dm, "--target", "c"] + opts,
+                        [dmc, dm, "-o", os.path.join(tmp, name + "-c"), "--target", "c"] + opts):
+                rc, err = run(cmd)
+                if rc != 0:
+                    problems.append("the C target refused it (%s: exit %d): %r" % (cmd[1], rc, err))
+            for p in problems:
+                print("FAIL %s: %s" % (name, p))
+            if not problems:
+                print("ok %s: %s" % (name, (check[1].strip() or "accepted")))
+            failures += bool(problems)
+    print("%d of %d cases failed" % (failures, len(cases(root)) + 1) if failures else "every case agrees")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
