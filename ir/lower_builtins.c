@@ -76,6 +76,8 @@ static int fold_unary(ir_op op, double x, double *out) {
     case OP_EXP: *out = exp(x); return 1;
     case OP_LOG: *out = log(x); return x > 0;
     case OP_SQRT: *out = sqrt(x); return x >= 0;
+    case OP_RSQRT: *out = 1 / sqrt(x); return x > 0;
+    case OP_SILU: *out = x / (1 + exp(-x)); return 1;
     default: return 0;
     }
 }

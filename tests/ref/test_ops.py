@@ -9,7 +9,8 @@ by hand in float32 torch (a second, independent statement of every shape and gra
 rule):
 
   elementwise.dm  gelu (tanh approximation), tanh, sigmoid, exp, log, relu, identity,
-                  neg, unary minus; + - * / with numbers and dims on either side
+                  neg, silu, rsqrt (of a tensor, a scalar and a constant), unary minus;
+                  + - * / with numbers and dims on either side
   broadcast.dm    [B, H] with [H], [B, 1] (via reshape), [1, H] and scalar parameters,
                   parameters on both sides of an op, division by a parameter
   reduce.dm       sum / mean of a rank-3 tensor over all dims, a named dim, an index
@@ -97,8 +98,11 @@ def elementwise_loss(torch, F, p, i):
     n1 = torch.neg(c)
     m1 = -u
     k1 = 2 / (1 + e1)
-    z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B
-    return (z * z).mean() / 10 + k1.sum() / (B * H)
+    w1 = F.silu(u)
+    q1 = torch.rsqrt(c * c + 0.5)
+    z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B + w1 * q1
+    return ((z * z).mean() / 10 + k1.sum() / (B * H) + (F.silu(c) * 0.5).mean()
+            + torch.rsqrt((w1 * w1).sum() + 1))
 
 
 def broadcast_loss(torch, F, p, i):
