@@ -15,6 +15,9 @@ rule):
                   parameters on both sides of an op, division by a parameter
   reduce.dm       sum / mean of a rank-3 tensor over all dims, a named dim, an index
                   (-1, -2, 0), two dims (adjacent and not)
+  keepdim.dm      sum / mean with keepdim = true: RMSNorm in a block (rsqrt of the mean
+                  square over the last dim), a middle dim, two non-adjacent dims and all
+                  dims kept; keepdim = false
   layout.dm       reshape (with -1), transpose (2-D default, last two, named and
                   indexed dims), matmul with rank-3 and rank-4 left operands
   layers.dm       a parameter used several times, a layer called twice, a repeat layer
@@ -135,6 +138,18 @@ def reduce_loss(torch, F, p, i):
     return (s_all / 10 + m_all + (s_c * s_last).mean() / 10 + (m_t * m_t).mean()
             + (s_bt * v).sum() / 10 + torch.tanh(m_bc).sum() + (m_0 * w).mean()
             + (s_m2 * m_t).mean())
+
+
+def keepdim_loss(torch, F, p, i):
+    x, v, w = i["x"], p["v"], p["norm.weight"]
+    h = x @ v
+    n = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * w
+    s_t = h.sum(1, keepdim=True)
+    m_bc = h.mean((0, 2), keepdim=True)
+    s_all = (h * h).sum((0, 1, 2), keepdim=True)
+    m_flat = h.mean(-1)
+    z = n * F.silu(n) + s_t * m_bc / s_all + torch.tanh(h - h.mean(2, keepdim=True))
+    return (z * z).mean() + (m_flat * m_flat).mean()
 
 
 def layout_loss(torch, F, p, i):
@@ -259,6 +274,9 @@ MODELS = [
      [("spare", (2,), ("positive",))] + _lin_params("fc", 3, 2) + _lin_params("unused", 3, 2)
      + [("side", (3,), ("positive",))],
      unreached_loss, ("adamw", {"lr": 0.1, "weight_decay": 0.1}), ["spare", "unused.weight", "unused.bias", "side"]),
+    ("keepdim", {"x": ((3, 4, 6), "f32")},
+     [("v", (6, 6), ("normal", 0.5)), ("norm.weight", (6,), ("positive",))],
+     keepdim_loss),
 ]
 
 
