@@ -882,7 +882,7 @@ void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
-    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
+    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .prog = prog, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
     L.global.prefix = "";
     int errors_before = d->n_errors;
     /* The mesh first: types anywhere in the file may name its axes. */

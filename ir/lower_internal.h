@@ -53,6 +53,7 @@ typedef struct lowerer {
     int too_large;            /* the size limit was hit and reported: stop lowering */
     int n_instances;          /* layer instances made, bounded by MAX_INSTANCES */
     const dm_lower_options *opts;
+    const dm_program *prog;   /* the program (settings read first look ahead in it) */
     scope global;
     instance *instances;
     int depth;                /* nested instantiation / calls */
