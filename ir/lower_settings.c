@@ -290,8 +290,8 @@ void lower_zero(lowerer *L, const dm_stmt *st) {
     L->g->zero_loc = st->loc;
 }
 
-/* cuts = [h1, h2]: each a value of the program, in order; stage k + 1 starts after
- * the k-th. */
+/* cuts = [h1, h2]: each a value of the program, or a layer called once (h.0,
+ * model.layers.3: the value it returns), in order; stage k + 1 starts after the k-th. */
 void lower_resolve_cuts(lowerer *L, const dm_expr *list) {
     ir_graph *g = L->g;
     g->cuts_loc = list->loc;
@@ -301,12 +301,15 @@ void lower_resolve_cuts(lowerer *L, const dm_expr *list) {
         const dm_expr *e = list->args[i];
         binding *b = e->kind == EXPR_NAME ? lower_scope_find(&L->global, e->name) : NULL;
         if (b && b->failed) continue;
-        if (!b || b->kind != B_VALUE || b->value < 0 || val(L, b->value)->phase != PHASE_FORWARD ||
-            ir_op_info_of(val(L, b->value)->op)->cls == OPC_SOURCE) {
-            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...)");
+        int id = b && b->kind == B_VALUE ? b->value : -1, found = 1;
+        /* a layer (model.layers.0): the cut goes after the value its call returns */
+        if (e->kind == EXPR_NAME && (!b || b->kind == B_LAYER)) found = lower_layer_result(L, e->name, e->loc, &id);
+        if (found < 0) continue;
+        if (id < 0 || val(L, id)->phase != PHASE_FORWARD || ir_op_info_of(val(L, id)->op)->cls == OPC_SOURCE) {
+            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...) or a layer (h.0, model.layers.3)");
             continue;
         }
-        ir_value *v = val(L, b->value);
+        ir_value *v = val(L, id);
         if (g->n_cuts && g->cut_after[g->n_cuts - 1]->id >= v->id) {
             dm_error(L->d, e->loc, "cuts are listed in program order: '%s' comes before the previous one", e->name);
             continue;
