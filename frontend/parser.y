@@ -383,7 +383,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_pars
     int n = snprintf(msg, sizeof msg, "syntax error");
     if (unexpected != YYSYMBOL_YYEMPTY) {
         n += snprintf(msg + n, sizeof msg - (size_t)n, ", unexpected %s", yysymbol_name(unexpected));
-        for (int i = 0; i < n_expected && n_expected <= MAX_LISTED; i++)
+        for (int i = 0; i < n_expected && n_expected <= MAX_LISTED && n < (int)sizeof msg; i++)
             n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", i ? " or " : ", expecting ", yysymbol_name(expected[i]));
     }
     dm_error(state->diag, *loc, "%s", msg);
