@@ -16,6 +16,11 @@ typedef struct dm_parse_state {
     int nesting;      /* open ( and [ : newlines inside them are spaces */
     int brace_depth;  /* open { */
     int last_token;   /* to insert a separator before '}' and at the end */
+    int prev_token;   /* the two tokens before it, and where the first was (0: none), */
+    int prev2_token;  /* so that a syntax error at or after a keyword can say it is one */
+    dm_loc prev_loc;
+    dm_loc last_loc;
+    char *reserved_word; /* a reserved word a definition's name was given as (parser.y) */
     int at_eof;
     int line, col;    /* position of the next character */
 } dm_parse_state;

@@ -2,7 +2,7 @@
  * reentrant parser with locations; syntax errors recover at the next statement. */
 %define api.pure full
 %define api.prefix {dm_yy}
-%define parse.error detailed
+%define parse.error custom
 %locations
 %define api.location.type {dm_loc}
 %param {void *scanner}
@@ -17,6 +17,7 @@ int dm_yylex(DM_YYSTYPE *yylval, DM_YYLTYPE *yylloc, void *scanner);
 }
 
 %code {
+#include <stdio.h>
 #include <string.h>
 
 #define YYLLOC_DEFAULT(Cur, Rhs, N)                                  \
@@ -71,6 +72,15 @@ static int items_depth(dm_expr **items, int n) {
 }
 #define list_depth(l) items_depth((l).items, (l).n)
 
+/* A definition's name; a reserved word (def_name) is reported as one. */
+static char *defined(dm_parse_state *s, char *name, dm_loc loc, const char *what) {
+    if (name == s->reserved_word) {
+        dm_error(s->diag, loc, "'%s' is a reserved word and cannot name %s", name, what);
+        s->reserved_word = NULL;
+    }
+    return name;
+}
+
 static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
     dm_stmt *st = dm_pool_alloc(s->pool, sizeof(dm_stmt));
     st->kind = kind;
@@ -99,6 +109,7 @@ static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
 %token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'" KW_SCHEDULE "'schedule'" KW_ACCUMULATE "'accumulate'" KW_ZERO "'zero'"
 %token TOO_DEEP "too deep nesting"
 
+%type <str> def_name reserved
 %type <expr> expr dim_expr call arg layer_ref
 %type <list> args arg_list exprs expr_list_opt
 %type <stmt> stmt block
@@ -131,17 +142,17 @@ stmts:
   ;
 
 stmt:
-    KW_DIM NAME '=' dim_expr    { $$ = new_stmt(state, STMT_DIM, @1); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
+    KW_DIM def_name '=' dim_expr { $$ = new_stmt(state, STMT_DIM, @1); $$->name = defined(state, $2, @2, "a dimension"); $$->name_loc = @2; $$->value = $4; }
   | KW_MESH '(' arg_list ')'    { $$ = new_stmt(state, STMT_MESH, @1); $$->args = $3.items; $$->n_args = $3.n; }
-  | KW_INPUT NAME ':' type      { $$ = new_stmt(state, STMT_INPUT, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; }
-  | KW_PARAM NAME ':' type '=' expr
-                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4; $$->value = $6; }
-  | KW_PARAM NAME ':' type KW_AS '[' dim_list ']' '=' expr
-                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = $2; $$->name_loc = @2; $$->type = $4;
+  | KW_INPUT def_name ':' type  { $$ = new_stmt(state, STMT_INPUT, @2); $$->name = defined(state, $2, @2, "an input"); $$->name_loc = @2; $$->type = $4; }
+  | KW_PARAM def_name ':' type '=' expr
+                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = defined(state, $2, @2, "a parameter"); $$->name_loc = @2; $$->type = $4; $$->value = $6; }
+  | KW_PARAM def_name ':' type KW_AS '[' dim_list ']' '=' expr
+                                { $$ = new_stmt(state, STMT_PARAM, @2); $$->name = defined(state, $2, @2, "a parameter"); $$->name_loc = @2; $$->type = $4;
                                   $$->stored = $7.type; $$->stored->loc = @7; $$->value = $10; }
-  | KW_LAYER NAME '=' layer_ref { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->value = $4; }
-  | KW_LAYER NAME '=' KW_REPEAT dim_expr layer_ref
-                                { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = $2; $$->name_loc = @2; $$->repeat = $5; $$->value = $6; }
+  | KW_LAYER def_name '=' layer_ref { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = defined(state, $2, @2, "a layer"); $$->name_loc = @2; $$->value = $4; }
+  | KW_LAYER def_name '=' KW_REPEAT dim_expr layer_ref
+                                { $$ = new_stmt(state, STMT_LAYER, @2); $$->name = defined(state, $2, @2, "a layer"); $$->name_loc = @2; $$->repeat = $5; $$->value = $6; }
   | NAME '=' expr               { $$ = new_stmt(state, STMT_LET, @1); $$->name = $1; $$->name_loc = @1; $$->value = $3; }
   | NAME ':' type '=' expr      { $$ = new_stmt(state, STMT_LET, @1); $$->name = $1; $$->name_loc = @1; $$->type = $3; $$->value = $5; }
   | KW_RETURN expr              { $$ = new_stmt(state, STMT_RETURN, @1); $$->value = $2; }
@@ -149,19 +160,46 @@ stmt:
   | KW_MINIMIZE NAME            { $$ = new_stmt(state, STMT_MINIMIZE, @2); $$->name = $2; $$->name_loc = @2; }
   | KW_OPTIMIZER call           { $$ = new_stmt(state, STMT_OPTIMIZER, @1); $$->value = $2; }
   | KW_SCHEDULE call            { $$ = new_stmt(state, STMT_SCHEDULE, @1); $$->value = $2; }
-  | KW_ACCUMULATE '=' dim_expr  { $$ = new_stmt(state, STMT_ACCUMULATE, @1); $$->value = $3; }
-  | KW_ZERO '=' dim_expr        { $$ = new_stmt(state, STMT_ZERO, @1); $$->value = $3; }
+  /* an expr, not a dim_expr, so that `zero = relu(h)` can be told that zero is reserved */
+  | KW_ACCUMULATE '=' expr      { $$ = new_stmt(state, STMT_ACCUMULATE, @1); $$->value = $3; }
+  | KW_ZERO '=' expr            { $$ = new_stmt(state, STMT_ZERO, @1); $$->value = $3; }
   | block                       { $$ = $1; }
   ;
 
 block:
-    KW_BLOCK NAME names '(' name_list ')' '{' stmts '}'
+    KW_BLOCK def_name names '(' name_list ')' '{' stmts '}'
                                 {
-                                  $$ = new_stmt(state, STMT_BLOCK, @2); $$->name = $2; $$->name_loc = @2;
+                                  $$ = new_stmt(state, STMT_BLOCK, @2); $$->name = defined(state, $2, @2, "a block"); $$->name_loc = @2;
                                   $$->params = $3.names; $$->param_locs = $3.locs; $$->n_params = $3.n;
                                   $$->inputs = $5.names; $$->input_locs = $5.locs; $$->n_inputs = $5.n;
                                   $$->body = $8.items; $$->n_body = $8.n;
                                 }
+  ;
+
+/* The name a definition gives: a reserved word there is reported (defined()) and the
+ * statement parsed on, so that an error in a block's header does not leave its body to
+ * the top level. */
+def_name:
+    NAME                        { $$ = $1; }
+  | reserved                    { $$ = dm_pool_strndup(state->pool, $1, strlen($1)); state->reserved_word = $$; }
+  ;
+
+reserved:
+    KW_DIM                      { $$ = "dim"; }
+  | KW_MESH                     { $$ = "mesh"; }
+  | KW_INPUT                    { $$ = "input"; }
+  | KW_PARAM                    { $$ = "param"; }
+  | KW_LAYER                    { $$ = "layer"; }
+  | KW_AS                       { $$ = "as"; }
+  | KW_REPEAT                   { $$ = "repeat"; }
+  | KW_BLOCK                    { $$ = "block"; }
+  | KW_RETURN                   { $$ = "return"; }
+  | KW_OUTPUT                   { $$ = "output"; }
+  | KW_MINIMIZE                 { $$ = "minimize"; }
+  | KW_OPTIMIZER                { $$ = "optimizer"; }
+  | KW_SCHEDULE                 { $$ = "schedule"; }
+  | KW_ACCUMULATE               { $$ = "accumulate"; }
+  | KW_ZERO                     { $$ = "zero"; }
   ;
 
 names:
@@ -171,13 +209,14 @@ names:
 
 name_list:
     %empty                      { $$.names = NULL; $$.locs = NULL; $$.n = 0; }
-  | NAME                        {
-                                  $$.n = 0; $$.names = dm_pool_push(state->pool, NULL, &$$.n, sizeof(char *), &$1);
+  | def_name                    {
+                                  char *name = defined(state, $1, @1, "a block's parameter");
+                                  $$.n = 0; $$.names = dm_pool_push(state->pool, NULL, &$$.n, sizeof(char *), &name);
                                   $$.n = 0; $$.locs = dm_pool_push(state->pool, NULL, &$$.n, sizeof(dm_loc), &@1);
                                 }
-  | name_list ',' NAME          {
-                                  $$ = $1; int n = $$.n;
-                                  $$.names = dm_pool_push(state->pool, $$.names, &n, sizeof(char *), &$3);
+  | name_list ',' def_name      {
+                                  $$ = $1; int n = $$.n; char *name = defined(state, $3, @3, "a block's parameter");
+                                  $$.names = dm_pool_push(state->pool, $$.names, &n, sizeof(char *), &name);
                                   $$.locs = dm_pool_push(state->pool, $$.locs, &$$.n, sizeof(dm_loc), &@3);
                                 }
   ;
@@ -291,3 +330,62 @@ exprs:
   ;
 
 %%
+
+static int is_keyword(int kind) {
+    switch (kind) {
+    case YYSYMBOL_KW_DIM: case YYSYMBOL_KW_MESH: case YYSYMBOL_KW_INPUT: case YYSYMBOL_KW_PARAM:
+    case YYSYMBOL_KW_LAYER: case YYSYMBOL_KW_AS: case YYSYMBOL_KW_REPEAT: case YYSYMBOL_KW_BLOCK:
+    case YYSYMBOL_KW_RETURN: case YYSYMBOL_KW_OUTPUT: case YYSYMBOL_KW_MINIMIZE: case YYSYMBOL_KW_OPTIMIZER:
+    case YYSYMBOL_KW_SCHEDULE: case YYSYMBOL_KW_ACCUMULATE: case YYSYMBOL_KW_ZERO: return 1;
+    default: return 0;
+    }
+}
+
+/* The keyword's text: its symbol's name without the quotes ("'zero'"). */
+static const char *keyword_text(int kind, char *buf, size_t size) {
+    const char *quoted = yysymbol_name((yysymbol_kind_t)kind);
+    snprintf(buf, size, "%.*s", (int)strlen(quoted) - 2, quoted + 1);
+    return buf;
+}
+
+/* What a name after token kind would have been (definitions are def_name's). */
+static const char *named_after(int token) {
+    return token == KW_OUTPUT || token == KW_RETURN || token == KW_MINIMIZE ? "cannot name a value" : "cannot be used as a name";
+}
+
+/* Syntax errors, as bison's detailed ones ("syntax error, unexpected X, expecting A or
+ * B"), except where a reserved word stands for a name: where a name was expected
+ * (`param zero : ...`, `y = zero * 2`), and a statement that begins with a keyword
+ * followed by '=' or ':' that it does not take (`schedule = ...`, `input : ...`). */
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_parse_state *state) {
+    (void)scanner;
+    enum { MAX_LISTED = 4 };
+    yysymbol_kind_t unexpected = yypcontext_token(ctx);
+    const DM_YYLTYPE *loc = yypcontext_location(ctx);
+    yysymbol_kind_t expected[YYNTOKENS];
+    int n_expected = unexpected == YYSYMBOL_YYEMPTY ? 0 : yypcontext_expected_tokens(ctx, expected, YYNTOKENS);
+    int name_expected = 0;
+    for (int i = 0; i < n_expected; i++) name_expected |= expected[i] == YYSYMBOL_NAME;
+    char word[32];
+    if (is_keyword(unexpected) && name_expected) {
+        dm_error(state->diag, *loc, "'%s' is a reserved word and %s", keyword_text(unexpected, word, sizeof word),
+                 named_after(state->prev_token));
+        return 0;
+    }
+    int at_start = state->prev2_token == 0 || state->prev2_token == NL || state->prev2_token == '{';
+    int kw = YYTRANSLATE(state->prev_token);
+    if ((unexpected == YYTRANSLATE('=') || unexpected == YYTRANSLATE(':')) && at_start && is_keyword(kw)) {
+        dm_error(state->diag, state->prev_loc, "'%s' is a reserved word and cannot name a value",
+                 keyword_text(kw, word, sizeof word));
+        return 0;
+    }
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "syntax error");
+    if (unexpected != YYSYMBOL_YYEMPTY) {
+        n += snprintf(msg + n, sizeof msg - (size_t)n, ", unexpected %s", yysymbol_name(unexpected));
+        for (int i = 0; i < n_expected && n_expected <= MAX_LISTED && n < (int)sizeof msg; i++)
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", i ? " or " : ", expecting ", yysymbol_name(expected[i]));
+    }
+    dm_error(state->diag, *loc, "%s", msg);
+    return 0;
+}

@@ -30,6 +30,8 @@ struct instance {
     scope env;                /* dim parameters, params, nested layers */
     instance **members;       /* (n_members) repeat group: h.0, h.1, ... */
     int n_members;
+    int calls;                /* calls lowered (a group: calls of the whole chain) */
+    int result;               /* the value the last of them returned (a cut after the layer) */
     instance *next_alloc;     /* every instance, for freeing */
 };
 
@@ -635,6 +637,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         return -1;
     }
     if (result >= call_start && val(L, result)->role == ROLE_TEMP) val(L, result)->name = in->path;
+    if (result >= 0) in->calls++, in->result = result;
     return result;
 }
 
@@ -647,7 +650,48 @@ int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, cons
     }
     int x = args[0];
     for (int i = 0; i < in->n_members && x >= 0; i++) x = call_instance(L, in->members[i], &x, 1, call);
+    if (x >= 0) in->calls++, in->result = x;
     return x;
+}
+
+/* The layer instance a dotted path names (fc1, h.0, model.layers.3, a repeat group), or
+ * NULL. */
+static instance *find_instance(scope *s, const char *name) {
+    binding *b = lower_scope_find(s, name);
+    if (b) return b->kind == B_LAYER ? b->layer : NULL;
+    const char *dot = strchr(name, '.');
+    char head[MAX_PATH];
+    if (!dot || (size_t)(dot - name) >= sizeof head) return NULL;
+    memcpy(head, name, (size_t)(dot - name));
+    head[dot - name] = 0;
+    b = lower_scope_find(s, head);
+    if (!b || b->kind != B_LAYER || !b->layer) return NULL;
+    instance *in = b->layer;
+    const char *rest = dot + 1;
+    while (in->members) {
+        char *end;
+        long idx = strtol(rest, &end, 10);
+        if (end == rest || (*end && *end != '.') || idx < 0 || idx >= in->n_members) return NULL;
+        in = in->members[idx];
+        if (!*end) return in;
+        rest = end + 1;
+    }
+    return find_instance(&in->env, rest);
+}
+
+/* A cut after a layer (cuts = [model.layers.0]): the value its one call returned. Returns
+ * 1 when name is no layer, 0 with *value, -1 when the layer is called never or more than
+ * once (said at loc). */
+int lower_layer_result(lowerer *L, const char *name, dm_loc loc, int *value) {
+    const instance *in = find_instance(&L->global, name);
+    if (!in) return 1;
+    if (in->calls != 1) {
+        dm_error(L->d, loc, "a cut after layer '%s' needs it called once; it is called %d times (name the value to cut after)",
+                 name, in->calls);
+        return -1;
+    }
+    *value = in->result;
+    return 0;
 }
 
 /* Resolves a dotted path (fc1.weight, h.0.attn) through layer instances. */
@@ -882,7 +926,7 @@ void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
-    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
+    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .prog = prog, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
     L.global.prefix = "";
     int errors_before = d->n_errors;
     /* The mesh first: types anywhere in the file may name its axes. */

@@ -76,6 +76,8 @@ static int fold_unary(ir_op op, double x, double *out) {
     case OP_EXP: *out = exp(x); return 1;
     case OP_LOG: *out = log(x); return x > 0;
     case OP_SQRT: *out = sqrt(x); return x >= 0;
+    case OP_RSQRT: *out = 1 / sqrt(x); return x > 0;
+    case OP_SILU: *out = x / (1 + exp(-x)); return 1;
     default: return 0;
     }
 }
@@ -284,6 +286,65 @@ static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+/* sum(x, DIMS...) and mean(x, DIMS...), over every dim when none is named; with
+ * keepdim = true (last, as torch's keepdim) the reduced dims stay as size 1, so that the
+ * result broadcasts against x (RMSNorm: x * rsqrt(mean(x * x, -1, keepdim = true) +
+ * eps)). The kept form is the reduction and a reshape to the kept shape: the reshape
+ * shares the reduction's buffer, and both have their gradient and sharding rules. */
+static int lower_reduce(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    int n = e->n_args;
+    double keep = 0;
+    if (n > 0 && e->args[n - 1]->kind == EXPR_KWARG) {
+        const dm_expr *kw = e->args[--n];
+        if (strcmp(kw->name, "keepdim") != 0) {
+            dm_error(L->d, kw->loc, "%s has no argument '%s' (it takes keepdim)", e->name, kw->name);
+            return 1;
+        }
+        if (lower_eval_number(L, s, kw->lhs, &keep)) return 1;
+        if (keep != 0 && keep != 1) {
+            dm_error(L->d, kw->lhs->loc, "keepdim must be true or false, got %g", keep);
+            return 1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "%s's only keyword argument is keepdim, and it comes last", e->name);
+            return 1;
+        }
+    if (e->has_dim_args) {
+        dm_error(L->d, e->loc, "%s is a function; call it with ( )", e->name);
+        return 1;
+    }
+    if (n < 1 || n > 1 + IR_MAX_RANK) {
+        dm_error(L->d, e->loc, "%s takes 1 to %d arguments, got %d", e->name, 1 + IR_MAX_RANK, n);
+        return 1;
+    }
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const ir_type *t = &val(L, x)->type;
+    uint32_t axes = 0;
+    if (n == 1) axes = (1u << t->rank) - 1;
+    for (int i = 1; i < n; i++) {
+        int a = resolve_axis(L, t, e->args[i]);
+        if (a < 0) return 1;
+        axes |= 1u << a;
+    }
+    ir_type kept = *t;
+    ir_value *v = make(L, s, e->name[0] == 's' ? OP_SUM : OP_MEAN, &x, 1, e->loc);
+    v->axes = axes;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    if (*out < 0 || !keep || kept.rank == 0) return 1;
+    ir_value *r = make(L, s, OP_RESHAPE, out, 1, e->loc);
+    r->type = kept;
+    for (int i = 0; i < kept.rank; i++) {
+        r->type.split[i] = IR_REPLICATED; /* the sharding pass decides */
+        if (axes >> i & 1) r->type.shape[i] = 1, r->type.dim_name[i] = NULL;
+    }
+    r->type.partial = 0;
+    *out = shapes_infer(L->g, r, L->d) ? -1 : r->id;
+    return 1;
+}
+
 /* softmax(causal_mask(s / c)), the attention pattern, becomes one softmax that scales
  * by 1 / c and sees only the keys up to each query: no masked or scaled copy of the
  * scores is made, and only the visible keys are exponentiated. *x is the mask just
@@ -414,23 +475,7 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
         if (ops[0] >= 0 && ops[1] >= 0) *out = make_typed(L, s, OP_EMBED, ops, 2, e->loc);
         return 1;
     }
-    if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) {
-        if (want_args(L, e, 1, 1 + IR_MAX_RANK)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        if (x < 0) return 1;
-        const ir_type *t = &val(L, x)->type;
-        uint32_t axes = 0;
-        if (e->n_args == 1) axes = (1u << t->rank) - 1;
-        for (int i = 1; i < e->n_args; i++) {
-            int a = resolve_axis(L, t, e->args[i]);
-            if (a < 0) return 1;
-            axes |= 1u << a;
-        }
-        ir_value *v = make(L, s, f[0] == 's' ? OP_SUM : OP_MEAN, &x, 1, e->loc);
-        v->axes = axes;
-        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
-        return 1;
-    }
+    if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) return lower_reduce(L, s, e, out);
     if (strcmp(f, "reshape") == 0) {
         if (want_args(L, e, 2, 2)) return 1;
         int x = lower_expr(L, s, e->args[0]);

@@ -53,6 +53,7 @@ typedef struct lowerer {
     int too_large;            /* the size limit was hit and reported: stop lowering */
     int n_instances;          /* layer instances made, bounded by MAX_INSTANCES */
     const dm_lower_options *opts;
+    const dm_program *prog;   /* the program (settings read first look ahead in it) */
     scope global;
     instance *instances;
     int depth;                /* nested instantiation / calls */
@@ -98,5 +99,6 @@ void lower_optimizer(lowerer *L, const dm_stmt *st);
 void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc);
 void lower_zero(lowerer *L, const dm_stmt *st);
 void lower_resolve_cuts(lowerer *L, const dm_expr *list);
+int lower_layer_result(lowerer *L, const char *name, dm_loc loc, int *value);
 
 #endif

@@ -179,6 +179,41 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
 }
 
 /* The count of a schedule or accumulate statement: a positive integer. */
+/* Whether the program's top level defines name as something other than a dim (accumulate
+ * is read before the rest of the program is lowered). */
+static int declared_not_dim(const dm_program *prog, const char *name) {
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        int defines = st->kind == STMT_INPUT || st->kind == STMT_PARAM || st->kind == STMT_LAYER || st->kind == STMT_LET ||
+                      st->kind == STMT_BLOCK;
+        if (defines && strcmp(st->name, name) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Whether e can be a dimension expression: numbers, names that are dims (or not known as
+ * anything else: lower_eval_dim says what they are), - and + - * / of them. */
+static int dim_like(lowerer *L, const dm_expr *e) {
+    switch (e->kind) {
+    case EXPR_NUM: return 1;
+    case EXPR_NAME: {
+        binding *b = lower_scope_find(&L->global, e->name);
+        return b ? b->kind == B_DIM : !declared_not_dim(L->prog, e->name);
+    }
+    case EXPR_NEG: return dim_like(L, e->lhs);
+    case EXPR_BINARY: return e->op != '@' && dim_like(L, e->lhs) && dim_like(L, e->rhs);
+    default: return 0;
+    }
+}
+
+/* `zero = relu(h)`, `accumulate = h`: a setting statement whose value is no count is a
+ * value named with a reserved word. Returns -1 when it said so. */
+static int reserved_setting(lowerer *L, const dm_stmt *st, const char *word, const char *meaning) {
+    if (dim_like(L, st->value)) return 0;
+    dm_error(L->d, st->loc, "'%s' is a reserved word and cannot name a value (`%s = N` %s)", word, word, meaning);
+    return -1;
+}
+
 static int micro_count(lowerer *L, const dm_expr *e, const char *what, int *out) {
     int64_t v;
     if (lower_eval_dim(L, &L->global, e, &v)) return -1;
@@ -198,7 +233,9 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
     int m = 0;
     dm_loc at = st->loc;
     if (st->kind == STMT_ACCUMULATE) {
-        if (micro_count(L, st->value, "accumulate", &m)) return;
+        if (reserved_setting(L, st, "accumulate", "sets the micro-batches of gradient accumulation") ||
+            micro_count(L, st->value, "accumulate", &m))
+            return;
     } else {
         const dm_expr *call = st->value;
         int kind = pipe_kind_by_name(call->name);
@@ -242,7 +279,7 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
 /* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). */
 void lower_zero(lowerer *L, const dm_stmt *st) {
     int64_t v;
-    if (lower_eval_dim(L, &L->global, st->value, &v)) return;
+    if (reserved_setting(L, st, "zero", "sets the ZeRO stage") || lower_eval_dim(L, &L->global, st->value, &v)) return;
     if (v < 0 || v > 3) {
         dm_error(L->d, st->value->loc,
                  "zero is 0, 1 (optimizer state split over data), 2 (gradients too) or 3 (parameters too), got %lld",
@@ -253,8 +290,8 @@ void lower_zero(lowerer *L, const dm_stmt *st) {
     L->g->zero_loc = st->loc;
 }
 
-/* cuts = [h1, h2]: each a value of the program, in order; stage k + 1 starts after
- * the k-th. */
+/* cuts = [h1, h2]: each a value of the program, or a layer called once (h.0,
+ * model.layers.3: the value it returns), in order; stage k + 1 starts after the k-th. */
 void lower_resolve_cuts(lowerer *L, const dm_expr *list) {
     ir_graph *g = L->g;
     g->cuts_loc = list->loc;
@@ -264,12 +301,15 @@ void lower_resolve_cuts(lowerer *L, const dm_expr *list) {
         const dm_expr *e = list->args[i];
         binding *b = e->kind == EXPR_NAME ? lower_scope_find(&L->global, e->name) : NULL;
         if (b && b->failed) continue;
-        if (!b || b->kind != B_VALUE || b->value < 0 || val(L, b->value)->phase != PHASE_FORWARD ||
-            ir_op_info_of(val(L, b->value)->op)->cls == OPC_SOURCE) {
-            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...)");
+        int id = b && b->kind == B_VALUE ? b->value : -1, found = 1;
+        /* a layer (model.layers.0): the cut goes after the value its call returns */
+        if (e->kind == EXPR_NAME && (!b || b->kind == B_LAYER)) found = lower_layer_result(L, e->name, e->loc, &id);
+        if (found < 0) continue;
+        if (id < 0 || val(L, id)->phase != PHASE_FORWARD || ir_op_info_of(val(L, id)->op)->cls == OPC_SOURCE) {
+            dm_error(L->d, e->loc, "a cut names a value the program computes (h1 = ...) or a layer (h.0, model.layers.3)");
             continue;
         }
-        ir_value *v = val(L, b->value);
+        ir_value *v = val(L, id);
         if (g->n_cuts && g->cut_after[g->n_cuts - 1]->id >= v->id) {
             dm_error(L->d, e->loc, "cuts are listed in program order: '%s' comes before the previous one", e->name);
             continue;

@@ -187,6 +187,9 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
 /* 2bw: 1 after reporting that a parameter the cut leaves on several stages (tied) is not
  * built for it; else 0. */
 int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d);
+/* A warning when dmc's own cut leaves the slowest stage over 1.5x the mean (at: the
+ * pipeline axis's declaration, if any). */
+void pipeline_warn_imbalance(const ir_graph *g, const dm_pipeline_plan *plan, dm_loc at, dm_diag *d);
 
 /* The pipeline coordinate of the ranks running stage k. */
 static inline int dm_rank_of_stage(const dm_pipeline_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }

@@ -79,15 +79,19 @@ static int is_forward_op(const ir_value *v) {
     return v->phase == PHASE_FORWARD && ir_op_info_of(v->op)->cls != OPC_SOURCE;
 }
 
-/* Length of the layer part of a value's name: "h.3" of "h.3.mlp.c_fc" (an instance of a
- * repeated layer), "fc1" of "fc1.matmul", all of "h1". */
+/* Length of the layer part of a value's name: up to the first member index of a repeated
+ * layer, at any depth ("h.3" of "h.3.mlp.c_fc", "model.layers.3" of Hugging Face's
+ * "model.layers.3.mlp.down_proj", where the stack is a layer of the model's block), else
+ * the first component ("fc1" of "fc1.matmul", "model" of "model.norm.mul"), all of "h1". */
 static size_t layer_key(const char *name) {
-    const char *dot = strchr(name, '.');
-    if (!dot) return strlen(name);
-    const char *p = dot + 1;
-    while (*p >= '0' && *p <= '9') p++;
-    if (p > dot + 1 && (*p == '.' || *p == 0)) return (size_t)(p - name);
-    return (size_t)(dot - name);
+    const char *first_dot = strchr(name, '.');
+    if (!first_dot) return strlen(name);
+    for (const char *dot = first_dot; dot; dot = strchr(dot + 1, '.')) {
+        const char *p = dot + 1;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p > dot + 1 && (*p == '.' || *p == 0)) return (size_t)(p - name);
+    }
+    return (size_t)(first_dot - name);
 }
 
 /* The cut goes between layers (the layer stack) where it can: inside one, more values
@@ -759,6 +763,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         summarise(g, &c, boundary, plan);
         errors += pipeline_2bw_tied(g, plan, d);
         time_schedule(g, plan, opts ? opts->bucket_bytes : 0);
+        if (!errors) pipeline_warn_imbalance(g, plan, at, d);
     }
     free(boundary);
     costs_free(&c);

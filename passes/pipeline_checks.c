@@ -1,5 +1,8 @@
 /* pipeline_checks.c: what the pipeline pass checks of the program's requests before it
- * cuts: the interleaved schedule's model chunks, and the cuts the program names. */
+ * cuts: the interleaved schedule's model chunks, and the cuts the program names; and after
+ * it cuts, whether its own cut is badly unbalanced. */
+#include <stdio.h>
+
 #include "passes.h"
 #include "schedule.h"
 
@@ -132,4 +135,36 @@ int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *
              v->name, pipe_kind_name(kind));
     dm_note(d, v->loc, "the 1f1b schedule runs it, or a cut that keeps its uses on one stage");
     return 1;
+}
+
+/* A stage's slowest at over this times the mean is warned of when dmc chose the cuts. */
+#define UNBALANCED 1.5
+
+static void describe_op(const ir_graph *g, int id, char *buf, size_t size) {
+    const ir_value *v = g->values[id];
+    if (v->name) snprintf(buf, size, "%s", v->name);
+    else snprintf(buf, size, "line %d", v->loc.line);
+}
+
+void pipeline_warn_imbalance(const ir_graph *g, const dm_pipeline_plan *plan, dm_loc at, dm_diag *d) {
+    if (plan->by_user || plan->stages < 2 || !(plan->imbalance > UNBALANCED)) return;
+    double total = 0;
+    int slowest = 0;
+    for (int k = 0; k < plan->stages; k++) {
+        total += plan->stage[k].seconds;
+        if (plan->stage[k].seconds > plan->stage[slowest].seconds) slowest = k;
+    }
+    const dm_stage_plan *s = &plan->stage[slowest];
+    char first[128], last[128];
+    describe_op(g, s->first, first, sizeof first);
+    describe_op(g, s->last, last, sizeof last);
+    /* without a mesh statement (--mesh), where the slowest stage begins */
+    if (at.line < 1) at = g->values[s->first]->loc;
+    dm_warning(d, at,
+               "the pipeline stages dmc chose are unbalanced: stage %d (%s .. %s) takes %.1f%% of the predicted "
+               "forward and backward time, %.2fx the mean of %d stages (bubble %.1f%%)",
+               slowest, first, last, 100 * s->seconds / total, plan->imbalance, plan->stages, 100 * plan->bubble);
+    dm_note(d, at,
+            "cuts go between layers (h.0, model.layers.3) where there are enough of them, and never inside an op: "
+            "name them (schedule 1f1b(microbatches = M, cuts = [...])), or use fewer stages");
 }

@@ -9,11 +9,15 @@ by hand in float32 torch (a second, independent statement of every shape and gra
 rule):
 
   elementwise.dm  gelu (tanh approximation), tanh, sigmoid, exp, log, relu, identity,
-                  neg, unary minus; + - * / with numbers and dims on either side
+                  neg, silu, rsqrt (of a tensor, a scalar and a constant), unary minus;
+                  + - * / with numbers and dims on either side
   broadcast.dm    [B, H] with [H], [B, 1] (via reshape), [1, H] and scalar parameters,
                   parameters on both sides of an op, division by a parameter
   reduce.dm       sum / mean of a rank-3 tensor over all dims, a named dim, an index
                   (-1, -2, 0), two dims (adjacent and not)
+  keepdim.dm      sum / mean with keepdim = true: RMSNorm in a block (rsqrt of the mean
+                  square over the last dim), a middle dim, two non-adjacent dims and all
+                  dims kept; keepdim = false
   layout.dm       reshape (with -1), transpose (2-D default, last two, named and
                   indexed dims), matmul with rank-3 and rank-4 left operands
   layers.dm       a parameter used several times, a layer called twice, a repeat layer
@@ -97,8 +101,11 @@ def elementwise_loss(torch, F, p, i):
     n1 = torch.neg(c)
     m1 = -u
     k1 = 2 / (1 + e1)
-    z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B
-    return (z * z).mean() / 10 + k1.sum() / (B * H)
+    w1 = F.silu(u)
+    q1 = torch.rsqrt(c * c + 0.5)
+    z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B + w1 * q1
+    return ((z * z).mean() / 10 + k1.sum() / (B * H) + (F.silu(c) * 0.5).mean()
+            + torch.rsqrt((w1 * w1).sum() + 1))
 
 
 def broadcast_loss(torch, F, p, i):
@@ -131,6 +138,18 @@ def reduce_loss(torch, F, p, i):
     return (s_all / 10 + m_all + (s_c * s_last).mean() / 10 + (m_t * m_t).mean()
             + (s_bt * v).sum() / 10 + torch.tanh(m_bc).sum() + (m_0 * w).mean()
             + (s_m2 * m_t).mean())
+
+
+def keepdim_loss(torch, F, p, i):
+    x, v, w = i["x"], p["v"], p["norm.weight"]
+    h = x @ v
+    n = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * w
+    s_t = h.sum(1, keepdim=True)
+    m_bc = h.mean((0, 2), keepdim=True)
+    s_all = (h * h).sum((0, 1, 2), keepdim=True)
+    m_flat = h.mean(-1)
+    z = n * F.silu(n) + s_t * m_bc / s_all + torch.tanh(h - h.mean(2, keepdim=True))
+    return (z * z).mean() + (m_flat * m_flat).mean()
 
 
 def layout_loss(torch, F, p, i):
@@ -255,6 +274,9 @@ MODELS = [
      [("spare", (2,), ("positive",))] + _lin_params("fc", 3, 2) + _lin_params("unused", 3, 2)
      + [("side", (3,), ("positive",))],
      unreached_loss, ("adamw", {"lr": 0.1, "weight_decay": 0.1}), ["spare", "unused.weight", "unused.bias", "side"]),
+    ("keepdim", {"x": ((3, 4, 6), "f32")},
+     [("v", (6, 6), ("normal", 0.5)), ("norm.weight", (6,), ("positive",))],
+     keepdim_loss),
 ]
 
 

@@ -20,8 +20,10 @@ i1 = identity(c)
 n1 = neg(c)
 m1 = -u
 k1 = 2 / (1 + e1)                # constant numerator: gradient of the denominator
-z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B
-loss = mean(z * z) / 10 + sum(k1) / (B * H)
+w1 = silu(u)
+q1 = rsqrt(c * c + 0.5)          # of a positive value
+z = g1 * c + t1 * 2 - s1 / H + e1 * l1 + r1 * i1 - n1 * m1 + H * l2 + (3 - u) / B - B + w1 * q1
+loss = mean(z * z) / 10 + sum(k1) / (B * H) + mean(silu(c) * rsqrt(4)) + rsqrt(sum(w1 * w1) + 1)
 
 minimize loss
 optimizer sgd(lr = 0.1)
