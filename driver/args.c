@@ -106,8 +106,8 @@ static const char usage[] =
     "  --hardware, --precision, --top K (plans printed, default 5; 0 all), --plan-whole\n"
     "  (compile every plan whole instead of estimating deep models from two-layer probes)\n"
     "\n"
-    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun) and the\n"
-    "  trainer's (--steps, --epochs, --seed, --save, --data, ...: docs/trainer.md).\n";
+    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun, --march)\n"
+    "  and the trainer's (--steps, --epochs, --seed, --save, --data, ...: docs/trainer.md).\n";
 
 
 static int parse_overrides(const char *flag, const char *list, dm_override *out, int *n, int max) {
