@@ -61,8 +61,17 @@ static void runtime_paths(char inc[3][PATH_MAX], char lib[3][PATH_MAX]) {
     }
 }
 
+/* How many space-separated words s holds: what an argv must have room for. */
+static int count_words(const char *s) {
+    int n = 0;
+    for (const char *c = s; *c; c++)
+        if (*c != ' ' && (c == s || c[-1] == ' ')) n++;
+    return n;
+}
+
 /* Appends the space-separated words of s (modified in place) to argv from index n,
- * up to index max; returns the new count. */
+ * up to index max (count_words sizes argv so that none is left out); returns the new
+ * count. */
 static int split_words(char *s, char **argv, int n, int max) {
     char *save = NULL;
     for (char *w = strtok_r(s, " ", &save); w && n < max; w = strtok_r(NULL, " ", &save)) argv[n++] = w;
@@ -222,24 +231,28 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     char target_link[1024];
     snprintf(target_link, sizeof target_link, "%s%s", tc->toolkit_libs ? "-L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 " : "",
              tc->libraries);
-    char *cc_argv[80];
+    /* every word of $DMC_CFLAGS, however many; 16: the compiler, paths and -o exe */
+    int most = count_words(flags) + count_words(target_link) + count_words(link) + 16;
+    char **cc_argv = calloc((size_t)most + 1, sizeof *cc_argv);
+    if (!cc_argv) return 1;
     int n = 0;
     cc_argv[n++] = (char *)cc;
-    n = split_words(flags, cc_argv, n, 32);
+    n = split_words(flags, cc_argv, n, most);
     cc_argv[n++] = inc_flag[0];
     cc_argv[n++] = inc_flag[1];
     cc_argv[n++] = out_inc_flag;
     cc_argv[n++] = model_c;
     cc_argv[n++] = main_path;
     for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
-    n = split_words(target_link, cc_argv, n, 48);
+    n = split_words(target_link, cc_argv, n, most);
     if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
-    n = split_words(link, cc_argv, n, 74);
+    n = split_words(link, cc_argv, n, most);
     cc_argv[n++] = "-o";
     cc_argv[n++] = exe;
     cc_argv[n] = NULL;
-    if (dm_stop_signal()) return 128 + dm_stop_signal();
-    int status = run_compiler(cc_argv, dir);
+    int status = dm_stop_signal() ? -1 : run_compiler(cc_argv, dir);
+    free(cc_argv);
+    if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
                 mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
@@ -254,9 +267,7 @@ int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
     char np[32];
     char *mpirun = strdup(o->mpirun ? o->mpirun : "mpirun");
     if (!mpirun) return 1;
-    int mpirun_words = 0;
-    for (const char *c = mpirun; *c; c++)
-        if (*c != ' ' && (c == mpirun || c[-1] == ' ')) mpirun_words++;
+    int mpirun_words = count_words(mpirun);
     /* the mesh's ranks, then the parameter servers' */
     snprintf(np, sizeof np, "%lld", (long long)ir_mesh_ranks(g) + g->param_servers.servers);
     char **argv = calloc((size_t)o->n_trainer_args + (size_t)mpirun_words + 16, sizeof(char *));

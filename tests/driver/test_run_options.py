@@ -53,6 +53,11 @@ def check_compiler_flags(dmc, mlp, check):
         rc, got, _ = compiler_args(dmc, mlp, tmp, ['--march=x86-64'], env_flags='-DDMC_TEST_FLAG=1 -march=znver3')
         check(got and got.index('-march=x86-64') < got.index('-march=znver3') and '-DDMC_TEST_FLAG=1' in got,
               'dmc run --march=x86-64 with DMC_CFLAGS: the compiler got %r (want DMC_CFLAGS after --march)' % got)
+        many = ' '.join('-DDMC_FLAG_%d=1' % i for i in range(60))
+        rc, got, _ = compiler_args(dmc, mlp, tmp, [], env_flags=many)
+        check(got and all('-DDMC_FLAG_%d=1' % i in got for i in range(60)) and got[-2:][0] == '-o',
+              'dmc run with 60 words of DMC_CFLAGS: the compiler got %d arguments, not every flag (%r)'
+              % (len(got or []), (got or [])[-4:]))
         for bad in ('', 'x86 64', '$(reboot)'):
             rc, got, err = compiler_args(dmc, mlp, tmp, ['--march', bad])
             check(rc == 2 and got is None and '--march takes an instruction set' in err,
