@@ -1,7 +1,6 @@
 /* trainer_data.c: where the trainer's batches come from (trainer_data.h). */
 #include "trainer_data.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -349,33 +348,19 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-/* h carried on over the bytes of the file dir/name. */
-static int hash_file(uint64_t *h, const char *dir, const char *name, char *err, size_t errlen) {
-    char *path = join_path(dir, name);
-    if (!path) return dmrt_errorf(err, errlen, "out of memory");
-    FILE *fp = fopen(path, "rb");
-    int rc = fp ? 0 : dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char buf[1 << 16];
-    for (size_t got; rc == 0 && (got = fread(buf, 1, sizeof buf, fp)) > 0;) *h = fnv1a(*h, buf, got);
-    if (rc == 0 && ferror(fp)) rc = dmrt_errorf(err, errlen, "%s: read error: %s", path, strerror(errno));
-    if (fp) fclose(fp);
-    free(path);
-    return rc;
-}
-
-int dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17], char *err, size_t errlen) {
+void dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17]) {
     uint64_t h = TR_FNV_OFFSET;
     if (d->text) {
         h = fnv1a(h, d->corpus.bytes, (size_t)d->corpus.size);
     } else if (d->mnist) {
-        static const char *const names[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+        /* the examples as read (pixels and labels, training then test): no second read of the files */
+        const dmrt_idx *sets[4] = {&d->train_x, &d->train_y, &d->test_x, &d->test_y};
         for (int i = 0; i < 4; i++)
-            if (hash_file(&h, d->source, names[i], err, errlen) != 0) return -1;
+            h = sets[i]->images ? fnv1a(h, sets[i]->images, (size_t)(sets[i]->n * sets[i]->row_size) * sizeof(float))
+                                : fnv1a(h, sets[i]->labels, (size_t)sets[i]->n * sizeof(int32_t));
     } else if (d->bt) {
         for (int i = 0; i < m->n_inputs; i++)
             h = fnv1a(h, d->bt[i]->data, (size_t)d->bt[i]->numel * dmrt_dtype_size(d->bt[i]->dtype));
     }
     snprintf(hex, 17, "%016llx", (unsigned long long)h);
-    return 0;
 }

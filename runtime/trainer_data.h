@@ -74,9 +74,9 @@ void dmrt_trainer_data_close(tr_data *d);
 /* What identifies the data a checkpoint was trained on ("trainer.data_hash"): FNV-1a 64 of the
  * bytes the run trains on, in order, as 16 hex digits into hex[17]: a batch file's tensors of
  * the model's inputs (their data, input by input); a text corpus's bytes (the files
- * concatenated in the order given); fashion-mnist's four files as they are on disk
- * (train-images, train-labels, t10k-images, t10k-labels). */
-int dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17], char *err, size_t errlen);
+ * concatenated in the order given); fashion-mnist's examples as read (training pixels and
+ * labels, then test pixels and labels). */
+void dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17]);
 
 /* Fashion-MNIST's order of the next epoch (Fisher-Yates, the rng carrying on from epoch to
  * epoch). */

@@ -273,10 +273,10 @@ static int open_data(tr_run *r) {
         if (dmrt_trainer_open_mnist(d, r->batch, dir, o->seed, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     } /* else sampling only: no data, no steps */
     r->data_kind = d->mnist ? "fashion-mnist" : d->text ? "text" : o->batch_file ? "batch-file" : "none";
-    /* a checkpoint records what its run trained on; a resumed run must train on the same */
-    if ((o->checkpoint || r->resumed) && dmrt_trainer_data_hash(d, m, r->data_hash, r->err, sizeof r->err) != 0)
-        return TR_RUNTIME;
-    if (r->resumed) {
+    /* a checkpoint records what its run trained on; a resumed run must train on the same. The
+     * lead rank writes checkpoints and checks (its failure stops the others, as the probes') */
+    if (r->lead && (o->checkpoint || r->resumed)) dmrt_trainer_data_hash(d, m, r->data_hash);
+    if (r->lead && r->resumed) {
         char note[6000];
         if (dmrt_trainer_resume_check_data(&r->resume_file, r->data_kind, d->source, r->data_hash, note, sizeof note,
                                            r->err, sizeof r->err) != 0)
