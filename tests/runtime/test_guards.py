@@ -98,12 +98,18 @@ def run(dmc, args, tmp, env=None):
                           universal_newlines=True, timeout=600, env=env)
 
 
-def diverging(dmc, tmp):
+def mlp_with_optimizer(tmp, name, optimizer):
+    """examples/mlp.dm with its optimizer statement replaced, as tmp/NAME.dm."""
     with open(MLP) as f:
-        src = re.sub(r"optimizer \w+\([^)]*\)", "optimizer sgd(lr = 1e30)", f.read())
-    path = os.path.join(tmp, "diverge.dm")
+        src = re.sub(r"optimizer \w+\([^)]*\)", "optimizer " + optimizer, f.read())
+    path = os.path.join(tmp, name + ".dm")
     with open(path, "w") as f:
         f.write(src)
+    return path
+
+
+def diverging(dmc, tmp):
+    path = mlp_with_optimizer(tmp, "diverge", "sgd(lr = 1e30)")
     good = os.path.join(tmp, "good.safetensors")
     for mesh in [[], ["--mesh", "data=2,pipeline=2"], ["--mesh", "tensor=2"]]:
         with open(good, "w") as f:
@@ -152,11 +158,7 @@ def save_is_directory(dmc, tmp):
 
 
 def overflowing_update(dmc, tmp):
-    with open(MLP) as f:
-        src = re.sub(r"optimizer \w+\([^)]*\)", "optimizer sgd(lr = 1e38)", f.read())
-    path = os.path.join(tmp, "overflow.dm")
-    with open(path, "w") as f:
-        f.write(src)
+    path = mlp_with_optimizer(tmp, "overflow", "sgd(lr = 1e38)")
     batches = small_batches(tmp, 100)
     for mesh in [[], ["--mesh", "data=2"]]:
         good, ck = os.path.join(tmp, "good.safetensors"), os.path.join(tmp, "ck-overflow")
