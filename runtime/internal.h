@@ -29,6 +29,9 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 /* params_io.c: whether the file's tensor t (NULL: absent) can be model's `what` ("parameter")
  * d: present, of d's dtype and shape. 0, or -1 with a message naming path, the tensor and what
  * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
+/* safetensors.c: the directory holding path ("." for a bare name, "/" for one in the root)
+ * into dir: 0, or -1 when it does not fit. */
+int dmrt_parent_dir(const char *path, char *dir, size_t len);
 /* params_io.c: 0 when the file's F32 tensor t for the model's `what` d is finite, else -1
  * with a message naming path, the tensor and the element (--init, --resume). */
 int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d, const char *what,

@@ -396,21 +396,19 @@ static char *build_header(const char *path, int n, const dmrt_tensor_desc *descs
 /* fsync of the directory holding path, so that the rename itself is durable. Best
  * effort: some file systems refuse fsync on directories. */
 static void sync_parent_dir(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return;
-    char *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash) {
-        if (slash == dir) slash[1] = '\0';
-        else *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY);
+    char dir[4096];
+    if (dmrt_parent_dir(path, dir, sizeof dir) != 0) return;
+    int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd);
         close(fd);
     }
-    free(dir);
+}
+
+int dmrt_parent_dir(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    int k = !slash ? snprintf(dir, len, ".") : snprintf(dir, len, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+    return k < 0 || (size_t)k >= len ? -1 : 0;
 }
 
 int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,

@@ -14,11 +14,8 @@
 /* Whether the checkpoint `file` lies in directory dir (the same directory: device and inode). */
 static int file_in_dir(const char *file, const char *dir) {
     char parent[4096];
-    const char *slash = strrchr(file, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - file == 0 ? 1 : slash - file), file);
     struct stat a, b;
-    return stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return dmrt_parent_dir(file, parent, sizeof parent) == 0 && stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, char *err, size_t errlen) {
