@@ -182,18 +182,16 @@ static const char *c_compiler(const dm_options *o, int mpi) {
     return cc && *cc ? cc : DMC_DEFAULT_CC;
 }
 
-/* The C compiler's flags: -march=native unless --march says otherwise; $DMC_CFLAGS last,
- * so that its flags win. 0, or -1 after a message. */
-static int c_flags(const dm_options *o, char flags[1024]) {
-    char march[96];
-    snprintf(march, sizeof march, "-march=%s", o->march ? o->march : "native");
-    const char *extra = getenv("DMC_CFLAGS");
-    if (snprintf(flags, 1024, "-std=c11 -O3 %s -fno-math-errno %s %s %s", march, DMC_OPENMP_FLAG, DMC_SANITIZE,
-                 extra ? extra : "") >= 1024) {
-        fprintf(stderr, "dmc: error: DMC_CFLAGS is too long (%zu characters)\n", strlen(extra));
-        return -1;
-    }
-    return 0;
+/* The C compiler's flags, malloc'd: -march=native unless --march says otherwise;
+ * $DMC_CFLAGS last, so that its flags win, however long. NULL when out of memory. */
+static char *c_flags(const dm_options *o) {
+    static const char form[] = "-std=c11 -O3 -march=%s -fno-math-errno %s %s %s";
+    const char *march = o->march ? o->march : "native", *extra = getenv("DMC_CFLAGS");
+    if (!extra) extra = "";
+    int len = snprintf(NULL, 0, form, march, DMC_OPENMP_FLAG, DMC_SANITIZE, extra);
+    char *flags = len < 0 ? NULL : malloc((size_t)len + 1);
+    if (flags) snprintf(flags, (size_t)len + 1, form, march, DMC_OPENMP_FLAG, DMC_SANITIZE, extra);
+    return flags;
 }
 
 static int uses_mpi(const dm_options *o) { return o->backend && strcmp(o->backend, "mpi") == 0; }
@@ -224,8 +222,8 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
             return 1;
     }
     const char *cc = c_compiler(o, mpi);
-    char flags[1024];
-    if (c_flags(o, flags)) return 1;
+    char *flags = c_flags(o);
+    if (!flags) return 1;
     char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
     /* the target's libraries, after the toolkit's lib64 where they are there */
     char target_link[1024];
@@ -234,7 +232,10 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     /* every word of $DMC_CFLAGS, however many; 16: the compiler, paths and -o exe */
     int most = count_words(flags) + count_words(target_link) + count_words(link) + 16;
     char **cc_argv = calloc((size_t)most + 1, sizeof *cc_argv);
-    if (!cc_argv) return 1;
+    if (!cc_argv) {
+        free(flags);
+        return 1;
+    }
     int n = 0;
     cc_argv[n++] = (char *)cc;
     n = split_words(flags, cc_argv, n, most);
@@ -252,6 +253,7 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     cc_argv[n] = NULL;
     int status = dm_stop_signal() ? -1 : run_compiler(cc_argv, dir);
     free(cc_argv);
+    free(flags);
     if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
     if (status != 0) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
