@@ -58,6 +58,7 @@ typedef struct cg_gemm {
     int64_t m, n, k, lda, ldb, ldc;
     const char *a, *b, *c;
     int accumulate;
+    int bf16;                                       /* a and b hold bf16 (uint16_t), c f32 */
     int64_t batch;                                  /* 1 for a single product */
     int64_t batch_stride_a, batch_stride_b, batch_stride_c;
 } cg_gemm;
@@ -160,6 +161,8 @@ typedef struct cg_capabilities {
     int checkpoints;        /* checkpoints read the optimizer state (else the descriptor says why not) */
     int bias_activation;    /* an activation's loop nest adds a bias and stores the sum too
                              * (cg_loop_nest.also_out: pass_fuse_bias) */
+    int bf16;               /* bf16 product operands (--precision bf16): bf16_round and
+                             * cg_gemm.bf16 */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
@@ -181,6 +184,8 @@ typedef struct cg_dialect {
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
                                      * in the dialect's memory (dmrt_model.memory_peak) */
     cg_capabilities can;            /* what its generated code can do (above) */
+    const char *bf16_round;         /* C expression of float x: its bf16 bits (uint16_t), rounded
+                                     * to nearest even (the cast op's loop nest) */
     codegen_toolchain toolchain;    /* how dmc run builds its source (codegen.h) */
 
     /* What the public header <model>.h says of the target: after the API's opening comment,

@@ -203,8 +203,11 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
 
 static void c_gemm(cg_writer *w, const cg_gemm *k) {
     const char *beta = k->accumulate ? "1.0f" : "0.0f";
+    /* bf16 operands: the runtime's product of them, accumulated in f32 (oneDNN where the
+     * CPU has AVX512-BF16, else converted for sgemm) */
+    const char *gemm = k->bf16 ? "dmrt_gemm_bf16" : "dmrt_sgemm";
     if (k->batch <= 1) {
-        cg_line(w, "dmrt_sgemm_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", k->trans_a, k->trans_b,
+        cg_line(w, "%s_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", gemm, k->trans_a, k->trans_b,
                 (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
                 k->c, (long long)k->ldc);
         return;
@@ -212,8 +215,8 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
     /* the products of a batch are shared out whole, each on one thread */
     if ((double)k->batch * (double)k->m * (double)k->n * (double)k->k >= DMRT_SGEMM_SPLIT_MIN) parallel_for(w, 1);
     cg_line(w, "for (int64_t ib = 0; ib < %lld; ib++)", (long long)k->batch);
-    cg_line(w, "    dmrt_sgemm(%d, %d, %lld, %lld, %lld, 1.0f, %s + ib * %lld, %lld, %s + ib * %lld, %lld, %s, %s + ib * %lld, %lld);",
-            k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->batch_stride_a,
+    cg_line(w, "    %s(%d, %d, %lld, %lld, %lld, 1.0f, %s + ib * %lld, %lld, %s + ib * %lld, %lld, %s, %s + ib * %lld, %lld);",
+            gemm, k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->batch_stride_a,
             (long long)k->lda, k->b, (long long)k->batch_stride_b, (long long)k->ldb, beta, k->c,
             (long long)k->batch_stride_c, (long long)k->ldc);
 }
@@ -826,7 +829,8 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1, .bias_activation = 1},
+            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1},
+    .bf16_round = "dmrt_bf16_round(x)",
     .toolchain = {.libraries = ""},
     .create_failures = "",
     .threads_note = "",

@@ -143,6 +143,11 @@ static int check_spmd(const emitter *E, FILE *err) {
 
 /* Ops the target has no kernel for (the driver fuses attention only where it has one). */
 static int check_target(const emitter *E, FILE *err) {
+    if (E->g->product_dtype == DT_BF16 && !E->dialect->can.bf16) {
+        fprintf(err, "%s: error: --precision bf16 is built for the C target only so far; compile with --target c, or "
+                     "--precision fp32\n", E->source_path);
+        return -1;
+    }
     for (int i = 0; i < E->g->n_values && !E->dialect->attention; i++)
         if (ir_op_info_of(V(E, i)->op)->cls == OPC_ATTENTION) {
             fprintf(err, "%s:%d: error: fused attention is built for the C target only\n", E->source_path, V(E, i)->loc.line);

@@ -123,6 +123,16 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
+/* A cast to bf16 (passes/precision.c): each element rounded, as the dialect spells it. */
+static void emit_cast(emitter *E, const ir_value *v) {
+    cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
+                      .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = E->dialect->bf16_round};
+    literal lit;
+    k.stride[0][0] = 1;
+    set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    E->dialect->loop_nest(&E->w, &k);
+}
+
 /* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
  * layout is the big one's with the dims in v->axes left out. */
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
@@ -220,6 +230,7 @@ static void emit_product(emitter *E, const ir_value *v) {
         k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
     }
     k.ldc = E->plan->row_stride[v->id] ? E->plan->row_stride[v->id] : k.n; /* its window's rows (memory_windows.c) */
+    k.bf16 = a->dtype == DT_BF16;
     int add = E->plan->bias_add_of[v->id];
     if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
@@ -672,6 +683,7 @@ void emit_op(emitter *E, const ir_value *v) {
             emit_copy(E, v);
         break;
     case OPC_TRANSPOSE: emit_transpose(E, v); break;
+    case OPC_CAST: emit_cast(E, v); break;
     case OPC_MATMUL: emit_matmul(E, v); break;
     case OPC_ATTENTION: emit_attention(E, v); break;
     case OPC_VIEW:

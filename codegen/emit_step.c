@@ -16,7 +16,7 @@ static void declare_buffers(emitter *E, const char *used) {
         cg_storage_expr(E, i, where, sizeof where);
         cg_shape_comment(E, &v->type, type, sizeof type);
         int readonly = E->plan->region[i] == REGION_INPUT;
-        if (v->type.dtype == DT_I32 && E->plan->region[i] == REGION_ARENA)
+        if (v->type.dtype != DT_F32 && E->plan->region[i] == REGION_ARENA)
             cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
                     ctype(v->type.dtype), where, type);
         else

@@ -114,7 +114,7 @@ static inline int emits_nothing(const emitter *E, const ir_value *v) {
 
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
 
-static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : "float"; }
+static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : t == DT_BF16 ? "uint16_t" : "float"; }
 
 static inline int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
 

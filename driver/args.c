@@ -49,8 +49,10 @@ static const char usage[] =
     "  --hardware NAME|FILE       the machine plans are timed on: a preset (nominal, the\n"
     "                             default; cpu-2core, a100-80gb-sxm, h100-80gb-sxm) or a JSON\n"
     "                             file (docs/cost.md); --hardware list prints the presets\n"
-    "  --precision fp32|tf32|bf16 the precision matrix products are timed at (default fp32,\n"
-    "                             tf32 with --tf32); bf16 is planning only: no code for it\n"
+    "  --precision fp32|tf32|bf16 the precision of matrix products (default fp32, tf32 with\n"
+    "                             --tf32); bf16: their operands rounded to bf16, products\n"
+    "                             summed and stored in f32, f32 master weights and optimizer\n"
+    "                             state (docs/precision.md; C target only so far)\n"
     "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
     "                             25; the first, of the last layers, is at most 1)\n"
     "  --microbatches M           run each step's batch as M micro-batches, their gradients\n"
@@ -518,11 +520,8 @@ int dm_resolve_precision(dm_options *o) {
     if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
     o->pipeline.cost.precision = o->precision;
     if (!(o->run || o->out_dir)) return 0;
-    if (o->precision == DM_BF16) {
-        fprintf(stderr, "dmc: error: --precision bf16 is for planning (--explain): code generation is fp32, or tf32 with "
-                        "--target cuda --tf32\n");
-        return -1;
-    }
+    /* bf16: the products' operands cast (passes/precision.c); a target without them says so */
+    if (o->precision == DM_BF16) return 0;
     if ((o->precision == DM_TF32) != tf32_code) {
         fprintf(stderr, "dmc: error: --precision %s, but the generated code runs %s (tf32 needs --target cuda --tf32)\n",
                 dm_precision_name((dm_precision)o->precision), tf32_code ? "tf32" : "fp32");

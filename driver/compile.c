@@ -3,6 +3,7 @@
 
 #include "codegen.h"
 #include "compile.h"
+#include "hardware.h"
 
 static int stops_at(const dm_compile_request *req, const char *pass) {
     return req->stop_after && strcmp(req->stop_after, pass) == 0;
@@ -38,6 +39,9 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (pass_supported(g, d)) return 1;
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
+    if (req->pipeline && req->pipeline->cost.precision == DM_BF16) g->product_dtype = DT_BF16;
+    pass_precision(g, &out->pipeline, &out->reshards);
+    VERIFY("precision");
     return 0;
 }
 

@@ -28,8 +28,18 @@ const char *ir_dtype_name(ir_dtype t) {
     case DT_F32: return "f32";
     case DT_I32: return "i32";
     case DT_VOID: return "void";
+    case DT_BF16: return "bf16";
     }
     return "?";
+}
+
+int ir_dtype_bytes(ir_dtype t) {
+    switch (t) {
+    case DT_F32: case DT_I32: return 4;
+    case DT_BF16: return 2;
+    case DT_VOID: return 0;
+    }
+    return 0;
 }
 
 int64_t ir_numel(const ir_type *t) {
@@ -73,6 +83,7 @@ int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
 int64_t ir_storage_elems(const ir_graph *g, const ir_value *v) {
     int64_t n = ir_local_numel(g, &v->type);
     if (v->op == OP_ATTENTION) n += n / v->type.shape[v->type.rank - 1];
+    if (v->type.dtype == DT_BF16) n = (n + 1) / 2;
     return n;
 }
 

@@ -20,7 +20,7 @@ typedef enum ir_op {
 typedef enum ir_op_class {
     OPC_SOURCE, OPC_UNARY, OPC_UNARY_GRAD, OPC_BINARY, OPC_REDUCE, OPC_BROADCAST,
     OPC_RESHAPE, OPC_TRANSPOSE, OPC_MATMUL, OPC_LOSS, OPC_LOSS_GRAD, OPC_UPDATE,
-    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER, OPC_COLLECTIVE, OPC_ATTENTION, OPC_VIEW,
+    OPC_SOFTMAX, OPC_MASK, OPC_NORM, OPC_SLICE, OPC_GATHER, OPC_COLLECTIVE, OPC_ATTENTION, OPC_VIEW, OPC_CAST,
 } ir_op_class;
 
 /* How an op may be partitioned over a mesh axis (the rule the sharding pass applies;
@@ -60,8 +60,12 @@ const ir_op_info *ir_op_info_of(ir_op op);
 /* OP_COUNT when no op has that name. */
 ir_op ir_op_by_name(const char *name);
 
-typedef enum ir_dtype { DT_F32, DT_I32, DT_VOID } ir_dtype;
+/* DT_BF16: bfloat16, the upper half of an f32 (rounded to nearest even), stored in 2 bytes;
+ * only a matrix product's operands have it (passes/precision.c). */
+typedef enum ir_dtype { DT_F32, DT_I32, DT_VOID, DT_BF16 } ir_dtype;
 const char *ir_dtype_name(ir_dtype t);
+/* Bytes of one element (0 for void). */
+int ir_dtype_bytes(ir_dtype t);
 
 #define IR_MAX_RANK 8
 #define IR_MAX_AXES 8
@@ -227,6 +231,9 @@ typedef struct ir_graph {
      * tensor-parallel product run on that split (Megatron-LM's sequence parallelism). */
     int sequence_parallel;
     ir_compress compress;     /* of the gradient allreduces over the axis named data */
+    /* passes/precision.c: the dtype of matrix products' operands (DT_F32, or DT_BF16: both
+     * operands cast to it, the product accumulated and stored in f32) */
+    ir_dtype product_dtype;
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1
@@ -280,8 +287,9 @@ int ir_is_partitioned(const struct ir_graph *g);
  * statistics exchange over it; the gradient only needs its place on it); else
  * IR_REPLICATED. */
 int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
-/* Elements of v's buffer on one rank: its local type's, and for an attention also the
- * rows' log-sum-exp kept after its result. */
+/* Elements of 4 bytes in v's buffer on one rank (the unit of every buffer's size and
+ * offset): its local type's elements, 2-byte ones counted in pairs, and for an attention
+ * also the rows' log-sum-exp kept after its result. */
 int64_t ir_storage_elems(const struct ir_graph *g, const struct ir_value *v);
 /* Where a view (attention_lse, stacked_part) starts in its operand's buffer, in elements
  * of one rank's shards; 0 for other ops. */

@@ -278,6 +278,7 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     case OPC_LOSS_GRAD:
     case OPC_UPDATE:
     case OPC_COLLECTIVE: /* inserted after autodiff (passes/shard.c) */
+    case OPC_CAST:       /* inserted after autodiff (passes/precision.c) */
         break;
     }
     dm_error(A->d, loc, "internal: %s cannot be differentiated", info->name);

@@ -335,6 +335,15 @@ int *dm_summed_partials(const ir_graph *g);
  * pass_buckets's grouping (bucket_floats as there). requires: pipeline; renumbers values
  * (and the value ids in pipe and reshards). */
 int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
+/* After a pass rebuilt the value list (map: old id -> new id): the value ids the plans made
+ * so far hold, renamed (either plan may be NULL). */
+void dm_plans_renumber(const int *map, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
+
+/* precision.c: with g->product_dtype bf16, every matrix product's f32 operands read through
+ * casts (one per operand, stage and phase), the product accumulated and stored in f32.
+ * requires: zero_gather (the final op order); renumbers values (and the ids in pipe and
+ * reshards). */
+int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
 
 /* pipeline.c, after memory: fills plan->readers (which stages read each buffer), from
  * which code generation sends each value to the stages that need it. */

@@ -1063,3 +1063,12 @@ void dm_stage_estimate_free(dm_stage_estimate *e) {
     free(e->activation_bytes);
     memset(e, 0, sizeof *e);
 }
+
+void dm_plans_renumber(const int *map, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
+    for (int r = 0; reshards && r < reshards->n; r++) reshards->items[r].value = map[reshards->items[r].value];
+    for (int s = 0; pipe && pipe->stage && s < pipe->stages; s++) {
+        if (pipe->stage[s].first >= 0) pipe->stage[s].first = map[pipe->stage[s].first];
+        if (pipe->stage[s].last >= 0) pipe->stage[s].last = map[pipe->stage[s].last];
+    }
+    for (int t = 0; pipe && t < pipe->n_tied; t++) pipe->tied[t] = map[pipe->tied[t]];
+}

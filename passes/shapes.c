@@ -427,6 +427,7 @@ static const shape_rule rules_by_class[] = {
     [OPC_NORM] = rule_norm,           [OPC_SLICE] = rule_slice,
     [OPC_GATHER] = rule_gather,       [OPC_COLLECTIVE] = rule_collective,
     [OPC_ATTENTION] = rule_attention, [OPC_VIEW] = rule_view,
+    [OPC_CAST] = rule_keep_preset,
 };
 
 int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {

@@ -550,6 +550,7 @@ static void decide(shard_state *S, const ir_value *v, decision *D) {
     case OPC_SOURCE: D->res = v->type; break;
     case OPC_UNARY:
     case OPC_UNARY_GRAD:
+    case OPC_CAST:
     case OPC_BINARY: rule_elementwise(S, v, D); break;
     case OPC_REDUCE:
     case OPC_BROADCAST: rule_reduce(S, v, D); break;

@@ -221,13 +221,7 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
     }
     free(old);
     ir_renumber_lists(g, map);
-    /* the plans so far name values by id */
-    for (int r = 0; reshards && r < reshards->n; r++) reshards->items[r].value = map[reshards->items[r].value];
-    for (int s = 0; pipe && pipe->stage && s < pipe->stages; s++) {
-        if (pipe->stage[s].first >= 0) pipe->stage[s].first = map[pipe->stage[s].first];
-        if (pipe->stage[s].last >= 0) pipe->stage[s].last = map[pipe->stage[s].last];
-    }
-    for (int t = 0; pipe && t < pipe->n_tied; t++) pipe->tied[t] = map[pipe->tied[t]];
+    dm_plans_renumber(map, pipe, reshards);
     for (int b = 0; b < n_groups; b++) free(groups[b].at);
     free(groups);
     free(group_of_value);

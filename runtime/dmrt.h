@@ -177,6 +177,9 @@ typedef struct dmrt_model {
      * NULL in models without them. */
     int param_servers;
     int (*serve)(dmrt_rank *rank, struct dmrt_ps_stats *stats, char *err, size_t errlen);
+    /* The dtype of the matrix products' operands: "f32", or "bf16" (--precision bf16:
+     * dmrt_gemm_bf16, whose path dmrt_gemm_bf16_path names). NULL in models built before. */
+    const char *product_dtype;
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */

@@ -57,9 +57,12 @@ def make_init(torch, specs, seed):
     return out
 
 
-def forward(torch, p, tokens, targets, NH, L):
-    """Loss (mean cross-entropy over B*T) and logits [B, T, V] of gpt.dm."""
+def forward(torch, p, tokens, targets, NH, L, product=None):
+    """Loss (mean cross-entropy over B*T) and logits [B, T, V] of gpt.dm. product(a, b):
+    the weights' products (the linears and the head), a @ b by default; the attention's
+    own products stay a @ b (dmc's fused attention keeps them f32 under bf16 too)."""
     F = torch.nn.functional
+    product = product or (lambda a, b: a @ b)
     B, T = tokens.shape
     C = p["wte.weight"].shape[1]
     HS = C // NH
@@ -68,7 +71,7 @@ def forward(torch, p, tokens, targets, NH, L):
         return F.layer_norm(x, (C,), p[pre + ".weight"], p[pre + ".bias"], eps=LN_EPS)
 
     def linear(x, pre):
-        return x @ p[pre + ".weight"] + p[pre + ".bias"]
+        return product(x, p[pre + ".weight"]) + p[pre + ".bias"]
 
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     x = p["wte.weight"][tokens] + p["wpe.weight"]
@@ -82,14 +85,15 @@ def forward(torch, p, tokens, targets, NH, L):
         x = x + linear(y, pre + "attn.c_proj")
         h = F.gelu(linear(ln(x, pre + "ln_2"), pre + "mlp.c_fc"), approximate="tanh")
         x = x + linear(h, pre + "mlp.c_proj")
-    logits = ln(x, "ln_f") @ p["wte.weight"].t()
+    logits = product(ln(x, "ln_f"), p["wte.weight"].t())
     loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
     return loss, logits
 
 
-def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None):
+def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None, product=None):
     """Trains from init (numpy) on batches tokens/targets [S, B, T] (step i uses slice
-    i mod S); returns (losses, gradients of step 1, final params), numpy float64."""
+    i mod S); returns (losses, gradients of step 1, final params), numpy float64.
+    product: forward's."""
     names = list(init)
     p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in init.items()}
     opt = make_opt([p[n] for n in names]) if make_opt else None
@@ -99,7 +103,7 @@ def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None):
             t.grad = None
         tok = torch.tensor(tokens[s % len(tokens)], dtype=torch.int64)
         tgt = torch.tensor(targets[s % len(targets)], dtype=torch.int64)
-        loss, _ = forward(torch, p, tok, tgt, NH, L)
+        loss, _ = forward(torch, p, tok, tgt, NH, L, product)
         loss.backward()
         losses.append(loss.item())
         if grads1 is None:

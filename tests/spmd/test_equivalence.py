@@ -11,7 +11,8 @@ or gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
 different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
-pipeline rank), `multihost` MULTIHOST_MESHES (run by tests/multihost across hosts made of
+pipeline rank), `bf16` BF16_MESHES with every run, the serial one too, in --precision bf16,
+`multihost` MULTIHOST_MESHES (run by tests/multihost across hosts made of
 network namespaces). With $DMC_TEST_MPIRUN set, the mpi runs get it as their launcher
 (`--mpirun "$DMC_TEST_MPIRUN"`): tests/multihost's mpirun over those hosts. For each mesh of MESHES, `dmc run --mesh M --backend BACKEND`
 trains STEPS steps on the same batches (a --batch-file of random inputs) from the same
@@ -113,6 +114,19 @@ QUICK_MESHES = [MESHES[4], MESHES[-1]]
 QUICK_PIPELINE_MESHES = [PIPELINE_MESHES[3], PIPELINE_MESHES[-2]]
 QUICK_INTERLEAVED_MESHES = [INTERLEAVED_MESHES[0], INTERLEAVED_MESHES[-1]]
 QUICK_SEQUENCE_MESHES = [SEQUENCE_MESHES[2], SEQUENCE_MESHES[-1]]
+# --precision bf16 (MESH_SET bf16): the serial run and every mesh in bf16, each mesh against
+# serial bf16: data, tensor, both, ZeRO 3 with recomputation, pipelines under both schedules
+# with data and tensor parallelism. The products' operands are rounded alike on every mesh;
+# only the sums' order differs (a tensor-parallel product's partial sums), which moves an
+# operand across a bf16 rounding boundary now and then: a 2^-8 change of one operand. The
+# MLP stays within the f32 bounds (tensor=2 bitwise); the GPT's tensor-parallel meshes
+# measured 1.1e-5 in the losses, 1.5e-5 in a gradient and, AdamW moving a weight by up to lr
+# a step where its gradient is near zero, 1.9e-3 in a weight: BF16_BOUNDS (loss, gradient,
+# weight) with a few times that room. A cast left out or a product in f32 on one mesh is
+# off by the distance of bf16 from f32 (test_bf16.py: 7e-4 in the step-1 loss).
+BF16_MESHES = [MESHES[0], MESHES[2], MESHES[4], MESHES[-1], PIPELINE_MESHES[0], PIPELINE_MESHES[4],
+               PIPELINE_MESHES[9]]
+BF16_BOUNDS = {"mlp": (1e-5, 1e-6, 1e-6), "gpt": (5e-5, 1e-4, 5e-3)}
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -153,12 +167,13 @@ def batches(model, sizes, rng):
             "targets": rng.integers(0, v, (STEPS, b, t)).astype(np.int32)}
 
 
-def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=()):
-    """Losses and final weights of STEPS steps on mesh (None: serial)."""
+def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=(), everywhere=()):
+    """Losses and final weights of STEPS steps on mesh (None: serial); everywhere: arguments
+    of the serial run and the mesh's alike."""
     saved = os.path.join(tmp, "weights-%s.safetensors" % tag)
     grads = os.path.join(tmp, "grads-%s.safetensors" % tag)
     args = ["--set", sizes, "--batch-file", batch_file, "--steps", str(STEPS), "--seed", "7",
-            "--save", saved, "--dump-grads", grads]
+            "--save", saved, "--dump-grads", grads] + list(everywhere)
     if mesh:
         args += ["--mesh", mesh, "--backend", backend] + list(extra)
         if backend == "mpi" and os.environ.get("DMC_TEST_MPIRUN"):
@@ -194,6 +209,7 @@ def main():
         MESHES = SEQUENCE_MESHES
     if mesh_set == "multihost":
         MESHES = MULTIHOST_MESHES
+
     if os.environ.get("DMC_TEST_QUICK") == "1":
         print("DMC_TEST_QUICK: %d of the %d meshes" % (2, len(MESHES)))
         if mesh_set == "seqpar":
@@ -202,6 +218,12 @@ def main():
             MESHES = QUICK_MESHES
         else:
             MESHES = QUICK_INTERLEAVED_MESHES if mesh_set == "interleaved" else QUICK_PIPELINE_MESHES
+    everywhere = []  # what every run gets, the serial one too
+    global LOSS_RTOL, GRAD_ATOL
+    if mesh_set == "bf16":
+        LOSS_RTOL, GRAD_ATOL, WEIGHT_ATOL[model] = BF16_BOUNDS[model]
+        MESHES = BF16_MESHES if os.environ.get("DMC_TEST_QUICK") != "1" else [BF16_MESHES[2], BF16_MESHES[-1]]
+        everywhere = ["--precision", "bf16"]
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77
@@ -212,7 +234,7 @@ def main():
         for mesh, extra in skipped:
             print("skipped on --target %s (ZeRO is C-only): %s %s" % (TARGET, mesh, " ".join(extra)))
     dm_file, sizes = MODELS[model]
-    if pipeline:
+    if pipeline or mesh_set == "bf16":
         sizes = PIPELINE_SIZES.get(model, sizes)
     dm_file = os.path.join(os.path.abspath(root), dm_file)
     tmp = tempfile.mkdtemp(prefix="dmc-spmd-")
@@ -220,12 +242,13 @@ def main():
     try:
         batch_file = os.path.join(tmp, "batches.safetensors")
         stio.save(batches(model, sizes, np.random.default_rng(3)), batch_file)
-        want_losses, want_grads, want_weights = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial")
+        want_losses, want_grads, want_weights = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial",
+                                                      everywhere=everywhere)
         for mesh, extra in MESHES:
             tag = "%s %s %s %s" % (model, backend, mesh, " ".join(extra))
             try:
                 losses, grads, weights = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
-                                               (mesh + "_".join(extra)).replace(",", "_"), extra)
+                                               (mesh + "_".join(extra)).replace(",", "_"), extra, everywhere)
                 loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want_losses))
                 grad_err, grad_name = max_difference(tag, grads, want_grads)
                 weight_err, weight_name = max_difference(tag, weights, want_weights)

@@ -2,7 +2,7 @@
 
 For mlp.dm and the tiny gpt.dm on the serial program, data=2, tensor=2, accumulation,
 pipeline=2 (GPipe, 1F1B and interleaved 1F1B with 2 chunks, 4 micro-batches) and
-data=2 x tensor=2 x pipeline=2 (also interleaved), the
+data=2 x tensor=2 x pipeline=2 (also interleaved), ZeRO, and --precision bf16, the
 peak of each rank's model allocations (`dmc run --memory`: the generated context counts
 every buffer it allocates, dmrt_alloc_tracked) must be within 5% of `dmc
 --explain=json`'s memory.peak_bytes_by_stage for that rank's pipeline stage (the issue's
@@ -33,7 +33,11 @@ MESHES = [[], ["--mesh", "data=2"], ["--mesh", "tensor=2"], ["--accumulate", "2"
           ["--mesh", "data=2", "--zero", "1"], ["--mesh", "data=4", "--zero", "2"],
           ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--zero", "2"],
           ["--mesh", "data=2", "--zero", "3"],
-          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b", "--zero", "3"]]
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b", "--zero", "3"],
+          # bf16 products: the casts' 2-byte buffers counted exactly
+          ["--precision", "bf16"],
+          ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b", "--zero", "3",
+           "--precision", "bf16"]]
 # ZeRO against its formula: the optimizer state (and, for zero 2, the gradients; for zero 3
 # the parameters too) per rank is the unsharded plan's over the data axis's size k, within
 # the rounding of each bucket's share (16 elements per state tensor and bucket) and the

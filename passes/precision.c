@@ -1,0 +1,85 @@
+/* precision.c: mixed precision (--precision bf16). Every matrix product reads its two
+ * operands in g->product_dtype: an f32 operand is read through a cast op, made just before
+ * the first product of its stage and phase that reads it and shared by that phase's later
+ * products there. The backward's products read an activation through the forward's cast
+ * (the activation is kept for the backward in 2 bytes, as PyTorch's autocast saves a
+ * linear's bf16 input; the f32 one dies after the forward unless another op reads it); a
+ * weight is cast again in the backward rather than kept across it (a copy per micro-batch
+ * in flight would outweigh the cast).
+ * The product is accumulated and stored in f32, so everything else (norms, softmax, the
+ * loss, gradients, their reduction and the update on f32 master weights) stays f32.
+ * Fused attention keeps its products in f32.
+ *
+ * requires: the final op order, stages and phases (pipeline, zero_gather); renumbers values
+ * (and the value ids in pipe and reshards). Memory and cost count the casts' 2-byte buffers. */
+#include <stdlib.h>
+
+#include "passes.h"
+
+/* A cast made, found by the value it casts and where it runs. */
+typedef struct cast_key {
+    int source;   /* new id of the f32 value */
+    int phase, stage;
+    int cast;     /* new id of its cast */
+} cast_key;
+
+static int find_cast(const cast_key *made, int n, const ir_value *source, const ir_value *reader) {
+    int activation = source->role != ROLE_PARAM && source->op != OP_PARAM_VIEW;
+    for (int i = n - 1; i >= 0; i--) {
+        if (made[i].source != source->id || made[i].stage != reader->stage) continue;
+        if (made[i].phase == (int)reader->phase ||
+            (activation && made[i].phase == PHASE_FORWARD && reader->phase == PHASE_BACKWARD))
+            return made[i].cast;
+    }
+    return -1;
+}
+
+/* The cast of old value `source` (now new id `at`) for product `reader`, appended. */
+static int append_cast(ir_graph *g, const ir_value *source, int at, const ir_value *reader) {
+    ir_value *c = ir_add(g, OP_CAST, &at, 1, reader->loc);
+    c->type = source->type;
+    c->type.dtype = g->product_dtype;
+    c->name = ir_internf(g, "%s.%s", source->name ? source->name : "product_operand", ir_dtype_name(g->product_dtype));
+    c->role = ROLE_TEMP;
+    c->phase = reader->phase;
+    c->stage = reader->stage;
+    c->origin = reader->origin;
+    c->segment = reader->segment;
+    c->marked = reader->marked;
+    return c->id;
+}
+
+int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
+    if (g->product_dtype == DT_F32) return 0;
+    int n = g->n_values, n_made = 0;
+    ir_value **old = g->values;
+    int *map = malloc(((size_t)n + 1) * sizeof(int));
+    cast_key *made = malloc(((size_t)2 * n + 1) * sizeof *made);
+    if (!map || !made) abort();
+    g->values = NULL;
+    g->n_values = g->cap_values = 0;
+    for (int i = 0; i < n; i++) {
+        ir_value *v = old[i];
+        for (int k = 0; k < v->n_operands; k++) {
+            int o = v->operands[k];
+            if (v->op != OP_MATMUL || old[o]->type.dtype != DT_F32) {
+                v->operands[k] = map[o];
+                continue;
+            }
+            int cast = find_cast(made, n_made, old[o], v);
+            if (cast < 0) {
+                cast = append_cast(g, old[o], map[o], v);
+                made[n_made++] = (cast_key){.source = map[o], .phase = (int)v->phase, .stage = v->stage, .cast = cast};
+            }
+            v->operands[k] = cast;
+        }
+        ir_append_value(g, v);
+        map[i] = v->id;
+    }
+    free(old);
+    ir_renumber_lists(g, map);
+    dm_plans_renumber(map, pipe, reshards);
+    free(map);
+    free(made);
+    return 0;
+}

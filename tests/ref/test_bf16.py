@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""test_bf16.py: `--precision bf16` on examples/mlp.dm against PyTorch (meson test
+`ref-bf16-pytorch`).
+
+usage: /usr/bin/python3 tests/ref/test_bf16.py DMC SOURCE_ROOT
+
+dmc's bf16 (docs/precision.md): every matrix product rounds both operands to bf16 and
+sums in f32; everything else, the master weights and AdamW's state are f32. The same
+weights and batches as test_mlp.py (its torch mirror of the model), three references:
+
+  emulation  torch f32 with each product's operands rounded to bf16, forward and backward
+             (dx = bf(dy) @ bf(W)^T, dW = bf(x)^T @ bf(dy)): dmc's definition. Step-1 loss
+             and every gradient, and 10 AdamW steps' losses and weights.
+             Bounds: loss 2e-5 relative; gradients 1e-4 + 3e-3 |torch|; weights 2e-4 after
+             10 steps. Both sides round the same f32 values, but those come out of sums in
+             different orders, so now and then an operand near a bf16 rounding boundary
+             rounds the other way: one bf16 ulp (2^-8) on one element, diluted by the next
+             sum. Measured here: see the printed maxima.
+  f32        plain torch f32: dmc must be FAR from it (a product silently run in f32, or a
+             cast dropped, lands within the emulation bounds of this one instead): the
+             step-1 gradients differ from f32's by more than 10x the emulation bound's
+             worst use somewhere, and the losses by > 1e-4 relative.
+  autocast   torch.autocast("cpu", bfloat16): the losses of 10 AdamW steps within 1e-2
+             relative (autocast also stores the product in bf16, dmc in f32: the llm.c
+             tolerance for bf16 against a reference).
+examples/gpt.dm (test_gpt.py's tiny config, weights and batches; the attention's own
+products stay f32, as dmc's fused attention keeps them): the step-1 loss (2e-5) and every
+gradient (1e-4 + 3e-3 |torch|; measured 3.5e-7) against the emulation, far from plain f32,
+and 10 AdamW steps' losses within 1e-3: after a few updates the bf16 rounding of weights
+that differ in their last f32 bit amplifies float noise, so that the emulation in float32
+and the same in float64 differ by 1.5e-4 by step 10 (dmc measured 2.5e-4 from the float32
+one); a product left in f32 moves the step-1 loss by 1.2e-4 and every gradient by 30x its
+bound.
+The path the products took (oneDNN or converted for OpenBLAS) is run both ways with
+DMRT_BF16_GEMM, and the two runs must agree within the emulation bounds.
+
+Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
+"""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import dmcrun  # noqa: E402
+import test_mlp as mlp  # noqa: E402
+from dmcrun import Failure  # noqa: E402
+
+STEPS = 10
+LOSS_RTOL = 2e-5
+GRAD_ATOL, GRAD_RTOL = 1e-4, 3e-3
+WEIGHT_ATOL = 2e-4
+AUTOCAST_RTOL = 1e-2
+GPT_GRAD_ATOL, GPT_LOSS_RTOL = 1e-4, 1e-3
+
+
+def bf16_product(torch):
+    """a @ b with both operands rounded to bf16, summed in f32, and the same for the two
+    products of its backward."""
+    def bf(t):
+        return t.to(torch.bfloat16).to(torch.float32)
+
+    class Product(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return bf(a) @ bf(b)
+
+        @staticmethod
+        def backward(ctx, dy):
+            a, b = ctx.saved_tensors
+            rows_a, rows_dy = a.reshape(-1, a.shape[-1]), dy.reshape(-1, dy.shape[-1])
+            return bf(dy) @ bf(b).t(), bf(rows_a).t() @ bf(rows_dy)
+    return Product.apply
+
+
+def torch_run(torch, init, xs, ys, steps, norm, mode):
+    """mlp.torch_run's model with its products as `mode` says: "emulation", "f32" or
+    "autocast". Returns (losses, step-1 grads, final params)."""
+    import torch.nn.functional as F
+    product = bf16_product(torch) if mode == "emulation" else (lambda a, b: a @ b)
+    p = {n: torch.tensor(v, dtype=torch.float32, requires_grad=True) for n, v in init.items()}
+    opt = torch.optim.AdamW([p[n] for n, _ in mlp.PARAMS], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
+    losses, grads1 = [], None
+    for s in range(steps):
+        x = torch.tensor(xs[s % len(xs)])
+        y = torch.tensor(ys[s % len(ys)], dtype=torch.int64)
+        for t in p.values():
+            t.grad = None
+        if norm:
+            x = (x - torch.tensor(norm[0], dtype=torch.float32)) / torch.tensor(norm[1], dtype=torch.float32)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "autocast"):
+            h1 = torch.relu(product(x, p["fc1.weight"]) + p["fc1.bias"])
+            h2 = torch.relu(product(h1, p["fc2.weight"]) + p["fc2.bias"])
+            logits = product(h2, p["fc3.weight"]) + p["fc3.bias"]
+        loss = F.cross_entropy(logits.float(), y)
+        loss.backward()
+        losses.append(loss.item())
+        if grads1 is None:
+            grads1 = {n: t.grad.detach().double().numpy().copy() for n, t in p.items()}
+        opt.step()
+    return losses, grads1, {n: t.detach().double().numpy() for n, t in p.items()}
+
+
+def run_bf16(dmc, src_path, tmp, args, path):
+    env_path = os.environ.get("DMRT_BF16_GEMM")
+    os.environ["DMRT_BF16_GEMM"] = path
+    try:
+        return mlp.run_dmc(dmc, src_path, tmp, ["--precision", "bf16"] + args)
+    finally:
+        if env_path is None:
+            del os.environ["DMRT_BF16_GEMM"]
+        else:
+            os.environ["DMRT_BF16_GEMM"] = env_path
+
+
+def far_from_f32(np, grads, f32_grads):
+    """The largest gradient difference from plain f32 over the emulation bound's scale."""
+    worst = 0.0
+    for name, _ in mlp.PARAMS:
+        g, w = grads[name].astype(np.float64), f32_grads[name]
+        worst = max(worst, float(np.max(np.abs(g - w) / (GRAD_ATOL + GRAD_RTOL * np.abs(w)))))
+    return worst
+
+
+def gpt_checks(dmc, root, np, torch, tmp):
+    """examples/gpt.dm (test_gpt.py's tiny config and weights): the step-1 loss and every
+    gradient, and 10 AdamW steps' losses, against the emulation; far from plain f32."""
+    import stio
+    import gpt_torch as G
+    import test_gpt as tg
+    specs = G.param_specs(tg.V, tg.T, tg.C, tg.L)
+    init = G.make_init(torch, specs, 1234)
+    tokens, targets = tg.make_batches(np, 5678, STEPS)
+    init_path, batch_path = os.path.join(tmp, "gpt-init.safetensors"), os.path.join(tmp, "gpt-batches.safetensors")
+    stio.save(init, init_path)
+    stio.save({"tokens": tokens, "targets": targets}, batch_path)
+    src = os.path.join(root, "examples", "gpt.dm")
+    common = ["--set", tg.SETS, "--init", init_path, "--batch-file", batch_path, "--precision", "bf16"]
+    product = bf16_product(torch)
+    grads_path = os.path.join(tmp, "gpt-grads.safetensors")
+    d1 = dmcrun.run_dmc(dmc, src, tmp, common + ["--steps", "1", "--dump-grads", grads_path], timeout=240)
+    e1, e_grads, _ = G.train(torch, init, tokens, targets, tg.NH, tg.L, 1, torch.float32, product=product)
+    f1, f_grads, _ = G.train(torch, init, tokens, targets, tg.NH, tg.L, 1, torch.float32)
+    dmcrun.check_losses("gpt step1", d1, e1, LOSS_RTOL)
+    grads = stio.load(grads_path)
+    names = [n for n, _ in specs]
+    tg.check_tensors(np, "gpt grad", names, grads, e_grads, GPT_GRAD_ATOL, GRAD_RTOL)
+    far = max(float(np.max(np.abs(grads[n].astype(np.float64) - f_grads[n])
+                           / (GPT_GRAD_ATOL + GRAD_RTOL * np.abs(f_grads[n])))) for n in names)
+    print("gpt      distance from plain f32: gradients %.3g x the emulation bound, step-1 loss %.3g relative"
+          % (far, abs(d1[0] - f1[0]) / abs(f1[0])))
+    if far < 10:
+        raise Failure("gpt: dmc's bf16 gradients are as close to plain f32 as to the bf16 emulation (%.3g x bound)"
+                      % far)
+
+    def adamw(ps):
+        return torch.optim.AdamW(ps, lr=tg.LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=tg.WD)
+    d = dmcrun.run_dmc(dmc, src, tmp, common + ["--steps", str(STEPS)], timeout=240)
+    e, _, _ = G.train(torch, init, tokens, targets, tg.NH, tg.L, STEPS, torch.float32, adamw, product)
+    dmcrun.check_losses("gpt adamw", d, e, GPT_LOSS_RTOL)
+
+
+def run_checks(dmc, root, np, torch):
+    import stio
+    src_path, _, norm = mlp.example(root, "test_bf16.py")
+    paths = ["convert"]
+    if "avx512_bf16" in open("/proc/cpuinfo").read():
+        paths.insert(0, "onednn")
+    else:
+        print("this CPU has no AVX512-BF16: only the convert path runs")
+    with tempfile.TemporaryDirectory(prefix="dmc-ref-bf16-") as tmp:
+        init, xs, ys, common = mlp.write_data(np, torch, tmp)
+        e_losses, e_grads, e_final = torch_run(torch, init, xs, ys, STEPS, norm, "emulation")
+        f_losses, f_grads, _ = torch_run(torch, init, xs, ys, 1, norm, "f32")
+        a_losses, _, _ = torch_run(torch, init, xs, ys, STEPS, norm, "autocast")
+        for path in paths:
+            grads_path = os.path.join(tmp, "grads-%s.safetensors" % path)
+            d1 = run_bf16(dmc, src_path, tmp, common + ["--steps", "1", "--dump-grads", grads_path], path)
+            mlp.check_losses("%s step1" % path, d1, e_losses[:1])
+            grads = stio.load(grads_path)
+            mlp.check_tensors(np, "%s grad" % path, grads, e_grads, GRAD_ATOL, GRAD_RTOL)
+            far = far_from_f32(np, grads, f_grads)
+            loss_far = abs(d1[0] - f_losses[0]) / abs(f_losses[0])
+            print("%-8s distance from plain f32: gradients %.3g x the emulation bound, step-1 loss %.3g relative"
+                  % (path, far, loss_far))
+            if far < 10 or loss_far < 1e-4:
+                raise Failure("%s: dmc's bf16 run is as close to plain f32 as to the bf16 emulation (gradients %.3g x "
+                              "bound, loss %.3g): a product ran on f32 operands" % (path, far, loss_far))
+            out = os.path.join(tmp, "final-%s.safetensors" % path)
+            d = run_bf16(dmc, src_path, tmp, common + ["--steps", str(STEPS), "--save", out], path)
+            dmcrun.check_losses("%s adamw" % path, d, e_losses, LOSS_RTOL)
+            mlp.check_tensors(np, "%s adamw" % path, stio.load(out), e_final, WEIGHT_ATOL, 0.0)
+            dmcrun.check_losses("%s autocast" % path, d, a_losses, AUTOCAST_RTOL)
+        gpt_checks(dmc, root, np, torch, tmp)
+    return ("examples/mlp.dm --precision bf16 matches PyTorch's bf16 products (%s): step-1 gradients, %d AdamW "
+            "steps, and autocast's losses within %g; examples/gpt.dm's step-1 gradients and %d AdamW steps"
+            % (", ".join(paths), STEPS, AUTOCAST_RTOL, STEPS))
+
+
+def main(argv):
+    return dmcrun.reference_main(argv, run_checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
