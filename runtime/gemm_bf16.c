@@ -122,10 +122,17 @@ static int cpu_has_avx512_bf16(void) {
 #endif
 }
 
-static void choose_path(void) {
+/* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+static void detect_onednn(void) {
 #ifdef DMRT_HAVE_DNNL
+    /* valgrind's CPU hides AVX-512, which it cannot run: under it this is the convert path */
     onednn_available = cpu_has_avx512_bf16() && dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success;
 #endif
+}
+
+static void choose_path(void) {
+    (void)pthread_once(&detect_once, detect_onednn);
     const char *forced = getenv("DMRT_BF16_GEMM");
     if (!forced || !*forced) {
         chosen_path = onednn_available ? PATH_ONEDNN : PATH_CONVERT;
@@ -157,7 +164,7 @@ static int path(void) {
 const char *dmrt_gemm_bf16_path(void) { return path_names[path()]; }
 
 int dmrt_gemm_bf16_onednn_available(void) {
-    (void)pthread_once(&choose_once, choose_path);
+    (void)pthread_once(&detect_once, detect_onednn);
     return onednn_available;
 }
 
