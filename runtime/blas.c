@@ -1,6 +1,7 @@
 /* blas.c: row-major SGEMM, a plain C reference and the OpenBLAS-backed one, and the
  * optional count of the time spent in it (DMRT_BLAS_TIME). */
 #include "dmrt.h"
+#include "internal.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -80,8 +81,7 @@ int dmrt_blas_time_on(void) {
 
 dmrt_blas_time dmrt_blas_time_so_far(void) { return blas_time; }
 
-/* One product of 2 m n k flops, begun at t0, in this thread's counts. */
-static void count_product(int64_t m, int64_t n, int64_t k, double t0) {
+void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0) {
     blas_time.seconds += dmrt_now() - t0;
     blas_time.flops += 2.0 * (double)m * (double)n * (double)(k > 0 ? k : 0);
     blas_time.calls++;
@@ -97,23 +97,28 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
     }
     double t0 = dmrt_now();
     sgemm_untimed(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    count_product(m, n, k, t0);
+    dmrt_blas_count_product(m, n, k, t0);
 }
 
-/* Panel p of `panels` over `size` rows or columns: whole multiples of 16 (the widths
- * BLAS kernels work in) but for the last. */
-static int64_t panel_start(int64_t size, int p, int panels) {
+int64_t dmrt_sgemm_panel_start(int64_t size, int p, int panels) {
     if (p >= panels) return size;
     return size * p / panels / 16 * 16;
+}
+
+int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k) {
+    int64_t longer = m >= n ? m : n;
+    int panels = threads;
+    if (panels > longer / 16) panels = (int)(longer / 16);
+    if (panels <= 1 || (double)m * (double)n * (double)k < DMRT_SGEMM_SPLIT_MIN) return 1;
+    return panels;
 }
 
 void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc) {
     int64_t longer = m >= n ? m : n;
-    int panels = threads;
-    if (panels > longer / 16) panels = (int)(longer / 16);
-    if (panels <= 1 || (double)m * (double)n * (double)k < DMRT_SGEMM_SPLIT_MIN) {
+    int panels = dmrt_sgemm_panels(threads, m, n, k);
+    if (panels <= 1) {
         dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
@@ -123,7 +128,8 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
     int by_rows = m >= n;
     DMRT_PARALLEL_FOR(panels)
     for (int p = 0; p < panels; p++) {
-        int64_t first = panel_start(longer, p, panels), size = panel_start(longer, p + 1, panels) - first;
+        int64_t first = dmrt_sgemm_panel_start(longer, p, panels),
+                size = dmrt_sgemm_panel_start(longer, p + 1, panels) - first;
         if (by_rows)
             sgemm_untimed(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb,
                           beta, c + first * ldc, ldc);
@@ -131,7 +137,7 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
             sgemm_untimed(trans_a, trans_b, m, size, k, alpha, a, lda, trans_b ? b + first * ldb : b + first, ldb,
                           beta, c + first, ldc);
     }
-    if (dmrt_blas_time_on()) count_product(m, n, k, t0);
+    if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
 }
 
 void dmrt_blas_share_cores(int ranks_here) {

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -293,6 +294,67 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
  * pool, cores / ranks_here (at least 1), unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS
  * is set. */
 void dmrt_blas_share_cores(int ranks_here);
+
+/* ---- bf16 products ---------------------------------------------------------------------- */
+
+/* bf16 is the upper half of an IEEE binary32: the same exponent range, 8 bits of
+ * significand. The generated code holds bf16 tensors as uint16_t arrays of these bits.
+ * dmrt_bf16_round rounds to nearest, ties to even (a float just under the largest finite
+ * bf16's half-way point stays finite, from there on it becomes inf, as IEEE rounding
+ * does); infinities stay infinities, a NaN stays a NaN of the same sign, made quiet (the
+ * carry of rounding could otherwise turn a NaN whose payload sits in the low bits into
+ * inf). Subnormals round like any other value: nothing is flushed to zero. */
+static inline uint16_t dmrt_bf16_round(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
+    /* adding 0x7fff rounds the lower half up past half-way; the kept half's last bit
+     * breaks the tie toward the even one */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+/* Exact: every bf16 is a float. */
+static inline float dmrt_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+/* y[i] = dmrt_bf16_round(x[i]) and y[i] = dmrt_bf16_to_f32(x[i]), i in [0, n). */
+void dmrt_f32_to_bf16_array(const float *x, uint16_t *y, int64_t n);
+void dmrt_bf16_to_f32_array(const uint16_t *x, float *y, int64_t n);
+
+/* Row-major C = alpha * op(A) @ op(B) + beta * C with bf16 A and B and an fp32 C, in
+ * dmrt_sgemm's convention (the same arguments, beta == 0: C is not read). The products of
+ * the bf16 values are accumulated in fp32, whichever of the two paths runs (runtime/gemm_bf16.c,
+ * docs/runtime.md "bf16 products"):
+ *   "oneDNN AVX512-BF16": oneDNN's matmul, where libdmrt was built with oneDNN and the CPU
+ *     has AVX512-BF16; on one thread per call (dmrt_gemm_bf16_split splits over threads
+ *     as dmrt_sgemm_split does). Its primitives are kept per thread, by shape; a shape
+ *     oneDNN refuses takes the other path.
+ *   "convert + OpenBLAS sgemm": A and B widened to fp32 (exactly) into a buffer the thread
+ *     keeps, then dmrt_sgemm (or dmrt_sgemm_split).
+ * The environment variable DMRT_BF16_GEMM=onednn|convert picks one (onednn where it is not
+ * available ends the process with a message); unset or empty, the fastest available. It is
+ * read once, at the first product or dmrt_gemm_bf16_path call. The DMRT_BLAS_TIME counts
+ * include these products. */
+void dmrt_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc);
+/* dmrt_gemm_bf16 on `threads` threads, in the panels dmrt_sgemm_split would cut. */
+void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
+                          int64_t ldb, float beta, float *c, int64_t ldc);
+/* The path the products take, "oneDNN AVX512-BF16" or "convert + OpenBLAS sgemm" (for the
+ * trainer's banner); a static string. */
+const char *dmrt_gemm_bf16_path(void);
+/* Whether the oneDNN path could run here (built with oneDNN, a CPU with AVX512-BF16),
+ * whatever DMRT_BF16_GEMM says; 0 or 1. */
+int dmrt_gemm_bf16_onednn_available(void);
+/* Frees the calling thread's cached oneDNN primitives and conversion buffer (a thread's
+ * are also freed when it exits; the process's OpenMP worker threads keep theirs until it
+ * ends). Products after it build them again. */
+void dmrt_gemm_bf16_release(void);
 
 /* ---- random numbers -------------------------------------------------------------------- */
 

@@ -29,6 +29,17 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
 /* params_io.c: whether the file's tensor t (NULL: absent) can be model's `what` ("parameter")
  * d: present, of d's dtype and shape. 0, or -1 with a message naming path, the tensor and what
  * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
+/* blas.c: how dmrt_sgemm_split cuts a product, shared with dmrt_gemm_bf16_split so that
+ * both split alike. dmrt_sgemm_panels: the panels for `threads` threads (1: not split);
+ * they run along the longer of m and n. dmrt_sgemm_panel_start: where panel p of `panels`
+ * begins over `size` rows or columns: whole multiples of 16 (the widths BLAS kernels work
+ * in) but for the last; p == panels gives size. */
+int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k);
+int64_t dmrt_sgemm_panel_start(int64_t size, int p, int panels);
+/* blas.c: one product of 2 m n k flops, begun at t0 (dmrt_now), in the calling thread's
+ * DMRT_BLAS_TIME counts. */
+void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);
+
 /* safetensors.c: the directory holding path ("." for a bare name, "/" for one in the root)
  * into dir: 0, or -1 when it does not fit. */
 int dmrt_parent_dir(const char *path, char *dir, size_t len);
