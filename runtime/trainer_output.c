@@ -127,7 +127,10 @@ void dmrt_trainer_print_summary(FILE *errs, const dmrt_model *m, const tr_opts *
         fputs("no data (sampling only), 0 steps", errs);
     }
     if (o->sample >= 0) fprintf(errs, "; then a sample of %lld bytes", (long long)o->sample);
-    fprintf(errs, "; %d thread%s per rank\n", threads, threads == 1 ? "" : "s");
+    fprintf(errs, "; %d thread%s per rank", threads, threads == 1 ? "" : "s");
+    if (m->product_dtype && strcmp(m->product_dtype, "bf16") == 0)
+        fprintf(errs, "; bf16 products: %s", dmrt_gemm_bf16_path());
+    fputc('\n', errs);
 }
 
 /* --memory: one line per rank on stderr (written whole, so that threads do not mix them),
