@@ -176,6 +176,12 @@ typedef struct cg_dialect {
     const char *name;               /* --target: "c", "cuda" */
     const char *source_suffix;      /* of the generated file: "c", "cu" */
     int device_memory;              /* buffers live on a device (see above) */
+    int block_alignment;            /* 0: create allocates each buffer of the context's storage
+                                     * by itself (alloc) and destroy frees each; n > 0: create
+                                     * carves them all, each at a multiple of n bytes, out of one
+                                     * allocation (ctx->device_block) that destroy frees: one
+                                     * call where allocating is slow. That allocation failing runs
+                                     * device_failed(ctx) (ctx_helpers defines it) */
     const char *comm_error;         /* C expression: the message of the communicator call that
                                      * just failed (comm_failed copies it into ctx->error) */
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most

@@ -861,6 +861,7 @@ const cg_dialect cg_dialect_cuda = {
     .name = "cuda",
     .source_suffix = "cu",
     .device_memory = 1,
+    .block_alignment = 256, /* one cudaMalloc per context, at cudaMalloc's own alignment */
     /* a device collective's message is the gpu's (a staged one's host failure is copied
      * there too); a host collective's (gathering weights) the rank's */
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
