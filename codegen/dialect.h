@@ -182,6 +182,8 @@ typedef struct cg_dialect {
                                      * allocation (ctx->device_block) that destroy frees: one
                                      * call where allocating is slow. That allocation failing runs
                                      * device_failed(ctx) (ctx_helpers defines it) */
+    const char *storage_note;       /* the context struct's comment on its storage, after
+                                     * "planned by dmc": "elements of 4 bytes", "device memory" */
     const char *comm_error;         /* C expression: the message of the communicator call that
                                      * just failed (comm_failed copies it into ctx->error) */
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most

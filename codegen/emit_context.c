@@ -12,8 +12,7 @@ void emit_context_struct(emitter *E) {
     const dm_memory_plan *P = E->plan;
     cg_writer *w = &E->w;
     int trains = g->loss >= 0 && g->grads;
-    const char *where = E->device ? "device memory" : "elements of 4 bytes";
-    cg_line(w, "/* Storage of one rank, planned by dmc (%s). */", where);
+    cg_line(w, "/* Storage of one rank, planned by dmc (%s). */", E->dialect->storage_note);
     cg_line(w, "struct %s_ctx {", g->model);
     w->indent++;
     cg_line(w, "float *params; /* (%lld) every parameter, in declaration order */", (long long)P->param_elems);
