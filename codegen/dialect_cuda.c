@@ -860,7 +860,7 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
 const cg_dialect cg_dialect_cuda = {
     .name = "cuda",
     .source_suffix = "cu",
-    .device_memory = 1,
+    .separate_memory = 1,
     .block_alignment = 256, /* one cudaMalloc per context, at cudaMalloc's own alignment */
     /* a device collective's message is the gpu's (a staged one's host failure is copied
      * there too); a host collective's (gathering weights) the rank's */

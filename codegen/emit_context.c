@@ -36,7 +36,7 @@ void emit_context_struct(emitter *E) {
                 (long long)P->arena_elems, (long long)P->arena_unshared_elems);
     }
     if (E->scratch_elems) cg_line(w, "float *scratch; /* (%lld) collectives rearrange blocks here; kernels' room */", (long long)E->scratch_elems);
-    if (E->device) {
+    if (E->dialect->separate_memory) { /* the batch copied in, the outputs' host copies */
         int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
         for (int i = 0; i < g->n_inputs; i++) {
             const ir_value *v = V(E, g->inputs[i]);
@@ -154,7 +154,7 @@ typedef struct owned_buffer {
     char field[160];
     char elems[160];   /* C expression: elements */
     const char *type;
-    int host;          /* host memory even on a device */
+    int host;          /* host memory even where the rest is separate (separate_memory) */
     int lazy;          /* (host) allocated when first used, not by create */
     char at[16];       /* in one block (the dialect's block_alignment): its offset there ("at[3]") */
 } owned_buffer;
@@ -225,7 +225,8 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         if (emit_2bw_kept_count(E, i, count, sizeof count))
             OWN("previous_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
     int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
-    for (int i = 0; E->device && i < g->n_inputs; i++) {
+    int separate = E->dialect->separate_memory;
+    for (int i = 0; separate && i < g->n_inputs; i++) {
         snprintf(count, sizeof count, "%lld", (long long)(ir_numel(&V(E, g->inputs[i])->type) * micro));
         OWN("input_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
     }
@@ -237,7 +238,7 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         OWN("whole_output_%s", E->cname[o], count, "float", 1);
         if (n > at) b[at].lazy = 1; /* by the output's accessor */
     }
-    for (int i = 0; E->device && i < g->n_outputs; i++) {
+    for (int i = 0; separate && i < g->n_outputs; i++) {
         int o = g->outputs[i];
         snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(T(E, o))));
         OWN("host_output_%s", E->cname[o], count, ctype(V(E, o)->type.dtype), 1);
