@@ -173,12 +173,28 @@ typedef struct cg_capabilities {
  * learning rate: emit_schedule.c); functions return DMRT_OK or a status. `on_fail` arguments are the statement to run when the spelled call fails
  * ("return device_failed(ctx);", "goto fail;"); a dialect whose calls cannot fail
  * ignores them. Buffer names are C expressions of pointers into the context's storage,
- * which is device memory when device_memory is set: then host code never dereferences
- * them and goes through copy. */
+ * which is a memory the host cannot address when separate_memory is set: then host code
+ * never dereferences them and goes through copy. */
 typedef struct cg_dialect {
     const char *name;               /* --target: "c", "cuda" */
     const char *source_suffix;      /* of the generated file: "c", "cu" */
-    int device_memory;              /* buffers live on a device (see above) */
+    int separate_memory;            /* the context's storage is in a memory the host cannot
+                                     * address (a GPU's; see above). Then each step copies the
+                                     * caller's batch into the context's inputs (ctx->input_<x>),
+                                     * which the kernels read; an output's accessor copies it out
+                                     * into host memory (ctx->host_output_<x>); parameters are
+                                     * drawn, gathered and scattered through host memory. 0: the
+                                     * kernels read the caller's batch where it is, the accessors
+                                     * return the context's own buffers, and parameters are
+                                     * written and read in place */
+    int block_alignment;            /* 0: create allocates each buffer of the context's storage
+                                     * by itself (alloc) and destroy frees each; n > 0: create
+                                     * carves them all, each at a multiple of n bytes, out of one
+                                     * allocation (ctx->device_block) that destroy frees: one
+                                     * call where allocating is slow. That allocation failing runs
+                                     * device_failed(ctx) (ctx_helpers defines it) */
+    const char *storage_note;       /* the context struct's comment on its storage, after
+                                     * "planned by dmc": "elements of 4 bytes", "device memory" */
     const char *comm_error;         /* C expression: the message of the communicator call that
                                      * just failed (comm_failed copies it into ctx->error) */
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most

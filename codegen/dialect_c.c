@@ -825,7 +825,9 @@ const cg_dialect *cg_dialect_find(const char *name) {
 const cg_dialect cg_dialect_c = {
     .name = "c",
     .source_suffix = "c",
-    .device_memory = 0,
+    .separate_memory = 0,
+    .block_alignment = 0,
+    .storage_note = "elements of 4 bytes",
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,

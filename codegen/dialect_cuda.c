@@ -860,9 +860,11 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
 const cg_dialect cg_dialect_cuda = {
     .name = "cuda",
     .source_suffix = "cu",
-    .device_memory = 1,
+    .separate_memory = 1,
+    .block_alignment = 256, /* one cudaMalloc per context, at cudaMalloc's own alignment */
     /* a device collective's message is the gpu's (a staged one's host failure is copied
      * there too); a host collective's (gathering weights) the rank's */
+    .storage_note = "device memory",
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* none of these yet (docs/gpu.md, "Not done yet") */

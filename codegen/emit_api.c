@@ -28,7 +28,7 @@ void emit_source_body(emitter *E) {
     cg_writer *w = &E->w;
     int trains = g->loss >= 0 && g->grads;
     if (E->partitioned) emit_spmd_support(E);
-    else if (E->device) emit_device_param_copies(E);
+    else if (E->dialect->separate_memory) emit_host_param_copies(E);
     emit_init(E);
     emit_schedule(E);
     if (E->scheduled) {

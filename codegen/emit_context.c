@@ -12,8 +12,7 @@ void emit_context_struct(emitter *E) {
     const dm_memory_plan *P = E->plan;
     cg_writer *w = &E->w;
     int trains = g->loss >= 0 && g->grads;
-    const char *where = E->device ? "device memory" : "elements of 4 bytes";
-    cg_line(w, "/* Storage of one rank, planned by dmc (%s). */", where);
+    cg_line(w, "/* Storage of one rank, planned by dmc (%s). */", E->dialect->storage_note);
     cg_line(w, "struct %s_ctx {", g->model);
     w->indent++;
     cg_line(w, "float *params; /* (%lld) every parameter, in declaration order */", (long long)P->param_elems);
@@ -37,7 +36,7 @@ void emit_context_struct(emitter *E) {
                 (long long)P->arena_elems, (long long)P->arena_unshared_elems);
     }
     if (E->scratch_elems) cg_line(w, "float *scratch; /* (%lld) collectives rearrange blocks here; kernels' room */", (long long)E->scratch_elems);
-    if (E->device) {
+    if (E->dialect->separate_memory) { /* the batch copied in, the outputs' host copies */
         int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
         for (int i = 0; i < g->n_inputs; i++) {
             const ir_value *v = V(E, g->inputs[i]);
@@ -73,7 +72,8 @@ void emit_context_struct(emitter *E) {
     E->dialect->ctx_fields(w);
     cg_line(w, "const int64_t *param_offsets; /* (params) this rank's: stage_param_offsets[its stage] */");
     if (trains) cg_line(w, "const int64_t *grad_offsets;  /* (params) likewise */");
-    if (E->device) cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
+    if (E->dialect->block_alignment)
+        cg_line(w, "char *device_block; /* every device buffer above, in one allocation made by create */");
     cg_line(w, "dmrt_alloc_stats memory; /* the host memory this context allocated (dmrt_alloc_tracked) */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
     cg_line(w, "int threads;    /* the loops and products of this rank run on this many threads (%s_set_threads) */", g->model);
@@ -154,9 +154,9 @@ typedef struct owned_buffer {
     char field[160];
     char elems[160];   /* C expression: elements */
     const char *type;
-    int host;          /* host memory even on a device */
+    int host;          /* host memory even where the rest is separate (separate_memory) */
     int lazy;          /* (host) allocated when first used, not by create */
-    char at[16];       /* on a device: its offset in the one device allocation ("at[3]") */
+    char at[16];       /* in one block (the dialect's block_alignment): its offset there ("at[3]") */
 } owned_buffer;
 
 static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
@@ -225,7 +225,8 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         if (emit_2bw_kept_count(E, i, count, sizeof count))
             OWN("previous_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
     int64_t micro = g->microbatches > 1 ? g->microbatches : 1;
-    for (int i = 0; E->device && i < g->n_inputs; i++) {
+    int separate = E->dialect->separate_memory;
+    for (int i = 0; separate && i < g->n_inputs; i++) {
         snprintf(count, sizeof count, "%lld", (long long)(ir_numel(&V(E, g->inputs[i])->type) * micro));
         OWN("input_%s", E->cname[g->inputs[i]], count, ctype(V(E, g->inputs[i])->type.dtype), 0);
     }
@@ -237,7 +238,7 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
         OWN("whole_output_%s", E->cname[o], count, "float", 1);
         if (n > at) b[at].lazy = 1; /* by the output's accessor */
     }
-    for (int i = 0; E->device && i < g->n_outputs; i++) {
+    for (int i = 0; separate && i < g->n_outputs; i++) {
         int o = g->outputs[i];
         snprintf(count, sizeof count, "%lld", (long long)((E->scheduled ? g->microbatches : 1) * ir_numel(T(E, o))));
         OWN("host_output_%s", E->cname[o], count, ctype(V(E, o)->type.dtype), 1);
@@ -282,15 +283,16 @@ void emit_create_destroy(emitter *E) {
     if (g->loss >= 0 && g->grads)
         cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     E->dialect->ctx_open(w, E->partitioned, E->tf32, "goto fail;");
-    if (E->device) {
+    int align = E->dialect->block_alignment;
+    if (align) {
         /* in a block: the gotos above must not jump over its declarations (C++) */
         cg_line(w, "{");
         w->indent++;
-        cg_line(w, "/* one device allocation holds every buffer, each at a 256-byte boundary */");
+        cg_line(w, "/* one device allocation holds every buffer, each at a %d-byte boundary */", align);
         cg_line(w, "size_t at[%d];", n_bufs + 1);
         cg_line(w, "at[0] = 0;");
     }
-    int n_device = 0;
+    int n_block = 0;
     for (int i = 0; i < n_bufs; i++) {
         char lhs[200], bytes[240];
         snprintf(lhs, sizeof lhs, "ctx->%.150s", bufs[i].field);
@@ -300,16 +302,17 @@ void emit_create_destroy(emitter *E) {
         } else if (bufs[i].host) {
             cg_line(w, "%s = (%s *)dmrt_alloc_tracked(&ctx->memory, %s);", lhs, bufs[i].type, bytes);
             cg_line(w, "if (!%s) goto oom;", lhs);
-        } else if (E->device) {
-            cg_line(w, "at[%d] = at[%d] + (%s + 255) / 256 * 256; /* %s */", n_device + 1, n_device, bytes, bufs[i].field);
-            snprintf(bufs[i].at, sizeof bufs[i].at, "at[%d]", n_device++);
+        } else if (align) {
+            cg_line(w, "at[%d] = at[%d] + (%s + %d) / %d * %d; /* %s */", n_block + 1, n_block, bytes, align - 1, align, align,
+                    bufs[i].field);
+            snprintf(bufs[i].at, sizeof bufs[i].at, "at[%d]", n_block++);
         } else {
             E->dialect->alloc(w, lhs, bytes, "goto oom;");
         }
     }
-    if (E->device) {
+    if (align) {
         char total[32];
-        snprintf(total, sizeof total, "at[%d]", n_device);
+        snprintf(total, sizeof total, "at[%d]", n_block);
         E->dialect->alloc(w, "ctx->device_block", total, "{ (void)device_failed(ctx); goto fail; }");
         for (int i = 0; i < n_bufs; i++)
             if (!bufs[i].host)
@@ -348,9 +351,9 @@ void emit_create_destroy(emitter *E) {
         char ptr[200];
         snprintf(ptr, sizeof ptr, "ctx->%.150s", bufs[i].field);
         if (bufs[i].host) cg_line(w, "dmrt_free_tracked(&ctx->memory, %s);", ptr);
-        else if (!E->device) E->dialect->free(w, ptr);
+        else if (!align) E->dialect->free(w, ptr);
     }
-    if (E->device) E->dialect->free(w, "ctx->device_block");
+    if (align) E->dialect->free(w, "ctx->device_block");
     E->dialect->ctx_close(w);
     cg_line(w, "free(ctx);");
     w->indent--;

@@ -1,7 +1,7 @@
 /* emit_params.c: initial parameters (each from its own random stream), and the moves of
  * parameters between a rank's shard and the whole tensor (the mesh's tables and block
- * moves; on a device, copies through host memory) that initialisation, weights files and
- * tools use. */
+ * moves; in a separate memory, copies through host memory) that initialisation, weights
+ * files and tools use. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +26,10 @@ void emit_init(emitter *E) {
     if (g->n_params == 0) cg_line(w, "(void)ctx; (void)seed; (void)rng;");
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *v = V(E, g->params[p]);
-        /* a split parameter (ZeRO 3's in shares too), or any on a device, is drawn whole in
-         * host memory first */
+        /* a split parameter (ZeRO 3's in shares too), or any in a separate memory, is drawn
+         * whole in host memory first */
         const dm_zero_bucket *zb = zero_bucket_of(E, p);
-        int split = is_split(&v->type) || (zb && zb->param_at >= 0), staged = split || E->device;
+        int split = is_split(&v->type) || (zb && zb->param_at >= 0), staged = split || E->dialect->separate_memory;
         long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
         /* pipeline stages hold their own parameters: each at its stage's offset */
         int by_stage = E->plan->stages > 1;
@@ -192,7 +192,8 @@ void emit_spmd_support(emitter *E) {
     cg_line(w, "    }");
     cg_line(w, "}");
     cg_blank(w);
-    cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard%s. */", E->device ? " (through host memory)" : "");
+    int separate = E->dialect->separate_memory; /* the shard: through host memory */
+    cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard%s. */", separate ? " (through host memory)" : "");
     int zero3 = 0;
     for (int b = 0; b < E->zero->n_buckets; b++) zero3 |= E->zero->bucket[b].param_at >= 0;
     if (zero3) emit_zero_params(E);
@@ -209,7 +210,7 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "}");
     }
     if (E->pipe_axis >= 0) cg_line(w, "if (ctx->param_offsets[p] < 0) return DMRT_OK; /* another stage's */");
-    if (E->device) {
+    if (separate) {
         cg_line(w, "int64_t n = 1;");
         cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
         cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
@@ -295,7 +296,7 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "    shard = range + z[4];");
         cg_line(w, "}");
     }
-    if (E->device) {
+    if (separate) {
         cg_line(w, "int64_t n = 1;");
         cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
         cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
@@ -305,7 +306,7 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "shard = host;");
     }
     cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
-    if (E->device) cg_line(w, "dmrt_free(host);");
+    if (separate) cg_line(w, "dmrt_free(host);");
     if (zero) cg_line(w, "dmrt_free(range);");
     if (E->pipe_axis >= 0) {
         w->indent--;
@@ -322,9 +323,9 @@ void emit_spmd_support(emitter *E) {
     cg_blank(w);
 }
 
-/* A serial program on a device: parameters and gradients reach tools through host
- * copies (the descriptor's gather and scatter). */
-void emit_device_param_copies(emitter *E) {
+/* A serial program in a separate memory: parameters and gradients reach tools through
+ * host copies (the descriptor's gather and scatter). */
+void emit_host_param_copies(emitter *E) {
     cg_writer *w = &E->w;
     int trains = E->g->loss >= 0 && E->g->grads;
     cg_line(w, "/* Parameter p (or its gradient) into whole, host memory. */");

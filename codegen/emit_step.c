@@ -249,7 +249,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; keeps && i < g->n_outputs; i++)
         if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
     for (int i = 0; i < g->n_values; i++)
-        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT && !E->device) uses_batch = 1;
+        if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT && !E->dialect->separate_memory)
+            uses_batch = 1; /* else the kernels read the batch's copy in the context */
     cg_line(&E->w, "/* %s */", what);
     if (micro)
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
@@ -578,9 +579,9 @@ static void emit_stage_dispatch(emitter *E, const char *what, const char *args) 
     cg_line(w, "}");
 }
 
-/* On a device: the caller's batch (host memory) to the context's inputs. */
+/* In a separate memory: the caller's batch (host memory) to the context's inputs. */
 void emit_upload(emitter *E) {
-    if (!E->device) return;
+    if (!E->dialect->separate_memory) return;
     for (int i = 0; i < E->g->n_inputs; i++) {
         const ir_value *v = V(E, E->g->inputs[i]);
         char dst[160], src[160];
@@ -591,8 +592,8 @@ void emit_upload(emitter *E) {
     }
 }
 
-/* <model>_output_NAME: where (a C expression) holds n elements; on a device, a copy of
- * them in host memory. */
+/* <model>_output_NAME: where (a C expression) holds n elements; in a separate memory, a
+ * copy of them in host memory. */
 /* The body of an accessor gathering output v whole from every rank's block: each rank
  * writes its block of each micro-batch into zeros, then the ranks sum over every axis that
  * splits it (x + 0 is exact), holds a pending sum of it, or is the pipeline (only the
@@ -603,7 +604,7 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
     const ir_type *whole = &v->type, *block = T(E, v->id);
     long long M = g->microbatches > 1 && E->scheduled ? g->microbatches : 1, n_whole = (long long)ir_numel(whole);
     cg_line(w, "struct_ctx *ctx = (struct_ctx *)ctx_; /* a failed gather leaves its message in ctx->error */");
-    if (E->device) {
+    if (E->dialect->separate_memory) {
         char dst[160];
         snprintf(dst, sizeof dst, "ctx->host_output_%s", E->cname[v->id]);
         const char *saved = E->on_fail;
@@ -671,7 +672,7 @@ void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long
     if (strncmp(where, "NULL", 4) == 0) {
         cg_line(w, "(void)ctx;");
         cg_line(w, "return %s;", where);
-    } else if (!E->device) {
+    } else if (!E->dialect->separate_memory) {
         cg_line(w, "return %s%s;", v->type.dtype == DT_I32 ? "(const int32_t *)" : "", where);
     } else {
         char dst[160], src[200];

@@ -90,13 +90,13 @@ void cg_input_block_offset(const emitter *E, int id, char *buf, size_t size) {
                           (long long)(T(E, id)->shape[d] * dims_product(t, d + 1, t->rank)));
 }
 
-/* The first element of this rank's block of input id in the caller's whole batch (or,
- * on a device, its copy there). */
+/* The first element of this rank's block of input id in the caller's whole batch (or, in
+ * a separate memory, in its copy there: emit_upload). */
 static void input_block(const emitter *E, int id, char *buf, size_t size) {
     char offset[256];
     cg_input_block_offset(E, id, offset, sizeof offset);
     /* "0 + a + b" reads as "+ a + b" after the base */
-    snprintf(buf, size, E->device ? "ctx->input_%s%s" : "batch->%s%s", E->cname[id], offset + 1);
+    snprintf(buf, size, E->dialect->separate_memory ? "ctx->input_%s%s" : "batch->%s%s", E->cname[id], offset + 1);
 }
 
 /* Where a kernel reading the ids or targets `id` reports a bad one: its position in the

@@ -36,7 +36,6 @@ typedef struct emitter {
     char **cname;              /* (n_values) C identifier of the value's buffer */
     ir_type *local;            /* (n_values) the value as one rank holds it: split dims divided */
     int partitioned;           /* the mesh splits something: SPMD code with communicators */
-    int device;                /* the dialect's buffers are device memory (dialect.h) */
     int tf32;                  /* --tf32 */
     int64_t scratch_elems;     /* floats of ctx->scratch: collectives rearrange blocks there, and
                                 * kernels that need room (cross-entropy) use it */
@@ -270,10 +269,11 @@ void emit_state_descriptor(emitter *E);
 /* emit_header.c: <model>.h */
 void emit_header(emitter *E);
 /* emit_params.c: initial parameters; on a mesh, the tables and block moves between a rank's
- * shard and the whole tensor; serial on a device, the copies through host memory */
+ * shard and the whole tensor; serial in a separate memory (the dialect's separate_memory),
+ * the copies to and from host memory */
 void emit_init(emitter *E);
 void emit_spmd_support(emitter *E);
-void emit_device_param_copies(emitter *E);
+void emit_host_param_copies(emitter *E);
 /* emit_context.c: the context struct, its helpers, create and destroy */
 void emit_context_struct(emitter *E);
 void emit_context_helpers(emitter *E);
