@@ -49,10 +49,13 @@ static const char usage[] =
     "  --hardware NAME|FILE       the machine plans are timed on: a preset (nominal, the\n"
     "                             default; cpu-2core, a100-80gb-sxm, h100-80gb-sxm) or a JSON\n"
     "                             file (docs/cost.md); --hardware list prints the presets\n"
-    "  --precision fp32|tf32|bf16 the precision of matrix products (default fp32, tf32 with\n"
-    "                             --tf32); bf16: their operands rounded to bf16, products\n"
-    "                             summed and stored in f32, f32 master weights and optimizer\n"
-    "                             state (docs/precision.md; C target only so far)\n"
+    "  --precision fp32|tf32|bf16|fp16 the precision of matrix products (default fp32, tf32\n"
+    "                             with --tf32); bf16, fp16: their operands rounded to 16 bits,\n"
+    "                             products summed and stored in f32, f32 master weights and\n"
+    "                             optimizer state (docs/precision.md; C target only so far)\n"
+    "  --loss-scale S             fp16: the initial loss scale (default 65536), halved and the\n"
+    "                             step skipped when a gradient is not finite\n"
+    "  --loss-scale-interval N    fp16: clean steps before the scale doubles (default 2000)\n"
     "  --bucket-mb X              largest gradient bucket allreduced at once, in MiB (default\n"
     "                             25; the first, of the last layers, is at most 1)\n"
     "  --microbatches M           run each step's batch as M micro-batches, their gradients\n"
@@ -302,11 +305,23 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     }
     if ((v = option_value(argc, argv, i, "--precision"))) {
         if ((o->precision = dm_precision_by_name(v)) < 0) {
-            fprintf(stderr, "dmc: error: --precision takes fp32, tf32 or bf16, got '%s'\n", v);
+            fprintf(stderr, "dmc: error: --precision takes fp32, tf32, bf16 or fp16, got '%s'\n", v);
             return -1;
         }
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--loss-scale"))) {
+        char *end = NULL;
+        o->loss_scale = strtod(v, &end);
+        /* below 2^64: a float holds the scale and its square stays finite in the checks */
+        if (!end || *end || end == v || !(o->loss_scale >= 1.0 && o->loss_scale <= 0x1p64)) {
+            fprintf(stderr, "dmc: error: --loss-scale expects a number from 1 to 2^64, got '%s'\n", v);
+            return -1;
+        }
+        return 1;
+    }
+    if ((v = option_value(argc, argv, i, "--loss-scale-interval")))
+        return parse_count("--loss-scale-interval", v, 1, INT64_MAX / 2, &o->loss_scale_interval);
     if ((v = option_value(argc, argv, i, "--memory-gb"))) {
         if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
         o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
@@ -320,7 +335,7 @@ static int check_plan_options(const dm_options *o);
 /* Every option of dmc (not the trainer's, which dmc run passes on), for "did you mean". */
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
-    "--microbatches", "--accumulate", "--hardware", "--precision", "--memory-gb", "--recompute", "--zero",
+    "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--march", "--help", "--version"};
@@ -521,7 +536,7 @@ int dm_resolve_precision(dm_options *o) {
     o->pipeline.cost.precision = o->precision;
     if (!(o->run || o->out_dir)) return 0;
     /* bf16: the products' operands cast (passes/precision.c); a target without them says so */
-    if (o->precision == DM_BF16) return 0;
+    if (o->precision == DM_BF16 || o->precision == DM_FP16) return 0;
     if ((o->precision == DM_TF32) != tf32_code) {
         fprintf(stderr, "dmc: error: --precision %s, but the generated code runs %s (tf32 needs --target cuda --tf32)\n",
                 dm_precision_name((dm_precision)o->precision), tf32_code ? "tf32" : "fp32");

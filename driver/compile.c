@@ -40,6 +40,11 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
     if (req->pipeline && req->pipeline->cost.precision == DM_BF16) g->product_dtype = DT_BF16;
+    if (req->pipeline && req->pipeline->cost.precision == DM_FP16) {
+        g->product_dtype = DT_F16;
+        g->loss_scale = req->loss_scale > 0 ? req->loss_scale : 65536.0;
+        g->loss_scale_interval = req->loss_scale_interval > 0 ? req->loss_scale_interval : 2000;
+    }
     pass_precision(g, &out->pipeline, &out->reshards);
     VERIFY("precision");
     return 0;

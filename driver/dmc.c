@@ -85,7 +85,8 @@ static int build_and_run(const dm_options *o, const ir_graph *g, const char *dir
 static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, const char *model, dm_compiled *c) {
     dm_lower_options lo = lower_options(o, model);
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
-                              .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit};
+                              .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
+                              .loss_scale = o->loss_scale, .loss_scale_interval = o->loss_scale_interval};
     return dm_compile(prog, &req, diag, c) == 0 ? 0 : 1;
 }
 

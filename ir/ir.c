@@ -29,14 +29,17 @@ const char *ir_dtype_name(ir_dtype t) {
     case DT_I32: return "i32";
     case DT_VOID: return "void";
     case DT_BF16: return "bf16";
+    case DT_F16: return "f16";
     }
     return "?";
 }
 
+int ir_dtype_is_half(ir_dtype t) { return t == DT_BF16 || t == DT_F16; }
+
 int ir_dtype_bytes(ir_dtype t) {
     switch (t) {
     case DT_F32: case DT_I32: return 4;
-    case DT_BF16: return 2;
+    case DT_BF16: case DT_F16: return 2;
     case DT_VOID: return 0;
     }
     return 0;
@@ -83,7 +86,7 @@ int ir_class_split_axis(const ir_graph *g, const ir_value *v) {
 int64_t ir_storage_elems(const ir_graph *g, const ir_value *v) {
     int64_t n = ir_local_numel(g, &v->type);
     if (v->op == OP_ATTENTION) n += n / v->type.shape[v->type.rank - 1];
-    if (v->type.dtype == DT_BF16) n = (n + 1) / 2;
+    if (ir_dtype_bytes(v->type.dtype) == 2) n = (n + 1) / 2;
     return n;
 }
 
@@ -140,6 +143,7 @@ ir_graph *ir_graph_new(const char *model) {
     ir_graph *g = xcalloc(1, sizeof *g);
     g->model = ir_intern(g, model);
     g->loss = -1;
+    g->loss_seed = -1;
     g->pipe_axis = -1;
     g->microbatches = 1;
     return g;
@@ -335,6 +339,7 @@ void ir_renumber_lists(ir_graph *g, const int *map) {
     for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
     for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
     if (g->loss >= 0) g->loss = map[g->loss];
+    if (g->loss_seed >= 0) g->loss_seed = map[g->loss_seed];
 }
 
 void ir_drop_last(ir_graph *g) { g->n_values--; }

@@ -60,12 +60,15 @@ const ir_op_info *ir_op_info_of(ir_op op);
 /* OP_COUNT when no op has that name. */
 ir_op ir_op_by_name(const char *name);
 
-/* DT_BF16: bfloat16, the upper half of an f32 (rounded to nearest even), stored in 2 bytes;
- * only a matrix product's operands have it (passes/precision.c). */
-typedef enum ir_dtype { DT_F32, DT_I32, DT_VOID, DT_BF16 } ir_dtype;
+/* DT_BF16: bfloat16, the upper half of an f32 (rounded to nearest even); DT_F16: IEEE
+ * binary16. Both are stored in 2 bytes, and only a matrix product's operands have them
+ * (passes/precision.c). */
+typedef enum ir_dtype { DT_F32, DT_I32, DT_VOID, DT_BF16, DT_F16 } ir_dtype;
 const char *ir_dtype_name(ir_dtype t);
 /* Bytes of one element (0 for void). */
 int ir_dtype_bytes(ir_dtype t);
+/* A 16-bit floating-point type (bf16, f16). */
+int ir_dtype_is_half(ir_dtype t);
 
 #define IR_MAX_RANK 8
 #define IR_MAX_AXES 8
@@ -231,9 +234,16 @@ typedef struct ir_graph {
      * tensor-parallel product run on that split (Megatron-LM's sequence parallelism). */
     int sequence_parallel;
     ir_compress compress;     /* of the gradient allreduces over the axis named data */
-    /* passes/precision.c: the dtype of matrix products' operands (DT_F32, or DT_BF16: both
-     * operands cast to it, the product accumulated and stored in f32) */
+    /* passes/precision.c: the dtype of matrix products' operands (DT_F32, or DT_BF16 or
+     * DT_F16: both operands cast to it, the product accumulated and stored in f32) */
     ir_dtype product_dtype;
+    /* Dynamic loss scaling (f16; torch.cuda.amp.GradScaler's rule): the loss's gradient
+     * seeded with the scale, the gradients unscaled before the update, a step whose
+     * gradients are not all finite skipped and the scale halved, the scale doubled after
+     * loss_scale_interval clean steps in a row. loss_scale 0: none. */
+    double loss_scale;        /* the initial scale */
+    int64_t loss_scale_interval;
+    int loss_seed;            /* the loss's gradient seed (a const 1 made by autodiff), or -1 */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1

@@ -187,9 +187,11 @@ double cost_seconds(const ir_graph *g, const dm_cost_model *m, dm_op_cost c) {
     double threads = c.matmul ? 1 : rank_threads(g, m, hw);
     double rate = c.matmul ? matmul_rate(g, m, hw, c.flops / calls)
                            : threads * (hw->vector_flops > 0 ? hw->vector_flops : hw->peak_flops[DM_FP32]);
-    /* bf16 training keeps activations and their gradients in 2-byte elements (Megatron-LM
-     * and PyTorch's autocast do; dmc's generated code does not yet: costed only) */
-    if (m && m->precision == DM_BF16 && !c.fp32_master) c.bytes /= 2, c.sent /= 2;
+    /* 16-bit training keeps activations and their gradients in 2-byte elements, as
+     * Megatron-LM does (the runs this model is checked against); dmc's own generated code
+     * keeps only the products' operands in 2 bytes (passes/precision.c), so its 16-bit runs
+     * are costed as Megatron-LM's would be */
+    if (m && (m->precision == DM_BF16 || m->precision == DM_FP16) && !c.fp32_master) c.bytes /= 2, c.sent /= 2;
     double bandwidth = c.in_cache && hw->cache_bandwidth > 0 ? hw->cache_bandwidth : hw->memory_bandwidth;
     double compute = c.flops / rate, memory = c.bytes / (threads * bandwidth * hw->memory_efficiency);
     double t = compute > memory ? compute : memory;

@@ -51,7 +51,7 @@ int dm_hardware_presets(const char *const **names, const char *const **texts) {
     return (int)(sizeof preset_names / sizeof preset_names[0]);
 }
 
-static const char *const precision_names[DM_PRECISIONS] = {"fp32", "tf32", "bf16"};
+static const char *const precision_names[DM_PRECISIONS] = {"fp32", "tf32", "bf16", "fp16"};
 
 int dm_precision_by_name(const char *name) {
     for (int p = 0; p < DM_PRECISIONS; p++)
@@ -213,7 +213,9 @@ static int parse_root(json_t *root, const json_error_t *je, const char *source, 
     json_t *peaks = device ? object(&r, device, "device", "peak_flops") : NULL;
     if (peaks) known_fields(&r, peaks, "device.peak_flops", precision_names, DM_PRECISIONS);
     for (int p = 0; p < DM_PRECISIONS; p++)
-        hw->peak_flops[p] = number(&r, peaks, "device.peak_flops", precision_names[p], 0, 1, 0);
+        hw->peak_flops[p] = p == DM_FP16 && peaks && !json_object_get(peaks, "fp16")
+                                ? hw->peak_flops[DM_BF16]
+                                : number(&r, peaks, "device.peak_flops", precision_names[p], 0, 1, 0);
     hw->memory_bytes = number(&r, device, "device", "memory_bytes", 0, 1, 0);
     hw->memory_bandwidth = number(&r, device, "device", "memory_bandwidth", 0, 1, 0);
     if (device && json_object_get(device, "vector_flops"))

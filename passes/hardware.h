@@ -8,7 +8,8 @@
 
 #include <stddef.h>
 
-typedef enum dm_precision { DM_FP32, DM_TF32, DM_BF16, DM_PRECISIONS } dm_precision;
+/* fp16: a hardware file may leave its peak out (bf16's then); the others are required */
+typedef enum dm_precision { DM_FP32, DM_TF32, DM_BF16, DM_FP16, DM_PRECISIONS } dm_precision;
 
 /* One kind of link, per device and per direction. */
 typedef struct dm_link {

@@ -348,6 +348,56 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
 /* The path the products take, "oneDNN AVX512-BF16" or "convert + OpenBLAS sgemm" (for the
  * trainer's banner); a static string. */
 const char *dmrt_gemm_bf16_path(void);
+/* ---- fp16 products (--precision fp16) --------------------------------------------------- */
+
+/* IEEE binary16 bits of x, rounded to nearest, ties to even: past 65504 (from 65520 on) inf,
+ * below 2^-14 the subnormals (steps of 2^-24), a NaN stays a quiet NaN of its sign. */
+static inline uint16_t dmrt_f16_round(float x) {
+    uint32_t bits, magnitude;
+    memcpy(&bits, &x, sizeof bits);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    magnitude = bits & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520: half-way to 65536 */
+    if (magnitude >= 0x38800000u) { /* 2^-14 and up: a normal half */
+        magnitude += 0x0fffu + ((magnitude >> 13) & 1u);
+        return (uint16_t)(sign | ((magnitude - 0x38000000u) >> 13)); /* exponent rebiased, 127 - 15 */
+    }
+    /* a subnormal half: |x| + 0.5 has steps of 2^-24, so the FPU's own rounding (to nearest
+     * even) leaves the count of 2^-24 in its low bits; 2^-14 itself comes out as 0x0400 */
+    float absolute, shifted;
+    memcpy(&absolute, &magnitude, sizeof absolute);
+    shifted = absolute + 0.5f;
+    memcpy(&bits, &shifted, sizeof bits);
+    return (uint16_t)(sign | (bits - 0x3f000000u));
+}
+/* Exact: every half is a float. */
+static inline float dmrt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
+    float x;
+    if (exponent == 0) {
+        x = (float)mantissa * 0x1p-24f;
+        memcpy(&bits, &x, sizeof bits);
+        bits |= sign;
+    } else if (exponent == 31) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    }
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+void dmrt_f32_to_f16_array(const float *x, uint16_t *y, int64_t n);
+void dmrt_f16_to_f32_array(const uint16_t *x, float *y, int64_t n);
+/* Row-major C = alpha * op(A) @ op(B) + beta * C with fp16 A and B and an fp32 C, as
+ * dmrt_gemm_bf16: the operands widened to fp32 (exactly) and multiplied by sgemm. */
+void dmrt_gemm_f16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc);
+void dmrt_gemm_f16_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
+                         int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* Whether the oneDNN path could run here (built with oneDNN, a CPU with AVX512-BF16),
  * whatever DMRT_BF16_GEMM says; 0 or 1. */
 int dmrt_gemm_bf16_onednn_available(void);

@@ -173,9 +173,11 @@ int dmrt_gemm_bf16_onednn_available(void) {
 /* threads == 0: dmrt_sgemm, else dmrt_sgemm_split over that many. The fp32 copies live in
  * the calling thread's buffer, grown to the largest product seen (a buffer per call would
  * map and fault in megabytes per product of a GPT layer). */
-static void gemm_convert(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
-                         int64_t ldc) {
+typedef void widen_fn(const uint16_t *x, float *y, int64_t n);
+
+static void gemm_widened(widen_fn *widen, int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc) {
     if (k <= 0 || alpha == 0.0f) {
         /* the operands are not read: dmrt_sgemm only scales C */
         if (threads > 0)
@@ -202,13 +204,19 @@ static void gemm_convert(int threads, int trans_a, int trans_b, int64_t m, int64
     int workers = threads > 1 ? threads : 1;
     (void)workers; /* unused without OpenMP */
     DMRT_PARALLEL_FOR(workers)
-    for (int64_t r = 0; r < a_rows; r++) dmrt_bf16_to_f32_array(a + r * lda, a32 + r * a_cols, a_cols);
+    for (int64_t r = 0; r < a_rows; r++) widen(a + r * lda, a32 + r * a_cols, a_cols);
     DMRT_PARALLEL_FOR(workers)
-    for (int64_t r = 0; r < b_rows; r++) dmrt_bf16_to_f32_array(b + r * ldb, b32 + r * b_cols, b_cols);
+    for (int64_t r = 0; r < b_rows; r++) widen(b + r * ldb, b32 + r * b_cols, b_cols);
     if (threads > 0)
         dmrt_sgemm_split(threads, trans_a, trans_b, m, n, k, alpha, a32, a_cols, b32, b_cols, beta, c, ldc);
     else
         dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a32, a_cols, b32, b_cols, beta, c, ldc);
+}
+
+static void gemm_convert(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc) {
+    gemm_widened(dmrt_bf16_to_f32_array, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* ---- the oneDNN path ------------------------------------------------------------------------ */
@@ -393,4 +401,30 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
     }
 #endif
     gemm_convert(threads > 1 ? threads : 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* ---- fp16 products --------------------------------------------------------------------------- */
+
+void dmrt_f32_to_f16_array(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = dmrt_f16_round(x[i]);
+}
+
+void dmrt_f16_to_f32_array(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = dmrt_f16_to_f32(x[i]);
+}
+
+/* Widened for sgemm: this CPU kind has no fp16 arithmetic (AVX512-FP16 is Sapphire Rapids'),
+ * and the products of the widened values are the fp16 products exactly. */
+void dmrt_gemm_f16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                   int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    gemm_widened(dmrt_f16_to_f32_array, 0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void dmrt_gemm_f16_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    gemm_widened(dmrt_f16_to_f32_array, threads > 0 ? threads : 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                 beta, c, ldc);
 }
