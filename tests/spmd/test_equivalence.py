@@ -7,7 +7,8 @@ vocabulary-parallel), forms
 (tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
 reduce-scatter of gradients), stack, sgd, clip (tests/spmd/clip.dm: gradient clipping,
 whose global norm counts every element once on each mesh, and a learning-rate schedule)
-or gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel);
+gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel) or rope
+(tests/spmd/rope.dm: rotary embeddings, permute and concat over split dims);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
 different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
@@ -41,7 +42,8 @@ from dmcrun import TARGET, Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6, "gated": 1e-6}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6, "gated": 1e-6,
+               "rope": 1e-6}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
@@ -137,6 +139,9 @@ MODELS = {
     # RMSNorm (a kept-dim mean, rsqrt), SwiGLU (silu) split over tensor, a norm over a
     # split width
     "gated": ("tests/spmd/gated.dm", "B=16,D=32,H=64,K=8"),
+    # rotary embeddings: permute moving split heads, rotate_half's concat along a whole
+    # dim, a concat along a dim split over tensor, sin and cos of a parameter's table
+    "rope": ("tests/spmd/rope.dm", "B=16,D=32,H=64,K=8"),
 }
 
 
@@ -144,7 +149,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model in ("mlp", "forms", "stack", "sgd", "clip", "dropout", "gated"):
+    if model in ("mlp", "forms", "stack", "sgd", "clip", "dropout", "gated", "rope"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}

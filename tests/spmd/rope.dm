@@ -1,0 +1,38 @@
+# rope.dm: LLaMA's rotary embedding for the equivalence tests (tests/spmd): heads split
+# over tensor moved by permute (the split goes with its dim), cos and sin of an angle
+# table made by concat, rotate_half as concat(-x2, x1, dim = -1) along a whole dim of a
+# tensor split on others (batch over data, heads over tensor), then a concat along a dim
+# split over tensor (the rule gathers it first) and a general permute back.
+
+dim B = 16
+dim D = 32
+dim H = 64
+dim K = 8
+dim T = 2
+dim NH = 4
+dim HD = 4
+
+mesh(data = 1, tensor = 1)
+
+input x : f32[B@data, D]
+input y : i32[B@data]
+
+param embed : f32[D, D] = xavier
+param f : f32[T, HD / 2] = normal(0, 1)
+param head : f32[H, K] = xavier
+
+h = reshape(x @ embed, [B, T, NH, HD])
+q : f32[B@data, T, NH@tensor, HD] = h        # heads split over tensor
+qh = permute(q, [B, NH, T, HD])              # [B, NH, T, HD]: the split moves with NH
+ang = concat(f, f, dim = -1)                 # [T, HD]
+x1 = slice(qh, -1, 0, HD / 2)
+x2 = slice(qh, -1, HD / 2, HD)
+r = qh * cos(ang) + concat(-x2, x1, dim = -1) * sin(ang)
+s : f32[B@data, NH, T, HD@tensor] = r        # the rotated width split over tensor
+z = concat(s, tanh(s), dim = HD)             # joined along a split dim: gathered first
+back = permute(z, [0, 2, 1, -1])             # [B, T, NH, 2 HD]
+logits = reshape(back, [B, H]) @ head
+loss = cross_entropy(logits, y)
+
+minimize loss
+optimizer sgd(lr = 0.1)
