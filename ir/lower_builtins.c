@@ -288,6 +288,8 @@ static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+static int concat_values(lowerer *L, scope *s, const int *xs, int n, int axis, int64_t total, dm_loc loc);
+
 /* concat(x1, x2, ..., dim = D): the operands end to end along dim D (by name or index),
  * every other dim equal, as torch.cat. Lowered to a pad of each operand into its window
  * of the result and the sum of the pads: memory_windows.c assembles such a sum in one
@@ -348,10 +350,15 @@ static int lower_concat(lowerer *L, scope *s, const dm_expr *e, int *out) {
         }
         total += t->shape[axis];
     }
-    if (n == 1) {
-        *out = xs[0];
-        return 1;
-    }
+    *out = concat_values(L, s, xs, n, axis, total, e->loc);
+    return 1;
+}
+
+/* The pieces xs (n of them, checked alike but along axis, total along it together)
+ * joined along axis: each padded into its window, the pads summed; -1 on error. */
+static int concat_values(lowerer *L, scope *s, const int *xs, int n, int axis, int64_t total, dm_loc loc) {
+    if (n == 1) return xs[0];
+    const ir_type *t0 = &val(L, xs[0])->type;
     ir_type whole = *t0;
     whole.shape[axis] = total;
     whole.dim_name[axis] = NULL;
@@ -360,17 +367,63 @@ static int lower_concat(lowerer *L, scope *s, const dm_expr *e, int *out) {
     int64_t offset = 0;
     int sum = -1;
     for (int i = 0; i < n; i++) {
-        ir_value *p = make(L, s, OP_PAD, &xs[i], 1, e->loc);
+        ir_value *p = make(L, s, OP_PAD, &xs[i], 1, loc);
         p->type = whole;
         p->axis = axis;
         p->offset = offset;
         offset += val(L, xs[i])->type.shape[axis];
         int piece = shapes_infer(L->g, p, L->d) ? -1 : p->id;
-        if (piece < 0) return 1;
-        sum = sum < 0 ? piece : make_typed(L, s, OP_ADD, (int[]){sum, piece}, 2, e->loc);
-        if (sum < 0) return 1;
+        if (piece < 0) return -1;
+        sum = sum < 0 ? piece : make_typed(L, s, OP_ADD, (int[]){sum, piece}, 2, loc);
+        if (sum < 0) return -1;
     }
-    *out = sum;
+    return sum;
+}
+
+/* arange(END), arange(START, END), arange(START, END, STEP): f32[n], START + STEP * i for
+ * i in [0, n), n = ceil((END - START) / STEP), as torch.arange; the bounds are constants
+ * (numbers, dims). No op makes an index, so the counting [0, n) is built by doubling from
+ * [0]: c(2m) = concat(c(m), c(m) + m), the last step joining only the slice that reaches
+ * n. That is about 4 log2(n) small ops and 2n elements written, computed in each step (the
+ * program has no tensor constants made once); they depend on no parameter, so nothing of
+ * them is differentiated, and every dialect and mesh runs them with the ops' own rules. */
+static int lower_arange(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 1, 3)) return 1;
+    double a[3] = {0, 0, 1};
+    for (int i = 0; i < e->n_args; i++)
+        if (lower_eval_number(L, s, e->args[i], &a[e->n_args == 1 ? 1 : i])) return 1;
+    double start = a[0], end = a[1], step = a[2];
+    double count = step != 0 ? ceil((end - start) / step) : 0;
+    if (!(count >= 1) || count > (double)(1 << 24)) {
+        dm_error(L->d, e->loc, "arange(%g, %g, %g) must have 1 to 2^24 elements", start, end, step);
+        return 1;
+    }
+    int64_t n = (int64_t)count;
+    int zero = make_const(L, 0, e->loc);
+    ir_value *b = make(L, s, OP_BROADCAST, &zero, 1, e->loc);
+    b->type.dtype = DT_F32;
+    b->type.rank = 1;
+    b->type.shape[0] = 1;
+    b->type.split[0] = IR_REPLICATED;
+    b->axes = 1;
+    int c = shapes_infer(L->g, b, L->d) ? -1 : b->id;
+    for (int64_t m = 1; c >= 0 && m < n; m *= 2) {
+        int64_t take = m < n - m ? m : n - m;
+        int hi = c;
+        if (take < m) {
+            ir_value *sl = make(L, s, OP_SLICE, &c, 1, e->loc);
+            sl->type = val(L, c)->type;
+            sl->type.shape[0] = take;
+            sl->axis = 0;
+            sl->offset = 0;
+            hi = shapes_infer(L->g, sl, L->d) ? -1 : sl->id;
+        }
+        if (hi >= 0) hi = make_typed(L, s, OP_ADD, (int[]){hi, make_const(L, (double)m, e->loc)}, 2, e->loc);
+        c = hi < 0 ? -1 : concat_values(L, s, (int[]){c, hi}, 2, 0, m + take, e->loc);
+    }
+    if (c >= 0 && step != 1) c = make_typed(L, s, OP_MUL, (int[]){c, make_const(L, step, e->loc)}, 2, e->loc);
+    if (c >= 0 && start != 0) c = make_typed(L, s, OP_ADD, (int[]){c, make_const(L, start, e->loc)}, 2, e->loc);
+    *out = c;
     return 1;
 }
 
@@ -500,8 +553,8 @@ static int fuse_causal(lowerer *L, int *x, double *scale) {
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
 /* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
 static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
-                                                "reshape", "transpose", "permute", "concat", "cross_entropy",
-                                                "recompute"};
+                                                "reshape", "transpose", "permute", "concat", "arange",
+                                                "cross_entropy", "recompute"};
 
 /* "unknown function or layer": the nearest function or layer in scope, and the functions. */
 static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
@@ -600,6 +653,7 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
     if (strcmp(f, "concat") == 0) return lower_concat(L, s, e, out);
     if (strcmp(f, "permute") == 0) return lower_permute(L, s, e, out);
+    if (strcmp(f, "arange") == 0) return lower_arange(L, s, e, out);
     if (strcmp(f, "embed") == 0) {
         if (want_args(L, e, 2, 2)) return 1;
         int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};

@@ -35,7 +35,8 @@ rule):
   rope.dm         LLaMA's rotary embedding: permute (by name, by index, a 3-cycle),
                   concat (one parameter twice, rotate_half's concat(-x2, x1, dim = -1),
                   three pieces along a named middle dim, a single tensor), sin and cos
-                  (of a parameter's table, of activations, of constants)
+                  (of a parameter's table, of activations, of constants), arange (one,
+                  two and three bounds) making RoPE's table from constants
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -246,7 +247,14 @@ def rope_loss(torch, F, p, i):
     w = z.permute(2, 0, 1) * g
     # dmc folds sin(0.5) to a float32 constant: round it the same way
     s05 = torch.tensor(0.479425538604203, dtype=torch.float32).to(x.dtype)
-    return (w * w).mean() + (torch.cos(ang) * s05).mean() + torch.cat([f], dim=0).mean()
+    # dmc folds -log(100) to a float32 constant too
+    nl = torch.tensor(-4.605170185988091, dtype=torch.float32).to(x.dtype)
+    inv = torch.exp(torch.arange(0, HD, 2, dtype=x.dtype) / HD * nl)
+    tab = torch.cat([torch.outer(torch.arange(T, dtype=x.dtype), inv),
+                     torch.outer(torch.arange(1, 2 * T, 2, dtype=x.dtype), inv)], dim=-1)
+    rq = qh * torch.cos(tab) + torch.cat([-x2, x1], dim=-1) * torch.sin(tab)
+    return ((w * w).mean() + (torch.cos(ang) * s05).mean() + torch.cat([f], dim=0).mean()
+            + (rq * rq).mean() / 4 + torch.arange(5, dtype=x.dtype).sum() / 100)
 
 
 def _lin_params(prefix, n_in, n_out):

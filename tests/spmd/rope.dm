@@ -2,7 +2,8 @@
 # over tensor moved by permute (the split goes with its dim), cos and sin of an angle
 # table made by concat, rotate_half as concat(-x2, x1, dim = -1) along a whole dim of a
 # tensor split on others (batch over data, heads over tensor), then a concat along a dim
-# split over tensor (the rule gathers it first) and a general permute back.
+# split over tensor (the rule gathers it first) and a general permute back; a RoPE table
+# computed from arange (replicated, read by split heads).
 
 dim B = 16
 dim D = 32
@@ -27,7 +28,9 @@ qh = permute(q, [B, NH, T, HD])              # [B, NH, T, HD]: the split moves w
 ang = concat(f, f, dim = -1)                 # [T, HD]
 x1 = slice(qh, -1, 0, HD / 2)
 x2 = slice(qh, -1, HD / 2, HD)
-r = qh * cos(ang) + concat(-x2, x1, dim = -1) * sin(ang)
+inv = exp(arange(0, HD, 2) / HD * -log(10000))
+tab = reshape(arange(T), [T, 1]) * concat(inv, inv, dim = -1)    # RoPE's table, from constants
+r = qh * cos(ang) * cos(tab) + concat(-x2, x1, dim = -1) * sin(ang + tab)
 s : f32[B@data, NH, T, HD@tensor] = r        # the rotated width split over tensor
 z = concat(s, tanh(s), dim = HD)             # joined along a split dim: gathered first
 back = permute(z, [0, 2, 1, -1])             # [B, T, NH, 2 HD]
