@@ -3,7 +3,8 @@
 # table made by concat, rotate_half as concat(-x2, x1, dim = -1) along a whole dim of a
 # tensor split on others (batch over data, heads over tensor), then a concat along a dim
 # split over tensor (the rule gathers it first) and a general permute back; a RoPE table
-# computed from arange (replicated, read by split heads).
+# computed from arange (replicated, read by split heads); a concat of a row-parallel
+# row-parallel products' pending sums.
 
 dim B = 16
 dim D = 32
@@ -21,6 +22,8 @@ input y : i32[B@data]
 param embed : f32[D, D] = xavier
 param f : f32[T, HD / 2] = normal(0, 1)
 param head : f32[H, K] = xavier
+param mix : f32[H@tensor, D] = xavier
+param mix2 : f32[H@tensor, D] = xavier
 
 h = reshape(x @ embed, [B, T, NH, HD])
 q : f32[B@data, T, NH@tensor, HD] = h        # heads split over tensor
@@ -34,7 +37,10 @@ r = qh * cos(ang) * cos(tab) + concat(-x2, x1, dim = -1) * sin(ang + tab)
 s : f32[B@data, NH, T, HD@tensor] = r        # the rotated width split over tensor
 z = concat(s, tanh(s), dim = HD)             # joined along a split dim: gathered first
 back = permute(z, [0, 2, 1, -1])             # [B, T, NH, 2 HD]
-logits = reshape(back, [B, H]) @ head
+flat = reshape(back, [B, H])
+p1 = flat @ mix                              # row-parallel: a sum pending over tensor
+p2 = flat @ mix2
+logits = (flat + concat(p1, p2, dim = -1)) @ head   # pending sums joined
 loss = cross_entropy(logits, y)
 
 minimize loss
