@@ -317,6 +317,8 @@ args:
 arg:
     expr                        { $$ = $1; }
   | NAME '=' expr               { $$ = new_expr(state, EXPR_KWARG, @1); $$->name = $1; $$->lhs = $3; deepen(state, $$, $3->depth); }
+    /* concat(a, b, dim = -1): torch's keyword, a reserved word elsewhere */
+  | KW_DIM '=' expr             { $$ = new_expr(state, EXPR_KWARG, @1); $$->name = "dim"; $$->lhs = $3; deepen(state, $$, $3->depth); }
   ;
 
 expr_list_opt:

@@ -78,6 +78,8 @@ static int fold_unary(ir_op op, double x, double *out) {
     case OP_SQRT: *out = sqrt(x); return x >= 0;
     case OP_RSQRT: *out = 1 / sqrt(x); return x > 0;
     case OP_SILU: *out = x / (1 + exp(-x)); return 1;
+    case OP_SIN: *out = sin(x); return 1;
+    case OP_COS: *out = cos(x); return 1;
     default: return 0;
     }
 }
@@ -159,7 +161,7 @@ int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
         return lower_call_layer(L, b->layer, args, e->n_args, e);
     }
     case EXPR_LIST:
-        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape");
+        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape or the order of permute");
         return -1;
     case EXPR_KWARG:
         dm_error(L->d, e->loc, "keyword argument outside a call");
@@ -286,6 +288,185 @@ static int lower_slice(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+static int concat_values(lowerer *L, scope *s, const int *xs, int n, int axis, int64_t total, dm_loc loc);
+
+/* concat(x1, x2, ..., dim = D): the operands end to end along dim D (by name or index),
+ * every other dim equal, as torch.cat. Lowered to a pad of each operand into its window
+ * of the result and the sum of the pads: memory_windows.c assembles such a sum in one
+ * buffer, each piece written into its window, so no zeros are added; each pad's gradient
+ * is the slice of the incoming gradient at its window, and the sharding rule of pads
+ * (the concatenated dim whole, the others keep their split) is the concat's. */
+static int lower_concat(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    int n = e->n_args;
+    const dm_expr *dim = NULL;
+    if (n > 0 && e->args[n - 1]->kind == EXPR_KWARG) {
+        dim = e->args[--n];
+        if (strcmp(dim->name, "dim") != 0) {
+            dm_error(L->d, dim->loc, "concat has no argument '%s' (it takes dim)", dim->name);
+            return 1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (e->args[i]->kind == EXPR_KWARG) {
+            dm_error(L->d, e->args[i]->loc, "concat's only keyword argument is dim, and it comes last");
+            return 1;
+        }
+    if (e->has_dim_args) {
+        dm_error(L->d, e->loc, "concat is a function; call it with ( )");
+        return 1;
+    }
+    if (n < 1 || n > 16) {
+        dm_error(L->d, e->loc, "concat takes 1 to 16 tensors, got %d", n);
+        return 1;
+    }
+    if (!dim) {
+        dm_error(L->d, e->loc, "concat needs the dim to join along: concat(a, b, dim = -1)");
+        return 1;
+    }
+    int xs[16];
+    for (int i = 0; i < n; i++)
+        if ((xs[i] = lower_expr(L, s, e->args[i])) < 0) return 1;
+    const ir_type *t0 = &val(L, xs[0])->type;
+    for (int i = 0; i < n; i++) {
+        const ir_type *t = &val(L, xs[i])->type;
+        if (val(L, xs[i])->op == OP_CONST || t->dtype != DT_F32 || t->rank == 0) {
+            dm_error(L->d, e->args[i]->loc, "concat takes f32 tensors of rank 1 or more, not a constant, scalar or i32");
+            return 1;
+        }
+    }
+    int axis = resolve_axis(L, t0, dim->lhs);
+    if (axis < 0) return 1;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const ir_type *t = &val(L, xs[i])->type;
+        int same = t->rank == t0->rank;
+        for (int k = 0; same && k < t->rank; k++) same = k == axis || t->shape[k] == t0->shape[k];
+        if (!same) {
+            char sa[256], sb[256];
+            ir_format_type(L->g, t0, sa, sizeof sa);
+            ir_format_type(L->g, t, sb, sizeof sb);
+            dm_error(L->d, e->args[i]->loc, "concat along dim %d: %s and %s differ in another dim or in rank", axis, sa, sb);
+            return 1;
+        }
+        total += t->shape[axis];
+    }
+    *out = concat_values(L, s, xs, n, axis, total, e->loc);
+    return 1;
+}
+
+/* The pieces xs (n of them, checked alike but along axis, total along it together)
+ * joined along axis: each padded into its window, the pads summed; -1 on error. */
+static int concat_values(lowerer *L, scope *s, const int *xs, int n, int axis, int64_t total, dm_loc loc) {
+    if (n == 1) return xs[0];
+    const ir_type *t0 = &val(L, xs[0])->type;
+    ir_type whole = *t0;
+    whole.shape[axis] = total;
+    whole.dim_name[axis] = NULL;
+    whole.partial = 0;
+    for (int k = 0; k < whole.rank; k++) whole.split[k] = IR_REPLICATED; /* the sharding pass decides */
+    int64_t offset = 0;
+    int sum = -1;
+    for (int i = 0; i < n; i++) {
+        ir_value *p = make(L, s, OP_PAD, &xs[i], 1, loc);
+        p->type = whole;
+        p->axis = axis;
+        p->offset = offset;
+        offset += val(L, xs[i])->type.shape[axis];
+        int piece = shapes_infer(L->g, p, L->d) ? -1 : p->id;
+        if (piece < 0) return -1;
+        sum = sum < 0 ? piece : make_typed(L, s, OP_ADD, (int[]){sum, piece}, 2, loc);
+        if (sum < 0) return -1;
+    }
+    return sum;
+}
+
+/* arange(END), arange(START, END), arange(START, END, STEP): f32[n], START + STEP * i for
+ * i in [0, n), n = ceil((END - START) / STEP), as torch.arange; the bounds are constants
+ * (numbers, dims). No op makes an index, so the counting [0, n) is built by doubling from
+ * [0]: c(2m) = concat(c(m), c(m) + m), the last step joining only the slice that reaches
+ * n. That is about 4 log2(n) small ops and 2n elements written, computed in each step (the
+ * program has no tensor constants made once); they depend on no parameter, so nothing of
+ * them is differentiated, and every dialect and mesh runs them with the ops' own rules. */
+static int lower_arange(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 1, 3)) return 1;
+    double a[3] = {0, 0, 1};
+    for (int i = 0; i < e->n_args; i++)
+        if (lower_eval_number(L, s, e->args[i], &a[e->n_args == 1 ? 1 : i])) return 1;
+    double start = a[0], end = a[1], step = a[2];
+    double count = step != 0 ? ceil((end - start) / step) : 0;
+    if (!(count >= 1) || count > (double)(1 << 24)) {
+        dm_error(L->d, e->loc, "arange(%g, %g, %g) must have 1 to 2^24 elements", start, end, step);
+        return 1;
+    }
+    int64_t n = (int64_t)count;
+    int zero = make_const(L, 0, e->loc);
+    ir_value *b = make(L, s, OP_BROADCAST, &zero, 1, e->loc);
+    b->type.dtype = DT_F32;
+    b->type.rank = 1;
+    b->type.shape[0] = 1;
+    b->type.split[0] = IR_REPLICATED;
+    b->axes = 1;
+    int c = shapes_infer(L->g, b, L->d) ? -1 : b->id;
+    for (int64_t m = 1; c >= 0 && m < n; m *= 2) {
+        int64_t take = m < n - m ? m : n - m;
+        int hi = c;
+        if (take < m) {
+            ir_value *sl = make(L, s, OP_SLICE, &c, 1, e->loc);
+            sl->type = val(L, c)->type;
+            sl->type.shape[0] = take;
+            sl->axis = 0;
+            sl->offset = 0;
+            hi = shapes_infer(L->g, sl, L->d) ? -1 : sl->id;
+        }
+        if (hi >= 0) hi = make_typed(L, s, OP_ADD, (int[]){hi, make_const(L, (double)m, e->loc)}, 2, e->loc);
+        c = hi < 0 ? -1 : concat_values(L, s, (int[]){c, hi}, 2, 0, m + take, e->loc);
+    }
+    if (c >= 0 && step != 1) c = make_typed(L, s, OP_MUL, (int[]){c, make_const(L, step, e->loc)}, 2, e->loc);
+    if (c >= 0 && start != 0) c = make_typed(L, s, OP_ADD, (int[]){c, make_const(L, start, e->loc)}, 2, e->loc);
+    *out = c;
+    return 1;
+}
+
+/* permute(x, [D0, D1, ...]): result dim i is x's dim Di (names or indices), as
+ * torch.permute; one transpose op, whose rules take any permutation (its gradient the
+ * inverse permutation, a split moving with its dim). */
+static int lower_permute(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const dm_expr *list = e->args[1];
+    const ir_type *t = &val(L, x)->type;
+    if (list->kind != EXPR_LIST) {
+        dm_error(L->d, list->loc, "permute takes the new order of the dims as a list: permute(x, [0, 2, 1, 3])");
+        return 1;
+    }
+    if (list->n_args != t->rank) {
+        char ts[256];
+        ir_format_type(L->g, t, ts, sizeof ts);
+        dm_error(L->d, list->loc, "permute of %s needs %d dims in its list, got %d", ts, t->rank, list->n_args);
+        return 1;
+    }
+    int perm[IR_MAX_RANK], seen = 0, identity = 1;
+    for (int i = 0; i < t->rank; i++) {
+        perm[i] = resolve_axis(L, t, list->args[i]);
+        if (perm[i] < 0) return 1;
+        if (seen >> perm[i] & 1) {
+            dm_error(L->d, list->args[i]->loc, "permute names dim %d twice", perm[i]);
+            return 1;
+        }
+        seen |= 1 << perm[i];
+        identity &= perm[i] == i;
+    }
+    if (identity) {
+        *out = x;
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
+    memcpy(v->perm, perm, sizeof perm);
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
 /* sum(x, DIMS...) and mean(x, DIMS...), over every dim when none is named; with
  * keepdim = true (last, as torch's keepdim) the reduced dims stay as size 1, so that the
  * result broadcasts against x (RMSNorm: x * rsqrt(mean(x * x, -1, keepdim = true) +
@@ -372,7 +553,8 @@ static int fuse_causal(lowerer *L, int *x, double *scale) {
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
 /* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
 static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
-                                                "reshape", "transpose", "cross_entropy", "recompute"};
+                                                "reshape", "transpose", "permute", "concat", "arange",
+                                                "cross_entropy", "recompute"};
 
 /* "unknown function or layer": the nearest function or layer in scope, and the functions. */
 static void report_unknown_call(lowerer *L, scope *s, const dm_expr *e) {
@@ -469,6 +651,9 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     }
     if (strcmp(f, "layernorm") == 0) return lower_layernorm(L, s, e, out);
     if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
+    if (strcmp(f, "concat") == 0) return lower_concat(L, s, e, out);
+    if (strcmp(f, "permute") == 0) return lower_permute(L, s, e, out);
+    if (strcmp(f, "arange") == 0) return lower_arange(L, s, e, out);
     if (strcmp(f, "embed") == 0) {
         if (want_args(L, e, 2, 2)) return 1;
         int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};

@@ -17,10 +17,10 @@ static double ops_per_element(const ir_value *v) {
     case OPC_LOSS_GRAD: return 6;
     case OPC_UNARY_GRAD: return 4;
     case OPC_UNARY:
-        /* a transcendental function (silu's exp too) costs about as much as ten multiply-adds;
-         * sqrt and rsqrt count as one */
+        /* a transcendental function (silu's exp too, sin, cos) costs about as much as ten
+         * multiply-adds; sqrt and rsqrt count as one */
         return v->op == OP_TANH || v->op == OP_SIGMOID || v->op == OP_EXP || v->op == OP_LOG || v->op == OP_GELU ||
-               v->op == OP_SILU ? 10 : 1;
+               v->op == OP_SILU || v->op == OP_SIN || v->op == OP_COS ? 10 : 1;
     default: return 1;
     }
 }

@@ -5,7 +5,8 @@ serial program and on data=2, tensor=2, data=2 x tensor=2 and pipeline=2 meshes 
 embedding and the head tied to it then on different stages), for tests/spmd/forms.dm
 (which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
 (gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
-rsqrt, RMSNorm's kept-dim mean) on data=2 x tensor=2, `dmc run --target cuda
+rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
+and examples/llama.dm (small sizes) on data=2 x tensor=2, `dmc run --target cuda
 --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
@@ -47,6 +48,10 @@ CASES = [
     ("clip-pipeline2", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2", ["--microbatches", "2"], None),
     # LLaMA's pieces: silu, rsqrt, a kept-dim mean (RMSNorm), a norm over a split width
     ("gated-data2-tensor2", "tests/spmd/gated.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
+    # rotary embeddings: sin, cos, concat (pads assembled in place), permute
+    ("rope-data2-tensor2", "tests/spmd/rope.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
+    # examples/llama.dm: RoPE tables from arange, SwiGLU, RMSNorm, heads over tensor
+    ("llama-data2-tensor2", "examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4", "data=2,tensor=2", [], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
@@ -61,7 +66,7 @@ def batch_file(tmp, dm, sets):
     """One step of random inputs for the model and sizes."""
     dims = {k: int(v) for k, v in (kv.split("=") for kv in sets.split(","))}
     rng = np.random.default_rng(0)
-    if "gpt" not in dm:
+    if "gpt" not in dm and "llama" not in dm:
         b = {"x": rng.standard_normal((1, dims["B"], dims["D"])).astype(np.float32),
              "y": rng.integers(0, dims["K"], (1, dims["B"])).astype(np.int32)}
     else:

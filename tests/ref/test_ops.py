@@ -32,6 +32,11 @@ rule):
                   written by products, strided windows of a [C, 3, C] weight and their
                   bias rows by reductions, unequal windows copied in), overlapping
                   windows, a row no slice reads
+  rope.dm         LLaMA's rotary embedding: permute (by name, by index, a 3-cycle),
+                  concat (one parameter twice, rotate_half's concat(-x2, x1, dim = -1),
+                  three pieces along a named middle dim, a single tensor), sin and cos
+                  (of a parameter's table, of activations, of constants), arange (one,
+                  two and three bounds) making RoPE's table from constants
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -229,6 +234,29 @@ def unreached_loss(torch, F, p, i):
     return (torch.tanh(h) * torch.tanh(h)).mean()
 
 
+def rope_loss(torch, F, p, i):
+    B, T, NH, HD, C = 2, 3, 2, 4, 8
+    x, wq, f, g = i["x"], p["wq"], p["f"], p["g"]
+    q = (x @ wq).reshape(B, T, NH, HD)
+    qh = q.permute(0, 2, 1, 3)
+    ang = torch.cat([f, f], dim=-1)
+    x1, x2 = qh[..., :HD // 2], qh[..., HD // 2:]
+    r = qh * torch.cos(ang) + torch.cat([-x2, x1], dim=-1) * torch.sin(ang)
+    y = r.permute(0, 2, 1, 3).reshape(B, T, C)
+    z = torch.cat([y, torch.tanh(x[:, 0:1, :]), torch.sin(y[:, 1:3, :])], dim=1)
+    w = z.permute(2, 0, 1) * g
+    # dmc folds sin(0.5) to a float32 constant: round it the same way
+    s05 = torch.tensor(0.479425538604203, dtype=torch.float32).to(x.dtype)
+    # dmc folds -log(100) to a float32 constant too
+    nl = torch.tensor(-4.605170185988091, dtype=torch.float32).to(x.dtype)
+    inv = torch.exp(torch.arange(0, HD, 2, dtype=x.dtype) / HD * nl)
+    tab = torch.cat([torch.outer(torch.arange(T, dtype=x.dtype), inv),
+                     torch.outer(torch.arange(1, 2 * T, 2, dtype=x.dtype), inv)], dim=-1)
+    rq = qh * torch.cos(tab) + torch.cat([-x2, x1], dim=-1) * torch.sin(tab)
+    return ((w * w).mean() + (torch.cos(ang) * s05).mean() + torch.cat([f], dim=0).mean()
+            + (rq * rq).mean() / 4 + torch.arange(5, dtype=x.dtype).sum() / 100)
+
+
 def _lin_params(prefix, n_in, n_out):
     return [(prefix + ".weight", (n_in, n_out), ("normal", (2.0 / (n_in + n_out)) ** 0.5)),
             (prefix + ".bias", (n_out,), ("normal", 0.1))]
@@ -277,6 +305,9 @@ MODELS = [
     ("keepdim", {"x": ((3, 4, 6), "f32")},
      [("v", (6, 6), ("normal", 0.5)), ("norm.weight", (6,), ("positive",))],
      keepdim_loss),
+    ("rope", {"x": ((2, 3, 8), "f32")},
+     [("wq", (8, 8), ("normal", 0.5)), ("f", (3, 2), ("normal", 1.0)), ("g", (2, 6), ("normal", 1.0))],
+     rope_loss),
 ]
 
 

@@ -7,7 +7,9 @@ vocabulary-parallel), forms
 (tests/spmd/forms.dm: the all-gather form of the MLP, all-to-all, gathered weights,
 reduce-scatter of gradients), stack, sgd, clip (tests/spmd/clip.dm: gradient clipping,
 whose global norm counts every element once on each mesh, and a learning-rate schedule)
-or gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel);
+gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel) rope
+(tests/spmd/rope.dm: rotary embeddings, permute and concat over split dims) or llama
+(examples/llama.dm, small sizes);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
 different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
@@ -42,7 +44,8 @@ from dmcrun import TARGET, Failure, run_dmc  # noqa: E402
 STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
-WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6, "gated": 1e-6}
+WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6, "gated": 1e-6,
+               "rope": 1e-6, "llama": 1e-4}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
@@ -130,7 +133,7 @@ BF16_BOUNDS = {"mlp": (1e-5, 1e-6, 1e-6), "gpt": (5e-5, 1e-4, 5e-3)}
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
-PIPELINE_SIZES = {"gpt": "V=64,T=16,C=32,NH=4,L=4,B=8"}
+PIPELINE_SIZES = {"gpt": "V=64,T=16,C=32,NH=4,L=4,B=8", "llama": "V=64,T=8,C=32,NH=4,F=48,L=4,B=8"}
 MODELS = {
     # batch 16 divides over data=4; hidden 64 over tensor=4
     "mlp": ("examples/mlp.dm", "B=16,D=48,H=64,K=10"),
@@ -151,6 +154,13 @@ MODELS = {
     # RMSNorm (a kept-dim mean, rsqrt), SwiGLU (silu) split over tensor, a norm over a
     # split width
     "gated": ("tests/spmd/gated.dm", "B=16,D=32,H=64,K=8"),
+    # rotary embeddings: permute moving split heads, rotate_half's concat along a whole
+    # dim, a concat along a dim split over tensor, sin and cos of a parameter's table
+    "rope": ("tests/spmd/rope.dm", "B=16,D=32,H=64,K=8"),
+    # LLaMA (examples/llama.dm): RoPE tables from arange in every attention, heads split
+    # over tensor through permute, SwiGLU, RMSNorm, the vocabulary split; batch 4 over
+    # data=4, 4 heads, F and V over tensor=4
+    "llama": ("examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4"),
 }
 
 
@@ -158,7 +168,7 @@ def batches(model, sizes, rng):
     """STEPS batches of random inputs, one tensor per input with a leading step dim."""
     dims = dict(kv.split("=") for kv in sizes.split(","))
     dims = {k: int(v) for k, v in dims.items()}
-    if model in ("mlp", "forms", "stack", "sgd", "clip", "dropout", "gated"):
+    if model in ("mlp", "forms", "stack", "sgd", "clip", "dropout", "gated", "rope"):
         b, d, k = dims["B"], dims["D"], dims["K"]
         return {"x": rng.standard_normal((STEPS, b, d)).astype(np.float32),
                 "y": rng.integers(0, k, (STEPS, b)).astype(np.int32)}
