@@ -58,7 +58,8 @@ typedef struct cg_gemm {
     int64_t m, n, k, lda, ldb, ldc;
     const char *a, *b, *c;
     int accumulate;
-    int bf16;                                       /* a and b hold bf16 (uint16_t), c f32 */
+    ir_dtype operands;                              /* of a and b: DT_F32, or DT_BF16 or DT_F16
+                                                     * (uint16_t bits); c is f32 */
     int64_t batch;                                  /* 1 for a single product */
     int64_t batch_stride_a, batch_stride_b, batch_stride_c;
 } cg_gemm;
@@ -143,6 +144,10 @@ typedef struct cg_update {
     const ir_optimizer *opt;
     const char *count;                              /* elements: a C expression (int64_t) */
     const char *param, *grad, *state0, *state1;     /* state NULL when unused */
+    const char *updates;                            /* C expression (int64_t): the optimizer's
+                                                     * updates, this one counted (AdamW's bias
+                                                     * correction, momentum's first); ctx->step
+                                                     * but for the steps loss scaling skipped */
 } cg_update;
 
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
@@ -161,8 +166,8 @@ typedef struct cg_capabilities {
     int checkpoints;        /* checkpoints read the optimizer state (else the descriptor says why not) */
     int bias_activation;    /* an activation's loop nest adds a bias and stores the sum too
                              * (cg_loop_nest.also_out: pass_fuse_bias) */
-    int bf16;               /* bf16 product operands (--precision bf16): bf16_round and
-                             * cg_gemm.bf16 */
+    int bf16, f16;          /* 16-bit product operands (--precision bf16, fp16): the casts'
+                             * round_to and cg_gemm.operands */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
@@ -200,8 +205,9 @@ typedef struct cg_dialect {
     const char *memory_peak;        /* C expression: the bytes the context `c` allocated at most
                                      * in the dialect's memory (dmrt_model.memory_peak) */
     cg_capabilities can;            /* what its generated code can do (above) */
-    const char *bf16_round;         /* C expression of float x: its bf16 bits (uint16_t), rounded
-                                     * to nearest even (the cast op's loop nest) */
+    const char *round_to[DT_F16 + 1]; /* by 16-bit dtype: C expression of float x, its bits in
+                                     * that type (uint16_t), rounded to nearest even (the cast
+                                     * op's loop nest) */
     codegen_toolchain toolchain;    /* how dmc run builds its source (codegen.h) */
 
     /* What the public header <model>.h says of the target: after the API's opening comment,
@@ -299,6 +305,6 @@ void cg_float_literal(double v, char *buf, size_t size);
 typedef struct cg_adamw_literals {
     char beta1[64], one_minus_beta1[64], beta2[64], one_minus_beta2[64], eps[64];
 } cg_adamw_literals;
-void cg_adamw_prologue(cg_writer *w, const ir_optimizer *o, cg_adamw_literals *lit);
+void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit);
 
 #endif

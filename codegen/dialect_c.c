@@ -203,9 +203,9 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
 
 static void c_gemm(cg_writer *w, const cg_gemm *k) {
     const char *beta = k->accumulate ? "1.0f" : "0.0f";
-    /* bf16 operands: the runtime's product of them, accumulated in f32 (oneDNN where the
-     * CPU has AVX512-BF16, else converted for sgemm) */
-    const char *gemm = k->bf16 ? "dmrt_gemm_bf16" : "dmrt_sgemm";
+    /* 16-bit operands: the runtime's product of them, accumulated in f32 (bf16: oneDNN where
+     * the CPU has AVX512-BF16, else converted for sgemm; f16: converted) */
+    const char *gemm = k->operands == DT_BF16 ? "dmrt_gemm_bf16" : k->operands == DT_F16 ? "dmrt_gemm_f16" : "dmrt_sgemm";
     if (k->batch <= 1) {
         cg_line(w, "%s_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", gemm, k->trans_a, k->trans_b,
                 (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
@@ -386,7 +386,7 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
     if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", k->grad, wd, k->param);
     else cg_line(w, "float d = %s[i];", k->grad);
     if (k->state0) {
-        cg_line(w, "%s[i] = ctx->step == 1 ? d : %s * %s[i] + %s * d;", k->state0, mom, k->state0, damp);
+        cg_line(w, "%s[i] = %s == 1 ? d : %s * %s[i] + %s * d;", k->state0, k->updates, mom, k->state0, damp);
         if (o->nesterov) cg_line(w, "d = d + %s * %s[i];", mom, k->state0);
         else cg_line(w, "d = %s[i];", k->state0);
     }
@@ -397,22 +397,23 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
 
 /* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = beta1 * m + (1 - beta1) * g;
  * v = beta2 * v + (1 - beta2) * g * g; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). */
-void cg_adamw_prologue(cg_writer *w, const ir_optimizer *o, cg_adamw_literals *lit) {
+void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit) {
+    const ir_optimizer *o = k->opt;
     cg_float_literal(o->beta1, lit->beta1, sizeof lit->beta1);
     cg_float_literal(1.0 - o->beta1, lit->one_minus_beta1, sizeof lit->one_minus_beta1);
     cg_float_literal(o->beta2, lit->beta2, sizeof lit->beta2);
     cg_float_literal(1.0 - o->beta2, lit->one_minus_beta2, sizeof lit->one_minus_beta2);
     cg_float_literal(o->eps, lit->eps, sizeof lit->eps);
     cg_line(w, "const float decay = (float)(1.0 - ctx->lr * %.17g);", o->weight_decay);
-    cg_line(w, "const float step_size = (float)(ctx->lr / (1.0 - pow(%.17g, (double)ctx->step)));", o->beta1);
-    cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)ctx->step));", o->beta2);
+    cg_line(w, "const float step_size = (float)(ctx->lr / (1.0 - pow(%.17g, (double)%s)));", o->beta1, k->updates);
+    cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)%s));", o->beta2, k->updates);
 }
 
 static void c_adamw(cg_writer *w, const cg_update *k) {
     cg_adamw_literals lit;
     cg_line(w, "{");
     w->indent++;
-    cg_adamw_prologue(w, k->opt, &lit);
+    cg_adamw_prologue(w, k, &lit);
     const char *b1 = lit.beta1, *b1c = lit.one_minus_beta1, *b2 = lit.beta2, *b2c = lit.one_minus_beta2, *eps = lit.eps;
     parallel_for_count(w, k->count);
     cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
@@ -831,8 +832,8 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1},
-    .bf16_round = "dmrt_bf16_round(x)",
+            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1},
+    .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",
     .threads_note = "",

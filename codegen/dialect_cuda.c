@@ -763,8 +763,8 @@ static void cuda_sgd(cg_writer *w, const cg_update *k) {
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
-    snprintf(call, sizeof call, "dmrt_gpu_sgd(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %d, ctx->step", k->param, k->grad,
-             k->state0 ? k->state0 : "NULL", k->count, "(float)ctx->lr", wd, mom, damp, o->nesterov ? 1 : 0);
+    snprintf(call, sizeof call, "dmrt_gpu_sgd(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %d, %s", k->param, k->grad,
+             k->state0 ? k->state0 : "NULL", k->count, "(float)ctx->lr", wd, mom, damp, o->nesterov ? 1 : 0, k->updates);
     checked(w, call);
 }
 
@@ -775,7 +775,7 @@ static void cuda_adamw(cg_writer *w, const cg_update *k) {
     char call[1024];
     cg_line(w, "{");
     w->indent++;
-    cg_adamw_prologue(w, k->opt, &lit);
+    cg_adamw_prologue(w, k, &lit);
     snprintf(call, sizeof call, "dmrt_gpu_adamw(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, decay, step_size, bc2_sqrt",
              k->param, k->grad, k->state0, k->state1, k->count, lit.beta1, lit.one_minus_beta1, lit.beta2,
              lit.one_minus_beta2, lit.eps);

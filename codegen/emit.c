@@ -143,9 +143,16 @@ static int check_spmd(const emitter *E, FILE *err) {
 
 /* Ops the target has no kernel for (the driver fuses attention only where it has one). */
 static int check_target(const emitter *E, FILE *err) {
-    if (E->g->product_dtype == DT_BF16 && !E->dialect->can.bf16) {
-        fprintf(err, "%s: error: --precision bf16 is built for the C target only so far; compile with --target c, or "
-                     "--precision fp32\n", E->source_path);
+    ir_dtype half = E->g->product_dtype;
+    if (E->g->loss_scale > 0 && (emits_2bw(E) || E->g->param_servers.servers)) {
+        fprintf(err, "%s: error: --precision fp16's loss scaling is not built for the %s yet; use --precision bf16 "
+                     "(no loss scale needed)\n", E->source_path,
+                E->g->param_servers.servers ? "parameter servers" : "2bw and pipedream schedules");
+        return -1;
+    }
+    if ((half == DT_BF16 && !E->dialect->can.bf16) || (half == DT_F16 && !E->dialect->can.f16)) {
+        fprintf(err, "%s: error: --precision %s is built for the C target only so far; compile with --target c, or "
+                     "--precision fp32\n", E->source_path, half == DT_BF16 ? "bf16" : "fp16");
         return -1;
     }
     for (int i = 0; i < E->g->n_values && !E->dialect->attention; i++)

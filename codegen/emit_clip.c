@@ -61,8 +61,8 @@ static void add_squares(emitter *E, const char *name, const ir_type *t, int zero
 }
 
 /* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it:
- * its squares added to sum_squares (norm), or it multiplied by clip_scale. */
-static void each_gradient(emitter *E, int stage, int norm) {
+ * its squares added to sum_squares (norm), or it multiplied by the float `factor`. */
+static void each_gradient(emitter *E, int stage, int norm, const char *factor) {
     const ir_graph *g = E->g;
     char count[32];
     for (int i = 0; i < g->n_values; i++) {
@@ -73,7 +73,7 @@ static void each_gradient(emitter *E, int stage, int norm) {
         int grad = v->operands[1];
         snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad)));
         if (norm) add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
-        else E->dialect->scale(&E->w, E->cname[grad], count, "clip_scale");
+        else E->dialect->scale(&E->w, E->cname[grad], count, factor);
     }
     for (int k = 0; k < E->zero->n_buckets; k++) {
         const dm_zero_bucket *b = &E->zero->bucket[k];
@@ -88,12 +88,54 @@ static void each_gradient(emitter *E, int stage, int norm) {
             zero_open_member(E, b, p);
             cg_line(&E->w, "float *grad_share = %s + (lo - share_begin);", share);
             if (norm) add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)");
-            else E->dialect->scale(&E->w, "grad_share", "(hi - lo)", "clip_scale");
+            else E->dialect->scale(&E->w, "grad_share", "(hi - lo)", factor);
             zero_close_member(E);
         }
         E->w.indent--;
         cg_line(&E->w, "}");
     }
+}
+
+/* One float summed over every mesh axis, so that every rank has the same total. */
+static void sum_over_mesh(emitter *E, const char *x, const char *what) {
+    const ir_graph *g = E->g;
+    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
+        if (axis_size(E, a) == 1) continue;
+        cg_line(&E->w, "if (dmrt_allreduce_sum(ctx->comm[%d], &%s, 1, \"%s over %s\") != 0)", a, x, what, g->axes[a].name);
+        cg_line(&E->w, "    return comm_failed(ctx);");
+    }
+}
+
+void emit_loss_unscale(emitter *E, int stage) {
+    cg_writer *w = &E->w;
+    cg_blank(w);
+    cg_line(w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule): the gradients were of the loss times");
+    cg_line(w, " * ctx->loss_scale.scale; a step with any gradient element not finite on any rank is skipped (no");
+    cg_line(w, " * update, not counted) and the scale halved; else the gradients are unscaled, and the scale");
+    cg_line(w, " * doubles after ctx->loss_scale.interval clean steps in a row */");
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
+    each_gradient(E, stage, 1, NULL);
+    cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
+    cg_line(w, "if (not_finite != 0.0f) {");
+    cg_line(w, "    ctx->loss_scale.scale *= 0.5;");
+    cg_line(w, "    ctx->loss_scale.good_steps = 0;");
+    cg_line(w, "    ctx->loss_scale.skipped++;");
+    cg_line(w, "    ctx->loss_scale.last_skipped = 1;");
+    cg_line(w, "    return DMRT_OK; /* ctx->step counts it (the learning rate moves on, as a scheduler stepped per");
+    cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done) */");
+    cg_line(w, "}");
+    cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
+    each_gradient(E, stage, 0, "unscale");
+    cg_line(w, "ctx->loss_scale.last_skipped = 0;");
+    cg_line(w, "if (++ctx->loss_scale.good_steps == ctx->loss_scale.interval) {");
+    cg_line(w, "    ctx->loss_scale.scale *= 2.0;");
+    cg_line(w, "    ctx->loss_scale.good_steps = 0;");
+    cg_line(w, "}");
+    w->indent--;
+    cg_line(w, "}");
 }
 
 void emit_clip(emitter *E, int stage) {
@@ -110,20 +152,19 @@ void emit_clip(emitter *E, int stage) {
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double sum_squares = 0.0;");
-    each_gradient(E, stage, 1);
+    each_gradient(E, stage, 1, NULL);
     cg_line(w, "float norm_squared = (float)sum_squares;");
-    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
-        if (axis_size(E, a) == 1) continue;
-        cg_line(w, "if (dmrt_allreduce_sum(ctx->comm[%d], &norm_squared, 1, \"gradient clipping: the squares over %s\") != 0)", a,
-                g->axes[a].name);
-        cg_line(w, "    return comm_failed(ctx);");
-    }
+    sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
     cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
     cg_line(w, "if (clip_scale < 1.0f) {");
     w->indent++;
-    each_gradient(E, stage, 0);
+    each_gradient(E, stage, 0, "clip_scale");
     w->indent--;
     cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
+}
+
+const char *cg_updates_done(const emitter *E) {
+    return E->g->loss_scale > 0 ? "(ctx->step - ctx->loss_scale.skipped)" : "ctx->step";
 }

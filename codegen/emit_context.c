@@ -56,6 +56,8 @@ void emit_context_struct(emitter *E) {
                     v->name);
     }
     cg_line(w, "int64_t step;  /* optimizer updates done */");
+    if (E->g->loss_scale > 0)
+        cg_line(w, "dmrt_loss_scale loss_scale; /* fp16: seeds the loss's gradient; its updates skipped, halved, doubled */");
     emit_2bw_fields(E);
     emit_schedule_fields(E);
     emit_compress_fields(E);
@@ -321,6 +323,9 @@ void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     if (E->dropout) cg_line(w, "ctx->seed = seed;");
+    if (E->g->loss_scale > 0)
+        cg_line(w, "ctx->loss_scale = (dmrt_loss_scale){.scale = %.17g, .interval = %lld}; /* GradScaler's start */",
+                E->g->loss_scale, (long long)E->g->loss_scale_interval);
     emit_2bw_create(E);
     emit_compress_create(E);
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");

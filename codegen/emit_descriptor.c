@@ -203,6 +203,7 @@ void emit_descriptor(emitter *E) {
     cg_line(w, ".set_threads = model_set_threads,");
     emit_ps_descriptor(E);
     cg_line(w, ".product_dtype = \"%s\",", ir_dtype_name(g->product_dtype));
+    cg_line(w, ".loss_scale = %s,", g->loss_scale > 0 ? "model_loss_scale" : "NULL");
     w->indent--;
     cg_line(w, "};");
 }

@@ -15,10 +15,17 @@ typedef struct literal {
 } literal;
 
 /* Operand k of a loop nest: its buffer, or its value inline when it is a constant. */
+/* A constant's text: its literal, or for the loss's gradient seed under loss scaling the
+ * scale (emit_clip.c unscales the gradients before the update). */
+static void const_text(const emitter *E, int id, char *text, size_t size) {
+    if (V(E, id)->loss_seed && E->g->loss_scale > 0) snprintf(text, size, "(float)ctx->loss_scale.scale");
+    else cg_float_literal(V(E, id)->scalar, text, size);
+}
+
 static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char *var, int id, literal *lit) {
     k->var[slot] = var;
     if (V(E, id)->op == OP_CONST) {
-        cg_float_literal(V(E, id)->scalar, lit->text, sizeof lit->text);
+        const_text(E, id, lit->text, sizeof lit->text);
         k->constant[slot] = lit->text;
     } else {
         k->buffer[slot] = E->cname[id];
@@ -123,10 +130,10 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
-/* A cast to bf16 (passes/precision.c): each element rounded, as the dialect spells it. */
+/* A cast to bf16 or f16 (passes/precision.c): each element rounded, as the dialect spells it. */
 static void emit_cast(emitter *E, const ir_value *v) {
     cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
-                      .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = E->dialect->bf16_round};
+                      .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = E->dialect->round_to[T(E, v->id)->dtype]};
     literal lit;
     k.stride[0][0] = 1;
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
@@ -230,7 +237,7 @@ static void emit_product(emitter *E, const ir_value *v) {
         k.m = a_rows, k.k = a_cols, k.n = v->trans_b ? b_rows : b_cols;
     }
     k.ldc = E->plan->row_stride[v->id] ? E->plan->row_stride[v->id] : k.n; /* its window's rows (memory_windows.c) */
-    k.bf16 = a->dtype == DT_BF16;
+    k.operands = a->dtype;
     int add = E->plan->bias_add_of[v->id];
     if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
@@ -418,7 +425,7 @@ static void emit_loss(emitter *E, const ir_value *v) {
     case OP_CROSS_ENTROPY: E->dialect->cross_entropy(&E->w, &k); break;
     default: {
         const ir_value *d = V(E, v->operands[2]);
-        if (d->op == OP_CONST) cg_float_literal(d->scalar, dloss, sizeof dloss);
+        if (d->op == OP_CONST) const_text(E, d->id, dloss, sizeof dloss);
         else snprintf(dloss, sizeof dloss, "%s", E->cname[d->id]);
         k.dloss = dloss;
         k.dloss_is_buffer = d->op != OP_CONST;
@@ -645,7 +652,8 @@ static void emit_update(emitter *E, const ir_value *v) {
     }
     char count[32];
     snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, v->operands[0])));
-    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]]};
+    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]],
+                   .updates = cg_updates_done(E)};
     if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
     if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
     if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);

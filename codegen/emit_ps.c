@@ -44,7 +44,7 @@ void emit_ps_tables(emitter *E) {
     cg_line(w, "static void ps_update(const dmrt_ps_step *ctx, float *param, const float *grad, float *const *state, int64_t n) {");
     w->indent++;
     if (!states) cg_line(w, "(void)state;");
-    cg_update k = {.opt = &g->optimizer, .count = "n", .param = "param", .grad = "grad",
+    cg_update k = {.opt = &g->optimizer, .count = "n", .param = "param", .grad = "grad", .updates = cg_updates_done(E),
                    .state0 = states > 0 ? "state[0]" : NULL, .state1 = states > 1 ? "state[1]" : NULL};
     if (g->optimizer.kind == OPTIM_SGD) E->dialect->sgd(w, &k);
     else E->dialect->adamw(w, &k);

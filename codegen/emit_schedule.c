@@ -22,6 +22,11 @@ void emit_schedule_declarations(emitter *E) {
     cg_line(w, "int %s_set_total_steps(%s_ctx *ctx, int64_t total_steps);", m, m);
     cg_line(w, "int %s_set_lr(%s_ctx *ctx, double lr);", m, m);
     cg_line(w, "double %s_lr(const %s_ctx *ctx);", m, m);
+    if (E->g->loss_scale > 0) {
+        cg_line(w, "/* fp16's loss scaler (dmrt.h, dmrt_loss_scale): its scale and counts, read and set in place");
+        cg_line(w, " * (a checkpoint keeps them; a host sets the same on every rank). */");
+        cg_line(w, "dmrt_loss_scale *%s_loss_scale(%s_ctx *ctx);", m, m);
+    }
     cg_blank(w);
 }
 
@@ -112,6 +117,10 @@ void emit_schedule_api(emitter *E) {
     cg_line(w, "static int model_set_total_steps(void *ctx, int64_t n) { return %s_set_total_steps((struct_ctx *)ctx, n); }", m);
     cg_line(w, "static int model_set_lr(void *ctx, double lr) { return %s_set_lr((struct_ctx *)ctx, lr); }", m);
     cg_line(w, "static double model_lr(void *ctx) { return %s_lr((const struct_ctx *)ctx); }", m);
+    if (E->g->loss_scale > 0) {
+        cg_line(w, "dmrt_loss_scale *%s_loss_scale(%s_ctx *ctx) { return &ctx->loss_scale; }", m, m);
+        cg_line(w, "static dmrt_loss_scale *model_loss_scale(void *ctx) { return %s_loss_scale((struct_ctx *)ctx); }", m);
+    }
     cg_blank(w);
 }
 

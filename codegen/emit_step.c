@@ -161,14 +161,16 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
         if (bucket_started_early(E, lead)) start_after[E->bucket_ready[lead]] = lead;
     /* clipping needs every gradient reduced before the first update reads one: the
      * function's reductions, then the norm and scaling, then its updates */
-    int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0;
+    int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0, scaled = phase == PHASE_UPDATE && g->loss_scale > 0;
+    int parts = clipped || scaled ? 2 : 1;
     int guarded = 0; /* inside predict's guard (emit_predict.c) */
-    for (int part = 1; part <= 1 + clipped; part++) {
-        if (part == 2) emit_clip(E, stage);
-        E->update_part = clipped ? part : 0;
+    for (int part = 1; part <= parts; part++) {
+        if (part == 2 && scaled) emit_loss_unscale(E, stage);
+        if (part == 2 && clipped) emit_clip(E, stage);
+        E->update_part = parts == 2 ? part : 0;
         for (int i = 0; i < g->n_values; i++) {
             int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
-            if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (!clipped || updates == (part == 2))) {
+            if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (parts == 1 || updates == (part == 2))) {
                 if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !emits_nothing(E, V(E, i))) predict_guard(E, i, &guarded);
                 emit_op(E, V(E, i));
                 emit_sends(E, i, stage);

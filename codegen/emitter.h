@@ -70,7 +70,7 @@ typedef struct emitter {
     int dropout;               /* the program has dropout ops: the context keeps the seed and a
                                 * training flag (codegen/emit_dropout.c) */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
-    int update_part;           /* an update function split by clipping (emit_clip.c): 1 while its
+    int update_part;           /* an update function split by clipping or loss scaling (emit_clip.c): 1 while its
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
@@ -113,7 +113,7 @@ static inline int emits_nothing(const emitter *E, const ir_value *v) {
 
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
 
-static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : t == DT_BF16 ? "uint16_t" : "float"; }
+static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : ir_dtype_is_half(t) ? "uint16_t" : "float"; }
 
 static inline int64_t axis_size(const emitter *E, int axis) { return E->g->axes[axis].size; }
 
@@ -251,6 +251,13 @@ void emit_schedule_descriptor(emitter *E);
 /* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
  * all), between their reductions and the updates. */
 void emit_clip(emitter *E, int stage);
+/* fp16's loss scaling in an update function, before clipping and the updates: the check of
+ * every gradient over the mesh (a skipped step returns from the function), the unscaling,
+ * the scale's growth. */
+void emit_loss_unscale(emitter *E, int stage);
+/* C expression (int64_t): the optimizer's updates so far, the one in progress counted:
+ * ctx->step, less the steps loss scaling skipped. */
+const char *cg_updates_done(const emitter *E);
 /* emit_predict.c: <model>_predict, and the guard that makes the forward skip the loss */
 void predict_mark(emitter *E);
 int predict_runs(const emitter *E, int id);

@@ -143,7 +143,6 @@ ir_graph *ir_graph_new(const char *model) {
     ir_graph *g = xcalloc(1, sizeof *g);
     g->model = ir_intern(g, model);
     g->loss = -1;
-    g->loss_seed = -1;
     g->pipe_axis = -1;
     g->microbatches = 1;
     return g;
@@ -339,7 +338,6 @@ void ir_renumber_lists(ir_graph *g, const int *map) {
     for (int i = 0; i < g->n_inputs; i++) g->inputs[i] = map[g->inputs[i]];
     for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = map[g->outputs[i]];
     if (g->loss >= 0) g->loss = map[g->loss];
-    if (g->loss_seed >= 0) g->loss_seed = map[g->loss_seed];
 }
 
 void ir_drop_last(ir_graph *g) { g->n_values--; }

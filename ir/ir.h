@@ -179,6 +179,8 @@ typedef struct ir_value {
     int segment;              /* forward values made by one call of a layer at the top level (a
                                * transformer block): the call's number from 1; 0 elsewhere */
     int marked;               /* made inside recompute(...): its segment is recomputed */
+    int loss_seed;            /* CONST: the loss's gradient seed, 1 (autodiff), which loss
+                               * scaling replaces by the scale */
     int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
                                * as torch.optim skips a parameter whose .grad is None, the
                                * optimizer neither updates nor decays it */
@@ -243,7 +245,6 @@ typedef struct ir_graph {
      * loss_scale_interval clean steps in a row. loss_scale 0: none. */
     double loss_scale;        /* the initial scale */
     int64_t loss_scale_interval;
-    int loss_seed;            /* the loss's gradient seed (a const 1 made by autodiff), or -1 */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1

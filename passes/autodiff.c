@@ -299,7 +299,8 @@ int pass_autodiff(ir_graph *g, dm_diag *d) {
         for (int k = 0; k < v->n_operands && !needs[i]; k++) needs[i] = needs[v->operands[k]];
     }
     A.origin = g->values[g->loss];
-    A.grad[g->loss] = g->loss_seed = emit_const(&A, 1.0, g->values[g->loss]->loc);
+    A.grad[g->loss] = emit_const(&A, 1.0, g->values[g->loss]->loc);
+    g->values[A.grad[g->loss]]->loss_seed = 1;
     for (int i = g->loss; i >= 0; i--) {
         ir_value *v = g->values[i];
         if (A.grad[i] < 0 || !needs[i] || v->op == OP_PARAM) continue;

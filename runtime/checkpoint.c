@@ -22,8 +22,9 @@
 #define CKPT_CRC_PREFIX "dmc.crc32c."
 #define CKPT_PREFIX "step-"
 #define CKPT_SUFFIX ".safetensors"
-/* metadata the checkpoint itself needs; callers add theirs after these */
-enum { CKPT_OWN_META = 3 };
+/* metadata the checkpoint itself needs (format, model, step, and fp16's loss scaler);
+ * callers add theirs after these */
+enum { CKPT_OWN_META = 6 };
 
 /* Tensor i of the checkpoint: parameters first, then the optimizer's state. */
 static const dmrt_tensor_desc *ckpt_desc(const dmrt_model *m, int i) {
@@ -50,8 +51,11 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
     const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
     dmrt_tensor_desc *descs = calloc(n ? (size_t)n : 1, sizeof *descs);
-    /* the metadata: the checkpoint's own, a checksum per tensor, the caller's */
-    int n_all = CKPT_OWN_META + n + n_meta;
+    /* the metadata: the checkpoint's own (the loss scaler's three keys only where there is
+     * one), a checksum per tensor, the caller's */
+    const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(ctx) : NULL;
+    int n_own = ls ? CKPT_OWN_META : 3;
+    int n_all = n_own + n + n_meta;
     const char **all_keys = calloc((size_t)n_all, sizeof *all_keys);
     const char **all_values = calloc((size_t)n_all, sizeof *all_values);
     char **crc_keys = calloc(n ? (size_t)n : 1, sizeof *crc_keys);
@@ -76,12 +80,18 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
                                             err, errlen);
         data[i] = into;
     }
-    char step[32];
+    char step[32], scale[32] = "", good[32] = "", skipped[32] = "";
     snprintf(step, sizeof step, "%" PRId64, m->step(ctx));
+    if (ls) {
+        snprintf(scale, sizeof scale, "%.17g", ls->scale);
+        snprintf(good, sizeof good, "%" PRId64, ls->good_steps);
+        snprintf(skipped, sizeof skipped, "%" PRId64, ls->skipped);
+    }
     if (rc == 0 && writer) {
-        const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step"};
-        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step};
-        for (int k = 0; k < CKPT_OWN_META; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
+        const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.loss_scale",
+                                               "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped"};
+        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped};
+        for (int k = 0; k < n_own; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
         for (int i = 0; i < n && rc == 0; i++) {
             size_t klen = strlen(CKPT_CRC_PREFIX) + strlen(descs[i].name) + 1;
             if (!(crc_keys[i] = malloc(klen))) {
@@ -91,10 +101,10 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
             snprintf(crc_keys[i], klen, CKPT_CRC_PREFIX "%s", descs[i].name);
             dmrt_crc32c_hex(dmrt_crc32c(0, data[i], (size_t)descs[i].numel * dmrt_dtype_size(descs[i].dtype)),
                             crc_values[i]);
-            all_keys[CKPT_OWN_META + i] = crc_keys[i], all_values[CKPT_OWN_META + i] = crc_values[i];
+            all_keys[n_own + i] = crc_keys[i], all_values[n_own + i] = crc_values[i];
         }
         for (int k = 0; k < n_meta; k++)
-            all_keys[CKPT_OWN_META + n + k] = keys[k], all_values[CKPT_OWN_META + n + k] = values[k];
+            all_keys[n_own + n + k] = keys[k], all_values[n_own + n + k] = values[k];
         if (rc == 0) rc = dmrt_st_write_meta(path, n, descs, data, n_all, all_keys, all_values, err, errlen);
     }
     for (int i = 0; crc_keys && i < n; i++) free(crc_keys[i]);
@@ -133,6 +143,22 @@ static int read_step(const dmrt_st_file *f, int64_t *step, int *checksummed, cha
     return 0;
 }
 
+/* fp16's loss scaler from the file's metadata, where it has one (a checkpoint of a run
+ * without loss scaling leaves the program's initial scale). */
+static int read_loss_scale(const dmrt_st_file *f, dmrt_loss_scale *ls, char *err, size_t errlen) {
+    const char *scale = dmrt_st_meta(f, "dmc.loss_scale"), *good = dmrt_st_meta(f, "dmc.loss_scale_good_steps"),
+               *skipped = dmrt_st_meta(f, "dmc.loss_scale_skipped");
+    if (!scale) return 0;
+    char *end = NULL;
+    double s = strtod(scale, &end);
+    long long g = good ? strtoll(good, NULL, 10) : 0, k = skipped ? strtoll(skipped, NULL, 10) : 0;
+    if (end == scale || *end || !(s > 0 && s < 1e300) || g < 0 || k < 0)
+        return dmrt_errorf(err, errlen, "%s: metadata \"dmc.loss_scale\" is '%s' (good steps '%s', skipped '%s'): not a "
+                           "loss scaler's state", f->path, scale, good ? good : "", skipped ? skipped : "");
+    ls->scale = s, ls->good_steps = g, ls->skipped = k, ls->last_skipped = 0;
+    return 0;
+}
+
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen) {
     const char *path = f->path;
     if (!m->checkpoints || !m->set_step)
@@ -164,6 +190,7 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     }
     if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
+    if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, m->loss_scale(ctx), err, errlen);
     free(source);
     return rc;
 }

@@ -181,6 +181,9 @@ typedef struct dmrt_model {
     /* The dtype of the matrix products' operands: "f32", or "bf16" (--precision bf16:
      * dmrt_gemm_bf16, whose path dmrt_gemm_bf16_path names). NULL in models built before. */
     const char *product_dtype;
+    /* fp16: the context's loss scaler (read and set by the trainer: printed, kept in
+     * checkpoints); NULL for a model without one. */
+    struct dmrt_loss_scale *(*loss_scale)(void *ctx);
 } dmrt_model;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -349,6 +352,18 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
  * trainer's banner); a static string. */
 const char *dmrt_gemm_bf16_path(void);
 /* ---- fp16 products (--precision fp16) --------------------------------------------------- */
+
+/* Dynamic loss scaling (--precision fp16), torch.cuda.amp.GradScaler's rule: the loss's
+ * gradient is seeded with scale; before the update the gradients are multiplied by 1/scale
+ * and, if any element on any rank is not finite, the update is skipped (the optimizer's
+ * step count too) and scale halved; after `interval` clean steps in a row it doubles. */
+typedef struct dmrt_loss_scale {
+    double scale;
+    int64_t interval;   /* clean steps before it doubles (the program's) */
+    int64_t good_steps; /* clean steps since it last changed */
+    int64_t skipped;    /* updates skipped since create */
+    int last_skipped;   /* the last train_step skipped its update */
+} dmrt_loss_scale;
 
 /* IEEE binary16 bits of x, rounded to nearest, ties to even: past 65504 (from 65520 on) inf,
  * below 2^-14 the subnormals (steps of 2^-24), a NaN stays a quiet NaN of its sign. */

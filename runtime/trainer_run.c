@@ -367,8 +367,12 @@ static int train_one(tr_run *r, int64_t b) {
     }
     double t2 = dmrt_now();
     int non_finite;
+    /* fp16: a step whose gradients overflowed was skipped by the loss scaler (its gradients
+     * are left as they came out), which is no reason to stop */
+    const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(r->ctx) : NULL;
+    int skipped = ls && ls->last_skipped;
     if (dmrt_trainer_guard_agree(m, r->rank, loss, &r->stop, &non_finite, r->err, sizeof r->err) != 0) return TR_RUNTIME;
-    if (!non_finite && !r->rank && !dmrt_trainer_guard_serial_gradients_finite(m, r->ctx)) non_finite = 1;
+    if (!non_finite && !skipped && !r->rank && !dmrt_trainer_guard_serial_gradients_finite(m, r->ctx)) non_finite = 1;
     if (non_finite) {
         dmrt_trainer_bar_clear(&r->bar);
         dmrt_trainer_guard_explain_non_finite(m, r->ctx, (const void *const *)r->in, r->step + 1, loss, !isfinite(loss),
@@ -386,6 +390,8 @@ static int train_one(tr_run *r, int64_t b) {
     fprintf(r->outs, "step %lld loss %.9g ms %.3f", (long long)r->step, (double)loss, 1e3 * (t2 - t1));
     if (m->lr) fprintf(r->outs, " lr %.9g", m->lr(r->ctx));
     if (r->blas_on) fprintf(r->outs, " blas_ms %.3f", 1e3 * (blas1.seconds - blas0.seconds));
+    /* the scale the next step's gradients are of; skipped 1: this step did not update */
+    if (ls) fprintf(r->outs, " scale %.9g%s", ls->scale, skipped ? " skipped 1" : "");
     fputc('\n', r->outs);
     fflush(r->outs);
     return TR_OK;
@@ -508,6 +514,10 @@ static int finish(tr_run *r) {
     int64_t trained = r->step - r->start;
     fprintf(r->outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)trained, r->t_train,
             trained > 0 ? 1e3 * r->t_train / (double)trained : 0.0);
+    const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(r->ctx) : NULL;
+    if (ls)
+        fprintf(r->outs, "loss scale %.9g; %lld step%s skipped (gradients not finite) since the run began\n", ls->scale,
+                (long long)ls->skipped, ls->skipped == 1 ? "" : "s");
     if (r->blas_on)
         fprintf(r->outs, "blas %.3f s of train_step's %.3f s (%.1f%%), %lld products, %.6g GFLOP\n", r->blas.seconds,
                 r->t_steps, r->t_steps > 0.0 ? 100.0 * r->blas.seconds / r->t_steps : 0.0, (long long)r->blas.calls,
