@@ -304,6 +304,7 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--precision"))) {
+        o->precision_given = 1;
         if ((o->precision = dm_precision_by_name(v)) < 0) {
             fprintf(stderr, "dmc: error: --precision takes fp32, tf32, bf16 or fp16, got '%s'\n", v);
             return -1;

@@ -52,6 +52,7 @@ typedef struct dm_options {
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */
     int precision;            /* --precision, -1: fp32, or tf32 with --tf32 */
+    int precision_given;      /* --precision was given (it wins over a precision statement) */
     double loss_scale;        /* --loss-scale (fp16), 0: the default */
     int64_t loss_scale_interval; /* --loss-scale-interval (fp16), 0: the default */
     char **trainer_args;      /* passed through to the trainer */

@@ -27,7 +27,27 @@ static int differentiate(ir_graph *g, dm_diag *d) {
     return 0;
 }
 
+/* The products' precision: --precision where given, else the program's precision
+ * statement (fp32 without one); the plan is costed at it. fp16's loss scale: --loss-scale
+ * and --loss-scale-interval over GradScaler's defaults. */
+static void choose_precision(ir_graph *g, const dm_compile_request *req, dm_pipeline_options *po) {
+    *po = *req->pipeline;
+    if (req->precision_given) {
+        int p = po->cost.precision;
+        g->product_dtype = p == DM_BF16 ? DT_BF16 : p == DM_FP16 ? DT_F16 : DT_F32;
+        g->loss_scale = 0;
+    } else if (g->product_dtype != DT_F32) {
+        po->cost.precision = g->product_dtype == DT_BF16 ? DM_BF16 : DM_FP16;
+    }
+    if (g->product_dtype == DT_F16) {
+        g->loss_scale = req->loss_scale > 0 ? req->loss_scale : 65536.0;
+        g->loss_scale_interval = req->loss_scale_interval > 0 ? req->loss_scale_interval : 2000;
+    }
+}
+
 static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
+    dm_pipeline_options po;
+    choose_precision(g, req, &po);
     if (pass_recompute(g, d)) return 1;
     VERIFY("recompute");
     if (pass_optimizer(g, d)) return 1;
@@ -35,16 +55,10 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (stops_at(req, "optimizer")) return 0;
     if (pass_shard(g, &out->reshards, d)) return 1;
     VERIFY("shard");
-    if (pass_pipeline(g, req->pipeline, &out->pipeline, d)) return 1;
+    if (pass_pipeline(g, &po, &out->pipeline, d)) return 1;
     if (pass_supported(g, d)) return 1;
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
-    if (req->pipeline && req->pipeline->cost.precision == DM_BF16) g->product_dtype = DT_BF16;
-    if (req->pipeline && req->pipeline->cost.precision == DM_FP16) {
-        g->product_dtype = DT_F16;
-        g->loss_scale = req->loss_scale > 0 ? req->loss_scale : 65536.0;
-        g->loss_scale_interval = req->loss_scale_interval > 0 ? req->loss_scale_interval : 2000;
-    }
     pass_precision(g, &out->pipeline, &out->reshards);
     VERIFY("precision");
     return 0;

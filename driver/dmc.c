@@ -41,6 +41,7 @@ static dm_lower_options lower_options(const dm_options *o, const char *model) {
 static int plan(dm_options *o, const dm_program *prog, const dm_source *src, const char *model) {
     dm_plan_request req = {.prog = prog, .src = src, .model = model, .dims = o->dims, .n_dims = o->n_dims,
                            .devices = o->devices, .global_batch = o->global_batch, .pipeline = &o->pipeline,
+                           .precision_given = o->precision_given,
                            .bucket_floats = bucket_floats(o), .target = o->codegen.target, .exhaustive = o->plan_whole,
                            .fuse_attention = fuses_attention(o)};
     dm_plan_result r;
@@ -86,7 +87,8 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
     dm_lower_options lo = lower_options(o, model);
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
-                              .loss_scale = o->loss_scale, .loss_scale_interval = o->loss_scale_interval};
+                              .precision_given = o->precision_given, .loss_scale = o->loss_scale,
+                              .loss_scale_interval = o->loss_scale_interval};
     return dm_compile(prog, &req, diag, c) == 0 ? 0 : 1;
 }
 

@@ -230,7 +230,7 @@ static int compile_one(const compile_choice *cc, dm_compiled *out) {
                            .recompute = cc->recompute, .stop_at_error = 1, .fuse_attention = req->fuse_attention};
     dm_pipeline_options po = probe_options(req, cc->axis_sizes);
     dm_compile_request cr = {.lower = &lo, .pipeline = &po, .target = req->target, .plan_memory = 1,
-                             .bucket_floats = req->bucket_floats};
+                             .bucket_floats = req->bucket_floats, .precision_given = req->precision_given};
     dm_diag d;
     dm_diag_init(&d, req->src, quiet());
     /* counted, not printed: a third of the 1T GPT's probes fail (a tensor axis that does

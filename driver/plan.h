@@ -27,6 +27,7 @@ typedef struct dm_plan_request {
     const char *target;
     int exhaustive;             /* compile every plan whole, even with a repeated layer */
     int fuse_attention;         /* dm_lower_options.fuse_attention of every plan */
+    int precision_given;        /* --precision was given: it wins over a precision statement */
 } dm_plan_request;
 
 typedef struct dm_plan_choice {

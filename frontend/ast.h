@@ -60,6 +60,7 @@ typedef enum dm_stmt_kind {
     STMT_SCHEDULE,  /* schedule 1f1b(microbatches = 8) */
     STMT_ACCUMULATE,/* accumulate = 4 */
     STMT_ZERO,      /* zero = 2: ZeRO stage (optimizer state, gradients split over data) */
+    STMT_PRECISION, /* precision bf16: the matrix products' operands (docs/precision.md) */
     STMT_BLOCK,     /* block linear[IN, OUT](x) { ... } */
 } dm_stmt_kind;
 

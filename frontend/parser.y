@@ -107,6 +107,7 @@ static dm_stmt *new_stmt(dm_parse_state *s, dm_stmt_kind kind, dm_loc loc) {
 %token KW_AS "'as'"
 %token KW_REPEAT "'repeat'" KW_BLOCK "'block'" KW_RETURN "'return'" KW_OUTPUT "'output'"
 %token KW_MINIMIZE "'minimize'" KW_OPTIMIZER "'optimizer'" KW_SCHEDULE "'schedule'" KW_ACCUMULATE "'accumulate'" KW_ZERO "'zero'"
+%token KW_PRECISION "'precision'"
 %token TOO_DEEP "too deep nesting"
 
 %type <str> def_name reserved
@@ -163,6 +164,7 @@ stmt:
   /* an expr, not a dim_expr, so that `zero = relu(h)` can be told that zero is reserved */
   | KW_ACCUMULATE '=' expr      { $$ = new_stmt(state, STMT_ACCUMULATE, @1); $$->value = $3; }
   | KW_ZERO '=' expr            { $$ = new_stmt(state, STMT_ZERO, @1); $$->value = $3; }
+  | KW_PRECISION NAME           { $$ = new_stmt(state, STMT_PRECISION, @1); $$->name = $2; $$->name_loc = @2; }
   | block                       { $$ = $1; }
   ;
 
@@ -200,6 +202,7 @@ reserved:
   | KW_SCHEDULE                 { $$ = "schedule"; }
   | KW_ACCUMULATE               { $$ = "accumulate"; }
   | KW_ZERO                     { $$ = "zero"; }
+  | KW_PRECISION                { $$ = "precision"; }
   ;
 
 names:
@@ -338,7 +341,7 @@ static int is_keyword(int kind) {
     case YYSYMBOL_KW_DIM: case YYSYMBOL_KW_MESH: case YYSYMBOL_KW_INPUT: case YYSYMBOL_KW_PARAM:
     case YYSYMBOL_KW_LAYER: case YYSYMBOL_KW_AS: case YYSYMBOL_KW_REPEAT: case YYSYMBOL_KW_BLOCK:
     case YYSYMBOL_KW_RETURN: case YYSYMBOL_KW_OUTPUT: case YYSYMBOL_KW_MINIMIZE: case YYSYMBOL_KW_OPTIMIZER:
-    case YYSYMBOL_KW_SCHEDULE: case YYSYMBOL_KW_ACCUMULATE: case YYSYMBOL_KW_ZERO: return 1;
+    case YYSYMBOL_KW_SCHEDULE: case YYSYMBOL_KW_ACCUMULATE: case YYSYMBOL_KW_ZERO: case YYSYMBOL_KW_PRECISION: return 1;
     default: return 0;
     }
 }

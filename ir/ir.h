@@ -245,6 +245,7 @@ typedef struct ir_graph {
      * loss_scale_interval clean steps in a row. loss_scale 0: none. */
     double loss_scale;        /* the initial scale */
     int64_t loss_scale_interval;
+    dm_loc precision_loc;     /* the precision statement, if any */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */
     struct ir_value **cut_after; /* (n_cuts) `schedule ...(cuts = [h1, h2])`: stage k + 1

@@ -872,6 +872,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_SCHEDULE:
     case STMT_ACCUMULATE: break; /* lowered first, see dm_lower */
     case STMT_ZERO: lower_zero(L, st); break;
+    case STMT_PRECISION: lower_precision(L, st); break;
     case STMT_RETURN: dm_error(L->d, st->loc, "return is only allowed inside a block"); break;
     }
 }

@@ -98,6 +98,7 @@ void lower_mesh(lowerer *L, const dm_stmt *st);
 void lower_optimizer(lowerer *L, const dm_stmt *st);
 void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc);
 void lower_zero(lowerer *L, const dm_stmt *st);
+void lower_precision(lowerer *L, const dm_stmt *st);
 void lower_resolve_cuts(lowerer *L, const dm_expr *list);
 int lower_layer_result(lowerer *L, const char *name, dm_loc loc, int *value);
 

@@ -290,6 +290,24 @@ void lower_zero(lowerer *L, const dm_stmt *st) {
     L->g->zero_loc = st->loc;
 }
 
+/* `precision bf16`: the products' operands (passes/precision.c); fp16 with GradScaler's
+ * defaults. The driver's --precision, where given, replaces it. */
+void lower_precision(lowerer *L, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    if (strcmp(st->name, "fp32") == 0) {
+        g->product_dtype = DT_F32, g->loss_scale = 0;
+    } else if (strcmp(st->name, "bf16") == 0) {
+        g->product_dtype = DT_BF16, g->loss_scale = 0;
+    } else if (strcmp(st->name, "fp16") == 0) {
+        g->product_dtype = DT_F16, g->loss_scale = 65536.0, g->loss_scale_interval = 2000;
+    } else {
+        dm_error(L->d, st->name_loc, "precision is fp32, bf16 or fp16, got '%s'%s", st->name,
+                 strcmp(st->name, "tf32") == 0 ? " (tf32 is the CUDA target's --tf32, a command-line choice)" : "");
+        return;
+    }
+    g->precision_loc = st->loc;
+}
+
 /* cuts = [h1, h2]: each a value of the program, or a layer called once (h.0,
  * model.layers.3: the value it returns), in order; stage k + 1 starts after the k-th. */
 void lower_resolve_cuts(lowerer *L, const dm_expr *list) {

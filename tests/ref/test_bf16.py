@@ -124,6 +124,27 @@ def far_from_f32(np, grads, f32_grads):
     return worst
 
 
+def statement_checks(dmc, src_path, tmp, common):
+    """`precision bf16` in the file trains as --precision bf16 does (the same losses, bit for
+    bit), and --precision fp32 on the command line wins over it."""
+    with open(src_path) as f:
+        src = f.read()
+    marked = os.path.join(tmp, "statement", "mlp.dm")
+    os.makedirs(os.path.dirname(marked))
+    with open(marked, "w") as f:
+        f.write(src.replace("\nmesh(", "\nprecision bf16\nmesh(", 1))
+    args = common + ["--steps", "3"]
+    by_flag = mlp.run_dmc(dmc, src_path, tmp, ["--precision", "bf16"] + args)
+    by_statement = mlp.run_dmc(dmc, marked, tmp, args)
+    f32 = mlp.run_dmc(dmc, src_path, tmp, args)
+    overridden = mlp.run_dmc(dmc, marked, tmp, ["--precision", "fp32"] + args)
+    print("statement: precision bf16 %s, --precision bf16 %s; with --precision fp32 %s, fp32 %s"
+          % (by_statement, by_flag, overridden, f32))
+    if by_statement != by_flag or overridden != f32 or by_flag == f32:
+        raise Failure("the precision statement: bf16 by statement %s vs by flag %s; overridden by --precision fp32 %s "
+                      "vs fp32 %s" % (by_statement, by_flag, overridden, f32))
+
+
 def gpt_checks(dmc, root, np, torch, tmp):
     """examples/gpt.dm (test_gpt.py's tiny config and weights): the step-1 loss and every
     gradient, and 10 AdamW steps' losses, against the emulation; far from plain f32."""
@@ -193,6 +214,7 @@ def run_checks(dmc, root, np, torch):
             dmcrun.check_losses("%s adamw" % path, d, e_losses, LOSS_RTOL)
             mlp.check_tensors(np, "%s adamw" % path, stio.load(out), e_final, WEIGHT_ATOL, 0.0)
             dmcrun.check_losses("%s autocast" % path, d, a_losses, AUTOCAST_RTOL)
+        statement_checks(dmc, src_path, tmp, common)
         gpt_checks(dmc, root, np, torch, tmp)
     return ("examples/mlp.dm --precision bf16 matches PyTorch's bf16 products (%s): step-1 gradients, %d AdamW "
             "steps, and autocast's losses within %g; examples/gpt.dm's step-1 gradients and %d AdamW steps"
