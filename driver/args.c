@@ -96,6 +96,8 @@ static const char usage[] =
     "                             gradient, its largest elements, with error feedback),\n"
     "                             powersgd:RANK (matrices as rank-RANK factors, with error\n"
     "                             feedback); none (default). C target, without ZeRO\n"
+    "  --grad-reduce fp32|bf16    the gradients' allreduce over data in fp32 (default) or bf16,\n"
+    "                             half the bytes (mixed precision's name for --compress bf16)\n"
     "  --param-servers S          data parallelism through S parameter servers, world ranks\n"
     "                             after the mesh's: each holds a shard of the parameters and\n"
     "                             its optimizer state; workers push gradients and pull\n"
@@ -222,8 +224,26 @@ static int parse_parallelism(int argc, char **argv, int *i, dm_options *o) {
         o->param_servers.staleness = (int)bound;
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--grad-reduce"))) {
+        /* mixed precision's name for 16-bit gradient reduction: --compress bf16's wire format */
+        char err[160];
+        if (strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0) {
+            fprintf(stderr, "dmc: error: --grad-reduce takes fp32 (the default) or bf16, got '%s'\n", v);
+            return -1;
+        }
+        if (o->compress.kind != COMPRESS_NONE) {
+            fprintf(stderr, "dmc: error: --grad-reduce and --compress both choose how gradients are reduced: give one\n");
+            return -1;
+        }
+        if (strcmp(v, "bf16") == 0 && dm_compress_parse("bf16", &o->compress, err, sizeof err) != 0) return -1;
+        return 1;
+    }
     if ((v = option_value(argc, argv, i, "--compress"))) {
         char err[160];
+        if (o->compress.kind != COMPRESS_NONE) {
+            fprintf(stderr, "dmc: error: --grad-reduce and --compress both choose how gradients are reduced: give one\n");
+            return -1;
+        }
         if (dm_compress_parse(v, &o->compress, err, sizeof err) == 0) return 1;
         fprintf(stderr, "dmc: error: --compress %s\n", err);
         return -1;
@@ -338,7 +358,7 @@ static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention", "--sequence-parallel",
-    "--schedule", "--chunks", "--compress", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {

@@ -31,6 +31,8 @@ that differ in their last f32 bit amplifies float noise, so that the emulation i
 and the same in float64 differ by 1.5e-4 by step 10 (dmc measured 2.5e-4 from the float32
 one); a product left in f32 moves the step-1 loss by 1.2e-4 and every gradient by 30x its
 bound.
+The `precision bf16` statement trains bitwise as --precision bf16, and --precision fp32
+overrides it; --grad-reduce bf16 on data=2 is --compress bf16's reduction, bitwise.
 The path the products took (oneDNN or converted for OpenBLAS) is run both ways with
 DMRT_BF16_GEMM, and the two runs must agree within the emulation bounds.
 
@@ -143,6 +145,13 @@ def statement_checks(dmc, src_path, tmp, common):
     if by_statement != by_flag or overridden != f32 or by_flag == f32:
         raise Failure("the precision statement: bf16 by statement %s vs by flag %s; overridden by --precision fp32 %s "
                       "vs fp32 %s" % (by_statement, by_flag, overridden, f32))
+    # --grad-reduce bf16 is --compress bf16's 16-bit allreduce, and differs from fp32's
+    dp = ["--precision", "bf16", "--mesh", "data=2"] + args
+    reduced = [mlp.run_dmc(dmc, src_path, tmp, dp + extra)
+               for extra in (["--grad-reduce", "bf16"], ["--compress", "bf16"], ["--grad-reduce", "fp32"])]
+    print("--grad-reduce bf16 %s, --compress bf16 %s, --grad-reduce fp32 %s" % tuple(reduced))
+    if reduced[0] != reduced[1] or reduced[0] == reduced[2]:
+        raise Failure("--grad-reduce bf16 %s should be --compress bf16 %s, unlike fp32 %s" % tuple(reduced))
 
 
 def gpt_checks(dmc, root, np, torch, tmp):
