@@ -36,6 +36,8 @@ def cases(root):
         ("param-servers", mlp, ["--mesh", "data=2", "--param-servers", "1"],
          "parameter servers are built for the C target only"),
         ("dropout", dropout, [], "dropout is built for the C target only"),
+        ("bf16", mlp, ["--precision", "bf16"], "--precision bf16 is built for the C target only"),
+        ("fp16", mlp, ["--precision", "fp16"], "--precision fp16 is built for the C target only"),
     ]
 
 
