@@ -57,11 +57,13 @@ AUTOCAST_RTOL = 1e-2
 GPT_GRAD_ATOL, GPT_LOSS_RTOL = 1e-4, 1e-3
 
 
-def bf16_product(torch):
-    """a @ b with both operands rounded to bf16, summed in f32, and the same for the two
-    products of its backward."""
+def bf16_product(torch, half=None):
+    """a @ b with both operands rounded to bf16 (or the 16-bit dtype half), summed in f32,
+    and the same for the two products of its backward."""
+    half = half or torch.bfloat16
+
     def bf(t):
-        return t.to(torch.bfloat16).to(torch.float32)
+        return t.to(half).to(torch.float32)
 
     class Product(torch.autograd.Function):
         @staticmethod

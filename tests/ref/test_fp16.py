@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import dmcrun  # noqa: E402
+import test_bf16  # noqa: E402
 import test_mlp as mlp  # noqa: E402
 from dmcrun import Failure  # noqa: E402
 
@@ -43,29 +44,10 @@ LOSS_RTOL = 1e-4
 WEIGHT_ATOL = 1e-4
 
 
-def f16_product(torch):
-    """a @ b with both operands rounded to float16, summed in f32, and its backward's two
-    products the same way."""
-    def h(t):
-        return t.to(torch.float16).to(torch.float32)
-
-    class Product(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b):
-            ctx.save_for_backward(a, b)
-            return h(a) @ h(b)
-
-        @staticmethod
-        def backward(ctx, dy):
-            a, b = ctx.saved_tensors
-            return h(dy) @ h(b).t(), h(a).t() @ h(dy)
-    return Product.apply
-
-
 def torch_run(torch, init, xs, ys, norm, scale, interval, steps):
     """The reference: (losses, [(scale after the step, skipped)], final params)."""
     import torch.nn.functional as F
-    product = f16_product(torch)
+    product = test_bf16.bf16_product(torch, torch.float16)
     p = {n: torch.tensor(v, dtype=torch.float32, requires_grad=True) for n, v in init.items()}
     opt = torch.optim.AdamW([p[n] for n, _ in mlp.PARAMS], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
     losses, trail, good = [], [], 0
