@@ -464,11 +464,11 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     d->comm_callee(callee, sizeof callee, "allgather");
     cg_line(w, "if (%sctx->comm[0], grad, g, 16, \"allgather\") != DMRT_OK) return device_failed(ctx);", callee);
 
-    cg_update us = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad", .state0 = "v"};
+    cg_update us = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad", .state0 = "v", .updates = "ctx->step"};
     d->sgd(w, &us);
-    cg_update us0 = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad"};
+    cg_update us0 = {.opt = &sgd, .count = "64", .param = "m", .grad = "grad", .updates = "ctx->step"};
     d->sgd(w, &us0);
-    cg_update ua = {.opt = &adamw, .count = "64", .param = "x", .grad = "grad", .state0 = "m", .state1 = "v"};
+    cg_update ua = {.opt = &adamw, .count = "64", .param = "x", .grad = "grad", .state0 = "m", .state1 = "v", .updates = "ctx->step"};
     d->adamw(w, &ua);
     /* gradient clipping's norm and scaling */
     cg_line(w, "double sum_squares = 0.0;");
