@@ -867,8 +867,8 @@ const cg_dialect cg_dialect_cuda = {
     .storage_note = "device memory",
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
-    /* none of these yet (docs/gpu.md, "Not done yet") */
-    .can = {0},
+    /* the rest not yet (docs/gpu.md, "Not done yet") */
+    .can = {.predict = 1, .checkpoints = 1},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,

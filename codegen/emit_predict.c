@@ -7,7 +7,8 @@
  *
  * Needs: the outputs and the inputs they read to share their first dim (the batch), and
  * ops that mix rows only in the loss (true of the language: reductions over the batch are
- * the loss's). The CUDA target does not support it yet: its predict says so. */
+ * the loss's). In a separate memory (CUDA) the padded batch is copied in as a step's is
+ * (emit_upload) and the outputs come out through their accessors' host copies. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,18 @@ void emit_predict_api(emitter *E) {
     cg_writer *w = &E->w;
     char why[256];
     int64_t B = predict_batch(E, why, sizeof why);
+    if (B && E->dialect->separate_memory) {
+        /* the step's copies of the caller's batch into the context's inputs, as a function:
+         * a failed copy returns, and predict frees its padding */
+        cg_line(w, "/* predict's batch (host memory) into the context's inputs, as a step's is. */");
+        cg_line(w, "static int predict_upload(struct_ctx *ctx, const %s_batch *batch) {", m);
+        w->indent++;
+        emit_upload(E);
+        cg_line(w, "return DMRT_OK;");
+        w->indent--;
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     cg_line(w, "int %s_predict(%s_ctx *ctx, const %s_batch *batch, int64_t rows, const %s_outputs *out) {", m, m, m, m);
     w->indent++;
     if (!B) {
@@ -185,6 +198,7 @@ void emit_predict_api(emitter *E) {
     cg_line(w, "}");
     emit_padding(E, B);
     cg_line(w, "/* the forward pass without the ops only the loss needs */");
+    if (E->dialect->separate_memory) cg_line(w, "if (status == DMRT_OK) status = predict_upload(ctx, &padded);");
     cg_line(w, "ctx->predicting = 1;");
     if (E->scheduled) {
         cg_line(w, "if (status == DMRT_OK) {");

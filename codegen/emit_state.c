@@ -3,8 +3,9 @@
  * the whole tensor and wherever this program keeps it (a rank's block, one pipeline stage,
  * ZeRO's shares over the data axis), and the update counter. runtime/checkpoint.c writes and
  * reads the files through the descriptor's state_gather, state_scatter, step and set_step.
- * Whole tensors are what make a checkpoint of one mesh load on any other. The CUDA target
- * keeps its state in device memory and has none of this yet: its descriptor says so. */
+ * Whole tensors are what make a checkpoint of one mesh load on any other. A dialect with a
+ * separate memory (CUDA) keeps the state there: the moves copy through host memory, as the
+ * parameters' do (emit_params.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,7 +29,7 @@ static int state_values(const emitter *E, int *ids) {
 
 /* Why this program cannot write checkpoints, or NULL when it can. */
 static const char *checkpoints_unsupported(const emitter *E) {
-    if (!E->dialect->can.checkpoints) return "its optimizer state is device memory (the CUDA target), which checkpoints do not read yet";
+    if (!E->dialect->can.checkpoints) return "this target's generated code does not read its optimizer state into checkpoints yet";
     if (E->g->compress.kind == COMPRESS_TOPK || E->g->compress.kind == COMPRESS_POWERSGD)
         return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
     if (emits_2bw(E))
@@ -118,6 +119,8 @@ static void emit_state_tables(emitter *E, const int *ids, int n) {
 static void emit_spmd_state_moves(emitter *E) {
     cg_writer *w = &E->w;
     int zero = E->zero->n_buckets > 0, pipe = E->pipe_axis >= 0;
+    int separate = E->dialect->separate_memory; /* the shard: through host memory (ZeRO's shares are
+                                                 * refused on such a dialect by its capabilities) */
     cg_line(w, "/* State i, whole, on every rank: the ranks holding it write their blocks into zeros and the");
     cg_line(w, " * blocks are summed over the axes that split it (x + 0 is exact). Every rank must call it. */");
     cg_line(w, "static int gather_state(struct_ctx *ctx, int i, float *whole) {");
@@ -145,7 +148,17 @@ static void emit_spmd_state_moves(emitter *E) {
         cg_line(w, "    shard = range + z[3];");
         cg_line(w, "}");
     }
+    if (separate) {
+        cg_line(w, "int64_t n = 1;");
+        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
+        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
+        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
+        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
+                         "{ dmrt_free(host); return device_failed(ctx); }");
+        cg_line(w, "shard = host;");
+    }
     cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
+    if (separate) cg_line(w, "dmrt_free(host);");
     if (zero) cg_line(w, "dmrt_free(range);");
     if (pipe) {
         w->indent--;
@@ -175,7 +188,18 @@ static void emit_spmd_state_moves(emitter *E) {
         w->indent--;
         cg_line(w, "}");
     }
-    cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->state + state_places[i][2]);");
+    if (separate) {
+        cg_line(w, "int64_t n = 1;");
+        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
+        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
+        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
+        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
+        E->dialect->copy(w, "ctx->state + state_places[i][2]", "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
+                         "{ dmrt_free(host); return device_failed(ctx); }");
+        cg_line(w, "dmrt_free(host);");
+    } else {
+        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->state + state_places[i][2]);");
+    }
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
@@ -185,14 +209,23 @@ static void emit_spmd_state_moves(emitter *E) {
 /* The serial program keeps every state tensor whole: the moves are copies. */
 static void emit_serial_state_moves(emitter *E) {
     cg_writer *w = &E->w;
-    cg_line(w, "/* State i, whole (the serial program holds it so). */");
+    const char *bytes = "(size_t)state_descs[i].numel * sizeof(float)";
+    cg_line(w, "/* State i, whole (the serial program holds it so)%s. */", E->dialect->separate_memory ? ", copied from or into its memory" : "");
     cg_line(w, "static int gather_state(struct_ctx *ctx, int i, float *whole) {");
-    cg_line(w, "    memcpy(whole, ctx->state + state_places[i][2], (size_t)state_descs[i].numel * sizeof(float));");
-    cg_line(w, "    return DMRT_OK;");
+    w->indent++;
+    if (E->dialect->separate_memory)
+        E->dialect->copy(w, "whole", "ctx->state + state_places[i][2]", bytes, CG_DEVICE_TO_HOST, E->on_fail);
+    else cg_line(w, "memcpy(whole, ctx->state + state_places[i][2], %s);", bytes);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
     cg_line(w, "}");
     cg_line(w, "static int scatter_state(struct_ctx *ctx, int i, const float *whole) {");
-    cg_line(w, "    memcpy(ctx->state + state_places[i][2], whole, (size_t)state_descs[i].numel * sizeof(float));");
-    cg_line(w, "    return DMRT_OK;");
+    w->indent++;
+    if (E->dialect->separate_memory)
+        E->dialect->copy(w, "ctx->state + state_places[i][2]", "whole", bytes, CG_HOST_TO_DEVICE, E->on_fail);
+    else cg_line(w, "memcpy(ctx->state + state_places[i][2], whole, %s);", bytes);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
     cg_line(w, "}");
     cg_blank(w);
 }

@@ -6,34 +6,11 @@
  * the first two output words form the u64. Every draw (u64, uniform, normal) consumes
  * exactly one block, so value i of a stream can be had by setting rng->counter = i. */
 #include "dmrt.h"
+#include "dmrt_philox.h"
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
-    uint64_t p = (uint64_t)a * b;
-    *hi = (uint32_t)(p >> 32);
-    *lo = (uint32_t)p;
-}
-
-static void philox4x32_10(uint32_t ctr[4], uint32_t key0, uint32_t key1) {
-    for (int r = 0; r < 10; r++) {
-        uint32_t hi0, lo0, hi1, lo1;
-        mulhilo(PHILOX_M0, ctr[0], &hi0, &lo0);
-        mulhilo(PHILOX_M1, ctr[2], &hi1, &lo1);
-        uint32_t n0 = hi1 ^ ctr[1] ^ key0;
-        uint32_t n1 = lo1;
-        uint32_t n2 = hi0 ^ ctr[3] ^ key1;
-        uint32_t n3 = lo0;
-        ctr[0] = n0, ctr[1] = n1, ctr[2] = n2, ctr[3] = n3;
-        key0 += PHILOX_W0;
-        key1 += PHILOX_W1;
-    }
-}
+/* Philox itself is dmrt_philox.h's, shared with CUDA kernels (dropout's masks). */
 
 void dmrt_rng_init(dmrt_rng *rng, uint64_t seed, uint64_t stream) {
     rng->seed = seed;
@@ -44,7 +21,7 @@ void dmrt_rng_init(dmrt_rng *rng, uint64_t seed, uint64_t stream) {
 uint64_t dmrt_rng_u64(dmrt_rng *rng) {
     uint32_t x[4] = {(uint32_t)rng->counter, (uint32_t)(rng->counter >> 32),
                      (uint32_t)rng->stream, (uint32_t)(rng->stream >> 32)};
-    philox4x32_10(x, (uint32_t)rng->seed, (uint32_t)(rng->seed >> 32));
+    dmrt_philox4x32_10(x, (uint32_t)rng->seed, (uint32_t)(rng->seed >> 32));
     rng->counter++;
     return (uint64_t)x[0] | (uint64_t)x[1] << 32;
 }
@@ -84,8 +61,5 @@ void dmrt_fill_const(float *p, int64_t n, float value) {
  * top bit keeps these blocks apart from the parameters' streams (dmrt_rng_init). Kept when
  * its 24-bit uniform, as dmrt_rng_uniform's, is at least threshold / 2^24 (ceil(p 2^24)). */
 int dmrt_dropout_keep(uint64_t seed, int64_t step, uint32_t op, uint64_t index, uint32_t threshold) {
-    uint32_t x[4] = {(uint32_t)index, (uint32_t)(index >> 32), op | 0x80000000u, (uint32_t)step};
-    philox4x32_10(x, (uint32_t)seed, (uint32_t)(seed >> 32));
-    uint64_t u = (uint64_t)x[0] | (uint64_t)x[1] << 32;
-    return (uint32_t)(u >> 40) >= threshold;
+    return dmrt_philox_dropout_keep(seed, step, op, index, threshold);
 }

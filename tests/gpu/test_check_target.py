@@ -3,8 +3,10 @@
 What the CUDA dialect cannot do yet (its capabilities, codegen/dialect.h) code generation
 refuses before it writes anything; --check runs the same refusals (codegen_check). For
 each technique: --check and -o exit with the same status (1) and print exactly the same
-stderr, which names the technique; the C target accepts both. A mesh CUDA does run is
-accepted by both too. Needs no nvcc: nothing is compiled.
+stderr, which names the technique; the C target accepts both. What CUDA does build is
+accepted by both too (meshes, checkpoints and predict): its generated descriptor then says
+that checkpoints and predict are there (`.checkpoints = 1`, no predict_unsupported). Needs
+no nvcc: nothing is compiled.
 """
 import os
 import subprocess
@@ -50,7 +52,12 @@ def main():
     dmc, root = sys.argv[1], sys.argv[2]
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
-        accepted = [("data=2", os.path.join(root, "examples", "mlp.dm"), ["--mesh", "data=2"], None)]
+        mlp, gpt = os.path.join(root, "examples", "mlp.dm"), os.path.join(root, "examples", "gpt.dm")
+        accepted = [("data=2", mlp, ["--mesh", "data=2"], None),
+                    ("mlp-serial", mlp, [], None),
+                    ("mlp-data2-tensor2", mlp, ["--mesh", "data=2,tensor=2"], None),
+                    ("gpt-serial", gpt, GPT, None),
+                    ("gpt-pipeline2", gpt, GPT + ["--mesh", "pipeline=2", "--microbatches", "4"], None)]
         for name, dm, opts, says in cases(root) + accepted:
             out = os.path.join(tmp, name)
             check = run([dmc, "--check", dm, "--target", "cuda"] + opts)
@@ -60,6 +67,13 @@ def main():
                 problems.append("--check gave exit %d and %r, -o exit %d and %r" % (check + emit))
             if says is None and emit[0] != 0:
                 problems.append("-o --target cuda refused it (exit %d): %r" % emit)
+            if says is None and emit[0] == 0:
+                model = os.path.splitext(os.path.basename(dm))[0]
+                with open(os.path.join(out, model + ".cu")) as f:
+                    source = f.read()
+                for field in (".checkpoints = 1,", ".checkpoints_unsupported = NULL,", ".predict_unsupported = NULL,"):
+                    if field not in source:
+                        problems.append("the CUDA descriptor lacks %r" % field)
             if says is not None and (emit[0] != 1 or says not in emit[1]):
                 problems.append("-o --target cuda should exit 1 saying %r, got exit %d and %r" % ((says,) + emit))
             for cmd in ([dmc, "--check", dm, "--target", "c"] + opts,
@@ -72,7 +86,7 @@ def main():
             if not problems:
                 print("ok %s: %s" % (name, (check[1].strip() or "accepted")))
             failures += bool(problems)
-    print("%d of %d cases failed" % (failures, len(cases(root)) + 1) if failures else "every case agrees")
+    print("%d of %d cases failed" % (failures, len(cases(root)) + len(accepted)) if failures else "every case agrees")
     return 1 if failures else 0
 
 

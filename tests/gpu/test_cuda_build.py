@@ -6,8 +6,9 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 (which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
 (gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
-and examples/llama.dm (small sizes) on data=2 x tensor=2, `dmc run --target cuda
---keep DIR` must
+and examples/llama.dm (small sizes) on data=2 x tensor=2, and for checkpoints
+(--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
+`dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
     cuBLAS and NCCL into DIR/<model> (also with mpicc for --backend mpi);
@@ -58,6 +59,13 @@ CASES = [
     ("gpt-tensor2", "examples/gpt.dm", TINY_GPT, "tensor=2", [], None),
     ("gpt-data2-tensor2", "examples/gpt.dm", TINY_GPT, "data=2,tensor=2", ["--tf32"], None),
     ("gpt-pipeline2", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--microbatches", "2", "--schedule", "1f1b"], None),
+    # checkpoints: the optimizer state copied out of (and into) device memory, whole or
+    # gathered from the ranks' blocks (with a GPU the step's checkpoint is written)
+    ("mlp-checkpoint", "examples/mlp.dm", SMALL_MLP, None, ["--checkpoint", "ckpt-mlp"], None),
+    ("mlp-data2-tensor2-checkpoint", "examples/mlp.dm", SMALL_MLP, "data=2,tensor=2", ["--checkpoint", "ckpt-mlp-dt"],
+     None),
+    ("gpt-pipeline2-checkpoint", "examples/gpt.dm", TINY_GPT, "pipeline=2",
+     ["--microbatches", "2", "--checkpoint", "ckpt-gpt-p2"], None),
     ("gpt-124M", "examples/gpt.dm", "B=4,T=1024,V=50304", None, [], None),
 ]
 
