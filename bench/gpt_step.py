@@ -3,7 +3,7 @@
 
 usage: bench/.venv/bin/python bench/gpt_step.py --dmc BUILD/driver/dmc [--runs N] [--threads 1,2]
            [--configs tiny,mid,big] [--mid V=256,T=256,C=256,NH=8,L=4,B=8] [--steps N]
-           [--variants explicit,sdpa,compile] [--dmc-arg=ARG ...]
+           [--variants explicit,sdpa,compile] [--precision fp32|bf16] [--dmc-arg=ARG ...]
        (bench/.venv: PyTorch 2.x, made by `sh bench/setup_torch.sh`; /usr/bin/python3 runs
        it with Debian's torch 1.13, which has neither SDPA nor torch.compile: those
        variants are then skipped)
@@ -39,6 +39,18 @@ Per run: N measured steps after 2 warm-up steps (not counted), the median of the
 Check:   the parameter counts must agree, and every variant's losses, started from dmc's
          weights on the same batches, must follow dmc's (max relative difference printed;
          the script fails above 1e-3).
+Precision (--precision, default fp32):
+  fp32     dmc and every PyTorch variant in float32, as above.
+  bf16     three kinds of side in the same run: dmc fp32 (`dmc run` as above), dmc bf16
+           (the same with `--precision bf16`: every product's operands rounded to bf16,
+           sums, master weights and the rest f32; docs/precision.md), and each PyTorch
+           variant under torch.autocast("cpu", dtype=torch.bfloat16) around the loss
+           (compile: the autocast loss compiled whole), backward and AdamW outside it.
+           Checks: dmc bf16's and every autocast variant's losses must follow dmc fp32's
+           and dmc bf16's within BF16_LOSS_RTOL (2e-2 relative, each step; autocast also
+           stores each product's result, and SDPA its whole attention, in bf16, where dmc
+           keeps f32). Prints dmc fp32 / dmc bf16 (the speed-up of bf16) and best torch
+           bf16 / dmc bf16.
 Threads: each count of --threads (default 1,2) for both sides in turn:
          benchlib.dmc_thread_env for dmc (DMC_THREADS),
          torch.set_num_threads for torch (compiled code is compiled again for each count);
@@ -69,6 +81,7 @@ STEPS = {"tiny": 100, "mid": 6, "big": 6}     # measured steps per run (after th
 WARMUP = 2
 DIMS = ("V", "T", "C", "NH", "L", "B")
 LOSS_RTOL = 1e-3
+BF16_LOSS_RTOL = 2e-2   # --precision bf16: bf16 sides against each other and against fp32
 
 
 def parse_dims(text):
@@ -109,10 +122,11 @@ def dmc_prepare(args, cfg, env):
     return int(m.group(1))
 
 
-def dmc_steps(args, cfg, env):
+def dmc_steps(args, cfg, env, precision="fp32"):
     """Returns (median ms of the measured steps, losses, share of those steps in BLAS)."""
     n = WARMUP + cfg["steps"]
-    r = dmc_run(args, dmc_cmd(args, cfg, "--init", cfg["init"], "--steps", str(n), "--quiet"), env)
+    extra = ["--precision", "bf16"] if precision == "bf16" else []
+    r = dmc_run(args, dmc_cmd(args, cfg, "--init", cfg["init"], "--steps", str(n), "--quiet", *extra), env)
     rows = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)(?: lr \S+)? blas_ms ([0-9.]+)", r.stdout, re.M)
     if len(rows) != n:
         sys.exit("gpt_step: expected %d `step N loss X ms Y ... blas_ms Z` lines from dmc, got %d:\n%s"
@@ -173,12 +187,19 @@ class TorchSide:
     "compile" its compiled loss) is built once; each run loads dmc's initial weights into it
     and starts a fresh optimizer."""
 
-    def __init__(self, cfg, torch, stio, variant):
+    def __init__(self, cfg, torch, stio, variant, bf16=False):
         self.cfg, self.torch, self.variant = cfg, torch, variant
         self.init = stio.load(cfg["init"])
         self.model = TorchGPT(torch, cfg["dims"], self.init, sdpa=variant != "explicit")
+        loss = self.model.loss
+        if bf16:
+            # CPU autocast around the forward and the loss (the backward follows the
+            # forward's dtypes); compiled whole for "compile"
+            def loss(tokens, targets, plain=self.model.loss):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return plain(tokens, targets)
         # compile: inductor over forward and backward (AOTAutograd), with SDPA inside
-        self.loss = torch.compile(self.model.loss) if variant == "compile" else self.model.loss
+        self.loss = torch.compile(loss) if variant == "compile" else loss
         data = stio.load(cfg["batches"])
         self.tokens = [torch.from_numpy(t.astype("int64")) for t in data["tokens"]]
         self.targets = [torch.from_numpy(t.astype("int64")) for t in data["targets"]]
@@ -211,30 +232,50 @@ def max_rel(a, b):
     return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
 
 
+def check_losses(cfg, side, losses, ref_name, ref, rtol):
+    diff = max_rel(losses, ref)
+    if diff > rtol:
+        sys.exit("gpt_step: %s: %s's losses %s differ from %s's %s (max rel %.2g > %g)"
+                 % (cfg["name"], side, losses, ref_name, ref, diff, rtol))
+    key = "%s vs %s" % (side, ref_name)
+    cfg["diff"][key] = max(diff, cfg["diff"].get(key, 0.0))
+
+
 def best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params):
-    """Alternates dmc and every variant args.runs times; returns {side: best median ms},
-    dmc's share in BLAS (of its best run) and the AdamW form torch used."""
+    """Alternates dmc (and under --precision bf16 dmc bf16) and every variant args.runs
+    times; returns {side: best median ms}, {side: dmc's share in BLAS (of its best run)}
+    and the AdamW form torch used. Sides: "dmc", "dmc-bf16", the variants."""
+    bf16 = args.precision == "bf16"
     env = benchlib.dmc_thread_env(os.environ, threads)
     benchlib.set_torch_threads(torch, threads)
-    sides = {v: TorchSide(cfg, torch, stio, v) for v in variants}
-    best, share, form = {}, None, None
+    sides = {v: TorchSide(cfg, torch, stio, v, bf16=bf16) for v in variants}
+    best, share, form = {}, {}, None
     for run in range(args.runs):
-        ms, dmc_losses, blas = dmc_steps(args, cfg, env)
-        if "dmc" not in best or ms < best["dmc"]:
-            best["dmc"], share = ms, blas
-        line = "  %s, %d thread(s), run %d: dmc %.3f ms (%.0f%% BLAS)" % (cfg["name"], threads, run + 1, ms, 100 * blas)
+        line = "  %s, %d thread(s), run %d:" % (cfg["name"], threads, run + 1)
+        for side, prec in [("dmc", "fp32")] + ([("dmc-bf16", "bf16")] if bf16 else []):
+            ms, losses, blas = dmc_steps(args, cfg, env, prec)
+            if side not in best or ms < best[side]:
+                best[side], share[side] = ms, blas
+            if side == "dmc":
+                dmc_losses = losses
+            else:
+                check_losses(cfg, side, losses, "dmc", dmc_losses, BF16_LOSS_RTOL)
+                if losses[WARMUP:] == dmc_losses[WARMUP:]:
+                    sys.exit("gpt_step: %s: dmc --precision bf16's losses equal fp32's: no bf16 product ran" % cfg["name"])
+                bf16_losses = losses
+            line += " %s %.3f ms (%.0f%% BLAS)," % (side, ms, 100 * blas)
         for v in variants:
             ms, losses, nparams, form = sides[v].steps()
             best[v] = min(best.get(v, ms), ms)
             if nparams != dmc_params:
                 sys.exit("gpt_step: %s: PyTorch model has %d parameters, dmc's %d" % (cfg["name"], nparams, dmc_params))
-            diff = max_rel(losses, dmc_losses)
-            if diff > LOSS_RTOL:
-                sys.exit("gpt_step: %s: PyTorch (%s) losses %s differ from dmc's %s (max rel %.2g)"
-                         % (cfg["name"], v, losses, dmc_losses, diff))
-            cfg["diff"][v] = max(diff, cfg["diff"].get(v, 0.0))
-            line += ", %s %.3f ms" % (v, ms)
-        print(line)
+            if bf16:
+                check_losses(cfg, v + " autocast", losses, "dmc-bf16", bf16_losses, BF16_LOSS_RTOL)
+                check_losses(cfg, v + " autocast", losses, "dmc", dmc_losses, BF16_LOSS_RTOL)
+            else:
+                check_losses(cfg, v, losses, "dmc", dmc_losses, LOSS_RTOL)
+            line += " %s %.3f ms," % (v + (" bf16" if bf16 else ""), ms)
+        print(line.rstrip(","))
         sys.stdout.flush()
     return best, share, form
 
@@ -254,6 +295,9 @@ def main():
     ap.add_argument("--variants", default="explicit,sdpa,compile",
                     help="PyTorch variants: explicit, sdpa, compile (default %(default)s)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each side, alternating; the best is reported")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="fp32: all sides fp32; bf16: dmc fp32, dmc --precision bf16 and each PyTorch variant "
+                         "under CPU bf16 autocast (default %(default)s)")
     ap.add_argument("--dmc-arg", action="append", default=[],
                     help="an option for every `dmc run` (repeatable), e.g. --dmc-arg=--no-fuse-attention")
     args = ap.parse_args()
@@ -284,8 +328,10 @@ def main():
         configs.append({"name": name, "set": text, "dims": parse_dims(text),
                         "steps": args.steps or STEPS[name], "diff": {}})
 
-    print("gpt_step: %s; %s; threads %s; median ms/step of steps %d.. per run, best of %d run(s); load average %s"
-          % (os.path.relpath(args.model), benchlib.describe_torch(torch), args.threads, WARMUP + 1, args.runs,
+    print("gpt_step: %s; %s; precision %s; threads %s; median ms/step of steps %d.. per run, best of %d run(s); "
+          "load average %s"
+          % (os.path.relpath(args.model), benchlib.describe_torch(torch), args.precision, args.threads, WARMUP + 1,
+             args.runs,
              " ".join("%.1f" % x for x in os.getloadavg())))
     sys.stdout.flush()
 
@@ -304,24 +350,35 @@ def main():
                 best, share, form = best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params)
                 rows.append((cfg, dmc_params, threads, best, share, form))
 
-    hdr = "%-5s %10s %3s %10s %5s" % ("cfg", "params", "thr", "dmc ms", "BLAS") \
-        + "".join(" %10s" % (v + " ms") for v in variants) + " %18s %7s" % ("best torch", "ratio")
+    bf16 = args.precision == "bf16"
+    me = "dmc-bf16" if bf16 else "dmc"
+    hdr = "%-5s %10s %3s %10s %5s" % ("cfg", "params", "thr", "dmc ms", "BLAS")
+    if bf16:
+        hdr += " %10s %5s %9s" % ("bf16 ms", "BLAS", "fp32/bf16")
+    hdr += "".join(" %10s" % (v + (" bf16" if bf16 else " ms")) for v in variants) + " %18s %7s" % ("best torch", "ratio")
     print(hdr)
     print("-" * len(hdr))
     for cfg, nparams, threads, best, share, form in rows:
-        top = min(variants, key=lambda v: best[v])
-        print("%-5s %10d %3d %10.3f %4.0f%%" % (cfg["name"], nparams, threads, best["dmc"], 100 * share)
-              + "".join(" %10.3f" % best[v] for v in variants)
-              + " %18s %6.2fx" % ("%s %.3f" % (top, best[top]), best[top] / best["dmc"]))
+        top = min(variants, key=lambda v: best[v]) if variants else None
+        line = "%-5s %10d %3d %10.3f %4.0f%%" % (cfg["name"], nparams, threads, best["dmc"], 100 * share["dmc"])
+        if bf16:
+            line += " %10.3f %4.0f%% %8.2fx" % (best[me], 100 * share[me], best["dmc"] / best[me])
+        line += "".join(" %10.3f" % best[v] for v in variants)
+        if top:
+            line += " %18s %6.2fx" % ("%s %.3f" % (top, best[top]), best[top] / best[me])
+        print(line)
     print("configs: %s" % "; ".join("%s %s" % (c["name"], c["set"]) for c in configs))
-    print("ratio = best torch ms / dmc ms (> 1: dmc is faster); BLAS: the share of dmc's step in dmrt_sgemm "
+    if bf16:
+        print("bf16: dmc --precision bf16 (fp32/bf16 = dmc fp32 ms / dmc bf16 ms: > 1, bf16 is faster); torch "
+              "variants under torch.autocast(\"cpu\", dtype=torch.bfloat16); ratio against dmc bf16")
+    print("ratio = best torch ms / dmc ms (> 1: dmc is faster); BLAS: the share of dmc's step in its products "
           "(DMRT_BLAS_TIME); torch: AdamW %s; explicit: q @ k^T, masked_fill, softmax, @ v; sdpa: "
           "F.scaled_dot_product_attention(is_causal=True); compile: torch.compile (inductor) of the sdpa loss"
           % (rows[0][5] if rows else "?"))
-    print("check: parameter counts equal; PyTorch's losses from dmc's initial weights on the same "
-          "batches, max relative difference to dmc's: %s"
-          % ", ".join("%s (%d steps) %s %.1e" % (c["name"], WARMUP + c["steps"], v, x)
-                      for c in configs for v, x in c["diff"].items()))
+    print("check: parameter counts equal; losses from dmc's initial weights on the same batches, max relative "
+          "difference (bound %g): %s" % (BF16_LOSS_RTOL if bf16 else LOSS_RTOL,
+          ", ".join("%s (%d steps) %s %.1e" % (c["name"], WARMUP + c["steps"], v, x)
+                      for c in configs for v, x in c["diff"].items())))
     return 0
 
 

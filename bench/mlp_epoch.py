@@ -2,7 +2,7 @@
 """mlp_epoch.py: one epoch of examples/mlp.dm on Fashion-MNIST, dmc vs PyTorch (CPU).
 
 usage: bench/.venv/bin/python bench/mlp_epoch.py --dmc BUILD/driver/dmc [--threads 1,2] [--runs N]
-           [--variants eager,compile] [--gemm-shapes BUILD/bench/gemm_shapes]
+           [--variants eager,compile] [--gemm-shapes BUILD/bench/gemm_shapes] [--precision fp32|bf16]
        (bench/.venv: PyTorch 2.x, made by `sh bench/setup_torch.sh`; /usr/bin/python3 runs
        it with Debian's torch 1.13, which has no torch.compile: that variant is then n/a)
 
@@ -29,6 +29,16 @@ PyTorch: the same model (the input standardisation `xn = (x - MEAN) / STD` read 
          compile (torch.compile of the model, inductor; its compilation is in a warm-up
          step before the timed epoch, on a batch of the test set, which the weights are then
          reset after).
+Precision (--precision, default fp32):
+  fp32     as above.
+  bf16     in the same run: dmc fp32, dmc `--precision bf16` (every product's operands
+           rounded to bf16, f32 sums, master weights and the rest f32; docs/precision.md),
+           and each torch variant with its forward and loss under
+           torch.autocast("cpu", dtype=torch.bfloat16) (backward and AdamW outside). The
+           sides start from different weights and batch orders (as in fp32), so the check
+           is the test accuracy after the epoch: dmc bf16's and each autocast variant's
+           within BF16_ACC_TOL (0.02 absolute) of dmc fp32's. Prints dmc fp32 / dmc bf16
+           and best torch bf16 / dmc bf16.
 Threads: each count of --threads (default 1,2) for both: DMC_THREADS for dmc
          (benchlib.dmc_thread_env), torch.set_num_threads for torch; OMP_WAIT_POLICY=PASSIVE
          unless set (bench/benchlib.py says why).
@@ -51,6 +61,7 @@ import benchlib  # bench/, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, D, H, K = 128, 784, 1024, 10
+BF16_ACC_TOL = 0.02   # --precision bf16: test accuracies after the epoch, absolute
 
 
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -116,18 +127,19 @@ def torch_gemms(torch):
     return best
 
 
-def run_dmc(args, env):
+def run_dmc(args, env, precision="fp32"):
     """Returns (compile_s, train_s, steps, accuracy, wall_s, blas_share)."""
+    extra = ["--precision", "bf16"] if precision == "bf16" else []
     with tempfile.TemporaryDirectory(prefix="dmc-bench-") as tmp:
         env = dict(env, TMPDIR=tmp)
         t0 = time.perf_counter()
-        r = subprocess.run([args.dmc, "run", args.model, "--help"], env=env, cwd=tmp,
+        r = subprocess.run([args.dmc, "run", args.model, "--help"] + extra, env=env, cwd=tmp,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True)
         compile_s = time.perf_counter() - t0
         if r.returncode != 0:
             sys.exit("mlp_epoch: `dmc run %s --help` failed (%d):\n%s" % (args.model, r.returncode, r.stderr))
         cmd = [args.dmc, "run", args.model, "--epochs", "1", "--quiet", "--data-dir", args.data_dir,
-               "--seed", str(args.seed)]
+               "--seed", str(args.seed)] + extra
         t0 = time.perf_counter()
         r = subprocess.run(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True)
@@ -158,7 +170,7 @@ class TorchMLP:
     """mlp.dm in torch at the current thread count: built (and for "compile" compiled) once;
     each epoch starts from freshly initialised weights."""
 
-    def __init__(self, args, np, torch, data, variant):
+    def __init__(self, args, np, torch, data, variant, bf16=False):
         import torch.nn as nn
         self.args, self.np, self.torch, self.data = args, np, torch, data
 
@@ -174,7 +186,13 @@ class TorchMLP:
         if args.norm:
             layers.insert(0, Standardize(*args.norm))
         self.model = nn.Sequential(*layers)
-        self.forward = torch.compile(self.model) if variant == "compile" else self.model
+        forward = self.model
+        if bf16:
+            def forward(x, plain=self.model):
+                # the loss is taken outside, in f32 (cross_entropy autocasts to f32 anyway)
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return plain(x).float()
+        self.forward = torch.compile(forward) if variant == "compile" else forward
         if variant == "compile":
             self.epoch(steps=1)   # compiles forward and backward
 
@@ -216,22 +234,36 @@ class TorchMLP:
 def best_of_runs(args, np, torch, data, threads, variants):
     env = benchlib.dmc_thread_env(os.environ, threads)
     benchlib.set_torch_threads(torch, threads)
-    sides = {v: TorchMLP(args, np, torch, data, v) for v in variants}
-    dmc_runs, gemm_runs, torch_gemm_runs, torch_runs = [], [], [], {v: [] for v in variants}
+    bf16 = args.precision == "bf16"
+    sides = {v: TorchMLP(args, np, torch, data, v, bf16=bf16) for v in variants}
+    dmc_runs, bf16_runs, gemm_runs, torch_gemm_runs, torch_runs = [], [], [], [], {v: [] for v in variants}
     for i in range(args.runs):
         dmc_runs.append(run_dmc(args, env))
+        if bf16:
+            bf16_runs.append(run_dmc(args, env, "bf16"))
         gemm_runs.append(run_gemms(args, env))
         torch_gemm_runs.append(torch_gemms(torch))
         steps = dmc_runs[-1][2]
-        line = "  %d thread(s), run %d: dmc %.2f s (%.0f%% BLAS), GEMMs alone %.2f s (torch.mm %.2f s)" % (
-            threads, i + 1, dmc_runs[-1][1], 100 * dmc_runs[-1][5], gemm_runs[-1] * steps, torch_gemm_runs[-1] * steps)
+        line = "  %d thread(s), run %d: dmc %.2f s (%.0f%% BLAS)" % (threads, i + 1, dmc_runs[-1][1],
+                                                                     100 * dmc_runs[-1][5])
+        if bf16:
+            line += ", dmc bf16 %.2f s (%.0f%% BLAS)" % (bf16_runs[-1][1], 100 * bf16_runs[-1][5])
+        line += ", GEMMs alone %.2f s (torch.mm %.2f s)" % (gemm_runs[-1] * steps, torch_gemm_runs[-1] * steps)
         for v in variants:
             torch_runs[v].append(sides[v].epoch())
-            line += ", %s %.2f s" % (v, torch_runs[v][-1][0])
+            line += ", %s%s %.2f s" % (v, " bf16" if bf16 else "", torch_runs[v][-1][0])
         print(line)
         sys.stdout.flush()
+        if bf16:
+            ref = dmc_runs[-1][3]
+            for side, acc in [("dmc bf16", bf16_runs[-1][3])] + [(v + " autocast", torch_runs[v][-1][2])
+                                                                  for v in variants]:
+                if abs(acc - ref) > BF16_ACC_TOL:
+                    sys.exit("mlp_epoch: %s's test accuracy %.4f is not within %g of dmc fp32's %.4f"
+                             % (side, acc, BF16_ACC_TOL, ref))
     dmc = min(dmc_runs, key=lambda r: r[1])
-    return {"dmc": dmc, "compile_s": min(r[0] for r in dmc_runs), "gemms": min(gemm_runs) * dmc[2],
+    return {"dmc": dmc, "bf16": min(bf16_runs, key=lambda r: r[1]) if bf16 else None,
+            "compile_s": min(r[0] for r in dmc_runs), "gemms": min(gemm_runs) * dmc[2],
             "torch_gemms": min(torch_gemm_runs) * dmc[2],
             "torch": {v: min(runs, key=lambda r: r[0]) for v, runs in torch_runs.items()}}
 
@@ -246,6 +278,9 @@ def main():
     ap.add_argument("--gemm-shapes", help="the gemm_shapes program (default: BUILD/bench/gemm_shapes beside --dmc)")
     ap.add_argument("--runs", type=int, default=1, help="runs of each side; the best time is reported")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="fp32: all sides fp32; bf16: dmc fp32, dmc --precision bf16 and each torch variant under "
+                         "CPU bf16 autocast (default %(default)s)")
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     args.model = os.path.abspath(args.model)
@@ -266,10 +301,11 @@ def main():
         else:
             variants.append(v)
 
-    print("mlp_epoch: %s (%s), B=%d, one epoch of Fashion-MNIST; %s; threads %s; %d run(s) each; load average %s"
+    print("mlp_epoch: %s (%s), B=%d, one epoch of Fashion-MNIST; %s; precision %s; threads %s; %d run(s) each; "
+          "load average %s"
           % (os.path.relpath(args.model),
              "inputs standardised with mean %g, std %g" % args.norm if args.norm else "raw inputs", B,
-             benchlib.describe_torch(torch), args.threads, args.runs,
+             benchlib.describe_torch(torch), args.precision, args.threads, args.runs,
              " ".join("%.1f" % x for x in os.getloadavg())))
     sys.stdout.flush()
     t0 = time.perf_counter()
@@ -278,21 +314,34 @@ def main():
 
     results = [(threads, best_of_runs(args, np, torch, data, threads, variants)) for threads in thread_counts]
 
-    hdr = "%3s %8s %5s %8s %8s" % ("thr", "dmc s", "BLAS", "GEMMs s", "t.mm s") + "".join(" %9s" % (v + " s") for v in variants) \
+    bf16 = args.precision == "bf16"
+    hdr = "%3s %8s %5s" % ("thr", "dmc s", "BLAS")
+    if bf16:
+        hdr += " %8s %5s %9s" % ("bf16 s", "BLAS", "fp32/bf16")
+    hdr += " %8s %8s" % ("GEMMs s", "t.mm s") + "".join(" %9s" % (v + (" bf16" if bf16 else " s")) for v in variants) \
         + " %16s %7s %9s" % ("best torch", "ratio", "dmc/GEMMs")
     print(hdr)
     print("-" * len(hdr))
     for threads, r in results:
         dmc_s, share = r["dmc"][1], r["dmc"][5]
+        me_s = r["bf16"][1] if bf16 else dmc_s
         top = min(variants, key=lambda v: r["torch"][v][0])
-        print("%3d %8.2f %4.0f%% %8.2f %8.2f" % (threads, dmc_s, 100 * share, r["gemms"], r["torch_gemms"])
+        line = "%3d %8.2f %4.0f%%" % (threads, dmc_s, 100 * share)
+        if bf16:
+            line += " %8.2f %4.0f%% %8.2fx" % (me_s, 100 * r["bf16"][5], dmc_s / me_s)
+        print(line + " %8.2f %8.2f" % (r["gemms"], r["torch_gemms"])
               + "".join(" %9.2f" % r["torch"][v][0] for v in variants)
-              + " %16s %6.2fx %8.2fx" % ("%s %.2f" % (top, r["torch"][top][0]), r["torch"][top][0] / dmc_s,
+              + " %16s %6.2fx %8.2fx" % ("%s %.2f" % (top, r["torch"][top][0]), r["torch"][top][0] / me_s,
                                          dmc_s / r["gemms"]))
     _, r = results[0]
     print("dmc: compile %.2f s (dmc + cc); %d steps; test accuracy %s; whole `dmc run` %.2f s (%d thread(s))"
           % (r["compile_s"], r["dmc"][2], ", ".join("%.4f" % x["dmc"][3] for _, x in results), r["dmc"][4],
              results[0][0]))
+    if bf16:
+        print("dmc bf16: test accuracy %s (each run's, dmc bf16 and every autocast variant, checked within %g of "
+              "dmc fp32's); fp32/bf16 = dmc fp32 s / dmc bf16 s; torch variants under "
+              "torch.autocast(\"cpu\", dtype=torch.bfloat16); ratio = best torch bf16 / dmc bf16; GEMMs and t.mm "
+              "are the fp32 products" % (", ".join("%.4f" % x["bf16"][3] for _, x in results), BF16_ACC_TOL))
     print("pytorch: %d steps; test accuracy %s; data loading %.2f s"
           % (r["torch"][variants[0]][1],
              ", ".join("%s %.4f" % (v, x["torch"][v][2]) for _, x in results for v in variants), load_s))
