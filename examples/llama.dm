@@ -2,8 +2,9 @@
 # embeddings (RoPE) on queries and keys, a SwiGLU MLP, no biases. Parameter names and
 # layouts follow the Hugging Face LlamaForCausalLM checkpoint (model.embed_tokens.weight,
 # model.layers.N.self_attn.q_proj.weight stored [out, in] as nn.Linear does, ...,
-# model.norm.weight, lm_head.weight); every head has its own keys and values (no grouped
-# queries). The defaults are a small config; any other is one --set away:
+# model.norm.weight, lm_head.weight). Grouped-query attention: NKV key/value heads
+# (num_key_value_heads), each shared by NH / NKV query heads; NKV = NH is plain
+# multi-head attention. The defaults are a small config; any other is one --set away:
 #   dmc --explain examples/llama.dm
 #   dmc run examples/llama.dm --set V=256,T=64,C=128,NH=4,F=344,L=4,B=16 \
 #       --data text:/usr/share/games/fortunes/cookie --steps 2000
@@ -12,13 +13,15 @@ dim T = 256        # context length
 dim V = 32000      # vocabulary
 dim C = 512        # hidden_size
 dim NH = 8         # num_attention_heads
+dim NKV = NH       # num_key_value_heads (NH divides by it)
 dim F = 1376       # intermediate_size
 dim L = 8          # num_hidden_layers
 dim THETA = 10000  # rope_theta
 
 # `--mesh tensor=N` splits attention by heads and the MLP by its hidden units (Megatron-LM)
 # and the vocabulary; `--mesh pipeline=N` cuts the layers into stages. NH, F and V must
-# divide by tensor.
+# divide by tensor; so should NKV, for key/value heads split like the query heads' (an NKV
+# that does not still trains the same, its keys and values moved by an alltoall).
 mesh(data = 1, tensor = 1, pipeline = 1)
 
 block rmsnorm[C](x) {
@@ -51,17 +54,26 @@ block rotary[HD](x) {
     return x * cos(emb) + rotated * sin(emb)
 }
 
+# Hugging Face's repeat_kv: x [B, NKV, T, HD] -> [B, NKV * R, T, HD], key/value head g
+# serving query heads g * R .. g * R + R - 1. Broadcasting against a [R, 1, 1] table of
+# zeros repeats it (the gradient of a broadcast sums over the repeats); then the group
+# and repeat dims merge. R = 1 leaves x as it is.
+block repeat_kv[NKV, R, HD](x) {
+    return reshape(reshape(x, [B, NKV, 1, T, HD]) + reshape(arange(R) * 0, [R, 1, 1]), [B, NKV * R, T, HD])
+}
+
 # causal self-attention, heads split from and merged back into C
-block attention[C, NH](x) {
+block attention[C, NH, NKV](x) {
     dim HD = C / NH                                                  # head_dim
     layer q_proj = column[C, C]
-    layer k_proj = column[C, C]
-    layer v_proj = column[C, C]
+    layer k_proj = column[C, NKV * HD]
+    layer v_proj = column[C, NKV * HD]
     layer o_proj = row[C, C]
     layer rope = rotary[HD]
+    layer kv_heads = repeat_kv[NKV, NH / NKV, HD]
     q = rope(permute(reshape(q_proj(x), [B, T, NH, HD]), [0, 2, 1, 3]))
-    k = rope(permute(reshape(k_proj(x), [B, T, NH, HD]), [0, 2, 1, 3]))
-    v = permute(reshape(v_proj(x), [B, T, NH, HD]), [0, 2, 1, 3])
+    k = kv_heads(rope(permute(reshape(k_proj(x), [B, T, NKV, HD]), [0, 2, 1, 3])))
+    v = kv_heads(permute(reshape(v_proj(x), [B, T, NKV, HD]), [0, 2, 1, 3]))
     att = softmax(causal_mask(q @ transpose(k) / sqrt(HD)), -1)     # [B, NH, T, T]
     return o_proj(reshape(permute(att @ v, [0, 2, 1, 3]), [B, T, C]))
 }
@@ -73,9 +85,9 @@ block mlp[C, F](x) {
     return down_proj(silu(gate_proj(x)) * up_proj(x))
 }
 
-block decoder_layer[C, NH, F](x) {
+block decoder_layer[C, NH, NKV, F](x) {
     layer input_layernorm = rmsnorm[C]
-    layer self_attn = attention[C, NH]
+    layer self_attn = attention[C, NH, NKV]
     layer post_attention_layernorm = rmsnorm[C]
     layer mlp = mlp[C, F]
     h = x + self_attn(input_layernorm(x))                            # residual adds
@@ -88,9 +100,9 @@ block embedding[N, C](ids) {
     return embed(weight, ids)
 }
 
-block llama[V, C, NH, F, L](tokens) {
+block llama[V, C, NH, NKV, F, L](tokens) {
     layer embed_tokens = embedding[V, C]
-    layer layers = repeat L decoder_layer[C, NH, F]
+    layer layers = repeat L decoder_layer[C, NH, NKV, F]
     layer norm = rmsnorm[C]
     return norm(layers(embed_tokens(tokens)))
 }
@@ -98,7 +110,7 @@ block llama[V, C, NH, F, L](tokens) {
 input tokens  : i32[B@data, T]
 input targets : i32[B@data, T]     # tokens shifted by one
 
-layer model = llama[V, C, NH, F, L]
+layer model = llama[V, C, NH, NKV, F, L]
 layer lm_head = column[C, V]       # untied from the embedding
 logits = lm_head(model(tokens))    # [B, T, V], split over the vocabulary
 loss = cross_entropy(logits, targets)

@@ -37,6 +37,9 @@ rule):
                   three pieces along a named middle dim, a single tensor), sin and cos
                   (of a parameter's table, of activations, of constants), arange (one,
                   two and three bounds) making RoPE's table from constants
+  repeat_kv.dm    a tensor repeated along a new dim by broadcasting against a zero table
+                  and merged into the heads (grouped-query attention's repeat_kv), vs
+                  torch.repeat_interleave: the gradient summed over the repeats
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -257,6 +260,16 @@ def rope_loss(torch, F, p, i):
             + (rq * rq).mean() / 4 + torch.arange(5, dtype=x.dtype).sum() / 100)
 
 
+def repeat_kv_loss(torch, F, p, i):
+    B, T = 2, 3
+    x, wq, wk = i["x"], p["wq"], p["wk"]
+    q = (x @ wq.t()).reshape(B, T, 4, 2).permute(0, 2, 1, 3)
+    k = (x @ wk.t()).reshape(B, T, 2, 2).permute(0, 2, 1, 3)
+    kr = torch.repeat_interleave(k, 2, dim=1)     # Hugging Face's repeat_kv
+    z = torch.tanh(q @ kr.transpose(-1, -2))
+    return (z * z).mean() + (kr * kr * kr).mean() / 4
+
+
 def _lin_params(prefix, n_in, n_out):
     return [(prefix + ".weight", (n_in, n_out), ("normal", (2.0 / (n_in + n_out)) ** 0.5)),
             (prefix + ".bias", (n_out,), ("normal", 0.1))]
@@ -294,6 +307,9 @@ MODELS = [
       ("lnb", (6,), ("normal", 0.5)), ("wqkv", (6, 18), ("normal", 0.5)),
       ("w2", (5, 6), ("normal", 1.0))],
      transformer_loss),
+    ("repeat_kv", {"x": ((2, 3, 8), "f32")},
+     [("wq", (8, 8), ("normal", 0.5)), ("wk", (4, 8), ("normal", 0.5))],
+     repeat_kv_loss),
     ("windows", {"x": ((2, 3, 4), "f32")},
      [("wr", (8, 4), ("normal", 0.5)), ("wf", (4, 3, 4), ("normal", 0.5)), ("bf", (3, 4), ("normal", 1.0)),
       ("wo", (4, 4), ("normal", 0.5)), ("wn", (3, 4), ("normal", 0.5)), ("wc", (3, 4), ("normal", 0.5))],

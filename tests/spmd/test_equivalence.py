@@ -9,7 +9,7 @@ reduce-scatter of gradients), stack, sgd, clip (tests/spmd/clip.dm: gradient cli
 whose global norm counts every element once on each mesh, and a learning-rate schedule)
 gated (tests/spmd/gated.dm: LLaMA's RMSNorm and SwiGLU MLP, tensor-parallel) rope
 (tests/spmd/rope.dm: rotary embeddings, permute and concat over split dims) or llama
-(examples/llama.dm, small sizes);
+(examples/llama.dm, small sizes) or llama-gqa (the same with 2 key/value heads for 4);
 BACKEND is threads or mpi; a fifth argument `pipeline` runs PIPELINE_MESHES instead of
 MESHES (pipeline stages, micro-batches, accumulation; gpt.dm's embedding and its tied head on
 different stages), `interleaved` INTERLEAVED_MESHES (interleaved 1F1B: v model chunks per
@@ -46,7 +46,7 @@ STEPS = 10
 LOSS_RTOL = 1e-5
 GRAD_ATOL = 1e-6
 WEIGHT_ATOL = {"mlp": 1e-6, "gpt": 1e-4, "forms": 1e-6, "stack": 1e-6, "sgd": 1e-6, "clip": 1e-6, "dropout": 1e-6, "gated": 1e-6,
-               "rope": 1e-6, "llama": 1e-4}
+               "rope": 1e-6, "llama": 1e-4, "llama-gqa": 1e-4}
 # (mesh, extra dmc arguments): the last runs with buckets of 4 KiB, so that most gradient
 # buckets are started during the backward pass and overlap it
 MESHES = [("data=2", []), ("data=4", []), ("tensor=2", []), ("tensor=4", []), ("data=2,tensor=2", []),
@@ -162,6 +162,10 @@ MODELS = {
     # over tensor through permute, SwiGLU, RMSNorm, the vocabulary split; batch 4 over
     # data=4, 4 heads, F and V over tensor=4
     "llama": ("examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4"),
+    # the same with grouped-query attention: 2 key/value heads for 4 query heads (repeat_kv
+    # by broadcasting); on tensor=2 they split like the query heads, on tensor=4 they do not
+    # divide and are redistributed
+    "llama-gqa": ("examples/llama.dm", "V=64,T=8,C=32,NH=4,NKV=2,F=48,L=2,B=4"),
 }
 
 
