@@ -9,7 +9,7 @@
 # python3-numpy: what every other test runs on), and installs the pinned
 # tests/ref/hf-requirements.txt into it (transformers 4.40 still supports torch 1.13).
 # The test re-executes itself with this interpreter; without it, it skips (exit 77).
-# Not run by .ci/setup: CI has no transformers and skips the test. Run again, it does
+# .ci/setup runs it (a failure there only makes the test skip). Run again, it does
 # nothing when the environment was made from this very requirements file.
 # rm -rf tests/ref/.venv-hf starts over.
 set -eu
