@@ -8,6 +8,15 @@
 
 #include "emitter.h"
 
+/* A host buffer `host` of the rank's block's n elements (cg_block_into_shard). */
+static void emit_host_block(emitter *E) {
+    cg_writer *w = &E->w;
+    cg_line(w, "int64_t n = 1;");
+    cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
+    cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
+    cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
+}
+
 static int is_split(const ir_type *t) {
     for (int d = 0; d < t->rank; d++)
         if (t->split[d] != IR_REPLICATED) return 1;
@@ -210,18 +219,7 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "}");
     }
     if (E->pipe_axis >= 0) cg_line(w, "if (ctx->param_offsets[p] < 0) return DMRT_OK; /* another stage's */");
-    if (separate) {
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
-        E->dialect->copy(w, "ctx->params + ctx->param_offsets[p]", "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
-                         "{ dmrt_free(host); return device_failed(ctx); }");
-        cg_line(w, "dmrt_free(host);");
-    } else {
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->params + ctx->param_offsets[p]);");
-    }
+    cg_block_into_shard(E, "ctx->params + ctx->param_offsets[p]");
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
@@ -296,17 +294,7 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "    shard = range + z[4];");
         cg_line(w, "}");
     }
-    if (separate) {
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
-        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
-                         "{ dmrt_free(host); return device_failed(ctx); }");
-        cg_line(w, "shard = host;");
-    }
-    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
-    if (separate) cg_line(w, "dmrt_free(host);");
+    cg_shard_into_block(E);
     if (zero) cg_line(w, "dmrt_free(range);");
     if (E->pipe_axis >= 0) {
         w->indent--;
@@ -347,4 +335,34 @@ void emit_host_param_copies(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
+}
+
+/* The dialect's memory and host memory, in the generated gather and scatter functions'
+ * terms: `block` and `start` (the rank's block of the whole tensor), `p` (its parameter's
+ * shape in param_shapes), `whole`. A dialect whose memory the host cannot address copies
+ * through a host buffer. */
+void cg_block_into_shard(emitter *E, const char *shard) {
+    cg_writer *w = &E->w;
+    if (!E->dialect->separate_memory) {
+        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, %s);", shard);
+        return;
+    }
+    emit_host_block(E);
+    cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
+    E->dialect->copy(w, shard, "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
+                     "{ dmrt_free(host); return device_failed(ctx); }");
+    cg_line(w, "dmrt_free(host);");
+}
+
+void cg_shard_into_block(emitter *E) {
+    cg_writer *w = &E->w;
+    int separate = E->dialect->separate_memory;
+    if (separate) {
+        emit_host_block(E);
+        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
+                         "{ dmrt_free(host); return device_failed(ctx); }");
+        cg_line(w, "shard = host;");
+    }
+    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
+    if (separate) cg_line(w, "dmrt_free(host);");
 }

@@ -119,8 +119,6 @@ static void emit_state_tables(emitter *E, const int *ids, int n) {
 static void emit_spmd_state_moves(emitter *E) {
     cg_writer *w = &E->w;
     int zero = E->zero->n_buckets > 0, pipe = E->pipe_axis >= 0;
-    int separate = E->dialect->separate_memory; /* the shard: through host memory (ZeRO's shares are
-                                                 * refused on such a dialect by its capabilities) */
     cg_line(w, "/* State i, whole, on every rank: the ranks holding it write their blocks into zeros and the");
     cg_line(w, " * blocks are summed over the axes that split it (x + 0 is exact). Every rank must call it. */");
     cg_line(w, "static int gather_state(struct_ctx *ctx, int i, float *whole) {");
@@ -148,17 +146,7 @@ static void emit_spmd_state_moves(emitter *E) {
         cg_line(w, "    shard = range + z[3];");
         cg_line(w, "}");
     }
-    if (separate) {
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
-        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
-                         "{ dmrt_free(host); return device_failed(ctx); }");
-        cg_line(w, "shard = host;");
-    }
-    cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
-    if (separate) cg_line(w, "dmrt_free(host);");
+    cg_shard_into_block(E);
     if (zero) cg_line(w, "dmrt_free(range);");
     if (pipe) {
         w->indent--;
@@ -188,18 +176,7 @@ static void emit_spmd_state_moves(emitter *E) {
         w->indent--;
         cg_line(w, "}");
     }
-    if (separate) {
-        cg_line(w, "int64_t n = 1;");
-        cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
-        cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-        cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
-        E->dialect->copy(w, "ctx->state + state_places[i][2]", "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
-                         "{ dmrt_free(host); return device_failed(ctx); }");
-        cg_line(w, "dmrt_free(host);");
-    } else {
-        cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, ctx->state + state_places[i][2]);");
-    }
+    cg_block_into_shard(E, "ctx->state + state_places[i][2]");
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");

@@ -255,6 +255,11 @@ void emit_clip(emitter *E, int stage);
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */
 void emit_loss_unscale(emitter *E, int stage);
+/* emit_params.c: in a generated gather or scatter function, the rank's block of the whole
+ * tensor into its shard (C expression), or the shard (`shard`) into the whole tensor,
+ * through host memory where the dialect's is separate. */
+void cg_block_into_shard(emitter *E, const char *shard);
+void cg_shard_into_block(emitter *E);
 /* C expression (int64_t): the optimizer's updates so far, the one in progress counted:
  * ctx->step, less the steps loss scaling skipped. */
 const char *cg_updates_done(const emitter *E);
