@@ -100,9 +100,19 @@ void dmrt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
     dmrt_blas_count_product(m, n, k, t0);
 }
 
-int64_t dmrt_sgemm_panel_start(int64_t size, int p, int panels) {
+/* Where panel p of `panels` begins over `size` rows or columns; p == panels gives size. */
+static int64_t panel_start(int64_t size, int p, int panels) {
     if (p >= panels) return size;
     return size * p / panels / 16 * 16;
+}
+
+dmrt_panel dmrt_sgemm_panel(int p, int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t lda,
+                            int64_t ldb, int64_t ldc) {
+    int by_rows = m >= n;
+    int64_t longer = by_rows ? m : n, first = panel_start(longer, p, panels),
+            size = panel_start(longer, p + 1, panels) - first;
+    if (by_rows) return (dmrt_panel){.m = size, .n = n, .a = trans_a ? first : first * lda, .c = first * ldc};
+    return (dmrt_panel){.m = m, .n = size, .b = trans_b ? first * ldb : first, .c = first};
 }
 
 int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k) {
@@ -116,7 +126,6 @@ int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k) {
 void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc) {
-    int64_t longer = m >= n ? m : n;
     int panels = dmrt_sgemm_panels(threads, m, n, k);
     if (panels <= 1) {
         dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -125,17 +134,10 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
     /* timed whole, by the calling thread: the panels run on other threads, whose counts
      * nobody reads */
     double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
-    int by_rows = m >= n;
     DMRT_PARALLEL_FOR(panels)
     for (int p = 0; p < panels; p++) {
-        int64_t first = dmrt_sgemm_panel_start(longer, p, panels),
-                size = dmrt_sgemm_panel_start(longer, p + 1, panels) - first;
-        if (by_rows)
-            sgemm_untimed(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb,
-                          beta, c + first * ldc, ldc);
-        else
-            sgemm_untimed(trans_a, trans_b, m, size, k, alpha, a, lda, trans_b ? b + first * ldb : b + first, ldb,
-                          beta, c + first, ldc);
+        dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
+        sgemm_untimed(trans_a, trans_b, q.m, q.n, k, alpha, a + q.a, lda, b + q.b, ldb, beta, c + q.c, ldc);
     }
     if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
 }

@@ -379,18 +379,11 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
     if (path() == PATH_ONEDNN && k > 0 && alpha != 0.0f && panels > 1) {
         /* timed whole, by the calling thread, as dmrt_sgemm_split is */
         double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
-        int64_t longer = m >= n ? m : n;
-        int by_rows = m >= n;
         DMRT_PARALLEL_FOR(panels)
         for (int p = 0; p < panels; p++) {
-            int64_t first = dmrt_sgemm_panel_start(longer, p, panels),
-                    size = dmrt_sgemm_panel_start(longer, p + 1, panels) - first;
-            if (by_rows)
-                gemm_onednn_or_convert(trans_a, trans_b, size, n, k, alpha, trans_a ? a + first : a + first * lda,
-                                       lda, b, ldb, beta, c + first * ldc, ldc);
-            else
-                gemm_onednn_or_convert(trans_a, trans_b, m, size, k, alpha, a, lda,
-                                       trans_b ? b + first * ldb : b + first, ldb, beta, c + first, ldc);
+            dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
+            gemm_onednn_or_convert(trans_a, trans_b, q.m, q.n, k, alpha, a + q.a, lda, b + q.b, ldb, beta, c + q.c,
+                                   ldc);
         }
         if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
         return;

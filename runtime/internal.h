@@ -31,11 +31,16 @@ int64_t dmrt_shape_numel(int rank, const int64_t *shape);
  * differs; also_prefix (may be NULL): the other name that was looked for, also_prefix + name. */
 /* blas.c: how dmrt_sgemm_split cuts a product, shared with dmrt_gemm_bf16_split so that
  * both split alike. dmrt_sgemm_panels: the panels for `threads` threads (1: not split);
- * they run along the longer of m and n. dmrt_sgemm_panel_start: where panel p of `panels`
- * begins over `size` rows or columns: whole multiples of 16 (the widths BLAS kernels work
- * in) but for the last; p == panels gives size. */
+ * they run along the longer of m and n. dmrt_sgemm_panel: panel p of `panels`, a product of
+ * its own: its m and n, and where it starts in a, b and c (elements). Panels begin at whole
+ * multiples of 16 rows or columns (the widths BLAS kernels work in). */
+typedef struct dmrt_panel {
+    int64_t m, n;
+    int64_t a, b, c;
+} dmrt_panel;
 int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k);
-int64_t dmrt_sgemm_panel_start(int64_t size, int p, int panels);
+dmrt_panel dmrt_sgemm_panel(int p, int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t lda,
+                            int64_t ldb, int64_t ldc);
 /* blas.c: one product of 2 m n k flops, begun at t0 (dmrt_now), in the calling thread's
  * DMRT_BLAS_TIME counts. */
 void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);
