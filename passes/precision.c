@@ -16,17 +16,18 @@
 
 #include "passes.h"
 
-/* A cast made, found by the value it casts and where it runs. */
+/* A cast made: where it runs, and the one made before it of the same value. */
 typedef struct cast_key {
-    int source;   /* new id of the f32 value */
     int phase, stage;
-    int cast;     /* new id of its cast */
+    int cast;     /* new id of the cast */
+    int previous; /* index in the list of the same value's previous cast, or -1 */
 } cast_key;
 
-static int find_cast(const cast_key *made, int n, const ir_value *source, const ir_value *reader) {
+/* The cast of `source` reader may read (first: the index of source's latest cast, or -1). */
+static int find_cast(const cast_key *made, int first, const ir_value *source, const ir_value *reader) {
     int activation = source->role != ROLE_PARAM && source->op != OP_PARAM_VIEW;
-    for (int i = n - 1; i >= 0; i--) {
-        if (made[i].source != source->id || made[i].stage != reader->stage) continue;
+    for (int i = first; i >= 0; i = made[i].previous) {
+        if (made[i].stage != reader->stage) continue;
         if (made[i].phase == (int)reader->phase ||
             (activation && made[i].phase == PHASE_FORWARD && reader->phase == PHASE_BACKWARD))
             return made[i].cast;
@@ -54,8 +55,10 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
     int n = g->n_values, n_made = 0;
     ir_value **old = g->values;
     int *map = malloc(((size_t)n + 1) * sizeof(int));
+    int *latest = malloc(((size_t)n + 1) * sizeof(int)); /* (old values) its latest cast in made, or -1 */
     cast_key *made = malloc(((size_t)2 * n + 1) * sizeof *made);
-    if (!map || !made) abort();
+    if (!map || !latest || !made) abort();
+    for (int i = 0; i < n; i++) latest[i] = -1;
     g->values = NULL;
     g->n_values = g->cap_values = 0;
     for (int i = 0; i < n; i++) {
@@ -66,10 +69,11 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
                 v->operands[k] = map[o];
                 continue;
             }
-            int cast = find_cast(made, n_made, old[o], v);
+            int cast = find_cast(made, latest[o], old[o], v);
             if (cast < 0) {
                 cast = append_cast(g, old[o], map[o], v);
-                made[n_made++] = (cast_key){.source = map[o], .phase = (int)v->phase, .stage = v->stage, .cast = cast};
+                made[n_made] = (cast_key){.phase = (int)v->phase, .stage = v->stage, .cast = cast, .previous = latest[o]};
+                latest[o] = n_made++;
             }
             v->operands[k] = cast;
         }
@@ -80,6 +84,7 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
     ir_renumber_lists(g, map);
     dm_plans_renumber(map, pipe, reshards);
     free(map);
+    free(latest);
     free(made);
     return 0;
 }
