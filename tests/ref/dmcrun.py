@@ -81,9 +81,10 @@ def step_losses(cmd, cwd, timeout, env=None):
     return [fields["loss"] for fields in step_fields(cmd, cwd, timeout, env)]
 
 
-def step_fields(cmd, cwd, timeout, env=None):
+def step_fields(cmd, cwd, timeout, env=None, first_step=1):
     """Runs cmd in cwd; returns, in order, the fields of its `step N loss X [NAME VALUE]...`
-    lines as dicts of floats ({"loss": X, "ms": .., "lr": ..})."""
+    lines as dicts of floats ({"loss": X, "ms": .., "lr": ..}), numbered from first_step (a
+    resumed run's first)."""
     try:
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=timeout)
@@ -95,7 +96,7 @@ def step_fields(cmd, cwd, timeout, env=None):
     for line in r.stdout.splitlines():
         f = line.split()
         if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            if int(f[1]) != len(steps) + 1:
+            if int(f[1]) != len(steps) + first_step:
                 raise Failure("`%s`: step lines out of order: %r" % (" ".join(cmd), line))
             steps.append({name: float(value) for name, value in zip(f[2::2], f[3::2])})
     return steps
@@ -107,11 +108,11 @@ def run_dmc(dmc, dm_file, tmp, args, timeout):
     return [fields["loss"] for fields in run_dmc_steps(dmc, dm_file, tmp, args, timeout)]
 
 
-def run_dmc_steps(dmc, dm_file, tmp, args, timeout):
+def run_dmc_steps(dmc, dm_file, tmp, args, timeout, first_step=1):
     """The same, returning every field of the step lines (step_fields)."""
     require_target()
     cmd = [dmc, "run", dm_file, "--quiet"] + target_args() + args
-    return step_fields(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp))
+    return step_fields(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp), first_step=first_step)
 
 
 def check_losses(what, got, want, rtol):

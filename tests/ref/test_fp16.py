@@ -79,22 +79,11 @@ def torch_run(torch, init, xs, ys, norm, scale, interval, steps):
     return losses, trail, {n: t.detach().double().numpy() for n, t in p.items()}
 
 
-def dmc_steps(dmc, src_path, tmp, args):
-    """The step lines' fields of a run, from whatever step it starts at: [(loss, scale, skipped)]."""
-    import subprocess
-    dmcrun.require_target()
-    cmd = [dmc, "run", src_path, "--quiet", "--set", "B=%d,H=%d" % (mlp.B, mlp.H), "--precision", "fp16"] + args
-    r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                       timeout=240, env=dict(os.environ, TMPDIR=tmp))
-    if r.returncode != 0:
-        raise Failure("`%s` exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
-    steps = []
-    for line in r.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == "step" and f[2] == "loss":
-            fields = dict(zip(f[2::2], f[3::2]))
-            steps.append((float(fields["loss"]), float(fields["scale"]), fields.get("skipped") == "1"))
-    return steps
+def dmc_steps(dmc, src_path, tmp, args, first_step=1):
+    """The step lines of an fp16 run, numbered from first_step: [(loss, scale, skipped)]."""
+    steps = dmcrun.run_dmc_steps(dmc, src_path, tmp, ["--set", "B=%d,H=%d" % (mlp.B, mlp.H), "--precision", "fp16"]
+                                 + args, timeout=240, first_step=first_step)
+    return [(f["loss"], f["scale"], f.get("skipped") == 1.0) for f in steps]
 
 
 def check_trail(what, got, want):
@@ -130,7 +119,8 @@ def run_checks(dmc, root, np, torch):
         dmc_steps(dmc, src_path, tmp, common + scaled + ["--steps", "15", "--checkpoint", ckpt, "--checkpoint-every", "5"])
         batches = common[common.index("--batch-file"):][:2]  # --resume brings the weights: no --init
         resumed = dmc_steps(dmc, src_path, tmp, batches + scaled + ["--steps", str(STEPS), "--resume",
-                                                                    os.path.join(ckpt, "step-00000015.safetensors")])
+                                                                    os.path.join(ckpt, "step-00000015.safetensors")],
+                            first_step=16)
         if resumed != got[15:]:
             raise Failure("resume: steps 16-%d after resuming from step 15 %s, without stopping %s"
                           % (STEPS, resumed, got[15:]))
