@@ -496,7 +496,8 @@ static void emit_comm_call(emitter *E, const ir_value *v, const char *fmt, ...) 
  *   reduce-scatter  [outer, k, block] to [k, outer, block] in scratch, then reduce-scatter.
  *   all-to-all      pack the k target blocks of the new split dim, exchange, unpack along
  *                   the old one.
- *   shard slice     copy this rank's block, at an offset known at run time. */
+ *   shard slice     copy this rank's block, at an offset known at run time.
+ *   as pending      coordinate 0 copies, the others zero (a whole value joins a sum). */
 static void emit_collective(emitter *E, const ir_value *v) {
     const ir_type *in = T(E, v->operands[0]), *out = T(E, v->id);
     /* collectives move floats; integer tensors (token ids, labels) travel bit for bit,
@@ -562,6 +563,18 @@ static void emit_collective(emitter *E, const ir_value *v) {
         emit_copy_nest(E, rank + 1, size, recv_own, from, y_own, to, n_out);
         return;
     }
+    case OP_AS_PENDING:
+        /* the sum over the axis is the value: coordinate 0 keeps it, the others add zeros */
+        cg_line(&E->w, "if (ctx->coord[%d] == 0) {", v->mesh_axis);
+        E->w.indent++;
+        cg_copy_elems(E, y, x, (long long)n_in, "float", CG_DEVICE_TO_DEVICE);
+        E->w.indent--;
+        cg_line(&E->w, "} else {");
+        E->w.indent++;
+        cg_zero_elems(E, y, (long long)n_in, "float");
+        E->w.indent--;
+        cg_line(&E->w, "}");
+        return;
     case OP_SHARD_SLICE: {
         int64_t in_stride[IR_MAX_RANK], out_stride[IR_MAX_RANK];
         cg_contiguous_strides(in, in_stride);

@@ -93,7 +93,7 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
         break;
     case OPC_COLLECTIVE:
         fprintf(out, " over=%s", g->axes[v->mesh_axis].name);
-        if (v->op != OP_ALLREDUCE && v->op != OP_ZERO_GATHER) fprintf(out, " dim=%d", v->axis);
+        if (v->op != OP_ALLREDUCE && v->op != OP_ZERO_GATHER && v->op != OP_AS_PENDING) fprintf(out, " dim=%d", v->axis);
         if (v->op == OP_ALLTOALL) fprintf(out, " to_dim=%d", v->axis2);
         break;
     case OPC_RESHAPE:

@@ -113,6 +113,14 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
     }
     case OPC_BINARY: {
         const ir_type *ta = &V(A, x0)->type, *tb = &V(A, x1)->type;
+        if (x0 == x1 && (v->op == OP_MUL || v->op == OP_ADD)) {
+            /* x * x (x + x): both operands' contributions are one tensor, made once and
+             * doubled (an exact add) */
+            int c = v->op == OP_MUL ? emit2(A, OP_MUL, dy, x0, loc, n0) : dy;
+            c = sum_to(A, c, ta, loc, n0);
+            accumulate(A, x0, emit2(A, OP_ADD, c, c, loc, n0), loc);
+            return;
+        }
         if (needs[x0]) {
             int c = dy;
             if (v->op == OP_MUL) c = emit2(A, OP_MUL, dy, x1, loc, n0);

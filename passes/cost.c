@@ -52,7 +52,7 @@ static void update_cost(const ir_graph *g, const ir_value *v, dm_op_cost *c) {
 
 /* A split cross-entropy's exchanges count as a collective over its classes' axis. */
 static int communicates(const ir_graph *g, const ir_value *v) {
-    if (ir_op_info_of(v->op)->cls == OPC_COLLECTIVE) return v->op != OP_SHARD_SLICE;
+    if (ir_op_info_of(v->op)->cls == OPC_COLLECTIVE) return v->op != OP_SHARD_SLICE && v->op != OP_AS_PENDING;
     return v->op == OP_XENT_STATS && ir_class_split_axis(g, v) != IR_REPLICATED;
 }
 

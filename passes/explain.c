@@ -65,7 +65,8 @@ static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size
     const char *axis = g->axes[explain_collective_axis(g, c)].name;
     switch (c->op) {
     case OP_XENT_STATS: snprintf(buf, size, "allgather+allreduce(%s)", axis); break;
-    case OP_ALLREDUCE: snprintf(buf, size, "allreduce(%s)", axis); break;
+    case OP_ALLREDUCE:
+    case OP_AS_PENDING: snprintf(buf, size, "%s(%s)", ir_op_info_of(c->op)->name, axis); break;
     case OP_ALLTOALL: snprintf(buf, size, "alltoall(%s, dim %d -> %d)", axis, c->axis, c->axis2); break;
     default: snprintf(buf, size, "%s(%s, dim %d)", ir_op_info_of(c->op)->name, axis, c->axis); break;
     }
@@ -73,7 +74,7 @@ static void collective_str(const ir_graph *g, const ir_value *c, char *buf, size
 
 /* Bytes one rank contributes: its shard of the operand (a local slice moves nothing). */
 int64_t explain_collective_bytes(const ir_graph *g, const ir_value *c) {
-    if (c->op == OP_SHARD_SLICE) return 0;
+    if (c->op == OP_SHARD_SLICE || c->op == OP_AS_PENDING) return 0;
     if (is_split_cross_entropy(c)) {
         /* per local row: its maximum (gathered), then the sum of exponentials and the
          * target's logit (summed); the gradient reads them and exchanges nothing */

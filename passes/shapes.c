@@ -399,6 +399,7 @@ static int rule_collective(ir_graph *g, ir_value *v, dm_diag *d) {
     uint32_t bit = 1u << v->mesh_axis;
     switch (v->op) {
     case OP_ALLREDUCE: t.partial &= ~bit; break;
+    case OP_AS_PENDING: t.partial |= bit; break;
     case OP_ALLGATHER: t.split[v->axis] = IR_REPLICATED; break;
     case OP_REDUCE_SCATTER:
         t.partial &= ~bit;

@@ -34,6 +34,10 @@ typedef struct shard_state {
     dm_reshard_list *log;
     int *map;            /* (old values) new id standing for an old value */
     /* reshards made so far, per source value (new ids): a chain through next */
+    /* (old values) whether every consumer of the value is an add or a sub, at least one:
+     * a sum made there may stay pending (join_pending_sum) */
+    unsigned char *feeds_sums_only;
+    int visiting;        /* the old value being decided */
     int *first_cache;    /* (cache_ids) index into cache, or -1 */
     int cache_ids;
     struct cached { int result, next; } *cache;
@@ -144,6 +148,12 @@ static int convert(shard_state *S, int source, const ir_type *want, const char *
         if (t->split[i] == IR_REPLICATED && want->split[i] != IR_REPLICATED)
             cur = add_collective(S, OP_SHARD_SLICE, cur, want->split[i], i, 0, reason, phase);
     }
+    for (int a = 0; a < g->n_axes; a++) {
+        uint32_t bit = 1u << a;
+        const ir_type *t = &V(S, cur)->type;
+        if ((want->partial & bit) && !(t->partial & bit) && !(split_axes(t) & bit))
+            cur = add_collective(S, OP_AS_PENDING, cur, a, 0, 0, reason, phase);
+    }
     if (want->partial & ~V(S, cur)->type.partial) {
         dm_error(S->d, V(S, source)->loc, "internal: cannot make a pending sum appear by resharding");
         S->errors++;
@@ -187,6 +197,41 @@ static int linear_in(const ir_value *v, int k) {
     case OP_UNARY_GRAD: return k == 2; /* f'(x, y) * dy */
     default: return 0;
     }
+}
+
+/* An add (sub) of sums pending over the same axes and of whole operands, whose result
+ * feeds only more adds (a gradient accumulated from several uses: RMSNorm written from
+ * ops gives a residual's gradient three pending terms and one whole): the whole operands
+ * join the pending sum (as_pending: the rank at coordinate 0 holds them, the others
+ * zeros), so that the chain is completed by one collective where it is read, not one per
+ * pending term. Only in the backward pass, where gradients accumulate: a forward chain
+ * (a row-parallel product, its bias, the residual) holds one pending term, which joining
+ * would only move past the bias. Returns the axes pending in the result, 0 where the sum
+ * is completed here instead. */
+static uint32_t join_pending_sum(shard_state *S, const ir_value *v, const decision *D) {
+    uint32_t pending = 0;
+    for (int k = 0; k < v->n_operands; k++) {
+        uint32_t p = operand(S, v, k)->partial;
+        if (!p) continue;
+        if (pending && p != pending) return 0;
+        pending = p;
+    }
+    if (!pending || (pending & split_axes(&D->res)) || !S->feeds_sums_only[S->visiting] || v->phase != PHASE_BACKWARD)
+        return 0;
+    for (int k = 0; k < v->n_operands; k++)
+        if (!operand(S, v, k)->partial && (split_axes(&D->want[k]) & pending)) return 0;
+    return pending;
+}
+
+/* Why an elementwise op changes its operands' pending sums (--explain shows it). */
+static const char *completion_reason(const ir_value *v, uint32_t joined, int carriers, uint32_t keep) {
+    if (joined) return "whole operands join the pending sum they are added to";
+    if (v->op == OP_ADD || v->op == OP_SUB)
+        return carriers < v->n_operands ? "a pending sum is completed before it is added to a whole operand"
+                                        : "sums pending over different axes are completed before they are added";
+    if (carriers > 1 && linear_in(v, 0)) return "a product of two pending sums needs them complete";
+    if (keep) return "a pending sum is completed where its axis splits the result";
+    return "a pending sum must be complete before a non-linear op";
 }
 
 /* Sequence parallelism (ir_graph.sequence_parallel): where an elementwise op completes a
@@ -255,15 +300,16 @@ static void rule_elementwise(shard_state *S, const ir_value *v, decision *D) {
         if (p) carriers++, carrier = k, keep = p;
         if (p != operand(S, v, 0)->partial) alike = 0;
     }
-    if (v->op == OP_ADD || v->op == OP_SUB) keep = alike ? keep : 0;
-    else if (carriers != 1 || !linear_in(v, carrier)) keep = 0;
+    int sum = v->op == OP_ADD || v->op == OP_SUB, joined = 0;
+    if (sum && !alike) keep = joined = join_pending_sum(S, v, D);
+    else if (!sum && (carriers != 1 || !linear_in(v, carrier))) keep = 0;
     keep &= ~split_axes(&D->res);
     D->res.partial = keep;
     for (int k = 0; k < n; k++) {
-        uint32_t allowed = keep && linear_in(v, k) && D->want[k].partial == keep ? keep : 0;
+        uint32_t allowed = keep && linear_in(v, k) && (joined || D->want[k].partial == keep) ? keep : 0;
         if (D->want[k].partial != allowed) {
+            if (!D->reason) D->reason = completion_reason(v, joined, carriers, keep);
             D->want[k].partial = allowed;
-            if (!D->reason) D->reason = "a pending sum must be complete before a non-linear op";
         }
     }
     split_sequence(S, v, D);
@@ -610,6 +656,25 @@ static int is_listed(const int *ids, int n, int id) {
     return 0;
 }
 
+/* sums_only[i]: every consumer of old value i is an add or a sub (one at least), and the
+ * value is nothing the caller reads (loss, output) nor annotated. */
+static void mark_sums_only(const ir_graph *g, ir_value *const *old, int n_old, unsigned char *sums_only) {
+    memset(sums_only, 0, (size_t)n_old);
+    unsigned char *other = calloc((size_t)(n_old ? n_old : 1), 1);
+    if (!other) abort();
+    for (int i = 0; i < n_old; i++) {
+        const ir_value *v = old[i];
+        int sum = v->op == OP_ADD || v->op == OP_SUB;
+        for (int k = 0; k < v->n_operands; k++) {
+            if (sum) sums_only[v->operands[k]] = 1;
+            else other[v->operands[k]] = 1;
+        }
+    }
+    for (int i = 0; i < n_old; i++)
+        if (other[i] || old[i]->annotated || i == g->loss || is_listed(g->outputs, g->n_outputs, i)) sums_only[i] = 0;
+    free(other);
+}
+
 int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     int n_old = g->n_values;
     ir_value **old = g->values;
@@ -618,7 +683,9 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     for (int k = 0; k < g->n_outputs; k++) output_of[k] = -1;
     shard_state S = {.g = g, .d = d, .log = log};
     S.map = malloc((size_t)(n_old ? n_old : 1) * sizeof(int));
-    if (!S.map) abort();
+    S.feeds_sums_only = malloc((size_t)(n_old ? n_old : 1));
+    if (!S.map || !S.feeds_sums_only) abort();
+    mark_sums_only(g, old, n_old, S.feeds_sums_only);
     g->values = NULL;
     g->n_values = g->cap_values = 0;
 
@@ -645,6 +712,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             }
         }
         ir_type annotation = v->type;
+        S.visiting = i;
         decision D;
         decide(&S, v, &D);
         for (int k = 0; k < v->n_operands && k < MAX_OPERANDS; k++) {
@@ -723,6 +791,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     }
     free(update_of);
     free(S.map);
+    free(S.feeds_sums_only);
     free(S.first_cache);
     free(S.cache);
     return S.errors;

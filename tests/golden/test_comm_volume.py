@@ -9,7 +9,9 @@ statistics (n - 1) S / 3 (the row maxima gathered) + 2 (n - 1) / n 2 S / 3 (two 
 row summed). The communication summary must add them up by phase and axis. And,
 independently of explain's operand figures: mlp.dm on data=4 sends 2 (3/4) x 4 bytes x
 every parameter element in its update (one gradient allreduce per parameter), the
-figure issue 14 measured for a ring (11.19 MB, where explain printed 7.46).
+figure issue 14 measured for a ring (11.19 MB, where explain printed 7.46). And a LLaMA
+on tensor=2, its RMSNorms written from ops, completes each norm's backward with one
+allreduce of the residual's gradient (2 a layer, like GPT's layernorms), not three.
 Prints one line per case; exits 1 on any failure.
 """
 import json
@@ -18,6 +20,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL_LLAMA = "L=3,V=256,T=16,C=64,NH=4,F=128,B=2"
 CASES = [
     ("examples/mlp.dm", ["--mesh", "data=4"]),
     ("examples/mlp.dm", ["--mesh", "data=2,tensor=2"]),
@@ -26,11 +29,12 @@ CASES = [
     ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2"]),
     ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "1"]),
     ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1"]),
+    ("examples/llama.dm", ["--mesh", "tensor=2", "--set", SMALL_LLAMA]),
 ]
 
 
 def ring(op, n, s):
-    if op == "shard_slice" or n <= 1:
+    if op in ("shard_slice", "as_pending") or n <= 1:
         return 0.0
     if op == "allgather+allreduce":
         return s / 3 * (n - 1) + s * 2 / 3 * 2 * (n - 1) / n
@@ -86,8 +90,27 @@ def check(dmc, dm, args):
         if abs(got.get(("update", "data"), 0) - want) > 1:
             fails.append("mlp data=4 update: sent %s, 1.5 x 4 bytes x %d parameters = %.0f" %
                          (got.get(("update", "data")), params, want))
+    if dm == "examples/llama.dm":
+        fails += norm_allreduces(plan, 3, 2 * 16 * 64 * 4)
     print("%-22s %-50s %3d collectives, %.0f bytes sent per rank%s" % (
         dm, " ".join(args), len(plan["collectives"]), comm["sent_bytes_per_rank"], " FAIL" if fails else ""))
+    return fails
+
+
+def norm_allreduces(plan, layers, activation_bytes):
+    """RMSNorm written from ops on tensor=2: the residual's gradient gathers three pending
+    terms from each norm (issue 38); they must be summed by one allreduce per norm, as
+    GPT's layernorm has: 2 per layer, none of them an as_pending's (which moves nothing)."""
+    backward = [c for c in plan["collectives"] if c["phase"] == "backward" and c["axis"] == "tensor"
+                and c["op"] == "allreduce" and c["bytes_per_rank"] == activation_bytes]
+    joins = [c for c in plan["collectives"] if c["op"] == "as_pending"]
+    fails = []
+    if len(backward) != 2 * layers:
+        fails.append("%d activation allreduces in the backward, want 2 per layer = %d: %s" %
+                     (len(backward), 2 * layers, [c["value"] for c in backward]))
+    if not joins or any(c["sent_bytes_per_rank"] != 0 or c["reason"] != "whole operands join the pending sum they are added to"
+                        for c in joins):
+        fails.append("as_pending rows: %s" % joins)
     return fails
 
 
