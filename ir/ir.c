@@ -65,9 +65,9 @@ ir_type ir_local_type(const ir_graph *g, const ir_type *t) {
     return local;
 }
 
-int ir_pipeline_axis(const ir_graph *g) {
-    return g->pipe_axis >= 0 && g->axes[g->pipe_axis].size > 1 ? g->pipe_axis : -1;
-}
+int ir_role_axis(const ir_graph *g, int axis) { return axis >= 0 && g->axes[axis].size > 1 ? axis : -1; }
+
+int ir_pipeline_axis(const ir_graph *g) { return ir_role_axis(g, g->pipe_axis); }
 
 int ir_is_scheduled(const ir_graph *g) { return g->microbatches > 1 || ir_pipeline_axis(g) >= 0; }
 
@@ -143,7 +143,7 @@ ir_graph *ir_graph_new(const char *model) {
     ir_graph *g = xcalloc(1, sizeof *g);
     g->model = ir_intern(g, model);
     g->loss = -1;
-    g->pipe_axis = -1;
+    g->pipe_axis = g->data_axis = g->tensor_axis = -1;
     g->microbatches = 1;
     return g;
 }

@@ -208,12 +208,17 @@ typedef struct ir_graph {
     ir_optimizer optimizer;
     ir_mesh_axis axes[IR_MAX_AXES];
     int n_axes;
+    /* The axes' roles, by their names, resolved once at lowering: the passes read these,
+     * never the names (each is -1 where the mesh has no such axis; ir_role_axis gives
+     * -1 for one of size 1 too) */
     int pipe_axis;            /* the mesh axis named "pipeline" (stages), or -1 */
+    int data_axis;            /* the mesh axis named "data" (batch split, ZeRO, compression) */
+    int tensor_axis;          /* the mesh axis named "tensor" (Megatron, sequence parallelism) */
     /* A step's batch runs as `microbatches` micro-batches whose gradients are summed
      * (accumulation; the pipeline's micro-batches): the graph is one micro-batch, its
      * batch_dim (the inputs' leading dim) batch_whole / microbatches. */
     int microbatches;         /* 1: the whole batch at once */
-    int schedule;             /* pipe_kind (passes/schedule.h): gpipe, 1f1b or interleaved */
+    int schedule;             /* pipe_kind (ir/pipe_kind.h): gpipe, 1f1b, interleaved, 2bw, pipedream */
     int chunks;               /* interleaved: model chunks per pipeline stage (virtual stages
                                * per rank); 0 when not given */
     dm_loc chunks_loc;        /* where the program gave them, if it did */
@@ -288,6 +293,8 @@ int64_t ir_local_numel(const struct ir_graph *g, const ir_type *t);
 ir_type ir_local_type(const struct ir_graph *g, const ir_type *t);
 /* The mesh axis of a pipeline of more than one stage, or -1. */
 int ir_pipeline_axis(const struct ir_graph *g);
+/* axis (g->data_axis, g->tensor_axis, ...) where it exists and has 2 ranks or more, else -1 */
+int ir_role_axis(const struct ir_graph *g, int axis);
 /* Whether a step runs as scheduled micro-batches (several of them, or pipeline stages). */
 int ir_is_scheduled(const struct ir_graph *g);
 /* Ranks of the mesh: the product of its axis sizes (1 without a mesh). */
@@ -311,7 +318,7 @@ int64_t ir_view_offset(const struct ir_graph *g, const struct ir_value *v);
 int ir_reads_operand(const struct ir_value *v, int k);
 
 /* Appends a value with the given operands; the type is left for the shape rules
- * (passes/shapes.c) unless the caller sets it. */
+ * (ir/shapes.c) unless the caller sets it. */
 ir_value *ir_add(ir_graph *g, ir_op op, const int *operands, int n_operands, dm_loc loc);
 void ir_append_id(ir_graph *g, int **list, int *n, int id);
 /* Removes the last value (one its maker folded away before anything referenced it). */
@@ -333,5 +340,13 @@ void ir_format_sizes(const ir_type *t, char *buf, size_t size);
 /* Checks the IR invariants (operand order, arity, types set, roles); prints each
  * broken one to err with the pass name and returns their count. */
 int ir_verify(const ir_graph *g, const char *after_pass, FILE *err);
+
+/* shapes.c: sets v->type from its operands and attributes by its op's shape rule.
+ * SOURCE, RESHAPE, BROADCAST and SUM_TO values carry their result shape already (set by
+ * whoever made them); the rule checks it. Reports a mismatch at v->loc naming the
+ * shapes. Lowering types each value as it makes it; passes type the values they add. */
+int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d);
+/* Runs shapes_infer over every value again: the type/shape check as a pass. */
+int pass_shapes(ir_graph *g, dm_diag *d);
 
 #endif

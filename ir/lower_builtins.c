@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes.h"
 #include "suggest.h"
 
 /* ---- values ---------------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "pipe_kind.h"
 #include "suggest.h"
 
 /* ---- statements ------------------------------------------------------------------------ */
@@ -92,6 +92,8 @@ void lower_mesh(lowerer *L, const dm_stmt *st) {
             continue;
         }
         if (strcmp(a->name, "pipeline") == 0) g->pipe_axis = g->n_axes;
+        if (strcmp(a->name, "data") == 0) g->data_axis = g->n_axes;
+        if (strcmp(a->name, "tensor") == 0) g->tensor_axis = g->n_axes;
         g->axes[g->n_axes].name = ir_intern(g, a->name);
         g->axes[g->n_axes].size = size;
         g->axes[g->n_axes].loc = a->loc;

@@ -63,10 +63,7 @@ void dm_compress_name(const ir_compress *c, char *buf, size_t size) {
 }
 
 int dm_compress_axis(const ir_graph *g) {
-    if (g->compress.kind == COMPRESS_NONE) return -1;
-    for (int a = 0; a < g->n_axes; a++)
-        if (strcmp(g->axes[a].name, "data") == 0 && g->axes[a].size > 1) return a;
-    return -1;
+    return g->compress.kind == COMPRESS_NONE ? -1 : ir_role_axis(g, g->data_axis);
 }
 
 int dm_compressed_allreduce(const ir_graph *g, const ir_value *v) {

@@ -6,14 +6,6 @@
 #include "ir.h"
 #include "schedule.h"
 
-/* shapes.c: sets v->type from its operands and attributes by its op's shape rule.
- * SOURCE, RESHAPE, BROADCAST and SUM_TO values carry their result shape already (set by
- * whoever made them); the rule checks it. Reports a mismatch at v->loc naming the
- * shapes. */
-int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d);
-/* Runs shapes_infer over every value again: the type/shape check as a pass. */
-int pass_shapes(ir_graph *g, dm_diag *d);
-
 /* trainable.c: whether the lowered program is a training step: not empty, a loss
  * (minimize), an optimizer, and parameters the loss depends on; each error points where
  * the missing statement belongs. A parameter the loss does not reach is a warning and is

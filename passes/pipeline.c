@@ -59,9 +59,7 @@ double dm_state_per_param(int zero, int states, double shares) {
 
 /* The ranks ZeRO splits a parameter's state over: the axis named data (1 without ZeRO). */
 static double zero_shares(const ir_graph *g) {
-    for (int a = 0; g->zero > 0 && a < g->n_axes; a++)
-        if (strcmp(g->axes[a].name, "data") == 0) return (double)g->axes[a].size;
-    return 1;
+    return g->zero > 0 && g->data_axis >= 0 ? (double)g->axes[g->data_axis].size : 1;
 }
 
 /* Per-op values (n of them, in an array of n + 1) into sums over the ops before each: v[j]

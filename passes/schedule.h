@@ -13,22 +13,7 @@
 
 #include <stdio.h>
 
-typedef enum pipe_kind {
-    PIPE_GPIPE,       /* every forward, then every backward (Huang et al., 2019) */
-    PIPE_1F1B,        /* PipeDream-flush: P - s - 1 forwards, then one forward one backward, then the rest */
-    PIPE_INTERLEAVED, /* 1F1B over `chunks` model chunks per stage (Narayanan et al., 2021): micro-batches
-                       * go through a stage's chunks in groups of P; the warm-up runs forwards of
-                       * every chunk, then one forward one backward, then the backwards left */
-    PIPE_2BW,         /* PipeDream-2BW (Narayanan et al., 2021): 1F1B without a flush between steps; a
-                       * stage's last P - s - 1 backwards of batch t run in step t + 1, and batch t
-                       * runs on the weights of update t - 1 (two versions kept) */
-    PIPE_PIPEDREAM,   /* PipeDream with weight stashing (Narayanan et al., 2019): 2BW's stream, but each
-                       * micro-batch's backward updates its stage, and its forward and backward run on
-                       * the same version (P - s kept on stage s, one per micro-batch in flight) */
-} pipe_kind;
-
-/* The schedules whose steps do not flush (2BW, PipeDream): the same stream of actions. */
-static inline int pipe_flushless(int kind) { return kind == PIPE_2BW || kind == PIPE_PIPEDREAM; }
+#include "pipe_kind.h"
 
 typedef struct pipe_action {
     char kind;        /* 'F' or 'B' */
@@ -68,11 +53,6 @@ pipe_kind pipe_kind_for(int kind, int stages);
 /* The model chunks a stage holds: `chunks` for the interleaved schedule on 2 or more
  * stages, else 1. */
 int pipe_chunks_for(int kind, int stages, int chunks);
-
-/* "gpipe" / "1f1b" / "interleaved" / "2bw" (or "pipedream_2bw", as a .dm names it) /
- * "pipedream" to the kind; -1 for anything else. */
-int pipe_kind_by_name(const char *name);
-const char *pipe_kind_name(pipe_kind kind);
 
 /* Why P stages with `chunks` chunks each cannot run M micro-batches interleaved (a
  * sentence), or NULL when they can: chunks >= 2, and M a multiple of P (micro-batches go

@@ -50,10 +50,7 @@ static ir_value *V(shard_state *S, int id) { return S->g->values[id]; }
 static int axis_size(const ir_graph *g, int axis) { return axis < 0 ? 1 : (int)g->axes[axis].size; }
 
 int dm_sequence_axis(const ir_graph *g) {
-    if (!g->sequence_parallel) return -1;
-    for (int a = 0; a < g->n_axes; a++)
-        if (strcmp(g->axes[a].name, "tensor") == 0 && g->axes[a].size > 1) return a;
-    return -1;
+    return g->sequence_parallel ? ir_role_axis(g, g->tensor_axis) : -1;
 }
 
 /* Keeps first_cache as long as the value list (new values have no reshards yet). */
@@ -631,9 +628,7 @@ static void decide(shard_state *S, const ir_value *v, decision *D) {
 static int complete_besides_data(shard_state *S, int id) {
     ir_value *v = V(S, id);
     if (v->role != ROLE_GRAD) return id;
-    uint32_t data = 0;
-    for (int a = 0; a < S->g->n_axes; a++)
-        if (strcmp(S->g->axes[a].name, "data") == 0) data = 1u << a;
+    uint32_t data = S->g->data_axis >= 0 ? 1u << S->g->data_axis : 0;
     const ir_type *param = &V(S, S->map[S->g->params[v->param_index]])->type;
     ir_type want = v->type;
     for (int i = 0; i < want.rank; i++) want.split[i] = param->split[i];

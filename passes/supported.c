@@ -92,7 +92,7 @@ static int check_param_servers(const ir_graph *g, dm_diag *d) {
     char buf[256];
     int data = -1;
     for (int a = 0; a < g->n_axes; a++) {
-        if (strcmp(g->axes[a].name, "data") == 0) data = a;
+        if (a == g->data_axis) data = a;
         else if (g->axes[a].size > 1 && !why) {
             snprintf(buf, sizeof buf, "the mesh's axis %s has size %lld: parameter servers serve a mesh of the data axis alone",
                      g->axes[a].name, (long long)g->axes[a].size);

@@ -3,7 +3,7 @@
  * here. Dim names travel with the dims they describe. */
 #include <string.h>
 
-#include "passes.h"
+#include "ir.h"
 
 static void type_str(const ir_graph *g, const ir_type *t, char *buf, size_t n) {
     ir_format_type(g, t, buf, n);
