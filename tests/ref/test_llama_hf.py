@@ -29,6 +29,10 @@ rms_norm_eps 1e-6, rope_theta 10000, untied lm_head, no biases, float32, and
      warmup and cosine decay over its run are left out: they are tested elsewhere and
      would need the run length), vs torch.optim.AdamW with clip_grad_norm_(1.0): the 10
      losses and the weights after.
+  5. `--predict` of the first batch's tokens: the logits vs HF's (gradients' bounds);
+  6. the 10 AdamW steps again on data=2 x tensor=2 x pipeline=2 (2 micro-batches), on
+     data=2 with ZeRO 3, and on tensor=2 with full recomputation (`dmc run`, threads):
+     the same losses and weights, to the same bounds.
 The dims are set with --set V=128,T=16,C=64,NH=4,NKV=..,F=86,L=2,B=4.
 
 Bounds: losses 1e-5 relative; gradients 1e-5 + 1e-4 |hf|; weights 1e-5 absolute, except
@@ -59,6 +63,11 @@ LOSS_RTOL = 1e-5
 GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 WEIGHT_ATOL = 1e-5
 NOISY_AT, NOISY_ATOL = 2e-6, 10.2 * LR
+# the AdamW run again, as `dmc run` options (threads backend): 8 ranks with 2 micro-batches
+# through 2 pipeline stages, ZeRO 3 over data, and full recomputation
+MESH_RUNS = [("d2t2p2", ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "2"]),
+             ("zero3", ["--mesh", "data=2", "--zero", "3"]),
+             ("recompute", ["--mesh", "tensor=2", "--recompute", "full"])]
 
 
 def have_transformers():
@@ -129,8 +138,18 @@ def run_case(np, torch, dmcrun, stio, check_tensors, dmc, src, nkv, tmp):
     hf_grads = {n: p.grad.detach().double().numpy() for n, p in m.named_parameters()}
     check_tensors(np, what + "-grads", names, stio.load(grads_path), hf_grads, GRAD_ATOL, GRAD_RTOL)
 
-    # 10 steps of AdamW with clipping, from the same file
+    # --predict: the logits of the first batch's tokens from the same file
     exe = os.path.join(keep, os.path.splitext(os.path.basename(src))[0])
+    tokens_path = os.path.join(tmp, what + "-tokens.safetensors")
+    stio.save({"tokens": tokens[0]}, tokens_path)
+    pred_path = os.path.join(tmp, what + "-predict.safetensors")
+    dmcrun.step_losses([exe, "--quiet", "--init", init_path, "--predict", "--batch-file", tokens_path,
+                        "--out", pred_path], tmp, timeout=300)
+    with torch.no_grad():
+        hf_logits = m(input_ids=tt[0]).logits.double().numpy()
+    check_tensors(np, what + "-predict", ["logits"], stio.load(pred_path), {"logits": hf_logits}, GRAD_ATOL, GRAD_RTOL)
+
+    # 10 steps of AdamW with clipping, from the same file
     out = os.path.join(tmp, what + "-adamw.safetensors")
     d_losses = dmcrun.step_losses([exe, "--quiet", "--init", init_path, "--batch-file", batch_path,
                                    "--steps", str(STEPS), "--save", out], tmp, timeout=300)
@@ -165,6 +184,15 @@ def run_case(np, torch, dmcrun, stio, check_tensors, dmc, src, nkv, tmp):
                   % (what + "-adamw", n, int(mask.sum()), float(np.abs(final[n] - final64[n]).max())))
     check_tensors(np, what + "-adamw", names, stio.load(out), want, WEIGHT_ATOL, 0.0, final64, loose)
 
+    # the same 10 steps on meshes, with ZeRO 3 and with recomputation: the same file in,
+    # HF's losses and weights out (each run sums in its own order: float noise apart)
+    for label, args in MESH_RUNS:
+        out = os.path.join(tmp, "%s-%s.safetensors" % (what, label))
+        d_losses = dmcrun.run_dmc(dmc, src, tmp, ["--set", sets, "--init", init_path, "--batch-file", batch_path,
+                                                  "--steps", str(STEPS), "--save", out] + args, timeout=600)
+        dmcrun.check_losses("%s-%s" % (what, label), d_losses, t_losses, LOSS_RTOL)
+        check_tensors(np, "%s-%s" % (what, label), names, stio.load(out), want, WEIGHT_ATOL, 0.0, final64, loose)
+
 
 def run_checks(dmc, root, np, torch):
     import dmcrun
@@ -184,7 +212,7 @@ def run_checks(dmc, root, np, torch):
         for nkv in (NH, 2):
             run_case(np, torch, dmcrun, stio, check_tensors, dmc, src, nkv, tmp)
     return ("examples/llama.dm matches transformers LlamaForCausalLM (num_key_value_heads %d and 2): "
-            "step-1 loss and gradients, %d AdamW steps" % (NH, STEPS))
+            "step-1 loss and gradients, --predict logits, %d AdamW steps, serial and %s" % (NH, STEPS, ", ".join(l for l, _ in MESH_RUNS)))
 
 
 def main(argv):
