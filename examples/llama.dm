@@ -55,11 +55,10 @@ block rotary[HD](x) {
 }
 
 # Hugging Face's repeat_kv: x [B, NKV, T, HD] -> [B, NKV * R, T, HD], key/value head g
-# serving query heads g * R .. g * R + R - 1. Broadcasting against a [R, 1, 1] table of
-# zeros repeats it (the gradient of a broadcast sums over the repeats); then the group
-# and repeat dims merge. R = 1 leaves x as it is.
+# serving query heads g * R .. g * R + R - 1: expanded along a new dim of R (the gradient
+# sums over the repeats), then the group and repeat dims merge. R = 1 leaves x as it is.
 block repeat_kv[NKV, R, HD](x) {
-    return reshape(reshape(x, [B, NKV, 1, T, HD]) + reshape(arange(R) * 0, [R, 1, 1]), [B, NKV * R, T, HD])
+    return reshape(expand(reshape(x, [B, NKV, 1, T, HD]), [B, NKV, R, T, HD]), [B, NKV * R, T, HD])
 }
 
 # causal self-attention, heads split from and merged back into C

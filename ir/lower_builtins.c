@@ -160,7 +160,7 @@ int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
         return lower_call_layer(L, b->layer, args, e->n_args, e);
     }
     case EXPR_LIST:
-        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape or the order of permute");
+        dm_error(L->d, e->loc, "a list is only allowed as the shape argument of reshape or expand, or the order of permute");
         return -1;
     case EXPR_KWARG:
         dm_error(L->d, e->loc, "keyword argument outside a call");
@@ -466,6 +466,81 @@ static int lower_permute(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+/* x reshaped to the shape `to` (rank to_rank, dim names kept): one reshape op, or x. */
+static int reshape_to(lowerer *L, scope *s, int x, const ir_type *to, dm_loc loc) {
+    const ir_type *t = &val(L, x)->type;
+    int same = t->rank == to->rank;
+    for (int i = 0; same && i < t->rank; i++) same = t->shape[i] == to->shape[i];
+    if (same) return x;
+    ir_value *v = make(L, s, OP_RESHAPE, &x, 1, loc);
+    v->type = *to;
+    return shapes_infer(L->g, v, L->d) ? -1 : v->id;
+}
+
+/* expand(x, [S0, S1, ...]): x repeated along new leading dims and along its dims of size 1
+ * (to S_i), as torch.Tensor.expand; -1, or x's own size, keeps a dim. One broadcast (after
+ * a reshape that drops the size-1 dims it widens): its gradient sums over the repeats, and
+ * a split dim keeps its split. Hugging Face's repeat_kv is
+ * reshape(expand(reshape(k, [B, NKV, 1, T, HD]), [B, NKV, R, T, HD]), [B, NKV * R, T, HD]). */
+static int lower_expand(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const dm_expr *list = e->args[1];
+    const ir_type *t = &val(L, x)->type;
+    char ts[256];
+    ir_format_type(L->g, t, ts, sizeof ts);
+    if (list->kind != EXPR_LIST) {
+        dm_error(L->d, list->loc, "expand takes the new shape as a list: expand(x, [B, R, T, C])");
+        return 1;
+    }
+    if (val(L, x)->op == OP_CONST || t->dtype != DT_F32) {
+        dm_error(L->d, e->args[0]->loc, "expand takes an f32 tensor, not a constant or i32");
+        return 1;
+    }
+    int n = list->n_args, lead = n - t->rank;
+    if (lead < 0 || n > IR_MAX_RANK) {
+        dm_error(L->d, list->loc, "expand of %s needs %d to %d sizes in its list, got %d", ts, t->rank, IR_MAX_RANK, n);
+        return 1;
+    }
+    ir_type to = *t, kept = *t;
+    to.rank = n, kept.rank = 0, to.partial = kept.partial = 0;
+    uint32_t axes = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t size;
+        if (lower_eval_dim(L, s, list->args[i], &size)) return 1;
+        const char *dn = lower_dim_name_of(s, list->args[i]);
+        int xi = i - lead;
+        to.split[i] = IR_REPLICATED;
+        if (xi >= 0 && (size == -1 || size == t->shape[xi])) {
+            to.shape[i] = t->shape[xi], to.dim_name[i] = t->dim_name[xi];
+            kept.shape[kept.rank] = t->shape[xi], kept.dim_name[kept.rank] = t->dim_name[xi];
+            kept.split[kept.rank++] = IR_REPLICATED;
+            continue;
+        }
+        if (size <= 0 || (xi >= 0 && t->shape[xi] != 1)) {
+            if (xi < 0) dm_error(L->d, list->args[i]->loc, "expand: a new dim must have a positive size, got %lld", (long long)size);
+            else
+                dm_error(L->d, list->args[i]->loc, "expand cannot make dim %d of %s (size %lld) %lld: only a dim of size 1 grows",
+                         xi, ts, (long long)t->shape[xi], (long long)size);
+            return 1;
+        }
+        to.shape[i] = size, to.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+        axes |= 1u << i;
+    }
+    if (!axes) {
+        *out = x;
+        return 1;
+    }
+    int base = reshape_to(L, s, x, &kept, e->loc);
+    if (base < 0) return 1;
+    ir_value *b = make(L, s, OP_BROADCAST, &base, 1, e->loc);
+    b->type = to;
+    b->axes = axes;
+    *out = shapes_infer(L->g, b, L->d) ? -1 : b->id;
+    return 1;
+}
+
 /* sum(x, DIMS...) and mean(x, DIMS...), over every dim when none is named; with
  * keepdim = true (last, as torch's keepdim) the reduced dims stay as size 1, so that the
  * result broadcasts against x (RMSNorm: x * rsqrt(mean(x * x, -1, keepdim = true) +
@@ -552,7 +627,7 @@ static int fuse_causal(lowerer *L, int *x, double *scale) {
 /* Builtin functions. Returns 1 when e names one (result in *out, -1 on error). */
 /* The built-in functions lower_builtin knows besides the elementwise ops of ops.def. */
 static const char *const builtin_functions[] = {"softmax", "causal_mask", "layernorm", "slice", "embed", "sum", "mean",
-                                                "reshape", "transpose", "permute", "concat", "arange",
+                                                "reshape", "transpose", "permute", "expand", "concat", "arange",
                                                 "cross_entropy", "recompute"};
 
 /* "unknown function or layer": the nearest function or layer in scope, and the functions. */
@@ -652,6 +727,7 @@ static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
     if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
     if (strcmp(f, "concat") == 0) return lower_concat(L, s, e, out);
     if (strcmp(f, "permute") == 0) return lower_permute(L, s, e, out);
+    if (strcmp(f, "expand") == 0) return lower_expand(L, s, e, out);
     if (strcmp(f, "arange") == 0) return lower_arange(L, s, e, out);
     if (strcmp(f, "embed") == 0) {
         if (want_args(L, e, 2, 2)) return 1;

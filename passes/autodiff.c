@@ -152,7 +152,10 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         return;
     }
     case OPC_BROADCAST: {
-        ir_value *s = start(A, OP_SUM_TO, &dy, 1, loc, n0);
+        /* the new dims summed away: sum_to where they lead (its rules drop leading dims),
+         * a sum where one sits between x's dims (expand's repeats) */
+        int leading = (v->axes & (v->axes + 1)) == 0;
+        ir_value *s = start(A, leading ? OP_SUM_TO : OP_SUM, &dy, 1, loc, n0);
         s->axes = v->axes;
         s->type = V(A, x0)->type;
         accumulate(A, x0, finish(A, s), loc);

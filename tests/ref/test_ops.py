@@ -37,9 +37,10 @@ rule):
                   three pieces along a named middle dim, a single tensor), sin and cos
                   (of a parameter's table, of activations, of constants), arange (one,
                   two and three bounds) making RoPE's table from constants
-  repeat_kv.dm    a tensor repeated along a new dim by broadcasting against a zero table
-                  and merged into the heads (grouped-query attention's repeat_kv), vs
-                  torch.repeat_interleave: the gradient summed over the repeats
+  repeat_kv.dm    a tensor repeated along a new dim by broadcasting against a zero table,
+                  and by expand, and merged into the heads (grouped-query attention's
+                  repeat_kv), vs torch.repeat_interleave and torch.expand: the gradient
+                  summed over the repeats; expand of a [1, C] row to [B, T, C]
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -267,7 +268,9 @@ def repeat_kv_loss(torch, F, p, i):
     k = (x @ wk.t()).reshape(B, T, 2, 2).permute(0, 2, 1, 3)
     kr = torch.repeat_interleave(k, 2, dim=1)     # Hugging Face's repeat_kv
     z = torch.tanh(q @ kr.transpose(-1, -2))
-    return (z * z).mean() + (kr * kr * kr).mean() / 4
+    kx = k.reshape(B, 2, 1, T, 2).expand(B, 2, 2, T, 2).reshape(B, 4, T, 2)
+    return ((z * z).mean() + (kr * kr * kr).mean() / 4 + (kx * kx * q).mean()
+            + torch.tanh(x * p["wrow"].expand(B, T, -1)).mean())
 
 
 def _lin_params(prefix, n_in, n_out):
@@ -308,7 +311,7 @@ MODELS = [
       ("w2", (5, 6), ("normal", 1.0))],
      transformer_loss),
     ("repeat_kv", {"x": ((2, 3, 8), "f32")},
-     [("wq", (8, 8), ("normal", 0.5)), ("wk", (4, 8), ("normal", 0.5))],
+     [("wq", (8, 8), ("normal", 0.5)), ("wk", (4, 8), ("normal", 0.5)), ("wrow", (1, 8), ("normal", 0.5))],
      repeat_kv_loss),
     ("windows", {"x": ((2, 3, 4), "f32")},
      [("wr", (8, 4), ("normal", 0.5)), ("wf", (4, 3, 4), ("normal", 0.5)), ("bf", (3, 4), ("normal", 1.0)),

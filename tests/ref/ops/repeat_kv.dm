@@ -1,7 +1,8 @@
-# repeat_kv.dm: repeating a tensor along a new dim by broadcasting against a table of
-# zeros, then merging dims: Hugging Face's repeat_kv (torch.repeat_interleave over the
-# heads) for grouped-query attention; its gradient sums over the repeats
-# (tests/ref/test_ops.py).
+# repeat_kv.dm: repeating a tensor along a new dim, then merging dims: Hugging Face's
+# repeat_kv (torch.repeat_interleave over the heads) for grouped-query attention, once by
+# broadcasting against a table of zeros and once by expand; and expand of a [1, C] row
+# to [B, T, C] (a new leading dim and a size-1 dim widened). Gradients sum over the
+# repeats (tests/ref/test_ops.py).
 dim B = 2
 dim T = 3
 dim C = 8
@@ -12,13 +13,15 @@ dim HD = 2
 input x : f32[B, T, C]
 param wq : f32[C, C] = normal(0, 1)
 param wk : f32[NKV * HD, C] = normal(0, 1)
+param wrow : f32[1, C] = normal(0, 1)
 
 q = permute(reshape(x @ transpose(wq), [B, T, NH, HD]), [0, 2, 1, 3])       # [B, NH, T, HD]
 k = permute(reshape(x @ transpose(wk), [B, T, NKV, HD]), [0, 2, 1, 3])      # [B, NKV, T, HD]
 k5 = reshape(k, [B, NKV, 1, T, HD]) + reshape(arange(NH / NKV) * 0, [NH / NKV, 1, 1])
 kr = reshape(k5, [B, NH, T, HD])                                             # head h: k head h / 2
 z = tanh(q @ transpose(kr))                                                  # [B, NH, T, T]
-loss = mean(z * z) + mean(kr * kr * kr) / 4
+kx = reshape(expand(reshape(k, [B, NKV, 1, T, HD]), [B, NKV, NH / NKV, T, HD]), [B, NH, T, HD])
+loss = mean(z * z) + mean(kr * kr * kr) / 4 + mean(kx * kx * q) + mean(tanh(x * expand(wrow, [B, T, -1])))
 
 minimize loss
 optimizer sgd(lr = 0.1)
