@@ -751,7 +751,11 @@ static const char *batch_dim_name(lowerer *L, const dm_program *prog) {
             return NULL;
         }
         if (name && strcmp(name, lead->name) != 0) {
-            dm_error(L->d, lead->loc, "micro-batches split the inputs' leading dim: '%s' here, '%s' before", lead->name, name);
+            dm_error(L->d, lead->loc,
+                     "micro-batches split the inputs' leading dim: '%s' here, '%s' before; every input must lead with "
+                     "the batch (a table the same for every row, as RoPE's, is computed in the program instead, from "
+                     "arange, sin and cos: docs/language.md)",
+                     lead->name, name);
             return NULL;
         }
         name = lead->name;
