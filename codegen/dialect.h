@@ -140,6 +140,24 @@ typedef struct cg_attention {
                                                      * floats of the context's storage */
 } cg_attention;
 
+/* Dropout (emit_dropout.c): out[local] = x[local] * scale where the element is kept, else 0,
+ * for the `count` elements of this rank's block. Its mask is keyed by the element's index in
+ * the step's whole tensor (runtime/dmrt_philox.h, dmrt_dropout_index): the block is walked
+ * as `levels` loops, level l running size[l] of whole[l] positions, offset by this rank's
+ * block (ctx->coord[split_axis[l]] x size[l]) where split_axis[l] >= 0; `first` is a C
+ * expression (uint64_t) of the micro-batch's first element. */
+typedef struct cg_dropout {
+    int levels;
+    int64_t size[IR_MAX_RANK], whole[IR_MAX_RANK];  /* (levels) */
+    int split_axis[IR_MAX_RANK];                    /* (levels) mesh axis, or -1 */
+    int64_t count;
+    const char *first;
+    const char *x, *out;
+    int op;                                         /* the program's dropout number */
+    unsigned long long threshold;                   /* dropped below threshold / 2^24 */
+    const char *scale;                              /* C literal: 1 / (1 - p) */
+} cg_dropout;
+
 typedef struct cg_update {
     const ir_optimizer *opt;
     const char *count;                              /* elements: a C expression (int64_t) */
@@ -279,6 +297,7 @@ typedef struct cg_dialect {
     void (*layernorm_wgrad)(cg_writer *w, const cg_rowwise *k);
     void (*embed)(cg_writer *w, const cg_embed *k);
     void (*embed_grad)(cg_writer *w, const cg_embed *k);
+    void (*dropout)(cg_writer *w, const cg_dropout *k);
     void (*attention)(cg_writer *w, const cg_attention *k);
     void (*attention_grad)(cg_writer *w, const cg_attention *k);
     /* After the last hook of a file (w: its host writer): frees what the dialect keeps in

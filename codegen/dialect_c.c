@@ -439,6 +439,29 @@ static void c_scale(cg_writer *w, const char *x, const char *count, const char *
     cg_line(w, "for (int64_t i = 0; i < %s; i++) %s[i] *= %s;", count, x, factor);
 }
 
+/* Dropout: a loop per level, the global position along each counted level by level
+ * (at_l), so the mask is keyed by the element's index in the whole tensor. */
+static void c_dropout(cg_writer *w, const cg_dropout *k) {
+    cg_line(w, "const uint64_t first = %s; /* this micro-batch's first element in the step's */", k->first);
+    cg_line(w, "int64_t local = 0; /* the element in this rank's block */");
+    for (int l = 0; l < k->levels; l++) {
+        char pos[96]; /* the global position along this level */
+        if (k->split_axis[l] >= 0) snprintf(pos, sizeof pos, "ctx->coord[%d] * %lld + i%d", k->split_axis[l], (long long)k->size[l], l);
+        else snprintf(pos, sizeof pos, "i%d", l);
+        cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", l, l, (long long)k->size[l], l);
+        w->indent++;
+        if (l == 0) cg_line(w, "const uint64_t at_1 = (uint64_t)(%s);", pos);
+        else cg_line(w, "const uint64_t at_%d = at_%d * %lldu + (uint64_t)(%s);", l + 1, l, (long long)k->whole[l], pos);
+    }
+    cg_line(w, "%s[local] = dmrt_dropout_keep(ctx->seed, ctx->step, %d, first + at_%d, %lluu) ? %s[local] * %s : 0.0f;", k->out,
+            k->op, k->levels, k->threshold, k->x, k->scale);
+    cg_line(w, "local++;");
+    for (int l = 0; l < k->levels; l++) {
+        w->indent--;
+        cg_line(w, "}");
+    }
+}
+
 /* Opens "for r, for i" over the (outer, inner) positions of a rowwise kernel and sets
  * `base`, the offset of element 0 of the row; elements are base + j * inner. Returns
  * the indent to close to. */
@@ -861,6 +884,7 @@ const cg_dialect cg_dialect_c = {
     .adamw = c_adamw,
     .sum_squares = c_sum_squares,
     .scale = c_scale,
+    .dropout = c_dropout,
     .softmax = c_softmax,
     .softmax_grad = c_softmax_grad,
     .causal_mask = c_causal_mask,

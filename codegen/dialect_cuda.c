@@ -797,6 +797,28 @@ static void cuda_scale(cg_writer *w, const char *x, const char *count, const cha
     checked(w, call);
 }
 
+/* dmrt_gpu_dropout: the levels as a dmrt_dropout_shape, each split level's offset this
+ * rank's coordinate times its size */
+static void cuda_dropout(cg_writer *w, const cg_dropout *k) {
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "dmrt_dropout_shape shape = {}; /* C++: zeroed */");
+    cg_line(w, "shape.levels = %d;", k->levels);
+    for (int l = 0; l < k->levels; l++) {
+        char offset[96];
+        if (k->split_axis[l] >= 0) snprintf(offset, sizeof offset, "ctx->coord[%d] * %lld", k->split_axis[l], (long long)k->size[l]);
+        else snprintf(offset, sizeof offset, "0");
+        cg_line(w, "shape.size[%d] = %lld, shape.whole[%d] = %lld, shape.offset[%d] = %s;", l, (long long)k->size[l], l,
+                (long long)k->whole[l], l, offset);
+    }
+    char call[1024];
+    snprintf(call, sizeof call, "dmrt_gpu_dropout(ctx->gpu, %s, %s, %lld, &shape, %s, ctx->seed, ctx->step, %d, %lluu, %s", k->x,
+             k->out, (long long)k->count, k->first, k->op, k->threshold, k->scale);
+    checked(w, call);
+    w->indent--;
+    cg_line(w, "}");
+}
+
 static void cuda_softmax(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_softmax(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, %lld", k->x, k->out, (long long)k->outer,
@@ -868,7 +890,7 @@ const cg_dialect cg_dialect_cuda = {
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
-    .can = {.predict = 1, .checkpoints = 1},
+    .can = {.predict = 1, .checkpoints = 1, .dropout = 1},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,
@@ -897,6 +919,7 @@ const cg_dialect cg_dialect_cuda = {
     .adamw = cuda_adamw,
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
+    .dropout = cuda_dropout,
     .softmax = cuda_softmax,
     .softmax_grad = cuda_softmax_grad,
     .causal_mask = cuda_causal_mask,

@@ -3,7 +3,9 @@
  * the serial program draws there: the key of element i is (seed, ctx->step, the op's
  * number, i), one Philox block (runtime/rng.c, dmrt_dropout_keep). The backward pass is the
  * same op on dy, and a recomputed copy is the same op again: both redraw the same mask, so
- * none is stored. Forward (evaluation, ctx->training clear) copies x. The C dialect's only (cg_capabilities). */
+ * none is stored. Forward (evaluation, ctx->training clear) copies x. The dialect's dropout
+ * hook writes the kernel: C loops counting the index level by level, a CUDA kernel that
+ * computes it per element (runtime/dmrt_philox.h holds both the index and the draw). */
 #include <math.h>
 #include <string.h>
 
@@ -16,8 +18,8 @@ int emit_dropout_prepare(emitter *E, FILE *err) {
         const ir_value *v = V(E, i);
         if (v->op != OP_DROPOUT) continue;
         if (!E->dialect->can.dropout) {
-            fprintf(err, "%s:%d:%d: error: dropout is built for the C target only; compile with --target c\n",
-                    E->source_path, v->loc.line, v->loc.col);
+            fprintf(err, "%s:%d:%d: error: dropout is not built for the %s target; compile with --target c\n",
+                    E->source_path, v->loc.line, v->loc.col, E->dialect->name);
             return -1;
         }
         E->dropout = 1;
@@ -37,68 +39,43 @@ static void micro_base(const emitter *E, const ir_type *global, char *buf, size_
         snprintf(buf, size, "0");
 }
 
-/* One loop per dim up to the last split one, then the rest as one loop: the inner
- * index of every level is the global one of the level above times the dim's size. */
-static void emit_masked_loops(emitter *E, const ir_value *v, const char *threshold, const char *scale) {
-    cg_writer *w = &E->w;
+/* The levels of v's block: one per dim up to the last split one, then the rest as one. */
+static void dropout_levels(const emitter *E, const ir_value *v, cg_dropout *k) {
     const ir_type *gt = &v->type, *lt = T(E, v->id);
     int last_split = -1;
     for (int d = 0; d < gt->rank; d++)
         if (gt->split[d] != IR_REPLICATED) last_split = d;
-    int loops = last_split + 1 + (last_split < gt->rank - 1 || gt->rank == 0); /* the split dims, then the rest */
-    char base[96];
-    micro_base(E, gt, base, sizeof base);
-    cg_line(w, "const uint64_t first = %s; /* this micro-batch's first element in the step's */", base);
-    cg_line(w, "int64_t local = 0; /* the element in this rank's block */");
-    for (int l = 0; l < loops; l++) {
-        int64_t size = l <= last_split ? lt->shape[l] : dims_product(lt, l, lt->rank);
-        int64_t whole = l <= last_split ? gt->shape[l] : dims_product(gt, l, gt->rank);
-        char pos[96]; /* the global position along this level */
-        if (l <= last_split && gt->split[l] != IR_REPLICATED)
-            snprintf(pos, sizeof pos, "ctx->coord[%d] * %lld + i%d", gt->split[l], (long long)size, l);
-        else
-            snprintf(pos, sizeof pos, "i%d", l);
-        cg_line(w, "for (int64_t i%d = 0; i%d < %lld; i%d++) {", l, l, (long long)size, l);
-        w->indent++;
-        if (l == 0)
-            cg_line(w, "const uint64_t at_1 = (uint64_t)(%s);", pos);
-        else
-            cg_line(w, "const uint64_t at_%d = at_%d * %lldu + (uint64_t)(%s);", l + 1, l, (long long)whole, pos);
+    k->levels = last_split + 1 + (last_split < gt->rank - 1 || gt->rank == 0); /* the split dims, then the rest */
+    for (int l = 0; l < k->levels; l++) {
+        k->size[l] = l <= last_split ? lt->shape[l] : dims_product(lt, l, lt->rank);
+        k->whole[l] = l <= last_split ? gt->shape[l] : dims_product(gt, l, gt->rank);
+        k->split_axis[l] = l <= last_split && gt->split[l] != IR_REPLICATED ? gt->split[l] : -1;
     }
-    cg_line(w, "%s[local] = dmrt_dropout_keep(ctx->seed, ctx->step, %d, first + at_%d, %s) ? %s[local] * %s : 0.0f;",
-            E->cname[v->id], v->rng_op, loops, threshold, E->cname[v->operands[0]], scale);
-    cg_line(w, "local++;");
-    for (int l = 0; l < loops; l++) {
-        w->indent--;
-        cg_line(w, "}");
-    }
+    k->count = ir_numel(lt);
 }
 
 void emit_dropout(emitter *E, const ir_value *v) {
     cg_writer *w = &E->w;
+    cg_dropout k = {.x = E->cname[v->operands[0]], .out = E->cname[v->id], .op = v->rng_op};
+    dropout_levels(E, v, &k);
     /* drop when the 24-bit uniform is below ceil(p * 2^24): probability p to 2^-24 */
-    double t = ceil(v->scalar * 16777216.0);
-    char scale[64];
+    k.threshold = (unsigned long long)ceil(v->scalar * 16777216.0);
+    char scale[64], first[96];
     cg_float_literal(1.0 / (1.0 - v->scalar), scale, sizeof scale);
-    char threshold[32];
-    snprintf(threshold, sizeof threshold, "%lluu", (unsigned long long)t);
+    micro_base(E, &v->type, first, sizeof first);
+    k.scale = scale, k.first = first;
     cg_line(w, "/* p = %g: kept elements scaled by 1 / (1 - p), mask from (seed, step, dropout %d, index) */", v->scalar,
             v->rng_op);
     int backward = v->phase != PHASE_FORWARD; /* the gradient and recomputed copies: training */
-    if (!backward) {
-        cg_line(w, "if (ctx->training) {");
-        w->indent++;
-    } else {
-        cg_line(w, "{");
-        w->indent++;
-    }
-    emit_masked_loops(E, v, threshold, scale);
+    cg_line(w, backward ? "{" : "if (ctx->training) {");
+    w->indent++;
+    E->dialect->dropout(w, &k);
     w->indent--;
     if (!backward) {
-        cg_line(w, "} else {");
-        long long n = (long long)ir_numel(T(E, v->id));
-        cg_line(w, "    for (int64_t i = 0; i < %lld; i++) %s[i] = %s[i]; /* forward: the identity */", n,
-                E->cname[v->id], E->cname[v->operands[0]]);
+        cg_line(w, "} else { /* forward: the identity */");
+        w->indent++;
+        cg_copy_elems(E, k.out, k.x, (long long)k.count, "float", CG_DEVICE_TO_DEVICE);
+        w->indent--;
     }
     cg_line(w, "}");
 }

@@ -40,4 +40,31 @@ static inline DMRT_HOST_DEVICE int dmrt_philox_dropout_keep(uint64_t seed, int64
     return (uint32_t)(u >> 40) >= threshold;
 }
 
+/* Where a rank's dropout element sits in the whole tensor. Its block is walked as `levels`
+ * nested loops (the dims up to the last split one, then the rest as one): level l runs
+ * size[l] positions of this rank's block, starting at offset[l] of the whole's whole[l]
+ * (coordinate x size on a split level, else 0). Element `local` of the block (row-major
+ * over the levels) is element `first + at` of the step's whole tensor, at the mixed-radix
+ * number of its global positions; `first` is the micro-batch's first element. The C
+ * target's generated loops count `at` level by level, a CUDA kernel computes it per
+ * element here: the same number, so both draw the same mask. */
+#define DMRT_DROPOUT_MAX_LEVELS 8
+typedef struct dmrt_dropout_shape {
+    int levels;
+    int64_t size[DMRT_DROPOUT_MAX_LEVELS];   /* (levels) */
+    int64_t whole[DMRT_DROPOUT_MAX_LEVELS];  /* (levels) */
+    int64_t offset[DMRT_DROPOUT_MAX_LEVELS]; /* (levels) */
+} dmrt_dropout_shape;
+
+static inline DMRT_HOST_DEVICE uint64_t dmrt_dropout_index(const dmrt_dropout_shape *s, uint64_t first, int64_t local) {
+    uint64_t at = 0, radix = 1;
+    for (int l = s->levels - 1; l >= 0; l--) {
+        int64_t i = local % s->size[l];
+        local /= s->size[l];
+        at += (uint64_t)(s->offset[l] + i) * radix;
+        radix *= (uint64_t)s->whole[l];
+    }
+    return first + at;
+}
+
 #endif

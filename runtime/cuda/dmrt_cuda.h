@@ -23,6 +23,7 @@
 #include "dmrt.h"
 #include "dmrt_comm.h"
 #include "dmrt_cuda_sizes.h"
+#include "dmrt_philox.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -215,6 +216,13 @@ int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float
  * host's *sum (in double; waits for the stream), and x[i] *= factor. */
 int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum);
 int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
+
+/* Dropout (codegen/emit_dropout.c): out[i] = x[i] * scale where element i of this rank's
+ * block, at dmrt_dropout_index(shape, first, i) in the step's whole tensor, is kept
+ * (dmrt_philox_dropout_keep(seed, step, op, index, threshold)), else 0: the C target's
+ * mask, bit for bit. */
+int dmrt_gpu_dropout(dmrt_gpu *g, const float *x, float *out, int64_t n, const dmrt_dropout_shape *shape, uint64_t first,
+                     uint64_t seed, int64_t step, uint32_t op, uint32_t threshold, float scale);
 
 /* ---- collectives on device buffers --------------------------------------------------------
  *

@@ -21,7 +21,6 @@ def cases(root):
     mlp = os.path.join(root, "examples", "mlp.dm")
     gpt = os.path.join(root, "examples", "gpt.dm")
     embed2bw = os.path.join(root, "tests", "ref", "embed2bw.dm")
-    dropout = os.path.join(root, "tests", "spmd", "dropout.dm")
     return [
         ("zero", mlp, ["--mesh", "data=2", "--zero", "1"], "ZeRO (zero = 1) is built for the C target only"),
         ("zero-3", mlp, ["--mesh", "data=2", "--zero", "3"], "ZeRO (zero = 3) is built for the C target only"),
@@ -37,7 +36,6 @@ def cases(root):
          "the pipedream schedule is built for the C target only"),
         ("param-servers", mlp, ["--mesh", "data=2", "--param-servers", "1"],
          "parameter servers are built for the C target only"),
-        ("dropout", dropout, [], "dropout is built for the C target only"),
         ("bf16", mlp, ["--precision", "bf16"], "--precision bf16 is built for the C target only"),
         ("fp16", mlp, ["--precision", "fp16"], "--precision fp16 is built for the C target only"),
     ]
@@ -57,7 +55,8 @@ def main():
                     ("mlp-serial", mlp, [], None),
                     ("mlp-data2-tensor2", mlp, ["--mesh", "data=2,tensor=2"], None),
                     ("gpt-serial", gpt, GPT, None),
-                    ("gpt-pipeline2", gpt, GPT + ["--mesh", "pipeline=2", "--microbatches", "4"], None)]
+                    ("gpt-pipeline2", gpt, GPT + ["--mesh", "pipeline=2", "--microbatches", "4"], None),
+                    ("dropout", os.path.join(root, "tests", "spmd", "dropout.dm"), ["--mesh", "data=2,tensor=2"], None)]
         for name, dm, opts, says in cases(root) + accepted:
             out = os.path.join(tmp, name)
             check = run([dmc, "--check", dm, "--target", "cuda"] + opts)

@@ -6,7 +6,8 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 (which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
 (gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
-and examples/llama.dm (small sizes) on data=2 x tensor=2, and for checkpoints
+and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
+tensor=2 and pipeline=2 (2 micro-batches), and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
@@ -53,6 +54,10 @@ CASES = [
     ("rope-data2-tensor2", "tests/spmd/rope.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
     # examples/llama.dm: RoPE tables from arange, SwiGLU, RMSNorm, heads over tensor
     ("llama-data2-tensor2", "examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4", "data=2,tensor=2", [], None),
+    # dropout: its mask drawn per element on the device (runtime/cuda/dropout.cu), split
+    # over tensor between tensor-parallel products and over micro-batches
+    ("dropout-data2-tensor2", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
+    ("dropout-pipeline2", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", "pipeline=2", ["--microbatches", "2"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),

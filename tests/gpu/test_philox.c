@@ -6,8 +6,10 @@
  * key 0, and dmrt_philox_dropout_keep against an independent spelling of the same key
  * (counter words index lo, index hi, op | 2^31, step; key seed lo, hi; kept when the top
  * 24 bits of the first two words are >= threshold) over many seeds, steps, ops and
- * indices; and prints a digest of the masks, which the script requires to be equal
- * between the two builds. No GPU is needed: the device
+ * indices; dmrt_dropout_index (an element's index in the whole tensor, which a CUDA kernel
+ * computes per element) against the nested loops the C target counts it in; and prints
+ * digests of the masks and indices, which the script requires to be equal between the two
+ * builds. No GPU is needed: the device
  * spelling is the same source, compiled for the device. */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +23,34 @@ __global__ void dropout_mask_kernel(unsigned char *keep, uint64_t seed, int64_t 
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) keep[i] = (unsigned char)dmrt_philox_dropout_keep(seed, step, op, (uint64_t)i, threshold);
 }
+
+/* ... and the per-element index a CUDA dropout kernel computes (runtime/cuda/dropout.cu) */
+__global__ void dropout_index_kernel(uint64_t *index, dmrt_dropout_shape shape, uint64_t first, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) index[i] = dmrt_dropout_index(&shape, first, i);
+}
 #endif
+
+/* The index as the C target's generated loops count it (codegen/dialect_c.c, c_dropout):
+ * nested loops over the levels, at = at * whole + (offset + i) level by level; checks
+ * dmrt_dropout_index at every element, returns the failures. */
+static int check_index_loops(const dmrt_dropout_shape *s, uint64_t first, uint64_t *digest) {
+    int64_t i[DMRT_DROPOUT_MAX_LEVELS] = {0}, local = 0;
+    int failures = 0;
+    for (;;) {
+        uint64_t at = 0;
+        for (int l = 0; l < s->levels; l++) at = (l == 0 ? 0 : at * (uint64_t)s->whole[l]) + (uint64_t)(s->offset[l] + i[l]);
+        uint64_t got = dmrt_dropout_index(s, first, local);
+        if (got != first + at && failures++ < 5)
+            printf("FAIL dropout index of element %lld (%d levels): %llu, the loops count %llu\n", (long long)local, s->levels,
+                   (unsigned long long)got, (unsigned long long)(first + at));
+        *digest = (*digest ^ got) * 1099511628211ull;
+        local++;
+        int l = s->levels - 1; /* the next position, innermost level first */
+        while (l >= 0 && ++i[l] == s->size[l]) i[l--] = 0;
+        if (l < 0) return failures;
+    }
+}
 
 /* The reference: one round as the paper writes it, with explicit high and low halves. */
 static void reference_round(uint32_t c[4], uint32_t k0, uint32_t k1) {
@@ -78,5 +107,17 @@ int main(void) {
                     }
     printf("%s %llu of %llu kept, digest %016llx\n", failures ? "FAIL" : "ok", (unsigned long long)kept,
            (unsigned long long)drawn, (unsigned long long)digest);
+    /* rank blocks: whole, split on the first of two levels, on two levels of four, a
+     * micro-batch's first element far into the step */
+    static const dmrt_dropout_shape shapes[] = {
+        {1, {96}, {96}, {0}},
+        {2, {4, 24}, {8, 24}, {4, 0}},
+        {4, {2, 3, 2, 5}, {4, 3, 6, 5}, {2, 0, 4, 0}},
+        {3, {1, 7, 9}, {3, 14, 9}, {2, 7, 0}},
+    };
+    uint64_t index_digest = 1469598103934665603ull;
+    for (unsigned k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int m = 0; m < 2; m++) failures += check_index_loops(&shapes[k], m ? 3ull << 33 : 0, &index_digest);
+    printf("%s dropout indices, digest %016llx\n", failures ? "FAIL" : "ok", (unsigned long long)index_digest);
     return failures ? 1 : 0;
 }
