@@ -705,10 +705,14 @@ static void checked(cg_writer *w, const char *call) {
     cg_line(w, "    return device_failed(ctx);");
 }
 
+/* fp32 operands: dmrt_gpu_sgemm; 16-bit ones (their uint16_t bits): dmrt_gpu_gemm_half,
+ * accumulated in fp32 as the C target's products of them are */
 static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_sgemm(ctx->gpu, %d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld, %lld, %lld, %lld, %lld",
-             k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b,
+    char call[1024], callee[64];
+    if (k->operands == DT_F32) snprintf(callee, sizeof callee, "dmrt_gpu_sgemm(ctx->gpu, ");
+    else snprintf(callee, sizeof callee, "dmrt_gpu_gemm_half(ctx->gpu, %d, ", k->operands == DT_BF16);
+    snprintf(call, sizeof call, "%s%d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld, %lld, %lld, %lld, %lld",
+             callee, k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b,
              (long long)k->ldb, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc, (long long)(k->batch > 1 ? k->batch : 1),
              (long long)k->batch_stride_a, (long long)k->batch_stride_b, (long long)k->batch_stride_c);
     checked(w, call);
@@ -890,7 +894,8 @@ const cg_dialect cg_dialect_cuda = {
     .comm_error = "(dmrt_gpu_error(ctx->gpu)[0] ? dmrt_gpu_error(ctx->gpu) : dmrt_rank_error(ctx->rank))",
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
-    .can = {.predict = 1, .checkpoints = 1, .dropout = 1},
+    .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1},
+    .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,

@@ -151,8 +151,8 @@ static int check_target(const emitter *E, FILE *err) {
         return -1;
     }
     if ((half == DT_BF16 && !E->dialect->can.bf16) || (half == DT_F16 && !E->dialect->can.f16)) {
-        fprintf(err, "%s: error: --precision %s is built for the C target only so far; compile with --target c, or "
-                     "--precision fp32\n", E->source_path, half == DT_BF16 ? "bf16" : "fp16");
+        fprintf(err, "%s: error: --precision %s is not built for the %s target; compile with --target c, or "
+                     "--precision fp32\n", E->source_path, half == DT_BF16 ? "bf16" : "fp16", E->dialect->name);
         return -1;
     }
     for (int i = 0; i < E->g->n_values && !E->dialect->attention; i++)

@@ -324,7 +324,8 @@ void emit_create_destroy(emitter *E) {
     }
     if (E->dropout) cg_line(w, "ctx->seed = seed;");
     if (E->g->loss_scale > 0)
-        cg_line(w, "ctx->loss_scale = (dmrt_loss_scale){.scale = %.17g, .interval = %lld}; /* GradScaler's start */",
+        cg_line(w, "ctx->loss_scale = (dmrt_loss_scale){.scale = %.17g, .interval = %lld, .good_steps = 0, .skipped = 0, "
+                   ".last_skipped = 0}; /* GradScaler's start */",
                 E->g->loss_scale, (long long)E->g->loss_scale_interval);
     emit_2bw_create(E);
     emit_compress_create(E);

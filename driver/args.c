@@ -52,7 +52,7 @@ static const char usage[] =
     "  --precision fp32|tf32|bf16|fp16 the precision of matrix products (default fp32, tf32\n"
     "                             with --tf32); bf16, fp16: their operands rounded to 16 bits,\n"
     "                             products summed and stored in f32, f32 master weights and\n"
-    "                             optimizer state (docs/precision.md; C target only so far)\n"
+    "                             optimizer state (docs/precision.md)\n"
     "  --loss-scale S             fp16: the initial loss scale (default 65536), halved and the\n"
     "                             step skipped when a gradient is not finite\n"
     "  --loss-scale-interval N    fp16: clean steps before the scale doubles (default 2000)\n"

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dmrt_half.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -300,29 +302,8 @@ void dmrt_blas_share_cores(int ranks_here);
 
 /* ---- bf16 products ---------------------------------------------------------------------- */
 
-/* bf16 is the upper half of an IEEE binary32: the same exponent range, 8 bits of
- * significand. The generated code holds bf16 tensors as uint16_t arrays of these bits.
- * dmrt_bf16_round rounds to nearest, ties to even (a float just under the largest finite
- * bf16's half-way point stays finite, from there on it becomes inf, as IEEE rounding
- * does); infinities stay infinities, a NaN stays a NaN of the same sign, made quiet (the
- * carry of rounding could otherwise turn a NaN whose payload sits in the low bits into
- * inf). Subnormals round like any other value: nothing is flushed to zero. */
-static inline uint16_t dmrt_bf16_round(float x) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u);
-    /* adding 0x7fff rounds the lower half up past half-way; the kept half's last bit
-     * breaks the tie toward the even one */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
-/* Exact: every bf16 is a float. */
-static inline float dmrt_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
+/* bf16 is the upper half of an IEEE binary32: dmrt_bf16_round and dmrt_bf16_to_f32 are in
+ * dmrt_half.h (shared with CUDA kernels). */
 /* y[i] = dmrt_bf16_round(x[i]) and y[i] = dmrt_bf16_to_f32(x[i]), i in [0, n). */
 void dmrt_f32_to_bf16_array(const float *x, uint16_t *y, int64_t n);
 void dmrt_bf16_to_f32_array(const uint16_t *x, float *y, int64_t n);
@@ -365,43 +346,7 @@ typedef struct dmrt_loss_scale {
     int last_skipped;   /* the last train_step skipped its update */
 } dmrt_loss_scale;
 
-/* IEEE binary16 bits of x, rounded to nearest, ties to even: past 65504 (from 65520 on) inf,
- * below 2^-14 the subnormals (steps of 2^-24), a NaN stays a quiet NaN of its sign. */
-static inline uint16_t dmrt_f16_round(float x) {
-    uint32_t bits, magnitude;
-    memcpy(&bits, &x, sizeof bits);
-    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-    magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520: half-way to 65536 */
-    if (magnitude >= 0x38800000u) { /* 2^-14 and up: a normal half */
-        magnitude += 0x0fffu + ((magnitude >> 13) & 1u);
-        return (uint16_t)(sign | ((magnitude - 0x38000000u) >> 13)); /* exponent rebiased, 127 - 15 */
-    }
-    /* a subnormal half: |x| + 0.5 has steps of 2^-24, so the FPU's own rounding (to nearest
-     * even) leaves the count of 2^-24 in its low bits; 2^-14 itself comes out as 0x0400 */
-    float absolute, shifted;
-    memcpy(&absolute, &magnitude, sizeof absolute);
-    shifted = absolute + 0.5f;
-    memcpy(&bits, &shifted, sizeof bits);
-    return (uint16_t)(sign | (bits - 0x3f000000u));
-}
-/* Exact: every half is a float. */
-static inline float dmrt_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
-    float x;
-    if (exponent == 0) {
-        x = (float)mantissa * 0x1p-24f;
-        memcpy(&bits, &x, sizeof bits);
-        bits |= sign;
-    } else if (exponent == 31) {
-        bits = sign | 0x7f800000u | (mantissa << 13);
-    } else {
-        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    }
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
+/* fp16: dmrt_f16_round and dmrt_f16_to_f32 are in dmrt_half.h (shared with CUDA kernels). */
 void dmrt_f32_to_f16_array(const float *x, uint16_t *y, int64_t n);
 void dmrt_f16_to_f32_array(const uint16_t *x, float *y, int64_t n);
 /* Row-major C = alpha * op(A) @ op(B) + beta * C with fp16 A and B and an fp32 C, as

@@ -7,10 +7,12 @@
 
 #include <stdint.h>
 
+#ifndef DMRT_HOST_DEVICE
 #ifdef __CUDACC__
 #define DMRT_HOST_DEVICE __host__ __device__
 #else
 #define DMRT_HOST_DEVICE
+#endif
 #endif
 
 /* Ten rounds on the counter ctr under the key (key0, key1), in place. */

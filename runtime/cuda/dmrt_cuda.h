@@ -113,6 +113,11 @@ int dmrt_gpu_sgemm(dmrt_gpu *g, int trans_a, int trans_b, int64_t m, int64_t n, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
                    int64_t stride_c);
+/* The same with 16-bit A and B (uint16_t bits, --precision bf16 or fp16: bf16 1 or 0) and
+ * an fp32 C: cuBLAS's products of them, accumulated in fp32 (CUBLAS_COMPUTE_32F). */
+int dmrt_gpu_gemm_half(dmrt_gpu *g, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                       const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
 /* ---- row-wise kernels ---------------------------------------------------------------------
  *

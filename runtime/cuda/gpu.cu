@@ -293,19 +293,20 @@ static int zero_product(dmrt_gpu *g, float beta, float *c, int64_t m, int64_t n,
 /* Row-major C (m, n) = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
  * buffers with the operands swapped, each transpose flag kept (a row-major matrix read
  * column-major is its transpose). */
-int dmrt_gpu_sgemm(dmrt_gpu *g, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                   float *c, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
-                   int64_t stride_c) {
+/* The products of dmrt_gpu_sgemm and dmrt_gpu_gemm_half: a and b of type ab (fp32, bf16 or
+ * fp16), c fp32, accumulated in fp32 (TF32 only for fp32 operands, where asked). */
+static int gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans_a, int trans_b, int64_t m, int64_t n,
+                   int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                   int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
     GPU_ENTER(g);
     if (batch < 1) batch = 1;
     if (m == 0 || n == 0) return DMRT_OK;
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
         !fits_int(ldc) || !fits_int(batch))
         return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
-                             "dmrt_gpu_sgemm: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld "
+                             "%s: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld "
                              "batch=%lld: negative or beyond cuBLAS's 32-bit sizes",
-                             (long long)m, (long long)n, (long long)k, (long long)lda,
+                             name, (long long)m, (long long)n, (long long)k, (long long)lda,
                              (long long)ldb, (long long)ldc, (long long)batch);
     ARG_CHECK(g, c != NULL);
     if (k == 0) return zero_product(g, beta, c, m, n, ldc, batch, stride_c);
@@ -314,19 +315,34 @@ int dmrt_gpu_sgemm(dmrt_gpu *g, int trans_a, int trans_b, int64_t m, int64_t n, 
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasComputeType_t compute =
-        g->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        g->tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (batch == 1) {
         CUBLAS_CHECK(g, cublasGemmEx(g->cublas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b,
-                                     CUDA_R_32F, (int)ldb, a, CUDA_R_32F, (int)lda, &beta, c,
+                                     ab, (int)ldb, a, ab, (int)lda, &beta, c,
                                      CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
         return DMRT_OK;
     }
     CUBLAS_CHECK(g, cublasGemmStridedBatchedEx(
-                        g->cublas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F,
-                        (int)ldb, (long long)stride_b, a, CUDA_R_32F, (int)lda,
+                        g->cublas, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, ab,
+                        (int)ldb, (long long)stride_b, a, ab, (int)lda,
                         (long long)stride_a, &beta, c, CUDA_R_32F, (int)ldc,
                         (long long)stride_c, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
     return DMRT_OK;
+}
+
+int dmrt_gpu_sgemm(dmrt_gpu *g, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
+                   int64_t stride_c) {
+    return gemm_ex(g, "dmrt_gpu_sgemm", CUDA_R_32F, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, batch,
+                   stride_a, stride_b, stride_c);
+}
+
+int dmrt_gpu_gemm_half(dmrt_gpu *g, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                       const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+    return gemm_ex(g, "dmrt_gpu_gemm_half", bf16 ? CUDA_R_16BF : CUDA_R_16F, trans_a, trans_b, m, n, k, a, lda, b, ldb,
+                   beta, c, ldc, batch, stride_a, stride_b, stride_c);
 }
 
 /* ---- the context ------------------------------------------------------------------------- */

@@ -7,7 +7,8 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 (gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
-tensor=2 and pipeline=2 (2 micro-batches), and for checkpoints
+tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2) and
+fp16 (gpt.dm on pipeline=2), and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
@@ -58,6 +59,9 @@ CASES = [
     # over tensor between tensor-parallel products and over micro-batches
     ("dropout-data2-tensor2", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
     ("dropout-pipeline2", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", "pipeline=2", ["--microbatches", "2"], None),
+    # 16-bit products (cuBLAS's bf16 and fp16 GEMMs, the casts' kernels) and fp16's loss scaling
+    ("mlp-bf16-data2-tensor2", "examples/mlp.dm", SMALL_MLP, "data=2,tensor=2", ["--precision", "bf16"], None),
+    ("gpt-fp16-pipeline2", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--precision", "fp16", "--microbatches", "2"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),

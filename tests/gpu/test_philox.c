@@ -7,13 +7,16 @@
  * (counter words index lo, index hi, op | 2^31, step; key seed lo, hi; kept when the top
  * 24 bits of the first two words are >= threshold) over many seeds, steps, ops and
  * indices; dmrt_dropout_index (an element's index in the whole tensor, which a CUDA kernel
- * computes per element) against the nested loops the C target counts it in; and prints
- * digests of the masks and indices, which the script requires to be equal between the two
+ * computes per element) against the nested loops the C target counts it in; the bf16 and
+ * fp16 roundings of runtime/dmrt_half.h (the cast kernels'); and prints digests of the
+ * masks, indices and roundings, which the script requires to be equal between the two
  * builds. No GPU is needed: the device
  * spelling is the same source, compiled for the device. */
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "dmrt_half.h"
 #include "dmrt_philox.h"
 
 #ifdef __CUDACC__
@@ -22,6 +25,12 @@ __global__ void dropout_mask_kernel(unsigned char *keep, uint64_t seed, int64_t 
                                     int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) keep[i] = (unsigned char)dmrt_philox_dropout_keep(seed, step, op, (uint64_t)i, threshold);
+}
+
+/* ... and the 16-bit roundings of a cast kernel (--precision bf16, fp16) */
+__global__ void round_kernel(const float *x, uint16_t *bf16, uint16_t *f16, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) bf16[i] = dmrt_bf16_round(x[i]), f16[i] = dmrt_f16_round(x[i]);
 }
 
 /* ... and the per-element index a CUDA dropout kernel computes (runtime/cuda/dropout.cu) */
@@ -119,5 +128,19 @@ int main(void) {
     for (unsigned k = 0; k < sizeof shapes / sizeof *shapes; k++)
         for (int m = 0; m < 2; m++) failures += check_index_loops(&shapes[k], m ? 3ull << 33 : 0, &index_digest);
     printf("%s dropout indices, digest %016llx\n", failures ? "FAIL" : "ok", (unsigned long long)index_digest);
+    /* runtime/dmrt_half.h's roundings of every 97th float bit pattern (signs, subnormals,
+     * infinities and NaNs among them), round trips exact */
+    uint64_t half_digest = 1469598103934665603ull;
+    for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 97) {
+        uint32_t b = (uint32_t)bits;
+        float x;
+        memcpy(&x, &b, sizeof x);
+        uint16_t h = dmrt_bf16_round(x), f = dmrt_f16_round(x);
+        float hx = dmrt_bf16_to_f32(h), fx = dmrt_f16_to_f32(f);
+        if (hx == hx && dmrt_bf16_round(hx) != h && failures++ < 10) printf("FAIL bf16 %08x does not round-trip\n", (unsigned)b);
+        if (fx == fx && dmrt_f16_round(fx) != f && failures++ < 10) printf("FAIL f16 %08x does not round-trip\n", (unsigned)b);
+        half_digest = (half_digest ^ ((uint64_t)h << 16 | f)) * 1099511628211ull;
+    }
+    printf("%s 16-bit roundings, digest %016llx\n", failures ? "FAIL" : "ok", (unsigned long long)half_digest);
     return failures ? 1 : 0;
 }
