@@ -266,35 +266,24 @@ void emit_spmd_support(emitter *E) {
         cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->param_offsets[p] < 0 ? NULL : ctx->params + ctx->param_offsets[p];");
     else if (g->grads) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
     else cg_line(w, "const float *shard = ctx->params + ctx->param_offsets[p];");
+    if (zero3 || zero) cg_line(w, "float *range = NULL;");
+    int staged = (zero3 || zero) && E->dialect->separate_memory;
+    if (staged) cg_line(w, "int on_host = 0; /* shard is in host memory (a range gathered there) */");
     if (zero3) {
-        cg_line(w, "float *range = NULL;");
         cg_line(w, "if (!grad && zero_params[p][0] >= 0) {");
-        cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
-        cg_line(w, "    const int64_t *z = zero_params[p];");
-        cg_line(w, "    range = (float *)dmrt_alloc((size_t)z[4] * sizeof(float));");
-        cg_line(w, "    if (!range) return DMRT_ERR_NOMEM;");
-        cg_line(w, "    if (dmrt_allgather(ctx->comm[z[0]], ctx->params + z[2], range, z[1], desc->name) != 0) {");
-        cg_line(w, "        dmrt_free(range);");
-        cg_line(w, "        return comm_failed(ctx);");
-        cg_line(w, "    }");
-        cg_line(w, "    shard = range + z[3];");
+        w->indent++;
+        emit_range_gather(E, "zero_params[p]", "ctx->params + z[2]", "z[4]", "z[3]", "desc->name");
+        w->indent--;
         cg_line(w, "}");
     }
     if (zero) {
-        if (!zero3) cg_line(w, "float *range = NULL;");
         cg_line(w, "if (grad && zero_grads[p][0] >= 0) {");
-        cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
-        cg_line(w, "    const int64_t *z = zero_grads[p];");
-        cg_line(w, "    range = (float *)dmrt_alloc((size_t)z[5] * sizeof(float));");
-        cg_line(w, "    if (!range) return DMRT_ERR_NOMEM;");
-        cg_line(w, "    if (dmrt_allgather(ctx->comm[z[0]], ctx->grads + z[2] + ctx->coord[z[0]] * z[3], range, z[1], desc->name) != 0) {");
-        cg_line(w, "        dmrt_free(range);");
-        cg_line(w, "        return comm_failed(ctx);");
-        cg_line(w, "    }");
-        cg_line(w, "    shard = range + z[4];");
+        w->indent++;
+        emit_range_gather(E, "zero_grads[p]", "ctx->grads + z[2] + ctx->coord[z[0]] * z[3]", "z[5]", "z[4]", "desc->name");
+        w->indent--;
         cg_line(w, "}");
     }
-    cg_shard_into_block(E);
+    cg_shard_into_block(E, staged ? "on_host" : NULL);
     if (zero) cg_line(w, "dmrt_free(range);");
     if (E->pipe_axis >= 0) {
         w->indent--;
@@ -354,15 +343,50 @@ void cg_block_into_shard(emitter *E, const char *shard) {
     cg_line(w, "dmrt_free(host);");
 }
 
-void cg_shard_into_block(emitter *E) {
+void cg_shard_into_block(emitter *E, const char *on_host) {
     cg_writer *w = &E->w;
     int separate = E->dialect->separate_memory;
     if (separate) {
         emit_host_block(E);
+        if (on_host) {
+            cg_line(w, "if (!%s) {", on_host);
+            w->indent++;
+        }
         E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
                          "{ dmrt_free(host); return device_failed(ctx); }");
         cg_line(w, "shard = host;");
+        if (on_host) {
+            w->indent--;
+            cg_line(w, "}");
+        }
     }
     cg_line(w, "dmrt_block_write(shard, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, whole);");
     if (separate) cg_line(w, "dmrt_free(host);");
+}
+
+void emit_range_gather(emitter *E, const char *row, const char *send, const char *elems, const char *at, const char *name) {
+    cg_writer *w = &E->w;
+    cg_line(w, "/* its range, all-gathered from the ranks' shares%s */", E->dialect->separate_memory ? " (through host memory)" : "");
+    cg_line(w, "const int64_t *z = %s;", row);
+    cg_line(w, "range = (float *)dmrt_alloc((size_t)%s * sizeof(float));", elems);
+    cg_line(w, "if (!range) return DMRT_ERR_NOMEM;");
+    if (E->dialect->separate_memory) {
+        cg_line(w, "float *share = (float *)dmrt_alloc((size_t)z[1] * sizeof(float));");
+        cg_line(w, "if (!share) {");
+        cg_line(w, "    dmrt_free(range);");
+        cg_line(w, "    return DMRT_ERR_NOMEM;");
+        cg_line(w, "}");
+        E->dialect->copy(w, "share", send, "(size_t)z[1] * sizeof(float)", CG_DEVICE_TO_HOST,
+                         "{ dmrt_free(share); dmrt_free(range); return device_failed(ctx); }");
+        cg_line(w, "const int gathered = dmrt_allgather(ctx->comm[z[0]], share, range, z[1], %s);", name);
+        cg_line(w, "dmrt_free(share);");
+    } else {
+        cg_line(w, "const int gathered = dmrt_allgather(ctx->comm[z[0]], %s, range, z[1], %s);", send, name);
+    }
+    cg_line(w, "if (gathered != 0) {");
+    cg_line(w, "    dmrt_free(range);");
+    cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "}");
+    cg_line(w, "shard = range + %s;", at);
+    if (E->dialect->separate_memory) cg_line(w, "on_host = 1;");
 }

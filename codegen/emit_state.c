@@ -134,19 +134,14 @@ static void emit_spmd_state_moves(emitter *E) {
     cg_line(w, "const float *shard = state_places[i][2] >= 0 ? ctx->state + state_places[i][2] : NULL;");
     if (zero) {
         cg_line(w, "float *range = NULL;");
+        if (E->dialect->separate_memory) cg_line(w, "int on_host = 0; /* shard is in host memory (a range gathered there) */");
         cg_line(w, "if (zero_states[i][0] >= 0) {");
-        cg_line(w, "    /* its range, all-gathered from the ranks' shares */");
-        cg_line(w, "    const int64_t *z = zero_states[i];");
-        cg_line(w, "    range = (float *)dmrt_alloc((size_t)z[4] * sizeof(float));");
-        cg_line(w, "    if (!range) return DMRT_ERR_NOMEM;");
-        cg_line(w, "    if (dmrt_allgather(ctx->comm[z[0]], ctx->state + z[2], range, z[1], state_descs[i].name) != 0) {");
-        cg_line(w, "        dmrt_free(range);");
-        cg_line(w, "        return comm_failed(ctx);");
-        cg_line(w, "    }");
-        cg_line(w, "    shard = range + z[3];");
+        w->indent++;
+        emit_range_gather(E, "zero_states[i]", "ctx->state + z[2]", "z[4]", "z[3]", "state_descs[i].name");
+        w->indent--;
         cg_line(w, "}");
     }
-    cg_shard_into_block(E);
+    cg_shard_into_block(E, zero && E->dialect->separate_memory ? "on_host" : NULL);
     if (zero) cg_line(w, "dmrt_free(range);");
     if (pipe) {
         w->indent--;

@@ -22,7 +22,14 @@ void emit_share_scatter(emitter *E, const char *row, const char *storage) {
     cg_line(w, "const int64_t share_begin = ctx->coord[z[0]] * z[1];");
     cg_line(w, "const int64_t lo = share_begin > z[3] ? share_begin : z[3];");
     cg_line(w, "const int64_t hi = share_begin + z[1] < z[3] + n ? share_begin + z[1] : z[3] + n;");
-    cg_line(w, "if (lo < hi) memcpy(%s + z[2] + (lo - share_begin), local + (lo - z[3]), (size_t)(hi - lo) * sizeof(float));", storage);
+    char dst[160];
+    snprintf(dst, sizeof dst, "%s + z[2] + (lo - share_begin)", storage);
+    cg_line(w, "if (lo < hi) {");
+    w->indent++;
+    E->dialect->copy(w, dst, "local + (lo - z[3])", "(size_t)(hi - lo) * sizeof(float)", CG_HOST_TO_DEVICE,
+                     "{ dmrt_free(local); return device_failed(ctx); }");
+    w->indent--;
+    cg_line(w, "}");
     cg_line(w, "dmrt_free(local);");
     cg_line(w, "return DMRT_OK;");
 }

@@ -257,9 +257,16 @@ void emit_clip(emitter *E, int stage);
 void emit_loss_unscale(emitter *E, int stage);
 /* emit_params.c: in a generated gather or scatter function, the rank's block of the whole
  * tensor into its shard (C expression), or the shard (`shard`) into the whole tensor,
- * through host memory where the dialect's is separate. */
+ * through host memory where the dialect's is separate (but where the generated int
+ * `on_host`, when named, is set: shard is in host memory already). */
 void cg_block_into_shard(emitter *E, const char *shard);
-void cg_shard_into_block(emitter *E);
+void cg_shard_into_block(emitter *E, const char *on_host);
+/* In a gather function: a ZeRO range all-gathered from the ranks' shares into host memory
+ * (`range`, declared NULL; freed by the caller), `shard` then pointing at element `at` of it
+ * and, where the dialect's memory is separate, `on_host` set. row: its table row (z: axis, share, ...); send: C expression of this
+ * rank's share in the context's storage (through host memory where that is separate);
+ * elems: the range's length; name: the collective's label. */
+void emit_range_gather(emitter *E, const char *row, const char *send, const char *elems, const char *at, const char *name);
 /* C expression (int64_t): the optimizer's updates so far, the one in progress counted:
  * ctx->step, less the steps loss scaling skipped. */
 const char *cg_updates_done(const emitter *E);

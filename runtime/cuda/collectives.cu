@@ -300,6 +300,23 @@ int dmrt_gpu_allreduce_start(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n, c
     return DMRT_OK;
 }
 
+int dmrt_gpu_allgather_start(dmrt_gpu *g, dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                             const char *what) {
+    GPU_ENTER(g);
+    int rc = check_call(g, c, n_per_rank, "allgather", what);
+    if (rc != DMRT_OK) return rc;
+    gpu_nccl_comm *nc = nccl_of(g, c);
+    if (!nc) return dmrt_gpu_allgather(g, c, send, recv, n_per_rank, what); /* at once */
+    if (g->nccl_aborted || !nc->nccl) return nccl_ready(g, nc);
+    if (n_per_rank == 0) return DMRT_OK;
+    /* as dmrt_gpu_allreduce_start: the comm stream starts where the main stream is now */
+    CUDA_CHECK(g, cudaEventRecord(g->start_event, g->stream));
+    CUDA_CHECK(g, cudaStreamWaitEvent(g->comm_stream, g->start_event, 0));
+    NCCL_CHECK(g, nc->nccl, ncclAllGather(send, recv, (size_t)n_per_rank, ncclFloat, nc->nccl, g->comm_stream));
+    nc->pending = 1;
+    return DMRT_OK;
+}
+
 int dmrt_gpu_comm_wait(dmrt_gpu *g, dmrt_comm *c) {
     GPU_ENTER(g);
     int rc = check_call(g, c, 0, "wait", NULL);

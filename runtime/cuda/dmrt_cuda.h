@@ -249,6 +249,10 @@ int dmrt_gpu_alltoall(dmrt_gpu *g, dmrt_comm *c, const float *send, float *recv,
  * an event on the main one; staged runs it at once. dmrt_gpu_comm_wait makes the main
  * stream wait for every started call on c. */
 int dmrt_gpu_allreduce_start(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n, const char *what);
+/* ZeRO 3's gather of a bucket's parameters, started as dmrt_gpu_allreduce_start is (NCCL: on
+ * the comm stream; staged: at once); dmrt_gpu_comm_wait before recv is read. */
+int dmrt_gpu_allgather_start(dmrt_gpu *g, dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                             const char *what);
 int dmrt_gpu_comm_wait(dmrt_gpu *g, dmrt_comm *c);
 int dmrt_gpu_send(dmrt_gpu *g, dmrt_comm *c, int peer, const float *buf, int64_t n,
                   const char *what);

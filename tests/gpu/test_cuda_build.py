@@ -8,7 +8,8 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2) and
-fp16 (gpt.dm on pipeline=2), and for checkpoints
+fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
+and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
@@ -62,6 +63,12 @@ CASES = [
     # 16-bit products (cuBLAS's bf16 and fp16 GEMMs, the casts' kernels) and fp16's loss scaling
     ("mlp-bf16-data2-tensor2", "examples/mlp.dm", SMALL_MLP, "data=2,tensor=2", ["--precision", "bf16"], None),
     ("gpt-fp16-pipeline2", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--precision", "fp16", "--microbatches", "2"], None),
+    # ZeRO 1, 2 and 3: reduce-scatters, shard updates and all-gathers on the device (ZeRO 3's
+    # started), shares moved through host memory for init, saves and checkpoints
+    ("mlp-data2-zero1", "examples/mlp.dm", SMALL_MLP, "data=2", ["--zero", "1"], None),
+    ("mlp-data2-zero2-clip", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2", ["--zero", "2"], None),
+    ("gpt-data2-zero3", "examples/gpt.dm", TINY_GPT, "data=2", ["--zero", "3", "--bucket-mb", "0.01", "--checkpoint", "ckpt-z3"],
+     None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
