@@ -342,8 +342,8 @@ static int check_peer(dmrt_gpu *g, dmrt_comm *c, int peer, const char *op, const
  * only when its receive runs, so under 1F1B stage 0's second activation send and stage
  * 1's first gradient send would wait for each other forever. Pipeline messages are one
  * micro-batch's activations: small next to the gradients the collectives reduce. */
-int dmrt_gpu_send(dmrt_gpu *g, dmrt_comm *c, int peer, const float *buf, int64_t n,
-                  const char *what) {
+/* send and recv, tagged or not (tag < 0: untagged), staged */
+static int send_staged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what) {
     GPU_ENTER(g);
     int rc = check_call(g, c, n, "send", what);
     if (rc != DMRT_OK || (rc = check_peer(g, c, peer, "send", what)) != DMRT_OK) return rc;
@@ -352,11 +352,11 @@ int dmrt_gpu_send(dmrt_gpu *g, dmrt_comm *c, int peer, const float *buf, int64_t
     float *h;
     if ((rc = stage_begin(g, n, &h)) != DMRT_OK || (rc = stage_out(g, h, buf, n)) != DMRT_OK)
         return rc;
-    if (dmrt_send(c, peer, n ? h : NULL, n, what) != 0) return host_failed(g, c);
-    return DMRT_OK;
+    int sent = tag < 0 ? dmrt_send(c, peer, n ? h : NULL, n, what) : dmrt_send_tagged(c, peer, tag, n ? h : NULL, n, what);
+    return sent != 0 ? host_failed(g, c) : DMRT_OK;
 }
 
-int dmrt_gpu_recv(dmrt_gpu *g, dmrt_comm *c, int peer, float *buf, int64_t n, const char *what) {
+static int recv_staged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what) {
     GPU_ENTER(g);
     int rc = check_call(g, c, n, "recv", what);
     if (rc != DMRT_OK || (rc = check_peer(g, c, peer, "recv", what)) != DMRT_OK) return rc;
@@ -364,6 +364,20 @@ int dmrt_gpu_recv(dmrt_gpu *g, dmrt_comm *c, int peer, float *buf, int64_t n, co
     if (nc && (rc = nccl_ready(g, nc)) != DMRT_OK) return rc;
     float *h;
     if ((rc = stage_begin(g, n, &h)) != DMRT_OK) return rc;
-    if (dmrt_recv(c, peer, n ? h : NULL, n, what) != 0) return host_failed(g, c);
+    int got = tag < 0 ? dmrt_recv(c, peer, n ? h : NULL, n, what) : dmrt_recv_tagged(c, peer, tag, n ? h : NULL, n, what);
+    if (got != 0) return host_failed(g, c);
     return stage_in(g, buf, h, n);
+}
+
+int dmrt_gpu_send(dmrt_gpu *g, dmrt_comm *c, int peer, const float *buf, int64_t n, const char *what) {
+    return send_staged(g, c, peer, -1, buf, n, what);
+}
+int dmrt_gpu_recv(dmrt_gpu *g, dmrt_comm *c, int peer, float *buf, int64_t n, const char *what) {
+    return recv_staged(g, c, peer, -1, buf, n, what);
+}
+int dmrt_gpu_send_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what) {
+    return send_staged(g, c, peer, tag, buf, n, what);
+}
+int dmrt_gpu_recv_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what) {
+    return recv_staged(g, c, peer, tag, buf, n, what);
 }

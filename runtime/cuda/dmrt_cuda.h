@@ -257,6 +257,10 @@ int dmrt_gpu_comm_wait(dmrt_gpu *g, dmrt_comm *c);
 int dmrt_gpu_send(dmrt_gpu *g, dmrt_comm *c, int peer, const float *buf, int64_t n,
                   const char *what);
 int dmrt_gpu_recv(dmrt_gpu *g, dmrt_comm *c, int peer, float *buf, int64_t n, const char *what);
+/* The same on a channel of their own (dmrt_send_tagged): the interleaved schedule's streams
+ * between a pair of ranks. */
+int dmrt_gpu_send_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, const float *buf, int64_t n, const char *what);
+int dmrt_gpu_recv_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what);
 
 #ifdef __cplusplus
 }

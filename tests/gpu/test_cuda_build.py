@@ -9,6 +9,7 @@ rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, 
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2) and
 fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
+the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -69,6 +70,9 @@ CASES = [
     ("mlp-data2-zero2-clip", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2", ["--zero", "2"], None),
     ("gpt-data2-zero3", "examples/gpt.dm", TINY_GPT, "data=2", ["--zero", "3", "--bucket-mb", "0.01", "--checkpoint", "ckpt-z3"],
      None),
+    # the interleaved schedule: tagged sends between a pair of ranks, staged
+    ("gpt-pipeline2-interleaved", "examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=4,B=8", "pipeline=2",
+     ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
