@@ -372,17 +372,21 @@ static int makes_constants(const emitter *E, int st) {
  * stage%d_constants per stage making any) whose ops the step's functions leave out. */
 void emit_constants(emitter *E) {
     char fn[64], what[512];
-    int n = 0, shown = 0;
-    int at = snprintf(what, sizeof what, "Made once, by create: values that depend on no input, parameter or random draw");
-    for (int i = 0; i < E->g->n_values && at < 400; i++) {
+    int n = 0, shown = 0, tables = 0;
+    char *read = dm_read_by_steps(E->g, E->plan);
+    int at = snprintf(what, sizeof what, "Made once, by create: the values that depend on no input, parameter or random\n"
+                                         " * draw, which the steps only read");
+    for (int i = 0; i < E->g->n_values; i++) {
         const ir_value *v = V(E, i);
-        if (!dm_made_at_create(E->plan, i)) continue;
-        n++;
-        if (v->name && shown < 4)
+        n += dm_made_at_create(E->plan, i);
+        if (!read[i]) continue;
+        tables++;
+        if (v->name && shown < 3 && at < 400)
             at += snprintf(what + at, sizeof what - (size_t)at, "%s %s (line %d)", shown++ ? "," : ":", v->name, v->loc.line);
     }
+    free(read);
     if (!n) return;
-    snprintf(what + at, sizeof what - (size_t)at, "%s; %d ops in all. The steps read them.", shown ? ", ..." : "", n);
+    snprintf(what + at, sizeof what - (size_t)at, "%s (%d tables, %d ops).", tables > shown ? ", ..." : "", tables, n);
     E->creating = 1;
     for (int st = 0; E->scheduled && st < E->stages; st++) {
         if (!makes_constants(E, st)) continue;

@@ -15,7 +15,9 @@
  * reads and writes only its buffers (no collective, no random draw, no loss or update, no
  * gather by ids, no view into another op's buffer). */
 static int runs_at_create(const ir_value *v) {
-    if (v->role != ROLE_TEMP || v->type.dtype == DT_VOID) return 0;
+    /* (the backward's constants come from the loss's gradient seed, which loss scaling
+     * changes from step to step; recomputed copies read what the forward made) */
+    if (v->role != ROLE_TEMP || v->type.dtype == DT_VOID || v->phase != PHASE_FORWARD) return 0;
     switch (ir_op_info_of(v->op)->cls) {
     case OPC_UNARY: return v->op != OP_DROPOUT;
     case OPC_RESHAPE: return v->op == OP_RESHAPE;
@@ -35,7 +37,7 @@ static int drop_broken(const ir_graph *g, const dm_memory_plan *plan, char *at) 
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         for (int k = 0; at[i] && k < v->n_operands; k++)
-            if (!at[v->operands[k]] && g->values[v->operands[k]]->role != ROLE_CONST) at[i] = 0, changed = 1;
+            if (!at[v->operands[k]] && g->values[v->operands[k]]->op != OP_CONST) at[i] = 0, changed = 1;
         int root = plan->storage_of[i];
         if (at[i] != at[root]) at[i] = at[root] = 0, changed = 1;
     }
@@ -51,7 +53,7 @@ void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan) {
         at[i] = (char)runs_at_create(v);
         for (int k = 0; at[i] && k < v->n_operands; k++) {
             const ir_value *x = g->values[v->operands[k]];
-            at[i] = x->role == ROLE_CONST || at[x->id];
+            at[i] = (x->role == ROLE_CONST && !x->loss_seed) || at[x->id];
         }
     }
     /* the loss and outputs are read after the step, as it made them; a value read on another
@@ -68,3 +70,12 @@ void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan) {
 }
 
 int dm_made_at_create(const dm_memory_plan *plan, int id) { return plan->at_create && plan->at_create[id]; }
+
+char *dm_read_by_steps(const ir_graph *g, const dm_memory_plan *plan) {
+    char *read = calloc((size_t)g->n_values + 1, 1);
+    if (!read) abort();
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; !dm_made_at_create(plan, i) && k < g->values[i]->n_operands; k++)
+            if (dm_made_at_create(plan, g->values[i]->operands[k])) read[plan->storage_of[g->values[i]->operands[k]]] = 1;
+    return read;
+}

@@ -310,6 +310,9 @@ int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
  * g->constants_every_step. dm_made_at_create: whether value id is one (0 before the plan). */
 void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan);
 int dm_made_at_create(const dm_memory_plan *plan, int id);
+/* (n_values) 1 for the buffers (storage roots) made at create that an op of a step reads
+ * (the tables the steps use; the rest only feed them at create). Free with free(). */
+char *dm_read_by_steps(const ir_graph *g, const dm_memory_plan *plan);
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
  * whole train step (three placements, the smallest arena kept; outputs and the loss live to the end, reshapes share
