@@ -44,11 +44,10 @@ static int drop_broken(const ir_graph *g, const dm_memory_plan *plan, char *at) 
     return changed;
 }
 
-void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan) {
-    int n = g->n_values;
-    char *at = calloc((size_t)n + 1, 1);
+char *dm_constant_values(const ir_graph *g) {
+    char *at = calloc((size_t)g->n_values + 1, 1);
     if (!at) abort();
-    for (int i = 0; i < n && !g->constants_every_step; i++) {
+    for (int i = 0; i < g->n_values && !g->constants_every_step; i++) {
         const ir_value *v = g->values[i];
         at[i] = (char)runs_at_create(v);
         for (int k = 0; at[i] && k < v->n_operands; k++) {
@@ -56,6 +55,12 @@ void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan) {
             at[i] = (x->role == ROLE_CONST && !x->loss_seed) || at[x->id];
         }
     }
+    return at;
+}
+
+void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan) {
+    int n = g->n_values;
+    char *at = dm_constant_values(g);
     /* the loss and outputs are read after the step, as it made them; a value read on another
      * pipeline stage is sent there in the step (each stage makes the constants its ops read) */
     for (int q = -1; q < g->n_outputs; q++) {

@@ -309,6 +309,10 @@ int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
  * those sharing a buffer with a value that is not made at create; none with
  * g->constants_every_step. dm_made_at_create: whether value id is one (0 before the plan). */
 void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan);
+/* (n_values) the first rule alone: 1 for the forward values computed from numbers alone by
+ * such ops (all 0 with g->constants_every_step); pass_recompute makes none of them again.
+ * Free with free(). */
+char *dm_constant_values(const ir_graph *g);
 int dm_made_at_create(const dm_memory_plan *plan, int id);
 /* (n_values) 1 for the buffers (storage roots) made at create that an op of a step reads
  * (the tables the steps use; the rest only feed them at create). Free with free(). */

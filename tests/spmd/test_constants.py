@@ -9,7 +9,7 @@ computed from arange in the program, depend on no input, parameter or random dra
 2. Training gives bitwise the same step losses and saved weights as that per-step program
    (the oracle), serially and on a mesh of each kind: tensor parallelism, sequence
    parallelism with data parallelism, accumulated micro-batches (a copy of the arena per
-   micro-batch in flight), pipeline stages under GPipe and 1F1B (llama.dm's gradient
+   micro-batch in flight) with every layer recomputed (which makes no table again), pipeline stages under GPipe and 1F1B (llama.dm's gradient
    clipping keeps it off the interleaved and 2bw schedules).
 
 usage: test_constants.py DMC SOURCE_ROOT"""
@@ -25,7 +25,7 @@ from dmcrun import Failure, require_target, step_fields, target_args  # noqa: E4
 SIZES = "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4"
 MESHES = [[],
           ["--mesh", "data=2,tensor=2", "--sequence-parallel"],
-          ["--accumulate", "2"],
+          ["--accumulate", "2", "--recompute", "full"],
           ["--mesh", "pipeline=2", "--microbatches", "2"],
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "1f1b"]]
 
@@ -87,6 +87,7 @@ def main():
             check_generated(dmc, llama, tmp, [], ["make_constants"])
             check_generated(dmc, llama, tmp, ["--mesh", "pipeline=2", "--microbatches", "2"],
                             ["stage0_constants", "stage1_constants"])
+            check_generated(dmc, llama, tmp, ["--recompute", "full"], ["make_constants"])
         except Failure as e:
             failures.append(str(e))
         for mesh in MESHES:
