@@ -9,7 +9,8 @@ computed from arange in the program, depend on no input, parameter or random dra
 2. Training gives bitwise the same step losses and saved weights as that per-step program
    (the oracle), serially and on a mesh of each kind: tensor parallelism, sequence
    parallelism with data parallelism, accumulated micro-batches (a copy of the arena per
-   micro-batch in flight) with every layer recomputed (which makes no table again), pipeline stages under GPipe and 1F1B (llama.dm's gradient
+   micro-batch in flight) with every layer recomputed (which makes no table again), and
+   pipeline stages under 1F1B, 2 micro-batches in flight on the first (llama.dm's gradient
    clipping keeps it off the interleaved and 2bw schedules).
 
 usage: test_constants.py DMC SOURCE_ROOT"""
@@ -26,7 +27,6 @@ SIZES = "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4"
 MESHES = [[],
           ["--mesh", "data=2,tensor=2", "--sequence-parallel"],
           ["--accumulate", "2", "--recompute", "full"],
-          ["--mesh", "pipeline=2", "--microbatches", "2"],
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "1f1b"]]
 
 
@@ -59,9 +59,11 @@ def check_generated(dmc, llama, tmp, mesh, makers):
         raise Failure("%s: sines and cosines outside create's functions %s: %s" % (label, makers, where[True]))
     if any(name in makers for name in where[False]) or not where[False]:
         raise Failure("%s: --no-hoist-constants still makes the tables at create: %s" % (label, where[False]))
-    if sum(where[True].values()) != sum(where[False].values()):
-        raise Failure("%s: %d sines and cosines hoisted, %d per step" % (label, sum(where[True].values()),
-                                                                         sum(where[False].values())))
+    # (per step, recomputation makes the tables again in the backward pass)
+    forward = sum(count for name, count in where[False].items() if name.endswith("forward"))
+    if sum(where[True].values()) != forward:
+        raise Failure("%s: %d sines and cosines hoisted, %d in the per-step forward pass" %
+                      (label, sum(where[True].values()), forward))
 
 
 def train(dmc, llama, tmp, corpus, mesh, hoisted):
