@@ -8,7 +8,7 @@ computed from arange in the program, depend on no input, parameter or random dra
    there is no such function.
 2. Training gives bitwise the same step losses and saved weights as that per-step program
    (the oracle), serially and on a mesh of each kind: tensor parallelism, sequence
-   parallelism with data parallelism, accumulated micro-batches (a copy of the arena per
+   parallelism, accumulated micro-batches (a copy of the arena per
    micro-batch in flight) with every layer recomputed (which makes no table again), and
    pipeline stages under 1F1B, 2 micro-batches in flight on the first, and under 2bw (each
    micro-batch's copy of the arena chosen by its number in the stream; llama.dm without its
@@ -26,7 +26,7 @@ from dmcrun import Failure, require_target, step_fields, target_args  # noqa: E4
 
 SIZES = "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4"
 MESHES = [[],
-          ["--mesh", "data=2,tensor=2", "--sequence-parallel"],
+          ["--mesh", "tensor=2", "--sequence-parallel"],
           ["--accumulate", "2", "--recompute", "full"],
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "1f1b"],
           # (on llama.dm without its gradient clipping, which 2bw does not build)
