@@ -41,6 +41,7 @@ void emit_source_body(emitter *E) {
                 emit_phase(E, PHASE_UPDATE, -1, "run_update", "The optimizer update (ctx->step already counts it).");
         }
     }
+    emit_constants(E);
     emit_create_destroy(E);
     cg_line(w, "int %s_load_weights(%s_ctx *ctx, const char *path) {", m, m);
     cg_line(w, "    ctx->error[0] = 0;");

@@ -333,6 +333,7 @@ void emit_create_destroy(emitter *E) {
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
     cg_line(w, "    goto fail;");
     cg_line(w, "}");
+    emit_constants_call(E);
     cg_line(w, "return ctx;");
     w->indent--;
     cg_line(w, "oom:");

@@ -58,7 +58,7 @@ static void emit_micro_grad_sum(emitter *E, int p) {
  * forward values in the forward pass (even those only the backward reads), gradients in
  * the backward pass. */
 static int received(const emitter *E, int r, ir_phase phase, int stage) {
-    if (stage < 0 || E->plan->region[r] != REGION_ARENA || V(E, r)->stage == stage) return 0;
+    if (stage < 0 || E->creating || E->plan->region[r] != REGION_ARENA || V(E, r)->stage == stage) return 0;
     if (!(E->needed_on[r] >> stage & 1)) return 0;
     return V(E, r)->phase == phase;
 }
@@ -148,6 +148,15 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
     }
 }
 
+/* Whether op v is in the function being emitted: the phase's (on `stage`; every stage's
+ * when stage < 0) or, E->creating, create's: the values made at create run there, of
+ * whichever phase, and in no step. */
+static int in_function(const emitter *E, const ir_value *v, ir_phase phase, int stage) {
+    if (stage >= 0 && v->stage != stage) return 0;
+    if (dm_made_at_create(E->plan, v->id)) return E->creating;
+    return !E->creating && v->phase == phase;
+}
+
 /* The ops of one phase function in order, each followed by its sends (pipelines), its
  * micro-batch gradient's sum (sum_after: the parameter whose micro-batch gradient value i
  * is, or -1; set to -1 once summed) and the buckets it completes (started early). */
@@ -170,8 +179,9 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
         E->update_part = parts == 2 ? part : 0;
         for (int i = 0; i < g->n_values; i++) {
             int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
-            if (V(E, i)->phase == phase && (stage < 0 || V(E, i)->stage == stage) && (parts == 1 || updates == (part == 2))) {
-                if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !emits_nothing(E, V(E, i))) predict_guard(E, i, &guarded);
+            if (in_function(E, V(E, i), phase, stage) && (parts == 1 || updates == (part == 2))) {
+                if (ir_op_info_of(V(E, i)->op)->cls != OPC_SOURCE && !emits_nothing(E, V(E, i)) && !E->creating)
+                    predict_guard(E, i, &guarded);
                 emit_op(E, V(E, i));
                 emit_sends(E, i, stage);
                 if (sum_after[i] >= 0) {
@@ -196,7 +206,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     int any = 0, uses_batch = 0, micro = stage >= 0 && phase != PHASE_UPDATE;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
-        if (v->phase != phase || ir_op_info_of(v->op)->cls == OPC_SOURCE || (stage >= 0 && v->stage != stage)) continue;
+        if (!in_function(E, v, phase, stage) || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (emits_nothing(E, v)) continue;
@@ -246,7 +256,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         uint64_t holders = tied_holders(E, p);
         if (holders && ((holders >> stage & 1) || V(E, g->params[p])->stage == stage)) used[g->params[p]] = any = 1;
     }
-    int keeps = micro && phase == PHASE_FORWARD;
+    int keeps = micro && phase == PHASE_FORWARD && !E->creating;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
     for (int i = 0; keeps && i < g->n_outputs; i++)
         if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
@@ -264,7 +274,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     E->cur_stage = stage;
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
-    int traced = micro && E->partitioned;
+    int traced = micro && E->partitioned && !E->creating;
     int uses_arena = 0;
     for (int i = 0; i < g->n_values; i++) /* (outside a micro-batch, summed partials are in ctx->grad_sum) */
         if (used[i] && E->plan->region[i] == REGION_ARENA && (micro || !E->summed || E->summed[i] < 0)) uses_arena = 1;
@@ -345,6 +355,61 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     E->in_micro = 0;
     E->cur_stage = -1;
     free(used);
+}
+
+/* Whether pipeline stage st (every stage when st < 0) makes values at create. */
+static int makes_constants(const emitter *E, int st) {
+    for (int i = 0; i < E->g->n_values; i++)
+        if (dm_made_at_create(E->plan, i) && (st < 0 || V(E, i)->stage == st)) return 1;
+    return 0;
+}
+
+/* The values made once at create (passes/hoist_constants.c: computed from numbers alone,
+ * the same in every step): one function (make_constants; with micro-batches or stages,
+ * stage%d_constants per stage making any) whose ops the step's functions leave out. */
+void emit_constants(emitter *E) {
+    char fn[64], what[512];
+    int n = 0, shown = 0, tables = 0;
+    char *read = dm_read_by_steps(E->g, E->plan);
+    int at = snprintf(what, sizeof what, "Made once, by create: the values that depend on no input, parameter or random\n"
+                                         " * draw, which the steps only read");
+    for (int i = 0; i < E->g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        n += dm_made_at_create(E->plan, i);
+        if (!read[i]) continue;
+        tables++;
+        if (v->name && shown < 3 && at < 400)
+            at += snprintf(what + at, sizeof what - (size_t)at, "%s %s (line %d)", shown++ ? "," : ":", v->name, v->loc.line);
+    }
+    free(read);
+    if (!n) return;
+    snprintf(what + at, sizeof what - (size_t)at, "%s (%d tables, %d ops).", tables > shown ? ", ..." : "", tables, n);
+    E->creating = 1;
+    for (int st = 0; E->scheduled && st < E->stages; st++) {
+        if (!makes_constants(E, st)) continue;
+        snprintf(fn, sizeof fn, "stage%d_constants", st);
+        emit_phase(E, PHASE_FORWARD, st, fn, what);
+    }
+    if (!E->scheduled) emit_phase(E, PHASE_FORWARD, -1, "make_constants", what);
+    E->creating = 0;
+}
+
+/* In create: the calls of emit_constants's functions (this rank's stages'), each into
+ * every copy of the arena a stage holds (micro-batches in flight), failing to `fail`. */
+void emit_constants_call(emitter *E) {
+    if (!makes_constants(E, -1)) return;
+    if (!E->scheduled) {
+        cg_line(&E->w, "if (make_constants(ctx, NULL) != DMRT_OK) goto fail;");
+        return;
+    }
+    for (int st = 0; st < E->stages; st++) {
+        if (!makes_constants(E, st)) continue;
+        char call[128];
+        snprintf(call, sizeof call, "stage%d_constants(ctx, NULL, slot) != DMRT_OK", st);
+        if (E->stages > 1) cg_line(&E->w, "if (ctx->coord[PIPELINE_AXIS] == %d)", rank_of(E, st));
+        cg_line(&E->w, "%sfor (int64_t slot = 0; slot < %d; slot++)", E->stages > 1 ? "    " : "", E->slots[st]);
+        cg_line(&E->w, "%s    if (%s) goto fail;", E->stages > 1 ? "    " : "", call);
+    }
 }
 
 /* Stage st's functions: forward and backward of one micro-batch, its update. */

@@ -70,6 +70,8 @@ typedef struct emitter {
     int dropout;               /* the program has dropout ops: the context keeps the seed and a
                                 * training flag (codegen/emit_dropout.c) */
     int in_micro;              /* the function being emitted has a micro-batch index `micro` */
+    int creating;              /* the function being emitted makes the values made at create
+                                * (passes/hoist_constants.c), which the step's functions skip */
     int update_part;           /* an update function split by clipping or loss scaling (emit_clip.c): 1 while its
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
@@ -226,6 +228,10 @@ void emit_op(emitter *E, const ir_value *v);
 
 /* emit_step.c */
 void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what);
+/* The functions making the values made at create (passes/hoist_constants.c), and their
+ * calls in create (after the parameters' initialisation; a failure goes to `fail`). */
+void emit_constants(emitter *E);
+void emit_constants_call(emitter *E);
 void emit_stages(emitter *E);
 void emit_upload(emitter *E);
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);

@@ -82,6 +82,9 @@ static const char usage[] =
     "  --no-fuse-attention        keep softmax(causal_mask(q @ kT * s)) @ v as its three ops\n"
     "                             (the C target fuses it into one kernel that holds no T x T\n"
     "                             scores: docs/compiler.md)\n"
+    "  --no-hoist-constants       compute the values that depend on no input, parameter or\n"
+    "                             random draw (tables from arange: RoPE's) in every step, as\n"
+    "                             dmc did before, not once when the context is created\n"
     "  --sequence-parallel        with a mesh axis named tensor: the layernorms, residual adds\n"
     "                             and dropouts between tensor-parallel products hold their\n"
     "                             rows split over tensor (the sequence of [B, T, C]), reduce-\n"
@@ -286,6 +289,7 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     }
     if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
     if (strcmp(argv[*i], "--no-fuse-attention") == 0) return o->no_fuse_attention = 1;
+    if (strcmp(argv[*i], "--no-hoist-constants") == 0) return o->no_hoist_constants = 1;
     if (strcmp(argv[*i], "--sequence-parallel") == 0) return o->sequence_parallel = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
@@ -357,7 +361,7 @@ static int check_plan_options(const dm_options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--no-fuse-attention", "--sequence-parallel",
+    "--no-fuse-attention", "--no-hoist-constants", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 

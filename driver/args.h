@@ -46,6 +46,7 @@ typedef struct dm_options {
     int zero;                 /* --zero, -1: the program's */
     int recompute;            /* --recompute as an ir_recompute */
     int no_fuse_attention;    /* --no-fuse-attention */
+    int no_hoist_constants;   /* --no-hoist-constants */
     int sequence_parallel;    /* --sequence-parallel */
     ir_compress compress;     /* --compress */
     ir_param_servers param_servers; /* --param-servers, --ps-staleness (-1: synchronous) */

@@ -33,6 +33,7 @@ static dm_lower_options lower_options(const dm_options *o, const char *model) {
                               .mesh = (dm_override *)o->mesh, .n_mesh = o->n_mesh, .microbatches = o->microbatches,
                               .schedule = o->schedule, .chunks = o->chunks, .zero = o->zero,
                               .recompute = o->recompute, .fuse_attention = fuses_attention(o), .compress = o->compress,
+                              .constants_every_step = o->no_hoist_constants,
                               .sequence_parallel = o->sequence_parallel, .param_servers = o->param_servers};
 }
 

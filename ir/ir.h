@@ -235,6 +235,9 @@ typedef struct ir_graph {
     /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
      * op (set for the C target unless --no-fuse-attention). */
     int fuse_attention;
+    /* passes/hoist_constants.c: the values computed from numbers alone are made once, by
+     * create, unless this is set (--no-hoist-constants): then in every step, as other ops */
+    int constants_every_step;
     /* passes/shard.c (--sequence-parallel): a pending sum over the mesh axis named tensor
      * that an elementwise op completes is reduce-scattered over the rows' last dim (the
      * sequence of a [B, T, C] activation) instead of allreduced, and the ops up to the next

@@ -966,6 +966,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     if (L.cuts) lower_resolve_cuts(&L, L.cuts);
     dm_lower_set_choices(L.g, opts);
     L.g->fuse_attention = opts->fuse_attention;
+    L.g->constants_every_step = opts->constants_every_step;
     if (L.g->batch_dim && !L.g->batch_whole && d->n_errors == errors_before) {
         fprintf(d->out, "dmc: error: micro-batches split the inputs' leading dim '%s', which is not declared with dim\n",
                 L.g->batch_dim);

@@ -27,6 +27,7 @@ typedef struct dm_lower_options {
     int recompute;              /* --recompute as an ir_recompute; RECOMPUTE_MARKED: the program's */
     int fuse_attention;         /* fuse the attention pattern (passes/fuse_attention.c): the C target's
                                  * default, off with --no-fuse-attention */
+    int constants_every_step;   /* --no-hoist-constants (ir_graph.constants_every_step) */
     ir_compress compress;       /* --compress: of the data axis's gradient allreduces */
     int sequence_parallel;      /* --sequence-parallel (ir_graph.sequence_parallel) */
     ir_param_servers param_servers; /* --param-servers, --ps-staleness */

@@ -680,6 +680,7 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
     fprintf(out, "  gradients         %12s\n", gr);
     fprintf(out, "  optimizer state   %12s\n", s);
     fprintf(out, "  activations       %12s  (%s without buffer reuse; one micro-batch's)\n", a, au);
+    explain_at_create(g, plan, out);
     int n_peaks = plan->stages > 1 ? plan->ranks : 1;
     for (int k = 0; k < n_peaks; k++) {
         dm_memory_peak pk;

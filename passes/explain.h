@@ -55,6 +55,9 @@ int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explai
 int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value);
 int explain_replaced_by_param_servers(const ir_graph *g, int value);
 int explain_replaced(const ir_graph *g, const dm_zero_plan *zero, int value);
+/* The line on the values made once at create (passes/hoist_constants.c; nothing when there
+ * are none): their ops, the tables the steps read and the arena they keep (explain_compact.c). */
+void explain_at_create(const ir_graph *g, const dm_memory_plan *plan, FILE *out);
 /* "12.50 MiB" of elements of 4 bytes */
 void explain_mib(double elems, char *buf, size_t size);
 

@@ -228,9 +228,31 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
     explain_mib((double)plan->arena_unshared_elems, unshared, sizeof unshared);
     fprintf(out, "  peak: what a rank allocates at most; activations: those in flight, one micro-batch's arena "
                  "%s%s (%s without buffer reuse)\n", arena, plan->stages > 1 ? " at most" : "", unshared);
+    explain_at_create(g, plan, out);
     if (gathered) {
         char host[32];
         human_bytes((double)gathered, host, sizeof host);
         fprintf(out, "  and %s of host memory once the outputs are asked for whole\n", host);
     }
+}
+
+void explain_at_create(const ir_graph *g, const dm_memory_plan *plan, FILE *out) {
+    char *read = dm_read_by_steps(g, plan);
+    int ops = 0, tables = 0;
+    int64_t kept = 0;
+    const char *first = NULL;
+    for (int i = 0; i < g->n_values; i++) {
+        ops += dm_made_at_create(plan, i);
+        if (!read[i]) continue;
+        tables++;
+        kept += ir_storage_elems(g, g->values[i]);
+        if (!first) first = g->values[i]->name;
+    }
+    free(read);
+    if (!ops) return;
+    char bytes[32];
+    explain_mib((double)kept, bytes, sizeof bytes);
+    fprintf(out, "  made once at create, not in each step: %d ops of constants (no input or parameter reaches them), "
+                 "%d table%s the steps read (%s%s), %s of the arena kept through every step\n",
+            ops, tables, tables == 1 ? "" : "s", tables > 1 && first ? "the first " : "", first ? first : "unnamed", bytes);
 }

@@ -307,19 +307,25 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         }
         last_use[i] = i;
     }
-    /* liveness of a buffer: the last read of it or of any reshape sharing it */
+    dm_plan_at_create(g, plan);
+    /* liveness of a buffer: the last read of it or of any reshape sharing it; a value made
+     * at create that a step reads lives through every step (read_in_step) */
+    char *read_in_step = calloc((size_t)n + 1, 1);
     int *summed = dm_summed_partials(g);
+    if (!read_in_step) abort();
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         for (int k = 0; k < v->n_operands; k++) {
             int s = plan->storage_of[v->operands[k]];
             if (last_use[s] < i && read_keeps_alive(summed, v, k)) last_use[s] = i;
+            if (!plan->at_create[i]) read_in_step[s] = 1;
         }
         /* a bias's add runs its product: the product's operands are read there */
         const ir_value *product = product_run_by(plan, g, v);
         for (int k = 0; product && k < product->n_operands; k++) {
             int s = plan->storage_of[product->operands[k]];
             if (last_use[s] < i) last_use[s] = i;
+            if (!plan->at_create[i]) read_in_step[s] = 1;
         }
     }
     free(summed);
@@ -368,19 +374,25 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i) plan->region[i] = plan->region[plan->storage_of[i]];
     /* a buffer is live from the first value written into it (a window assembly's first
-     * piece comes before its sum) */
+     * piece comes before its sum). Positions: create's ops (the values made at create) at
+     * their index, then the step's at n + index; a buffer made at create that a step reads
+     * lives to the end (2 n), so no step value ever shares it. */
     char *placed = calloc((size_t)n + 1, 1);
     if (!placed) abort();
-    for (int i = 0; i < n; i++) {
-        int root = plan->storage_of[i];
-        if (plan->region[root] != REGION_ARENA || placed[root]) continue;
-        placed[root] = 1;
-        item_id[n_items] = root, def[n_items] = i, dies[n_items] = last_use[root] < n ? last_use[root] : n;
-        size[n_items] = round_up(ir_storage_elems(g, g->values[root]));
-        plan->arena_unshared_elems += size[n_items];
-        n_items++;
-    }
+    for (int made_at_create = 1; made_at_create >= 0; made_at_create--)
+        for (int i = 0; i < n; i++) {
+            int root = plan->storage_of[i];
+            if (plan->region[root] != REGION_ARENA || placed[root] || plan->at_create[root] != made_at_create) continue;
+            placed[root] = 1;
+            int at = made_at_create ? 0 : n;
+            item_id[n_items] = root, def[n_items] = at + i;
+            dies[n_items] = made_at_create && read_in_step[root] ? 2 * n : at + (last_use[root] < n ? last_use[root] : n);
+            size[n_items] = round_up(ir_storage_elems(g, g->values[root]));
+            plan->arena_unshared_elems += size[n_items];
+            n_items++;
+        }
     free(placed);
+    free(read_in_step);
     plan->arena_elems = place_buffers(n_items, size, def, dies, offset);
     for (int it = 0; it < n_items; it++) plan->offset[item_id[it]] = offset[it];
     /* a buffer's sharers, where in it they start */
@@ -410,6 +422,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->bias_add_of);
     free(plan->assembled_in);
     free(plan->row_stride);
+    free(plan->at_create);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -430,6 +443,8 @@ typedef struct stage_item {
     int id;          /* the value (a storage root) */
     int def;         /* position of its definition on this stage (a receive: its own) */
     int dies;        /* position of its last reader on this stage (>= def) */
+    int made_at_create; /* by create, before any step: a working buffer that is never a
+                         * micro-batch's (one copy, or one in each copy of the whole arena) */
 } stage_item;
 
 /* Copies of values on stages other than their own, collected as triples, then sorted by
@@ -455,7 +470,7 @@ static void add_copy(copy_list *c, int id, int stage, int64_t offset) {
 /* Whether an item is one of the forward's values the backward reads: defined (or received)
  * by the end of the forward function, alive after it. */
 static int is_kept(const stage_item *item, int forward_end) {
-    return item->def <= forward_end && item->dies > forward_end;
+    return !item->made_at_create && item->def <= forward_end && item->dies > forward_end;
 }
 
 /* Places the items of one part of a stage's arena (kept: 1 the kept ones, 0 the others, -1
@@ -496,8 +511,10 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
     int n_items = 0, pos = 0, phase_end[3] = {-1, -1, -1};
     for (int i = 0; i < n; i++) pos_of[i] = item_of[i] = -1;
     const ir_phase phases[3] = {PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE};
-    for (int f = 0; f < 3; f++) {
-        for (int i = 0; i < n; i++) {
+    /* f = -1: the values made at create (passes/hoist_constants.c), before any step */
+    int create_end = -1;
+    for (int f = -1; f < 3; f++) {
+        for (int i = 0; f >= 0 && i < n; i++) {
             const ir_value *v = g->values[i];
             int received = plan->region[i] == REGION_ARENA && plan->storage_of[i] == i && v->stage != s &&
                            v->phase == phases[f] && v->stage < 64 && (pipe->readers[i] >> s & 1);
@@ -508,19 +525,23 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
         }
         for (int i = 0; i < n; i++) {
             const ir_value *v = g->values[i];
-            if (v->phase != phases[f] || v->stage != s || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+            int made_at_create = dm_made_at_create(plan, i);
+            if ((f < 0 ? !made_at_create : made_at_create || v->phase != phases[f]) || v->stage != s ||
+                ir_op_info_of(v->op)->cls == OPC_SOURCE)
+                continue;
             pos_of[i] = pos;
             /* a buffer is live from the first value written into it (a window
              * assembly's first piece comes before its sum) */
             int root = plan->storage_of[i];
             if (plan->region[i] == REGION_ARENA && item_of[root] < 0 && g->values[root]->stage == s &&
-                g->values[root]->phase == phases[f]) {
+                (f < 0 || g->values[root]->phase == phases[f])) {
                 item_of[root] = n_items;
-                items[n_items++] = (stage_item){.id = root, .def = pos, .dies = pos};
+                items[n_items++] = (stage_item){.id = root, .def = pos, .dies = pos, .made_at_create = made_at_create};
             }
             pos++;
         }
-        phase_end[f] = pos - 1;
+        if (f < 0) create_end = pos - 1;
+        else phase_end[f] = pos - 1;
     }
     /* last readers on this stage; a micro-batch's partial gradient is added to the step's
      * sum where it is computed (the position of the value, a view's included) */
@@ -539,6 +560,9 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
             if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
         }
     }
+    /* made at create and read in a step: alive through every step */
+    for (int it = 0; it < n_items; it++)
+        if (items[it].made_at_create && items[it].dies > create_end) items[it].dies = pos;
     /* read at the end of the forward function: the loss and outputs */
     for (int q = -1; q < g->n_outputs; q++) {
         int id = q < 0 ? g->loss : g->outputs[q];

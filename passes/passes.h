@@ -263,6 +263,9 @@ typedef struct dm_memory_plan {
                               * buffer they share; -1 for every other value */
     int64_t *row_stride;     /* (n_values) a product writing its piece into a window whose rows
                               * lie that far apart in the sum (its ldc); 0: its own width */
+    char *at_create;         /* (n_values) 1: made once by create, not in a step (the step only
+                              * reads it): a constant (passes/hoist_constants.c), its buffer in
+                              * the arena shared with no step value */
     int64_t param_elems, grad_elems, state_elems, arena_elems;  /* the largest over stages */
     int64_t arena_unshared_elems;  /* what the arena would be without reuse (for --explain) */
     /* pipelines (memory_plan_stages): each stage's ranks hold only its share */
@@ -290,6 +293,22 @@ typedef struct dm_memory_plan {
 void dm_plan_window_assemblies(const ir_graph *g, const int *readers, dm_memory_plan *plan);
 /* Whether pad (of an assembly) finds its piece already in its window: nothing to copy. */
 int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
+
+/* hoist_constants.c: plan->at_create (called by pass_memory once storage_of, bias_add_of and
+ * assembled_in are set): the values computed from numbers alone (arange, a RoPE table:
+ * no input, parameter, state or random draw reaches them; ops with kernels of their own,
+ * no collective), but the loss and outputs, those read on another pipeline stage, and
+ * those sharing a buffer with a value that is not made at create; none with
+ * g->constants_every_step. dm_made_at_create: whether value id is one (0 before the plan). */
+void dm_plan_at_create(const ir_graph *g, dm_memory_plan *plan);
+/* (n_values) the first rule alone: 1 for the forward values computed from numbers alone by
+ * such ops (all 0 with g->constants_every_step); pass_recompute makes none of them again.
+ * Free with free(). */
+char *dm_constant_values(const ir_graph *g);
+int dm_made_at_create(const dm_memory_plan *plan, int id);
+/* (n_values) 1 for the buffers (storage roots) made at create that an op of a step reads
+ * (the tables the steps use; the rest only feed them at create). Free with free(). */
+char *dm_read_by_steps(const ir_graph *g, const dm_memory_plan *plan);
 
 /* Plans persistent buffers in declaration order and the arena by liveness over the
  * whole train step (three placements, the smallest arena kept; outputs and the loss live to the end, reshapes share

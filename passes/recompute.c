@@ -12,7 +12,8 @@
  * FULL, every segment's; SELECTIVE, every segment's values that are cheap to make again
  * (elementwise, softmax, norms, reshapes: not products or fused attention, which keep
  * their outputs);
- * NONE, nothing.
+ * NONE, nothing. Never a value computed from numbers alone (a RoPE table): it is made
+ * once at create and kept (passes/hoist_constants.c).
  *
  * requires: autodiff (before optimizer and shard, which insert the collectives the
  * copies need like any op's); renumbers values. */
@@ -53,7 +54,10 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
     char *candidate = calloc((size_t)n + 1, 1), *needed = calloc((size_t)n + 1, 1);
     int *clone = malloc(((size_t)n + 1) * sizeof(int)), *insert_at = malloc(((size_t)n + 1) * sizeof(int));
     if (!candidate || !needed || !clone || !insert_at) abort();
-    for (int i = 0; i < n; i++) candidate[i] = (char)recomputable(g, g->values[i]);
+    /* values made at create (passes/hoist_constants.c) live through the step already */
+    char *constant = dm_constant_values(g);
+    for (int i = 0; i < n; i++) candidate[i] = (char)(recomputable(g, g->values[i]) && !constant[i]);
+    free(constant);
     /* the boundary stays: values read by forward ops of another segment, outputs, the loss */
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
