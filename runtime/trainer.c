@@ -115,6 +115,19 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
     return TR_OK;
 }
 
+/* --evaluate trains nothing: it needs the parameters of --init, data with an evaluation
+ * (fashion-mnist's test set, a text corpus's held-out part), and no option of training. */
+static int check_evaluate(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!o->evaluate) return TR_OK;
+    const char *other = o->predict ? "--predict" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+                      : o->save ? "--save" : o->checkpoint ? "--checkpoint" : o->resume ? "--resume"
+                      : o->dump_grads ? "--dump-grads" : o->eval_every ? "--eval-every" : o->trace ? "--trace"
+                      : o->batch_file ? "--batch-file (it has no test set)" : NULL;
+    if (other) return usage_error(prog, model, "--evaluate trains nothing: it cannot be combined with %s", other);
+    if (!o->init) return usage_error(prog, model, "--evaluate needs --init FILE (the parameters to evaluate)");
+    return TR_OK;
+}
+
 /* A parameter server takes no steps: it has no trace, no checkpoint, no prediction. */
 static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!model->param_servers) return TR_OK;
@@ -166,6 +179,10 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         }
         if (strcmp(arg, "--predict") == 0) {
             o->predict = 1;
+            continue;
+        }
+        if (strcmp(arg, "--evaluate") == 0) {
+            o->evaluate = 1;
             continue;
         }
         /* --name VALUE or --name=VALUE */
@@ -243,6 +260,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            o->data);
     }
     int status = check_predict(o, prog, model);
+    if (status == TR_OK) status = check_evaluate(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
