@@ -259,8 +259,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "text:FILE[,FILE...])",
                            o->data);
     }
-    int status = check_predict(o, prog, model);
-    if (status == TR_OK) status = check_evaluate(o, prog, model);
+    int status = check_evaluate(o, prog, model);
+    if (status == TR_OK) status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
