@@ -17,17 +17,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_checkpoint import Trainer, fashion_like, small_mlp  # noqa: E402
+import test_checkpoint  # noqa: E402
+from test_checkpoint import check, Trainer, fashion_like, small_mlp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    if not ok:
-        failures += 1
 
 
 def final_line(out, pattern):
@@ -103,8 +96,8 @@ def main():
               "dmc run MODEL --evaluate --init W prints the test accuracy (%s)" % r.stderr.strip()[-200:])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % failures)
-    sys.exit(1 if failures else 0)
+    print("%d failed" % test_checkpoint.failures)
+    sys.exit(1 if test_checkpoint.failures else 0)
 
 
 if __name__ == "__main__":

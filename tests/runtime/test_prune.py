@@ -31,20 +31,13 @@ import torch
 from torch.nn.utils import prune
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_checkpoint import Trainer, fashion_like, read_safetensors, write_safetensors  # noqa: E402
+import test_checkpoint  # noqa: E402
+from test_checkpoint import check, Trainer, fashion_like, read_safetensors, write_safetensors  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WEIGHTS = ("fc1.weight", "fc2.weight", "fc3.weight")
 SHAPES = {"fc1.weight": [784, 64], "fc1.bias": [64], "fc2.weight": [64, 64], "fc2.bias": [64],
           "fc3.weight": [64, 10], "fc3.bias": [10]}
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok    " if ok else "FAIL  ") + what, flush=True)
-    if not ok:
-        failures += 1
 
 
 def small_mlp(tmp, name, optimizer):
@@ -187,8 +180,8 @@ def main():
         refused(dmc_path, tmp, data)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % failures)
-    sys.exit(1 if failures else 0)
+    print("%d failed" % test_checkpoint.failures)
+    sys.exit(1 if test_checkpoint.failures else 0)
 
 
 if __name__ == "__main__":
