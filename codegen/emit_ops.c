@@ -659,7 +659,7 @@ static void emit_update(emitter *E, const ir_value *v) {
     if (states > 1) k.state1 = E->cname[v->operands[3]];
     if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
     else E->dialect->adamw(&E->w, &k);
-    if (mask) emit_prune(E, k.param, E->cname[v->operands[v->n_operands - 1]], count);
+    if (mask) emit_prune(E, v->operands[v->n_operands - 1]);
 }
 
 void emit_op(emitter *E, const ir_value *v) {

@@ -43,8 +43,8 @@ void emit_prune_schedule(emitter *E) {
     const ir_prune *p = &E->g->prune;
     if (p->ratio <= 0) return;
     cg_writer *w = &E->w;
-    cg_line(w, "/* --prune %g: every weight matrix's sparsity ramps from 0 to %g over updates %g N to %g N of the", p->ratio,
-            p->ratio, p->start, p->end);
+    cg_line(w, "/* --prune %g%s: every weight matrix's sparsity ramps from 0 to %g over updates %g N to %g N of the",
+            p->ratio, p->rows ? ":rows" : "", p->ratio, p->start, p->end);
     cg_line(w, " * run's N (Zhu and Gupta's cubic schedule, runtime/prune.c) */");
     cg_line(w, "static const dmrt_prune_schedule prune_schedule = {.ratio = %.17g, .start = %.17g, .end = %.17g};", p->ratio,
             p->start, p->end);
@@ -63,10 +63,28 @@ void emit_prune_needs_total(emitter *E) {
     cg_line(w, "}");
 }
 
-/* After the update of param (count elements): the pruned elements zeroed, the mask chosen
- * again on the schedule's updates. */
-void emit_prune(emitter *E, const char *param, const char *mask, const char *count) {
-    cg_line(&E->w, "/* --prune: the pruned elements zeroed; on the schedule's updates the mask chosen again */");
-    cg_line(&E->w, "dmrt_prune(%s, %s, %s, %s, ctx->total_steps, &prune_schedule);", param, mask, count,
+/* After the update of the weight that mask_id masks: the pruned elements zeroed, the mask
+ * chosen again on the schedule's updates, element by element or (RATIO:rows) by output
+ * channel, the mask's axis. */
+void emit_prune(emitter *E, int mask_id) {
+    const ir_value *mask = V(E, mask_id);
+    const ir_value *param = V(E, E->g->params[mask->param_index]);
+    int64_t n = ir_numel(&mask->type), channels = n, inner = 1;
+    if (E->g->prune.rows) {
+        channels = mask->type.shape[mask->axis];
+        for (int d = mask->axis + 1; d < mask->type.rank; d++) inner *= mask->type.shape[d];
+    }
+    cg_writer *w = &E->w;
+    if (E->g->prune.rows)
+        cg_line(w, "/* --prune %g:rows: %lld output channels (dim %d) of %lld elements each, pruned whole */",
+                E->g->prune.ratio, (long long)channels, mask->axis, (long long)(n / channels));
+    else
+        cg_line(w, "/* --prune %g: element by element */", E->g->prune.ratio);
+    cg_line(w, "/* the pruned elements zeroed; on the schedule's updates the mask chosen again */");
+    cg_line(w, "if (dmrt_prune(%s, %s, %lld, %lld, %lld, %s, ctx->total_steps, &prune_schedule) != DMRT_OK) {",
+            E->cname[param->id], E->cname[mask_id], (long long)n, (long long)channels, (long long)inner,
             cg_updates_done(E));
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"--prune: out of memory choosing the mask of %s\");", param->name);
+    cg_line(w, "    return DMRT_ERR_NOMEM;");
+    cg_line(w, "}");
 }

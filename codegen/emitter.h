@@ -256,7 +256,7 @@ void emit_clip(emitter *E, int stage);
 int check_prune(const emitter *E, FILE *err);
 void emit_prune_schedule(emitter *E);
 void emit_prune_needs_total(emitter *E);
-void emit_prune(emitter *E, const char *param, const char *mask, const char *count);
+void emit_prune(emitter *E, int mask_id);
 /* fp16's loss scaling in an update function, before clipping and the updates: the check of
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */

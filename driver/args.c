@@ -74,10 +74,11 @@ static const char usage[] =
     "                             (docs/parallelism.md)\n"
     "  --chunks v                 with --schedule interleaved: model chunks per pipeline rank\n"
     "                             (schedule interleaved(..., chunks = v) in the .dm)\n"
-    "  --prune RATIO              magnitude pruning of every weight matrix (of products) while\n"
+    "  --prune RATIO[:rows]       magnitude pruning of every weight matrix (of products) while\n"
     "                             training: its sparsity ramps from 0 to RATIO (0 <= RATIO < 1)\n"
     "                             on a cubic schedule; masks in the optimizer state, pruned\n"
-    "                             weights exactly 0 after every update (docs/compression.md)\n"
+    "                             weights exactly 0 after every update; :rows prunes whole\n"
+    "                             output channels by their L2 norm (docs/compression.md)\n"
     "  --prune-start F, --prune-end F\n"
     "                             the ramp's first and last fractions of the run's updates\n"
     "                             (default 0 and 0.75)\n"
@@ -190,19 +191,20 @@ static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, 
     return 1;
 }
 
-/* --prune RATIO (from 0, below 1), --prune-start F and --prune-end F (fractions of the run,
- * start before end): 1, or -1 with a message. */
+/* --prune RATIO[:rows] (RATIO from 0, below 1), --prune-start F and --prune-end F (fractions
+ * of the run, start before end): 1, or -1 with a message. */
 static int parse_prune(const char *flag, const char *v, dm_options *o) {
     char *end = NULL;
     double x = strtod(v, &end);
-    int ratio = strcmp(flag, "--prune") == 0;
-    if (!end || *end || end == v || !(x >= 0.0 && (ratio ? x < 1.0 : x <= 1.0))) {
+    int ratio = strcmp(flag, "--prune") == 0, rows = ratio && end && strcmp(end, ":rows") == 0;
+    if (!end || (*end && !rows) || end == v || !(x >= 0.0 && (ratio ? x < 1.0 : x <= 1.0))) {
         fprintf(stderr, "dmc: error: %s expects %s, got '%s'\n", flag,
-                ratio ? "the fraction of every weight matrix pruned, a number from 0 up to (not including) 1"
+                ratio ? "the fraction of every weight matrix pruned, a number from 0 up to (not including) 1, "
+                        "optionally followed by :rows (whole output channels)"
                       : "a fraction of the run's updates, a number from 0 to 1", v);
         return -1;
     }
-    if (ratio) o->prune.ratio = x;
+    if (ratio) o->prune.ratio = x, o->prune.rows = rows;
     else *(strcmp(flag, "--prune-start") == 0 ? &o->prune.start : &o->prune.end) = x;
     o->prune_window_given |= !ratio;
     return 1;

@@ -158,7 +158,8 @@ typedef struct ir_value {
     double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*, ATTENTION*: scale */
     int causal;               /* SOFTMAX*, ATTENTION*: a causal mask fused in (keys after the query get 0) */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
-    int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along */
+    int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along; STATE
+                               * (prune_mask): the output channels' dim of its weight */
     int axis2;                /* ALLTOALL: the dim that becomes split */
     int mesh_axis;            /* collectives: the mesh axis communicated over */
     int64_t offset;           /* SLICE, PAD: first element along axis; STACKED_PART: which part */
@@ -194,6 +195,7 @@ typedef struct ir_value {
 typedef struct ir_prune {
     double ratio;
     double start, end;
+    int rows;                 /* RATIO:rows: whole output channels, by their L2 norm */
 } ir_prune;
 
 typedef struct ir_mesh_axis {

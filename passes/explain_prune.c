@@ -16,8 +16,9 @@ void explain_prune_text(const ir_graph *g, FILE *out) {
     double elems = 0;
     for (int i = 0; i < g->n_values; i++)
         if (pruned_weight(g, i)) elems += (double)ir_numel(&g->values[i]->type);
-    fprintf(out, "pruning %g of each weight matrix (magnitude, per tensor), ramped from 0 over updates %g N to %g N of\n"
-                 "  the run's N (cubic schedule), masks in the optimizer state (%.3g M floats):", p->ratio, p->start, p->end,
+    fprintf(out, "pruning %g of each weight matrix (%s, per tensor), ramped from 0 over updates %g N to %g N of\n"
+                 "  the run's N (cubic schedule), masks in the optimizer state (%.3g M floats):", p->ratio,
+            p->rows ? "whole output channels by L2 norm" : "magnitude", p->start, p->end,
             elems / 1e6);
     for (int i = 0; i < g->n_values; i++)
         if (pruned_weight(g, i)) fprintf(out, " %s", pruned_weight(g, i));
@@ -27,7 +28,8 @@ void explain_prune_text(const ir_graph *g, FILE *out) {
 void explain_prune_json(const ir_graph *g, FILE *out) {
     const ir_prune *p = &g->prune;
     if (p->ratio <= 0) return;
-    fprintf(out, ", \"prune\": {\"ratio\": %.17g, \"start\": %.17g, \"end\": %.17g, \"weights\": [", p->ratio, p->start, p->end);
+    fprintf(out, ", \"prune\": {\"ratio\": %.17g, \"rows\": %s, \"start\": %.17g, \"end\": %.17g, \"weights\": [", p->ratio,
+            p->rows ? "true" : "false", p->start, p->end);
     for (int i = 0, n = 0; i < g->n_values; i++)
         if (pruned_weight(g, i)) {
             fprintf(out, "%s", n++ ? ", " : "");

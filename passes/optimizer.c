@@ -17,9 +17,13 @@ static int add_state(ir_graph *g, const ir_value *param, int p, const char *what
 
 /* A weight matrix --prune prunes: a parameter of two or more dims that a forward matrix
  * product reads, directly or through transposes and reshapes (not an embedding's table,
- * which a gather reads; not biases or norms' gains, of one dim). */
-static int prunable(const ir_graph *g, int param_id) {
-    if (g->values[param_id]->type.rank < 2) return 0;
+ * which a gather reads; not biases or norms' gains, of one dim). Returns the dim of its
+ * output channels (of the product's result: for x @ w its columns' dim, for w @ x its rows'),
+ * or -1 when it is not pruned. RATIO:rows prunes only weights a product reads directly: through
+ * a transpose or reshape the channels would be another layout's. */
+static int pruned_channels(const ir_graph *g, int param_id) {
+    int rank = g->values[param_id]->type.rank;
+    if (rank < 2) return -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD) continue;
@@ -27,10 +31,12 @@ static int prunable(const ir_graph *g, int param_id) {
             const ir_value *a = g->values[v->operands[k]];
             while (a->n_operands == 1 && (ir_op_info_of(a->op)->cls == OPC_TRANSPOSE || ir_op_info_of(a->op)->cls == OPC_RESHAPE))
                 a = g->values[a->operands[0]];
-            if (a->id == param_id) return 1;
+            if (a->id != param_id || (g->prune.rows && a->id != v->operands[k])) continue;
+            int transposed = k == 0 ? v->trans_a : v->trans_b;
+            return k == 1 ? (transposed ? rank - 2 : rank - 1) : (transposed ? rank - 1 : rank - 2);
         }
     }
-    return 0;
+    return -1;
 }
 
 int pass_optimizer(ir_graph *g, dm_diag *d) {
@@ -51,9 +57,11 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
             ops[n++] = add_state(g, param, p, "exp_avg");
             ops[n++] = add_state(g, param, p, "exp_avg_sq");
         }
-        if (g->prune.ratio > 0 && prunable(g, param->id)) {
+        int channels = g->prune.ratio > 0 ? pruned_channels(g, param->id) : -1;
+        if (channels >= 0) {
             ops[n] = add_state(g, param, p, "prune_mask");
-            g->values[ops[n++]]->prune_mask = 1;
+            g->values[ops[n]]->prune_mask = 1;
+            g->values[ops[n++]]->axis = channels;
         }
         ir_value *u = ir_add(g, op, ops, n, o->loc);
         u->phase = PHASE_UPDATE;

@@ -479,10 +479,13 @@ double dmrt_prune_sparsity(const dmrt_prune_schedule *s, int64_t t, int64_t tota
 
 /* After update t of a weight w of n elements whose mask (1.0 where pruned) is `mask`: the
  * pruned elements of w set to 0. On the ramp's updates (t > t0 and t - 1 < t1) the mask is
- * chosen first: the old one applied, then the round(sparsity * n) elements of the smallest
- * |w| pruned (ties: the lower index first), as torch.nn.utils.prune.l1_unstructured on the
- * tensor alone. */
-void dmrt_prune(float *w, float *mask, int64_t n, int64_t t, int64_t total_steps, const dmrt_prune_schedule *s);
+ * chosen first: the old one applied, then of the w's `channels` channels (element i in
+ * channel (i / inner) % channels) the round(sparsity * channels) of the smallest L2 norm
+ * pruned whole (ties: the lower index first). channels n, inner 1: every element is one, as
+ * torch.nn.utils.prune.l1_unstructured on the tensor alone; else as ln_structured(n=2).
+ * Returns DMRT_OK, or DMRT_ERR_NOMEM (channels' norms not allocated; w as it was). */
+int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
+               const dmrt_prune_schedule *s);
 
 /* ---- time ------------------------------------------------------------------------------ */
 

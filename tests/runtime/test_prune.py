@@ -10,6 +10,8 @@ the same program run straight.
     a 4-step ramp is compared with torch.nn.utils.prune.l1_unstructured of the initial weight
     at the sparsity of Zhu and Gupta's formula for that step (per tensor: each weight matrix
     by itself), and its prune_mask tensor with 1 - torch's mask; biases are not pruned;
+    --prune RATIO:rows likewise against ln_structured(n=2) over the output channels (the
+    columns of a weight stored [in, out]);
   - training (AdamW, lr 1e-2) pruned to 0.5 over the first half of 8 steps: the mask of step
     4 holds to the end, its weights exactly 0 after four more updates;
   - 8 steps straight and 4 + --resume + 4 give bitwise-identical weights, serial and with
@@ -66,21 +68,28 @@ def sparsity(ratio, t, total, start, end):
     return ratio * (1 - (1 - p) ** 3)
 
 
-def torch_mask(w, amount):
+def torch_mask(w, amount, rows):
+    """torch's mask of w [in, out] (as dmc stores x @ w's weight): rows prunes output channels,
+    w's columns (dim 1), by their L2 norm."""
     module = torch.nn.Linear(1, 1)
     module.weight = torch.nn.Parameter(torch.from_numpy(w.copy()))
-    prune.l1_unstructured(module, "weight", amount=amount)
+    if rows:
+        prune.ln_structured(module, "weight", amount=amount, n=2, dim=1)
+    else:
+        prune.l1_unstructured(module, "weight", amount=amount)
     return module.weight_mask.numpy()
 
 
-def masks_against_torch(dmc, tmp, data):
-    model = small_mlp(tmp, "frozen", "optimizer sgd(lr = 1e-30)")
-    t = Trainer(dmc, model, tmp, data, ["--prune", "0.6", "--prune-start", "0.25", "--prune-end", "1"], "frozen")
+def masks_against_torch(dmc, tmp, data, rows):
+    how = ":rows" if rows else ""
+    model = small_mlp(tmp, "frozen" + how[1:], "optimizer sgd(lr = 1e-30)")
+    t = Trainer(dmc, model, tmp, data, ["--prune", "0.6" + how, "--prune-start", "0.25", "--prune-end", "1"],
+                "frozen" + how[1:])
     rng = np.random.default_rng(3)
     init = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
     init_path = os.path.join(tmp, "init.safetensors")
     write_safetensors(init_path, {k: ("F32", list(v.shape), v.tobytes()) for k, v in init.items()}, {})
-    ckpt = os.path.join(tmp, "frozen-ckpt")
+    ckpt = os.path.join(tmp, "frozen-ckpt" + how[1:])
     r = t.run(["--steps", "4", "--init", init_path, "--checkpoint", ckpt, "--checkpoint-every", "1"])
     check(r.returncode == 0, "4 pruned steps at lr 1e-30 run (%s)" % r.stderr.strip()[-300:])
     if r.returncode != 0:
@@ -89,11 +98,12 @@ def masks_against_torch(dmc, tmp, data):
         got = tensors(os.path.join(ckpt, "step-%08d.safetensors" % step))
         amount = sparsity(0.6, step, 4, 0.25, 1.0)
         for name in WEIGHTS:
-            mask = torch_mask(init[name], amount)
+            mask = torch_mask(init[name], amount, rows)
             same_w = np.array_equal(got[name], init[name] * mask)
             same_m = np.array_equal(got[name + ".prune_mask"], 1 - mask)
-            check(same_w and same_m, "step %d: %s pruned as l1_unstructured(amount=%.4f): %d of %d zero (torch %d)"
-                  % (step, name, amount, int((got[name] == 0).sum()), mask.size, int((mask == 0).sum())))
+            check(same_w and same_m, "step %d: %s pruned as %s(amount=%.4f): %d of %d zero (torch %d)"
+                  % (step, name, "ln_structured" if rows else "l1_unstructured", amount, int((got[name] == 0).sum()),
+                     mask.size, int((mask == 0).sum())))
         biases = all(np.array_equal(got[k], init[k]) for k in SHAPES if k.endswith("bias"))
         check(biases and not any(k.startswith("fc") and k.endswith("bias.prune_mask") for k in got),
               "step %d: the biases are not pruned and have no mask" % step)
@@ -143,6 +153,7 @@ def refused(dmc, tmp, data):
         (["--prune", "1"], "--prune expects the fraction"),
         (["--prune", "-0.1"], "--prune expects the fraction"),
         (["--prune", "half"], "--prune expects the fraction"),
+        (["--prune", "0.5:cols"], "--prune expects the fraction"),
         (["--prune-start", "0.2"], "only apply with --prune"),
         (["--prune", "0.5", "--prune-start", "0.8", "--prune-end", "0.5"], "must come before --prune-end"),
         (["--prune", "0.5", "--prune-end", "1.5"], "--prune-end expects a fraction"),
@@ -172,7 +183,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dmc-prune-")
     try:
         data = fashion_like(tmp)
-        masks_against_torch(dmc_path, tmp, data)
+        masks_against_torch(dmc_path, tmp, data, rows=False)
+        masks_against_torch(dmc_path, tmp, data, rows=True)
         serial = adamw_mlp(tmp, data, "serial", [])
         stays_zero(serial, tmp)
         straight_vs_resumed(serial, tmp)
