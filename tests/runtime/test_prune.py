@@ -14,8 +14,9 @@ the same program run straight.
     columns of a weight stored [in, out]);
   - training (AdamW, lr 1e-2) pruned to 0.5 over the first half of 8 steps: the mask of step
     4 holds to the end, its weights exactly 0 after four more updates;
-  - 8 steps straight and 4 + --resume + 4 give bitwise-identical weights, serial and with
-    --mesh data=2 (replicas choose the same masks);
+  - 8 steps straight and 3 + --resume + 5 give bitwise-identical weights with the schedule's
+    zero counts, serial, with --mesh data=2 (replicas choose the same masks) and with a
+    2-stage pipeline (each stage prunes its own weights);
   - errors: a ratio outside [0, 1) or not a number, --prune-start without --prune, a start
     not before the end, and combinations code generation refuses (ZeRO, tensor
     parallelism, --target cuda): each a message naming the option, nothing written.
@@ -189,6 +190,7 @@ def main():
         stays_zero(serial, tmp)
         straight_vs_resumed(serial, tmp)
         straight_vs_resumed(adamw_mlp(tmp, data, "data2", ["--mesh", "data=2"]), tmp)
+        straight_vs_resumed(adamw_mlp(tmp, data, "pipeline2", ["--mesh", "pipeline=2", "--microbatches", "2"]), tmp)
         refused(dmc_path, tmp, data)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
