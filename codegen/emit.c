@@ -326,7 +326,7 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
 
 /* What codegen refuses for E's program and dialect: 0, or -1 after the messages. */
 static int emitter_check(emitter *E, FILE *err) {
-    int status = check_spmd(E, err) || check_target(E, err) ? -1 : 0;
+    int status = check_spmd(E, err) || check_target(E, err) || check_prune(E, err) ? -1 : 0;
     if (!status) status = emit_dropout_prepare(E, err);
     return status;
 }

@@ -667,10 +667,12 @@ static void emit_update(emitter *E, const ir_value *v) {
     snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, v->operands[0])));
     cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]],
                    .updates = cg_updates_done(E)};
-    if (v->n_operands > 2) k.state0 = E->cname[v->operands[2]];
-    if (v->n_operands > 3) k.state1 = E->cname[v->operands[3]];
+    int mask = V(E, v->operands[v->n_operands - 1])->prune_mask, states = v->n_operands - 2 - mask;
+    if (states > 0) k.state0 = E->cname[v->operands[2]];
+    if (states > 1) k.state1 = E->cname[v->operands[3]];
     if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
     else E->dialect->adamw(&E->w, &k);
+    if (mask) emit_prune(E, v->operands[v->n_operands - 1]);
 }
 
 void emit_op(emitter *E, const ir_value *v) {

@@ -57,6 +57,7 @@ void emit_schedule(emitter *E) {
     char line[160];
     cg_source_line(E, o->loc.line, line, sizeof line);
     cg_line(w, "/* %s:%d: %s */", E->source_path, o->loc.line, line);
+    emit_prune_schedule(E);
     cg_line(w, "static const dmrt_lr_schedule lr_schedule = {.lr = %.17g, .warmup = %lld, .decay = %s, .min_lr = %.17g};",
             o->lr, (long long)o->warmup, decay_constant(o->decay), o->min_lr);
     cg_blank(w);
@@ -78,6 +79,7 @@ void emit_schedule(emitter *E) {
         cg_line(w, "    return DMRT_ERR_ARG;");
         cg_line(w, "}");
     }
+    emit_prune_needs_total(E);
     cg_line(w, "ctx->lr = dmrt_lr_at(&lr_schedule, ctx->step + 1, ctx->total_steps);");
     cg_line(w, "return DMRT_OK;");
     w->indent--;

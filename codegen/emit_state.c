@@ -12,8 +12,8 @@
 #include "emitter.h"
 
 /* The optimizer's state values in checkpoint order: by parameter, then as the update op
- * takes them (exp_avg before exp_avg_sq). Returns how many; ids has room for 2 per
- * parameter (AdamW's two, SGD's momentum). */
+ * takes them (exp_avg before exp_avg_sq, --prune's mask last). Returns how many; ids has
+ * room for 3 per parameter (AdamW's two or SGD's momentum, and a mask). */
 static int state_values(const emitter *E, int *ids) {
     const ir_graph *g = E->g;
     int n = 0;
@@ -206,7 +206,7 @@ static void emit_serial_state_moves(emitter *E) {
 void emit_state_support(emitter *E) {
     const char *m = E->g->model;
     cg_writer *w = &E->w;
-    int *ids = malloc(sizeof(int) * (size_t)(2 * E->g->n_params + 1));
+    int *ids = malloc(sizeof(int) * (size_t)(3 * E->g->n_params + 1));
     if (!ids) {
         fprintf(stderr, "dmc: out of memory\n");
         exit(1);

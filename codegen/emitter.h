@@ -257,6 +257,12 @@ void emit_schedule_descriptor(emitter *E);
 /* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
  * all), between their reductions and the updates. */
 void emit_clip(emitter *E, int stage);
+/* emit_prune.c: --prune's refusals (0, or -1 after a message), its schedule table, its check
+ * of the run's total steps (in next_learning_rate), and its call after a weight's update. */
+int check_prune(const emitter *E, FILE *err);
+void emit_prune_schedule(emitter *E);
+void emit_prune_needs_total(emitter *E);
+void emit_prune(emitter *E, int mask_id);
 /* fp16's loss scaling in an update function, before clipping and the updates: the check of
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */

@@ -74,6 +74,14 @@ static const char usage[] =
     "                             (docs/parallelism.md)\n"
     "  --chunks v                 with --schedule interleaved: model chunks per pipeline rank\n"
     "                             (schedule interleaved(..., chunks = v) in the .dm)\n"
+    "  --prune RATIO[:rows]       magnitude pruning of every weight matrix (of products) while\n"
+    "                             training: its sparsity ramps from 0 to RATIO (0 <= RATIO < 1)\n"
+    "                             on a cubic schedule; masks in the optimizer state, pruned\n"
+    "                             weights exactly 0 after every update; :rows prunes whole\n"
+    "                             output channels by their L2 norm (docs/compression.md)\n"
+    "  --prune-start F, --prune-end F\n"
+    "                             the ramp's first and last fractions of the run's updates\n"
+    "                             (default 0 and 0.75)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
     "                             its inputs for the backward pass, which makes the rest\n"
@@ -183,6 +191,25 @@ static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, 
         return -1;
     }
     *out = x;
+    return 1;
+}
+
+/* --prune RATIO[:rows] (RATIO from 0, below 1), --prune-start F and --prune-end F (fractions
+ * of the run, start before end): 1, or -1 with a message. */
+static int parse_prune(const char *flag, const char *v, dm_options *o) {
+    char *end = NULL;
+    double x = strtod(v, &end);
+    int ratio = strcmp(flag, "--prune") == 0, rows = ratio && end && strcmp(end, ":rows") == 0;
+    if (!end || (*end && !rows) || end == v || !(x >= 0.0 && (ratio ? x < 1.0 : x <= 1.0))) {
+        fprintf(stderr, "dmc: error: %s expects %s, got '%s'\n", flag,
+                ratio ? "the fraction of every weight matrix pruned, a number from 0 up to (not including) 1, "
+                        "optionally followed by :rows (whole output channels)"
+                      : "a fraction of the run's updates, a number from 0 to 1", v);
+        return -1;
+    }
+    if (ratio) o->prune.ratio = x, o->prune.rows = rows;
+    else *(strcmp(flag, "--prune-start") == 0 ? &o->prune.start : &o->prune.end) = x;
+    o->prune_window_given |= !ratio;
     return 1;
 }
 
@@ -347,6 +374,9 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     }
     if ((v = option_value(argc, argv, i, "--loss-scale-interval")))
         return parse_count("--loss-scale-interval", v, 1, INT64_MAX / 2, &o->loss_scale_interval);
+    static const char *const prune_flags[] = {"--prune", "--prune-start", "--prune-end"};
+    for (int k = 0; k < 3; k++)
+        if ((v = option_value(argc, argv, i, prune_flags[k]))) return parse_prune(prune_flags[k], v, o);
     if ((v = option_value(argc, argv, i, "--memory-gb"))) {
         if (parse_size("--memory-gb", v, "GiB", &size)) return -1;
         o->pipeline.memory_limit_bytes = size * 1024 * 1024 * 1024;
@@ -361,7 +391,7 @@ static int check_plan_options(const dm_options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--no-fuse-attention", "--no-hoist-constants", "--sequence-parallel",
+    "--prune", "--prune-start", "--prune-end", "--no-fuse-attention", "--no-hoist-constants", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
@@ -419,6 +449,15 @@ static int check_options(const dm_options *o) {
     }
     if (!o->run && !o->emit && !o->explain && !o->check && !o->out_dir && !o->plan) {
         fprintf(stderr, "dmc: error: nothing to do: give -o DIR, --emit=ir, --explain, --plan, --check or use 'dmc run'\n");
+        return -1;
+    }
+    if (o->prune_window_given && o->prune.ratio == 0) {
+        fprintf(stderr, "dmc: error: --prune-start and --prune-end only apply with --prune RATIO\n");
+        return -1;
+    }
+    if (o->prune.start >= o->prune.end && o->prune.ratio > 0) {
+        fprintf(stderr, "dmc: error: --prune-start (%g) must come before --prune-end (%g): the sparsity ramps between "
+                        "them\n", o->prune.start, o->prune.end);
         return -1;
     }
     return check_plan_options(o);
@@ -548,7 +587,8 @@ static int check_plan_options(const dm_options *o) {
 }
 
 int dm_parse_args(int argc, char **argv, dm_options *o) {
-    *o = (dm_options){.schedule = -1, .zero = -1, .param_servers.staleness = -1, .precision = -1, .top = -1};
+    *o = (dm_options){.schedule = -1, .zero = -1, .param_servers.staleness = -1, .precision = -1, .top = -1,
+                      .prune = {.start = DM_PRUNE_START, .end = DM_PRUNE_END}};
     o->trainer_args = calloc((size_t)argc + 1, sizeof(char *));
     if (!o->trainer_args) return -1;
     return parse_args_into(argc, argv, o);

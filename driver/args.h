@@ -14,6 +14,10 @@
 #include "lower.h"
 #include "passes.h"
 
+/* --prune's ramp by default: from the start of the run to 3/4 of its updates */
+#define DM_PRUNE_START 0.0
+#define DM_PRUNE_END 0.75
+
 typedef struct dm_options {
     const char *input;
     const char *out_dir;
@@ -56,6 +60,8 @@ typedef struct dm_options {
     int precision_given;      /* --precision was given (it wins over a precision statement) */
     double loss_scale;        /* --loss-scale (fp16), 0: the default */
     int64_t loss_scale_interval; /* --loss-scale-interval (fp16), 0: the default */
+    ir_prune prune;           /* --prune RATIO, --prune-start F, --prune-end F (ratio 0: none) */
+    int prune_window_given;   /* --prune-start or --prune-end was given */
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
 } dm_options;

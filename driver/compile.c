@@ -48,6 +48,7 @@ static void choose_precision(ir_graph *g, const dm_compile_request *req, dm_pipe
 static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
     dm_pipeline_options po;
     choose_precision(g, req, &po);
+    g->prune = req->prune;
     if (pass_recompute(g, d)) return 1;
     VERIFY("recompute");
     if (pass_optimizer(g, d)) return 1;

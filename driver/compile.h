@@ -18,6 +18,7 @@ typedef struct dm_compile_request {
     int precision_given;        /* pipeline->cost.precision is --precision's, over the program's */
     double loss_scale;          /* fp16: the initial loss scale (0: 65536, GradScaler's) */
     int64_t loss_scale_interval; /* fp16: clean steps before the scale doubles (0: 2000) */
+    ir_prune prune;             /* --prune (ratio 0: none) */
 } dm_compile_request;
 
 typedef struct dm_compiled {

@@ -89,7 +89,8 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
                               .precision_given = o->precision_given, .loss_scale = o->loss_scale,
-                              .loss_scale_interval = o->loss_scale_interval};
+                              .loss_scale_interval = o->loss_scale_interval,
+                              .prune = o->prune};
     return dm_compile(prog, &req, diag, c) == 0 ? 0 : 1;
 }
 

@@ -158,7 +158,8 @@ typedef struct ir_value {
     double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*, ATTENTION*: scale */
     int causal;               /* SOFTMAX*, ATTENTION*: a causal mask fused in (keys after the query get 0) */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
-    int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along */
+    int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along; STATE
+                               * (prune_mask): the output channels' dim of its weight */
     int axis2;                /* ALLTOALL: the dim that becomes split */
     int mesh_axis;            /* collectives: the mesh axis communicated over */
     int64_t offset;           /* SLICE, PAD: first element along axis; STACKED_PART: which part */
@@ -181,10 +182,21 @@ typedef struct ir_value {
     int marked;               /* made inside recompute(...): its segment is recomputed */
     int loss_seed;            /* CONST: the loss's gradient seed, 1 (autodiff), which loss
                                * scaling replaces by the scale */
+    int prune_mask;           /* STATE: --prune's mask of its parameter (1 where pruned), the last
+                               * operand of the update (passes/optimizer.c) */
     int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
                                * as torch.optim skips a parameter whose .grad is None, the
                                * optimizer neither updates nor decays it */
 } ir_value;
+
+/* --prune (docs/compression.md, "Pruning"): magnitude pruning of every weight matrix,
+ * its sparsity ramped from 0 to ratio on Zhu and Gupta's cubic schedule between the
+ * fractions start and end of the run's updates. ratio 0: none. */
+typedef struct ir_prune {
+    double ratio;
+    double start, end;
+    int rows;                 /* RATIO:rows: whole output channels, by their L2 norm */
+} ir_prune;
 
 typedef struct ir_mesh_axis {
     const char *name;
@@ -253,6 +265,7 @@ typedef struct ir_graph {
      * loss_scale_interval clean steps in a row. loss_scale 0: none. */
     double loss_scale;        /* the initial scale */
     int64_t loss_scale_interval;
+    ir_prune prune;           /* --prune: masks in the optimizer state, applied after every update */
     dm_loc precision_loc;     /* the precision statement, if any */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */

@@ -635,6 +635,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     sent_json(g, reshards, zero, out);
     explain_compress_json(g, out);
     explain_ps_json(g, out);
+    explain_prune_json(g, out);
     if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
     explain_time_json(g, pipeline, out);
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
@@ -757,6 +758,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     else explain_collectives_grouped(g, reshards, zero, out);
     explain_compress_text(g, full, out);
     explain_ps_text(g, out);
+    explain_prune_text(g, out);
     if (pipelined(g, pipeline)) pipeline_text(g, pipeline, full, out);
     explain_time_text(g, pipeline, full, out);
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);

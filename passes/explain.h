@@ -70,6 +70,9 @@ void explain_compress_json(const ir_graph *g, FILE *out);
  * replaces (explain_ps.c; nothing, and no JSON key, without servers). */
 void explain_ps_text(const ir_graph *g, FILE *out);
 void explain_ps_json(const ir_graph *g, FILE *out);
+/* explain_prune.c: --prune's ratio, schedule and pruned weights (nothing without it). */
+void explain_prune_text(const ir_graph *g, FILE *out);
+void explain_prune_json(const ir_graph *g, FILE *out);
 
 /* What --sequence-parallel holds in row blocks and which collectives it uses
  * (explain_sequence.c; nothing, and no JSON key, when it is off). */

@@ -1,5 +1,6 @@
 /* optimizer.c: appends the update of every parameter (phase update) and the optimizer
- * state it keeps (role state, zero at creation). A parameter the loss does not reach
+ * state it keeps (role state, zero at creation); with --prune, a weight matrix's update
+ * also takes its pruning mask, last (1 where pruned: zero at creation prunes nothing). A parameter the loss does not reach
  * (passes/trainable.c) gets neither, as torch.optim skips a parameter whose .grad is
  * None: no step, no weight decay. requires: autodiff (g->grads). */
 #include "passes.h"
@@ -14,6 +15,30 @@ static int add_state(ir_graph *g, const ir_value *param, int p, const char *what
     return s->id;
 }
 
+/* A weight matrix --prune prunes: a parameter of two or more dims that a forward matrix
+ * product reads, directly or through transposes and reshapes (not an embedding's table,
+ * which a gather reads; not biases or norms' gains, of one dim). Returns the dim of its
+ * output channels (of the product's result: for x @ w its columns' dim, for w @ x its rows'),
+ * or -1 when it is not pruned. RATIO:rows prunes only weights a product reads directly: through
+ * a transpose or reshape the channels would be another layout's. */
+static int pruned_channels(const ir_graph *g, int param_id) {
+    int rank = g->values[param_id]->type.rank;
+    if (rank < 2) return -1;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD) continue;
+        for (int k = 0; k < v->n_operands; k++) {
+            const ir_value *a = g->values[v->operands[k]];
+            while (a->n_operands == 1 && (ir_op_info_of(a->op)->cls == OPC_TRANSPOSE || ir_op_info_of(a->op)->cls == OPC_RESHAPE))
+                a = g->values[a->operands[0]];
+            if (a->id != param_id || (g->prune.rows && a->id != v->operands[k])) continue;
+            int transposed = k == 0 ? v->trans_a : v->trans_b;
+            return k == 1 ? (transposed ? rank - 2 : rank - 1) : (transposed ? rank - 1 : rank - 2);
+        }
+    }
+    return -1;
+}
+
 int pass_optimizer(ir_graph *g, dm_diag *d) {
     const ir_optimizer *o = &g->optimizer;
     if (o->kind == OPTIM_NONE || !g->grads) return 0;
@@ -21,7 +46,7 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *param = g->values[g->params[p]];
         if (param->unreached) continue;
-        int ops[4] = {param->id, g->grads[p], -1, -1};
+        int ops[5] = {param->id, g->grads[p], -1, -1, -1};
         int n = 2;
         ir_op op;
         if (o->kind == OPTIM_SGD) {
@@ -31,6 +56,12 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
             op = OP_ADAMW_UPDATE;
             ops[n++] = add_state(g, param, p, "exp_avg");
             ops[n++] = add_state(g, param, p, "exp_avg_sq");
+        }
+        int channels = g->prune.ratio > 0 ? pruned_channels(g, param->id) : -1;
+        if (channels >= 0) {
+            ops[n] = add_state(g, param, p, "prune_mask");
+            g->values[ops[n]]->prune_mask = 1;
+            g->values[ops[n++]]->axis = channels;
         }
         ir_value *u = ir_add(g, op, ops, n, o->loc);
         u->phase = PHASE_UPDATE;

@@ -409,6 +409,29 @@ typedef struct dmrt_lr_schedule {
  * (N - W)); min_lr from s = N on. N is read only with a decay. */
 double dmrt_lr_at(const dmrt_lr_schedule *s, int64_t step, int64_t total_steps);
 
+/* ---- pruning (dmc --prune; runtime/prune.c) ------------------------------------------- */
+
+/* Magnitude pruning's schedule: the sparsity ramps from 0 to ratio between updates
+ * t0 = start * N and t1 = end * N of a run of N updates (fractions, start < end). */
+typedef struct dmrt_prune_schedule {
+    double ratio;       /* the final fraction pruned, 0 <= ratio < 1 */
+    double start, end;
+} dmrt_prune_schedule;
+
+/* The sparsity after update t (from 1) of N: ratio * (1 - (1 - p)^3), p = (t - t0) / (t1 - t0)
+ * clamped to [0, 1] (Zhu and Gupta 2017, from 0); 0 when N is not known (N <= 0). */
+double dmrt_prune_sparsity(const dmrt_prune_schedule *s, int64_t t, int64_t total_steps);
+
+/* After update t of a weight w of n elements whose mask (1.0 where pruned) is `mask`: the
+ * pruned elements of w set to 0. On the ramp's updates (t > t0 and t - 1 < t1) the mask is
+ * chosen first: the old one applied, then of the w's `channels` channels (element i in
+ * channel (i / inner) % channels) the round(sparsity * channels) of the smallest L2 norm
+ * pruned whole (ties: the lower index first). channels n, inner 1: every element is one, as
+ * torch.nn.utils.prune.l1_unstructured on the tensor alone; else as ln_structured(n=2).
+ * Returns DMRT_OK, or DMRT_ERR_NOMEM (channels' norms not allocated; w as it was). */
+int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
+               const dmrt_prune_schedule *s);
+
 /* ---- time ------------------------------------------------------------------------------ */
 
 /* Monotonic seconds. */

@@ -27,7 +27,8 @@ static const char usage_tail[] =
     "stdout: one line per step, 'step <n> loss <loss> ms <ms>'; with fashion-mnist,\n"
     "'epoch <e> test accuracy <acc>' after each epoch and 'test accuracy <acc>' at the\n"
     "end; with --data text, 'step <n> val loss <loss>' every --eval-every steps and\n"
-    "'val loss <loss>' at the end; then 'trained <n> steps in <s> s (<ms> ms/step)';\n"
+    "'val loss <loss>' at the end; then 'trained <n> steps in <s> s (<ms> ms/step)'\n"
+    "(with --evaluate only the final test accuracy or val loss, and a sample);\n"
     "with DMRT_BLAS_TIME=1 in the environment, each step line ends in 'blas_ms <ms>'\n"
     "(its time in matrix products) and a line 'blas <s> s of train_step's <s> s (<p>%),\n"
     "<n> products, <g> GFLOP' follows;\n"
@@ -115,6 +116,19 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
     return TR_OK;
 }
 
+/* --evaluate trains nothing: it needs the parameters of --init, data with an evaluation
+ * (fashion-mnist's test set, a text corpus's held-out part), and no option of training. */
+static int check_evaluate(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!o->evaluate) return TR_OK;
+    const char *other = o->predict ? "--predict" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+                      : o->save ? "--save" : o->checkpoint ? "--checkpoint" : o->resume ? "--resume"
+                      : o->dump_grads ? "--dump-grads" : o->eval_every ? "--eval-every" : o->trace ? "--trace"
+                      : o->batch_file ? "--batch-file (it has no test set)" : NULL;
+    if (other) return usage_error(prog, model, "--evaluate trains nothing: it cannot be combined with %s", other);
+    if (!o->init) return usage_error(prog, model, "--evaluate needs --init FILE (the parameters to evaluate)");
+    return TR_OK;
+}
+
 /* A parameter server takes no steps: it has no trace, no checkpoint, no prediction. */
 static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!model->param_servers) return TR_OK;
@@ -166,6 +180,10 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         }
         if (strcmp(arg, "--predict") == 0) {
             o->predict = 1;
+            continue;
+        }
+        if (strcmp(arg, "--evaluate") == 0) {
+            o->evaluate = 1;
             continue;
         }
         /* --name VALUE or --name=VALUE */
@@ -242,7 +260,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "text:FILE[,FILE...])",
                            o->data);
     }
-    int status = check_predict(o, prog, model);
+    int status = check_evaluate(o, prog, model);
+    if (status == TR_OK) status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;

@@ -72,6 +72,9 @@
       "[rows, ...], any number of rows) into --out, with the parameters of\n"              \
       "--init")                                                                              \
     X("--out", "FILE", "with --predict: the safetensors file of the outputs (atomically)")  \
+    X("--evaluate", NULL,                                                                    \
+      "train nothing: print what a run prints at its end (test accuracy on\n"              \
+      "fashion-mnist, val loss on --data text) for the parameters of --init")                \
     X("--threads", "N",                                                                      \
       "run each rank's loops and matrix products on N threads (default:\n"                  \
       "$DMC_THREADS, else the machine's cores shared by its ranks)")                         \

@@ -291,6 +291,10 @@ static int open_data(tr_run *r) {
             fprintf(r->errs, "%s: note: model '%s' has no output f32[%lld, 10] (logits); no test accuracy\n", r->prog,
                     m->name, (long long)r->batch);
     }
+    if (o->evaluate && r->eval_out < 0 && !d->text)
+        return run_failed(r, "--evaluate: model '%s' on %s data has nothing to evaluate (a test accuracy needs "
+                          "fashion-mnist and an output f32[B, 10]; a validation loss needs --data text:FILES)",
+                          m->name, r->data_kind);
     return TR_OK;
 }
 
@@ -328,7 +332,7 @@ static int plan_steps(tr_run *r) {
     const dmrt_model *m = r->m;
     const tr_opts *o = r->o;
     int64_t spe = r->d.steps_per_epoch;
-    if (spe == 0) r->total = 0; /* sampling only */
+    if (spe == 0 || o->evaluate) r->total = 0; /* sampling or evaluating only */
     else if (o->epochs >= 0) r->total = o->epochs > INT64_MAX / spe ? INT64_MAX : o->epochs * spe;
     else r->total = o->steps >= 0 ? o->steps : spe;
     if (o->steps >= 0 && o->steps < r->total) r->total = o->steps;
@@ -483,6 +487,8 @@ static int end_training(tr_run *r) {
     return TR_OK;
 }
 
+static int finish_output(tr_run *r);
+
 /* What a finished run writes and prints: the trace, --save, the final test accuracy or
  * validation loss, the "trained" line, --memory, and last the sample. */
 static int finish(tr_run *r) {
@@ -512,6 +518,7 @@ static int finish(tr_run *r) {
         fprintf(r->outs, "val loss %.9g\n", r->val_loss);
     }
     int64_t trained = r->step - r->start;
+    if (o->evaluate) return finish_output(r); /* no step: no "trained" line */
     fprintf(r->outs, "trained %lld steps in %.3f s (%.3f ms/step)\n", (long long)trained, r->t_train,
             trained > 0 ? 1e3 * r->t_train / (double)trained : 0.0);
     const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(r->ctx) : NULL;
@@ -522,6 +529,13 @@ static int finish(tr_run *r) {
         fprintf(r->outs, "blas %.3f s of train_step's %.3f s (%.1f%%), %lld products, %.6g GFLOP\n", r->blas.seconds,
                 r->t_steps, r->t_steps > 0.0 ? 100.0 * r->blas.seconds / r->t_steps : 0.0, (long long)r->blas.calls,
                 1e-9 * r->blas.flops);
+    return finish_output(r);
+}
+
+/* The end of finish: --memory, the sample, stdout flushed, a checkpoint's failure. */
+static int finish_output(tr_run *r) {
+    const dmrt_model *m = r->m;
+    const tr_opts *o = r->o;
     fflush(r->outs);
     if (o->memory) dmrt_trainer_report_memory(m, r->ctx, r->rank, r->lead);
     /* Last, because its bytes are arbitrary: a parser can stop at the line "sample:". */

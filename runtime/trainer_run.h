@@ -35,6 +35,7 @@ typedef struct tr_opts {
     int quiet;
     int memory;             /* --memory: every rank reports what its model allocated */
     int predict;            /* --predict: inference on --batch-file into --out (predict.c) */
+    int evaluate;           /* --evaluate: no step; the end-of-run evaluation of --init's parameters */
     int64_t threads;        /* --threads N: each rank's loops and products on N threads (0: the default) */
     const char *out;
 } tr_opts;

@@ -1,0 +1,39 @@
+/* explain_prune.c: --prune in --explain: the ratio, its schedule, and which weight matrices
+ * are pruned (those whose update takes a mask: passes/optimizer.c) and what the masks cost. */
+#include <stdio.h>
+
+#include "explain.h"
+
+/* The name of the weight that value i masks, or NULL when i is no mask. */
+static const char *pruned_weight(const ir_graph *g, int i) {
+    const ir_value *v = g->values[i];
+    return v->prune_mask ? g->values[g->params[v->param_index]]->name : NULL;
+}
+
+void explain_prune_text(const ir_graph *g, FILE *out) {
+    const ir_prune *p = &g->prune;
+    if (p->ratio <= 0) return;
+    double elems = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (pruned_weight(g, i)) elems += (double)ir_numel(&g->values[i]->type);
+    fprintf(out, "pruning %g of each weight matrix (%s, per tensor), ramped from 0 over updates %g N to %g N of\n"
+                 "  the run's N (cubic schedule), masks in the optimizer state (%.3g M floats):", p->ratio,
+            p->rows ? "whole output channels by L2 norm" : "magnitude", p->start, p->end,
+            elems / 1e6);
+    for (int i = 0; i < g->n_values; i++)
+        if (pruned_weight(g, i)) fprintf(out, " %s", pruned_weight(g, i));
+    fprintf(out, "\n\n");
+}
+
+void explain_prune_json(const ir_graph *g, FILE *out) {
+    const ir_prune *p = &g->prune;
+    if (p->ratio <= 0) return;
+    fprintf(out, ", \"prune\": {\"ratio\": %.17g, \"rows\": %s, \"start\": %.17g, \"end\": %.17g, \"weights\": [", p->ratio,
+            p->rows ? "true" : "false", p->start, p->end);
+    for (int i = 0, n = 0; i < g->n_values; i++)
+        if (pruned_weight(g, i)) {
+            fprintf(out, "%s", n++ ? ", " : "");
+            explain_json_string(out, pruned_weight(g, i));
+        }
+    fprintf(out, "]}");
+}
