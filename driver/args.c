@@ -358,7 +358,7 @@ static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
     "--no-fuse-attention", "--sequence-parallel",
-    "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -375,8 +375,10 @@ static void report_unknown_option(const char *arg) {
 /* dmc run's own options (--keep, --cc, --backend, --mpirun, --march): 1 when argv[*i] is
  * one (its value taken), else 0. */
 static int parse_run_own(int argc, char **argv, int *i, dm_options *o) {
-    static const char *const names[] = {"--keep", "--cc", "--backend", "--mpirun", "--march"};
-    const char **fields[] = {&o->keep_dir, &o->cc, &o->backend, &o->mpirun, &o->march};
+    static const char *const names[] = {"--keep", "--cc", "--backend", "--mpirun", "--march", "--teacher", "--teacher-init",
+                                        "--distill-temperature", "--distill-alpha"};
+    const char **fields[] = {&o->keep_dir, &o->cc, &o->backend, &o->mpirun, &o->march, &o->teacher, &o->teacher_init,
+                             &o->distill_temperature, &o->distill_alpha};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         const char *v = option_value(argc, argv, i, names[k]);
         if (v) {

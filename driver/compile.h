@@ -18,6 +18,8 @@ typedef struct dm_compile_request {
     int precision_given;        /* pipeline->cost.precision is --precision's, over the program's */
     double loss_scale;          /* fp16: the initial loss scale (0: 65536, GradScaler's) */
     int64_t loss_scale_interval; /* fp16: clean steps before the scale doubles (0: 2000) */
+    double distill_temperature; /* > 0: the loss becomes distillation's (passes/distill.c) */
+    double distill_alpha;       /* with distill_temperature: the cross-entropy's weight */
 } dm_compile_request;
 
 typedef struct dm_compiled {
