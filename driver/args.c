@@ -113,7 +113,8 @@ static const char usage[] =
     "  --hardware, --precision, --top K (plans printed, default 5; 0 all), --plan-whole\n"
     "  (compile every plan whole instead of estimating deep models from two-layer probes)\n"
     "\n"
-    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun, --march)\n"
+    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun, --march,\n"
+    "  --teacher, --teacher-init, --distill-temperature, --distill-alpha: distillation)\n"
     "  and the trainer's (--steps, --epochs, --seed, --save, --data, ...: docs/trainer.md).\n";
 
 
