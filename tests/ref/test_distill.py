@@ -10,7 +10,7 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
   - bad input fails before training with a message naming what is wrong, and writes no
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
     [0, 1], a temperature <= 0, a teacher whose loss is not a cross-entropy, teacher
-    weights of another shape.
+    weights of another shape, a tensor-parallel student, --target cuda.
 """
 import os
 import subprocess
@@ -108,7 +108,7 @@ def refused(dmc, tmp, args, expect):
     print("refused: %s" % r.stderr.strip().splitlines()[-1])
 
 
-def check_refusals(dmc, tmp, files):
+def check_refusals(dmc, root, tmp, files):
     student, teacher, tw = files["student"], files["teacher"], files["tw"]
     other = write(os.path.join(tmp, "teacher6.dm"),
                   (TEACHER % (B, D, H, K + 1, "cross_entropy(logits, y)")))
@@ -124,6 +124,11 @@ def check_refusals(dmc, tmp, files):
     refused(dmc, tmp, [student, "--teacher", not_ce, "--teacher-init", tw] + batch, "is not cross_entropy")
     refused(dmc, tmp, [student, "--teacher", wide, "--teacher-init", tw] + batch, "--teacher-init")
     refused(dmc, tmp, [student, "--distill-alpha", "0.3"] + batch, "--distill-alpha needs --teacher")
+    mlp = os.path.join(root, "examples", "mlp.dm")
+    refused(dmc, tmp, [mlp, "--mesh", "tensor=2", "--teacher", teacher, "--teacher-init", tw],
+            "distillation supports serial and data-parallel meshes only")
+    refused(dmc, tmp, [student, "--target", "cuda", "--teacher", teacher, "--teacher-init", tw] + batch,
+            "distillation is built for the C target only")
 
 
 def body(dmc, root, np, torch):
@@ -148,7 +153,7 @@ def body(dmc, root, np, torch):
             compare(np, "T=%g alpha=%g against torch" % (temperature, alpha), loss, grads, want_loss, want_grads, 1e-5)
             loss2, grads2 = distill_step(dmc, tmp, files, temperature, alpha, ["--mesh", "data=2"], "data2")
             compare(np, "T=%g alpha=%g data=2 against serial" % (temperature, alpha), loss2, grads2, loss, grads, 1e-6)
-        check_refusals(dmc, tmp, files)
+        check_refusals(dmc, root, tmp, files)
     return "distillation loss and gradients as torch's KLDivLoss, data=2 as serial, bad input refused"
 
 
