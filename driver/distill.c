@@ -1,7 +1,9 @@
 /* distill.c: dmc run --teacher (distill.h): the options, the teacher compiled as a module
  * of its own, and the checks that it fits the student.
  *
- * The teacher is compiled as written (its own dims and mesh; a serial program), named
+ * The teacher is compiled as written (its own dims and mesh; a serial program; on a student
+ * of N data ranks, its batch dim set to the rows of one rank, which each rank's teacher
+ * runs on), named
  * teacher_<student> so that its symbols are not the student's, and linked beside the
  * student; runtime/distill.c runs its forward on every step's batch. Everything is checked
  * before a file is written. */
@@ -106,10 +108,31 @@ static int same_shape(const ir_type *a, const ir_type *b) {
     return 1;
 }
 
+/* The student's ranks along its data axis (1: serial). */
+static int64_t data_parts(const ir_graph *g) {
+    for (int k = 0; k < g->n_axes; k++)
+        if (strcmp(g->axes[k].name, "data") == 0) return g->axes[k].size;
+    return 1;
+}
+
+/* What one of `parts` data ranks holds of a student tensor split over data on its leading
+ * dim (the whole tensor when parts is 1); NULL when it is not split so. */
+static const ir_type *rank_part(const ir_graph *g, const ir_type *t, int64_t parts, ir_type *out) {
+    *out = *t;
+    if (parts == 1) return out;
+    if (t->rank == 0 || t->split[0] < 0 || strcmp(g->axes[t->split[0]].name, "data") != 0) return NULL;
+    out->shape[0] /= parts;
+    return out;
+}
+
 /* The teacher against the student: a serial program, its logits an output shaped as the
- * student's, each of its inputs one of the student's. Returns the logits' output index. */
+ * student's (a data rank's rows of them), each of its inputs one of the student's. Returns
+ * the logits' output index. */
 static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path, const char *student_path) {
     char a[128], b[128];
+    int64_t parts = data_parts(s);
+    ir_type part;
+    const char *per_rank = parts > 1 ? " (a data rank's rows)" : "";
     if (ir_mesh_ranks(t) > 1 || t->microbatches > 1) {
         fprintf(stderr, "dmc: error: --teacher %s: the teacher must be a serial program (its mesh has %lld ranks%s)\n",
                 path, (long long)ir_mesh_ranks(t), t->microbatches > 1 ? ", and micro-batches" : "");
@@ -129,11 +152,15 @@ static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path,
                 tv->name ? tv->name : "", tv->name ? tv->name : "logits");
         return -1;
     }
-    if (!same_shape(&tv->type, &sv->type)) {
+    if (!rank_part(s, &sv->type, parts, &part)) {
+        fprintf(stderr, "dmc: error: --teacher: the student's (%s) logits are not split over data by rows\n", student_path);
+        return -1;
+    }
+    if (!same_shape(&tv->type, &part)) {
         shape_text(&tv->type, a, sizeof a);
-        shape_text(&sv->type, b, sizeof b);
-        fprintf(stderr, "dmc: error: --teacher %s: the teacher's logits are %s, the student's (%s) %s: they must match "
-                        "(the same batch and classes)\n", path, a, student_path, b);
+        shape_text(&part, b, sizeof b);
+        fprintf(stderr, "dmc: error: --teacher %s: the teacher's logits are %s, the student's (%s) %s%s: they must match "
+                        "(the same batch and classes)\n", path, a, student_path, b, per_rank);
         return -1;
     }
     for (int i = 0; i < t->n_inputs; i++) {
@@ -145,15 +172,38 @@ static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path,
                     path, ti->name, student_path);
             return -1;
         }
-        if (!same_shape(&ti->type, &match->type)) {
+        if (!rank_part(s, &match->type, parts, &part)) {
+            fprintf(stderr, "dmc: error: --teacher: the student's (%s) input %s is not split over data by rows\n",
+                    student_path, ti->name);
+            return -1;
+        }
+        if (!same_shape(&ti->type, &part)) {
             shape_text(&ti->type, a, sizeof a);
-            shape_text(&match->type, b, sizeof b);
-            fprintf(stderr, "dmc: error: --teacher %s: the teacher's input %s is %s, the student's %s: they must match\n",
-                    path, ti->name, a, b);
+            shape_text(&part, b, sizeof b);
+            fprintf(stderr, "dmc: error: --teacher %s: the teacher's input %s is %s, the student's %s%s: they must "
+                            "match\n", path, ti->name, a, b, per_rank);
             return -1;
         }
     }
     return output;
+}
+
+/* On a data-parallel student, the teacher's batch dim (its first input's leading dim, by
+ * name) set to a data rank's rows of the student's: 0, or -1 after a message. */
+static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_override *out) {
+    int64_t parts = data_parts(student);
+    if (parts == 1) return 0;
+    const ir_type *logits = &student->values[student->inputs[student->n_inputs - 1]]->type;
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        if (st->kind != STMT_INPUT || !st->type || st->type->rank == 0) continue;
+        if (st->type->dims[0]->kind != EXPR_NAME) break;
+        *out = (dm_override){.name = st->type->dims[0]->name, .value = logits->shape[0] / parts};
+        return 0;
+    }
+    fprintf(stderr, "dmc: error: --teacher: on a data-parallel student the teacher runs on each rank's rows, so its "
+                    "first input's leading dim must be a named dim (its batch)\n");
+    return -1;
 }
 
 int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_compile_request *base,
@@ -170,9 +220,15 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
         dm_program_free(prog);
         return -1;
     }
-    /* as written: the student's --set and --mesh are the student's */
-    dm_lower_options lo = {.model = out->model, .schedule = -1, .zero = -1, .recompute = RECOMPUTE_MARKED,
-                           .fuse_attention = base->lower->fuse_attention};
+    /* as written, but for its batch on a data-parallel student: each data rank's teacher
+     * runs on the rank's rows (the student's --set and --mesh are the student's) */
+    dm_override batch = {0};
+    if (teacher_batch(prog, student, &batch)) {
+        dm_program_free(prog);
+        return -1;
+    }
+    dm_lower_options lo = {.model = out->model, .dims = &batch, .n_dims = batch.name ? 1 : 0, .schedule = -1,
+                           .zero = -1, .recompute = RECOMPUTE_MARKED, .fuse_attention = base->lower->fuse_attention};
     dm_compile_request req = *base;
     req.lower = &lo;
     req.distill_temperature = 0;
@@ -183,7 +239,7 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
     if (status) return -1;
     int output = check_teacher(out->compiled.g, student, o->teacher, o->input);
     if (output < 0) return -1;
-    out->link = (dm_teacher_link){.model = out->model, .logits_output = output};
+    out->link = (dm_teacher_link){.model = out->model, .logits_output = output, .parts = (long long)data_parts(student)};
     return 0;
 }
 

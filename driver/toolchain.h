@@ -12,10 +12,12 @@
 #include "ir.h"
 
 /* A distillation teacher linked beside the student (driver/distill.c): its generated
- * module's model name (its source dir/<model>.c) and the output holding its logits. */
+ * module's model name (its source dir/<model>.c), the output holding its logits, and the
+ * student's data ranks (each rank's teacher runs on its rows). */
 typedef struct dm_teacher_link {
     const char *model;
     int logits_output;
+    long long parts;
 } dm_teacher_link;
 
 /* Builds g's code, written into dir, into the program exe (dir/<model>), with the teacher's

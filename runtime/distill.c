@@ -4,28 +4,34 @@
  * last), and its loss made distillation's (passes/distill.c). The trainer is the generic
  * one (dmrt_trainer_main) on a copy of the student's descriptor that hides that input and
  * whose create, forward and train_step also hold and run the teacher: each step the
- * teacher's forward runs on the step's whole batch (no gradients, no optimizer state) and
- * its logits output becomes the student's teacher_logits, which a data-parallel student
- * splits over its ranks as it splits its other inputs. Each rank (a thread of the threads
- * backend) has a teacher context of its own, so the teacher's forward is repeated on every
- * rank: the teacher is a serial program. */
+ * teacher's forward runs on the step's batch (no gradients, no optimizer state) and its
+ * logits output becomes the student's teacher_logits. On a student of `parts` data ranks
+ * (threads of the threads backend), every rank has a teacher context of its own, compiled
+ * for a rank's rows (dmc sets its batch dim): the rank runs it on its block of the batch
+ * (rows [r B/parts, (r+1) B/parts) of each input, rank r's block of a data-split input) and
+ * writes the logits at the same rows of its teacher_logits buffer, the only rows of it that
+ * the rank's student reads. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dmrt.h"
+#include "dmrt_comm.h"
 
 enum { MAX_CONTEXTS = 1024, MAX_INPUTS = 64 };
 
 /* Which teacher context goes with which student context (one pair per rank). */
 typedef struct pair {
     void *student, *teacher;
+    int part;        /* the rank's data coordinate (0: serial) */
+    float *logits;   /* parts > 1: the whole teacher_logits, the rank's rows written */
 } pair;
 
 static struct {
     const dmrt_model *student, *teacher;
     int logits_output;
+    long long parts;
     const char *init;                 /* --teacher-init */
     int teacher_input[MAX_INPUTS];    /* the student input feeding each teacher input */
     pthread_mutex_t lock;
@@ -34,20 +40,23 @@ static struct {
     dmrt_model wrapped;
 } D = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void *teacher_of(void *student) {
-    void *t = NULL;
+static pair pair_of(void *student) {
+    pair p = {0};
     pthread_mutex_lock(&D.lock);
     for (int i = 0; i < D.n_pairs; i++)
-        if (D.pairs[i].student == student) t = D.pairs[i].teacher;
+        if (D.pairs[i].student == student) p = D.pairs[i];
     pthread_mutex_unlock(&D.lock);
-    return t;
+    return p;
 }
 
 /* The teacher of a new student context, its weights from --teacher-init; NULL (student
  * destroyed, message in err) when it cannot be made. */
-static void *with_teacher(void *student, uint64_t seed, char *err, size_t errlen) {
+static void *with_teacher(void *student, int part, uint64_t seed, char *err, size_t errlen) {
     if (!student) return NULL;
-    void *t = D.teacher->create(seed, err, errlen);
+    const dmrt_tensor_desc *whole = &D.student->inputs[D.student->n_inputs - 1];
+    float *logits = D.parts > 1 ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
+    void *t = D.parts > 1 && !logits ? NULL : D.teacher->create(seed, err, errlen);
+    if (D.parts > 1 && !logits) snprintf(err, errlen, "distillation: out of memory");
     if (t && dmrt_load_params(D.teacher, t, D.init, err, errlen) != 0) {
         char why[1024];
         snprintf(why, sizeof why, "%s", err);
@@ -61,18 +70,22 @@ static void *with_teacher(void *student, uint64_t seed, char *err, size_t errlen
         D.teacher->destroy(t);
         t = NULL;
     }
-    if (t) D.pairs[D.n_pairs++] = (pair){student, t};
+    if (t) D.pairs[D.n_pairs++] = (pair){student, t, part, logits};
     pthread_mutex_unlock(&D.lock);
-    if (!t) D.student->destroy(student);
+    if (!t) {
+        free(logits);
+        D.student->destroy(student);
+    }
     return t ? student : NULL;
 }
 
 static void *create(uint64_t seed, char *err, size_t errlen) {
-    return with_teacher(D.student->create(seed, err, errlen), seed, err, errlen);
+    return with_teacher(D.student->create(seed, err, errlen), 0, seed, err, errlen);
 }
 
 static void *create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {
-    return with_teacher(D.student->create_rank(seed, rank, err, errlen), seed, err, errlen);
+    /* a mesh of data ranks only (dmc checked): the rank's id is its data coordinate */
+    return with_teacher(D.student->create_rank(seed, rank, err, errlen), dmrt_rank_id(rank), seed, err, errlen);
 }
 
 static void destroy(void *student) {
@@ -80,6 +93,7 @@ static void destroy(void *student) {
     for (int i = 0; i < D.n_pairs; i++)
         if (D.pairs[i].student == student) {
             D.teacher->destroy(D.pairs[i].teacher);
+            free(D.pairs[i].logits);
             D.pairs[i] = D.pairs[--D.n_pairs];
             break;
         }
@@ -87,16 +101,25 @@ static void destroy(void *student) {
     D.student->destroy(student);
 }
 
-/* The student's inputs with teacher_logits from the teacher's forward on the same batch. */
+/* The student's inputs with teacher_logits from the teacher's forward on the same rows. */
 static int with_teacher_logits(void *student, const void *const *inputs, const void **all) {
-    void *t = teacher_of(student);
+    pair p = pair_of(student);
     const void *tin[MAX_INPUTS];
-    for (int i = 0; i < D.teacher->n_inputs; i++) tin[i] = inputs[D.teacher_input[i]];
+    for (int i = 0; i < D.teacher->n_inputs; i++) {
+        const dmrt_tensor_desc *part = &D.teacher->inputs[i];
+        tin[i] = (const char *)inputs[D.teacher_input[i]] + (size_t)p.part * (size_t)part->numel * dmrt_dtype_size(part->dtype);
+    }
     float teacher_loss;
-    if (!t || D.teacher->forward(t, tin, &teacher_loss) != 0) return -1;
+    if (!p.teacher || D.teacher->forward(p.teacher, tin, &teacher_loss) != 0) return -1;
     int n = D.wrapped.n_inputs;
     memcpy(all, inputs, (size_t)n * sizeof *all);
-    all[n] = D.teacher->output(t, D.logits_output);
+    const float *logits = D.teacher->output(p.teacher, D.logits_output);
+    if (p.logits) {
+        int64_t elems = D.teacher->outputs[D.logits_output].numel; /* a rank's rows of them */
+        memcpy(p.logits + (size_t)p.part * (size_t)elems, logits, (size_t)elems * sizeof *logits);
+        logits = p.logits;
+    }
+    all[n] = logits;
     return 0;
 }
 
@@ -124,7 +147,8 @@ static int map_inputs(void) {
     return 0;
 }
 
-int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int logits_output, int argc, char **argv) {
+int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int logits_output, long long parts,
+                      int argc, char **argv) {
     /* dmc run passes --teacher-init FILE first */
     if (argc < 3 || strcmp(argv[1], "--teacher-init") != 0) {
         fprintf(stderr, "%s: a distilled student runs as %s --teacher-init TEACHER.safetensors [trainer options]\n",
@@ -134,6 +158,7 @@ int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int 
     D.student = student;
     D.teacher = teacher;
     D.logits_output = logits_output;
+    D.parts = parts > 1 ? parts : 1;
     D.init = argv[2];
     D.wrapped = *student;
     D.wrapped.n_inputs = student->n_inputs - 1; /* teacher_logits, the last, is the teacher's */
