@@ -10,7 +10,8 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
   - bad input fails before training with a message naming what is wrong, and writes no
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
     [0, 1], a temperature <= 0, a teacher whose loss is not a cross-entropy, teacher
-    weights of another shape, a tensor-parallel student, --target cuda.
+    weights of another shape, a tensor-parallel student (also at --check), -o with
+    --teacher, --target cuda.
 """
 import os
 import subprocess
@@ -95,9 +96,10 @@ def compare(np, what, loss, grads, want_loss, want_grads, tol):
         raise Failure("%s: gradients differ by %.2e (tolerance %.0e)" % (what, worst, tol))
 
 
-def refused(dmc, tmp, args, expect):
+def refused(dmc, tmp, args, expect, run=True):
+    """`dmc run ARGS` (or `dmc ARGS`) fails saying expect, and writes no --save file."""
     saved = os.path.join(tmp, "refused.safetensors")
-    cmd = [dmc, "run"] + args + ["--quiet", "--steps", "1", "--save", saved]
+    cmd = [dmc, "run"] + args + ["--quiet", "--steps", "1", "--save", saved] if run else [dmc] + args
     r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                        timeout=300, env=dict(os.environ, TMPDIR=tmp))
     if r.returncode == 0 or expect not in r.stderr:
@@ -127,6 +129,12 @@ def check_refusals(dmc, root, tmp, files):
     mlp = os.path.join(root, "examples", "mlp.dm")
     refused(dmc, tmp, [mlp, "--mesh", "tensor=2", "--teacher", teacher, "--teacher-init", tw],
             "distillation supports serial and data-parallel meshes only")
+    refused(dmc, tmp, ["--check", mlp, "--mesh", "tensor=2", "--teacher", teacher, "--teacher-init", tw],
+            "distillation supports serial and data-parallel meshes only", run=False)
+    refused(dmc, tmp, ["-o", os.path.join(tmp, "out"), student, "--teacher", teacher, "--teacher-init", tw],
+            "--teacher is for dmc run", run=False)
+    if os.path.exists(os.path.join(tmp, "out")):
+        raise Failure("dmc -o --teacher failed but wrote its directory")
     refused(dmc, tmp, [student, "--target", "cuda", "--teacher", teacher, "--teacher-init", tw] + batch,
             "distillation is built for the C target only")
 
