@@ -51,12 +51,19 @@ static pair pair_of(void *student) {
 
 /* The teacher of a new student context, its weights from --teacher-init; NULL (student
  * destroyed, message in err) when it cannot be made. */
-static void *with_teacher(void *student, int part, uint64_t seed, char *err, size_t errlen) {
+/* The teacher runs on its student's threads: as many as a rank here gets, until
+ * --threads sets both (set_threads). */
+static void *with_teacher(void *student, int part, int threads, uint64_t seed, char *err, size_t errlen) {
     if (!student) return NULL;
     const dmrt_tensor_desc *whole = &D.student->inputs[D.student->n_inputs - 1];
     float *logits = D.parts > 1 ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
     void *t = D.parts > 1 && !logits ? NULL : D.teacher->create(seed, err, errlen);
     if (D.parts > 1 && !logits) snprintf(err, errlen, "distillation: out of memory");
+    if (t && D.teacher->set_threads && D.teacher->set_threads(t, threads) != DMRT_OK) {
+        snprintf(err, errlen, "distillation: the teacher cannot run on %d threads", threads);
+        D.teacher->destroy(t);
+        t = NULL;
+    }
     if (t && dmrt_load_params(D.teacher, t, D.init, err, errlen) != 0) {
         char why[1024];
         snprintf(why, sizeof why, "%s", err);
@@ -80,12 +87,20 @@ static void *with_teacher(void *student, int part, uint64_t seed, char *err, siz
 }
 
 static void *create(uint64_t seed, char *err, size_t errlen) {
-    return with_teacher(D.student->create(seed, err, errlen), 0, seed, err, errlen);
+    return with_teacher(D.student->create(seed, err, errlen), 0, dmrt_threads_per_rank(1), seed, err, errlen);
 }
 
 static void *create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {
     /* a mesh of data ranks only (dmc checked): the rank's id is its data coordinate */
-    return with_teacher(D.student->create_rank(seed, rank, err, errlen), dmrt_rank_id(rank), seed, err, errlen);
+    return with_teacher(D.student->create_rank(seed, rank, err, errlen), dmrt_rank_id(rank),
+                        dmrt_threads_per_rank(dmrt_rank_local_count(rank)), seed, err, errlen);
+}
+
+static int set_threads(void *student, int threads) {
+    pair p = pair_of(student);
+    int status = D.student->set_threads(student, threads);
+    if (status == DMRT_OK && p.teacher && D.teacher->set_threads) status = D.teacher->set_threads(p.teacher, threads);
+    return status;
 }
 
 static void destroy(void *student) {
@@ -167,6 +182,7 @@ int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int 
     D.wrapped.destroy = destroy;
     D.wrapped.forward = forward;
     D.wrapped.train_step = train_step;
+    D.wrapped.set_threads = student->set_threads ? set_threads : NULL;
     if (map_inputs() != 0 || strcmp(student->inputs[student->n_inputs - 1].name, "teacher_logits") != 0) {
         fprintf(stderr, "%s: model '%s' was not compiled to distill model '%s'\n", argv[0], student->name, teacher->name);
         return 2;
