@@ -7,6 +7,7 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
     softmax(t / T)) / rows, for two (T, alpha);
   - the same student on --mesh data=2 (threads) gives the serial run's loss and gradients
     to float rounding;
+  - 1 step, a checkpoint and 1 resumed step give the weights of 2 steps, bit for bit;
   - bad input fails before training with a message naming what is wrong, and writes no
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
     [0, 1], a temperature <= 0, a teacher whose loss is not a cross-entropy, teacher
@@ -96,6 +97,23 @@ def compare(np, what, loss, grads, want_loss, want_grads, tol):
         raise Failure("%s: gradients differ by %.2e (tolerance %.0e)" % (what, worst, tol))
 
 
+def check_resume(dmc, tmp, files, np):
+    """2 distilled steps equal 1 step, a checkpoint, and 1 resumed step, bit for bit."""
+    common = ["--teacher", files["teacher"], "--teacher-init", files["tw"], "--batch-file", files["batch2"]]
+    init = ["--init", files["sw"]]
+    whole, resumed = os.path.join(tmp, "whole.safetensors"), os.path.join(tmp, "resumed.safetensors")
+    run_dmc_steps(dmc, files["student"], tmp, common + init + ["--steps", "2", "--save", whole], timeout=300)
+    ck = os.path.join(tmp, "ck")
+    run_dmc_steps(dmc, files["student"], tmp, common + init + ["--steps", "1", "--checkpoint", ck], timeout=300)
+    run_dmc_steps(dmc, files["student"], tmp, common + ["--steps", "2", "--resume", ck, "--save", resumed],
+                  timeout=300, first_step=2)
+    a, b = stio.load(whole), stio.load(resumed)
+    for name in a:
+        if not np.array_equal(a[name], b[name]):
+            raise Failure("a resumed distilled run's %s differs from the uninterrupted run's" % name)
+    print("resumed: 1 + 1 steps as 2, bit for bit")
+
+
 def refused(dmc, tmp, args, expect, run=True):
     """`dmc run ARGS` (or `dmc ARGS`) fails saying expect, and writes no --save file."""
     saved = os.path.join(tmp, "refused.safetensors")
@@ -155,14 +173,17 @@ def body(dmc, root, np, torch):
         stio.save(sw, files["sw"])
         stio.save(tw, files["tw"])
         stio.save({"x": x[None], "y": y[None]}, files["batch"])
+        files["batch2"] = os.path.join(tmp, "batch2.safetensors")
+        stio.save({"x": np.stack([x, -x]), "y": np.stack([y, y[::-1]])}, files["batch2"])
         for temperature, alpha in ((4.0, 0.5), (2.0, 0.1)):
             want_loss, want_grads = reference(torch, x, y, sw, tw, temperature, alpha)
             loss, grads = distill_step(dmc, tmp, files, temperature, alpha, [], "serial")
             compare(np, "T=%g alpha=%g against torch" % (temperature, alpha), loss, grads, want_loss, want_grads, 1e-5)
             loss2, grads2 = distill_step(dmc, tmp, files, temperature, alpha, ["--mesh", "data=2"], "data2")
             compare(np, "T=%g alpha=%g data=2 against serial" % (temperature, alpha), loss2, grads2, loss, grads, 1e-6)
+        check_resume(dmc, tmp, files, np)
         check_refusals(dmc, root, tmp, files)
-    return "distillation loss and gradients as torch's KLDivLoss, data=2 as serial, bad input refused"
+    return "distillation loss and gradients as torch's KLDivLoss, data=2 as serial, resumed as whole, bad input refused"
 
 
 if __name__ == "__main__":
