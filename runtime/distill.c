@@ -116,7 +116,10 @@ static void destroy(void *student) {
     D.student->destroy(student);
 }
 
-/* The student's inputs with teacher_logits from the teacher's forward on the same rows. */
+/* The student's inputs with teacher_logits from the teacher's forward on the same rows: 0,
+ * or -1 when the teacher's forward failed (a target outside its classes), all filled
+ * still, so that the student's step runs as on the other ranks, which would otherwise wait
+ * for this one's collectives; the failure is reported after it (error). */
 static int with_teacher_logits(void *student, const void *const *inputs, const void **all) {
     pair p = pair_of(student);
     const void *tin[MAX_INPUTS];
@@ -125,7 +128,7 @@ static int with_teacher_logits(void *student, const void *const *inputs, const v
         tin[i] = (const char *)inputs[D.teacher_input[i]] + (size_t)p.part * (size_t)part->numel * dmrt_dtype_size(part->dtype);
     }
     float teacher_loss;
-    if (!p.teacher || D.teacher->forward(p.teacher, tin, &teacher_loss) != 0) return -1;
+    int failed = D.teacher->forward(p.teacher, tin, &teacher_loss) != DMRT_OK;
     int n = D.wrapped.n_inputs;
     memcpy(all, inputs, (size_t)n * sizeof *all);
     const float *logits = D.teacher->output(p.teacher, D.logits_output);
@@ -135,19 +138,28 @@ static int with_teacher_logits(void *student, const void *const *inputs, const v
         logits = p.logits;
     }
     all[n] = logits;
-    return 0;
+    return failed ? -1 : 0;
 }
 
 static int forward(void *ctx, const void *const *inputs, float *loss) {
     const void *all[MAX_INPUTS + 1];
-    if (with_teacher_logits(ctx, inputs, all) != 0) return DMRT_ERR_DATA; /* the teacher failed: its batch */
-    return D.student->forward(ctx, all, loss);
+    int teacher_failed = with_teacher_logits(ctx, inputs, all) != 0;
+    int status = D.student->forward(ctx, all, loss);
+    return teacher_failed ? DMRT_ERR_DATA : status;
 }
 
 static int train_step(void *ctx, const void *const *inputs, float *loss) {
     const void *all[MAX_INPUTS + 1];
-    if (with_teacher_logits(ctx, inputs, all) != 0) return DMRT_ERR_DATA; /* the teacher failed: its batch */
-    return D.student->train_step(ctx, all, loss);
+    int teacher_failed = with_teacher_logits(ctx, inputs, all) != 0;
+    int status = D.student->train_step(ctx, all, loss);
+    return teacher_failed ? DMRT_ERR_DATA : status;
+}
+
+/* The teacher's error where its forward failed, else the student's. */
+static const char *error(void *student) {
+    pair p = pair_of(student);
+    const char *teacher = p.teacher && D.teacher->error ? D.teacher->error(p.teacher) : NULL;
+    return teacher && *teacher ? teacher : D.student->error(student);
 }
 
 /* The teacher's inputs among the student's, by name (dmc checked that they are there). */
@@ -182,6 +194,7 @@ int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int 
     D.wrapped.destroy = destroy;
     D.wrapped.forward = forward;
     D.wrapped.train_step = train_step;
+    D.wrapped.error = error;
     D.wrapped.set_threads = student->set_threads ? set_threads : NULL;
     if (map_inputs() != 0 || strcmp(student->inputs[student->n_inputs - 1].name, "teacher_logits") != 0) {
         fprintf(stderr, "%s: model '%s' was not compiled to distill model '%s'\n", argv[0], student->name, teacher->name);
