@@ -124,7 +124,9 @@ static const char usage[] =
     "  --hardware, --precision, --top K (plans printed, default 5; 0 all), --plan-whole\n"
     "  (compile every plan whole instead of estimating deep models from two-layer probes)\n"
     "\n"
-    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun, --march)\n"
+    "dmc run: dmc run --help lists its options (--keep, --cc, --backend, --mpirun, --march,\n"
+    "  --teacher, --teacher-init, --distill-temperature, --distill-alpha: distillation, which\n"
+    "  --check also takes, to try them)\n"
     "  and the trainer's (--steps, --epochs, --seed, --save, --data, ...: docs/trainer.md).\n";
 
 
@@ -392,7 +394,7 @@ static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
     "--prune", "--prune-start", "--prune-end", "--no-fuse-attention", "--no-hoist-constants", "--sequence-parallel",
-    "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc",
+    "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
 static void report_unknown_option(const char *arg) {
@@ -421,12 +423,32 @@ static int parse_run_own(int argc, char **argv, int *i, dm_options *o) {
     return 0;
 }
 
+/* Distillation's options (driver/distill.c), dmc run's and --check's: 1 when argv[*i] is
+ * one (its value taken), else 0. */
+static int parse_distill(int argc, char **argv, int *i, dm_options *o) {
+    static const char *const names[] = {"--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha"};
+    const char **fields[] = {&o->teacher, &o->teacher_init, &o->distill_temperature, &o->distill_alpha};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        const char *v = option_value(argc, argv, i, names[k]);
+        if (v) {
+            *fields[k] = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The options against each other, once all are parsed: 0, or -1 after a message. */
 static int check_options(const dm_options *o) {
     if (!o->input) {
         fprintf(stderr, "dmc: error: no input file\n");
         if (o->run) dm_run_usage(stderr);
         else fputs(usage, stderr);
+        return -1;
+    }
+    if (o->teacher && !o->run && !o->check) {
+        fprintf(stderr, "dmc: error: --teacher is for dmc run (and dmc --check, which tries it): -o, --emit and "
+                        "--explain do not build the teacher\n");
         return -1;
     }
     if (o->backend && strcmp(o->backend, "threads") != 0 && strcmp(o->backend, "mpi") != 0) {
@@ -487,7 +509,7 @@ static int parse_args_into(int argc, char **argv, dm_options *o) {
             int common = parse_common(argc, argv, &i, o);
             if (common < 0) return -1;
             if (common) {
-            } else if (parse_run_own(argc, argv, &i, o)) {
+            } else if (parse_run_own(argc, argv, &i, o) || parse_distill(argc, argv, &i, o)) {
             } else if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) {
                 return -1;
             }
@@ -529,7 +551,7 @@ static int parse_args_into(int argc, char **argv, dm_options *o) {
             o->check = 1;
         } else if ((v = option_value(argc, argv, &i, "-o"))) {
             o->out_dir = v;
-        } else if (o->run && parse_run_own(argc, argv, &i, o)) {
+        } else if ((o->run && parse_run_own(argc, argv, &i, o)) || parse_distill(argc, argv, &i, o)) {
         } else if (a[0] == '-' && a[1]) {
             if (o->run) {
                 if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) return -1;

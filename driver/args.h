@@ -38,6 +38,9 @@ typedef struct dm_options {
     const char *backend;      /* dmc run: "threads" (default) or "mpi" */
     const char *mpirun;       /* dmc run --backend mpi: the launcher command */
     const char *march;        /* dmc run --march: the instruction set of the built program (NULL: native) */
+    const char *teacher;      /* dmc run --teacher: the teacher's .dm (driver/distill.c), or NULL */
+    const char *teacher_init; /* dmc run --teacher-init: its weights */
+    const char *distill_temperature, *distill_alpha; /* as given, or NULL (checked by driver/distill.c) */
     codegen_options codegen;
     int64_t bucket_bytes;     /* --bucket-mb, in bytes (0: the default) */
     dm_override dims[64];

@@ -12,6 +12,7 @@
 #include "calibrate.h"
 #include "codegen.h"
 #include "compile.h"
+#include "distill.h"
 #include "explain.h"
 #include "hardware.h"
 #include "lower.h"
@@ -77,21 +78,27 @@ static int plan(dm_options *o, const dm_program *prog, const dm_source *src, con
 }
 
 /* Builds the program and trains it: its status (see toolchain.h). */
-static int build_and_run(const dm_options *o, const ir_graph *g, const char *dir) {
+static int build_and_run(const dm_options *o, const ir_graph *g, const dm_teacher_link *teacher, const char *dir) {
     char exe[PATH_MAX];
-    int status = dm_build(o, g, dir, exe);
+    int status = dm_build(o, g, teacher, dir, exe);
     return status != 0 ? status : dm_run_trainer(o, g, exe);
 }
 
 /* The passes, from the parsed program to the plans: 0, or 1 after errors. */
-static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, const char *model, dm_compiled *c) {
+/* With --teacher, the student's loss is distillation's and the teacher is compiled into
+ * *teacher (driver/distill.c). */
+static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, const char *model, dm_compiled *c,
+                   dm_teacher *teacher) {
     dm_lower_options lo = lower_options(o, model);
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
                               .precision_given = o->precision_given, .loss_scale = o->loss_scale,
                               .loss_scale_interval = o->loss_scale_interval,
                               .prune = o->prune};
-    return dm_compile(prog, &req, diag, c) == 0 ? 0 : 1;
+    int distill = dm_distill_options(o, &req.distill_temperature, &req.distill_alpha);
+    if (distill < 0) return 1;
+    if (dm_compile(prog, &req, diag, c) != 0) return 1;
+    return distill && dm_distill_teacher(o, c->g, &req, teacher) ? 1 : 0;
 }
 
 static codegen_plans plans_of(const dm_compiled *c) {
@@ -109,7 +116,7 @@ static int check(const dm_options *o, const dm_compiled *c) {
 
 /* -o DIR and dmc run: the code written into DIR, --keep DIR or a temporary directory
  * (removed at the end, also when dmc is killed: supervise.h), then built and trained. */
-static int generate(const dm_options *o, const dm_compiled *c, const dm_source *src) {
+static int generate(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher) {
     const char *given = o->out_dir ? o->out_dir : o->keep_dir;
     char dir[PATH_MAX];
     if (o->run) dm_pass_on_signals(); /* from here on there is a directory to remove */
@@ -117,8 +124,14 @@ static int generate(const dm_options *o, const dm_compiled *c, const dm_source *
     if (o->run) dm_watch_start(dir, !given);
     codegen_plans plans = plans_of(c);
     int status = codegen_write(c->g, &plans, o->input, src->text, src->len, &o->codegen, dir, stderr) ? 1 : 0;
+    const dm_teacher_link *link = teacher->link.model ? &teacher->link : NULL;
+    if (status == 0 && link) {
+        codegen_plans teacher_plans = plans_of(&teacher->compiled);
+        status = codegen_write(teacher->compiled.g, &teacher_plans, o->teacher, teacher->src.text, teacher->src.len,
+                               &o->codegen, dir, stderr) ? 1 : 0;
+    }
     if (status == 0 && o->run) {
-        status = build_and_run(o, c->g, dir);
+        status = build_and_run(o, c->g, link, dir);
         /* a build the signal ended reports that, not a failure of its own */
         if (dm_stop_signal() && status == 1) status = 128 + dm_stop_signal();
     }
@@ -128,7 +141,7 @@ static int generate(const dm_options *o, const dm_compiled *c, const dm_source *
 }
 
 /* What the compiled program is for: --emit=ir, --explain, --check, or code (-o, dmc run). */
-static int output(const dm_options *o, const dm_compiled *c, const dm_source *src) {
+static int output(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher) {
     if (o->emit) {
         ir_print(c->g, stdout);
         return 0;
@@ -138,7 +151,7 @@ static int output(const dm_options *o, const dm_compiled *c, const dm_source *sr
                       stdout);
         return 0;
     }
-    return o->check ? check(o, c) : generate(o, c, src);
+    return o->check ? check(o, c) : generate(o, c, src, teacher);
 }
 
 int main(int argc, char **argv) {
@@ -161,9 +174,11 @@ int main(int argc, char **argv) {
     /* --plan prints plans and is done; --mesh auto puts the best one's choices into o */
     if (status == 0 && (o.plan || o.mesh_auto)) status = plan(&o, prog, &src, model);
     dm_compiled c = {0};
-    if (status == 0 && !o.plan) status = compile(&o, prog, &diag, model, &c);
+    dm_teacher teacher = {0};
+    if (status == 0 && !o.plan) status = compile(&o, prog, &diag, model, &c, &teacher);
     dm_program_free(prog);
-    if (status == 0 && !o.plan) status = output(&o, &c, &src);
+    if (status == 0 && !o.plan) status = output(&o, &c, &src, &teacher);
+    dm_teacher_free(&teacher);
     dm_compiled_free(&c);
     dm_source_free(&src);
     dm_options_free(&o);

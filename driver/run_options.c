@@ -32,6 +32,18 @@ static const char run_usage[] =
     "                     for a program that must also run on older CPUs, under valgrind,\n"
     "                     or on other hosts of an MPI run). $DMC_CFLAGS is appended to the\n"
     "                     compiler's flags last (its -march wins over --march)\n"
+    "  --teacher TEACHER.dm\n"
+    "                     knowledge distillation (docs/compression.md): the student FILE.dm\n"
+    "                     trains on alpha * cross_entropy + (1 - alpha) * T^2 *\n"
+    "                     KL(softmax(teacher / T) || softmax(logits / T)), the teacher's\n"
+    "                     forward (a serial program with the student's inputs and a\n"
+    "                     cross-entropy loss whose logits are an output) run in the same\n"
+    "                     program on every step's batch; C target, serial or data meshes\n"
+    "  --teacher-init FILE\n"
+    "                     with --teacher: the teacher's weights (safetensors; required)\n"
+    "  --distill-temperature T\n"
+    "                     with --teacher: the temperature T > 0 (default 4)\n"
+    "  --distill-alpha A  with --teacher: the cross-entropy's weight A in [0, 1] (default 0.5)\n"
     "  With --target cuda each rank uses one GPU (DMRT_CUDA_DEVICE picks it); collectives go\n"
     "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
     "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
@@ -61,7 +73,7 @@ static const char *const dmc_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb",
     "--target", "--tf32", "--microbatches", "--accumulate", "--hardware", "--precision",
     "--loss-scale", "--loss-scale-interval", "--prune", "--prune-start", "--prune-end", "--memory-gb", "--recompute", "--zero", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--schedule", "--chunks", "--keep", "--cc", "--backend",
-    "--mpirun", "--march"};
+    "--mpirun", "--march", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha"};
 
 /* Edit distance of a[0..na) and b, a swap of two neighbours counting as one edit (the
  * optimal string alignment distance), for suggestions: names are short. */

@@ -80,17 +80,28 @@ static int split_words(char *s, char **argv, int n, int max) {
 
 /* main.c of `dmc run`: the generic trainer of libdmrt; under MPI its ranks are this
  * process's one (dmrt_mpi_run). */
-static int write_main(const char *path, const ir_graph *g, int mpi) {
+static int write_main(const char *path, const ir_graph *g, const dm_teacher_link *teacher, int mpi) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
     fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
-    fprintf(f, "#include \"%s.h\"\n", g->model);
-    if (!mpi) {
+    if (teacher) {
+        /* two generated modules: their headers are not both included (each defines its
+         * context's types), only their descriptors declared */
+        fprintf(f, "#include \"dmrt.h\"\n\n");
+        fprintf(f, "extern const dmrt_model %s_model, %s_model;\n\n", g->model, teacher->model);
+        fprintf(f, "/* distillation: the teacher's forward feeds the student's input teacher_logits */\n");
+        fprintf(f, "int main(int argc, char **argv) {\n");
+        fprintf(f, "    return dmrt_distill_main(&%s_model, &%s_model, %d, %lld, argc, argv);\n", g->model,
+                teacher->model, teacher->logits_output, teacher->parts);
+        fprintf(f, "}\n");
+    } else if (!mpi) {
+        fprintf(f, "#include \"%s.h\"\n", g->model);
         fprintf(f, "\nint main(int argc, char **argv) { return dmrt_trainer_main(&%s_model, argc, argv); }\n", g->model);
     } else {
+        fprintf(f, "#include \"%s.h\"\n", g->model);
         fprintf(f, "#include \"dmrt_comm.h\"\n\n");
         fprintf(f, "struct args { int *argc; char ***argv; };\n\n");
         fprintf(f, "/* One rank per process: mpirun decides how many. */\n");
@@ -196,17 +207,19 @@ static char *c_flags(const dm_options *o) {
 
 static int uses_mpi(const dm_options *o) { return o->backend && strcmp(o->backend, "mpi") == 0; }
 
-int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[PATH_MAX]) {
+int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teacher, const char *dir,
+             char exe[PATH_MAX]) {
     int mpi = uses_mpi(o);
     const char *target = o->codegen.target ? o->codegen.target : "c";
     const codegen_toolchain *tc = codegen_toolchain_of(target);
     char source_ext[16];
     snprintf(source_ext, sizeof source_ext, ".%s", codegen_source_suffix(target));
     /* model_c: what the C compiler links, the generated source or its object */
-    char main_path[PATH_MAX], model_c[PATH_MAX], inc[3][PATH_MAX], lib[3][PATH_MAX], inc_flag[3][PATH_MAX + 2],
+    char main_path[PATH_MAX], model_c[PATH_MAX], teacher_c[PATH_MAX] = "", inc[3][PATH_MAX], lib[3][PATH_MAX], inc_flag[3][PATH_MAX + 2],
         lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
     if (in_dir(main_path, dir, "main", ".c") || in_dir(exe, dir, g->model, "") ||
-        in_dir(model_c, dir, g->model, tc->compiler ? ".o" : source_ext) || write_main(main_path, g, mpi))
+        in_dir(model_c, dir, g->model, tc->compiler ? ".o" : source_ext) ||
+        (teacher && in_dir(teacher_c, dir, teacher->model, source_ext)) || write_main(main_path, g, teacher, mpi))
         return 1;
     runtime_paths(inc, lib);
     for (int i = 0; i < 3; i++) {
@@ -243,6 +256,7 @@ int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[P
     cc_argv[n++] = inc_flag[1];
     cc_argv[n++] = out_inc_flag;
     cc_argv[n++] = model_c;
+    if (teacher) cc_argv[n++] = teacher_c;
     cc_argv[n++] = main_path;
     for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
     n = split_words(target_link, cc_argv, n, most);
@@ -289,6 +303,11 @@ int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
         }
     }
     argv[n++] = (char *)exe;
+    if (o->teacher) {
+        /* runtime/distill.c takes the teacher's weights first */
+        argv[n++] = "--teacher-init";
+        argv[n++] = (char *)o->teacher_init;
+    }
     for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
     argv[n] = NULL;
     int status = dm_stop_signal() ? 128 + dm_stop_signal() : dm_run_process(argv, DM_RUN_TRAINER);

@@ -11,9 +11,20 @@
 #include "args.h"
 #include "ir.h"
 
-/* Builds g's code, written into dir, into the program exe (dir/<model>): 0, 1 after a
- * message, or 128 + the signal that stopped dmc run before or during the build. */
-int dm_build(const dm_options *o, const ir_graph *g, const char *dir, char exe[PATH_MAX]);
+/* A distillation teacher linked beside the student (driver/distill.c): its generated
+ * module's model name (its source dir/<model>.c), the output holding its logits, and the
+ * student's data ranks (each rank's teacher runs on its rows). */
+typedef struct dm_teacher_link {
+    const char *model;
+    int logits_output;
+    long long parts;
+} dm_teacher_link;
+
+/* Builds g's code, written into dir, into the program exe (dir/<model>), with the teacher's
+ * module and runtime/distill.c's trainer when teacher is not NULL: 0, 1 after a message, or
+ * 128 + the signal that stopped dmc run before or during the build. */
+int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teacher, const char *dir,
+             char exe[PATH_MAX]);
 /* Runs exe with the trainer's arguments (under mpirun with -np the ranks of g's mesh and
  * its parameter servers for --backend mpi): its exit status, or 128 + the signal that
  * stopped it or dmc run. */

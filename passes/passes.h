@@ -21,6 +21,13 @@ int pass_fuse_attention(ir_graph *g);
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
 
+/* distill.c: the loss cross_entropy(logits, targets) replaced by knowledge distillation's
+ * alpha * CE + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(logits / T)), the
+ * teacher's logits a new last input, teacher_logits. requires: lower (before autodiff). */
+int pass_distill(ir_graph *g, double temperature, double alpha, dm_diag *d);
+/* The logits of g's loss when it is cross_entropy(logits, targets), else -1. */
+int distill_loss_logits(const ir_graph *g);
+
 /* supported.c: refuses, at source locations, what code generation cannot do yet: an
  * input split on a dim other than its leading one, outputs not led by the batch under
  * micro-batches, more than 64 stages, an all-to-all of a rank-8 tensor. requires: shard,

@@ -1,0 +1,103 @@
+/* distill.c: knowledge distillation's loss (Hinton et al. 2015), built from existing ops.
+ *
+ * The student's loss cross_entropy(logits, targets) becomes
+ *     alpha * CE + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(logits / T))
+ * where teacher is a new input, teacher_logits, shaped and split like logits (the trainer
+ * fills it with the teacher's forward of the same batch, runtime/distill.c). KL is summed
+ * over the classes (the last dim) and averaged over rows, as the cross-entropy is: PyTorch's
+ * KLDivLoss(reduction='sum') of log-probabilities divided by the rows. Being an input,
+ * the teacher's side gets no gradient. Logarithms are of p + 1e-30, so that a probability
+ * that underflows to 0 gives 0 * log(1e-30) = 0 and not 0 * -inf; for p above 1e-23 the
+ * difference is below float rounding. */
+#include <math.h>
+
+#include "passes.h"
+
+#define LOG_FLOOR 1e-30
+
+/* The logits of g's loss when it is cross_entropy(logits, targets), else -1. */
+int distill_loss_logits(const ir_graph *g) {
+    if (g->loss < 0) return -1;
+    const ir_value *loss = g->values[g->loss];
+    if (loss->op != OP_CROSS_ENTROPY) return -1;
+    const ir_value *stats = g->values[loss->operands[0]];
+    return stats->op == OP_XENT_STATS ? stats->operands[0] : -1;
+}
+
+typedef struct builder {
+    ir_graph *g;
+    dm_diag *d;
+    dm_loc loc;
+    int failed;
+} builder;
+
+static int typed(builder *b, ir_value *v, const char *name) {
+    if (name) v->name = ir_intern(b->g, name);
+    if (shapes_infer(b->g, v, b->d)) b->failed = 1;
+    return v->id;
+}
+
+static int op2(builder *b, ir_op op, int x, int y, const char *name) {
+    return typed(b, ir_add(b->g, op, (int[]){x, y}, 2, b->loc), name);
+}
+
+static int op1(builder *b, ir_op op, int x, const char *name) {
+    return typed(b, ir_add(b->g, op, &x, 1, b->loc), name);
+}
+
+static int constant(builder *b, double value) {
+    ir_value *v = ir_add(b->g, OP_CONST, NULL, 0, b->loc);
+    v->scalar = value;
+    v->role = ROLE_CONST;
+    return typed(b, v, NULL);
+}
+
+/* softmax(x / T) along the last dim. */
+static int softmax_t(builder *b, int x, double temperature, const char *name) {
+    ir_value *v = ir_add(b->g, OP_SOFTMAX, &x, 1, b->loc);
+    v->axis = b->g->values[x]->type.rank - 1;
+    v->scalar = 1.0 / temperature;
+    return typed(b, v, name);
+}
+
+static int reduce(builder *b, ir_op op, int x, uint32_t axes, const char *name) {
+    ir_value *v = ir_add(b->g, op, &x, 1, b->loc);
+    v->axes = axes;
+    return typed(b, v, name);
+}
+
+int pass_distill(ir_graph *g, double temperature, double alpha, dm_diag *d) {
+    int logits = distill_loss_logits(g);
+    if (logits < 0) {
+        dm_error(d, g->loss_loc, "distillation (--teacher) needs the student's loss to be cross_entropy(logits, targets)");
+        return 1;
+    }
+    builder b = {.g = g, .d = d, .loc = g->loss_loc};
+    int ce = g->loss;
+    ir_type t = g->values[logits]->type;
+    if (t.rank < 2) {
+        dm_error(d, g->loss_loc, "distillation (--teacher) needs logits with rows and classes ([..., C]), got rank %d", t.rank);
+        return 1;
+    }
+    t.partial = 0;
+    ir_value *in = ir_add(g, OP_INPUT, NULL, 0, b.loc);
+    in->type = t;
+    in->annotated = 1;
+    in->role = ROLE_INPUT;
+    in->name = ir_intern(g, "teacher_logits");
+    ir_append_id(g, &g->inputs, &g->n_inputs, in->id);
+    int teacher = in->id, floor = constant(&b, LOG_FLOOR);
+    int p = softmax_t(&b, teacher, temperature, "teacher_probs");
+    int q = softmax_t(&b, logits, temperature, "student_probs");
+    int log_p = op1(&b, OP_LOG, op2(&b, OP_ADD, p, floor, NULL), "teacher_log_probs");
+    int log_q = op1(&b, OP_LOG, op2(&b, OP_ADD, q, floor, NULL), "student_log_probs");
+    int terms = op2(&b, OP_MUL, p, op2(&b, OP_SUB, log_p, log_q, NULL), "kl_terms");
+    int rows = reduce(&b, OP_SUM, terms, 1u << (t.rank - 1), "kl_rows");
+    int kl = reduce(&b, OP_MEAN, rows, (1u << (t.rank - 1)) - 1, "kl");
+    int hard = op2(&b, OP_MUL, constant(&b, alpha), ce, NULL);
+    int soft = op2(&b, OP_MUL, constant(&b, (1.0 - alpha) * temperature * temperature), kl, NULL);
+    int loss = op2(&b, OP_ADD, hard, soft, "distill_loss");
+    if (b.failed) return 1;
+    g->loss = loss;
+    return 0;
+}
