@@ -73,13 +73,18 @@ static int stage_channel(int from, int to, int gradient) { return (from * 64 + t
 static int tied_channel(int owner, int holder) { return 64 * 64 * 2 + owner * 64 + holder; }
 
 /* `callee` (send or recv) of pipeline traffic to or from stage peer's ranks: with model
- * chunks on channel `channel`, untagged without. */
-static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
-    char callee[96], tagged[32];
-    snprintf(tagged, sizeof tagged, "%s_tagged", op);
-    cg_comm_callee(E, E->chunks > 1 ? tagged : op, callee, sizeof callee);
-    if (E->chunks > 1) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
+ * chunks (or `tagged`) on channel `channel`, untagged without. */
+static void p2p_call_on(emitter *E, const char *op, int peer, int channel, int tagged, char *buf, size_t size) {
+    char callee[96], tagged_op[32];
+    tagged = tagged || E->chunks > 1;
+    snprintf(tagged_op, sizeof tagged_op, "%s_tagged", op);
+    cg_comm_callee(E, tagged ? tagged_op : op, callee, sizeof callee);
+    if (tagged) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
     else snprintf(buf, size, "%sctx->comm[%d], %d", callee, E->pipe_axis, rank_of(E, peer));
+}
+
+static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
+    p2p_call_on(E, op, peer, channel, 0, buf, size);
 }
 
 static void emit_transfer(emitter *E, int r, int peer, int send) {
@@ -119,7 +124,9 @@ static uint64_t tied_holders(const emitter *E, int p) {
 /* After the owner's update of a tied parameter, its new values to every other holder
  * (Megatron-LM allreduces the two stages' gradients and updates both; dmc sums the
  * gradient on the owner, which the backward pass already sends it, and sends the
- * weights: the same bytes, and one optimizer state). Sends are buffered: no stage waits
+ * weights: the same bytes, and one optimizer state). 2bw and pipedream alike: the
+ * holder's update (its next version; its update after a backward) waits for the owner's
+ * matching one, so each copy is at its stage's own version (emit_2bw.c). Sends are buffered: no stage waits
  * for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
  * Inside a stage's update function the parameter is its local variable; in a rank's
  * (interleaved: after all its chunks' updates) its place in ctx->params. */
@@ -140,7 +147,11 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
         for (int t = 0; t < E->stages; t++) {
             int send = owner == stage && (holders >> t & 1), recv = t == owner && owner != stage;
             if (!send && !recv) continue;
-            p2p_call(E, send ? "send" : "recv", t, tied_channel(owner, send ? t : stage), call, sizeof call);
+            /* 2bw and pipedream: on a channel of their own, since the owner's update runs
+             * between its activations to the holder (pipeline=2), which the holder receives
+             * after its own update */
+            p2p_call_on(E, send ? "send" : "recv", t, tied_channel(owner, send ? t : stage), emits_2bw(E), call,
+                        sizeof call);
             cg_line(&E->w, "if (%s, %s, %lld, \"updated parameter %s %s stage %d\") != 0)", call, buf,
                     (long long)ir_numel(T(E, v->id)), v->name, send ? "to" : "from", t);
             cg_line(&E->w, "    return comm_failed(ctx);");

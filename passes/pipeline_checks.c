@@ -127,13 +127,13 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
 
 int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d) {
     pipe_kind kind = pipe_kind_for(g->schedule, plan->ranks);
-    if (!pipe_flushless(kind) || plan->n_tied == 0) return 0;
-    /* its owner's new values reach the other holders at the owner's update, which 2bw
-     * (and pipedream) runs at another point of the step on each stage */
+    if (kind != PIPE_PIPEDREAM || plan->n_tied == 0) return 0;
+    /* its holders' updates (one per backward) would wait for the owner's, which the owner
+     * makes a micro-batch later, across the step's end (2bw's wait within a step) */
     const ir_value *v = g->values[plan->tied[0]];
     dm_error(d, v->loc, "'%s' is used on more than one pipeline stage (tied), which the %s schedule does not build yet",
              v->name, pipe_kind_name(kind));
-    dm_note(d, v->loc, "the 1f1b schedule runs it, or a cut that keeps its uses on one stage");
+    dm_note(d, v->loc, "the 1f1b and 2bw schedules run it, or a cut that keeps its uses on one stage");
     return 1;
 }
 
