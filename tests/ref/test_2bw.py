@@ -28,6 +28,12 @@ counts that are and are not multiples of a stage's copies of kept values (M = 4 
 stages: copies are chosen by a micro-batch's place in the stream), and data parallelism
 (pipeline=2 x data=2, threads backend; pipeline=2 also on MPI).
 
+tests/ref/tied2bw.dm (the same embedding, two hidden layers and a head that is the
+embedding transposed: a tied parameter, held by the first and the last stage) the same on
+pipeline=2 (M = 2), pipeline=3 (M = 4) and data=2 x pipeline=2 (M = 2), against the rule
+with one tensor read twice (its gradient the sum of both uses'): the last stage's copy must
+be at its stage's version, updated with the owner's summed gradient, or the losses differ.
+
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
