@@ -130,7 +130,7 @@ static uint64_t tied_holders(const emitter *E, int p) {
  * for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
  * Inside a stage's update function the parameter is its local variable; in a rank's
  * (interleaved: after all its chunks' updates) its place in ctx->params. */
-enum { TIED_SENDS = 1, TIED_RECEIVES = 2 };
+enum { TIED_SENDS = 1, TIED_RECEIVES = 2, TIED_IN_PARAMS = 4 };
 static void emit_tied_updates(emitter *E, int stage, int which) {
     const ir_graph *g = E->g;
     for (int p = 0; p < g->n_params; p++) {
@@ -140,7 +140,7 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
         if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
         if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES))) continue;
         char call[160], buf[128];
-        if (E->chunks > 1) cg_storage_expr(E, v->id, buf, sizeof buf);
+        if (E->chunks > 1 || (which & TIED_IN_PARAMS)) cg_storage_expr(E, v->id, buf, sizeof buf);
         else snprintf(buf, sizeof buf, "%s", E->cname[v->id]);
         cg_blank(&E->w);
         cg_line(&E->w, "/* %s is tied across stages: stage %d updates it, the others hold copies */", v->name, owner);
@@ -157,6 +157,22 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
             cg_line(&E->w, "    return comm_failed(ctx);");
         }
     }
+}
+
+/* Whether stage holds a copy of a parameter another stage updates (tied). */
+int holds_tied_copies(const emitter *E, int stage) {
+    for (int p = 0; p < E->g->n_params; p++)
+        if (V(E, E->g->params[p])->stage != stage && (tied_holders(E, p) >> stage & 1)) return 1;
+    return 0;
+}
+
+/* pipedream: the owner's update of the tied parameters stage holds a copy of, received
+ * into ctx->params. */
+void emit_tied_receives(emitter *E, int stage) {
+    int saved = E->cur_stage;
+    E->cur_stage = stage;
+    emit_tied_updates(E, stage, TIED_RECEIVES | TIED_IN_PARAMS);
+    E->cur_stage = saved;
 }
 
 /* The ops of one phase function in order, each followed by its sends (pipelines), its
@@ -320,7 +336,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     emit_phase_ops(E, phase, stage, sum_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE) emit_ps_exchange(E);
-    if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1) emit_tied_updates(E, stage, TIED_SENDS | TIED_RECEIVES);
+    /* (pipedream: a holder receives before its next forward, emit_tied_receives) */
+    if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1)
+        emit_tied_updates(E, stage, TIED_SENDS | (dm_runs_pipedream(g) && emits_2bw(E) ? 0 : TIED_RECEIVES));
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
         if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);

@@ -77,11 +77,13 @@ def make_optimizer(torch, kind, params):
     return test_2bw.make_optimizer(torch, kind, params)
 
 
-def stages_of(dmc, dm_file, mesh, micros):
-    """Each parameter's pipeline stage in dmc's plan: the stages' parameter bytes, taken from
-    the parameters in the order the model declares (and uses) them."""
-    out = subprocess.run([dmc, "--explain=json", dm_file, "--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H), "--mesh",
-                          mesh, "--microbatches", str(micros), "--schedule", "pipedream"],
+def stages_of(dmc, dm_file, mesh, micros, sets=None):
+    """Each parameter's pipeline stage in dmc's plan (the one that updates it): the stages'
+    parameter bytes, taken from the parameters in the order the model declares (and uses)
+    them; sets: the model's dims (--set ...), test_mlp's by default."""
+    sets = sets or ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)]
+    out = subprocess.run([dmc, "--explain=json", dm_file] + sets + ["--mesh", mesh, "--microbatches", str(micros),
+                                                                    "--schedule", "pipedream"],
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise Failure("dmc --explain=json failed: %s" % out.stderr)
@@ -145,6 +147,61 @@ def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
                           "apart" % (label, what, apart))
 
 
+# tests/ref/tied2bw.dm: its embedding's copies on the first and the last stage (its SGD);
+# pipedream builds tied parameters on neighbouring stages only (3 stages: a diag golden)
+TIED_CASES = [("tied-p2-m4", "pipeline=2", 4), ("tied-p2-m2", "pipeline=2", 2),
+              ("tied-p2xd2-m2", "data=2,pipeline=2", 2)]
+
+
+def tied_reference(torch, init, toks, tgts, micros, stage_of, stages):
+    """tied2bw.dm under PipeDream's rule with a tied weight: the embedding (stage 0) and the
+    head (the last stage, which holds a copy) each read their own stage's version of wte
+    for micro-batch i, the one after max(0, i - (P - 1)) and i updates; update i is made
+    with the sum of the two uses' gradients, so the copies go through the same versions.
+    w1, w2 at their stage's version (stage_of: the plan's)."""
+    names = sorted(init)
+    live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
+    opt = torch.optim.SGD([live[n] for n in names], lr=0.5, momentum=0.5)
+    history = {n: [live[n].detach().clone()] for n in names}
+    rows = len(toks[0]) // micros
+    losses = []
+    for i in range(STEPS * micros):
+        t, m = divmod(i, micros)
+        w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
+        head = history["wte"][i].clone().requires_grad_(True)  # the last stage's copy
+        tok = torch.tensor(toks[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        tgt = torch.tensor(tgts[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        loss = test_2bw.tied_loss(torch, w, tok, tgt, head)
+        loss.backward()
+        if m == 0:
+            losses.append(0.0)
+        losses[-1] += loss.item() / micros
+        for n in names:
+            live[n].grad = w[n].grad + head.grad if n == "wte" else w[n].grad
+        opt.step()
+        for n in names:
+            history[n].append(live[n].detach().clone())
+    return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def check_tied(np, torch, stio, dmc, root, tmp):
+    """tied2bw.dm's cases against tied_reference: losses and final weights."""
+    init, toks, tgts, (init_path, batch_path) = test_2bw.embed_data(np, tmp, True)
+    model = os.path.join(root, "tests", "ref", "tied2bw.dm")
+    for label, mesh, micros in TIED_CASES:
+        stage_of, stages = stages_of(dmc, model, mesh, micros, ["--set", "B=%d" % test_2bw.EMBED["B"]])
+        if stage_of["wte"] != 0:
+            raise Failure("%s: the plan updates wte on stage %d, not the first" % (label, stage_of["wte"]))
+        want, final = tied_reference(torch, init, toks, tgts, micros, stage_of, stages)
+        out = os.path.join(tmp, label + ".safetensors")
+        got = dmcrun.run_dmc(dmc, model, tmp,
+                             ["--init", init_path, "--batch-file", batch_path, "--mesh", mesh, "--microbatches",
+                              str(micros), "--schedule", "pipedream", "--steps", str(STEPS), "--save", out],
+                             timeout=240)
+        dmcrun.check_losses(label, got, want, LOSS_RTOL)
+        test_2bw.check_weights(np, label, stio.load(out), final)
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     src_path, src, norm = test_mlp.example(root, "test_pipedream.py")
@@ -163,9 +220,10 @@ def run_checks(dmc, root, np, torch):
                                                                                   "pipedream", out))
             dmcrun.check_losses(label, got, want, LOSS_RTOL)
             test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+        check_tied(np, torch, stio, dmc, root, tmp)
         test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
     return "the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps" % (
-        len(CASES), STEPS)
+        len(CASES) + len(TIED_CASES), STEPS)
 
 
 def main(argv):
