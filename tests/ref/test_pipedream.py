@@ -32,6 +32,10 @@ are W(STEPS M)) on each mesh of CASES:
   - a run's --trace (pipeline=2, M = 4, 3 steps) is the stream's order on each stage: no
     flush between steps (test_2bw.check_trace).
 
+Tied parameters: tests/ref/tied2bw.dm (its head is the embedding transposed, held by
+stages 0 and 1 on pipeline=2) against the rule with the last stage's copy at that stage's
+version and update i made with both uses' summed gradient of micro-batch i (TIED_CASES).
+
 The cases cover pipelines of 2 to 4 stages (1 to 3 micro-batches owed across a step's end,
 and up to 4 weight versions), SGD with momentum and weight decay and AdamW (whose bias
 correction counts updates), data parallelism (pipeline=2 x data=2) and the MPI backend.
