@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_2bw_gpt.py: examples/gpt.dm, whose head is tied to its token embedding, under the
 2bw schedule (PipeDream-2BW) against a PyTorch reference of its update rule (meson test
-`ref-2bw-gpt`).
+`ref-2bw-gpt`), and under pipedream.
 
 usage: /usr/bin/python3 tests/ref/test_2bw_gpt.py DMC SOURCE_ROOT
 
@@ -21,7 +21,11 @@ gpt_torch.forward as the loss, test_gpt's tiny config, weights and batches, 10 s
     a last stage whose copy of wte lagged or stayed at its initial values would fail
     the losses (the head reads it every step).
 
-Cases: pipeline=2 (M = 2) and data=2 x pipeline=2 (M = 2), threads backend.
+Cases: pipeline=2 (M = 2) and data=2 x pipeline=2 (M = 2), threads backend. And
+--schedule pipedream on pipeline=2 (M = 2) against PipeDream's rule (test_pipedream.py's:
+an update per micro-batch, each stage's weights at its own version, the plan's stage of
+each parameter), the head reading the last stage's copy of wte at that stage's version and
+update i made with both uses' summed gradient: losses and weights, the same bounds.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -78,8 +82,44 @@ def run_checks(dmc, root, np, torch):
                                  timeout=240)
             dmcrun.check_losses(label, got, want, test_2bw.LOSS_RTOL)
             test_gpt.check_tensors(np, label, names, stio.load(out), final, test_2bw.WEIGHT_ATOL, 0.0, loose=loose)
-    return "examples/gpt.dm (tied wte) under 2bw follows the 2BW rule (PyTorch) on %d meshes, %d steps" % (
-        len(CASES), test_2bw.STEPS)
+        check_pipedream(np, torch, G, stio, dmc, src, tmp, init, tokens, targets, (init_path, batch_path), names,
+                        loose)
+    return ("examples/gpt.dm (tied wte) under 2bw follows the 2BW rule (PyTorch) on %d meshes, and under pipedream "
+            "PipeDream's rule on pipeline=2, %d steps" % (len(CASES), test_2bw.STEPS))
+
+
+def pipedream_reference(torch, G, init, tokens, targets, micros, stage_of, stages):
+    """gpt.dm under PipeDream's rule (test_pipedream.stashed_train), AdamW: micro-batch i on
+    each stage's version of its weights, the head on the last stage's copy of wte (i
+    updates: that stage lags none), update i with both uses' summed gradient."""
+    import test_pipedream
+    rows = len(tokens[0]) // micros
+
+    def micro_loss(w, t, m):
+        def product(a, b):  # the head's product reads the last stage's copy
+            return a @ (w["(copy)"].t() if b._base is w["wte.weight"] else b)
+        return G.forward(torch, w, torch.tensor(tokens[t][m * rows:(m + 1) * rows], dtype=torch.int64),
+                         torch.tensor(targets[t][m * rows:(m + 1) * rows], dtype=torch.int64), test_gpt.NH,
+                         test_gpt.L, product)[0]
+
+    def adamw(ps):
+        return torch.optim.AdamW(ps, lr=test_gpt.LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=test_gpt.WD)
+    return test_pipedream.stashed_train(torch, init, adamw, test_2bw.STEPS, micros, stage_of, stages, micro_loss,
+                                        "wte.weight")
+
+
+def check_pipedream(np, torch, G, stio, dmc, src, tmp, init, tokens, targets, paths, names, loose):
+    """gpt.dm with --schedule pipedream on pipeline=2 (M = 2) against pipedream_reference."""
+    import test_pipedream
+    label, mesh, micros = "gpt-pipedream-p2-m2", "pipeline=2", 2
+    stage_of, stages = test_pipedream.stages_of(dmc, src, mesh, micros, ["--set", test_gpt.SETS])
+    want, final = pipedream_reference(torch, G, init, tokens, targets, micros, stage_of, stages)
+    out = os.path.join(tmp, label + ".safetensors")
+    got = dmcrun.run_dmc(dmc, src, tmp, ["--set", test_gpt.SETS, "--init", paths[0], "--batch-file", paths[1],
+                                         "--mesh", mesh, "--microbatches", str(micros), "--schedule", "pipedream",
+                                         "--steps", str(test_2bw.STEPS), "--save", out], timeout=240)
+    dmcrun.check_losses(label, got, want, test_2bw.LOSS_RTOL)
+    test_gpt.check_tensors(np, label, names, stio.load(out), final, test_2bw.WEIGHT_ATOL, 0.0, loose=loose)
 
 
 def main(argv):

@@ -108,32 +108,48 @@ def stages_of(dmc, dm_file, mesh, micros, sets=None):
     return stage_of, len(plan["pipeline"]["stage"])
 
 
-def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
-    """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
-    Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
-    the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
+def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_loss, tied=None):
+    """PipeDream's rule from weights init (a dict of arrays): micro-batch i (step t's m:
+    micro_loss(w, t, m)) on each parameter's stage's version, max(0, i - (P - 1 -
+    stage_of[n])) updates old; an update per micro-batch. tied: the name of a parameter
+    the last stage holds a copy of, at its own version (i updates): micro_loss gets it as
+    w["(copy)"], and update i is made with both uses' summed gradient. Returns (each
+    step's mean loss, final weights as float64 arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
-    opt = make_optimizer(torch, kind, [live[n] for n in names])
+    opt = make_opt([live[n] for n in names])
     history = {n: [live[n].detach().clone()] for n in names}  # history[n][k]: after k updates
-    rows = len(xs[0]) // micros
     losses = []
     for i in range(steps * micros):
         t, m = divmod(i, micros)
         w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
-        x = torch.tensor(xs[t][m * rows:(m + 1) * rows])
-        y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
-        loss = test_2bw.mlp_loss(torch, w, x, y, norm)
+        if tied:
+            w["(copy)"] = history[tied][i].clone().requires_grad_(True)
+        loss = micro_loss(w, t, m)
         loss.backward()
         if m == 0:
             losses.append(0.0)
         losses[-1] += loss.item() / micros
         for n in names:
-            live[n].grad = w[n].grad
+            live[n].grad = w[n].grad + w["(copy)"].grad if n == tied else w[n].grad
         opt.step()
         for n in names:
             history[n].append(live[n].detach().clone())
     return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
+    """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
+    Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
+    the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
+    rows = len(xs[0]) // micros
+
+    def micro_loss(w, t, m):
+        x = torch.tensor(xs[t][m * rows:(m + 1) * rows])
+        y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        return test_2bw.mlp_loss(torch, w, x, y, norm)
+    return stashed_train(torch, init, lambda ps: make_optimizer(torch, kind, ps), steps, micros, stage_of, stages,
+                         micro_loss)
 
 
 def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
@@ -163,29 +179,14 @@ def tied_reference(torch, init, toks, tgts, micros, stage_of, stages):
     for micro-batch i, the one after max(0, i - (P - 1)) and i updates; update i is made
     with the sum of the two uses' gradients, so the copies go through the same versions.
     w1, w2 at their stage's version (stage_of: the plan's)."""
-    names = sorted(init)
-    live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
-    opt = torch.optim.SGD([live[n] for n in names], lr=0.5, momentum=0.5)
-    history = {n: [live[n].detach().clone()] for n in names}
     rows = len(toks[0]) // micros
-    losses = []
-    for i in range(STEPS * micros):
-        t, m = divmod(i, micros)
-        w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
-        head = history["wte"][i].clone().requires_grad_(True)  # the last stage's copy
+
+    def micro_loss(w, t, m):
         tok = torch.tensor(toks[t][m * rows:(m + 1) * rows], dtype=torch.int64)
         tgt = torch.tensor(tgts[t][m * rows:(m + 1) * rows], dtype=torch.int64)
-        loss = test_2bw.tied_loss(torch, w, tok, tgt, head)
-        loss.backward()
-        if m == 0:
-            losses.append(0.0)
-        losses[-1] += loss.item() / micros
-        for n in names:
-            live[n].grad = w[n].grad + head.grad if n == "wte" else w[n].grad
-        opt.step()
-        for n in names:
-            history[n].append(live[n].detach().clone())
-    return losses, {n: live[n].detach().double().numpy() for n in names}
+        return test_2bw.tied_loss(torch, w, tok, tgt, w["(copy)"])
+    return stashed_train(torch, init, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), STEPS, micros, stage_of,
+                         stages, micro_loss, "wte")
 
 
 def check_tied(np, torch, stio, dmc, root, tmp):
