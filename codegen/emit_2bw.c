@@ -40,6 +40,8 @@ void emit_2bw_fields(emitter *E) {
         cg_line(w, "int owed;      /* 1: the previous batch's last backwards are owed here (-1: none, the stream");
         cg_line(w, "                * starts: after create or drain) */");
         cg_line(w, "int64_t updates;    /* this stage's optimizer updates: one per backward */");
+        cg_line(w, "int tied_owed; /* 1: the owner's update of the tied parameters held here, matching this");
+        cg_line(w, "                * stage's last, is still to be received (before the next forward) */");
     } else {
         cg_line(w, "/* 2bw: two versions of this rank's parameters; ctx->params is the one in use */");
         cg_line(w, "float *weights[2];");
@@ -82,6 +84,7 @@ void emit_2bw_create(emitter *E) {
     cg_line(w, "ctx->params = ctx->weights[0]; /* %s: initialised, the stream starts on version 0 */",
             stashes(E) ? "pipedream" : "2bw");
     cg_line(w, "ctx->owed = -1;");
+    if (stashes(E)) cg_line(w, "ctx->tied_owed = 0;");
     for (int n = 0; n < E->g->n_inputs; n++) {
         uint64_t any = 0;
         for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
@@ -146,6 +149,27 @@ static void emit_take_newest(emitter *E, long long elems) {
     cg_line(w, "}");
 }
 
+/* pipedream: a holder of tied parameters takes in the owner's update that matches its own
+ * last (the update of the same micro-batch's summed gradient) before its next forward, not
+ * in its update: the owner makes it a micro-batch later, for a step's last one in the next
+ * step. So each copy is at its stage's update count. 0 when stage st holds none. */
+static int emit_tied_receive_fn(emitter *E, int st) {
+    cg_writer *w = &E->w;
+    if (!holds_tied_copies(E, st)) return 0;
+    cg_line(w, "/* Stage %d: the owner's pending update of the tied parameters it holds, into the weights", st);
+    cg_line(w, " * in use. */");
+    cg_line(w, "static int stage%d_receive_tied(struct_ctx *ctx) {", st);
+    w->indent++;
+    cg_line(w, "if (!ctx->tied_owed) return DMRT_OK;");
+    cg_line(w, "ctx->tied_owed = 0;");
+    emit_tied_receives(E, st);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    return 1;
+}
+
 /* pipedream: stage st's forward and backward of a micro-batch, each on the version the
  * micro-batch's place in the stream names (the stage's micro-batches in flight have distinct
  * ones), and the update each backward makes. */
@@ -154,6 +178,7 @@ static void emit_stashed_actions(emitter *E, int st) {
     const char *m = E->g->model;
     int versions = dm_weight_versions(E->g, st);
     long long elems = (long long)E->plan->stage[st].param_elems;
+    int holds_tied = emit_tied_receive_fn(E, st);
     cg_line(w, "/* Stage %d's forward of micro-batch `micro` on the newest weights, stashed for its backward in", st);
     cg_line(w, " * the version its place in the stream names (of %d: that of the backward just done, or free). */",
             versions);
@@ -162,6 +187,7 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "const int version = (int)((ctx->micro_base + micro) %% %d);", versions);
     emit_take_newest(E, elems);
     cg_line(w, "ctx->params = ctx->weights[version];");
+    if (holds_tied) cg_line(w, "if (stage%d_receive_tied(ctx) != DMRT_OK) return DMRT_ERR_COMM;", st);
     cg_line(w, "return stage%d_forward(ctx, batch, micro);", st);
     w->indent--;
     cg_line(w, "}");
@@ -182,6 +208,7 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "const int64_t steps = ctx->step;");
     cg_line(w, "ctx->step = ++ctx->updates;");
     cg_line(w, "status = stage%d_update(ctx, batch);", st);
+    if (holds_tied) cg_line(w, "ctx->tied_owed = 1; /* the owner's matching update comes later */");
     cg_line(w, "ctx->step = steps;");
     cg_line(w, "return status;");
     w->indent--;
@@ -287,10 +314,15 @@ static void emit_stashed_stage(emitter *E, int st) {
     cg_line(w, "/* Stage %d's drain: the backwards it owes%s, with their updates. */", st, owed ? "" : " (none)");
     cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);
     w->indent++;
-    if (!owed) cg_line(w, "(void)ctx;");
-    else cg_line(w, "int status;");
+    int holds_tied = holds_tied_copies(E, st);
+    if (!owed && !holds_tied) cg_line(w, "(void)ctx;");
+    if (owed) cg_line(w, "int status;");
     for (int k = 0; k < owed; k++)
         cg_line(w, "if ((status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
+    if (holds_tied) { /* the owner's update of the step's last micro-batch, into the newest weights */
+        cg_line(w, "ctx->params = ctx->weights[ctx->newest];");
+        cg_line(w, "if (stage%d_receive_tied(ctx) != DMRT_OK) return DMRT_ERR_COMM;", st);
+    }
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");

@@ -73,13 +73,18 @@ static int stage_channel(int from, int to, int gradient) { return (from * 64 + t
 static int tied_channel(int owner, int holder) { return 64 * 64 * 2 + owner * 64 + holder; }
 
 /* `callee` (send or recv) of pipeline traffic to or from stage peer's ranks: with model
- * chunks on channel `channel`, untagged without. */
-static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
-    char callee[96], tagged[32];
-    snprintf(tagged, sizeof tagged, "%s_tagged", op);
-    cg_comm_callee(E, E->chunks > 1 ? tagged : op, callee, sizeof callee);
-    if (E->chunks > 1) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
+ * chunks (or `tagged`) on channel `channel`, untagged without. */
+static void p2p_call_on(emitter *E, const char *op, int peer, int channel, int tagged, char *buf, size_t size) {
+    char callee[96], tagged_op[32];
+    tagged = tagged || E->chunks > 1;
+    snprintf(tagged_op, sizeof tagged_op, "%s_tagged", op);
+    cg_comm_callee(E, tagged ? tagged_op : op, callee, sizeof callee);
+    if (tagged) snprintf(buf, size, "%sctx->comm[%d], %d, %d", callee, E->pipe_axis, rank_of(E, peer), channel);
     else snprintf(buf, size, "%sctx->comm[%d], %d", callee, E->pipe_axis, rank_of(E, peer));
+}
+
+static void p2p_call(emitter *E, const char *op, int peer, int channel, char *buf, size_t size) {
+    p2p_call_on(E, op, peer, channel, 0, buf, size);
 }
 
 static void emit_transfer(emitter *E, int r, int peer, int send) {
@@ -119,11 +124,13 @@ static uint64_t tied_holders(const emitter *E, int p) {
 /* After the owner's update of a tied parameter, its new values to every other holder
  * (Megatron-LM allreduces the two stages' gradients and updates both; dmc sums the
  * gradient on the owner, which the backward pass already sends it, and sends the
- * weights: the same bytes, and one optimizer state). Sends are buffered: no stage waits
+ * weights: the same bytes, and one optimizer state). 2bw and pipedream alike: the
+ * holder's update (its next version; its update after a backward) waits for the owner's
+ * matching one, so each copy is at its stage's own version (emit_2bw.c). Sends are buffered: no stage waits
  * for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
  * Inside a stage's update function the parameter is its local variable; in a rank's
  * (interleaved: after all its chunks' updates) its place in ctx->params. */
-enum { TIED_SENDS = 1, TIED_RECEIVES = 2 };
+enum { TIED_SENDS = 1, TIED_RECEIVES = 2, TIED_IN_PARAMS = 4 };
 static void emit_tied_updates(emitter *E, int stage, int which) {
     const ir_graph *g = E->g;
     for (int p = 0; p < g->n_params; p++) {
@@ -133,14 +140,18 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
         if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
         if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES))) continue;
         char call[160], buf[128];
-        if (E->chunks > 1) cg_storage_expr(E, v->id, buf, sizeof buf);
+        if (E->chunks > 1 || (which & TIED_IN_PARAMS)) cg_storage_expr(E, v->id, buf, sizeof buf);
         else snprintf(buf, sizeof buf, "%s", E->cname[v->id]);
         cg_blank(&E->w);
         cg_line(&E->w, "/* %s is tied across stages: stage %d updates it, the others hold copies */", v->name, owner);
         for (int t = 0; t < E->stages; t++) {
             int send = owner == stage && (holders >> t & 1), recv = t == owner && owner != stage;
             if (!send && !recv) continue;
-            p2p_call(E, send ? "send" : "recv", t, tied_channel(owner, send ? t : stage), call, sizeof call);
+            /* 2bw and pipedream: on a channel of their own, since the owner's update runs
+             * between its activations to the holder (pipeline=2), which the holder receives
+             * after its own update */
+            p2p_call_on(E, send ? "send" : "recv", t, tied_channel(owner, send ? t : stage), emits_2bw(E), call,
+                        sizeof call);
             cg_line(&E->w, "if (%s, %s, %lld, \"updated parameter %s %s stage %d\") != 0)", call, buf,
                     (long long)ir_numel(T(E, v->id)), v->name, send ? "to" : "from", t);
             cg_line(&E->w, "    return comm_failed(ctx);");
@@ -155,6 +166,22 @@ static int in_function(const emitter *E, const ir_value *v, ir_phase phase, int 
     if (stage >= 0 && v->stage != stage) return 0;
     if (dm_made_at_create(E->plan, v->id)) return E->creating;
     return !E->creating && v->phase == phase;
+}
+
+/* Whether stage holds a copy of a parameter another stage updates (tied). */
+int holds_tied_copies(const emitter *E, int stage) {
+    for (int p = 0; p < E->g->n_params; p++)
+        if (V(E, E->g->params[p])->stage != stage && (tied_holders(E, p) >> stage & 1)) return 1;
+    return 0;
+}
+
+/* pipedream: the owner's update of the tied parameters stage holds a copy of, received
+ * into ctx->params. */
+void emit_tied_receives(emitter *E, int stage) {
+    int saved = E->cur_stage;
+    E->cur_stage = stage;
+    emit_tied_updates(E, stage, TIED_RECEIVES | TIED_IN_PARAMS);
+    E->cur_stage = saved;
 }
 
 /* The ops of one phase function in order, each followed by its sends (pipelines), its
@@ -316,7 +343,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     emit_phase_ops(E, phase, stage, sum_after);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE) emit_ps_exchange(E);
-    if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1) emit_tied_updates(E, stage, TIED_SENDS | TIED_RECEIVES);
+    /* (pipedream: a holder receives before its next forward, emit_tied_receives) */
+    if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1)
+        emit_tied_updates(E, stage, TIED_SENDS | (dm_runs_pipedream(g) && emits_2bw(E) ? 0 : TIED_RECEIVES));
     if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
         if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);

@@ -243,6 +243,10 @@ void emit_gradient_means(emitter *E, int st, int *any);
 /* pipedream: stage st's micro-batch gradient (in ctx->grad_sum, of that micro-batch alone)
  * where the update reads it. */
 void emit_micro_gradients(emitter *E, int st);
+/* emit_step.c: whether stage st holds a copy of a parameter another stage updates (tied);
+ * pipedream: the receives of the owner's updates of those, into ctx->params. */
+int holds_tied_copies(const emitter *E, int st);
+void emit_tied_receives(emitter *E, int st);
 
 /* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
  * context's fields, the schedule and next_learning_rate (train_step calls it first), the API

@@ -1,9 +1,9 @@
-# args: --mesh pipeline=2
-# A parameter used on both stages (tied): its new values would reach the other stage at the
-# owner's update, which pipedream runs at another point of each stage's step.
+# args: --mesh pipeline=3
+# A parameter used on the first and the last of 3 stages (tied): the last stage's copy
+# would wait for an update the first makes in the next step.
 dim B = 8
 mesh(pipeline = 1)
-schedule pipedream(microbatches = 2, cuts = [h])
+schedule pipedream(microbatches = 4, cuts = [h, g])
 input x : f32[B, 3]
 input y : i32[B]
 param w : f32[3, 3] = xavier

@@ -28,6 +28,12 @@ counts that are and are not multiples of a stage's copies of kept values (M = 4 
 stages: copies are chosen by a micro-batch's place in the stream), and data parallelism
 (pipeline=2 x data=2, threads backend; pipeline=2 also on MPI).
 
+tests/ref/tied2bw.dm (the same embedding, two hidden layers and a head that is the
+embedding transposed: a tied parameter, held by the first and the last stage) the same on
+pipeline=2 (M = 2), pipeline=3 (M = 4) and data=2 x pipeline=2 (M = 2), against the rule
+with one tensor read twice (its gradient the sum of both uses'): the last stage's copy must
+be at its stage's version, updated with the owner's summed gradient, or the losses differ.
+
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
@@ -108,6 +114,8 @@ def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
 
 EMBED = {"B": 16, "T": 4, "V": 32, "C": 16}
 EMBED_CASES = [("embed-p2-m4", "pipeline=2", 4), ("embed-p3-m4", "pipeline=3", 4)]
+# tied2bw.dm: the embedding's copies on the first and last stage
+TIED_CASES = [("tied-p2-m2", "pipeline=2", 2), ("tied-p3-m4", "pipeline=3", 4), ("tied-p2xd2-m2", "data=2,pipeline=2", 2)]
 
 
 def embed_loss(torch, w, tokens, targets):
@@ -117,38 +125,75 @@ def embed_loss(torch, w, tokens, targets):
     return F.cross_entropy(logits.reshape(-1, EMBED["V"]), targets.reshape(-1))
 
 
-def embed_reference(torch, init, toks, tgts, steps):
-    """The 2BW rule on embed2bw.dm, with its SGD (lr 0.5, momentum 0.5)."""
-    def loss_of(w, t):
-        return embed_loss(torch, w, torch.tensor(toks[t], dtype=torch.int64), torch.tensor(tgts[t], dtype=torch.int64))
-    return train(torch, init, loss_of, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), steps)
+def tied_loss(torch, w, tokens, targets, head=None):
+    """tests/ref/tied2bw.dm's loss: its head is the embedding transposed (`head`: the copy
+    the head reads, when it is not w["wte"] itself)."""
+    import torch.nn.functional as F
+    head = w["wte"] if head is None else head
+    logits = torch.tanh(torch.tanh(w["wte"][tokens] @ w["w1"]) @ w["w2"]) @ head.t()
+    return F.cross_entropy(logits.reshape(-1, EMBED["V"]), targets.reshape(-1))
 
 
-def check_embed(np, torch, stio, dmc, root, tmp):
-    """embed2bw.dm's cases: losses and final weights against embed_reference."""
+def embed_data(np, tmp, tied):
+    """embed2bw.dm's (or tied2bw.dm's) initial weights and STEPS batches, written to tmp:
+    (init, tokens, targets, the files' paths)."""
     B, T, V, C = EMBED["B"], EMBED["T"], EMBED["V"], EMBED["C"]
     rng = np.random.default_rng(99)
     init = {"wte": rng.normal(0, 0.5, (V, C)).astype(np.float32),
-            "w1": rng.uniform(-0.4, 0.4, (C, C)).astype(np.float32),
-            "head": rng.uniform(-0.4, 0.4, (C, V)).astype(np.float32)}
+            "w1": rng.uniform(-0.4, 0.4, (C, C)).astype(np.float32)}
+    if tied:
+        init["w2"] = rng.uniform(-0.4, 0.4, (C, C)).astype(np.float32)
+    else:
+        init["head"] = rng.uniform(-0.4, 0.4, (C, V)).astype(np.float32)
     toks = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
     tgts = rng.integers(0, V, (STEPS, B, T)).astype(np.int32)
-    init_path, batch_path = os.path.join(tmp, "embed-init.safetensors"), os.path.join(tmp, "embed-batches.safetensors")
-    stio.save(init, init_path)
-    stio.save({"tokens": toks, "targets": tgts}, batch_path)
-    want, final = embed_reference(torch, init, toks, tgts, STEPS)
-    for label, mesh, micros in EMBED_CASES:
+    stem = "tied" if tied else "embed"
+    paths = (os.path.join(tmp, stem + "-init.safetensors"), os.path.join(tmp, stem + "-batches.safetensors"))
+    import stio
+    stio.save(init, paths[0])
+    stio.save({"tokens": toks, "targets": tgts}, paths[1])
+    return init, toks, tgts, paths
+
+
+def embed_reference(torch, init, toks, tgts, steps, tied=False, stale=True):
+    """The 2BW rule (or, stale False, synchronous training) on embed2bw.dm or tied2bw.dm,
+    with its SGD (lr 0.5, momentum 0.5). Tied: one tensor read by the embedding and the
+    head, whose gradient is the sum of the two uses' (autograd's)."""
+    loss = tied_loss if tied else embed_loss
+
+    def loss_of(w, t):
+        return loss(torch, w, torch.tensor(toks[t], dtype=torch.int64), torch.tensor(tgts[t], dtype=torch.int64))
+    return train(torch, init, loss_of, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), steps, stale)
+
+
+def check_weights(np, label, saved, final):
+    """Every weight of `final` in `saved` (a --save'd file) within WEIGHT_ATOL."""
+    for n in sorted(final):
+        err = float(np.max(np.abs(saved[n].astype(np.float64) - final[n])))
+        print("%-14s %-10s max abs error %.3g" % (label, n, err))
+        if err > WEIGHT_ATOL:
+            raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
+
+
+def check_embed(np, torch, stio, dmc, root, tmp, tied=False):
+    """embed2bw.dm's cases (tied: tied2bw.dm's): losses and final weights against
+    embed_reference."""
+    init, toks, tgts, (init_path, batch_path) = embed_data(np, tmp, tied)
+    want, final = embed_reference(torch, init, toks, tgts, STEPS, tied)
+    if tied:
+        _, fresh = embed_reference(torch, init, toks, tgts, STEPS, tied, stale=False)
+        apart = max(float(np.max(np.abs(final[n] - fresh[n]))) for n in final)
+        print("tied 2bw vs synchronous reference weights: max difference %.3g (must exceed %.0e)" % (apart, DISTINCT))
+        if apart <= DISTINCT:
+            raise Failure("tied: the 2bw rule and synchronous training end %.3g apart" % apart)
+    for label, mesh, micros in TIED_CASES if tied else EMBED_CASES:
         out = os.path.join(tmp, label + ".safetensors")
-        got = dmcrun.run_dmc(dmc, os.path.join(root, "tests", "ref", "embed2bw.dm"), tmp,
+        model = os.path.join(root, "tests", "ref", "tied2bw.dm" if tied else "embed2bw.dm")
+        got = dmcrun.run_dmc(dmc, model, tmp,
                              ["--init", init_path, "--batch-file", batch_path, "--mesh", mesh, "--microbatches",
                               str(micros), "--schedule", "2bw", "--steps", str(STEPS), "--save", out], timeout=240)
         dmcrun.check_losses(label, got, want, LOSS_RTOL)
-        saved = stio.load(out)
-        for n in sorted(final):
-            err = float(np.max(np.abs(saved[n].astype(np.float64) - final[n])))
-            print("%-12s %-10s max abs error %.3g" % (label, n, err))
-            if err > WEIGHT_ATOL:
-                raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
+        check_weights(np, label, stio.load(out), final)
 
 
 def stream_order(stages, stage, micros, first_step):
@@ -207,9 +252,10 @@ def run_checks(dmc, root, np, torch):
             dmcrun.check_losses(label, got, want, LOSS_RTOL)
             test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
         check_embed(np, torch, stio, dmc, root, tmp)
+        check_embed(np, torch, stio, dmc, root, tmp, tied=True)
         check_trace(dmc, tmp, common, files)
     return ("the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, %d steps"
-            % (len(CASES) + len(EMBED_CASES), STEPS))
+            % (len(CASES) + len(EMBED_CASES) + len(TIED_CASES), STEPS))
 
 
 def schedule_args(common, label, mesh, micros, schedule, out):

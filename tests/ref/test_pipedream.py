@@ -32,6 +32,10 @@ are W(STEPS M)) on each mesh of CASES:
   - a run's --trace (pipeline=2, M = 4, 3 steps) is the stream's order on each stage: no
     flush between steps (test_2bw.check_trace).
 
+Tied parameters: tests/ref/tied2bw.dm (its head is the embedding transposed, held by
+stages 0 and 1 on pipeline=2) against the rule with the last stage's copy at that stage's
+version and update i made with both uses' summed gradient of micro-batch i (TIED_CASES).
+
 The cases cover pipelines of 2 to 4 stages (1 to 3 micro-batches owed across a step's end,
 and up to 4 weight versions), SGD with momentum and weight decay and AdamW (whose bias
 correction counts updates), data parallelism (pipeline=2 x data=2) and the MPI backend.
@@ -77,11 +81,13 @@ def make_optimizer(torch, kind, params):
     return test_2bw.make_optimizer(torch, kind, params)
 
 
-def stages_of(dmc, dm_file, mesh, micros):
-    """Each parameter's pipeline stage in dmc's plan: the stages' parameter bytes, taken from
-    the parameters in the order the model declares (and uses) them."""
-    out = subprocess.run([dmc, "--explain=json", dm_file, "--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H), "--mesh",
-                          mesh, "--microbatches", str(micros), "--schedule", "pipedream"],
+def stages_of(dmc, dm_file, mesh, micros, sets=None):
+    """Each parameter's pipeline stage in dmc's plan (the one that updates it): the stages'
+    parameter bytes, taken from the parameters in the order the model declares (and uses)
+    them; sets: the model's dims (--set ...), test_mlp's by default."""
+    sets = sets or ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)]
+    out = subprocess.run([dmc, "--explain=json", dm_file] + sets + ["--mesh", mesh, "--microbatches", str(micros),
+                                                                    "--schedule", "pipedream"],
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise Failure("dmc --explain=json failed: %s" % out.stderr)
@@ -102,32 +108,48 @@ def stages_of(dmc, dm_file, mesh, micros):
     return stage_of, len(plan["pipeline"]["stage"])
 
 
-def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
-    """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
-    Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
-    the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
+def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_loss, tied=None):
+    """PipeDream's rule from weights init (a dict of arrays): micro-batch i (step t's m:
+    micro_loss(w, t, m)) on each parameter's stage's version, max(0, i - (P - 1 -
+    stage_of[n])) updates old; an update per micro-batch. tied: the name of a parameter
+    the last stage holds a copy of, at its own version (i updates): micro_loss gets it as
+    w["(copy)"], and update i is made with both uses' summed gradient. Returns (each
+    step's mean loss, final weights as float64 arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
-    opt = make_optimizer(torch, kind, [live[n] for n in names])
+    opt = make_opt([live[n] for n in names])
     history = {n: [live[n].detach().clone()] for n in names}  # history[n][k]: after k updates
-    rows = len(xs[0]) // micros
     losses = []
     for i in range(steps * micros):
         t, m = divmod(i, micros)
         w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
-        x = torch.tensor(xs[t][m * rows:(m + 1) * rows])
-        y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
-        loss = test_2bw.mlp_loss(torch, w, x, y, norm)
+        if tied:
+            w["(copy)"] = history[tied][i].clone().requires_grad_(True)
+        loss = micro_loss(w, t, m)
         loss.backward()
         if m == 0:
             losses.append(0.0)
         losses[-1] += loss.item() / micros
         for n in names:
-            live[n].grad = w[n].grad
+            live[n].grad = w[n].grad + w["(copy)"].grad if n == tied else w[n].grad
         opt.step()
         for n in names:
             history[n].append(live[n].detach().clone())
     return losses, {n: live[n].detach().double().numpy() for n in names}
+
+
+def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
+    """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
+    Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
+    the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
+    rows = len(xs[0]) // micros
+
+    def micro_loss(w, t, m):
+        x = torch.tensor(xs[t][m * rows:(m + 1) * rows])
+        y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        return test_2bw.mlp_loss(torch, w, x, y, norm)
+    return stashed_train(torch, init, lambda ps: make_optimizer(torch, kind, ps), steps, micros, stage_of, stages,
+                         micro_loss)
 
 
 def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
@@ -143,6 +165,46 @@ def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
         if apart <= DISTINCT:
             raise Failure("%s: the pipedream rule and %s training end %.3g apart: the test would not tell them "
                           "apart" % (label, what, apart))
+
+
+# tests/ref/tied2bw.dm: its embedding's copies on the first and the last stage (its SGD);
+# pipedream builds tied parameters on neighbouring stages only (3 stages: a diag golden)
+TIED_CASES = [("tied-p2-m4", "pipeline=2", 4), ("tied-p2-m2", "pipeline=2", 2),
+              ("tied-p2xd2-m2", "data=2,pipeline=2", 2)]
+
+
+def tied_reference(torch, init, toks, tgts, micros, stage_of, stages):
+    """tied2bw.dm under PipeDream's rule with a tied weight: the embedding (stage 0) and the
+    head (the last stage, which holds a copy) each read their own stage's version of wte
+    for micro-batch i, the one after max(0, i - (P - 1)) and i updates; update i is made
+    with the sum of the two uses' gradients, so the copies go through the same versions.
+    w1, w2 at their stage's version (stage_of: the plan's)."""
+    rows = len(toks[0]) // micros
+
+    def micro_loss(w, t, m):
+        tok = torch.tensor(toks[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        tgt = torch.tensor(tgts[t][m * rows:(m + 1) * rows], dtype=torch.int64)
+        return test_2bw.tied_loss(torch, w, tok, tgt, w["(copy)"])
+    return stashed_train(torch, init, lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.5), STEPS, micros, stage_of,
+                         stages, micro_loss, "wte")
+
+
+def check_tied(np, torch, stio, dmc, root, tmp):
+    """tied2bw.dm's cases against tied_reference: losses and final weights."""
+    init, toks, tgts, (init_path, batch_path) = test_2bw.embed_data(np, tmp, True)
+    model = os.path.join(root, "tests", "ref", "tied2bw.dm")
+    for label, mesh, micros in TIED_CASES:
+        stage_of, stages = stages_of(dmc, model, mesh, micros, ["--set", "B=%d" % test_2bw.EMBED["B"]])
+        if stage_of["wte"] != 0:
+            raise Failure("%s: the plan updates wte on stage %d, not the first" % (label, stage_of["wte"]))
+        want, final = tied_reference(torch, init, toks, tgts, micros, stage_of, stages)
+        out = os.path.join(tmp, label + ".safetensors")
+        got = dmcrun.run_dmc(dmc, model, tmp,
+                             ["--init", init_path, "--batch-file", batch_path, "--mesh", mesh, "--microbatches",
+                              str(micros), "--schedule", "pipedream", "--steps", str(STEPS), "--save", out],
+                             timeout=240)
+        dmcrun.check_losses(label, got, want, LOSS_RTOL)
+        test_2bw.check_weights(np, label, stio.load(out), final)
 
 
 def run_checks(dmc, root, np, torch):
@@ -163,9 +225,10 @@ def run_checks(dmc, root, np, torch):
                                                                                   "pipedream", out))
             dmcrun.check_losses(label, got, want, LOSS_RTOL)
             test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+        check_tied(np, torch, stio, dmc, root, tmp)
         test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
     return "the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps" % (
-        len(CASES), STEPS)
+        len(CASES) + len(TIED_CASES), STEPS)
 
 
 def main(argv):
