@@ -180,6 +180,7 @@ typedef struct ir_value {
     int segment;              /* forward values made by one call of a layer at the top level (a
                                * transformer block): the call's number from 1; 0 elsewhere */
     int marked;               /* made inside recompute(...): its segment is recomputed */
+    int recomputed;           /* a forward op's copy made again in the backward pass (passes/recompute.c) */
     int loss_seed;            /* CONST: the loss's gradient seed, 1 (autodiff), which loss
                                * scaling replaces by the scale */
     int prune_mask;           /* STATE: --prune's mask of its parameter (1 where pruned), the last

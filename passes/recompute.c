@@ -128,6 +128,7 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
             }
             c->phase = PHASE_BACKWARD;
             c->origin = old[j];
+            c->recomputed = 1;
             c->name = src->name ? ir_internf(g, "%s.recomputed", src->name) : NULL;
             clone[j] = c->id;
         }

@@ -201,7 +201,8 @@ static int linear_in(const ir_value *v, int k) {
  * ops gives a residual's gradient three pending terms and one whole): the whole operands
  * join the pending sum (as_pending: the rank at coordinate 0 holds them, the others
  * zeros), so that the chain is completed by one collective where it is read, not one per
- * pending term. Only in the backward pass, where gradients accumulate: a forward chain
+ * pending term. Only in the backward pass, where gradients accumulate, and not in a forward
+ * op's recomputed copy (it must make the forward's very bits): a forward chain
  * (a row-parallel product, its bias, the residual) holds one pending term, which joining
  * would only move past the bias. Returns the axes pending in the result, 0 where the sum
  * is completed here instead. */
@@ -213,7 +214,8 @@ static uint32_t join_pending_sum(shard_state *S, const ir_value *v, const decisi
         if (pending && p != pending) return 0;
         pending = p;
     }
-    if (!pending || (pending & split_axes(&D->res)) || !S->feeds_sums_only[S->visiting] || v->phase != PHASE_BACKWARD)
+    if (!pending || (pending & split_axes(&D->res)) || !S->feeds_sums_only[S->visiting] || v->phase != PHASE_BACKWARD ||
+        v->recomputed)
         return 0;
     for (int k = 0; k < v->n_operands; k++)
         if (!operand(S, v, k)->partial && (split_axes(&D->want[k]) & pending)) return 0;
