@@ -9,13 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef DMRT_HOST_DEVICE
-#ifdef __CUDACC__
-#define DMRT_HOST_DEVICE __host__ __device__
-#else
-#define DMRT_HOST_DEVICE
-#endif
-#endif
+#include "dmrt_host_device.h"
 
 /* bf16 is the upper half of an IEEE binary32: the same exponent range, 8 bits of
  * significand. The generated code holds bf16 tensors as uint16_t arrays of these bits.

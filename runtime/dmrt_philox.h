@@ -7,13 +7,7 @@
 
 #include <stdint.h>
 
-#ifndef DMRT_HOST_DEVICE
-#ifdef __CUDACC__
-#define DMRT_HOST_DEVICE __host__ __device__
-#else
-#define DMRT_HOST_DEVICE
-#endif
-#endif
+#include "dmrt_host_device.h"
 
 /* Ten rounds on the counter ctr under the key (key0, key1), in place. */
 static inline DMRT_HOST_DEVICE void dmrt_philox4x32_10(uint32_t ctr[4], uint32_t key0, uint32_t key1) {
