@@ -210,6 +210,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         } else if (!*val) bad = -1;
         else if (strcmp(name, "--init") == 0) o->init = val;
         else if (strcmp(name, "--save") == 0) o->save = val;
+        else if (strcmp(name, "--save-quantized") == 0) o->save_quantized = val;
         else if (strcmp(name, "--batch-file") == 0) o->batch_file = val;
         else if (strcmp(name, "--data") == 0) o->data = val;
         else if (strcmp(name, "--data-dir") == 0) o->data_dir = val;
@@ -242,6 +243,14 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "text:FILE[,FILE...])",
                            o->data);
     }
+    if (o->save_quantized && !model->quantize)
+        return usage_error(prog, model, "--save-quantized needs a program compiled with --quantize int8-weights or int4-weights");
+    if (o->save_quantized && o->predict)
+        return usage_error(prog, model, "--save-quantized writes the weights and exits: run --predict separately");
+    if (model->quantize && !o->predict && !o->save_quantized)
+        return usage_error(prog, model, "model '%s' is a quantized inference program (--quantize %s): it cannot train; "
+                           "use --predict, or --save-quantized FILE (train the f32 program and give its weights with --init)",
+                           model->name, model->quantize);
     int status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
