@@ -141,6 +141,18 @@ static int check_spmd(const emitter *E, FILE *err) {
     return bad;
 }
 
+/* --quantize: the C target's serial programs, with a product to quantize. */
+static int check_quantize(const emitter *E, FILE *err) {
+    const char *why = strcmp(E->dialect->name, "c") != 0 ? "is built for the C target only so far; compile with --target c"
+                      : E->partitioned || E->scheduled ? "makes serial inference programs: compile without a mesh of "
+                                                         "more than one rank and without micro-batches"
+                      : !E->n_quant ? "found no product reading a 2-D parameter (x @ weight) to quantize"
+                                    : NULL;
+    if (!why) return 0;
+    fprintf(err, "%s: error: --quantize %s\n", E->source_path, why);
+    return -1;
+}
+
 /* Ops the target has no kernel for (the driver fuses attention only where it has one). */
 static int check_target(const emitter *E, FILE *err) {
     ir_dtype half = E->g->product_dtype;
@@ -155,6 +167,7 @@ static int check_target(const emitter *E, FILE *err) {
                      "--precision fp32\n", E->source_path, half == DT_BF16 ? "bf16" : "fp16", E->dialect->name);
         return -1;
     }
+    if (E->quant_bits && check_quantize(E, err)) return -1;
     for (int i = 0; i < E->g->n_values && !E->dialect->attention; i++)
         if (ir_op_info_of(V(E, i)->op)->cls == OPC_ATTENTION) {
             fprintf(err, "%s:%d: error: fused attention is built for the C target only\n", E->source_path, V(E, i)->loc.line);
@@ -272,7 +285,8 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     }
     *E = (emitter){.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
                    .source_text = source_text, .source_len = source_len,
-                   .tf32 = options && options->tf32, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
+                   .tf32 = options && options->tf32,
+                   .quant_bits = options ? options->quantize_bits : 0, .quant_group = options ? options->quantize_group : 0, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
     size_t n = 0;
     for (const char *p = g->model; *p && n + 1 < sizeof E->prefix_upper; p++) E->prefix_upper[n++] = (char)toupper((unsigned char)*p);
     E->prefix_upper[n] = 0;
@@ -320,6 +334,7 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     E->compress = plans->compress ? plans->compress : &no_compress;
     number_faults(E);
     predict_mark(E);
+    quant_mark(E);
     E->scratch_elems = plans->memory->scratch_elems;
     return 0;
 }
@@ -338,6 +353,8 @@ static void emitter_close(emitter *E) {
     free(E->no_bias_activations);
     free(E->fault_site);
     free(E->for_outputs);
+    free(E->quant_slot);
+    free(E->quant_param);
     for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
     free(E->cname);
     free(E->line_start);

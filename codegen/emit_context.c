@@ -79,6 +79,7 @@ void emit_context_struct(emitter *E) {
     cg_line(w, "dmrt_alloc_stats memory; /* the host memory this context allocated (dmrt_alloc_tracked) */");
     cg_line(w, "dmrt_fault fault; /* a kernel's bad index (data_fault) */");
     cg_line(w, "int threads;    /* the loops and products of this rank run on this many threads (%s_set_threads) */", g->model);
+    emit_quant_fields(E);
     cg_line(w, "int predicting; /* in %s_predict: the forward skips what only the loss needs */", g->model);
     cg_line(w, "char error[512];");
     w->indent--;
@@ -334,6 +335,7 @@ void emit_create_destroy(emitter *E) {
     cg_line(w, "    goto fail;");
     cg_line(w, "}");
     emit_constants_call(E);
+    emit_quant_create(E);
     cg_line(w, "return ctx;");
     w->indent--;
     cg_line(w, "oom:");
@@ -361,6 +363,7 @@ void emit_create_destroy(emitter *E) {
         else if (!align) E->dialect->free(w, ptr);
     }
     if (align) E->dialect->free(w, "ctx->device_block");
+    emit_quant_destroy(E);
     E->dialect->ctx_close(w);
     cg_line(w, "free(ctx);");
     w->indent--;

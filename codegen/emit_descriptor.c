@@ -140,6 +140,7 @@ void emit_descriptor(emitter *E) {
     cg_line(w, "    }");
     cg_line(w, "}");
     emit_predict_wrapper(E);
+    emit_quant_accessor(E);
     cg_line(w, "static const char *model_error(void *ctx) { return %s_error((struct_ctx *)ctx); }", m);
     cg_line(w, "static size_t model_memory_peak(void *ctx) {");
     cg_line(w, "    const struct_ctx *c = (const struct_ctx *)ctx;");
@@ -204,6 +205,7 @@ void emit_descriptor(emitter *E) {
     emit_ps_descriptor(E);
     cg_line(w, ".product_dtype = \"%s\",", ir_dtype_name(g->product_dtype));
     cg_line(w, ".loss_scale = %s,", g->loss_scale > 0 ? "model_loss_scale" : "NULL");
+    emit_quant_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }

@@ -255,7 +255,7 @@ static void emit_product(emitter *E, const ir_value *v) {
         E->dialect->loop_nest(&E->w, &fill);
         k.accumulate = 1;
     }
-    E->dialect->gemm(&E->w, &k);
+    if (!emit_quant_product(E, v, &k)) E->dialect->gemm(&E->w, &k);
 }
 
 /* A product with a bias's add runs where the add is (its bias may be made later). */

@@ -83,6 +83,11 @@ typedef struct emitter {
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
+    int quant_bits;            /* --quantize: 8 or 4 (weights stored narrow, emit_quant.c), 0 without */
+    int64_t quant_group;       /* int4's rows per scale */
+    int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
+    int *quant_param;          /* (n_quant) the parameter index of each */
+    int n_quant;
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -294,6 +299,17 @@ void emit_predict_decl(emitter *E);
 void emit_predict_api(emitter *E);
 void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
+
+/* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's field, their
+ * making in create and freeing in destroy, the descriptor's accessor and fields, and a
+ * forward product reading one (1: emitted in place of the dialect's gemm) */
+void quant_mark(emitter *E);
+void emit_quant_fields(emitter *E);
+void emit_quant_create(emitter *E);
+void emit_quant_destroy(emitter *E);
+void emit_quant_accessor(emitter *E);
+void emit_quant_descriptor(emitter *E);
+int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k);
 
 /* emit_state.c: checkpoints' optimizer state and step: the API's declarations, the tables,
  * moves and API (after the step's functions), the descriptor's fields */

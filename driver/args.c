@@ -53,6 +53,13 @@ static const char usage[] =
     "                             with --tf32); bf16, fp16: their operands rounded to 16 bits,\n"
     "                             products summed and stored in f32, f32 master weights and\n"
     "                             optimizer state (docs/precision.md)\n"
+    "  --quantize MODE            an inference program with narrow weights (C target, serial;\n"
+    "                             docs/compression.md): int8-weights (int8, a scale per\n"
+    "                             output channel) or int4-weights[:G] (int4, a scale per G\n"
+    "                             rows of an output channel, default 64); weights of the\n"
+    "                             products x @ W, quantized from --init's f32 file at load or\n"
+    "                             read from a --save-quantized file; it predicts, not trains\n"
+    "  --quantize-group G         int4-weights: rows per scale (as int4-weights:G)\n"
     "  --loss-scale S             fp16: the initial loss scale (default 65536), halved and the\n"
     "                             step skipped when a gradient is not finite\n"
     "  --loss-scale-interval N    fp16: clean steps before the scale doubles (default 2000)\n"
@@ -184,6 +191,27 @@ static int parse_size(const char *flag, const char *v, const char *unit, double 
 }
 
 /* An integer from lo to hi into *out: 1, or -1 with a message. */
+static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
+
+/* --quantize int8-weights | int4-weights[:G]: 1, or -1 after a message. */
+static int parse_quantize(const char *v, dm_options *o) {
+    if (strcmp(v, "int8-weights") == 0) {
+        o->codegen.quantize_bits = 8;
+        return 1;
+    }
+    if (strncmp(v, "int4-weights", 12) == 0 && (v[12] == 0 || v[12] == ':')) {
+        o->codegen.quantize_bits = 4;
+        return v[12] ? (parse_count("--quantize int4-weights:G", v + 13, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1)
+                     : 1;
+    }
+    if (strcmp(v, "int8") == 0)
+        fprintf(stderr, "dmc: error: --quantize int8 (int8 activations too) is not built yet; int8-weights and "
+                        "int4-weights are\n");
+    else
+        fprintf(stderr, "dmc: error: --quantize takes int8-weights or int4-weights[:G], got '%s'\n", v);
+    return -1;
+}
+
 static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
     char *end = NULL;
     long long x = strtoll(v, &end, 10);
@@ -364,6 +392,9 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
         }
         return 1;
     }
+    if ((v = option_value(argc, argv, i, "--quantize"))) return parse_quantize(v, o);
+    if ((v = option_value(argc, argv, i, "--quantize-group")))
+        return parse_count("--quantize-group", v, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--loss-scale"))) {
         char *end = NULL;
         o->loss_scale = strtod(v, &end);
@@ -393,7 +424,7 @@ static int check_plan_options(const dm_options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--prune", "--prune-start", "--prune-end", "--no-fuse-attention", "--no-hoist-constants", "--sequence-parallel",
+    "--prune", "--prune-start", "--prune-end", "--no-fuse-attention", "--no-hoist-constants", "--quantize", "--quantize-group", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
@@ -621,6 +652,16 @@ int dm_resolve_precision(dm_options *o) {
     int tf32_code = o->codegen.tf32 && codegen_toolchain_of(o->codegen.target)->tf32;
     if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
     o->pipeline.cost.precision = o->precision;
+    if (o->codegen.quantize_bits == 4 && !o->codegen.quantize_group) o->codegen.quantize_group = 64;
+    if (o->codegen.quantize_group && o->codegen.quantize_bits != 4) {
+        fprintf(stderr, "dmc: error: --quantize-group applies to --quantize int4-weights only\n");
+        return -1;
+    }
+    if (o->codegen.quantize_bits && o->precision != DM_FP32) {
+        fprintf(stderr, "dmc: error: --quantize reads f32 activations: it cannot be combined with --precision %s\n",
+                dm_precision_name((dm_precision)o->precision));
+        return -1;
+    }
     if (!(o->run || o->out_dir)) return 0;
     /* bf16: the products' operands cast (passes/precision.c); a target without them says so */
     if (o->precision == DM_BF16 || o->precision == DM_FP16) return 0;

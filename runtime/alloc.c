@@ -44,6 +44,8 @@ size_t dmrt_dtype_size(dmrt_dtype dtype) {
     switch (dtype) {
     case DMRT_F32: return 4;
     case DMRT_I32: return 4;
+    case DMRT_I8: return 1;
+    case DMRT_U8: return 1;
     }
     return 0;
 }
@@ -52,6 +54,8 @@ const char *dmrt_dtype_name(dmrt_dtype dtype) {
     switch (dtype) {
     case DMRT_F32: return "F32";
     case DMRT_I32: return "I32";
+    case DMRT_I8: return "I8";
+    case DMRT_U8: return "U8";
     }
     return "?";
 }

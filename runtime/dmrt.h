@@ -48,11 +48,13 @@ typedef struct dmrt_rank dmrt_rank;
 
 /* ---- tensors as the generated code describes them ---------------------------------- */
 
-typedef enum { DMRT_F32 = 0, DMRT_I32 = 1 } dmrt_dtype;
+/* I8 and U8: the narrow weights of a quantized program's file (--save-quantized); a
+ * generated model's own tensors are F32 or I32. */
+typedef enum { DMRT_F32 = 0, DMRT_I32 = 1, DMRT_I8 = 2, DMRT_U8 = 3 } dmrt_dtype;
 
 /* Bytes per element of a dtype. */
 size_t dmrt_dtype_size(dmrt_dtype dtype);
-/* "F32" / "I32": the safetensors spelling. */
+/* "F32", "I32", "I8", "U8": the safetensors spelling. */
 const char *dmrt_dtype_name(dmrt_dtype dtype);
 
 #define DMRT_MAX_RANK 8
@@ -186,7 +188,66 @@ typedef struct dmrt_model {
     /* fp16: the context's loss scaler (read and set by the trainer: printed, kept in
      * checkpoints); NULL for a model without one. */
     struct dmrt_loss_scale *(*loss_scale)(void *ctx);
+    /* A quantized inference program (dmc --quantize, docs/compression.md): its mode as
+     * --quantize spells it ("int8-weights", "int4-weights:64"), and the narrow copy of
+     * parameter i that its forward's products read (NULL for a parameter kept in f32). NULL
+     * in the other models (and in models built before). */
+    const char *quantize;
+    struct dmrt_qweight *(*qweight)(void *ctx, int i);
 } dmrt_model;
+
+/* ---- weight-only quantization (gemm_quant.c, quantize_io.c) ------------------------------- */
+
+/* A weight W[rows, cols] (rows: the product's inputs k, cols: its outputs n) stored narrow:
+ * symmetric integers with a scale per column and per group of `group` rows, w ~ q * scale.
+ *   bits 8: q int8 in [-127, 127], row-major rows x cols; one group of all rows (per output
+ *           channel, as torch.quantize_per_channel(axis=1) with zero points 0);
+ *   bits 4: q in [-7, 7], two per byte along a row (column 2j in the low nibble, 2j+1 in the
+ *           high one, two's complement), rows x ceil(cols / 2) bytes; groups of `group` rows.
+ * scale: (groups x cols) f32, groups = ceil(rows / group); a column of a group whose largest
+ * |w| is 0 has scale 1 (its q all 0). */
+typedef struct dmrt_qweight {
+    int bits;
+    int64_t rows, cols, group;
+    uint8_t *data;  /* dmrt_qweight_bytes(q) bytes */
+    float *scale;   /* (dmrt_qweight_groups(q) * cols) */
+} dmrt_qweight;
+
+/* Allocates q's storage (zeroed): 0, or -1 when out of memory or the arguments are bad. */
+int dmrt_qweight_init(dmrt_qweight *q, int bits, int64_t rows, int64_t cols, int64_t group);
+void dmrt_qweight_free(dmrt_qweight *q);
+int64_t dmrt_qweight_groups(const dmrt_qweight *q);
+int64_t dmrt_qweight_bytes(const dmrt_qweight *q);
+/* q from the f32 weight w (rows x cols, row-major): scale = max|w| / qmax over each group
+ * of a column, q = clamp(round-half-even(w * (1 / scale)), -qmax - 1, qmax). */
+void dmrt_quantize_weight(dmrt_qweight *q, const float *w);
+/* w[r, c] = q[r, c] * scale[r / group, c], rows r0 <= r < r1 into w (row-major, from r0). */
+void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *w);
+/* C[m, n] = A[m, k] W[k, n] + beta C with W = q dequantized (k = q->rows, n = q->cols), A
+ * row-major with row stride lda; W is widened into the calling thread's buffer and
+ * multiplied by dmrt_sgemm_split on `threads` threads (1: dmrt_sgemm). */
+void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
+                        float *c, int64_t ldc);
+
+/* The quantized program's narrow weights from its f32 parameters (after create or --init
+ * of an f32 file); the f32 copy of each quantized weight is then set to its dequantized
+ * values, so that the parameters read back (--save) are what the products use. */
+void dmrt_quantize_params(const dmrt_model *model, void *ctx);
+/* Whether the safetensors file at path holds a quantized program's weights (its
+ * "dmc.quantize" metadata): 1, 0, or -1 with a message when it cannot be read. */
+int dmrt_is_quantized_file(const char *path, char *err, size_t errlen);
+/* --init of a model: dmrt_load_params, but for a quantized program an f32 file's weights are
+ * quantized (dmrt_quantize_params) and a --save-quantized file is read (dmrt_load_quantized);
+ * an f32 program refuses a quantized file, naming its mode. 0, or -1 with a message. */
+int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
+/* --save-quantized: every parameter, a quantized one as NAME (I8, or U8 packed int4) and
+ * NAME.scale (F32), the others F32, with metadata dmc.format "dmc quantized 1", dmc.model,
+ * dmc.quantize (the mode); atomically. 0, or -1 with a message. */
+int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
+/* --init of such a file: the model and mode must be the file's, every tensor present with
+ * its dtype and shape (checked before anything changes). 0, or -1 with a message naming the
+ * file and the tensor or mode. */
+int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 
 /* ---- memory -------------------------------------------------------------------------- */
 

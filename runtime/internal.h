@@ -112,6 +112,8 @@ int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *pa
 void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n, FILE *out);
 
 /* predict.c: the trainer's --predict for one rank (NULL: serial); the exit status (0 or 1). */
+int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const char *init, const char *path, int quiet,
+                                const char *prog);
 int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out,
                          int threads, int quiet, const char *prog, struct dmrt_rank *rank, char *fail, size_t faillen);
 

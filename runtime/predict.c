@@ -116,7 +116,7 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
     }
     ctx = rank ? m->create_rank(seed, rank, err, errlen) : m->create(seed, err, errlen);
     if (!ctx || (threads && dmrt_trainer_set_threads(m, ctx, threads, err, errlen) != 0) ||
-        (init && dmrt_load_params(m, ctx, init, err, errlen) != 0))
+        (init && dmrt_load_init(m, ctx, init, err, errlen) != 0))
         goto done;
     double t0 = dmrt_now();
     if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0 || outputs_finite(m, descs, outs, out_path, err, errlen) != 0)
@@ -159,4 +159,21 @@ int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, c
         fprintf(stderr, "%s: error: %s\n", prog, err);
     }
     return 1;
+}
+
+/* The trainer's --save-quantized (a serial quantized program): the narrow weights of --init's
+ * parameters (or of the initial ones) into path. Returns the trainer's exit status. */
+int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const char *init, const char *path, int quiet,
+                                const char *prog) {
+    char err[2048] = "";
+    void *ctx = m->create(seed, err, sizeof err);
+    int ok = ctx && (!init || dmrt_load_init(m, ctx, init, err, sizeof err) == 0) &&
+             dmrt_save_quantized(m, ctx, path, err, sizeof err) == 0;
+    if (ctx) m->destroy(ctx);
+    if (!ok) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 1;
+    }
+    if (!quiet) fprintf(stderr, "wrote the weights of --quantize %s to %s\n", m->quantize, path);
+    return 0;
 }

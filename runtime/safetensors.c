@@ -24,6 +24,8 @@ typedef struct {
 static int st_dtype_parse(const char *s, dmrt_dtype *dtype) {
     if (strcmp(s, "F32") == 0) return *dtype = DMRT_F32, 0;
     if (strcmp(s, "I32") == 0) return *dtype = DMRT_I32, 0;
+    if (strcmp(s, "I8") == 0) return *dtype = DMRT_I8, 0;
+    if (strcmp(s, "U8") == 0) return *dtype = DMRT_U8, 0;
     return -1;
 }
 
@@ -86,7 +88,7 @@ static int parse_entry(const char *name, json_t *v, uint64_t data_size, dmrt_st_
     if (!json_is_string(jd))
         return dmrt_errorf(msg, msglen, "tensor '%s': \"dtype\" is not a string", name);
     if (st_dtype_parse(json_string_value(jd), &t->dtype) != 0)
-        return dmrt_errorf(msg, msglen, "tensor '%s': unsupported dtype '%s' (supported: F32, I32)",
+        return dmrt_errorf(msg, msglen, "tensor '%s': unsupported dtype '%s' (supported: F32, I32, I8, U8)",
                            name, json_string_value(jd));
     if (!json_is_array(js))
         return dmrt_errorf(msg, msglen, "tensor '%s': \"shape\" is not an array", name);
@@ -344,7 +346,7 @@ static char *build_header(const char *path, int n, const dmrt_tensor_desc *descs
         const dmrt_tensor_desc *d = &descs[i];
         const char *fail = NULL;
         if (!d->name || !d->name[0]) fail = "has no name";
-        else if (d->dtype != DMRT_F32 && d->dtype != DMRT_I32) fail = "has an unknown dtype";
+        else if (d->dtype != DMRT_F32 && d->dtype != DMRT_I32 && d->dtype != DMRT_I8 && d->dtype != DMRT_U8) fail = "has an unknown dtype";
         else if (d->rank < 0 || d->rank > DMRT_MAX_RANK) fail = "has a bad rank";
         else if (dmrt_shape_numel(d->rank, d->shape) != d->numel)
             fail = "has numel that does not match its shape";

@@ -228,6 +228,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         } else if (!*val) bad = -1;
         else if (strcmp(name, "--init") == 0) o->init = val;
         else if (strcmp(name, "--save") == 0) o->save = val;
+        else if (strcmp(name, "--save-quantized") == 0) o->save_quantized = val;
         else if (strcmp(name, "--batch-file") == 0) o->batch_file = val;
         else if (strcmp(name, "--data") == 0) o->data = val;
         else if (strcmp(name, "--data-dir") == 0) o->data_dir = val;
@@ -260,6 +261,15 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "text:FILE[,FILE...])",
                            o->data);
     }
+    if (o->save_quantized && !model->quantize)
+        return usage_error(prog, model, "--save-quantized needs a program compiled with --quantize int8-weights or int4-weights");
+    if (o->save_quantized && (o->predict || o->evaluate))
+        return usage_error(prog, model, "--save-quantized writes the weights and exits: run %s separately",
+                           o->predict ? "--predict" : "--evaluate");
+    if (model->quantize && !o->predict && !o->save_quantized && !o->evaluate)
+        return usage_error(prog, model, "model '%s' is a quantized inference program (--quantize %s): it cannot train; "
+                           "use --predict, --evaluate, or --save-quantized FILE (train the f32 program and give its weights with --init)",
+                           model->name, model->quantize);
     int status = check_evaluate(o, prog, model);
     if (status == TR_OK) status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);

@@ -71,6 +71,9 @@
       "--batch-file (one tensor per input the outputs read, named after it,\n"             \
       "[rows, ...], any number of rows) into --out, with the parameters of\n"              \
       "--init")                                                                              \
+    X("--save-quantized", "FILE",                                                            \
+      "a program compiled with --quantize: write its narrow weights (from\n"               \
+      "--init) to a safetensors file, which its --init loads, and exit")                    \
     X("--out", "FILE", "with --predict: the safetensors file of the outputs (atomically)")  \
     X("--evaluate", NULL,                                                                    \
       "train nothing: print what a run prints at its end (test accuracy on\n"              \

@@ -310,7 +310,7 @@ static int create_model(tr_run *r) {
     if (!r->ctx) return r->err[0] ? TR_RUNTIME : run_failed(r, "creating model '%s' failed", m->name);
     r->threads = o->threads ? (int)o->threads : dmrt_threads_per_rank(r->rank ? dmrt_rank_local_count(r->rank) : 1);
     if (o->threads && dmrt_trainer_set_threads(m, r->ctx, r->threads, r->err, sizeof r->err) != 0) return TR_RUNTIME;
-    if (o->init && dmrt_load_params(m, r->ctx, o->init, r->err, sizeof r->err) != 0) return TR_RUNTIME;
+    if (o->init && dmrt_load_init(m, r->ctx, o->init, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     if (r->resumed) {
         if (dmrt_load_checkpoint_file(m, r->ctx, &r->resume_file, r->err, sizeof r->err) != 0) return TR_RUNTIME;
         r->start = m->step(r->ctx);
@@ -574,6 +574,7 @@ static void close_run(tr_run *r) {
 
 int dmrt_trainer_run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_rank *rank, char *fail,
                      size_t faillen) {
+    if (o->save_quantized) return dmrt_trainer_save_quantized(m, o->seed, o->init, o->save_quantized, o->quiet, prog);
     if (o->predict)
         return dmrt_trainer_predict(m, o->seed, o->init, o->batch_file, o->out, (int)o->threads, o->quiet, prog, rank,
                                     fail, faillen);

@@ -21,7 +21,7 @@ typedef struct tr_opts {
     int64_t epochs; /* -1 when not given */
     uint64_t seed;
     int seed_given;         /* --seed was given (a resumed run takes its checkpoint's) */
-    const char *init, *save, *batch_file, *data, *data_dir, *dump_grads;
+    const char *init, *save, *save_quantized, *batch_file, *data, *data_dir, *dump_grads;
     const char *checkpoint; /* --checkpoint DIR (trainer_checkpoint.c) */
     int64_t checkpoint_every, checkpoint_keep; /* 0: at the end only; 0: keep all */
     const char *resume;     /* --resume PATH */

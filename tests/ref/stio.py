@@ -1,4 +1,5 @@
-"""stio.py: a minimal safetensors reader/writer on numpy (F32 and I32 only).
+"""stio.py: a minimal safetensors reader/writer on numpy (F32, I32, and I8 and U8 for
+quantized weights).
 
 Format: 8-byte little-endian header length N, N bytes of JSON
 {name: {"dtype": "F32"|"I32", "shape": [...], "data_offsets": [begin, end]}} padded with
@@ -11,18 +12,18 @@ import struct
 
 import numpy as np
 
-_DTYPES = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4")}
+_DTYPES = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4"), "I8": np.dtype("i1"), "U8": np.dtype("u1")}
 
 
 def _st_dtype(arr):
     for name, dt in _DTYPES.items():
         if arr.dtype == dt or arr.dtype == dt.newbyteorder("="):
             return name, dt
-    raise TypeError("stio: unsupported dtype %s (only float32 and int32)" % arr.dtype)
+    raise TypeError("stio: unsupported dtype %s (only float32, int32, int8 and uint8)" % arr.dtype)
 
 
 def save(tensors, path, metadata=None, sort=True):
-    """Writes {name: numpy array} (float32 or int32) to path. metadata (a dict of
+    """Writes {name: numpy array} (float32, int32, int8 or uint8) to path. metadata (a dict of
     strings, as Hugging Face's {"format": "pt"}) goes first in the header as
     "__metadata__"; sort=False keeps the tensors in the order given."""
     header, blobs, offset = ({"__metadata__": metadata} if metadata is not None else {}), [], 0

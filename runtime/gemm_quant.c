@@ -1,0 +1,140 @@
+/* gemm_quant.c: weights stored narrow (dmc --quantize int8-weights, int4-weights) and the
+ * product that reads them: the weight is widened to f32 into the calling thread's buffer,
+ * row by row (in parallel over the rank's threads), and OpenBLAS's sgemm multiplies it. The
+ * same plain C runs on every CPU; what shrinks is the weight as stored and as saved
+ * (dmrt_qweight, dmrt.h), not the product's arithmetic. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dmrt.h"
+#include "internal.h"
+
+/* the largest |q| of a width: symmetric, so -qmax-1 is never made but by a clamp */
+static int qmax_of(int bits) { return bits == 8 ? 127 : 7; }
+
+int64_t dmrt_qweight_groups(const dmrt_qweight *q) { return (q->rows + q->group - 1) / q->group; }
+
+int64_t dmrt_qweight_bytes(const dmrt_qweight *q) {
+    return q->bits == 8 ? q->rows * q->cols : q->rows * ((q->cols + 1) / 2);
+}
+
+int dmrt_qweight_init(dmrt_qweight *q, int bits, int64_t rows, int64_t cols, int64_t group) {
+    *q = (dmrt_qweight){.bits = bits, .rows = rows, .cols = cols, .group = bits == 8 ? rows : group};
+    if ((bits != 8 && bits != 4) || rows <= 0 || cols <= 0 || q->group <= 0) return -1;
+    q->data = dmrt_alloc((size_t)dmrt_qweight_bytes(q));
+    q->scale = dmrt_alloc((size_t)(dmrt_qweight_groups(q) * cols) * sizeof(float));
+    if (!q->data || !q->scale) {
+        dmrt_qweight_free(q);
+        return -1;
+    }
+    return 0;
+}
+
+void dmrt_qweight_free(dmrt_qweight *q) {
+    dmrt_free(q->data);
+    dmrt_free(q->scale);
+    q->data = NULL;
+    q->scale = NULL;
+}
+
+/* q's integer at [r, c] */
+static int q_at(const dmrt_qweight *q, int64_t r, int64_t c) {
+    if (q->bits == 8) return ((const int8_t *)q->data)[r * q->cols + c];
+    uint8_t byte = q->data[r * ((q->cols + 1) / 2) + c / 2];
+    int nibble = (c & 1) ? byte >> 4 : byte & 15;
+    return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+static void q_set(dmrt_qweight *q, int64_t r, int64_t c, int v) {
+    if (q->bits == 8) {
+        ((int8_t *)q->data)[r * q->cols + c] = (int8_t)v;
+        return;
+    }
+    uint8_t *byte = &q->data[r * ((q->cols + 1) / 2) + c / 2];
+    unsigned nibble = (unsigned)v & 15u;
+    *byte = (uint8_t)((c & 1) ? (*byte & 0x0f) | (nibble << 4) : (*byte & 0xf0) | nibble);
+}
+
+void dmrt_quantize_weight(dmrt_qweight *q, const float *w) {
+    const int qmax = qmax_of(q->bits);
+    for (int64_t g = 0; g < dmrt_qweight_groups(q); g++) {
+        int64_t r0 = g * q->group, r1 = r0 + q->group < q->rows ? r0 + q->group : q->rows;
+        for (int64_t c = 0; c < q->cols; c++) {
+            float amax = 0.0f;
+            for (int64_t r = r0; r < r1; r++) amax = fmaxf(amax, fabsf(w[r * q->cols + c]));
+            float scale = amax > 0.0f ? amax / (float)qmax : 1.0f;
+            float inverse = 1.0f / scale;
+            q->scale[g * q->cols + c] = scale;
+            for (int64_t r = r0; r < r1; r++) {
+                float v = nearbyintf(w[r * q->cols + c] * inverse);
+                q_set(q, r, c, v > (float)qmax ? qmax : v < (float)(-qmax - 1) ? -qmax - 1 : (int)v);
+            }
+        }
+    }
+}
+
+void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *w) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *scale = q->scale + (r / q->group) * q->cols;
+        float *row = w + (r - r0) * q->cols;
+        if (q->bits == 8) {
+            const int8_t *src = (const int8_t *)q->data + r * q->cols;
+            for (int64_t c = 0; c < q->cols; c++) row[c] = (float)src[c] * scale[c];
+        } else {
+            for (int64_t c = 0; c < q->cols; c++) row[c] = (float)q_at(q, r, c) * scale[c];
+        }
+    }
+}
+
+/* ---- the product ------------------------------------------------------------------------ */
+
+typedef struct widened {
+    float *floats;
+    size_t count;
+} widened;
+
+static pthread_key_t widened_key;
+static pthread_once_t widened_once = PTHREAD_ONCE_INIT;
+
+static void free_widened(void *p) {
+    widened *s = p;
+    if (s) free(s->floats);
+    free(s);
+}
+
+static void make_widened_key(void) {
+    if (pthread_key_create(&widened_key, free_widened) != 0) abort();
+}
+
+/* The calling thread's buffer of at least count floats (kept: a buffer per call would fault
+ * in a weight's megabytes on every product). */
+static float *thread_buffer(size_t count) {
+    (void)pthread_once(&widened_once, make_widened_key);
+    widened *s = pthread_getspecific(widened_key);
+    if (!s && (!(s = calloc(1, sizeof *s)) || pthread_setspecific(widened_key, s) != 0)) abort();
+    if (s->count < count) {
+        free(s->floats);
+        s->floats = malloc(count * sizeof(float));
+        s->count = s->floats ? count : 0;
+        if (!s->floats) {
+            fprintf(stderr, "dmrt_gemm_wq: out of memory for a widened weight of %zu floats\n", count);
+            abort();
+        }
+    }
+    return s->floats;
+}
+
+void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
+                        float *c, int64_t ldc) {
+    float *w = thread_buffer((size_t)(q->rows * q->cols));
+    int workers = threads > 1 ? threads : 1;
+    (void)workers; /* unused without OpenMP */
+    DMRT_PARALLEL_FOR(workers)
+    for (int64_t r = 0; r < q->rows; r++) dmrt_dequantize_rows(q, r, r + 1, w + r * q->cols);
+    if (threads > 1)
+        dmrt_sgemm_split(threads, 0, 0, m, q->cols, q->rows, 1.0f, a, lda, w, q->cols, beta, c, ldc);
+    else
+        dmrt_sgemm(0, 0, m, q->cols, q->rows, 1.0f, a, lda, w, q->cols, beta, c, ldc);
+}

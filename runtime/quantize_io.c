@@ -1,0 +1,148 @@
+/* quantize_io.c: a quantized program's narrow weights (dmc --quantize, docs/compression.md)
+ * made from its f32 parameters, written to a safetensors file (--save-quantized) and read
+ * back (--init). A quantized program is serial (dmc refuses --quantize with a mesh), so the
+ * parameters are model->param's host memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmrt.h"
+#include "internal.h"
+
+#define QUANTIZED_FORMAT "dmc quantized 1"
+
+void dmrt_quantize_params(const dmrt_model *model, void *ctx) {
+    for (int i = 0; i < model->n_params; i++) {
+        dmrt_qweight *q = model->qweight(ctx, i);
+        if (!q) continue;
+        float *w = model->param(ctx, i);
+        dmrt_quantize_weight(q, w);
+        dmrt_dequantize_rows(q, 0, q->rows, w);
+    }
+}
+
+int dmrt_is_quantized_file(const char *path, char *err, size_t errlen) {
+    dmrt_st_file f;
+    if (dmrt_st_read_meta(&f, path, err, errlen) != 0) return -1;
+    int quantized = dmrt_st_meta(&f, "dmc.quantize") != NULL;
+    dmrt_st_close(&f);
+    return quantized;
+}
+
+/* The two tensors of quantized parameter d (q's): the narrow one and its scales. */
+static void qweight_descs(const dmrt_tensor_desc *d, const dmrt_qweight *q, char *scale_name,
+                          dmrt_tensor_desc *narrow, dmrt_tensor_desc *scale) {
+    int64_t packed = q->bits == 8 ? q->cols : (q->cols + 1) / 2;
+    *narrow = (dmrt_tensor_desc){d->name, q->bits == 8 ? DMRT_I8 : DMRT_U8, 2, {q->rows, packed}, q->rows * packed};
+    *scale = (dmrt_tensor_desc){scale_name, DMRT_F32, 2, {dmrt_qweight_groups(q), q->cols},
+                                dmrt_qweight_groups(q) * q->cols};
+}
+
+/* The file's tensors: every parameter (f32 or narrow), then the scales. descs, data and
+ * names hold 2 * n_params; returns how many. */
+static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_desc *descs, const void **data,
+                             char (*names)[256]) {
+    int n = 0, n_scales = 0;
+    for (int i = 0; i < model->n_params; i++) {
+        const dmrt_qweight *q = model->qweight(ctx, i);
+        if (q) n_scales++;
+    }
+    int scale_at = model->n_params;
+    for (int i = 0; i < model->n_params; i++) {
+        const dmrt_tensor_desc *d = &model->params[i];
+        const dmrt_qweight *q = model->qweight(ctx, i);
+        if (!q) {
+            descs[n] = *d, data[n++] = model->param(ctx, i);
+            continue;
+        }
+        snprintf(names[scale_at], sizeof names[scale_at], "%s.scale", d->name);
+        qweight_descs(d, q, names[scale_at], &descs[n], &descs[scale_at]);
+        data[n++] = q->data, data[scale_at++] = q->scale;
+    }
+    return model->n_params + n_scales;
+}
+
+int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
+    size_t n = 2 * (size_t)model->n_params + 1;
+    dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
+    const void **data = calloc(n, sizeof *data);
+    char(*names)[256] = calloc(n, sizeof *names);
+    if (!descs || !data || !names) {
+        free(descs), free(data), free(names);
+        return dmrt_errorf(err, errlen, "%s: out of memory", path);
+    }
+    int count = quantized_tensors(model, ctx, descs, data, names);
+    const char *keys[] = {"dmc.format", "dmc.model", "dmc.quantize"};
+    const char *values[] = {QUANTIZED_FORMAT, model->name, model->quantize};
+    int rc = dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
+    free(descs), free(data), free(names);
+    return rc;
+}
+
+/* The file's tensor for d: present, of d's dtype and shape. */
+static const dmrt_st_tensor *checked(const dmrt_model *model, const dmrt_st_file *f, const dmrt_tensor_desc *d,
+                                     char *err, size_t errlen) {
+    const dmrt_st_tensor *t = dmrt_st_find(f, d->name);
+    if (dmrt_check_tensor(model, f->path, t, d, "quantized tensor", NULL, err, errlen) != 0) return NULL;
+    return t;
+}
+
+/* Checks the file's model and mode, then every tensor, before anything is copied. */
+static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_st_file *f, const dmrt_tensor_desc *descs,
+                                int count, const dmrt_st_tensor **source, char *err, size_t errlen) {
+    const char *format = dmrt_st_meta(f, "dmc.format"), *name = dmrt_st_meta(f, "dmc.model");
+    const char *mode = dmrt_st_meta(f, "dmc.quantize");
+    if (!format || strcmp(format, QUANTIZED_FORMAT) != 0 || !mode)
+        return dmrt_errorf(err, errlen, "%s: not a quantized weights file of dmc (--save-quantized writes them)", f->path);
+    if (!name || strcmp(name, model->name) != 0)
+        return dmrt_errorf(err, errlen, "%s: quantized weights of model '%s', not of '%s'", f->path, name ? name : "?",
+                           model->name);
+    if (strcmp(mode, model->quantize) != 0)
+        return dmrt_errorf(err, errlen, "%s: weights quantized as --quantize %s, but this program is --quantize %s", f->path,
+                           mode, model->quantize);
+    (void)ctx;
+    for (int k = 0; k < count; k++)
+        if (!(source[k] = checked(model, f, &descs[k], err, errlen))) return -1;
+    return 0;
+}
+
+int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
+    dmrt_st_file f;
+    if (dmrt_st_read(&f, path, err, errlen) != 0) return -1;
+    size_t n = 2 * (size_t)model->n_params + 1;
+    dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
+    const void **data = calloc(n, sizeof *data);
+    const dmrt_st_tensor **source = calloc(n, sizeof *source);
+    char(*names)[256] = calloc(n, sizeof *names);
+    int rc = !descs || !data || !source || !names ? dmrt_errorf(err, errlen, "%s: out of memory", path) : 0;
+    int count = rc ? 0 : quantized_tensors(model, ctx, descs, data, names);
+    if (rc == 0) rc = check_quantized_file(model, ctx, &f, descs, count, source, err, errlen);
+    for (int k = 0; rc == 0 && k < count; k++)
+        memcpy((void *)data[k], source[k]->data, (size_t)descs[k].numel * dmrt_dtype_size(descs[k].dtype));
+    /* the f32 copies: what the products use, for --save and the accessors */
+    for (int i = 0; rc == 0 && i < model->n_params; i++) {
+        dmrt_qweight *q = model->qweight(ctx, i);
+        if (q) dmrt_dequantize_rows(q, 0, q->rows, model->param(ctx, i));
+    }
+    free(descs), free(data), free(source), free(names);
+    dmrt_st_close(&f);
+    return rc;
+}
+
+int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
+    int quantized = dmrt_is_quantized_file(path, err, errlen);
+    if (quantized < 0) return -1;
+    if (quantized && !model->quantize) {
+        dmrt_st_file f;
+        if (dmrt_st_read_meta(&f, path, err, errlen) != 0) return -1;
+        const char *mode = dmrt_st_meta(&f, "dmc.quantize");
+        dmrt_errorf(err, errlen, "%s: holds quantized weights (--quantize %s); model '%s' is an f32 program: compile it "
+                    "with --quantize %s, or give it f32 weights", path, mode, model->name, mode);
+        dmrt_st_close(&f);
+        return -1;
+    }
+    if (quantized) return dmrt_load_quantized(model, ctx, path, err, errlen);
+    if (dmrt_load_params(model, ctx, path, err, errlen) != 0) return -1;
+    if (model->quantize) dmrt_quantize_params(model, ctx);
+    return 0;
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""test_quantize.py: `dmc --quantize int8-weights | int4-weights` (meson test `ref-quantize-pytorch`).
+
+usage: /usr/bin/python3 tests/ref/test_quantize.py DMC SOURCE_ROOT
+
+examples/mlp.dm with small dims (--set B=8,H=63: an odd width, so int4's packing has a lone
+last column) and random f32 weights:
+
+  a) int8-weights: --save-quantized's I8 tensors equal torch.quantize_per_channel(w, scale,
+     0, axis=1, torch.qint8).int_repr() with scale = max|w| / 127 per output column, and
+     its scales are those, bit for bit;
+  b) int4-weights:32: the U8 tensors unpacked (two per byte, low nibble first) equal the
+     group-wise formula in torch (scale = max|w| / 7 over 32 rows of a column, the last
+     group 784 mod 32 = 16 rows; q = clamp(round(w * (1 / scale)), -8, 7)), and the scales;
+  c) --predict's logits (21 rows: calls of 8, 8, 5) with --init of the f32 file equal a
+     PyTorch f32 forward on the dequantized weights (q * scale: fake quantization) within
+     1e-5, and are far from the f32 model's (the weights are really narrow);
+  d) --predict with --init of the --save-quantized file gives the same logits bit for bit;
+  e) failures, each a clear message and nothing written: a file of another mode (naming
+     both), of another model size (naming the tensor), a quantized file for the f32
+     program, training a quantized program (exit 2), --save-quantized with a bad --init
+     (no file left), --quantize on the CUDA target (--check and -o), --quantize int8 (not
+     built), a bad mode.
+
+Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dmcrun  # noqa: E402
+import stio  # noqa: E402
+
+SETS = "B=8,H=63"
+LAYERS = ("fc1", "fc2", "fc3")
+
+
+def dmc_run(dmc, src, dmc_args, trainer_args, cwd, expect=0, sets=SETS):
+    cmd = [dmc, "run", src, "--set", sets] + dmc_args + ["--"] + trainer_args + ["--quiet"]
+    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    if r.returncode != expect:
+        raise dmcrun.Failure("%s: exit %d, expected %d\n%s" % (" ".join(cmd), r.returncode, expect, r.stderr))
+    return r.stderr
+
+
+def forward(torch, w, x):
+    def lin(h, name):
+        return h @ torch.from_numpy(w[name + ".weight"]) + torch.from_numpy(w[name + ".bias"])
+    h = (torch.from_numpy(x) - 0.2860) / 0.3530
+    h = torch.relu(lin(h, "fc1"))
+    h = torch.relu(lin(h, "fc2"))
+    return lin(h, "fc3").numpy()
+
+
+def int8_reference(torch, w):
+    """(q int8, scale f32[1, cols]) of PyTorch's per-channel quantization, axis 1."""
+    t = torch.from_numpy(w)
+    amax = t.abs().amax(dim=0)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    q = torch.quantize_per_channel(t, scale.double(), torch.zeros(t.shape[1], dtype=torch.long), 1, torch.qint8)
+    return q.int_repr().numpy(), scale.numpy().reshape(1, -1)
+
+
+def int4_reference(np, torch, w, group):
+    """(q in [-8, 7] as int8, scale f32[groups, cols]): group-wise along the rows."""
+    t = torch.from_numpy(w)
+    rows, cols = t.shape
+    groups = (rows + group - 1) // group
+    scale = torch.empty(groups, cols)
+    q = torch.empty(rows, cols, dtype=torch.int8)
+    for g in range(groups):
+        block = t[g * group:(g + 1) * group]
+        amax = block.abs().amax(dim=0)
+        s = torch.where(amax > 0, amax / 7.0, torch.ones_like(amax))
+        scale[g] = s
+        q[g * group:(g + 1) * group] = torch.clamp(torch.round(block * (1.0 / s)), -8, 7).to(torch.int8)
+    return q.numpy(), scale.numpy()
+
+
+def unpack_int4(np, packed, cols):
+    low = (packed & 15).astype(np.int16)
+    high = (packed >> 4).astype(np.int16)
+    both = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.int16)
+    both[:, 0::2], both[:, 1::2] = low, high
+    both = both[:, :cols]
+    return np.where(both >= 8, both - 16, both).astype(np.int8)
+
+
+def check_mode(dmc, src, d, np, torch, w, x, mode, reference):
+    """a/b, c and d for one mode; returns the worst difference from the fake-quantized forward."""
+    qfile = "q-%s.st" % mode.replace(":", "-")
+    dmc_run(dmc, src, ["--quantize", mode], ["--init", "w.st", "--save-quantized", qfile], d)
+    saved = stio.load(os.path.join(d, qfile))
+    fake = dict(w)
+    for layer in LAYERS:
+        name = layer + ".weight"
+        want_q, want_scale = reference(w[name])
+        got_q = saved[name] if saved[name].dtype == np.int8 else unpack_int4(np, saved[name], w[name].shape[1])
+        if not np.array_equal(got_q, want_q):
+            bad = np.argwhere(got_q != want_q)[0]
+            raise dmcrun.Failure("%s %s: q%s = %d, PyTorch's %d" % (mode, name, list(bad), got_q[tuple(bad)], want_q[tuple(bad)]))
+        if not np.array_equal(saved[name + ".scale"], want_scale):
+            raise dmcrun.Failure("%s %s.scale differs from PyTorch's" % (mode, name))
+        group = w[name].shape[0] if want_scale.shape[0] == 1 else -(-w[name].shape[0] // want_scale.shape[0])
+        fake[name] = (want_q.astype(np.float32) * np.repeat(want_scale, group, axis=0)[:w[name].shape[0]]).astype(np.float32)
+    dmc_run(dmc, src, ["--quantize", mode], ["--init", "w.st", "--predict", "--batch-file", "x.st", "--out", "o.st"], d)
+    got = stio.load(os.path.join(d, "o.st"))["logits"]
+    want, f32 = forward(torch, fake, x), forward(torch, w, x)
+    diff = float(np.abs(got - want).max())
+    if diff > 1e-5 * max(1.0, float(np.abs(want).max())):
+        raise dmcrun.Failure("%s: logits differ from the fake-quantized PyTorch forward by %g" % (mode, diff))
+    if float(np.abs(got - f32).max()) < 100 * diff + 1e-6:
+        raise dmcrun.Failure("%s: logits as close to the f32 model's as to the quantized one's" % mode)
+    dmc_run(dmc, src, ["--quantize", mode], ["--init", qfile, "--predict", "--batch-file", "x.st", "--out", "o2.st"], d)
+    if not np.array_equal(stio.load(os.path.join(d, "o2.st"))["logits"], got):
+        raise dmcrun.Failure("%s: --init of the --save-quantized file predicts other logits" % mode)
+    return diff
+
+
+def expect_error(dmc, src, d, dmc_args, trainer_args, want, expect=1, sets=SETS):
+    err = dmc_run(dmc, src, dmc_args, trainer_args, d, expect=expect, sets=sets)
+    if want not in err:
+        raise dmcrun.Failure("expected '%s' in: %s" % (want, err))
+
+
+def check_failures(dmc, src, d):
+    i4 = ["--quantize", "int4-weights:32"]
+    expect_error(dmc, src, d, i4, ["--init", "q-int8-weights.st", "--predict", "--batch-file", "x.st", "--out", "bad.st"],
+                 "q-int8-weights.st: weights quantized as --quantize int8-weights, but this program is --quantize int4-weights:32")
+    expect_error(dmc, src, d, ["--quantize", "int8-weights"], ["--init", "q-int8-weights.st", "--save-quantized", "bad.st"],
+                 "tensor 'fc1.weight': shape [784, 63] in the file but the model expects [784, 64]", sets="B=8,H=64")
+    expect_error(dmc, src, d, [], ["--init", "q-int8-weights.st", "--predict", "--batch-file", "x.st", "--out", "bad.st"],
+                 "holds quantized weights (--quantize int8-weights); model 'mlp' is an f32 program")
+    expect_error(dmc, src, d, i4, ["--init", "missing.st", "--save-quantized", "bad.st"], "missing.st")
+    expect_error(dmc, src, d, i4, ["--init", "w.st", "--steps", "1"], "is a quantized inference program (--quantize "
+                 "int4-weights:32): it cannot train", expect=2)
+    if os.path.exists(os.path.join(d, "bad.st")):
+        raise dmcrun.Failure("a failed run wrote bad.st")
+    for args in (["--check"], ["-o", os.path.join(d, "cuda")]):
+        r = subprocess.run([dmc, src, "--target", "cuda", "--quantize", "int8-weights"] + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+        if r.returncode == 0 or "--quantize is built for the C target only" not in r.stderr:
+            raise dmcrun.Failure("--target cuda --quantize %s: exit %d, %s" % (args[0], r.returncode, r.stderr))
+    if os.path.exists(os.path.join(d, "cuda", "mlp.cu")):
+        raise dmcrun.Failure("-o wrote the CUDA program it refused")
+    for mode, want in (("int8", "--quantize int8 (int8 activations too) is not built yet"),
+                       ("int3", "--quantize takes int8-weights or int4-weights[:G], got 'int3'")):
+        r = subprocess.run([dmc, src, "--check", "--quantize", mode], stderr=subprocess.PIPE, universal_newlines=True)
+        if r.returncode == 0 or want not in r.stderr:
+            raise dmcrun.Failure("--quantize %s: exit %d, %s" % (mode, r.returncode, r.stderr))
+
+
+def body(dmc, root, np, torch):
+    src = os.path.join(root, "examples", "mlp.dm")
+    rng = np.random.default_rng(0)
+    h = 63
+    w = {"fc1.weight": (rng.standard_normal((784, h)) * 0.05).astype(np.float32),
+         "fc2.weight": (rng.standard_normal((h, h)) * 0.1).astype(np.float32),
+         "fc3.weight": (rng.standard_normal((h, 10)) * 0.1).astype(np.float32)}
+    for layer, n in (("fc1", h), ("fc2", h), ("fc3", 10)):
+        w[layer + ".bias"] = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    w["fc2.weight"][:, 5] = 0.0  # a zero column: scale 1, q 0
+    x = rng.random((21, 784), dtype=np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        stio.save(w, os.path.join(d, "w.st"))
+        stio.save({"x": x}, os.path.join(d, "x.st"))
+        d8 = check_mode(dmc, src, d, np, torch, w, x, "int8-weights", lambda v: int8_reference(torch, v))
+        d4 = check_mode(dmc, src, d, np, torch, w, x, "int4-weights:32", lambda v: int4_reference(np, torch, v, 32))
+        check_failures(dmc, src, d)
+    return ("int8 per channel and int4 groups of 32 equal PyTorch's; logits within %.1e / %.1e of the fake-quantized "
+            "forward; saved files reload bit for bit; bad files and modes refused" % (d8, d4))
+
+
+if __name__ == "__main__":
+    sys.exit(dmcrun.reference_main(sys.argv, body))
