@@ -40,8 +40,9 @@ void emit_2bw_fields(emitter *E) {
         cg_line(w, "int owed;      /* 1: the previous batch's last backwards are owed here (-1: none, the stream");
         cg_line(w, "                * starts: after create or drain) */");
         cg_line(w, "int64_t updates;    /* this stage's optimizer updates: one per backward */");
-        cg_line(w, "int tied_owed; /* 1: the owner's update of the tied parameters held here, matching this");
-        cg_line(w, "                * stage's last, is still to be received (before the next forward) */");
+        cg_line(w, "int64_t stream_from; /* the stream's number of its first micro-batch (after create or drain) */");
+        cg_line(w, "int64_t tied_received[%d]; /* the updates of tied parameters received from the owner on stage s */",
+                E->ranks);
     } else {
         cg_line(w, "/* 2bw: two versions of this rank's parameters; ctx->params is the one in use */");
         cg_line(w, "float *weights[2];");
@@ -84,7 +85,7 @@ void emit_2bw_create(emitter *E) {
     cg_line(w, "ctx->params = ctx->weights[0]; /* %s: initialised, the stream starts on version 0 */",
             stashes(E) ? "pipedream" : "2bw");
     cg_line(w, "ctx->owed = -1;");
-    if (stashes(E)) cg_line(w, "ctx->tied_owed = 0;");
+    if (stashes(E)) cg_line(w, "ctx->stream_from = 0;");
     for (int n = 0; n < E->g->n_inputs; n++) {
         uint64_t any = 0;
         for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
@@ -119,6 +120,19 @@ void emit_2bw_helpers(emitter *E) {
     cg_line(w, "    return (ctx->micro_base + (ctx->inferring ? 0 : micro)) %% slots;");
     cg_line(w, "}");
     cg_blank(w);
+    int holders = 0;
+    for (int st = 0; st < E->stages; st++) holders |= holds_tied_copies(E, st);
+    if (stashes(E) && holders) {
+        cg_line(w, "/* pipedream: the updates of a tied parameter its owner, `lag` stages before the last, has");
+        cg_line(w, " * made when it runs stream micro-batch `micro` (the version every use of it in that");
+        cg_line(w, " * micro-batch reads): one per micro-batch of earlier streams, and one per micro-batch of this");
+        cg_line(w, " * one `lag` or more before `micro`; every update made when micro < 0 (the drain). */");
+        cg_line(w, "static int64_t owner_updates(const struct_ctx *ctx, int64_t micro, int lag) {");
+        cg_line(w, "    if (micro < 0) return ctx->batches * %d;", M);
+        cg_line(w, "    return micro - lag > ctx->stream_from ? micro - lag : ctx->stream_from;");
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     if (stashes(E)) {
         cg_line(w, "/* pipedream: the end of a step: its batch's last backwards are owed (on every stage but the");
         cg_line(w, " * last), and forward, predict and save_weights see the newest weights. */");
@@ -149,20 +163,31 @@ static void emit_take_newest(emitter *E, long long elems) {
     cg_line(w, "}");
 }
 
-/* pipedream: a holder of tied parameters takes in the owner's update that matches its own
- * last (the update of the same micro-batch's summed gradient) before its next forward, not
- * in its update: the owner makes it a micro-batch later, for a step's last one in the next
- * step. So each copy is at its stage's update count. 0 when stage st holds none. */
+/* pipedream: a tied parameter's copies follow its owner's versions (vertical sync for it
+ * alone): every stage's use of it in micro-batch i reads the owner's version for i, so that
+ * update i, made by the owner with the sum of every use's gradient of i, is the gradient of
+ * one function at one point. A holder on a later stage takes each update in before the
+ * forward that needs it, which the owner made before its own forward of that micro-batch:
+ * a holder never waits on a later backward or the next step, at any distance. At a step's
+ * end it takes in what the owner made that step, so between steps every copy is the owner's
+ * newest. 0 when stage st holds none. */
 static int emit_tied_receive_fn(emitter *E, int st) {
     cg_writer *w = &E->w;
     if (!holds_tied_copies(E, st)) return 0;
-    cg_line(w, "/* Stage %d: the owner's pending update of the tied parameters it holds, into the weights", st);
-    cg_line(w, " * in use. */");
-    cg_line(w, "static int stage%d_receive_tied(struct_ctx *ctx) {", st);
+    cg_line(w, "/* Stage %d: the owner's updates of the tied parameters it holds, in order, up to those of the", st);
+    cg_line(w, " * owner's version for stream micro-batch `micro` (every update made: micro < 0), into the");
+    cg_line(w, " * weights in use. */");
+    cg_line(w, "static int stage%d_receive_tied(struct_ctx *ctx, int64_t micro) {", st);
     w->indent++;
-    cg_line(w, "if (!ctx->tied_owed) return DMRT_OK;");
-    cg_line(w, "ctx->tied_owed = 0;");
-    emit_tied_receives(E, st);
+    for (int owner = 0; owner < st; owner++) {
+        if (!holds_tied_copies_of(E, st, owner)) continue;
+        cg_line(w, "while (ctx->tied_received[%d] < owner_updates(ctx, micro, %d)) {", owner, E->ranks - 1 - owner);
+        w->indent++;
+        emit_tied_receives(E, st, owner);
+        cg_line(w, "ctx->tied_received[%d]++;", owner);
+        w->indent--;
+        cg_line(w, "}");
+    }
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
@@ -187,7 +212,8 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "const int version = (int)((ctx->micro_base + micro) %% %d);", versions);
     emit_take_newest(E, elems);
     cg_line(w, "ctx->params = ctx->weights[version];");
-    if (holds_tied) cg_line(w, "if (stage%d_receive_tied(ctx) != DMRT_OK) return DMRT_ERR_COMM;", st);
+    if (holds_tied)
+        cg_line(w, "if (stage%d_receive_tied(ctx, ctx->micro_base + micro) != DMRT_OK) return DMRT_ERR_COMM;", st);
     cg_line(w, "return stage%d_forward(ctx, batch, micro);", st);
     w->indent--;
     cg_line(w, "}");
@@ -208,7 +234,6 @@ static void emit_stashed_actions(emitter *E, int st) {
     cg_line(w, "const int64_t steps = ctx->step;");
     cg_line(w, "ctx->step = ++ctx->updates;");
     cg_line(w, "status = stage%d_update(ctx, batch);", st);
-    if (holds_tied) cg_line(w, "ctx->tied_owed = 1; /* the owner's matching update comes later */");
     cg_line(w, "ctx->step = steps;");
     cg_line(w, "return status;");
     w->indent--;
@@ -298,11 +323,13 @@ static void emit_stashed_stage(emitter *E, int st) {
         cg_line(w, " * micro-batch's backward and its update: the last stage owes none. dmc --explain=full draws");
         cg_line(w, " * the stream. */");
     }
+    int holds_tied = holds_tied_copies(E, st);
     cg_line(w, "static int stage%d_train(struct_ctx *ctx, const %s_batch *batch) {", st, E->g->model);
     w->indent++;
     cg_line(w, "int status;");
     if (owed) cg_line(w, "const int owes = ctx->owed >= 0;");
     cg_line(w, "use_batch(ctx, 0);");
+    if (holds_tied) cg_line(w, "if (ctx->owed < 0) ctx->stream_from = ctx->micro_base; /* the stream starts */");
     for (int k = 0; k < M; k++) {
         cg_line(w, "if ((status = stage%d_stashed_forward(ctx, batch, %d)) != DMRT_OK) return status;", st, k);
         if (k < owed)
@@ -310,18 +337,29 @@ static void emit_stashed_stage(emitter *E, int st) {
         else
             cg_line(w, "if ((status = stage%d_stashed_backward(ctx, batch, %d)) != DMRT_OK) return status;", st, k - owed);
     }
+    if (holds_tied) { /* the next forward's version: free (no owed backward holds it), made the newest */
+        cg_line(w, "/* the tied parameters' updates the owner made this step, into the next forward's version:");
+        cg_line(w, " * between steps each copy is the owner's newest */");
+        cg_line(w, "{");
+        w->indent++;
+        cg_line(w, "const int version = (int)((ctx->micro_base + %d) %% %d);", M, dm_weight_versions(E->g, st));
+        emit_take_newest(E, (long long)E->plan->stage[st].param_elems);
+        cg_line(w, "ctx->params = ctx->weights[version];");
+        cg_line(w, "if (stage%d_receive_tied(ctx, ctx->micro_base + %d) != DMRT_OK) return DMRT_ERR_COMM;", st, M);
+        w->indent--;
+        cg_line(w, "}");
+    }
     emit_step_end(E, st);
     cg_line(w, "/* Stage %d's drain: the backwards it owes%s, with their updates. */", st, owed ? "" : " (none)");
     cg_line(w, "static int stage%d_drain(struct_ctx *ctx) {", st);
     w->indent++;
-    int holds_tied = holds_tied_copies(E, st);
     if (!owed && !holds_tied) cg_line(w, "(void)ctx;");
     if (owed) cg_line(w, "int status;");
     for (int k = 0; k < owed; k++)
         cg_line(w, "if ((status = stage%d_owed_backward(ctx, %d)) != DMRT_OK) return status;", st, M - owed + k);
-    if (holds_tied) { /* the owner's update of the step's last micro-batch, into the newest weights */
+    if (holds_tied) { /* the owner's last updates of the stream, into the newest weights */
         cg_line(w, "ctx->params = ctx->weights[ctx->newest];");
-        cg_line(w, "if (stage%d_receive_tied(ctx) != DMRT_OK) return DMRT_ERR_COMM;", st);
+        cg_line(w, "if (stage%d_receive_tied(ctx, -1) != DMRT_OK) return DMRT_ERR_COMM;", st);
     }
     cg_line(w, "return DMRT_OK;");
     w->indent--;

@@ -124,21 +124,21 @@ static uint64_t tied_holders(const emitter *E, int p) {
 /* After the owner's update of a tied parameter, its new values to every other holder
  * (Megatron-LM allreduces the two stages' gradients and updates both; dmc sums the
  * gradient on the owner, which the backward pass already sends it, and sends the
- * weights: the same bytes, and one optimizer state). 2bw and pipedream alike: the
- * holder's update (its next version; its update after a backward) waits for the owner's
- * matching one, so each copy is at its stage's own version (emit_2bw.c). Sends are buffered: no stage waits
- * for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
+ * weights: the same bytes, and one optimizer state). 2bw: the holder's next version waits
+ * for the owner's matching one, so each copy is at its stage's own version; pipedream: a
+ * holder takes each update in before the forward that reads it, every copy at the owner's
+ * version (emit_2bw.c). Sends are buffered: no stage waits for another's update. which: TIED_SENDS, TIED_RECEIVES or both, parameter by parameter.
  * Inside a stage's update function the parameter is its local variable; in a rank's
  * (interleaved: after all its chunks' updates) its place in ctx->params. */
 enum { TIED_SENDS = 1, TIED_RECEIVES = 2, TIED_IN_PARAMS = 4 };
-static void emit_tied_updates(emitter *E, int stage, int which) {
+static void emit_tied_updates_of(emitter *E, int stage, int which, int only_owner) {
     const ir_graph *g = E->g;
     for (int p = 0; p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
         const ir_value *v = V(E, g->params[p]);
         int owner = v->stage;
         if (!holders || (owner != stage && !(holders >> stage & 1))) continue;
-        if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES))) continue;
+        if (!(which & (owner == stage ? TIED_SENDS : TIED_RECEIVES)) || (only_owner >= 0 && owner != only_owner)) continue;
         char call[160], buf[128];
         if (E->chunks > 1 || (which & TIED_IN_PARAMS)) cg_storage_expr(E, v->id, buf, sizeof buf);
         else snprintf(buf, sizeof buf, "%s", E->cname[v->id]);
@@ -159,6 +159,8 @@ static void emit_tied_updates(emitter *E, int stage, int which) {
     }
 }
 
+static void emit_tied_updates(emitter *E, int stage, int which) { emit_tied_updates_of(E, stage, which, -1); }
+
 /* Whether op v is in the function being emitted: the phase's (on `stage`; every stage's
  * when stage < 0) or, E->creating, create's: the values made at create run there, of
  * whichever phase, and in no step. */
@@ -175,12 +177,19 @@ int holds_tied_copies(const emitter *E, int stage) {
     return 0;
 }
 
-/* pipedream: the owner's update of the tied parameters stage holds a copy of, received
- * into ctx->params. */
-void emit_tied_receives(emitter *E, int stage) {
+/* Whether stage holds a copy of a parameter stage `owner` updates. */
+int holds_tied_copies_of(const emitter *E, int stage, int owner) {
+    for (int p = 0; p < E->g->n_params; p++)
+        if (V(E, E->g->params[p])->stage == owner && owner != stage && (tied_holders(E, p) >> stage & 1)) return 1;
+    return 0;
+}
+
+/* pipedream: an update of the tied parameters stage holds a copy of and stage `owner`
+ * updates, received into ctx->params. */
+void emit_tied_receives(emitter *E, int stage, int owner) {
     int saved = E->cur_stage;
     E->cur_stage = stage;
-    emit_tied_updates(E, stage, TIED_RECEIVES | TIED_IN_PARAMS);
+    emit_tied_updates_of(E, stage, TIED_RECEIVES | TIED_IN_PARAMS, owner);
     E->cur_stage = saved;
 }
 

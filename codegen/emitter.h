@@ -248,10 +248,12 @@ void emit_gradient_means(emitter *E, int st, int *any);
 /* pipedream: stage st's micro-batch gradient (in ctx->grad_sum, of that micro-batch alone)
  * where the update reads it. */
 void emit_micro_gradients(emitter *E, int st);
-/* emit_step.c: whether stage st holds a copy of a parameter another stage updates (tied);
- * pipedream: the receives of the owner's updates of those, into ctx->params. */
+/* emit_step.c: whether stage st holds a copy of a parameter another stage updates (tied),
+ * of one the stage `owner` updates; pipedream: the receives of one update of those owner
+ * updates (owner < 0: of every owner), into ctx->params. */
 int holds_tied_copies(const emitter *E, int st);
-void emit_tied_receives(emitter *E, int st);
+int holds_tied_copies_of(const emitter *E, int st, int owner);
+void emit_tied_receives(emitter *E, int st, int owner);
 
 /* emit_schedule.c: the learning rate (ctx->lr) of each update: the API's declarations, the
  * context's fields, the schedule and next_learning_rate (train_step calls it first), the API

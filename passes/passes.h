@@ -183,9 +183,6 @@ typedef struct dm_pipeline_options {
  * n_ops forward ops op[] (value ids): the errors found. */
 int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);
 int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, int chunks, int *boundary, dm_diag *d);
-/* pipedream: 1 after reporting a parameter the cut leaves on stages two or more apart
- * (tied), which it does not build; else 0 (2bw builds every tied parameter). */
-int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d);
 /* A warning when dmc's own cut leaves the slowest stage over 1.5x the mean (at: the
  * pipeline axis's declaration, if any). */
 void pipeline_warn_imbalance(const ir_graph *g, const dm_pipeline_plan *plan, dm_loc at, dm_diag *d);

@@ -759,7 +759,6 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);
         summarise(g, &c, boundary, plan);
-        errors += pipeline_2bw_tied(g, plan, d);
         time_schedule(g, plan, opts ? opts->bucket_bytes : 0);
         if (!errors) pipeline_warn_imbalance(g, plan, at, d);
     }

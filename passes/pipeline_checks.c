@@ -125,26 +125,6 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
 }
 
 
-int pipeline_2bw_tied(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d) {
-    if (pipe_kind_for(g->schedule, plan->ranks) != PIPE_PIPEDREAM) return 0;
-    /* a holder's forward of micro-batch i waits for the owner's update that matches its
-     * own last, which the owner makes after its forward of i + holder - owner - 1: from
-     * two stages apart, for a step's last micro-batch, in the next step */
-    for (int t = 0; t < plan->n_tied; t++) {
-        const ir_value *v = g->values[plan->tied[t]];
-        int far = -1;
-        for (int k = v->stage + 2; k < plan->stages && k < 64; k++)
-            if (plan->tied_on[t] >> k & 1) far = k;
-        if (far < 0) continue;
-        dm_error(d, v->loc, "'%s' is used on pipeline stages %d and %d (tied), which the pipedream schedule does not "
-                 "build yet: only on neighbouring stages", v->name, v->stage, far);
-        dm_note(d, v->loc, "stage %d's copy would wait for an update stage %d makes in the next step; the 1f1b and "
-                           "2bw schedules run it, as does pipedream on 2 stages", far, v->stage);
-        return 1;
-    }
-    return 0;
-}
-
 /* A stage's slowest at over this times the mean is warned of when dmc chose the cuts. */
 #define UNBALANCED 1.5
 

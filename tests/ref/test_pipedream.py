@@ -32,9 +32,10 @@ are W(STEPS M)) on each mesh of CASES:
   - a run's --trace (pipeline=2, M = 4, 3 steps) is the stream's order on each stage: no
     flush between steps (test_2bw.check_trace).
 
-Tied parameters: tests/ref/tied2bw.dm (its head is the embedding transposed, held by
-stages 0 and 1 on pipeline=2) against the rule with the last stage's copy at that stage's
-version and update i made with both uses' summed gradient of micro-batch i (TIED_CASES).
+Tied parameters: tests/ref/tied2bw.dm (its head is the embedding transposed, held by the
+first and the last stage, 1 to 3 stages apart) against the rule with the last stage's copy
+at the owner's version for the same micro-batch and update i made with both uses' summed
+gradient of micro-batch i (TIED_CASES).
 
 The cases cover pipelines of 2 to 4 stages (1 to 3 micro-batches owed across a step's end,
 and up to 4 weight versions), SGD with momentum and weight decay and AdamW (whose bias
@@ -112,9 +113,10 @@ def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_
     """PipeDream's rule from weights init (a dict of arrays): micro-batch i (step t's m:
     micro_loss(w, t, m)) on each parameter's stage's version, max(0, i - (P - 1 -
     stage_of[n])) updates old; an update per micro-batch. tied: the name of a parameter
-    the last stage holds a copy of, at its own version (i updates): micro_loss gets it as
-    w["(copy)"], and update i is made with both uses' summed gradient. Returns (each
-    step's mean loss, final weights as float64 arrays)."""
+    a later stage holds a copy of, at the owner's version for the same micro-batch (its
+    copies follow the owner's versions): micro_loss gets it as w["(copy)"], a tensor of its
+    own, and update i is made with both uses' summed gradient. Returns (each step's mean
+    loss, final weights as float64 arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
     opt = make_opt([live[n] for n in names])
@@ -124,7 +126,7 @@ def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_
         t, m = divmod(i, micros)
         w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
         if tied:
-            w["(copy)"] = history[tied][i].clone().requires_grad_(True)
+            w["(copy)"] = history[tied][max(0, i - (stages - 1 - stage_of[tied]))].clone().requires_grad_(True)
         loss = micro_loss(w, t, m)
         loss.backward()
         if m == 0:
@@ -167,18 +169,19 @@ def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
                           "apart" % (label, what, apart))
 
 
-# tests/ref/tied2bw.dm: its embedding's copies on the first and the last stage (its SGD);
-# pipedream builds tied parameters on neighbouring stages only (3 stages: a diag golden)
+# tests/ref/tied2bw.dm: its embedding's copies on the first and the last stage (its SGD),
+# neighbouring or two and three stages apart
 TIED_CASES = [("tied-p2-m4", "pipeline=2", 4), ("tied-p2-m2", "pipeline=2", 2),
-              ("tied-p2xd2-m2", "data=2,pipeline=2", 2)]
+              ("tied-p2xd2-m2", "data=2,pipeline=2", 2), ("tied-p3-m4", "pipeline=3", 4),
+              ("tied-p3-m8", "pipeline=3", 8), ("tied-p4-m4", "pipeline=4", 4),
+              ("tied-p3xd2-m4", "data=2,pipeline=3", 4)]
 
 
 def tied_reference(torch, init, toks, tgts, micros, stage_of, stages):
     """tied2bw.dm under PipeDream's rule with a tied weight: the embedding (stage 0) and the
-    head (the last stage, which holds a copy) each read their own stage's version of wte
-    for micro-batch i, the one after max(0, i - (P - 1)) and i updates; update i is made
-    with the sum of the two uses' gradients, so the copies go through the same versions.
-    w1, w2 at their stage's version (stage_of: the plan's)."""
+    head (the last stage, which holds a copy) both read the owner's version of wte for
+    micro-batch i, the one after max(0, i - (P - 1)) updates; update i is made with the sum
+    of the two uses' gradients. w1, w2 at their stage's version (stage_of: the plan's)."""
     rows = len(toks[0]) // micros
 
     def micro_loss(w, t, m):
