@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpu_gpt2.py: GPT-2 124M training steps on one GPU, dmc's CUDA target vs PyTorch eager.
 
-usage: python3 bench/gpu_gpt2.py --dmc BUILD/driver/dmc [--batches 8,16] [--precisions fp32,tf32]
+usage: python3 bench/gpu_gpt2.py --dmc BUILD/driver/dmc [--batches 8,16] [--precisions fp32,tf32,bf16,fp16]
            [--steps N] [--profile]
 
 Run it with an interpreter whose torch has CUDA (the GPU machine's python3); the dmc
@@ -19,7 +19,9 @@ dmc:     `dmc run examples/gpt.dm --target cuda [--tf32] --set B=.. --init W --b
 PyTorch: bench/gpt_step.py's TorchGPT on the GPU (the same parameters, weights [in, out],
          addmm), with F.scaled_dot_product_attention(is_causal=True); a step is timed from
          zero_grad to the end of opt.step() with torch.cuda.synchronize() on both sides.
-         fp32: allow_tf32 False for matmuls and cuDNN; tf32: True (dmc: --tf32).
+         fp32: allow_tf32 False for matmuls and cuDNN; tf32: True (dmc: --tf32); bf16 and
+         fp16: torch.autocast(dtype) around the forward and loss (fp16 with a GradScaler at
+         its defaults), dmc --precision bf16|fp16 (fp32 master weights on both sides).
 Per run: WARMUP steps, then the median of N measured steps.
 Memory:  peak GPU memory in use (nvidia-smi's memory.used of GPU 0, polled every 50 ms)
          above what was in use before: dmc's process with its CUDA context, PyTorch's
@@ -27,9 +29,10 @@ Memory:  peak GPU memory in use (nvidia-smi's memory.used of GPU 0, polled every
          max_memory_allocated.
 MFU:     model flops per token 6 N + 12 L C T (nanoGPT's estimate_mfu, N the parameters),
          times tokens/s, over the device's dense peak at that precision (H100/H200 SXM:
-         fp32 67, tf32 494.7 TFLOP/s; override with --peak-tflops).
+         fp32 67, tf32 494.7, bf16 and fp16 989.4 TFLOP/s; override with --peak-tflops).
 Check:   PyTorch's losses from dmc's weights on the same batches follow dmc's (max relative
-         difference printed; fails above 1e-3 in fp32, 2e-2 in tf32).
+         difference printed; fails above 1e-3 in fp32, 2e-2 in tf32, 5e-2 in bf16 and fp16:
+         16-bit operands round differently on each side, as llm.c's bf16 check allows).
 --profile: runs two of dmc's steps under `nsys profile --stats=true`, or where nsys is not
          installed under Nsight Compute (`ncu --metrics gpu__time_duration.sum`, kernels
          serialised), and prints the top kernels by GPU time per step.
@@ -52,8 +55,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 DIMS = {"V": 50304, "T": 1024, "C": 768, "NH": 12, "L": 12}
 WARMUP = 3
-PEAK_TFLOPS = {"fp32": 67.0, "tf32": 494.7}   # H100 SXM dense (H200: the same compute)
-LOSS_RTOL = {"fp32": 1e-3, "tf32": 2e-2}
+PEAK_TFLOPS = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}   # H100 SXM dense (H200: the same)
+LOSS_RTOL = {"fp32": 1e-3, "tf32": 2e-2, "bf16": 5e-2, "fp16": 5e-2}
 
 
 class PeakMemory:
@@ -106,9 +109,13 @@ def dmc_run(cmd, tmp, measure=False):
     return out, err, peak
 
 
-def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, tf32):
+def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, prec):
+    """PyTorch eager's steps at precision prec: (median ms, losses, max allocated MiB, peak MiB)."""
+    tf32 = prec == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
+    scaler = torch.cuda.amp.GradScaler() if prec == "fp16" else None
     model = TorchGPT(torch, dims, stio.load(init), True)
     model.p = {n: torch.nn.Parameter(t.detach().cuda()) for n, t in model.p.items()}
     model.mask = model.mask.cuda()
@@ -126,9 +133,15 @@ def torch_steps(torch, stio, TorchGPT, dims, init, batches, steps, tf32):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model.loss(tokens[i % S], targets[i % S])
-        loss.backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=half, enabled=half is not None):
+            loss = model.loss(tokens[i % S], targets[i % S])
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -223,15 +236,16 @@ def main():
             m = re.search(r"(\d+) parameters", err)
             nparams = int(m.group(1)) if m else 0
             for prec in args.precisions.split(","):
-                tf32 = prec == "tf32"
+                if prec not in PEAK_TFLOPS:
+                    sys.exit("gpu_gpt2: unknown precision '%s' (fp32, tf32, bf16, fp16)" % prec)
                 keep = os.path.join(tmp, "build-%d-%s" % (B, prec))
                 cmd = [args.dmc, "run", model, "--target", "cuda", "--set", sets, "--batch-file", batches, "--init",
-                       init, "--steps", str(S), "--quiet", "--keep", keep] + (["--tf32"] if tf32 else [])
+                       init, "--steps", str(S), "--quiet", "--keep", keep, "--precision", prec]
                 out, _, dmc_mib = dmc_run(cmd, tmp, measure=True)
                 steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", out, re.M)
                 dmc_ms = statistics.median(float(s[2]) for s in steps[WARMUP:])
                 dmc_losses = [float(s[1]) for s in steps]
-                t_ms, t_losses, t_alloc, t_mib = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, tf32)
+                t_ms, t_losses, t_alloc, t_mib = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, prec)
                 diff = max(abs(a - b) / abs(b) for a, b in zip(t_losses, dmc_losses))
                 if diff > LOSS_RTOL[prec]:
                     sys.exit("gpu_gpt2: B=%d %s: PyTorch losses %s differ from dmc's %s (max rel %.2g)"

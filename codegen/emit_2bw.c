@@ -63,6 +63,9 @@ void emit_2bw_fields(emitter *E) {
             const ir_value *v = V(E, E->g->inputs[n]);
             cg_line(w, "%s *previous_%s; /* (%lld on a stage that keeps it) */", ctype(v->type.dtype), E->cname[v->id],
                     batch_elems(E, n));
+            if (E->dialect->separate_memory) /* the kernels read ctx->input_X, not the batch */
+                cg_line(w, "%s *step_%s; /* the step's input_%s: input_%s points at previous_%s in an owed backward */",
+                        ctype(v->type.dtype), E->cname[v->id], E->cname[v->id], E->cname[v->id], E->cname[v->id]);
         }
 }
 
@@ -89,7 +92,9 @@ void emit_2bw_create(emitter *E) {
     for (int n = 0; n < E->g->n_inputs; n++) {
         uint64_t any = 0;
         for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
-        if (any >> n & 1) cg_line(w, "ctx->previous.%s = ctx->previous_%s;", E->cname[E->g->inputs[n]], E->cname[E->g->inputs[n]]);
+        const char *x = E->cname[E->g->inputs[n]];
+        if (any >> n & 1) cg_line(w, "ctx->previous.%s = ctx->previous_%s;", x, x);
+        if (any >> n & 1 && E->dialect->separate_memory) cg_line(w, "ctx->step_%s = ctx->input_%s;", x, x);
     }
 }
 
@@ -110,6 +115,13 @@ void emit_2bw_helpers(emitter *E) {
         cg_line(w, "    ctx->params = ctx->weights[previous ? ctx->owed : ctx->current];");
     }
     cg_line(w, "    ctx->micro_base = (ctx->batches - previous) * %d;", M);
+    uint64_t kept = 0;
+    for (int st = 0; st < E->stages; st++) kept |= kept_inputs(E, st);
+    for (int n = 0; n < E->g->n_inputs && E->dialect->separate_memory; n++)
+        if (kept >> n & 1) {
+            const char *x = E->cname[E->g->inputs[n]];
+            cg_line(w, "    ctx->input_%s = previous ? ctx->previous_%s : ctx->step_%s; /* what the kernels read */", x, x, x);
+        }
     cg_line(w, "}");
     cg_blank(w);
     cg_line(w, "/* 2bw: which of a stage's `slots` copies of kept values micro-batch `micro` of the running");
@@ -290,7 +302,8 @@ static void emit_keep_inputs(emitter *E, int st) {
         const ir_value *v = V(E, E->g->inputs[n]);
         char dst[160], src[160];
         snprintf(dst, sizeof dst, "ctx->previous_%s", E->cname[v->id]);
-        snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
+        /* separate memory: the step's copy there, which the kernels read */
+        snprintf(src, sizeof src, E->dialect->separate_memory ? "ctx->input_%s" : "batch->%s", E->cname[v->id]);
         cg_line(&E->w, "/* input %s, which the owed backwards read in the next step */", v->name);
         cg_copy_elems(E, dst, src, batch_elems(E, n), ctype(v->type.dtype), CG_DEVICE_TO_DEVICE);
     }

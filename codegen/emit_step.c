@@ -287,10 +287,13 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies
-     * (with model chunks, after the rank's updates: emit_rank_update) */
+     * (with model chunks, after the rank's updates: emit_rank_update; pipedream's holders
+     * receive before a forward, not in their update) */
+    int holders_receive = !(dm_runs_pipedream(g) && emits_2bw(E));
     for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1 && p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
-        if (holders && ((holders >> stage & 1) || V(E, g->params[p])->stage == stage)) used[g->params[p]] = any = 1;
+        int owner = V(E, g->params[p])->stage == stage;
+        if (holders && (owner || (holders_receive && (holders >> stage & 1)))) used[g->params[p]] = any = 1;
     }
     int keeps = micro && phase == PHASE_FORWARD && !E->creating;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;

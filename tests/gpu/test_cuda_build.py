@@ -9,7 +9,8 @@ rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, 
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2) and
 fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
-the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks),
+the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
+pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -73,6 +74,14 @@ CASES = [
     # the interleaved schedule: tagged sends between a pair of ranks, staged
     ("gpt-pipeline2-interleaved", "examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=4,B=8", "pipeline=2",
      ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"], None),
+    # the asynchronous pipelines: weight versions copied on the device, the previous batch's
+    # inputs kept there (input_X pointed at them in an owed backward), and gpt.dm's tied
+    # wte sent between the stages' copies (pipedream: before the forward that reads it)
+    ("mlp-data2-pipeline2-2bw", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
+     ["--microbatches", "2", "--schedule", "2bw"], None),
+    ("gpt-pipeline2-2bw", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--microbatches", "2", "--schedule", "2bw"], None),
+    ("gpt-pipeline3-pipedream", "examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=2,B=6", "pipeline=3",
+     ["--microbatches", "3", "--schedule", "pipedream"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
