@@ -79,17 +79,11 @@ int dm_distill_options(const dm_options *o, double *temperature, double *alpha) 
     return 1;
 }
 
-/* The student's mesh: serial, or split over a data axis only. */
+/* The student's mesh: any of data, tensor and pipeline axes, micro-batches; not parameter
+ * servers (their ranks hold no batch). */
 static int check_student(const ir_graph *g, const char *path) {
-    for (int k = 0; k < g->n_axes; k++)
-        if (g->axes[k].size > 1 && strcmp(g->axes[k].name, "data") != 0) {
-            fprintf(stderr, "dmc: error: --teacher: %s's mesh splits axis %s over %lld ranks; distillation supports "
-                            "serial and data-parallel meshes only\n", path, g->axes[k].name, (long long)g->axes[k].size);
-            return -1;
-        }
-    if (g->microbatches > 1 || g->param_servers.servers > 0) {
-        fprintf(stderr, "dmc: error: --teacher: %s uses %s, which distillation does not support\n", path,
-                g->microbatches > 1 ? "micro-batches" : "parameter servers");
+    if (g->param_servers.servers > 0) {
+        fprintf(stderr, "dmc: error: --teacher: %s uses parameter servers, which distillation does not support\n", path);
         return -1;
     }
     return 0;
@@ -115,8 +109,9 @@ static int64_t data_parts(const ir_graph *g) {
     return 1;
 }
 
-/* What one of `parts` data ranks holds of a student tensor split over data on its leading
- * dim (the whole tensor when parts is 1); NULL when it is not split so. */
+/* What one of `parts` data ranks holds of a micro-batch of a student tensor split over data
+ * on its leading dim (the IR's types are a micro-batch's; the whole micro-batch when parts
+ * is 1): the rows a teacher's forward runs on. NULL when it is not split so. */
 static const ir_type *rank_part(const ir_graph *g, const ir_type *t, int64_t parts, ir_type *out) {
     *out = *t;
     if (parts == 1) return out;
@@ -132,7 +127,8 @@ static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path,
     char a[128], b[128];
     int64_t parts = data_parts(s);
     ir_type part;
-    const char *per_rank = parts > 1 ? " (a data rank's rows)" : "";
+    const char *per_rank = parts > 1 ? (s->microbatches > 1 ? " (a data rank's rows of a micro-batch)" : " (a data rank's rows)")
+                           : s->microbatches > 1 ? " (a micro-batch's rows)" : "";
     if (ir_mesh_ranks(t) > 1 || t->microbatches > 1) {
         fprintf(stderr, "dmc: error: --teacher %s: the teacher must be a serial program (its mesh has %lld ranks%s)\n",
                 path, (long long)ir_mesh_ranks(t), t->microbatches > 1 ? ", and micro-batches" : "");
@@ -188,11 +184,12 @@ static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path,
     return output;
 }
 
-/* On a data-parallel student, the teacher's batch dim (its first input's leading dim, by
- * name) set to a data rank's rows of the student's: 0, or -1 after a message. */
+/* On a data-parallel student or one of micro-batches, the teacher's batch dim (its first
+ * input's leading dim, by name) set to a data rank's rows of a micro-batch of the
+ * student's: 0, or -1 after a message. */
 static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_override *out) {
     int64_t parts = data_parts(student);
-    if (parts == 1) return 0;
+    if (parts == 1 && student->microbatches <= 1) return 0;
     const ir_type *logits = &student->values[student->inputs[student->n_inputs - 1]]->type;
     for (int i = 0; i < prog->n_stmts; i++) {
         const dm_stmt *st = prog->stmts[i];
@@ -201,8 +198,9 @@ static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_ove
         *out = (dm_override){.name = st->type->dims[0]->name, .value = logits->shape[0] / parts};
         return 0;
     }
-    fprintf(stderr, "dmc: error: --teacher: on a data-parallel student the teacher runs on each rank's rows, so its "
-                    "first input's leading dim must be a named dim (its batch)\n");
+    fprintf(stderr, "dmc: error: --teacher: on a data-parallel student or one of micro-batches the teacher runs on "
+                    "each rank's rows of a micro-batch, so its first input's leading dim must be a named dim (its "
+                    "batch)\n");
     return -1;
 }
 
@@ -239,7 +237,12 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
     if (status) return -1;
     int output = check_teacher(out->compiled.g, student, o->teacher, o->input);
     if (output < 0) return -1;
-    out->link = (dm_teacher_link){.model = out->model, .logits_output = output, .parts = (long long)data_parts(student)};
+    int data_axis = -1;
+    for (int k = 0; k < student->n_axes; k++)
+        if (strcmp(student->axes[k].name, "data") == 0 && student->axes[k].size > 1) data_axis = k;
+    out->link = (dm_teacher_link){.model = out->model, .logits_output = output, .parts = (long long)data_parts(student),
+                                  .data_axis = data_axis,
+                                  .microbatches = student->microbatches > 1 ? student->microbatches : 1};
     return 0;
 }
 

@@ -94,8 +94,10 @@ static int write_main(const char *path, const ir_graph *g, const dm_teacher_link
         fprintf(f, "extern const dmrt_model %s_model, %s_model;\n\n", g->model, teacher->model);
         fprintf(f, "/* distillation: the teacher's forward feeds the student's input teacher_logits */\n");
         fprintf(f, "int main(int argc, char **argv) {\n");
-        fprintf(f, "    return dmrt_distill_main(&%s_model, &%s_model, %d, %lld, argc, argv);\n", g->model,
-                teacher->model, teacher->logits_output, teacher->parts);
+        fprintf(f, "    static const dmrt_distill_layout layout = {.logits_output = %d, .parts = %lld, .data_axis = %d, "
+                   ".microbatches = %d};\n", teacher->logits_output, teacher->parts, teacher->data_axis,
+                teacher->microbatches);
+        fprintf(f, "    return dmrt_distill_main(&%s_model, &%s_model, &layout, argc, argv);\n", g->model, teacher->model);
         fprintf(f, "}\n");
     } else if (!mpi) {
         fprintf(f, "#include \"%s.h\"\n", g->model);

@@ -12,12 +12,15 @@
 #include "ir.h"
 
 /* A distillation teacher linked beside the student (driver/distill.c): its generated
- * module's model name (its source dir/<model>.c), the output holding its logits, and the
- * student's data ranks (each rank's teacher runs on its rows). */
+ * module's model name (its source dir/<model>.c), the output holding its logits, the
+ * student's data ranks (each rank's teacher runs on its rows), their axis' index in the
+ * mesh (-1: none) and the student's micro-batches a step. */
 typedef struct dm_teacher_link {
     const char *model;
     int logits_output;
     long long parts;
+    int data_axis;
+    int microbatches;
 } dm_teacher_link;
 
 /* Builds g's code, written into dir, into the program exe (dir/<model>), with the teacher's

@@ -2,7 +2,7 @@
  *
  * The student's loss cross_entropy(logits, targets) becomes
  *     alpha * CE + (1 - alpha) * T^2 * KL(softmax(teacher / T) || softmax(logits / T))
- * where teacher is a new input, teacher_logits, shaped and split like logits (the trainer
+ * where teacher is a new input, teacher_logits, shaped like logits and split like its rows (the trainer
  * fills it with the teacher's forward of the same batch, runtime/distill.c). KL is summed
  * over the classes (the last dim) and averaged over rows, as the cross-entropy is: PyTorch's
  * KLDivLoss(reduction='sum') of log-probabilities divided by the rows. Being an input,
@@ -80,6 +80,10 @@ int pass_distill(ir_graph *g, double temperature, double alpha, dm_diag *d) {
         return 1;
     }
     t.partial = 0;
+    /* split like logits by rows (the batch), whole along the rest: generated code splits an
+     * input on its leading dim only, and where the student's logits are split over tensor
+     * (by classes) the sharding pass takes each rank's block of the teacher's */
+    for (int k = 1; k < t.rank; k++) t.split[k] = IR_REPLICATED;
     ir_value *in = ir_add(g, OP_INPUT, NULL, 0, b.loc);
     in->type = t;
     in->annotated = 1;

@@ -5,12 +5,15 @@
  * one (dmrt_trainer_main) on a copy of the student's descriptor that hides that input and
  * whose create, forward and train_step also hold and run the teacher: each step the
  * teacher's forward runs on the step's batch (no gradients, no optimizer state) and its
- * logits output becomes the student's teacher_logits. On a student of `parts` data ranks
- * (threads of the threads backend), every rank has a teacher context of its own, compiled
- * for a rank's rows (dmc sets its batch dim): the rank runs it on its block of the batch
- * (rows [r B/parts, (r+1) B/parts) of each input, rank r's block of a data-split input) and
- * writes the logits at the same rows of its teacher_logits buffer, the only rows of it that
- * the rank's student reads. */
+ * logits output becomes the student's teacher_logits. Every rank (a thread of the threads
+ * backend) has a teacher context of its own, compiled for the rows a data rank reads of one
+ * micro-batch (dmc sets its batch dim): a step's batch is M micro-batches of rows, each
+ * split into `parts` blocks over the data ranks, so rank r runs the teacher once per
+ * micro-batch m, on block m * parts + r of each input, and writes the logits at the same
+ * rows of its teacher_logits buffer: the only rows of it that the rank's student reads. On
+ * tensor and pipeline axes every rank of a data coordinate runs the teacher on the same
+ * rows (its forward is replicated there, not split: the student's code reads the block of
+ * teacher_logits its split names, as of any input). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +28,15 @@ enum { MAX_CONTEXTS = 1024, MAX_INPUTS = 64 };
 typedef struct pair {
     void *student, *teacher;
     int part;        /* the rank's data coordinate (0: serial) */
-    float *logits;   /* parts > 1: the whole teacher_logits, the rank's rows written */
+    float *logits;   /* blocks > 1: the whole teacher_logits, the rank's rows written */
 } pair;
 
 static struct {
     const dmrt_model *student, *teacher;
     int logits_output;
     long long parts;
+    int data_axis;                    /* the student's data axis in the mesh (-1: none) */
+    long long blocks;                 /* the teacher's forwards a step covers: parts x micro-batches */
     const char *init;                 /* --teacher-init */
     int teacher_input[MAX_INPUTS];    /* the student input feeding each teacher input */
     pthread_mutex_t lock;
@@ -56,9 +61,9 @@ static pair pair_of(void *student) {
 static void *with_teacher(void *student, int part, int threads, uint64_t seed, char *err, size_t errlen) {
     if (!student) return NULL;
     const dmrt_tensor_desc *whole = &D.student->inputs[D.student->n_inputs - 1];
-    float *logits = D.parts > 1 ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
-    void *t = D.parts > 1 && !logits ? NULL : D.teacher->create(seed, err, errlen);
-    if (D.parts > 1 && !logits) snprintf(err, errlen, "distillation: out of memory");
+    float *logits = D.blocks > 1 ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
+    void *t = D.blocks > 1 && !logits ? NULL : D.teacher->create(seed, err, errlen);
+    if (D.blocks > 1 && !logits) snprintf(err, errlen, "distillation: out of memory");
     if (t && D.teacher->set_threads && D.teacher->set_threads(t, threads) != DMRT_OK) {
         snprintf(err, errlen, "distillation: the teacher cannot run on %d threads", threads);
         D.teacher->destroy(t);
@@ -91,9 +96,11 @@ static void *create(uint64_t seed, char *err, size_t errlen) {
 }
 
 static void *create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {
-    /* a mesh of data ranks only (dmc checked): the rank's id is its data coordinate */
-    return with_teacher(D.student->create_rank(seed, rank, err, errlen), dmrt_rank_id(rank),
-                        dmrt_threads_per_rank(dmrt_rank_local_count(rank)), seed, err, errlen);
+    /* the rank's block of rows: its data coordinate (tensor and pipeline ranks of one data
+     * coordinate run the same teacher on the same rows) */
+    void *student = D.student->create_rank(seed, rank, err, errlen); /* joins the mesh: coordinates known */
+    int part = student && D.data_axis >= 0 ? dmrt_mesh_coord(rank, D.data_axis) : 0;
+    return with_teacher(student, part, dmrt_threads_per_rank(dmrt_rank_local_count(rank)), seed, err, errlen);
 }
 
 static int set_threads(void *student, int threads) {
@@ -122,21 +129,26 @@ static void destroy(void *student) {
  * for this one's collectives; the failure is reported after it (error). */
 static int with_teacher_logits(void *student, const void *const *inputs, const void **all) {
     pair p = pair_of(student);
-    const void *tin[MAX_INPUTS];
-    for (int i = 0; i < D.teacher->n_inputs; i++) {
-        const dmrt_tensor_desc *part = &D.teacher->inputs[i];
-        tin[i] = (const char *)inputs[D.teacher_input[i]] + (size_t)p.part * (size_t)part->numel * dmrt_dtype_size(part->dtype);
+    int failed = 0, micro = (int)(D.blocks / D.parts);
+    const float *logits = NULL;
+    for (int m = 0; m < micro; m++) {
+        size_t block = (size_t)m * (size_t)D.parts + (size_t)p.part; /* micro-batch m's rows of this data rank */
+        const void *tin[MAX_INPUTS];
+        for (int i = 0; i < D.teacher->n_inputs; i++) {
+            const dmrt_tensor_desc *part = &D.teacher->inputs[i];
+            tin[i] = (const char *)inputs[D.teacher_input[i]] + block * (size_t)part->numel * dmrt_dtype_size(part->dtype);
+        }
+        float teacher_loss;
+        failed |= D.teacher->forward(p.teacher, tin, &teacher_loss) != DMRT_OK;
+        logits = D.teacher->output(p.teacher, D.logits_output);
+        if (p.logits) {
+            int64_t elems = D.teacher->outputs[D.logits_output].numel; /* a block's rows of them */
+            memcpy(p.logits + block * (size_t)elems, logits, (size_t)elems * sizeof *logits);
+            logits = p.logits;
+        }
     }
-    float teacher_loss;
-    int failed = D.teacher->forward(p.teacher, tin, &teacher_loss) != DMRT_OK;
     int n = D.wrapped.n_inputs;
     memcpy(all, inputs, (size_t)n * sizeof *all);
-    const float *logits = D.teacher->output(p.teacher, D.logits_output);
-    if (p.logits) {
-        int64_t elems = D.teacher->outputs[D.logits_output].numel; /* a rank's rows of them */
-        memcpy(p.logits + (size_t)p.part * (size_t)elems, logits, (size_t)elems * sizeof *logits);
-        logits = p.logits;
-    }
     all[n] = logits;
     return failed ? -1 : 0;
 }
@@ -174,7 +186,7 @@ static int map_inputs(void) {
     return 0;
 }
 
-int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int logits_output, long long parts,
+int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, const dmrt_distill_layout *layout,
                       int argc, char **argv) {
     /* dmc run passes --teacher-init FILE first */
     if (argc < 3 || strcmp(argv[1], "--teacher-init") != 0) {
@@ -184,8 +196,10 @@ int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int 
     }
     D.student = student;
     D.teacher = teacher;
-    D.logits_output = logits_output;
-    D.parts = parts > 1 ? parts : 1;
+    D.logits_output = layout->logits_output;
+    D.parts = layout->parts > 1 ? layout->parts : 1;
+    D.data_axis = D.parts > 1 ? layout->data_axis : -1;
+    D.blocks = D.parts * (layout->microbatches > 1 ? layout->microbatches : 1);
     D.init = argv[2];
     D.wrapped = *student;
     D.wrapped.n_inputs = student->n_inputs - 1; /* teacher_logits, the last, is the teacher's */

@@ -624,11 +624,20 @@ int dmrt_trainer_main(const dmrt_model *model, int argc, char **argv);
  * process and ignores n_ranks (mpirun decides; a mismatch fails when the mesh is joined). */
 typedef int (*dmrt_launcher)(void *launch_arg, int n_ranks, int (*rank_main)(dmrt_rank *rank, void *arg),
                              void *arg, char *err, size_t errlen);
+/* How a distillation teacher's forwards cover a student's step: the teacher's output with
+ * its logits; the student's data ranks (`parts`), their mesh axis (-1: none), and its
+ * micro-batches a step. A teacher runs on one data rank's rows of one micro-batch. */
+typedef struct dmrt_distill_layout {
+    int logits_output;
+    long long parts;
+    int data_axis;
+    int microbatches;
+} dmrt_distill_layout;
 /* dmrt_trainer_main on a student compiled for distillation (dmc run --teacher; its last
- * input teacher_logits), fed each step by teacher's forward (its output logits_output) on
- * the same batch, each of the student's `parts` data ranks on its rows; argv[1] and argv[2]
- * are --teacher-init and the teacher's weights (runtime/distill.c). */
-int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, int logits_output, long long parts,
+ * input teacher_logits), fed each step by teacher's forwards on the same batch (on each
+ * rank, on the rows its student reads); argv[1] and argv[2] are --teacher-init and the
+ * teacher's weights (runtime/distill.c). */
+int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, const dmrt_distill_layout *layout,
                       int argc, char **argv);
 /* dmrt_trainer_main with the ranks started by launch. */
 int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,

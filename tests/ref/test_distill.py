@@ -6,12 +6,15 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
     alpha * cross_entropy + (1 - alpha) * T^2 * KLDivLoss(reduction='sum')(log_softmax(s / T),
     softmax(t / T)) / rows, for two (T, alpha);
   - the same student on --mesh data=2 (threads) gives the serial run's loss and gradients
-    to float rounding;
+    to float rounding; and a two-layer student whose hidden units and classes are split
+    over tensor (its logits [B, K@tensor]) on micro-batches, data=2 with micro-batches,
+    tensor=2, pipeline=2 and data=2 x tensor=2 x pipeline=2 gives its serial run's (the
+    teacher replicated on tensor and pipeline ranks, run once per micro-batch);
   - 1 step, a checkpoint and 1 resumed step give the weights of 2 steps, bit for bit;
   - bad input fails before training with a message naming what is wrong, and writes no
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
     [0, 1], a temperature <= 0, a teacher whose loss is not a cross-entropy, teacher
-    weights of another shape, a tensor-parallel student (also at --check), -o with
+    weights of another shape, a student with parameter servers (also at --check), -o with
     --teacher, --target cuda.
 """
 import os
@@ -56,6 +59,30 @@ optimizer sgd(lr = 0.1)
 """
 
 
+# a two-layer student split over tensor: its hidden units, and its classes (so its logits
+# and the teacher's, as the student reads them, by columns)
+MESH_STUDENT = """dim B = %d
+dim D = %d
+dim H = %d
+dim K = 6
+mesh(data = 1, tensor = 1, pipeline = 1)
+input x : f32[B@data, D]
+input y : i32[B@data]
+param w1 : f32[D, H@tensor] = xavier
+param b1 : f32[H@tensor] = zeros
+param w2 : f32[H, K@tensor] = xavier
+param b2 : f32[K@tensor] = zeros
+h = relu(x @ w1 + b1)
+logits = h @ w2 + b2
+loss = cross_entropy(logits, y)
+output logits
+minimize loss
+optimizer sgd(lr = 0.1)
+""" % (B, D, H)
+MESHES = [["--microbatches", "4"], ["--mesh", "data=2", "--microbatches", "2"], ["--mesh", "tensor=2"],
+          ["--mesh", "pipeline=2", "--microbatches", "2"], ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "2"]]
+
+
 def write(path, text):
     with open(path, "w") as f:
         f.write(text)
@@ -95,6 +122,27 @@ def compare(np, what, loss, grads, want_loss, want_grads, tol):
         raise Failure("%s: loss %.7f, want %.7f" % (what, loss, want_loss))
     if worst > tol:
         raise Failure("%s: gradients differ by %.2e (tolerance %.0e)" % (what, worst, tol))
+
+
+def check_meshes(dmc, tmp, files, np, rng):
+    """MESH_STUDENT distilled on MESHES: the serial run's loss and gradients."""
+    tw6 = {"w1": rng.standard_normal((D, H)).astype(np.float32), "w2": rng.standard_normal((H, 6)).astype(np.float32)}
+    sw6 = {"w1": (rng.standard_normal((D, H)) * 0.5).astype(np.float32), "b1": np.zeros(H, np.float32),
+           "w2": (rng.standard_normal((H, 6)) * 0.5).astype(np.float32),
+           "b2": (rng.standard_normal(6) * 0.1).astype(np.float32)}
+    y6 = rng.integers(0, 6, B).astype(np.int32)
+    mesh_files = dict(files, student=write(os.path.join(tmp, "mesh_student.dm"), MESH_STUDENT),
+                      teacher=write(os.path.join(tmp, "teacher_k6.dm"), TEACHER % (B, D, H, 6, "cross_entropy(logits, y)")),
+                      tw=os.path.join(tmp, "tw6.safetensors"), sw=os.path.join(tmp, "sw6.safetensors"),
+                      batch=os.path.join(tmp, "batch6.safetensors"))
+    stio.save(tw6, mesh_files["tw"])
+    stio.save(sw6, mesh_files["sw"])
+    stio.save({"x": stio.load(files["batch"])["x"], "y": y6[None]}, mesh_files["batch"])
+    loss, grads = distill_step(dmc, tmp, mesh_files, 3.0, 0.3, [], "mesh-serial")
+    for extra in MESHES:
+        tag = "-".join(a.lstrip("-").replace("=", "").replace(",", "") for a in extra)
+        got_loss, got_grads = distill_step(dmc, tmp, mesh_files, 3.0, 0.3, extra, tag)
+        compare(np, "two-layer student %s against serial" % " ".join(extra), got_loss, got_grads, loss, grads, 1e-6)
 
 
 def check_resume(dmc, tmp, files, np):
@@ -145,10 +193,10 @@ def check_refusals(dmc, root, tmp, files):
     refused(dmc, tmp, [student, "--teacher", wide, "--teacher-init", tw] + batch, "--teacher-init")
     refused(dmc, tmp, [student, "--distill-alpha", "0.3"] + batch, "--distill-alpha needs --teacher")
     mlp = os.path.join(root, "examples", "mlp.dm")
-    refused(dmc, tmp, [mlp, "--mesh", "tensor=2", "--teacher", teacher, "--teacher-init", tw],
-            "distillation supports serial and data-parallel meshes only")
-    refused(dmc, tmp, ["--check", mlp, "--mesh", "tensor=2", "--teacher", teacher, "--teacher-init", tw],
-            "distillation supports serial and data-parallel meshes only", run=False)
+    refused(dmc, tmp, [mlp, "--mesh", "data=2", "--param-servers", "1", "--teacher", teacher, "--teacher-init", tw],
+            "uses parameter servers, which distillation does not support")
+    refused(dmc, tmp, ["--check", mlp, "--mesh", "data=2", "--param-servers", "1", "--teacher", teacher,
+                       "--teacher-init", tw], "uses parameter servers, which distillation does not support", run=False)
     refused(dmc, tmp, ["-o", os.path.join(tmp, "out"), student, "--teacher", teacher, "--teacher-init", tw],
             "--teacher is for dmc run", run=False)
     if os.path.exists(os.path.join(tmp, "out")):
@@ -181,9 +229,11 @@ def body(dmc, root, np, torch):
             compare(np, "T=%g alpha=%g against torch" % (temperature, alpha), loss, grads, want_loss, want_grads, 1e-5)
             loss2, grads2 = distill_step(dmc, tmp, files, temperature, alpha, ["--mesh", "data=2"], "data2")
             compare(np, "T=%g alpha=%g data=2 against serial" % (temperature, alpha), loss2, grads2, loss, grads, 1e-6)
+        check_meshes(dmc, tmp, files, np, rng)
         check_resume(dmc, tmp, files, np)
         check_refusals(dmc, root, tmp, files)
-    return "distillation loss and gradients as torch's KLDivLoss, data=2 as serial, resumed as whole, bad input refused"
+    return ("distillation loss and gradients as torch's KLDivLoss, data=2 and %d more meshes as serial, resumed as "
+            "whole, bad input refused" % len(MESHES))
 
 
 if __name__ == "__main__":
