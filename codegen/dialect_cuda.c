@@ -883,6 +883,28 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
     checked(w, call);
 }
 
+/* Fused attention: runtime/cuda/attention.cu, a thread a row; it needs no scratch (a
+ * float, so that the context's layout stays the C target's shape). */
+static void cuda_attention(cg_writer *w, const cg_attention *k) {
+    char call[1024];
+    snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q, k->k,
+             k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal);
+    checked(w, call);
+}
+
+static void cuda_attention_grad(cg_writer *w, const cg_attention *k) {
+    char call[1024];
+    snprintf(call, sizeof call, "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
+             k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
+             (long long)k->width, k->scale, k->causal);
+    checked(w, call);
+}
+
+static int64_t cuda_attention_scratch_floats(int64_t positions, int64_t width) {
+    (void)positions, (void)width;
+    return 1;
+}
+
 const cg_dialect cg_dialect_cuda = {
     .name = "cuda",
     .source_suffix = "cu",
@@ -925,6 +947,9 @@ const cg_dialect cg_dialect_cuda = {
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
     .dropout = cuda_dropout,
+    .attention_scratch_floats = cuda_attention_scratch_floats,
+    .attention = cuda_attention,
+    .attention_grad = cuda_attention_grad,
     .softmax = cuda_softmax,
     .softmax_grad = cuda_softmax_grad,
     .causal_mask = cuda_causal_mask,

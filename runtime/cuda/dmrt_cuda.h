@@ -229,6 +229,16 @@ int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
 int dmrt_gpu_dropout(dmrt_gpu *g, const float *x, float *out, int64_t n, const dmrt_dropout_shape *shape, uint64_t first,
                      uint64_t seed, int64_t step, uint32_t op, uint32_t threshold, float scale);
 
+/* Fused attention (the attention op, passes/fuse_attention.c) over `heads` heads of
+ * (positions, width), one thread a row (runtime/dmrt_attention_rows.h): the forward writes
+ * out and lse; the backward dq, dk and dv. runtime/dmrt_attention.h's operation and
+ * layout, to float rounding; no T x T scores are held. */
+int dmrt_gpu_attention_forward(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out, float *lse,
+                               int64_t heads, int64_t positions, int64_t width, float scale, int causal);
+int dmrt_gpu_attention_backward(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, const float *dout, float *dq, float *dk, float *dv, int64_t heads,
+                                int64_t positions, int64_t width, float scale, int causal);
+
 /* ---- collectives on device buffers --------------------------------------------------------
  *
  * The contracts of dmrt_comm.h's calls of the same names, on device memory, on the gpu's

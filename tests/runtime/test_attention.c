@@ -1,4 +1,6 @@
-/* test_attention: runtime/dmrt_attention.h's fused kernels against attention written out
+/* test_attention: runtime/dmrt_attention.h's fused kernels (the C target's) and
+ * runtime/dmrt_attention_rows.h's row functions (the CUDA target's kernels, compiled here
+ * as C) against attention written out
  * in double (the scores, the masked softmax, its product with v, and their gradients by
  * the chain rule), at sizes around the 64-position tile (1, 5, 63, 64, 65, 130), head
  * sizes 1, 3 and 16, one and three heads, causal and over every key, with scores large
@@ -11,6 +13,7 @@
 #include "check.h"
 #include "dmrt.h"
 #include "dmrt_attention.h"
+#include "dmrt_attention_rows.h"
 
 typedef struct sizes {
     int heads, positions, width, causal;
@@ -71,6 +74,24 @@ static double worst(const float *got, const double *want, size_t n, double *abs_
     return ratio;
 }
 
+/* The row functions over every row of every head, as attention.cu's threads run them. */
+static void by_rows(const sizes *z, const float *q, const float *k, const float *v, const float *dout, float scale,
+                    float *out, float *lse, float *dq, float *dk, float *dv) {
+    const size_t T = (size_t)z->positions, D = (size_t)z->width;
+    for (size_t h = 0; h < (size_t)z->heads; h++)
+        for (int64_t row = 0; row < z->positions; row++)
+            dmrt_attention_row_forward(q + h * T * D, k + h * T * D, v + h * T * D, out + h * T * D, lse + h * T, row,
+                                       z->positions, z->width, scale, z->causal);
+    for (size_t h = 0; h < (size_t)z->heads; h++)
+        for (int64_t row = 0; row < z->positions; row++) {
+            const size_t at = h * T * D;
+            dmrt_attention_row_dq(q + at, k + at, v + at, out + at, lse + h * T, dout + at, dq + at, row, z->positions,
+                                  z->width, scale, z->causal);
+            dmrt_attention_row_dkdv(q + at, k + at, v + at, out + at, lse + h * T, dout + at, dk + at, dv + at, row,
+                                    z->positions, z->width, scale, z->causal);
+        }
+}
+
 static int one(const sizes *z) {
     int fails = 0;
     const size_t n = (size_t)z->heads * z->positions * z->width, rows = (size_t)z->heads * z->positions;
@@ -101,15 +122,21 @@ static int one(const sizes *z) {
               threads);
     }
     free(split);
+    float *row_got = malloc(sizeof(float) * (4 * n + rows));
+    by_rows(z, q, k, v, dout, scale, row_got, row_got + n, row_got + n + rows, row_got + 2 * n + rows,
+            row_got + 3 * n + rows);
     static const char *const names[] = {"out", "lse", "dq", "dk", "dv"};
     const size_t at[] = {0, n, n + rows, 2 * n + rows, 3 * n + rows}, count[] = {n, rows, n, n, n};
-    for (int t = 0; t < 5; t++) {
-        double abs_err, ratio = worst(got + at[t], want + at[t], count[t], &abs_err);
-        printf("heads %d T %3d D %2d %-7s %-3s max abs error %.3g (error/bound %.3g)\n", z->heads, z->positions, z->width,
-               z->causal ? "causal" : "every", names[t], abs_err, ratio);
-        CHECK(ratio <= 1.0, "heads %d T %d D %d causal %d: %s off by %g", z->heads, z->positions, z->width, z->causal,
-              names[t], abs_err);
-    }
+    for (int kernels = 0; kernels < 2; kernels++)
+        for (int t = 0; t < 5; t++) {
+            const float *result = kernels ? row_got : got;
+            double abs_err, ratio = worst(result + at[t], want + at[t], count[t], &abs_err);
+            printf("%-6s heads %d T %3d D %2d %-7s %-3s max abs error %.3g (error/bound %.3g)\n", kernels ? "rows" : "tiled",
+                   z->heads, z->positions, z->width, z->causal ? "causal" : "every", names[t], abs_err, ratio);
+            CHECK(ratio <= 1.0, "%s: heads %d T %d D %d causal %d: %s off by %g", kernels ? "rows" : "tiled", z->heads,
+                  z->positions, z->width, z->causal, names[t], abs_err);
+        }
+    free(row_got);
     free(in);
     free(got);
     free(want);

@@ -1,0 +1,74 @@
+/* attention.cu: fused attention on the GPU (the CUDA target's attention op,
+ * codegen/dialect_cuda.c): one thread per row of a head, each running
+ * runtime/dmrt_attention_rows.h's function for its row, which the C test compiles too
+ * (tests/runtime/test_attention_rows.c checks them against the C target's kernels). No
+ * head's T x T scores are held: a forward row walks its keys with an online softmax, the
+ * backward recomputes the probabilities from lse. Rows are independent, so the results do
+ * not depend on the launch shape. A first kernel: correct and memory-lean, not tiled
+ * through shared memory (issue 37's speed work starts from it). */
+#include "gpu_internal.h"
+
+#include "dmrt_attention_rows.h"
+
+/* the (head, row) of thread `item` of heads x positions */
+#define ATTENTION_ROW_LOOP(heads, positions)                                                                  \
+    for (int64_t item = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; item < (heads) * (positions);       \
+         item += (int64_t)gridDim.x * blockDim.x)
+
+__global__ static void attention_forward_kernel(const float *q, const float *k, const float *v, float *out, float *lse,
+                                                int64_t heads, int64_t positions, int64_t width, float scale,
+                                                int causal) {
+    ATTENTION_ROW_LOOP(heads, positions) {
+        const int64_t h = item / positions, row = item % positions, head = h * positions * width;
+        dmrt_attention_row_forward(q + head, k + head, v + head, out + head, lse + h * positions, row, positions,
+                                   width, scale, causal);
+    }
+}
+
+__global__ static void attention_dq_kernel(const float *q, const float *k, const float *v, const float *out,
+                                           const float *lse, const float *dout, float *dq, int64_t heads,
+                                           int64_t positions, int64_t width, float scale, int causal) {
+    ATTENTION_ROW_LOOP(heads, positions) {
+        const int64_t h = item / positions, row = item % positions, head = h * positions * width;
+        dmrt_attention_row_dq(q + head, k + head, v + head, out + head, lse + h * positions, dout + head, dq + head, row,
+                              positions, width, scale, causal);
+    }
+}
+
+__global__ static void attention_dkdv_kernel(const float *q, const float *k, const float *v, const float *out,
+                                             const float *lse, const float *dout, float *dk, float *dv, int64_t heads,
+                                             int64_t positions, int64_t width, float scale, int causal) {
+    ATTENTION_ROW_LOOP(heads, positions) {
+        const int64_t h = item / positions, row = item % positions, head = h * positions * width;
+        dmrt_attention_row_dkdv(q + head, k + head, v + head, out + head, lse + h * positions, dout + head, dk + head,
+                                dv + head, row, positions, width, scale, causal);
+    }
+}
+
+int dmrt_gpu_attention_forward(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out, float *lse,
+                               int64_t heads, int64_t positions, int64_t width, float scale, int causal) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0);
+    const int64_t rows = heads * positions;
+    if (rows == 0) return DMRT_OK;
+    attention_forward_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, heads, positions, width,
+                                                                             scale, causal);
+    LAUNCH_CHECK(g, "attention_forward_kernel");
+    return DMRT_OK;
+}
+
+int dmrt_gpu_attention_backward(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, const float *dout, float *dq, float *dk, float *dv, int64_t heads,
+                                int64_t positions, int64_t width, float scale, int causal) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0);
+    const int64_t rows = heads * positions;
+    if (rows == 0) return DMRT_OK;
+    attention_dq_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dq, heads, positions,
+                                                                        width, scale, causal);
+    LAUNCH_CHECK(g, "attention_dq_kernel");
+    attention_dkdv_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dk, dv, heads,
+                                                                          positions, width, scale, causal);
+    LAUNCH_CHECK(g, "attention_dkdv_kernel");
+    return DMRT_OK;
+}
