@@ -46,11 +46,13 @@ static int load_weights(const ir_graph *g, dm_compaction *c, dm_diag *d) {
         int same = f && f->rank == rank;
         for (int k = 0; same && k < rank; k++) same = f->shape[k] == shape[k];
         if (!f || !f->f32 || !same) {
-            char want[256];
+            char want[256], found[256] = "";
             ir_format_sizes(&p->type, want, sizeof want);
-            dm_error(d, p->loc, "--compact %s: %s (the program's %s is %s; a file of another model, or of other "
-                     "--set sizes?)", c->path, !f ? "has no tensor of that name" : !f->f32 ? "its tensor is not F32"
-                     : "its tensor has another shape", p->name, want);
+            for (int k = 0, n = 0; f && k < f->rank && n < 200; k++)
+                n += snprintf(found + n, sizeof found - (size_t)n, "%s%lld", k ? ", " : "", (long long)f->shape[k]);
+            dm_error(d, p->loc, "--compact %s: tensor '%s' %s%s%s, the program's is %s (a file of another model, or of "
+                     "other --set sizes?)", c->path, p->name, !f ? "is missing" : !f->f32 ? "is not F32" : "has shape [",
+                     f && f->f32 ? found : "", f && f->f32 ? "]" : "", want);
             errors++;
             continue;
         }
