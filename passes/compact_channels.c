@@ -30,6 +30,14 @@ typedef struct channel_chain {
     int n_acts;
 } channel_chain;
 
+/* "[784, 64]" */
+static void format_shape(const int64_t *shape, int rank, char *buf, size_t size) {
+    int n = snprintf(buf, size, "[");
+    for (int k = 0; k < rank && n > 0 && (size_t)n < size; k++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, "]");
+}
+
 /* The file's tensor of each parameter (index as in g->params), copied: the working values. */
 static int load_weights(const ir_graph *g, dm_compaction *c, dm_diag *d) {
     c->weights = calloc((size_t)g->n_params, sizeof *c->weights);
@@ -47,12 +55,11 @@ static int load_weights(const ir_graph *g, dm_compaction *c, dm_diag *d) {
         for (int k = 0; same && k < rank; k++) same = f->shape[k] == shape[k];
         if (!f || !f->f32 || !same) {
             char want[256], found[256] = "";
-            ir_format_sizes(&p->type, want, sizeof want);
-            for (int k = 0, n = 0; f && k < f->rank && n < 200; k++)
-                n += snprintf(found + n, sizeof found - (size_t)n, "%s%lld", k ? ", " : "", (long long)f->shape[k]);
-            dm_error(d, p->loc, "--compact %s: tensor '%s' %s%s%s, the program's is %s (a file of another model, or of "
-                     "other --set sizes?)", c->path, p->name, !f ? "is missing" : !f->f32 ? "is not F32" : "has shape [",
-                     f && f->f32 ? found : "", f && f->f32 ? "]" : "", want);
+            format_shape(shape, rank, want, sizeof want);
+            if (f) format_shape(f->shape, f->rank, found, sizeof found);
+            dm_error(d, p->loc, "--compact %s: tensor '%s' %s%s, the program's is f32%s (a file of another model, or "
+                     "of other --set sizes?)", c->path, p->name, !f ? "is missing" : !f->f32 ? "is not F32" :
+                     "has shape ", f && f->f32 ? found : "", want);
             errors++;
             continue;
         }
@@ -128,6 +135,12 @@ static int bias_after(const ir_graph *g, const int *users, const int *user, int 
         g->values[id]->type.rank - 1] ? other : -1;
 }
 
+/* The mesh axis of more than one rank that splits dim of value id, or NULL. */
+static const char *split_axis(const ir_graph *g, int id, int dim) {
+    int axis = g->values[id]->type.split[dim];
+    return axis != IR_REPLICATED && g->axes[axis].size > 1 ? g->axes[axis].name : NULL;
+}
+
 /* Follows product m's channels to the next product (filling ch): NULL, or why not. */
 static const char *follow_chain(const ir_graph *g, const int *users, const int *user, const ir_value *m,
                                 channel_chain *ch, char *why, size_t size) {
@@ -138,9 +151,8 @@ static const char *follow_chain(const ir_graph *g, const int *users, const int *
         const ir_value *w = g->values[m->operands[1]];
         return users[w->id] > 1 ? "read by more than one op" : "read transposed or as a batch of products";
     }
-    int split = g->values[ch->weight]->type.split[1];
-    if (split != IR_REPLICATED && g->axes[split].size > 1) {
-        snprintf(why, size, "its channels are split over the mesh axis %s", g->axes[split].name);
+    if (split_axis(g, ch->weight, 1)) {
+        snprintf(why, size, "its channels are split over the mesh axis %s", split_axis(g, ch->weight, 1));
         return why;
     }
     int cur = m->id;
@@ -161,6 +173,11 @@ static const char *follow_chain(const ir_graph *g, const int *users, const int *
         }
         if (u->operands[0] == cur && product_weight(g, users, u) >= 0) {
             ch->next_weight = u->operands[1];
+            if (split_axis(g, ch->next_weight, 0)) {
+                snprintf(why, size, "%s's rows are split over the mesh axis %s", g->values[ch->next_weight]->name,
+                         split_axis(g, ch->next_weight, 0));
+                return why;
+            }
             ch->fold_bias = bias_after(g, users, user, u->id);
             return NULL;
         }
@@ -250,6 +267,14 @@ static void compact_one(ir_graph *g, dm_compaction *c, const channel_chain *ch, 
     free(constant);
 }
 
+/* The parameter a product's operand is, or is a slice, reshape or transpose of; else -1. */
+static int layout_source(const ir_graph *g, int id) {
+    const ir_value *v = g->values[id];
+    while (v->op == OP_RESHAPE || v->op == OP_TRANSPOSE || v->op == OP_SLICE || v->op == OP_PARAM_VIEW)
+        v = g->values[v->operands[0]];
+    return v->op == OP_PARAM ? v->id : -1;
+}
+
 static int64_t count_params(const dm_compaction *c) {
     int64_t n = 0;
     for (int i = 0; i < c->n_weights; i++) {
@@ -267,17 +292,22 @@ int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d) {
     c->layers = calloc((size_t)g->n_values, sizeof *c->layers);
     if (!users || !user || !c->layers) abort();
     count_users(g, users, user);
+    char *listed = calloc((size_t)g->n_values, 1);
+    if (!listed) abort();
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *m = g->values[i];
-        if (m->op != OP_MATMUL || g->values[m->operands[1]]->op != OP_PARAM) continue;
+        int w = m->op == OP_MATMUL ? layout_source(g, m->operands[1]) : -1;
+        if (w < 0 || listed[w]) continue;
+        listed[w] = 1;
         dm_layer_compaction *line = &c->layers[c->n_layers++];
-        const ir_value *w = g->values[m->operands[1]];
-        line->weight = w->name;
-        line->before = line->after = w->type.shape[w->type.rank - 1];
+        line->weight = g->values[w]->name;
+        line->before = line->after = g->values[w]->type.shape[g->values[w]->type.rank - 1];
         channel_chain ch;
-        line->why_not = follow_chain(g, users, user, m, &ch, line->why, sizeof line->why);
+        line->why_not = w != m->operands[1] ? "read through a slice, reshape or transpose (its channels are another "
+                                              "layout's)" : follow_chain(g, users, user, m, &ch, line->why, sizeof line->why);
         if (!line->why_not) compact_one(g, c, &ch, line);
     }
+    free(listed);
     free(users);
     free(user);
     c->params_after = count_params(c);

@@ -16,7 +16,9 @@ the pruned and of the compacted weights, numpy's gather and fold, the uncompacte
      channels' relu(bias) @ their next weight's rows;
   c) --evaluate of the compacted program prints the pruned program's test accuracy;
   d) --explain names what shrank and why fc3 did not;
-  e) errors, each a message naming the file and nothing written: weights pruned without
+  e) gpt.dm made small, random weights, half of each c_fc's columns zeroed: the MLPs (rank-3
+     activations, gelu) shrink and nothing else, and the logits equal the pruned program's;
+  f) errors, each a message naming the file and nothing written: weights pruned without
      :rows (no zero column), a file of another model size (naming the tensor), a file
      that is no safetensors, --save-compacted without --compact, --init with dmc run
      --compact.
@@ -122,13 +124,48 @@ def check_numbers(exe, tmp, data):
           "d) --explain: fc1 64 -> 32, fc3 kept (the logits)")
 
 
+def check_gpt(exe, tmp):
+    """gpt.dm made small: each block's MLP (x @ c_fc + b -> gelu -> @ c_proj, rank 3) loses the
+    zeroed half of c_fc's channels; the rest stays (attention's weights sliced, residual adds)."""
+    sets = ["--set", "B=2,T=16,V=256,C=64,NH=2,L=2"]
+    model = os.path.join(ROOT, "examples", "gpt.dm")
+    ir = dmc(exe, ["--emit=ir", "--stop-after", "lower", model] + sets, tmp).stdout
+    sizes = {"T": 16, "V": 256, "C": 64}
+    rng = np.random.default_rng(3)
+    w = {}
+    for name, dims in re.findall(r"%\d+ (\S+) : param f32\[([^\]]*)\]", ir):
+        shape = [int(sizes.get(d.split("@")[0], d.split("@")[0])) for d in dims.split(", ")]
+        v = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if "c_attn" in name:  # stored as [C, 3 * C] and [3 * C]
+            v = v.reshape(64, 192) if name.endswith("weight") else v.reshape(192)
+        w[name] = v
+    for layer in range(2):
+        w["h.%d.mlp.c_fc.weight" % layer][:, rng.choice(256, 128, replace=False)] = 0
+    write_safetensors(os.path.join(tmp, "gpt.st"), {k: ("F32", list(v.shape), v.tobytes()) for k, v in w.items()}, {})
+    tokens = rng.integers(0, 256, (5, 16)).astype(np.int32)
+    write_safetensors(os.path.join(tmp, "tokens.st"), {"tokens": ("I32", [5, 16], tokens.tobytes())}, {})
+    predict = ["--predict", "--batch-file", "tokens.st", "--quiet", "--out"]
+    dmc(exe, ["run", model] + sets + ["--", "--init", "gpt.st"] + predict + ["gpt_full.st"], tmp)
+    dmc(exe, ["run", model] + sets + ["--compact", "gpt.st", "--save-compacted", "gpt_small.st", "--"] + predict
+        + ["gpt_small_out.st"], tmp)
+    full = tensors(os.path.join(tmp, "gpt_full.st"))["logits"]
+    small = tensors(os.path.join(tmp, "gpt_small_out.st"))["logits"]
+    c = tensors(os.path.join(tmp, "gpt_small.st"))
+    shrunk = sorted(k for k in c if c[k].shape != w[k].shape)
+    want = ["h.%d.mlp.c_%s" % (l, n) for l in range(2) for n in ("fc.bias", "fc.weight", "proj.weight")]
+    d = float(np.max(np.abs(full - small)))
+    check(shrunk == want and c["h.0.mlp.c_fc.weight"].shape == (64, 128) and d < 1e-5,
+          "e) gpt.dm (B=2,T=16,V=256,C=64,NH=2,L=2): only the MLPs shrink (%s), logits within %.1e of the pruned "
+          "program's" % (", ".join(shrunk), d))
+
+
 def refused(exe, tmp, args, want, what):
     before = set(os.listdir(tmp))
     r = subprocess.run([exe] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                        timeout=300)
     after = set(os.listdir(tmp))
     check(r.returncode != 0 and want in r.stderr and after == before,
-          "e) %s: refused, nothing written (%s)" % (what, r.stderr.strip().splitlines()[0] if r.stderr else ""))
+          "f) %s: refused, nothing written (%s)" % (what, r.stderr.strip().splitlines()[0] if r.stderr else ""))
 
 
 def check_errors(exe, tmp):
@@ -151,7 +188,7 @@ def check_errors(exe, tmp):
     refused(exe, bad, [MODEL] + SETS + ["--compact", "scattered.st"] + out,
             "scattered.st: no weight has output channels to remove", "weights pruned without :rows")
     refused(exe, bad, [MODEL, "--set", "B=32,H=32", "--compact", "pruned.st"] + out,
-            "--compact pruned.st: tensor 'fc1.weight' has shape [784, 64]", "a file of another model size")
+            "--compact pruned.st: tensor 'fc1.weight' has shape [784, 64], the program's is f32[784, 32]", "a file of another model size")
     refused(exe, bad, [MODEL] + SETS + ["--compact", "junk.st"] + out, "--compact junk.st", "a file that is no safetensors")
     refused(exe, bad, [MODEL] + SETS + ["--save-compacted", "c.st", "-o", "gen"],
             "--save-compacted writes what --compact PRUNED makes", "--save-compacted without --compact")
@@ -168,6 +205,7 @@ def main():
     try:
         data = fashion_like(tmp)
         check_numbers(exe, tmp, data)
+        check_gpt(exe, tmp)
         check_errors(exe, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
