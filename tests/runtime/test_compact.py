@@ -14,7 +14,8 @@ the pruned and of the compacted weights, numpy's gather and fold, the uncompacte
      nonzero columns of the pruned fc1, fc2 (fc3 feeds the logits: kept whole); the values
      are numpy's gather of the kept channels, fc2's and fc3's biases plus the removed
      channels' relu(bias) @ their next weight's rows;
-  c) --evaluate of the compacted program prints the pruned program's test accuracy;
+  c) --evaluate of the compacted program, serial and --mesh data=2, prints the pruned program's
+     test accuracy;
   d) --explain names what shrank and why fc3 did not;
   e) gpt.dm made small, random weights, half of each c_fc's columns zeroed: the MLPs (rank-3
      activations, gelu) shrink and nothing else, and the logits equal the pruned program's;
@@ -116,8 +117,10 @@ def check_numbers(exe, tmp, data):
                                                        data], tmp).stdout)
     a_small = accuracy(dmc(exe, ["run", MODEL] + SETS + ["--compact", "pruned.st", "--", "--evaluate",
                                                         "--data-dir", data], tmp).stdout)
-    check(a_full is not None and a_full == a_small, "c) --evaluate: test accuracy %s compacted, %s pruned"
-          % (a_small, a_full))
+    a_data = accuracy(dmc(exe, ["run", MODEL] + SETS + ["--mesh", "data=2", "--compact", "pruned.st", "--",
+                                                       "--evaluate", "--data-dir", data], tmp).stdout)
+    check(a_full is not None and a_full == a_small == a_data,
+          "c) --evaluate: test accuracy %s compacted (%s on --mesh data=2), %s pruned" % (a_small, a_data, a_full))
     text = dmc(exe, ["--explain", MODEL] + SETS + ["--compact", "pruned.st"], tmp).stdout
     check(re.search(r"fc1\.weight +64 -> 32 output channels", text) and
           re.search(r"fc3\.weight +10 channels kept: its channels reach the model's output", text),
