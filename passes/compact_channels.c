@@ -149,7 +149,8 @@ static const char *follow_chain(const ir_graph *g, const int *users, const int *
     ch->bias = ch->fold_bias = -1;
     if (ch->weight < 0) {
         const ir_value *w = g->values[m->operands[1]];
-        return users[w->id] > 1 ? "read by more than one op" : "read transposed or as a batch of products";
+        return users[w->id] > 1 ? "read by more than one op" : m->trans_a || m->trans_b ? "read transposed"
+               : m->batch_dims ? "read by a batch of products" : "not a matrix stored as its type";
     }
     if (split_axis(g, ch->weight, 1)) {
         snprintf(why, size, "its channels are split over the mesh axis %s", split_axis(g, ch->weight, 1));
@@ -301,6 +302,7 @@ int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d) {
         listed[w] = 1;
         dm_layer_compaction *line = &c->layers[c->n_layers++];
         line->weight = g->values[w]->name;
+        line->weight_id = w;
         line->before = line->after = g->values[w]->type.shape[g->values[w]->type.rank - 1];
         channel_chain ch;
         line->why_not = w != m->operands[1] ? "read through a slice, reshape or transpose (its channels are another "
@@ -314,11 +316,13 @@ int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d) {
     int compacted = 0;
     for (int k = 0; k < c->n_layers; k++) compacted += !c->layers[k].why_not;
     if (!compacted) {
-        dm_error(d, g->loss_loc, "--compact %s: no weight has output channels to remove (no product's weight has "
-                 "an all-zero column whose channel only feeds the next product): is it a file saved by a run with "
-                 "--prune RATIO:rows?", c->path);
+        dm_loc at = c->n_layers ? g->values[c->layers[0].weight_id]->loc : g->loss_loc;
+        dm_error(d, at, "--compact %s: no weight has output channels to remove (no product's weight has an all-zero "
+                 "column whose channel only feeds the next product): is it a file saved by a run with --prune "
+                 "RATIO:rows?", c->path);
         for (int k = 0; k < c->n_layers; k++)
-            dm_note(d, g->values[g->params[0]]->loc, "%s stays: %s", c->layers[k].weight, c->layers[k].why_not);
+            dm_note(d, g->values[c->layers[k].weight_id]->loc, "%s stays: %s", c->layers[k].weight,
+                    c->layers[k].why_not);
         return 1;
     }
     return pass_shapes(g, d);

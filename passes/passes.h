@@ -32,6 +32,7 @@ typedef struct dm_weight {        /* a parameter's values after compaction */
 } dm_weight;
 typedef struct dm_layer_compaction { /* one product's weight: compacted, or why not */
     const char *weight;
+    int weight_id;                /* its value */
     int64_t before, after;        /* its output channels */
     const char *next_weight;      /* compacted: the weight that lost the same rows */
     int folded;                   /* compacted: removed channels' constants went into a bias */
