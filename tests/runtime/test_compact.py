@@ -21,8 +21,8 @@ the pruned and of the compacted weights, numpy's gather and fold, the uncompacte
      activations, gelu) shrink and nothing else, and the logits equal the pruned program's;
   f) errors, each a message naming the file and nothing written: weights pruned without
      :rows (no zero column), a file of another model size (naming the tensor), a file
-     that is no safetensors, --save-compacted without --compact, --init with dmc run
-     --compact.
+     that is no safetensors, --save-compacted without --compact, --compact with --mesh auto,
+     --init with dmc run --compact.
 Prints one line per check; exits 1 on any failure.
 """
 import os
@@ -195,6 +195,8 @@ def check_errors(exe, tmp):
     refused(exe, bad, [MODEL] + SETS + ["--compact", "junk.st"] + out, "--compact junk.st", "a file that is no safetensors")
     refused(exe, bad, [MODEL] + SETS + ["--save-compacted", "c.st", "-o", "gen"],
             "--save-compacted writes what --compact PRUNED makes", "--save-compacted without --compact")
+    refused(exe, bad, [MODEL] + SETS + ["--compact", "pruned.st", "--mesh", "auto", "--devices", "2"] + out,
+            "--compact cannot be combined with --mesh auto", "--compact with --mesh auto")
     refused(exe, bad, ["run", MODEL] + SETS + ["--compact", "pruned.st", "--", "--init", "pruned.st", "--predict"],
             "--init cannot be given with --compact", "dmc run --compact with --init")
 
