@@ -89,6 +89,14 @@ static const char usage[] =
     "  --prune-start F, --prune-end F\n"
     "                             the ramp's first and last fractions of the run's updates\n"
     "                             (default 0 and 0.75)\n"
+    "  --compact PRUNED           the smaller program of PRUNED's weights (a --save of a run\n"
+    "                             with --prune RATIO:rows): each product's all-zero output\n"
+    "                             channels removed where they only feed the next product, its\n"
+    "                             bias and the next weight's rows with them; --explain says\n"
+    "                             which weights shrank and why others did not; -o and dmc run\n"
+    "                             write the compacted weights, which dmc run passes as --init\n"
+    "  --save-compacted FILE      where --compact writes the compacted weights (default:\n"
+    "                             compacted.safetensors in -o's or dmc run's directory)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
     "                             its inputs for the backward pass, which makes the rest\n"
@@ -407,6 +415,8 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     }
     if ((v = option_value(argc, argv, i, "--loss-scale-interval")))
         return parse_count("--loss-scale-interval", v, 1, INT64_MAX / 2, &o->loss_scale_interval);
+    if ((v = option_value(argc, argv, i, "--compact"))) return o->compact = v, 1;
+    if ((v = option_value(argc, argv, i, "--save-compacted"))) return o->save_compacted = v, 1;
     static const char *const prune_flags[] = {"--prune", "--prune-start", "--prune-end"};
     for (int k = 0; k < 3; k++)
         if ((v = option_value(argc, argv, i, prune_flags[k]))) return parse_prune(prune_flags[k], v, o);
@@ -419,12 +429,13 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
 }
 
 static int check_plan_options(const dm_options *o);
+static int check_compact_options(const dm_options *o);
 
 /* Every option of dmc (not the trainer's, which dmc run passes on), for "did you mean". */
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--prune", "--prune-start", "--prune-end", "--no-fuse-attention", "--no-hoist-constants", "--quantize", "--quantize-group", "--sequence-parallel",
+    "--prune", "--prune-start", "--prune-end", "--compact", "--save-compacted", "--no-fuse-attention", "--no-hoist-constants", "--quantize", "--quantize-group", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
@@ -513,7 +524,27 @@ static int check_options(const dm_options *o) {
                         "them\n", o->prune.start, o->prune.end);
         return -1;
     }
-    return check_plan_options(o);
+    return check_compact_options(o) ? -1 : check_plan_options(o);
+}
+
+/* --compact's company: 0, or -1 after a message. */
+static int check_compact_options(const dm_options *o) {
+    if (o->save_compacted && !o->compact) {
+        fprintf(stderr, "dmc: error: --save-compacted writes what --compact PRUNED makes: give --compact\n");
+        return -1;
+    }
+    if (o->compact && (o->plan || o->mesh_auto)) {
+        fprintf(stderr, "dmc: error: --compact cannot be combined with %s: the plans are made for the uncompacted "
+                        "shapes; give the mesh\n", o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
+    for (int k = 0; o->compact && o->run && k < o->n_trainer_args; k++)
+        if (strncmp(o->trainer_args[k], "--init", 6) == 0 && (!o->trainer_args[k][6] || o->trainer_args[k][6] == '=')) {
+            fprintf(stderr, "dmc: error: --init cannot be given with --compact %s: dmc run passes the program the "
+                            "compacted weights itself\n", o->compact);
+            return -1;
+        }
+    return 0;
 }
 
 static int parse_args_into(int argc, char **argv, dm_options *o) {

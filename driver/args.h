@@ -65,6 +65,10 @@ typedef struct dm_options {
     int64_t loss_scale_interval; /* --loss-scale-interval (fp16), 0: the default */
     ir_prune prune;           /* --prune RATIO, --prune-start F, --prune-end F (ratio 0: none) */
     int prune_window_given;   /* --prune-start or --prune-end was given */
+    const char *compact;      /* --compact PRUNED: the weights whose zero channels are removed, or NULL */
+    const char *save_compacted; /* --save-compacted FILE: where the compacted weights go (NULL: -o's or
+                               * dmc run's directory, compacted.safetensors) */
+    const char *compacted_init; /* dmc run --compact: the compacted weights the trainer gets as --init */
     char **trainer_args;      /* passed through to the trainer */
     int n_trainer_args;
 } dm_options;

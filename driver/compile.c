@@ -98,6 +98,7 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
     int before = d->n_errors;
     out->g = dm_lower(prog, req->lower, d);
     if (!out->g) return d->n_errors > before ? d->n_errors - before : 1;
+    if (req->compact && pass_compact_channels(out->g, req->compact, d)) return d->n_errors > before ? d->n_errors - before : 1;
     if (req->distill_temperature > 0 && pass_distill(out->g, req->distill_temperature, req->distill_alpha, d))
         return d->n_errors > before ? d->n_errors - before : 1;
     if (run_passes(out->g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;

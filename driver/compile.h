@@ -21,6 +21,7 @@ typedef struct dm_compile_request {
     ir_prune prune;             /* --prune (ratio 0: none) */
     double distill_temperature; /* > 0: the loss becomes distillation's (passes/distill.c) */
     double distill_alpha;       /* with distill_temperature: the cross-entropy's weight */
+    dm_compaction *compact;     /* --compact: the pruned file in, the compacted weights out; or NULL */
 } dm_compile_request;
 
 typedef struct dm_compiled {

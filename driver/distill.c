@@ -230,6 +230,7 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
     dm_compile_request req = *base;
     req.lower = &lo;
     req.distill_temperature = 0;
+    req.compact = NULL; /* --compact shrinks the student only */
     req.stop_after = NULL;
     req.plan_memory = 1;
     int status = dm_compile(prog, &req, &diag, &out->compiled);

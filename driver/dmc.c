@@ -11,6 +11,7 @@
 #include "ast.h"
 #include "calibrate.h"
 #include "codegen.h"
+#include "compact_io.h"
 #include "compile.h"
 #include "distill.h"
 #include "explain.h"
@@ -87,14 +88,15 @@ static int build_and_run(const dm_options *o, const ir_graph *g, const dm_teache
 /* The passes, from the parsed program to the plans: 0, or 1 after errors. */
 /* With --teacher, the student's loss is distillation's and the teacher is compiled into
  * *teacher (driver/distill.c). */
+/* With --compact, compaction holds the pruned file's tensors, and gets the compacted ones. */
 static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, const char *model, dm_compiled *c,
-                   dm_teacher *teacher) {
+                   dm_teacher *teacher, dm_compaction *compaction) {
     dm_lower_options lo = lower_options(o, model);
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
                               .precision_given = o->precision_given, .loss_scale = o->loss_scale,
                               .loss_scale_interval = o->loss_scale_interval,
-                              .prune = o->prune};
+                              .prune = o->prune, .compact = o->compact ? compaction : NULL};
     int distill = dm_distill_options(o, &req.distill_temperature, &req.distill_alpha);
     if (distill < 0) return 1;
     if (dm_compile(prog, &req, diag, c) != 0) return 1;
@@ -116,7 +118,20 @@ static int check(const dm_options *o, const dm_compiled *c) {
 
 /* -o DIR and dmc run: the code written into DIR, --keep DIR or a temporary directory
  * (removed at the end, also when dmc is killed: supervise.h), then built and trained. */
-static int generate(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher) {
+/* --compact: the compacted weights written to --save-compacted's path or dir's
+ * compacted.safetensors (the path into path): 0, or 1 after a message. */
+static int save_compacted(const dm_options *o, const dm_compaction *compaction, const char *dir, char *path) {
+    int n = o->save_compacted ? snprintf(path, PATH_MAX, "%s", o->save_compacted)
+                              : snprintf(path, PATH_MAX, "%.*s/compacted.safetensors", PATH_MAX - 32, dir);
+    if (n < 0 || n >= PATH_MAX) {
+        fprintf(stderr, "dmc: error: --save-compacted: the path is too long\n");
+        return 1;
+    }
+    return dm_compact_save(compaction, path);
+}
+
+static int generate(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher,
+                    const dm_compaction *compaction) {
     const char *given = o->out_dir ? o->out_dir : o->keep_dir;
     char dir[PATH_MAX];
     if (o->run) dm_pass_on_signals(); /* from here on there is a directory to remove */
@@ -130,8 +145,14 @@ static int generate(const dm_options *o, const dm_compiled *c, const dm_source *
         status = codegen_write(teacher->compiled.g, &teacher_plans, o->teacher, teacher->src.text, teacher->src.len,
                                &o->codegen, dir, stderr) ? 1 : 0;
     }
+    char compacted[PATH_MAX];
+    dm_options with_init = *o;
+    if (status == 0 && o->compact) {
+        status = save_compacted(o, compaction, dir, compacted);
+        with_init.compacted_init = compacted;
+    }
     if (status == 0 && o->run) {
-        status = build_and_run(o, c->g, link, dir);
+        status = build_and_run(&with_init, c->g, link, dir);
         /* a build the signal ended reports that, not a failure of its own */
         if (dm_stop_signal() && status == 1) status = 128 + dm_stop_signal();
     }
@@ -141,17 +162,19 @@ static int generate(const dm_options *o, const dm_compiled *c, const dm_source *
 }
 
 /* What the compiled program is for: --emit=ir, --explain, --check, or code (-o, dmc run). */
-static int output(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher) {
+static int output(const dm_options *o, const dm_compiled *c, const dm_source *src, const dm_teacher *teacher,
+                  const dm_compaction *compaction) {
     if (o->emit) {
         ir_print(c->g, stdout);
         return 0;
     }
     if (o->explain) {
+        if (o->explain - 1 != EXPLAIN_JSON) explain_compaction_text(compaction, stdout);
         explain_print(c->g, &c->memory, &c->reshards, &c->pipeline, &c->zero, o->input, (explain_format)(o->explain - 1),
                       stdout);
         return 0;
     }
-    return o->check ? check(o, c) : generate(o, c, src, teacher);
+    return o->check ? check(o, c) : generate(o, c, src, teacher, compaction);
 }
 
 int main(int argc, char **argv) {
@@ -175,9 +198,14 @@ int main(int argc, char **argv) {
     if (status == 0 && (o.plan || o.mesh_auto)) status = plan(&o, prog, &src, model);
     dm_compiled c = {0};
     dm_teacher teacher = {0};
-    if (status == 0 && !o.plan) status = compile(&o, prog, &diag, model, &c, &teacher);
+    dm_compaction compaction = {0};
+    dm_compact_input *pruned = NULL;
+    if (status == 0 && o.compact && !(pruned = dm_compact_open(o.compact, &compaction))) status = 1;
+    if (status == 0 && !o.plan) status = compile(&o, prog, &diag, model, &c, &teacher, &compaction);
     dm_program_free(prog);
-    if (status == 0 && !o.plan) status = output(&o, &c, &src, &teacher);
+    if (status == 0 && !o.plan) status = output(&o, &c, &src, &teacher, &compaction);
+    dm_compaction_free(&compaction);
+    dm_compact_close(pruned);
     dm_teacher_free(&teacher);
     dm_compiled_free(&c);
     dm_source_free(&src);

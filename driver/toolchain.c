@@ -310,6 +310,10 @@ int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {
         argv[n++] = "--teacher-init";
         argv[n++] = (char *)o->teacher_init;
     }
+    if (o->compacted_init) {
+        argv[n++] = "--init";
+        argv[n++] = (char *)o->compacted_init;
+    }
     for (int i = 0; i < o->n_trainer_args; i++) argv[n++] = o->trainer_args[i];
     argv[n] = NULL;
     int status = dm_stop_signal() ? 128 + dm_stop_signal() : dm_run_process(argv, DM_RUN_TRAINER);

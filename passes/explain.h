@@ -73,6 +73,9 @@ void explain_ps_json(const ir_graph *g, FILE *out);
 /* explain_prune.c: --prune's ratio, schedule and pruned weights (nothing without it). */
 void explain_prune_text(const ir_graph *g, FILE *out);
 void explain_prune_json(const ir_graph *g, FILE *out);
+/* explain_channels.c: --compact's weights, channels before and after, and why others stay
+ * (nothing without --compact). */
+void explain_compaction_text(const dm_compaction *c, FILE *out);
 
 /* What --sequence-parallel holds in row blocks and which collectives it uses
  * (explain_sequence.c; nothing, and no JSON key, when it is off). */

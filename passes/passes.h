@@ -12,6 +12,48 @@
  * marked unreached (the optimizer leaves it alone). requires: lower. */
 int pass_trainable(ir_graph *g, dm_diag *d);
 
+/* compact_channels.c: --compact PRUNED: the output channels `--prune RATIO:rows` zeroed,
+ * removed from the program (docs/compression.md, "Compacting"): a product's weight loses
+ * its all-zero columns where they only feed the next product (through a bias add and
+ * elementwise activations), its bias the same entries and the next weight the same rows,
+ * their constant act(bias) folded into the bias after the next product. */
+typedef struct dm_file_tensor {   /* a tensor of the pruned file, as read */
+    const char *name;
+    int f32;                      /* its dtype is F32 (only those are compacted) */
+    int rank;
+    int64_t shape[IR_MAX_RANK];
+    const float *data;
+} dm_file_tensor;
+typedef struct dm_weight {        /* a parameter's values after compaction */
+    const char *name;
+    int rank;
+    int64_t shape[IR_MAX_RANK];
+    float *data;                  /* owned */
+} dm_weight;
+typedef struct dm_layer_compaction { /* one product's weight: compacted, or why not */
+    const char *weight;
+    int weight_id;                /* its value */
+    int64_t before, after;        /* its output channels */
+    const char *next_weight;      /* compacted: the weight that lost the same rows */
+    int folded;                   /* compacted: removed channels' constants went into a bias */
+    const char *why_not;          /* NULL when compacted */
+    char why[160];
+} dm_layer_compaction;
+typedef struct dm_compaction {
+    const char *path;             /* the pruned file (--compact) */
+    const dm_file_tensor *file;   /* (n_file) its tensors */
+    int n_file;
+    dm_weight *weights;           /* (n_weights) out: every parameter (g->params order) compacted */
+    int n_weights;
+    dm_layer_compaction *layers;  /* (n_layers) out: every product reading a parameter */
+    int n_layers;
+    int64_t params_before, params_after; /* out: parameters' elements */
+} dm_compaction;
+/* requires: lower (before autodiff). Every parameter must be in the file, F32, of its
+ * shape; errors name the file and the tensor. */
+int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d);
+void dm_compaction_free(dm_compaction *c);
+
 /* fuse_attention.c: with g->fuse_attention, each softmax(causal_mask(q @ kT * s)) @ v whose
  * scores and probabilities nothing else reads becomes one attention op. requires: typed
  * forward graph (before autodiff); renumbers values. */
