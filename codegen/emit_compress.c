@@ -82,8 +82,9 @@ void emit_compress_tables(emitter *E) {
     emit_state_comment(E);
     cg_blank(&E->w);
     if (!powersgd(E)) return;
+    int device = E->dialect->separate_memory; /* Q is in device memory: drawn on the host, copied there */
     cg_line(&E->w, "/* PowerSGD's Q factors, drawn from the seed: the same on every rank of the data axis. */");
-    cg_line(&E->w, "static void compress_init(struct_ctx *ctx, uint64_t seed) {");
+    cg_line(&E->w, "static int compress_init(struct_ctx *ctx, uint64_t seed) {");
     E->w.indent++;
     cg_line(&E->w, "ctx->compress_seed = seed;");
     for (int k = 0; k < E->compress->n_buckets; k++) {
@@ -91,16 +92,51 @@ void emit_compress_tables(emitter *E) {
         if (!b->q_elems) continue;
         int guard = E->pipe_axis >= 0;
         if (guard) cg_line(&E->w, "if (ctx->coord[%d] == %d) /* the bucket's pipeline stage */", E->pipe_axis, b->stage);
-        cg_line(&E->w, "%sdmrt_powersgd_init(ctx->state + %lld, compress_segments_%d, %d, %d, seed);", guard ? "    " : "",
-                (long long)b->q_at, k, b->last - b->first + 1, E->g->compress.rank);
+        if (device)
+            cg_line(&E->w, "%sif (dmrt_gpu_powersgd_init(ctx->gpu, ctx->state + %lld, compress_segments_%d, %d, %d, seed) != "
+                           "DMRT_OK) return DMRT_ERR_DEVICE;", guard ? "    " : "", (long long)b->q_at, k,
+                    b->last - b->first + 1, E->g->compress.rank);
+        else
+            cg_line(&E->w, "%sdmrt_powersgd_init(ctx->state + %lld, compress_segments_%d, %d, %d, seed);", guard ? "    " : "",
+                    (long long)b->q_at, k, b->last - b->first + 1, E->g->compress.rank);
     }
+    cg_line(&E->w, "return DMRT_OK;");
     E->w.indent--;
     cg_line(&E->w, "}");
     cg_blank(&E->w);
 }
 
 void emit_compress_create(emitter *E) {
-    if (powersgd(E)) cg_line(&E->w, "compress_init(ctx, seed);");
+    if (!powersgd(E)) return;
+    cg_line(&E->w, "if (compress_init(ctx, seed) != DMRT_OK) {");
+    cg_line(&E->w, "    snprintf(ctx->error, sizeof ctx->error, \"PowerSGD's factors: %%s\", %s);", E->dialect->comm_error);
+    cg_line(&E->w, "    goto fail;");
+    cg_line(&E->w, "}");
+}
+
+/* The CUDA target's compressed reduction of bucket b (number k): its gradients, residual and
+ * Q on the device, staged by the runtime. */
+static void emit_staged_reduce(emitter *E, const dm_compress_bucket *b, int k, const char *grads, const char *residual,
+                               const char *q, const char *what) {
+    const ir_graph *g = E->g;
+    int n_segs = b->last - b->first + 1;
+    switch (g->compress.kind) {
+    case COMPRESS_BF16:
+    case COMPRESS_FP16:
+        cg_line(&E->w, "if (dmrt_gpu_allreduce_sum_half(ctx->gpu, ctx->comm[%d], %s, %lld, %s, \"%s\") != DMRT_OK)", b->axis,
+                grads, (long long)b->elems, g->compress.kind == COMPRESS_BF16 ? "DMRT_BF16" : "DMRT_FP16", what);
+        break;
+    case COMPRESS_TOPK:
+        cg_line(&E->w, "if (dmrt_gpu_allreduce_topk(ctx->gpu, ctx->comm[%d], %s, %s, %lld, compress_segments_%d, %d, \"%s\") != "
+                       "DMRT_OK)", b->axis, grads, residual, (long long)b->elems, k, n_segs, what);
+        break;
+    default:
+        cg_line(&E->w, "if (dmrt_gpu_allreduce_powersgd(ctx->gpu, ctx->comm[%d], %s, %s, %s, %lld, compress_segments_%d, %d, %d,",
+                b->axis, grads, residual, q, (long long)b->elems, k, n_segs, g->compress.rank);
+        cg_line(&E->w, "                                ctx->compress_seed, ctx->step, \"%s\") != DMRT_OK)", what);
+        break;
+    }
+    cg_line(&E->w, "    return comm_failed(ctx);");
 }
 
 /* After the members' partials are in place in ctx->grads: the bucket's compressed reduction. */
@@ -119,6 +155,10 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
     if (b->q_elems) snprintf(q, sizeof q, "ctx->state + %lld", (long long)b->q_at);
     else snprintf(q, sizeof q, "NULL"); /* no matrix to factor in this bucket */
     snprintf(what, sizeof what, "%s %s", kind_text(E), label);
+    if (E->dialect->separate_memory) { /* staged through host memory, the work there (dmrt_cuda.h) */
+        emit_staged_reduce(E, b, k, grads, residual, q, what);
+        return;
+    }
     switch (g->compress.kind) {
     case COMPRESS_BF16:
     case COMPRESS_FP16:

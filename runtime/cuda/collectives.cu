@@ -381,3 +381,74 @@ int dmrt_gpu_send_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, const flo
 int dmrt_gpu_recv_tagged(dmrt_gpu *g, dmrt_comm *c, int peer, int tag, float *buf, int64_t n, const char *what) {
     return recv_staged(g, c, peer, tag, buf, n, what);
 }
+
+/* ---- compressed reductions (--compress), staged ------------------------------------------------
+ *
+ * The gradients, the error-feedback residual and PowerSGD's Q factors (device memory, in
+ * the context's grads and state) go through pinned host memory to dmrt_comm.h's call of the
+ * same name and back, with that call's work after them: the C target's results, bit for bit. */
+
+/* Q's floats: cols x rank per compressed segment. */
+static int64_t powersgd_q_floats(const dmrt_powersgd_segment *segs, int n_segs, int rank) {
+    int64_t floats = 0;
+    for (int s = 0; s < n_segs; s++)
+        if (segs[s].compressed) floats += segs[s].cols * rank;
+    return floats;
+}
+
+int dmrt_gpu_allreduce_sum_half(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format,
+                                const char *what) {
+    GPU_ENTER(g);
+    int rc = check_call(g, c, n, "allreduce_sum_half", what);
+    if (rc != DMRT_OK) return rc;
+    const int64_t work = dmrt_allreduce_half_work(n, dmrt_comm_size(c));
+    float *h;
+    if ((rc = stage_begin(g, n + work, &h)) != DMRT_OK || (rc = stage_out(g, h, buf, n)) != DMRT_OK) return rc;
+    if (dmrt_allreduce_sum_half(c, h, n, format, h + n, work, what) != 0) return host_failed(g, c);
+    return stage_in(g, buf, h, n);
+}
+
+int dmrt_gpu_allreduce_topk(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, int64_t n,
+                            const dmrt_topk_segment *segs, int n_segs, const char *what) {
+    GPU_ENTER(g);
+    int rc = check_call(g, c, n, "allreduce_topk", what);
+    if (rc != DMRT_OK) return rc;
+    const int64_t work = dmrt_allreduce_topk_work(segs, n_segs, dmrt_comm_size(c));
+    float *h;
+    if ((rc = stage_begin(g, 2 * n + work, &h)) != DMRT_OK || (rc = stage_out(g, h, grads, n)) != DMRT_OK ||
+        (rc = stage_out(g, h + n, residual, n)) != DMRT_OK)
+        return rc;
+    if (dmrt_allreduce_topk(c, h, h + n, n, segs, n_segs, h + 2 * n, work, what) != 0) return host_failed(g, c);
+    if ((rc = stage_in(g, grads, h, n)) != DMRT_OK) return rc;
+    return stage_in(g, residual, h + n, n);
+}
+
+int dmrt_gpu_allreduce_powersgd(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
+                                const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
+                                const char *what) {
+    GPU_ENTER(g);
+    int rc = check_call(g, c, n, "allreduce_powersgd", what);
+    if (rc != DMRT_OK) return rc;
+    const int64_t nq = q ? powersgd_q_floats(segs, n_segs, rank) : 0, work = dmrt_allreduce_powersgd_work(segs, n_segs, rank);
+    float *h;
+    if ((rc = stage_begin(g, 2 * n + nq + work, &h)) != DMRT_OK || (rc = stage_out(g, h, grads, n)) != DMRT_OK ||
+        (rc = stage_out(g, h + n, residual, n)) != DMRT_OK || (rc = stage_out(g, h + 2 * n, q, nq)) != DMRT_OK)
+        return rc;
+    if (dmrt_allreduce_powersgd(c, h, h + n, q ? h + 2 * n : NULL, n, segs, n_segs, rank, seed, step, h + 2 * n + nq, work,
+                                what) != 0)
+        return host_failed(g, c);
+    if ((rc = stage_in(g, grads, h, n)) != DMRT_OK || (rc = stage_in(g, residual, h + n, n)) != DMRT_OK) return rc;
+    return stage_in(g, q, h + 2 * n, nq);
+}
+
+int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *segs, int n_segs, int rank,
+                           uint64_t seed) {
+    GPU_ENTER(g);
+    const int64_t nq = powersgd_q_floats(segs, n_segs, rank);
+    float *h;
+    int rc = stage_begin(g, nq, &h);
+    if (rc != DMRT_OK) return rc;
+    dmrt_powersgd_init(h, segs, n_segs, rank, seed);
+    if ((rc = stage_in(g, q, h, nq)) != DMRT_OK) return rc;
+    return dmrt_gpu_wait_stream(g, g->stream); /* the staging is free again when this returns */
+}

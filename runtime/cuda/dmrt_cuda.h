@@ -229,6 +229,21 @@ int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
 int dmrt_gpu_dropout(dmrt_gpu *g, const float *x, float *out, int64_t n, const dmrt_dropout_shape *shape, uint64_t first,
                      uint64_t seed, int64_t step, uint32_t op, uint32_t threshold, float scale);
 
+/* Gradient compression (--compress, codegen/emit_compress.c): dmrt_comm.h's
+ * dmrt_allreduce_sum_half, _topk and _powersgd on device buffers (the gradients, the
+ * error-feedback residual and Q in the context's grads and state), staged through host
+ * memory with their work there: the C target's results bit for bit. dmrt_gpu_powersgd_init
+ * is dmrt_powersgd_init of device q. */
+int dmrt_gpu_allreduce_sum_half(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format,
+                                const char *what);
+int dmrt_gpu_allreduce_topk(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, int64_t n,
+                            const dmrt_topk_segment *segs, int n_segs, const char *what);
+int dmrt_gpu_allreduce_powersgd(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
+                                const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
+                                const char *what);
+int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *segs, int n_segs, int rank,
+                           uint64_t seed);
+
 /* Fused attention (the attention op, passes/fuse_attention.c) over `heads` heads of
  * (positions, width), one thread a row (runtime/dmrt_attention_rows.h): the forward writes
  * out and lse; the backward dq, dk and dv. runtime/dmrt_attention.h's operation and

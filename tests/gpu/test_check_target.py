@@ -22,10 +22,6 @@ def cases(root):
     mlp = os.path.join(root, "examples", "mlp.dm")
     gpt = os.path.join(root, "examples", "gpt.dm")
     return [
-        ("compress-bf16", mlp, ["--mesh", "data=2", "--compress", "bf16"],
-         "gradient compression (--compress bf16) is built for the C target only"),
-        ("compress-topk", mlp, ["--mesh", "data=2", "--compress", "topk:0.1"],
-         "gradient compression (--compress topk:0.1) is built for the C target only"),
         ("param-servers", mlp, ["--mesh", "data=2", "--param-servers", "1"],
          "parameter servers are built for the C target only"),
     ]
@@ -72,6 +68,8 @@ def main():
                                                 "--chunks", "2"], None),
                     ("zero-3", mlp, ["--mesh", "data=2", "--zero", "3"], None),
                     ("fp16", mlp, ["--precision", "fp16", "--mesh", "data=2"], None),
+                    ("compress-bf16", mlp, ["--mesh", "data=2", "--compress", "bf16"], None),
+                    ("compress-powersgd", mlp, ["--mesh", "data=2", "--compress", "powersgd:2"], None),
                     ("2bw", embed2bw, ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw"], None),
                     ("pipedream", embed2bw, ["--mesh", "data=2,pipeline=3", "--microbatches", "4", "--schedule",
                                              "pipedream"], None)]

@@ -11,6 +11,7 @@ tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x 
 fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
+gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -82,6 +83,13 @@ CASES = [
     ("gpt-pipeline2-2bw", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--microbatches", "2", "--schedule", "2bw"], None),
     ("gpt-pipeline3-pipedream", "examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=2,B=6", "pipeline=3",
      ["--microbatches", "3", "--schedule", "pipedream"], None),
+    # gradient compression, staged through host memory (the C target's results bit for bit):
+    # 16-bit values, top-k with its residual, PowerSGD with its Q factors drawn at create
+    ("mlp-data2-compress-bf16", "examples/mlp.dm", SMALL_MLP, "data=2", ["--compress", "bf16"], None),
+    ("mlp-data2-compress-topk", "examples/mlp.dm", SMALL_MLP, "data=2", ["--compress", "topk:0.1"], None),
+    ("gpt-data2-compress-powersgd", "examples/gpt.dm", TINY_GPT, "data=2", ["--compress", "powersgd:2"], None),
+    ("mlp-data2-pipeline2-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
+     ["--microbatches", "2", "--compress", "powersgd:4"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
