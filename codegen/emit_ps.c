@@ -46,8 +46,10 @@ void emit_ps_tables(emitter *E) {
     if (!states) cg_line(w, "(void)state;");
     cg_update k = {.opt = &g->optimizer, .count = "n", .param = "param", .grad = "grad", .updates = cg_updates_done(E),
                    .state0 = states > 0 ? "state[0]" : NULL, .state1 = states > 1 ? "state[1]" : NULL};
-    if (g->optimizer.kind == OPTIM_SGD) E->dialect->sgd(w, &k);
-    else E->dialect->adamw(w, &k);
+    /* the servers hold their shards in host memory whatever the target: the C dialect's loops */
+    const cg_dialect *host = E->dialect->separate_memory ? &cg_dialect_c : E->dialect;
+    if (g->optimizer.kind == OPTIM_SGD) host->sgd(w, &k);
+    else host->adamw(w, &k);
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
@@ -72,7 +74,12 @@ void emit_ps_exchange(emitter *E) {
     cg_line(w, "/* the parameter servers (world ranks %lld..%lld) update the parameters: this worker's gradients",
             (long long)ir_mesh_ranks(E->g), (long long)ir_mesh_ranks(E->g) + E->g->param_servers.servers - 1);
     cg_line(w, " * go to them, their shards of the parameters come back */");
-    cg_line(w, "if (dmrt_ps_exchange(ctx->rank, &ps_layout, !ctx->ps_pushed, ctx->grads, ctx->params, ctx->step, ctx->lr) != 0)");
+    if (E->dialect->separate_memory) { /* staged through host memory */
+        cg_line(w, "if (dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, !ctx->ps_pushed, ctx->grads, ctx->params, ctx->step,");
+        cg_line(w, "                         ctx->lr) != DMRT_OK)");
+    } else {
+        cg_line(w, "if (dmrt_ps_exchange(ctx->rank, &ps_layout, !ctx->ps_pushed, ctx->grads, ctx->params, ctx->step, ctx->lr) != 0)");
+    }
     cg_line(w, "    return comm_failed(ctx);");
     cg_line(w, "ctx->ps_pushed = 1;");
 }
@@ -81,7 +88,10 @@ void emit_ps_exchange(emitter *E) {
 void emit_ps_finish(emitter *E) {
     if (!emits_param_servers(E)) return;
     cg_line(&E->w, "if (ctx->rank && ctx->params) /* the servers stop once every worker says it is done */");
-    cg_line(&E->w, "    (void)dmrt_ps_finish(ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
+    if (E->dialect->separate_memory)
+        cg_line(&E->w, "    (void)dmrt_gpu_ps_finish(ctx->gpu, ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
+    else
+        cg_line(&E->w, "    (void)dmrt_ps_finish(ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
 }
 
 void emit_ps_declaration(emitter *E) {

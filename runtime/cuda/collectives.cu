@@ -452,3 +452,43 @@ int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *s
     if ((rc = stage_in(g, q, h, nq)) != DMRT_OK) return rc;
     return dmrt_gpu_wait_stream(g, g->stream); /* the staging is free again when this returns */
 }
+
+/* ---- parameter servers (--param-servers), staged -------------------------------------------- */
+
+/* The floats of a worker's parameters (grads: 0) or gradients (grads: 1) the segments reach. */
+static int64_t ps_extent(const dmrt_ps_layout *L, int grads) {
+    int64_t end = 0;
+    for (int s = 0; s < L->n_segments; s++) {
+        const int64_t at = grads ? L->segments[s].grad_at : L->segments[s].param_at;
+        if (at + L->segments[s].numel > end) end = at + L->segments[s].numel;
+    }
+    return end;
+}
+
+int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
+                         float *params, int64_t step, double lr) {
+    GPU_ENTER(g);
+    const int64_t np = ps_extent(L, 0), ng = ps_extent(L, 1);
+    float *h;
+    int rc = stage_begin(g, np + ng, &h);
+    if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK || (rc = stage_out(g, h + np, grads, ng)) != DMRT_OK)
+        return rc;
+    if (dmrt_ps_exchange(r, L, first, h + np, h, step, lr) != 0) {
+        snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
+        return DMRT_ERR_COMM;
+    }
+    return stage_in(g, params, h, np);
+}
+
+int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
+    GPU_ENTER(g);
+    const int64_t np = ps_extent(L, 0);
+    float *h;
+    int rc = stage_begin(g, np, &h);
+    if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK) return rc;
+    if (dmrt_ps_finish(r, L, pushed, h) != 0) {
+        snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
+        return DMRT_ERR_COMM;
+    }
+    return DMRT_OK;
+}

@@ -23,6 +23,7 @@
 #include "dmrt.h"
 #include "dmrt_comm.h"
 #include "dmrt_cuda_sizes.h"
+#include "dmrt_ps.h"
 #include "dmrt_philox.h"
 
 #ifdef __cplusplus
@@ -243,6 +244,13 @@ int dmrt_gpu_allreduce_powersgd(dmrt_gpu *g, dmrt_comm *c, float *grads, float *
                                 const char *what);
 int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *segs, int n_segs, int rank,
                            uint64_t seed);
+
+/* Parameter servers (--param-servers, codegen/emit_ps.c): dmrt_ps.h's worker calls on the
+ * context's device params and grads, staged through host memory (the servers are host
+ * code: they hold their shards in host memory and run the C dialect's update). */
+int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
+                         float *params, int64_t step, double lr);
+int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);
 
 /* Fused attention (the attention op, passes/fuse_attention.c) over `heads` heads of
  * (positions, width), one thread a row (runtime/dmrt_attention_rows.h): the forward writes

@@ -12,6 +12,7 @@ fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint)
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
+parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -90,6 +91,10 @@ CASES = [
     ("gpt-data2-compress-powersgd", "examples/gpt.dm", TINY_GPT, "data=2", ["--compress", "powersgd:2"], None),
     ("mlp-data2-pipeline2-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
      ["--microbatches", "2", "--compress", "powersgd:4"], None),
+    # parameter servers: the workers' params and grads staged to the host servers, which run
+    # the C dialect's update; synchronous and asynchronous
+    ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2"], None),
+    ("gpt-data2-ps-stale", "examples/gpt.dm", TINY_GPT, "data=2", ["--param-servers", "1", "--ps-staleness", "1"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),

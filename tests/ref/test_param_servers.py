@@ -38,7 +38,7 @@ SERVER_RE = re.compile(r"^server (\d+) \(world rank (\d+)\): (\d+) updates of it
 
 def run(dmc, dm_file, tmp, args, timeout=240):
     """dmc run's output (stdout and stderr); fails with it when the run fails."""
-    args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + args
+    args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + dmcrun.target_args() + args
     r = subprocess.run([dmc, "run", dm_file] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True, timeout=timeout)
     if r.returncode != 0:

@@ -246,14 +246,6 @@ def main():
     if backend == "mpi" and not shutil.which("mpirun"):
         print("SKIP: mpirun is not installed")
         return 77
-    if TARGET != "c":
-        # the CUDA target builds what the C target does but for these (its capabilities,
-        # codegen/dialect_cuda.c; test_check_target.py): those meshes are left out there
-        c_only = ("--param-servers",)
-        skipped = [m for m in MESHES if any(word in m[1] for word in c_only)]
-        MESHES = [m for m in MESHES if m not in skipped]
-        for mesh, extra in skipped:
-            print("skipped on --target %s (C-only): %s %s" % (TARGET, mesh, " ".join(extra)))
     dm_file, sizes = MODELS[model]
     if pipeline or mesh_set in ("bf16", "fp16"):
         sizes = PIPELINE_SIZES.get(model, sizes)
