@@ -12,7 +12,8 @@ fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint)
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
-parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2),
+parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), sequence
+parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -73,6 +74,10 @@ CASES = [
     ("mlp-data2-zero2-clip", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2", ["--zero", "2"], None),
     ("gpt-data2-zero3", "examples/gpt.dm", TINY_GPT, "data=2", ["--zero", "3", "--bucket-mb", "0.01", "--checkpoint", "ckpt-z3"],
      None),
+    # sequence parallelism (reduce-scatters and all-gathers along T) and recomputation (the
+    # forward's ops again in the backward, from checkpointed values)
+    ("gpt-data2-tensor2-seqpar", "examples/gpt.dm", TINY_GPT, "data=2,tensor=2", ["--sequence-parallel"], None),
+    ("gpt-data2-recompute", "examples/gpt.dm", TINY_GPT, "data=2", ["--recompute", "full"], None),
     # the interleaved schedule: tagged sends between a pair of ranks, staged
     ("gpt-pipeline2-interleaved", "examples/gpt.dm", "V=64,T=16,C=32,NH=4,L=4,B=8", "pipeline=2",
      ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"], None),
