@@ -118,6 +118,8 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
     each_gradient(E, stage, 1, NULL);
     cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    /* (synchronous parameter servers: every worker skips the same steps, and pushes nothing
+     * then; the asynchronous ones are refused, check_target) */
     sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
     cg_line(w, "if (not_finite != 0.0f) {");
     cg_line(w, "    ctx->loss_scale.scale *= 0.5;");
@@ -125,7 +127,8 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "    ctx->loss_scale.skipped++;");
     cg_line(w, "    ctx->loss_scale.last_skipped = 1;");
     cg_line(w, "    return DMRT_OK; /* ctx->step counts it (the learning rate moves on, as a scheduler stepped per");
-    cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done) */");
+    cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done)%s */",
+            emits_param_servers(E) ? "; nothing is pushed" : "");
     cg_line(w, "}");
     cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
     each_gradient(E, stage, 0, "unscale");

@@ -44,7 +44,8 @@ void emit_ps_tables(emitter *E) {
     cg_line(w, "static void ps_update(const dmrt_ps_step *ctx, float *param, const float *grad, float *const *state, int64_t n) {");
     w->indent++;
     if (!states) cg_line(w, "(void)state;");
-    cg_update k = {.opt = &g->optimizer, .count = "n", .param = "param", .grad = "grad", .updates = cg_updates_done(E),
+    /* the shard's own update count: a worker's step skipped by fp16's scaler pushes nothing */
+    cg_update k = {.opt = &g->optimizer, .count = "n", .param = "param", .grad = "grad", .updates = "ctx->step",
                    .state0 = states > 0 ? "state[0]" : NULL, .state1 = states > 1 ? "state[1]" : NULL};
     /* the servers hold their shards in host memory whatever the target: the C dialect's loops */
     const cg_dialect *host = E->dialect->separate_memory ? &cg_dialect_c : E->dialect;

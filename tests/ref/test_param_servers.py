@@ -14,7 +14,11 @@ Oracles:
   - --explain=json's traffic against the formulas: a worker pushes and pulls every
     parameter (4 bytes each), a server moves workers x its shard (ceil(params / servers))
     each way, the replaced allreduce sends 2 (W - 1) / W of the gradients (ring);
-  - what is refused: a mesh with another axis, --ps-staleness alone, --trace.
+  - --precision fp16 with a loss scale that overflows at first (skipped steps): the
+    synchronous servers' saved weights are the allreduce's on data=2, byte for byte, and
+    both print the same skipped steps and scales (a skipped step pushes nothing);
+  - what is refused: a mesh with another axis, --ps-staleness alone, --trace, fp16 with
+    asynchronous servers.
 
 usage: test_param_servers.py DMC SOURCE_ROOT
 """
@@ -114,6 +118,29 @@ def check_explain(dmc, src):
           "marked and not counted")
 
 
+def check_fp16(dmc, src_path, tmp, common, np, stio):
+    """fp16's loss scaler with synchronous servers: the allreduce's run, skipped steps and all."""
+    scaler = ["--precision", "fp16", "--loss-scale", "2097152", "--loss-scale-interval", "2", "--steps", str(STEPS)]
+    runs = {}
+    for name, mesh in (("allreduce", []), ("servers", ["--param-servers", "2"])):
+        path = os.path.join(tmp, "fp16-%s.safetensors" % name)
+        out = run(dmc, src_path, tmp, common + ["--mesh", "data=2"] + mesh + scaler + ["--save", path])
+        steps = re.findall(r"^step \d+ loss (\S+) .*?scale (\d+)( skipped 1)?", out, re.M)
+        runs[name] = (steps, stio.load(path))
+    (steps, weights), (ps_steps, ps_weights) = runs["allreduce"], runs["servers"]
+    skipped = sum(1 for s in steps if s[2])
+    if len(steps) != STEPS or not 0 < skipped < STEPS:
+        raise Failure("fp16: expected %d steps, some skipped and some not, got %s" % (STEPS, steps))
+    if ps_steps != steps:
+        raise Failure("fp16: the servers' steps (loss, scale, skipped) %s differ from the allreduce's %s"
+                      % (ps_steps, steps))
+    for name in weights:
+        if not np.array_equal(weights[name], ps_weights[name]):
+            raise Failure("fp16: the servers' %s differs from the allreduce's" % name)
+    print("fp16 with synchronous servers: the allreduce's losses, scales, %d skipped steps and weights, byte for byte"
+          % skipped)
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     src_path, src, norm = test_mlp.example(root, "test_param_servers.py")
@@ -157,7 +184,10 @@ def run_checks(dmc, root, np, torch):
                                                                                            pushes))
         print("asynchronous servers, bound 1: every push an update, workers at most 1 step apart")
 
-        for args, want in [(["--mesh", "data=2,tensor=2", "--param-servers", "1"],
+        check_fp16(dmc, src_path, tmp, common, np, stio)
+        for args, want in [(["--mesh", "data=2", "--param-servers", "2", "--ps-staleness", "1", "--precision", "fp16"],
+                            "loss scaling is not built for the asynchronous parameter servers"),
+                           (["--mesh", "data=2,tensor=2", "--param-servers", "1"],
                             "the mesh's axis tensor has size 2: parameter servers serve a mesh of the data axis alone"),
                            (["--mesh", "data=2", "--ps-staleness", "1"], "--ps-staleness bounds the parameter servers'"),
                            (["--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--trace", "t.json"],
@@ -168,7 +198,7 @@ def run_checks(dmc, root, np, torch):
             if r.returncode == 0 or want not in r.stdout:
                 raise Failure("dmc run %s: expected a failure saying '%s', got (%d):\n%s" % (" ".join(args), want,
                                                                                             r.returncode, r.stdout))
-        print("refused: another mesh axis, --ps-staleness alone, --trace")
+        print("refused: another mesh axis, --ps-staleness alone, --trace, fp16 with asynchronous servers")
     return "parameter servers: synchronous = allreduce (threads, MPI) = PyTorch; asynchronous within its bound"
 
 
