@@ -156,10 +156,11 @@ static int check_quantize(const emitter *E, FILE *err) {
 /* Ops the target has no kernel for (the driver fuses attention only where it has one). */
 static int check_target(const emitter *E, FILE *err) {
     ir_dtype half = E->g->product_dtype;
-    if (E->g->loss_scale > 0 && (emits_2bw(E) || (E->g->param_servers.servers && E->g->param_servers.staleness >= 0))) {
+    int pipedream = emits_2bw(E) && dm_runs_pipedream(E->g);
+    if (E->g->loss_scale > 0 && (pipedream || (E->g->param_servers.servers && E->g->param_servers.staleness >= 0))) {
         fprintf(err, "%s: error: --precision fp16's loss scaling is not built for the %s yet; use --precision bf16 "
                      "(no loss scale needed)\n", E->source_path,
-                emits_2bw(E) ? "2bw and pipedream schedules" : "asynchronous parameter servers (--ps-staleness)");
+                pipedream ? "pipedream schedule" : "asynchronous parameter servers (--ps-staleness)");
         return -1;
     }
     if ((half == DT_BF16 && !E->dialect->can.bf16) || (half == DT_F16 && !E->dialect->can.f16)) {

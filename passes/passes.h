@@ -219,8 +219,8 @@ typedef struct dm_pipeline_options {
 /* pipeline_checks.c: the model chunks each pipeline rank holds (1 but interleaved), or -1
  * after reporting why the schedule cannot run (chunks without the interleaved schedule,
  * the interleaved one without 2 or more chunks, micro-batches not in groups of P, more
- * than 64 stages, ZeRO, clipping; 2bw: fewer micro-batches than stages, ZeRO, clipping,
- * compression, dropout); and the cuts the program names (schedule ...(cuts =
+ * than 64 stages, ZeRO, clipping; 2bw: fewer micro-batches than stages, ZeRO, compression,
+ * dropout; pipedream also clipping); and the cuts the program names (schedule ...(cuts =
  * [...])) as the forward positions each stage starts at, boundary (stages + 1) over the
  * n_ops forward ops op[] (value ids): the errors found. */
 int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);

@@ -28,11 +28,12 @@ static int pipeline_2bw_problems(const ir_graph *g, int ranks, dm_loc at, dm_dia
                  name);
         errors++;
     }
-    /* the global norm would need every stage's gradients of a batch at once: the stages
-     * finish them at different points of the next step */
-    if (g->optimizer.clip > 0) {
+    /* the global norm needs every stage's gradients of an update at once: 2bw's one update
+     * a step agrees on it (an allreduce over the stages where each makes it); pipedream's
+     * update of each micro-batch would wait on every stage's backward of it */
+    if (g->optimizer.clip > 0 && kind == PIPE_PIPEDREAM) {
         dm_error(d, g->optimizer.loc, "gradient clipping is not built for the %s schedule: its norm spans the stages, "
-                                      "which finish a batch's gradients at different points of the next step", name);
+                                      "which finish a micro-batch's gradients at different points of the stream", name);
         errors++;
     }
     if (g->compress.kind != COMPRESS_NONE) {

@@ -34,6 +34,13 @@ pipeline=2 (M = 2), pipeline=3 (M = 4) and data=2 x pipeline=2 (M = 2), against 
 with one tensor read twice (its gradient the sum of both uses'): the last stage's copy must
 be at its stage's version, updated with the owner's summed gradient, or the losses differ.
 
+Gradient clipping (CASES' -clip: SGD with clip = 0.05, which acts on most steps, on
+pipeline=3, data=2 x pipeline=2 and pipeline=2 on MPI) against the rule with
+torch.nn.utils.clip_grad_norm_ applied to each stale gradient before its update: the norm
+spans every stage's and rank's gradients of the batch. fp16's loss scaler (FP16_MESHES):
+a run whose first updates are skipped (the scale overflowing) as the run without those
+batches, losses and weights bit for bit (check_fp16 says why that is the rule).
+
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
@@ -63,12 +70,19 @@ CASES = [
     ("p4-m4-adamw", "pipeline=4", 4, "adamw"),
     ("p2xd2-m2-adamw", "data=2,pipeline=2", 2, "adamw"),
     ("p2-m4-adamw-mpi", "pipeline=2", 4, "adamw"),  # the MPI backend (the label's -mpi)
+    # gradient clipping: the norm of batch t-1's gradients over every stage (and data rank),
+    # agreed where each stage makes its update
+    ("p3-m4-clip", "pipeline=3", 4, "clip"),
+    ("p2xd2-m2-clip", "data=2,pipeline=2", 2, "clip"),
+    ("p2-m2-clip-mpi", "pipeline=2", 2, "clip"),
 ]
 SGD_LINE = "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3)"
+CLIP = 0.05  # below the gradients' norm on most steps: the clipping acts
+CLIP_LINE = "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 1e-3, clip = %g)" % CLIP
 
 
 def make_optimizer(torch, kind, params):
-    if kind == "sgd":
+    if kind in ("sgd", "clip"):
         return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3)
     return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-4)
 
@@ -83,10 +97,11 @@ def mlp_loss(torch, w, x, y, norm):
     return F.cross_entropy(h2 @ w["fc3.weight"] + w["fc3.bias"], y)
 
 
-def train(torch, init, loss_of, make_opt, steps, stale=True):
+def train(torch, init, loss_of, make_opt, steps, stale=True, clip=None):
     """The 2BW rule (stale=True) or synchronous training from weights init (a dict of
-    arrays): loss_of(w, t) is batch t's loss at weights w; make_opt(params) the optimizer.
-    Returns (losses, final weights as float64 arrays)."""
+    arrays): loss_of(w, t) is batch t's loss at weights w; make_opt(params) the optimizer;
+    clip: the gradients clipped to that norm first (torch's clip_grad_norm_). Returns
+    (losses, final weights as float64 arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}  # W(t)
     opt = make_opt([live[n] for n in names])
@@ -101,6 +116,8 @@ def train(torch, init, loss_of, make_opt, steps, stale=True):
         older = {n: live[n].detach().clone() for n in names}
         for n in names:
             live[n].grad = w[n].grad
+        if clip:
+            torch.nn.utils.clip_grad_norm_([live[n] for n in names], clip)
         opt.step()
     return losses, {n: live[n].detach().double().numpy() for n in names}
 
@@ -109,7 +126,8 @@ def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
     """examples/mlp.dm under the 2BW rule (or synchronous): (losses, final weights)."""
     def loss_of(w, t):
         return mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
-    return train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), steps, stale)
+    return train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), steps, stale,
+                 CLIP if kind == "clip" else None)
 
 
 EMBED = {"B": 16, "T": 4, "V": 32, "C": 16}
@@ -235,7 +253,13 @@ def run_checks(dmc, root, np, torch):
     src_path, src, norm = test_mlp.example(root, "test_2bw.py")
     with tempfile.TemporaryDirectory(prefix="dmc-ref-2bw-") as tmp:
         init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
-        files = {"sgd": test_mlp.with_optimizer(src, SGD_LINE, os.path.join(tmp, "sgd")), "adamw": src_path}
+        files = {"sgd": test_mlp.with_optimizer(src, SGD_LINE, os.path.join(tmp, "sgd")), "adamw": src_path,
+                 "clip": test_mlp.with_optimizer(src, CLIP_LINE, os.path.join(tmp, "clip"))}
+        _, clipped = reference(torch, init, xs, ys, "clip", STEPS, norm)
+        _, unclipped = reference(torch, init, xs, ys, "sgd", STEPS, norm)
+        apart = max(float(np.max(np.abs(clipped[n] - unclipped[n]))) for n in clipped)
+        if apart <= DISTINCT:
+            raise Failure("clip %g: the clipped and unclipped 2bw rules end %.3g apart: the clip does not act" % (CLIP, apart))
         for kind in ("sgd", "adamw"):
             _, stale = reference(torch, init, xs, ys, kind, STEPS, norm)
             _, fresh = reference(torch, init, xs, ys, kind, STEPS, norm, stale=False)
@@ -251,11 +275,56 @@ def run_checks(dmc, root, np, torch):
             want, final = reference(torch, init, xs, ys, kind, STEPS, norm)
             dmcrun.check_losses(label, got, want, LOSS_RTOL)
             test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
+        check_fp16(dmc, tmp, np, stio, src_path, common[1], xs, ys)
         check_embed(np, torch, stio, dmc, root, tmp)
         check_embed(np, torch, stio, dmc, root, tmp, tied=True)
         check_trace(dmc, tmp, common, files)
     return ("the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, %d steps"
             % (len(CASES) + len(EMBED_CASES) + len(TIED_CASES), STEPS))
+
+
+# fp16's loss scaler under 2bw: an update skipped (its gradients not finite on some stage)
+# leaves the weights as they were, so a run whose first k updates are skipped trains as a
+# run without those k batches, from the same weights at the scale halved k times: W(t + 1)
+# = W(t) - opt(grad of batch t at W(t - 1)) with the first k terms gone takes batch t + k's
+# gradient at the shorter run's W(t - 1). The stages agree on each skip (their update's
+# check is summed over the mesh) and unscale by the scale the last stage seeded that batch
+# with.
+FP16_MESHES = ["pipeline=2", "pipeline=3", "data=2,pipeline=2"]
+FP16_SCALE = 2 ** 20  # the first gradients of the test's mlp.dm overflow fp16 at it
+
+
+def check_fp16(dmc, tmp, np, stio, src_path, init_path, xs, ys):
+    """Each FP16_MESHES run skipping its first updates against the run without their batches."""
+    whole, shifted = os.path.join(tmp, "fp16-whole.safetensors"), os.path.join(tmp, "fp16-shifted.safetensors")
+    stio.save({"x": xs, "y": ys}, whole)
+    for mesh in FP16_MESHES:
+        common = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H), "--init", init_path, "--mesh", mesh,
+                  "--microbatches", "4", "--schedule", "2bw", "--precision", "fp16", "--loss-scale-interval", "1000"]
+        out_a, out_b = os.path.join(tmp, "fp16-a.safetensors"), os.path.join(tmp, "fp16-b.safetensors")
+        a = dmcrun.run_dmc_steps(dmc, src_path, tmp, common + ["--loss-scale", str(FP16_SCALE), "--batch-file", whole,
+                                                               "--steps", str(STEPS), "--save", out_a], timeout=240)
+        skipped_a = [i + 1 for i, s in enumerate(a) if s.get("skipped")]
+        k = len(skipped_a)
+        if not 0 < k < STEPS - 2 or skipped_a != list(range(2, k + 2)):
+            raise Failure("fp16 2bw %s: skipped steps %s; expected the first updates (steps 2, 3, ...) and not all"
+                          % (mesh, skipped_a))
+        stio.save({"x": xs[k:], "y": ys[k:]}, shifted)
+        b = dmcrun.run_dmc_steps(dmc, src_path, tmp, common + ["--loss-scale", str(FP16_SCALE >> k), "--batch-file",
+                                                               shifted, "--steps", str(STEPS - k), "--save", out_b],
+                                 timeout=240)
+        if any(s.get("skipped") for s in b):
+            raise Failure("fp16 2bw %s: the run without the first %d batches skipped steps too" % (mesh, k))
+        if [s["loss"] for s in a[k:]] != [s["loss"] for s in b]:
+            raise Failure("fp16 2bw %s: losses after the skips %s, without those batches %s"
+                          % (mesh, [s["loss"] for s in a[k:]], [s["loss"] for s in b]))
+        wa, wb = stio.load(out_a), stio.load(out_b)
+        for name in wa:
+            if not np.array_equal(wa[name], wb[name]):
+                raise Failure("fp16 2bw %s: %s after the skipped update differs from the run without batch 1"
+                              % (mesh, name))
+        print("fp16 2bw %-18s the first %d updates skipped (scale %d -> %d): as the run without those batches, bit "
+              "for bit" % (mesh, k, FP16_SCALE, FP16_SCALE >> k))
 
 
 def schedule_args(common, label, mesh, micros, schedule, out):

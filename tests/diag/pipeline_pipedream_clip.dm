@@ -1,5 +1,5 @@
-# args: --mesh pipeline=2 --microbatches 2 --schedule 2bw
-# Clipping's global norm spans the stages, which finish a batch's gradients at different points.
+# args: --mesh pipeline=2 --microbatches 2 --schedule pipedream
+# Clipping's global norm spans the stages, which finish a micro-batch's gradients at different points.
 dim B = 8
 mesh(data = 1, pipeline = 1)
 input x : f32[B@data, 3]
