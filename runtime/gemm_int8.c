@@ -122,15 +122,25 @@ static int cpu_has_vnni(void) {
 #endif
 }
 
-static void choose_path(void) {
+/* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+static void detect_onednn(void) {
 #ifdef DMRT_HAVE_DNNL
     /* oneDNN's own choice too: DNNL_MAX_CPU_ISA may hold it below VNNI */
     onednn_available = cpu_has_vnni() &&
                        (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni &&
                        dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success;
 #endif
+}
+
+int dmrt_gemm_i8_onednn_available(void) {
+    (void)pthread_once(&detect_once, detect_onednn);
+    return onednn_available;
+}
+
+static void choose_path(void) {
     const char *forced = getenv("DMRT_INT8_GEMM");
-    chosen_path = onednn_available ? PATH_ONEDNN : PATH_C;
+    chosen_path = dmrt_gemm_i8_onednn_available() ? PATH_ONEDNN : PATH_C;
     if (!forced || !*forced) return;
     if (strcmp(forced, "c") == 0) {
         chosen_path = PATH_C;

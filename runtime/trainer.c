@@ -109,7 +109,8 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
         return o->out ? usage_error(prog, model, "--out only applies with --predict") : TR_OK;
     if (!o->batch_file || !o->out)
         return usage_error(prog, model, "--predict needs %s", !o->batch_file ? "--batch-file FILE (the inputs)" : "--out FILE (for the outputs)");
-    const char *other = o->data ? "--data" : o->data_dir ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+    /* a --quantize int8 program calibrates on the training rows of --data-dir */
+    const char *other = o->data ? "--data" : o->data_dir && !dmrt_quantizes_activations(model) ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
                       : o->save ? "--save" : o->dump_grads ? "--dump-grads" : o->sample >= 0 ? "--sample"
                       : o->eval_every ? "--eval-every" : o->trace ? "--trace" : NULL;
     if (other) return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s", other);
