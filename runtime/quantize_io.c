@@ -2,6 +2,7 @@
  * made from its f32 parameters, written to a safetensors file (--save-quantized) and read
  * back (--init). A quantized program is serial (dmc refuses --quantize with a mesh), so the
  * parameters are model->param's host memory. */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +107,15 @@ static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_s
         return dmrt_errorf(err, errlen, "%s: weights quantized as --quantize %s, but this program is --quantize %s", f->path,
                            mode, model->quantize);
     (void)ctx;
-    for (int k = 0; k < count; k++)
+    for (int k = 0; k < count; k++) {
         if (!(source[k] = checked(model, f, &descs[k], err, errlen))) return -1;
+        size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
+        float v = 1.0f;
+        if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0) memcpy(&v, source[k]->data, sizeof v);
+        if (!(v > 0.0f && v <= FLT_MAX))
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' is %g: an input scale must be positive and finite", f->path,
+                               descs[k].name, (double)v);
+    }
     return 0;
 }
 

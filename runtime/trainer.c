@@ -288,7 +288,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
-    if (o->batch_file && (o->data || o->data_dir))
+    if (o->batch_file && (o->data || (o->data_dir && !(o->predict && dmrt_quantizes_activations(model)))))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
                            o->data ? "--data" : "--data-dir");
     if (o->text_files && o->data_dir)
