@@ -13,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #ifdef DMRT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -120,14 +117,7 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 /* Without VNNI oneDNN multiplies int8 with vpmaddubsw, whose pairwise int16 sums saturate
  * (and it may halve the weights to avoid that): not the exact sums this path promises. */
-static int cpu_has_vnni(void) {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") != 0;
-#else
-    return 0;
-#endif
-}
+static int cpu_has_vnni(void) { return DMRT_CPU_SUPPORTS("avx512vnni"); }
 
 /* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -206,17 +196,10 @@ static void s8s8s32_c(int64_t m, int64_t n, int64_t k, const int8_t *qa, const i
 }
 
 #ifdef DMRT_HAVE_DNNL
-/* oneDNN runs on the calling thread alone, as in gemm_bf16.c: dmrt_gemm_i8_split spreads a
+/* oneDNN runs on the calling thread alone (internal.h): dmrt_gemm_i8_split spreads a
  * product over the rank's threads itself. */
-#ifdef _OPENMP
-#define ONE_THREAD_BEGIN()                       \
-    int saved_threads_ = omp_get_max_threads(); \
-    omp_set_num_threads(1)
-#define ONE_THREAD_END() omp_set_num_threads(saved_threads_)
-#else
-#define ONE_THREAD_BEGIN() (void)0
-#define ONE_THREAD_END() (void)0
-#endif
+#define ONE_THREAD_BEGIN() DMRT_ONEDNN_ONE_THREAD_BEGIN()
+#define ONE_THREAD_END() DMRT_ONEDNN_ONE_THREAD_END()
 
 static int make_memory(dnnl_memory_t *mem, int64_t rows, int64_t cols, dnnl_data_type_t type) {
     dnnl_dims_t dims = {rows, cols}, strides = {cols, 1};

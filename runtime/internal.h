@@ -9,6 +9,34 @@
 
 #include "dmrt.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Whether the CPU has an instruction set extension, named as gcc's __builtin_cpu_supports
+ * names it (a string literal: "avx512bf16", "avx512vnni"); 0 off x86 or other compilers. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define DMRT_CPU_SUPPORTS(feature) (__builtin_cpu_init(), __builtin_cpu_supports(feature) != 0)
+#else
+#define DMRT_CPU_SUPPORTS(feature) 0
+#endif
+
+/* oneDNN here runs on OpenMP (Debian's build: dnnl_version()->cpu_runtime is
+ * DNNL_RUNTIME_OMP) and takes as many threads as omp_get_max_threads() says, all the cores
+ * by default: every rank thread's product would then spread over every core. Like OpenBLAS
+ * (dmrt_blas_share_cores), it runs on the calling thread alone (gemm_bf16.c, gemm_int8.c),
+ * which shares a product over a rank's own threads itself. The setting is the calling
+ * thread's OpenMP one, kept around each call to oneDNN and given back after. */
+#ifdef _OPENMP
+#define DMRT_ONEDNN_ONE_THREAD_BEGIN()           \
+    int saved_threads_ = omp_get_max_threads(); \
+    omp_set_num_threads(1)
+#define DMRT_ONEDNN_ONE_THREAD_END() omp_set_num_threads(saved_threads_)
+#else
+#define DMRT_ONEDNN_ONE_THREAD_BEGIN() (void)0
+#define DMRT_ONEDNN_ONE_THREAD_END() (void)0
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define DMRT_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else

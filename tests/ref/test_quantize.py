@@ -151,17 +151,21 @@ def check_failures(dmc, src, d):
             raise dmcrun.Failure("--quantize %s: exit %d, %s" % (mode, r.returncode, r.stderr))
 
 
-def body(dmc, root, np, torch):
-    src = os.path.join(root, "examples", "mlp.dm")
+def random_model(np, h=63):
+    """mlp.dm's weights (--set H=h) and 21 rows of inputs, random (test_quantize_int8.py's too)."""
     rng = np.random.default_rng(0)
-    h = 63
     w = {"fc1.weight": (rng.standard_normal((784, h)) * 0.05).astype(np.float32),
          "fc2.weight": (rng.standard_normal((h, h)) * 0.1).astype(np.float32),
          "fc3.weight": (rng.standard_normal((h, 10)) * 0.1).astype(np.float32)}
     for layer, n in (("fc1", h), ("fc2", h), ("fc3", 10)):
         w[layer + ".bias"] = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    return w, rng.random((21, 784), dtype=np.float32)
+
+
+def body(dmc, root, np, torch):
+    src = os.path.join(root, "examples", "mlp.dm")
+    w, x = random_model(np)
     w["fc2.weight"][:, 5] = 0.0  # a zero column: scale 1, q 0
-    x = rng.random((21, 784), dtype=np.float32)
     with tempfile.TemporaryDirectory() as d:
         stio.save(w, os.path.join(d, "w.st"))
         stio.save({"x": x}, os.path.join(d, "x.st"))

@@ -40,7 +40,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dmcrun  # noqa: E402
 import stio  # noqa: E402
-from test_quantize import LAYERS, int8_reference  # noqa: E402
+from test_quantize import LAYERS, int8_reference, random_model  # noqa: E402
 
 ROWS = 100
 SETS = "B=8,H=63"
@@ -213,14 +213,7 @@ def check_failures(dmc, src, d, data, progs):
 
 def body(dmc, root, np, torch):
     src = os.path.join(root, "examples", "mlp.dm")
-    rng = np.random.default_rng(0)
-    h = 63
-    w = {"fc1.weight": (rng.standard_normal((784, h)) * 0.05).astype(np.float32),
-         "fc2.weight": (rng.standard_normal((h, h)) * 0.1).astype(np.float32),
-         "fc3.weight": (rng.standard_normal((h, 10)) * 0.1).astype(np.float32)}
-    for layer, n in (("fc1", h), ("fc2", h), ("fc3", 10)):
-        w[layer + ".bias"] = (rng.standard_normal(n) * 0.1).astype(np.float32)
-    x = rng.random((21, 784), dtype=np.float32)
+    w, x = random_model(np)
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "fmnist")
         os.mkdir(data)
