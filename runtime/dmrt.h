@@ -189,7 +189,7 @@ typedef struct dmrt_model {
      * checkpoints); NULL for a model without one. */
     struct dmrt_loss_scale *(*loss_scale)(void *ctx);
     /* A quantized inference program (dmc --quantize, docs/compression.md): its mode as
-     * --quantize spells it ("int8-weights", "int4-weights:64"), and the narrow copy of
+     * --quantize spells it ("int8", "int8-weights", "int4-weights:64"), and the narrow copy of
      * parameter i that its forward's products read (NULL for a parameter kept in f32). NULL
      * in the other models (and in models built before). */
     const char *quantize;
@@ -279,15 +279,18 @@ void dmrt_quantize_params(const dmrt_model *model, void *ctx);
  * "dmc.quantize" metadata): 1, 0, or -1 with a message when it cannot be read. */
 int dmrt_is_quantized_file(const char *path, char *err, size_t errlen);
 /* --init of a model: dmrt_load_params, but for a quantized program an f32 file's weights are
- * quantized (dmrt_quantize_params) and a --save-quantized file is read (dmrt_load_quantized);
- * an f32 program refuses a quantized file, naming its mode. 0, or -1 with a message. */
+ * quantized (dmrt_quantize_params; --quantize int8: left f32, their input scales reset to
+ * 0, for the calibration that quantizes them) and a --save-quantized file is read
+ * (dmrt_load_quantized); an f32 program refuses a quantized file, naming its mode. 0, or -1
+ * with a message. */
 int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 /* --save-quantized: every parameter, a quantized one as NAME (I8, or U8 packed int4) and
- * NAME.scale (F32), the others F32, with metadata dmc.format "dmc quantized 1", dmc.model,
- * dmc.quantize (the mode); atomically. 0, or -1 with a message. */
+ * NAME.scale (F32), with --quantize int8 also NAME.input_scale (F32 [1]), the others F32,
+ * with metadata dmc.format "dmc quantized 1", dmc.model, dmc.quantize (the mode);
+ * atomically. 0, or -1 with a message. */
 int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 /* --init of such a file: the model and mode must be the file's, every tensor present with
- * its dtype and shape (checked before anything changes). 0, or -1 with a message naming the
+ * its dtype and shape, an input scale positive and finite (checked before anything changes). 0, or -1 with a message naming the
  * file and the tensor or mode. */
 int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 
