@@ -255,7 +255,8 @@ int dmrt_gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t *qa, const i
 const char *dmrt_gemm_i8_path(void);
 /* Whether the oneDNN path can run here (the build has oneDNN, the CPU AVX512-VNNI). */
 int dmrt_gemm_i8_onednn_available(void);
-/* x's per-tensor quantization: q = clamp(round-half-even(x / scale), -127, 127), n values. */
+/* x's per-tensor quantization: q = clamp(round-half-even(x / scale), -127, 127), n values
+ * (a NaN x: 0). */
 void dmrt_quantize_activations(const float *x, int64_t n, float scale, int8_t *q);
 /* Calibration of a --quantize int8 program's input scales: begin gives every quantized
  * weight a record of |x| (percentile 0: the largest only; else every value, for the

@@ -19,17 +19,29 @@
 
 #define QX_MAX 127
 
+/* The loops below are worth vectors that the baseline build's -O2 cost model leaves scalar
+ * (widening int8, divisions, a branch on beta): omp simd asks for them. */
+#ifdef _OPENMP
+#define SIMD_LOOP DMRT_PRAGMA_(omp simd)
+#else
+#define SIMD_LOOP
+#endif
+
 /* 1.5 * 2^23: v + ROUNDER - ROUNDER is v rounded to an integer, ties to even (the default
- * rounding mode), for |v| <= 2^22; unlike nearbyintf, which the runtime's baseline x86-64
- * calls in libm, it vectorises. Clamping before rounding gives the same integers as after
- * (+-127 are integers, rounding is monotonic). */
+ * rounding mode), for |v| <= 2^22, and keeps a larger v's sign and size, so the clamp after
+ * it gives clamp(round(v)); unlike nearbyintf, which the runtime's baseline x86-64 calls in
+ * libm, it vectorises. The comparisons are the quiet ones: ordered ones may trap on NaN,
+ * which keeps them branches and the loop scalar. */
 #define ROUNDER 12582912.0f
 
 void dmrt_quantize_activations(const float *x, int64_t n, float scale, int8_t *q) {
+    SIMD_LOOP
     for (int64_t i = 0; i < n; i++) {
-        float v = x[i] / scale;
-        v = v > (float)QX_MAX ? (float)QX_MAX : v < (float)-QX_MAX ? (float)-QX_MAX : v;
-        q[i] = (int8_t)(int)((v + ROUNDER) - ROUNDER);
+        float v = (x[i] / scale + ROUNDER) - ROUNDER;
+        v = isgreater(v, (float)QX_MAX) ? (float)QX_MAX : v;
+        v = isless(v, (float)-QX_MAX) ? (float)-QX_MAX : v;
+        v = isunordered(v, v) ? 0.0f : v; /* NaN: 0, not a conversion C leaves undefined */
+        q[i] = (int8_t)(int)v;
     }
 }
 
@@ -166,19 +178,12 @@ const char *dmrt_gemm_i8_path(void) {
 
 /* ---- the int32 accumulations --------------------------------------------------------------- */
 
-#ifdef _OPENMP
-#define SIMD_LOOP DMRT_PRAGMA_(omp simd)
-#else
-#define SIMD_LOOP
-#endif
-
 /* row[j] += sum over r < rows of x[r] * w[r * n + j], rows 1 to 4: up to four rows of the
  * weight per pass over the output row (a quarter of the loads and stores of acc); restrict
  * parameters, so that the baseline build's -O2 vectorises it without an alias check. */
 static void add_rows(int64_t n, int rows, const int8_t *x, const int8_t *restrict w, int32_t *restrict row) {
     int32_t x0 = x[0], x1 = rows > 1 ? x[1] : 0, x2 = rows > 2 ? x[2] : 0, x3 = rows > 3 ? x[3] : 0;
     if (rows == 4) {
-        /* the baseline build's -O2 cost model keeps this scalar; the widening is worth vectors */
         SIMD_LOOP
         for (int64_t j = 0; j < n; j++) row[j] += x0 * w[j] + x1 * w[n + j] + x2 * w[2 * n + j] + x3 * w[3 * n + j];
     } else {
@@ -295,9 +300,12 @@ static void product_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, const fl
     for (int64_t i = 0; i < m; i++) {
         float *row = c + (r0 + i) * ldc;
         const int32_t *acc = s->acc + i * n;
-        for (int64_t j = 0; j < n; j++) {
-            float v = (float)acc[j] * (q->input_scale * q->scale[j]);
-            row[j] = beta == 0.0f ? v : row[j] + v;
+        if (beta == 0.0f) {
+            SIMD_LOOP
+            for (int64_t j = 0; j < n; j++) row[j] = (float)acc[j] * (q->input_scale * q->scale[j]);
+        } else {
+            SIMD_LOOP
+            for (int64_t j = 0; j < n; j++) row[j] += (float)acc[j] * (q->input_scale * q->scale[j]);
         }
     }
 }

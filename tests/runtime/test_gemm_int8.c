@@ -32,6 +32,7 @@ static int check_activation_rounding(void) {
         {63.25f, 126, "126.5 ties to 126"},       {63.75f, 127, "127.5 clamps to 127"},
         {-63.75f, -127, "-127.5 clamps to -127"}, {1e6f, 127, "large clamps to 127"},
         {-1e6f, -127, "never -128"},              {0.0f, 0, "0"},
+        {INFINITY, 127, "inf clamps to 127"},     {NAN, 0, "NaN is 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int8_t q;
