@@ -16,6 +16,7 @@ typedef struct codegen_options {
     int tf32;             /* cuda: matrix products may use TF32 tensor cores */
     int quantize_bits;    /* --quantize int8-weights (8), int4-weights (4); 0: f32 weights */
     int64_t quantize_group; /* int4-weights: rows of a weight per scale (default 64) */
+    int quantize_activations; /* --quantize int8: the products' inputs int8 too (bits 8) */
 } codegen_options;
 
 /* What the passes decided, for code generation to spell. pipeline must have its readers

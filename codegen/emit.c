@@ -287,7 +287,8 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     *E = (emitter){.g = g, .plan = plans->memory, .dialect = dialect, .source_path = base ? base + 1 : source_path,
                    .source_text = source_text, .source_len = source_len,
                    .tf32 = options && options->tf32,
-                   .quant_bits = options ? options->quantize_bits : 0, .quant_group = options ? options->quantize_group : 0, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
+                   .quant_bits = options ? options->quantize_bits : 0, .quant_group = options ? options->quantize_group : 0,
+                   .quant_act = options && options->quantize_activations, .on_fail = "return device_failed(ctx);", .cur_stage = -1};
     size_t n = 0;
     for (const char *p = g->model; *p && n + 1 < sizeof E->prefix_upper; p++) E->prefix_upper[n++] = (char)toupper((unsigned char)*p);
     E->prefix_upper[n] = 0;

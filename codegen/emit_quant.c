@@ -33,9 +33,10 @@ void quant_mark(emitter *E) {
         if (E->quant_slot[i] == 0 && V(E, i)->role != ROLE_PARAM) E->quant_slot[i] = -1;
 }
 
-/* "int8-weights", "int4-weights:64": --quantize's spelling of the mode */
+/* "int8", "int8-weights", "int4-weights:64": --quantize's spelling of the mode */
 static void quant_mode(const emitter *E, char *out, size_t len) {
-    if (E->quant_bits == 8) snprintf(out, len, "int8-weights");
+    if (E->quant_act) snprintf(out, len, "int8");
+    else if (E->quant_bits == 8) snprintf(out, len, "int8-weights");
     else snprintf(out, len, "int4-weights:%lld", (long long)E->quant_group);
 }
 
@@ -58,6 +59,8 @@ void emit_quant_create(emitter *E) {
         cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
         cg_line(w, "dmrt_dequantize_rows(&ctx->quant[%d], 0, %lld, ctx->params + ctx->param_offsets[%d]);", j,
                 (long long)v->type.shape[0], p);
+        /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
+        if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
     }
 }
 
@@ -88,6 +91,14 @@ void emit_quant_descriptor(emitter *E) {
 
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
     if (!reads_weight(E, v) || E->quant_slot[v->operands[1]] < 0) return 0;
+    if (E->quant_act) {
+        /* the f32 weight: what the calibration's f32 forward multiplies */
+        int j = E->quant_slot[v->operands[1]];
+        cg_line(&E->w, "dmrt_gemm_i8_split(ctx->threads, &ctx->quant[%d], ctx->params + ctx->param_offsets[%d], %lld, %s, %lld, %s, %s, %lld);",
+                j, E->quant_param[j], (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c,
+                (long long)k->ldc);
+        return 1;
+    }
     cg_line(&E->w, "dmrt_gemm_wq_split(ctx->threads, &ctx->quant[%d], %lld, %s, %lld, %s, %s, %lld);",
             E->quant_slot[v->operands[1]], (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c,
             (long long)k->ldc);

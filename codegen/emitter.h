@@ -85,6 +85,7 @@ typedef struct emitter {
                                 * of the forward (emit_predict.c) */
     int quant_bits;            /* --quantize: 8 or 4 (weights stored narrow, emit_quant.c), 0 without */
     int64_t quant_group;       /* int4's rows per scale */
+    int quant_act;             /* --quantize int8: int8 activations, int8 x int8 products */
     int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
     int *quant_param;          /* (n_quant) the parameter index of each */
     int n_quant;

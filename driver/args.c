@@ -58,7 +58,11 @@ static const char usage[] =
     "                             output channel) or int4-weights[:G] (int4, a scale per G\n"
     "                             rows of an output channel, default 64); weights of the\n"
     "                             products x @ W, quantized from --init's f32 file at load or\n"
-    "                             read from a --save-quantized file; it predicts, not trains\n"
+    "                             read from a --save-quantized file; it predicts, not trains.\n"
+    "                             int8: int8 weights as int8-weights and the products' inputs\n"
+    "                             int8 too (a scale per tensor, calibrated on training rows:\n"
+    "                             trainer --calibrate), int8 x int8 products summed in int32\n"
+    "                             (oneDNN with AVX512-VNNI, else plain C)\n"
     "  --quantize-group G         int4-weights: rows per scale (as int4-weights:G)\n"
     "  --loss-scale S             fp16: the initial loss scale (default 65536), halved and the\n"
     "                             step skipped when a gradient is not finite\n"
@@ -201,7 +205,7 @@ static int parse_size(const char *flag, const char *v, const char *unit, double 
 /* An integer from lo to hi into *out: 1, or -1 with a message. */
 static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
 
-/* --quantize int8-weights | int4-weights[:G]: 1, or -1 after a message. */
+/* --quantize int8 | int8-weights | int4-weights[:G]: 1, or -1 after a message. */
 static int parse_quantize(const char *v, dm_options *o) {
     if (strcmp(v, "int8-weights") == 0) {
         o->codegen.quantize_bits = 8;
@@ -212,11 +216,12 @@ static int parse_quantize(const char *v, dm_options *o) {
         return v[12] ? (parse_count("--quantize int4-weights:G", v + 13, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1)
                      : 1;
     }
-    if (strcmp(v, "int8") == 0)
-        fprintf(stderr, "dmc: error: --quantize int8 (int8 activations too) is not built yet; int8-weights and "
-                        "int4-weights are\n");
-    else
-        fprintf(stderr, "dmc: error: --quantize takes int8-weights or int4-weights[:G], got '%s'\n", v);
+    if (strcmp(v, "int8") == 0) {
+        o->codegen.quantize_bits = 8;
+        o->codegen.quantize_activations = 1;
+        return 1;
+    }
+    fprintf(stderr, "dmc: error: --quantize takes int8, int8-weights or int4-weights[:G], got '%s'\n", v);
     return -1;
 }
 

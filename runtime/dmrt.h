@@ -189,7 +189,7 @@ typedef struct dmrt_model {
      * checkpoints); NULL for a model without one. */
     struct dmrt_loss_scale *(*loss_scale)(void *ctx);
     /* A quantized inference program (dmc --quantize, docs/compression.md): its mode as
-     * --quantize spells it ("int8-weights", "int4-weights:64"), and the narrow copy of
+     * --quantize spells it ("int8", "int8-weights", "int4-weights:64"), and the narrow copy of
      * parameter i that its forward's products read (NULL for a parameter kept in f32). NULL
      * in the other models (and in models built before). */
     const char *quantize;
@@ -211,6 +211,13 @@ typedef struct dmrt_qweight {
     int64_t rows, cols, group;
     uint8_t *data;  /* dmrt_qweight_bytes(q) bytes */
     float *scale;   /* (dmrt_qweight_groups(q) * cols) */
+    /* --quantize int8 (dmrt_gemm_i8_split): the product's left operand is quantized too,
+     * per tensor, q_x = clamp(round-half-even(x / input_scale), -127, 127). quantize_input
+     * 0: int8-weights / int4-weights. input_scale 0: not calibrated yet. calib: set while
+     * dmrt_calibration_begin..end runs the f32 forward, which then records |x| here. */
+    int quantize_input;
+    float input_scale;
+    struct dmrt_act_stats *calib;
 } dmrt_qweight;
 
 /* Allocates q's storage (zeroed): 0, or -1 when out of memory or the arguments are bad. */
@@ -229,6 +236,42 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
 void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
                         float *c, int64_t ldc);
 
+/* ---- int8 products (--quantize int8: gemm_int8.c) ----
+ * C[m, n] = A[m, k] W[k, n] + beta C (beta 0 or 1) with int8 operands: q_x as above, W
+ * q's int8 weight (bits 8, one group), acc = sum over k of q_x * q_w in int32 (exact), and
+ * C = (float)acc * (input_scale * scale[col]) (+ C when beta is 1): the f32 product of the
+ * two scales first, then that times the accumulation, each rounded to f32. The int32
+ * products run in oneDNN's s8 x s8 -> s32 matmul where the CPU has AVX512-VNNI (whose
+ * int8 dot products do not saturate), else in plain C: the same integers either way.
+ * While q->calib is set (calibration), |A| is recorded and C = A w_f32 + beta C by sgemm
+ * (the f32 forward). threads: as dmrt_gemm_wq_split's. */
+void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
+                        int64_t lda, float beta, float *c, int64_t ldc);
+/* The int32 accumulations alone: acc[m, n] = qa[m, k] qw[k, n] (row-major, contiguous);
+ * by oneDNN when it can (1 returned), else plain C (0). */
+int dmrt_gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t *qa, const int8_t *qw, int32_t *acc);
+/* Which path dmrt_gemm_s8s8s32 takes: "oneDNN s8 x s8 -> s32 (AVX512-VNNI)" or "plain C";
+ * DMRT_INT8_GEMM=c forces plain C, =onednn oneDNN (exit 1 when unavailable). */
+const char *dmrt_gemm_i8_path(void);
+/* Whether the oneDNN path can run here (the build has oneDNN, the CPU AVX512-VNNI). */
+int dmrt_gemm_i8_onednn_available(void);
+/* x's per-tensor quantization: q = clamp(round-half-even(x / scale), -127, 127), n values
+ * (a NaN x: 0). */
+void dmrt_quantize_activations(const float *x, int64_t n, float scale, int8_t *q);
+/* Calibration of a --quantize int8 program's input scales: begin gives every quantized
+ * weight a record of |x| (percentile 0: the largest only; else every value, for the
+ * percentile), count_rows(used, of) says that the next forward's batch holds `used` real
+ * rows of `of` (the rest padding, not recorded: a product's m rows are counted in that
+ * proportion), and end sets input_scale = amax / 127 (1 when amax is 0), with amax the
+ * largest |x| seen, or with a percentile P the sorted |x| at index floor(P / 100 * (n - 1))
+ * (numpy's and torch's 'lower' interpolation), then quantizes the weights
+ * (dmrt_quantize_params). 0, or -1 with a message (out of memory, nothing recorded). */
+int dmrt_calibration_begin(const dmrt_model *model, void *ctx, double percentile, char *err, size_t errlen);
+void dmrt_calibration_count_rows(const dmrt_model *model, void *ctx, int64_t used, int64_t of);
+int dmrt_calibration_end(const dmrt_model *model, void *ctx, char *err, size_t errlen);
+/* Whether model is a --quantize int8 program (activations quantized too). */
+int dmrt_quantizes_activations(const dmrt_model *model);
+
 /* The quantized program's narrow weights from its f32 parameters (after create or --init
  * of an f32 file); the f32 copy of each quantized weight is then set to its dequantized
  * values, so that the parameters read back (--save) are what the products use. */
@@ -237,15 +280,18 @@ void dmrt_quantize_params(const dmrt_model *model, void *ctx);
  * "dmc.quantize" metadata): 1, 0, or -1 with a message when it cannot be read. */
 int dmrt_is_quantized_file(const char *path, char *err, size_t errlen);
 /* --init of a model: dmrt_load_params, but for a quantized program an f32 file's weights are
- * quantized (dmrt_quantize_params) and a --save-quantized file is read (dmrt_load_quantized);
- * an f32 program refuses a quantized file, naming its mode. 0, or -1 with a message. */
+ * quantized (dmrt_quantize_params; --quantize int8: left f32, their input scales reset to
+ * 0, for the calibration that quantizes them) and a --save-quantized file is read
+ * (dmrt_load_quantized); an f32 program refuses a quantized file, naming its mode. 0, or -1
+ * with a message. */
 int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 /* --save-quantized: every parameter, a quantized one as NAME (I8, or U8 packed int4) and
- * NAME.scale (F32), the others F32, with metadata dmc.format "dmc quantized 1", dmc.model,
- * dmc.quantize (the mode); atomically. 0, or -1 with a message. */
+ * NAME.scale (F32), with --quantize int8 also NAME.input_scale (F32 [1]), the others F32,
+ * with metadata dmc.format "dmc quantized 1", dmc.model, dmc.quantize (the mode);
+ * atomically. 0, or -1 with a message. */
 int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 /* --init of such a file: the model and mode must be the file's, every tensor present with
- * its dtype and shape (checked before anything changes). 0, or -1 with a message naming the
+ * its dtype and shape, an input scale positive and finite (checked before anything changes). 0, or -1 with a message naming the
  * file and the tensor or mode. */
 int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
 

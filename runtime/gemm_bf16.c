@@ -113,14 +113,7 @@ static int onednn_available;
 static int chosen_path;
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
-static int cpu_has_avx512_bf16(void) {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") != 0;
-#else
-    return 0;
-#endif
-}
+static int cpu_has_avx512_bf16(void) { return DMRT_CPU_SUPPORTS("avx512bf16"); }
 
 /* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -222,21 +215,10 @@ static void gemm_convert(int threads, int trans_a, int trans_b, int64_t m, int64
 /* ---- the oneDNN path ------------------------------------------------------------------------ */
 
 #ifdef DMRT_HAVE_DNNL
-/* oneDNN here runs on OpenMP (Debian's build: dnnl_version()->cpu_runtime is
- * DNNL_RUNTIME_OMP) and takes as many threads as omp_get_max_threads() says, all the cores
- * by default: every rank thread's product would then spread over every core. Like OpenBLAS
- * (dmrt_blas_share_cores), it runs on the calling thread alone, and dmrt_gemm_bf16_split
- * shares a product over a rank's own threads. The setting is the calling thread's OpenMP
- * one, kept around each call to oneDNN and given back after. */
-#ifdef _OPENMP
-#define ONE_THREAD_BEGIN()                       \
-    int saved_threads_ = omp_get_max_threads(); \
-    omp_set_num_threads(1)
-#define ONE_THREAD_END() omp_set_num_threads(saved_threads_)
-#else
-#define ONE_THREAD_BEGIN() (void)0
-#define ONE_THREAD_END() (void)0
-#endif
+/* oneDNN runs on the calling thread alone (DMRT_ONEDNN_ONE_THREAD_BEGIN, internal.h), and
+ * dmrt_gemm_bf16_split shares a product over a rank's own threads. */
+#define ONE_THREAD_BEGIN() DMRT_ONEDNN_ONE_THREAD_BEGIN()
+#define ONE_THREAD_END() DMRT_ONEDNN_ONE_THREAD_END()
 
 static int make_memory(dnnl_memory_t *mem, int64_t rows, int64_t cols, int trans, int64_t ld,
                        dnnl_data_type_t type) {

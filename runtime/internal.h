@@ -9,6 +9,34 @@
 
 #include "dmrt.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Whether the CPU has an instruction set extension, named as gcc's __builtin_cpu_supports
+ * names it (a string literal: "avx512bf16", "avx512vnni"); 0 off x86 or other compilers. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define DMRT_CPU_SUPPORTS(feature) (__builtin_cpu_init(), __builtin_cpu_supports(feature) != 0)
+#else
+#define DMRT_CPU_SUPPORTS(feature) 0
+#endif
+
+/* oneDNN here runs on OpenMP (Debian's build: dnnl_version()->cpu_runtime is
+ * DNNL_RUNTIME_OMP) and takes as many threads as omp_get_max_threads() says, all the cores
+ * by default: every rank thread's product would then spread over every core. Like OpenBLAS
+ * (dmrt_blas_share_cores), it runs on the calling thread alone (gemm_bf16.c, gemm_int8.c),
+ * which shares a product over a rank's own threads itself. The setting is the calling
+ * thread's OpenMP one, kept around each call to oneDNN and given back after. */
+#ifdef _OPENMP
+#define DMRT_ONEDNN_ONE_THREAD_BEGIN()           \
+    int saved_threads_ = omp_get_max_threads(); \
+    omp_set_num_threads(1)
+#define DMRT_ONEDNN_ONE_THREAD_END() omp_set_num_threads(saved_threads_)
+#else
+#define DMRT_ONEDNN_ONE_THREAD_BEGIN() (void)0
+#define DMRT_ONEDNN_ONE_THREAD_END() (void)0
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define DMRT_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
@@ -111,11 +139,31 @@ int dmrt_trace_write(const dmrt_model *m, struct dmrt_rank *rank, const char *pa
  * seconds[1..n), the first step warming caches left out) beside dmc's prediction. */
 void dmrt_trace_step_time(const dmrt_model *m, const double *seconds, int64_t n, FILE *out);
 
+/* The trainer's --init, and for a --quantize int8 program the calibration of its input
+ * scales (trainer_calibrate.c). */
+typedef struct dmrt_init_opts {
+    const char *init;     /* --init FILE, or NULL */
+    int64_t calibrate;    /* --calibrate N: training rows; 0 when not given (512) */
+    double percentile;    /* --calibrate-percentile P (0 < P <= 100); 0: min-max */
+    const char *data_dir; /* --data-dir: where Fashion-MNIST is; NULL: the default */
+    int quiet;
+} dmrt_init_opts;
+/* dmrt_load_init of io->init (when given), then, for a --quantize int8 program whose input
+ * scales it did not read, the calibration (dmrt_calibration_begin) on io->calibrate rows of
+ * Fashion-MNIST's training images (the first, in the files' order) through the f32 forward;
+ * --calibrate with a file that holds the scales is refused. 0, or -1 with a message. */
+int dmrt_trainer_init_params(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen);
+
 /* predict.c: the trainer's --predict for one rank (NULL: serial); the exit status (0 or 1). */
-int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const char *init, const char *path, int quiet,
+int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *path,
                                 const char *prog);
-int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out,
-                         int threads, int quiet, const char *prog, struct dmrt_rank *rank, char *fail, size_t faillen);
+int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *batch_file,
+                         const char *out, int threads, const char *prog, struct dmrt_rank *rank, char *fail,
+                         size_t faillen);
+
+/* (gemm_int8.c) what a --quantize int8 product records of |x| while a calibration runs */
+struct dmrt_act_stats;
+void dmrt_act_stats_record(struct dmrt_act_stats *st, int64_t m, const float *a, int64_t lda, int64_t k);
 
 /* --threads N: the context's loops and products on N threads (model->set_threads). 0, or -1
  * with a message in err (a model built before the option cannot take it). */

@@ -88,8 +88,9 @@ static int run_chunks(const dmrt_model *m, void *ctx, const dmrt_st_tensor **t, 
 }
 
 /* Checks, creates, loads, predicts and writes; 0 or -1 with the message. */
-static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out_path,
-                        int threads, dmrt_rank *rank, FILE *errs, int quiet, char *err, size_t errlen) {
+static int predict_file(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *batch_file,
+                        const char *out_path, int threads, dmrt_rank *rank, FILE *errs, int quiet, char *err,
+                        size_t errlen) {
     dmrt_st_file f;
     memset(&f, 0, sizeof f);
     const dmrt_st_tensor **t = calloc((size_t)m->n_inputs + 1, sizeof *t);
@@ -116,7 +117,7 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const char *init, co
     }
     ctx = rank ? m->create_rank(seed, rank, err, errlen) : m->create(seed, err, errlen);
     if (!ctx || (threads && dmrt_trainer_set_threads(m, ctx, threads, err, errlen) != 0) ||
-        (init && dmrt_load_init(m, ctx, init, err, errlen) != 0))
+        dmrt_trainer_init_params(m, ctx, io, err, errlen) != 0)
         goto done;
     double t0 = dmrt_now();
     if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0 || outputs_finite(m, descs, outs, out_path, err, errlen) != 0)
@@ -141,15 +142,15 @@ done:
 
 /* The trainer's --predict, for one rank (rank NULL: serial). Returns the trainer's exit
  * status: 0, 1 (runtime error: reported, or for a rank in fail and the rank aborted). */
-int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, const char *batch_file, const char *out,
-                         int threads, int quiet, const char *prog, dmrt_rank *rank, char *fail, size_t faillen) {
+int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *batch_file,
+                         const char *out, int threads, const char *prog, dmrt_rank *rank, char *fail, size_t faillen) {
     char err[2048] = "";
     int lead = !rank || dmrt_rank_id(rank) == 0;
     FILE *errs = lead ? stderr : NULL;
     if (!m->predict || m->predict_batch <= 0 || !m->predict_reads) {
         dmrt_errorf(err, sizeof err, "model '%s' cannot predict: %s", m->name,
                     m->predict_unsupported ? m->predict_unsupported : "it has no predict entry");
-    } else if (predict_file(m, seed, init, batch_file, out, threads, rank, errs, quiet || !lead, err, sizeof err) == 0) {
+    } else if (predict_file(m, seed, io, batch_file, out, threads, rank, errs, io->quiet || !lead, err, sizeof err) == 0) {
         return 0;
     }
     if (rank) {
@@ -163,17 +164,18 @@ int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const char *init, c
 
 /* The trainer's --save-quantized (a serial quantized program): the narrow weights of --init's
  * parameters (or of the initial ones) into path. Returns the trainer's exit status. */
-int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const char *init, const char *path, int quiet,
+int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *path,
                                 const char *prog) {
     char err[2048] = "";
     void *ctx = m->create(seed, err, sizeof err);
-    int ok = ctx && (!init || dmrt_load_init(m, ctx, init, err, sizeof err) == 0) &&
+    int ok = ctx && dmrt_trainer_guard_writable("--save-quantized", path, err, sizeof err) == 0 &&
+             dmrt_trainer_init_params(m, ctx, io, err, sizeof err) == 0 &&
              dmrt_save_quantized(m, ctx, path, err, sizeof err) == 0;
     if (ctx) m->destroy(ctx);
     if (!ok) {
         fprintf(stderr, "%s: error: %s\n", prog, err);
         return 1;
     }
-    if (!quiet) fprintf(stderr, "wrote the weights of --quantize %s to %s\n", m->quantize, path);
+    if (!io->quiet) fprintf(stderr, "wrote the weights of --quantize %s to %s\n", m->quantize, path);
     return 0;
 }

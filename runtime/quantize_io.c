@@ -2,6 +2,7 @@
  * made from its f32 parameters, written to a safetensors file (--save-quantized) and read
  * back (--init). A quantized program is serial (dmc refuses --quantize with a mesh), so the
  * parameters are model->param's host memory. */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,9 @@ static void qweight_descs(const dmrt_tensor_desc *d, const dmrt_qweight *q, char
                                 dmrt_qweight_groups(q) * q->cols};
 }
 
-/* The file's tensors: every parameter (f32 or narrow), then the scales. descs, data and
- * names hold 2 * n_params; returns how many. */
+/* The file's tensors: every parameter (f32 or narrow), then the scales, then (int8) the
+ * input scales. descs, data and names hold TENSORS_MAX(model); returns how many. */
+#define TENSORS_MAX(model) (3 * (size_t)(model)->n_params + 1)
 static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_desc *descs, const void **data,
                              char (*names)[256]) {
     int n = 0, n_scales = 0;
@@ -47,10 +49,10 @@ static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_des
         const dmrt_qweight *q = model->qweight(ctx, i);
         if (q) n_scales++;
     }
-    int scale_at = model->n_params;
+    int scale_at = model->n_params, input_at = model->n_params + n_scales;
     for (int i = 0; i < model->n_params; i++) {
         const dmrt_tensor_desc *d = &model->params[i];
-        const dmrt_qweight *q = model->qweight(ctx, i);
+        dmrt_qweight *q = model->qweight(ctx, i);
         if (!q) {
             descs[n] = *d, data[n++] = model->param(ctx, i);
             continue;
@@ -58,12 +60,16 @@ static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_des
         snprintf(names[scale_at], sizeof names[scale_at], "%s.scale", d->name);
         qweight_descs(d, q, names[scale_at], &descs[n], &descs[scale_at]);
         data[n++] = q->data, data[scale_at++] = q->scale;
+        if (!q->quantize_input) continue;
+        snprintf(names[input_at], sizeof names[input_at], "%s.input_scale", d->name);
+        descs[input_at] = (dmrt_tensor_desc){names[input_at], DMRT_F32, 1, {1}, 1};
+        data[input_at++] = &q->input_scale;
     }
-    return model->n_params + n_scales;
+    return input_at;
 }
 
 int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
-    size_t n = 2 * (size_t)model->n_params + 1;
+    size_t n = TENSORS_MAX(model);
     dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
     const void **data = calloc(n, sizeof *data);
     char(*names)[256] = calloc(n, sizeof *names);
@@ -101,15 +107,22 @@ static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_s
         return dmrt_errorf(err, errlen, "%s: weights quantized as --quantize %s, but this program is --quantize %s", f->path,
                            mode, model->quantize);
     (void)ctx;
-    for (int k = 0; k < count; k++)
+    for (int k = 0; k < count; k++) {
         if (!(source[k] = checked(model, f, &descs[k], err, errlen))) return -1;
+        size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
+        float v = 1.0f;
+        if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0) memcpy(&v, source[k]->data, sizeof v);
+        if (!(v > 0.0f && v <= FLT_MAX))
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' is %g: an input scale must be positive and finite", f->path,
+                               descs[k].name, (double)v);
+    }
     return 0;
 }
 
 int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
     dmrt_st_file f;
     if (dmrt_st_read(&f, path, err, errlen) != 0) return -1;
-    size_t n = 2 * (size_t)model->n_params + 1;
+    size_t n = TENSORS_MAX(model);
     dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
     const void **data = calloc(n, sizeof *data);
     const dmrt_st_tensor **source = calloc(n, sizeof *source);
@@ -143,6 +156,12 @@ int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *e
     }
     if (quantized) return dmrt_load_quantized(model, ctx, path, err, errlen);
     if (dmrt_load_params(model, ctx, path, err, errlen) != 0) return -1;
-    if (model->quantize) dmrt_quantize_params(model, ctx);
+    /* int8: the f32 weights stay for the calibration's f32 forward, which quantizes them
+     * after (dmrt_calibration_end) */
+    if (model->quantize && !dmrt_quantizes_activations(model)) dmrt_quantize_params(model, ctx);
+    for (int i = 0; model->quantize && i < model->n_params; i++) {
+        dmrt_qweight *q = model->qweight(ctx, i);
+        if (q) q->input_scale = 0.0f; /* not calibrated: these weights are not theirs */
+    }
     return 0;
 }

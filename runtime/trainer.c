@@ -109,7 +109,8 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
         return o->out ? usage_error(prog, model, "--out only applies with --predict") : TR_OK;
     if (!o->batch_file || !o->out)
         return usage_error(prog, model, "--predict needs %s", !o->batch_file ? "--batch-file FILE (the inputs)" : "--out FILE (for the outputs)");
-    const char *other = o->data ? "--data" : o->data_dir ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+    /* a --quantize int8 program calibrates on the training rows of --data-dir */
+    const char *other = o->data ? "--data" : o->data_dir && !dmrt_quantizes_activations(model) ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
                       : o->save ? "--save" : o->dump_grads ? "--dump-grads" : o->sample >= 0 ? "--sample"
                       : o->eval_every ? "--eval-every" : o->trace ? "--trace" : NULL;
     if (other) return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s", other);
@@ -212,7 +213,8 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                         {"--top-k", &o->top_k},
                         {"--checkpoint-every", &o->checkpoint_every},
                         {"--checkpoint-keep", &o->checkpoint_keep},
-                        {"--threads", &o->threads}};
+                        {"--threads", &o->threads},
+                        {"--calibrate", &o->calibrate}};
         int64_t *integer = NULL;
         for (size_t k = 0; k < sizeof integers / sizeof integers[0]; k++)
             if (strcmp(name, integers[k].name) == 0) integer = integers[k].value;
@@ -220,11 +222,16 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         int bad = 0;
         if (integer || strcmp(name, "--seed") == 0) {
             want = "a non-negative integer";
+            if (integer == &o->calibrate) want = "a positive number of training rows";
             bad = integer ? parse_i64(val, integer) : parse_u64(val, &o->seed);
             o->seed_given |= !integer;
         } else if (strcmp(name, "--temperature") == 0) {
             want = "a non-negative number";
             bad = parse_f64(val, &o->temperature);
+        } else if (strcmp(name, "--calibrate-percentile") == 0) {
+            want = "a percentile P, 0 < P <= 100";
+            bad = parse_f64(val, &o->calibrate_percentile) || !(o->calibrate_percentile > 0.0) ||
+                  !(o->calibrate_percentile <= 100.0) ? -1 : 0;
         } else if (!*val) bad = -1;
         else if (strcmp(name, "--init") == 0) o->init = val;
         else if (strcmp(name, "--save") == 0) o->save = val;
@@ -238,6 +245,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         else if (strcmp(name, "--out") == 0) o->out = val;
         else if (strcmp(name, "--checkpoint") == 0) o->checkpoint = val;
         else if (strcmp(name, "--resume") == 0) o->resume = val;
+        if (!bad && integer == &o->calibrate && o->calibrate < 1) bad = -1;
         if (!bad && strcmp(name, "--threads") == 0 && (o->threads < 1 || o->threads > DMRT_MAX_THREADS)) {
             want = "an integer from 1 to " DMRT_STR_(DMRT_MAX_THREADS);
             bad = -1;
@@ -262,7 +270,12 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            o->data);
     }
     if (o->save_quantized && !model->quantize)
-        return usage_error(prog, model, "--save-quantized needs a program compiled with --quantize int8-weights or int4-weights");
+        return usage_error(prog, model, "--save-quantized needs a program compiled with --quantize (int8, int8-weights or "
+                           "int4-weights)");
+    if ((o->calibrate || o->calibrate_percentile > 0) && !dmrt_quantizes_activations(model))
+        return usage_error(prog, model, "%s applies to a program compiled with --quantize int8 (model '%s' is %s%s)",
+                           o->calibrate ? "--calibrate" : "--calibrate-percentile", model->name,
+                           model->quantize ? "--quantize " : "an f32 program", model->quantize ? model->quantize : "");
     if (o->save_quantized && (o->predict || o->evaluate))
         return usage_error(prog, model, "--save-quantized writes the weights and exits: run %s separately",
                            o->predict ? "--predict" : "--evaluate");
@@ -275,7 +288,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
-    if (o->batch_file && (o->data || o->data_dir))
+    if (o->batch_file && (o->data || (o->data_dir && !(o->predict && dmrt_quantizes_activations(model)))))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
                            o->data ? "--data" : "--data-dir");
     if (o->text_files && o->data_dir)

@@ -51,6 +51,9 @@ typedef struct tr_data {
     dmrt_rng windows;
 } tr_data;
 
+/* B when the model takes Fashion-MNIST (inputs f32[B, 784] and i32[B]), else 0. */
+int64_t dmrt_trainer_mnist_batch(const dmrt_model *m);
+
 static inline size_t dmrt_trainer_desc_bytes(const dmrt_tensor_desc *d) {
     return (size_t)d->numel * dmrt_dtype_size(d->dtype);
 }

@@ -73,7 +73,17 @@
       "--init")                                                                              \
     X("--save-quantized", "FILE",                                                            \
       "a program compiled with --quantize: write its narrow weights (from\n"               \
-      "--init) to a safetensors file, which its --init loads, and exit")                    \
+      "--init; int8: with the calibrated input scales) to a safetensors\n"                \
+      "file, which its --init loads, and exit")                                              \
+    X("--calibrate", "N",                                                                    \
+      "a program compiled with --quantize int8, given f32 weights: the\n"                  \
+      "products' input scales from the first N Fashion-MNIST training rows\n"             \
+      "(--data-dir) through the f32 forward (default 512); min-max: the\n"                \
+      "largest |x| / 127")                                                                   \
+    X("--calibrate-percentile", "P",                                                         \
+      "with --quantize int8: the scale from the P-th percentile of |x|\n"                 \
+      "(0 < P <= 100; numpy's 'lower': sorted |x| at floor(P/100 (n-1)))\n"              \
+      "instead of the largest")                                                              \
     X("--out", "FILE", "with --predict: the safetensors file of the outputs (atomically)")  \
     X("--evaluate", NULL,                                                                    \
       "train nothing: print what a run prints at its end (test accuracy on\n"              \

@@ -78,7 +78,7 @@ static int find_lm(const dmrt_model *m, tr_lm *lm, char *why, size_t whylen) {
 }
 
 /* Inputs f32[B, 784] and i32[B]: B, else 0. */
-static int64_t mnist_batch(const dmrt_model *m) {
+int64_t dmrt_trainer_mnist_batch(const dmrt_model *m) {
     if (m->n_inputs != 2) return 0;
     const dmrt_tensor_desc *x = &m->inputs[0], *y = &m->inputs[1];
     if (x->dtype != DMRT_F32 || x->rank != 2 || x->shape[1] != TR_MNIST_PIXELS) return 0;
@@ -189,7 +189,7 @@ static int choose_data(tr_run *r) {
                 dmrt_trainer_descs_str(outputs, sizeof outputs, m->n_outputs, m->outputs), why);
         return TR_USAGE;
     }
-    r->batch = mnist_batch(m);
+    r->batch = dmrt_trainer_mnist_batch(m);
     /* Sampling from parameters given by --init needs no corpus. */
     int sample_only = o->sample >= 0 && (o->steps == 0 || o->epochs == 0) && !o->batch_file && !o->data && !o->data_dir;
     if (!o->batch_file && !o->text_files && r->batch <= 0 && !sample_only) {
@@ -310,7 +310,8 @@ static int create_model(tr_run *r) {
     if (!r->ctx) return r->err[0] ? TR_RUNTIME : run_failed(r, "creating model '%s' failed", m->name);
     r->threads = o->threads ? (int)o->threads : dmrt_threads_per_rank(r->rank ? dmrt_rank_local_count(r->rank) : 1);
     if (o->threads && dmrt_trainer_set_threads(m, r->ctx, r->threads, r->err, sizeof r->err) != 0) return TR_RUNTIME;
-    if (o->init && dmrt_load_init(m, r->ctx, o->init, r->err, sizeof r->err) != 0) return TR_RUNTIME;
+    dmrt_init_opts io = dmrt_trainer_init_opts(o);
+    if (dmrt_trainer_init_params(m, r->ctx, &io, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     if (r->resumed) {
         if (dmrt_load_checkpoint_file(m, r->ctx, &r->resume_file, r->err, sizeof r->err) != 0) return TR_RUNTIME;
         r->start = m->step(r->ctx);
@@ -574,10 +575,10 @@ static void close_run(tr_run *r) {
 
 int dmrt_trainer_run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_rank *rank, char *fail,
                      size_t faillen) {
-    if (o->save_quantized) return dmrt_trainer_save_quantized(m, o->seed, o->init, o->save_quantized, o->quiet, prog);
+    dmrt_init_opts io = dmrt_trainer_init_opts(o);
+    if (o->save_quantized) return dmrt_trainer_save_quantized(m, o->seed, &io, o->save_quantized, prog);
     if (o->predict)
-        return dmrt_trainer_predict(m, o->seed, o->init, o->batch_file, o->out, (int)o->threads, o->quiet, prog, rank,
-                                    fail, faillen);
+        return dmrt_trainer_predict(m, o->seed, &io, o->batch_file, o->out, (int)o->threads, prog, rank, fail, faillen);
     tr_run *r = calloc(1, sizeof *r);
     if (!r) {
         if (rank) snprintf(fail, faillen, "out of memory");

@@ -38,7 +38,14 @@ typedef struct tr_opts {
     int evaluate;           /* --evaluate: no step; the end-of-run evaluation of --init's parameters */
     int64_t threads;        /* --threads N: each rank's loops and products on N threads (0: the default) */
     const char *out;
+    int64_t calibrate;           /* --calibrate N (0: not given) */
+    double calibrate_percentile; /* --calibrate-percentile P (0: not given: min-max) */
 } tr_opts;
+
+/* What --init and an int8 program's calibration take of the options. */
+static inline dmrt_init_opts dmrt_trainer_init_opts(const tr_opts *o) {
+    return (dmrt_init_opts){o->init, o->calibrate, o->calibrate_percentile, o->data_dir, o->quiet};
+}
 
 /* Trains on one rank (rank NULL: the serial model) and returns a TR_ status. Only the lead
  * rank (world rank 0) prints; a rank's failure message goes to fail (its launcher reports

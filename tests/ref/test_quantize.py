@@ -19,8 +19,8 @@ last column) and random f32 weights:
   e) failures, each a clear message and nothing written: a file of another mode (naming
      both), of another model size (naming the tensor), a quantized file for the f32
      program, training a quantized program (exit 2), --save-quantized with a bad --init
-     (no file left), --quantize on the CUDA target (--check and -o), --quantize int8 (not
-     built), a bad mode.
+     (no file left), --quantize on the CUDA target (--check and -o), a bad mode
+     (--quantize int8 is test_quantize_int8.py's).
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -145,24 +145,27 @@ def check_failures(dmc, src, d):
             raise dmcrun.Failure("--target cuda --quantize %s: exit %d, %s" % (args[0], r.returncode, r.stderr))
     if os.path.exists(os.path.join(d, "cuda", "mlp.cu")):
         raise dmcrun.Failure("-o wrote the CUDA program it refused")
-    for mode, want in (("int8", "--quantize int8 (int8 activations too) is not built yet"),
-                       ("int3", "--quantize takes int8-weights or int4-weights[:G], got 'int3'")):
+    for mode, want in (("int3", "--quantize takes int8, int8-weights or int4-weights[:G], got 'int3'"),):
         r = subprocess.run([dmc, src, "--check", "--quantize", mode], stderr=subprocess.PIPE, universal_newlines=True)
         if r.returncode == 0 or want not in r.stderr:
             raise dmcrun.Failure("--quantize %s: exit %d, %s" % (mode, r.returncode, r.stderr))
 
 
-def body(dmc, root, np, torch):
-    src = os.path.join(root, "examples", "mlp.dm")
+def random_model(np, h=63):
+    """mlp.dm's weights (--set H=h) and 21 rows of inputs, random (test_quantize_int8.py's too)."""
     rng = np.random.default_rng(0)
-    h = 63
     w = {"fc1.weight": (rng.standard_normal((784, h)) * 0.05).astype(np.float32),
          "fc2.weight": (rng.standard_normal((h, h)) * 0.1).astype(np.float32),
          "fc3.weight": (rng.standard_normal((h, 10)) * 0.1).astype(np.float32)}
     for layer, n in (("fc1", h), ("fc2", h), ("fc3", 10)):
         w[layer + ".bias"] = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    return w, rng.random((21, 784), dtype=np.float32)
+
+
+def body(dmc, root, np, torch):
+    src = os.path.join(root, "examples", "mlp.dm")
+    w, x = random_model(np)
     w["fc2.weight"][:, 5] = 0.0  # a zero column: scale 1, q 0
-    x = rng.random((21, 784), dtype=np.float32)
     with tempfile.TemporaryDirectory() as d:
         stio.save(w, os.path.join(d, "w.st"))
         stio.save({"x": x}, os.path.join(d, "x.st"))

@@ -1,0 +1,93 @@
+/* trainer_calibrate.c: --init for the trainer's paths (training, --evaluate, --predict,
+ * --save-quantized), and for a --quantize int8 program given f32 weights the calibration
+ * of its products' input scales: the first --calibrate N rows of the Fashion-MNIST
+ * training images, in the files' order (not shuffled), through its f32 forward, in
+ * batches of the model's B (the last one padded with zero rows, which are not recorded). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmrt.h"
+#include "internal.h"
+#include "trainer_data.h"
+#include "trainer_options.h"
+#include "trainer_run.h"
+
+#define DEFAULT_CALIBRATION_ROWS 512
+
+/* Runs the rows [0, rows) of d's training images through the forward, their |x| recorded. */
+static int calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d, int64_t rows, char *err,
+                                size_t errlen) {
+    const int64_t B = d->batch;
+    float *x = dmrt_alloc((size_t)(B * TR_MNIST_PIXELS) * sizeof(float));
+    int32_t *y = dmrt_alloc((size_t)B * sizeof(int32_t));
+    void *in[2] = {x, y};
+    int status = x && y ? 0 : dmrt_errorf(err, errlen, "calibration: out of memory");
+    for (int64_t start = 0; status == 0 && start < rows; start += B) {
+        int64_t cnt = rows - start < B ? rows - start : B;
+        memset(x, 0, (size_t)(B * TR_MNIST_PIXELS) * sizeof(float));
+        memcpy(x, d->train_x.images + start * TR_MNIST_PIXELS, (size_t)(cnt * TR_MNIST_PIXELS) * sizeof(float));
+        memcpy(y, d->train_y.labels + start, (size_t)cnt * sizeof(int32_t));
+        dmrt_calibration_count_rows(m, ctx, cnt, B);
+        float loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
+            status = dmrt_errorf(err, errlen, "calibration (training rows %lld..%lld): %s", (long long)start,
+                                 (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
+    }
+    dmrt_free(x);
+    dmrt_free(y);
+    return status;
+}
+
+static int calibrate(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen) {
+    int64_t B = dmrt_trainer_mnist_batch(m), rows = io->calibrate ? io->calibrate : DEFAULT_CALIBRATION_ROWS;
+    if (B <= 0 || !m->forward) {
+        char ins[1024];
+        return dmrt_errorf(err, errlen, "--quantize int8 calibrates its input scales on Fashion-MNIST's training rows, "
+                           "which model '%s' (inputs %s) does not take: give --init a file that --save-quantized "
+                           "wrote for it", m->name, dmrt_trainer_inputs_str(ins, sizeof ins, m));
+    }
+    tr_data d;
+    memset(&d, 0, sizeof d);
+    const char *dir = io->data_dir ? io->data_dir : DMRT_TRAINER_DEFAULT_DATA_DIR;
+    int status = dmrt_trainer_open_mnist(&d, B, dir, 0, err, errlen);
+    if (status == 0 && rows > d.train_x.n)
+        status = dmrt_errorf(err, errlen, "--calibrate %lld: %s has only %lld training rows", (long long)rows, dir,
+                             (long long)d.train_x.n);
+    double t0 = dmrt_now();
+    if (status == 0) status = dmrt_calibration_begin(m, ctx, io->percentile, err, errlen);
+    if (status == 0) {
+        status = calibration_forwards(m, ctx, &d, rows, err, errlen);
+        /* ends even after a failed forward: the records are freed */
+        char end_err[512];
+        if (dmrt_calibration_end(m, ctx, end_err, sizeof end_err) != 0 && status == 0)
+            status = dmrt_errorf(err, errlen, "%s", end_err);
+    }
+    if (status == 0 && !io->quiet) {
+        char how[64] = "min-max";
+        if (io->percentile > 0) snprintf(how, sizeof how, "percentile %g", io->percentile);
+        fprintf(stderr, "calibrated the int8 input scales on %lld training rows of %s (%s) in %.2f s\n", (long long)rows,
+                dir, how, dmrt_now() - t0);
+    }
+    dmrt_trainer_data_close(&d);
+    return status;
+}
+
+/* Whether every product of m has its input scale (read from a --save-quantized file). */
+static int calibrated(const dmrt_model *m, void *ctx) {
+    for (int i = 0; i < m->n_params; i++) {
+        const dmrt_qweight *q = m->qweight(ctx, i);
+        if (q && q->quantize_input && !(q->input_scale > 0.0f)) return 0;
+    }
+    return 1;
+}
+
+int dmrt_trainer_init_params(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen) {
+    if (io->init && dmrt_load_init(m, ctx, io->init, err, errlen) != 0) return -1;
+    if (!dmrt_quantizes_activations(m)) return 0;
+    if (!calibrated(m, ctx)) return calibrate(m, ctx, io, err, errlen);
+    if (io->calibrate || io->percentile > 0)
+        return dmrt_errorf(err, errlen, "%s holds calibrated input scales (--save-quantized wrote it): --calibrate and "
+                           "--calibrate-percentile apply to f32 weights", io->init);
+    return 0;
+}
