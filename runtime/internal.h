@@ -147,10 +147,13 @@ typedef struct dmrt_init_opts {
     double percentile;    /* --calibrate-percentile P (0 < P <= 100); 0: min-max */
     const char *data_dir; /* --data-dir: where Fashion-MNIST is; NULL: the default */
     int quiet;
+    const char *text;     /* --data text:FILES' list (a language model calibrates on it), or NULL */
 } dmrt_init_opts;
 /* dmrt_load_init of io->init (when given), then, for a --quantize int8 program whose input
  * scales it did not read, the calibration (dmrt_calibration_begin) on io->calibrate rows of
- * Fashion-MNIST's training images (the first, in the files' order) through the f32 forward;
+ * Fashion-MNIST's training images (the first, in the files' order), or for a byte-level
+ * language model of io->text's training windows (the first, T bytes apart), through the
+ * f32 forward;
  * --calibrate with a file that holds the scales is refused. 0, or -1 with a message. */
 int dmrt_trainer_init_params(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen);
 

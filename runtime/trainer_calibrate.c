@@ -1,8 +1,10 @@
 /* trainer_calibrate.c: --init for the trainer's paths (training, --evaluate, --predict,
  * --save-quantized), and for a --quantize int8 program given f32 weights the calibration
  * of its products' input scales: the first --calibrate N rows of the Fashion-MNIST
- * training images, in the files' order (not shuffled), through its f32 forward, in
- * batches of the model's B (the last one padded with zero rows, which are not recorded). */
+ * training images, in the files' order (not shuffled), or for a byte-level language model
+ * the first N windows of --data text's training part (T+1 bytes starting T bytes apart:
+ * window k at byte k T), through its f32 forward, in batches of the model's B (the last one
+ * padded with zero rows, which are not recorded). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,25 +41,79 @@ static int calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d
     return status;
 }
 
-static int calibrate(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen) {
-    int64_t B = dmrt_trainer_mnist_batch(m), rows = io->calibrate ? io->calibrate : DEFAULT_CALIBRATION_ROWS;
-    if (B <= 0 || !m->forward) {
+/* The same over the first `rows` windows of d's training text, window k at byte k T. */
+static int text_calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d, int64_t rows, char *err,
+                                     size_t errlen) {
+    const tr_lm *lm = &d->lm;
+    const int64_t B = lm->batch, T = lm->len;
+    int32_t *tokens = dmrt_alloc((size_t)(B * T) * sizeof(int32_t)), *targets = dmrt_alloc((size_t)(B * T) * sizeof(int32_t));
+    void *in[2];
+    in[lm->tokens] = tokens, in[lm->targets] = targets;
+    int status = tokens && targets ? 0 : dmrt_errorf(err, errlen, "calibration: out of memory");
+    for (int64_t start = 0; status == 0 && start < rows; start += B) {
+        int64_t cnt = rows - start < B ? rows - start : B;
+        memset(tokens, 0, (size_t)(B * T) * sizeof(int32_t));
+        memset(targets, 0, (size_t)(B * T) * sizeof(int32_t));
+        for (int64_t r = 0; r < cnt; r++) {
+            const unsigned char *window = d->corpus.bytes + (start + r) * T;
+            for (int64_t t = 0; t < T; t++) tokens[r * T + t] = window[t], targets[r * T + t] = window[t + 1];
+        }
+        dmrt_calibration_count_rows(m, ctx, cnt, B);
+        float loss = 0.0f;
+        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
+            status = dmrt_errorf(err, errlen, "calibration (training windows %lld..%lld): %s", (long long)start,
+                                 (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
+    }
+    dmrt_free(tokens);
+    dmrt_free(targets);
+    return status;
+}
+
+/* The data a calibration reads, opened into d: Fashion-MNIST's training rows, or (*text)
+ * a language model's --data text windows. Checks that `rows` of them exist. */
+static int calibration_data(const dmrt_model *m, const dmrt_init_opts *io, int64_t rows, tr_data *d, int *text,
+                            const char **source, char *err, size_t errlen) {
+    int64_t B = dmrt_trainer_mnist_batch(m);
+    tr_lm lm;
+    char why[256];
+    *text = B <= 0 && io->text && dmrt_trainer_find_lm(m, &lm, why, sizeof why) == 0;
+    if ((B <= 0 && !*text) || !m->forward) {
         char ins[1024];
         return dmrt_errorf(err, errlen, "--quantize int8 calibrates its input scales on Fashion-MNIST's training rows, "
-                           "which model '%s' (inputs %s) does not take: give --init a file that --save-quantized "
-                           "wrote for it", m->name, dmrt_trainer_inputs_str(ins, sizeof ins, m));
+                           "or a language model's on --data text:FILES, neither of which model '%s' (inputs %s) has "
+                           "here: give --init a file that --save-quantized wrote for it%s", m->name,
+                           dmrt_trainer_inputs_str(ins, sizeof ins, m), io->text ? "" : " (or --data text:FILES)");
     }
+    if (*text) {
+        *source = io->text;
+        if (dmrt_trainer_open_text(d, &lm, io->text, 0, err, errlen) != 0) return -1;
+        int64_t windows = (d->train_bytes - 1) / lm.len; /* window k needs bytes k T .. k T + T */
+        if (rows > windows)
+            return dmrt_errorf(err, errlen, "--calibrate %lld: the training part of %s holds only %lld windows of T+1 = "
+                               "%lld bytes, T apart", (long long)rows, io->text, (long long)windows,
+                               (long long)(lm.len + 1));
+        return 0;
+    }
+    *source = io->data_dir ? io->data_dir : DMRT_TRAINER_DEFAULT_DATA_DIR;
+    if (dmrt_trainer_open_mnist(d, B, *source, 0, err, errlen) != 0) return -1;
+    if (rows > d->train_x.n)
+        return dmrt_errorf(err, errlen, "--calibrate %lld: %s has only %lld training rows", (long long)rows, *source,
+                           (long long)d->train_x.n);
+    return 0;
+}
+
+static int calibrate(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen) {
+    int64_t rows = io->calibrate ? io->calibrate : DEFAULT_CALIBRATION_ROWS;
     tr_data d;
     memset(&d, 0, sizeof d);
-    const char *dir = io->data_dir ? io->data_dir : DMRT_TRAINER_DEFAULT_DATA_DIR;
-    int status = dmrt_trainer_open_mnist(&d, B, dir, 0, err, errlen);
-    if (status == 0 && rows > d.train_x.n)
-        status = dmrt_errorf(err, errlen, "--calibrate %lld: %s has only %lld training rows", (long long)rows, dir,
-                             (long long)d.train_x.n);
+    const char *dir = NULL;
+    int text = 0;
+    int status = calibration_data(m, io, rows, &d, &text, &dir, err, errlen);
     double t0 = dmrt_now();
     if (status == 0) status = dmrt_calibration_begin(m, ctx, io->percentile, err, errlen);
     if (status == 0) {
-        status = calibration_forwards(m, ctx, &d, rows, err, errlen);
+        status = text ? text_calibration_forwards(m, ctx, &d, rows, err, errlen)
+                      : calibration_forwards(m, ctx, &d, rows, err, errlen);
         /* ends even after a failed forward: the records are freed */
         char end_err[512];
         if (dmrt_calibration_end(m, ctx, end_err, sizeof end_err) != 0 && status == 0)
@@ -66,8 +122,8 @@ static int calibrate(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, c
     if (status == 0 && !io->quiet) {
         char how[64] = "min-max";
         if (io->percentile > 0) snprintf(how, sizeof how, "percentile %g", io->percentile);
-        fprintf(stderr, "calibrated the int8 input scales on %lld training rows of %s (%s) in %.2f s\n", (long long)rows,
-                dir, how, dmrt_now() - t0);
+        fprintf(stderr, "calibrated the int8 input scales on %lld training %s of %s (%s) in %.2f s\n", (long long)rows,
+                text ? "windows" : "rows", dir, how, dmrt_now() - t0);
     }
     dmrt_trainer_data_close(&d);
     return status;

@@ -158,6 +158,39 @@ void dmrt_trainer_shuffle(tr_data *d) {
     }
 }
 
+static int find_desc(int n, const dmrt_tensor_desc *descs, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (descs[i].name && strcmp(descs[i].name, name) == 0) return i;
+    return -1;
+}
+
+int dmrt_trainer_find_lm(const dmrt_model *m, tr_lm *lm, char *why, size_t whylen) {
+    lm->tokens = find_desc(m->n_inputs, m->inputs, "tokens");
+    lm->targets = find_desc(m->n_inputs, m->inputs, "targets");
+    lm->logits = find_desc(m->n_outputs, m->outputs, "logits");
+    /* Any other input could not be filled from a corpus. */
+    if (m->n_inputs != 2 || lm->tokens < 0 || lm->targets < 0)
+        return dmrt_errorf(why, whylen, "the inputs must be exactly tokens and targets");
+    const dmrt_tensor_desc *tok = &m->inputs[lm->tokens], *tgt = &m->inputs[lm->targets];
+    if (tok->dtype != DMRT_I32 || tok->rank != 2 || tok->shape[0] < 1 || tok->shape[1] < 1)
+        return dmrt_errorf(why, whylen, "tokens is not i32[B, T]");
+    if (tgt->dtype != DMRT_I32 || tgt->rank != 2 || tgt->shape[0] != tok->shape[0] ||
+        tgt->shape[1] != tok->shape[1])
+        return dmrt_errorf(why, whylen, "targets is not i32 of the shape of tokens");
+    if (lm->logits < 0) return dmrt_errorf(why, whylen, "there is no output named logits");
+    const dmrt_tensor_desc *out = &m->outputs[lm->logits];
+    if (out->dtype != DMRT_F32 || out->rank != 3 || out->shape[0] != tok->shape[0] ||
+        out->shape[1] != tok->shape[1])
+        return dmrt_errorf(why, whylen, "logits is not f32[B, T, V] with the B and T of tokens");
+    if (out->shape[2] < TR_BYTE_TOKENS)
+        return dmrt_errorf(why, whylen, "logits has V = %lld, fewer than the 256 byte values",
+                           (long long)out->shape[2]);
+    lm->batch = tok->shape[0];
+    lm->len = tok->shape[1];
+    lm->vocab = out->shape[2];
+    return 0;
+}
+
 /* --data text:FILES. The corpus splits into a training part, the first 90%, and a
  * validation part, the last 10% but at least one window of T+1 bytes. */
 int dmrt_trainer_open_text(tr_data *d, const tr_lm *lm, const char *list, uint64_t seed, char *err,

@@ -7,6 +7,8 @@
 
 #include "internal.h"
 
+/* Byte-level language models: bytes are tokens 0..255; larger ids are never sampled. */
+#define TR_BYTE_TOKENS 256
 #define TR_MNIST_PIXELS 784
 #define TR_MNIST_CLASSES 10
 /* Stream of dmrt_rng used for shuffling (the model's create() uses its own). */
@@ -24,6 +26,10 @@ typedef struct tr_lm {
     int logits;          /* output index */
     int64_t batch, len, vocab; /* B, T, V */
 } tr_lm;
+
+/* Fills *lm when the model is a byte-level language model (see tr_lm); else returns -1
+ * with what does not fit in why. */
+int dmrt_trainer_find_lm(const dmrt_model *m, tr_lm *lm, char *why, size_t whylen);
 
 /* Where the batches come from: at most one of the three parts is in use (none when
  * only sampling). */

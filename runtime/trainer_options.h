@@ -78,8 +78,8 @@
     X("--calibrate", "N",                                                                    \
       "a program compiled with --quantize int8, given f32 weights: the\n"                  \
       "products' input scales from the first N Fashion-MNIST training rows\n"             \
-      "(--data-dir) through the f32 forward (default 512); min-max: the\n"                \
-      "largest |x| / 127")                                                                   \
+      "(--data-dir), or a language model's first N --data text windows, through\n"      \
+      "the f32 forward (default 512); min-max: the largest |x| / 127")                      \
     X("--calibrate-percentile", "P",                                                         \
       "with --quantize int8: the scale from the P-th percentile of |x|\n"                 \
       "(0 < P <= 100; numpy's 'lower': sorted |x| at floor(P/100 (n-1)))\n"              \

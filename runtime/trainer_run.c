@@ -42,41 +42,6 @@ int dmrt_trainer_set_threads(const dmrt_model *m, void *ctx, int threads, char *
 
 /* ---- model inspection ------------------------------------------------------------------------ */
 
-static int find_desc(int n, const dmrt_tensor_desc *descs, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (descs[i].name && strcmp(descs[i].name, name) == 0) return i;
-    return -1;
-}
-
-/* Fills *lm when the model is a byte-level language model (see tr_lm); else returns -1
- * with what does not fit in why. */
-static int find_lm(const dmrt_model *m, tr_lm *lm, char *why, size_t whylen) {
-    lm->tokens = find_desc(m->n_inputs, m->inputs, "tokens");
-    lm->targets = find_desc(m->n_inputs, m->inputs, "targets");
-    lm->logits = find_desc(m->n_outputs, m->outputs, "logits");
-    /* Any other input could not be filled from a corpus. */
-    if (m->n_inputs != 2 || lm->tokens < 0 || lm->targets < 0)
-        return dmrt_errorf(why, whylen, "the inputs must be exactly tokens and targets");
-    const dmrt_tensor_desc *tok = &m->inputs[lm->tokens], *tgt = &m->inputs[lm->targets];
-    if (tok->dtype != DMRT_I32 || tok->rank != 2 || tok->shape[0] < 1 || tok->shape[1] < 1)
-        return dmrt_errorf(why, whylen, "tokens is not i32[B, T]");
-    if (tgt->dtype != DMRT_I32 || tgt->rank != 2 || tgt->shape[0] != tok->shape[0] ||
-        tgt->shape[1] != tok->shape[1])
-        return dmrt_errorf(why, whylen, "targets is not i32 of the shape of tokens");
-    if (lm->logits < 0) return dmrt_errorf(why, whylen, "there is no output named logits");
-    const dmrt_tensor_desc *out = &m->outputs[lm->logits];
-    if (out->dtype != DMRT_F32 || out->rank != 3 || out->shape[0] != tok->shape[0] ||
-        out->shape[1] != tok->shape[1])
-        return dmrt_errorf(why, whylen, "logits is not f32[B, T, V] with the B and T of tokens");
-    if (out->shape[2] < TR_BYTE_TOKENS)
-        return dmrt_errorf(why, whylen, "logits has V = %lld, fewer than the 256 byte values",
-                           (long long)out->shape[2]);
-    lm->batch = tok->shape[0];
-    lm->len = tok->shape[1];
-    lm->vocab = out->shape[2];
-    return 0;
-}
-
 /* Inputs f32[B, 784] and i32[B]: B, else 0. */
 int64_t dmrt_trainer_mnist_batch(const dmrt_model *m) {
     if (m->n_inputs != 2) return 0;
@@ -178,7 +143,7 @@ static int choose_data(tr_run *r) {
     const dmrt_model *m = r->m;
     const tr_opts *o = r->o;
     char ins[1024], outputs[1024], why[256];
-    r->is_lm = find_lm(m, &r->lm, why, sizeof why) == 0;
+    r->is_lm = dmrt_trainer_find_lm(m, &r->lm, why, sizeof why) == 0;
     if ((o->text_files || o->sample >= 0) && !r->is_lm) {
         fprintf(r->errs,
                 "%s: %s needs a byte-level language model: inputs tokens: i32[B, T] and "

@@ -9,8 +9,6 @@
 #include <stdint.h>
 
 #define TR_TEXT_PREFIX "text:"
-/* Byte-level language models: bytes are tokens 0..255; larger ids are never sampled. */
-#define TR_BYTE_TOKENS 256
 
 /* TR_STOPPED: a signal asked to stop and every rank stopped at the same step boundary;
  * the process exits with 128 + the signal, as a shell reports a process it ended. */
@@ -44,7 +42,7 @@ typedef struct tr_opts {
 
 /* What --init and an int8 program's calibration take of the options. */
 static inline dmrt_init_opts dmrt_trainer_init_opts(const tr_opts *o) {
-    return (dmrt_init_opts){o->init, o->calibrate, o->calibrate_percentile, o->data_dir, o->quiet};
+    return (dmrt_init_opts){o->init, o->calibrate, o->calibrate_percentile, o->data_dir, o->quiet, o->text_files};
 }
 
 /* Trains on one rank (rank NULL: the serial model) and returns a TR_ status. Only the lead

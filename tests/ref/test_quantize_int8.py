@@ -23,6 +23,12 @@ Each program (int8, int8-weights, f32) is compiled once and run directly:
      are far from the f32 model's. (The int32 sums themselves are compared element by
      element in runtime-gemm-int8; here they are compared through the logits.)
   c) --evaluate prints a test accuracy from the f32 file and from the saved one, the same;
+  e) a language model: examples/gpt.dm (V=256, T=16, C=32, NH=4, L=2, B=4) with
+     gpt_torch.make_init's weights, calibrated on --data text (a corpus written here) with
+     --calibrate 18 (4 batches of 4 windows and one of 2 real and 2 padding; window k the
+     T+1 bytes from k T): each saved input scale against gpt_torch.forward's product inputs
+     over the same 18 windows (max |x| / 127, within 1e-5 relative: f32 products and norms
+     summed in other orders), every product the forward reads a 2-D weight with checked;
   d) failures, each a clear message and nothing written: --calibrate 0 and -5, a percentile
      of 0, 101 and 'x', --calibrate past the data's rows, --calibrate with a file that holds
      the scales, --calibrate for an f32 program, an int8 file for int8-weights and the
@@ -211,6 +217,55 @@ def check_failures(dmc, src, d, data, progs):
         raise dmcrun.Failure("--target cuda --quantize int8: exit %d, %s" % (r.returncode, r.stderr))
 
 
+GPT_DIMS = {"V": 256, "T": 16, "C": 32, "NH": 4, "L": 2, "B": 4}
+TEXT_ROWS = 18
+
+
+def check_text_calibration(dmc, root, np, torch, d):
+    """e): a byte-level GPT calibrated on text windows against gpt_torch's product inputs."""
+    import gpt_torch as G
+    V, T, C, NH, L, B = (GPT_DIMS[k] for k in ("V", "T", "C", "NH", "L", "B"))
+    w = G.make_init(torch, G.param_specs(V, T, C, L), 11)
+    stio.save(w, os.path.join(d, "gpt.st"))
+    corpus = bytes(np.random.default_rng(5).integers(32, 127, 4000).astype(np.uint8))
+    with open(os.path.join(d, "corpus.txt"), "wb") as f:
+        f.write(corpus)
+    sets = ",".join("%s=%d" % kv for kv in GPT_DIMS.items())
+    cmd = [dmc, "run", os.path.join(root, "examples", "gpt.dm"), "--set", sets, "--quantize", "int8", "--", "--init",
+           "gpt.st", "--data", "text:corpus.txt", "--calibrate", str(TEXT_ROWS), "--save-quantized", "gq.st", "--quiet"]
+    r = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    if r.returncode != 0:
+        raise dmcrun.Failure("`%s` failed (%d):\n%s" % (" ".join(cmd), r.returncode, r.stdout))
+    saved = stio.load(os.path.join(d, "gq.st"))
+    windows = np.stack([np.frombuffer(corpus[k * T:k * T + T + 1], dtype=np.uint8) for k in range(TEXT_ROWS)])
+    tokens, targets = torch.from_numpy(windows[:, :-1].astype(np.int64)), torch.from_numpy(windows[:, 1:].astype(np.int64))
+    p = {n: torch.from_numpy(v) for n, v in w.items()}
+    names = {id(t): n for n, t in p.items()}
+    amax = {}
+
+    def product(a, b):
+        name = names.get(id(b))
+        if name is not None:
+            amax[name] = max(amax.get(name, 0.0), float(a.abs().max()))
+        return a @ b
+    with torch.no_grad():
+        G.forward(torch, p, tokens, targets, NH, L, product)
+    scales = {n[:-len(".input_scale")]: v for n, v in saved.items() if n.endswith(".input_scale")}
+    if not scales or set(scales) - set(amax):
+        raise dmcrun.Failure("gpt.dm int8: input scales for %s, torch's weight products %s" % (sorted(scales),
+                                                                                             sorted(amax)))
+    worst = 0.0
+    for name, got in scales.items():
+        want = np.float32(amax[name]) / np.float32(127)
+        rel = abs(float(got[0]) - float(want)) / float(want)
+        worst = max(worst, rel)
+        if rel > 1e-5:
+            raise dmcrun.Failure("gpt.dm int8: %s's input scale %.9g, torch's %.9g" % (name, got[0], want))
+    print("gpt.dm int8 on text: %d input scales as torch's over %d windows (worst %.2g relative)"
+          % (len(scales), TEXT_ROWS, worst))
+    return len(scales)
+
+
 def body(dmc, root, np, torch):
     src = os.path.join(root, "examples", "mlp.dm")
     w, x = random_model(np)
@@ -234,9 +289,10 @@ def body(dmc, root, np, torch):
         far = check_forward(i8, d, np, torch, w, x, saved, data)
         check_evaluate(i8, d, data)
         check_failures(dmc, src, d, data, progs)
+        n_gpt = check_text_calibration(dmc, root, np, torch, d)
     return ("input scales (min-max, percentile 99) as torch's over the 100 calibration rows; int8 logits bit for bit "
             "the fake-quantized torch forward's (oneDNN and plain C alike; %.3g from the f32 model's); "
-            "bad options and files refused" % far)
+            "bad options and files refused; gpt.dm's %d scales from text windows as torch's" % (far, n_gpt))
 
 
 if __name__ == "__main__":
