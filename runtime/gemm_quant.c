@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "dmrt.h"
+#include "dmrt_quant_size.h"
 #include "internal.h"
 
 /* the largest |q| of a width: symmetric, so -qmax-1 is never made but by a clamp */
@@ -17,14 +18,14 @@ static int qmax_of(int bits) { return bits == 8 ? 127 : 7; }
 int64_t dmrt_qweight_groups(const dmrt_qweight *q) { return (q->rows + q->group - 1) / q->group; }
 
 int64_t dmrt_qweight_bytes(const dmrt_qweight *q) {
-    return q->bits == 8 ? q->rows * q->cols : q->rows * ((q->cols + 1) / 2);
+    return dmrt_qweight_data_bytes(q->bits, q->rows, q->cols);
 }
 
 int dmrt_qweight_init(dmrt_qweight *q, int bits, int64_t rows, int64_t cols, int64_t group) {
-    *q = (dmrt_qweight){.bits = bits, .rows = rows, .cols = cols, .group = bits == 8 ? rows : group};
+    *q = (dmrt_qweight){.bits = bits, .rows = rows, .cols = cols, .group = dmrt_qweight_group_of(bits, rows, group)};
     if ((bits != 8 && bits != 4) || rows <= 0 || cols <= 0 || q->group <= 0) return -1;
     q->data = dmrt_alloc((size_t)dmrt_qweight_bytes(q));
-    q->scale = dmrt_alloc((size_t)(dmrt_qweight_groups(q) * cols) * sizeof(float));
+    q->scale = dmrt_alloc((size_t)dmrt_qweight_scale_count(rows, cols, q->group) * sizeof(float));
     if (!q->data || !q->scale) {
         dmrt_qweight_free(q);
         return -1;
