@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_quantize_explain.py: `dmc --explain --quantize MODE` (meson test `explain-quantize`).
 
-usage: python3 tests/golden/test_quantize_explain.py DMC SOURCE_ROOT
+usage: /usr/bin/python3 tests/golden/test_quantize_explain.py DMC SOURCE_ROOT (numpy: tests/ref/stio.py)
 
 examples/mlp.dm with B=8,H=63 (an odd width: int4's last byte of a row half used; 784 rows,
 so groups of 64 or 128 end short) for int8-weights, int4-weights:32, :64 and :128:
@@ -19,16 +19,19 @@ so groups of 64 or 128 end short) for int8-weights, int4-weights:32, :64 and :12
      generated program quantizes (its dmrt_qweight_init calls, in order, with their shapes).
 Exit status: 0 pass, 1 failure.
 """
-import array
 import json
 import math
 import os
-import random
 import re
 import struct
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import stio  # noqa: E402
 
 SETS = "B=8,H=63"
 LAYERS = (("fc1", 784, 63), ("fc2", 63, 63), ("fc3", 63, 10))
@@ -107,22 +110,12 @@ def check_text(dmc, src, mode, q):
 
 def write_f32(path):
     """random f32 weights of mlp.dm at SETS, as a safetensors file"""
-    rng = random.Random(0)
-    tensors = []
+    rng = np.random.default_rng(0)
+    tensors = {}
     for layer, rows, cols in LAYERS:
-        tensors.append((layer + ".weight", [rows, cols]))
-        tensors.append((layer + ".bias", [cols]))
-    header, blobs, offset = {}, [], 0
-    for name, shape in tensors:
-        n = math.prod(shape)
-        blob = array.array("f", (rng.gauss(0, 0.1) for _ in range(n))).tobytes()
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        tensors[layer + ".weight"] = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float32)
+        tensors[layer + ".bias"] = (rng.standard_normal(cols) * 0.1).astype(np.float32)
+    stio.save(tensors, path)
 
 
 def check_file(dmc, src, mode, q, d):
