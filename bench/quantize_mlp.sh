@@ -4,8 +4,8 @@
 #
 # usage: bench/quantize_mlp.sh DMC [EPOCHS (default 5)] [SEED (default 0)] [GPT_STEPS (default 300)]
 # environment: ROWS (the rows of the timed batch, default 10000: the test set), RUNS (timed
-# --predict runs per mode, the median is printed; default 5), THREADS (the programs'
-# --threads, default 1), DMC_DATA_DIR (the trainer's default data directory), FORTUNES (the
+# --predict runs per mode, the modes in turn in each round, the median printed; default 7),
+# THREADS (the programs' --threads, default 1), DMC_DATA_DIR (the trainer's default data directory), FORTUNES (the
 # GPT's corpus, default /usr/share/games/fortunes/cookie; absent: no GPT rows).
 #
 # mlp.dm is trained once in fp32 (EPOCHS, SEED) and saved; then each mode is a program built
@@ -13,8 +13,9 @@
 #   - writes its --save-quantized file from the f32 weights (fp32: the f32 file itself),
 #   - evaluates that file with --evaluate (test accuracy on the 10,000 test images),
 #   - predicts the first ROWS test images (--predict --batch-file, calls of up to B = 128
-#     rows) RUNS times; the time is the one the program prints for its predictions
-#     ("predicted N rows ... in T s": the forward passes, not the files), the median taken.
+#     rows) RUNS times, the modes taking turns; the time is the one the program prints for
+#     its predictions ("predicted N rows ... in T s": the forward passes, not the files),
+#     the median taken.
 # Printed per mode: accuracy, its difference to fp32 in points, the file's size and its
 # ratio to the f32 file, the median time and its ratio to fp32's. int8 (int8 activations)
 # is measured when dmc accepts --quantize int8 and is "not built" otherwise.
@@ -27,7 +28,7 @@ epochs=${2:-5}
 seed=${3:-0}
 gpt_steps=${4:-300}
 rows=${ROWS:-10000}
-runs=${RUNS:-5}
+runs=${RUNS:-7}
 threads=${THREADS:-1}
 fortunes=${FORTUNES:-/usr/share/games/fortunes/cookie}
 data_dir=${DMC_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -69,38 +70,52 @@ refused() { # mode $1, which dmc --check refused in $tmp/check.out
 "$dmc" run "$root/examples/mlp.dm" --epochs "$epochs" --seed "$seed" --quiet --save "$tmp/fp32.safetensors" $data >/dev/null
 fp32_size=$(size "$tmp/fp32.safetensors")
 
-echo "mlp.dm, Fashion-MNIST, $epochs epochs, seed $seed; time: --predict of $rows rows (calls of 128), --threads $threads, median of $runs"
-printf '%-16s %-9s %-8s %-18s %s\n' mode accuracy points "file bytes" "predict s (x fp32)"
-fp32_acc="" fp32_time=""
+# each mode's program, weights file and accuracy; $tmp/modes lists the modes built
+: >"$tmp/modes"
 for mode in fp32 int8-weights int4-weights:64 int4-weights:128 int8; do
     # shellcheck disable=SC2046
     if ! "$dmc" "$root/examples/mlp.dm" $(mode_args $mode) --check >"$tmp/check.out" 2>&1; then
-        refused "$mode"
+        refused "$mode" >"$tmp/$mode.refused"
         continue
     fi
-    keep="$tmp/$mode"
     # shellcheck disable=SC2046,SC2086
-    "$dmc" run --keep "$keep" "$root/examples/mlp.dm" $(mode_args $mode) -- --evaluate --init "$tmp/fp32.safetensors" \
-        --quiet $data >/dev/null
-    program="$keep/mlp"
-    if [ $mode = fp32 ]; then
-        weights="$tmp/fp32.safetensors"
-    else
+    "$dmc" run --keep "$tmp/$mode" "$root/examples/mlp.dm" $(mode_args $mode) -- --evaluate \
+        --init "$tmp/fp32.safetensors" --quiet $data >/dev/null
+    weights="$tmp/fp32.safetensors"
+    if [ $mode != fp32 ]; then
         weights="$tmp/$mode.safetensors"
         # shellcheck disable=SC2086
-        "$program" --init "$tmp/fp32.safetensors" --save-quantized "$weights" --quiet $data >/dev/null
+        "$tmp/$mode/mlp" --init "$tmp/fp32.safetensors" --save-quantized "$weights" --quiet $data >/dev/null
     fi
     # shellcheck disable=SC2086
-    acc=$("$program" --evaluate --init "$weights" --threads "$threads" --quiet $data | sed -n 's/^test accuracy //p')
-    i=0
-    while [ $i -lt "$runs" ]; do
-        "$program" --predict --init "$weights" --batch-file "$tmp/x.safetensors" --out "$tmp/y.safetensors" \
-            --threads "$threads" 2>&1 >/dev/null | sed -n 's/^predicted .* in \([0-9.e+-]*\) s.*/\1/p'
-        i=$((i + 1))
-    done | median >"$tmp/time"
-    time_s=$(cat "$tmp/time")
-    [ -n "$fp32_acc" ] || fp32_acc=$acc fp32_time=$time_s
-    awk -v m="$mode" -v a="$acc" -v a0="$fp32_acc" -v s="$(size "$weights")" -v s0="$fp32_size" -v t="$time_s" -v t0="$fp32_time" \
+    "$tmp/$mode/mlp" --evaluate --init "$weights" --threads "$threads" --quiet $data | sed -n 's/^test accuracy //p' \
+        >"$tmp/$mode.accuracy"
+    echo "$mode $weights" >>"$tmp/modes"
+done
+
+# the timed predictions, the modes in turn in every round (a load that comes and goes then
+# falls on all of them alike)
+i=0
+while [ $i -lt "$runs" ]; do
+    while read -r mode weights; do
+        "$tmp/$mode/mlp" --predict --init "$weights" --batch-file "$tmp/x.safetensors" --out "$tmp/y.safetensors" \
+            --threads "$threads" 2>&1 >/dev/null | sed -n 's/^predicted .* in \([0-9.e+-]*\) s.*/\1/p' >>"$tmp/$mode.times"
+    done <"$tmp/modes"
+    i=$((i + 1))
+done
+
+echo "mlp.dm, Fashion-MNIST, $epochs epochs, seed $seed; time: --predict of $rows rows (calls of 128), --threads $threads, median of $runs"
+printf '%-16s %-9s %-8s %-18s %s\n' mode accuracy points "file bytes" "predict s (x fp32)"
+fp32_acc=$(cat "$tmp/fp32.accuracy")
+fp32_time=$(median <"$tmp/fp32.times")
+for mode in fp32 int8-weights int4-weights:64 int4-weights:128 int8; do
+    if [ -f "$tmp/$mode.refused" ]; then
+        cat "$tmp/$mode.refused"
+        continue
+    fi
+    weights=$(sed -n "s/^$mode //p" "$tmp/modes")
+    awk -v m="$mode" -v a="$(cat "$tmp/$mode.accuracy")" -v a0="$fp32_acc" -v s="$(size "$weights")" -v s0="$fp32_size" \
+        -v t="$(median <"$tmp/$mode.times")" -v t0="$fp32_time" \
         'BEGIN { printf "%-16s %-9s %+-8.2f %9d (%.3f) %8.4f (%.2f)\n", m, a, 100 * (a - a0), s, s / s0, t, t / t0 }'
 done
 
