@@ -5,8 +5,9 @@
 # usage: bench/quantize_mlp.sh DMC [EPOCHS (default 5)] [SEED (default 0)] [GPT_STEPS (default 300)]
 # environment: ROWS (the rows of the timed batch, default 10000: the test set), RUNS (timed
 # --predict runs per mode, the modes in turn in each round, the median printed; default 7),
-# THREADS (the programs' --threads, default 1), DMC_DATA_DIR (the trainer's default data directory), FORTUNES (the
-# GPT's corpus, default /usr/share/games/fortunes/cookie; absent: no GPT rows).
+# THREADS (the programs' --threads, default 1), DMC_DATA_DIR (the trainer's default data
+# directory), FORTUNES (the GPT's corpus, default /usr/share/games/fortunes/cookie; absent:
+# no GPT rows).
 #
 # mlp.dm is trained once in fp32 (EPOCHS, SEED) and saved; then each mode is a program built
 # once (dmc run --keep; fp32 is the same model without --quantize) that
