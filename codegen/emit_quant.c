@@ -9,11 +9,7 @@
 #include "emitter.h"
 
 /* Whether forward product v reads a parameter as a plain [k, n] right operand. */
-static int reads_weight(const emitter *E, const ir_value *v) {
-    if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD || v->trans_a || v->trans_b || v->batch_dims) return 0;
-    const ir_value *b = V(E, v->operands[1]);
-    return b->role == ROLE_PARAM && b->type.rank == 2 && b->type.dtype == DT_F32 && V(E, v->operands[0])->type.dtype == DT_F32;
-}
+static int reads_weight(const emitter *E, const ir_value *v) { return dm_quantized_weight_of(E->g, v) >= 0; }
 
 void quant_mark(emitter *E) {
     const ir_graph *g = E->g;

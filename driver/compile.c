@@ -49,6 +49,9 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     dm_pipeline_options po;
     choose_precision(g, req, &po);
     g->prune = req->prune;
+    g->quantize_bits = req->quantize_bits;
+    g->quantize_group = req->quantize_group;
+    g->quantize_activations = req->quantize_activations;
     if (pass_recompute(g, d)) return 1;
     VERIFY("recompute");
     if (pass_optimizer(g, d)) return 1;

@@ -19,6 +19,9 @@ typedef struct dm_compile_request {
     double loss_scale;          /* fp16: the initial loss scale (0: 65536, GradScaler's) */
     int64_t loss_scale_interval; /* fp16: clean steps before the scale doubles (0: 2000) */
     ir_prune prune;             /* --prune (ratio 0: none) */
+    int quantize_bits;          /* --quantize: 8, 4, or 0 (the code generator's option, for --explain) */
+    int64_t quantize_group;     /* int4-weights: rows per scale */
+    int quantize_activations;   /* --quantize int8 */
     double distill_temperature; /* > 0: the loss becomes distillation's (passes/distill.c) */
     double distill_alpha;       /* with distill_temperature: the cross-entropy's weight */
     dm_compaction *compact;     /* --compact: the pruned file in, the compacted weights out; or NULL */

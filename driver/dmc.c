@@ -96,7 +96,9 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
                               .precision_given = o->precision_given, .loss_scale = o->loss_scale,
                               .loss_scale_interval = o->loss_scale_interval,
-                              .prune = o->prune, .compact = o->compact ? compaction : NULL};
+                              .prune = o->prune, .compact = o->compact ? compaction : NULL,
+                              .quantize_bits = o->codegen.quantize_bits, .quantize_group = o->codegen.quantize_group,
+                              .quantize_activations = o->codegen.quantize_activations};
     int distill = dm_distill_options(o, &req.distill_temperature, &req.distill_alpha);
     if (distill < 0) return 1;
     if (dm_compile(prog, &req, diag, c) != 0) return 1;

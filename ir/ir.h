@@ -267,6 +267,9 @@ typedef struct ir_graph {
     double loss_scale;        /* the initial scale */
     int64_t loss_scale_interval;
     ir_prune prune;           /* --prune: masks in the optimizer state, applied after every update */
+    int quantize_bits;        /* --quantize int8-weights (8), int4-weights (4): what --explain sizes; 0: none */
+    int64_t quantize_group;   /* int4-weights: rows per scale */
+    int quantize_activations; /* --quantize int8: the products' inputs quantized too (int8 x int8) */
     dm_loc precision_loc;     /* the precision statement, if any */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */

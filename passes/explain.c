@@ -636,6 +636,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_compress_json(g, out);
     explain_ps_json(g, out);
     explain_prune_json(g, out);
+    explain_quant_json(g, plan, pipeline, out);
     if (pipelined(g, pipeline)) pipeline_json(g, pipeline, out);
     explain_time_json(g, pipeline, out);
     if (zero && zero->n_buckets > 0) zero_json(g, zero, out);
@@ -767,6 +768,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_sequence_text(g, full, out);
     if (full) memory_text(g, plan, pipeline, out);
     else explain_memory_table(g, plan, pipeline, out);
+    explain_quant_text(g, plan, pipeline, full, out);
 }
 
 void explain_print(const ir_graph *g, const dm_memory_plan *plan, const dm_reshard_list *reshards,

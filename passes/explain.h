@@ -76,6 +76,11 @@ void explain_prune_json(const ir_graph *g, FILE *out);
 /* explain_channels.c: --compact's weights, channels before and after, and why others stay
  * (nothing without --compact). */
 void explain_compaction_text(const dm_compaction *c, FILE *out);
+/* explain_quant.c: --quantize's narrow weights, bytes per parameter, the parameters' bytes
+ * quantized vs f32 and the program's memory (nothing, and no JSON key, without it). */
+void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, int full,
+                        FILE *out);
+void explain_quant_json(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out);
 
 /* What --sequence-parallel holds in row blocks and which collectives it uses
  * (explain_sequence.c; nothing, and no JSON key, when it is off). */

@@ -361,6 +361,11 @@ char *dm_read_by_steps(const ir_graph *g, const dm_memory_plan *plan);
  * their operand's buffer, and so does a bias's add its product: bias_add_of). requires:
  * optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
+
+/* --quantize (docs/compression.md, quantize.c): the parameter that forward product v reads
+ * as its plain [k, n] right operand (x @ weight, both f32), which a quantized program stores
+ * narrow (codegen/emit_quant.c) and --explain sizes (explain_quant.c); -1 for any other v. */
+int dm_quantized_weight_of(const ir_graph *g, const ir_value *v);
 /* fuse_bias.c: the bias adds (bias_add_of) whose first reader, an activation, adds the
  * bias in its own pass instead of the product: activation_of (n_values) is that
  * activation for such an add, -1 for every other value (all -1 unless enabled: the

@@ -53,8 +53,7 @@ typedef struct {
     onednn_entry entries[ONEDNN_CACHE_SLOTS];
     int used, next_replaced;
 #endif
-    float *scratch; /* the convert path's fp32 operands */
-    size_t scratch_floats;
+    dmrt_float_buffer scratch; /* the convert path's fp32 operands */
 } thread_state;
 
 static pthread_key_t state_key;
@@ -73,7 +72,7 @@ static void free_state(void *p) {
     }
     if (s->stream) dnnl_stream_destroy(s->stream);
 #endif
-    free(s->scratch);
+    free(s->scratch.floats);
     free(s);
 }
 
@@ -183,16 +182,7 @@ static void gemm_widened(widen_fn *widen, int threads, int trans_a, int trans_b,
     int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     size_t need = (size_t)(a_rows * a_cols + b_rows * b_cols);
     thread_state *s = this_thread_state();
-    if (need > s->scratch_floats) {
-        free(s->scratch);
-        s->scratch = malloc(need * sizeof(float));
-        s->scratch_floats = s->scratch ? need : 0;
-        if (!s->scratch) {
-            fprintf(stderr, "dmrt_gemm_bf16: out of memory for %zu fp32 operands\n", need);
-            abort();
-        }
-    }
-    float *a32 = s->scratch, *b32 = s->scratch + a_rows * a_cols;
+    float *a32 = dmrt_float_buffer_reserve(&s->scratch, need, "dmrt_gemm_bf16"), *b32 = a32 + a_rows * a_cols;
     /* the stored rows, each widened into a contiguous copy (row stride: its width) */
     int workers = threads > 1 ? threads : 1;
     (void)workers; /* unused without OpenMP */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "dmrt.h"
+#include "dmrt_quant_size.h"
 #include "internal.h"
 
 /* the largest |q| of a width: symmetric, so -qmax-1 is never made but by a clamp */
@@ -17,14 +18,14 @@ static int qmax_of(int bits) { return bits == 8 ? 127 : 7; }
 int64_t dmrt_qweight_groups(const dmrt_qweight *q) { return (q->rows + q->group - 1) / q->group; }
 
 int64_t dmrt_qweight_bytes(const dmrt_qweight *q) {
-    return q->bits == 8 ? q->rows * q->cols : q->rows * ((q->cols + 1) / 2);
+    return dmrt_qweight_data_bytes(q->bits, q->rows, q->cols);
 }
 
 int dmrt_qweight_init(dmrt_qweight *q, int bits, int64_t rows, int64_t cols, int64_t group) {
-    *q = (dmrt_qweight){.bits = bits, .rows = rows, .cols = cols, .group = bits == 8 ? rows : group};
+    *q = (dmrt_qweight){.bits = bits, .rows = rows, .cols = cols, .group = dmrt_qweight_group_of(bits, rows, group)};
     if ((bits != 8 && bits != 4) || rows <= 0 || cols <= 0 || q->group <= 0) return -1;
     q->data = dmrt_alloc((size_t)dmrt_qweight_bytes(q));
-    q->scale = dmrt_alloc((size_t)(dmrt_qweight_groups(q) * cols) * sizeof(float));
+    q->scale = dmrt_alloc((size_t)dmrt_qweight_scale_count(rows, cols, q->group) * sizeof(float));
     if (!q->data || !q->scale) {
         dmrt_qweight_free(q);
         return -1;
@@ -90,41 +91,8 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
 
 /* ---- the product ------------------------------------------------------------------------ */
 
-typedef struct widened {
-    float *floats;
-    size_t count;
-} widened;
-
-static pthread_key_t widened_key;
-static pthread_once_t widened_once = PTHREAD_ONCE_INIT;
-
-static void free_widened(void *p) {
-    widened *s = p;
-    if (s) free(s->floats);
-    free(s);
-}
-
-static void make_widened_key(void) {
-    if (pthread_key_create(&widened_key, free_widened) != 0) abort();
-}
-
-/* The calling thread's buffer of at least count floats (kept: a buffer per call would fault
- * in a weight's megabytes on every product). */
-static float *thread_buffer(size_t count) {
-    (void)pthread_once(&widened_once, make_widened_key);
-    widened *s = pthread_getspecific(widened_key);
-    if (!s && (!(s = calloc(1, sizeof *s)) || pthread_setspecific(widened_key, s) != 0)) abort();
-    if (s->count < count) {
-        free(s->floats);
-        s->floats = malloc(count * sizeof(float));
-        s->count = s->floats ? count : 0;
-        if (!s->floats) {
-            fprintf(stderr, "dmrt_gemm_wq: out of memory for a widened weight of %zu floats\n", count);
-            abort();
-        }
-    }
-    return s->floats;
-}
+/* the calling thread's buffer of at least count floats (thread_floats.c) */
+static float *thread_buffer(size_t count) { return dmrt_thread_floats(count, "dmrt_gemm_wq"); }
 
 void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
                         float *c, int64_t ldc) {

@@ -69,6 +69,16 @@ typedef struct dmrt_panel {
 int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k);
 dmrt_panel dmrt_sgemm_panel(int p, int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t lda,
                             int64_t ldb, int64_t ldc);
+/* thread_floats.c: a growable f32 buffer, kept between calls: at least count floats (a
+ * failed malloc ends the process, naming who). dmrt_thread_floats: the calling thread's own
+ * (freed when the thread ends), for the widened weight of gemm_quant.c's products. */
+typedef struct dmrt_float_buffer {
+    float *floats;
+    size_t count;
+} dmrt_float_buffer;
+float *dmrt_float_buffer_reserve(dmrt_float_buffer *b, size_t count, const char *who);
+float *dmrt_thread_floats(size_t count, const char *who);
+
 /* blas.c: one product of 2 m n k flops, begun at t0 (dmrt_now), in the calling thread's
  * DMRT_BLAS_TIME counts. */
 void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);

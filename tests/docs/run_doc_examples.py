@@ -7,8 +7,8 @@ Every line of a fenced code block whose command is `dmc` or `build/driver/dmc` (
 after `&&`, with `\\` continuations joined) is an example a reader may paste, so each is
 run, in the order of the pages, in one scratch directory where `examples/` is the
 repository's and `input.txt` a small text corpus. Training is bounded: a `dmc run`
-trains 2 steps (its --steps and --epochs replaced by --steps 2; none with --evaluate or
---predict, which train nothing) and samples at most 20
+trains 2 steps (its --steps and --epochs replaced by --steps 2; none with --evaluate,
+--predict or --save-quantized, which train nothing) and samples at most 20
 bytes; `dmc calibrate` runs --quick. A command fails the test when it exits non-zero.
 
 Not run, each for the reason printed:
@@ -101,8 +101,9 @@ def bounded(args):
             continue
         out.append(w)
         i += 1
-    # --evaluate and --predict train nothing, and refuse --steps
-    return out if '--evaluate' in out or '--predict' in out else out + ['--steps', BOUNDED_STEPS]
+    # --evaluate, --predict and --save-quantized train nothing, and refuse --steps
+    trains_nothing = any(o in out for o in ('--evaluate', '--predict', '--save-quantized'))
+    return out if trains_nothing else out + ['--steps', BOUNDED_STEPS]
 
 
 def scratch_dir(source_root):

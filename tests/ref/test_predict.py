@@ -34,6 +34,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dmcrun  # noqa: E402
+from mlp_torch import mlp_logits  # noqa: E402
 
 SETS = "B=8,H=64"
 GPT_SETS = "V=256,T=64,C=128,NH=4,L=4,B=16"
@@ -46,15 +47,6 @@ def run(dmc, src, args, cwd, mesh=None, expect=0, sets=SETS):
     if r.returncode != expect:
         raise dmcrun.Failure("%s: exit %d, expected %d\n%s" % (" ".join(cmd), r.returncode, expect, r.stderr))
     return r.stderr
-
-
-def torch_logits(np, torch, w, x):
-    def lin(h, name):
-        return h @ torch.from_numpy(w[name + ".weight"]) + torch.from_numpy(w[name + ".bias"])
-    h = (torch.from_numpy(x) - 0.2860) / 0.3530
-    h = torch.relu(lin(h, "fc1"))
-    h = torch.relu(lin(h, "fc2"))
-    return lin(h, "fc3").numpy()
 
 
 def check_failures(dmc, src, d, stio, np):
@@ -225,7 +217,7 @@ def main():
                 got[n] = o["logits"]
             if mesh is None:
                 serial = got
-                want = torch_logits(np, torch, w, x21)
+                want = mlp_logits(torch, w, x21)
                 err = float(np.abs(got[21] - want).max())
                 worst = max(worst, err)
                 if err > 1e-5:

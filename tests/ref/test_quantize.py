@@ -32,6 +32,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dmcrun  # noqa: E402
 import stio  # noqa: E402
+from mlp_torch import mlp_logits  # noqa: E402
 
 SETS = "B=8,H=63"
 LAYERS = ("fc1", "fc2", "fc3")
@@ -43,15 +44,6 @@ def dmc_run(dmc, src, dmc_args, trainer_args, cwd, expect=0, sets=SETS):
     if r.returncode != expect:
         raise dmcrun.Failure("%s: exit %d, expected %d\n%s" % (" ".join(cmd), r.returncode, expect, r.stderr))
     return r.stderr
-
-
-def forward(torch, w, x):
-    def lin(h, name):
-        return h @ torch.from_numpy(w[name + ".weight"]) + torch.from_numpy(w[name + ".bias"])
-    h = (torch.from_numpy(x) - 0.2860) / 0.3530
-    h = torch.relu(lin(h, "fc1"))
-    h = torch.relu(lin(h, "fc2"))
-    return lin(h, "fc3").numpy()
 
 
 def int8_reference(torch, w):
@@ -107,7 +99,7 @@ def check_mode(dmc, src, d, np, torch, w, x, mode, reference):
         fake[name] = (want_q.astype(np.float32) * np.repeat(want_scale, group, axis=0)[:w[name].shape[0]]).astype(np.float32)
     dmc_run(dmc, src, ["--quantize", mode], ["--init", "w.st", "--predict", "--batch-file", "x.st", "--out", "o.st"], d)
     got = stio.load(os.path.join(d, "o.st"))["logits"]
-    want, f32 = forward(torch, fake, x), forward(torch, w, x)
+    want, f32 = mlp_logits(torch, fake, x), mlp_logits(torch, w, x)
     diff = float(np.abs(got - want).max())
     if diff > 1e-5 * max(1.0, float(np.abs(want).max())):
         raise dmcrun.Failure("%s: logits differ from the fake-quantized PyTorch forward by %g" % (mode, diff))
