@@ -143,7 +143,11 @@ for mode in fp32 int8-weights int4-weights:64 int8; do
     weights="$tmp/gpt.safetensors"
     if [ $mode != fp32 ]; then
         weights="$tmp/gpt-$mode.safetensors"
-        "$keep/gpt" --init "$tmp/gpt.safetensors" --save-quantized "$weights" --quiet >/dev/null
+        # int8 calibrates its input scales on the corpus's training windows
+        calibrate=""
+        [ $mode = int8 ] && calibrate="--data text:$fortunes"
+        # shellcheck disable=SC2086
+        "$keep/gpt" --init "$tmp/gpt.safetensors" --save-quantized "$weights" --quiet $calibrate >/dev/null
     fi
     loss=$("$keep/gpt" --evaluate --init "$weights" --data "text:$fortunes" --quiet | sed -n 's/^val loss //p')
     [ -n "$fp32_loss" ] || fp32_loss=$loss

@@ -143,6 +143,7 @@ def check_fp16(dmc, src_path, tmp, common, np, stio):
 
 def run_checks(dmc, root, np, torch):
     import stio
+    dmcrun.require_target()  # the GPU suite's run (DMC_TEST_TARGET=cuda) needs a GPU
     src_path, src, norm = test_mlp.example(root, "test_param_servers.py")
     with tempfile.TemporaryDirectory(prefix="dmc-ref-ps-") as tmp:
         init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
