@@ -17,55 +17,45 @@
 
 #define DEFAULT_CALIBRATION_ROWS 512
 
-/* Runs the rows [0, rows) of d's training images through the forward, their |x| recorded. */
-static int calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d, int64_t rows, char *err,
-                                size_t errlen) {
-    const int64_t B = d->batch;
-    float *x = dmrt_alloc((size_t)(B * TR_MNIST_PIXELS) * sizeof(float));
-    int32_t *y = dmrt_alloc((size_t)B * sizeof(int32_t));
-    void *in[2] = {x, y};
-    int status = x && y ? 0 : dmrt_errorf(err, errlen, "calibration: out of memory");
-    for (int64_t start = 0; status == 0 && start < rows; start += B) {
-        int64_t cnt = rows - start < B ? rows - start : B;
-        memset(x, 0, (size_t)(B * TR_MNIST_PIXELS) * sizeof(float));
-        memcpy(x, d->train_x.images + start * TR_MNIST_PIXELS, (size_t)(cnt * TR_MNIST_PIXELS) * sizeof(float));
-        memcpy(y, d->train_y.labels + start, (size_t)cnt * sizeof(int32_t));
-        dmrt_calibration_count_rows(m, ctx, cnt, B);
-        float loss = 0.0f;
-        if (m->forward(ctx, (const void *const *)in, &loss) != 0)
-            status = dmrt_errorf(err, errlen, "calibration (training rows %lld..%lld): %s", (long long)start,
-                                 (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
+/* Row r (of the calibration's, counted from 0) of d's training data into row `row` of the
+ * inputs in: a Fashion-MNIST image and its label, or (text) the window at byte r T, its
+ * bytes as tokens and the next ones as targets. */
+static void fill_row(const tr_data *d, int text, void **in, int64_t row, int64_t r) {
+    if (!text) {
+        memcpy((float *)in[0] + row * TR_MNIST_PIXELS, d->train_x.images + r * TR_MNIST_PIXELS,
+               TR_MNIST_PIXELS * sizeof(float));
+        ((int32_t *)in[1])[row] = d->train_y.labels[r];
+        return;
     }
-    dmrt_free(x);
-    dmrt_free(y);
-    return status;
+    const int64_t T = d->lm.len;
+    const unsigned char *window = d->corpus.bytes + r * T;
+    int32_t *tokens = (int32_t *)in[d->lm.tokens] + row * T, *targets = (int32_t *)in[d->lm.targets] + row * T;
+    for (int64_t t = 0; t < T; t++) tokens[t] = window[t], targets[t] = window[t + 1];
 }
 
-/* The same over the first `rows` windows of d's training text, window k at byte k T. */
-static int text_calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d, int64_t rows, char *err,
-                                     size_t errlen) {
-    const tr_lm *lm = &d->lm;
-    const int64_t B = lm->batch, T = lm->len;
-    int32_t *tokens = dmrt_alloc((size_t)(B * T) * sizeof(int32_t)), *targets = dmrt_alloc((size_t)(B * T) * sizeof(int32_t));
-    void *in[2];
-    in[lm->tokens] = tokens, in[lm->targets] = targets;
-    int status = tokens && targets ? 0 : dmrt_errorf(err, errlen, "calibration: out of memory");
+/* Runs the calibration rows [0, rows) of d through the forward in batches of the model's B
+ * (the last padded with zero rows, which the records leave out), their |x| recorded. */
+static int calibration_forwards(const dmrt_model *m, void *ctx, const tr_data *d, int text, int64_t rows, char *err,
+                                size_t errlen) {
+    const int64_t B = text ? d->lm.batch : d->batch;
+    void *in[2] = {NULL, NULL};
+    size_t bytes[2];
+    int status = 0;
+    for (int i = 0; i < 2; i++) {
+        bytes[i] = dmrt_trainer_desc_bytes(&m->inputs[i]);
+        if (!(in[i] = dmrt_alloc(bytes[i]))) status = dmrt_errorf(err, errlen, "calibration: out of memory");
+    }
     for (int64_t start = 0; status == 0 && start < rows; start += B) {
         int64_t cnt = rows - start < B ? rows - start : B;
-        memset(tokens, 0, (size_t)(B * T) * sizeof(int32_t));
-        memset(targets, 0, (size_t)(B * T) * sizeof(int32_t));
-        for (int64_t r = 0; r < cnt; r++) {
-            const unsigned char *window = d->corpus.bytes + (start + r) * T;
-            for (int64_t t = 0; t < T; t++) tokens[r * T + t] = window[t], targets[r * T + t] = window[t + 1];
-        }
+        for (int i = 0; i < 2; i++) memset(in[i], 0, bytes[i]);
+        for (int64_t row = 0; row < cnt; row++) fill_row(d, text, in, row, start + row);
         dmrt_calibration_count_rows(m, ctx, cnt, B);
         float loss = 0.0f;
         if (m->forward(ctx, (const void *const *)in, &loss) != 0)
-            status = dmrt_errorf(err, errlen, "calibration (training windows %lld..%lld): %s", (long long)start,
-                                 (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
+            status = dmrt_errorf(err, errlen, "calibration (training %s %lld..%lld): %s", text ? "windows" : "rows",
+                                 (long long)start, (long long)(start + cnt - 1), dmrt_trainer_ctx_error(m, ctx));
     }
-    dmrt_free(tokens);
-    dmrt_free(targets);
+    for (int i = 0; i < 2; i++) dmrt_free(in[i]);
     return status;
 }
 
@@ -112,8 +102,7 @@ static int calibrate(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, c
     double t0 = dmrt_now();
     if (status == 0) status = dmrt_calibration_begin(m, ctx, io->percentile, err, errlen);
     if (status == 0) {
-        status = text ? text_calibration_forwards(m, ctx, &d, rows, err, errlen)
-                      : calibration_forwards(m, ctx, &d, rows, err, errlen);
+        status = calibration_forwards(m, ctx, &d, text, rows, err, errlen);
         /* ends even after a failed forward: the records are freed */
         char end_err[512];
         if (dmrt_calibration_end(m, ctx, end_err, sizeof end_err) != 0 && status == 0)
