@@ -50,7 +50,7 @@ echo "run_fuzz.sh: working in $work"
 # Compile each source on its own, so that the generated ones can get their own flags.
 flags="-g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -fsanitize=fuzzer-no-link,address,undefined
        -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-       -I$src/frontend -I$gen -I$src/ir -I$src/passes"
+       -I$src/frontend -I$gen -I$src/ir -I$src/passes -I$src/runtime"  # runtime: passes/explain_quant.c reads dmrt_quant_size.h
 objs=""
 for f in "$src"/frontend/*.c "$src"/ir/*.c "$src"/passes/*.c "$gen/lexer.c" "$gen/parser.c" "$here/fuzz_frontend.c"; do
     o=$work/obj/$(echo "$f" | sed 's|^/||; s|/|_|g').o
