@@ -114,31 +114,6 @@ void emit_compress_create(emitter *E) {
     cg_line(&E->w, "}");
 }
 
-/* The CUDA target's compressed reduction of bucket b (number k): its gradients, residual and
- * Q on the device, staged by the runtime. */
-static void emit_staged_reduce(emitter *E, const dm_compress_bucket *b, int k, const char *grads, const char *residual,
-                               const char *q, const char *what) {
-    const ir_graph *g = E->g;
-    int n_segs = b->last - b->first + 1;
-    switch (g->compress.kind) {
-    case COMPRESS_BF16:
-    case COMPRESS_FP16:
-        cg_line(&E->w, "if (dmrt_gpu_allreduce_sum_half(ctx->gpu, ctx->comm[%d], %s, %lld, %s, \"%s\") != DMRT_OK)", b->axis,
-                grads, (long long)b->elems, g->compress.kind == COMPRESS_BF16 ? "DMRT_BF16" : "DMRT_FP16", what);
-        break;
-    case COMPRESS_TOPK:
-        cg_line(&E->w, "if (dmrt_gpu_allreduce_topk(ctx->gpu, ctx->comm[%d], %s, %s, %lld, compress_segments_%d, %d, \"%s\") != "
-                       "DMRT_OK)", b->axis, grads, residual, (long long)b->elems, k, n_segs, what);
-        break;
-    default:
-        cg_line(&E->w, "if (dmrt_gpu_allreduce_powersgd(ctx->gpu, ctx->comm[%d], %s, %s, %s, %lld, compress_segments_%d, %d, %d,",
-                b->axis, grads, residual, q, (long long)b->elems, k, n_segs, g->compress.rank);
-        cg_line(&E->w, "                                ctx->compress_seed, ctx->step, \"%s\") != DMRT_OK)", what);
-        break;
-    }
-    cg_line(&E->w, "    return comm_failed(ctx);");
-}
-
 /* After the members' partials are in place in ctx->grads: the bucket's compressed reduction. */
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label) {
     const ir_graph *g = E->g;
@@ -155,27 +130,27 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
     if (b->q_elems) snprintf(q, sizeof q, "ctx->state + %lld", (long long)b->q_at);
     else snprintf(q, sizeof q, "NULL"); /* no matrix to factor in this bucket */
     snprintf(what, sizeof what, "%s %s", kind_text(E), label);
-    if (E->dialect->separate_memory) { /* staged through host memory, the work there (dmrt_cuda.h) */
-        emit_staged_reduce(E, b, k, grads, residual, q, what);
-        return;
-    }
+    /* the C target's calls work in the context's scratch; the CUDA target's (dmrt_cuda.h) are
+     * the same calls staged through host memory, their work there */
+    int device = E->dialect->separate_memory;
+    const char *callee = device ? "dmrt_gpu_" : "dmrt_", *gpu = device ? "ctx->gpu, " : "";
+    char work[64] = "";
+    if (!device) snprintf(work, sizeof work, "ctx->scratch, %lld, ", (long long)E->scratch_elems);
     switch (g->compress.kind) {
     case COMPRESS_BF16:
     case COMPRESS_FP16:
-        cg_line(&E->w, "if (dmrt_allreduce_sum_half(ctx->comm[%d], %s, %lld, %s, ctx->scratch, %lld, \"%s\") != 0)", b->axis, grads,
-                (long long)b->elems, g->compress.kind == COMPRESS_BF16 ? "DMRT_BF16" : "DMRT_FP16", (long long)E->scratch_elems,
-                what);
+        cg_line(&E->w, "if (%sallreduce_sum_half(%sctx->comm[%d], %s, %lld, %s, %s\"%s\") != 0)", callee, gpu, b->axis, grads,
+                (long long)b->elems, g->compress.kind == COMPRESS_BF16 ? "DMRT_BF16" : "DMRT_FP16", work, what);
         break;
     case COMPRESS_TOPK:
-        cg_line(&E->w, "if (dmrt_allreduce_topk(ctx->comm[%d], %s, %s, %lld, compress_segments_%d, %d, ctx->scratch, %lld,", b->axis,
-                grads, residual, (long long)b->elems, k, n_segs, (long long)E->scratch_elems);
-        cg_line(&E->w, "                        \"%s\") != 0)", what);
+        cg_line(&E->w, "if (%sallreduce_topk(%sctx->comm[%d], %s, %s, %lld, compress_segments_%d, %d,", callee, gpu, b->axis,
+                grads, residual, (long long)b->elems, k, n_segs);
+        cg_line(&E->w, "                        %s\"%s\") != 0)", work, what);
         break;
     default:
-        cg_line(&E->w, "if (dmrt_allreduce_powersgd(ctx->comm[%d], %s, %s, %s, %lld, compress_segments_%d, %d, %d,", b->axis, grads,
-                residual, q, (long long)b->elems, k, n_segs, g->compress.rank);
-        cg_line(&E->w, "                            ctx->compress_seed, ctx->step, ctx->scratch, %lld, \"%s\") != 0)",
-                (long long)E->scratch_elems, what);
+        cg_line(&E->w, "if (%sallreduce_powersgd(%sctx->comm[%d], %s, %s, %s, %lld, compress_segments_%d, %d, %d,", callee, gpu,
+                b->axis, grads, residual, q, (long long)b->elems, k, n_segs, g->compress.rank);
+        cg_line(&E->w, "                            ctx->compress_seed, ctx->step, %s\"%s\") != 0)", work, what);
         break;
     }
     cg_line(&E->w, "    return comm_failed(ctx);");
