@@ -24,6 +24,13 @@ static int stashes(const emitter *E) { return dm_runs_pipedream(E->g); }
 /* The inputs stage st keeps of the previous batch (bit n: input n). */
 static uint64_t kept_inputs(const emitter *E, int st) { return dm_2bw_kept_inputs(E->g, E->plan, st); }
 
+/* The inputs some stage keeps (the context's fields are every rank's). */
+static uint64_t kept_by_any(const emitter *E) {
+    uint64_t any = 0;
+    for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
+    return any;
+}
+
 /* Of input n, the elements of a whole batch (every micro-batch). */
 static long long batch_elems(const emitter *E, int n) {
     return (long long)(ir_numel(&V(E, E->g->inputs[n])->type) * E->g->microbatches);
@@ -56,8 +63,7 @@ void emit_2bw_fields(emitter *E) {
     cg_line(w, "int inferring;      /* in forward or predict: kept values go to the copy no owed backward holds */");
     cg_line(w, "%s_batch previous;  /* the previous batch's inputs the owed backwards read (kept copies; NULL: not read) */",
             E->g->model);
-    uint64_t any = 0;
-    for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
+    uint64_t any = kept_by_any(E);
     for (int n = 0; n < E->g->n_inputs; n++)
         if (any >> n & 1) {
             const ir_value *v = V(E, E->g->inputs[n]);
@@ -70,9 +76,7 @@ void emit_2bw_fields(emitter *E) {
 }
 
 int emit_2bw_kept_count(const emitter *E, int n, char *buf, size_t size) {
-    uint64_t any = 0;
-    for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
-    if (!emits_2bw(E) || !(any >> n & 1)) return 0;
+    if (!emits_2bw(E) || !(kept_by_any(E) >> n & 1)) return 0;
     /* only the stages whose owed backwards read it keep it: empty on the others */
     size_t len = 0;
     for (int st = 0; st < E->stages && len < size; st++)
@@ -89,12 +93,12 @@ void emit_2bw_create(emitter *E) {
             stashes(E) ? "pipedream" : "2bw");
     cg_line(w, "ctx->owed = -1;");
     if (stashes(E)) cg_line(w, "ctx->stream_from = 0;");
+    uint64_t kept = kept_by_any(E);
     for (int n = 0; n < E->g->n_inputs; n++) {
-        uint64_t any = 0;
-        for (int st = 0; st < E->stages; st++) any |= kept_inputs(E, st);
         const char *x = E->cname[E->g->inputs[n]];
-        if (any >> n & 1) cg_line(w, "ctx->previous.%s = ctx->previous_%s;", x, x);
-        if (any >> n & 1 && E->dialect->separate_memory) cg_line(w, "ctx->step_%s = ctx->input_%s;", x, x);
+        if (!(kept >> n & 1)) continue;
+        cg_line(w, "ctx->previous.%s = ctx->previous_%s;", x, x);
+        if (E->dialect->separate_memory) cg_line(w, "ctx->step_%s = ctx->input_%s;", x, x);
     }
 }
 
@@ -115,8 +119,7 @@ void emit_2bw_helpers(emitter *E) {
         cg_line(w, "    ctx->params = ctx->weights[previous ? ctx->owed : ctx->current];");
     }
     cg_line(w, "    ctx->micro_base = (ctx->batches - previous) * %d;", M);
-    uint64_t kept = 0;
-    for (int st = 0; st < E->stages; st++) kept |= kept_inputs(E, st);
+    uint64_t kept = kept_by_any(E);
     for (int n = 0; n < E->g->n_inputs && E->dialect->separate_memory; n++)
         if (kept >> n & 1) {
             const char *x = E->cname[E->g->inputs[n]];

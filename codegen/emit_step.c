@@ -170,19 +170,17 @@ static int in_function(const emitter *E, const ir_value *v, ir_phase phase, int 
     return !E->creating && v->phase == phase;
 }
 
-/* Whether stage holds a copy of a parameter another stage updates (tied). */
-int holds_tied_copies(const emitter *E, int stage) {
-    for (int p = 0; p < E->g->n_params; p++)
-        if (V(E, E->g->params[p])->stage != stage && (tied_holders(E, p) >> stage & 1)) return 1;
+/* Whether stage holds a copy of a parameter stage `owner` updates (tied; owner < 0: any
+ * other stage). */
+int holds_tied_copies_of(const emitter *E, int stage, int owner) {
+    for (int p = 0; p < E->g->n_params; p++) {
+        int updater = V(E, E->g->params[p])->stage;
+        if (updater != stage && (owner < 0 || updater == owner) && (tied_holders(E, p) >> stage & 1)) return 1;
+    }
     return 0;
 }
 
-/* Whether stage holds a copy of a parameter stage `owner` updates. */
-int holds_tied_copies_of(const emitter *E, int stage, int owner) {
-    for (int p = 0; p < E->g->n_params; p++)
-        if (V(E, E->g->params[p])->stage == owner && owner != stage && (tied_holders(E, p) >> stage & 1)) return 1;
-    return 0;
-}
+int holds_tied_copies(const emitter *E, int stage) { return holds_tied_copies_of(E, stage, -1); }
 
 /* pipedream: an update of the tied parameters stage holds a copy of and stage `owner`
  * updates, received into ctx->params. */

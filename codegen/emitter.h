@@ -250,7 +250,7 @@ void emit_gradient_means(emitter *E, int st, int *any);
  * where the update reads it. */
 void emit_micro_gradients(emitter *E, int st);
 /* emit_step.c: whether stage st holds a copy of a parameter another stage updates (tied),
- * of one the stage `owner` updates; pipedream: the receives of one update of those owner
+ * of one the stage `owner` updates (owner < 0: any); pipedream: the receives of one update of those owner
  * updates (owner < 0: of every owner), into ctx->params. */
 int holds_tied_copies(const emitter *E, int st);
 int holds_tied_copies_of(const emitter *E, int st, int owner);
