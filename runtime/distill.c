@@ -28,7 +28,7 @@ enum { MAX_CONTEXTS = 1024, MAX_INPUTS = 64 };
 typedef struct pair {
     void *student, *teacher;
     int part;        /* the rank's data coordinate (0: serial) */
-    float *logits;   /* blocks > 1: the whole teacher_logits, the rank's rows written */
+    float *logits;   /* parts x micro > 1: the whole teacher_logits, the rank's rows written */
 } pair;
 
 static struct {
@@ -36,7 +36,7 @@ static struct {
     int logits_output;
     long long parts;
     int data_axis;                    /* the student's data axis in the mesh (-1: none) */
-    long long blocks;                 /* the teacher's forwards a step covers: parts x micro-batches */
+    int micro;                        /* the student's micro-batches a step (1: none) */
     const char *init;                 /* --teacher-init */
     int teacher_input[MAX_INPUTS];    /* the student input feeding each teacher input */
     pthread_mutex_t lock;
@@ -61,9 +61,10 @@ static pair pair_of(void *student) {
 static void *with_teacher(void *student, int part, int threads, uint64_t seed, char *err, size_t errlen) {
     if (!student) return NULL;
     const dmrt_tensor_desc *whole = &D.student->inputs[D.student->n_inputs - 1];
-    float *logits = D.blocks > 1 ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
-    void *t = D.blocks > 1 && !logits ? NULL : D.teacher->create(seed, err, errlen);
-    if (D.blocks > 1 && !logits) snprintf(err, errlen, "distillation: out of memory");
+    const int in_parts = D.parts * D.micro > 1; /* each forward of the teacher writes a block of the input */
+    float *logits = in_parts ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
+    void *t = in_parts && !logits ? NULL : D.teacher->create(seed, err, errlen);
+    if (in_parts && !logits) snprintf(err, errlen, "distillation: out of memory");
     if (t && D.teacher->set_threads && D.teacher->set_threads(t, threads) != DMRT_OK) {
         snprintf(err, errlen, "distillation: the teacher cannot run on %d threads", threads);
         D.teacher->destroy(t);
@@ -129,9 +130,9 @@ static void destroy(void *student) {
  * for this one's collectives; the failure is reported after it (error). */
 static int with_teacher_logits(void *student, const void *const *inputs, const void **all) {
     pair p = pair_of(student);
-    int failed = 0, micro = (int)(D.blocks / D.parts);
+    int failed = 0;
     const float *logits = NULL;
-    for (int m = 0; m < micro; m++) {
+    for (int m = 0; m < D.micro; m++) {
         size_t block = (size_t)m * (size_t)D.parts + (size_t)p.part; /* micro-batch m's rows of this data rank */
         const void *tin[MAX_INPUTS];
         for (int i = 0; i < D.teacher->n_inputs; i++) {
@@ -199,7 +200,7 @@ int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, cons
     D.logits_output = layout->logits_output;
     D.parts = layout->parts > 1 ? layout->parts : 1;
     D.data_axis = D.parts > 1 ? layout->data_axis : -1;
-    D.blocks = D.parts * (layout->microbatches > 1 ? layout->microbatches : 1);
+    D.micro = layout->microbatches > 1 ? layout->microbatches : 1;
     D.init = argv[2];
     D.wrapped = *student;
     D.wrapped.n_inputs = student->n_inputs - 1; /* teacher_logits, the last, is the teacher's */
