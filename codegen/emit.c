@@ -157,10 +157,9 @@ static int check_quantize(const emitter *E, FILE *err) {
 static int check_target(const emitter *E, FILE *err) {
     ir_dtype half = E->g->product_dtype;
     int pipedream = emits_2bw(E) && dm_runs_pipedream(E->g);
-    if (E->g->loss_scale > 0 && (pipedream || (E->g->param_servers.servers && E->g->param_servers.staleness >= 0))) {
-        fprintf(err, "%s: error: --precision fp16's loss scaling is not built for the %s yet; use --precision bf16 "
-                     "(no loss scale needed)\n", E->source_path,
-                pipedream ? "pipedream schedule" : "asynchronous parameter servers (--ps-staleness)");
+    if (E->g->loss_scale > 0 && pipedream) {
+        fprintf(err, "%s: error: --precision fp16's loss scaling is not built for the pipedream schedule yet; use "
+                     "--precision bf16 (no loss scale needed)\n", E->source_path);
         return -1;
     }
     if ((half == DT_BF16 && !E->dialect->can.bf16) || (half == DT_F16 && !E->dialect->can.f16)) {

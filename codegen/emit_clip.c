@@ -11,7 +11,9 @@
  * tensor-parallel weight, ZeRO's shares over data) and pipeline stages (each updates
  * its own parameters; a tied one is updated by its owner only) are disjoint: all count.
  * One allreduce of the sum along every mesh axis then gives each rank the same total,
- * so that replicas scale their copies alike. */
+ * so that replicas scale their copies alike. Under parameter servers (fp16's check only:
+ * they refuse clipping) a worker's gradients are its own, not reduced: every worker
+ * checks all of its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,10 @@ static void counted_here(const emitter *E, const ir_type *t, int zero_axis, char
     }
     size_t c = 0, w = 0;
     cond[0] = why[0] = 0;
+    if (emits_param_servers(E)) { /* the servers sum the workers' gradients: each differs */
+        snprintf(why, why_size, "this worker's own (the servers sum them)");
+        return;
+    }
     for (int a = 0; E->partitioned && a < g->n_axes; a++) {
         if (axis_size(E, a) == 1 || a == g->pipe_axis) continue;
         int replicated = !(split >> a & 1);
@@ -118,17 +124,23 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
     each_gradient(E, stage, 1, NULL);
     cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
-    /* (synchronous parameter servers: every worker skips the same steps, and pushes nothing
-     * then; the asynchronous ones are refused, check_target) */
-    sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
+    /* synchronous parameter servers: every worker skips the same steps, and pushes nothing
+     * then; asynchronous ones: each worker has a scaler of its own (a decision over the
+     * mesh would make the workers wait for each other every step), and its skipped step
+     * goes to the servers without gradients */
+    if (emits_async_param_servers(E))
+        cg_line(w, "/* asynchronous parameter servers: this worker's own scaler, decided by its own gradients */");
+    else
+        sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
     cg_line(w, "if (not_finite != 0.0f) {");
     cg_line(w, "    ctx->loss_scale.scale *= 0.5;");
     cg_line(w, "    ctx->loss_scale.good_steps = 0;");
     cg_line(w, "    ctx->loss_scale.skipped++;");
     cg_line(w, "    ctx->loss_scale.last_skipped = 1;");
+    emit_ps_skipped_exchange(E);
     cg_line(w, "    return DMRT_OK; /* ctx->step counts it (the learning rate moves on, as a scheduler stepped per");
     cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done)%s */",
-            emits_param_servers(E) ? "; nothing is pushed" : "");
+            !emits_param_servers(E) ? "" : emits_async_param_servers(E) ? "" : "; nothing is pushed");
     cg_line(w, "}");
     cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
     each_gradient(E, stage, 0, "unscale");

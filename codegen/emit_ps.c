@@ -67,6 +67,20 @@ void emit_ps_fields(emitter *E) {
         cg_line(&E->w, "int ps_pushed; /* this worker pushed to the parameter servers (worker 0 sent them the parameters) */");
 }
 
+/* The exchange of a worker's step; grads: "ctx->grads", or "NULL" for a step the loss
+ * scaler skipped (asynchronous servers). */
+static void ps_exchange_call(emitter *E, const char *grads) {
+    cg_writer *w = &E->w;
+    if (E->dialect->separate_memory) { /* staged through host memory */
+        cg_line(w, "if (dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, !ctx->ps_pushed, %s, ctx->params, ctx->step,", grads);
+        cg_line(w, "                         ctx->lr) != DMRT_OK)");
+    } else {
+        cg_line(w, "if (dmrt_ps_exchange(ctx->rank, &ps_layout, !ctx->ps_pushed, %s, ctx->params, ctx->step, ctx->lr) != 0)", grads);
+    }
+    cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "ctx->ps_pushed = 1;");
+}
+
 /* At the end of a worker's update phase. */
 void emit_ps_exchange(emitter *E) {
     if (!emits_param_servers(E)) return;
@@ -75,14 +89,19 @@ void emit_ps_exchange(emitter *E) {
     cg_line(w, "/* the parameter servers (world ranks %lld..%lld) update the parameters: this worker's gradients",
             (long long)ir_mesh_ranks(E->g), (long long)ir_mesh_ranks(E->g) + E->g->param_servers.servers - 1);
     cg_line(w, " * go to them, their shards of the parameters come back */");
-    if (E->dialect->separate_memory) { /* staged through host memory */
-        cg_line(w, "if (dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, !ctx->ps_pushed, ctx->grads, ctx->params, ctx->step,");
-        cg_line(w, "                         ctx->lr) != DMRT_OK)");
-    } else {
-        cg_line(w, "if (dmrt_ps_exchange(ctx->rank, &ps_layout, !ctx->ps_pushed, ctx->grads, ctx->params, ctx->step, ctx->lr) != 0)");
-    }
-    cg_line(w, "    return comm_failed(ctx);");
-    cg_line(w, "ctx->ps_pushed = 1;");
+    ps_exchange_call(E, "ctx->grads");
+}
+
+int emits_async_param_servers(const emitter *E) { return emits_param_servers(E) && E->g->param_servers.staleness >= 0; }
+
+/* In the loss scaler's skip of a step, asynchronous servers: the step goes to the servers
+ * without gradients (they count it, apply nothing) and the parameters come back. */
+void emit_ps_skipped_exchange(emitter *E) {
+    if (!emits_async_param_servers(E)) return;
+    E->w.indent++;
+    cg_line(&E->w, "/* to the servers as a step without gradients (counted for the bound, nothing applied) */");
+    ps_exchange_call(E, "NULL");
+    E->w.indent--;
 }
 
 /* In destroy: the servers stop once every worker is done. */

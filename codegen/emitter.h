@@ -168,9 +168,11 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
  * of its update phase; destroy's goodbye to the servers; <model>_serve's declaration and
  * definition; the descriptor's fields. */
 int emits_param_servers(const emitter *E);
+int emits_async_param_servers(const emitter *E);  /* with --ps-staleness */
 void emit_ps_tables(emitter *E);
 void emit_ps_fields(emitter *E);
 void emit_ps_exchange(emitter *E);
+void emit_ps_skipped_exchange(emitter *E);        /* fp16's skipped step, asynchronous servers */
 void emit_ps_finish(emitter *E);
 void emit_ps_declaration(emitter *E);
 void emit_ps_api(emitter *E);

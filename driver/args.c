@@ -36,7 +36,8 @@ static const char usage[] =
     "       dmc calibrate [-o FILE]          measure this machine for --hardware (dmc calibrate --help)\n"
     "\n"
     "options (every command):\n"
-    "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...)\n"
+    "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...); repeatable, the\n"
+    "                             last value of a name wins\n"
     "  --mesh AXIS=N[,AXIS=N...]  override mesh axis sizes (mesh(AXIS = ...))\n"
     "  --mesh auto                the best plan --plan finds for --devices N (it also chooses\n"
     "                             --microbatches, --schedule, --zero and --recompute)\n"
@@ -161,12 +162,18 @@ static int parse_overrides(const char *flag, const char *list, dm_override *out,
             status = -1;
             break;
         }
+        *eq = 0;
+        int same = 0; /* a name given again: the later value wins, as with any repeated option */
+        while (same < *n && strcmp(out[same].name, item) != 0) same++;
+        if (same < *n) {
+            out[same].value = v;
+            continue;
+        }
         if (*n == max) {
             fprintf(stderr, "dmc: error: too many %s overrides\n", flag);
             status = -1;
             break;
         }
-        *eq = 0;
         out[*n].name = strdup(item);
         out[*n].value = v;
         out[*n].used = 0;

@@ -334,12 +334,15 @@ static int serve(const dmrt_model *m, dmrt_rank *r, char *fail, size_t faillen) 
     if (m->serve(r, &stats, fail, faillen) != 0) return TR_RUNTIME;
     int server = dmrt_rank_id(r) - (int)m->n_ranks;
     /* one write: the servers are threads of one process, and their lines must not mix */
-    char line[320], mode[128];
-    if (stats.staleness >= 0)
+    char line[384], mode[192];
+    if (stats.staleness < 0)
+        snprintf(mode, sizeof mode, "synchronous");
+    else if (!stats.skipped)
         snprintf(mode, sizeof mode, "asynchronous (bound %d): workers at most %lld steps apart", stats.staleness,
                  (long long)stats.max_lead);
-    else
-        snprintf(mode, sizeof mode, "synchronous");
+    else /* fp16: steps a worker's loss scaler skipped */
+        snprintf(mode, sizeof mode, "asynchronous (bound %d): workers at most %lld steps apart, %lld of the pushes "
+                 "skipped (fp16, no gradients)", stats.staleness, (long long)stats.max_lead, (long long)stats.skipped);
     snprintf(line, sizeof line, "server %d (world rank %d): %lld updates of its shard from %lld pushes, %s, %.2f s waiting for them\n",
              server, dmrt_rank_id(r), (long long)stats.updates, (long long)stats.pushes, mode, stats.waited_seconds);
     fputs(line, stderr);

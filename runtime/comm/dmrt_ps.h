@@ -65,8 +65,12 @@ void dmrt_ps_shard(const dmrt_ps_layout *L, int s, int64_t *begin, int64_t *end)
 
 /* A worker's step: pushes grads (at the segments' grad_at) to every server with its step
  * and learning rate and pulls the shards' parameters into params (at param_at). first:
- * this worker's first push (worker 0 then sends its parameters ahead of it). 0, or
- * DMRT_ERR_COMM with the message in dmrt_rank_error. */
+ * this worker's first push (worker 0 then sends its parameters ahead of it). grads NULL:
+ * a step fp16's loss scaler skipped on this worker (asynchronous servers only: the
+ * synchronous ones skip a step on every worker, which then pushes nothing), sent as a
+ * push without gradients that the servers count as the worker's step (the staleness
+ * bound is in steps) and apply nothing of; the parameters are pulled as after any
+ * step. 0, or DMRT_ERR_COMM with the message in dmrt_rank_error. */
 int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads, float *params,
                      int64_t step, double lr);
 /* A worker is done: the servers stop once every worker is. Worker 0 that never pushed
@@ -77,7 +81,9 @@ int dmrt_ps_finish(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const floa
 typedef struct dmrt_ps_stats {
     int staleness;          /* the layout's: < 0 synchronous */
     int64_t updates;        /* updates of its shard */
-    int64_t pushes;         /* pushes received */
+    int64_t pushes;         /* pushes received, the skipped included */
+    int64_t skipped;        /* asynchronous: pushes of steps fp16's loss scaler skipped (no
+                             * gradients, no update) */
     int64_t max_lead;       /* asynchronous: the most steps a worker was ahead of the
                              * slowest when its pull was answered (at most the bound) */
     double waited_seconds;  /* time spent waiting for pushes */

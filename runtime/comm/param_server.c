@@ -12,7 +12,7 @@
 #include "dmrt_ps.h"
 
 enum { TAG_INIT = DMRT_MAX_TAG - 2, TAG_PUSH = DMRT_MAX_TAG - 1, TAG_PULL = DMRT_MAX_TAG };
-enum { KIND_PUSH = 1, KIND_DONE = 2 };
+enum { KIND_PUSH = 1, KIND_DONE = 2, KIND_SKIP = 3 }; /* SKIP: a step fp16's loss scaler skipped (no gradients) */
 /* the header: kind, then the step (int64) and the learning rate (double) as 2 floats each */
 #define HEADER 5
 
@@ -97,7 +97,7 @@ static int push(dmrt_rank *r, const dmrt_ps_layout *L, int kind, const float *gr
         if (kind == KIND_PUSH) copy_range(L, b, e, (float *)grads, 1, buf + HEADER, 1);
         else memset(buf + HEADER, 0, (size_t)(e - b) * sizeof(float));
         if (dmrt_send_tagged(dmrt_rank_world(r), L->workers + s, TAG_PUSH, buf, HEADER + e - b,
-                             kind == KIND_PUSH ? "the gradients, to their server" : "done, to the servers"))
+                             kind == KIND_DONE ? "done, to the servers" : "the gradients, to their server"))
             return DMRT_ERR_COMM;
     }
     return 0;
@@ -108,7 +108,7 @@ int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const flo
     float *buf = malloc((size_t)(HEADER + largest_shard(L)) * sizeof(float));
     if (!buf) return fail(r, "the gradients, to their server", "out of memory for a push");
     int rc = first && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
-    if (rc == 0) rc = push(r, L, KIND_PUSH, grads, step, lr, buf);
+    if (rc == 0) rc = push(r, L, grads ? KIND_PUSH : KIND_SKIP, grads, step, lr, buf);
     for (int s = 0; rc == 0 && s < L->servers; s++) {
         int64_t b, e;
         dmrt_ps_shard(L, s, &b, &e);
@@ -153,12 +153,19 @@ static int receive_push(server *sv, int w, push_header *h) {
     sv->stats->waited_seconds += dmrt_comm_now() - start;
     if (rc) return rc;
     *h = header_read(sv->msg);
-    if (h->kind != KIND_PUSH && h->kind != KIND_DONE) {
+    if (h->kind != KIND_PUSH && h->kind != KIND_DONE && h->kind != KIND_SKIP) {
         char why[128];
         dmrt_comm_format(why, sizeof why, "worker %d sent a push of unknown kind %d", w, h->kind);
         return fail(sv->r, "a push, from its worker", why);
     }
-    if (h->kind == KIND_PUSH) sv->stats->pushes++;
+    if (h->kind != KIND_DONE) sv->stats->pushes++;
+    if (h->kind == KIND_SKIP) sv->stats->skipped++;
+    if (h->kind == KIND_SKIP && sv->L->staleness < 0) {
+        char why[128];
+        dmrt_comm_format(why, sizeof why, "worker %d skipped step %lld alone: synchronous servers skip a step together", w,
+                         (long long)h->step);
+        return fail(sv->r, "a push, from its worker", why);
+    }
     return 0;
 }
 
@@ -218,8 +225,8 @@ static int serve_asynchronous(server *sv) {
                 left--;
                 continue;
             }
-            apply(sv, sv->msg + HEADER, h.lr);
-            pushes[w]++;
+            if (h.kind == KIND_PUSH) apply(sv, sv->msg + HEADER, h.lr);
+            pushes[w]++; /* a skipped step counts: the bound is in steps */
             owed[w] = 1;
         }
         int64_t slowest = INT64_MAX;

@@ -471,9 +471,10 @@ int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int
     const int64_t np = ps_extent(L, 0), ng = ps_extent(L, 1);
     float *h;
     int rc = stage_begin(g, np + ng, &h);
-    if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK || (rc = stage_out(g, h + np, grads, ng)) != DMRT_OK)
+    if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK ||
+        (grads && (rc = stage_out(g, h + np, grads, ng)) != DMRT_OK))
         return rc;
-    if (dmrt_ps_exchange(r, L, first, h + np, h, step, lr) != 0) {
+    if (dmrt_ps_exchange(r, L, first, grads ? h + np : NULL, h, step, lr) != 0) {
         snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
         return DMRT_ERR_COMM;
     }

@@ -247,7 +247,8 @@ int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *s
 
 /* Parameter servers (--param-servers, codegen/emit_ps.c): dmrt_ps.h's worker calls on the
  * context's device params and grads, staged through host memory (the servers are host
- * code: they hold their shards in host memory and run the C dialect's update). */
+ * code: they hold their shards in host memory and run the C dialect's update). grads
+ * NULL: a step the loss scaler skipped (dmrt_ps_exchange). */
 int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
                          float *params, int64_t step, double lr);
 int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);

@@ -100,6 +100,8 @@ CASES = [
     # the C dialect's update; synchronous and asynchronous
     ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2"], None),
     ("gpt-data2-ps-stale", "examples/gpt.dm", TINY_GPT, "data=2", ["--param-servers", "1", "--ps-staleness", "1"], None),
+    ("mlp-data2-ps-stale-fp16", "examples/mlp.dm", SMALL_MLP, "data=2",
+     ["--param-servers", "2", "--ps-staleness", "1", "--precision", "fp16"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
