@@ -89,6 +89,7 @@ typedef struct emitter {
     int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
     int *quant_param;          /* (n_quant) the parameter index of each */
     int n_quant;
+    int64_t quant_work_bytes;  /* the dialect's work memory for the products (quant_work_bytes) */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -309,6 +310,7 @@ void emit_predict_fields(emitter *E);
 void quant_mark(emitter *E);
 void emit_quant_fields(emitter *E);
 void emit_quant_create(emitter *E);
+void emit_quant_support(emitter *E);
 void emit_quant_destroy(emitter *E);
 void emit_quant_accessor(emitter *E);
 void emit_quant_descriptor(emitter *E);
