@@ -304,9 +304,11 @@ void emit_predict_api(emitter *E);
 void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
 
-/* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's field, their
- * making in create and freeing in destroy, the descriptor's accessor and fields, and a
- * forward product reading one (1: emitted in place of the dialect's gemm) */
+/* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's fields, their
+ * making in create and freeing in destroy, where the storage is separate the helpers that
+ * copy them there (emit_quant_support, before create), the descriptor's accessors and
+ * fields, and a forward product reading one (1: emitted by the dialect's quant_gemm in
+ * place of its gemm) */
 void quant_mark(emitter *E);
 void emit_quant_fields(emitter *E);
 void emit_quant_create(emitter *E);

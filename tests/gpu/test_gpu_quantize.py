@@ -12,7 +12,9 @@ same f32 weights (2 steps trained on the C target, --init):
   - --predict over B + 3 rows (a full call and a padded short one) from --init of the C
     target's saved file gives the same logits on both targets within 1e-4 relative + 1e-5
     (weight-only: the same widened weights, sgemm's order of sums; int8: the same integers
-    and scales, the int32 sums exact, so only the f32 parts between products differ);
+    and scales, the int32 sums exact, so only the f32 parts between products differ: none
+    in mlp.dm, whose int8 logits should be the same bits; in gpt.dm a rounding apart can
+    move one q_x across a half, which tie_flips allows in 1 logit in 1000);
   - the round trip: the CUDA program's --init of its own saved file saves the same file
     again, and predicts what --init of the f32 file (quantized, for int8 calibrated, at
     load; not for gpt's int8, whose --data text cannot go with --batch-file) does, bit for
@@ -107,6 +109,14 @@ def compare_files(tag, cuda, c):
     return worst
 
 
+def tie_flips(got, want, close):
+    """gpt's int8: a product input that the f32 parts (layernorm, gelu, attention) give a
+    rounding apart on the two targets can land on the other side of a half in x / s_x, and
+    its q_x then differs by one, moving the logits downstream by about s_x * |w|: allowed
+    in at most 1 in 1000 logits, each within 1e-2 of the logits' range."""
+    return close.mean() >= 0.999 and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
+
+
 def predict(prog, init, inputs_file, out, tmp, extra=()):
     run(prog, ["--init", init, "--predict", "--batch-file", inputs_file, "--out", out, "--quiet"] + list(extra), tmp)
     return stio.load(out)
@@ -128,9 +138,12 @@ def check_model(dmc, root, model, mode, tmp):
     worst = 0.0
     for name in outs["c"]:
         got, want = outs["cuda"].get(name), outs["c"][name]
-        if got is None or got.shape != want.shape or not np.allclose(got, want, rtol=RTOL, atol=ATOL):
-            raise Failure("%s %s: --predict's %s differs between CUDA and C (max %s)" % (
-                model, mode, name, "?" if got is None or got.shape != want.shape else float(np.max(np.abs(got - want)))))
+        if got is None or got.shape != want.shape:
+            raise Failure("%s %s: --predict's %s is missing or of another shape on CUDA" % (model, mode, name))
+        close = np.isclose(got, want, rtol=RTOL, atol=ATOL)
+        if not close.all() and not (mode == "int8" and model == "gpt" and tie_flips(got, want, close)):
+            raise Failure("%s %s: --predict's %s differs between CUDA and C (%d values, max %.3g)" % (
+                model, mode, name, int((~close).sum()), float(np.max(np.abs(got - want)))))
         worst = max(worst, float(np.max(np.abs(got - want))))
     again = os.path.join(tmp, "q-%s-again.safetensors" % model)
     run(progs["cuda"], ["--init", saved["cuda"], "--save-quantized", again, "--quiet"], tmp)
