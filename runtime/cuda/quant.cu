@@ -91,7 +91,6 @@ static int s8s8s32(dmrt_gpu *g, const int8_t *qa, const int8_t *qw, int32_t *acc
                      aligned16(qa) && aligned16(qw) && aligned16(acc);
     if (fits) {
         const int32_t one = 1, zero = 0;
-        CUBLAS_CHECK(g, cublasSetStream(g->cublas, g->stream));
         cublasStatus_t st = cublasGemmEx(g->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, qw, CUDA_R_8I,
                                          (int)n, qa, CUDA_R_8I, (int)k, &zero, acc, CUDA_R_32I, (int)n, CUBLAS_COMPUTE_32I,
                                          CUBLAS_GEMM_DEFAULT);
