@@ -14,6 +14,8 @@ pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied 
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
+--quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
+--predict, or int8 calibrates and --save-quantized, instead of a training step),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -21,7 +23,8 @@ and for checkpoints
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
     cuBLAS and NCCL into DIR/<model> (also with mpicc for --backend mpi);
   - then, without a GPU, fail with exit 1 and "no CUDA device" in its message (and not
-    crash); with one, train a step and print its loss.
+    crash); with one, train a step and print its loss (a quantized program: write its
+    output file).
 Each run reads one step of random inputs from a --batch-file. QUICK (the sanitized
 build) skips the 124M compile, the slowest. Registered only when dmc was built with the
 CUDA toolkit (tests/gpu/meson.build).
