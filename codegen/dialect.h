@@ -168,6 +168,21 @@ typedef struct cg_update {
                                                      * but for the steps loss scaling skipped */
 } cg_update;
 
+/* A product x @ W of a --quantize program (emit_quant.c): c (m, W's cols) = a (m, W's rows)
+ * @ W (+ c when accumulate), W the narrow weight ctx->quant[slot] (a dmrt_qweight, host
+ * memory); where the context's storage is separate (separate_memory), its integers and
+ * scales are also at ctx->quant_data[slot] and ctx->quant_scale[slot] in that memory, and
+ * ctx->quant_work the quant_work_bytes the products need (none when 0). activations: --quantize
+ * int8 (int8 x int8), whose calibration multiplies the f32 parameter w_f32. */
+typedef struct cg_quant_gemm {
+    int slot;
+    int activations;
+    int64_t m, lda, ldc;
+    const char *a, *c, *w_f32;
+    const char *b;                                  /* the f32 weight as the phase names it (a local) */
+    int accumulate;
+} cg_quant_gemm;
+
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
 
 /* What a dialect's generated code can do, as data (1: it can). Code generation refuses
@@ -186,6 +201,7 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.also_out: pass_fuse_bias) */
     int bf16, f16;          /* 16-bit product operands (--precision bf16, fp16): the casts'
                              * round_to and cg_gemm.operands */
+    int quantize;           /* --quantize's narrow weights and their products (quant_gemm) */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
@@ -300,6 +316,11 @@ typedef struct cg_dialect {
     void (*dropout)(cg_writer *w, const cg_dropout *k);
     void (*attention)(cg_writer *w, const cg_attention *k);
     void (*attention_grad)(cg_writer *w, const cg_attention *k);
+    /* --quantize (can.quantize): the product above; and the bytes of work memory a product
+     * of m rows by a [rows, cols] weight needs (ctx->quant_work, the largest of them), NULL
+     * when none. */
+    void (*quant_gemm)(cg_writer *w, const cg_quant_gemm *k);
+    int64_t (*quant_work_bytes)(int activations, int64_t m, int64_t rows, int64_t cols);
     /* After the last hook of a file (w: its host writer): frees what the dialect keeps in
      * w->kernels->dialect_state. NULL: nothing to do. */
     void (*finish)(cg_writer *w);

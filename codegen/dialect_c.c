@@ -221,6 +221,18 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
             (long long)k->batch_stride_c, (long long)k->ldc);
 }
 
+/* --quantize: the runtime's products of the narrow weight, split over the rank's threads
+ * (gemm_quant.c, gemm_int8.c). */
+static void c_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
+    const char *beta = k->accumulate ? "1.0f" : "0.0f";
+    if (k->activations)
+        cg_line(w, "dmrt_gemm_i8_split(ctx->threads, &ctx->quant[%d], %s, %lld, %s, %lld, %s, %s, %lld);", k->slot, k->w_f32,
+                (long long)k->m, k->a, (long long)k->lda, beta, k->c, (long long)k->ldc);
+    else
+        cg_line(w, "dmrt_gemm_wq_split(ctx->threads, &ctx->quant[%d], %lld, %s, %lld, %s, %s, %lld);", k->slot,
+                (long long)k->m, k->a, (long long)k->lda, beta, k->c, (long long)k->ldc);
+}
+
 /* Cross-entropy's row pieces, on `row` (the row's logits, `classes` of them). */
 /* A bad index: recorded for the host's check (fault_check), and the loop left. */
 static void c_record_fault(cg_writer *w, int site, const char *value, const char *base, const char *position) {
@@ -855,7 +867,7 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1},
+            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",
@@ -895,4 +907,5 @@ const cg_dialect cg_dialect_c = {
     .embed_grad = c_embed_grad,
     .attention = c_attention,
     .attention_grad = c_attention_grad,
+    .quant_gemm = c_quant_gemm,
 };

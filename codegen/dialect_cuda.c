@@ -718,6 +718,23 @@ static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
     checked(w, call);
 }
 
+/* --quantize: libdmrt_cuda's products of the narrow weight's device copy (quant.cu); the
+ * host copy ctx->quant[slot] gives its shape, input scale and calibration record. The
+ * weight-only modes widen it into the f32 parameter's storage (which holds the same
+ * dequantized values: create and the trainer set it so), int8's calibration multiplies
+ * that parameter. */
+static void cuda_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
+    char call[1024], weight[160];
+    snprintf(weight, sizeof weight, "&ctx->quant[%d], ctx->quant_data[%d], ctx->quant_scale[%d]", k->slot, k->slot, k->slot);
+    if (k->activations)
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_i8(ctx->gpu, %s, %s, ctx->quant_work, %lld, %s, %lld, %s, %s, %lld", weight,
+                 k->b, (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+    else
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_wq(ctx->gpu, %s, %s, %lld, %s, %lld, %s, %s, %lld", weight, k->b,
+                 (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+    checked(w, call);
+}
+
 /* The collectives' label of a vocabulary-parallel cross-entropy. */
 static void xent_what(const cg_xent *k, char *buf, size_t size) {
     char raw[512];
@@ -917,7 +934,7 @@ const cg_dialect cg_dialect_cuda = {
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
-            .compress = 1, .param_servers = 1},
+            .compress = 1, .param_servers = 1, .quantize = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
@@ -959,5 +976,7 @@ const cg_dialect cg_dialect_cuda = {
     .layernorm_wgrad = cuda_layernorm_wgrad,
     .embed = cuda_embed,
     .embed_grad = cuda_embed_grad,
+    .quant_gemm = cuda_quant_gemm,
+    .quant_work_bytes = dmrt_cuda_quant_work_bytes,
     .finish = cuda_finish,
 };

@@ -141,10 +141,14 @@ static int check_spmd(const emitter *E, FILE *err) {
     return bad;
 }
 
-/* --quantize: the C target's serial programs, with a product to quantize. */
+/* --quantize: serial programs of a target that can (can.quantize), with a product to quantize. */
 static int check_quantize(const emitter *E, FILE *err) {
-    const char *why = strcmp(E->dialect->name, "c") != 0 ? "is built for the C target only so far; compile with --target c"
-                      : E->partitioned || E->scheduled ? "makes serial inference programs: compile without a mesh of "
+    if (!E->dialect->can.quantize) {
+        fprintf(err, "%s: error: --quantize is not built for the %s target; compile with --target c\n", E->source_path,
+                E->dialect->name);
+        return -1;
+    }
+    const char *why = E->partitioned || E->scheduled ? "makes serial inference programs: compile without a mesh of "
                                                          "more than one rank and without micro-batches"
                       : !E->n_quant ? "found no product reading a 2-D parameter (x @ weight) to quantize"
                                     : NULL;

@@ -2,8 +2,12 @@
  * docs/compression.md). Every 2-D parameter that a forward product reads as its right
  * operand (x @ weight: weight [in, out]) gets a narrow copy in the context, a dmrt_qweight,
  * made from the f32 parameter at create (and again by the trainer after --init of an f32
- * file, or read from a --save-quantized file), and those products call dmrt_gemm_wq_split
- * on it. The rest of the program (biases, norms, softmax, the loss) is the f32 program's. */
+ * file, or read from a --save-quantized file), and those products call the dialect's
+ * quant_gemm on it. The rest of the program (biases, norms, softmax, the loss) is the f32
+ * program's. Where the context's storage is separate (separate_memory: a GPU's), the
+ * dmrt_qweight stays the host copy that the trainer reads and writes, and a copy of its
+ * integers and scales in that memory (ctx->quant_data, ctx->quant_scale) is what the
+ * products read: the descriptor's qweight_sync copies the host's there after each change. */
 #include <stdlib.h>
 
 #include "emitter.h"
@@ -27,6 +31,13 @@ void quant_mark(emitter *E) {
         }
     for (int i = 0; i < g->n_values; i++)
         if (E->quant_slot[i] == 0 && V(E, i)->role != ROLE_PARAM) E->quant_slot[i] = -1;
+    for (int i = 0; i < g->n_values && E->dialect->quant_work_bytes; i++) {
+        if (!reads_weight(E, V(E, i)) || E->quant_slot[V(E, i)->operands[1]] < 0) continue;
+        const ir_type *w = T(E, V(E, i)->operands[1]);
+        int64_t m = ir_numel(T(E, i)) / w->shape[1];
+        int64_t bytes = E->dialect->quant_work_bytes(E->quant_act, m, w->shape[0], w->shape[1]);
+        if (bytes > E->quant_work_bytes) E->quant_work_bytes = bytes;
+    }
 }
 
 /* "int8", "int8-weights", "int4-weights:64": --quantize's spelling of the mode */
@@ -41,27 +52,97 @@ void emit_quant_fields(emitter *E) {
     char mode[48];
     quant_mode(E, mode, sizeof mode);
     cg_line(&E->w, "dmrt_qweight quant[%d]; /* (--quantize %s) the weights the forward's products read */", E->n_quant, mode);
+    if (!E->dialect->separate_memory) return;
+    cg_line(&E->w, "uint8_t *quant_data[%d]; /* their integers and scales where the products read them (quant_upload) */",
+            E->n_quant);
+    cg_line(&E->w, "float *quant_scale[%d];", E->n_quant);
+    if (E->quant_work_bytes) cg_line(&E->w, "void *quant_work; /* %lld bytes the products work in */", (long long)E->quant_work_bytes);
 }
+
+/* Separate memory: quant_upload(ctx, j), the host copy of narrow weight j into the products'
+ * memory, and quant_from_params(ctx, j), weight j quantized from its f32 parameter (and
+ * that set to the dequantized values) through host memory, as dmrt_quantize_params does. */
+void emit_quant_support(emitter *E) {
+    cg_writer *w = &E->w;
+    if (!E->n_quant || !E->dialect->separate_memory) return;
+    cg_line(w, "static int quant_upload(struct_ctx *ctx, int j) {");
+    w->indent++;
+    cg_line(w, "const dmrt_qweight *q = &ctx->quant[j];");
+    E->dialect->copy(w, "ctx->quant_data[j]", "q->data", "(size_t)dmrt_qweight_bytes(q)", CG_HOST_TO_DEVICE, E->on_fail);
+    E->dialect->copy(w, "ctx->quant_scale[j]", "q->scale", "(size_t)(dmrt_qweight_groups(q) * q->cols) * sizeof(float)",
+                     CG_HOST_TO_DEVICE, E->on_fail);
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "static int quant_from_params(struct_ctx *ctx, int j, int p) {");
+    w->indent++;
+    cg_line(w, "dmrt_qweight *q = &ctx->quant[j];");
+    cg_line(w, "float *host = (float *)dmrt_alloc((size_t)(q->rows * q->cols) * sizeof(float));");
+    cg_line(w, "if (!host) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory\");", E->g->model);
+    cg_line(w, "    return DMRT_ERR_NOMEM;");
+    cg_line(w, "}");
+    cg_line(w, "int status = gather_param(ctx, p, 0, host);");
+    cg_line(w, "if (status == DMRT_OK) {");
+    cg_line(w, "    dmrt_quantize_weight(q, host);");
+    cg_line(w, "    dmrt_dequantize_rows(q, 0, q->rows, host);");
+    cg_line(w, "    status = scatter_param(ctx, p, host);");
+    cg_line(w, "}");
+    cg_line(w, "dmrt_free(host);");
+    cg_line(w, "return status == DMRT_OK ? quant_upload(ctx, j) : status;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* In create: a failed allocation in the products' memory (device_failed names it). */
+#define DEVICE_ALLOC_FAILED "{ (void)device_failed(ctx); goto fail; }"
 
 /* In create, after init_params: the narrow weights' storage and values. */
 void emit_quant_create(emitter *E) {
     cg_writer *w = &E->w;
+    if (E->quant_work_bytes && E->n_quant) {
+        char bytes[32];
+        snprintf(bytes, sizeof bytes, "%lld", (long long)E->quant_work_bytes);
+        E->dialect->alloc(w, "ctx->quant_work", bytes, DEVICE_ALLOC_FAILED);
+    }
     for (int j = 0; j < E->n_quant; j++) {
         int p = E->quant_param[j];
         const ir_value *v = V(E, E->g->params[p]);
         cg_line(w, "/* %s */", v->name);
         cg_line(w, "if (dmrt_qweight_init(&ctx->quant[%d], %d, %lld, %lld, %lld) != 0) goto oom;", j, E->quant_bits,
                 (long long)v->type.shape[0], (long long)v->type.shape[1], (long long)E->quant_group);
-        cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
-        cg_line(w, "dmrt_dequantize_rows(&ctx->quant[%d], 0, %lld, ctx->params + ctx->param_offsets[%d]);", j,
-                (long long)v->type.shape[0], p);
+        if (E->dialect->separate_memory) {
+            char lhs[64], bytes[160];
+            snprintf(lhs, sizeof lhs, "ctx->quant_data[%d]", j);
+            snprintf(bytes, sizeof bytes, "(size_t)dmrt_qweight_bytes(&ctx->quant[%d])", j);
+            E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
+            snprintf(lhs, sizeof lhs, "ctx->quant_scale[%d]", j);
+            snprintf(bytes, sizeof bytes, "(size_t)(dmrt_qweight_groups(&ctx->quant[%d]) * ctx->quant[%d].cols) * sizeof(float)",
+                     j, j);
+            E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
+            cg_line(w, "if (quant_from_params(ctx, %d, %d) != DMRT_OK) goto fail;", j, p);
+        } else {
+            cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
+            cg_line(w, "dmrt_dequantize_rows(&ctx->quant[%d], 0, %lld, ctx->params + ctx->param_offsets[%d]);", j,
+                    (long long)v->type.shape[0], p);
+        }
         /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
         if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
     }
 }
 
 void emit_quant_destroy(emitter *E) {
-    for (int j = 0; j < E->n_quant; j++) cg_line(&E->w, "dmrt_qweight_free(&ctx->quant[%d]);", j);
+    for (int j = 0; j < E->n_quant; j++) {
+        cg_line(&E->w, "dmrt_qweight_free(&ctx->quant[%d]);", j);
+        if (!E->dialect->separate_memory) continue;
+        char ptr[64];
+        snprintf(ptr, sizeof ptr, "ctx->quant_data[%d]", j);
+        E->dialect->free(&E->w, ptr);
+        snprintf(ptr, sizeof ptr, "ctx->quant_scale[%d]", j);
+        E->dialect->free(&E->w, ptr);
+    }
+    if (E->quant_work_bytes && E->n_quant) E->dialect->free(&E->w, "ctx->quant_work");
 }
 
 /* model_qweight, the descriptor's accessor */
@@ -75,6 +156,14 @@ void emit_quant_accessor(emitter *E) {
     cg_line(w, "    default: return NULL;");
     cg_line(w, "    }");
     cg_line(w, "}");
+    if (!E->dialect->separate_memory) return;
+    cg_line(w, "static int model_qweight_sync(void *ctx, int i) {");
+    cg_line(w, "    switch (i) {");
+    for (int j = 0; j < E->n_quant; j++)
+        cg_line(w, "    case %d: return quant_upload((struct_ctx *)ctx, %d);", E->quant_param[j], j);
+    cg_line(w, "    default: return DMRT_OK;");
+    cg_line(w, "    }");
+    cg_line(w, "}");
 }
 
 void emit_quant_descriptor(emitter *E) {
@@ -83,20 +172,17 @@ void emit_quant_descriptor(emitter *E) {
     if (E->n_quant) cg_line(&E->w, ".quantize = \"%s\",", mode);
     else cg_line(&E->w, ".quantize = NULL,");
     cg_line(&E->w, ".qweight = %s,", E->n_quant ? "model_qweight" : "NULL");
+    cg_line(&E->w, ".qweight_sync = %s,", E->n_quant && E->dialect->separate_memory ? "model_qweight_sync" : "NULL");
 }
 
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
     if (!reads_weight(E, v) || E->quant_slot[v->operands[1]] < 0) return 0;
-    if (E->quant_act) {
-        /* the f32 weight: what the calibration's f32 forward multiplies */
-        int j = E->quant_slot[v->operands[1]];
-        cg_line(&E->w, "dmrt_gemm_i8_split(ctx->threads, &ctx->quant[%d], ctx->params + ctx->param_offsets[%d], %lld, %s, %lld, %s, %s, %lld);",
-                j, E->quant_param[j], (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c,
-                (long long)k->ldc);
-        return 1;
-    }
-    cg_line(&E->w, "dmrt_gemm_wq_split(ctx->threads, &ctx->quant[%d], %lld, %s, %lld, %s, %s, %lld);",
-            E->quant_slot[v->operands[1]], (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c,
-            (long long)k->ldc);
+    int j = E->quant_slot[v->operands[1]];
+    char w_f32[96];
+    /* the f32 weight: what the calibration's f32 forward multiplies */
+    snprintf(w_f32, sizeof w_f32, "ctx->params + ctx->param_offsets[%d]", E->quant_param[j]);
+    cg_quant_gemm q = {.slot = j, .activations = E->quant_act, .m = k->m, .lda = k->lda, .ldc = k->ldc, .a = k->a,
+                       .c = k->c, .w_f32 = w_f32, .b = k->b, .accumulate = k->accumulate};
+    E->dialect->quant_gemm(&E->w, &q);
     return 1;
 }

@@ -89,6 +89,7 @@ typedef struct emitter {
     int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
     int *quant_param;          /* (n_quant) the parameter index of each */
     int n_quant;
+    int64_t quant_work_bytes;  /* the dialect's work memory for the products (quant_work_bytes) */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
@@ -305,12 +306,15 @@ void emit_predict_api(emitter *E);
 void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
 
-/* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's field, their
- * making in create and freeing in destroy, the descriptor's accessor and fields, and a
- * forward product reading one (1: emitted in place of the dialect's gemm) */
+/* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's fields, their
+ * making in create and freeing in destroy, where the storage is separate the helpers that
+ * copy them there (emit_quant_support, before create), the descriptor's accessors and
+ * fields, and a forward product reading one (1: emitted by the dialect's quant_gemm in
+ * place of its gemm) */
 void quant_mark(emitter *E);
 void emit_quant_fields(emitter *E);
 void emit_quant_create(emitter *E);
+void emit_quant_support(emitter *E);
 void emit_quant_destroy(emitter *E);
 void emit_quant_accessor(emitter *E);
 void emit_quant_descriptor(emitter *E);

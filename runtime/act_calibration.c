@@ -97,6 +97,5 @@ int dmrt_calibration_end(const dmrt_model *model, void *ctx, char *err, size_t e
         q->calib = NULL;
     }
     if (failed) return -1;
-    dmrt_quantize_params(model, ctx);
-    return 0;
+    return dmrt_quantize_params(model, ctx, err, errlen);
 }

@@ -194,6 +194,11 @@ typedef struct dmrt_model {
      * in the other models (and in models built before). */
     const char *quantize;
     struct dmrt_qweight *(*qweight)(void *ctx, int i);
+    /* After the host changed qweight(ctx, i)'s integers or scales (dmrt_quantize_params,
+     * dmrt_load_quantized): puts them where the products read them (the CUDA target: its
+     * device copy). NULL where the products read the host copy itself (the C target).
+     * DMRT_OK or an error status (message from error()). */
+    int (*qweight_sync)(void *ctx, int i);
 } dmrt_model;
 
 /* ---- weight-only quantization (gemm_quant.c, quantize_io.c) ------------------------------- */
@@ -258,6 +263,9 @@ int dmrt_gemm_i8_onednn_available(void);
 /* x's per-tensor quantization: q = clamp(round-half-even(x / scale), -127, 127), n values
  * (a NaN x: 0). */
 void dmrt_quantize_activations(const float *x, int64_t n, float scale, int8_t *q);
+/* While a calibration runs: records |x| of a product's left operand a (m rows of k, row
+ * stride lda, host memory) into st (q->calib), the padding rows left out. */
+void dmrt_act_stats_record(struct dmrt_act_stats *st, int64_t m, const float *a, int64_t lda, int64_t k);
 /* Calibration of a --quantize int8 program's input scales: begin gives every quantized
  * weight a record of |x| (percentile 0: the largest only; else every value, for the
  * percentile), count_rows(used, of) says that the next forward's batch holds `used` real
@@ -274,8 +282,10 @@ int dmrt_quantizes_activations(const dmrt_model *model);
 
 /* The quantized program's narrow weights from its f32 parameters (after create or --init
  * of an f32 file); the f32 copy of each quantized weight is then set to its dequantized
- * values, so that the parameters read back (--save) are what the products use. */
-void dmrt_quantize_params(const dmrt_model *model, void *ctx);
+ * values, so that the parameters read back (--save) are what the products use. A model
+ * whose parameters the host cannot address (gather/scatter set) goes through host copies,
+ * and qweight_sync follows. 0, or -1 with a message. */
+int dmrt_quantize_params(const dmrt_model *model, void *ctx, char *err, size_t errlen);
 /* Whether the safetensors file at path holds a quantized program's weights (its
  * "dmc.quantize" metadata): 1, 0, or -1 with a message when it cannot be read. */
 int dmrt_is_quantized_file(const char *path, char *err, size_t errlen);

@@ -174,10 +174,6 @@ int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const dmrt_init_opt
                          const char *out, int threads, const char *prog, struct dmrt_rank *rank, char *fail,
                          size_t faillen);
 
-/* (gemm_int8.c) what a --quantize int8 product records of |x| while a calibration runs */
-struct dmrt_act_stats;
-void dmrt_act_stats_record(struct dmrt_act_stats *st, int64_t m, const float *a, int64_t lda, int64_t k);
-
 /* --threads N: the context's loops and products on N threads (model->set_threads). 0, or -1
  * with a message in err (a model built before the option cannot take it). */
 int dmrt_trainer_set_threads(const dmrt_model *m, void *ctx, int threads, char *err, size_t errlen);

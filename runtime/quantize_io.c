@@ -1,7 +1,10 @@
 /* quantize_io.c: a quantized program's narrow weights (dmc --quantize, docs/compression.md)
  * made from its f32 parameters, written to a safetensors file (--save-quantized) and read
- * back (--init). A quantized program is serial (dmc refuses --quantize with a mesh), so the
- * parameters are model->param's host memory. */
+ * back (--init). A quantized program is serial (dmc refuses --quantize with a mesh); its
+ * parameters are model->param's host memory, or (the CUDA target: gather and scatter set)
+ * device memory reached through host copies. The narrow weights' host copy (qweight) is
+ * the one this file reads and writes; qweight_sync, where set, then puts it where the
+ * products read it. */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +15,52 @@
 
 #define QUANTIZED_FORMAT "dmc quantized 1"
 
-void dmrt_quantize_params(const dmrt_model *model, void *ctx) {
+/* Parameter i in host memory: the context's own where the host addresses it (no gather),
+ * else a new host buffer (*copy, which put_param scatters and frees), gathered first when
+ * `read`. NULL with a message on failure. */
+static float *param_on_host(const dmrt_model *model, void *ctx, int i, int read, float **copy, char *err,
+                            size_t errlen) {
+    *copy = NULL;
+    if (!model->gather) return model->param(ctx, i);
+    if (!(*copy = dmrt_alloc((size_t)model->params[i].numel * sizeof(float)))) {
+        dmrt_errorf(err, errlen, "'%s': out of memory for its host copy", model->params[i].name);
+        return NULL;
+    }
+    if (read && model->gather(ctx, i, 0, *copy) != 0) {
+        dmrt_errorf(err, errlen, "gathering '%s': %s", model->params[i].name, model->error(ctx));
+        dmrt_free(*copy);
+        return *copy = NULL;
+    }
+    return *copy;
+}
+
+/* Back from param_on_host: copy (if any) scattered into parameter i when `write`, then
+ * freed. 0, or -1 with a message. */
+static int put_param(const dmrt_model *model, void *ctx, int i, float *copy, int write, char *err, size_t errlen) {
+    int rc = 0;
+    if (copy && write && model->scatter(ctx, i, copy) != 0)
+        rc = dmrt_errorf(err, errlen, "loading '%s': %s", model->params[i].name, model->error(ctx));
+    dmrt_free(copy);
+    return rc;
+}
+
+/* qweight i's host copy changed: where the products read another copy, it follows. */
+static int sync_qweight(const dmrt_model *model, void *ctx, int i, char *err, size_t errlen) {
+    if (!model->qweight_sync || model->qweight_sync(ctx, i) == DMRT_OK) return 0;
+    return dmrt_errorf(err, errlen, "copying the narrow '%s' to the device: %s", model->params[i].name, model->error(ctx));
+}
+
+int dmrt_quantize_params(const dmrt_model *model, void *ctx, char *err, size_t errlen) {
     for (int i = 0; i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
         if (!q) continue;
-        float *w = model->param(ctx, i);
+        float *copy, *w = param_on_host(model, ctx, i, 1, &copy, err, errlen);
+        if (!w) return -1;
         dmrt_quantize_weight(q, w);
         dmrt_dequantize_rows(q, 0, q->rows, w);
+        if (put_param(model, ctx, i, copy, 1, err, errlen) != 0 || sync_qweight(model, ctx, i, err, errlen) != 0) return -1;
     }
+    return 0;
 }
 
 int dmrt_is_quantized_file(const char *path, char *err, size_t errlen) {
@@ -40,10 +81,12 @@ static void qweight_descs(const dmrt_tensor_desc *d, const dmrt_qweight *q, char
 }
 
 /* The file's tensors: every parameter (f32 or narrow), then the scales, then (int8) the
- * input scales. descs, data and names hold TENSORS_MAX(model); returns how many. */
+ * input scales. descs, data and names hold TENSORS_MAX(model); returns how many. An f32
+ * parameter the host cannot address is a host copy in copies[i] (gathered when saving:
+ * `read`), -1 with a message when that fails. */
 #define TENSORS_MAX(model) (3 * (size_t)(model)->n_params + 1)
 static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_desc *descs, const void **data,
-                             char (*names)[256]) {
+                             char (*names)[256], float **copies, int read, char *err, size_t errlen) {
     int n = 0, n_scales = 0;
     for (int i = 0; i < model->n_params; i++) {
         const dmrt_qweight *q = model->qweight(ctx, i);
@@ -54,7 +97,8 @@ static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_des
         const dmrt_tensor_desc *d = &model->params[i];
         dmrt_qweight *q = model->qweight(ctx, i);
         if (!q) {
-            descs[n] = *d, data[n++] = model->param(ctx, i);
+            descs[n] = *d;
+            if (!(data[n++] = param_on_host(model, ctx, i, read, &copies[i], err, errlen))) return -1;
             continue;
         }
         snprintf(names[scale_at], sizeof names[scale_at], "%s.scale", d->name);
@@ -68,19 +112,31 @@ static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_des
     return input_at;
 }
 
+/* The host copies quantized_tensors made, each scattered back when `write` (after a load),
+ * then freed. 0, or -1 with a message. */
+static int put_copies(const dmrt_model *model, void *ctx, float **copies, int write, char *err, size_t errlen) {
+    int rc = 0;
+    for (int i = 0; copies && i < model->n_params; i++)
+        if (put_param(model, ctx, i, copies[i], write && rc == 0, err, errlen) != 0) rc = -1;
+    free(copies);
+    return rc;
+}
+
 int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
     size_t n = TENSORS_MAX(model);
     dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
     const void **data = calloc(n, sizeof *data);
     char(*names)[256] = calloc(n, sizeof *names);
-    if (!descs || !data || !names) {
-        free(descs), free(data), free(names);
+    float **copies = calloc(n, sizeof *copies);
+    if (!descs || !data || !names || !copies) {
+        free(descs), free(data), free(names), free(copies);
         return dmrt_errorf(err, errlen, "%s: out of memory", path);
     }
-    int count = quantized_tensors(model, ctx, descs, data, names);
+    int count = quantized_tensors(model, ctx, descs, data, names, copies, 1, err, errlen);
     const char *keys[] = {"dmc.format", "dmc.model", "dmc.quantize"};
     const char *values[] = {QUANTIZED_FORMAT, model->name, model->quantize};
-    int rc = dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
+    int rc = count < 0 ? -1 : dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
+    put_copies(model, ctx, copies, 0, err, errlen);
     free(descs), free(data), free(names);
     return rc;
 }
@@ -127,15 +183,23 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
     const void **data = calloc(n, sizeof *data);
     const dmrt_st_tensor **source = calloc(n, sizeof *source);
     char(*names)[256] = calloc(n, sizeof *names);
-    int rc = !descs || !data || !source || !names ? dmrt_errorf(err, errlen, "%s: out of memory", path) : 0;
-    int count = rc ? 0 : quantized_tensors(model, ctx, descs, data, names);
+    float **copies = calloc(n, sizeof *copies);
+    int rc = !descs || !data || !source || !names || !copies ? dmrt_errorf(err, errlen, "%s: out of memory", path) : 0;
+    int count = rc ? 0 : quantized_tensors(model, ctx, descs, data, names, copies, 0, err, errlen);
+    if (count < 0) rc = -1;
     if (rc == 0) rc = check_quantized_file(model, ctx, &f, descs, count, source, err, errlen);
     for (int k = 0; rc == 0 && k < count; k++)
         memcpy((void *)data[k], source[k]->data, (size_t)descs[k].numel * dmrt_dtype_size(descs[k].dtype));
+    if (put_copies(model, ctx, copies, rc == 0, err, errlen) != 0) rc = -1;
     /* the f32 copies: what the products use, for --save and the accessors */
     for (int i = 0; rc == 0 && i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
-        if (q) dmrt_dequantize_rows(q, 0, q->rows, model->param(ctx, i));
+        if (!q) continue;
+        float *copy, *w = param_on_host(model, ctx, i, 0, &copy, err, errlen);
+        if (!w) rc = -1;
+        else dmrt_dequantize_rows(q, 0, q->rows, w);
+        if (w && (put_param(model, ctx, i, copy, 1, err, errlen) != 0 || sync_qweight(model, ctx, i, err, errlen) != 0))
+            rc = -1;
     }
     free(descs), free(data), free(source), free(names);
     dmrt_st_close(&f);
@@ -158,7 +222,8 @@ int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *e
     if (dmrt_load_params(model, ctx, path, err, errlen) != 0) return -1;
     /* int8: the f32 weights stay for the calibration's f32 forward, which quantizes them
      * after (dmrt_calibration_end) */
-    if (model->quantize && !dmrt_quantizes_activations(model)) dmrt_quantize_params(model, ctx);
+    if (model->quantize && !dmrt_quantizes_activations(model) && dmrt_quantize_params(model, ctx, err, errlen) != 0)
+        return -1;
     for (int i = 0; model->quantize && i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
         if (q) q->input_scale = 0.0f; /* not calibrated: these weights are not theirs */

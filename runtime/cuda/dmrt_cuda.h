@@ -263,6 +263,30 @@ int dmrt_gpu_attention_backward(dmrt_gpu *g, const float *q, const float *k, con
                                 const float *lse, const float *dout, float *dq, float *dk, float *dv, int64_t heads,
                                 int64_t positions, int64_t width, float scale, int causal);
 
+/* ---- quantized products (--quantize: codegen/emit_quant.c, docs/compression.md) ----------
+ *
+ * q is the host copy of the narrow weight (dmrt.h's dmrt_qweight: its shape, bits, group,
+ * input scale and, while a calibration runs, q->calib); data and scale are its integers
+ * and scales in device memory (the generated context's copy, which the descriptor's
+ * qweight_sync refreshes from q). work (int8): device memory of at least
+ * dmrt_cuda_quant_work_bytes(1, m, q->rows, q->cols) bytes (dmrt_cuda_sizes.h).
+ * C (m, q->cols) = A (m, q->rows) W (+ C when beta is 1; beta 0 or 1), row-major, row
+ * strides lda and ldc. */
+/* The weight-only modes: W widened to f32 into w (q * scale, one rounding: the C target's
+ * dmrt_dequantize_rows; rows x cols floats, the generated code's f32 parameter, which
+ * holds those values already), then dmrt_gpu_sgemm. */
+int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
+                     const float *a, int64_t lda, float beta, float *c, int64_t ldc);
+/* --quantize int8, runtime/gemm_int8.c's three steps: q_x = clamp(round-half-even(x /
+ * input_scale), -127, 127) (NaN: 0), the int32 sums of q_x q_w (cuBLAS's int8 GemmEx where
+ * its shape rules hold and it accepts the call, else a plain kernel: exact either way),
+ * C = (float)acc * (input_scale * scale[j]) (+ C), each product rounded as the C target's.
+ * While q->calib is set (calibration): A is copied to the host and its |x| recorded
+ * (dmrt_act_stats_record), and C = A w_f32 + beta C by dmrt_gpu_sgemm (the f32 forward).
+ * Synchronises only while calibrating. */
+int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
+                     void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc);
+
 /* ---- collectives on device buffers --------------------------------------------------------
  *
  * The contracts of dmrt_comm.h's calls of the same names, on device memory, on the gpu's

@@ -70,4 +70,13 @@ static inline int64_t dmrt_cuda_layernorm_wgrad_scratch_floats(int64_t rows, int
     return 2 * rows + (chunks > 1 ? chunks * n : 0);
 }
 
+/* Bytes of device work a quantized product (--quantize, dmrt_gpu_gemm_wq/_i8) needs: none
+ * for the weight-only modes (they widen the weight into the f32 parameter's storage);
+ * int8 quantizes the left operand (m x rows int8, the sums' start rounded up to 256
+ * bytes) and keeps the int32 sums (m x cols). */
+static inline int64_t dmrt_cuda_quant_work_bytes(int activations, int64_t m, int64_t rows, int64_t cols) {
+    if (!activations) return 0;
+    return (m * rows + 255) / 256 * 256 + m * cols * 4;
+}
+
 #endif

@@ -2,10 +2,11 @@
 
 What the CUDA dialect cannot do yet (its capabilities, codegen/dialect.h) code generation
 refuses before it writes anything; --check runs the same refusals (codegen_check). For
-each technique (now --quantize only): --check and -o exit with the same status (1) and
-print exactly the same stderr, which names the technique; the C target accepts both. What
-CUDA does build is accepted by both too (meshes, checkpoints, predict, ZeRO, the
-interleaved and asynchronous pipelines, compression, parameter servers): its
+each technique it refuses (none now: --quantize, the last, is built): --check and -o exit
+with the same status (1) and print exactly the same stderr, which names the technique; the
+C target accepts both. What CUDA does build is accepted by both too (meshes, checkpoints,
+predict, ZeRO, the interleaved and asynchronous pipelines, compression, parameter servers,
+--quantize's three modes): its
 generated descriptor then says that checkpoints and predict are there exactly where the C
 target's does (`.checkpoints = 1`, no predict_unsupported, for most). Needs no nvcc:
 nothing is compiled.
@@ -20,8 +21,7 @@ GPT = ["--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]
 
 def cases(root):
     """(name, .dm, options, what the message says)."""
-    mlp = os.path.join(root, "examples", "mlp.dm")
-    return [("quantize", mlp, ["--quantize", "int8-weights"], "--quantize is built for the C target only so far")]
+    return []
 
 
 def model_of(dm):
@@ -70,7 +70,11 @@ def main():
                     ("compress-powersgd", mlp, ["--mesh", "data=2", "--compress", "powersgd:2"], None),
                     ("2bw", embed2bw, ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw"], None),
                     ("pipedream", embed2bw, ["--mesh", "data=2,pipeline=3", "--microbatches", "4", "--schedule",
-                                             "pipedream"], None)]
+                                             "pipedream"], None),
+                    ("quantize-int8-weights", mlp, ["--quantize", "int8-weights"], None),
+                    ("quantize-int4-weights", mlp, ["--quantize", "int4-weights:32"], None),
+                    ("quantize-int8", mlp, ["--quantize", "int8"], None),
+                    ("quantize-int8-gpt", gpt, GPT + ["--quantize", "int8"], None)]
         for name, dm, opts, says in cases(root) + accepted:
             out = os.path.join(tmp, name)
             check = run([dmc, "--check", dm, "--target", "cuda"] + opts)

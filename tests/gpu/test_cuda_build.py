@@ -14,6 +14,8 @@ pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied 
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
+--quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
+--predict, or int8 calibrates and --save-quantized, instead of a training step),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
@@ -21,7 +23,8 @@ and for checkpoints
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
     cuBLAS and NCCL into DIR/<model> (also with mpicc for --backend mpi);
   - then, without a GPU, fail with exit 1 and "no CUDA device" in its message (and not
-    crash); with one, train a step and print its loss.
+    crash); with one, train a step and print its loss (a quantized program: write its
+    output file).
 Each run reads one step of random inputs from a --batch-file. QUICK (the sanitized
 build) skips the 124M compile, the slowest. Registered only when dmc was built with the
 CUDA toolkit (tests/gpu/meson.build).
@@ -37,6 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import stio  # noqa: E402
 from dmcrun import gpu_count  # noqa: E402
+from test_quantize_int8 import write_fashion_mnist  # noqa: E402
 
 TINY_GPT = "V=64,T=16,C=32,NH=4,L=2,B=4"
 SMALL_MLP = "B=16,D=48,H=64,K=10"
@@ -117,6 +121,14 @@ CASES = [
      ["--microbatches", "2", "--checkpoint", "ckpt-gpt-p2"], None),
     ("gpt-124M", "examples/gpt.dm", "B=4,T=1024,V=50304", None, [], None),
 ]
+# --quantize's three modes (runtime/cuda/quant.cu): an inference program, run with --predict
+# (the weight-only modes) or calibrated and saved (int8) rather than trained; mlp.dm at
+# D=784 (Fashion-MNIST's calibration rows) with an odd width (cuBLAS's int8 GEMM refuses
+# some of its products), gpt.dm at widths it takes
+QUANT_MLP, QUANT_GPT = "B=16,D=784,H=63,K=10", "V=256,T=64,C=128,NH=4,L=2,B=4"
+CASES += [("%s-quantize-%s" % (model, mode.split(":")[0]), "examples/%s.dm" % model, sets, None, ["--quantize", mode], None)
+          for model, sets in (("mlp", QUANT_MLP), ("gpt", QUANT_GPT))
+          for mode in ("int8-weights", "int4-weights:32", "int8")]
 
 
 def batch_file(tmp, dm, sets):
@@ -135,11 +147,37 @@ def batch_file(tmp, dm, sets):
     return path
 
 
+def quantized_run(tmp, name, dm, sets, mode):
+    """A --quantize program's run: int8 calibrates on data written here (a Fashion-MNIST
+    directory of random pixels, or a text corpus) and saves its file; the others predict
+    the batch's inputs. The trainer options and the file the run writes."""
+    out = os.path.join(tmp, name + "-out.safetensors")
+    if mode != "int8":
+        inputs = {k: v[0] for k, v in stio.load(batch_file(tmp, dm, sets)).items() if k in ("x", "tokens")}
+        path = os.path.join(tmp, name + "-inputs.safetensors")
+        stio.save(inputs, path)
+        return ["--predict", "--batch-file", path, "--out", out], out
+    if "gpt" in dm:
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "wb") as f:
+            f.write(bytes(np.random.default_rng(0).integers(32, 127, 8192).astype(np.uint8)))
+        return ["--data", "text:" + corpus, "--calibrate", "16", "--save-quantized", out], out
+    data = os.path.join(tmp, "fmnist")
+    if not os.path.isdir(data):
+        os.mkdir(data)
+        write_fashion_mnist(np, data, 64, 8)
+    return ["--data-dir", data, "--calibrate", "32", "--save-quantized", out], out
+
+
 def run_case(dmc, root, tmp, case, has_gpu):
     name, dm, sets, mesh, extra, build_error = case
     keep = os.path.join(tmp, name)
-    cmd = [dmc, "run", os.path.join(root, dm), "--target", "cuda", "--keep", keep, "--steps", "1", "--quiet",
-           "--set", sets, "--batch-file", batch_file(tmp, dm, sets)]
+    written = None
+    if "--quantize" in extra:
+        run_args, written = quantized_run(tmp, name, dm, sets, extra[extra.index("--quantize") + 1])
+    else:
+        run_args = ["--steps", "1", "--batch-file", batch_file(tmp, dm, sets)]
+    cmd = [dmc, "run", os.path.join(root, dm), "--target", "cuda", "--keep", keep, "--quiet", "--set", sets] + run_args
     if mesh:
         cmd += ["--mesh", mesh]
     cmd += extra
@@ -158,7 +196,11 @@ def run_case(dmc, root, tmp, case, has_gpu):
     for path in (os.path.join(keep, model + ".cu"), os.path.join(keep, model)):
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
-    if has_gpu:
+    if has_gpu and written:
+        if r.returncode != 0 or not os.path.exists(written):
+            return "%s: the quantized program failed on the GPU (exit %d):\n%s" % (name, r.returncode, out)
+        print("%-18s built and ran: %s written" % (name, os.path.basename(written)))
+    elif has_gpu:
         if r.returncode != 0 or "step 1 loss" not in r.stdout:
             return "%s: training a step on the GPU failed (exit %d):\n%s" % (name, r.returncode, out)
         print("%-18s built and trained: %s" % (name, [ln for ln in r.stdout.splitlines() if ln.startswith("step 1")][0]))

@@ -19,8 +19,8 @@ last column) and random f32 weights:
   e) failures, each a clear message and nothing written: a file of another mode (naming
      both), of another model size (naming the tensor), a quantized file for the f32
      program, training a quantized program (exit 2), --save-quantized with a bad --init
-     (no file left), --quantize on the CUDA target (--check and -o), a bad mode
-     (--quantize int8 is test_quantize_int8.py's).
+     (no file left), a bad mode (--quantize int8 is test_quantize_int8.py's); and on the
+     CUDA target, --quantize is built, and refused with a mesh by --check and -o alike.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -130,12 +130,22 @@ def check_failures(dmc, src, d):
                  "int4-weights:32): it cannot train", expect=2)
     if os.path.exists(os.path.join(d, "bad.st")):
         raise dmcrun.Failure("a failed run wrote bad.st")
+    # the CUDA target builds it (tests/gpu: cuda-build compiles it, gpu-quantize-* run it);
+    # with a mesh both targets refuse it, --check and -o alike
     for args in (["--check"], ["-o", os.path.join(d, "cuda")]):
         r = subprocess.run([dmc, src, "--target", "cuda", "--quantize", "int8-weights"] + args, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, universal_newlines=True)
-        if r.returncode == 0 or "--quantize is built for the C target only" not in r.stderr:
+        if r.returncode != 0:
             raise dmcrun.Failure("--target cuda --quantize %s: exit %d, %s" % (args[0], r.returncode, r.stderr))
-    if os.path.exists(os.path.join(d, "cuda", "mlp.cu")):
+        r = subprocess.run([dmc, src, "--target", "cuda", "--quantize", "int8-weights", "--mesh", "data=2"] +
+                           [a + "-mesh" if a.endswith("cuda") else a for a in args], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+        if r.returncode == 0 or "--quantize makes serial inference programs" not in r.stderr:
+            raise dmcrun.Failure("--target cuda --quantize --mesh data=2 %s: exit %d, %s" % (args[0], r.returncode, r.stderr))
+    with open(os.path.join(d, "cuda", "mlp.cu")) as f:
+        if "dmrt_gpu_gemm_wq(" not in f.read():
+            raise dmcrun.Failure("-o --target cuda --quantize int8-weights: mlp.cu calls no dmrt_gpu_gemm_wq")
+    if os.path.exists(os.path.join(d, "cuda-mesh", "mlp.cu")):
         raise dmcrun.Failure("-o wrote the CUDA program it refused")
     for mode, want in (("int3", "--quantize takes int8, int8-weights or int4-weights[:G], got 'int3'"),):
         r = subprocess.run([dmc, src, "--check", "--quantize", mode], stderr=subprocess.PIPE, universal_newlines=True)

@@ -1,0 +1,140 @@
+/* quant.cu: the products of a --quantize program on the GPU (dmrt_cuda.h, "quantized
+ * products"), with the C target's numerics: the weight-only modes widen the narrow weight
+ * to f32 as runtime/gemm_quant.c does and multiply with cuBLAS's sgemm; int8 follows
+ * runtime/gemm_int8.c step by step (quantize the left operand, exact int32 sums, scale
+ * back), every float operation an explicitly rounded one (__fmul_rn, __fadd_rn,
+ * __fdiv_rn) so that nvcc fuses nothing the C target does not: the same bits from the
+ * same inputs. */
+#include "gpu_internal.h"
+
+#define QX_MAX 127
+
+/* ---- the weight-only modes --------------------------------------------------------------- */
+
+/* w[r, c] = q[r, c] * scale[r / group, c]: dmrt_dequantize_rows's one rounding. int4: two
+ * per byte along a row, column 2j in the low nibble, two's complement. */
+__global__ static void widen_kernel(const uint8_t *data, const float *scale, float *w, int bits, int64_t rows,
+                                    int64_t cols, int64_t group) {
+    const int64_t n = rows * cols, packed = (cols + 1) / 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols;
+        int v;
+        if (bits == 8) {
+            v = ((const int8_t *)data)[i];
+        } else {
+            const int byte = data[r * packed + c / 2], nibble = (c & 1) ? byte >> 4 : byte & 15;
+            v = nibble >= 8 ? nibble - 16 : nibble;
+        }
+        w[i] = __fmul_rn((float)v, scale[(r / group) * cols + c]);
+    }
+}
+
+int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
+                     const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, q && data && scale && w && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0);
+    if (m == 0) return DMRT_OK;
+    widen_kernel<<<gpu_blocks(q->rows * q->cols, 256), 256, 0, g->stream>>>(data, scale, w, q->bits, q->rows, q->cols,
+                                                                           q->group);
+    LAUNCH_CHECK(g, "widen_kernel");
+    return dmrt_gpu_sgemm(g, 0, 0, m, q->cols, q->rows, a, lda, w, q->cols, beta, c, ldc, 1, 0, 0, 0);
+}
+
+/* ---- int8 -------------------------------------------------------------------------------- */
+
+/* q_x = clamp(round-half-even(x / s), -127, 127), a NaN 0: dmrt_quantize_activations's
+ * values (its add-and-subtract of 1.5 * 2^23 is rintf where |x / s| <= 2^22, and both
+ * clamp the larger ones alike). */
+__global__ static void quantize_kernel(const float *a, int64_t lda, int64_t m, int64_t k, float s, int8_t *qa) {
+    const int64_t n = m * k;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = __fdiv_rn(a[(i / k) * lda + i % k], s);
+        v = isnan(v) ? 0.0f : fminf(fmaxf(rintf(v), (float)-QX_MAX), (float)QX_MAX);
+        qa[i] = (int8_t)(int)v;
+    }
+}
+
+/* acc[i, j] = sum over p of qa[i, p] qw[p, j] in int32: where cuBLAS does not take the
+ * shape. Exact, so its order does not matter. */
+__global__ static void s8s8s32_kernel(const int8_t *qa, const int8_t *qw, int32_t *acc, int64_t m, int64_t n,
+                                      int64_t k) {
+    const int64_t count = m * n;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        const int8_t *row = qa + (i / n) * k, *col = qw + i % n;
+        int32_t sum = 0;
+        for (int64_t p = 0; p < k; p++) sum += (int32_t)row[p] * (int32_t)col[p * n];
+        acc[i] = sum;
+    }
+}
+
+/* c[i, j] (+)= (float)acc[i, j] * (s * scale[j]): the scales' product first, then its
+ * product with the sum, each rounded; then the add where beta is 1. */
+__global__ static void scale_back_kernel(const int32_t *acc, const float *scale, float s, float *c, int64_t ldc,
+                                         int64_t m, int64_t n, int accumulate) {
+    const int64_t count = m * n;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / n, col = i % n;
+        const float y = __fmul_rn(__int2float_rn(acc[i]), __fmul_rn(s, scale[col]));
+        float *out = c + row * ldc + col;
+        *out = accumulate ? __fadd_rn(*out, y) : y;
+    }
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The int32 sums acc (m, n) = qa (m, k) qw (k, n), row-major and contiguous. cuBLAS's int8
+ * GemmEx (CUBLAS_COMPUTE_32I) asks for dimensions and leading dimensions that are
+ * multiples of 4 and aligned pointers; elsewhere, or where it refuses the call, the plain
+ * kernel runs. Row-major acc is column-major acc^T = qw^T qa^T: the operands swapped. */
+static int s8s8s32(dmrt_gpu *g, const int8_t *qa, const int8_t *qw, int32_t *acc, int64_t m, int64_t n, int64_t k) {
+    const int fits = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
+                     aligned16(qa) && aligned16(qw) && aligned16(acc);
+    if (fits) {
+        const int32_t one = 1, zero = 0;
+        cublasStatus_t st = cublasGemmEx(g->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, qw, CUDA_R_8I,
+                                         (int)n, qa, CUDA_R_8I, (int)k, &zero, acc, CUDA_R_32I, (int)n, CUBLAS_COMPUTE_32I,
+                                         CUBLAS_GEMM_DEFAULT);
+        if (st == CUBLAS_STATUS_SUCCESS) return DMRT_OK;
+        (void)cudaGetLastError();
+    }
+    s8s8s32_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(qa, qw, acc, m, n, k);
+    LAUNCH_CHECK(g, "s8s8s32_kernel");
+    return DMRT_OK;
+}
+
+/* Calibration: A's |x| recorded on the host (its rows through pinned memory), then the f32
+ * forward's product. */
+static int calibration_product(dmrt_gpu *g, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
+                               int64_t lda, float beta, float *c, int64_t ldc) {
+    ARG_CHECK(g, w_f32 != NULL);
+    const size_t bytes = (size_t)((m - 1) * lda + q->rows) * sizeof(float);
+    float *host = NULL;
+    int rc = dmrt_gpu_wait_stream(g, g->stream); /* the staging buffer may be reallocated */
+    if (rc == DMRT_OK) rc = dmrt_gpu_staging(g, bytes, &host);
+    if (rc == DMRT_OK) rc = dmrt_gpu_copy(g, host, a, bytes, DMRT_DEVICE_TO_HOST);
+    if (rc != DMRT_OK) return rc;
+    dmrt_act_stats_record(q->calib, m, host, lda, q->rows);
+    return dmrt_gpu_sgemm(g, 0, 0, m, q->cols, q->rows, a, lda, w_f32, q->cols, beta, c, ldc, 1, 0, 0, 0);
+}
+
+int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
+                     void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, q && data && scale && work && m >= 0 && (beta == 0.0f || beta == 1.0f));
+    if (m == 0) return DMRT_OK;
+    if (q->calib) return calibration_product(g, q, w_f32, m, a, lda, beta, c, ldc);
+    if (q->bits != 8 || !(q->input_scale > 0.0f))
+        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__, "dmrt_gpu_gemm_i8: %s",
+                             q->bits != 8 ? "the weight is not int8" : "the product's input scale was never calibrated");
+    const int64_t k = q->rows, n = q->cols;
+    int8_t *qa = (int8_t *)work;
+    int32_t *acc = (int32_t *)((char *)work + (m * k + 255) / 256 * 256);
+    quantize_kernel<<<gpu_blocks(m * k, 256), 256, 0, g->stream>>>(a, lda, m, k, q->input_scale, qa);
+    LAUNCH_CHECK(g, "quantize_kernel");
+    int rc = s8s8s32(g, qa, (const int8_t *)data, acc, m, n, k);
+    if (rc != DMRT_OK) return rc;
+    scale_back_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(acc, scale, q->input_scale, c, ldc, m, n,
+                                                                     beta != 0.0f);
+    LAUNCH_CHECK(g, "scale_back_kernel");
+    return DMRT_OK;
+}

@@ -1,0 +1,186 @@
+"""test_gpu_quantize.py DMC SRCROOT MODE: `--quantize MODE` run on the CUDA target, the C target its oracle.
+
+MODE: int8-weights, int4-weights (groups of 16 rows) or int8. For examples/mlp.dm (B=8,
+H=63: an odd width, so cuBLAS's int8 GEMM refuses some products and the plain kernel runs)
+and examples/gpt.dm (V=256, T=64, C=128, NH=4, L=2, B=4: widths cuBLAS takes), from the
+same f32 weights (2 steps trained on the C target, --init):
+  - --save-quantized on both targets writes the same tensors bit for bit (the integers and
+    scales are made on the host from the same f32 values; int8: the input scales come from
+    each target's calibration, its f32 forward on the GPU, and agree within 1e-5 relative:
+    the first product's input bit for bit, the later ones through f32 sums cuBLAS and
+    OpenBLAS order differently);
+  - --predict over B + 3 rows (a full call and a padded short one) from --init of the C
+    target's saved file gives the same logits on both targets within 1e-4 relative + 1e-5
+    (weight-only: the same widened weights, sgemm's order of sums; int8: the same integers
+    and scales, the int32 sums exact, so only the f32 parts between products differ: none
+    in mlp.dm, whose int8 logits should be the same bits; in gpt.dm a rounding apart can
+    move one q_x across a half, which tie_flips allows in 1 logit in 1000);
+  - the round trip: the CUDA program's --init of its own saved file saves the same file
+    again, and predicts what --init of the f32 file (quantized, for int8 calibrated, at
+    load; not for gpt's int8, whose --data text cannot go with --batch-file) does, bit for
+    bit.
+Calibration data: a Fashion-MNIST-format directory of random pixels (mlp), a text corpus
+(gpt), written here. Exit 77 (a meson skip) without a GPU: this test has not run on a GPU
+when it was written; the cuda-build test compiles the same programs.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+sys.path.insert(0, os.path.join(HERE, "..", "spmd"))
+import stio  # noqa: E402
+import dmcrun  # noqa: E402
+from dmcrun import Failure  # noqa: E402
+import test_equivalence as eq  # noqa: E402
+from test_quantize_int8 import run, write_fashion_mnist  # noqa: E402
+
+MODES = {"int8-weights": "int8-weights", "int4-weights": "int4-weights:16", "int8": "int8"}
+MODELS = {"mlp": ("examples/mlp.dm", "B=8,D=784,H=63,K=10"), "gpt": ("examples/gpt.dm", "V=256,T=64,C=128,NH=4,L=2,B=4")}
+RTOL, ATOL = 1e-4, 1e-5
+SCALE_RTOL = 1e-5
+CALIBRATE = 20
+
+
+def build(dmc, dm_file, sets, target, mode, tmp):
+    """The program of dm_file for target (mode: a --quantize MODE, or None for f32), built once
+    (the run itself is given no data and fails: only the program is wanted)."""
+    name = os.path.splitext(os.path.basename(dm_file))[0]
+    keep = os.path.join(tmp, "%s-%s-%s" % (name, target, mode or "f32"))
+    cmd = [dmc, "run", dm_file, "--set", sets, "--target", target, "--keep", keep]
+    cmd += (["--quantize", mode] if mode else []) + ["--", "--steps", "0", "--batch-file", "none.st"]
+    r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                       timeout=600, env=dict(os.environ, TMPDIR=tmp))
+    if not os.path.exists(os.path.join(keep, name)):
+        raise Failure("`%s` built no program:\n%s" % (" ".join(cmd), r.stdout))
+    return os.path.join(keep, name)
+
+
+def f32_weights(dmc, model, dm_file, sets, tmp):
+    """2 steps trained on the C target from random batches; the weights file and the
+    inputs of B + 3 rows to predict."""
+    train = eq.batches(model, sets, np.random.default_rng(5))
+    batch_file = os.path.join(tmp, "train-%s.safetensors" % model)
+    stio.save({k: v[:2] for k, v in train.items()}, batch_file)
+    weights = os.path.join(tmp, "w-%s.safetensors" % model)
+    run(build(dmc, dm_file, sets, "c", None, tmp), ["--seed", "7", "--batch-file", batch_file, "--steps", "2", "--save",
+                                                    weights, "--quiet"], tmp)
+    rows = dict(kv.split("=") for kv in sets.split(","))["B"]
+    inputs = {k: np.concatenate([v[2], v[3]])[:int(rows) + 3] for k, v in train.items() if k in ("x", "tokens")}
+    inputs_file = os.path.join(tmp, "inputs-%s.safetensors" % model)
+    stio.save(inputs, inputs_file)
+    return weights, inputs_file
+
+
+def calibration_args(model, tmp):
+    if model == "mlp":
+        data = os.path.join(tmp, "fmnist")
+        if not os.path.isdir(data):
+            os.mkdir(data)
+            write_fashion_mnist(np, data, 2 * CALIBRATE, 8)
+        return ["--data-dir", data, "--calibrate", str(CALIBRATE)]
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "wb") as f:
+        f.write(bytes(np.random.default_rng(5).integers(32, 127, 64 * (2 * CALIBRATE + 4)).astype(np.uint8)))
+    return ["--data", "text:" + corpus, "--calibrate", str(CALIBRATE)]
+
+
+def compare_files(tag, cuda, c):
+    """The --save-quantized files: every tensor bit for bit, input scales within SCALE_RTOL."""
+    if sorted(cuda) != sorted(c):
+        raise Failure("%s: the CUDA file holds %s, the C one %s" % (tag, sorted(cuda), sorted(c)))
+    worst = 0.0
+    for name in c:
+        if cuda[name].dtype != c[name].dtype or cuda[name].shape != c[name].shape:
+            raise Failure("%s: %s is %s%s on CUDA, %s%s on C" % (tag, name, cuda[name].dtype, cuda[name].shape,
+                                                                 c[name].dtype, c[name].shape))
+        if name.endswith(".input_scale"):
+            rel = float(abs(cuda[name][0] - c[name][0]) / c[name][0])
+            worst = max(worst, rel)
+            if rel > SCALE_RTOL:
+                raise Failure("%s: %s is %r on CUDA, %r on C" % (tag, name, cuda[name][0], c[name][0]))
+        elif cuda[name].tobytes() != c[name].tobytes():
+            raise Failure("%s: %s differs between the targets' files" % (tag, name))
+    return worst
+
+
+def tie_flips(got, want, close):
+    """gpt's int8: a product input that the f32 parts (layernorm, gelu, attention) give a
+    rounding apart on the two targets can land on the other side of a half in x / s_x, and
+    its q_x then differs by one, moving the logits downstream by about s_x * |w|: allowed
+    in at most 1 in 1000 logits, each within 1e-2 of the logits' range."""
+    return close.mean() >= 0.999 and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
+
+
+def predict(prog, init, inputs_file, out, tmp, extra=()):
+    run(prog, ["--init", init, "--predict", "--batch-file", inputs_file, "--out", out, "--quiet"] + list(extra), tmp)
+    return stio.load(out)
+
+
+def check_model(dmc, root, model, mode, tmp):
+    dm_file, sets = MODELS[model]
+    dm_file = os.path.join(root, dm_file)
+    weights, inputs_file = f32_weights(dmc, model, dm_file, sets, tmp)
+    cal = calibration_args(model, tmp) if mode == "int8" else []
+    progs = {t: build(dmc, dm_file, sets, t, mode, tmp) for t in ("c", "cuda")}
+    saved = {}
+    for t in progs:
+        saved[t] = os.path.join(tmp, "q-%s-%s.safetensors" % (model, t))
+        run(progs[t], ["--init", weights, "--save-quantized", saved[t], "--quiet"] + cal, tmp)
+    worst_scale = compare_files("%s %s" % (model, mode), stio.load(saved["cuda"]), stio.load(saved["c"]))
+    outs = {t: predict(progs[t], saved["c"], inputs_file, os.path.join(tmp, "out-%s-%s.st" % (model, t)), tmp)
+            for t in progs}
+    worst = 0.0
+    for name in outs["c"]:
+        got, want = outs["cuda"].get(name), outs["c"][name]
+        if got is None or got.shape != want.shape:
+            raise Failure("%s %s: --predict's %s is missing or of another shape on CUDA" % (model, mode, name))
+        close = np.isclose(got, want, rtol=RTOL, atol=ATOL)
+        if not close.all() and not (mode == "int8" and model == "gpt" and tie_flips(got, want, close)):
+            raise Failure("%s %s: --predict's %s differs between CUDA and C (%d values, max %.3g)" % (
+                model, mode, name, int((~close).sum()), float(np.max(np.abs(got - want)))))
+        worst = max(worst, float(np.max(np.abs(got - want))))
+    again = os.path.join(tmp, "q-%s-again.safetensors" % model)
+    run(progs["cuda"], ["--init", saved["cuda"], "--save-quantized", again, "--quiet"], tmp)
+    if stio.load(again).keys() != stio.load(saved["cuda"]).keys() or any(
+            stio.load(again)[k].tobytes() != v.tobytes() for k, v in stio.load(saved["cuda"]).items()):
+        raise Failure("%s %s: --init of the CUDA program's saved file and --save-quantized again differ" % (model, mode))
+    # a calibration reads --data-dir beside --batch-file, not --data text (trainer.c)
+    if mode != "int8" or model == "mlp":
+        own = predict(progs["cuda"], saved["cuda"], inputs_file, os.path.join(tmp, "own-%s.st" % model), tmp)
+        fresh = predict(progs["cuda"], weights, inputs_file, os.path.join(tmp, "fresh-%s.st" % model), tmp, cal)
+        for name in own:
+            if own[name].tobytes() != fresh[name].tobytes():
+                raise Failure("%s %s: --init of the saved file and of the f32 file predict different %s on CUDA" % (
+                    model, mode, name))
+    return "%s: files equal (input scales within %.1e), logits within %.1e of C's, round trip bit for bit" % (
+        model, worst_scale, worst)
+
+
+def main(argv):
+    if len(argv) != 4 or argv[3] not in MODES:
+        sys.stderr.write("usage: %s DMC SRCROOT %s\n" % (argv[0], "|".join(MODES)))
+        return 2
+    dmc, root, mode = os.path.abspath(argv[1]), os.path.abspath(argv[2]), MODES[argv[3]]
+    if dmcrun.gpu_count() == 0:
+        print("SKIP: --quantize %s on the CUDA target needs a GPU, and nvidia-smi lists none here (cuda-build "
+              "compiles these programs)" % mode)
+        return 77
+    tmp = tempfile.mkdtemp(prefix="dmc-gpu-quantize-")
+    try:
+        print("PASS --quantize %s: %s" % (mode, "; ".join(check_model(dmc, root, m, mode, tmp) for m in MODELS)))
+        return 0
+    except Failure as e:
+        print("FAIL --quantize %s: %s" % (mode, e))
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,118 @@
+/* test_quantize_sync: runtime/quantize_io.c on a quantized model whose storage the host
+ * cannot address, as the CUDA target's (its parameters reached only through gather and
+ * scatter, its narrow weight's products reading a copy that qweight_sync refreshes). A
+ * hand-written model stands in for the device: parameters in a private array that only
+ * gather/scatter touch (param returns NULL), and a "device" copy of the int8 weight.
+ *   - --init of an f32 file: the weight quantized from the scattered values, its f32
+ *     parameter set to the dequantized ones (through scatter), the device copy synced;
+ *   - --save-quantized: the narrow tensors, and the f32 bias gathered, in the file;
+ *   - --init of that file into a zeroed context: everything back, through scatter and
+ *     qweight_sync, the same bytes as the direct quantization. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dmrt.h"
+#include "testutil.h"
+
+#define ROWS 5
+#define COLS 3
+
+typedef struct {
+    float weight[ROWS * COLS], bias[COLS]; /* "device" parameters */
+    dmrt_qweight q;                        /* the host copy */
+    int8_t device_data[ROWS * COLS];       /* what the products read */
+    float device_scale[COLS];
+    int syncs, scatters;
+} sync_ctx;
+
+static const dmrt_tensor_desc descs[2] = {
+    {.name = "fc.weight", .dtype = DMRT_F32, .rank = 2, .shape = {ROWS, COLS}, .numel = ROWS * COLS},
+    {.name = "fc.bias", .dtype = DMRT_F32, .rank = 1, .shape = {COLS}, .numel = COLS}};
+
+static float *storage(sync_ctx *c, int i) { return i == 0 ? c->weight : c->bias; }
+static void *no_param(void *ctx, int i) { (void)ctx, (void)i; return NULL; }
+static int gather(void *ctx, int i, int grad, float *whole) {
+    if (grad) return DMRT_ERR_ARG;
+    memcpy(whole, storage(ctx, i), (size_t)descs[i].numel * sizeof(float));
+    return DMRT_OK;
+}
+static int scatter(void *ctx, int i, const float *whole) {
+    ((sync_ctx *)ctx)->scatters++;
+    memcpy(storage(ctx, i), whole, (size_t)descs[i].numel * sizeof(float));
+    return DMRT_OK;
+}
+static dmrt_qweight *qweight(void *ctx, int i) { return i == 0 ? &((sync_ctx *)ctx)->q : NULL; }
+static int qweight_sync(void *ctx, int i) {
+    sync_ctx *c = ctx;
+    if (i != 0) return DMRT_ERR_ARG;
+    memcpy(c->device_data, c->q.data, sizeof c->device_data);
+    memcpy(c->device_scale, c->q.scale, sizeof c->device_scale);
+    c->syncs++;
+    return DMRT_OK;
+}
+static const char *error_of(void *ctx) { (void)ctx; return "no error"; }
+
+static const dmrt_model model = {.name = "sync", .n_params = 2, .params = descs, .param = no_param, .gather = gather,
+                                 .scatter = scatter, .error = error_of, .quantize = "int8-weights", .qweight = qweight,
+                                 .qweight_sync = qweight_sync};
+
+static sync_ctx *fresh(void) {
+    sync_ctx *c = calloc(1, sizeof *c);
+    if (!c || dmrt_qweight_init(&c->q, 8, ROWS, COLS, 0) != 0) abort();
+    return c;
+}
+
+/* The context's device copy and f32 weight as dmrt_quantize_weight of w gives them. */
+static int matches(const sync_ctx *c, const float *w, const char *when) {
+    int fails = 0;
+    dmrt_qweight want;
+    float dequantized[ROWS * COLS];
+    if (dmrt_qweight_init(&want, 8, ROWS, COLS, 0) != 0) abort();
+    dmrt_quantize_weight(&want, w);
+    dmrt_dequantize_rows(&want, 0, ROWS, dequantized);
+    CHECK(memcmp(c->q.data, want.data, sizeof c->device_data) == 0, "%s: the host integers", when);
+    CHECK(memcmp(c->device_data, want.data, sizeof c->device_data) == 0, "%s: the device integers", when);
+    CHECK(memcmp(c->device_scale, want.scale, sizeof c->device_scale) == 0, "%s: the device scales", when);
+    CHECK(memcmp(c->weight, dequantized, sizeof dequantized) == 0, "%s: the f32 weight is not the dequantized one", when);
+    dmrt_qweight_free(&want);
+    return fails;
+}
+
+int main(void) {
+    int fails = 0;
+    char dir[4096], f32[4096], quantized[4096], err[1024];
+    if (tu_mkdtemp(dir, sizeof dir) != 0) return 1;
+    float w[ROWS * COLS], b[COLS] = {0.5f, -1.25f, 2.0f};
+    for (int i = 0; i < ROWS * COLS; i++) w[i] = (float)((i * 37) % 23 - 11) / 7.0f;
+    const void *values[2] = {w, b};
+    CHECK(dmrt_st_write(tu_path(f32, sizeof f32, dir, "w.safetensors"), 2, descs, values, err, sizeof err) == 0, "%s", err);
+
+    sync_ctx *c = fresh();
+    CHECK(dmrt_load_init(&model, c, f32, err, sizeof err) == 0, "--init of the f32 file: %s", err);
+    fails += matches(c, w, "--init of the f32 file");
+    CHECK(c->syncs == 1, "--init of the f32 file: %d syncs, expected 1", c->syncs);
+    CHECK(memcmp(c->bias, b, sizeof b) == 0, "--init of the f32 file: the bias");
+
+    tu_path(quantized, sizeof quantized, dir, "q.safetensors");
+    CHECK(dmrt_save_quantized(&model, c, quantized, err, sizeof err) == 0, "--save-quantized: %s", err);
+    dmrt_st_file file;
+    CHECK(dmrt_st_read(&file, quantized, err, sizeof err) == 0, "reading the saved file: %s", err);
+    const dmrt_st_tensor *bias = dmrt_st_find(&file, "fc.bias"), *narrow = dmrt_st_find(&file, "fc.weight");
+    CHECK(bias && memcmp(bias->data, b, sizeof b) == 0, "the saved file's fc.bias is not the gathered one");
+    CHECK(narrow && narrow->dtype == DMRT_I8 && memcmp(narrow->data, c->q.data, sizeof c->device_data) == 0,
+          "the saved file's fc.weight is not the narrow weight");
+    dmrt_st_close(&file);
+
+    sync_ctx *d = fresh();
+    CHECK(dmrt_load_init(&model, d, quantized, err, sizeof err) == 0, "--init of the saved file: %s", err);
+    fails += matches(d, w, "--init of the saved file");
+    CHECK(d->syncs == 1 && d->scatters == 2, "--init of the saved file: %d syncs and %d scatters, expected 1 and 2",
+          d->syncs, d->scatters);
+    CHECK(memcmp(d->bias, b, sizeof b) == 0, "--init of the saved file: the bias");
+
+    dmrt_qweight_free(&c->q), dmrt_qweight_free(&d->q);
+    free(c), free(d);
+    tu_rmdir(dir);
+    return fails ? 1 : 0;
+}
