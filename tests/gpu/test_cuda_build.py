@@ -12,7 +12,8 @@ fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint)
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
-parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), sequence
+parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
+(mlp.dm element by element, by rows and on data=2; gpt.dm element by element), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
 and for checkpoints
 (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
@@ -100,6 +101,13 @@ CASES = [
     # the C dialect's update; synchronous and asynchronous
     ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2"], None),
     ("gpt-data2-ps-stale", "examples/gpt.dm", TINY_GPT, "data=2", ["--param-servers", "1", "--ps-staleness", "1"], None),
+    # magnitude pruning: the mask applied on the device, chosen on the ramp's updates from
+    # the weights staged through host memory (runtime/prune.c's rule), element by element,
+    # by output channel, and on data=2 (the replicas choose alike)
+    ("mlp-prune", "examples/mlp.dm", SMALL_MLP, None, ["--prune", "0.5"], None),
+    ("mlp-prune-rows", "examples/mlp.dm", SMALL_MLP, None, ["--prune", "0.5:rows"], None),
+    ("mlp-data2-prune", "examples/mlp.dm", SMALL_MLP, "data=2", ["--prune", "0.5"], None),
+    ("gpt-prune", "examples/gpt.dm", "V=256,T=64,C=128,NH=4,L=2,B=4", None, ["--prune", "0.5"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
