@@ -15,8 +15,9 @@ gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pi
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
 (mlp.dm element by element, by rows and on data=2; gpt.dm element by element), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
-and for checkpoints
-(--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
+for distillation
+(tests/ref/test_distill.py's student and teacher, both compiled by nvcc into one program), and
+for checkpoints (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
@@ -38,6 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import stio  # noqa: E402
 from dmcrun import gpu_count  # noqa: E402
+import test_distill  # noqa: E402
 
 TINY_GPT = "V=64,T=16,C=32,NH=4,L=2,B=4"
 SMALL_MLP = "B=16,D=48,H=64,K=10"
@@ -141,6 +143,20 @@ def batch_file(tmp, dm, sets):
     return path
 
 
+def distill_case(tmp):
+    """dmc run --teacher: tests/ref/test_distill.py's student and teacher, both generated for
+    CUDA, compiled by nvcc and linked into one program."""
+    b, d, h, k = test_distill.B, test_distill.D, test_distill.H, test_distill.K
+    student = test_distill.write(os.path.join(tmp, "student.dm"), test_distill.STUDENT)
+    teacher = test_distill.write(os.path.join(tmp, "teacher.dm"),
+                                 test_distill.TEACHER % (b, d, h, k, "cross_entropy(logits, y)"))
+    weights = os.path.join(tmp, "teacher.safetensors")
+    rng = np.random.default_rng(1)
+    stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32), "w2": rng.standard_normal((h, k)).astype(np.float32)},
+              weights)
+    return ("distill", student, "B=%d,D=%d,K=%d" % (b, d, k), None, ["--teacher", teacher, "--teacher-init", weights], None)
+
+
 def run_case(dmc, root, tmp, case, has_gpu):
     name, dm, sets, mesh, extra, build_error = case
     keep = os.path.join(tmp, name)
@@ -161,7 +177,10 @@ def run_case(dmc, root, tmp, case, has_gpu):
         print("%-18s refused as expected: %s" % (name, build_error))
         return None
     model = os.path.splitext(os.path.basename(dm))[0]
-    for path in (os.path.join(keep, model + ".cu"), os.path.join(keep, model)):
+    built = [os.path.join(keep, model + ".cu"), os.path.join(keep, model)]
+    if "--teacher" in extra:
+        built.append(os.path.join(keep, "teacher_%s.o" % model))
+    for path in built:
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
     if has_gpu:
@@ -185,7 +204,8 @@ def main(argv):
     has_gpu = gpu_count() > 0
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-cuda-build-") as tmp:
-        for case in CASES:
+        cases = CASES + [distill_case(tmp)]
+        for case in cases:
             if quick and case[0] == "gpt-124M":
                 print("%-18s skipped in the sanitized build (QUICK)" % case[0])
                 continue
@@ -195,7 +215,7 @@ def main(argv):
                 print("FAIL " + err.splitlines()[0])
     for f in failures:
         print("\n" + f)
-    print("%d passed, %d failed" % (len(CASES) - len(failures), len(failures)))
+    print("%d passed, %d failed" % (len(CASES) + 1 - len(failures), len(failures)))
     return 1 if failures else 0
 
 
