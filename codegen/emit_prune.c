@@ -7,8 +7,9 @@
  * hold it (emit_state.c) and --resume restores it.
  *
  * The choice ranks every element of the whole tensor on the host: where a rank holds only a
- * block (a tensor-parallel split, ZeRO's shares), or the target has no prune hook, or an update is not one step of the whole (2bw's versions, parameter
- * servers), code generation refuses it (check_prune). Data parallelism's replicas hold equal
+ * block (a tensor-parallel split, ZeRO's shares), or the target has no prune hook, or an
+ * update is not one step of the whole (2bw's versions, parameter servers), code generation
+ * refuses it (check_prune). Data parallelism's replicas hold equal
  * weights and choose equal masks, and pipeline stages prune their own parameters. */
 #include <stdio.h>
 
@@ -17,7 +18,7 @@
 /* Why this program cannot prune, or NULL. */
 static const char *prune_unsupported(const emitter *E) {
     const ir_graph *g = E->g;
-    if (!E->dialect->prune) return "this target has no pruning";
+    if (!E->dialect->prune) return "this target's dialect has no prune hook: --prune is not built for it";
     if (E->zero->n_buckets) return "ZeRO's updates hold a share of each weight, and a mask ranks the whole tensor";
     if (emits_2bw(E)) return "the 2bw and pipedream schedules' weight versions are not pruned";
     if (g->param_servers.servers) return "the parameter servers update the weights, and they do not prune";

@@ -17,9 +17,7 @@ Exit 77 (a meson skip) without a GPU: these paths are compiled by the cuda-build
 have not run on a GPU otherwise.
 """
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -27,11 +25,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "ref"))
 sys.path.insert(0, os.path.join(HERE, "..", "spmd"))
 import stio  # noqa: E402
-import dmcrun  # noqa: E402
 from dmcrun import Failure  # noqa: E402
 import test_distill as distill  # noqa: E402
 import test_equivalence as eq  # noqa: E402
-from test_gpu_paths import bitwise, dmc_run  # noqa: E402
+from test_gpu_paths import bitwise, dmc_run, run_on_gpu  # noqa: E402
 
 STEPS = 8
 RATIO = 0.5
@@ -144,18 +141,7 @@ def main(argv):
         sys.stderr.write("usage: %s DMC SRCROOT prune|resume|distill\n" % argv[0])
         return 2
     dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    if dmcrun.gpu_count() == 0:
-        print("SKIP: the CUDA target needs a GPU, and nvidia-smi lists none here")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="dmc-gpu-compression-")
-    try:
-        print("PASS: " + checks[argv[3]](dmc, root, tmp))
-        return 0
-    except Failure as e:
-        print("FAIL: %s" % e)
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return run_on_gpu(argv[3], lambda tmp: checks[argv[3]](dmc, root, tmp))
 
 
 if __name__ == "__main__":
