@@ -183,6 +183,15 @@ typedef struct cg_quant_gemm {
     int accumulate;
 } cg_quant_gemm;
 
+/* Magnitude pruning after a weight's update (emit_prune.c): weight's n elements whose mask
+ * (1.0 where pruned) is mask, in `channels` channels of `inner` elements (runtime/prune.c);
+ * the schedule is the file's prune_schedule, the update count the C expression `updates`;
+ * name: the parameter's, for the message of a failure. */
+typedef struct cg_prune {
+    const char *weight, *mask, *updates, *name;
+    int64_t n, channels, inner;
+} cg_prune;
+
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
 
 /* What a dialect's generated code can do, as data (1: it can). Code generation refuses
@@ -305,6 +314,8 @@ typedef struct cg_dialect {
      * added to the host double `sum`; x's count floats multiplied by the host float `factor`. */
     void (*sum_squares)(cg_writer *w, const char *x, const char *count, const char *sum);
     void (*scale)(cg_writer *w, const char *x, const char *count, const char *factor);
+    /* dmrt_prune's work on the context's buffers (cg_prune). NULL: the target cannot prune. */
+    void (*prune)(cg_writer *w, const cg_prune *k);
     void (*softmax)(cg_writer *w, const cg_rowwise *k);
     void (*softmax_grad)(cg_writer *w, const cg_rowwise *k);
     void (*causal_mask)(cg_writer *w, const cg_rowwise *k);

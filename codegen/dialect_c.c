@@ -451,6 +451,15 @@ static void c_scale(cg_writer *w, const char *x, const char *count, const char *
     cg_line(w, "for (int64_t i = 0; i < %s; i++) %s[i] *= %s;", count, x, factor);
 }
 
+/* --prune: runtime/prune.c's dmrt_prune on the weight in place */
+static void c_prune(cg_writer *w, const cg_prune *k) {
+    cg_line(w, "if (dmrt_prune(%s, %s, %lld, %lld, %lld, %s, ctx->total_steps, &prune_schedule) != DMRT_OK) {", k->weight, k->mask,
+            (long long)k->n, (long long)k->channels, (long long)k->inner, k->updates);
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"--prune: out of memory choosing the mask of %s\");", k->name);
+    cg_line(w, "    return DMRT_ERR_NOMEM;");
+    cg_line(w, "}");
+}
+
 /* Dropout: a loop per level, the global position along each counted level by level
  * (at_l), so the mask is keyed by the element's index in the whole tensor. */
 static void c_dropout(cg_writer *w, const cg_dropout *k) {
@@ -896,6 +905,7 @@ const cg_dialect cg_dialect_c = {
     .adamw = c_adamw,
     .sum_squares = c_sum_squares,
     .scale = c_scale,
+    .prune = c_prune,
     .dropout = c_dropout,
     .softmax = c_softmax,
     .softmax_grad = c_softmax_grad,

@@ -818,6 +818,14 @@ static void cuda_scale(cg_writer *w, const char *x, const char *count, const cha
     checked(w, call);
 }
 
+/* --prune (dmrt_gpu_prune): the mask chosen in host memory on the ramp, applied on the device */
+static void cuda_prune(cg_writer *w, const cg_prune *k) {
+    char call[1024];
+    snprintf(call, sizeof call, "dmrt_gpu_prune(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, ctx->total_steps, &prune_schedule",
+             k->weight, k->mask, (long long)k->n, (long long)k->channels, (long long)k->inner, k->updates);
+    checked(w, call);
+}
+
 /* dmrt_gpu_dropout: the levels as a dmrt_dropout_shape, each split level's offset this
  * rank's coordinate times its size */
 static void cuda_dropout(cg_writer *w, const cg_dropout *k) {
@@ -964,6 +972,7 @@ const cg_dialect cg_dialect_cuda = {
     .adamw = cuda_adamw,
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
+    .prune = cuda_prune,
     .dropout = cuda_dropout,
     .attention_scratch_floats = cuda_attention_scratch_floats,
     .attention = cuda_attention,

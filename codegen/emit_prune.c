@@ -1,14 +1,15 @@
 /* emit_prune.c: --prune (docs/compression.md, "Pruning"). A pruned weight matrix's update
  * takes its mask, optimizer state of the parameter's shape (1.0 where pruned; zero at
- * creation: nothing pruned), and after the optimizer's step calls dmrt_prune
- * (runtime/prune.c), which zeroes the pruned elements and, on the schedule's updates,
- * chooses the mask again from the weights' magnitudes. The mask being state, checkpoints
+ * creation: nothing pruned), and after the optimizer's step runs the dialect's prune hook:
+ * dmrt_prune (runtime/prune.c), which zeroes the pruned elements and, on the schedule's
+ * updates, chooses the mask again from the weights' magnitudes (CUDA: dmrt_gpu_prune, which
+ * stages the weight and its mask through host memory for that choice). The mask being state, checkpoints
  * hold it (emit_state.c) and --resume restores it.
  *
  * The choice ranks every element of the whole tensor on the host: where a rank holds only a
- * block (a tensor-parallel split, ZeRO's shares), or the host cannot read the weights (a
- * separate memory), or an update is not one step of the whole (2bw's versions, parameter
- * servers), code generation refuses it (check_prune). Data parallelism's replicas hold equal
+ * block (a tensor-parallel split, ZeRO's shares), or the target has no prune hook, or an
+ * update is not one step of the whole (2bw's versions, parameter servers), code generation
+ * refuses it (check_prune). Data parallelism's replicas hold equal
  * weights and choose equal masks, and pipeline stages prune their own parameters. */
 #include <stdio.h>
 
@@ -17,7 +18,7 @@
 /* Why this program cannot prune, or NULL. */
 static const char *prune_unsupported(const emitter *E) {
     const ir_graph *g = E->g;
-    if (E->dialect->separate_memory) return "the masks are chosen on the host: --prune is built for the C target only";
+    if (!E->dialect->prune) return "this target's dialect has no prune hook: --prune is not built for it";
     if (E->zero->n_buckets) return "ZeRO's updates hold a share of each weight, and a mask ranks the whole tensor";
     if (emits_2bw(E)) return "the 2bw and pipedream schedules' weight versions are not pruned";
     if (g->param_servers.servers) return "the parameter servers update the weights, and they do not prune";
@@ -81,10 +82,7 @@ void emit_prune(emitter *E, int mask_id) {
     else
         cg_line(w, "/* --prune %g: element by element */", E->g->prune.ratio);
     cg_line(w, "/* the pruned elements zeroed; on the schedule's updates the mask chosen again */");
-    cg_line(w, "if (dmrt_prune(%s, %s, %lld, %lld, %lld, %s, ctx->total_steps, &prune_schedule) != DMRT_OK) {",
-            E->cname[param->id], E->cname[mask_id], (long long)n, (long long)channels, (long long)inner,
-            cg_updates_done(E));
-    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"--prune: out of memory choosing the mask of %s\");", param->name);
-    cg_line(w, "    return DMRT_ERR_NOMEM;");
-    cg_line(w, "}");
+    cg_prune k = {.weight = E->cname[param->id], .mask = E->cname[mask_id], .updates = cg_updates_done(E), .name = param->name,
+                  .n = n, .channels = channels, .inner = inner};
+    E->dialect->prune(w, &k);
 }

@@ -221,7 +221,8 @@ int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teac
         lib_flag[3][PATH_MAX + 2], out_inc_flag[PATH_MAX + 2];
     if (in_dir(main_path, dir, "main", ".c") || in_dir(exe, dir, g->model, "") ||
         in_dir(model_c, dir, g->model, tc->compiler ? ".o" : source_ext) ||
-        (teacher && in_dir(teacher_c, dir, teacher->model, source_ext)) || write_main(main_path, g, teacher, mpi))
+        (teacher && in_dir(teacher_c, dir, teacher->model, tc->compiler ? ".o" : source_ext)) ||
+        write_main(main_path, g, teacher, mpi))
         return 1;
     runtime_paths(inc, lib);
     for (int i = 0; i < 3; i++) {
@@ -231,9 +232,13 @@ int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teac
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
     if (tc->compiler) {
         const char *compiler = find_compiler(target, tc);
-        char source[PATH_MAX];
+        char source[PATH_MAX], teacher_source[PATH_MAX];
         if (!compiler || in_dir(source, dir, g->model, source_ext) ||
             compile_source(tc, compiler, dir, source, model_c, inc_flag, out_inc_flag) != 0)
+            return 1;
+        /* distillation's teacher: a second generated source, compiled alike */
+        if (teacher && (in_dir(teacher_source, dir, teacher->model, source_ext) ||
+                        compile_source(tc, compiler, dir, teacher_source, teacher_c, inc_flag, out_inc_flag) != 0))
             return 1;
     }
     const char *cc = c_compiler(o, mpi);

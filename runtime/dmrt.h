@@ -539,6 +539,10 @@ typedef struct dmrt_prune_schedule {
  * clamped to [0, 1] (Zhu and Gupta 2017, from 0); 0 when N is not known (N <= 0). */
 double dmrt_prune_sparsity(const dmrt_prune_schedule *s, int64_t t, int64_t total_steps);
 
+/* Whether update t of N is on the ramp (t > t0 and t - 1 < t1), where dmrt_prune chooses
+ * the mask again; elsewhere it only applies it (a device target does that on the device). */
+int dmrt_prune_chooses(const dmrt_prune_schedule *s, int64_t t, int64_t total_steps);
+
 /* After update t of a weight w of n elements whose mask (1.0 where pruned) is `mask`: the
  * pruned elements of w set to 0. On the ramp's updates (t > t0 and t - 1 < t1) the mask is
  * chosen first: the old one applied, then of the w's `channels` channels (element i in

@@ -93,11 +93,13 @@ static int choose_mask(const float *w, float *mask, int64_t n, int64_t channels,
     return DMRT_OK;
 }
 
+int dmrt_prune_chooses(const dmrt_prune_schedule *s, int64_t t, int64_t total_steps) {
+    return total_steps > 0 && (double)t > s->start * (double)total_steps && (double)(t - 1) < s->end * (double)total_steps;
+}
+
 int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
                const dmrt_prune_schedule *s) {
-    int ramp = total_steps > 0 && (double)t > s->start * (double)total_steps &&
-               (double)(t - 1) < s->end * (double)total_steps;
-    if (ramp) {
+    if (dmrt_prune_chooses(s, t, total_steps)) {
         /* what was pruned is 0, the smallest: a growing count keeps it pruned */
         for (int64_t i = 0; i < n; i++)
             if (mask[i] != 0.0f) w[i] = 0.0f;

@@ -253,6 +253,13 @@ int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int
                          float *params, int64_t step, double lr);
 int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);
 
+/* Magnitude pruning (--prune, codegen/emit_prune.c) after update t of a device weight w and
+ * its device mask: dmrt_prune's result (dmrt.h) bit for bit. On the ramp (dmrt_prune_chooses)
+ * both are staged through host memory and dmrt_prune chooses the mask there; elsewhere a
+ * kernel applies the mask. */
+int dmrt_gpu_prune(dmrt_gpu *g, float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t,
+                   int64_t total_steps, const dmrt_prune_schedule *s);
+
 /* Fused attention (the attention op, passes/fuse_attention.c) over `heads` heads of
  * (positions, width), one thread a row (runtime/dmrt_attention_rows.h): the forward writes
  * out and lse; the backward dq, dk and dv. runtime/dmrt_attention.h's operation and

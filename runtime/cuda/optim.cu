@@ -118,3 +118,41 @@ int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor) {
     LAUNCH_CHECK(g, "scale_kernel");
     return DMRT_OK;
 }
+
+/* ---- magnitude pruning (--prune, codegen/emit_prune.c) ----------------------------------- */
+
+/* What the C target's dmrt_prune does outside the ramp: the pruned elements set to 0. */
+__global__ static void prune_apply_kernel(float *w, const float *mask, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        if (mask[i] != 0.0f) w[i] = 0.0f;
+}
+
+/* On the ramp the weights and the mask go to host memory, where runtime/prune.c chooses the
+ * mask from the same floats as the C target would, and come back; elsewhere the mask is
+ * applied on the device. */
+int dmrt_gpu_prune(dmrt_gpu *g, float *w, float *mask, int64_t n, int64_t channels, int64_t inner,
+                   int64_t t, int64_t total_steps, const dmrt_prune_schedule *s) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0 && s != NULL);
+    if (n == 0) return DMRT_OK;
+    if (!dmrt_prune_chooses(s, t, total_steps)) {
+        prune_apply_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(w, mask, n);
+        LAUNCH_CHECK(g, "prune_apply_kernel");
+        return DMRT_OK;
+    }
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *h;
+    int rc = dmrt_gpu_wait_stream(g, g->stream);
+    if (rc != DMRT_OK || (rc = dmrt_gpu_staging(g, 2 * bytes, &h)) != DMRT_OK) return rc;
+    CUDA_CHECK(g, cudaMemcpyAsync(h, w, bytes, cudaMemcpyDeviceToHost, g->stream));
+    CUDA_CHECK(g, cudaMemcpyAsync(h + n, mask, bytes, cudaMemcpyDeviceToHost, g->stream));
+    if ((rc = dmrt_gpu_wait_stream(g, g->stream)) != DMRT_OK) return rc;
+    if (dmrt_prune(h, h + n, n, channels, inner, t, total_steps, s) != DMRT_OK)
+        return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "--prune: out of memory choosing a mask of %lld elements",
+                             (long long)n);
+    /* asynchronous: the next staged call drains the stream before it touches the staging */
+    CUDA_CHECK(g, cudaMemcpyAsync(w, h, bytes, cudaMemcpyHostToDevice, g->stream));
+    CUDA_CHECK(g, cudaMemcpyAsync(mask, h + n, bytes, cudaMemcpyHostToDevice, g->stream));
+    return DMRT_OK;
+}

@@ -6,7 +6,7 @@ each technique it refuses (none now: --quantize, the last, is built): --check an
 with the same status (1) and print exactly the same stderr, which names the technique; the
 C target accepts both. What CUDA does build is accepted by both too (meshes, checkpoints,
 predict, ZeRO, the interleaved and asynchronous pipelines, compression, parameter servers,
---quantize's three modes): its
+--quantize's three modes, pruning): its
 generated descriptor then says that checkpoints and predict are there exactly where the C
 target's does (`.checkpoints = 1`, no predict_unsupported, for most). Needs no nvcc:
 nothing is compiled.
@@ -68,6 +68,8 @@ def main():
                     ("param-servers", mlp, ["--mesh", "data=2", "--param-servers", "1"], None),
                     ("compress-bf16", mlp, ["--mesh", "data=2", "--compress", "bf16"], None),
                     ("compress-powersgd", mlp, ["--mesh", "data=2", "--compress", "powersgd:2"], None),
+                    ("prune", mlp, ["--prune", "0.5"], None),
+                    ("prune-rows-data2", gpt, GPT + ["--prune", "0.5:rows", "--mesh", "data=2"], None),
                     ("2bw", embed2bw, ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw"], None),
                     ("pipedream", embed2bw, ["--mesh", "data=2,pipeline=3", "--microbatches", "4", "--schedule",
                                              "pipedream"], None),

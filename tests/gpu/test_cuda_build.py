@@ -12,12 +12,14 @@ fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint)
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
-parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), sequence
+parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
+(mlp.dm element by element, by rows and on data=2; gpt.dm element by element), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
 --quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
 --predict, or int8 calibrates and --save-quantized, instead of a training step),
-and for checkpoints
-(--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
+for distillation
+(tests/ref/test_distill.py's student and teacher, both compiled by nvcc into one program), and
+for checkpoints (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
     -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
@@ -41,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import stio  # noqa: E402
 from dmcrun import gpu_count  # noqa: E402
 from test_quantize_int8 import write_fashion_mnist  # noqa: E402
+import test_distill  # noqa: E402
 
 TINY_GPT = "V=64,T=16,C=32,NH=4,L=2,B=4"
 SMALL_MLP = "B=16,D=48,H=64,K=10"
@@ -106,6 +109,13 @@ CASES = [
     ("gpt-data2-ps-stale", "examples/gpt.dm", TINY_GPT, "data=2", ["--param-servers", "1", "--ps-staleness", "1"], None),
     ("mlp-data2-ps-stale-fp16", "examples/mlp.dm", SMALL_MLP, "data=2",
      ["--param-servers", "2", "--ps-staleness", "1", "--precision", "fp16"], None),
+    # magnitude pruning: the mask applied on the device, chosen on the ramp's updates from
+    # the weights staged through host memory (runtime/prune.c's rule), element by element,
+    # by output channel, and on data=2 (the replicas choose alike)
+    ("mlp-prune", "examples/mlp.dm", SMALL_MLP, None, ["--prune", "0.5"], None),
+    ("mlp-prune-rows", "examples/mlp.dm", SMALL_MLP, None, ["--prune", "0.5:rows"], None),
+    ("mlp-data2-prune", "examples/mlp.dm", SMALL_MLP, "data=2", ["--prune", "0.5"], None),
+    ("gpt-prune", "examples/gpt.dm", "V=256,T=64,C=128,NH=4,L=2,B=4", None, ["--prune", "0.5"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),
@@ -167,6 +177,18 @@ def quantized_run(tmp, name, dm, sets, mode):
         os.mkdir(data)
         write_fashion_mnist(np, data, 64, 8)
     return ["--data-dir", data, "--calibrate", "32", "--save-quantized", out], out
+def distill_case(tmp):
+    """dmc run --teacher: tests/ref/test_distill.py's student and teacher, both generated for
+    CUDA, compiled by nvcc and linked into one program."""
+    b, d, h, k = test_distill.B, test_distill.D, test_distill.H, test_distill.K
+    student = test_distill.write(os.path.join(tmp, "student.dm"), test_distill.STUDENT)
+    teacher = test_distill.write(os.path.join(tmp, "teacher.dm"),
+                                 test_distill.TEACHER % (b, d, h, k, "cross_entropy(logits, y)"))
+    weights = os.path.join(tmp, "teacher.safetensors")
+    rng = np.random.default_rng(1)
+    stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32), "w2": rng.standard_normal((h, k)).astype(np.float32)},
+              weights)
+    return ("distill", student, "B=%d,D=%d,K=%d" % (b, d, k), None, ["--teacher", teacher, "--teacher-init", weights], None)
 
 
 def run_case(dmc, root, tmp, case, has_gpu):
@@ -193,7 +215,10 @@ def run_case(dmc, root, tmp, case, has_gpu):
         print("%-18s refused as expected: %s" % (name, build_error))
         return None
     model = os.path.splitext(os.path.basename(dm))[0]
-    for path in (os.path.join(keep, model + ".cu"), os.path.join(keep, model)):
+    built = [os.path.join(keep, model + ".cu"), os.path.join(keep, model)]
+    if "--teacher" in extra:
+        built.append(os.path.join(keep, "teacher_%s.o" % model))
+    for path in built:
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
     if has_gpu and written:
@@ -221,7 +246,8 @@ def main(argv):
     has_gpu = gpu_count() > 0
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-cuda-build-") as tmp:
-        for case in CASES:
+        cases = CASES + [distill_case(tmp)]
+        for case in cases:
             if quick and case[0] == "gpt-124M":
                 print("%-18s skipped in the sanitized build (QUICK)" % case[0])
                 continue
@@ -231,7 +257,7 @@ def main(argv):
                 print("FAIL " + err.splitlines()[0])
     for f in failures:
         print("\n" + f)
-    print("%d passed, %d failed" % (len(CASES) - len(failures), len(failures)))
+    print("%d passed, %d failed" % (len(CASES) + 1 - len(failures), len(failures)))
     return 1 if failures else 0
 
 

@@ -114,12 +114,18 @@ def main(argv):
         sys.stderr.write("usage: %s DMC SRCROOT resume|predict MODEL\n" % argv[0])
         return 2
     dmc, root, what, model = os.path.abspath(argv[1]), os.path.abspath(argv[2]), argv[3], argv[4]
+    return run_on_gpu(what, lambda tmp: (resume if what == "resume" else predict)(dmc, root, model, tmp))
+
+
+def run_on_gpu(what, check):
+    """77 (a meson skip) without a GPU; else check(tmp) in a fresh directory, which it
+    returns what passed from or raises a Failure in: the PASS or FAIL line and 0 or 1."""
     if dmcrun.gpu_count() == 0:
         print("SKIP: the CUDA target needs a GPU, and nvidia-smi lists none here")
         return 77
     tmp = tempfile.mkdtemp(prefix="dmc-gpu-%s-" % what)
     try:
-        print("PASS: " + (resume if what == "resume" else predict)(dmc, root, model, tmp))
+        print("PASS: " + check(tmp))
         return 0
     except Failure as e:
         print("FAIL: %s" % e)

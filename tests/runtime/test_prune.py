@@ -19,7 +19,7 @@ the same program run straight.
     2-stage pipeline (each stage prunes its own weights);
   - errors: a ratio outside [0, 1) or not a number, --prune-start without --prune, a start
     not before the end, and combinations code generation refuses (ZeRO, tensor
-    parallelism, --target cuda): each a message naming the option, nothing written.
+    parallelism, parameter servers): each a message naming the option, nothing written.
 Prints one line per check; exits 1 on any failure.
 """
 import os
@@ -160,7 +160,7 @@ def refused(dmc, tmp, data):
         (["--prune", "0.5", "--prune-end", "1.5"], "--prune-end expects a fraction"),
         (["--prune", "0.5", "--mesh", "data=2", "--zero", "1"], "--prune: ZeRO"),
         (["--prune", "0.5", "--mesh", "tensor=2"], "--prune: a weight matrix split over a mesh axis"),
-        (["--prune", "0.5", "--target", "cuda"], "--prune is built for the C target only"),
+        (["--prune", "0.5", "--mesh", "data=2", "--param-servers", "1"], "--prune: the parameter servers update"),
     ]
     for args, want in cases:
         r = subprocess.run([dmc, model, "-o", out] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

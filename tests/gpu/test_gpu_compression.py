@@ -1,0 +1,148 @@
+"""test_gpu_compression.py DMC SRCROOT WHAT: --prune and distillation on the CUDA target, run.
+
+WHAT is
+  prune     mlp.dm trained 8 steps with --prune 0.5 (element by element, and :rows) on the C
+            target and on the CUDA one from the same seed, the sparsity ramping to the last
+            step (so its mask is chosen from that step's weights): every weight matrix holds
+            the same zeros on both (the masks are runtime/prune.c's rule on weights that
+            differ by float rounding only; at most 1% of positions may differ, where two
+            magnitudes at the threshold swap) and its other values within 1e-3 relative;
+            and the CUDA run's zeros are torch.nn.utils.prune.l1_unstructured's mask, at the
+            schedule's ratio, of its own weights;
+  resume    8 pruned CUDA steps in one run and 3 + --resume + 5 (the masks are optimizer
+            state, read from device memory into the checkpoint) give bitwise the same weights;
+  distill   a student distilled from a teacher (tests/ref/test_distill.py's pair) for 4
+            steps on the CUDA target prints the C target's losses within 1e-4 relative.
+Exit 77 (a meson skip) without a GPU: these paths are compiled by the cuda-build test and
+have not run on a GPU otherwise.
+"""
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+sys.path.insert(0, os.path.join(HERE, "..", "spmd"))
+import stio  # noqa: E402
+from dmcrun import Failure  # noqa: E402
+import test_distill as distill  # noqa: E402
+import test_equivalence as eq  # noqa: E402
+from test_gpu_paths import bitwise, dmc_run, run_on_gpu  # noqa: E402
+
+STEPS = 8
+RATIO = 0.5
+MAX_MASK_DIFFERENCE = 0.01
+VALUE_RTOL, VALUE_ATOL = 1e-3, 1e-5
+LOSS_RTOL = 1e-4
+
+
+def mlp_files(root, tmp):
+    dm_file, sizes = eq.MODELS["mlp"]
+    batch_file = os.path.join(tmp, "batches.safetensors")
+    stio.save({k: v[:STEPS] for k, v in eq.batches("mlp", sizes, np.random.default_rng(5)).items()}, batch_file)
+    return os.path.join(root, dm_file), ["--set", sizes, "--seed", "7", "--batch-file", batch_file]
+
+
+def weight_matrices(weights):
+    return sorted(name for name, w in weights.items() if w.ndim >= 2)
+
+
+def same_zeros(tag, cuda, c):
+    """The two runs' weight matrices: the same zeros but for MAX_MASK_DIFFERENCE of them, the
+    rest within the tolerance; returns the worst fraction of differing zeros."""
+    worst = 0.0
+    for name in weight_matrices(c):
+        differ = float(np.mean((cuda[name] == 0) != (c[name] == 0)))
+        if differ > MAX_MASK_DIFFERENCE:
+            raise Failure("%s: %s's zeros differ from the C target's at %.1f%% of positions" % (tag, name, 100 * differ))
+        both = (cuda[name] != 0) & (c[name] != 0)
+        if not np.allclose(cuda[name][both], c[name][both], rtol=VALUE_RTOL, atol=VALUE_ATOL):
+            raise Failure("%s: %s differs from the C target's by up to %.3g" % (
+                tag, name, float(np.max(np.abs(cuda[name][both] - c[name][both])))))
+        worst = max(worst, differ)
+    return worst
+
+
+def l1_rule(torch, tag, weights):
+    """The zeros of each weight matrix are l1_unstructured's mask of RATIO of it."""
+    import torch.nn.utils.prune as tprune
+    for name in weight_matrices(weights):
+        w = torch.tensor(weights[name])
+        count = int(round(RATIO * w.numel()))
+        holder = torch.nn.Linear(1, 1, bias=False)
+        holder.weight = torch.nn.Parameter(w.clone())
+        tprune.l1_unstructured(holder, "weight", amount=count)
+        pruned = (holder.weight_mask == 0).numpy()
+        if not np.array_equal(pruned, weights[name] == 0):
+            raise Failure("%s: %s's zeros (%d) are not l1_unstructured's %d smallest" % (
+                tag, name, int(np.sum(weights[name] == 0)), count))
+
+
+def prune(dmc, root, tmp):
+    import torch
+    dm_file, common = mlp_files(root, tmp)
+    worst = 0.0
+    for how in ("%g" % RATIO, "%g:rows" % RATIO):
+        saved = {}
+        for target in ("c", "cuda"):
+            saved[target] = os.path.join(tmp, "%s-%s.safetensors" % (target, how.replace(":", "-")))
+            dmc_run(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--prune", how, "--prune-end", "1",
+                                                 "--save", saved[target]], target)
+        cuda, c = stio.load(saved["cuda"]), stio.load(saved["c"])
+        worst = max(worst, same_zeros("--prune " + how, cuda, c))
+        if ":" not in how:
+            l1_rule(torch, "--prune " + how, cuda)
+    return ("mlp: %d pruned steps on CUDA hold the C target's zeros (at most %.2f%% of positions differ) and "
+            "l1_unstructured's mask of their own weights" % (STEPS, 100 * worst))
+
+
+def resume(dmc, root, tmp):
+    dm_file, common = mlp_files(root, tmp)
+    common += ["--prune", "%g" % RATIO]
+    whole, resumed = os.path.join(tmp, "whole.safetensors"), os.path.join(tmp, "resumed.safetensors")
+    ckpt = os.path.join(tmp, "ckpt")
+    dmc_run(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--save", whole], "cuda")
+    # the schedule spans the run's steps: the checkpoint is one of a run of STEPS, mid-ramp
+    dmc_run(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--checkpoint", ckpt, "--checkpoint-every", "3"], "cuda")
+    dmc_run(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--resume", os.path.join(ckpt, "step-00000003.safetensors"),
+                                         "--save", resumed], "cuda")
+    bitwise("pruned mlp resumed", stio.load(resumed), stio.load(whole))
+    return "mlp: %d pruned CUDA steps and 3 + --resume + %d give bitwise the same weights" % (STEPS, STEPS - 3)
+
+
+def distill_run(dmc, tmp):
+    b, d, h, k = distill.B, distill.D, distill.H, distill.K
+    files = {"student": distill.write(os.path.join(tmp, "student.dm"), distill.STUDENT),
+             "teacher": distill.write(os.path.join(tmp, "teacher.dm"),
+                                      distill.TEACHER % (b, d, h, k, "cross_entropy(logits, y)")),
+             "tw": os.path.join(tmp, "tw.safetensors"), "batch": os.path.join(tmp, "batch.safetensors")}
+    rng = np.random.default_rng(7)
+    stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32),
+               "w2": rng.standard_normal((h, k)).astype(np.float32)}, files["tw"])
+    stio.save({"x": rng.standard_normal((4, b, d)).astype(np.float32),
+               "y": rng.integers(0, k, (4, b)).astype(np.int32)}, files["batch"])
+    losses = {}
+    for target in ("c", "cuda"):
+        out = dmc_run(dmc, files["student"], tmp, ["--seed", "3", "--teacher", files["teacher"], "--teacher-init",
+                                                   files["tw"], "--batch-file", files["batch"], "--steps", "4"], target)
+        losses[target] = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    if len(losses["cuda"]) != 4 or len(losses["c"]) != 4:
+        raise Failure("distill: step losses %r on CUDA, %r on C" % (losses["cuda"], losses["c"]))
+    worst = max(abs(g - w) / abs(w) for g, w in zip(losses["cuda"], losses["c"]))
+    if worst > LOSS_RTOL:
+        raise Failure("distill: CUDA losses %r, the C target's %r" % (losses["cuda"], losses["c"]))
+    return "distillation: 4 CUDA steps' losses within %.1e of the C target's (worst %.1e)" % (LOSS_RTOL, worst)
+
+
+def main(argv):
+    checks = {"prune": prune, "resume": resume, "distill": lambda dmc, root, tmp: distill_run(dmc, tmp)}
+    if len(argv) != 4 or argv[3] not in checks:
+        sys.stderr.write("usage: %s DMC SRCROOT prune|resume|distill\n" % argv[0])
+        return 2
+    dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    return run_on_gpu(argv[3], lambda tmp: checks[argv[3]](dmc, root, tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
