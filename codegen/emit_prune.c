@@ -68,6 +68,10 @@ void emit_prune_needs_total(emitter *E) {
  * channel, the mask's axis. */
 void emit_prune(emitter *E, int mask_id) {
     const ir_value *mask = V(E, mask_id);
+    if (mask->prune_group) {
+        emit_prune_heads(E, mask_id);
+        return;
+    }
     const ir_value *param = V(E, E->g->params[mask->param_index]);
     int64_t n = ir_numel(&mask->type), channels = n, inner = 1;
     if (E->g->prune.rows) {

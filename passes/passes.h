@@ -83,6 +83,25 @@ int pass_recompute(ir_graph *g, dm_diag *d);
 /* optimizer.c: appends one update op per parameter and its state. requires: autodiff. */
 int pass_optimizer(ir_graph *g, dm_diag *d);
 
+/* prune_heads.c: the attentions' heads, the unit of --prune RATIO:rows for their q, k, v
+ * and output projection weights (docs/compression.md, "Attention heads"). */
+enum { PRUNE_HEAD_MEMBERS = 4, PRUNE_HEAD_GROUPS = 256 };
+typedef struct prune_head_member {
+    int param;                /* the weight's value id */
+    int axis;                 /* its dim of the heads' channels (q, k, v: output; projection: input) */
+    int64_t unit;             /* channels of that dim per unit, consecutive */
+} prune_head_member;
+typedef struct prune_head_group {
+    int attention;            /* the attention's value id (fused op, or the product with v) */
+    int64_t units;            /* heads pruned as units: the k/v heads (= q heads without GQA) */
+    int64_t q_heads, head_size;
+    prune_head_member members[PRUNE_HEAD_MEMBERS];
+    int n_members;            /* 0 when not recognised */
+    const char *why;          /* not recognised: why (its weights stay per channel), else NULL */
+} prune_head_group;
+/* Fills groups (at most max) with every forward attention, in graph order; returns the count. */
+int prune_heads_find(const ir_graph *g, prune_head_group *groups, int max_groups);
+
 
 /* shard.c: completes the sharding of every value from the .dm annotations and inserts
  * the collectives (allreduce, allgather, reduce-scatter, all-to-all, local slice) that
