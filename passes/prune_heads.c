@@ -15,8 +15,7 @@
 
 static int cls(const ir_value *v) { return ir_op_info_of(v->op)->cls; }
 
-/* The single forward op reading v, or NULL when none or several do. */
-static const ir_value *only_reader(const ir_graph *g, const ir_value *v) {
+const ir_value *prune_heads_only_reader(const ir_graph *g, const ir_value *v) {
     const ir_value *found = NULL;
     for (int i = v->id + 1; i < g->n_values; i++) {
         const ir_value *u = g->values[i];
@@ -71,7 +70,8 @@ static int product_weight(const ir_graph *g, const ir_value *p, int *out_axis, i
  * transposes, reshapes and broadcasts of the heads, RoPE's elementwise ops: the first
  * operand each time), then to the product whose output it split (a bias added or not).
  * Fills the member's weight and the heads' count and size; returns a reason or NULL. */
-static const char *trace_projection(const ir_graph *g, int x, int *param, int *axis, int64_t *heads, int64_t *hs) {
+static const char *trace_projection(const ir_graph *g, int x, int *param, int *axis, int64_t *heads, int64_t *hs,
+                                    int *split, int *product) {
     const ir_value *v = g->values[x];
     while (!splits_heads(g, v)) {
         int c = cls(v);
@@ -82,12 +82,14 @@ static const char *trace_projection(const ir_graph *g, int x, int *param, int *a
     }
     *heads = v->type.shape[v->type.rank - 2];
     *hs = v->type.shape[v->type.rank - 1];
+    *split = v->id;
     const ir_value *p = g->values[v->operands[0]];
     if (p->op == OP_ADD) {
         const ir_value *a = g->values[p->operands[0]], *b = g->values[p->operands[1]];
         p = a->op == OP_MATMUL ? a : b;
     }
     int in_axis;
+    *product = p->id;
     *param = product_weight(g, p, axis, &in_axis);
     if (*param < 0) return "the heads are not split from a product with a weight (x @ W, a slice of a fused W)";
     if (g->values[*param]->type.shape[*axis] != *heads * *hs) return "a weight's channels are not the heads' elements";
@@ -96,15 +98,17 @@ static const char *trace_projection(const ir_graph *g, int x, int *param, int *a
 
 /* From the attention's output o forward, through transposes, to the reshape merging its
  * heads, whose only reader must be a product with a weight: its input rows are the heads'. */
-static const char *trace_output(const ir_graph *g, const ir_value *o, int64_t heads, int64_t hs, int *param, int *axis) {
-    const ir_value *v = only_reader(g, o);
-    while (v && v->op == OP_TRANSPOSE) v = only_reader(g, v);
+static const char *trace_output(const ir_graph *g, const ir_value *o, int64_t heads, int64_t hs, int *param, int *axis,
+                                int *merge) {
+    const ir_value *v = prune_heads_only_reader(g, o);
+    while (v && v->op == OP_TRANSPOSE) v = prune_heads_only_reader(g, v);
     if (!v || v->op != OP_RESHAPE) return "the heads' output is not merged by a reshape read once";
     const ir_type *a = &g->values[v->operands[0]]->type;
     if (v->type.rank != a->rank - 1 || a->shape[a->rank - 2] != heads || a->shape[a->rank - 1] != hs ||
         v->type.shape[v->type.rank - 1] != heads * hs)
         return "the merged heads are not [.., heads * head size]";
-    const ir_value *p = only_reader(g, v);
+    *merge = v->id;
+    const ir_value *p = prune_heads_only_reader(g, v);
     int out_axis;
     if (!p || p->operands[0] != v->id || (*param = product_weight(g, p, &out_axis, axis)) < 0 || *axis < 0)
         return "the merged heads are not read by one product with a weight (the output projection)";
@@ -142,7 +146,7 @@ static const char *trace_attention(const ir_graph *g, const ir_value *att, const
     int param[3], axis[3];
     int64_t heads[3], hs[3];
     for (int i = 0; i < 3; i++) {
-        const char *why = trace_projection(g, qkv[i], &param[i], &axis[i], &heads[i], &hs[i]);
+        const char *why = trace_projection(g, qkv[i], &param[i], &axis[i], &heads[i], &hs[i], &h->split[i], &h->product[i]);
         if (why) return why;
     }
     if (hs[0] != hs[1] || hs[1] != hs[2] || heads[1] != heads[2] || heads[0] % heads[1])
@@ -150,7 +154,7 @@ static const char *trace_attention(const ir_graph *g, const ir_value *att, const
     int64_t r = heads[0] / heads[1];
     h->units = heads[1], h->q_heads = heads[0], h->head_size = hs[0];
     int out_param, out_axis;
-    const char *why = trace_output(g, att, heads[0], hs[0], &out_param, &out_axis);
+    const char *why = trace_output(g, att, heads[0], hs[0], &out_param, &out_axis, &h->merge);
     if (!why) why = add_member(h, param[0], axis[0], r * hs[0]);
     if (!why) why = add_member(h, param[1], axis[1], hs[0]);
     if (!why) why = add_member(h, param[2], axis[2], hs[0]);
