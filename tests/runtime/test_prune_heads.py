@@ -14,6 +14,8 @@ same program run straight, and the pruned program's logits.
     the MLPs' weights still per output channel (ln_structured(n=2, dim=1)); biases kept;
   - a pruned AdamW run of 8 steps and 3 + --resume + 5: bitwise-identical weights, two heads
     of each layer zero at the end;
+  - that run's file compacted (--compact): two heads fewer per layer, the logits of --predict
+    the pruned program's and a torch GPT-2 forward's on the compacted weights;
   - grouped-query attention (examples/llama.dm made small, NH 4, NKV 2): a kv group (a k/v head
     and its two query heads) pruned whole in q, k, v and o_proj, against torch;
   - --explain lists the heads of each attention, the unit pruned.
@@ -146,7 +148,7 @@ def gpt_resumed(dmc, tmp):
     ok = a.returncode == 0 and b1.returncode == 0 and b2.returncode == 0
     check(ok, "gpt: 8 pruned steps, and 3 + --resume + 5, run (%s)" % (a.stderr + b1.stderr + b2.stderr)[-300:])
     if not ok:
-        return
+        return None
     w = tensors(straight)
     zero_heads = []
     for layer in range(2):
@@ -157,6 +159,61 @@ def gpt_resumed(dmc, tmp):
     zero_cols = int((~w["h.0.attn.c_attn.weight"].reshape(64, 3, 64).any(axis=(0, 1))).sum())
     check(open(straight, "rb").read() == open(resumed, "rb").read() and [len(z) for z in zero_heads] == [2, 2]
           and zero_cols == 2 * HS, "gpt: resumed mid-ramp gives the straight run's weights bitwise; heads %s zero" % zero_heads)
+    return straight
+
+
+def torch_gpt(w, tokens):
+    """GPT-2's forward (as examples/gpt.dm) on the weights w, each attention's head count read
+    from its c_attn's width: the oracle of the compacted program's logits."""
+    t = {k: torch.from_numpy(v.copy()).double() for k, v in w.items()}
+    ln = torch.nn.functional.layer_norm
+    x = t["wte.weight"][torch.from_numpy(tokens).long()] + t["wpe.weight"]
+    n_tok = x.shape[1]
+    for layer in range(2):
+        p = "h.%d." % layer
+        a = ln(x, (64,), t[p + "ln_1.weight"], t[p + "ln_1.bias"], 1e-5)
+        qkv = a @ t[p + "attn.c_attn.weight"] + t[p + "attn.c_attn.bias"]
+        width = qkv.shape[-1] // 3
+        q, k, v = (qkv[..., i * width:(i + 1) * width].reshape(-1, n_tok, width // HS, HS).transpose(1, 2)
+                   for i in range(3))
+        att = (q @ k.transpose(-1, -2)) / np.sqrt(HS)
+        att = att.masked_fill(torch.triu(torch.ones(n_tok, n_tok, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(-1, n_tok, width)
+        x = x + y @ t[p + "attn.c_proj.weight"] + t[p + "attn.c_proj.bias"]
+        m = ln(x, (64,), t[p + "ln_2.weight"], t[p + "ln_2.bias"], 1e-5)
+        m = torch.nn.functional.gelu(m @ t[p + "mlp.c_fc.weight"] + t[p + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + m @ t[p + "mlp.c_proj.weight"] + t[p + "mlp.c_proj.bias"]
+    return (ln(x, (64,), t["ln_f.weight"], t["ln_f.bias"], 1e-5) @ t["wte.weight"].T).numpy()
+
+
+def gpt_compacted(dmc, tmp, pruned):
+    """The pruned run's file compacted: two heads of four per layer gone, the logits the pruned
+    program's and torch's on the compacted weights."""
+    model = os.path.join(ROOT, "examples", "gpt.dm")
+    tokens = np.random.default_rng(7).integers(0, 256, (8, 32)).astype(np.int32)
+    write_safetensors(os.path.join(tmp, "tokens.st"), {"tokens": ("I32", [8, 32], tokens.tobytes())}, {})
+    predict = ["--predict", "--batch-file", "tokens.st", "--quiet", "--out"]
+    runs = [subprocess.run([dmc, "run", model] + GPT_SETS + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=300)
+            for args in (["--", "--init", pruned] + predict + ["full.st"],
+                         ["--compact", pruned, "--save-compacted", "small.st", "--"] + predict + ["small_out.st"])]
+    ok = all(r.returncode == 0 for r in runs)
+    check(ok, "gpt: the pruned and the compacted program predict (%s)" % "".join(r.stderr for r in runs)[-300:])
+    if not ok:
+        return
+    full = tensors(os.path.join(tmp, "full.st"))["logits"]
+    small = tensors(os.path.join(tmp, "small_out.st"))["logits"]
+    c = tensors(os.path.join(tmp, "small.st"))
+    shapes = [c["h.%d.attn.%s" % (l, n)].shape for l in range(2) for n in ("c_attn.weight", "c_attn.bias", "c_proj.weight")]
+    d_pruned = float(np.max(np.abs(full - small)))
+    d_torch = float(np.max(np.abs(torch_gpt(c, tokens) - small)))
+    check(shapes == [(64, 96), (96,), (32, 64)] * 2 and d_pruned < 1e-5 and d_torch < 1e-4,
+          "gpt compacted: c_attn [64, 96], its bias [96], c_proj [32, 64] (2 heads of 16 per layer); logits within "
+          "%.1e of the pruned program's and %.1e of torch's on the compacted weights" % (d_pruned, d_torch))
+    r = subprocess.run([dmc, "--explain", model] + GPT_SETS + ["--compact", pruned], cwd=tmp, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    check(r.returncode == 0 and r.stdout.count("4 -> 2 attention heads") == 2,
+          "--explain --compact: each attention 4 -> 2 heads")
 
 
 def llama_gqa(dmc, tmp):
@@ -200,7 +257,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dmc-prune-heads-")
     try:
         gpt_masks(dmc, tmp)
-        gpt_resumed(dmc, tmp)
+        pruned = gpt_resumed(dmc, tmp)
+        if pruned:
+            gpt_compacted(dmc, tmp, pruned)
         llama_gqa(dmc, tmp)
         explain(dmc)
     finally:
