@@ -87,7 +87,7 @@ static const char *not_compactable(const ir_graph *g, const prune_head_group *h)
     for (int i = 0; i < 3; i++) {
         const ir_value *v = prune_heads_only_reader(g, g->values[h->split[i]]);
         while (v && v->op == OP_TRANSPOSE) v = prune_heads_only_reader(g, v);
-        if (!v || v->op != OP_MATMUL) return "q, k or v reaches the attention through more than transposes";
+        if (!v || v->op != OP_MATMUL) return "q, k or v reaches the attention through ops other than transposes (as llama.dm's RoPE and repeat_kv)";
         int param, view;
         if (!bias_of(g, h, i, &param, &view)) return "q, k or v is completed by more than a bias";
     }

@@ -17,7 +17,8 @@ same program run straight, and the pruned program's logits.
   - that run's file compacted (--compact): two heads fewer per layer, the logits of --predict
     the pruned program's and a torch GPT-2 forward's on the compacted weights;
   - grouped-query attention (examples/llama.dm made small, NH 4, NKV 2): a kv group (a k/v head
-    and its two query heads) pruned whole in q, k, v and o_proj, against torch;
+    and its two query heads) pruned whole in q, k, v and o_proj, against torch; --compact of
+    that file refused, saying the kv groups are not compacted yet;
   - --explain lists the heads of each attention, the unit pruned.
 Prints one line per check; exits 1 on any failure.
 """
@@ -241,6 +242,10 @@ def llama_gqa(dmc, tmp):
     same = all(np.array_equal(got[p + n + "_proj.weight"], want[n]) for n in "qkvo")
     check(same, "llama (NH 4, NKV 2): kv group %d (k/v head %d, query heads %d, %d) pruned in q, k, v and o_proj, as "
           "torch's norms say" % (g, g, 2 * g, 2 * g + 1))
+    r = subprocess.run([dmc, "--explain", model] + LLAMA_SETS + ["--compact", os.path.join(ckpt, "step-00000002.safetensors")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    check(r.returncode != 0 and "kv groups are not compacted yet" in r.stderr,
+          "llama: --compact refuses, naming why the kv groups stay (%s)" % r.stderr.strip()[-200:])
 
 
 def explain(dmc):
