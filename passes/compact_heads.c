@@ -4,10 +4,13 @@
  * head: passes/prune_heads.c) is removed: the heads' reshapes get fewer heads, the weights
  * (and q, k, v's biases) lose the head's channels, HS stays. Exact: the projection's rows of
  * a removed head are zero, so what the head computed (its bias's constant values) never
- * reached the output. Built where each of q, k and v goes from its split into heads to the
- * attention through transposes only and is completed by at most a bias (a parameter, or a
- * slice of a fused one), without grouped-query attention; elsewhere the report says why.
+ * reached the output. With grouped-query attention a unit is a kv group (k/v head and its R
+ * query heads). Every value between the splits and the attention's products gets fewer
+ * heads along the heads' dim, followed through transposes, elementwise ops (RoPE), slices,
+ * pads, reshapes and broadcasts (repeat_kv); q, k, v may be completed by a bias (a
+ * parameter, or a slice of a fused one). Elsewhere the report says why.
  * requires: lower (called by pass_compact_channels on the file's weights). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,14 +83,80 @@ static int bias_of(const ir_graph *g, const prune_head_group *h, int i, int *par
         g->values[h->split[i]]->type.rank - 2] * h->head_size;
 }
 
-/* Why group h's heads cannot be removed, or NULL. */
-static const char *not_compactable(const ir_graph *g, const prune_head_group *h) {
-    if (h->why) return h->why;
-    if (h->units != h->q_heads) return "grouped-query attention's kv groups are not compacted yet";
+/* Where the heads are in a value between a split of q, k or v and the attention: the dim
+ * (-1: not on the path) and how many heads it counts there (more than the split's after
+ * repeat_kv merges a kv head with its R copies). */
+typedef struct head_dims {
+    int *index;
+    int64_t *count;
+} head_dims;
+
+/* The heads' dim in v's result, from operand a's (dim at, count heads): -1 when v is an op
+ * compaction cannot follow or changes the heads. */
+static int follow_heads(const ir_value *v, const ir_value *a, int at, int64_t heads, int64_t *count) {
+    const ir_type *r = &v->type;
+    int out = -1;
+    *count = heads;
+    switch (ir_op_info_of(v->op)->cls) {
+    case OPC_TRANSPOSE:
+        for (int i = 0; i < r->rank; i++)
+            if (v->perm[i] == at) out = i;
+        break;
+    case OPC_UNARY: case OPC_CAST: case OPC_BINARY:
+        out = at + r->rank - a->type.rank;  /* aligned from the right, as broadcasting */
+        break;
+    case OPC_BROADCAST:  /* the operand's dims are the result's not in v->axes, in order */
+        for (int d = 0, k = 0; d < r->rank && out < 0; d++)
+            if (!((v->axes >> d) & 1u) && k++ == at) out = d;
+        break;
+    case OPC_SLICE:
+        out = v->axis == at ? -1 : at;
+        break;
+    case OPC_RESHAPE: {
+        int64_t before = 1, seen = 1;
+        for (int d = 0; d < at; d++) before *= a->type.shape[d];
+        for (out = 0; out < r->rank && seen < before; out++) seen *= r->shape[out];
+        if (seen != before || out >= r->rank || r->shape[out] % heads) return -1;
+        *count = r->shape[out];  /* a merge of each head with its copies (repeat_kv) */
+        break;
+    }
+    default:
+        return -1;
+    }
+    return out >= 0 && out < r->rank && r->shape[out] == *count ? out : -1;
+}
+
+/* Marks every value from q's, k's and v's splits to the attention's products with its
+ * heads' dim; NULL, or why an op on the way cannot be followed. */
+static const char *trace_head_dims(const ir_graph *g, const prune_head_group *h, head_dims *p) {
     for (int i = 0; i < 3; i++) {
-        const ir_value *v = prune_heads_only_reader(g, g->values[h->split[i]]);
-        while (v && v->op == OP_TRANSPOSE) v = prune_heads_only_reader(g, v);
-        if (!v || v->op != OP_MATMUL) return "q, k or v reaches the attention through ops other than transposes (as llama.dm's RoPE and repeat_kv)";
+        const ir_value *split = g->values[h->split[i]];
+        p->index[split->id] = split->type.rank - 2;
+        p->count[split->id] = split->type.shape[split->type.rank - 2];
+    }
+    for (int id = 0; id < g->n_values; id++) {
+        if (p->index[id] < 0) continue;
+        for (int u = id + 1; u < g->n_values; u++) {
+            const ir_value *v = g->values[u];
+            int reads = 0;
+            for (int k = 0; k < v->n_operands; k++) reads |= v->operands[k] == id;
+            if (!reads || v->phase != PHASE_FORWARD || v->op == OP_MATMUL || v->op == OP_ATTENTION) continue;
+            int64_t count;
+            int at = follow_heads(v, g->values[id], p->index[id], p->count[id], &count);
+            if (at < 0 || (p->index[u] >= 0 && (p->index[u] != at || p->count[u] != count)))
+                return "q, k or v reaches the attention through an op that moves or splits the heads' dim";
+            p->index[u] = at, p->count[u] = count;
+        }
+    }
+    return NULL;
+}
+
+/* Why group h's heads cannot be removed, or NULL. */
+static const char *not_compactable(const ir_graph *g, const prune_head_group *h, head_dims *path) {
+    if (h->why) return h->why;
+    const char *why = trace_head_dims(g, h, path);
+    if (why) return why;
+    for (int i = 0; i < 3; i++) {
         int param, view;
         if (!bias_of(g, h, i, &param, &view)) return "q, k or v is completed by more than a bias";
     }
@@ -101,16 +170,17 @@ static const char *not_compactable(const ir_graph *g, const prune_head_group *h)
 }
 
 /* Removes the heads keep does not mark from group h's reshapes, weights and biases. */
-static void remove_heads(ir_graph *g, dm_compaction *c, const prune_head_group *h, const char *keep, int64_t kept) {
+static void remove_heads(ir_graph *g, dm_compaction *c, const prune_head_group *h, const head_dims *path,
+                         const char *keep, int64_t kept) {
     char *done = calloc((size_t)g->n_values, 1);
     if (!done) abort();
     for (int m = 0; m < h->n_members; m++) {
         gather_units(g, c, h->members[m].param, h->members[m].axis, h->members[m].unit, keep, kept);
         done[h->members[m].param] = 1;
     }
+    for (int id = 0; id < g->n_values; id++)  /* the preset types (reshapes, slices, broadcasts) */
+        if (path->index[id] >= 0) set_dim(g->values[id], path->index[id], kept * (path->count[id] / h->units));
     for (int i = 0; i < 3; i++) {
-        ir_value *split = g->values[h->split[i]];
-        set_dim(split, split->type.rank - 2, kept);
         ir_value *w = g->values[g->values[h->product[i]]->operands[1]];
         if (w->op == OP_RESHAPE) narrow_view(g, w, kept * h->head_size);
         int param, view;
@@ -121,7 +191,7 @@ static void remove_heads(ir_graph *g, dm_compaction *c, const prune_head_group *
         done[param] = 1;
     }
     ir_value *merge = g->values[h->merge];
-    set_dim(merge, merge->type.rank - 1, kept * h->head_size);
+    set_dim(merge, merge->type.rank - 1, kept * (h->q_heads / h->units) * h->head_size);
     free(done);
 }
 
@@ -132,18 +202,30 @@ static void compact_group(ir_graph *g, dm_compaction *c, const prune_head_group 
     line->weight_id = h->members[0].param;
     line->next_weight = g->values[h->members[h->n_members - 1].param]->name;
     line->before = line->after = h->units;
-    line->why_not = not_compactable(g, h);
-    if (line->why_not) return;
+    head_dims path = {malloc((size_t)g->n_values * sizeof *path.index), malloc((size_t)g->n_values * sizeof *path.count)};
     char *keep = calloc((size_t)h->units, 1);
-    if (!keep) abort();
+    if (!path.index || !path.count || !keep) abort();
+    for (int id = 0; id < g->n_values; id++) path.index[id] = -1;
+    line->why_not = not_compactable(g, h, &path);
+    if (line->why_not) {
+        free(path.index);
+        free(path.count);
+        free(keep);
+        return;
+    }
     for (int m = 0; m < h->n_members; m++)
         mark_alive(g, c, h->members[m].param, h->members[m].axis, h->members[m].unit, keep);
     int64_t kept = 0;
     for (int64_t u = 0; u < h->units; u++) kept += keep[u];
     if (!kept) keep[0] = 1, kept = 1; /* an attention keeps one head */
     if (kept == h->units) line->why_not = "no head is all zero in q, k, v and the projection";
-    else remove_heads(g, c, h, keep, kept);
+    else remove_heads(g, c, h, &path, keep, kept);
+    if (h->units == h->q_heads) snprintf(line->why, sizeof line->why, "attention heads");
+    else snprintf(line->why, sizeof line->why, "kv groups (a k/v head and its %lld query heads)",
+                  (long long)(h->q_heads / h->units));
     line->after = kept;
+    free(path.index);
+    free(path.count);
     free(keep);
 }
 

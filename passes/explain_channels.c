@@ -16,8 +16,8 @@ void explain_compaction_text(const dm_compaction *c, FILE *out) {
         else if (l->heads && l->why_not)
             fprintf(out, "  %-24s %lld heads kept: %s\n", l->weight, (long long)l->before, l->why_not);
         else if (l->heads)
-            fprintf(out, "  %-24s %lld -> %lld attention heads (q, k, v's columns and biases, and %s's rows)\n",
-                    l->weight, (long long)l->before, (long long)l->after, l->next_weight);
+            fprintf(out, "  %-24s %lld -> %lld %s (q, k, v's columns and biases, and %s's rows)\n", l->weight,
+                    (long long)l->before, (long long)l->after, l->why, l->next_weight);
         else if (l->why_not)
             fprintf(out, "  %-24s %lld channels kept: %s\n", l->weight, (long long)l->before, l->why_not);
         else

@@ -17,8 +17,8 @@ same program run straight, and the pruned program's logits.
   - that run's file compacted (--compact): two heads fewer per layer, the logits of --predict
     the pruned program's and a torch GPT-2 forward's on the compacted weights;
   - grouped-query attention (examples/llama.dm made small, NH 4, NKV 2): a kv group (a k/v head
-    and its two query heads) pruned whole in q, k, v and o_proj, against torch; --compact of
-    that file refused, saying the kv groups are not compacted yet;
+    and its two query heads) pruned whole in q, k, v and o_proj, against torch; that file
+    compacted (through RoPE and repeat_kv): one kv group fewer, the logits the pruned program's;
   - --explain lists the heads of each attention, the unit pruned.
 Prints one line per check; exits 1 on any failure.
 """
@@ -242,10 +242,30 @@ def llama_gqa(dmc, tmp):
     same = all(np.array_equal(got[p + n + "_proj.weight"], want[n]) for n in "qkvo")
     check(same, "llama (NH 4, NKV 2): kv group %d (k/v head %d, query heads %d, %d) pruned in q, k, v and o_proj, as "
           "torch's norms say" % (g, g, 2 * g, 2 * g + 1))
-    r = subprocess.run([dmc, "--explain", model] + LLAMA_SETS + ["--compact", os.path.join(ckpt, "step-00000002.safetensors")],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    check(r.returncode != 0 and "kv groups are not compacted yet" in r.stderr,
-          "llama: --compact refuses, naming why the kv groups stay (%s)" % r.stderr.strip()[-200:])
+    llama_compacted(dmc, model, os.path.join(ckpt, "step-00000002.safetensors"), tmp)
+
+
+def llama_compacted(dmc, model, pruned, tmp):
+    """The kv group removed: k and v lose a head, q and o_proj two; logits the pruned program's."""
+    tokens = np.random.default_rng(9).integers(0, 256, (4, 16)).astype(np.int32)
+    write_safetensors(os.path.join(tmp, "ltokens.st"), {"tokens": ("I32", [4, 16], tokens.tobytes())}, {})
+    predict = ["--predict", "--batch-file", "ltokens.st", "--quiet", "--out"]
+    runs = [subprocess.run([dmc, "run", model] + LLAMA_SETS + args, cwd=tmp, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+            for args in (["--", "--init", pruned] + predict + ["lfull.st"],
+                         ["--compact", pruned, "--save-compacted", "lsmall.st", "--"] + predict + ["lsmall_out.st"])]
+    ok = all(r.returncode == 0 for r in runs)
+    check(ok, "llama: the pruned and the compacted program predict (%s)" % "".join(r.stderr for r in runs)[-300:])
+    if not ok:
+        return
+    c = tensors(os.path.join(tmp, "lsmall.st"))
+    p = "model.layers.0.self_attn."
+    shapes = [c[p + n + "_proj.weight"].shape for n in "qkvo"]
+    d = float(np.max(np.abs(tensors(os.path.join(tmp, "lfull.st"))["logits"]
+                            - tensors(os.path.join(tmp, "lsmall_out.st"))["logits"])))
+    check(shapes == [(16, 32), (8, 32), (8, 32), (32, 16)] and d < 1e-5,
+          "llama compacted (RoPE, repeat_kv): q [16, 32], k and v [8, 32], o_proj [32, 16]; logits within %.1e of the "
+          "pruned program's" % d)
 
 
 def explain(dmc):
