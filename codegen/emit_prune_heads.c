@@ -23,6 +23,17 @@ static int group_masks(const emitter *E, int group, int *masks) {
     return n;
 }
 
+int prune_heads_span_stages(const emitter *E) {
+    for (int i = 0; i < E->g->n_values; i++) {
+        const ir_value *m = V(E, i);
+        int masks[8] = {0};
+        if (m->prune_mask && m->prune_group)
+            for (int k = 0, n = group_masks(E, m->prune_group, masks); k < n; k++)
+                if (V(E, masks[k])->stage != m->stage) return 1;
+    }
+    return 0;
+}
+
 void emit_prune_heads(emitter *E, int mask_id) {
     int masks[8] = {0};
     int n = group_masks(E, V(E, mask_id)->prune_group, masks), last = masks[0];

@@ -230,9 +230,8 @@ static void compact_group(ir_graph *g, dm_compaction *c, const prune_head_group 
 }
 
 int compact_heads(ir_graph *g, dm_compaction *c, char *listed) {
-    prune_head_group *groups = calloc(PRUNE_HEAD_GROUPS, sizeof *groups);
-    if (!groups) abort();
-    int n = prune_heads_find(g, groups, PRUNE_HEAD_GROUPS), compacted = 0;
+    int n, compacted = 0;
+    prune_head_group *groups = prune_heads_find(g, &n);
     for (int k = 0; k < n; k++) {
         dm_layer_compaction *line = &c->layers[c->n_layers++];
         if (!groups[k].n_members) {

@@ -33,8 +33,8 @@ void explain_prune_text(const ir_graph *g, FILE *out) {
 
 /* Under RATIO:rows, each attention: its heads, the unit of its weights, or why not. */
 static void explain_prune_heads(const ir_graph *g, FILE *out) {
-    prune_head_group *groups = calloc(PRUNE_HEAD_GROUPS, sizeof *groups);
-    int n = groups ? prune_heads_find(g, groups, PRUNE_HEAD_GROUPS) : 0;
+    int n;
+    prune_head_group *groups = prune_heads_find(g, &n);
     for (int i = 0; i < n; i++) {
         const prune_head_group *h = &groups[i];
         fprintf(out, "  attention at line %d: ", g->values[h->attention]->loc.line);
@@ -46,7 +46,7 @@ static void explain_prune_heads(const ir_graph *g, FILE *out) {
             fprintf(out, "%lld heads of %lld, pruned whole (round(s * %lld) per step) in", (long long)h->units,
                     (long long)h->head_size, (long long)h->units);
         else
-            fprintf(out, "%lld kv groups (a k/v head and its %lld query heads, of %lld), pruned whole in",
+            fprintf(out, "%lld kv groups (a k/v head and its %lld query heads, heads of %lld), pruned whole in",
                     (long long)h->units, (long long)(h->q_heads / h->units), (long long)h->head_size);
         for (int m = 0; m < h->n_members; m++)
             fprintf(out, " %s (dim %d)", g->values[h->members[m].param]->name, h->members[m].axis);

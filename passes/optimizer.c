@@ -71,11 +71,7 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
     const ir_optimizer *o = &g->optimizer;
     if (o->kind == OPTIM_NONE || !g->grads) return 0;
     int errors = 0, n_groups = 0;
-    prune_head_group *groups = NULL;
-    if (g->prune.ratio > 0 && g->prune.rows) {
-        groups = calloc(PRUNE_HEAD_GROUPS, sizeof *groups);
-        n_groups = groups ? prune_heads_find(g, groups, PRUNE_HEAD_GROUPS) : 0;
-    }
+    prune_head_group *groups = g->prune.ratio > 0 && g->prune.rows ? prune_heads_find(g, &n_groups) : NULL;
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *param = g->values[g->params[p]];
         if (param->unreached) continue;

@@ -91,7 +91,7 @@ int pass_optimizer(ir_graph *g, dm_diag *d);
 
 /* prune_heads.c: the attentions' heads, the unit of --prune RATIO:rows for their q, k, v
  * and output projection weights (docs/compression.md, "Attention heads"). */
-enum { PRUNE_HEAD_MEMBERS = 4, PRUNE_HEAD_GROUPS = 256 };
+enum { PRUNE_HEAD_MEMBERS = 4 };
 typedef struct prune_head_member {
     int param;                /* the weight's value id */
     int axis;                 /* its dim of the heads' channels (q, k, v: output; projection: input) */
@@ -109,8 +109,8 @@ typedef struct prune_head_group {
 } prune_head_group;
 /* The single forward op reading v, or NULL when none or several do. */
 const ir_value *prune_heads_only_reader(const ir_graph *g, const ir_value *v);
-/* Fills groups (at most max) with every forward attention, in graph order; returns the count. */
-int prune_heads_find(const ir_graph *g, prune_head_group *groups, int max_groups);
+/* Every forward attention, in graph order (*n of them; the caller frees the array). */
+prune_head_group *prune_heads_find(const ir_graph *g, int *n);
 
 
 /* shard.c: completes the sharding of every value from the .dm annotations and inserts

@@ -9,6 +9,7 @@
  * a k/v head and its R query heads, HS channels of k and v, R * HS of q and the projection.
  * Where the structure is not recognised, the attention gets a note why and its weights
  * stay per channel. requires: the forward graph (reads only forward ops). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -171,10 +172,13 @@ static int shares_weight(const prune_head_group *groups, int n, const prune_head
     return 0;
 }
 
-int prune_heads_find(const ir_graph *g, prune_head_group *groups, int max_groups) {
-    int n = 0;
-    for (int i = 0; i < g->n_values && n < max_groups; i++) {
-        int qkv[3];
+prune_head_group *prune_heads_find(const ir_graph *g, int *n_found) {
+    int n = 0, qkv[3];
+    for (int i = 0; i < g->n_values; i++) n += attention_operands(g, g->values[i], qkv);
+    prune_head_group *groups = calloc((size_t)(n ? n : 1), sizeof *groups);
+    if (!groups) abort();
+    n = 0;
+    for (int i = 0; i < g->n_values; i++) {
         if (!attention_operands(g, g->values[i], qkv)) continue;
         prune_head_group *h = &groups[n];
         memset(h, 0, sizeof *h);
@@ -184,5 +188,6 @@ int prune_heads_find(const ir_graph *g, prune_head_group *groups, int max_groups
         if (h->why) h->n_members = 0;
         n++;
     }
-    return n;
+    *n_found = n;
+    return groups;
 }

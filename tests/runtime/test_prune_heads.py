@@ -19,7 +19,8 @@ same program run straight, and the pruned program's logits.
   - grouped-query attention (examples/llama.dm made small, NH 4, NKV 2): a kv group (a k/v head
     and its two query heads) pruned whole in q, k, v and o_proj, against torch; that file
     compacted (through RoPE and repeat_kv): one kv group fewer, the logits the pruned program's;
-  - --explain lists the heads of each attention, the unit pruned.
+  - --explain lists the heads of each attention, the unit pruned; a pipeline cut inside an
+    attention refused.
 Prints one line per check; exits 1 on any failure.
 """
 import os
@@ -277,6 +278,21 @@ def explain(dmc):
           "--explain lists each attention's 4 heads of 16 and its weights")
 
 
+def refused_cut(dmc, tmp):
+    """A pipeline cut between an attention's q, k, v and its projection: the heads' ranking
+    needs all four weights in one stage, so code generation refuses it, nothing written."""
+    with open(os.path.join(ROOT, "examples", "gpt.dm")) as f:
+        src = f.read().replace("pipeline = 1)", "pipeline = 2)")
+    path = os.path.join(tmp, "cut.dm")
+    with open(path, "w") as f:
+        f.write(src + "schedule gpipe(microbatches = 2, cuts = [h.0.attn.c_attn])\n")
+    out = os.path.join(tmp, "cut-out")
+    r = subprocess.run([dmc, path] + GPT_SETS + ["--prune", "0.5:rows", "-o", out], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    check(r.returncode != 0 and "which a pipeline cut splits" in r.stderr and not os.path.exists(os.path.join(out, "cut.c")),
+          "a pipeline cut inside an attention: --prune :rows refused (%s)" % r.stderr.strip()[-160:])
+
+
 def main():
     dmc = os.path.abspath(sys.argv[1])
     tmp = tempfile.mkdtemp(prefix="dmc-prune-heads-")
@@ -287,6 +303,7 @@ def main():
             gpt_compacted(dmc, tmp, pruned)
         llama_gqa(dmc, tmp)
         explain(dmc)
+        refused_cut(dmc, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failed" % test_checkpoint.failures)
