@@ -13,6 +13,7 @@ static const char *pruned_weight(const ir_graph *g, int i) {
 }
 
 static void explain_prune_heads(const ir_graph *g, FILE *out);
+static void explain_prune_heads_json(const ir_graph *g, FILE *out);
 
 void explain_prune_text(const ir_graph *g, FILE *out) {
     const ir_prune *p = &g->prune;
@@ -65,5 +66,34 @@ void explain_prune_json(const ir_graph *g, FILE *out) {
             fprintf(out, "%s", n++ ? ", " : "");
             explain_json_string(out, pruned_weight(g, i));
         }
-    fprintf(out, "]}");
+    fprintf(out, "]");
+    if (p->rows) explain_prune_heads_json(g, out);
+    fprintf(out, "}");
+}
+
+/* "heads": one object per attention (under RATIO:rows, when the model has any). */
+static void explain_prune_heads_json(const ir_graph *g, FILE *out) {
+    int n;
+    prune_head_group *groups = prune_heads_find(g, &n);
+    if (n) fprintf(out, ", \"heads\": [");
+    for (int i = 0; i < n; i++) {
+        const prune_head_group *h = &groups[i];
+        fprintf(out, "%s{\"line\": %d, ", i ? ", " : "", g->values[h->attention]->loc.line);
+        if (h->why) {
+            fprintf(out, "\"not_recognised\": ");
+            explain_json_string(out, h->why);
+            fprintf(out, "}");
+            continue;
+        }
+        fprintf(out, "\"units\": %lld, \"q_heads\": %lld, \"head_size\": %lld, \"weights\": [", (long long)h->units,
+                (long long)h->q_heads, (long long)h->head_size);
+        for (int m = 0; m < h->n_members; m++) {
+            fprintf(out, "%s{\"name\": ", m ? ", " : "");
+            explain_json_string(out, g->values[h->members[m].param]->name);
+            fprintf(out, ", \"dim\": %d, \"per_unit\": %lld}", h->members[m].axis, (long long)h->members[m].unit);
+        }
+        fprintf(out, "]}");
+    }
+    if (n) fprintf(out, "]");
+    free(groups);
 }

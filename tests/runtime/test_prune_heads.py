@@ -23,6 +23,7 @@ same program run straight, and the pruned program's logits.
     attention refused.
 Prints one line per check; exits 1 on any failure.
 """
+import json
 import os
 import re
 import shutil
@@ -276,6 +277,14 @@ def explain(dmc):
     check(r.returncode == 0 and len(lines) == 2 and all("4 heads of 16" in l and "c_attn.weight (dim 2)" in l
                                                          and "c_proj.weight (dim 0)" in l for l in lines),
           "--explain lists each attention's 4 heads of 16 and its weights")
+    r = subprocess.run([dmc, "--explain=json", os.path.join(ROOT, "examples", "gpt.dm")] + GPT_SETS
+                       + ["--prune", "0.5:rows"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    heads = json.loads(r.stdout)["prune"].get("heads") if r.returncode == 0 else None
+    want = [{"line": 68, "units": 4, "q_heads": 4, "head_size": 16,
+             "weights": [{"name": "h.%d.attn.c_attn.weight" % l, "dim": 2, "per_unit": 16},
+                         {"name": "h.%d.attn.c_proj.weight" % l, "dim": 0, "per_unit": 16}]} for l in range(2)]
+    check(heads == want, "--explain=json: prune.heads %s" % heads)
 
 
 def refused_cut(dmc, tmp):
