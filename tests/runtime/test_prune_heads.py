@@ -189,34 +189,37 @@ def torch_gpt(w, tokens):
     return (ln(x, (64,), t["ln_f.weight"], t["ln_f.bias"], 1e-5) @ t["wte.weight"].T).numpy()
 
 
+def predict_both(dmc, model, sets, pruned, tokens, tag, tmp):
+    """--predict of tokens by the pruned program and by the compacted one: the pruned logits,
+    the compacted logits and the compacted weights, or None when a run failed."""
+    write_safetensors(os.path.join(tmp, tag + "-tokens.st"), {"tokens": ("I32", list(tokens.shape), tokens.tobytes())}, {})
+    predict = ["--predict", "--batch-file", tag + "-tokens.st", "--quiet", "--out"]
+    runs = [subprocess.run([dmc, "run", model] + sets + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=300)
+            for args in (["--", "--init", pruned] + predict + [tag + "-full.st"],
+                         ["--compact", pruned, "--save-compacted", tag + "-small.st", "--"] + predict
+                         + [tag + "-small-out.st"])]
+    ok = all(r.returncode == 0 for r in runs)
+    check(ok, "%s: the pruned and the compacted program predict (%s)" % (tag, "".join(r.stderr for r in runs)[-300:]))
+    if not ok:
+        return None
+    return tuple(tensors(os.path.join(tmp, tag + suffix)) for suffix in ("-full.st", "-small-out.st", "-small.st"))
+
+
 def gpt_compacted(dmc, tmp, pruned):
     """The pruned run's file compacted: two heads of four per layer gone, the logits the pruned
     program's and torch's on the compacted weights."""
-    model = os.path.join(ROOT, "examples", "gpt.dm")
     tokens = np.random.default_rng(7).integers(0, 256, (8, 32)).astype(np.int32)
-    write_safetensors(os.path.join(tmp, "tokens.st"), {"tokens": ("I32", [8, 32], tokens.tobytes())}, {})
-    predict = ["--predict", "--batch-file", "tokens.st", "--quiet", "--out"]
-    runs = [subprocess.run([dmc, "run", model] + GPT_SETS + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True, timeout=300)
-            for args in (["--", "--init", pruned] + predict + ["full.st"],
-                         ["--compact", pruned, "--save-compacted", "small.st", "--"] + predict + ["small_out.st"])]
-    ok = all(r.returncode == 0 for r in runs)
-    check(ok, "gpt: the pruned and the compacted program predict (%s)" % "".join(r.stderr for r in runs)[-300:])
-    if not ok:
+    got = predict_both(dmc, os.path.join(ROOT, "examples", "gpt.dm"), GPT_SETS, pruned, tokens, "gpt", tmp)
+    if not got:
         return
-    full = tensors(os.path.join(tmp, "full.st"))["logits"]
-    small = tensors(os.path.join(tmp, "small_out.st"))["logits"]
-    c = tensors(os.path.join(tmp, "small.st"))
+    full, small, c = got[0]["logits"], got[1]["logits"], got[2]
     shapes = [c["h.%d.attn.%s" % (l, n)].shape for l in range(2) for n in ("c_attn.weight", "c_attn.bias", "c_proj.weight")]
     d_pruned = float(np.max(np.abs(full - small)))
     d_torch = float(np.max(np.abs(torch_gpt(c, tokens) - small)))
     check(shapes == [(64, 96), (96,), (32, 64)] * 2 and d_pruned < 1e-5 and d_torch < 1e-4,
           "gpt compacted: c_attn [64, 96], its bias [96], c_proj [32, 64] (2 heads of 16 per layer); logits within "
           "%.1e of the pruned program's and %.1e of torch's on the compacted weights" % (d_pruned, d_torch))
-    r = subprocess.run([dmc, "--explain", model] + GPT_SETS + ["--compact", pruned], cwd=tmp, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    check(r.returncode == 0 and r.stdout.count("4 -> 2 attention heads") == 2,
-          "--explain --compact: each attention 4 -> 2 heads")
 
 
 def llama_gqa(dmc, tmp):
@@ -250,21 +253,12 @@ def llama_gqa(dmc, tmp):
 def llama_compacted(dmc, model, pruned, tmp):
     """The kv group removed: k and v lose a head, q and o_proj two; logits the pruned program's."""
     tokens = np.random.default_rng(9).integers(0, 256, (4, 16)).astype(np.int32)
-    write_safetensors(os.path.join(tmp, "ltokens.st"), {"tokens": ("I32", [4, 16], tokens.tobytes())}, {})
-    predict = ["--predict", "--batch-file", "ltokens.st", "--quiet", "--out"]
-    runs = [subprocess.run([dmc, "run", model] + LLAMA_SETS + args, cwd=tmp, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
-            for args in (["--", "--init", pruned] + predict + ["lfull.st"],
-                         ["--compact", pruned, "--save-compacted", "lsmall.st", "--"] + predict + ["lsmall_out.st"])]
-    ok = all(r.returncode == 0 for r in runs)
-    check(ok, "llama: the pruned and the compacted program predict (%s)" % "".join(r.stderr for r in runs)[-300:])
-    if not ok:
+    got = predict_both(dmc, model, LLAMA_SETS, pruned, tokens, "llama", tmp)
+    if not got:
         return
-    c = tensors(os.path.join(tmp, "lsmall.st"))
     p = "model.layers.0.self_attn."
-    shapes = [c[p + n + "_proj.weight"].shape for n in "qkvo"]
-    d = float(np.max(np.abs(tensors(os.path.join(tmp, "lfull.st"))["logits"]
-                            - tensors(os.path.join(tmp, "lsmall_out.st"))["logits"])))
+    shapes = [got[2][p + n + "_proj.weight"].shape for n in "qkvo"]
+    d = float(np.max(np.abs(got[0]["logits"] - got[1]["logits"])))
     check(shapes == [(16, 32), (8, 32), (8, 32), (32, 16)] and d < 1e-5,
           "llama compacted (RoPE, repeat_kv): q [16, 32], k and v [8, 32], o_proj [32, 16]; logits within %.1e of the "
           "pruned program's" % d)
