@@ -22,6 +22,7 @@ static const char *prune_unsupported(const emitter *E) {
     if (E->zero->n_buckets) return "ZeRO's updates hold a share of each weight, and a mask ranks the whole tensor";
     if (emits_2bw(E)) return "the 2bw and pipedream schedules' weight versions are not pruned";
     if (g->param_servers.servers) return "the parameter servers update the weights, and they do not prune";
+    if (prune_heads_span_stages(E)) return ":rows ranks an attention's heads over all its weights, which a pipeline cut splits";
     for (int i = 0; i < g->n_values; i++) {
         if (!g->values[i]->prune_mask) continue;
         const ir_type *t = &g->values[g->params[g->values[i]->param_index]]->type;
@@ -69,6 +70,10 @@ void emit_prune_needs_total(emitter *E) {
  * channel, the mask's axis. */
 void emit_prune(emitter *E, int mask_id) {
     const ir_value *mask = V(E, mask_id);
+    if (mask->prune_group) {
+        emit_prune_heads(E, mask_id);
+        return;
+    }
     const ir_value *param = V(E, E->g->params[mask->param_index]);
     int64_t n = ir_numel(&mask->type), channels = n, inner = 1;
     if (E->g->prune.rows) {

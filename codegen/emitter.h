@@ -278,6 +278,10 @@ int check_prune(const emitter *E, FILE *err);
 void emit_prune_schedule(emitter *E);
 void emit_prune_needs_total(emitter *E);
 void emit_prune(emitter *E, int mask_id);
+/* emit_prune_heads.c: a mask of an attention's heads (ir_value.prune_group); whether an
+ * attention's weights are in more than one pipeline stage (refused) */
+void emit_prune_heads(emitter *E, int mask_id);
+int prune_heads_span_stages(const emitter *E);
 /* fp16's loss scaling in an update function, before clipping and the updates: the check of
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */

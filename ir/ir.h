@@ -185,6 +185,9 @@ typedef struct ir_value {
                                * scaling replaces by the scale */
     int prune_mask;           /* STATE: --prune's mask of its parameter (1 where pruned), the last
                                * operand of the update (passes/optimizer.c) */
+    int prune_group;          /* prune_mask under RATIO:rows: its attention's heads from 1 (chosen
+                               * together with the group's other masks), 0: per channel */
+    int64_t prune_unit;       /* prune_group: channels of dim `axis` per head unit */
     int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
                                * as torch.optim skips a parameter whose .grad is None, the
                                * optimizer neither updates nor decays it */

@@ -295,6 +295,7 @@ int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d) {
     count_users(g, users, user);
     char *listed = calloc((size_t)g->n_values, 1);
     if (!listed) abort();
+    compact_heads(g, c, listed);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *m = g->values[i];
         int w = m->op == OP_MATMUL ? layout_source(g, m->operands[1]) : -1;

@@ -3,6 +3,8 @@
  * also takes its pruning mask, last (1 where pruned: zero at creation prunes nothing). A parameter the loss does not reach
  * (passes/trainable.c) gets neither, as torch.optim skips a parameter whose .grad is
  * None: no step, no weight decay. requires: autodiff (g->grads). */
+#include <stdlib.h>
+
 #include "passes.h"
 
 static int add_state(ir_graph *g, const ir_value *param, int p, const char *what) {
@@ -39,10 +41,37 @@ static int pruned_channels(const ir_graph *g, int param_id) {
     return -1;
 }
 
+/* Under RATIO:rows, the head group (from 1) holding param_id, and its member; 0 for none. */
+static int head_group_of(const prune_head_group *groups, int n, int param_id, const prune_head_member **member) {
+    for (int i = 0; i < n; i++)
+        for (int m = 0; m < groups[i].n_members; m++)
+            if (groups[i].members[m].param == param_id) {
+                *member = &groups[i].members[m];
+                return i + 1;
+            }
+    return 0;
+}
+
+/* The mask of a pruned weight: per channel along dim channels, or (RATIO:rows) with its
+ * attention's heads. */
+static void add_mask(ir_graph *g, const ir_value *param, int p, int channels, const prune_head_group *groups,
+                     int n_groups, int *ops, int *n) {
+    const prune_head_member *member = NULL;
+    int group = g->prune.rows ? head_group_of(groups, n_groups, param->id, &member) : 0;
+    if (channels < 0 && !group) return;
+    ir_value *mask = g->values[ops[*n] = add_state(g, param, p, "prune_mask")];
+    (*n)++;
+    mask->prune_mask = 1;
+    mask->axis = group ? member->axis : channels;
+    mask->prune_group = group;
+    mask->prune_unit = group ? member->unit : 0;
+}
+
 int pass_optimizer(ir_graph *g, dm_diag *d) {
     const ir_optimizer *o = &g->optimizer;
     if (o->kind == OPTIM_NONE || !g->grads) return 0;
-    int errors = 0;
+    int errors = 0, n_groups = 0;
+    prune_head_group *groups = g->prune.ratio > 0 && g->prune.rows ? prune_heads_find(g, &n_groups) : NULL;
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *param = g->values[g->params[p]];
         if (param->unreached) continue;
@@ -57,17 +86,13 @@ int pass_optimizer(ir_graph *g, dm_diag *d) {
             ops[n++] = add_state(g, param, p, "exp_avg");
             ops[n++] = add_state(g, param, p, "exp_avg_sq");
         }
-        int channels = g->prune.ratio > 0 ? pruned_channels(g, param->id) : -1;
-        if (channels >= 0) {
-            ops[n] = add_state(g, param, p, "prune_mask");
-            g->values[ops[n]]->prune_mask = 1;
-            g->values[ops[n++]]->axis = channels;
-        }
+        if (g->prune.ratio > 0) add_mask(g, param, p, pruned_channels(g, param->id), groups, n_groups, ops, &n);
         ir_value *u = ir_add(g, op, ops, n, o->loc);
         u->phase = PHASE_UPDATE;
         u->param_index = p;
         u->name = ir_internf(g, "%s.update", param->name);
         errors += shapes_infer(g, u, d);
     }
+    free(groups);
     return errors;
 }

@@ -38,6 +38,8 @@ typedef struct dm_layer_compaction { /* one product's weight: compacted, or why 
     int folded;                   /* compacted: removed channels' constants went into a bias */
     const char *why_not;          /* NULL when compacted */
     char why[160];
+    int heads;                    /* an attention's heads (compact_heads.c): weight is its q weight,
+                                   * next_weight its projection's, before/after count heads */
 } dm_layer_compaction;
 typedef struct dm_compaction {
     const char *path;             /* the pruned file (--compact) */
@@ -53,6 +55,10 @@ typedef struct dm_compaction {
  * shape; errors name the file and the tensor. */
 int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d);
 void dm_compaction_free(dm_compaction *c);
+/* compact_heads.c: the all-zero heads of every attention removed (a report line each in
+ * c->layers); marks listed[w] for the weights whose heads went. Returns how many attentions
+ * lost heads. */
+int compact_heads(ir_graph *g, dm_compaction *c, char *listed);
 
 /* fuse_attention.c: with g->fuse_attention, each softmax(causal_mask(q @ kT * s)) @ v whose
  * scores and probabilities nothing else reads becomes one attention op. requires: typed
@@ -82,6 +88,29 @@ int pass_recompute(ir_graph *g, dm_diag *d);
 
 /* optimizer.c: appends one update op per parameter and its state. requires: autodiff. */
 int pass_optimizer(ir_graph *g, dm_diag *d);
+
+/* prune_heads.c: the attentions' heads, the unit of --prune RATIO:rows for their q, k, v
+ * and output projection weights (docs/compression.md, "Attention heads"). */
+enum { PRUNE_HEAD_MEMBERS = 4 };
+typedef struct prune_head_member {
+    int param;                /* the weight's value id */
+    int axis;                 /* its dim of the heads' channels (q, k, v: output; projection: input) */
+    int64_t unit;             /* channels of that dim per unit, consecutive */
+} prune_head_member;
+typedef struct prune_head_group {
+    int attention;            /* the attention's value id (fused op, or the product with v) */
+    int64_t units;            /* heads pruned as units: the k/v heads (= q heads without GQA) */
+    int64_t q_heads, head_size;
+    int split[3], product[3];  /* q, k, v: the reshape into [.., heads, HS], the product before it */
+    int merge;                /* the reshape merging the heads, read by the output projection */
+    prune_head_member members[PRUNE_HEAD_MEMBERS];
+    int n_members;            /* 0 when not recognised */
+    const char *why;          /* not recognised: why (its weights stay per channel), else NULL */
+} prune_head_group;
+/* The single forward op reading v, or NULL when none or several do. */
+const ir_value *prune_heads_only_reader(const ir_graph *g, const ir_value *v);
+/* Every forward attention, in graph order (*n of them; the caller frees the array). */
+prune_head_group *prune_heads_find(const ir_graph *g, int *n);
 
 
 /* shard.c: completes the sharding of every value from the .dm annotations and inserts

@@ -553,6 +553,20 @@ int dmrt_prune_chooses(const dmrt_prune_schedule *s, int64_t t, int64_t total_st
 int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
                const dmrt_prune_schedule *s);
 
+/* One weight of an attention's heads (--prune RATIO:rows): element i of w (n elements) is in
+ * channel c = (i / inner) % channels, which is in head unit c / unit. */
+typedef struct dmrt_prune_part {
+    float *w, *mask;
+    int64_t n, channels, inner, unit;
+} dmrt_prune_part;
+
+/* dmrt_prune of `units` head units spread over parts (q, k, v, the output projection): a
+ * unit's L2 norm is over its elements in every part (sums of squares in double, part by part
+ * in index order), and the round(sparsity * units) of the smallest are pruned in every part
+ * (ties: the lower unit first). Returns DMRT_OK or DMRT_ERR_NOMEM (weights as they were). */
+int dmrt_prune_heads(const dmrt_prune_part *parts, int n_parts, int64_t units, int64_t t, int64_t total_steps,
+                     const dmrt_prune_schedule *s);
+
 /* ---- time ------------------------------------------------------------------------------ */
 
 /* Monotonic seconds. */

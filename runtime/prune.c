@@ -3,7 +3,8 @@
  * The mask lives in the optimizer state, so the mask of update t is a function of the
  * weights after that update and the mask before it: a resumed run chooses the same. A
  * channel is pruned whole (element by element: each element is a channel) by its L2 norm;
- * the threshold is selected in O(channels) on a copy of the norms. */
+ * the threshold is selected in O(channels) on a copy of the norms. An attention's heads
+ * (dmrt_prune_heads) are units spread over several weights, ranked by one norm over all. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -93,20 +94,56 @@ static int choose_mask(const float *w, float *mask, int64_t n, int64_t channels,
     return DMRT_OK;
 }
 
+/* The pruned elements of w set to 0. */
+static void apply_mask(float *w, const float *mask, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (mask[i] != 0.0f) w[i] = 0.0f;
+}
+
 int dmrt_prune_chooses(const dmrt_prune_schedule *s, int64_t t, int64_t total_steps) {
     return total_steps > 0 && (double)t > s->start * (double)total_steps && (double)(t - 1) < s->end * (double)total_steps;
 }
 
 int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
                const dmrt_prune_schedule *s) {
-    if (dmrt_prune_chooses(s, t, total_steps)) {
+    int ramp = dmrt_prune_chooses(s, t, total_steps);
+    if (ramp) {
         /* what was pruned is 0, the smallest: a growing count keeps it pruned */
-        for (int64_t i = 0; i < n; i++)
-            if (mask[i] != 0.0f) w[i] = 0.0f;
+        apply_mask(w, mask, n);
         int64_t count = (int64_t)nearbyint(dmrt_prune_sparsity(s, t, total_steps) * (double)channels);
         if (choose_mask(w, mask, n, channels, inner, count) != DMRT_OK) return DMRT_ERR_NOMEM;
     }
-    for (int64_t i = 0; i < n; i++)
-        if (mask[i] != 0.0f) w[i] = 0.0f;
+    apply_mask(w, mask, n);
+    return DMRT_OK;
+}
+
+static int64_t unit_of(const dmrt_prune_part *p, int64_t i) {
+    return (i / p->inner) % p->channels / p->unit;
+}
+
+int dmrt_prune_heads(const dmrt_prune_part *parts, int n_parts, int64_t units, int64_t t, int64_t total_steps,
+                     const dmrt_prune_schedule *s) {
+    if (dmrt_prune_chooses(s, t, total_steps)) {
+        double *sum = calloc((size_t)units, sizeof *sum);
+        float *norm = malloc(2 * (size_t)units * sizeof *norm);
+        if (!sum || !norm) {
+            free(sum);
+            free(norm);
+            return DMRT_ERR_NOMEM;
+        }
+        for (int k = 0; k < n_parts; k++) {
+            const dmrt_prune_part *p = &parts[k];
+            apply_mask(p->w, p->mask, p->n);
+            for (int64_t i = 0; i < p->n; i++) sum[unit_of(p, i)] += (double)p->w[i] * (double)p->w[i];
+        }
+        for (int64_t u = 0; u < units; u++) norm[u] = (float)sqrt(sum[u]);
+        int64_t count = (int64_t)nearbyint(dmrt_prune_sparsity(s, t, total_steps) * (double)units);
+        choose_smallest(norm, norm + units, units, count);
+        for (int k = 0; k < n_parts; k++)
+            for (int64_t i = 0; i < parts[k].n; i++) parts[k].mask[i] = norm[unit_of(&parts[k], i)];
+        free(sum);
+        free(norm);
+    }
+    for (int k = 0; k < n_parts; k++) apply_mask(parts[k].w, parts[k].mask, parts[k].n);
     return DMRT_OK;
 }
