@@ -192,6 +192,15 @@ typedef struct cg_prune {
     int64_t n, channels, inner;
 } cg_prune;
 
+/* --prune RATIO:rows over an attention's heads (emit_prune_heads.c): the `parts` array of
+ * dmrt_prune_part (its n_parts weights and masks) in scope, `units` heads; updates and name
+ * as in cg_prune. */
+typedef struct cg_prune_heads {
+    int n_parts;
+    int64_t units;
+    const char *updates, *name;
+} cg_prune_heads;
+
 typedef enum { CG_HOST_TO_DEVICE, CG_DEVICE_TO_HOST, CG_DEVICE_TO_DEVICE } cg_copy_kind;
 
 /* What a dialect's generated code can do, as data (1: it can). Code generation refuses
@@ -316,6 +325,8 @@ typedef struct cg_dialect {
     void (*scale)(cg_writer *w, const char *x, const char *count, const char *factor);
     /* dmrt_prune's work on the context's buffers (cg_prune). NULL: the target cannot prune. */
     void (*prune)(cg_writer *w, const cg_prune *k);
+    /* dmrt_prune_heads on the parts (cg_prune_heads). NULL: the target does not prune heads. */
+    void (*prune_heads)(cg_writer *w, const cg_prune_heads *k);
     void (*softmax)(cg_writer *w, const cg_rowwise *k);
     void (*softmax_grad)(cg_writer *w, const cg_rowwise *k);
     void (*causal_mask)(cg_writer *w, const cg_rowwise *k);

@@ -460,6 +460,14 @@ static void c_prune(cg_writer *w, const cg_prune *k) {
     cg_line(w, "}");
 }
 
+static void c_prune_heads(cg_writer *w, const cg_prune_heads *k) {
+    cg_line(w, "if (dmrt_prune_heads(parts, %d, %lld, %s, ctx->total_steps, &prune_schedule) != DMRT_OK) {", k->n_parts,
+            (long long)k->units, k->updates);
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"--prune: out of memory choosing the heads of %s\");", k->name);
+    cg_line(w, "    return DMRT_ERR_NOMEM;");
+    cg_line(w, "}");
+}
+
 /* Dropout: a loop per level, the global position along each counted level by level
  * (at_l), so the mask is keyed by the element's index in the whole tensor. */
 static void c_dropout(cg_writer *w, const cg_dropout *k) {
@@ -906,6 +914,7 @@ const cg_dialect cg_dialect_c = {
     .sum_squares = c_sum_squares,
     .scale = c_scale,
     .prune = c_prune,
+    .prune_heads = c_prune_heads,
     .dropout = c_dropout,
     .softmax = c_softmax,
     .softmax_grad = c_softmax_grad,

@@ -22,6 +22,9 @@ static const char *prune_unsupported(const emitter *E) {
     if (E->zero->n_buckets) return "ZeRO's updates hold a share of each weight, and a mask ranks the whole tensor";
     if (emits_2bw(E)) return "the 2bw and pipedream schedules' weight versions are not pruned";
     if (g->param_servers.servers) return "the parameter servers update the weights, and they do not prune";
+    if (prunes_heads(E) && !E->dialect->prune_heads)
+        return ":rows prunes an attention's heads together, which this target's dialect does not build yet (no prune_heads "
+               "hook): use --target c";
     if (prune_heads_span_stages(E)) return ":rows ranks an attention's heads over all its weights, which a pipeline cut splits";
     for (int i = 0; i < g->n_values; i++) {
         if (!g->values[i]->prune_mask) continue;

@@ -23,6 +23,12 @@ static int group_masks(const emitter *E, int group, int *masks) {
     return n;
 }
 
+int prunes_heads(const emitter *E) {
+    for (int i = 0; i < E->g->n_values; i++)
+        if (V(E, i)->prune_mask && V(E, i)->prune_group) return 1;
+    return 0;
+}
+
 int prune_heads_span_stages(const emitter *E) {
     for (int i = 0; i < E->g->n_values; i++) {
         const ir_value *m = V(E, i);
@@ -61,11 +67,9 @@ void emit_prune_heads(emitter *E, int mask_id) {
                 (long long)m->prune_unit, p->name, m->axis, (long long)m->prune_unit);
     }
     cg_line(w, "    };");
-    cg_line(w, "    if (dmrt_prune_heads(parts, %d, %lld, %s, ctx->total_steps, &prune_schedule) != DMRT_OK) {", n,
-            (long long)units, cg_updates_done(E));
-    cg_line(w, "        snprintf(ctx->error, sizeof ctx->error, \"--prune: out of memory choosing the heads of %s\");",
-            param->name);
-    cg_line(w, "        return DMRT_ERR_NOMEM;");
-    cg_line(w, "    }");
+    w->indent++;
+    cg_prune_heads k = {.n_parts = n, .units = units, .updates = cg_updates_done(E), .name = param->name};
+    E->dialect->prune_heads(w, &k);
+    w->indent--;
     cg_line(w, "}");
 }

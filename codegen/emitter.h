@@ -281,6 +281,7 @@ void emit_prune(emitter *E, int mask_id);
 /* emit_prune_heads.c: a mask of an attention's heads (ir_value.prune_group); whether an
  * attention's weights are in more than one pipeline stage (refused) */
 void emit_prune_heads(emitter *E, int mask_id);
+int prunes_heads(const emitter *E);            /* some weight's :rows unit is an attention's head */
 int prune_heads_span_stages(const emitter *E);
 /* fp16's loss scaling in an update function, before clipping and the updates: the check of
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
