@@ -826,6 +826,13 @@ static void cuda_prune(cg_writer *w, const cg_prune *k) {
     checked(w, call);
 }
 
+static void cuda_prune_heads(cg_writer *w, const cg_prune_heads *k) {
+    char call[512];
+    snprintf(call, sizeof call, "dmrt_gpu_prune_heads(ctx->gpu, parts, %d, %lld, %s, ctx->total_steps, &prune_schedule",
+             k->n_parts, (long long)k->units, k->updates);
+    checked(w, call);
+}
+
 /* dmrt_gpu_dropout: the levels as a dmrt_dropout_shape, each split level's offset this
  * rank's coordinate times its size */
 static void cuda_dropout(cg_writer *w, const cg_dropout *k) {
@@ -973,6 +980,7 @@ const cg_dialect cg_dialect_cuda = {
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
     .prune = cuda_prune,
+    .prune_heads = cuda_prune_heads,
     .dropout = cuda_dropout,
     .attention_scratch_floats = cuda_attention_scratch_floats,
     .attention = cuda_attention,

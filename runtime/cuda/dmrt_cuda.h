@@ -259,6 +259,11 @@ int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int p
  * kernel applies the mask. */
 int dmrt_gpu_prune(dmrt_gpu *g, float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t,
                    int64_t total_steps, const dmrt_prune_schedule *s);
+/* dmrt_prune_heads on parts in device memory (--prune RATIO:rows over an attention's heads):
+ * on the ramp's updates every part's weight and mask staged to host memory for the C
+ * target's choice and copied back; on the others the masks applied on the device. */
+int dmrt_gpu_prune_heads(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts, int64_t units, int64_t t,
+                         int64_t total_steps, const dmrt_prune_schedule *s);
 
 /* Fused attention (the attention op, passes/fuse_attention.c) over `heads` heads of
  * (positions, width), one thread a row (runtime/dmrt_attention_rows.h): the forward writes

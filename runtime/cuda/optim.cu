@@ -156,3 +156,46 @@ int dmrt_gpu_prune(dmrt_gpu *g, float *w, float *mask, int64_t n, int64_t channe
     CUDA_CHECK(g, cudaMemcpyAsync(mask, h + n, bytes, cudaMemcpyHostToDevice, g->stream));
     return DMRT_OK;
 }
+
+int dmrt_gpu_prune_heads(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts, int64_t units, int64_t t,
+                         int64_t total_steps, const dmrt_prune_schedule *s) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, parts != NULL && n_parts > 0 && n_parts <= 8 && s != NULL);
+    if (!dmrt_prune_chooses(s, t, total_steps)) {
+        for (int k = 0; k < n_parts; k++) {
+            if (parts[k].n == 0) continue;
+            prune_apply_kernel<<<gpu_blocks(parts[k].n, 256), 256, 0, g->stream>>>(parts[k].w, parts[k].mask, parts[k].n);
+            LAUNCH_CHECK(g, "prune_apply_kernel");
+        }
+        return DMRT_OK;
+    }
+    int64_t total = 0;
+    for (int k = 0; k < n_parts; k++) total += 2 * parts[k].n;
+    float *h;
+    int rc = dmrt_gpu_wait_stream(g, g->stream);
+    if (rc != DMRT_OK || (rc = dmrt_gpu_staging(g, (size_t)total * sizeof(float), &h)) != DMRT_OK) return rc;
+    dmrt_prune_part host[8];
+    float *at = h;
+    for (int k = 0; k < n_parts; k++) { /* each part's weight, then its mask, in the staging buffer */
+        host[k] = parts[k];
+        host[k].w = at;
+        host[k].mask = at + parts[k].n;
+        at += 2 * parts[k].n;
+        CUDA_CHECK(g, cudaMemcpyAsync(host[k].w, parts[k].w, (size_t)parts[k].n * sizeof(float), cudaMemcpyDeviceToHost,
+                                      g->stream));
+        CUDA_CHECK(g, cudaMemcpyAsync(host[k].mask, parts[k].mask, (size_t)parts[k].n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, g->stream));
+    }
+    if ((rc = dmrt_gpu_wait_stream(g, g->stream)) != DMRT_OK) return rc;
+    if (dmrt_prune_heads(host, n_parts, units, t, total_steps, s) != DMRT_OK)
+        return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "--prune: out of memory choosing %lld heads",
+                             (long long)units);
+    /* asynchronous: the next staged call drains the stream before it touches the staging */
+    for (int k = 0; k < n_parts; k++) {
+        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].w, host[k].w, (size_t)parts[k].n * sizeof(float), cudaMemcpyHostToDevice,
+                                      g->stream));
+        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].mask, host[k].mask, (size_t)parts[k].n * sizeof(float),
+                                      cudaMemcpyHostToDevice, g->stream));
+    }
+    return DMRT_OK;
+}

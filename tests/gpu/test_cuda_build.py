@@ -13,7 +13,8 @@ the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.d
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
-(mlp.dm element by element, by rows and on data=2; gpt.dm element by element), sequence
+(mlp.dm element by element, by rows and on data=2; gpt.dm element by element and by
+attention heads), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
 --quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
 --predict, or int8 calibrates and --save-quantized, instead of a training step),
@@ -116,6 +117,8 @@ CASES = [
     ("mlp-prune-rows", "examples/mlp.dm", SMALL_MLP, None, ["--prune", "0.5:rows"], None),
     ("mlp-data2-prune", "examples/mlp.dm", SMALL_MLP, "data=2", ["--prune", "0.5"], None),
     ("gpt-prune", "examples/gpt.dm", "V=256,T=64,C=128,NH=4,L=2,B=4", None, ["--prune", "0.5"], None),
+    # :rows on gpt.dm: its attentions' heads chosen together (dmrt_gpu_prune_heads)
+    ("gpt-prune-heads", "examples/gpt.dm", TINY_GPT, None, ["--prune", "0.5:rows"], None),
     ("mlp-data2-mpi", "examples/mlp.dm", SMALL_MLP, "data=2", ["--backend", "mpi"], None),
     ("gpt-serial", "examples/gpt.dm", TINY_GPT, None, [], None),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, "data=2", [], None),

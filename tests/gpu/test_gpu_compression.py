@@ -1,7 +1,8 @@
 """test_gpu_compression.py DMC SRCROOT WHAT: --prune and distillation on the CUDA target, run.
 
 WHAT is
-  prune     mlp.dm trained 8 steps with --prune 0.5 (element by element, and :rows) on the C
+  prune     mlp.dm trained 8 steps with --prune 0.5 (element by element, and :rows; gpt.dm
+            with :rows, by attention heads) on the C
             target and on the CUDA one from the same seed, the sparsity ramping to the last
             step (so its mask is chosen from that step's weights): every weight matrix holds
             the same zeros on both (the masks are runtime/prune.c's rule on weights that
@@ -37,10 +38,10 @@ VALUE_RTOL, VALUE_ATOL = 1e-3, 1e-5
 LOSS_RTOL = 1e-4
 
 
-def mlp_files(root, tmp):
-    dm_file, sizes = eq.MODELS["mlp"]
-    batch_file = os.path.join(tmp, "batches.safetensors")
-    stio.save({k: v[:STEPS] for k, v in eq.batches("mlp", sizes, np.random.default_rng(5)).items()}, batch_file)
+def mlp_files(root, tmp, model="mlp"):
+    dm_file, sizes = eq.MODELS[model]
+    batch_file = os.path.join(tmp, "%s-batches.safetensors" % model)
+    stio.save({k: v[:STEPS] for k, v in eq.batches(model, sizes, np.random.default_rng(5)).items()}, batch_file)
     return os.path.join(root, dm_file), ["--set", sizes, "--seed", "7", "--batch-file", batch_file]
 
 
@@ -81,20 +82,21 @@ def l1_rule(torch, tag, weights):
 
 def prune(dmc, root, tmp):
     import torch
-    dm_file, common = mlp_files(root, tmp)
     worst = 0.0
-    for how in ("%g" % RATIO, "%g:rows" % RATIO):
+    # gpt.dm's :rows prunes its attentions' heads together (dmrt_gpu_prune_heads)
+    for model, how in (("mlp", "%g" % RATIO), ("mlp", "%g:rows" % RATIO), ("gpt", "%g:rows" % RATIO)):
+        dm_file, common = mlp_files(root, tmp, model)
         saved = {}
         for target in ("c", "cuda"):
-            saved[target] = os.path.join(tmp, "%s-%s.safetensors" % (target, how.replace(":", "-")))
+            saved[target] = os.path.join(tmp, "%s-%s-%s.safetensors" % (model, target, how.replace(":", "-")))
             dmc_run(dmc, dm_file, tmp, common + ["--steps", str(STEPS), "--prune", how, "--prune-end", "1",
                                                  "--save", saved[target]], target)
         cuda, c = stio.load(saved["cuda"]), stio.load(saved["c"])
-        worst = max(worst, same_zeros("--prune " + how, cuda, c))
+        worst = max(worst, same_zeros("%s --prune %s" % (model, how), cuda, c))
         if ":" not in how:
             l1_rule(torch, "--prune " + how, cuda)
-    return ("mlp: %d pruned steps on CUDA hold the C target's zeros (at most %.2f%% of positions differ) and "
-            "l1_unstructured's mask of their own weights" % (STEPS, 100 * worst))
+    return ("mlp (by elements and channels) and gpt (by heads): %d pruned steps on CUDA hold the C target's zeros (at "
+            "most %.2f%% of positions differ) and l1_unstructured's mask of their own weights" % (STEPS, 100 * worst))
 
 
 def resume(dmc, root, tmp):
