@@ -787,6 +787,9 @@ static int64_t state_padded(const ir_graph *g, int64_t numel) {
 
 void memory_update_layout(dm_memory_plan *plan, const ir_graph *g) {
     if (plan->stages > 1 || g->zero || g->param_servers.servers) return;
+    /* several ranks reduce gradients in buckets of the backward pass's order: kept */
+    for (int a = 0; a < g->n_axes; a++)
+        if (g->axes[a].size > 1) return;
     relayout_by_update(plan, g, REGION_GRADS, 1, 1, plan->grad_elems, dm_persistent_elems);
     relayout_by_update(plan, g, REGION_STATE, 2, 5, plan->state_elems, state_padded);
 }
