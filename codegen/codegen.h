@@ -51,6 +51,9 @@ int codegen_target_known(const char *name);
 int codegen_fuses_attention(const char *target);
 /* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
 int codegen_fuses_bias(const char *target);
+/* Whether the target updates a serial program's parameters in one launch where it can
+ * (emit_flat_update.c), its gradients and optimizer state then laid out as its parameters (memory_update_layout): CUDA's does. */
+int codegen_flat_update(const char *target);
 /* The scratch the target's kernels need (dm_scratch_elems), for --explain's prediction. */
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
 /* The target's toolchain (NULL: the default target's). */

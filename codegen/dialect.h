@@ -220,6 +220,8 @@ typedef struct cg_capabilities {
     int bf16, f16;          /* 16-bit product operands (--precision bf16, fp16): the casts'
                              * round_to and cg_gemm.operands */
     int quantize;           /* --quantize's narrow weights and their products (quant_gemm) */
+    int flat_update;        /* a serial program's update in one sgd or adamw call over its parameters
+                             * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.

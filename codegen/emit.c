@@ -246,6 +246,11 @@ int codegen_fuses_bias(const char *target) {
     return d && d->can.bias_activation;
 }
 
+int codegen_flat_update(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.flat_update;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;

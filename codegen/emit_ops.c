@@ -663,6 +663,7 @@ static void emit_update(emitter *E, const ir_value *v) {
         cg_line(&E->w, "/* updated by its parameter server (ps_update), below */");
         return;
     }
+    if (emit_flat_update(E, v)) return;
     char count[32];
     snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, v->operands[0])));
     cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]],

@@ -224,6 +224,12 @@ void emit_zero_bucket(emitter *E, const dm_zero_bucket *b);
  * later, from emit_zero_bucket_updates. The blocks of a member's elements in the rank's
  * share ([lo, hi) with share_begin declared), and where the share of the gradients is. */
 void emit_zero_bucket_updates(emitter *E, const dm_zero_bucket *b);
+/* emit_flat_update.c: update op v of a serial program whose update is one call over its
+ * parameters laid end to end (the dialect's can.flat_update): the call at the first
+ * update, a comment at the others; 0 where v takes its own call. */
+int emit_flat_update(emitter *E, const ir_value *v);
+/* Whether update op v is in such a call (its operands then need no local names). */
+int flat_update_covers(const emitter *E, const ir_value *v);
 void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
 void zero_close_member(emitter *E);
 void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size);

@@ -85,6 +85,7 @@ static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     pass_memory(g, &out->memory);
     pipeline_plan_readers(&out->pipeline, g, &out->memory);
     memory_plan_stages(&out->memory, g, &out->pipeline);
+    if (codegen_flat_update(req->target)) memory_update_layout(&out->memory, g);
     dm_scratch_rules scratch_rules;
     codegen_scratch_rules(req->target, &scratch_rules);
     out->memory.scratch_elems = dm_scratch_elems(g, &scratch_rules);

@@ -745,6 +745,55 @@ const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank) {
 /* The rank (pipeline coordinate) of stage k. */
 static int rank_of(const dm_memory_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
 
+/* Operand k of update op v (parameter, gradient, the state tensors, a pruning mask last)
+ * when it is its gradient or a state tensor, or -1. */
+static int update_operand(const ir_graph *g, const ir_value *v, int k) {
+    if (ir_op_info_of(v->op)->cls != OPC_UPDATE) return -1;
+    int mask = g->values[v->operands[v->n_operands - 1]]->prune_mask;
+    return k >= 1 && k < v->n_operands - mask ? v->operands[k] : -1;
+}
+
+/* The buffers of `region` anew: operand `first` of every update in the updates' order,
+ * then operand first + 1 of every one, ... up to operand `last`; each of the region's
+ * `elems` elements as before (sizes by `padded`), the values sharing a buffer moved with
+ * it. Where a buffer of the region is no update's, the plan stays. */
+static void relayout_by_update(dm_memory_plan *plan, const ir_graph *g, dm_region region, int first, int last, int64_t elems,
+                               int64_t (*padded)(const ir_graph *g, int64_t numel)) {
+    int n = g->n_values, buffers = 0, placed = 0;
+    int64_t *at = malloc(((size_t)n + 1) * sizeof(int64_t)), top = 0;
+    if (!at) abort();
+    for (int i = 0; i < n; i++) {
+        at[i] = -1;
+        buffers += plan->region[i] == region && plan->storage_of[i] == i;
+    }
+    for (int k = first; k <= last; k++)
+        for (int i = 0; i < n; i++) {
+            int b = update_operand(g, g->values[i], k);
+            if (b < 0 || plan->region[b] != region || plan->storage_of[b] != b || at[b] >= 0) continue;
+            at[b] = top;
+            top += padded(g, ir_local_numel(g, &g->values[b]->type));
+            placed++;
+        }
+    if (placed == buffers && top == elems)
+        for (int i = 0; i < n; i++)
+            if (at[plan->storage_of[i]] >= 0) plan->offset[i] = at[plan->storage_of[i]] + plan->within[i];
+    free(at);
+}
+
+static int64_t state_padded(const ir_graph *g, int64_t numel) {
+    (void)g;
+    return round_up(numel);
+}
+
+void memory_update_layout(dm_memory_plan *plan, const ir_graph *g) {
+    if (plan->stages > 1 || g->zero || g->param_servers.servers) return;
+    /* several ranks reduce gradients in buckets of the backward pass's order: kept */
+    for (int a = 0; a < g->n_axes; a++)
+        if (g->axes[a].size > 1) return;
+    relayout_by_update(plan, g, REGION_GRADS, 1, 1, plan->grad_elems, dm_persistent_elems);
+    relayout_by_update(plan, g, REGION_STATE, 2, 5, plan->state_elems, state_padded);
+}
+
 int64_t dm_offset_on(const dm_memory_plan *plan, const ir_graph *g, int id, int stage) {
     int root = plan->storage_of[id];
     if (plan->stages <= 1 || stage < 0 || g->values[root]->stage == stage) return plan->offset[root] + plan->within[id];

@@ -446,6 +446,14 @@ void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_m
  * own ops and the values it receives), so that a rank allocates only its stage's share.
  * Leaves a one-stage plan as it is. */
 void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe);
+/* memory.c, for a target that updates a one-stage program's parameters in one call
+ * (codegen_flat_update): the gradients in the order of the updates that read them (not
+ * the backward pass's), and the optimizer state by slot, every update's first state tensor
+ * (AdamW's exp_avg, SGD's momentum) one after another in the updates' order, then every
+ * second one, so that each is laid out as the parameters are. Sizes and totals are
+ * unchanged. Leaves the plan as it is with more than one rank, several stages, ZeRO or
+ * parameter servers, or where a gradient or state buffer is not an update's own. */
+void memory_update_layout(dm_memory_plan *plan, const ir_graph *g);
 /* Where value id's buffer (its storage root's) is on `stage`'s ranks: its offset in their
  * region, or -1 when that stage holds no copy. stage < 0: its own stage. A parameter is held
  * once per rank: its stages (interleaved, several) share it. */
