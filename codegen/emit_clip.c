@@ -140,7 +140,7 @@ void emit_loss_unscale(emitter *E, int stage) {
     emit_ps_skipped_exchange(E);
     cg_line(w, "    return DMRT_OK; /* ctx->step counts it (the learning rate moves on, as a scheduler stepped per");
     cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done)%s */",
-            !emits_param_servers(E) ? "" : emits_async_param_servers(E) ? "" : "; nothing is pushed");
+            emits_param_servers(E) && !emits_async_param_servers(E) ? "; nothing is pushed" : "");
     cg_line(w, "}");
     cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
     each_gradient(E, stage, 0, "unscale");

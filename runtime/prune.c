@@ -106,8 +106,7 @@ int dmrt_prune_chooses(const dmrt_prune_schedule *s, int64_t t, int64_t total_st
 
 int dmrt_prune(float *w, float *mask, int64_t n, int64_t channels, int64_t inner, int64_t t, int64_t total_steps,
                const dmrt_prune_schedule *s) {
-    int ramp = dmrt_prune_chooses(s, t, total_steps);
-    if (ramp) {
+    if (dmrt_prune_chooses(s, t, total_steps)) {
         /* what was pruned is 0, the smallest: a growing count keeps it pruned */
         apply_mask(w, mask, n);
         int64_t count = (int64_t)nearbyint(dmrt_prune_sparsity(s, t, total_steps) * (double)channels);

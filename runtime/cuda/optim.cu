@@ -128,6 +128,47 @@ __global__ static void prune_apply_kernel(float *w, const float *mask, int64_t n
         if (mask[i] != 0.0f) w[i] = 0.0f;
 }
 
+/* The masks of parts applied on the device: dmrt_prune's work off the ramp. */
+static int apply_masks(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts) {
+    for (int k = 0; k < n_parts; k++) {
+        if (parts[k].n == 0) continue;
+        prune_apply_kernel<<<gpu_blocks(parts[k].n, 256), 256, 0, g->stream>>>(parts[k].w, parts[k].mask, parts[k].n);
+        LAUNCH_CHECK(g, "prune_apply_kernel");
+    }
+    return DMRT_OK;
+}
+
+/* Each part's weight and mask copied into the staging buffer, host[k] the part there (at
+ * most 8 parts); the stream drained, so the host may read them. */
+static int stage_parts_out(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts, dmrt_prune_part *host) {
+    int64_t total = 0;
+    for (int k = 0; k < n_parts; k++) total += 2 * parts[k].n;
+    float *at;
+    int rc = dmrt_gpu_wait_stream(g, g->stream); /* the staging buffer may be reallocated */
+    if (rc != DMRT_OK || (rc = dmrt_gpu_staging(g, (size_t)total * sizeof(float), &at)) != DMRT_OK) return rc;
+    for (int k = 0; k < n_parts; k++) {
+        const size_t bytes = (size_t)parts[k].n * sizeof(float);
+        host[k] = parts[k];
+        host[k].w = at;
+        host[k].mask = at + parts[k].n;
+        at += 2 * parts[k].n;
+        CUDA_CHECK(g, cudaMemcpyAsync(host[k].w, parts[k].w, bytes, cudaMemcpyDeviceToHost, g->stream));
+        CUDA_CHECK(g, cudaMemcpyAsync(host[k].mask, parts[k].mask, bytes, cudaMemcpyDeviceToHost, g->stream));
+    }
+    return dmrt_gpu_wait_stream(g, g->stream);
+}
+
+/* The host's weights and masks back into the parts; asynchronous: the next staged call
+ * drains the stream before it touches the staging. */
+static int stage_parts_in(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts, const dmrt_prune_part *host) {
+    for (int k = 0; k < n_parts; k++) {
+        const size_t bytes = (size_t)parts[k].n * sizeof(float);
+        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].w, host[k].w, bytes, cudaMemcpyHostToDevice, g->stream));
+        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].mask, host[k].mask, bytes, cudaMemcpyHostToDevice, g->stream));
+    }
+    return DMRT_OK;
+}
+
 /* On the ramp the weights and the mask go to host memory, where runtime/prune.c chooses the
  * mask from the same floats as the C target would, and come back; elsewhere the mask is
  * applied on the device. */
@@ -135,67 +176,28 @@ int dmrt_gpu_prune(dmrt_gpu *g, float *w, float *mask, int64_t n, int64_t channe
                    int64_t t, int64_t total_steps, const dmrt_prune_schedule *s) {
     GPU_ENTER(g);
     ARG_CHECK(g, n >= 0 && s != NULL);
+    const dmrt_prune_part part = {w, mask, n, channels, inner, 1};
     if (n == 0) return DMRT_OK;
-    if (!dmrt_prune_chooses(s, t, total_steps)) {
-        prune_apply_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(w, mask, n);
-        LAUNCH_CHECK(g, "prune_apply_kernel");
-        return DMRT_OK;
-    }
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *h;
-    int rc = dmrt_gpu_wait_stream(g, g->stream);
-    if (rc != DMRT_OK || (rc = dmrt_gpu_staging(g, 2 * bytes, &h)) != DMRT_OK) return rc;
-    CUDA_CHECK(g, cudaMemcpyAsync(h, w, bytes, cudaMemcpyDeviceToHost, g->stream));
-    CUDA_CHECK(g, cudaMemcpyAsync(h + n, mask, bytes, cudaMemcpyDeviceToHost, g->stream));
-    if ((rc = dmrt_gpu_wait_stream(g, g->stream)) != DMRT_OK) return rc;
-    if (dmrt_prune(h, h + n, n, channels, inner, t, total_steps, s) != DMRT_OK)
+    if (!dmrt_prune_chooses(s, t, total_steps)) return apply_masks(g, &part, 1);
+    dmrt_prune_part host;
+    int rc = stage_parts_out(g, &part, 1, &host);
+    if (rc != DMRT_OK) return rc;
+    if (dmrt_prune(host.w, host.mask, n, channels, inner, t, total_steps, s) != DMRT_OK)
         return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "--prune: out of memory choosing a mask of %lld elements",
                              (long long)n);
-    /* asynchronous: the next staged call drains the stream before it touches the staging */
-    CUDA_CHECK(g, cudaMemcpyAsync(w, h, bytes, cudaMemcpyHostToDevice, g->stream));
-    CUDA_CHECK(g, cudaMemcpyAsync(mask, h + n, bytes, cudaMemcpyHostToDevice, g->stream));
-    return DMRT_OK;
+    return stage_parts_in(g, &part, 1, &host);
 }
 
 int dmrt_gpu_prune_heads(dmrt_gpu *g, const dmrt_prune_part *parts, int n_parts, int64_t units, int64_t t,
                          int64_t total_steps, const dmrt_prune_schedule *s) {
     GPU_ENTER(g);
     ARG_CHECK(g, parts != NULL && n_parts > 0 && n_parts <= 8 && s != NULL);
-    if (!dmrt_prune_chooses(s, t, total_steps)) {
-        for (int k = 0; k < n_parts; k++) {
-            if (parts[k].n == 0) continue;
-            prune_apply_kernel<<<gpu_blocks(parts[k].n, 256), 256, 0, g->stream>>>(parts[k].w, parts[k].mask, parts[k].n);
-            LAUNCH_CHECK(g, "prune_apply_kernel");
-        }
-        return DMRT_OK;
-    }
-    int64_t total = 0;
-    for (int k = 0; k < n_parts; k++) total += 2 * parts[k].n;
-    float *h;
-    int rc = dmrt_gpu_wait_stream(g, g->stream);
-    if (rc != DMRT_OK || (rc = dmrt_gpu_staging(g, (size_t)total * sizeof(float), &h)) != DMRT_OK) return rc;
+    if (!dmrt_prune_chooses(s, t, total_steps)) return apply_masks(g, parts, n_parts);
     dmrt_prune_part host[8];
-    float *at = h;
-    for (int k = 0; k < n_parts; k++) { /* each part's weight, then its mask, in the staging buffer */
-        host[k] = parts[k];
-        host[k].w = at;
-        host[k].mask = at + parts[k].n;
-        at += 2 * parts[k].n;
-        CUDA_CHECK(g, cudaMemcpyAsync(host[k].w, parts[k].w, (size_t)parts[k].n * sizeof(float), cudaMemcpyDeviceToHost,
-                                      g->stream));
-        CUDA_CHECK(g, cudaMemcpyAsync(host[k].mask, parts[k].mask, (size_t)parts[k].n * sizeof(float),
-                                      cudaMemcpyDeviceToHost, g->stream));
-    }
-    if ((rc = dmrt_gpu_wait_stream(g, g->stream)) != DMRT_OK) return rc;
+    int rc = stage_parts_out(g, parts, n_parts, host);
+    if (rc != DMRT_OK) return rc;
     if (dmrt_prune_heads(host, n_parts, units, t, total_steps, s) != DMRT_OK)
         return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "--prune: out of memory choosing %lld heads",
                              (long long)units);
-    /* asynchronous: the next staged call drains the stream before it touches the staging */
-    for (int k = 0; k < n_parts; k++) {
-        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].w, host[k].w, (size_t)parts[k].n * sizeof(float), cudaMemcpyHostToDevice,
-                                      g->stream));
-        CUDA_CHECK(g, cudaMemcpyAsync(parts[k].mask, host[k].mask, (size_t)parts[k].n * sizeof(float),
-                                      cudaMemcpyHostToDevice, g->stream));
-    }
-    return DMRT_OK;
+    return stage_parts_in(g, parts, n_parts, host);
 }
