@@ -172,7 +172,7 @@ def last_level_cache():
     return best
 
 
-def check_file(dmc, hw, backend, tmp, check):
+def check_file(dmc, hw, backend, tmp, check, timing):
     what = backend
     need = [("name",), ("notes",), ("device", "peak_flops", "fp32"), ("device", "peak_flops", "tf32"),
             ("device", "peak_flops", "bf16"), ("device", "memory_bytes"), ("device", "memory_bandwidth"),
@@ -294,7 +294,7 @@ def check_file(dmc, hw, backend, tmp, check):
         print("note %s: the intra_node link prices %s of 256 KiB and more at %s of the measured" %
               (what, kind, ", ".join(ratios)))
         if factor is not None:
-            check(ratios and 1 / factor <= float(ratios[-1]) <= factor,
+            timing(ratios and 1 / factor <= float(ratios[-1]) <= factor,
                   "%s: the intra_node link predicts %s's largest message (%d bytes) within a factor %g (predicted / "
                   "measured: %s)" % (what, kind, links[kind][-1]["bytes"], factor, ratios[-1] if ratios else "none"))
 
@@ -305,13 +305,39 @@ def check_file(dmc, hw, backend, tmp, check):
     else:
         mine = next(r for r in gemm if (r["m"], r["n"], r["k"]) == (512, 512, 512))
         ratio = mine["flops"] / mine["seconds"] / probe["gemm_flops"]
-        check(1 / 2.5 <= ratio <= 2.5, "%s: sgemm 512^3 %.4g flop/s per core, numpy's matmul %.4g (ratio %.2f, within 2.5)"
+        timing(1 / 2.5 <= ratio <= 2.5, "%s: sgemm 512^3 %.4g flop/s per core, numpy's matmul %.4g (ratio %.2f, within 2.5)"
               % (what, mine["flops"] / mine["seconds"], probe["gemm_flops"], ratio))
         ratio = dev["memory_bandwidth"] / probe["copy_bandwidth"]
-        check(1 / 3 <= ratio <= 3, "%s: memory bandwidth %.4g B/s per core, numpy's copy %.4g (ratio %.2f, within 3)"
+        timing(1 / 3 <= ratio <= 3, "%s: memory bandwidth %.4g B/s per core, numpy's copy %.4g (ratio %.2f, within 3)"
               % (what, dev["memory_bandwidth"], probe["copy_bandwidth"], ratio))
 
     explain_accepts(dmc, hw, tmp, check, what)
+
+
+ATTEMPTS = 3
+
+
+def calibrate_and_check(dmc, backend, tmp, check, timing):
+    """dmc calibrate --quick for a backend, then every check of its file; False when there
+    is no file to check."""
+    out = os.path.join(tmp, "calibrated-%s.json" % backend)
+    t0 = time.time()
+    r = subprocess.run([dmc, "calibrate", "--quick", "--backend", backend, "-o", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    seconds = time.time() - t0
+    check(r.returncode == 0 and os.path.exists(out), "%s: dmc calibrate --quick -o FILE, %.1f s%s"
+          % (backend, seconds, "" if r.returncode == 0 else ": " + r.stderr.strip()[-500:]))
+    if r.returncode != 0:
+        return False
+    timing(seconds < 30, "%s: --quick takes under 30 s (%.1f s)" % (backend, seconds))
+    try:
+        with open(out) as f:
+            hw = json.load(f)
+    except ValueError as e:
+        check(False, "%s: the file is JSON: %s" % (backend, e))
+        return False
+    check_file(dmc, hw, backend, tmp, check, timing)
+    return True
 
 
 def main(argv):
@@ -328,23 +354,25 @@ def main(argv):
 
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
-            out = os.path.join(tmp, "calibrated-%s.json" % backend)
-            t0 = time.time()
-            r = subprocess.run([dmc, "calibrate", "--quick", "--backend", backend, "-o", out],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-            seconds = time.time() - t0
-            check(r.returncode == 0 and os.path.exists(out), "%s: dmc calibrate --quick -o FILE, %.1f s%s"
-                  % (backend, seconds, "" if r.returncode == 0 else ": " + r.stderr.strip()[-500:]))
-            if r.returncode != 0:
-                continue
-            check(seconds < 30, "%s: --quick takes under 30 s (%.1f s)" % (backend, seconds))
-            try:
-                with open(out) as f:
-                    hw = json.load(f)
-            except ValueError as e:
-                check(False, "%s: the file is JSON: %s" % (backend, e))
-                continue
-            check_file(dmc, hw, backend, tmp, check)
+            # The checks comparing two timings (calibrate's against numpy's, the fitted link
+            # against the largest message) hold on a quiet machine; when other work starts or
+            # stops between the two, one side is off by more than the factor. So calibrate
+            # runs again, up to ATTEMPTS times, until its timing checks hold; every other
+            # check is of the file's own arithmetic and must hold on the first run.
+            for attempt in range(1, ATTEMPTS + 1):
+                timings = []
+                # a later attempt's exact checks count only if one fails
+                exact = check if attempt == 1 else \
+                    lambda ok, what, n=attempt: ok or check(ok, "%s (attempt %d of %d)" % (what, n, ATTEMPTS))
+                if not calibrate_and_check(dmc, backend, tmp, exact, lambda ok, what: timings.append((ok, what))):
+                    break
+                off = [what for ok, what in timings if not ok]
+                if not off or attempt == ATTEMPTS:
+                    for ok, what in timings:
+                        check(ok, what + ("" if attempt == 1 else " (attempt %d of %d)" % (attempt, ATTEMPTS)))
+                    break
+                print("note: attempt %d of %d, timings off (a busy machine?): %s; calibrating again"
+                      % (attempt, ATTEMPTS, "; ".join(off)))
 
         r = subprocess.run([dmc, "calibrate", "--quick"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True)
