@@ -915,9 +915,32 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
     checked(w, call);
 }
 
-/* Fused attention: runtime/cuda/attention.cu, a thread a row; it needs no scratch (a
- * float, so that the context's layout stays the C target's shape). */
+/* Fused attention: in f32 runtime/cuda/attention.cu, a thread a row, which needs no scratch
+ * (a float, so that the context's layout stays the C target's shape); in bf16 or fp16
+ * attention16.cu, cuDNN on 16-bit copies in the scratch (dmrt_cuda_attention16_scratch_bytes). */
+static void cuda_attention16(cg_writer *w, const cg_attention *k, int backward) {
+    char call[1536];
+    int half = k->operands == DT_F16;
+    if (backward)
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_attention16_backward(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, "
+                 "%s, %lld, \"%s\"",
+                 half, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads,
+                 (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work, (long long)(4 * k->work_floats),
+                 k->name);
+    else
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_attention16_forward(ctx->gpu, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s, %lld, \"%s\"",
+                 half, k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
+                 k->scale, k->causal, k->work, (long long)(4 * k->work_floats), k->name);
+    checked(w, call);
+}
+
 static void cuda_attention(cg_writer *w, const cg_attention *k) {
+    if (k->operands != DT_F32) {
+        cuda_attention16(w, k, 0);
+        return;
+    }
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q, k->k,
              k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal);
@@ -925,6 +948,10 @@ static void cuda_attention(cg_writer *w, const cg_attention *k) {
 }
 
 static void cuda_attention_grad(cg_writer *w, const cg_attention *k) {
+    if (k->operands != DT_F32) {
+        cuda_attention16(w, k, 1);
+        return;
+    }
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
              k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
@@ -932,9 +959,11 @@ static void cuda_attention_grad(cg_writer *w, const cg_attention *k) {
     checked(w, call);
 }
 
-static int64_t cuda_attention_scratch_floats(int64_t positions, int64_t width) {
-    (void)positions, (void)width;
-    return 1;
+static int64_t cuda_attention_scratch_floats(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype) {
+    if (dtype == DT_F32) return 1;
+    int64_t forward = dmrt_cuda_attention16_scratch_bytes(heads, positions, width, 0);
+    int64_t backward = dmrt_cuda_attention16_scratch_bytes(heads, positions, width, 1);
+    return ((forward > backward ? forward : backward) + 3) / 4;
 }
 
 const cg_dialect cg_dialect_cuda = {
@@ -949,10 +978,10 @@ const cg_dialect cg_dialect_cuda = {
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
-            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1},
+            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
-                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
+                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,
     .create_failures = ", \"no CUDA device: ...\"",
     .threads_note = " This target's kernels run on the GPU: it changes nothing there.",

@@ -479,6 +479,9 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
     explain_mib(f.probability_elems, probabilities, sizeof probabilities);
     fprintf(out, "attention: %d fused (line %d): %s of row statistics kept for the backward instead of %s of probabilities\n",
             f.count, f.line, kept, probabilities);
+    if (g->attention_16bit)
+        fprintf(out, "  each runs in %s through cuDNN's fused attention (f32 statistics), q, k, v cast in scratch\n",
+                ir_dtype_name(g->product_dtype));
     if (full)
         fprintf(out, "  (one rank's shards, every stage, one micro-batch): blocks of queries and keys with an online softmax,\n"
                      "  the backward makes the scores again; --no-fuse-attention keeps the unfused ops\n");
@@ -487,8 +490,9 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
 
 static void attention_json(const ir_graph *g, FILE *out) {
     fused_attention f = fused_attentions(g);
-    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f}",
-            f.count, 4 * f.kept_elems, 4 * f.probability_elems);
+    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f, \"dtype\": \"%s\"}",
+            f.count, 4 * f.kept_elems, 4 * f.probability_elems,
+            ir_dtype_name(g->attention_16bit ? g->product_dtype : DT_F32));
 }
 
 int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value) {
