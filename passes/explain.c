@@ -490,9 +490,8 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
 
 static void attention_json(const ir_graph *g, FILE *out) {
     fused_attention f = fused_attentions(g);
-    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f, \"dtype\": \"%s\"}",
-            f.count, 4 * f.kept_elems, 4 * f.probability_elems,
-            ir_dtype_name(g->attention_16bit ? g->product_dtype : DT_F32));
+    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f}",
+            f.count, 4 * f.kept_elems, 4 * f.probability_elems);
 }
 
 int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value) {

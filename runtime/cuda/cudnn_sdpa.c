@@ -222,7 +222,7 @@ static cudnnBackendDescriptor_t backward_dv(dmrt_sdpa_graph *g, const sdpa_dims 
 
 static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     cudnnBackendDescriptor_t q = matrix(g, s, "q", DMRT_SDPA_Q, s->io, s->t, s->d, 0);
-    cudnnBackendDescriptor_t k = matrix(g, s, "k", DMRT_SDPA_K, s->io, s->t, s->d, 0);
+    cudnnBackendDescriptor_t kt = matrix(g, s, "k^T", DMRT_SDPA_K, s->io, s->d, s->t, 1);
     cudnnBackendDescriptor_t vt = matrix(g, s, "v^T", DMRT_SDPA_V, s->io, s->d, s->t, 1);
     cudnnBackendDescriptor_t out = matrix(g, s, "out", DMRT_SDPA_OUT, s->io, s->t, s->d, 0);
     cudnnBackendDescriptor_t dout = matrix(g, s, "dout", DMRT_SDPA_DOUT, s->io, s->t, s->d, 0);
@@ -236,15 +236,12 @@ static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     pointwise(g, "dout * out", CUDNN_POINTWISE_MUL, dout, out, NULL, prod, 0);
     reduce(g, "rowsum(dout * out)", CUDNN_REDUCE_TENSOR_ADD, prod, sum);
     pointwise(g, "rowsum(dout * out)", CUDNN_POINTWISE_MUL, sum, scalar(g, "one", 1.0f), NULL, rowsum, 0);
-    /* k^T for the scores: k seen transposed */
-    cudnnBackendDescriptor_t kt = matrix(g, s, "k^T", 0, s->io, s->d, s->t, 1);
-    reshape(g, "k^T", k, kt);
     cudnnBackendDescriptor_t p = backward_dv(g, s, q, kt, dout);
     /* ds = p * (dout @ v^T - d) * scale */
     cudnnBackendDescriptor_t dp = matrix(g, s, "dout @ v^T", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t centred = matrix(g, s, "dp - d", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t ds = matrix(g, s, "p * (dp - d)", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
-    cudnnBackendDescriptor_t ds_scaled = matrix(g, s, "ds", 0, s->io, s->t, s->t, 0);
+    cudnnBackendDescriptor_t ds_scaled = matrix(g, s, "ds", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t dst = matrix(g, s, "ds^T", 0, s->io, s->t, s->t, 1);
     matmul(g, "dout @ v^T", dout, vt, dp);
     pointwise(g, "dp - d", CUDNN_POINTWISE_SUB, dp, rowsum, NULL, centred, 0);
@@ -252,6 +249,9 @@ static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     pointwise(g, "ds", CUDNN_POINTWISE_MUL, ds, scalar(g, "scale", g->shape.scale), NULL, ds_scaled, 0);
     reshape(g, "ds^T", ds_scaled, dst);
     matmul(g, "ds^T @ q", dst, q, dk);
+    /* dq = ds @ k: k is the k^T tensor seen transposed back */
+    cudnnBackendDescriptor_t k = matrix(g, s, "k", 0, s->io, s->t, s->d, 0);
+    reshape(g, "k", kt, k);
     matmul(g, "ds @ k", ds_scaled, k, dq_f32);
     pointwise(g, "dq", CUDNN_POINTWISE_IDENTITY, dq_f32, NULL, NULL, dq, 0);
 }
