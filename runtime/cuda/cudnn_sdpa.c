@@ -93,6 +93,16 @@ static void add_op(dmrt_sdpa_graph *g, cudnnBackendDescriptor_t op, const char *
     g->ops[g->n_ops++] = op;
 }
 
+/* An operation of `type` whose attributes names[i] are the descriptors descs[i] (NULL ones
+ * left unset), finalized and appended to the graph's operations. */
+static void operation(dmrt_sdpa_graph *g, const char *what, cudnnBackendDescriptorType_t type, int n,
+                      const cudnnBackendAttributeName_t *names, const cudnnBackendDescriptor_t *descs) {
+    cudnnBackendDescriptor_t op = make(g, type, what);
+    for (int i = 0; i < n; i++)
+        if (descs[i]) set(g, op, names[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &descs[i], what);
+    add_op(g, op, what);
+}
+
 /* y = mode(x[, b[, t]]) elementwise (broadcasting b over size-1 dims); axis for GEN_INDEX. */
 static void pointwise(dmrt_sdpa_graph *g, const char *what, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
                       cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis) {
@@ -102,13 +112,11 @@ static void pointwise(dmrt_sdpa_graph *g, const char *what, cudnnPointwiseMode_t
     set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
     if (mode == CUDNN_POINTWISE_GEN_INDEX) set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
     if (!pw || finalize(g, pw, what)) return;
-    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    if (b) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
-    if (t) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, what);
-    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    add_op(g, op, what);
+    const cudnnBackendAttributeName_t names[] = {
+        CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+        CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
+    const cudnnBackendDescriptor_t descs[] = {pw, x, b, t, y};
+    operation(g, what, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, names, descs);
 }
 
 /* c = a @ b, batched over the first two dims, accumulated in f32. */
@@ -118,12 +126,10 @@ static void matmul(dmrt_sdpa_graph *g, const char *what, cudnnBackendDescriptor_
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, what);
     if (!mm || finalize(g, mm, what)) return;
-    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, what);
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what);
-    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, what);
-    add_op(g, op, what);
+    const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+                                                 CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    const cudnnBackendDescriptor_t descs[] = {a, b, c, mm};
+    operation(g, what, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, names, descs);
 }
 
 /* y = the max or sum of x along its last dim (y's last dim is 1). */
@@ -134,19 +140,17 @@ static void reduce(dmrt_sdpa_graph *g, const char *what, cudnnReduceTensorOp_t h
     set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, what);
     set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, what);
     if (!r || finalize(g, r, what)) return;
-    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, what);
-    add_op(g, op, what);
+    const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                                                 CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+    const cudnnBackendDescriptor_t descs[] = {x, y, r};
+    operation(g, what, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, names, descs);
 }
 
 /* y = x seen with other dims and strides (a transpose of the last two). */
 static void reshape(dmrt_sdpa_graph *g, const char *what, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
-    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
-    add_op(g, op, what);
+    const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+    const cudnnBackendDescriptor_t descs[] = {x, y};
+    operation(g, what, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, names, descs);
 }
 
 /* The shapes every graph uses: heads x (rows, cols) matrices, row-major or transposed. */

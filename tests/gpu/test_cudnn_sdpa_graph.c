@@ -96,31 +96,43 @@ static cudnnBackendDescriptor_t tensor(int64_t uid, int64_t rows, int64_t cols, 
     return t;
 }
 
+/* A new descriptor of `type` (in *out) with attribute names[i] set to *values[i], each one
+ * value of type kind; the status of its finalize. */
+static cudnnStatus_t finalize_with(cudnnBackendDescriptorType_t type, int n, const cudnnBackendAttributeName_t *names,
+                                   cudnnBackendAttributeType_t kind, const void *const *values,
+                                   cudnnBackendDescriptor_t *out) {
+    cudnnBackendCreateDescriptor(type, out);
+    for (int i = 0; i < n; i++) cudnnBackendSetAttribute(*out, names[i], kind, 1, values[i]);
+    return cudnnBackendFinalize(*out);
+}
+
 /* The checks can fail: wrong operations are rejected at finalize, as a wrong graph's would be. */
 static void check_rejections(void) {
     cudnnBackendDescriptor_t a = tensor(1, 64, 32, CUDNN_DATA_BFLOAT16), b = tensor(2, 33, 64, CUDNN_DATA_BFLOAT16);
     cudnnBackendDescriptor_t c = tensor(100, 64, 64, CUDNN_DATA_FLOAT), row = tensor(101, 64, 1, CUDNN_DATA_FLOAT);
     cudnnBackendDescriptor_t mm = NULL, op = NULL, red = NULL, op2 = NULL;
     cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-    cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm);
-    cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
-    cudnnBackendFinalize(mm);
-    cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &op);
-    cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-    cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-    cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-    cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
-    CHECK(cudnnBackendFinalize(op) != CUDNN_STATUS_SUCCESS, "a (64, 32) @ (33, 64) product was accepted");
-    cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &red);
     cudnnReduceTensorOp_t max = CUDNN_REDUCE_TENSOR_MAX;
+    const cudnnBackendAttributeName_t mm_names[] = {CUDNN_ATTR_MATMUL_COMP_TYPE};
+    const void *mm_values[] = {&f32};
+    finalize_with(CUDNN_BACKEND_MATMUL_DESCRIPTOR, 1, mm_names, CUDNN_TYPE_DATA_TYPE, mm_values, &mm);
+    const cudnnBackendAttributeName_t product[] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+                                                   CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    const void *product_values[] = {&a, &b, &c, &mm};
+    CHECK(finalize_with(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, product, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        product_values, &op) != CUDNN_STATUS_SUCCESS,
+          "a (64, 32) @ (33, 64) product was accepted");
+    cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &red);
     cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &max);
     cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
     cudnnBackendFinalize(red);
-    cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &op2);
-    cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &row);
-    cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-    cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red);
-    CHECK(cudnnBackendFinalize(op2) != CUDNN_STATUS_SUCCESS, "a reduction of (64, 1) to (64, 64) was accepted");
+    const cudnnBackendAttributeName_t reduction[] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                                                     CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+                                                     CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+    const void *reduction_values[] = {&row, &c, &red};
+    CHECK(finalize_with(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, reduction, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        reduction_values, &op2) != CUDNN_STATUS_SUCCESS,
+          "a reduction of (64, 1) to (64, 64) was accepted");
     cudnnBackendDescriptor_t all[] = {op2, red, op, mm, row, c, b, a};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) cudnnBackendDestroyDescriptor(all[i]);
     /* and the builder's own refusal */
