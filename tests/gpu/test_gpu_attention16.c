@@ -15,16 +15,10 @@
 #include "dmrt_attention_rows.h"
 #include "dmrt_cuda.h"
 #include "dmrt_half.h"
+#include "gpu_test.h"
 
 static int failures;
 
-#define GPU_CALL(g, call)                                                                                          \
-    do {                                                                                                           \
-        if ((call) != DMRT_OK) {                                                                                   \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, dmrt_gpu_error(g));                          \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 static float *floats(int64_t n) {
     float *p = calloc((size_t)n, sizeof(float));
@@ -51,14 +45,7 @@ static void compare(const char *what, const float *got, const float *want, int64
 }
 
 static float *to_device(dmrt_gpu *g, const float *h, int64_t n) {
-    void *d = NULL;
-    GPU_CALL(g, dmrt_gpu_alloc(g, &d, (size_t)n * sizeof(float)));
-    if (h) GPU_CALL(g, dmrt_gpu_copy(g, d, h, (size_t)n * sizeof(float), DMRT_HOST_TO_DEVICE));
-    return d;
-}
-
-static void to_host(dmrt_gpu *g, float *h, const float *d, int64_t n) {
-    GPU_CALL(g, dmrt_gpu_copy(g, h, d, (size_t)n * sizeof(float), DMRT_DEVICE_TO_HOST));
+    return on_device(g, h, (size_t)n * sizeof(float));
 }
 
 /* the f32 reference over every head: out, lse, dq, dk, dv */
@@ -94,8 +81,8 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
     GPU_CALL(g, dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads, t, d, scale,
                                               causal, work, work_bytes, "test.attention"));
     GPU_CALL(g, dmrt_gpu_sync(g));
-    to_host(g, got[0], dev_out, n), to_host(g, got[1], dev_lse, heads * t);
-    to_host(g, got[2], gq, n), to_host(g, got[3], gk, n), to_host(g, got[4], gv, n);
+    to_host(g, got[0], dev_out, (size_t)n * 4), to_host(g, got[1], dev_lse, (size_t)(heads * t) * 4);
+    to_host(g, got[2], gq, (size_t)n * 4), to_host(g, got[3], gk, (size_t)n * 4), to_host(g, got[4], gv, (size_t)n * 4);
     char what[96];
     const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++) {
@@ -117,13 +104,7 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
 }
 
 int main(void) {
-    char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
-    dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
-    if (!g) {
-        printf("%s: %s\n", strncmp(err, "no CUDA device", 14) == 0 ? "SKIP" : "FAIL: dmrt_gpu_create", err);
-        return strncmp(err, "no CUDA device", 14) == 0 ? 77 : 1;
-    }
+    dmrt_gpu *g = gpu_test_open();
     for (int half = 0; half < 2; half++)
         for (int causal = 0; causal < 2; causal++) {
             attention_case(g, half, 16, 16, 8, causal);   /* gpt.dm's tiny heads */
