@@ -31,38 +31,38 @@ static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
            a->scale == b->scale && a->causal == b->causal && a->backward == b->backward;
 }
 
-/* The plan of shape s, made now if it is new; NULL with g->error set. */
-static dmrt_sdpa_plan *plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name) {
-    if (!g->sdpa) {
-        g->sdpa = (struct gpu_sdpa *)calloc(1, sizeof *g->sdpa);
-        if (!g->sdpa) return NULL;
-    }
+/* *plan: the plan of shape s, made now if it is new. DMRT_OK or the failure (g->error). */
+static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt_sdpa_plan **plan) {
+    if (!g->sdpa && !(g->sdpa = (struct gpu_sdpa *)calloc(1, sizeof *g->sdpa)))
+        return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
     struct gpu_sdpa *c = g->sdpa;
     if (!c->handle) {
         cudnnStatus_t st = cudnnCreate(&c->handle);
         if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
-        if (st != CUDNN_STATUS_SUCCESS) {
-            dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
-                          cudnnGetErrorString(st));
-            return NULL;
-        }
+        if (st != CUDNN_STATUS_SUCCESS)
+            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
+                                 cudnnGetErrorString(st));
     }
     for (int i = 0; i < c->n; i++)
-        if (same_shape(&c->entries[i].shape, s)) return &c->entries[i].plan;
+        if (same_shape(&c->entries[i].shape, s)) {
+            *plan = &c->entries[i].plan;
+            return DMRT_OK;
+        }
     gpu_sdpa_entry *grown = (gpu_sdpa_entry *)realloc(c->entries, (size_t)(c->n + 1) * sizeof *grown);
-    if (!grown) return NULL;
+    if (!grown) return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
     c->entries = grown;
     gpu_sdpa_entry *e = &c->entries[c->n];
     e->shape = *s;
     if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
-        dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s", name,
-                      s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions, (long long)s->width,
-                      s->backward ? ", backward" : "", e->plan.graph.error);
+        int rc = dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s",
+                               name, s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions,
+                               (long long)s->width, s->backward ? ", backward" : "", e->plan.graph.error);
         dmrt_sdpa_plan_free(&e->plan);
-        return NULL;
+        return rc;
     }
     c->n++;
-    return &e->plan;
+    *plan = &e->plan;
+    return DMRT_OK;
 }
 
 void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
@@ -123,11 +123,11 @@ int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const fl
     const int64_t n = heads * positions * width;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
-    dmrt_sdpa_plan *p = plan_of(g, &s, name);
-    if (!p) return g->error[0] ? DMRT_ERR_DEVICE : DMRT_ERR_NOMEM;
+    dmrt_sdpa_plan *p = NULL;
     void *c[8] = {0};
     char *workspace = NULL;
-    int rc = lay_out(g, p, work, work_bytes, 4, n, c, &workspace, name);
+    int rc = plan_of(g, &s, name, &p);
+    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 4, n, c, &workspace, name);
     const float *in[3] = {q, k, v};
     for (int i = 0; i < 3 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
     if (rc != DMRT_OK) return rc;
@@ -148,11 +148,11 @@ int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const f
     const int64_t n = heads * positions * width, rows = heads * positions;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
-    dmrt_sdpa_plan *p = plan_of(g, &s, name);
-    if (!p) return g->error[0] ? DMRT_ERR_DEVICE : DMRT_ERR_NOMEM;
+    dmrt_sdpa_plan *p = NULL;
     void *c[8] = {0};
     char *workspace = NULL;
-    int rc = lay_out(g, p, work, work_bytes, 8, n, c, &workspace, name);
+    int rc = plan_of(g, &s, name, &p);
+    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 8, n, c, &workspace, name);
     const float *in[5] = {q, k, v, out, dout};
     for (int i = 0; i < 5 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
     if (rc != DMRT_OK) return rc;
