@@ -11,7 +11,8 @@
  *             dk = ds^T @ q; dq = ds @ k, accumulated in f32 in the workspace
  *
  * Every head is a (positions, width) matrix, the heads one after the other: tensors
- * [heads, 1, positions, width] with strides [positions * width, positions * width, width, 1].
+ * [heads, 1, positions, width] with strides [positions * width, positions * width, width, 1]
+ * (k, and in the backward v, given to cuDNN as their transposes' strided views).
  * q, k, v, out, dout, dq, dk and dv are bf16 or fp16; stats f32.
  *
  * dmrt_sdpa_graph_build makes and finalizes every tensor and operation descriptor, which
