@@ -13,17 +13,19 @@ static void cuda_attention16(cg_writer *w, const cg_attention *k, int backward) 
     char call[1536];
     int half = k->operands == DT_F16;
     if (backward)
-        snprintf(call, sizeof call,
-                 "dmrt_gpu_attention16_backward(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, "
-                 "%s, %lld, \"%s\"",
-                 half, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads,
-                 (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work, (long long)(4 * k->work_floats),
-                 k->name);
+        snprintf(
+            call, sizeof call,
+            "dmrt_gpu_attention16_backward(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, "
+            "%s, %lld, \"%s\"",
+            half, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads,
+            (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work, (long long)(4 * k->work_floats),
+            k->name);
     else
-        snprintf(call, sizeof call,
-                 "dmrt_gpu_attention16_forward(ctx->gpu, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s, %lld, \"%s\"",
-                 half, k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
-                 k->scale, k->causal, k->work, (long long)(4 * k->work_floats), k->name);
+        snprintf(
+            call, sizeof call,
+            "dmrt_gpu_attention16_forward(ctx->gpu, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s, %lld, \"%s\"",
+            half, k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
+            k->scale, k->causal, k->work, (long long)(4 * k->work_floats), k->name);
     cg_cuda_checked(w, call);
 }
 
@@ -33,8 +35,9 @@ void cg_cuda_attention(cg_writer *w, const cg_attention *k) {
         return;
     }
     char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q, k->k,
-             k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal);
+    snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
+             k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
+             k->scale, k->causal);
     cg_cuda_checked(w, call);
 }
 
@@ -44,8 +47,9 @@ void cg_cuda_attention_grad(cg_writer *w, const cg_attention *k) {
         return;
     }
     char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
-             k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
+    snprintf(call, sizeof call,
+             "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q,
+             k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
              (long long)k->width, k->scale, k->causal);
     cg_cuda_checked(w, call);
 }

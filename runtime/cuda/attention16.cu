@@ -22,7 +22,7 @@ typedef struct gpu_sdpa_entry {
 
 struct gpu_sdpa {
     cudnnHandle_t handle;
-    gpu_sdpa_entry *entries;     /* (n) one plan a shape */
+    gpu_sdpa_entry *entries; /* (n) one plan a shape */
     int n;
 };
 
@@ -54,9 +54,10 @@ static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt
     gpu_sdpa_entry *e = &c->entries[c->n];
     e->shape = *s;
     if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
-        int rc = dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s",
-                               name, s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions,
-                               (long long)s->width, s->backward ? ", backward" : "", e->plan.graph.error);
+        int rc =
+            dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s",
+                          name, s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions,
+                          (long long)s->width, s->backward ? ", backward" : "", e->plan.graph.error);
         dmrt_sdpa_plan_free(&e->plan);
         return rc;
     }
@@ -74,16 +75,25 @@ void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
     g->sdpa = NULL;
 }
 
-template <typename T> __device__ static T to_narrow(float x);
-template <> __device__ __nv_bfloat16 to_narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __half to_narrow<__half>(float x) { return __float2half_rn(x); }
+template <typename T>
+__device__ static T to_narrow(float x);
+template <>
+__device__ __nv_bfloat16 to_narrow<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __half to_narrow<__half>(float x) {
+    return __float2half_rn(x);
+}
 
-template <typename T> __global__ static void narrow_kernel(const float *x, T *y, int64_t n) {
+template <typename T>
+__global__ static void narrow_kernel(const float *x, T *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = to_narrow<T>(x[i]);
 }
 
-template <typename T> __global__ static void widen_kernel(const T *x, float *y, int64_t n) {
+template <typename T>
+__global__ static void widen_kernel(const T *x, float *y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = (float)x[i];
 }
@@ -91,10 +101,14 @@ template <typename T> __global__ static void widen_kernel(const T *x, float *y, 
 /* n floats of x into their 16-bit copy y (narrow) or back (widen). */
 static int cast16(dmrt_gpu *g, int half, int narrow, const float *x, void *y, int64_t n) {
     unsigned blocks = gpu_blocks(n, 256);
-    if (narrow && half) narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__half *)y, n);
-    else if (narrow) narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__nv_bfloat16 *)y, n);
-    else if (half) widen_kernel<<<blocks, 256, 0, g->stream>>>((const __half *)y, (float *)x, n);
-    else widen_kernel<<<blocks, 256, 0, g->stream>>>((const __nv_bfloat16 *)y, (float *)x, n);
+    if (narrow && half)
+        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__half *)y, n);
+    else if (narrow)
+        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__nv_bfloat16 *)y, n);
+    else if (half)
+        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __half *)y, (float *)x, n);
+    else
+        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __nv_bfloat16 *)y, (float *)x, n);
     LAUNCH_CHECK(g, "attention16 cast");
     return DMRT_OK;
 }
@@ -140,9 +154,9 @@ int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const fl
 }
 
 int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
-                                  const float *out, const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                  int64_t heads, int64_t positions, int64_t width, float scale, int causal, void *work,
-                                  int64_t work_bytes, const char *name) {
+                                  const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                  float *dv, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                  void *work, int64_t work_bytes, const char *name) {
     GPU_ENTER(g);
     ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0 && work);
     const int64_t n = heads * positions * width, rows = heads * positions;

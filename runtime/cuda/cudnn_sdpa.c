@@ -105,7 +105,8 @@ static void operation(dmrt_sdpa_graph *g, const char *what, cudnnBackendDescript
 
 /* y = mode(x[, b[, t]]) elementwise (broadcasting b over size-1 dims); axis for GEN_INDEX. */
 static void pointwise(dmrt_sdpa_graph *g, const char *what, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis) {
+                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                      int64_t axis) {
     cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
     cudnnDataType_t prec = mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT;
     set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
@@ -114,7 +115,8 @@ static void pointwise(dmrt_sdpa_graph *g, const char *what, cudnnPointwiseMode_t
     if (!pw || finalize(g, pw, what)) return;
     const cudnnBackendAttributeName_t names[] = {
         CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-        CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
+        CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+        CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
     const cudnnBackendDescriptor_t descs[] = {pw, x, b, t, y};
     operation(g, what, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, names, descs);
 }
@@ -141,14 +143,16 @@ static void reduce(dmrt_sdpa_graph *g, const char *what, cudnnReduceTensorOp_t h
     set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, what);
     if (!r || finalize(g, r, what)) return;
     const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
-                                                 CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+                                                 CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+                                                 CUDNN_ATTR_OPERATION_REDUCTION_DESC};
     const cudnnBackendDescriptor_t descs[] = {x, y, r};
     operation(g, what, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, names, descs);
 }
 
 /* y = x seen with other dims and strides (a transpose of the last two). */
 static void reshape(dmrt_sdpa_graph *g, const char *what, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
+    const cudnnBackendAttributeName_t names[] = {CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                                 CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
     const cudnnBackendDescriptor_t descs[] = {x, y};
     operation(g, what, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, names, descs);
 }
@@ -162,7 +166,8 @@ typedef struct sdpa_dims {
 static cudnnBackendDescriptor_t matrix(dmrt_sdpa_graph *g, const sdpa_dims *s, const char *what, int64_t uid,
                                        cudnnDataType_t type, int64_t rows, int64_t cols, int transposed) {
     const int64_t dims[4] = {s->h, 1, rows, cols};
-    const int64_t row_major[4] = {rows * cols, rows * cols, cols, 1}, col_major[4] = {rows * cols, rows * cols, 1, rows};
+    const int64_t row_major[4] = {rows * cols, rows * cols, cols, 1},
+                  col_major[4] = {rows * cols, rows * cols, 1, rows};
     return tensor(g, what, uid, type, dims, transposed ? col_major : row_major);
 }
 
@@ -233,7 +238,8 @@ static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     cudnnBackendDescriptor_t dq = matrix(g, s, "dq", DMRT_SDPA_DQ, s->io, s->t, s->d, 0);
     cudnnBackendDescriptor_t dk = matrix(g, s, "dk", DMRT_SDPA_DK, s->io, s->t, s->d, 0);
     cudnnBackendDescriptor_t dq_f32 = matrix(g, s, "dq in f32", DMRT_SDPA_DQ_F32, CUDNN_DATA_FLOAT, s->t, s->d, 0);
-    cudnnBackendDescriptor_t rowsum = matrix(g, s, "rowsum(dout * out)", DMRT_SDPA_ROWSUM, CUDNN_DATA_FLOAT, s->t, 1, 0);
+    cudnnBackendDescriptor_t rowsum =
+        matrix(g, s, "rowsum(dout * out)", DMRT_SDPA_ROWSUM, CUDNN_DATA_FLOAT, s->t, 1, 0);
     /* d = rowsum(dout * out), kept in the workspace */
     cudnnBackendDescriptor_t prod = matrix(g, s, "dout * out", 0, CUDNN_DATA_FLOAT, s->t, s->d, 0);
     cudnnBackendDescriptor_t sum = matrix(g, s, "row sum", 0, CUDNN_DATA_FLOAT, s->t, 1, 0);
@@ -267,9 +273,12 @@ int dmrt_sdpa_graph_build(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s) {
     if (s->heads <= 0 || s->positions <= 0 || s->width <= 0)
         return sdpa_fail(g, "bad shape: %lld heads of (%lld, %lld)", (long long)s->heads, (long long)s->positions,
                          (long long)s->width);
-    sdpa_dims d = {.h = s->heads, .t = s->positions, .d = s->width, .io = s->half ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16};
-    if (s->backward) build_backward(g, &d);
-    else build_forward(g, &d);
+    sdpa_dims d = {
+        .h = s->heads, .t = s->positions, .d = s->width, .io = s->half ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16};
+    if (s->backward)
+        build_backward(g, &d);
+    else
+        build_forward(g, &d);
     return g->error[0] ? -1 : 0;
 }
 
@@ -296,7 +305,8 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
     dmrt_sdpa_graph *g = &p->graph;
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     p->heuristics = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-    set(g, p->heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->op_graph, "heuristics");
+    set(g, p->heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->op_graph,
+        "heuristics");
     set(g, p->heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics");
     if (finalize(g, p->heuristics, "heuristics")) return -1;
     enum { MAX_CONFIGS = 8 };
@@ -304,8 +314,8 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
     int64_t n = 0;
     for (int i = 0; i < MAX_CONFIGS; i++)
         if (!(configs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configuration"))) return -1;
-    cudnnStatus_t st = cudnnBackendGetAttribute(p->heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                                MAX_CONFIGS, &n, configs);
+    cudnnStatus_t st = cudnnBackendGetAttribute(p->heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, MAX_CONFIGS, &n, configs);
     if (st != CUDNN_STATUS_SUCCESS) return sdpa_fail(g, "heuristics' results: %s", cudnnGetErrorString(st));
     for (int64_t i = 0; i < n; i++) {
         cudnnBackendDescriptor_t plan = make(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
@@ -322,8 +332,10 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
         p->plan = plan;
         return 0;
     }
-    return sdpa_fail(g, "no cuDNN engine runs this attention: none of the %lld configurations the heuristics "
-                        "offered made a plan", (long long)n);
+    return sdpa_fail(g,
+                     "no cuDNN engine runs this attention: none of the %lld configurations the heuristics "
+                     "offered made a plan",
+                     (long long)n);
 }
 
 int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s) {

@@ -15,14 +15,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                           \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-            failures++;                                                                                            \
-        }                                                                                                          \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+            failures++;                                 \
+        }                                               \
     } while (0)
 
 /* The operations each graph has: the forward's 10 (2 products, the scale, max, sub, exp,
@@ -42,12 +42,13 @@ static void check_first_product(dmrt_sdpa_graph *g) {
         cudnnBackendDescriptor_t a = NULL;
         int64_t n = 0;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &a)) return;
-        cudnnStatus_t st =
-            cudnnBackendGetAttribute(g->ops[i], CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &a);
+        cudnnStatus_t st = cudnnBackendGetAttribute(g->ops[i], CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &a);
         int64_t uid = st == CUDNN_STATUS_SUCCESS ? uid_of(a) : -1;
         cudnnBackendDestroyDescriptor(a);
         if (st != CUDNN_STATUS_SUCCESS) continue; /* not a product */
-        if (!g->shape.backward) CHECK(uid == DMRT_SDPA_Q, "forward's first product reads uid %lld, not q", (long long)uid);
+        if (!g->shape.backward)
+            CHECK(uid == DMRT_SDPA_Q, "forward's first product reads uid %lld, not q", (long long)uid);
         return;
     }
     CHECK(0, "no matrix product in the graph");
@@ -75,8 +76,9 @@ static void check_graph(const dmrt_sdpa_shape *s, cudnnHandle_t handle) {
     dmrt_sdpa_plan p;
     rc = dmrt_sdpa_plan_make(&p, handle, s);
     CHECK(rc == 0, "%s plan: %s", what, p.graph.error);
-    if (rc == 0) printf("%s %s causal %d: engine workspace %lld bytes\n", what, s->half ? "fp16" : "bf16", s->causal,
-                        (long long)p.engine_workspace);
+    if (rc == 0)
+        printf("%s %s causal %d: engine workspace %lld bytes\n", what, s->half ? "fp16" : "bf16", s->causal,
+               (long long)p.engine_workspace);
     dmrt_sdpa_plan_free(&p);
 }
 
@@ -147,9 +149,10 @@ int main(void) {
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
-        printf("cudnnCreate: %s: no device, so the graphs' descriptors and operation graphs are checked but no "
-               "engine or execution plan is made (that needs a GPU)\n",
-               cudnnGetErrorString(st));
+        printf(
+            "cudnnCreate: %s: no device, so the graphs' descriptors and operation graphs are checked but no "
+            "engine or execution plan is made (that needs a GPU)\n",
+            cudnnGetErrorString(st));
         handle = NULL;
     }
     check_rejections();
@@ -157,8 +160,13 @@ int main(void) {
         for (int half = 0; half < 2; half++)
             for (int causal = 0; causal < 2; causal++) {
                 /* gpt.dm's tiny attention: 2 x 4 heads of (64, 16) */
-                dmrt_sdpa_shape s = {.heads = 8, .positions = 64, .width = 16, .half = half, .scale = 0.25f,
-                                     .causal = causal, .backward = backward};
+                dmrt_sdpa_shape s = {.heads = 8,
+                                     .positions = 64,
+                                     .width = 16,
+                                     .half = half,
+                                     .scale = 0.25f,
+                                     .causal = causal,
+                                     .backward = backward};
                 check_graph(&s, handle);
             }
     if (handle) cudnnDestroy(handle);

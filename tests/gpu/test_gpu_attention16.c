@@ -5,8 +5,8 @@
  * cuDNN rounds out, dq, dk, dv and the probabilities it multiplies to the 16-bit type
  * (about 2^-8 relative for bf16, 2^-11 for fp16), so results must agree within
  * BOUND x the largest magnitude of the reference; lse is f32 from the same inputs (1e-3).
- * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP and
- * exits 77 (meson: skipped). Never run on a GPU when written. */
+ * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
+ * and exits 77 (meson: skipped). Never run on a GPU when written. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +18,6 @@
 #include "gpu_test.h"
 
 static int failures;
-
 
 static float *floats(int64_t n) {
     float *p = calloc((size_t)n, sizeof(float));
@@ -44,9 +43,7 @@ static void compare(const char *what, const float *got, const float *want, int64
     if (!(worst <= limit)) failures++;
 }
 
-static float *to_device(dmrt_gpu *g, const float *h, int64_t n) {
-    return on_device(g, h, (size_t)n * sizeof(float));
-}
+static float *to_device(dmrt_gpu *g, const float *h, int64_t n) { return on_device(g, h, (size_t)n * sizeof(float)); }
 
 /* the f32 reference over every head: out, lse, dq, dk, dv */
 static void reference(const float *q, const float *k, const float *v, const float *dout, float *out, float *lse,
@@ -76,10 +73,10 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
     float *gq = to_device(g, NULL, n), *gk = to_device(g, NULL, n), *gv = to_device(g, NULL, n);
     int64_t work_bytes = dmrt_cuda_attention16_scratch_bytes(heads, t, d, 1);
     void *work = to_device(g, NULL, (work_bytes + 3) / 4);
-    GPU_CALL(g, dmrt_gpu_attention16_forward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, heads, t, d, scale, causal, work,
-                                             work_bytes, "test.attention"));
-    GPU_CALL(g, dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads, t, d, scale,
-                                              causal, work, work_bytes, "test.attention"));
+    GPU_CALL(g, dmrt_gpu_attention16_forward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, heads, t, d, scale, causal,
+                                             work, work_bytes, "test.attention"));
+    GPU_CALL(g, dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv,
+                                              heads, t, d, scale, causal, work, work_bytes, "test.attention"));
     GPU_CALL(g, dmrt_gpu_sync(g));
     to_host(g, got[0], dev_out, (size_t)n * 4), to_host(g, got[1], dev_lse, (size_t)(heads * t) * 4);
     to_host(g, got[2], gq, (size_t)n * 4), to_host(g, got[3], gk, (size_t)n * 4), to_host(g, got[4], gv, (size_t)n * 4);
@@ -91,8 +88,8 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
         compare(what, got[i], want[i], i == 1 ? heads * t : n, i == 1 ? 1e-3 : bound, i != 1);
     }
     /* too little scratch: a message naming the attention */
-    int rc = dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads, t, d, scale,
-                                           causal, work, 256, "test.small");
+    int rc = dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads,
+                                           t, d, scale, causal, work, 256, "test.small");
     if (rc == DMRT_OK || !strstr(dmrt_gpu_error(g), "test.small")) {
         printf("FAIL: 256 bytes of scratch: rc %d, '%s'\n", rc, dmrt_gpu_error(g));
         failures++;
@@ -107,8 +104,8 @@ int main(void) {
     dmrt_gpu *g = gpu_test_open();
     for (int half = 0; half < 2; half++)
         for (int causal = 0; causal < 2; causal++) {
-            attention_case(g, half, 16, 16, 8, causal);   /* gpt.dm's tiny heads */
-            attention_case(g, half, 6, 40, 64, causal);   /* positions not a multiple of 64 */
+            attention_case(g, half, 16, 16, 8, causal); /* gpt.dm's tiny heads */
+            attention_case(g, half, 6, 40, 64, causal); /* positions not a multiple of 64 */
             attention_case(g, half, 4, 128, 64, causal);
         }
     dmrt_gpu_destroy(g);
