@@ -49,6 +49,9 @@ typedef struct codegen_toolchain {
 int codegen_target_known(const char *name);
 /* Whether the target has fused attention kernels (passes/fuse_attention.c): C does. */
 int codegen_fuses_attention(const char *target);
+/* Whether the target runs fused attention in 16 bits under --precision bf16/fp16 (CUDA:
+ * cuDNN); else the attention stays f32. */
+int codegen_attention_16bit(const char *target);
 /* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
 int codegen_fuses_bias(const char *target);
 /* Whether the target updates a serial program's parameters in one launch where it can

@@ -136,8 +136,15 @@ typedef struct cg_attention {
     int causal;                                     /* keys after the query are hidden */
     const char *scale;                              /* C literal the scores are multiplied by */
     const char *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
-    const char *work;                               /* attention_scratch_floats(positions, width)
-                                                     * floats of the context's storage */
+    const char *work;                               /* attention_scratch_floats(heads, positions,
+                                                     * width, operands) floats of the context's
+                                                     * storage */
+    int64_t work_floats;                            /* that count */
+    ir_dtype operands;                              /* DT_F32, or where the dialect runs 16-bit
+                                                     * attention (can.attention_16bit) and the
+                                                     * products are 16-bit, their dtype: the
+                                                     * kernel casts (all stay f32 in memory) */
+    const char *name;                               /* the attention's .dm name, for messages */
 } cg_attention;
 
 /* Dropout (emit_dropout.c): out[local] = x[local] * scale where the element is kept, else 0,
@@ -222,6 +229,8 @@ typedef struct cg_capabilities {
     int quantize;           /* --quantize's narrow weights and their products (quant_gemm) */
     int flat_update;        /* a serial program's update in one sgd or adamw call over its parameters
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
+    int attention_16bit;    /* under --precision bf16/fp16 the fused attention runs in that type
+                             * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.
@@ -310,10 +319,10 @@ typedef struct cg_dialect {
     int64_t (*embed_grad_scratch_bytes)(int64_t rows);
     /* ... and a layernorm weight gradient of (rows, n) (floats). */
     int64_t (*wgrad_scratch_floats)(int64_t rows, int64_t n);
-    /* ... and either fused attention kernel over heads of (positions, width) (floats). NULL,
-     * and attention and attention_grad NULL: the target has no fused attention (the driver
-     * then leaves the pattern unfused). */
-    int64_t (*attention_scratch_floats)(int64_t positions, int64_t width);
+    /* ... and either fused attention kernel over heads of (positions, width) with operands
+     * of dtype (cg_attention.operands) (floats). NULL, and attention and attention_grad
+     * NULL: the target has no fused attention (the driver then leaves the pattern unfused). */
+    int64_t (*attention_scratch_floats)(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype);
     void (*loop_nest)(cg_writer *w, const cg_loop_nest *k);
     void (*gemm)(cg_writer *w, const cg_gemm *k);
     void (*xent_stats)(cg_writer *w, const cg_xent *k);

@@ -798,8 +798,8 @@ static void c_attention_grad(cg_writer *w, const cg_attention *k) {
             (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
 }
 
-static int64_t c_attention_scratch_floats(int64_t positions, int64_t width) {
-    (void)width;
+static int64_t c_attention_scratch_floats(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype) {
+    (void)heads, (void)width, (void)dtype;
     return dmrt_attention_work_floats(positions);
 }
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dialect.h"
+#include "dialect_cuda_internal.h"
 #include "../runtime/cuda/dmrt_cuda_sizes.h"
 
 #define THREADS 256       /* per block of a loop-nest kernel */
@@ -699,8 +700,7 @@ static int64_t cuda_wgrad_scratch_floats(int64_t rows, int64_t n) { return dmrt_
 
 /* ---- library kernels ------------------------------------------------------------------------- */
 
-/* "if (<call>) != DMRT_OK)" and the failure on the next line; call has no ')' yet. */
-static void checked(cg_writer *w, const char *call) {
+void cg_cuda_checked(cg_writer *w, const char *call) {
     cg_line(w, "if (%s) != DMRT_OK)", call);
     cg_line(w, "    return device_failed(ctx);");
 }
@@ -715,7 +715,7 @@ static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
              callee, k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b,
              (long long)k->ldb, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc, (long long)(k->batch > 1 ? k->batch : 1),
              (long long)k->batch_stride_a, (long long)k->batch_stride_b, (long long)k->batch_stride_c);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* --quantize: libdmrt_cuda's products of the narrow weight's device copy (quant.cu); the
@@ -732,7 +732,7 @@ static void cuda_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
     else
         snprintf(call, sizeof call, "dmrt_gpu_gemm_wq(ctx->gpu, %s, %s, %lld, %s, %lld, %s, %s, %lld", weight, k->b,
                  (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* The collectives' label of a vocabulary-parallel cross-entropy. */
@@ -755,14 +755,14 @@ static void cuda_xent_stats(cg_writer *w, const cg_xent *k) {
         snprintf(call, sizeof call, "dmrt_gpu_xent_stats(ctx->gpu, %s, %s, %s, %lld, %lld, %d, %s", k->logits, k->targets, k->out,
                  (long long)k->rows, (long long)k->classes, k->fault_site, k->position_base ? k->position_base : "0");
     }
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_cross_entropy(cg_writer *w, const cg_xent *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_cross_entropy(ctx->gpu, %s, %s, %lld, %lld", k->stats, k->out, (long long)k->rows,
              (long long)k->mean_rows);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
@@ -774,7 +774,7 @@ static void cuda_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     snprintf(call, sizeof call, "dmrt_gpu_cross_entropy_grad(ctx->gpu, %s, %s, %s, %s, %s, %s, %lld, %lld, %s, %lld, %lld", k->logits,
              k->targets, k->stats, dev, value, k->out, (long long)k->rows, (long long)k->classes, first_class,
              (long long)k->all_classes, (long long)k->mean_rows);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* torch.optim.SGD (dmrt_gpu_sgd; dialect_c.c's c_sgd) */
@@ -786,7 +786,7 @@ static void cuda_sgd(cg_writer *w, const cg_update *k) {
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
     snprintf(call, sizeof call, "dmrt_gpu_sgd(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %d, %s", k->param, k->grad,
              k->state0 ? k->state0 : "NULL", k->count, "(float)ctx->lr", wd, mom, damp, o->nesterov ? 1 : 0, k->updates);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* torch.optim.AdamW (dmrt_gpu_adamw): the step's factors in double on the host, exactly
@@ -800,7 +800,7 @@ static void cuda_adamw(cg_writer *w, const cg_update *k) {
     snprintf(call, sizeof call, "dmrt_gpu_adamw(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, decay, step_size, bc2_sqrt",
              k->param, k->grad, k->state0, k->state1, k->count, lit.beta1, lit.one_minus_beta1, lit.beta2,
              lit.one_minus_beta2, lit.eps);
-    checked(w, call);
+    cg_cuda_checked(w, call);
     w->indent--;
     cg_line(w, "}");
 }
@@ -809,13 +809,13 @@ static void cuda_adamw(cg_writer *w, const cg_update *k) {
 static void cuda_sum_squares(cg_writer *w, const char *x, const char *count, const char *sum) {
     char call[512];
     snprintf(call, sizeof call, "dmrt_gpu_sum_squares(ctx->gpu, %s, %s, &%s", x, count, sum);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_scale(cg_writer *w, const char *x, const char *count, const char *factor) {
     char call[512];
     snprintf(call, sizeof call, "dmrt_gpu_scale(ctx->gpu, %s, %s, %s", x, count, factor);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* --prune (dmrt_gpu_prune): the mask chosen in host memory on the ramp, applied on the device */
@@ -823,14 +823,14 @@ static void cuda_prune(cg_writer *w, const cg_prune *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_prune(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, ctx->total_steps, &prune_schedule",
              k->weight, k->mask, (long long)k->n, (long long)k->channels, (long long)k->inner, k->updates);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_prune_heads(cg_writer *w, const cg_prune_heads *k) {
     char call[512];
     snprintf(call, sizeof call, "dmrt_gpu_prune_heads(ctx->gpu, parts, %d, %lld, %s, ctx->total_steps, &prune_schedule",
              k->n_parts, (long long)k->units, k->updates);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* dmrt_gpu_dropout: the levels as a dmrt_dropout_shape, each split level's offset this
@@ -850,7 +850,7 @@ static void cuda_dropout(cg_writer *w, const cg_dropout *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_dropout(ctx->gpu, %s, %s, %lld, &shape, %s, ctx->seed, ctx->step, %d, %lluu, %s", k->x,
              k->out, (long long)k->count, k->first, k->op, k->threshold, k->scale);
-    checked(w, call);
+    cg_cuda_checked(w, call);
     w->indent--;
     cg_line(w, "}");
 }
@@ -859,14 +859,14 @@ static void cuda_softmax(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_softmax(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, %lld", k->x, k->out, (long long)k->outer,
              (long long)k->n, (long long)k->inner, k->scale ? k->scale : "1.0f", (long long)k->causal_queries);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_softmax_grad(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_softmax_grad(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %s, %lld", k->y, k->dy, k->out,
              (long long)k->outer, (long long)k->n, (long long)k->inner, k->scale ? k->scale : "1.0f", (long long)k->causal_queries);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* (outer, n queries, inner keys) */
@@ -874,7 +874,7 @@ static void cuda_causal_mask(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_causal_mask(ctx->gpu, %s, %s, %lld, %lld, %lld, %s", k->x, k->out, (long long)k->outer,
              (long long)k->n, (long long)k->inner, k->fill);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 /* Layernorm works along the last dim (inner 1): rows = outer. */
@@ -882,21 +882,21 @@ static void cuda_layernorm(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_layernorm(ctx->gpu, %s, %s, %s, %s, %lld, %lld, %s", k->x, k->weight, k->bias, k->out,
              (long long)(k->outer * k->inner), (long long)k->n, k->eps);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_layernorm_grad(ctx->gpu, %s, %s, %s, %s, %lld, %lld, %s", k->x, k->weight, k->dy, k->out,
              (long long)(k->outer * k->inner), (long long)k->n, k->eps);
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_layernorm_wgrad(ctx->gpu, %s, %s, %s, %lld, %lld, %s, %s", k->x, k->dy, k->out,
              (long long)(k->outer * k->inner), (long long)k->n, k->eps, k->scratch ? k->scratch : "NULL");
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_embed(cg_writer *w, const cg_embed *k) {
@@ -904,7 +904,7 @@ static void cuda_embed(cg_writer *w, const cg_embed *k) {
     snprintf(call, sizeof call, "dmrt_gpu_embed(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s", k->table, k->ids,
              k->out, (long long)k->rows, (long long)k->n, (long long)k->cols, (long long)k->vocab,
              k->first_row ? k->first_row : "0", k->fault_site, k->position_base ? k->position_base : "0");
-    checked(w, call);
+    cg_cuda_checked(w, call);
 }
 
 static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
@@ -912,29 +912,7 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
     snprintf(call, sizeof call, "dmrt_gpu_embed_grad(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %s, %s", k->ids, k->dy, k->out,
              (long long)k->rows, (long long)k->n, (long long)k->cols, k->first_row ? k->first_row : "0",
              k->scratch ? k->scratch : "NULL");
-    checked(w, call);
-}
-
-/* Fused attention: runtime/cuda/attention.cu, a thread a row; it needs no scratch (a
- * float, so that the context's layout stays the C target's shape). */
-static void cuda_attention(cg_writer *w, const cg_attention *k) {
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q, k->k,
-             k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal);
-    checked(w, call);
-}
-
-static void cuda_attention_grad(cg_writer *w, const cg_attention *k) {
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
-             k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
-             (long long)k->width, k->scale, k->causal);
-    checked(w, call);
-}
-
-static int64_t cuda_attention_scratch_floats(int64_t positions, int64_t width) {
-    (void)positions, (void)width;
-    return 1;
+    cg_cuda_checked(w, call);
 }
 
 const cg_dialect cg_dialect_cuda = {
@@ -949,10 +927,10 @@ const cg_dialect cg_dialect_cuda = {
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
-            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1},
+            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
-                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lstdc++", .toolkit_libs = 1, .tf32 = 1},
+                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,
     .create_failures = ", \"no CUDA device: ...\"",
     .threads_note = " This target's kernels run on the GPU: it changes nothing there.",
@@ -982,9 +960,9 @@ const cg_dialect cg_dialect_cuda = {
     .prune = cuda_prune,
     .prune_heads = cuda_prune_heads,
     .dropout = cuda_dropout,
-    .attention_scratch_floats = cuda_attention_scratch_floats,
-    .attention = cuda_attention,
-    .attention_grad = cuda_attention_grad,
+    .attention_scratch_floats = cg_cuda_attention_scratch_floats,
+    .attention = cg_cuda_attention,
+    .attention_grad = cg_cuda_attention_grad,
     .softmax = cuda_softmax,
     .softmax_grad = cuda_softmax_grad,
     .causal_mask = cuda_causal_mask,

@@ -251,6 +251,11 @@ int codegen_flat_update(const char *target) {
     return d && d->can.flat_update;
 }
 
+int codegen_attention_16bit(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->attention && d->can.attention_16bit;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;

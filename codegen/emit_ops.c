@@ -438,15 +438,20 @@ static void emit_loss(emitter *E, const ir_value *v) {
 /* Fused attention and its backward (runtime/dmrt_attention.h) over the rank's heads. The
  * forward writes each row's log-sum-exp after its result (ir_storage_elems), where
  * attention_lse reads it; the backward writes dq, dk and dv one after the other, its
- * stacked result. */
+ * stacked result. Where the target runs it in 16 bits (g->attention_16bit) the kernel
+ * casts in its scratch, sized as the memory pass sized it (dm_scratch_elems). */
 static void emit_attention(emitter *E, const ir_value *v) {
     const ir_type *q = T(E, v->operands[0]);
     int64_t positions = q->shape[q->rank - 2], width = q->shape[q->rank - 1], n = ir_numel(q);
     char scale[64], lse[160], dk[160], dv[160];
     cg_float_literal(v->scalar, scale, sizeof scale);
-    cg_attention k = {.heads = n / (positions * width), .positions = positions, .width = width, .causal = v->causal,
+    ir_dtype operands = E->g->attention_16bit ? E->g->product_dtype : DT_F32;
+    int64_t heads = n / (positions * width);
+    cg_attention k = {.heads = heads, .positions = positions, .width = width, .causal = v->causal,
                       .scale = scale, .q = E->cname[v->operands[0]], .k = E->cname[v->operands[1]],
-                      .v = E->cname[v->operands[2]], .work = "ctx->scratch"};
+                      .v = E->cname[v->operands[2]], .work = "ctx->scratch", .operands = operands,
+                      .work_floats = E->dialect->attention_scratch_floats(heads, positions, width, operands),
+                      .name = v->name ? v->name : "attention"};
     if (v->op == OP_ATTENTION) {
         snprintf(lse, sizeof lse, "%s + %lld", E->cname[v->id], (long long)n);
         k.out = E->cname[v->id], k.lse = lse;

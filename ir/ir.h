@@ -251,6 +251,9 @@ typedef struct ir_graph {
     /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
      * op (set for the C target unless --no-fuse-attention). */
     int fuse_attention;
+    /* The target runs each fused attention in product_dtype (CUDA: cuDNN), its operands
+     * cast by the kernel, not by passes/precision.c; set by the driver with product_dtype. */
+    int attention_16bit;
     /* passes/hoist_constants.c: the values computed from numbers alone are made once, by
      * create, unless this is set (--no-hoist-constants): then in every step, as other ops */
     int constants_every_step;

@@ -479,6 +479,9 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
     explain_mib(f.probability_elems, probabilities, sizeof probabilities);
     fprintf(out, "attention: %d fused (line %d): %s of row statistics kept for the backward instead of %s of probabilities\n",
             f.count, f.line, kept, probabilities);
+    if (g->attention_16bit)
+        fprintf(out, "  each runs in %s through cuDNN's fused attention (f32 statistics), q, k, v cast in scratch\n",
+                ir_dtype_name(g->product_dtype));
     if (full)
         fprintf(out, "  (one rank's shards, every stage, one micro-batch): blocks of queries and keys with an online softmax,\n"
                      "  the backward makes the scores again; --no-fuse-attention keeps the unfused ops\n");

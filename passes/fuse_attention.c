@@ -16,8 +16,11 @@
  * its gradient (autodiff) is one fused backward that keeps only each row's log-sum-exp
  * from the forward.
  *
- * The C target only (the driver sets g->fuse_attention; --no-fuse-attention clears it):
- * the CUDA dialect has no attention kernel.
+ * Where the target has attention kernels (the driver sets g->fuse_attention;
+ * --no-fuse-attention clears it): the C target's blocked kernels (runtime/dmrt_attention.h),
+ * the CUDA target's a thread a row in f32 (runtime/cuda/attention.cu) and, under
+ * --precision bf16 or fp16, cuDNN's in that type (runtime/cuda/attention16.cu, which casts
+ * the f32 operands itself: g->attention_16bit).
  *
  * requires: the typed forward graph, before autodiff; leaves an attention in place of
  * each second product, at its position, named with its layer path and at the softmax's

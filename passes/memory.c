@@ -849,7 +849,9 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
             n = (rules->embed_grad_bytes(ir_local_numel(g, &g->values[v->operands[0]]->type)) + 3) / 4;
         } else if ((v->op == OP_ATTENTION || v->op == OP_ATTENTION_GRAD) && rules->attention_floats) {
             const ir_type *q = &g->values[v->operands[0]]->type;
-            n = rules->attention_floats(q->shape[q->rank - 2], q->shape[q->rank - 1]);
+            int64_t positions = q->shape[q->rank - 2], width = q->shape[q->rank - 1];
+            n = rules->attention_floats(ir_local_numel(g, q) / (positions * width), positions, width,
+                                        g->attention_16bit ? g->product_dtype : DT_F32);
         }
         if (n > need) need = n;
     }

@@ -478,7 +478,8 @@ typedef struct dm_scratch_rules {
     int64_t (*xent_floats)(int64_t rows, int64_t comm_size);
     int64_t (*embed_grad_bytes)(int64_t rows);
     int64_t (*wgrad_floats)(int64_t rows, int64_t n);
-    int64_t (*attention_floats)(int64_t positions, int64_t width); /* NULL: no attention kernel */
+    /* NULL: no attention kernel; dtype: the attention's (product_dtype where attention_16bit) */
+    int64_t (*attention_floats)(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype);
 } dm_scratch_rules;
 int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules);
 

@@ -8,7 +8,9 @@
  * in flight would outweigh the cast).
  * The product is accumulated and stored in f32, so everything else (norms, softmax, the
  * loss, gradients, their reduction and the update on f32 master weights) stays f32.
- * Fused attention keeps its products in f32.
+ * Fused attention's operands are left f32 here: the C target's attention multiplies in f32,
+ * and a target that runs it in 16 bits (g->attention_16bit: CUDA, through cuDNN) casts them
+ * in its kernel's scratch, so that the op, its lse and its gradients keep one layout.
  *
  * requires: the final op order, stages and phases (pipeline, zero_gather); renumbers values
  * (and the value ids in pipe and reshards). Memory and cost count the casts' 2-byte buffers. */

@@ -275,6 +275,23 @@ int dmrt_gpu_attention_backward(dmrt_gpu *g, const float *q, const float *k, con
                                 const float *lse, const float *dout, float *dq, float *dk, float *dv, int64_t heads,
                                 int64_t positions, int64_t width, float scale, int causal);
 
+/* The same in 16 bits through cuDNN (attention16.cu, cudnn_sdpa.h): --precision bf16
+ * (half 0) or fp16 (half 1). q, k, v (and out, dout) are cast into work, the attention
+ * runs in the 16-bit type with f32 accumulation and f32 lse (the same natural-log
+ * log-sum-exp of the scaled scores), and its results are cast back to f32. work: device
+ * scratch of work_bytes >= dmrt_cuda_attention16_scratch_bytes(...) (dmrt_cuda_sizes.h).
+ * cuDNN's plan is made once per shape, at the first call, and kept in g; a shape cuDNN has
+ * no engine for, or whose engine needs more workspace than work holds, fails with a
+ * message naming `name` (the attention's .dm name). The backward's dq is summed in an
+ * order cuDNN chooses: not promised deterministic (docs/gpu.md). */
+int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
+                                 float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                 void *work, int64_t work_bytes, const char *name);
+int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                  int64_t heads, int64_t positions, int64_t width, float scale, int causal, void *work,
+                                  int64_t work_bytes, const char *name);
+
 /* ---- quantized products (--quantize: codegen/emit_quant.c, docs/compression.md) ----------
  *
  * q is the host copy of the narrow weight (dmrt.h's dmrt_qweight: its shape, bits, group,

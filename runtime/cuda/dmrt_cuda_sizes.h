@@ -79,4 +79,22 @@ static inline int64_t dmrt_cuda_quant_work_bytes(int activations, int64_t m, int
     return (m * rows + 255) / 256 * 256 + m * cols * 4;
 }
 
+/* Bytes of device scratch the 16-bit fused attention (attention16.cu, through cuDNN) of
+ * `heads` heads of (positions, width) needs, the forward or the backward:
+ *   the 16-bit copies  forward q, k, v and out; backward q, k, v, out, dout, dq, dk and dv:
+ *                      2 bytes an element each, each rounded up to 256 bytes
+ *   the graph's own    backward: rowsum(dout * out), 4 bytes a row, and dq accumulated
+ *                      in f32, 4 bytes an element (cudnn_sdpa.h), each rounded up alike
+ *   cuDNN's engine     its workspace, which only cuDNN on a device can say: allowed
+ *                      4 bytes an element plus 1 MiB. A guess, not measured on a GPU: the
+ *                      runtime checks cuDNN's figure when it makes the plan and fails with
+ *                      a message naming the attention (never overruns) if it does not fit.
+ * No term is positions x positions: no scores are held. */
+static inline int64_t dmrt_cuda_attention16_scratch_bytes(int64_t heads, int64_t positions, int64_t width,
+                                                          int backward) {
+    int64_t n = heads * positions * width, rows = heads * positions, part = (2 * n + 255) / 256 * 256;
+    int64_t own = backward ? (4 * rows + 255) / 256 * 256 + (4 * n + 255) / 256 * 256 : 0;
+    return (backward ? 8 : 4) * part + own + 4 * n + ((int64_t)1 << 20);
+}
+
 #endif

@@ -474,6 +474,7 @@ void dmrt_gpu_destroy(dmrt_gpu *g) {
     if (g->stream) (void)cudaStreamSynchronize(g->stream);
     if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
     dmrt_gpu_nccl_destroy(g);
+    dmrt_gpu_sdpa_destroy(g);
     if (g->cublas) (void)cublasDestroy(g->cublas);
     for (int i = 0; i < g->n_allocs; i++) (void)cudaFree(g->allocs[i].p);
     if (g->staging) (void)cudaFreeHost(g->staging);

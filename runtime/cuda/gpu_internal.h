@@ -53,6 +53,9 @@ struct dmrt_gpu {
     gpu_nccl_comm nccl[DMRT_MESH_MAX_AXES];  /* (n_nccl) one per mesh axis of size > 1,
                                                 of any size with nccl_every_axis */
     int nccl_aborted;               /* a deadline or peer failure aborted the NCCL comms */
+
+    struct gpu_sdpa *sdpa;          /* attention16.cu's cuDNN handle and plans; NULL until
+                                       the first 16-bit attention */
 };
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -135,6 +138,8 @@ int dmrt_gpu_wait_stream(dmrt_gpu *g, cudaStream_t s);
 /* NCCL bootstrap over the rank's mesh axes (create), and teardown (destroy). */
 int dmrt_gpu_nccl_init(dmrt_gpu *g);
 void dmrt_gpu_nccl_destroy(dmrt_gpu *g);
+/* attention16.cu's cuDNN plans and handle, freed (destroy). */
+void dmrt_gpu_sdpa_destroy(dmrt_gpu *g);
 
 }  /* extern "C" */
 

@@ -7,8 +7,10 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 (gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
-tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2) and
-fp16 (gpt.dm on pipeline=2), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
+tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2, gpt.dm
+serial) and fp16 (gpt.dm on pipeline=2) (gpt.dm's fused attention then calls cuDNN's,
+runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both calls, and a
+32-bit gpt.dm for neither), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
@@ -76,6 +78,8 @@ CASES = [
     # 16-bit products (cuBLAS's bf16 and fp16 GEMMs, the casts' kernels) and fp16's loss scaling
     ("mlp-bf16-data2-tensor2", "examples/mlp.dm", SMALL_MLP, "data=2,tensor=2", ["--precision", "bf16"], None),
     ("gpt-fp16-pipeline2", "examples/gpt.dm", TINY_GPT, "pipeline=2", ["--precision", "fp16", "--microbatches", "2"], None),
+    # the fused attention in bf16 through cuDNN (runtime/cuda/cudnn_sdpa.c), linked with -lcudnn
+    ("gpt-bf16-cudnn", "examples/gpt.dm", TINY_GPT, None, ["--precision", "bf16"], None),
     # ZeRO 1, 2 and 3: reduce-scatters, shard updates and all-gathers on the device (ZeRO 3's
     # started), shares moved through host memory for init, saves and checkpoints
     ("mlp-data2-zero1", "examples/mlp.dm", SMALL_MLP, "data=2", ["--zero", "1"], None),
@@ -194,6 +198,19 @@ def distill_case(tmp):
     return ("distill", student, "B=%d,D=%d,K=%d" % (b, d, k), None, ["--teacher", teacher, "--teacher-init", weights], None)
 
 
+def attention16_problem(name, dm, extra, source):
+    """gpt.dm's attention calls cuDNN's (both directions) under 16-bit products, else never."""
+    if not dm.endswith("gpt.dm") or "--quantize" in extra or "--teacher" in extra:
+        return None
+    with open(source) as f:
+        text = f.read()
+    want = "--precision" in extra and extra[extra.index("--precision") + 1] in ("bf16", "fp16")
+    for call in ("dmrt_gpu_attention16_forward(", "dmrt_gpu_attention16_backward("):
+        if (call in text) != want:
+            return "%s: %s %s in %s" % (name, call, "missing" if want else "unexpected", source)
+    return None
+
+
 def run_case(dmc, root, tmp, case, has_gpu):
     name, dm, sets, mesh, extra, build_error = case
     keep = os.path.join(tmp, name)
@@ -224,6 +241,9 @@ def run_case(dmc, root, tmp, case, has_gpu):
     for path in built:
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
+    problem = attention16_problem(name, dm, extra, built[0])
+    if problem:
+        return problem
     if has_gpu and written:
         if r.returncode != 0 or not os.path.exists(written):
             return "%s: the quantized program failed on the GPU (exit %d):\n%s" % (name, r.returncode, out)

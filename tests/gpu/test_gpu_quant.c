@@ -17,16 +17,10 @@
 
 #include "dmrt.h"
 #include "dmrt_cuda.h"
+#include "gpu_test.h"
 
 static int failures;
 
-#define GPU_CALL(g, call)                                                                    \
-    do {                                                                                     \
-        if ((call) != DMRT_OK) {                                                             \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, dmrt_gpu_error(g));    \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 static float *random_floats(int64_t n, uint64_t seed, float scale) {
     float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
@@ -38,17 +32,6 @@ static float *random_floats(int64_t n, uint64_t seed, float scale) {
     return p;
 }
 
-/* A device copy of bytes of host memory. */
-static void *on_device(dmrt_gpu *g, const void *host, size_t bytes) {
-    void *d = NULL;
-    GPU_CALL(g, dmrt_gpu_alloc(g, &d, bytes));
-    GPU_CALL(g, dmrt_gpu_copy(g, d, host, bytes, DMRT_HOST_TO_DEVICE));
-    return d;
-}
-
-static void to_host(dmrt_gpu *g, void *host, const void *dev, size_t bytes) {
-    GPU_CALL(g, dmrt_gpu_copy(g, host, dev, bytes, DMRT_DEVICE_TO_HOST));
-}
 
 /* got against want, n values: bit for bit (rtol < 0) or within rtol of max |want|. */
 static void compare(const char *what, const float *got, const float *want, int64_t n, double rtol) {
@@ -113,13 +96,7 @@ static void product_case(dmrt_gpu *g, int bits, int64_t m, int64_t k, int64_t n,
 }
 
 int main(void) {
-    char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
-    dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
-    if (!g) {
-        printf("%s: %s\n", strncmp(err, "no CUDA device", 14) == 0 ? "SKIP" : "FAIL: dmrt_gpu_create", err);
-        return strncmp(err, "no CUDA device", 14) == 0 ? 77 : 1;
-    }
+    dmrt_gpu *g = gpu_test_open();
     for (int beta = 0; beta <= 1; beta++) {
         product_case(g, 8, 16, 64, 32, 64, 64, (float)beta, 1);   /* cuBLAS's int8 GEMM */
         product_case(g, 8, 256, 128, 512, 128, 128, (float)beta, 1);

@@ -5,6 +5,10 @@
 #   with (a link when it lies elsewhere);
 # - link names (libopenblas.so, libjansson.so, libz.so, libnccl.so) point at the
 #   machine's .so.N files, for `dmc run` to link the generated code;
+# - cuDNN 9 (which libdmrt_cuda links: the 16-bit attention), where the machine has it only
+#   in a Python package (nvidia-cudnn-cu13: site-packages/nvidia/cudnn/lib), is linked into
+#   /usr/local/cuda/lib64: every libcudnn*.so.9 (cuDNN opens its sub-libraries, engines
+#   among them, at run time) and the link name libcudnn.so;
 # - /usr/bin/python3, which the tests name, becomes the interpreter that has torch.
 # Then run the GPU tests from the build's own test list:
 #   meson introspect build --tests > tests.json          (on the build machine)
@@ -25,6 +29,14 @@ if [ ! -e /usr/local/cuda/lib64/libnccl.so ]; then
     f=$(find / -xdev -name 'libnccl.so*' 2>/dev/null | head -1)
     echo "nccl: $f"
     [ -n "$f" ] && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so.2
+fi
+if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+    f=$(find / -xdev -path '*nvidia/cudnn/lib/libcudnn.so.9' 2>/dev/null | head -1)
+    echo "cudnn: $f"
+    if [ -n "$f" ]; then
+        for piece in "$(dirname "$f")"/libcudnn*.so.9; do ln -sf "$piece" /usr/local/cuda/lib64/; done
+        ln -sf /usr/local/cuda/lib64/libcudnn.so.9 /usr/local/cuda/lib64/libcudnn.so
+    fi
 fi
 ldconfig
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then

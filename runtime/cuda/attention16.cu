@@ -1,0 +1,185 @@
+/* attention16.cu: the fused attention of --precision bf16/fp16 through cuDNN (cudnn_sdpa.h).
+ * The attention op's operands and results stay f32 in the program (its lse too, which the
+ * backward reads): this file casts q, k, v (and out, dout) into the 16-bit type in the
+ * planned scratch, runs cuDNN's graph there, and casts out (dq, dk, dv) back. The casts
+ * read and write each element once, next to the attention's positions^2 work; keeping the
+ * op f32 in the IR leaves the C target, the memory plan and the other passes as they are.
+ *
+ * cuDNN's handle is made at the first call (on the rank's stream) and each shape's plan
+ * once, kept in g->sdpa until dmrt_gpu_destroy. Never run on a GPU yet (docs/gpu.md). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudnn_sdpa.h"
+#include "gpu_internal.h"
+
+typedef struct gpu_sdpa_entry {
+    dmrt_sdpa_shape shape;
+    dmrt_sdpa_plan plan;
+} gpu_sdpa_entry;
+
+struct gpu_sdpa {
+    cudnnHandle_t handle;
+    gpu_sdpa_entry *entries; /* (n) one plan a shape */
+    int n;
+};
+
+static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
+    return a->heads == b->heads && a->positions == b->positions && a->width == b->width && a->half == b->half &&
+           a->scale == b->scale && a->causal == b->causal && a->backward == b->backward;
+}
+
+/* *plan: the plan of shape s, made now if it is new. DMRT_OK or the failure (g->error). */
+static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt_sdpa_plan **plan) {
+    if (!g->sdpa && !(g->sdpa = (struct gpu_sdpa *)calloc(1, sizeof *g->sdpa)))
+        return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
+    struct gpu_sdpa *c = g->sdpa;
+    if (!c->handle) {
+        cudnnStatus_t st = cudnnCreate(&c->handle);
+        if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
+        if (st != CUDNN_STATUS_SUCCESS)
+            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
+                                 cudnnGetErrorString(st));
+    }
+    for (int i = 0; i < c->n; i++)
+        if (same_shape(&c->entries[i].shape, s)) {
+            *plan = &c->entries[i].plan;
+            return DMRT_OK;
+        }
+    gpu_sdpa_entry *grown = (gpu_sdpa_entry *)realloc(c->entries, (size_t)(c->n + 1) * sizeof *grown);
+    if (!grown) return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
+    c->entries = grown;
+    gpu_sdpa_entry *e = &c->entries[c->n];
+    e->shape = *s;
+    if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
+        int rc =
+            dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s",
+                          name, s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions,
+                          (long long)s->width, s->backward ? ", backward" : "", e->plan.graph.error);
+        dmrt_sdpa_plan_free(&e->plan);
+        return rc;
+    }
+    c->n++;
+    *plan = &e->plan;
+    return DMRT_OK;
+}
+
+void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
+    if (!g->sdpa) return;
+    for (int i = 0; i < g->sdpa->n; i++) dmrt_sdpa_plan_free(&g->sdpa->entries[i].plan);
+    if (g->sdpa->handle) (void)cudnnDestroy(g->sdpa->handle);
+    free(g->sdpa->entries);
+    free(g->sdpa);
+    g->sdpa = NULL;
+}
+
+template <typename T>
+__device__ static T to_narrow(float x);
+template <>
+__device__ __nv_bfloat16 to_narrow<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __half to_narrow<__half>(float x) {
+    return __float2half_rn(x);
+}
+
+template <typename T>
+__global__ static void narrow_kernel(const float *x, T *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = to_narrow<T>(x[i]);
+}
+
+template <typename T>
+__global__ static void widen_kernel(const T *x, float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = (float)x[i];
+}
+
+/* n floats of x into their 16-bit copy y (narrow) or back (widen). */
+static int cast16(dmrt_gpu *g, int half, int narrow, const float *x, void *y, int64_t n) {
+    unsigned blocks = gpu_blocks(n, 256);
+    if (narrow && half)
+        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__half *)y, n);
+    else if (narrow)
+        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__nv_bfloat16 *)y, n);
+    else if (half)
+        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __half *)y, (float *)x, n);
+    else
+        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __nv_bfloat16 *)y, (float *)x, n);
+    LAUNCH_CHECK(g, "attention16 cast");
+    return DMRT_OK;
+}
+
+/* The scratch laid out: count 16-bit copies of n elements, then the graph's own workspace
+ * and the engine's. Fails (naming the attention) when cuDNN's figure does not fit. */
+static int lay_out(dmrt_gpu *g, const dmrt_sdpa_plan *p, void *work, int64_t work_bytes, int count, int64_t n,
+                   void *copies[8], char **workspace, const char *name) {
+    int64_t part = (2 * n + 255) / 256 * 256, own = dmrt_sdpa_own_workspace_bytes(&p->graph.shape);
+    int64_t need = count * part + own + p->engine_workspace;
+    if (need > work_bytes)
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__,
+                             "attention %s: cuDNN's engine needs %lld bytes of workspace; with the 16-bit copies that "
+                             "is %lld bytes, more than the %lld planned (dmrt_cuda_attention16_scratch_bytes)",
+                             name, (long long)p->engine_workspace, (long long)need, (long long)work_bytes);
+    for (int i = 0; i < count; i++) copies[i] = (char *)work + i * part;
+    *workspace = (char *)work + count * part;
+    return DMRT_OK;
+}
+
+int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
+                                 float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                 void *work, int64_t work_bytes, const char *name) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0 && work);
+    const int64_t n = heads * positions * width;
+    if (n == 0) return DMRT_OK;
+    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
+    dmrt_sdpa_plan *p = NULL;
+    void *c[8] = {0};
+    char *workspace = NULL;
+    int rc = plan_of(g, &s, name, &p);
+    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 4, n, c, &workspace, name);
+    const float *in[3] = {q, k, v};
+    for (int i = 0; i < 3 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
+    if (rc != DMRT_OK) return rc;
+    void *data[DMRT_SDPA_UIDS] = {0};
+    data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
+    data[DMRT_SDPA_STATS] = lse;
+    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
+    return cast16(g, half, 0, out, c[3], n);
+}
+
+int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                  float *dv, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                  void *work, int64_t work_bytes, const char *name) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0 && work);
+    const int64_t n = heads * positions * width, rows = heads * positions;
+    if (n == 0) return DMRT_OK;
+    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
+    dmrt_sdpa_plan *p = NULL;
+    void *c[8] = {0};
+    char *workspace = NULL;
+    int rc = plan_of(g, &s, name, &p);
+    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 8, n, c, &workspace, name);
+    const float *in[5] = {q, k, v, out, dout};
+    for (int i = 0; i < 5 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
+    if (rc != DMRT_OK) return rc;
+    /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
+    char *rowsum = workspace, *dq_f32 = workspace + (4 * rows + 255) / 256 * 256;
+    CUDA_CHECK(g, cudaMemsetAsync(dq_f32, 0, (size_t)(4 * n), g->stream));
+    void *data[DMRT_SDPA_UIDS] = {0};
+    data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
+    data[DMRT_SDPA_DOUT] = c[4], data[DMRT_SDPA_DQ] = c[5], data[DMRT_SDPA_DK] = c[6], data[DMRT_SDPA_DV] = c[7];
+    data[DMRT_SDPA_STATS] = (void *)lse, data[DMRT_SDPA_ROWSUM] = rowsum, data[DMRT_SDPA_DQ_F32] = dq_f32;
+    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
+    float *grads[3] = {dq, dk, dv};
+    for (int i = 0; i < 3 && rc == DMRT_OK; i++) rc = cast16(g, half, 0, grads[i], c[5 + i], n);
+    return rc;
+}

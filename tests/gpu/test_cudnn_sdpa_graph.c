@@ -1,0 +1,175 @@
+/* test_cudnn_sdpa_graph.c: the cuDNN attention graphs of runtime/cuda/cudnn_sdpa.c, checked
+ * as far as cuDNN checks them without a device. Every tensor and operation descriptor of
+ * the forward and backward, bf16 and fp16, causal or not, is finalized (cuDNN validates an
+ * operation's shapes and types at finalize: a matrix product whose inner dims disagree and
+ * a reduction to a larger tensor are shown rejected below, so a pass here means something);
+ * their operation graph is finalized without a handle, and offers one engine. With a device
+ * (cudnnCreate succeeds) it also makes the execution plans: cuDNN's heuristics pick an
+ * engine that finalizes, and its workspace is reported. Without one it says what it could
+ * not check. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cudnn_sdpa.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+            failures++;                                 \
+        }                                               \
+    } while (0)
+
+/* The operations each graph has: the forward's 10 (2 products, the scale, max, sub, exp,
+ * sum, log, add, div), the backward's 18, and 4 more in each for the causal mask. */
+static int expected_ops(const dmrt_sdpa_shape *s) { return (s->backward ? 18 : 10) + (s->causal ? 4 : 0); }
+
+/* The uid a finalized tensor descriptor reports. */
+static int64_t uid_of(cudnnBackendDescriptor_t t) {
+    int64_t uid = -1, n = 0;
+    if (cudnnBackendGetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &n, &uid)) return -1;
+    return uid;
+}
+
+/* The first product reads q: the graph is wired to the caller's uids. */
+static void check_first_product(dmrt_sdpa_graph *g) {
+    for (int i = 0; i < g->n_ops; i++) {
+        cudnnBackendDescriptor_t a = NULL;
+        int64_t n = 0;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &a)) return;
+        cudnnStatus_t st = cudnnBackendGetAttribute(g->ops[i], CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &a);
+        int64_t uid = st == CUDNN_STATUS_SUCCESS ? uid_of(a) : -1;
+        cudnnBackendDestroyDescriptor(a);
+        if (st != CUDNN_STATUS_SUCCESS) continue; /* not a product */
+        if (!g->shape.backward)
+            CHECK(uid == DMRT_SDPA_Q, "forward's first product reads uid %lld, not q", (long long)uid);
+        return;
+    }
+    CHECK(0, "no matrix product in the graph");
+}
+
+static void check_graph(const dmrt_sdpa_shape *s, cudnnHandle_t handle) {
+    const char *what = s->backward ? "backward" : "forward";
+    dmrt_sdpa_graph g;
+    int rc = dmrt_sdpa_graph_build(&g, s);
+    CHECK(rc == 0, "%s (%s, causal %d): %s", what, s->half ? "fp16" : "bf16", s->causal, g.error);
+    CHECK(g.n_ops == expected_ops(s), "%s: %d operations, expected %d", what, g.n_ops, expected_ops(s));
+    if (rc == 0) {
+        check_first_product(&g);
+        cudnnBackendDescriptor_t og = dmrt_sdpa_op_graph(&g, NULL);
+        CHECK(og != NULL, "%s: operation graph: %s", what, g.error);
+        int64_t engines = 0, n = 0;
+        if (og)
+            CHECK(cudnnBackendGetAttribute(og, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
+                                           &engines) == CUDNN_STATUS_SUCCESS &&
+                      engines >= 1,
+                  "%s: the operation graph offers %lld engines", what, (long long)engines);
+    }
+    dmrt_sdpa_graph_free(&g);
+    if (!handle) return;
+    dmrt_sdpa_plan p;
+    rc = dmrt_sdpa_plan_make(&p, handle, s);
+    CHECK(rc == 0, "%s plan: %s", what, p.graph.error);
+    if (rc == 0)
+        printf("%s %s causal %d: engine workspace %lld bytes\n", what, s->half ? "fp16" : "bf16", s->causal,
+               (long long)p.engine_workspace);
+    dmrt_sdpa_plan_free(&p);
+}
+
+/* A finalized tensor of 2 (rows, cols) matrices, virtual when uid >= 100. */
+static cudnnBackendDescriptor_t tensor(int64_t uid, int64_t rows, int64_t cols, cudnnDataType_t type) {
+    cudnnBackendDescriptor_t t = NULL;
+    int64_t dims[4] = {2, 1, rows, cols}, strides[4] = {rows * cols, rows * cols, cols, 1}, alignment = 16;
+    bool is_virtual = uid >= 100;
+    cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+    CHECK(cudnnBackendFinalize(t) == CUDNN_STATUS_SUCCESS, "a plain tensor did not finalize");
+    return t;
+}
+
+/* A new descriptor of `type` (in *out) with attribute names[i] set to *values[i], each one
+ * value of type kind; the status of its finalize. */
+static cudnnStatus_t finalize_with(cudnnBackendDescriptorType_t type, int n, const cudnnBackendAttributeName_t *names,
+                                   cudnnBackendAttributeType_t kind, const void *const *values,
+                                   cudnnBackendDescriptor_t *out) {
+    cudnnBackendCreateDescriptor(type, out);
+    for (int i = 0; i < n; i++) cudnnBackendSetAttribute(*out, names[i], kind, 1, values[i]);
+    return cudnnBackendFinalize(*out);
+}
+
+/* The checks can fail: wrong operations are rejected at finalize, as a wrong graph's would be. */
+static void check_rejections(void) {
+    cudnnBackendDescriptor_t a = tensor(1, 64, 32, CUDNN_DATA_BFLOAT16), b = tensor(2, 33, 64, CUDNN_DATA_BFLOAT16);
+    cudnnBackendDescriptor_t c = tensor(100, 64, 64, CUDNN_DATA_FLOAT), row = tensor(101, 64, 1, CUDNN_DATA_FLOAT);
+    cudnnBackendDescriptor_t mm = NULL, op = NULL, red = NULL, op2 = NULL;
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnReduceTensorOp_t max = CUDNN_REDUCE_TENSOR_MAX;
+    const cudnnBackendAttributeName_t mm_names[] = {CUDNN_ATTR_MATMUL_COMP_TYPE};
+    const void *mm_values[] = {&f32};
+    finalize_with(CUDNN_BACKEND_MATMUL_DESCRIPTOR, 1, mm_names, CUDNN_TYPE_DATA_TYPE, mm_values, &mm);
+    const cudnnBackendAttributeName_t product[] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+                                                   CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
+    const void *product_values[] = {&a, &b, &c, &mm};
+    CHECK(finalize_with(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, product, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        product_values, &op) != CUDNN_STATUS_SUCCESS,
+          "a (64, 32) @ (33, 64) product was accepted");
+    cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &red);
+    cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &max);
+    cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    cudnnBackendFinalize(red);
+    const cudnnBackendAttributeName_t reduction[] = {CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                                                     CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+                                                     CUDNN_ATTR_OPERATION_REDUCTION_DESC};
+    const void *reduction_values[] = {&row, &c, &red};
+    CHECK(finalize_with(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, reduction, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                        reduction_values, &op2) != CUDNN_STATUS_SUCCESS,
+          "a reduction of (64, 1) to (64, 64) was accepted");
+    cudnnBackendDescriptor_t all[] = {op2, red, op, mm, row, c, b, a};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) cudnnBackendDestroyDescriptor(all[i]);
+    /* and the builder's own refusal */
+    dmrt_sdpa_graph g;
+    dmrt_sdpa_shape bad = {.heads = 2, .positions = 8, .width = 0, .scale = 1};
+    CHECK(dmrt_sdpa_graph_build(&g, &bad) != 0 && strstr(g.error, "bad shape"), "width 0 built: '%s'", g.error);
+    dmrt_sdpa_graph_free(&g);
+}
+
+int main(void) {
+    printf("cuDNN %zu (built against %d)\n", cudnnGetVersion(), CUDNN_VERSION);
+    cudnnHandle_t handle = NULL;
+    cudnnStatus_t st = cudnnCreate(&handle);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        printf(
+            "cudnnCreate: %s: no device, so the graphs' descriptors and operation graphs are checked but no "
+            "engine or execution plan is made (that needs a GPU)\n",
+            cudnnGetErrorString(st));
+        handle = NULL;
+    }
+    check_rejections();
+    for (int backward = 0; backward < 2; backward++)
+        for (int half = 0; half < 2; half++)
+            for (int causal = 0; causal < 2; causal++) {
+                /* gpt.dm's tiny attention: 2 x 4 heads of (64, 16) */
+                dmrt_sdpa_shape s = {.heads = 8,
+                                     .positions = 64,
+                                     .width = 16,
+                                     .half = half,
+                                     .scale = 0.25f,
+                                     .causal = causal,
+                                     .backward = backward};
+                check_graph(&s, handle);
+            }
+    if (handle) cudnnDestroy(handle);
+    printf(failures ? "%d failures\n" : "all passed\n", failures);
+    return failures ? 1 : 0;
+}

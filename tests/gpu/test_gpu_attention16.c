@@ -1,0 +1,114 @@
+/* test_gpu_attention16.c: the 16-bit fused attention through cuDNN (runtime/cuda/attention16.cu)
+ * against f32 attention (runtime/dmrt_attention_rows.h, the CUDA target's f32 kernels run
+ * here on the host) on the same 16-bit-rounded q, k, v and dout: out, lse, dq, dk and dv for
+ * bf16 and fp16, causal and not, on odd and round shapes. The bound is the 16-bit type's:
+ * cuDNN rounds out, dq, dk, dv and the probabilities it multiplies to the 16-bit type
+ * (about 2^-8 relative for bf16, 2^-11 for fp16), so results must agree within
+ * BOUND x the largest magnitude of the reference; lse is f32 from the same inputs (1e-3).
+ * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
+ * and exits 77 (meson: skipped). Never run on a GPU when written. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmrt_attention_rows.h"
+#include "dmrt_cuda.h"
+#include "dmrt_half.h"
+#include "gpu_test.h"
+
+static int failures;
+
+static float *floats(int64_t n) {
+    float *p = calloc((size_t)n, sizeof(float));
+    if (!p) exit(1);
+    return p;
+}
+
+/* uniform in [-1, 1), rounded to the 16-bit type (both sides then read the same values) */
+static void fill16(float *x, int64_t n, unsigned seed, int half) {
+    srand(seed);
+    for (int64_t i = 0; i < n; i++) {
+        float u = 2.0f * (float)rand() / ((float)RAND_MAX + 1.0f) - 1.0f;
+        x[i] = half ? dmrt_f16_to_f32(dmrt_f16_round(u)) : dmrt_bf16_to_f32(dmrt_bf16_round(u));
+    }
+}
+
+static void compare(const char *what, const float *got, const float *want, int64_t n, double bound, int relative) {
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+    double limit = relative ? bound * scale : bound;
+    printf("%-34s max |difference| %.2e (bound %.2e)\n", what, worst, limit);
+    if (!(worst <= limit)) failures++;
+}
+
+static float *to_device(dmrt_gpu *g, const float *h, int64_t n) { return on_device(g, h, (size_t)n * sizeof(float)); }
+
+/* the f32 reference over every head: out, lse, dq, dk, dv */
+static void reference(const float *q, const float *k, const float *v, const float *dout, float *out, float *lse,
+                      float *dq, float *dk, float *dv, int64_t heads, int64_t t, int64_t d, float scale, int causal) {
+    for (int64_t h = 0; h < heads; h++) {
+        int64_t o = h * t * d;
+        for (int64_t r = 0; r < t; r++)
+            dmrt_attention_row_forward(q + o, k + o, v + o, out + o, lse + h * t, r, t, d, scale, causal);
+        for (int64_t r = 0; r < t; r++) {
+            dmrt_attention_row_dq(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dq + o, r, t, d, scale, causal);
+            dmrt_attention_row_dkdv(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dk + o, dv + o, r, t, d, scale,
+                                    causal);
+        }
+    }
+}
+
+static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int64_t d, int causal) {
+    const int64_t n = heads * t * d;
+    const float scale = 1.0f / sqrtf((float)d), bound = half ? 4e-3f : 3e-2f;
+    float *h[5], *want[6], *got[6];
+    for (int i = 0; i < 5; i++) h[i] = floats(n), fill16(h[i], n, 17u + (unsigned)i, half);
+    for (int i = 0; i < 6; i++) want[i] = floats(n), got[i] = floats(n);
+    /* the reference's dout is the 16-bit dout; its out the f32 one (cuDNN's reads its own) */
+    reference(h[0], h[1], h[2], h[3], want[0], want[1], want[2], want[3], want[4], heads, t, d, scale, causal);
+    float *dev_q = to_device(g, h[0], n), *dev_k = to_device(g, h[1], n), *dev_v = to_device(g, h[2], n);
+    float *dev_dout = to_device(g, h[3], n), *dev_out = to_device(g, NULL, n), *dev_lse = to_device(g, NULL, heads * t);
+    float *gq = to_device(g, NULL, n), *gk = to_device(g, NULL, n), *gv = to_device(g, NULL, n);
+    int64_t work_bytes = dmrt_cuda_attention16_scratch_bytes(heads, t, d, 1);
+    void *work = to_device(g, NULL, (work_bytes + 3) / 4);
+    GPU_CALL(g, dmrt_gpu_attention16_forward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, heads, t, d, scale, causal,
+                                             work, work_bytes, "test.attention"));
+    GPU_CALL(g, dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv,
+                                              heads, t, d, scale, causal, work, work_bytes, "test.attention"));
+    GPU_CALL(g, dmrt_gpu_sync(g));
+    to_host(g, got[0], dev_out, (size_t)n * 4), to_host(g, got[1], dev_lse, (size_t)(heads * t) * 4);
+    to_host(g, got[2], gq, (size_t)n * 4), to_host(g, got[3], gk, (size_t)n * 4), to_host(g, got[4], gv, (size_t)n * 4);
+    char what[96];
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(what, sizeof what, "%s %lldx(%lld,%lld)%s %s", half ? "fp16" : "bf16", (long long)heads, (long long)t,
+                 (long long)d, causal ? " causal" : "", names[i]);
+        compare(what, got[i], want[i], i == 1 ? heads * t : n, i == 1 ? 1e-3 : bound, i != 1);
+    }
+    /* too little scratch: a message naming the attention */
+    int rc = dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads,
+                                           t, d, scale, causal, work, 256, "test.small");
+    if (rc == DMRT_OK || !strstr(dmrt_gpu_error(g), "test.small")) {
+        printf("FAIL: 256 bytes of scratch: rc %d, '%s'\n", rc, dmrt_gpu_error(g));
+        failures++;
+    }
+    float *all[] = {dev_q, dev_k, dev_v, dev_dout, dev_out, dev_lse, gq, gk, gv, work};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dmrt_gpu_free(g, all[i]);
+    for (int i = 0; i < 5; i++) free(h[i]);
+    for (int i = 0; i < 6; i++) free(want[i]), free(got[i]);
+}
+
+int main(void) {
+    dmrt_gpu *g = gpu_test_open();
+    for (int half = 0; half < 2; half++)
+        for (int causal = 0; causal < 2; causal++) {
+            attention_case(g, half, 16, 16, 8, causal); /* gpt.dm's tiny heads */
+            attention_case(g, half, 6, 40, 64, causal); /* positions not a multiple of 64 */
+            attention_case(g, half, 4, 128, 64, causal);
+        }
+    dmrt_gpu_destroy(g);
+    printf(failures ? "%d failures\n" : "all passed\n", failures);
+    return failures ? 1 : 0;
+}
