@@ -114,7 +114,7 @@ static void product_case(dmrt_gpu *g, int bits, int64_t m, int64_t k, int64_t n,
 
 int main(void) {
     char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO, NULL};
     dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
     if (!g) {
         printf("%s: %s\n", strncmp(err, "no CUDA device", 14) == 0 ? "SKIP" : "FAIL: dmrt_gpu_create", err);
