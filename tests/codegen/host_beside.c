@@ -15,20 +15,12 @@
 
 #include "mlp.c"
 #include "dmrt_comm.h"
+#include "../runtime/check.h"
 
 enum { RANKS = 4 };
 static const uint64_t SEED = 11;
 
-static int fails = 0;
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fputc('\n', stderr);                                                      \
-            __atomic_add_fetch(&fails, 1, __ATOMIC_SEQ_CST);                          \
-        }                                                                             \
-    } while (0)
+static _Atomic int fails = 0; /* CHECK's count, from the rank threads too */
 
 static mlp_ctx *serial;
 
