@@ -289,8 +289,9 @@ typedef struct cg_dialect {
     /* After the context struct: static helpers that take struct_ctx * (for CUDA,
      * device_failed(ctx), which copies the device error into ctx->error). */
     void (*ctx_helpers)(cg_writer *w);
-    /* In <model>_create(_rank), before any allocation (ctx->rank is set when
-     * partitioned), with the options the dialect reads (tf32: --tf32); and in destroy,
+    /* In <model>_create_rank or _create_beside, before any allocation (ctx->rank is set
+     * when partitioned; serial, `dmrt_rank *beside` is in scope, NULL or the rank to be
+     * placed beside), with the options the dialect reads (tf32: --tf32); and in destroy,
      * after every free. */
     void (*ctx_open)(cg_writer *w, int partitioned, int tf32, const char *on_fail);
     void (*ctx_close)(cg_writer *w);

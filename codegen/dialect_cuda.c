@@ -656,7 +656,9 @@ static void cuda_ctx_helpers(cg_writer *w) {
 
 static void cuda_ctx_open(cg_writer *w, int partitioned, int tf32, const char *on_fail) {
     cg_line(w, "{");
-    cg_line(w, "    const dmrt_gpu_options gpu_options = {%d /* tf32 */, DMRT_GPU_COMM_AUTO};", tf32 ? 1 : 0);
+    /* serial: on the device of the rank it is created beside (create_beside), if any */
+    cg_line(w, "    const dmrt_gpu_options gpu_options = {%d /* tf32 */, DMRT_GPU_COMM_AUTO, %s};", tf32 ? 1 : 0,
+            partitioned ? "NULL" : "beside");
     cg_line(w, "    ctx->gpu = dmrt_gpu_create(%s, &gpu_options, ctx->error, sizeof ctx->error);", partitioned ? "ctx->rank" : "NULL");
     cg_line(w, "}");
     cg_line(w, "if (!ctx->gpu) %s", on_fail);

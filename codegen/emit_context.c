@@ -265,7 +265,7 @@ void emit_create_destroy(emitter *E) {
         else
             cg_line(w, "if (dmrt_mesh_init(rank, %d, mesh_axis_names, mesh_axis_sizes, err, errlen) != 0) return NULL;", g->n_axes);
     } else {
-        cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen) {", m, m);
+        cg_line(w, "%s_ctx *%s_create_beside(uint64_t seed, dmrt_rank *beside, char *err, size_t errlen) {", m, m);
         w->indent++;
     }
     cg_line(w, "struct_ctx *ctx = (struct_ctx *)calloc(1, sizeof *ctx);");
@@ -281,7 +281,8 @@ void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     /* the ranks on this machine share its cores */
-    cg_line(w, "ctx->threads = dmrt_threads_per_rank(%s);", E->partitioned ? "dmrt_rank_local_count(rank)" : "1");
+    if (E->partitioned) cg_line(w, "ctx->threads = dmrt_threads_per_rank(dmrt_rank_local_count(rank));");
+    else cg_line(w, "ctx->threads = dmrt_threads_beside(beside);");
     cg_line(w, "ctx->param_offsets = stage_param_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     if (g->loss >= 0 && g->grads)
         cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
@@ -346,6 +347,12 @@ void emit_create_destroy(emitter *E) {
     cg_line(w, "    return NULL;");
     cg_line(w, "}");
     cg_blank(w);
+    if (!E->partitioned) {
+        cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen) {", m, m);
+        cg_line(w, "    return %s_create_beside(seed, NULL, err, errlen);", m);
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
     w->indent++;
     cg_line(w, "if (!ctx) return;");

@@ -92,6 +92,9 @@ void emit_descriptor(emitter *E) {
         cg_line(w, "static void *model_create(uint64_t seed, char *err, size_t errlen) {");
         cg_line(w, "    return %s_create(seed, err, errlen);", m);
         cg_line(w, "}");
+        cg_line(w, "static void *model_create_beside(uint64_t seed, dmrt_rank *beside, char *err, size_t errlen) {");
+        cg_line(w, "    return %s_create_beside(seed, beside, err, errlen);", m);
+        cg_line(w, "}");
     }
     if (copies) {
         cg_line(w, "static int model_gather(void *ctx, int i, int grad, float *whole) {");
@@ -206,6 +209,7 @@ void emit_descriptor(emitter *E) {
     cg_line(w, ".product_dtype = \"%s\",", ir_dtype_name(g->product_dtype));
     cg_line(w, ".loss_scale = %s,", g->loss_scale > 0 ? "model_loss_scale" : "NULL");
     emit_quant_descriptor(E);
+    cg_line(w, ".create_beside = %s,", E->partitioned ? "NULL" : "model_create_beside");
     w->indent--;
     cg_line(w, "};");
 }

@@ -71,6 +71,10 @@ void emit_header(emitter *E) {
         cg_line(w, " * be NULL when errlen is 0): \"%s: out of memory\"%s. */", m,
                 E->dialect->create_failures);
         cg_line(w, "%s_ctx *%s_create(uint64_t seed, char *err, size_t errlen);", m, m);
+        cg_line(w, "/* The same, placed beside a rank of another program's mesh without joining it: on the");
+        cg_line(w, " * device that rank's context uses and on the threads its rank gets (beside NULL: as");
+        cg_line(w, " * %s_create). A distillation teacher is created so beside each rank of its student. */", m);
+        cg_line(w, "%s_ctx *%s_create_beside(uint64_t seed, dmrt_rank *beside, char *err, size_t errlen);", m, m);
     }
     cg_line(w, "void %s_destroy(%s_ctx *ctx);", m, m);
     cg_blank(w);

@@ -75,17 +75,11 @@ int dm_distill_options(const dm_options *o, double *temperature, double *alpha) 
 }
 
 /* The student's mesh: any of data, tensor and pipeline axes, micro-batches; not parameter
- * servers (their ranks hold no batch). On a target other than C (a GPU's), one rank: the
- * teacher's context is created without the rank's mesh, so a rank's teacher would not be on
- * that rank's device. */
-static int check_student(const ir_graph *g, const char *path, const char *target) {
+ * servers (their ranks hold no batch). On every target: each rank's teacher is created
+ * beside its rank (on its device). */
+static int check_student(const ir_graph *g, const char *path) {
     if (g->param_servers.servers > 0) {
         fprintf(stderr, "dmc: error: --teacher: %s uses parameter servers, which distillation does not support\n", path);
-        return -1;
-    }
-    if (target && strcmp(target, "c") != 0 && ir_mesh_ranks(g) > 1) {
-        fprintf(stderr, "dmc: error: --teacher: with --target %s distillation runs a serial student (one device), and %s's "
-                        "mesh has %lld ranks\n", target, path, (long long)ir_mesh_ranks(g));
         return -1;
     }
     return 0;
@@ -209,7 +203,7 @@ static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_ove
 int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_compile_request *base,
                        dm_teacher *out) {
     memset(out, 0, sizeof *out);
-    if (check_student(student, o->input, o->codegen.target)) return -1;
+    if (check_student(student, o->input)) return -1;
     snprintf(out->model, sizeof out->model, "teacher_%s", student->model);
     if (dm_source_read(&out->src, o->teacher, stderr)) return -1;
     out->has_src = 1;

@@ -6,6 +6,7 @@
  * sets the context's count after create) overrides it. */
 #define _GNU_SOURCE
 #include "dmrt.h"
+#include "dmrt_comm.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -39,3 +40,5 @@ int dmrt_threads_per_rank(int ranks_here) {
     if (ranks_here < 1) ranks_here = 1;
     return cores / ranks_here < 1 ? 1 : cores / ranks_here;
 }
+
+int dmrt_threads_beside(const dmrt_rank *rank) { return dmrt_threads_per_rank(rank ? dmrt_rank_local_count(rank) : 1); }

@@ -55,21 +55,19 @@ static pair pair_of(void *student) {
 }
 
 /* The teacher of a new student context, its weights from --teacher-init; NULL (student
- * destroyed, message in err) when it cannot be made. */
-/* The teacher runs on its student's threads: as many as a rank here gets, until
- * --threads sets both (set_threads). */
-static void *with_teacher(void *student, int part, int threads, uint64_t seed, char *err, size_t errlen) {
+ * destroyed, message in err) when it cannot be made. It is created beside the student's
+ * rank (NULL: serial): on the device the student's context uses (the CUDA target), on the
+ * threads a rank here gets, until --threads sets both (set_threads). */
+static void *with_teacher(void *student, dmrt_rank *rank, int part, uint64_t seed, char *err, size_t errlen) {
     if (!student) return NULL;
     const dmrt_tensor_desc *whole = &D.student->inputs[D.student->n_inputs - 1];
     const int in_parts = D.parts * D.micro > 1; /* each forward of the teacher writes a block of the input */
     float *logits = in_parts ? calloc((size_t)whole->numel, sizeof *logits) : NULL;
-    void *t = in_parts && !logits ? NULL : D.teacher->create(seed, err, errlen);
+    void *t = NULL;
     if (in_parts && !logits) snprintf(err, errlen, "distillation: out of memory");
-    if (t && D.teacher->set_threads && D.teacher->set_threads(t, threads) != DMRT_OK) {
-        snprintf(err, errlen, "distillation: the teacher cannot run on %d threads", threads);
-        D.teacher->destroy(t);
-        t = NULL;
-    }
+    else if (D.teacher->create_beside) t = D.teacher->create_beside(seed, rank, err, errlen);
+    else if (!rank) t = D.teacher->create(seed, err, errlen);
+    else snprintf(err, errlen, "distillation: teacher '%s' cannot be created beside a rank (no create_beside)", D.teacher->name);
     if (t && dmrt_load_params(D.teacher, t, D.init, err, errlen) != 0) {
         char why[1024];
         snprintf(why, sizeof why, "%s", err);
@@ -93,7 +91,7 @@ static void *with_teacher(void *student, int part, int threads, uint64_t seed, c
 }
 
 static void *create(uint64_t seed, char *err, size_t errlen) {
-    return with_teacher(D.student->create(seed, err, errlen), 0, dmrt_threads_per_rank(1), seed, err, errlen);
+    return with_teacher(D.student->create(seed, err, errlen), NULL, 0, seed, err, errlen);
 }
 
 static void *create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {
@@ -101,7 +99,7 @@ static void *create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errle
      * coordinate run the same teacher on the same rows) */
     void *student = D.student->create_rank(seed, rank, err, errlen); /* joins the mesh: coordinates known */
     int part = student && D.data_axis >= 0 ? dmrt_mesh_coord(rank, D.data_axis) : 0;
-    return with_teacher(student, part, dmrt_threads_per_rank(dmrt_rank_local_count(rank)), seed, err, errlen);
+    return with_teacher(student, rank, part, seed, err, errlen);
 }
 
 static int set_threads(void *student, int threads) {

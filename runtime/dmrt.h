@@ -199,6 +199,13 @@ typedef struct dmrt_model {
      * device copy). NULL where the products read the host copy itself (the C target).
      * DMRT_OK or an error status (message from error()). */
     int (*qweight_sync)(void *ctx, int i);
+    /* A serial model's context placed beside a rank of another program's mesh, not joining
+     * it: on the device that rank's context uses (the CUDA target: the rank's world id
+     * modulo the devices, as dmrt_gpu_create picks) and on the threads a rank of its
+     * machine gets. create(seed) is create_beside(seed, NULL). A distillation teacher is
+     * created so beside each rank of its student (runtime/distill.c). NULL in partitioned
+     * models (and in models built before). */
+    void *(*create_beside)(uint64_t seed, dmrt_rank *beside, char *err, size_t errlen);
 } dmrt_model;
 
 /* ---- weight-only quantization (gemm_quant.c, quantize_io.c) ------------------------------- */
@@ -349,6 +356,9 @@ int dmrt_threads_from_env(void);
  * else dmrt_cores() / ranks_here (at least 1): rank threads (or processes) together never
  * ask for more threads than the machine has cores. */
 int dmrt_threads_per_rank(int ranks_here);
+/* dmrt_threads_per_rank of the ranks on rank's machine (rank NULL: of 1): the threads of a
+ * serial context created beside that rank (create_beside). */
+int dmrt_threads_beside(const dmrt_rank *rank);
 
 #define DMRT_PRAGMA_(x) _Pragma(#x)
 #ifdef _OPENMP

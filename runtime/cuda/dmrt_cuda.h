@@ -44,13 +44,15 @@ typedef enum {
 typedef struct dmrt_gpu_options {
     int tf32;                   /* matrix products may use TF32 tensor cores (else strict fp32) */
     dmrt_gpu_comm_mode comm;    /* overridden by the environment variable DMRT_GPU_COMM=nccl|staged */
+    dmrt_rank *beside;          /* rank NULL (serial): the device is the one this rank's context
+                                   gets (NULL: as for rank 0); nothing is communicated */
 } dmrt_gpu_options;
 
 /* The GPU state of one rank. rank is NULL for a serial program. The device is
- * DMRT_CUDA_DEVICE (environment) if set, else the rank's world id modulo the number of
- * devices. With a rank and NCCL chosen, every rank must call it (it joins NCCL
- * communicators for each mesh axis of size > 1 of the rank's mesh: dmrt_mesh_init first;
- * with NCCL asked for by the options or DMRT_GPU_COMM=nccl, not chosen by AUTO, each axis
+ * DMRT_CUDA_DEVICE (environment) if set, else the world id of the rank (of options->beside
+ * when rank is NULL; 0 when both are) modulo the number of devices. With a rank and NCCL
+ * chosen, every rank must call it (it joins NCCL communicators for each mesh axis of size
+ * > 1 of the rank's mesh: dmrt_mesh_init first; with NCCL asked for by the options or DMRT_GPU_COMM=nccl, not chosen by AUTO, each axis
  * of size 1 gets a one-rank NCCL communicator too, and its collectives run through NCCL
  * rather than as device copies). NULL on failure with the reason in err ("no CUDA device:
  * ...", "NCCL: ..."). */

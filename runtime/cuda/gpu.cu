@@ -437,7 +437,7 @@ dmrt_gpu *dmrt_gpu_create(dmrt_rank *rank, const dmrt_gpu_options *options, char
                  e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
         return NULL;
     }
-    int device = choose_device(rank, count, err, errlen);
+    int device = choose_device(rank ? rank : options ? options->beside : NULL, count, err, errlen);
     dmrt_gpu_comm_mode mode;
     int nccl_asked = 0;
     if (device < 0 || choose_comm(rank, options, count, &mode, &nccl_asked, err, errlen) != 0)

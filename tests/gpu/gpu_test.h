@@ -35,7 +35,7 @@ static inline void to_host(dmrt_gpu *g, void *host, const void *dev, size_t byte
 /* The serial program's gpu; without a CUDA device prints SKIP and exits 77. */
 static inline dmrt_gpu *gpu_test_open(void) {
     char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO, NULL};
     dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
     if (!g) {
         int none = strncmp(err, "no CUDA device", 14) == 0;

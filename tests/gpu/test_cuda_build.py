@@ -21,7 +21,8 @@ parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
 --quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
 --predict, or int8 calibrates and --save-quantized, instead of a training step),
 for distillation
-(tests/ref/test_distill.py's student and teacher, both compiled by nvcc into one program), and
+(tests/ref/test_distill.py's students and teachers, both compiled by nvcc into one program:
+serial, data=2, and data=2 x tensor=2 x pipeline=2 with micro-batches), and
 for checkpoints (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
@@ -184,18 +185,27 @@ def quantized_run(tmp, name, dm, sets, mode):
         os.mkdir(data)
         write_fashion_mnist(np, data, 64, 8)
     return ["--data-dir", data, "--calibrate", "32", "--save-quantized", out], out
-def distill_case(tmp):
-    """dmc run --teacher: tests/ref/test_distill.py's student and teacher, both generated for
-    CUDA, compiled by nvcc and linked into one program."""
+def distill_cases(tmp):
+    """dmc run --teacher: tests/ref/test_distill.py's students and teachers, both generated for
+    CUDA, compiled by nvcc and linked into one program: the linear student serial and on
+    data=2, the two-layer one (split over tensor) on data=2 x tensor=2 x pipeline=2 with 2
+    micro-batches (each rank's teacher created beside its rank, on its device)."""
     b, d, h, k = test_distill.B, test_distill.D, test_distill.H, test_distill.K
-    student = test_distill.write(os.path.join(tmp, "student.dm"), test_distill.STUDENT)
-    teacher = test_distill.write(os.path.join(tmp, "teacher.dm"),
-                                 test_distill.TEACHER % (b, d, h, k, "cross_entropy(logits, y)"))
-    weights = os.path.join(tmp, "teacher.safetensors")
     rng = np.random.default_rng(1)
-    stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32), "w2": rng.standard_normal((h, k)).astype(np.float32)},
-              weights)
-    return ("distill", student, "B=%d,D=%d,K=%d" % (b, d, k), None, ["--teacher", teacher, "--teacher-init", weights], None)
+    cases = []
+    for name, text, classes, mesh, extra in [
+            ("distill", test_distill.STUDENT, k, None, []),
+            ("distill-data2", test_distill.STUDENT, k, "data=2", []),
+            ("distill-d2t2p2", test_distill.MESH_STUDENT, 6, "data=2,tensor=2,pipeline=2", ["--microbatches", "2"])]:
+        student = test_distill.write(os.path.join(tmp, "student_%s.dm" % name.replace("-", "_")), text)
+        teacher = test_distill.write(os.path.join(tmp, "teacher_k%d.dm" % classes),
+                                     test_distill.TEACHER % (b, d, h, classes, "cross_entropy(logits, y)"))
+        weights = os.path.join(tmp, "teacher_k%d.safetensors" % classes)
+        stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32),
+                   "w2": rng.standard_normal((h, classes)).astype(np.float32)}, weights)
+        cases.append((name, student, "B=%d,D=%d,K=%d" % (b, d, classes), mesh, extra + ["--teacher", teacher, "--teacher-init", weights],
+                      None))
+    return cases
 
 
 def attention16_problem(name, dm, extra, source):
@@ -269,7 +279,7 @@ def main(argv):
     has_gpu = gpu_count() > 0
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-cuda-build-") as tmp:
-        cases = CASES + [distill_case(tmp)]
+        cases = CASES + distill_cases(tmp)
         for case in cases:
             if quick and case[0] == "gpt-124M":
                 print("%-18s skipped in the sanitized build (QUICK)" % case[0])
@@ -280,7 +290,7 @@ def main(argv):
                 print("FAIL " + err.splitlines()[0])
     for f in failures:
         print("\n" + f)
-    print("%d passed, %d failed" % (len(CASES) + 1 - len(failures), len(failures)))
+    print("%d passed, %d failed" % (len(cases) - len(failures), len(failures)))
     return 1 if failures else 0
 
 

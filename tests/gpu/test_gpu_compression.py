@@ -12,8 +12,10 @@ WHAT is
             schedule's ratio, of its own weights;
   resume    8 pruned CUDA steps in one run and 3 + --resume + 5 (the masks are optimizer
             state, read from device memory into the checkpoint) give bitwise the same weights;
-  distill   a student distilled from a teacher (tests/ref/test_distill.py's pair) for 4
-            steps on the CUDA target prints the C target's losses within 1e-4 relative.
+  distill   a student distilled from a teacher (tests/ref/test_distill.py's pairs) for 4
+            steps on the CUDA target prints the C target's losses on the same mesh within
+            1e-4 relative: serial, data=2, and data=2 x tensor=2 x pipeline=2 with 2
+            micro-batches (each rank's teacher on its rank's device).
 Exit 77 (a meson skip) without a GPU: these paths are compiled by the cuda-build test and
 have not run on a GPU otherwise.
 """
@@ -113,28 +115,47 @@ def resume(dmc, root, tmp):
     return "mlp: %d pruned CUDA steps and 3 + --resume + %d give bitwise the same weights" % (STEPS, STEPS - 3)
 
 
-def distill_run(dmc, tmp):
-    b, d, h, k = distill.B, distill.D, distill.H, distill.K
-    files = {"student": distill.write(os.path.join(tmp, "student.dm"), distill.STUDENT),
-             "teacher": distill.write(os.path.join(tmp, "teacher.dm"),
-                                      distill.TEACHER % (b, d, h, k, "cross_entropy(logits, y)")),
-             "tw": os.path.join(tmp, "tw.safetensors"), "batch": os.path.join(tmp, "batch.safetensors")}
+# (tag, student, classes, mesh options): the linear student serial and on data=2, the
+# two-layer one split over tensor on data=2 x tensor=2 x pipeline=2 with 2 micro-batches
+# (each rank's teacher on its rank's device: several ranks share one GPU, host-staged)
+DISTILL_CASES = [("serial", distill.STUDENT, distill.K, []),
+                 ("data=2", distill.STUDENT, distill.K, ["--mesh", "data=2"]),
+                 ("data=2,tensor=2,pipeline=2", distill.MESH_STUDENT, 6,
+                  ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "2"])]
+
+
+def distill_losses(dmc, tmp, tag, student, classes, mesh):
+    """4 steps' losses of a distilled student on the C target and on the CUDA one, the same
+    mesh and seed; the worst relative difference."""
+    b, d, h = distill.B, distill.D, distill.H
+    name = tag.replace("=", "").replace(",", "_")
+    files = {"student": distill.write(os.path.join(tmp, "student_%s.dm" % name), student),
+             "teacher": distill.write(os.path.join(tmp, "teacher_%s.dm" % name),
+                                      distill.TEACHER % (b, d, h, classes, "cross_entropy(logits, y)")),
+             "tw": os.path.join(tmp, "tw_%s.safetensors" % name), "batch": os.path.join(tmp, "batch_%s.safetensors" % name)}
     rng = np.random.default_rng(7)
     stio.save({"w1": rng.standard_normal((d, h)).astype(np.float32),
-               "w2": rng.standard_normal((h, k)).astype(np.float32)}, files["tw"])
+               "w2": rng.standard_normal((h, classes)).astype(np.float32)}, files["tw"])
     stio.save({"x": rng.standard_normal((4, b, d)).astype(np.float32),
-               "y": rng.integers(0, k, (4, b)).astype(np.int32)}, files["batch"])
+               "y": rng.integers(0, classes, (4, b)).astype(np.int32)}, files["batch"])
     losses = {}
     for target in ("c", "cuda"):
-        out = dmc_run(dmc, files["student"], tmp, ["--seed", "3", "--teacher", files["teacher"], "--teacher-init",
-                                                   files["tw"], "--batch-file", files["batch"], "--steps", "4"], target)
+        out = dmc_run(dmc, files["student"], tmp, mesh + ["--seed", "3", "--teacher", files["teacher"], "--teacher-init",
+                                                          files["tw"], "--batch-file", files["batch"], "--steps", "4"],
+                      target)
         losses[target] = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
     if len(losses["cuda"]) != 4 or len(losses["c"]) != 4:
-        raise Failure("distill: step losses %r on CUDA, %r on C" % (losses["cuda"], losses["c"]))
+        raise Failure("distill %s: step losses %r on CUDA, %r on C" % (tag, losses["cuda"], losses["c"]))
     worst = max(abs(g - w) / abs(w) for g, w in zip(losses["cuda"], losses["c"]))
     if worst > LOSS_RTOL:
-        raise Failure("distill: CUDA losses %r, the C target's %r" % (losses["cuda"], losses["c"]))
-    return "distillation: 4 CUDA steps' losses within %.1e of the C target's (worst %.1e)" % (LOSS_RTOL, worst)
+        raise Failure("distill %s: CUDA losses %r, the C target's %r" % (tag, losses["cuda"], losses["c"]))
+    return worst
+
+
+def distill_run(dmc, tmp):
+    worst = max(distill_losses(dmc, tmp, *case) for case in DISTILL_CASES)
+    return "distillation (%s): 4 CUDA steps' losses within %.1e of the C target's on the same mesh (worst %.1e)" % (
+        "; ".join(case[0] for case in DISTILL_CASES), LOSS_RTOL, worst)
 
 
 def main(argv):

@@ -988,7 +988,7 @@ static int split_xent(dmrt_gpu *g, dmrt_rank *r, const split_data *s) {
 static int rank_main(dmrt_rank *r, void *arg) {
     const split_data *s = arg;
     char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_STAGED};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_STAGED, NULL};
     dmrt_gpu *g = dmrt_gpu_create(r, &opt, err, sizeof err);
     if (!g) {
         fail("rank %d: dmrt_gpu_create: %s", dmrt_rank_id(r), err);
@@ -1131,7 +1131,7 @@ static int nccl_one_rank_main(dmrt_rank *r, void *arg) {
     const dmrt_gpu_comm_mode modes[2] = {DMRT_GPU_COMM_AUTO, DMRT_GPU_COMM_STAGED};
     const char *const mode_names[2] = {"nccl", "staged"};
     for (int k = 0; k < 2; k++) {
-        dmrt_gpu_options opt = {0, modes[k]};
+        dmrt_gpu_options opt = {0, modes[k], NULL};
         dmrt_gpu *g = dmrt_gpu_create(r, &opt, err, sizeof err);
         if (!g) {
             fail("nccl-1rank: dmrt_gpu_create (%s): %s", mode_names[k], err);
@@ -1146,7 +1146,7 @@ static int nccl_one_rank_main(dmrt_rank *r, void *arg) {
         dmrt_gpu_destroy(g);
     }
 
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_NCCL};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_NCCL, NULL};
     dmrt_gpu *g = dmrt_gpu_create(r, &opt, err, sizeof err);
     if (!g) {
         fail("nccl-1rank: dmrt_gpu_create (nccl): %s", err);
@@ -1177,7 +1177,7 @@ static void test_nccl_one_rank(void) {
 
 int main(void) {
     char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO, NULL};
     dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
     if (!g) {
         const char *prefix = "no CUDA device: ";

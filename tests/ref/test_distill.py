@@ -15,7 +15,7 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
     [0, 1], a temperature <= 0, a teacher whose loss is not a cross-entropy, teacher
     weights of another shape, a student with parameter servers (also at --check), -o with
-    --teacher, --target cuda on a mesh of 2 ranks.
+    --teacher.
 """
 import os
 import subprocess
@@ -201,8 +201,6 @@ def check_refusals(dmc, root, tmp, files):
             "--teacher is for dmc run", run=False)
     if os.path.exists(os.path.join(tmp, "out")):
         raise Failure("dmc -o --teacher failed but wrote its directory")
-    refused(dmc, tmp, [student, "--target", "cuda", "--mesh", "data=2", "--teacher", teacher, "--teacher-init", tw] + batch,
-            "with --target cuda distillation runs a serial student")
 
 
 def body(dmc, root, np, torch):

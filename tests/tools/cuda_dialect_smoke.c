@@ -355,7 +355,7 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     cg_line(w, "}");
     cg_blank(w);
 
-    cg_line(w, "struct_ctx *smoke_create_serial(void) {");
+    cg_line(w, "struct_ctx *smoke_create_serial(dmrt_rank *beside) {");
     w->indent++;
     cg_line(w, "struct_ctx *ctx = (struct_ctx *)calloc(1, sizeof *ctx);");
     cg_line(w, "if (!ctx) return NULL;");
