@@ -293,6 +293,16 @@ typedef struct cg_dialect {
     void (*copy)(cg_writer *w, const char *dst, const char *src, const char *bytes, cg_copy_kind kind,
                  const char *on_fail);
     void (*zero)(cg_writer *w, const char *ptr, const char *bytes, const char *on_fail);
+    /* A step without host round trips (emit_step_end.c; NULL: copy, and fault_check at the
+     * end of each phase). upload: bytes of the caller's batch src to dst through the
+     * context's staging memory at offset, without waiting; upload_reserve: that memory,
+     * at create; step_end: the step's one wait, the fault record into fault and the loss
+     * (a storage expression; NULL: none) into loss_host, a failure returning
+     * device_failed(ctx). The updates (sgd, adamw) skip while the fault record is set. */
+    void (*upload)(cg_writer *w, const char *dst, const char *src, const char *bytes, long long offset,
+                   const char *on_fail);
+    void (*upload_reserve)(cg_writer *w, long long bytes, const char *on_fail);
+    void (*step_end)(cg_writer *w, const char *loss, const char *loss_host, const char *fault);
     /* How a dmrt_comm.h call (op: "allreduce_sum", "allgather", "reduce_scatter_sum",
      * "alltoall", "allreduce_start", "comm_wait", "send", "recv") on the context's
      * buffers is spelled up to its first argument: "dmrt_allreduce_sum(" or

@@ -248,7 +248,12 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
 void emit_constants(emitter *E);
 void emit_constants_call(emitter *E);
 void emit_stages(emitter *E);
+/* emit_step_end.c: a serial step's one wait at its end where the dialect has step_end */
+int emits_step_end(const emitter *E);
 void emit_upload(emitter *E);
+void emit_upload_reserve(emitter *E);
+void emit_finish_step(emitter *E);
+void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *));
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);

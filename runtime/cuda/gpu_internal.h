@@ -24,6 +24,12 @@ typedef struct gpu_alloc {
     size_t bytes;
 } gpu_alloc;
 
+/* What a step's end reads back from the device in one copy (dmrt_gpu_step_end). */
+typedef struct gpu_step_record {
+    dmrt_fault fault;
+    float loss;
+} gpu_step_record;
+
 struct dmrt_gpu {
     int device;
     dmrt_rank *rank;                /* NULL: a serial program */
@@ -38,7 +44,14 @@ struct dmrt_gpu {
                                        chosen by AUTO: axes of size 1 get NCCL too */
     char name[300];                 /* "NVIDIA H100 80GB HBM3 (device 0)" */
     char error[512];                /* the last failure, "file:line: call failed: why" */
-    dmrt_fault *fault;              /* device: the first bad index since the last take */
+    dmrt_fault *fault;              /* device: the first bad index since the last take
+                                       (&record->fault) */
+    gpu_step_record *record;        /* device: the fault and the step's loss, side by side
+                                       for dmrt_gpu_step_end's one copy */
+    gpu_step_record *host_record;   /* pinned host memory: where that copy lands */
+    char *upload;                   /* pinned host memory for dmrt_gpu_upload (reserved) */
+    size_t upload_bytes;
+    cudaEvent_t upload_event;       /* on stream: after the last upload's copy */
     float *sum_partials;            /* device: DMRT_CUDA_SUM_PARTIALS_FLOATS chunk sums of
                                        generated reduction kernels */
 

@@ -9,7 +9,9 @@
  * (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf; p -= lr * d. */
 __global__ static void sgd_kernel(float *param, const float *grad, float *buf, int64_t n,
                                   float lr, float weight_decay, float momentum,
-                                  float one_minus_dampening, int nesterov, int first_step) {
+                                  float one_minus_dampening, int nesterov, int first_step,
+                                  const int32_t *fault_site) {
+    if (*fault_site) return; /* a bad index this step: the step fails, nothing is updated */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float p = param[i];
@@ -31,7 +33,8 @@ __global__ static void sgd_kernel(float *param, const float *grad, float *buf, i
 __global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v,
                                     int64_t n, float beta1, float one_minus_beta1, float beta2,
                                     float one_minus_beta2, float eps, float decay,
-                                    float step_size, float bc2_sqrt) {
+                                    float step_size, float bc2_sqrt, const int32_t *fault_site) {
+    if (*fault_site) return; /* a bad index this step: the step fails, nothing is updated */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = grad[i];
@@ -54,7 +57,7 @@ int dmrt_gpu_sgd(dmrt_gpu *g, float *param, const float *grad, float *momentum_b
     sgd_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, momentum_buf, n, lr,
                                                           weight_decay, momentum,
                                                           one_minus_dampening, nesterov,
-                                                          step == 1);
+                                                          step == 1, &g->fault->site);
     LAUNCH_CHECK(g, "sgd_kernel");
     return DMRT_OK;
 }
@@ -68,7 +71,7 @@ int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float
     adamw_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, m, v, n, beta1,
                                                             one_minus_beta1, beta2,
                                                             one_minus_beta2, eps, decay,
-                                                            step_size, bc2_sqrt);
+                                                            step_size, bc2_sqrt, &g->fault->site);
     LAUNCH_CHECK(g, "adamw_kernel");
     return DMRT_OK;
 }
