@@ -203,11 +203,12 @@ __device__ inline T gpu_block_reduce(T v, Op op, T *shared) {
     return r;
 }
 
-/* Records a bad index for dmrt_gpu_fault_take, deterministically whatever the thread
- * order: the first kernel with one claims the site (kernels of a stream run in order),
+/* Records a bad index for dmrt_gpu_fault_take or dmrt_gpu_step_end, deterministically
+ * whatever the thread order: the first kernel with one claims the site (kernels of a
+ * stream run in order),
  * and among its bad indices the lowest position wins, as in the C target's loop. On the
  * device, f->position holds ~(position << 32 | value) (0: none yet), so that atomicMax
- * keeps the lowest position; dmrt_gpu_fault_take unpacks it (positions < 2^31). */
+ * keeps the lowest position; dmrt_gpu_fault_unpack undoes it (positions < 2^31). */
 __device__ inline void gpu_record_fault(dmrt_fault *f, int site, int32_t value,
                                         int64_t position) {
     const int claimed = atomicCAS(&f->site, 0, site);
