@@ -887,11 +887,7 @@ static void emit_serial_forward_train(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    cg_line(w, "ctx->error[0] = 0;");
-    emit_upload(E);
-    cg_line(w, "int status = run_forward(ctx, batch);");
+    emit_open_serial_forward(E);
     if (g->loss >= 0) {
         char where[128];
         cg_storage_expr(E, g->loss, where, sizeof where);

@@ -79,16 +79,21 @@ void emit_finish_step(emitter *E) {
     cg_blank(w);
 }
 
+/* A serial program's <model>_forward up to its forward pass (status), left open. */
+void emit_open_serial_forward(emitter *E) {
+    const char *m = E->g->model;
+    cg_line(&E->w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
+    E->w.indent++;
+    cg_line(&E->w, "ctx->error[0] = 0;");
+    emit_upload(E);
+    cg_line(&E->w, "int status = run_forward(ctx, batch);");
+}
+
 /* <model>_forward and <model>_train_step of a program whose step ends in finish_step. */
 void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *)) {
     const ir_graph *g = E->g;
-    const char *m = g->model;
     cg_writer *w = &E->w;
-    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    cg_line(w, "ctx->error[0] = 0;");
-    emit_upload(E);
-    cg_line(w, "int status = run_forward(ctx, batch);");
+    emit_open_serial_forward(E);
     cg_line(w, "if (status != DMRT_OK) return status;");
     cg_line(w, "return finish_step(ctx, loss);");
     w->indent--;

@@ -253,6 +253,7 @@ int emits_step_end(const emitter *E);
 void emit_upload(emitter *E);
 void emit_upload_reserve(emitter *E);
 void emit_finish_step(emitter *E);
+void emit_open_serial_forward(emitter *E);
 void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *));
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
