@@ -129,7 +129,8 @@ int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_
 int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fault *fault);
 
 /* The runtime functions that wait for the device (the host blocks until the stream has
- * run; dmrt_gpu_copy but DEVICE_TO_DEVICE), space-separated: tests/gpu/test_step_sync.py
+ * run), or may (dmrt_gpu_copy but DEVICE_TO_DEVICE, the collectives where staged,
+ * dmrt_gpu_gemm_i8 when calibrating), space-separated: tests/gpu/test_step_sync.py
  * checks that a serial program's step calls none but dmrt_gpu_step_end once at its end.
  * Whoever adds a waiting function adds it here. */
 #define DMRT_GPU_SYNCHRONISING                                                                \
@@ -138,7 +139,7 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
     "dmrt_gpu_comm_wait dmrt_gpu_send dmrt_gpu_recv dmrt_gpu_send_tagged dmrt_gpu_recv_tagged " \
     "dmrt_gpu_allreduce_sum_half dmrt_gpu_allreduce_topk dmrt_gpu_allreduce_powersgd "         \
     "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_prune dmrt_gpu_prune_heads "             \
-    "dmrt_gpu_xent_stats_split"
+    "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
 
 /* ---- matrix products (cuBLAS) -------------------------------------------------------------
  *
