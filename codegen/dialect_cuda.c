@@ -682,19 +682,6 @@ static void cuda_zero(cg_writer *w, const char *ptr, const char *bytes, const ch
 
 static void cuda_comm_callee(char *buf, size_t size, const char *op) { snprintf(buf, size, "dmrt_gpu_%s(ctx->gpu, ", op); }
 
-static void cuda_upload(cg_writer *w, const char *dst, const char *src, const char *bytes, long long offset, const char *on_fail) {
-    cg_line(w, "if (dmrt_gpu_upload(ctx->gpu, %s, %s, %s, %lld) != DMRT_OK) %s", dst, src, bytes, offset, on_fail);
-}
-
-static void cuda_upload_reserve(cg_writer *w, long long bytes, const char *on_fail) {
-    cg_line(w, "if (dmrt_gpu_upload_reserve(ctx->gpu, %lld) != DMRT_OK) %s", bytes, on_fail);
-}
-
-static void cuda_step_end(cg_writer *w, const char *loss, const char *loss_host, const char *fault) {
-    cg_line(w, "if (dmrt_gpu_step_end(ctx->gpu, %s, %s, %s) != DMRT_OK) return device_failed(ctx);", loss ? loss : "NULL",
-            loss_host, fault);
-}
-
 /* Kernels skip rows with a bad index and record the first; the host learns of it once,
  * at the end of the phase (dmrt_gpu_fault_take synchronises) or of the step (step_end). */
 static void cuda_fault_check(cg_writer *w, int end_of_phase) {
@@ -981,6 +968,10 @@ const cg_dialect cg_dialect_cuda = {
     .upload = cuda_upload,
     .upload_reserve = cuda_upload_reserve,
     .step_end = cuda_step_end,
+    .clip_reserve = cuda_clip_reserve,
+    .clip_squares = cuda_clip_squares,
+    .clip_factor = cuda_clip_factor,
+    .clip_scale = cuda_clip_scale,
     .comm_callee = cuda_comm_callee,
     .fault_check = cuda_fault_check,
     .xent_scratch_floats = cuda_xent_scratch_floats,

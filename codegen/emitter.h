@@ -284,6 +284,8 @@ void emit_schedule_descriptor(emitter *E);
 /* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
  * all), between their reductions and the updates. */
 void emit_clip(emitter *E, int stage);
+/* At create: the device room clipping without a wait needs (nothing where it reads the norm). */
+void emit_clip_reserve(emitter *E);
 /* emit_prune.c: --prune's refusals (0, or -1 after a message), its schedule table, its check
  * of the run's total steps (in next_learning_rate), and its call after a weight's update. */
 int check_prune(const emitter *E, FILE *err);

@@ -260,6 +260,16 @@ int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float
  * host's *sum (in double; waits for the stream), and x[i] *= factor. */
 int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum);
 int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
+/* The same clipping without a wait (a serial step, codegen/emit_clip.c): clip_reserve, once
+ * at create, device room for the squares of `gradients` gradients; clip_squares, gradient
+ * slot's squares (dmrt_gpu_sum_squares' kernel, its block partials kept on the device);
+ * clip_factor, on the device, clip / (sqrtf((float)sum) + 1e-6f) with sum the partials of
+ * slots 0..gradients-1 added in dmrt_gpu_sum_squares' order (the host's bits); clip_scale,
+ * x[i] *= that factor where it is below 1. */
+int dmrt_gpu_clip_reserve(dmrt_gpu *g, int gradients);
+int dmrt_gpu_clip_squares(dmrt_gpu *g, const float *x, int64_t n, int slot);
+int dmrt_gpu_clip_factor(dmrt_gpu *g, int gradients, float clip);
+int dmrt_gpu_clip_scale(dmrt_gpu *g, float *x, int64_t n);
 
 /* Dropout (codegen/emit_dropout.c): out[i] = x[i] * scale where element i of this rank's
  * block, at dmrt_dropout_index(shape, first, i) in the step's whole tensor, is kept

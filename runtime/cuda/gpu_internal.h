@@ -52,6 +52,10 @@ struct dmrt_gpu {
     char *upload;                   /* pinned host memory for dmrt_gpu_upload (reserved) */
     size_t upload_bytes;
     cudaEvent_t upload_event;       /* on stream: after the last upload's copy */
+    double *clip_partials;          /* device: clipping's squares, (clip_gradients) slots of
+                                       the sum-of-squares kernel's block partials */
+    float *clip_factor;             /* device: clip / (norm + 1e-6), after the partials */
+    int clip_gradients;
     float *sum_partials;            /* device: DMRT_CUDA_SUM_PARTIALS_FLOATS chunk sums of
                                        generated reduction kernels */
 

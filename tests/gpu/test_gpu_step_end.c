@@ -6,8 +6,10 @@
  *     target) read back together, the fault cleared after;
  *   dmrt_gpu_adamw and dmrt_gpu_sgd enqueued while the fault is recorded leave the
  *     parameters and their state bit for bit as they were, and update them once it is
- *     cleared (the oracle: the values before, and that they change after).
+ *     cleared (the oracle: the values before, and that they change after);
+ *   clipping on the device (dmrt_gpu_clip_*): bit for bit the host path's gradients.
  * Prints FAIL lines and exits 1 on any failure. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +119,43 @@ static void test_fault_skips_update(dmrt_gpu *g, const int32_t *dy) {
     dmrt_gpu_free(g, dl), dmrt_gpu_free(g, stats), dmrt_gpu_free(g, dloss);
 }
 
+/* Clipping on the device (dmrt_gpu_clip_*) against the host's path, as the generated code
+ * wrote it before (dmrt_gpu_sum_squares, the factor in float on the host, dmrt_gpu_scale
+ * where it is below 1): the same gradients bit for bit, for a clip that scales and one that
+ * does not. Three gradients, one of them empty. */
+static void test_clip(dmrt_gpu *g) {
+    enum { A = 1000, C = 37 };
+    const int64_t sizes[3] = {A, 0, C};
+    static float host_grad[A + C];
+    for (int i = 0; i < A + C; i++) host_grad[i] = 0.001f * (float)((i * 37) % 211) - 0.1f;
+    const float clips[2] = {0.05f, 1e6f};
+    for (int c = 0; c < 2; c++) {
+        float *want = (float *)device(g, (A + C) * sizeof(float)), *got = (float *)device(g, (A + C) * sizeof(float));
+        GPU_OK(g, dmrt_gpu_copy(g, want, host_grad, sizeof host_grad, DMRT_HOST_TO_DEVICE));
+        GPU_OK(g, dmrt_gpu_copy(g, got, host_grad, sizeof host_grad, DMRT_HOST_TO_DEVICE));
+        double sum_squares = 0.0;
+        int64_t at = 0;
+        for (int k = 0; k < 3; at += sizes[k], k++) GPU_OK(g, dmrt_gpu_sum_squares(g, want + at, sizes[k], &sum_squares));
+        const float norm_squared = (float)sum_squares;
+        const float clip_scale = clips[c] / (sqrtf(norm_squared) + 1e-6f);
+        at = 0;
+        for (int k = 0; k < 3; at += sizes[k], k++)
+            if (clip_scale < 1.0f) GPU_OK(g, dmrt_gpu_scale(g, want + at, sizes[k], clip_scale));
+        at = 0;
+        for (int k = 0; k < 3; at += sizes[k], k++) GPU_OK(g, dmrt_gpu_clip_squares(g, got + at, sizes[k], k));
+        GPU_OK(g, dmrt_gpu_clip_factor(g, 3, clips[c]));
+        at = 0;
+        for (int k = 0; k < 3; at += sizes[k], k++) GPU_OK(g, dmrt_gpu_clip_scale(g, got + at, sizes[k]));
+        static float w[A + C], d[A + C];
+        GPU_OK(g, dmrt_gpu_copy(g, w, want, sizeof w, DMRT_DEVICE_TO_HOST));
+        GPU_OK(g, dmrt_gpu_copy(g, d, got, sizeof d, DMRT_DEVICE_TO_HOST));
+        CHECK(memcmp(w, d, sizeof w) == 0, "clip %g: the device's clipping differs from the host's", clips[c]);
+        CHECK((clip_scale < 1.0f) == (memcmp(d, host_grad, sizeof d) != 0), "clip %g: scaled %d, factor %g", clips[c],
+              memcmp(d, host_grad, sizeof d) != 0, clip_scale);
+        dmrt_gpu_free(g, want), dmrt_gpu_free(g, got);
+    }
+}
+
 int main(void) {
     char err[512];
     dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
@@ -134,6 +173,8 @@ int main(void) {
     int32_t *dy = (int32_t *)device(g, ROWS * sizeof(int32_t));
     test_upload(g, dx, dy);
     test_fault_skips_update(g, dy);
+    GPU_OK(g, dmrt_gpu_clip_reserve(g, 3));
+    test_clip(g);
     dmrt_gpu_free(g, dx), dmrt_gpu_free(g, dy);
     dmrt_gpu_destroy(g);
     printf("%s: %d failed checks\n", failures ? "FAILED" : "passed", failures);

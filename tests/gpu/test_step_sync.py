@@ -6,8 +6,8 @@ writes <model>.cu (nothing is compiled: no nvcc, no GPU), and every function the
 reaches from <model>_train_step and <model>_forward (by the names their bodies call) is
 read: the only synchronising call allowed is finish_step's one dmrt_gpu_step_end, which
 the train step calls after run_update and the forward after run_forward; the inputs go
-up with dmrt_gpu_upload at offsets inside the reserve create makes. A clipped program also
-reads its gradients' norm (dmrt_gpu_sum_squares, run_update); fp16's loss scaling, --prune
+up with dmrt_gpu_upload at offsets inside the reserve create makes; a clipped program's
+norm and factor are the device's (dmrt_gpu_clip_squares, _factor, _scale). fp16's loss scaling, --prune
 and meshes keep their phases' checks (dmrt_gpu_fault_take), which the test also asserts,
 so that the list of what still synchronises (docs/gpu.md) stays true.
 """
@@ -25,10 +25,10 @@ CASES = [
     ("mlp", "examples/mlp.dm", SMALL_MLP, [], set(), True),
     ("gpt", "examples/gpt.dm", TINY_GPT, [], set(), True),
     ("gpt-bf16", "examples/gpt.dm", TINY_GPT, ["--precision", "bf16"], set(), True),
-    # llama.dm clips its gradients: one norm read per parameter (docs/gpu.md)
-    ("llama", "examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4", [], {"dmrt_gpu_sum_squares"}, True),
+    # llama.dm and clip.dm clip their gradients: the norm and the factor on the device
+    ("llama", "examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4", [], set(), True),
     ("dropout", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", [], set(), True),
-    ("clip", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", [], {"dmrt_gpu_sum_squares"}, True),
+    ("clip", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", [], set(), True),
     # kept as they were: the phases check the fault record (see the module's text)
     ("gpt-prune", "examples/gpt.dm", TINY_GPT, ["--prune", "0.5"], None, False),
     ("gpt-data2", "examples/gpt.dm", TINY_GPT, ["--mesh", "data=2"], None, False),
@@ -102,6 +102,9 @@ def check(name, source, model, sync, allowed, ends):
         return "uploads %s outside the reserve %s" % (ups, reserve and reserve.group(1))
     if "ctx->step--" not in train:
         return "a faulting step must not count (ctx->step--)"
+    if "clip =" in funcs.get("run_update", "") and not re.search(
+            r"dmrt_gpu_clip_squares\(.*dmrt_gpu_clip_factor\(.*dmrt_gpu_clip_scale\(", funcs["run_update"], re.S):
+        return "clipping must sum, compute its factor and scale on the device"
     return None
 
 
