@@ -303,6 +303,25 @@ typedef struct cg_dialect {
     void (*copy)(cg_writer *w, const char *dst, const char *src, const char *bytes, cg_copy_kind kind,
                  const char *on_fail);
     void (*zero)(cg_writer *w, const char *ptr, const char *bytes, const char *on_fail);
+    /* A step without host round trips (emit_step_end.c; NULL: copy, and fault_check at the
+     * end of each phase). upload: bytes of the caller's batch src to dst through the
+     * context's staging memory at offset, without waiting; upload_reserve: that memory,
+     * at create; step_end: the step's one wait, the fault record into fault and the loss
+     * (a storage expression; NULL: none) into loss_host, a failure returning
+     * device_failed(ctx). The updates (sgd, adamw) skip while the fault record is set. */
+    void (*upload)(cg_writer *w, const char *dst, const char *src, const char *bytes, long long offset,
+                   const char *on_fail);
+    void (*upload_reserve)(cg_writer *w, long long bytes, const char *on_fail);
+    void (*step_end)(cg_writer *w, const char *loss, const char *loss_host, const char *fault);
+    /* Gradient clipping without a wait (emit_clip.c, a program with step_end; NULL: the
+     * norm read back by sum_squares): clip_reserve, at create, room for the squares of
+     * `gradients` gradients; clip_squares, gradient slot's squares; clip_factor, the factor
+     * clip / (norm + 1e-6) from slots 0..gradients-1 in order, on the device; clip_scale,
+     * x *= that factor where it is below 1. */
+    void (*clip_reserve)(cg_writer *w, int gradients, const char *on_fail);
+    void (*clip_squares)(cg_writer *w, const char *x, const char *count, int slot);
+    void (*clip_factor)(cg_writer *w, int gradients, const char *clip);
+    void (*clip_scale)(cg_writer *w, const char *x, const char *count);
     /* How a dmrt_comm.h call (op: "allreduce_sum", "allgather", "reduce_scatter_sum",
      * "alltoall", "allreduce_start", "comm_wait", "send", "recv") on the context's
      * buffers is spelled up to its first argument: "dmrt_allreduce_sum(" or
@@ -380,5 +399,14 @@ typedef struct cg_adamw_literals {
     char beta1[64], one_minus_beta1[64], beta2[64], one_minus_beta2[64], eps[64];
 } cg_adamw_literals;
 void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit);
+
+/* The CUDA dialect's step hooks (dialect_cuda_step.c). */
+void cuda_upload(cg_writer *w, const char *dst, const char *src, const char *bytes, long long offset, const char *on_fail);
+void cuda_upload_reserve(cg_writer *w, long long bytes, const char *on_fail);
+void cuda_step_end(cg_writer *w, const char *loss, const char *loss_host, const char *fault);
+void cuda_clip_reserve(cg_writer *w, int gradients, const char *on_fail);
+void cuda_clip_squares(cg_writer *w, const char *x, const char *count, int slot);
+void cuda_clip_factor(cg_writer *w, int gradients, const char *clip);
+void cuda_clip_scale(cg_writer *w, const char *x, const char *count);
 
 #endif

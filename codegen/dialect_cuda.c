@@ -686,7 +686,7 @@ static void cuda_zero(cg_writer *w, const char *ptr, const char *bytes, const ch
 static void cuda_comm_callee(char *buf, size_t size, const char *op) { snprintf(buf, size, "dmrt_gpu_%s(ctx->gpu, ", op); }
 
 /* Kernels skip rows with a bad index and record the first; the host learns of it once,
- * at the end of the phase (dmrt_gpu_fault_take synchronises). */
+ * at the end of the phase (dmrt_gpu_fault_take synchronises) or of the step (step_end). */
 static void cuda_fault_check(cg_writer *w, int end_of_phase) {
     if (!end_of_phase) return;
     cg_line(w, "if (dmrt_gpu_fault_take(ctx->gpu, &ctx->fault) != DMRT_OK) return device_failed(ctx);");
@@ -945,6 +945,13 @@ const cg_dialect cg_dialect_cuda = {
     .free = cuda_free,
     .copy = cuda_copy,
     .zero = cuda_zero,
+    .upload = cuda_upload,
+    .upload_reserve = cuda_upload_reserve,
+    .step_end = cuda_step_end,
+    .clip_reserve = cuda_clip_reserve,
+    .clip_squares = cuda_clip_squares,
+    .clip_factor = cuda_clip_factor,
+    .clip_scale = cuda_clip_scale,
     .comm_callee = cuda_comm_callee,
     .fault_check = cuda_fault_check,
     .xent_scratch_floats = cuda_xent_scratch_floats,

@@ -66,11 +66,17 @@ static void add_squares(emitter *E, const char *name, const ir_type *t, int zero
     }
 }
 
-/* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it:
- * its squares added to sum_squares (norm), or it multiplied by the float `factor`. */
-static void each_gradient(emitter *E, int stage, int norm, const char *factor) {
+/* What each_gradient does with a gradient: on the host, its squares added to sum_squares
+ * or it multiplied by the float `factor`; on the device (no wait), its squares into its
+ * slot, or it multiplied by the device's factor; or nothing, counting them. */
+enum { ADD_SQUARES, SCALE, DEVICE_SQUARES, DEVICE_SCALE, COUNT_ONLY };
+
+/* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it,
+ * done `what` to; how many there are (ZeRO's outside the count: not on the device path). */
+static int each_gradient(emitter *E, int stage, int what, const char *factor) {
     const ir_graph *g = E->g;
     char count[32];
+    int slot = 0;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (v->phase != PHASE_UPDATE || ir_op_info_of(v->op)->cls != OPC_UPDATE || (stage >= 0 && v->stage != stage) ||
@@ -78,9 +84,14 @@ static void each_gradient(emitter *E, int stage, int norm, const char *factor) {
             continue;
         int grad = v->operands[1];
         snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad)));
-        if (norm) add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
-        else E->dialect->scale(&E->w, E->cname[grad], count, factor);
+        if (what == ADD_SQUARES)
+            add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
+        else if (what == SCALE) E->dialect->scale(&E->w, E->cname[grad], count, factor);
+        else if (what == DEVICE_SQUARES) E->dialect->clip_squares(&E->w, E->cname[grad], count, slot);
+        else if (what == DEVICE_SCALE) E->dialect->clip_scale(&E->w, E->cname[grad], count);
+        slot++;
     }
+    if (what == COUNT_ONLY || what == DEVICE_SQUARES || what == DEVICE_SCALE) return slot;
     for (int k = 0; k < E->zero->n_buckets; k++) {
         const dm_zero_bucket *b = &E->zero->bucket[k];
         if (stage >= 0 && V(E, g->params[b->first])->stage != stage) continue;
@@ -93,13 +104,14 @@ static void each_gradient(emitter *E, int stage, int norm, const char *factor) {
         for (int p = b->first; p <= b->last; p++) {
             zero_open_member(E, b, p);
             cg_line(&E->w, "float *grad_share = %s + (lo - share_begin);", share);
-            if (norm) add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)");
+            if (what == ADD_SQUARES) add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)");
             else E->dialect->scale(&E->w, "grad_share", "(hi - lo)", factor);
             zero_close_member(E);
         }
         E->w.indent--;
         cg_line(&E->w, "}");
     }
+    return slot;
 }
 
 /* One float summed over every mesh axis, so that every rank has the same total. */
@@ -122,7 +134,7 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
-    each_gradient(E, stage, 1, NULL);
+    each_gradient(E, stage, ADD_SQUARES, NULL);
     cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
     /* synchronous parameter servers: every worker skips the same steps, and pushes nothing
      * then; asynchronous ones: each worker has a scaler of its own (a decision over the
@@ -143,7 +155,7 @@ void emit_loss_unscale(emitter *E, int stage) {
             emits_param_servers(E) && !emits_async_param_servers(E) ? "; nothing is pushed" : "");
     cg_line(w, "}");
     cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
-    each_gradient(E, stage, 0, "unscale");
+    each_gradient(E, stage, SCALE, "unscale");
     cg_line(w, "ctx->loss_scale.last_skipped = 0;");
     cg_line(w, "if (++ctx->loss_scale.good_steps == ctx->loss_scale.interval) {");
     cg_line(w, "    ctx->loss_scale.scale *= 2.0;");
@@ -151,6 +163,18 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
+}
+
+/* Clipping on the device, without a wait: a program whose step ends in one wait
+ * (emit_step_end.c) whose dialect can, with no mesh and no ZeRO to sum over. */
+static int clips_on_device(const emitter *E) {
+    return E->g->optimizer.clip > 0 && emits_step_end(E) && E->dialect->clip_factor && E->zero->n_buckets == 0;
+}
+
+void emit_clip_reserve(emitter *E) {
+    if (!clips_on_device(E)) return;
+    cg_line(&E->w, "/* device room for gradient clipping's squares, summed there (no wait) */");
+    E->dialect->clip_reserve(&E->w, each_gradient(E, -1, COUNT_ONLY, NULL), "{ (void)device_failed(ctx); goto fail; }");
 }
 
 void emit_clip(emitter *E, int stage) {
@@ -162,18 +186,27 @@ void emit_clip(emitter *E, int stage) {
     cg_float_literal(o->clip, clip, sizeof clip);
     cg_blank(w);
     cg_line(w, "/* %s:%d: %s */", E->source_path, o->loc.line, line);
+    if (clips_on_device(E)) {
+        cg_line(w, "/* clip = %g: the L2 norm of every gradient, its squares summed and the factor clip / (norm + 1e-6)", o->clip);
+        cg_line(w, " * computed on the device in the host's order (no wait); the gradients scaled by it where it is below");
+        cg_line(w, " * 1 (torch.nn.utils.clip_grad_norm_) */");
+        int n = each_gradient(E, stage, DEVICE_SQUARES, NULL);
+        E->dialect->clip_factor(w, n, clip);
+        each_gradient(E, stage, DEVICE_SCALE, NULL);
+        return;
+    }
     cg_line(w, "/* clip = %g: the L2 norm of every gradient over the mesh, each element counted once; the", o->clip);
     cg_line(w, " * gradients scaled by clip / (norm + 1e-6) where that is below 1 (torch.nn.utils.clip_grad_norm_) */");
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double sum_squares = 0.0;");
-    each_gradient(E, stage, 1, NULL);
+    each_gradient(E, stage, ADD_SQUARES, NULL);
     cg_line(w, "float norm_squared = (float)sum_squares;");
     sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
     cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
     cg_line(w, "if (clip_scale < 1.0f) {");
     w->indent++;
-    each_gradient(E, stage, 0, "clip_scale");
+    each_gradient(E, stage, SCALE, "clip_scale");
     w->indent--;
     cg_line(w, "}");
     w->indent--;

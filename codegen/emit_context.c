@@ -287,6 +287,8 @@ void emit_create_destroy(emitter *E) {
     if (g->loss >= 0 && g->grads)
         cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     E->dialect->ctx_open(w, E->partitioned, E->tf32, "goto fail;");
+    emit_upload_reserve(E);
+    emit_clip_reserve(E);
     int align = E->dialect->block_alignment;
     if (align) {
         /* in a block: the gotos above must not jump over its declarations (C++) */

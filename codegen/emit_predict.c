@@ -215,6 +215,7 @@ void emit_predict_api(emitter *E) {
         cg_line(w, "if (status == DMRT_OK) status = finish_forward(ctx, NULL);");
     } else {
         cg_line(w, "if (status == DMRT_OK) status = run_forward(ctx, &padded);");
+        if (emits_step_end(E)) cg_line(w, "if (status == DMRT_OK) status = finish_step(ctx, NULL);");
     }
     cg_line(w, "ctx->predicting = 0;");
     for (int i = 0; i < g->n_outputs; i++) {

@@ -358,7 +358,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     /* (pipedream: a holder receives before its next forward, emit_tied_receives) */
     if (phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1)
         emit_tied_updates(E, stage, TIED_SENDS | (dm_runs_pipedream(g) && emits_2bw(E) ? 0 : TIED_RECEIVES));
-    if (E->phase_faults) E->dialect->fault_check(&E->w, 1);
+    if (E->phase_faults && !emits_step_end(E)) E->dialect->fault_check(&E->w, 1); /* else finish_step's */
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
         if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);
     free(sum_after);
@@ -684,19 +684,6 @@ static void emit_stage_dispatch(emitter *E, const char *what, const char *args) 
     cg_line(w, "}");
 }
 
-/* In a separate memory: the caller's batch (host memory) to the context's inputs. */
-void emit_upload(emitter *E) {
-    if (!E->dialect->separate_memory) return;
-    for (int i = 0; i < E->g->n_inputs; i++) {
-        const ir_value *v = V(E, E->g->inputs[i]);
-        char dst[160], src[160];
-        snprintf(dst, sizeof dst, "ctx->input_%s", E->cname[v->id]);
-        snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
-        int64_t micro = E->g->microbatches > 1 ? E->g->microbatches : 1;
-        cg_copy_elems(E, dst, src, (long long)(ir_numel(&v->type) * micro), ctype(v->type.dtype), CG_HOST_TO_DEVICE);
-    }
-}
-
 /* <model>_output_NAME: where (a C expression) holds n elements; in a separate memory, a
  * copy of them in host memory. */
 /* The body of an accessor gathering output v whole from every rank's block: each rank
@@ -875,16 +862,32 @@ void emit_scheduled_api(emitter *E) {
     emit_2bw_api(E);
 }
 
+static void emit_serial_forward_train(emitter *E);
+
 /* Forward, train_step and the outputs of a program run in one go (no micro-batches). */
 void emit_serial_api(emitter *E) {
     const ir_graph *g = E->g;
+    if (emits_step_end(E)) {
+        emit_finish_step(E);
+        emit_serial_api_step_end(E, open_train_step);
+    } else {
+        emit_serial_forward_train(E);
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_value *v = V(E, g->outputs[i]);
+        char where[128];
+        cg_storage_expr(E, v->id, where, sizeof where);
+        if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
+        emit_output_accessor(E, v, where, (long long)ir_numel(T(E, v->id)));
+    }
+}
+
+/* Forward and train_step of a serial program whose phases check the fault record. */
+static void emit_serial_forward_train(emitter *E) {
+    const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
-    w->indent++;
-    cg_line(w, "ctx->error[0] = 0;");
-    emit_upload(E);
-    cg_line(w, "int status = run_forward(ctx, batch);");
+    emit_open_serial_forward(E);
     if (g->loss >= 0) {
         char where[128];
         cg_storage_expr(E, g->loss, where, sizeof where);
@@ -914,11 +917,4 @@ void emit_serial_api(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
-    for (int i = 0; i < g->n_outputs; i++) {
-        const ir_value *v = V(E, g->outputs[i]);
-        char where[128];
-        cg_storage_expr(E, v->id, where, sizeof where);
-        if (E->plan->region[v->id] == REGION_INPUT) snprintf(where, sizeof where, "NULL /* an input: the caller has it */");
-        emit_output_accessor(E, v, where, (long long)ir_numel(T(E, v->id)));
-    }
 }

@@ -248,7 +248,13 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
 void emit_constants(emitter *E);
 void emit_constants_call(emitter *E);
 void emit_stages(emitter *E);
+/* emit_step_end.c: a serial step's one wait at its end where the dialect has step_end */
+int emits_step_end(const emitter *E);
 void emit_upload(emitter *E);
+void emit_upload_reserve(emitter *E);
+void emit_finish_step(emitter *E);
+void emit_open_serial_forward(emitter *E);
+void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *));
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);
@@ -278,6 +284,8 @@ void emit_schedule_descriptor(emitter *E);
 /* emit_clip.c: clipping's norm and scaling of the gradients of stage's updates (stage < 0:
  * all), between their reductions and the updates. */
 void emit_clip(emitter *E, int stage);
+/* At create: the device room clipping without a wait needs (nothing where it reads the norm). */
+void emit_clip_reserve(emitter *E);
 /* emit_prune.c: --prune's refusals (0, or -1 after a message), its schedule table, its check
  * of the run's total steps (in next_learning_rate), and its call after a weight's update. */
 int check_prune(const emitter *E, FILE *err);

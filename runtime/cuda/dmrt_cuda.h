@@ -105,6 +105,43 @@ int dmrt_gpu_zero(dmrt_gpu *g, void *p, size_t bytes);
  * its buffers. The host learns of it with dmrt_gpu_fault_take. */
 /* Synchronises; *fault = the recorded fault (site 0: none) and clears it. */
 int dmrt_gpu_fault_take(dmrt_gpu *g, dmrt_fault *fault);
+/* The device record's packing of a fault (gpu_record_fault, gpu_internal.h: position holds
+ * ~(position << 32 | value)) undone in place; site 0 (no fault) is left as it is. Host only:
+ * needs no device. */
+void dmrt_gpu_fault_unpack(dmrt_fault *fault);
+
+/* ---- a step without host round trips (docs/gpu.md, "What synchronises in a step") --------
+ *
+ * A serial program's step uploads its inputs with dmrt_gpu_upload, enqueues its kernels and
+ * ends with dmrt_gpu_step_end, its only wait for the device. The optimizer updates
+ * (dmrt_gpu_sgd, dmrt_gpu_adamw) leave the weights and their state as they are while the
+ * fault record is set, so a step whose forward recorded a bad index changes nothing that
+ * outlives it, although its update was enqueued before the host learnt of the fault. */
+/* Pinned host memory of at least bytes for dmrt_gpu_upload, allocated once (at create). */
+int dmrt_gpu_upload_reserve(dmrt_gpu *g, size_t bytes);
+/* src (host memory, any kind) to dst (device) on the stream without waiting for it: src is
+ * copied into the reserved pinned memory at offset (a host memcpy; the caller may reuse src
+ * once this returns), which the stream then copies to dst. The previous step's copies are
+ * waited for by the upload at offset 0, which starts a step's (an event: they are done by
+ * the time the previous step ended). */
+int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_t offset);
+/* The end of a step: the fault record and, where loss (device) is not NULL, the loss, in
+ * one copy into pinned host memory, then one wait for the stream. *fault = the recorded
+ * fault (site 0: none; cleared on the device), *loss_host = the loss (0 without one). */
+int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fault *fault);
+
+/* The runtime functions that wait for the device (the host blocks until the stream has
+ * run), or may (dmrt_gpu_copy but DEVICE_TO_DEVICE, the collectives where staged,
+ * dmrt_gpu_gemm_i8 when calibrating), space-separated: tests/gpu/test_step_sync.py
+ * checks that a serial program's step calls none but dmrt_gpu_step_end once at its end.
+ * Whoever adds a waiting function adds it here. */
+#define DMRT_GPU_SYNCHRONISING                                                                \
+    "dmrt_gpu_copy dmrt_gpu_fault_take dmrt_gpu_sync dmrt_gpu_step_end dmrt_gpu_sum_squares " \
+    "dmrt_gpu_allreduce_sum dmrt_gpu_allgather dmrt_gpu_reduce_scatter_sum dmrt_gpu_alltoall " \
+    "dmrt_gpu_comm_wait dmrt_gpu_send dmrt_gpu_recv dmrt_gpu_send_tagged dmrt_gpu_recv_tagged " \
+    "dmrt_gpu_allreduce_sum_half dmrt_gpu_allreduce_topk dmrt_gpu_allreduce_powersgd "         \
+    "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_prune dmrt_gpu_prune_heads "             \
+    "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
 
 /* ---- matrix products (cuBLAS) -------------------------------------------------------------
  *
@@ -220,10 +257,21 @@ int dmrt_gpu_sgd(dmrt_gpu *g, float *param, const float *grad, float *momentum_b
 int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float *v, int64_t n,
                    float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                    float eps, float decay, float step_size, float bc2_sqrt);
-/* Gradient clipping (torch.nn.utils.clip_grad_norm_): adds the squares of x[0..n) to the
+/* Both leave param and the state untouched while the fault record is set (above).
+ * Gradient clipping (torch.nn.utils.clip_grad_norm_): adds the squares of x[0..n) to the
  * host's *sum (in double; waits for the stream), and x[i] *= factor. */
 int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum);
 int dmrt_gpu_scale(dmrt_gpu *g, float *x, int64_t n, float factor);
+/* The same clipping without a wait (a serial step, codegen/emit_clip.c): clip_reserve, once
+ * at create, device room for the squares of `gradients` gradients; clip_squares, gradient
+ * slot's squares (dmrt_gpu_sum_squares' kernel, its block partials kept on the device);
+ * clip_factor, on the device, clip / (sqrtf((float)sum) + 1e-6f) with sum the partials of
+ * slots 0..gradients-1 added in dmrt_gpu_sum_squares' order (the host's bits); clip_scale,
+ * x[i] *= that factor where it is below 1. */
+int dmrt_gpu_clip_reserve(dmrt_gpu *g, int gradients);
+int dmrt_gpu_clip_squares(dmrt_gpu *g, const float *x, int64_t n, int slot);
+int dmrt_gpu_clip_factor(dmrt_gpu *g, int gradients, float clip);
+int dmrt_gpu_clip_scale(dmrt_gpu *g, float *x, int64_t n);
 
 /* Dropout (codegen/emit_dropout.c): out[i] = x[i] * scale where element i of this rank's
  * block, at dmrt_dropout_index(shape, first, i) in the step's whole tensor, is kept

@@ -1,5 +1,6 @@
 /* gpu.cu: a rank's GPU context (device, streams, cuBLAS, fault flag, staging), error
- * messages, device memory and copies, data faults, and matrix products through cuBLAS.
+ * messages, device memory and copies, data faults, a step's upload and end, and matrix
+ * products through cuBLAS.
  * The kernels are in rowwise.cu, xent.cu, embed.cu and optim.cu; the collectives and the
  * NCCL bootstrap in collectives.cu. */
 #include <limits.h>
@@ -257,6 +258,13 @@ int dmrt_gpu_zero(dmrt_gpu *g, void *p, size_t bytes) {
     return DMRT_OK;
 }
 
+void dmrt_gpu_fault_unpack(dmrt_fault *fault) {
+    if (!fault || fault->site == 0) return;
+    const uint64_t key = ~(uint64_t)fault->position;
+    fault->position = (int64_t)(key >> 32);
+    fault->value = (int32_t)(uint32_t)(key & 0xffffffffu);
+}
+
 int dmrt_gpu_fault_take(dmrt_gpu *g, dmrt_fault *fault) {
     GPU_ENTER(g);
     ARG_CHECK(g, fault != NULL);
@@ -265,14 +273,60 @@ int dmrt_gpu_fault_take(dmrt_gpu *g, dmrt_fault *fault) {
     CUDA_CHECK(g, cudaMemcpyAsync(&host, g->fault, sizeof host, cudaMemcpyDeviceToHost, g->stream));
     int rc = dmrt_gpu_wait_stream(g, g->stream);
     if (rc != DMRT_OK) return rc;
-    if (host.site != 0) {
-        /* gpu_record_fault's packing: ~(position << 32 | value) */
-        const uint64_t key = ~(uint64_t)host.position;
-        host.position = (int64_t)(key >> 32);
-        host.value = (int32_t)(uint32_t)(key & 0xffffffffu);
-    }
+    dmrt_gpu_fault_unpack(&host);
     *fault = host;
     if (host.site != 0) CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
+    return DMRT_OK;
+}
+
+/* ---- a step without host round trips -------------------------------------------------------- */
+
+int dmrt_gpu_upload_reserve(dmrt_gpu *g, size_t bytes) {
+    GPU_ENTER(g);
+    if (bytes <= g->upload_bytes) return DMRT_OK;
+    ARG_CHECK(g, g->upload == NULL); /* once, at create: a step's copies may read it */
+    void *p = NULL;
+    CUDA_CHECK(g, cudaMallocHost(&p, bytes));
+    g->upload = (char *)p;
+    g->upload_bytes = bytes;
+    return DMRT_OK;
+}
+
+int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_t offset) {
+    GPU_ENTER(g);
+    if (bytes == 0) return DMRT_OK;
+    ARG_CHECK(g, dst && src);
+    if (!g->upload || offset > g->upload_bytes || bytes > g->upload_bytes - offset)
+        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
+                             "dmrt_gpu_upload: %zu bytes at %zu do not fit the %zu reserved", bytes,
+                             offset, g->upload_bytes);
+    /* Offset 0 starts a step's uploads: the previous step's copies out of this memory
+     * must be done (they are, once that step has ended; not after a launch failure). The
+     * step's later uploads write other bytes and do not wait. */
+    if (offset == 0) CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
+    memcpy(g->upload + offset, src, bytes);
+    CUDA_CHECK(g, cudaMemcpyAsync(dst, g->upload + offset, bytes, cudaMemcpyHostToDevice, g->stream));
+    CUDA_CHECK(g, cudaEventRecord(g->upload_event, g->stream));
+    return DMRT_OK;
+}
+
+int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fault *fault) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, fault != NULL && loss_host != NULL);
+    memset(fault, 0, sizeof *fault);
+    *loss_host = 0.0f;
+    if (loss)
+        CUDA_CHECK(g, cudaMemcpyAsync(&g->record->loss, loss, sizeof(float), cudaMemcpyDeviceToDevice,
+                                      g->stream));
+    CUDA_CHECK(g, cudaMemcpyAsync(g->host_record, g->record, sizeof *g->record,
+                                  cudaMemcpyDeviceToHost, g->stream));
+    int rc = dmrt_gpu_wait_stream(g, g->stream);
+    if (rc != DMRT_OK) return rc;
+    gpu_step_record host = *g->host_record;
+    dmrt_gpu_fault_unpack(&host.fault);
+    *fault = host.fault;
+    if (loss) *loss_host = host.loss;
+    if (host.fault.site != 0) CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
     return DMRT_OK;
 }
 
@@ -409,14 +463,18 @@ static int open_device(dmrt_gpu *g) {
     /* Strict fp32 unless asked: the compute type of each product says the rest. */
     CUBLAS_CHECK(g, cublasSetMathMode(g->cublas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(g, cudaEventCreateWithFlags(&g->upload_event, cudaEventDisableTiming));
     void *f = NULL;
-    int rc = device_malloc(g, &f, sizeof(dmrt_fault));
+    int rc = device_malloc(g, &f, sizeof(gpu_step_record));
     if (rc != DMRT_OK) return rc;
-    g->fault = (dmrt_fault *)f;
+    g->record = (gpu_step_record *)f;
+    g->fault = &g->record->fault;
+    CUDA_CHECK(g, cudaMallocHost(&f, sizeof(gpu_step_record)));
+    g->host_record = (gpu_step_record *)f;
     rc = device_malloc(g, &f, (size_t)DMRT_CUDA_SUM_PARTIALS_FLOATS * sizeof(float));
     if (rc != DMRT_OK) return rc;
     g->sum_partials = (float *)f;
-    CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof(dmrt_fault), g->stream));
+    CUDA_CHECK(g, cudaMemsetAsync(g->record, 0, sizeof(gpu_step_record), g->stream));
     CUDA_CHECK(g, cudaStreamSynchronize(g->stream));
     return DMRT_OK;
 }
@@ -478,6 +536,9 @@ void dmrt_gpu_destroy(dmrt_gpu *g) {
     if (g->cublas) (void)cublasDestroy(g->cublas);
     for (int i = 0; i < g->n_allocs; i++) (void)cudaFree(g->allocs[i].p);
     if (g->staging) (void)cudaFreeHost(g->staging);
+    if (g->upload) (void)cudaFreeHost(g->upload);
+    if (g->host_record) (void)cudaFreeHost(g->host_record);
+    if (g->upload_event) (void)cudaEventDestroy(g->upload_event);
     if (g->start_event) (void)cudaEventDestroy(g->start_event);
     if (g->wait_event) (void)cudaEventDestroy(g->wait_event);
     if (g->comm_stream) (void)cudaStreamDestroy(g->comm_stream);

@@ -24,6 +24,12 @@ typedef struct gpu_alloc {
     size_t bytes;
 } gpu_alloc;
 
+/* What a step's end reads back from the device in one copy (dmrt_gpu_step_end). */
+typedef struct gpu_step_record {
+    dmrt_fault fault;
+    float loss;
+} gpu_step_record;
+
 struct dmrt_gpu {
     int device;
     dmrt_rank *rank;                /* NULL: a serial program */
@@ -38,7 +44,18 @@ struct dmrt_gpu {
                                        chosen by AUTO: axes of size 1 get NCCL too */
     char name[300];                 /* "NVIDIA H100 80GB HBM3 (device 0)" */
     char error[512];                /* the last failure, "file:line: call failed: why" */
-    dmrt_fault *fault;              /* device: the first bad index since the last take */
+    dmrt_fault *fault;              /* device: the first bad index since the last take
+                                       (&record->fault) */
+    gpu_step_record *record;        /* device: the fault and the step's loss, side by side
+                                       for dmrt_gpu_step_end's one copy */
+    gpu_step_record *host_record;   /* pinned host memory: where that copy lands */
+    char *upload;                   /* pinned host memory for dmrt_gpu_upload (reserved) */
+    size_t upload_bytes;
+    cudaEvent_t upload_event;       /* on stream: after the last upload's copy */
+    double *clip_partials;          /* device: clipping's squares, (clip_gradients) slots of
+                                       the sum-of-squares kernel's block partials */
+    float *clip_factor;             /* device: clip / (norm + 1e-6), after the partials */
+    int clip_gradients;
     float *sum_partials;            /* device: DMRT_CUDA_SUM_PARTIALS_FLOATS chunk sums of
                                        generated reduction kernels */
 
@@ -195,11 +212,12 @@ __device__ inline T gpu_block_reduce(T v, Op op, T *shared) {
     return r;
 }
 
-/* Records a bad index for dmrt_gpu_fault_take, deterministically whatever the thread
- * order: the first kernel with one claims the site (kernels of a stream run in order),
+/* Records a bad index for dmrt_gpu_fault_take or dmrt_gpu_step_end, deterministically
+ * whatever the thread order: the first kernel with one claims the site (kernels of a
+ * stream run in order),
  * and among its bad indices the lowest position wins, as in the C target's loop. On the
  * device, f->position holds ~(position << 32 | value) (0: none yet), so that atomicMax
- * keeps the lowest position; dmrt_gpu_fault_take unpacks it (positions < 2^31). */
+ * keeps the lowest position; dmrt_gpu_fault_unpack undoes it (positions < 2^31). */
 __device__ inline void gpu_record_fault(dmrt_fault *f, int site, int32_t value,
                                         int64_t position) {
     const int claimed = atomicCAS(&f->site, 0, site);

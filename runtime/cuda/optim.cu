@@ -9,7 +9,9 @@
  * (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf; p -= lr * d. */
 __global__ static void sgd_kernel(float *param, const float *grad, float *buf, int64_t n,
                                   float lr, float weight_decay, float momentum,
-                                  float one_minus_dampening, int nesterov, int first_step) {
+                                  float one_minus_dampening, int nesterov, int first_step,
+                                  const int32_t *fault_site) {
+    if (*fault_site) return; /* a bad index this step: the step fails, nothing is updated */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float p = param[i];
@@ -31,7 +33,8 @@ __global__ static void sgd_kernel(float *param, const float *grad, float *buf, i
 __global__ static void adamw_kernel(float *param, const float *grad, float *m, float *v,
                                     int64_t n, float beta1, float one_minus_beta1, float beta2,
                                     float one_minus_beta2, float eps, float decay,
-                                    float step_size, float bc2_sqrt) {
+                                    float step_size, float bc2_sqrt, const int32_t *fault_site) {
+    if (*fault_site) return; /* a bad index this step: the step fails, nothing is updated */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float g = grad[i];
@@ -54,7 +57,7 @@ int dmrt_gpu_sgd(dmrt_gpu *g, float *param, const float *grad, float *momentum_b
     sgd_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, momentum_buf, n, lr,
                                                           weight_decay, momentum,
                                                           one_minus_dampening, nesterov,
-                                                          step == 1);
+                                                          step == 1, &g->fault->site);
     LAUNCH_CHECK(g, "sgd_kernel");
     return DMRT_OK;
 }
@@ -68,7 +71,7 @@ int dmrt_gpu_adamw(dmrt_gpu *g, float *param, const float *grad, float *m, float
     adamw_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(param, grad, m, v, n, beta1,
                                                             one_minus_beta1, beta2,
                                                             one_minus_beta2, eps, decay,
-                                                            step_size, bc2_sqrt);
+                                                            step_size, bc2_sqrt, &g->fault->site);
     LAUNCH_CHECK(g, "adamw_kernel");
     return DMRT_OK;
 }
@@ -101,6 +104,70 @@ int dmrt_gpu_sum_squares(dmrt_gpu *g, const float *x, int64_t n, double *sum) {
     int rc = dmrt_gpu_wait_stream(g, g->stream);
     if (rc != DMRT_OK) return rc;
     for (int b = 0; b < SQUARES_BLOCKS; b++) *sum += host[b];
+    return DMRT_OK;
+}
+
+/* ---- clipping without a wait (a serial step: dmrt_gpu_step_end) ---------------------------- */
+
+int dmrt_gpu_clip_reserve(dmrt_gpu *g, int gradients) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, gradients >= 0 && g->clip_partials == NULL);
+    void *p = NULL;
+    int rc = dmrt_gpu_alloc(g, &p, ((size_t)gradients * SQUARES_BLOCKS + 1) * sizeof(double));
+    if (rc != DMRT_OK) return rc;
+    g->clip_partials = (double *)p;
+    g->clip_factor = (float *)(g->clip_partials + (size_t)gradients * SQUARES_BLOCKS);
+    g->clip_gradients = gradients;
+    return DMRT_OK;
+}
+
+int dmrt_gpu_clip_squares(dmrt_gpu *g, const float *x, int64_t n, int slot) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0 && slot >= 0 && slot < g->clip_gradients);
+    double *partial = g->clip_partials + (size_t)slot * SQUARES_BLOCKS;
+    if (n == 0) {  /* dmrt_gpu_sum_squares adds nothing; zeros add nothing */
+        CUDA_CHECK(g, cudaMemsetAsync(partial, 0, SQUARES_BLOCKS * sizeof(double), g->stream));
+        return DMRT_OK;
+    }
+    sum_squares_kernel<<<SQUARES_BLOCKS, SQUARES_THREADS, 0, g->stream>>>(x, n, partial);
+    LAUNCH_CHECK(g, "sum_squares_kernel");
+    return DMRT_OK;
+}
+
+/* One thread: the partials in the order the host adds dmrt_gpu_sum_squares' (gradient by
+ * gradient, block by block), then the generated code's float arithmetic of
+ * clip / (sqrtf(norm_squared) + 1e-6f): the same bits. */
+__global__ static void clip_factor_kernel(const double *partial, int64_t count, float clip, float *factor) {
+    double s = 0.0;
+    for (int64_t i = 0; i < count; i++) s += partial[i];
+    const float norm_squared = __double2float_rn(s);
+    *factor = __fdiv_rn(clip, __fadd_rn(__fsqrt_rn(norm_squared), 1e-6f));
+}
+
+int dmrt_gpu_clip_factor(dmrt_gpu *g, int gradients, float clip) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, gradients >= 0 && gradients <= g->clip_gradients && g->clip_factor != NULL);
+    clip_factor_kernel<<<1, 1, 0, g->stream>>>(g->clip_partials, (int64_t)gradients * SQUARES_BLOCKS, clip,
+                                              g->clip_factor);
+    LAUNCH_CHECK(g, "clip_factor_kernel");
+    return DMRT_OK;
+}
+
+/* x *= factor where factor < 1 (not where it is NaN, as the host's `if (f < 1.0f)`). */
+__global__ static void clip_scale_kernel(float *x, int64_t n, const float *factor) {
+    const float f = *factor;
+    if (!(f < 1.0f)) return;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], f);
+}
+
+int dmrt_gpu_clip_scale(dmrt_gpu *g, float *x, int64_t n) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, n >= 0 && g->clip_factor != NULL);
+    if (n == 0) return DMRT_OK;
+    clip_scale_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, n, g->clip_factor);
+    LAUNCH_CHECK(g, "clip_scale_kernel");
     return DMRT_OK;
 }
 

@@ -4,7 +4,7 @@ For mlp.dm and gpt.dm (the tiny config, and GPT-2 124M as the .dm declares it) o
 serial program and on data=2, tensor=2, data=2 x tensor=2 and pipeline=2 meshes (gpt.dm's
 embedding and the head tied to it then on different stages), for tests/spmd/forms.dm
 (which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
-(gradient clipping) on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
+(gradient clipping) serial, on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
 and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2, gpt.dm
@@ -65,6 +65,8 @@ CASES = [
     ("forms-data2-tensor2", "tests/spmd/forms.dm", "B=16,D=24,H=32,K=8", "data=2,tensor=2", [], None),
     # gradient clipping (its norm and scaling on the device) and a learning-rate schedule
     ("clip-data2-tensor2", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2,tensor=2", [], None),
+    # serial: the norm, the factor and the scaling on the device, without a wait
+    ("clip-serial", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", None, [], None),
     ("clip-pipeline2", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2", ["--microbatches", "2"], None),
     # LLaMA's pieces: silu, rsqrt, a kept-dim mean (RMSNorm), a norm over a split width
     ("gated-data2-tensor2", "tests/spmd/gated.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),

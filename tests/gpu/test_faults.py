@@ -9,6 +9,13 @@ data=2 x tensor=2, `dmc run` must exit 1 with exactly the expected message and p
 step. The position is the batch's, whichever rank's block or micro-batch holds it: the
 row of mlp.dm's [B] targets, [row, column] of gpt.dm's [B, T] tokens and targets. The target is DMC_TEST_TARGET's
 (c by default; the GPU suite runs it with cuda, and skips without a GPU).
+
+Then a failed step must change nothing that outlives it (the serial CUDA program learns of
+the fault only at the step's end, after its update was enqueued): fault_untouched.c,
+built by `dmc run --cc WRAPPER` in place of the runner's main.c (CC, the C compiler that
+built the runtime, does the rest), trains the tiny gpt.dm through its C API with a bad id
+and a bad target between two good steps, and requires the last loss and the saved
+weights bit for bit equal to those of the two good steps alone.
 """
 import os
 import re
@@ -70,8 +77,31 @@ def cases(root):
     ]
 
 
+WRAPPER = """#!%s
+import os, sys
+args = [%r if a.endswith("/main.c") else a for a in sys.argv[1:]]
+os.execvp(%r, [%r] + args)
+"""
+
+
+def untouched(dmc, root, cc, tmp, batch):
+    """fault_untouched.c's checks: None, or what failed."""
+    wrapper = os.path.join(tmp, "cc-untouched")
+    with open(wrapper, "w") as f:
+        f.write(WRAPPER % (sys.executable, os.path.join(root, "tests", "gpu", "fault_untouched.c"), cc, cc))
+    os.chmod(wrapper, 0o755)
+    cmd = [dmc, "run", os.path.join(root, "examples/gpt.dm"), "--quiet", "--set", GPT, "--batch-file", batch,
+           "--steps", "1", "--cc", wrapper, "--keep", os.path.join(tmp, "untouched")] + target_args()
+    r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=600, env=dict(os.environ, TMPDIR=tmp))
+    ok = r.returncode == 0 and "fault_untouched: ok" in r.stdout
+    print("%-20s %s" % ("weights untouched", "ok" if ok else "FAIL: " + (r.stdout + r.stderr).strip()[-400:]))
+    return None if ok else "weights untouched: exit %d:\n%s%s" % (r.returncode, r.stdout, r.stderr)
+
+
 def main(argv):
     dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+    cc = argv[3] if len(argv) > 3 else os.environ.get("CC", "cc")
     require_target()
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-faults-") as tmp:
@@ -88,9 +118,16 @@ def main(argv):
             if not ok:
                 failures.append("%s: expected exit 1 and '%s', got exit %d:\n%s%s"
                                 % (name, want, r.returncode, r.stdout, r.stderr))
+        rng = np.random.default_rng(2)
+        path = os.path.join(tmp, "good.safetensors")
+        stio.save({"tokens": rng.integers(0, 64, (1, 4, 16)).astype(np.int32),
+                   "targets": rng.integers(0, 64, (1, 4, 16)).astype(np.int32)}, path)
+        why = untouched(dmc, root, cc, tmp, path)
+        if why:
+            failures.append(why)
     for f in failures:
         print("\n" + f)
-    n = len(cases(root))
+    n = len(cases(root)) + 1
     print("%d passed, %d failed" % (n - len(failures), len(failures)))
     return 1 if failures else 0
 
