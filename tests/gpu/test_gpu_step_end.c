@@ -158,7 +158,7 @@ static void test_clip(dmrt_gpu *g) {
 
 int main(void) {
     char err[512];
-    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO};
+    dmrt_gpu_options opt = {0, DMRT_GPU_COMM_AUTO, NULL};
     dmrt_gpu *g = dmrt_gpu_create(NULL, &opt, err, sizeof err);
     if (!g) {
         if (strncmp(err, "no CUDA device: ", 16) == 0) {
