@@ -3,9 +3,9 @@
  * the first product of its stage and phase that reads it and shared by that phase's later
  * products there. The backward's products read an activation through the forward's cast
  * (the activation is kept for the backward in 2 bytes, as PyTorch's autocast saves a
- * linear's bf16 input; the f32 one dies after the forward unless another op reads it); a
- * weight is cast again in the backward rather than kept across it (a copy per micro-batch
- * in flight would outweigh the cast).
+ * linear's bf16 input; the f32 one dies after the forward unless another op reads it). So
+ * does a weight's when the step is one micro-batch; with micro-batches the backward casts
+ * the weight again rather than keep a copy per micro-batch in flight.
  * The product is accumulated and stored in f32, so everything else (norms, softmax, the
  * loss, gradients, their reduction and the update on f32 master weights) stays f32.
  * Fused attention's operands are left f32 here: the C target's attention multiplies in f32,
@@ -25,13 +25,17 @@ typedef struct cast_key {
     int previous; /* index in the list of the same value's previous cast, or -1 */
 } cast_key;
 
-/* The cast of `source` reader may read (first: the index of source's latest cast, or -1). */
-static int find_cast(const cast_key *made, int first, const ir_value *source, const ir_value *reader) {
+/* The cast of `source` reader may read (first: the index of source's latest cast, or -1).
+ * The backward reads the forward's cast of an activation always, and of a weight when the
+ * step is one micro-batch (keep_weights): one 16-bit copy of it then lives across the
+ * forward and backward, where micro-batches in flight would each keep one. */
+static int find_cast(const cast_key *made, int first, const ir_value *source, const ir_value *reader,
+                     int keep_weights) {
     int activation = source->role != ROLE_PARAM && source->op != OP_PARAM_VIEW;
     for (int i = first; i >= 0; i = made[i].previous) {
         if (made[i].stage != reader->stage) continue;
         if (made[i].phase == (int)reader->phase ||
-            (activation && made[i].phase == PHASE_FORWARD && reader->phase == PHASE_BACKWARD))
+            ((activation || keep_weights) && made[i].phase == PHASE_FORWARD && reader->phase == PHASE_BACKWARD))
             return made[i].cast;
     }
     return -1;
@@ -71,7 +75,7 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
                 v->operands[k] = map[o];
                 continue;
             }
-            int cast = find_cast(made, latest[o], old[o], v);
+            int cast = find_cast(made, latest[o], old[o], v, g->microbatches <= 1);
             if (cast < 0) {
                 cast = append_cast(g, old[o], map[o], v);
                 made[n_made] = (cast_key){.phase = (int)v->phase, .stage = v->stage, .cast = cast, .previous = latest[o]};

@@ -39,6 +39,7 @@ DMRT_BF16_GEMM, and the two runs must agree within the emulation bounds.
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -194,6 +195,31 @@ def gpt_checks(dmc, root, np, torch, tmp):
     dmcrun.check_losses("gpt adamw", d, e, GPT_LOSS_RTOL)
 
 
+def weight_cast_checks(dmc, src_path):
+    """One micro-batch: the backward's products read the forward's 16-bit copy of each weight
+    (one cast of each); with micro-batches (--accumulate 2) the backward casts a weight again
+    rather than keep a copy per micro-batch (passes/precision.c). Counted in --emit=ir: the
+    weights the backward's products read, fc2 and fc3 (fc1's input gradient is not computed)."""
+    def casts(extra):
+        r = subprocess.run([dmc, "--emit=ir", "--precision", "bf16", src_path] + extra, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+        if r.returncode != 0:
+            raise Failure("dmc --emit=ir --precision bf16 %s: %s" % (" ".join(extra), r.stderr))
+        counts = {}
+        for line in r.stdout.splitlines():
+            if "= cast" in line and ".weight.bf16" in line:
+                name = line.split()[1]
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+    want_one = {"fc1.weight.bf16": 1, "fc2.weight.bf16": 1, "fc3.weight.bf16": 1}
+    want_two = {"fc1.weight.bf16": 1, "fc2.weight.bf16": 2, "fc3.weight.bf16": 2}
+    one, two = casts([]), casts(["--accumulate", "2"])
+    print("weight casts: one micro-batch %s, --accumulate 2 %s" % (one, two))
+    if one != want_one or two != want_two:
+        raise Failure("weight casts: one micro-batch %s (want %s), --accumulate 2 %s (want %s)"
+                      % (one, want_one, two, want_two))
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     src_path, _, norm = mlp.example(root, "test_bf16.py")
@@ -226,6 +252,7 @@ def run_checks(dmc, root, np, torch):
             mlp.check_tensors(np, "%s adamw" % path, stio.load(out), e_final, WEIGHT_ATOL, 0.0)
             dmcrun.check_losses("%s autocast" % path, d, a_losses, AUTOCAST_RTOL)
         statement_checks(dmc, src_path, tmp, common)
+        weight_cast_checks(dmc, src_path)
         gpt_checks(dmc, root, np, torch, tmp)
     return ("examples/mlp.dm --precision bf16 matches PyTorch's bf16 products (%s): step-1 gradients, %d AdamW "
             "steps, and autocast's losses within %g; examples/gpt.dm's step-1 gradients and %d AdamW steps"
