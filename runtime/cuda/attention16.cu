@@ -129,6 +129,17 @@ static int lay_out(dmrt_gpu *g, const dmrt_sdpa_plan *p, void *work, int64_t wor
     return DMRT_OK;
 }
 
+/* The plan of shape s, the scratch laid out for `count` 16-bit copies of n elements, and
+ * the n_in f32 inputs cast into the first copies: what both directions start with. */
+static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, void *work, int64_t work_bytes,
+                        int count, const float *const *in, int n_in, int64_t n, dmrt_sdpa_plan **p, void *copies[8],
+                        char **workspace) {
+    int rc = plan_of(g, s, name, p);
+    if (rc == DMRT_OK) rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
+    for (int i = 0; i < n_in && rc == DMRT_OK; i++) rc = cast16(g, s->half, 1, in[i], copies[i], n);
+    return rc;
+}
+
 int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
                                  float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
                                  void *work, int64_t work_bytes, const char *name) {
@@ -140,10 +151,8 @@ int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const fl
     dmrt_sdpa_plan *p = NULL;
     void *c[8] = {0};
     char *workspace = NULL;
-    int rc = plan_of(g, &s, name, &p);
-    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 4, n, c, &workspace, name);
     const float *in[3] = {q, k, v};
-    for (int i = 0; i < 3 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
+    int rc = stage_inputs(g, &s, name, work, work_bytes, 4, in, 3, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
     void *data[DMRT_SDPA_UIDS] = {0};
     data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
@@ -165,10 +174,8 @@ int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const f
     dmrt_sdpa_plan *p = NULL;
     void *c[8] = {0};
     char *workspace = NULL;
-    int rc = plan_of(g, &s, name, &p);
-    if (rc == DMRT_OK) rc = lay_out(g, p, work, work_bytes, 8, n, c, &workspace, name);
     const float *in[5] = {q, k, v, out, dout};
-    for (int i = 0; i < 5 && rc == DMRT_OK; i++) rc = cast16(g, half, 1, in[i], c[i], n);
+    int rc = stage_inputs(g, &s, name, work, work_bytes, 8, in, 5, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
     /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
     char *rowsum = workspace, *dq_f32 = workspace + (4 * rows + 255) / 256 * 256;
