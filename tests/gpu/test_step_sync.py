@@ -56,13 +56,13 @@ def functions(source):
 
 
 def reached(funcs, roots):
-    seen, todo = set(), list(roots)
-    while todo:
-        name = todo.pop()
+    seen, pending = set(), list(roots)
+    while pending:
+        name = pending.pop()
         if name in seen or name not in funcs:
             continue
         seen.add(name)
-        todo.extend(re.findall(r"\b(\w+)\(", funcs[name]))
+        pending.extend(re.findall(r"\b(\w+)\(", funcs[name]))
     return seen
 
 
