@@ -281,8 +281,7 @@ void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
     }
     /* the ranks on this machine share its cores */
-    if (E->partitioned) cg_line(w, "ctx->threads = dmrt_threads_per_rank(dmrt_rank_local_count(rank));");
-    else cg_line(w, "ctx->threads = dmrt_threads_beside(beside);");
+    cg_line(w, "ctx->threads = dmrt_threads_beside(%s);", E->partitioned ? "rank" : "beside");
     cg_line(w, "ctx->param_offsets = stage_param_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
     if (g->loss >= 0 && g->grads)
         cg_line(w, "ctx->grad_offsets = stage_grad_offsets[%s];", E->pipe_axis >= 0 ? "ctx->coord[PIPELINE_AXIS]" : "0");
