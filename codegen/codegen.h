@@ -52,6 +52,9 @@ int codegen_fuses_attention(const char *target);
 /* Whether the target runs fused attention in 16 bits under --precision bf16/fp16 (CUDA:
  * cuDNN); else the attention stays f32. */
 int codegen_attention_16bit(const char *target);
+/* Whether the target's kernels store a 16-bit copy of what they write, in the same pass
+ * (cg_capabilities.fused_cast; passes/precision.c then places casts after their operand's op). */
+int codegen_fuses_casts(const char *target);
 /* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
 int codegen_fuses_bias(const char *target);
 /* Whether the target updates a serial program's parameters in one launch where it can

@@ -49,6 +49,10 @@ typedef struct cg_loop_nest {
     const char *scale;                              /* multiply out by this literal afterwards, or NULL */
     const char *also_out;                           /* C dialect: the first local of expr is also
                                                      * stored there, at out's index, or NULL */
+    const char *cast_out;                           /* can.fused_cast: out's value is also stored
+                                                     * there rounded to cast_dtype, at out's index
+                                                     * (out dense, not accumulated), or NULL */
+    ir_dtype cast_dtype;
 } cg_loop_nest;
 
 /* Row-major c = op(a) @ op(b) (+ c when accumulate), batch times: the i-th product
@@ -77,6 +81,10 @@ typedef struct cg_rowwise {
                                                      * many, seeing keys up to their own (0: every key) */
     const char *scratch;                            /* layernorm_wgrad: wgrad_scratch_floats of the
                                                      * context's storage, or NULL when that is 0 */
+    const char *cast_out;                           /* layernorm and its input gradient, with
+                                                     * can.fused_cast: out also stored there rounded
+                                                     * to cast_dtype, or NULL */
+    ir_dtype cast_dtype;
 } cg_rowwise;
 
 /* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds
@@ -231,6 +239,9 @@ typedef struct cg_capabilities {
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
     int attention_16bit;    /* under --precision bf16/fp16 the fused attention runs in that type
                              * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
+    int fused_cast;         /* loop nests, layernorm and its input gradient store the 16-bit copy
+                             * of their result in the same pass (cast_out): the cast's own loop,
+                             * which would read the f32 value again, is not written */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.

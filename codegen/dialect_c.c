@@ -141,6 +141,9 @@ static int reduce_columns(const cg_loop_nest *k) {
            k->size[1] >= 2 * REDUCE_BLOCK && total >= PARALLEL_MIN_ELEMS;
 }
 
+/* The runtime's rounding of a float to a 16-bit dtype's bits (dmrt_half.h). */
+static const char *round_function(ir_dtype dtype) { return dtype == DT_F16 ? "dmrt_f16_round" : "dmrt_bf16_round"; }
+
 static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     if (k->accumulate) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->out_elems);
     int base = w->indent;
@@ -189,6 +192,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     while (*rest == ' ') rest++;
     substitute(k, rest, expr, sizeof expr);
     cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
+    if (k->cast_out) cg_line(w, "%s[%s] = %s(%s[%s]);", k->cast_out, idx, round_function(k->cast_dtype), k->out, idx);
     while (w->indent > base) {
         w->indent--;
         cg_line(w, "}");
@@ -633,15 +637,60 @@ static void c_causal_mask(cg_writer *w, const cg_rowwise *k) {
             k->out, nq, nk, nk - nq, k->fill, k->x, nq, nk);
 }
 
+/* Declares `double sums[i]` for i < count: the terms (expressions with '@' for the
+ * element index) of row elements 0 .. n-1, each added in 8 double lanes in one loop and
+ * the lanes then in a fixed tree, so that the loop vectorises (a single running sum is a
+ * chain of dependent adds the compiler may not reorder) and the bits do not depend on the
+ * vector width. */
+static void double_lane_sums(cg_writer *w, long long n, int count, const char *const *sums, const char *const *terms) {
+    char lane_term[400], tail_term[400];
+    cg_line(w, "double %s%s%s;", sums[0], count > 1 ? ", " : "", count > 1 ? sums[1] : "");
+    cg_line(w, "{");
+    w->indent++;
+    for (int i = 0; i < count; i++) cg_line(w, "double %s_lanes[8] = {0};", sums[i]);
+    if (n % 8) {
+        cg_line(w, "int64_t j = 0;");
+        cg_line(w, "for (; j + 8 <= %lld; j += 8) {", n);
+    } else {
+        cg_line(w, "for (int64_t j = 0; j < %lld; j += 8) {", n);
+    }
+    cg_line(w, "    for (int lane = 0; lane < 8; lane++) {");
+    for (int i = 0; i < count; i++) {
+        fill_index(terms[i], "j + lane", lane_term, sizeof lane_term);
+        cg_line(w, "        %s_lanes[lane] += %s;", sums[i], lane_term);
+    }
+    cg_line(w, "    }");
+    cg_line(w, "}");
+    if (n % 8) {
+        cg_line(w, "for (; j < %lld; j++) {", n);
+        for (int i = 0; i < count; i++) {
+            fill_index(terms[i], "j", tail_term, sizeof tail_term);
+            cg_line(w, "    %s_lanes[0] += %s;", sums[i], tail_term);
+        }
+        cg_line(w, "}");
+    }
+    for (int i = 0; i < count; i++)
+        cg_line(w, "%s = ((%s_lanes[0] + %s_lanes[1]) + (%s_lanes[2] + %s_lanes[3])) + ((%s_lanes[4] + %s_lanes[5]) + (%s_lanes[6] + %s_lanes[7]));",
+                sums[i], sums[i], sums[i], sums[i], sums[i], sums[i], sums[i], sums[i], sums[i]);
+    w->indent--;
+    cg_line(w, "}");
+}
+
 /* The row's mean and 1 / sqrt(biased variance + eps), summed in double. */
 static void layernorm_stats(cg_writer *w, const cg_rowwise *k) {
     long long n = (long long)k->n;
     cg_line(w, "const float *x_row = %s + base;", k->x);
-    cg_line(w, "double sum = 0.0, sum_sq = 0.0;");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum += x_row[j];", n);
+    double_lane_sums(w, n, 1, (const char *const[]){"sum"}, (const char *const[]){"x_row[@]"});
     cg_line(w, "const float mean = (float)(sum / %lld.0);", n);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_sq += (double)(x_row[j] - mean) * (x_row[j] - mean);", n);
+    double_lane_sums(w, n, 1, (const char *const[]){"sum_sq"}, (const char *const[]){"(double)(x_row[@] - mean) * (x_row[@] - mean)"});
     cg_line(w, "const float rstd = (float)(1.0 / sqrt(sum_sq / %lld.0 + %s));", n, k->eps);
+}
+
+/* The row just written, rounded into the cast's buffer too (cast_out), while it is in cache. */
+static void cast_row(cg_writer *w, const cg_rowwise *k) {
+    if (!k->cast_out) return;
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[base + j] = %s(out_row[j]);", (long long)k->n, k->cast_out,
+            round_function(k->cast_dtype));
 }
 
 static void c_layernorm(cg_writer *w, const cg_rowwise *k) {
@@ -650,6 +699,7 @@ static void c_layernorm(cg_writer *w, const cg_rowwise *k) {
     cg_line(w, "float *out_row = %s + base;", k->out);
     cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] = (x_row[j] - mean) * rstd * %s[j] + %s[j];", (long long)k->n,
             k->weight, k->bias);
+    cast_row(w, k);
     close_to(w, indent);
 }
 
@@ -660,15 +710,14 @@ static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     layernorm_stats(w, k);
     cg_line(w, "const float *dy_row = %s + base;", k->dy);
     cg_line(w, "float *out_row = %s + base;", k->out);
-    cg_line(w, "double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
-    cg_line(w, "    const float dxhat = dy_row[j] * %s[j];", k->weight);
-    cg_line(w, "    sum_dxhat += dxhat;");
-    cg_line(w, "    sum_dxhat_xhat += (double)dxhat * ((x_row[j] - mean) * rstd);");
-    cg_line(w, "}");
+    char dxhat[200], dxhat_xhat[300];
+    snprintf(dxhat, sizeof dxhat, "(double)(dy_row[@] * %s[@])", k->weight);
+    snprintf(dxhat_xhat, sizeof dxhat_xhat, "%s * ((x_row[@] - mean) * rstd)", dxhat);
+    double_lane_sums(w, n, 2, (const char *const[]){"sum_dxhat", "sum_dxhat_xhat"}, (const char *const[]){dxhat, dxhat_xhat});
     cg_line(w, "const float mean_dxhat = (float)(sum_dxhat / %lld.0), mean_dxhat_xhat = (float)(sum_dxhat_xhat / %lld.0);", n, n);
     cg_line(w, "for (int64_t j = 0; j < %lld; j++)", n);
     cg_line(w, "    out_row[j] = rstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);", k->weight);
+    cast_row(w, k);
     close_to(w, indent);
 }
 
@@ -884,7 +933,7 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1},
+            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",

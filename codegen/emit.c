@@ -24,6 +24,7 @@ static const char *const reserved[] = {
     /* locals of the rowwise, embedding and batched-matmul kernels (dialect_c.c) */
     "base", "j", "ib", "id", "query", "key", "out_row", "x_row", "y_row", "dy_row", "dot", "sum_sq", "mean", "rstd",
     "dxhat", "sum_dxhat", "sum_dxhat_xhat", "mean_dxhat", "mean_dxhat_xhat", "keys", "lane", "lanes", "inv_sum",
+    "sum_lanes", "sum_sq_lanes", "sum_dxhat_lanes", "sum_dxhat_xhat_lanes",
     "scaled_max", "fault", "status", "whole", "shard", "host", "arena", "micro_loss", "trace_start",
     "comm_failed", "data_fault", "device_failed", "fault_formats",
     /* locals of elementwise expressions (ir/ops.def) */
@@ -251,6 +252,11 @@ int codegen_flat_update(const char *target) {
     return d && d->can.flat_update;
 }
 
+int codegen_fuses_casts(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.fused_cast;
+}
+
 int codegen_attention_16bit(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention && d->can.attention_16bit;
@@ -341,6 +347,8 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
         for (int i = 0; i < g->n_values; i++) none[i] = -1;
         E->activation_of_bias = E->no_bias_activations = none;
     }
+    E->cast_made = calloc((size_t)g->n_values + 1, 1);
+    if (!E->cast_made) abort();
     E->bucket_lead = plans->buckets->lead;
     E->bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
@@ -366,6 +374,7 @@ static void emitter_close(emitter *E) {
     free(E->slots);
     free(E->summed);
     free(E->no_bias_activations);
+    free(E->cast_made);
     free(E->fault_site);
     free(E->for_outputs);
     free(E->quant_slot);

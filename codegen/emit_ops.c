@@ -57,6 +57,15 @@ static void rename_var(const char *expr, const char *from, const char *to, char 
     out[n < size ? n : size - 1] = 0;
 }
 
+/* The cast v's loop also stores (emit_fused_cast.c), into k. */
+static void store_cast_too(emitter *E, const ir_value *v, const char **cast_out, ir_dtype *cast_dtype) {
+    int c = fused_cast_of(E, v);
+    if (c < 0) return;
+    *cast_out = E->cname[c];
+    *cast_dtype = T(E, c)->dtype;
+    cg_line(&E->w, "/* and its %s copy %s, in the same pass */", ir_dtype_name(*cast_dtype), E->cname[c]);
+}
+
 /* The sum product + bias (a local, pre_activation), stored back as the add's value, then
  * the activation of it. */
 static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
@@ -75,6 +84,7 @@ static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
     k.stride[1][1] = 1;
     cg_line(&E->w, "/* %s = %s + its bias %s, stored, and %s of it, in one pass */", E->cname[add],
             E->cname[a->operands[0]], E->cname[a->operands[1]], ir_op_info_of(u->op)->name);
+    store_cast_too(E, u, &k.cast_out, &k.cast_dtype);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
@@ -126,12 +136,17 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
             set_operand(E, &k, i, binary_vars[i], v->operands[i], &lits[i]);
         }
     }
+    store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
 
 /* A cast to bf16 or f16 (passes/precision.c): each element rounded, as the dialect spells it. */
 static void emit_cast(emitter *E, const ir_value *v) {
+    if (E->cast_made[v->id]) {
+        cg_line(&E->w, "/* stored by the loop that wrote %s, above */", E->cname[v->operands[0]]);
+        return;
+    }
     cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
                       .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = E->dialect->round_to[T(E, v->id)->dtype]};
     literal lit;
@@ -197,6 +212,7 @@ static void emit_transpose(emitter *E, const ir_value *v) {
     k.out_elems = ir_numel(T(E, v->id));
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
@@ -344,6 +360,7 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
     cg_float_literal(v->scalar, eps, sizeof eps);
     k.eps = eps;
     k.x = operand[0];
+    if (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
     if (v->op == OP_LAYERNORM) {
         k.weight = operand[1], k.bias = operand[2];
         E->dialect->layernorm(&E->w, &k);

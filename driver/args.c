@@ -113,6 +113,9 @@ static const char usage[] =
     "                             (the C and CUDA targets fuse it into one kernel that holds\n"
     "                             no T x T scores; CUDA's runs through cuDNN under bf16 and\n"
     "                             fp16: docs/compiler.md, docs/gpu.md)\n"
+    "  --no-fuse-casts            under --precision bf16/fp16, round each product operand in\n"
+    "                             a loop of its own, as dmc did before, not in the loop of\n"
+    "                             the op that makes it (C target; the same bits either way)\n"
     "  --no-hoist-constants       compute the values that depend on no input, parameter or\n"
     "                             random draw (tables from arange: RoPE's) in every step, as\n"
     "                             dmc did before, not once when the context is created\n"
@@ -370,6 +373,7 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     if (strcmp(argv[*i], "--plan-whole") == 0) return o->plan_whole = 1;
     if (strcmp(argv[*i], "--no-fuse-attention") == 0) return o->no_fuse_attention = 1;
     if (strcmp(argv[*i], "--no-hoist-constants") == 0) return o->no_hoist_constants = 1;
+    if (strcmp(argv[*i], "--no-fuse-casts") == 0) return o->no_fuse_casts = 1;
     if (strcmp(argv[*i], "--sequence-parallel") == 0) return o->sequence_parallel = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
@@ -450,7 +454,7 @@ static int check_compact_options(const dm_options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--prune", "--prune-start", "--prune-end", "--compact", "--save-compacted", "--no-fuse-attention", "--no-hoist-constants", "--quantize", "--quantize-group", "--sequence-parallel",
+    "--prune", "--prune-start", "--prune-end", "--compact", "--save-compacted", "--no-fuse-attention", "--no-hoist-constants", "--no-fuse-casts", "--quantize", "--quantize-group", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 

@@ -54,6 +54,7 @@ typedef struct dm_options {
     int recompute;            /* --recompute as an ir_recompute */
     int no_fuse_attention;    /* --no-fuse-attention */
     int no_hoist_constants;   /* --no-hoist-constants */
+    int no_fuse_casts;        /* --no-fuse-casts */
     int sequence_parallel;    /* --sequence-parallel */
     ir_compress compress;     /* --compress */
     ir_param_servers param_servers; /* --param-servers, --ps-staleness (-1: synchronous) */

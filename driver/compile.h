@@ -16,6 +16,7 @@ typedef struct dm_compile_request {
     const char *stop_after;     /* NULL, or lower | autodiff | optimizer | shard: stop there */
     int plan_memory;            /* plan memory, buckets and ZeRO after the passes */
     int precision_given;        /* pipeline->cost.precision is --precision's, over the program's */
+    int no_fuse_casts;          /* --no-fuse-casts: each 16-bit cast a loop of its own */
     double loss_scale;          /* fp16: the initial loss scale (0: 65536, GradScaler's) */
     int64_t loss_scale_interval; /* fp16: clean steps before the scale doubles (0: 2000) */
     ir_prune prune;             /* --prune (ratio 0: none) */

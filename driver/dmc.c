@@ -94,7 +94,8 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
     dm_lower_options lo = lower_options(o, model);
     dm_compile_request req = {.lower = &lo, .pipeline = &o->pipeline, .bucket_floats = bucket_floats(o),
                               .target = o->codegen.target, .stop_after = o->stop_after, .plan_memory = !o->emit,
-                              .precision_given = o->precision_given, .loss_scale = o->loss_scale,
+                              .precision_given = o->precision_given, .no_fuse_casts = o->no_fuse_casts,
+                              .loss_scale = o->loss_scale,
                               .loss_scale_interval = o->loss_scale_interval,
                               .prune = o->prune, .compact = o->compact ? compaction : NULL,
                               .quantize_bits = o->codegen.quantize_bits, .quantize_group = o->codegen.quantize_group,

@@ -254,6 +254,9 @@ typedef struct ir_graph {
     /* The target runs each fused attention in product_dtype (CUDA: cuDNN), its operands
      * cast by the kernel, not by passes/precision.c; set by the driver with product_dtype. */
     int attention_16bit;
+    /* The target's kernels can store an activation's 16-bit copy as they write it: casts
+     * are made right after their operand's op (passes/precision.c); set by the driver. */
+    int casts_with_producer;
     /* passes/hoist_constants.c: the values computed from numbers alone are made once, by
      * create, unless this is set (--no-hoist-constants): then in every step, as other ops */
     int constants_every_step;

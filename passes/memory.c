@@ -268,9 +268,18 @@ static int *bias_adds(const ir_graph *g, const int *readers) {
     return bias_add_of;
 }
 
-/* The product a bias's add runs (bias_adds), whose operands it reads; NULL for other values. */
-static const ir_value *product_run_by(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
-    return v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id ? g->values[v->operands[0]] : NULL;
+/* The op whose operands v reads too, or NULL: the product a bias's add runs (bias_adds);
+ * and where the target folds a cast into the kernel that makes its operand
+ * (g->casts_with_producer: codegen/emit_fused_cast.c), the op just before a cast (past
+ * reshapes of it), whose operands must not die before the cast's buffer is written. */
+static const ir_value *operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
+    if (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id) return g->values[v->operands[0]];
+    if (!g->casts_with_producer || v->op != OP_CAST) return NULL;
+    const ir_value *made = g->values[v->operands[0]];
+    if (made->id != v->id - 1) return NULL;
+    while (made->op != OP_PARAM_VIEW && ir_op_info_of(made->op)->cls == OPC_RESHAPE && made->operands[0] == made->id - 1)
+        made = g->values[made->operands[0]];
+    return made;
 }
 
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
@@ -320,8 +329,9 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
             if (last_use[s] < i && read_keeps_alive(summed, v, k)) last_use[s] = i;
             if (!plan->at_create[i]) read_in_step[s] = 1;
         }
-        /* a bias's add runs its product: the product's operands are read there */
-        const ir_value *product = product_run_by(plan, g, v);
+        /* a bias's add runs its product, and a folded cast its operand's op: that op's
+         * operands are read there */
+        const ir_value *product = operands_also_read(plan, g, v);
         for (int k = 0; product && k < product->n_operands; k++) {
             int s = plan->storage_of[product->operands[k]];
             if (last_use[s] < i) last_use[s] = i;
@@ -554,7 +564,7 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
             int it = item_of[plan->storage_of[v->operands[k]]];
             if (it >= 0 && items[it].dies < pos_of[i] && read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
         }
-        const ir_value *product = product_run_by(plan, g, v);
+        const ir_value *product = operands_also_read(plan, g, v);
         for (int k = 0; product && k < product->n_operands; k++) {
             int it = item_of[plan->storage_of[product->operands[k]]];
             if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];

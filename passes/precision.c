@@ -12,6 +12,12 @@
  * and a target that runs it in 16 bits (g->attention_16bit: CUDA, through cuDNN) casts them
  * in its kernel's scratch, so that the op, its lse and its gradients keep one layout.
  *
+ * Where the target's kernels can store the rounded copy as they write a value
+ * (g->casts_with_producer: the C target), an activation's cast is made right after the op
+ * that makes it, when that op is in its first product's function and segment, so that
+ * code generation can fold the cast into that op's loop (one pass over the elements, the
+ * f32 value not read again); elsewhere it is made just before that product.
+ *
  * requires: the final op order, stages and phases (pipeline, zero_gather); renumbers values
  * (and the value ids in pipe and reshards). Memory and cost count the casts' 2-byte buffers. */
 #include <stdlib.h>
@@ -56,6 +62,25 @@ static int append_cast(ir_graph *g, const ir_value *source, int at, const ir_val
     return c->id;
 }
 
+/* Whether the cast of activation `source` for its first product `reader` is made right
+ * after source (see above): source made by an elementwise op, a transpose, a reshape (of
+ * one) or a layernorm or its input gradient, in reader's function and segment. */
+static int cast_with_producer(const ir_graph *g, const ir_value *source, const ir_value *reader) {
+    if (!g->casts_with_producer || source->role != ROLE_TEMP) return 0;
+    if (source->phase != reader->phase || source->stage != reader->stage || source->segment != reader->segment ||
+        source->marked != reader->marked)
+        return 0;
+    switch (ir_op_info_of(source->op)->cls) {
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY:
+    case OPC_TRANSPOSE: return 1;
+    case OPC_RESHAPE: return source->op != OP_PARAM_VIEW;
+    case OPC_NORM: return source->op == OP_LAYERNORM || source->op == OP_LAYERNORM_GRAD;
+    default: return 0;
+    }
+}
+
 int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
     if (g->product_dtype == DT_F32) return 0;
     int n = g->n_values, n_made = 0;
@@ -63,8 +88,14 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
     int *map = malloc(((size_t)n + 1) * sizeof(int));
     int *latest = malloc(((size_t)n + 1) * sizeof(int)); /* (old values) its latest cast in made, or -1 */
     cast_key *made = malloc(((size_t)2 * n + 1) * sizeof *made);
-    if (!map || !latest || !made) abort();
-    for (int i = 0; i < n; i++) latest[i] = -1;
+    int *first_reader = malloc(((size_t)n + 1) * sizeof(int)); /* (old values) the first product reading it in f32, or -1 */
+    if (!map || !latest || !made || !first_reader) abort();
+    for (int i = 0; i < n; i++) latest[i] = first_reader[i] = -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; old[i]->op == OP_MATMUL && k < old[i]->n_operands; k++) {
+            int o = old[i]->operands[k];
+            if (old[o]->type.dtype == DT_F32 && first_reader[o] < 0) first_reader[o] = i;
+        }
     g->values = NULL;
     g->n_values = g->cap_values = 0;
     for (int i = 0; i < n; i++) {
@@ -85,6 +116,12 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
         }
         ir_append_value(g, v);
         map[i] = v->id;
+        int reader = first_reader[i];
+        if (reader >= 0 && cast_with_producer(g, v, old[reader])) {
+            int cast = append_cast(g, v, v->id, old[reader]);
+            made[n_made] = (cast_key){.phase = (int)old[reader]->phase, .stage = old[reader]->stage, .cast = cast, .previous = latest[i]};
+            latest[i] = n_made++;
+        }
     }
     free(old);
     ir_renumber_lists(g, map);
@@ -92,5 +129,6 @@ int pass_precision(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshard
     free(map);
     free(latest);
     free(made);
+    free(first_reader);
     return 0;
 }

@@ -34,7 +34,8 @@ bound.
 The `precision bf16` statement trains bitwise as --precision bf16, and --precision fp32
 overrides it; --grad-reduce bf16 on data=2 is --compress bf16's reduction, bitwise.
 The path the products took (oneDNN or converted for OpenBLAS) is run both ways with
-DMRT_BF16_GEMM, and the two runs must agree within the emulation bounds.
+DMRT_BF16_GEMM, and the two runs must agree within the emulation bounds. gpt's casts
+folded into the loops that write their operands train bitwise as --no-fuse-casts.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -193,6 +194,37 @@ def gpt_checks(dmc, root, np, torch, tmp):
     d = dmcrun.run_dmc(dmc, src, tmp, common + ["--steps", str(STEPS)], timeout=240)
     e, _, _ = G.train(torch, init, tokens, targets, tg.NH, tg.L, STEPS, torch.float32, adamw, product)
     dmcrun.check_losses("gpt adamw", d, e, GPT_LOSS_RTOL)
+    fused_cast_checks(dmc, src, tmp, common)
+
+
+def fused_cast_checks(dmc, src, tmp, common):
+    """The C target rounds an activation's bf16 copy in the loop that writes the activation
+    (codegen/emit_fused_cast.c): the generated gpt.c says so for some casts, and training
+    gives the same bits as with --no-fuse-casts (every cast a loop of its own): the losses
+    of 10 steps and the weights saved after them."""
+    def folded(extra):
+        out = os.path.join(tmp, "gen" + "".join(extra))
+        r = subprocess.run([dmc, "-o", out, src] + common[:2] + ["--precision", "bf16"] + extra,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        if r.returncode != 0:
+            raise Failure("dmc -o %s: %s" % (out, r.stderr))
+        with open(os.path.join(out, "gpt.c")) as f:
+            return f.read().count("stored by the loop that wrote")
+    n_fused, n_unfused = folded([]), folded(["--no-fuse-casts"])
+    print("gpt casts stored by their operand's loop: %d; with --no-fuse-casts %d" % (n_fused, n_unfused))
+    if n_fused == 0 or n_unfused != 0:
+        raise Failure("gpt: casts folded into their operand's loop: %d (want some), with --no-fuse-casts %d (want 0)"
+                      % (n_fused, n_unfused))
+    runs = []
+    for extra in ([], ["--no-fuse-casts"]):
+        saved = os.path.join(tmp, "gpt-final%s.safetensors" % "".join(extra))
+        losses = dmcrun.run_dmc(dmc, src, tmp, common + ["--steps", str(STEPS), "--save", saved] + extra, timeout=240)
+        with open(saved, "rb") as f:
+            runs.append((losses, f.read()))
+    print("gpt folded casts: %d losses %s, weights %s to --no-fuse-casts'"
+          % (STEPS, "equal" if runs[0][0] == runs[1][0] else "DIFFERENT", "bitwise equal" if runs[0][1] == runs[1][1] else "DIFFERENT"))
+    if runs[0] != runs[1]:
+        raise Failure("gpt: training with casts folded into their operand's loops differs from --no-fuse-casts")
 
 
 def weight_cast_checks(dmc, src_path):

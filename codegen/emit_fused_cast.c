@@ -1,0 +1,65 @@
+/* emit_fused_cast.c: a 16-bit cast folded into the kernel that makes its operand
+ * (can.fused_cast). passes/precision.c places an activation's cast right after the op
+ * that makes it; here that op's loop nest (or layernorm row) also stores the rounded copy,
+ * so the f32 value is not read a second time and the cast's own loop is not written.
+ *
+ * The cast's buffer is planned from its own position on, so the buffers that die at the
+ * producer (its operands read for the last time there) may be given to it: the fold is
+ * made only where the cast's buffer is apart from every operand's and the producer's. */
+#include "emitter.h"
+
+/* [start, end) of value id's buffer (its storage root's, whole) in floats of its region,
+ * on the stage being emitted. */
+static void buffer_range(const emitter *E, int id, int64_t *start, int64_t *end) {
+    int root = E->plan->storage_of[id];
+    int64_t bytes = ir_numel(T(E, root)) * ir_dtype_bytes(T(E, root)->dtype);
+    *start = dm_offset_on(E->plan, E->g, root, E->cur_stage);
+    *end = *start + (bytes + 3) / 4;
+}
+
+static int apart(const emitter *E, int a, int b) {
+    if (E->plan->region[a] != E->plan->region[b]) return 1;
+    if (E->plan->region[a] != REGION_ARENA) return 0; /* inputs, parameters: not a cast's */
+    int64_t a0, a1, b0, b1;
+    buffer_range(E, a, &a0, &a1);
+    buffer_range(E, b, &b0, &b1);
+    return a1 <= b0 || b1 <= a0;
+}
+
+/* Whether v's kernel writes its whole value densely in one pass that can store a copy:
+ * an elementwise op's loop nest (with a bias's add or not), a transpose, layernorm or
+ * its input gradient. */
+static int makes_in_one_pass(const emitter *E, const ir_value *v) {
+    if (v->type.dtype != DT_F32 || v->op == OP_DROPOUT || E->plan->assembled_in[v->id] >= 0 ||
+        E->plan->row_stride[v->id] != 0 || shares_buffer(E, v->id))
+        return 0;
+    switch (ir_op_info_of(v->op)->cls) {
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY: return !runs_product(E, v);
+    case OPC_TRANSPOSE: return 1;
+    case OPC_NORM: return v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD;
+    default: return 0;
+    }
+}
+
+int fused_cast_of(emitter *E, const ir_value *v) {
+    const ir_graph *g = E->g;
+    /* g->casts_with_producer: the memory plan kept the producer's operands alive to the cast */
+    if (!g->casts_with_producer || !E->dialect->can.fused_cast || E->kept_var || !makes_in_one_pass(E, v) || dm_made_at_create(E->plan, v->id))
+        return -1;
+    /* the cast, after reshapes sharing v's buffer (they write nothing) */
+    int last = v->id, c = v->id + 1;
+    while (c < g->n_values && V(E, c)->op != OP_PARAM_VIEW && ir_op_info_of(V(E, c)->op)->cls == OPC_RESHAPE &&
+           V(E, c)->operands[0] == last && shares_buffer(E, c))
+        last = c++;
+    if (c >= g->n_values) return -1;
+    const ir_value *cast = V(E, c);
+    if (cast->op != OP_CAST || cast->operands[0] != last || cast->phase != v->phase || cast->stage != v->stage ||
+        ir_numel(T(E, c)) != ir_numel(T(E, v->id)) || dm_made_at_create(E->plan, c) || !apart(E, c, v->id))
+        return -1;
+    for (int k = 0; k < v->n_operands; k++)
+        if (V(E, v->operands[k])->op != OP_CONST && !apart(E, c, v->operands[k])) return -1;
+    E->cast_made[c] = 1;
+    return c;
+}
