@@ -62,6 +62,8 @@ typedef struct cg_gemm {
     int64_t m, n, k, lda, ldb, ldc;
     const char *a, *b, *c;
     int accumulate;
+    const char *bias;                               /* can.gemm_bias, batch 1: c = bias + the product,
+                                                     * the bias (n floats) added to every row; NULL */
     ir_dtype operands;                              /* of a and b: DT_F32, or DT_BF16 or DT_F16
                                                      * (uint16_t bits); c is f32 */
     int64_t batch;                                  /* 1 for a single product */
@@ -239,6 +241,8 @@ typedef struct cg_capabilities {
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
     int attention_16bit;    /* under --precision bf16/fp16 the fused attention runs in that type
                              * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
+    int gemm_bias;          /* a product with a bias's add starts from the bias's rows itself
+                             * (cg_gemm.bias, f32 and bf16 operands): no fill loop before it */
     int fused_cast;         /* loop nests, layernorm and its input gradient store the 16-bit copy
                              * of their result in the same pass (cast_out): the cast's own loop,
                              * which would read the f32 value again, is not written */

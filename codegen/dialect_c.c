@@ -210,6 +210,13 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
     /* 16-bit operands: the runtime's product of them, accumulated in f32 (bf16: oneDNN where
      * the CPU has AVX512-BF16, else converted for sgemm; f16: converted) */
     const char *gemm = k->operands == DT_BF16 ? "dmrt_gemm_bf16" : k->operands == DT_F16 ? "dmrt_gemm_f16" : "dmrt_sgemm";
+    if (k->bias) {
+        /* the runtime fills each panel's rows with the bias just before its product */
+        cg_line(w, "%s_bias_split(ctx->threads, %d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld);", gemm, k->trans_a,
+                k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb,
+                k->bias, k->c, (long long)k->ldc);
+        return;
+    }
     if (k->batch <= 1) {
         cg_line(w, "%s_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", gemm, k->trans_a, k->trans_b,
                 (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
@@ -933,7 +940,8 @@ const cg_dialect cg_dialect_c = {
     .comm_error = "dmrt_rank_error(ctx->rank)",
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
-            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1},
+            .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
+            .gemm_bias = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",

@@ -258,6 +258,10 @@ static void emit_product(emitter *E, const ir_value *v) {
     if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
                 E->cname[V(E, add)->operands[1]], E->cname[E->activation_of_bias[add]]);
+    } else if (add >= 0 && E->dialect->can.gemm_bias && k.batch == 1 && k.operands != DT_F16 &&
+               V(E, V(E, add)->operands[1])->op != OP_CONST && !is_quant_product(E, v)) {
+        k.bias = E->cname[V(E, add)->operands[1]];
+        cg_line(&E->w, "/* the product %s, each panel's rows filled with the bias %s first: the sum */", E->cname[v->id], k.bias);
     } else if (add >= 0) {
         const ir_type *t = T(E, v->id);
         int64_t n = t->shape[t->rank - 1];

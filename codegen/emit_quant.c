@@ -175,8 +175,12 @@ void emit_quant_descriptor(emitter *E) {
     cg_line(&E->w, ".qweight_sync = %s,", E->n_quant && E->dialect->separate_memory ? "model_qweight_sync" : "NULL");
 }
 
+int is_quant_product(const emitter *E, const ir_value *v) {
+    return reads_weight(E, v) && E->quant_slot[v->operands[1]] >= 0;
+}
+
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
-    if (!reads_weight(E, v) || E->quant_slot[v->operands[1]] < 0) return 0;
+    if (!is_quant_product(E, v)) return 0;
     int j = E->quant_slot[v->operands[1]];
     char w_f32[96];
     /* the f32 weight: what the calibration's f32 forward multiplies */

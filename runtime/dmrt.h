@@ -419,6 +419,12 @@ dmrt_blas_time dmrt_blas_time_so_far(void);
 void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc);
+/* C = bias + op(A) @ op(B), bias (n) added to every row: dmrt_sgemm_split of C filled
+ * with the bias rows, beta 1 (the same bits), each panel's thread filling its own part
+ * just before its product, so that the fill costs no pass over C of its own. */
+void dmrt_sgemm_bias_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, const float *bias,
+                           float *c, int64_t ldc);
 /* Built with OpenMP (the default where the compiler has it): sets OpenBLAS to one thread,
  * whatever OPENBLAS_NUM_THREADS says, as every rank splits its own products over its own
  * threads (dmrt_sgemm_split; dmrt_sgemm does it too, on its first call). Without OpenMP:
@@ -456,6 +462,11 @@ void dmrt_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
 void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                           float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
                           int64_t ldb, float beta, float *c, int64_t ldc);
+/* dmrt_sgemm_bias_split's C = bias + op(A) @ op(B) with bf16 A and B, in the panels
+ * dmrt_gemm_bf16_split cuts. */
+void dmrt_gemm_bf16_bias_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                               const float *bias, float *c, int64_t ldc);
 /* The path the products take, "oneDNN AVX512-BF16" or "convert + OpenBLAS sgemm" (for the
  * trainer's banner); a static string. */
 const char *dmrt_gemm_bf16_path(void);

@@ -368,6 +368,28 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
     gemm_convert(threads > 1 ? threads : 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+void dmrt_gemm_bf16_bias_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, const float *bias,
+                               float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+#ifdef DMRT_HAVE_DNNL
+    int panels = dmrt_sgemm_panels(threads, m, n, k);
+    if (path() == PATH_ONEDNN && k > 0 && panels > 1) {
+        double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
+        DMRT_PARALLEL_FOR(panels)
+        for (int p = 0; p < panels; p++) {
+            dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
+            dmrt_fill_bias_rows(q.m, q.n, bias + q.c % ldc, c + q.c, ldc);
+            gemm_onednn_or_convert(trans_a, trans_b, q.m, q.n, k, 1.0f, a + q.a, lda, b + q.b, ldb, 1.0f, c + q.c, ldc);
+        }
+        if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
+        return;
+    }
+#endif
+    dmrt_fill_bias_rows(m, n, bias, c, ldc);
+    dmrt_gemm_bf16_split(threads, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 /* ---- fp16 products --------------------------------------------------------------------------- */
 
 void dmrt_f32_to_f16_array(const float *x, uint16_t *y, int64_t n) {

@@ -67,6 +67,9 @@ typedef struct dmrt_panel {
     int64_t a, b, c;
 } dmrt_panel;
 int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k);
+/* The m rows of c (ldc apart) each set to bias[0 .. n): a product's start when it adds a
+ * bias (the *_bias_split products, each panel filling its own rows and columns). */
+void dmrt_fill_bias_rows(int64_t m, int64_t n, const float *bias, float *c, int64_t ldc);
 dmrt_panel dmrt_sgemm_panel(int p, int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t lda,
                             int64_t ldb, int64_t ldc);
 /* thread_floats.c: a growable f32 buffer, kept between calls: at least count floats (a

@@ -179,6 +179,47 @@ static int check_rounded_operands(int split) {
     return fails;
 }
 
+/* dmrt_gemm_bf16_bias_split: bit for bit the fill-then-accumulate it replaces (every row
+ * set to the bias, then dmrt_gemm_bf16_split with beta 1), within the product tolerance
+ * of the exact sum, the padding between C's rows untouched; panels of rows, of columns,
+ * and a product too small to split. */
+static int bias_split(int threads, int ta, int tb, int m, int n, int k, int pad) {
+    int fails = 0;
+    int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    int lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
+    size_t na = (size_t)arows * lda + 1, nb = (size_t)brows * ldb + 1, nc = (size_t)m * ldc;
+    float *a32 = malloc(sizeof(float) * na), *b32 = malloc(sizeof(float) * nb), *bias = malloc(sizeof(float) * n);
+    uint16_t *a = malloc(sizeof(uint16_t) * na), *b = malloc(sizeof(uint16_t) * nb);
+    float *c = malloc(sizeof(float) * nc), *filled = malloc(sizeof(float) * nc);
+    double *want = malloc(sizeof(double) * nc), *sum_abs = malloc(sizeof(double) * nc);
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 9, (uint64_t)(m * 7 + n * 3 + ta * 2 + tb));
+    dmrt_fill_uniform(a32, (int64_t)na, -1.0f, 1.0f, &rng);
+    dmrt_fill_uniform(b32, (int64_t)nb, -1.0f, 1.0f, &rng);
+    dmrt_fill_uniform(bias, n, -1.0f, 1.0f, &rng);
+    dmrt_f32_to_bf16_array(a32, a, (int64_t)na);
+    dmrt_f32_to_bf16_array(b32, b, (int64_t)nb);
+    for (size_t i = 0; i < nc; i++) c[i] = filled[i] = -7.0f;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) filled[i * ldc + j] = bias[j];
+    reference(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 1.0f, filled, want, sum_abs, ldc);
+    dmrt_gemm_bf16_split(threads, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, filled, ldc);
+    dmrt_gemm_bf16_bias_split(threads, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++) {
+            int at = i * ldc + j;
+            if (j >= n) {
+                CHECK(c[at] == -7.0f, "bias_split %dx%dx%d pad=%d: padding C[%d][%d] written", m, n, k, pad, i, j);
+                continue;
+            }
+            CHECK(c[at] == filled[at] && fabs(c[at] - want[at]) <= tolerance(k, sum_abs[at]),
+                  "bias_split threads=%d ta=%d tb=%d %dx%dx%d pad=%d: C[%d][%d] = %.9g, fill + split %.9g, exact %.9g",
+                  threads, ta, tb, m, n, k, pad, i, j, c[at], filled[at], want[at]);
+        }
+    free(a32), free(b32), free(bias), free(a), free(b), free(c), free(filled), free(want), free(sum_abs);
+    return fails;
+}
+
 int main(void) {
     int fails = check_rounding();
     const char *forced = getenv("DMRT_BF16_GEMM");
@@ -211,6 +252,11 @@ int main(void) {
     fails += one(1, 0, 0, 5, 7, 0, 1, 1.0f, 0.0f);
     fails += check_rounded_operands(0);
     fails += check_rounded_operands(1);
+    static const int bias_sizes[][3] = {{96, 40, 80}, {40, 96, 80}, {7, 5, 3}};
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++)
+            fails += bias_split(t < 2 ? 2 : 3, t & 1, t >> 1, bias_sizes[s][0], bias_sizes[s][1], bias_sizes[s][2],
+                                3 * (s == 0));
     dmrt_gemm_bf16_release();
     /* products after a release build their state again */
     fails += one(0, 0, 1, 17, 33, 65, 0, 1.0f, 1.0f);

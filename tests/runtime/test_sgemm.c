@@ -76,8 +76,50 @@ static int empty_cases(void) {
     return fails;
 }
 
+/* dmrt_sgemm_bias_split: bias + op(A) op(B), against the naive sum within float noise, and
+ * bit for bit the fill-then-accumulate it replaces (every row set to the bias, then
+ * dmrt_sgemm_split with beta 1), the padding between C's rows untouched. Shapes split in
+ * panels of rows (m >= n) and of columns, and one too small to split. */
+static int bias_split(int threads, int ta, int tb, int m, int n, int k, int pad) {
+    int fails = 0;
+    int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    int lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
+    float *a = malloc(sizeof(float) * (size_t)(arows * lda + 1)), *b = malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+    float *bias = malloc(sizeof(float) * (size_t)n);
+    float *c = malloc(sizeof(float) * (size_t)(m * ldc)), *filled = malloc(sizeof(float) * (size_t)(m * ldc));
+    double *want = malloc(sizeof(double) * (size_t)(m * ldc));
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 43, (uint64_t)(m * 7 + n * 3 + ta * 2 + tb));
+    dmrt_fill_uniform(a, arows * lda, -1.0f, 1.0f, &rng);
+    dmrt_fill_uniform(b, brows * ldb, -1.0f, 1.0f, &rng);
+    dmrt_fill_uniform(bias, n, -1.0f, 1.0f, &rng);
+    for (int i = 0; i < m * ldc; i++) c[i] = filled[i] = -7.0f;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) filled[i * ldc + j] = bias[j], want[i * ldc + j] = bias[j];
+    naive(ta, tb, m, n, k, 1.0, a, lda, b, ldb, 1.0, want, ldc);
+    dmrt_sgemm_split(threads, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, filled, ldc);
+    dmrt_sgemm_bias_split(threads, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++) {
+            int at = i * ldc + j;
+            if (j >= n) {
+                CHECK(c[at] == -7.0f, "bias_split %dx%dx%d pad=%d: padding C[%d][%d] written", m, n, k, pad, i, j);
+                continue;
+            }
+            CHECK(c[at] == filled[at] && fabs(c[at] - want[at]) <= 1e-5 * (1.0 + fabs(want[at])),
+                  "bias_split threads=%d ta=%d tb=%d %dx%dx%d pad=%d: C[%d][%d] = %.9g, fill + split %.9g, naive %.9g",
+                  threads, ta, tb, m, n, k, pad, i, j, c[at], filled[at], want[at]);
+        }
+    free(a), free(b), free(bias), free(c), free(filled), free(want);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
+    static const int bias_sizes[][3] = {{96, 40, 80}, {40, 96, 80}, {7, 5, 3}};
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++)
+            fails += bias_split(t < 2 ? 2 : 3, t & 1, t >> 1, bias_sizes[s][0], bias_sizes[s][1], bias_sizes[s][2], 3 * (s == 0));
     static const int sizes[][3] = {{7, 5, 3}, {1, 1, 1}, {13, 1, 9}, {1, 11, 5}, {65, 33, 17}};
     for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
         for (int ta = 0; ta < 2; ta++)
