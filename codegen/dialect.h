@@ -84,8 +84,8 @@ typedef struct cg_rowwise {
     const char *scratch;                            /* layernorm_wgrad: wgrad_scratch_floats of the
                                                      * context's storage, or NULL when that is 0 */
     const char *cast_out;                           /* layernorm and its input gradient, with
-                                                     * can.fused_cast: out also stored there rounded
-                                                     * to cast_dtype, or NULL */
+                                                     * can.fused_cast_layernorm: out also stored there
+                                                     * rounded to cast_dtype, or NULL */
     ir_dtype cast_dtype;
 } cg_rowwise;
 
@@ -243,9 +243,10 @@ typedef struct cg_capabilities {
                              * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
     int gemm_bias;          /* a product with a bias's add starts from the bias's rows itself
                              * (cg_gemm.bias, f32 and bf16 operands): no fill loop before it */
-    int fused_cast;         /* loop nests, layernorm and its input gradient store the 16-bit copy
-                             * of their result in the same pass (cast_out): the cast's own loop,
-                             * which would read the f32 value again, is not written */
+    int fused_cast;         /* loop nests store the 16-bit copy of their result in the same pass
+                             * (cg_loop_nest.cast_out): the cast's own loop, which would read the
+                             * f32 value again, is not written (emit_fused_cast.c) */
+    int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.

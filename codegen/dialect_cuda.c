@@ -367,8 +367,9 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
         for (int j = 0; j < s->n_summed; j++) sb_printf(head, "%s %d", j ? "," : "", s->summed[j]);
     }
     if (fold_scale) sb_printf(head, ", times %s", k->scale);
+    if (k->cast_out) sb_printf(head, "; and cast_ = out rounded to %s", k->cast_dtype == DT_F16 ? "f16" : "bf16");
     sb_printf(head, " */\n");
-    kernel_signature(s, head, tail);
+    kernel_signature_with(s, 1, k->cast_out ? "uint16_t *cast_" : NULL, head, tail);
 
     /* the body first: it tells which kept dims need their index */
     unsigned dims = 0;
@@ -398,10 +399,15 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
     } else {
         operand_loads(s, ind, &dims, &body);
         expr_locals(&body, ind, k->expr, &result);
-        sb_printf(&body, "%sout[", ind);
-        array_index(s, s->out_stride, k->out_offset, &dims, &body);
-        if (fold_scale) sb_printf(&body, "] = (%s) * %s;\n", result, k->scale);
-        else sb_printf(&body, "] = %s;\n", result);
+        sbuf at = {0};
+        array_index(s, s->out_stride, k->out_offset, &dims, &at);
+        if (fold_scale) sb_printf(&body, "%sout[%s] = (%s) * %s;\n", ind, at.s, result, k->scale);
+        else sb_printf(&body, "%sout[%s] = %s;\n", ind, at.s, result);
+        /* the cast's copy (cast_out: out dense, so the same index) */
+        if (k->cast_out)
+            sb_printf(&body, "%scast_[%s] = %s((float)out[%s]);\n", ind, at.s,
+                      k->cast_dtype == DT_F16 ? "dmrt_f16_round" : "dmrt_bf16_round", at.s);
+        free(at.s);
     }
 
     sb_printf(tail, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
@@ -577,6 +583,21 @@ static void split_launch(cg_writer *w, const nest *s, int64_t chunk, int fold_sc
     free(head1.s), free(tail1.s), free(head2.s), free(tail2.s), free(args.s);
 }
 
+static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k);
+
+/* The nest, then its cast_out in a kernel of its own: for the nests whose kernel does not
+ * write each element of out once, by one thread (sums, partial or serial nests). */
+static void cast_after(cg_writer *w, const cg_loop_nest *k) {
+    cg_loop_nest plain = *k;
+    plain.cast_out = NULL;
+    cuda_loop_nest(w, &plain);
+    static const char *const round_to[] = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"};
+    cg_loop_nest cast = {.rank = 1, .size = {k->out_elems}, .n_in = 1, .var = {"x"}, .buffer = {k->out}, .stride = {{1}},
+                         .out = k->cast_out, .out_stride = {1}, .out_elems = k->out_elems,
+                         .expr = round_to[k->cast_dtype == DT_F16 ? DT_F16 : DT_BF16]};
+    cuda_loop_nest(w, &cast);
+}
+
 static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     nest s;
     nest_init(&s, k);
@@ -597,6 +618,10 @@ static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         return;
     }
     if (!parallel || (k->scale && !fold_scale)) parallel = 0;
+    if (k->cast_out && !(parallel && full && !k->accumulate && !split_chunk(&s, parallel))) {
+        cast_after(w, k);
+        return;
+    }
     if (k->accumulate && !(parallel && full))
         cg_line(w, "if (dmrt_gpu_zero(ctx->gpu, %s, %lld * sizeof(float)) != DMRT_OK) return device_failed(ctx);", k->out,
                 (long long)k->out_elems);
@@ -614,6 +639,7 @@ static void cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     sbuf args = {0};
     sb_printf(&args, "%s", k->out);
     operand_args(&s, &args);
+    if (k->cast_out) sb_printf(&args, ", %s", k->cast_out);
     if (parallel) launch(w, name, s.kept_total, s.n_summed ? SUM_THREADS : THREADS, args.s);
     else launch(w, name, 1, 1, args.s);
     free(args.s);
@@ -929,7 +955,8 @@ const cg_dialect cg_dialect_cuda = {
     .memory_peak = "dmrt_gpu_peak_bytes(c->gpu)",
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
-            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1},
+            .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1,
+            .fused_cast = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},

@@ -347,8 +347,6 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
         for (int i = 0; i < g->n_values; i++) none[i] = -1;
         E->activation_of_bias = E->no_bias_activations = none;
     }
-    E->cast_made = calloc((size_t)g->n_values + 1, 1);
-    if (!E->cast_made) abort();
     E->bucket_lead = plans->buckets->lead;
     E->bucket_ready = plans->buckets->ready;
     static const dm_zero_plan no_zero = {0};
@@ -374,7 +372,6 @@ static void emitter_close(emitter *E) {
     free(E->slots);
     free(E->summed);
     free(E->no_bias_activations);
-    free(E->cast_made);
     free(E->fault_site);
     free(E->for_outputs);
     free(E->quant_slot);

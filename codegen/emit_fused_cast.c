@@ -3,17 +3,21 @@
  * that makes it; here that op's loop nest (or layernorm row) also stores the rounded copy,
  * so the f32 value is not read a second time and the cast's own loop is not written.
  *
- * The cast's buffer is planned from its own position on, so the buffers that die at the
- * producer (its operands read for the last time there) may be given to it: the fold is
- * made only where the cast's buffer is apart from every operand's and the producer's. */
+ * The cast is written at the producer, before its own position: the memory plan keeps
+ * the producer's operands alive to the cast (passes/memory.c), so that none of their
+ * buffers is the cast's; the fold is still made only where the cast's buffer is seen to be
+ * apart from every operand's and the producer's. Where a target's loop nest cannot store
+ * the copy in the same kernel (CUDA's sums and serial nests), it writes the cast as a
+ * kernel of its own right after the nest. Not folded: pipelines and micro-batches (their
+ * stages and micro-batches lay the arena out apart). */
 #include "emitter.h"
 
-/* [start, end) of value id's buffer (its storage root's, whole) in floats of its region,
- * on the stage being emitted. */
+/* [start, end) of value id's buffer (its storage root's, whole) in floats of its region
+ * (one layout: fused_cast_of folds no cast where stages have layouts of their own). */
 static void buffer_range(const emitter *E, int id, int64_t *start, int64_t *end) {
     int root = E->plan->storage_of[id];
     int64_t bytes = ir_numel(T(E, root)) * ir_dtype_bytes(T(E, root)->dtype);
-    *start = dm_offset_on(E->plan, E->g, root, E->cur_stage);
+    *start = E->plan->offset[root];
     *end = *start + (bytes + 3) / 4;
 }
 
@@ -38,15 +42,18 @@ static int makes_in_one_pass(const emitter *E, const ir_value *v) {
     case OPC_UNARY_GRAD:
     case OPC_BINARY: return !runs_product(E, v);
     case OPC_TRANSPOSE: return 1;
-    case OPC_NORM: return v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD;
+    case OPC_NORM: return (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) && E->dialect->can.fused_cast_layernorm;
     default: return 0;
     }
 }
 
-int fused_cast_of(emitter *E, const ir_value *v) {
+int fused_cast_of(const emitter *E, const ir_value *v) {
     const ir_graph *g = E->g;
-    /* g->casts_with_producer: the memory plan kept the producer's operands alive to the cast */
-    if (!g->casts_with_producer || !E->dialect->can.fused_cast || E->kept_var || !makes_in_one_pass(E, v) || dm_made_at_create(E->plan, v->id))
+    /* g->casts_with_producer: the memory plan kept the producer's operands alive to the
+     * cast. One layout for the whole step (no pipeline stages, no micro-batches' copies of
+     * the arena), so the decision is the same wherever it is asked. */
+    if (!g->casts_with_producer || !E->dialect->can.fused_cast || E->plan->stages > 1 || g->microbatches > 1 ||
+        !makes_in_one_pass(E, v) || dm_made_at_create(E->plan, v->id))
         return -1;
     /* the cast, after reshapes sharing v's buffer (they write nothing) */
     int last = v->id, c = v->id + 1;
@@ -60,6 +67,14 @@ int fused_cast_of(emitter *E, const ir_value *v) {
         return -1;
     for (int k = 0; k < v->n_operands; k++)
         if (V(E, v->operands[k])->op != OP_CONST && !apart(E, c, v->operands[k])) return -1;
-    E->cast_made[c] = 1;
     return c;
+}
+
+int cast_made_by_producer(const emitter *E, const ir_value *cast) {
+    if (cast->op != OP_CAST || cast->operands[0] != cast->id - 1) return 0;
+    const ir_value *made = V(E, cast->operands[0]);
+    while (made->op != OP_PARAM_VIEW && ir_op_info_of(made->op)->cls == OPC_RESHAPE && shares_buffer(E, made->id) &&
+           made->operands[0] == made->id - 1)
+        made = V(E, made->operands[0]);
+    return fused_cast_of(E, made) == cast->id;
 }

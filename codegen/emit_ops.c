@@ -143,7 +143,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
 
 /* A cast to bf16 or f16 (passes/precision.c): each element rounded, as the dialect spells it. */
 static void emit_cast(emitter *E, const ir_value *v) {
-    if (E->cast_made[v->id]) {
+    if (cast_made_by_producer(E, v)) {
         cg_line(&E->w, "/* stored by the loop that wrote %s, above */", E->cname[v->operands[0]]);
         return;
     }

@@ -263,6 +263,11 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         if (zb && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
         /* the parameter servers update: a worker's update reads nothing */
         if (emits_param_servers(E) && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
+        /* a cast its operand's kernel stores: that kernel names it; it reads nothing */
+        if (v->op == OP_CAST && cast_made_by_producer(E, v)) {
+            used[i] = 1;
+            continue;
+        }
         /* one update call over the parameters laid end to end reaches them through ctx */
         if (ir_op_info_of(v->op)->cls == OPC_UPDATE && flat_update_covers(E, v)) continue;
         if (zb && v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE) {

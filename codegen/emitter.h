@@ -80,7 +80,6 @@ typedef struct emitter {
                                 * (gelu, relu, ...) that adds the bias in its own pass, or -1
                                 * (passes/fuse_bias.c) */
     int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
-    char *cast_made;           /* (n_values) 1: a cast its operand's kernel stored, above (emit_fused_cast.c) */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -159,9 +158,12 @@ static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
 /* emit_compress.c: the context's field, the segment tables and PowerSGD's start (in the
  * source's head), its call in create, and a compressed bucket's reduction (its partials
  * already copied into ctx->grads; label: "allreduce of the gradients ..."). */
-/* The cast that v's kernel stores as it writes v (emit_fused_cast.c), marked in
- * E->cast_made; -1 when there is none or it cannot be folded in. */
-int fused_cast_of(emitter *E, const ir_value *v);
+/* The cast that v's kernel stores as it writes v (emit_fused_cast.c); -1 when there is
+ * none or it cannot be folded in. */
+int fused_cast_of(const emitter *E, const ir_value *v);
+/* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
+ * it writes no code of its own and reads nothing. */
+int cast_made_by_producer(const emitter *E, const ir_value *cast);
 void emit_compress_fields(emitter *E);
 void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);

@@ -115,7 +115,7 @@ static const char usage[] =
     "                             fp16: docs/compiler.md, docs/gpu.md)\n"
     "  --no-fuse-casts            under --precision bf16/fp16, round each product operand in\n"
     "                             a loop of its own, as dmc did before, not in the loop of\n"
-    "                             the op that makes it (C target; the same bits either way)\n"
+    "                             the op that makes it (C and CUDA targets; the same bits)\n"
     "  --no-hoist-constants       compute the values that depend on no input, parameter or\n"
     "                             random draw (tables from arange: RoPE's) in every step, as\n"
     "                             dmc did before, not once when the context is created\n"

@@ -61,6 +61,7 @@ typedef struct nest_case {
     cg_loop_nest k;
     int i32;                  /* buffers are int32_t (a copy of ids) */
     int out_in_scratch;       /* out is (ctx->scratch + 16): an expression, not a name */
+    int cast;                 /* out also stored rounded to bf16 into `cast` (cast_out) */
     char exprbuf[512], scalebuf[64], varbuf[CG_MAX_OPERANDS][16], constbuf[CG_MAX_OPERANDS][64];
 } nest_case;
 
@@ -157,6 +158,24 @@ static void add_builtin_cases(void) {
     c = new_case("heads");
     c->k = (cg_loop_nest){.rank = 4, .size = {2, 3, 5, 4}, .n_in = 1, .var = {"x"}, .stride = {{60, 4, 12, 1}},
                           .out_stride = {60, 20, 4, 1}, .out_elems = 120, .expr = "x"};
+
+    /* the casts folded into the loop that writes their operand (codegen/emit_fused_cast.c):
+     * the heads' merge, gelu with a local, and a sum over a dim (CUDA writes that cast in
+     * a kernel of its own after the nest) */
+    c = new_case("heads_merge_cast");
+    c->cast = 1;
+    c->k = (cg_loop_nest){.rank = 4, .size = {2, 5, 3, 4}, .n_in = 1, .var = {"x"}, .stride = {{60, 4, 20, 1}},
+                          .out_stride = {60, 12, 4, 1}, .out_elems = 120, .expr = "x"};
+    c = new_case("gelu_grad_cast");
+    c->cast = 1;
+    c->k = (cg_loop_nest){.rank = 1, .size = {777}, .n_in = 3, .var = {"x", "y", "dy"}, .stride = {{1}, {1}, {1}},
+                          .out_stride = {1}, .out_elems = 777,
+                          .expr = "tanh_inner = tanhf(0.7978845608f * (x + 0.044715f * x * x * x)); "
+                                  "dy * (0.5f * (1.0f + tanh_inner) + 0.5f * x * (1.0f - tanh_inner * tanh_inner) * 0.7978845608f * (1.0f + 0.134145f * x * x))"};
+    c = new_case("sum_cast");
+    c->cast = 1;
+    c->k = (cg_loop_nest){.rank = 2, .size = {6, 17}, .n_in = 1, .var = {"x"}, .stride = {{17, 1}}, .out_stride = {0, 1},
+                          .out_elems = 17, .expr = "x", .accumulate = 1};
 
     /* pad: (4, 6) into (4, 10) at offset 3 of dim 1: out zeroed, then the window */
     c = new_case("pad");
@@ -288,6 +307,7 @@ static int64_t operand_elems(const cg_loop_nest *k, int i) {
 /* The case's buffer names, set in its cg_loop_nest: out (or scratch), in_<var>. */
 static void name_buffers(nest_case *c, char names[CG_MAX_OPERANDS][32]) {
     c->k.out = c->out_in_scratch ? "(ctx->scratch + 16)" : "out";
+    if (c->cast) c->k.cast_out = "cast", c->k.cast_dtype = DT_BF16;
     for (int i = 0; i < c->k.n_in; i++) {
         snprintf(names[i], 32, "in_%s", c->k.var[i]);
         c->k.buffer[i] = c->k.constant[i] ? NULL : names[i];
@@ -301,6 +321,7 @@ static void params(FILE *f, const nest_case *c) {
     if (!c->out_in_scratch) fprintf(f, ", %s *out", t);
     for (int i = 0; i < c->k.n_in; i++)
         if (!c->k.constant[i]) fprintf(f, ", const %s *in_%s", t, c->k.var[i]);
+    if (c->cast) fprintf(f, ", uint16_t *cast");
 }
 
 static void host_nests(const cg_dialect *d, cg_writer *w, int reference) {
@@ -317,6 +338,7 @@ static void host_nests(const cg_dialect *d, cg_writer *w, int reference) {
         if (!c->out_in_scratch) cg_line(w, "(void)out;");
         for (int i = 0; i < c->k.n_in; i++)
             if (!c->k.constant[i]) cg_line(w, "(void)in_%s;", c->k.var[i]);
+        if (c->cast) cg_line(w, "(void)cast;");
         d->loop_nest(w, &c->k);
         cg_line(w, "return 0;");
         w->indent = 0;
@@ -577,12 +599,17 @@ static void emu_main(FILE *f) {
             fprintf(f, "        memcpy(scratch_ref + 16, out_ref, %lld * sizeof(float));\n", (long long)out_elems);
             fprintf(f, "        memcpy(scratch_emu + 16, out_ref, %lld * sizeof(float));\n", (long long)out_elems);
         }
+        if (c->cast) {
+            fprintf(f, "        uint16_t *cast_ref = (uint16_t *)calloc(%lld, 2), *cast_emu = (uint16_t *)calloc(%lld, 2);\n",
+                    (long long)out_elems, (long long)out_elems);
+        }
         fprintf(f, "        emu_tiny = tiny;\n");
         for (int r = 0; r < 2; r++) {
             fprintf(f, "        %s_%d(&ctx_%s", r ? "nest" : "ref", n, r ? "emu" : "ref");
             if (!c->out_in_scratch) fprintf(f, ", out_%s", r ? "emu" : "ref");
             for (int i = 0; i < k->n_in; i++)
                 if (!k->constant[i]) fprintf(f, ", in_%s", k->var[i]);
+            if (c->cast) fprintf(f, ", cast_%s", r ? "emu" : "ref");
             fprintf(f, ");\n");
         }
         if (c->out_in_scratch) {
@@ -605,6 +632,17 @@ static void emu_main(FILE *f) {
         fprintf(f, "            printf(\"FAIL %d %s (tiny grid %%d)\\n\", tiny);\n", n, c->what);
         fprintf(f, "            failed++;\n");
         fprintf(f, "        }\n");
+        if (c->cast) {
+            /* the copy is out rounded, on both sides: compared with each other and with out */
+            fprintf(f, "        int cast_bad = memcmp(cast_ref, cast_emu, %lld * 2) != 0;\n", (long long)out_elems);
+            fprintf(f, "        for (int64_t i = 0; i < %lld; i++) cast_bad |= cast_ref[i] != dmrt_bf16_round(out_ref[i]);\n",
+                    (long long)out_elems);
+            fprintf(f, "        if (cast_bad) {\n");
+            fprintf(f, "            printf(\"FAIL %d %s: the bf16 copy (tiny grid %%d)\\n\", tiny);\n", n, c->what);
+            fprintf(f, "            failed++;\n");
+            fprintf(f, "        }\n");
+            fprintf(f, "        free(cast_ref), free(cast_emu);\n");
+        }
         for (int i = 0; i < k->n_in; i++)
             if (!k->constant[i]) fprintf(f, "        free(in_%s);\n", k->var[i]);
         fprintf(f, "        free(out_ref), free(out_emu);\n");
