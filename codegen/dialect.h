@@ -395,6 +395,10 @@ typedef struct cg_dialect {
     void (*finish)(cg_writer *w);
 } cg_dialect;
 
+/* The runtime's rounding of a float to a 16-bit dtype's bits (runtime/dmrt_half.h, for C
+ * and CUDA code alike): what a folded cast (cast_out) calls. */
+static inline const char *cg_round_function(ir_dtype dtype) { return dtype == DT_F16 ? "dmrt_f16_round" : "dmrt_bf16_round"; }
+
 extern const cg_dialect cg_dialect_c;
 extern const cg_dialect cg_dialect_cuda;
 /* Whether the CUDA dialect splits this nest's sum into chunks (then its results differ

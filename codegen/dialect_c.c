@@ -141,9 +141,6 @@ static int reduce_columns(const cg_loop_nest *k) {
            k->size[1] >= 2 * REDUCE_BLOCK && total >= PARALLEL_MIN_ELEMS;
 }
 
-/* The runtime's rounding of a float to a 16-bit dtype's bits (dmrt_half.h). */
-static const char *round_function(ir_dtype dtype) { return dtype == DT_F16 ? "dmrt_f16_round" : "dmrt_bf16_round"; }
-
 static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     if (k->accumulate) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->out_elems);
     int base = w->indent;
@@ -192,7 +189,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     while (*rest == ' ') rest++;
     substitute(k, rest, expr, sizeof expr);
     cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
-    if (k->cast_out) cg_line(w, "%s[%s] = %s(%s[%s]);", k->cast_out, idx, round_function(k->cast_dtype), k->out, idx);
+    if (k->cast_out) cg_line(w, "%s[%s] = %s(%s[%s]);", k->cast_out, idx, cg_round_function(k->cast_dtype), k->out, idx);
     while (w->indent > base) {
         w->indent--;
         cg_line(w, "}");
@@ -651,7 +648,7 @@ static void c_causal_mask(cg_writer *w, const cg_rowwise *k) {
  * vector width. */
 static void double_lane_sums(cg_writer *w, long long n, int count, const char *const *sums, const char *const *terms) {
     char lane_term[400], tail_term[400];
-    cg_line(w, "double %s%s%s;", sums[0], count > 1 ? ", " : "", count > 1 ? sums[1] : "");
+    for (int i = 0; i < count; i++) cg_line(w, "double %s;", sums[i]);
     cg_line(w, "{");
     w->indent++;
     for (int i = 0; i < count; i++) cg_line(w, "double %s_lanes[8] = {0};", sums[i]);
@@ -697,7 +694,7 @@ static void layernorm_stats(cg_writer *w, const cg_rowwise *k) {
 static void cast_row(cg_writer *w, const cg_rowwise *k) {
     if (!k->cast_out) return;
     cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[base + j] = %s(out_row[j]);", (long long)k->n, k->cast_out,
-            round_function(k->cast_dtype));
+            cg_round_function(k->cast_dtype));
 }
 
 static void c_layernorm(cg_writer *w, const cg_rowwise *k) {

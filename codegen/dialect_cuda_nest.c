@@ -363,7 +363,7 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
         for (int j = 0; j < s->n_summed; j++) sb_printf(head, "%s %d", j ? "," : "", s->summed[j]);
     }
     if (fold_scale) sb_printf(head, ", times %s", k->scale);
-    if (k->cast_out) sb_printf(head, "; and cast_ = out rounded to %s", k->cast_dtype == DT_F16 ? "f16" : "bf16");
+    if (k->cast_out) sb_printf(head, "; and cast_ = %s(out)", cg_round_function(k->cast_dtype));
     sb_printf(head, " */\n");
     kernel_signature_with(s, 1, k->cast_out ? "uint16_t *cast_" : NULL, head, tail);
 
@@ -402,7 +402,7 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
         /* the cast's copy (cast_out: out dense, so the same index) */
         if (k->cast_out)
             sb_printf(&body, "%scast_[%s] = %s((float)out[%s]);\n", ind, at.s,
-                      k->cast_dtype == DT_F16 ? "dmrt_f16_round" : "dmrt_bf16_round", at.s);
+                      cg_round_function(k->cast_dtype), at.s);
         free(at.s);
     }
 
@@ -586,10 +586,9 @@ static void cast_after(cg_writer *w, const cg_loop_nest *k) {
     cg_loop_nest plain = *k;
     plain.cast_out = NULL;
     cg_cuda_loop_nest(w, &plain);
-    static const char *const round_to[] = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"};
     cg_loop_nest cast = {.rank = 1, .size = {k->out_elems}, .n_in = 1, .var = {"x"}, .buffer = {k->out}, .stride = {{1}},
                          .out = k->cast_out, .out_stride = {1}, .out_elems = k->out_elems,
-                         .expr = round_to[k->cast_dtype == DT_F16 ? DT_F16 : DT_BF16]};
+                         .expr = cg_dialect_cuda.round_to[k->cast_dtype]};
     cg_cuda_loop_nest(w, &cast);
 }
 

@@ -71,10 +71,6 @@ int fused_cast_of(const emitter *E, const ir_value *v) {
 }
 
 int cast_made_by_producer(const emitter *E, const ir_value *cast) {
-    if (cast->op != OP_CAST || cast->operands[0] != cast->id - 1) return 0;
-    const ir_value *made = V(E, cast->operands[0]);
-    while (made->op != OP_PARAM_VIEW && ir_op_info_of(made->op)->cls == OPC_RESHAPE && shares_buffer(E, made->id) &&
-           made->operands[0] == made->id - 1)
-        made = V(E, made->operands[0]);
-    return fused_cast_of(E, made) == cast->id;
+    const ir_value *made = dm_cast_producer(E->g, cast);
+    return made && fused_cast_of(E, made) == cast->id;
 }

@@ -155,15 +155,16 @@ static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
     return E->zero->n_buckets && p >= 0 && E->zero->bucket_of[p] >= 0 ? &E->zero->bucket[E->zero->bucket_of[p]] : NULL;
 }
 
-/* emit_compress.c: the context's field, the segment tables and PowerSGD's start (in the
- * source's head), its call in create, and a compressed bucket's reduction (its partials
- * already copied into ctx->grads; label: "allreduce of the gradients ..."). */
-/* The cast that v's kernel stores as it writes v (emit_fused_cast.c); -1 when there is
+/* emit_fused_cast.c: the cast that v's kernel stores as it writes v; -1 when there is
  * none or it cannot be folded in. */
 int fused_cast_of(const emitter *E, const ir_value *v);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
+
+/* emit_compress.c: the context's field, the segment tables and PowerSGD's start (in the
+ * source's head), its call in create, and a compressed bucket's reduction (its partials
+ * already copied into ctx->grads; label: "allreduce of the gradients ..."). */
 void emit_compress_fields(emitter *E);
 void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);

@@ -268,18 +268,20 @@ static int *bias_adds(const ir_graph *g, const int *readers) {
     return bias_add_of;
 }
 
-/* The op whose operands v reads too, or NULL: the product a bias's add runs (bias_adds);
- * and where the target folds a cast into the kernel that makes its operand
- * (g->casts_with_producer: codegen/emit_fused_cast.c), the op just before a cast (past
- * reshapes of it), whose operands must not die before the cast's buffer is written. */
-static const ir_value *operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
-    if (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id) return g->values[v->operands[0]];
-    if (!g->casts_with_producer || v->op != OP_CAST) return NULL;
-    const ir_value *made = g->values[v->operands[0]];
-    if (made->id != v->id - 1) return NULL;
+const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
+    if (!g->casts_with_producer || cast->op != OP_CAST || cast->operands[0] != cast->id - 1) return NULL;
+    const ir_value *made = g->values[cast->operands[0]];
     while (made->op != OP_PARAM_VIEW && ir_op_info_of(made->op)->cls == OPC_RESHAPE && made->operands[0] == made->id - 1)
         made = g->values[made->operands[0]];
     return made;
+}
+
+/* The op whose operands v reads too, or NULL: the product a bias's add runs (bias_adds);
+ * and a cast's producer (dm_cast_producer), whose operands must not die before the cast's
+ * buffer is written by the producer's kernel. */
+static const ir_value *operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
+    if (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id) return g->values[v->operands[0]];
+    return dm_cast_producer(g, v);
 }
 
 int pass_memory(const ir_graph *g, dm_memory_plan *plan) {

@@ -390,6 +390,11 @@ char *dm_read_by_steps(const ir_graph *g, const dm_memory_plan *plan);
  * their operand's buffer, and so does a bias's add its product: bias_add_of). requires:
  * optimizer (or autodiff); breaks nothing. */
 int pass_memory(const ir_graph *g, dm_memory_plan *plan);
+/* Where g->casts_with_producer: the op just before cast (past reshapes of it, each right
+ * after its operand), whose kernel may store the cast's copy as it writes
+ * (codegen/emit_fused_cast.c) and whose operands pass_memory keeps alive to the cast; NULL
+ * where cast is not a cast right after its operand, or casts are not so placed. */
+const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast);
 
 /* --quantize (docs/compression.md, quantize.c): the parameter that forward product v reads
  * as its plain [k, n] right operand (x @ weight, both f32), which a quantized program stores

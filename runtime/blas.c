@@ -123,46 +123,44 @@ int dmrt_sgemm_panels(int threads, int64_t m, int64_t n, int64_t k) {
     return panels;
 }
 
-void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                      float beta, float *c, int64_t ldc) {
-    int panels = dmrt_sgemm_panels(threads, m, n, k);
-    if (panels <= 1) {
-        dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-    }
-    /* timed whole, by the calling thread: the panels run on other threads, whose counts
-     * nobody reads */
+void dmrt_fill_bias_rows(int64_t m, int64_t n, const float *bias, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++) memcpy(c + i * ldc, bias, (size_t)n * sizeof(float));
+}
+
+/* The product in `panels` panels on the threads; with a bias, each panel's rows of C start
+ * as its columns of the bias (a panel of columns starts at its first column, q.c < ldc;
+ * one of rows at 0). Timed whole, by the calling thread: the panels run on other threads,
+ * whose counts nobody reads. */
+static void sgemm_panels(int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta, const float *bias, float *c,
+                         int64_t ldc) {
     double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
     DMRT_PARALLEL_FOR(panels)
     for (int p = 0; p < panels; p++) {
         dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
+        if (bias) dmrt_fill_bias_rows(q.m, q.n, bias + q.c % ldc, c + q.c, ldc);
         sgemm_untimed(trans_a, trans_b, q.m, q.n, k, alpha, a + q.a, lda, b + q.b, ldb, beta, c + q.c, ldc);
     }
     if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
 }
 
-void dmrt_fill_bias_rows(int64_t m, int64_t n, const float *bias, float *c, int64_t ldc) {
-    for (int64_t i = 0; i < m; i++) memcpy(c + i * ldc, bias, (size_t)n * sizeof(float));
+void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    int panels = dmrt_sgemm_panels(threads, m, n, k);
+    if (panels <= 1) dmrt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else sgemm_panels(panels, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, NULL, c, ldc);
 }
 
 void dmrt_sgemm_bias_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                            int64_t lda, const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc) {
     int panels = dmrt_sgemm_panels(threads, m, n, k);
-    if (panels <= 1) {
-        dmrt_fill_bias_rows(m, n, bias, c, ldc);
-        dmrt_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+    if (panels > 1) {
+        sgemm_panels(panels, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, bias, c, ldc);
         return;
     }
-    double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
-    DMRT_PARALLEL_FOR(panels)
-    for (int p = 0; p < panels; p++) {
-        dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
-        /* a panel of columns starts at its first column, q.c < ldc; one of rows at 0 */
-        dmrt_fill_bias_rows(q.m, q.n, bias + q.c % ldc, c + q.c, ldc);
-        sgemm_untimed(trans_a, trans_b, q.m, q.n, k, 1.0f, a + q.a, lda, b + q.b, ldb, 1.0f, c + q.c, ldc);
-    }
-    if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
+    dmrt_fill_bias_rows(m, n, bias, c, ldc);
+    dmrt_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
 void dmrt_blas_share_cores(int ranks_here) {

@@ -342,6 +342,23 @@ void dmrt_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
     gemm_convert(0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+#ifdef DMRT_HAVE_DNNL
+/* The oneDNN product in `panels` panels on the threads, with or without a bias, as
+ * dmrt_sgemm_split cuts them (blas.c's sgemm_panels); timed whole, by the calling thread. */
+static void onednn_panels(int panels, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, const float *bias,
+                          float *c, int64_t ldc) {
+    double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
+    DMRT_PARALLEL_FOR(panels)
+    for (int p = 0; p < panels; p++) {
+        dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
+        if (bias) dmrt_fill_bias_rows(q.m, q.n, bias + q.c % ldc, c + q.c, ldc);
+        gemm_onednn_or_convert(trans_a, trans_b, q.m, q.n, k, alpha, a + q.a, lda, b + q.b, ldb, beta, c + q.c, ldc);
+    }
+    if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
+}
+#endif
+
 void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                           int64_t ldc) {
@@ -349,15 +366,7 @@ void dmrt_gemm_bf16_split(int threads, int trans_a, int trans_b, int64_t m, int6
 #ifdef DMRT_HAVE_DNNL
     int panels = dmrt_sgemm_panels(threads, m, n, k);
     if (path() == PATH_ONEDNN && k > 0 && alpha != 0.0f && panels > 1) {
-        /* timed whole, by the calling thread, as dmrt_sgemm_split is */
-        double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
-        DMRT_PARALLEL_FOR(panels)
-        for (int p = 0; p < panels; p++) {
-            dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
-            gemm_onednn_or_convert(trans_a, trans_b, q.m, q.n, k, alpha, a + q.a, lda, b + q.b, ldb, beta, c + q.c,
-                                   ldc);
-        }
-        if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
+        onednn_panels(panels, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, NULL, c, ldc);
         return;
     }
     if (path() == PATH_ONEDNN && k > 0 && alpha != 0.0f) {
@@ -375,14 +384,7 @@ void dmrt_gemm_bf16_bias_split(int threads, int trans_a, int trans_b, int64_t m,
 #ifdef DMRT_HAVE_DNNL
     int panels = dmrt_sgemm_panels(threads, m, n, k);
     if (path() == PATH_ONEDNN && k > 0 && panels > 1) {
-        double t0 = dmrt_blas_time_on() ? dmrt_now() : 0;
-        DMRT_PARALLEL_FOR(panels)
-        for (int p = 0; p < panels; p++) {
-            dmrt_panel q = dmrt_sgemm_panel(p, panels, trans_a, trans_b, m, n, lda, ldb, ldc);
-            dmrt_fill_bias_rows(q.m, q.n, bias + q.c % ldc, c + q.c, ldc);
-            gemm_onednn_or_convert(trans_a, trans_b, q.m, q.n, k, 1.0f, a + q.a, lda, b + q.b, ldb, 1.0f, c + q.c, ldc);
-        }
-        if (dmrt_blas_time_on()) dmrt_blas_count_product(m, n, k, t0);
+        onednn_panels(panels, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, bias, c, ldc);
         return;
     }
 #endif
