@@ -11,18 +11,24 @@ weights and batches as test_mlp.py (its torch mirror of the model), three refere
   emulation  torch f32 with each product's operands rounded to bf16, forward and backward
              (dx = bf(dy) @ bf(W)^T, dW = bf(x)^T @ bf(dy)): dmc's definition. Step-1 loss
              and every gradient, and 10 AdamW steps' losses and weights.
-             Bounds: loss 2e-5 relative; gradients 1e-4 + 3e-3 |torch|; weights 2e-4 after
-             10 steps. Both sides round the same f32 values, but those come out of sums in
-             different orders, so now and then an operand near a bf16 rounding boundary
-             rounds the other way: one bf16 ulp (2^-8) on one element, diluted by the next
-             sum. Measured here: see the printed maxima.
+             Bounds: step-1 loss 2e-5 relative; gradients 1e-4 + 3e-3 |torch|; the 10
+             steps' losses 3e-4, weights 2e-4 after them. Both sides round the same f32
+             values, but those come out of sums in different orders, so now and then an
+             operand near a bf16 rounding boundary rounds the other way: one bf16 ulp (2^-8)
+             on one element, which moves a row or column of a weight's gradient, and AdamW
+             then moves a weight whose gradient is near zero by up to lr. Measured: within
+             2e-5 on the AVX-512 EPYC the bounds were first set on; on an AVX2 EPYC (OpenBLAS
+             sums in another order) an operand of fc1's gradient flips at step 3, and the
+             losses part by 7e-5 by step 10, the weights by 2.4e-5.
   f32        plain torch f32: dmc must be FAR from it (a product silently run in f32, or a
              cast dropped, lands within the emulation bounds of this one instead): the
              step-1 gradients differ from f32's by more than 10x the emulation bound's
              worst use somewhere, and the losses by > 1e-4 relative.
   autocast   torch.autocast("cpu", bfloat16): the losses of 10 AdamW steps within 1e-2
              relative (autocast also stores the product in bf16, dmc in f32: the llm.c
-             tolerance for bf16 against a reference).
+             tolerance for bf16 against a reference), or within twice the emulation's own
+             distance from autocast where that is larger (1.3e-2 on an AVX2 EPYC, whose
+             torch runs autocast's products another way).
 examples/gpt.dm (test_gpt.py's tiny config, weights and batches; the attention's own
 products stay f32, as dmc's fused attention keeps them): the step-1 loss (2e-5) and every
 gradient (1e-4 + 3e-3 |torch|; measured 3.5e-7) against the emulation, far from plain f32,
@@ -53,6 +59,7 @@ from dmcrun import Failure  # noqa: E402
 
 STEPS = 10
 LOSS_RTOL = 2e-5
+ADAMW_LOSS_RTOL = 3e-4
 GRAD_ATOL, GRAD_RTOL = 1e-4, 3e-3
 WEIGHT_ATOL = 2e-4
 AUTOCAST_RTOL = 1e-2
@@ -265,6 +272,10 @@ def run_checks(dmc, root, np, torch):
         e_losses, e_grads, e_final = torch_run(torch, init, xs, ys, STEPS, norm, "emulation")
         f_losses, f_grads, _ = torch_run(torch, init, xs, ys, 1, norm, "f32")
         a_losses, _, _ = torch_run(torch, init, xs, ys, STEPS, norm, "autocast")
+        emulation_off = max(abs(e - a) / abs(a) for e, a in zip(e_losses, a_losses))
+        autocast_rtol = max(AUTOCAST_RTOL, 2 * emulation_off)
+        print("the emulation's losses are %.3g from autocast's: dmc's bound against autocast %g"
+              % (emulation_off, autocast_rtol))
         for path in paths:
             grads_path = os.path.join(tmp, "grads-%s.safetensors" % path)
             d1 = run_bf16(dmc, src_path, tmp, common + ["--steps", "1", "--dump-grads", grads_path], path)
@@ -280,9 +291,9 @@ def run_checks(dmc, root, np, torch):
                               "bound, loss %.3g): a product ran on f32 operands" % (path, far, loss_far))
             out = os.path.join(tmp, "final-%s.safetensors" % path)
             d = run_bf16(dmc, src_path, tmp, common + ["--steps", str(STEPS), "--save", out], path)
-            dmcrun.check_losses("%s adamw" % path, d, e_losses, LOSS_RTOL)
+            dmcrun.check_losses("%s adamw" % path, d, e_losses, ADAMW_LOSS_RTOL)
             mlp.check_tensors(np, "%s adamw" % path, stio.load(out), e_final, WEIGHT_ATOL, 0.0)
-            dmcrun.check_losses("%s autocast" % path, d, a_losses, AUTOCAST_RTOL)
+            dmcrun.check_losses("%s autocast" % path, d, a_losses, autocast_rtol)
         statement_checks(dmc, src_path, tmp, common)
         weight_cast_checks(dmc, src_path)
         gpt_checks(dmc, root, np, torch, tmp)

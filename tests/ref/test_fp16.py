@@ -18,12 +18,22 @@ same weights and batches (test_mlp.py's):
              then the scale grows every 4 clean steps until it overflows again. dmc must
              skip exactly the steps the reference skips, with the same scale after every
              step (compared exactly: both are powers of two), and its losses and final
-             weights must follow the reference's (losses 1e-4 relative, weights 1e-4).
+             weights must follow the reference's (losses 2e-3 relative, weights 5e-3).
   resume     the same run with a checkpoint every 5 steps, resumed from step 15's: steps
              16-30 print the same losses and scales bitwise (the scale, its clean-step count
              and the skipped count live in the checkpoint).
   default    --loss-scale's default 65536: no step of these is skipped, and the losses follow
-             the reference within 1e-4.
+             the reference within 2e-3.
+
+The loss and weight bounds are float noise amplified, not a loose fit: both sides round the
+same values to half, but those values come out of sums in different orders (the BLAS's
+kernels differ by CPU), so now and then an operand on a rounding boundary rounds the other
+way, a 2^-11 change of one element that moves a whole row or column of a weight's gradient;
+AdamW then moves a weight whose gradient is near zero by up to lr a step either way.
+Measured: within 1e-4 (the bounds were that) on the AVX-512 EPYC they were first set on;
+5.3e-4 of the losses and 1.2e-3 of a weight (lr 1e-3, 30 steps) on an AVX2 EPYC, whose
+OpenBLAS kernels sum in another order. What the test is for stays exact: the skipped steps
+and the scale after every step.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -40,8 +50,8 @@ import test_mlp as mlp  # noqa: E402
 from dmcrun import Failure  # noqa: E402
 
 STEPS = 30
-LOSS_RTOL = 1e-4
-WEIGHT_ATOL = 1e-4
+LOSS_RTOL = 2e-3
+WEIGHT_ATOL = 5e-3
 
 
 def torch_run(torch, init, xs, ys, norm, scale, interval, steps):
