@@ -83,6 +83,9 @@ typedef struct cg_rowwise {
                                                      * many, seeing keys up to their own (0: every key) */
     const char *scratch;                            /* layernorm_wgrad: wgrad_scratch_floats of the
                                                      * context's storage, or NULL when that is 0 */
+    const char *bias_grad_out;                      /* layernorm_wgrad, with can.wgrad_bias: the
+                                                     * sum over rows of dy (the bias's gradient)
+                                                     * stored there too, or NULL */
     const char *cast_out;                           /* layernorm and its input gradient, with
                                                      * can.fused_cast_layernorm: out also stored there
                                                      * rounded to cast_dtype, or NULL */
@@ -247,6 +250,9 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int wgrad_bias;         /* layernorm's weight gradient sums its bias's gradient (the sum over
+                             * rows of the same dy) in the same pass (cg_rowwise.bias_grad_out):
+                             * the bias's own sum_to loop is not written (emit_ops.c) */
 } cg_capabilities;
 
 /* A target: data, the hooks for host scaffolding, and one hook per kind of kernel.

@@ -725,43 +725,60 @@ static void c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     close_to(w, indent);
 }
 
-/* The sum over rows of dy * xhat. Large ones (scratch given: c_wgrad_scratch_floats) sum
- * WGRAD_GROUPS groups of rows apart, on the threads, then add the groups' sums in order:
- * the groups do not depend on the threads, so neither do the bits. */
+/* A row's terms of the weight gradient (and of the bias's, bias_grad_out) added into
+ * weight_sum (and bias_sum). */
+static void wgrad_row_sums(cg_writer *w, const cg_rowwise *k, const char *weight_sum, const char *bias_sum) {
+    long long n = (long long)k->n;
+    cg_line(w, "const float *dy_row = %s + base;", k->dy);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n, weight_sum);
+    if (k->bias_grad_out) cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j];", n, bias_sum);
+}
+
+/* The sum over rows of dy * xhat, and with bias_grad_out that of dy too. Large ones
+ * (scratch given: c_wgrad_scratch_floats) sum WGRAD_GROUPS groups of rows apart, on the
+ * threads, then add the groups' sums in order: the groups do not depend on the threads,
+ * so neither do the bits. */
 static void c_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
     long long n = (long long)k->n, rows = (long long)k->outer;
     if (!k->scratch) {
         cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, n);
+        if (k->bias_grad_out) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->bias_grad_out, n);
         int indent = rowwise_open(w, k, 0);
         layernorm_stats(w, k);
-        cg_line(w, "const float *dy_row = %s + base;", k->dy);
-        cg_line(w, "for (int64_t j = 0; j < %lld; j++) %s[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n, k->out);
+        wgrad_row_sums(w, k, k->out, k->bias_grad_out);
         close_to(w, indent);
         return;
     }
+    int sums = k->bias_grad_out ? 2 : 1;
     cg_line(w, "{");
     w->indent++;
-    cg_line(w, "float *group_sums = %s; /* (%d, %lld) each group of rows' sum */", k->scratch, WGRAD_GROUPS, n);
+    cg_line(w, "float *group_sums = %s; /* (%d, %d, %lld) each group of rows' sum%s */", k->scratch, WGRAD_GROUPS, sums, n,
+            sums > 1 ? "s: the weight's, the bias's" : "");
     parallel_for(w, 1);
     cg_line(w, "for (int64_t group = 0; group < %d; group++) {", WGRAD_GROUPS);
     w->indent++;
-    cg_line(w, "float *sum_out = group_sums + group * %lld;", n);
-    cg_line(w, "memset(sum_out, 0, %lld * sizeof(float));", n);
+    cg_line(w, "float *sum_out = group_sums + group * %lld;", sums * n);
+    if (sums > 1) cg_line(w, "float *bias_sum_out = sum_out + %lld;", n);
+    cg_line(w, "memset(sum_out, 0, %lld * sizeof(float));", sums * n);
     cg_line(w, "for (int64_t r = %lld * group / %d; r < %lld * (group + 1) / %d; r++) {", rows, WGRAD_GROUPS, rows, WGRAD_GROUPS);
     w->indent++;
     cg_line(w, "const int64_t base = r * %lld;", n);
     layernorm_stats(w, k);
-    cg_line(w, "const float *dy_row = %s + base;", k->dy);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_out[j] += dy_row[j] * ((x_row[j] - mean) * rstd);", n);
+    wgrad_row_sums(w, k, "sum_out", "bias_sum_out");
     w->indent--;
     cg_line(w, "}");
     w->indent--;
     cg_line(w, "}");
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
-    cg_line(w, "    float sum = group_sums[j];");
-    cg_line(w, "    for (int64_t group = 1; group < %d; group++) sum += group_sums[group * %lld + j];", WGRAD_GROUPS, n);
-    cg_line(w, "    %s[j] = sum;", k->out);
-    cg_line(w, "}");
+    for (int s = 0; s < sums; s++) {
+        char at[48] = "j"; /* the bias's sums lie n floats after each group's weight sums */
+        if (s) snprintf(at, sizeof at, "%lld + j", n);
+        cg_line(w, "for (int64_t j = 0; j < %lld; j++) {", n);
+        cg_line(w, "    float sum = group_sums[%s];", at);
+        cg_line(w, "    for (int64_t group = 1; group < %d; group++) sum += group_sums[group * %lld + %s];", WGRAD_GROUPS,
+                sums * n, at);
+        cg_line(w, "    %s[j] = sum;", s ? k->bias_grad_out : k->out);
+        cg_line(w, "}");
+    }
     w->indent--;
     cg_line(w, "}");
 }
@@ -915,11 +932,11 @@ static int64_t c_embed_grad_scratch_bytes(int64_t rows) {
     return 0;
 }
 
-/* The C target sums the weight gradient row by row into out: no room needed. */
-/* Layernorm's weight gradient: room for its groups' sums when it is large enough to split
- * (c_layernorm_wgrad); smaller ones sum row by row into out. */
+/* Layernorm's weight gradient: room for its groups' sums, and its bias's (can.wgrad_bias),
+ * when it is large enough to split (c_layernorm_wgrad); smaller ones sum row by row into
+ * out. */
 static int64_t c_wgrad_scratch_floats(int64_t rows, int64_t n) {
-    return rows >= 2 * WGRAD_GROUPS && rows * n >= PARALLEL_MIN_ELEMS ? WGRAD_GROUPS * n : 0;
+    return rows >= 2 * WGRAD_GROUPS && rows * n >= PARALLEL_MIN_ELEMS ? 2 * WGRAD_GROUPS * n : 0;
 }
 
 const cg_dialect *cg_dialect_find(const char *name) {
@@ -938,7 +955,7 @@ const cg_dialect cg_dialect_c = {
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
-            .fused_cast_layernorm = 1, .gemm_bias = 1},
+            .fused_cast_layernorm = 1, .gemm_bias = 1, .flat_update = 1, .wgrad_bias = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",

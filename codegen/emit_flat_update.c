@@ -1,6 +1,7 @@
 /* emit_flat_update.c: a serial program's optimizer update as one sgd or adamw call over
  * its parameters laid end to end (a target with can.flat_update: CUDA, where each call is a
- * kernel launch), instead of one call per parameter.
+ * kernel launch; C, where each is a parallel loop, whose threads wake and join), instead of
+ * one call per parameter.
  *
  * It is the same arithmetic: the update is element-wise, and its hyper-parameters and this
  * step's factors are the program's, the same for every parameter; so each element gets
@@ -95,27 +96,36 @@ int emit_flat_update(emitter *E, const ir_value *v) {
     flat_update f;
     if (!plan_flat_update(E, &f)) return 0;
     if (v->id != f.first) {
-        cg_line(&E->w, "/* in the one update call at %s, above */", V(E, V(E, f.first)->operands[0])->name);
+        cg_line(&E->w, "/* in the one update over every parameter at %s, above */", V(E, V(E, f.first)->operands[0])->name);
         return 1;
     }
     const char *first = V(E, V(E, f.first)->operands[0])->name, *last = V(E, V(E, f.last)->operands[0])->name;
-    cg_line(&E->w, "/* One call for the %d parameters %s .. %s (every one this program updates), laid end to", f.n_params,
+    cg_line(&E->w, "/* One update for the %d parameters %s .. %s (every one this program updates), laid end to", f.n_params,
             first, last);
     cg_line(&E->w, " * end: ctx->params + [%lld, %lld), their gradients at ctx->grads + %lld and each state tensor",
             (long long)f.param_at, (long long)(f.param_at + f.count), (long long)f.grad_at);
-    cg_line(&E->w, " * in the same order at the same relative offsets. The same arithmetic as a call per");
+    cg_line(&E->w, " * in the same order at the same relative offsets. The same arithmetic as an update per");
     cg_line(&E->w, " * parameter: the update is element-wise and its hyper-parameters and this step's factors");
     cg_line(&E->w, " * are the same for every parameter, so each element gets the same float operations. The");
     cg_line(&E->w, " * alignment padding between the parameters is zero in every region and stays zero. */");
-    char count[32], param[64], grad[64], state[2][64];
+    /* the ranges under names of their own: the dialect's loop or call indexes them */
+    static const char *const adamw_states[2] = {"all_exp_avg", "all_exp_avg_sq"}, *const sgd_states[1] = {"all_momentum"};
+    const char *const *state = v->op == OP_SGD_UPDATE ? sgd_states : adamw_states;
+    char count[32];
     snprintf(count, sizeof count, "%lld", (long long)f.count);
-    snprintf(param, sizeof param, "ctx->params + %lld", (long long)f.param_at);
-    snprintf(grad, sizeof grad, "ctx->grads + %lld", (long long)f.grad_at);
-    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = param, .grad = grad, .updates = cg_updates_done(E)};
-    for (int j = 0; j < f.states; j++) snprintf(state[j], sizeof state[j], "ctx->state + %lld", (long long)f.state_at[j]);
+    cg_line(&E->w, "{");
+    E->w.indent++;
+    cg_line(&E->w, "float *const all_params = ctx->params + %lld, *const all_grads = ctx->grads + %lld;", (long long)f.param_at,
+            (long long)f.grad_at);
+    for (int j = 0; j < f.states; j++)
+        cg_line(&E->w, "float *const %s = ctx->state + %lld;", state[j], (long long)f.state_at[j]);
+    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = "all_params", .grad = "all_grads",
+                   .updates = cg_updates_done(E)};
     if (f.states > 0) k.state0 = state[0];
     if (f.states > 1) k.state1 = state[1];
     if (v->op == OP_SGD_UPDATE) E->dialect->sgd(&E->w, &k);
     else E->dialect->adamw(&E->w, &k);
+    E->w.indent--;
+    cg_line(&E->w, "}");
     return 1;
 }

@@ -31,8 +31,8 @@ static int apart(const emitter *E, int a, int b) {
 }
 
 /* Whether v's kernel writes its whole value densely in one pass that can store a copy:
- * an elementwise op's loop nest (with a bias's add or not), a transpose, layernorm or
- * its input gradient. */
+ * an elementwise op's loop nest (with a bias's add or not), a transpose, a slice (not a
+ * pad: it writes its window only), layernorm or its input gradient. */
 static int makes_in_one_pass(const emitter *E, const ir_value *v) {
     if (v->type.dtype != DT_F32 || v->op == OP_DROPOUT || E->plan->assembled_in[v->id] >= 0 ||
         E->plan->row_stride[v->id] != 0 || shares_buffer(E, v->id))
@@ -42,6 +42,7 @@ static int makes_in_one_pass(const emitter *E, const ir_value *v) {
     case OPC_UNARY_GRAD:
     case OPC_BINARY: return !runs_product(E, v);
     case OPC_TRANSPOSE: return 1;
+    case OPC_SLICE: return v->op == OP_SLICE; /* a weight's window, such as c_attn's q, k or v */
     case OPC_NORM: return (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) && E->dialect->can.fused_cast_layernorm;
     default: return 0;
     }

@@ -96,8 +96,10 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         return;
     }
     if (runs_product(E, v)) {
-        cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[v->operands[0]]);
-        emit_product(E, V(E, v->operands[0]));
+        int product = dm_product_run_by(E->plan, v), sum = v->operands[0] == product ? v->operands[1] : v->operands[0];
+        int shared = E->plan->bias_add_of[product] == v->id ? product : sum;
+        cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[shared]);
+        emit_product(E, V(E, product));
         return;
     }
     if (E->plan->assembled_in[v->id] >= 0) {
@@ -157,7 +159,44 @@ static void emit_cast(emitter *E, const ir_value *v) {
 
 /* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
  * layout is the big one's with the dims in v->axes left out. */
+/* The bias's gradient that layernorm weight gradient v sums in its own pass
+ * (can.wgrad_bias): the next sum_to of v's dy, over its rows into a parameter's gradient
+ * of its own, in the same function; or -1. The gradient's buffer is no temporary, so it
+ * may be written before its op's place. */
+static int wgrad_bias_of(const emitter *E, const ir_value *v) {
+    const ir_graph *g = E->g;
+    if (v->op != OP_LAYERNORM_WGRAD || !E->dialect->can.wgrad_bias || E->plan->stages > 1 || g->microbatches > 1 ||
+        g->zero)
+        return -1;
+    const ir_type *w = T(E, v->id);
+    for (int i = v->id + 1; i < g->n_values; i++) {
+        const ir_value *s = V(E, i);
+        if (s->op != OP_SUM_TO || s->operands[0] != v->operands[1]) continue;
+        const ir_type *t = T(E, i);
+        if (s->phase != v->phase || s->stage != v->stage || s->segment != v->segment ||
+            E->plan->region[i] != REGION_GRADS || shares_buffer(E, i) || t->rank != 1 || w->rank != 1 ||
+            t->shape[0] != w->shape[0] || t->dtype != DT_F32 || (E->summed && E->summed[i] >= 0))
+            return -1;
+        return i;
+    }
+    return -1;
+}
+
+/* The layernorm weight gradient that sums sum_to v (wgrad_bias_of), or -1. */
+static int wgrad_summing(const emitter *E, const ir_value *v) {
+    for (int i = v->id - 1; v->op == OP_SUM_TO && i >= 0; i--) {
+        const ir_value *w = V(E, i);
+        if (w->op == OP_LAYERNORM_WGRAD && w->operands[1] == v->operands[0]) return wgrad_bias_of(E, w) == v->id ? i : -1;
+    }
+    return -1;
+}
+
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
+    int wgrad = wgrad_summing(E, v);
+    if (wgrad >= 0) {
+        cg_line(&E->w, "/* summed by the loop that made %s, above */", E->cname[wgrad]);
+        return;
+    }
     int is_broadcast = v->op == OP_BROADCAST;
     const ir_type *big = is_broadcast ? T(E, v->id) : T(E, v->operands[0]);
     cg_loop_nest k = {0};
@@ -254,8 +293,13 @@ static void emit_product(emitter *E, const ir_value *v) {
     }
     k.ldc = E->plan->row_stride[v->id] ? E->plan->row_stride[v->id] : k.n; /* its window's rows (memory_windows.c) */
     k.operands = a->dtype;
-    int add = E->plan->bias_add_of[v->id];
-    if (add >= 0 && E->activation_of_bias[add] >= 0) {
+    int add = E->plan->bias_add_of[v->id], sum_add = E->plan->sum_add_of[v->id];
+    if (sum_add >= 0) {
+        const ir_value *s = V(E, sum_add);
+        cg_line(&E->w, "/* the product %s, added to %s in its buffer (beta 1): the sum */", E->cname[v->id],
+                E->cname[s->operands[0] == v->id ? s->operands[1] : s->operands[0]]);
+        k.accumulate = 1;
+    } else if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],
                 E->cname[V(E, add)->operands[1]], E->cname[E->activation_of_bias[add]]);
     } else if (add >= 0 && E->dialect->can.gemm_bias && k.batch == 1 && k.operands != DT_F16 &&
@@ -278,10 +322,11 @@ static void emit_product(emitter *E, const ir_value *v) {
     if (!emit_quant_product(E, v, &k)) E->dialect->gemm(&E->w, &k);
 }
 
-/* A product with a bias's add runs where the add is (its bias may be made later). */
+/* A product with a bias's add or a sum's runs where the add is (its bias may be made later). */
 static void emit_matmul(emitter *E, const ir_value *v) {
-    int add = E->plan->bias_add_of[v->id];
+    int add = E->plan->bias_add_of[v->id], sum_add = E->plan->sum_add_of[v->id];
     if (add >= 0) cg_line(&E->w, "/* computed with its bias by %s, below */", E->cname[add]);
+    else if (sum_add >= 0) cg_line(&E->w, "/* computed into the sum by %s, below */", E->cname[sum_add]);
     else emit_product(E, v);
 }
 
@@ -320,6 +365,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
         k.accumulate = !assembled; /* zeros first, then the window */
     } else {
         k.offset[0] = window;
+        store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
     }
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
@@ -373,6 +419,12 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
         E->dialect->layernorm_grad(&E->w, &k);
     } else {
         k.dy = operand[1];
+        int bias = wgrad_bias_of(E, v);
+        if (bias >= 0) {
+            k.bias_grad_out = E->cname[bias];
+            cg_line(&E->w, "/* and the bias's gradient %s, the sum of %s over its rows, in the same pass */",
+                    E->cname[bias], operand[1]);
+        }
         if (E->dialect->wgrad_scratch_floats(k.outer * k.inner, k.n) > 0) k.scratch = "ctx->scratch";
         E->dialect->layernorm_wgrad(&E->w, &k);
     }

@@ -244,11 +244,13 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
         any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (emits_nothing(E, v)) continue;
-        /* a bias's add runs its product: it writes the product's buffer (its own name is
-         * for its readers) */
+        /* a bias's or a sum's add runs its product: it writes the product's buffer (its
+         * own name is for its readers) */
         if (runs_product(E, v)) {
-            const ir_value *product = V(E, v->operands[0]);
-            used[product->id] = used[v->operands[1]] = 1;
+            const ir_value *product = V(E, dm_product_run_by(E->plan, v));
+            used[product->id] = 1;
+            /* a bias is read; a sum is the buffer the product (by its own name) adds to */
+            if (E->plan->bias_add_of[product->id] == v->id) used[v->operands[1]] = 1;
             for (int k = 0; k < product->n_operands; k++) used[product->operands[k]] = 1;
             continue;
         }

@@ -103,10 +103,9 @@ static inline const ir_type *T(const emitter *E, int id) { return &E->local[id];
 /* A reshape planned to share its operand's buffer: no code, no buffer of its own. */
 static inline int shares_buffer(const emitter *E, int id) { return E->plan->storage_of[id] != id; }
 
-/* A bias's add sharing its product's buffer runs that product (pass_memory's bias_add_of). */
-static inline int runs_product(const emitter *E, const ir_value *v) {
-    return v->op == OP_ADD && E->plan->bias_add_of[v->operands[0]] == v->id;
-}
+/* An add that runs its product: a bias's, sharing the product's buffer (pass_memory's
+ * bias_add_of), or a sum's, the product accumulated into the sum's buffer (sum_add_of). */
+static inline int runs_product(const emitter *E, const ir_value *v) { return dm_product_run_by(E->plan, v) >= 0; }
 
 /* A value of a window assembly that writes into the sum's buffer: a piece made in its
  * window, or a pad copying its piece there (passes/memory_windows.c). */

@@ -268,6 +268,69 @@ static int *bias_adds(const ir_graph *g, const int *readers) {
     return bias_add_of;
 }
 
+/* Whether value o owns the buffer it is in, alone or with the product its bias's add runs
+ * or the sums accumulated into it (sum_adds): no reshape or view of another value's. */
+static int owns_its_buffer(const int *bias_add_of, const int *sum_add_of, const ir_value *o) {
+    if (o->op == OP_ADD)
+        for (int k = 0; k < 2; k++)
+            if (bias_add_of[o->operands[k]] == o->id || sum_add_of[o->operands[k]] == o->id) return 1;
+    return o->op != OP_RESHAPE && o->op != OP_PARAM_VIEW && ir_op_info_of(o->op)->cls != OPC_VIEW && o->op != OP_PAD;
+}
+
+/* (n_values) an add of a product to a value `sum` made before the product that nothing
+ * else reads, for each such product (else -1): a gradient summed over its paths, as
+ * d_ln_1 = x_q @ Wq^T + x_k @ Wk^T + x_v @ Wv^T in gpt.dm's backward. The product then runs
+ * where the add is and accumulates into sum's buffer (beta 1), which the add takes over:
+ * no pass over the three tensors, and one buffer fewer. The same sum, rounded the same
+ * where the product's k is one block of the BLAS (it adds the finished dot products to
+ * C); the same types, split alike, nothing pending, one stage and phase. */
+static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_of) {
+    int n = g->n_values;
+    int *sum_add_of = malloc(((size_t)n + 1) * sizeof(int));
+    if (!sum_add_of) abort();
+    for (int i = 0; i < n; i++) sum_add_of[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ADD || v->role != ROLE_TEMP || v->operands[0] == v->operands[1] || v->type.partial ||
+            v->type.dtype != DT_F32 || bias_add_of[v->operands[0]] == i)
+            continue;
+        for (int side = 0; side < 2; side++) {
+            const ir_value *m = g->values[v->operands[side]], *sum = g->values[v->operands[1 - side]];
+            if (m->op != OP_MATMUL || m->role != ROLE_TEMP || readers[m->id] != 1 || m->batch_dims ||
+                bias_add_of[m->id] >= 0 || sum->role != ROLE_TEMP || readers[sum->id] != 1 || sum->id > m->id ||
+                m->stage != v->stage || sum->stage != v->stage || m->phase != v->phase || sum->phase != v->phase ||
+                !owns_its_buffer(bias_add_of, sum_add_of, sum))
+                continue;
+            int same = 1;
+            for (int t = 0; t < 2 && same; t++) {
+                const ir_type *a = t ? &sum->type : &m->type;
+                same = !a->partial && a->dtype == DT_F32 && a->rank == v->type.rank;
+                for (int d = 0; same && d < a->rank; d++)
+                    same = a->shape[d] == v->type.shape[d] && a->split[d] == v->type.split[d];
+            }
+            if (!same) continue;
+            sum_add_of[m->id] = i;
+            break;
+        }
+    }
+    return sum_add_of;
+}
+
+/* The sum a sum's add (sum_adds) adds its product to. */
+static int sum_operand(const ir_graph *g, const dm_memory_plan *plan, int add) {
+    const ir_value *v = g->values[add];
+    return plan->sum_add_of[v->operands[0]] == add ? v->operands[1] : v->operands[0];
+}
+
+/* The product an add runs (a bias's: bias_adds; a sum's: sum_adds), or -1. */
+int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v) {
+    if (v->op != OP_ADD) return -1;
+    if (plan->bias_add_of[v->operands[0]] == v->id) return v->operands[0];
+    for (int k = 0; k < 2; k++)
+        if (plan->sum_add_of && plan->sum_add_of[v->operands[k]] == v->id) return v->operands[k];
+    return -1;
+}
+
 const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
     if (!g->casts_with_producer || cast->op != OP_CAST || cast->operands[0] != cast->id - 1) return NULL;
     const ir_value *made = g->values[cast->operands[0]];
@@ -280,7 +343,8 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
  * and a cast's producer (dm_cast_producer), whose operands must not die before the cast's
  * buffer is written by the producer's kernel. */
 static const ir_value *operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
-    if (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == v->id) return g->values[v->operands[0]];
+    int product = dm_product_run_by(plan, v);
+    if (product >= 0) return g->values[product];
     return dm_cast_producer(g, v);
 }
 
@@ -295,8 +359,17 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
     int *readers = count_readers(g);
     plan->bias_add_of = bias_adds(g, readers);
+    plan->sum_add_of = sum_adds(g, readers, plan->bias_add_of);
     dm_plan_window_assemblies(g, readers, plan);
     free(readers);
+    /* a window assembly's values keep their own ways of sharing buffers */
+    for (int i = 0; i < n; i++) {
+        int add = plan->sum_add_of[i];
+        if (add >= 0 && (plan->assembled_in[i] >= 0 || plan->assembled_in[add] >= 0 ||
+                         plan->assembled_in[g->values[add]->operands[0]] >= 0 ||
+                         plan->assembled_in[g->values[add]->operands[1]] >= 0))
+            plan->sum_add_of[i] = -1;
+    }
 
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
@@ -307,9 +380,15 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         int shares = ((v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
                       v->role == ROLE_TEMP) ||
                      (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
-        int assembled = plan->assembled_in[i];
+        int assembled = plan->assembled_in[i], product = dm_product_run_by(plan, v);
+        /* a sum's add, and the product it runs, take over the sum's buffer */
+        int sum = plan->sum_add_of[i] >= 0 ? sum_operand(g, plan, plan->sum_add_of[i])
+                  : product >= 0 && plan->sum_add_of[product] == i ? sum_operand(g, plan, i) : -1;
         if (assembled >= 0 && assembled != i) {
             plan->storage_of[i] = assembled;
+        } else if (sum >= 0) {
+            plan->storage_of[i] = plan->storage_of[sum];
+            plan->within[i] = plan->within[sum];
         } else {
             plan->storage_of[i] = shares ? plan->storage_of[v->operands[0]] : i;
             if (shares)
@@ -432,6 +511,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->storage_of);
     free(plan->within);
     free(plan->bias_add_of);
+    free(plan->sum_add_of);
     free(plan->assembled_in);
     free(plan->row_stride);
     free(plan->at_create);

@@ -120,7 +120,7 @@ static int piece_maker(const ir_graph *g, const int *readers, const dm_memory_pl
     const ir_value *v = g->values[id];
     if (ir_storage_elems(g, v) != ir_local_numel(g, &v->type)) return -1;
     if (v->op == OP_SUM || v->op == OP_SUM_TO) return rows == 1 ? id : -1;
-    if (v->op != OP_MATMUL || v->batch_dims || plan->bias_add_of[id] >= 0) return -1;
+    if (v->op != OP_MATMUL || v->batch_dims || plan->bias_add_of[id] >= 0 || plan->sum_add_of[id] >= 0) return -1;
     ir_type out = ir_local_type(g, &v->type);
     int64_t n = out.shape[out.rank - 1];
     return rows == 1 || (n == cols && ir_numel(&out) == rows * cols) ? id : -1;

@@ -333,6 +333,11 @@ typedef struct dm_memory_plan {
     int *bias_add_of;        /* (n_values) for a product whose one reader adds a bias to it: that
                               * add, which shares its buffer (the product adds the bias: C
                               * filled with it, beta 1); -1 for every other value */
+    int *sum_add_of;         /* (n_values) for a product whose one reader adds it to a value that
+                              * dies there (a gradient's sum so far, such as d_ln_1's over q, k
+                              * and v): that add. The product runs at the add and accumulates
+                              * into that value's buffer in place (beta 1), which it and the
+                              * add share; -1 for every other value */
     int *assembled_in;       /* (n_values) the pads and adds of a window assembly, and the pieces
                               * made in its windows (passes/memory_windows.c): its sum, whose
                               * buffer they share; -1 for every other value */
@@ -359,6 +364,9 @@ typedef struct dm_memory_plan {
     int64_t *sum_offset;     /* (n_values) NULL: offset */
     int64_t grad_sum_elems;  /* 0: grad_elems */
 } dm_memory_plan;
+
+/* The product add v runs (a bias's add: bias_add_of; a sum's: sum_add_of), or -1. */
+int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v);
 
 /* Window assemblies (passes/memory_windows.c): a sum of pads whose windows, along one
  * dim, tile the tensor (the gradient of a tensor read in slices) is built in the sum's

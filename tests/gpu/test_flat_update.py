@@ -1,9 +1,10 @@
-"""test_flat_update.py DMC SRCROOT: a serial CUDA program's update is one call, the same numbers.
+"""test_flat_update.py DMC SRCROOT: a serial program's update is one call, the same numbers.
 
 For the simple serial case (codegen/emit_flat_update.c) `dmc -o DIR --target cuda` must
-write ONE dmrt_gpu_adamw / dmrt_gpu_sgd call over the parameters laid end to end, and a
-comment at every other update. Checked against the program's own tables (param_descs,
-stage_param_offsets, stage_grad_offsets, state_places, which the checkpoints read):
+write ONE dmrt_gpu_adamw / dmrt_gpu_sgd call over the parameters laid end to end, and
+`--target c` ONE update loop, with a comment at every other update. Checked against the
+program's own tables (param_descs, stage_param_offsets, stage_grad_offsets, state_places,
+which the checkpoints read):
   - the call covers exactly the updated parameters (first offset to the last one's end),
     their gradients and each state tensor at the same relative offsets;
   - numpy's float32 emulation of the kernels (runtime/cuda/optim.cu: the same float
@@ -11,7 +12,9 @@ stage_param_offsets, stage_grad_offsets, state_places, which the checkpoints rea
     gives bit for bit what it gives run parameter by parameter through the tables, and
     leaves the zero padding between parameters zero.
 Programs outside the simple case (--prune, a data=2 mesh, fp16's loss scaling,
---accumulate) keep one call per parameter, and the C target never gets the one call.
+--accumulate) keep one call per parameter. The C loop's arithmetic is the emulated one
+(dialect_c.c's c_adamw, c_sgd: the same operations; the programs are compiled without
+contraction, -std=c11), and the C programs train against PyTorch in the ref suite.
 Needs no nvcc: nothing is compiled.
 """
 import os
@@ -29,6 +32,9 @@ PER_PARAM = [(MLP, ["--prune", "0.5"]), (MLP, ["--mesh", "data=2"]), (MLP, ["--p
              (MLP, ["--accumulate", "2"])]
 
 CALL = re.compile(r"dmrt_gpu_(adamw|sgd)\(ctx->gpu, ([^;]*)\) != DMRT_OK")
+# the flat update's ranges (emit_flat_update.c), and the C target's loop over them
+RANGE = re.compile(r"\*const (all_\w+) = ctx->(?:params|grads|state) \+ (\d+)")
+C_LOOP = re.compile(r"for \(int64_t i = 0; i < (\d+); i\+\+\) \{\n\s*(?:float g = all_grads\[i\];|float d = all_grads)")
 
 
 def generate(dmc, root, dm, args, target, tmp):
@@ -83,18 +89,35 @@ def kernel(kind, args, p, g, s):
         p[:] = p - lr * d
 
 
-def run_flat(kind, src, failures, label):
-    calls = CALL.findall(src)
-    if len(calls) != 1:
-        failures.append("%s: %d update calls, not 1" % (label, len(calls)))
-        return
-    args = [a.strip() for a in calls[0][1].split(",")]
-    offset = lambda a: None if a == "NULL" else int(a.split("+")[1])  # noqa: E731
+def flat_call(src, target, failures, label):
+    """(kind, the ranges' offsets by name, the element count) of the one update, or None."""
+    ranges = {name: int(at) for name, at in RANGE.findall(src)}
+    if target == "cuda":
+        calls = CALL.findall(src)
+        if len(calls) != 1:
+            failures.append("%s: %d update calls, not 1" % (label, len(calls)))
+            return None
+        kind, args = calls[0][0], [a.strip() for a in calls[0][1].split(",")]
+        count = int(args[2 + (2 if kind == "adamw" else 1)])
+    else:
+        loops = C_LOOP.findall(src)
+        if len(loops) != 1 or "all_params" not in ranges:
+            failures.append("%s: %d loops over the flat ranges, not 1" % (label, len(loops)))
+            return None
+        kind, count = "adamw" if "all_exp_avg_sq" in ranges else "sgd", int(loops[0])
+    return kind, ranges, count
+
+
+def run_flat(src, target, failures, label):
+    found = flat_call(src, target, failures, label)
+    if not found:
+        return None
+    kind, ranges, count = found
     numel, params, grads, states = layout(src)
-    n_states = 2 if kind == "adamw" else (1 if offset(args[2]) is not None else 0)
-    P0, G0 = offset(args[0]), offset(args[1])
-    S0 = [offset(args[2 + j]) for j in range(n_states)]
-    count = int(args[2 + (2 if kind == "adamw" else 1)])
+    names = ["all_exp_avg", "all_exp_avg_sq"] if kind == "adamw" else ["all_momentum"]
+    S0 = [ranges[n] for n in names if n in ranges]
+    n_states = len(S0)
+    P0, G0 = ranges["all_params"], ranges["all_grads"]
     last = max(range(len(params)), key=lambda p: params[p])
     if P0 != min(params) or count != params[last] + numel[last] - P0:
         failures.append("%s: the call covers [%d, %d), the parameters [%d, %d)" %
@@ -103,7 +126,7 @@ def run_flat(kind, src, failures, label):
         rel = params[p] - P0
         if grads[p] - G0 != rel or [at - S0[j] for j, at in enumerate(states.get(p, []))] != [rel] * n_states:
             failures.append("%s: parameter %d's gradient or state is not at its offset %d" % (label, p, rel))
-    comments = src.count("/* in the one update call at ")
+    comments = src.count("/* in the one update over every parameter at ")
     if comments != len(params) - 1:
         failures.append("%s: %d updates point at the one call, not %d" % (label, comments, len(params) - 1))
     # the emulation: random regions with zero padding, the flat call against the tables'
@@ -134,6 +157,7 @@ def run_flat(kind, src, failures, label):
         pad = flat[0][end:params[p + 1] if p + 1 < len(params) else P0 + count]
         if pad.any():
             failures.append("%s: the padding after parameter %d is not zero" % (label, p))
+    return kind
 
 
 def main(argv):
@@ -141,17 +165,18 @@ def main(argv):
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-flat-update-") as tmp:
         for dm, args in FLAT:
-            src = generate(dmc, root, dm, args, "cuda", tmp)
-            kind = CALL.search(src).group(1)
-            run_flat(kind, src, failures, dm)
-            if "One call for the" in generate(dmc, root, dm, args, "c", tmp):
-                failures.append("%s: the C target got the one call" % dm)
-            print("%-24s one %s call over %d parameters" % (dm, kind, len(layout(src)[1])))
+            for target in ("cuda", "c"):
+                src = generate(dmc, root, dm, args, target, tmp)
+                kind = run_flat(src, target, failures, "%s (%s)" % (dm, target))
+                print("%-24s %-4s one %s update over %d parameters" % (dm, target, kind, len(layout(src)[1])))
         for (dm, args), more in PER_PARAM:
             src = generate(dmc, root, dm, args + more, "cuda", tmp)
             calls = len(CALL.findall(src))
-            if "One call for the" in src or calls < 6:
+            if "One update for the" in src or calls < 6:
                 failures.append("%s %s: %d update calls, not one per parameter" % (dm, " ".join(more), calls))
+            c_src = generate(dmc, root, dm, args + more, "c", tmp)
+            if "One update for the" in c_src or "all_params" in c_src:
+                failures.append("%s %s: the C target updates in one loop" % (dm, " ".join(more)))
             print("%-24s %-16s %d calls, one per parameter" % (dm, " ".join(more), calls))
     for f in failures:
         print("FAIL:", f)
