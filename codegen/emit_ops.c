@@ -96,9 +96,8 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
         return;
     }
     if (runs_product(E, v)) {
-        int product = dm_product_run_by(E->plan, v), sum = v->operands[0] == product ? v->operands[1] : v->operands[0];
-        int shared = E->plan->bias_add_of[product] == v->id ? product : sum;
-        cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[shared]);
+        int product = dm_product_run_by(E->plan, v), sum = dm_sum_added_to(E->plan, v);
+        cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[sum >= 0 ? sum : product]);
         emit_product(E, V(E, product));
         return;
     }
@@ -157,8 +156,6 @@ static void emit_cast(emitter *E, const ir_value *v) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
-/* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
- * layout is the big one's with the dims in v->axes left out. */
 /* The bias's gradient that layernorm weight gradient v sums in its own pass
  * (can.wgrad_bias): the next sum_to of v's dy, over its rows into a parameter's gradient
  * of its own, in the same function; or -1. The gradient's buffer is no temporary, so it
@@ -191,6 +188,8 @@ static int wgrad_summing(const emitter *E, const ir_value *v) {
     return -1;
 }
 
+/* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
+ * layout is the big one's with the dims in v->axes left out. */
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     int wgrad = wgrad_summing(E, v);
     if (wgrad >= 0) {
@@ -295,9 +294,8 @@ static void emit_product(emitter *E, const ir_value *v) {
     k.operands = a->dtype;
     int add = E->plan->bias_add_of[v->id], sum_add = E->plan->sum_add_of[v->id];
     if (sum_add >= 0) {
-        const ir_value *s = V(E, sum_add);
         cg_line(&E->w, "/* the product %s, added to %s in its buffer (beta 1): the sum */", E->cname[v->id],
-                E->cname[s->operands[0] == v->id ? s->operands[1] : s->operands[0]]);
+                E->cname[dm_sum_added_to(E->plan, V(E, sum_add))]);
         k.accumulate = 1;
     } else if (add >= 0 && E->activation_of_bias[add] >= 0) {
         cg_line(&E->w, "/* the product %s; its bias %s is added by %s's pass, below */", E->cname[v->id],

@@ -316,19 +316,26 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
     return sum_add_of;
 }
 
-/* The sum a sum's add (sum_adds) adds its product to. */
-static int sum_operand(const ir_graph *g, const dm_memory_plan *plan, int add) {
-    const ir_value *v = g->values[add];
-    return plan->sum_add_of[v->operands[0]] == add ? v->operands[1] : v->operands[0];
-}
-
 /* The product an add runs (a bias's: bias_adds; a sum's: sum_adds), or -1. */
 int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v) {
     if (v->op != OP_ADD) return -1;
     if (plan->bias_add_of[v->operands[0]] == v->id) return v->operands[0];
     for (int k = 0; k < 2; k++)
-        if (plan->sum_add_of && plan->sum_add_of[v->operands[k]] == v->id) return v->operands[k];
+        if (plan->sum_add_of[v->operands[k]] == v->id) return v->operands[k];
     return -1;
+}
+
+int dm_sum_added_to(const dm_memory_plan *plan, const ir_value *add) {
+    int product = dm_product_run_by(plan, add);
+    if (product < 0 || plan->sum_add_of[product] != add->id) return -1;
+    return add->operands[0] == product ? add->operands[1] : add->operands[0];
+}
+
+/* The sum whose buffer value i takes over: i a sum's add (sum_adds) or the product it
+ * runs; else -1. */
+static int sum_buffer_taken(const ir_graph *g, const dm_memory_plan *plan, int i) {
+    int add = plan->sum_add_of[i] >= 0 ? plan->sum_add_of[i] : i;
+    return dm_sum_added_to(plan, g->values[add]);
 }
 
 const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
@@ -362,12 +369,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     plan->sum_add_of = sum_adds(g, readers, plan->bias_add_of);
     dm_plan_window_assemblies(g, readers, plan);
     free(readers);
-    /* a window assembly's values keep their own ways of sharing buffers */
+    /* a window assembly's values keep their own ways of sharing buffers (the add's operands
+     * are the product and the sum) */
     for (int i = 0; i < n; i++) {
-        int add = plan->sum_add_of[i];
-        if (add >= 0 && (plan->assembled_in[i] >= 0 || plan->assembled_in[add] >= 0 ||
-                         plan->assembled_in[g->values[add]->operands[0]] >= 0 ||
-                         plan->assembled_in[g->values[add]->operands[1]] >= 0))
+        const ir_value *add = plan->sum_add_of[i] >= 0 ? g->values[plan->sum_add_of[i]] : NULL;
+        if (add && (plan->assembled_in[add->id] >= 0 || plan->assembled_in[add->operands[0]] >= 0 ||
+                    plan->assembled_in[add->operands[1]] >= 0))
             plan->sum_add_of[i] = -1;
     }
 
@@ -380,10 +387,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
         int shares = ((v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
                       v->role == ROLE_TEMP) ||
                      (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
-        int assembled = plan->assembled_in[i], product = dm_product_run_by(plan, v);
-        /* a sum's add, and the product it runs, take over the sum's buffer */
-        int sum = plan->sum_add_of[i] >= 0 ? sum_operand(g, plan, plan->sum_add_of[i])
-                  : product >= 0 && plan->sum_add_of[product] == i ? sum_operand(g, plan, i) : -1;
+        int assembled = plan->assembled_in[i], sum = sum_buffer_taken(g, plan, i);
         if (assembled >= 0 && assembled != i) {
             plan->storage_of[i] = assembled;
         } else if (sum >= 0) {

@@ -367,6 +367,9 @@ typedef struct dm_memory_plan {
 
 /* The product add v runs (a bias's add: bias_add_of; a sum's: sum_add_of), or -1. */
 int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v);
+/* The sum a sum's add adds its product to, whose buffer the add and the product take over
+ * (sum_add_of); -1 for any other value. */
+int dm_sum_added_to(const dm_memory_plan *plan, const ir_value *add);
 
 /* Window assemblies (passes/memory_windows.c): a sum of pads whose windows, along one
  * dim, tile the tensor (the gradient of a tensor read in slices) is built in the sum's
