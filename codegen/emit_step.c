@@ -231,17 +231,15 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
     free(start_after);
 }
 
-/* One phase as a function. stage < 0: every op (one step at once); else the ops of that
- * pipeline stage, for one micro-batch `micro` (forward and backward). */
-void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
+/* The buffers one phase (of one stage: stage >= 0) names, marked in used; *any: whether
+ * it does anything (else its function leaves ctx unread). */
+static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int *any) {
     const ir_graph *g = E->g;
-    char *used = calloc((size_t)g->n_values + 1, 1);
-    if (!used) abort();
-    int any = 0, uses_batch = 0, micro = stage >= 0 && phase != PHASE_UPDATE;
+    int micro = stage >= 0 && phase != PHASE_UPDATE;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (!in_function(E, v, phase, stage) || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
-        any = 1;
+        *any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (emits_nothing(E, v)) continue;
         /* a bias's or a sum's add runs its product: it writes the product's buffer (its
@@ -288,11 +286,11 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; phase == PHASE_BACKWARD && i < g->n_values; i++)
         if (E->bucket_lead[i] >= 0 && bucket_started_early(E, E->bucket_lead[i])) used[i] = used[V(E, i)->operands[0]] = 1;
     for (int i = 0; i < g->n_values; i++)
-        if (received(E, i, phase, stage)) used[i] = any = 1;
+        if (received(E, i, phase, stage)) used[i] = *any = 1;
     /* the micro-batch's gradients, summed; its loss and outputs, kept */
     int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
     for (int p = 0; sums && p < g->n_params; p++)
-        if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = any = 1;
+        if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = *any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies
      * (with model chunks, after the rank's updates: emit_rank_update; pipedream's holders
      * receive before a forward, not in their update) */
@@ -300,12 +298,74 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int p = 0; phase == PHASE_UPDATE && stage >= 0 && E->chunks == 1 && p < g->n_params; p++) {
         uint64_t holders = tied_holders(E, p);
         int owner = V(E, g->params[p])->stage == stage;
-        if (holders && (owner || (holders_receive && (holders >> stage & 1)))) used[g->params[p]] = any = 1;
+        if (holders && (owner || (holders_receive && (holders >> stage & 1)))) used[g->params[p]] = *any = 1;
     }
     int keeps = micro && phase == PHASE_FORWARD && !E->creating;
     if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) used[g->loss] = 1;
     for (int i = 0; keeps && i < g->n_outputs; i++)
         if (V(E, g->outputs[i])->stage == stage) used[g->outputs[i]] = 1;
+}
+
+/* A stage's function names the arena (arena), and under micro-batches in flight its
+ * micro-batch's copy of the values the backward pass reads (kept). */
+static void declare_stage_arena(emitter *E, int stage, int micro, const char *used) {
+    int uses_arena = 0;
+    for (int i = 0; i < E->g->n_values; i++) /* (outside a micro-batch, summed partials are in ctx->grad_sum) */
+        if (used[i] && E->plan->region[i] == REGION_ARENA && (micro || !E->summed || E->summed[i] < 0)) uses_arena = 1;
+    if (stage < 0 || !uses_arena) return;
+    cg_line(&E->w, "float *arena = ctx->arena;");
+    E->arena_var = "arena";
+    /* (a stage whose backward reads none of its forward's values keeps nothing) */
+    if (micro && E->slots[stage] > 1 && stage_kept_stride(E, stage) > 0) {
+        cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
+                (long long)stage_kept_from(E, stage));
+        if (emits_2bw(E)) /* by the micro-batch's place in the stream: steps overlap */
+            cg_line(&E->w, "float *kept = arena + kept_slot(ctx, micro, stage_slots[%d]) * %lld;", stage,
+                    (long long)stage_kept_stride(E, stage));
+        else
+            cg_line(&E->w, "float *kept = arena + (micro %% stage_slots[%d]) * %lld;", stage,
+                    (long long)stage_kept_stride(E, stage));
+        /* (kept reads arena: a stage whose values are all kept ones uses it so, which nvcc
+         * counts, where it warns of a variable set and never used despite a (void)) */
+        E->kept_var = "kept";
+    }
+}
+
+/* A stage's forward keeps its micro-batch's loss (summed into the step's) and outputs. */
+static void emit_micro_results(emitter *E, int stage) {
+    const ir_graph *g = E->g;
+    if (g->loss >= 0 && V(E, g->loss)->stage == stage) {
+        cg_blank(&E->w);
+        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' (predict computes none) */");
+        cg_line(&E->w, "if (!ctx->predicting) {");
+        E->w.indent++;
+        cg_line(&E->w, "float micro_loss;");
+        cg_copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
+        cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
+        E->w.indent--;
+        cg_line(&E->w, "}");
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int o = g->outputs[i];
+        if (V(E, o)->stage != stage) continue;
+        long long n = (long long)ir_numel(T(E, o));
+        char dst[160];
+        snprintf(dst, sizeof dst, "ctx->output_%s + micro * %lld", E->cname[o], n);
+        cg_line(&E->w, "/* the step's output, by micro-batch */");
+        cg_copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
+    }
+}
+
+/* One phase as a function. stage < 0: every op (one step at once); else the ops of that
+ * pipeline stage, for one micro-batch `micro` (forward and backward). */
+void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const char *what) {
+    const ir_graph *g = E->g;
+    char *used = calloc((size_t)g->n_values + 1, 1);
+    if (!used) abort();
+    int any = 0, uses_batch = 0, micro = stage >= 0 && phase != PHASE_UPDATE;
+    phase_buffers(E, phase, stage, used, &any);
+    int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
+    int keeps = micro && phase == PHASE_FORWARD && !E->creating;
     for (int i = 0; i < g->n_values; i++)
         if (used[i] && has_storage(E, i) && E->plan->region[i] == REGION_INPUT && !E->dialect->separate_memory)
             uses_batch = 1; /* else the kernels read the batch's copy in the context */
@@ -321,27 +381,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     if (!uses_batch) cg_line(&E->w, "(void)batch;");
     if (!any) cg_line(&E->w, "(void)ctx;");
     int traced = micro && E->partitioned && !E->creating;
-    int uses_arena = 0;
-    for (int i = 0; i < g->n_values; i++) /* (outside a micro-batch, summed partials are in ctx->grad_sum) */
-        if (used[i] && E->plan->region[i] == REGION_ARENA && (micro || !E->summed || E->summed[i] < 0)) uses_arena = 1;
-    if (stage >= 0 && uses_arena) {
-        cg_line(&E->w, "float *arena = ctx->arena;");
-        E->arena_var = "arena";
-        /* (a stage whose backward reads none of its forward's values keeps nothing) */
-        if (micro && E->slots[stage] > 1 && stage_kept_stride(E, stage) > 0) {
-            cg_line(&E->w, "/* this micro-batch's copy of the values the backward pass reads: arena from %lld on */",
-                    (long long)stage_kept_from(E, stage));
-            if (emits_2bw(E)) /* by the micro-batch's place in the stream: steps overlap */
-                cg_line(&E->w, "float *kept = arena + kept_slot(ctx, micro, stage_slots[%d]) * %lld;", stage,
-                        (long long)stage_kept_stride(E, stage));
-            else
-                cg_line(&E->w, "float *kept = arena + (micro %% stage_slots[%d]) * %lld;", stage,
-                        (long long)stage_kept_stride(E, stage));
-            /* (kept reads arena: a stage whose values are all kept ones uses it so, which nvcc
-             * counts, where it warns of a variable set and never used despite a (void)) */
-            E->kept_var = "kept";
-        }
-    }
+    declare_stage_arena(E, stage, micro, used);
     if (micro) cg_line(&E->w, "(void)micro;");
     declare_buffers(E, used);
     for (int i = 0; i < g->n_values; i++) {
@@ -369,26 +409,7 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) /* gradients not computed by this pass's ops */
         if (sum_after[i] >= 0) emit_micro_grad_sum(E, sum_after[i]);
     free(sum_after);
-    if (keeps && g->loss >= 0 && V(E, g->loss)->stage == stage) {
-        cg_blank(&E->w);
-        cg_line(&E->w, "/* the step's loss: the mean of its micro-batches' (predict computes none) */");
-        cg_line(&E->w, "if (!ctx->predicting) {");
-        E->w.indent++;
-        cg_line(&E->w, "float micro_loss;");
-        cg_copy_elems(E, "&micro_loss", E->cname[g->loss], 1, "float", CG_DEVICE_TO_HOST);
-        cg_line(&E->w, "ctx->loss_sum = (micro == 0 ? 0.0 : ctx->loss_sum) + (double)micro_loss;");
-        E->w.indent--;
-        cg_line(&E->w, "}");
-    }
-    for (int i = 0; keeps && i < g->n_outputs; i++) {
-        int o = g->outputs[i];
-        if (V(E, o)->stage != stage) continue;
-        long long n = (long long)ir_numel(T(E, o));
-        char dst[160];
-        snprintf(dst, sizeof dst, "ctx->output_%s + micro * %lld", E->cname[o], n);
-        cg_line(&E->w, "/* the step's output, by micro-batch */");
-        cg_copy_elems(E, dst, E->cname[o], n, ctype(V(E, o)->type.dtype), CG_DEVICE_TO_DEVICE);
-    }
+    if (keeps) emit_micro_results(E, stage);
     if (traced && E->chunks > 1)
         cg_line(&E->w, "dmrt_trace_chunk_action(ctx->rank, '%c', micro, %d, trace_start);", phase == PHASE_FORWARD ? 'F' : 'B',
                 stage / E->ranks);
