@@ -124,12 +124,12 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double t[5];
         t[0] = now();
-        dmrt_attention_forward(L.q, L.k, L.v, L.out, L.lse, L.heads, L.T, L.D, L.scale, 1, 1, L.work);
+        dmrt_attention_forward(L.q, L.k, L.v, L.out, L.lse, L.heads, 1, L.T, L.D, L.scale, 1, 1, L.work);
         t[1] = now();
         unfused_forward(&L);
         t[2] = now();
-        dmrt_attention_backward(L.q, L.k, L.v, L.out, L.lse, L.dout, L.grads, L.grads + n, L.grads + 2 * n, L.heads, L.T,
-                                L.D, L.scale, 1, 1, L.work);
+        dmrt_attention_backward(L.q, L.k, L.v, L.out, L.lse, L.dout, L.grads, L.grads + n, L.grads + 2 * n, L.heads, 1,
+                                L.T, L.D, L.scale, 1, 1, L.work);
         t[3] = now();
         unfused_backward(&L);
         t[4] = now();

@@ -49,6 +49,9 @@ typedef struct codegen_toolchain {
 int codegen_target_known(const char *name);
 /* Whether the target has fused attention kernels (passes/fuse_attention.c): C does. */
 int codegen_fuses_attention(const char *target);
+/* Whether the target's attention kernels take heads side by side in a row ([.., T, H, D],
+ * cg_attention.inner), so that the fusion folds the heads' transposes in: C's do. */
+int codegen_attention_heads_inner(const char *target);
 /* Whether the target runs fused attention in 16 bits under --precision bf16/fp16 (CUDA:
  * cuDNN); else the attention stays f32. */
 int codegen_attention_16bit(const char *target);

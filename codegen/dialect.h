@@ -146,6 +146,10 @@ typedef struct cg_xent {
  * and dv. Unused operands are NULL. */
 typedef struct cg_attention {
     int64_t heads, positions, width;
+    int64_t inner;                                  /* heads side by side in a row: head h's row t
+                                                     * is row ((h / inner) * positions + t) * inner
+                                                     * + h % inner (ir_attention_layout); 1 but
+                                                     * where the dialect has can.attention_heads_inner */
     int causal;                                     /* keys after the query are hidden */
     const char *scale;                              /* C literal the scores are multiplied by */
     const char *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
@@ -244,6 +248,8 @@ typedef struct cg_capabilities {
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
     int attention_16bit;    /* under --precision bf16/fp16 the fused attention runs in that type
                              * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
+    int attention_heads_inner; /* the attention's kernels take [.., T, H, D] operands (cg_attention.inner
+                             * > 1): the heads' split and merge transposes are folded into it */
     int gemm_bias;          /* a product with a bias's add starts from the bias's rows itself
                              * (cg_gemm.bias, f32 and bf16 operands): no fill loop before it */
     int fused_cast;         /* loop nests store the 16-bit copy of their result in the same pass

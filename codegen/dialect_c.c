@@ -857,15 +857,17 @@ static void include_attention_kernels(cg_writer *w) {
 
 static void c_attention(cg_writer *w, const cg_attention *k) {
     include_attention_kernels(w);
-    cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->q, k->k, k->v, k->out, k->lse,
-            (long long)k->heads, (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
+    cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->q, k->k, k->v,
+            k->out, k->lse, (long long)k->heads, (long long)k->inner, (long long)k->positions, (long long)k->width, k->scale,
+            k->causal, k->work);
 }
 
 static void c_attention_grad(cg_writer *w, const cg_attention *k) {
     include_attention_kernels(w);
     cg_line(w, "dmrt_attention_backward(%s, %s, %s, %s, %s, %s,", k->q, k->k, k->v, k->out, k->lse, k->dout);
-    cg_line(w, "                        %s, %s, %s, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->dq, k->dk, k->dv, (long long)k->heads,
-            (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work);
+    cg_line(w, "                        %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->dq, k->dk, k->dv,
+            (long long)k->heads, (long long)k->inner, (long long)k->positions, (long long)k->width, k->scale, k->causal,
+            k->work);
 }
 
 static int64_t c_attention_scratch_floats(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype) {
@@ -955,7 +957,8 @@ const cg_dialect cg_dialect_c = {
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
-            .fused_cast_layernorm = 1, .gemm_bias = 1, .flat_update = 1, .wgrad_bias = 1},
+            .fused_cast_layernorm = 1, .gemm_bias = 1, .flat_update = 1, .wgrad_bias = 1,
+            .attention_heads_inner = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",

@@ -6,6 +6,9 @@
 #include "dialect_cuda_internal.h"
 #include "../runtime/cuda/dmrt_cuda_sizes.h"
 
+/* Heads are one after the other here (k->inner is 1): the dialect has no
+ * can.attention_heads_inner, so the heads' transposes stay around the attention. */
+
 /* Fused attention: in f32 runtime/cuda/attention.cu, a thread a row, which needs no scratch
  * (a float, so that the context's layout stays the C target's shape); in bf16 or fp16
  * attention16.cu, cuDNN on 16-bit copies in the scratch (dmrt_cuda_attention16_scratch_bytes). */

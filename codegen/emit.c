@@ -262,6 +262,11 @@ int codegen_attention_16bit(const char *target) {
     return d && d->attention && d->can.attention_16bit;
 }
 
+int codegen_attention_heads_inner(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->attention && d->can.attention_heads_inner;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;

@@ -513,12 +513,12 @@ static void emit_loss(emitter *E, const ir_value *v) {
  * casts in its scratch, sized as the memory pass sized it (dm_scratch_elems). */
 static void emit_attention(emitter *E, const ir_value *v) {
     const ir_type *q = T(E, v->operands[0]);
-    int64_t positions = q->shape[q->rank - 2], width = q->shape[q->rank - 1], n = ir_numel(q);
+    ir_attention_layout a = ir_attention_layout_of(v, q);
+    int64_t n = ir_numel(q), heads = a.heads, positions = a.positions, width = a.width;
     char scale[64], lse[160], dk[160], dv[160];
     cg_float_literal(v->scalar, scale, sizeof scale);
     ir_dtype operands = E->g->attention_16bit ? E->g->product_dtype : DT_F32;
-    int64_t heads = n / (positions * width);
-    cg_attention k = {.heads = heads, .positions = positions, .width = width, .causal = v->causal,
+    cg_attention k = {.heads = heads, .inner = a.inner, .positions = positions, .width = width, .causal = v->causal,
                       .scale = scale, .q = E->cname[v->operands[0]], .k = E->cname[v->operands[1]],
                       .v = E->cname[v->operands[2]], .work = "ctx->scratch", .operands = operands,
                       .work_floats = E->dialect->attention_scratch_floats(heads, positions, width, operands),

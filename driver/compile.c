@@ -17,9 +17,10 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 
 /* Lowering's checks, the attention's fusion and autodiff: what neither ZeRO nor
  * recomputation changes. */
-static int differentiate(ir_graph *g, dm_diag *d) {
+static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
     VERIFY("lower");
     if (pass_trainable(g, d)) return 1;
+    g->attention_heads_inner = codegen_attention_heads_inner(target);
     pass_fuse_attention(g);
     VERIFY("fuse_attention");
     if (pass_autodiff(g, d)) return 1;
@@ -75,7 +76,7 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
         VERIFY("lower");
         return 0;
     }
-    if (differentiate(g, d)) return 1;
+    if (differentiate(g, req->target, d)) return 1;
     if (stops_at(req, "autodiff")) return 0;
     return run_after_autodiff(g, req, d, out);
 }
@@ -112,9 +113,10 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
     return 0;
 }
 
-ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, dm_diag *d) {
+ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, const char *target,
+                                  dm_diag *d) {
     ir_graph *g = dm_lower(prog, lower, d);
-    if (g && differentiate(g, d)) {
+    if (g && differentiate(g, target, d)) {
         ir_graph_free(g);
         return NULL;
     }

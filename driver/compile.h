@@ -45,8 +45,10 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
 /* dm_compile in two parts, for the planner: the program lowered and differentiated (NULL
  * with errors reported to d), which ZeRO and recomputation do not change; then the rest of
  * the passes on that graph or a copy of it (ir_graph_copy), the two choices set in it
- * (dm_lower_set_choices): out owns g from then on. */
-ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, dm_diag *d);
+ * (dm_lower_set_choices): out owns g from then on. The target ("c", "cuda") decides the
+ * fused attention's layout (codegen_attention_heads_inner). */
+ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, const char *target,
+                                  dm_diag *d);
 int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out);
 void dm_compiled_free(dm_compiled *c);
 

@@ -206,7 +206,7 @@ static const ir_graph *front_for(const compile_choice *cc, const dm_lower_option
     *x = (lowered_front){.kept = 1, .batch = cc->batch, .layers = cc->layers, .microbatches = cc->microbatches,
                          .schedule = cc->schedule};
     memcpy(x->mesh, cc->mesh, sizeof x->mesh);
-    x->g = dm_lower_differentiated(cc->req->prog, lo, d);
+    x->g = dm_lower_differentiated(cc->req->prog, lo, cc->req->target, d);
     return x->g;
 }
 

@@ -90,10 +90,24 @@ int64_t ir_storage_elems(const ir_graph *g, const ir_value *v) {
     return n;
 }
 
+ir_attention_layout ir_attention_layout_of(const ir_value *v, const ir_type *q) {
+    ir_attention_layout a = {.positions_dim = q->rank - (v->heads_inner ? 3 : 2), .inner = 1};
+    a.positions = q->shape[a.positions_dim];
+    a.width = q->shape[q->rank - 1];
+    if (v->heads_inner) a.inner = q->shape[q->rank - 2];
+    a.heads = ir_numel(q) / (a.positions * a.width);
+    return a;
+}
+
 int64_t ir_view_offset(const ir_graph *g, const ir_value *v) {
     if (v->op == OP_ATTENTION_LSE) return ir_local_numel(g, &g->values[v->operands[0]]->type);
     if (v->op == OP_STACKED_PART) return v->offset * ir_local_numel(g, &v->type);
     return 0;
+}
+
+int ir_in_operand_buffer(const ir_value *v) {
+    return (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
+           v->role == ROLE_TEMP;
 }
 
 int ir_reads_operand(const ir_value *v, int k) {

@@ -39,8 +39,8 @@ typedef enum ir_op_class {
  *                its own collective: cross-entropy over a split vocabulary).
  *   GATHER       embedding: ids split like the result's leading dims; a table split
  *                over its rows (vocabulary) gives a partial result.
- *   ATTENTION    fused attention and its backward: the leading (batch, head) dims split
- *                alike in every operand; positions and the head's width whole.
+ *   ATTENTION    fused attention and its backward: the (batch, head) dims split alike in
+ *                every operand; positions and the head's width whole.
  *   COLLECTIVE   inserted by the sharding pass: the op is the change of sharding. */
 typedef enum ir_shard_rule {
     SHARD_SOURCE, SHARD_ELEMENTWISE, SHARD_REDUCE, SHARD_LAYOUT, SHARD_CONTRACT, SHARD_ROWWISE, SHARD_GATHER,
@@ -157,6 +157,10 @@ typedef struct ir_value {
     /* attributes, by op */
     double scalar;            /* CONST: value; LAYERNORM*: epsilon; CAUSAL_MASK: fill; SOFTMAX*, ATTENTION*: scale */
     int causal;               /* SOFTMAX*, ATTENTION*: a causal mask fused in (keys after the query get 0) */
+    int heads_inner;          /* ATTENTION*: the operands are [.., T, H, D], each position's H heads
+                               * side by side as a reshape of [.., T, H * D] leaves them, instead
+                               * of [.., T, D] with every head's positions together (no transposes
+                               * around the attention: passes/fuse_attention.c) */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
     int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along; STATE
                                * (prune_mask): the output channels' dim of its weight */
@@ -251,6 +255,9 @@ typedef struct ir_graph {
     /* passes/fuse_attention.c: softmax(causal_mask(q @ kT * s)) @ v becomes one attention
      * op (set for the C target unless --no-fuse-attention). */
     int fuse_attention;
+    /* The target's attention kernels read and write [.., T, H, D] (cg_attention.inner): the
+     * fusion then takes the heads' split and merge transposes in; set by the driver. */
+    int attention_heads_inner;
     /* The target runs each fused attention in product_dtype (CUDA: cuDNN), its operands
      * cast by the kernel, not by passes/precision.c; set by the driver with product_dtype. */
     int attention_16bit;
@@ -339,9 +346,20 @@ int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
  * offset): its local type's elements, 2-byte ones counted in pairs, and for an attention
  * also the rows' log-sum-exp kept after its result. */
 int64_t ir_storage_elems(const struct ir_graph *g, const struct ir_value *v);
+/* An attention's (or its gradient's) operands, q of type q: `heads` heads of `positions`
+ * rows of `width`, head h's row t at ((h / inner) * positions + t) * inner + h % inner rows
+ * (inner: the heads side by side in a row, 1 unless heads_inner); the positions' dim. */
+typedef struct ir_attention_layout {
+    int64_t heads, inner, positions, width;
+    int positions_dim;
+} ir_attention_layout;
+ir_attention_layout ir_attention_layout_of(const struct ir_value *v, const ir_type *q);
 /* Where a view (attention_lse, stacked_part) starts in its operand's buffer, in elements
  * of one rank's shards; 0 for other ops. */
 int64_t ir_view_offset(const struct ir_graph *g, const struct ir_value *v);
+/* Whether v is its first operand's buffer (the memory plan gives it none of its own): a
+ * temporary reshape or view. */
+int ir_in_operand_buffer(const struct ir_value *v);
 /* Whether op v reads operand k: a unary gradient reads only the variables its
  * expression names (relu's gradient needs x and dy, not y); every other op reads all. */
 int ir_reads_operand(const struct ir_value *v, int k);

@@ -101,6 +101,7 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
         break;
     case OPC_ATTENTION:
         if (v->causal) fprintf(out, " causal");
+        if (v->heads_inner) fprintf(out, " heads_inner");
         fprintf(out, " scale=%.9g", v->scalar);
         break;
     case OPC_VIEW:

@@ -348,8 +348,9 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
     return 0;
 }
 
-/* attention (q, k, v): three f32 tensors of one shape (..., T, D), the result the same;
- * attention_grad (q, k, v, out, lse, dout): (3, ..., T, D), the three gradients stacked. */
+/* attention (q, k, v): three f32 tensors of one shape (..., T, D), or (..., T, H, D) with
+ * heads_inner, the result the same; attention_grad (q, k, v, out, lse, dout): the three
+ * gradients stacked, (3, ...) of that shape. */
 static int rule_attention(ir_graph *g, ir_value *v, dm_diag *d) {
     const ir_type *q = operand_type(g, v, 0);
     int errors = 0;
@@ -357,7 +358,7 @@ static int rule_attention(ir_graph *g, ir_value *v, dm_diag *d) {
     if (errors) return errors;
     for (int k = 1; k < 3; k++) {
         const ir_type *t = operand_type(g, v, k);
-        if (q->rank < 2 || q->rank >= IR_MAX_RANK || t->rank != q->rank || !same_dims(q, t, q->rank)) {
+        if (q->rank < 2 + !!v->heads_inner || q->rank >= IR_MAX_RANK || t->rank != q->rank || !same_dims(q, t, q->rank)) {
             type_strs s;
             two_types(g, q, t, &s);
             dm_error(d, v->loc, "attention needs q, k and v of one shape (..., T, D), got %s and %s", s.a, s.b);

@@ -33,6 +33,9 @@ int ir_verify(const ir_graph *g, const char *after_pass, FILE *err) {
             BROKEN(v, "a product of %s and %s", ir_dtype_name(g->values[v->operands[0]]->type.dtype),
                    ir_dtype_name(g->values[v->operands[1]]->type.dtype));
         if (v->phase > 0 && i > 0 && g->values[i - 1]->phase > v->phase) BROKEN(v, "phase goes backwards");
+        if (v->op == OP_ATTENTION_GRAD && v->origin && v->origin->op == OP_ATTENTION &&
+            v->origin->heads_inner != v->heads_inner)
+            BROKEN(v, "attention_grad's heads_inner %d, its attention's %d", v->heads_inner, v->origin->heads_inner);
     }
     for (int p = 0; p < g->n_params; p++)
         if (g->params[p] < 0 || g->params[p] >= g->n_values || g->values[g->params[p]]->op != OP_PARAM)

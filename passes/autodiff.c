@@ -273,6 +273,7 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         ir_value *gv = start(A, OP_ATTENTION_GRAD, ops, 6, loc, ir_internf(A->g, "d_%s.qkv", name));
         gv->scalar = v->scalar;
         gv->causal = v->causal;
+        gv->heads_inner = v->heads_inner;
         int stacked = finish(A, gv);
         for (int part = 0; part < 3; part++) {
             int x = v->operands[part];

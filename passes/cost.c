@@ -31,8 +31,8 @@ static double ops_per_element(const ir_value *v) {
  * hidden keys are skipped). Costed as products, one call per head. */
 static void attention_cost(const ir_graph *g, const ir_value *v, dm_op_cost *c) {
     ir_type q = ir_local_type(g, &g->values[v->operands[0]]->type);
-    double t = (double)q.shape[q.rank - 2], width = (double)q.shape[q.rank - 1];
-    double heads = (double)ir_numel(&q) / (t * width);
+    ir_attention_layout a = ir_attention_layout_of(v, &q);
+    double t = (double)a.positions, width = (double)a.width, heads = (double)a.heads;
     double pairs = heads * (v->causal ? t * (t + 1) / 2 : t * t);
     c->flops = pairs * (v->op == OP_ATTENTION ? 4 * width + 5 : 10 * width + 8);
     c->matmul = 1;

@@ -465,7 +465,7 @@ static fused_attention fused_attentions(const ir_graph *g) {
         double rows = (double)ir_local_numel(g, &v->type) / (double)v->type.shape[v->type.rank - 1];
         if (!f.count++) f.line = v->loc.line;
         f.kept_elems += rows;
-        f.probability_elems += rows * (double)v->type.shape[v->type.rank - 2];
+        f.probability_elems += rows * (double)ir_attention_layout_of(v, &v->type).positions;
     }
     return f;
 }

@@ -16,6 +16,13 @@
  * its gradient (autodiff) is one fused backward that keeps only each row's log-sum-exp
  * from the forward.
  *
+ * Where the target's kernels take the heads side by side in a row (g->attention_heads_inner:
+ * the C target's), the heads' transposes around it go too: when q, k and v are each
+ * transpose(x, T, H) of an x of shape (.., T, H, D) read by nothing else, and the result's
+ * only reader is the transpose back, the attention reads the three x and writes (.., T, H,
+ * D) itself (heads_inner), in place of that transpose. gpt.dm's heads are split and
+ * merged so: 4 copies of the activations a layer forward and 4 backward are not made.
+ *
  * Where the target has attention kernels (the driver sets g->fuse_attention;
  * --no-fuse-attention clears it): the C target's blocked kernels (runtime/dmrt_attention.h),
  * the CUDA target's a thread a row in f32 (runtime/cuda/attention.cu) and, under
@@ -54,10 +61,12 @@ static int named_by_program(const ir_graph *g, const ir_value *v) {
 }
 
 /* What an attention fuses: the scores' product, the op scaling them (or NULL), the
- * softmax, and the scale in all. */
+ * softmax, and the scale in all; with the heads side by side, the transposes of q, k and
+ * v and the one of the result (else NULL). */
 typedef struct attention_match {
     const ir_value *scores, *scaling, *softmax;
     double scale;
+    const ir_value *split[3], *merge;
 } attention_match;
 
 /* x * c, c * x or x / c with c a constant: x and the factor; else x = v, factor 1. */
@@ -81,6 +90,40 @@ static int inner(const ir_graph *g, const ir_value *v, const int *readers) {
     return readers[v->id] == 1 && !named_by_program(g, v);
 }
 
+/* Whether v swaps the positions' and the heads' dims of a (.., T, H, D) (or back). */
+static int swaps_heads(const ir_value *v) {
+    int r = v->type.rank;
+    if (v->op != OP_TRANSPOSE || r < 3) return 0;
+    for (int i = 0; i < r; i++)
+        if (v->perm[i] != (i == r - 3 ? r - 2 : i == r - 2 ? r - 3 : i)) return 0;
+    return 1;
+}
+
+/* The reader of v, when it has one only. */
+static const ir_value *only_reader(const ir_graph *g, const ir_value *v, const int *readers) {
+    if (readers[v->id] != 1) return NULL;
+    for (int i = v->id + 1; i < g->n_values; i++)
+        for (int k = 0; k < g->values[i]->n_operands; k++)
+            if (g->values[i]->operands[k] == v->id) return g->values[i];
+    return NULL;
+}
+
+/* With the heads side by side: q, k and v each a transpose of (.., T, H, D) read only by
+ * the pattern, and the result o read only by the transpose back; fills m's split and
+ * merge, or leaves them NULL. */
+static void match_heads_inner(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
+    if (!g->attention_heads_inner || named_by_program(g, o)) return;
+    const int qkv[3] = {m->scores->operands[0], m->scores->operands[1], o->operands[1]};
+    const ir_value *split[3], *merge = only_reader(g, o, readers);
+    for (int i = 0; i < 3; i++) {
+        split[i] = g->values[qkv[i]];
+        if (!swaps_heads(split[i]) || !inner(g, split[i], readers)) return;
+    }
+    if (!merge || !swaps_heads(merge) || named_by_program(g, merge)) return;
+    memcpy(m->split, split, sizeof split);
+    m->merge = merge;
+}
+
 /* Whether o = matmul(softmax(matmul(q, k) [* c]), v) is the pattern; fills m. */
 static int match_attention(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
     if (!batched_product(o, 0)) return 0;
@@ -95,17 +138,34 @@ static int match_attention(const ir_graph *g, const ir_value *o, const int *read
     const ir_type *v = &g->values[o->operands[1]]->type;
     if (q->dtype != DT_F32 || !same_shape(q, k) || !same_shape(q, v)) return 0;
     *m = (attention_match){.scores = s, .scaling = s != x ? x : NULL, .softmax = p, .scale = p->scalar * factor};
+    match_heads_inner(g, o, readers, m);
     return 1;
+}
+
+/* Where v's name ends in its op's ("h.0.attn.matmul", as lowering names a value the
+ * program does not): the start of that last part; else NULL. */
+static const char *named_after_op(const ir_value *v) {
+    if (!v->name) return NULL;
+    const char *last = strrchr(v->name, '.');
+    last = last ? last + 1 : v->name;
+    return strcmp(last, ir_op_info_of(v->op)->name) == 0 ? last : NULL;
 }
 
 /* The product's name, or for one lowering named after its op ("h.0.attn.matmul") the
  * same path ending in "attention". */
 static const char *attention_name(ir_graph *g, const ir_value *o) {
-    if (!o->name) return NULL;
-    const char *last = strrchr(o->name, '.');
-    last = last ? last + 1 : o->name;
-    if (strcmp(last, ir_op_info_of(OP_MATMUL)->name) != 0) return o->name;
+    const char *last = named_after_op(o);
+    if (!last) return o->name;
     return ir_internf(g, "%.*sattention", (int)(last - o->name), o->name);
+}
+
+/* q, k and v's transposes go: the values they transposed, named after their op, take
+ * their names (gpt.dm's q, k and v, which the generated code and gradients then show). */
+static void name_after_transposes(ir_graph *g, const attention_match *m) {
+    for (int k = 0; k < 3; k++) {
+        ir_value *x = g->values[m->split[k]->operands[0]];
+        if (m->split[k]->name && named_after_op(x)) x->name = m->split[k]->name;
+    }
 }
 
 int pass_fuse_attention(ir_graph *g) {
@@ -123,15 +183,22 @@ int pass_fuse_attention(ir_graph *g) {
         if (!match_attention(g, g->values[i], readers, m)) continue;
         dropped[m->scores->id] = dropped[m->softmax->id] = 1;
         if (m->scaling) dropped[m->scaling->id] = 1;
+        if (m->merge) {
+            for (int k = 0; k < 3; k++) dropped[m->split[k]->id] = 1;
+            dropped[m->merge->id] = 1;
+            name_after_transposes(g, m);
+        }
         any = 1;
     }
     if (any) {
         ir_value **old = g->values;
         g->values = NULL;
         g->n_values = g->cap_values = 0;
+        /* a dropped op's id maps to none, but a merge's: its attention's (set at the
+         * attention, which comes first) */
+        for (int i = 0; i < n; i++) map[i] = -1;
         for (int i = 0; i < n; i++) {
             ir_value *v = old[i];
-            map[i] = -1;
             if (dropped[i]) continue;
             for (int k = 0; k < v->n_operands; k++) v->operands[k] = map[v->operands[k]];
             if (!match[i].softmax) {
@@ -141,6 +208,8 @@ int pass_fuse_attention(ir_graph *g) {
             }
             const attention_match *m = &match[i];
             int qkv[3] = {map[m->scores->operands[0]], map[m->scores->operands[1]], v->operands[1]};
+            if (m->merge)
+                for (int k = 0; k < 3; k++) qkv[k] = map[m->split[k]->operands[0]];
             ir_value *a = ir_add(g, OP_ATTENTION, qkv, 3, m->softmax->loc);
             a->name = attention_name(g, v);
             a->phase = v->phase;
@@ -149,10 +218,12 @@ int pass_fuse_attention(ir_graph *g) {
             a->annotated = v->annotated;
             a->scalar = m->scale;
             a->causal = m->softmax->causal;
-            a->type = v->type;
+            a->type = m->merge ? m->merge->type : v->type;
+            a->heads_inner = m->merge != NULL;
             for (int k = 0; k < g->n_cuts; k++)
                 if (g->cut_after[k] == v) g->cut_after[k] = a;
             map[i] = a->id;
+            if (m->merge) map[m->merge->id] = a->id;
         }
         free(old);
         ir_renumber_lists(g, map);

@@ -384,9 +384,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
          * of its own (a parameter's gradient) is a copy; a bias's add shares its product's;
          * the pads, adds and pieces of a window assembly share its sum's (within: the
          * piece's window, set by dm_plan_window_assemblies) */
-        int shares = ((v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
-                      v->role == ROLE_TEMP) ||
-                     (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
+        int shares = ir_in_operand_buffer(v) || (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
         int assembled = plan->assembled_in[i], sum = sum_buffer_taken(g, plan, i);
         if (assembled >= 0 && assembled != i) {
             plan->storage_of[i] = assembled;
@@ -944,10 +942,9 @@ int64_t dm_scratch_elems(const ir_graph *g, const dm_scratch_rules *rules) {
         } else if (v->op == OP_EMBED_GRAD) {
             n = (rules->embed_grad_bytes(ir_local_numel(g, &g->values[v->operands[0]]->type)) + 3) / 4;
         } else if ((v->op == OP_ATTENTION || v->op == OP_ATTENTION_GRAD) && rules->attention_floats) {
-            const ir_type *q = &g->values[v->operands[0]]->type;
-            int64_t positions = q->shape[q->rank - 2], width = q->shape[q->rank - 1];
-            n = rules->attention_floats(ir_local_numel(g, q) / (positions * width), positions, width,
-                                        g->attention_16bit ? g->product_dtype : DT_F32);
+            ir_type q = ir_local_type(g, &g->values[v->operands[0]]->type);
+            ir_attention_layout a = ir_attention_layout_of(v, &q);
+            n = rules->attention_floats(a.heads, a.positions, a.width, g->attention_16bit ? g->product_dtype : DT_F32);
         }
         if (n > need) need = n;
     }

@@ -167,6 +167,14 @@ static void measure_ops(const ir_graph *g, pipe_costs *c) {
     free(where);
     free(last_sent);
     free(op_seconds);
+    /* the backward reading a reshape or view reads its operand's buffer: counted once, as
+     * the operand's (gpt.dm's merged heads are a reshape of the attention's output, which
+     * the attention's backward reads too) */
+    for (int i = g->n_values - 1; i >= 0; i--)
+        if (read_backward[i] && ir_in_operand_buffer(g->values[i])) {
+            read_backward[g->values[i]->operands[0]] = 1;
+            read_backward[i] = 0;
+        }
     /* parameters, gradients and optimizer state, ZeRO's shares of them */
     double state = dm_state_per_param(g->zero, dm_optimizer_states(g), zero_shares(g));
     for (int i = 0; i < g->n_values; i++) {

@@ -547,11 +547,12 @@ static void rule_gather(shard_state *S, const ir_value *v, decision *D) {
  * dim of its three parts, whole. */
 static void rule_attention(shard_state *S, const ir_value *v, decision *D) {
     const ir_type *q = operand(S, v, 0);
-    int batch = q->rank - 2;
+    int positions = ir_attention_layout_of(v, q).positions_dim;
     for (int k = 0; k < v->n_operands; k++) {
         ir_type *w = &D->want[k];
         for (int i = 0; i < w->rank; i++) {
-            int target = i < batch ? q->split[i] : IR_REPLICATED;
+            /* q's dims, and the row log-sum-exp's (q's without the width) */
+            int target = i != positions && i < q->rank - 1 ? q->split[i] : IR_REPLICATED;
             if (w->split[i] != target) {
                 w->split[i] = (int8_t)target;
                 D->reason = "attention reads its operands split alike, positions whole";
@@ -563,7 +564,8 @@ static void rule_attention(shard_state *S, const ir_value *v, decision *D) {
         }
     }
     int lead = v->op == OP_ATTENTION_GRAD;
-    for (int i = 0; i < batch; i++) D->res.split[i + lead] = q->split[i];
+    for (int i = 0; i < q->rank - 1; i++)
+        if (i != positions) D->res.split[i + lead] = q->split[i];
 }
 
 /* A view keeps its operand's sharding on the dims it keeps (the operand's buffer, read in

@@ -7,8 +7,11 @@
  * compiler includes it for the sizes (codegen/dialect_c.c). The tile products go through
  * dmrt_sgemm (BLAS).
  *
- * Layout: a head is a (positions, width) matrix, heads one after the other: q, k, v, out,
- * dout, dq, dk, dv are (heads, positions, width), lse (heads, positions).
+ * Layout: a head is a (positions, width) matrix. q, k, v, out, dout, dq, dk, dv are
+ * (heads / inner, positions, inner, width) and lse (heads / inner, positions, inner): with
+ * inner 1, heads one after the other; with inner H, the rows of H heads side by side, as
+ * [B, T, H * D] reshaped to [B, T, H, D] has them, so that no transpose is needed around
+ * the attention (head h's rows are then H * width floats apart).
  *
  * Forward, per head: for each block of `tile` queries, the blocks of keys it can see (with
  * a causal mask: up to the block's last query; later blocks are skipped whole), each
@@ -100,39 +103,59 @@ static inline float dmrt_attention_online_row_(float *s, int64_t visible, int64_
     return rescale;
 }
 
+/* Where head h starts in q (and every tensor of its shape) and in lse, and how far apart
+ * its rows are in each. */
+typedef struct dmrt_attention_head_ {
+    size_t at, lse_at;
+    int64_t ld, lse_ld;
+} dmrt_attention_head_;
+
+static inline dmrt_attention_head_ dmrt_attention_head_of_(int64_t h, int64_t inner, int64_t positions, int64_t width) {
+    const int64_t first_row = h / inner * positions * inner + h % inner;
+    return (dmrt_attention_head_){.at = (size_t)(first_row * width), .lse_at = (size_t)first_row,
+                                  .ld = inner * width, .lse_ld = inner};
+}
+
+/* Zeroes rows rows of width floats, ld apart. */
+static inline void dmrt_attention_zero_rows_(float *x, int64_t rows, int64_t width, int64_t ld) {
+    for (int64_t i = 0; i < rows; i++) memset(x + i * ld, 0, (size_t)width * sizeof(float));
+}
+
 /* The heads first .. end of the forward, in work. */
 static inline void dmrt_attention_forward_heads_(const float *q, const float *k, const float *v, float *out, float *lse,
-                                                 int64_t first, int64_t end, int64_t positions, int64_t width,
-                                                 float scale, int causal, float *work) {
+                                                 int64_t first, int64_t end, int64_t inner, int64_t positions,
+                                                 int64_t width, float scale, int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *scores = work;               /* (tile, tile) a block's scores, then their exp */
     float *row_max = work + tile * tile; /* (tile) each query's running maximum */
     float *row_sum = row_max + tile;     /* (tile) its running sum of exp(score - maximum) */
     for (int64_t h = first; h < end; h++) {
-        const float *qh = q + h * T * D, *kh = k + h * T * D, *vh = v + h * T * D;
-        float *oh = out + h * T * D, *lh = lse + h * T;
+        const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
+        const int64_t ld = at.ld;
+        const float *qh = q + at.at, *kh = k + at.at, *vh = v + at.at;
+        float *oh = out + at.at, *lh = lse + at.lse_at;
         for (int64_t q0 = 0; q0 < T; q0 += tile) {
             const int64_t nq = T - q0 < tile ? T - q0 : tile;
-            float *block_out = oh + q0 * D;
-            memset(block_out, 0, (size_t)(nq * D) * sizeof(float));
+            float *block_out = oh + q0 * ld;
+            dmrt_attention_zero_rows_(block_out, nq, D, ld);
             for (int64_t i = 0; i < nq; i++) row_max[i] = -INFINITY, row_sum[i] = 0.0f;
             /* with a causal mask, the key blocks after the last query's are hidden whole */
             const int64_t key_end = causal ? q0 + nq : T;
             for (int64_t k0 = 0; k0 < key_end; k0 += tile) {
                 const int64_t nk = key_end - k0 < tile ? key_end - k0 : tile;
-                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * D, D, kh + k0 * D, D, 0.0f, scores, tile);
+                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, scores, tile);
                 for (int64_t i = 0; i < nq; i++) {
                     int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
                     float rescale = dmrt_attention_online_row_(scores + i * tile, visible, nk, &row_max[i], &row_sum[i]);
                     if (rescale != 1.0f)
-                        for (int64_t d = 0; d < D; d++) block_out[i * D + d] *= rescale;
+                        for (int64_t d = 0; d < D; d++) block_out[i * ld + d] *= rescale;
                 }
-                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, scores, tile, vh + k0 * D, D, 1.0f, block_out, D);
+                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, scores, tile, vh + k0 * ld, ld, 1.0f, block_out, ld);
             }
             for (int64_t i = 0; i < nq; i++) {
                 const float inv_sum = 1.0f / row_sum[i];
-                for (int64_t d = 0; d < D; d++) block_out[i * D + d] *= inv_sum;
-                lh[q0 + i] = row_max[i] + logf(row_sum[i]);
+                for (int64_t d = 0; d < D; d++) block_out[i * ld + d] *= inv_sum;
+                lh[(q0 + i) * at.lse_ld] = row_max[i] + logf(row_sum[i]);
             }
         }
     }
@@ -159,17 +182,18 @@ static inline void dmrt_attention_forward_heads_(const float *q, const float *k,
     } while (0)
 
 static inline void dmrt_attention_forward(const float *q, const float *k, const float *v, float *out, float *lse,
-                                          int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                          int threads, float *work) {
+                                          int64_t heads, int64_t inner, int64_t positions, int64_t width, float scale,
+                                          int causal, int threads, float *work) {
     DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
-                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, positions, width, scale,
-                                                              causal, block_work_));
+                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, inner, positions, width,
+                                                              scale, causal, block_work_));
 }
 
-/* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head. */
-static inline void dmrt_attention_delta_(const float *dout, const float *out, int64_t rows, int64_t width, float *delta) {
+/* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head (ld apart). */
+static inline void dmrt_attention_delta_(const float *dout, const float *out, int64_t rows, int64_t width, int64_t ld,
+                                         float *delta) {
     for (int64_t i = 0; i < rows; i++) {
-        const float *a = dout + i * width, *b = out + i * width;
+        const float *a = dout + i * ld, *b = out + i * ld;
         float lanes[8] = {0};
         int64_t d = 0;
         for (; d + 8 <= width; d += 8)
@@ -182,43 +206,45 @@ static inline void dmrt_attention_delta_(const float *dout, const float *out, in
 /* The heads first .. end of the backward, in work. */
 static inline void dmrt_attention_backward_heads_(const float *q, const float *k, const float *v, const float *out,
                                                   const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                                  int64_t first, int64_t end, int64_t positions, int64_t width,
-                                                  float scale, int causal, float *work) {
+                                                  int64_t first, int64_t end, int64_t inner, int64_t positions,
+                                                  int64_t width, float scale, int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *probs = work;                  /* (tile, tile) a block's probabilities */
     float *dscores = work + tile * tile;  /* (tile, tile) their gradient, then the scores' */
     float *delta = dscores + tile * tile; /* (T) each query's sum of dout * out */
     for (int64_t h = first; h < end; h++) {
-        const size_t head = (size_t)(h * T * D);
-        const float *qh = q + head, *kh = k + head, *vh = v + head, *doh = dout + head, *lh = lse + h * T;
+        const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
+        const int64_t ld = at.ld;
+        const size_t head = at.at;
+        const float *qh = q + head, *kh = k + head, *vh = v + head, *doh = dout + head, *lh = lse + at.lse_at;
         float *dqh = dq + head, *dkh = dk + head, *dvh = dv + head;
-        memset(dqh, 0, (size_t)(T * D) * sizeof(float));
-        memset(dkh, 0, (size_t)(T * D) * sizeof(float));
-        memset(dvh, 0, (size_t)(T * D) * sizeof(float));
-        dmrt_attention_delta_(doh, out + head, T, D, delta);
+        dmrt_attention_zero_rows_(dqh, T, D, ld);
+        dmrt_attention_zero_rows_(dkh, T, D, ld);
+        dmrt_attention_zero_rows_(dvh, T, D, ld);
+        dmrt_attention_delta_(doh, out + head, T, D, ld, delta);
         for (int64_t k0 = 0; k0 < T; k0 += tile) {
             const int64_t nk = T - k0 < tile ? T - k0 : tile;
             /* with a causal mask, the query blocks before this key block see none of it */
             for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
                 const int64_t nq = T - q0 < tile ? T - q0 : tile;
-                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * D, D, kh + k0 * D, D, 0.0f, probs, tile);
+                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, probs, tile);
                 for (int64_t i = 0; i < nq; i++) {
                     float *p = probs + i * tile;
-                    const float row_lse = lh[q0 + i];
+                    const float row_lse = lh[(q0 + i) * at.lse_ld];
                     int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
                     for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
                     for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
                 }
-                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * D, D, 1.0f, dvh + k0 * D, D);
-                dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * D, D, vh + k0 * D, D, 0.0f, dscores, tile);
+                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * ld, ld, 1.0f, dvh + k0 * ld, ld);
+                dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * ld, ld, vh + k0 * ld, ld, 0.0f, dscores, tile);
                 for (int64_t i = 0; i < nq; i++) {
                     const float *p = probs + i * tile;
                     float *ds = dscores + i * tile;
                     const float row_delta = delta[q0 + i];
                     for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
                 }
-                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * D, D, 1.0f, dqh + q0 * D, D);
-                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * D, D, 1.0f, dkh + k0 * D, D);
+                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * ld, ld, 1.0f, dqh + q0 * ld, ld);
+                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * ld, ld, 1.0f, dkh + k0 * ld, ld);
             }
         }
     }
@@ -226,11 +252,11 @@ static inline void dmrt_attention_backward_heads_(const float *q, const float *k
 
 static inline void dmrt_attention_backward(const float *q, const float *k, const float *v, const float *out,
                                            const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                           int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                           int threads, float *work) {
+                                           int64_t heads, int64_t inner, int64_t positions, int64_t width,
+                                           float scale, int causal, int threads, float *work) {
     DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
                                 dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_,
-                                                               positions, width, scale, causal, block_work_));
+                                                               inner, positions, width, scale, causal, block_work_));
 }
 
 #endif

@@ -19,12 +19,17 @@ no fused attention.
 Exactly, where a plan lays out apart what the forward keeps for the backward (a pipeline
 with several micro-batches in flight: each stage's kept part, and the cut search's count
 of the forward's values the backward reads), summed over the stages: per layer the
-probabilities go and the attention's output and statistics come (the fused backward reads
-out; the unfused one reads only the probabilities, v and q, k, which both keep), so
+probabilities go and the statistics come. The fused backward reads the attention's
+output, which on the C target is also the heads merged back ([B, T, NH, D]: the heads'
+transposes are folded into the attention, passes/fuse_attention.c), which the output
+projection's weight gradient reads and both plans keep; the unfused backward reads the
+probabilities, v and q, k, which both keep too. So
 
-  unfused kept - fused kept = L x 4 x (B / M) x NH x T x (T - D - 1) bytes
+  unfused kept - fused kept = L x 4 x (B / M) x NH x T x (T - 1) bytes
 
-for M micro-batches and head size D.
+for M micro-batches. (With the transposes kept around the attention, as on the CUDA
+target, the fused plan keeps the output besides the merged copy: T - D - 1, for head size
+D.)
 
 Measured: one training step of a small GPT each way (`dmc run --memory`, text from this
 repository's README) must peak at exactly what --explain predicts, so the drop is real.
@@ -89,7 +94,7 @@ def check_plan(dmc, sets, mesh):
 def check_kept(dmc):
     sets, extra, micro = KEPT
     d = dims_of(sets, None)
-    want = d["L"] * 4 * (d["B"] // micro) * d["NH"] * d["T"] * (d["T"] - d["C"] // d["NH"] - 1)
+    want = d["L"] * 4 * (d["B"] // micro) * d["NH"] * d["T"] * (d["T"] - 1)
     fails, kept = [], {}
     for fused in (True, False):
         plan = explain(dmc, sets, None, fused, extra)

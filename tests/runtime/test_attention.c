@@ -6,7 +6,9 @@
  * sizes 1, 3 and 16, one and three heads, causal and over every key, with scores large
  * enough that the online softmax's maximum moves between blocks. Bounds: out, lse, dq,
  * dk, dv within 2e-5 + 2e-4 |x| of the double reference (float32 tile products of at
- * most 130 terms; the measured errors are printed). */
+ * most 130 terms; the measured errors are printed). The tiled kernels with the heads side
+ * by side in each row (inner > 1, the layout a fused gpt.dm attention reads and writes)
+ * must give the bits of the heads one after the other. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -92,6 +94,53 @@ static void by_rows(const sizes *z, const float *q, const float *k, const float 
         }
 }
 
+/* x, (heads, T, D) with heads = outer * inner, as (outer, T, inner, D) (to_inner) or back. */
+static void relayout(const float *x, float *y, int outer, int inner, int T, int D, int to_inner) {
+    for (int o = 0; o < outer; o++)
+        for (int h = 0; h < inner; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < D; d++) {
+                    size_t heads_apart = (((size_t)o * inner + h) * T + t) * D + d;
+                    size_t side_by_side = (((size_t)o * T + t) * inner + h) * D + d;
+                    if (to_inner) y[side_by_side] = x[heads_apart];
+                    else y[heads_apart] = x[side_by_side];
+                }
+}
+
+/* The same attention with the heads side by side in each row ([B, T, H, D], inner = H: the
+ * layout gpt.dm's reshapes leave, passes/fuse_attention.c): every result, relaid out, bit
+ * for bit the one of the heads one after the other (got: out, lse, dq, dk, dv), on one
+ * thread and on three. Splits the heads as outer x inner both ways it can. */
+static int heads_inner_same_bits(const sizes *z, const float *in, const float *got, float scale, float *work) {
+    int fails = 0;
+    const int T = z->positions, D = z->width;
+    const size_t n = (size_t)z->heads * T * D, rows = (size_t)z->heads * T;
+    float *side = malloc(sizeof(float) * 4 * n), *res = malloc(sizeof(float) * (4 * n + rows));
+    float *back = malloc(sizeof(float) * (4 * n + rows));
+    for (int inner = 1; inner <= z->heads; inner++) {
+        if (z->heads % inner) continue;
+        const int outer = z->heads / inner;
+        for (int t = 0; t < 4; t++) relayout(in + t * n, side + t * n, outer, inner, T, D, 1);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            float *out = res, *lse = res + n, *dq = res + n + rows;
+            dmrt_attention_forward(side, side + n, side + 2 * n, out, lse, z->heads, inner, T, D, scale, z->causal,
+                                   threads, work);
+            dmrt_attention_backward(side, side + n, side + 2 * n, out, lse, side + 3 * n, dq, dq + n, dq + 2 * n,
+                                    z->heads, inner, T, D, scale, z->causal, threads, work);
+            relayout(out, back, outer, inner, T, D, 0);
+            relayout(lse, back + n, outer, inner, T, 1, 0);
+            for (int part = 0; part < 3; part++) relayout(dq + part * n, back + n + rows + part * n, outer, inner, T, D, 0);
+            CHECK(memcmp(back, got, sizeof(float) * (4 * n + rows)) == 0,
+                  "heads %d (%d x %d side by side) T %d D %d causal %d, %d thread(s): not the bits of the heads apart",
+                  z->heads, outer, inner, T, D, z->causal, threads);
+        }
+    }
+    free(side);
+    free(res);
+    free(back);
+    return fails;
+}
+
 static int one(const sizes *z) {
     int fails = 0;
     const size_t n = (size_t)z->heads * z->positions * z->width, rows = (size_t)z->heads * z->positions;
@@ -107,16 +156,18 @@ static int one(const sizes *z) {
     const float scale = 1.0f / sqrtf((float)z->width);
     reference(z, q, k, v, dout, scale, want, want + n, want + n + rows, want + 2 * n + rows, want + 3 * n + rows);
     float *out = got, *lse = got + n, *dq = got + n + rows;
-    dmrt_attention_forward(q, k, v, out, lse, z->heads, z->positions, z->width, scale, z->causal, 1, work);
-    dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, z->positions, z->width, scale,
+    dmrt_attention_forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, 1, work);
+    dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
                             z->causal, 1, work);
+    fails += heads_inner_same_bits(z, in, got, scale, work);
     /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
     float *split = malloc(sizeof(float) * (4 * n + rows));
     for (int threads = 2; threads <= 3; threads++) {
-        dmrt_attention_forward(q, k, v, split, split + n, z->heads, z->positions, z->width, scale, z->causal, threads,
-                               work);
+        dmrt_attention_forward(q, k, v, split, split + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+                               threads, work);
         dmrt_attention_backward(q, k, v, split, split + n, dout, split + n + rows, split + 2 * n + rows,
-                                split + 3 * n + rows, z->heads, z->positions, z->width, scale, z->causal, threads, work);
+                                split + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal, threads,
+                                work);
         CHECK(memcmp(split, got, sizeof(float) * (4 * n + rows)) == 0,
               "heads %d T %d D %d causal %d: %d threads differ from one", z->heads, z->positions, z->width, z->causal,
               threads);
@@ -148,6 +199,7 @@ int main(void) {
     static const sizes cases[] = {
         {1, 1, 3, 1},  {3, 5, 3, 1},   {1, 63, 16, 1}, {1, 64, 16, 1}, {2, 65, 3, 1},
         {1, 130, 16, 1}, {3, 130, 1, 1}, {2, 65, 3, 0},  {1, 130, 16, 0}, {1, 1, 3, 0},
+        {4, 70, 5, 1},  {6, 9, 4, 0},
     };
     int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one(&cases[i]);
