@@ -139,9 +139,9 @@ static void emit_zero_params(emitter *E) {
     cg_line(w, "};");
 }
 
-/* The mesh, the split of every parameter and gradient, and the block moves between a
- * rank's shard and the whole tensor (initialisation, loading, saving). */
-void emit_spmd_support(emitter *E) {
+/* The mesh, the split of every parameter and gradient, each parameter's stage and shape,
+ * and rank_block: the block of a parameter a rank holds. */
+static void emit_mesh_tables(emitter *E) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int n_axes = g->n_axes;
@@ -201,10 +201,14 @@ void emit_spmd_support(emitter *E) {
     cg_line(w, "    }");
     cg_line(w, "}");
     cg_blank(w);
+}
+
+/* scatter_param: a parameter's block of the whole tensor into this rank's shard (ZeRO 3's
+ * shares through their range). */
+static void emit_scatter_param(emitter *E, int zero3) {
+    cg_writer *w = &E->w;
     int separate = E->dialect->separate_memory; /* the shard: through host memory */
     cg_line(w, "/* Parameter p's block of the whole tensor into this rank's shard%s. */", separate ? " (through host memory)" : "");
-    int zero3 = 0;
-    for (int b = 0; b < E->zero->n_buckets; b++) zero3 |= E->zero->bucket[b].param_at >= 0;
     if (zero3) emit_zero_params(E);
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
@@ -224,26 +228,37 @@ void emit_spmd_support(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
-    int zero = E->zero->n_buckets > 0 && g->grads;
-    if (zero) {
-        cg_line(w, "/* ZeRO: where each parameter's reduced gradient is, in shares over an axis: {axis, share,");
-        cg_line(w, " * coordinate 0's share in ctx->grads, the step per coordinate, the parameter's place in the");
-        cg_line(w, " * range, the range}; axis -1: whole in ctx->grads. */");
-        cg_line(w, "static const int64_t zero_grads[%d][6] = {", g->n_params);
-        for (int p = 0; p < g->n_params; p++) {
-            const dm_zero_bucket *b = zero_bucket_of(E, p);
-            if (!b) {
-                cg_line(w, "    {-1, 0, 0, 0, 0, 0}, /* %s */", V(E, g->params[p])->name);
-                continue;
-            }
-            int two = E->zero->stage >= 2;
-            cg_line(w, "    {%d, %lld, %lld, %lld, %lld, %lld}, /* %s */", b->axis, (long long)b->share,
-                    (long long)(two ? b->grad_at : b->grad_begin), (long long)(two ? 0 : b->share),
-                    (long long)(dm_grad_sum_offset(E->plan, g->grads[p]) - b->grad_begin), (long long)b->span,
-                    V(E, g->params[p])->name);
+}
+
+/* ZeRO: where each parameter's reduced gradient is (zero_grads). */
+static void emit_zero_grads_table(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* ZeRO: where each parameter's reduced gradient is, in shares over an axis: {axis, share,");
+    cg_line(w, " * coordinate 0's share in ctx->grads, the step per coordinate, the parameter's place in the");
+    cg_line(w, " * range, the range}; axis -1: whole in ctx->grads. */");
+    cg_line(w, "static const int64_t zero_grads[%d][6] = {", g->n_params);
+    for (int p = 0; p < g->n_params; p++) {
+        const dm_zero_bucket *b = zero_bucket_of(E, p);
+        if (!b) {
+            cg_line(w, "    {-1, 0, 0, 0, 0, 0}, /* %s */", V(E, g->params[p])->name);
+            continue;
         }
-        cg_line(w, "};");
+        int two = E->zero->stage >= 2;
+        cg_line(w, "    {%d, %lld, %lld, %lld, %lld, %lld}, /* %s */", b->axis, (long long)b->share,
+                (long long)(two ? b->grad_at : b->grad_begin), (long long)(two ? 0 : b->share),
+                (long long)(dm_grad_sum_offset(E->plan, g->grads[p]) - b->grad_begin), (long long)b->span,
+                V(E, g->params[p])->name);
     }
+    cg_line(w, "};");
+}
+
+/* gather_param: a parameter (or its gradient) whole on every rank, from the ranks' blocks
+ * (ZeRO's shares and ranges gathered first). */
+static void emit_gather_param(emitter *E, int zero3, int zero) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int n_axes = g->n_axes;
     cg_line(w, "/* Parameter p (or its gradient), whole, on every rank: each rank writes its block into");
     cg_line(w, " * zeros and the blocks are summed over the axes that split it (x + 0 is exact). Every");
     cg_line(w, " * rank must call it. */");
@@ -298,6 +313,18 @@ void emit_spmd_support(emitter *E) {
     w->indent--;
     cg_line(w, "}");
     cg_blank(w);
+}
+
+/* The mesh, the split of every parameter and gradient, and the block moves between a
+ * rank's shard and the whole tensor (initialisation, loading, saving). */
+void emit_spmd_support(emitter *E) {
+    int zero3 = 0;
+    for (int b = 0; b < E->zero->n_buckets; b++) zero3 |= E->zero->bucket[b].param_at >= 0;
+    int zero = E->zero->n_buckets > 0 && E->g->grads;
+    emit_mesh_tables(E);
+    emit_scatter_param(E, zero3);
+    if (zero) emit_zero_grads_table(E);
+    emit_gather_param(E, zero3, zero);
 }
 
 /* A serial program in a separate memory: parameters and gradients reach tools through
