@@ -514,14 +514,14 @@ static void emit_loss(emitter *E, const ir_value *v) {
 static void emit_attention(emitter *E, const ir_value *v) {
     const ir_type *q = T(E, v->operands[0]);
     ir_attention_layout a = ir_attention_layout_of(v, q);
-    int64_t n = ir_numel(q), heads = a.heads, positions = a.positions, width = a.width;
+    int64_t n = ir_numel(q);
     char scale[64], lse[160], dk[160], dv[160];
     cg_float_literal(v->scalar, scale, sizeof scale);
     ir_dtype operands = E->g->attention_16bit ? E->g->product_dtype : DT_F32;
-    cg_attention k = {.heads = heads, .inner = a.inner, .positions = positions, .width = width, .causal = v->causal,
+    cg_attention k = {.heads = a.heads, .inner = a.inner, .positions = a.positions, .width = a.width, .causal = v->causal,
                       .scale = scale, .q = E->cname[v->operands[0]], .k = E->cname[v->operands[1]],
                       .v = E->cname[v->operands[2]], .work = "ctx->scratch", .operands = operands,
-                      .work_floats = E->dialect->attention_scratch_floats(heads, positions, width, operands),
+                      .work_floats = E->dialect->attention_scratch_floats(a.heads, a.positions, a.width, operands),
                       .name = v->name ? v->name : "attention"};
     if (v->op == OP_ATTENTION) {
         snprintf(lse, sizeof lse, "%s + %lld", E->cname[v->id], (long long)n);

@@ -99,22 +99,13 @@ static int swaps_heads(const ir_value *v) {
     return 1;
 }
 
-/* The reader of v, when it has one only. */
-static const ir_value *only_reader(const ir_graph *g, const ir_value *v, const int *readers) {
-    if (readers[v->id] != 1) return NULL;
-    for (int i = v->id + 1; i < g->n_values; i++)
-        for (int k = 0; k < g->values[i]->n_operands; k++)
-            if (g->values[i]->operands[k] == v->id) return g->values[i];
-    return NULL;
-}
-
 /* With the heads side by side: q, k and v each a transpose of (.., T, H, D) read only by
  * the pattern, and the result o read only by the transpose back; fills m's split and
  * merge, or leaves them NULL. */
 static void match_heads_inner(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
     if (!g->attention_heads_inner || named_by_program(g, o)) return;
     const int qkv[3] = {m->scores->operands[0], m->scores->operands[1], o->operands[1]};
-    const ir_value *split[3], *merge = only_reader(g, o, readers);
+    const ir_value *split[3], *merge = prune_heads_only_reader(g, o); /* (the graph is all forward here) */
     for (int i = 0; i < 3; i++) {
         split[i] = g->values[qkv[i]];
         if (!swaps_heads(split[i]) || !inner(g, split[i], readers)) return;
