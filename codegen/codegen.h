@@ -52,6 +52,10 @@ int codegen_fuses_attention(const char *target);
 /* Whether the target's attention kernels take heads side by side in a row ([.., T, H, D],
  * cg_attention.inner), so that the fusion folds the heads' transposes in: C's do. */
 int codegen_attention_heads_inner(const char *target);
+/* Whether the target's attention kernels take k and v with fewer heads than q
+ * (grouped-query attention, cg_attention.group), so that the fusion folds repeat_kv's
+ * copies in: C's do. */
+int codegen_attention_kv_groups(const char *target);
 /* Whether the target runs fused attention in 16 bits under --precision bf16/fp16 (CUDA:
  * cuDNN); else the attention stays f32. */
 int codegen_attention_16bit(const char *target);

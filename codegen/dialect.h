@@ -150,6 +150,11 @@ typedef struct cg_attention {
                                                      * is row ((h / inner) * positions + t) * inner
                                                      * + h % inner (ir_attention_layout); 1 but
                                                      * where the dialect has can.attention_heads_inner */
+    int64_t group;                                  /* query heads per k and v head: k, v, dk and dv
+                                                     * have heads / group heads, q's head h
+                                                     * reading their head h / group (inner 1);
+                                                     * 1 but where the dialect has
+                                                     * can.attention_kv_groups */
     int causal;                                     /* keys after the query are hidden */
     const char *scale;                              /* C literal the scores are multiplied by */
     const char *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
@@ -250,6 +255,9 @@ typedef struct cg_capabilities {
                              * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
     int attention_heads_inner; /* the attention's kernels take [.., T, H, D] operands (cg_attention.inner
                              * > 1): the heads' split and merge transposes are folded into it */
+    int attention_kv_groups; /* the attention's kernels take k and v with fewer heads than q, each
+                             * serving cg_attention.group query heads: the fusion folds
+                             * grouped-query attention's repeats of k and v into it */
     int gemm_bias;          /* a product with a bias's add starts from the bias's rows itself
                              * (cg_gemm.bias, f32 and bf16 operands): no fill loop before it */
     int fused_cast;         /* loop nests store the 16-bit copy of their result in the same pass

@@ -267,6 +267,11 @@ int codegen_attention_heads_inner(const char *target) {
     return d && d->attention && d->can.attention_heads_inner;
 }
 
+int codegen_attention_kv_groups(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->attention && d->can.attention_kv_groups;
+}
+
 int codegen_fuses_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;

@@ -509,7 +509,8 @@ static void emit_loss(emitter *E, const ir_value *v) {
 /* Fused attention and its backward (runtime/dmrt_attention.h) over the rank's heads. The
  * forward writes each row's log-sum-exp after its result (ir_storage_elems), where
  * attention_lse reads it; the backward writes dq, dk and dv one after the other, its
- * stacked result. Where the target runs it in 16 bits (g->attention_16bit) the kernel
+ * stacked result (each a third of it: grouped k and v's gradients at the start of theirs,
+ * as ir_view_offset has them). Where the target runs it in 16 bits (g->attention_16bit) the kernel
  * casts in its scratch, sized as the memory pass sized it (dm_scratch_elems). */
 static void emit_attention(emitter *E, const ir_value *v) {
     const ir_type *q = T(E, v->operands[0]);
@@ -518,7 +519,8 @@ static void emit_attention(emitter *E, const ir_value *v) {
     char scale[64], lse[160], dk[160], dv[160];
     cg_float_literal(v->scalar, scale, sizeof scale);
     ir_dtype operands = E->g->attention_16bit ? E->g->product_dtype : DT_F32;
-    cg_attention k = {.heads = a.heads, .inner = a.inner, .positions = a.positions, .width = a.width, .causal = v->causal,
+    cg_attention k = {.heads = a.heads, .inner = a.inner, .group = a.group, .positions = a.positions, .width = a.width,
+                      .causal = v->causal,
                       .scale = scale, .q = E->cname[v->operands[0]], .k = E->cname[v->operands[1]],
                       .v = E->cname[v->operands[2]], .work = "ctx->scratch", .operands = operands,
                       .work_floats = E->dialect->attention_scratch_floats(a.heads, a.positions, a.width, operands),

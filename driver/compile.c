@@ -21,6 +21,7 @@ static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
     VERIFY("lower");
     if (pass_trainable(g, d)) return 1;
     g->attention_heads_inner = codegen_attention_heads_inner(target);
+    g->attention_kv_groups = codegen_attention_kv_groups(target);
     pass_fuse_attention(g);
     VERIFY("fuse_attention");
     if (pass_autodiff(g, d)) return 1;

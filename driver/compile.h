@@ -46,7 +46,7 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
  * with errors reported to d), which ZeRO and recomputation do not change; then the rest of
  * the passes on that graph or a copy of it (ir_graph_copy), the two choices set in it
  * (dm_lower_set_choices): out owns g from then on. The target ("c", "cuda") decides the
- * fused attention's layout (codegen_attention_heads_inner). */
+ * fused attention's layout (codegen_attention_heads_inner, codegen_attention_kv_groups). */
 ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, const char *target,
                                   dm_diag *d);
 int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm_compiled *out);

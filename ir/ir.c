@@ -91,7 +91,8 @@ int64_t ir_storage_elems(const ir_graph *g, const ir_value *v) {
 }
 
 ir_attention_layout ir_attention_layout_of(const ir_value *v, const ir_type *q) {
-    ir_attention_layout a = {.positions_dim = q->rank - (v->heads_inner ? 3 : 2), .inner = 1};
+    ir_attention_layout a = {.positions_dim = q->rank - (v->heads_inner ? 3 : 2), .inner = 1,
+                             .group = v->kv_group > 1 ? v->kv_group : 1};
     a.positions = q->shape[a.positions_dim];
     a.width = q->shape[q->rank - 1];
     if (v->heads_inner) a.inner = q->shape[q->rank - 2];
@@ -101,7 +102,12 @@ ir_attention_layout ir_attention_layout_of(const ir_value *v, const ir_type *q) 
 
 int64_t ir_view_offset(const ir_graph *g, const ir_value *v) {
     if (v->op == OP_ATTENTION_LSE) return ir_local_numel(g, &g->values[v->operands[0]]->type);
-    if (v->op == OP_STACKED_PART) return v->offset * ir_local_numel(g, &v->type);
+    if (v->op == OP_STACKED_PART) {
+        /* part `offset` of (parts, ...): k and v's gradients of a grouped-query attention
+         * are smaller than their slot, which is q's */
+        const ir_type *stacked = &g->values[v->operands[0]]->type;
+        return v->offset * (ir_local_numel(g, stacked) / stacked->shape[0]);
+    }
     return 0;
 }
 

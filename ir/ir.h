@@ -161,6 +161,11 @@ typedef struct ir_value {
                                * side by side as a reshape of [.., T, H * D] leaves them, instead
                                * of [.., T, D] with every head's positions together (no transposes
                                * around the attention: passes/fuse_attention.c) */
+    int kv_group;             /* ATTENTION*: grouped-query attention's query heads per key/value
+                               * head (k and v have 1/kv_group of q's heads, [.., H / kv_group,
+                               * T, D], head h reading k and v's head h / kv_group, as Hugging
+                               * Face's repeat_kv, without its copies: passes/fuse_attention.c);
+                               * 0 or 1: k and v are q's shape */
     uint32_t axes;            /* SUM, MEAN, SUM_TO: bit per reduced dim of the operand */
     int axis;                 /* SOFTMAX*, SLICE, PAD, collectives: the dim worked along; STATE
                                * (prune_mask): the output channels' dim of its weight */
@@ -258,6 +263,9 @@ typedef struct ir_graph {
     /* The target's attention kernels read and write [.., T, H, D] (cg_attention.inner): the
      * fusion then takes the heads' split and merge transposes in; set by the driver. */
     int attention_heads_inner;
+    /* The target's attention kernels take k and v with fewer heads than q, each serving
+     * kv_group query heads: the fusion then takes repeat_kv's copies in; set by the driver. */
+    int attention_kv_groups;
     /* The target runs each fused attention in product_dtype (CUDA: cuDNN), its operands
      * cast by the kernel, not by passes/precision.c; set by the driver with product_dtype. */
     int attention_16bit;
@@ -348,9 +356,11 @@ int ir_class_split_axis(const struct ir_graph *g, const struct ir_value *v);
 int64_t ir_storage_elems(const struct ir_graph *g, const struct ir_value *v);
 /* An attention's (or its gradient's) operands, q of type q: `heads` heads of `positions`
  * rows of `width`, head h's row t at ((h / inner) * positions + t) * inner + h % inner rows
- * (inner: the heads side by side in a row, 1 unless heads_inner); the positions' dim. */
+ * (inner: the heads side by side in a row, 1 unless heads_inner); the positions' dim;
+ * group: the query heads per key/value head (k and v have heads / group heads, q's head h
+ * reading their head h / group; 1 without grouped-query attention, and with heads_inner). */
 typedef struct ir_attention_layout {
-    int64_t heads, inner, positions, width;
+    int64_t heads, inner, positions, width, group;
     int positions_dim;
 } ir_attention_layout;
 ir_attention_layout ir_attention_layout_of(const struct ir_value *v, const ir_type *q);

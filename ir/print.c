@@ -102,6 +102,7 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
     case OPC_ATTENTION:
         if (v->causal) fprintf(out, " causal");
         if (v->heads_inner) fprintf(out, " heads_inner");
+        if (v->kv_group > 1) fprintf(out, " kv_group=%d", v->kv_group);
         fprintf(out, " scale=%.9g", v->scalar);
         break;
     case OPC_VIEW:

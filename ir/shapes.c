@@ -349,19 +349,29 @@ static int rule_gather(ir_graph *g, ir_value *v, dm_diag *d) {
 }
 
 /* attention (q, k, v): three f32 tensors of one shape (..., T, D), or (..., T, H, D) with
- * heads_inner, the result the same; attention_grad (q, k, v, out, lse, dout): the three
- * gradients stacked, (3, ...) of that shape. */
+ * heads_inner, the result the same; with kv_group R > 1, k and v have q's shape but for
+ * the heads' dim (..., H / R, T, D). attention_grad (q, k, v, out, lse, dout): the three
+ * gradients stacked, (3, ...) of q's shape (k and v's, smaller when grouped, each at the
+ * start of its part). */
 static int rule_attention(ir_graph *g, ir_value *v, dm_diag *d) {
     const ir_type *q = operand_type(g, v, 0);
     int errors = 0;
     for (int k = 0; k < v->n_operands && !errors; k++) errors += want_f32(g, v, k, d);
     if (errors) return errors;
+    int group = v->kv_group > 1 ? v->kv_group : 1, heads_dim = q->rank - 3;
     for (int k = 1; k < 3; k++) {
         const ir_type *t = operand_type(g, v, k);
-        if (q->rank < 2 + !!v->heads_inner || q->rank >= IR_MAX_RANK || t->rank != q->rank || !same_dims(q, t, q->rank)) {
+        int fits = q->rank >= 2 + (v->heads_inner || group > 1) && q->rank < IR_MAX_RANK && t->rank == q->rank;
+        for (int i = 0; fits && i < q->rank; i++)
+            fits = i == heads_dim && group > 1 ? t->shape[i] * group == q->shape[i] : t->shape[i] == q->shape[i];
+        if (!fits) {
             type_strs s;
             two_types(g, q, t, &s);
-            dm_error(d, v->loc, "attention needs q, k and v of one shape (..., T, D), got %s and %s", s.a, s.b);
+            if (group > 1)
+                dm_error(d, v->loc, "grouped attention needs k and v of q's shape (..., H, T, D) with H / %d heads, got %s and %s",
+                         group, s.a, s.b);
+            else
+                dm_error(d, v->loc, "attention needs q, k and v of one shape (..., T, D), got %s and %s", s.a, s.b);
             return 1;
         }
     }
@@ -378,14 +388,22 @@ static int rule_attention(ir_graph *g, ir_value *v, dm_diag *d) {
 }
 
 /* attention_lse: the attention's type without its last dim (a value per row);
- * stacked_part: its operand's without the leading (stacking) dim. */
+ * stacked_part: the gradient's part of an attention_grad, typed as the operand it is the
+ * gradient of (q, k or v). */
 static int rule_view(ir_graph *g, ir_value *v, dm_diag *d) {
     (void)d;
     const ir_type *x = operand_type(g, v, 0);
     ir_type t;
+    if (v->op == OP_STACKED_PART) {
+        const ir_value *stacked = g->values[v->operands[0]];
+        t = g->values[stacked->operands[v->offset]]->type;
+        for (int i = 0; i < t.rank; i++) t.split[i] = x->split[i + 1];
+        t.partial = x->partial;
+        v->type = t;
+        return 0;
+    }
     set_scalar(&t, x->dtype);
-    int skip = v->op == OP_STACKED_PART ? 1 : 0;
-    for (int i = skip; i < x->rank - (1 - skip); i++) copy_dim(&t, t.rank++, x, i);
+    for (int i = 0; i < x->rank - 1; i++) copy_dim(&t, t.rank++, x, i);
     t.partial = x->partial;
     v->type = t;
     return 0;

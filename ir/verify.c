@@ -36,6 +36,16 @@ int ir_verify(const ir_graph *g, const char *after_pass, FILE *err) {
         if (v->op == OP_ATTENTION_GRAD && v->origin && v->origin->op == OP_ATTENTION &&
             v->origin->heads_inner != v->heads_inner)
             BROKEN(v, "attention_grad's heads_inner %d, its attention's %d", v->heads_inner, v->origin->heads_inner);
+        if (v->op == OP_ATTENTION_GRAD && v->origin && v->origin->op == OP_ATTENTION && v->origin->kv_group != v->kv_group)
+            BROKEN(v, "attention_grad's kv_group %d, its attention's %d", v->kv_group, v->origin->kv_group);
+        if (ir_op_info_of(v->op)->cls == OPC_ATTENTION && v->kv_group > 1 && v->heads_inner)
+            BROKEN(v, "%s with kv_group %d and heads_inner", info->name, v->kv_group);
+        if (ir_op_info_of(v->op)->cls == OPC_ATTENTION && v->kv_group > 1) {
+            const ir_type *q = &g->values[v->operands[0]]->type;
+            for (int k = 1; k < 3; k++)
+                if (g->values[v->operands[k]]->type.split[q->rank - 3] != q->split[q->rank - 3])
+                    BROKEN(v, "%s's grouped heads split unlike q's in operand %d", info->name, k);
+        }
     }
     for (int p = 0; p < g->n_params; p++)
         if (g->params[p] < 0 || g->params[p] >= g->n_values || g->values[g->params[p]]->op != OP_PARAM)

@@ -266,7 +266,7 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         if (v->op != OP_ATTENTION) break;
         /* one fused backward from the forward's row log-sum-exp (read in place, after the
          * result): it makes the scores again block by block and writes dq, dk and dv
-         * stacked, each read in place */
+         * stacked, each read in place (grouped k and v's at the start of their parts) */
         const char *name = v->name ? v->name : "attention";
         int lse = emit1(A, OP_ATTENTION_LSE, v->id, loc, ir_internf(A->g, "%s.lse", name));
         int ops[6] = {x0, x1, v->operands[2], v->id, lse, dy};
@@ -274,6 +274,7 @@ static void backprop(autodiff *A, ir_value *v, int dy, const char *needs) {
         gv->scalar = v->scalar;
         gv->causal = v->causal;
         gv->heads_inner = v->heads_inner;
+        gv->kv_group = v->kv_group;
         int stacked = finish(A, gv);
         for (int part = 0; part < 3; part++) {
             int x = v->operands[part];

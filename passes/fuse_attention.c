@@ -23,6 +23,13 @@
  * D) itself (heads_inner), in place of that transpose. gpt.dm's heads are split and
  * merged so: 4 copies of the activations a layer forward and 4 backward are not made.
  *
+ * Where they take k and v with fewer heads than q (g->attention_kv_groups: the C target's),
+ * grouped-query attention's repeats go too: when k and v are each repeat_kv's reshape of a
+ * broadcast of x (.., H, T, D) to (.., H, R, T, D), read by nothing else, the attention reads
+ * the two x (kv_group R: query head h reads their head h / R) and its backward sums the R
+ * query heads' gradients of a kv head itself. llama.dm's keys and values are not copied R
+ * times (nor kept so for the backward), and the gradients' sum over R is no loop of its own.
+ *
  * Where the target has attention kernels (the driver sets g->fuse_attention;
  * --no-fuse-attention clears it): the C target's blocked kernels (runtime/dmrt_attention.h),
  * the CUDA target's a thread a row in f32 (runtime/cuda/attention.cu) and, under
@@ -67,6 +74,9 @@ typedef struct attention_match {
     const ir_value *scores, *scaling, *softmax;
     double scale;
     const ir_value *split[3], *merge;
+    int group;                          /* grouped-query attention's R, else 0 */
+    const ir_value *repeat[2][2];       /* then k's and v's reshape and broadcast, */
+    const ir_value *kv[2];              /* and the values they repeat */
 } attention_match;
 
 /* x * c, c * x or x / c with c a constant: x and the factor; else x = v, factor 1. */
@@ -115,6 +125,48 @@ static void match_heads_inner(const ir_graph *g, const ir_value *o, const int *r
     m->merge = merge;
 }
 
+/* kv (k or v) as Hugging Face's repeat_kv makes it: reshape(broadcast(x)), x of shape (..,
+ * H, T, D) given a dim of R after its heads, (.., H, R, T, D), then merged (.., H * R, T,
+ * D), each read once; R (> 1) and sets repeat and *x; else 0. */
+static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *readers, const ir_value *repeat[2],
+                              const ir_value **x) {
+    int r = kv->type.rank;
+    if (kv->op != OP_RESHAPE || r < 3 || !inner(g, kv, readers)) return 0;
+    const ir_value *b = g->values[kv->operands[0]];
+    if (b->op != OP_BROADCAST || b->type.rank != r + 1 || b->axes != 1u << (r - 2) || !inner(g, b, readers)) return 0;
+    const ir_type *big = &b->type, *small = &g->values[b->operands[0]]->type;
+    int64_t group = big->shape[r - 2];
+    if (group < 2 || small->rank != r || kv->type.shape[r - 3] != big->shape[r - 3] * group) return 0;
+    for (int i = 0; i < r; i++)
+        if (small->shape[i] != big->shape[i < r - 2 ? i : i + 1]) return 0;
+    repeat[0] = kv, repeat[1] = b;
+    *x = g->values[b->operands[0]];
+    return group;
+}
+
+/* With grouped-query attention (the target's kernels take k and v's fewer heads:
+ * g->attention_kv_groups) and k and v each repeated by one R: fills m's group, repeat and
+ * kv. Not where an axis of the mesh that may split heads (any but data and pipeline: the
+ * tensor axis) would split the kv heads unevenly: the kernels could not then find a query
+ * head's kv head on its rank (ir_verify checks that q, k and v's heads split alike). */
+static void match_kv_group(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
+    if (!g->attention_kv_groups || m->merge) return;
+    const ir_value *repeat[2][2], *kv[2];
+    int64_t group[2];
+    for (int i = 0; i < 2; i++) {
+        const ir_value *operand = g->values[i == 0 ? m->scores->operands[1] : o->operands[1]];
+        group[i] = repeated_heads(g, operand, readers, repeat[i], &kv[i]);
+        if (!group[i]) return;
+    }
+    if (group[0] != group[1]) return;
+    int64_t kv_heads = kv[0]->type.shape[kv[0]->type.rank - 3];
+    for (int a = 0; a < g->n_axes; a++)
+        if (a != g->data_axis && a != g->pipe_axis && kv_heads % g->axes[a].size != 0) return;
+    m->group = (int)group[0];
+    memcpy(m->repeat, repeat, sizeof repeat);
+    memcpy(m->kv, kv, sizeof kv);
+}
+
 /* Whether o = matmul(softmax(matmul(q, k) [* c]), v) is the pattern; fills m. */
 static int match_attention(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
     if (!batched_product(o, 0)) return 0;
@@ -130,6 +182,7 @@ static int match_attention(const ir_graph *g, const ir_value *o, const int *read
     if (q->dtype != DT_F32 || !same_shape(q, k) || !same_shape(q, v)) return 0;
     *m = (attention_match){.scores = s, .scaling = s != x ? x : NULL, .softmax = p, .scale = p->scalar * factor};
     match_heads_inner(g, o, readers, m);
+    match_kv_group(g, o, readers, m);
     return 1;
 }
 
@@ -150,13 +203,16 @@ static const char *attention_name(ir_graph *g, const ir_value *o) {
     return ir_internf(g, "%.*sattention", (int)(last - o->name), o->name);
 }
 
-/* q, k and v's transposes go: the values they transposed, named after their op, take
- * their names (gpt.dm's q, k and v, which the generated code and gradients then show). */
-static void name_after_transposes(ir_graph *g, const attention_match *m) {
-    for (int k = 0; k < 3; k++) {
-        ir_value *x = g->values[m->split[k]->operands[0]];
-        if (m->split[k]->name && named_after_op(x)) x->name = m->split[k]->name;
-    }
+/* q, k and v's transposes (or k and v's repeats) go: the values they transposed (or
+ * repeated), named after their op, take their names (gpt.dm's q, k and v, which the
+ * generated code and gradients then show). */
+static void name_after(const ir_value *gone, ir_value *x) {
+    if (gone->name && named_after_op(x)) x->name = gone->name;
+}
+
+static void name_after_dropped(ir_graph *g, const attention_match *m) {
+    for (int k = 0; k < 3 && m->merge; k++) name_after(m->split[k], g->values[m->split[k]->operands[0]]);
+    for (int k = 0; k < 2 && m->group; k++) name_after(m->repeat[k][0], g->values[m->kv[k]->id]);
 }
 
 int pass_fuse_attention(ir_graph *g) {
@@ -177,8 +233,9 @@ int pass_fuse_attention(ir_graph *g) {
         if (m->merge) {
             for (int k = 0; k < 3; k++) dropped[m->split[k]->id] = 1;
             dropped[m->merge->id] = 1;
-            name_after_transposes(g, m);
         }
+        for (int k = 0; k < 2 && m->group; k++) dropped[m->repeat[k][0]->id] = dropped[m->repeat[k][1]->id] = 1;
+        name_after_dropped(g, m);
         any = 1;
     }
     if (any) {
@@ -201,6 +258,8 @@ int pass_fuse_attention(ir_graph *g) {
             int qkv[3] = {map[m->scores->operands[0]], map[m->scores->operands[1]], v->operands[1]};
             if (m->merge)
                 for (int k = 0; k < 3; k++) qkv[k] = map[m->split[k]->operands[0]];
+            /* (the repeats are dropped, so their operands are still the old ids) */
+            for (int k = 0; k < 2 && m->group; k++) qkv[1 + k] = map[m->repeat[k][1]->operands[0]];
             ir_value *a = ir_add(g, OP_ATTENTION, qkv, 3, m->softmax->loc);
             a->name = attention_name(g, v);
             a->phase = v->phase;
@@ -211,6 +270,7 @@ int pass_fuse_attention(ir_graph *g) {
             a->causal = m->softmax->causal;
             a->type = m->merge ? m->merge->type : v->type;
             a->heads_inner = m->merge != NULL;
+            a->kv_group = m->group;
             for (int k = 0; k < g->n_cuts; k++)
                 if (g->cut_after[k] == v) g->cut_after[k] = a;
             map[i] = a->id;

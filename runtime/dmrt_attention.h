@@ -13,6 +13,12 @@
  * [B, T, H * D] reshaped to [B, T, H, D] has them, so that no transpose is needed around
  * the attention (head h's rows are then H * width floats apart).
  *
+ * Grouped-query attention (the _grouped kernels, inner 1): k, v, dk and dv have heads /
+ * group heads, query head h reading their head h / group, as Hugging Face's repeat_kv
+ * would have copied it; the backward sums a kv head's gradients over its group's query
+ * heads, one after the other, and the threads take whole groups (the same bits for any
+ * thread count). group 1 is plain multi-head attention, the same arithmetic.
+ *
  * Forward, per head: for each block of `tile` queries, the blocks of keys it can see (with
  * a causal mask: up to the block's last query; later blocks are skipped whole), each
  * block's scores as one product, then per row an online softmax: the running maximum m
@@ -123,16 +129,18 @@ static inline void dmrt_attention_zero_rows_(float *x, int64_t rows, int64_t wid
 
 /* The heads first .. end of the forward, in work. */
 static inline void dmrt_attention_forward_heads_(const float *q, const float *k, const float *v, float *out, float *lse,
-                                                 int64_t first, int64_t end, int64_t inner, int64_t positions,
-                                                 int64_t width, float scale, int causal, float *work) {
+                                                 int64_t first, int64_t end, int64_t inner, int64_t group,
+                                                 int64_t positions, int64_t width, float scale, int causal,
+                                                 float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *scores = work;               /* (tile, tile) a block's scores, then their exp */
     float *row_max = work + tile * tile; /* (tile) each query's running maximum */
     float *row_sum = row_max + tile;     /* (tile) its running sum of exp(score - maximum) */
     for (int64_t h = first; h < end; h++) {
         const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
+        const size_t kv_at = dmrt_attention_head_of_(h / group, inner, T, D).at;
         const int64_t ld = at.ld;
-        const float *qh = q + at.at, *kh = k + at.at, *vh = v + at.at;
+        const float *qh = q + at.at, *kh = k + kv_at, *vh = v + kv_at;
         float *oh = out + at.at, *lh = lse + at.lse_at;
         for (int64_t q0 = 0; q0 < T; q0 += tile) {
             const int64_t nq = T - q0 < tile ? T - q0 : tile;
@@ -185,8 +193,18 @@ static inline void dmrt_attention_forward(const float *q, const float *k, const 
                                           int64_t heads, int64_t inner, int64_t positions, int64_t width, float scale,
                                           int causal, int threads, float *work) {
     DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
-                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, inner, positions, width,
-                                                              scale, causal, block_work_));
+                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, inner, 1, positions,
+                                                              width, scale, causal, block_work_));
+}
+
+/* The forward of grouped-query attention: k and v have heads / group heads (heads one
+ * after the other). */
+static inline void dmrt_attention_forward_grouped(const float *q, const float *k, const float *v, float *out,
+                                                  float *lse, int64_t heads, int64_t group, int64_t positions,
+                                                  int64_t width, float scale, int causal, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
+                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, 1, group, positions,
+                                                              width, scale, causal, block_work_));
 }
 
 /* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head (ld apart). */
@@ -203,50 +221,64 @@ static inline void dmrt_attention_delta_(const float *dout, const float *out, in
     }
 }
 
-/* The heads first .. end of the backward, in work. */
-static inline void dmrt_attention_backward_heads_(const float *q, const float *k, const float *v, const float *out,
-                                                  const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                                  int64_t first, int64_t end, int64_t inner, int64_t positions,
-                                                  int64_t width, float scale, int causal, float *work) {
+/* Query head h of the backward, in work: its dq written, its contributions added to dk
+ * and dv at kv_at (zeroed by the caller). */
+static inline void dmrt_attention_backward_head_(const float *q, const float *k, const float *v, const float *out,
+                                                 const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                                 int64_t h, size_t kv_at, int64_t inner, int64_t positions,
+                                                 int64_t width, float scale, int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *probs = work;                  /* (tile, tile) a block's probabilities */
     float *dscores = work + tile * tile;  /* (tile, tile) their gradient, then the scores' */
     float *delta = dscores + tile * tile; /* (T) each query's sum of dout * out */
-    for (int64_t h = first; h < end; h++) {
-        const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
-        const int64_t ld = at.ld;
-        const size_t head = at.at;
-        const float *qh = q + head, *kh = k + head, *vh = v + head, *doh = dout + head, *lh = lse + at.lse_at;
-        float *dqh = dq + head, *dkh = dk + head, *dvh = dv + head;
-        dmrt_attention_zero_rows_(dqh, T, D, ld);
-        dmrt_attention_zero_rows_(dkh, T, D, ld);
-        dmrt_attention_zero_rows_(dvh, T, D, ld);
-        dmrt_attention_delta_(doh, out + head, T, D, ld, delta);
-        for (int64_t k0 = 0; k0 < T; k0 += tile) {
-            const int64_t nk = T - k0 < tile ? T - k0 : tile;
-            /* with a causal mask, the query blocks before this key block see none of it */
-            for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
-                const int64_t nq = T - q0 < tile ? T - q0 : tile;
-                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, probs, tile);
-                for (int64_t i = 0; i < nq; i++) {
-                    float *p = probs + i * tile;
-                    const float row_lse = lh[(q0 + i) * at.lse_ld];
-                    int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
-                    for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
-                    for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
-                }
-                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * ld, ld, 1.0f, dvh + k0 * ld, ld);
-                dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * ld, ld, vh + k0 * ld, ld, 0.0f, dscores, tile);
-                for (int64_t i = 0; i < nq; i++) {
-                    const float *p = probs + i * tile;
-                    float *ds = dscores + i * tile;
-                    const float row_delta = delta[q0 + i];
-                    for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
-                }
-                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * ld, ld, 1.0f, dqh + q0 * ld, ld);
-                dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * ld, ld, 1.0f, dkh + k0 * ld, ld);
+    const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
+    const int64_t ld = at.ld;
+    const size_t head = at.at;
+    const float *qh = q + head, *kh = k + kv_at, *vh = v + kv_at, *doh = dout + head, *lh = lse + at.lse_at;
+    float *dqh = dq + head, *dkh = dk + kv_at, *dvh = dv + kv_at;
+    dmrt_attention_zero_rows_(dqh, T, D, ld);
+    dmrt_attention_delta_(doh, out + head, T, D, ld, delta);
+    for (int64_t k0 = 0; k0 < T; k0 += tile) {
+        const int64_t nk = T - k0 < tile ? T - k0 : tile;
+        /* with a causal mask, the query blocks before this key block see none of it */
+        for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
+            const int64_t nq = T - q0 < tile ? T - q0 : tile;
+            dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, probs, tile);
+            for (int64_t i = 0; i < nq; i++) {
+                float *p = probs + i * tile;
+                const float row_lse = lh[(q0 + i) * at.lse_ld];
+                int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
+                for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
+                for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
             }
+            dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * ld, ld, 1.0f, dvh + k0 * ld, ld);
+            dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * ld, ld, vh + k0 * ld, ld, 0.0f, dscores, tile);
+            for (int64_t i = 0; i < nq; i++) {
+                const float *p = probs + i * tile;
+                float *ds = dscores + i * tile;
+                const float row_delta = delta[q0 + i];
+                for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
+            }
+            dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * ld, ld, 1.0f, dqh + q0 * ld, ld);
+            dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * ld, ld, 1.0f, dkh + k0 * ld, ld);
         }
+    }
+}
+
+/* The kv heads first .. end of the backward (each the group of query heads reading it),
+ * in work. */
+static inline void dmrt_attention_backward_heads_(const float *q, const float *k, const float *v, const float *out,
+                                                  const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                                  int64_t first, int64_t end, int64_t inner, int64_t group,
+                                                  int64_t positions, int64_t width, float scale, int causal,
+                                                  float *work) {
+    for (int64_t kv = first; kv < end; kv++) {
+        const dmrt_attention_head_ at = dmrt_attention_head_of_(kv, inner, positions, width);
+        dmrt_attention_zero_rows_(dk + at.at, positions, width, at.ld);
+        dmrt_attention_zero_rows_(dv + at.at, positions, width, at.ld);
+        for (int64_t h = kv * group; h < (kv + 1) * group; h++)
+            dmrt_attention_backward_head_(q, k, v, out, lse, dout, dq, dk, dv, h, at.at, inner, positions, width, scale,
+                                          causal, work);
     }
 }
 
@@ -256,7 +288,18 @@ static inline void dmrt_attention_backward(const float *q, const float *k, const
                                            float scale, int causal, int threads, float *work) {
     DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
                                 dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_,
-                                                               inner, positions, width, scale, causal, block_work_));
+                                                               inner, 1, positions, width, scale, causal, block_work_));
+}
+
+/* The backward of grouped-query attention: k, v, dk and dv have heads / group heads
+ * (heads one after the other); threads take whole groups. */
+static inline void dmrt_attention_backward_grouped(const float *q, const float *k, const float *v, const float *out,
+                                                   const float *lse, const float *dout, float *dq, float *dk,
+                                                   float *dv, int64_t heads, int64_t group, int64_t positions,
+                                                   int64_t width, float scale, int causal, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads / group, positions, work,
+                                dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_, 1,
+                                                               group, positions, width, scale, causal, block_work_));
 }
 
 #endif

@@ -8,7 +8,11 @@
  * dk, dv within 2e-5 + 2e-4 |x| of the double reference (float32 tile products of at
  * most 130 terms; the measured errors are printed). The tiled kernels with the heads side
  * by side in each row (inner > 1, the layout a fused gpt.dm attention reads and writes)
- * must give the bits of the heads one after the other. */
+ * must give the bits of the heads one after the other. Grouped-query attention (the
+ * _grouped kernels, k and v with heads / group heads) against the plain kernels on k and v
+ * repeated group times, as repeat_kv copies them: out, lse and dq bit for bit, dk and dv
+ * the sums over each group of the repeated heads' within the bound above (taken in
+ * double), the same bits on one thread and on three. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -141,6 +145,72 @@ static int heads_inner_same_bits(const sizes *z, const float *in, const float *g
     return fails;
 }
 
+/* Grouped-query attention, each group of query heads sharing one k and v head, against the
+ * plain kernels on the repeated k and v (see the top); the query heads' inputs are in's. */
+static int grouped_as_repeated(const sizes *z, const float *in, float scale, float *work) {
+    int fails = 0;
+    const int T = z->positions, D = z->width;
+    const size_t head = (size_t)T * D, n = (size_t)z->heads * head, rows = (size_t)z->heads * T;
+    float *repeated = malloc(sizeof(float) * 2 * n), *plain = malloc(sizeof(float) * (4 * n + rows));
+    float *grouped = malloc(sizeof(float) * (4 * n + rows));
+    double *sums = malloc(sizeof(double) * 2 * n);
+    for (int group = 2; group <= z->heads; group++) {
+        if (z->heads % group) continue;
+        const size_t kv_heads = (size_t)(z->heads / group), kv_n = kv_heads * head;
+        /* k and v's kv heads: the first query-shaped head of each group in in's k and v */
+        float *kv = malloc(sizeof(float) * 2 * kv_n);
+        for (size_t part = 0; part < 2; part++)
+            for (size_t g = 0; g < kv_heads; g++) {
+                memcpy(kv + part * kv_n + g * head, in + (1 + part) * n + g * group * head, sizeof(float) * head);
+                for (int r = 0; r < group; r++)
+                    memcpy(repeated + part * n + (g * group + (size_t)r) * head, kv + part * kv_n + g * head,
+                           sizeof(float) * head);
+            }
+        const float *q = in, *dout = in + 3 * n;
+        float *out = plain, *lse = plain + n, *dq = plain + n + rows;
+        dmrt_attention_forward(q, repeated, repeated + n, out, lse, z->heads, 1, T, D, scale, z->causal, 1, work);
+        dmrt_attention_backward(q, repeated, repeated + n, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, T, D,
+                                scale, z->causal, 1, work);
+        for (size_t part = 0; part < 2; part++)
+            for (size_t g = 0; g < kv_heads; g++)
+                for (size_t e = 0; e < head; e++) {
+                    double sum = 0.0;
+                    for (int r = 0; r < group; r++) sum += dq[(1 + part) * n + (g * group + (size_t)r) * head + e];
+                    sums[part * kv_n + g * head + e] = sum;
+                }
+        float *first = NULL;
+        for (int threads = 1; threads <= 3; threads += 2) {
+            float *g_out = grouped, *g_lse = grouped + n, *g_dq = grouped + n + rows, *g_dk = g_dq + n, *g_dv = g_dk + kv_n;
+            dmrt_attention_forward_grouped(q, kv, kv + kv_n, g_out, g_lse, z->heads, group, T, D, scale, z->causal,
+                                           threads, work);
+            dmrt_attention_backward_grouped(q, kv, kv + kv_n, g_out, g_lse, dout, g_dq, g_dk, g_dv, z->heads, group, T, D,
+                                            scale, z->causal, threads, work);
+            CHECK(memcmp(grouped, plain, sizeof(float) * (2 * n + rows)) == 0,
+                  "heads %d in groups of %d T %d D %d causal %d, %d thread(s): out, lse or dq not the repeated heads' bits",
+                  z->heads, group, T, D, z->causal, threads);
+            double abs_err, ratio = worst(g_dk, sums, 2 * kv_n, &abs_err);
+            printf("group  heads %d in groups of %d T %3d D %2d %-7s dk, dv max abs error %.3g (error/bound %.3g), %d thread(s)\n",
+                   z->heads, group, T, D, z->causal ? "causal" : "every", abs_err, ratio, threads);
+            CHECK(ratio <= 1.0, "heads %d in groups of %d T %d D %d causal %d: dk, dv off the repeated heads' sums by %g",
+                  z->heads, group, T, D, z->causal, abs_err);
+            if (!first) {
+                first = malloc(sizeof(float) * 2 * kv_n);
+                memcpy(first, g_dk, sizeof(float) * 2 * kv_n);
+            } else {
+                CHECK(memcmp(first, g_dk, sizeof(float) * 2 * kv_n) == 0,
+                      "heads %d in groups of %d: dk, dv on %d threads differ from one", z->heads, group, threads);
+            }
+        }
+        free(first);
+        free(kv);
+    }
+    free(repeated);
+    free(plain);
+    free(grouped);
+    free(sums);
+    return fails;
+}
+
 static int one(const sizes *z) {
     int fails = 0;
     const size_t n = (size_t)z->heads * z->positions * z->width, rows = (size_t)z->heads * z->positions;
@@ -160,6 +230,7 @@ static int one(const sizes *z) {
     dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
                             z->causal, 1, work);
     fails += heads_inner_same_bits(z, in, got, scale, work);
+    fails += grouped_as_repeated(z, in, scale, work);
     /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
     float *split = malloc(sizeof(float) * (4 * n + rows));
     for (int threads = 2; threads <= 3; threads++) {
