@@ -355,15 +355,13 @@ static const ir_value *operands_also_read(const dm_memory_plan *plan, const ir_g
     return dm_cast_producer(g, v);
 }
 
-int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
+/* Which buffer each value is in (plan->storage_of) and where in it (plan->within): a
+ * temporary reshape or view shares its operand's buffer; a reshape with a buffer of its
+ * own (a parameter's gradient) is a copy; a bias's add shares its product's; the pads,
+ * adds and pieces of a window assembly share its sum's (within: the piece's window, set
+ * by dm_plan_window_assemblies). */
+static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
-    memset(plan, 0, sizeof *plan);
-    plan->region = calloc((size_t)n + 1, sizeof(dm_region));
-    plan->offset = calloc((size_t)n + 1, sizeof(int64_t));
-    plan->storage_of = calloc((size_t)n + 1, sizeof(int));
-    plan->within = calloc((size_t)n + 1, sizeof(int64_t));
-    int *last_use = calloc((size_t)n + 1, sizeof(int));
-    if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use) abort();
     int *readers = count_readers(g);
     plan->bias_add_of = bias_adds(g, readers);
     plan->sum_add_of = sum_adds(g, readers, plan->bias_add_of);
@@ -377,13 +375,8 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
                     plan->assembled_in[add->operands[1]] >= 0))
             plan->sum_add_of[i] = -1;
     }
-
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        /* a temporary reshape or view shares its operand's buffer; a reshape with a buffer
-         * of its own (a parameter's gradient) is a copy; a bias's add shares its product's;
-         * the pads, adds and pieces of a window assembly share its sum's (within: the
-         * piece's window, set by dm_plan_window_assemblies) */
         int shares = ir_in_operand_buffer(v) || (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
         int assembled = plan->assembled_in[i], sum = sum_buffer_taken(g, plan, i);
         if (assembled >= 0 && assembled != i) {
@@ -397,14 +390,16 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
                 plan->within[i] =
                     plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
         }
-        last_use[i] = i;
     }
-    dm_plan_at_create(g, plan);
-    /* liveness of a buffer: the last read of it or of any reshape sharing it; a value made
-     * at create that a step reads lives through every step (read_in_step) */
-    char *read_in_step = calloc((size_t)n + 1, 1);
+}
+
+/* Liveness of each buffer (last_use[root], n values): the last read of it or of any value
+ * sharing it, n for an output or the loss; read_in_step[root]: a step reads it (a value
+ * made at create that a step reads lives through every step). */
+static void buffer_lifetimes(const ir_graph *g, const dm_memory_plan *plan, int *last_use, char *read_in_step) {
+    int n = g->n_values;
+    for (int i = 0; i < n; i++) last_use[i] = i;
     int *summed = dm_summed_partials(g);
-    if (!read_in_step) abort();
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         for (int k = 0; k < v->n_operands; k++) {
@@ -427,14 +422,12 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i && last_use[i] > last_use[plan->storage_of[i]])
             last_use[plan->storage_of[i]] = last_use[i];
+}
 
-    /* the arena's buffers: each from its definition to its last reader; the operands of
-     * an op are still live at it, so its result never overlaps them */
-    int *item_id = calloc((size_t)n + 1, sizeof(int)), *def = calloc((size_t)n + 1, sizeof(int));
-    int *dies = calloc((size_t)n + 1, sizeof(int));
-    int64_t *size = calloc((size_t)n + 1, sizeof(int64_t)), *offset = calloc((size_t)n + 1, sizeof(int64_t));
-    if (!item_id || !def || !dies || !size || !offset) abort();
-    int n_items = 0;
+/* Each value's region by its role; the persistent regions' offsets (parameters,
+ * gradients, optimizer state); a buffer's sharers in its region. */
+static void assign_regions(const ir_graph *g, dm_memory_plan *plan) {
+    int n = g->n_values;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         switch (v->role) {
@@ -466,12 +459,23 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     }
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i) plan->region[i] = plan->region[plan->storage_of[i]];
+}
+
+/* The arena's buffers, each from its definition to its last reader (the operands of an
+ * op are still live at it, so its result never overlaps them), placed; then a buffer's
+ * sharers where in it they start. */
+static void place_arena(const ir_graph *g, dm_memory_plan *plan, const int *last_use, const char *read_in_step) {
+    int n = g->n_values;
+    int *item_id = calloc((size_t)n + 1, sizeof(int)), *def = calloc((size_t)n + 1, sizeof(int));
+    int *dies = calloc((size_t)n + 1, sizeof(int));
+    int64_t *size = calloc((size_t)n + 1, sizeof(int64_t)), *offset = calloc((size_t)n + 1, sizeof(int64_t));
+    char *placed = calloc((size_t)n + 1, 1);
+    if (!item_id || !def || !dies || !size || !offset || !placed) abort();
+    int n_items = 0;
     /* a buffer is live from the first value written into it (a window assembly's first
      * piece comes before its sum). Positions: create's ops (the values made at create) at
      * their index, then the step's at n + index; a buffer made at create that a step reads
      * lives to the end (2 n), so no step value ever shares it. */
-    char *placed = calloc((size_t)n + 1, 1);
-    if (!placed) abort();
     for (int made_at_create = 1; made_at_create >= 0; made_at_create--)
         for (int i = 0; i < n; i++) {
             int root = plan->storage_of[i];
@@ -484,20 +488,36 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
             plan->arena_unshared_elems += size[n_items];
             n_items++;
         }
-    free(placed);
-    free(read_in_step);
     plan->arena_elems = place_buffers(n_items, size, def, dies, offset);
     for (int it = 0; it < n_items; it++) plan->offset[item_id[it]] = offset[it];
-    /* a buffer's sharers, where in it they start */
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i && plan->region[i] != REGION_NONE)
             plan->offset[i] = plan->offset[plan->storage_of[i]] + plan->within[i];
+    free(placed);
     free(item_id);
     free(def);
     free(dies);
     free(size);
     free(offset);
+}
+
+int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
+    int n = g->n_values;
+    memset(plan, 0, sizeof *plan);
+    plan->region = calloc((size_t)n + 1, sizeof(dm_region));
+    plan->offset = calloc((size_t)n + 1, sizeof(int64_t));
+    plan->storage_of = calloc((size_t)n + 1, sizeof(int));
+    plan->within = calloc((size_t)n + 1, sizeof(int64_t));
+    int *last_use = calloc((size_t)n + 1, sizeof(int));
+    char *read_in_step = calloc((size_t)n + 1, 1);
+    if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use || !read_in_step) abort();
+    share_buffers(g, plan);
+    dm_plan_at_create(g, plan);
+    buffer_lifetimes(g, plan, last_use, read_in_step);
+    assign_regions(g, plan);
+    place_arena(g, plan, last_use, read_in_step);
     free(last_use);
+    free(read_in_step);
     return 0;
 }
 
