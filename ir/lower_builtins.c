@@ -672,148 +672,176 @@ static int lower_dropout(lowerer *L, scope *s, const dm_expr *e, int *out) {
     return 1;
 }
 
+/* recompute(h(x)): the layer calls inside keep only their inputs for the backward */
+static int lower_recompute(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 1, 1)) return 1;
+    L->in_recompute++;
+    *out = lower_expr(L, s, e->args[0]);
+    L->in_recompute--;
+    return 1;
+}
+
+/* softmax(x[, dim]): a causal_mask directly inside (with its scale) is fused in. */
+static int lower_softmax(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 1, 2)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const ir_type *t = &val(L, x)->type;
+    int axis = e->n_args == 2 ? resolve_axis(L, t, e->args[1]) : t->rank - 1;
+    if (axis < 0) {
+        if (t->rank == 0) dm_error(L->d, e->loc, "softmax of a scalar");
+        return 1;
+    }
+    double scale = 1.0;
+    int causal = axis == t->rank - 1 && is_call_of(e->args[0], "causal_mask", 1) && fuse_causal(L, &x, &scale);
+    ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
+    v->axis = axis;
+    v->causal = causal;
+    v->scalar = scale;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* causal_mask(x): keys after the query become -inf. */
+static int lower_causal_mask(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 1, 1)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    ir_value *v = make(L, s, OP_CAUSAL_MASK, &x, 1, e->loc);
+    v->scalar = -INFINITY;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* embed(table, ids): the ids' rows of the table. */
+static int lower_embed(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+    if (ops[0] >= 0 && ops[1] >= 0) *out = make_typed(L, s, OP_EMBED, ops, 2, e->loc);
+    return 1;
+}
+
+/* reshape(x, [S0, S1, ...]): one size may be -1, inferred from the others. */
+static int lower_reshape(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    const dm_expr *shape = e->args[1];
+    if (x < 0) return 1;
+    if (shape->kind != EXPR_LIST) {
+        dm_error(L->d, shape->loc, "reshape takes the new shape as a list: reshape(x, [B, T, C])");
+        return 1;
+    }
+    if (shape->n_args > IR_MAX_RANK) {
+        dm_error(L->d, shape->loc, "rank %d exceeds the maximum of %d", shape->n_args, IR_MAX_RANK);
+        return 1;
+    }
+    ir_value *v = make(L, s, OP_RESHAPE, &x, 1, e->loc);
+    v->type.rank = shape->n_args;
+    int infer = -1;
+    int64_t known = 1, total = ir_numel(&val(L, x)->type);
+    for (int i = 0; i < shape->n_args; i++) {
+        int64_t size;
+        if (lower_eval_dim(L, s, shape->args[i], &size)) return 1;
+        if (size == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
+        if (size <= 0) {
+            dm_error(L->d, shape->args[i]->loc, "dimension must be positive (or -1 once), got %lld", (long long)size);
+            return 1;
+        }
+        v->type.shape[i] = size;
+        const char *dn = lower_dim_name_of(s, shape->args[i]);
+        v->type.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
+        if (mul_checked(known, size, &known) || known > MAX_NUMEL) {
+            dm_error(L->d, shape->loc, "tensor is too large (more than 2^40 elements)");
+            return 1;
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || total % known != 0) {
+            dm_error(L->d, shape->loc, "cannot infer the -1 dimension: %lld elements do not divide by %lld",
+                     (long long)total, (long long)known);
+            return 1;
+        }
+        v->type.shape[infer] = total / known;
+    }
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* transpose(x): the last two dims swapped; transpose(x, d0, d1): those two. */
+static int lower_transpose(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (e->n_args != 1 && want_args(L, e, 3, 3)) return 1;
+    if (want_args(L, e, 1, 3)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    if (x < 0) return 1;
+    const ir_type *t = &val(L, x)->type;
+    if (t->rank < 2) {
+        dm_error(L->d, e->loc, "transpose needs at least two dimensions");
+        return 1;
+    }
+    int d0 = t->rank - 2, d1 = t->rank - 1;
+    if (e->n_args == 3) {
+        d0 = resolve_axis(L, t, e->args[1]);
+        d1 = resolve_axis(L, t, e->args[2]);
+        if (d0 < 0 || d1 < 0) return 1;
+    }
+    ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
+    for (int i = 0; i < t->rank; i++) v->perm[i] = i;
+    v->perm[d0] = d1;
+    v->perm[d1] = d0;
+    *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
+    return 1;
+}
+
+/* cross_entropy(logits, targets): the rows' statistics (named after the logits), then the
+ * loss from them. */
+static int lower_cross_entropy(lowerer *L, scope *s, const dm_expr *e, int *out) {
+    if (want_args(L, e, 2, 2)) return 1;
+    int ab[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
+    if (ab[0] < 0 || ab[1] < 0) return 1;
+    int stats = make_typed(L, s, OP_XENT_STATS, ab, 2, e->loc);
+    if (stats >= 0 && val(L, ab[0])->name) val(L, stats)->name = ir_internf(L->g, "%s_stats", val(L, ab[0])->name);
+    if (stats >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, &stats, 1, e->loc);
+    return 1;
+}
+
+/* The builtins lowered by a function of their own; the other elementwise unary ones (exp,
+ * tanh, ...: ir/ops.def's OPC_UNARY ops) are found by their op's name. */
+typedef struct builtin_lowering {
+    const char *name;
+    int (*lower)(lowerer *L, scope *s, const dm_expr *e, int *out);
+} builtin_lowering;
+
+static const builtin_lowering builtin_lowerings[] = {
+    {"dropout", lower_dropout},     {"recompute", lower_recompute}, {"softmax", lower_softmax},
+    {"causal_mask", lower_causal_mask}, {"layernorm", lower_layernorm}, {"slice", lower_slice},
+    {"concat", lower_concat},       {"permute", lower_permute},     {"expand", lower_expand},
+    {"arange", lower_arange},       {"embed", lower_embed},         {"sum", lower_reduce},
+    {"mean", lower_reduce},         {"reshape", lower_reshape},     {"transpose", lower_transpose},
+    {"cross_entropy", lower_cross_entropy},
+};
+
+/* A unary elementwise op of x, folded when x is a constant. */
+static int lower_unary(lowerer *L, scope *s, const dm_expr *e, ir_op unary, int *out) {
+    if (want_args(L, e, 1, 1)) return 1;
+    int x = lower_expr(L, s, e->args[0]);
+    double folded;
+    if (x >= 0 && val(L, x)->op == OP_CONST && fold_unary(unary, val(L, x)->scalar, &folded))
+        *out = make_const(L, folded, e->loc);
+    else if (x >= 0)
+        *out = make_typed(L, s, unary, &x, 1, e->loc);
+    return 1;
+}
+
+/* Lowers a call of a builtin into *out (-1 after an error); 0 when e->name is none. */
 static int lower_builtin(lowerer *L, scope *s, const dm_expr *e, int *out) {
-    const char *f = e->name;
     *out = -1;
-    if (strcmp(f, "dropout") == 0) return lower_dropout(L, s, e, out);
-    ir_op unary = ir_op_by_name(f);
-    if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) {
-        if (want_args(L, e, 1, 1)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        double folded;
-        if (x >= 0 && val(L, x)->op == OP_CONST && fold_unary(unary, val(L, x)->scalar, &folded))
-            *out = make_const(L, folded, e->loc);
-        else if (x >= 0)
-            *out = make_typed(L, s, unary, &x, 1, e->loc);
-        return 1;
-    }
-    if (strcmp(f, "recompute") == 0) {
-        /* recompute(h(x)): the layer calls inside keep only their inputs for the backward */
-        if (want_args(L, e, 1, 1)) return 1;
-        L->in_recompute++;
-        *out = lower_expr(L, s, e->args[0]);
-        L->in_recompute--;
-        return 1;
-    }
-    if (strcmp(f, "softmax") == 0) {
-        if (want_args(L, e, 1, 2)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        if (x < 0) return 1;
-        const ir_type *t = &val(L, x)->type;
-        int axis = e->n_args == 2 ? resolve_axis(L, t, e->args[1]) : t->rank - 1;
-        if (axis < 0) {
-            if (t->rank == 0) dm_error(L->d, e->loc, "softmax of a scalar");
-            return 1;
-        }
-        double scale = 1.0;
-        int causal = axis == t->rank - 1 && is_call_of(e->args[0], "causal_mask", 1) && fuse_causal(L, &x, &scale);
-        ir_value *v = make(L, s, OP_SOFTMAX, &x, 1, e->loc);
-        v->axis = axis;
-        v->causal = causal;
-        v->scalar = scale;
-        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
-        return 1;
-    }
-    if (strcmp(f, "causal_mask") == 0) {
-        if (want_args(L, e, 1, 1)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        if (x < 0) return 1;
-        ir_value *v = make(L, s, OP_CAUSAL_MASK, &x, 1, e->loc);
-        v->scalar = -INFINITY;
-        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
-        return 1;
-    }
-    if (strcmp(f, "layernorm") == 0) return lower_layernorm(L, s, e, out);
-    if (strcmp(f, "slice") == 0) return lower_slice(L, s, e, out);
-    if (strcmp(f, "concat") == 0) return lower_concat(L, s, e, out);
-    if (strcmp(f, "permute") == 0) return lower_permute(L, s, e, out);
-    if (strcmp(f, "expand") == 0) return lower_expand(L, s, e, out);
-    if (strcmp(f, "arange") == 0) return lower_arange(L, s, e, out);
-    if (strcmp(f, "embed") == 0) {
-        if (want_args(L, e, 2, 2)) return 1;
-        int ops[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
-        if (ops[0] >= 0 && ops[1] >= 0) *out = make_typed(L, s, OP_EMBED, ops, 2, e->loc);
-        return 1;
-    }
-    if (strcmp(f, "sum") == 0 || strcmp(f, "mean") == 0) return lower_reduce(L, s, e, out);
-    if (strcmp(f, "reshape") == 0) {
-        if (want_args(L, e, 2, 2)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        const dm_expr *shape = e->args[1];
-        if (x < 0) return 1;
-        if (shape->kind != EXPR_LIST) {
-            dm_error(L->d, shape->loc, "reshape takes the new shape as a list: reshape(x, [B, T, C])");
-            return 1;
-        }
-        if (shape->n_args > IR_MAX_RANK) {
-            dm_error(L->d, shape->loc, "rank %d exceeds the maximum of %d", shape->n_args, IR_MAX_RANK);
-            return 1;
-        }
-        ir_value *v = make(L, s, OP_RESHAPE, &x, 1, e->loc);
-        v->type.rank = shape->n_args;
-        int infer = -1;
-        int64_t known = 1, total = ir_numel(&val(L, x)->type);
-        for (int i = 0; i < shape->n_args; i++) {
-            int64_t size;
-            if (lower_eval_dim(L, s, shape->args[i], &size)) return 1;
-            if (size == -1 && infer < 0) {
-                infer = i;
-                continue;
-            }
-            if (size <= 0) {
-                dm_error(L->d, shape->args[i]->loc, "dimension must be positive (or -1 once), got %lld", (long long)size);
-                return 1;
-            }
-            v->type.shape[i] = size;
-            const char *dn = lower_dim_name_of(s, shape->args[i]);
-            v->type.dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
-            if (mul_checked(known, size, &known) || known > MAX_NUMEL) {
-                dm_error(L->d, shape->loc, "tensor is too large (more than 2^40 elements)");
-                return 1;
-            }
-        }
-        if (infer >= 0) {
-            if (known == 0 || total % known != 0) {
-                dm_error(L->d, shape->loc, "cannot infer the -1 dimension: %lld elements do not divide by %lld",
-                         (long long)total, (long long)known);
-                return 1;
-            }
-            v->type.shape[infer] = total / known;
-        }
-        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
-        return 1;
-    }
-    if (strcmp(f, "transpose") == 0) {
-        if (e->n_args != 1 && want_args(L, e, 3, 3)) return 1;
-        if (want_args(L, e, 1, 3)) return 1;
-        int x = lower_expr(L, s, e->args[0]);
-        if (x < 0) return 1;
-        const ir_type *t = &val(L, x)->type;
-        if (t->rank < 2) {
-            dm_error(L->d, e->loc, "transpose needs at least two dimensions");
-            return 1;
-        }
-        int d0 = t->rank - 2, d1 = t->rank - 1;
-        if (e->n_args == 3) {
-            d0 = resolve_axis(L, t, e->args[1]);
-            d1 = resolve_axis(L, t, e->args[2]);
-            if (d0 < 0 || d1 < 0) return 1;
-        }
-        ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
-        for (int i = 0; i < t->rank; i++) v->perm[i] = i;
-        v->perm[d0] = d1;
-        v->perm[d1] = d0;
-        *out = shapes_infer(L->g, v, L->d) ? -1 : v->id;
-        return 1;
-    }
-    if (strcmp(f, "cross_entropy") == 0) {
-        if (want_args(L, e, 2, 2)) return 1;
-        int ab[2] = {lower_expr(L, s, e->args[0]), lower_expr(L, s, e->args[1])};
-        if (ab[0] < 0 || ab[1] < 0) return 1;
-        int stats = make_typed(L, s, OP_XENT_STATS, ab, 2, e->loc);
-        if (stats >= 0 && val(L, ab[0])->name) val(L, stats)->name = ir_internf(L->g, "%s_stats", val(L, ab[0])->name);
-        if (stats >= 0) *out = make_typed(L, s, OP_CROSS_ENTROPY, &stats, 1, e->loc);
-        return 1;
-    }
+    /* (the table first: dropout is a unary op with a lowering of its own) */
+    for (size_t i = 0; i < sizeof builtin_lowerings / sizeof *builtin_lowerings; i++)
+        if (strcmp(e->name, builtin_lowerings[i].name) == 0) return builtin_lowerings[i].lower(L, s, e, out);
+    ir_op unary = ir_op_by_name(e->name);
+    if (unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY) return lower_unary(L, s, e, unary, out);
     return 0;
 }
