@@ -76,9 +76,8 @@ void emit_descs(emitter *E) {
     cg_blank(w);
 }
 
-/* The dmrt_model descriptor of the generated code, for generic tools; its fields in
- * their declaration order (the file may be compiled as C++). */
-void emit_descriptor(emitter *E) {
+/* The descriptor's functions: the model's, called through void pointers. */
+static void emit_model_wrappers(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
@@ -150,13 +149,19 @@ void emit_descriptor(emitter *E) {
     cg_line(w, "    return %s;", E->dialect->memory_peak);
     cg_line(w, "}");
     cg_blank(w);
+}
+
+/* dmc --explain's prediction of each stage's forward and backward time (where the plan has
+ * one), and into hardware (size bytes) the name of the hardware it is for: from a user's
+ * file, so only its plain characters go in the C source. */
+static void emit_predicted_times(emitter *E, char *hardware, size_t size) {
+    cg_writer *w = &E->w;
     const dm_pipeline_plan *pl = E->predicted;
-    /* the hardware's name, from a user's file: only its plain characters go in the C source */
-    char hardware[64] = "";
+    hardware[0] = 0;
     if (pl) {
         const char *name = cost_hardware(&pl->cost)->name;
         size_t n = 0;
-        for (; *name && n + 1 < sizeof hardware; name++) hardware[n++] = isalnum((unsigned char)*name) || strchr("-_.+ ", *name) ? *name : '?';
+        for (; *name && n + 1 < size; name++) hardware[n++] = isalnum((unsigned char)*name) || strchr("-_.+ ", *name) ? *name : '?';
         hardware[n] = 0;
         cg_line(w, "/* dmc --explain's prediction for this plan on %s: the step %.6g s */", hardware, pl->step_seconds);
         for (int part = 0; part < 2; part++) {
@@ -166,6 +171,19 @@ void emit_descriptor(emitter *E) {
             cg_line(w, "};");
         }
     }
+}
+
+/* The dmrt_model descriptor of the generated code, for generic tools; its fields in
+ * their declaration order (the file may be compiled as C++). */
+void emit_descriptor(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    int copies = E->partitioned || E->dialect->separate_memory;
+    const dm_pipeline_plan *pl = E->predicted;
+    char hardware[64];
+    emit_model_wrappers(E);
+    emit_predicted_times(E, hardware, sizeof hardware);
     cg_line(w, "const dmrt_model %s_model = {", m);
     w->indent++;
     cg_line(w, ".name = \"%s\",", m);
