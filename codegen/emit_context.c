@@ -250,12 +250,12 @@ static int owned_buffers(const emitter *E, owned_buffer *b, int max) {
     return n;
 }
 
-void emit_create_destroy(emitter *E) {
+/* create's start: the mesh joined (a partitioned program), the context allocated, its
+ * threads and this stage's offsets set; the dialect's opening. */
+static void emit_create_open(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    owned_buffer bufs[64 + 64 + 2 * IR_MAX_AXES]; /* (pipedream: up to 64 weight versions) */
-    int n_bufs = owned_buffers(E, bufs, (int)(sizeof bufs / sizeof *bufs));
     if (E->partitioned) {
         cg_line(w, "%s_ctx *%s_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {", m, m);
         w->indent++;
@@ -288,6 +288,12 @@ void emit_create_destroy(emitter *E) {
     E->dialect->ctx_open(w, E->partitioned, E->tf32, "goto fail;");
     emit_upload_reserve(E);
     emit_clip_reserve(E);
+}
+
+/* The context's buffers allocated: host ones tracked, device ones one by one or, where
+ * the dialect has a block alignment, carved out of one allocation. */
+static void emit_create_buffers(emitter *E, owned_buffer *bufs, int n_bufs) {
+    cg_writer *w = &E->w;
     int align = E->dialect->block_alignment;
     if (align) {
         /* in a block: the gotos above must not jump over its declarations (C++) */
@@ -325,6 +331,47 @@ void emit_create_destroy(emitter *E) {
         w->indent--;
         cg_line(w, "}");
     }
+}
+
+/* destroy: collectives still in flight waited for, every buffer freed. */
+static void emit_destroy(emitter *E, const owned_buffer *bufs, int n_bufs) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    int align = E->dialect->block_alignment;
+    cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
+    w->indent++;
+    cg_line(w, "if (!ctx) return;");
+    if (E->partitioned) {
+        /* a step that failed may have left gradient buckets reducing ctx->grads */
+        char callee[96];
+        cg_line(w, "for (int axis = 0; axis < %d; axis++)", g->n_axes);
+        cg_line(w, "    if (ctx->comm[axis]) (void)%sctx->comm[axis]);", cg_comm_callee(E, "comm_wait", callee, sizeof callee));
+        emit_ps_finish(E);
+    }
+    for (int i = 0; i < n_bufs; i++) {
+        char ptr[200];
+        snprintf(ptr, sizeof ptr, "ctx->%.150s", bufs[i].field);
+        if (bufs[i].host) cg_line(w, "dmrt_free_tracked(&ctx->memory, %s);", ptr);
+        else if (!align) E->dialect->free(w, ptr);
+    }
+    if (align) E->dialect->free(w, "ctx->device_block");
+    emit_quant_destroy(E);
+    E->dialect->ctx_close(w);
+    cg_line(w, "free(ctx);");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+void emit_create_destroy(emitter *E) {
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_writer *w = &E->w;
+    owned_buffer bufs[64 + 64 + 2 * IR_MAX_AXES]; /* (pipedream: up to 64 weight versions) */
+    int n_bufs = owned_buffers(E, bufs, (int)(sizeof bufs / sizeof *bufs));
+    emit_create_open(E);
+    emit_create_buffers(E, bufs, n_bufs);
     if (E->dropout) cg_line(w, "ctx->seed = seed;");
     if (E->g->loss_scale > 0)
         cg_line(w, "ctx->loss_scale = (dmrt_loss_scale){.scale = %.17g, .interval = %lld, .good_steps = 0, .skipped = 0, "
@@ -354,27 +401,5 @@ void emit_create_destroy(emitter *E) {
         cg_line(w, "}");
         cg_blank(w);
     }
-    cg_line(w, "void %s_destroy(%s_ctx *ctx) {", m, m);
-    w->indent++;
-    cg_line(w, "if (!ctx) return;");
-    if (E->partitioned) {
-        /* a step that failed may have left gradient buckets reducing ctx->grads */
-        char callee[96];
-        cg_line(w, "for (int axis = 0; axis < %d; axis++)", g->n_axes);
-        cg_line(w, "    if (ctx->comm[axis]) (void)%sctx->comm[axis]);", cg_comm_callee(E, "comm_wait", callee, sizeof callee));
-        emit_ps_finish(E);
-    }
-    for (int i = 0; i < n_bufs; i++) {
-        char ptr[200];
-        snprintf(ptr, sizeof ptr, "ctx->%.150s", bufs[i].field);
-        if (bufs[i].host) cg_line(w, "dmrt_free_tracked(&ctx->memory, %s);", ptr);
-        else if (!align) E->dialect->free(w, ptr);
-    }
-    if (align) E->dialect->free(w, "ctx->device_block");
-    emit_quant_destroy(E);
-    E->dialect->ctx_close(w);
-    cg_line(w, "free(ctx);");
-    w->indent--;
-    cg_line(w, "}");
-    cg_blank(w);
+    emit_destroy(E, bufs, n_bufs);
 }
