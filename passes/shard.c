@@ -674,6 +674,79 @@ static void mark_sums_only(const ir_graph *g, ir_value *const *old, int n_old, u
     free(other);
 }
 
+/* An operand already reduced for another consumer is used reduced: that sum is paid for,
+ * and a pending one would need its own collective later. */
+static void use_reduced_operands(shard_state *S, ir_value *v) {
+    for (int k = 0; k < v->n_operands; k++) {
+        const ir_type *t = &V(S, v->operands[k])->type;
+        if (!t->partial) continue;
+        for (int c = S->first_cache[v->operands[k]]; c >= 0; c = S->cache[c].next) {
+            ir_type whole = *t;
+            whole.partial = 0;
+            if (same_sharding(&V(S, S->cache[c].result)->type, &whole)) {
+                v->operands[k] = S->cache[c].result;
+                break;
+            }
+        }
+    }
+}
+
+/* Value i (v, its sharded result `result`) as the caller sees it; returns what the
+ * program's own consumers read. */
+static int keep_for_caller(shard_state *S, ir_value *v, int i, int result, int *output_of) {
+    ir_graph *g = S->g;
+    /* the loss is read by the caller every step, in the shape of the .dm: whole on
+     * every rank (no pending sum). Outputs (f32) stay as computed: the caller asks for
+     * them rarely (evaluation, sampling), and the generated accessor gathers them then
+     * (a GPT's logits gathered every step were half of what a rank sent) */
+    int listed = is_listed(g->outputs, g->n_outputs, i), shown = result;
+    int on_demand = listed && i != g->loss && v->type.dtype == DT_F32;
+    if (i == g->loss || (listed && !on_demand)) {
+        ir_type whole = V(S, result)->type;
+        clear_sharding(&whole);
+        shown = reshard(S, result, &whole, "the caller reads it", v->phase);
+        /* the program's own consumers keep the sharded value (the loss is a scalar:
+         * its whole sum serves both) */
+        if (listed && i != g->loss) {
+            for (int k = 0; k < g->n_outputs; k++)
+                if (g->outputs[k] == i) output_of[k] = shown;
+        } else {
+            result = shown;
+        }
+    }
+    /* the name the user gave stays with what they see */
+    if (shown != v->id && v->name) {
+        V(S, shown)->name = v->name;
+        v->name = ir_internf(g, "%s.local", v->name);
+    }
+    return result;
+}
+
+/* A gradient reduced for its update: the reduced value becomes the gradient (map: old ids
+ * to new). */
+static void adopt_reduced_grads(ir_graph *g, const int *map) {
+    int *update_of = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof(int));
+    if (!update_of) abort();
+    for (int p = 0; p < g->n_params; p++) update_of[p] = -1;
+    for (int i = 0; i < g->n_values; i++)
+        if (ir_op_info_of(g->values[i]->op)->cls == OPC_UPDATE) update_of[g->values[i]->param_index] = i;
+    for (int p = 0; g->grads && p < g->n_params; p++) {
+        int gid = map[g->grads[p]];
+        if (update_of[p] >= 0 && g->values[update_of[p]]->operands[1] != gid) {
+            ir_value *was = g->values[gid], *now = g->values[g->values[update_of[p]]->operands[1]];
+            now->role = ROLE_GRAD;
+            now->param_index = p;
+            now->name = was->name;
+            was->role = ROLE_TEMP;
+            was->param_index = -1;
+            was->name = ir_internf(g, "%s.partial", now->name);
+            gid = now->id;
+        }
+        g->grads[p] = gid;
+    }
+    free(update_of);
+}
+
 int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     int n_old = g->n_values;
     ir_value **old = g->values;
@@ -696,20 +769,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             for (int k = 0; k < v->type.rank; k++) v->type.split[k] = pt->split[k];
         }
         if (ir_op_info_of(v->op)->cls == OPC_SOURCE) drop_trivial(g, &v->type);
-        /* an operand already reduced for another consumer is used reduced: that sum
-         * is paid for, and a pending one would need its own collective later */
-        for (int k = 0; k < v->n_operands; k++) {
-            const ir_type *t = &V(&S, v->operands[k])->type;
-            if (!t->partial) continue;
-            for (int c = S.first_cache[v->operands[k]]; c >= 0; c = S.cache[c].next) {
-                ir_type whole = *t;
-                whole.partial = 0;
-                if (same_sharding(&V(&S, S.cache[c].result)->type, &whole)) {
-                    v->operands[k] = S.cache[c].result;
-                    break;
-                }
-            }
-        }
+        use_reduced_operands(&S, v);
         ir_type annotation = v->type;
         S.visiting = i;
         decision D;
@@ -735,30 +795,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
             annotation.partial = 0;
             result = reshard(&S, result, &annotation, "annotated in the .dm", v->phase);
         }
-        /* the loss is read by the caller every step, in the shape of the .dm: whole on
-         * every rank (no pending sum). Outputs (f32) stay as computed: the caller asks for
-         * them rarely (evaluation, sampling), and the generated accessor gathers them then
-         * (a GPT's logits gathered every step were half of what a rank sent) */
-        int listed = is_listed(g->outputs, g->n_outputs, i), shown = result;
-        int on_demand = listed && i != g->loss && v->type.dtype == DT_F32;
-        if (i == g->loss || (listed && !on_demand)) {
-            ir_type whole = V(&S, result)->type;
-            clear_sharding(&whole);
-            shown = reshard(&S, result, &whole, "the caller reads it", v->phase);
-            /* the program's own consumers keep the sharded value (the loss is a scalar:
-             * its whole sum serves both) */
-            if (listed && i != g->loss) {
-                for (int k = 0; k < g->n_outputs; k++)
-                    if (g->outputs[k] == i) output_of[k] = shown;
-            } else {
-                result = shown;
-            }
-        }
-        /* the name the user gave stays with what they see */
-        if (shown != v->id && v->name) {
-            V(&S, shown)->name = v->name;
-            v->name = ir_internf(g, "%s.local", v->name);
-        }
+        result = keep_for_caller(&S, v, i, result, output_of);
         S.map[i] = complete_besides_data(&S, result);
     }
     free(old);
@@ -768,27 +805,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     for (int i = 0; i < g->n_outputs; i++) g->outputs[i] = output_of[i] >= 0 ? output_of[i] : S.map[g->outputs[i]];
     free(output_of);
     if (g->loss >= 0) g->loss = S.map[g->loss];
-    /* a gradient reduced for its update: the reduced value becomes the gradient */
-    int *update_of = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof(int));
-    if (!update_of) abort();
-    for (int p = 0; p < g->n_params; p++) update_of[p] = -1;
-    for (int i = 0; i < g->n_values; i++)
-        if (ir_op_info_of(g->values[i]->op)->cls == OPC_UPDATE) update_of[g->values[i]->param_index] = i;
-    for (int p = 0; g->grads && p < g->n_params; p++) {
-        int gid = S.map[g->grads[p]];
-        if (update_of[p] >= 0 && g->values[update_of[p]]->operands[1] != gid) {
-            ir_value *was = g->values[gid], *now = g->values[g->values[update_of[p]]->operands[1]];
-            now->role = ROLE_GRAD;
-            now->param_index = p;
-            now->name = was->name;
-            was->role = ROLE_TEMP;
-            was->param_index = -1;
-            was->name = ir_internf(g, "%s.partial", now->name);
-            gid = now->id;
-        }
-        g->grads[p] = gid;
-    }
-    free(update_of);
+    adopt_reduced_grads(g, S.map);
     free(S.map);
     free(S.feeds_sums_only);
     free(S.first_cache);
