@@ -18,31 +18,10 @@
 #include "hardware.h"
 #include "passes.h"
 #include "schedule.h"
+#include "pipeline_costs.h"
 
-/* Per forward op, summed over the ops before it: a stage of ops [i, j) has seconds[j] -
- * seconds[i], and so on. */
-typedef struct pipe_costs {
-    const ir_graph *g;
-    const dm_cost_model *model;
-    int n;                  /* forward ops */
-    int *op;                /* (n) their value ids, in order */
-    double *seconds;        /* (n + 1) forward time + the time of the backward ops it originates */
-    double *forward;        /* (n + 1) the forward time alone */
-    double *flops;          /* (n + 1) the same in flops */
-    double *activation;     /* (n + 1) elements of the op's result the backward reads */
-    double *params;         /* (n + 1) elements of persistent state first used by the op: parameters,
-                             * gradients and optimizer state (ZeRO's shares of them) */
-    double *cross;          /* (n + 1) elements crossing the boundary before op j (0 at 0 and n) */
-    double *send_tail;      /* (n + 1) time of op j's backward ops that run after the last of them
-                             * the ops before j read: what a stage starting at j computes once
-                             * it has sent the stage before its gradient (the code emits the
-                             * backward in the graph's order, sending each value once made) */
-    int *in_flight;         /* (stages) micro-batches each stage holds at once, by the schedule */
-    char *layer_start;      /* (n + 1) op j starts a layer (instance or top-level value) */
-    int layer_starts;       /* how many of the n - 1 inner boundaries do */
-} pipe_costs;
 
-static void *xcalloc(size_t n, size_t size) {
+void *pipe_xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     if (!p) abort();
     return p;
@@ -81,7 +60,7 @@ static int is_forward_op(const ir_value *v) {
  * layer, at any depth ("h.3" of "h.3.mlp.c_fc", "model.layers.3" of Hugging Face's
  * "model.layers.3.mlp.down_proj", where the stack is a layer of the model's block), else
  * the first component ("fc1" of "fc1.matmul", "model" of "model.norm.mul"), all of "h1". */
-static size_t layer_key(const char *name) {
+size_t pipe_layer_key(const char *name) {
     const char *first_dot = strchr(name, '.');
     if (!first_dot) return strlen(name);
     for (const char *dot = first_dot; dot; dot = strchr(dot + 1, '.')) {
@@ -95,13 +74,13 @@ static size_t layer_key(const char *name) {
 /* The cut goes between layers (the layer stack) where it can: inside one, more values
  * usually cross. An op without a name belongs to the layer before it. */
 static void mark_layers(const ir_graph *g, pipe_costs *c) {
-    c->layer_start = xcalloc((size_t)c->n + 1, 1);
+    c->layer_start = pipe_xcalloc((size_t)c->n + 1, 1);
     const char *key = NULL;
     size_t key_len = 0;
     for (int j = 0; j < c->n; j++) {
         const char *name = g->values[c->op[j]]->name;
         if (!name) continue;
-        size_t len = layer_key(name);
+        size_t len = pipe_layer_key(name);
         if (key && (len != key_len || strncmp(name, key, len) != 0)) {
             c->layer_start[j] = 1;
             c->layer_starts++;
@@ -112,28 +91,28 @@ static void mark_layers(const ir_graph *g, pipe_costs *c) {
 
 /* Each forward op's costs, its own (not yet summed), the values crossing each boundary and
  * where layers start. */
-static void measure_ops(const ir_graph *g, pipe_costs *c) {
+void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     int n = 0;
-    int *pos = xcalloc((size_t)g->n_values, sizeof(int));
-    c->op = xcalloc((size_t)g->n_values, sizeof(int));
+    int *pos = pipe_xcalloc((size_t)g->n_values, sizeof(int));
+    c->op = pipe_xcalloc((size_t)g->n_values, sizeof(int));
     for (int i = 0; i < g->n_values; i++) {
         pos[i] = -1;
         if (is_forward_op(g->values[i])) pos[i] = n, c->op[n++] = i;
     }
     c->n = n;
-    c->seconds = xcalloc((size_t)n + 1, sizeof(double));
-    c->forward = xcalloc((size_t)n + 1, sizeof(double));
-    c->flops = xcalloc((size_t)n + 1, sizeof(double));
-    c->activation = xcalloc((size_t)n + 1, sizeof(double));
-    c->params = xcalloc((size_t)n + 1, sizeof(double));
-    c->cross = xcalloc((size_t)n + 1, sizeof(double));
-    c->send_tail = xcalloc((size_t)n + 1, sizeof(double));
-    double *delta = xcalloc((size_t)n + 2, sizeof(double));
-    int *first_use = xcalloc((size_t)g->n_values, sizeof(int));
-    int *last_use = xcalloc((size_t)g->n_values, sizeof(int));
-    char *read_backward = xcalloc((size_t)g->n_values, 1);
-    int *where = xcalloc((size_t)g->n_values, sizeof(int)), *last_sent = xcalloc((size_t)n + 1, sizeof(int));
-    double *op_seconds = xcalloc((size_t)g->n_values, sizeof(double));
+    c->seconds = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->forward = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->flops = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->activation = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->params = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->cross = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->send_tail = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    double *delta = pipe_xcalloc((size_t)n + 2, sizeof(double));
+    int *first_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
+    int *last_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
+    char *read_backward = pipe_xcalloc((size_t)g->n_values, 1);
+    int *where = pipe_xcalloc((size_t)g->n_values, sizeof(int)), *last_sent = pipe_xcalloc((size_t)n + 1, sizeof(int));
+    double *op_seconds = pipe_xcalloc((size_t)g->n_values, sizeof(double));
     for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1;
     for (int j = 0; j <= n; j++) last_sent[j] = -1;
     for (int i = 0; i < g->n_values; i++) {
@@ -205,11 +184,11 @@ static void sum_costs(pipe_costs *c) {
 }
 
 static void measure(const ir_graph *g, pipe_costs *c) {
-    measure_ops(g, c);
+    pipe_measure_ops(g, c);
     sum_costs(c);
 }
 
-static void costs_free(pipe_costs *c) {
+void pipe_costs_free(pipe_costs *c) {
     free(c->op);
     free(c->seconds);
     free(c->forward);
@@ -237,7 +216,7 @@ static double stage_seconds(const pipe_costs *c, int i, int j) {
 
 /* Its two parts: the activations' arrival counts to the forward, their gradients' return
  * to the backward. */
-static void stage_times(const pipe_costs *c, int i, int j, double *forward, double *backward) {
+void pipe_stage_times(const pipe_costs *c, int i, int j, double *forward, double *backward) {
     *forward = c->forward[j] - c->forward[i] + recv_seconds(c, i);
     *backward = stage_seconds(c, i, j) - *forward;
 }
@@ -245,7 +224,7 @@ static void stage_times(const pipe_costs *c, int i, int j, double *forward, doub
 /* How far into the backward of a stage starting at op i its inputs' gradient leaves: all
  * but what op i's backward computes after it (the first stage sends nothing: its whole
  * backward). */
-static double send_seconds_of(const pipe_costs *c, int i, double backward) {
+double pipe_send_seconds_of(const pipe_costs *c, int i, double backward) {
     double send = i > 0 ? backward - c->send_tail[i] : backward;
     return send > 1e-12 && send <= backward ? send : backward;
 }
@@ -346,9 +325,9 @@ static void cut_cell(cut_search *s, int k, int b, int guess) {
  * and the bounds the scans use. */
 static void cut_search_init(cut_search *s, const pipe_costs *c, const int *cand, int m, int stages, double limit) {
     *s = (cut_search){.c = c, .cand = cand, .w = m - stages + 1, .limit = limit, .sorted = 1};
-    s->recv2 = xcalloc((size_t)m, sizeof(double));
-    s->seconds = xcalloc((size_t)m, sizeof(double)), s->cross = xcalloc((size_t)m, sizeof(double));
-    s->floor = xcalloc((size_t)m + 1, sizeof(double)), s->reach = xcalloc((size_t)m + 1, sizeof(double));
+    s->recv2 = pipe_xcalloc((size_t)m, sizeof(double));
+    s->seconds = pipe_xcalloc((size_t)m, sizeof(double)), s->cross = pipe_xcalloc((size_t)m, sizeof(double));
+    s->floor = pipe_xcalloc((size_t)m + 1, sizeof(double)), s->reach = pipe_xcalloc((size_t)m + 1, sizeof(double));
     /* a stage's receiving depends on its start only: priced once per candidate */
     for (int a = 0; a < m; a++) {
         s->seconds[a] = c->seconds[cand[a]], s->cross[a] = c->cross[cand[a]];
@@ -377,8 +356,8 @@ static int cut_search_run(cut_search *s, int stages, int *starts) {
     const int *cand = s->cand;
     int w = s->w, m = w + stages - 1;
     size_t cells = (size_t)stages * (size_t)w;
-    s->best = xcalloc(cells, sizeof(double)), s->moved = xcalloc(cells, sizeof(double));
-    s->from = xcalloc(cells, sizeof(int));
+    s->best = pipe_xcalloc(cells, sizeof(double)), s->moved = pipe_xcalloc(cells, sizeof(double));
+    s->from = pipe_xcalloc(cells, sizeof(int));
     for (size_t q = 0; q < cells; q++) s->best[q] = DBL_MAX, s->from[q] = -1;
     for (int b = 1; b <= m - stages; b++)
         if (!s->limit || stage_bytes(c, 0, 0, cand[b]) <= s->limit) s->best[AT(s, 0, b)] = stage_seconds(c, 0, cand[b]);
@@ -416,7 +395,7 @@ struct dm_cut_memo {
     int next;           /* the entry replaced next, the oldest */
 };
 
-dm_cut_memo *dm_cut_memo_new(void) { return xcalloc(1, sizeof(dm_cut_memo)); }
+dm_cut_memo *dm_cut_memo_new(void) { return pipe_xcalloc(1, sizeof(dm_cut_memo)); }
 
 void dm_cut_memo_free(dm_cut_memo *memo) {
     if (!memo) return;
@@ -427,7 +406,7 @@ void dm_cut_memo_free(dm_cut_memo *memo) {
 /* What a search without a limit reads, packed for comparison, and a hash of it (FNV-1a
  * over its doubles' bits). */
 static double *cut_inputs(const cut_search *s, int m, uint64_t *hash) {
-    double *in = xcalloc(3 * (size_t)m, sizeof(double));
+    double *in = pipe_xcalloc(3 * (size_t)m, sizeof(double));
     memcpy(in, s->seconds, (size_t)m * sizeof(double));
     memcpy(in + m, s->recv2, (size_t)m * sizeof(double));
     memcpy(in + 2 * m, s->cross, (size_t)m * sizeof(double));
@@ -458,15 +437,15 @@ static void memo_keep(dm_cut_memo *memo, uint64_t hash, int stages, int m, doubl
     free(x->inputs), free(x->starts);
     *x = (cut_memo_entry){.hash = hash, .stages = stages, .m = m, .inputs = in};
     if (starts) {
-        x->starts = xcalloc((size_t)stages + 1, sizeof(int));
+        x->starts = pipe_xcalloc((size_t)stages + 1, sizeof(int));
         memcpy(x->starts, starts, ((size_t)stages + 1) * sizeof(int));
     }
 }
 
 /* The best cut into `stages` stages, by best[][], looked up in memo first when there is one
  * and no limit. Returns -1 when no cut fits the limit. */
-static int choose_cuts(const pipe_costs *c, int stages, double limit, dm_cut_memo *memo, int *boundary) {
-    int *cand = xcalloc((size_t)c->n + 1, sizeof(int));
+int pipe_choose_cuts(const pipe_costs *c, int stages, double limit, dm_cut_memo *memo, int *boundary) {
+    int *cand = pipe_xcalloc((size_t)c->n + 1, sizeof(int));
     int m = cut_candidates(c, stages, cand);
     if (m - stages + 1 < 2) {
         free(cand);
@@ -474,7 +453,7 @@ static int choose_cuts(const pipe_costs *c, int stages, double limit, dm_cut_mem
     }
     cut_search s;
     cut_search_init(&s, c, cand, m, stages, limit);
-    int *starts = xcalloc((size_t)stages + 1, sizeof(int)), status;
+    int *starts = pipe_xcalloc((size_t)stages + 1, sizeof(int)), status;
     if (memo && !limit) {
         uint64_t hash;
         double *in = cut_inputs(&s, m, &hash);
@@ -500,7 +479,7 @@ static int choose_cuts(const pipe_costs *c, int stages, double limit, dm_cut_mem
 
 /* Stages of everything but the forward ops, which have theirs. */
 static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
-    int *low = xcalloc((size_t)g->n_values, sizeof(int)), *high = xcalloc((size_t)g->n_values, sizeof(int));
+    int *low = pipe_xcalloc((size_t)g->n_values, sizeof(int)), *high = pipe_xcalloc((size_t)g->n_values, sizeof(int));
     for (int i = 0; i < g->n_values; i++) low[i] = plan->stages, high[i] = -1;
     /* sources first, from their forward users: parameters are where the model uses them */
     for (int i = 0; i < g->n_values; i++) {
@@ -563,8 +542,8 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         s->first = c->op[i];
         s->last = c->op[j - 1];
         s->seconds = stage_seconds(c, i, j);
-        stage_times(c, i, j, &s->forward_seconds, &s->backward_seconds);
-        s->send_seconds = send_seconds_of(c, i, s->backward_seconds);
+        pipe_stage_times(c, i, j, &s->forward_seconds, &s->backward_seconds);
+        s->send_seconds = pipe_send_seconds_of(c, i, s->backward_seconds);
         s->flops = c->flops[j] - c->flops[i];
         s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
         s->recv_elems = (int64_t)c->cross[i];
@@ -581,7 +560,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
 
 /* Model flops as Megatron-LM counts them: products forward and backward, not recomputed
  * copies. */
-static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
+double pipe_model_flops_of(const ir_value *v, const dm_op_cost *oc) {
     return oc->matmul && v->phase != PHASE_UPDATE && !(v->phase == PHASE_BACKWARD && v->segment > 0) ? oc->flops : 0;
 }
 
@@ -590,8 +569,8 @@ static double model_flops_of(const ir_value *v, const dm_op_cost *oc) {
  * them per bucket). Its time with its bytes in cache is added to *cached_seconds, and the
  * bytes it moves to *bytes (the update's working set, whose share in cache decides between
  * the two: update_seconds_of). */
-static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
-                                double *steps, double *link_seconds, double *cached_seconds, double *bytes) {
+double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
+                              double *steps, double *link_seconds, double *cached_seconds, double *bytes) {
     dm_op_cost oc = cost_of_op(g, v);
     if (oc.messages > 0) {
         reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
@@ -614,8 +593,8 @@ static double update_op_seconds(const ir_graph *g, const dm_cost_model *m, const
  * (the parameters, gradients and optimizer state the update streams through, which the
  * forward and backward passes touched) runs at the cache's bandwidth, the rest at the
  * memory's; seconds and cached: the ops' times with every byte in memory, in cache. */
-static double update_seconds_of(const ir_graph *g, const dm_cost_model *m, double seconds, double cached,
-                                double bytes) {
+double pipe_update_seconds_of(const ir_graph *g, const dm_cost_model *m, double seconds, double cached,
+                              double bytes) {
     double share = cost_cached_share(g, m, bytes);
     return (1 - share) * seconds + share * cached;
 }
@@ -626,9 +605,9 @@ static double update_seconds_of(const ir_graph *g, const dm_cost_model *m, doubl
  * hardware overlaps the two (the bucket completed last, the first parameters', at most a
  * bucket, cannot hide). reduced and steps by mesh axis; link_seconds: the reductions'
  * bandwidth time; backward: the pass's. */
-static double reductions_seconds(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
-                                 double link_seconds, double backward, int stages, int microbatches,
-                                 double bucket_bytes) {
+double pipe_reductions_seconds(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
+                               double link_seconds, double backward, int stages, int microbatches,
+                               double bucket_bytes) {
     double bucket = bucket_bytes > 0 ? bucket_bytes : 4.0 * (double)DM_BUCKET_FLOATS, latency = 0, bytes = 0;
     for (int a = 0; a < g->n_axes; a++) {
         latency += ceil(reduced[a] / bucket) * steps[a] * cost_axis_link(g, m, a)->latency;
@@ -645,30 +624,30 @@ static double reductions_seconds(const ir_graph *g, const dm_cost_model *m, cons
  * its chunks' one after the other), and the model flops of a rank, the mean over them. */
 static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int P = plan->stages;
-    double *update = xcalloc((size_t)P, sizeof(double)), *flops = xcalloc((size_t)P, sizeof(double));
+    double *update = pipe_xcalloc((size_t)P, sizeof(double)), *flops = pipe_xcalloc((size_t)P, sizeof(double));
     /* per stage and mesh axis: bytes reduced in the update, ring steps of one reduction */
-    double *reduced = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
-    double *link = xcalloc((size_t)P, sizeof(double));
-    double *cached = xcalloc((size_t)P, sizeof(double)), *bytes = xcalloc((size_t)P, sizeof(double));
+    double *reduced = pipe_xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = pipe_xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
+    double *link = pipe_xcalloc((size_t)P, sizeof(double));
+    double *cached = pipe_xcalloc((size_t)P, sizeof(double)), *bytes = pipe_xcalloc((size_t)P, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->stage < 0 || v->stage >= P) continue;
         size_t at = (size_t)v->stage * IR_MAX_AXES;
         if (v->phase == PHASE_UPDATE)
-            update[v->stage] += update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage],
+            update[v->stage] += pipe_update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage],
                                                   &cached[v->stage], &bytes[v->stage]);
         else {
             dm_op_cost oc = cost_of_op(g, v);
-            flops[v->stage] += model_flops_of(v, &oc);
+            flops[v->stage] += pipe_model_flops_of(v, &oc);
         }
     }
     /* a rank's chunks share its cache */
-    double *by_rank = xcalloc((size_t)plan->ranks, sizeof(double)), *rank_bytes = xcalloc((size_t)plan->ranks, sizeof(double));
+    double *by_rank = pipe_xcalloc((size_t)plan->ranks, sizeof(double)), *rank_bytes = pipe_xcalloc((size_t)plan->ranks, sizeof(double));
     for (int k = 0; k < P; k++) rank_bytes[dm_rank_of_stage(plan, k)] += bytes[k];
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
-        update[k] = update_seconds_of(g, &plan->cost, update[k], cached[k], rank_bytes[dm_rank_of_stage(plan, k)]);
-        update[k] += reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
+        update[k] = pipe_update_seconds_of(g, &plan->cost, update[k], cached[k], rank_bytes[dm_rank_of_stage(plan, k)]);
+        update[k] += pipe_reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
                                         P, g->microbatches, bucket_bytes);
         /* pipedream updates after every backward: M updates a step, priced as if they
          * delayed the step by their sum (they run between a stage's actions) */
@@ -691,17 +670,17 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
 
 /* A stage's time for one action as the schedule simulation takes it: a stage with none of
  * one kind gets a token time, as the simulation needs every action to take some. */
-static double action_seconds(double seconds) { return seconds > 1e-12 ? seconds : 1e-12; }
+double pipe_action_seconds(double seconds) { return seconds > 1e-12 ? seconds : 1e-12; }
 
 /* The schedule timed with each stage's own predicted times, then the step: the schedule
  * and the update. */
 static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
     int S = plan->stages;
-    double *forward = xcalloc((size_t)S, sizeof(double)), *backward = xcalloc((size_t)S, sizeof(double));
-    double *send = xcalloc((size_t)S, sizeof(double));
+    double *forward = pipe_xcalloc((size_t)S, sizeof(double)), *backward = pipe_xcalloc((size_t)S, sizeof(double));
+    double *send = pipe_xcalloc((size_t)S, sizeof(double));
     for (int k = 0; k < S; k++) {
-        forward[k] = action_seconds(plan->stage[k].forward_seconds);
-        backward[k] = action_seconds(plan->stage[k].backward_seconds);
+        forward[k] = pipe_action_seconds(plan->stage[k].forward_seconds);
+        backward[k] = pipe_action_seconds(plan->stage[k].backward_seconds);
         /* (send_seconds <= backward_seconds; a stage of no backward has a token one) */
         send[k] = plan->stage[k].send_seconds > 0 ? plan->stage[k].send_seconds : backward[k];
     }
@@ -722,18 +701,18 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     if (chunks < 0) return 1;
     int stages = ranks * chunks;
     plan->stages = stages, plan->ranks = ranks, plan->chunks = chunks;
-    plan->stage = xcalloc((size_t)stages, sizeof *plan->stage);
+    plan->stage = pipe_xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c = {0};
     plan->cost = opts ? opts->cost : (dm_cost_model){0};
     c.g = g, c.model = &plan->cost;
     measure(g, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
-    c.in_flight = xcalloc((size_t)stages, sizeof(int));
+    c.in_flight = pipe_xcalloc((size_t)stages, sizeof(int));
     if (pipe_schedule_build_chunked(&plan->schedule, pipe_kind_for(g->schedule, ranks), ranks, chunks, g->microbatches,
                                     1.0, 2.0))
         abort();
     for (int k = 0; k < stages; k++) c.in_flight[k] = pipe_in_flight(&plan->schedule, k);
-    int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
+    int *boundary = pipe_xcalloc((size_t)stages + 1, sizeof(int));
     int errors = 0;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
     /* a rank holds its chunks' memory: each chunk gets a share of the limit */
@@ -751,7 +730,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     } else if (g->n_cuts) {
         errors += pipeline_user_cuts(g, c.n, c.op, stages, chunks, boundary, d);
         plan->by_user = 1;
-    } else if (choose_cuts(&c, stages, limit, NULL, boundary)) {
+    } else if (pipe_choose_cuts(&c, stages, limit, NULL, boundary)) {
         /* without a limit every cut of n >= stages ops fits: only the limit can refuse */
         dm_error(d, at, "no cut into %d stages fits %.3g GiB per rank (--memory-gb)", stages,
                  opts->memory_limit_bytes / (1 << 30));
@@ -771,13 +750,13 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         if (!errors) pipeline_warn_imbalance(g, plan, at, d);
     }
     free(boundary);
-    costs_free(&c);
+    pipe_costs_free(&c);
     return errors;
 }
 
 void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_memory_plan *mem) {
     free(plan->readers);
-    plan->readers = xcalloc((size_t)g->n_values + 1, sizeof(uint64_t));
+    plan->readers = pipe_xcalloc((size_t)g->n_values + 1, sizeof(uint64_t));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         /* a reshape sharing its operand's buffer runs no code: it reads nothing */
@@ -795,278 +774,6 @@ void dm_pipeline_plan_free(dm_pipeline_plan *plan) {
     free(plan->tied);
     free(plan->tied_on);
     memset(plan, 0, sizeof *plan);
-}
-
-/* ---- The planner's estimate (driver/plan.c): a deep model from a two-layer probe ---- */
-
-/* Where each op of the probe's forward pass sits: before the repeated layer, in its first
- * or second instance ("group.0", "group.1"), or after. Returns -1 unless the second
- * instance's ops all follow the first's; [*a0, *a1) and [*a1, *a2) are the instances
- * (ops made from parameters alone, ZeRO 3's gathers, count where they run). */
-static int find_instances(const ir_graph *g, const pipe_costs *c, const char *group, int *a0, int *a1, int *a2) {
-    char key[2][256];
-    snprintf(key[0], sizeof key[0], "%s.0", group);
-    snprintf(key[1], sizeof key[1], "%s.1", group);
-    int first[2] = {-1, -1}, last[2] = {-1, -1};
-    /* values computed from parameters alone */
-    char *param_side = xcalloc((size_t)g->n_values, 1);
-    for (int i = 0; i < g->n_values; i++) {
-        const ir_value *v = g->values[i];
-        int only = v->op != OP_PARAM && v->n_operands > 0;
-        for (int k = 0; k < v->n_operands && only; k++) {
-            const ir_value *x = g->values[v->operands[k]];
-            only = x->op == OP_PARAM || x->role == ROLE_CONST || param_side[x->id];
-        }
-        param_side[i] = (char)only;
-    }
-    for (int j = 0; j < c->n; j++) {
-        const char *name = g->values[c->op[j]]->name;
-        /* ZeRO 3 gathers a layer's parameters (and views them) while the layers before
-         * run: they belong where they run */
-        if (!name || param_side[c->op[j]]) continue;
-        size_t len = layer_key(name);
-        for (int q = 0; q < 2; q++)
-            if (len == strlen(key[q]) && strncmp(name, key[q], len) == 0) {
-                if (first[q] < 0) first[q] = j;
-                last[q] = j;
-            }
-    }
-    free(param_side);
-    /* the second instance runs from the end of the first (gathers for it included) */
-    if (first[0] < 0 || first[1] <= last[0]) return -1;
-    *a0 = first[0], *a1 = last[0] + 1, *a2 = last[1] + 1;
-    return 0;
-}
-
-/* The update phase and the model flops by forward position: an update-phase op counts
- * where its parameter is first used, a backward op where its origin runs. */
-typedef struct update_costs {
-    double *seconds;     /* (n + 1) per op, the reductions' latency left out */
-    double *cached;      /* (n + 1) the same with its bytes in cache */
-    double *bytes;       /* (n + 1) the bytes the update ops move */
-    double *link;        /* (n + 1) the part of seconds its reductions spend on links */
-    double *reduced;     /* (n + 1) * IR_MAX_AXES bytes reduced over each axis */
-    double steps[IR_MAX_AXES]; /* ring steps of one reduction over each axis */
-    double *model_flops; /* (n + 1) model_flops_of */
-} update_costs;
-
-static int param_of(const ir_graph *g, const ir_value *v) {
-    if (v->param_index >= 0) return v->param_index;
-    for (int k = 0; k < v->n_operands; k++)
-        if (g->values[v->operands[k]]->param_index >= 0) return g->values[v->operands[k]]->param_index;
-    return -1;
-}
-
-static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs *u) {
-    int n = c->n;
-    u->seconds = xcalloc((size_t)n + 1, sizeof(double));
-    u->cached = xcalloc((size_t)n + 1, sizeof(double));
-    u->bytes = xcalloc((size_t)n + 1, sizeof(double));
-    u->link = xcalloc((size_t)n + 1, sizeof(double));
-    u->reduced = xcalloc(((size_t)n + 1) * IR_MAX_AXES, sizeof(double));
-    u->model_flops = xcalloc((size_t)n + 1, sizeof(double));
-    memset(u->steps, 0, sizeof u->steps);
-    int *pos = xcalloc((size_t)g->n_values, sizeof(int)), *param_at = xcalloc((size_t)g->n_params + 1, sizeof(int));
-    for (int i = 0; i < g->n_values; i++) pos[i] = -1;
-    for (int j = 0; j < n; j++) pos[c->op[j]] = j;
-    for (int p = 0; p < g->n_params; p++) param_at[p] = n - 1;
-    for (int j = n - 1; j >= 0; j--) {
-        const ir_value *v = g->values[c->op[j]];
-        for (int k = 0; k < v->n_operands; k++) {
-            const ir_value *x = g->values[v->operands[k]];
-            if (x->op == OP_PARAM && x->param_index >= 0) param_at[x->param_index] = j;
-        }
-    }
-    for (int i = 0; i < g->n_values; i++) {
-        const ir_value *v = g->values[i];
-        if (v->phase == PHASE_UPDATE) {
-            int p = param_of(g, v), at = p >= 0 ? param_at[p] : n - 1;
-            if (at >= 0)
-                u->seconds[at] +=
-                    update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps, &u->link[at],
-                                      &u->cached[at], &u->bytes[at]);
-            continue;
-        }
-        int at = pos[i] >= 0 ? pos[i] : v->origin ? pos[v->origin->id] : -1;
-        if (at < 0) continue;
-        dm_op_cost oc = cost_of_op(g, v);
-        u->model_flops[at] += model_flops_of(v, &oc);
-    }
-    free(pos);
-    free(param_at);
-}
-
-static void update_costs_free(update_costs *u) {
-    free(u->seconds);
-    free(u->cached);
-    free(u->bytes);
-    free(u->link);
-    free(u->reduced);
-    free(u->model_flops);
-}
-
-/* The deep model as the probe lays it out: the ops before the second instance, the second
- * `layers - 1` times, the rest. */
-typedef struct layout {
-    int n, a1, a2;      /* the probe's forward ops; its second instance is [a1, a2) */
-    int64_t layers;
-    int m;              /* ops laid out */
-} layout;
-
-/* What the estimate sums over the laid-out ops, a column each: the cut's costs (pipe_costs'),
- * the update's and the model flops (update_costs'), then the bytes reduced over each mesh
- * axis. A row has a fixed width (the last columns 0) so that the compiler adds rows as
- * vectors: each column is still summed op after op. */
-enum { SUM_SECONDS, SUM_FORWARD, SUM_ACTIVATION, SUM_PARAMS, SUM_UPDATE, SUM_UPDATE_CACHED, SUM_UPDATE_BYTES,
-       SUM_LINK, SUM_FLOPS, SUM_REDUCED, SUM_COLUMNS = 18 };
-_Static_assert(SUM_REDUCED + IR_MAX_AXES <= SUM_COLUMNS, "a row holds every mesh axis");
-
-/* The probe's per-op costs (not summed) as rows. */
-static double *probe_rows(const pipe_costs *c, const update_costs *u) {
-    double *rows = xcalloc((size_t)c->n * SUM_COLUMNS, sizeof(double));
-    for (int j = 0; j < c->n; j++) {
-        double *row = rows + (size_t)j * SUM_COLUMNS;
-        row[SUM_SECONDS] = c->seconds[j], row[SUM_FORWARD] = c->forward[j];
-        row[SUM_ACTIVATION] = c->activation[j], row[SUM_PARAMS] = c->params[j];
-        row[SUM_UPDATE] = u->seconds[j], row[SUM_UPDATE_CACHED] = u->cached[j], row[SUM_UPDATE_BYTES] = u->bytes[j];
-        row[SUM_LINK] = u->link[j], row[SUM_FLOPS] = u->model_flops[j];
-        memcpy(row + SUM_REDUCED, u->reduced + (size_t)j * IR_MAX_AXES, IR_MAX_AXES * sizeof(double));
-    }
-    return rows;
-}
-
-/* The sums over the laid-out ops before each position a stage may start at (the layer
- * starts, or every op when all_ops; 0 and m always): rows into sums, the
- * positions' probe ops (n for m) into op, their count returned. Only these are ever read, so
- * the deep model is not laid out whole (ten arrays of ten thousand ops per probe); each sum
- * adds the same doubles in the same order as summing the laid-out arrays would. */
-static int sum_laid_out(const layout *l, const double *rows, const char *layer_start, int all_ops, double *sums,
-                        int *op) {
-    double sum[SUM_COLUMNS] = {0};
-    const struct { int from, to; int64_t times; } parts[] = {{0, l->a1, 1}, {l->a1, l->a2, l->layers - 1}, {l->a2, l->n, 1}};
-    int kept = 0, first = 1;
-    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
-        for (int64_t t = 0; t < parts[p].times; t++)
-            for (int i = parts[p].from; i < parts[p].to; i++) {
-                if (first || all_ops || layer_start[i]) {
-                    for (int a = 0; a < SUM_COLUMNS; a++) sums[(size_t)kept * SUM_COLUMNS + (size_t)a] = sum[a];
-                    op[kept++] = i;
-                }
-                first = 0;
-                const double *row = rows + (size_t)i * SUM_COLUMNS;
-#pragma GCC unroll 18
-                for (int a = 0; a < SUM_COLUMNS; a++) sum[a] += row[a];
-            }
-    memcpy(sums + (size_t)kept * SUM_COLUMNS, sum, sizeof sum);
-    op[kept++] = l->n;
-    return kept;
-}
-
-/* Layer starts among the laid-out ops 1 .. m - 1 (the boundaries inside the model). */
-static int64_t laid_out_layer_starts(const layout *l, const char *layer_start) {
-    int64_t before = 0, layer = 0, after = 0;
-    for (int i = 1; i < l->a1; i++) before += layer_start[i];
-    for (int i = l->a1; i < l->a2; i++) layer += layer_start[i];
-    for (int i = l->a2; i < l->n; i++) after += layer_start[i];
-    return before + (l->layers - 1) * layer + after;
-}
-
-/* The cut's costs at the kept positions as a pipe_costs whose ops are the spans between
- * them: every one may start a stage, as each kept position may in the model laid out. */
-static void kept_costs(const pipe_costs *c, const double *sums, const int *op, int kept, pipe_costs *k) {
-    k->n = kept - 1;
-    k->seconds = xcalloc((size_t)kept, sizeof(double)), k->forward = xcalloc((size_t)kept, sizeof(double));
-    k->activation = xcalloc((size_t)kept, sizeof(double)), k->params = xcalloc((size_t)kept, sizeof(double));
-    k->cross = xcalloc((size_t)kept, sizeof(double)), k->send_tail = xcalloc((size_t)kept, sizeof(double));
-    k->layer_start = xcalloc((size_t)kept, 1);
-    for (int q = 0; q < kept; q++) {
-        const double *row = sums + (size_t)q * SUM_COLUMNS;
-        k->seconds[q] = row[SUM_SECONDS], k->forward[q] = row[SUM_FORWARD];
-        k->activation[q] = row[SUM_ACTIVATION], k->params[q] = row[SUM_PARAMS];
-        /* the crossing into a position is its op's; none into the model's end, nor its start */
-        k->cross[q] = q > 0 && op[q] < c->n ? c->cross[op[q]] : 0;
-        k->send_tail[q] = op[q] < c->n ? c->send_tail[op[q]] : 0;
-        k->layer_start[q] = 1;
-    }
-    k->layer_starts = kept - 2;
-}
-
-/* Stage k of the estimate, over the kept positions [i, j). */
-static void estimate_stage(const ir_graph *g, const dm_pipeline_options *opts, const pipe_costs *kc, const double *sums,
-                           const double *steps, int stages, int k, int i, int j, dm_stage_estimate *out) {
-    const double *from = sums + (size_t)i * SUM_COLUMNS, *to = sums + (size_t)j * SUM_COLUMNS;
-    double reduced_here[IR_MAX_AXES];
-    for (int a = 0; a < IR_MAX_AXES; a++) reduced_here[a] = to[SUM_REDUCED + a] - from[SUM_REDUCED + a];
-    stage_times(kc, i, j, &out->forward[k], &out->backward[k]);
-    /* as the compiled plan times its schedule (time_schedule): a stage of the deep model
-     * may hold no op of one kind, and the planner simulates the schedule with these */
-    out->forward[k] = action_seconds(out->forward[k]);
-    out->backward[k] = action_seconds(out->backward[k]);
-    out->send[k] = send_seconds_of(kc, i, out->backward[k]);
-    out->update[k] = update_seconds_of(g, &opts->cost, to[SUM_UPDATE] - from[SUM_UPDATE],
-                                       to[SUM_UPDATE_CACHED] - from[SUM_UPDATE_CACHED],
-                                       to[SUM_UPDATE_BYTES] - from[SUM_UPDATE_BYTES]) +
-                     reductions_seconds(g, &opts->cost, reduced_here, steps, to[SUM_LINK] - from[SUM_LINK], out->backward[k],
-                                        stages, opts->microbatches ? opts->microbatches : g->microbatches, opts->bucket_bytes);
-    out->state_bytes[k] = 4.0 * (kc->params[j] - kc->params[i]);
-    out->activation_bytes[k] = 4.0 * (kc->activation[j] - kc->activation[i] + kc->cross[i]);
-}
-
-int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
-                             int stages, dm_stage_estimate *out) {
-    memset(out, 0, sizeof *out);
-    pipe_costs c = {.g = g, .model = &opts->cost};
-    measure_ops(g, &c);
-    int a0, n = c.n, status = -1;
-    layout l = {.n = n, .layers = layers};
-    if (layers < 2 || find_instances(g, &c, group, &a0, &l.a1, &l.a2)) {
-        costs_free(&c);
-        return -1;
-    }
-    l.m = n + (int)((layers - 2) * (l.a2 - l.a1));
-    update_costs u;
-    measure_update(g, &c, &u);
-    /* the cut starts stages at layer starts when there are enough of them (cut_candidates) */
-    int all_ops = laid_out_layer_starts(&l, c.layer_start) < stages - 1;
-    double *rows = probe_rows(&c, &u);
-    int most = all_ops ? l.m + 1 : (int)laid_out_layer_starts(&l, c.layer_start) + 2;
-    double *sums = xcalloc((size_t)most * SUM_COLUMNS, sizeof(double));
-    int *op = xcalloc((size_t)most, sizeof(int));
-    int kept = sum_laid_out(&l, rows, c.layer_start, all_ops, sums, op);
-    pipe_costs kc = {.g = g, .model = &opts->cost};
-    kept_costs(&c, sums, op, kept, &kc);
-    int *boundary = xcalloc((size_t)stages + 1, sizeof(int));
-    boundary[1] = kc.n;
-    if (l.m >= stages && (stages == 1 || choose_cuts(&kc, stages, 0, opts->cut_memo, boundary) == 0)) {
-        out->stages = stages;
-        out->forward = xcalloc((size_t)stages, sizeof(double));
-        out->backward = xcalloc((size_t)stages, sizeof(double));
-        out->update = xcalloc((size_t)stages, sizeof(double));
-        out->send = xcalloc((size_t)stages, sizeof(double));
-        out->state_bytes = xcalloc((size_t)stages, sizeof(double));
-        out->activation_bytes = xcalloc((size_t)stages, sizeof(double));
-        for (int k = 0; k < stages; k++)
-            estimate_stage(g, opts, &kc, sums, u.steps, stages, k, boundary[k], boundary[k + 1], out);
-        out->model_flops = sums[(size_t)(kept - 1) * SUM_COLUMNS + SUM_FLOPS];
-        for (int j = 0; j < n; j++) out->probe_activation_bytes += 4.0 * c.activation[j];
-        status = 0;
-    }
-    free(boundary);
-    free(rows), free(sums), free(op);
-    costs_free(&kc);
-    update_costs_free(&u);
-    costs_free(&c);
-    return status;
-}
-
-void dm_stage_estimate_free(dm_stage_estimate *e) {
-    free(e->forward);
-    free(e->backward);
-    free(e->update);
-    free(e->send);
-    free(e->state_bytes);
-    free(e->activation_bytes);
-    memset(e, 0, sizeof *e);
 }
 
 void dm_plans_renumber(const int *map, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
