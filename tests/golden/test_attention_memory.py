@@ -31,6 +31,18 @@ for M micro-batches. (With the transposes kept around the attention, as on the C
 target, the fused plan keeps the output besides the merged copy: T - D - 1, for head size
 D.)
 
+Grouped-query attention (examples/llama.dm, NKV key/value heads for NH query heads, head
+size HD): unfused, repeat_kv's copies of k and v, [B, NH, T, HD] each, are what the
+products' backward reads; fused, the attention reads and keeps k and v at NKV heads (the
+repeats are folded in). llama.dm has no heads_inner (RoPE sits between the heads' split
+and the attention), so the fused plan keeps the output besides its merged copy. The cut
+search's count of what the forward keeps for the backward:
+
+  unfused kept - fused kept = L x 4 x (B / M) x (NH x T x (T - 1 - HD) + 2 (NH - NKV) x T x HD)
+
+and the memory plan's kept part drops by exactly 4 x L x (B / M) x 2 (NH - NKV) x T x HD
+bytes more at NKV than at NKV = NH (its other terms do not depend on NKV).
+
 Measured: one training step of a small GPT each way (`dmc run --memory`, text from this
 repository's README) must peak at exactly what --explain predicts, so the drop is real.
 Prints one line per case; exits 1 on any failure.
@@ -55,6 +67,8 @@ CASES = [
 ]
 MEASURED = "V=256,T=128,C=64,NH=4,L=2,B=4"
 KEPT = ("V=256,T=256,C=256,NH=8,L=4,B=8", ["--mesh", "pipeline=2", "--microbatches", "4"], 4)
+LLAMA = os.path.join(ROOT, "examples", "llama.dm")
+GQA = ("V=256,T=128,C=128,NH=8,NKV=%d,F=256,L=2,B=8", ["--mesh", "pipeline=2", "--microbatches", "4"], 4, (8, 2, 1))
 
 
 def dims_of(sets, mesh):
@@ -65,8 +79,8 @@ def dims_of(sets, mesh):
     return d
 
 
-def explain(dmc, sets, mesh, fused, extra=()):
-    args = [dmc, "--explain=json", GPT, "--set", sets] + (["--mesh", mesh] if mesh else []) + list(extra)
+def explain(dmc, sets, mesh, fused, extra=(), model=GPT):
+    args = [dmc, "--explain=json", model, "--set", sets] + (["--mesh", mesh] if mesh else []) + list(extra)
     args += [] if fused else ["--no-fuse-attention"]
     return json.loads(subprocess.run(args, stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout)
 
@@ -112,6 +126,43 @@ def check_kept(dmc):
     return fails
 
 
+def kept_drops(dmc, model, sets, extra):
+    """(memory plan's kept part, cut search's activations) unfused minus fused."""
+    kept = {}
+    for fused in (True, False):
+        plan = explain(dmc, sets, None, fused, extra, model)
+        kept[fused] = (sum(s["activations_kept"] for s in plan["memory_bytes_per_rank"]["stages"]),
+                       sum(s["activation_bytes"] for s in plan["pipeline"]["stage"]),
+                       [(s["first"], s["last"]) for s in plan["pipeline"]["stage"]])
+    if kept[True][2] != kept[False][2]:
+        raise RuntimeError("%s: the stages differ fused %s and unfused %s" % (sets, kept[True][2], kept[False][2]))
+    return kept[False][0] - kept[True][0], kept[False][1] - kept[True][1]
+
+
+def check_kept_grouped(dmc):
+    template, extra, micro, kv_heads = GQA
+    fails, plan_drop = [], {}
+    for nkv in kv_heads:
+        sets = template % nkv
+        d = dims_of(sets, None)
+        L, T, NH, HD, B = d["L"], d["T"], d["NH"], d["C"] // d["NH"], d["B"] // micro
+        try:
+            plan_drop[nkv], search_drop = kept_drops(dmc, LLAMA, sets, extra)
+        except RuntimeError as e:
+            return [str(e)]
+        want = L * 4 * B * (NH * T * (T - 1 - HD) + 2 * (NH - nkv) * T * HD)
+        print("%-38s llama cut search's activations: drop %d (formula %d)" % (sets, search_drop, want))
+        if search_drop != want:
+            fails.append("%s: cut search's drop %d bytes, formula %d" % (sets, search_drop, want))
+        repeats = L * 4 * B * 2 * (NH - nkv) * T * HD
+        grew = plan_drop[nkv] - plan_drop[kv_heads[0]]
+        print("%-38s llama memory plan's kept part: drop %d, %d more than at NKV = NH (repeats %d)"
+              % (sets, plan_drop[nkv], grew, repeats))
+        if grew != repeats:
+            fails.append("%s: memory plan's drop grew by %d bytes over NKV = NH, repeats %d" % (sets, grew, repeats))
+    return fails
+
+
 def measured_peak(dmc, tmp, fused):
     args = [dmc, "run", GPT, "--set", MEASURED, "--steps", "1", "--memory", "--quiet",
             "--data", "text:" + os.path.join(ROOT, "README.md")] + ([] if fused else ["--no-fuse-attention"])
@@ -153,6 +204,7 @@ def main(argv):
     for sets, mesh in CASES:
         fails += check_plan(dmc, sets, mesh)
     fails += check_kept(dmc)
+    fails += check_kept_grouped(dmc)
     try:
         fails += check_measured(dmc)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
