@@ -156,6 +156,9 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
         }
     /* parameters, gradients and optimizer state, ZeRO's shares of them */
     double state = dm_state_per_param(g->zero, dm_optimizer_states(g), zero_shares(g));
+    /* a value made from numbers alone is made once, at create (passes/hoist_constants.c):
+     * no micro-batch keeps a copy of it (RoPE's tables) */
+    char *constant = dm_constant_values(g);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
@@ -164,8 +167,9 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
         /* it crosses every boundary after it up to its last user */
         delta[pos[i] + 1] += elems;
         delta[last_use[i] + 1] -= elems;
-        if (read_backward[i]) c->activation[pos[i]] += elems;
+        if (read_backward[i] && !constant[i]) c->activation[pos[i]] += elems;
     }
+    free(constant);
     double run = 0;
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;

@@ -41,7 +41,9 @@ search's count of what the forward keeps for the backward:
   unfused kept - fused kept = L x 4 x (B / M) x (NH x T x (T - 1 - HD) + 2 (NH - NKV) x T x HD)
 
 and the memory plan's kept part drops by exactly 4 x L x (B / M) x 2 (NH - NKV) x T x HD
-bytes more at NKV than at NKV = NH (its other terms do not depend on NKV).
+bytes more at NKV than at NKV = NH (its other terms do not depend on NKV). Fused, the
+memory plan keeps exactly what the cut search counts (RoPE's cos and sin tables, made once
+when the context is created, in neither).
 
 Measured: one training step of a small GPT each way (`dmc run --memory`, text from this
 repository's README) must peak at exactly what --explain predicts, so the drop is real.
@@ -127,7 +129,8 @@ def check_kept(dmc):
 
 
 def kept_drops(dmc, model, sets, extra):
-    """(memory plan's kept part, cut search's activations) unfused minus fused."""
+    """(memory plan's kept part, cut search's activations) unfused minus fused; fused, the
+    two must be equal (RoPE's tables, made once at create, are in neither)."""
     kept = {}
     for fused in (True, False):
         plan = explain(dmc, sets, None, fused, extra, model)
@@ -136,6 +139,9 @@ def kept_drops(dmc, model, sets, extra):
                        [(s["first"], s["last"]) for s in plan["pipeline"]["stage"]])
     if kept[True][2] != kept[False][2]:
         raise RuntimeError("%s: the stages differ fused %s and unfused %s" % (sets, kept[True][2], kept[False][2]))
+    if kept[True][0] != kept[True][1]:
+        raise RuntimeError("%s: fused, the memory plan keeps %d bytes for the backward, the cut search counts %d"
+                           % (sets, kept[True][0], kept[True][1]))
     return kept[False][0] - kept[True][0], kept[False][1] - kept[True][1]
 
 
