@@ -455,6 +455,8 @@ static void recompute_text(const ir_graph *g, FILE *out) {
 typedef struct fused_attention {
     int count, line;
     double kept_elems, probability_elems;
+    int grouped, group;            /* grouped-query attentions (kv_group > 1), and the last's R */
+    double repeat_elems;           /* the copies of k and v repeat_kv would have made for them */
 } fused_attention;
 
 static fused_attention fused_attentions(const ir_graph *g) {
@@ -466,6 +468,11 @@ static fused_attention fused_attentions(const ir_graph *g) {
         if (!f.count++) f.line = v->loc.line;
         f.kept_elems += rows;
         f.probability_elems += rows * (double)ir_attention_layout_of(v, &v->type).positions;
+        if (v->kv_group > 1) {
+            f.grouped++;
+            f.group = v->kv_group;
+            f.repeat_elems += 2.0 * (double)ir_local_numel(g, &v->type);
+        }
     }
     return f;
 }
@@ -474,11 +481,16 @@ static fused_attention fused_attentions(const ir_graph *g) {
 static void attention_text(const ir_graph *g, int full, FILE *out) {
     fused_attention f = fused_attentions(g);
     if (!f.count) return;
-    char kept[32], probabilities[32];
+    char kept[32], probabilities[32], repeats[32];
     explain_mib(f.kept_elems, kept, sizeof kept);
     explain_mib(f.probability_elems, probabilities, sizeof probabilities);
     fprintf(out, "attention: %d fused (line %d): %s of row statistics kept for the backward instead of %s of probabilities\n",
             f.count, f.line, kept, probabilities);
+    if (f.grouped) {
+        explain_mib(f.repeat_elems, repeats, sizeof repeats);
+        fprintf(out, "  %d grouped-query: k and v read at 1/%d of q's heads, their %s of repeats not made\n", f.grouped,
+                f.group, repeats);
+    }
     if (g->attention_16bit)
         fprintf(out, "  each runs in %s through cuDNN's fused attention (f32 statistics), q, k, v cast in scratch\n",
                 ir_dtype_name(g->product_dtype));
@@ -490,8 +502,10 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
 
 static void attention_json(const ir_graph *g, FILE *out) {
     fused_attention f = fused_attentions(g);
-    fprintf(out, ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f}",
-            f.count, 4 * f.kept_elems, 4 * f.probability_elems);
+    fprintf(out,
+            ", \"fused_attention\": {\"count\": %d, \"kept_bytes\": %.0f, \"unfused_probability_bytes\": %.0f, "
+            "\"grouped\": %d, \"unrepeated_bytes\": %.0f}",
+            f.count, 4 * f.kept_elems, 4 * f.probability_elems, f.grouped, 4 * f.repeat_elems);
 }
 
 int explain_replaced_by_zero(const ir_graph *g, const dm_zero_plan *zero, int value) {

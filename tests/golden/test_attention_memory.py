@@ -92,7 +92,8 @@ def check_plan(dmc, sets, mesh):
     L, P = d["L"], 4 * d["B"] * d["NH"] * d["T"] * d["T"]
     f, u = explain(dmc, sets, mesh, True), explain(dmc, sets, mesh, False)
     fails = []
-    want = {"count": L, "kept_bytes": L * d["B"] * d["NH"] * d["T"] * 4, "unfused_probability_bytes": L * P}
+    want = {"count": L, "kept_bytes": L * d["B"] * d["NH"] * d["T"] * 4, "unfused_probability_bytes": L * P,
+            "grouped": 0, "unrepeated_bytes": 0}
     if f["fused_attention"] != want:
         fails.append("fused_attention %s, expected %s" % (f["fused_attention"], want))
     if u["fused_attention"]["count"] != 0:
@@ -129,11 +130,14 @@ def check_kept(dmc):
 
 
 def kept_drops(dmc, model, sets, extra):
-    """(memory plan's kept part, cut search's activations) unfused minus fused; fused, the
+    """(memory plan's kept part, cut search's activations) unfused minus fused, and the fused
+    plan's fused_attention; fused, the
     two must be equal (RoPE's tables, made once at create, are in neither)."""
     kept = {}
     for fused in (True, False):
         plan = explain(dmc, sets, None, fused, extra, model)
+        if fused:
+            attention = plan["fused_attention"]
         kept[fused] = (sum(s["activations_kept"] for s in plan["memory_bytes_per_rank"]["stages"]),
                        sum(s["activation_bytes"] for s in plan["pipeline"]["stage"]),
                        [(s["first"], s["last"]) for s in plan["pipeline"]["stage"]])
@@ -142,7 +146,7 @@ def kept_drops(dmc, model, sets, extra):
     if kept[True][0] != kept[True][1]:
         raise RuntimeError("%s: fused, the memory plan keeps %d bytes for the backward, the cut search counts %d"
                            % (sets, kept[True][0], kept[True][1]))
-    return kept[False][0] - kept[True][0], kept[False][1] - kept[True][1]
+    return kept[False][0] - kept[True][0], kept[False][1] - kept[True][1], attention
 
 
 def check_kept_grouped(dmc):
@@ -153,9 +157,14 @@ def check_kept_grouped(dmc):
         d = dims_of(sets, None)
         L, T, NH, HD, B = d["L"], d["T"], d["NH"], d["C"] // d["NH"], d["B"] // micro
         try:
-            plan_drop[nkv], search_drop = kept_drops(dmc, LLAMA, sets, extra)
+            plan_drop[nkv], search_drop, attention = kept_drops(dmc, LLAMA, sets, extra)
         except RuntimeError as e:
             return [str(e)]
+        grouped = L if nkv < NH else 0
+        unrepeated = grouped * 2 * 4 * B * NH * T * HD
+        if (attention["grouped"], attention["unrepeated_bytes"]) != (grouped, unrepeated):
+            fails.append("%s: --explain's grouped %d, unrepeated_bytes %d; expected %d, %d"
+                         % (sets, attention["grouped"], attention["unrepeated_bytes"], grouped, unrepeated))
         want = L * 4 * B * (NH * T * (T - 1 - HD) + 2 * (NH - nkv) * T * HD)
         print("%-38s llama cut search's activations: drop %d (formula %d)" % (sets, search_drop, want))
         if search_drop != want:
