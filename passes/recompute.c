@@ -47,18 +47,17 @@ static int recomputable(const ir_graph *g, const ir_value *v) {
     }
 }
 
-int pass_recompute(ir_graph *g, dm_diag *d) {
-    (void)d;
+/* Which values may be made again in the backward (candidate): recomputable ops, not
+ * values made at create, nor a segment's boundary (values read by forward ops of another
+ * segment, outputs, the loss). */
+static char *recompute_candidates(const ir_graph *g) {
     int n = g->n_values;
-    if (g->recompute == RECOMPUTE_NONE || !g->grads) return 0;
-    char *candidate = calloc((size_t)n + 1, 1), *needed = calloc((size_t)n + 1, 1);
-    int *clone = malloc(((size_t)n + 1) * sizeof(int)), *insert_at = malloc(((size_t)n + 1) * sizeof(int));
-    if (!candidate || !needed || !clone || !insert_at) abort();
+    char *candidate = calloc((size_t)n + 1, 1);
+    if (!candidate) abort();
     /* values made at create (passes/hoist_constants.c) live through the step already */
     char *constant = dm_constant_values(g);
     for (int i = 0; i < n; i++) candidate[i] = (char)(recomputable(g, g->values[i]) && !constant[i]);
     free(constant);
-    /* the boundary stays: values read by forward ops of another segment, outputs, the loss */
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         if (v->phase != PHASE_FORWARD) continue;
@@ -67,12 +66,19 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
     }
     for (int i = 0; i < g->n_outputs; i++) candidate[g->outputs[i]] = 0;
     if (g->loss >= 0) candidate[g->loss] = 0;
-    /* what the backward reads of them: made again before its first reader */
-    int segments = 0;
+    return candidate;
+}
+
+/* Where each candidate the backward needs is made again (insert_at: the first backward
+ * reader of its segment, -1 where not needed): what the backward reads of them, and their
+ * recomputable operands of the same segment. Returns how many. */
+static int plan_copies(const ir_graph *g, const char *candidate, int *insert_at) {
+    int n = g->n_values, segments = 0;
+    char *needed = calloc((size_t)n + 1, 1);
     for (int i = 0; i < n; i++)
         if (g->values[i]->segment > segments) segments = g->values[i]->segment;
     int *first_reader = malloc(((size_t)segments + 1) * sizeof(int));
-    if (!first_reader) abort();
+    if (!needed || !first_reader) abort();
     for (int s = 0; s <= segments; s++) first_reader[s] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
@@ -85,8 +91,7 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
             if (first_reader[s] < 0) first_reader[s] = i;
         }
     }
-    /* a needed value's recomputable operands of its segment are needed too (forward order
-     * runs the other way: walk down) */
+    /* (forward order runs the other way: walk down) */
     for (int i = n - 1; i >= 0; i--) {
         if (!needed[i]) continue;
         const ir_value *v = g->values[i];
@@ -95,18 +100,24 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
     }
     int copies = 0;
     for (int i = 0; i < n; i++) {
-        clone[i] = -1;
         insert_at[i] = needed[i] ? first_reader[g->values[i]->segment] : -1;
         copies += needed[i];
     }
-    if (!copies) goto done;
-    /* the new order: every backward op, preceded by the copies it is the insertion point of */
+    free(needed);
+    free(first_reader);
+    return copies;
+}
+
+/* The new order: every backward op preceded by the copies it is the insertion point of
+ * (in forward order), the backward reading the copies. */
+static void insert_copies(ir_graph *g, const int *insert_at) {
+    int n = g->n_values;
     ir_value **old = g->values;
     int *map = malloc(((size_t)n + 1) * sizeof(int)), *head = malloc(((size_t)n + 1) * sizeof(int)),
-        *next = malloc(((size_t)n + 1) * sizeof(int));
-    if (!map || !head || !next) abort();
+        *next = malloc(((size_t)n + 1) * sizeof(int)), *clone = malloc(((size_t)n + 1) * sizeof(int));
+    if (!map || !head || !next || !clone) abort();
     /* the copies to insert before op i, in forward order: head[i], next[...] */
-    for (int i = 0; i < n; i++) head[i] = -1;
+    for (int i = 0; i < n; i++) head[i] = -1, clone[i] = -1;
     for (int j = n - 1; j >= 0; j--)
         if (insert_at[j] >= 0) {
             next[j] = head[insert_at[j]];
@@ -143,13 +154,19 @@ int pass_recompute(ir_graph *g, dm_diag *d) {
     free(old);
     free(head);
     free(next);
+    free(clone);
     ir_renumber_lists(g, map);
     free(map);
-done:
-    free(first_reader);
+}
+
+int pass_recompute(ir_graph *g, dm_diag *d) {
+    (void)d;
+    if (g->recompute == RECOMPUTE_NONE || !g->grads) return 0;
+    char *candidate = recompute_candidates(g);
+    int *insert_at = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!insert_at) abort();
+    if (plan_copies(g, candidate, insert_at)) insert_copies(g, insert_at);
     free(candidate);
-    free(needed);
-    free(clone);
     free(insert_at);
     return 0;
 }
