@@ -129,11 +129,45 @@ static int compare_insertions(const void *a, const void *b) {
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
-    if (g->zero < 3 || !g->grads || g->optimizer.kind == OPTIM_NONE) return 0;
-    zero_group *groups = NULL;
-    int n_groups = find_groups(g, bucket_floats, &groups), n = g->n_values;
-    if (!n_groups) return 0;
+/* The op insertion x makes before `reader` (old ids; map: old to new): its group's gather
+ * (gathered[2 group + phase] set) or a member's view of it (view[2 param + phase] set). */
+static ir_value *make_insertion(ir_graph *g, ir_value *const *old, const int *map, const zero_group *groups,
+                                const insertion *x, const ir_value *reader, int *gathered, int *view) {
+    const zero_group *z = &groups[x->bucket];
+    int phase = x->phase == PHASE_BACKWARD;
+    ir_value *nv;
+    if (x->view_of < 0) {
+        int members = z->last - z->first + 1, *operands = malloc((size_t)members * sizeof(int));
+        if (!operands) abort();
+        for (int p = z->first; p <= z->last; p++) operands[p - z->first] = map[g->params[p]];
+        nv = ir_add(g, OP_ZERO_GATHER, operands, members, reader->loc);
+        free(operands);
+        nv->type.dtype = DT_F32;
+        nv->type.rank = 1;
+        nv->type.shape[0] = z->span;
+        nv->mesh_axis = z->axis;
+        nv->name = ir_internf(g, "%s.bucket%s", old[g->params[z->first]]->name, phase ? ".again" : "");
+        gathered[2 * x->bucket + phase] = nv->id;
+    } else {
+        int p = x->view_of, gather = gathered[2 * x->bucket + phase];
+        const ir_value *param = old[g->params[p]];
+        nv = ir_add(g, OP_PARAM_VIEW, &gather, 1, reader->loc);
+        nv->type = param->type;
+        nv->offset = z->at[p - z->first];
+        nv->param_index = p;
+        nv->name = ir_internf(g, "%s.%s", param->name, phase ? "regathered" : "gathered");
+        view[2 * p + phase] = nv->id;
+    }
+    nv->role = ROLE_TEMP;
+    nv->phase = x->phase;
+    nv->stage = z->stage;
+    nv->origin = reader->origin;
+    return nv;
+}
+
+/* Each group's first reader in the forward and in the backward (first_reader[phase]). */
+static void find_first_readers(const ir_graph *g, zero_group *groups, int n_groups) {
+    int n = g->n_values;
     int *group_of_value = malloc(((size_t)n + 1) * sizeof(int));
     if (!group_of_value) abort();
     for (int i = 0; i < n; i++) group_of_value[i] = -1;
@@ -148,6 +182,15 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
             if (b >= 0 && groups[b].first_reader[phase] < 0) groups[b].first_reader[phase] = i;
         }
     }
+    free(group_of_value);
+}
+
+int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards) {
+    if (g->zero < 3 || !g->grads || g->optimizer.kind == OPTIM_NONE) return 0;
+    zero_group *groups = NULL;
+    int n_groups = find_groups(g, bucket_floats, &groups), n = g->n_values;
+    if (!n_groups) return 0;
+    find_first_readers(g, groups, n_groups);
     /* every member viewed and every group gathered, twice at most */
     int cap = 0;
     for (int b = 0; b < n_groups; b++) cap += 2 * (groups[b].last - groups[b].first + 2);
@@ -175,39 +218,8 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
         }
     int next = 0;
     for (int i = 0; i < n; i++) {
-        for (; next < n_ins && ins[next].before == i; next++) {
-            const insertion *x = &ins[next];
-            const zero_group *z = &groups[x->bucket];
-            const ir_value *reader = old[i];
-            int phase = x->phase == PHASE_BACKWARD;
-            ir_value *nv;
-            if (x->view_of < 0) {
-                int members = z->last - z->first + 1, *operands = malloc((size_t)members * sizeof(int));
-                if (!operands) abort();
-                for (int p = z->first; p <= z->last; p++) operands[p - z->first] = map[g->params[p]];
-                nv = ir_add(g, OP_ZERO_GATHER, operands, members, reader->loc);
-                free(operands);
-                nv->type.dtype = DT_F32;
-                nv->type.rank = 1;
-                nv->type.shape[0] = z->span;
-                nv->mesh_axis = z->axis;
-                nv->name = ir_internf(g, "%s.bucket%s", old[g->params[z->first]]->name, phase ? ".again" : "");
-                gathered[2 * x->bucket + phase] = nv->id;
-            } else {
-                int p = x->view_of, gather = gathered[2 * x->bucket + phase];
-                const ir_value *param = old[g->params[p]];
-                nv = ir_add(g, OP_PARAM_VIEW, &gather, 1, reader->loc);
-                nv->type = param->type;
-                nv->offset = z->at[p - z->first];
-                nv->param_index = p;
-                nv->name = ir_internf(g, "%s.%s", param->name, phase ? "regathered" : "gathered");
-                view[2 * p + phase] = nv->id;
-            }
-            nv->role = ROLE_TEMP;
-            nv->phase = x->phase;
-            nv->stage = z->stage;
-            nv->origin = reader->origin;
-        }
+        for (; next < n_ins && ins[next].before == i; next++)
+            make_insertion(g, old, map, groups, &ins[next], old[i], gathered, view);
         ir_value *v = old[i];
         if (v->op == OP_PARAM) continue;
         int phase = v->phase == PHASE_BACKWARD;
@@ -224,7 +236,6 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
     dm_plans_renumber(map, pipe, reshards);
     for (int b = 0; b < n_groups; b++) free(groups[b].at);
     free(groups);
-    free(group_of_value);
     free(ins);
     free(map);
     free(gathered);
