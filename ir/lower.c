@@ -773,9 +773,97 @@ static void check_block_body(lowerer *L, const dm_stmt *block) {
     if (!has_return) dm_error(L->d, block->name_loc, "block '%s' has no return statement", block->name);
 }
 
+/* input NAME : TYPE: an input value of the step, its sharding as written. */
+static void lower_input(lowerer *L, scope *s, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    ir_type t;
+    if (eval_type(L, s, st->type, st->name, &t)) {
+        lower_bind_failed(L, s, st, B_VALUE);
+        return;
+    }
+    binding *b = lower_bind(L, s, st->name, B_VALUE, st->name_loc);
+    if (!b) return;
+    ir_value *v = ir_add(g, OP_INPUT, NULL, 0, st->name_loc);
+    v->type = t;
+    v->annotated = 1;
+    v->role = ROLE_INPUT;
+    v->name = b->name;
+    ir_append_id(g, &g->inputs, &g->n_inputs, v->id);
+    b->value = v->id;
+}
+
+/* NAME = EXPR (with an optional type to check): the value gets the name where it is new. */
+static void lower_let(lowerer *L, scope *s, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    int first_new = g->n_values;
+    int v = lower_expr(L, s, st->value);
+    if (v < 0) {
+        lower_bind_failed(L, s, st, B_VALUE);
+        return;
+    }
+    if (check_let_type(L, s, st, v)) {
+        lower_bind_failed(L, s, st, B_VALUE);
+        return;
+    }
+    binding *b = lower_bind(L, s, st->name, B_VALUE, st->name_loc);
+    if (!b) return;
+    if (v >= first_new && val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
+    b->value = v;
+}
+
+/* output NAMES: values the caller reads after a step, each once. */
+static void lower_output(lowerer *L, scope *s, const dm_stmt *st) {
+    ir_graph *g = L->g;
+    for (int i = 0; i < st->n_args; i++) {
+        const dm_expr *e = st->args[i];
+        if (e->kind != EXPR_NAME) {
+            dm_error(L->d, e->loc, "output takes names of values");
+            continue;
+        }
+        int v = lower_expr(L, s, e);
+        if (v < 0) continue;
+        if (val(L, v)->role == ROLE_CONST) {
+            dm_error(L->d, e->loc, "'%s' is a constant, not a computed value", e->name);
+            continue;
+        }
+        int twice = 0;
+        for (int k = 0; k < g->n_outputs; k++) twice |= g->outputs[k] == v;
+        if (twice) {
+            dm_error(L->d, e->loc, "'%s' is already an output", e->name);
+            continue;
+        }
+        ir_append_id(g, &g->outputs, &g->n_outputs, v);
+    }
+}
+
+/* minimize NAME: the loss, an f32 scalar, chosen once (*loss_loc: where). */
+static void lower_minimize(lowerer *L, scope *s, const dm_stmt *st, dm_loc *loss_loc) {
+    ir_graph *g = L->g;
+    if (g->loss >= 0) {
+        dm_error(L->d, st->loc, "the loss is already chosen");
+        dm_note(L->d, *loss_loc, "by this statement");
+        return;
+    }
+    binding *b = lower_scope_find(s, st->name);
+    if (b && b->failed) return; /* its definition failed and was reported */
+    if (!b || b->kind != B_VALUE) {
+        dm_error(L->d, st->name_loc, b ? "'%s' is not a value" : "unknown name '%s'", st->name);
+        return;
+    }
+    if (b->value < 0) return; /* its definition failed and was reported */
+    const ir_type *t = &val(L, b->value)->type;
+    if (t->rank != 0 || t->dtype != DT_F32) {
+        char ts[256];
+        ir_format_type(g, t, ts, sizeof ts);
+        dm_error(L->d, st->name_loc, "the loss must be an f32 scalar, '%s' is %s", st->name, ts);
+        return;
+    }
+    g->loss = b->value;
+    g->loss_loc = *loss_loc = st->loc;
+}
+
 static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     scope *s = &L->global;
-    ir_graph *g = L->g;
     switch (st->kind) {
     case STMT_DIM: lower_dim(L, s, st, 1); break;
     case STMT_MESH: break; /* lowered first, see dm_lower */
@@ -785,23 +873,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         if (b) b->block = st;
         break;
     }
-    case STMT_INPUT: {
-        ir_type t;
-        if (eval_type(L, s, st->type, st->name, &t)) {
-            lower_bind_failed(L, s, st, B_VALUE);
-            break;
-        }
-        binding *b = lower_bind(L, s, st->name, B_VALUE, st->name_loc);
-        if (!b) break;
-        ir_value *v = ir_add(g, OP_INPUT, NULL, 0, st->name_loc);
-        v->type = t;
-        v->annotated = 1;
-        v->role = ROLE_INPUT;
-        v->name = b->name;
-        ir_append_id(g, &g->inputs, &g->n_inputs, v->id);
-        b->value = v->id;
-        break;
-    }
+    case STMT_INPUT: lower_input(L, s, st); break;
     case STMT_PARAM: lower_param(L, s, st, st->name); break;
     case STMT_LAYER:
         L->layer_path = st->name;
@@ -809,69 +881,9 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
         lower_layer(L, s, st, st->name);
         L->layer_path = NULL;
         break;
-    case STMT_LET: {
-        int first_new = g->n_values;
-        int v = lower_expr(L, s, st->value);
-        if (v < 0) {
-            lower_bind_failed(L, s, st, B_VALUE);
-            break;
-        }
-        if (check_let_type(L, s, st, v)) {
-            lower_bind_failed(L, s, st, B_VALUE);
-            break;
-        }
-        binding *b = lower_bind(L, s, st->name, B_VALUE, st->name_loc);
-        if (!b) break;
-        if (v >= first_new && val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
-        b->value = v;
-        break;
-    }
-    case STMT_OUTPUT:
-        for (int i = 0; i < st->n_args; i++) {
-            const dm_expr *e = st->args[i];
-            if (e->kind != EXPR_NAME) {
-                dm_error(L->d, e->loc, "output takes names of values");
-                continue;
-            }
-            int v = lower_expr(L, s, e);
-            if (v < 0) continue;
-            if (val(L, v)->role == ROLE_CONST) {
-                dm_error(L->d, e->loc, "'%s' is a constant, not a computed value", e->name);
-                continue;
-            }
-            int twice = 0;
-            for (int k = 0; k < g->n_outputs; k++) twice |= g->outputs[k] == v;
-            if (twice) {
-                dm_error(L->d, e->loc, "'%s' is already an output", e->name);
-                continue;
-            }
-            ir_append_id(g, &g->outputs, &g->n_outputs, v);
-        }
-        break;
-    case STMT_MINIMIZE: {
-        if (g->loss >= 0) {
-            dm_error(L->d, st->loc, "the loss is already chosen");
-            dm_note(L->d, *loss_loc, "by this statement");
-            break;
-        }
-        binding *b = lower_scope_find(s, st->name);
-        if (b && b->failed) break; /* its definition failed and was reported */
-        if (!b || b->kind != B_VALUE) {
-            dm_error(L->d, st->name_loc, b ? "'%s' is not a value" : "unknown name '%s'", st->name);
-            break;
-        }
-        if (b->value < 0) break; /* its definition failed and was reported */
-        const ir_type *t = &val(L, b->value)->type;
-        if (t->rank != 0 || t->dtype != DT_F32) {
-            char ts[256];
-            ir_format_type(g, t, ts, sizeof ts);
-            dm_error(L->d, st->name_loc, "the loss must be an f32 scalar, '%s' is %s", st->name, ts);
-            break;
-        }
-        g->loss = b->value;
-        g->loss_loc = *loss_loc = st->loc;
-        break;
-    }
+    case STMT_LET: lower_let(L, s, st); break;
+    case STMT_OUTPUT: lower_output(L, s, st); break;
+    case STMT_MINIMIZE: lower_minimize(L, s, st, loss_loc); break;
     case STMT_OPTIMIZER: lower_optimizer(L, st); break;
     case STMT_SCHEDULE:
     case STMT_ACCUMULATE: break; /* lowered first, see dm_lower */
