@@ -37,6 +37,64 @@ static int gz_fail(gzFile gz, const char *path, const char *what, char *err, siz
                        code == Z_ERRNO ? strerror(errno) : m);
 }
 
+/* The header: the magic number (images or labels) and the dims, checked. dims[0] is the
+ * count of examples, dims[1] x dims[2] each one's bytes (1 x 1 for labels). Returns 0 or
+ * -1 with err set. */
+static int read_header(gzFile gz, const char *path, int *ndims, int64_t dims[3], char *err, size_t errlen) {
+    unsigned char hdr[16];
+    int64_t got = gz_read_full(gz, hdr, 4);
+    if (got < 0) return gz_fail(gz, path, "the magic number", err, errlen);
+    if (got < 4)
+        return dmrt_errorf(err, errlen, "%s: truncated: %lld bytes, too short for an IDX magic number", path,
+                           (long long)got);
+    uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+    if (magic == IDX_IMAGES) *ndims = 3;
+    else if (magic == IDX_LABELS) *ndims = 1;
+    else
+        return dmrt_errorf(err, errlen,
+                           "%s: bad magic number 0x%08x (expected 0x00000803 for u8 images or "
+                           "0x00000801 for u8 labels)",
+                           path, magic);
+    got = gz_read_full(gz, hdr + 4, 4 * *ndims);
+    if (got < 0) return gz_fail(gz, path, "the dimensions", err, errlen);
+    if (got < 4 * *ndims)
+        return dmrt_errorf(err, errlen, "%s: truncated in the header: %d dimensions need %d bytes, got %lld", path,
+                           *ndims, 4 * *ndims, (long long)got);
+    dims[0] = 0, dims[1] = dims[2] = 1;
+    for (int i = 0; i < *ndims; i++) {
+        const unsigned char *p = hdr + 4 + 4 * i;
+        dims[i] = (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+    }
+    if (*ndims == 3 && (dims[1] == 0 || dims[2] == 0))
+        return dmrt_errorf(err, errlen, "%s: images of %lld x %lld pixels", path, (long long)dims[1],
+                           (long long)dims[2]);
+    /* (in double: three dims each below 2^32 multiply past int64_t) */
+    if ((double)dims[0] * (double)dims[1] * (double)dims[2] > (double)IDX_MAX_BYTES)
+        return dmrt_errorf(err, errlen, "%s: %lld examples of %lld bytes is more than this reader allows", path,
+                           (long long)dims[0], (long long)(dims[1] * dims[2]));
+    return 0;
+}
+
+/* The total bytes of data after the header, and nothing after them. Returns 0 or -1 with
+ * err set. */
+static int read_data(gzFile gz, const char *path, unsigned char *raw, int64_t total, int64_t examples, char *err,
+                     size_t errlen) {
+    int64_t got = gz_read_full(gz, raw, total);
+    if (got < 0) return gz_fail(gz, path, "the data", err, errlen);
+    if (got < total)
+        return dmrt_errorf(err, errlen,
+                           "%s: truncated: header says %lld examples (%lld bytes of data) but only %lld "
+                           "bytes follow",
+                           path, (long long)examples, (long long)total, (long long)got);
+    unsigned char extra;
+    got = gz_read_full(gz, &extra, 1);
+    if (got < 0) return gz_fail(gz, path, "past the data", err, errlen);
+    if (got > 0)
+        return dmrt_errorf(err, errlen, "%s: trailing bytes after the %lld examples the header declares", path,
+                           (long long)examples);
+    return 0;
+}
+
 int dmrt_idx_read(dmrt_idx *out, const char *path, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     errno = 0;
@@ -45,82 +103,17 @@ int dmrt_idx_read(dmrt_idx *out, const char *path, char *err, size_t errlen) {
         return dmrt_errorf(err, errlen, "%s: cannot open: %s", path,
                            errno ? strerror(errno) : "out of memory");
     gzbuffer(gz, 1 << 20); /* fewer, larger reads; data sets are tens of MB */
-    int rc = -1;
+    int rc = -1, ndims = 0;
     unsigned char *raw = NULL;
-    unsigned char hdr[16];
-    int64_t got = gz_read_full(gz, hdr, 4);
-    if (got < 0) {
-        gz_fail(gz, path, "the magic number", err, errlen);
-        goto done;
-    }
-    if (got < 4) {
-        dmrt_errorf(err, errlen, "%s: truncated: %lld bytes, too short for an IDX magic number",
-                    path, (long long)got);
-        goto done;
-    }
-    uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-    int ndims;
-    if (magic == IDX_IMAGES) ndims = 3;
-    else if (magic == IDX_LABELS) ndims = 1;
-    else {
-        dmrt_errorf(err, errlen,
-                    "%s: bad magic number 0x%08x (expected 0x00000803 for u8 images or "
-                    "0x00000801 for u8 labels)",
-                    path, magic);
-        goto done;
-    }
-    got = gz_read_full(gz, hdr + 4, 4 * ndims);
-    if (got < 0) {
-        gz_fail(gz, path, "the dimensions", err, errlen);
-        goto done;
-    }
-    if (got < 4 * ndims) {
-        dmrt_errorf(err, errlen, "%s: truncated in the header: %d dimensions need %d bytes, got %lld",
-                    path, ndims, 4 * ndims, (long long)got);
-        goto done;
-    }
-    int64_t dims[3] = {0, 1, 1};
-    for (int i = 0; i < ndims; i++) {
-        const unsigned char *p = hdr + 4 + 4 * i;
-        dims[i] = (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-    }
-    if (ndims == 3 && (dims[1] == 0 || dims[2] == 0)) {
-        dmrt_errorf(err, errlen, "%s: images of %lld x %lld pixels", path, (long long)dims[1],
-                    (long long)dims[2]);
-        goto done;
-    }
-    int64_t row = dims[1] * dims[2], total = dims[0] * row; /* each < 2^32: no overflow */
-    if (total > IDX_MAX_BYTES) {
-        dmrt_errorf(err, errlen, "%s: %lld examples of %lld bytes is more than this reader allows",
-                    path, (long long)dims[0], (long long)row);
-        goto done;
-    }
+    int64_t dims[3];
+    if (read_header(gz, path, &ndims, dims, err, errlen) != 0) goto done;
+    int64_t row = dims[1] * dims[2], total = dims[0] * row;
     raw = malloc(total ? (size_t)total : 1);
     if (!raw) {
         dmrt_errorf(err, errlen, "%s: out of memory for %lld bytes", path, (long long)total);
         goto done;
     }
-    got = gz_read_full(gz, raw, total);
-    if (got < 0) {
-        gz_fail(gz, path, "the data", err, errlen);
-        goto done;
-    }
-    if (got < total) {
-        dmrt_errorf(err, errlen,
-                    "%s: truncated: header says %lld examples (%lld bytes of data) but only %lld "
-                    "bytes follow",
-                    path, (long long)dims[0], (long long)total, (long long)got);
-        goto done;
-    }
-    unsigned char extra;
-    got = gz_read_full(gz, &extra, 1);
-    if (got != 0) {
-        if (got < 0) gz_fail(gz, path, "past the data", err, errlen);
-        else
-            dmrt_errorf(err, errlen, "%s: trailing bytes after the %lld examples the header declares",
-                        path, (long long)dims[0]);
-        goto done;
-    }
+    if (read_data(gz, path, raw, total, dims[0], err, errlen) != 0) goto done;
     out->n = dims[0];
     out->row_size = row;
     if (ndims == 3) {

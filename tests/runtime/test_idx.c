@@ -114,6 +114,20 @@ int main(void) {
     CHECK_MSG(err, path, "images of 0 x 3 pixels");
     img[11] = 2;
 
+    /* dims whose product is past what the reader allows (4 GiB), and past int64_t: refused
+     * from the header, before any allocation */
+    static const unsigned char huge[][4] = {{0x80, 0, 0, 0}, {0xff, 0xff, 0xff, 0xff}};
+    unsigned char saved[12];
+    memcpy(saved, img + 4, 12);
+    for (int h = 0; h < 2; h++) {
+        for (int d = 0; d < 3; d++) memcpy(img + 4 + 4 * d, huge[h], 4);
+        tu_path(path, sizeof path, dir, h ? "huge-idx3-ubyte" : "big-idx3-ubyte");
+        tu_write(path, img, n);
+        CHECK(dmrt_idx_read(&x, path, err, sizeof err) != 0, "images of 2^%d-ish dims accepted", h ? 32 : 31);
+        CHECK_MSG(err, path, "is more than this reader allows");
+    }
+    memcpy(img + 4, saved, 12);
+
     /* trailing bytes */
     unsigned char *longer = malloc(n + 2);
     memcpy(longer, img, n);
