@@ -138,17 +138,13 @@ static int test_blas_report(const char *exe, const char *dir, const char *bpath)
     return fails;
 }
 
-static int test_batch(const char *exe, const char *dir) {
+/* 5 steps through the trainer against the same steps in-process: losses, --dump-grads,
+ * --save. */
+static int batch_run(const char *exe, const char *dir, const char *bpath, const char *save) {
     int fails = 0;
     const dmrt_model *m = &softmax_small_model;
-    char bpath[4096], save[4096], grads[4096], save2[4096], bad[4096], err[1024];
-    tu_path(bpath, sizeof bpath, dir, "batches.safetensors");
-    tu_path(save, sizeof save, dir, "out.safetensors");
-    tu_path(save2, sizeof save2, dir, "out2.safetensors");
+    char grads[4096], err[1024];
     tu_path(grads, sizeof grads, dir, "grads.safetensors");
-    tu_path(bad, sizeof bad, dir, "bad.safetensors");
-    if (write_batches(bpath, -1, NULL, NULL) != 0) return 1;
-
     /* 5 steps cycle through the 3 slices: 0 1 2 0 1 */
     const char *a1[] = {"--batch-file", bpath, "--steps", "5", "--seed", "7", "--save", save,
                         "--dump-grads", grads, "--quiet", NULL};
@@ -180,6 +176,17 @@ static int test_batch(const char *exe, const char *dir) {
     m->destroy(ctx2);
     m->destroy(ctx);
 
+    return fails;
+}
+
+/* Defaults and limits (one pass; --epochs; both), and --init then --save unchanged. */
+static int batch_limits(const char *exe, const char *dir, const char *bpath, const char *save) {
+    int fails = 0;
+    char save2[4096];
+    float got[16];
+    int n;
+    tu_output r;
+    tu_path(save2, sizeof save2, dir, "out2.safetensors");
     /* defaults and limits: one pass; --epochs; both */
     struct {
         const char *args[6];
@@ -210,6 +217,13 @@ static int test_batch(const char *exe, const char *dir) {
           r.err);
     tu_output_free(&r);
 
+    return fails;
+}
+
+/* Usage errors: exit 2, the message and the usage on stderr; and --help. */
+static int batch_usage(const char *exe, const char *dir) {
+    int fails = 0;
+    tu_output r;
     /* usage errors: exit 2, message and usage on stderr */
     struct {
         const char *args[5];
@@ -246,6 +260,16 @@ static int test_batch(const char *exe, const char *dir) {
         CHECK(contains(r.out, opts[i]), "--help does not mention %s", opts[i]);
     tu_output_free(&r);
 
+    return fails;
+}
+
+/* Runtime errors: exit 1, a message naming the file. */
+static int batch_runtime_errors(const char *exe, const char *dir, const char *bpath) {
+    int fails = 0;
+    char bad[4096];
+    float got[16];
+    tu_output r;
+    tu_path(bad, sizeof bad, dir, "bad.safetensors");
     /* runtime errors: exit 1, message naming the file */
     const dmrt_tensor_desc xd_shape = {.name = "x", .dtype = DMRT_F32, .rank = 3, .shape = {S, B, D + 1}, .numel = S * B * (D + 1)};
     const dmrt_tensor_desc yd_dtype = {.name = "y", .dtype = DMRT_F32, .rank = 2, .shape = {S, B}, .numel = S * B};
@@ -284,6 +308,19 @@ static int test_batch(const char *exe, const char *dir) {
           "--init of a missing file: %d %s", r.status, r.err);
     CHECK(step_losses(r.out, got, 16) == 0, "trained despite a bad --init");
     tu_output_free(&r);
+    return fails;
+}
+
+static int test_batch(const char *exe, const char *dir) {
+    char bpath[4096], save[4096];
+    tu_path(bpath, sizeof bpath, dir, "batches.safetensors");
+    tu_path(save, sizeof save, dir, "out.safetensors");
+    if (write_batches(bpath, -1, NULL, NULL) != 0) return 1;
+    /* in this order: batch_limits starts from the parameters batch_run saved */
+    int fails = batch_run(exe, dir, bpath, save);
+    fails += batch_limits(exe, dir, bpath, save);
+    fails += batch_usage(exe, dir);
+    fails += batch_runtime_errors(exe, dir, bpath);
     return fails + test_blas_report(exe, dir, bpath);
 }
 
