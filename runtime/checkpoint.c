@@ -10,6 +10,7 @@
 #include "crc32c.h"
 #include "internal.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -119,6 +120,18 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     return rc;
 }
 
+/* A count in the metadata (s, which may be NULL): digits only (no sign or space), below
+ * INT64_MAX, so that counting on from it cannot overflow. 0 and *v, or -1. */
+static int metadata_count(const char *s, int64_t *v) {
+    if (!s || !isdigit((unsigned char)s[0])) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || *end || x == INT64_MAX) return -1;
+    *v = x;
+    return 0;
+}
+
 /* The file's "dmc.step": 0 and *step, or -1 with a message. *checksummed: whether the format
  * gives every tensor a CRC-32C (2; 1 did not). */
 static int read_step(const dmrt_st_file *f, int64_t *step, int *checksummed, char *err, size_t errlen) {
@@ -133,28 +146,28 @@ static int read_step(const dmrt_st_file *f, int64_t *step, int *checksummed, cha
         return dmrt_errorf(err, errlen,
                            "%s: checkpoint format '%s', this runtime reads '" CKPT_FORMAT "' and '" CKPT_FORMAT_1 "'",
                            f->path, format);
-    char *end = NULL;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : -1;
-    if (!s || errno || end == s || *end || v < 0)
+    if (metadata_count(s, step) != 0)
         return dmrt_errorf(err, errlen, "%s: metadata \"dmc.step\" is %s%s%s, not a count of updates", f->path,
                            s ? "'" : "missing", s ? s : "", s ? "'" : "");
-    *step = v;
     return 0;
 }
 
-/* fp16's loss scaler from the file's metadata, where it has one (a checkpoint of a run
- * without loss scaling leaves the program's initial scale). */
+/* fp16's loss scaler from the file's metadata into *ls, where it has one (a checkpoint of a
+ * run without loss scaling leaves the program's initial scale): a positive finite scale,
+ * clean steps below the program's interval (at the interval it would have doubled), skips
+ * a count. 0, or -1 with a message and *ls untouched. */
 static int read_loss_scale(const dmrt_st_file *f, dmrt_loss_scale *ls, char *err, size_t errlen) {
     const char *scale = dmrt_st_meta(f, "dmc.loss_scale"), *good = dmrt_st_meta(f, "dmc.loss_scale_good_steps"),
                *skipped = dmrt_st_meta(f, "dmc.loss_scale_skipped");
     if (!scale) return 0;
     char *end = NULL;
     double s = strtod(scale, &end);
-    long long g = good ? strtoll(good, NULL, 10) : 0, k = skipped ? strtoll(skipped, NULL, 10) : 0;
-    if (end == scale || *end || !(s > 0 && s < 1e300) || g < 0 || k < 0)
+    int64_t g = 0, k = 0;
+    if (end == scale || *end || !(s > 0 && s < 1e300) || (good && metadata_count(good, &g) != 0) ||
+        (skipped && metadata_count(skipped, &k) != 0) || (ls->interval > 0 && g >= ls->interval))
         return dmrt_errorf(err, errlen, "%s: metadata \"dmc.loss_scale\" is '%s' (good steps '%s', skipped '%s'): not a "
-                           "loss scaler's state", f->path, scale, good ? good : "", skipped ? skipped : "");
+                           "loss scaler's state (clean steps below the interval %lld)", f->path, scale, good ? good : "",
+                           skipped ? skipped : "", (long long)ls->interval);
     ls->scale = s, ls->good_steps = g, ls->skipped = k, ls->last_skipped = 0;
     return 0;
 }
@@ -169,7 +182,10 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);
     if (!source) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
     if (rc == 0) rc = read_step(f, &step, &checksummed, err, errlen);
-    /* everything checked before anything changes */
+    /* everything checked before anything changes (the loss scaler read into a copy) */
+    dmrt_loss_scale scaler = {0};
+    if (m->loss_scale) scaler = *m->loss_scale(ctx);
+    if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, &scaler, err, errlen);
     for (int i = 0; i < n && rc == 0; i++) {
         const dmrt_tensor_desc *d = ckpt_desc(m, i);
         source[i] = dmrt_st_find(f, d->name);
@@ -190,7 +206,7 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     }
     if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
-    if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, m->loss_scale(ctx), err, errlen);
+    if (rc == 0 && m->loss_scale) *m->loss_scale(ctx) = scaler;
     free(source);
     return rc;
 }

@@ -68,10 +68,12 @@ static int read_header(gzFile gz, const char *path, int *ndims, int64_t dims[3],
     if (*ndims == 3 && (dims[1] == 0 || dims[2] == 0))
         return dmrt_errorf(err, errlen, "%s: images of %lld x %lld pixels", path, (long long)dims[1],
                            (long long)dims[2]);
-    /* (in double: three dims each below 2^32 multiply past int64_t) */
-    if ((double)dims[0] * (double)dims[1] * (double)dims[2] > (double)IDX_MAX_BYTES)
-        return dmrt_errorf(err, errlen, "%s: %lld examples of %lld bytes is more than this reader allows", path,
-                           (long long)dims[0], (long long)(dims[1] * dims[2]));
+    /* (in double: dims each below 2^32 multiply past int64_t; an example's bytes are checked
+     * alone too, as there may be no examples) */
+    double example = (double)dims[1] * (double)dims[2];
+    if (example > (double)IDX_MAX_BYTES || (double)dims[0] * example > (double)IDX_MAX_BYTES)
+        return dmrt_errorf(err, errlen, "%s: %lld examples of %lld x %lld bytes is more than this reader allows", path,
+                           (long long)dims[0], (long long)dims[1], (long long)dims[2]);
     return 0;
 }
 

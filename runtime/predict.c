@@ -17,10 +17,11 @@ static int outputs_finite(const dmrt_model *m, const dmrt_tensor_desc *descs, vo
                           char *err, size_t errlen) {
     for (int i = 0; i < m->n_outputs; i++) {
         if (descs[i].dtype != DMRT_F32) continue;
-        int64_t at = dmrt_first_non_finite(outs[i], descs[i].numel), row_elems = descs[i].numel / descs[i].shape[0];
+        int64_t at = dmrt_first_non_finite(outs[i], descs[i].numel);
         if (at >= 0)
             return dmrt_errorf(err, errlen, "%s not written: output '%s' holds a non-finite value (%g in row %lld)", out_path,
-                               descs[i].name, (double)((const float *)outs[i])[at], (long long)(at / row_elems));
+                               descs[i].name, (double)((const float *)outs[i])[at],
+                               (long long)(at / (descs[i].numel / descs[i].shape[0])));
     }
     return 0;
 }
@@ -55,6 +56,7 @@ static int64_t check_inputs(const dmrt_model *m, const dmrt_st_file *f, const dm
         n = t[i]->shape[0], first = x->name;
     }
     if (n < 0) return dmrt_errorf(err, errlen, "%s: model '%s' reads no inputs to predict", f->path, m->name), -1;
+    if (n == 0) return dmrt_errorf(err, errlen, "%s: tensor '%s' has no rows to predict", f->path, first), -1;
     return n;
 }
 

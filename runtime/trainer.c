@@ -12,6 +12,7 @@
 #include "trainer_guards.h"
 #include "trainer_options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -45,8 +46,9 @@ static void usage(FILE *fp, const char *prog, const dmrt_model *model) {
 
 /* ---- options ------------------------------------------------------------------------------ */
 
+/* (strtoll and strtoull would skip leading space and take a sign: digits only) */
 static int parse_i64(const char *s, int64_t *v) {
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    if (!s || !isdigit((unsigned char)*s)) return -1;
     char *end;
     errno = 0;
     long long x = strtoll(s, &end, 10);
@@ -56,10 +58,10 @@ static int parse_i64(const char *s, int64_t *v) {
 }
 
 static int parse_u64(const char *s, uint64_t *v) {
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    if (!s || !isdigit((unsigned char)*s)) return -1;
     int base = 10;
     if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) base = 16, s += 2;
-    if (!*s) return -1;
+    if (!isxdigit((unsigned char)*s)) return -1;
     char *end;
     errno = 0;
     unsigned long long x = strtoull(s, &end, base);

@@ -2,6 +2,7 @@
 #include "trainer_checkpoint.h"
 #include "trainer_guards.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -114,7 +115,7 @@ int dmrt_trainer_meta_u64(const dmrt_st_file *f, const char *key, uint64_t *v, c
     char *end = NULL;
     errno = 0;
     unsigned long long x = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-')
+    if (errno || !isdigit((unsigned char)s[0]) || *end)
         return dmrt_errorf(err, errlen, "%s: metadata \"%s\" is '%s', not a non-negative integer", f->path, key, s);
     *v = x;
     return 1;

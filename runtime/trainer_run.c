@@ -313,9 +313,11 @@ static int plan_steps(tr_run *r) {
         fprintf(r->errs, "%s: note: the run that wrote the checkpoint was to train %lld steps, this one %lld: a decaying "
                          "learning rate now spans %lld\n", r->prog, (long long)r->resumed_total, (long long)r->total,
                 (long long)r->total);
-    if (spe > 0) dmrt_trainer_skip_steps(&r->d, r->start);
-    if (o->trace && r->lead && r->total > 0 && !(r->step_seconds = malloc((size_t)r->total * sizeof *r->step_seconds)))
-        return run_failed(r, "out of memory");
+    /* (a resumed run with no step left draws nothing: its data need not be replayed) */
+    if (spe > 0 && r->start < r->total) dmrt_trainer_skip_steps(&r->d, r->start);
+    /* (calloc checks the count's product: --steps may be anything up to 2^63) */
+    if (o->trace && r->lead && r->total > 0 && !(r->step_seconds = calloc((size_t)r->total, sizeof *r->step_seconds)))
+        return run_failed(r, "--trace: no memory to record the times of %lld steps", (long long)r->total);
     return TR_OK;
 }
 

@@ -21,7 +21,9 @@ same weights and batches (test_mlp.py's):
              weights must follow the reference's (losses 2e-3 relative, weights 5e-3).
   resume     the same run with a checkpoint every 5 steps, resumed from step 15's: steps
              16-30 print the same losses and scales bitwise (the scale, its clean-step count
-             and the skipped count live in the checkpoint).
+             and the skipped count live in the checkpoint); the checkpoint with its scaler's
+             state made invalid (clean steps at the interval or past int64, a negative or
+             malformed skip count, an infinite scale) is refused before the first step.
   default    --loss-scale's default 65536: no step of these is skipped, and the losses follow
              the reference within 2e-3.
 
@@ -37,7 +39,10 @@ and the scale after every step.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
+import json
 import os
+import struct
+import subprocess
 import sys
 import tempfile
 
@@ -107,6 +112,36 @@ def check_trail(what, got, want):
         raise Failure("%s: dmc printed %d steps, expected %d" % (what, len(got), len(want)))
 
 
+def with_metadata(src, dst, changes):
+    """A copy of safetensors file src with its metadata's keys changed (the tensors, and so
+    their checksums, as they were)."""
+    with open(src, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header["__metadata__"].update(changes)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+
+
+def check_bad_scaler(dmc, src_path, tmp, args, ckpt, interval):
+    """A checkpoint whose loss scaler's state is not one (clean steps at the interval or past
+    int64, a count with a sign or trailing text) is refused before the first step, naming it."""
+    cases = [{"dmc.loss_scale_good_steps": str(interval)}, {"dmc.loss_scale_good_steps": "99999999999999999999"},
+             {"dmc.loss_scale_skipped": "-1"}, {"dmc.loss_scale_skipped": "12junk"}, {"dmc.loss_scale": "inf"}]
+    for i, change in enumerate(cases):
+        bad = os.path.join(tmp, "bad-scaler-%d.safetensors" % i)
+        with_metadata(ckpt, bad, change)
+        r = subprocess.run([dmc, "run", src_path, "--set", "B=%d,H=%d" % (mlp.B, mlp.H), "--precision", "fp16"] + args +
+                           ["--steps", str(STEPS), "--resume", bad], cwd=tmp, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=240)
+        if r.returncode != 1 or "not a loss scaler's state" not in r.stderr or bad not in r.stderr or "step 16 " in r.stdout:
+            raise Failure("resume from a checkpoint with %s: exit %d, stderr %s" % (change, r.returncode, r.stderr[-300:]))
+    print("resume: %d checkpoints with a loss scaler that is not one refused before the first step" % len(cases))
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     src_path, _, norm = mlp.example(root, "test_fp16.py")
@@ -135,6 +170,7 @@ def run_checks(dmc, root, np, torch):
             raise Failure("resume: steps 16-%d after resuming from step 15 %s, without stopping %s"
                           % (STEPS, resumed, got[15:]))
         print("resume: steps 16-%d equal bitwise (losses, scales, skips)" % STEPS)
+        check_bad_scaler(dmc, src_path, tmp, batches + scaled, os.path.join(ckpt, "step-00000015.safetensors"), interval)
 
         d_losses, d_trail, _ = torch_run(torch, init, xs, ys, norm, 65536.0, 2000, 10)
         got = dmc_steps(dmc, src_path, tmp, common + ["--steps", "10"])

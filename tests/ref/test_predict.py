@@ -55,6 +55,7 @@ def check_failures(dmc, src, d, stio, np):
         ("missing.st", {"z": rng.random((4, 784), dtype=np.float32)}, "no tensor 'x' for model input x"),
         ("dtype.st", {"x": np.zeros((4, 784), dtype=np.int32)}, "tensor 'x': dtype I32 but model input x needs F32"),
         ("shape.st", {"x": np.zeros((4, 780), dtype=np.float32)}, "tensor 'x': shape [4, 780] but model input x needs F32 [rows, 784]"),
+        ("empty.st", {"x": np.zeros((0, 784), dtype=np.float32)}, "tensor 'x' has no rows to predict"),
     ]
     for name, tensors, want in cases:
         stio.save(tensors, os.path.join(d, name))

@@ -242,6 +242,22 @@ def failure_cases(t, tmp, ckpt):
     refused(["--steps", "2", "--resume", ckpt, "--init", weights], r"cannot be combined with --init", "--resume with --init", 2)
     refused(["--steps", "2", "--checkpoint-every", "1"], r"--checkpoint-every only applies with --checkpoint",
             "--checkpoint-every without --checkpoint", 2)
+    # a checkpoint past the run's last step has no step left: it is said so at once, without
+    # replaying the data of 10^15 steps first (which never ended)
+    far = os.path.join(tmp, "far.safetensors")
+    tensors, meta = read_safetensors(ckpt)
+    write_safetensors(far, tensors, dict(meta, **{"dmc.step": "1000000000000000"}))
+    try:
+        r = t.run(["--steps", "2", "--resume", far], timeout=60)
+        check(r.returncode == 0 and "step " not in r.stdout,
+              "--resume from step 10^15 with --steps 2: no step left, at once (exit %d, %s)"
+              % (r.returncode, (r.stderr + r.stdout).strip()[-200:]))
+    except subprocess.TimeoutExpired:
+        check(False, "--resume from step 10^15 with --steps 2 still running after 60 s")
+    for bad in ("-1", " 5", "+5", "12junk", "9223372036854775807"):
+        write_safetensors(far, tensors, dict(meta, **{"dmc.step": bad}))
+        refused(["--steps", "2", "--resume", far], r'metadata "dmc.step" is \'%s\', not a count of updates' % re.escape(bad),
+                "--resume of a checkpoint whose dmc.step is '%s'" % bad)
     blocker = os.path.join(tmp, "a-file")
     open(blocker, "w").close()
     refused(["--steps", "2", "--checkpoint", os.path.join(blocker, "sub")], r"--checkpoint .*cannot create the directory",

@@ -232,6 +232,8 @@ static int batch_usage(const char *exe, const char *dir) {
         {{"--bogus"}, "unknown option '--bogus'"},
         {{"--steps", "abc"}, "bad value 'abc' for --steps"},
         {{"--steps", "-1"}, "bad value '-1' for --steps"},
+        {{"--steps", " -5"}, "bad value ' -5' for --steps"},
+        {{"--seed", "0x-5"}, "bad value '0x-5' for --seed"},
         {{"--seed"}, "option --seed needs a value"},
         {{"extra"}, "unexpected argument 'extra'"},
         {{"--data", "cifar"}, "unknown data set 'cifar'"},
@@ -301,6 +303,15 @@ static int batch_runtime_errors(const char *exe, const char *dir, const char *bp
     r = trainer(exe, dir, "small", a3);
     CHECK(r.status == 1 && contains(r.err, nodir), "--save into a missing directory: %d %s",
           r.status, r.err);
+    tu_output_free(&r);
+    /* --trace records every step's time: a count past memory is refused, not overflowed */
+    char trace[4096];
+    tu_path(trace, sizeof trace, dir, "trace.json");
+    const char *a5[] = {"--batch-file", bpath, "--steps", "2305843009213693953", "--trace", trace, "--quiet", NULL};
+    r = trainer(exe, dir, "small", a5);
+    CHECK(r.status == 1 && contains(r.err, "--trace: no memory to record the times of 2305843009213693953 steps"),
+          "--trace of 2^61 + 1 steps: %d %s", r.status, r.err);
+    CHECK(step_losses(r.out, got, 16) == 0, "trained despite a --trace it cannot record");
     tu_output_free(&r);
     const char *a4[] = {"--batch-file", bpath, "--init", nodir, "--quiet", NULL};
     r = trainer(exe, dir, "small", a4);
