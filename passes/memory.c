@@ -539,6 +539,10 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
 
 /* ---- what a rank allocates ------------------------------------------------------------------ */
 
+const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank) {
+    return plan->rank ? &plan->rank[rank] : &plan->stage[rank];
+}
+
 int64_t dm_grad_sum_offset(const dm_memory_plan *plan, int id) {
     return plan->sum_offset ? plan->sum_offset[id] : plan->offset[id];
 }

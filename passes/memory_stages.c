@@ -317,10 +317,6 @@ void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeli
     }
 }
 
-const dm_stage_memory *dm_rank_memory(const dm_memory_plan *plan, int rank) {
-    return plan->rank ? &plan->rank[rank] : &plan->stage[rank];
-}
-
 
 /* Operand k of update op v (parameter, gradient, the state tensors, a pruning mask last)
  * when it is its gradient or a state tensor, or -1. */
