@@ -315,8 +315,10 @@ static int plan_steps(tr_run *r) {
                 (long long)r->total);
     /* (a resumed run with no step left draws nothing: its data need not be replayed) */
     if (spe > 0 && r->start < r->total) dmrt_trainer_skip_steps(&r->d, r->start);
-    /* (calloc checks the count's product: --steps may be anything up to 2^63) */
-    if (o->trace && r->lead && r->total > 0 && !(r->step_seconds = calloc((size_t)r->total, sizeof *r->step_seconds)))
+    /* (--steps may be anything up to 2^63: the bytes are checked before they are asked for) */
+    if (o->trace && r->lead && r->total > 0 &&
+        ((uint64_t)r->total > SIZE_MAX / sizeof *r->step_seconds ||
+         !(r->step_seconds = calloc((size_t)r->total, sizeof *r->step_seconds))))
         return run_failed(r, "--trace: no memory to record the times of %lld steps", (long long)r->total);
     return TR_OK;
 }
