@@ -191,7 +191,7 @@ static void ref_causal_mask(const float *x, float *out, int64_t outer, int64_t n
                 out[(r * nq + q) * nk + k] = k > q + (nk - nq) ? fill_value : x[(r * nq + q) * nk + k];
 }
 
-/* Layernorm's double sums one after another here; dialect_c.c adds them in 8 double lanes
+/* Layernorm's double sums one after another here; dialect_c_rows.c adds them in 8 double lanes
  * (vectorised), which rounds to the same mean and rstd but for the rare row near a float
  * boundary: far inside the tolerances the layernorm cases compare with. */
 static void ref_ln_stats(const float *x, int64_t n, float eps, float *mean, float *rstd) {

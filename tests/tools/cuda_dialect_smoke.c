@@ -22,7 +22,7 @@
  *
  * Build (from the repository root):
  *   gcc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -Iir -Icodegen -Ifrontend \
- *       tests/tools/cuda_dialect_smoke.c codegen/dialect_cuda*.c codegen/dialect_c.c -o smoke */
+ *       tests/tools/cuda_dialect_smoke.c codegen/dialect_cuda*.c codegen/dialect_c.c codegen/dialect_c_rows.c -o smoke */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
