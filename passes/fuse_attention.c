@@ -75,8 +75,8 @@ typedef struct attention_match {
     double scale;
     const ir_value *split[3], *merge;
     int group;                          /* grouped-query attention's R, else 0 */
-    const ir_value *repeat[2][2];       /* then k's and v's reshape and broadcast, */
-    const ir_value *kv[2];              /* and the values they repeat */
+    const ir_value *repeat[2][2];       /* then k's and v's reshape and broadcast (the
+                                         * broadcast's operand: the value it repeats) */
 } attention_match;
 
 /* x * c, c * x or x / c with c a constant: x and the factor; else x = v, factor 1. */
@@ -127,9 +127,8 @@ static void match_heads_inner(const ir_graph *g, const ir_value *o, const int *r
 
 /* kv (k or v) as Hugging Face's repeat_kv makes it: reshape(broadcast(x)), x of shape (..,
  * H, T, D) given a dim of R after its heads, (.., H, R, T, D), then merged (.., H * R, T,
- * D), each read once; R (> 1) and sets repeat and *x; else 0. */
-static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *readers, const ir_value *repeat[2],
-                              const ir_value **x) {
+ * D), each read once; R (> 1) and sets repeat; else 0. */
+static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *readers, const ir_value *repeat[2]) {
     int r = kv->type.rank;
     if (kv->op != OP_RESHAPE || r < 3 || !inner(g, kv, readers)) return 0;
     const ir_value *b = g->values[kv->operands[0]];
@@ -140,7 +139,6 @@ static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *
     for (int i = 0; i < r; i++)
         if (small->shape[i] != big->shape[i < r - 2 ? i : i + 1]) return 0;
     repeat[0] = kv, repeat[1] = b;
-    *x = g->values[b->operands[0]];
     return group;
 }
 
@@ -151,20 +149,20 @@ static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *
  * head's kv head on its rank (ir_verify checks that q, k and v's heads split alike). */
 static void match_kv_group(const ir_graph *g, const ir_value *o, const int *readers, attention_match *m) {
     if (!g->attention_kv_groups || m->merge) return;
-    const ir_value *repeat[2][2], *kv[2];
+    const ir_value *repeat[2][2];
     int64_t group[2];
     for (int i = 0; i < 2; i++) {
         const ir_value *operand = g->values[i == 0 ? m->scores->operands[1] : o->operands[1]];
-        group[i] = repeated_heads(g, operand, readers, repeat[i], &kv[i]);
+        group[i] = repeated_heads(g, operand, readers, repeat[i]);
         if (!group[i]) return;
     }
     if (group[0] != group[1]) return;
-    int64_t kv_heads = kv[0]->type.shape[kv[0]->type.rank - 3];
+    const ir_type *kv = &g->values[repeat[0][1]->operands[0]]->type;
+    int64_t kv_heads = kv->shape[kv->rank - 3];
     for (int a = 0; a < g->n_axes; a++)
         if (a != g->data_axis && a != g->pipe_axis && kv_heads % g->axes[a].size != 0) return;
     m->group = (int)group[0];
     memcpy(m->repeat, repeat, sizeof repeat);
-    memcpy(m->kv, kv, sizeof kv);
 }
 
 /* Whether o = matmul(softmax(matmul(q, k) [* c]), v) is the pattern; fills m. */
@@ -212,7 +210,7 @@ static void name_after(const ir_value *gone, ir_value *x) {
 
 static void name_after_dropped(ir_graph *g, const attention_match *m) {
     for (int k = 0; k < 3 && m->merge; k++) name_after(m->split[k], g->values[m->split[k]->operands[0]]);
-    for (int k = 0; k < 2 && m->group; k++) name_after(m->repeat[k][0], g->values[m->kv[k]->id]);
+    for (int k = 0; k < 2 && m->group; k++) name_after(m->repeat[k][0], g->values[m->repeat[k][1]->operands[0]]);
 }
 
 int pass_fuse_attention(ir_graph *g) {
