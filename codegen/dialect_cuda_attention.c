@@ -7,28 +7,40 @@
 #include "../runtime/cuda/dmrt_cuda_sizes.h"
 
 /* Heads are one after the other here (k->inner is 1): the dialect has no
- * can.attention_heads_inner, so the heads' transposes stay around the attention. */
+ * can.attention_heads_inner, so the heads' transposes stay around the attention. It has
+ * can.attention_kv_groups: under grouped-query attention (k->group > 1) k, v, dk and dv
+ * have heads / group heads and the _grouped calls take the group after the heads. */
 
 /* Fused attention: in f32 runtime/cuda/attention.cu, a thread a row, which needs no scratch
  * (a float, so that the context's layout stays the C target's shape); in bf16 or fp16
  * attention16.cu, cuDNN on 16-bit copies in the scratch (dmrt_cuda_attention16_scratch_bytes). */
-static void cuda_attention16(cg_writer *w, const cg_attention *k, int backward) {
-    char call[1536];
-    int half = k->operands == DT_F16;
-    if (backward)
-        snprintf(
-            call, sizeof call,
-            "dmrt_gpu_attention16_backward(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, "
-            "%s, %lld, \"%s\"",
-            half, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads,
-            (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work, (long long)(4 * k->work_floats),
-            k->name);
+/* "heads, " or, under grouped-query attention (k->group > 1, the _grouped calls), "heads,
+ * group, " */
+static void heads_and_group(char *out, size_t size, const cg_attention *k) {
+    if (k->group > 1)
+        snprintf(out, size, "%lld, %lld, ", (long long)k->heads, (long long)k->group);
     else
-        snprintf(
-            call, sizeof call,
-            "dmrt_gpu_attention16_forward(ctx->gpu, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d, %s, %lld, \"%s\"",
-            half, k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
-            k->scale, k->causal, k->work, (long long)(4 * k->work_floats), k->name);
+        snprintf(out, size, "%lld, ", (long long)k->heads);
+}
+
+static void cuda_attention16(cg_writer *w, const cg_attention *k, int backward) {
+    char call[1536], heads[48];
+    int half = k->operands == DT_F16;
+    const char *grouped = k->group > 1 ? "_grouped" : "";
+    heads_and_group(heads, sizeof heads, k);
+    if (backward)
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_attention16_backward%s(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, "
+                 "%d, %s, %lld, \"%s\"",
+                 grouped, half, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, heads,
+                 (long long)k->positions, (long long)k->width, k->scale, k->causal, k->work,
+                 (long long)(4 * k->work_floats), k->name);
+    else
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_attention16_forward%s(ctx->gpu, %d, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %d, %s, %lld, "
+                 "\"%s\"",
+                 grouped, half, k->q, k->k, k->v, k->out, k->lse, heads, (long long)k->positions,
+                 (long long)k->width, k->scale, k->causal, k->work, (long long)(4 * k->work_floats), k->name);
     cg_cuda_checked(w, call);
 }
 
@@ -37,10 +49,11 @@ void cg_cuda_attention(cg_writer *w, const cg_attention *k) {
         cuda_attention16(w, k, 0);
         return;
     }
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_attention_forward(ctx->gpu, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d",
-             k->q, k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->positions, (long long)k->width,
-             k->scale, k->causal);
+    char call[1024], heads[48];
+    heads_and_group(heads, sizeof heads, k);
+    snprintf(call, sizeof call, "dmrt_gpu_attention_forward%s(ctx->gpu, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %d",
+             k->group > 1 ? "_grouped" : "", k->q, k->k, k->v, k->out, k->lse, heads, (long long)k->positions,
+             (long long)k->width, k->scale, k->causal);
     cg_cuda_checked(w, call);
 }
 
@@ -49,11 +62,12 @@ void cg_cuda_attention_grad(cg_writer *w, const cg_attention *k) {
         cuda_attention16(w, k, 1);
         return;
     }
-    char call[1024];
+    char call[1024], heads[48];
+    heads_and_group(heads, sizeof heads, k);
     snprintf(call, sizeof call,
-             "dmrt_gpu_attention_backward(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %s, %d", k->q,
-             k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, (long long)k->heads, (long long)k->positions,
-             (long long)k->width, k->scale, k->causal);
+             "dmrt_gpu_attention_backward%s(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %d",
+             k->group > 1 ? "_grouped" : "", k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, heads,
+             (long long)k->positions, (long long)k->width, k->scale, k->causal);
     cg_cuda_checked(w, call);
 }
 

@@ -12,7 +12,11 @@
  * backward recomputes each probability as exp(score - lse): the query rows' function adds
  * ds @ k into dq, the key rows' function pT @ dout into dv and dsT @ q into dk, with
  * ds = p * (dout . v - delta) * scale and delta = dout . out of the query's row. Each
- * output row is written by one call, so rows run in any order or in parallel. */
+ * output row is written by one call, so rows run in any order or in parallel.
+ *
+ * Grouped-query attention (k, v, dk and dv with heads / group heads, query head h reading
+ * their head h / group): the forward and dq rows take k and v at the query's kv head; a kv
+ * head's dk and dv rows sum over its group (dmrt_attention_row_dkdv_grouped). */
 #ifndef DMRT_ATTENTION_ROWS_H
 #define DMRT_ATTENTION_ROWS_H
 
@@ -80,14 +84,13 @@ DMRT_HOST_DEVICE static inline void dmrt_attention_row_dq(const float *q, const 
     }
 }
 
-/* Row `key` of one head's dk and dv: over the queries that see the key. */
-DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv(const float *q, const float *k, const float *v,
-                                                            const float *out, const float *lse, const float *dout,
-                                                            float *dk, float *dv, int64_t key, int64_t positions,
-                                                            int64_t width, float scale, int causal) {
+/* Adds query head `q`'s part of row `key` of dk and dv: over the queries that see the key. */
+DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv_add(const float *q, const float *k, const float *v,
+                                                                const float *out, const float *lse, const float *dout,
+                                                                float *dk, float *dv, int64_t key, int64_t positions,
+                                                                int64_t width, float scale, int causal) {
     const float *k_row = k + key * width, *v_row = v + key * width;
     float *dk_row = dk + key * width, *dv_row = dv + key * width;
-    for (int64_t d = 0; d < width; d++) dk_row[d] = 0.0f, dv_row[d] = 0.0f;
     for (int64_t i = causal ? key : 0; i < positions; i++) {
         const float *q_row = q + i * width, *do_row = dout + i * width;
         const float p = expf(dmrt_attention_row_dot(q_row, k_row, width) * scale - lse[i]);
@@ -98,6 +101,31 @@ DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv(const float *q, cons
             dk_row[d] += ds * q_row[d];
         }
     }
+}
+
+/* Row `key` of one head's dk and dv. */
+DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv(const float *q, const float *k, const float *v,
+                                                            const float *out, const float *lse, const float *dout,
+                                                            float *dk, float *dv, int64_t key, int64_t positions,
+                                                            int64_t width, float scale, int causal) {
+    for (int64_t d = 0; d < width; d++) dk[key * width + d] = 0.0f, dv[key * width + d] = 0.0f;
+    dmrt_attention_row_dkdv_add(q, k, v, out, lse, dout, dk, dv, key, positions, width, scale, causal);
+}
+
+/* Row `key` of one kv head's dk and dv under grouped-query attention: the sum over the
+ * `group` query heads reading it, which lie one after the other from q, out, dout (a head
+ * apart: positions x width) and lse (positions apart), added in head order. group 1 is
+ * dmrt_attention_row_dkdv, the same arithmetic. */
+DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv_grouped(const float *q, const float *k, const float *v,
+                                                                    const float *out, const float *lse,
+                                                                    const float *dout, float *dk, float *dv,
+                                                                    int64_t key, int64_t group, int64_t positions,
+                                                                    int64_t width, float scale, int causal) {
+    const int64_t head = positions * width;
+    for (int64_t d = 0; d < width; d++) dk[key * width + d] = 0.0f, dv[key * width + d] = 0.0f;
+    for (int64_t r = 0; r < group; r++)
+        dmrt_attention_row_dkdv_add(q + r * head, k, v, out + r * head, lse + r * positions, dout + r * head, dk, dv,
+                                    key, positions, width, scale, causal);
 }
 
 #endif

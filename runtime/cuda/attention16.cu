@@ -6,7 +6,10 @@
  * op f32 in the IR leaves the C target, the memory plan and the other passes as they are.
  *
  * cuDNN's handle is made at the first call (on the rank's stream) and each shape's plan
- * once, kept in g->sdpa until dmrt_gpu_destroy. Never run on a GPU yet (docs/gpu.md). */
+ * once, kept in g->sdpa until dmrt_gpu_destroy. Grouped-query attention (k and v with
+ * heads / group heads) runs the same graph: the cast repeats k and v to every query head
+ * (the 16-bit copies are at q's heads anyway), and the cast back sums dk and dv over each
+ * group in f32. Never run on a GPU yet (docs/gpu.md). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
@@ -98,17 +101,47 @@ __global__ static void widen_kernel(const T *x, float *y, int64_t n) {
         y[i] = (float)x[i];
 }
 
-/* n floats of x into their 16-bit copy y (narrow) or back (widen). */
-static int cast16(dmrt_gpu *g, int half, int narrow, const float *x, void *y, int64_t n) {
-    unsigned blocks = gpu_blocks(n, 256);
-    if (narrow && half)
-        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__half *)y, n);
+/* Grouped-query attention's k and v: the n elements of y (query heads of `head` elements)
+ * each from its kv head of x (head h from x's head h / group): repeat_kv folded into the cast. */
+template <typename T>
+__global__ static void narrow_repeat_kernel(const float *x, T *y, int64_t n, int64_t head, int64_t group) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = to_narrow<T>(x[(i / head / group) * head + i % head]);
+}
+
+/* And their gradients: each of y's n / group elements the f32 sum over its group's heads of
+ * x, in head order (the sum repeat_kv's backward takes). */
+template <typename T>
+__global__ static void widen_sum_kernel(const T *x, float *y, int64_t n_kv, int64_t head, int64_t group) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_kv; i += (int64_t)gridDim.x * blockDim.x) {
+        const T *first = x + (i / head) * group * head + i % head;
+        float sum = (float)first[0];
+        for (int64_t r = 1; r < group; r++) sum += (float)first[r * head];
+        y[i] = sum;
+    }
+}
+
+/* The n elements of the 16-bit copy y from the floats x (narrow), or back (widen); with
+ * group > 1 x is at kv heads (n / group elements, heads of `head`): repeated into y, or y's
+ * group summed into it. */
+template <typename T>
+static void cast16_as(dmrt_gpu *g, int narrow, float *x, void *y, int64_t n, int64_t head, int64_t group) {
+    if (group > 1 && narrow)
+        narrow_repeat_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n, head, group);
+    else if (group > 1)
+        widen_sum_kernel<<<gpu_blocks(n / group, 256), 256, 0, g->stream>>>((const T *)y, x, n / group, head, group);
     else if (narrow)
-        narrow_kernel<<<blocks, 256, 0, g->stream>>>(x, (__nv_bfloat16 *)y, n);
-    else if (half)
-        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __half *)y, (float *)x, n);
+        narrow_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n);
     else
-        widen_kernel<<<blocks, 256, 0, g->stream>>>((const __nv_bfloat16 *)y, (float *)x, n);
+        widen_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>((const T *)y, x, n);
+}
+
+static int cast16(dmrt_gpu *g, int half, int narrow, const float *x, void *y, int64_t n, int64_t head,
+                  int64_t group) {
+    if (half)
+        cast16_as<__half>(g, narrow, (float *)x, y, n, head, group);
+    else
+        cast16_as<__nv_bfloat16>(g, narrow, (float *)x, y, n, head, group);
     LAUNCH_CHECK(g, "attention16 cast");
     return DMRT_OK;
 }
@@ -130,21 +163,25 @@ static int lay_out(dmrt_gpu *g, const dmrt_sdpa_plan *p, void *work, int64_t wor
 }
 
 /* The plan of shape s, the scratch laid out for `count` 16-bit copies of n elements, and
- * the n_in f32 inputs cast into the first copies: what both directions start with. */
-static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, void *work, int64_t work_bytes,
-                        int count, const float *const *in, int n_in, int64_t n, dmrt_sdpa_plan **p, void *copies[8],
-                        char **workspace) {
+ * the n_in f32 inputs (q, k, v, then out and dout) cast into the first copies, k and v
+ * repeated to every query head of their group: what both directions start with. */
+static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, int64_t group, const char *name, void *work,
+                        int64_t work_bytes, int count, const float *const *in, int n_in, int64_t n,
+                        dmrt_sdpa_plan **p, void *copies[8], char **workspace) {
     int rc = plan_of(g, s, name, p);
     if (rc == DMRT_OK) rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
-    for (int i = 0; i < n_in && rc == DMRT_OK; i++) rc = cast16(g, s->half, 1, in[i], copies[i], n);
+    const int64_t head = s->positions * s->width;
+    for (int i = 0; i < n_in && rc == DMRT_OK; i++)
+        rc = cast16(g, s->half, 1, in[i], copies[i], n, head, i == 1 || i == 2 ? group : 1);
     return rc;
 }
 
-int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
-                                 float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                 void *work, int64_t work_bytes, const char *name) {
+int dmrt_gpu_attention16_forward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                         float *out, float *lse, int64_t heads, int64_t group, int64_t positions,
+                                         int64_t width, float scale, int causal, void *work, int64_t work_bytes,
+                                         const char *name) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0 && work);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0 && work);
     const int64_t n = heads * positions * width;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
@@ -152,22 +189,22 @@ int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const fl
     void *c[8] = {0};
     char *workspace = NULL;
     const float *in[3] = {q, k, v};
-    int rc = stage_inputs(g, &s, name, work, work_bytes, 4, in, 3, n, &p, c, &workspace);
+    int rc = stage_inputs(g, &s, group, name, work, work_bytes, 4, in, 3, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
     void *data[DMRT_SDPA_UIDS] = {0};
     data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
     data[DMRT_SDPA_STATS] = lse;
     if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
-    return cast16(g, half, 0, out, c[3], n);
+    return cast16(g, half, 0, out, c[3], n, 0, 1);
 }
 
-int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
-                                  const float *out, const float *lse, const float *dout, float *dq, float *dk,
-                                  float *dv, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
-                                  void *work, int64_t work_bytes, const char *name) {
+int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                          const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                          float *dv, int64_t heads, int64_t group, int64_t positions, int64_t width,
+                                          float scale, int causal, void *work, int64_t work_bytes, const char *name) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && positions >= 0 && width > 0 && work);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0 && work);
     const int64_t n = heads * positions * width, rows = heads * positions;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
@@ -175,7 +212,7 @@ int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const f
     void *c[8] = {0};
     char *workspace = NULL;
     const float *in[5] = {q, k, v, out, dout};
-    int rc = stage_inputs(g, &s, name, work, work_bytes, 8, in, 5, n, &p, c, &workspace);
+    int rc = stage_inputs(g, &s, group, name, work, work_bytes, 8, in, 5, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
     /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
     char *rowsum = workspace, *dq_f32 = workspace + (4 * rows + 255) / 256 * 256;
@@ -187,6 +224,22 @@ int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const f
     if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
     float *grads[3] = {dq, dk, dv};
-    for (int i = 0; i < 3 && rc == DMRT_OK; i++) rc = cast16(g, half, 0, grads[i], c[5 + i], n);
+    for (int i = 0; i < 3 && rc == DMRT_OK; i++)
+        rc = cast16(g, half, 0, grads[i], c[5 + i], n, positions * width, i > 0 ? group : 1);
     return rc;
+}
+
+int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
+                                 float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                 void *work, int64_t work_bytes, const char *name) {
+    return dmrt_gpu_attention16_forward_grouped(g, half, q, k, v, out, lse, heads, 1, positions, width, scale, causal,
+                                                work, work_bytes, name);
+}
+
+int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                  const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                  float *dv, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
+                                  void *work, int64_t work_bytes, const char *name) {
+    return dmrt_gpu_attention16_backward_grouped(g, half, q, k, v, out, lse, dout, dq, dk, dv, heads, 1, positions,
+                                                 width, scale, causal, work, work_bytes, name);
 }

@@ -324,6 +324,17 @@ int dmrt_gpu_attention_forward(dmrt_gpu *g, const float *q, const float *k, cons
 int dmrt_gpu_attention_backward(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
                                 const float *lse, const float *dout, float *dq, float *dk, float *dv, int64_t heads,
                                 int64_t positions, int64_t width, float scale, int causal);
+/* Grouped-query attention: k, v, dk and dv have heads / group heads, query head h reading
+ * their head h / group (as runtime/dmrt_attention.h's _grouped kernels); a thread of the
+ * backward's dk and dv takes a row of a kv head and sums over its group in head order.
+ * group 1 is the plain call. */
+int dmrt_gpu_attention_forward_grouped(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out,
+                                       float *lse, int64_t heads, int64_t group, int64_t positions, int64_t width,
+                                       float scale, int causal);
+int dmrt_gpu_attention_backward_grouped(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                        const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                        int64_t heads, int64_t group, int64_t positions, int64_t width, float scale,
+                                        int causal);
 
 /* The same in 16 bits through cuDNN (attention16.cu, cudnn_sdpa.h): --precision bf16
  * (half 0) or fp16 (half 1). q, k, v (and out, dout) are cast into work, the attention
@@ -341,6 +352,17 @@ int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const f
                                   const float *out, const float *lse, const float *dout, float *dq, float *dk, float *dv,
                                   int64_t heads, int64_t positions, int64_t width, float scale, int causal, void *work,
                                   int64_t work_bytes, const char *name);
+/* Grouped-query attention (k, v, dk, dv with heads / group heads): k and v repeated to
+ * every query head as they are cast, dk and dv summed over each group in f32 as they are
+ * cast back; cuDNN runs the plain graph at `heads` heads, with the same scratch. */
+int dmrt_gpu_attention16_forward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                         float *out, float *lse, int64_t heads, int64_t group, int64_t positions,
+                                         int64_t width, float scale, int causal, void *work, int64_t work_bytes,
+                                         const char *name);
+int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                          const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                          float *dv, int64_t heads, int64_t group, int64_t positions, int64_t width,
+                                          float scale, int causal, void *work, int64_t work_bytes, const char *name);
 
 /* ---- quantized products (--quantize: codegen/emit_quant.c, docs/compression.md) ----------
  *

@@ -10,7 +10,7 @@ and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm 
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2, gpt.dm
 serial) and fp16 (gpt.dm on pipeline=2) (gpt.dm's fused attention then calls cuDNN's,
 runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both calls, and a
-32-bit gpt.dm for neither), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
+32-bit gpt.dm or llama.dm for the f32 kernel's instead), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
@@ -74,6 +74,12 @@ CASES = [
     ("rope-data2-tensor2", "tests/spmd/rope.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
     # examples/llama.dm: RoPE tables from arange, SwiGLU, RMSNorm, heads over tensor
     ("llama-data2-tensor2", "examples/llama.dm", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4", "data=2,tensor=2", [], None),
+    # grouped-query attention: k and v at 2 heads for 4 read by the _grouped attention calls
+    # (the f32 kernel; in bf16 cuDNN's graph after k and v repeated by the cast)
+    ("llama-gqa-data2-tensor2", "examples/llama.dm", "V=64,T=8,C=32,NH=4,NKV=2,F=48,L=2,B=4", "data=2,tensor=2", [],
+     None),
+    ("llama-gqa-bf16", "examples/llama.dm", "V=64,T=8,C=32,NH=4,NKV=2,F=48,L=2,B=4", None, ["--precision", "bf16"],
+     None),
     # dropout: its mask drawn per element on the device (runtime/cuda/dropout.cu), split
     # over tensor between tensor-parallel products and over micro-batches
     ("dropout-data2-tensor2", "tests/spmd/dropout.dm", "B=16,D=32,H=64,K=8", "data=2,tensor=2", [], None),
@@ -210,16 +216,25 @@ def distill_cases(tmp):
     return cases
 
 
-def attention16_problem(name, dm, extra, source):
-    """gpt.dm's attention calls cuDNN's (both directions) under 16-bit products, else never."""
-    if not dm.endswith("gpt.dm") or "--quantize" in extra or "--teacher" in extra:
+def attention_problem(name, dm, sets, extra, source):
+    """gpt.dm's and llama.dm's attention calls cuDNN's (both directions) under 16-bit products,
+    else the f32 kernel's; the _grouped calls where llama.dm has fewer kv heads (NKV) than
+    heads, else the plain ones."""
+    model = os.path.basename(dm)
+    if model not in ("gpt.dm", "llama.dm") or "--quantize" in extra or "--teacher" in extra:
         return None
     with open(source) as f:
         text = f.read()
-    want = "--precision" in extra and extra[extra.index("--precision") + 1] in ("bf16", "fp16")
-    for call in ("dmrt_gpu_attention16_forward(", "dmrt_gpu_attention16_backward("):
-        if (call in text) != want:
-            return "%s: %s %s in %s" % (name, call, "missing" if want else "unexpected", source)
+    sixteen = "--precision" in extra and extra[extra.index("--precision") + 1] in ("bf16", "fp16")
+    dims = dict(kv.split("=") for kv in sets.split(","))
+    grouped = "NKV" in dims and dims["NKV"] != dims["NH"]
+    for direction in ("forward", "backward"):
+        for bits in ("", "16"):
+            for suffix in ("", "_grouped"):
+                call = "dmrt_gpu_attention%s_%s%s(" % (bits, direction, suffix)
+                want = (bits == "16") == sixteen and (suffix == "_grouped") == grouped
+                if (call in text) != want:
+                    return "%s: %s %s in %s" % (name, call, "missing" if want else "unexpected", source)
     return None
 
 
@@ -253,7 +268,7 @@ def run_case(dmc, root, tmp, case, has_gpu):
     for path in built:
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
-    problem = attention16_problem(name, dm, extra, built[0])
+    problem = attention_problem(name, dm, sets, extra, built[0])
     if problem:
         return problem
     if has_gpu and written:

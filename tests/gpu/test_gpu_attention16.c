@@ -5,6 +5,8 @@
  * cuDNN rounds out, dq, dk, dv and the probabilities it multiplies to the 16-bit type
  * (about 2^-8 relative for bf16, 2^-11 for fp16), so results must agree within
  * BOUND x the largest magnitude of the reference; lse is f32 from the same inputs (1e-3).
+ * Grouped-query attention's _grouped calls, 16-bit and the f32 kernel, against the same
+ * reference on k and v repeated (grouped_case).
  * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
  * and exits 77 (meson: skipped). Never run on a GPU when written. */
 #include <math.h>
@@ -100,6 +102,61 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
     for (int i = 0; i < 6; i++) free(want[i]), free(got[i]);
 }
 
+/* Grouped-query attention (k, v with heads / group heads): the _grouped calls, f32 (kind
+ * 2: attention.cu, against the row functions here within 1e-5 of the largest magnitude:
+ * the same arithmetic but for nvcc's fused multiply-adds) and 16-bit (kind 0 bf16, 1 fp16,
+ * within the 16-bit bound), against the plain f32 reference on k and v repeated, dk and dv
+ * summed over each group. */
+static void grouped_case(dmrt_gpu *g, int kind, int64_t heads, int64_t group, int64_t t, int64_t d, int causal) {
+    const int64_t n = heads * t * d, kv_n = n / group, head = t * d;
+    const float scale = 1.0f / sqrtf((float)d), bound = kind == 2 ? 1e-5f : kind ? 4e-3f : 3e-2f;
+    float *q = floats(n), *kv = floats(2 * kv_n), *rep = floats(2 * n), *dout = floats(n), *want[5], *got[5];
+    fill16(q, n, 31u, kind == 1), fill16(kv, 2 * kv_n, 32u, kind == 1), fill16(dout, n, 33u, kind == 1);
+    for (int64_t part = 0; part < 2; part++)
+        for (int64_t h = 0; h < heads; h++)
+            memcpy(rep + part * n + h * head, kv + part * kv_n + h / group * head, sizeof(float) * (size_t)head);
+    const int64_t count[5] = {n, heads * t, n, kv_n, kv_n};
+    for (int i = 0; i < 5; i++) want[i] = floats(n), got[i] = floats(n);
+    float *rep_dk = floats(n), *rep_dv = floats(n);
+    reference(q, rep, rep + n, dout, want[0], want[1], want[2], rep_dk, rep_dv, heads, t, d, scale, causal);
+    for (int64_t i = 0; i < kv_n; i++)
+        for (int64_t r = 0; r < group; r++) {
+            const int64_t at = (i / head * group + r) * head + i % head;
+            want[3][i] += rep_dk[at], want[4][i] += rep_dv[at];
+        }
+    float *dev_q = to_device(g, q, n), *dev_k = to_device(g, kv, kv_n), *dev_v = to_device(g, kv + kv_n, kv_n);
+    float *dev_dout = to_device(g, dout, n), *dev_out = to_device(g, NULL, n), *dev_lse = to_device(g, NULL, heads * t);
+    float *gq = to_device(g, NULL, n), *gk = to_device(g, NULL, kv_n), *gv = to_device(g, NULL, kv_n);
+    int64_t work_bytes = dmrt_cuda_attention16_scratch_bytes(heads, t, d, 1);
+    void *work = to_device(g, NULL, (work_bytes + 3) / 4);
+    if (kind == 2) {
+        GPU_CALL(g, dmrt_gpu_attention_forward_grouped(g, dev_q, dev_k, dev_v, dev_out, dev_lse, heads, group, t, d,
+                                                       scale, causal));
+        GPU_CALL(g, dmrt_gpu_attention_backward_grouped(g, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv,
+                                                        heads, group, t, d, scale, causal));
+    } else {
+        GPU_CALL(g, dmrt_gpu_attention16_forward_grouped(g, kind, dev_q, dev_k, dev_v, dev_out, dev_lse, heads, group, t,
+                                                         d, scale, causal, work, work_bytes, "test.grouped"));
+        GPU_CALL(g, dmrt_gpu_attention16_backward_grouped(g, kind, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq,
+                                                          gk, gv, heads, group, t, d, scale, causal, work, work_bytes,
+                                                          "test.grouped"));
+    }
+    GPU_CALL(g, dmrt_gpu_sync(g));
+    float *dev[5] = {dev_out, dev_lse, gq, gk, gv};
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"}, *kinds[3] = {"bf16", "fp16", "f32"};
+    char what[96];
+    for (int i = 0; i < 5; i++) {
+        to_host(g, got[i], dev[i], (size_t)count[i] * 4);
+        snprintf(what, sizeof what, "%s %lldx(%lld,%lld)/%lld%s %s", kinds[kind], (long long)heads, (long long)t,
+                 (long long)d, (long long)group, causal ? " causal" : "", names[i]);
+        compare(what, got[i], want[i], count[i], i == 1 && kind != 2 ? 1e-3 : bound, i != 1 || kind == 2);
+    }
+    float *all[] = {dev_q, dev_k, dev_v, dev_dout, dev_out, dev_lse, gq, gk, gv, work};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) dmrt_gpu_free(g, all[i]);
+    free(q), free(kv), free(rep), free(dout), free(rep_dk), free(rep_dv);
+    for (int i = 0; i < 5; i++) free(want[i]), free(got[i]);
+}
+
 int main(void) {
     dmrt_gpu *g = gpu_test_open();
     for (int half = 0; half < 2; half++)
@@ -107,6 +164,12 @@ int main(void) {
             attention_case(g, half, 16, 16, 8, causal); /* gpt.dm's tiny heads */
             attention_case(g, half, 6, 40, 64, causal); /* positions not a multiple of 64 */
             attention_case(g, half, 4, 128, 64, causal);
+        }
+    for (int kind = 0; kind < 3; kind++)
+        for (int causal = 0; causal < 2; causal++) {
+            grouped_case(g, kind, 16, 2, 16, 8, causal); /* llama.dm's tiny heads, NKV = NH / 2 */
+            grouped_case(g, kind, 6, 3, 40, 64, causal);
+            grouped_case(g, kind, 8, 8, 128, 64, causal); /* one kv head (multi-query) */
         }
     dmrt_gpu_destroy(g);
     printf(failures ? "%d failures\n" : "all passed\n", failures);

@@ -1,6 +1,6 @@
 """test_gpu_vs_c.py DMC SRCROOT MODEL: the C target is the oracle of the CUDA target.
 
-For MODEL (mlp, gpt, gated or dropout, test_equivalence.py's sizes), from the same seed and batches:
+For MODEL (mlp, gpt, gated, dropout or llama-gqa, test_equivalence.py's sizes), from the same seed and batches:
   - the initial weights (--steps 0 --save) are bit-identical: both targets draw them on
     the host with the same generator and the CUDA target copies them to the device;
   - every loss of STEPS steps, the step-1 gradients and the final weights agree within

@@ -12,7 +12,9 @@
  * _grouped kernels, k and v with heads / group heads) against the plain kernels on k and v
  * repeated group times, as repeat_kv copies them: out, lse and dq bit for bit, dk and dv
  * the sums over each group of the repeated heads' within the bound above (taken in
- * double), the same bits on one thread and on three. */
+ * double), the same bits on one thread and on three; and the row functions' grouped form
+ * (runtime/cuda/attention.cu's indexing) likewise against the row functions on k and v
+ * repeated. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -96,6 +98,69 @@ static void by_rows(const sizes *z, const float *q, const float *k, const float 
             dmrt_attention_row_dkdv(q + at, k + at, v + at, out + at, lse + h * T, dout + at, dk + at, dv + at, row,
                                     z->positions, z->width, scale, z->causal);
         }
+}
+
+/* by_rows for grouped-query attention, as runtime/cuda/attention.cu indexes it: k, v, dk and
+ * dv with heads / group heads, query head h reading kv head h / group, a kv head's dk and dv
+ * rows summed over its group's query heads. */
+static void by_rows_grouped(const sizes *z, int group, const float *q, const float *k, const float *v,
+                            const float *dout, float scale, float *out, float *lse, float *dq, float *dk, float *dv) {
+    const size_t T = (size_t)z->positions, D = (size_t)z->width;
+    for (size_t h = 0; h < (size_t)z->heads; h++) {
+        const size_t at = h * T * D, kv_at = h / (size_t)group * T * D;
+        for (int64_t row = 0; row < z->positions; row++) {
+            dmrt_attention_row_forward(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, row, z->positions,
+                                       z->width, scale, z->causal);
+        }
+        for (int64_t row = 0; row < z->positions; row++)
+            dmrt_attention_row_dq(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, dout + at, dq + at, row,
+                                  z->positions, z->width, scale, z->causal);
+    }
+    for (size_t kv = 0; kv < (size_t)(z->heads / group); kv++) {
+        const size_t first = kv * (size_t)group, kv_at = kv * T * D;
+        for (int64_t row = 0; row < z->positions; row++)
+            dmrt_attention_row_dkdv_grouped(q + first * T * D, k + kv_at, v + kv_at, out + first * T * D,
+                                            lse + first * T, dout + first * T * D, dk + kv_at, dv + kv_at, row, group,
+                                            z->positions, z->width, scale, z->causal);
+    }
+}
+
+/* The row functions' grouped form (the CUDA target's kernels) against by_rows on k and v
+ * repeated: out, lse and dq bit for bit, dk and dv the repeated heads' sums within the bound. */
+static int rows_grouped_as_repeated(const sizes *z, int group, const float *in, const float *kv, const float *repeated,
+                                    float scale) {
+    int fails = 0;
+    const int T = z->positions, D = z->width;
+    const size_t head = (size_t)T * D, n = (size_t)z->heads * head, rows = (size_t)z->heads * T;
+    const size_t kv_n = n / (size_t)group;
+    float *plain = malloc(sizeof(float) * (4 * n + rows)), *grouped = malloc(sizeof(float) * (2 * n + rows + 2 * kv_n));
+    double *sums = malloc(sizeof(double) * 2 * kv_n);
+    const float *q = in, *dout = in + 3 * n;
+    by_rows(z, q, repeated, repeated + n, dout, scale, plain, plain + n, plain + n + rows, plain + 2 * n + rows,
+            plain + 3 * n + rows);
+    float *g_dk = grouped + 2 * n + rows;
+    by_rows_grouped(z, group, q, kv, kv + kv_n, dout, scale, grouped, grouped + n, grouped + n + rows, g_dk,
+                    g_dk + kv_n);
+    CHECK(memcmp(grouped, plain, sizeof(float) * (2 * n + rows)) == 0,
+          "rows: heads %d in groups of %d T %d D %d causal %d: out, lse or dq not the repeated heads' bits", z->heads,
+          group, T, D, z->causal);
+    for (size_t part = 0; part < 2; part++)
+        for (size_t g = 0; g < kv_n / head; g++)
+            for (size_t e = 0; e < head; e++) {
+                double sum = 0.0;
+                for (int r = 0; r < group; r++)
+                    sum += plain[2 * n + rows + part * n + (g * (size_t)group + (size_t)r) * head + e];
+                sums[part * kv_n + g * head + e] = sum;
+            }
+    double abs_err, ratio = worst(g_dk, sums, 2 * kv_n, &abs_err);
+    printf("rows   heads %d in groups of %d T %3d D %2d %-7s dk, dv max abs error %.3g (error/bound %.3g)\n", z->heads,
+           group, T, D, z->causal ? "causal" : "every", abs_err, ratio);
+    CHECK(ratio <= 1.0, "rows: heads %d in groups of %d T %d D %d causal %d: dk, dv off the repeated heads' sums by %g",
+          z->heads, group, T, D, z->causal, abs_err);
+    free(plain);
+    free(grouped);
+    free(sums);
+    return fails;
 }
 
 /* x, (heads, T, D) with heads = outer * inner, as (outer, T, inner, D) (to_inner) or back. */
@@ -202,6 +267,7 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, flo
             }
         }
         free(first);
+        fails += rows_grouped_as_repeated(z, group, in, kv, repeated, scale);
         free(kv);
     }
     free(repeated);

@@ -22,7 +22,7 @@ names=$(/usr/bin/python3 - <<'EOF'
 import json
 tests = json.load(open("tests.json"))
 first = ["gpu-kernels", "gpu-step-end", "gpu-ref-mlp", "gpu-ref-gpt", "gpu-vs-c-mlp", "gpu-vs-c-gpt", "cudnn-sdpa-graph",
-         "gpu-attention16", "gpu-attention16-gpt", "gpu-ref-ops"]
+         "gpu-attention16", "gpu-attention16-gpt", "gpu-vs-c-llama-gqa", "gpu-ref-ops"]
 gpu = [t["name"] for t in tests if any(s.endswith(":gpu") or s == "gpu" for s in t["suite"])]
 print(" ".join([n for n in first if n in gpu] + [n for n in gpu if n not in first]))
 EOF
