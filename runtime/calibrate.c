@@ -26,7 +26,9 @@
  * 0 alone measures the cores, which the other processes no longer poll.
  *
  * The raw tables are written too (the "measured" object) so that a test can recompute
- * every figure from them (tests/tools/test_calibrate.py). */
+ * every figure from them (tests/tools/test_calibrate.py). The links and their fits are in
+ * calibrate_links.c. */
+#include "calibrate_internal.h"
 #include "dmrt.h"
 #include "dmrt_comm.h"
 
@@ -61,14 +63,6 @@ static const char usage[] =
 #endif
     "\n"
     "  --quick     fewer sizes and shorter runs (a few seconds; for tests)\n";
-
-typedef struct config {
-    const char *out;    /* -o FILE, or NULL: standard output */
-    int ranks;          /* ranks of the link measurements; 0: not given (2, or mpirun's) */
-    int quick;
-    double target;      /* seconds one timed run lasts at least */
-    int runs;           /* timed runs per measurement; the best is kept */
-} config;
 
 /* ---- timing one workload on a crew of threads ------------------------------------------ */
 
@@ -354,190 +348,6 @@ static void axpy16_call(void *p) {
     for (int64_t i = 0; i < KERNEL_ELEMENTS; i++) y[i] = x[i] * a + y[i];
 }
 
-/* ---- links ----------------------------------------------------------------------------- */
-
-#define LINK_SIZES 8    /* 1 KiB .. 16 MiB, powers of 4 */
-
-typedef struct link_table {
-    int n;
-    double bytes[LINK_SIZES];
-    double seconds[LINK_SIZES];
-} link_table;
-
-typedef struct link_run {
-    const config *cfg;
-    int ranks;              /* the world size the links were measured with */
-    int me;                 /* world rank of this process (MPI) */
-    int measured;           /* rank 0 filled the tables */
-    link_table allreduce;   /* one allreduce of S bytes over every rank */
-    link_table sendrecv;    /* one message of S bytes: half a ping-pong round trip */
-} link_run;
-
-enum { LINK_ALLREDUCE, LINK_SENDRECV };
-
-/* One allreduce, or one ping-pong round trip between world ranks 0 and 1 (the others
- * idle until the next barrier). */
-static int link_op(dmrt_comm *w, int kind, float *buf, int64_t n) {
-    if (kind == LINK_ALLREDUCE) return dmrt_allreduce_sum(w, buf, n, "calibration allreduce");
-    int me = dmrt_comm_rank(w);
-    if (me == 0)
-        return dmrt_send(w, 1, buf, n, "calibration ping") || dmrt_recv(w, 1, buf, n, "calibration pong")
-                   ? DMRT_ERR_COMM : 0;
-    if (me == 1)
-        return dmrt_recv(w, 0, buf, n, "calibration ping") || dmrt_send(w, 0, buf, n, "calibration pong")
-                   ? DMRT_ERR_COMM : 0;
-    return 0;
-}
-
-/* Seconds of one op of n floats on rank 0 in one timed run of *reps ops, made after a
- * warm-up op. *reps == 0: probe for cfg->target first, and set it; rank 0 decides and
- * broadcasts what it measured, so that every rank makes the same calls. */
-static int time_link(dmrt_rank *r, int kind, float *buf, int64_t n, const config *cfg, int64_t *reps_io,
-                     double *seconds) {
-    dmrt_comm *w = dmrt_rank_world(r);
-    if (link_op(w, kind, buf, n)) return -1;
-    int64_t reps = 1;
-    float probe[1];
-    for (; *reps_io == 0;) {
-        if (dmrt_barrier(w, "calibration probe")) return -1;
-        double t0 = dmrt_now();
-        for (int64_t i = 0; i < reps; i++)
-            if (link_op(w, kind, buf, n)) return -1;
-        probe[0] = (float)(dmrt_now() - t0);
-        if (dmrt_broadcast(w, 0, probe, 1, "calibration probe time")) return -1;
-        if (probe[0] >= cfg->target / 8 || reps >= ((int64_t)1 << 30)) {
-            double want = ceil((double)reps * cfg->target / (probe[0] > 0 ? probe[0] : 1e-9f));
-            *reps_io = want < 1 ? 1 : (int64_t)want;
-        } else {
-            reps *= 4;
-        }
-    }
-    reps = *reps_io;
-    if (dmrt_barrier(w, "calibration run")) return -1;
-    double t0 = dmrt_now();
-    for (int64_t i = 0; i < reps; i++)
-        if (link_op(w, kind, buf, n)) return -1;
-    double t = (dmrt_now() - t0) / (double)reps;
-    *seconds = kind == LINK_SENDRECV ? t / 2 : t;
-    return 0;
-}
-
-static int links_main(dmrt_rank *r, void *arg) {
-    link_run *lr = arg;
-    const config *cfg = lr->cfg;
-    int me = dmrt_rank_id(r), ranks = dmrt_rank_count(r);
-#ifdef DMC_CALIBRATE_MPI
-    lr->me = me;    /* one rank per process: this process's own copy */
-#endif
-    char msg[160];
-    if (ranks < 2) {
-        snprintf(msg, sizeof msg, "links need at least 2 ranks, the run has %d%s", ranks,
-                 strcmp(dmrt_rank_backend(r), "mpi") == 0 ? " (start it with mpirun -np 2)" : "");
-        dmrt_rank_abort(r, msg);
-        return 1;
-    }
-    if (cfg->ranks && cfg->ranks != ranks) {
-        snprintf(msg, sizeof msg, "--ranks %d, but mpirun started %d", cfg->ranks, ranks);
-        dmrt_rank_abort(r, msg);
-        return 1;
-    }
-    int sizes = 0;
-    int64_t bytes[LINK_SIZES];
-    for (int64_t b = 1024; b <= ((int64_t)16 << 20) && sizes < LINK_SIZES; b *= cfg->quick ? 16 : 4) bytes[sizes++] = b;
-    float *buf = calloc((size_t)bytes[sizes - 1] / sizeof(float), sizeof(float));
-    if (!buf) {
-        dmrt_rank_abort(r, "out of memory for the message buffer");
-        return 1;
-    }
-    /* zeros, so that thousands of allreduces never reach inf; written now, so that its
-     * pages are mapped before the clock starts */
-    memset(buf, 0, (size_t)bytes[sizes - 1]);
-    link_table ar = {0}, sr = {0};
-    int64_t ar_reps[LINK_SIZES] = {0}, sr_reps[LINK_SIZES] = {0};
-    int status = 0;
-    for (int i = 0; i < sizes; i++) {
-        ar.bytes[i] = sr.bytes[i] = (double)bytes[i];
-        ar.seconds[i] = sr.seconds[i] = INFINITY;
-    }
-    for (int pass = 0; pass < cfg->runs && status == 0; pass++)
-        for (int i = 0; i < sizes && status == 0; i++) {
-            int64_t n = bytes[i] / (int64_t)sizeof(float);
-            double t_ar = INFINITY, t_sr = INFINITY;
-            if (time_link(r, LINK_ALLREDUCE, buf, n, cfg, &ar_reps[i], &t_ar) ||
-                time_link(r, LINK_SENDRECV, buf, n, cfg, &sr_reps[i], &t_sr))
-                status = 1;
-            ar.seconds[i] = fmin(ar.seconds[i], t_ar);
-            sr.seconds[i] = fmin(sr.seconds[i], t_sr);
-        }
-    /* after a failed call the MPI backend may still write buf (docs/comm.md): it stays */
-    if (status == 0) free(buf);
-    if (status == 0 && me == 0) {
-        ar.n = sr.n = sizes;
-        lr->allreduce = ar;
-        lr->sendrecv = sr;
-        lr->ranks = ranks;
-        lr->measured = 1;
-    }
-    return status;
-}
-
-/* ---- fits ------------------------------------------------------------------------------ */
-
-/* t = alpha * messages + beta * bytes_sent by least squares on relative errors (every
- * row divided by its t: the microsecond messages count as much as the millisecond ones,
- * as a plan's small and large collectives both matter). A negative alpha (noise on a
- * machine whose latency is near 0) is refitted with alpha = 0. Returns -1 when the times
- * do not grow with the bytes (no bandwidth can describe them). */
-typedef struct alpha_beta {
-    double latency, bandwidth;      /* alpha, 1 / beta */
-    double max_relative_error;      /* of the fit on its own table */
-} alpha_beta;
-
-static int fit_alpha_beta(const double *messages, const double *sent, const double *t, int n, alpha_beta *fit) {
-    double suu = 0, suv = 0, svv = 0, su = 0, sv = 0;
-    for (int i = 0; i < n; i++) {
-        double u = messages[i] / t[i], v = sent[i] / t[i];
-        suu += u * u, suv += u * v, svv += v * v, su += u, sv += v;
-    }
-    double det = suu * svv - suv * suv;
-    double alpha = det != 0 ? (su * svv - sv * suv) / det : -1;
-    double beta = det != 0 ? (suu * sv - suv * su) / det : 0;
-    if (alpha < 0) {
-        alpha = 0;
-        beta = svv > 0 ? sv / svv : 0;
-    }
-    if (!(beta > 0)) return -1;
-    fit->latency = alpha;
-    fit->bandwidth = 1 / beta;
-    fit->max_relative_error = 0;
-    for (int i = 0; i < n; i++) {
-        double e = fabs(alpha * messages[i] + beta * sent[i] - t[i]) / t[i];
-        if (e > fit->max_relative_error) fit->max_relative_error = e;
-    }
-    return 0;
-}
-
-/* The cost model's terms for a table: a ring allreduce over n ranks of S bytes sends
- * 2 (n - 1) messages and 2 (n - 1) / n S bytes; a send is 1 message of S bytes. */
-static void link_terms(const link_table *t, int kind, int ranks, double *messages, double *sent) {
-    double n = ranks;
-    for (int i = 0; i < t->n; i++) {
-        messages[i] = kind == LINK_ALLREDUCE ? 2 * (n - 1) : 1;
-        sent[i] = kind == LINK_ALLREDUCE ? 2 * (n - 1) / n * t->bytes[i] : t->bytes[i];
-    }
-}
-
-/* The largest relative error of fit f's prediction of table t. */
-static double link_error(const alpha_beta *f, const link_table *t, int kind, int ranks) {
-    double messages[LINK_SIZES], sent[LINK_SIZES], worst = 0;
-    link_terms(t, kind, ranks, messages, sent);
-    for (int i = 0; i < t->n; i++) {
-        double e = fabs(f->latency * messages[i] + sent[i] / f->bandwidth - t->seconds[i]) / t->seconds[i];
-        if (e > worst) worst = e;
-    }
-    return worst;
-}
-
 /* ---- the description -------------------------------------------------------------------- */
 
 typedef struct gemm_row {
@@ -726,18 +536,6 @@ static json_t *gemm_table(const gemm_row *rows, int n) {
     return t;
 }
 
-static json_t *link_json(const link_table *t) {
-    json_t *a = json_array();
-    for (int i = 0; i < t->n; i++)
-        json_array_append_new(a, json_pack("{sI, sf}", "bytes", (json_int_t)t->bytes[i], "seconds", t->seconds[i]));
-    return a;
-}
-
-static json_t *fit_json(const alpha_beta *f, double error_on_other) {
-    return json_pack("{sf, sf, sf, sf}", "latency", f->latency, "bandwidth", f->bandwidth, "max_relative_error",
-                     f->max_relative_error, "max_relative_error_on_the_other", error_on_other);
-}
-
 static json_t *describe(const config *cfg, const results *res, const link_run *lr, char *err, size_t errlen) {
     int T = res->cores;
     double peak = 0;
@@ -750,18 +548,18 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
     double vector = 2.0 * VECTOR_ELEMENTS / res->vector_seconds;
 
     double am[LINK_SIZES], as[LINK_SIZES], sm[LINK_SIZES], ss[LINK_SIZES];
-    link_terms(&lr->allreduce, LINK_ALLREDUCE, lr->ranks, am, as);
-    link_terms(&lr->sendrecv, LINK_SENDRECV, lr->ranks, sm, ss);
+    calibrate_link_terms(&lr->allreduce, LINK_ALLREDUCE, lr->ranks, am, as);
+    calibrate_link_terms(&lr->sendrecv, LINK_SENDRECV, lr->ranks, sm, ss);
     alpha_beta fa, fs;
-    if (fit_alpha_beta(am, as, lr->allreduce.seconds, lr->allreduce.n, &fa) ||
-        fit_alpha_beta(sm, ss, lr->sendrecv.seconds, lr->sendrecv.n, &fs)) {
+    if (calibrate_fit_alpha_beta(am, as, lr->allreduce.seconds, lr->allreduce.n, &fa) ||
+        calibrate_fit_alpha_beta(sm, ss, lr->sendrecv.seconds, lr->sendrecv.n, &fs)) {
         snprintf(err, errlen, "link times do not grow with the message size: no bandwidth fits them");
         json_decref(by_size);
         json_decref(lone_by_size);
         return NULL;
     }
-    double fa_on_s = link_error(&fa, &lr->sendrecv, LINK_SENDRECV, lr->ranks);
-    double fs_on_a = link_error(&fs, &lr->allreduce, LINK_ALLREDUCE, lr->ranks);
+    double fa_on_s = calibrate_link_error(&fa, &lr->sendrecv, LINK_SENDRECV, lr->ranks);
+    double fs_on_a = calibrate_link_error(&fs, &lr->allreduce, LINK_ALLREDUCE, lr->ranks);
     /* send/recv (what pipelines do, and one message is what latency means) unless the
      * allreduce's fit describes both tables better: the file has one link for both */
     int use_allreduce = (fa.max_relative_error > fa_on_s ? fa.max_relative_error : fa_on_s) <
@@ -829,10 +627,10 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
     json_t *links = json_object();
     json_object_set_new(links, "backend", json_string(BACKEND));
     json_object_set_new(links, "ranks", json_integer(lr->ranks));
-    json_object_set_new(links, "allreduce", link_json(&lr->allreduce));
-    json_object_set_new(links, "sendrecv", link_json(&lr->sendrecv));
-    json_object_set_new(links, "fits", json_pack("{so, so}", "allreduce", fit_json(&fa, fa_on_s), "sendrecv",
-                                                 fit_json(&fs, fs_on_a)));
+    json_object_set_new(links, "allreduce", calibrate_link_json(&lr->allreduce));
+    json_object_set_new(links, "sendrecv", calibrate_link_json(&lr->sendrecv));
+    json_object_set_new(links, "fits", json_pack("{so, so}", "allreduce", calibrate_fit_json(&fa, fa_on_s), "sendrecv",
+                                                 calibrate_fit_json(&fs, fs_on_a)));
     json_object_set_new(links, "intra_node", json_string(use_allreduce ? "allreduce" : "sendrecv"));
     json_object_set_new(m, "links", links);
     json_object_set_new(root, "measured", m);
@@ -975,14 +773,14 @@ int main(int argc, char **argv) {
     char err[4096] = "";
     int status;
 #ifdef DMC_CALIBRATE_MPI
-    status = dmrt_mpi_run(&argc, &argv, links_main, &lr, err, sizeof err);
+    status = dmrt_mpi_run(&argc, &argv, calibrate_links_main, &lr, err, sizeof err);
     if (status != 0) {
         if (lr.me == 0) fprintf(stderr, PROGRAM ": error: measuring the links: %s\n", err);
         return 1;
     }
     if (!lr.measured) return 0;     /* not world rank 0: its part is done */
 #else
-    status = dmrt_threads_run(cfg.ranks ? cfg.ranks : 2, links_main, &lr, err, sizeof err);
+    status = dmrt_threads_run(cfg.ranks ? cfg.ranks : 2, calibrate_links_main, &lr, err, sizeof err);
     if (status != 0) {
         fprintf(stderr, PROGRAM ": error: measuring the links: %s\n", err);
         return 1;
