@@ -138,10 +138,18 @@ static void emit_padding(emitter *E, int64_t B) {
         const char *c = E->cname[v->id], *t = ctype(v->type.dtype);
         long long row = row_elems(E, v->id);
         if (!E->for_outputs[v->id]) {
-            /* the address of this rank's block is still formed (not read): not from NULL */
-            cg_line(w, "/* %s: not read; zeros stand in for NULL */", v->name);
-            cg_line(w, "padded.%s = batch->%s ? batch->%s : (const %s *)(pads[%d] = calloc(%lld, sizeof(%s)));", c, c, c, t, i,
-                    row * (long long)B, t);
+            char zeros[160];
+            snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i, row * (long long)B, t);
+            if (E->dialect->separate_memory) {
+                /* the upload copies every input's whole batch: zeros, never the caller's
+                 * buffer, which may hold fewer rows (or be NULL) */
+                cg_line(w, "/* %s: not read; zeros are uploaded in its place */", v->name);
+                cg_line(w, "padded.%s = %s;", c, zeros);
+            } else {
+                /* the address of this rank's block is still formed (not read): not from NULL */
+                cg_line(w, "/* %s: not read; zeros stand in for NULL */", v->name);
+                cg_line(w, "padded.%s = batch->%s ? batch->%s : %s;", c, c, c, zeros);
+            }
             cg_line(w, "if (!padded.%s) status = DMRT_ERR_NOMEM;", c);
             continue;
         }

@@ -317,25 +317,32 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
     cudnnStatus_t st = cudnnBackendGetAttribute(p->heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, MAX_CONFIGS, &n, configs);
     if (st != CUDNN_STATUS_SUCCESS) return sdpa_fail(g, "heuristics' results: %s", cudnnGetErrorString(st));
+    /* n counts every result the heuristics have; at most MAX_CONFIGS were written */
+    if (n > MAX_CONFIGS) n = MAX_CONFIGS;
     for (int64_t i = 0; i < n; i++) {
         cudnnBackendDescriptor_t plan = make(g, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
         if (!plan) return -1;
-        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
-            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                     &configs[i]) ||
-            cudnnBackendFinalize(plan))
-            continue;
+        st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                          1, &configs[i]);
+        if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(plan);
         int64_t count = 0;
-        if (cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count,
-                                     &p->engine_workspace))
-            continue;
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count,
+                                          &p->engine_workspace);
+        if (st != CUDNN_STATUS_SUCCESS) continue;
         p->plan = plan;
         return 0;
     }
+    /* cuDNN's own words for the last refusal: a GPU session should not need a second run
+     * to learn why */
+    char reason[256] = "";
+    cudnnGetLastErrorString(reason, sizeof reason);
     return sdpa_fail(g,
                      "no cuDNN engine runs this attention: none of the %lld configurations the heuristics "
-                     "offered made a plan",
-                     (long long)n);
+                     "offered made a plan (the last: %s%s%s)",
+                     (long long)n, n ? cudnnGetErrorString(st) : "none offered", reason[0] ? ": " : "", reason);
 }
 
 int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s) {

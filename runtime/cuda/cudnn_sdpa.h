@@ -55,8 +55,9 @@ typedef struct dmrt_sdpa_shape {
     int backward;
 } dmrt_sdpa_shape;
 
-#define DMRT_SDPA_MAX_DESCRIPTORS 96
-#define DMRT_SDPA_MAX_SCALARS 4
+/* the backward causal graph makes 73 descriptors and 4 scalars, its plan up to 18 more */
+#define DMRT_SDPA_MAX_DESCRIPTORS 128
+#define DMRT_SDPA_MAX_SCALARS 8
 
 typedef struct dmrt_sdpa_graph {
     dmrt_sdpa_shape shape;

@@ -134,7 +134,9 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
  * run), or may (dmrt_gpu_copy but DEVICE_TO_DEVICE, the collectives where staged,
  * dmrt_gpu_gemm_i8 when calibrating), space-separated: tests/gpu/test_step_sync.py
  * checks that a serial program's step calls none but dmrt_gpu_step_end once at its end.
- * Whoever adds a waiting function adds it here. */
+ * Whoever adds a waiting function adds it here. Not listed: dmrt_gpu_upload, whose first
+ * call of a step waits for the previous step's uploads out of its pinned buffer (done by
+ * then, as that step ended with dmrt_gpu_step_end's wait): no wait on this step's work. */
 #define DMRT_GPU_SYNCHRONISING                                                                \
     "dmrt_gpu_copy dmrt_gpu_fault_take dmrt_gpu_sync dmrt_gpu_step_end dmrt_gpu_sum_squares " \
     "dmrt_gpu_allreduce_sum dmrt_gpu_allgather dmrt_gpu_reduce_scatter_sum dmrt_gpu_alltoall " \

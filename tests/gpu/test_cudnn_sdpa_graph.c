@@ -8,6 +8,7 @@
  * engine that finalizes, and its workspace is reported. Without one it says what it could
  * not check. */
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,7 +56,9 @@ static void check_first_product(dmrt_sdpa_graph *g) {
 }
 
 static void check_graph(const dmrt_sdpa_shape *s, cudnnHandle_t handle) {
-    const char *what = s->backward ? "backward" : "forward";
+    char what[64];
+    snprintf(what, sizeof what, "%s %lldx(%lld,%lld)", s->backward ? "backward" : "forward", (long long)s->heads,
+             (long long)s->positions, (long long)s->width);
     dmrt_sdpa_graph g;
     int rc = dmrt_sdpa_graph_build(&g, s);
     CHECK(rc == 0, "%s (%s, causal %d): %s", what, s->half ? "fp16" : "bf16", s->causal, g.error);
@@ -156,19 +159,22 @@ int main(void) {
         handle = NULL;
     }
     check_rejections();
-    for (int backward = 0; backward < 2; backward++)
-        for (int half = 0; half < 2; half++)
-            for (int causal = 0; causal < 2; causal++) {
-                /* gpt.dm's tiny attention: 2 x 4 heads of (64, 16) */
-                dmrt_sdpa_shape s = {.heads = 8,
-                                     .positions = 64,
-                                     .width = 16,
-                                     .half = half,
-                                     .scale = 0.25f,
-                                     .causal = causal,
-                                     .backward = backward};
-                check_graph(&s, handle);
-            }
+    /* gpt.dm's tiny attention (2 x 4 heads of (64, 16)), then gpu-attention16's shapes, so
+     * that on a GPU one run says which shapes cuDNN makes a plan for (and their workspace) */
+    static const int64_t shapes[][3] = {{8, 64, 16}, {16, 16, 8}, {6, 40, 64}, {4, 128, 64}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int backward = 0; backward < 2; backward++)
+            for (int half = 0; half < 2; half++)
+                for (int causal = 0; causal < 2; causal++) {
+                    dmrt_sdpa_shape s = {.heads = shapes[k][0],
+                                         .positions = shapes[k][1],
+                                         .width = shapes[k][2],
+                                         .half = half,
+                                         .scale = 1.0f / sqrtf((float)shapes[k][2]),
+                                         .causal = causal,
+                                         .backward = backward};
+                    check_graph(&s, handle);
+                }
     if (handle) cudnnDestroy(handle);
     printf(failures ? "%d failures\n" : "all passed\n", failures);
     return failures ? 1 : 0;

@@ -14,6 +14,8 @@ mkdir -p "$OUT"
 start=$(date +%s)
 summary="$OUT/summary.txt"
 . tests/tools/gpu_machine_setup.sh > "$OUT/setup.log" 2>&1
+# cuDNN says why it refuses a graph or plan (errors only): in the failing test's log
+export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr
 { echo "== $(nvidia-smi -L 2>&1 | head -1)"; date -u; } > "$summary"
 [ -f tests.json ] || { echo "tests.json missing: carry it (see the top of this file)" | tee -a "$summary"; exit 2; }
 
