@@ -27,7 +27,7 @@
 #define DMC_CUDA_HOME "/usr/local/cuda"
 #endif
 #ifndef DMC_NVCC_FLAGS    /* as libdmrt_cuda is compiled (runtime/cuda/meson.build) */
-#define DMC_NVCC_FLAGS "-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror"
+#define DMC_NVCC_FLAGS "-std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-ffp-contract=off"
 #endif
 #ifndef DMC_CUDA_ARCH
 #define DMC_CUDA_ARCH "90"

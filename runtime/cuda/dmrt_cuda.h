@@ -123,7 +123,8 @@ int dmrt_gpu_upload_reserve(dmrt_gpu *g, size_t bytes);
  * copied into the reserved pinned memory at offset (a host memcpy; the caller may reuse src
  * once this returns), which the stream then copies to dst. The previous step's copies are
  * waited for by the upload at offset 0, which starts a step's (an event: they are done by
- * the time the previous step ended). */
+ * the time the previous step ended), and which also clears the fault record on the stream
+ * (a fault of a step that failed before dmrt_gpu_step_end would else outlive it). */
 int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_t offset);
 /* The end of a step: the fault record and, where loss (device) is not NULL, the loss, in
  * one copy into pinned host memory, then one wait for the stream. *fault = the recorded

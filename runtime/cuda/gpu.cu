@@ -302,8 +302,13 @@ int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_
                              offset, g->upload_bytes);
     /* Offset 0 starts a step's uploads: the previous step's copies out of this memory
      * must be done (they are, once that step has ended; not after a launch failure). The
-     * step's later uploads write other bytes and do not wait. */
-    if (offset == 0) CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
+     * step's later uploads write other bytes and do not wait. A step that failed before
+     * its end (an argument or launch error) left any fault it recorded set: cleared on
+     * the stream, so that it neither skips this step's update nor names the old batch. */
+    if (offset == 0) {
+        CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
+        CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
+    }
     memcpy(g->upload + offset, src, bytes);
     CUDA_CHECK(g, cudaMemcpyAsync(dst, g->upload + offset, bytes, cudaMemcpyHostToDevice, g->stream));
     CUDA_CHECK(g, cudaEventRecord(g->upload_event, g->stream));

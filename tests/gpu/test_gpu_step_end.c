@@ -3,7 +3,8 @@
  *   dmrt_gpu_upload: the caller's buffers may be overwritten as soon as it returns, and
  *     the device gets what they held; an upload outside the reserve is refused;
  *   dmrt_gpu_step_end: the loss and a fault a kernel recorded (a bad cross-entropy
- *     target) read back together, the fault cleared after;
+ *     target) read back together, the fault cleared after; a fault of a step abandoned
+ *     before its end cleared by the next step's first upload;
  *   dmrt_gpu_adamw and dmrt_gpu_sgd enqueued while the fault is recorded leave the
  *     parameters and their state bit for bit as they were, and update them once it is
  *     cleared (the oracle: the values before, and that they change after);
@@ -115,6 +116,17 @@ static void test_fault_skips_update(dmrt_gpu *g, const int32_t *dy) {
     GPU_OK(g, dmrt_gpu_step_end(g, NULL, &loss, &f));
     snapshot(g, d, after);
     CHECK(memcmp(before[0], after[0], sizeof before[0]) != 0, "without a fault the updates changed nothing");
+    /* a step abandoned after its fault was recorded (no step_end): the next step's first
+     * upload clears the record, so its own end reports no fault and its updates run */
+    GPU_OK(g, dmrt_gpu_xent_stats(g, dl, dy, stats, ROWS, CLASSES, 5, 0));
+    float x[N] = {0};
+    GPU_OK(g, dmrt_gpu_upload(g, d[4], x, sizeof x, 0));
+    snapshot(g, d, before);
+    updates(g, d);
+    GPU_OK(g, dmrt_gpu_step_end(g, NULL, &loss, &f));
+    snapshot(g, d, after);
+    CHECK(f.site == 0, "an abandoned step's fault outlived the next step's first upload (site %d)", f.site);
+    CHECK(memcmp(before[0], after[0], sizeof before[0]) != 0, "after an abandoned step's fault the updates were skipped");
     for (int k = 0; k < 5; k++) dmrt_gpu_free(g, d[k]);
     dmrt_gpu_free(g, dl), dmrt_gpu_free(g, stats), dmrt_gpu_free(g, dloss);
 }
