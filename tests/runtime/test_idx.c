@@ -38,16 +38,12 @@ static int check_images(const dmrt_idx *x, const char *what) {
     return fails;
 }
 
-int main(void) {
+/* The images (img, n bytes), plain and gzipped, and labels: read back. */
+static int test_reads(const char *dir, const unsigned char *img, size_t n) {
     int fails = 0;
-    char dir[4096], path[4096], err[1024];
-    if (tu_mkdtemp(dir, sizeof dir) != 0) return 1;
+    char path[4096], err[1024];
     dmrt_idx x;
-
-    /* images 3 x (2, 3), plain and gzipped */
-    static const uint32_t idims[3] = {3, 2, 3};
-    size_t n;
-    unsigned char *img = make_idx(0x00000803u, 3, idims, &n);
+    /* images, plain and gzipped */
     tu_path(path, sizeof path, dir, "img-idx3-ubyte");
     tu_write(path, img, n);
     int rc = dmrt_idx_read(&x, path, err, sizeof err);
@@ -70,7 +66,15 @@ int main(void) {
     for (int i = 0; rc == 0 && i < 5; i++)
         CHECK(x.labels[i] == i * 37 % 256, "label %d = %d", i, (int)x.labels[i]);
     if (rc == 0) dmrt_idx_free(&x);
+    free(lab);
+    return fails;
+}
 
+/* Files cut short (the data, the gzip stream, the header): refused, the output reset. */
+static int test_truncated(const char *dir, const unsigned char *img, size_t n) {
+    int fails = 0;
+    char path[4096], err[1024];
+    dmrt_idx x;
     /* truncated data, plain and gzipped (complete stream of a short file) */
     tu_path(path, sizeof path, dir, "short-idx3-ubyte");
     tu_write(path, img, n - 5);
@@ -97,7 +101,15 @@ int main(void) {
     tu_write(path, img, 10);
     CHECK(dmrt_idx_read(&x, path, err, sizeof err) != 0, "cut header accepted");
     CHECK_MSG(err, path, "truncated in the header");
+    return fails;
+}
 
+/* Headers that lie (magic, zero-sized or too large dims), trailing bytes, no file: refused.
+ * img is changed and put back. */
+static int test_bad_headers(const char *dir, unsigned char *img, size_t n) {
+    int fails = 0;
+    char path[4096], err[1024];
+    dmrt_idx x;
     /* bad magic */
     img[3] = 0x08;
     tu_path(path, sizeof path, dir, "magic-idx3-ubyte");
@@ -142,9 +154,21 @@ int main(void) {
     tu_path(path, sizeof path, dir, "missing-idx3-ubyte.gz");
     CHECK(dmrt_idx_read(&x, path, err, sizeof err) != 0, "missing file accepted");
     CHECK_MSG(err, path, "cannot open");
+    return fails;
+}
 
+int main(void) {
+    int fails = 0;
+    char dir[4096];
+    if (tu_mkdtemp(dir, sizeof dir) != 0) return 1;
+    /* images 3 x (2, 3) */
+    static const uint32_t idims[3] = {3, 2, 3};
+    size_t n;
+    unsigned char *img = make_idx(0x00000803u, 3, idims, &n);
+    fails += test_reads(dir, img, n);
+    fails += test_truncated(dir, img, n);
+    fails += test_bad_headers(dir, img, n);
     free(img);
-    free(lab);
     tu_rmdir(dir);
     if (fails) fprintf(stderr, "test_idx: %d failures\n", fails);
     return fails != 0;
