@@ -141,8 +141,11 @@ static void emit_padding(emitter *E, int64_t B) {
             char zeros[160];
             snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i, row * (long long)B, t);
             if (E->dialect->separate_memory) {
-                /* the upload copies every input's whole batch: zeros, never the caller's
-                 * buffer, which may hold fewer rows (or be NULL) */
+                /* the upload copies every input whole (emit_upload's count, whatever its
+                 * first dim): zeros, never the caller's buffer, which may hold fewer rows
+                 * (or be NULL) */
+                long long uploaded = (long long)(ir_numel(&v->type) * (g->microbatches > 1 ? g->microbatches : 1));
+                snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i, uploaded, t);
                 cg_line(w, "/* %s: not read; zeros are uploaded in its place */", v->name);
                 cg_line(w, "padded.%s = %s;", c, zeros);
             } else {

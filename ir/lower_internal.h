@@ -1,10 +1,11 @@
 /* lower_internal.h: what the files of the lowering share; not part of lower.h.
  *
- * lower.c owns the names: scopes, the evaluation of dims and types, layer instances and
- * the walk over the program. lower_builtins.c lowers expressions, and lower_settings.c
- * the statements that set up the training rather than compute (dim, mesh, optimizer,
- * schedule, zero). Both read and extend the lowerer's graph and scopes, and lower.c
- * hands them every expression and setting statement: hence the types here.
+ * lower.c owns the names: scopes, the evaluation of types, layer instances and the walk
+ * over the program; lower_constants.c evaluates constant expressions (dims, numbers).
+ * lower_builtins.c lowers expressions, and lower_settings.c the statements that set up
+ * the training rather than compute (dim, mesh, optimizer, schedule, zero). They read and
+ * extend the lowerer's graph and scopes, and lower.c hands them every expression and
+ * setting statement: hence the types here.
  *
  * The functions declared here cross files, so the library exports them: they all carry
  * the lower_ prefix, as the library's other modules carry theirs (emit_, pipe_, ...). */
@@ -79,12 +80,17 @@ binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, d
 void lower_bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
 int lower_visible_names(const scope *s, unsigned kinds, const char **out, int max);
 void lower_near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size);
-int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out);
-int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out);
 int lower_axis_index(const ir_graph *g, const char *name);
 const char *lower_dim_name_of(scope *s, const dm_expr *e);
 binding *lower_resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc);
 int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call);
+
+/* ---- lower_constants.c ----------------------------------------------------------------- */
+
+/* Integer dimension arithmetic over dim names: 0 and *out, or reported and -1. */
+int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out);
+/* Real-valued constants (hyper-parameters, initialisers' arguments): 0 and *out, or -1. */
+int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out);
 
 /* ---- lower_builtins.c ------------------------------------------------------------------ */
 

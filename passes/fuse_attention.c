@@ -23,7 +23,7 @@
  * D) itself (heads_inner), in place of that transpose. gpt.dm's heads are split and
  * merged so: 4 copies of the activations a layer forward and 4 backward are not made.
  *
- * Where they take k and v with fewer heads than q (g->attention_kv_groups: the C target's),
+ * Where they take k and v with fewer heads than q (g->attention_kv_groups: both targets'),
  * grouped-query attention's repeats go too: when k and v are each repeat_kv's reshape of a
  * broadcast of x (.., H, T, D) to (.., H, R, T, D), read by nothing else, the attention reads
  * the two x (kv_group R: query head h reads their head h / R) and its backward sums the R

@@ -121,27 +121,40 @@ __global__ static void widen_sum_kernel(const T *x, float *y, int64_t n_kv, int6
     }
 }
 
-/* The n elements of the 16-bit copy y from the floats x (narrow), or back (widen); with
- * group > 1 x is at kv heads (n / group elements, heads of `head`): repeated into y, or y's
- * group summed into it. */
+/* The n elements of the 16-bit copy y from the floats x; with group > 1 x is at kv heads
+ * (n / group elements, heads of `head` elements), each repeated to its group's heads. */
 template <typename T>
-static void cast16_as(dmrt_gpu *g, int narrow, float *x, void *y, int64_t n, int64_t head, int64_t group) {
-    if (group > 1 && narrow)
+static void narrow_as(dmrt_gpu *g, const float *x, void *y, int64_t n, int64_t head, int64_t group) {
+    if (group > 1)
         narrow_repeat_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n, head, group);
-    else if (group > 1)
-        widen_sum_kernel<<<gpu_blocks(n / group, 256), 256, 0, g->stream>>>((const T *)y, x, n / group, head, group);
-    else if (narrow)
+    else
         narrow_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n);
+}
+
+/* The floats x from the n elements of the 16-bit copy y; with group > 1 x is at kv heads,
+ * each the f32 sum of its group's heads of y. */
+template <typename T>
+static void widen_as(dmrt_gpu *g, float *x, const void *y, int64_t n, int64_t head, int64_t group) {
+    if (group > 1)
+        widen_sum_kernel<<<gpu_blocks(n / group, 256), 256, 0, g->stream>>>((const T *)y, x, n / group, head, group);
     else
         widen_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>((const T *)y, x, n);
 }
 
-static int cast16(dmrt_gpu *g, int half, int narrow, const float *x, void *y, int64_t n, int64_t head,
-                  int64_t group) {
+static int narrow16(dmrt_gpu *g, int half, const float *x, void *y, int64_t n, int64_t head, int64_t group) {
     if (half)
-        cast16_as<__half>(g, narrow, (float *)x, y, n, head, group);
+        narrow_as<__half>(g, x, y, n, head, group);
     else
-        cast16_as<__nv_bfloat16>(g, narrow, (float *)x, y, n, head, group);
+        narrow_as<__nv_bfloat16>(g, x, y, n, head, group);
+    LAUNCH_CHECK(g, "attention16 cast");
+    return DMRT_OK;
+}
+
+static int widen16(dmrt_gpu *g, int half, float *x, const void *y, int64_t n, int64_t head, int64_t group) {
+    if (half)
+        widen_as<__half>(g, x, y, n, head, group);
+    else
+        widen_as<__nv_bfloat16>(g, x, y, n, head, group);
     LAUNCH_CHECK(g, "attention16 cast");
     return DMRT_OK;
 }
@@ -172,7 +185,7 @@ static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, int64_t group, co
     if (rc == DMRT_OK) rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
     const int64_t head = s->positions * s->width;
     for (int i = 0; i < n_in && rc == DMRT_OK; i++)
-        rc = cast16(g, s->half, 1, in[i], copies[i], n, head, i == 1 || i == 2 ? group : 1);
+        rc = narrow16(g, s->half, in[i], copies[i], n, head, i == 1 || i == 2 ? group : 1);
     return rc;
 }
 
@@ -196,7 +209,7 @@ int dmrt_gpu_attention16_forward_grouped(dmrt_gpu *g, int half, const float *q, 
     data[DMRT_SDPA_STATS] = lse;
     if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
-    return cast16(g, half, 0, out, c[3], n, 0, 1);
+    return widen16(g, half, out, c[3], n, 0, 1);
 }
 
 int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
@@ -225,7 +238,7 @@ int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q,
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
     float *grads[3] = {dq, dk, dv};
     for (int i = 0; i < 3 && rc == DMRT_OK; i++)
-        rc = cast16(g, half, 0, grads[i], c[5 + i], n, positions * width, i > 0 ? group : 1);
+        rc = widen16(g, half, grads[i], c[5 + i], n, positions * width, i > 0 ? group : 1);
     return rc;
 }
 

@@ -6,7 +6,9 @@ embedding and the head tied to it then on different stages), for tests/spmd/form
 (which all-gathers integer labels) on data=2 x tensor=2 and for tests/spmd/clip.dm
 (gradient clipping) serial, on data=2 x tensor=2 and pipeline=2, for tests/spmd/gated.dm (silu,
 rsqrt, RMSNorm's kept-dim mean), tests/spmd/rope.dm (sin, cos, concat, permute, arange)
-and examples/llama.dm (small sizes) on data=2 x tensor=2, tests/spmd/dropout.dm on data=2 x
+and examples/llama.dm (small sizes) on data=2 x tensor=2 (also with grouped-query
+attention, 2 kv heads for 4, and so in bf16 serial: the .cu is checked for the _grouped
+attention calls), tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2, gpt.dm
 serial) and fp16 (gpt.dm on pipeline=2) (gpt.dm's fused attention then calls cuDNN's,
 runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both calls, and a
@@ -26,7 +28,7 @@ serial, data=2, and data=2 x tensor=2 x pipeline=2 with micro-batches), and
 for checkpoints (--checkpoint; every case's file also has <model>_predict and the optimizer state's moves),
 `dmc run --target cuda --keep DIR` must
   - write DIR/<model>.cu that nvcc compiles with every warning an error (dmc run passes
-    -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror), and link it with libdmrt_cuda,
+    -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-ffp-contract=off), and link it with libdmrt_cuda,
     cuBLAS and NCCL into DIR/<model> (also with mpicc for --backend mpi);
   - then, without a GPU, fail with exit 1 and "no CUDA device" in its message (and not
     crash); with one, train a step and print its loss (a quantized program: write its
@@ -227,7 +229,7 @@ def attention_problem(name, dm, sets, extra, source):
         text = f.read()
     sixteen = "--precision" in extra and extra[extra.index("--precision") + 1] in ("bf16", "fp16")
     dims = dict(kv.split("=") for kv in sets.split(","))
-    grouped = "NKV" in dims and dims["NKV"] != dims["NH"]
+    grouped = "NKV" in dims and dims["NKV"] != dims.get("NH", "8")  # llama.dm's default NH
     for direction in ("forward", "backward"):
         for bits in ("", "16"):
             for suffix in ("", "_grouped"):

@@ -120,8 +120,9 @@ done:;
 }
 
 /* Grouped-query attention (k, v with heads / group heads): the _grouped calls, f32 (kind
- * 2: attention.cu, against the row functions here within 1e-5 of the largest magnitude:
- * the same arithmetic but for nvcc's fused multiply-adds) and 16-bit (kind 0 bf16, 1 fp16,
+ * 2: attention.cu, within 1e-5 of the largest magnitude: out, lse and dq are the row
+ * functions' arithmetic but for nvcc's fused multiply-adds, dk and dv one running sum over
+ * the group where the reference adds the heads' sums) and 16-bit (kind 0 bf16, 1 fp16,
  * within the 16-bit bound), against the plain f32 reference on k and v repeated, dk and dv
  * summed over each group. */
 static void grouped_case(dmrt_gpu *g, int kind, int64_t heads, int64_t group, int64_t t, int64_t d, int causal) {

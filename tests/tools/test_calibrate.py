@@ -74,7 +74,7 @@ def rel(a, b):
 
 
 def fit(messages, sent, seconds):
-    """alpha-beta by least squares on relative errors, as runtime/calibrate.c fits."""
+    """alpha-beta by least squares on relative errors, as runtime/calibrate_links.c fits."""
     m, s, t = (np.asarray(x, float) for x in (messages, sent, seconds))
     a = np.stack([m / t, s / t], axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
