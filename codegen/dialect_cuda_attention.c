@@ -11,23 +11,24 @@
  * can.attention_kv_groups: under grouped-query attention (k->group > 1) k, v, dk and dv
  * have heads / group heads and the _grouped calls take the group after the heads. */
 
+/* The calls' name suffix, and their "heads, " argument: under grouped-query attention
+ * (k->group > 1) "_grouped" and "heads, group, ". */
+static const char *heads_and_group(char *out, size_t size, const cg_attention *k) {
+    if (k->group > 1) {
+        snprintf(out, size, "%lld, %lld, ", (long long)k->heads, (long long)k->group);
+        return "_grouped";
+    }
+    snprintf(out, size, "%lld, ", (long long)k->heads);
+    return "";
+}
+
 /* Fused attention: in f32 runtime/cuda/attention.cu, a thread a row, which needs no scratch
  * (a float, so that the context's layout stays the C target's shape); in bf16 or fp16
  * attention16.cu, cuDNN on 16-bit copies in the scratch (dmrt_cuda_attention16_scratch_bytes). */
-/* "heads, " or, under grouped-query attention (k->group > 1, the _grouped calls), "heads,
- * group, " */
-static void heads_and_group(char *out, size_t size, const cg_attention *k) {
-    if (k->group > 1)
-        snprintf(out, size, "%lld, %lld, ", (long long)k->heads, (long long)k->group);
-    else
-        snprintf(out, size, "%lld, ", (long long)k->heads);
-}
-
 static void cuda_attention16(cg_writer *w, const cg_attention *k, int backward) {
     char call[1536], heads[48];
     int half = k->operands == DT_F16;
-    const char *grouped = k->group > 1 ? "_grouped" : "";
-    heads_and_group(heads, sizeof heads, k);
+    const char *grouped = heads_and_group(heads, sizeof heads, k);
     if (backward)
         snprintf(call, sizeof call,
                  "dmrt_gpu_attention16_backward%s(ctx->gpu, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, "
@@ -50,9 +51,9 @@ void cg_cuda_attention(cg_writer *w, const cg_attention *k) {
         return;
     }
     char call[1024], heads[48];
-    heads_and_group(heads, sizeof heads, k);
+    const char *grouped = heads_and_group(heads, sizeof heads, k);
     snprintf(call, sizeof call, "dmrt_gpu_attention_forward%s(ctx->gpu, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %d",
-             k->group > 1 ? "_grouped" : "", k->q, k->k, k->v, k->out, k->lse, heads, (long long)k->positions,
+             grouped, k->q, k->k, k->v, k->out, k->lse, heads, (long long)k->positions,
              (long long)k->width, k->scale, k->causal);
     cg_cuda_checked(w, call);
 }
@@ -63,10 +64,10 @@ void cg_cuda_attention_grad(cg_writer *w, const cg_attention *k) {
         return;
     }
     char call[1024], heads[48];
-    heads_and_group(heads, sizeof heads, k);
+    const char *grouped = heads_and_group(heads, sizeof heads, k);
     snprintf(call, sizeof call,
              "dmrt_gpu_attention_backward%s(ctx->gpu, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s%lld, %lld, %s, %d",
-             k->group > 1 ? "_grouped" : "", k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, heads,
+             grouped, k->q, k->k, k->v, k->out, k->lse, k->dout, k->dq, k->dk, k->dv, heads,
              (long long)k->positions, (long long)k->width, k->scale, k->causal);
     cg_cuda_checked(w, call);
 }

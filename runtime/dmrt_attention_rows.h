@@ -103,19 +103,9 @@ DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv_add(const float *q, 
     }
 }
 
-/* Row `key` of one head's dk and dv. */
-DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv(const float *q, const float *k, const float *v,
-                                                            const float *out, const float *lse, const float *dout,
-                                                            float *dk, float *dv, int64_t key, int64_t positions,
-                                                            int64_t width, float scale, int causal) {
-    for (int64_t d = 0; d < width; d++) dk[key * width + d] = 0.0f, dv[key * width + d] = 0.0f;
-    dmrt_attention_row_dkdv_add(q, k, v, out, lse, dout, dk, dv, key, positions, width, scale, causal);
-}
-
-/* Row `key` of one kv head's dk and dv under grouped-query attention: the sum over the
- * `group` query heads reading it, which lie one after the other from q, out, dout (a head
- * apart: positions x width) and lse (positions apart), added in head order. group 1 is
- * dmrt_attention_row_dkdv, the same arithmetic. */
+/* Row `key` of one kv head's dk and dv: the sum over the `group` query heads reading it,
+ * which lie one after the other from q, out, dout (a head apart: positions x width) and
+ * lse (positions apart), added in head order. group 1: plain multi-head attention. */
 DMRT_HOST_DEVICE static inline void dmrt_attention_row_dkdv_grouped(const float *q, const float *k, const float *v,
                                                                     const float *out, const float *lse,
                                                                     const float *dout, float *dk, float *dv,

@@ -68,8 +68,8 @@ static void reference(const float *q, const float *k, const float *v, const floa
             dmrt_attention_row_forward(q + o, k + o, v + o, out + o, lse + h * t, r, t, d, scale, causal);
         for (int64_t r = 0; r < t; r++) {
             dmrt_attention_row_dq(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dq + o, r, t, d, scale, causal);
-            dmrt_attention_row_dkdv(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dk + o, dv + o, r, t, d, scale,
-                                    causal);
+            dmrt_attention_row_dkdv_grouped(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dk + o, dv + o, r, 1,
+                                            t, d, scale, causal);
         }
     }
 }

@@ -82,36 +82,18 @@ static double worst(const float *got, const double *want, size_t n, double *abs_
     return ratio;
 }
 
-/* The row functions over every row of every head, as attention.cu's threads run them. */
-static void by_rows(const sizes *z, const float *q, const float *k, const float *v, const float *dout, float scale,
-                    float *out, float *lse, float *dq, float *dk, float *dv) {
-    const size_t T = (size_t)z->positions, D = (size_t)z->width;
-    for (size_t h = 0; h < (size_t)z->heads; h++)
-        for (int64_t row = 0; row < z->positions; row++)
-            dmrt_attention_row_forward(q + h * T * D, k + h * T * D, v + h * T * D, out + h * T * D, lse + h * T, row,
-                                       z->positions, z->width, scale, z->causal);
-    for (size_t h = 0; h < (size_t)z->heads; h++)
-        for (int64_t row = 0; row < z->positions; row++) {
-            const size_t at = h * T * D;
-            dmrt_attention_row_dq(q + at, k + at, v + at, out + at, lse + h * T, dout + at, dq + at, row, z->positions,
-                                  z->width, scale, z->causal);
-            dmrt_attention_row_dkdv(q + at, k + at, v + at, out + at, lse + h * T, dout + at, dk + at, dv + at, row,
-                                    z->positions, z->width, scale, z->causal);
-        }
-}
-
-/* by_rows for grouped-query attention, as runtime/cuda/attention.cu indexes it: k, v, dk and
- * dv with heads / group heads, query head h reading kv head h / group, a kv head's dk and dv
- * rows summed over its group's query heads. */
+/* The row functions over every row of every head, as runtime/cuda/attention.cu's threads run
+ * and index them: k, v, dk and dv with heads / group heads, query head h reading kv head
+ * h / group, a kv head's dk and dv rows summed over its group's query heads (group 1: plain
+ * multi-head attention, by_rows). */
 static void by_rows_grouped(const sizes *z, int group, const float *q, const float *k, const float *v,
                             const float *dout, float scale, float *out, float *lse, float *dq, float *dk, float *dv) {
     const size_t T = (size_t)z->positions, D = (size_t)z->width;
     for (size_t h = 0; h < (size_t)z->heads; h++) {
         const size_t at = h * T * D, kv_at = h / (size_t)group * T * D;
-        for (int64_t row = 0; row < z->positions; row++) {
+        for (int64_t row = 0; row < z->positions; row++)
             dmrt_attention_row_forward(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, row, z->positions,
                                        z->width, scale, z->causal);
-        }
         for (int64_t row = 0; row < z->positions; row++)
             dmrt_attention_row_dq(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, dout + at, dq + at, row,
                                   z->positions, z->width, scale, z->causal);
@@ -123,6 +105,11 @@ static void by_rows_grouped(const sizes *z, int group, const float *q, const flo
                                             lse + first * T, dout + first * T * D, dk + kv_at, dv + kv_at, row, group,
                                             z->positions, z->width, scale, z->causal);
     }
+}
+
+static void by_rows(const sizes *z, const float *q, const float *k, const float *v, const float *dout, float scale,
+                    float *out, float *lse, float *dq, float *dk, float *dv) {
+    by_rows_grouped(z, 1, q, k, v, dout, scale, out, lse, dq, dk, dv);
 }
 
 /* The row functions' grouped form (the CUDA target's kernels) against by_rows on k and v
