@@ -138,14 +138,14 @@ static void emit_padding(emitter *E, int64_t B) {
         const char *c = E->cname[v->id], *t = ctype(v->type.dtype);
         long long row = row_elems(E, v->id);
         if (!E->for_outputs[v->id]) {
+            /* in a separate memory the upload copies every input whole (whatever its first
+             * dim): zeros of that size, never the caller's buffer, which may hold fewer rows
+             * (or be NULL) */
+            const int upload = E->dialect->separate_memory;
             char zeros[160];
-            snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i, row * (long long)B, t);
-            if (E->dialect->separate_memory) {
-                /* the upload copies every input whole (emit_upload's count, whatever its
-                 * first dim): zeros, never the caller's buffer, which may hold fewer rows
-                 * (or be NULL) */
-                long long uploaded = (long long)(ir_numel(&v->type) * (g->microbatches > 1 ? g->microbatches : 1));
-                snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i, uploaded, t);
+            snprintf(zeros, sizeof zeros, "(const %s *)(pads[%d] = calloc(%lld, sizeof(%s)))", t, i,
+                     upload ? (long long)emit_upload_elems(E, v) : row * (long long)B, t);
+            if (upload) {
                 cg_line(w, "/* %s: not read; zeros are uploaded in its place */", v->name);
                 cg_line(w, "padded.%s = %s;", c, zeros);
             } else {

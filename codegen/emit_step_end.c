@@ -10,14 +10,17 @@
 
 #include "emitter.h"
 
+int64_t emit_upload_elems(const emitter *E, const ir_value *v) {
+    return ir_numel(&v->type) * (E->g->microbatches > 1 ? E->g->microbatches : 1);
+}
+
 /* Where input i starts in the staging memory: the inputs in order, each at a 256-byte
  * boundary (one micro-batch count of each, as the context's inputs hold). */
 static long long upload_offset(const emitter *E, int upto) {
-    int64_t micro = E->g->microbatches > 1 ? E->g->microbatches : 1;
     long long at = 0;
     for (int i = 0; i < upto; i++) {
         const ir_value *v = V(E, E->g->inputs[i]);
-        long long bytes = (long long)(ir_numel(&v->type) * micro) * (long long)ir_dtype_bytes(v->type.dtype);
+        long long bytes = (long long)emit_upload_elems(E, v) * (long long)ir_dtype_bytes(v->type.dtype);
         at += (bytes + 255) / 256 * 256;
     }
     return at;
@@ -42,13 +45,12 @@ void emit_upload_reserve(emitter *E) {
 /* In a separate memory: the caller's batch (host memory) to the context's inputs. */
 void emit_upload(emitter *E) {
     if (!E->dialect->separate_memory) return;
-    int64_t micro = E->g->microbatches > 1 ? E->g->microbatches : 1;
     for (int i = 0; i < E->g->n_inputs; i++) {
         const ir_value *v = V(E, E->g->inputs[i]);
         char dst[160], src[160], bytes[96];
         snprintf(dst, sizeof dst, "ctx->input_%s", E->cname[v->id]);
         snprintf(src, sizeof src, "batch->%s", E->cname[v->id]);
-        long long n = (long long)(ir_numel(&v->type) * micro);
+        long long n = (long long)emit_upload_elems(E, v);
         if (E->dialect->upload) {
             snprintf(bytes, sizeof bytes, "%lld * sizeof(%s)", n, ctype(v->type.dtype));
             E->dialect->upload(&E->w, dst, src, bytes, upload_offset(E, i), E->on_fail);

@@ -258,6 +258,8 @@ void emit_stages(emitter *E);
 int emits_step_end(const emitter *E);
 void emit_upload(emitter *E);
 void emit_upload_reserve(emitter *E);
+/* Elements of input v that emit_upload copies: its whole type, times the micro-batches. */
+int64_t emit_upload_elems(const emitter *E, const ir_value *v);
 void emit_finish_step(emitter *E);
 void emit_open_serial_forward(emitter *E);
 void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *));

@@ -215,6 +215,12 @@ static void nccl_check(dmrt_gpu *g, dmrt_comm *c, const char *op, const float *d
     compare_bits(what, got, want, n);
 }
 
+/* h = rank 0's values of salt, and their copy on the device at dev. */
+static void upload_gen(dmrt_gpu *g, float *h, float *dev, int64_t n, int salt) {
+    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, salt);
+    GPU_OK(g, dmrt_gpu_copy(g, dev, h, (size_t)n * sizeof(float), DMRT_HOST_TO_DEVICE));
+}
+
 static void nccl_one_rank_collectives(dmrt_gpu *g, dmrt_comm *c) {
     const int64_t n = 1000;
     float *h = host_floats(n), *got = host_floats(n);
@@ -224,22 +230,19 @@ static void nccl_one_rank_collectives(dmrt_gpu *g, dmrt_comm *c) {
     CHECK(strcmp(path, "nccl") == 0, "nccl-1rank: collectives on %s take the path \"%s\", not nccl",
           dmrt_comm_axis_name(c), path);
 
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 11);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 11);
     GPU_OK(g, dmrt_gpu_allreduce_sum(g, c, d, n, "allreduce (nccl-1rank)"));
     nccl_check(g, c, "allreduce", d, h, got, n);
     GPU_OK(g, dmrt_gpu_allreduce_sum(g, c, d, 0, "empty allreduce (nccl-1rank)"));
 
     /* started on the comm stream, then waited for */
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 12);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 12);
     GPU_OK(g, dmrt_gpu_allreduce_start(g, c, d, n, "started allreduce (nccl-1rank)"));
     GPU_OK(g, dmrt_gpu_comm_wait(g, c));
     nccl_check(g, c, "started allreduce + wait", d, h, got, n);
 
     /* started, then another call on c before the wait: it runs after the started one */
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 13);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 13);
     GPU_OK(g, dmrt_gpu_zero(g, d2, bytes));
     GPU_OK(g, dmrt_gpu_allreduce_start(g, c, d, n, "started allreduce (nccl-1rank)"));
     GPU_OK(g, dmrt_gpu_allgather(g, c, d, d2, n, "allgather after a start (nccl-1rank)"));
@@ -247,32 +250,27 @@ static void nccl_one_rank_collectives(dmrt_gpu *g, dmrt_comm *c) {
     nccl_check(g, c, "started allreduce, allgather, wait", d2, h, got, n);
 
     /* allgather, out of place and in place (send == recv + rank * n) */
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 14);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 14);
     GPU_OK(g, dmrt_gpu_zero(g, d2, bytes));
     GPU_OK(g, dmrt_gpu_allgather(g, c, d, d2, n, "allgather (nccl-1rank)"));
     nccl_check(g, c, "allgather", d2, h, got, n);
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 15);
-    GPU_OK(g, dmrt_gpu_copy(g, d2, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d2, n, 15);
     GPU_OK(g, dmrt_gpu_allgather(g, c, d2, d2, n, "allgather in place (nccl-1rank)"));
     nccl_check(g, c, "allgather in place", d2, h, got, n);
 
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 16);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 16);
     GPU_OK(g, dmrt_gpu_zero(g, d2, bytes));
     GPU_OK(g, dmrt_gpu_reduce_scatter_sum(g, c, d, d2, n, "reduce-scatter (nccl-1rank)"));
     nccl_check(g, c, "reduce-scatter", d2, h, got, n);
 
     /* a group of one ncclSend and one ncclRecv, both to this rank */
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 17);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 17);
     GPU_OK(g, dmrt_gpu_zero(g, d2, bytes));
     GPU_OK(g, dmrt_gpu_alltoall(g, c, d, d2, n, "all-to-all (nccl-1rank)"));
     nccl_check(g, c, "all-to-all", d2, h, got, n);
 
     /* to oneself: staged (see above), buffered, so the send returns before the recv */
-    for (int64_t i = 0; i < n; i++) h[i] = gen(0, i, 18);
-    GPU_OK(g, dmrt_gpu_copy(g, d, h, bytes, DMRT_HOST_TO_DEVICE));
+    upload_gen(g, h, d, n, 18);
     GPU_OK(g, dmrt_gpu_zero(g, d2, bytes));
     GPU_OK(g, dmrt_gpu_send(g, c, 0, d, n, "send to self (nccl-1rank)"));
     GPU_OK(g, dmrt_gpu_recv(g, c, 0, d2, n, "recv from self (nccl-1rank)"));
