@@ -241,7 +241,11 @@ def main():
                 keep = os.path.join(tmp, "build-%d-%s" % (B, prec))
                 cmd = [args.dmc, "run", model, "--target", "cuda", "--set", sets, "--batch-file", batches, "--init",
                        init, "--steps", str(S), "--quiet", "--keep", keep, "--precision", prec]
-                out, _, dmc_mib = dmc_run(cmd, tmp, measure=True)
+                out, err, dmc_mib = dmc_run(cmd, tmp, measure=True)
+                # a shape cuDNN made no plan for ran the f32 attention kernel: say so by the row
+                fallbacks = [l for l in err.splitlines() if "runs the f32 attention kernel instead" in l]
+                for line in fallbacks:
+                    print("gpu_gpt2: B=%d %s: %s" % (B, prec, line))
                 steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", out, re.M)
                 dmc_ms = statistics.median(float(s[2]) for s in steps[WARMUP:])
                 dmc_losses = [float(s[1]) for s in steps]
@@ -253,7 +257,8 @@ def main():
                 tokens = B * dims["T"]
                 flops = (6 * nparams + 12 * dims["L"] * dims["C"] * dims["T"]) * tokens
                 peak = (args.peak_tflops or PEAK_TFLOPS[prec]) * 1e12
-                rows.append((B, prec, dmc_ms, t_ms, tokens, flops, peak, dmc_mib, t_mib, t_alloc, diff))
+                rows.append((B, prec + ("*" if fallbacks else ""), dmc_ms, t_ms, tokens, flops, peak, dmc_mib, t_mib,
+                             t_alloc, diff))
                 if args.profile:
                     profile_dmc(args, [os.path.join(keep, "gpt"), "--init", init, "--batch-file", batches, "--steps",
                                        "2", "--quiet"], tmp, 2)
@@ -269,6 +274,8 @@ def main():
     print("ratio = torch ms / dmc ms (> 1: dmc is faster); MFU columns: model flops / step time / dense peak; "
           "dmc MiB, torch MiB: peak GPU memory in use (nvidia-smi) above what was in use before (dmc: its CUDA "
           "context included; torch: its memory pool, the context not); torch alc: max_memory_allocated")
+    if any(r[1].endswith("*") for r in rows):
+        print("*: cuDNN made no plan for some attention shape, which ran dmc's f32 attention kernel (above)")
     return 0
 
 

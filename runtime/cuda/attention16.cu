@@ -9,9 +9,16 @@
  * once, kept in g->sdpa until dmrt_gpu_destroy. Grouped-query attention (k and v with
  * heads / group heads) runs the same graph: the cast repeats k and v to every query head
  * (the 16-bit copies are at q's heads anyway), and the cast back sums dk and dv over each
- * group in f32. Never run on a GPU yet (docs/gpu.md). */
+ * group in f32.
+ *
+ * Where cuDNN makes no plan for a shape, that shape runs the f32 kernel (attention.cu) on
+ * the op's f32 operands, with one line on stderr saying so; DMRT_CUDNN_ATTENTION=require
+ * makes it a failure instead, =off runs the f32 kernel for every shape. The two agree on
+ * lse (the runtime's, cuDNN's statistics), so a forward and backward may differ in path.
+ * Never run on a GPU yet (docs/gpu.md). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,57 +28,110 @@
 typedef struct gpu_sdpa_entry {
     dmrt_sdpa_shape shape;
     dmrt_sdpa_plan plan;
+    int planless;            /* cuDNN made no plan: the f32 kernel runs this shape */
 } gpu_sdpa_entry;
 
+/* DMRT_CUDNN_ATTENTION: what a shape cuDNN makes no plan for does */
+typedef enum { CUDNN_AUTO, CUDNN_REQUIRE, CUDNN_OFF } cudnn_mode;
+
 struct gpu_sdpa {
+    cudnn_mode mode;
     cudnnHandle_t handle;
     gpu_sdpa_entry *entries; /* (n) one plan a shape */
     int n;
 };
+
+/* The mode DMRT_CUDNN_ATTENTION asks for (unset or empty: auto); -1 for a bad value. */
+static int cudnn_mode_from_env(void) {
+    const char *env = getenv("DMRT_CUDNN_ATTENTION");
+    if (!env || !*env || !strcmp(env, "auto")) return CUDNN_AUTO;
+    if (!strcmp(env, "require")) return CUDNN_REQUIRE;
+    if (!strcmp(env, "off")) return CUDNN_OFF;
+    return -1;
+}
 
 static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
     return a->heads == b->heads && a->positions == b->positions && a->width == b->width && a->half == b->half &&
            a->scale == b->scale && a->causal == b->causal && a->backward == b->backward;
 }
 
-/* *plan: the plan of shape s, made now if it is new. DMRT_OK or the failure (g->error). */
-static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt_sdpa_plan **plan) {
-    if (!g->sdpa && !(g->sdpa = (struct gpu_sdpa *)calloc(1, sizeof *g->sdpa)))
-        return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
-    struct gpu_sdpa *c = g->sdpa;
-    if (!c->handle) {
-        cudnnStatus_t st = cudnnCreate(&c->handle);
-        if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
-        if (st != CUDNN_STATUS_SUCCESS)
-            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
-                                 cudnnGetErrorString(st));
-    }
+static const char *shape_words(const dmrt_sdpa_shape *s, char *buf, size_t size) {
+    snprintf(buf, size, "%s, %lld heads of (%lld, %lld)%s", s->half ? "fp16" : "bf16", (long long)s->heads,
+             (long long)s->positions, (long long)s->width, s->backward ? ", backward" : "");
+    return buf;
+}
+
+/* The shape's entry, its plan made now if it is new: planless when cuDNN made none (auto,
+ * said once on stderr) or is off. DMRT_OK or the failure (g->error). */
+static int entry_of(dmrt_gpu *g, struct gpu_sdpa *c, const dmrt_sdpa_shape *s, const char *name,
+                    gpu_sdpa_entry **entry) {
     for (int i = 0; i < c->n; i++)
         if (same_shape(&c->entries[i].shape, s)) {
-            *plan = &c->entries[i].plan;
+            *entry = &c->entries[i];
             return DMRT_OK;
         }
     gpu_sdpa_entry *grown = (gpu_sdpa_entry *)realloc(c->entries, (size_t)(c->n + 1) * sizeof *grown);
     if (!grown) return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
     c->entries = grown;
     gpu_sdpa_entry *e = &c->entries[c->n];
+    memset(e, 0, sizeof *e);
     e->shape = *s;
-    if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
-        int rc =
-            dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s, %lld heads of (%lld, %lld)%s): %s",
-                          name, s->half ? "fp16" : "bf16", (long long)s->heads, (long long)s->positions,
-                          (long long)s->width, s->backward ? ", backward" : "", e->plan.graph.error);
+    char words[96];
+    if (c->mode == CUDNN_OFF) {
+        e->planless = 1;
+    } else if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
+        shape_words(s, words, sizeof words);
+        if (c->mode == CUDNN_REQUIRE) {
+            int rc = dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s): %s", name, words,
+                                   e->plan.graph.error);
+            dmrt_sdpa_plan_free(&e->plan);
+            return rc;
+        }
+        fprintf(stderr,
+                "dmrt: attention %s (%s): %s; this shape runs the f32 attention kernel instead "
+                "(DMRT_CUDNN_ATTENTION=require makes this an error)\n",
+                name, words, e->plan.graph.error);
         dmrt_sdpa_plan_free(&e->plan);
-        return rc;
+        e->planless = 1;
     }
     c->n++;
-    *plan = &e->plan;
+    *entry = e;
     return DMRT_OK;
+}
+
+/* *plan: the plan of shape s, made now if it is new; NULL where the f32 kernel runs the
+ * shape instead (cuDNN made no plan, or DMRT_CUDNN_ATTENTION=off). DMRT_OK or the failure
+ * (g->error). */
+static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt_sdpa_plan **plan) {
+    *plan = NULL;
+    if (!g->sdpa) {
+        int mode = cudnn_mode_from_env();
+        if (mode < 0)
+            return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
+                                 "attention %s: DMRT_CUDNN_ATTENTION=%s: expected auto, require or off", name,
+                                 getenv("DMRT_CUDNN_ATTENTION"));
+        if (!(g->sdpa = (struct gpu_sdpa *)calloc(1, sizeof *g->sdpa)))
+            return dmrt_gpu_fail(g, DMRT_ERR_NOMEM, __FILE__, __LINE__, "attention %s: out of host memory", name);
+        g->sdpa->mode = (cudnn_mode)mode;
+    }
+    struct gpu_sdpa *c = g->sdpa;
+    if (!c->handle && c->mode != CUDNN_OFF) {
+        cudnnStatus_t st = cudnnCreate(&c->handle);
+        if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
+        if (st != CUDNN_STATUS_SUCCESS)
+            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
+                                 cudnnGetErrorString(st));
+    }
+    gpu_sdpa_entry *e = NULL;
+    int rc = entry_of(g, c, s, name, &e);
+    if (rc == DMRT_OK && !e->planless) *plan = &e->plan;
+    return rc;
 }
 
 void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
     if (!g->sdpa) return;
-    for (int i = 0; i < g->sdpa->n; i++) dmrt_sdpa_plan_free(&g->sdpa->entries[i].plan);
+    for (int i = 0; i < g->sdpa->n; i++)
+        if (!g->sdpa->entries[i].planless) dmrt_sdpa_plan_free(&g->sdpa->entries[i].plan);
     if (g->sdpa->handle) (void)cudnnDestroy(g->sdpa->handle);
     free(g->sdpa->entries);
     free(g->sdpa);
@@ -182,7 +242,8 @@ static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, int64_t group, co
                         int64_t work_bytes, int count, const float *const *in, int n_in, int64_t n,
                         dmrt_sdpa_plan **p, void *copies[8], char **workspace) {
     int rc = plan_of(g, s, name, p);
-    if (rc == DMRT_OK) rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
+    if (rc != DMRT_OK || !*p) return rc; /* no plan: the caller runs the f32 kernel */
+    rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
     const int64_t head = s->positions * s->width;
     for (int i = 0; i < n_in && rc == DMRT_OK; i++)
         rc = narrow16(g, s->half, in[i], copies[i], n, head, i == 1 || i == 2 ? group : 1);
@@ -204,6 +265,8 @@ int dmrt_gpu_attention16_forward_grouped(dmrt_gpu *g, int half, const float *q, 
     const float *in[3] = {q, k, v};
     int rc = stage_inputs(g, &s, group, name, work, work_bytes, 4, in, 3, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
+    if (!p)
+        return dmrt_gpu_attention_forward_grouped(g, q, k, v, out, lse, heads, group, positions, width, scale, causal);
     void *data[DMRT_SDPA_UIDS] = {0};
     data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
     data[DMRT_SDPA_STATS] = lse;
@@ -227,6 +290,9 @@ int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q,
     const float *in[5] = {q, k, v, out, dout};
     int rc = stage_inputs(g, &s, group, name, work, work_bytes, 8, in, 5, n, &p, c, &workspace);
     if (rc != DMRT_OK) return rc;
+    if (!p)
+        return dmrt_gpu_attention_backward_grouped(g, q, k, v, out, lse, dout, dq, dk, dv, heads, group, positions,
+                                                   width, scale, causal);
     /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
     char *rowsum = workspace, *dq_f32 = workspace + (4 * rows + 255) / 256 * 256;
     CUDA_CHECK(g, cudaMemsetAsync(dq_f32, 0, (size_t)(4 * n), g->stream));

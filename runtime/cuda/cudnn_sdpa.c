@@ -1,6 +1,7 @@
 /* cudnn_sdpa.c: the attention graphs of cudnn_sdpa.h through cuDNN's backend API. */
 #include "cudnn_sdpa.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -90,6 +91,7 @@ static cudnnBackendDescriptor_t scalar(dmrt_sdpa_graph *g, const char *what, flo
 
 static void add_op(dmrt_sdpa_graph *g, cudnnBackendDescriptor_t op, const char *what) {
     if (!op || finalize(g, op, what)) return;
+    g->op_names[g->n_ops] = what;
     g->ops[g->n_ops++] = op;
 }
 
@@ -171,23 +173,32 @@ static cudnnBackendDescriptor_t matrix(dmrt_sdpa_graph *g, const sdpa_dims *s, c
     return tensor(g, what, uid, type, dims, transposed ? col_major : row_major);
 }
 
-/* s = scores masked: q @ k^T * scale, keys after the query -inf when causal; f32. */
-static cudnnBackendDescriptor_t masked_scores(dmrt_sdpa_graph *g, const sdpa_dims *s, cudnnBackendDescriptor_t q,
-                                              cudnnBackendDescriptor_t kt) {
-    cudnnBackendDescriptor_t raw = matrix(g, s, "scores", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
-    matmul(g, "q @ k^T", q, kt, raw);
-    cudnnBackendDescriptor_t scaled = matrix(g, s, "scaled scores", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
-    pointwise(g, "scale", CUDNN_POINTWISE_MUL, raw, scalar(g, "scale", g->shape.scale), NULL, scaled, 0);
-    if (!g->shape.causal) return scaled;
+/* The value a causal mask gives the keys after the query: -inf, or the lowest float on
+ * cuDNN before 9.10, whose engines prefer it (cudnn-frontend makes the same choice). */
+static float masked_value(void) { return cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY; }
+
+/* x with the keys after each query set to masked_value(): row >= column selects x. */
+static cudnnBackendDescriptor_t causal_mask(dmrt_sdpa_graph *g, const sdpa_dims *s, cudnnBackendDescriptor_t x) {
     cudnnBackendDescriptor_t row = matrix(g, s, "row index", 0, CUDNN_DATA_INT32, s->t, s->t, 0);
     cudnnBackendDescriptor_t col = matrix(g, s, "column index", 0, CUDNN_DATA_INT32, s->t, s->t, 0);
     cudnnBackendDescriptor_t seen = matrix(g, s, "causal mask", 0, CUDNN_DATA_BOOLEAN, s->t, s->t, 0);
-    cudnnBackendDescriptor_t masked = matrix(g, s, "masked scores", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
-    pointwise(g, "row index", CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2);
-    pointwise(g, "column index", CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3);
+    cudnnBackendDescriptor_t masked = matrix(g, s, "masked", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
+    pointwise(g, "row index", CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2);
+    pointwise(g, "column index", CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3);
     pointwise(g, "row >= column", CUDNN_POINTWISE_CMP_GE, row, col, NULL, seen, 0);
-    pointwise(g, "causal select", CUDNN_POINTWISE_BINARY_SELECT, scaled, scalar(g, "-inf", -INFINITY), seen, masked, 0);
+    pointwise(g, "causal select", CUDNN_POINTWISE_BINARY_SELECT, x, scalar(g, "masked value", masked_value()), seen,
+              masked, 0);
     return masked;
+}
+
+/* q @ k^T * scale (f32), causal-masked when `mask` is set and the shape is causal. */
+static cudnnBackendDescriptor_t scores(dmrt_sdpa_graph *g, const sdpa_dims *s, cudnnBackendDescriptor_t q,
+                                       cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t scale, int mask) {
+    cudnnBackendDescriptor_t raw = matrix(g, s, "scores", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
+    matmul(g, "q @ k^T", q, kt, raw);
+    cudnnBackendDescriptor_t scaled = matrix(g, s, "scaled scores", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
+    pointwise(g, "scale", CUDNN_POINTWISE_MUL, raw, scale, NULL, scaled, 0);
+    return mask && g->shape.causal ? causal_mask(g, s, scaled) : scaled;
 }
 
 static void build_forward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
@@ -196,15 +207,15 @@ static void build_forward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     cudnnBackendDescriptor_t v = matrix(g, s, "v", DMRT_SDPA_V, s->io, s->t, s->d, 0);
     cudnnBackendDescriptor_t out = matrix(g, s, "out", DMRT_SDPA_OUT, s->io, s->t, s->d, 0);
     cudnnBackendDescriptor_t stats = matrix(g, s, "stats", DMRT_SDPA_STATS, CUDNN_DATA_FLOAT, s->t, 1, 0);
-    cudnnBackendDescriptor_t scores = masked_scores(g, s, q, kt);
+    cudnnBackendDescriptor_t masked = scores(g, s, q, kt, scalar(g, "scale", g->shape.scale), 1);
     cudnnBackendDescriptor_t max = matrix(g, s, "row max", 0, CUDNN_DATA_FLOAT, s->t, 1, 0);
     cudnnBackendDescriptor_t shifted = matrix(g, s, "scores - max", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t e = matrix(g, s, "exp", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t sum = matrix(g, s, "row sum", 0, CUDNN_DATA_FLOAT, s->t, 1, 0);
     cudnnBackendDescriptor_t log_sum = matrix(g, s, "log sum", 0, CUDNN_DATA_FLOAT, s->t, 1, 0);
     cudnnBackendDescriptor_t p = matrix(g, s, "probabilities", 0, s->io, s->t, s->t, 0);
-    reduce(g, "row max", CUDNN_REDUCE_TENSOR_MAX, scores, max);
-    pointwise(g, "scores - max", CUDNN_POINTWISE_SUB, scores, max, NULL, shifted, 0);
+    reduce(g, "row max", CUDNN_REDUCE_TENSOR_MAX, masked, max);
+    pointwise(g, "scores - max", CUDNN_POINTWISE_SUB, masked, max, NULL, shifted, 0);
     pointwise(g, "exp", CUDNN_POINTWISE_EXP, shifted, NULL, NULL, e, 0);
     reduce(g, "row sum", CUDNN_REDUCE_TENSOR_ADD, e, sum);
     pointwise(g, "log sum", CUDNN_POINTWISE_LOG, sum, NULL, NULL, log_sum, 0);
@@ -213,16 +224,21 @@ static void build_forward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     matmul(g, "p @ v", p, v, out);
 }
 
-/* dv = p^T @ dout with p = exp(scores - stats), which it returns (f32). */
+/* dv = p^T @ dout with p = exp(scores - stats), which it returns (f32). The causal mask
+ * comes before the statistics are subtracted in DMRT_SDPA_MASK_FIRST, after in
+ * DMRT_SDPA_STATS_FIRST. */
 static cudnnBackendDescriptor_t backward_dv(dmrt_sdpa_graph *g, const sdpa_dims *s, cudnnBackendDescriptor_t q,
-                                            cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t dout) {
+                                            cudnnBackendDescriptor_t kt, cudnnBackendDescriptor_t dout,
+                                            cudnnBackendDescriptor_t scale) {
+    int mask_first = g->form == DMRT_SDPA_MASK_FIRST;
     cudnnBackendDescriptor_t stats = matrix(g, s, "stats", DMRT_SDPA_STATS, CUDNN_DATA_FLOAT, s->t, 1, 0);
     cudnnBackendDescriptor_t dv = matrix(g, s, "dv", DMRT_SDPA_DV, s->io, s->t, s->d, 0);
-    cudnnBackendDescriptor_t scores = masked_scores(g, s, q, kt);
+    cudnnBackendDescriptor_t scaled = scores(g, s, q, kt, scale, mask_first);
     cudnnBackendDescriptor_t shifted = matrix(g, s, "scores - stats", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t p = matrix(g, s, "probabilities", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t pt = matrix(g, s, "p^T", 0, s->io, s->t, s->t, 1);
-    pointwise(g, "scores - stats", CUDNN_POINTWISE_SUB, scores, stats, NULL, shifted, 0);
+    pointwise(g, "scores - stats", CUDNN_POINTWISE_SUB, scaled, stats, NULL, shifted, 0);
+    if (!mask_first && g->shape.causal) shifted = causal_mask(g, s, shifted);
     pointwise(g, "probabilities", CUDNN_POINTWISE_EXP, shifted, NULL, NULL, p, 0);
     reshape(g, "p^T", p, pt);
     matmul(g, "p^T @ dout", pt, dout, dv);
@@ -246,7 +262,9 @@ static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     pointwise(g, "dout * out", CUDNN_POINTWISE_MUL, dout, out, NULL, prod, 0);
     reduce(g, "rowsum(dout * out)", CUDNN_REDUCE_TENSOR_ADD, prod, sum);
     pointwise(g, "rowsum(dout * out)", CUDNN_POINTWISE_MUL, sum, scalar(g, "one", 1.0f), NULL, rowsum, 0);
-    cudnnBackendDescriptor_t p = backward_dv(g, s, q, kt, dout);
+    /* one scale tensor for the scores and ds (DMRT_SDPA_STATS_FIRST), or one each */
+    cudnnBackendDescriptor_t scale = scalar(g, "scale", g->shape.scale);
+    cudnnBackendDescriptor_t p = backward_dv(g, s, q, kt, dout, scale);
     /* ds = p * (dout @ v^T - d) * scale */
     cudnnBackendDescriptor_t dp = matrix(g, s, "dout @ v^T", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
     cudnnBackendDescriptor_t centred = matrix(g, s, "dp - d", 0, CUDNN_DATA_FLOAT, s->t, s->t, 0);
@@ -256,19 +274,23 @@ static void build_backward(dmrt_sdpa_graph *g, const sdpa_dims *s) {
     matmul(g, "dout @ v^T", dout, vt, dp);
     pointwise(g, "dp - d", CUDNN_POINTWISE_SUB, dp, rowsum, NULL, centred, 0);
     pointwise(g, "p * (dp - d)", CUDNN_POINTWISE_MUL, centred, p, NULL, ds, 0);
-    pointwise(g, "ds", CUDNN_POINTWISE_MUL, ds, scalar(g, "scale", g->shape.scale), NULL, ds_scaled, 0);
+    if (g->form == DMRT_SDPA_MASK_FIRST) scale = scalar(g, "scale of ds", g->shape.scale);
+    pointwise(g, "ds", CUDNN_POINTWISE_MUL, ds, scale, NULL, ds_scaled, 0);
     reshape(g, "ds^T", ds_scaled, dst);
     matmul(g, "ds^T @ q", dst, q, dk);
-    /* dq = ds @ k: k is the k^T tensor seen transposed back */
-    cudnnBackendDescriptor_t k = matrix(g, s, "k", 0, s->io, s->t, s->d, 0);
+    /* dq = ds @ k: k is the k^T tensor seen transposed back, declared f32 (as ds is) in
+     * DMRT_SDPA_STATS_FIRST, in the 16-bit type in DMRT_SDPA_MASK_FIRST */
+    cudnnDataType_t k_type = g->form == DMRT_SDPA_MASK_FIRST ? s->io : CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t k = matrix(g, s, "k", 0, k_type, s->t, s->d, 0);
     reshape(g, "k", kt, k);
     matmul(g, "ds @ k", ds_scaled, k, dq_f32);
     pointwise(g, "dq", CUDNN_POINTWISE_IDENTITY, dq_f32, NULL, NULL, dq, 0);
 }
 
-int dmrt_sdpa_graph_build(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s) {
+int dmrt_sdpa_graph_build(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s, dmrt_sdpa_form form) {
     memset(g, 0, sizeof *g);
     g->shape = *s;
+    g->form = form;
     g->next_virtual = 1000;
     if (s->heads <= 0 || s->positions <= 0 || s->width <= 0)
         return sdpa_fail(g, "bad shape: %lld heads of (%lld, %lld)", (long long)s->heads, (long long)s->positions,
@@ -345,11 +367,32 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
                      (long long)n, n ? cudnnGetErrorString(st) : "none offered", reason[0] ? ": " : "", reason);
 }
 
-int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s) {
+static int plan_form(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s, dmrt_sdpa_form form) {
     memset(p, 0, sizeof *p);
-    if (dmrt_sdpa_graph_build(&p->graph, s)) return -1;
+    if (dmrt_sdpa_graph_build(&p->graph, s, form)) return -1;
     p->op_graph = dmrt_sdpa_op_graph(&p->graph, h);
     return p->op_graph ? make_plan(p, h) : -1;
+}
+
+/* The backward tries each form in turn (their arithmetic is the same): cuDNN's engines
+ * recognise a flash-attention graph by its pattern, which has changed between releases
+ * (docs/gpu.md, "Fused attention"). The forward has one form. */
+int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s) {
+    char refused[DMRT_SDPA_FORMS][sizeof p->graph.error];
+    int forms = s->backward ? DMRT_SDPA_FORMS : 1;
+    for (int form = 0; form < forms; form++) {
+        if (plan_form(p, h, s, (dmrt_sdpa_form)form) == 0) return 0;
+        snprintf(refused[form], sizeof refused[form], "%s", p->graph.error);
+        if (form + 1 < forms) dmrt_sdpa_graph_free(&p->graph);
+    }
+    if (forms > 1)
+        snprintf(p->graph.error, sizeof p->graph.error, "%s: %.280s; %s: %.280s", dmrt_sdpa_form_name(0), refused[0],
+                 dmrt_sdpa_form_name(1), refused[1]);
+    return -1;
+}
+
+const char *dmrt_sdpa_form_name(dmrt_sdpa_form form) {
+    return form == DMRT_SDPA_STATS_FIRST ? "mask after the statistics" : "mask before the statistics";
 }
 
 int dmrt_sdpa_plan_run(dmrt_sdpa_plan *p, cudnnHandle_t h, void *const data[DMRT_SDPA_UIDS], void *workspace) {

@@ -15,6 +15,10 @@
  * (k, and in the backward v, given to cuDNN as their transposes' strided views).
  * q, k, v, out, dout, dq, dk and dv are bf16 or fp16; stats f32.
  *
+ * The backward comes in two forms of the same arithmetic (dmrt_sdpa_form), because cuDNN's
+ * engines take a graph by its pattern, and the pattern NVIDIA's cudnn-frontend builds has
+ * changed between its releases; dmrt_sdpa_plan_make tries them in turn.
+ *
  * dmrt_sdpa_graph_build makes and finalizes every tensor and operation descriptor, which
  * cuDNN allows without a device (tests/gpu/test_cudnn_sdpa_graph.c checks that);
  * dmrt_sdpa_plan_make needs a cuDNN handle (a device): the operation graph, the engine the
@@ -55,6 +59,18 @@ typedef struct dmrt_sdpa_shape {
     int backward;
 } dmrt_sdpa_shape;
 
+/* The forms of the backward graph, in the order dmrt_sdpa_plan_make tries them. */
+typedef enum dmrt_sdpa_form {
+    /* cudnn-frontend's today: the causal mask after the statistics are subtracted,
+     * k (for ds @ k) reshaped as f32, one scale tensor for the scores and ds */
+    DMRT_SDPA_STATS_FIRST,
+    /* dmc's first graph (the mask where the forward has it, as earlier frontends did): the
+     * mask before the subtraction, k reshaped in the 16-bit type, a scale tensor each */
+    DMRT_SDPA_MASK_FIRST,
+    DMRT_SDPA_FORMS
+} dmrt_sdpa_form;
+const char *dmrt_sdpa_form_name(dmrt_sdpa_form form);
+
 /* the backward causal graph makes 73 descriptors and 4 scalars, its plan up to 18 more */
 #define DMRT_SDPA_MAX_DESCRIPTORS 128
 #define DMRT_SDPA_MAX_SCALARS 8
@@ -64,17 +80,19 @@ typedef struct dmrt_sdpa_graph {
     cudnnBackendDescriptor_t owned[DMRT_SDPA_MAX_DESCRIPTORS]; /* (n_owned) destroyed together */
     int n_owned;
     cudnnBackendDescriptor_t ops[DMRT_SDPA_MAX_DESCRIPTORS];   /* (n_ops) the operations, in order */
+    const char *op_names[DMRT_SDPA_MAX_DESCRIPTORS];           /* (n_ops) each operation's name */
     int n_ops;
+    dmrt_sdpa_form form;             /* of the backward; the forward has one */
     int64_t scalar_uid[DMRT_SDPA_MAX_SCALARS];  /* (n_scalars) the by-value constants */
     float scalar_value[DMRT_SDPA_MAX_SCALARS];
     int n_scalars;
     int64_t next_virtual;            /* the next unique id of an intermediate tensor */
-    char error[300];                 /* why a build or plan failed */
+    char error[640];                 /* why a build or plan failed (each form's reason) */
 } dmrt_sdpa_graph;
 
-/* Makes and finalizes the graph's tensors and operations (no device needed). 0 or -1 with
- * g->error set; free it either way with dmrt_sdpa_graph_free. */
-int dmrt_sdpa_graph_build(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s);
+/* Makes and finalizes the graph's tensors and operations (no device needed), the backward
+ * in `form`. 0 or -1 with g->error set; free it either way with dmrt_sdpa_graph_free. */
+int dmrt_sdpa_graph_build(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s, dmrt_sdpa_form form);
 void dmrt_sdpa_graph_free(dmrt_sdpa_graph *g);
 
 /* Workspace bytes the graph itself needs besides the engine's (the backward's rowsum and f32
@@ -91,8 +109,9 @@ typedef struct dmrt_sdpa_plan {
     int64_t engine_workspace;        /* bytes cuDNN's engine reports it needs */
 } dmrt_sdpa_plan;
 
-/* The graph, its operation graph and an execution plan on handle h. 0, or -1 with
- * p->graph.error set (no engine for the shape: "no cuDNN engine ..."). */
+/* The graph, its operation graph and an execution plan on handle h: the backward's first
+ * form cuDNN makes a plan for (p->graph.form says which). 0, or -1 with p->graph.error set
+ * (no engine for the shape: "no cuDNN engine ...", each form's reason). */
 int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s);
 /* Runs the plan: data[uid] for every uid the direction uses; workspace of
  * dmrt_sdpa_own_workspace_bytes + engine_workspace bytes, its first part zeroed by the caller. */

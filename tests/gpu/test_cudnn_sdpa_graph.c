@@ -3,9 +3,10 @@
  * the forward and backward, bf16 and fp16, causal or not, is finalized (cuDNN validates an
  * operation's shapes and types at finalize: a matrix product whose inner dims disagree and
  * a reduction to a larger tensor are shown rejected below, so a pass here means something);
- * their operation graph is finalized without a handle, and offers one engine. With a device
+ * their operation graph is finalized without a handle, and offers one engine. The backward's
+ * two forms are each built and told apart by what distinguishes them. With a device
  * (cudnnCreate succeeds) it also makes the execution plans: cuDNN's heuristics pick an
- * engine that finalizes, and its workspace is reported. Without one it says what it could
+ * engine that finalizes, and its workspace and the backward form that planned are reported. Without one it says what it could
  * not check. */
 #include <stdbool.h>
 #include <math.h>
@@ -55,16 +56,58 @@ static void check_first_product(dmrt_sdpa_graph *g) {
     CHECK(0, "no matrix product in the graph");
 }
 
-static void check_graph(const dmrt_sdpa_shape *s, cudnnHandle_t handle) {
+/* The position of the operation named `name` in the graph, -1 if none. */
+static int op_index(const dmrt_sdpa_graph *g, const char *name) {
+    for (int i = 0; i < g->n_ops; i++)
+        if (!strcmp(g->op_names[i], name)) return i;
+    return -1;
+}
+
+/* The data type of the output tensor (YDESC) of the reshape named `name`; -1 if none. */
+static int reshape_output_type(const dmrt_sdpa_graph *g, const char *name) {
+    int i = op_index(g, name);
+    cudnnBackendDescriptor_t y = NULL;
+    cudnnDataType_t type = (cudnnDataType_t)-1;
+    int64_t n = 0;
+    if (i < 0 || cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &y)) return -1;
+    if (cudnnBackendGetAttribute(g->ops[i], CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                 &y) == CUDNN_STATUS_SUCCESS)
+        cudnnBackendGetAttribute(y, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &n, &type);
+    cudnnBackendDestroyDescriptor(y);
+    return (int)type;
+}
+
+/* What tells the backward's forms apart (cudnn_sdpa.h): where the causal mask is, the type
+ * k is reshaped to, and how many scale tensors there are. */
+static void check_form(const dmrt_sdpa_graph *g, const char *what) {
+    const dmrt_sdpa_shape *s = &g->shape;
+    int mask_first = g->form == DMRT_SDPA_MASK_FIRST;
+    if (s->causal) {
+        int mask = op_index(g, "causal select"), stats = op_index(g, "scores - stats");
+        CHECK(mask >= 0 && stats >= 0 && (mask < stats) == mask_first, "%s %s: the mask is operation %d, the "
+              "subtraction of the statistics %d", what, dmrt_sdpa_form_name(g->form), mask, stats);
+    }
+    int expected = mask_first ? (s->half ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16) : CUDNN_DATA_FLOAT;
+    CHECK(reshape_output_type(g, "k") == expected, "%s %s: k reshaped to type %d, expected %d", what,
+          dmrt_sdpa_form_name(g->form), reshape_output_type(g, "k"), expected);
+    /* the constant 1 of the row sums, the scale (twice when mask first), the masked value */
+    int scalars = 1 + (mask_first ? 2 : 1) + (s->causal ? 1 : 0);
+    CHECK(g->n_scalars == scalars, "%s %s: %d constants, expected %d", what, dmrt_sdpa_form_name(g->form),
+          g->n_scalars, scalars);
+}
+
+static void check_graph(const dmrt_sdpa_shape *s, dmrt_sdpa_form form, cudnnHandle_t handle) {
     char what[64];
     snprintf(what, sizeof what, "%s %lldx(%lld,%lld)", s->backward ? "backward" : "forward", (long long)s->heads,
              (long long)s->positions, (long long)s->width);
     dmrt_sdpa_graph g;
-    int rc = dmrt_sdpa_graph_build(&g, s);
-    CHECK(rc == 0, "%s (%s, causal %d): %s", what, s->half ? "fp16" : "bf16", s->causal, g.error);
+    int rc = dmrt_sdpa_graph_build(&g, s, form);
+    CHECK(rc == 0, "%s (%s, causal %d, %s): %s", what, s->half ? "fp16" : "bf16", s->causal,
+          dmrt_sdpa_form_name(form), g.error);
     CHECK(g.n_ops == expected_ops(s), "%s: %d operations, expected %d", what, g.n_ops, expected_ops(s));
     if (rc == 0) {
         check_first_product(&g);
+        if (s->backward) check_form(&g, what);
         cudnnBackendDescriptor_t og = dmrt_sdpa_op_graph(&g, NULL);
         CHECK(og != NULL, "%s: operation graph: %s", what, g.error);
         int64_t engines = 0, n = 0;
@@ -75,13 +118,15 @@ static void check_graph(const dmrt_sdpa_shape *s, cudnnHandle_t handle) {
                   "%s: the operation graph offers %lld engines", what, (long long)engines);
     }
     dmrt_sdpa_graph_free(&g);
-    if (!handle) return;
+    if (!handle || form != 0) return;
+    /* the plan: the first form cuDNN takes */
     dmrt_sdpa_plan p;
     rc = dmrt_sdpa_plan_make(&p, handle, s);
     CHECK(rc == 0, "%s plan: %s", what, p.graph.error);
     if (rc == 0)
-        printf("%s %s causal %d: engine workspace %lld bytes\n", what, s->half ? "fp16" : "bf16", s->causal,
-               (long long)p.engine_workspace);
+        printf("%s %s causal %d: engine workspace %lld bytes%s%s\n", what, s->half ? "fp16" : "bf16", s->causal,
+               (long long)p.engine_workspace, s->backward ? ", the " : "",
+               s->backward ? dmrt_sdpa_form_name(p.graph.form) : "");
     dmrt_sdpa_plan_free(&p);
 }
 
@@ -143,7 +188,8 @@ static void check_rejections(void) {
     /* and the builder's own refusal */
     dmrt_sdpa_graph g;
     dmrt_sdpa_shape bad = {.heads = 2, .positions = 8, .width = 0, .scale = 1};
-    CHECK(dmrt_sdpa_graph_build(&g, &bad) != 0 && strstr(g.error, "bad shape"), "width 0 built: '%s'", g.error);
+    CHECK(dmrt_sdpa_graph_build(&g, &bad, DMRT_SDPA_STATS_FIRST) != 0 && strstr(g.error, "bad shape"),
+          "width 0 built: '%s'", g.error);
     dmrt_sdpa_graph_free(&g);
 }
 
@@ -173,7 +219,8 @@ int main(void) {
                                          .scale = 1.0f / sqrtf((float)shapes[k][2]),
                                          .causal = causal,
                                          .backward = backward};
-                    check_graph(&s, handle);
+                    for (int form = 0; form < (backward ? DMRT_SDPA_FORMS : 1); form++)
+                        check_graph(&s, (dmrt_sdpa_form)form, handle);
                 }
     if (handle) cudnnDestroy(handle);
     printf(failures ? "%d failures\n" : "all passed\n", failures);

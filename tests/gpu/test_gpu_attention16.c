@@ -7,6 +7,9 @@
  * BOUND x the largest magnitude of the reference; lse is f32 from the same inputs (1e-3).
  * Grouped-query attention's _grouped calls, 16-bit and the f32 kernel, against the same
  * reference on k and v repeated (grouped_case).
+ * Run with DMRT_CUDNN_ATTENTION=require, so a shape cuDNN makes no plan for fails rather
+ * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel) and a bad
+ * value (mode_cases).
  * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
  * and exits 77 (meson: skipped). Never run on a GPU when written. */
 #include <math.h>
@@ -74,9 +77,11 @@ static void reference(const float *q, const float *k, const float *v, const floa
     }
 }
 
-static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int64_t d, int causal) {
+/* via_cudnn 0: DMRT_CUDNN_ATTENTION=off, so the 16-bit calls run the f32 kernel: within
+ * its bound (grouped_case's kind 2), and a scratch of 256 bytes is enough. */
+static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int64_t d, int causal, int via_cudnn) {
     const int64_t n = heads * t * d;
-    const float scale = 1.0f / sqrtf((float)d), bound = half ? 4e-3f : 3e-2f;
+    const float scale = 1.0f / sqrtf((float)d), bound = !via_cudnn ? 1e-5f : half ? 4e-3f : 3e-2f;
     float *h[5], *want[6], *got[6];
     for (int i = 0; i < 5; i++) h[i] = floats(n), fill16(h[i], n, 17u + (unsigned)i, half);
     for (int i = 0; i < 6; i++) want[i] = floats(n), got[i] = floats(n);
@@ -101,15 +106,16 @@ static void attention_case(dmrt_gpu *g, int half, int64_t heads, int64_t t, int6
     char what[96];
     const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++) {
-        snprintf(what, sizeof what, "%s %lldx(%lld,%lld)%s %s", half ? "fp16" : "bf16", (long long)heads, (long long)t,
-                 (long long)d, causal ? " causal" : "", names[i]);
+        snprintf(what, sizeof what, "%s %lldx(%lld,%lld)%s %s%s", half ? "fp16" : "bf16", (long long)heads,
+                 (long long)t, (long long)d, causal ? " causal" : "", names[i], via_cudnn ? "" : " (cuDNN off)");
         compare(what, got[i], want[i], i == 1 ? heads * t : n, i == 1 ? 1e-3 : bound, i != 1);
     }
-    /* too little scratch: a message naming the attention */
+    /* too little scratch: a message naming the attention (the f32 kernel needs none) */
     int rc = dmrt_gpu_attention16_backward(g, half, dev_q, dev_k, dev_v, dev_out, dev_lse, dev_dout, gq, gk, gv, heads,
                                            t, d, scale, causal, work, 256, "test.small");
-    if (rc == DMRT_OK || !strstr(dmrt_gpu_error(g), "test.small")) {
-        printf("FAIL: 256 bytes of scratch: rc %d, '%s'\n", rc, dmrt_gpu_error(g));
+    if (via_cudnn ? rc == DMRT_OK || !strstr(dmrt_gpu_error(g), "test.small") : rc != DMRT_OK) {
+        printf("FAIL: 256 bytes of scratch%s: rc %d, '%s'\n", via_cudnn ? "" : " (cuDNN off)", rc,
+               dmrt_gpu_error(g));
         failures++;
     }
 done:;
@@ -185,14 +191,35 @@ done:;
     for (int i = 0; i < 5; i++) free(want[i]), free(got[i]);
 }
 
+/* DMRT_CUDNN_ATTENTION, read when a context's first attention runs: off routes the 16-bit
+ * calls to the f32 kernel, a bad value fails naming it. */
+static void mode_cases(void) {
+    setenv("DMRT_CUDNN_ATTENTION", "off", 1);
+    dmrt_gpu *g = gpu_test_open();
+    attention_case(g, 0, 6, 40, 64, 1, 0);
+    dmrt_gpu_destroy(g);
+    setenv("DMRT_CUDNN_ATTENTION", "bogus", 1);
+    g = gpu_test_open();
+    float *x = to_device(g, NULL, 64);
+    int rc = dmrt_gpu_attention16_forward(g, 0, x, x, x, x, x, 1, 8, 8, 1.0f, 1, x, 256, "test.mode");
+    if (rc == DMRT_OK || !strstr(dmrt_gpu_error(g), "DMRT_CUDNN_ATTENTION=bogus")) {
+        printf("FAIL: DMRT_CUDNN_ATTENTION=bogus: rc %d, '%s'\n", rc, dmrt_gpu_error(g));
+        failures++;
+    }
+    dmrt_gpu_free(g, x);
+    dmrt_gpu_destroy(g);
+}
+
 int main(void) {
+    /* a shape cuDNN makes no plan for fails here rather than running the f32 kernel */
+    setenv("DMRT_CUDNN_ATTENTION", "require", 1);
     dmrt_gpu *g = gpu_test_open();
     for (int half = 0; half < 2; half++)
         for (int causal = 0; causal < 2; causal++) {
             /* the widest heads first: the shapes cuDNN's engines most surely take */
-            attention_case(g, half, 4, 128, 64, causal);
-            attention_case(g, half, 6, 40, 64, causal); /* positions not a multiple of 64 */
-            attention_case(g, half, 16, 16, 8, causal); /* gpt.dm's tiny heads */
+            attention_case(g, half, 4, 128, 64, causal, 1);
+            attention_case(g, half, 6, 40, 64, causal, 1); /* positions not a multiple of 64 */
+            attention_case(g, half, 16, 16, 8, causal, 1); /* gpt.dm's tiny heads */
         }
     for (int kind = 0; kind < 3; kind++)
         for (int causal = 0; causal < 2; causal++) {
@@ -201,6 +228,7 @@ int main(void) {
             grouped_case(g, kind, 16, 2, 16, 8, causal); /* llama.dm's tiny heads, NKV = NH / 2 */
         }
     dmrt_gpu_destroy(g);
+    mode_cases();
     printf(failures ? "%d failures\n" : "all passed\n", failures);
     return failures ? 1 : 0;
 }

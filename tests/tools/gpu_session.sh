@@ -42,6 +42,7 @@ if [ "$left" -gt 60 ]; then
         --precisions tf32,bf16,fp16 --steps 10 --profile > "$OUT/gpu_gpt2.txt" 2>&1
     echo "exit $?" >> "$summary"
     grep -A8 "^  B  prec" "$OUT/gpu_gpt2.txt" >> "$summary" || tail -20 "$OUT/gpu_gpt2.txt" >> "$summary"
+    grep "f32 attention kernel instead" "$OUT/gpu_gpt2.txt" >> "$summary"
 else
     echo "== bench/gpu_gpt2.py NOT RUN: $left s left" >> "$summary"
 fi
