@@ -409,6 +409,7 @@ typedef struct cg_dialect {
      * of m rows by a [rows, cols] weight needs (ctx->quant_work, the largest of them), NULL
      * when none. */
     void (*quant_gemm)(cg_writer *w, const cg_quant_gemm *k);
+    int quant_gemm_reads_b;  /* 1: quant_gemm reads the f32 weight by its local name (b) */
     int64_t (*quant_work_bytes)(int activations, int64_t m, int64_t rows, int64_t cols);
     /* After the last hook of a file (w: its host writer): frees what the dialect keeps in
      * w->kernels->dialect_state. NULL: nothing to do. */

@@ -374,6 +374,7 @@ const cg_dialect cg_dialect_cuda = {
     .embed = cuda_embed,
     .embed_grad = cuda_embed_grad,
     .quant_gemm = cuda_quant_gemm,
+    .quant_gemm_reads_b = 1,
     .quant_work_bytes = dmrt_cuda_quant_work_bytes,
     .finish = cg_cuda_finish,
 };

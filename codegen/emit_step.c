@@ -233,6 +233,13 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
 
 /* The buffers one phase (of one stage: stage >= 0) names, marked in used; *any: whether
  * it does anything (else its function leaves ctx unread). */
+/* Whether v's kernel reads operand k through its local name: a --quantize'd product reads
+ * its weight through the narrow copy, and the f32 one by that name only where the dialect
+ * says so (the C dialect's int8 calibration reaches it through ctx, emit_quant_product). */
+static int reads_local(const emitter *E, const ir_value *v, int k) {
+    return ir_reads_operand(v, k) && !(k == 1 && is_quant_product(E, v) && !E->dialect->quant_gemm_reads_b);
+}
+
 static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int *any) {
     const ir_graph *g = E->g;
     int micro = stage >= 0 && phase != PHASE_UPDATE;
@@ -249,7 +256,8 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
             used[product->id] = 1;
             /* a bias is read; a sum is the buffer the product (by its own name) adds to */
             if (E->plan->bias_add_of[product->id] == v->id) used[v->operands[1]] = 1;
-            for (int k = 0; k < product->n_operands; k++) used[product->operands[k]] = 1;
+            for (int k = 0; k < product->n_operands; k++)
+                if (reads_local(E, product, k)) used[product->operands[k]] = 1;
             continue;
         }
         /* a window assembly's sum is made by its pieces (its adds emit a comment); it is
@@ -280,7 +288,7 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
             continue;
         used[i] = v->type.dtype != DT_VOID;
         for (int k = 0; k < v->n_operands; k++)
-            if (ir_reads_operand(v, k)) used[v->operands[k]] = 1;
+            if (reads_local(E, v, k)) used[v->operands[k]] = 1;
     }
     /* the buckets started in this pass: their partials and gradients */
     for (int i = 0; phase == PHASE_BACKWARD && i < g->n_values; i++)
@@ -681,11 +689,33 @@ void emit_stages(emitter *E) {
     for (int r = 0; E->chunks > 1 && r < E->ranks; r++) emit_rank_schedule(E, r);
 }
 
-/* The head of <model>_train_step; for a model without a loss, all of its body: 0. */
+/* A --quantize program's train_step: refused. Its products read the narrow weights made at
+ * create and load, which an update of the f32 parameters would not change (the update would
+ * be lost), so the backward and update are generated but never run. */
+static void refuse_quantized_train_step(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    cg_line(w, "/* a --quantize program predicts and evaluates only: its products read the narrow weights");
+    cg_line(w, " * made at create and load, which an update would not change */");
+    cg_line(w, "(void)batch; (void)loss;");
+    if (g->loss >= 0 && g->grads) cg_line(w, "(void)run_backward;");
+    if (g->loss >= 0 && g->grads && g->optimizer.kind != OPTIM_NONE) cg_line(w, "(void)run_update;");
+    if (emits_update(E)) cg_line(w, "(void)next_learning_rate;");
+    cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: train_step: a --quantize program predicts and evaluates "
+               "only (train the f32 program, then quantize its weights)\");", g->model);
+    cg_line(w, "return DMRT_ERR_ARG;");
+}
+
+/* The head of <model>_train_step; for a model without a loss or quantized, all of its
+ * body: 0. */
 static int open_train_step(emitter *E) {
     const char *m = E->g->model;
     cg_line(&E->w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
+    if (E->quant_bits) {
+        refuse_quantized_train_step(E);
+        return 0;
+    }
     if (emits_2bw(E) && !dm_runs_pipedream(E->g)) /* the stream's first step makes no update */
         cg_line(&E->w, "if (ctx->owed >= 0 && next_learning_rate(ctx) != DMRT_OK) return DMRT_ERR_ARG;");
     else if (emits_update(E))

@@ -133,3 +133,32 @@ def check_losses(what, got, want, rtol):
     if worst > rtol:
         raise Failure("%s: loss of step %d: dmc %.9g vs torch %.9g, relative error %.3g > %.0e"
                       % (what, at + 1, got[at], want[at], worst, rtol))
+
+
+def c_api_probe(dmc, probe, generated, out):
+    """Compiles the C file `probe` with the generated `generated` (.c, its header beside it)
+    and libdmrt, warnings as errors, under ASan and UBSan where the compiler has them, and
+    runs it: (its stdout, whether sanitized), or None with a note when there is no compiler
+    or pkg-config. A probe that fails (exit status not 0) raises Failure."""
+    build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
+    cc = os.environ.get("CC", "cc")  # tests/ref/meson.build: the compiler that built the runtime
+    if not shutil.which(cc) or not shutil.which("pkg-config"):
+        print("note: no %s or pkg-config: the C API check is skipped" % cc)
+        return None
+    flags = subprocess.run(["pkg-config", "--cflags", "--static", "--libs", "dmrt"], env=env, check=True,
+                           stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
+    base = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I" + os.path.dirname(generated), probe,
+            generated] + flags
+    exe = os.path.join(out, "probe")
+    sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    if subprocess.run(base + sanitize + ["-o", exe], stderr=subprocess.DEVNULL).returncode != 0:
+        sanitize = []
+        r = subprocess.run(base + ["-o", exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True)
+        if r.returncode != 0:
+            raise Failure("%s does not compile with %s:\n%s" % (generated, os.path.basename(probe), r.stdout))
+    r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    if r.returncode != 0:
+        raise Failure("%s exited %d: %s%s" % (os.path.basename(probe), r.returncode, r.stdout, r.stderr))
+    return r.stdout.strip(), bool(sanitize)

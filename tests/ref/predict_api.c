@@ -5,19 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PROBE "predict_api"
+#include "api_check.h"
 #include "mlp.h"
 
 enum { B = 8, D = 784, K = 10 };
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "predict_api: %s:%d: ", __FILE__, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, "\n");                                                       \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 int main(void) {
     static float x[B * D], padded[B * D], logits[B * K], forward_logits[B * K];

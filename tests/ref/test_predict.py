@@ -27,7 +27,6 @@ batch: padded) and 21 rows (three calls: 8, 8, 5), and:
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,28 +110,12 @@ def check_api(dmc, root, d):
     unchanged by predict; built with ASan and UBSan where the compiler has them."""
     if dmcrun.TARGET != "c":
         return
-    build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
-    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
-    cc = os.environ.get("CC", "cc")  # tests/ref/meson.build: the compiler that built the runtime
-    if not shutil.which(cc) or not shutil.which("pkg-config"):
-        print("note: no %s or pkg-config: the C API check is skipped" % cc)
-        return
     out = os.path.join(d, "api")
     os.makedirs(out, exist_ok=True)
     subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "-o", out], check=True)
-    flags = subprocess.run(["pkg-config", "--cflags", "--static", "--libs", "dmrt"], env=env, check=True,
-                           stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
-    base = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I" + out,
-            os.path.join(root, "tests", "ref", "predict_api.c"), os.path.join(out, "mlp.c")] + flags
-    exe = os.path.join(out, "probe")
-    sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-    if subprocess.run(base + sanitize + ["-o", exe], stderr=subprocess.DEVNULL).returncode != 0:
-        sanitize = []
-        subprocess.run(base + ["-o", exe], check=True)
-    r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    if r.returncode != 0:
-        raise dmcrun.Failure("predict_api exited %d: %s%s" % (r.returncode, r.stdout, r.stderr))
-    print("C API: %s%s" % (r.stdout.strip(), " (ASan, UBSan)" if sanitize else ""))
+    probe = dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "predict_api.c"), os.path.join(out, "mlp.c"), out)
+    if probe:
+        print("C API: %s%s" % (probe[0], " (ASan, UBSan)" if probe[1] else ""))
 
 
 def check_gpt(dmc, root, d, stio, np, torch):

@@ -20,7 +20,11 @@ last column) and random f32 weights:
      both), of another model size (naming the tensor), a quantized file for the f32
      program, training a quantized program (exit 2), --save-quantized with a bad --init
      (no file left), a bad mode (--quantize int8 is test_quantize_int8.py's); and on the
-     CUDA target, --quantize is built, and refused with a mesh by --check and -o alike.
+     CUDA target, --quantize is built, and refused with a mesh by --check and -o alike;
+  f) the C API (quant_api.c, the generated int8-weights mlp.c compiled with warnings as
+     errors, under ASan and UBSan where available): train_step refused with its reason,
+     changing nothing (forward's logits bit for bit the same after), forward and predict
+     running.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -164,6 +168,19 @@ def random_model(np, h=63):
     return w, rng.random((21, 784), dtype=np.float32)
 
 
+def check_api(dmc, root, d):
+    """f) tests/ref/quant_api.c against the int8-weights mlp.c (B=8, H=63)."""
+    if dmcrun.TARGET != "c":
+        return
+    out = os.path.join(d, "api")
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "--quantize", "int8-weights", "-o",
+                    out], check=True)
+    probe = dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_api.c"), os.path.join(out, "mlp.c"), out)
+    if probe:
+        print("C API: %s%s" % (probe[0], " (ASan, UBSan)" if probe[1] else ""))
+
+
 def body(dmc, root, np, torch):
     src = os.path.join(root, "examples", "mlp.dm")
     w, x = random_model(np)
@@ -174,8 +191,9 @@ def body(dmc, root, np, torch):
         d8 = check_mode(dmc, src, d, np, torch, w, x, "int8-weights", lambda v: int8_reference(torch, v))
         d4 = check_mode(dmc, src, d, np, torch, w, x, "int4-weights:32", lambda v: int4_reference(np, torch, v, 32))
         check_failures(dmc, src, d)
+        check_api(dmc, root, d)
     return ("int8 per channel and int4 groups of 32 equal PyTorch's; logits within %.1e / %.1e of the fake-quantized "
-            "forward; saved files reload bit for bit; bad files and modes refused" % (d8, d4))
+            "forward; saved files reload bit for bit; bad files and modes refused; train_step refused by the C API" % (d8, d4))
 
 
 if __name__ == "__main__":

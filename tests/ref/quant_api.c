@@ -1,0 +1,44 @@
+/* quant_api.c: a --quantize int8-weights mlp.c (B=8, H=63) through its C API, for
+ * tests/ref/test_quantize.py: train_step is refused with its reason and changes nothing
+ * (the logits of a forward before and after are bit for bit the same), while forward and
+ * predict run. Its products read the narrow weights made at create, which an update would
+ * not change: training would lose every update. Exits 0 when every check holds, else 1
+ * with the failed check on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROBE "quant_api"
+#include "api_check.h"
+#include "mlp.h"
+
+enum { B = 8, D = 784, K = 10 };
+
+int main(void) {
+    static float x[B * D], before[B * K], after[B * K], predicted[B * K];
+    static int32_t y[B];
+    char err[256];
+    for (int i = 0; i < B * D; i++) x[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    for (int i = 0; i < B; i++) y[i] = i % K;
+    mlp_ctx *ctx = mlp_create(5, err, sizeof err);
+    CHECK(ctx, "create: %s", err);
+    mlp_batch batch = {.x = x, .y = y};
+    float loss = 0, loss_after = 0, trained = -1;
+    CHECK(mlp_forward(ctx, &batch, &loss) == DMRT_OK, "forward: %s", mlp_error(ctx));
+    memcpy(before, mlp_output_logits(ctx), sizeof before);
+    for (int step = 0; step < 3; step++) {
+        CHECK(mlp_train_step(ctx, &batch, &trained) == DMRT_ERR_ARG, "train_step %d was not refused", step);
+        CHECK(strstr(mlp_error(ctx), "train_step: a --quantize program predicts and evaluates only"),
+              "train_step's message: '%s'", mlp_error(ctx));
+    }
+    CHECK(mlp_forward(ctx, &batch, &loss_after) == DMRT_OK, "forward after: %s", mlp_error(ctx));
+    memcpy(after, mlp_output_logits(ctx), sizeof after);
+    CHECK(memcmp(before, after, sizeof before) == 0 && loss == loss_after,
+          "the refused train_steps changed the logits or the loss (%g, then %g)", loss, loss_after);
+    mlp_outputs out = {.logits = predicted};
+    CHECK(mlp_predict(ctx, &batch, B, &out) == DMRT_OK, "predict: %s", mlp_error(ctx));
+    CHECK(memcmp(predicted, before, sizeof before) == 0, "predict's logits differ from forward's");
+    mlp_destroy(ctx);
+    printf("train_step refused 3 times, logits unchanged; forward and predict run\n");
+    return 0;
+}
