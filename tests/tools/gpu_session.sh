@@ -33,6 +33,8 @@ echo "== the gpu suite ($(echo $names | wc -w) tests, BUDGET ${BUDGET:-330} s)" 
 (cd build && BUDGET=${BUDGET:-330} JOBS=${JOBS:-2} /usr/bin/python3 ../tests/tools/run_tests_from_json.py \
     ../tests.json $names) >> "$summary" 2>&1
 echo "== tests took $(( $(date +%s) - start )) s" >> "$summary"
+# which cuDNN attention graphs planned, per shape (and each form's reason where none did)
+grep -h "engine workspace\|plan:" "$OUT/logs/cudnn-sdpa-graph.log" >> "$summary" 2>/dev/null
 
 # GPT-2 124M steps: dmc --target cuda against PyTorch eager, each precision, with a profile
 left=$(( ${SESSION:-470} - ($(date +%s) - start) ))
