@@ -87,7 +87,10 @@ static void header_create_and_step(emitter *E) {
     cg_blank(w);
     cg_line(w, "/* The forward pass: the loss (if the model has one) into *loss (may be NULL). */");
     cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
-    cg_line(w, "/* Forward, backward and optimizer update; the loss before the update into *loss. */");
+    if (E->quant_bits)
+        cg_line(w, "/* Refused (DMRT_ERR_ARG): a --quantize program predicts and evaluates only. */");
+    else
+        cg_line(w, "/* Forward, backward and optimizer update; the loss before the update into *loss. */");
     cg_line(w, "int %s_train_step(%s_ctx *ctx, const %s_batch *batch, float *loss);", m, m, m);
     cg_blank(w);
     emit_2bw_declaration(E);

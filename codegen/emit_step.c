@@ -231,8 +231,6 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
     free(start_after);
 }
 
-/* The buffers one phase (of one stage: stage >= 0) names, marked in used; *any: whether
- * it does anything (else its function leaves ctx unread). */
 /* Whether v's kernel reads operand k through its local name: a --quantize'd product reads
  * its weight through the narrow copy, and the f32 one by that name only where the dialect
  * says so (the C dialect's int8 calibration reaches it through ctx, emit_quant_product). */
@@ -240,6 +238,8 @@ static int reads_local(const emitter *E, const ir_value *v, int k) {
     return ir_reads_operand(v, k) && !(k == 1 && is_quant_product(E, v) && !E->dialect->quant_gemm_reads_b);
 }
 
+/* The buffers one phase (of one stage: stage >= 0) names, marked in used; *any: whether
+ * it does anything (else its function leaves ctx unread). */
 static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int *any) {
     const ir_graph *g = E->g;
     int micro = stage >= 0 && phase != PHASE_UPDATE;

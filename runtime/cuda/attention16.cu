@@ -11,10 +11,10 @@
  * (the 16-bit copies are at q's heads anyway), and the cast back sums dk and dv over each
  * group in f32.
  *
- * Where cuDNN makes no plan for a shape, that shape runs the f32 kernel (attention.cu) on
- * the op's f32 operands, with one line on stderr saying so; DMRT_CUDNN_ATTENTION=require
- * makes it a failure instead, =off runs the f32 kernel for every shape. The two agree on
- * lse (the runtime's, cuDNN's statistics), so a forward and backward may differ in path.
+ * Where cuDNN makes no plan for a shape's forward or backward (both are planned at its
+ * first call), the shape runs the f32 kernel (attention.cu) on the op's f32 operands in
+ * both directions, with one line on stderr saying so; DMRT_CUDNN_ATTENTION=require makes
+ * it a failure instead, =off runs the f32 kernel for every shape.
  * Never run on a GPU yet (docs/gpu.md). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -25,10 +25,13 @@
 #include "cudnn_sdpa.h"
 #include "gpu_internal.h"
 
+/* A shape's plans, forward and backward. The two take one path: where cuDNN makes no plan
+ * for either, both run the f32 kernel, so that the backward never recomputes the
+ * probabilities from another kernel's lse and out (they differ by the 16-bit rounding). */
 typedef struct gpu_sdpa_entry {
-    dmrt_sdpa_shape shape;
-    dmrt_sdpa_plan plan;
-    int planless;            /* cuDNN made no plan: the f32 kernel runs this shape */
+    dmrt_sdpa_shape shape;   /* backward 0: the direction is the plan's index */
+    dmrt_sdpa_plan plan[2];  /* [forward, backward] */
+    int planless;            /* the f32 kernel runs this shape, both directions */
 } gpu_sdpa_entry;
 
 /* DMRT_CUDNN_ATTENTION: what a shape cuDNN makes no plan for does */
@@ -37,7 +40,7 @@ typedef enum { CUDNN_AUTO, CUDNN_REQUIRE, CUDNN_OFF } cudnn_mode;
 struct gpu_sdpa {
     cudnn_mode mode;
     cudnnHandle_t handle;
-    gpu_sdpa_entry *entries; /* (n) one plan a shape */
+    gpu_sdpa_entry *entries; /* (n) one a shape */
     int n;
 };
 
@@ -50,9 +53,10 @@ static int cudnn_mode_from_env(void) {
     return -1;
 }
 
+/* The same shape, whatever the direction. */
 static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
     return a->heads == b->heads && a->positions == b->positions && a->width == b->width && a->half == b->half &&
-           a->scale == b->scale && a->causal == b->causal && a->backward == b->backward;
+           a->scale == b->scale && a->causal == b->causal;
 }
 
 static const char *shape_words(const dmrt_sdpa_shape *s, char *buf, size_t size) {
@@ -61,8 +65,21 @@ static const char *shape_words(const dmrt_sdpa_shape *s, char *buf, size_t size)
     return buf;
 }
 
-/* The shape's entry, its plan made now if it is new: planless when cuDNN made none (auto,
- * said once on stderr) or is off. DMRT_OK or the failure (g->error). */
+/* Both plans of a new entry: 0, or the direction (forward 0, backward 1) cuDNN made none
+ * for + 1, the other freed. */
+static int make_plans(struct gpu_sdpa *c, gpu_sdpa_entry *e) {
+    for (int backward = 0; backward < 2; backward++) {
+        dmrt_sdpa_shape s = e->shape;
+        s.backward = backward;
+        if (dmrt_sdpa_plan_make(&e->plan[backward], c->handle, &s) == 0) continue;
+        if (backward) dmrt_sdpa_plan_free(&e->plan[0]);
+        return backward + 1;
+    }
+    return 0;
+}
+
+/* The shape's entry, its plans made now if it is new: planless when cuDNN made none for a
+ * direction (auto: said once on stderr) or is off. DMRT_OK or the failure (g->error). */
 static int entry_of(dmrt_gpu *g, struct gpu_sdpa *c, const dmrt_sdpa_shape *s, const char *name,
                     gpu_sdpa_entry **entry) {
     for (int i = 0; i < c->n; i++)
@@ -76,24 +93,25 @@ static int entry_of(dmrt_gpu *g, struct gpu_sdpa *c, const dmrt_sdpa_shape *s, c
     gpu_sdpa_entry *e = &c->entries[c->n];
     memset(e, 0, sizeof *e);
     e->shape = *s;
-    char words[96];
-    if (c->mode == CUDNN_OFF) {
-        e->planless = 1;
-    } else if (dmrt_sdpa_plan_make(&e->plan, c->handle, s)) {
-        shape_words(s, words, sizeof words);
+    e->shape.backward = 0;
+    int refused = c->mode == CUDNN_OFF ? 0 : make_plans(c, e);
+    if (refused) {
+        dmrt_sdpa_plan *p = &e->plan[refused - 1];
+        char words[96];
+        shape_words(&p->graph.shape, words, sizeof words);
         if (c->mode == CUDNN_REQUIRE) {
             int rc = dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s (%s): %s", name, words,
-                                   e->plan.graph.error);
-            dmrt_sdpa_plan_free(&e->plan);
+                                   p->graph.error);
+            dmrt_sdpa_plan_free(p);
             return rc;
         }
         fprintf(stderr,
-                "dmrt: attention %s (%s): %s; this shape runs the f32 attention kernel instead "
+                "dmrt: attention %s (%s): %s; this shape runs the f32 attention kernel instead, both directions "
                 "(DMRT_CUDNN_ATTENTION=require makes this an error)\n",
-                name, words, e->plan.graph.error);
-        dmrt_sdpa_plan_free(&e->plan);
-        e->planless = 1;
+                name, words, p->graph.error);
+        dmrt_sdpa_plan_free(p);
     }
+    e->planless = c->mode == CUDNN_OFF || refused;
     c->n++;
     *entry = e;
     return DMRT_OK;
@@ -118,20 +136,28 @@ static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt
     if (!c->handle && c->mode != CUDNN_OFF) {
         cudnnStatus_t st = cudnnCreate(&c->handle);
         if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
-        if (st != CUDNN_STATUS_SUCCESS)
+        if (st != CUDNN_STATUS_SUCCESS && c->mode == CUDNN_REQUIRE)
             return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
                                  cudnnGetErrorString(st));
+        if (st != CUDNN_STATUS_SUCCESS) { /* auto: no cuDNN, every shape on the f32 kernel */
+            fprintf(stderr, "dmrt: attention %s: cuDNN: %s; every attention runs the f32 kernel instead\n", name,
+                    cudnnGetErrorString(st));
+            if (c->handle) (void)cudnnDestroy(c->handle);
+            c->handle = NULL;
+            c->mode = CUDNN_OFF;
+        }
     }
     gpu_sdpa_entry *e = NULL;
     int rc = entry_of(g, c, s, name, &e);
-    if (rc == DMRT_OK && !e->planless) *plan = &e->plan;
+    if (rc == DMRT_OK && !e->planless) *plan = &e->plan[s->backward ? 1 : 0];
     return rc;
 }
 
 void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
     if (!g->sdpa) return;
     for (int i = 0; i < g->sdpa->n; i++)
-        if (!g->sdpa->entries[i].planless) dmrt_sdpa_plan_free(&g->sdpa->entries[i].plan);
+        if (!g->sdpa->entries[i].planless)
+            for (int d = 0; d < 2; d++) dmrt_sdpa_plan_free(&g->sdpa->entries[i].plan[d]);
     if (g->sdpa->handle) (void)cudnnDestroy(g->sdpa->handle);
     free(g->sdpa->entries);
     free(g->sdpa);

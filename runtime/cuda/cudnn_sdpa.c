@@ -361,9 +361,7 @@ static int make_plan(dmrt_sdpa_plan *p, cudnnHandle_t h) {
      * to learn why */
     char reason[256] = "";
     cudnnGetLastErrorString(reason, sizeof reason);
-    return sdpa_fail(g,
-                     "no cuDNN engine runs this attention: none of the %lld configurations the heuristics "
-                     "offered made a plan (the last: %s%s%s)",
+    return sdpa_fail(g, "no cuDNN engine runs this attention: none of %lld configurations planned (last: %s%s%s)",
                      (long long)n, n ? cudnnGetErrorString(st) : "none offered", reason[0] ? ": " : "", reason);
 }
 
@@ -374,19 +372,37 @@ static int plan_form(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *
     return p->op_graph ? make_plan(p, h) : -1;
 }
 
+/* Shapes and versions cuDNN's flash attention is known not to run right, which
+ * cudnn-frontend refuses before it builds a graph (its SDPA nodes' checks): 0, or -1 with
+ * the reason in g->error. */
+static int refuse_known_unsupported(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s) {
+    size_t version = cudnnGetVersion();
+    if (s->width > 256 || s->width % 8 != 0)
+        return sdpa_fail(g, "cuDNN's flash attention takes head widths that are multiples of 8 up to 256, not %lld",
+                         (long long)s->width);
+    if (s->backward && s->positions == 1)
+        return sdpa_fail(g, "cuDNN's flash attention backward does not take 1 position");
+    if (s->backward && (version == 91000 || version == 91001))
+        return sdpa_fail(g, "cuDNN %zu's 16-bit flash attention backward has known bugs (9.10.2 mends them)", version);
+    return 0;
+}
+
 /* The backward tries each form in turn (their arithmetic is the same): cuDNN's engines
  * recognise a flash-attention graph by its pattern, which has changed between releases
  * (docs/gpu.md, "Fused attention"). The forward has one form. */
 int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s) {
     char refused[DMRT_SDPA_FORMS][sizeof p->graph.error];
     int forms = s->backward ? DMRT_SDPA_FORMS : 1;
+    memset(p, 0, sizeof *p);
+    p->graph.shape = *s;
+    if (refuse_known_unsupported(&p->graph, s)) return -1;
     for (int form = 0; form < forms; form++) {
         if (plan_form(p, h, s, (dmrt_sdpa_form)form) == 0) return 0;
         snprintf(refused[form], sizeof refused[form], "%s", p->graph.error);
         if (form + 1 < forms) dmrt_sdpa_graph_free(&p->graph);
     }
     if (forms > 1)
-        snprintf(p->graph.error, sizeof p->graph.error, "%s: %.280s; %s: %.280s", dmrt_sdpa_form_name(0), refused[0],
+        snprintf(p->graph.error, sizeof p->graph.error, "%s: %.170s; %s: %.170s", dmrt_sdpa_form_name(0), refused[0],
                  dmrt_sdpa_form_name(1), refused[1]);
     return -1;
 }

@@ -61,7 +61,8 @@ typedef struct dmrt_sdpa_shape {
 
 /* The forms of the backward graph, in the order dmrt_sdpa_plan_make tries them. */
 typedef enum dmrt_sdpa_form {
-    /* cudnn-frontend's today: the causal mask after the statistics are subtracted,
+    /* cudnn-frontend's on cuDNN before 9.21 (from 9.21 it makes the mask one
+     * DIAGONAL_BAND_MASK operation): the causal mask after the statistics are subtracted,
      * k (for ds @ k) reshaped as f32, one scale tensor for the scores and ds */
     DMRT_SDPA_STATS_FIRST,
     /* dmc's first graph (the mask where the forward has it, as earlier frontends did): the
@@ -71,7 +72,8 @@ typedef enum dmrt_sdpa_form {
 } dmrt_sdpa_form;
 const char *dmrt_sdpa_form_name(dmrt_sdpa_form form);
 
-/* the backward causal graph makes 73 descriptors and 4 scalars, its plan up to 18 more */
+/* the causal backward makes 73 descriptors and 3 scalars (DMRT_SDPA_MASK_FIRST 74 and 4),
+ * the causal forward 48 and 2; a plan up to 17 more */
 #define DMRT_SDPA_MAX_DESCRIPTORS 128
 #define DMRT_SDPA_MAX_SCALARS 8
 
@@ -111,7 +113,9 @@ typedef struct dmrt_sdpa_plan {
 
 /* The graph, its operation graph and an execution plan on handle h: the backward's first
  * form cuDNN makes a plan for (p->graph.form says which). 0, or -1 with p->graph.error set
- * (no engine for the shape: "no cuDNN engine ...", each form's reason). */
+ * (no engine for the shape: "no cuDNN engine ...", each form's reason; or a shape or cuDNN
+ * version cudnn-frontend refuses, before any graph: a head width not a multiple of 8 up to
+ * 256, a backward of 1 position, the backward on cuDNN 9.10.0 and 9.10.1). */
 int dmrt_sdpa_plan_make(dmrt_sdpa_plan *p, cudnnHandle_t h, const dmrt_sdpa_shape *s);
 /* Runs the plan: data[uid] for every uid the direction uses; workspace of
  * dmrt_sdpa_own_workspace_bytes + engine_workspace bytes, its first part zeroed by the caller. */

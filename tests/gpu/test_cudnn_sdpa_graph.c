@@ -4,7 +4,9 @@
  * operation's shapes and types at finalize: a matrix product whose inner dims disagree and
  * a reduction to a larger tensor are shown rejected below, so a pass here means something);
  * their operation graph is finalized without a handle, and offers one engine. The backward's
- * two forms are each built and told apart by what distinguishes them. With a device
+ * two forms are each built and told apart by what distinguishes them. Shapes cudnn-frontend
+ * refuses (head widths not multiples of 8 up to 256, a backward of 1 position) are refused
+ * before any graph. With a device
  * (cudnnCreate succeeds) it also makes the execution plans: cuDNN's heuristics pick an
  * engine that finalizes, and its workspace and the backward form that planned are reported. Without one it says what it could
  * not check. */
@@ -185,6 +187,20 @@ static void check_rejections(void) {
           "a reduction of (64, 1) to (64, 64) was accepted");
     cudnnBackendDescriptor_t all[] = {op2, red, op, mm, row, c, b, a};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) cudnnBackendDestroyDescriptor(all[i]);
+    /* shapes cudnn-frontend refuses are refused before any graph (no handle needed) */
+    const dmrt_sdpa_shape refused[] = {
+        {.heads = 2, .positions = 8, .width = 12, .scale = 1},
+        {.heads = 2, .positions = 8, .width = 264, .scale = 1, .backward = 1},
+        {.heads = 2, .positions = 1, .width = 16, .scale = 1, .backward = 1},
+    };
+    const char *why[] = {"multiples of 8 up to 256, not 12", "not 264", "does not take 1 position"};
+    for (int i = 0; i < 3; i++) {
+        dmrt_sdpa_plan p;
+        int rc = dmrt_sdpa_plan_make(&p, NULL, &refused[i]);
+        CHECK(rc != 0 && strstr(p.graph.error, why[i]) && p.graph.n_owned == 0, "refused shape %d: rc %d, '%s'", i,
+              rc, p.graph.error);
+        dmrt_sdpa_plan_free(&p);
+    }
     /* and the builder's own refusal */
     dmrt_sdpa_graph g;
     dmrt_sdpa_shape bad = {.heads = 2, .positions = 8, .width = 0, .scale = 1};

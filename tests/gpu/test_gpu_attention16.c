@@ -8,8 +8,8 @@
  * Grouped-query attention's _grouped calls, 16-bit and the f32 kernel, against the same
  * reference on k and v repeated (grouped_case).
  * Run with DMRT_CUDNN_ATTENTION=require, so a shape cuDNN makes no plan for fails rather
- * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel) and a bad
- * value (mode_cases).
+ * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel), auto on a
+ * head width cuDNN does not take (the same) and a bad value (mode_cases).
  * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
  * and exits 77 (meson: skipped). Never run on a GPU when written. */
 #include <math.h>
@@ -192,11 +192,18 @@ done:;
 }
 
 /* DMRT_CUDNN_ATTENTION, read when a context's first attention runs: off routes the 16-bit
- * calls to the f32 kernel, a bad value fails naming it. */
+ * calls to the f32 kernel; auto does for a shape cuDNN's flash attention does not take
+ * (head width 12, refused before any graph, as cudnn-frontend refuses it), its backward
+ * then finding the shape's entry made planless by the forward; a bad value fails naming
+ * it. */
 static void mode_cases(void) {
     setenv("DMRT_CUDNN_ATTENTION", "off", 1);
     dmrt_gpu *g = gpu_test_open();
     attention_case(g, 0, 6, 40, 64, 1, 0);
+    dmrt_gpu_destroy(g);
+    setenv("DMRT_CUDNN_ATTENTION", "auto", 1);
+    g = gpu_test_open();
+    attention_case(g, 1, 6, 40, 12, 1, 0);
     dmrt_gpu_destroy(g);
     setenv("DMRT_CUDNN_ATTENTION", "bogus", 1);
     g = gpu_test_open();

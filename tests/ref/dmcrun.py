@@ -138,7 +138,7 @@ def check_losses(what, got, want, rtol):
 def c_api_probe(dmc, probe, generated, out):
     """Compiles the C file `probe` with the generated `generated` (.c, its header beside it)
     and libdmrt, warnings as errors, under ASan and UBSan where the compiler has them, and
-    runs it: (its stdout, whether sanitized), or None with a note when there is no compiler
+    runs it in `out`: (its stdout, whether sanitized), or None with a note when there is no compiler
     or pkg-config. A probe that fails (exit status not 0) raises Failure."""
     build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
@@ -158,7 +158,8 @@ def c_api_probe(dmc, probe, generated, out):
                            universal_newlines=True)
         if r.returncode != 0:
             raise Failure("%s does not compile with %s:\n%s" % (generated, os.path.basename(probe), r.stdout))
-    r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    r = subprocess.run([exe], cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=120)
     if r.returncode != 0:
         raise Failure("%s exited %d: %s%s" % (os.path.basename(probe), r.returncode, r.stdout, r.stderr))
     return r.stdout.strip(), bool(sanitize)

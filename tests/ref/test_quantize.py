@@ -21,10 +21,10 @@ last column) and random f32 weights:
      program, training a quantized program (exit 2), --save-quantized with a bad --init
      (no file left), a bad mode (--quantize int8 is test_quantize_int8.py's); and on the
      CUDA target, --quantize is built, and refused with a mesh by --check and -o alike;
-  f) the C API (quant_api.c, the generated int8-weights mlp.c compiled with warnings as
-     errors, under ASan and UBSan where available): train_step refused with its reason,
-     changing nothing (forward's logits bit for bit the same after), forward and predict
-     running.
+  f) the C API (quant_api.c, the generated int8-weights and int4-weights mlp.c compiled
+     with warnings as errors, under ASan and UBSan where available): train_step refused
+     with its reason, changing nothing (forward's logits and the saved weights bit for bit
+     the same after), forward and predict running.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -169,16 +169,18 @@ def random_model(np, h=63):
 
 
 def check_api(dmc, root, d):
-    """f) tests/ref/quant_api.c against the int8-weights mlp.c (B=8, H=63)."""
+    """f) tests/ref/quant_api.c against the int8-weights and int4-weights mlp.c (B=8, H=63)."""
     if dmcrun.TARGET != "c":
         return
-    out = os.path.join(d, "api")
-    os.makedirs(out, exist_ok=True)
-    subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "--quantize", "int8-weights", "-o",
-                    out], check=True)
-    probe = dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_api.c"), os.path.join(out, "mlp.c"), out)
-    if probe:
-        print("C API: %s%s" % (probe[0], " (ASan, UBSan)" if probe[1] else ""))
+    for mode in ("int8-weights", "int4-weights:32"):
+        out = os.path.join(d, "api-" + mode.replace(":", "-"))
+        os.makedirs(out, exist_ok=True)
+        subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "--quantize", mode, "-o", out],
+                       check=True)
+        probe = dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_api.c"), os.path.join(out, "mlp.c"),
+                                   out)
+        if probe:
+            print("C API, %s: %s%s" % (mode, probe[0], " (ASan, UBSan)" if probe[1] else ""))
 
 
 def body(dmc, root, np, torch):
