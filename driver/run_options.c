@@ -47,7 +47,9 @@ static const char run_usage[] =
     "  With --target cuda each rank uses one GPU (DMRT_CUDA_DEVICE picks it); collectives go\n"
     "  through NCCL when every rank has a GPU of its own, else staged through host memory\n"
     "  (DMRT_GPU_COMM=nccl|staged forces one); NVCC and DMC_CUDA_ARCH (default 90) choose the\n"
-    "  compiler and the GPU architecture.\n"
+    "  compiler and the GPU architecture. Under --precision bf16/fp16 the attention runs\n"
+    "  through cuDNN, a shape cuDNN does not run on the f32 kernel with a line on stderr\n"
+    "  (DMRT_CUDNN_ATTENTION=require fails instead, =off never uses cuDNN).\n"
     "\n"
     "trainer options (docs/trainer.md):\n";
 
