@@ -2,7 +2,8 @@
  *   emit.c       the entry points, names, sections and files, what codegen refuses
  *   emit_util.c  the helpers: copies, collectives' callees, comments, strides, storage
  *   emit_ops.c   each op (and collective) as a dialect kernel description
- *   emit_step.c  the step's functions: phases, pipeline stages and schedules, the step API
+ *   emit_step.c  the step's functions: phases, pipeline stages and schedules
+ *   emit_step_api.c  the public forward, train_step and outputs that run them
  *   emit_api.c   the source's head and host functions in order, the small API functions
  *   emit_header.c  the public header
  *   emit_context.c  the context: storage, its helpers, create and destroy
@@ -263,6 +264,7 @@ int64_t emit_upload_elems(const emitter *E, const ir_value *v);
 void emit_finish_step(emitter *E);
 void emit_open_serial_forward(emitter *E);
 void emit_serial_api_step_end(emitter *E, int (*open_train_step)(emitter *));
+/* emit_step_api.c: <model>_forward, _train_step and the outputs' accessors */
 void emit_output_accessor(emitter *E, const ir_value *v, const char *where, long long n);
 void emit_scheduled_api(emitter *E);
 void emit_serial_api(emitter *E);
