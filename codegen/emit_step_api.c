@@ -15,8 +15,9 @@ static void refuse_quantized_train_step(emitter *E) {
     cg_line(w, "/* a --quantize program predicts and evaluates only: its products read the narrow weights");
     cg_line(w, " * made at create and load, which an update would not change */");
     cg_line(w, "(void)batch; (void)loss;");
-    if (g->loss >= 0 && g->grads) cg_line(w, "(void)run_backward;");
-    if (g->loss >= 0 && g->grads && g->optimizer.kind != OPTIM_NONE) cg_line(w, "(void)run_update;");
+    int trains = g->loss >= 0 && g->grads; /* emit_source_body's condition for the two */
+    if (trains) cg_line(w, "(void)run_backward;");
+    if (trains && g->optimizer.kind != OPTIM_NONE) cg_line(w, "(void)run_update;");
     if (emits_update(E)) cg_line(w, "(void)next_learning_rate;");
     cg_line(w, "snprintf(ctx->error, sizeof ctx->error, \"%s: train_step: a --quantize program predicts and evaluates "
                "only (train the f32 program, then quantize its weights)\");", g->model);

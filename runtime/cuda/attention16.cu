@@ -136,14 +136,15 @@ static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt
     if (!c->handle && c->mode != CUDNN_OFF) {
         cudnnStatus_t st = cudnnCreate(&c->handle);
         if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(c->handle, g->stream);
-        if (st != CUDNN_STATUS_SUCCESS && c->mode == CUDNN_REQUIRE)
-            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
-                                 cudnnGetErrorString(st));
-        if (st != CUDNN_STATUS_SUCCESS) { /* auto: no cuDNN, every shape on the f32 kernel */
-            fprintf(stderr, "dmrt: attention %s: cuDNN: %s; every attention runs the f32 kernel instead\n", name,
-                    cudnnGetErrorString(st));
+        if (st != CUDNN_STATUS_SUCCESS) { /* no half-made handle kept: the next call tries again */
             if (c->handle) (void)cudnnDestroy(c->handle);
             c->handle = NULL;
+            if (c->mode == CUDNN_REQUIRE)
+                return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: cuDNN: %s", name,
+                                     cudnnGetErrorString(st));
+            /* auto: no cuDNN, every shape on the f32 kernel */
+            fprintf(stderr, "dmrt: attention %s: cuDNN: %s; every attention runs the f32 attention kernel instead\n",
+                    name, cudnnGetErrorString(st));
             c->mode = CUDNN_OFF;
         }
     }

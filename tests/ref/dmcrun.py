@@ -135,17 +135,17 @@ def check_losses(what, got, want, rtol):
                       % (what, at + 1, got[at], want[at], worst, rtol))
 
 
-def c_api_probe(dmc, probe, generated, out):
+def c_api_probe(dmc, probe, generated, out, label="C API"):
     """Compiles the C file `probe` with the generated `generated` (.c, its header beside it)
-    and libdmrt, warnings as errors, under ASan and UBSan where the compiler has them, and
-    runs it in `out`: (its stdout, whether sanitized), or None with a note when there is no compiler
-    or pkg-config. A probe that fails (exit status not 0) raises Failure."""
+    and libdmrt, warnings as errors, under ASan and UBSan where the compiler has them, runs
+    it in `out` and prints `label: <its stdout>`; a note instead when there is no compiler or
+    pkg-config. A probe that fails (exit status not 0) raises Failure."""
     build = os.path.dirname(os.path.dirname(os.path.abspath(dmc)))
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(build, "meson-uninstalled"))
     cc = os.environ.get("CC", "cc")  # tests/ref/meson.build: the compiler that built the runtime
     if not shutil.which(cc) or not shutil.which("pkg-config"):
         print("note: no %s or pkg-config: the C API check is skipped" % cc)
-        return None
+        return
     flags = subprocess.run(["pkg-config", "--cflags", "--static", "--libs", "dmrt"], env=env, check=True,
                            stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
     base = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I" + os.path.dirname(generated), probe,
@@ -162,4 +162,4 @@ def c_api_probe(dmc, probe, generated, out):
                        timeout=120)
     if r.returncode != 0:
         raise Failure("%s exited %d: %s%s" % (os.path.basename(probe), r.returncode, r.stdout, r.stderr))
-    return r.stdout.strip(), bool(sanitize)
+    print("%s: %s%s" % (label, r.stdout.strip(), " (ASan, UBSan)" if sanitize else ""))

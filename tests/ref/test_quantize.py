@@ -177,10 +177,8 @@ def check_api(dmc, root, d):
         os.makedirs(out, exist_ok=True)
         subprocess.run([dmc, os.path.join(root, "examples", "mlp.dm"), "--set", SETS, "--quantize", mode, "-o", out],
                        check=True)
-        probe = dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_api.c"), os.path.join(out, "mlp.c"),
-                                   out)
-        if probe:
-            print("C API, %s: %s%s" % (mode, probe[0], " (ASan, UBSan)" if probe[1] else ""))
+        dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_api.c"), os.path.join(out, "mlp.c"), out,
+                           "C API, " + mode)
 
 
 def body(dmc, root, np, torch):
