@@ -6,14 +6,19 @@
 #include "dialect_cuda_internal.h"
 #include "../runtime/cuda/dmrt_cuda_sizes.h"
 
-/* Heads are one after the other here (k->inner is 1): the dialect has no
- * can.attention_heads_inner, so the heads' transposes stay around the attention. It has
- * can.attention_kv_groups: under grouped-query attention (k->group > 1) k, v, dk and dv
- * have heads / group heads and the _grouped calls take the group after the heads. */
+/* The dialect has can.attention_heads_inner: where the fusion took the heads' transposes
+ * in (k->inner > 1, the heads side by side in a row) the _inner calls take inner after the
+ * heads. It has can.attention_kv_groups: under grouped-query attention (k->group > 1) k,
+ * v, dk and dv have heads / group heads and the _grouped calls take the group after the
+ * heads. The fusion makes at most one of the two. */
 
-/* The calls' name suffix, and their "heads, " argument: under grouped-query attention
- * (k->group > 1) "_grouped" and "heads, group, ". */
+/* The calls' name suffix, and their "heads, " argument: "_inner" and "heads, inner, ",
+ * "_grouped" and "heads, group, ", or none. */
 static const char *heads_and_group(char *out, size_t size, const cg_attention *k) {
+    if (k->inner > 1) {
+        snprintf(out, size, "%lld, %lld, ", (long long)k->heads, (long long)k->inner);
+        return "_inner";
+    }
     if (k->group > 1) {
         snprintf(out, size, "%lld, %lld, ", (long long)k->heads, (long long)k->group);
         return "_grouped";

@@ -17,72 +17,107 @@
 
 /* group: query heads per k and v head (1: plain multi-head attention); query head h reads
  * kv head h / group, and a thread of the dk/dv kernel takes a row of a kv head, summing
- * over its group. */
+ * over its group. inner: the heads side by side in a row ([B, T, H, D], inner H; group 1),
+ * head h's rows and lse found by dmrt_attention_head_at. */
 __global__ static void attention_forward_kernel(const float *q, const float *k, const float *v, float *out, float *lse,
-                                                int64_t heads, int64_t group, int64_t positions, int64_t width,
-                                                float scale, int causal) {
+                                                int64_t heads, int64_t group, int64_t inner, int64_t positions,
+                                                int64_t width, float scale, int causal) {
     ATTENTION_ROW_LOOP(heads, positions) {
-        const int64_t h = item / positions, row = item % positions, head = h * positions * width;
-        const int64_t kv_head = (h / group) * positions * width;
-        dmrt_attention_row_forward(q + head, k + kv_head, v + kv_head, out + head, lse + h * positions, row,
-                                   positions, width, scale, causal);
+        const int64_t h = item / positions, row = item % positions;
+        const int64_t head = dmrt_attention_head_at(h, inner, positions, width);
+        const int64_t kv_head = dmrt_attention_head_at(h / group, inner, positions, width);
+        dmrt_attention_row_forward(q + head, k + kv_head, v + kv_head, out + head, lse + head / width, row, positions,
+                                   width, inner, scale, causal);
     }
 }
 
 __global__ static void attention_dq_kernel(const float *q, const float *k, const float *v, const float *out,
                                            const float *lse, const float *dout, float *dq, int64_t heads,
-                                           int64_t group, int64_t positions, int64_t width, float scale, int causal) {
+                                           int64_t group, int64_t inner, int64_t positions, int64_t width, float scale,
+                                           int causal) {
     ATTENTION_ROW_LOOP(heads, positions) {
-        const int64_t h = item / positions, row = item % positions, head = h * positions * width;
-        const int64_t kv_head = (h / group) * positions * width;
-        dmrt_attention_row_dq(q + head, k + kv_head, v + kv_head, out + head, lse + h * positions, dout + head,
-                              dq + head, row, positions, width, scale, causal);
+        const int64_t h = item / positions, row = item % positions;
+        const int64_t head = dmrt_attention_head_at(h, inner, positions, width);
+        const int64_t kv_head = dmrt_attention_head_at(h / group, inner, positions, width);
+        dmrt_attention_row_dq(q + head, k + kv_head, v + kv_head, out + head, lse + head / width, dout + head,
+                              dq + head, row, positions, width, inner, scale, causal);
     }
 }
 
 __global__ static void attention_dkdv_kernel(const float *q, const float *k, const float *v, const float *out,
                                              const float *lse, const float *dout, float *dk, float *dv,
-                                             int64_t kv_heads, int64_t group, int64_t positions, int64_t width,
-                                             float scale, int causal) {
+                                             int64_t kv_heads, int64_t group, int64_t inner, int64_t positions,
+                                             int64_t width, float scale, int causal) {
     ATTENTION_ROW_LOOP(kv_heads, positions) {
-        const int64_t kv = item / positions, row = item % positions, kv_head = kv * positions * width;
-        const int64_t first = kv * group; /* the group's first query head */
-        dmrt_attention_row_dkdv_grouped(q + first * positions * width, k + kv_head, v + kv_head,
-                                        out + first * positions * width, lse + first * positions,
-                                        dout + first * positions * width, dk + kv_head, dv + kv_head, row, group,
-                                        positions, width, scale, causal);
+        const int64_t kv = item / positions, row = item % positions;
+        const int64_t kv_head = dmrt_attention_head_at(kv, inner, positions, width);
+        const int64_t first = dmrt_attention_head_at(kv * group, inner, positions, width); /* its first query head */
+        dmrt_attention_row_dkdv_grouped(q + first, k + kv_head, v + kv_head, out + first, lse + first / width,
+                                        dout + first, dk + kv_head, dv + kv_head, row, group, positions, width, inner,
+                                        scale, causal);
     }
+}
+
+/* Both layouts' launches: group > 1 (grouped-query attention) takes inner 1. */
+static int attention_forward_launch(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out,
+                                    float *lse, int64_t heads, int64_t group, int64_t inner, int64_t positions,
+                                    int64_t width, float scale, int causal) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
+                     (group == 1 || inner == 1) && positions >= 0 && width > 0);
+    const int64_t rows = heads * positions;
+    if (rows == 0) return DMRT_OK;
+    attention_forward_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, heads, group, inner,
+                                                                             positions, width, scale, causal);
+    LAUNCH_CHECK(g, "attention_forward_kernel");
+    return DMRT_OK;
+}
+
+static int attention_backward_launch(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                     const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                     int64_t heads, int64_t group, int64_t inner, int64_t positions, int64_t width,
+                                     float scale, int causal) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
+                     (group == 1 || inner == 1) && positions >= 0 && width > 0);
+    const int64_t rows = heads * positions, kv_rows = rows / group;
+    if (rows == 0) return DMRT_OK;
+    attention_dq_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dq, heads, group,
+                                                                        inner, positions, width, scale, causal);
+    LAUNCH_CHECK(g, "attention_dq_kernel");
+    attention_dkdv_kernel<<<gpu_blocks(kv_rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dk, dv,
+                                                                             heads / group, group, inner, positions,
+                                                                             width, scale, causal);
+    LAUNCH_CHECK(g, "attention_dkdv_kernel");
+    return DMRT_OK;
 }
 
 int dmrt_gpu_attention_forward_grouped(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out,
                                        float *lse, int64_t heads, int64_t group, int64_t positions, int64_t width,
                                        float scale, int causal) {
-    GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0);
-    const int64_t rows = heads * positions;
-    if (rows == 0) return DMRT_OK;
-    attention_forward_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, heads, group, positions,
-                                                                             width, scale, causal);
-    LAUNCH_CHECK(g, "attention_forward_kernel");
-    return DMRT_OK;
+    return attention_forward_launch(g, q, k, v, out, lse, heads, group, 1, positions, width, scale, causal);
 }
 
 int dmrt_gpu_attention_backward_grouped(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
                                         const float *lse, const float *dout, float *dq, float *dk, float *dv,
                                         int64_t heads, int64_t group, int64_t positions, int64_t width, float scale,
                                         int causal) {
-    GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0);
-    const int64_t rows = heads * positions, kv_rows = rows / group;
-    if (rows == 0) return DMRT_OK;
-    attention_dq_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dq, heads, group,
-                                                                        positions, width, scale, causal);
-    LAUNCH_CHECK(g, "attention_dq_kernel");
-    attention_dkdv_kernel<<<gpu_blocks(kv_rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dk, dv,
-                                                                             heads / group, group, positions, width,
-                                                                             scale, causal);
-    LAUNCH_CHECK(g, "attention_dkdv_kernel");
-    return DMRT_OK;
+    return attention_backward_launch(g, q, k, v, out, lse, dout, dq, dk, dv, heads, group, 1, positions, width, scale,
+                                     causal);
+}
+
+int dmrt_gpu_attention_forward_inner(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out,
+                                     float *lse, int64_t heads, int64_t inner, int64_t positions, int64_t width,
+                                     float scale, int causal) {
+    return attention_forward_launch(g, q, k, v, out, lse, heads, 1, inner, positions, width, scale, causal);
+}
+
+int dmrt_gpu_attention_backward_inner(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                      const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                      int64_t heads, int64_t inner, int64_t positions, int64_t width, float scale,
+                                      int causal) {
+    return attention_backward_launch(g, q, k, v, out, lse, dout, dq, dk, dv, heads, 1, inner, positions, width, scale,
+                                     causal);
 }
 
 int dmrt_gpu_attention_forward(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out, float *lse,

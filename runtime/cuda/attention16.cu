@@ -9,7 +9,10 @@
  * once, kept in g->sdpa until dmrt_gpu_destroy. Grouped-query attention (k and v with
  * heads / group heads) runs the same graph: the cast repeats k and v to every query head
  * (the 16-bit copies are at q's heads anyway), and the cast back sums dk and dv over each
- * group in f32.
+ * group in f32. With the heads side by side in a row (the _inner calls: a fused gpt.dm
+ * attention's [B, T, H, D] operands), the casts read and write that layout and the 16-bit
+ * copies have the heads one after the other, so the head split and merge cost nothing
+ * beyond the casts; lse is relaid between cuDNN's statistics and the op's in the scratch.
  *
  * Where cuDNN makes no plan for a shape's forward or backward (both are planned at its
  * first call), the shape runs the f32 kernel (attention.cu) on the op's f32 operands in
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "cudnn_sdpa.h"
+#include "dmrt_attention_rows.h"
 #include "gpu_internal.h"
 
 /* A shape's plans, forward and backward. The two take one path: where cuDNN makes no plan
@@ -168,6 +172,10 @@ void dmrt_gpu_sdpa_destroy(dmrt_gpu *g) {
 template <typename T>
 __device__ static T to_narrow(float x);
 template <>
+__device__ float to_narrow<float>(float x) {
+    return x;
+}
+template <>
 __device__ __nv_bfloat16 to_narrow<__nv_bfloat16>(float x) {
     return __float2bfloat16_rn(x);
 }
@@ -176,16 +184,27 @@ __device__ __half to_narrow<__half>(float x) {
     return __float2half_rn(x);
 }
 
-template <typename T>
-__global__ static void narrow_kernel(const float *x, T *y, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = to_narrow<T>(x[i]);
+/* A cast's layout: elements of (heads, positions, width), the 16-bit side's heads one after
+ * the other (as cuDNN takes them), the f32 side's with `inner` heads side by side in a row
+ * (inner 1: the same order, the plain copy). */
+typedef struct cast_layout {
+    int64_t inner, positions, width;
+} cast_layout;
+
+__device__ static int64_t f32_index(int64_t i, cast_layout at) {
+    return at.inner == 1 ? i : dmrt_attention_inner_index(i, at.inner, at.positions, at.width);
 }
 
 template <typename T>
-__global__ static void widen_kernel(const T *x, float *y, int64_t n) {
+__global__ static void narrow_kernel(const float *x, T *y, int64_t n, cast_layout at) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = (float)x[i];
+        y[i] = to_narrow<T>(x[f32_index(i, at)]);
+}
+
+template <typename T>
+__global__ static void widen_kernel(const T *x, float *y, int64_t n, cast_layout at) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[f32_index(i, at)] = (float)x[i];
 }
 
 /* Grouped-query attention's k and v: the n elements of y (query heads of `head` elements)
@@ -208,72 +227,175 @@ __global__ static void widen_sum_kernel(const T *x, float *y, int64_t n_kv, int6
     }
 }
 
-/* The n elements of the 16-bit copy y from the floats x; with group > 1 x is at kv heads
- * (n / group elements, heads of `head` elements), each repeated to its group's heads. */
+/* The n elements of the 16-bit copy y from the floats x (laid out as `at` says); with
+ * group > 1 x is at kv heads (n / group elements, heads one after the other), each
+ * repeated to its group's heads. */
 template <typename T>
-static void narrow_as(dmrt_gpu *g, const float *x, void *y, int64_t n, int64_t head, int64_t group) {
+static void narrow_as(dmrt_gpu *g, const float *x, void *y, int64_t n, cast_layout at, int64_t group) {
     if (group > 1)
-        narrow_repeat_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n, head, group);
+        narrow_repeat_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n, at.positions * at.width, group);
     else
-        narrow_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n);
+        narrow_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>(x, (T *)y, n, at);
 }
 
 /* The floats x from the n elements of the 16-bit copy y; with group > 1 x is at kv heads,
  * each the f32 sum of its group's heads of y. */
 template <typename T>
-static void widen_as(dmrt_gpu *g, float *x, const void *y, int64_t n, int64_t head, int64_t group) {
+static void widen_as(dmrt_gpu *g, float *x, const void *y, int64_t n, cast_layout at, int64_t group) {
     if (group > 1)
-        widen_sum_kernel<<<gpu_blocks(n / group, 256), 256, 0, g->stream>>>((const T *)y, x, n / group, head, group);
+        widen_sum_kernel<<<gpu_blocks(n / group, 256), 256, 0, g->stream>>>((const T *)y, x, n / group,
+                                                                            at.positions * at.width, group);
     else
-        widen_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>((const T *)y, x, n);
+        widen_kernel<<<gpu_blocks(n, 256), 256, 0, g->stream>>>((const T *)y, x, n, at);
 }
 
-static int narrow16(dmrt_gpu *g, int half, const float *x, void *y, int64_t n, int64_t head, int64_t group) {
+static int narrow16(dmrt_gpu *g, int half, const float *x, void *y, int64_t n, cast_layout at, int64_t group) {
     if (half)
-        narrow_as<__half>(g, x, y, n, head, group);
+        narrow_as<__half>(g, x, y, n, at, group);
     else
-        narrow_as<__nv_bfloat16>(g, x, y, n, head, group);
+        narrow_as<__nv_bfloat16>(g, x, y, n, at, group);
     LAUNCH_CHECK(g, "attention16 cast");
     return DMRT_OK;
 }
 
-static int widen16(dmrt_gpu *g, int half, float *x, const void *y, int64_t n, int64_t head, int64_t group) {
+static int widen16(dmrt_gpu *g, int half, float *x, const void *y, int64_t n, cast_layout at, int64_t group) {
     if (half)
-        widen_as<__half>(g, x, y, n, head, group);
+        widen_as<__half>(g, x, y, n, at, group);
     else
-        widen_as<__nv_bfloat16>(g, x, y, n, head, group);
+        widen_as<__nv_bfloat16>(g, x, y, n, at, group);
     LAUNCH_CHECK(g, "attention16 cast");
     return DMRT_OK;
 }
 
-/* The scratch laid out: count 16-bit copies of n elements, then the graph's own workspace
- * and the engine's. Fails (naming the attention) when cuDNN's figure does not fit. */
+/* The scratch: count 16-bit copies of n elements, cuDNN's statistics (f32, a row each, the
+ * heads one after the other), then the graph's own workspace and the engine's. */
+typedef struct attention16_scratch {
+    void *copies[8];
+    float *stats;
+    char *workspace;
+} attention16_scratch;
+
+/* The scratch laid out (dmrt_cuda_attention16_scratch_bytes' terms). Fails (naming the
+ * attention) when cuDNN's figure does not fit. */
 static int lay_out(dmrt_gpu *g, const dmrt_sdpa_plan *p, void *work, int64_t work_bytes, int count, int64_t n,
-                   void *copies[8], char **workspace, const char *name) {
-    int64_t part = (2 * n + 255) / 256 * 256, own = dmrt_sdpa_own_workspace_bytes(&p->graph.shape);
-    int64_t need = count * part + own + p->engine_workspace;
+                   attention16_scratch *at, const char *name) {
+    const dmrt_sdpa_shape *s = &p->graph.shape;
+    int64_t part = (2 * n + 255) / 256 * 256, stats = (4 * s->heads * s->positions + 255) / 256 * 256;
+    int64_t own = dmrt_sdpa_own_workspace_bytes(s), need = count * part + stats + own + p->engine_workspace;
     if (need > work_bytes)
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__,
                              "attention %s: cuDNN's engine needs %lld bytes of workspace; with the 16-bit copies that "
                              "is %lld bytes, more than the %lld planned (dmrt_cuda_attention16_scratch_bytes)",
                              name, (long long)p->engine_workspace, (long long)need, (long long)work_bytes);
-    for (int i = 0; i < count; i++) copies[i] = (char *)work + i * part;
-    *workspace = (char *)work + count * part;
+    for (int i = 0; i < count; i++) at->copies[i] = (char *)work + i * part;
+    at->stats = (float *)((char *)work + count * part);
+    at->workspace = (char *)work + count * part + stats;
+    return DMRT_OK;
+}
+
+/* The statistics cuDNN reads or writes: lse itself with the heads one after the other;
+ * with them side by side the scratch's, relaid from lse (into 1) or, after the forward,
+ * into it (relay_stats). */
+static float *stats_for(const float *lse, const attention16_scratch *at, cast_layout layout) {
+    return layout.inner == 1 ? (float *)lse : at->stats;
+}
+
+static int relay_stats(dmrt_gpu *g, float *lse, const float *stats, int64_t rows, cast_layout layout, int into_lse) {
+    if (layout.inner == 1) return DMRT_OK;
+    cast_layout rows_at = {layout.inner, layout.positions, 1}; /* an lse is an operand of width 1 */
+    if (into_lse)
+        widen_kernel<float><<<gpu_blocks(rows, 256), 256, 0, g->stream>>>(stats, lse, rows, rows_at);
+    else
+        narrow_kernel<float><<<gpu_blocks(rows, 256), 256, 0, g->stream>>>(lse, (float *)stats, rows, rows_at);
+    LAUNCH_CHECK(g, "attention16 statistics");
     return DMRT_OK;
 }
 
 /* The plan of shape s, the scratch laid out for `count` 16-bit copies of n elements, and
  * the n_in f32 inputs (q, k, v, then out and dout) cast into the first copies, k and v
  * repeated to every query head of their group: what both directions start with. */
-static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, int64_t group, const char *name, void *work,
-                        int64_t work_bytes, int count, const float *const *in, int n_in, int64_t n,
-                        dmrt_sdpa_plan **p, void *copies[8], char **workspace) {
+static int stage_inputs(dmrt_gpu *g, const dmrt_sdpa_shape *s, int64_t group, cast_layout layout, const char *name,
+                        void *work, int64_t work_bytes, int count, const float *const *in, int n_in, int64_t n,
+                        dmrt_sdpa_plan **p, attention16_scratch *at) {
     int rc = plan_of(g, s, name, p);
     if (rc != DMRT_OK || !*p) return rc; /* no plan: the caller runs the f32 kernel */
-    rc = lay_out(g, *p, work, work_bytes, count, n, copies, workspace, name);
-    const int64_t head = s->positions * s->width;
+    rc = lay_out(g, *p, work, work_bytes, count, n, at, name);
     for (int i = 0; i < n_in && rc == DMRT_OK; i++)
-        rc = narrow16(g, s->half, in[i], copies[i], n, head, i == 1 || i == 2 ? group : 1);
+        rc = narrow16(g, s->half, in[i], at->copies[i], n, layout, i == 1 || i == 2 ? group : 1);
+    return rc;
+}
+
+/* Both layouts: group > 1 (grouped-query attention) takes inner 1. */
+static int attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
+                               float *lse, int64_t heads, int64_t group, int64_t inner, int64_t positions,
+                               int64_t width, float scale, int causal, void *work, int64_t work_bytes,
+                               const char *name) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
+                     (group == 1 || inner == 1) && positions >= 0 && width > 0 && work);
+    const int64_t n = heads * positions * width;
+    if (n == 0) return DMRT_OK;
+    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
+    const cast_layout layout = {inner, positions, width};
+    dmrt_sdpa_plan *p = NULL;
+    attention16_scratch at;
+    memset(&at, 0, sizeof at);
+    const float *in[3] = {q, k, v};
+    int rc = stage_inputs(g, &s, group, layout, name, work, work_bytes, 4, in, 3, n, &p, &at);
+    if (rc != DMRT_OK) return rc;
+    if (!p) /* planless: the f32 kernel, in this layout */
+        return inner > 1 ? dmrt_gpu_attention_forward_inner(g, q, k, v, out, lse, heads, inner, positions, width,
+                                                            scale, causal)
+                         : dmrt_gpu_attention_forward_grouped(g, q, k, v, out, lse, heads, group, positions, width,
+                                                              scale, causal);
+    float *stats = stats_for(lse, &at, layout);
+    void *data[DMRT_SDPA_UIDS] = {0};
+    data[DMRT_SDPA_Q] = at.copies[0], data[DMRT_SDPA_K] = at.copies[1], data[DMRT_SDPA_V] = at.copies[2];
+    data[DMRT_SDPA_OUT] = at.copies[3], data[DMRT_SDPA_STATS] = stats;
+    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, at.workspace))
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
+    rc = relay_stats(g, lse, stats, heads * positions, layout, 1);
+    return rc == DMRT_OK ? widen16(g, half, out, at.copies[3], n, layout, 1) : rc;
+}
+
+static int attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                const float *out, const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                int64_t heads, int64_t group, int64_t inner, int64_t positions, int64_t width,
+                                float scale, int causal, void *work, int64_t work_bytes, const char *name) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
+                     (group == 1 || inner == 1) && positions >= 0 && width > 0 && work);
+    const int64_t n = heads * positions * width, rows = heads * positions;
+    if (n == 0) return DMRT_OK;
+    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
+    const cast_layout layout = {inner, positions, width};
+    dmrt_sdpa_plan *p = NULL;
+    attention16_scratch at;
+    memset(&at, 0, sizeof at);
+    const float *in[5] = {q, k, v, out, dout};
+    int rc = stage_inputs(g, &s, group, layout, name, work, work_bytes, 8, in, 5, n, &p, &at);
+    if (rc != DMRT_OK) return rc;
+    if (!p)
+        return inner > 1 ? dmrt_gpu_attention_backward_inner(g, q, k, v, out, lse, dout, dq, dk, dv, heads, inner,
+                                                             positions, width, scale, causal)
+                         : dmrt_gpu_attention_backward_grouped(g, q, k, v, out, lse, dout, dq, dk, dv, heads, group,
+                                                               positions, width, scale, causal);
+    float *stats = stats_for(lse, &at, layout);
+    rc = relay_stats(g, (float *)lse, stats, rows, layout, 0);
+    if (rc != DMRT_OK) return rc;
+    /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
+    char *rowsum = at.workspace, *dq_f32 = at.workspace + (4 * rows + 255) / 256 * 256;
+    CUDA_CHECK(g, cudaMemsetAsync(dq_f32, 0, (size_t)(4 * n), g->stream));
+    void *data[DMRT_SDPA_UIDS] = {0};
+    data[DMRT_SDPA_Q] = at.copies[0], data[DMRT_SDPA_K] = at.copies[1], data[DMRT_SDPA_V] = at.copies[2];
+    data[DMRT_SDPA_OUT] = at.copies[3], data[DMRT_SDPA_DOUT] = at.copies[4], data[DMRT_SDPA_DQ] = at.copies[5];
+    data[DMRT_SDPA_DK] = at.copies[6], data[DMRT_SDPA_DV] = at.copies[7];
+    data[DMRT_SDPA_STATS] = stats, data[DMRT_SDPA_ROWSUM] = rowsum, data[DMRT_SDPA_DQ_F32] = dq_f32;
+    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, at.workspace))
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
+    float *grads[3] = {dq, dk, dv};
+    for (int i = 0; i < 3 && rc == DMRT_OK; i++)
+        rc = widen16(g, half, grads[i], at.copies[5 + i], n, layout, i > 0 ? group : 1);
     return rc;
 }
 
@@ -281,71 +403,45 @@ int dmrt_gpu_attention16_forward_grouped(dmrt_gpu *g, int half, const float *q, 
                                          float *out, float *lse, int64_t heads, int64_t group, int64_t positions,
                                          int64_t width, float scale, int causal, void *work, int64_t work_bytes,
                                          const char *name) {
-    GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0 && work);
-    const int64_t n = heads * positions * width;
-    if (n == 0) return DMRT_OK;
-    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
-    dmrt_sdpa_plan *p = NULL;
-    void *c[8] = {0};
-    char *workspace = NULL;
-    const float *in[3] = {q, k, v};
-    int rc = stage_inputs(g, &s, group, name, work, work_bytes, 4, in, 3, n, &p, c, &workspace);
-    if (rc != DMRT_OK) return rc;
-    if (!p)
-        return dmrt_gpu_attention_forward_grouped(g, q, k, v, out, lse, heads, group, positions, width, scale, causal);
-    void *data[DMRT_SDPA_UIDS] = {0};
-    data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
-    data[DMRT_SDPA_STATS] = lse;
-    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
-        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
-    return widen16(g, half, out, c[3], n, 0, 1);
+    return attention16_forward(g, half, q, k, v, out, lse, heads, group, 1, positions, width, scale, causal, work,
+                               work_bytes, name);
 }
 
 int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
                                           const float *out, const float *lse, const float *dout, float *dq, float *dk,
                                           float *dv, int64_t heads, int64_t group, int64_t positions, int64_t width,
                                           float scale, int causal, void *work, int64_t work_bytes, const char *name) {
-    GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && positions >= 0 && width > 0 && work);
-    const int64_t n = heads * positions * width, rows = heads * positions;
-    if (n == 0) return DMRT_OK;
-    dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
-    dmrt_sdpa_plan *p = NULL;
-    void *c[8] = {0};
-    char *workspace = NULL;
-    const float *in[5] = {q, k, v, out, dout};
-    int rc = stage_inputs(g, &s, group, name, work, work_bytes, 8, in, 5, n, &p, c, &workspace);
-    if (rc != DMRT_OK) return rc;
-    if (!p)
-        return dmrt_gpu_attention_backward_grouped(g, q, k, v, out, lse, dout, dq, dk, dv, heads, group, positions,
-                                                   width, scale, causal);
-    /* the graph's own workspace (cudnn_sdpa.h): rowsum, then dq in f32, which starts at 0 */
-    char *rowsum = workspace, *dq_f32 = workspace + (4 * rows + 255) / 256 * 256;
-    CUDA_CHECK(g, cudaMemsetAsync(dq_f32, 0, (size_t)(4 * n), g->stream));
-    void *data[DMRT_SDPA_UIDS] = {0};
-    data[DMRT_SDPA_Q] = c[0], data[DMRT_SDPA_K] = c[1], data[DMRT_SDPA_V] = c[2], data[DMRT_SDPA_OUT] = c[3];
-    data[DMRT_SDPA_DOUT] = c[4], data[DMRT_SDPA_DQ] = c[5], data[DMRT_SDPA_DK] = c[6], data[DMRT_SDPA_DV] = c[7];
-    data[DMRT_SDPA_STATS] = (void *)lse, data[DMRT_SDPA_ROWSUM] = rowsum, data[DMRT_SDPA_DQ_F32] = dq_f32;
-    if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, workspace))
-        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
-    float *grads[3] = {dq, dk, dv};
-    for (int i = 0; i < 3 && rc == DMRT_OK; i++)
-        rc = widen16(g, half, grads[i], c[5 + i], n, positions * width, i > 0 ? group : 1);
-    return rc;
+    return attention16_backward(g, half, q, k, v, out, lse, dout, dq, dk, dv, heads, group, 1, positions, width,
+                                scale, causal, work, work_bytes, name);
+}
+
+int dmrt_gpu_attention16_forward_inner(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                       float *out, float *lse, int64_t heads, int64_t inner, int64_t positions,
+                                       int64_t width, float scale, int causal, void *work, int64_t work_bytes,
+                                       const char *name) {
+    return attention16_forward(g, half, q, k, v, out, lse, heads, 1, inner, positions, width, scale, causal, work,
+                               work_bytes, name);
+}
+
+int dmrt_gpu_attention16_backward_inner(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                        const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                        float *dv, int64_t heads, int64_t inner, int64_t positions, int64_t width,
+                                        float scale, int causal, void *work, int64_t work_bytes, const char *name) {
+    return attention16_backward(g, half, q, k, v, out, lse, dout, dq, dk, dv, heads, 1, inner, positions, width,
+                                scale, causal, work, work_bytes, name);
 }
 
 int dmrt_gpu_attention16_forward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v, float *out,
                                  float *lse, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
                                  void *work, int64_t work_bytes, const char *name) {
-    return dmrt_gpu_attention16_forward_grouped(g, half, q, k, v, out, lse, heads, 1, positions, width, scale, causal,
-                                                work, work_bytes, name);
+    return attention16_forward(g, half, q, k, v, out, lse, heads, 1, 1, positions, width, scale, causal, work,
+                               work_bytes, name);
 }
 
 int dmrt_gpu_attention16_backward(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
                                   const float *out, const float *lse, const float *dout, float *dq, float *dk,
                                   float *dv, int64_t heads, int64_t positions, int64_t width, float scale, int causal,
                                   void *work, int64_t work_bytes, const char *name) {
-    return dmrt_gpu_attention16_backward_grouped(g, half, q, k, v, out, lse, dout, dq, dk, dv, heads, 1, positions,
-                                                 width, scale, causal, work, work_bytes, name);
+    return attention16_backward(g, half, q, k, v, out, lse, dout, dq, dk, dv, heads, 1, 1, positions, width, scale,
+                                causal, work, work_bytes, name);
 }

@@ -338,6 +338,17 @@ int dmrt_gpu_attention_backward_grouped(dmrt_gpu *g, const float *q, const float
                                         const float *lse, const float *dout, float *dq, float *dk, float *dv,
                                         int64_t heads, int64_t group, int64_t positions, int64_t width, float scale,
                                         int causal);
+/* The heads side by side in a row: q, k, v, out, dout, dq, dk, dv (heads / inner,
+ * positions, inner, width) and lse (heads / inner, positions, inner), as
+ * runtime/dmrt_attention.h's inner (a fused gpt.dm attention reads its [B, T, H, D]
+ * reshapes so, with no transpose around it). inner 1 is the plain call. */
+int dmrt_gpu_attention_forward_inner(dmrt_gpu *g, const float *q, const float *k, const float *v, float *out,
+                                     float *lse, int64_t heads, int64_t inner, int64_t positions, int64_t width,
+                                     float scale, int causal);
+int dmrt_gpu_attention_backward_inner(dmrt_gpu *g, const float *q, const float *k, const float *v, const float *out,
+                                      const float *lse, const float *dout, float *dq, float *dk, float *dv,
+                                      int64_t heads, int64_t inner, int64_t positions, int64_t width, float scale,
+                                      int causal);
 
 /* The same in 16 bits through cuDNN (attention16.cu, cudnn_sdpa.h): --precision bf16
  * (half 0) or fp16 (half 1). q, k, v (and out, dout) are cast into work, the attention
@@ -366,6 +377,18 @@ int dmrt_gpu_attention16_backward_grouped(dmrt_gpu *g, int half, const float *q,
                                           const float *out, const float *lse, const float *dout, float *dq, float *dk,
                                           float *dv, int64_t heads, int64_t group, int64_t positions, int64_t width,
                                           float scale, int causal, void *work, int64_t work_bytes, const char *name);
+/* The heads side by side (layout as dmrt_gpu_attention_forward_inner's): the casts read
+ * and write that layout, cuDNN runs the plain graph on the heads one after the other in
+ * the 16-bit copies, and lse is relaid between cuDNN's statistics and the op's in the
+ * scratch (no transpose of the f32 operands anywhere). */
+int dmrt_gpu_attention16_forward_inner(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                       float *out, float *lse, int64_t heads, int64_t inner, int64_t positions,
+                                       int64_t width, float scale, int causal, void *work, int64_t work_bytes,
+                                       const char *name);
+int dmrt_gpu_attention16_backward_inner(dmrt_gpu *g, int half, const float *q, const float *k, const float *v,
+                                        const float *out, const float *lse, const float *dout, float *dq, float *dk,
+                                        float *dv, int64_t heads, int64_t inner, int64_t positions, int64_t width,
+                                        float scale, int causal, void *work, int64_t work_bytes, const char *name);
 
 /* ---- quantized products (--quantize: codegen/emit_quant.c, docs/compression.md) ----------
  *

@@ -83,6 +83,9 @@ static inline int64_t dmrt_cuda_quant_work_bytes(int activations, int64_t m, int
  * `heads` heads of (positions, width) needs, the forward or the backward:
  *   the 16-bit copies  forward q, k, v and out; backward q, k, v, out, dout, dq, dk and dv:
  *                      2 bytes an element each, each rounded up to 256 bytes
+ *   the statistics     cuDNN's lse with the heads one after the other, 4 bytes a row
+ *                      rounded up alike: relaid from or into the op's lse where the
+ *                      heads lie side by side (the _inner calls)
  *   the graph's own    backward: rowsum(dout * out), 4 bytes a row, and dq accumulated
  *                      in f32, 4 bytes an element (cudnn_sdpa.h), each rounded up alike
  *   cuDNN's engine     its workspace, which only cuDNN on a device can say: allowed
@@ -93,8 +96,9 @@ static inline int64_t dmrt_cuda_quant_work_bytes(int activations, int64_t m, int
 static inline int64_t dmrt_cuda_attention16_scratch_bytes(int64_t heads, int64_t positions, int64_t width,
                                                           int backward) {
     int64_t n = heads * positions * width, rows = heads * positions, part = (2 * n + 255) / 256 * 256;
-    int64_t own = backward ? (4 * rows + 255) / 256 * 256 + (4 * n + 255) / 256 * 256 : 0;
-    return (backward ? 8 : 4) * part + own + 4 * n + ((int64_t)1 << 20);
+    int64_t stats = (4 * rows + 255) / 256 * 256;
+    int64_t own = backward ? stats + (4 * n + 255) / 256 * 256 : 0;
+    return (backward ? 8 : 4) * part + stats + own + 4 * n + ((int64_t)1 << 20);
 }
 
 #endif

@@ -12,7 +12,8 @@ attention calls), tests/spmd/dropout.dm on data=2 x
 tensor=2 and pipeline=2 (2 micro-batches), --precision bf16 (mlp.dm on data=2 x tensor=2, gpt.dm
 serial) and fp16 (gpt.dm on pipeline=2) (gpt.dm's fused attention then calls cuDNN's,
 runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both calls, and a
-32-bit gpt.dm or llama.dm for the f32 kernel's instead), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
+32-bit gpt.dm or llama.dm for the f32 kernel's instead; gpt.dm's are the _inner calls, its
+heads' transposes folded into the attention), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
@@ -220,8 +221,10 @@ def distill_cases(tmp):
 
 def attention_problem(name, dm, sets, extra, source):
     """gpt.dm's and llama.dm's attention calls cuDNN's (both directions) under 16-bit products,
-    else the f32 kernel's; the _grouped calls where llama.dm has fewer kv heads (NKV) than
-    heads, else the plain ones."""
+    else the f32 kernel's; gpt.dm's the _inner calls (its heads' split and merge transposes
+    folded into the attention), llama.dm's the _grouped calls where it has fewer kv heads
+    (NKV) than heads, else the plain ones (RoPE between the split and the attention keeps
+    the transposes)."""
     model = os.path.basename(dm)
     if model not in ("gpt.dm", "llama.dm") or "--quantize" in extra or "--teacher" in extra:
         return None
@@ -230,11 +233,12 @@ def attention_problem(name, dm, sets, extra, source):
     sixteen = "--precision" in extra and extra[extra.index("--precision") + 1] in ("bf16", "fp16")
     dims = dict(kv.split("=") for kv in sets.split(","))
     grouped = "NKV" in dims and dims["NKV"] != dims.get("NH", "8")  # llama.dm's default NH
+    layout = "_inner" if model == "gpt.dm" else "_grouped" if grouped else ""
     for direction in ("forward", "backward"):
         for bits in ("", "16"):
-            for suffix in ("", "_grouped"):
+            for suffix in ("", "_grouped", "_inner"):
                 call = "dmrt_gpu_attention%s_%s%s(" % (bits, direction, suffix)
-                want = (bits == "16") == sixteen and (suffix == "_grouped") == grouped
+                want = (bits == "16") == sixteen and suffix == layout
                 if (call in text) != want:
                     return "%s: %s %s in %s" % (name, call, "missing" if want else "unexpected", source)
     return None

@@ -6,7 +6,9 @@
  * (about 2^-8 relative for bf16, 2^-11 for fp16), so results must agree within
  * BOUND x the largest magnitude of the reference; lse is f32 from the same inputs (1e-3).
  * Grouped-query attention's _grouped calls, 16-bit and the f32 kernel, against the same
- * reference on k and v repeated (grouped_case).
+ * reference on k and v repeated (grouped_case). The _inner calls (the heads side by side in
+ * a row, as a fused gpt.dm attention has them), f32 and 16-bit, against the same reference
+ * on the inputs relaid (inner_case).
  * Run with DMRT_CUDNN_ATTENTION=require, so a shape cuDNN makes no plan for fails rather
  * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel), auto on a
  * head width cuDNN does not take (the same) and a bad value (mode_cases).
@@ -68,11 +70,12 @@ static void reference(const float *q, const float *k, const float *v, const floa
     for (int64_t h = 0; h < heads; h++) {
         int64_t o = h * t * d;
         for (int64_t r = 0; r < t; r++)
-            dmrt_attention_row_forward(q + o, k + o, v + o, out + o, lse + h * t, r, t, d, scale, causal);
+            dmrt_attention_row_forward(q + o, k + o, v + o, out + o, lse + h * t, r, t, d, 1, scale, causal);
         for (int64_t r = 0; r < t; r++) {
-            dmrt_attention_row_dq(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dq + o, r, t, d, scale, causal);
+            dmrt_attention_row_dq(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dq + o, r, t, d, 1, scale,
+                                  causal);
             dmrt_attention_row_dkdv_grouped(q + o, k + o, v + o, out + o, lse + h * t, dout + o, dk + o, dv + o, r, 1,
-                                            t, d, scale, causal);
+                                            t, d, 1, scale, causal);
         }
     }
 }
@@ -191,6 +194,74 @@ done:;
     for (int i = 0; i < 5; i++) free(want[i]), free(got[i]);
 }
 
+/* x (heads one after the other, heads of `head` = positions x width elements) relaid with
+ * `inner` heads side by side in a row (to_inner), or back: the layout of a fused gpt.dm
+ * attention's [B, T, H, D] operands (lse: width 1). */
+static void relay(const float *x, float *y, int64_t n, int64_t inner, int64_t positions, int64_t width, int to_inner) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t at = dmrt_attention_inner_index(i, inner, positions, width);
+        if (to_inner) y[at] = x[i];
+        else y[i] = x[at];
+    }
+}
+
+/* The heads side by side (the _inner calls, what gpt.dm's fused attention runs): f32 (kind 2,
+ * attention.cu) and 16-bit (kind 0 bf16, 1 fp16) on the inputs relaid, their results relaid
+ * back, against the plain reference, within attention_case's and grouped_case's bounds. */
+static void inner_case(dmrt_gpu *g, int kind, int64_t heads, int64_t inner, int64_t t, int64_t d, int causal) {
+    const int64_t n = heads * t * d, rows = heads * t;
+    const float scale = 1.0f / sqrtf((float)d), bound = kind == 2 ? 1e-5f : kind ? 4e-3f : 3e-2f;
+    float *in[4], *side[4], *want[5], *got[5], *dev_in[4], *dev[5];
+    for (int i = 0; i < 4; i++) {
+        in[i] = floats(n), side[i] = floats(n);
+        fill16(in[i], n, 41u + (unsigned)i, kind == 1);
+        relay(in[i], side[i], n, inner, t, d, 1);
+    }
+    for (int i = 0; i < 5; i++) want[i] = floats(n), got[i] = floats(n);
+    reference(in[0], in[1], in[2], in[3], want[0], want[1], want[2], want[3], want[4], heads, t, d, scale, causal);
+    for (int i = 0; i < 4; i++) dev_in[i] = to_device(g, side[i], n);
+    dev[0] = to_device(g, NULL, n), dev[1] = to_device(g, NULL, rows);
+    for (int i = 2; i < 5; i++) dev[i] = to_device(g, NULL, n);
+    int64_t work_bytes = dmrt_cuda_attention16_scratch_bytes(heads, t, d, 1);
+    void *work = to_device(g, NULL, (work_bytes + 3) / 4);
+    if (kind == 2) {
+        ATTENTION_CALL(g,
+                       dmrt_gpu_attention_forward_inner(g, dev_in[0], dev_in[1], dev_in[2], dev[0], dev[1], heads,
+                                                        inner, t, d, scale, causal),
+                       done);
+        ATTENTION_CALL(g,
+                       dmrt_gpu_attention_backward_inner(g, dev_in[0], dev_in[1], dev_in[2], dev[0], dev[1], dev_in[3],
+                                                         dev[2], dev[3], dev[4], heads, inner, t, d, scale, causal),
+                       done);
+    } else {
+        ATTENTION_CALL(g,
+                       dmrt_gpu_attention16_forward_inner(g, kind, dev_in[0], dev_in[1], dev_in[2], dev[0], dev[1],
+                                                          heads, inner, t, d, scale, causal, work, work_bytes,
+                                                          "test.inner"),
+                       done);
+        ATTENTION_CALL(g,
+                       dmrt_gpu_attention16_backward_inner(g, kind, dev_in[0], dev_in[1], dev_in[2], dev[0], dev[1],
+                                                           dev_in[3], dev[2], dev[3], dev[4], heads, inner, t, d,
+                                                           scale, causal, work, work_bytes, "test.inner"),
+                       done);
+    }
+    ATTENTION_CALL(g, dmrt_gpu_sync(g), done);
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"}, *kinds[3] = {"bf16", "fp16", "f32"};
+    char what[96];
+    for (int i = 0; i < 5; i++) {
+        const int64_t count = i == 1 ? rows : n;
+        to_host(g, side[0], dev[i], (size_t)count * 4);
+        relay(side[0], got[i], count, inner, t, i == 1 ? 1 : d, 0);
+        snprintf(what, sizeof what, "%s %lldx(%lld,%lld) %lld side by side%s %s", kinds[kind], (long long)heads,
+                 (long long)t, (long long)d, (long long)inner, causal ? " causal" : "", names[i]);
+        compare(what, got[i], want[i], count, i == 1 && kind != 2 ? 1e-3 : bound, i != 1 || kind == 2);
+    }
+done:;
+    for (int i = 0; i < 4; i++) dmrt_gpu_free(g, dev_in[i]), free(in[i]), free(side[i]);
+    for (int i = 0; i < 5; i++) dmrt_gpu_free(g, dev[i]), free(want[i]), free(got[i]);
+    dmrt_gpu_free(g, work);
+}
+
 /* DMRT_CUDNN_ATTENTION, read when a context's first attention runs: off routes the 16-bit
  * calls to the f32 kernel; auto does for a shape cuDNN's flash attention does not take
  * (head width 12, refused before any graph, as cudnn-frontend refuses it), its backward
@@ -233,6 +304,9 @@ int main(void) {
             grouped_case(g, kind, 8, 8, 128, 64, causal); /* one kv head (multi-query) */
             grouped_case(g, kind, 6, 3, 40, 64, causal);
             grouped_case(g, kind, 16, 2, 16, 8, causal); /* llama.dm's tiny heads, NKV = NH / 2 */
+            inner_case(g, kind, 12, 12, 64, 64, causal); /* GPT-2's 12 heads of 64, B = 1 */
+            inner_case(g, kind, 8, 4, 40, 64, causal);   /* B = 2 of 4 heads */
+            inner_case(g, kind, 16, 4, 16, 8, causal);   /* gpt.dm's tiny heads */
         }
     dmrt_gpu_destroy(g);
     mode_cases();

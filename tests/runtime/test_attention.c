@@ -14,7 +14,9 @@
  * the sums over each group of the repeated heads' within the bound above (taken in
  * double), the same bits on one thread and on three; and the row functions' grouped form
  * (runtime/cuda/attention.cu's indexing) likewise against the row functions on k and v
- * repeated. */
+ * repeated. The row functions with the heads side by side (the CUDA target's _inner
+ * kernels) give the bits of the heads apart, and the 16-bit casts' index function
+ * (dmrt_attention_inner_index) the relayout written out here. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -83,28 +85,33 @@ static double worst(const float *got, const double *want, size_t n, double *abs_
 }
 
 /* The row functions over every row of every head, as runtime/cuda/attention.cu's threads run
- * and index them: k, v, dk and dv with heads / group heads, query head h reading kv head
- * h / group, a kv head's dk and dv rows summed over its group's query heads (group 1: plain
- * multi-head attention, by_rows). */
+ * and index them (dmrt_attention_head_at): k, v, dk and dv with heads / group heads, query
+ * head h reading kv head h / group, a kv head's dk and dv rows summed over its group's
+ * query heads (group 1: plain multi-head attention, by_rows); inner heads side by side in a
+ * row (group 1). */
+static void by_rows_layout(const sizes *z, int group, int inner, const float *q, const float *k, const float *v,
+                           const float *dout, float scale, float *out, float *lse, float *dq, float *dk, float *dv) {
+    const int64_t T = z->positions, D = z->width;
+    for (int64_t h = 0; h < z->heads; h++) {
+        const int64_t at = dmrt_attention_head_at(h, inner, T, D), kv_at = dmrt_attention_head_at(h / group, inner, T, D);
+        for (int64_t row = 0; row < T; row++)
+            dmrt_attention_row_forward(q + at, k + kv_at, v + kv_at, out + at, lse + at / D, row, T, D, inner, scale,
+                                       z->causal);
+        for (int64_t row = 0; row < T; row++)
+            dmrt_attention_row_dq(q + at, k + kv_at, v + kv_at, out + at, lse + at / D, dout + at, dq + at, row, T, D,
+                                  inner, scale, z->causal);
+    }
+    for (int64_t kv = 0; kv < z->heads / group; kv++) {
+        const int64_t first = dmrt_attention_head_at(kv * group, inner, T, D), kv_at = dmrt_attention_head_at(kv, inner, T, D);
+        for (int64_t row = 0; row < T; row++)
+            dmrt_attention_row_dkdv_grouped(q + first, k + kv_at, v + kv_at, out + first, lse + first / D, dout + first,
+                                            dk + kv_at, dv + kv_at, row, group, T, D, inner, scale, z->causal);
+    }
+}
+
 static void by_rows_grouped(const sizes *z, int group, const float *q, const float *k, const float *v,
                             const float *dout, float scale, float *out, float *lse, float *dq, float *dk, float *dv) {
-    const size_t T = (size_t)z->positions, D = (size_t)z->width;
-    for (size_t h = 0; h < (size_t)z->heads; h++) {
-        const size_t at = h * T * D, kv_at = h / (size_t)group * T * D;
-        for (int64_t row = 0; row < z->positions; row++)
-            dmrt_attention_row_forward(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, row, z->positions,
-                                       z->width, scale, z->causal);
-        for (int64_t row = 0; row < z->positions; row++)
-            dmrt_attention_row_dq(q + at, k + kv_at, v + kv_at, out + at, lse + h * T, dout + at, dq + at, row,
-                                  z->positions, z->width, scale, z->causal);
-    }
-    for (size_t kv = 0; kv < (size_t)(z->heads / group); kv++) {
-        const size_t first = kv * (size_t)group, kv_at = kv * T * D;
-        for (int64_t row = 0; row < z->positions; row++)
-            dmrt_attention_row_dkdv_grouped(q + first * T * D, k + kv_at, v + kv_at, out + first * T * D,
-                                            lse + first * T, dout + first * T * D, dk + kv_at, dv + kv_at, row, group,
-                                            z->positions, z->width, scale, z->causal);
-    }
+    by_rows_layout(z, group, 1, q, k, v, dout, scale, out, lse, dq, dk, dv);
 }
 
 static void by_rows(const sizes *z, const float *q, const float *k, const float *v, const float *dout, float scale,
@@ -166,8 +173,11 @@ static void relayout(const float *x, float *y, int outer, int inner, int T, int 
 /* The same attention with the heads side by side in each row ([B, T, H, D], inner = H: the
  * layout gpt.dm's reshapes leave, passes/fuse_attention.c): every result, relaid out, bit
  * for bit the one of the heads one after the other (got: out, lse, dq, dk, dv), on one
- * thread and on three. Splits the heads as outer x inner both ways it can. */
-static int heads_inner_same_bits(const sizes *z, const float *in, const float *got, float scale, float *work) {
+ * thread and on three; the row functions so indexed bit for bit theirs (rows_got), and
+ * dmrt_attention_inner_index the relayout's. Splits the heads as outer x inner every way
+ * it can. */
+static int heads_inner_same_bits(const sizes *z, const float *in, const float *got, const float *rows_got, float scale,
+                                 float *work) {
     int fails = 0;
     const int T = z->positions, D = z->width;
     const size_t n = (size_t)z->heads * T * D, rows = (size_t)z->heads * T;
@@ -190,6 +200,24 @@ static int heads_inner_same_bits(const sizes *z, const float *in, const float *g
                   "heads %d (%d x %d side by side) T %d D %d causal %d, %d thread(s): not the bits of the heads apart",
                   z->heads, outer, inner, T, D, z->causal, threads);
         }
+        /* the row functions (the CUDA target's _inner kernels) likewise against by_rows */
+        float *out = res, *lse = res + n, *dq = res + n + rows;
+        by_rows_layout(z, 1, inner, side, side + n, side + 2 * n, side + 3 * n, scale, out, lse, dq, dq + n,
+                       dq + 2 * n);
+        relayout(out, back, outer, inner, T, D, 0);
+        relayout(lse, back + n, outer, inner, T, 1, 0);
+        for (int part = 0; part < 3; part++) relayout(dq + part * n, back + n + rows + part * n, outer, inner, T, D, 0);
+        CHECK(memcmp(back, rows_got, sizeof(float) * (4 * n + rows)) == 0,
+              "rows: heads %d (%d x %d side by side) T %d D %d causal %d: not the bits of the heads apart", z->heads,
+              outer, inner, T, D, z->causal);
+        /* the 16-bit casts' index (attention16.cu): element i of the heads apart is there */
+        int64_t misplaced = 0;
+        for (size_t i = 0; i < n; i++)
+            misplaced += side[dmrt_attention_inner_index((int64_t)i, inner, T, D)] != in[i];
+        for (size_t i = 0; i < rows; i++) /* lse, an operand of width 1 */
+            misplaced += lse[dmrt_attention_inner_index((int64_t)i, inner, T, 1)] != back[n + i];
+        CHECK(misplaced == 0, "heads %d (%d x %d side by side) T %d D %d: dmrt_attention_inner_index misplaces %lld",
+              z->heads, outer, inner, T, D, (long long)misplaced);
     }
     free(side);
     free(res);
@@ -282,7 +310,10 @@ static int one(const sizes *z) {
     dmrt_attention_forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, 1, work);
     dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
                             z->causal, 1, work);
-    fails += heads_inner_same_bits(z, in, got, scale, work);
+    float *row_got = malloc(sizeof(float) * (4 * n + rows));
+    by_rows(z, q, k, v, dout, scale, row_got, row_got + n, row_got + n + rows, row_got + 2 * n + rows,
+            row_got + 3 * n + rows);
+    fails += heads_inner_same_bits(z, in, got, row_got, scale, work);
     fails += grouped_as_repeated(z, in, scale, work);
     /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
     float *split = malloc(sizeof(float) * (4 * n + rows));
@@ -297,9 +328,6 @@ static int one(const sizes *z) {
               threads);
     }
     free(split);
-    float *row_got = malloc(sizeof(float) * (4 * n + rows));
-    by_rows(z, q, k, v, dout, scale, row_got, row_got + n, row_got + n + rows, row_got + 2 * n + rows,
-            row_got + 3 * n + rows);
     static const char *const names[] = {"out", "lse", "dq", "dk", "dv"};
     const size_t at[] = {0, n, n + rows, 2 * n + rows, 3 * n + rows}, count[] = {n, rows, n, n, n};
     for (int kernels = 0; kernels < 2; kernels++)
