@@ -47,8 +47,9 @@ typedef struct cg_loop_nest {
     const char *expr;
     int accumulate;
     const char *scale;                              /* multiply out by this literal afterwards, or NULL */
-    const char *also_out;                           /* C dialect: the first local of expr is also
-                                                     * stored there, at out's index, or NULL */
+    const char *also_out;                           /* can.bias_activation: the first local of expr
+                                                     * is also stored there, at out's index (not
+                                                     * accumulated), or NULL */
     const char *cast_out;                           /* can.fused_cast: out's value is also stored
                                                      * there rounded to cast_dtype, at out's index
                                                      * (out dense, not accumulated), or NULL */

@@ -202,6 +202,23 @@ static void expr_locals(sbuf *b, const char *ind, const char *expr, const char *
     *result = rest;
 }
 
+/* The name of expr's first local ("name = e; ..."), which also_out stores. */
+static void first_local(const char *expr, char *name, size_t size) {
+    const char *eq = strchr(expr, '='), *start = expr;
+    while (isspace((unsigned char)*start)) start++;
+    const char *end = eq ? eq : start;
+    while (end > start && isspace((unsigned char)end[-1])) end--;
+    snprintf(name, size, "%.*s", (int)(end - start), start);
+}
+
+/* The kernel's last parameters: also_out's and cast_out's copies, NULL for neither. */
+static const char *extra_params(const cg_loop_nest *k, char *buf, size_t size) {
+    if (!k->also_out && !k->cast_out) return NULL;
+    snprintf(buf, size, "%s%s%s", k->also_out ? "float *also_" : "", k->also_out && k->cast_out ? ", " : "",
+             k->cast_out ? "uint16_t *cast_" : "");
+    return buf;
+}
+
 /* A loop nest with its size-1 dims dropped, seen by the threads: the kept dims (out
  * stride != 0), one thread position p per combination of them, and the summed dims
  * (out stride 0), which each thread walks. */
@@ -319,7 +336,6 @@ static void kernel_signature_with(const nest *s, int with_out, const char *last,
     sb_printf(tail, ") {\n");
 }
 
-static void kernel_signature(const nest *s, sbuf *head, sbuf *tail) { kernel_signature_with(s, 1, NULL, head, tail); }
 
 /* Each operand expr names as a local of its name: `const T_x x = x_[index];` or the
  * literal of a constant operand. */
@@ -363,9 +379,12 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
         for (int j = 0; j < s->n_summed; j++) sb_printf(head, "%s %d", j ? "," : "", s->summed[j]);
     }
     if (fold_scale) sb_printf(head, ", times %s", k->scale);
+    char also[64] = "", extra[64];
+    if (k->also_out) first_local(k->expr, also, sizeof also);
+    if (k->also_out) sb_printf(head, "; and also_ = %s", also);
     if (k->cast_out) sb_printf(head, "; and cast_ = %s(out)", cg_round_function(k->cast_dtype));
     sb_printf(head, " */\n");
-    kernel_signature_with(s, 1, k->cast_out ? "uint16_t *cast_" : NULL, head, tail);
+    kernel_signature_with(s, 1, extra_params(k, extra, sizeof extra), head, tail);
 
     /* the body first: it tells which kept dims need their index */
     unsigned dims = 0;
@@ -397,6 +416,8 @@ static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tai
         expr_locals(&body, ind, k->expr, &result);
         sbuf at = {0};
         array_index(s, s->out_stride, k->out_offset, &dims, &at);
+        /* also_out: out dense (a bias's activation), so the same index */
+        if (k->also_out) sb_printf(&body, "%salso_[%s] = %s;\n", ind, at.s, also);
         if (fold_scale) sb_printf(&body, "%sout[%s] = (%s) * %s;\n", ind, at.s, result, k->scale);
         else sb_printf(&body, "%sout[%s] = %s;\n", ind, at.s, result);
         /* the cast's copy (cast_out: out dense, so the same index) */
@@ -519,7 +540,9 @@ static void serial_kernel(const nest *s, sbuf *head, sbuf *tail) {
     sb_printf(head, "/* out %s %s over ", k->accumulate ? "+=" : "=", k->expr);
     sizes_text(s, head);
     sb_printf(head, ", in one thread (positions share elements of out) */\n");
-    kernel_signature(s, head, tail);
+    char also[64] = "", extra[64];
+    if (k->also_out) first_local(k->expr, also, sizeof also);
+    kernel_signature_with(s, 1, extra_params(k, extra, sizeof extra), head, tail);
     char ind[80] = "    ";
     for (int d = 0; d < s->rank; d++) {
         sb_printf(tail, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", ind, d, d, (long long)s->size[d], d);
@@ -533,9 +556,11 @@ static void serial_kernel(const nest *s, sbuf *head, sbuf *tail) {
     operand_loads(&all, ind, &dims, tail);
     const char *result;
     expr_locals(tail, ind, k->expr, &result);
-    sb_printf(tail, "%sout[", ind);
-    array_index(&all, s->out_stride, k->out_offset, &dims, tail);
-    sb_printf(tail, "] %s %s;\n", k->accumulate ? "+=" : "=", result);
+    sbuf at = {0};
+    array_index(&all, s->out_stride, k->out_offset, &dims, &at);
+    if (k->also_out) sb_printf(tail, "%salso_[%s] = %s;\n", ind, at.s, also);
+    sb_printf(tail, "%sout[%s] %s %s;\n", ind, at.s, k->accumulate ? "+=" : "=", result);
+    free(at.s);
     for (int d = s->rank - 1; d >= 0; d--) {
         ind[strlen(ind) - 4] = 0;
         sb_printf(tail, "%s}\n", ind);
@@ -633,6 +658,7 @@ void cg_cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     sbuf args = {0};
     sb_printf(&args, "%s", k->out);
     operand_args(&s, &args);
+    if (k->also_out) sb_printf(&args, ", %s", k->also_out);
     if (k->cast_out) sb_printf(&args, ", %s", k->cast_out);
     if (parallel) launch(w, name, s.kept_total, s.n_summed ? SUM_THREADS : THREADS, args.s);
     else launch(w, name, 1, 1, args.s);

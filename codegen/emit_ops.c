@@ -74,13 +74,14 @@ static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
     int64_t n = t->shape[t->rank - 1];
     char activation[1024], expr[2048];
     rename_var(ir_op_info_of(u->op)->forward, "x", "pre_activation", activation, sizeof activation);
-    snprintf(expr, sizeof expr, "pre_activation = p + b; %s", activation);
+    /* not "p": the CUDA dialect's kernels count their threads' positions in p */
+    snprintf(expr, sizeof expr, "pre_activation = product + bias; %s", activation);
     cg_loop_nest k = {.rank = 2, .size = {ir_numel(t) / n, n}, .n_in = 2, .out = E->cname[u->id], .out_stride = {n, 1},
                       .out_elems = ir_numel(t), .expr = expr, .also_out = E->cname[add]};
     literal lits[2];
-    set_operand(E, &k, 0, "p", add, &lits[0]);
+    set_operand(E, &k, 0, "product", add, &lits[0]);
     k.stride[0][0] = n, k.stride[0][1] = 1;
-    set_operand(E, &k, 1, "b", a->operands[1], &lits[1]);
+    set_operand(E, &k, 1, "bias", a->operands[1], &lits[1]);
     k.stride[1][1] = 1;
     cg_line(&E->w, "/* %s = %s + its bias %s, stored, and %s of it, in one pass */", E->cname[add],
             E->cname[a->operands[0]], E->cname[a->operands[1]], ir_op_info_of(u->op)->name);

@@ -4,7 +4,8 @@
  * buffer): the product is made without the bias, and the activation's pass adds the
  * bias, stores the sum (the activation's gradient reads it) and applies itself, one pass
  * where there were two (the bias's fill, the activation). Where the target's loop nests can
- * (the C dialect's; the driver asks codegen_fuses_bias). requires: memory. leaves: the graph
+ * (can.bias_activation: both dialects'; the driver asks codegen_fuses_bias). requires:
+ * memory. leaves: the graph
  * unchanged; the plan is plan->activation_of. */
 #include <stdlib.h>
 #include <string.h>

@@ -39,6 +39,7 @@ build) skips the 124M compile, the slowest. Registered only when dmc was built w
 CUDA toolkit (tests/gpu/meson.build).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -244,6 +245,23 @@ def attention_problem(name, dm, sets, extra, source):
     return None
 
 
+def bias_activation_problem(name, source):
+    """gpt-serial and gpt-124M: each layer's gelu adds c_fc's bias and stores the sum itself
+    (passes/fuse_bias.c; the kernel's also_ parameter), its product made with beta 0 and
+    no fill kernel before it."""
+    if name not in ("gpt-serial", "gpt-124M"):
+        return None
+    with open(source) as f:
+        text = f.read()
+    layers = len(re.findall(r"/\* h_\d+_mlp_c_fc = h_\d+_mlp_c_fc_matmul \+ its bias h_\d+_mlp_c_fc_bias, "
+                            r"stored, and gelu of it, in one pass \*/", text))
+    products = text.count("_mlp_c_fc_bias is added by ")
+    if layers == 0 or layers != products or "float *also_" not in text:
+        return "%s: the gelu's bias fold: %d passes, %d products, also_ %s in %s" % (
+            name, layers, products, "float *also_" in text, source)
+    return None
+
+
 def run_case(dmc, root, tmp, case, has_gpu):
     name, dm, sets, mesh, extra, build_error = case
     keep = os.path.join(tmp, name)
@@ -274,7 +292,7 @@ def run_case(dmc, root, tmp, case, has_gpu):
     for path in built:
         if not os.path.exists(path):
             return "%s: %s was not built (exit %d):\n%s" % (name, path, r.returncode, out)
-    problem = attention_problem(name, dm, sets, extra, built[0])
+    problem = attention_problem(name, dm, sets, extra, built[0]) or bias_activation_problem(name, built[0])
     if problem:
         return problem
     if has_gpu and written:

@@ -26,7 +26,8 @@ Cases: pipeline=2 (M = 2) and data=2 x pipeline=2 (M = 2), threads backend. And
 stages apart) against PipeDream's rule (test_pipedream.py's: an update per micro-batch,
 each stage's weights at its own version, the plan's stage of each parameter), the head
 reading the last stage's copy of wte at the owner's version for the same micro-batch and
-update i made with both uses' summed gradient: losses and weights, the same bounds.
+update i made with both uses' summed gradient: losses and weights, the same bounds, the
+weights' (as the key biases') times M, its updates a step.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -125,9 +126,15 @@ def check_pipedream(np, torch, G, stio, dmc, src, tmp, init, tokens, targets, pa
                                              "--mesh", mesh, "--microbatches", str(micros), "--schedule", "pipedream",
                                              "--steps", str(test_2bw.STEPS), "--save", out], timeout=240)
         dmcrun.check_losses(label, got, want, test_2bw.LOSS_RTOL)
-        # Adam's bound on how far noise moves the key biases grows with the updates: M a step
+        # Adam's bound on how far noise moves the key biases grows with the updates: M a step;
+        # and so does the rounding every weight carries, which AdamW amplifies where an
+        # element's gradient is small (the weight bound is test_gpt's for 10 updates). Measured
+        # for pipeline=2, M = 2 (20 updates): 7.4e-6 on one AVX2 EPYC, 1.18e-5 on a Zen 1 one
+        # (h.1.attn.c_attn.weight[1, 75]; every other tensor within 2e-6); a wrong rule
+        # moves weights by more than test_2bw.DISTINCT (1e-3).
         per_update = {name: (mask, bound * micros) for name, (mask, bound) in loose.items()}
-        test_gpt.check_tensors(np, label, names, stio.load(out), final, test_2bw.WEIGHT_ATOL, 0.0, loose=per_update)
+        test_gpt.check_tensors(np, label, names, stio.load(out), final, test_2bw.WEIGHT_ATOL * micros, 0.0,
+                               loose=per_update)
 
 
 def main(argv):

@@ -62,6 +62,8 @@ typedef struct nest_case {
     int i32;                  /* buffers are int32_t (a copy of ids) */
     int out_in_scratch;       /* out is (ctx->scratch + 16): an expression, not a name */
     int cast;                 /* out also stored rounded to bf16 into `cast` (cast_out) */
+    int also;                 /* expr's first local also stored into `also` (also_out: a bias's
+                               * activation, pass_fuse_bias), checked as product + bias */
     char exprbuf[512], scalebuf[64], varbuf[CG_MAX_OPERANDS][16], constbuf[CG_MAX_OPERANDS][64];
 } nest_case;
 
@@ -176,6 +178,19 @@ static void add_builtin_cases(void) {
     c->cast = 1;
     c->k = (cg_loop_nest){.rank = 2, .size = {6, 17}, .n_in = 1, .var = {"x"}, .stride = {{17, 1}}, .out_stride = {0, 1},
                           .out_elems = 17, .expr = "x", .accumulate = 1};
+
+    /* a bias's activation (passes/fuse_bias.c): the product plus the bias broadcast
+     * over the rows, stored (also_out), then gelu of it; and the same with its bf16 copy */
+    c = new_case("bias_gelu");
+    c->also = 1;
+    c->k = (cg_loop_nest){.rank = 2, .size = {33, 40}, .n_in = 2, .var = {"product", "bias"}, .stride = {{40, 1}, {0, 1}},
+                          .out_stride = {40, 1}, .out_elems = 33 * 40,
+                          .expr = "pre_activation = product + bias; "
+                                  "0.5f * pre_activation * (1.0f + tanhf(0.7978845608f * (pre_activation + 0.044715f * "
+                                  "pre_activation * pre_activation * pre_activation)))"};
+    c = new_case("bias_gelu_cast");
+    c->also = 1, c->cast = 1;
+    c->k = cases[n_cases - 2].k;
 
     /* pad: (4, 6) into (4, 10) at offset 3 of dim 1: out zeroed, then the window */
     c = new_case("pad");
@@ -308,6 +323,7 @@ static int64_t operand_elems(const cg_loop_nest *k, int i) {
 static void name_buffers(nest_case *c, char names[CG_MAX_OPERANDS][32]) {
     c->k.out = c->out_in_scratch ? "(ctx->scratch + 16)" : "out";
     if (c->cast) c->k.cast_out = "cast", c->k.cast_dtype = DT_BF16;
+    if (c->also) c->k.also_out = "also";
     for (int i = 0; i < c->k.n_in; i++) {
         snprintf(names[i], 32, "in_%s", c->k.var[i]);
         c->k.buffer[i] = c->k.constant[i] ? NULL : names[i];
@@ -321,6 +337,7 @@ static void params(FILE *f, const nest_case *c) {
     if (!c->out_in_scratch) fprintf(f, ", %s *out", t);
     for (int i = 0; i < c->k.n_in; i++)
         if (!c->k.constant[i]) fprintf(f, ", const %s *in_%s", t, c->k.var[i]);
+    if (c->also) fprintf(f, ", float *also");
     if (c->cast) fprintf(f, ", uint16_t *cast");
 }
 
@@ -339,6 +356,7 @@ static void host_nests(const cg_dialect *d, cg_writer *w, int reference) {
         for (int i = 0; i < c->k.n_in; i++)
             if (!c->k.constant[i]) cg_line(w, "(void)in_%s;", c->k.var[i]);
         if (c->cast) cg_line(w, "(void)cast;");
+        if (c->also) cg_line(w, "(void)also;");
         d->loop_nest(w, &c->k);
         cg_line(w, "return 0;");
         w->indent = 0;
@@ -603,12 +621,16 @@ static void emu_main(FILE *f) {
             fprintf(f, "        uint16_t *cast_ref = (uint16_t *)calloc(%lld, 2), *cast_emu = (uint16_t *)calloc(%lld, 2);\n",
                     (long long)out_elems, (long long)out_elems);
         }
+        if (c->also)
+            fprintf(f, "        float *also_ref = (float *)calloc(%lld, 4), *also_emu = (float *)calloc(%lld, 4);\n",
+                    (long long)out_elems, (long long)out_elems);
         fprintf(f, "        emu_tiny = tiny;\n");
         for (int r = 0; r < 2; r++) {
             fprintf(f, "        %s_%d(&ctx_%s", r ? "nest" : "ref", n, r ? "emu" : "ref");
             if (!c->out_in_scratch) fprintf(f, ", out_%s", r ? "emu" : "ref");
             for (int i = 0; i < k->n_in; i++)
                 if (!k->constant[i]) fprintf(f, ", in_%s", k->var[i]);
+            if (c->also) fprintf(f, ", also_%s", r ? "emu" : "ref");
             if (c->cast) fprintf(f, ", cast_%s", r ? "emu" : "ref");
             fprintf(f, ");\n");
         }
@@ -642,6 +664,19 @@ static void emu_main(FILE *f) {
             fprintf(f, "            failed++;\n");
             fprintf(f, "        }\n");
             fprintf(f, "        free(cast_ref), free(cast_emu);\n");
+        }
+        if (c->also) {
+            /* the stored sum, on both sides: compared with each other and with product +
+             * bias (the case's operands: product dense, bias along the last dim) */
+            int64_t cols = k->size[k->rank - 1];
+            fprintf(f, "        int also_bad = memcmp(also_ref, also_emu, %lld * 4) != 0;\n", (long long)out_elems);
+            fprintf(f, "        for (int64_t i = 0; i < %lld; i++) also_bad |= also_ref[i] != in_product[i] + in_bias[i %% %lld];\n",
+                    (long long)out_elems, (long long)cols);
+            fprintf(f, "        if (also_bad) {\n");
+            fprintf(f, "            printf(\"FAIL %d %s: the stored sum (tiny grid %%d)\\n\", tiny);\n", n, c->what);
+            fprintf(f, "            failed++;\n");
+            fprintf(f, "        }\n");
+            fprintf(f, "        free(also_ref), free(also_emu);\n");
         }
         for (int i = 0; i < k->n_in; i++)
             if (!k->constant[i]) fprintf(f, "        free(in_%s);\n", k->var[i]);
