@@ -618,6 +618,10 @@ static void cast_after(cg_writer *w, const cg_loop_nest *k) {
 }
 
 void cg_cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
+    if (k->also_out && k->accumulate) { /* the kernels store also_ only where they store out once */
+        fprintf(stderr, "dmc: internal error: a CUDA loop nest with also_out accumulates (%s)\n", k->out);
+        abort();
+    }
     nest s;
     nest_init(&s, k);
     int64_t positions = s.kept_total * s.summed_total;

@@ -17,7 +17,7 @@
  * from the forward.
  *
  * Where the target's kernels take the heads side by side in a row (g->attention_heads_inner:
- * the C target's), the heads' transposes around it go too: when q, k and v are each
+ * both targets'), the heads' transposes around it go too: when q, k and v are each
  * transpose(x, T, H) of an x of shape (.., T, H, D) read by nothing else, and the result's
  * only reader is the transpose back, the attention reads the three x and writes (.., T, H,
  * D) itself (heads_inner), in place of that transpose. gpt.dm's heads are split and

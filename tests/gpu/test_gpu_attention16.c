@@ -10,7 +10,8 @@
  * a row, as a fused gpt.dm attention has them), f32 and 16-bit, against the same reference
  * on the inputs relaid (inner_case).
  * Run with DMRT_CUDNN_ATTENTION=require, so a shape cuDNN makes no plan for fails rather
- * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel), auto on a
+ * than running the f32 kernel; then =off (the 16-bit calls run the f32 kernel, the _inner
+ * ones too, within the 16-bit bound), auto on a
  * head width cuDNN does not take (the same) and a bad value (mode_cases).
  * Also: a scratch too small for the shape fails with a message naming the attention. Without a CUDA device prints SKIP
  * and exits 77 (meson: skipped). Never run on a GPU when written. */
@@ -271,6 +272,7 @@ static void mode_cases(void) {
     setenv("DMRT_CUDNN_ATTENTION", "off", 1);
     dmrt_gpu *g = gpu_test_open();
     attention_case(g, 0, 6, 40, 64, 1, 0);
+    inner_case(g, 0, 8, 4, 40, 64, 1); /* the 16-bit _inner calls on the f32 _inner kernel */
     dmrt_gpu_destroy(g);
     setenv("DMRT_CUDNN_ATTENTION", "auto", 1);
     g = gpu_test_open();
