@@ -184,12 +184,18 @@ static int names(const char *expr, const char *name) {
 
 /* The statements of expr ("name = e; ...; result") at indent `ind`: the locals as const
  * floats, computed once per element; *result = the result expression. */
+/* The `=` of the statement from rest to end that assigns a local, or NULL (a comparison's
+ * ==, !=, <=, >= is not one). */
+static const char *local_equals(const char *rest, const char *end) {
+    for (const char *p = rest; p < end; p++)
+        if (*p == '=' && p[1] != '=' && (p == rest || !strchr("=!<>", p[-1]))) return p;
+    return NULL;
+}
+
 static void expr_locals(sbuf *b, const char *ind, const char *expr, const char **result) {
     const char *rest = expr;
     for (const char *semi; (semi = strchr(rest, ';')); rest = semi + 1) {
-        const char *eq = NULL;
-        for (const char *p = rest; p < semi && !eq; p++)
-            if (*p == '=' && p[1] != '=' && (p == rest || !strchr("=!<>", p[-1]))) eq = p;
+        const char *eq = local_equals(rest, semi);
         if (!eq) continue;
         const char *name = rest, *name_end = eq, *value = eq + 1, *value_end = semi;
         while (name < name_end && isspace((unsigned char)*name)) name++;
@@ -202,9 +208,10 @@ static void expr_locals(sbuf *b, const char *ind, const char *expr, const char *
     *result = rest;
 }
 
-/* The name of expr's first local ("name = e; ..."), which also_out stores. */
+/* The name of expr's first local ("name = e; ..."), which also_out stores; expr_locals'
+ * first statement. */
 static void first_local(const char *expr, char *name, size_t size) {
-    const char *eq = strchr(expr, '='), *start = expr;
+    const char *semi = strchr(expr, ';'), *eq = semi ? local_equals(expr, semi) : NULL, *start = expr;
     while (isspace((unsigned char)*start)) start++;
     const char *end = eq ? eq : start;
     while (end > start && isspace((unsigned char)end[-1])) end--;
@@ -335,7 +342,6 @@ static void kernel_signature_with(const nest *s, int with_out, const char *last,
     sb_printf(head, "%sstatic __global__ void ", params ? ">\n" : "");
     sb_printf(tail, ") {\n");
 }
-
 
 /* Each operand expr names as a local of its name: `const T_x x = x_[index];` or the
  * literal of a constant operand. */

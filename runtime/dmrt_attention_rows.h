@@ -30,6 +30,14 @@
 
 #include "dmrt_host_device.h"
 
+/* Whether heads of (positions, width) fit a layout: group divides the heads, inner too,
+ * and at most one of them is above 1 (grouped-query heads are one after the other). */
+DMRT_HOST_DEVICE static inline int dmrt_attention_layout_ok(int64_t heads, int64_t group, int64_t inner,
+                                                            int64_t positions, int64_t width) {
+    return heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
+           (group == 1 || inner == 1) && positions >= 0 && width > 0;
+}
+
 /* Floats from an operand's start to row 0 of head h; lse's head h starts at this / width
  * (an lse is an operand of width 1). */
 DMRT_HOST_DEVICE static inline int64_t dmrt_attention_head_at(int64_t h, int64_t inner, int64_t positions,

@@ -63,8 +63,7 @@ static int attention_forward_launch(dmrt_gpu *g, const float *q, const float *k,
                                     float *lse, int64_t heads, int64_t group, int64_t inner, int64_t positions,
                                     int64_t width, float scale, int causal) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
-                     (group == 1 || inner == 1) && positions >= 0 && width > 0);
+    ARG_CHECK(g, dmrt_attention_layout_ok(heads, group, inner, positions, width));
     const int64_t rows = heads * positions;
     if (rows == 0) return DMRT_OK;
     attention_forward_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, heads, group, inner,
@@ -78,8 +77,7 @@ static int attention_backward_launch(dmrt_gpu *g, const float *q, const float *k
                                      int64_t heads, int64_t group, int64_t inner, int64_t positions, int64_t width,
                                      float scale, int causal) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
-                     (group == 1 || inner == 1) && positions >= 0 && width > 0);
+    ARG_CHECK(g, dmrt_attention_layout_ok(heads, group, inner, positions, width));
     const int64_t rows = heads * positions, kv_rows = rows / group;
     if (rows == 0) return DMRT_OK;
     attention_dq_kernel<<<gpu_blocks(rows, 128), 128, 0, g->stream>>>(q, k, v, out, lse, dout, dq, heads, group,

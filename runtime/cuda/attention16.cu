@@ -331,8 +331,7 @@ static int attention16_forward(dmrt_gpu *g, int half, const float *q, const floa
                                int64_t width, float scale, int causal, void *work, int64_t work_bytes,
                                const char *name) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
-                     (group == 1 || inner == 1) && positions >= 0 && width > 0 && work);
+    ARG_CHECK(g, dmrt_attention_layout_ok(heads, group, inner, positions, width) && work);
     const int64_t n = heads * positions * width;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 0};
@@ -363,8 +362,7 @@ static int attention16_backward(dmrt_gpu *g, int half, const float *q, const flo
                                 int64_t heads, int64_t group, int64_t inner, int64_t positions, int64_t width,
                                 float scale, int causal, void *work, int64_t work_bytes, const char *name) {
     GPU_ENTER(g);
-    ARG_CHECK(g, heads >= 0 && group > 0 && heads % group == 0 && inner > 0 && heads % inner == 0 &&
-                     (group == 1 || inner == 1) && positions >= 0 && width > 0 && work);
+    ARG_CHECK(g, dmrt_attention_layout_ok(heads, group, inner, positions, width) && work);
     const int64_t n = heads * positions * width, rows = heads * positions;
     if (n == 0) return DMRT_OK;
     dmrt_sdpa_shape s = {heads, positions, width, half, scale, causal, 1};
