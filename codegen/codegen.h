@@ -62,6 +62,9 @@ int codegen_attention_16bit(const char *target);
 /* Whether the target's kernels store a 16-bit copy of what they write, in the same pass
  * (cg_capabilities.fused_cast; passes/precision.c then places casts after their operand's op). */
 int codegen_fuses_casts(const char *target);
+/* Whether the target's layernorm makes the residual add it reads next in its own row pass
+ * (cg_capabilities.residual_norm; the memory plan then keeps the add's operands alive to it). */
+int codegen_residual_norms(const char *target);
 /* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
 int codegen_fuses_bias(const char *target);
 /* Whether the target updates a serial program's parameters in one launch where it can

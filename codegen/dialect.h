@@ -87,6 +87,12 @@ typedef struct cg_rowwise {
     const char *bias_grad_out;                      /* layernorm_wgrad, with can.wgrad_bias: the
                                                      * sum over rows of dy (the bias's gradient)
                                                      * stored there too, or NULL */
+    const char *sum_a, *sum_b;                      /* layernorm, with can.residual_norm: x made in
+                                                     * the same pass as sum_a + sum_b (a residual
+                                                     * add) and stored, or NULL */
+    int accumulate;                                 /* layernorm_grad: out += the gradient, element
+                                                     * by element (a residual's gradient summed in
+                                                     * its buffer: pass_memory's sum_add_of) */
     const char *cast_out;                           /* layernorm and its input gradient, with
                                                      * can.fused_cast_layernorm: out also stored there
                                                      * rounded to cast_dtype, or NULL */
@@ -265,6 +271,9 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int residual_norm;      /* layernorm makes the residual add it reads in its own row pass
+                             * (cg_rowwise.sum_a, sum_b): the add's loop is not written
+                             * (emit_residual_norm.c) */
     int wgrad_bias;         /* layernorm's weight gradient sums its bias's gradient (the sum over
                              * rows of the same dy) in the same pass (cg_rowwise.bias_grad_out):
                              * the bias's own sum_to loop is not written (emit_ops.c) */

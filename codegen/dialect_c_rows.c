@@ -206,6 +206,11 @@ static void cast_row(cg_writer *w, const cg_rowwise *k) {
 
 void cg_c_layernorm(cg_writer *w, const cg_rowwise *k) {
     int indent = rowwise_open(w, k, 1);
+    if (k->sum_a) { /* the residual add's row first, stored */
+        cg_line(w, "float *sum_row = %s + base;", k->x);
+        cg_line(w, "for (int64_t j = 0; j < %lld; j++) sum_row[j] = %s[base + j] + %s[base + j];", (long long)k->n, k->sum_a,
+                k->sum_b);
+    }
     layernorm_stats(w, k);
     cg_line(w, "float *out_row = %s + base;", k->out);
     cg_line(w, "for (int64_t j = 0; j < %lld; j++) out_row[j] = (x_row[j] - mean) * rstd * %s[j] + %s[j];", (long long)k->n,
@@ -227,7 +232,9 @@ void cg_c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     double_lane_sums(w, n, 2, (const char *const[]){"sum_dxhat", "sum_dxhat_xhat"}, (const char *const[]){dxhat, dxhat_xhat});
     cg_line(w, "const float mean_dxhat = (float)(sum_dxhat / %lld.0), mean_dxhat_xhat = (float)(sum_dxhat_xhat / %lld.0);", n, n);
     cg_line(w, "for (int64_t j = 0; j < %lld; j++)", n);
-    cg_line(w, "    out_row[j] = rstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);", k->weight);
+    /* accumulate: the residual's gradient in out_row plus this one, the add's float sum */
+    cg_line(w, "    out_row[j] = %srstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);",
+            k->accumulate ? "out_row[j] + " : "", k->weight);
     cast_row(w, k);
     close_to(w, indent);
 }

@@ -272,24 +272,36 @@ static void cuda_causal_mask(cg_writer *w, const cg_rowwise *k) {
 }
 
 /* Layernorm works along the last dim (inner 1): rows = outer. */
+/* "out16, bf16" of the runtime's layernorm calls: the 16-bit copy they store too
+ * (can.fused_cast_layernorm), or "NULL, 0". */
+static void layernorm_copy_args(const cg_rowwise *k, char *buf, size_t size) {
+    if (k->cast_out) snprintf(buf, size, "%s, %d", k->cast_out, k->cast_dtype == DT_BF16);
+    else snprintf(buf, size, "NULL, 0");
+}
+
 static void cuda_layernorm(cg_writer *w, const cg_rowwise *k) {
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_layernorm(ctx->gpu, %s, %s, %s, %s, %lld, %lld, %s", k->x, k->weight, k->bias, k->out,
-             (long long)(k->outer * k->inner), (long long)k->n, k->eps);
+    char call[1024], sum[512] = "", copy[256];
+    /* a residual add made in the same kernel: dmrt_gpu_add_layernorm(.., a, b, x, ..) */
+    if (k->sum_a) snprintf(sum, sizeof sum, "%s, %s, ", k->sum_a, k->sum_b);
+    layernorm_copy_args(k, copy, sizeof copy);
+    snprintf(call, sizeof call, "dmrt_gpu_%slayernorm(ctx->gpu, %s%s, %s, %s, %s, %s, %lld, %lld, %s", k->sum_a ? "add_" : "",
+             sum, k->x, k->weight, k->bias, k->out, copy, (long long)(k->outer * k->inner), (long long)k->n, k->eps);
     cg_cuda_checked(w, call);
 }
 
 static void cuda_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
-    char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_layernorm_grad(ctx->gpu, %s, %s, %s, %s, %lld, %lld, %s", k->x, k->weight, k->dy, k->out,
-             (long long)(k->outer * k->inner), (long long)k->n, k->eps);
+    char call[1024], copy[256];
+    layernorm_copy_args(k, copy, sizeof copy);
+    snprintf(call, sizeof call, "dmrt_gpu_layernorm_grad(ctx->gpu, %s, %s, %s, %s, %d, %s, %lld, %lld, %s", k->x, k->weight, k->dy,
+             k->out, k->accumulate, copy, (long long)(k->outer * k->inner), (long long)k->n, k->eps);
     cg_cuda_checked(w, call);
 }
 
 static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
     char call[1024];
-    snprintf(call, sizeof call, "dmrt_gpu_layernorm_wgrad(ctx->gpu, %s, %s, %s, %lld, %lld, %s, %s", k->x, k->dy, k->out,
-             (long long)(k->outer * k->inner), (long long)k->n, k->eps, k->scratch ? k->scratch : "NULL");
+    snprintf(call, sizeof call, "dmrt_gpu_layernorm_wgrad(ctx->gpu, %s, %s, %s, %s, %lld, %lld, %s, %s", k->x, k->dy, k->out,
+             k->bias_grad_out ? k->bias_grad_out : "NULL", (long long)(k->outer * k->inner), (long long)k->n, k->eps,
+             k->scratch ? k->scratch : "NULL");
     cg_cuda_checked(w, call);
 }
 
@@ -322,7 +334,8 @@ const cg_dialect cg_dialect_cuda = {
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
             .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1,
-            .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1},
+            .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1, .wgrad_bias = 1,
+            .residual_norm = 1, .fused_cast_layernorm = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},

@@ -257,6 +257,11 @@ int codegen_fuses_casts(const char *target) {
     return d && d->can.fused_cast;
 }
 
+int codegen_residual_norms(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.residual_norm;
+}
+
 int codegen_attention_16bit(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention && d->can.attention_16bit;

@@ -21,7 +21,7 @@ static void buffer_range(const emitter *E, int id, int64_t *start, int64_t *end)
     *end = *start + (bytes + 3) / 4;
 }
 
-static int apart(const emitter *E, int a, int b) {
+int cg_buffers_apart(const emitter *E, int a, int b) {
     if (E->plan->region[a] != E->plan->region[b]) return 1;
     if (E->plan->region[a] != REGION_ARENA) return 0; /* inputs, parameters: not a cast's */
     int64_t a0, a1, b0, b1;
@@ -30,13 +30,22 @@ static int apart(const emitter *E, int a, int b) {
     return a1 <= b0 || b1 <= a0;
 }
 
+/* The layernorm gradient add v runs into its sum (pass_memory's sum_add_of), or NULL. */
+static const ir_value *runs_norm_grad(const emitter *E, const ir_value *v) {
+    int m = dm_product_run_by(E->plan, v);
+    return m >= 0 && V(E, m)->op == OP_LAYERNORM_GRAD ? V(E, m) : NULL;
+}
+
 /* Whether v's kernel writes its whole value densely in one pass that can store a copy:
  * an elementwise op's loop nest (with a bias's add or not), a transpose, a slice (not a
  * pad: it writes its window only), layernorm or its input gradient. */
 static int makes_in_one_pass(const emitter *E, const ir_value *v) {
     if (v->type.dtype != DT_F32 || v->op == OP_DROPOUT || E->plan->assembled_in[v->id] >= 0 ||
-        E->plan->row_stride[v->id] != 0 || shares_buffer(E, v->id))
+        E->plan->row_stride[v->id] != 0)
         return 0;
+    /* a residual's gradient that a layernorm gradient adds itself into: its row pass */
+    if (runs_norm_grad(E, v)) return E->dialect->can.fused_cast_layernorm;
+    if (shares_buffer(E, v->id)) return 0;
     switch (ir_op_info_of(v->op)->cls) {
     case OPC_UNARY:
     case OPC_UNARY_GRAD:
@@ -64,10 +73,13 @@ int fused_cast_of(const emitter *E, const ir_value *v) {
     if (c >= g->n_values) return -1;
     const ir_value *cast = V(E, c);
     if (cast->op != OP_CAST || cast->operands[0] != last || cast->phase != v->phase || cast->stage != v->stage ||
-        ir_numel(T(E, c)) != ir_numel(T(E, v->id)) || dm_made_at_create(E->plan, c) || !apart(E, c, v->id))
+        ir_numel(T(E, c)) != ir_numel(T(E, v->id)) || dm_made_at_create(E->plan, c) || !cg_buffers_apart(E, c, v->id))
         return -1;
     for (int k = 0; k < v->n_operands; k++)
-        if (V(E, v->operands[k])->op != OP_CONST && !apart(E, c, v->operands[k])) return -1;
+        if (V(E, v->operands[k])->op != OP_CONST && !cg_buffers_apart(E, c, v->operands[k])) return -1;
+    const ir_value *grad = runs_norm_grad(E, v); /* its pass reads the gradient's operands */
+    for (int k = 0; grad && k < grad->n_operands; k++)
+        if (!cg_buffers_apart(E, c, grad->operands[k])) return -1;
     return c;
 }
 

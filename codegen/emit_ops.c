@@ -90,16 +90,28 @@ static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
     E->dialect->loop_nest(&E->w, &k);
 }
 
+static void emit_rowwise_into(emitter *E, const ir_value *v, const ir_value *sum_add);
+
 static void emit_elementwise(emitter *E, const ir_value *v) {
     int add = bias_of_activation(E, v->id);
     if (add >= 0) {
         emit_bias_activation(E, v, add);
         return;
     }
+    int norm = residual_norm_of(E, v);
+    if (norm >= 0) {
+        cg_line(&E->w, "/* made by %s's pass, below */", E->cname[norm]);
+        return;
+    }
     if (runs_product(E, v)) {
         int product = dm_product_run_by(E->plan, v), sum = dm_sum_added_to(E->plan, v);
         cg_line(&E->w, "/* %s shares the buffer of %s */", E->cname[v->id], E->cname[sum >= 0 ? sum : product]);
-        emit_product(E, V(E, product));
+        if (V(E, product)->op == OP_LAYERNORM_GRAD) {
+            cg_line(&E->w, "/* the gradient %s, added to %s in its buffer: the sum */", E->cname[product], E->cname[sum]);
+            emit_rowwise_into(E, V(E, product), v);
+        } else {
+            emit_product(E, V(E, product));
+        }
         return;
     }
     if (E->plan->assembled_in[v->id] >= 0) {
@@ -283,8 +295,9 @@ static void emit_product(emitter *E, const ir_value *v) {
         k.batch_stride_b = b_rows * b_cols;
         k.batch_stride_c = ir_numel(T(E, v->id)) / k.batch;
     }
-    k.lda = a_cols;
-    k.ldb = b_cols;
+    /* a parameter's window read where it lies has its rows further apart (slice_views.c) */
+    k.lda = v->batch_dims > 0 ? a_cols : ir_rows_apart(E->g, v->operands[0]);
+    k.ldb = v->batch_dims > 0 ? b_cols : ir_rows_apart(E->g, v->operands[1]);
     if (v->trans_a) {
         k.m = a_cols, k.k = a_rows;
         k.n = v->trans_b ? b_rows : b_cols;
@@ -334,6 +347,14 @@ static void emit_matmul(emitter *E, const ir_value *v) {
  * the rest), where its piece may already have been made. */
 static void emit_slice(emitter *E, const ir_value *v) {
     int pad = v->op == OP_PAD, assembled = pad && E->plan->assembled_in[v->id] >= 0;
+    if (v->op == OP_SLICE && v->slice_view) {
+        if (v->slice_rows_apart)
+            cg_line(&E->w, "/* %s is read in place: its window of %s, rows %lld apart (its products' lda or ldb) */",
+                    E->cname[v->id], E->cname[v->operands[0]], (long long)v->slice_rows_apart);
+        else
+            cg_line(&E->w, "/* %s is read in place: its window of %s */", E->cname[v->id], E->cname[v->operands[0]]);
+        return;
+    }
     if (assembled && dm_piece_in_place(E->plan, v)) {
         cg_line(&E->w, "/* %s: %s, made in its window of %s */", E->cname[v->id], E->cname[v->operands[0]],
                 E->cname[E->plan->assembled_in[v->id]]);
@@ -371,8 +392,10 @@ static void emit_slice(emitter *E, const ir_value *v) {
 }
 
 /* Softmax, its gradient, the causal mask and layernorm: the operand viewed as (outer,
- * n, inner) around the dim the op works along. */
-static void emit_rowwise(emitter *E, const ir_value *v) {
+ * n, inner) around the dim the op works along. sum_add: the add that runs layernorm
+ * gradient v into its sum (sum_add_of; v then accumulates, and stores the add's 16-bit
+ * copy), or NULL. */
+static void emit_rowwise_into(emitter *E, const ir_value *v, const ir_value *sum_add) {
     const ir_type *x = T(E, v->operands[0]);
     int axis = v->op == OP_SOFTMAX || v->op == OP_SOFTMAX_GRAD ? v->axis : x->rank - 1;
     if (v->op == OP_CAUSAL_MASK) axis = x->rank - 2;
@@ -409,12 +432,18 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
     cg_float_literal(v->scalar, eps, sizeof eps);
     k.eps = eps;
     k.x = operand[0];
-    if (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
+    if (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) store_cast_too(E, sum_add ? sum_add : v, &k.cast_out, &k.cast_dtype);
     if (v->op == OP_LAYERNORM) {
         k.weight = operand[1], k.bias = operand[2];
+        int sum = residual_made_by_norm(E, v);
+        if (sum >= 0) {
+            k.sum_a = E->cname[V(E, sum)->operands[0]], k.sum_b = E->cname[V(E, sum)->operands[1]];
+            cg_line(&E->w, "/* and %s = %s + %s first, row by row, stored */", operand[0], k.sum_a, k.sum_b);
+        }
         E->dialect->layernorm(&E->w, &k);
     } else if (v->op == OP_LAYERNORM_GRAD) {
         k.weight = operand[1], k.dy = operand[2];
+        k.accumulate = sum_add != NULL;
         E->dialect->layernorm_grad(&E->w, &k);
     } else {
         k.dy = operand[1];
@@ -427,6 +456,12 @@ static void emit_rowwise(emitter *E, const ir_value *v) {
         if (E->dialect->wgrad_scratch_floats(k.outer * k.inner, k.n) > 0) k.scratch = "ctx->scratch";
         E->dialect->layernorm_wgrad(&E->w, &k);
     }
+}
+
+static void emit_rowwise(emitter *E, const ir_value *v) {
+    int sum_add = E->plan->sum_add_of[v->id];
+    if (sum_add >= 0) cg_line(&E->w, "/* computed into the sum by %s, below */", E->cname[sum_add]);
+    else emit_rowwise_into(E, v, NULL);
 }
 
 static void emit_embed(emitter *E, const ir_value *v) {

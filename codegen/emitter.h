@@ -158,6 +158,13 @@ static inline const dm_zero_bucket *zero_bucket_of(const emitter *E, int p) {
 /* emit_fused_cast.c: the cast that v's kernel stores as it writes v; -1 when there is
  * none or it cannot be folded in. */
 int fused_cast_of(const emitter *E, const ir_value *v);
+/* Whether the buffers of values a and b are seen not to overlap: in different regions, or
+ * apart in the arena (one layout: no pipeline stages or micro-batches). */
+int cg_buffers_apart(const emitter *E, int a, int b);
+/* emit_residual_norm.c: the layernorm that makes residual add v in its own row pass
+ * (can.residual_norm), or -1; and the add a layernorm so makes, or -1. */
+int residual_norm_of(const emitter *E, const ir_value *v);
+int residual_made_by_norm(const emitter *E, const ir_value *ln);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);

@@ -22,6 +22,7 @@ static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
     if (pass_trainable(g, d)) return 1;
     g->attention_heads_inner = codegen_attention_heads_inner(target);
     g->attention_kv_groups = codegen_attention_kv_groups(target);
+    g->residual_norms = codegen_residual_norms(target);
     pass_fuse_attention(g);
     VERIFY("fuse_attention");
     if (pass_autodiff(g, d)) return 1;
@@ -69,6 +70,8 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     VERIFY("zero_gather");
     pass_precision(g, &out->pipeline, &out->reshards);
     VERIFY("precision");
+    pass_slice_views(g);
+    VERIFY("slice_views");
     return 0;
 }
 

@@ -108,12 +108,29 @@ int64_t ir_view_offset(const ir_graph *g, const ir_value *v) {
         const ir_type *stacked = &g->values[v->operands[0]]->type;
         return v->offset * (ir_local_numel(g, stacked) / stacked->shape[0]);
     }
+    if (v->op == OP_SLICE && v->slice_view) {
+        /* the window's first element: offset steps of the dims inside axis */
+        ir_type whole = ir_local_type(g, &g->values[v->operands[0]]->type);
+        int64_t inside = 1;
+        for (int d = v->axis + 1; d < whole.rank; d++) inside *= whole.shape[d];
+        return v->offset * inside;
+    }
     return 0;
 }
 
 int ir_in_operand_buffer(const ir_value *v) {
-    return (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW) &&
+    return (v->op == OP_RESHAPE || v->op == OP_PARAM_VIEW || ir_op_info_of(v->op)->cls == OPC_VIEW ||
+            (v->op == OP_SLICE && v->slice_view)) &&
            v->role == ROLE_TEMP;
+}
+
+int64_t ir_rows_apart(const ir_graph *g, int id) {
+    const ir_value *v = g->values[id];
+    int64_t cols = v->type.rank ? ir_local_type(g, &v->type).shape[v->type.rank - 1] : 1;
+    const ir_value *x = v;
+    while (x->op == OP_RESHAPE && ir_in_operand_buffer(x)) x = g->values[x->operands[0]];
+    if (x->op == OP_SLICE && x->slice_view && x->slice_rows_apart) return x->slice_rows_apart;
+    return cols;
 }
 
 int ir_reads_operand(const ir_value *v, int k) {

@@ -172,6 +172,12 @@ typedef struct ir_value {
     int axis2;                /* ALLTOALL: the dim that becomes split */
     int mesh_axis;            /* collectives: the mesh axis communicated over */
     int64_t offset;           /* SLICE, PAD: first element along axis; STACKED_PART: which part */
+    int slice_view;           /* SLICE: read where it lies in its operand's buffer, nothing copied
+                               * (passes/slice_views.c: a parameter's window, such as gpt.dm's
+                               * c_attn q, k and v) */
+    int64_t slice_rows_apart; /* SLICE with slice_view: its rows (runs of its last dim) are this
+                               * many elements apart in the operand's buffer, read so by the
+                               * products it feeds (their lda or ldb); 0: they are adjacent */
     int batch_dims;           /* MATMUL: leading dims shared by a, b and the result */
     int perm[IR_MAX_RANK];    /* TRANSPOSE: result dim i is operand dim perm[i] */
     int trans_a, trans_b;     /* MATMUL */
@@ -272,6 +278,10 @@ typedef struct ir_graph {
     /* The target's kernels can store an activation's 16-bit copy as they write it: casts
      * are made right after their operand's op (passes/precision.c); set by the driver. */
     int casts_with_producer;
+    /* The target's layernorm makes a residual add it reads right after the add, in its own
+     * row pass (codegen/emit_residual_norm.c): the memory plan keeps the add's operands
+     * alive to the layernorm; set by the driver. */
+    int residual_norms;
     /* passes/hoist_constants.c: the values computed from numbers alone are made once, by
      * create, unless this is set (--no-hoist-constants): then in every step, as other ops */
     int constants_every_step;
@@ -364,12 +374,16 @@ typedef struct ir_attention_layout {
     int positions_dim;
 } ir_attention_layout;
 ir_attention_layout ir_attention_layout_of(const struct ir_value *v, const ir_type *q);
-/* Where a view (attention_lse, stacked_part) starts in its operand's buffer, in elements
- * of one rank's shards; 0 for other ops. */
+/* Where a view (attention_lse, stacked_part, a slice_view) starts in its operand's buffer,
+ * in elements of one rank's shards; 0 for other ops. */
 int64_t ir_view_offset(const struct ir_graph *g, const struct ir_value *v);
 /* Whether v is its first operand's buffer (the memory plan gives it none of its own): a
- * temporary reshape or view. */
+ * temporary reshape or view, or a slice_view. */
 int ir_in_operand_buffer(const struct ir_value *v);
+/* The elements between the rows (last-dim runs) of value id as its storage holds them:
+ * slice_rows_apart of the strided slice_view it is, or is a reshape of (keeping its last
+ * dim); else its last dim (rows side by side). */
+int64_t ir_rows_apart(const struct ir_graph *g, int id);
 /* Whether op v reads operand k: a unary gradient reads only the variables its
  * expression names (relu's gradient needs x and dy, not y); every other op reads all. */
 int ir_reads_operand(const struct ir_value *v, int k);

@@ -90,6 +90,8 @@ static void print_attrs(const ir_graph *g, const ir_value *v, FILE *out) {
         break;
     case OPC_SLICE:
         fprintf(out, " axis=%d offset=%lld", v->axis, (long long)v->offset);
+        if (v->slice_view) fprintf(out, " in_place");
+        if (v->slice_rows_apart) fprintf(out, " rows_apart=%lld", (long long)v->slice_rows_apart);
         break;
     case OPC_COLLECTIVE:
         fprintf(out, " over=%s", g->axes[v->mesh_axis].name);

@@ -86,6 +86,7 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     dm_op_cost c = {0};
     const ir_op_info *info = ir_op_info_of(v->op);
     if (info->cls == OPC_SOURCE) return c;
+    if (v->op == OP_SLICE && dm_slice_reads_in_place(g, v)) return c; /* nothing copied (passes/slice_views.c) */
     double out = v->type.dtype == DT_VOID ? 0 : (double)ir_storage_elems(g, v);
     double in = 0;
     for (int k = 0; k < v->n_operands; k++) {

@@ -271,7 +271,33 @@ static int owns_its_buffer(const int *bias_add_of, const int *sum_add_of, const 
     if (o->op == OP_ADD)
         for (int k = 0; k < 2; k++)
             if (bias_add_of[o->operands[k]] == o->id || sum_add_of[o->operands[k]] == o->id) return 1;
-    return o->op != OP_RESHAPE && o->op != OP_PARAM_VIEW && ir_op_info_of(o->op)->cls != OPC_VIEW && o->op != OP_PAD;
+    return o->op != OP_RESHAPE && o->op != OP_PARAM_VIEW && ir_op_info_of(o->op)->cls != OPC_VIEW && o->op != OP_PAD &&
+           !(o->op == OP_SLICE && o->slice_view);
+}
+
+/* (n_values) the last value reading each value; n for an output, the loss, or a value
+ * read in its buffer by a reshape or view (whose readers come later). */
+static int *last_readers(const ir_graph *g) {
+    int n = g->n_values;
+    int *last = malloc(((size_t)n + 1) * sizeof(int));
+    if (!last) abort();
+    for (int i = 0; i < n; i++) last[i] = -1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->values[i]->n_operands; k++) last[g->values[i]->operands[k]] = i;
+    for (int i = 0; i < n; i++)
+        if (ir_in_operand_buffer(g->values[i])) last[g->values[i]->operands[0]] = n;
+    for (int i = 0; i < g->n_outputs; i++) last[g->outputs[i]] = n;
+    if (g->loss >= 0) last[g->loss] = n;
+    return last;
+}
+
+/* Whether op m, read only by add v, may run where v is and add itself into `sum`'s buffer:
+ * a product (nothing else reading sum either), or a layernorm's input gradient (v the last
+ * reader of sum: the readers before have read it by then). */
+static int adds_into_sum(const int *readers, const int *last_reader, const ir_value *v, const ir_value *m,
+                         const ir_value *sum) {
+    if (m->op == OP_MATMUL) return !m->batch_dims && readers[sum->id] == 1;
+    return m->op == OP_LAYERNORM_GRAD && last_reader[sum->id] == v->id;
 }
 
 /* (n_values) an add of a product to a value `sum` made before the product that nothing
@@ -280,10 +306,14 @@ static int owns_its_buffer(const int *bias_add_of, const int *sum_add_of, const 
  * where the add is and accumulates into sum's buffer (beta 1), which the add takes over:
  * no pass over the three tensors, and one buffer fewer. The same sum, rounded the same
  * where the product's k is one block of the BLAS (it adds the finished dot products to
- * C); the same types, split alike, nothing pending, one stage and phase. */
+ * C); the same types, split alike, nothing pending, one stage and phase. A layernorm's
+ * input gradient added to a residual's gradient that the add reads last (gpt.dm's
+ * d_x_attn = d_h + layernorm_grad(..)) is run so too: its row loop adds each element into
+ * the residual's (the same float sum as the add's), and the add's pass is gone. */
 static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_of) {
     int n = g->n_values;
     int *sum_add_of = malloc(((size_t)n + 1) * sizeof(int));
+    int *last_reader = last_readers(g);
     if (!sum_add_of) abort();
     for (int i = 0; i < n; i++) sum_add_of[i] = -1;
     for (int i = 0; i < n; i++) {
@@ -293,8 +323,8 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
             continue;
         for (int side = 0; side < 2; side++) {
             const ir_value *m = g->values[v->operands[side]], *sum = g->values[v->operands[1 - side]];
-            if (m->op != OP_MATMUL || m->role != ROLE_TEMP || readers[m->id] != 1 || m->batch_dims ||
-                bias_add_of[m->id] >= 0 || sum->role != ROLE_TEMP || readers[sum->id] != 1 || sum->id > m->id ||
+            if (m->role != ROLE_TEMP || readers[m->id] != 1 || !adds_into_sum(readers, last_reader, v, m, sum) ||
+                bias_add_of[m->id] >= 0 || sum->role != ROLE_TEMP || sum->id > m->id ||
                 m->stage != v->stage || sum->stage != v->stage || m->phase != v->phase || sum->phase != v->phase ||
                 !owns_its_buffer(bias_add_of, sum_add_of, sum))
                 continue;
@@ -310,6 +340,7 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
             break;
         }
     }
+    free(last_reader);
     return sum_add_of;
 }
 
@@ -344,11 +375,18 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
 }
 
 /* The op whose operands v reads too, or NULL: the product a bias's add runs (bias_adds);
- * and a cast's producer (dm_cast_producer), whose operands must not die before the cast's
- * buffer is written by the producer's kernel. */
+ * a cast's producer (dm_cast_producer), whose operands must not die before the cast's
+ * buffer is written by the producer's kernel; and the residual add a layernorm right
+ * after it may make in its own pass (g->residual_norms), whose operands must not die
+ * before the layernorm's result is written. Followed as a chain (a cast of a layernorm
+ * that makes its add reads the add's operands too). */
 const ir_value *mem_operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
     int product = dm_product_run_by(plan, v);
     if (product >= 0) return g->values[product];
+    if (v->op == OP_LAYERNORM && g->residual_norms && v->operands[0] == v->id - 1) {
+        const ir_value *add = g->values[v->id - 1];
+        return add->op == OP_ADD && add->phase == v->phase && add->stage == v->stage ? add : NULL;
+    }
     return dm_cast_producer(g, v);
 }
 
@@ -404,14 +442,14 @@ static void buffer_lifetimes(const ir_graph *g, const dm_memory_plan *plan, int 
             if (last_use[s] < i && mem_read_keeps_alive(summed, v, k)) last_use[s] = i;
             if (!plan->at_create[i]) read_in_step[s] = 1;
         }
-        /* a bias's add runs its product, and a folded cast its operand's op: that op's
-         * operands are read there */
-        const ir_value *product = mem_operands_also_read(plan, g, v);
-        for (int k = 0; product && k < product->n_operands; k++) {
-            int s = plan->storage_of[product->operands[k]];
-            if (last_use[s] < i) last_use[s] = i;
-            if (!plan->at_create[i]) read_in_step[s] = 1;
-        }
+        /* a bias's add runs its product, a folded cast its operand's op, and a layernorm
+         * may make its add: those ops' operands are read there */
+        for (const ir_value *also = mem_operands_also_read(plan, g, v); also; also = mem_operands_also_read(plan, g, also))
+            for (int k = 0; k < also->n_operands; k++) {
+                int s = plan->storage_of[also->operands[k]];
+                if (last_use[s] < i) last_use[s] = i;
+                if (!plan->at_create[i]) read_in_step[s] = 1;
+            }
     }
     free(summed);
     for (int i = 0; i < g->n_outputs; i++) last_use[plan->storage_of[g->outputs[i]]] = n;

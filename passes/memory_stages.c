@@ -133,11 +133,11 @@ static void plan_stage_arena(dm_memory_plan *plan, const ir_graph *g, const dm_p
             int it = item_of[plan->storage_of[v->operands[k]]];
             if (it >= 0 && items[it].dies < pos_of[i] && mem_read_keeps_alive(summed, v, k)) items[it].dies = pos_of[i];
         }
-        const ir_value *product = mem_operands_also_read(plan, g, v);
-        for (int k = 0; product && k < product->n_operands; k++) {
-            int it = item_of[plan->storage_of[product->operands[k]]];
-            if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
-        }
+        for (const ir_value *also = mem_operands_also_read(plan, g, v); also; also = mem_operands_also_read(plan, g, also))
+            for (int k = 0; k < also->n_operands; k++) {
+                int it = item_of[plan->storage_of[also->operands[k]]];
+                if (it >= 0 && items[it].dies < pos_of[i]) items[it].dies = pos_of[i];
+            }
     }
     /* made at create and read in a step: alive through every step */
     for (int it = 0; it < n_items; it++)

@@ -74,33 +74,40 @@ static int windows_tile(const ir_graph *g, const tree *t, const ir_type *whole) 
     return 1;
 }
 
-/* Where a piece (the operand of pad p) lies in its sum's local buffer: its first element,
- * and, when its elements are `rows` runs of `cols` apart by row_stride, those (a
- * contiguous piece: rows 1). 0 when the piece is laid out otherwise. */
-static int piece_layout(const ir_graph *g, const ir_value *p, int64_t *first, int64_t *rows, int64_t *cols,
-                        int64_t *row_stride) {
-    ir_type whole = ir_local_type(g, &p->type), piece = ir_local_type(g, &g->values[p->operands[0]]->type);
+/* Where a window `piece` of `whole`, starting at `offset` along `axis` (local types), lies
+ * in whole's buffer: its first element, and, when its elements are `rows` runs of `cols`
+ * apart by row_stride, those (a contiguous window: rows 1). 0 when it is laid out
+ * otherwise. Shared with passes/slice_views.c. */
+int dm_window_layout(const ir_type *whole, const ir_type *piece, int axis, int64_t offset, int64_t *first, int64_t *rows,
+                     int64_t *cols, int64_t *row_stride) {
     int64_t stride[IR_MAX_RANK], s = 1;
-    for (int d = whole.rank - 1; d >= 0; d--) {
+    for (int d = whole->rank - 1; d >= 0; d--) {
         stride[d] = s;
-        s *= whole.shape[d];
+        s *= whole->shape[d];
     }
-    *first = p->offset * stride[p->axis];
+    *first = offset * stride[axis];
     /* merge dims from the last: a dim joins the run inside it when it steps by its size */
     int64_t run = 1, outer = 1, outer_stride = 0;
-    int d = piece.rank - 1;
-    for (; d >= 0 && (piece.shape[d] == 1 || stride[d] == run); d--) run *= piece.shape[d];
+    int d = piece->rank - 1;
+    for (; d >= 0 && (piece->shape[d] == 1 || stride[d] == run); d--) run *= piece->shape[d];
     if (d >= 0) { /* the rows: the dims outside the run, stepping as one */
         outer_stride = stride[d];
-        outer = piece.shape[d];
+        outer = piece->shape[d];
         for (d--; d >= 0; d--) {
-            if (piece.shape[d] == 1) continue;
+            if (piece->shape[d] == 1) continue;
             if (stride[d] != outer * outer_stride) return 0;
-            outer *= piece.shape[d];
+            outer *= piece->shape[d];
         }
     }
     *rows = outer, *cols = run, *row_stride = outer > 1 ? outer_stride : run;
     return 1;
+}
+
+/* Where a piece (the operand of pad p) lies in its sum's local buffer (dm_window_layout). */
+static int piece_layout(const ir_graph *g, const ir_value *p, int64_t *first, int64_t *rows, int64_t *cols,
+                        int64_t *row_stride) {
+    ir_type whole = ir_local_type(g, &p->type), piece = ir_local_type(g, &g->values[p->operands[0]]->type);
+    return dm_window_layout(&whole, &piece, p->axis, p->offset, first, rows, cols, row_stride);
 }
 
 /* The value that makes pad p's piece, through reshapes read once, when it can write the

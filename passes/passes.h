@@ -64,6 +64,14 @@ int compact_heads(ir_graph *g, dm_compaction *c, char *listed);
  * scores and probabilities nothing else reads becomes one attention op. requires: typed
  * forward graph (before autodiff); renumbers values. */
 int pass_fuse_attention(ir_graph *g);
+/* Slices of a parameter read in place (passes/slice_views.c): a window that is contiguous
+ * in the parameter, or whose rows are read only by products (their lda/ldb), is no copy
+ * (slice_view, slice_rows_apart). requires: the final graph (after pass_precision), before
+ * pass_memory. Returns how many slices it made views. */
+int pass_slice_views(ir_graph *g);
+/* Whether slice v is (or, before pass_slice_views runs, will be) read in place: the cost
+ * model prices it as no copy from the start (the pipeline's and the plan search's costs). */
+int dm_slice_reads_in_place(const ir_graph *g, const ir_value *v);
 
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
@@ -377,6 +385,11 @@ int dm_sum_added_to(const dm_memory_plan *plan, const ir_value *add);
  * pass_memory after bias_add_of, before buffers are shared; readers (n_values): each
  * value's reads, the loss and outputs counted twice. */
 void dm_plan_window_assemblies(const ir_graph *g, const int *readers, dm_memory_plan *plan);
+/* Where a window `piece` of `whole`, starting at `offset` along `axis` (local types), lies
+ * in whole's buffer: its first element and, as `rows` runs of `cols` elements, row_stride
+ * apart (contiguous: rows 1); 0 when the window is laid out otherwise. */
+int dm_window_layout(const ir_type *whole, const ir_type *piece, int axis, int64_t offset, int64_t *first, int64_t *rows,
+                     int64_t *cols, int64_t *row_stride);
 /* Whether pad (of an assembly) finds its piece already in its window: nothing to copy. */
 int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
 

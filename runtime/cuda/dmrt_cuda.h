@@ -181,17 +181,28 @@ int dmrt_gpu_softmax_grad(dmrt_gpu *g, const float *y, const float *dy, float *o
 int dmrt_gpu_causal_mask(dmrt_gpu *g, const float *x, float *out, int64_t outer,
                          int64_t queries, int64_t keys, float fill);
 /* Over the last dim of x (rows, n): out = (x - mean) * rstd * weight + bias, rstd =
- * 1 / sqrt(biased variance + eps), statistics accumulated in double. */
+ * 1 / sqrt(biased variance + eps), statistics accumulated in double. out16: out's 16-bit
+ * copy too (bf16 bits when bf16, else IEEE binary16: as dmrt_half.h rounds), or NULL. */
 int dmrt_gpu_layernorm(dmrt_gpu *g, const float *x, const float *weight, const float *bias,
-                       float *out, int64_t rows, int64_t n, float eps);
-/* dx = rstd * (dy * weight - mean(dy * weight) - xhat * mean(dy * weight * xhat)). */
+                       float *out, uint16_t *out16, int bf16, int64_t rows, int64_t n, float eps);
+/* x = a + b (a residual add, each element one float add), stored, then out (and out16) =
+ * layernorm of x as dmrt_gpu_layernorm makes it: the add's pass and the layernorm's in one
+ * kernel. */
+int dmrt_gpu_add_layernorm(dmrt_gpu *g, const float *a, const float *b, float *x,
+                           const float *weight, const float *bias, float *out, uint16_t *out16,
+                           int bf16, int64_t rows, int64_t n, float eps);
+/* dx = rstd * (dy * weight - mean(dy * weight) - xhat * mean(dy * weight * xhat)) into out,
+ * or, accumulate 1, added to out element by element (one float add each: a residual's
+ * gradient summed in place); out16 as dmrt_gpu_layernorm's, of what out holds after. */
 int dmrt_gpu_layernorm_grad(dmrt_gpu *g, const float *x, const float *weight, const float *dy,
-                            float *out, int64_t rows, int64_t n, float eps);
-/* out (n) = sum over rows of dy * xhat (the weight's gradient; the bias's is a sum), in
- * fixed chunks of rows then the chunks in order (deterministic). scratch: device floats,
- * at least dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n) (dmrt_cuda_sizes.h). */
+                            float *out, int accumulate, uint16_t *out16, int bf16, int64_t rows,
+                            int64_t n, float eps);
+/* out (n) = sum over rows of dy * xhat (the weight's gradient), and, when bias_out is not
+ * NULL, bias_out (n) = sum over rows of dy (the bias's) in the same passes; in fixed
+ * chunks of rows then the chunks in order (deterministic). scratch: device floats, at
+ * least dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n) (dmrt_cuda_sizes.h). */
 int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float *out,
-                             int64_t rows, int64_t n, float eps, float *scratch);
+                             float *bias_out, int64_t rows, int64_t n, float eps, float *scratch);
 
 /* ---- cross-entropy ------------------------------------------------------------------------
  *

@@ -62,12 +62,12 @@ static inline int64_t dmrt_cuda_wgrad_chunks(int64_t rows) {
 
 /* Floats of device scratch a layernorm weight gradient of (rows, n) needs: each row's
  * mean and rstd (2 * rows), and each chunk's column sums when there is more than one
- * chunk (chunks * n). */
+ * chunk (chunks * n), twice: the weight's and the bias's, which it may sum too. */
 static inline int64_t dmrt_cuda_layernorm_wgrad_scratch_floats(int64_t rows, int64_t n) {
     if (rows < 0) rows = 0;
     if (n < 0) n = 0;
     int64_t chunks = dmrt_cuda_wgrad_chunks(rows);
-    return 2 * rows + (chunks > 1 ? chunks * n : 0);
+    return 2 * rows + (chunks > 1 ? 2 * chunks * n : 0);
 }
 
 /* Bytes of device work a quantized product (--quantize, dmrt_gpu_gemm_wq/_i8) needs: none

@@ -5,6 +5,7 @@
  * same formulas and the same float/double choices, summed in another order. */
 #include <math.h>
 
+#include "dmrt_half.h"
 #include "gpu_internal.h"
 
 /* ---- softmax --------------------------------------------------------------------------- */
@@ -149,23 +150,42 @@ __device__ static void row_stats(const float *xr, int64_t n, float eps, double *
     *rstd = (float)(1.0 / sqrt(q / (double)n + (double)eps));
 }
 
-__global__ static void layernorm_kernel(const float *x, const float *weight, const float *bias,
-                                        float *out, int64_t rows, int64_t n, float eps) {
+/* A result's 16-bit copy: bf16 or IEEE binary16 bits, rounded as the C target rounds. */
+__device__ static inline uint16_t round16(float v, int bf16) {
+    return bf16 ? dmrt_bf16_round(v) : dmrt_f16_round(v);
+}
+
+/* out = layernorm of x; with a and b (a residual add), x is made first as a + b, row by
+ * row, and stored: the add's kernel is this one. out16: out's 16-bit copy too, or NULL. */
+__global__ static void layernorm_kernel(const float *a, const float *b, float *x,
+                                        const float *weight, const float *bias, float *out,
+                                        uint16_t *out16, int bf16, int64_t rows, int64_t n,
+                                        float eps) {
     __shared__ double shared[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * n;
+        float *xr = x + r * n;
         float *o = out + r * n;
+        if (a) {
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                xr[j] = __fadd_rn(a[r * n + j], b[r * n + j]);
+            __syncthreads();
+        }
         float mean, rstd;
         row_stats(xr, n, eps, shared, &mean, &rstd);
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             o[j] = (xr[j] - mean) * rstd * weight[j] + bias[j];
+            if (out16) out16[r * n + j] = round16(o[j], bf16);
+        }
     }
 }
 
-/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * weight. */
+/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * weight; into
+ * out, or added to it (accumulate: one rounded add, as a separate add kernel's). out16:
+ * out's 16-bit copy too, or NULL. */
 __global__ static void layernorm_grad_kernel(const float *x, const float *weight,
-                                             const float *dy, float *out, int64_t rows,
-                                             int64_t n, float eps) {
+                                             const float *dy, float *out, int accumulate,
+                                             uint16_t *out16, int bf16, int64_t rows, int64_t n,
+                                             float eps) {
     __shared__ double shared[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * n, *dyr = dy + r * n;
@@ -182,8 +202,11 @@ __global__ static void layernorm_grad_kernel(const float *x, const float *weight
         sx = gpu_block_reduce(sx, gpu_sum_op(), shared);
         const float mean_dxhat = (float)(s / (double)n);
         const float mean_dxhat_xhat = (float)(sx / (double)n);
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-            o[j] = rstd * (dyr[j] * weight[j] - mean_dxhat - (xr[j] - mean) * rstd * mean_dxhat_xhat);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            const float dx = rstd * (dyr[j] * weight[j] - mean_dxhat - (xr[j] - mean) * rstd * mean_dxhat_xhat);
+            o[j] = accumulate ? __fadd_rn(o[j], dx) : dx;
+            if (out16) out16[r * n + j] = round16(o[j], bf16);
+        }
     }
 }
 
@@ -202,64 +225,90 @@ __global__ static void layernorm_stats_kernel(const float *x, float *stats, int6
 }
 
 /* Column j of rows [chunk * per_chunk, ...): sum of dy * xhat in row order, with the C
- * target's roundings (no fused multiply-add), into sums[chunk * n + j]. A fixed chunking
- * and a fixed order: the same bits on every run. */
+ * target's roundings (no fused multiply-add), into sums[chunk * n + j]; and, when
+ * bias_sums is given, the plain sum of dy the same way into bias_sums[chunk * n + j] (the
+ * bias's gradient, read from the same dy). A fixed chunking and a fixed order: the same
+ * bits on every run. */
 __global__ static void layernorm_wgrad_kernel(const float *x, const float *dy,
-                                              const float *stats, float *sums, int64_t rows,
-                                              int64_t n, int64_t per_chunk) {
+                                              const float *stats, float *sums, float *bias_sums,
+                                              int64_t rows, int64_t n, int64_t per_chunk) {
     const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= n) return;
     const int64_t first = blockIdx.y * per_chunk;
     const int64_t last = first + per_chunk < rows ? first + per_chunk : rows;
-    float acc = 0.0f;
+    float acc = 0.0f, acc_bias = 0.0f;
     for (int64_t r = first; r < last; r++) {
+        const float d = dy[r * n + j];
         const float xhat = __fmul_rn(__fsub_rn(x[r * n + j], stats[2 * r]), stats[2 * r + 1]);
-        acc = __fadd_rn(acc, __fmul_rn(dy[r * n + j], xhat));
+        acc = __fadd_rn(acc, __fmul_rn(d, xhat));
+        acc_bias = __fadd_rn(acc_bias, d);
     }
     sums[blockIdx.y * n + j] = acc;
+    if (bias_sums) bias_sums[blockIdx.y * n + j] = acc_bias;
 }
 
-/* out[j] = the chunks' sums of column j, in chunk order. */
-__global__ static void column_sum_kernel(const float *sums, float *out, int64_t chunks,
-                                         int64_t n) {
+/* out[j] = the chunks' sums of column j, in chunk order; bias_out likewise from
+ * bias_sums, when given. */
+__global__ static void column_sum_kernel(const float *sums, float *out, const float *bias_sums,
+                                         float *bias_out, int64_t chunks, int64_t n) {
     const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= n) return;
-    float acc = 0.0f;
-    for (int64_t c = 0; c < chunks; c++) acc = __fadd_rn(acc, sums[c * n + j]);
+    float acc = 0.0f, acc_bias = 0.0f;
+    for (int64_t c = 0; c < chunks; c++) {
+        acc = __fadd_rn(acc, sums[c * n + j]);
+        if (bias_out) acc_bias = __fadd_rn(acc_bias, bias_sums[c * n + j]);
+    }
     out[j] = acc;
+    if (bias_out) bias_out[j] = acc_bias;
 }
 
 int dmrt_gpu_layernorm(dmrt_gpu *g, const float *x, const float *weight, const float *bias,
-                       float *out, int64_t rows, int64_t n, float eps) {
+                       float *out, uint16_t *out16, int bf16, int64_t rows, int64_t n, float eps) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && n >= 0);
     if (rows == 0 || n == 0) return DMRT_OK;
+    /* x is only read when no add makes it */
     layernorm_kernel<<<gpu_row_blocks(rows), gpu_row_threads(n), 0, g->stream>>>(
-        x, weight, bias, out, rows, n, eps);
+        NULL, NULL, (float *)x, weight, bias, out, out16, bf16 != 0, rows, n, eps);
+    LAUNCH_CHECK(g, "layernorm_kernel");
+    return DMRT_OK;
+}
+
+int dmrt_gpu_add_layernorm(dmrt_gpu *g, const float *a, const float *b, float *x,
+                           const float *weight, const float *bias, float *out, uint16_t *out16,
+                           int bf16, int64_t rows, int64_t n, float eps) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, rows >= 0 && n >= 0 && a != NULL && b != NULL);
+    if (rows == 0 || n == 0) return DMRT_OK;
+    layernorm_kernel<<<gpu_row_blocks(rows), gpu_row_threads(n), 0, g->stream>>>(
+        a, b, x, weight, bias, out, out16, bf16 != 0, rows, n, eps);
     LAUNCH_CHECK(g, "layernorm_kernel");
     return DMRT_OK;
 }
 
 int dmrt_gpu_layernorm_grad(dmrt_gpu *g, const float *x, const float *weight, const float *dy,
-                            float *out, int64_t rows, int64_t n, float eps) {
+                            float *out, int accumulate, uint16_t *out16, int bf16, int64_t rows,
+                            int64_t n, float eps) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && n >= 0);
     if (rows == 0 || n == 0) return DMRT_OK;
     layernorm_grad_kernel<<<gpu_row_blocks(rows), gpu_row_threads(n), 0, g->stream>>>(
-        x, weight, dy, out, rows, n, eps);
+        x, weight, dy, out, accumulate != 0, out16, bf16 != 0, rows, n, eps);
     LAUNCH_CHECK(g, "layernorm_grad_kernel");
     return DMRT_OK;
 }
 
 /* Row statistics first (one block per row), then columns summed over fixed chunks of
- * rows, then the chunks in order: deterministic, and parallel over rows and columns. */
+ * rows, then the chunks in order: deterministic, and parallel over rows and columns. The
+ * bias's gradient (bias_out) rides along in the same passes over dy. */
 int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float *out,
-                             int64_t rows, int64_t n, float eps, float *scratch) {
+                             float *bias_out, int64_t rows, int64_t n, float eps, float *scratch) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && n >= 0);
     if (n == 0) return DMRT_OK;
     if (rows == 0) {
         CUDA_CHECK(g, cudaMemsetAsync(out, 0, (size_t)n * sizeof(float), g->stream));
+        if (bias_out) CUDA_CHECK(g, cudaMemsetAsync(bias_out, 0, (size_t)n * sizeof(float), g->stream));
         return DMRT_OK;
     }
     ARG_CHECK(g, scratch != NULL);
@@ -270,18 +319,19 @@ int dmrt_gpu_layernorm_wgrad(dmrt_gpu *g, const float *x, const float *dy, float
     const size_t stats_floats = 2 * (size_t)rows;
     float *stats = scratch;
     float *sums = chunks > 1 ? stats + stats_floats : out;
+    float *bias_sums = !bias_out ? NULL : chunks > 1 ? sums + (size_t)chunks * (size_t)n : bias_out;
 
     layernorm_stats_kernel<<<gpu_row_blocks(rows), gpu_row_threads(n), 0, g->stream>>>(
         x, stats, rows, n, eps);
     LAUNCH_CHECK(g, "layernorm_stats_kernel");
     const int threads = 256;
     const dim3 grid((unsigned)((n + threads - 1) / threads), (unsigned)chunks);
-    layernorm_wgrad_kernel<<<grid, threads, 0, g->stream>>>(x, dy, stats, sums, rows, n,
-                                                            per_chunk);
+    layernorm_wgrad_kernel<<<grid, threads, 0, g->stream>>>(x, dy, stats, sums, bias_sums, rows,
+                                                            n, per_chunk);
     LAUNCH_CHECK(g, "layernorm_wgrad_kernel");
     if (chunks > 1) {
         column_sum_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, g->stream>>>(
-            sums, out, chunks, n);
+            sums, out, bias_sums, bias_out, chunks, n);
         LAUNCH_CHECK(g, "column_sum_kernel");
     }
     return DMRT_OK;

@@ -16,25 +16,12 @@ Exit status: 0 pass, 1 failure, 2 usage.
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-FAILURES = []
-CHECKS = [0]
+from generated import Checks, dmc_and_root, generate
 
-
-def check(ok, what):
-    CHECKS[0] += 1
-    print("%s %s" % ("ok  " if ok else "FAIL", what))
-    if not ok:
-        FAILURES.append(what)
-
-
-def generate(dmc, model, args, out):
-    subprocess.run([dmc, model, "-o", out] + args, check=True)
-    with open(os.path.join(out, os.path.splitext(os.path.basename(model))[0] + ".c")) as f:
-        return f.read()
+check = Checks()
 
 
 def backward_of(code):
@@ -63,10 +50,10 @@ def zero_filled(code, prefix):
 
 
 def main(argv):
-    if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
+    args = dmc_and_root(argv, __doc__)
+    if not args:
         return 2
-    dmc, root = argv[1], argv[2]
+    dmc, root = args
     with tempfile.TemporaryDirectory(prefix="dmc-windows-") as tmp:
         code = backward_of(generate(dmc, os.path.join(root, "tests/ref/ops/windows.dm"), [], tmp))
         C = 4
@@ -101,8 +88,7 @@ def main(argv):
                 check(pieces(code, bias, "made in") == 3, "%s layer %d: q, k and v bias pieces made in place" % (label, l))
             check(zero_filled(code, "d_h_\\d+_attn_c_attn_(?:weight|bias)") == 0,
                   "%s: no zero fill of a fused q | k | v gradient (a bias piece's reduction zeroes its own row)" % label)
-    print("%d checks, %d failed" % (CHECKS[0], len(FAILURES)))
-    return 1 if FAILURES else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

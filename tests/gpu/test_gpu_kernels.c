@@ -4,7 +4,8 @@
  *   memory, copies, faults, argument errors
  *   sgemm: every transpose pair, padded strides, batched, k = 0
  *   softmax (+ fused causal mask and scale), softmax_grad, causal_mask
- *   layernorm, layernorm_grad, layernorm_wgrad (deterministic: two runs, same bits)
+ *   layernorm (also with its residual add: add_layernorm), layernorm_grad (also accumulated),
+ *   layernorm_wgrad (deterministic: two runs, same bits; also with the bias's gradient)
  *   cross-entropy and its gradient, whole and vocabulary-parallel on 2 thread ranks,
  *     with a bad target recorded as a fault
  *   embedding and its gradient (the gradient bit for bit the C target's sums, twice)
@@ -201,6 +202,32 @@ static void test_softmax(dmrt_gpu *g) {
 
 /* ---- layernorm -------------------------------------------------------------------------------- */
 
+/* The 16-bit copy the layernorm kernels store with their result (out16): layernorm,
+ * add_layernorm (of x + dy) and the accumulated gradient each store the bits dmrt_half.h
+ * rounds their result to (want: the f32 results computed without the copy). */
+static void copy16_case(dmrt_gpu *g, const char *what_prefix, int64_t rows, int64_t n, const float *want, int bf16,
+                        const float *dsum, const float *dw, const float *db, const float *dx, const float *ddy, float eps) {
+    const int64_t total = rows * n;
+    uint16_t *got = xmalloc((size_t)total * sizeof(uint16_t)), *expect = xmalloc((size_t)total * sizeof(uint16_t));
+    uint16_t *d16 = to_device(g, got, (size_t)total * sizeof(uint16_t));
+    float *dout = device_floats(g, total), *dmade = device_floats(g, total);
+    for (int64_t i = 0; i < total; i++) expect[i] = bf16 ? dmrt_bf16_round(want[i]) : dmrt_f16_round(want[i]);
+    for (int form = 0; form < 2; form++) {
+        if (form == 0) GPU_OK(g, dmrt_gpu_layernorm(g, dsum, dw, db, dout, d16, bf16, rows, n, eps));
+        else GPU_OK(g, dmrt_gpu_add_layernorm(g, dx, ddy, dmade, dw, db, dout, d16, bf16, rows, n, eps));
+        from_device(g, got, d16, (size_t)total * sizeof(uint16_t));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < total; i++) bad += got[i] != expect[i];
+        if (bad) fail("%s (%lld, %lld) %s copy (%s): %lld of %lld elements differ", what_prefix, (long long)rows,
+                      (long long)n, bf16 ? "bf16" : "f16", form ? "with the add" : "alone", (long long)bad, (long long)total);
+    }
+    dmrt_gpu_free(g, d16);
+    dmrt_gpu_free(g, dout);
+    dmrt_gpu_free(g, dmade);
+    free(got);
+    free(expect);
+}
+
 static void layernorm_case(dmrt_gpu *g, int64_t rows, int64_t n, uint64_t seed) {
     const float eps = 1e-5f;
     const int64_t total = rows * n;
@@ -220,31 +247,107 @@ static void layernorm_case(dmrt_gpu *g, int64_t rows, int64_t n, uint64_t seed) 
     char what[96];
 
     ref_layernorm(x, w, b, want, rows, n, eps);
-    GPU_OK(g, dmrt_gpu_layernorm(g, dx, dw, db, dout, rows, n, eps));
+    GPU_OK(g, dmrt_gpu_layernorm(g, dx, dw, db, dout, NULL, 0, rows, n, eps));
     from_device(g, got, dout, (size_t)total * sizeof(float));
     snprintf(what, sizeof what, "layernorm (%lld, %lld)", (long long)rows, (long long)n);
     compare(what, got, want, total, 1e-5, 1e-5, 0);
 
+    /* with a residual add made in the same kernel (x + dy here): the sum stored as the
+     * host's float sum, the result as dmrt_gpu_layernorm's of that sum, to the bit */
+    {
+        float *sum = host_floats(total), *sum_got = host_floats(total), *plain = host_floats(total);
+        for (int64_t i = 0; i < total; i++) sum[i] = x[i] + dy[i];
+        float *dsum = device_floats(g, total), *dplain = device_floats(g, total);
+        float *dsum_in = to_device(g, sum, (size_t)total * sizeof(float));
+        GPU_OK(g, dmrt_gpu_layernorm(g, dsum_in, dw, db, dplain, NULL, 0, rows, n, eps));
+        GPU_OK(g, dmrt_gpu_add_layernorm(g, dx, ddy, dsum, dw, db, dout, NULL, 0, rows, n, eps));
+        from_device(g, sum_got, dsum, (size_t)total * sizeof(float));
+        from_device(g, got, dout, (size_t)total * sizeof(float));
+        from_device(g, plain, dplain, (size_t)total * sizeof(float));
+        snprintf(what, sizeof what, "add_layernorm (%lld, %lld) sum", (long long)rows, (long long)n);
+        compare_bits(what, sum_got, sum, total);
+        snprintf(what, sizeof what, "add_layernorm (%lld, %lld) result", (long long)rows, (long long)n);
+        compare_bits(what, got, plain, total);
+        copy16_case(g, "add_layernorm", rows, n, plain, 1, dsum_in, dw, db, dx, ddy, eps);
+        copy16_case(g, "add_layernorm", rows, n, plain, 0, dsum_in, dw, db, dx, ddy, eps);
+        dmrt_gpu_free(g, dsum);
+        dmrt_gpu_free(g, dplain);
+        dmrt_gpu_free(g, dsum_in);
+        free(sum);
+        free(sum_got);
+        free(plain);
+    }
+
     ref_layernorm_grad(x, w, dy, want, rows, n, eps);
-    GPU_OK(g, dmrt_gpu_layernorm_grad(g, dx, dw, ddy, dout, rows, n, eps));
+    GPU_OK(g, dmrt_gpu_layernorm_grad(g, dx, dw, ddy, dout, 0, NULL, 0, rows, n, eps));
     from_device(g, got, dout, (size_t)total * sizeof(float));
     snprintf(what, sizeof what, "layernorm_grad (%lld, %lld)", (long long)rows, (long long)n);
     compare(what, got, want, total, 1e-4, 1e-5, 0);
+
+    /* accumulated into a residual's gradient (x here): each element the float sum of the
+     * residual's and the gradient just read back, to the bit */
+    {
+        float *sum_got = host_floats(total), *sum_want = host_floats(total);
+        for (int64_t i = 0; i < total; i++) sum_want[i] = x[i] + got[i];
+        float *dsum = to_device(g, x, (size_t)total * sizeof(float));
+        GPU_OK(g, dmrt_gpu_layernorm_grad(g, dx, dw, ddy, dsum, 1, NULL, 0, rows, n, eps));
+        from_device(g, sum_got, dsum, (size_t)total * sizeof(float));
+        snprintf(what, sizeof what, "layernorm_grad (%lld, %lld) accumulated", (long long)rows, (long long)n);
+        compare_bits(what, sum_got, sum_want, total);
+        /* and its f16 copy, of the accumulated sum */
+        uint16_t *half = xmalloc((size_t)total * sizeof(uint16_t));
+        uint16_t *dhalf = to_device(g, half, (size_t)total * sizeof(uint16_t));
+        float *dsum2 = to_device(g, x, (size_t)total * sizeof(float));
+        GPU_OK(g, dmrt_gpu_layernorm_grad(g, dx, dw, ddy, dsum2, 1, dhalf, 0, rows, n, eps));
+        from_device(g, half, dhalf, (size_t)total * sizeof(uint16_t));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < total; i++) bad += half[i] != dmrt_f16_round(sum_want[i]);
+        if (bad) fail("layernorm_grad (%lld, %lld) accumulated f16 copy: %lld of %lld elements differ", (long long)rows,
+                      (long long)n, (long long)bad, (long long)total);
+        dmrt_gpu_free(g, dhalf);
+        dmrt_gpu_free(g, dsum2);
+        free(half);
+        dmrt_gpu_free(g, dsum);
+        free(sum_got);
+        free(sum_want);
+    }
 
     /* sums over rows in another grouping: relative to the size of the sum */
     float *got2 = host_floats(n);
     float *dscratch = device_floats(g, dmrt_cuda_layernorm_wgrad_scratch_floats(rows, n));
     ref_layernorm_wgrad(x, dy, want, rows, n, eps);
-    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps, dscratch));
+    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, NULL, rows, n, eps, dscratch));
     from_device(g, got, dout, (size_t)n * sizeof(float));
     snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld)", (long long)rows, (long long)n);
     compare(what, got, want, n, 1e-4, 1e-5 * sqrt((double)rows), 0);
     GPU_OK(g, dmrt_gpu_zero(g, dout, (size_t)n * sizeof(float)));
-    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, rows, n, eps, dscratch));
+    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, NULL, rows, n, eps, dscratch));
     from_device(g, got2, dout, (size_t)n * sizeof(float));
     snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld) run twice", (long long)rows,
              (long long)n);
     compare_bits(what, got2, got, n);
+
+    /* with the bias's gradient in the same passes: the weight's unchanged to the bit, the
+     * bias's the plain sum over rows of dy (in double here) */
+    float *dbias = device_floats(g, n), *bias_got = host_floats(n), *bias_want = host_floats(n);
+    for (int64_t j = 0; j < n; j++) {
+        double sum = 0.0;
+        for (int64_t r = 0; r < rows; r++) sum += dy[r * n + j];
+        bias_want[j] = (float)sum;
+    }
+    GPU_OK(g, dmrt_gpu_zero(g, dout, (size_t)n * sizeof(float)));
+    GPU_OK(g, dmrt_gpu_layernorm_wgrad(g, dx, ddy, dout, dbias, rows, n, eps, dscratch));
+    from_device(g, got2, dout, (size_t)n * sizeof(float));
+    from_device(g, bias_got, dbias, (size_t)n * sizeof(float));
+    snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld) with the bias's", (long long)rows,
+             (long long)n);
+    compare_bits(what, got2, got, n);
+    snprintf(what, sizeof what, "layernorm_wgrad (%lld, %lld) the bias's gradient", (long long)rows,
+             (long long)n);
+    compare(what, bias_got, bias_want, n, 1e-4, 1e-5 * sqrt((double)rows), 0);
+    dmrt_gpu_free(g, dbias);
+    free(bias_got);
+    free(bias_want);
 
     dmrt_gpu_free(g, dscratch);
     dmrt_gpu_free(g, dx);

@@ -41,6 +41,10 @@ rule):
                   and by expand, and merged into the heads (grouped-query attention's
                   repeat_kv), vs torch.repeat_interleave and torch.expand: the gradient
                   summed over the repeats; expand of a [1, C] row to [B, T, C]
+  slice_views.dm  windows of parameters read in place (passes/slice_views.c): columns
+                  read by products plain, transposed and as both operands; a vector's
+                  and a stack's contiguous windows; a strided window read by tanh and an
+                  activation's window, copied
   unreached.dm    parameters the loss does not reach (a spare vector, a layer never
                   called, a branch outside the loss) under AdamW with weight decay:
                   torch.optim skips a parameter whose .grad is None, so they must come
@@ -232,6 +236,20 @@ def windows_loss(torch, F, p, i):
             + (n1 * n2 * n1).sum() + (c2 * c1 * c1).mean())
 
 
+def slice_views_loss(torch, F, p, i):
+    C = 4
+    x, ws, wa, we, wm, bv = i["x"], p["ws"], p["wa"], p["we"], p["wm"], p["bv"]
+    s1 = x @ ws[:, :C]
+    s2 = x @ ws[:, C:].t()
+    m = wa[:, C:2 * C] @ wa[:, 2 * C:]
+    s3 = x @ m + bv[:C]
+    e = torch.tanh(we[:, 1:C + 1])
+    s4 = x @ wm[1] + bv[C:]
+    h = torch.tanh(s1 * s2)
+    first = h[0:1]
+    return (h * s3).mean() + ((x @ e) * s4).mean() + (first * first).mean()
+
+
 def unreached_loss(torch, F, p, i):
     h = i["x"] @ p["fc.weight"] + p["fc.bias"]
     _branch = i["x"] * p["side"]  # computed, not in the loss: side gets no gradient
@@ -317,6 +335,10 @@ MODELS = [
      [("wr", (8, 4), ("normal", 0.5)), ("wf", (4, 3, 4), ("normal", 0.5)), ("bf", (3, 4), ("normal", 1.0)),
       ("wo", (4, 4), ("normal", 0.5)), ("wn", (3, 4), ("normal", 0.5)), ("wc", (3, 4), ("normal", 0.5))],
      windows_loss),
+    ("slice_views", {"x": ((2, 3, 4), "f32")},
+     [("ws", (4, 8), ("normal", 0.5)), ("wa", (4, 12), ("normal", 0.5)), ("we", (4, 8), ("normal", 0.5)),
+      ("wm", (2, 4, 4), ("normal", 0.5)), ("bv", (8,), ("normal", 1.0))],
+     slice_views_loss),
     ("unreached", {"x": ((4, 3), "f32")},
      [("spare", (2,), ("positive",))] + _lin_params("fc", 3, 2) + _lin_params("unused", 3, 2)
      + [("side", (3,), ("positive",))],

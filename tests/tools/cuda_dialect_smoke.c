@@ -459,10 +459,19 @@ static void host_others(const cg_dialect *d, cg_writer *w) {
     d->causal_mask(w, &cm0);
     cg_rowwise ln = {.outer = 4, .n = 8, .inner = 1, .x = "x", .weight = "ln_w", .bias = "ln_b", .out = "h", .eps = "9.99999975e-06f"};
     d->layernorm(w, &ln);
+    cg_rowwise lnr = ln;
+    lnr.sum_a = "g", lnr.sum_b = "wt";
+    d->layernorm(w, &lnr);
     cg_rowwise lng = {.outer = 4, .n = 8, .inner = 1, .x = "x", .weight = "ln_w", .dy = "h", .out = "g", .eps = "9.99999975e-06f"};
     d->layernorm_grad(w, &lng);
+    cg_rowwise lnga = lng;
+    lnga.accumulate = 1;
+    d->layernorm_grad(w, &lnga);
     cg_rowwise lnw = {.outer = 4, .n = 8, .inner = 1, .x = "x", .dy = "h", .out = "ln_w", .eps = "9.99999975e-06f"};
     d->layernorm_wgrad(w, &lnw);
+    cg_rowwise lnwb = lnw;
+    lnwb.bias_grad_out = "ln_b";
+    d->layernorm_wgrad(w, &lnwb);
 
     cg_embed em = {.rows = 4, .n = 8, .cols = 8, .vocab = 8, .table = "wt", .ids = "ids", .out = "h", .fault_site = 1};
     d->embed(w, &em);

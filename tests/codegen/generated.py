@@ -1,0 +1,37 @@
+"""generated.py: what the codegen tests (test_*.py beside it) share: the source dmc
+generates for a model, and checks printed one a line, counted, and summed up at the end."""
+import os
+import subprocess
+import sys
+
+
+def generate(dmc, model, args, out, ext=".c"):
+    """The generated source (.c, or .cu for --target cuda) of `model` compiled with args."""
+    subprocess.run([dmc, model, "-o", out] + args, check=True)
+    with open(os.path.join(out, os.path.splitext(os.path.basename(model))[0] + ext)) as f:
+        return f.read()
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+        self.count = 0
+
+    def __call__(self, ok, what):
+        self.count += 1
+        print("%s %s" % ("ok  " if ok else "FAIL", what))
+        if not ok:
+            self.failures.append(what)
+
+    def finish(self):
+        """Prints the summary line; the exit status (0: every check passed)."""
+        print("%d checks, %d failed" % (self.count, len(self.failures)))
+        return 1 if self.failures else 0
+
+
+def dmc_and_root(argv, doc):
+    """(DMC, SOURCE_ROOT) from the command line, or None after printing the usage (doc)."""
+    if len(argv) != 3:
+        print(doc, file=sys.stderr)
+        return None
+    return argv[1], argv[2]
