@@ -65,6 +65,9 @@ int codegen_fuses_casts(const char *target);
 /* Whether the target's layernorm makes the residual add it reads next in its own row pass
  * (cg_capabilities.residual_norm; the memory plan then keeps the add's operands alive to it). */
 int codegen_residual_norms(const char *target);
+/* Whether the target's cross-entropy gradient writes 16-bit values itself
+ * (cg_capabilities.loss_grad_16bit; passes/precision.c then makes it in the products' type). */
+int codegen_loss_grad_16bit(const char *target);
 /* Whether the target's activations can add a bias in their own pass (pass_fuse_bias): C's can. */
 int codegen_fuses_bias(const char *target);
 /* Whether the target updates a serial program's parameters in one launch where it can

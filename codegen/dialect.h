@@ -126,6 +126,9 @@ typedef struct cg_xent {
     const char *logits, *targets;
     const char *stats;                              /* (rows, 3), as above */
     const char *out;                                /* the statistics, the loss or dlogits */
+    ir_dtype out_dtype;                             /* dlogits: f32, or the 16-bit type it is made
+                                                     * in (can.loss_grad_16bit), each value rounded
+                                                     * once from the f32 one */
     const char *dloss;                              /* the gradient: a C literal, or a buffer name whose
                                                      * element 0 is the scalar (dloss_is_buffer) */
     int dloss_is_buffer;
@@ -271,6 +274,8 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int loss_grad_16bit;    /* cross_entropy_grad writes 16-bit values (cg_xent.out_dtype) when the
+                             * gradient is made in the products' type (passes/precision.c) */
     int residual_norm;      /* layernorm makes the residual add it reads in its own row pass
                              * (cg_rowwise.sum_a, sum_b): the add's loop is not written
                              * (emit_residual_norm.c) */

@@ -365,11 +365,24 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld, *stats = %s + r * 3;", k->logits, classes, k->stats);
-    cg_line(w, "float *drow = %s + r * %lld;", k->out, classes);
-    cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
-    cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale;");
-    cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
-    cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
+    if (k->out_dtype == DT_F32) {
+        cg_line(w, "float *drow = %s + r * %lld;", k->out, classes);
+        cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
+        cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale;");
+        cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
+        cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
+    } else {
+        /* 16 bits: each f32 value as above (the target's minus scale) rounded once */
+        const char *round = cg_round_function(k->out_dtype);
+        cg_line(w, "uint16_t *drow = %s + r * %lld;", k->out, classes);
+        cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
+        cg_line(w, "    drow[c] = %s((float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale);", round);
+        cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
+        cg_line(w, "if (target >= 0 && target < %lld) {", classes);
+        cg_line(w, "    const float d = (float)(exp((double)(row[target] - stats[0])) / (double)stats[1]) * scale;");
+        cg_line(w, "    drow[target] = %s(d - scale);", round);
+        cg_line(w, "}");
+    }
     w->indent--;
     cg_line(w, "}");
     w->indent--;
@@ -667,6 +680,7 @@ const cg_dialect cg_dialect_c = {
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
             .fused_cast_layernorm = 1, .gemm_bias = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
+            .loss_grad_16bit = 1,
             .attention_heads_inner = 1, .attention_kv_groups = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},

@@ -231,10 +231,18 @@ void cg_c_layernorm_grad(cg_writer *w, const cg_rowwise *k) {
     snprintf(dxhat_xhat, sizeof dxhat_xhat, "%s * ((x_row[@] - mean) * rstd)", dxhat);
     double_lane_sums(w, n, 2, (const char *const[]){"sum_dxhat", "sum_dxhat_xhat"}, (const char *const[]){dxhat, dxhat_xhat});
     cg_line(w, "const float mean_dxhat = (float)(sum_dxhat / %lld.0), mean_dxhat_xhat = (float)(sum_dxhat_xhat / %lld.0);", n, n);
-    cg_line(w, "for (int64_t j = 0; j < %lld; j++)", n);
-    /* accumulate: the residual's gradient in out_row plus this one, the add's float sum */
-    cg_line(w, "    out_row[j] = %srstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);",
-            k->accumulate ? "out_row[j] + " : "", k->weight);
+    cg_line(w, "for (int64_t j = 0; j < %lld; j++)%s", n, k->accumulate ? " {" : "");
+    if (k->accumulate) {
+        /* the residual's gradient in out_row plus this one: the add's float sum, in a
+         * statement of its own so that no compiler fuses it into a multiply-add */
+        cg_line(w, "    const float dx = rstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);",
+                k->weight);
+        cg_line(w, "    out_row[j] = out_row[j] + dx;");
+        cg_line(w, "}");
+    } else {
+        cg_line(w, "    out_row[j] = rstd * (dy_row[j] * %s[j] - mean_dxhat - (x_row[j] - mean) * rstd * mean_dxhat_xhat);",
+                k->weight);
+    }
     cast_row(w, k);
     close_to(w, indent);
 }

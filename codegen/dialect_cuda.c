@@ -165,7 +165,11 @@ static void cuda_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     const char *dev = k->dloss_is_buffer ? k->dloss : "NULL", *value = k->dloss_is_buffer ? "0.0f" : k->dloss;
     if (k->coord) snprintf(first_class, sizeof first_class, "(int64_t)%s * %lld", k->coord, (long long)k->classes);
     else snprintf(first_class, sizeof first_class, "0");
-    snprintf(call, sizeof call, "dmrt_gpu_cross_entropy_grad(ctx->gpu, %s, %s, %s, %s, %s, %s, %lld, %lld, %s, %lld, %lld", k->logits,
+    /* a 16-bit gradient (can.loss_grad_16bit): the _half call, its type first */
+    char callee[96];
+    if (k->out_dtype == DT_F32) snprintf(callee, sizeof callee, "dmrt_gpu_cross_entropy_grad(ctx->gpu, ");
+    else snprintf(callee, sizeof callee, "dmrt_gpu_cross_entropy_grad_half(ctx->gpu, %d, ", k->out_dtype == DT_BF16);
+    snprintf(call, sizeof call, "%s%s, %s, %s, %s, %s, %s, %lld, %lld, %s, %lld, %lld", callee, k->logits,
              k->targets, k->stats, dev, value, k->out, (long long)k->rows, (long long)k->classes, first_class,
              (long long)k->all_classes, (long long)k->mean_rows);
     cg_cuda_checked(w, call);
@@ -335,7 +339,7 @@ const cg_dialect cg_dialect_cuda = {
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
             .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1,
             .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1, .wgrad_bias = 1,
-            .residual_norm = 1, .fused_cast_layernorm = 1},
+            .residual_norm = 1, .fused_cast_layernorm = 1, .loss_grad_16bit = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},

@@ -262,6 +262,11 @@ int codegen_residual_norms(const char *target) {
     return d && d->can.residual_norm;
 }
 
+int codegen_loss_grad_16bit(const char *target) {
+    const cg_dialect *d = cg_dialect_find(target ? target : "c");
+    return d && d->can.loss_grad_16bit;
+}
+
 int codegen_attention_16bit(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention && d->can.attention_16bit;

@@ -536,6 +536,9 @@ static void emit_loss(emitter *E, const ir_value *v) {
         else snprintf(dloss, sizeof dloss, "%s", E->cname[d->id]);
         k.dloss = dloss;
         k.dloss_is_buffer = d->op != OP_CONST;
+        k.out_dtype = T(E, v->id)->dtype;
+        if (k.out_dtype != DT_F32)
+            cg_line(&E->w, "/* made in %s, each value rounded once: only products read it */", ir_dtype_name(k.out_dtype));
         E->dialect->cross_entropy_grad(&E->w, &k);
         break;
     }

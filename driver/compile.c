@@ -44,6 +44,7 @@ static void choose_precision(ir_graph *g, const dm_compile_request *req, dm_pipe
     }
     g->attention_16bit = g->product_dtype != DT_F32 && codegen_attention_16bit(req->target);
     g->casts_with_producer = g->product_dtype != DT_F32 && !req->no_fuse_casts && codegen_fuses_casts(req->target);
+    g->loss_grad_16bit = g->product_dtype != DT_F32 && codegen_loss_grad_16bit(req->target);
     if (g->product_dtype == DT_F16) {
         g->loss_scale = req->loss_scale > 0 ? req->loss_scale : 65536.0;
         g->loss_scale_interval = req->loss_scale_interval > 0 ? req->loss_scale_interval : 2000;

@@ -282,6 +282,10 @@ typedef struct ir_graph {
      * row pass (codegen/emit_residual_norm.c): the memory plan keeps the add's operands
      * alive to the layernorm; set by the driver. */
     int residual_norms;
+    /* The target's cross-entropy gradient can write the products' 16-bit type itself: under
+     * --precision bf16/fp16, a classifier gradient that only products read is made in it
+     * (passes/precision.c), no f32 copy of the logits' gradient; set by the driver. */
+    int loss_grad_16bit;
     /* passes/hoist_constants.c: the values computed from numbers alone are made once, by
      * create, unless this is set (--no-hoist-constants): then in every step, as other ops */
     int constants_every_step;

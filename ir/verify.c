@@ -22,12 +22,13 @@ int ir_verify(const ir_graph *g, const char *after_pass, FILE *err) {
                 BROKEN(v, "dim %d split over unknown axis %d", d, v->type.split[d]);
         }
         if ((v->role == ROLE_PARAM) != (v->op == OP_PARAM)) BROKEN(v, "param role and op disagree");
-        /* 16-bit values are made by a cast and read only by products, which read both
-         * operands in one dtype (kernels exist for no other mix) */
+        /* 16-bit values are made by a cast (or, g->loss_grad_16bit, the classifier's
+         * gradient: passes/precision.c) and read only by products, which read both operands
+         * in one dtype (kernels exist for no other mix) */
         for (int k = 0; k < v->n_operands; k++)
             if (ir_dtype_is_half(g->values[v->operands[k]]->type.dtype) && v->op != OP_MATMUL)
                 BROKEN(v, "%s reads the 16-bit value %%%d", info->name, v->operands[k]);
-        if (ir_dtype_is_half(v->type.dtype) && v->op != OP_CAST)
+        if (ir_dtype_is_half(v->type.dtype) && v->op != OP_CAST && !(v->op == OP_CROSS_ENTROPY_GRAD && g->loss_grad_16bit))
             BROKEN(v, "%s makes a %s value", info->name, ir_dtype_name(v->type.dtype));
         if (v->op == OP_MATMUL && g->values[v->operands[0]]->type.dtype != g->values[v->operands[1]]->type.dtype)
             BROKEN(v, "a product of %s and %s", ir_dtype_name(g->values[v->operands[0]]->type.dtype),

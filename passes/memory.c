@@ -235,18 +235,25 @@ static int *count_readers(const ir_graph *g) {
  * no sum pending, on one stage, the sum read on no other. The product then runs where the
  * add was (the bias may be made after it: gpt.dm's slices of a fused bias), its C filled
  * with the bias and accumulated into (beta 1): one pass over C fewer. */
-static int *bias_adds(const ir_graph *g, const int *readers) {
-    int n = g->n_values;
-    int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int));
-    char *read_elsewhere = calloc((size_t)n + 1, 1); /* read on another stage than its own */
-    if (!bias_add_of || !read_elsewhere) abort();
-    for (int i = 0; i < n; i++) {
-        bias_add_of[i] = -1;
+/* (n_values) 1 for a value read on another stage than its own (a pipeline sends it when it
+ * is made: a buffer shared with values written later would be sent too early). */
+static char *reads_elsewhere(const ir_graph *g) {
+    char *read_elsewhere = calloc((size_t)g->n_values + 1, 1);
+    if (!read_elsewhere) abort();
+    for (int i = 0; i < g->n_values; i++)
         for (int k = 0; k < g->values[i]->n_operands; k++) {
             int o = g->values[i]->operands[k];
             if (g->values[o]->stage != g->values[i]->stage) read_elsewhere[o] = 1;
         }
-    }
+    return read_elsewhere;
+}
+
+static int *bias_adds(const ir_graph *g, const int *readers) {
+    int n = g->n_values;
+    int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int));
+    char *read_elsewhere = reads_elsewhere(g);
+    if (!bias_add_of) abort();
+    for (int i = 0; i < n; i++) bias_add_of[i] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         if (v->op != OP_ADD || v->role != ROLE_TEMP || read_elsewhere[i] || v->operands[0] == v->operands[1]) continue;
@@ -306,7 +313,9 @@ static int adds_into_sum(const int *readers, const int *last_reader, const ir_va
  * where the add is and accumulates into sum's buffer (beta 1), which the add takes over:
  * no pass over the three tensors, and one buffer fewer. The same sum, rounded the same
  * where the product's k is one block of the BLAS (it adds the finished dot products to
- * C); the same types, split alike, nothing pending, one stage and phase. A layernorm's
+ * C); the same types, split alike, nothing pending, one stage and phase, neither the sum
+ * nor the add read on another stage (a pipeline sends a value when it is made: the
+ * buffer would go before the product had added into it). A layernorm's
  * input gradient added to a residual's gradient that the add reads last (gpt.dm's
  * d_x_attn = d_h + layernorm_grad(..)) is run so too: its row loop adds each element into
  * the residual's (the same float sum as the add's), and the add's pass is gone. */
@@ -314,17 +323,18 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
     int n = g->n_values;
     int *sum_add_of = malloc(((size_t)n + 1) * sizeof(int));
     int *last_reader = last_readers(g);
+    char *read_elsewhere = reads_elsewhere(g);
     if (!sum_add_of) abort();
     for (int i = 0; i < n; i++) sum_add_of[i] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         if (v->op != OP_ADD || v->role != ROLE_TEMP || v->operands[0] == v->operands[1] || v->type.partial ||
-            v->type.dtype != DT_F32 || bias_add_of[v->operands[0]] == i)
+            v->type.dtype != DT_F32 || bias_add_of[v->operands[0]] == i || read_elsewhere[i])
             continue;
         for (int side = 0; side < 2; side++) {
             const ir_value *m = g->values[v->operands[side]], *sum = g->values[v->operands[1 - side]];
             if (m->role != ROLE_TEMP || readers[m->id] != 1 || !adds_into_sum(readers, last_reader, v, m, sum) ||
-                bias_add_of[m->id] >= 0 || sum->role != ROLE_TEMP || sum->id > m->id ||
+                bias_add_of[m->id] >= 0 || sum->role != ROLE_TEMP || sum->id > m->id || read_elsewhere[sum->id] ||
                 m->stage != v->stage || sum->stage != v->stage || m->phase != v->phase || sum->phase != v->phase ||
                 !owns_its_buffer(bias_add_of, sum_add_of, sum))
                 continue;
@@ -341,6 +351,7 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
         }
     }
     free(last_reader);
+    free(read_elsewhere);
     return sum_add_of;
 }
 

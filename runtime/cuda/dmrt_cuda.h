@@ -236,6 +236,14 @@ int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t 
                                 const float *stats, const float *dloss_dev, float dloss_value,
                                 float *dlogits, int64_t rows, int64_t classes,
                                 int64_t first_class, int64_t all_classes, int64_t mean_rows);
+/* The same gradient written in 16 bits only (bf16 bits when bf16, else IEEE binary16),
+ * each value rounded once from the f32 one: no f32 copy of dlogits (--precision bf16/fp16,
+ * where only the products read it). */
+int dmrt_gpu_cross_entropy_grad_half(dmrt_gpu *g, int bf16, const float *logits,
+                                     const int32_t *targets, const float *stats,
+                                     const float *dloss_dev, float dloss_value, uint16_t *dlogits,
+                                     int64_t rows, int64_t classes, int64_t first_class,
+                                     int64_t all_classes, int64_t mean_rows);
 
 /* ---- embedding ----------------------------------------------------------------------------
  *

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "dmrt_cuda_sizes.h"
+#include "dmrt_half.h"
 #include "gpu_internal.h"
 
 /* ---- kernels --------------------------------------------------------------------------- */
@@ -134,16 +135,18 @@ __global__ static void xent_total_kernel(const float *stats, float *out, int64_t
 /* dlogits = (softmax - onehot(target)) * dloss / mean_rows from the statistics, with the C
  * target's roundings: the probability rounded to float, times scale, minus scale at the
  * target when this rank holds its class. */
+/* dlogits (f32), or its 16-bit copy only (dlogits16, bf16 or IEEE binary16 bits: each
+ * value rounded once from the f32 one, as dmrt_half.h rounds). */
 __global__ static void xent_grad_kernel(const float *logits, const int32_t *targets,
                                         const float *stats, const float *dloss_dev,
-                                        float dloss_value, float *dlogits, int64_t rows,
-                                        int64_t classes, int64_t first_class,
-                                        int64_t all_classes, int64_t mean_rows) {
+                                        float dloss_value, float *dlogits, uint16_t *dlogits16,
+                                        int bf16, int64_t rows, int64_t classes,
+                                        int64_t first_class, int64_t all_classes,
+                                        int64_t mean_rows) {
     const float dloss = dloss_dev ? *dloss_dev : dloss_value;
     const float scale = dloss / (float)mean_rows;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *row = logits + r * classes;
-        float *drow = dlogits + r * classes;
         const int64_t target = targets[r];
         const int bad = target < 0 || target >= all_classes;
         const int64_t t = target - first_class;
@@ -152,7 +155,9 @@ __global__ static void xent_grad_kernel(const float *logits, const int32_t *targ
         for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
             float v = __fmul_rn((float)(exp((double)(row[c] - mx)) / sum), scale);
             if (c == t) v = __fsub_rn(v, scale);
-            drow[c] = bad ? 0.0f : v;
+            if (bad) v = 0.0f;
+            if (dlogits16) dlogits16[r * classes + c] = bf16 ? dmrt_bf16_round(v) : dmrt_f16_round(v);
+            else dlogits[r * classes + c] = v;
         }
     }
 }
@@ -253,22 +258,43 @@ int dmrt_gpu_cross_entropy(dmrt_gpu *g, const float *stats, float *out_loss, int
     return DMRT_OK;
 }
 
+static int xent_grad(dmrt_gpu *g, const char *what, const float *logits, const int32_t *targets,
+                     const float *stats, const float *dloss_dev, float dloss_value, float *dlogits,
+                     uint16_t *dlogits16, int bf16, int64_t rows, int64_t classes,
+                     int64_t first_class, int64_t all_classes, int64_t mean_rows) {
+    GPU_ENTER(g);
+    int rc = check_xent(g, what, rows, classes, mean_rows);
+    if (rc != DMRT_OK) return rc;
+    if (first_class < 0 || all_classes < first_class + classes)
+        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
+                             "%s: classes [%lld, %lld) are not within [0, %lld)", what,
+                             (long long)first_class, (long long)(first_class + classes),
+                             (long long)all_classes);
+    if (rows == 0 || classes == 0) return DMRT_OK;
+    xent_grad_kernel<<<gpu_row_blocks(rows), gpu_row_threads(classes), 0, g->stream>>>(
+        logits, targets, stats, dloss_dev, dloss_value, dlogits, dlogits16, bf16 != 0, rows,
+        classes, first_class, all_classes, mean_rows);
+    LAUNCH_CHECK(g, "xent_grad_kernel");
+    return DMRT_OK;
+}
+
 int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t *targets,
                                 const float *stats, const float *dloss_dev, float dloss_value,
                                 float *dlogits, int64_t rows, int64_t classes,
                                 int64_t first_class, int64_t all_classes, int64_t mean_rows) {
+    return xent_grad(g, "dmrt_gpu_cross_entropy_grad", logits, targets, stats, dloss_dev,
+                     dloss_value, dlogits, NULL, 0, rows, classes, first_class, all_classes,
+                     mean_rows);
+}
+
+int dmrt_gpu_cross_entropy_grad_half(dmrt_gpu *g, int bf16, const float *logits,
+                                     const int32_t *targets, const float *stats,
+                                     const float *dloss_dev, float dloss_value, uint16_t *dlogits,
+                                     int64_t rows, int64_t classes, int64_t first_class,
+                                     int64_t all_classes, int64_t mean_rows) {
     GPU_ENTER(g);
-    int rc = check_xent(g, "dmrt_gpu_cross_entropy_grad", rows, classes, mean_rows);
-    if (rc != DMRT_OK) return rc;
-    if (first_class < 0 || all_classes < first_class + classes)
-        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
-                             "dmrt_gpu_cross_entropy_grad: classes [%lld, %lld) are not within "
-                             "[0, %lld)", (long long)first_class,
-                             (long long)(first_class + classes), (long long)all_classes);
-    if (rows == 0 || classes == 0) return DMRT_OK;
-    xent_grad_kernel<<<gpu_row_blocks(rows), gpu_row_threads(classes), 0, g->stream>>>(
-        logits, targets, stats, dloss_dev, dloss_value, dlogits, rows, classes, first_class,
-        all_classes, mean_rows);
-    LAUNCH_CHECK(g, "xent_grad_kernel");
-    return DMRT_OK;
+    ARG_CHECK(g, dlogits != NULL || rows == 0 || classes == 0);
+    return xent_grad(g, "dmrt_gpu_cross_entropy_grad_half", logits, targets, stats, dloss_dev,
+                     dloss_value, NULL, dlogits, bf16, rows, classes, first_class, all_classes,
+                     mean_rows);
 }

@@ -3,6 +3,7 @@ generates for a model, and checks printed one a line, counted, and summed up at 
 import os
 import subprocess
 import sys
+import tempfile
 
 
 def generate(dmc, model, args, out, ext=".c"):
@@ -29,9 +30,13 @@ class Checks:
         return 1 if self.failures else 0
 
 
-def dmc_and_root(argv, doc):
-    """(DMC, SOURCE_ROOT) from the command line, or None after printing the usage (doc)."""
+def run(argv, doc, prefix, body):
+    """The test: body(check, dmc, root, tmp) with DMC and SOURCE_ROOT from the command line
+    and a fresh temporary directory; its exit status (2: usage, printing doc)."""
     if len(argv) != 3:
         print(doc, file=sys.stderr)
-        return None
-    return argv[1], argv[2]
+        return 2
+    check = Checks()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        body(check, argv[1], argv[2], tmp)
+    return check.finish()

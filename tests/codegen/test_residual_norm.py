@@ -18,58 +18,49 @@ Exit status: 0 pass, 1 failure, 2 usage.
 import os
 import re
 import sys
-import tempfile
 
-from generated import Checks, dmc_and_root, generate
-
-check = Checks()
+from generated import generate, run
 
 
-def main(argv):
-    args = dmc_and_root(argv, __doc__)
-    if not args:
-        return 2
-    dmc, root = args
+def body(check, dmc, root, tmp):
     gpt = os.path.join(root, "examples/gpt.dm")
     L = 2
     dims = "V=64,T=16,C=32,NH=4,L=%d,B=4" % L
-    with tempfile.TemporaryDirectory(prefix="dmc-residual-norm-") as tmp:
-        for label, args in (("serial", []), ("data=2", ["--mesh", "data=2"]), ("bf16", ["--precision", "bf16"])):
-            code = generate(dmc, gpt, ["--set", dims] + args, os.path.join(tmp, label), ".c")
-            made = re.findall(r"/\* (\w+) = add : [^*]*\*/\n\s*/\* made by (\w+)'s pass, below \*/", code)
-            check(len(made) == 2 * L and all(n.endswith("ln_2") or n.endswith("ln_1") or n == "ln_f" for _, n in made),
-                  "gpt.dm %s: %d residual adds made by their layernorm (%s)" % (label, 2 * L, made))
-            check(all(re.search(r"/\* and %s = \w+ \+ \w+ first, row by row, stored \*/" % a, code) for a, _ in made),
-                  "gpt.dm %s: each layernorm says which add it makes" % label)
-            check(re.search(r"\bx\[i0[^]]*\] = wte\[", code) is not None, "gpt.dm %s: x = wte + wpe (a broadcast) keeps its loop" % label)
-            accumulated = re.findall(r"/\* the gradient (\w+), added to (\w+) in its buffer: the sum \*/", code)
-            check(len(accumulated) == 2 * L, "gpt.dm %s: %d layernorm gradients added into the residual's (%s)"
-                  % (label, 2 * L, accumulated))
-            check(code.count("out_row[j] = out_row[j] + rstd * ") == 2 * L,
-                  "gpt.dm %s: their row loops accumulate (out_row[j] = out_row[j] + ...)" % label)
-            if label == "bf16":
-                copies = [g for g, _ in accumulated
-                          if re.search(r"/\* the gradient %s, added to \w+ in its buffer: the sum \*/\n\s*/\* and its bf16 copy"
-                                       % g, code)]
-                # all but d_x, which only the embedding's f32 gradient reads
-                check(len(copies) == 2 * L - 1,
-                      "gpt.dm bf16: %d accumulated sums store their bf16 copy in the same pass (%s)" % (2 * L - 1, copies))
+    for label, args in (("serial", []), ("data=2", ["--mesh", "data=2"]), ("bf16", ["--precision", "bf16"])):
+        code = generate(dmc, gpt, ["--set", dims] + args, os.path.join(tmp, label), ".c")
+        made = re.findall(r"/\* (\w+) = add : [^*]*\*/\n\s*/\* made by (\w+)'s pass, below \*/", code)
+        check(len(made) == 2 * L and all(n.endswith("ln_2") or n.endswith("ln_1") or n == "ln_f" for _, n in made),
+              "gpt.dm %s: %d residual adds made by their layernorm (%s)" % (label, 2 * L, made))
+        check(all(re.search(r"/\* and %s = \w+ \+ \w+ first, row by row, stored \*/" % a, code) for a, _ in made),
+              "gpt.dm %s: each layernorm says which add it makes" % label)
+        check(re.search(r"\bx\[i0[^]]*\] = wte\[", code) is not None, "gpt.dm %s: x = wte + wpe (a broadcast) keeps its loop" % label)
+        accumulated = re.findall(r"/\* the gradient (\w+), added to (\w+) in its buffer: the sum \*/", code)
+        check(len(accumulated) == 2 * L, "gpt.dm %s: %d layernorm gradients added into the residual's (%s)"
+              % (label, 2 * L, accumulated))
+        check(code.count("out_row[j] = out_row[j] + dx;") == 2 * L,
+              "gpt.dm %s: their row loops accumulate (out_row[j] = out_row[j] + dx)" % label)
+        if label == "bf16":
+            copies = [g for g, _ in accumulated
+                      if re.search(r"/\* the gradient %s, added to \w+ in its buffer: the sum \*/\n\s*/\* and its bf16 copy"
+                                   % g, code)]
+            # all but d_x, which only the embedding's f32 gradient reads
+            check(len(copies) == 2 * L - 1,
+                  "gpt.dm bf16: %d accumulated sums store their bf16 copy in the same pass (%s)" % (2 * L - 1, copies))
 
-        code = generate(dmc, gpt, ["--set", dims, "--mesh", "pipeline=2", "--microbatches", "2"], os.path.join(tmp, "pipe"), ".c")
-        check(re.search(r"/\* made by \w+'s pass, below \*/", code) is None,
-              "gpt.dm pipeline=2: the forward residual adds keep their loops")
+    code = generate(dmc, gpt, ["--set", dims, "--mesh", "pipeline=2", "--microbatches", "2"], os.path.join(tmp, "pipe"), ".c")
+    check(re.search(r"/\* made by \w+'s pass, below \*/", code) is None,
+          "gpt.dm pipeline=2: the forward residual adds keep their loops")
 
-        code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
-        check(len(re.findall(r"dmrt_gpu_add_layernorm\(ctx->gpu, \w+, \w+, \w+, ", code)) == 2 * L,
-              "gpt.dm --target cuda: %d dmrt_gpu_add_layernorm calls" % (2 * L))
-        check(len(re.findall(r"dmrt_gpu_layernorm_grad\(ctx->gpu, \w+, \w+, \w+, \w+, 1, NULL, 0,", code)) == 2 * L,
-              "gpt.dm --target cuda: %d accumulated layernorm gradients" % (2 * L))
-        code = generate(dmc, gpt, ["--set", dims, "--target", "cuda", "--precision", "bf16"], os.path.join(tmp, "cuda16"), ".cu")
-        with_copy = re.findall(r"dmrt_gpu_(?:add_)?layernorm(?:_grad)?\(ctx->gpu, [^;]*?, (\w+_bf16), 1, \d+, \d+,", code)
-        check(len(with_copy) >= 4 * L, "gpt.dm --target cuda bf16: %d layernorm calls store their bf16 copy (%s)"
-              % (len(with_copy), with_copy[:4]))
-    return check.finish()
+    code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
+    check(len(re.findall(r"dmrt_gpu_add_layernorm\(ctx->gpu, \w+, \w+, \w+, ", code)) == 2 * L,
+          "gpt.dm --target cuda: %d dmrt_gpu_add_layernorm calls" % (2 * L))
+    check(len(re.findall(r"dmrt_gpu_layernorm_grad\(ctx->gpu, \w+, \w+, \w+, \w+, 1, NULL, 0,", code)) == 2 * L,
+          "gpt.dm --target cuda: %d accumulated layernorm gradients" % (2 * L))
+    code = generate(dmc, gpt, ["--set", dims, "--target", "cuda", "--precision", "bf16"], os.path.join(tmp, "cuda16"), ".cu")
+    with_copy = re.findall(r"dmrt_gpu_(?:add_)?layernorm(?:_grad)?\(ctx->gpu, [^;]*?, (\w+_bf16), 1, \d+, \d+,", code)
+    check(len(with_copy) >= 4 * L, "gpt.dm --target cuda bf16: %d layernorm calls store their bf16 copy (%s)"
+          % (len(with_copy), with_copy[:4]))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run(sys.argv, __doc__, "dmc-residual-norm-", body))

@@ -18,11 +18,8 @@ Exit status: 0 pass, 1 failure, 2 usage.
 import os
 import re
 import sys
-import tempfile
 
-from generated import Checks, dmc_and_root, generate
-
-check = Checks()
+from generated import generate, run
 
 
 def in_place(code, param):
@@ -43,57 +40,51 @@ def operand_lds(code, name):
     return [int(ld) for ld in re.findall(r"dmrt_(?:sgemm|gpu_sgemm)\w*\([^;]*?\b%s, (\d+)," % name, code)]
 
 
-def main(argv):
-    args = dmc_and_root(argv, __doc__)
-    if not args:
-        return 2
-    dmc, root = args
-    with tempfile.TemporaryDirectory(prefix="dmc-slice-views-") as tmp:
-        C = 4
-        code = generate(dmc, os.path.join(root, "tests/ref/ops/slice_views.dm"), [], os.path.join(tmp, "ops"))
-        ws, wa = in_place(code, "ws"), in_place(code, "wa")
-        check(sorted(ws.values()) == [2 * C, 2 * C], "slice_views.dm ws: 2 windows of columns in place, rows 2C apart")
-        check(sorted(wa.values()) == [3 * C, 3 * C], "slice_views.dm wa: 2 windows of columns in place, rows 3C apart")
-        check(sorted(in_place(code, "bv").values()) == [0, 0], "slice_views.dm bv: the vector's 2 windows in place")
-        check(sorted(in_place(code, "wm").values()) == [0], "slice_views.dm wm: the stack's matrix in place")
-        for name, rows in list(ws.items()) + list(wa.items()):
-            lds = operand_lds(code, name)
-            check(lds and all(ld == rows for ld in lds) and not copied(code, name),
-                  "slice_views.dm %s: not copied; its %d products' ld is %d (%s)" % (name, len(lds), rows, lds))
-        check(not in_place(code, "we") and re.search(r"= we\[1 \+ ", code) is not None,
-              "slice_views.dm we: a strided window read by tanh is copied")
-        check(copied(code, "first") and not in_place(code, "h"), "slice_views.dm: an activation's window is copied")
+def body(check, dmc, root, tmp):
+    C = 4
+    code = generate(dmc, os.path.join(root, "tests/ref/ops/slice_views.dm"), [], os.path.join(tmp, "ops"))
+    ws, wa = in_place(code, "ws"), in_place(code, "wa")
+    check(sorted(ws.values()) == [2 * C, 2 * C], "slice_views.dm ws: 2 windows of columns in place, rows 2C apart")
+    check(sorted(wa.values()) == [3 * C, 3 * C], "slice_views.dm wa: 2 windows of columns in place, rows 3C apart")
+    check(sorted(in_place(code, "bv").values()) == [0, 0], "slice_views.dm bv: the vector's 2 windows in place")
+    check(sorted(in_place(code, "wm").values()) == [0], "slice_views.dm wm: the stack's matrix in place")
+    for name, rows in list(ws.items()) + list(wa.items()):
+        lds = operand_lds(code, name)
+        check(lds and all(ld == rows for ld in lds) and not copied(code, name),
+              "slice_views.dm %s: not copied; its %d products' ld is %d (%s)" % (name, len(lds), rows, lds))
+    check(not in_place(code, "we") and re.search(r"= we\[1 \+ ", code) is not None,
+          "slice_views.dm we: a strided window read by tanh is copied")
+    check(copied(code, "first") and not in_place(code, "h"), "slice_views.dm: an activation's window is copied")
 
-        gpt = os.path.join(root, "examples/gpt.dm")
-        dims = "V=64,T=16,C=32,NH=4,L=2,B=4"
-        C, L = 32, 2
-        for mesh, split in (([], 1), (["--mesh", "tensor=2"], 2), (["--mesh", "data=2"], 1)):
-            label = "gpt.dm %s" % (" ".join(mesh) or "serial")
-            code = generate(dmc, gpt, ["--set", dims] + mesh, os.path.join(tmp, "gpt%d" % split + "".join(mesh)))
-            for l in range(L):
-                weight = in_place(code, "h_%d_attn_c_attn_weight" % l)
-                bias = in_place(code, "h_%d_attn_c_attn_bias" % l)
-                check(sorted(weight.values()) == [3 * C // split] * 3,
-                      "%s layer %d: q, k and v weight windows in place, rows 3C / tensor = %d apart" % (label, l, 3 * C // split))
-                check(sorted(bias.values()) == [0] * 3, "%s layer %d: q, k and v bias windows in place" % (label, l))
-                # each window is read by reshapes: the forward product and the backward's dx product
-                lds = []
-                for window in weight:
-                    for reshape in re.findall(r"/\* (\w+) shares the buffer of %s \*/" % window, code):
-                        lds += operand_lds(code, reshape)
-                check(len(lds) >= 6 and all(ld == 3 * C // split for ld in lds),
-                      "%s layer %d: the %d products reading them pass ld %d" % (label, l, len(lds), 3 * C // split))
+    gpt = os.path.join(root, "examples/gpt.dm")
+    dims = "V=64,T=16,C=32,NH=4,L=2,B=4"
+    C, L = 32, 2
+    for mesh, split in (([], 1), (["--mesh", "tensor=2"], 2), (["--mesh", "data=2"], 1)):
+        label = "gpt.dm %s" % (" ".join(mesh) or "serial")
+        code = generate(dmc, gpt, ["--set", dims] + mesh, os.path.join(tmp, "gpt%d" % split + "".join(mesh)))
+        for l in range(L):
+            weight = in_place(code, "h_%d_attn_c_attn_weight" % l)
+            bias = in_place(code, "h_%d_attn_c_attn_bias" % l)
+            check(sorted(weight.values()) == [3 * C // split] * 3,
+                  "%s layer %d: q, k and v weight windows in place, rows 3C / tensor = %d apart" % (label, l, 3 * C // split))
+            check(sorted(bias.values()) == [0] * 3, "%s layer %d: q, k and v bias windows in place" % (label, l))
+            # each window is read by reshapes: the forward product and the backward's dx product
+            lds = []
+            for window in weight:
+                for reshape in re.findall(r"/\* (\w+) shares the buffer of %s \*/" % window, code):
+                    lds += operand_lds(code, reshape)
+            check(len(lds) >= 6 and all(ld == 3 * C // split for ld in lds),
+                  "%s layer %d: the %d products reading them pass ld %d" % (label, l, len(lds), 3 * C // split))
 
-        code = generate(dmc, gpt, ["--set", dims, "--precision", "bf16"], os.path.join(tmp, "bf16"))
-        check(not in_place(code, "h_0_attn_c_attn_weight") and len(in_place(code, "h_0_attn_c_attn_bias")) == 3,
-              "gpt.dm bf16: the weight windows, read by casts, are copied; the bias windows are in place")
-        code = generate(dmc, gpt, ["--set", dims, "--quantize", "int8-weights"], os.path.join(tmp, "quant"))
-        check(not in_place(code, "h_0_attn_c_attn_weight"), "gpt.dm --quantize: the quantized weight's windows are copied")
-        code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
-        check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3,
-              "gpt.dm --target cuda: the weight windows in place, rows 3C apart")
-    return check.finish()
+    code = generate(dmc, gpt, ["--set", dims, "--precision", "bf16"], os.path.join(tmp, "bf16"))
+    check(not in_place(code, "h_0_attn_c_attn_weight") and len(in_place(code, "h_0_attn_c_attn_bias")) == 3,
+          "gpt.dm bf16: the weight windows, read by casts, are copied; the bias windows are in place")
+    code = generate(dmc, gpt, ["--set", dims, "--quantize", "int8-weights"], os.path.join(tmp, "quant"))
+    check(not in_place(code, "h_0_attn_c_attn_weight"), "gpt.dm --quantize: the quantized weight's windows are copied")
+    code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
+    check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3,
+          "gpt.dm --target cuda: the weight windows in place, rows 3C apart")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run(sys.argv, __doc__, "dmc-slice-views-", body))

@@ -443,6 +443,23 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
              (long long)rows, (long long)classes);
     compare(what, got, want, total, 1e-6, 1e-8, 0);
 
+    /* written in 16 bits only: each value the f32 gradient's (got, just read back) rounded */
+    uint16_t *half = xmalloc((size_t)total * sizeof(uint16_t));
+    uint16_t *dhalf = to_device(g, half, (size_t)total * sizeof(uint16_t));
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        GPU_OK(g, dmrt_gpu_cross_entropy_grad_half(g, bf16, dl, dt, dstats, dloss, 0.0f, dhalf, rows,
+                                                   classes, 0, classes, mean_rows));
+        from_device(g, half, dhalf, (size_t)total * sizeof(uint16_t));
+        int64_t differ = 0;
+        for (int64_t i = 0; i < total; i++)
+            differ += half[i] != (bf16 ? dmrt_bf16_round(got[i]) : dmrt_f16_round(got[i]));
+        CHECK(differ == 0, "cross_entropy_grad_half (%lld, %lld) %s: %lld of %lld values are not the f32 "
+              "gradient rounded", (long long)rows, (long long)classes, bf16 ? "bf16" : "f16",
+              (long long)differ, (long long)total);
+    }
+    dmrt_gpu_free(g, dhalf);
+    free(half);
+
     dmrt_gpu_free(g, dl);
     dmrt_gpu_free(g, dt);
     dmrt_gpu_free(g, dout);
