@@ -365,24 +365,25 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
     cg_line(w, "const float *row = %s + r * %lld, *stats = %s + r * 3;", k->logits, classes, k->stats);
-    if (k->out_dtype == DT_F32) {
-        cg_line(w, "float *drow = %s + r * %lld;", k->out, classes);
-        cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
-        cg_line(w, "    drow[c] = (float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale;");
-        cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
+    /* element c's gradient, probability times scale (the target's less scale, below) */
+#define XENT_GRAD_OF(c) "(float)(exp((double)(row[" c "] - stats[0])) / (double)stats[1]) * scale"
+    int f32 = k->out_dtype == DT_F32;
+    /* 16 bits: each f32 value (the target's with scale taken off) rounded once */
+    const char *round = f32 ? NULL : cg_round_function(k->out_dtype);
+    cg_line(w, "%s *drow = %s + r * %lld;", f32 ? "float" : "uint16_t", k->out, classes);
+    cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
+    if (f32) cg_line(w, "    drow[c] = " XENT_GRAD_OF("c") ";");
+    else cg_line(w, "    drow[c] = %s(" XENT_GRAD_OF("c") ");", round);
+    cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
+    if (f32) {
         cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
     } else {
-        /* 16 bits: each f32 value as above (the target's minus scale) rounded once */
-        const char *round = cg_round_function(k->out_dtype);
-        cg_line(w, "uint16_t *drow = %s + r * %lld;", k->out, classes);
-        cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
-        cg_line(w, "    drow[c] = %s((float)(exp((double)(row[c] - stats[0])) / (double)stats[1]) * scale);", round);
-        cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
         cg_line(w, "if (target >= 0 && target < %lld) {", classes);
-        cg_line(w, "    const float d = (float)(exp((double)(row[target] - stats[0])) / (double)stats[1]) * scale;");
+        cg_line(w, "    const float d = " XENT_GRAD_OF("target") ";");
         cg_line(w, "    drow[target] = %s(d - scale);", round);
         cg_line(w, "}");
     }
+#undef XENT_GRAD_OF
     w->indent--;
     cg_line(w, "}");
     w->indent--;

@@ -242,50 +242,32 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
 
 int codegen_target_known(const char *name) { return cg_dialect_find(name) != NULL; }
 
-int codegen_fuses_bias(const char *target) {
+/* The target's capabilities (the default target's when target is NULL); none for an
+ * unknown target. */
+static cg_capabilities capabilities_of(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->can.bias_activation;
+    return d ? d->can : (cg_capabilities){0};
 }
 
-int codegen_flat_update(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->can.flat_update;
-}
-
-int codegen_fuses_casts(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->can.fused_cast;
-}
-
-int codegen_residual_norms(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->can.residual_norm;
-}
-
-int codegen_loss_grad_16bit(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->can.loss_grad_16bit;
-}
-
-int codegen_attention_16bit(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->attention && d->can.attention_16bit;
-}
-
-int codegen_attention_heads_inner(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->attention && d->can.attention_heads_inner;
-}
-
-int codegen_attention_kv_groups(const char *target) {
-    const cg_dialect *d = cg_dialect_find(target ? target : "c");
-    return d && d->attention && d->can.attention_kv_groups;
-}
-
-int codegen_fuses_attention(const char *target) {
+/* Whether the target has attention kernels at all (the fusion's precondition). */
+static int has_attention(const char *target) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");
     return d && d->attention;
 }
+
+int codegen_fuses_bias(const char *target) { return capabilities_of(target).bias_activation; }
+int codegen_flat_update(const char *target) { return capabilities_of(target).flat_update; }
+int codegen_fuses_casts(const char *target) { return capabilities_of(target).fused_cast; }
+int codegen_residual_norms(const char *target) { return capabilities_of(target).residual_norm; }
+int codegen_loss_grad_16bit(const char *target) { return capabilities_of(target).loss_grad_16bit; }
+int codegen_attention_16bit(const char *target) { return has_attention(target) && capabilities_of(target).attention_16bit; }
+int codegen_attention_heads_inner(const char *target) {
+    return has_attention(target) && capabilities_of(target).attention_heads_inner;
+}
+int codegen_attention_kv_groups(const char *target) {
+    return has_attention(target) && capabilities_of(target).attention_kv_groups;
+}
+int codegen_fuses_attention(const char *target) { return has_attention(target); }
 
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out) {
     const cg_dialect *d = cg_dialect_find(target ? target : "c");

@@ -1,6 +1,10 @@
 /* emit_residual_norm.c: a residual add made by the layernorm that reads it next
  * (can.residual_norm).
  *
+ * The driver sets g->residual_norms from the dialect's capability; dm_residual_add_of
+ * (passes/memory.c) names the add right before a layernorm, whose operands the memory plan
+ * keeps alive to it, and this file decides whether the layernorm makes it.
+ *
  * gpt.dm's blocks add each sublayer's output to the residual stream and normalize the sum
  * next: x_attn = x + attn(ln_1(x)), then ln_2(x_attn). The layernorm's row pass makes the
  * sum itself (each element the same float add, stored for the sum's later readers) and
@@ -26,15 +30,13 @@ static int plain_operand(const emitter *E, const ir_value *add, int o) {
 
 int residual_norm_of(const emitter *E, const ir_value *v) {
     const ir_graph *g = E->g;
-    if (!E->dialect->can.residual_norm || v->op != OP_ADD || v->role != ROLE_TEMP || v->type.dtype != DT_F32 ||
+    if (v->role != ROLE_TEMP || v->type.dtype != DT_F32 ||
         v->type.partial || E->plan->stages > 1 || g->microbatches > 1 || v->id + 1 >= g->n_values ||
         shares_buffer(E, v->id) || runs_product(E, v) || E->plan->assembled_in[v->id] >= 0 ||
         dm_made_at_create(E->plan, v->id) || fused_cast_of(E, v) >= 0)
         return -1;
     const ir_value *ln = V(E, v->id + 1);
-    if (ln->op != OP_LAYERNORM || ln->operands[0] != v->id || ln->phase != v->phase || ln->stage != v->stage ||
-        E->plan->sum_add_of[ln->id] >= 0)
-        return -1;
+    if (dm_residual_add_of(g, ln) != v) return -1;
     int cast = fused_cast_of(E, ln);
     for (int k = 0; k < 2; k++) {
         int o = v->operands[k];

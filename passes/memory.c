@@ -272,14 +272,14 @@ static int *bias_adds(const ir_graph *g, const int *readers) {
     return bias_add_of;
 }
 
-/* Whether value o owns the buffer it is in, alone or with the product its bias's add runs
- * or the sums accumulated into it (sum_adds): no reshape or view of another value's. */
+/* Whether temporary o owns the buffer it is in, alone or with the product its bias's add
+ * runs or the sums accumulated into it (sum_adds): no reshape or view of another value's
+ * (ir_in_operand_buffer), no pad. */
 static int owns_its_buffer(const int *bias_add_of, const int *sum_add_of, const ir_value *o) {
     if (o->op == OP_ADD)
         for (int k = 0; k < 2; k++)
             if (bias_add_of[o->operands[k]] == o->id || sum_add_of[o->operands[k]] == o->id) return 1;
-    return o->op != OP_RESHAPE && o->op != OP_PARAM_VIEW && ir_op_info_of(o->op)->cls != OPC_VIEW && o->op != OP_PAD &&
-           !(o->op == OP_SLICE && o->slice_view);
+    return !ir_in_operand_buffer(o) && o->op != OP_PAD;
 }
 
 /* (n_values) the last value reading each value; n for an output, the loss, or a value
@@ -391,14 +391,17 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast) {
  * after it may make in its own pass (g->residual_norms), whose operands must not die
  * before the layernorm's result is written. Followed as a chain (a cast of a layernorm
  * that makes its add reads the add's operands too). */
+const ir_value *dm_residual_add_of(const ir_graph *g, const ir_value *ln) {
+    if (!g->residual_norms || ln->op != OP_LAYERNORM || ln->operands[0] != ln->id - 1) return NULL;
+    const ir_value *add = g->values[ln->id - 1];
+    return add->op == OP_ADD && add->phase == ln->phase && add->stage == ln->stage ? add : NULL;
+}
+
 const ir_value *mem_operands_also_read(const dm_memory_plan *plan, const ir_graph *g, const ir_value *v) {
     int product = dm_product_run_by(plan, v);
     if (product >= 0) return g->values[product];
-    if (v->op == OP_LAYERNORM && g->residual_norms && v->operands[0] == v->id - 1) {
-        const ir_value *add = g->values[v->id - 1];
-        return add->op == OP_ADD && add->phase == v->phase && add->stage == v->stage ? add : NULL;
-    }
-    return dm_cast_producer(g, v);
+    const ir_value *add = dm_residual_add_of(g, v);
+    return add ? add : dm_cast_producer(g, v);
 }
 
 /* Which buffer each value is in (plan->storage_of) and where in it (plan->within): a

@@ -390,6 +390,10 @@ void dm_plan_window_assemblies(const ir_graph *g, const int *readers, dm_memory_
  * apart (contiguous: rows 1); 0 when the window is laid out otherwise. */
 int dm_window_layout(const ir_type *whole, const ir_type *piece, int axis, int64_t offset, int64_t *first, int64_t *rows,
                      int64_t *cols, int64_t *row_stride);
+/* The residual add right before layernorm ln that it reads (same phase and stage), which
+ * the target's layernorm may make in its own pass (g->residual_norms: the memory plan
+ * keeps the add's operands alive to ln; codegen/emit_residual_norm.c decides); else NULL. */
+const ir_value *dm_residual_add_of(const ir_graph *g, const ir_value *ln);
 /* Whether pad (of an assembly) finds its piece already in its window: nothing to copy. */
 int dm_piece_in_place(const dm_memory_plan *plan, const ir_value *pad);
 
