@@ -65,6 +65,9 @@ typedef struct cg_gemm {
     int accumulate;
     const char *bias;                               /* can.gemm_bias, batch 1: c = bias + the product,
                                                      * the bias (n floats) added to every row; NULL */
+    const char *bias_grad;                          /* can.gemm_bias_grad, batch 1, op(b) not
+                                                     * transposed: also the sums of b's k rows
+                                                     * (n floats) stored there; NULL */
     ir_dtype operands;                              /* of a and b: DT_F32, or DT_BF16 or DT_F16
                                                      * (uint16_t bits); c is f32 */
     int64_t batch;                                  /* 1 for a single product */
@@ -270,6 +273,10 @@ typedef struct cg_capabilities {
                              * grouped-query attention's repeats of k and v into it */
     int gemm_bias;          /* a product with a bias's add starts from the bias's rows itself
                              * (cg_gemm.bias, f32 and bf16 operands): no fill loop before it */
+    int gemm_bias_grad;     /* a weight gradient's product sums its bias's gradient, the sum of
+                             * its second operand's rows, in the same call (cg_gemm.bias_grad,
+                             * f32 operands): the sum's own loop is not written
+                             * (emit_bias_grad.c) */
     int fused_cast;         /* loop nests store the 16-bit copy of their result in the same pass
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */

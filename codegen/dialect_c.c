@@ -210,6 +210,10 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
         cg_line(w, "%s_split(ctx->threads, %d, %d, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, %s, %s, %lld);", gemm, k->trans_a, k->trans_b,
                 (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b, (long long)k->ldb, beta,
                 k->c, (long long)k->ldc);
+        /* the bias's gradient: b's rows summed, each column in row order (the sum's loop's bits) */
+        if (k->bias_grad)
+            cg_line(w, "dmrt_sum_rows_split(ctx->threads, %lld, %lld, %s, %lld, %s);", (long long)k->k, (long long)k->n, k->b,
+                    (long long)k->ldb, k->bias_grad);
         return;
     }
     /* the products of a batch are shared out whole, each on one thread */
@@ -680,7 +684,7 @@ const cg_dialect cg_dialect_c = {
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
-            .fused_cast_layernorm = 1, .gemm_bias = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
+            .fused_cast_layernorm = 1, .gemm_bias = 1, .gemm_bias_grad = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
             .loss_grad_16bit = 1,
             .attention_heads_inner = 1, .attention_kv_groups = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},

@@ -103,6 +103,18 @@ void cg_cuda_checked(cg_writer *w, const char *call) {
  * accumulated in fp32 as the C target's products of them are */
 static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
     char call[1024], callee[64];
+    if (k->bias || k->bias_grad) {
+        /* one call: cuBLASLt adds the bias, or sums the bias's gradient, in the product's kernel */
+        static const char *operands[] = {[DT_F32] = "DMRT_GPU_OPERANDS_F32", [DT_BF16] = "DMRT_GPU_OPERANDS_BF16",
+                                         [DT_F16] = "DMRT_GPU_OPERANDS_F16"};
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_gemm_epilogue(ctx->gpu, %s, %d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld, %s, %s",
+                 operands[k->operands], k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a,
+                 (long long)k->lda, k->b, (long long)k->ldb, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc,
+                 k->bias ? k->bias : "NULL", k->bias_grad ? k->bias_grad : "NULL");
+        cg_cuda_checked(w, call);
+        return;
+    }
     if (k->operands == DT_F32) snprintf(callee, sizeof callee, "dmrt_gpu_sgemm(ctx->gpu, ");
     else snprintf(callee, sizeof callee, "dmrt_gpu_gemm_half(ctx->gpu, %d, ", k->operands == DT_BF16);
     snprintf(call, sizeof call, "%s%d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld, %lld, %lld, %lld, %lld",
@@ -338,11 +350,11 @@ const cg_dialect cg_dialect_cuda = {
     /* the rest not yet (docs/gpu.md, "Not done yet") */
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
             .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_16bit = 1,
-            .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1, .wgrad_bias = 1,
+            .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1, .wgrad_bias = 1, .gemm_bias = 1, .gemm_bias_grad = 1,
             .residual_norm = 1, .fused_cast_layernorm = 1, .loss_grad_16bit = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
-                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},
+                  .libraries = "-ldmrt_cuda -lcudart -lcublas -lcublasLt -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},
     .header_note = cuda_header_note,
     .create_failures = ", \"no CUDA device: ...\"",
     .threads_note = " This target's kernels run on the GPU: it changes nothing there.",

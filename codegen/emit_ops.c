@@ -32,7 +32,7 @@ static void set_operand(const emitter *E, cg_loop_nest *k, int slot, const char 
     }
 }
 
-static void emit_product(emitter *E, const ir_value *v);
+static void emit_product(emitter *E, const ir_value *v, const ir_value *bias_grad);
 
 /* The activation u of a bias's add that it completes (passes/fuse_bias.c), or -1. */
 static int bias_of_activation(const emitter *E, int u) {
@@ -110,7 +110,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
             cg_line(&E->w, "/* the gradient %s, added to %s in its buffer: the sum */", E->cname[product], E->cname[sum]);
             emit_rowwise_into(E, V(E, product), v);
         } else {
-            emit_product(E, V(E, product));
+            emit_product(E, V(E, product), NULL);
         }
         return;
     }
@@ -170,9 +170,9 @@ static void emit_cast(emitter *E, const ir_value *v) {
 }
 
 /* The bias's gradient that layernorm weight gradient v sums in its own pass
- * (can.wgrad_bias): the next sum_to of v's dy, over its rows into a parameter's gradient
- * of its own, in the same function; or -1. The gradient's buffer is no temporary, so it
- * may be written before its op's place. */
+ * (can.wgrad_bias): the next sum_to of v's dy, over its rows, in the same function, that
+ * may be written at v's place (cg_may_make_early: a gradient's buffer, or a data-parallel
+ * rank's partial gradient apart from every buffer in use in between); or -1. */
 static int wgrad_bias_of(const emitter *E, const ir_value *v) {
     const ir_graph *g = E->g;
     if (v->op != OP_LAYERNORM_WGRAD || !E->dialect->can.wgrad_bias || E->plan->stages > 1 || g->microbatches > 1 ||
@@ -184,7 +184,7 @@ static int wgrad_bias_of(const emitter *E, const ir_value *v) {
         if (s->op != OP_SUM_TO || s->operands[0] != v->operands[1]) continue;
         const ir_type *t = T(E, i);
         if (s->phase != v->phase || s->stage != v->stage || s->segment != v->segment ||
-            E->plan->region[i] != REGION_GRADS || shares_buffer(E, i) || t->rank != 1 || w->rank != 1 ||
+            !cg_may_make_early(E, v->id, i) || t->rank != 1 || w->rank != 1 ||
             t->shape[0] != w->shape[0] || t->dtype != DT_F32 || (E->summed && E->summed[i] >= 0))
             return -1;
         return i;
@@ -204,9 +204,13 @@ static int wgrad_summing(const emitter *E, const ir_value *v) {
 /* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
  * layout is the big one's with the dims in v->axes left out. */
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
-    int wgrad = wgrad_summing(E, v);
+    int wgrad = wgrad_summing(E, v), product = product_summing_bias(E, v);
     if (wgrad >= 0) {
         cg_line(&E->w, "/* summed by the loop that made %s, above */", E->cname[wgrad]);
+        return;
+    }
+    if (product >= 0) {
+        emit_product(E, V(E, product), v);
         return;
     }
     int is_broadcast = v->op == OP_BROADCAST;
@@ -279,8 +283,9 @@ static void emit_copy(emitter *E, const ir_value *v) {
 }
 
 /* The product v into its buffer, filled first with the bias of its add when it has one
- * (pass_memory's bias_add_of: the product adds to it, beta 1). */
-static void emit_product(emitter *E, const ir_value *v) {
+ * (pass_memory's bias_add_of: the product adds to it, beta 1); bias_grad: the sum_to whose
+ * rows it also sums (emit_bias_grad.c), or NULL. */
+static void emit_product(emitter *E, const ir_value *v, const ir_value *bias_grad) {
     const ir_type *a = T(E, v->operands[0]), *b = T(E, v->operands[1]);
     cg_gemm k = {.trans_a = v->trans_a, .trans_b = v->trans_b, .a = E->cname[v->operands[0]],
                  .b = E->cname[v->operands[1]], .c = E->cname[v->id], .batch = 1};
@@ -307,6 +312,11 @@ static void emit_product(emitter *E, const ir_value *v) {
     k.ldc = E->plan->row_stride[v->id] ? E->plan->row_stride[v->id] : k.n; /* its window's rows (memory_windows.c) */
     k.operands = a->dtype;
     int add = E->plan->bias_add_of[v->id], sum_add = E->plan->sum_add_of[v->id];
+    if (bias_grad) {
+        k.bias_grad = E->cname[bias_grad->id];
+        cg_line(&E->w, "/* %s, made here for the sum %s of %s's rows, which it also makes (its k runs over them) */",
+                E->cname[v->id], k.bias_grad, k.b);
+    }
     if (sum_add >= 0) {
         cg_line(&E->w, "/* the product %s, added to %s in its buffer (beta 1): the sum */", E->cname[v->id],
                 E->cname[dm_sum_added_to(E->plan, V(E, sum_add))]);
@@ -317,7 +327,7 @@ static void emit_product(emitter *E, const ir_value *v) {
     } else if (add >= 0 && E->dialect->can.gemm_bias && k.batch == 1 && k.operands != DT_F16 &&
                V(E, V(E, add)->operands[1])->op != OP_CONST && !is_quant_product(E, v)) {
         k.bias = E->cname[V(E, add)->operands[1]];
-        cg_line(&E->w, "/* the product %s, each panel's rows filled with the bias %s first: the sum */", E->cname[v->id], k.bias);
+        cg_line(&E->w, "/* the product %s with its bias %s, added in the same call: the sum */", E->cname[v->id], k.bias);
     } else if (add >= 0) {
         const ir_type *t = T(E, v->id);
         int64_t n = t->shape[t->rank - 1];
@@ -337,9 +347,11 @@ static void emit_product(emitter *E, const ir_value *v) {
 /* A product with a bias's add or a sum's runs where the add is (its bias may be made later). */
 static void emit_matmul(emitter *E, const ir_value *v) {
     int add = E->plan->bias_add_of[v->id], sum_add = E->plan->sum_add_of[v->id];
+    int bias_grad = bias_summed_by_product(E, v);
     if (add >= 0) cg_line(&E->w, "/* computed with its bias by %s, below */", E->cname[add]);
     else if (sum_add >= 0) cg_line(&E->w, "/* computed into the sum by %s, below */", E->cname[sum_add]);
-    else emit_product(E, v);
+    else if (bias_grad >= 0) cg_line(&E->w, "/* computed with the sum %s, above */", E->cname[bias_grad]);
+    else emit_product(E, v, NULL);
 }
 
 /* slice copies a window of one dim; pad writes its operand into that window of zeros,

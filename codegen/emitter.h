@@ -165,6 +165,20 @@ int cg_buffers_apart(const emitter *E, int a, int b);
  * (can.residual_norm), or -1; and the add a layernorm so makes, or -1. */
 int residual_norm_of(const emitter *E, const ir_value *v);
 int residual_made_by_norm(const emitter *E, const ir_value *ln);
+/* emit_bias_grad.c (can.gemm_bias_grad): the weight gradient's product that sums sum_to v,
+ * a bias's gradient, in its own call, made at v's place; or -1. And the sum_to that
+ * product w so sums, or -1. */
+int product_summing_bias(const emitter *E, const ir_value *v);
+int bias_summed_by_product(const emitter *E, const ir_value *w);
+/* Whether value may be made at op place, earlier than its own (one layout: no pipeline
+ * stages or micro-batches), landing where nothing in use between the two places lies:
+ * - in a gradient's buffer (its own, or its window of a gradient read in windows:
+ *   memory_windows.c) that no value between the two writes; nothing reads it before;
+ * - in the arena (a data-parallel rank's partial gradient, allreduced later): apart from
+ *   every buffer in use from place on (those made from there to value, and those made
+ *   earlier and read there or later), but the values sharing its buffer (other windows
+ *   of its assembly) made before place. */
+int cg_may_make_early(const emitter *E, int place, int value);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);

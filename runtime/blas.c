@@ -163,6 +163,22 @@ void dmrt_sgemm_bias_split(int threads, int trans_a, int trans_b, int64_t m, int
     dmrt_sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
 }
 
+/* Blocks of 64 columns on the threads, each column summed over the rows in order: the
+ * bits one thread would get, whatever the count (the C target's loop of a bias's
+ * gradient, codegen/dialect_c.c's reduce_columns, sums the same way). */
+void dmrt_sum_rows_split(int threads, int64_t rows, int64_t cols, const float *x, int64_t ldx, float *out) {
+    enum { BLOCK = 64 };
+    const int64_t blocks = (cols + BLOCK - 1) / BLOCK;
+    (void)threads;
+    DMRT_PARALLEL_FOR(rows * cols >= DMRT_SGEMM_SPLIT_MIN && blocks > 1 ? threads : 1)
+    for (int64_t block = 0; block < blocks; block++) {
+        const int64_t first = block * BLOCK, end = first + BLOCK < cols ? first + BLOCK : cols;
+        for (int64_t j = first; j < end; j++) out[j] = 0.0f;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = first; j < end; j++) out[j] += x[r * ldx + j];
+    }
+}
+
 void dmrt_blas_share_cores(int ranks_here) {
 #ifdef _OPENMP
     (void)ranks_here;

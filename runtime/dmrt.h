@@ -425,6 +425,10 @@ void dmrt_sgemm_split(int threads, int trans_a, int trans_b, int64_t m, int64_t 
 void dmrt_sgemm_bias_split(int threads, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                            const float *a, int64_t lda, const float *b, int64_t ldb, const float *bias,
                            float *c, int64_t ldc);
+/* out[j] = the sum of x's rows' column j (x: rows x cols, rows ldx apart), each column's
+ * rows added in order on one thread (blocks of columns shared out on `threads`): a linear
+ * layer's bias gradient, called beside its weight's product (codegen's can.gemm_bias_grad). */
+void dmrt_sum_rows_split(int threads, int64_t rows, int64_t cols, const float *x, int64_t ldx, float *out);
 /* Built with OpenMP (the default where the compiler has it): sets OpenBLAS to one thread,
  * whatever OPENBLAS_NUM_THREADS says, as every rank splits its own products over its own
  * threads (dmrt_sgemm_split; dmrt_sgemm does it too, on its first call). Without OpenMP:

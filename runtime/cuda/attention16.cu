@@ -38,8 +38,8 @@ typedef struct gpu_sdpa_entry {
     int planless;            /* the f32 kernel runs this shape, both directions */
 } gpu_sdpa_entry;
 
-/* DMRT_CUDNN_ATTENTION: what a shape cuDNN makes no plan for does */
-typedef enum { CUDNN_AUTO, CUDNN_REQUIRE, CUDNN_OFF } cudnn_mode;
+/* DMRT_CUDNN_ATTENTION: what a shape cuDNN makes no plan for does (gpu_library_mode's) */
+typedef enum { CUDNN_AUTO = GPU_LIBRARY_AUTO, CUDNN_REQUIRE = GPU_LIBRARY_REQUIRE, CUDNN_OFF = GPU_LIBRARY_OFF } cudnn_mode;
 
 struct gpu_sdpa {
     cudnn_mode mode;
@@ -48,14 +48,6 @@ struct gpu_sdpa {
     int n;
 };
 
-/* The mode DMRT_CUDNN_ATTENTION asks for (unset or empty: auto); -1 for a bad value. */
-static int cudnn_mode_from_env(void) {
-    const char *env = getenv("DMRT_CUDNN_ATTENTION");
-    if (!env || !*env || !strcmp(env, "auto")) return CUDNN_AUTO;
-    if (!strcmp(env, "require")) return CUDNN_REQUIRE;
-    if (!strcmp(env, "off")) return CUDNN_OFF;
-    return -1;
-}
 
 /* The same shape, whatever the direction. */
 static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
@@ -127,7 +119,7 @@ static int entry_of(dmrt_gpu *g, struct gpu_sdpa *c, const dmrt_sdpa_shape *s, c
 static int plan_of(dmrt_gpu *g, const dmrt_sdpa_shape *s, const char *name, dmrt_sdpa_plan **plan) {
     *plan = NULL;
     if (!g->sdpa) {
-        int mode = cudnn_mode_from_env();
+        int mode = gpu_library_mode_from_env("DMRT_CUDNN_ATTENTION");
         if (mode < 0)
             return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
                                  "attention %s: DMRT_CUDNN_ATTENTION=%s: expected auto, require or off", name,

@@ -162,6 +162,26 @@ int dmrt_gpu_gemm_half(dmrt_gpu *g, int bf16, int trans_a, int trans_b, int64_t 
                        const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                        int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
+/* The operand types of dmrt_gpu_gemm_epilogue. */
+#define DMRT_GPU_OPERANDS_F32 0
+#define DMRT_GPU_OPERANDS_BF16 1 /* uint16_t bits */
+#define DMRT_GPU_OPERANDS_F16 2  /* uint16_t bits, IEEE binary16 */
+/* A single product as dmrt_gpu_sgemm's (operands F32) or dmrt_gpu_gemm_half's (BF16, F16),
+ * and in the same call one of (the other NULL):
+ *   bias (n floats): C = op(A) op(B) + bias, the bias added to every row (beta must be 0):
+ *     a linear layer's forward;
+ *   bias_grad (n floats): also bias_grad[j] = the sum over the k rows of op(B) of column j,
+ *     stored (not added): a linear layer's bias gradient when op(B) is its output's
+ *     gradient, beside the weight's (op(A) its input, transposed).
+ * Through cuBLASLt's BIAS and BGRADA epilogues, in the product's kernel; where cuBLASLt
+ * offers no algorithm for the shape, by the runtime's own kernels around the product (a
+ * fill of C's rows first, or the column sums after), with one line on stderr the first
+ * time; DMRT_CUBLASLT=require makes that a failure, =off runs every shape so (gemm_epilogue.cu).
+ * Both NULL: the plain product. */
+int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                           const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                           const float *bias, float *bias_grad);
+
 /* ---- row-wise kernels ---------------------------------------------------------------------
  *
  * The tensor is seen as (outer, n, inner) around the dim the op works along; element j of

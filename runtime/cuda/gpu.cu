@@ -354,9 +354,9 @@ static int zero_product(dmrt_gpu *g, float beta, float *c, int64_t m, int64_t n,
  * column-major is its transpose). */
 /* The products of dmrt_gpu_sgemm and dmrt_gpu_gemm_half: a and b of type ab (fp32, bf16 or
  * fp16), c fp32, accumulated in fp32 (TF32 only for fp32 operands, where asked). */
-static int gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans_a, int trans_b, int64_t m, int64_t n,
-                   int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
-                   int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+int dmrt_gpu_gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans_a, int trans_b, int64_t m, int64_t n,
+                     int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                     int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
     GPU_ENTER(g);
     if (batch < 1) batch = 1;
     if (m == 0 || n == 0) return DMRT_OK;
@@ -393,14 +393,14 @@ int dmrt_gpu_sgemm(dmrt_gpu *g, int trans_a, int trans_b, int64_t m, int64_t n, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
                    int64_t stride_c) {
-    return gemm_ex(g, "dmrt_gpu_sgemm", CUDA_R_32F, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, batch,
+    return dmrt_gpu_gemm_ex(g, "dmrt_gpu_sgemm", CUDA_R_32F, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, batch,
                    stride_a, stride_b, stride_c);
 }
 
 int dmrt_gpu_gemm_half(dmrt_gpu *g, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                        const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                        int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
-    return gemm_ex(g, "dmrt_gpu_gemm_half", bf16 ? CUDA_R_16BF : CUDA_R_16F, trans_a, trans_b, m, n, k, a, lda, b, ldb,
+    return dmrt_gpu_gemm_ex(g, "dmrt_gpu_gemm_half", bf16 ? CUDA_R_16BF : CUDA_R_16F, trans_a, trans_b, m, n, k, a, lda, b, ldb,
                    beta, c, ldc, batch, stride_a, stride_b, stride_c);
 }
 
@@ -538,6 +538,7 @@ void dmrt_gpu_destroy(dmrt_gpu *g) {
     if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
     dmrt_gpu_nccl_destroy(g);
     dmrt_gpu_sdpa_destroy(g);
+    dmrt_gpu_lt_destroy(g);
     if (g->cublas) (void)cublasDestroy(g->cublas);
     for (int i = 0; i < g->n_allocs; i++) (void)cudaFree(g->allocs[i].p);
     if (g->staging) (void)cudaFreeHost(g->staging);

@@ -8,6 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dmrt_cuda.h"
 
@@ -71,6 +73,8 @@ struct dmrt_gpu {
                                                 of any size with nccl_every_axis */
     int nccl_aborted;               /* a deadline or peer failure aborted the NCCL comms */
 
+    struct gpu_lt *lt;              /* gemm_epilogue.cu's cuBLASLt handle and plans; NULL
+                                       until the first product with an epilogue */
     struct gpu_sdpa *sdpa;          /* attention16.cu's cuDNN handle and plans; NULL until
                                        the first 16-bit attention */
 };
@@ -157,8 +161,33 @@ int dmrt_gpu_nccl_init(dmrt_gpu *g);
 void dmrt_gpu_nccl_destroy(dmrt_gpu *g);
 /* attention16.cu's cuDNN plans and handle, freed (destroy). */
 void dmrt_gpu_sdpa_destroy(dmrt_gpu *g);
+/* gemm_epilogue.cu's cuBLASLt plans and handle, freed (destroy). */
+void dmrt_gpu_lt_destroy(dmrt_gpu *g);
+/* The products of dmrt_gpu_sgemm and dmrt_gpu_gemm_half (gpu.cu): a and b of type ab
+ * (fp32, bf16 or fp16), c fp32, accumulated in fp32 (TF32 only for fp32 operands, where
+ * the gpu was created with tf32); name is the caller's, for messages. */
+int dmrt_gpu_gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans_a, int trans_b, int64_t m, int64_t n,
+                     int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                     int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
 }  /* extern "C" */
+
+/* ---- libraries with a fallback (cuDNN's attention, cuBLASLt's epilogues) ----------------
+ *
+ * What a call does where the library makes no plan for its shape, as an environment
+ * variable (DMRT_CUDNN_ATTENTION, DMRT_CUBLASLT) says: auto (unset or empty) falls back to
+ * the runtime's own kernels, saying so once on stderr; require fails instead; off always
+ * falls back. */
+typedef enum { GPU_LIBRARY_AUTO, GPU_LIBRARY_REQUIRE, GPU_LIBRARY_OFF } gpu_library_mode;
+
+/* The mode the variable asks for; -1 for a value other than auto, require and off. */
+static inline int gpu_library_mode_from_env(const char *variable) {
+    const char *env = getenv(variable);
+    if (!env || !*env || !strcmp(env, "auto")) return GPU_LIBRARY_AUTO;
+    if (!strcmp(env, "require")) return GPU_LIBRARY_REQUIRE;
+    if (!strcmp(env, "off")) return GPU_LIBRARY_OFF;
+    return -1;
+}
 
 /* ---- launch shapes ----------------------------------------------------------------------- */
 

@@ -82,5 +82,7 @@ void ref_adamw(float *p, const float *g, float *m, float *v, int64_t n, float b1
  * cross-entropy), and NCCL at one rank (gpu_kernels_ranks.c) */
 void test_ranks(void);
 void test_nccl_one_rank(void);
+/* dmrt_gpu_gemm_epilogue's bias and bias gradient, both paths (gpu_kernels_epilogue.c) */
+void test_gemm_epilogue(dmrt_gpu *g);
 
 #endif

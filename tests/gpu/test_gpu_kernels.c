@@ -3,6 +3,8 @@
  *
  *   memory, copies, faults, argument errors
  *   sgemm: every transpose pair, padded strides, batched, k = 0
+ *   gemm_epilogue: the bias added and the bias's gradient summed by the product's call,
+ *     through cuBLASLt and through the runtime's own kernels (gpu_kernels_epilogue.c)
  *   softmax (+ fused causal mask and scale), softmax_grad, causal_mask
  *   layernorm (also with its residual add: add_layernorm), layernorm_grad (also accumulated),
  *   layernorm_wgrad (deterministic: two runs, same bits; also with the bias's gradient)
@@ -653,6 +655,7 @@ int main(void) {
     }
     test_memory(g);
     test_sgemm(g);
+    test_gemm_epilogue(g);
     test_softmax(g);
     test_layernorm(g);
     test_xent(g);

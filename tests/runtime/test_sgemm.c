@@ -1,5 +1,6 @@
 /* test_sgemm: dmrt_sgemm (OpenBLAS) and dmrt_sgemm_ref against a naive triple loop,
- * every transpose combination, odd sizes, padded strides, and the empty cases. */
+ * every transpose combination, odd sizes, padded strides, and the empty cases;
+ * dmrt_sgemm_bias_split and dmrt_sum_rows_split (below). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -114,8 +115,39 @@ static int bias_split(int threads, int ta, int tb, int m, int n, int k, int pad)
     return fails;
 }
 
+/* dmrt_sum_rows_split: each column of x (rows ldx apart) summed over its rows, bit for bit
+ * the C target's loop of a bias's gradient (out zeroed, then out[j] += x[r][j], r in
+ * order) on any thread count, within float noise of a double sum; the padding is not read
+ * into any sum (it holds NaN). Shapes over and under the threads' threshold. */
+static int sum_rows(int threads, int rows, int cols, int pad) {
+    int fails = 0, ldx = cols + pad;
+    float *x = malloc(sizeof(float) * (size_t)(rows * ldx)), *out = malloc(sizeof(float) * (size_t)cols);
+    float *loop = malloc(sizeof(float) * (size_t)cols);
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 47, (uint64_t)(rows * 5 + cols));
+    dmrt_fill_uniform(x, rows * ldx, -1.0f, 1.0f, &rng);
+    for (int r = 0; r < rows; r++)
+        for (int j = cols; j < ldx; j++) x[r * ldx + j] = NAN;
+    for (int j = 0; j < cols; j++) loop[j] = 0.0f, out[j] = 7.0f;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) loop[j] += x[r * ldx + j];
+    dmrt_sum_rows_split(threads, rows, cols, x, ldx, out);
+    for (int j = 0; j < cols; j++) {
+        double want = 0;
+        for (int r = 0; r < rows; r++) want += x[r * ldx + j];
+        CHECK(out[j] == loop[j] && fabs(out[j] - want) <= 1e-6 * rows,
+              "sum_rows threads=%d %dx%d pad=%d: column %d = %.9g, the loop %.9g, double %.9g", threads, rows, cols, pad, j,
+              out[j], loop[j], want);
+    }
+    free(x), free(out), free(loop);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
+    static const int sum_sizes[][2] = {{2048, 200}, {1000, 64}, {3, 5}, {0, 4}};
+    for (int s = 0; s < 4; s++)
+        for (int threads = 1; threads <= 3; threads++) fails += sum_rows(threads, sum_sizes[s][0], sum_sizes[s][1], 3 * (s & 1));
     static const int bias_sizes[][3] = {{96, 40, 80}, {40, 96, 80}, {7, 5, 3}};
     for (int s = 0; s < 3; s++)
         for (int t = 0; t < 4; t++)
