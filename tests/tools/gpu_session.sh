@@ -35,6 +35,8 @@ echo "== the gpu suite ($(echo $names | wc -w) tests, BUDGET ${BUDGET:-330} s)" 
 echo "== tests took $(( $(date +%s) - start )) s" >> "$summary"
 # which cuDNN attention graphs planned, per shape (and each form's reason where none did)
 grep -h "engine workspace\|plan:" "$OUT/logs/cudnn-sdpa-graph.log" >> "$summary" 2>/dev/null
+# which of gpt.dm's product shapes cuBLASLt's bias epilogues took (gpu-kernels' NOTE lines)
+grep -h "^NOTE: .*cuBLASLt" "$OUT/logs/gpu-kernels.log" >> "$summary" 2>/dev/null
 
 # GPT-2 124M steps: dmc --target cuda against PyTorch eager, each precision, with a profile
 left=$(( ${SESSION:-470} - ($(date +%s) - start) ))
@@ -44,7 +46,7 @@ if [ "$left" -gt 60 ]; then
         --precisions tf32,bf16,fp16 --steps 10 --profile > "$OUT/gpu_gpt2.txt" 2>&1
     echo "exit $?" >> "$summary"
     grep -A8 "^  B  prec" "$OUT/gpu_gpt2.txt" >> "$summary" || tail -20 "$OUT/gpu_gpt2.txt" >> "$summary"
-    grep "f32 attention kernel instead" "$OUT/gpu_gpt2.txt" >> "$summary"
+    grep "f32 attention kernel instead\|dmrt: cuBLASLt" "$OUT/gpu_gpt2.txt" >> "$summary"
 else
     echo "== bench/gpu_gpt2.py NOT RUN: $left s left" >> "$summary"
 fi
