@@ -2,7 +2,7 @@
 """gpu_gpt2.py: GPT-2 124M training steps on one GPU, dmc's CUDA target vs PyTorch eager.
 
 usage: python3 bench/gpu_gpt2.py --dmc BUILD/driver/dmc [--batches 8,16] [--precisions fp32,tf32,bf16,fp16]
-           [--steps N] [--profile]
+           [--steps N] [--profile] [--compare-cublaslt]
 
 Run it with an interpreter whose torch has CUDA (the GPU machine's python3); the dmc
 build must have found the CUDA toolkit (libdmrt_cuda).
@@ -33,6 +33,9 @@ MFU:     model flops per token 6 N + 12 L C T (nanoGPT's estimate_mfu, N the par
 Check:   PyTorch's losses from dmc's weights on the same batches follow dmc's (max relative
          difference printed; fails above 1e-3 in fp32, 2e-2 in tf32, 5e-2 in bf16 and fp16:
          16-bit operands round differently on each side, as llm.c's bf16 check allows).
+--compare-cublaslt: runs each dmc program again with DMRT_CUBLASLT=off (biases added and
+         summed by the runtime's own kernels, docs/gpu.md "Matrix products") and prints both
+         step times: whether cuBLASLt's epilogues pay.
 --profile: runs two of dmc's steps under `nsys profile --stats=true`, or where nsys is not
          installed under Nsight Compute (`ncu --metrics gpu__time_duration.sum`, kernels
          serialised), and prints the top kernels by GPU time per step.
@@ -93,9 +96,9 @@ class PeakMemory:
         self.thread.join()
 
 
-def dmc_run(cmd, tmp, measure=False):
-    """Runs dmc; returns (stdout, stderr, peak MiB)."""
-    proc = subprocess.Popen(cmd, cwd=tmp, env=dict(os.environ, TMPDIR=tmp), stdout=subprocess.PIPE,
+def dmc_run(cmd, tmp, measure=False, env=None):
+    """Runs dmc (or a program it built) with env's variables added; returns (stdout, stderr, peak MiB)."""
+    proc = subprocess.Popen(cmd, cwd=tmp, env=dict(os.environ, TMPDIR=tmp, **(env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True)
     if measure:
         with PeakMemory() as mem:
@@ -206,6 +209,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=0, help="the device's dense peak at the precision")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--compare-cublaslt", action="store_true",
+                    help="also run each dmc program with DMRT_CUBLASLT=off (the runtime's bias kernels)")
     args = ap.parse_args()
     args.dmc = os.path.abspath(args.dmc)
     try:
@@ -246,9 +251,20 @@ def main():
                 fallbacks = [l for l in err.splitlines() if "the f32 attention kernel instead" in l]
                 for line in fallbacks:
                     print("gpu_gpt2: B=%d %s: %s" % (B, prec, line))
+                for line in err.splitlines():
+                    if line.startswith("dmrt: cuBLASLt"):
+                        print("gpu_gpt2: B=%d %s: %s" % (B, prec, line))
                 steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", out, re.M)
                 dmc_ms = statistics.median(float(s[2]) for s in steps[WARMUP:])
                 dmc_losses = [float(s[1]) for s in steps]
+                if args.compare_cublaslt:
+                    # the same program, its biases through the runtime's own kernels
+                    off, _, _ = dmc_run([os.path.join(keep, "gpt"), "--init", init, "--batch-file", batches, "--steps",
+                                         str(S), "--quiet"], tmp, env={"DMRT_CUBLASLT": "off"})
+                    off_steps = re.findall(r"^step (\d+) loss (\S+) ms ([0-9.]+)", off, re.M)
+                    off_ms = statistics.median(float(s[2]) for s in off_steps[WARMUP:])
+                    print("gpu_gpt2: B=%d %s: %.1f ms/step with cuBLASLt's bias epilogues, %.1f with "
+                          "DMRT_CUBLASLT=off (%.2fx)" % (B, prec, dmc_ms, off_ms, off_ms / dmc_ms))
                 t_ms, t_losses, t_alloc, t_mib = torch_steps(torch, stio, TorchGPT, dims, init, batches, args.steps, prec)
                 diff = max(abs(a - b) / abs(b) for a, b in zip(t_losses, dmc_losses))
                 if diff > LOSS_RTOL[prec]:
