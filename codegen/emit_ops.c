@@ -551,6 +551,9 @@ static void emit_loss(emitter *E, const ir_value *v) {
         k.out_dtype = T(E, v->id)->dtype;
         if (k.out_dtype != DT_F32)
             cg_line(&E->w, "/* made in %s, each value rounded once: only products read it */", ir_dtype_name(k.out_dtype));
+        if (dm_xent_grad_over_logits(E->plan, v))
+            cg_line(&E->w, "/* written over %s, which nothing reads after it: each logit read before its gradient is stored */",
+                    E->cname[logits->id]);
         E->dialect->cross_entropy_grad(&E->w, &k);
         break;
     }

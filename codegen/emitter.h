@@ -115,9 +115,10 @@ static inline int writes_window(const emitter *E, const ir_value *v) {
 }
 
 /* A value that shares another's buffer and emits no code (a reshape, a view, a window
- * assembly's add). */
+ * assembly's add; not a cross-entropy gradient written over its logits). */
 static inline int emits_nothing(const emitter *E, const ir_value *v) {
-    return shares_buffer(E, v->id) && !runs_product(E, v) && !writes_window(E, v);
+    return shares_buffer(E, v->id) && !runs_product(E, v) && !writes_window(E, v) &&
+           !dm_xent_grad_over_logits(E->plan, v);
 }
 
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }

@@ -355,6 +355,10 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
     return sum_add_of;
 }
 
+int dm_xent_grad_over_logits(const dm_memory_plan *plan, const ir_value *v) {
+    return v->op == OP_CROSS_ENTROPY_GRAD && plan->storage_of[v->id] != v->id;
+}
+
 /* The product an add runs (a bias's: bias_adds; a sum's: sum_adds), or -1. */
 int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v) {
     if (v->op != OP_ADD) return -1;
@@ -409,6 +413,29 @@ const ir_value *mem_operands_also_read(const dm_memory_plan *plan, const ir_grap
  * own (a parameter's gradient) is a copy; a bias's add shares its product's; the pads,
  * adds and pieces of a window assembly share its sum's (within: the piece's window, set
  * by dm_plan_window_assemblies). */
+/* Whether cross-entropy gradient v is written over its logits, whose buffer it takes over:
+ * the logits (f32, a temporary owning its buffer, laid out alike) are read by nothing after
+ * v, and v reads each logit before it writes the gradient at its place (both targets'
+ * kernels: docs/compiler.md, "Memory"); one micro-batch, neither read on another stage (a
+ * pipeline's kept copies and sends see values, not buffers). So the [B, T, V] gradient
+ * needs no buffer of its own, as llm.c's classifier writes it over the logits. */
+static int xent_grad_over_logits(const ir_graph *g, const dm_memory_plan *plan, const int *last_reader,
+                                 const char *read_elsewhere, const ir_value *v) {
+    if (v->op != OP_CROSS_ENTROPY_GRAD || v->role != ROLE_TEMP || v->type.dtype != DT_F32 || g->microbatches > 1 ||
+        read_elsewhere[v->id])
+        return 0;
+    const ir_value *logits = g->values[v->operands[0]];
+    const ir_type *a = &logits->type, *b = &v->type;
+    if (logits->role != ROLE_TEMP || last_reader[logits->id] != v->id || read_elsewhere[logits->id] ||
+        logits->stage != v->stage || plan->assembled_in[logits->id] >= 0 ||
+        !owns_its_buffer(plan->bias_add_of, plan->sum_add_of, logits) || a->dtype != DT_F32 || a->partial != b->partial ||
+        a->rank != b->rank)
+        return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || a->split[d] != b->split[d]) return 0;
+    return 1;
+}
+
 static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
     int *readers = count_readers(g);
@@ -416,6 +443,8 @@ static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
     plan->sum_add_of = sum_adds(g, readers, plan->bias_add_of);
     dm_plan_window_assemblies(g, readers, plan);
     free(readers);
+    int *last_reader = last_readers(g);
+    char *read_elsewhere = reads_elsewhere(g);
     /* a window assembly's values keep their own ways of sharing buffers (the add's operands
      * are the product and the sum) */
     for (int i = 0; i < n; i++) {
@@ -426,7 +455,8 @@ static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
     }
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
-        int shares = ir_in_operand_buffer(v) || (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i);
+        int shares = ir_in_operand_buffer(v) || (v->op == OP_ADD && plan->bias_add_of[v->operands[0]] == i) ||
+                     xent_grad_over_logits(g, plan, last_reader, read_elsewhere, v);
         int assembled = plan->assembled_in[i], sum = sum_buffer_taken(g, plan, i);
         if (assembled >= 0 && assembled != i) {
             plan->storage_of[i] = assembled;
@@ -440,6 +470,8 @@ static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
                     plan->within[v->operands[0]] + (v->op == OP_PARAM_VIEW ? v->offset : ir_view_offset(g, v));
         }
     }
+    free(last_reader);
+    free(read_elsewhere);
 }
 
 /* Liveness of each buffer (last_use[root], n values): the last read of it or of any value

@@ -373,6 +373,9 @@ typedef struct dm_memory_plan {
     int64_t grad_sum_elems;  /* 0: grad_elems */
 } dm_memory_plan;
 
+/* Whether cross-entropy gradient v is written over its logits, in their buffer (the
+ * logits are read by nothing after it: pass_memory). */
+int dm_xent_grad_over_logits(const dm_memory_plan *plan, const ir_value *v);
 /* The product add v runs (a bias's add: bias_add_of; a sum's: sum_add_of), or -1. */
 int dm_product_run_by(const dm_memory_plan *plan, const ir_value *v);
 /* The sum a sum's add adds its product to, whose buffer the add and the product take over
