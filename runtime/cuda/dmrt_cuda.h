@@ -251,7 +251,8 @@ int dmrt_gpu_xent_stats_split(dmrt_gpu *g, dmrt_comm *comm, int64_t coord, int64
 int dmrt_gpu_cross_entropy(dmrt_gpu *g, const float *stats, float *out_loss, int64_t rows,
                            int64_t mean_rows);
 /* This rank's classes [first_class, first_class + classes) of all_classes (whole: 0 and
- * classes); it exchanges nothing. */
+ * classes); it exchanges nothing. dlogits may be logits itself: each logit is read before
+ * its gradient is stored in its place. */
 int dmrt_gpu_cross_entropy_grad(dmrt_gpu *g, const float *logits, const int32_t *targets,
                                 const float *stats, const float *dloss_dev, float dloss_value,
                                 float *dlogits, int64_t rows, int64_t classes,

@@ -9,7 +9,7 @@
  *   layernorm (also with its residual add: add_layernorm), layernorm_grad (also accumulated),
  *   layernorm_wgrad (deterministic: two runs, same bits; also with the bias's gradient)
  *   cross-entropy and its gradient, whole and vocabulary-parallel on 2 thread ranks,
- *     with a bad target recorded as a fault
+ *     with a bad target recorded as a fault; the gradient written over its logits
  *   embedding and its gradient (the gradient bit for bit the C target's sums, twice)
  *   SGD and AdamW (bit for bit: the same float operations in the same order)
  *   the staged collectives on 2 thread ranks sharing device 0, against exact sums
@@ -461,6 +461,14 @@ static void xent_case(dmrt_gpu *g, int64_t rows, int64_t classes, int64_t mean_r
     }
     dmrt_gpu_free(g, dhalf);
     free(half);
+
+    /* written over the logits (pass_memory's xent_grad_over_logits): the same bits */
+    float *over = host_floats(total);
+    GPU_OK(g, dmrt_gpu_cross_entropy_grad(g, dl, dt, dstats, dloss, 0.0f, dl, rows, classes, 0, classes, mean_rows));
+    from_device(g, over, dl, (size_t)total * sizeof(float));
+    snprintf(what, sizeof what, "cross_entropy_grad (%lld, %lld) over its logits", (long long)rows, (long long)classes);
+    compare_bits(what, over, got, total);
+    free(over);
 
     dmrt_gpu_free(g, dl);
     dmrt_gpu_free(g, dt);
