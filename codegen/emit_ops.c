@@ -204,7 +204,7 @@ static int wgrad_summing(const emitter *E, const ir_value *v) {
 /* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
  * layout is the big one's with the dims in v->axes left out. */
 static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
-    int wgrad = wgrad_summing(E, v), product = product_summing_bias(E, v);
+    int wgrad = wgrad_summing(E, v), product = wgrad < 0 ? product_summing_bias(E, v) : -1;
     if (wgrad >= 0) {
         cg_line(&E->w, "/* summed by the loop that made %s, above */", E->cname[wgrad]);
         return;

@@ -248,6 +248,14 @@ static char *reads_elsewhere(const ir_graph *g) {
     return read_elsewhere;
 }
 
+/* Whether a and b have the same shape, split alike (each rank's share laid out alike). */
+static int laid_out_alike(const ir_type *a, const ir_type *b) {
+    if (a->rank != b->rank) return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || a->split[d] != b->split[d]) return 0;
+    return 1;
+}
+
 static int *bias_adds(const ir_graph *g, const int *readers) {
     int n = g->n_values;
     int *bias_add_of = malloc(((size_t)n + 1) * sizeof(int));
@@ -341,9 +349,7 @@ static int *sum_adds(const ir_graph *g, const int *readers, const int *bias_add_
             int same = 1;
             for (int t = 0; t < 2 && same; t++) {
                 const ir_type *a = t ? &sum->type : &m->type;
-                same = !a->partial && a->dtype == DT_F32 && a->rank == v->type.rank;
-                for (int d = 0; same && d < a->rank; d++)
-                    same = a->shape[d] == v->type.shape[d] && a->split[d] == v->type.split[d];
+                same = !a->partial && a->dtype == DT_F32 && laid_out_alike(a, &v->type);
             }
             if (!same) continue;
             sum_add_of[m->id] = i;
@@ -408,11 +414,6 @@ const ir_value *mem_operands_also_read(const dm_memory_plan *plan, const ir_grap
     return add ? add : dm_cast_producer(g, v);
 }
 
-/* Which buffer each value is in (plan->storage_of) and where in it (plan->within): a
- * temporary reshape or view shares its operand's buffer; a reshape with a buffer of its
- * own (a parameter's gradient) is a copy; a bias's add shares its product's; the pads,
- * adds and pieces of a window assembly share its sum's (within: the piece's window, set
- * by dm_plan_window_assemblies). */
 /* Whether cross-entropy gradient v is written over its logits, whose buffer it takes over:
  * the logits (f32, a temporary owning its buffer, laid out alike) are read by nothing after
  * v, and v reads each logit before it writes the gradient at its place (both targets'
@@ -428,14 +429,17 @@ static int xent_grad_over_logits(const ir_graph *g, const dm_memory_plan *plan, 
     const ir_type *a = &logits->type, *b = &v->type;
     if (logits->role != ROLE_TEMP || last_reader[logits->id] != v->id || read_elsewhere[logits->id] ||
         logits->stage != v->stage || plan->assembled_in[logits->id] >= 0 ||
-        !owns_its_buffer(plan->bias_add_of, plan->sum_add_of, logits) || a->dtype != DT_F32 || a->partial != b->partial ||
-        a->rank != b->rank)
+        !owns_its_buffer(plan->bias_add_of, plan->sum_add_of, logits) || a->dtype != DT_F32 || a->partial != b->partial)
         return 0;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d] || a->split[d] != b->split[d]) return 0;
-    return 1;
+    return laid_out_alike(a, b);
 }
 
+/* Which buffer each value is in (plan->storage_of) and where in it (plan->within): a
+ * temporary reshape or view shares its operand's buffer; a reshape with a buffer of its
+ * own (a parameter's gradient) is a copy; a bias's add shares its product's, a cross-entropy gradient
+ * its logits' where they die at it (xent_grad_over_logits); the pads,
+ * adds and pieces of a window assembly share its sum's (within: the piece's window, set
+ * by dm_plan_window_assemblies). */
 static void share_buffers(const ir_graph *g, dm_memory_plan *plan) {
     int n = g->n_values;
     int *readers = count_readers(g);

@@ -48,7 +48,6 @@ struct gpu_sdpa {
     int n;
 };
 
-
 /* The same shape, whatever the direction. */
 static int same_shape(const dmrt_sdpa_shape *a, const dmrt_sdpa_shape *b) {
     return a->heads == b->heads && a->positions == b->positions && a->width == b->width && a->half == b->half &&

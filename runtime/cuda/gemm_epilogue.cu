@@ -21,7 +21,6 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +150,20 @@ static const char *shape_words(const lt_shape *s, char *buf, size_t size) {
     return buf;
 }
 
+/* A shape cuBLASLt will not run (why): under DMRT_CUBLASLT=require the failure, else one line
+ * on stderr and DMRT_OK (the shape then takes the runtime's own kernels). */
+static int refused(dmrt_gpu *g, const lt_shape *s, const char *why) {
+    char words[160];
+    shape_words(s, words, sizeof words);
+    if (g->lt->mode == LT_REQUIRE)
+        return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "cuBLASLt, %s: %s", words, why);
+    fprintf(stderr,
+            "dmrt: cuBLASLt, %s: %s; this shape runs the product and its own kernels instead "
+            "(DMRT_CUBLASLT=require makes this an error)\n",
+            words, why);
+    return DMRT_OK;
+}
+
 /* *entry: the plan of shape s, made now if it is new (planless where cuBLASLt offers none,
  * said once on stderr, or DMRT_CUBLASLT=off). DMRT_OK or the failure (g->error). */
 static int entry_of(dmrt_gpu *g, const lt_shape *s, const void *bias, lt_entry **entry) {
@@ -176,20 +189,15 @@ static int entry_of(dmrt_gpu *g, const lt_shape *s, const void *bias, lt_entry *
     lt_entry *e = &c->entries[c->n];
     memset(e, 0, sizeof *e);
     e->shape = *s;
-    char why[256] = "", words[160];
-    int refused = c->mode != LT_OFF &&
+    char why[256] = "";
+    int no_plan = c->mode != LT_OFF &&
                   make_plan(c, e, bias, (uint64_t)DMRT_CUDA_SUM_PARTIALS_FLOATS * sizeof(float), why, sizeof why);
-    if (refused) {
+    if (no_plan) {
         entry_free(e);
-        shape_words(s, words, sizeof words);
-        if (c->mode == LT_REQUIRE)
-            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "cuBLASLt, %s: %s", words, why);
-        fprintf(stderr,
-                "dmrt: cuBLASLt, %s: %s; this shape runs the product and its own kernels instead "
-                "(DMRT_CUBLASLT=require makes this an error)\n",
-                words, why);
+        int rc = refused(g, s, why);
+        if (rc != DMRT_OK) return rc;
     }
-    e->planless = c->mode == LT_OFF || refused;
+    e->planless = c->mode == LT_OFF || no_plan;
     c->n++;
     *entry = e;
     return DMRT_OK;
@@ -275,8 +283,6 @@ static int column_sums(dmrt_gpu *g, int operands, int trans_b, int64_t k, int64_
 
 /* ---- the entry point --------------------------------------------------------------------- */
 
-static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                            const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
                            const float *bias, float *bias_grad) {
@@ -289,11 +295,8 @@ int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, 
     if (!bias && !bias_grad)
         return dmrt_gpu_gemm_ex(g, "dmrt_gpu_gemm_epilogue", ab, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, 1,
                                 0, 0, 0);
-    if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc))
-        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
-                             "dmrt_gpu_gemm_epilogue: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld: negative or "
-                             "beyond cuBLAS's 32-bit sizes",
-                             (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
+    int rc = dmrt_gpu_gemm_sizes(g, "dmrt_gpu_gemm_epilogue", m, n, k, lda, ldb, ldc, 1);
+    if (rc != DMRT_OK) return rc;
     if (n == 0) return DMRT_OK;
     ARG_CHECK(g, c != NULL && (m == 0 || k == 0 || a) && (k == 0 || b));
     lt_shape s;
@@ -302,15 +305,12 @@ int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, 
     s.epilogue = bias ? LT_BIAS : LT_BIAS_GRAD;
     s.m = m, s.n = n, s.k = k, s.lda = lda, s.ldb = ldb, s.ldc = ldc;
     s.align_a = alignment_of(a), s.align_b = alignment_of(b), s.align_c = alignment_of(c);
-    s.align_bias = alignment_of(bias ? (const void *)bias : (const void *)bias_grad);
+    const void *vector = bias ? (const void *)bias : (const void *)bias_grad;
+    s.align_bias = alignment_of(vector);
     lt_entry *e = NULL;
     /* an empty product (m or k 0) is the runtime's: cuBLASLt takes no zero sizes */
-    if (m > 0 && k > 0) {
-        int rc = entry_of(g, &s, bias ? (const void *)bias : (const void *)bias_grad, &e);
-        if (rc != DMRT_OK) return rc;
-    }
+    if (m > 0 && k > 0 && (rc = entry_of(g, &s, vector, &e)) != DMRT_OK) return rc;
     if (e && !e->planless) {
-        const void *vector = bias ? (const void *)bias : (const void *)bias_grad;
         CUBLAS_CHECK(g, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof vector));
         const float alpha = 1.0f;
         cublasStatus_t st = cublasLtMatmul(g->lt->handle, e->op, &alpha, b, e->a, a, e->b, &beta, c, e->c, c, e->c, &e->algo,
@@ -322,15 +322,9 @@ int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, 
          * failure may have run part of the product: the step fails. */
         if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
             return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "cublasLtMatmul failed: %s", cublasGetStatusString(st));
-        char words[160];
-        shape_words(&s, words, sizeof words);
-        if (g->lt->mode == LT_REQUIRE)
-            return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "cuBLASLt, %s: cublasLtMatmul: %s", words,
-                                 cublasGetStatusString(st));
-        fprintf(stderr,
-                "dmrt: cuBLASLt, %s: cublasLtMatmul: %s; this shape runs the product and its own kernels instead "
-                "(DMRT_CUBLASLT=require makes this an error)\n",
-                words, cublasGetStatusString(st));
+        char why[96];
+        snprintf(why, sizeof why, "cublasLtMatmul: %s", cublasGetStatusString(st));
+        if ((rc = refused(g, &s, why)) != DMRT_OK) return rc;
         entry_free(e);
         e->planless = 1;
     }
@@ -342,8 +336,8 @@ int dmrt_gpu_gemm_epilogue(dmrt_gpu *g, int operands, int trans_a, int trans_b, 
         return dmrt_gpu_gemm_ex(g, "dmrt_gpu_gemm_epilogue", ab, trans_a, trans_b, m, n, k, a, lda, b, ldb, 1.0f, c, ldc, 1,
                                 0, 0, 0);
     }
-    int rc = dmrt_gpu_gemm_ex(g, "dmrt_gpu_gemm_epilogue", ab, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, 1,
-                              0, 0, 0);
+    rc = dmrt_gpu_gemm_ex(g, "dmrt_gpu_gemm_epilogue", ab, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, 1, 0, 0,
+                          0);
     if (rc != DMRT_OK) return rc;
     return column_sums(g, operands, trans_b, k, n, b, ldb, bias_grad);
 }

@@ -339,6 +339,17 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
 
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+int dmrt_gpu_gemm_sizes(dmrt_gpu *g, const char *name, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                        int64_t ldc, int64_t batch) {
+    if (fits_int(m) && fits_int(n) && fits_int(k) && fits_int(lda) && fits_int(ldb) && fits_int(ldc) && fits_int(batch))
+        return DMRT_OK;
+    return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
+                         "%s: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld "
+                         "batch=%lld: negative or beyond cuBLAS's 32-bit sizes",
+                         name, (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc,
+                         (long long)batch);
+}
+
 /* k == 0: cuBLAS would leave C as is; beta 0 must still clear it. */
 static int zero_product(dmrt_gpu *g, float beta, float *c, int64_t m, int64_t n, int64_t ldc,
                         int64_t batch, int64_t stride_c) {
@@ -360,13 +371,8 @@ int dmrt_gpu_gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans
     GPU_ENTER(g);
     if (batch < 1) batch = 1;
     if (m == 0 || n == 0) return DMRT_OK;
-    if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
-        !fits_int(ldc) || !fits_int(batch))
-        return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
-                             "%s: m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld "
-                             "batch=%lld: negative or beyond cuBLAS's 32-bit sizes",
-                             name, (long long)m, (long long)n, (long long)k, (long long)lda,
-                             (long long)ldb, (long long)ldc, (long long)batch);
+    int rc = dmrt_gpu_gemm_sizes(g, name, m, n, k, lda, ldb, ldc, batch);
+    if (rc != DMRT_OK) return rc;
     ARG_CHECK(g, c != NULL);
     if (k == 0) return zero_product(g, beta, c, m, n, ldc, batch, stride_c);
     ARG_CHECK(g, a && b);

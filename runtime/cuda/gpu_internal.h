@@ -169,6 +169,10 @@ void dmrt_gpu_lt_destroy(dmrt_gpu *g);
 int dmrt_gpu_gemm_ex(dmrt_gpu *g, const char *name, cudaDataType_t ab, int trans_a, int trans_b, int64_t m, int64_t n,
                      int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c, int64_t ldc,
                      int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
+/* DMRT_OK, or the failure naming name's sizes when one is negative or beyond cuBLAS's
+ * 32-bit ints. */
+int dmrt_gpu_gemm_sizes(dmrt_gpu *g, const char *name, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                        int64_t ldc, int64_t batch);
 
 }  /* extern "C" */
 
