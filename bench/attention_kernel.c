@@ -6,8 +6,12 @@
  * products giving dq and dk. Compiled as generated code is (-O3 -march=native
  * -fno-math-errno), its loops written as dialect_c.c writes them.
  *
- * usage: attention_kernel [HEADS [T [D [REPS]]]]   (default 64 256 32 20: the mid GPT of
- *        bench/gpt_step.py, B x NH = 8 x 8)
+ * usage: attention_kernel [HEADS [T [D [REPS [OPERANDS]]]]]   (default 64 256 32 20 f32: the mid
+ *        GPT of bench/gpt_step.py, B x NH = 8 x 8)
+ * OPERANDS: f32, or bf16: the fused kernel's tile products on operands rounded to bf16
+ * (--precision bf16; where the compiler targets AVX512-BF16, vdpbf16ps products:
+ * runtime/dmrt_attention_tiles.h); the unfused side stays f32, so the results' distance
+ * is then the rounding's.
  * Prints the best of REPS of each side, forward and backward, and how far apart their
  * results are. OPENBLAS_NUM_THREADS sets the unfused products' threads (the fused
  * kernel's tile products are below BLAS's threshold for threads). */
@@ -15,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "dmrt.h"
@@ -104,8 +109,10 @@ static float *floats(int64_t n) {
 int main(int argc, char **argv) {
     layer L = {.heads = argc > 1 ? atol(argv[1]) : 64, .T = argc > 2 ? atol(argv[2]) : 256, .D = argc > 3 ? atol(argv[3]) : 32};
     int reps = argc > 4 ? atoi(argv[4]) : 20;
-    if (L.heads < 1 || L.T < 1 || L.D < 1 || reps < 1) {
-        fprintf(stderr, "usage: attention_kernel [HEADS [T [D [REPS]]]]\n");
+    const char *type = argc > 5 ? argv[5] : "f32";
+    int operands = !strcmp(type, "f32") ? DMRT_ATTENTION_F32 : !strcmp(type, "bf16") ? DMRT_ATTENTION_BF16 : -1;
+    if (L.heads < 1 || L.T < 1 || L.D < 1 || reps < 1 || operands < 0) {
+        fprintf(stderr, "usage: attention_kernel [HEADS [T [D [REPS [f32|bf16]]]]]\n");
         return 2;
     }
     const int64_t n = L.heads * L.T * L.D, nn = L.heads * L.T * L.T;
@@ -113,7 +120,7 @@ int main(int argc, char **argv) {
     L.q = floats(n), L.k = floats(n), L.v = floats(n), L.dout = floats(n);
     L.scores = floats(nn), L.probs = floats(nn), L.dprobs = floats(nn), L.dscores = floats(nn);
     L.out = floats(n), L.lse = floats(L.heads * L.T), L.grads = floats(3 * n);
-    L.out_unfused = floats(n), L.grads_unfused = floats(3 * n), L.work = floats(dmrt_attention_work_floats(L.T));
+    L.out_unfused = floats(n), L.grads_unfused = floats(3 * n), L.work = floats(dmrt_attention_work_floats_of(operands, L.T, L.D));
     dmrt_rng rng;
     dmrt_rng_init(&rng, 1, 0);
     dmrt_fill_uniform(L.q, n, -1.0f, 1.0f, &rng);
@@ -124,20 +131,21 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double t[5];
         t[0] = now();
-        dmrt_attention_forward(L.q, L.k, L.v, L.out, L.lse, L.heads, 1, L.T, L.D, L.scale, 1, 1, L.work);
+        dmrt_attention_forward(L.q, L.k, L.v, L.out, L.lse, L.heads, 1, L.T, L.D, L.scale, 1, operands, 1, L.work);
         t[1] = now();
         unfused_forward(&L);
         t[2] = now();
         dmrt_attention_backward(L.q, L.k, L.v, L.out, L.lse, L.dout, L.grads, L.grads + n, L.grads + 2 * n, L.heads, 1,
-                                L.T, L.D, L.scale, 1, 1, L.work);
+                                L.T, L.D, L.scale, 1, operands, 1, L.work);
         t[3] = now();
         unfused_backward(&L);
         t[4] = now();
         for (int i = 0; i < 4; i++) best[i] = fmin(best[i], t[i + 1] - t[i]);
     }
-    printf("heads %lld, T %lld, D %lld, causal, best of %d: forward fused %.2f ms, unfused %.2f ms; backward fused "
+    printf("heads %lld, T %lld, D %lld, causal, %s operands%s, best of %d: forward fused %.2f ms, unfused %.2f ms; backward fused "
            "%.2f ms, unfused %.2f ms; results apart: out %.2g, dq dk dv %.2g\n",
-           (long long)L.heads, (long long)L.T, (long long)L.D, reps, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
+           (long long)L.heads, (long long)L.T, (long long)L.D, type,
+           operands == DMRT_ATTENTION_BF16 && DMRT_ATTENTION_BF16_KERNEL ? " (vdpbf16ps)" : "", reps, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
            best[3] * 1e3, max_apart(L.out, L.out_unfused, n), max_apart(L.grads, L.grads_unfused, 3 * n));
     float *buffers[] = {L.q, L.k, L.v, L.dout, L.scores, L.probs, L.dprobs, L.dscores, L.out, L.lse, L.grads,
                         L.out_unfused, L.grads_unfused, L.work};

@@ -56,9 +56,9 @@ int codegen_attention_heads_inner(const char *target);
  * (grouped-query attention, cg_attention.group), so that the fusion folds repeat_kv's
  * copies in: C's do. */
 int codegen_attention_kv_groups(const char *target);
-/* Whether the target runs fused attention in 16 bits under --precision bf16/fp16 (CUDA:
- * cuDNN); else the attention stays f32. */
-int codegen_attention_16bit(const char *target);
+/* Whether the target runs fused attention's products in `dtype` (DT_BF16, DT_F16) under
+ * that --precision (CUDA: cuDNN, both; C: bf16); else the attention stays f32. */
+int codegen_attention_16bit(const char *target, ir_dtype dtype);
 /* Whether the target's kernels store a 16-bit copy of what they write, in the same pass
  * (cg_capabilities.fused_cast; passes/precision.c then places casts after their operand's op). */
 int codegen_fuses_casts(const char *target);

@@ -264,8 +264,9 @@ typedef struct cg_capabilities {
     int quantize;           /* --quantize's narrow weights and their products (quant_gemm) */
     int flat_update;        /* a serial program's update in one sgd or adamw call over its parameters
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
-    int attention_16bit;    /* under --precision bf16/fp16 the fused attention runs in that type
-                             * (cg_attention.operands; CUDA: cuDNN); else it stays f32 */
+    int attention_bf16, attention_f16; /* under --precision bf16 (fp16) the fused attention
+                             * multiplies in that type (cg_attention.operands; CUDA: cuDNN,
+                             * both; C: bf16, its vdpbf16ps tile products); else it stays f32 */
     int attention_heads_inner; /* the attention's kernels take [.., T, H, D] operands (cg_attention.inner
                              * > 1): the heads' split and merge transposes are folded into it */
     int attention_kv_groups; /* the attention's kernels take k and v with fewer heads than q, each

@@ -581,16 +581,22 @@ static void include_attention_kernels(cg_writer *w) {
     cg_line(w->kernels, "#include \"dmrt_attention.h\"  /* fused attention: dmrt_attention_forward, _backward */");
 }
 
+/* The kernels' operand type: DMRT_ATTENTION_BF16 where the products are bf16
+ * (can.attention_bf16), else DMRT_ATTENTION_F32. */
+static const char *attention_operands(const cg_attention *k) {
+    return k->operands == DT_BF16 ? "DMRT_ATTENTION_BF16" : "DMRT_ATTENTION_F32";
+}
+
 static void c_attention(cg_writer *w, const cg_attention *k) {
     include_attention_kernels(w);
     if (k->group > 1)
-        cg_line(w, "dmrt_attention_forward_grouped(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->q,
+        cg_line(w, "dmrt_attention_forward_grouped(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s, ctx->threads, %s);", k->q,
                 k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->group, (long long)k->positions,
-                (long long)k->width, k->scale, k->causal, k->work);
+                (long long)k->width, k->scale, k->causal, attention_operands(k), k->work);
     else
-        cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", k->q, k->k,
-                k->v, k->out, k->lse, (long long)k->heads, (long long)k->inner, (long long)k->positions, (long long)k->width,
-                k->scale, k->causal, k->work);
+        cg_line(w, "dmrt_attention_forward(%s, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s, ctx->threads, %s);", k->q,
+                k->k, k->v, k->out, k->lse, (long long)k->heads, (long long)k->inner, (long long)k->positions,
+                (long long)k->width, k->scale, k->causal, attention_operands(k), k->work);
 }
 
 /* (grouped: the group in the inner count's place, which is then 1) */
@@ -599,14 +605,14 @@ static void c_attention_grad(cg_writer *w, const cg_attention *k) {
     int grouped = k->group > 1;
     cg_line(w, "dmrt_attention_backward%s(%s, %s, %s, %s, %s, %s,", grouped ? "_grouped" : "", k->q, k->k, k->v, k->out,
             k->lse, k->dout);
-    cg_line(w, "                        %s%s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, ctx->threads, %s);", grouped ? "        " : "",
-            k->dq, k->dk, k->dv, (long long)k->heads, (long long)(grouped ? k->group : k->inner), (long long)k->positions,
-            (long long)k->width, k->scale, k->causal, k->work);
+    cg_line(w, "                        %s%s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s, ctx->threads, %s);",
+            grouped ? "        " : "", k->dq, k->dk, k->dv, (long long)k->heads, (long long)(grouped ? k->group : k->inner),
+            (long long)k->positions, (long long)k->width, k->scale, k->causal, attention_operands(k), k->work);
 }
 
 static int64_t c_attention_scratch_floats(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype) {
-    (void)heads, (void)width, (void)dtype;
-    return dmrt_attention_work_floats(positions);
+    (void)heads;
+    return dmrt_attention_work_floats_of(dtype == DT_BF16 ? DMRT_ATTENTION_BF16 : DMRT_ATTENTION_F32, positions, width);
 }
 
 /* ---- host scaffolding ---- */
@@ -686,7 +692,7 @@ const cg_dialect cg_dialect_c = {
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
             .fused_cast_layernorm = 1, .gemm_bias = 1, .gemm_bias_grad = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
             .loss_grad_16bit = 1,
-            .attention_heads_inner = 1, .attention_kv_groups = 1},
+            .attention_heads_inner = 1, .attention_kv_groups = 1, .attention_bf16 = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.libraries = ""},
     .create_failures = "",

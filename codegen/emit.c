@@ -260,7 +260,10 @@ int codegen_flat_update(const char *target) { return capabilities_of(target).fla
 int codegen_fuses_casts(const char *target) { return capabilities_of(target).fused_cast; }
 int codegen_residual_norms(const char *target) { return capabilities_of(target).residual_norm; }
 int codegen_loss_grad_16bit(const char *target) { return capabilities_of(target).loss_grad_16bit; }
-int codegen_attention_16bit(const char *target) { return has_attention(target) && capabilities_of(target).attention_16bit; }
+int codegen_attention_16bit(const char *target, ir_dtype dtype) {
+    cg_capabilities can = capabilities_of(target);
+    return has_attention(target) && (dtype == DT_BF16 ? can.attention_bf16 : dtype == DT_F16 && can.attention_f16);
+}
 int codegen_attention_heads_inner(const char *target) {
     return has_attention(target) && capabilities_of(target).attention_heads_inner;
 }

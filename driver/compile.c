@@ -42,7 +42,7 @@ static void choose_precision(ir_graph *g, const dm_compile_request *req, dm_pipe
     } else if (g->product_dtype != DT_F32) {
         po->cost.precision = g->product_dtype == DT_BF16 ? DM_BF16 : DM_FP16;
     }
-    g->attention_16bit = g->product_dtype != DT_F32 && codegen_attention_16bit(req->target);
+    g->attention_16bit = g->product_dtype != DT_F32 && codegen_attention_16bit(req->target, g->product_dtype);
     g->casts_with_producer = g->product_dtype != DT_F32 && !req->no_fuse_casts && codegen_fuses_casts(req->target);
     g->loss_grad_16bit = g->product_dtype != DT_F32 && codegen_loss_grad_16bit(req->target);
     if (g->product_dtype == DT_F16) {

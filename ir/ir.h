@@ -272,8 +272,9 @@ typedef struct ir_graph {
     /* The target's attention kernels take k and v with fewer heads than q, each serving
      * kv_group query heads: the fusion then takes repeat_kv's copies in; set by the driver. */
     int attention_kv_groups;
-    /* The target runs each fused attention in product_dtype (CUDA: cuDNN), its operands
-     * cast by the kernel, not by passes/precision.c; set by the driver with product_dtype. */
+    /* The target runs each fused attention's products in product_dtype (CUDA: cuDNN, bf16
+     * and fp16; C: bf16 tile products), its operands rounded by the kernel, not by
+     * passes/precision.c; set by the driver with product_dtype. */
     int attention_16bit;
     /* The target's kernels can store an activation's 16-bit copy as they write it: casts
      * are made right after their operand's op (passes/precision.c); set by the driver. */

@@ -492,7 +492,8 @@ static void attention_text(const ir_graph *g, int full, FILE *out) {
                 f.group, repeats);
     }
     if (g->attention_16bit)
-        fprintf(out, "  each runs in %s through cuDNN's fused attention (f32 statistics), q, k, v cast in scratch\n",
+        fprintf(out, "  each multiplies in %s (q, k, v, the probabilities and the gradients rounded in its scratch; "
+                     "f32 softmax statistics and results)\n",
                 ir_dtype_name(g->product_dtype));
     if (full)
         fprintf(out, "  (one rank's shards, every stage, one micro-batch): blocks of queries and keys with an online softmax,\n"

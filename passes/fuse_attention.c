@@ -33,8 +33,9 @@
  * Where the target has attention kernels (the driver sets g->fuse_attention;
  * --no-fuse-attention clears it): the C target's blocked kernels (runtime/dmrt_attention.h),
  * the CUDA target's a thread a row in f32 (runtime/cuda/attention.cu) and, under
- * --precision bf16 or fp16, cuDNN's in that type (runtime/cuda/attention16.cu, which casts
- * the f32 operands itself: g->attention_16bit).
+ * --precision bf16 or fp16, cuDNN's in that type (runtime/cuda/attention16.cu). Both
+ * targets' kernels round the f32 operands themselves where they multiply in 16 bits
+ * (g->attention_16bit: CUDA's bf16 and fp16, the C target's bf16).
  *
  * requires: the typed forward graph, before autodiff; leaves an attention in place of
  * each second product, at its position, named with its layer path and at the softmax's

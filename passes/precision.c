@@ -8,9 +8,10 @@
  * the weight again rather than keep a copy per micro-batch in flight.
  * The product is accumulated and stored in f32, so everything else (norms, softmax, the
  * loss, gradients, their reduction and the update on f32 master weights) stays f32.
- * Fused attention's operands are left f32 here: the C target's attention multiplies in f32,
- * and a target that runs it in 16 bits (g->attention_16bit: CUDA, through cuDNN) casts them
- * in its kernel's scratch, so that the op, its lse and its gradients keep one layout.
+ * Fused attention's operands are left f32 here: a target that runs it in 16 bits
+ * (g->attention_16bit: CUDA through cuDNN, bf16 and fp16; the C target's bf16 tile products)
+ * rounds them in its kernel's scratch, so that the op, its lse and its gradients keep one
+ * layout; elsewhere (the C target's fp16) the attention multiplies in f32.
  *
  * Where the target's kernels can store the rounded copy as they write a value
  * (g->casts_with_producer: the C target), an activation's cast is made right after the op

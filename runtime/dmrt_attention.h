@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "dmrt.h"
+#include "dmrt_attention_tiles.h"
 
 /* glibc's vector expf (libmvec), as the generated preamble declares it: the rows' loops
  * of exp vectorise. */
@@ -55,11 +56,19 @@ static inline int64_t dmrt_attention_tile(int64_t positions) {
     return positions < DMRT_ATTENTION_TILE ? (positions > 0 ? positions : 1) : DMRT_ATTENTION_TILE;
 }
 
-/* Floats of work either kernel needs (the context's scratch): two blocks of scores, two
- * values per query of a block, one per position of a head. */
+/* Floats of work either kernel needs (the context's scratch) with f32 operands: two blocks
+ * of scores, two values per query of a block, one per position of a head. */
 static inline int64_t dmrt_attention_work_floats(int64_t positions) {
     int64_t tile = dmrt_attention_tile(positions);
     return 2 * tile * tile + 2 * tile + positions;
+}
+
+/* The same with `operands` (DMRT_ATTENTION_F32, _BF16, _F16) and heads `width` wide: a
+ * 16-bit kernel packs each tile product's rounded operands after the rest. */
+static inline int64_t dmrt_attention_work_floats_of(int operands, int64_t positions, int64_t width) {
+    int64_t f32 = dmrt_attention_work_floats(positions);
+    if (operands == DMRT_ATTENTION_F32) return f32;
+    return f32 + dmrt_attention_pack_floats_(dmrt_attention_tile(positions), width);
 }
 
 /* Keys query `query` sees among the block of `keys` keys starting at key `first`. */
@@ -128,14 +137,15 @@ static inline void dmrt_attention_zero_rows_(float *x, int64_t rows, int64_t wid
 }
 
 /* The heads first .. end of the forward, in work. */
-static inline void dmrt_attention_forward_heads_(const float *q, const float *k, const float *v, float *out, float *lse,
-                                                 int64_t first, int64_t end, int64_t inner, int64_t group,
-                                                 int64_t positions, int64_t width, float scale, int causal,
-                                                 float *work) {
+static inline void dmrt_attention_forward_heads_(int operands, const float *q, const float *k, const float *v,
+                                                 float *out, float *lse, int64_t first, int64_t end, int64_t inner,
+                                                 int64_t group, int64_t positions, int64_t width, float scale,
+                                                 int causal, float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *scores = work;               /* (tile, tile) a block's scores, then their exp */
     float *row_max = work + tile * tile; /* (tile) each query's running maximum */
     float *row_sum = row_max + tile;     /* (tile) its running sum of exp(score - maximum) */
+    float *pack = work + dmrt_attention_work_floats(T); /* a 16-bit tile product's operands */
     for (int64_t h = first; h < end; h++) {
         const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
         const size_t kv_at = dmrt_attention_head_of_(h / group, inner, T, D).at;
@@ -151,14 +161,16 @@ static inline void dmrt_attention_forward_heads_(const float *q, const float *k,
             const int64_t key_end = causal ? q0 + nq : T;
             for (int64_t k0 = 0; k0 < key_end; k0 += tile) {
                 const int64_t nk = key_end - k0 < tile ? key_end - k0 : tile;
-                dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, scores, tile);
+                dmrt_attention_product_(operands, 0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f,
+                                        scores, tile, pack);
                 for (int64_t i = 0; i < nq; i++) {
                     int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
                     float rescale = dmrt_attention_online_row_(scores + i * tile, visible, nk, &row_max[i], &row_sum[i]);
                     if (rescale != 1.0f)
                         for (int64_t d = 0; d < D; d++) block_out[i * ld + d] *= rescale;
                 }
-                dmrt_sgemm(0, 0, nq, D, nk, 1.0f, scores, tile, vh + k0 * ld, ld, 1.0f, block_out, ld);
+                dmrt_attention_product_(operands, 0, 0, nq, D, nk, 1.0f, scores, tile, vh + k0 * ld, ld, 1.0f,
+                                        block_out, ld, pack);
             }
             for (int64_t i = 0; i < nq; i++) {
                 const float inv_sum = 1.0f / row_sum[i];
@@ -171,8 +183,8 @@ static inline void dmrt_attention_forward_heads_(const float *q, const float *k,
 
 /* Heads are independent: `threads` threads take blocks of them, each block computed as one
  * thread computes it (the same bits for any count). The first block works in work, the
- * others in room on their threads' stacks (dmrt_attention_work_floats each). */
-#define DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work, call)                                  \
+ * others in room on their threads' stacks (`floats` each). */
+#define DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, floats, work, call)                                     \
     do {                                                                                                   \
         const int blocks_ = (threads) < 1 ? 1 : (int64_t)(threads) > (heads) ? (int)(heads) : (threads);  \
         DMRT_PARALLEL_FOR(blocks_)                                                                         \
@@ -182,7 +194,7 @@ static inline void dmrt_attention_forward_heads_(const float *q, const float *k,
                 float *const block_work_ = (work);                                                         \
                 call;                                                                                      \
             } else {                                                                                       \
-                float stack_work_[dmrt_attention_work_floats(positions)];                                  \
+                float stack_work_[(floats)];                                                               \
                 float *const block_work_ = stack_work_;                                                    \
                 call;                                                                                      \
             }                                                                                              \
@@ -191,9 +203,9 @@ static inline void dmrt_attention_forward_heads_(const float *q, const float *k,
 
 static inline void dmrt_attention_forward(const float *q, const float *k, const float *v, float *out, float *lse,
                                           int64_t heads, int64_t inner, int64_t positions, int64_t width, float scale,
-                                          int causal, int threads, float *work) {
-    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
-                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, inner, 1, positions,
+                                          int causal, int operands, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, dmrt_attention_work_floats_of(operands, positions, width), work,
+                                dmrt_attention_forward_heads_(operands, q, k, v, out, lse, first_, end_, inner, 1, positions,
                                                               width, scale, causal, block_work_));
 }
 
@@ -201,83 +213,162 @@ static inline void dmrt_attention_forward(const float *q, const float *k, const 
  * after the other). */
 static inline void dmrt_attention_forward_grouped(const float *q, const float *k, const float *v, float *out,
                                                   float *lse, int64_t heads, int64_t group, int64_t positions,
-                                                  int64_t width, float scale, int causal, int threads, float *work) {
-    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
-                                dmrt_attention_forward_heads_(q, k, v, out, lse, first_, end_, 1, group, positions,
+                                                  int64_t width, float scale, int causal, int operands, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, dmrt_attention_work_floats_of(operands, positions, width), work,
+                                dmrt_attention_forward_heads_(operands, q, k, v, out, lse, first_, end_, 1, group, positions,
                                                               width, scale, causal, block_work_));
 }
 
-/* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head (ld apart). */
-static inline void dmrt_attention_delta_(const float *dout, const float *out, int64_t rows, int64_t width, int64_t ld,
-                                         float *delta) {
-    for (int64_t i = 0; i < rows; i++) {
-        const float *a = dout + i * ld, *b = out + i * ld;
-        float lanes[8] = {0};
-        int64_t d = 0;
-        for (; d + 8 <= width; d += 8)
-            for (int lane = 0; lane < 8; lane++) lanes[lane] += a[d + lane] * b[d + lane];
-        for (; d < width; d++) lanes[0] += a[d] * b[d];
-        delta[i] = dmrt_attention_lanes_total_(lanes);
+/* delta[i] = the sum over d of dout[i, d] * out[i, d], for the rows of a head (ld apart).
+ * With bf16 operands dout is read rounded, as the product dp = dout @ vT reads it: delta is
+ * the row sum of p * dp, which then holds to f32 rounding (a single key's ds is 0 again). */
+#define DMRT_ATTENTION_DELTA_(read)                                                                \
+    for (int64_t i = 0; i < rows; i++) {                                                           \
+        const float *a = dout + i * ld, *b = out + i * ld;                                         \
+        float lanes[8] = {0};                                                                      \
+        int64_t d = 0;                                                                             \
+        for (; d + 8 <= width; d += 8)                                                             \
+            for (int lane = 0; lane < 8; lane++) lanes[lane] += (read)(a[d + lane]) * b[d + lane]; \
+        for (; d < width; d++) lanes[0] += (read)(a[d]) * b[d];                                    \
+        delta[i] = dmrt_attention_lanes_total_(lanes);                                             \
+    }
+
+static inline float dmrt_attention_as_is_(float x) { return x; }
+
+static inline void dmrt_attention_delta_(int operands, const float *dout, const float *out, int64_t rows, int64_t width,
+                                         int64_t ld, float *delta) {
+    if (operands == DMRT_ATTENTION_BF16) DMRT_ATTENTION_DELTA_(dmrt_attention_bf16_value_)
+    else DMRT_ATTENTION_DELTA_(dmrt_attention_as_is_)
+}
+
+/* A block's scores (nq x nk, tile apart) become the forward's probabilities exp(score -
+ * lse), the hidden ones 0. */
+static inline void dmrt_attention_probs_(float *probs, int64_t tile, int64_t nq, int64_t nk, int64_t q0, int64_t k0,
+                                         const float *lse, int64_t lse_ld, int causal) {
+    for (int64_t i = 0; i < nq; i++) {
+        float *p = probs + i * tile;
+        const float row_lse = lse[(q0 + i) * lse_ld];
+        int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
+        for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
+        for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
     }
 }
 
+/* A block's dp (nq x nk, tile apart) becomes the scores' gradient p * (dp - delta) * scale. */
+static inline void dmrt_attention_dscores_(float *dscores, const float *probs, int64_t tile, int64_t nq, int64_t nk,
+                                           const float *delta, float scale) {
+    for (int64_t i = 0; i < nq; i++) {
+        const float *p = probs + i * tile;
+        float *ds = dscores + i * tile;
+        const float row_delta = delta[i];
+        for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
+    }
+}
+
+#if DMRT_ATTENTION_BF16_KERNEL
+/* dmrt_attention_backward_head_ with bf16 operands on AVX512-BF16: the same products of
+ * the same rounded values, each operand packed once where several products read it (a
+ * block of keys' k and v, three ways, for all its blocks of queries), and the two
+ * products of a transpose (pT @ dout, dsT @ q) reading the pairs of its packing as a right
+ * operand in place (dmrt_attention_left_) instead of packing the transpose. */
+static inline void dmrt_attention_backward_head_bf16_(const float *qh, const float *kh, const float *vh,
+                                                      const float *doh, const float *lh, int64_t lse_ld,
+                                                      const float *delta, float *dqh, float *dkh, float *dvh,
+                                                      int64_t ld, int64_t T, int64_t D, float scale, int causal,
+                                                      float *probs, float *dscores, float *pack) {
+    const int64_t tile = dmrt_attention_tile(T), room = dmrt_attention_pack_room_(tile, D);
+    uint16_t *k_right_t = (uint16_t *)pack, *v_right_t = k_right_t + room, *k_right = v_right_t + room;
+    uint16_t *left = k_right + room, *right = left + room;
+    const int64_t d_even = (D + 1) / 2 * 2;
+    for (int64_t k0 = 0; k0 < T; k0 += tile) {
+        const int64_t nk = T - k0 < tile ? T - k0 : tile;
+        dmrt_attention_pack_right_bf16_(1, D, nk, kh + k0 * ld, ld, k_right_t); /* kT, for the scores */
+        dmrt_attention_pack_right_bf16_(1, D, nk, vh + k0 * ld, ld, v_right_t); /* vT, for dp */
+        dmrt_attention_pack_right_bf16_(0, nk, D, kh + k0 * ld, ld, k_right);   /* k, for dq */
+        for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
+            const int64_t nq = T - q0 < tile ? T - q0 : tile;
+            const dmrt_attention_left_ rows_d = {left, d_even, 2}, rows_k = {left, (nk + 1) / 2 * 2, 2};
+            dmrt_attention_pack_left_bf16_(0, nq, D, qh + q0 * ld, ld, left);
+            dmrt_attention_bf16_product_(nq, nk, D, scale, rows_d, k_right_t, 0, probs, tile);
+            dmrt_attention_probs_(probs, tile, nq, nk, q0, k0, lh, lse_ld, causal);
+            /* dv += pT @ dout: pT's rows are p's columns, its pairs p packed as a right operand */
+            const dmrt_attention_left_ columns = {left, 2, 2 * dmrt_attention_packed_cols_(nk)};
+            dmrt_attention_pack_right_bf16_(0, nq, nk, probs, tile, left);
+            dmrt_attention_pack_right_bf16_(0, nq, D, doh + q0 * ld, ld, right);
+            dmrt_attention_bf16_product_(nk, D, nq, 1.0f, columns, right, 1, dvh + k0 * ld, ld);
+            dmrt_attention_pack_left_bf16_(0, nq, D, doh + q0 * ld, ld, left);
+            dmrt_attention_bf16_product_(nq, nk, D, 1.0f, rows_d, v_right_t, 0, dscores, tile);
+            dmrt_attention_dscores_(dscores, probs, tile, nq, nk, delta + q0, scale);
+            dmrt_attention_pack_left_bf16_(0, nq, nk, dscores, tile, left);
+            dmrt_attention_bf16_product_(nq, D, nk, 1.0f, rows_k, k_right, 1, dqh + q0 * ld, ld);
+            dmrt_attention_pack_right_bf16_(0, nq, nk, dscores, tile, left);
+            dmrt_attention_pack_right_bf16_(0, nq, D, qh + q0 * ld, ld, right);
+            dmrt_attention_bf16_product_(nk, D, nq, 1.0f, columns, right, 1, dkh + k0 * ld, ld);
+        }
+    }
+}
+#endif
+
 /* Query head h of the backward, in work: its dq written, its contributions added to dk
  * and dv at kv_at (zeroed by the caller). */
-static inline void dmrt_attention_backward_head_(const float *q, const float *k, const float *v, const float *out,
-                                                 const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                                 int64_t h, size_t kv_at, int64_t inner, int64_t positions,
-                                                 int64_t width, float scale, int causal, float *work) {
+static inline void dmrt_attention_backward_head_(int operands, const float *q, const float *k, const float *v,
+                                                 const float *out, const float *lse, const float *dout, float *dq,
+                                                 float *dk, float *dv, int64_t h, size_t kv_at, int64_t inner,
+                                                 int64_t positions, int64_t width, float scale, int causal,
+                                                 float *work) {
     const int64_t T = positions, D = width, tile = dmrt_attention_tile(positions);
     float *probs = work;                  /* (tile, tile) a block's probabilities */
     float *dscores = work + tile * tile;  /* (tile, tile) their gradient, then the scores' */
     float *delta = dscores + tile * tile; /* (T) each query's sum of dout * out */
+    float *pack = work + dmrt_attention_work_floats(T); /* a 16-bit tile product's operands */
     const dmrt_attention_head_ at = dmrt_attention_head_of_(h, inner, T, D);
     const int64_t ld = at.ld;
     const size_t head = at.at;
     const float *qh = q + head, *kh = k + kv_at, *vh = v + kv_at, *doh = dout + head, *lh = lse + at.lse_at;
     float *dqh = dq + head, *dkh = dk + kv_at, *dvh = dv + kv_at;
     dmrt_attention_zero_rows_(dqh, T, D, ld);
-    dmrt_attention_delta_(doh, out + head, T, D, ld, delta);
+    dmrt_attention_delta_(operands, doh, out + head, T, D, ld, delta);
+#if DMRT_ATTENTION_BF16_KERNEL
+    if (operands == DMRT_ATTENTION_BF16) {
+        dmrt_attention_backward_head_bf16_(qh, kh, vh, doh, lh, at.lse_ld, delta, dqh, dkh, dvh, ld, T, D, scale, causal,
+                                           probs, dscores, pack);
+        return;
+    }
+#endif
     for (int64_t k0 = 0; k0 < T; k0 += tile) {
         const int64_t nk = T - k0 < tile ? T - k0 : tile;
         /* with a causal mask, the query blocks before this key block see none of it */
         for (int64_t q0 = causal ? k0 : 0; q0 < T; q0 += tile) {
             const int64_t nq = T - q0 < tile ? T - q0 : tile;
-            dmrt_sgemm(0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, probs, tile);
-            for (int64_t i = 0; i < nq; i++) {
-                float *p = probs + i * tile;
-                const float row_lse = lh[(q0 + i) * at.lse_ld];
-                int64_t visible = dmrt_attention_visible_(q0 + i, k0, nk, causal);
-                for (int64_t j = 0; j < visible; j++) p[j] = expf(p[j] - row_lse);
-                for (int64_t j = visible; j < nk; j++) p[j] = 0.0f;
-            }
-            dmrt_sgemm(1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * ld, ld, 1.0f, dvh + k0 * ld, ld);
-            dmrt_sgemm(0, 1, nq, nk, D, 1.0f, doh + q0 * ld, ld, vh + k0 * ld, ld, 0.0f, dscores, tile);
-            for (int64_t i = 0; i < nq; i++) {
-                const float *p = probs + i * tile;
-                float *ds = dscores + i * tile;
-                const float row_delta = delta[q0 + i];
-                for (int64_t j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - row_delta) * scale;
-            }
-            dmrt_sgemm(0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * ld, ld, 1.0f, dqh + q0 * ld, ld);
-            dmrt_sgemm(1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * ld, ld, 1.0f, dkh + k0 * ld, ld);
+            dmrt_attention_product_(operands, 0, 1, nq, nk, D, scale, qh + q0 * ld, ld, kh + k0 * ld, ld, 0.0f, probs,
+                                    tile, pack);
+            dmrt_attention_probs_(probs, tile, nq, nk, q0, k0, lh, at.lse_ld, causal);
+            dmrt_attention_product_(operands, 1, 0, nk, D, nq, 1.0f, probs, tile, doh + q0 * ld, ld, 1.0f,
+                                    dvh + k0 * ld, ld, pack);
+            dmrt_attention_product_(operands, 0, 1, nq, nk, D, 1.0f, doh + q0 * ld, ld, vh + k0 * ld, ld, 0.0f,
+                                    dscores, tile, pack);
+            dmrt_attention_dscores_(dscores, probs, tile, nq, nk, delta + q0, scale);
+            dmrt_attention_product_(operands, 0, 0, nq, D, nk, 1.0f, dscores, tile, kh + k0 * ld, ld, 1.0f,
+                                    dqh + q0 * ld, ld, pack);
+            dmrt_attention_product_(operands, 1, 0, nk, D, nq, 1.0f, dscores, tile, qh + q0 * ld, ld, 1.0f,
+                                    dkh + k0 * ld, ld, pack);
         }
     }
 }
 
 /* The kv heads first .. end of the backward (each the group of query heads reading it),
  * in work. */
-static inline void dmrt_attention_backward_heads_(const float *q, const float *k, const float *v, const float *out,
-                                                  const float *lse, const float *dout, float *dq, float *dk, float *dv,
-                                                  int64_t first, int64_t end, int64_t inner, int64_t group,
-                                                  int64_t positions, int64_t width, float scale, int causal,
-                                                  float *work) {
+static inline void dmrt_attention_backward_heads_(int operands, const float *q, const float *k, const float *v,
+                                                  const float *out, const float *lse, const float *dout, float *dq,
+                                                  float *dk, float *dv, int64_t first, int64_t end, int64_t inner,
+                                                  int64_t group, int64_t positions, int64_t width, float scale,
+                                                  int causal, float *work) {
     for (int64_t kv = first; kv < end; kv++) {
         const dmrt_attention_head_ at = dmrt_attention_head_of_(kv, inner, positions, width);
         dmrt_attention_zero_rows_(dk + at.at, positions, width, at.ld);
         dmrt_attention_zero_rows_(dv + at.at, positions, width, at.ld);
         for (int64_t h = kv * group; h < (kv + 1) * group; h++)
-            dmrt_attention_backward_head_(q, k, v, out, lse, dout, dq, dk, dv, h, at.at, inner, positions, width, scale,
+            dmrt_attention_backward_head_(operands, q, k, v, out, lse, dout, dq, dk, dv, h, at.at, inner, positions, width, scale,
                                           causal, work);
     }
 }
@@ -285,9 +376,9 @@ static inline void dmrt_attention_backward_heads_(const float *q, const float *k
 static inline void dmrt_attention_backward(const float *q, const float *k, const float *v, const float *out,
                                            const float *lse, const float *dout, float *dq, float *dk, float *dv,
                                            int64_t heads, int64_t inner, int64_t positions, int64_t width,
-                                           float scale, int causal, int threads, float *work) {
-    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, positions, work,
-                                dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_,
+                                           float scale, int causal, int operands, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads, dmrt_attention_work_floats_of(operands, positions, width), work,
+                                dmrt_attention_backward_heads_(operands, q, k, v, out, lse, dout, dq, dk, dv, first_, end_,
                                                                inner, 1, positions, width, scale, causal, block_work_));
 }
 
@@ -296,9 +387,9 @@ static inline void dmrt_attention_backward(const float *q, const float *k, const
 static inline void dmrt_attention_backward_grouped(const float *q, const float *k, const float *v, const float *out,
                                                    const float *lse, const float *dout, float *dq, float *dk,
                                                    float *dv, int64_t heads, int64_t group, int64_t positions,
-                                                   int64_t width, float scale, int causal, int threads, float *work) {
-    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads / group, positions, work,
-                                dmrt_attention_backward_heads_(q, k, v, out, lse, dout, dq, dk, dv, first_, end_, 1,
+                                                   int64_t width, float scale, int causal, int operands, int threads, float *work) {
+    DMRT_ATTENTION_HEADS_SPLIT_(threads, heads / group, dmrt_attention_work_floats_of(operands, positions, width), work,
+                                dmrt_attention_backward_heads_(operands, q, k, v, out, lse, dout, dq, dk, dv, first_, end_, 1,
                                                                group, positions, width, scale, causal, block_work_));
 }
 

@@ -57,12 +57,23 @@ def make_init(torch, specs, seed):
     return out
 
 
-def forward(torch, p, tokens, targets, NH, L, product=None):
+def explicit_attention(torch, q, k, v):
+    """Causal attention of q, k, v [B, NH, T, HS], written out in f32."""
+    T, HS = q.shape[-2], q.shape[-1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    att = (q @ k.transpose(-1, -2)) / (HS ** 0.5)
+    att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+    return att @ v
+
+
+def forward(torch, p, tokens, targets, NH, L, product=None, attention=None):
     """Loss (mean cross-entropy over B*T) and logits [B, T, V] of gpt.dm. product(a, b):
-    the weights' products (the linears and the head), a @ b by default; the attention's
-    own products stay a @ b (dmc's fused attention keeps them f32 under bf16 too)."""
+    the weights' products (the linears and the head), a @ b by default; attention(torch,
+    q, k, v): the causal attention, explicit_attention by default (test_bf16.py passes
+    one with dmc's fused attention's bf16 roundings)."""
     F = torch.nn.functional
     product = product or (lambda a, b: a @ b)
+    attention = attention or explicit_attention
     B, T = tokens.shape
     C = p["wte.weight"].shape[1]
     HS = C // NH
@@ -73,15 +84,12 @@ def forward(torch, p, tokens, targets, NH, L, product=None):
     def linear(x, pre):
         return product(x, p[pre + ".weight"]) + p[pre + ".bias"]
 
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
     x = p["wte.weight"][tokens] + p["wpe.weight"]
     for i in range(L):
         pre = "h.%d." % i
         qkv = linear(ln(x, pre + "ln_1"), pre + "attn.c_attn")
         q, k, v = (t.reshape(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        att = (q @ k.transpose(-1, -2)) / (HS ** 0.5)
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = attention(torch, q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + linear(y, pre + "attn.c_proj")
         h = F.gelu(linear(ln(x, pre + "ln_2"), pre + "mlp.c_fc"), approximate="tanh")
         x = x + linear(h, pre + "mlp.c_proj")
@@ -90,10 +98,10 @@ def forward(torch, p, tokens, targets, NH, L, product=None):
     return loss, logits
 
 
-def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None, product=None):
+def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None, product=None, attention=None):
     """Trains from init (numpy) on batches tokens/targets [S, B, T] (step i uses slice
     i mod S); returns (losses, gradients of step 1, final params), numpy float64.
-    product: forward's."""
+    product, attention: forward's."""
     names = list(init)
     p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in init.items()}
     opt = make_opt([p[n] for n in names]) if make_opt else None
@@ -103,7 +111,7 @@ def train(torch, init, tokens, targets, NH, L, steps, dtype, make_opt=None, prod
             t.grad = None
         tok = torch.tensor(tokens[s % len(tokens)], dtype=torch.int64)
         tgt = torch.tensor(targets[s % len(targets)], dtype=torch.int64)
-        loss, _ = forward(torch, p, tok, tgt, NH, L, product)
+        loss, _ = forward(torch, p, tok, tgt, NH, L, product, attention)
         loss.backward()
         losses.append(loss.item())
         if grads1 is None:

@@ -29,6 +29,8 @@ typedef struct sizes {
     int heads, positions, width, causal;
 } sizes;
 
+static const char *operands_name(int operands) { return operands == DMRT_ATTENTION_BF16 ? "bf16" : "f32"; }
+
 /* out, lse and (with dout) dq, dk, dv of every head, in double. */
 static void reference(const sizes *z, const float *q, const float *k, const float *v, const float *dout, double scale,
                       double *out, double *lse, double *dq, double *dk, double *dv) {
@@ -177,7 +179,7 @@ static void relayout(const float *x, float *y, int outer, int inner, int T, int 
  * dmrt_attention_inner_index the relayout's. Splits the heads as outer x inner every way
  * it can. */
 static int heads_inner_same_bits(const sizes *z, const float *in, const float *got, const float *rows_got, float scale,
-                                 float *work) {
+                                 int operands, float *work) {
     int fails = 0;
     const int T = z->positions, D = z->width;
     const size_t n = (size_t)z->heads * T * D, rows = (size_t)z->heads * T;
@@ -190,16 +192,17 @@ static int heads_inner_same_bits(const sizes *z, const float *in, const float *g
         for (int threads = 1; threads <= 3; threads += 2) {
             float *out = res, *lse = res + n, *dq = res + n + rows;
             dmrt_attention_forward(side, side + n, side + 2 * n, out, lse, z->heads, inner, T, D, scale, z->causal,
-                                   threads, work);
+                                   operands, threads, work);
             dmrt_attention_backward(side, side + n, side + 2 * n, out, lse, side + 3 * n, dq, dq + n, dq + 2 * n,
-                                    z->heads, inner, T, D, scale, z->causal, threads, work);
+                                    z->heads, inner, T, D, scale, z->causal, operands, threads, work);
             relayout(out, back, outer, inner, T, D, 0);
             relayout(lse, back + n, outer, inner, T, 1, 0);
             for (int part = 0; part < 3; part++) relayout(dq + part * n, back + n + rows + part * n, outer, inner, T, D, 0);
             CHECK(memcmp(back, got, sizeof(float) * (4 * n + rows)) == 0,
-                  "heads %d (%d x %d side by side) T %d D %d causal %d, %d thread(s): not the bits of the heads apart",
-                  z->heads, outer, inner, T, D, z->causal, threads);
+                  "heads %d (%d x %d side by side) T %d D %d causal %d, %s, %d thread(s): not the bits of the heads apart",
+                  z->heads, outer, inner, T, D, z->causal, operands_name(operands), threads);
         }
+        if (!rows_got) continue; /* the row functions are f32's */
         /* the row functions (the CUDA target's _inner kernels) likewise against by_rows */
         float *out = res, *lse = res + n, *dq = res + n + rows;
         by_rows_layout(z, 1, inner, side, side + n, side + 2 * n, side + 3 * n, scale, out, lse, dq, dq + n,
@@ -227,7 +230,7 @@ static int heads_inner_same_bits(const sizes *z, const float *in, const float *g
 
 /* Grouped-query attention, each group of query heads sharing one k and v head, against the
  * plain kernels on the repeated k and v (see the top); the query heads' inputs are in's. */
-static int grouped_as_repeated(const sizes *z, const float *in, float scale, float *work) {
+static int grouped_as_repeated(const sizes *z, const float *in, float scale, int operands, float *work) {
     int fails = 0;
     const int T = z->positions, D = z->width;
     const size_t head = (size_t)T * D, n = (size_t)z->heads * head, rows = (size_t)z->heads * T;
@@ -248,9 +251,9 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, flo
             }
         const float *q = in, *dout = in + 3 * n;
         float *out = plain, *lse = plain + n, *dq = plain + n + rows;
-        dmrt_attention_forward(q, repeated, repeated + n, out, lse, z->heads, 1, T, D, scale, z->causal, 1, work);
+        dmrt_attention_forward(q, repeated, repeated + n, out, lse, z->heads, 1, T, D, scale, z->causal, operands, 1, work);
         dmrt_attention_backward(q, repeated, repeated + n, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, T, D,
-                                scale, z->causal, 1, work);
+                                scale, z->causal, operands, 1, work);
         for (size_t part = 0; part < 2; part++)
             for (size_t g = 0; g < kv_heads; g++)
                 for (size_t e = 0; e < head; e++) {
@@ -262,15 +265,15 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, flo
         for (int threads = 1; threads <= 3; threads += 2) {
             float *g_out = grouped, *g_lse = grouped + n, *g_dq = grouped + n + rows, *g_dk = g_dq + n, *g_dv = g_dk + kv_n;
             dmrt_attention_forward_grouped(q, kv, kv + kv_n, g_out, g_lse, z->heads, group, T, D, scale, z->causal,
-                                           threads, work);
+                                           operands, threads, work);
             dmrt_attention_backward_grouped(q, kv, kv + kv_n, g_out, g_lse, dout, g_dq, g_dk, g_dv, z->heads, group, T, D,
-                                            scale, z->causal, threads, work);
+                                            scale, z->causal, operands, threads, work);
             CHECK(memcmp(grouped, plain, sizeof(float) * (2 * n + rows)) == 0,
                   "heads %d in groups of %d T %d D %d causal %d, %d thread(s): out, lse or dq not the repeated heads' bits",
                   z->heads, group, T, D, z->causal, threads);
             double abs_err, ratio = worst(g_dk, sums, 2 * kv_n, &abs_err);
-            printf("group  heads %d in groups of %d T %3d D %2d %-7s dk, dv max abs error %.3g (error/bound %.3g), %d thread(s)\n",
-                   z->heads, group, T, D, z->causal ? "causal" : "every", abs_err, ratio, threads);
+            printf("group  heads %d in groups of %d T %3d D %2d %-7s %s dk, dv max abs error %.3g (error/bound %.3g), %d thread(s)\n",
+                   z->heads, group, T, D, z->causal ? "causal" : "every", operands_name(operands), abs_err, ratio, threads);
             CHECK(ratio <= 1.0, "heads %d in groups of %d T %d D %d causal %d: dk, dv off the repeated heads' sums by %g",
                   z->heads, group, T, D, z->causal, abs_err);
             if (!first) {
@@ -282,7 +285,7 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, flo
             }
         }
         free(first);
-        fails += rows_grouped_as_repeated(z, group, in, kv, repeated, scale);
+        if (operands == DMRT_ATTENTION_F32) fails += rows_grouped_as_repeated(z, group, in, kv, repeated, scale);
         free(kv);
     }
     free(repeated);
@@ -307,22 +310,22 @@ static int one(const sizes *z) {
     const float scale = 1.0f / sqrtf((float)z->width);
     reference(z, q, k, v, dout, scale, want, want + n, want + n + rows, want + 2 * n + rows, want + 3 * n + rows);
     float *out = got, *lse = got + n, *dq = got + n + rows;
-    dmrt_attention_forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, 1, work);
+    dmrt_attention_forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, DMRT_ATTENTION_F32, 1, work);
     dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
-                            z->causal, 1, work);
+                            z->causal, DMRT_ATTENTION_F32, 1, work);
     float *row_got = malloc(sizeof(float) * (4 * n + rows));
     by_rows(z, q, k, v, dout, scale, row_got, row_got + n, row_got + n + rows, row_got + 2 * n + rows,
             row_got + 3 * n + rows);
-    fails += heads_inner_same_bits(z, in, got, row_got, scale, work);
-    fails += grouped_as_repeated(z, in, scale, work);
+    fails += heads_inner_same_bits(z, in, got, row_got, scale, DMRT_ATTENTION_F32, work);
+    fails += grouped_as_repeated(z, in, scale, DMRT_ATTENTION_F32, work);
     /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
     float *split = malloc(sizeof(float) * (4 * n + rows));
     for (int threads = 2; threads <= 3; threads++) {
         dmrt_attention_forward(q, k, v, split, split + n, z->heads, 1, z->positions, z->width, scale, z->causal,
-                               threads, work);
+                               DMRT_ATTENTION_F32, threads, work);
         dmrt_attention_backward(q, k, v, split, split + n, dout, split + n + rows, split + 2 * n + rows,
-                                split + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal, threads,
-                                work);
+                                split + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal,
+                                DMRT_ATTENTION_F32, threads, work);
         CHECK(memcmp(split, got, sizeof(float) * (4 * n + rows)) == 0,
               "heads %d T %d D %d causal %d: %d threads differ from one", z->heads, z->positions, z->width, z->causal,
               threads);
@@ -347,6 +350,152 @@ static int one(const sizes *z) {
     return fails;
 }
 
+/* ---- bf16 operands (--precision bf16: runtime/dmrt_attention_tiles.h) ---------------- */
+
+static float bf16_value(float x) { return dmrt_bf16_to_f32(dmrt_bf16_round(x)); }
+
+/* dmrt_attention_product_ with bf16 operands, every transpose, beta 0 and 1, at sizes
+ * around the kernel's blocks (8 rows, 32 columns, pairs along k: odd k pads a zero), against
+ * the products of the rounded values in double: within f32 summation's error, (k + 2)
+ * 2^-24 of the sum of the terms' magnitudes. And far from the unrounded product somewhere
+ * (a product run on the f32 values would be within that bound of it). */
+static int tile_products_bf16(void) {
+    static const int ms[] = {1, 7, 8, 13, 64}, ns[] = {1, 16, 31, 33, 64}, ks[] = {1, 2, 3, 64, 65};
+    int fails = 0;
+    const int side = 65, room = (side + 3) * (side + 3); /* operands with leading dimensions up to side + 3 */
+    float *a = malloc(sizeof(float) * room), *b = malloc(sizeof(float) * room);
+    float *c = malloc(sizeof(float) * room), *before = malloc(sizeof(float) * room);
+    float *pack = malloc(sizeof(float) * (size_t)dmrt_attention_pack_floats_(64, side));
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 11, 0);
+    double worst_ratio = 0.0, farthest = 0.0;
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+                for (int variant = 0; variant < 8; variant++) {
+                    const int m = ms[mi], n = ns[ni], k = ks[ki], ta = variant & 1, tb = variant >> 1 & 1;
+                    const float beta = (float)(variant >> 2), alpha = 0.75f;
+                    /* leading dimensions past the operand's width: the kernel reads windows */
+                    const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
+                    dmrt_fill_uniform(a, room, -2.0f, 2.0f, &rng);
+                    dmrt_fill_uniform(b, room, -2.0f, 2.0f, &rng);
+                    dmrt_fill_uniform(before, room, -1.0f, 1.0f, &rng);
+                    memcpy(c, before, sizeof(float) * room);
+                    dmrt_attention_product_(DMRT_ATTENTION_BF16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack);
+                    for (int i = 0; i < m; i++)
+                        for (int j = 0; j < n; j++) {
+                            double rounded = 0.0, plain = 0.0, magnitude = 0.0;
+                            for (int t = 0; t < k; t++) {
+                                const float x = ta ? a[t * lda + i] : a[i * lda + t], y = tb ? b[j * ldb + t] : b[t * ldb + j];
+                                rounded += (double)bf16_value(x) * bf16_value(y);
+                                plain += (double)x * y;
+                                magnitude += fabs((double)bf16_value(x) * bf16_value(y));
+                            }
+                            const double base = beta * before[i * ldc + j];
+                            const double want = alpha * rounded + base, got = c[i * ldc + j];
+                            const double bound = (k + 2) * 0x1p-24 * (alpha * magnitude + fabs(base)) + 1e-30;
+                            const double ratio = fabs(got - want) / bound;
+                            if (!(ratio <= worst_ratio)) worst_ratio = ratio;
+                            if (fabs(got - (alpha * plain + base)) / bound > farthest)
+                                farthest = fabs(got - (alpha * plain + base)) / bound;
+                            CHECK(ratio <= 1.0, "bf16 tile product %d x %d x %d ta %d tb %d beta %g: [%d][%d] %.9g, want %.9g",
+                                  m, n, k, ta, tb, beta, i, j, got, want);
+                        }
+                    /* nothing past the product's columns written */
+                    for (int i = 0; i < m; i++)
+                        CHECK(c[i * ldc + n] == before[i * ldc + n], "bf16 tile product %d x %d x %d: column %d written",
+                              m, n, k, n);
+                }
+    printf("bf16 tile products (%s): error/bound at most %.3g; from the unrounded products up to %.3g bounds\n",
+           DMRT_ATTENTION_BF16_KERNEL ? "vdpbf16ps kernel" : "rounded, then dmrt_sgemm", worst_ratio, farthest);
+    CHECK(farthest > 100.0, "bf16 tile products: within %.3g bounds of the unrounded product (were they rounded?)", farthest);
+    free(a);
+    free(b);
+    free(c);
+    free(before);
+    free(pack);
+    return fails;
+}
+
+/* The largest |got - want| / bound over n values, bound = 1e-5 + 2^-6 max |want|: the
+ * probabilities and the scores' gradients are rounded to bf16 (2^-9 relative) before their
+ * products, which the double reference does not do (measured: up to 0.41 of the bound, on
+ * dq of three heads 1 wide; a transposed or misplaced operand is off by the whole). */
+static double worst_bf16(const float *got, const double *want, size_t n, double *abs_err) {
+    double largest = 0.0, ratio = 0.0;
+    for (size_t i = 0; i < n; i++) largest = fmax(largest, fabs(want[i]));
+    *abs_err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]), r = e / (1e-5 + 0x1p-6 * largest);
+        if (e > *abs_err) *abs_err = e;
+        if (!(r <= ratio)) ratio = r;
+    }
+    return ratio;
+}
+
+/* The kernels with bf16 operands: against the double reference on q, k, v and dout rounded
+ * to bf16 (worst_bf16's bound; lse, from f32 sums of exps of the rounded products' scores,
+ * within worst's), the same bits on 1 and 3 threads, heads side by side and grouped as the
+ * f32 kernels are checked, and not the f32 kernel's result. */
+static int one_bf16(const sizes *z) {
+    int fails = 0;
+    const size_t n = (size_t)z->heads * z->positions * z->width, rows = (size_t)z->heads * z->positions;
+    float *in = malloc(sizeof(float) * 4 * n), *rounded = malloc(sizeof(float) * 4 * n);
+    float *got = malloc(sizeof(float) * (4 * n + rows)), *other = malloc(sizeof(float) * (4 * n + rows));
+    double *want = calloc(4 * n + rows, sizeof(double));
+    float *work = malloc(sizeof(float) * (size_t)dmrt_attention_work_floats_of(DMRT_ATTENTION_BF16, z->positions, z->width));
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 9, (uint64_t)(z->positions * 100 + z->width * 10 + z->causal));
+    dmrt_fill_uniform(in, (int64_t)(2 * n), -2.0f, 2.0f, &rng);
+    dmrt_fill_uniform(in + 2 * n, (int64_t)(2 * n), -1.0f, 1.0f, &rng);
+    for (size_t i = 0; i < 4 * n; i++) rounded[i] = bf16_value(in[i]);
+    const float scale = 1.0f / sqrtf((float)z->width);
+    reference(z, rounded, rounded + n, rounded + 2 * n, rounded + 3 * n, scale, want, want + n, want + n + rows,
+              want + 2 * n + rows, want + 3 * n + rows);
+    const float *q = in, *k = in + n, *v = in + 2 * n, *dout = in + 3 * n;
+    float *dq = got + n + rows;
+    dmrt_attention_forward(q, k, v, got, got + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+                           DMRT_ATTENTION_BF16, 1, work);
+    dmrt_attention_backward(q, k, v, got, got + n, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width,
+                            scale, z->causal, DMRT_ATTENTION_BF16, 1, work);
+    static const char *const names[] = {"out", "lse", "dq", "dk", "dv"};
+    const size_t at[] = {0, n, n + rows, 2 * n + rows, 3 * n + rows}, count[] = {n, rows, n, n, n};
+    for (int t = 0; t < 5; t++) {
+        double abs_err, ratio = t == 1 ? worst(got + at[t], want + at[t], count[t], &abs_err)
+                                       : worst_bf16(got + at[t], want + at[t], count[t], &abs_err);
+        printf("bf16   heads %d T %3d D %2d %-7s %-3s max abs error %.3g (error/bound %.3g)\n", z->heads, z->positions,
+               z->width, z->causal ? "causal" : "every", names[t], abs_err, ratio);
+        CHECK(ratio <= 1.0, "bf16: heads %d T %d D %d causal %d: %s off by %g", z->heads, z->positions, z->width,
+              z->causal, names[t], abs_err);
+    }
+    /* heads shared over 3 threads: each computed as one thread computes it */
+    dmrt_attention_forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+                           DMRT_ATTENTION_BF16, 3, work);
+    dmrt_attention_backward(q, k, v, other, other + n, dout, other + n + rows, other + 2 * n + rows,
+                            other + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal,
+                            DMRT_ATTENTION_BF16, 3, work);
+    CHECK(memcmp(other, got, sizeof(float) * (4 * n + rows)) == 0, "bf16: heads %d T %d D %d causal %d: 3 threads differ from one",
+          z->heads, z->positions, z->width, z->causal);
+    fails += heads_inner_same_bits(z, in, got, NULL, scale, DMRT_ATTENTION_BF16, work);
+    fails += grouped_as_repeated(z, in, scale, DMRT_ATTENTION_BF16, work);
+    /* the f32 kernel on the same inputs: the rounding must show in the result */
+    float *f32_work = malloc(sizeof(float) * (size_t)dmrt_attention_work_floats(z->positions));
+    dmrt_attention_forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+                           DMRT_ATTENTION_F32, 1, f32_work);
+    double apart = 0.0;
+    for (size_t i = 0; i < n; i++) apart = fmax(apart, fabs((double)other[i] - got[i]));
+    CHECK(apart > 1e-5, "bf16: heads %d T %d D %d causal %d: out within %g of the f32 kernel's (no rounding?)", z->heads,
+          z->positions, z->width, z->causal, apart);
+    free(f32_work);
+    free(in);
+    free(rounded);
+    free(got);
+    free(other);
+    free(want);
+    free(work);
+    return fails;
+}
+
 int main(void) {
     static const sizes cases[] = {
         {1, 1, 3, 1},  {3, 5, 3, 1},   {1, 63, 16, 1}, {1, 64, 16, 1}, {2, 65, 3, 1},
@@ -355,6 +504,8 @@ int main(void) {
     };
     int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one(&cases[i]);
+    fails += tile_products_bf16();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one_bf16(&cases[i]);
     if (fails) fprintf(stderr, "%d checks failed\n", fails);
     return fails ? 1 : 0;
 }
