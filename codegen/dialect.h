@@ -54,6 +54,10 @@ typedef struct cg_loop_nest {
                                                      * there rounded to cast_dtype, at out's index
                                                      * (out dense, not accumulated), or NULL */
     ir_dtype cast_dtype;
+    const char *operand_cast_out;                   /* can.cast_with_sum: operand 0's value is
+                                                     * also stored there rounded to cast_dtype,
+                                                     * at its index less its offset (a dense copy
+                                                     * of operand 0), or NULL */
 } cg_loop_nest;
 
 /* Row-major c = op(a) @ op(b) (+ c when accumulate), batch times: the i-th product
@@ -282,6 +286,10 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int cast_with_sum;      /* a loop nest stores its first operand's 16-bit copy as it reads it
+                             * (cg_loop_nest.operand_cast_out): a cast followed by the sum of
+                             * the same tensor (a bias's gradient) is stored by the sum's pass
+                             * (emit_fused_cast.c, cast_summed_with) */
     int loss_grad_16bit;    /* cross_entropy_grad writes 16-bit values (cg_xent.out_dtype) when the
                              * gradient is made in the products' type (passes/precision.c) */
     int residual_norm;      /* layernorm makes the residual add it reads in its own row pass

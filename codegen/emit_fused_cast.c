@@ -87,3 +87,30 @@ int cast_made_by_producer(const emitter *E, const ir_value *cast) {
     const ir_value *made = dm_cast_producer(E->g, cast);
     return made && fused_cast_of(E, made) == cast->id;
 }
+
+/* A cast that its producer does not store, right before a sum_to of the same f32 tensor
+ * (a linear layer's bias gradient: the gradient's bf16 copy for the products, and its sum
+ * over the rows): the sum's loop stores the copy as it reads each element, so that the
+ * tensor is read once and the cast's loop is not written. The cast is made one op later
+ * than its place, where nothing has read it yet; its buffer, in use from its place, is
+ * apart from the sum's. The sum adds the same terms in the same order, and the copy holds
+ * the same roundings: the bits do not change. */
+int cast_summed_with(const emitter *E, const ir_value *cast) {
+    const ir_graph *g = E->g;
+    /* g->casts_with_producer: not under --no-fuse-casts, which writes every cast's loop */
+    if (!E->dialect->can.cast_with_sum || !g->casts_with_producer || cast->op != OP_CAST || cast->id + 1 >= g->n_values ||
+        cast_made_by_producer(E, cast))
+        return -1;
+    const ir_value *sum = V(E, cast->id + 1), *x = V(E, cast->operands[0]);
+    if (sum->op != OP_SUM_TO || sum->operands[0] != x->id || x->type.dtype != DT_F32 || sum->phase != cast->phase ||
+        sum->stage != cast->stage || sum->segment != cast->segment || ir_numel(T(E, cast->id)) != ir_numel(T(E, x->id)) ||
+        dm_made_at_create(E->plan, cast->id) || dm_made_at_create(E->plan, sum->id) || sum_made_elsewhere(E, sum))
+        return -1;
+    return sum->id;
+}
+
+int cast_stored_by_sum(const emitter *E, const ir_value *sum) {
+    if (sum->op != OP_SUM_TO || sum->id == 0) return -1;
+    const ir_value *cast = V(E, sum->id - 1);
+    return cast_summed_with(E, cast) == sum->id ? cast->id : -1;
+}

@@ -161,6 +161,11 @@ static void emit_cast(emitter *E, const ir_value *v) {
         cg_line(&E->w, "/* stored by the loop that wrote %s, above */", E->cname[v->operands[0]]);
         return;
     }
+    int sum = cast_summed_with(E, v);
+    if (sum >= 0) {
+        cg_line(&E->w, "/* stored by the loop that sums %s into %s, below */", E->cname[v->operands[0]], E->cname[sum]);
+        return;
+    }
     cg_loop_nest k = {.rank = 1, .size = {ir_numel(T(E, v->id))}, .n_in = 1, .out = E->cname[v->id],
                       .out_stride = {1}, .out_elems = ir_numel(T(E, v->id)), .expr = E->dialect->round_to[T(E, v->id)->dtype]};
     literal lit;
@@ -199,6 +204,10 @@ static int wgrad_summing(const emitter *E, const ir_value *v) {
         if (w->op == OP_LAYERNORM_WGRAD && w->operands[1] == v->operands[0]) return wgrad_bias_of(E, w) == v->id ? i : -1;
     }
     return -1;
+}
+
+int sum_made_elsewhere(const emitter *E, const ir_value *v) {
+    return wgrad_summing(E, v) >= 0 || product_summing_bias(E, v) >= 0;
 }
 
 /* sum, mean, sum_to (big → small) and broadcast (small → big): the small tensor's
@@ -246,6 +255,13 @@ static void emit_reduce_or_broadcast(emitter *E, const ir_value *v) {
     }
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
+    int cast = cast_stored_by_sum(E, v);
+    if (cast >= 0) {
+        k.operand_cast_out = E->cname[cast];
+        k.cast_dtype = T(E, cast)->dtype;
+        cg_line(&E->w, "/* and %s's %s copy %s, in the same pass */", E->cname[v->operands[0]],
+                ir_dtype_name(k.cast_dtype), E->cname[cast]);
+    }
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }

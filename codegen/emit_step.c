@@ -272,7 +272,7 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
         /* the parameter servers update: a worker's update reads nothing */
         if (emits_param_servers(E) && ir_op_info_of(v->op)->cls == OPC_UPDATE) continue;
         /* a cast its operand's kernel stores: that kernel names it; it reads nothing */
-        if (v->op == OP_CAST && cast_made_by_producer(E, v)) {
+        if (v->op == OP_CAST && (cast_made_by_producer(E, v) || cast_summed_with(E, v) >= 0)) {
             used[i] = 1;
             continue;
         }

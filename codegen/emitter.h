@@ -183,6 +183,13 @@ int cg_may_make_early(const emitter *E, int place, int value);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
+/* The sum_to right after cast, of the same f32 tensor, whose loop stores the cast's copy as
+ * it reads each element (can.cast_with_sum); or -1. And the cast a sum_to so stores, or -1. */
+int cast_summed_with(const emitter *E, const ir_value *cast);
+int cast_stored_by_sum(const emitter *E, const ir_value *sum);
+/* emit_ops.c: whether sum_to v is made by another op's kernel (a layernorm weight
+ * gradient's pass, a weight gradient's product), not by a loop of its own. */
+int sum_made_elsewhere(const emitter *E, const ir_value *v);
 
 /* emit_compress.c: the context's field, the segment tables and PowerSGD's start (in the
  * source's head), its call in create, and a compressed bucket's reduction (its partials

@@ -275,10 +275,11 @@ def gpt_checks(dmc, root, np, torch, tmp):
 
 
 def fused_cast_checks(dmc, src, tmp, common):
-    """The C target rounds an activation's bf16 copy in the loop that writes the activation
-    (codegen/emit_fused_cast.c): the generated gpt.c says so for some casts, and training
-    gives the same bits as with --no-fuse-casts (every cast a loop of its own): the losses
-    of 10 steps and the weights saved after them."""
+    """The C target rounds an activation's bf16 copy in the loop that writes the activation,
+    and a gradient's in the loop that sums it into a bias's gradient where that comes
+    right after the cast (codegen/emit_fused_cast.c): the generated gpt.c says so for some
+    casts of each kind, and training gives the same bits as with --no-fuse-casts (every
+    cast a loop of its own): the losses of 10 steps and the weights saved after them."""
     def folded(extra):
         out = os.path.join(tmp, "gen" + "".join(extra))
         r = subprocess.run([dmc, "-o", out, src] + common[:2] + ["--precision", "bf16"] + extra,
@@ -286,12 +287,14 @@ def fused_cast_checks(dmc, src, tmp, common):
         if r.returncode != 0:
             raise Failure("dmc -o %s: %s" % (out, r.stderr))
         with open(os.path.join(out, "gpt.c")) as f:
-            return f.read().count("stored by the loop that wrote")
+            code = f.read()
+        return code.count("stored by the loop that wrote"), code.count("stored by the loop that sums")
     n_fused, n_unfused = folded([]), folded(["--no-fuse-casts"])
-    print("gpt casts stored by their operand's loop: %d; with --no-fuse-casts %d" % (n_fused, n_unfused))
-    if n_fused == 0 or n_unfused != 0:
-        raise Failure("gpt: casts folded into their operand's loop: %d (want some), with --no-fuse-casts %d (want 0)"
-                      % (n_fused, n_unfused))
+    print("gpt casts stored by their operand's loop, by its sum's: %d, %d; with --no-fuse-casts %d, %d"
+          % (n_fused + n_unfused))
+    if 0 in n_fused or n_unfused != (0, 0):
+        raise Failure("gpt: casts folded into their operand's loop, its sum's: %d, %d (want some of each), with "
+                      "--no-fuse-casts %d, %d (want none)" % (n_fused + n_unfused))
     runs = []
     for extra in ([], ["--no-fuse-casts"]):
         saved = os.path.join(tmp, "gpt-final%s.safetensors" % "".join(extra))
