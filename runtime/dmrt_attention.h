@@ -5,7 +5,9 @@
  * Generated code includes this header (its kernels are static, compiled with the model's
  * own flags: -O3 -march=native vectorises the row loops for the machine at hand); the
  * compiler includes it for the sizes (codegen/dialect_c.c). The tile products go through
- * dmrt_sgemm (BLAS).
+ * dmrt_sgemm (BLAS) with f32 operands (`operands` DMRT_ATTENTION_F32); with
+ * DMRT_ATTENTION_BF16 (--precision bf16) their operands are rounded to bf16 first and, where
+ * the compiler targets AVX512-BF16, multiplied by vdpbf16ps (dmrt_attention_tiles.h).
  *
  * Layout: a head is a (positions, width) matrix. q, k, v, out, dout, dq, dk, dv are
  * (heads / inner, positions, inner, width) and lse (heads / inner, positions, inner): with
@@ -63,8 +65,8 @@ static inline int64_t dmrt_attention_work_floats(int64_t positions) {
     return 2 * tile * tile + 2 * tile + positions;
 }
 
-/* The same with `operands` (DMRT_ATTENTION_F32, _BF16, _F16) and heads `width` wide: a
- * 16-bit kernel packs each tile product's rounded operands after the rest. */
+/* The same with `operands` (DMRT_ATTENTION_F32 or _BF16) and heads `width` wide: the bf16
+ * kernels pack their tile products' rounded operands after the rest. */
 static inline int64_t dmrt_attention_work_floats_of(int operands, int64_t positions, int64_t width) {
     int64_t f32 = dmrt_attention_work_floats(positions);
     if (operands == DMRT_ATTENTION_F32) return f32;
