@@ -35,17 +35,20 @@ float64 with the attention as dmc's fused attention computes it under bf16
 and the scores' gradient; the softmax and its statistics f32):
   - the step-1 loss within 2e-5 (measured 3e-8; the attention's products left in f32 move
     it by 1.2e-4, plain f32 by 2.2e-4);
-  - every gradient within 3e-3 of the emulation's, relative L2 distance per tensor
-    (measured 1.3e-3). Not element-wise: the attention's backward rounds values (p, ds)
+  - every gradient within 5e-3 of the emulation's, relative L2 distance per tensor
+    (measured 1.3e-3 with oneDNN's products and the vdpbf16ps attention, 2.6e-3 with the
+    other path of both: DMRT_BF16_GEMM=convert, DMC_CFLAGS=-mno-avx512bf16, as a CPU
+    without AVX512-BF16 runs them). Not element-wise: the attention's backward rounds values (p, ds)
     that come out of f32 sums, and where dmc's sums and torch's part in the last bit one
     of them rounds to the neighbouring bf16 now and then; such flips spread through the
     layers below, so that the same emulation in float32 is itself 2.8e-3 from the float64
     one, element-wise bounds failing on a quarter of some tensors;
   - some gradient at least twice that bound from plain f32's and from the emulation with
-    the attention's products in f32 (measured 5.9x and 4.9x): a product or an attention
-    run on the f32 values would fail;
-  - 10 AdamW steps' losses within 1e-3: after a few updates the bf16 rounding of weights
-    that differ in their last f32 bit amplifies float noise (measured 3.6e-4).
+    the attention's products in f32 (measured 3.6x and 2.9x, 1.7e-2 and 1.45e-2 relative):
+    a product or an attention run on the f32 values would fail;
+  - 10 AdamW steps' losses within 2e-3: after a few updates the bf16 rounding of weights
+    that differ in their last f32 bit amplifies float noise (measured 3.6e-4, and 8.3e-4
+    on the other path).
 The `precision bf16` statement trains bitwise as --precision bf16, and --precision fp32
 overrides it; --grad-reduce bf16 on data=2 is --compress bf16's reduction, bitwise.
 The path the products took (oneDNN or converted for OpenBLAS) is run both ways with
@@ -72,7 +75,7 @@ ADAMW_LOSS_RTOL = 3e-4
 GRAD_ATOL, GRAD_RTOL = 1e-4, 3e-3
 WEIGHT_ATOL = 2e-4
 AUTOCAST_RTOL = 1e-2
-GPT_GRAD_RTOL_L2, GPT_LOSS_RTOL = 3e-3, 1e-3
+GPT_GRAD_RTOL_L2, GPT_LOSS_RTOL = 5e-3, 2e-3
 
 
 def bf16_product(torch, half=None):
