@@ -587,10 +587,12 @@ static void include_attention_kernels(cg_writer *w) {
     cg_line(w->kernels, "#include \"dmrt_attention.h\"  /* fused attention: dmrt_attention_forward, _backward */");
 }
 
-/* The kernels' operand type: DMRT_ATTENTION_BF16 where the products are bf16
- * (can.attention_bf16), else DMRT_ATTENTION_F32. */
+/* The kernels' operand type for products of dtype: bf16 where the products are bf16
+ * (can.attention_bf16), else f32; its value (for the scratch's size) and its name. */
+static int attention_operands_of(ir_dtype dtype) { return dtype == DT_BF16 ? DMRT_ATTENTION_BF16 : DMRT_ATTENTION_F32; }
+
 static const char *attention_operands(const cg_attention *k) {
-    return k->operands == DT_BF16 ? "DMRT_ATTENTION_BF16" : "DMRT_ATTENTION_F32";
+    return attention_operands_of(k->operands) == DMRT_ATTENTION_BF16 ? "DMRT_ATTENTION_BF16" : "DMRT_ATTENTION_F32";
 }
 
 static void c_attention(cg_writer *w, const cg_attention *k) {
@@ -618,7 +620,7 @@ static void c_attention_grad(cg_writer *w, const cg_attention *k) {
 
 static int64_t c_attention_scratch_floats(int64_t heads, int64_t positions, int64_t width, ir_dtype dtype) {
     (void)heads;
-    return dmrt_attention_work_floats_of(dtype == DT_BF16 ? DMRT_ATTENTION_BF16 : DMRT_ATTENTION_F32, positions, width);
+    return dmrt_attention_work_floats_of(attention_operands_of(dtype), positions, width);
 }
 
 /* ---- host scaffolding ---- */
