@@ -54,6 +54,10 @@ typedef struct cg_loop_nest {
                                                      * there rounded to cast_dtype, at out's index
                                                      * (out dense, not accumulated), or NULL */
     ir_dtype cast_dtype;
+    int out_unread;                                 /* with cast_out: nothing but the cast reads
+                                                     * out's f32 value (cg_cast_only_reader), so
+                                                     * a dialect may store the copy alone (C
+                                                     * does; CUDA stores both) */
     const char *operand_cast_out;                   /* can.cast_with_sum: operand 0's value is
                                                      * also stored there rounded to cast_dtype,
                                                      * at its index less its offset (a dense copy
@@ -104,6 +108,8 @@ typedef struct cg_rowwise {
                                                      * can.fused_cast_layernorm: out also stored there
                                                      * rounded to cast_dtype, or NULL */
     ir_dtype cast_dtype;
+    int out_unread;                                 /* layernorm with cast_out: as cg_loop_nest's
+                                                     * (C makes each row in a local array) */
 } cg_rowwise;
 
 /* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds

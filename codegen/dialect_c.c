@@ -180,8 +180,14 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     }
     while (*rest == ' ') rest++;
     substitute(k, rest, expr, sizeof expr);
-    cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
-    if (k->cast_out) cg_line(w, "%s[%s] = %s(%s[%s]);", k->cast_out, idx, cg_round_function(k->cast_dtype), k->out, idx);
+    if (k->cast_out && k->out_unread && !k->accumulate && !k->scale) {
+        /* only the cast reads the value: its copy alone is stored */
+        cg_line(w, "const float %s_value = %s;", k->out, expr);
+        cg_line(w, "%s[%s] = %s(%s_value);", k->cast_out, idx, cg_round_function(k->cast_dtype), k->out);
+    } else {
+        cg_line(w, "%s[%s] %s %s;", k->out, idx, k->accumulate ? "+=" : "=", expr);
+        if (k->cast_out) cg_line(w, "%s[%s] = %s(%s[%s]);", k->cast_out, idx, cg_round_function(k->cast_dtype), k->out, idx);
+    }
     if (k->operand_cast_out) {
         char at[256], copy_at[256];
         index_expr(k, k->stride[0], k->offset[0], at, sizeof at);

@@ -57,13 +57,17 @@ static void rename_var(const char *expr, const char *from, const char *to, char 
     out[n < size ? n : size - 1] = 0;
 }
 
-/* The cast v's loop also stores (emit_fused_cast.c), into k. */
-static void store_cast_too(emitter *E, const ir_value *v, const char **cast_out, ir_dtype *cast_dtype) {
+/* The cast v's loop also stores (emit_fused_cast.c), into k; out_unread (NULL: not asked)
+ * set where nothing else reads v's f32 value, which the C target then does not store. */
+static void store_cast_too(emitter *E, const ir_value *v, const char **cast_out, ir_dtype *cast_dtype, int *out_unread) {
     int c = fused_cast_of(E, v);
     if (c < 0) return;
     *cast_out = E->cname[c];
     *cast_dtype = T(E, c)->dtype;
-    cg_line(&E->w, "/* and its %s copy %s, in the same pass */", ir_dtype_name(*cast_dtype), E->cname[c]);
+    int unread = out_unread && cg_cast_only_reader(E, v, c);
+    if (unread) *out_unread = 1;
+    cg_line(&E->w, "/* and its %s copy %s, in the same pass%s */", ir_dtype_name(*cast_dtype), E->cname[c],
+            unread ? " (nothing else reads its f32 value)" : "");
 }
 
 /* The sum product + bias (a local, pre_activation), stored back as the add's value, then
@@ -85,7 +89,7 @@ static void emit_bias_activation(emitter *E, const ir_value *u, int add) {
     k.stride[1][1] = 1;
     cg_line(&E->w, "/* %s = %s + its bias %s, stored, and %s of it, in one pass */", E->cname[add],
             E->cname[a->operands[0]], E->cname[a->operands[1]], ir_op_info_of(u->op)->name);
-    store_cast_too(E, u, &k.cast_out, &k.cast_dtype);
+    store_cast_too(E, u, &k.cast_out, &k.cast_dtype, &k.out_unread);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
@@ -150,7 +154,7 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
             set_operand(E, &k, i, binary_vars[i], v->operands[i], &lits[i]);
         }
     }
-    store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
+    store_cast_too(E, v, &k.cast_out, &k.cast_dtype, &k.out_unread);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
@@ -283,7 +287,7 @@ static void emit_transpose(emitter *E, const ir_value *v) {
     k.out_elems = ir_numel(T(E, v->id));
     k.expr = "x";
     set_operand(E, &k, 0, "x", v->operands[0], &lit);
-    store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
+    store_cast_too(E, v, &k.cast_out, &k.cast_dtype, &k.out_unread);
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
 }
@@ -413,7 +417,7 @@ static void emit_slice(emitter *E, const ir_value *v) {
         k.accumulate = !assembled; /* zeros first, then the window */
     } else {
         k.offset[0] = window;
-        store_cast_too(E, v, &k.cast_out, &k.cast_dtype);
+        store_cast_too(E, v, &k.cast_out, &k.cast_dtype, &k.out_unread);
     }
     cg_coalesce(&k);
     E->dialect->loop_nest(&E->w, &k);
@@ -460,7 +464,11 @@ static void emit_rowwise_into(emitter *E, const ir_value *v, const ir_value *sum
     cg_float_literal(v->scalar, eps, sizeof eps);
     k.eps = eps;
     k.x = operand[0];
-    if (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD) store_cast_too(E, sum_add ? sum_add : v, &k.cast_out, &k.cast_dtype);
+    /* a layernorm's rows may be made in a local array where only the cast reads them; its
+     * gradient's, which may add into a residual's, are stored */
+    if (v->op == OP_LAYERNORM || v->op == OP_LAYERNORM_GRAD)
+        store_cast_too(E, sum_add ? sum_add : v, &k.cast_out, &k.cast_dtype,
+                       v->op == OP_LAYERNORM && !sum_add ? &k.out_unread : NULL);
     if (v->op == OP_LAYERNORM) {
         k.weight = operand[1], k.bias = operand[2];
         int sum = residual_made_by_norm(E, v);

@@ -183,6 +183,9 @@ int cg_may_make_early(const emitter *E, int place, int value);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
+/* Whether nothing but v's folded cast c (fused_cast_of) reads v's f32 value: no op but the
+ * reshapes between them and c reads v or those reshapes, and all are step temporaries. */
+int cg_cast_only_reader(const emitter *E, const ir_value *v, int c);
 /* The sum_to right after cast, of the same f32 tensor, whose loop stores the cast's copy as
  * it reads each element (can.cast_with_sum); or -1. And the cast a sum_to so stores, or -1. */
 int cast_summed_with(const emitter *E, const ir_value *cast);

@@ -57,6 +57,7 @@ folded into the loops that write their operands train bitwise as --no-fuse-casts
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
+import re
 import os
 import subprocess
 import sys
@@ -291,13 +292,28 @@ def fused_cast_checks(dmc, src, tmp, common):
             raise Failure("dmc -o %s: %s" % (out, r.stderr))
         with open(os.path.join(out, "gpt.c")) as f:
             code = f.read()
-        return code.count("stored by the loop that wrote"), code.count("stored by the loop that sums")
-    n_fused, n_unfused = folded([]), folded(["--no-fuse-casts"])
+        return code, (code.count("stored by the loop that wrote"), code.count("stored by the loop that sums"))
+    code, n_fused = folded([])
+    n_unfused = folded(["--no-fuse-casts"])[1]
     print("gpt casts stored by their operand's loop, by its sum's: %d, %d; with --no-fuse-casts %d, %d"
           % (n_fused + n_unfused))
     if 0 in n_fused or n_unfused != (0, 0):
         raise Failure("gpt: casts folded into their operand's loop, its sum's: %d, %d (want some of each), with "
                       "--no-fuse-casts %d, %d (want none)" % (n_fused + n_unfused))
+    # where nothing but the cast reads an activation (the layernorms' outputs, GELU's, the
+    # weights' q, k and v windows), its loop stores the copy alone: the f32 value is never
+    # stored (no "name[" assignment, no row pointer into it); the bits are checked below
+    unread = re.findall(r"const float (\w+)_value = ", code)
+    marked = code.count("in the same pass (nothing else reads its f32 value) */")
+    norms = re.findall(r"float out_row\[\d+\]; /\* (\w+)'s row, which only its copy is made from \*/", code)
+    kinds = sorted(set(re.sub(r"^h_\d+_", "h_L_", name) for name in unread + norms))
+    print("gpt activations whose f32 values are not stored: %d loops, %d layernorms (%s)"
+          % (len(unread), len(norms), ", ".join(kinds)))
+    stored = [name for name in unread + norms if re.search(r"\b%s\[[^\]]*\] = |\b%s \+ base;" % (name, name), code)]
+    if not unread or not norms or "h_L_mlp_gelu" not in kinds or stored or marked != len(unread) + len(norms):
+        raise Failure("gpt: want GELU's loops and the layernorms to store only the bf16 copies of values nothing "
+                      "else reads; loops %d, layernorms %d (%d said so), f32 stores left: %s"
+                      % (len(unread), len(norms), marked, stored))
     runs = []
     for extra in ([], ["--no-fuse-casts"]):
         saved = os.path.join(tmp, "gpt-final%s.safetensors" % "".join(extra))
