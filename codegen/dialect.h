@@ -54,10 +54,9 @@ typedef struct cg_loop_nest {
                                                      * there rounded to cast_dtype, at out's index
                                                      * (out dense, not accumulated), or NULL */
     ir_dtype cast_dtype;
-    int out_unread;                                 /* with cast_out: nothing but the cast reads
-                                                     * out's f32 value (cg_cast_only_reader), so
-                                                     * a dialect may store the copy alone (C
-                                                     * does; CUDA stores both) */
+    int out_unread;                                 /* with cast_out (can.copy_alone): nothing but
+                                                     * the cast reads out's f32 value, which is
+                                                     * not stored (cg_stores_copy_alone) */
     const char *operand_cast_out;                   /* can.cast_with_sum: operand 0's value is
                                                      * also stored there rounded to cast_dtype,
                                                      * at its index less its offset (a dense copy
@@ -85,6 +84,10 @@ typedef struct cg_gemm {
 /* A kernel along one dim of a tensor seen as (outer, n, inner): softmax and its
  * gradient work along n; layernorm and its gradients along the last dim (inner 1); the
  * causal mask sees (outer, n queries, inner keys). Unused operands are NULL. */
+/* The longest row a layernorm makes in a local array where only its copy is stored
+ * (cg_rowwise.out_unread): 64 KiB of the thread's stack. */
+#define CG_LOCAL_ROW_MAX 16384
+
 typedef struct cg_rowwise {
     int64_t outer, n, inner;
     const char *x, *y, *dy, *weight, *bias, *out;
@@ -109,7 +112,8 @@ typedef struct cg_rowwise {
                                                      * rounded to cast_dtype, or NULL */
     ir_dtype cast_dtype;
     int out_unread;                                 /* layernorm with cast_out: as cg_loop_nest's
-                                                     * (C makes each row in a local array) */
+                                                     * (each row made in a local array, n at most
+                                                     * CG_LOCAL_ROW_MAX) */
 } cg_rowwise;
 
 /* Embedding rows: out (rows, cols) = table[ids[r]] for ids in [0, n); the gradient adds
@@ -296,6 +300,9 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int copy_alone;         /* such a kernel stores only the copy where nothing else reads the
+                             * f32 value (out_unread; cg_stores_copy_alone): layernorm rows of
+                             * at most CG_LOCAL_ROW_MAX made in a local array */
     int cast_with_sum;      /* a loop nest stores its first operand's 16-bit copy as it reads it
                              * (cg_loop_nest.operand_cast_out): a cast followed by the sum of
                              * the same tensor (a bias's gradient) is stored by the sum's pass

@@ -180,7 +180,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
     }
     while (*rest == ' ') rest++;
     substitute(k, rest, expr, sizeof expr);
-    if (k->cast_out && k->out_unread && !k->accumulate && !k->scale) {
+    if (k->cast_out && k->out_unread) {
         /* only the cast reads the value: its copy alone is stored */
         cg_line(w, "const float %s_value = %s;", k->out, expr);
         cg_line(w, "%s[%s] = %s(%s_value);", k->cast_out, idx, cg_round_function(k->cast_dtype), k->out);
@@ -735,7 +735,7 @@ const cg_dialect cg_dialect_c = {
     .memory_peak = "c->memory.peak",
     .can = {.zero = 1, .interleaved = 1, .weight_versions = 1, .compress = 1, .param_servers = 1, .dropout = 1,
             .predict = 1, .checkpoints = 1, .bias_activation = 1, .bf16 = 1, .f16 = 1, .quantize = 1, .fused_cast = 1,
-            .fused_cast_layernorm = 1, .cast_with_sum = 1, .gemm_bias = 1, .gemm_bias_grad = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
+            .fused_cast_layernorm = 1, .copy_alone = 1, .cast_with_sum = 1, .gemm_bias = 1, .gemm_bias_grad = 1, .flat_update = 1, .wgrad_bias = 1, .residual_norm = 1,
             .loss_grad_16bit = 1,
             .attention_heads_inner = 1, .attention_kv_groups = 1, .attention_bf16 = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},

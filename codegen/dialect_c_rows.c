@@ -197,9 +197,6 @@ static void layernorm_stats(cg_writer *w, const cg_rowwise *k) {
     cg_line(w, "const float rstd = (float)(1.0 / sqrt(sum_sq / %lld.0 + %s));", n, k->eps);
 }
 
-/* The longest row a layernorm makes in a local array (cg_rowwise.out_unread): 64 KiB. */
-#define LOCAL_ROW_MAX 16384
-
 /* The row just written, rounded into the cast's buffer too (cast_out), while it is in cache. */
 static void cast_row(cg_writer *w, const cg_rowwise *k) {
     if (!k->cast_out) return;
@@ -215,9 +212,9 @@ void cg_c_layernorm(cg_writer *w, const cg_rowwise *k) {
                 k->sum_b);
     }
     layernorm_stats(w, k);
-    /* only the cast reads the rows (out_unread): each made in a local array (at most 64 KiB
-     * on the thread's stack), its copy alone stored */
-    if (k->cast_out && k->out_unread && k->n <= LOCAL_ROW_MAX)
+    /* only the cast reads the rows (out_unread): each made in a local array, its copy alone
+     * stored */
+    if (k->cast_out && k->out_unread)
         cg_line(w, "float out_row[%lld]; /* %s's row, which only its copy is made from */", (long long)k->n, k->out);
     else
         cg_line(w, "float *out_row = %s + base;", k->out);

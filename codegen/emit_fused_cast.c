@@ -12,9 +12,6 @@
  * stages and micro-batches lay the arena out apart). */
 #include "emitter.h"
 
-#include <ctype.h>
-#include <string.h>
-
 /* [start, end) of value id's buffer (its storage root's, whole) in floats of its region
  * (one layout: fused_cast_of folds no cast where stages have layouts of their own). */
 static void buffer_range(const emitter *E, int id, int64_t *start, int64_t *end) {
@@ -86,27 +83,6 @@ int fused_cast_of(const emitter *E, const ir_value *v) {
     return c;
 }
 
-/* Whether C expression expr names identifier name (not as part of a longer one). */
-static int names(const char *expr, const char *name) {
-    size_t n = strlen(name);
-    for (const char *at = expr; (at = strstr(at, name)); at += n) {
-        int before = at > expr && (isalnum((unsigned char)at[-1]) || at[-1] == '_');
-        int after = isalnum((unsigned char)at[n]) || at[n] == '_';
-        if (!before && !after) return 1;
-    }
-    return 0;
-}
-
-/* Whether u's kernel reads its operand k: an elementwise gradient reads its forward's
- * result y only where its expression names it (gelu's recomputes from x: tanh's reads y). */
-static int reads_operand(const ir_value *u, int k) {
-    if (ir_op_info_of(u->op)->cls == OPC_UNARY_GRAD && k == 1) {
-        const char *backward = ir_op_info_of(u->unary)->backward;
-        return !backward || names(backward, "y");
-    }
-    return 1;
-}
-
 int cg_cast_only_reader(const emitter *E, const ir_value *v, int c) {
     /* fused_cast_of's chain: v, the reshapes sharing its buffer, then c, one after the other */
     for (int id = v->id; id < c; id++)
@@ -115,7 +91,7 @@ int cg_cast_only_reader(const emitter *E, const ir_value *v, int c) {
         if (i > v->id && i <= c) continue;
         const ir_value *u = V(E, i);
         for (int k = 0; k < u->n_operands; k++)
-            if (u->operands[k] >= v->id && u->operands[k] < c && reads_operand(u, k)) return 0;
+            if (u->operands[k] >= v->id && u->operands[k] < c && ir_reads_operand(u, k)) return 0;
     }
     return 1;
 }

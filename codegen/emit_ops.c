@@ -57,17 +57,33 @@ static void rename_var(const char *expr, const char *from, const char *to, char 
     out[n < size ? n : size - 1] = 0;
 }
 
-/* The cast v's loop also stores (emit_fused_cast.c), into k; out_unread (NULL: not asked)
- * set where nothing else reads v's f32 value, which the C target then does not store. */
+/* The cast v's loop also stores (emit_fused_cast.c), into k; out_unread set where it
+ * stores that copy alone (cg_stores_copy_alone; NULL for a layernorm gradient's rows). */
 static void store_cast_too(emitter *E, const ir_value *v, const char **cast_out, ir_dtype *cast_dtype, int *out_unread) {
     int c = fused_cast_of(E, v);
     if (c < 0) return;
     *cast_out = E->cname[c];
     *cast_dtype = T(E, c)->dtype;
-    int unread = out_unread && cg_cast_only_reader(E, v, c);
+    int unread = out_unread && cg_stores_copy_alone(E, v);
     if (unread) *out_unread = 1;
     cg_line(&E->w, "/* and its %s copy %s, in the same pass%s */", ir_dtype_name(*cast_dtype), E->cname[c],
             unread ? " (nothing else reads its f32 value)" : "");
+}
+
+int cg_stores_copy_alone(const emitter *E, const ir_value *v) {
+    if (!E->dialect->can.copy_alone) return 0;
+    int c = fused_cast_of(E, v);
+    if (c < 0 || !cg_cast_only_reader(E, v, c)) return 0;
+    /* the kernels that pass out_unread to the dialect (store_cast_too's callers) */
+    switch (ir_op_info_of(v->op)->cls) {
+    case OPC_UNARY:
+    case OPC_UNARY_GRAD:
+    case OPC_BINARY: return v->op != OP_DROPOUT && residual_norm_of(E, v) < 0 && !runs_product(E, v);
+    case OPC_TRANSPOSE: return 1;
+    case OPC_SLICE: return v->op == OP_SLICE && !v->slice_view;
+    case OPC_NORM: return v->op == OP_LAYERNORM && v->type.shape[v->type.rank - 1] <= CG_LOCAL_ROW_MAX;
+    default: return 0;
+    }
 }
 
 /* The sum product + bias (a local, pre_activation), stored back as the add's value, then

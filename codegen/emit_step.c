@@ -286,7 +286,8 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
         if (v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && E->bucket_lead[i] >= 0 &&
             bucket_started_early(E, E->bucket_lead[i]))
             continue;
-        used[i] = v->type.dtype != DT_VOID;
+        /* a kernel storing its cast's copy alone does not name its own buffer */
+        used[i] = v->type.dtype != DT_VOID && !cg_stores_copy_alone(E, v);
         for (int k = 0; k < v->n_operands; k++)
             if (reads_local(E, v, k)) used[v->operands[k]] = 1;
     }

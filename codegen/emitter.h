@@ -184,8 +184,14 @@ int cg_may_make_early(const emitter *E, int place, int value);
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
 /* Whether nothing but v's folded cast c (fused_cast_of) reads v's f32 value: no op but the
- * reshapes between them and c reads v or those reshapes, and all are step temporaries. */
+ * reshapes between them and c reads v or those reshapes (an elementwise gradient reads its
+ * forward's result only where its rule names y: ir_reads_operand), and all are step
+ * temporaries. */
 int cg_cast_only_reader(const emitter *E, const ir_value *v, int c);
+/* Whether v's kernel stores its folded cast's copy alone, not v's f32 value, which it
+ * then does not name (emit_ops.c; can.copy_alone): an elementwise op, a transpose, a
+ * slice or a layernorm whose value only the cast reads (cg_cast_only_reader). */
+int cg_stores_copy_alone(const emitter *E, const ir_value *v);
 /* The sum_to right after cast, of the same f32 tensor, whose loop stores the cast's copy as
  * it reads each element (can.cast_with_sum); or -1. And the cast a sum_to so stores, or -1. */
 int cast_summed_with(const emitter *E, const ir_value *cast);
