@@ -143,10 +143,6 @@ typedef struct cg_xent {
     const char *logits, *targets;
     const char *stats;                              /* (rows, 3), as above */
     const char *out;                                /* the statistics, the loss or dlogits */
-    int exp_f32;                                    /* the statistics: each exp(logit - max) in f32
-                                                     * (vectorised), summed in double lanes, as the
-                                                     * 16-bit gradient's values are made (else each
-                                                     * exp in double, one running sum) */
     ir_dtype out_dtype;                             /* dlogits: f32, or the 16-bit type it is made
                                                      * in (can.loss_grad_16bit), each value rounded
                                                      * once from the f32 one */

@@ -272,33 +272,8 @@ static void c_xent_row_max(cg_writer *w, int64_t classes) {
     cg_line(w, "for (int64_t c = 1; c < %lld; c++) max = row[c] > max ? row[c] : max;", (long long)classes);
 }
 
-/* The classes whose f32 exps c_xent_sum_exp holds at once: 1 KiB of the thread's stack. */
-#define XENT_EXP_CHUNK 256
-
-/* sum of exp(row[c] - max), in double: each exp in double, one running sum; or (exp_f32)
- * in f32, a chunk of exps at a time into a local array (a loop of its own, which
- * vectorises: glibc's vector expf), then added in 8 double lanes (element c in lane c % 8,
- * the last chunk's tail past a multiple of 8 in lane 0) and the lanes in a fixed tree */
-static void c_xent_sum_exp(cg_writer *w, int64_t classes, int exp_f32) {
-    if (exp_f32) {
-        long long n = (long long)classes;
-        cg_line(w, "double sum;");
-        cg_line(w, "{");
-        cg_line(w, "    double sum_lanes[8] = {0};");
-        cg_line(w, "    float exps[%d];", XENT_EXP_CHUNK);
-        cg_line(w, "    for (int64_t c0 = 0; c0 < %lld; c0 += %d) {", n, XENT_EXP_CHUNK);
-        cg_line(w, "        const int64_t count = %lld - c0 < %d ? %lld - c0 : %d;", n, XENT_EXP_CHUNK, n, XENT_EXP_CHUNK);
-        cg_line(w, "        for (int64_t j = 0; j < count; j++) exps[j] = expf(row[c0 + j] - max);");
-        cg_line(w, "        int64_t j = 0;");
-        cg_line(w, "        for (; j + 8 <= count; j += 8)");
-        cg_line(w, "            for (int lane = 0; lane < 8; lane++) sum_lanes[lane] += (double)exps[j + lane];");
-        cg_line(w, "        for (; j < count; j++) sum_lanes[0] += (double)exps[j];");
-        cg_line(w, "    }");
-        cg_line(w, "    sum = ((sum_lanes[0] + sum_lanes[1]) + (sum_lanes[2] + sum_lanes[3])) + "
-                   "((sum_lanes[4] + sum_lanes[5]) + (sum_lanes[6] + sum_lanes[7]));");
-        cg_line(w, "}");
-        return;
-    }
+/* sum of exp(row[c] - max), in double */
+static void c_xent_sum_exp(cg_writer *w, int64_t classes) {
     cg_line(w, "double sum = 0.0;");
     cg_line(w, "for (int64_t c = 0; c < %lld; c++) sum += exp((double)(row[c] - max));", (long long)classes);
 }
@@ -319,7 +294,7 @@ static void c_xent_stats_whole(cg_writer *w, const cg_xent *k) {
     cg_line(w, "const int32_t target = %s[r];", k->targets);
     cg_line(w, "const float *row = %s + r * %lld;", k->logits, (long long)k->classes);
     c_xent_row_max(w, k->classes);
-    c_xent_sum_exp(w, k->classes, k->exp_f32);
+    c_xent_sum_exp(w, k->classes);
     cg_line(w, "float *stats = %s + r * 3;", k->out);
     cg_line(w, "stats[0] = max, stats[1] = (float)sum, stats[2] = row[target];");
     w->indent--;
@@ -359,7 +334,7 @@ static void c_xent_stats_split(cg_writer *w, const cg_xent *k) {
     cg_line(w, "float max = maxima[r];");
     cg_line(w, "for (int64_t j = 1; j < %lld; j++) max = maxima[j * %lld + r] > max ? maxima[j * %lld + r] : max;",
             (long long)k->comm_size, rows, rows);
-    c_xent_sum_exp(w, k->classes, k->exp_f32);
+    c_xent_sum_exp(w, k->classes);
     cg_line(w, "sums[r] = (float)sum;");
     cg_line(w, "int64_t target = %s[r] - first_class;", k->targets);
     cg_line(w, "sums[%lld + r] = target >= 0 && target < %lld ? row[target] : 0.0f;", rows, classes);

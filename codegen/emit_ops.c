@@ -577,8 +577,6 @@ static void emit_loss(emitter *E, const ir_value *v) {
     char dloss[128];
     switch (v->op) {
     case OP_XENT_STATS:
-        /* under 16-bit precision the exps are f32's, as the gradient's values are */
-        k.exp_f32 = E->g->product_dtype != DT_F32;
         E->dialect->xent_stats(&E->w, &k);
         E->dialect->fault_check(&E->w, 0);
         E->phase_faults = 1;
