@@ -35,7 +35,9 @@ PyTorch: the same architecture written out in plain torch, float32, loaded from 
                      CPU, forward and backward); it compiles in the warm-up steps
 Per run: N measured steps after 2 warm-up steps (not counted), the median of the N step
          times. With --runs R the sides alternate R times and the best median of each is
-         reported (use it on a busy machine).
+         reported (use it on a busy machine); each run's own ratio (its sides measured
+         within a minute) is printed too, with their median: the machine's speed drifts by
+         10 to 20% over minutes, and one run's sides drift together.
 Check:   the parameter counts must agree, and every variant's losses, started from dmc's
          weights on the same batches, must follow dmc's (max relative difference printed;
          the script fails above 1e-3).
@@ -243,17 +245,21 @@ def check_losses(cfg, side, losses, ref_name, ref, rtol):
 
 def best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params):
     """Alternates dmc (and under --precision bf16 dmc bf16) and every variant args.runs
-    times; returns {side: best median ms}, {side: dmc's share in BLAS (of its best run)}
-    and the AdamW form torch used. Sides: "dmc", "dmc-bf16", the variants."""
+    times; returns {side: best median ms}, {side: dmc's share in BLAS (of its best run)},
+    the AdamW form torch used, and each run's own ratio (its best variant's ms over its dmc
+    ms, bf16's under --precision bf16: sides measured within a minute of each other).
+    Sides: "dmc", "dmc-bf16", the variants."""
     bf16 = args.precision == "bf16"
     env = benchlib.dmc_thread_env(os.environ, threads)
     benchlib.set_torch_threads(torch, threads)
     sides = {v: TorchSide(cfg, torch, stio, v, bf16=bf16) for v in variants}
-    best, share, form = {}, {}, None
+    best, share, form, run_ratios = {}, {}, None, []
     for run in range(args.runs):
         line = "  %s, %d thread(s), run %d:" % (cfg["name"], threads, run + 1)
+        this_run = {}
         for side, prec in [("dmc", "fp32")] + ([("dmc-bf16", "bf16")] if bf16 else []):
             ms, losses, blas = dmc_steps(args, cfg, env, prec)
+            this_run[side] = ms
             if side not in best or ms < best[side]:
                 best[side], share[side] = ms, blas
             if side == "dmc":
@@ -266,6 +272,7 @@ def best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params):
             line += " %s %.3f ms (%.0f%% BLAS)," % (side, ms, 100 * blas)
         for v in variants:
             ms, losses, nparams, form = sides[v].steps()
+            this_run[v] = ms
             best[v] = min(best.get(v, ms), ms)
             if nparams != dmc_params:
                 sys.exit("gpt_step: %s: PyTorch model has %d parameters, dmc's %d" % (cfg["name"], nparams, dmc_params))
@@ -275,9 +282,12 @@ def best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params):
             else:
                 check_losses(cfg, v, losses, "dmc", dmc_losses, LOSS_RTOL)
             line += " %s %.3f ms," % (v + (" bf16" if bf16 else ""), ms)
+        if variants:
+            run_ratios.append(min(this_run[v] for v in variants) / this_run["dmc-bf16" if bf16 else "dmc"])
+            line += " this run's ratio %.2fx," % run_ratios[-1]
         print(line.rstrip(","))
         sys.stdout.flush()
-    return best, share, form
+    return best, share, form, run_ratios
 
 
 def main():
@@ -347,8 +357,8 @@ def main():
             stio.save({"tokens": seq[:, :, :-1].copy(), "targets": seq[:, :, 1:].copy()}, cfg["batches"])
             dmc_params = dmc_prepare(args, cfg, os.environ)
             for threads in thread_counts:
-                best, share, form = best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params)
-                rows.append((cfg, dmc_params, threads, best, share, form))
+                best, share, form, run_ratios = best_of_runs(args, cfg, threads, torch, stio, variants, dmc_params)
+                rows.append((cfg, dmc_params, threads, best, share, form, run_ratios))
 
     bf16 = args.precision == "bf16"
     me = "dmc-bf16" if bf16 else "dmc"
@@ -358,7 +368,7 @@ def main():
     hdr += "".join(" %10s" % (v + (" bf16" if bf16 else " ms")) for v in variants) + " %18s %7s" % ("best torch", "ratio")
     print(hdr)
     print("-" * len(hdr))
-    for cfg, nparams, threads, best, share, form in rows:
+    for cfg, nparams, threads, best, share, form, _ in rows:
         top = min(variants, key=lambda v: best[v]) if variants else None
         line = "%-5s %10d %3d %10.3f %4.0f%%" % (cfg["name"], nparams, threads, best["dmc"], 100 * share["dmc"])
         if bf16:
@@ -368,6 +378,12 @@ def main():
             line += " %18s %6.2fx" % ("%s %.3f" % (top, best[top]), best[top] / best[me])
         print(line)
     print("configs: %s" % "; ".join("%s %s" % (c["name"], c["set"]) for c in configs))
+    if variants:
+        print("each run's own ratio (best torch of the run / dmc%s of the run, its sides a minute apart; the table's "
+              "ratio pairs the best of each side over the runs): %s" % (
+                  " bf16" if bf16 else "",
+                  "; ".join("%s %d thr %s (median %.2fx)" % (r[0]["name"], r[2], ", ".join("%.2fx" % x for x in r[6]),
+                                                            statistics.median(r[6])) for r in rows)))
     if bf16:
         print("bf16: dmc --precision bf16 (fp32/bf16 = dmc fp32 ms / dmc bf16 ms: > 1, bf16 is faster); torch "
               "variants under torch.autocast(\"cpu\", dtype=torch.bfloat16); ratio against dmc bf16")
