@@ -46,7 +46,9 @@ Threads: each count of --threads (default 1,2) for both: DMC_THREADS for dmc
 Prints, per thread count, dmc's epoch, its BLAS share, the GEMMs-alone limit, each torch
 variant's epoch and ratio best_torch_time / dmc_time (> 1: dmc is faster), and the test
 accuracy of each after the epoch. With --runs N, the sides run alternately N times each
-and the best time of each is reported (use it on a busy machine).
+and the best time of each is reported (use it on a busy machine); each run's line also
+gives that run's own ratio (its sides measured one after the other: the machine's speed
+drifts over minutes, and one run's sides drift together).
 """
 import argparse
 import gzip
@@ -252,6 +254,9 @@ def best_of_runs(args, np, torch, data, threads, variants):
         for v in variants:
             torch_runs[v].append(sides[v].epoch())
             line += ", %s%s %.2f s" % (v, " bf16" if bf16 else "", torch_runs[v][-1][0])
+        if variants:
+            mine = bf16_runs[-1][1] if bf16 else dmc_runs[-1][1]
+            line += ", this run's ratio %.2fx" % (min(torch_runs[v][-1][0] for v in variants) / mine)
         print(line)
         sys.stdout.flush()
         if bf16:
