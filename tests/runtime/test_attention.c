@@ -417,6 +417,54 @@ static int tile_products_bf16(void) {
     return fails;
 }
 
+#if DMRT_ATTENTION_BF16_KERNEL
+/* The packing of a transposed right operand (the attention's kT and vT), which transposes
+ * 16 x 16 words of rounded pairs: bit for bit the layout written out one value at a time
+ * (pair p, column j: b[j][2p] and b[j][2p + 1] rounded, 0 past k; zeros from column n to
+ * the packed width), on every k and n from 1 to 70, leading dimensions k and 131, values
+ * that include infinities, NaNs, subnormals, zeros and halfway ties. */
+static int pack_transposed_bf16(void) {
+    int fails = 0;
+    enum { ROWS = 70, LD = 131 };
+    float *b = malloc(sizeof(float) * ROWS * LD);
+    uint16_t *got = malloc(sizeof(uint16_t) * 36 * 2 * 96), *want = malloc(sizeof(uint16_t) * 36 * 2 * 96);
+    dmrt_rng rng;
+    dmrt_rng_init(&rng, 12, 0);
+    for (int i = 0; i < ROWS * LD; i++) {
+        uint64_t r = dmrt_rng_u64(&rng);
+        uint32_t u = (uint32_t)r;
+        switch ((r >> 32) % 8) {
+        case 0: u = (u & 0x807fffffu) | 0x7f800000u; break; /* an infinity or a NaN */
+        case 1: u &= 0x807fffffu; break;                     /* a subnormal or a zero */
+        case 2: u = (u & 0xffff0000u) | 0x8000u; break;      /* halfway between two bf16s */
+        default: break;
+        }
+        memcpy(&b[i], &u, sizeof u);
+    }
+    for (int k = 1; k <= ROWS; k++)
+        for (int n = 1; n <= ROWS; n++)
+            for (int wide = 0; wide < 2; wide++) {
+                const int64_t ldb = wide ? LD : k, cols = dmrt_attention_packed_cols_(n), pairs = (k + 1) / 2;
+                for (int64_t p = 0; p < pairs; p++)
+                    for (int64_t j = 0; j < cols; j++) {
+                        int inside = j < n;
+                        want[p * 2 * cols + 2 * j] = inside ? dmrt_bf16_round(b[j * ldb + 2 * p]) : 0;
+                        want[p * 2 * cols + 2 * j + 1] = inside && 2 * p + 1 < k ? dmrt_bf16_round(b[j * ldb + 2 * p + 1]) : 0;
+                    }
+                dmrt_attention_pack_right_bf16_(1, k, n, b, ldb, got);
+                CHECK(memcmp(got, want, sizeof(uint16_t) * (size_t)(pairs * 2 * cols)) == 0,
+                      "packing b^T (k %d, n %d, ldb %lld) differs from the layout written value by value", k, n,
+                      (long long)ldb);
+            }
+    printf("bf16 packing of transposed right operands: k, n in 1..70, two leading dimensions: %s\n",
+           fails ? "differs" : "bit for bit");
+    free(b);
+    free(got);
+    free(want);
+    return fails;
+}
+#endif
+
 /* The largest |got - want| / bound over n values, bound = 1e-5 + 2^-6 max |want|: the
  * probabilities and the scores' gradients are rounded to bf16 (2^-9 relative) before their
  * products, which the double reference does not do (measured: up to 0.41 of the bound, on
@@ -505,6 +553,9 @@ int main(void) {
     int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one(&cases[i]);
     fails += tile_products_bf16();
+#if DMRT_ATTENTION_BF16_KERNEL
+    fails += pack_transposed_bf16();
+#endif
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one_bf16(&cases[i]);
     if (fails) fprintf(stderr, "%d checks failed\n", fails);
     return fails ? 1 : 0;
