@@ -361,6 +361,7 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     number_faults(E);
     predict_mark(E);
     quant_mark(E);
+    cg_mark_copy_alone(E);
     E->scratch_elems = plans->memory->scratch_elems;
     return 0;
 }
@@ -377,6 +378,7 @@ static void emitter_close(emitter *E) {
     free(E->slots);
     free(E->summed);
     free(E->no_bias_activations);
+    free(E->copy_alone);
     free(E->fault_site);
     free(E->for_outputs);
     free(E->quant_slot);

@@ -70,11 +70,9 @@ static void store_cast_too(emitter *E, const ir_value *v, const char **cast_out,
             unread ? " (nothing else reads its f32 value)" : "");
 }
 
-int cg_stores_copy_alone(const emitter *E, const ir_value *v) {
-    if (!E->dialect->can.copy_alone) return 0;
-    int c = fused_cast_of(E, v);
-    if (c < 0 || !cg_cast_only_reader(E, v, c)) return 0;
-    /* the kernels that pass out_unread to the dialect (store_cast_too's callers) */
+/* Whether v's kernel is one that passes out_unread to the dialect (store_cast_too's
+ * callers). */
+static int kernel_may_store_copy_alone(const emitter *E, const ir_value *v) {
     switch (ir_op_info_of(v->op)->cls) {
     case OPC_UNARY:
     case OPC_UNARY_GRAD:
@@ -84,6 +82,22 @@ int cg_stores_copy_alone(const emitter *E, const ir_value *v) {
     case OPC_NORM: return v->op == OP_LAYERNORM && v->type.shape[v->type.rank - 1] <= CG_LOCAL_ROW_MAX;
     default: return 0;
     }
+}
+
+void cg_mark_copy_alone(emitter *E) {
+    const ir_graph *g = E->g;
+    E->copy_alone = calloc((size_t)g->n_values + 1, 1);
+    int *readers = calloc((size_t)g->n_values + 1, sizeof(int));
+    if (!E->copy_alone || !readers) abort();
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < V(E, i)->n_operands; k++)
+            if (ir_reads_operand(V(E, i), k)) readers[V(E, i)->operands[k]]++;
+    for (int i = 0; E->dialect->can.copy_alone && i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        int c = fused_cast_of(E, v);
+        E->copy_alone[i] = c >= 0 && cg_cast_only_reader(E, readers, v, c) && kernel_may_store_copy_alone(E, v);
+    }
+    free(readers);
 }
 
 /* The sum product + bias (a local, pre_activation), stored back as the add's value, then

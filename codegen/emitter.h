@@ -81,6 +81,8 @@ typedef struct emitter {
                                 * (gelu, relu, ...) that adds the bias in its own pass, or -1
                                 * (passes/fuse_bias.c) */
     int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
+    unsigned char *copy_alone; /* (n_values) cg_mark_copy_alone: the kernel stores its folded
+                                * cast's copy alone */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -183,15 +185,18 @@ int cg_may_make_early(const emitter *E, int place, int value);
 /* Whether cast is stored by the kernel of the op that makes its operand (fused_cast_of):
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
-/* Whether nothing but v's folded cast c (fused_cast_of) reads v's f32 value: no op but the
- * reshapes between them and c reads v or those reshapes (an elementwise gradient reads its
- * forward's result only where its rule names y: ir_reads_operand), and all are step
- * temporaries. */
-int cg_cast_only_reader(const emitter *E, const ir_value *v, int c);
+/* Whether nothing but v's folded cast c (fused_cast_of) reads v's f32 value: v and the
+ * reshapes between it and c are step temporaries, each read by the next alone; readers
+ * (n_values): the ops reading each value (an elementwise gradient reads its forward's
+ * result only where its rule names y: ir_reads_operand). */
+int cg_cast_only_reader(const emitter *E, const int *readers, const ir_value *v, int c);
+/* Decides once, into E->copy_alone, which kernels store their folded cast's copy alone
+ * (can.copy_alone): an elementwise op, a transpose, a slice or a layernorm whose value
+ * only the cast reads (cg_cast_only_reader); emit_ops.c. */
+void cg_mark_copy_alone(emitter *E);
 /* Whether v's kernel stores its folded cast's copy alone, not v's f32 value, which it
- * then does not name (emit_ops.c; can.copy_alone): an elementwise op, a transpose, a
- * slice or a layernorm whose value only the cast reads (cg_cast_only_reader). */
-int cg_stores_copy_alone(const emitter *E, const ir_value *v);
+ * then does not name. */
+static inline int cg_stores_copy_alone(const emitter *E, const ir_value *v) { return E->copy_alone[v->id]; }
 /* The sum_to right after cast, of the same f32 tensor, whose loop stores the cast's copy as
  * it reads each element (can.cast_with_sum); or -1. And the cast a sum_to so stores, or -1. */
 int cast_summed_with(const emitter *E, const ir_value *cast);
