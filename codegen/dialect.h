@@ -81,13 +81,13 @@ typedef struct cg_gemm {
     int64_t batch_stride_a, batch_stride_b, batch_stride_c;
 } cg_gemm;
 
-/* A kernel along one dim of a tensor seen as (outer, n, inner): softmax and its
- * gradient work along n; layernorm and its gradients along the last dim (inner 1); the
- * causal mask sees (outer, n queries, inner keys). Unused operands are NULL. */
 /* The longest row a layernorm makes in a local array where only its copy is stored
  * (cg_rowwise.out_unread): 64 KiB of the thread's stack. */
 #define CG_LOCAL_ROW_MAX 16384
 
+/* A kernel along one dim of a tensor seen as (outer, n, inner): softmax and its
+ * gradient work along n; layernorm and its gradients along the last dim (inner 1); the
+ * causal mask sees (outer, n queries, inner keys). Unused operands are NULL. */
 typedef struct cg_rowwise {
     int64_t outer, n, inner;
     const char *x, *y, *dy, *weight, *bias, *out;

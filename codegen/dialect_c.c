@@ -387,25 +387,26 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
      * rounded value only where it sits that close to a 16-bit rounding boundary (bf16:
      * about one value in 2^15, and then by one bf16 ulp) */
     int f32 = k->out_dtype == DT_F32;
-#define XENT_GRAD_OF(c)                                                                                 \
-    (f32 ? "(float)(exp((double)(row[" c "] - stats[0])) / (double)stats[1]) * scale"                \
-         : "expf(row[" c "] - stats[0]) / stats[1] * scale")
+    const char *grad_of = f32 ? "(float)(exp((double)(row[%s] - stats[0])) / (double)stats[1]) * scale"
+                              : "expf(row[%s] - stats[0]) / stats[1] * scale";
+    char grad_c[128], grad_target[128];
+    snprintf(grad_c, sizeof grad_c, grad_of, "c");
+    snprintf(grad_target, sizeof grad_target, grad_of, "target");
     /* 16 bits: each f32 value (the target's with scale taken off) rounded once */
     const char *round = f32 ? NULL : cg_round_function(k->out_dtype);
     cg_line(w, "%s *drow = %s + r * %lld;", f32 ? "float" : "uint16_t", k->out, classes);
     cg_line(w, "for (int64_t c = 0; c < %lld; c++)", classes);
-    if (f32) cg_line(w, "    drow[c] = %s;", XENT_GRAD_OF("c"));
-    else cg_line(w, "    drow[c] = %s(%s);", round, XENT_GRAD_OF("c"));
+    if (f32) cg_line(w, "    drow[c] = %s;", grad_c);
+    else cg_line(w, "    drow[c] = %s(%s);", round, grad_c);
     cg_line(w, "int64_t target = %s[r]%s;", k->targets, k->coord ? " - first_class" : "");
     if (f32) {
         cg_line(w, "if (target >= 0 && target < %lld) drow[target] -= scale;", classes);
     } else {
         cg_line(w, "if (target >= 0 && target < %lld) {", classes);
-        cg_line(w, "    const float d = %s;", XENT_GRAD_OF("target"));
+        cg_line(w, "    const float d = %s;", grad_target);
         cg_line(w, "    drow[target] = %s(d - scale);", round);
         cg_line(w, "}");
     }
-#undef XENT_GRAD_OF
     w->indent--;
     cg_line(w, "}");
     w->indent--;
