@@ -9,6 +9,9 @@ import os
 import re
 import sys
 
+# runtime/dmrt.h's DMRT_OPENMP_SPINCOUNT: the trainer's default OpenMP wait
+DMRT_OPENMP_SPINCOUNT = "3000"
+
 BLAS_RE = re.compile(r"^blas ([0-9.]+) s of train_step's ([0-9.]+) s \(([0-9.]+)%\), (\d+) products, ([0-9.]+) GFLOP",
                      re.M)
 
@@ -41,11 +44,14 @@ def prepare_torch_env(max_threads):
     OpenBLAS, which reads OPENBLAS_NUM_THREADS once; torch.set_num_threads lowers it later)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max_threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(max_threads))
-    # torch's OpenMP threads spin-wait by default; on a busy 2-core machine a spinning
-    # thread holds the core its partner needs (torch 2.15, 2 threads, tiny gpt: 290 ms/step
-    # spinning, 28 passive; Debian's 1.13: its OpenBLAS pthreads starved, 2-7x slower).
-    # OMP_WAIT_POLICY=ACTIVE in the environment measures the other way.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Both sides wait as dmc's trainer does by default (DMRT_OPENMP_SPINCOUNT, runtime/dmrt.h):
+    # an OpenMP thread spins 3000 pauses (about 75 us on Zen 4) for work, then sleeps.
+    # libgomp's default spin (300000 pauses) holds a core its partner needs on a busy 2-core
+    # machine (torch 2.15, 2 threads, tiny gpt: 290 ms/step spinning, 28 passive); passive
+    # waiting makes every parallel region pay a wake-up (gpt big bf16: dmc 5% slower, torch
+    # about as much). OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment measures another way.
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", DMRT_OPENMP_SPINCOUNT)
 
 
 def import_torch(prog):
@@ -86,7 +92,13 @@ def describe_torch(torch):
     cfg = torch.__config__.show()
     m = re.search(r"BLAS_INFO=(\w+)", cfg)
     blas = "MKL" if "Math Kernel Library" in cfg else m.group(1) if m else "BLAS unknown"
-    return "torch %s (%s, OMP_WAIT_POLICY=%s)" % (torch.__version__, blas, os.environ.get("OMP_WAIT_POLICY"))
+    return "torch %s (%s); %s" % (torch.__version__, blas, openmp_wait())
+
+
+def openmp_wait():
+    """The OpenMP wait both sides run with, as the environment sets it."""
+    return ", ".join("%s=%s" % (k, os.environ[k]) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ) \
+        or "libgomp's default wait"
 
 
 def parse_blas(prog, stdout):

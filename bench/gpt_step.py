@@ -56,7 +56,8 @@ Precision (--precision, default fp32):
 Threads: each count of --threads (default 1,2) for both sides in turn:
          benchlib.dmc_thread_env for dmc (DMC_THREADS),
          torch.set_num_threads for torch (compiled code is compiled again for each count);
-         OMP_WAIT_POLICY=PASSIVE unless set (bench/benchlib.py says why).
+         both with GOMP_SPINCOUNT=3000, the trainer's default wait, unless the environment sets
+         OMP_WAIT_POLICY or GOMP_SPINCOUNT (bench/benchlib.py says why).
 
 Prints a table: per config and thread count, ms/step of dmc, its BLAS share, ms/step of
 each PyTorch variant, the best of them and ratio best torch / dmc (> 1: dmc is faster).

@@ -40,8 +40,9 @@ Precision (--precision, default fp32):
            within BF16_ACC_TOL (0.02 absolute) of dmc fp32's. Prints dmc fp32 / dmc bf16
            and best torch bf16 / dmc bf16.
 Threads: each count of --threads (default 1,2) for both: DMC_THREADS for dmc
-         (benchlib.dmc_thread_env), torch.set_num_threads for torch; OMP_WAIT_POLICY=PASSIVE
-         unless set (bench/benchlib.py says why).
+         (benchlib.dmc_thread_env), torch.set_num_threads for torch; both with
+         GOMP_SPINCOUNT=3000, the trainer's default wait, unless the environment sets
+         OMP_WAIT_POLICY or GOMP_SPINCOUNT (bench/benchlib.py says why).
 
 Prints, per thread count, dmc's epoch, its BLAS share, the GEMMs-alone limit, each torch
 variant's epoch and ratio best_torch_time / dmc_time (> 1: dmc is faster), and the test

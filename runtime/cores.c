@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int dmrt_cores(void) {
@@ -42,3 +43,22 @@ int dmrt_threads_per_rank(int ranks_here) {
 }
 
 int dmrt_threads_beside(const dmrt_rank *rank) { return dmrt_threads_per_rank(rank ? dmrt_rank_local_count(rank) : 1); }
+
+/* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its constructor, before main
+ * and after libc's own start-up has reset the environment to the one the process was given
+ * (a setenv in a preinit function is lost): a process can only choose for itself by running
+ * itself again with the setting in its environment. valgrind's client would leave valgrind
+ * on that exec (its preload library in LD_PRELOAD says it is there): no exec then. Only for
+ * libgomp (gcc's -fopenmp): clang's libomp has other settings (KMP_BLOCKTIME). */
+void dmrt_openmp_wait_default(char **argv) {
+#if !defined(_OPENMP) || defined(__clang__)
+    (void)argv; /* no OpenMP, or clang's libomp: its KMP_BLOCKTIME is left as it is */
+#else
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || !argv || !argv[0]) return;
+    const char *preload = getenv("LD_PRELOAD");
+    if (preload && strstr(preload, "vgpreload")) return;
+    if (setenv("GOMP_SPINCOUNT", DMRT_OPENMP_SPINCOUNT, 0) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* no /proc, or the program file is gone: go on with libgomp's default */
+#endif
+}

@@ -360,6 +360,22 @@ int dmrt_threads_per_rank(int ranks_here);
  * serial context created beside that rank (create_beside). */
 int dmrt_threads_beside(const dmrt_rank *rank);
 
+/* How long an OpenMP thread spins for work before it sleeps, when the environment sets
+ * neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: GOMP_SPINCOUNT=3000 pauses, about 75 us on a
+ * Zen 4 core (25 ns a pause). A step runs a few hundred parallel loops and split products
+ * microseconds apart: a thread asleep between them costs a wake-up each (46 us on a VM's
+ * 2 cores; gpt big's bf16 step 5% slower under OMP_WAIT_POLICY=PASSIVE), while libgomp's
+ * own default (300000 pauses, about 7 ms) makes a step 3 to 20x slower when other work holds
+ * the cores (bench/README.md, docs/trainer.md). */
+#define DMRT_OPENMP_SPINCOUNT "3000"
+/* The trainer's first act (dmrt_trainer_main, dmrt_distill_main): when the environment
+ * sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, runs the program again (the same argv,
+ * /proc/self/exe) with GOMP_SPINCOUNT=DMRT_OPENMP_SPINCOUNT; returns when it does not (a
+ * setting is there, valgrind runs the program, or the exec failed). An application that
+ * embeds the generated code keeps its environment as it is. libgomp only (gcc): a runtime
+ * built by clang (libomp) or without OpenMP returns at once. */
+void dmrt_openmp_wait_default(char **argv);
+
 #define DMRT_PRAGMA_(x) _Pragma(#x)
 #ifdef _OPENMP
 /* The for loop after it runs on `threads` threads (when more than 1), in fixed chunks. */

@@ -392,6 +392,7 @@ static int exit_status(int status) {
 
 int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,
                            void *launch_arg) {
+    dmrt_openmp_wait_default(argv);
     const char *prog = argc > 0 && argv[0] && argv[0][0] ? argv[0] : "dmrt-trainer";
     tr_opts o;
     int r = parse_args(argc, argv, &o, prog, model);
