@@ -187,7 +187,6 @@ static int map_inputs(void) {
 
 int dmrt_distill_main(const dmrt_model *student, const dmrt_model *teacher, const dmrt_distill_layout *layout,
                       int argc, char **argv) {
-    dmrt_openmp_wait_default(argv);
     /* dmc run passes --teacher-init FILE first */
     if (argc < 3 || strcmp(argv[1], "--teacher-init") != 0) {
         fprintf(stderr, "%s: a distilled student runs as %s --teacher-init TEACHER.safetensors [trainer options]\n",

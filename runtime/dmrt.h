@@ -368,12 +368,14 @@ int dmrt_threads_beside(const dmrt_rank *rank);
  * own default (300000 pauses, about 7 ms) makes a step 3 to 20x slower when other work holds
  * the cores (bench/README.md, docs/trainer.md). */
 #define DMRT_OPENMP_SPINCOUNT "3000"
-/* The trainer's first act (dmrt_trainer_main, dmrt_distill_main): when the environment
- * sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, runs the program again (the same argv,
- * /proc/self/exe) with GOMP_SPINCOUNT=DMRT_OPENMP_SPINCOUNT; returns when it does not (a
- * setting is there, valgrind runs the program, or the exec failed). An application that
- * embeds the generated code keeps its environment as it is. libgomp only (gcc): a runtime
- * built by clang (libomp) or without OpenMP returns at once. */
+/* When the environment sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, runs the program
+ * again (/proc/self/exe with argv, the process's own) with
+ * GOMP_SPINCOUNT=DMRT_OPENMP_SPINCOUNT; returns when it does not (a setting is there,
+ * valgrind runs the program, or the exec failed). A constructor of the trainer's object
+ * calls it before main in every program that links the trainer (dmrt_trainer_main,
+ * dmrt_distill_main); an application that embeds the generated code without the trainer
+ * keeps its environment as it is. libgomp only (gcc): a runtime built by clang (libomp) or
+ * without OpenMP returns at once. */
 void dmrt_openmp_wait_default(char **argv);
 
 #define DMRT_PRAGMA_(x) _Pragma(#x)

@@ -21,6 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Before main: a program with the trainer in it (dmrt_trainer_main, dmrt_distill_main; the
+ * generated main.c of `dmc run`) waits for OpenMP work as dmrt_openmp_wait_default says.
+ * A constructor, so that the program is run again from its start with the process's own
+ * arguments (glibc passes them to constructors), before anything of main has happened:
+ * a host whose main hands the trainer arguments of its own is run with its own. */
+__attribute__((constructor)) static void trainer_openmp_wait(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc > 0) dmrt_openmp_wait_default(argv);
+}
+
 /* after the table's options */
 static const char usage_tail[] =
     "  -h, --help         print this text and exit\n"
@@ -392,7 +402,6 @@ static int exit_status(int status) {
 
 int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_launcher launch,
                            void *launch_arg) {
-    dmrt_openmp_wait_default(argv);
     const char *prog = argc > 0 && argv[0] && argv[0][0] ? argv[0] : "dmrt-trainer";
     tr_opts o;
     int r = parse_args(argc, argv, &o, prog, model);
