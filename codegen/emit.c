@@ -362,6 +362,7 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     predict_mark(E);
     quant_mark(E);
     cg_mark_copy_alone(E);
+    cg_plan_flat_update(E);
     E->scratch_elems = plans->memory->scratch_elems;
     return 0;
 }

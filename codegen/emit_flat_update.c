@@ -11,6 +11,7 @@
  * else between them but the regions' alignment padding; everything that differs per
  * parameter or runs between the gradients and the updates keeps the per-parameter calls. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "emitter.h"
 
@@ -31,14 +32,15 @@ static int64_t region_offset(const emitter *E, int id, dm_region region) {
 
 /* What rules the single call out for the whole program: more than one rank or a pipeline,
  * the update split (clipping, loss scaling), ZeRO, parameter servers, --quantize,
- * micro-batches or accumulated gradients. */
+ * micro-batches or accumulated gradients. (The update's part, E->update_part, is asked
+ * where the call is emitted.) */
 static int program_allows(const emitter *E) {
     const ir_graph *g = E->g;
     for (int a = 0; a < g->n_axes; a++)
         if (g->axes[a].size > 1) return 0;
     return E->dialect->can.flat_update && E->ranks == 1 && E->plan->stages <= 1 && !E->scheduled &&
            g->microbatches <= 1 && !g->zero && !g->param_servers.servers && g->optimizer.clip <= 0 && g->loss_scale <= 0 &&
-           !E->quant_bits && E->update_part == 0;
+           !E->quant_bits;
 }
 
 /* Update op v as the next member of f (its parameter `expect` elements after the first's):
@@ -64,8 +66,9 @@ static int fits(const emitter *E, const ir_value *v, flat_update *f, int64_t exp
 }
 
 /* Whether the program's update is one call, and which (f). Every op of the update phase
- * between the first update and the last is an update: nothing reads a parameter between. */
-static int plan_flat_update(const emitter *E, flat_update *f) {
+ * between the first update and the last is an update: nothing reads a parameter between.
+ * A scan of every op: cg_plan_flat_update makes it once per program. */
+static int scan_flat_update(const emitter *E, flat_update *f) {
     const ir_graph *g = E->g;
     if (!program_allows(E)) return 0;
     *f = (flat_update){.first = -1};
@@ -85,20 +88,28 @@ static int plan_flat_update(const emitter *E, flat_update *f) {
     return f->n_params >= 2;
 }
 
-int flat_update_covers(const emitter *E, const ir_value *v) {
+void cg_plan_flat_update(emitter *E) {
     flat_update f;
-    return plan_flat_update(E, &f) && v->id >= f.first && v->id <= f.last;
+    E->flat_update_first = E->flat_update_last = -1;
+    if (scan_flat_update(E, &f)) E->flat_update_first = f.first, E->flat_update_last = f.last;
+}
+
+int flat_update_covers(const emitter *E, const ir_value *v) {
+    return E->update_part == 0 && E->flat_update_first >= 0 && v->id >= E->flat_update_first &&
+           v->id <= E->flat_update_last;
 }
 
 /* The single call at the first update, a comment at the others. Returns 0 where update v
  * takes its own call. */
 int emit_flat_update(emitter *E, const ir_value *v) {
     flat_update f;
-    if (!plan_flat_update(E, &f)) return 0;
-    if (v->id != f.first) {
-        cg_line(&E->w, "/* in the one update over every parameter at %s, above */", V(E, V(E, f.first)->operands[0])->name);
+    if (!flat_update_covers(E, v)) return 0;
+    if (v->id != E->flat_update_first) {
+        cg_line(&E->w, "/* in the one update over every parameter at %s, above */",
+                V(E, V(E, E->flat_update_first)->operands[0])->name);
         return 1;
     }
+    if (!scan_flat_update(E, &f)) abort(); /* the plan made at the start said it is */
     const char *first = V(E, V(E, f.first)->operands[0])->name, *last = V(E, V(E, f.last)->operands[0])->name;
     cg_line(&E->w, "/* One update for the %d parameters %s .. %s (every one this program updates), laid end to", f.n_params,
             first, last);

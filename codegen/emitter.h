@@ -83,6 +83,8 @@ typedef struct emitter {
     int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
     unsigned char *copy_alone; /* (n_values) cg_mark_copy_alone: the kernel stores its folded
                                 * cast's copy alone */
+    int flat_update_first, flat_update_last; /* cg_plan_flat_update: the update ops the one
+                                * update call covers (emit_flat_update.c), or -1 */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -280,6 +282,8 @@ void emit_zero_bucket_updates(emitter *E, const dm_zero_bucket *b);
 int emit_flat_update(emitter *E, const ir_value *v);
 /* Whether update op v is in such a call (its operands then need no local names). */
 int flat_update_covers(const emitter *E, const ir_value *v);
+/* Decides once, into E->flat_update_first/last, which update ops that call covers. */
+void cg_plan_flat_update(emitter *E);
 void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
 void zero_close_member(emitter *E);
 void zero_grad_share(const emitter *E, const dm_zero_bucket *b, char *buf, size_t size);
