@@ -358,6 +358,7 @@ static int emitter_open(emitter *E, const ir_graph *g, const codegen_plans *plan
     E->zero = plans->zero ? plans->zero : &no_zero;
     static const dm_compress_plan no_compress = {0};
     E->compress = plans->compress ? plans->compress : &no_compress;
+    cg_index_readers(E);
     number_faults(E);
     predict_mark(E);
     quant_mark(E);
@@ -380,6 +381,8 @@ static void emitter_close(emitter *E) {
     free(E->summed);
     free(E->no_bias_activations);
     free(E->copy_alone);
+    free(E->reader_at);
+    free(E->reader_ids);
     free(E->fault_site);
     free(E->for_outputs);
     free(E->quant_slot);

@@ -75,19 +75,12 @@ int product_summing_bias(const emitter *E, const ir_value *v) {
     if (!E->dialect->can.gemm_bias_grad || E->plan->stages > 1 || g->microbatches > 1 || g->zero ||
         !sums_rows(E, v))
         return -1;
-    for (int i = v->id + 1; i < g->n_values; i++) {
-        const ir_value *w = V(E, i);
-        if (w->op != OP_MATMUL || w->operands[1] != v->operands[0]) continue;
-        return product_may_sum(E, v, w) ? i : -1;
-    }
-    return -1;
+    int i = cg_next_reader(E, v->operands[0], v->id, OP_MATMUL, 1);
+    return i >= 0 && product_may_sum(E, v, V(E, i)) ? i : -1;
 }
 
 int bias_summed_by_product(const emitter *E, const ir_value *w) {
     if (w->op != OP_MATMUL || !E->dialect->can.gemm_bias_grad) return -1;
-    for (int i = w->id - 1; i >= 0; i--) {
-        const ir_value *v = V(E, i);
-        if (v->op == OP_SUM_TO && v->operands[0] == w->operands[1]) return product_summing_bias(E, v) == w->id ? i : -1;
-    }
-    return -1;
+    int i = cg_last_reader(E, w->operands[1], w->id, OP_SUM_TO, 0);
+    return i >= 0 && product_summing_bias(E, V(E, i)) == w->id ? i : -1;
 }

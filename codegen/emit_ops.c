@@ -84,6 +84,38 @@ static int kernel_may_store_copy_alone(const emitter *E, const ir_value *v) {
     }
 }
 
+void cg_index_readers(emitter *E) {
+    const ir_graph *g = E->g;
+    int *at = calloc((size_t)g->n_values + 2, sizeof(int));
+    if (!at) abort();
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < V(E, i)->n_operands; k++) at[V(E, i)->operands[k] + 2]++;
+    for (int x = 0; x < g->n_values; x++) at[x + 2] += at[x + 1];
+    int *ids = malloc(((size_t)at[g->n_values + 1] + 1) * sizeof(int));
+    if (!ids) abort();
+    /* at[x + 1] is where x's next reader goes; after the fill, at[x] is where x's first is */
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < V(E, i)->n_operands; k++) ids[at[V(E, i)->operands[k] + 1]++] = i;
+    E->reader_at = at;
+    E->reader_ids = ids;
+}
+
+int cg_next_reader(const emitter *E, int x, int after, ir_op op, int slot) {
+    for (int r = E->reader_at[x]; r < E->reader_at[x + 1]; r++) {
+        const ir_value *u = V(E, E->reader_ids[r]);
+        if (u->id > after && u->op == op && slot < u->n_operands && u->operands[slot] == x) return u->id;
+    }
+    return -1;
+}
+
+int cg_last_reader(const emitter *E, int x, int before, ir_op op, int slot) {
+    for (int r = E->reader_at[x + 1] - 1; r >= E->reader_at[x]; r--) {
+        const ir_value *u = V(E, E->reader_ids[r]);
+        if (u->id < before && u->op == op && slot < u->n_operands && u->operands[slot] == x) return u->id;
+    }
+    return -1;
+}
+
 void cg_mark_copy_alone(emitter *E) {
     const ir_graph *g = E->g;
     E->copy_alone = calloc((size_t)g->n_values + 1, 1);
@@ -218,26 +250,22 @@ static int wgrad_bias_of(const emitter *E, const ir_value *v) {
         g->zero)
         return -1;
     const ir_type *w = T(E, v->id);
-    for (int i = v->id + 1; i < g->n_values; i++) {
-        const ir_value *s = V(E, i);
-        if (s->op != OP_SUM_TO || s->operands[0] != v->operands[1]) continue;
-        const ir_type *t = T(E, i);
-        if (s->phase != v->phase || s->stage != v->stage || s->segment != v->segment ||
-            !cg_may_make_early(E, v->id, i) || t->rank != 1 || w->rank != 1 ||
-            t->shape[0] != w->shape[0] || t->dtype != DT_F32 || (E->summed && E->summed[i] >= 0))
-            return -1;
-        return i;
-    }
-    return -1;
+    int i = cg_next_reader(E, v->operands[1], v->id, OP_SUM_TO, 0);
+    if (i < 0) return -1;
+    const ir_value *s = V(E, i);
+    const ir_type *t = T(E, i);
+    if (s->phase != v->phase || s->stage != v->stage || s->segment != v->segment || !cg_may_make_early(E, v->id, i) ||
+        t->rank != 1 || w->rank != 1 || t->shape[0] != w->shape[0] || t->dtype != DT_F32 ||
+        (E->summed && E->summed[i] >= 0))
+        return -1;
+    return i;
 }
 
 /* The layernorm weight gradient that sums sum_to v (wgrad_bias_of), or -1. */
 static int wgrad_summing(const emitter *E, const ir_value *v) {
-    for (int i = v->id - 1; v->op == OP_SUM_TO && i >= 0; i--) {
-        const ir_value *w = V(E, i);
-        if (w->op == OP_LAYERNORM_WGRAD && w->operands[1] == v->operands[0]) return wgrad_bias_of(E, w) == v->id ? i : -1;
-    }
-    return -1;
+    if (v->op != OP_SUM_TO) return -1;
+    int w = cg_last_reader(E, v->operands[0], v->id, OP_LAYERNORM_WGRAD, 1);
+    return w >= 0 && wgrad_bias_of(E, V(E, w)) == v->id ? w : -1;
 }
 
 int sum_made_elsewhere(const emitter *E, const ir_value *v) {

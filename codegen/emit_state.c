@@ -16,14 +16,20 @@
  * room for 3 per parameter (AdamW's two or SGD's momentum, and a mask). */
 static int state_values(const emitter *E, int *ids) {
     const ir_graph *g = E->g;
+    int *update_of = malloc(((size_t)g->n_params + 1) * sizeof(int)); /* (n_params) its first update op, or -1 */
+    if (!update_of) abort();
+    for (int p = 0; p < g->n_params; p++) update_of[p] = -1;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *u = g->values[i];
+        if ((u->op == OP_SGD_UPDATE || u->op == OP_ADAMW_UPDATE) && u->param_index >= 0 &&
+            u->param_index < g->n_params && update_of[u->param_index] < 0)
+            update_of[u->param_index] = i;
+    }
     int n = 0;
     for (int p = 0; p < g->n_params; p++)
-        for (int i = 0; i < g->n_values; i++) {
-            const ir_value *u = g->values[i];
-            if ((u->op != OP_SGD_UPDATE && u->op != OP_ADAMW_UPDATE) || u->param_index != p) continue;
-            for (int k = 2; k < u->n_operands; k++) ids[n++] = u->operands[k];
-            break;
-        }
+        for (int k = 2; update_of[p] >= 0 && k < g->values[update_of[p]]->n_operands; k++)
+            ids[n++] = g->values[update_of[p]]->operands[k];
+    free(update_of);
     return n;
 }
 

@@ -85,6 +85,9 @@ typedef struct emitter {
                                 * cast's copy alone */
     int flat_update_first, flat_update_last; /* cg_plan_flat_update: the update ops the one
                                 * update call covers (emit_flat_update.c), or -1 */
+    int *reader_at, *reader_ids; /* cg_index_readers: the ops with value x among their
+                                * operands are reader_ids[reader_at[x] .. reader_at[x + 1]),
+                                * in program order (an op once per operand that is x) */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -192,6 +195,15 @@ int cast_made_by_producer(const emitter *E, const ir_value *cast);
  * (n_values): the ops reading each value (an elementwise gradient reads its forward's
  * result only where its rule names y: ir_reads_operand). */
 int cg_cast_only_reader(const emitter *E, const int *readers, const ir_value *v, int c);
+/* Indexes once, into E->reader_at and E->reader_ids, the ops that read each value: the
+ * searches for an op's partner (a bias gradient's product, a layernorm weight gradient's
+ * sum) look at its operand's readers instead of every op of the program. */
+void cg_index_readers(emitter *E);
+/* The first op after `after` (in program order) with value x at operand `slot` and op
+ * `op`, or -1. */
+int cg_next_reader(const emitter *E, int x, int after, ir_op op, int slot);
+/* The last op before `before` with value x at operand `slot` and op `op`, or -1. */
+int cg_last_reader(const emitter *E, int x, int before, ir_op op, int slot);
 /* Decides once, into E->copy_alone, which kernels store their folded cast's copy alone
  * (can.copy_alone): an elementwise op, a transpose, a slice or a layernorm whose value
  * only the cast reads (cg_cast_only_reader); emit_ops.c. */
