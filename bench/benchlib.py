@@ -9,8 +9,16 @@ import os
 import re
 import sys
 
-# runtime/dmrt.h's DMRT_OPENMP_SPINCOUNT: the trainer's default OpenMP wait
-DMRT_OPENMP_SPINCOUNT = "3000"
+
+def trainer_spincount():
+    """runtime/dmrt.h's DMRT_OPENMP_SPINCOUNT: the trainer's default OpenMP wait."""
+    header = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime", "dmrt.h")
+    with open(header) as f:
+        m = re.search(r'^#define DMRT_OPENMP_SPINCOUNT "(\d+)"', f.read(), re.M)
+    if not m:
+        sys.exit("bench: no DMRT_OPENMP_SPINCOUNT in %s" % header)
+    return m.group(1)
+
 
 BLAS_RE = re.compile(r"^blas ([0-9.]+) s of train_step's ([0-9.]+) s \(([0-9.]+)%\), (\d+) products, ([0-9.]+) GFLOP",
                      re.M)
@@ -51,7 +59,7 @@ def prepare_torch_env(max_threads):
     # waiting makes every parallel region pay a wake-up (gpt big bf16: dmc 5% slower, torch
     # about as much). OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment measures another way.
     if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", DMRT_OPENMP_SPINCOUNT)
+        os.environ.setdefault("GOMP_SPINCOUNT", trainer_spincount())
 
 
 def import_torch(prog):

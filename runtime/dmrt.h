@@ -365,7 +365,7 @@ int dmrt_threads_beside(const dmrt_rank *rank);
  * Zen 4 core (25 ns a pause). A step runs a few hundred parallel loops and split products
  * microseconds apart: a thread asleep between them costs a wake-up each (46 us on a VM's
  * 2 cores; gpt big's bf16 step 5% slower under OMP_WAIT_POLICY=PASSIVE), while libgomp's
- * own default (300000 pauses, about 7 ms) makes a step 3 to 20x slower when other work holds
+ * own default (300000 pauses, about 7 ms) makes a step 3 to 15x slower when other work holds
  * the cores (bench/README.md, docs/trainer.md). */
 #define DMRT_OPENMP_SPINCOUNT "3000"
 /* When the environment sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, runs the program
@@ -373,7 +373,7 @@ int dmrt_threads_beside(const dmrt_rank *rank);
  * GOMP_SPINCOUNT=DMRT_OPENMP_SPINCOUNT; returns when it does not (a setting is there,
  * valgrind runs the program, or the exec failed). A constructor of the trainer's object
  * calls it before main in every program that links the trainer (dmrt_trainer_main,
- * dmrt_distill_main); an application that embeds the generated code without the trainer
+ * dmrt_distill_main; glibc only, which passes a constructor the arguments); an application that embeds the generated code without the trainer
  * keeps its environment as it is. libgomp only (gcc): a runtime built by clang (libomp) or
  * without OpenMP returns at once. */
 void dmrt_openmp_wait_default(char **argv);

@@ -26,10 +26,12 @@
  * A constructor, so that the program is run again from its start with the process's own
  * arguments (glibc passes them to constructors), before anything of main has happened:
  * a host whose main hands the trainer arguments of its own is run with its own. */
+#ifdef __GLIBC__ /* other C libraries call constructors without arguments */
 __attribute__((constructor)) static void trainer_openmp_wait(int argc, char **argv, char **envp) {
     (void)envp;
     if (argc > 0) dmrt_openmp_wait_default(argv);
 }
+#endif
 
 /* after the table's options */
 static const char usage_tail[] =
