@@ -383,6 +383,7 @@ static void emitter_close(emitter *E) {
     free(E->copy_alone);
     free(E->reader_at);
     free(E->reader_ids);
+    free(E->reads);
     free(E->fault_site);
     free(E->for_outputs);
     free(E->quant_slot);

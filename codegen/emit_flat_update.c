@@ -11,16 +11,8 @@
  * else between them but the regions' alignment padding; everything that differs per
  * parameter or runs between the gradients and the updates keeps the per-parameter calls. */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "emitter.h"
-
-/* The one call: its first update op, where the parameters, gradients and state start, the
- * elements it covers (padding between parameters included) and the parameters it updates. */
-typedef struct flat_update {
-    int first, last, n_params, states;
-    int64_t param_at, grad_at, state_at[2], count;
-} flat_update;
 
 /* Where value id is in its region, or -1 where it shares another value's buffer or lies
  * outside `region`. */
@@ -45,7 +37,7 @@ static int program_allows(const emitter *E) {
 
 /* Update op v as the next member of f (its parameter `expect` elements after the first's):
  * whether its parameter, gradient and state are where the single call would reach them. */
-static int fits(const emitter *E, const ir_value *v, flat_update *f, int64_t expect) {
+static int fits(const emitter *E, const ir_value *v, cg_flat_update *f, int64_t expect) {
     int mask = V(E, v->operands[v->n_operands - 1])->prune_mask, states = v->n_operands - 2 - mask;
     if (mask || states > 2 || (E->summed && E->summed[v->operands[1]] >= 0)) return 0;
     int64_t param = region_offset(E, v->operands[0], REGION_PARAMS), grad = region_offset(E, v->operands[1], REGION_GRADS);
@@ -68,10 +60,10 @@ static int fits(const emitter *E, const ir_value *v, flat_update *f, int64_t exp
 /* Whether the program's update is one call, and which (f). Every op of the update phase
  * between the first update and the last is an update: nothing reads a parameter between.
  * A scan of every op: cg_plan_flat_update makes it once per program. */
-static int scan_flat_update(const emitter *E, flat_update *f) {
+static int scan_flat_update(const emitter *E, cg_flat_update *f) {
     const ir_graph *g = E->g;
     if (!program_allows(E)) return 0;
-    *f = (flat_update){.first = -1};
+    *f = (cg_flat_update){.first = -1};
     int64_t expect = 0;
     int after_last = 0;
     for (int i = 0; i < g->n_values; i++) {
@@ -89,27 +81,23 @@ static int scan_flat_update(const emitter *E, flat_update *f) {
 }
 
 void cg_plan_flat_update(emitter *E) {
-    flat_update f;
-    E->flat_update_first = E->flat_update_last = -1;
-    if (scan_flat_update(E, &f)) E->flat_update_first = f.first, E->flat_update_last = f.last;
+    if (!scan_flat_update(E, &E->flat_update)) E->flat_update = (cg_flat_update){.first = -1, .last = -1};
 }
 
 int flat_update_covers(const emitter *E, const ir_value *v) {
-    return E->update_part == 0 && E->flat_update_first >= 0 && v->id >= E->flat_update_first &&
-           v->id <= E->flat_update_last;
+    return E->update_part == 0 && E->flat_update.first >= 0 && v->id >= E->flat_update.first &&
+           v->id <= E->flat_update.last;
 }
 
 /* The single call at the first update, a comment at the others. Returns 0 where update v
  * takes its own call. */
 int emit_flat_update(emitter *E, const ir_value *v) {
-    flat_update f;
     if (!flat_update_covers(E, v)) return 0;
-    if (v->id != E->flat_update_first) {
-        cg_line(&E->w, "/* in the one update over every parameter at %s, above */",
-                V(E, V(E, E->flat_update_first)->operands[0])->name);
+    const cg_flat_update f = E->flat_update;
+    if (v->id != f.first) {
+        cg_line(&E->w, "/* in the one update over every parameter at %s, above */", V(E, V(E, f.first)->operands[0])->name);
         return 1;
     }
-    if (!scan_flat_update(E, &f)) abort(); /* the plan made at the start said it is */
     const char *first = V(E, V(E, f.first)->operands[0])->name, *last = V(E, V(E, f.last)->operands[0])->name;
     cg_line(&E->w, "/* One update for the %d parameters %s .. %s (every one this program updates), laid end to", f.n_params,
             first, last);

@@ -83,11 +83,11 @@ int fused_cast_of(const emitter *E, const ir_value *v) {
     return c;
 }
 
-int cg_cast_only_reader(const emitter *E, const int *readers, const ir_value *v, int c) {
+int cg_cast_only_reader(const emitter *E, const ir_value *v, int c) {
     /* fused_cast_of's chain: v, the reshapes sharing its buffer, then c, one after the
      * other, each read by the next alone */
     for (int id = v->id; id < c; id++)
-        if (V(E, id)->role != ROLE_TEMP || readers[id] != 1) return 0;
+        if (V(E, id)->role != ROLE_TEMP || E->reads[id] != 1) return 0;
     return 1;
 }
 

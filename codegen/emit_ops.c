@@ -92,12 +92,17 @@ void cg_index_readers(emitter *E) {
         for (int k = 0; k < V(E, i)->n_operands; k++) at[V(E, i)->operands[k] + 2]++;
     for (int x = 0; x < g->n_values; x++) at[x + 2] += at[x + 1];
     int *ids = malloc(((size_t)at[g->n_values + 1] + 1) * sizeof(int));
-    if (!ids) abort();
+    int *reads = calloc((size_t)g->n_values + 1, sizeof(int));
+    if (!ids || !reads) abort();
     /* at[x + 1] is where x's next reader goes; after the fill, at[x] is where x's first is */
     for (int i = 0; i < g->n_values; i++)
-        for (int k = 0; k < V(E, i)->n_operands; k++) ids[at[V(E, i)->operands[k] + 1]++] = i;
+        for (int k = 0; k < V(E, i)->n_operands; k++) {
+            ids[at[V(E, i)->operands[k] + 1]++] = i;
+            if (ir_reads_operand(V(E, i), k)) reads[V(E, i)->operands[k]]++;
+        }
     E->reader_at = at;
     E->reader_ids = ids;
+    E->reads = reads;
 }
 
 int cg_next_reader(const emitter *E, int x, int after, ir_op op, int slot) {
@@ -119,17 +124,12 @@ int cg_last_reader(const emitter *E, int x, int before, ir_op op, int slot) {
 void cg_mark_copy_alone(emitter *E) {
     const ir_graph *g = E->g;
     E->copy_alone = calloc((size_t)g->n_values + 1, 1);
-    int *readers = calloc((size_t)g->n_values + 1, sizeof(int));
-    if (!E->copy_alone || !readers) abort();
-    for (int i = 0; i < g->n_values; i++)
-        for (int k = 0; k < V(E, i)->n_operands; k++)
-            if (ir_reads_operand(V(E, i), k)) readers[V(E, i)->operands[k]]++;
+    if (!E->copy_alone) abort();
     for (int i = 0; E->dialect->can.copy_alone && i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         int c = fused_cast_of(E, v);
-        E->copy_alone[i] = c >= 0 && cg_cast_only_reader(E, readers, v, c) && kernel_may_store_copy_alone(E, v);
+        E->copy_alone[i] = c >= 0 && cg_cast_only_reader(E, v, c) && kernel_may_store_copy_alone(E, v);
     }
-    free(readers);
 }
 
 /* The sum product + bias (a local, pre_activation), stored back as the add's value, then

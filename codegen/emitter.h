@@ -25,6 +25,14 @@
 #include "dialect.h"
 #include "schedule.h"
 
+/* A serial program's optimizer update as one call (emit_flat_update.c): its first and last
+ * update ops, where the parameters, gradients and state start, the elements it covers
+ * (padding between parameters included) and the parameters it updates. */
+typedef struct cg_flat_update {
+    int first, last, n_params, states;
+    int64_t param_at, grad_at, state_at[2], count;
+} cg_flat_update;
+
 typedef struct emitter {
     const ir_graph *g;
     const dm_memory_plan *plan;
@@ -83,11 +91,14 @@ typedef struct emitter {
     int *no_bias_activations;  /* activation_of_bias when there is no such plan: all -1 */
     unsigned char *copy_alone; /* (n_values) cg_mark_copy_alone: the kernel stores its folded
                                 * cast's copy alone */
-    int flat_update_first, flat_update_last; /* cg_plan_flat_update: the update ops the one
-                                * update call covers (emit_flat_update.c), or -1 */
+    cg_flat_update flat_update; /* cg_plan_flat_update: the one update call over every
+                                * parameter (emit_flat_update.c); first -1 where there is none */
     int *reader_at, *reader_ids; /* cg_index_readers: the ops with value x among their
                                 * operands are reader_ids[reader_at[x] .. reader_at[x + 1]),
                                 * in program order (an op once per operand that is x) */
+    int *reads;                /* (n_values) cg_index_readers: the operands that are x and that
+                                * their op reads (ir_reads_operand: an elementwise gradient reads
+                                * its forward's result only where its rule names y) */
     int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
@@ -191,13 +202,12 @@ int cg_may_make_early(const emitter *E, int place, int value);
  * it writes no code of its own and reads nothing. */
 int cast_made_by_producer(const emitter *E, const ir_value *cast);
 /* Whether nothing but v's folded cast c (fused_cast_of) reads v's f32 value: v and the
- * reshapes between it and c are step temporaries, each read by the next alone; readers
- * (n_values): the ops reading each value (an elementwise gradient reads its forward's
- * result only where its rule names y: ir_reads_operand). */
-int cg_cast_only_reader(const emitter *E, const int *readers, const ir_value *v, int c);
-/* Indexes once, into E->reader_at and E->reader_ids, the ops that read each value: the
- * searches for an op's partner (a bias gradient's product, a layernorm weight gradient's
- * sum) look at its operand's readers instead of every op of the program. */
+ * reshapes between it and c are step temporaries, each read by the next alone (E->reads). */
+int cg_cast_only_reader(const emitter *E, const ir_value *v, int c);
+/* Indexes once, into E->reader_at and E->reader_ids, the ops that have each value as an
+ * operand, and counts into E->reads the operands read: the searches for an op's partner (a
+ * bias gradient's product, a layernorm weight gradient's sum) look at its operand's
+ * readers instead of every op of the program. */
 void cg_index_readers(emitter *E);
 /* The first op after `after` (in program order) with value x at operand `slot` and op
  * `op`, or -1. */
@@ -294,7 +304,7 @@ void emit_zero_bucket_updates(emitter *E, const dm_zero_bucket *b);
 int emit_flat_update(emitter *E, const ir_value *v);
 /* Whether update op v is in such a call (its operands then need no local names). */
 int flat_update_covers(const emitter *E, const ir_value *v);
-/* Decides once, into E->flat_update_first/last, which update ops that call covers. */
+/* Plans that call once, into E->flat_update. */
 void cg_plan_flat_update(emitter *E);
 void zero_open_member(emitter *E, const dm_zero_bucket *b, int p);
 void zero_close_member(emitter *E);
