@@ -373,9 +373,9 @@ int dmrt_threads_beside(const dmrt_rank *rank);
  * GOMP_SPINCOUNT=DMRT_OPENMP_SPINCOUNT; returns when it does not (a setting is there,
  * valgrind runs the program, or the exec failed). A constructor of the trainer's object
  * calls it before main in every program that links the trainer (dmrt_trainer_main,
- * dmrt_distill_main; glibc only, which passes a constructor the arguments); an application that embeds the generated code without the trainer
- * keeps its environment as it is. libgomp only (gcc): a runtime built by clang (libomp) or
- * without OpenMP returns at once. */
+ * dmrt_distill_main; glibc only, which passes a constructor the arguments); an application
+ * that embeds the generated code without the trainer keeps its environment as it is.
+ * libgomp only (gcc): a runtime built by clang (libomp) or without OpenMP returns at once. */
 void dmrt_openmp_wait_default(char **argv);
 
 #define DMRT_PRAGMA_(x) _Pragma(#x)
