@@ -510,8 +510,12 @@ static void split_kernels(const nest *s, int64_t chunk, int fold_scale, sbuf *he
     sb_printf(&body, "%spartial[q] = acc;\n", ind);
     sb_printf(tail1, "    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += (int64_t)gridDim.x * blockDim.x) {\n",
               (long long)partials);
+    /* q = c * kept + p: the chunk is q / kept also where no operand reads the output's
+     * position p (every output the same sum) */
     if (s->n_kept && (dims || names(body.s, "p")))
         sb_printf(tail1, "%sconst int64_t p = q %% %lld, c = q / %lld;\n", ind, (long long)s->kept_total, (long long)s->kept_total);
+    else if (s->n_kept && s->kept_total > 1)
+        sb_printf(tail1, "%sconst int64_t c = q / %lld;\n", ind, (long long)s->kept_total);
     else
         sb_printf(tail1, "%sconst int64_t c = q;\n", ind);
     kept_digits(s, dims, ind, tail1);

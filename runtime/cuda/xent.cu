@@ -136,7 +136,10 @@ __global__ static void xent_total_kernel(const float *stats, float *out, int64_t
  * target's roundings: the probability rounded to float, times scale, minus scale at the
  * target when this rank holds its class. */
 /* dlogits (f32), or its 16-bit copy only (dlogits16, bf16 or IEEE binary16 bits: each
- * value rounded once from the f32 one, as dmrt_half.h rounds). */
+ * value rounded once from the f32 one, as dmrt_half.h rounds). The C target makes its
+ * 16-bit copy from f32's expf (codegen/dialect_c.c, c_cross_entropy_grad) where this
+ * kernel keeps the double exp: a value that close to a 16-bit rounding boundary may then
+ * round one 16-bit ulp apart (the CUDA and glibc expf differ in their last bits anyway). */
 __global__ static void xent_grad_kernel(const float *logits, const int32_t *targets,
                                         const float *stats, const float *dloss_dev,
                                         float dloss_value, float *dlogits, uint16_t *dlogits16,

@@ -150,6 +150,11 @@ static void add_builtin_cases(void) {
     c = new_case("sum_broadcast_split");
     c->k = (cg_loop_nest){.rank = 3, .size = {3, 2000, 12}, .n_in = 1, .var = {"x"}, .stride = {{0, 12, 1}}, .out_stride = {0, 0, 1},
                           .out_elems = 12, .expr = "x", .accumulate = 1};
+    /* outputs no operand reads (every output the same sum): the chunks still
+     * land at chunk * outputs + output, where the second kernel reads them */
+    c = new_case("sum_to_every_output_split");
+    c->k = (cg_loop_nest){.rank = 2, .size = {4, 20000}, .n_in = 1, .var = {"x"}, .stride = {{0, 1}}, .out_stride = {1, 0},
+                          .out_elems = 4, .expr = "x", .accumulate = 1};
 
     /* transpose (3, 4, 5) -> perm (2, 0, 1): out (5, 3, 4) */
     c = new_case("transpose");
