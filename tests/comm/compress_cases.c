@@ -222,7 +222,8 @@ static int check_topk(dmrt_comm *c, uint32_t seed, int64_t n, int k_mode, int ti
 static double relative_difference(const float *a, const float *b, int64_t n) {
     double worst = 0, scale = 1e-30;
     for (int64_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+        double d = fabs((double)a[i] - (double)b[i]);
+        worst = d == d ? fmax(worst, d) : INFINITY; /* a NaN is off by everything, not skipped */
         scale = fmax(scale, fabs((double)b[i]));
     }
     return worst / scale;

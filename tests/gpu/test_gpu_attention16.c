@@ -57,7 +57,11 @@ static void fill16(float *x, int64_t n, unsigned seed, int half) {
 static void compare(const char *what, const float *got, const float *want, int64_t n, double bound, int relative) {
     double worst = 0, scale = 0;
     for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
-    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+    /* a NaN difference is the worst of all (fmax would skip it, and a NaN result pass) */
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        worst = d == d ? fmax(worst, d) : INFINITY;
+    }
     double limit = relative ? bound * scale : bound;
     printf("%-34s max |difference| %.2e (bound %.2e)\n", what, worst, limit);
     if (!(worst <= limit)) failures++;

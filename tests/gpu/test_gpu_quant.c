@@ -43,7 +43,8 @@ static void compare(const char *what, const float *got, const float *want, int64
             failures++;
             return;
         }
-        worst = fmax(worst, fabs((double)got[i] - want[i]));
+        double d = fabs((double)got[i] - want[i]);
+        worst = d == d ? fmax(worst, d) : INFINITY; /* a NaN is off by everything, not skipped */
     }
     if (rtol >= 0 && worst > rtol * largest) {
         printf("FAIL %s: off by %.3g, more than %.0e of the largest %.3g\n", what, worst, rtol, largest);
