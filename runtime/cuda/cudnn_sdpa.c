@@ -382,8 +382,9 @@ static int refuse_known_unsupported(dmrt_sdpa_graph *g, const dmrt_sdpa_shape *s
                          (long long)s->width);
     if (s->backward && s->positions == 1)
         return sdpa_fail(g, "cuDNN's flash attention backward does not take 1 position");
-    if (s->backward && (version == 91000 || version == 91001))
-        return sdpa_fail(g, "cuDNN %zu's 16-bit flash attention backward has known bugs (9.10.2 mends them)", version);
+    /* forward and backward: cudnn-frontend refuses both there */
+    if (version == 91000 || version == 91001)
+        return sdpa_fail(g, "cuDNN %zu's 16-bit flash attention has known bugs (9.10.2 mends them)", version);
     return 0;
 }
 
