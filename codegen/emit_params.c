@@ -9,12 +9,15 @@
 #include "emitter.h"
 
 /* A host buffer `host` of the rank's block's n elements (cg_block_into_shard). */
-static void emit_host_block(emitter *E) {
+/* `release`: statements freeing what the function holds already ("" for nothing), run
+ * before it returns for want of memory. */
+static void emit_host_block(emitter *E, const char *release) {
     cg_writer *w = &E->w;
     cg_line(w, "int64_t n = 1;");
     cg_line(w, "for (int d = 0; d < param_shapes[p][0]; d++) n *= block[d];");
     cg_line(w, "float *host = (float *)dmrt_alloc((size_t)n * sizeof(float));");
-    cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
+    if (*release) cg_line(w, "if (!host) { %sreturn DMRT_ERR_NOMEM; }", release);
+    else cg_line(w, "if (!host) return DMRT_ERR_NOMEM;");
 }
 
 static int is_split(const ir_type *t) {
@@ -363,7 +366,7 @@ void cg_block_into_shard(emitter *E, const char *shard) {
         cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, %s);", shard);
         return;
     }
-    emit_host_block(E);
+    emit_host_block(E, "");
     cg_line(w, "dmrt_block_read(whole, (int)param_shapes[p][0], param_shapes[p] + 1, block, start, host);");
     E->dialect->copy(w, shard, "host", "(size_t)n * sizeof(float)", CG_HOST_TO_DEVICE,
                      "{ dmrt_free(host); return device_failed(ctx); }");
@@ -374,13 +377,16 @@ void cg_shard_into_block(emitter *E, const char *on_host) {
     cg_writer *w = &E->w;
     int separate = E->dialect->separate_memory;
     if (separate) {
-        emit_host_block(E);
+        /* on_host: the caller holds `range` (a gathered range, or NULL) until it returns */
+        const char *release = on_host ? "dmrt_free(range); " : "";
+        char on_fail[96];
+        snprintf(on_fail, sizeof on_fail, "{ dmrt_free(host); %sreturn device_failed(ctx); }", release);
+        emit_host_block(E, release);
         if (on_host) {
             cg_line(w, "if (!%s) {", on_host);
             w->indent++;
         }
-        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST,
-                         "{ dmrt_free(host); return device_failed(ctx); }");
+        E->dialect->copy(w, "host", "shard", "(size_t)n * sizeof(float)", CG_DEVICE_TO_HOST, on_fail);
         cg_line(w, "shard = host;");
         if (on_host) {
             w->indent--;
