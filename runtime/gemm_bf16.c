@@ -112,7 +112,9 @@ static int onednn_available;
 static int chosen_path;
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
+#ifdef DMRT_HAVE_DNNL
 static int cpu_has_avx512_bf16(void) { return DMRT_CPU_SUPPORTS("avx512bf16"); }
+#endif
 
 /* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;

@@ -129,7 +129,9 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 /* Without VNNI oneDNN multiplies int8 with vpmaddubsw, whose pairwise int16 sums saturate
  * (and it may halve the weights to avoid that): not the exact sums this path promises. */
+#ifdef DMRT_HAVE_DNNL
 static int cpu_has_vnni(void) { return DMRT_CPU_SUPPORTS("avx512vnni"); }
+#endif
 
 /* Apart from choose_path, so that asking whether oneDNN could run never ends the process. */
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;

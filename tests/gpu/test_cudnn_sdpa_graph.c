@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
 #include "cudnn_sdpa.h"
 
 static int failures;
@@ -214,6 +216,12 @@ int main(void) {
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
+        /* with a device, cuDNN that does not start is a failure, not a machine without a GPU
+         * (the plans are this test's point there) */
+        int devices = 0;
+        if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+        (void)cudaGetLastError();
+        CHECK(devices == 0, "cudnnCreate: %s, with %d CUDA device(s) present", cudnnGetErrorString(st), devices);
         printf(
             "cudnnCreate: %s: no device, so the graphs' descriptors and operation graphs are checked but no "
             "engine or execution plan is made (that needs a GPU)\n",

@@ -102,7 +102,7 @@ def compare_files(tag, cuda, c):
         if name.endswith(".input_scale"):
             rel = float(abs(cuda[name][0] - c[name][0]) / c[name][0])
             worst = max(worst, rel)
-            if rel > SCALE_RTOL:
+            if not rel <= SCALE_RTOL:
                 raise Failure("%s: %s is %r on CUDA, %r on C" % (tag, name, cuda[name][0], c[name][0]))
         elif cuda[name].tobytes() != c[name].tobytes():
             raise Failure("%s: %s differs between the targets' files" % (tag, name))

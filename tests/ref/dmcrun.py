@@ -1,4 +1,5 @@
 """Running `dmc run` from the PyTorch reference tests and reading its step losses."""
+import math
 import os
 import shutil
 import subprocess
@@ -115,13 +116,26 @@ def run_dmc_steps(dmc, dm_file, tmp, args, timeout, first_step=1):
     return step_fields(cmd, tmp, timeout, env=dict(os.environ, TMPDIR=tmp), first_step=first_step)
 
 
+def nan_worst(x):
+    """x (a float), or infinity where it is NaN: a NaN difference is the worst of all,
+    where `>` and max() would pass it over (and a NaN result pass its check)."""
+    return math.inf if x != x else x
+
+
+def worst_at(ratio):
+    """The flat index of the largest of the numpy array ratio, a NaN counting as the
+    largest (numpy's argmax stops at the first NaN, but `ratio > bound` is then False)."""
+    import numpy as np
+    return int(np.argmax(np.where(np.isnan(ratio), np.inf, ratio)))
+
+
 def check_losses(what, got, want, rtol):
     """Every printed loss within rtol of torch's, relative; prints the worst."""
     if len(got) != len(want):
         raise Failure("%s: dmc printed %d step losses, expected %d" % (what, len(got), len(want)))
     worst, at = 0.0, 0
     for i, (g, w) in enumerate(zip(got, want)):
-        rel = abs(g - w) / abs(w)
+        rel = nan_worst(abs(g - w) / abs(w))
         if rel > worst:
             worst, at = rel, i
 

@@ -189,7 +189,7 @@ def check_weights(np, label, saved, final):
     for n in sorted(final):
         err = float(np.max(np.abs(saved[n].astype(np.float64) - final[n])))
         print("%-14s %-10s max abs error %.3g" % (label, n, err))
-        if err > WEIGHT_ATOL:
+        if not err <= WEIGHT_ATOL:
             raise Failure("%s: %s differs from the reference by %.3g > %.0e" % (label, n, err, WEIGHT_ATOL))
 
 

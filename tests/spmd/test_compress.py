@@ -245,11 +245,12 @@ def compare(np, mode, got, want):
     weight_err = max(float(np.max(np.abs(weights[n] - want_weights[n]))) for n, _ in PARAMS)
     print("%-12s losses %.1e (bound %.0e), step-1 gradient %.1e (%.0e; %d of %d elements a 16-bit unit apart), "
           "weights %.1e (%.0e)" % (mode, loss_err, LOSS_RTOL, grad_err, GRAD_ATOL, flips, total, weight_err, WEIGHT_ATOL))
-    if loss_err > LOSS_RTOL:
+    # `not x <= bound`: a NaN fails (max() over a NaN depends on where it stands)
+    if not loss_err <= LOSS_RTOL or any(x != x for x in losses):
         raise Failure("%s: losses %s, reference %s" % (mode, losses, want_losses))
-    if grad_err > GRAD_ATOL or flips > 0.005 * total:
+    if not grad_err <= GRAD_ATOL or flips > 0.005 * total or any(np.isnan(grads[n]).any() for n, _ in PARAMS):
         raise Failure("%s: step-1 gradient differs by %.3g (%d elements a unit apart)" % (mode, grad_err, flips))
-    if weight_err > WEIGHT_ATOL:
+    if not weight_err <= WEIGHT_ATOL or any(np.isnan(weights[n]).any() for n, _ in PARAMS):
         raise Failure("%s: final weights differ by %.3g" % (mode, weight_err))
 
 

@@ -212,6 +212,7 @@ def max_difference(tag, got, want):
         if got[name].shape != w.shape:
             raise Failure("%s: %s has shape %s, serial %s" % (tag, name, got[name].shape, w.shape))
         err = float(np.max(np.abs(got[name] - w))) if w.size else 0.0
+        err = float("inf") if err != err else err  # a NaN is the worst difference, not passed over
         if err > worst:
             worst, worst_name = err, name
     return worst, worst_name

@@ -9,9 +9,12 @@
 #   in a Python package (nvidia-cudnn-cu13: site-packages/nvidia/cudnn/lib), is linked into
 #   /usr/local/cuda/lib64: every libcudnn*.so.9 (cuDNN opens its sub-libraries, engines
 #   among them, at run time) and the link name libcudnn.so;
-# - /usr/bin/python3, which the tests name, becomes the interpreter that has torch.
+# - /usr/bin/python3, which the tests name, becomes the interpreter that has torch (a
+#   bash script that runs the real binary under that interpreter's name, so that a venv
+#   whose python3 links to /usr/bin/python3 finds its pyvenv.cfg and does not loop).
+# The build it runs has no oneDNN (-Donednn=disabled: the machine has no libdnnl).
 # Then run the GPU tests from the build's own test list:
-#   meson introspect build --tests > tests.json          (on the build machine)
+#   meson introspect build-gpu --tests > tests.json      (on the build machine)
 #   JOBS=4 python3 tests/tools/run_tests_from_json.py tests.json gpu-kernels gpu-ref-mlp ...
 here=$(pwd)
 mkdir -p /work
@@ -25,13 +28,18 @@ for l in openblas jansson z; do
         [ -n "$f" ] && ln -sf "$f" $L/lib$l.so
     fi
 done
+# NCCL and cuDNN in the Python packages of the interpreter that has torch, looked for there
+# first (a search of the whole disk takes long on an image with the toolkit and Nsight)
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
 if [ ! -e /usr/local/cuda/lib64/libnccl.so ]; then
-    f=$(find / -xdev -name 'libnccl.so*' 2>/dev/null | head -1)
+    f=$(ls "$site"/nvidia/nccl/lib/libnccl.so* 2>/dev/null | head -1)
+    [ -z "$f" ] && f=$(find / -xdev -name 'libnccl.so*' 2>/dev/null | head -1)
     echo "nccl: $f"
     [ -n "$f" ] && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so && ln -sf "$f" /usr/local/cuda/lib64/libnccl.so.2
 fi
 if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
-    f=$(find / -xdev -path '*nvidia/cudnn/lib/libcudnn.so.9' 2>/dev/null | head -1)
+    f=$(ls "$site"/nvidia/cudnn/lib/libcudnn.so.9 2>/dev/null | head -1)
+    [ -z "$f" ] && f=$(find / -xdev -path '*nvidia/cudnn/lib/libcudnn.so.9' 2>/dev/null | head -1)
     echo "cudnn: $f"
     if [ -n "$f" ]; then
         for piece in "$(dirname "$f")"/libcudnn*.so.9; do ln -sf "$piece" /usr/local/cuda/lib64/; done
@@ -41,8 +49,10 @@ fi
 ldconfig
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     torch_python=$(command -v python3)
+    real_python=$(readlink -f "$torch_python")
     mv /usr/bin/python3 /usr/bin/python3.orig 2>/dev/null
-    printf '#!/bin/sh\nexec %s "$@"\n' "$torch_python" > /usr/bin/python3
+    [ "$real_python" = /usr/bin/python3 ] && real_python=/usr/bin/python3.orig
+    printf '#!/bin/bash\nexec -a %s %s "$@"\n' "$torch_python" "$real_python" > /usr/bin/python3
     chmod +x /usr/bin/python3
 fi
 /usr/bin/python3 -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'

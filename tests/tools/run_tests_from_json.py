@@ -1,16 +1,50 @@
 """run_tests_from_json.py TESTS.json NAME...: runs the named tests of `meson introspect
 --tests` output (command, environment, working directory, timeout) without meson, JOBS
-at a time (default 4), and prints one line per test (OK, SKIP, FAIL, TIMEOUT) with the
-end of a failing test's output. For a GPU machine that runs a build carried from another
-(tests/tools/gpu_machine_setup.sh); run it from the build directory, as meson does. Logs
-go to $OUT/logs (default /tmp/out/logs).
-Exit status 1 when a test failed."""
+at a time (default 4), and prints one line per test with the end of a failing test's
+output:
+  OK, SKIP (exit 77), FAIL rc=N, FAIL (cannot run: ...), TIMEOUT (its own timeout),
+  CUT (stopped at the end of BUDGET, before its own timeout: not a verdict),
+  NOT RUN (BUDGET spent before it started).
+For a GPU machine that runs a build carried from another (tests/tools/gpu_machine_setup.sh);
+run it from the build directory, as meson does. Logs go to $OUT/logs (default
+/tmp/out/logs). A test's whole process group is killed when it is stopped, so that its
+programs do not run on beside the next tests. Its Python output is unbuffered, so that the
+log of a stopped test holds what it printed.
+The last line counts each outcome; exit status 1 when a test failed or timed out, or when
+none passed; with SKIP_FAILS=1 a skip counts as a failure (on a machine where every test
+must run: a GPU test skips only where there is no GPU)."""
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+
+
+def run_one(t, log, left):
+    """(status, seconds) of test t, its output into the open file log, at most `left` s."""
+    env = dict(os.environ)
+    env.update(t["env"])
+    env["PYTHONUNBUFFERED"] = "1"
+    start = time.time()
+    limit = min(t["timeout"], left)
+    try:
+        p = subprocess.Popen(t["cmd"], cwd=t.get("workdir") or os.getcwd(), env=env, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        return "FAIL (cannot run: %s)" % e, time.time() - start
+    try:
+        rc = p.wait(timeout=limit)
+        status = {0: "OK", 77: "SKIP"}.get(rc, "FAIL rc=%d" % rc)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+        status = "TIMEOUT" if limit >= t["timeout"] else "CUT"
+    return status, time.time() - start
 
 
 def main(argv):
@@ -23,34 +57,35 @@ def main(argv):
     logs = os.path.join(os.environ.get("OUT", "/tmp/out"), "logs")
     os.makedirs(logs, exist_ok=True)
     deadline = time.time() + float(os.environ.get("BUDGET", "3600"))
+    skip_fails = os.environ.get("SKIP_FAILS") == "1"
 
     def run(name):
-        t = tests[name]
         left = deadline - time.time()
         if left < 20:
             return name, "NOT RUN", 0.0
-        env = dict(os.environ)
-        env.update(t["env"])
-        start = time.time()
         with open(os.path.join(logs, name + ".log"), "w") as log:
-            try:
-                r = subprocess.run(t["cmd"], cwd=t.get("workdir") or os.getcwd(), env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, timeout=min(t["timeout"], left))
-                status = {0: "OK", 77: "SKIP"}.get(r.returncode, "FAIL rc=%d" % r.returncode)
-            except subprocess.TimeoutExpired:
-                status = "TIMEOUT"
-        return name, status, time.time() - start
+            status, seconds = run_one(tests[name], log, left)
+        return name, status, seconds
 
+    counts = {}
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(int(os.environ.get("JOBS", "4"))) as pool:
         for name, status, seconds in pool.map(run, argv[2:]):
             print("%-24s %-10s %6.1fs" % (name, status, seconds), flush=True)
-            if status not in ("OK", "SKIP", "NOT RUN"):
+            kind = status.split()[0]
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind in ("FAIL", "TIMEOUT") or (kind == "SKIP" and skip_fails):
                 failed += 1
-                lines = open(os.path.join(logs, name + ".log")).read().splitlines()
+            if kind in ("FAIL", "TIMEOUT", "CUT") or (kind == "SKIP" and skip_fails):
+                with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+                    lines = f.read().splitlines()
                 print("   | " + "\n   | ".join(lines[-25:]), flush=True)
-    print("%d passed, %d failed" % (len(argv) - 2 - failed, failed))
-    return 1 if failed else 0
+    order = ["OK", "FAIL", "TIMEOUT", "SKIP", "CUT", "NOT"]
+    print(", ".join("%d %s" % (counts.get(k, 0), {"OK": "passed", "FAIL": "failed", "TIMEOUT": "timed out",
+                                                     "SKIP": "skipped", "CUT": "cut by the budget",
+                                                     "NOT": "not run"}[k]) for k in order)
+          + (" (skips counted as failures: SKIP_FAILS=1)" if skip_fails and counts.get("SKIP") else ""))
+    return 1 if failed or not counts.get("OK") else 0
 
 
 if __name__ == "__main__":
