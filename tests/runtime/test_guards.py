@@ -18,7 +18,8 @@
   - a final checkpoint that cannot be written (a full disk: a 64 KiB tmpfs, root only)
     still leaves --save written, and the run exits 1 with the checkpoint's error;
   - SIGTERM and SIGINT sent to dmc during training: the trainer stops at a step boundary,
-    says so, writes no --save, dmc exits 128 + the signal and removes its build directory
+    says so, prints no test accuracy for the epoch it cut short, writes no --save, dmc exits
+    128 + the signal and removes its build directory
     (TMPDIR is a directory of the test's, empty afterwards); serial and data=2.
 Prints one line per check; exits 1 on any failure.
 """
@@ -267,6 +268,9 @@ def stopped_by(dmc, tmp, sig, mesh):
         check(int(said.group(1)) == int(last[-1]), "%s: the step it stopped after is the last printed (%s, %s)"
               % (what, said.group(1), last[-1]))
     check(not os.path.exists(save), "%s: --save not written" % what)
+    # the epoch was cut short: no test pass after the stop, and no accuracy line for it
+    check(not re.search(r"^epoch \d+ test accuracy", "".join(lines), re.M),
+          "%s: no epoch's test accuracy for the epoch the stop cut short" % what)
     check(os.listdir(build_tmp) == [], "%s: the build directory is removed (%s)" % (what, os.listdir(build_tmp)))
 
 
