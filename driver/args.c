@@ -586,10 +586,15 @@ static int parse_args_into(int argc, char **argv, dm_options *o) {
             break;
         }
         if (o->run && o->input) {
-            /* after the .dm file, everything goes to the trainer except our own flags */
+            /* after the .dm file, everything goes to the trainer except our own flags (those
+             * of dmc --help's "every command" too: --name, -o) */
             int common = parse_common(argc, argv, &i, o);
             if (common < 0) return -1;
             if (common) {
+            } else if ((v = option_value(argc, argv, &i, "--name"))) {
+                o->name = v;
+            } else if ((v = option_value(argc, argv, &i, "-o"))) {
+                o->out_dir = v;
             } else if (parse_run_own(argc, argv, &i, o) || parse_distill(argc, argv, &i, o)) {
             } else if (dm_run_trainer_arg(argc, argv, &i, o->trainer_args, &o->n_trainer_args)) {
                 return -1;

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """dmc run's command line: its --help lists every trainer option, and trainer options are
-checked before anything is compiled (runtime/trainer_options.h is the one list); --march and
+checked before anything is compiled (runtime/trainer_options.h is the one list); --name and
+-o (dmc's options of every command) are taken before and after FILE.dm; --march and
 $DMC_CFLAGS reach the C compiler (a stand-in compiler records its arguments).
 
 usage: test_run_options.py DMC SOURCE_ROOT
@@ -103,6 +104,21 @@ def main(argv):
     # after '--' the trainer gets the arguments: here a data directory that does not exist
     rc, out, err, _ = dmc_run(dmc, mlp, '--set', 'B=4,H=8', '--', '--steps', '1', '--data-dir', '/nonexistent-dmc')
     check(rc == 1 and '/nonexistent-dmc' in err, "dmc run mlp.dm -- --data-dir: exit %d, %r" % (rc, err))
+
+    # dmc --help's options of every command, after FILE.dm as before it: --name and -o
+    # (dmc run once took them only before the file)
+    tmp = tempfile.mkdtemp(prefix='dmc-run-after-')
+    for where in ('before', 'after'):
+        out_dir = os.path.join(tmp, where)
+        mine = ['--name', 'renamed', '-o', out_dir]
+        args = mine + [mlp, '--set', 'B=4,H=8', '--steps', '1'] if where == 'before' else \
+            [mlp] + mine + ['--set', 'B=4,H=8', '--steps', '1']
+        rc, out, err, _ = dmc_run(dmc, *args)
+        made = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+        check(rc == 0 and 'renamed.c' in made and 'renamed.h' in made,
+              'dmc run with --name and -o %s the file: exit %d, %s made %s; %s'
+              % (where, rc, out_dir, made, err.strip()[-200:]))
+    shutil.rmtree(tmp, ignore_errors=True)
 
     check_compiler_flags(dmc, mlp, check)
 
