@@ -9,9 +9,11 @@
 #include "dmrt_comm.h"
 
 #include <errno.h>
+#include <link.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 int dmrt_cores(void) {
@@ -44,6 +46,21 @@ int dmrt_threads_per_rank(int ranks_here) {
 
 int dmrt_threads_beside(const dmrt_rank *rank) { return dmrt_threads_per_rank(rank ? dmrt_rank_local_count(rank) : 1); }
 
+/* Whether the program was started by running the dynamic loader itself (`ld.so PROG ARGS`,
+ * as --library-path and other glibcs are used): then /proc/self/exe is the loader, and the
+ * arguments the program sees are not the ones that would run it again. The kernel gave the
+ * loader no base of its own (AT_BASE 0, the loader being the program it ran) though the
+ * program asks for one (a PT_INTERP header, which static programs have not). */
+#if defined(_OPENMP) && !defined(__clang__)
+static int started_by_loader(void) {
+    if (getauxval(AT_BASE) != 0) return 0;
+    const ElfW(Phdr) *headers = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+    for (unsigned long i = 0, n = getauxval(AT_PHNUM); headers && i < n; i++)
+        if (headers[i].p_type == PT_INTERP) return 1;
+    return 0;
+}
+#endif
+
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its constructor, before main
  * and after libc's own start-up has reset the environment to the one the process was given
  * (a setenv in a preinit function is lost): a process can only choose for itself by running
@@ -56,9 +73,11 @@ void dmrt_openmp_wait_default(char **argv) {
 #else
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || !argv || !argv[0]) return;
     const char *preload = getenv("LD_PRELOAD");
-    if (preload && strstr(preload, "vgpreload")) return;
+    if ((preload && strstr(preload, "vgpreload")) || started_by_loader()) return;
     if (setenv("GOMP_SPINCOUNT", DMRT_OPENMP_SPINCOUNT, 0) != 0) return;
     execv("/proc/self/exe", argv);
-    /* no /proc, or the program file is gone: go on with libgomp's default */
+    /* no /proc, or the program file is gone: go on with libgomp's default, and leave the
+     * setting to no child either */
+    unsetenv("GOMP_SPINCOUNT");
 #endif
 }

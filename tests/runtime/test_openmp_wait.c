@@ -35,8 +35,9 @@ typedef struct {
     int ran;             /* the child's own line */
 } report;
 
-/* Runs this program as `child` with exactly the environment env; reads what it printed. */
-static int run_child(const char *self, char *const env[], report *r) {
+/* Runs this program as `child` with exactly the environment env (through the dynamic
+ * loader `loader`, `loader self child`, where that is set); reads what it printed. */
+static int run_child_by(const char *loader, const char *self, char *const env[], report *r) {
     memset(r, 0, sizeof *r);
     int out[2];
     if (pipe(out) != 0) return -1;
@@ -45,9 +46,9 @@ static int run_child(const char *self, char *const env[], report *r) {
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_adddup2(&fa, out[1], 2);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    char *argv[] = {(char *)self, "child", NULL};
+    char *argv[] = {(char *)self, "child", NULL}, *by_loader[] = {(char *)loader, (char *)self, "child", NULL};
     pid_t pid;
-    int spawned = posix_spawn(&pid, self, &fa, NULL, argv, env);
+    int spawned = posix_spawn(&pid, loader ? loader : self, &fa, NULL, loader ? by_loader : argv, env);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     if (spawned != 0) {
@@ -67,6 +68,8 @@ static int run_child(const char *self, char *const env[], report *r) {
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
     return 0;
 }
+
+static int run_child(const char *self, char *const env[], report *r) { return run_child_by(NULL, self, env, r); }
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "child") == 0) return child();
@@ -112,6 +115,18 @@ int main(int argc, char **argv) {
     CHECK(r.ran && r.images == 1 && strcmp(r.spincount, DMRT_OPENMP_SPINCOUNT) != 0,
           "under valgrind's preload: %d images, GOMP_SPINCOUNT '%s'; want 1 and libgomp's default", r.images,
           r.spincount);
+
+    /* started by the dynamic loader (`ld.so PROG ARGS`): /proc/self/exe is the loader, which
+     * run again with the program's arguments would take `child` for the program; no
+     * exec then, the child runs once with libgomp's default */
+    const char *loader = "/lib64/ld-linux-x86-64.so.2";
+    if (access(loader, X_OK) == 0) {
+        CHECK(run_child_by(loader, self, unset, &r) == 0, "the child started by %s failed", loader);
+        CHECK(r.ran && r.images == 1, "started by %s: %d images, the child %s; want 1, and it ran", loader, r.images,
+              r.ran ? "ran" : "did not run");
+    } else {
+        printf("no %s: the start by the loader is not checked\n", loader);
+    }
 
     printf("%s\n", fails ? "FAIL" : "ok");
     return fails ? 1 : 0;
