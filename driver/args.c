@@ -132,15 +132,16 @@ static const char usage[] =
     "                             wire), topk:RATIO (each rank sends that fraction of each\n"
     "                             gradient, its largest elements, with error feedback),\n"
     "                             powersgd:RANK (matrices as rank-RANK factors, with error\n"
-    "                             feedback); none (default). C target, without ZeRO\n"
+    "                             feedback); none (default). Not with ZeRO; CUDA: staged\n"
+    "                             through host memory\n"
     "  --grad-reduce fp32|bf16    the gradients' allreduce over data in fp32 (default) or bf16,\n"
     "                             half the bytes (mixed precision's name for --compress bf16)\n"
     "  --param-servers S          data parallelism through S parameter servers, world ranks\n"
     "                             after the mesh's: each holds a shard of the parameters and\n"
     "                             its optimizer state; workers push gradients and pull\n"
     "                             parameters (synchronous: the allreduce's result, bit for\n"
-    "                             bit). A mesh of the data axis only, C target\n"
-    "                             (docs/parallelism.md)\n"
+    "                             bit). A mesh of the data axis only; CUDA: the workers'\n"
+    "                             buffers staged to the servers (docs/parallelism.md)\n"
     "  --ps-staleness K           with --param-servers: asynchronous, each push applied as it\n"
     "                             comes, no worker more than K steps ahead of the slowest\n"
     "  --help, --version\n"
@@ -269,10 +270,20 @@ static int parse_prune(const char *flag, const char *v, dm_options *o) {
     return 1;
 }
 
+/* --microbatches M and --accumulate K both set the micro-batches (an accumulation is a
+ * schedule's micro-batches on one stage): the two with different values are refused, as a
+ * .dm file's accumulate = K beside its schedule's microbatches = M is; one flag given twice
+ * takes its last value, as every option does. */
 static int parse_microbatches(const char *flag, const char *v, dm_options *o) {
     int64_t m;
     if (parse_count(flag, v, 1, 4096, &m) < 0) return -1;
+    if (o->microbatches_flag && strcmp(o->microbatches_flag, flag) != 0 && o->microbatches != (int)m) {
+        fprintf(stderr, "dmc: error: %s %d and %s %lld both set the micro-batches, to different counts\n",
+                o->microbatches_flag, o->microbatches, flag, (long long)m);
+        return -1;
+    }
     o->microbatches = (int)m;
+    o->microbatches_flag = flag;
     return 0;
 }
 

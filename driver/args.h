@@ -48,6 +48,7 @@ typedef struct dm_options {
     dm_override mesh[IR_MAX_AXES];
     int n_mesh;
     int microbatches;         /* --microbatches / --accumulate, 0: the program's */
+    const char *microbatches_flag; /* the one of the two that set it, or NULL */
     int schedule;             /* --schedule, -1: the program's */
     int chunks;               /* --chunks, 0: the program's */
     int zero;                 /* --zero, -1: the program's */
