@@ -19,7 +19,8 @@ static int file_in_dir(const char *file, const char *dir) {
     return dmrt_parent_dir(file, parent, sizeof parent) == 0 && stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, char *err, size_t errlen) {
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, char *err,
+                                size_t errlen) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return dmrt_errorf(err, errlen, "--checkpoint %s: cannot create the directory: %s", dir, strerror(errno));
     struct stat st;
@@ -37,8 +38,19 @@ int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *ad
      * beside the checkpoint it resumed from, and no others */
     int legacy_ok = !run && adopted && file_in_dir(adopted, dir);
     for (int i = n - 1; i >= 0 && rc == 0; i--) {
-        if (run ? dmrt_checkpoint_of_run(&e[i], run) : legacy_ok && dmrt_checkpoint_of_run(&e[i], NULL)) continue;
         char what[4400];
+        if (run ? dmrt_checkpoint_of_run(&e[i], run) : legacy_ok && dmrt_checkpoint_of_run(&e[i], NULL)) {
+            if (resumed_step < 0 || e[i].step <= resumed_step) continue;
+            /* the list is ascending: the first seen is the newest of the later ones */
+            dmrt_checkpoint_describe(what, sizeof what, &e[i]);
+            rc = dmrt_errorf(err, errlen,
+                             "--checkpoint %s holds this run's checkpoints after step %lld, the one it resumes from "
+                             "(the newest: %s): its new ones would make a second history beside them (which "
+                             "--checkpoint-keep would prune first, and --resume %s would pass over): move those "
+                             "away, or write this run's into another directory",
+                             dir, (long long)resumed_step, what, dir);
+            break;
+        }
         dmrt_checkpoint_describe(what, sizeof what, &e[i]);
         rc = dmrt_errorf(err, errlen,
                          "--checkpoint %s holds checkpoints of another run (the newest: %s), which this run would "

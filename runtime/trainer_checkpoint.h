@@ -11,8 +11,12 @@
  * parent must exist) and a file is tried there; a DIR that holds checkpoints of a run other
  * than run (or without a run, or unreadable) is refused, naming the newest such file. A run
  * without a name (run NULL: resumed from a checkpoint without one, adopted) owns the files
- * without a run of adopted's directory, and no others. */
-int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, char *err, size_t errlen);
+ * without a run of adopted's directory, and no others. A run resumed after step
+ * resumed_step (-1: not resumed) is refused where DIR holds its own checkpoints of later
+ * steps: its new ones would make a second history beside them, which --checkpoint-keep
+ * would prune first (they are older by step) and --resume DIR would pass over. */
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, char *err,
+                                size_t errlen);
 
 /* A run's identity ("trainer.run"): the resumed checkpoint's ("" when it has none), else 16
  * hex digits of a fresh random 64-bit number. Only world rank 0 writes checkpoints and

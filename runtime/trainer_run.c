@@ -215,8 +215,13 @@ static int probe_outputs(tr_run *r) {
     dmrt_trainer_run_id(r->resumed ? &r->resume_file : NULL, r->run_id);
     const char *adopted = r->resumed && !r->run_id[0] ? r->resume_file.path : NULL; /* resumed from one without a run */
     if (!r->lead) return TR_OK;
+    /* the checkpoint's step (its file's number); a bad one is the load's to report, below */
+    uint64_t resumed_step = 0;
+    char unused[256];
+    int has_step = r->resumed && dmrt_trainer_meta_u64(&r->resume_file, "dmc.step", &resumed_step, unused, sizeof unused) > 0;
     if (o->checkpoint &&
-        dmrt_trainer_checkpoint_dir(o->checkpoint, r->run_id[0] ? r->run_id : NULL, adopted, r->err, sizeof r->err) != 0)
+        dmrt_trainer_checkpoint_dir(o->checkpoint, r->run_id[0] ? r->run_id : NULL, adopted,
+                                    has_step ? (int64_t)resumed_step : -1, r->err, sizeof r->err) != 0)
         return TR_RUNTIME;
     const char *options[] = {"--save", "--dump-grads", "--trace"}, *paths[] = {o->save, o->dump_grads, o->trace};
     for (int i = 0; i < 3; i++)

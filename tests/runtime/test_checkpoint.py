@@ -24,7 +24,8 @@ Oracle: the same program run straight.
     before the first step;
   - issue 34 (nothing lost): one run per checkpoint directory (another run refused before
     its first step, the first run's files untouched; a resumed run keeps its trainer.run and
-    prunes only its own; --resume of a directory of two runs; directories of checkpoints
+    prunes only its own, and is refused where the directory holds its checkpoints of steps
+    after the one it resumes from; --resume of a directory of two runs; directories of checkpoints
     without a run); the data (trainer.data_hash: another batch file, other fashion-mnist
     files, a text corpus's files in another order refused, the same data resumed bitwise);
     checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C; a flipped bit
@@ -300,6 +301,16 @@ def one_run_per_directory(t, tmp):
     check(r3.returncode == 0 and said == ["10", "12"] and left == ["step-00000010.safetensors", "step-00000012.safetensors"]
           and runs == {run1}, "a run resumed from its directory keeps its run and prunes its own checkpoints (%s, %s, %s; %s)"
           % (said, left, runs, r3.stderr.strip()[-200:]))
+    # resumed from an older checkpoint of its own into the directory holding its later ones:
+    # refused (its new checkpoints would be a second history, pruned first by
+    # --checkpoint-keep, passed over by --resume DIR), the files as they were
+    kept = snapshot(d)
+    refused_run(t.run(["--resume", os.path.join(d, "step-00000010.safetensors"), "--steps", "11", "--checkpoint", d,
+                       "--checkpoint-keep", "1"]),
+                r"--checkpoint %s holds this run's checkpoints after step 10, the one it resumes from \(the newest: "
+                r"%s of run %s\)" % (re.escape(d), re.escape(os.path.join(d, "step-00000012.safetensors")), run1),
+                "a run resumed from its older checkpoint into the directory of its later ones")
+    check(snapshot(d) == kept, "the later checkpoints are as they were (%s)" % sorted(os.listdir(d)))
     # a directory of two runs' checkpoints (put there by hand): --resume DIR does not choose
     other = os.path.join(tmp, "other-run")
     t.run(["--seed", "1", "--steps", "3", "--checkpoint", other])
