@@ -29,6 +29,7 @@
  * every figure from them (tests/tools/test_calibrate.py). The links and their fits are in
  * calibrate_links.c. */
 #include "calibrate_internal.h"
+#include "internal.h"
 #include "dmrt.h"
 #include "dmrt_comm.h"
 
@@ -703,8 +704,7 @@ static int write_file(json_t *root, const char *path, char *err, size_t errlen) 
         return fflush(stdout) == 0 ? 0 : -1;
     }
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    FILE *f = dmrt_temporary_beside(path, tmp, sizeof tmp);
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return -1;

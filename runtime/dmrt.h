@@ -647,8 +647,9 @@ const dmrt_st_tensor *dmrt_st_find(const dmrt_st_file *f, const char *name);
 /* The "__metadata__" value of key; NULL when absent. */
 const char *dmrt_st_meta(const dmrt_st_file *f, const char *key);
 
-/* Writes tensors atomically: PATH.tmp.<pid>, fsync, rename. Either the whole new file
- * is at path afterwards or the old one (if any) is untouched. data[i] has descs[i]. */
+/* Writes tensors atomically: a temporary PATH.tmp.XXXXXX (mkstemp), fsync, rename. Either
+ * the whole new file is at path afterwards or the old one (if any) is untouched. data[i]
+ * has descs[i]. */
 int dmrt_st_write(const char *path, int n, const dmrt_tensor_desc *descs,
                   const void *const *data, char *err, size_t errlen);
 /* The same with a "__metadata__" of n_meta string pairs (keys[i]: values[i]). */

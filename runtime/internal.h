@@ -86,6 +86,13 @@ float *dmrt_thread_floats(size_t count, const char *who);
  * DMRT_BLAS_TIME counts. */
 void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);
 
+/* safetensors.c: a new temporary file beside path for writing, to be renamed over path:
+ * named "PATH.tmp.XXXXXX" by mkstemp (no other process's, even one of the same pid in
+ * another container; never an existing file or a link planted at the name), with the
+ * permissions fopen would have given (0666 less the umask); its name into tmp (len bytes:
+ * strlen(path) + 12 at least). NULL with errno set on failure (ENAMETOOLONG when the name
+ * does not fit). */
+FILE *dmrt_temporary_beside(const char *path, char *tmp, size_t len);
 /* safetensors.c: the directory holding path ("." for a bare name, "/" for one in the root)
  * into dir: 0, or -1 when it does not fit. */
 int dmrt_parent_dir(const char *path, char *dir, size_t len);

@@ -407,6 +407,38 @@ static void sync_parent_dir(const char *path) {
     }
 }
 
+/* The process's umask (Linux's /proc/self/status says it without changing it, which
+ * umask() cannot do: another thread creating a file in between would get the wrong one);
+ * 022 where it cannot be read. */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    unsigned mask = 022;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &mask) == 1) break;
+    if (f) fclose(f);
+    return (mode_t)(mask & 0777);
+}
+
+FILE *dmrt_temporary_beside(const char *path, char *tmp, size_t len) {
+    int k = snprintf(tmp, len, "%s.tmp.XXXXXX", path);
+    if (k < 0 || (size_t)k >= len) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) return NULL;
+    (void)fchmod(fd, 0666 & ~current_umask()); /* mkstemp's 0600 is not what fopen would give */
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        remove(tmp);
+        errno = e;
+    }
+    return f;
+}
+
 int dmrt_parent_dir(const char *path, char *dir, size_t len) {
     const char *slash = strrchr(path, '/');
     int k = !slash ? snprintf(dir, len, ".") : snprintf(dir, len, "%.*s", (int)(slash == path ? 1 : slash - path), path);
@@ -434,11 +466,9 @@ int dmrt_st_write_meta(const char *path, int n, const dmrt_tensor_desc *descs, c
         free(header);
         return dmrt_errorf(err, errlen, "%s: out of memory", path);
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-
-    /* A stale PATH.tmp.<pid> can only come from a dead process (pids are reused
-     * across containers), so truncating it is safe. */
-    FILE *fp = fopen(tmp, "wb");
+    /* a name of its own beside path (two runs, even of one pid in two containers, never
+     * share one) */
+    FILE *fp = dmrt_temporary_beside(path, tmp, tlen);
     if (!fp) {
         int e = errno;
         free(header);

@@ -202,17 +202,19 @@ static void svg_path_of(const char *path, char *out, size_t size) {
 }
 
 static FILE *open_tmp(const char *path, char *tmp, size_t size, char *err, size_t errlen) {
-    snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    FILE *f = dmrt_temporary_beside(path, tmp, size);
     if (!f) dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return f;
 }
 
+/* The file's bytes on the disk before the rename, so that a crash leaves the old file or
+ * the whole new one. */
 static int close_tmp(FILE *f, const char *tmp, const char *path, char *err, size_t errlen) {
-    int failed = ferror(f);
-    if (fclose(f) != 0) failed = 1;
-    if (failed || rename(tmp, path) != 0) {
-        dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    int failed = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0, e = errno;
+    if (fclose(f) != 0 && !failed) failed = 1, e = errno;
+    if (!failed && rename(tmp, path) != 0) failed = 1, e = errno;
+    if (failed) {
+        dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(e ? e : EIO));
         remove(tmp);
         return -1;
     }

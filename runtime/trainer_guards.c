@@ -43,21 +43,20 @@ int dmrt_trainer_guard_writable(const char *option, const char *path, char *err,
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return dmrt_errorf(err, errlen, "%s %s: cannot write there: it is a directory (give a file's path)", option, path);
-    /* what the atomic writers do (PATH.tmp.<pid>, then a rename over PATH), tried */
+    /* what the atomic writers do (a temporary file of its own beside PATH, then a rename
+     * over PATH), tried: the name is this call's own, so ranks of one process may try the
+     * same path at once */
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp) return dmrt_errorf(err, errlen, "out of memory");
-    /* a name of this call's own: the ranks of one process may try the same path at once */
-    static _Atomic unsigned probes;
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), probes++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    FILE *f = dmrt_temporary_beside(path, tmp, len);
     int saved = errno;
-    if (fd >= 0) {
-        close(fd);
+    if (f) {
+        fclose(f);
         unlink(tmp);
     }
     free(tmp);
-    if (fd < 0) return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path, strerror(saved));
+    if (!f) return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path, strerror(saved));
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /* test_safetensors: round trip, standard layout, atomic writes, and a corpus of bad
  * files whose messages must name the file and the problem. */
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,66 @@ static int atomic(const char *dir) {
     return fails;
 }
 
+/* Two writers of one path at once, in one process (one pid: ranks' threads; or two
+ * containers' processes of the same pid): each writes through a temporary file of its own,
+ * both succeed, and the file is the whole of one of them. (With PATH.tmp.<pid> they shared
+ * one temporary file: one's rename failed, or the file held the other's bytes.) */
+enum { RACE_FLOATS = 1 << 22 };
+typedef struct race_writer {
+    const char *path;
+    float value;
+    int rc;
+    char err[1024];
+} race_writer;
+
+static void *race_write(void *arg) {
+    race_writer *w = arg;
+    float *x = malloc(RACE_FLOATS * sizeof(float));
+    if (!x) {
+        w->rc = -2;
+        return NULL;
+    }
+    for (int i = 0; i < RACE_FLOATS; i++) x[i] = w->value;
+    const dmrt_tensor_desc d = {.name = "x", .dtype = DMRT_F32, .rank = 1, .shape = {RACE_FLOATS}, .numel = RACE_FLOATS};
+    const void *data[] = {x};
+    w->rc = dmrt_st_write(w->path, 1, &d, data, w->err, sizeof w->err);
+    free(x);
+    return NULL;
+}
+
+static int concurrent_writers(const char *dir) {
+    int fails = 0;
+    char path[4096];
+    tu_path(path, sizeof path, dir, "raced.safetensors");
+    for (int round = 0; round < 4; round++) {
+        race_writer w[2] = {{.path = path, .value = 1.0f}, {.path = path, .value = 2.0f}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, race_write, &w[i]);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        CHECK(w[0].rc == 0 && w[1].rc == 0, "round %d: two writers of one path: %s / %s", round,
+              w[0].rc ? w[0].err : "ok", w[1].rc ? w[1].err : "ok");
+        dmrt_st_file f;
+        char err[1024];
+        int rc = dmrt_st_read(&f, path, err, sizeof err);
+        CHECK(rc == 0, "round %d: the raced file does not read: %s", round, err);
+        if (rc == 0) {
+            const float *x = dmrt_st_find(&f, "x")->data;
+            int mixed = 0;
+            for (int i = 1; i < RACE_FLOATS; i++) mixed |= x[i] != x[0];
+            CHECK(!mixed && (x[0] == 1.0f || x[0] == 2.0f), "round %d: the file mixes the two writers' bytes", round);
+            dmrt_st_close(&f);
+        }
+        CHECK(tu_count_tmp(dir) == 0, "round %d: a temporary file is left", round);
+    }
+    /* the permissions a file fopen creates would have (mkstemp's own are 0600) */
+    mode_t mask = umask(022);
+    umask(mask);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == (0666 & ~mask), "the file's mode is %o, want %o",
+          (unsigned)(st.st_mode & 0777), (unsigned)(0666 & ~mask));
+    return fails;
+}
+
 /* Each bad file: what to write and a phrase its message must contain. */
 typedef struct bad_case {
     const char *name;
@@ -303,7 +364,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
-    int fails = round_trip(dir) + atomic(dir) + bad_files(dir) + metadata(dir);
+    int fails = round_trip(dir) + atomic(dir) + concurrent_writers(dir) + bad_files(dir) + metadata(dir);
     tu_rmdir(dir);
     if (fails) fprintf(stderr, "test_safetensors: %d failures\n", fails);
     return fails != 0;
