@@ -165,6 +165,10 @@ static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_s
     (void)ctx;
     for (int k = 0; k < count; k++) {
         if (!(source[k] = checked(model, f, &descs[k], err, errlen))) return -1;
+        /* its f32 tensors (the biases, the weights' scales) finite, as --init's f32 files */
+        if (descs[k].dtype == DMRT_F32 &&
+            dmrt_check_finite_to_load(f->path, source[k], &descs[k], "quantized tensor", err, errlen) != 0)
+            return -1;
         size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
         float v = 1.0f;
         if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0) memcpy(&v, source[k]->data, sizeof v);

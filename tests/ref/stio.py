@@ -70,3 +70,11 @@ def load(path):
                              % (path, name, info["data_offsets"], list(shape)))
         out[name] = np.frombuffer(buf, dtype=dt, count=count, offset=base + begin).reshape(shape).copy()
     return out
+
+
+def load_metadata(path):
+    """The "__metadata__" of a safetensors file's header (a dict of strings; {} without one)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode())
+    return header.get("__metadata__", {})

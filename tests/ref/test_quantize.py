@@ -132,6 +132,18 @@ def check_failures(dmc, src, d):
     expect_error(dmc, src, d, i4, ["--init", "missing.st", "--save-quantized", "bad.st"], "missing.st")
     expect_error(dmc, src, d, i4, ["--init", "w.st", "--steps", "1"], "is a quantized inference program (--quantize "
                  "int4-weights:32): it cannot train", expect=2)
+    # a non-finite f32 tensor of a quantized file (a bias, a weight's scale) is refused as
+    # --init's f32 files' are, naming the file and the tensor (it was loaded and predicted)
+    for tensor, value in (("fc1.bias", float("nan")), ("fc2.weight.scale", float("inf"))):
+        q = stio.load(os.path.join(d, "q-int8-weights.st"))
+        meta = stio.load_metadata(os.path.join(d, "q-int8-weights.st"))
+        q[tensor] = q[tensor].copy()
+        q[tensor].flat[0] = value
+        stio.save(q, os.path.join(d, "nonfinite.st"), metadata=meta)
+        expect_error(dmc, src, d, ["--quantize", "int8-weights"],
+                     ["--init", "nonfinite.st", "--predict", "--batch-file", "x.st", "--out", "bad.st"],
+                     "nonfinite.st: tensor '%s' (quantized tensor '%s') holds a non-finite value: %s at element 0"
+                     % (tensor, tensor, "nan" if value != value else "inf"))
     if os.path.exists(os.path.join(d, "bad.st")):
         raise dmcrun.Failure("a failed run wrote bad.st")
     # the CUDA target builds it (tests/gpu: cuda-build compiles it, gpu-quantize-* run it);
