@@ -94,12 +94,27 @@ int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const d
                                char *err, size_t errlen) {
     /* a NaN loaded would surface steps later as some gradient's, or as outputs */
     if (t->dtype != DMRT_F32) return 0;
-    int64_t at = dmrt_first_non_finite((const float *)t->data, d->numel);
+    int64_t at = -1;
+    if ((uintptr_t)t->data % _Alignof(float) == 0) {
+        at = dmrt_first_non_finite((const float *)t->data, d->numel);
+    } else {
+        /* a file's f32 tensor after 1-byte ones (a quantized file's int8 and int4 weights)
+         * lies at any address: read through aligned copies, a block at a time */
+        float block[1024];
+        for (int64_t first = 0; first < d->numel && at < 0; first += 1024) {
+            int64_t count = d->numel - first < 1024 ? d->numel - first : 1024;
+            memcpy(block, (const char *)t->data + first * (int64_t)sizeof(float), (size_t)count * sizeof(float));
+            int64_t in_block = dmrt_first_non_finite(block, count);
+            if (in_block >= 0) at = first + in_block;
+        }
+    }
     if (at < 0) return 0;
+    float value;
+    memcpy(&value, (const char *)t->data + at * (int64_t)sizeof(float), sizeof value);
     char shape[256];
     dmrt_shape_str(shape, sizeof shape, d->rank, d->shape);
     return dmrt_errorf(err, errlen, "%s: tensor '%s' (%s '%s') holds a non-finite value: %g at element %lld of %s", path,
-                       t->name, what, d->name, (double)((const float *)t->data)[at], (long long)at, shape);
+                       t->name, what, d->name, (double)value, (long long)at, shape);
 }
 
 /* The first of x[first .. end) that is not finite, or -1. */
