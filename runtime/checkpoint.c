@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* 2: every tensor has its "dmc.crc32c.<name>"; 1 (read, not written): no checksums */
 #define CKPT_FORMAT "dmc checkpoint 2"
@@ -270,6 +271,11 @@ int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size
     for (struct dirent *de; rc == 0 && (de = readdir(d));) {
         int64_t s = name_step(de->d_name);
         if (s < 0) continue;
+        /* only the names the trainer writes (step-%08d): an unpadded step-3.safetensors
+         * would be read, and pruned, as step-00000003.safetensors */
+        char canonical[64];
+        snprintf(canonical, sizeof canonical, CKPT_PREFIX "%08" PRId64 CKPT_SUFFIX, s);
+        if (strcmp(canonical, de->d_name) != 0) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             dmrt_ckpt_entry *grown = realloc(e, (size_t)cap * sizeof *e);
@@ -292,8 +298,14 @@ int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size
     for (int i = 0; i < n && rc == 0; i++) {
         dmrt_st_file f;
         char why[1024];
+        struct stat st;
         if (dmrt_checkpoint_path(dir, e[i].step, e[i].path, sizeof e[i].path) != 0) {
             rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
+        } else if (stat(e[i].path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            /* a directory or a FIFO of that name: not read (opening a FIFO would wait) */
+            snprintf(why, sizeof why, "%s: not a regular file", e[i].path);
+            e[i].not_a_file = 1;
+            if (!(e[i].unreadable = strdup(why))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
         } else if (dmrt_st_read_meta(&f, e[i].path, why, sizeof why) != 0) {
             if (!(e[i].unreadable = strdup(why))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
         } else {
@@ -362,6 +374,8 @@ int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, s
                          "%s: the directory holds the checkpoints of %d runs (the newest of each: %s): name the "
                          "checkpoint file to resume",
                          dir, n_runs, runs);
+    else if (e[n - 1].not_a_file)
+        rc = dmrt_errorf(err, errlen, "%s: the newest checkpoint is %s", dir, e[n - 1].unreadable);
     else if ((size_t)snprintf(path, len, "%s", e[n - 1].path) >= len)
         rc = dmrt_errorf(err, errlen, "%s: path too long", dir);
     dmrt_checkpoint_list_free(e, n);

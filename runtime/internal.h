@@ -132,6 +132,7 @@ typedef struct dmrt_ckpt_entry {
     char path[4096];
     char *run;        /* its DMRT_CKPT_RUN_KEY; NULL when it has none, or "" (or is unreadable) */
     char *unreadable; /* why its header cannot be read; NULL when it can */
+    int not_a_file;   /* a directory or a FIFO of a checkpoint's name: never opened */
 } dmrt_ckpt_entry;
 /* dir's checkpoints, ascending by step, with their runs (headers only: cheap); malloc'd into
  * *out, free with dmrt_checkpoint_list_free. How many, or -1 with a message. */

@@ -224,6 +224,25 @@ def failure_cases(t, tmp, ckpt):
     os.makedirs(empty)
     refused(["--steps", "2", "--resume", empty], re.escape(empty) + r": no checkpoint in the directory",
             "--resume of an empty directory")
+    # a FIFO of a checkpoint's name is never opened (opening it waited for a writer forever)
+    fifo_dir = os.path.join(tmp, "fifo-dir")
+    os.makedirs(fifo_dir)
+    os.mkfifo(os.path.join(fifo_dir, "step-00000005.safetensors"))
+    for args, what in ((["--steps", "2", "--resume", fifo_dir], "--resume of a directory whose newest is a FIFO"),
+                       (["--steps", "2", "--checkpoint", fifo_dir], "--checkpoint into a directory holding a FIFO")):
+        try:
+            r = t.run(args, timeout=60)
+            check(r.returncode == 1 and "step-00000005.safetensors: not a regular file" in r.stderr,
+                  "%s: exit %d, naming it (%s)" % (what, r.returncode, r.stderr.strip()[-240:]))
+        except subprocess.TimeoutExpired:
+            check(False, "%s: still waiting after 60 s" % what)
+    # only the trainer's own names are checkpoints: step-3.safetensors is neither read nor
+    # pruned as step-00000003.safetensors
+    named = os.path.join(tmp, "named-dir")
+    os.makedirs(named)
+    shutil.copy(ckpt, os.path.join(named, "step-3.safetensors"))
+    refused(["--steps", "2", "--resume", named], re.escape(named) + r": no checkpoint in the directory",
+            "--resume of a directory whose only file is step-3.safetensors (not a name the trainer writes)")
     truncated = os.path.join(tmp, "truncated.safetensors")
     with open(ckpt, "rb") as f:
         blob = f.read()
