@@ -100,8 +100,9 @@ int dmrt_parent_dir(const char *path, char *dir, size_t len);
  * with a message naming path, the tensor and the element (--init, --resume). */
 int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d, const char *what,
                                char *err, size_t errlen);
-/* params_io.c: the first element of x[0..n) that is not finite, or -1. */
-int64_t dmrt_first_non_finite(const float *x, int64_t n);
+/* params_io.c: the first element of the floats x[0..n) that is not finite, or -1; x may
+ * lie at any address (a file's f32 tensor after 1-byte ones). */
+int64_t dmrt_first_non_finite(const void *x, int64_t n);
 /* params_io.c: 0 when the whole tensor d (data) is finite, else -1 with the message "PATH not
  * written: <what> 'NAME' holds a non-finite value (... at element E of SHAPE) after step S":
  * the one check of what --save, checkpoints and <model>_save_weights write. */

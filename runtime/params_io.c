@@ -90,41 +90,35 @@ int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_t
     return 0;
 }
 
+/* The float at element i of x, which may lie at any address (read by bytes). */
+static float float_at(const void *x, int64_t i) {
+    float v;
+    memcpy(&v, (const char *)x + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+
 int dmrt_check_finite_to_load(const char *path, const dmrt_st_tensor *t, const dmrt_tensor_desc *d, const char *what,
                                char *err, size_t errlen) {
     /* a NaN loaded would surface steps later as some gradient's, or as outputs */
     if (t->dtype != DMRT_F32) return 0;
-    int64_t at = -1;
-    if ((uintptr_t)t->data % _Alignof(float) == 0) {
-        at = dmrt_first_non_finite((const float *)t->data, d->numel);
-    } else {
-        /* a file's f32 tensor after 1-byte ones (a quantized file's int8 and int4 weights)
-         * lies at any address: read through aligned copies, a block at a time */
-        float block[1024];
-        for (int64_t first = 0; first < d->numel && at < 0; first += 1024) {
-            int64_t count = d->numel - first < 1024 ? d->numel - first : 1024;
-            memcpy(block, (const char *)t->data + first * (int64_t)sizeof(float), (size_t)count * sizeof(float));
-            int64_t in_block = dmrt_first_non_finite(block, count);
-            if (in_block >= 0) at = first + in_block;
-        }
-    }
+    /* a file's f32 tensor after 1-byte ones (a quantized file's int8 and int4 weights) lies
+     * at any address: dmrt_first_non_finite reads any */
+    int64_t at = dmrt_first_non_finite(t->data, d->numel);
     if (at < 0) return 0;
-    float value;
-    memcpy(&value, (const char *)t->data + at * (int64_t)sizeof(float), sizeof value);
     char shape[256];
     dmrt_shape_str(shape, sizeof shape, d->rank, d->shape);
     return dmrt_errorf(err, errlen, "%s: tensor '%s' (%s '%s') holds a non-finite value: %g at element %lld of %s", path,
-                       t->name, what, d->name, (double)value, (long long)at, shape);
+                       t->name, what, d->name, (double)float_at(t->data, at), (long long)at, shape);
 }
 
 /* The first of x[first .. end) that is not finite, or -1. */
-static int64_t first_non_finite_in(const float *x, int64_t first, int64_t end) {
+static int64_t first_non_finite_in(const void *x, int64_t first, int64_t end) {
     for (int64_t i = first; i < end; i++)
-        if (!isfinite(x[i])) return i;
+        if (!isfinite(float_at(x, i))) return i;
     return -1;
 }
 
-int64_t dmrt_first_non_finite(const float *x, int64_t n) {
+int64_t dmrt_first_non_finite(const void *x, int64_t n) {
     /* The trainer asks this of every gradient after every step: blocks of 1024 floats are
      * each asked at once, in a loop of fixed length without an early exit that the compiler
      * vectorises even at -O2 (the exponent's bits all set, an infinity or a NaN, carries into
@@ -137,7 +131,7 @@ int64_t dmrt_first_non_finite(const float *x, int64_t n) {
         uint32_t carries = 0;
         for (int i = 0; i < BLOCK; i++) {
             uint32_t bits;
-            memcpy(&bits, x + first + i, sizeof bits);
+            memcpy(&bits, (const char *)x + (first + i) * (int64_t)sizeof bits, sizeof bits);
             carries |= (bits & 0x7f800000u) + 0x00800000u;
         }
         if (carries & 0x80000000u) return first_non_finite_in(x, first, first + BLOCK);

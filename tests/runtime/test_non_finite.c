@@ -10,7 +10,7 @@
 #include "check.h"
 #include "dmrt.h"
 
-int64_t dmrt_first_non_finite(const float *x, int64_t n); /* runtime/internal.h */
+int64_t dmrt_first_non_finite(const void *x, int64_t n); /* runtime/internal.h */
 
 static int64_t plain(const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -23,7 +23,8 @@ int main(void) {
     const int64_t lengths[] = {0, 1, 2, 1023, 1024, 1025, 2048, 5000, 100003};
     const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
     float *x = malloc(100003 * sizeof(float));
-    if (!x) return 1;
+    char *unaligned = malloc(100003 * sizeof(float) + 1);
+    if (!x || !unaligned) return 1;
     srand(7);
     for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
         const int64_t n = lengths[l];
@@ -48,6 +49,11 @@ int main(void) {
                 int64_t want = plain(x, n), got = dmrt_first_non_finite(x, n);
                 CHECK(got == want && want == places[p], "n %lld, %g at %lld: found %lld, want %lld", (long long)n,
                       (double)bad[b], (long long)places[p], (long long)got, (long long)want);
+                /* the same floats 1 byte off alignment (a file's f32 tensor after int8 ones) */
+                memcpy(unaligned + 1, x, (size_t)n * sizeof(float));
+                got = dmrt_first_non_finite(unaligned + 1, n);
+                CHECK(got == want, "n %lld, %g at %lld, unaligned: found %lld, want %lld", (long long)n, (double)bad[b],
+                      (long long)places[p], (long long)got, (long long)want);
                 cases++;
                 if (later < n) x[later] = saved_later;
                 x[places[p]] = saved;
@@ -55,6 +61,7 @@ int main(void) {
         }
     }
     free(x);
+    free(unaligned);
     printf("%d cases: %s\n", cases, fails ? "FAIL" : "ok");
     return fails ? 1 : 0;
 }
