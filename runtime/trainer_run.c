@@ -411,16 +411,15 @@ static int train(tr_run *r) {
     for (int64_t epoch = spe ? r->start / spe + 1 : 1; r->step < r->total && !r->stop; epoch++) {
         if (r->d.mnist) dmrt_trainer_shuffle(&r->d);
         int64_t b0 = r->step - (epoch - 1) * spe, n = r->total - r->step < spe - b0 ? b0 + (r->total - r->step) : spe;
-        int64_t trained = b0; /* the epoch's batches done: all of them, unless a signal stopped it */
         for (int64_t b = b0; b < n && !r->stop; b++) {
             int status = train_one(r, b);
             if (status != TR_OK) return status;
             dmrt_trainer_bar_draw(&r->bar, b + 1, n, epoch, r->last_loss, r->bar.stdout_tty || b + 1 == n);
             if ((status = after_step(r)) != TR_OK) return status;
-            trained = b + 1;
         }
         dmrt_trainer_bar_end(&r->bar);
-        if (r->d.mnist && trained == spe && r->eval_out >= 0) {
+        /* a whole epoch trained (not one a signal stopped, nor the run's last part of one) */
+        if (r->d.mnist && r->step == epoch * spe && r->eval_out >= 0) {
             if (dmrt_trainer_evaluate(&r->d, r->m, r->ctx, r->in, r->eval_out, &r->acc, r->err, sizeof r->err) != 0)
                 return TR_RUNTIME;
             r->acc_fresh = 1;
