@@ -67,26 +67,23 @@ def main(argv):
             status, seconds = run_one(tests[name], log, left)
         return name, status, seconds
 
+    # each outcome's word in the last line, in its order
+    outcomes = [("OK", "passed"), ("FAIL", "failed"), ("TIMEOUT", "timed out"), ("SKIP", "skipped"),
+                ("CUT", "cut by the budget"), ("NOT", "not run")]
+    failing = {"FAIL", "TIMEOUT"} | ({"SKIP"} if skip_fails else set())
     counts = {}
-    failed = 0
     with concurrent.futures.ThreadPoolExecutor(int(os.environ.get("JOBS", "4"))) as pool:
         for name, status, seconds in pool.map(run, argv[2:]):
             print("%-24s %-10s %6.1fs" % (name, status, seconds), flush=True)
             kind = status.split()[0]
             counts[kind] = counts.get(kind, 0) + 1
-            if kind in ("FAIL", "TIMEOUT") or (kind == "SKIP" and skip_fails):
-                failed += 1
-            if kind in ("FAIL", "TIMEOUT", "CUT") or (kind == "SKIP" and skip_fails):
+            if kind in failing or kind == "CUT":
                 with open(os.path.join(logs, name + ".log"), errors="replace") as f:
                     lines = f.read().splitlines()
                 print("   | " + "\n   | ".join(lines[-25:]), flush=True)
-    order = ["OK", "FAIL", "TIMEOUT", "SKIP", "CUT", "NOT"]
-    print(", ".join("%d %s" % (counts.get(k, 0), {"OK": "passed", "FAIL": "failed", "TIMEOUT": "timed out",
-                                                     "SKIP": "skipped", "CUT": "cut by the budget",
-                                                     "NOT": "not run"}[k]) for k in order)
+    print(", ".join("%d %s" % (counts.get(k, 0), word) for k, word in outcomes)
           + (" (skips counted as failures: SKIP_FAILS=1)" if skip_fails and counts.get("SKIP") else ""))
-    return 1 if failed or not counts.get("OK") else 0
-
+    return 1 if any(counts.get(k) for k in failing) or not counts.get("OK") else 0
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
