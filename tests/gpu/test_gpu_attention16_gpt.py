@@ -48,8 +48,7 @@ def compare(precision, c, g):
     grad_err, grad_name = 0.0, ""
     for name, want in c[1].items():
         got = g[1][name]
-        err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-        err = float("inf") if err != err else err  # a NaN is the worst difference, not passed over
+        err = dmcrun.nan_worst(float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30))
         if err > grad_err:
             grad_err, grad_name = err, name
     print("gpt %s cuda (cuDNN attention) vs c: losses %.1e (bound %.0e), step-1 grads %.1e (bound %.0e) in %s"

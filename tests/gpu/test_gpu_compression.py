@@ -69,20 +69,18 @@ def same_zeros(tag, cuda, c):
     return worst
 
 
-def l1_count(torch, tag, weights):
+def l1_count(tag, weights):
     """Each weight matrix holds as many zeros as l1_unstructured prunes at RATIO: its
     amount, a fraction, is round(amount * numel) parameters (torch.nn.utils.prune)."""
     for name in weight_matrices(weights):
-        w = torch.tensor(weights[name])
-        count = int(round(RATIO * w.numel()))
+        count = int(round(RATIO * weights[name].size))
         zeros = int(np.sum(weights[name] == 0))
         if zeros != count:
             raise Failure("%s: %s holds %d zeros; l1_unstructured(amount=%g) prunes %d of its %d" % (
-                tag, name, zeros, RATIO, count, w.numel()))
+                tag, name, zeros, RATIO, count, weights[name].size))
 
 
 def prune(dmc, root, tmp):
-    import torch
     worst = 0.0
     # gpt.dm's :rows prunes its attentions' heads together (dmrt_gpu_prune_heads)
     for model, how in (("mlp", "%g" % RATIO), ("mlp", "%g:rows" % RATIO), ("gpt", "%g:rows" % RATIO)):
@@ -95,7 +93,7 @@ def prune(dmc, root, tmp):
         cuda, c = stio.load(saved["cuda"]), stio.load(saved["c"])
         worst = max(worst, same_zeros("%s --prune %s" % (model, how), cuda, c))
         if ":" not in how:
-            l1_count(torch, "--prune " + how, cuda)
+            l1_count("--prune " + how, cuda)
     return ("mlp (by elements and channels) and gpt (by heads): %d pruned steps on CUDA hold the C target's zeros (at "
             "most %.2f%% of positions differ) and, by elements, l1_unstructured's count of zeros" % (STEPS, 100 * worst))
 

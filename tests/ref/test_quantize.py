@@ -134,10 +134,10 @@ def check_failures(dmc, src, d):
                  "int4-weights:32): it cannot train", expect=2)
     # a non-finite f32 tensor of a quantized file (a bias, a weight's scale) is refused as
     # --init's f32 files' are, naming the file and the tensor (it was loaded and predicted)
+    saved, meta = stio.load(os.path.join(d, "q-int8-weights.st")), stio.load_metadata(os.path.join(d, "q-int8-weights.st"))
     for tensor, value in (("fc1.bias", float("nan")), ("fc2.weight.scale", float("inf"))):
-        q = stio.load(os.path.join(d, "q-int8-weights.st"))
-        meta = stio.load_metadata(os.path.join(d, "q-int8-weights.st"))
-        q[tensor] = q[tensor].copy()
+        q = dict(saved)
+        q[tensor] = saved[tensor].copy()
         q[tensor].flat[0] = value
         stio.save(q, os.path.join(d, "nonfinite.st"), metadata=meta)
         expect_error(dmc, src, d, ["--quantize", "int8-weights"],

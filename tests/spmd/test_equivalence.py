@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import stio  # noqa: E402
-from dmcrun import TARGET, Failure, run_dmc  # noqa: E402
+from dmcrun import TARGET, Failure, nan_worst, run_dmc  # noqa: E402
 
 STEPS = 10
 LOSS_RTOL = 1e-5
@@ -211,8 +211,7 @@ def max_difference(tag, got, want):
     for name, w in want.items():
         if got[name].shape != w.shape:
             raise Failure("%s: %s has shape %s, serial %s" % (tag, name, got[name].shape, w.shape))
-        err = float(np.max(np.abs(got[name] - w))) if w.size else 0.0
-        err = float("inf") if err != err else err  # a NaN is the worst difference, not passed over
+        err = nan_worst(float(np.max(np.abs(got[name] - w))) if w.size else 0.0)
         if err > worst:
             worst, worst_name = err, name
     return worst, worst_name
