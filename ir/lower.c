@@ -646,7 +646,13 @@ static void check_block_body(lowerer *L, const dm_stmt *block) {
     for (int i = 0; i < block->n_body; i++) {
         const dm_stmt *st = block->body[i];
         if (!statement_allowed_in_block(st->kind)) dm_error(L->d, st->loc, "this statement is not allowed inside a block");
-        if (st->kind == STMT_RETURN) has_return = 1;
+        /* a call stops at the return (call_instance): what follows would be neither run nor
+         * checked, so it is an error, once per block */
+        else if (has_return == 1) {
+            dm_error(L->d, st->loc, "this statement follows the return of block '%s' and would never run", block->name);
+            has_return = 2;
+        }
+        if (st->kind == STMT_RETURN && !has_return) has_return = 1;
     }
     if (!has_return) dm_error(L->d, block->name_loc, "block '%s' has no return statement", block->name);
 }
