@@ -46,7 +46,8 @@ void emit_source_body(emitter *E) {
     emit_create_destroy(E);
     cg_line(w, "int %s_load_weights(%s_ctx *ctx, const char *path) {", m, m);
     cg_line(w, "    ctx->error[0] = 0;");
-    cg_line(w, "    return dmrt_load_params(&%s_model, ctx, path, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;", m);
+    cg_line(w, "    return dmrt_%s(&%s_model, ctx, path, ctx->error, sizeof ctx->error) ? DMRT_ERR_FILE : DMRT_OK;",
+            E->quant_bits ? "load_weights" : "load_params", m);
     cg_line(w, "}");
     cg_blank(w);
     cg_line(w, "int %s_save_weights(%s_ctx *ctx, const char *path) {", m, m);

@@ -202,6 +202,7 @@ void emit_predict_api(emitter *E) {
         return;
     }
     cg_line(w, "ctx->error[0] = 0;");
+    emit_quant_ready_check(E);
     cg_line(w, "if (rows < 1 || rows > %lld) {", (long long)B);
     cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: predict: %%lld rows, expected 1 to %lld\", (long long)rows);", m,
             (long long)B);

@@ -190,3 +190,11 @@ int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
     E->dialect->quant_gemm(&E->w, &q);
     return 1;
 }
+
+/* --quantize int8: a forward (the API's _forward, _predict) refuses to start before every
+ * product's input scale is calibrated, instead of dmrt_gemm_i8_split's abort. */
+void emit_quant_ready_check(emitter *E) {
+    if (!E->quant_act) return;
+    cg_line(&E->w, "if (dmrt_quant_ready(&%s_model, ctx, ctx->error, sizeof ctx->error) != 0) return DMRT_ERR_ARG;",
+            E->g->model);
+}

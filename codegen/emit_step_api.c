@@ -201,6 +201,7 @@ void emit_scheduled_api(emitter *E) {
     cg_line(w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     w->indent++;
     cg_line(w, "ctx->error[0] = 0;");
+    emit_quant_ready_check(E);
     cg_line(w, "int status;");
     emit_upload(E);
     emit_stage_dispatch(E, "infer", "ctx, batch");

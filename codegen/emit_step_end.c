@@ -87,6 +87,7 @@ void emit_open_serial_forward(emitter *E) {
     cg_line(&E->w, "int %s_forward(%s_ctx *ctx, const %s_batch *batch, float *loss) {", m, m, m);
     E->w.indent++;
     cg_line(&E->w, "ctx->error[0] = 0;");
+    emit_quant_ready_check(E);
     emit_upload(E);
     cg_line(&E->w, "int status = run_forward(ctx, batch);");
 }

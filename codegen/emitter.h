@@ -419,6 +419,8 @@ void emit_quant_destroy(emitter *E);
 void emit_quant_accessor(emitter *E);
 void emit_quant_descriptor(emitter *E);
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k);
+/* --quantize int8: the line a forward entry point starts with, refusing uncalibrated scales */
+void emit_quant_ready_check(emitter *E);
 
 /* emit_state.c: checkpoints' optimizer state and step: the API's declarations, the tables,
  * moves and API (after the step's functions), the descriptor's fields */

@@ -302,6 +302,14 @@ int dmrt_is_quantized_file(const char *path, char *err, size_t errlen);
  * (dmrt_load_quantized); an f32 program refuses a quantized file, naming its mode. 0, or -1
  * with a message. */
 int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
+/* <model>_load_weights (the generated API): dmrt_load_params, but a quantized program loads
+ * as --init does (dmrt_load_init), except that a --quantize int8 program refuses an f32 file
+ * (its input scales come only from the trainer's calibration) before anything changes. 0,
+ * or -1 with a message. */
+int dmrt_load_weights(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen);
+/* Whether a --quantize int8 program can run its forward: every int8 product's input scale
+ * calibrated (or a calibration recording). 0, or -1 with a message naming the weight. */
+int dmrt_quant_ready(const dmrt_model *model, void *ctx, char *err, size_t errlen);
 /* --save-quantized: every parameter, a quantized one as NAME (I8, or U8 packed int4) and
  * NAME.scale (F32), with --quantize int8 also NAME.input_scale (F32 [1]), the others F32,
  * with metadata dmc.format "dmc quantized 1", dmc.model, dmc.quantize (the mode);

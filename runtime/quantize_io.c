@@ -210,6 +210,30 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
     return rc;
 }
 
+int dmrt_load_weights(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
+    if (!model->quantize) return dmrt_load_params(model, ctx, path, err, errlen);
+    int quantized = dmrt_is_quantized_file(path, err, errlen);
+    if (quantized < 0) return -1;
+    /* --quantize int8 also needs its products' input scales, which only the trainer's
+     * calibration measures (and a --save-quantized file keeps): refused before anything changes */
+    if (!quantized && dmrt_quantizes_activations(model))
+        return dmrt_errorf(err, errlen, "%s: f32 weights; model '%s' (--quantize int8) also needs its products' input "
+                           "scales: load a file that its trainer's --save-quantized wrote (docs/compression.md)",
+                           path, model->name);
+    return dmrt_load_init(model, ctx, path, err, errlen);
+}
+
+int dmrt_quant_ready(const dmrt_model *model, void *ctx, char *err, size_t errlen) {
+    for (int i = 0; model->quantize && i < model->n_params; i++) {
+        const dmrt_qweight *q = model->qweight(ctx, i);
+        if (q && q->quantize_input && !q->calib && !(q->input_scale > 0.0f))
+            return dmrt_errorf(err, errlen, "model '%s' (--quantize int8): '%s' has no calibrated input scale: load a "
+                               "file that its trainer's --save-quantized wrote first (%s_load_weights)",
+                               model->name, model->params[i].name, model->name);
+    }
+    return 0;
+}
+
 int dmrt_load_init(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
     int quantized = dmrt_is_quantized_file(path, err, errlen);
     if (quantized < 0) return -1;

@@ -2,8 +2,11 @@
  * API, for tests/ref/test_quantize.py: train_step is refused with its reason and changes
  * nothing (the logits of a forward before and after, and the weights save_weights writes,
  * are bit for bit the same), while forward and predict run. Its products read the narrow weights made at create, which an update would
- * not change: training would lose every update. Exits 0 when every check holds, else 1
+ * not change: training would lose every update. Then load_weights of the saved f32 file
+ * into a context from another seed predicts the same logits (to the scales' ulp): it
+ * quantizes the file's weights, where it left create's. Exits 0 when every check holds, else 1
  * with the failed check on stderr. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,19 @@ int main(void) {
     CHECK(mlp_predict(ctx, &batch, B, &out) == DMRT_OK, "predict: %s", mlp_error(ctx));
     CHECK(memcmp(predicted, before, sizeof before) == 0, "predict's logits differ from forward's");
     mlp_destroy(ctx);
-    printf("train_step refused 3 times, logits and saved weights unchanged; forward and predict run\n");
+    /* load_weights of that f32 file into a context from another seed quantizes it again (it
+     * left create's narrow weights): the integers come back, the scales to an ulp */
+    ctx = mlp_create(9, err, sizeof err);
+    CHECK(ctx, "create: %s", err);
+    CHECK(mlp_load_weights(ctx, "before.safetensors") == DMRT_OK, "load: %s", mlp_error(ctx));
+    CHECK(mlp_predict(ctx, &batch, B, &out) == DMRT_OK, "predict after load: %s", mlp_error(ctx));
+    float largest = 0;
+    for (int i = 0; i < B * K; i++) largest = fabsf(before[i]) > largest ? fabsf(before[i]) : largest;
+    for (int i = 0; i < B * K; i++) /* written so that a NaN fails */
+        CHECK(fabsf(predicted[i] - before[i]) <= 1e-5f * largest,
+              "logit %d after load_weights is %g, the saved context's %g (largest %g)", i, predicted[i], before[i], largest);
+    mlp_destroy(ctx);
+    printf("train_step refused 3 times, logits and saved weights unchanged; forward and predict run; "
+           "load_weights into another context predicts the same\n");
     return 0;
 }

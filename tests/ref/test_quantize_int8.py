@@ -29,6 +29,9 @@ Each program (int8, int8-weights, f32) is compiled once and run directly:
      T+1 bytes from k T): each saved input scale against gpt_torch.forward's product inputs
      over the same 18 windows (max |x| / 127, within 1e-5 relative: f32 products and norms
      summed in other orders), every product the forward reads a 2-D weight with checked;
+  f) the C API (quant_int8_api.c, the kept mlp.c compiled with libdmrt): a forward before
+     weights are loaded is refused (not aborted), mlp_load_weights refuses the f32 file and
+     loads the saved one, two contexts from different seeds then predicting the same bits;
   d) failures, each a clear message and nothing written: --calibrate 0 and -5, a percentile
      of 0, 101 and 'x', --calibrate past the data's rows, --calibrate with a file that holds
      the scales, --calibrate for an f32 program, an int8 file for int8-weights and the
@@ -289,6 +292,9 @@ def body(dmc, root, np, torch):
         far = check_forward(i8, d, np, torch, w, x, saved, data)
         check_evaluate(i8, d, data)
         check_failures(dmc, src, d, data, progs)
+        if dmcrun.TARGET == "c":  # f) the C API of the int8 program, with q.st and w.st beside it
+            dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_int8_api.c"),
+                               os.path.join(d, "int8", "mlp.c"), os.path.join(d, "int8"), "C API, int8")
         n_gpt = check_text_calibration(dmc, root, np, torch, d)
     return ("input scales (min-max, percentile 99) as torch's over the 100 calibration rows; int8 logits bit for bit "
             "the fake-quantized torch forward's (oneDNN and plain C alike; %.3g from the f32 model's); "
