@@ -5,6 +5,7 @@
 #include "args.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ static const char usage[] =
     "       dmc run [options] FILE.dm [trainer options]\n"
     "                                        compile, build with cc and train (see dmc run --help)\n"
     "       dmc calibrate [-o FILE]          measure this machine for --hardware (dmc calibrate --help)\n"
+    "       one command at a time: -o DIR goes alone, or with dmc run (which keeps its build there)\n"
     "\n"
     "options (every command):\n"
     "  --set NAME=N[,NAME=N...]   override dimension constants (dim NAME = ...); repeatable, the\n"
@@ -41,7 +43,8 @@ static const char usage[] =
     "  --mesh AXIS=N[,AXIS=N...]  override mesh axis sizes (mesh(AXIS = ...))\n"
     "  --mesh auto                the best plan --plan finds for --devices N (it also chooses\n"
     "                             --microbatches, --schedule, --zero and --recompute)\n"
-    "  --name PREFIX              symbol prefix of the generated code (default: file name)\n"
+    "  --name PREFIX              symbol prefix of the generated code: a C identifier, used as\n"
+    "                             given (default: the file name, lowercased, other characters _)\n"
     "  --stop-after=PASS          with --emit=ir: stop after lower, autodiff, optimizer or shard\n"
     "  -o DIR                     output directory (created if missing)\n"
     "  --target c|cuda            generated code: C for CPUs (default), or CUDA with cuBLAS\n"
@@ -102,8 +105,8 @@ static const char usage[] =
     "                             attention's all-zero heads; --explain says\n"
     "                             which weights shrank and why others did not; -o and dmc run\n"
     "                             write the compacted weights, which dmc run passes as --init\n"
-    "  --save-compacted FILE      where --compact writes the compacted weights (default:\n"
-    "                             compacted.safetensors in -o's or dmc run's directory)\n"
+    "  --save-compacted FILE      where -o and dmc run write --compact's compacted weights\n"
+    "                             (default: compacted.safetensors in -o's or dmc run's directory)\n"
     "  --memory-gb X              memory per rank the pipeline cut must fit (default: no limit)\n"
     "  --recompute MODE           activation recomputation: full (every layer call keeps only\n"
     "                             its inputs for the backward pass, which makes the rest\n"
@@ -163,9 +166,16 @@ static int parse_overrides(const char *flag, const char *list, dm_override *out,
     for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         char *end = NULL;
+        errno = 0;
         long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
         if (!eq || eq == item || !end || *end || end == eq + 1) {
             fprintf(stderr, "dmc: error: %s expects NAME=INTEGER[,NAME=INTEGER...], got '%s'\n", flag, item);
+            status = -1;
+            break;
+        }
+        if (errno == ERANGE) {
+            /* strtoll clamps to INT64_MAX (or MIN): the program would get a value not given */
+            fprintf(stderr, "dmc: error: %s %s: the value does not fit in a 64-bit integer\n", flag, item);
             status = -1;
             break;
         }
@@ -219,16 +229,22 @@ static int parse_size(const char *flag, const char *v, const char *unit, double 
 /* An integer from lo to hi into *out: 1, or -1 with a message. */
 static int parse_count(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out);
 
-/* --quantize int8 | int8-weights | int4-weights[:G]: 1, or -1 after a message. */
+/* --quantize int8 | int8-weights | int4-weights[:G]: 1, or -1 after a message. A
+ * --quantize given again replaces the earlier one whole (its activations, its :G), as every
+ * option's last value wins; a --quantize-group of its own stays. */
 static int parse_quantize(const char *v, dm_options *o) {
+    o->codegen.quantize_activations = 0;
+    if (o->quantize_group_of_mode) o->codegen.quantize_group = 0;
+    o->quantize_group_of_mode = 0;
     if (strcmp(v, "int8-weights") == 0) {
         o->codegen.quantize_bits = 8;
         return 1;
     }
     if (strncmp(v, "int4-weights", 12) == 0 && (v[12] == 0 || v[12] == ':')) {
         o->codegen.quantize_bits = 4;
-        return v[12] ? (parse_count("--quantize int4-weights:G", v + 13, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1)
-                     : 1;
+        if (!v[12]) return 1;
+        o->quantize_group_of_mode = 1;
+        return parse_count("--quantize int4-weights:G", v + 13, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1;
     }
     if (strcmp(v, "int8") == 0) {
         o->codegen.quantize_bits = 8;
@@ -367,7 +383,7 @@ static int parse_parallelism(int argc, char **argv, int *i, dm_options *o) {
 static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     const char *v;
     if ((v = option_value(argc, argv, i, "--set")))
-        return parse_overrides("--set", v, o->dims, &o->n_dims, 64) ? -1 : 1;
+        return parse_overrides("--set", v, o->dims, &o->n_dims, DM_MAX_DIMS) ? -1 : 1;
     if ((v = option_value(argc, argv, i, "--mesh"))) {
         if (strcmp(v, "auto") == 0) return o->mesh_auto = 1;
         return parse_overrides("--mesh", v, o->mesh, &o->n_mesh, IR_MAX_AXES) ? -1 : 1;
@@ -431,8 +447,10 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--quantize"))) return parse_quantize(v, o);
-    if ((v = option_value(argc, argv, i, "--quantize-group")))
+    if ((v = option_value(argc, argv, i, "--quantize-group"))) {
+        o->quantize_group_of_mode = 0;
         return parse_count("--quantize-group", v, 1, 1 << 20, &o->codegen.quantize_group) < 0 ? -1 : 1;
+    }
     if ((v = option_value(argc, argv, i, "--loss-scale"))) {
         char *end = NULL;
         o->loss_scale = strtod(v, &end);
@@ -510,6 +528,34 @@ static int parse_distill(int argc, char **argv, int *i, dm_options *o) {
     return 0;
 }
 
+/* The command the options give (for messages), or NULL for -o alone. */
+static const char *command_name(const dm_options *o) {
+    return o->run ? "dmc run" : o->plan ? "--plan" : o->emit ? "--emit=ir" : o->explain ? "--explain" : o->check ? "--check"
+                                                                                                         : NULL;
+}
+
+/* One command at a time: each took precedence over the others without a word (--check
+ * beside --explain checked nothing), and -o DIR, which writes the code, goes with dmc run
+ * (where it keeps the build) or alone. 0, or -1 after a message. */
+static int check_commands(const dm_options *o) {
+    const char *names[] = {"dmc run", "--plan", "--emit=ir", "--explain", "--check"};
+    int given[] = {o->run, o->plan != 0, o->emit != NULL, o->explain != 0, o->check};
+    const char *first = NULL;
+    for (int k = 0; k < 5; k++) {
+        if (!given[k]) continue;
+        if (first) {
+            fprintf(stderr, "dmc: error: %s and %s are two commands: give one of them\n", first, names[k]);
+            return -1;
+        }
+        first = names[k];
+    }
+    if (o->out_dir && first && !o->run) {
+        fprintf(stderr, "dmc: error: -o DIR writes the generated code, which %s does not: give one of them\n", first);
+        return -1;
+    }
+    return 0;
+}
+
 /* The options against each other, once all are parsed: 0, or -1 after a message. */
 static int check_options(const dm_options *o) {
     if (!o->input) {
@@ -518,6 +564,7 @@ static int check_options(const dm_options *o) {
         else fputs(usage, stderr);
         return -1;
     }
+    if (check_commands(o)) return -1;
     if (o->teacher && !o->run && !o->check) {
         fprintf(stderr, "dmc: error: --teacher is for dmc run (and dmc --check, which tries it): -o, --emit and "
                         "--explain do not build the teacher\n");
@@ -557,6 +604,15 @@ static int check_options(const dm_options *o) {
     return check_compact_options(o) ? -1 : check_plan_options(o);
 }
 
+/* Whether the trainer's arguments hold flag (as FLAG or FLAG=VALUE). */
+static int trainer_arg_given(const dm_options *o, const char *flag) {
+    size_t n = strlen(flag);
+    for (int k = 0; k < o->n_trainer_args; k++)
+        if (strncmp(o->trainer_args[k], flag, n) == 0 && (!o->trainer_args[k][n] || o->trainer_args[k][n] == '='))
+            return 1;
+    return 0;
+}
+
 /* --compact's company: 0, or -1 after a message. */
 static int check_compact_options(const dm_options *o) {
     if (o->save_compacted && !o->compact) {
@@ -568,12 +624,24 @@ static int check_compact_options(const dm_options *o) {
                         "shapes; give the mesh\n", o->plan ? "--plan" : "--mesh auto");
         return -1;
     }
-    for (int k = 0; o->compact && o->run && k < o->n_trainer_args; k++)
-        if (strncmp(o->trainer_args[k], "--init", 6) == 0 && (!o->trainer_args[k][6] || o->trainer_args[k][6] == '=')) {
-            fprintf(stderr, "dmc: error: --init cannot be given with --compact %s: dmc run passes the program the "
-                            "compacted weights itself\n", o->compact);
-            return -1;
-        }
+    if (o->save_compacted && !o->out_dir && !o->run) {
+        /* the modes that write no files would drop it without a word */
+        fprintf(stderr, "dmc: error: --save-compacted: %s writes no files (-o DIR and dmc run write the compacted "
+                        "weights)\n", command_name(o));
+        return -1;
+    }
+    if (o->compact && o->run && trainer_arg_given(o, "--init")) {
+        fprintf(stderr, "dmc: error: --init cannot be given with --compact %s: dmc run passes the program the "
+                        "compacted weights itself\n", o->compact);
+        return -1;
+    }
+    if (o->compact && o->run && trainer_arg_given(o, "--resume")) {
+        /* dmc run gives the compacted weights as --init, which the trainer's --resume refuses */
+        fprintf(stderr, "dmc: error: --resume cannot be given with --compact %s: dmc run starts the compacted "
+                        "program from the compacted weights (as --init), and a run starts from those or from a "
+                        "checkpoint, not both\n", o->compact);
+        return -1;
+    }
     return 0;
 }
 
@@ -676,6 +744,12 @@ static int check_plan_options(const dm_options *o) {
         fprintf(stderr, "dmc: error: --devices, --global-batch, --top and --plan-whole go with --plan or --mesh auto\n");
         return -1;
     }
+    if (o->mesh_auto && o->global_batch && o->n_dims >= DM_MAX_DIMS) {
+        /* the chosen plan's batch is one more --set (dmc.c's plan) */
+        fprintf(stderr, "dmc: error: --mesh auto --global-batch sets the batch dim beside the --set ones: give at most "
+                        "%d of those\n", DM_MAX_DIMS - 1);
+        return -1;
+    }
     if (o->plan && o->mesh_auto) {
         fprintf(stderr, "dmc: error: --plan lists plans; --mesh auto picks one to explain or run: give one of them\n");
         return -1;
@@ -713,11 +787,8 @@ int dm_parse_args(int argc, char **argv, dm_options *o) {
     return parse_args_into(argc, argv, o);
 }
 
-int dm_resolve_precision(dm_options *o) {
-    /* --tf32 reaches the code where the target's toolchain says it does (cuda) */
-    int tf32_code = o->codegen.tf32 && codegen_toolchain_of(o->codegen.target)->tf32;
-    if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
-    o->pipeline.cost.precision = o->precision;
+/* --quantize's group and company, once the precision is known: 0, or -1 after a message. */
+static int check_quantize_options(dm_options *o) {
     if (o->codegen.quantize_bits == 4 && !o->codegen.quantize_group) o->codegen.quantize_group = 64;
     if (o->codegen.quantize_group && o->codegen.quantize_bits != 4) {
         fprintf(stderr, "dmc: error: --quantize-group applies to --quantize int4-weights only\n");
@@ -728,7 +799,24 @@ int dm_resolve_precision(dm_options *o) {
                 dm_precision_name((dm_precision)o->precision));
         return -1;
     }
-    if (!(o->run || o->out_dir)) return 0;
+    if (o->codegen.quantize_bits && o->prune.ratio > 0) {
+        /* pruning happens in the updates, which a quantized program never runs: nothing would be pruned */
+        fprintf(stderr, "dmc: error: --quantize makes a program that predicts and never trains, and --prune prunes in "
+                        "the training updates: prune by training the f32 program (--prune, --save), then quantize "
+                        "its saved weights (--quantize with --init)\n");
+        return -1;
+    }
+    return 0;
+}
+
+int dm_resolve_precision(dm_options *o) {
+    /* --tf32 reaches the code where the target's toolchain says it does (cuda) */
+    int tf32_code = o->codegen.tf32 && codegen_toolchain_of(o->codegen.target)->tf32;
+    if (o->precision < 0) o->precision = o->codegen.tf32 ? DM_TF32 : DM_FP32;
+    o->pipeline.cost.precision = o->precision;
+    if (check_quantize_options(o)) return -1;
+    /* --check refuses what -o would (--explain and --plan only predict, at any precision) */
+    if (!(o->run || o->out_dir || o->check)) return 0;
     /* bf16: the products' operands cast (passes/precision.c); a target without them says so */
     if (o->precision == DM_BF16 || o->precision == DM_FP16) return 0;
     if ((o->precision == DM_TF32) != tf32_code) {
@@ -739,28 +827,41 @@ int dm_resolve_precision(dm_options *o) {
     return 0;
 }
 
+/* A --name is the prefix of every symbol as given: one that is not a C identifier (or
+ * does not fit) is refused, not rewritten, since its user would look for symbols that
+ * are not there. */
+static int given_name(const char *name, char *buf, size_t size) {
+    size_t n = strlen(name);
+    int ok = n > 0 && !isdigit((unsigned char)name[0]);
+    for (size_t k = 0; ok && k < n; k++) ok = isalnum((unsigned char)name[k]) || name[k] == '_';
+    if (n >= size) {
+        fprintf(stderr, "dmc: error: --name '%s' is longer than %zu characters\n", name, size - 1);
+        return -1;
+    }
+    if (!ok) {
+        fprintf(stderr, "dmc: error: --name '%s' is not a C identifier (letters, digits and _, not starting with a "
+                        "digit)\n", name);
+        return -1;
+    }
+    memcpy(buf, name, n + 1);
+    return 0;
+}
+
 int dm_model_name(const dm_options *o, char *buf, size_t size) {
-    const char *src = o->name;
+    if (o->name) return given_name(o->name, buf, size);
     char from_file[256];
-    if (!src) {
-        const char *base = strrchr(o->input, '/');
-        base = base ? base + 1 : o->input;
-        snprintf(from_file, sizeof from_file, "%s", base);
-        char *dot = strrchr(from_file, '.');
-        if (dot && dot != from_file) *dot = 0;
-        src = from_file;
-    }
-    size_t n = 0;
-    for (const char *p = src; *p && n + 1 < size; p++) buf[n++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '_';
+    const char *base = strrchr(o->input, '/');
+    base = base ? base + 1 : o->input;
+    snprintf(from_file, sizeof from_file, "%s", base);
+    char *dot = strrchr(from_file, '.');
+    if (dot && dot != from_file) *dot = 0;
+    /* a file name that starts with a digit (or is empty) gets the prefix m_, so room for
+     * it and the terminating 0 is kept: the name is cut, never unterminated */
+    size_t skip = !from_file[0] || isdigit((unsigned char)from_file[0]) ? 2 : 0, n = skip;
+    for (const char *p = from_file; *p && n + 1 < size; p++)
+        buf[n++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '_';
     buf[n] = 0;
-    if (n == 0 || isdigit((unsigned char)buf[0])) {
-        if (o->name) {
-            fprintf(stderr, "dmc: error: --name '%s' is not a C identifier\n", o->name);
-            return -1;
-        }
-        memmove(buf + 2, buf, n + 1 < size - 2 ? n + 1 : size - 2);
-        buf[0] = 'm', buf[1] = '_';
-    }
+    if (skip) buf[0] = 'm', buf[1] = '_';
     return 0;
 }
 

@@ -17,6 +17,8 @@
 /* --prune's ramp by default: from the start of the run to 3/4 of its updates */
 #define DM_PRUNE_START 0.0
 #define DM_PRUNE_END 0.75
+/* --set's distinct names */
+#define DM_MAX_DIMS 64
 
 typedef struct dm_options {
     const char *input;
@@ -42,8 +44,9 @@ typedef struct dm_options {
     const char *teacher_init; /* dmc run --teacher-init: its weights */
     const char *distill_temperature, *distill_alpha; /* as given, or NULL (checked by driver/distill.c) */
     codegen_options codegen;
+    int quantize_group_of_mode; /* codegen.quantize_group came from --quantize int4-weights:G, not --quantize-group */
     int64_t bucket_bytes;     /* --bucket-mb, in bytes (0: the default) */
-    dm_override dims[64];
+    dm_override dims[DM_MAX_DIMS];
     int n_dims;
     dm_override mesh[IR_MAX_AXES];
     int n_mesh;

@@ -65,6 +65,7 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (stops_at(req, "optimizer")) return 0;
     if (pass_shard(g, &out->reshards, d)) return 1;
     VERIFY("shard");
+    if (stops_at(req, "shard")) return 0;
     if (pass_pipeline(g, &po, &out->pipeline, d)) return 1;
     if (pass_supported(g, d)) return 1;
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);

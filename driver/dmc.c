@@ -62,17 +62,17 @@ static int plan(dm_options *o, const dm_program *prog, const dm_source *src, con
         dm_plan_options_text(best, text, sizeof text);
         fprintf(stderr, "dmc: --mesh auto: %s (predicted step %.3f ms; dmc --plan lists the others)\n", text,
                 best->step_seconds * 1e3);
-        for (int a = 0; a < 3; a++)
+        /* o->mesh is empty here (args.c refuses --mesh beside --mesh auto): room for 3 axes */
+        for (int a = 0; a < 3 && o->n_mesh < IR_MAX_AXES; a++)
             if (r.has_axis[a])
                 o->mesh[o->n_mesh++] = (dm_override){.name = strdup(dm_plan_axes[a]), .value = best->mesh[a]};
         o->microbatches = best->microbatches;
         o->schedule = best->schedule;
         o->zero = best->zero;
         o->recompute = best->recompute;
-        if (o->global_batch) {
-            /* the batch the plan was made for */
+        /* the batch the plan was made for (plan.c refuses a --set of it; args.c keeps a slot) */
+        if (o->global_batch && o->n_dims < DM_MAX_DIMS)
             o->dims[o->n_dims++] = (dm_override){.name = strdup(r.batch_dim), .value = o->global_batch};
-        }
     }
     dm_plan_result_free(&r);
     return status;

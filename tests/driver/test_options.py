@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""dmc's options against each other, where a --check golden (tests/diag/args_*) cannot see
+them: the model name of a long file name is terminated, --stop-after stops at each pass
+--help names, one command at a time (-o beside --emit, --explain, --plan; dmc run beside
+--explain), the last --quantize wins whole, and dmc run --compact refuses --resume.
+
+usage: test_options.py DMC SOURCE_ROOT
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+BASE = """dim B = 8
+dim D = 4
+input x : f32[B, D]
+input y : i32[B]
+param w : f32[D, D] = xavier
+logits = x @ w
+loss = cross_entropy(logits, y)
+minimize loss
+optimizer sgd(lr = 0.1)
+"""
+
+
+def dmc(exe, args, cwd=None):
+    r = subprocess.run([exe] + args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, errors='replace', timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def check_long_file_name(exe, tmp, check):
+    """A file name of 254 characters, a digit first and no dot: the model name gets m_ and
+    is cut to 255 characters (it once lost its terminating 0 and ran into the stack)."""
+    name = '1' + 'a' * 253
+    with open(os.path.join(tmp, name), 'w') as f:
+        f.write(BASE)
+    rc, out, err = dmc(exe, ['--emit=ir', name], cwd=tmp)
+    first = out.split('\n', 1)[0]
+    want = 'model m_1' + 'a' * 252
+    check(rc == 0 and first == want, 'dmc --emit=ir %s...: exit %d, model line of %d characters %r (want %d: %r...); %s'
+          % (name[:8], rc, len(first), first[-12:], len(want), want[:12], err.strip()))
+
+
+def check_stop_after(exe, root, check):
+    """Each pass --help lists stops the IR there: lower before the backward, autodiff before
+    the update, optimizer before the collectives, shard before the casts of --precision."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    common = [mlp, '--precision', 'bf16', '--mesh', 'data=2,pipeline=2', '--microbatches', '2']
+    want = {'lower': (0, 0, 0, 0), 'autodiff': (1, 0, 0, 0), 'optimizer': (1, 1, 0, 0), 'shard': (1, 1, 1, 0),
+            None: (1, 1, 1, 1)}
+    for stage, marks in want.items():
+        rc, out, err = dmc(exe, ['--emit=ir'] + (['--stop-after=' + stage] if stage else []) + common)
+        got = ('\nbackward:' in out, '\nupdate:' in out, '= allreduce' in out, '= cast' in out)
+        check(rc == 0 and got == tuple(bool(m) for m in marks),
+              '--emit=ir %s: exit %d, (backward, update, allreduce, cast) %s, want %s; %s'
+              % ('--stop-after=' + stage if stage else '(every pass)', rc, got, marks, err.strip()))
+
+
+def check_commands(exe, tmp, check):
+    """Two commands, or -o beside one that writes no code: refused (exit 2), nothing written."""
+    src = os.path.join(tmp, 'base.dm')
+    with open(src, 'w') as f:
+        f.write(BASE)
+    out_dir = os.path.join(tmp, 'out')
+    for args, message in [(['--check', '--explain'], 'two commands'), (['--emit=ir', '--explain=json'], 'two commands'),
+                          (['--emit=ir', '-o', out_dir], 'which --emit=ir does not'),
+                          (['--explain', '-o', out_dir], 'which --explain does not'),
+                          (['--check', '-o', out_dir], 'which --check does not'),
+                          (['--plan', '--devices', '2', '-o', out_dir], 'which --plan does not'),
+                          (['run', '--explain'], 'dmc run and --explain are two commands')]:
+        rc, out, err = dmc(exe, args + [src])
+        check(rc == 2 and message in err and not out and not os.path.exists(out_dir),
+              'dmc %s: exit %d, %r (want exit 2, %r, nothing written)' % (' '.join(args), rc, err.strip(), message))
+
+
+def check_quantize_repeated(exe, root, check):
+    """A second --quantize replaces the first whole: its activations and its :G."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    for args, line in [(['--quantize', 'int8', '--quantize', 'int8-weights'], '(--quantize int8-weights)'),
+                       (['--quantize', 'int4-weights:32', '--quantize', 'int8-weights'], '(--quantize int8-weights)'),
+                       (['--quantize', 'int4-weights:32', '--quantize', 'int4-weights'], '(--quantize int4-weights:64)'),
+                       (['--quantize-group', '32', '--quantize', 'int4-weights'], '(--quantize int4-weights:32)')]:
+        rc, out, err = dmc(exe, ['--explain', mlp] + args)
+        check(rc == 0 and line in out, 'dmc --explain mlp.dm %s: exit %d, %s (want %r)'
+              % (' '.join(args), rc, err.strip() or [l for l in out.splitlines() if 'quantize' in l][:1], line))
+
+
+def check_compact_company(exe, root, check):
+    """dmc run --compact gives the compacted weights as --init: --resume beside it is
+    refused by dmc, naming --compact (the trainer blamed an --init never given), and
+    --save-compacted with --explain, which writes no file, is refused too."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    for resume in (['--resume', 'ck'], ['--resume=ck']):
+        rc, out, err = dmc(exe, ['run', mlp, '--set', 'H=64', '--compact', 'rows.safetensors', '--'] + resume +
+                           ['--steps', '5'])
+        check(rc == 2 and '--resume cannot be given with --compact rows.safetensors' in err,
+              'dmc run --compact ... -- %s: exit %d, %r' % (' '.join(resume), rc, err.strip()))
+    rc, out, err = dmc(exe, ['--explain', mlp, '--compact', 'rows.safetensors', '--save-compacted', 'c.safetensors'])
+    check(rc == 2 and '--save-compacted: --explain writes no files' in err and not out,
+          'dmc --explain --compact --save-compacted: exit %d, %r' % (rc, err.strip()))
+
+
+def main(argv):
+    exe, root = os.path.abspath(argv[1]), argv[2]
+    failures = []
+
+    def check(cond, what):
+        print(('ok    ' if cond else 'FAIL  ') + what.split(': exit')[0])
+        if not cond:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory(prefix='dmc-options-') as tmp:
+        check_long_file_name(exe, tmp, check)
+        check_stop_after(exe, root, check)
+        check_commands(exe, tmp, check)
+        check_quantize_repeated(exe, root, check)
+        check_compact_company(exe, root, check)
+    for f in failures:
+        print('FAIL: ' + f)
+    print('%d failures' % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
