@@ -33,6 +33,12 @@ static int gz_fail(gzFile gz, const char *path, const char *what, char *err, siz
     if (code == Z_BUF_ERROR)
         return dmrt_errorf(err, errlen, "%s: truncated: the gzip stream ends early (in %s)", path,
                            what);
+    /* zlib's message starts with the path, which ours names already */
+    size_t n = strlen(path);
+    if (m && strncmp(m, path, n) == 0 && strncmp(m + n, ": ", 2) == 0) m += n + 2;
+    /* a corrupt stream shows where zlib first checks it (with its read-ahead, the first read
+     * of a small file), not where the damage is: say only that it is corrupt */
+    if (code == Z_DATA_ERROR) return dmrt_errorf(err, errlen, "%s: corrupt gzip data: %s", path, m);
     return dmrt_errorf(err, errlen, "%s: error reading %s: %s", path, what,
                        code == Z_ERRNO ? strerror(errno) : m);
 }

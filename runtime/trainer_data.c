@@ -114,6 +114,8 @@ static int check_pair(const dmrt_idx *x, const dmrt_idx *y, const char *dir, con
     if (x->n != y->n)
         return dmrt_errorf(err, errlen, "%s: %s has %lld images but %s has %lld labels", dir,
                            xname, (long long)x->n, yname, (long long)y->n);
+    /* an empty set would train nothing, or report an accuracy of 0 measured on nothing */
+    if (x->n == 0) return dmrt_errorf(err, errlen, "%s/%s: holds no images", dir, xname);
     for (int64_t i = 0; i < y->n; i++)
         if (y->labels[i] < 0 || y->labels[i] >= TR_MNIST_CLASSES)
             return dmrt_errorf(err, errlen, "%s/%s: label %lld is %d, outside [0, %d)", dir, yname,

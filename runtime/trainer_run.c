@@ -161,9 +161,9 @@ static int choose_data(tr_run *r) {
         dmrt_trainer_inputs_str(ins, sizeof ins, m);
         if (o->data || o->data_dir)
             fprintf(r->errs,
-                    "%s: --data fashion-mnist needs a model with inputs f32[B, 784] and i32[B]; "
+                    "%s: %s needs a model with inputs f32[B, 784] and i32[B]; "
                     "model '%s' has inputs %s\n",
-                    r->prog, m->name, ins);
+                    r->prog, o->data ? "--data fashion-mnist" : "--data-dir (Fashion-MNIST)", m->name, ins);
         else if (r->is_lm)
             fprintf(r->errs,
                     "%s: model '%s' (inputs %s) needs data: pass --data text:FILE[,FILE...] (a "
@@ -440,9 +440,12 @@ static int end_training(tr_run *r) {
     const tr_opts *o = r->o;
     /* the backwards and update a 2bw pipeline owes, so that the weights saved and evaluated
      * are those of every step run */
-    if (m->drain && m->drain(r->ctx) != 0)
-        return run_failed(r, "draining the pipeline after step %lld: %s", (long long)r->step,
-                          dmrt_trainer_ctx_error(m, r->ctx));
+    if (m->drain) {
+        if (m->drain(r->ctx) != 0)
+            return run_failed(r, "draining the pipeline after step %lld: %s", (long long)r->step,
+                              dmrt_trainer_ctx_error(m, r->ctx));
+        r->acc_fresh = r->val_fresh = 0; /* an evaluation of the last step saw the weights before the drain */
+    }
     if (o->checkpoint && r->checkpointed != r->step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, r->step, path, sizeof path) != 0 || strcmp(path, r->resumed_from) != 0) {

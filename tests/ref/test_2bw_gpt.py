@@ -32,6 +32,7 @@ weights' (as the key biases') times M, its updates a step.
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -86,8 +87,35 @@ def run_checks(dmc, root, np, torch):
             test_gpt.check_tensors(np, label, names, stio.load(out), final, test_2bw.WEIGHT_ATOL, 0.0, loose=loose)
         check_pipedream(np, torch, G, stio, dmc, src, tmp, init, tokens, targets, (init_path, batch_path), names,
                         loose)
+        check_final_evaluation(dmc, src, tmp)
     return ("examples/gpt.dm (tied wte) under 2bw follows the 2BW rule (PyTorch) on %d meshes, and under pipedream "
             "PipeDream's rule on %d meshes, %d steps" % (len(CASES), len(PIPEDREAM_CASES), test_2bw.STEPS))
+
+
+def final_val_loss(cmd, tmp):
+    r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=240, env=dict(os.environ, TMPDIR=tmp))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("val loss ")]
+    if r.returncode != 0 or not lines:
+        raise Failure("%s: exit %d, no final val loss\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))
+    return lines[-1]
+
+
+def check_final_evaluation(dmc, src, tmp):
+    """The run's last val loss is of the weights it saves: 4 steps of pipeline=2 2bw with
+    --eval-every 2 (the last step evaluated before the drain applies the update it owes),
+    then --evaluate of the saved file: the same line (it printed the drain's stale one)."""
+    with open(os.path.join(tmp, "corpus.txt"), "wb") as f:
+        f.write(bytes(range(32, 127)) * 8)
+    # V=256: a byte corpus (test_gpt's V=64 cannot read one); the model's own initial weights
+    common = [dmc, "run", src, "--set", "V=256,T=16,C=32,NH=4,L=2,B=4", "--mesh", "pipeline=2", "--microbatches", "2", "--schedule",
+              "2bw"] + dmcrun.target_args() + ["--", "--data", "text:corpus.txt", "--quiet"]
+    saved = os.path.join(tmp, "evaluated.safetensors")
+    trained = final_val_loss(common + ["--steps", "4", "--eval-every", "2", "--save", saved], tmp)
+    evaluated = final_val_loss(common + ["--init", saved, "--evaluate"], tmp)
+    if trained != evaluated:
+        raise Failure("2bw: the run's final '%s' is not its saved weights' '%s'" % (trained, evaluated))
+    print("2bw: the final %s is the saved weights'" % trained)
 
 
 def pipedream_reference(torch, G, init, tokens, targets, micros, stage_of, stages):

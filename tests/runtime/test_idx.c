@@ -94,6 +94,14 @@ static int test_truncated(const char *dir, const unsigned char *img, size_t n) {
     tu_write(path, gzb, gzn - 12);
     CHECK(dmrt_idx_read(&x, path, err, sizeof err) != 0, "cut gzip stream accepted");
     CHECK_MSG(err, path, "truncated");
+
+    /* a wrong CRC in the gzip trailer: corrupt, the path named once (zlib's message has it too) */
+    gzb[gzn - 8] ^= 0x55;
+    tu_path(path, sizeof path, dir, "crc-idx3-ubyte.gz");
+    tu_write(path, gzb, gzn);
+    CHECK(dmrt_idx_read(&x, path, err, sizeof err) != 0, "gzip stream with a bad CRC accepted");
+    CHECK_MSG(err, path, "corrupt gzip data");
+    CHECK(strstr(err, path) == err && !strstr(err + strlen(path), path), "the path twice: %s", err);
     free(gzb);
 
     /* header cut inside the dims */

@@ -442,6 +442,15 @@ static int test_tiny(const char *exe, const char *dir) {
     CHECK(o.status == 1 && contains(o.err, "has 150 images but t10k-labels-idx1-ubyte.gz has 149"),
           "mismatched test set: status %d: %s", o.status, o.err);
     tu_output_free(&o);
+
+    /* an empty test set: refused, not an accuracy of 0 measured on nothing */
+    write_idx_gz(tu_path(p, sizeof p, dir, "t10k-images-idx3-ubyte.gz"), 0x803u, 0, img);
+    write_idx_gz(tu_path(p, sizeof p, dir, "t10k-labels-idx1-ubyte.gz"), 0x801u, 0, lab);
+    o = trainer(exe, dir, "mnist", a1);
+    CHECK(o.status == 1 && contains(o.err, "t10k-images-idx3-ubyte.gz: holds no images") &&
+              !contains(o.out, "test accuracy"),
+          "empty test set: status %d: %s%s", o.status, o.out, o.err);
+    tu_output_free(&o);
     free(img);
     return fails;
 }
