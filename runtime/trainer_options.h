@@ -24,7 +24,7 @@
       "at whichever limit comes first")                                                      \
     X("--seed", "S",                                                                         \
       "seed of parameter initialisation, shuffling, text windows and\n"                     \
-      "sampling (default 0)")                                                                \
+      "sampling (default 0; decimal, or hex after 0x)")                                                                \
     X("--init", "FILE", "load the parameters from a safetensors file after initialisation") \
     X("--save", "FILE", "write the parameters to a safetensors file at the end (atomically)") \
     X("--checkpoint", "DIR",                                                                 \
@@ -41,7 +41,8 @@
       "so 10 steps and 5 + --resume + 5 give the same weights")                            \
     X("--batch-file", "FILE",                                                                \
       "safetensors file with one tensor per model input, named after it,\n"                 \
-      "with a leading step dimension: step i trains on slice i")                            \
+      "with a leading step dimension: step i trains on slice i modulo\n"                   \
+      "the file's slices (more steps cycle through them again)")                            \
     X("--data", "NAME",                                                                      \
       "built-in data set: fashion-mnist (the default for models whose\n"                    \
       "inputs are f32[B, 784] and i32[B]);\n"                                               \
@@ -57,7 +58,7 @@
     X("--eval-every", "N", "with --data text: also print the validation loss every N steps") \
     X("--sample", "N",                                                                       \
       "after training, generate N bytes with the language model (with\n"                    \
-      "--steps 0 no data is needed)")                                                        \
+      "--steps 0 or --epochs 0 no data is needed)")                                                        \
     X("--prompt", "TEXT", "the bytes the sample continues (default: a newline)")            \
     X("--temperature", "X", "sampling temperature (default 1; 0: greedy, the likeliest byte)") \
     X("--top-k", "K", "sample among the K likeliest bytes (default 40; 0: all 256)")        \
@@ -89,8 +90,8 @@
       "train nothing: print what a run prints at its end (test accuracy on\n"              \
       "fashion-mnist, val loss on --data text) for the parameters of --init")                \
     X("--threads", "N",                                                                      \
-      "run each rank's loops and matrix products on N threads (default:\n"                  \
-      "$DMC_THREADS, else the machine's cores shared by its ranks)")                         \
+      "run each rank's loops and matrix products on N threads, 1 to 1024\n"                \
+      "(default: $DMC_THREADS, else the machine's cores shared by its ranks)")                         \
     X("--quiet", NULL, "no progress bar and no summary on stderr")                          \
     X("--memory", NULL,                                                                      \
       "at the end, every rank prints 'memory rank <r>: model peak <bytes>\n"                \
