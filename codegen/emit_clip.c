@@ -67,9 +67,46 @@ static void add_squares(emitter *E, const char *name, const ir_type *t, int zero
 }
 
 /* What each_gradient does with a gradient: on the host, its squares added to sum_squares
- * or it multiplied by the float `factor`; on the device (no wait), its squares into its
- * slot, or it multiplied by the device's factor; or nothing, counting them. */
-enum { ADD_SQUARES, SCALE, DEVICE_SQUARES, DEVICE_SCALE, COUNT_ONLY };
+ * or it multiplied by the float `factor` (UNSCALE: the same, but for the gradients that
+ * compression unscaled before reducing them); on the device (no wait), its squares into
+ * its slot, or it multiplied by the device's factor; or nothing, counting them. */
+enum { ADD_SQUARES, SCALE, UNSCALE, DEVICE_SQUARES, DEVICE_SCALE, COUNT_ONLY };
+
+/* fp16 with top-k or PowerSGD: the compressed buckets are checked and unscaled before
+ * their reduction, so that their error feedback never holds a skipped step's gradients
+ * nor loss-scaled ones (emit_compress.c, emit_compressed_reduce). */
+static int scaled_feedback(const emitter *E) {
+    return E->g->loss_scale > 0 && E->compress->n_buckets > 0 &&
+           (E->compress->kind == COMPRESS_TOPK || E->compress->kind == COMPRESS_POWERSGD);
+}
+
+/* Whether parameter p's gradient was unscaled before its compressed reduction. */
+static int unscaled_before(const emitter *E, int p) {
+    int grad = E->g->grads ? E->g->grads[p] : -1;
+    return scaled_feedback(E) && grad >= 0 && E->bucket_lead[grad] >= 0 &&
+           dm_compress_bucket_of(E->compress, E->bucket_lead[grad]) != NULL;
+}
+
+/* Whether some gradient stage's update reads is left for the scaler to unscale (ZeRO's
+ * shares always: compression refuses ZeRO). */
+static int unscales_after(const emitter *E, int stage) {
+    if (!scaled_feedback(E)) return 1;
+    for (int i = 0; i < E->g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (v->phase == PHASE_UPDATE && ir_op_info_of(v->op)->cls == OPC_UPDATE && (stage < 0 || v->stage == stage) &&
+            !unscaled_before(E, v->param_index))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the update function of stage (-1: the only one) reduces a compressed bucket: it
+ * then has the check emit_compressed_reduce made (compress_not_finite). */
+static int checks_before_compression(const emitter *E, int stage) {
+    for (int k = 0; scaled_feedback(E) && k < E->compress->n_buckets; k++)
+        if (stage < 0 || E->compress->bucket[k].stage == stage) return 1;
+    return 0;
+}
 
 /* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it,
  * done `what` to; how many there are (ZeRO's outside the count: not on the device path). */
@@ -86,7 +123,8 @@ static int each_gradient(emitter *E, int stage, int what, const char *factor) {
         snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad)));
         if (what == ADD_SQUARES)
             add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
-        else if (what == SCALE) E->dialect->scale(&E->w, E->cname[grad], count, factor);
+        else if (what == SCALE || (what == UNSCALE && !unscaled_before(E, v->param_index)))
+            E->dialect->scale(&E->w, E->cname[grad], count, factor);
         else if (what == DEVICE_SQUARES) E->dialect->clip_squares(&E->w, E->cname[grad], count, slot);
         else if (what == DEVICE_SCALE) E->dialect->clip_scale(&E->w, E->cname[grad], count);
         slot++;
@@ -124,6 +162,18 @@ static void sum_over_mesh(emitter *E, const char *x, const char *what) {
     }
 }
 
+/* The scaler's check joins the one made before compression: where this function reduced
+ * no compressed bucket (a pipeline stage without them), it still takes its part in that
+ * check's sums over the mesh, which the other stages' functions make. */
+static void join_compress_check(emitter *E, int stage) {
+    if (!scaled_feedback(E)) return;
+    if (!checks_before_compression(E, stage)) {
+        cg_line(&E->w, "float compress_not_finite = 0.0f; /* no compressed bucket here: this rank's part in the check */");
+        sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
+    }
+    cg_line(&E->w, "if (compress_not_finite != 0.0f) not_finite = 1.0f; /* the compressed gradients were not reduced */");
+}
+
 void emit_loss_unscale(emitter *E, int stage) {
     cg_writer *w = &E->w;
     cg_blank(w);
@@ -136,6 +186,7 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
     each_gradient(E, stage, ADD_SQUARES, NULL);
     cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    join_compress_check(E, stage);
     /* synchronous parameter servers: every worker skips the same steps, and pushes nothing
      * then; asynchronous ones: each worker has a scaler of its own (a decision over the
      * mesh would make the workers wait for each other every step), and its skipped step
@@ -154,8 +205,10 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done)%s */",
             emits_param_servers(E) && !emits_async_param_servers(E) ? "; nothing is pushed" : "");
     cg_line(w, "}");
-    cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
-    each_gradient(E, stage, SCALE, "unscale");
+    if (unscales_after(E, stage)) { /* (compression may have unscaled every one) */
+        cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
+        each_gradient(E, stage, UNSCALE, "unscale");
+    }
     cg_line(w, "ctx->loss_scale.last_skipped = 0;");
     cg_line(w, "if (++ctx->loss_scale.good_steps == ctx->loss_scale.interval) {");
     cg_line(w, "    ctx->loss_scale.scale *= 2.0;");

@@ -1,6 +1,7 @@
 /* emit_compress.c: gradient compression on the data axis (passes/compress.c): each
  * compressed bucket's tensors as a table of segments, PowerSGD's shared start, and the
- * bucket's reduction through dmrt_comm.h's compressed calls instead of the allreduce. */
+ * bucket's reduction through dmrt_comm.h's compressed calls instead of the allreduce
+ * (under fp16's loss scaling, top-k's and PowerSGD's checked and unscaled first). */
 #include <stdio.h>
 
 #include "emitter.h"
@@ -114,8 +115,72 @@ void emit_compress_create(emitter *E) {
     cg_line(&E->w, "}");
 }
 
-/* After the members' partials are in place in ctx->grads: the bucket's compressed reduction. */
-void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label) {
+/* fp16's loss scaling with top-k or PowerSGD. Their residuals (and PowerSGD's Q) carry
+ * from step to step, so a step the scaler skips must not reach them: one non-finite
+ * gradient would stay in them for good. Before the first compressed reduction of an update
+ * function, every rank checks its own still-scaled gradients and the mesh agrees (a sum of
+ * one float, over every axis as the scaler's own check: a skip decided by another stage
+ * must not leave this stage's residuals touched); a step to be skipped reduces none of
+ * them, and the scaler's check (emit_loss_unscale) skips it. A clean step's gradients are
+ * unscaled before the reduction, not after: the residual then holds unscaled gradients,
+ * which stay right when the scale halves or doubles (scaled ones would be carried into the
+ * next step at 2x or 0.5x their weight), and the scaler leaves them as they are. */
+static int scaled_feedback(const emitter *E) {
+    return E->g->loss_scale > 0 && compressed(E) &&
+           (E->compress->kind == COMPRESS_TOPK || E->compress->kind == COMPRESS_POWERSGD);
+}
+
+/* Whether b is reduced in the function being emitted, and the first one reduced there
+ * (emit_ops.c reaches the buckets in the order of their leads). */
+static int in_function(const emitter *E, const dm_compress_bucket *b) {
+    return E->cur_stage < 0 || b->stage == E->cur_stage;
+}
+
+static int first_in_function(const emitter *E, const dm_compress_bucket *b) {
+    for (int k = 0; k < E->compress->n_buckets; k++)
+        if (in_function(E, &E->compress->bucket[k]) && E->compress->bucket[k].lead < b->lead) return 0;
+    return 1;
+}
+
+/* The squares of every compressed bucket's partials in this function (still loss-scaled;
+ * each rank its own) into sum_squares: NaN or inf when an element is. */
+static void add_partial_squares(emitter *E) {
+    const ir_graph *g = E->g;
+    char count[32];
+    for (int k = 0; k < E->compress->n_buckets; k++) {
+        const dm_compress_bucket *b = &E->compress->bucket[k];
+        if (!in_function(E, b)) continue;
+        for (int p = b->first; p <= b->last; p++) {
+            const ir_value *grad = V(E, g->grads[p]);
+            snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad->id)));
+            E->dialect->sum_squares(&E->w, E->cname[grad->operands[0]], count, "sum_squares");
+        }
+    }
+}
+
+static void emit_feedback_check(emitter *E) {
+    const ir_graph *g = E->g;
+    cg_line(&E->w, "/* fp16 loss scaling: a step the scaler skips must not reach the error-feedback state, so this");
+    cg_line(&E->w, " * rank's own gradients (still scaled) are checked first and the mesh agrees; none is reduced on");
+    cg_line(&E->w, " * a step to be skipped, and the scaler's check below skips it (docs/comm.md) */");
+    cg_line(&E->w, "float compress_not_finite = 0.0f;");
+    cg_line(&E->w, "{");
+    E->w.indent++;
+    cg_line(&E->w, "double sum_squares = 0.0; /* a float's square stays finite in a double */");
+    add_partial_squares(E);
+    cg_line(&E->w, "compress_not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
+        if (axis_size(E, a) == 1) continue;
+        cg_line(&E->w, "if (dmrt_allreduce_sum(ctx->comm[%d], &compress_not_finite, 1, \"loss scaling: the check before "
+                       "compression over %s\") != 0)", a, g->axes[a].name);
+        cg_line(&E->w, "    return comm_failed(ctx);");
+    }
+}
+
+/* The bucket's compressed reduction itself: the runtime's call for the kind. */
+static void emit_compressed_call(emitter *E, const dm_compress_bucket *b, const char *label) {
     const ir_graph *g = E->g;
     int k = (int)(b - E->compress->bucket), n_segs = b->last - b->first + 1;
     char name[64];
@@ -154,4 +219,25 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
         break;
     }
     cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* After the members' partials are in place in ctx->grads: the bucket's compressed reduction
+ * (under fp16's loss scaling with error feedback, checked and unscaled first). */
+void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label) {
+    if (!scaled_feedback(E)) {
+        emit_compressed_call(E, b, label);
+        return;
+    }
+    if (first_in_function(E, b)) emit_feedback_check(E);
+    char grads[64];
+    snprintf(grads, sizeof grads, "(ctx->grads + %lld)", (long long)b->grad_begin);
+    char count[32];
+    snprintf(count, sizeof count, "%lld", (long long)b->elems);
+    cg_line(&E->w, "if (compress_not_finite == 0.0f) {");
+    E->w.indent++;
+    cg_line(&E->w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale); /* the residual keeps unscaled gradients */");
+    E->dialect->scale(&E->w, grads, count, "unscale");
+    emit_compressed_call(E, b, label);
+    E->w.indent--;
+    cg_line(&E->w, "}");
 }

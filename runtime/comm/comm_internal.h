@@ -166,6 +166,12 @@ int dmrt_comm_compress_fail(dmrt_comm *c, const char *what, const char *fmt, ...
 /* Fails the call (as above) unless work holds at least need floats (work_elems). */
 int dmrt_comm_check_work(dmrt_comm *c, const char *what, const float *work, int64_t work_elems, int64_t need);
 
+/* Error feedback's accumulation (top-k, PowerSGD): acc[0..n) += grad[0..n), except that an
+ * element of acc not finite starts again from the gradient's. A defence: the generated
+ * code keeps fp16's non-finite steps away from the residual, but one that got there
+ * would otherwise stay for good. */
+void dmrt_comm_feedback_add(float *acc, const float *grad, int64_t n);
+
 /* snprintf into buf, truncating quietly: messages are cut at the buffer size on purpose
  * (a direct snprintf would draw -Wformat-truncation). */
 void dmrt_comm_format(char *buf, size_t size, const char *fmt, ...) COMM_PRINTF(3, 4);

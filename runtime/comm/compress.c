@@ -184,6 +184,10 @@ int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_forma
 
 /* ---- top-k --------------------------------------------------------------------------- */
 
+void dmrt_comm_feedback_add(float *acc, const float *grad, int64_t n) {
+    for (int64_t i = 0; i < n; i++) acc[i] = isfinite(acc[i]) ? acc[i] + grad[i] : grad[i];
+}
+
 /* The order of magnitudes as an integer: a float's bits without the sign (non-negative
  * floats sort as their bits do; a NaN's bits sort above infinity, so a NaN counts as the
  * largest and is sent, and shows). */
@@ -272,7 +276,7 @@ int dmrt_allreduce_topk(dmrt_comm *c, float *grads, float *residual, int64_t n, 
         const dmrt_topk_segment *g = &segs[s];
         float *acc = residual + g->offset;
         const float *grad = grads + g->offset;
-        for (int64_t i = 0; i < g->count; i++) acc[i] += grad[i]; /* error feedback: what was not sent before, plus now */
+        dmrt_comm_feedback_add(acc, grad, g->count); /* error feedback: what was not sent before, plus now */
         if (g->k > 0) take_top_k(acc, g->count, g->k, g->offset, values + at, indices + at);
         at += g->k;
     }

@@ -224,11 +224,12 @@ typedef struct dmrt_topk_segment {
 
 /* Top-k sparsification with error feedback over grads[0..n) (this rank's gradients, the
  * range's gaps zero) and residual[0..n) (what this rank has not sent yet, laid out alike;
- * zeros at the start). Per segment, residual += grads; the k elements of it largest in
- * magnitude (ties to the lower index; a NaN counts as the largest) are this rank's piece,
- * values and indices, and become zero in residual. The pieces are all-gathered (8 bytes
- * per element kept, per rank), and grads becomes their sum: zeros, to which each rank's
- * values are added at their indices in comm-rank order. With k = count everywhere it is
+ * zeros at the start). Per segment, residual += grads (an element of residual that is not
+ * finite is replaced by the gradient's: a defence, docs/comm.md); the k elements of it
+ * largest in magnitude (ties to the lower index; a NaN counts as the largest) are this
+ * rank's piece, values and indices, and become zero in residual. The pieces are
+ * all-gathered (8 bytes per element kept, per rank), and grads becomes their sum: zeros,
+ * to which each rank's values are added at their indices in comm-rank order. With k = count everywhere it is
  * dmrt_allreduce_sum of grads (0 + x0 + x1 ...). n < 2^31. work:
  * dmrt_allreduce_topk_work(segs, n_segs, size of c) floats. */
 int64_t dmrt_allreduce_topk_work(const dmrt_topk_segment *segs, int n_segs, int ranks);
@@ -246,14 +247,16 @@ typedef struct dmrt_powersgd_segment {
 
 /* PowerSGD with error feedback over grads[0..n) and residual[0..n) (as for top-k), and
  * q, the compressed segments' Q factors (cols x rank each, row-major) one after another.
- * Per compressed segment: M = residual + grads (kept in residual); P = M Q; every P and
- * the exact segments' gradients are summed over ranks in one dmrt_allreduce_sum; each P is
+ * Per compressed segment: M = residual + grads (kept in residual; as for top-k, an element
+ * of residual not finite is replaced by the gradient's); P = M Q; every P and the exact
+ * segments' gradients are summed over ranks in one dmrt_allreduce_sum; each P is
  * orthonormalised (Gram-Schmidt on its columns in order, dot products and norms in double,
  * a zero column left zero); Q = M^T P; residual = M - P Q^T with this rank's Q; every Q is
  * summed in a second allreduce, and grads = P Q^T with the sum, which stays in q to start
- * the next step (one with a zero column is drawn again: dmrt_powersgd_random with the
- * segment's stream + (step << 32)). Bytes on the wire: (rows + cols) x rank floats per
- * compressed segment. work: dmrt_allreduce_powersgd_work floats (every P and exact
+ * the next step (one with a zero column or an element not finite is drawn again, alike on
+ * every rank since the sum is: dmrt_powersgd_random with the segment's stream +
+ * (step << 32)). Bytes on the wire: (rows + cols) x rank floats per compressed segment.
+ * work: dmrt_allreduce_powersgd_work floats (every P and exact
  * segment). dmrt_powersgd_init fills q from the seed (every rank the same values). */
 int64_t dmrt_allreduce_powersgd_work(const dmrt_powersgd_segment *segs, int n_segs, int rank);
 int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,

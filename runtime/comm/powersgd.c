@@ -100,9 +100,13 @@ static void orthonormalise(float *p, int64_t rows, int rank) {
     }
 }
 
-/* Whether some column of q (cols x rank) is all zeros: then every later P would have a
- * zero column there, and the factor would never recover. */
-static int has_zero_column(const float *q, int64_t cols, int rank) {
+/* Whether q (cols x rank) must be drawn again: a column of all zeros (every later P would
+ * have a zero column there, and the factor would never recover), or an element not finite
+ * (a NaN or inf would spread into every later P and Q: a defence, since the generated code
+ * keeps fp16's non-finite steps out, docs/comm.md). */
+static int needs_redraw(const float *q, int64_t cols, int rank) {
+    for (int64_t i = 0; i < cols * rank; i++)
+        if (!isfinite(q[i])) return 1;
     for (int c = 0; c < rank; c++) {
         int64_t j = 0;
         while (j < cols && q[j * rank + c] == 0.0f) j++;
@@ -147,7 +151,7 @@ int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *
         if (!g->compressed) continue;
         float *m = residual + g->offset;
         const float *grad = grads + g->offset;
-        for (int64_t i = 0; i < g->rows * g->cols; i++) m[i] += grad[i];
+        dmrt_comm_feedback_add(m, grad, g->rows * g->cols);
         times_q(m, q + q_at, work + at, g->rows, g->cols, rank);
         at += g->rows * rank;
         q_at += g->cols * rank;
@@ -183,7 +187,7 @@ int dmrt_allreduce_powersgd(dmrt_comm *c, float *grads, float *residual, float *
         if (!g->compressed) continue;
         float *qs = q + q_at;
         outer_product(work + at, qs, grads + g->offset, g->rows, g->cols, rank, 0);
-        if (has_zero_column(qs, g->cols, rank)) dmrt_powersgd_random(qs, g->cols * rank, seed, g->stream + ((uint64_t)step << 32));
+        if (needs_redraw(qs, g->cols, rank)) dmrt_powersgd_random(qs, g->cols * rank, seed, g->stream + ((uint64_t)step << 32));
         at += g->rows * rank;
         q_at += g->cols * rank;
     }

@@ -301,6 +301,66 @@ static int check_powersgd_full_rank(dmrt_comm *c, uint32_t seed) {
     return fails;
 }
 
+/* ---- non-finite state: a defence (the generated code keeps fp16's skipped steps out) -- */
+
+/* A residual element that is inf or NaN starts again from the gradient: the call gives
+ * what it gives from a residual with zeros there. */
+static int check_topk_poisoned_residual(dmrt_comm *c, uint32_t seed) {
+    dmrt_rank *r = dmrt_comm_owner(c);
+    const dmrt_topk_segment seg = {0, 40, 4};
+    float grads[40], grads_clean[40], residual[40], residual_clean[40], work[64];
+    case_fill(grads, 40, seed, dmrt_comm_member(c, dmrt_comm_rank(c)));
+    case_fill(residual, 40, seed + 1, dmrt_comm_member(c, dmrt_comm_rank(c)));
+    memcpy(grads_clean, grads, sizeof grads);
+    memcpy(residual_clean, residual, sizeof residual);
+    residual[3] = INFINITY, residual[17] = -INFINITY, residual[29] = NAN;
+    residual_clean[3] = residual_clean[17] = residual_clean[29] = 0.0f;
+    int64_t need = dmrt_allreduce_topk_work(&seg, 1, dmrt_comm_size(c));
+    int fails = CASE_EXPECT(r, need <= 64 && dmrt_allreduce_topk(c, grads, residual, 40, &seg, 1, work, 64, "poisoned") == 0 &&
+                                   dmrt_allreduce_topk(c, grads_clean, residual_clean, 40, &seg, 1, work, 64, "clean") == 0,
+                            "%s", dmrt_rank_error(r));
+    fails += !case_same(r, "top-k from a residual with inf and NaN", grads, grads_clean, 40);
+    fails += !case_same(r, "its residual", residual, residual_clean, 40);
+    return fails;
+}
+
+/* PowerSGD: a residual with inf and NaN as top-k's; a Q with a NaN gives a NaN result
+ * this step (the scaler skips it) and is drawn again, and the next step is finite. */
+static int check_powersgd_poisoned(dmrt_comm *c, uint32_t seed) {
+    dmrt_rank *r = dmrt_comm_owner(c);
+    const dmrt_powersgd_segment seg = {0, 6, 8, 1, 3};
+    const int rank = 2;
+    float grads[48], grads_clean[48], residual[48], residual_clean[48], q[16], q_clean[16], work[12], redrawn[16];
+    int me = dmrt_comm_member(c, dmrt_comm_rank(c));
+    case_fill(grads, 48, seed, me);
+    case_fill(residual, 48, seed + 1, me);
+    memcpy(grads_clean, grads, sizeof grads);
+    memcpy(residual_clean, residual, sizeof residual);
+    residual[5] = NAN, residual[40] = INFINITY;
+    residual_clean[5] = residual_clean[40] = 0.0f;
+    dmrt_powersgd_init(q, &seg, 1, rank, 9);
+    memcpy(q_clean, q, sizeof q);
+    int fails = CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 48, &seg, 1, rank, 9, 1, work, 12, "poisoned") == 0 &&
+                                   dmrt_allreduce_powersgd(c, grads_clean, residual_clean, q_clean, 48, &seg, 1, rank, 9, 1, work, 12,
+                                                           "clean") == 0,
+                            "%s", dmrt_rank_error(r));
+    fails += !case_same(r, "PowerSGD from a residual with inf and NaN", grads, grads_clean, 48);
+    fails += !case_same(r, "its residual", residual, residual_clean, 48) + !case_same(r, "its Q", q, q_clean, 16);
+    q[7] = NAN;
+    case_fill(grads, 48, seed + 2, me);
+    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 48, &seg, 1, rank, 9, 2, work, 12, "NaN in Q") == 0, "%s",
+                         dmrt_rank_error(r));
+    dmrt_powersgd_random(redrawn, 16, 9, 3 + ((uint64_t)2 << 32));
+    fails += !case_same(r, "Q drawn again after a NaN", q, redrawn, 16);
+    case_fill(grads, 48, seed + 3, me);
+    fails += CASE_EXPECT(r, dmrt_allreduce_powersgd(c, grads, residual, q, 48, &seg, 1, rank, 9, 3, work, 12, "after") == 0, "%s",
+                         dmrt_rank_error(r));
+    for (int i = 0; i < 48 && !fails; i++)
+        fails += CASE_EXPECT(r, isfinite(grads[i]) && isfinite(residual[i]), "the step after a NaN in Q: element %d is %g, "
+                             "its residual %g", i, (double)grads[i], (double)residual[i]);
+    return fails;
+}
+
 int case_compressed(dmrt_comm *c, uint32_t seed) {
     static const int64_t sizes[] = {0, 1, 2, 3, 17, 1000, 4097, 100003};
     int fails = 0;
@@ -311,6 +371,7 @@ int case_compressed(dmrt_comm *c, uint32_t seed) {
             fails += check_topk(c, s + 2, sizes[i], k_mode, 0) + check_topk(c, s + 3, sizes[i], k_mode, 1);
     }
     fails += check_powersgd_steps(c, seed + 200) + check_powersgd_full_rank(c, seed + 300);
+    fails += check_topk_poisoned_residual(c, seed + 400) + check_powersgd_poisoned(c, seed + 500);
     /* too little scratch fails on every rank before anything is sent */
     dmrt_rank *r = dmrt_comm_owner(c);
     float buf[100] = {0}, work[1];
