@@ -1,4 +1,5 @@
 /* compact_io.c: --compact's files (compact_io.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,6 +44,20 @@ void dm_compact_close(dm_compact_input *in) {
     free(in);
 }
 
+/* Weights that are not finite are never written: a fold of finite ones (c_j * W2[j, :] added
+ * to a bias) can still overflow. 0, or 1 with the message naming the file and the tensor. */
+static int compacted_finite(const dm_compaction *c, const dmrt_tensor_desc *descs, const char *path) {
+    for (int i = 0; i < c->n_weights; i++)
+        for (int64_t k = 0; k < descs[i].numel; k++)
+            if (!isfinite(c->weights[i].data[k])) {
+                fprintf(stderr, "dmc: error: --compact: %s not written: tensor '%s' holds a non-finite value after "
+                        "compaction (%g at element %lld)\n", path, c->weights[i].name, (double)c->weights[i].data[k],
+                        (long long)k);
+                return 1;
+            }
+    return 0;
+}
+
 int dm_compact_save(const dm_compaction *c, const char *path) {
     dmrt_tensor_desc *descs = calloc((size_t)c->n_weights + 1, sizeof *descs);
     const void **data = calloc((size_t)c->n_weights + 1, sizeof *data);
@@ -55,8 +70,9 @@ int dm_compact_save(const dm_compaction *c, const char *path) {
     }
     const char *keys[] = {"dmc.compacted_from"}, *values[] = {c->path};
     char err[512];
-    int rc = dmrt_st_write_meta(path, c->n_weights, descs, data, 1, keys, values, err, sizeof err);
-    if (rc) fprintf(stderr, "dmc: error: --compact: writing the compacted weights: %s\n", err);
+    int rc = compacted_finite(c, descs, path);
+    if (!rc && (rc = dmrt_st_write_meta(path, c->n_weights, descs, data, 1, keys, values, err, sizeof err)) != 0)
+        fprintf(stderr, "dmc: error: --compact: writing the compacted weights: %s\n", err);
     free(descs);
     free(data);
     return rc ? 1 : 0;

@@ -71,6 +71,15 @@ static int load_weights(const ir_graph *g, dm_compaction *c, dm_diag *d) {
         w->data = malloc((size_t)(n ? n : 1) * sizeof *w->data);
         if (!w->data) abort();
         memcpy(w->data, f->data, (size_t)n * sizeof *w->data);
+        /* a NaN or inf would be folded into biases and written (weights that are not
+         * finite are never loaded) */
+        for (int64_t k = 0; k < n; k++)
+            if (!isfinite(w->data[k])) {
+                dm_error(d, p->loc, "--compact %s: tensor '%s' holds a non-finite value: %g at element %lld",
+                         c->path, p->name, (double)w->data[k], (long long)k);
+                errors++;
+                break;
+            }
     }
     return errors;
 }

@@ -90,7 +90,16 @@ int dmrt_calibration_end(const dmrt_model *model, void *ctx, char *err, size_t e
                                  "(calibrate fewer rows)", model->params[i].name);
         } else {
             float amax = stats_amax(q->calib);
-            q->input_scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+            /* an infinite |x| (the f32 forward overflowed on the calibration rows) would make
+             * the scale inf: every x quantized to 0, and a --save-quantized file its loader
+             * refuses; a NaN |x| reaches amax only through a percentile's sort */
+            if (!isfinite(amax) && !failed) /* the first product's: the later ones follow from it */
+                failed = dmrt_errorf(err, errlen, "calibration of '%s': the input of its product holds %s on the "
+                                     "calibration rows (the f32 forward overflows with these weights), so "
+                                     "it has no finite input scale", model->params[i].name,
+                                     isnan(amax) ? "NaN" : "an infinite value");
+            else if (isfinite(amax))
+                q->input_scale = amax > 0.0f ? amax / 127.0f : 1.0f;
         }
         free(q->calib->values);
         free(q->calib);

@@ -58,6 +58,18 @@ static void q_set(dmrt_qweight *q, int64_t r, int64_t c, int v) {
     *byte = (uint8_t)((c & 1) ? (*byte & 0x0f) | (nibble << 4) : (*byte & 0xf0) | nibble);
 }
 
+/* w / scale rounded half to even and clamped to [-qmax - 1, qmax]. As torch's quantize_val,
+ * w times the f32 reciprocal (bit for bit torch.quantize_per_channel for normal scales); but a
+ * scale below about 2.9e-39 (a column of subnormal weights) has no finite reciprocal, where the
+ * product would send every w to a bound and 0 to 0 * inf = NaN: there the division itself. A
+ * NaN quotient (a NaN or infinite w) becomes 0, as dmrt_quantize_activations makes it: (int)NaN
+ * is undefined. */
+static int quantize_value(float w, float scale, float inverse, int qmax) {
+    float v = nearbyintf(isinf(inverse) ? w / scale : w * inverse);
+    if (isnan(v)) return 0;
+    return v > (float)qmax ? qmax : v < (float)(-qmax - 1) ? -qmax - 1 : (int)v;
+}
+
 void dmrt_quantize_weight(dmrt_qweight *q, const float *w) {
     const int qmax = qmax_of(q->bits);
     for (int64_t g = 0; g < dmrt_qweight_groups(q); g++) {
@@ -68,10 +80,7 @@ void dmrt_quantize_weight(dmrt_qweight *q, const float *w) {
             float scale = amax > 0.0f ? amax / (float)qmax : 1.0f;
             float inverse = 1.0f / scale;
             q->scale[g * q->cols + c] = scale;
-            for (int64_t r = r0; r < r1; r++) {
-                float v = nearbyintf(w[r * q->cols + c] * inverse);
-                q_set(q, r, c, v > (float)qmax ? qmax : v < (float)(-qmax - 1) ? -qmax - 1 : (int)v);
-            }
+            for (int64_t r = r0; r < r1; r++) q_set(q, r, c, quantize_value(w[r * q->cols + c], scale, inverse, qmax));
         }
     }
 }

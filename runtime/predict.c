@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dmrt.h"
 #include "dmrt_comm.h"
@@ -60,10 +61,28 @@ static int64_t check_inputs(const dmrt_model *m, const dmrt_st_file *f, const dm
     return n;
 }
 
+/* The model's message about a call's rows (a bad id or target, at the row of the call's
+ * batch: "id 300 at [2, 3] of 'tokens'", "target 12 of row 11") with that row made the
+ * batch file's, the call's first being the file's row `start`; other messages as they are. */
+static const char *file_rows(char *buf, size_t len, const char *msg, int64_t start) {
+    static const char *const marks[] = {" at [", " of row "};
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++) {
+        const char *at = strstr(msg, marks[k]);
+        if (!at) continue;
+        const char *digits = at + strlen(marks[k]);
+        char *end;
+        long long row = strtoll(digits, &end, 10);
+        if (end == digits || *digits < '0' || *digits > '9') continue;
+        snprintf(buf, len, "%.*s%lld%s", (int)(digits - msg), msg, row + (long long)start, end);
+        return buf;
+    }
+    return msg;
+}
+
 /* Runs predict over the n rows in chunks of the model's batch into outs (whole). Each
  * chunk's inputs are copied out of the file's buffer, where they may be unaligned. */
-static int run_chunks(const dmrt_model *m, void *ctx, const dmrt_st_tensor **t, int64_t n, void **outs, char *err,
-                      size_t errlen) {
+static int run_chunks(const dmrt_model *m, void *ctx, const char *path, const dmrt_st_tensor **t, int64_t n, void **outs,
+                      char *err, size_t errlen) {
     const int64_t B = m->predict_batch;
     void **in = calloc((size_t)m->n_inputs + 1, sizeof *in);
     void **out = calloc((size_t)m->n_outputs + 1, sizeof *out);
@@ -79,14 +98,36 @@ static int run_chunks(const dmrt_model *m, void *ctx, const dmrt_st_tensor **t, 
         }
         for (int i = 0; i < m->n_outputs; i++)
             out[i] = (char *)outs[i] + (size_t)start * (size_t)(m->outputs[i].numel / B) * 4;
-        if (m->predict(ctx, (const void *const *)in, rows, (void *const *)out) != DMRT_OK)
-            status = dmrt_errorf(err, errlen, "predict of rows %lld to %lld: %s", (long long)start, (long long)(start + rows),
-                                 m->error(ctx));
+        if (m->predict(ctx, (const void *const *)in, rows, (void *const *)out) != DMRT_OK) {
+            char at_file[1024];
+            status = dmrt_errorf(err, errlen, "predict of rows %lld .. %lld of %s: %s", (long long)start,
+                                 (long long)(start + rows - 1), path, file_rows(at_file, sizeof at_file, m->error(ctx), start));
+        }
     }
     for (int i = 0; in && i < m->n_inputs; i++) dmrt_free(in[i]);
     free(in);
     free(out);
     return status;
+}
+
+/* Whether paths a and b name one file: the same string, or (both existing) the same device
+ * and inode (another name, a link). */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (strcmp(a, b) == 0) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* --out must not replace what the run reads: the inputs, or the weights. 0, or -1 with the
+ * message. */
+static int out_distinct(const dmrt_init_opts *io, const char *batch_file, const char *out_path, char *err, size_t errlen) {
+    if (same_file(out_path, batch_file))
+        return dmrt_errorf(err, errlen, "--out %s is the --batch-file %s: the outputs would replace the inputs (give "
+                           "--out another file)", out_path, batch_file);
+    if (io->init && same_file(out_path, io->init))
+        return dmrt_errorf(err, errlen, "--out %s is the --init file %s: the outputs would replace the weights (give "
+                           "--out another file)", out_path, io->init);
+    return 0;
 }
 
 /* Checks, creates, loads, predicts and writes; 0 or -1 with the message. */
@@ -105,7 +146,8 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const dmrt_init_opts
         dmrt_errorf(err, errlen, "out of memory");
         goto done;
     }
-    if (dmrt_st_read(&f, batch_file, err, errlen) != 0 || (n = check_inputs(m, &f, t, err, errlen)) < 0 ||
+    if (out_distinct(io, batch_file, out_path, err, errlen) != 0 || dmrt_st_read(&f, batch_file, err, errlen) != 0 ||
+        (n = check_inputs(m, &f, t, err, errlen)) < 0 ||
         dmrt_trainer_guard_writable("--out", out_path, err, errlen) != 0)
         goto done;
     for (int i = 0; i < m->n_outputs; i++) {
@@ -122,7 +164,7 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const dmrt_init_opts
         dmrt_trainer_init_params(m, ctx, io, err, errlen) != 0)
         goto done;
     double t0 = dmrt_now();
-    if (run_chunks(m, ctx, t, n, outs, err, errlen) != 0 || outputs_finite(m, descs, outs, out_path, err, errlen) != 0)
+    if (run_chunks(m, ctx, batch_file, t, n, outs, err, errlen) != 0 || outputs_finite(m, descs, outs, out_path, err, errlen) != 0)
         goto done;
     int lead = !rank || dmrt_rank_id(rank) == 0;
     if (lead && dmrt_st_write(out_path, m->n_outputs, descs, (const void *const *)outs, err, errlen) != 0) goto done;

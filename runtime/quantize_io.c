@@ -122,6 +122,27 @@ static int put_copies(const dmrt_model *model, void *ctx, float **copies, int wr
     return rc;
 }
 
+/* What dmrt_load_quantized would refuse is not written: every f32 tensor (a bias, a weight's
+ * scales, an input scale) finite, and an input scale positive. 0, or -1 naming the tensor. */
+static int writable_tensors(const char *path, int count, const dmrt_tensor_desc *descs, const void **data, char *err,
+                            size_t errlen) {
+    char shape[256];
+    for (int k = 0; k < count; k++) {
+        if (descs[k].dtype != DMRT_F32) continue;
+        int64_t at = dmrt_first_non_finite(data[k], descs[k].numel);
+        const float *v = data[k];
+        if (at >= 0)
+            return dmrt_errorf(err, errlen, "%s not written: tensor '%s' holds a non-finite value (%g at element %lld of "
+                               "%s)", path, descs[k].name, (double)v[at], (long long)at,
+                               dmrt_shape_str(shape, sizeof shape, descs[k].rank, descs[k].shape));
+        size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
+        if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0 && !(v[0] > 0.0f))
+            return dmrt_errorf(err, errlen, "%s not written: tensor '%s' is %g: an input scale must be positive (not "
+                               "calibrated)", path, descs[k].name, (double)v[0]);
+    }
+    return 0;
+}
+
 int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, char *err, size_t errlen) {
     size_t n = TENSORS_MAX(model);
     dmrt_tensor_desc *descs = calloc(n, sizeof *descs);
@@ -135,7 +156,9 @@ int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, ch
     int count = quantized_tensors(model, ctx, descs, data, names, copies, 1, err, errlen);
     const char *keys[] = {"dmc.format", "dmc.model", "dmc.quantize"};
     const char *values[] = {QUANTIZED_FORMAT, model->name, model->quantize};
-    int rc = count < 0 ? -1 : dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
+    int rc = count < 0 || writable_tensors(path, count, descs, data, err, errlen) != 0
+                 ? -1
+                 : dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
     put_copies(model, ctx, copies, 0, err, errlen);
     free(descs), free(data), free(names);
     return rc;

@@ -161,6 +161,36 @@ static int keep_metadata(dmrt_st_file *f, json_t *meta, char *msg, size_t msglen
     return 0;
 }
 
+/* The tensors, in file order, must cover the data area exactly, as the format's reference
+ * reader requires (its MetadataIncompleteBuffer): no overlap, no gap, no trailing bytes,
+ * so that a file with another appended, or cut and padded, is not read as if whole. Empty
+ * tensors cover nothing and are not placed. */
+static int check_coverage(dmrt_st_file *f, const char *data, uint64_t data_size, char *msg, size_t msglen) {
+    if (f->n_tensors > 1) qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_by_offset);
+    const dmrt_st_tensor *prev = NULL;
+    int64_t covered = 0; /* the end of the bytes the tensors before cover */
+    for (int i = 0; i < f->n_tensors; i++) {
+        const dmrt_st_tensor *t = &f->tensors[i];
+        if (t->numel == 0) continue;
+        int64_t tb = (const char *)t->data - data, te = tb + t->numel * (int64_t)dmrt_dtype_size(t->dtype);
+        if (prev && tb < covered)
+            return dmrt_errorf(msg, msglen, "tensors '%s' and '%s' overlap: data_offsets [%lld, %lld] and [%lld, %lld]",
+                               prev->name, t->name, (long long)((const char *)prev->data - data), (long long)covered,
+                               (long long)tb, (long long)te);
+        if (tb > covered)
+            return dmrt_errorf(msg, msglen, "a gap of %lld bytes before tensor '%s' (data_offsets [%lld, %lld]): the "
+                               "tensors must cover the data area without gaps", (long long)(tb - covered), t->name,
+                               (long long)tb, (long long)te);
+        prev = t, covered = te;
+    }
+    if ((uint64_t)covered != data_size)
+        return dmrt_errorf(msg, msglen, "%llu bytes after the last tensor: the tensors cover %lld of the data area's "
+                           "%llu bytes (another file appended, or not a safetensors file)",
+                           (unsigned long long)(data_size - (uint64_t)covered), (long long)covered,
+                           (unsigned long long)data_size);
+    return 0;
+}
+
 /* meta_only: f->buffer holds the length and the header only (dmrt_st_read_meta), whose
  * "__metadata__" is kept and tensors skipped. */
 static int parse_file(dmrt_st_file *f, int meta_only, char *msg, size_t msglen) {
@@ -222,29 +252,7 @@ static int parse_file(dmrt_st_file *f, int meta_only, char *msg, size_t msglen) 
         t->data = data + r->begin;
     }
     json_decref(root);
-    if (rc == 0 && f->n_tensors > 1) {
-        /* Sort by offset (file order), then neighbours must not overlap. Empty tensors
-         * overlap nothing. */
-        qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_by_offset);
-        const dmrt_st_tensor *prev = NULL;
-        for (int i = 0; i < f->n_tensors && rc == 0; i++) {
-            const dmrt_st_tensor *t = &f->tensors[i];
-            if (t->numel == 0) continue;
-            if (prev) {
-                int64_t pb = (const char *)prev->data - data;
-                int64_t pe = pb + prev->numel * (int64_t)dmrt_dtype_size(prev->dtype);
-                int64_t tb = (const char *)t->data - data;
-                int64_t te = tb + t->numel * (int64_t)dmrt_dtype_size(t->dtype);
-                if (tb < pe)
-                    rc = dmrt_errorf(msg, msglen,
-                                     "tensors '%s' and '%s' overlap: data_offsets [%lld, %lld] "
-                                     "and [%lld, %lld]",
-                                     prev->name, t->name, (long long)pb, (long long)pe,
-                                     (long long)tb, (long long)te);
-            }
-            prev = t;
-        }
-    }
+    if (rc == 0 && !meta_only) rc = check_coverage(f, data, data_size, msg, msglen);
     free(ranges);
     return rc;
 }

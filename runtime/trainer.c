@@ -121,6 +121,12 @@ static int valid_text_list(const char *list) {
     return 1;
 }
 
+/* A --quantize int8 program given f32 weights calibrates its input scales on the training
+ * rows of Fashion-MNIST (--data fashion-mnist, --data-dir) or, a language model, on the
+ * windows of --data text: options that --predict and --save-quantized, which read no other
+ * data, keep for it (the calibration refuses the data its model cannot read). */
+static int takes_calibration_data(const dmrt_model *model) { return dmrt_quantizes_activations(model); }
+
 /* Returns TR_OK, TR_HELP or TR_USAGE (message and usage printed). */
 /* --predict needs --batch-file and --out, and trains nothing; --out needs --predict. */
 static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *model) {
@@ -128,8 +134,8 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
         return o->out ? usage_error(prog, model, "--out only applies with --predict") : TR_OK;
     if (!o->batch_file || !o->out)
         return usage_error(prog, model, "--predict needs %s", !o->batch_file ? "--batch-file FILE (the inputs)" : "--out FILE (for the outputs)");
-    /* a --quantize int8 program calibrates on the training rows of --data-dir */
-    const char *other = o->data ? "--data" : o->data_dir && !dmrt_quantizes_activations(model) ? "--data-dir" : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
+    const char *other = (o->data || o->data_dir) && !takes_calibration_data(model) ? (o->data ? "--data" : "--data-dir")
+                      : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
                       : o->save ? "--save" : o->dump_grads ? "--dump-grads" : o->sample >= 0 ? "--sample"
                       : o->eval_every ? "--eval-every" : o->trace ? "--trace" : NULL;
     if (other) return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s", other);
@@ -146,6 +152,22 @@ static int check_evaluate(const tr_opts *o, const char *prog, const dmrt_model *
                       : o->batch_file ? "--batch-file (it has no test set)" : NULL;
     if (other) return usage_error(prog, model, "--evaluate trains nothing: it cannot be combined with %s", other);
     if (!o->init) return usage_error(prog, model, "--evaluate needs --init FILE (the parameters to evaluate)");
+    return TR_OK;
+}
+
+/* --save-quantized writes the narrow weights of --init's parameters (or of the initial ones)
+ * and exits: every option of training, of other data or of another output would be ignored
+ * (--resume's checkpoint among them: the initial weights would be written, not its). */
+static int check_save_quantized(const tr_opts *o, const char *prog, const dmrt_model *model) {
+    if (!o->save_quantized) return TR_OK;
+    const char *other = o->predict ? "--predict (run it separately)" : o->evaluate ? "--evaluate (run it separately)"
+                      : o->resume ? "--resume (give the weights with --init)" : o->steps >= 0 ? "--steps"
+                      : o->epochs >= 0 ? "--epochs" : o->save ? "--save" : o->checkpoint ? "--checkpoint"
+                      : o->dump_grads ? "--dump-grads" : o->eval_every ? "--eval-every" : o->trace ? "--trace"
+                      : o->sample >= 0 ? "--sample" : o->batch_file ? "--batch-file"
+                      : (o->data || o->data_dir) && !takes_calibration_data(model) ? (o->data ? "--data" : "--data-dir")
+                      : NULL;
+    if (other) return usage_error(prog, model, "--save-quantized writes the weights and exits: it cannot be combined with %s", other);
     return TR_OK;
 }
 
@@ -295,19 +317,17 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         return usage_error(prog, model, "%s applies to a program compiled with --quantize int8 (model '%s' is %s%s)",
                            o->calibrate ? "--calibrate" : "--calibrate-percentile", model->name,
                            model->quantize ? "--quantize " : "an f32 program", model->quantize ? model->quantize : "");
-    if (o->save_quantized && (o->predict || o->evaluate))
-        return usage_error(prog, model, "--save-quantized writes the weights and exits: run %s separately",
-                           o->predict ? "--predict" : "--evaluate");
     if (model->quantize && !o->predict && !o->save_quantized && !o->evaluate)
         return usage_error(prog, model, "model '%s' is a quantized inference program (--quantize %s): it cannot train; "
                            "use --predict, --evaluate, or --save-quantized FILE (train the f32 program and give its weights with --init)",
                            model->name, model->quantize);
-    int status = check_evaluate(o, prog, model);
+    int status = check_save_quantized(o, prog, model);
+    if (status == TR_OK) status = check_evaluate(o, prog, model);
     if (status == TR_OK) status = check_predict(o, prog, model);
     if (status == TR_OK) status = check_checkpoints(o, prog, model);
     if (status == TR_OK) status = check_param_servers(o, prog, model);
     if (status != TR_OK) return status;
-    if (o->batch_file && (o->data || (o->data_dir && !(o->predict && dmrt_quantizes_activations(model)))))
+    if (o->batch_file && (o->data || o->data_dir) && !(o->predict && takes_calibration_data(model)))
         return usage_error(prog, model, "--batch-file cannot be combined with %s",
                            o->data ? "--data" : "--data-dir");
     if (o->text_files && o->data_dir)

@@ -74,6 +74,10 @@ static int calibration_data(const dmrt_model *m, const dmrt_init_opts *io, int64
                            "here: give --init a file that --save-quantized wrote for it%s", m->name,
                            dmrt_trainer_inputs_str(ins, sizeof ins, m), io->text ? "" : " (or --data text:FILES)");
     }
+    /* a model with Fashion-MNIST's inputs calibrates on its rows: --data text would be ignored */
+    if (B > 0 && io->text)
+        return dmrt_errorf(err, errlen, "--data text:%s: model '%s' calibrates on Fashion-MNIST's training rows "
+                           "(--data-dir), not on a text corpus (a byte-level language model's)", io->text, m->name);
     if (*text) {
         *source = io->text;
         if (dmrt_trainer_open_text(d, &lm, io->text, 0, err, errlen) != 0) return -1;

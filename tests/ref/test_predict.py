@@ -21,8 +21,10 @@ batch: padded) and 21 rows (three calls: 8, 8, 5), and:
   e) failures: a missing input, a wrong dtype, a wrong shape, an unwritable --out
      (exit 1, the message naming the file and the problem, an existing --out left as
      it was), --predict without --out and --out without --predict (exit 2), a model
-     whose output combines rows (exit 1, naming the line). The targets (y) are not
-     needed in the batch file.
+     whose output combines rows (exit 1, naming the line), an --out that is the --batch-file
+     or the --init file (the same name, another path, a hard link: exit 1, both left as
+     they were), a bad token id in gpt.dm's second call (named at the file's row, with the
+     call's rows as an inclusive range). The targets (y) are not needed in the batch file.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -70,12 +72,30 @@ def check_failures(dmc, src, d, stio, np):
         raise dmcrun.Failure("--out naming a directory: %s" % err)
     if open(os.path.join(d, "keep.st"), "rb").read() != b"old":
         raise dmcrun.Failure("a failed --predict changed an existing --out")
+    check_out_distinct(dmc, src, d)
     for args, want in ((["--predict", "--batch-file", "p5.st"], "--predict needs --out"),
                        (["--out", "o.st", "--batch-file", "p5.st"], "--out only applies with --predict")):
         err = run(dmc, src, args, d, expect=2)
         if want not in err:
             raise dmcrun.Failure("%s: expected '%s', got: %s" % (args, want, err))
     print("failures: messages and exit statuses as documented")
+
+
+def check_out_distinct(dmc, src, d):
+    """An --out that names the --batch-file or the --init file (the same string, another path,
+    a hard link) is refused: the outputs would replace the inputs or the weights."""
+    os.link(os.path.join(d, "p5.st"), os.path.join(d, "p5-link.st"))
+    before = {f: open(os.path.join(d, f), "rb").read() for f in ("p5.st", "w.st")}
+    for out, want in (("p5.st", "--out p5.st is the --batch-file p5.st: the outputs would replace the inputs"),
+                      ("p5-link.st", "--out p5-link.st is the --batch-file p5.st"),
+                      ("w.st", "--out w.st is the --init file w.st: the outputs would replace the weights"),
+                      ("./w.st", "--out ./w.st is the --init file w.st")):
+        err = run(dmc, src, ["--predict", "--init", "w.st", "--batch-file", "p5.st", "--out", out], d, expect=1)
+        if want not in err:
+            raise dmcrun.Failure("--out %s: expected '%s', got: %s" % (out, want, err))
+    for f, blob in before.items():
+        if open(os.path.join(d, f), "rb").read() != blob:
+            raise dmcrun.Failure("a refused --predict changed %s" % f)
 
 
 MIX_DM = """# mix.dm: an output that mixes rows (minus the batch's mean)
@@ -162,6 +182,15 @@ def check_gpt(dmc, root, d, stio, np, torch):
             if err > 1e-5 or rows > 1e-5:
                 raise dmcrun.Failure("gpt %s vs serial: max |diff| %.3g (5 rows vs 21: %.3g)" % (mesh, err, rows))
             print("gpt %s vs serial: max |diff| %.3g" % (mesh, err))
+    # a bad id in the second call's rows (16 .. 20) is named at the file's row, 18
+    bad = tokens.copy()
+    bad[18, 3] = 300
+    stio.save({"tokens": bad}, os.path.join(d, "gbad.st"))
+    err = run(dmc, src, ["--predict", "--init", "gw.st", "--batch-file", "gbad.st", "--out", "gbad-out.st"], d, expect=1,
+              sets=GPT_SETS)
+    for want in ("predict of rows 16 .. 20 of gbad.st: ", "id 300 at [18, 3] of 'tokens' is outside [0, 256)"):
+        if want not in err:
+            raise dmcrun.Failure("a bad id at the file's row 18: expected '%s' in: %s" % (want, err))
 
 
 def quick_or(meshes):

@@ -19,7 +19,9 @@ last column) and random f32 weights:
   e) failures, each a clear message and nothing written: a file of another mode (naming
      both), of another model size (naming the tensor), a quantized file for the f32
      program, training a quantized program (exit 2), --save-quantized with a bad --init
-     (no file left), a bad mode (--quantize int8 is test_quantize_int8.py's); and on the
+     (no file left), --save-quantized with an option it would ignore (--resume, --steps,
+     --save, --data, ...: exit 2, no file), a bad mode (--quantize int8 is
+     test_quantize_int8.py's); and on the
      CUDA target, --quantize is built, and refused with a mesh by --check and -o alike;
   f) the C API (quant_api.c, the generated int8-weights and int4-weights mlp.c compiled
      with warnings as errors, under ASan and UBSan where available): train_step refused
@@ -121,7 +123,31 @@ def expect_error(dmc, src, d, dmc_args, trainer_args, want, expect=1, sets=SETS)
         raise dmcrun.Failure("expected '%s' in: %s" % (want, err))
 
 
+# what --save-quantized, which writes the weights and exits, refuses beside it (exit 2): each
+# would be ignored (--resume's checkpoint: the initial weights would be written, not its)
+SAVE_QUANTIZED_REFUSES = (["--resume", "ck"], ["--steps", "1"], ["--epochs", "1"], ["--save", "s.st"],
+                          ["--checkpoint", "ckd"], ["--dump-grads", "g.st"], ["--trace", "t.json"], ["--sample", "4"],
+                          ["--eval-every", "2"], ["--batch-file", "x.st"], ["--data", "fashion-mnist"],
+                          ["--data-dir", "."], ["--predict"], ["--evaluate"])
+
+
+def check_save_quantized_alone(dmc, src, d):
+    """e) --save-quantized with an option it would ignore: a usage error naming it, no file."""
+    keep = os.path.join(d, "keep-i8w")
+    dmc_run(dmc, src, ["--quantize", "int8-weights", "--keep", keep], ["--init", "w.st", "--save-quantized", "k.st"], d)
+    for extra in SAVE_QUANTIZED_REFUSES:
+        weights = [] if extra[0] == "--resume" else ["--init", "w.st"]  # (--resume with --init: its own error)
+        cmd = [os.path.join(keep, "mlp"), "--save-quantized", "alone.st", "--quiet"] + weights + extra
+        r = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+        want = "--save-quantized writes the weights and exits: it cannot be combined with " + extra[0]
+        if r.returncode != 2 or want not in r.stderr:
+            raise dmcrun.Failure("%s: exit %d, expected 2 and '%s'\n%s" % (" ".join(cmd), r.returncode, want, r.stderr))
+        if os.path.exists(os.path.join(d, "alone.st")):
+            raise dmcrun.Failure("%s wrote alone.st" % " ".join(cmd))
+
+
 def check_failures(dmc, src, d):
+    check_save_quantized_alone(dmc, src, d)
     i4 = ["--quantize", "int4-weights:32"]
     expect_error(dmc, src, d, i4, ["--init", "q-int8-weights.st", "--predict", "--batch-file", "x.st", "--out", "bad.st"],
                  "q-int8-weights.st: weights quantized as --quantize int8-weights, but this program is --quantize int4-weights:32")

@@ -29,13 +29,17 @@ Each program (int8, int8-weights, f32) is compiled once and run directly:
      T+1 bytes from k T): each saved input scale against gpt_torch.forward's product inputs
      over the same 18 windows (max |x| / 127, within 1e-5 relative: f32 products and norms
      summed in other orders), every product the forward reads a 2-D weight with checked;
+     and --predict from the f32 file with --data text (the message without it says to give
+     it) predicts the bits of --init of the saved file;
   f) the C API (quant_int8_api.c, the kept mlp.c compiled with libdmrt): a forward before
      weights are loaded is refused (not aborted), mlp_load_weights refuses the f32 file and
      loads the saved one, two contexts from different seeds then predicting the same bits;
   d) failures, each a clear message and nothing written: --calibrate 0 and -5, a percentile
      of 0, 101 and 'x', --calibrate past the data's rows, --calibrate with a file that holds
      the scales, --calibrate for an f32 program, an int8 file for int8-weights and the
-     reverse, an input scale of 0 in the file; and --quantize int8 --target cuda passes --check.
+     reverse, an input scale of 0 in the file, f32 weights whose forward overflows on the
+     calibration rows (an infinite |x|: named, for --save-quantized and --predict alike);
+     and --quantize int8 --target cuda passes --check.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -186,7 +190,7 @@ def check_evaluate(prog, d, data):
         raise dmcrun.Failure("--evaluate: %s from the f32 file, %s from the saved one" % (accs[0], accs[1]))
 
 
-def check_failures(dmc, src, d, data, progs):
+def check_failures(np, dmc, src, d, data, progs):
     i8, f32, i8w = progs["int8"], progs["f32"], progs["int8-weights"]
     cal = ["--init", "w.st", "--data-dir", data, "--save-quantized", "bad.st"]
     for value in ("0", "-5"):
@@ -212,6 +216,15 @@ def check_failures(dmc, src, d, data, progs):
                                                               "dmc.quantize": "int8"})
     expect_error(i8, ["--init", "zero.st", "--save-quantized", "bad.st"], d,
                  "zero.st: tensor 'fc2.weight.input_scale' is 0: an input scale must be positive and finite")
+    # f32 weights whose forward overflows on the calibration rows: fc2's input is inf, which
+    # would be an input scale of inf (a file its own loader refuses)
+    huge = dict(stio.load(os.path.join(d, "w.st")))
+    huge["fc1.weight"] = (np.sign(huge["fc1.weight"]) * np.float32(3e38)).astype(np.float32)
+    stio.save(huge, os.path.join(d, "huge.st"))
+    overflow = "calibration of 'fc2.weight': the input of its product holds an infinite value on the calibration rows"
+    huge_cal = ["--init", "huge.st", "--data-dir", data, "--calibrate", str(ROWS)]
+    expect_error(i8, huge_cal + ["--save-quantized", "bad.st"], d, overflow)
+    expect_error(i8, huge_cal + ["--predict", "--batch-file", "x.st", "--out", "bad.st"], d, overflow)
     if os.path.exists(os.path.join(d, "bad.st")):
         raise dmcrun.Failure("a failed run wrote bad.st")
     r = subprocess.run([dmc, src, "--target", "cuda", "--quantize", "int8", "--check"], stderr=subprocess.PIPE,
@@ -234,8 +247,9 @@ def check_text_calibration(dmc, root, np, torch, d):
     with open(os.path.join(d, "corpus.txt"), "wb") as f:
         f.write(corpus)
     sets = ",".join("%s=%d" % kv for kv in GPT_DIMS.items())
-    cmd = [dmc, "run", os.path.join(root, "examples", "gpt.dm"), "--set", sets, "--quantize", "int8", "--", "--init",
-           "gpt.st", "--data", "text:corpus.txt", "--calibrate", str(TEXT_ROWS), "--save-quantized", "gq.st", "--quiet"]
+    cmd = [dmc, "run", os.path.join(root, "examples", "gpt.dm"), "--set", sets, "--quantize", "int8", "--keep", "kgpt",
+           "--", "--init", "gpt.st", "--data", "text:corpus.txt", "--calibrate", str(TEXT_ROWS), "--save-quantized",
+           "gq.st", "--quiet"]
     r = subprocess.run(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
     if r.returncode != 0:
         raise dmcrun.Failure("`%s` failed (%d):\n%s" % (" ".join(cmd), r.returncode, r.stdout))
@@ -266,7 +280,24 @@ def check_text_calibration(dmc, root, np, torch, d):
             raise dmcrun.Failure("gpt.dm int8: %s's input scale %.9g, torch's %.9g" % (name, got[0], want))
     print("gpt.dm int8 on text: %d input scales as torch's over %d windows (worst %.2g relative)"
           % (len(scales), TEXT_ROWS, worst))
+    check_text_predict(np, d, os.path.join(d, "kgpt", "gpt"))
     return len(scales)
+
+
+def check_text_predict(np, d, prog):
+    """e) --predict of the int8 GPT from its f32 weights calibrates on --data text (as the
+    message without it says to), predicting the bits of --init of the file calibrated alike."""
+    tokens = np.random.default_rng(6).integers(0, GPT_DIMS["V"], (7, GPT_DIMS["T"])).astype(np.int32)
+    stio.save({"tokens": tokens}, os.path.join(d, "tokens.st"))
+    ask = ["--predict", "--batch-file", "tokens.st", "--quiet"]
+    expect_error(prog, ["--init", "gpt.st", "--out", "none.st"] + ask, d, "(or --data text:FILES)")
+    run(prog, ["--init", "gpt.st", "--data", "text:corpus.txt", "--calibrate", str(TEXT_ROWS), "--out", "calibrated.st"]
+        + ask, d)
+    run(prog, ["--init", "gq.st", "--out", "saved.st"] + ask, d)
+    got, want = (stio.load(os.path.join(d, f))["logits"] for f in ("calibrated.st", "saved.st"))
+    if not np.array_equal(got, want):
+        raise dmcrun.Failure("gpt.dm int8 --predict --data text from the f32 weights: logits differ from --init of its "
+                             "--save-quantized file by up to %g" % float(np.abs(got - want).max()))
 
 
 def body(dmc, root, np, torch):
@@ -291,7 +322,7 @@ def body(dmc, root, np, torch):
         check_scales(np, torch, w, saved, expected_scales(np, seen, None), "min-max")
         far = check_forward(i8, d, np, torch, w, x, saved, data)
         check_evaluate(i8, d, data)
-        check_failures(dmc, src, d, data, progs)
+        check_failures(np, dmc, src, d, data, progs)
         if dmcrun.TARGET == "c":  # f) the C API of the int8 program, with q.st and w.st beside it
             dmcrun.c_api_probe(dmc, os.path.join(root, "tests", "ref", "quant_int8_api.c"),
                                os.path.join(d, "int8", "mlp.c"), os.path.join(d, "int8"), "C API, int8")

@@ -22,7 +22,8 @@ the pruned and of the compacted weights, numpy's gather and fold, the uncompacte
   f) errors, each a message naming the file and nothing written: weights pruned without
      :rows (no zero column), a file of another model size (naming the tensor), a file
      that is no safetensors, --save-compacted without --compact, --compact with --mesh auto,
-     --init with dmc run --compact.
+     --init with dmc run --compact, a NaN in the pruned file (naming it and the tensor), and
+     finite weights whose fold overflows (the compacted file not written).
 Prints one line per check; exits 1 on any failure.
 """
 import os
@@ -199,6 +200,28 @@ def check_errors(exe, tmp):
             "--compact cannot be combined with --mesh auto", "--compact with --mesh auto")
     refused(exe, bad, ["run", MODEL] + SETS + ["--compact", "pruned.st", "--", "--init", "pruned.st", "--predict"],
             "--init cannot be given with --compact", "dmc run --compact with --init")
+    check_non_finite(exe, bad, p, out)
+
+
+def check_non_finite(exe, bad, p, out):
+    """f) weights that are not finite are neither read nor written: a NaN in the pruned file
+    (named with the file and tensor), and finite weights whose fold overflows (a removed
+    channel's relu(bias) 3e38 times its next weight's row of 4s, added to fc2's bias)."""
+    nan = {k: ("F32", list(v.shape), v.copy()) for k, v in p.items()}
+    nan["fc2.bias"][2][3] = np.nan
+    write_safetensors(os.path.join(bad, "nan.st"), {k: (d, s, v.tobytes()) for k, (d, s, v) in nan.items()}, {})
+    refused(exe, bad, [MODEL] + SETS + ["--compact", "nan.st"] + out,
+            "--compact nan.st: tensor 'fc2.bias' holds a non-finite value: nan at element 3", "a NaN in the pruned file")
+    fold = {k: ("F32", list(v.shape), v.copy()) for k, v in p.items()}
+    j = int(np.flatnonzero(~np.any(p["fc1.weight"] != 0, axis=0))[0])
+    fold["fc1.bias"][2][j] = np.float32(3e38)
+    fold["fc2.weight"][2][j, :] = 4.0
+    write_safetensors(os.path.join(bad, "fold.st"), {k: (d, s, v.tobytes()) for k, (d, s, v) in fold.items()}, {})
+    r = subprocess.run([exe, MODEL] + SETS + ["--compact", "fold.st"] + out, cwd=bad, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    want = "--compact: c.st not written: tensor 'fc2.bias' holds a non-finite value after compaction (inf at element"
+    check(r.returncode != 0 and want in r.stderr and not os.path.exists(os.path.join(bad, "c.st")),
+          "f) a fold that overflows: refused, c.st not written (%s)" % (r.stderr.strip().splitlines() or [""])[0])
 
 
 def main():

@@ -7,9 +7,14 @@
  *     parameter set to the dequantized ones (through scatter), the device copy synced;
  *   - --save-quantized: the narrow tensors, and the f32 bias gathered, in the file;
  *   - --init of that file into a zeroed context: everything back, through scatter and
- *     qweight_sync, the same bytes as the direct quantization. */
+ *     qweight_sync, the same bytes as the direct quantization;
+ *   - --save-quantized of a NaN bias or an infinite scale: refused, naming the tensor, and
+ *     no file written. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "dmrt.h"
@@ -79,6 +84,31 @@ static int matches(const sync_ctx *c, const float *w, const char *when) {
     return fails;
 }
 
+/* --save-quantized writes nothing its loader would refuse: a NaN bias (gathered), an
+ * infinite scale, each named with the path, and no file left. c is restored after. */
+static int refuses_non_finite(sync_ctx *c, const char *dir) {
+    int fails = 0;
+    char path[4096], err[1024];
+    tu_path(path, sizeof path, dir, "nonfinite.safetensors");
+    const struct {
+        float *at;
+        float value;
+        const char *phrase;
+    } cases[] = {{&c->bias[1], NAN, "tensor 'fc.bias' holds a non-finite value (nan at element 1 of [3])"},
+                 {&c->q.scale[2], INFINITY, "tensor 'fc.weight.scale' holds a non-finite value (inf at element 2 of [1, 3])"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float was = *cases[k].at;
+        *cases[k].at = cases[k].value;
+        err[0] = '\0';
+        CHECK(dmrt_save_quantized(&model, c, path, err, sizeof err) != 0, "--save-quantized wrote a %g", (double)cases[k].value);
+        CHECK_MSG(err, path, cases[k].phrase);
+        CHECK(access(path, F_OK) != 0, "--save-quantized left %s after refusing it", path);
+        remove(path);
+        *cases[k].at = was;
+    }
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
     char dir[4096], f32[4096], quantized[4096], err[1024];
@@ -103,6 +133,8 @@ int main(void) {
     CHECK(narrow && narrow->dtype == DMRT_I8 && memcmp(narrow->data, c->q.data, sizeof c->device_data) == 0,
           "the saved file's fc.weight is not the narrow weight");
     dmrt_st_close(&file);
+
+    fails += refuses_non_finite(c, dir);
 
     sync_ctx *d = fresh();
     CHECK(dmrt_load_init(&model, d, quantized, err, sizeof err) == 0, "--init of the saved file: %s", err);

@@ -279,6 +279,16 @@ static const bad_case bad_cases[] = {
      "tensors 'a' and 'b' overlap"},
     {"mismatch", "{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,12]}}", 48, 0,
      "tensor 'fc1.weight': data_offsets [0, 12] hold 12 bytes but shape [3, 4] of F32 needs 48"},
+    /* the tensors must cover the data area exactly (the reference reader's
+     * MetadataIncompleteBuffer): bytes after the last tensor (another file appended), a gap */
+    {"trailing", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, 0,
+     "4 bytes after the last tensor: the tensors cover 8 of the data area's 12 bytes"},
+    {"gap", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+            "\"b\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, 0,
+     "a gap of 4 bytes before tensor 'b' (data_offsets [8, 12])"},
+    {"gap_first", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, 0,
+     "a gap of 4 bytes before tensor 'w'"},
+    {"data_only", "{}", 8, 0, "8 bytes after the last tensor"},
     {"entry", "{\"w\":[1,2]}", 0, 0, "tensor 'w': entry is not a JSON object"},
     {"metadata", "{\"__metadata__\":3}", 0, 0, "\"__metadata__\" is not a JSON object"},
 };

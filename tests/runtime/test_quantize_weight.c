@@ -1,0 +1,75 @@
+/* test_quantize_weight: dmrt_quantize_weight (runtime/gemm_quant.c), the narrow weights of
+ * --quantize int8-weights / int4-weights, on the columns whose scale has no finite f32
+ * reciprocal (all |w| subnormal, below about 2.9e-39 * qmax): each w quantized as w / scale
+ * (not every nonzero w at a bound, nor 0 * inf = NaN made an integer), next to an ordinary
+ * column, whose integers are torch.quantize_per_channel's (w times the f32 reciprocal);
+ * and a NaN or infinite w, which becomes 0. int8 and int4 (one group). */
+#include <math.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "dmrt.h"
+
+#define ROWS 5
+
+/* column 0 tiny, column 1 ordinary (row 1 a tie: 0.5 / (1 / 127) = 63.5 rounds to even) */
+static const float tiny[ROWS] = {1e-39f, 5e-40f, -1e-39f, 2.5e-40f, 0.0f};
+static const float ordinary[ROWS] = {1.0f, 0.5f, -1.0f, 0.25f, 0.0f};
+
+static int q_at(const dmrt_qweight *q, int r, int c) {
+    if (q->bits == 8) return ((const int8_t *)q->data)[r * q->cols + c];
+    int nibble = (q->data[r * ((q->cols + 1) / 2) + c / 2] >> (c & 1 ? 4 : 0)) & 15;
+    return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+/* quantizes the [ROWS, 3] weight whose columns are tiny, ordinary and col2, and checks them */
+static int check_width(int bits, const int *want_tiny, const int *want_ordinary, const float *col2,
+                       const int *want_col2) {
+    int fails = 0;
+    float w[ROWS * 3];
+    for (int r = 0; r < ROWS; r++) w[r * 3] = tiny[r], w[r * 3 + 1] = ordinary[r], w[r * 3 + 2] = col2[r];
+    dmrt_qweight q;
+    if (dmrt_qweight_init(&q, bits, ROWS, 3, ROWS) != 0) {
+        fprintf(stderr, "dmrt_qweight_init failed\n");
+        return 1;
+    }
+    dmrt_quantize_weight(&q, w);
+    CHECK(q.scale[0] > 0.0f && isinf(1.0f / q.scale[0]), "int%d: the tiny column's scale %g has a finite reciprocal "
+          "(the test no longer reaches the case)", bits, (double)q.scale[0]);
+    for (int r = 0; r < ROWS; r++) {
+        CHECK(q_at(&q, r, 0) == want_tiny[r], "int%d: tiny column row %d: q %d, want %d", bits, r, q_at(&q, r, 0),
+              want_tiny[r]);
+        CHECK(q_at(&q, r, 1) == want_ordinary[r], "int%d: ordinary column row %d: q %d, want %d", bits, r,
+              q_at(&q, r, 1), want_ordinary[r]);
+        CHECK(q_at(&q, r, 2) == want_col2[r], "int%d: column 2 row %d (w %g): q %d, want %d", bits, r, (double)col2[r],
+              q_at(&q, r, 2), want_col2[r]);
+    }
+    dmrt_qweight_free(&q);
+    return fails;
+}
+
+int main(void) {
+    int fails = 0;
+    /* NaN and inf w: quantized to 0, the others of the column beside them as its scale says
+     * (NaN is left out of amax by fmaxf; inf makes the scale inf, so every finite w is 0) */
+    const float nan_col[ROWS] = {NAN, 1.0f, -1.0f, 0.5f, 0.0f};
+    const float inf_col[ROWS] = {INFINITY, 1.0f, -1.0f, 0.5f, 0.0f};
+    {
+        const int tiny8[ROWS] = {127, 64, -127, 32, 0}, ordinary8[ROWS] = {127, 64, -127, 32, 0};
+        const int nan8[ROWS] = {0, 127, -127, 64, 0}, inf8[ROWS] = {0, 0, 0, 0, 0};
+        fails += check_width(8, tiny8, ordinary8, nan_col, nan8);
+        fails += check_width(8, tiny8, ordinary8, inf_col, inf8);
+    }
+    {
+        /* int4: scale max|w| / 7, whose f32 reciprocal is 6.9999995: 0.5 of an ordinary column
+         * is 3.4999998, so 3 (torch's integer too), but the tiny column's division 5e-40 / scale
+         * is 3.50005, so 4 */
+        const int tiny4[ROWS] = {7, 4, -7, 2, 0}, ordinary4[ROWS] = {7, 3, -7, 2, 0};
+        const int nan4[ROWS] = {0, 7, -7, 3, 0}, inf4[ROWS] = {0, 0, 0, 0, 0};
+        fails += check_width(4, tiny4, ordinary4, nan_col, nan4);
+        fails += check_width(4, tiny4, ordinary4, inf_col, inf4);
+    }
+    if (fails) fprintf(stderr, "test_quantize_weight: %d failed\n", fails);
+    else printf("test_quantize_weight: ok\n");
+    return fails ? 1 : 0;
+}
