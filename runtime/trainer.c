@@ -90,7 +90,8 @@ static int parse_u64(const char *s, uint64_t *v) {
 /* A finite, non-negative decimal number (also as a float, which is how the sampler
  * takes it). */
 static int parse_f64(const char *s, double *v) {
-    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    /* a digit or '.' first: strtod would skip leading space and take a sign (' -5') */
+    if (!s || !(isdigit((unsigned char)*s) || *s == '.')) return -1;
     char *end;
     errno = 0;
     double x = strtod(s, &end);
@@ -174,7 +175,12 @@ static int check_save_quantized(const tr_opts *o, const char *prog, const dmrt_m
 /* A parameter server takes no steps: it has no trace, no checkpoint, no prediction. */
 static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!model->param_servers) return TR_OK;
-    const char *other = o->trace ? "--trace (a pipeline's timeline)" : o->predict ? "--predict" : NULL;
+    /* --dump-grads: the servers sum the workers' gradients, which no rank holds whole (the
+     * file would be worker 0's part) */
+    const char *other = o->trace        ? "--trace (a pipeline's timeline)"
+                        : o->predict    ? "--predict"
+                        : o->dump_grads ? "--dump-grads (the servers sum the workers' gradients)"
+                                        : NULL;
     if (other)
         return usage_error(prog, model, "%s is not built for parameter servers (this model has %d)", other,
                            model->param_servers);
@@ -235,6 +241,13 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             if (valued[k] && strlen(valued[k]) == nlen && strncmp(arg, valued[k], nlen) == 0) name = valued[k];
         if (!name) {
+            /* --quiet=1: a flag of the table given a value */
+#define TR_FLAG(flag, value, help) value ? NULL : flag,
+            static const char *const flags[] = {DMRT_TRAINER_OPTIONS(TR_FLAG)};
+#undef TR_FLAG
+            for (size_t k = 0; eq && k < sizeof flags / sizeof flags[0]; k++)
+                if (flags[k] && strlen(flags[k]) == nlen && strncmp(arg, flags[k], nlen) == 0)
+                    return usage_error(prog, model, "option %s takes no value", flags[k]);
             if (arg[0] == '-')
                 return usage_error(prog, model, "unknown option '%.*s'", (int)nlen, arg);
             return usage_error(prog, model, "unexpected argument '%s'", arg);

@@ -253,14 +253,17 @@ def run_checks(dmc, root, np, torch):
                             "the mesh's axis tensor has size 2: parameter servers serve a mesh of the data axis alone"),
                            (["--mesh", "data=2", "--ps-staleness", "1"], "--ps-staleness bounds the parameter servers'"),
                            (["--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--trace", "t.json"],
-                            "--trace (a pipeline's timeline) is not built for parameter servers")]:
+                            "--trace (a pipeline's timeline) is not built for parameter servers"),
+                           # the file would hold worker 0's part of the gradient, not the step's
+                           (["--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--dump-grads", "g.st"],
+                            "--dump-grads (the servers sum the workers' gradients) is not built for parameter servers")]:
             args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + common + args
             r = subprocess.run([dmc, "run", src_path] + args, cwd=tmp, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
             if r.returncode == 0 or want not in r.stdout:
                 raise Failure("dmc run %s: expected a failure saying '%s', got (%d):\n%s" % (" ".join(args), want,
                                                                                             r.returncode, r.stdout))
-        print("refused: another mesh axis, --ps-staleness alone, --trace")
+        print("refused: another mesh axis, --ps-staleness alone, --trace, --dump-grads")
     return "parameter servers: synchronous = allreduce (threads, MPI) = PyTorch; asynchronous within its bound"
 
 

@@ -489,6 +489,7 @@ static int test_errors(void) {
         {"lm", {"--top-k", "-3", "--sample", "1"}, 2, "bad value '-3' for --top-k", "usage:"},
         {"lm", {"--temperature", "-1", "--sample", "1"}, 2, "bad value '-1' for --temperature: expected a non-negative number", "usage:"},
         {"lm", {"--temperature", "nan", "--sample", "1"}, 2, "bad value 'nan' for --temperature", "usage:"},
+        {"lm", {"--temperature", " -5", "--sample", "1"}, 2, "bad value ' -5' for --temperature", "usage:"},
         {"lm", {"--temperature", "1e300", "--sample", "1"}, 2, "bad value '1e300' for --temperature", "usage:"},
         {"lm", {"--prompt", "", "--sample", "1"}, 2, "bad value '' for --prompt: expected a non-empty value", "usage:"},
         {"lm", {"--prompt", "hi", "--data", s_two}, 2, "--prompt only applies with --sample N", "usage:"},

@@ -230,6 +230,7 @@ static int batch_usage(const char *exe, const char *dir) {
         const char *phrase;
     } usage[] = {
         {{"--bogus"}, "unknown option '--bogus'"},
+        {{"--quiet=1"}, "option --quiet takes no value"},
         {{"--steps", "abc"}, "bad value 'abc' for --steps"},
         {{"--steps", "-1"}, "bad value '-1' for --steps"},
         {{"--steps", " -5"}, "bad value ' -5' for --steps"},
