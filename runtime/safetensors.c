@@ -29,7 +29,18 @@ static int st_dtype_parse(const char *s, dmrt_dtype *dtype) {
     return -1;
 }
 
+/* Only regular files are read: a FIFO's open would wait for a writer, a device's read
+ * never end; checked before the open (fstat after it checks what was opened). */
+static int refuse_special(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return dmrt_errorf(err, errlen, "%s: not a regular file (%s)", path,
+                           S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    return 0;
+}
+
 static int read_whole(const char *path, void **buf, size_t *size, char *err, size_t errlen) {
+    if (refuse_special(path, err, errlen) != 0) return -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) return dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -272,6 +283,7 @@ int dmrt_st_read(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
 
 int dmrt_st_read_meta(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
+    if (refuse_special(path, err, errlen) != 0) return -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) return dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     unsigned char len[8];

@@ -17,14 +17,28 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_signal;
+/* Ranks inside their step loops: only there is a stop at the next step boundary; before it
+ * (loading, a blocked open) and after it (sampling, the final evaluation) nothing would
+ * look at the request, so a signal then takes its default action at once. */
+static atomic_int stepping;
 
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static void on_stop_signal(int sig) {
+    if (atomic_load(&stepping) > 0) {
+        stop_signal = sig;
+        return;
+    }
+    signal(sig, SIG_DFL); /* both async-signal-safe */
+    raise(sig);
+}
+
+void dmrt_trainer_guard_stepping(int entering) { atomic_fetch_add(&stepping, entering ? 1 : -1); }
 
 void dmrt_trainer_guard_install_signals(void) {
     struct sigaction sa;

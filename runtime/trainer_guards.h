@@ -8,8 +8,10 @@
 struct dmrt_rank;
 
 /* SIGINT and SIGTERM set the stop request (dmrt_trainer_guard_stop_signal: the signal, 0: none)
- * instead of ending the process; a second one ends it. */
+ * instead of ending the process, while a rank is between dmrt_trainer_guard_stepping(1) and
+ * (0) (its step loop); a second one, or one outside the step loops, ends it. */
 void dmrt_trainer_guard_install_signals(void);
+void dmrt_trainer_guard_stepping(int entering);
 int dmrt_trainer_guard_stop_signal(void);
 
 /* Whether the trainer can write path atomically (a file beside it, then a rename), for

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,8 @@ typedef struct tr_run {
     int64_t start, total;      /* steps done before this run (--resume), steps the run ends after */
     int64_t step, checkpointed; /* steps done; the step of the last checkpoint written (-1: none) */
     int stop;                  /* a signal asked every rank to stop */
+    int stepping;              /* between dmrt_trainer_guard_stepping(1) and (0): from the first
+                                * step to --save written, a signal waits for a step boundary */
     double *step_seconds;      /* --trace: every step's time, for the median beside the prediction */
     tr_bar bar;
     double t_train, t_steps, acc, val_loss;
@@ -468,6 +471,17 @@ static int end_training(tr_run *r) {
 
 static int finish_output(tr_run *r);
 
+/* After the step loop, the checkpoint of its end and --save: a signal no longer waits for
+ * a step boundary (the evaluation and the sample after it stop at once); one that came
+ * while --save was written ends the run now, as it would have during a step. */
+static void leave_stepping(tr_run *r) {
+    if (!r->stepping) return;
+    r->stepping = 0;
+    dmrt_trainer_guard_stepping(0);
+    int sig = dmrt_trainer_guard_stop_signal();
+    if (sig && !r->stop) raise(sig); /* the handler was reset by its delivery: the default action */
+}
+
 /* What a finished run writes and prints: the trace, --save, the final test accuracy or
  * validation loss, the "trained" line, --memory, and last the sample. */
 static int finish(tr_run *r) {
@@ -486,6 +500,7 @@ static int finish(tr_run *r) {
             snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err), "; and %s", r->checkpoint_failed);
         return TR_RUNTIME;
     }
+    leave_stepping(r);
     if (r->d.mnist && r->eval_out >= 0) {
         if (!r->acc_fresh && dmrt_trainer_evaluate(&r->d, m, r->ctx, r->in, r->eval_out, &r->acc, r->err, sizeof r->err))
             return TR_RUNTIME;
@@ -578,9 +593,14 @@ int dmrt_trainer_run(const dmrt_model *m, const tr_opts *o, const char *prog, dm
     if (status == TR_OK) status = open_data(r);
     if (status == TR_OK) status = create_model(r);
     if (status == TR_OK) status = plan_steps(r);
-    if (status == TR_OK) status = train(r);
+    if (status == TR_OK) {
+        dmrt_trainer_guard_stepping(1);
+        r->stepping = 1;
+        status = train(r);
+    }
     if (status == TR_OK) status = end_training(r);
     if (status == TR_OK) status = finish(r);
+    leave_stepping(r);
     if (status == TR_RUNTIME) report_failure(r, fail, faillen);
     close_run(r);
     free(r);

@@ -36,6 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = os.path.join(ROOT, "examples", "mlp.dm")
+GPT = os.path.join(ROOT, "examples", "gpt.dm")
 failures = 0
 
 
@@ -274,6 +275,37 @@ def stopped_by(dmc, tmp, sig, mesh):
     check(os.listdir(build_tmp) == [], "%s: the build directory is removed (%s)" % (what, os.listdir(build_tmp)))
 
 
+def outside_the_steps(dmc, tmp):
+    """A signal outside the step loop ends the program at once (the stop request waits for
+    a step boundary only while steps run: a sample after training ran to its end, exit 0),
+    and a FIFO named as --batch-file is refused, not opened (its open waited for a writer
+    for ever, the SIGTERM of `timeout` swallowed)."""
+    keep = os.path.join(tmp, "lm")
+    subprocess.run([dmc, "run", GPT, "--set", "V=256,T=8,C=16,NH=2,L=1,B=2", "--keep", keep, "--", "--steps", "0",
+                    "--sample", "1", "--quiet"], cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
+    prog = os.path.join(keep, "gpt")
+    p = subprocess.Popen([prog, "--steps", "0", "--sample", "100000000", "--quiet"], cwd=tmp,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    try:
+        p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    check(p.returncode == -signal.SIGINT, "SIGINT while sampling: the program ends at once (got %s)" % p.returncode)
+    fifo = os.path.join(tmp, "batches.fifo")
+    os.mkfifo(fifo)
+    try:
+        r = subprocess.run([prog, "--batch-file", fifo, "--steps", "1"], cwd=tmp, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, timeout=10)
+        check(r.returncode == 1 and "not a regular file (a FIFO)" in r.stderr,
+              "a FIFO as --batch-file: refused (got %d: %s)" % (r.returncode, r.stderr.strip()[-200:]))
+    except subprocess.TimeoutExpired:
+        check(False, "a FIFO as --batch-file: the program waited 10 s in its open")
+
+
 def main():
     dmc = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="dmc-guards-") as tmp:
@@ -286,6 +318,7 @@ def main():
         final_checkpoint_disk_full(dmc, tmp)
         stopped_by(dmc, tmp, signal.SIGTERM, [])
         stopped_by(dmc, tmp, signal.SIGINT, ["--mesh", "data=2"])
+        outside_the_steps(dmc, tmp)
     print("%d failed" % failures)
     return 1 if failures else 0
 
