@@ -181,7 +181,7 @@ int dmrt_trainer_init_params(const dmrt_model *m, void *ctx, const dmrt_init_opt
 
 /* predict.c: the trainer's --predict for one rank (NULL: serial); the exit status (0 or 1). */
 int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *path,
-                                const char *prog);
+                                int threads, const char *prog);
 int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *batch_file,
                          const char *out, int threads, const char *prog, struct dmrt_rank *rank, char *fail,
                          size_t faillen);

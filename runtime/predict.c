@@ -209,10 +209,12 @@ int dmrt_trainer_predict(const dmrt_model *m, uint64_t seed, const dmrt_init_opt
 /* The trainer's --save-quantized (a serial quantized program): the narrow weights of --init's
  * parameters (or of the initial ones) into path. Returns the trainer's exit status. */
 int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *path,
-                                const char *prog) {
+                                int threads, const char *prog) {
     char err[2048] = "";
     void *ctx = m->create(seed, err, sizeof err);
-    int ok = ctx && dmrt_trainer_guard_writable("--save-quantized", path, err, sizeof err) == 0 &&
+    /* threads: the int8 calibration's f32 forward runs on them */
+    int ok = ctx && (!threads || dmrt_trainer_set_threads(m, ctx, threads, err, sizeof err) == 0) &&
+             dmrt_trainer_guard_writable("--save-quantized", path, err, sizeof err) == 0 &&
              dmrt_trainer_init_params(m, ctx, io, err, sizeof err) == 0 &&
              dmrt_save_quantized(m, ctx, path, err, sizeof err) == 0;
     if (ctx) m->destroy(ctx);

@@ -138,7 +138,8 @@ static int check_predict(const tr_opts *o, const char *prog, const dmrt_model *m
     const char *other = (o->data || o->data_dir) && !takes_calibration_data(model) ? (o->data ? "--data" : "--data-dir")
                       : o->steps >= 0 ? "--steps" : o->epochs >= 0 ? "--epochs"
                       : o->save ? "--save" : o->dump_grads ? "--dump-grads" : o->sample >= 0 ? "--sample"
-                      : o->eval_every ? "--eval-every" : o->trace ? "--trace" : NULL;
+                      : o->eval_every ? "--eval-every" : o->trace ? "--trace"
+                      : o->memory ? "--memory (a training run's peaks)" : NULL;
     if (other) return usage_error(prog, model, "--predict trains nothing: it cannot be combined with %s", other);
     return TR_OK;
 }
@@ -166,6 +167,7 @@ static int check_save_quantized(const tr_opts *o, const char *prog, const dmrt_m
                       : o->epochs >= 0 ? "--epochs" : o->save ? "--save" : o->checkpoint ? "--checkpoint"
                       : o->dump_grads ? "--dump-grads" : o->eval_every ? "--eval-every" : o->trace ? "--trace"
                       : o->sample >= 0 ? "--sample" : o->batch_file ? "--batch-file"
+                      : o->memory ? "--memory (a training run's peaks)"
                       : (o->data || o->data_dir) && !takes_calibration_data(model) ? (o->data ? "--data" : "--data-dir")
                       : NULL;
     if (other) return usage_error(prog, model, "--save-quantized writes the weights and exits: it cannot be combined with %s", other);

@@ -569,7 +569,7 @@ static void close_run(tr_run *r) {
 int dmrt_trainer_run(const dmrt_model *m, const tr_opts *o, const char *prog, dmrt_rank *rank, char *fail,
                      size_t faillen) {
     dmrt_init_opts io = dmrt_trainer_init_opts(o);
-    if (o->save_quantized) return dmrt_trainer_save_quantized(m, o->seed, &io, o->save_quantized, prog);
+    if (o->save_quantized) return dmrt_trainer_save_quantized(m, o->seed, &io, o->save_quantized, (int)o->threads, prog);
     if (o->predict)
         return dmrt_trainer_predict(m, o->seed, &io, o->batch_file, o->out, (int)o->threads, prog, rank, fail, faillen);
     tr_run *r = calloc(1, sizeof *r);

@@ -74,7 +74,9 @@ def check_failures(dmc, src, d, stio, np):
         raise dmcrun.Failure("a failed --predict changed an existing --out")
     check_out_distinct(dmc, src, d)
     for args, want in ((["--predict", "--batch-file", "p5.st"], "--predict needs --out"),
-                       (["--out", "o.st", "--batch-file", "p5.st"], "--out only applies with --predict")):
+                       (["--out", "o.st", "--batch-file", "p5.st"], "--out only applies with --predict"),
+                       (["--predict", "--batch-file", "p5.st", "--out", "o.st", "--memory"],
+                        "--predict trains nothing: it cannot be combined with --memory")):
         err = run(dmc, src, args, d, expect=2)
         if want not in err:
             raise dmcrun.Failure("%s: expected '%s', got: %s" % (args, want, err))

@@ -128,7 +128,7 @@ def expect_error(dmc, src, d, dmc_args, trainer_args, want, expect=1, sets=SETS)
 SAVE_QUANTIZED_REFUSES = (["--resume", "ck"], ["--steps", "1"], ["--epochs", "1"], ["--save", "s.st"],
                           ["--checkpoint", "ckd"], ["--dump-grads", "g.st"], ["--trace", "t.json"], ["--sample", "4"],
                           ["--eval-every", "2"], ["--batch-file", "x.st"], ["--data", "fashion-mnist"],
-                          ["--data-dir", "."], ["--predict"], ["--evaluate"])
+                          ["--data-dir", "."], ["--predict"], ["--evaluate"], ["--memory"])
 
 
 def check_save_quantized_alone(dmc, src, d):
