@@ -93,6 +93,11 @@ void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);
  * strlen(path) + 12 at least). NULL with errno set on failure (ENAMETOOLONG when the name
  * does not fit). */
 FILE *dmrt_temporary_beside(const char *path, char *tmp, size_t len);
+/* safetensors.c: the path an atomic write of path renames onto: path itself (a new name, a
+ * regular file, a dangling link), or a symbolic link's regular target (into buf, len bytes),
+ * so that the link stays and what it names is replaced; NULL with a message in err for
+ * anything else (a directory, FIFO, device or socket: the rename would replace it). */
+const char *dmrt_atomic_target(const char *path, char *buf, size_t len, char *err, size_t errlen);
 /* safetensors.c: the directory holding path ("." for a bare name, "/" for one in the root)
  * into dir: 0, or -1 when it does not fit. */
 int dmrt_parent_dir(const char *path, char *dir, size_t len);

@@ -3,6 +3,7 @@
  * Layout: u64 little-endian N, N bytes of JSON header, then the data area. The
  * header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]}
  * (offsets relative to the data area) plus an optional "__metadata__" object. */
+#define _XOPEN_SOURCE 700 /* realpath (with the build's _POSIX_C_SOURCE 200809L) */
 #include "internal.h"
 
 #include <errno.h>
@@ -440,6 +441,26 @@ static mode_t current_umask(void) {
     return (mode_t)(mask & 0777);
 }
 
+const char *dmrt_atomic_target(const char *path, char *buf, size_t len, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) return path; /* new, or a file: itself */
+    if (S_ISLNK(st.st_mode)) {
+        /* write through the link, as a plain write would: the rename replaces its target */
+        char *real = realpath(path, NULL);
+        if (real && stat(real, &st) == 0 && S_ISREG(st.st_mode) && strlen(real) < len) {
+            memcpy(buf, real, strlen(real) + 1);
+            free(real);
+            return buf;
+        }
+        free(real);
+        if (stat(path, &st) != 0) return path; /* a dangling link: replaced by the file */
+    }
+    /* a rename over it would replace it (as root, /dev/null itself) */
+    dmrt_errorf(err, errlen, "%s: not a regular file (%s): give a file's path", path,
+                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    return NULL;
+}
+
 FILE *dmrt_temporary_beside(const char *path, char *tmp, size_t len) {
     int k = snprintf(tmp, len, "%s.tmp.XXXXXX", path);
     if (k < 0 || (size_t)k >= len) {
@@ -476,8 +497,12 @@ int dmrt_st_write_meta(const char *path, int n, const dmrt_tensor_desc *descs, c
         if (!data[i] && descs[i].numel > 0)
             return dmrt_errorf(err, errlen, "%s: tensor '%s' has no data", path,
                                descs[i].name ? descs[i].name : "");
+    char target[4096];
+    const char *given = path;
+    path = dmrt_atomic_target(given, target, sizeof target, err, errlen);
+    if (!path) return -1;
     size_t hlen = 0;
-    char *header = build_header(path, n, descs, n_meta, keys, values, &hlen, err, errlen);
+    char *header = build_header(given, n, descs, n_meta, keys, values, &hlen, err, errlen);
     if (!header) return -1;
 
     size_t tlen = strlen(path) + 32;

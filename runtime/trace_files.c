@@ -263,16 +263,18 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     stage_of(m, 0, &stages);
     /* interleaved, a rank idles (P - 1) chunk-times where 1F1B idles P - 1 stage-times */
     double formula = (double)(stages - 1) / (double)(chunks * micros + stages - 1);
-    char tmp[4200], svg[4096];
-    FILE *f = open_tmp(path, tmp, sizeof tmp, err, errlen);
+    char tmp[4200], svg[4096], target[4096];
+    const char *to = dmrt_atomic_target(path, target, sizeof target, err, errlen); /* through a link */
+    FILE *f = to ? open_tmp(to, tmp, sizeof tmp, err, errlen) : NULL;
     if (!f) goto done;
     write_json(m, all, counts, ranks, t0, f);
-    if (close_tmp(f, tmp, path, err, errlen)) goto done;
+    if (close_tmp(f, tmp, to, err, errlen)) goto done;
     svg_path_of(path, svg, sizeof svg);
     if (pictured) {
-        if (!(f = open_tmp(svg, tmp, sizeof tmp, err, errlen))) goto done;
+        if (!(to = dmrt_atomic_target(svg, target, sizeof target, err, errlen))) goto done;
+        if (!(f = open_tmp(to, tmp, sizeof tmp, err, errlen))) goto done;
         write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, f);
-        if (close_tmp(f, tmp, svg, err, errlen)) goto done;
+        if (close_tmp(f, tmp, to, err, errlen)) goto done;
     }
     if (measured) {
         if (chunks > 1)

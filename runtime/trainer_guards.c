@@ -60,6 +60,15 @@ int dmrt_trainer_guard_writable(const char *option, const char *path, char *err,
     /* what the atomic writers do (a temporary file of its own beside PATH, then a rename
      * over PATH), tried: the name is this call's own, so ranks of one process may try the
      * same path at once */
+    /* a link is written through (its target replaced); a device or FIFO is refused: the
+     * rename would replace it */
+    char target[4096], why[512];
+    const char *to = dmrt_atomic_target(path, target, sizeof target, why, sizeof why);
+    size_t named = strlen(path); /* why starts "PATH: " */
+    if (!to)
+        return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path,
+                           strncmp(why, path, named) == 0 && strncmp(why + named, ": ", 2) == 0 ? why + named + 2 : why);
+    path = to;
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp) return dmrt_errorf(err, errlen, "out of memory");

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -157,6 +158,29 @@ def save_is_directory(dmc, tmp):
     r = run(dmc, [MLP] + SMALL + ["--batch-file", small_batches(tmp, 1), "--steps", "2", "--quiet", "--save", target], tmp)
     check(r.returncode == 1 and "it is a directory" in r.stderr and "step 1" not in r.stdout and os.listdir(target) == [],
           "a --save path that is a directory is refused before training (%s)" % r.stderr.strip()[-200:])
+
+
+def save_through_link(dmc, tmp):
+    """--save to a symbolic link writes the file it names (the rename replaced the link with
+    a file of its own, the target kept its old bytes); to a FIFO, refused before training
+    (the rename would have replaced it: as root, `--save /dev/null` the device itself)."""
+    real = os.path.join(tmp, "real")
+    os.makedirs(real, exist_ok=True)
+    target, link = os.path.join(real, "w.safetensors"), os.path.join(tmp, "link.safetensors")
+    with open(target, "w") as f:
+        f.write("old")
+    os.symlink(target, link)
+    r = run(dmc, [MLP] + SMALL + ["--batch-file", small_batches(tmp, 1), "--steps", "1", "--quiet", "--save", link], tmp)
+    with open(target, "rb") as f:
+        written = f.read()
+    check(r.returncode == 0 and os.path.islink(link) and written != b"old" and len(written) > 8,
+          "--save through a link: the link stays, its target is written (%d, %s)" % (r.returncode, r.stderr.strip()[-200:]))
+    fifo = os.path.join(tmp, "save.fifo")
+    os.mkfifo(fifo)
+    r = run(dmc, [MLP] + SMALL + ["--batch-file", small_batches(tmp, 1), "--steps", "1", "--quiet", "--save", fifo], tmp)
+    check(r.returncode == 1 and "not a regular file (a FIFO)" in r.stderr and "step 1" not in r.stdout and
+          stat.S_ISFIFO(os.lstat(fifo).st_mode),
+          "--save naming a FIFO: refused before training, the FIFO kept (%s)" % r.stderr.strip()[-200:])
 
 
 def overflowing_update(dmc, tmp):
@@ -313,6 +337,7 @@ def main():
         nan_input(dmc, tmp)
         unwritable_save(dmc, tmp)
         save_is_directory(dmc, tmp)
+        save_through_link(dmc, tmp)
         overflowing_update(dmc, tmp)
         nan_in_init(dmc, tmp)
         final_checkpoint_disk_full(dmc, tmp)

@@ -126,12 +126,12 @@ static int atomic(const char *dir) {
     CHECK(rc != 0, "write into a missing directory succeeded");
     if (rc) CHECK_MSG(err, path, "cannot create temporary file");
 
-    /* target is a directory: rename fails, the temporary file is removed */
+    /* target is a directory: refused before a temporary file is made */
     tu_path(path, sizeof path, dir, "adir");
     mkdir(path, 0755);
     rc = dmrt_st_write(path, 1, &d, data, err, sizeof err);
     CHECK(rc != 0, "write over a directory succeeded");
-    if (rc) CHECK_MSG(err, path, "rename");
+    if (rc) CHECK_MSG(err, path, "not a regular file (a directory)");
     struct stat st;
     CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "directory replaced");
     CHECK(tu_count_tmp(dir) == 0, "temporary file left after a failed rename");
