@@ -1,38 +1,80 @@
 #include "diag.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-int dm_source_read(dm_source *src, const char *path, FILE *err) {
-    memset(src, 0, sizeof *src);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(err, "dmc: error: cannot read %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    size_t cap = 65536, len = 0;
+/* What a path that is no regular file is, for the message refusing it. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* Reads the whole of fd, a regular file of `size` bytes when it was looked at: the text
+ * and its length, or NULL with errno set (EFBIG when it grew past the limit since). */
+static char *read_all(int fd, size_t size, size_t *len) {
+    size_t cap = size + 1, n = 0; /* + 1: the terminator */
     char *text = malloc(cap);
-    for (;;) {
-        if (!text) break;
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-        if (cap - len - 1 == 0) {
+    while (text) {
+        if (n + 1 == cap) { /* full: the file is larger than it was */
+            if (n > DM_MAX_SOURCE_BYTES) break;
             char *grown = realloc(text, cap * 2);
-            if (!grown) { free(text); text = NULL; break; }
-            text = grown;
-            cap *= 2;
+            if (!grown) free(text);
+            text = grown, cap *= 2;
+            continue;
+        }
+        ssize_t got = read(fd, text + n, cap - n - 1);
+        if (got == 0) break;
+        if (got > 0) n += (size_t)got;
+        else if (errno != EINTR) {
+            int e = errno;
+            free(text);
+            errno = e;
+            return NULL;
         }
     }
-    int failed = ferror(f) || !text;
-    fclose(f);
-    if (failed) {
-        fprintf(err, "dmc: error: cannot read %s: %s\n", path, text ? "read error" : "out of memory");
+    if (!text || n > DM_MAX_SOURCE_BYTES) {
         free(text);
-        return -1;
+        errno = text ? EFBIG : ENOMEM;
+        return NULL;
     }
-    text[len] = 0;
+    text[n] = 0;
+    *len = n;
+    return text;
+}
+
+static int read_failed(FILE *err, const char *path, const char *why, int fd) {
+    fprintf(err, "dmc: error: cannot read %s: %s\n", path, why);
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+/* Only a regular file of at most DM_MAX_SOURCE_BYTES is read: a FIFO would block (it is
+ * opened without waiting for a writer, then refused), a device such as /dev/zero would be
+ * read until memory ran out, and the scanner takes an int length. */
+int dm_source_read(dm_source *src, const char *path, FILE *err) {
+    memset(src, 0, sizeof *src);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return read_failed(err, path, strerror(errno), fd);
+    char why[128];
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, sizeof why, "it is %s, not a regular file", file_kind(st.st_mode));
+        return read_failed(err, path, why, fd);
+    }
+    snprintf(why, sizeof why, "it is larger than %d MiB, the most a source file may have", DM_MAX_SOURCE_BYTES >> 20);
+    if (st.st_size > (off_t)DM_MAX_SOURCE_BYTES) return read_failed(err, path, why, fd);
+    size_t len = 0;
+    char *text = read_all(fd, (size_t)st.st_size, &len);
+    if (!text) return read_failed(err, path, errno == EFBIG ? why : strerror(errno), fd);
+    close(fd);
     src->path = strdup(path);
     src->text = text;
     src->len = len;

@@ -30,8 +30,13 @@ typedef struct dm_diag {
     int quiet_warnings; /* count warnings but print none (the planner's trial compiles) */
 } dm_diag;
 
-/* Reads path whole; on failure prints `dmc: error: cannot read PATH: reason` and
- * returns -1. */
+/* The largest source dmc reads: far above any model file, and within the int length
+ * the scanner takes. */
+#define DM_MAX_SOURCE_BYTES (64 << 20)
+
+/* Reads path whole, a regular file of at most DM_MAX_SOURCE_BYTES; on failure (or
+ * another kind of file, or a larger one) prints `dmc: error: cannot read PATH: reason`
+ * and returns -1. */
 int dm_source_read(dm_source *src, const char *path, FILE *err);
 void dm_source_from_string(dm_source *src, const char *path, const char *text, size_t len);
 void dm_source_free(dm_source *src);

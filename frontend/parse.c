@@ -1,4 +1,5 @@
 /* parse.c: dm_parse, the entry point that ties the flex scanner to the bison parser. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ast.h"
@@ -15,6 +16,14 @@ dm_program *dm_parse(dm_diag *d) {
     dm_pool *pool = dm_pool_new();
     struct dm_program_owner *owner = dm_pool_alloc(pool, sizeof *owner);
     owner->pool = pool;
+    /* the scanner takes an int length; dm_source_read refuses larger files, and a text
+     * from elsewhere (dm_source_from_string) is held to the same limit */
+    if (d->src->len > DM_MAX_SOURCE_BYTES) {
+        fprintf(d->out, "dmc: error: %s is larger than %d MiB, the most a source may have\n", d->src->path,
+                DM_MAX_SOURCE_BYTES >> 20);
+        d->n_errors++;
+        return &owner->program;
+    }
     dm_parse_state state = {.diag = d, .pool = pool, .program = &owner->program, .line = 1, .col = 1};
     yyscan_t scanner;
     if (dm_yylex_init_extra(&state, &scanner) != 0) abort();

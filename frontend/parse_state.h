@@ -14,6 +14,12 @@ typedef struct dm_parse_state {
     dm_pool *pool;
     dm_program *program;
     int nesting;      /* open ( and [ : newlines inside them are spaces */
+    dm_loc open_locs[DM_MAX_NESTING]; /* (nesting) where each open ( and [ is, */
+    char open_chars[DM_MAX_NESTING];  /* and which it is */
+    int nl_pending;   /* a newline was read as a space since the last token, */
+    int nl_before_last; /* and before the last one */
+    void *last_value; /* the last token's value (a NAME's text, a NUMBER's expr), */
+    int replay;       /* for lexing it again after a syntax error: 1 an end of line first, 2 the token */
     int brace_depth;  /* open { */
     int last_token;   /* to insert a separator before '}' and at the end */
     int prev_token;   /* the two tokens before it, and where the first was (0: none), */

@@ -362,8 +362,7 @@ static const char *named_after(int token) {
  * B"), except where a reserved word stands for a name: where a name was expected
  * (`param zero : ...`, `y = zero * 2`), and a statement that begins with a keyword
  * followed by '=' or ':' that it does not take (`schedule = ...`, `input : ...`). */
-static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_parse_state *state) {
-    (void)scanner;
+static void describe_syntax_error(const yypcontext_t *ctx, dm_parse_state *state) {
     enum { MAX_LISTED = 4 };
     yysymbol_kind_t unexpected = yypcontext_token(ctx);
     const DM_YYLTYPE *loc = yypcontext_location(ctx);
@@ -375,14 +374,14 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_pars
     if (is_keyword(unexpected) && name_expected) {
         dm_error(state->diag, *loc, "'%s' is a reserved word and %s", keyword_text(unexpected, word, sizeof word),
                  named_after(state->prev_token));
-        return 0;
+        return;
     }
     int at_start = state->prev2_token == 0 || state->prev2_token == NL || state->prev2_token == '{';
     int kw = YYTRANSLATE(state->prev_token);
     if ((unexpected == YYTRANSLATE('=') || unexpected == YYTRANSLATE(':')) && at_start && is_keyword(kw)) {
         dm_error(state->diag, state->prev_loc, "'%s' is a reserved word and cannot name a value",
                  keyword_text(kw, word, sizeof word));
-        return 0;
+        return;
     }
     char msg[512];
     int n = snprintf(msg, sizeof msg, "syntax error");
@@ -392,5 +391,32 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_pars
             n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", i ? " or " : ", expecting ", yysymbol_name(expected[i]));
     }
     dm_error(state->diag, *loc, "%s", msg);
+}
+
+static int is_token(yysymbol_kind_t k) {
+    return k != YYSYMBOL_YYEMPTY && k != YYSYMBOL_YYEOF && k != YYSYMBOL_YYerror && k != YYSYMBOL_YYUNDEF && k != YYSYMBOL_NL;
+}
+
+/* Recovery discards up to an end of line, which an unclosed ( or [ would keep from ever
+ * coming (its newlines are spaces): the brackets open are dropped. Where the error is at
+ * the first token after such a newline (`h = relu(x @ w` on the line before), the lexer
+ * gives the end of line, then that token again, so its line is parsed rather than
+ * skipped; there, and where the input ends, a note shows the bracket left open. */
+static void recover_at_line_end(dm_parse_state *state, yysymbol_kind_t unexpected, dm_loc at) {
+    int open = state->nesting < DM_MAX_NESTING ? state->nesting : DM_MAX_NESTING;
+    if (unexpected == YYTRANSLATE('(') || unexpected == YYTRANSLATE('[')) open--; /* the token itself */
+    int replay = state->nl_before_last && is_token(unexpected);
+    /* on the error's own line the bracket is in the line the error shows */
+    if (open > 0 && (replay || unexpected == YYSYMBOL_NL) && state->open_locs[open - 1].line != at.line)
+        dm_note(state->diag, state->open_locs[open - 1], "this '%c' is not closed: inside ( ) and [ ] a newline does "
+                "not end the statement", state->open_chars[open - 1]);
+    state->nesting = 0;
+    if (replay) state->replay = 1;
+}
+
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, dm_parse_state *state) {
+    (void)scanner;
+    describe_syntax_error(ctx, state);
+    recover_at_line_end(state, yypcontext_token(ctx), *yypcontext_location(ctx));
     return 0;
 }

@@ -47,7 +47,8 @@ int ir_dtype_bytes(ir_dtype t) {
 
 int64_t ir_numel(const ir_type *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    for (int i = 0; i < t->rank; i++)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX;
     return n;
 }
 

@@ -84,6 +84,14 @@ typedef struct ir_type {
     uint32_t partial;                  /* mesh axes over which a sum is pending (bit per axis) */
 } ir_type;
 
+/* The elements one tensor may have: far above any real model, low enough that a tensor's
+ * bytes and every product of sizes the passes form stay inside int64. Declared types
+ * (ir/lower.c), reshape (ir/lower_builtins.c) and every value shapes_infer types are held
+ * to it. */
+#define IR_MAX_NUMEL ((int64_t)1 << 40)
+
+/* The product of t's sizes; INT64_MAX when it overflows (a type shapes_infer has passed
+ * is at most IR_MAX_NUMEL). */
 int64_t ir_numel(const ir_type *t);
 
 typedef enum ir_init_kind { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_XAVIER } ir_init_kind;

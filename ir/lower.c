@@ -81,14 +81,19 @@ const char *lower_binding_kind_name(binding_kind k) {
     return names[k];
 }
 
-/* Adds a binding; a name already bound in the same scope is a redefinition. */
-binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
-    binding *old = scope_find_local(s, name);
-    if (old) {
-        dm_error(L->d, loc, "redefinition of '%s'", name);
-        dm_note(L->d, old->loc, "previous definition of '%s' (a %s) is here", name, lower_binding_kind_name(old->kind));
-        return NULL;
-    }
+static void report_redefinition(lowerer *L, const char *name, dm_loc loc, const binding *old) {
+    dm_error(L->d, loc, "redefinition of '%s'", name);
+    dm_note(L->d, old->loc, "previous definition of '%s' (a %s) is here", name, lower_binding_kind_name(old->kind));
+}
+
+/* A dotted name (fc1.weight) is a path into layers, which only a layer's block defines. */
+static void report_dotted(lowerer *L, const char *name, dm_loc loc) {
+    dm_error(L->d, loc, "'%s' is a path into a layer: only the layer's block defines what it names (a definition takes a "
+                        "name without '.')", name);
+}
+
+/* Adds a binding for a name s does not hold yet. */
+static binding *scope_add(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 16;
         binding *grown = realloc(s->items, (size_t)s->cap * sizeof *grown);
@@ -102,6 +107,16 @@ binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, d
     b->loc = loc;
     scope_index(s);
     return b;
+}
+
+/* Adds a binding; a name already bound in the same scope is a redefinition. */
+binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
+    binding *old = scope_find_local(s, name);
+    if (old) {
+        report_redefinition(L, name, loc, old);
+        return NULL;
+    }
+    return scope_add(L, s, name, kind, loc);
 }
 
 /* Up to max names bound in s and the scopes around it, of the kinds in the mask (a bit
@@ -459,6 +474,14 @@ static int check_let_type(lowerer *L, scope *s, const dm_stmt *st, int v) {
     return 0;
 }
 
+/* Binds an input or a let of a call. A name the instance has too (a param, a dim, a
+ * layer) was reported with the block (check_block_names); it is left unbound so that the
+ * instance's stays visible and its uses do not cascade into more errors. */
+static binding *bind_call_name(lowerer *L, instance *in, scope *locals, const char *name, dm_loc loc) {
+    if (scope_find_local(&in->env, name)) return NULL;
+    return lower_bind(L, locals, name, B_VALUE, loc);
+}
+
 /* Calls one instance on its arguments: binds them, lowers the lets, returns the value
  * of `return`. */
 static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
@@ -475,7 +498,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
     }
     scope locals = {.parent = &in->env, .prefix = in->env.prefix};
     for (int i = 0; i < n_args; i++) {
-        binding *b = lower_bind(L, &locals, block->inputs[i], B_VALUE, block->input_locs[i]);
+        binding *b = bind_call_name(L, in, &locals, block->inputs[i], block->input_locs[i]);
         if (b) b->value = args[i];
     }
     /* values made by this call (not aliases of earlier ones) take names from it */
@@ -492,7 +515,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
             }
             if (v >= let_start && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
                 val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
-            binding *b = lower_bind(L, &locals, st->name, B_VALUE, st->name_loc);
+            binding *b = bind_call_name(L, in, &locals, st->name, st->name_loc);
             if (b) b->value = v;
         } else if (st->kind == STMT_RETURN) {
             result = lower_expr(L, &locals, st->value);
@@ -641,7 +664,42 @@ static const char *batch_dim_name(lowerer *L, const dm_program *prog) {
     return name;
 }
 
+/* A block's names live in two scopes: its dim parameters, dims, params and layers in the
+ * instance's (made at the layer declaration), its inputs and lets in each call's. Each
+ * scope refuses its own repeats as it is filled, but a name in both would shadow the
+ * instance's silently (`w = relu(h)` hiding `param w`): that is checked here, once per
+ * block, in the order the names are written. */
+typedef struct block_names {
+    scope instance, call;
+} block_names;
+
+static void add_block_name(lowerer *L, block_names *n, int in_call, const char *name, binding_kind kind, dm_loc loc) {
+    if (strchr(name, '.')) {
+        report_dotted(L, name, loc);
+        return;
+    }
+    scope *mine = in_call ? &n->call : &n->instance, *other = in_call ? &n->instance : &n->call;
+    binding *old = scope_find_local(other, name);
+    if (old) report_redefinition(L, name, loc, old);
+    else if (!scope_find_local(mine, name)) scope_add(L, mine, name, kind, loc);
+}
+
+static void check_block_names(lowerer *L, const dm_stmt *block) {
+    block_names n = {{0}, {0}};
+    for (int i = 0; i < block->n_params; i++) add_block_name(L, &n, 0, block->params[i], B_DIM, block->param_locs[i]);
+    for (int i = 0; i < block->n_inputs; i++) add_block_name(L, &n, 1, block->inputs[i], B_VALUE, block->input_locs[i]);
+    for (int i = 0; i < block->n_body; i++) {
+        const dm_stmt *st = block->body[i];
+        binding_kind kind = st->kind == STMT_DIM ? B_DIM : st->kind == STMT_LAYER ? B_LAYER : B_VALUE;
+        if (st->kind == STMT_DIM || st->kind == STMT_PARAM || st->kind == STMT_LAYER || st->kind == STMT_LET)
+            add_block_name(L, &n, st->kind == STMT_LET, st->name, kind, st->name_loc);
+    }
+    scope_free(&n.instance);
+    scope_free(&n.call);
+}
+
 static void check_block_body(lowerer *L, const dm_stmt *block) {
+    check_block_names(L, block);
     int has_return = 0;
     for (int i = 0; i < block->n_body; i++) {
         const dm_stmt *st = block->body[i];
@@ -746,8 +804,34 @@ static void lower_minimize(lowerer *L, scope *s, const dm_stmt *st, dm_loc *loss
     g->loss_loc = *loss_loc = st->loc;
 }
 
+static int defines_name(dm_stmt_kind k) {
+    return k == STMT_DIM || k == STMT_INPUT || k == STMT_PARAM || k == STMT_LAYER || k == STMT_LET || k == STMT_BLOCK;
+}
+
+static binding_kind kind_defined(dm_stmt_kind k) {
+    return k == STMT_DIM ? B_DIM : k == STMT_LAYER ? B_LAYER : k == STMT_BLOCK ? B_BLOCK : B_VALUE;
+}
+
+/* A dotted name reaches into a layer (fc1.weight): defining one would shadow what the
+ * layer defines, or give two parameters one name in weight files, so it is refused; as a
+ * redefinition where the path names something already. Returns whether it was. */
+static int refuse_dotted(lowerer *L, scope *s, const dm_stmt *st) {
+    if (!defines_name(st->kind) || !strchr(st->name, '.')) return 0;
+    int errors = L->d->n_errors;
+    binding *old = lower_resolve_path(L, s, st->name, st->name_loc);
+    if (L->d->n_errors > errors || old == &L->failed_path) return 1; /* reported already */
+    if (old) {
+        report_redefinition(L, st->name, st->name_loc, old);
+        return 1; /* unbound: its uses still reach the layer's */
+    }
+    report_dotted(L, st->name, st->name_loc);
+    lower_bind_failed(L, s, st, kind_defined(st->kind));
+    return 1;
+}
+
 static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     scope *s = &L->global;
+    if (refuse_dotted(L, s, st)) return;
     switch (st->kind) {
     case STMT_DIM: lower_dim(L, s, st, 1); break;
     case STMT_MESH: break; /* lowered first, see dm_lower */

@@ -36,8 +36,9 @@ int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
     case EXPR_NEG: {
         int64_t v;
         if (lower_eval_dim(L, s, e->lhs, &v)) return -1;
-        *out = -v;
-        return 0;
+        if (!__builtin_sub_overflow((int64_t)0, v, out)) return 0;
+        dm_error(L->d, e->loc, "dimension arithmetic overflows");
+        return -1;
     }
     case EXPR_BINARY: {
         int64_t a, b;
@@ -48,12 +49,15 @@ int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
         case '-': overflow = __builtin_sub_overflow(a, b, out); break;
         case '*': overflow = mul_checked(a, b, out); break;
         case '/':
-            if (b == 0 || a % b != 0) {
-                dm_error(L->d, e->loc, "%lld / %lld is not a whole number", (long long)a, (long long)b);
+            /* INT64_MIN / -1 is the one quotient past int64 (and a trap, as its remainder) */
+            overflow = b == -1 && a == INT64_MIN;
+            if (b == 0 || (!overflow && a % b != 0)) {
+                if (b == 0) dm_error(L->d, e->loc, "division by zero: %lld / 0", (long long)a);
+                else dm_error(L->d, e->loc, "%lld / %lld is not a whole number", (long long)a, (long long)b);
                 if (L->layer_path) dm_note(L->d, L->layer_loc, "in layer '%s', declared here", L->layer_path);
                 return -1;
             }
-            *out = a / b;
+            if (!overflow) *out = a / b;
             break;
         default:
             dm_error(L->d, e->loc, "'%c' is not allowed in a dimension", e->op);

@@ -17,9 +17,8 @@
 
 #include "lower.h"
 
-/* The elements one tensor may have: declared types (lower.c) and reshape
- * (lower_builtins.c) are held to the same limit. */
-#define MAX_NUMEL ((int64_t)1 << 40)
+/* The elements one tensor may have (ir.h says who holds tensors to it). */
+#define MAX_NUMEL IR_MAX_NUMEL
 
 typedef enum { B_DIM, B_VALUE, B_LAYER, B_BLOCK } binding_kind;
 
@@ -62,6 +61,8 @@ typedef struct lowerer {
     int in_recompute;         /* lowering the argument of recompute(...) */
     int dropouts;             /* dropout ops so far (ir_value.rng_op) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
+    /* the first statement of each setting: a second would silently replace it */
+    const dm_stmt *schedule_stmt, *accumulate_stmt, *zero_stmt, *precision_stmt;
     binding failed_path;      /* what a dotted path into a failed layer resolves to */
     const char *layer_path;   /* the top-level layer being instantiated, or NULL */
     dm_loc layer_loc;         /* its declaration: where errors in its block's body come from */

@@ -19,6 +19,31 @@ static dm_override *find_override(dm_override *list, int n, const char *name) {
     return NULL;
 }
 
+/* A second statement of a setting (precision, zero, schedule, accumulate) would silently
+ * replace the first: an error at it, with a note at the first. Returns 1 when st is one. */
+static int repeated_statement(lowerer *L, const dm_stmt *st, const dm_stmt **first, const char *what) {
+    if (!*first) {
+        *first = st;
+        return 0;
+    }
+    dm_error(L->d, st->loc, "%s is already set", what);
+    dm_note(L->d, (*first)->loc, "first set here");
+    return 1;
+}
+
+/* A keyword argument given again in one call (`sgd(lr = 1, lr = 2)`) would silently
+ * replace the first: an error at it, with a note at the first. *first is the one seen
+ * before (NULL: none, and a becomes it). Returns 1 when a repeats it. */
+static int repeated_setting(lowerer *L, const dm_expr *a, const dm_expr **first) {
+    if (!*first) {
+        *first = a;
+        return 0;
+    }
+    dm_error(L->d, a->loc, "'%s' is given twice", a->name);
+    dm_note(L->d, (*first)->loc, "first given here");
+    return 1;
+}
+
 void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
     int64_t v;
     if (lower_eval_dim(L, s, st->value, &v)) {
@@ -62,6 +87,28 @@ void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
     }
 }
 
+/* The ranks a mesh may have: an axis is at most 65536, and eight of them would multiply
+ * past int64 (every rank count of the passes and the trainer is their product). */
+#define MAX_MESH_RANKS (1 << 20)
+
+/* The product of the axis sizes (after --mesh), held to MAX_MESH_RANKS. */
+static void check_mesh_ranks(lowerer *L, const dm_stmt *st) {
+    const ir_graph *g = L->g;
+    int64_t ranks = 1;
+    double product = 1;
+    char axes[512];
+    size_t n = 0;
+    for (int a = 0; a < g->n_axes; a++) {
+        /* at most 2^20 x 2^16 before the check stops it: no overflow */
+        if (ranks <= MAX_MESH_RANKS) ranks *= g->axes[a].size;
+        product *= (double)g->axes[a].size;
+        int k = snprintf(axes + n, sizeof axes - n, "%s%s = %lld", a ? " x " : "", g->axes[a].name, (long long)g->axes[a].size);
+        if (k > 0) n = n + (size_t)k < sizeof axes ? n + (size_t)k : sizeof axes - 1;
+    }
+    if (ranks <= MAX_MESH_RANKS) return;
+    dm_error(L->d, st->loc, "the mesh has %.0f ranks (%s): at most %d (2^20)", product, axes, MAX_MESH_RANKS);
+}
+
 void lower_mesh(lowerer *L, const dm_stmt *st) {
     ir_graph *g = L->g;
     if (g->n_axes) {
@@ -99,6 +146,7 @@ void lower_mesh(lowerer *L, const dm_stmt *st) {
         g->axes[g->n_axes].loc = a->loc;
         g->n_axes++;
     }
+    check_mesh_ranks(L, st);
 }
 
 void lower_optimizer(lowerer *L, const dm_stmt *st) {
@@ -112,7 +160,8 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
         dm_error(L->d, call->loc, "%s is a function; call it with ( )", call->name);
         return;
     }
-    struct { const char *name; double *slot; } hypers[10];
+    struct { const char *name; double *slot; const dm_expr *given; } hypers[10] = {{0}};
+    const dm_expr *decay_given = NULL;
     int n = 0;
     double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
     *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
@@ -149,16 +198,18 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         if (strcmp(a->name, "decay") == 0) {
+            if (repeated_setting(L, a, &decay_given)) continue;
             if (a->lhs->kind != EXPR_NAME || ir_decay_from_name(a->lhs->name, &o->decay) != 0)
                 dm_error(L->d, a->lhs->loc, "decay is none, cosine or linear%s%s%s", a->lhs->kind == EXPR_NAME ? ", not '" : "",
                          a->lhs->kind == EXPR_NAME ? a->lhs->name : "", a->lhs->kind == EXPR_NAME ? "'" : "");
             continue;
         }
         double *slot = NULL;
+        const dm_expr **given = NULL;
         const char *names[sizeof hypers / sizeof *hypers + 1];
         for (int k = 0; k < n; k++) {
             names[k] = hypers[k].name;
-            if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot;
+            if (strcmp(hypers[k].name, a->name) == 0) slot = hypers[k].slot, given = &hypers[k].given;
         }
         names[n] = "decay"; /* a name, not a number: handled above, valid all the same */
         if (!slot) {
@@ -167,6 +218,7 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
             dm_error(L->d, a->loc, "unknown setting '%s' for %s%s", a->name, call->name, hint);
             continue;
         }
+        if (repeated_setting(L, a, given)) continue;
         if (lower_eval_number(L, &L->global, a->lhs, slot)) continue;
         if (*slot < 0 || !isfinite(*slot)) dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
         else if (slot == &o->clip && *slot == 0)
@@ -236,9 +288,11 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
     dm_loc at = st->loc;
     if (st->kind == STMT_ACCUMULATE) {
         if (reserved_setting(L, st, "accumulate", "sets the micro-batches of gradient accumulation") ||
+            repeated_statement(L, st, &L->accumulate_stmt, "the accumulation") ||
             micro_count(L, st->value, "accumulate", &m))
             return;
     } else {
+        if (repeated_statement(L, st, &L->schedule_stmt, "the schedule")) return;
         const dm_expr *call = st->value;
         int kind = pipe_kind_by_name(call->name);
         if (call->has_dim_args || kind < 0) {
@@ -246,14 +300,17 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
             return;
         }
         g->schedule = kind;
+        const dm_expr *cuts = NULL, *chunks = NULL, *microbatches = NULL;
         for (int i = 0; i < call->n_args; i++) {
             const dm_expr *a = call->args[i];
             if (a->kind == EXPR_KWARG && strcmp(a->name, "cuts") == 0) {
+                if (repeated_setting(L, a, &cuts)) continue;
                 if (a->lhs->kind != EXPR_LIST) dm_error(L->d, a->lhs->loc, "cuts are a list of values: cuts = [h1, h2]");
                 else L->cuts = a->lhs;
                 continue;
             }
             if (a->kind == EXPR_KWARG && strcmp(a->name, "chunks") == 0) {
+                if (repeated_setting(L, a, &chunks)) continue;
                 if (kind != PIPE_INTERLEAVED)
                     dm_error(L->d, a->loc, "chunks = v goes with the interleaved schedule, not %s", call->name);
                 else if (!micro_count(L, a->lhs, "chunks", &g->chunks))
@@ -264,6 +321,7 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
                 dm_error(L->d, a->loc, "a schedule takes microbatches = M, cuts = [values] and (interleaved) chunks = v");
                 continue;
             }
+            if (repeated_setting(L, a, &microbatches)) continue;
             if (micro_count(L, a->lhs, "microbatches", &m)) return;
             at = a->loc;
         }
@@ -281,7 +339,9 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
 /* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). */
 void lower_zero(lowerer *L, const dm_stmt *st) {
     int64_t v;
-    if (reserved_setting(L, st, "zero", "sets the ZeRO stage") || lower_eval_dim(L, &L->global, st->value, &v)) return;
+    if (reserved_setting(L, st, "zero", "sets the ZeRO stage") || repeated_statement(L, st, &L->zero_stmt, "the ZeRO stage") ||
+        lower_eval_dim(L, &L->global, st->value, &v))
+        return;
     if (v < 0 || v > 3) {
         dm_error(L->d, st->value->loc,
                  "zero is 0, 1 (optimizer state split over data), 2 (gradients too) or 3 (parameters too), got %lld",
@@ -296,6 +356,7 @@ void lower_zero(lowerer *L, const dm_stmt *st) {
  * defaults. The driver's --precision, where given, replaces it. */
 void lower_precision(lowerer *L, const dm_stmt *st) {
     ir_graph *g = L->g;
+    if (repeated_statement(L, st, &L->precision_stmt, "the precision")) return;
     if (strcmp(st->name, "fp32") == 0) {
         g->product_dtype = DT_F32, g->loss_scale = 0;
     } else if (strcmp(st->name, "bf16") == 0) {

@@ -450,8 +450,27 @@ static const shape_rule rules_by_class[] = {
     [OPC_CAST] = rule_keep_preset,
 };
 
+/* The size limit, checked here once for every result rather than in each rule: a
+ * broadcast, a product or an expand multiplies sizes that each passed it, and their
+ * product may not (nor fit in int64). */
+static int check_numel(ir_value *v, dm_diag *d) {
+    int64_t n = 1;
+    int over = 0;
+    double approx = 1;
+    for (int i = 0; i < v->type.rank; i++) {
+        over |= __builtin_mul_overflow(n, v->type.shape[i], &n);
+        approx *= (double)v->type.shape[i];
+    }
+    if (!over && n <= IR_MAX_NUMEL) return 0;
+    char sizes[512];
+    ir_format_sizes(&v->type, sizes, sizeof sizes);
+    dm_error(d, v->loc, "tensor is too large: %s has %.3g elements (at most 2^40)", sizes, approx);
+    return 1;
+}
+
 int shapes_infer(ir_graph *g, ir_value *v, dm_diag *d) {
-    return rules_by_class[ir_op_info_of(v->op)->cls](g, v, d);
+    int errors = rules_by_class[ir_op_info_of(v->op)->cls](g, v, d);
+    return errors ? errors : check_numel(v, d);
 }
 
 int pass_shapes(ir_graph *g, dm_diag *d) {

@@ -1,10 +1,41 @@
 /* pipeline_checks.c: what the pipeline pass checks of the program's requests before it
  * cuts: the interleaved schedule's model chunks, and the cuts the program names; and after
  * it cuts, whether its own cut is badly unbalanced. */
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "passes.h"
 #include "schedule.h"
+
+/* A diagnostic at `at`, or, where only the command line asked for what it is about (no
+ * statement to point at: --chunks without a schedule or a pipeline axis), dmc's own, as
+ * other command-line errors print: `dmc: error: ...`, rather than FILE:0:0 without a
+ * source line. */
+static void report_at(dm_diag *d, dm_loc at, int is_error, const char *fmt, va_list ap) {
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (at.line > 0) {
+        if (is_error) dm_error(d, at, "%s", msg);
+        else dm_note(d, at, "%s", msg);
+        return;
+    }
+    if (is_error) d->n_errors++;
+    if (d->n_errors <= d->max_errors) fprintf(d->out, "dmc: %s: %s\n", is_error ? "error" : "note", msg);
+}
+
+static void __attribute__((format(printf, 3, 4))) error_at(dm_diag *d, dm_loc at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report_at(d, at, 1, fmt, ap);
+    va_end(ap);
+}
+
+static void __attribute__((format(printf, 3, 4))) note_at(dm_diag *d, dm_loc at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report_at(d, at, 0, fmt, ap);
+    va_end(ap);
+}
 
 /* 2BW's and PipeDream's steps overlap: a stage's last backwards of a batch and its updates
  * run in the next step, on the weights that batch's forward used. What needs every stage's
@@ -16,15 +47,15 @@ static int pipeline_2bw_problems(const ir_graph *g, int ranks, dm_loc at, dm_dia
     const char *name = pipe_kind_name(kind);
     const char *why = pipe_2bw_problem(kind, ranks, g->microbatches);
     if (why) {
-        dm_error(d, at, "%d micro-batch%s cannot run as %s on %d pipeline stages: %s", g->microbatches,
+        error_at(d, at, "%d micro-batch%s cannot run as %s on %d pipeline stages: %s", g->microbatches,
                  g->microbatches == 1 ? "" : "es", name, ranks, why);
-        dm_note(d, at, "at the end of a step, stage s still owes the backwards of its batch's last %d - s - 1 "
+        note_at(d, at, "at the end of a step, stage s still owes the backwards of its batch's last %d - s - 1 "
                        "micro-batches; with fewer than %d a step would owe an older batch's too (--microbatches %d)",
                 ranks, ranks, ranks);
         errors++;
     }
     if (g->zero > 0) {
-        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the %s schedule", g->zero,
+        error_at(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the %s schedule", g->zero,
                  name);
         errors++;
     }
@@ -39,7 +70,7 @@ static int pipeline_2bw_problems(const ir_graph *g, int ranks, dm_loc at, dm_dia
     if (g->compress.kind != COMPRESS_NONE) {
         char compress[64];
         dm_compress_name(&g->compress, compress, sizeof compress);
-        dm_error(d, at, "gradient compression (--compress %s) is not built for the %s schedule", compress, name);
+        error_at(d, at, "gradient compression (--compress %s) is not built for the %s schedule", compress, name);
         errors++;
     }
     /* a dropout mask is keyed by the updates done, which change inside a 2bw step */
@@ -60,33 +91,33 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
                                            : (dm_loc){0};
     int M = g->microbatches;
     if (g->chunks > 0 && g->schedule != PIPE_INTERLEAVED) {
-        dm_error(d, at, "%d model chunks per pipeline rank, but the schedule is %s: chunks go with the interleaved schedule",
+        error_at(d, at, "%d model chunks per pipeline rank, but the schedule is %s: chunks go with the interleaved schedule",
                  g->chunks, pipe_kind_name((pipe_kind)g->schedule));
-        dm_note(d, at, "--schedule interleaved --chunks v, or schedule interleaved(microbatches = M, chunks = v)");
+        note_at(d, at, "--schedule interleaved --chunks v, or schedule interleaved(microbatches = M, chunks = v)");
         return -1;
     }
     int chunks = pipe_chunks_for(g->schedule, ranks, g->chunks);
     if (pipe_flushless(pipe_kind_for(g->schedule, ranks))) return pipeline_2bw_problems(g, ranks, at, d) ? -1 : 1;
     if (pipe_kind_for(g->schedule, ranks) != PIPE_INTERLEAVED) return 1;
     if (g->chunks < 2) {
-        dm_error(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
-        dm_note(d, at, "--chunks v, or schedule interleaved(microbatches = M, chunks = v)");
+        error_at(d, at, "the interleaved schedule needs 2 or more model chunks per pipeline rank");
+        note_at(d, at, "--chunks v, or schedule interleaved(microbatches = M, chunks = v)");
         return -1;
     }
     if (M % ranks != 0) {
-        dm_error(d, at, "%d micro-batch%s cannot run interleaved on %d pipeline ranks: each takes micro-batches "
+        error_at(d, at, "%d micro-batch%s cannot run interleaved on %d pipeline ranks: each takes micro-batches "
                  "through its chunks in groups of %d", M, M == 1 ? "" : "es", ranks, ranks);
-        dm_note(d, at, "make the micro-batches a multiple of %d (--microbatches %d)", ranks, (M / ranks + 1) * ranks);
+        note_at(d, at, "make the micro-batches a multiple of %d (--microbatches %d)", ranks, (M / ranks + 1) * ranks);
         return -1;
     }
     if (ranks * chunks > 64) {
-        dm_error(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
+        error_at(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
         return -1;
     }
     /* not built yet: ZeRO lays out each stage's shares as a rank's whole region, and
      * clipping would take the norm chunk by chunk */
     if (g->zero > 0) {
-        dm_error(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the interleaved schedule",
+        error_at(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the interleaved schedule",
                  g->zero);
         return -1;
     }
@@ -98,7 +129,7 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
     if (g->compress.kind != COMPRESS_NONE) {
         char compress[64];
         dm_compress_name(&g->compress, compress, sizeof compress);
-        dm_error(d, at, "gradient compression (--compress %s) is not built for the interleaved schedule", compress);
+        error_at(d, at, "gradient compression (--compress %s) is not built for the interleaved schedule", compress);
         return -1;
     }
     return chunks;
