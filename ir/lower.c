@@ -338,6 +338,19 @@ static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
         return -1;
     }
     if (want_args && (lower_eval_number(L, s, e->args[0], &init.a) || lower_eval_number(L, s, e->args[1], &init.b))) return -1;
+    /* as torch's normal_ and uniform_ refuse them: every weight would be NaN or inf */
+    if (want_args && (!isfinite(init.a) || !isfinite(init.b))) {
+        dm_error(L->d, e->loc, "%s's arguments must be finite, got %g and %g", kind, init.a, init.b);
+        return -1;
+    }
+    if (init.kind == INIT_NORMAL && init.b < 0) {
+        dm_error(L->d, e->loc, "normal's std must not be negative, got %g", init.b);
+        return -1;
+    }
+    if (init.kind == INIT_UNIFORM && init.a > init.b) {
+        dm_error(L->d, e->loc, "uniform's lo %g is above its hi %g", init.a, init.b);
+        return -1;
+    }
     if (init.kind == INIT_XAVIER && t.rank < 1) {
         dm_error(L->d, e->loc, "xavier needs at least one dimension");
         return -1;
