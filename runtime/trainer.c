@@ -397,8 +397,11 @@ static int serve(const dmrt_model *m, dmrt_rank *r, char *fail, size_t faillen) 
     else /* fp16: steps a worker's loss scaler skipped */
         snprintf(mode, sizeof mode, "asynchronous (bound %d): workers at most %lld steps apart, %lld of the pushes "
                  "skipped (fp16, no gradients)", stats.staleness, (long long)stats.max_lead, (long long)stats.skipped);
-    snprintf(line, sizeof line, "server %d (world rank %d): %lld updates of its shard from %lld pushes, %s, %.2f s waiting for them\n",
-             server, dmrt_rank_id(r), (long long)stats.updates, (long long)stats.pushes, mode, stats.waited_seconds);
+    snprintf(line, sizeof line,
+             "server %d (world rank %d): %lld updates of its shard from %lld pushes, %s, %.2f s waiting for them, on %d "
+             "thread%s\n",
+             server, dmrt_rank_id(r), (long long)stats.updates, (long long)stats.pushes, mode, stats.waited_seconds,
+             stats.threads, stats.threads == 1 ? "" : "s");
     fputs(line, stderr);
     return TR_OK;
 }
@@ -456,6 +459,14 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
     if (model->n_ranks <= 1 || !model->create_rank) return exit_status(dmrt_trainer_run(model, &o, prog, NULL, NULL, 0));
     if (model->n_ranks > INT32_MAX) {
         fprintf(stderr, "%s: error: model '%s' needs %lld ranks\n", prog, model->name, (long long)model->n_ranks);
+        return TR_RUNTIME;
+    }
+    /* a parameter server's threads are $DMC_THREADS's (its generated _serve reads them, not
+     * the options): --threads is set there for the servers too, before any thread starts */
+    char threads[24];
+    snprintf(threads, sizeof threads, "%lld", (long long)o.threads);
+    if (model->param_servers && o.threads && setenv("DMC_THREADS", threads, 1) != 0) {
+        fprintf(stderr, "%s: error: cannot set DMC_THREADS for the parameter servers: %s\n", prog, strerror(errno));
         return TR_RUNTIME;
     }
     tr_spmd s = {model, &o, prog, 0, 0, 0, 0};

@@ -87,6 +87,7 @@ typedef struct dmrt_ps_stats {
     int64_t max_lead;       /* asynchronous: the most steps a worker was ahead of the
                              * slowest when its pull was answered (at most the bound) */
     double waited_seconds;  /* time spent waiting for pushes */
+    int threads;            /* the update's loops ran on */
 } dmrt_ps_stats;
 
 /* Serves shard dmrt_rank_id(r) - workers until every worker is done. threads: for the

@@ -265,6 +265,7 @@ static int serve_asynchronous(server *sv) {
 int dmrt_ps_serve(dmrt_rank *r, const dmrt_ps_layout *L, int threads, dmrt_ps_stats *stats) {
     memset(stats, 0, sizeof *stats);
     stats->staleness = L->staleness;
+    stats->threads = threads > 0 ? threads : 1;
     int s = dmrt_rank_id(r) - L->workers;
     if (s < 0 || s >= L->servers || L->states < 0 || L->states > 2) {
         char why[160];

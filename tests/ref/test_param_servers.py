@@ -264,6 +264,16 @@ def run_checks(dmc, root, np, torch):
                 raise Failure("dmc run %s: expected a failure saying '%s', got (%d):\n%s" % (" ".join(args), want,
                                                                                             r.returncode, r.stdout))
         print("refused: another mesh axis, --ps-staleness alone, --trace, --dump-grads")
+        # --threads reaches the servers' update loops (they took $DMC_THREADS or the cores
+        # shared by the ranks: 1 of 2 cores over 3 ranks)
+        env = {k: v for k, v in os.environ.items() if k != "DMC_THREADS"}
+        args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + dmcrun.target_args() + common + [
+            "--mesh", "data=2", "--param-servers", "1", "--steps", "1", "--threads", "2"]
+        r = subprocess.run([dmc, "run", src_path] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True, timeout=240, env=env)
+        if r.returncode != 0 or not re.search(r"^server 0 .* waiting for them, on 2 threads$", r.stdout, re.M):
+            raise Failure("--threads 2: the server's line does not say 2 threads (%d):\n%s" % (r.returncode, r.stdout))
+        print("--threads 2 reaches the servers")
     return "parameter servers: synchronous = allreduce (threads, MPI) = PyTorch; asynchronous within its bound"
 
 
