@@ -174,19 +174,11 @@ static void join_compress_check(emitter *E, int stage) {
     cg_line(&E->w, "if (compress_not_finite != 0.0f) not_finite = 1.0f; /* the compressed gradients were not reduced */");
 }
 
-void emit_loss_unscale(emitter *E, int stage) {
+/* The scaler's decision once not_finite holds this rank's part of the check: one sum over
+ * the mesh, and a step with any element not finite anywhere skipped (the function returns
+ * before any update) with the scale halved. */
+static void emit_loss_skip(emitter *E) {
     cg_writer *w = &E->w;
-    cg_blank(w);
-    cg_line(w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule): the gradients were of the loss times");
-    cg_line(w, " * ctx->loss_scale.scale; a step with any gradient element not finite on any rank is skipped (no");
-    cg_line(w, " * update, not counted) and the scale halved; else the gradients are unscaled, and the scale");
-    cg_line(w, " * doubles after ctx->loss_scale.interval clean steps in a row */");
-    cg_line(w, "{");
-    w->indent++;
-    cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
-    each_gradient(E, stage, ADD_SQUARES, NULL);
-    cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
-    join_compress_check(E, stage);
     /* synchronous parameter servers: every worker skips the same steps, and pushes nothing
      * then; asynchronous ones: each worker has a scaler of its own (a decision over the
      * mesh would make the workers wait for each other every step), and its skipped step
@@ -205,17 +197,93 @@ void emit_loss_unscale(emitter *E, int stage) {
     cg_line(w, "                     * iteration does); the optimizer's own count does not (cg_updates_done)%s */",
             emits_param_servers(E) && !emits_async_param_servers(E) ? "; nothing is pushed" : "");
     cg_line(w, "}");
-    if (unscales_after(E, stage)) { /* (compression may have unscaled every one) */
-        cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
-        each_gradient(E, stage, UNSCALE, "unscale");
-    }
+}
+
+/* A clean step: counted, and the scale doubled after ctx->loss_scale.interval of them in a row. */
+static void emit_loss_clean(cg_writer *w) {
     cg_line(w, "ctx->loss_scale.last_skipped = 0;");
     cg_line(w, "if (++ctx->loss_scale.good_steps == ctx->loss_scale.interval) {");
     cg_line(w, "    ctx->loss_scale.scale *= 2.0;");
     cg_line(w, "    ctx->loss_scale.good_steps = 0;");
     cg_line(w, "}");
+}
+
+void emit_loss_unscale(emitter *E, int stage) {
+    cg_writer *w = &E->w;
+    cg_blank(w);
+    cg_line(w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule): the gradients were of the loss times");
+    cg_line(w, " * ctx->loss_scale.scale; a step with any gradient element not finite on any rank is skipped (no");
+    cg_line(w, " * update, not counted) and the scale halved; else the gradients are unscaled, and the scale");
+    cg_line(w, " * doubles after ctx->loss_scale.interval clean steps in a row */");
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
+    each_gradient(E, stage, ADD_SQUARES, NULL);
+    cg_line(w, "float not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    join_compress_check(E, stage);
+    emit_loss_skip(E);
+    if (unscales_after(E, stage)) { /* (compression may have unscaled every one) */
+        cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
+        each_gradient(E, stage, UNSCALE, "unscale");
+    }
+    emit_loss_clean(w);
     w->indent--;
     cg_line(w, "}");
+}
+
+/* Interleaved: a rank's chunks are stages with update functions of their own, but one
+ * model to the scaler, whose rule is one decision a step over every gradient. Were each
+ * chunk's function to decide, a step would halve the scale once per chunk that overflowed,
+ * count as many skips (the optimizer's update count, step - skipped, then runs behind and
+ * below zero: AdamW's bias correction turns NaN), the chunks could disagree on skipping,
+ * and a later chunk would unscale by a scale an earlier one had already grown. So each
+ * chunk's update is split in two (emit_step.c): its reductions then this, its part of the
+ * check into the rank's flag; the rank decides (emit_rank_loss_skip); then each chunk
+ * unscales (emit_chunk_unscale) and updates; then the rank counts the clean step
+ * (emit_rank_loss_clean). Compression, ZeRO and parameter servers do not run interleaved. */
+void emit_chunk_loss_check(emitter *E, int stage) {
+    cg_writer *w = &E->w;
+    cg_blank(w);
+    if (each_gradient(E, stage, COUNT_ONLY, NULL) == 0) {
+        cg_line(w, "(void)not_finite; /* fp16's check: this stage updates no parameter */");
+        return;
+    }
+    cg_line(w, "/* fp16's loss scaler: this stage's part of the check, into the rank's flag (its update function");
+    cg_line(w, " * decides once for all its chunks, over the mesh) */");
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
+    each_gradient(E, stage, ADD_SQUARES, NULL);
+    cg_line(w, "if (!isfinite(sum_squares)) *not_finite = 1.0f;");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+void emit_rank_loss_skip(emitter *E) {
+    cg_line(&E->w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule), decided once for the rank's chunks as");
+    cg_line(&E->w, " * for one model: a step with any gradient element not finite on any chunk of any rank is skipped");
+    cg_line(&E->w, " * by every chunk (no update, not counted) and the scale halved once; else each chunk unscales");
+    cg_line(&E->w, " * its gradients and updates, and the scale doubles after ctx->loss_scale.interval clean steps */");
+    emit_loss_skip(E);
+}
+
+void emit_chunk_unscale(emitter *E, int stage) {
+    cg_writer *w = &E->w;
+    if (each_gradient(E, stage, COUNT_ONLY, NULL) == 0) return;
+    cg_blank(w);
+    cg_line(w, "/* fp16: every chunk's gradients were finite (its rank's update decided): unscaled, by the step's");
+    cg_line(w, " * scale (the rank changes it after all its chunks' updates) */");
+    cg_line(w, "{");
+    w->indent++;
+    cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
+    each_gradient(E, stage, UNSCALE, "unscale");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+void emit_rank_loss_clean(emitter *E) {
+    cg_line(&E->w, "/* fp16: the clean step counted once for all the rank's chunks */");
+    emit_loss_clean(&E->w);
 }
 
 /* Clipping on the device, without a wait: a program whose step ends in one wait

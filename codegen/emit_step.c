@@ -206,9 +206,14 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
      * function's reductions, then the norm and scaling, then its updates */
     int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0, scaled = phase == PHASE_UPDATE && g->loss_scale > 0;
     int parts = clipped || scaled ? 2 : 1;
+    int half = phase == PHASE_UPDATE ? E->update_half : 0; /* (interleaved fp16: one part a function) */
     int guarded = 0; /* inside predict's guard (emit_predict.c) */
     for (int part = 1; part <= parts; part++) {
-        if (part == 2 && scaled) emit_loss_unscale(E, stage);
+        if (half && part != half) continue;
+        if (part == 2 && scaled) {
+            if (half) emit_chunk_unscale(E, stage);
+            else emit_loss_unscale(E, stage);
+        }
         if (part == 2 && clipped) emit_clip(E, stage);
         E->update_part = parts == 2 ? part : 0;
         for (int i = 0; i < g->n_values; i++) {
@@ -227,6 +232,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
         }
     }
     if (guarded) E->w.indent--, cg_line(&E->w, "}");
+    if (half == 1) emit_chunk_loss_check(E, stage);
     E->update_part = 0;
     free(start_after);
 }
@@ -246,6 +252,13 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (!in_function(E, v, phase, stage) || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
+        /* an update split in two (interleaved fp16): the reductions, or the updates */
+        int updates = ir_op_info_of(v->op)->cls == OPC_UPDATE;
+        if (phase == PHASE_UPDATE && E->update_half && updates != (E->update_half == 2)) {
+            /* (the first half's check reads the gradients the updates will) */
+            if (E->update_half == 1) used[v->operands[1]] = *any = 1;
+            continue;
+        }
         *any = 1;
         /* a reshape that shares its operand's buffer emits no code: it touches nothing */
         if (emits_nothing(E, v)) continue;
@@ -381,6 +394,8 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     cg_line(&E->w, "/* %s */", what);
     if (micro)
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
+    else if (phase == PHASE_UPDATE && E->update_half == 1) /* (emit_chunk_loss_check) */
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, float *not_finite) {", fn, g->model);
     else
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch) {", fn, g->model);
     E->w.indent++;
@@ -490,6 +505,11 @@ void emit_constants_call(emitter *E) {
     }
 }
 
+/* Interleaved fp16: each chunk's update is two functions, the rank's update deciding
+ * whether to skip the step between them, once for all its chunks (emit_clip.c,
+ * emit_chunk_loss_check says why). */
+static int splits_update(const emitter *E) { return E->chunks > 1 && E->g->loss_scale > 0; }
+
 /* Stage st's functions: forward and backward of one micro-batch, its update. */
 static void emit_stage_functions(emitter *E, int st) {
     const ir_graph *g = E->g;
@@ -508,11 +528,24 @@ static void emit_stage_functions(emitter *E, int st) {
     snprintf(fn, sizeof fn, "stage%d_backward", st);
     snprintf(what, sizeof what, "Stage %d's backward pass of micro-batch `micro`.", st);
     emit_phase(E, PHASE_BACKWARD, st, fn, what);
-    if (g->optimizer.kind != OPTIM_NONE) {
-        snprintf(fn, sizeof fn, "stage%d_update", st);
-        snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
+    if (g->optimizer.kind == OPTIM_NONE) return;
+    if (splits_update(E)) { /* fp16's one decision for a rank's chunks between the halves */
+        snprintf(fn, sizeof fn, "stage%d_reduce", st);
+        snprintf(what, sizeof what, "Stage %d's gradients reduced, and its part of fp16's check: *not_finite set where an\n"
+                 " * element is not (rank%d_update decides for all its chunks).", st, rank_of(E, st));
+        E->update_half = 1;
         emit_phase(E, PHASE_UPDATE, st, fn, what);
+        snprintf(fn, sizeof fn, "stage%d_update", st);
+        snprintf(what, sizeof what, "Stage %d's optimizer update: its gradients unscaled, then its parameters (rank%d_update\n"
+                 " * calls it when no chunk's gradients overflowed; ctx->step already counts it).", st, rank_of(E, st));
+        E->update_half = 2;
+        emit_phase(E, PHASE_UPDATE, st, fn, what);
+        E->update_half = 0;
+        return;
     }
+    snprintf(fn, sizeof fn, "stage%d_update", st);
+    snprintf(what, sizeof what, "Stage %d's optimizer update of its parameters (ctx->step already counts it).", st);
+    emit_phase(E, PHASE_UPDATE, st, fn, what);
 }
 
 /* Stage st's gradients from ctx->grad_sum, divided by `divisor`, into where the update reads
@@ -653,8 +686,15 @@ static void emit_rank_schedule(emitter *E, int r) {
     cg_line(w, "static int rank%d_update(struct_ctx *ctx, const %s_batch *batch) {", r, g->model);
     w->indent++;
     cg_line(w, "int status;");
+    if (splits_update(E)) {
+        cg_line(w, "float not_finite = 0.0f; /* 1: some chunk's gradients hold an element that is not finite */");
+        for (int st = r; st < E->stages; st += P)
+            cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &not_finite)) != DMRT_OK) return status;", st);
+        emit_rank_loss_skip(E);
+    }
     for (int st = r; st < E->stages; st += P)
         cg_line(w, "if ((status = stage%d_update(ctx, batch)) != DMRT_OK) return status;", st);
+    if (splits_update(E)) emit_rank_loss_clean(E);
     for (int which = TIED_SENDS; which <= TIED_RECEIVES; which++)
         for (int st = r; st < E->stages; st += P) {
             E->cur_stage = st;

@@ -83,6 +83,11 @@ typedef struct emitter {
                                 * (passes/hoist_constants.c), which the step's functions skip */
     int update_part;           /* an update function split by clipping or loss scaling (emit_clip.c): 1 while its
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
+    int update_half;           /* interleaved fp16: a stage's update as two functions, the rank's
+                                * update deciding for its chunks between them (emit_clip.c,
+                                * emit_chunk_loss_check): 1 while the first is emitted (stage%d_reduce:
+                                * the reductions and the stage's part of the check), 2 the second
+                                * (stage%d_update: the unscaling and the updates); 0: one function */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
     const int *activation_of_bias; /* (n_values) a bias's add run with its product: the activation
@@ -380,6 +385,15 @@ int prune_heads_span_stages(const emitter *E);
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */
 void emit_loss_unscale(emitter *E, int stage);
+/* The same with the interleaved schedule's chunks, one decision a step for all of a rank's
+ * (emit_step.c splits each chunk's update function around it): a chunk's part of the check
+ * (at the end of its stage%d_reduce, into `float *not_finite`), the rank's decision (in
+ * rank%d_update, on its `float not_finite`: a skipped step returns), a chunk's unscaling (at
+ * the start of its stage%d_update), the rank's count of a clean step (after its chunks'). */
+void emit_chunk_loss_check(emitter *E, int stage);
+void emit_rank_loss_skip(emitter *E);
+void emit_chunk_unscale(emitter *E, int stage);
+void emit_rank_loss_clean(emitter *E);
 /* emit_params.c: in a generated gather or scatter function, the rank's block of the whole
  * tensor into its shard (C expression), or the shard (`shard`) into the whole tensor,
  * through host memory where the dialect's is separate (but where the generated int

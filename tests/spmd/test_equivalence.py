@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import stio  # noqa: E402
-from dmcrun import TARGET, Failure, nan_worst, run_dmc  # noqa: E402
+from dmcrun import TARGET, Failure, nan_worst, run_dmc_steps  # noqa: E402
 
 STEPS = 10
 LOSS_RTOL = 1e-5
@@ -135,6 +135,14 @@ QUICK_SEQUENCE_MESHES = [SEQUENCE_MESHES[2], SEQUENCE_MESHES[-1]]
 BF16_MESHES = [MESHES[0], MESHES[2], MESHES[4], MESHES[-1], PIPELINE_MESHES[0], PIPELINE_MESHES[4],
                PIPELINE_MESHES[9]]
 BF16_BOUNDS = {"mlp": (2e-4, 1e-6, 1e-3), "gpt": (5e-5, 1e-4, 5e-3)}
+# fp16 adds the interleaved schedule: a rank's model chunks are one model to the loss
+# scaler, so a step is skipped (and the scale halved once) on every chunk of every rank or
+# on none: data=2 x pipeline=2 with 2 chunks of 2 micro-batches, and 3 chunks of 4
+# micro-batches (2 of mlp.dm's 6 stages hold no parameter). Before 2026-11-30 each chunk
+# decided alone: a skip halved the scale once per chunk and the skipped count ran ahead of
+# the steps (AdamW's bias correction then took a negative update count: a NaN loss by step 6).
+FP16_MESHES = BF16_MESHES + [("data=2,pipeline=2", ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2"]),
+                             ("pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "3"])]
 # sizes for the pipeline meshes where a model's own do not fit them: gpt.dm's batch must
 # split into 8 micro-batches, and 4 layers give pipeline=4 a layer a stage (the token
 # embedding on the first stage and the head tied to it on the last)
@@ -187,8 +195,9 @@ def batches(model, sizes, rng):
 
 
 def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=(), everywhere=()):
-    """Losses and final weights of STEPS steps on mesh (None: serial); everywhere: arguments
-    of the serial run and the mesh's alike."""
+    """Losses, step-1 gradients, final weights and each step's loss scale and skip (fp16's
+    scaler: (scale, skipped) per step; None elsewhere) of STEPS steps on mesh (None:
+    serial); everywhere: arguments of the serial run and the mesh's alike."""
     saved = os.path.join(tmp, "weights-%s.safetensors" % tag)
     grads = os.path.join(tmp, "grads-%s.safetensors" % tag)
     args = ["--set", sizes, "--batch-file", batch_file, "--steps", str(STEPS), "--seed", "7",
@@ -197,10 +206,11 @@ def train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend, tag, extra=(), ev
         args += ["--mesh", mesh, "--backend", backend] + list(extra)
         if backend == "mpi" and os.environ.get("DMC_TEST_MPIRUN"):
             args += ["--mpirun", os.environ["DMC_TEST_MPIRUN"]]
-    losses = run_dmc(dmc, dm_file, tmp, args, timeout=300)
-    if len(losses) != STEPS:
-        raise Failure("%s: %d step lines, expected %d" % (tag, len(losses), STEPS))
-    return losses, stio.load(grads), stio.load(saved)
+    steps = run_dmc_steps(dmc, dm_file, tmp, args, timeout=300)
+    if len(steps) != STEPS:
+        raise Failure("%s: %d step lines, expected %d" % (tag, len(steps), STEPS))
+    scaler = [(f["scale"], f.get("skipped", 0.0)) for f in steps] if "scale" in steps[0] else None
+    return [f["loss"] for f in steps], stio.load(grads), stio.load(saved), scaler
 
 
 def max_difference(tag, got, want):
@@ -241,7 +251,9 @@ def main():
     global LOSS_RTOL, GRAD_ATOL
     if mesh_set in ("bf16", "fp16"):
         LOSS_RTOL, GRAD_ATOL, WEIGHT_ATOL[model] = BF16_BOUNDS[model]
-        MESHES = BF16_MESHES if os.environ.get("DMC_TEST_QUICK") != "1" else [BF16_MESHES[2], BF16_MESHES[-1]]
+        MESHES = FP16_MESHES if mesh_set == "fp16" else BF16_MESHES
+        if os.environ.get("DMC_TEST_QUICK") == "1":
+            MESHES = [BF16_MESHES[2], BF16_MESHES[-1]] + ([FP16_MESHES[-2]] if mesh_set == "fp16" else [])
         everywhere = ["--precision", mesh_set]
     if mesh_set == "fp16":
         # a loss scale that overflows the first steps' half gradients: every rank must skip
@@ -271,10 +283,10 @@ def main():
             if micro not in serial:
                 serial[micro] = train(dmc, dm_file, tmp, sizes, batch_file, None, backend, "serial-m%d" % micro,
                                       everywhere=everywhere + ["--accumulate", str(micro)])
-            want_losses, want_grads, want_weights = serial[micro]
+            want_losses, want_grads, want_weights, want_scaler = serial[micro]
             try:
-                losses, grads, weights = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
-                                               (mesh + "_".join(extra)).replace(",", "_"), extra, everywhere)
+                losses, grads, weights, scaler = train(dmc, dm_file, tmp, sizes, batch_file, mesh, backend,
+                                                       (mesh + "_".join(extra)).replace(",", "_"), extra, everywhere)
                 loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want_losses))
                 # fp16: step 1's update was skipped, its gradients scaled and overflowed (their
                 # infinities and NaNs fall where each mesh's products put them): not compared
@@ -283,6 +295,11 @@ def main():
                 print("%-34s losses %.1e (bound %.0e), step-1 grads %.1e (%.0e) in %s, weights %.1e (%.0e) in %s"
                       % (tag, loss_err, LOSS_RTOL, grad_err, GRAD_ATOL, grad_name, weight_err,
                          WEIGHT_ATOL[model], weight_name))
+                # fp16: the same steps skipped and the same scale after each, exactly (a scaler
+                # deciding per stage or per chunk halves it more than once a step, or skips
+                # another set of steps)
+                if scaler != want_scaler:
+                    raise Failure("%s: loss scale and skips per step %s vs serial %s" % (tag, scaler, want_scaler))
                 if loss_err > LOSS_RTOL:
                     raise Failure("%s: losses %s vs serial %s" % (tag, losses, want_losses))
                 if grad_err > GRAD_ATOL:
