@@ -24,9 +24,9 @@
 #define CKPT_CRC_PREFIX "dmc.crc32c."
 #define CKPT_PREFIX "step-"
 #define CKPT_SUFFIX ".safetensors"
-/* metadata the checkpoint itself needs (format, model, step, and fp16's loss scaler);
- * callers add theirs after these */
-enum { CKPT_OWN_META = 6 };
+/* metadata the checkpoint itself needs (format, model, step, and fp16's loss scaler with
+ * its interval); callers add theirs after these */
+enum { CKPT_OWN_META = 7 };
 
 /* Tensor i of the checkpoint: parameters first, then the optimizer's state. */
 static const dmrt_tensor_desc *ckpt_desc(const dmrt_model *m, int i) {
@@ -53,7 +53,7 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
     const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
     dmrt_tensor_desc *descs = calloc(n ? (size_t)n : 1, sizeof *descs);
-    /* the metadata: the checkpoint's own (the loss scaler's three keys only where there is
+    /* the metadata: the checkpoint's own (the loss scaler's four keys only where there is
      * one), a checksum per tensor, the caller's */
     const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(ctx) : NULL;
     int n_own = ls ? CKPT_OWN_META : 3;
@@ -82,17 +82,19 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
                                             err, errlen);
         data[i] = into;
     }
-    char step[32], scale[32] = "", good[32] = "", skipped[32] = "";
+    char step[32], scale[32] = "", good[32] = "", skipped[32] = "", interval[32] = "";
     snprintf(step, sizeof step, "%" PRId64, m->step(ctx));
     if (ls) {
         snprintf(scale, sizeof scale, "%.17g", ls->scale);
         snprintf(good, sizeof good, "%" PRId64, ls->good_steps);
         snprintf(skipped, sizeof skipped, "%" PRId64, ls->skipped);
+        snprintf(interval, sizeof interval, "%" PRId64, ls->interval);
     }
     if (rc == 0 && writer) {
         const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.loss_scale",
-                                               "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped"};
-        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped};
+                                               "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped",
+                                               "dmc.loss_scale_interval"};
+        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped, interval};
         for (int k = 0; k < n_own; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
         for (int i = 0; i < n && rc == 0; i++) {
             size_t klen = strlen(CKPT_CRC_PREFIX) + strlen(descs[i].name) + 1;
@@ -153,6 +155,27 @@ static int read_step(const dmrt_st_file *f, int64_t *step, int *checksummed, cha
     return 0;
 }
 
+/* Whether the file's loss scaler doubles after the program's interval of clean steps: the
+ * interval decides when the scale doubles, so another one would not continue the run (and
+ * its clean steps may already be past this program's interval). A file without
+ * "dmc.loss_scale_interval" (written before checkpoints held it) passes here; its clean
+ * steps are checked against the program's interval below. 0, or -1 with a message. */
+static int check_loss_scale_interval(const dmrt_st_file *f, const dmrt_loss_scale *ls, char *err, size_t errlen) {
+    const char *interval = dmrt_st_meta(f, "dmc.loss_scale_interval");
+    int64_t i = 0;
+    if (!interval) return 0;
+    if (metadata_count(interval, &i) != 0 || i == 0)
+        return dmrt_errorf(err, errlen, "%s: metadata \"dmc.loss_scale_interval\" is '%s', not a count of clean steps",
+                           f->path, interval);
+    if (i != ls->interval)
+        return dmrt_errorf(err, errlen,
+                           "%s: the checkpoint's loss scaler doubles its scale after %" PRId64 " clean steps, this "
+                           "program's after %" PRId64 ": resume with the program compiled with --loss-scale-interval "
+                           "%" PRId64 ", or start from its parameters with --init",
+                           f->path, i, ls->interval, i);
+    return 0;
+}
+
 /* fp16's loss scaler from the file's metadata into *ls, where it has one (a checkpoint of a
  * run without loss scaling leaves the program's initial scale): a positive finite scale,
  * clean steps below the program's interval (at the interval it would have doubled), skips
@@ -161,15 +184,65 @@ static int read_loss_scale(const dmrt_st_file *f, dmrt_loss_scale *ls, char *err
     const char *scale = dmrt_st_meta(f, "dmc.loss_scale"), *good = dmrt_st_meta(f, "dmc.loss_scale_good_steps"),
                *skipped = dmrt_st_meta(f, "dmc.loss_scale_skipped");
     if (!scale) return 0;
+    if (check_loss_scale_interval(f, ls, err, errlen) != 0) return -1;
     char *end = NULL;
     double s = strtod(scale, &end);
     int64_t g = 0, k = 0;
+    /* at its own interval (recorded, and the program's) the scale would have doubled */
+    int recorded = dmrt_st_meta(f, "dmc.loss_scale_interval") != NULL;
     if (end == scale || *end || !(s > 0 && s < 1e300) || (good && metadata_count(good, &g) != 0) ||
-        (skipped && metadata_count(skipped, &k) != 0) || (ls->interval > 0 && g >= ls->interval))
+        (skipped && metadata_count(skipped, &k) != 0) || (recorded && g >= ls->interval))
         return dmrt_errorf(err, errlen, "%s: metadata \"dmc.loss_scale\" is '%s' (good steps '%s', skipped '%s'): not a "
-                           "loss scaler's state (clean steps below the interval %lld)", f->path, scale, good ? good : "",
-                           skipped ? skipped : "", (long long)ls->interval);
+                           "loss scaler's state (clean steps below the interval %" PRId64 ")", f->path, scale,
+                           good ? good : "", skipped ? skipped : "", ls->interval);
+    /* a file of before "dmc.loss_scale_interval" past the program's: its program's was larger */
+    if (ls->interval > 0 && g >= ls->interval)
+        return dmrt_errorf(err, errlen,
+                           "%s: the checkpoint's loss scaler has had %" PRId64 " clean steps since its scale last "
+                           "changed, this program's doubles it after %" PRId64 ": the checkpoint was written by a "
+                           "program with a larger --loss-scale-interval; resume with that program, or start from its "
+                           "parameters with --init",
+                           f->path, g, ls->interval);
     ls->scale = s, ls->good_steps = g, ls->skipped = k, ls->last_skipped = 0;
+    return 0;
+}
+
+/* Whether tensor name is one of the program's parameters or optimizer states. */
+static int reads_tensor(const dmrt_model *m, const char *name) {
+    for (int i = 0; i < m->n_params + m->n_states; i++)
+        if (strcmp(ckpt_desc(m, i)->name, name) == 0) return 1;
+    return 0;
+}
+
+/* Whether the file is a checkpoint of this program, beyond its tensors' names and shapes
+ * (dmrt_check_tensor checks those the program reads): the same model (another one's
+ * tensors may share names and shapes), a loss scaler where the file has one (the program
+ * without one would count fp16's skipped updates as done: AdamW's bias correction of
+ * another step), and no tensor the program would leave behind (another optimizer's state,
+ * a --prune mask: silently dropped, the run would not continue). 0, or -1 with a message. */
+static int check_same_program(const dmrt_model *m, const dmrt_st_file *f, char *err, size_t errlen) {
+    const char *model = dmrt_st_meta(f, "dmc.model"), *skipped = dmrt_st_meta(f, "dmc.loss_scale_skipped");
+    if (model && strcmp(model, m->name) != 0)
+        return dmrt_errorf(err, errlen,
+                           "%s: a checkpoint of model '%s', this program is model '%s': resume with the program of "
+                           "model '%s' (if it is the same model renamed, compiling with --name %s makes the names "
+                           "agree), or start from its parameters with --init",
+                           f->path, model, m->name, model, model);
+    if (dmrt_st_meta(f, "dmc.loss_scale") && !m->loss_scale)
+        return dmrt_errorf(err, errlen,
+                           "%s: a checkpoint of an fp16 program (its loss scaler's state, metadata \"dmc.loss_scale\"; "
+                           "updates skipped: %s), and this program has no loss scaler, whose optimizer would count the "
+                           "skipped updates as done: resume with the program compiled with --precision fp16, or start "
+                           "from its parameters with --init",
+                           f->path, skipped ? skipped : "not recorded");
+    for (int j = 0; j < f->n_tensors; j++)
+        if (!reads_tensor(m, f->tensors[j].name))
+            return dmrt_errorf(err, errlen,
+                               "%s: tensor '%s' is not one this program reads (another optimizer's state, or a "
+                               "--prune mask: the checkpoint was written by a program compiled with another optimizer "
+                               "or --prune), and resuming would drop it: resume with that program, or start from its "
+                               "parameters with --init",
+                               f->path, f->tensors[j].name);
     return 0;
 }
 
@@ -183,6 +256,7 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);
     if (!source) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
     if (rc == 0) rc = read_step(f, &step, &checksummed, err, errlen);
+    if (rc == 0) rc = check_same_program(m, f, err, errlen);
     /* everything checked before anything changes (the loss scaler read into a copy) */
     dmrt_loss_scale scaler = {0};
     if (m->loss_scale) scaler = *m->loss_scale(ctx);

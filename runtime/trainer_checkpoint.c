@@ -110,6 +110,37 @@ int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, cons
     return 0;
 }
 
+char *dmrt_trainer_inputs_meta(char *buf, size_t len, const dmrt_model *m) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_inputs && used < len; i++) {
+        char shape[256], dtype[16];
+        const dmrt_tensor_desc *d = &m->inputs[i];
+        /* as a .dm spells it (f32), not safetensors (F32) */
+        snprintf(dtype, sizeof dtype, "%s", dmrt_dtype_name(d->dtype));
+        for (char *c = dtype; *c; c++) *c = (char)tolower((unsigned char)*c);
+        int w = snprintf(buf + used, len - used, "%s%s: %s%s", i ? ", " : "", d->name, dtype,
+                         dmrt_shape_str(shape, sizeof shape, d->rank, d->shape));
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+int dmrt_trainer_resume_check_inputs(const dmrt_st_file *f, const dmrt_model *m, char *err, size_t errlen) {
+    const char *its = dmrt_st_meta(f, DMRT_CKPT_INPUTS_KEY);
+    char ours[DMRT_INPUTS_META_SIZE];
+    if (!its) return 0; /* written before checkpoints recorded them: not checked */
+    dmrt_trainer_inputs_meta(ours, sizeof ours, m);
+    if (strcmp(its, ours) == 0) return 0;
+    return dmrt_errorf(err, errlen,
+                       "checkpoint %s was trained on steps of inputs %s, this program's are %s: its data's position "
+                       "(the rows or windows the next step reads) follows from the step and those sizes, so another "
+                       "batch size or context length would not continue the run: resume with a program of the "
+                       "checkpoint's inputs (compiled with the same --set), or start from its parameters with --init",
+                       f->path, its, ours);
+}
+
 int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) return dmrt_errorf(err, errlen, "--resume %s: %s", path, strerror(errno));

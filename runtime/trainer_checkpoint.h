@@ -31,6 +31,18 @@ void dmrt_trainer_run_id(const dmrt_st_file *resumed, char run[DMRT_RUN_ID_SIZE]
 int dmrt_trainer_resume_check_data(const dmrt_st_file *f, const char *kind, const char *source, const char *hash,
                                    char *note, size_t notelen, char *err, size_t errlen);
 
+/* A step's inputs as the checkpoints' "trainer.inputs" records them ("x: f32[32, 784], y:
+ * i32[32]": each input's name, dtype and whole shape), into buf. */
+#define DMRT_CKPT_INPUTS_KEY "trainer.inputs"
+#define DMRT_INPUTS_META_SIZE 4096
+char *dmrt_trainer_inputs_meta(char *buf, size_t len, const dmrt_model *m);
+
+/* --resume: whether checkpoint f's run stepped on this program's inputs ("trainer.inputs"):
+ * the data's position follows from the step and the batch's sizes, so a program of another
+ * batch size or context length would train on other rows than the run's next ones; -1 with a
+ * message naming both. A checkpoint without it (written before) passes. */
+int dmrt_trainer_resume_check_inputs(const dmrt_st_file *f, const dmrt_model *m, char *err, size_t errlen);
+
 /* --resume PATH: PATH a checkpoint file, or a directory whose newest checkpoint it takes,
  * read whole into f (f->path: the file). */
 int dmrt_trainer_resume_read(const char *path, dmrt_st_file *f, char *err, size_t errlen);

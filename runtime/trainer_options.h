@@ -38,7 +38,10 @@
     X("--resume", "PATH",                                                                    \
       "continue from a checkpoint: PATH a file, or a --checkpoint DIR (its\n"               \
       "newest); --steps and --epochs count from the start of training,\n"                  \
-      "so 10 steps and 5 + --resume + 5 give the same weights")                            \
+      "so a run of --steps 10 resumed from its checkpoint of step 5 gives\n"               \
+      "the weights of 10 steps straight (a decaying learning rate spans\n"                 \
+      "--steps: give the resumed run the first run's; one of --steps 5\n"                  \
+      "resumed with --steps 10 decays differently)")                                       \
     X("--batch-file", "FILE",                                                                \
       "safetensors file with one tensor per model input, named after it,\n"                 \
       "with a leading step dimension: step i trains on slice i modulo\n"                   \

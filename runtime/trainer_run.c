@@ -125,15 +125,16 @@ static int run_failed(tr_run *r, const char *fmt, ...) {
  * and the data, which the metadata records with the run's identity. Every rank calls it. */
 static int write_checkpoint(tr_run *r) {
     const tr_opts *o = r->o;
-    char seed[32], total[32], path[4096];
+    char seed[32], total[32], path[4096], inputs[DMRT_INPUTS_META_SIZE];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
     snprintf(total, sizeof total, "%lld", (long long)r->total);
-    /* a run resumed from a checkpoint without a run has none */
+    dmrt_trainer_inputs_meta(inputs, sizeof inputs, r->m);
+    /* a run resumed from a checkpoint without a run has none (the last key) */
     const char *keys[] = {"trainer.seed", "trainer.data", "trainer.total_steps", "trainer.data_hash",
-                          "trainer.data_source", DMRT_CKPT_RUN_KEY},
-               *values[] = {seed, r->data_kind, total, r->data_hash, r->d.source ? r->d.source : "", r->run_id};
+                          "trainer.data_source", DMRT_CKPT_INPUTS_KEY, DMRT_CKPT_RUN_KEY},
+               *values[] = {seed, r->data_kind, total, r->data_hash, r->d.source ? r->d.source : "", inputs, r->run_id};
     if (dmrt_trainer_checkpoint_write(r->m, r->ctx, o->checkpoint, o->checkpoint_keep, r->run_id[0] ? r->run_id : NULL,
-                                      r->lead, r->run_id[0] ? 6 : 5, keys, values, path, sizeof path, r->err,
+                                      r->lead, r->run_id[0] ? 7 : 6, keys, values, path, sizeof path, r->err,
                                       sizeof r->err) != 0)
         return TR_RUNTIME;
     fprintf(r->outs, "checkpoint %lld %s\n", (long long)r->m->step(r->ctx), path);
@@ -195,6 +196,8 @@ static int open_resume(tr_run *r) {
     if (!o->resume) return TR_OK;
     if (dmrt_trainer_resume_read(o->resume, &r->resume_file, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     r->resumed = 1;
+    /* the data's position follows from the step and the inputs' sizes: checked before any is read */
+    if (dmrt_trainer_resume_check_inputs(&r->resume_file, r->m, r->err, sizeof r->err) != 0) return TR_RUNTIME;
     uint64_t seed = o->seed;
     int has_seed = dmrt_trainer_meta_u64(&r->resume_file, "trainer.seed", &seed, r->err, sizeof r->err);
     if (has_seed < 0) return TR_RUNTIME;
@@ -317,10 +320,12 @@ static int plan_steps(tr_run *r) {
     if (r->resumed_from[0] && !o->quiet)
         fprintf(r->errs, "%s: resuming from %s after step %lld%s\n", r->prog, r->resumed_from, (long long)r->start,
                 r->start >= r->total ? ": no step left to train" : "");
+    /* (the model does not say whether its schedule decays: the note holds for either) */
     if (r->resumed_total > 0 && r->resumed_total != r->total && m->set_total_steps)
-        fprintf(r->errs, "%s: note: the run that wrote the checkpoint was to train %lld steps, this one %lld: a decaying "
-                         "learning rate now spans %lld\n", r->prog, (long long)r->resumed_total, (long long)r->total,
-                (long long)r->total);
+        fprintf(r->errs, "%s: note: the run that wrote the checkpoint was to train %lld steps, this one %lld: a "
+                         "decaying learning rate (decay = cosine or linear) or a --prune schedule now spans %lld (a "
+                         "constant learning rate is unchanged)\n", r->prog, (long long)r->resumed_total,
+                (long long)r->total, (long long)r->total);
     /* (a resumed run with no step left draws nothing: its data need not be replayed) */
     if (spe > 0 && r->start < r->total) dmrt_trainer_skip_steps(&r->d, r->start);
     /* (--steps may be anything up to 2^63: the bytes are checked before they are asked for) */
