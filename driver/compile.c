@@ -87,6 +87,35 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
     return run_after_autodiff(g, req, d, out);
 }
 
+/* --memory-gb against the memory plan. The cut search fits its own estimate of a stage
+ * (parameters, gradients, optimizer state, activations in flight), which leaves out the
+ * gradient sums, scratch, outputs and weight versions the plan allocates: a cut it
+ * accepted could still be over the limit (gpt.dm B=8 on pipeline=4, 8 micro-batches,
+ * --memory-gb 2.6: stage 3 allocates 4206 MiB). Each pipeline rank's planned peak, what
+ * --explain's memory table prints, must fit. Returns the errors. */
+static int check_memory_limit(const dm_compile_request *req, const dm_compiled *out, dm_diag *d) {
+    double limit = req->pipeline ? req->pipeline->memory_limit_bytes : 0;
+    const ir_graph *g = out->g;
+    const dm_memory_plan *plan = &out->memory;
+    if (limit <= 0 || plan->stages <= 1) return 0;
+    const double mib = 1024.0 * 1024.0;
+    int errors = 0, chunked = plan->stages > plan->ranks;
+    dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
+    for (int k = 0; k < plan->ranks; k++) {
+        dm_memory_peak pk;
+        dm_memory_peak_of(plan, g, &out->pipeline, plan->scratch_elems, k, &pk);
+        if ((double)pk.total <= limit) continue;
+        dm_error(d, at, "pipeline %s %d allocates %.2f MiB at its peak (the memory plan, --explain's memory table), over "
+                 "--memory-gb %.3g (%.2f MiB)", chunked ? "rank" : "stage", k, pk.total / mib, limit / (mib * 1024),
+                 limit / mib);
+        errors++;
+    }
+    if (errors)
+        dm_note(d, at, "the cut search fits a looser estimate of a stage, without its gradient sums, scratch, outputs "
+                       "and weight versions: raise --memory-gb, or use more stages, fewer micro-batches or 1f1b");
+    return errors;
+}
+
 /* Memory, each pipeline stage's share of it, gradient buckets, ZeRO's shares, and the
  * bias adds activations complete (on the final memory plan). */
 static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
@@ -115,7 +144,10 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
     if (req->distill_temperature > 0 && pass_distill(out->g, req->distill_temperature, req->distill_alpha, d))
         return d->n_errors > before ? d->n_errors - before : 1;
     if (run_passes(out->g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
-    if (req->plan_memory && !req->stop_after) plan_memory(req, out);
+    if (req->plan_memory && !req->stop_after) {
+        plan_memory(req, out);
+        if (check_memory_limit(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
+    }
     return 0;
 }
 
@@ -134,7 +166,10 @@ int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_dia
     int before = d->n_errors;
     out->g = g;
     if (run_after_autodiff(g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
-    if (req->plan_memory && !req->stop_after) plan_memory(req, out);
+    if (req->plan_memory && !req->stop_after) {
+        plan_memory(req, out);
+        if (check_memory_limit(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
+    }
     return 0;
 }
 

@@ -609,7 +609,9 @@ static void memory_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
                 k ? ", " : "", (long long)pk->total, (long long)pk->params, (long long)pk->grads,
                 (long long)pk->optimizer_state, (long long)pk->activations, (long long)pk->gradient_sums,
                 (long long)pk->scratch, (long long)pk->outputs, (long long)pk->gathered_outputs);
-        if (pk->weight_version)
+        /* under 2bw and pipedream on every stage, so that the parts always sum to total
+         * (pipedream's last stage has no stashed version but may keep previous inputs) */
+        if (dm_runs_2bw(g))
             fprintf(out, ", \"weight_version\": %lld, \"previous_inputs\": %lld", (long long)pk->weight_version,
                     (long long)pk->previous_inputs);
         fprintf(out, "}");
@@ -715,7 +717,7 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         fprintf(out, "peak %s allocated (%lld bytes): parameters %s, gradients %s, optimizer state %s, activations in flight "
                      "%s, gradient sums %s, scratch %s, outputs %s",
                 total, (long long)pk.total, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6]);
-        if (pk.weight_version) {
+        if (dm_runs_2bw(g)) { /* every stage: the parts printed sum to the peak */
             char second[32], previous[32];
             explain_mib((double)pk.weight_version / 4, second, sizeof second);
             explain_mib((double)pk.previous_inputs / 4, previous, sizeof previous);
@@ -731,6 +733,10 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         }
         fprintf(out, "\n");
     }
+    /* as the compact table says: the narrow weights are untracked, outside both peaks */
+    if (g->quantize_bits)
+        fprintf(out, "  peak: the f32 program's tracked buffers (`dmc run --memory`'s model peak), not the narrow weights "
+                     "(below)\n");
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
         explain_mib((double)m->param_elems, p, sizeof p);

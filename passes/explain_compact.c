@@ -195,8 +195,11 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
     /* by pipeline coordinate: interleaved, a rank holds several stages */
     int n_peaks = plan->stages > 1 ? plan->ranks : 1, chunked = plan->stages > plan->ranks;
     int64_t gathered = 0, versions = 0, previous = 0;
-    fprintf(out, "%-15s %10s %11s %10s %10s %12s %10s %8s %8s  (MiB)\n", "memory per rank", "peak", "parameters",
-            "gradients", "optimizer", "activations", "grad sums", "scratch", "outputs");
+    /* 2bw and pipedream: a column for the previous batch's inputs, so that each row's parts
+     * sum to its peak (the parameters column holds every weight version) */
+    int kept_inputs = dm_runs_2bw(g) && n_peaks > 1;
+    fprintf(out, "%-15s %10s %11s %10s %10s %12s %10s %8s %8s%s  (MiB)\n", "memory per rank", "peak", "parameters",
+            "gradients", "optimizer", "activations", "grad sums", "scratch", "outputs", kept_inputs ? "  prev inputs" : "");
     for (int k = 0; k < n_peaks; k++) {
         dm_memory_peak pk;
         dm_memory_peak_of(plan, g, pipeline, plan->scratch_elems, k, &pk);
@@ -204,30 +207,37 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
         if (n_peaks > 1) snprintf(label, sizeof label, "%s %d", chunked ? "rank" : "stage", k);
         else snprintf(label, sizeof label, "rank");
         const double mib = 1024.0 * 1024.0;
-        fprintf(out, "  %-13s %10.2f %11.2f %10.2f %10.2f %12.2f %10.2f %8.2f %8.2f\n", label, pk.total / mib,
+        fprintf(out, "  %-13s %10.2f %11.2f %10.2f %10.2f %12.2f %10.2f %8.2f %8.2f", label, pk.total / mib,
                 (pk.params + pk.weight_version) / mib, pk.grads / mib, pk.optimizer_state / mib, pk.activations / mib, pk.gradient_sums / mib,
                 pk.scratch / mib, pk.outputs / mib);
+        if (kept_inputs) fprintf(out, " %12.2f", pk.previous_inputs / mib);
+        fprintf(out, "\n");
         if (pk.gathered_outputs > gathered) gathered = pk.gathered_outputs;
         if (pk.weight_version > versions) versions = pk.weight_version;
         if (pk.previous_inputs > previous) previous = pk.previous_inputs;
     }
-    if (versions) {
+    if (kept_inputs) {
         char second[32], inputs[32];
         human_bytes((double)versions, second, sizeof second);
         human_bytes((double)previous, inputs, sizeof inputs);
         if (dm_runs_pipedream(g))
             fprintf(out, "  pipedream: parameters are P - s weight versions on stage s, one per micro-batch in flight (the\n"
-                         "  stashed ones up to %s), and peak counts the previous batch's inputs kept for the backwards\n"
-                         "  a stage owes across a step's end (up to %s)\n", second, inputs);
+                         "  stashed ones up to %s, an empty buffer 64 bytes); prev inputs: the previous batch's inputs\n"
+                         "  kept for the backwards a stage owes across a step's end (up to %s)\n", second, inputs);
         else
-            fprintf(out, "  2bw: parameters are two weight versions (the second up to %s), and peak counts the previous\n"
+            fprintf(out, "  2bw: parameters are two weight versions (the second up to %s); prev inputs: the previous\n"
                          "  batch's inputs kept for the backwards a stage owes across a step's end (up to %s)\n", second, inputs);
     }
     char arena[32], unshared[32];
     explain_mib((double)plan->arena_elems, arena, sizeof arena);
     explain_mib((double)plan->arena_unshared_elems, unshared, sizeof unshared);
-    fprintf(out, "  peak: what a rank allocates at most; activations: those in flight, one micro-batch's arena "
-                 "%s%s (%s without buffer reuse)\n", arena, plan->stages > 1 ? " at most" : "", unshared);
+    /* --quantize's narrow weights and their buffers are allocated apart from the context's
+     * tracked buffers: neither this peak nor `dmc run --memory`'s model peak counts them */
+    fprintf(out, "  peak: %s; activations: those in flight, one micro-batch's arena %s%s (%s without buffer reuse)\n",
+            g->quantize_bits ? "the f32 program's tracked buffers at most (`dmc run --memory`'s model peak), not the narrow "
+                               "weights (below)"
+                             : "what a rank allocates at most",
+            arena, plan->stages > 1 ? " at most" : "", unshared);
     explain_at_create(g, plan, out);
     if (gathered) {
         char host[32];

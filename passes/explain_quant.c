@@ -147,6 +147,13 @@ void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
                      "  gradients and optimizer state) + the narrow weights %s + a widening buffer %s (the largest\n"
                      "  quantized weight in f32) per thread that runs products (one in a serial program)\n",
                 total, peak, narrow, widening);
+    /* the peak above and `dmc run --memory` count the context's tracked buffers; the narrow
+     * weights (dmrt_qweight_init) and the products' buffers are allocated untracked */
+    char apart[32];
+    explain_mib((double)(q.narrow_bytes + q.widening_bytes + q.activation_bytes) / 4, apart, sizeof apart);
+    fprintf(out, "  (the memory table's peak, --explain=json's peak_bytes_per_rank and `dmc run --memory`'s model peak\n"
+                 "  are the f32 program's %s alone: the %s of narrow weights and buffers are allocated untracked)\n",
+            peak, apart);
     free(q.weights);
 }
 

@@ -111,9 +111,10 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     int *first_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
     int *last_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
     char *read_backward = pipe_xcalloc((size_t)g->n_values, 1);
+    int *first_backward = pipe_xcalloc((size_t)g->n_values, sizeof(int)); /* the first position a backward reads it at */
     int *where = pipe_xcalloc((size_t)g->n_values, sizeof(int)), *last_sent = pipe_xcalloc((size_t)n + 1, sizeof(int));
     double *op_seconds = pipe_xcalloc((size_t)g->n_values, sizeof(double));
-    for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1;
+    for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1, first_backward[i] = n;
     for (int j = 0; j <= n; j++) last_sent[j] = -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
@@ -132,7 +133,10 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
             int x = v->operands[k];
             if (at < first_use[x]) first_use[x] = at;
             if (at > last_use[x]) last_use[x] = at;
-            if (v->phase == PHASE_BACKWARD) read_backward[x] = 1;
+            if (v->phase == PHASE_BACKWARD) {
+                read_backward[x] = 1;
+                if (at < first_backward[x]) first_backward[x] = at;
+            }
             /* a backward value an op of an earlier position reads: sent there by a cut at x's */
             const ir_value *xv = g->values[x];
             if (xv->phase == PHASE_BACKWARD && where[x] > at && x > last_sent[where[x]]) last_sent[where[x]] = x;
@@ -148,10 +152,15 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     free(op_seconds);
     /* the backward reading a reshape or view reads its operand's buffer: counted once, as
      * the operand's (gpt.dm's merged heads are a reshape of the attention's output, which
-     * the attention's backward reads too) */
+     * the attention's backward reads too). So does a parameter's window that
+     * pass_slice_views, which runs after the cut, will read in place: gpt.dm's c_attn q/k/v
+     * weight windows, 27 MiB a micro-batch of GPT-2 124M's stages counted as activations the
+     * memory plan does not have (dm_slice_reads_in_place: cost.c counts them alike) */
     for (int i = g->n_values - 1; i >= 0; i--)
-        if (read_backward[i] && ir_in_operand_buffer(g->values[i])) {
-            read_backward[g->values[i]->operands[0]] = 1;
+        if (read_backward[i] && (ir_in_operand_buffer(g->values[i]) || dm_slice_reads_in_place(g, g->values[i]))) {
+            int x = g->values[i]->operands[0];
+            read_backward[x] = 1;
+            if (first_backward[i] < first_backward[x]) first_backward[x] = first_backward[i];
             read_backward[i] = 0;
         }
     /* parameters, gradients and optimizer state, ZeRO's shares of them */
@@ -159,6 +168,7 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     /* a value made from numbers alone is made once, at create (passes/hoist_constants.c):
      * no micro-batch keeps a copy of it (RoPE's tables) */
     char *constant = dm_constant_values(g);
+    double *across = pipe_xcalloc((size_t)n + 2, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
@@ -167,9 +177,24 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
         /* it crosses every boundary after it up to its last user */
         delta[pos[i] + 1] += elems;
         delta[last_use[i] + 1] -= elems;
-        if (read_backward[i] && !constant[i]) c->activation[pos[i]] += elems;
+        if (read_backward[i] && !constant[i]) {
+            c->activation[pos[i]] += elems;
+            /* a stage's last output that only the next stage's backward reads is kept there,
+             * received, and not by its maker (memory_stages.c): across boundaries pos + 1 ..
+             * its first backward reader's */
+            if (first_backward[i] > pos[i] && first_backward[i] < n) {
+                across[pos[i] + 1] += elems;
+                across[first_backward[i] + 1] -= elems;
+            }
+        }
     }
     free(constant);
+    c->kept_across = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    double kept_run = 0;
+    for (int j = 0; j <= n; j++) c->kept_across[j] = (kept_run += across[j]);
+    c->kept_across[0] = c->kept_across[n] = 0;
+    free(across);
+    free(first_backward);
     double run = 0;
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;
@@ -200,6 +225,7 @@ void pipe_costs_free(pipe_costs *c) {
     free(c->activation);
     free(c->params);
     free(c->cross);
+    free(c->kept_across);
     free(c->send_tail);
     free(c->layer_start);
     free(c->in_flight);
@@ -233,8 +259,18 @@ double pipe_send_seconds_of(const pipe_costs *c, int i, double backward) {
     return send > 1e-12 && send <= backward ? send : backward;
 }
 
+/* The activations a stage of ops [i, j) keeps per micro-batch that it made (its received
+ * ones are cross[i]): each value once, on the stage whose backward reads it. kept_across[j]
+ * also holds values made before i that pass the whole stage to a later backward: cross[i]
+ * counts those and this subtracts them, so they cancel (the stage holds none: a value is
+ * sent to the stage that reads it). */
+static double stage_activation(const pipe_costs *c, int i, int j) {
+    double made = c->activation[j] - c->activation[i] - (c->kept_across ? c->kept_across[j] : 0);
+    return made > 0 ? made : 0;
+}
+
 static double stage_bytes(const pipe_costs *c, int k, int i, int j) {
-    return 4.0 * (c->params[j] - c->params[i] + (c->activation[j] - c->activation[i] + c->cross[i]) * c->in_flight[k]);
+    return 4.0 * (c->params[j] - c->params[i] + (stage_activation(c, i, j) + c->cross[i]) * c->in_flight[k]);
 }
 
 /* Where a stage may start: between layers when there are enough of them, else at any
@@ -549,7 +585,7 @@ static void summarise(const ir_graph *g, const pipe_costs *c, const int *boundar
         pipe_stage_times(c, i, j, &s->forward_seconds, &s->backward_seconds);
         s->send_seconds = pipe_send_seconds_of(c, i, s->backward_seconds);
         s->flops = c->flops[j] - c->flops[i];
-        s->activation_elems = (int64_t)(c->activation[j] - c->activation[i]);
+        s->activation_elems = (int64_t)stage_activation(c, i, j);
         s->recv_elems = (int64_t)c->cross[i];
         s->in_flight = c->in_flight[k];
         total += s->seconds;

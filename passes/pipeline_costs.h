@@ -22,6 +22,10 @@ typedef struct pipe_costs {
     double *params;         /* (n + 1) elements of persistent state first used by the op: parameters,
                              * gradients and optimizer state (ZeRO's shares of them) */
     double *cross;          /* (n + 1) elements crossing the boundary before op j (0 at 0 and n) */
+    double *kept_across;    /* (n + 1) of those, the ones the backward reads only after the boundary:
+                             * activation counts them at their op, but a stage ending at j does not
+                             * keep them, the next keeps them as received (its cross): subtracted
+                             * from the former's activations. NULL: none (stage_estimate.c's) */
     double *send_tail;      /* (n + 1) time of op j's backward ops that run after the last of them
                              * the ops before j read: what a stage starting at j computes once
                              * it has sent the stage before its gradient (the code emits the

@@ -15,7 +15,9 @@ line by line, without grouping):
     the groups of largest total (values alike but for their first numeric dot-part,
     grouped here independently), their names expanded are exactly those values and
     their bytes their sums, and "+N more" counts the rest;
-  - memory: each stage's peak is the JSON's peak_bytes_by_stage.
+  - memory: each stage's peak is the JSON's peak_bytes_by_stage, and the parts printed
+    (JSON, the table, --explain=full) sum to it (2bw and pipedream among the cases);
+    --memory-gb refuses a plan whose stage's peak is over it, and takes one just fitting.
 `--explain=full` keeps every line: a line per parameter and per collective, in the
 JSON's order, and the schedule's grid where there is a pipeline (tests/golden holds the
 full form byte for byte as it was before the default was compacted).
@@ -40,6 +42,9 @@ CASES = [
     (MLP, ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1"]),
     (FORMS, ["--mesh", "data=2,tensor=2"]),
     (MLP, ["--mesh", "data=2", "--param-servers", "2"]),
+    # weight versions and the previous batch's inputs: parts of the peak printed too
+    (MLP, ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw"]),
+    (GPT, ["--mesh", "pipeline=4", "--microbatches", "8", "--set", "B=8", "--schedule", "pipedream"]),
 ]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 SIZE = r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|TiB)"
@@ -226,11 +231,42 @@ def check_collectives(what, lines, plan):
     return len(rows)
 
 
+MEMORY_ROW = re.compile(r"^  (stage \d+|rank \d+|rank) +(\d[\d. ]*)$")
+NOT_IN_TOTAL = ("total", "gathered_outputs_on_request")
+
+
 def check_memory(what, lines, plan):
-    rows = [l for l in lines if re.match(r"^  (stage \d+|rank) +\d", l)]
-    peaks = [p["total"] for p in plan["memory_bytes_per_rank"]["peak_bytes_by_stage"]]
-    check(len(rows) == len(peaks) and all(close(r.split()[-8] + " MiB", p) for r, p in zip(rows, peaks)),
+    rows = [MEMORY_ROW.match(l) for l in lines]
+    rows = [[float(x) for x in m.group(2).split()] for m in rows if m]
+    stages = plan["memory_bytes_per_rank"]["peak_bytes_by_stage"]
+    peaks = [p["total"] for p in stages]
+    check(len(rows) == len(peaks) and all(close("%.2f MiB" % r[0], p) for r, p in zip(rows, peaks)),
           "%s: each stage's peak is the JSON's %s" % (what, peaks))
+    # every part is printed: the JSON's to the byte, the table's within its rounding
+    # (2bw and pipedream printed neither the previous inputs nor, in the JSON, their last
+    # stage's parts: the parts fell short of the peak)
+    sums = [sum(v for k, v in p.items() if k not in NOT_IN_TOTAL) for p in stages]
+    check(sums == peaks, "%s: --explain=json's parts of each stage's peak sum to it (%s, %s)" % (what, sums, peaks))
+    check(all(abs(sum(r[1:]) - r[0]) <= 0.005 * len(r) for r in rows),
+          "%s: the table's parts of each stage's peak sum to it (%s)" % (what, rows))
+
+
+FULL_PEAK = re.compile(r"peak (\S+) MiB allocated \((\d+) bytes\): (.*)$")
+
+
+def check_full_memory(what, lines, plan):
+    """--explain=full's peak lines: their parts (MiB, up to the host memory after ';') sum to the peak."""
+    peaks = [p["total"] for p in plan["memory_bytes_per_rank"]["peak_bytes_by_stage"]]
+    got = []
+    for l in lines:
+        m = FULL_PEAK.search(l)
+        if not m:
+            continue
+        parts = [float(x) for x in re.findall(r"(\d+\.\d+) MiB", m.group(3).split(";")[0])]
+        got.append(int(m.group(2)))
+        check(abs(sum(parts) * (1 << 20) - int(m.group(2))) <= 0.005 * (1 << 20) * len(parts),
+              "%s: --explain=full's parts of a peak sum to it (%s: %s)" % (what, m.group(2), parts))
+    check(got == peaks, "%s: --explain=full prints each stage's peak (%s, %s)" % (what, got, peaks))
 
 
 def check_full(what, full, plan):
@@ -261,8 +297,31 @@ def check_full(what, full, plan):
           (what, len(counted), len(cs), head[:160]))
 
 
+def check_memory_limit(dmc):
+    """--memory-gb holds each stage's planned peak (the table's), not only the cut search's
+    estimate: GPT-2 124M B=8 on pipeline=4, 8 micro-batches, was accepted at 2.6 GiB with
+    stage 3 at 4206 MiB."""
+    args = [os.path.join(ROOT, GPT), "--set", "B=8", "--mesh", "pipeline=4", "--microbatches", "8"]
+    plan = json.loads(dmc_out(dmc, GPT, args[1:], "--explain=json"))
+    peaks = [p["total"] for p in plan["memory_bytes_per_rank"]["peak_bytes_by_stage"]]
+    worst = max(range(len(peaks)), key=lambda k: peaks[k])
+    r = subprocess.run([dmc, "--explain"] + args + ["--memory-gb", "2.6"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, cwd=ROOT)
+    # (the limit moves the cuts: the stage refused is the limited plan's, over 2.6 GiB)
+    m = re.search(r"error: pipeline stage (\d+) allocates (\S+) MiB at its peak \(the memory plan, --explain's "
+                  r"memory table\), over --memory-gb 2.6 \(2662.40 MiB\)", r.stderr)
+    check(r.returncode != 0 and m and float(m.group(2)) > 2662.40,
+          "--memory-gb 2.6 refuses a plan whose stage's peak is over it, naming the stage and both numbers (%s)"
+          % r.stderr.strip()[:300])
+    fits = "%.9f" % ((peaks[worst] + 1) / 2**30)
+    r = subprocess.run([dmc, "--explain"] + args + ["--memory-gb", fits], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, cwd=ROOT)
+    check(r.returncode == 0, "--memory-gb %s (the largest peak, and a byte) is accepted (%s)" % (fits, r.stderr.strip()[:300]))
+
+
 def main():
     dmc = os.path.abspath(sys.argv[1])
+    check_memory_limit(dmc)
     lengths = {}
     for dm, args in CASES:
         what = " ".join([os.path.basename(dm)] + args)
@@ -275,7 +334,9 @@ def main():
         check_values(what, lines, plan, "outputs", "outputs")
         check_collectives(what, lines, plan)
         check_memory(what, lines, plan)
-        check_full(what, dmc_out(dmc, dm, args, "--explain=full"), plan)
+        full = dmc_out(dmc, dm, args, "--explain=full")
+        check_full(what, full, plan)
+        check_full_memory(what, full.splitlines(), plan)
         if dm == GPT and args == GPT2_MESH:
             check(len(lines) < 60, "GPT-2 124M on data=2 x tensor=2 x pipeline=2: %d lines (under 60)" % len(lines))
             check(len(plan["params"]) == 148 and n_param_lines == 16,

@@ -14,7 +14,9 @@ int8 plus the largest int32 sums, B rows each):
      param_bytes those plus 4 bytes per other parameter; param_bytes_f32 4 per parameter;
      widening_buffer_bytes the largest weight in f32; f32_peak_bytes the memory section's peak
      and the same model's without --quantize; program_bytes their sum with the narrow weights;
-  b) the text --explain prints the section with those numbers;
+  b) the text --explain prints the section with those numbers, and says that the memory
+     table's peak is the f32 program's tracked buffers (`dmc run --memory`'s model peak)
+     without the narrow weights and buffers, and how much those are;
   c) int8-weights, int4-weights:128 and int8 (calibrated on 16 Fashion-MNIST rows): the
      file --save-quantized writes (from random f32 weights) holds, minus its header, exactly
      param_bytes, and each NAME, NAME.scale (and NAME.input_scale) tensor exactly the
@@ -111,7 +113,13 @@ def check_text(dmc, src, mode, q):
              (q["param_bytes"], q["param_bytes_f32"]),
              "%.4f bytes/param (%s + 4 / %d rows%s)  %d bytes" %
              (fc2["bytes_per_param"], "1" if mode.startswith("int8") else "0.5", fc2["group"],
-              " + its input scale" if mode == "int8" else "", fc2["data_bytes"] + fc2["scale_bytes"])]
+              " + its input scale" if mode == "int8" else "", fc2["data_bytes"] + fc2["scale_bytes"]),
+             # which number is what: the memory table's peak is the f32 program's tracked buffers
+             # (`dmc run --memory`'s model peak); the narrow weights and buffers are apart
+             "peak: the f32 program's tracked buffers at most (`dmc run --memory`'s model peak), not the narrow "
+             "weights (below)",
+             "are the f32 program's %.2f MiB alone: the %.2f MiB of narrow weights and buffers are allocated untracked"
+             % (q["f32_peak_bytes"] / 2**20, (q["program_bytes"] - q["f32_peak_bytes"]) / 2**20)]
     for want in wants:
         if want not in text:
             raise Failure("%s: --explain lacks '%s':\n%s" % (mode, want, text))
