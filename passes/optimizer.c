@@ -59,8 +59,10 @@ static void add_mask(ir_graph *g, const ir_value *param, int p, int channels, co
     const prune_head_member *member = NULL;
     int group = g->prune.rows ? head_group_of(groups, n_groups, param->id, &member) : 0;
     if (channels < 0 && !group) return;
-    ir_value *mask = g->values[ops[*n] = add_state(g, param, p, "prune_mask")];
-    (*n)++;
+    /* the id first: add_state may grow g->values, which the subscript must not have read before */
+    int id = add_state(g, param, p, "prune_mask");
+    ops[(*n)++] = id;
+    ir_value *mask = g->values[id];
     mask->prune_mask = 1;
     mask->axis = group ? member->axis : channels;
     mask->prune_group = group;
