@@ -58,8 +58,14 @@ void explain_ps_text(const ir_graph *g, FILE *out) {
     explain_mib(t.shard * t.workers, in, sizeof in);
     fprintf(out, "  per server and step: receives %d x %s of gradients and sends %d x %s of parameters (%s each way)\n",
             t.workers, shard, t.workers, shard, in);
-    fprintf(out, "  a server holds %s of parameters and %s of optimizer state; a worker, no optimizer state\n\n", shard,
-            state);
+    /* runtime/comm/param_server.c: beside the shard and its state, the pushes' sum and a
+     * message buffer, a shard each (outside the workers' memory plan) */
+    char buffers[32], all[32];
+    explain_mib(t.shard * 2, buffers, sizeof buffers);
+    explain_mib(t.shard * (3 + t.states), all, sizeof all);
+    fprintf(out, "  a server holds %s of parameters, %s of optimizer state and %s of buffers (the pushes' sum, a message): "
+                 "%s; a worker, no optimizer state (and a shard's buffer while it exchanges one)\n\n",
+            shard, state, buffers, all);
 }
 
 void explain_ps_json(const ir_graph *g, FILE *out) {
@@ -68,8 +74,9 @@ void explain_ps_json(const ir_graph *g, FILE *out) {
     fprintf(out, ", \"param_servers\": {\"servers\": %d, \"workers\": %d, \"first_server_rank\": %d, \"synchronous\": %s, "
                  "\"staleness\": %d, \"worker_sends_bytes\": %.0f, \"worker_receives_bytes\": %.0f, "
                  "\"server_sends_bytes\": %.0f, \"server_receives_bytes\": %.0f, \"server_param_bytes\": %.0f, "
-                 "\"server_state_bytes\": %.0f, \"replaced_allreduces\": %d, \"allreduce_sent_bytes\": %.0f}",
+                 "\"server_state_bytes\": %.0f, \"server_buffer_bytes\": %.0f, \"replaced_allreduces\": %d, "
+                 "\"allreduce_sent_bytes\": %.0f}",
             t.servers, t.workers, t.workers, g->param_servers.staleness < 0 ? "true" : "false", g->param_servers.staleness,
             4 * t.params, 4 * t.params, 4 * t.shard * t.workers, 4 * t.shard * t.workers, 4 * t.shard,
-            4 * t.shard * t.states, t.allreduces, 4 * t.allreduce_sent);
+            4 * t.shard * t.states, 4 * t.shard * 2, t.allreduces, 4 * t.allreduce_sent);
 }

@@ -122,7 +122,8 @@ def check_explain(dmc, src):
                 "staleness": -1 if staleness is None else staleness, "worker_sends_bytes": 4 * params,
                 "worker_receives_bytes": 4 * params, "server_sends_bytes": 4 * shard * workers,
                 "server_receives_bytes": 4 * shard * workers, "server_param_bytes": 4 * shard,
-                "server_state_bytes": 2 * 4 * shard, "replaced_allreduces": 6,
+                "server_state_bytes": 2 * 4 * shard, "server_buffer_bytes": 2 * 4 * shard,  # the sum, a message
+                "replaced_allreduces": 6,
                 "allreduce_sent_bytes": round(4 * params * 2 * (workers - 1) / workers)}
         for key, value in want.items():
             if ps.get(key) != value and not (isinstance(value, int) and abs(ps.get(key, -1e18) - value) <= 1):
