@@ -16,8 +16,17 @@ double samples_per_step(const ir_graph *g, double *tokens) {
     return samples;
 }
 
+/* A --quantize program never trains: the figures above are its f32 model's training step. */
+static void explain_quantize_note(const ir_graph *g, FILE *out) {
+    if (!g->quantize_bits) return;
+    fprintf(out, "  (--quantize: this program predicts and evaluates only; the step above is the f32 model's training\n"
+                 "  step, forward, backward and update with f32 products, not a price of its %s forward)\n",
+            g->quantize_activations ? "int8 x int8" : "narrow-weight");
+}
+
 /* Under --precision bf16: what passes/precision.c made of the products, and what runs them. */
 static void explain_precision_note(const ir_graph *g, FILE *out) {
+    explain_quantize_note(g, out);
     if (g->product_dtype == DT_F32) return;
     int casts = 0;
     int64_t elems = 0;

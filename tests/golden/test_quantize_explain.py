@@ -119,7 +119,9 @@ def check_text(dmc, src, mode, q):
              "peak: the f32 program's tracked buffers at most (`dmc run --memory`'s model peak), not the narrow "
              "weights (below)",
              "are the f32 program's %.2f MiB alone: the %.2f MiB of narrow weights and buffers are allocated untracked"
-             % (q["f32_peak_bytes"] / 2**20, (q["program_bytes"] - q["f32_peak_bytes"]) / 2**20)]
+             % (q["f32_peak_bytes"] / 2**20, (q["program_bytes"] - q["f32_peak_bytes"]) / 2**20),
+             # the predicted step is the f32 model's training step, and says so
+             "(--quantize: this program predicts and evaluates only; the step above is the f32 model's training"]
     for want in wants:
         if want not in text:
             raise Failure("%s: --explain lacks '%s':\n%s" % (mode, want, text))
