@@ -394,6 +394,13 @@ static void zero_text(const ir_graph *g, const dm_zero_plan *z, int full, FILE *
         fprintf(out, "and each bucket the passes read is all-gathered before its first reader in the forward pass\n"
                      "and again in the backward (the next one started ahead), freed after its last reader:\n"
                      "%d all-gathers of %s per micro-batch%s\n", gathers, elems, full ? " (shares marked * below)" : "");
+        /* a bucket holding a parameter read on two pipeline stages (a tied embedding) keeps its
+         * parameters whole (passes/zero_gather.c): its update all-gathers them */
+        int whole = 0;
+        for (int k = 0; k < z->n_buckets; k++) whole += z->bucket[k].param_at < 0;
+        if (whole)
+            fprintf(out, "except %d bucket%s whose parameters stay whole (one read on two pipeline stages, as a tied\n"
+                         "embedding, is in it): its update all-gathers them\n", whole, whole == 1 ? "" : "s");
     }
     if (!full) {
         int64_t elements = 0, largest = 0, shares = 0;

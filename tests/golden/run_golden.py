@@ -101,6 +101,9 @@ CASES = {
                                                      "--explain"]),
     "forms.data2_tensor2.compact": ("tests/spmd/forms.dm", ["--mesh", "data=2,tensor=2", "--explain"]),
     "mlp.data4_zero3.compact": ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1", "--explain"]),
+    # ZeRO 3 on a pipeline: the bucket holding the tied wte (read on stages 0 and 1) stays whole
+    "gpt.data2_pipeline2_zero3.compact": ("examples/gpt.dm", ["--set", "V=256,T=64,C=128,NH=4,L=4,B=8", "--mesh",
+                                                                "data=2,pipeline=2", "--zero", "3", "--explain"]),
     "mlp.serial.compact": ("examples/mlp.dm", ["--explain"]),
     "megatron_mlp.shard": ("tests/golden/megatron_mlp.dm", ["--set", "B=8,T=2,C=4", "--stop-after=shard"]),
 }
