@@ -255,10 +255,14 @@ static int wait_for(dmrt_comm *c, const comm_call *call, MPI_Request *req, int s
             else
                 dmrt_comm_fail(c, call, "timed out after %g s: %s rank %d", c->rank->timeout, what,
                           c->members[source]);
-            c->rank->failed = 1;
-            dmrt_comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
-                        dmrt_comm_error_body(c->rank));
-            mpi_abort_notice(c->rank, c->rank->abort_message);
+            /* claimed as mpi_failed does: else the trainer's dmrt_rank_abort would claim it
+             * again and rewrite the notice while its first sends may still read it */
+            if (dmrt_comm_claim_abort(c->rank)) {
+                c->rank->failed = 1;
+                dmrt_comm_format(c->rank->abort_message, sizeof c->rank->abort_message, "%s",
+                                 dmrt_comm_error_body(c->rank));
+                mpi_abort_notice(c->rank, c->rank->abort_message);
+            }
             return DMRT_ERR_COMM;
         }
         back_off(now - start);
