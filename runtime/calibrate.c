@@ -703,9 +703,13 @@ static int write_file(json_t *root, const char *path, char *err, size_t errlen) 
         fputc('\n', stdout);
         return fflush(stdout) == 0 ? 0 : -1;
     }
-    char tmp[4200], target[4096];
-    path = dmrt_atomic_target(path, target, sizeof target, err, errlen); /* through a link */
-    if (!path) return -1;
+    char tmp[4200], target[4096], why[256];
+    const char *to = dmrt_atomic_target(path, target, sizeof target, why, sizeof why); /* through a link */
+    if (!to) {
+        snprintf(err, errlen, "cannot write %s: %s", path, why);
+        return -1;
+    }
+    path = to;
     FILE *f = dmrt_temporary_beside(path, tmp, sizeof tmp);
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));

@@ -95,8 +95,9 @@ void dmrt_blas_count_product(int64_t m, int64_t n, int64_t k, double t0);
 FILE *dmrt_temporary_beside(const char *path, char *tmp, size_t len);
 /* safetensors.c: the path an atomic write of path renames onto: path itself (a new name, a
  * regular file, a dangling link), or a symbolic link's regular target (into buf, len bytes),
- * so that the link stays and what it names is replaced; NULL with a message in err for
- * anything else (a directory, FIFO, device or socket: the rename would replace it). */
+ * so that the link stays and what it names is replaced; NULL with the reason in err (not
+ * naming path) for anything else (a directory, FIFO, device or socket: the rename would
+ * replace it). */
 const char *dmrt_atomic_target(const char *path, char *buf, size_t len, char *err, size_t errlen);
 /* safetensors.c: the directory holding path ("." for a bare name, "/" for one in the root)
  * into dir: 0, or -1 when it does not fit. */

@@ -30,13 +30,17 @@ static int st_dtype_parse(const char *s, dmrt_dtype *dtype) {
     return -1;
 }
 
+/* What a file that is not a regular one is, for the messages refusing it. */
+static const char *special_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : "a device or socket";
+}
+
 /* Only regular files are read: a FIFO's open would wait for a writer, a device's read
  * never end; checked before the open (fstat after it checks what was opened). */
 static int refuse_special(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return dmrt_errorf(err, errlen, "%s: not a regular file (%s)", path,
-                           S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        return dmrt_errorf(err, errlen, "%s: not a regular file (%s)", path, special_kind(st.st_mode));
     return 0;
 }
 
@@ -456,8 +460,7 @@ const char *dmrt_atomic_target(const char *path, char *buf, size_t len, char *er
         if (stat(path, &st) != 0) return path; /* a dangling link: replaced by the file */
     }
     /* a rename over it would replace it (as root, /dev/null itself) */
-    dmrt_errorf(err, errlen, "%s: not a regular file (%s): give a file's path", path,
-                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    dmrt_errorf(err, errlen, "not a regular file (%s): give a file's path", special_kind(st.st_mode));
     return NULL;
 }
 
@@ -497,10 +500,10 @@ int dmrt_st_write_meta(const char *path, int n, const dmrt_tensor_desc *descs, c
         if (!data[i] && descs[i].numel > 0)
             return dmrt_errorf(err, errlen, "%s: tensor '%s' has no data", path,
                                descs[i].name ? descs[i].name : "");
-    char target[4096];
+    char target[4096], why[256];
     const char *given = path;
-    path = dmrt_atomic_target(given, target, sizeof target, err, errlen);
-    if (!path) return -1;
+    path = dmrt_atomic_target(given, target, sizeof target, why, sizeof why);
+    if (!path) return dmrt_errorf(err, errlen, "%s: %s", given, why);
     size_t hlen = 0;
     char *header = build_header(given, n, descs, n_meta, keys, values, &hlen, err, errlen);
     if (!header) return -1;

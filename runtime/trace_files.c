@@ -201,6 +201,14 @@ static void svg_path_of(const char *path, char *out, size_t size) {
     else snprintf(out, size, "%s.svg", path);
 }
 
+/* dmrt_atomic_target, its reason after "cannot write PATH: " as the other messages here. */
+static const char *atomic_target(const char *path, char *buf, size_t len, char *err, size_t errlen) {
+    char why[256];
+    const char *to = dmrt_atomic_target(path, buf, len, why, sizeof why);
+    if (!to) dmrt_errorf(err, errlen, "cannot write %s: %s", path, why);
+    return to;
+}
+
 static FILE *open_tmp(const char *path, char *tmp, size_t size, char *err, size_t errlen) {
     FILE *f = dmrt_temporary_beside(path, tmp, size);
     if (!f) dmrt_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
@@ -264,14 +272,14 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     /* interleaved, a rank idles (P - 1) chunk-times where 1F1B idles P - 1 stage-times */
     double formula = (double)(stages - 1) / (double)(chunks * micros + stages - 1);
     char tmp[4200], svg[4096], target[4096];
-    const char *to = dmrt_atomic_target(path, target, sizeof target, err, errlen); /* through a link */
+    const char *to = atomic_target(path, target, sizeof target, err, errlen); /* through a link */
     FILE *f = to ? open_tmp(to, tmp, sizeof tmp, err, errlen) : NULL;
     if (!f) goto done;
     write_json(m, all, counts, ranks, t0, f);
     if (close_tmp(f, tmp, to, err, errlen)) goto done;
     svg_path_of(path, svg, sizeof svg);
     if (pictured) {
-        if (!(to = dmrt_atomic_target(svg, target, sizeof target, err, errlen))) goto done;
+        if (!(to = atomic_target(svg, target, sizeof target, err, errlen))) goto done;
         if (!(f = open_tmp(to, tmp, sizeof tmp, err, errlen))) goto done;
         write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, f);
         if (close_tmp(f, tmp, to, err, errlen)) goto done;

@@ -62,12 +62,9 @@ int dmrt_trainer_guard_writable(const char *option, const char *path, char *err,
      * same path at once */
     /* a link is written through (its target replaced); a device or FIFO is refused: the
      * rename would replace it */
-    char target[4096], why[512];
+    char target[4096], why[256];
     const char *to = dmrt_atomic_target(path, target, sizeof target, why, sizeof why);
-    size_t named = strlen(path); /* why starts "PATH: " */
-    if (!to)
-        return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path,
-                           strncmp(why, path, named) == 0 && strncmp(why + named, ": ", 2) == 0 ? why + named + 2 : why);
+    if (!to) return dmrt_errorf(err, errlen, "%s %s: cannot write there: %s", option, path, why);
     path = to;
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
