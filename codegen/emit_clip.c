@@ -72,25 +72,18 @@ static void add_squares(emitter *E, const char *name, const ir_type *t, int zero
  * its slot, or it multiplied by the device's factor; or nothing, counting them. */
 enum { ADD_SQUARES, SCALE, UNSCALE, DEVICE_SQUARES, DEVICE_SCALE, COUNT_ONLY };
 
-/* fp16 with top-k or PowerSGD: the compressed buckets are checked and unscaled before
- * their reduction, so that their error feedback never holds a skipped step's gradients
- * nor loss-scaled ones (emit_compress.c, emit_compressed_reduce). */
-static int scaled_feedback(const emitter *E) {
-    return E->g->loss_scale > 0 && E->compress->n_buckets > 0 &&
-           (E->compress->kind == COMPRESS_TOPK || E->compress->kind == COMPRESS_POWERSGD);
-}
 
 /* Whether parameter p's gradient was unscaled before its compressed reduction. */
 static int unscaled_before(const emitter *E, int p) {
     int grad = E->g->grads ? E->g->grads[p] : -1;
-    return scaled_feedback(E) && grad >= 0 && E->bucket_lead[grad] >= 0 &&
+    return cg_compress_checks_scaled(E) && grad >= 0 && E->bucket_lead[grad] >= 0 &&
            dm_compress_bucket_of(E->compress, E->bucket_lead[grad]) != NULL;
 }
 
 /* Whether some gradient stage's update reads is left for the scaler to unscale (ZeRO's
  * shares always: compression refuses ZeRO). */
 static int unscales_after(const emitter *E, int stage) {
-    if (!scaled_feedback(E)) return 1;
+    if (!cg_compress_checks_scaled(E)) return 1;
     for (int i = 0; i < E->g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (v->phase == PHASE_UPDATE && ir_op_info_of(v->op)->cls == OPC_UPDATE && (stage < 0 || v->stage == stage) &&
@@ -103,7 +96,7 @@ static int unscales_after(const emitter *E, int stage) {
 /* Whether the update function of stage (-1: the only one) reduces a compressed bucket: it
  * then has the check emit_compressed_reduce made (compress_not_finite). */
 static int checks_before_compression(const emitter *E, int stage) {
-    for (int k = 0; scaled_feedback(E) && k < E->compress->n_buckets; k++)
+    for (int k = 0; cg_compress_checks_scaled(E) && k < E->compress->n_buckets; k++)
         if (stage < 0 || E->compress->bucket[k].stage == stage) return 1;
     return 0;
 }
@@ -153,7 +146,7 @@ static int each_gradient(emitter *E, int stage, int what, const char *factor) {
 }
 
 /* One float summed over every mesh axis, so that every rank has the same total. */
-static void sum_over_mesh(emitter *E, const char *x, const char *what) {
+void cg_sum_over_mesh(emitter *E, const char *x, const char *what) {
     const ir_graph *g = E->g;
     for (int a = 0; E->partitioned && a < g->n_axes; a++) {
         if (axis_size(E, a) == 1) continue;
@@ -166,10 +159,10 @@ static void sum_over_mesh(emitter *E, const char *x, const char *what) {
  * no compressed bucket (a pipeline stage without them), it still takes its part in that
  * check's sums over the mesh, which the other stages' functions make. */
 static void join_compress_check(emitter *E, int stage) {
-    if (!scaled_feedback(E)) return;
+    if (!cg_compress_checks_scaled(E)) return;
     if (!checks_before_compression(E, stage)) {
         cg_line(&E->w, "float compress_not_finite = 0.0f; /* no compressed bucket here: this rank's part in the check */");
-        sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
+        cg_sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
     }
     cg_line(&E->w, "if (compress_not_finite != 0.0f) not_finite = 1.0f; /* the compressed gradients were not reduced */");
 }
@@ -186,7 +179,7 @@ static void emit_loss_skip(emitter *E) {
     if (emits_async_param_servers(E))
         cg_line(w, "/* asynchronous parameter servers: this worker's own scaler, decided by its own gradients */");
     else
-        sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
+        cg_sum_over_mesh(E, "not_finite", "loss scaling: the gradients' check");
     cg_line(w, "if (not_finite != 0.0f) {");
     cg_line(w, "    ctx->loss_scale.scale *= 0.5;");
     cg_line(w, "    ctx->loss_scale.good_steps = 0;");
@@ -323,7 +316,7 @@ void emit_clip(emitter *E, int stage) {
     cg_line(w, "double sum_squares = 0.0;");
     each_gradient(E, stage, ADD_SQUARES, NULL);
     cg_line(w, "float norm_squared = (float)sum_squares;");
-    sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
+    cg_sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
     cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
     cg_line(w, "if (clip_scale < 1.0f) {");
     w->indent++;

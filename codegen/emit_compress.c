@@ -125,7 +125,7 @@ void emit_compress_create(emitter *E) {
  * unscaled before the reduction, not after: the residual then holds unscaled gradients,
  * which stay right when the scale halves or doubles (scaled ones would be carried into the
  * next step at 2x or 0.5x their weight), and the scaler leaves them as they are. */
-static int scaled_feedback(const emitter *E) {
+int cg_compress_checks_scaled(const emitter *E) {
     return E->g->loss_scale > 0 && compressed(E) &&
            (E->compress->kind == COMPRESS_TOPK || E->compress->kind == COMPRESS_POWERSGD);
 }
@@ -159,7 +159,6 @@ static void add_partial_squares(emitter *E) {
 }
 
 static void emit_feedback_check(emitter *E) {
-    const ir_graph *g = E->g;
     cg_line(&E->w, "/* fp16 loss scaling: a step the scaler skips must not reach the error-feedback state, so this");
     cg_line(&E->w, " * rank's own gradients (still scaled) are checked first and the mesh agrees; none is reduced on");
     cg_line(&E->w, " * a step to be skipped, and the scaler's check below skips it (docs/comm.md) */");
@@ -171,12 +170,7 @@ static void emit_feedback_check(emitter *E) {
     cg_line(&E->w, "compress_not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
     E->w.indent--;
     cg_line(&E->w, "}");
-    for (int a = 0; E->partitioned && a < g->n_axes; a++) {
-        if (axis_size(E, a) == 1) continue;
-        cg_line(&E->w, "if (dmrt_allreduce_sum(ctx->comm[%d], &compress_not_finite, 1, \"loss scaling: the check before "
-                       "compression over %s\") != 0)", a, g->axes[a].name);
-        cg_line(&E->w, "    return comm_failed(ctx);");
-    }
+    cg_sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
 }
 
 /* The bucket's compressed reduction itself: the runtime's call for the kind. */
@@ -224,7 +218,7 @@ static void emit_compressed_call(emitter *E, const dm_compress_bucket *b, const 
 /* After the members' partials are in place in ctx->grads: the bucket's compressed reduction
  * (under fp16's loss scaling with error feedback, checked and unscaled first). */
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label) {
-    if (!scaled_feedback(E)) {
+    if (!cg_compress_checks_scaled(E)) {
         emit_compressed_call(E, b, label);
         return;
     }

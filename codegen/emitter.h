@@ -241,6 +241,10 @@ void emit_compress_fields(emitter *E);
 void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label);
+/* Whether fp16's loss scaling meets top-k or PowerSGD: the compressed buckets are then
+ * checked and unscaled before their reduction (their error feedback never holds a skipped
+ * step's gradients nor loss-scaled ones), which the scaler (emit_clip.c) joins. */
+int cg_compress_checks_scaled(const emitter *E);
 
 /* emit_ps.c: parameter servers (--param-servers): whether the program has them (a data
  * mesh that trains with an optimizer); the tables, the update the servers run and the
@@ -385,6 +389,9 @@ int prune_heads_span_stages(const emitter *E);
  * every gradient over the mesh (a skipped step returns from the function), the unscaling,
  * the scale's growth. */
 void emit_loss_unscale(emitter *E, int stage);
+/* A float x of every rank summed over each mesh axis of more than one rank (labels "WHAT
+ * over AXIS"); a failed sum returns comm_failed(ctx) from the generated function. */
+void cg_sum_over_mesh(emitter *E, const char *x, const char *what);
 /* The same with the interleaved schedule's chunks, one decision a step for all of a rank's
  * (emit_step.c splits each chunk's update function around it): a chunk's part of the check
  * (at the end of its stage%d_reduce, into `float *not_finite`), the rank's decision (in
