@@ -528,26 +528,38 @@ static int parse_distill(int argc, char **argv, int *i, dm_options *o) {
     return 0;
 }
 
-/* The command the options give (for messages), or NULL for -o alone. */
+/* The commands, and whether the options give each. */
+enum { N_COMMANDS = 5 };
+static const char *const command_names[N_COMMANDS] = {"dmc run", "--plan", "--emit=ir", "--explain", "--check"};
+
+static void commands_given(const dm_options *o, int given[N_COMMANDS]) {
+    given[0] = o->run, given[1] = o->plan != 0, given[2] = o->emit != NULL, given[3] = o->explain != 0,
+    given[4] = o->check;
+}
+
+/* The command the options give (the first, for messages), or NULL for -o alone. */
 static const char *command_name(const dm_options *o) {
-    return o->run ? "dmc run" : o->plan ? "--plan" : o->emit ? "--emit=ir" : o->explain ? "--explain" : o->check ? "--check"
-                                                                                                         : NULL;
+    int given[N_COMMANDS];
+    commands_given(o, given);
+    for (int k = 0; k < N_COMMANDS; k++)
+        if (given[k]) return command_names[k];
+    return NULL;
 }
 
 /* One command at a time: each took precedence over the others without a word (--check
  * beside --explain checked nothing), and -o DIR, which writes the code, goes with dmc run
  * (where it keeps the build) or alone. 0, or -1 after a message. */
 static int check_commands(const dm_options *o) {
-    const char *names[] = {"dmc run", "--plan", "--emit=ir", "--explain", "--check"};
-    int given[] = {o->run, o->plan != 0, o->emit != NULL, o->explain != 0, o->check};
+    int given[N_COMMANDS];
+    commands_given(o, given);
     const char *first = NULL;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < N_COMMANDS; k++) {
         if (!given[k]) continue;
         if (first) {
-            fprintf(stderr, "dmc: error: %s and %s are two commands: give one of them\n", first, names[k]);
+            fprintf(stderr, "dmc: error: %s and %s are two commands: give one of them\n", first, command_names[k]);
             return -1;
         }
-        first = names[k];
+        first = command_names[k];
     }
     if (o->out_dir && first && !o->run) {
         fprintf(stderr, "dmc: error: -o DIR writes the generated code, which %s does not: give one of them\n", first);
