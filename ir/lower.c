@@ -686,6 +686,14 @@ typedef struct block_names {
     scope instance, call;
 } block_names;
 
+static int defines_name(dm_stmt_kind k) {
+    return k == STMT_DIM || k == STMT_INPUT || k == STMT_PARAM || k == STMT_LAYER || k == STMT_LET || k == STMT_BLOCK;
+}
+
+static binding_kind kind_defined(dm_stmt_kind k) {
+    return k == STMT_DIM ? B_DIM : k == STMT_LAYER ? B_LAYER : k == STMT_BLOCK ? B_BLOCK : B_VALUE;
+}
+
 static void add_block_name(lowerer *L, block_names *n, int in_call, const char *name, binding_kind kind, dm_loc loc) {
     if (strchr(name, '.')) {
         report_dotted(L, name, loc);
@@ -703,9 +711,9 @@ static void check_block_names(lowerer *L, const dm_stmt *block) {
     for (int i = 0; i < block->n_inputs; i++) add_block_name(L, &n, 1, block->inputs[i], B_VALUE, block->input_locs[i]);
     for (int i = 0; i < block->n_body; i++) {
         const dm_stmt *st = block->body[i];
-        binding_kind kind = st->kind == STMT_DIM ? B_DIM : st->kind == STMT_LAYER ? B_LAYER : B_VALUE;
-        if (st->kind == STMT_DIM || st->kind == STMT_PARAM || st->kind == STMT_LAYER || st->kind == STMT_LET)
-            add_block_name(L, &n, st->kind == STMT_LET, st->name, kind, st->name_loc);
+        /* (a block's body holds no inputs or blocks: check_block_body refuses them) */
+        if (defines_name(st->kind) && st->kind != STMT_INPUT && st->kind != STMT_BLOCK)
+            add_block_name(L, &n, st->kind == STMT_LET, st->name, kind_defined(st->kind), st->name_loc);
     }
     scope_free(&n.instance);
     scope_free(&n.call);
@@ -815,14 +823,6 @@ static void lower_minimize(lowerer *L, scope *s, const dm_stmt *st, dm_loc *loss
     }
     g->loss = b->value;
     g->loss_loc = *loss_loc = st->loc;
-}
-
-static int defines_name(dm_stmt_kind k) {
-    return k == STMT_DIM || k == STMT_INPUT || k == STMT_PARAM || k == STMT_LAYER || k == STMT_LET || k == STMT_BLOCK;
-}
-
-static binding_kind kind_defined(dm_stmt_kind k) {
-    return k == STMT_DIM ? B_DIM : k == STMT_LAYER ? B_LAYER : k == STMT_BLOCK ? B_BLOCK : B_VALUE;
 }
 
 /* A dotted name reaches into a layer (fc1.weight): defining one would shadow what the
