@@ -135,6 +135,14 @@ static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     out->planned = 1;
 }
 
+/* After the passes: the memory plan, where asked for (not when stopping after a pass), and
+ * --memory-gb checked against it. Returns the errors. */
+static int finish_plan(const dm_compile_request *req, dm_compiled *out, dm_diag *d) {
+    if (!req->plan_memory || req->stop_after) return 0;
+    plan_memory(req, out);
+    return check_memory_limit(req, out, d);
+}
+
 int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d, dm_compiled *out) {
     memset(out, 0, sizeof *out);
     int before = d->n_errors;
@@ -144,10 +152,7 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
     if (req->distill_temperature > 0 && pass_distill(out->g, req->distill_temperature, req->distill_alpha, d))
         return d->n_errors > before ? d->n_errors - before : 1;
     if (run_passes(out->g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
-    if (req->plan_memory && !req->stop_after) {
-        plan_memory(req, out);
-        if (check_memory_limit(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
-    }
+    if (finish_plan(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
     return 0;
 }
 
@@ -166,10 +171,7 @@ int dm_compile_differentiated(ir_graph *g, const dm_compile_request *req, dm_dia
     int before = d->n_errors;
     out->g = g;
     if (run_after_autodiff(g, req, d, out)) return d->n_errors > before ? d->n_errors - before : 1;
-    if (req->plan_memory && !req->stop_after) {
-        plan_memory(req, out);
-        if (check_memory_limit(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
-    }
+    if (finish_plan(req, out, d)) return d->n_errors > before ? d->n_errors - before : 1;
     return 0;
 }
 
