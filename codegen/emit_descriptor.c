@@ -221,7 +221,7 @@ void emit_descriptor(emitter *E) {
     emit_schedule_descriptor(E);
     emit_predict_fields(E);
     emit_state_descriptor(E);
-    cg_line(w, ".drain = %s,", emits_2bw(E) ? "model_drain" : "NULL");
+    cg_line(w, ".drain = %s,", emits_2bw(E) || emits_param_servers(E) ? "model_drain" : "NULL");
     cg_line(w, ".set_threads = model_set_threads,");
     emit_ps_descriptor(E);
     cg_line(w, ".product_dtype = \"%s\",", ir_dtype_name(g->product_dtype));

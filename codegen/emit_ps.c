@@ -63,14 +63,20 @@ void emit_ps_tables(emitter *E) {
 }
 
 void emit_ps_fields(emitter *E) {
-    if (emits_param_servers(E))
-        cg_line(&E->w, "int ps_pushed; /* this worker pushed to the parameter servers (worker 0 sent them the parameters) */");
+    if (!emits_param_servers(E)) return;
+    cg_line(&E->w, "int ps_pushed; /* this worker pushed to the parameter servers (worker 0 sent them the parameters) */");
+    cg_line(&E->w, "int ps_finished; /* this worker told the servers it is done (drain): no step after it */");
 }
 
 /* The exchange of a worker's step; grads: "ctx->grads", or "NULL" for a step the loss
  * scaler skipped (asynchronous servers). */
 static void ps_exchange_call(emitter *E, const char *grads) {
     cg_writer *w = &E->w;
+    cg_line(w, "if (ctx->ps_finished) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s_drain told the parameter servers this worker is done: no step after it\");",
+            E->g->model);
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
     if (E->dialect->separate_memory) { /* staged through host memory */
         cg_line(w, "if (dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, !ctx->ps_pushed, %s, ctx->params, ctx->step,", grads);
         cg_line(w, "                         ctx->lr) != DMRT_OK)");
@@ -107,7 +113,7 @@ void emit_ps_skipped_exchange(emitter *E) {
 /* In destroy: the servers stop once every worker is done. */
 void emit_ps_finish(emitter *E) {
     if (!emits_param_servers(E)) return;
-    cg_line(&E->w, "if (ctx->rank && ctx->params) /* the servers stop once every worker says it is done */");
+    cg_line(&E->w, "if (ctx->rank && ctx->params && !ctx->ps_finished) /* the servers stop once every worker says it is done */");
     if (E->dialect->separate_memory)
         cg_line(&E->w, "    (void)dmrt_gpu_ps_finish(ctx->gpu, ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
     else
@@ -123,6 +129,11 @@ void emit_ps_declaration(emitter *E) {
     cg_line(&E->w, " * call %s_create_rank): serves its shard until every worker's context is destroyed.", m);
     cg_line(&E->w, " * stats: what it did. DMRT_OK, or DMRT_ERR_COMM with the message in err. */");
     cg_line(&E->w, "int %s_serve(dmrt_rank *rank, dmrt_ps_stats *stats, char *err, size_t errlen);", m);
+    cg_line(&E->w, "/* A worker's end of training: tells the servers it is done and, once every worker is,");
+    cg_line(&E->w, " * pulls their final parameters, so that what is saved or evaluated holds every worker's");
+    cg_line(&E->w, " * pushes (asynchronous servers apply the others' last ones after this worker's last");
+    cg_line(&E->w, " * pull). Every worker must call it; no step after it. DMRT_OK, or DMRT_ERR_COMM. */");
+    cg_line(&E->w, "int %s_drain(%s_ctx *ctx);", m, m);
 }
 
 void emit_ps_api(emitter *E) {
@@ -141,6 +152,21 @@ void emit_ps_api(emitter *E) {
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "int %s_drain(%s_ctx *ctx) {", m, m);
+    w->indent++;
+    cg_line(w, "ctx->error[0] = 0;");
+    cg_line(w, "if (ctx->ps_finished) return DMRT_OK;");
+    cg_line(w, "ctx->ps_finished = 1; /* destroy does not say it again, even when this fails */");
+    if (E->dialect->separate_memory)
+        cg_line(w, "if (dmrt_gpu_ps_finish_pull(ctx->gpu, ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params) != DMRT_OK)");
+    else
+        cg_line(w, "if (dmrt_ps_finish_pull(ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params) != 0)");
+    cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "static int model_drain(void *ctx) { return %s_drain((struct_ctx *)ctx); }", m);
     cg_blank(w);
     cg_line(w, "static int model_serve(dmrt_rank *rank, dmrt_ps_stats *stats, char *err, size_t errlen) {");
     cg_line(w, "    return %s_serve(rank, stats, err, errlen);", m);

@@ -169,10 +169,13 @@ typedef struct dmrt_model {
     int64_t (*step)(void *ctx);
     int (*set_step)(void *ctx, int64_t step);
 
-    /* Pipelines whose steps do not flush (the 2bw schedule, <model>_drain): runs the
-     * backwards and the update the pipeline still owes, so that the weights are those of
-     * every step run; every rank must call it. NULL for the others, whose steps leave
-     * nothing owed. Returns DMRT_OK or an error status (message from error()). */
+    /* What the end of training owes, so that the weights saved and evaluated are those of
+     * every step run (<model>_drain); every rank must call it. Pipelines whose steps do not
+     * flush (2bw, pipedream): the backwards and updates the pipeline still owes.
+     * Parameter servers: the worker is done, and pulls the servers' final parameters once
+     * every worker is (asynchronous servers apply the others' last pushes after its last
+     * pull); no step after it. NULL for the others, whose steps leave nothing owed.
+     * Returns DMRT_OK or an error status (message from error()). */
     int (*drain)(void *ctx);
     /* The threads the context's loops and products run on (docs/runtime.md, "Cores"):
      * DMRT_OK, or DMRT_ERR_ARG outside 1..DMRT_MAX_THREADS. NULL in models built before. */

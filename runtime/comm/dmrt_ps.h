@@ -76,6 +76,11 @@ int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const flo
 /* A worker is done: the servers stop once every worker is. Worker 0 that never pushed
  * sends its parameters first, so that every server starts and ends alike. */
 int dmrt_ps_finish(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);
+/* dmrt_ps_finish, then, once every worker is done, the servers' final parameters into
+ * params: asynchronous servers may apply the other workers' last pushes after this
+ * worker's last pull, and the weights a run saves are to hold every push (synchronous
+ * ones pull what the last exchange did). No exchange after it. */
+int dmrt_ps_finish_pull(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params);
 
 /* What a server did. */
 typedef struct dmrt_ps_stats {

@@ -12,7 +12,9 @@
 #include "dmrt_ps.h"
 
 enum { TAG_INIT = DMRT_MAX_TAG - 2, TAG_PUSH = DMRT_MAX_TAG - 1, TAG_PULL = DMRT_MAX_TAG };
-enum { KIND_PUSH = 1, KIND_DONE = 2, KIND_SKIP = 3 }; /* SKIP: a step fp16's loss scaler skipped (no gradients) */
+/* SKIP: a step fp16's loss scaler skipped (no gradients); FINAL: done, and wants the
+ * final parameters once every worker is done (dmrt_ps_finish_pull) */
+enum { KIND_PUSH = 1, KIND_DONE = 2, KIND_SKIP = 3, KIND_FINAL = 4 };
 /* the header: kind, then the step (int64) and the learning rate (double) as 2 floats each */
 #define HEADER 5
 
@@ -97,10 +99,23 @@ static int push(dmrt_rank *r, const dmrt_ps_layout *L, int kind, const float *gr
         if (kind == KIND_PUSH) copy_range(L, b, e, (float *)grads, 1, buf + HEADER, 1);
         else memset(buf + HEADER, 0, (size_t)(e - b) * sizeof(float));
         if (dmrt_send_tagged(dmrt_rank_world(r), L->workers + s, TAG_PUSH, buf, HEADER + e - b,
-                             kind == KIND_DONE ? "done, to the servers" : "the gradients, to their server"))
+                             kind == KIND_DONE || kind == KIND_FINAL ? "done, to the servers"
+                                                                     : "the gradients, to their server"))
             return DMRT_ERR_COMM;
     }
     return 0;
+}
+
+/* Every server's shard of the parameters into params. */
+static int pull(dmrt_rank *r, const dmrt_ps_layout *L, float *params, float *buf) {
+    int rc = 0;
+    for (int s = 0; rc == 0 && s < L->servers; s++) {
+        int64_t b, e;
+        dmrt_ps_shard(L, s, &b, &e);
+        rc = dmrt_recv_tagged(dmrt_rank_world(r), L->workers + s, TAG_PULL, buf, e - b, "the parameters, from their server");
+        if (rc == 0) copy_range(L, b, e, params, 0, buf, 0);
+    }
+    return rc;
 }
 
 int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads, float *params,
@@ -109,23 +124,28 @@ int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const flo
     if (!buf) return fail(r, "the gradients, to their server", "out of memory for a push");
     int rc = first && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
     if (rc == 0) rc = push(r, L, grads ? KIND_PUSH : KIND_SKIP, grads, step, lr, buf);
-    for (int s = 0; rc == 0 && s < L->servers; s++) {
-        int64_t b, e;
-        dmrt_ps_shard(L, s, &b, &e);
-        rc = dmrt_recv_tagged(dmrt_rank_world(r), L->workers + s, TAG_PULL, buf, e - b, "the parameters, from their server");
-        if (rc == 0) copy_range(L, b, e, params, 0, buf, 0);
-    }
+    if (rc == 0) rc = pull(r, L, params, buf);
+    free(buf);
+    return rc;
+}
+
+/* done (KIND_DONE), or done and the final parameters into params (KIND_FINAL) */
+static int finish(dmrt_rank *r, const dmrt_ps_layout *L, int kind, int pushed, float *params) {
+    float *buf = malloc((size_t)(HEADER + largest_shard(L)) * sizeof(float));
+    if (!buf) return fail(r, "done, to the servers", "out of memory");
+    int rc = !pushed && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
+    if (rc == 0) rc = push(r, L, kind, NULL, 0, 0, buf);
+    if (rc == 0 && kind == KIND_FINAL) rc = pull(r, L, params, buf);
     free(buf);
     return rc;
 }
 
 int dmrt_ps_finish(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
-    float *buf = malloc((size_t)(HEADER + largest_shard(L)) * sizeof(float));
-    if (!buf) return fail(r, "done, to the servers", "out of memory");
-    int rc = !pushed && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
-    if (rc == 0) rc = push(r, L, KIND_DONE, NULL, 0, 0, buf);
-    free(buf);
-    return rc;
+    return finish(r, L, KIND_DONE, pushed, (float *)params); /* params only read: no pull */
+}
+
+int dmrt_ps_finish_pull(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params) {
+    return finish(r, L, KIND_FINAL, pushed, params);
 }
 
 /* ---- the server ----------------------------------------------------------------------- */
@@ -138,6 +158,7 @@ typedef struct server {
     float *param, *sum;     /* (n) */
     float *state[2];        /* (n) each, the first L->states of them */
     float *msg;             /* (HEADER + n) */
+    char *wants_final;      /* (workers) the worker said it is done with KIND_FINAL */
     dmrt_ps_stats *stats;
 } server;
 
@@ -153,11 +174,13 @@ static int receive_push(server *sv, int w, push_header *h) {
     sv->stats->waited_seconds += dmrt_comm_now() - start;
     if (rc) return rc;
     *h = header_read(sv->msg);
-    if (h->kind != KIND_PUSH && h->kind != KIND_DONE && h->kind != KIND_SKIP) {
+    if (h->kind != KIND_PUSH && h->kind != KIND_DONE && h->kind != KIND_SKIP && h->kind != KIND_FINAL) {
         char why[128];
         dmrt_comm_format(why, sizeof why, "worker %d sent a push of unknown kind %d", w, h->kind);
         return fail(sv->r, "a push, from its worker", why);
     }
+    if (h->kind == KIND_FINAL) sv->wants_final[w] = 1;
+    if (h->kind == KIND_FINAL) h->kind = KIND_DONE; /* done either way; the final parameters are sent at the end */
     if (h->kind != KIND_DONE) sv->stats->pushes++;
     if (h->kind == KIND_SKIP) sv->stats->skipped++;
     if (h->kind == KIND_SKIP && sv->L->staleness < 0) {
@@ -171,6 +194,15 @@ static int receive_push(server *sv, int w, push_header *h) {
 
 static int send_pull(server *sv, int w) {
     return dmrt_send_tagged(dmrt_rank_world(sv->r), w, TAG_PULL, sv->param, sv->n, "the parameters, to their worker");
+}
+
+/* Every worker is done: the shard as it ends, to each that asked for it (asynchronous
+ * servers apply pushes that come after a worker's last pull). */
+static int send_final(server *sv) {
+    int rc = 0;
+    for (int w = 0; rc == 0 && w < sv->L->workers; w++)
+        if (sv->wants_final[w]) rc = send_pull(sv, w);
+    return rc;
 }
 
 /* Every worker's push of a step, summed in worker order, one update; until they are done. */
@@ -194,7 +226,7 @@ static int serve_synchronous(server *sv) {
             const float *g = sv->msg + HEADER;
             for (int64_t i = 0; h.kind == KIND_PUSH && i < sv->n; i++) sv->sum[i] += g[i];
         }
-        if (first.kind == KIND_DONE) return 0;
+        if (first.kind == KIND_DONE) return send_final(sv);
         apply(sv, sv->sum, first.lr);
         for (int w = 0; w < L->workers; w++)
             if ((rc = send_pull(sv, w))) return rc;
@@ -256,6 +288,7 @@ static int serve_asynchronous(server *sv) {
             nanosleep(&pause, NULL);
         }
     }
+    if (rc == 0) rc = send_final(sv);
     free(pushes);
     free(done);
     free(owed);
@@ -281,9 +314,10 @@ int dmrt_ps_serve(dmrt_rank *r, const dmrt_ps_layout *L, int threads, dmrt_ps_st
     sv.param = malloc(bytes);
     sv.sum = malloc(bytes);
     sv.msg = malloc(bytes + HEADER * sizeof(float));
+    sv.wants_final = calloc((size_t)L->workers, 1);
     for (int k = 0; k < L->states; k++) sv.state[k] = calloc(1, bytes);
     int rc = 0;
-    if (!sv.param || !sv.sum || !sv.msg || (L->states > 0 && !sv.state[0]) || (L->states > 1 && !sv.state[1]))
+    if (!sv.param || !sv.sum || !sv.msg || !sv.wants_final || (L->states > 0 && !sv.state[0]) || (L->states > 1 && !sv.state[1]))
         rc = fail(r, "serving parameters", "out of memory for the shard");
     if (rc == 0)
         rc = dmrt_recv_tagged(dmrt_rank_world(r), 0, TAG_INIT, sv.param, sv.n, "the parameters, from worker 0");
@@ -291,6 +325,7 @@ int dmrt_ps_serve(dmrt_rank *r, const dmrt_ps_layout *L, int threads, dmrt_ps_st
     free(sv.param);
     free(sv.sum);
     free(sv.msg);
+    free(sv.wants_final);
     free(sv.state[0]);
     free(sv.state[1]);
     return rc;

@@ -481,15 +481,25 @@ int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int
     return stage_in(g, params, h, np);
 }
 
-int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
-    GPU_ENTER(g);
+/* done (pull 0), or done and the servers' final parameters into params (pull 1) */
+static int ps_finish_staged(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params, int pull) {
     const int64_t np = ps_extent(L, 0);
     float *h;
     int rc = stage_begin(g, np, &h);
     if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK) return rc;
-    if (dmrt_ps_finish(r, L, pushed, h) != 0) {
+    if ((pull ? dmrt_ps_finish_pull(r, L, pushed, h) : dmrt_ps_finish(r, L, pushed, h)) != 0) {
         snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
         return DMRT_ERR_COMM;
     }
-    return DMRT_OK;
+    return pull ? stage_in(g, params, h, np) : DMRT_OK;
+}
+
+int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
+    GPU_ENTER(g);
+    return ps_finish_staged(g, r, L, pushed, (float *)params, 0); /* params only read */
+}
+
+int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params) {
+    GPU_ENTER(g);
+    return ps_finish_staged(g, r, L, pushed, params, 1);
 }

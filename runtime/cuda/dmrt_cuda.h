@@ -143,7 +143,8 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
     "dmrt_gpu_allreduce_sum dmrt_gpu_allgather dmrt_gpu_reduce_scatter_sum dmrt_gpu_alltoall " \
     "dmrt_gpu_comm_wait dmrt_gpu_send dmrt_gpu_recv dmrt_gpu_send_tagged dmrt_gpu_recv_tagged " \
     "dmrt_gpu_allreduce_sum_half dmrt_gpu_allreduce_topk dmrt_gpu_allreduce_powersgd "         \
-    "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_prune dmrt_gpu_prune_heads "             \
+    "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_ps_finish_pull dmrt_gpu_prune "          \
+    "dmrt_gpu_prune_heads "                                                                    \
     "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
 
 /* ---- matrix products (cuBLAS) -------------------------------------------------------------
@@ -345,6 +346,7 @@ int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *s
 int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
                          float *params, int64_t step, double lr);
 int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);
+int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params);
 
 /* Magnitude pruning (--prune, codegen/emit_prune.c) after update t of a device weight w and
  * its device mask: dmrt_prune's result (dmrt.h) bit for bit. On the ramp (dmrt_prune_chooses)

@@ -11,9 +11,13 @@
  *   test_comm_threads stress        thousands of back-to-back collectives; two runs at once
  *   test_comm_threads compress      the 16-bit formats; the compressed gradient reductions on
  *                                   1/2/3/4 ranks against their rules computed serially
+ *   test_comm_threads ps            parameter servers' final parameters (dmrt_ps_finish_pull):
+ *                                   every worker's pushes in them, also those an asynchronous
+ *                                   server applied after a worker's last pull
  *
  * Prints FAIL lines and exits 1 on any failure. */
 #include "comm_cases.h"
+#include "dmrt_ps.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -87,6 +91,72 @@ static void test_compress(void) {
         int rc = dmrt_threads_run(ranks[i], main_compress, NULL, err, sizeof err);
         EXPECT(rc == 0, "%d ranks: %s", ranks[i], err);
         printf("compressed reductions on %d ranks: %s (%.2f s)\n", ranks[i], rc ? "FAILED" : "ok", case_now() - t0);
+    }
+}
+
+/* ---- parameter servers' final parameters --------------------------------------------- */
+
+/* W workers and S servers on one world; a shard's update is param -= grad (integers: the
+ * sums are exact, whatever the order). Worker w pushes grad (w + 1) at every element for
+ * STEPS steps; the last worker sleeps before its last push, so that with a staleness bound
+ * of 1 the others' last pulls are answered before it comes. The oracle: every push is in
+ * the final parameters, init - STEPS * (1 + 2 + ... + W), on every worker. */
+enum { PS_WORKERS = 3, PS_SERVERS = 2, PS_STEPS = 4, PS_N = 7 };
+
+static void ps_sgd(const dmrt_ps_step *ctx, float *param, const float *grad, float *const *state, int64_t n) {
+    (void)ctx, (void)state;
+    for (int64_t i = 0; i < n; i++) param[i] -= grad[i];
+}
+
+typedef struct ps_case {
+    int staleness;
+    float last_pull[PS_WORKERS]; /* element 0 after each worker's last exchange */
+} ps_case;
+
+static int main_ps(dmrt_rank *r, void *arg) {
+    ps_case *c = arg;
+    static const dmrt_ps_segment segment = {0, 0, PS_N};
+    const dmrt_ps_layout L = {PS_WORKERS, PS_SERVERS, c->staleness, 1, &segment, 0, ps_sgd};
+    int id = dmrt_rank_id(r), fails = 0;
+    if (id >= PS_WORKERS) {
+        dmrt_ps_stats stats;
+        fails += CASE_EXPECT(r, dmrt_ps_serve(r, &L, 1, &stats) == 0, "serve: %s", dmrt_rank_error(r));
+        fails += CASE_EXPECT(r, stats.updates == (c->staleness < 0 ? PS_STEPS : PS_WORKERS * PS_STEPS),
+                             "server %d: %lld updates", id, (long long)stats.updates);
+        atomic_fetch_add(&total_failures, fails);
+        return fails ? 1 : 0;
+    }
+    float params[PS_N], grads[PS_N];
+    for (int i = 0; i < PS_N; i++) params[i] = 1000.0f, grads[i] = (float)(id + 1);
+    for (int step = 1; step <= PS_STEPS && !fails; step++) {
+        if (id == PS_WORKERS - 1 && step == PS_STEPS) case_sleep(1.0);
+        fails += CASE_EXPECT(r, dmrt_ps_exchange(r, &L, step == 1, grads, params, step, 1.0) == 0, "exchange: %s",
+                             dmrt_rank_error(r));
+    }
+    c->last_pull[id] = params[0];
+    fails += CASE_EXPECT(r, !fails && dmrt_ps_finish_pull(r, &L, 1, params) == 0, "finish_pull: %s", dmrt_rank_error(r));
+    const float want = 1000.0f - PS_STEPS * (PS_WORKERS * (PS_WORKERS + 1) / 2);
+    for (int i = 0; i < PS_N && !fails; i++)
+        fails += CASE_EXPECT(r, params[i] == want, "worker %d, element %d: final %g, want %g", id, i, params[i], want);
+    atomic_fetch_add(&total_failures, fails);
+    return fails ? 1 : 0;
+}
+
+static void test_ps(void) {
+    for (int staleness = -1; staleness <= 1; staleness += 2) {
+        ps_case c = {staleness, {0}};
+        char err[1024];
+        int rc = dmrt_threads_run(PS_WORKERS + PS_SERVERS, main_ps, &c, err, sizeof err);
+        EXPECT(rc == 0, "staleness %d: %s", staleness, err);
+        /* the case is the one meant: asynchronous, worker 0's last pull lacked the last
+         * worker's last push (the sleep); synchronous, every last pull was final */
+        const float final = 1000.0f - PS_STEPS * (PS_WORKERS * (PS_WORKERS + 1) / 2);
+        if (staleness < 0)
+            for (int w = 0; w < PS_WORKERS; w++) EXPECT(c.last_pull[w] == final, "synchronous worker %d: %g", w, c.last_pull[w]);
+        else
+            EXPECT(c.last_pull[0] > final, "asynchronous: worker 0's last pull %g already final", c.last_pull[0]);
+        printf("parameter servers, %s: the final parameters hold every push: %s\n",
+               staleness < 0 ? "synchronous" : "asynchronous (bound 1)", rc ? "FAILED" : "ok");
     }
 }
 
@@ -619,7 +689,7 @@ static void test_stress(void) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s collectives|mesh|determinism|errors|timeout|abort|stress|compress\n",
+        fprintf(stderr, "usage: %s collectives|mesh|determinism|errors|timeout|abort|stress|compress|ps\n",
                 argv[0]);
         return 2;
     }
@@ -632,6 +702,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "timeout") == 0) test_timeout();
     else if (strcmp(mode, "abort") == 0) test_abort();
     else if (strcmp(mode, "stress") == 0) test_stress();
+    else if (strcmp(mode, "ps") == 0) test_ps();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
