@@ -118,12 +118,42 @@ static int non_finite_gradient(const dmrt_model *m, void *ctx, char *err, size_t
     return found;
 }
 
+/* The ranks that take steps: with parameter servers the workers, the data axis (their mesh
+ * has no other); else the world. */
+static dmrt_comm *training_ranks(const dmrt_model *m, dmrt_rank *rank) {
+    dmrt_comm *training = m->param_servers ? dmrt_mesh_axis(rank, dmrt_mesh_find_axis(rank, "data")) : NULL;
+    return training ? training : dmrt_rank_world(rank);
+}
+
+int dmrt_trainer_guard_same_start(const dmrt_model *m, dmrt_rank *rank, const char *resume, int64_t step, char *err,
+                                  size_t errlen) {
+    if (!rank) return 0;
+    dmrt_comm *training = training_ranks(m, rank);
+    int n = dmrt_comm_size(training), me = dmrt_comm_rank(training);
+    /* the step in two 24-bit halves: each exact in a float */
+    float mine[2] = {(float)(step >> 24), (float)(step & 0xffffff)}, *all = malloc((size_t)n * 2 * sizeof(float));
+    if (!all) return dmrt_errorf(err, errlen, "out of memory");
+    if (dmrt_allgather(training, mine, all, 2, "the steps --resume continues from") != 0) {
+        free(all);
+        return dmrt_errorf(err, errlen, "agreeing on the step --resume continues from: %s", dmrt_rank_error(rank));
+    }
+    int other = -1;
+    for (int k = 0; k < n && other < 0; k++)
+        if (all[2 * k] != mine[0] || all[2 * k + 1] != mine[1]) other = k;
+    int64_t theirs = other < 0 ? step : ((int64_t)all[2 * other] << 24) + (int64_t)all[2 * other + 1];
+    free(all);
+    if (other < 0) return 0;
+    return dmrt_errorf(err, errlen,
+                       "--resume %s: this rank (%d) continues from step %lld, rank %d from step %lld: every rank must "
+                       "resume from the same checkpoint (on several hosts, give each the same file, or a DIR whose "
+                       "newest checkpoint is the same step everywhere)",
+                       resume, me, (long long)step, other, (long long)theirs);
+}
+
 int dmrt_trainer_guard_agree(const dmrt_model *m, dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err,
                              size_t errlen) {
     float flags[2] = {(float)(stop_signal != 0), (float)!isfinite(loss)};
-    /* with parameter servers the workers are the data axis (their mesh has no other) */
-    dmrt_comm *training = rank && m->param_servers ? dmrt_mesh_axis(rank, dmrt_mesh_find_axis(rank, "data")) : NULL;
-    if (rank && !training) training = dmrt_rank_world(rank);
+    dmrt_comm *training = rank ? training_ranks(m, rank) : NULL;
     if (rank && dmrt_allreduce_sum(training, flags, 2, "trainer stop and finiteness") != 0)
         return dmrt_errorf(err, errlen, "agreeing on whether to stop: %s", dmrt_rank_error(rank));
     *stop = flags[0] > 0;

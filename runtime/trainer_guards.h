@@ -24,6 +24,12 @@ int dmrt_trainer_guard_writable(const char *option, const char *path, char *err,
 int dmrt_trainer_guard_agree(const dmrt_model *m, struct dmrt_rank *rank, float loss, int *stop, int *non_finite, char *err,
                              size_t errlen);
 
+/* After --resume: whether every training rank continues from the same step (each reads
+ * its own file: on several hosts, `--resume DIR` may name different newest checkpoints).
+ * rank NULL: 0. Every training rank calls it. */
+int dmrt_trainer_guard_same_start(const dmrt_model *m, struct dmrt_rank *rank, const char *resume, int64_t step,
+                                  char *err, size_t errlen);
+
 /* The message for a step whose loss or gradients are not finite: the first f32 input of
  * the batch holding a non-finite value, else the first parameter whose gradient does.
  * Gathers gradients on a mesh: every rank calls it. Returns -1 with the message in err. */

@@ -291,6 +291,8 @@ static int create_model(tr_run *r) {
     if (r->resumed) {
         if (dmrt_load_checkpoint_file(m, r->ctx, &r->resume_file, r->err, sizeof r->err) != 0) return TR_RUNTIME;
         r->start = m->step(r->ctx);
+        if (dmrt_trainer_guard_same_start(m, r->rank, r->resume_file.path, r->start, r->err, sizeof r->err) != 0)
+            return TR_RUNTIME;
         snprintf(r->resumed_from, sizeof r->resumed_from, "%s", r->resume_file.path);
         uint64_t planned = 0;
         if (dmrt_trainer_meta_u64(&r->resume_file, "trainer.total_steps", &planned, r->err, sizeof r->err) < 0)

@@ -29,7 +29,11 @@ Oracle: the same program run straight.
     without a run); the data (trainer.data_hash: another batch file, other fashion-mnist
     files, a text corpus's files in another order refused, the same data resumed bitwise);
     checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C; a flipped bit
-    refused by --resume and --init; a format 1 file still resumes).
+    refused by --resume and --init; a format 1 file still resumes);
+  - ranks that would continue from different steps (each reads its own --resume: on
+    several hosts a DIR's newest may differ): refused before the first step, naming both
+    steps (MPI, one rank given step 5's checkpoint and the other step 10's; skipped
+    without mpirun).
 Prints one line per check; exits 1 on any failure.
 """
 import gzip
@@ -521,6 +525,35 @@ def checksums(t, tmp, ckpt):
     check(r.returncode == 0, "a 'dmc checkpoint 1' file (no checksums) still resumes (%s)" % r.stderr.strip()[-200:])
 
 
+def ranks_resume_alike(dmc, model, tmp, data):
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("skip  ranks resuming from different steps: no mpirun")
+        return
+    build = os.path.join(tmp, "build-mpi")
+    r = subprocess.run([dmc, "run", model, "--mesh", "data=2", "--backend", "mpi", "--keep", build, "--", "--steps", "0",
+                        "--quiet", "--data-dir", data], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, timeout=600)
+    if r.returncode != 0:
+        print("skip  ranks resuming from different steps: no MPI program (%s)" % r.stdout.strip()[-200:])
+        return
+    exe, ckpt = os.path.join(build, "small"), os.path.join(tmp, "mpi-ckpt")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    base = [mpirun, "--oversubscribe"]
+    args = [exe, "--quiet", "--data-dir", data, "--steps", "12"]
+    r = subprocess.run(base + ["-np", "2"] + args[:-1] + ["10", "--checkpoint", ckpt, "--checkpoint-every", "5"], cwd=tmp,
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    check(r.returncode == 0, "MPI data=2: 10 steps with a checkpoint every 5 (%s)" % r.stdout.strip()[-200:])
+    at5, at10 = (os.path.join(ckpt, "step-%08d.safetensors" % n) for n in (5, 10))
+    r = subprocess.run(base + ["-np", "1"] + args + ["--resume", at5, ":", "-np", "1"] + args + ["--resume", at10],
+                       cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                       timeout=300)
+    check(r.returncode != 0 and "continues from step 5, rank 1 from step 10" in r.stdout
+          and not re.search(r"^step \d+ loss", r.stdout, re.M),
+          "MPI data=2: ranks given checkpoints of steps 5 and 10 are refused before a step (%s)"
+          % r.stdout.strip()[:300])
+
+
 def write_safetensors(path, tensors, meta):
     header, offset = {"__metadata__": meta}, 0
     for name, (dtype, shape, blob) in tensors.items():
@@ -551,6 +584,7 @@ def main():
             failure_cases(trainers[0], tmp, sources[0])
             checksums(trainers[0], tmp, sources[0])
         one_run_per_directory(trainers[0], tmp)
+        ranks_resume_alike(dmc, model, tmp, data)
         same_data(trainers[0], tmp)
         text_order(dmc, tmp)
         with open(model) as f:
