@@ -152,36 +152,43 @@ int dmrt_check_finite_to_write(const char *path, const char *what, const dmrt_te
 }
 
 /* Every parameter (grad 0) or gradient (grad 1) to path. An SPMD model's tensors are
- * gathered whole on every rank first, and only world rank 0 writes. */
+ * gathered whole on every rank (a collective), and only world rank 0 writes: it keeps
+ * each one, the other ranks gather each into one buffer of the largest, reused. */
 static int save_tensors(const dmrt_model *model, void *ctx, int grad, const char *path, char *err,
                         size_t errlen) {
     int n = model->n_params;
+    const int writes = !model->rank_id || model->rank_id(ctx) == 0;
     const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
     float **whole = calloc(n ? (size_t)n : 1, sizeof *whole);
+    int64_t largest = 0;
+    for (int i = 0; i < n; i++)
+        if (model->params[i].numel > largest) largest = model->params[i].numel;
+    float *passing = model->gather && !writes ? dmrt_alloc((size_t)(largest ? largest : 1) * sizeof(float)) : NULL;
     int rc = 0;
-    if (!data || !whole) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    if (!data || !whole || (model->gather && !writes && !passing)) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    /* weights that are not finite are never written (gradients are: --dump-grads is for
+     * looking at them); each is checked as it is gathered, whole and alike on every rank,
+     * so that every rank fails at the same tensor */
+    int64_t step = model->step ? model->step(ctx) : 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (!model->gather) {
             data[i] = grad ? model->grad(ctx, i) : model->param(ctx, i);
-            continue;
+        } else {
+            /* a failed gather leaves this rank's share of the others' collectives undone:
+             * they fail on their deadline or this rank's abort, never half-write the file */
+            float *into = writes ? (whole[i] = dmrt_alloc((size_t)model->params[i].numel * sizeof(float))) : passing;
+            if (!into) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+            else if (model->gather(ctx, i, grad, into) != 0)
+                rc = dmrt_errorf(err, errlen, "%s: gathering '%s': %s", path, model->params[i].name,
+                                 model->error(ctx));
+            data[i] = into;
         }
-        /* a failed gather leaves this rank's share of the others' collectives undone: they
-         * fail on their deadline or this rank's abort, never half-write the file */
-        whole[i] = dmrt_alloc((size_t)model->params[i].numel * sizeof(float));
-        if (!whole[i]) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
-        else if (model->gather(ctx, i, grad, whole[i]) != 0)
-            rc = dmrt_errorf(err, errlen, "%s: gathering '%s': %s", path, model->params[i].name,
-                             model->error(ctx));
-        data[i] = whole[i];
+        if (rc == 0 && !grad)
+            rc = dmrt_check_finite_to_write(path, "parameter", &model->params[i], data[i], step, err, errlen);
     }
-    /* weights that are not finite are never written (gradients are: --dump-grads is for
-     * looking at them); every rank holds every tensor whole and fails alike */
-    int64_t step = model->step ? model->step(ctx) : 0;
-    for (int i = 0; i < n && rc == 0 && !grad; i++)
-        rc = dmrt_check_finite_to_write(path, "parameter", &model->params[i], data[i], step, err, errlen);
-    if (rc == 0 && (!model->rank_id || model->rank_id(ctx) == 0))
-        rc = dmrt_st_write(path, n, model->params, data, err, errlen);
+    if (rc == 0 && writes) rc = dmrt_st_write(path, n, model->params, data, err, errlen);
     for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
+    dmrt_free(passing);
     free(whole);
     free(data);
     return rc;
