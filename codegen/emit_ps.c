@@ -126,7 +126,8 @@ void emit_ps_declaration(emitter *E) {
     cg_line(&E->w, "#include \"dmrt_ps.h\"");
     cg_line(&E->w, "/* A parameter server's part of the run, on world ranks %lld..%lld (the workers, on the mesh,",
             (long long)ir_mesh_ranks(E->g), (long long)ir_mesh_ranks(E->g) + E->g->param_servers.servers - 1);
-    cg_line(&E->w, " * call %s_create_rank): serves its shard until every worker's context is destroyed.", m);
+    cg_line(&E->w, " * call %s_create_rank): serves its shard until every worker is done (%s_drain, or its", m, m);
+    cg_line(&E->w, " * context destroyed).");
     cg_line(&E->w, " * stats: what it did. DMRT_OK, or DMRT_ERR_COMM with the message in err. */");
     cg_line(&E->w, "int %s_serve(dmrt_rank *rank, dmrt_ps_stats *stats, char *err, size_t errlen);", m);
     cg_line(&E->w, "/* A worker's end of training: tells the servers it is done and, once every worker is,");
