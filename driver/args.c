@@ -138,7 +138,8 @@ static const char usage[] =
     "                             feedback); none (default). Not with ZeRO; CUDA: staged\n"
     "                             through host memory\n"
     "  --grad-reduce fp32|bf16    the gradients' allreduce over data in fp32 (default) or bf16,\n"
-    "                             half the bytes (mixed precision's name for --compress bf16)\n"
+    "                             half the bytes (mixed precision's name for --compress bf16);\n"
+    "                             one of --compress and --grad-reduce, once\n"
     "  --param-servers S          data parallelism through S parameter servers, world ranks\n"
     "                             after the mesh's: each holds a shard of the parameters and\n"
     "                             its optimizer state; workers push gradients and pull\n"
@@ -305,6 +306,20 @@ static int parse_microbatches(const char *flag, const char *v, dm_options *o) {
 
 /* The choices of parallelism and memory (recomputation, ZeRO, parameter servers,
  * compression, the pipeline's schedule): parse_common's answer. */
+
+/* --compress and --grad-reduce both choose how gradients are reduced: one of them, once
+ * (in either order, --grad-reduce fp32 included). 1 after the error, else 0. */
+static int reduce_chosen_twice(dm_options *o, const char *option) {
+    if (o->reduce_chosen_by) {
+        if (strcmp(o->reduce_chosen_by, option) == 0)
+            fprintf(stderr, "dmc: error: %s given twice: give it once\n", option);
+        else
+            fprintf(stderr, "dmc: error: --grad-reduce and --compress both choose how gradients are reduced: give one\n");
+        return 1;
+    }
+    o->reduce_chosen_by = option;
+    return 0;
+}
 static int parse_parallelism(int argc, char **argv, int *i, dm_options *o) {
     const char *v;
     if ((v = option_value(argc, argv, i, "--recompute"))) {
@@ -344,19 +359,13 @@ static int parse_parallelism(int argc, char **argv, int *i, dm_options *o) {
             fprintf(stderr, "dmc: error: --grad-reduce takes fp32 (the default) or bf16, got '%s'\n", v);
             return -1;
         }
-        if (o->compress.kind != COMPRESS_NONE) {
-            fprintf(stderr, "dmc: error: --grad-reduce and --compress both choose how gradients are reduced: give one\n");
-            return -1;
-        }
+        if (reduce_chosen_twice(o, "--grad-reduce")) return -1;
         if (strcmp(v, "bf16") == 0 && dm_compress_parse("bf16", &o->compress, err, sizeof err) != 0) return -1;
         return 1;
     }
     if ((v = option_value(argc, argv, i, "--compress"))) {
         char err[160];
-        if (o->compress.kind != COMPRESS_NONE) {
-            fprintf(stderr, "dmc: error: --grad-reduce and --compress both choose how gradients are reduced: give one\n");
-            return -1;
-        }
+        if (reduce_chosen_twice(o, "--compress")) return -1;
         if (dm_compress_parse(v, &o->compress, err, sizeof err) == 0) return 1;
         fprintf(stderr, "dmc: error: --compress %s\n", err);
         return -1;

@@ -61,6 +61,7 @@ typedef struct dm_options {
     int no_fuse_casts;        /* --no-fuse-casts */
     int sequence_parallel;    /* --sequence-parallel */
     ir_compress compress;     /* --compress */
+    const char *reduce_chosen_by; /* "--compress" or "--grad-reduce", the one given (NULL: neither) */
     ir_param_servers param_servers; /* --param-servers, --ps-staleness (-1: synchronous) */
     dm_pipeline_options pipeline;
     dm_hardware hardware;     /* --hardware (pipeline.cost.hardware points here) */

@@ -2,7 +2,8 @@
 """dmc's options against each other, where a --check golden (tests/diag/args_*) cannot see
 them: the model name of a long file name is terminated, --stop-after stops at each pass
 --help names, one command at a time (-o beside --emit, --explain, --plan; dmc run beside
---explain), the last --quantize wins whole, and dmc run --compact refuses --resume.
+--explain), the last --quantize wins whole, dmc run --compact refuses --resume, and
+--grad-reduce and --compress exclude each other in either order (each given once).
 
 usage: test_options.py DMC SOURCE_ROOT
 """
@@ -101,6 +102,22 @@ def check_compact_company(exe, root, check):
           'dmc --explain --compact --save-compacted: exit %d, %r' % (rc, err.strip()))
 
 
+def check_reduce_once(exe, root, check):
+    """--grad-reduce and --compress both choose how gradients are reduced: one of them,
+    once, in either order (--grad-reduce fp32 before --compress topk was dropped silently)."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    both = '--grad-reduce and --compress both choose how gradients are reduced: give one'
+    for args, want in [(['--compress', 'bf16', '--grad-reduce', 'fp32'], both),
+                       (['--grad-reduce', 'fp32', '--compress', 'topk:0.1'], both),
+                       (['--grad-reduce', 'bf16', '--compress', 'bf16'], both),
+                       (['--compress', 'bf16', '--compress', 'topk:0.1'], '--compress given twice: give it once'),
+                       (['--grad-reduce', 'fp32', '--grad-reduce', 'bf16'], '--grad-reduce given twice: give it once'),
+                       (['--grad-reduce', 'fp32'], None), (['--compress', 'topk:0.1'], None)]:
+        rc, out, err = dmc(exe, ['--check', mlp, '--mesh', 'data=2'] + args)
+        check((rc == 2 and want in err) if want else (rc == 0 and not err),
+              'dmc --check mlp.dm --mesh data=2 %s: exit %d, %r (want %r)' % (' '.join(args), rc, err.strip(), want))
+
+
 def main(argv):
     exe, root = os.path.abspath(argv[1]), argv[2]
     failures = []
@@ -116,6 +133,7 @@ def main(argv):
         check_commands(exe, tmp, check)
         check_quantize_repeated(exe, root, check)
         check_compact_company(exe, root, check)
+        check_reduce_once(exe, root, check)
     for f in failures:
         print('FAIL: ' + f)
     print('%d failures' % len(failures))
