@@ -224,7 +224,10 @@ static void pipeline_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *o
                  "\"cuts_by\": \"%s\", \"bubble_formula\": %.6f, \"bubble_simulated\": %.10g, \"step_seconds_simulated\": %.10g, "
                  "\"imbalance\": %.4f, ",
             pl->stages, pl->ranks, pl->chunks, g->microbatches, pipe_kind_name(pipe_kind_for(g->schedule, pl->ranks)),
-            pl->by_user ? "program" : "dmc", pipe_bubble_formula_chunked(pl->ranks, pl->chunks, g->microbatches), pl->bubble,
+            pl->by_user ? "program" : "dmc",
+            pipe_flushless(pl->timed.kind) ? pipe_bubble_formula_2bw(pl->ranks, g->microbatches)
+                                           : pipe_bubble_formula_chunked(pl->ranks, pl->chunks, g->microbatches),
+            pl->bubble,
             pl->timed.step, pl->imbalance);
     if (pipe_flushless(pl->timed.kind)) fprintf(out, "\"warmup_seconds_once\": %.10g, ", pipe_2bw_warmup(&pl->timed));
     fprintf(out, "\"stage\": [");

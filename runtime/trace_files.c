@@ -29,6 +29,19 @@ static int stage_of(const dmrt_model *m, int rank, int *stages) {
 /* Model chunks per pipeline rank: 1 but for the interleaved schedule. */
 static int chunks_of(const dmrt_model *m) { return m->pipeline_chunks > 1 ? m->pipeline_chunks : 1; }
 
+/* A schedule that does not flush (2bw, pipedream): the model has a drain (parameter
+ * servers' drain is another thing, and they have no trace). */
+static int flushless(const dmrt_model *m) { return m->drain != NULL && !m->param_servers; }
+
+/* The bubble of equal stages: interleaved, a rank idles P - 1 chunk-times where 1F1B idles
+ * P - 1 stage-times; without a flush, P - 1 forward-times of a step's 3M
+ * (docs/parallelism.md, "PipeDream-2BW"). Its name as the lines print it. */
+static double bubble_formula(const dmrt_model *m, int stages, int64_t micros, const char **name) {
+    *name = flushless(m) ? "(P-1)/(3M+P-1)" : chunks_of(m) > 1 ? "(P-1)/(vM+P-1)" : "(P-1)/(M+P-1)";
+    if (flushless(m)) return (double)(stages - 1) / (3.0 * (double)micros + stages - 1);
+    return (double)(stages - 1) / ((double)chunks_of(m) * (double)micros + stages - 1);
+}
+
 /* An action's name: its kind and micro-batch ("F3"), and with model chunks the chunk's
  * letter ("F3b": chunk 1), as dmc --explain draws the schedule. */
 static void action_name(const dmrt_model *m, const dmrt_trace_event *e, char *buf, size_t size) {
@@ -104,7 +117,7 @@ static int write_json(const dmrt_model *m, const dmrt_trace_event *all, const in
 }
 
 static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const int64_t *counts, int ranks,
-                      const step_span *span, double bubble, double formula, FILE *f) {
+                      const step_span *span, double bubble, double formula, const char *formula_name, FILE *f) {
     const double width = 1000, left = 130, row = 28, top = 40;
     double scale = span->end > span->start ? width / (span->end - span->start) : 0;
     int stages;
@@ -113,8 +126,7 @@ static void write_svg(const dmrt_model *m, const dmrt_trace_event *all, const in
             left + width + 20, top + row * ranks + 30);
     fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"13\">%s: step %lld, %.3f ms; measured bubble %.1f%%, %s = "
                "%.1f%%</text>\n",
-            m->name, (long long)span->step, 1e3 * (span->end - span->start), 100 * bubble,
-            chunks_of(m) > 1 ? "(P-1)/(vM+P-1)" : "(P-1)/(M+P-1)", 100 * formula);
+            m->name, (long long)span->step, 1e3 * (span->end - span->start), 100 * bubble, formula_name, 100 * formula);
     const dmrt_trace_event *e = all;
     for (int r = 0; r < ranks; e += counts[r], r++) {
         double y = top + row * r;
@@ -269,8 +281,8 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     if (measured) bubble /= (double)measured;
     int stages, chunks = chunks_of(m);
     stage_of(m, 0, &stages);
-    /* interleaved, a rank idles (P - 1) chunk-times where 1F1B idles P - 1 stage-times */
-    double formula = (double)(stages - 1) / (double)(chunks * micros + stages - 1);
+    const char *formula_name;
+    double formula = bubble_formula(m, stages, micros, &formula_name);
     char tmp[4200], svg[4096], target[4096];
     const char *to = atomic_target(path, target, sizeof target, err, errlen); /* through a link */
     FILE *f = to ? open_tmp(to, tmp, sizeof tmp, err, errlen) : NULL;
@@ -281,16 +293,14 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     if (pictured) {
         if (!(to = atomic_target(svg, target, sizeof target, err, errlen))) goto done;
         if (!(f = open_tmp(to, tmp, sizeof tmp, err, errlen))) goto done;
-        write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, f);
+        write_svg(m, all, counts, ranks, &spans[pictured], bubble, formula, formula_name, f);
         if (close_tmp(f, tmp, to, err, errlen)) goto done;
     }
     if (measured) {
-        if (chunks > 1)
-            fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(vM+P-1) %.4f (P=%d, v=%d, M=%lld)",
-                    bubble, (long long)measured, formula, stages, chunks, (long long)micros);
-        else
-            fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula (P-1)/(M+P-1) %.4f (P=%d, M=%lld)", bubble,
-                    (long long)measured, formula, stages, (long long)micros);
+        fprintf(out, "pipeline bubble %.4f measured over %lld steps, formula %s %.4f (P=%d, ", bubble, (long long)measured,
+                formula_name, formula, stages);
+        if (chunks > 1) fprintf(out, "v=%d, ", chunks);
+        fprintf(out, "M=%lld%s)", (long long)micros, flushless(m) ? "; no flush" : "");
         if (m->predicted_bubble > 0)
             fprintf(out, ", predicted %.4f on %s (dmc --explain: the schedule simulated with each stage's predicted times)",
                     m->predicted_bubble, m->predicted_on);

@@ -354,7 +354,7 @@ static int parse_args(int argc, char **argv, tr_opts *o, const char *prog,
                            "--eval-every needs --data text:FILE[,FILE...] (its validation part)");
     /* a step that does not flush (2bw, pipedream) leaves a batch's last backwards to the next:
      * no gradient is whole after step 1 */
-    if (o->dump_grads && model->drain)
+    if (o->dump_grads && model->drain && !model->param_servers)
         return usage_error(prog, model, "--dump-grads: model '%s' runs a pipeline schedule that does not flush (2bw or "
                                         "pipedream), whose steps leave a batch's last backwards to the next (no step "
                                         "leaves its batch's gradients whole)", model->name);

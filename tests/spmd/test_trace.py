@@ -17,6 +17,8 @@ from the last chunk, after (v - 1) P + 2 (P - s - 1) warm-up forwards; formula
 pipeline=2, 4 stages of one block, 8 micro-batches) below BALANCED_BOUND: 1/17 by the formula,
 1/2 if the two ranks took turns; the bound leaves room for a machine the ranks share with
 other work (on 2 cores under a load of 8, 1F1B measured 0.17 where its formula gives 0.11).
+The 2bw and pipedream schedules (no flush) print their own formula, (P-1)/(3M+P-1) = 1/13,
+and --explain=json's bubble_formula is the same (both gave 1F1B's 1/5 before).
 """
 import json
 import os
@@ -125,6 +127,25 @@ def check(dmc, root, tmp, kind):
     return errors
 
 
+def check_flushless(dmc, root, tmp, kind):
+    """2bw and pipedream: the trainer's formula and --explain=json's are (P-1)/(3M+P-1)."""
+    want = (P - 1) / (3 * M + P - 1)
+    common = [os.path.join(root, "examples/mlp.dm"), "--set", "B=16,H=64", "--mesh", "pipeline=2",
+              "--microbatches", str(M), "--schedule", kind]
+    out = subprocess.run([dmc, "run"] + common + ["--data-dir", "/usr/share/datasets/fashion-mnist", "--steps",
+                         str(STEPS), "--quiet", "--trace", os.path.join(tmp, "t-%s.json" % kind)],
+                         capture_output=True, text=True, timeout=300)
+    bubble = bubble_line(kind, out.stdout) if out.returncode == 0 else None
+    errors = []
+    if not bubble or abs(bubble[1] - want) > 1e-4 or "(P-1)/(3M+P-1)" not in out.stdout:
+        errors.append("%s: the trace's formula is not (P-1)/(3M+P-1) = %.4f:\n%s%s" % (kind, want, out.stdout, out.stderr))
+    ex = subprocess.run([dmc, "--explain=json"] + common, capture_output=True, text=True, timeout=120)
+    formula = json.loads(ex.stdout)["pipeline"]["bubble_formula"] if ex.returncode == 0 else None
+    if formula is None or abs(formula - want) > 1e-6:
+        errors.append("%s: --explain=json's bubble_formula %s, want %.6f (%s)" % (kind, formula, want, ex.stderr.strip()))
+    return errors
+
+
 def check_balanced(dmc, root, tmp):
     """The measured bubble of interleaved 1F1B on 4 equal stages, against its bound."""
     trace = os.path.join(tmp, "t-balanced.json")
@@ -162,13 +183,20 @@ def main():
             failures += bool(errors)
             if not errors:
                 print("%s: every rank ran its stage's order in each of %d steps" % (kind, STEPS))
+        for kind in ("2bw", "pipedream"):
+            errors = check_flushless(dmc, root, tmp, kind)
+            for e in errors:
+                print("FAIL %s" % e)
+            failures += bool(errors)
+            if not errors:
+                print("%s: the trace's formula and --explain=json's are (P-1)/(3M+P-1)" % kind)
         errors = check_balanced(dmc, root, tmp)
         for e in errors:
             print("FAIL %s" % e)
         failures += bool(errors)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (4 - failures, failures))
+    print("%d passed, %d failed" % (6 - failures, failures))
     return 1 if failures else 0
 
 
