@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,7 +415,8 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
-        o->bucket_bytes = (int64_t)(size * 1024 * 1024);
+        /* a size under a byte is the smallest bucket, not the default (0 means unset) */
+        o->bucket_bytes = (int64_t)ceil(size * 1024 * 1024);
         o->pipeline.bucket_bytes = (double)o->bucket_bytes;
         return 1;
     }

@@ -3,7 +3,8 @@
 them: the model name of a long file name is terminated, --stop-after stops at each pass
 --help names, one command at a time (-o beside --emit, --explain, --plan; dmc run beside
 --explain), the last --quantize wins whole, dmc run --compact refuses --resume, and
---grad-reduce and --compress exclude each other in either order (each given once).
+--grad-reduce and --compress exclude each other in either order (each given once), and a
+--bucket-mb under a byte is the smallest bucket (it was the 25 MiB default).
 
 usage: test_options.py DMC SOURCE_ROOT
 """
@@ -118,6 +119,20 @@ def check_reduce_once(exe, root, check):
               'dmc --check mlp.dm --mesh data=2 %s: exit %d, %r (want %r)' % (' '.join(args), rc, err.strip(), want))
 
 
+def check_tiny_bucket(exe, root, tmp, check):
+    """--bucket-mb under a byte and under a float: buckets of one float (the same code as
+    --bucket-mb 1e-6, 1 byte), not the default's."""
+    gpt = os.path.join(root, 'examples', 'gpt.dm')
+    code = {}
+    for size in ('1e-7', '1e-6', None):
+        out = os.path.join(tmp, 'bucket-%s' % size)
+        rc, _, err = dmc(exe, [gpt, '--set', 'V=64,T=16,C=32,NH=4,L=2,B=8', '--mesh', 'data=2', '-o', out] +
+                         (['--bucket-mb', size] if size else []))
+        code[size] = open(os.path.join(out, 'gpt.c')).read() if rc == 0 else err
+    check(code['1e-7'] == code['1e-6'] and code['1e-7'] != code[None],
+          'dmc --bucket-mb 1e-7: the code of --bucket-mb 1e-6 (one-float buckets), not the default\'s')
+
+
 def main(argv):
     exe, root = os.path.abspath(argv[1]), argv[2]
     failures = []
@@ -134,6 +149,7 @@ def main(argv):
         check_quantize_repeated(exe, root, check)
         check_compact_company(exe, root, check)
         check_reduce_once(exe, root, check)
+        check_tiny_bucket(exe, root, tmp, check)
     for f in failures:
         print('FAIL: ' + f)
     print('%d failures' % len(failures))
