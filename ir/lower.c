@@ -110,6 +110,11 @@ static binding *scope_add(lowerer *L, scope *s, const char *name, binding_kind k
 }
 
 /* Adds a binding; a name already bound in the same scope is a redefinition. */
+void lower_bind_value(lowerer *L, binding *b, int v) {
+    b->value = v;
+    if (v > L->newest_bound) L->newest_bound = v;
+}
+
 binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
     binding *old = scope_find_local(s, name);
     if (old) {
@@ -400,7 +405,7 @@ static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
     v->name = ir_intern(L->g, full_name);
     v->param_index = L->g->n_params;
     ir_append_id(L->g, &L->g->params, &L->g->n_params, v->id);
-    b->value = v->id;
+    lower_bind_value(L, b, v->id);
 }
 
 static int statement_allowed_in_block(dm_stmt_kind k) {
@@ -512,7 +517,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
     scope locals = {.parent = &in->env, .prefix = in->env.prefix};
     for (int i = 0; i < n_args; i++) {
         binding *b = bind_call_name(L, in, &locals, block->inputs[i], block->input_locs[i]);
-        if (b) b->value = args[i];
+        if (b) lower_bind_value(L, b, args[i]);
     }
     /* values made by this call (not aliases of earlier ones) take names from it */
     int result = -1, returned = 0, call_start = L->g->n_values;
@@ -529,7 +534,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
             if (v >= let_start && val(L, v)->role == ROLE_TEMP) /* not an alias of an earlier value */
                 val(L, v)->name = ir_internf(L->g, "%s.%s", in->path, st->name);
             binding *b = bind_call_name(L, in, &locals, st->name, st->name_loc);
-            if (b) b->value = v;
+            if (b) lower_bind_value(L, b, v);
         } else if (st->kind == STMT_RETURN) {
             result = lower_expr(L, &locals, st->value);
             returned = 1;
@@ -752,7 +757,7 @@ static void lower_input(lowerer *L, scope *s, const dm_stmt *st) {
     v->role = ROLE_INPUT;
     v->name = b->name;
     ir_append_id(g, &g->inputs, &g->n_inputs, v->id);
-    b->value = v->id;
+    lower_bind_value(L, b, v->id);
 }
 
 /* NAME = EXPR (with an optional type to check): the value gets the name where it is new. */
@@ -771,7 +776,7 @@ static void lower_let(lowerer *L, scope *s, const dm_stmt *st) {
     binding *b = lower_bind(L, s, st->name, B_VALUE, st->name_loc);
     if (!b) return;
     if (v >= first_new && val(L, v)->role == ROLE_TEMP) val(L, v)->name = b->name;
-    b->value = v;
+    lower_bind_value(L, b, v);
 }
 
 /* output NAMES: values the caller reads after a step, each once. */
@@ -924,7 +929,8 @@ void dm_lower_set_choices(ir_graph *g, const dm_lower_options *opts) {
 }
 
 ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag *d) {
-    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .prog = prog, .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
+    lowerer L = {.g = ir_graph_new(opts->model), .d = d, .opts = opts, .prog = prog, .newest_bound = -1,
+                 .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
     L.global.prefix = "";
     int errors_before = d->n_errors;
     /* The mesh first: types anywhere in the file may name its axes. */

@@ -603,16 +603,17 @@ static int lower_reduce(lowerer *L, scope *s, const dm_expr *e, int *out) {
 /* softmax(causal_mask(s / c)), the attention pattern, becomes one softmax that scales
  * by 1 / c and sees only the keys up to each query: no masked or scaled copy of the
  * scores is made, and only the visible keys are exponentiated. *x is the mask just
- * made (and the division, when there is one); they are dropped from the graph, which
- * nothing else can reference yet. */
+ * made (and the division, when there is one); they are dropped from the graph when
+ * nothing else can reference them: the last values, and not named (a value bound to a
+ * name, `sc = s / 2`, stays for the name's other uses). */
 static int fuse_causal(lowerer *L, int *x, double *scale) {
     ir_graph *g = L->g;
     ir_value *mask = val(L, *x);
-    if (mask->op != OP_CAUSAL_MASK || *x != g->n_values - 1) return 0;
+    if (mask->op != OP_CAUSAL_MASK || *x != g->n_values - 1 || *x <= L->newest_bound) return 0;
     int inner = mask->operands[0];
     ir_drop_last(g);
     ir_value *in = val(L, inner);
-    if ((in->op == OP_DIV || in->op == OP_MUL) && inner == g->n_values - 1) {
+    if ((in->op == OP_DIV || in->op == OP_MUL) && inner == g->n_values - 1 && inner > L->newest_bound) {
         ir_value *c = val(L, in->operands[1]);
         if (c->op == OP_CONST && c->scalar > 0) {
             *scale = in->op == OP_DIV ? 1.0 / c->scalar : c->scalar;

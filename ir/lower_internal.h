@@ -65,6 +65,9 @@ typedef struct lowerer {
     const dm_stmt *schedule_stmt, *accumulate_stmt, *zero_stmt, *precision_stmt;
     binding failed_path;      /* what a dotted path into a failed layer resolves to */
     const char *layer_path;   /* the top-level layer being instantiated, or NULL */
+    int newest_bound;         /* the largest value id a name was bound to (-1: none): the
+                               * fusion of softmax(causal_mask(s / c)) drops no value a
+                               * name may still read (lower_bind_value) */
     dm_loc layer_loc;         /* its declaration: where errors in its block's body come from */
 } lowerer;
 
@@ -78,6 +81,8 @@ static inline int mul_checked(int64_t a, int64_t b, int64_t *out) { return __bui
 binding *lower_scope_find(scope *s, const char *name);
 const char *lower_binding_kind_name(binding_kind k);
 binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc);
+/* b names value v (B_VALUE), noted in L->newest_bound. */
+void lower_bind_value(lowerer *L, binding *b, int v);
 void lower_bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
 int lower_visible_names(const scope *s, unsigned kinds, const char **out, int max);
 void lower_near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size);

@@ -26,8 +26,9 @@ rule):
   transformer.dm  embed, layernorm (eps given), slice (last and middle dims, negative
                   bounds), heads split/merged, batched matmul with transpose folded
                   into it, causal_mask fused into a scaled softmax and on its own,
-                  softmax over the last and a middle dim, sqrt, a head tied to the
-                  embedding table
+                  a named scaled score under the mask read again (the fusion once
+                  dropped it, and its name read the softmax), softmax over the last
+                  and a middle dim, sqrt, a head tied to the embedding table
   windows.dm      gradients of parameters read in slices: windows tiling a dim (rows
                   written by products, strided windows of a [C, 3, C] weight and their
                   bias rows by reductions, unequal windows copied in), overlapping
@@ -217,11 +218,13 @@ def transformer_loss(torch, F, p, i):
     att = torch.softmax((q @ k.transpose(-1, -2) / scale).masked_fill(~causal, float("-inf")), dim=-1)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
     att2 = torch.softmax((q @ v.transpose(-1, -2)).masked_fill(~causal, float("-inf")) * 0.5, dim=-1)
+    sc = q @ k.transpose(-1, -2) / 2
+    att3 = torch.softmax(sc.masked_fill(~causal, float("-inf")), dim=-1)
     s2 = torch.softmax(y * p["w2"], dim=1)
     m = e[:, 1:-1, :]
     logits = (y + s2) @ p["table"].t()
     return (F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1)) + (m * m).mean() + torch.sqrt(s2 + 1).mean()
-            + (att2 * att2).mean())
+            + (att2 * att2).mean() + (att3 * att3).mean() + (sc * sc).mean())
 
 
 def windows_loss(torch, F, p, i):
