@@ -137,8 +137,10 @@ static int64_t repeated_heads(const ir_graph *g, const ir_value *kv, const int *
     const ir_type *big = &b->type, *small = &g->values[b->operands[0]]->type;
     int64_t group = big->shape[r - 2];
     if (group < 2 || small->rank != r || kv->type.shape[r - 3] != big->shape[r - 3] * group) return 0;
-    for (int i = 0; i < r; i++)
-        if (small->shape[i] != big->shape[i < r - 2 ? i : i + 1]) return 0;
+    for (int i = 0; i < r; i++) /* x is big without its R dim; kv is big with H and R merged */
+        if (small->shape[i] != big->shape[i < r - 2 ? i : i + 1] ||
+            (i != r - 3 && kv->type.shape[i] != big->shape[i < r - 3 ? i : i + 1]))
+            return 0;
     repeat[0] = kv, repeat[1] = b;
     return group;
 }

@@ -290,8 +290,11 @@ def repeat_kv_loss(torch, F, p, i):
     kr = torch.repeat_interleave(k, 2, dim=1)     # Hugging Face's repeat_kv
     z = torch.tanh(q @ kr.transpose(-1, -2))
     kx = k.reshape(B, 2, 1, T, 2).expand(B, 2, 2, T, 2).reshape(B, 4, T, 2)
+    kb = k.reshape(B, 2, 1, T, 2).expand(B, 2, 2, T, 2).reshape(1, 4, B * T, 2)
+    vb = (k * 2).reshape(B, 2, 1, T, 2).expand(B, 2, 2, T, 2).reshape(1, 4, B * T, 2)
+    ob = torch.softmax(q.reshape(1, 4, B * T, 2) @ kb.transpose(-1, -2), dim=-1) @ vb
     return ((z * z).mean() + (kr * kr * kr).mean() / 4 + (kx * kx * q).mean()
-            + torch.tanh(x * p["wrow"].expand(B, T, -1)).mean())
+            + torch.tanh(x * p["wrow"].expand(B, T, -1)).mean() + (ob * ob).mean())
 
 
 def _lin_params(prefix, n_in, n_out):
