@@ -11,6 +11,16 @@
 
 int emits_param_servers(const emitter *E) { return E->g->param_servers.servers > 0 && emits_update(E); }
 
+/* Whether the program updates parameter p: it has an update op (passes/optimizer.c gives
+ * none to a parameter the loss does not reach, which keeps its values, undecayed, as in
+ * the serial program and allreduce data parallelism). The servers hold and update only
+ * these; the workers keep the others as they have them. */
+static int ps_updated(const emitter *E, int p) {
+    for (int i = 0; i < E->g->n_values; i++)
+        if (ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE && V(E, i)->param_index == p) return 1;
+    return 0;
+}
+
 /* The optimizer state floats per parameter float: those of the first update op. */
 static int ps_states(const emitter *E) {
     for (int i = 0; i < E->g->n_values; i++)
@@ -26,14 +36,20 @@ void emit_ps_tables(emitter *E) {
     cg_writer *w = &E->w;
     cg_line(w, "#include \"dmrt_ps.h\"");
     cg_blank(w);
-    cg_line(w, "/* --param-servers %d%s: each parameter where a worker keeps it and its gradient; the", ps->servers,
+    int segments = 0;
+    for (int p = 0; p < g->n_params; p++) segments += ps_updated(E, p);
+    cg_line(w, "/* --param-servers %d%s: each parameter the program updates, where a worker keeps it and", ps->servers,
             ps->staleness >= 0 ? " --ps-staleness" : "");
-    cg_line(w, " * servers hold them laid end to end, in shards (dmrt_ps.h). */");
-    cg_line(w, "static const dmrt_ps_segment ps_segments[%d] = {", g->n_params);
+    cg_line(w, " * its gradient; the servers hold them laid end to end, in shards (dmrt_ps.h). A parameter");
+    cg_line(w, " * without an update (the loss does not reach it) stays as the workers have it. */");
+    cg_line(w, "static const dmrt_ps_segment ps_segments[%d] = {", segments);
     for (int p = 0; p < g->n_params; p++)
-        cg_line(w, "    {%lld, %lld, %lld}, /* %s */", (long long)dm_offset_on(E->plan, g, g->params[p], -1),
-                (long long)dm_offset_on(E->plan, g, g->grads[p], -1), (long long)ir_numel(T(E, g->params[p])),
-                V(E, g->params[p])->name);
+        if (ps_updated(E, p))
+            cg_line(w, "    {%lld, %lld, %lld}, /* %s */", (long long)dm_offset_on(E->plan, g, g->params[p], -1),
+                    (long long)dm_offset_on(E->plan, g, g->grads[p], -1), (long long)ir_numel(T(E, g->params[p])),
+                    V(E, g->params[p])->name);
+        else
+            cg_line(w, "    /* %s: not updated (no gradient reaches it), not on the servers */", V(E, g->params[p])->name);
     cg_line(w, "};");
     cg_blank(w);
     int states = ps_states(E);
@@ -57,7 +73,7 @@ void emit_ps_tables(emitter *E) {
     cg_line(w, "static const dmrt_ps_layout ps_layout = {");
     cg_line(w, "    .workers = %lld, .servers = %d, .staleness = %d, /* %s */", (long long)ir_mesh_ranks(g), ps->servers,
             ps->staleness, ps->staleness < 0 ? "synchronous" : "asynchronous, at most this many steps apart");
-    cg_line(w, "    .n_segments = %d, .segments = ps_segments, .states = %d, .update = ps_update,", g->n_params, states);
+    cg_line(w, "    .n_segments = %d, .segments = ps_segments, .states = %d, .update = ps_update,", segments, states);
     cg_line(w, "};");
     cg_blank(w);
 }

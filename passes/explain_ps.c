@@ -8,7 +8,9 @@
 /* The traffic of one step, in floats. */
 typedef struct ps_traffic {
     int workers, servers, states;
-    double params;          /* the parameters laid end to end (every one replicated: a data mesh) */
+    double params;          /* the parameters the program updates (those with an update op: the
+                             * servers hold no other), laid end to end; every one replicated: a
+                             * data mesh */
     double shard;           /* the largest server's share of them */
     double allreduce_sent;  /* what a worker's gradient allreduces would send (ring) */
     int allreduces;
@@ -18,11 +20,15 @@ static ps_traffic traffic(const ir_graph *g) {
     ps_traffic t = {0};
     t.servers = g->param_servers.servers;
     t.workers = (int)ir_mesh_ranks(g);
-    for (int p = 0; p < g->n_params; p++) t.params += (double)ir_numel(&g->values[g->params[p]]->type);
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (ir_op_info_of(v->op)->cls != OPC_UPDATE) continue;
+        t.params += (double)ir_numel(&g->values[v->operands[0]]->type); /* one update per parameter */
+        if (!t.states) t.states = v->n_operands - 2;
+    }
     t.shard = (double)(((long long)t.params + t.servers - 1) / t.servers);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (ir_op_info_of(v->op)->cls == OPC_UPDATE && !t.states) t.states = v->n_operands - 2;
         if (!explain_replaced_by_param_servers(g, i)) continue;
         t.allreduce_sent += explain_collective_sent_bytes(g, v) / 4.0; /* (in floats) */
         t.allreduces++;

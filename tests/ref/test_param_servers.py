@@ -27,6 +27,12 @@ Oracles:
     steps, scales and skips; the weights to 1e-4, an update per push, rounded on), the servers'
     counts (pushes = updates + skipped, skipped = the workers' skips), and 4 workers
     with a bound of 1 finish with finite losses within the bound;
+  - a parameter the loss does not read (no gradient, no update op) under AdamW with weight
+    decay: the synchronous servers' saved weights are the allreduce's on data=2, byte for
+    byte, with that parameter at its initial value (the servers hold only the parameters
+    the program updates: they decayed it on every update), and asynchronous servers
+    (staleness 1) leave it at its initial value too; --explain=json counts only the
+    updated parameters' traffic;
   - what is refused: a mesh with another axis, --ps-staleness alone, --trace.
 
 usage: test_param_servers.py DMC SOURCE_ROOT
@@ -54,9 +60,10 @@ SKIPPED_RE = re.compile(r"^server \d+ .*?(?:, (\d+) of the pushes skipped \(fp16
 STEP_RE = re.compile(r"^step \d+ loss (\S+) .*?scale (\d+)( skipped 1)?", re.M)
 
 
-def run(dmc, dm_file, tmp, args, timeout=240):
-    """dmc run's output (stdout and stderr); fails with it when the run fails."""
-    args = ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] + dmcrun.target_args() + args
+def run(dmc, dm_file, tmp, args, timeout=240, mlp=True):
+    """dmc run's output (stdout and stderr); fails with it when the run fails. mlp: the
+    model is mlp.dm (its B and H set to the test's)."""
+    args = (["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] if mlp else []) + dmcrun.target_args() + args
     r = subprocess.run([dmc, "run", dm_file] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        universal_newlines=True, timeout=timeout)
     if r.returncode != 0:
@@ -94,6 +101,79 @@ def check_synchronous(dmc, src, tmp, common):
             raise Failure("%s: the synchronous servers' weights are not the allreduce's, byte for byte" % label)
         print("%-20s synchronous servers: the allreduce's weights, byte for byte" % label)
     return os.path.join(tmp, "data2-servers2-ps.safetensors")
+
+
+# A parameter the loss does not read (spare, declared between the used ones, and spare_bias,
+# last): the optimizer has no update for them, and a large weight decay would show any.
+UNUSED_DM = """dim B = 8
+dim D = 6
+dim H = 5
+dim K = 3
+mesh(data = 1)
+input x : f32[B@data, D]
+input y : i32[B@data]
+param w1 : f32[D, H] = xavier
+param spare : f32[H, K] = xavier
+param b1 : f32[H] = zeros
+param w2 : f32[H, K] = xavier
+param spare_bias : f32[K] = zeros
+h = relu(x @ w1 + b1)
+logits = h @ w2
+loss = cross_entropy(logits, y)
+output logits
+minimize loss
+optimizer adamw(lr = 1e-2, weight_decay = 0.5)
+"""
+UNUSED_SHAPES = {"w1": (6, 5), "spare": (5, 3), "b1": (5,), "w2": (5, 3), "spare_bias": (3,)}
+UNUSED_STEPS = 4
+
+
+def check_unused_parameter(dmc, tmp, np, stio):
+    """The servers update only the parameters the program updates: one the loss does not
+    read keeps its initial value, undecayed, as allreduce data parallelism keeps it."""
+    path = os.path.join(tmp, "unused.dm")
+    with open(path, "w") as f:
+        f.write(UNUSED_DM)
+    rng = np.random.default_rng(4321)
+    init = {n: (rng.random(shape) - 0.5).astype(np.float32) for n, shape in UNUSED_SHAPES.items()}
+    init_path, batch_path = os.path.join(tmp, "unused-init.safetensors"), os.path.join(tmp, "unused-batches.safetensors")
+    stio.save(init, init_path)
+    stio.save({"x": rng.random((UNUSED_STEPS, 8, 6)).astype(np.float32),
+               "y": rng.integers(0, 3, size=(UNUSED_STEPS, 8)).astype(np.int32)}, batch_path)
+    common = ["--init", init_path, "--batch-file", batch_path, "--steps", str(UNUSED_STEPS)]
+    saved = {}
+    for name, mesh in [("allreduce", []), ("sync", ["--param-servers", "2"]),
+                       ("async1", ["--param-servers", "2", "--ps-staleness", "1"])]:
+        saved[name] = os.path.join(tmp, "unused-%s.safetensors" % name)
+        run(dmc, path, tmp, ["--mesh", "data=2"] + mesh + common + ["--save", saved[name]], mlp=False)
+    weights = {name: stio.load(p) for name, p in saved.items()}
+    for name in ("spare", "spare_bias"):
+        for run_name, w in weights.items():
+            if not np.array_equal(w[name], init[name]):
+                raise Failure("unused parameter %s: the %s run changed it (max |change| %g): a parameter without a "
+                              "gradient gets no update, no weight decay" % (name, run_name,
+                                                                            np.abs(w[name] - init[name]).max()))
+    if any(np.array_equal(weights["sync"][n], init[n]) for n in ("w1", "b1", "w2")):
+        raise Failure("unused parameter: the synchronous servers left a trained parameter at its initial value")
+    if read_bytes(saved["allreduce"]) != read_bytes(saved["sync"]):
+        diff = {n: float(np.abs(weights["allreduce"][n] - weights["sync"][n]).max()) for n in UNUSED_SHAPES}
+        raise Failure("unused parameter: the synchronous servers' weights are not the allreduce's, byte for byte: "
+                      "max |difference| %s" % diff)
+    # --explain=json: the traffic of the updated parameters alone (what goes to the servers)
+    import json
+    args = [dmc, "--explain=json", "--mesh", "data=2", "--param-servers", "2", path]
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    if r.returncode != 0:
+        raise Failure("%s failed:\n%s%s" % (" ".join(args), r.stdout, r.stderr))
+    ps = json.loads(r.stdout)["param_servers"]
+    updated = sum(int(np.prod(UNUSED_SHAPES[n])) for n in ("w1", "b1", "w2"))
+    want = {"worker_sends_bytes": 4 * updated, "worker_receives_bytes": 4 * updated,
+            "server_param_bytes": 4 * -(-updated // 2), "server_sends_bytes": 2 * 4 * -(-updated // 2)}
+    if any(ps.get(k) != v for k, v in want.items()):
+        raise Failure("unused parameter: --explain=json's traffic %s, expected %s (the updated parameters alone)"
+                      % ({k: ps.get(k) for k in want}, want))
+    print("a parameter the loss does not read: synchronous servers give the allreduce's weights byte for byte, "
+          "neither they nor asynchronous ones (staleness 1) decay it, and --explain counts only the updated ones")
 
 
 def check_explain(dmc, src):
@@ -210,6 +290,7 @@ def run_checks(dmc, root, np, torch):
     src_path, src, norm = test_mlp.example(root, "test_param_servers.py")
     with tempfile.TemporaryDirectory(prefix="dmc-ref-ps-") as tmp:
         init, xs, ys, common = test_mlp.write_data(np, torch, tmp)
+        check_unused_parameter(dmc, tmp, np, stio)
         check_explain(dmc, src_path)
         sync_weights = check_synchronous(dmc, src_path, tmp, common)
         # the synchronous servers against PyTorch (AdamW, as mlp.dm)
