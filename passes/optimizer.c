@@ -17,28 +17,53 @@ static int add_state(ir_graph *g, const ir_value *param, int p, const char *what
     return s->id;
 }
 
-/* A weight matrix --prune prunes: a parameter of two or more dims that a forward matrix
- * product reads, directly or through transposes and reshapes (not an embedding's table,
- * which a gather reads; not biases or norms' gains, of one dim). Returns the dim of its
- * output channels (of the product's result: for x @ w its columns' dim, for w @ x its rows'),
- * or -1 when it is not pruned. RATIO:rows prunes only weights a product reads directly: through
- * a transpose or reshape the channels would be another layout's. */
+/* The value a forward product's operand id reads, through transposes and reshapes. */
+static const ir_value *through_layout(const ir_graph *g, int id) {
+    const ir_value *a = g->values[id];
+    while (a->n_operands == 1 && (ir_op_info_of(a->op)->cls == OPC_TRANSPOSE || ir_op_info_of(a->op)->cls == OPC_RESHAPE))
+        a = g->values[a->operands[0]];
+    return a;
+}
+
+/* Whether a forward op other than a product (or a transpose or reshape on the way to one)
+ * reads param_id: an embedding's gather of a GPT's tied head. */
+static int read_by_other_ops(const ir_graph *g, int param_id) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->phase != PHASE_FORWARD || v->op == OP_MATMUL) continue;
+        if (v->n_operands == 1 && (ir_op_info_of(v->op)->cls == OPC_TRANSPOSE || ir_op_info_of(v->op)->cls == OPC_RESHAPE))
+            continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (through_layout(g, v->operands[k])->id == param_id) return 1;
+    }
+    return 0;
+}
+
+/* A weight matrix --prune prunes: a parameter of two or more dims that forward matrix
+ * products read, directly or through transposes and reshapes, and nothing else does (not an
+ * embedding's table, which a gather reads, nor a head tied to one; not biases or norms'
+ * gains, of one dim). Returns the dim of its output channels (of the product's result: for
+ * x @ w its columns' dim, for w @ x its rows'), or -1 when it is not pruned. RATIO:rows
+ * prunes only weights every product reads directly and not transposed (trans_a or trans_b
+ * on the weight's side, a transpose folded into the product): through a reshape the
+ * channels would be another layout's, and a weight read transposed could not be compacted
+ * (passes/compact_channels.c keeps it: "read transposed"), so its zeros would stay. */
 static int pruned_channels(const ir_graph *g, int param_id) {
-    int rank = g->values[param_id]->type.rank;
-    if (rank < 2) return -1;
+    int rank = g->values[param_id]->type.rank, channels = -1;
+    if (rank < 2 || read_by_other_ops(g, param_id)) return -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD) continue;
         for (int k = 0; k < v->n_operands; k++) {
-            const ir_value *a = g->values[v->operands[k]];
-            while (a->n_operands == 1 && (ir_op_info_of(a->op)->cls == OPC_TRANSPOSE || ir_op_info_of(a->op)->cls == OPC_RESHAPE))
-                a = g->values[a->operands[0]];
-            if (a->id != param_id || (g->prune.rows && a->id != v->operands[k])) continue;
+            if (through_layout(g, v->operands[k])->id != param_id) continue;
             int transposed = k == 0 ? v->trans_a : v->trans_b;
-            return k == 1 ? (transposed ? rank - 2 : rank - 1) : (transposed ? rank - 1 : rank - 2);
+            int dim = k == 1 ? (transposed ? rank - 2 : rank - 1) : (transposed ? rank - 1 : rank - 2);
+            if (!g->prune.rows) return dim;
+            if (v->operands[k] != param_id || transposed || (channels >= 0 && channels != dim)) return -1;
+            channels = dim;
         }
     }
-    return -1;
+    return channels;
 }
 
 /* Under RATIO:rows, the head group (from 1) holding param_id, and its member; 0 for none. */

@@ -17,11 +17,18 @@ the same program run straight.
   - 8 steps straight and 3 + --resume + 5 give bitwise-identical weights with the schedule's
     zero counts, serial, with --mesh data=2 (replicas choose the same masks) and with a
     2-stage pipeline (each stage prunes its own weights);
+  - what is pruned (examples/gpt.dm small, 4 AdamW steps on the cookie fortunes, pruned to
+    0.5 over the first two): by elements and by :rows, the head tied to the token embedding
+    leaves wte.weight unpruned (as many zeros as an unpruned run's, no zero row, not in
+    --explain's list), and every other weight --explain lists holds half its elements zero;
+    examples/llama.dm small under :rows: no weight --compact keeps because it is "read
+    transposed" is listed by --explain or has an all-zero row or column after the run;
   - errors: a ratio outside [0, 1) or not a number, --prune-start without --prune, a start
     not before the end, and combinations code generation refuses (ZeRO, tensor
     parallelism, parameter servers): each a message naming the option, nothing written.
 Prints one line per check; exits 1 on any failure.
 """
+import json
 import os
 import re
 import shutil
@@ -147,6 +154,76 @@ def straight_vs_resumed(t, tmp):
               "%s: resumed mid-ramp gives the straight run's weights bitwise (zeros %s)" % (t.name, zeros))
 
 
+TEXT = "text:/usr/share/games/fortunes/cookie"
+GPT_SETS = ["--set", "V=256,T=16,C=32,NH=4,L=2,B=4"]
+LLAMA_SETS = ["--set", "B=2,T=16,V=256,C=32,NH=4,NKV=2,F=48,L=1"]
+
+
+def explain_pruned(dmc, model, sets, args):
+    """The weights --explain=json lists as pruned, or None when --explain fails."""
+    r = subprocess.run([dmc, "--explain=json", model] + sets + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    return json.loads(r.stdout)["prune"]["weights"] if r.returncode == 0 else None
+
+
+def run_saved(dmc, model, sets, args, tmp, name):
+    """4 steps of model (its own optimizer) on the cookie fortunes, pruned to the ratio over the
+    first two; the saved weights, or None when the run failed."""
+    path = os.path.join(tmp, name + ".st")
+    r = subprocess.run([dmc, "run", model] + sets + args + ["--", "--data", TEXT, "--steps", "4", "--save", path,
+                                                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=300)
+    check(r.returncode == 0, "%s: 4 steps run (%s)" % (name, r.stderr.strip()[-300:]))
+    return tensors(path) if r.returncode == 0 else None
+
+
+def gpt_tied_embedding(dmc, tmp):
+    """gpt.dm's head reads transpose(wte.weight), which the embedding's gather also reads: the
+    table is not pruned, by elements or by :rows; the other weights are, half of each."""
+    model = os.path.join(ROOT, "examples", "gpt.dm")
+    plain = run_saved(dmc, model, GPT_SETS, [], tmp, "gpt-unpruned")
+    want = {"": ["h.%d.%s.weight" % (l, n) for l in range(2) for n in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj")],
+            ":rows": ["h.%d.%s.weight" % (l, n) for l in range(2)
+                      for n in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")]}
+    for how in ("", ":rows"):
+        args = ["--prune", "0.5" + how, "--prune-end", "0.5"]
+        listed = explain_pruned(dmc, model, GPT_SETS, args)
+        check(listed is not None and "wte.weight" not in listed and sorted(listed) == sorted(want[how]),
+              "gpt --prune 0.5%s: --explain lists %s (not wte.weight, read by the embedding's gather)" % (how, listed))
+        w = run_saved(dmc, model, GPT_SETS, args, tmp, "gpt-pruned" + how[1:])
+        if w is None or plain is None:
+            continue
+        wte = w["wte.weight"]
+        zero_rows = int((~wte.any(axis=1)).sum())
+        check(int((wte == 0).sum()) == int((plain["wte.weight"] == 0).sum()) and zero_rows == 0,
+              "gpt --prune 0.5%s: wte.weight %s has %d zeros (the unpruned run's %d), %d all-zero rows (token "
+              "embeddings and logits lost)" % (how, list(wte.shape), int((wte == 0).sum()),
+                                               int((plain["wte.weight"] == 0).sum()), zero_rows))
+        half = [(k, int((w[k] == 0).sum()), w[k].size) for k in want[how]]
+        check(all(z == round(0.5 * n) for _, z, n in half),
+              "gpt --prune 0.5%s: the other weights half zero (%s)" % (how, ", ".join("%s %d/%d" % h for h in half)))
+
+
+def llama_transposed(dmc, tmp):
+    """llama.dm's nn.Linear weights are read x @ transpose(W), a transpose folded into the
+    product: --compact keeps them ("read transposed"), so :rows must not prune them."""
+    model = os.path.join(ROOT, "examples", "llama.dm")
+    args = ["--prune", "0.5:rows", "--prune-end", "0.5"]
+    listed = explain_pruned(dmc, model, LLAMA_SETS, args)
+    w = run_saved(dmc, model, LLAMA_SETS, args, tmp, "llama-rows")
+    if listed is None or w is None:
+        check(False, "llama: --explain and the run give results")
+        return
+    r = subprocess.run([dmc, "--explain", model] + LLAMA_SETS + ["--compact", os.path.join(tmp, "llama-rows.st")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    transposed = re.findall(r"^\s+(\S+)\s+\d+ channels kept: read transposed$", r.stdout, flags=re.M)
+    check(r.returncode == 0 and len(transposed) == 4, "llama: --compact keeps 4 weights as read transposed (%s)"
+          % transposed)
+    bad = [k for k in transposed if k in listed or not w[k].any(axis=0).all() or not w[k].any(axis=1).all()]
+    check(not bad, "llama --prune 0.5:rows: no weight read transposed (%s) is pruned, by --explain (%s) or "
+          "in the run's weights (all-zero rows or columns: %s)" % (transposed, listed, bad))
+
+
 def refused(dmc, tmp, data):
     model = small_mlp(tmp, "refused", "optimizer adamw(lr = 1e-2)")
     out = os.path.join(tmp, "refused-out")
@@ -192,6 +269,8 @@ def main():
         straight_vs_resumed(adamw_mlp(tmp, data, "data2", ["--mesh", "data=2"]), tmp)
         straight_vs_resumed(adamw_mlp(tmp, data, "pipeline2", ["--mesh", "pipeline=2", "--microbatches", "2"]), tmp)
         refused(dmc_path, tmp, data)
+        gpt_tied_embedding(dmc_path, tmp)
+        llama_transposed(dmc_path, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failed" % test_checkpoint.failures)
