@@ -500,9 +500,24 @@ static binding *bind_call_name(lowerer *L, instance *in, scope *locals, const ch
     return lower_bind(L, locals, name, B_VALUE, loc);
 }
 
+/* The values a call made since call_start, one recomputation segment (passes/recompute.c):
+ * a transformer block. Segments are the calls of a repeated layer's members (the outermost,
+ * where repeats nest: llama.dm's decoder layers inside its model), and the top-level calls
+ * that hold none. A value of a top-level call outside its members (llama.dm's embedding)
+ * is in no segment, kept as the top level's are. */
+static void close_segment(lowerer *L, int call_start, int member, int segments_before) {
+    if (!(member && L->member_depth == 0) && !(L->depth == 0 && L->segments == segments_before)) return;
+    int segment = ++L->segments;
+    for (int i = call_start; i < L->g->n_values; i++)
+        if (val(L, i)->role == ROLE_TEMP && val(L, i)->segment == 0) {
+            val(L, i)->segment = segment;
+            val(L, i)->marked = L->in_recompute > 0;
+        }
+}
+
 /* Calls one instance on its arguments: binds them, lowers the lets, returns the value
- * of `return`. */
-static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
+ * of `return`. member: the instance is a member of a repeated layer. */
+static int call_instance(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call, int member) {
     const dm_stmt *block = in->block;
     if (over_limit(L, call->loc)) return -1;
     if (n_args != block->n_inputs) {
@@ -520,8 +535,9 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         if (b) lower_bind_value(L, b, args[i]);
     }
     /* values made by this call (not aliases of earlier ones) take names from it */
-    int result = -1, returned = 0, call_start = L->g->n_values;
+    int result = -1, returned = 0, call_start = L->g->n_values, segments_before = L->segments;
     L->depth++;
+    L->member_depth += member;
     for (int i = 0; i < block->n_body && !returned; i++) {
         const dm_stmt *st = block->body[i];
         if (st->kind == STMT_LET) {
@@ -541,16 +557,9 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
         }
     }
     L->depth--;
+    L->member_depth -= member;
     scope_free(&locals);
-    if (L->depth == 0) {
-        /* a top-level call: its values are one segment (passes/recompute.c) */
-        int segment = ++L->segments;
-        for (int i = call_start; i < L->g->n_values; i++)
-            if (val(L, i)->role == ROLE_TEMP) {
-                val(L, i)->segment = segment;
-                val(L, i)->marked = L->in_recompute > 0;
-            }
-    }
+    close_segment(L, call_start, member, segments_before);
     if (!returned) {
         dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
         return -1;
@@ -561,14 +570,14 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
 }
 
 int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call) {
-    if (!in->members) return call_instance(L, in, args, n_args, call);
+    if (!in->members) return call_instance(L, in, args, n_args, call, 0);
     /* a repeat group chains its members: x -> h.0 -> h.1 -> ... */
     if (n_args != 1) {
         dm_error(L->d, call->loc, "repeated layer '%s' takes exactly one argument, got %d", in->path, n_args);
         return -1;
     }
     int x = args[0];
-    for (int i = 0; i < in->n_members && x >= 0; i++) x = call_instance(L, in->members[i], &x, 1, call);
+    for (int i = 0; i < in->n_members && x >= 0; i++) x = call_instance(L, in->members[i], &x, 1, call, 1);
     if (x >= 0) in->calls++, in->result = x;
     return x;
 }

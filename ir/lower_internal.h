@@ -57,7 +57,8 @@ typedef struct lowerer {
     scope global;
     instance *instances;
     int depth;                /* nested instantiation / calls */
-    int segments;             /* top-level layer calls so far (ir_value.segment) */
+    int segments;             /* recomputation segments so far (ir_value.segment; close_segment) */
+    int member_depth;         /* calls of repeated layers' members open */
     int in_recompute;         /* lowering the argument of recompute(...) */
     int dropouts;             /* dropout ops so far (ir_value.rng_op) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */

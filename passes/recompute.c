@@ -1,5 +1,6 @@
 /* recompute.c: activation recomputation. A segment is the forward values of one call of
- * a layer at the top level (a transformer block: ir_value.segment). Of a recomputed
+ * a layer at the top level, or of a repeated layer's member inside one (a transformer
+ * block: ir_value.segment, ir/lower.c's close_segment). Of a recomputed
  * segment, the backward pass reads only what crosses its boundary (its inputs, and the
  * values later segments or the top level read: the next block's input); every other
  * value the backward reads is computed again, by a copy of the ops that made it, placed

@@ -64,10 +64,13 @@ GRAD_ATOL, GRAD_RTOL = 1e-5, 1e-4
 WEIGHT_ATOL = 1e-5
 NOISY_AT, NOISY_ATOL = 2e-6, 10.2 * LR
 # the AdamW run again, as `dmc run` options (threads backend): 8 ranks with 2 micro-batches
-# through 2 pipeline stages, ZeRO 3 over data, and full recomputation
+# through 2 pipeline stages, ZeRO 3 over data, and full recomputation, also on a pipeline
+# (each decoder layer recomputed on its own stage: the whole model was one segment, and a
+# pipeline with recomputation did not compile)
 MESH_RUNS = [("d2t2p2", ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "2"]),
              ("zero3", ["--mesh", "data=2", "--zero", "3"]),
-             ("recompute", ["--mesh", "tensor=2", "--recompute", "full"])]
+             ("recompute", ["--mesh", "tensor=2", "--recompute", "full"]),
+             ("recompute-pipeline", ["--mesh", "pipeline=2", "--microbatches", "2", "--recompute", "selective"])]
 
 
 def have_transformers():
