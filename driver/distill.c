@@ -1,9 +1,9 @@
 /* distill.c: dmc run --teacher (distill.h): the options, the teacher compiled as a module
  * of its own, and the checks that it fits the student.
  *
- * The teacher is compiled as written (its own dims and mesh; a serial program; on a student
- * of N data ranks, its batch dim set to the rows of one rank, which each rank's teacher
- * runs on), named
+ * The teacher is compiled as written (its own dims and mesh; a serial program; its batch
+ * dim set to the student's rows, on a student of N data ranks and M micro-batches those of
+ * one rank and micro-batch, which each rank's teacher runs on), named
  * teacher_<student> so that its symbols are not the student's, and linked beside the
  * student; runtime/distill.c runs its forward on every step's batch. Everything is checked
  * before a file is written. */
@@ -180,12 +180,14 @@ static int check_teacher(const ir_graph *t, const ir_graph *s, const char *path,
     return output;
 }
 
-/* On a data-parallel student or one of micro-batches, the teacher's batch dim (its first
- * input's leading dim, by name) set to a data rank's rows of a micro-batch of the
- * student's: 0, or -1 after a message. */
+/* The teacher's batch dim (its first input's leading dim, by name) set to a data rank's
+ * rows of a micro-batch of the student's: B / (M N), the student's B on a student of one
+ * data rank and no micro-batches (serial, or split over tensor or pipeline only). A
+ * teacher whose leading dim is not a name is compiled as written where the student is
+ * neither data-parallel nor of micro-batches (check_teacher then compares its shapes). 0,
+ * or -1 after a message. */
 static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_override *out) {
     int64_t parts = data_parts(student);
-    if (parts == 1 && student->microbatches <= 1) return 0;
     const ir_type *logits = &student->values[student->inputs[student->n_inputs - 1]]->type;
     for (int i = 0; i < prog->n_stmts; i++) {
         const dm_stmt *st = prog->stmts[i];
@@ -194,6 +196,7 @@ static int teacher_batch(const dm_program *prog, const ir_graph *student, dm_ove
         *out = (dm_override){.name = st->type->dims[0]->name, .value = logits->shape[0] / parts};
         return 0;
     }
+    if (parts == 1 && student->microbatches <= 1) return 0;
     fprintf(stderr, "dmc: error: --teacher: on a data-parallel student or one of micro-batches the teacher runs on "
                     "each rank's rows of a micro-batch, so its first input's leading dim must be a named dim (its "
                     "batch)\n");
@@ -214,8 +217,9 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
         dm_program_free(prog);
         return -1;
     }
-    /* as written, but for its batch on a data-parallel student: each data rank's teacher
-     * runs on the rank's rows (the student's --set and --mesh are the student's) */
+    /* as written, but for its batch: each data rank's teacher runs on the rank's rows of a
+     * micro-batch, the student's batch when serial (the student's --set and --mesh are the
+     * student's) */
     dm_override batch = {0};
     if (teacher_batch(prog, student, &batch)) {
         dm_program_free(prog);

@@ -6,9 +6,14 @@
  * fills it with the teacher's forward of the same batch, runtime/distill.c). KL is summed
  * over the classes (the last dim) and averaged over rows, as the cross-entropy is: PyTorch's
  * KLDivLoss(reduction='sum') of log-probabilities divided by the rows. Being an input,
- * the teacher's side gets no gradient. Logarithms are of p + 1e-30, so that a probability
- * that underflows to 0 gives 0 * log(1e-30) = 0 and not 0 * -inf; for p above 1e-23 the
- * difference is below float rounding. */
+ * the teacher's side gets no gradient. The teacher's logarithms are of p + 1e-30, so that a
+ * probability that underflows to 0 gives 0 * log(1e-30) = 0 and not 0 * -inf; for p above
+ * 1e-23 the difference is below float rounding. The student's are a log-softmax,
+ * z - logsumexp(z) with z = logits / T, as torch's log_softmax: exact in value and gradient
+ * where its probability underflows (log(q + 1e-30) would be log(1e-30) there, with no
+ * gradient). The IR has no max reduction, so each row is shifted by m = sum(softmax(z) * z),
+ * which lies in [max - log C, max]: exp(z - m) is at most C and its row sum at least 1. The
+ * shift cancels in value and gradient (its gradient is 1 - sum(softmax), zero to rounding). */
 #include <math.h>
 
 #include "passes.h"
@@ -66,6 +71,26 @@ static int reduce(builder *b, ir_op op, int x, uint32_t axes, const char *name) 
     return typed(b, v, name);
 }
 
+/* x (the rows of `like`, its last dim reduced away) copied along like's last dim. */
+static int along_rows(builder *b, int x, int like) {
+    ir_value *v = ir_add(b->g, OP_BROADCAST, &x, 1, b->loc);
+    v->type = b->g->values[like]->type;
+    v->axes = 1u << (v->type.rank - 1);
+    return typed(b, v, NULL);
+}
+
+/* log_softmax(logits / T) along the last dim: d - log(sum(exp(d))), d = z - m, z = logits / T,
+ * m = sum(softmax(z) * z) (see the head of the file). */
+static int log_softmax_t(builder *b, int logits, double temperature, const char *name) {
+    uint32_t last = 1u << (b->g->values[logits]->type.rank - 1);
+    int z = op2(b, OP_DIV, logits, constant(b, temperature), "student_scaled");
+    int q = softmax_t(b, logits, temperature, "student_probs");
+    int m = reduce(b, OP_SUM, op2(b, OP_MUL, q, z, NULL), last, "student_shift");
+    int d = op2(b, OP_SUB, z, along_rows(b, m, z), "student_shifted");
+    int lse = op1(b, OP_LOG, reduce(b, OP_SUM, op1(b, OP_EXP, d, NULL), last, NULL), "student_shifted_lse");
+    return op2(b, OP_SUB, d, along_rows(b, lse, d), name);
+}
+
 int pass_distill(ir_graph *g, double temperature, double alpha, dm_diag *d) {
     int logits = distill_loss_logits(g);
     if (logits < 0) {
@@ -92,9 +117,8 @@ int pass_distill(ir_graph *g, double temperature, double alpha, dm_diag *d) {
     ir_append_id(g, &g->inputs, &g->n_inputs, in->id);
     int teacher = in->id, floor = constant(&b, LOG_FLOOR);
     int p = softmax_t(&b, teacher, temperature, "teacher_probs");
-    int q = softmax_t(&b, logits, temperature, "student_probs");
     int log_p = op1(&b, OP_LOG, op2(&b, OP_ADD, p, floor, NULL), "teacher_log_probs");
-    int log_q = op1(&b, OP_LOG, op2(&b, OP_ADD, q, floor, NULL), "student_log_probs");
+    int log_q = log_softmax_t(&b, logits, temperature, "student_log_probs");
     int terms = op2(&b, OP_MUL, p, op2(&b, OP_SUB, log_p, log_q, NULL), "kl_terms");
     int rows = reduce(&b, OP_SUM, terms, 1u << (t.rank - 1), "kl_rows");
     int kl = reduce(&b, OP_MEAN, rows, (1u << (t.rank - 1)) - 1, "kl");

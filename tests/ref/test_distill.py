@@ -4,12 +4,16 @@ A linear student and a one-hidden-layer teacher, weights from files (--init,
 --teacher-init), one step on a batch file:
   - the step's loss and every student gradient (--dump-grads) equal torch's autograd of
     alpha * cross_entropy + (1 - alpha) * T^2 * KLDivLoss(reduction='sum')(log_softmax(s / T),
-    softmax(t / T)) / rows, for two (T, alpha);
+    softmax(t / T)) / rows, for two (T, alpha); and where the student's probabilities
+    underflow (its logits' gaps 100 to 400 at T = 1, and T = 0.01), where the student's
+    log-probabilities must be a log-softmax (log(softmax + 1e-30) loses value and gradient);
   - the same student on --mesh data=2 (threads) gives the serial run's loss and gradients
     to float rounding; and a two-layer student whose hidden units and classes are split
     over tensor (its logits [B, K@tensor]) on micro-batches, data=2 with micro-batches,
     tensor=2, pipeline=2 and data=2 x tensor=2 x pipeline=2 gives its serial run's (the
-    teacher replicated on tensor and pipeline ranks, run once per micro-batch);
+    teacher replicated on tensor and pipeline ranks, run once per micro-batch); a teacher
+    written for another batch (B = 64) is compiled for the student's rows on every mesh,
+    serial and tensor=2 as data=2, each as the serial run with a teacher of the student's B;
   - 1 step, a checkpoint and 1 resumed step give the weights of 2 steps, bit for bit;
   - bad input fails before training with a message naming what is wrong, and writes no
     --save file: a teacher with other classes, a missing --teacher-init, alpha outside
@@ -124,6 +128,25 @@ def compare(np, what, loss, grads, want_loss, want_grads, tol):
         raise Failure("%s: gradients differ by %.2e (tolerance %.0e)" % (what, worst, tol))
 
 
+def check_underflow(dmc, tmp, files, np, torch, x, y, sw, tw):
+    """Where the student's softmax underflows, the loss and gradients are torch's
+    (KLDivLoss of log_softmax(s / T)): the student's weights x64 (logit gaps 100 to 400) at
+    T = 1, and as given at T = 0.01 (gaps over T of 160 to 620)."""
+    big = {n: (v * 64).astype(np.float32) for n, v in sw.items()}
+    s = x @ sw["w"] + sw["b"]
+    gaps = s.max(axis=1) - s.min(axis=1)
+    if not (64 * gaps.min() > 69 and gaps.min() / 0.01 > 69):  # e^-69 < 1e-30: underflow past the floor
+        raise Failure("check_underflow: the student's logit gaps %s are too small to test it" % gaps)
+    big_files = dict(files, sw=os.path.join(tmp, "sw_big.safetensors"))
+    stio.save(big, big_files["sw"])
+    for what, f, weights, temperature, alpha in (("weights x64", big_files, big, 1.0, 0.5),
+                                                 ("weights as given", files, sw, 0.01, 0.5)):
+        want_loss, want_grads = reference(torch, x, y, weights, tw, temperature, alpha)
+        loss, grads = distill_step(dmc, tmp, f, temperature, alpha, [], "underflow")
+        compare(np, "underflow: %s, T=%g alpha=%g against torch" % (what, temperature, alpha), loss, grads,
+                want_loss, want_grads, 1e-5)
+
+
 def check_meshes(dmc, tmp, files, np, rng):
     """MESH_STUDENT distilled on MESHES: the serial run's loss and gradients."""
     tw6 = {"w1": rng.standard_normal((D, H)).astype(np.float32), "w2": rng.standard_normal((H, 6)).astype(np.float32)}
@@ -143,6 +166,15 @@ def check_meshes(dmc, tmp, files, np, rng):
         tag = "-".join(a.lstrip("-").replace("=", "").replace(",", "") for a in extra)
         got_loss, got_grads = distill_step(dmc, tmp, mesh_files, 3.0, 0.3, extra, tag)
         compare(np, "two-layer student %s against serial" % " ".join(extra), got_loss, got_grads, loss, grads, 1e-6)
+    # a teacher written for B = 64: its batch dim is set to the student's rows (B / (M N))
+    # on every mesh, not only where the student is data-parallel or of micro-batches
+    b64_files = dict(mesh_files, teacher=write(os.path.join(tmp, "teacher_k6_b64.dm"),
+                                                TEACHER % (64, D, H, 6, "cross_entropy(logits, y)")))
+    for extra in ([], ["--mesh", "tensor=2"], ["--mesh", "data=2"]):
+        tag = "b64-" + "-".join(a.lstrip("-").replace("=", "") for a in extra)
+        got_loss, got_grads = distill_step(dmc, tmp, b64_files, 3.0, 0.3, extra, tag)
+        compare(np, "two-layer student %s, a teacher of B = 64, against serial" % (" ".join(extra) or "serial"),
+                got_loss, got_grads, loss, grads, 1e-6)
 
 
 def check_resume(dmc, tmp, files, np):
@@ -227,11 +259,13 @@ def body(dmc, root, np, torch):
             compare(np, "T=%g alpha=%g against torch" % (temperature, alpha), loss, grads, want_loss, want_grads, 1e-5)
             loss2, grads2 = distill_step(dmc, tmp, files, temperature, alpha, ["--mesh", "data=2"], "data2")
             compare(np, "T=%g alpha=%g data=2 against serial" % (temperature, alpha), loss2, grads2, loss, grads, 1e-6)
+        check_underflow(dmc, tmp, files, np, torch, x, y, sw, tw)
         check_meshes(dmc, tmp, files, np, rng)
         check_resume(dmc, tmp, files, np)
         check_refusals(dmc, root, tmp, files)
-    return ("distillation loss and gradients as torch's KLDivLoss, data=2 and %d more meshes as serial, resumed as "
-            "whole, bad input refused" % len(MESHES))
+    return ("distillation loss and gradients as torch's KLDivLoss (also where the student's softmax underflows), "
+            "data=2 and %d more meshes as serial, a teacher of another batch on serial, tensor=2 and data=2, resumed "
+            "as whole, bad input refused" % len(MESHES))
 
 
 if __name__ == "__main__":
