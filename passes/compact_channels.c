@@ -313,7 +313,10 @@ int pass_compact_channels(ir_graph *g, dm_compaction *c, dm_diag *d) {
         dm_layer_compaction *line = &c->layers[c->n_layers++];
         line->weight = g->values[w]->name;
         line->weight_id = w;
-        line->before = line->after = g->values[w]->type.shape[g->values[w]->type.rank - 1];
+        /* the product's output channels: the weight's last dim, its rows where it is read
+         * transposed (x @ transpose(w): llama.dm's projections) */
+        const ir_type *wt = &g->values[w]->type;
+        line->before = line->after = wt->shape[wt->rank - (m->trans_b && w == m->operands[1] ? 2 : 1)];
         channel_chain ch;
         line->why_not = w != m->operands[1] ? "read through a slice, reshape or transpose (its channels are another "
                                               "layout's)" : follow_chain(g, users, user, m, &ch, line->why, sizeof line->why);

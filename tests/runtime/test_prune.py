@@ -216,9 +216,13 @@ def llama_transposed(dmc, tmp):
         return
     r = subprocess.run([dmc, "--explain", model] + LLAMA_SETS + ["--compact", os.path.join(tmp, "llama-rows.st")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
-    transposed = re.findall(r"^\s+(\S+)\s+\d+ channels kept: read transposed$", r.stdout, flags=re.M)
+    kept = re.findall(r"^\s+(\S+)\s+(\d+) channels kept: read transposed$", r.stdout, flags=re.M)
+    transposed = [k for k, _ in kept]
     check(r.returncode == 0 and len(transposed) == 4, "llama: --compact keeps 4 weights as read transposed (%s)"
           % transposed)
+    # x @ transpose(W): the output channels are W's rows (it counted W's columns, the inputs)
+    wrong = [(k, n, w[k].shape) for k, n in kept if k in w and int(n) != w[k].shape[0]]
+    check(not wrong, "llama --explain --compact: a weight read transposed has its rows as channels (%s)" % wrong)
     bad = [k for k in transposed if k in listed or not w[k].any(axis=0).all() or not w[k].any(axis=1).all()]
     check(not bad, "llama --prune 0.5:rows: no weight read transposed (%s) is pruned, by --explain (%s) or "
           "in the run's weights (all-zero rows or columns: %s)" % (transposed, listed, bad))
