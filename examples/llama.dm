@@ -21,7 +21,8 @@ dim THETA = 10000  # rope_theta
 # `--mesh tensor=N` splits attention by heads and the MLP by its hidden units (Megatron-LM)
 # and the vocabulary; `--mesh pipeline=N` cuts the layers into stages. NH, F and V must
 # divide by tensor; so should NKV, for key/value heads split like the query heads' (an NKV
-# that does not still trains the same, its keys and values moved by an alltoall).
+# that does not still trains the same, its keys and values moved by an alltoall, where
+# NKV x C/NH divides by tensor: k_proj's rows are split).
 mesh(data = 1, tensor = 1, pipeline = 1)
 
 block rmsnorm[C](x) {
