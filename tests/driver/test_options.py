@@ -88,6 +88,19 @@ def check_quantize_repeated(exe, root, check):
               % (' '.join(args), rc, err.strip() or [l for l in out.splitlines() if 'quantize' in l][:1], line))
 
 
+def check_quantize_transposed(exe, root, tmp, check):
+    """llama.dm reads every weight x @ transpose(W), which --quantize does not take: refused,
+    saying so, by --check as by -o (which writes nothing)."""
+    llama = os.path.join(root, 'examples', 'llama.dm')
+    out_dir = os.path.join(tmp, 'llama-quantized')
+    base = [llama, '--set', 'V=256,T=16,C=32,NH=4,NKV=2,F=48,L=1,B=2', '--quantize', 'int8-weights']
+    for label, args in (('--check', ['--check'] + base), ('-o', base + ['-o', out_dir])):
+        rc, out, err = dmc(exe, args)
+        check(rc == 1 and 'x @ transpose(weight), as llama.dm\'s are, is not quantized yet' in err
+              and not (os.path.isdir(out_dir) and os.listdir(out_dir)),
+              'dmc %s llama.dm --quantize int8-weights: exit %d, %r' % (label, rc, err.strip()))
+
+
 def check_compact_company(exe, root, check):
     """dmc run --compact gives the compacted weights as --init: --resume beside it is
     refused by dmc, naming --compact (the trainer blamed an --init never given), and
@@ -147,6 +160,7 @@ def main(argv):
         check_stop_after(exe, root, check)
         check_commands(exe, tmp, check)
         check_quantize_repeated(exe, root, check)
+        check_quantize_transposed(exe, root, tmp, check)
         check_compact_company(exe, root, check)
         check_reduce_once(exe, root, check)
         check_tiny_bucket(exe, root, tmp, check)
