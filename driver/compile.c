@@ -92,27 +92,44 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
  * gradient sums, scratch, outputs and weight versions the plan allocates: a cut it
  * accepted could still be over the limit (gpt.dm B=8 on pipeline=4, 8 micro-batches,
  * --memory-gb 2.6: stage 3 allocates 4206 MiB). Each pipeline rank's planned peak, what
- * --explain's memory table prints, must fit. Returns the errors. */
+ * --explain's memory table prints, must fit; without stages, the one rank's (--mesh auto
+ * --memory-gb takes a plan --plan sized so: it must not compile one over the limit).
+ * Returns the errors. */
 static int check_memory_limit(const dm_compile_request *req, const dm_compiled *out, dm_diag *d) {
     double limit = req->pipeline ? req->pipeline->memory_limit_bytes : 0;
     const ir_graph *g = out->g;
     const dm_memory_plan *plan = &out->memory;
-    if (limit <= 0 || plan->stages <= 1) return 0;
+    if (limit <= 0) return 0;
     const double mib = 1024.0 * 1024.0;
+    int staged = plan->stages > 1, ranks = staged ? plan->ranks : 1;
     int errors = 0, chunked = plan->stages > plan->ranks;
     dm_loc at = g->pipe_axis >= 0 ? g->axes[g->pipe_axis].loc : (dm_loc){0};
-    for (int k = 0; k < plan->ranks; k++) {
+    for (int k = 0; k < ranks; k++) {
         dm_memory_peak pk;
         dm_memory_peak_of(plan, g, &out->pipeline, plan->scratch_elems, k, &pk);
         if ((double)pk.total <= limit) continue;
-        dm_error(d, at, "pipeline %s %d allocates %.2f MiB at its peak (the memory plan, --explain's memory table), over "
-                 "--memory-gb %.3g (%.2f MiB)", chunked ? "rank" : "stage", k, pk.total / mib, limit / (mib * 1024),
-                 limit / mib);
+        if (!staged) {
+            /* no pipeline declaration to point at: the message stands alone (counted as
+             * dm_error counts, printed while under max_errors) */
+            if (++d->n_errors <= d->max_errors)
+                fprintf(d->out, "dmc: error: a rank allocates %.2f MiB at its peak (the memory plan, --explain's "
+                                "memory table), over --memory-gb %.3g (%.2f MiB)\n",
+                        pk.total / mib, limit / (mib * 1024), limit / mib);
+        } else {
+            dm_error(d, at, "pipeline %s %d allocates %.2f MiB at its peak (the memory plan, --explain's memory table), "
+                     "over --memory-gb %.3g (%.2f MiB)", chunked ? "rank" : "stage", k, pk.total / mib,
+                     limit / (mib * 1024), limit / mib);
+        }
         errors++;
     }
-    if (errors)
+    if (errors && !staged) {
+        if (d->n_errors <= d->max_errors)
+            fprintf(d->out, "dmc: note: raise --memory-gb, or split the model over more ranks (tensor, pipeline), its "
+                            "optimizer state (--zero) or its activations (--recompute, more micro-batches)\n");
+    } else if (errors) {
         dm_note(d, at, "the cut search fits a looser estimate of a stage, without its gradient sums, scratch, outputs "
                        "and weight versions: raise --memory-gb, or use more stages, fewer micro-batches or 1f1b");
+    }
     return errors;
 }
 

@@ -8,11 +8,14 @@
  * out DIM - 1 times, cuts the stages as the pipeline pass would and times them; the
  * schedule is simulated per schedule kind from the same stages. The best plans are then
  * compiled whole, so the numbers printed are --explain's. */
+#include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "codegen.h"
 #include "compile.h"
 #include "explain.h"
 #include "hardware.h"
@@ -102,8 +105,11 @@ static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *
             }
         dims[n_dims++] = (dm_override){.name = f->batch_dim, .value = req->global_batch};
     }
-    dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .schedule = -1, .zero = -1,
-                           .recompute = RECOMPUTE_MARKED};
+    /* one micro-batch: the graph's batch dim is then the step's whole batch, not the
+     * micro-batch of the program's own `accumulate = K` or schedule (microbatches = M),
+     * which every plan replaces with its own count */
+    dm_lower_options lo = {.model = req->model, .dims = dims, .n_dims = n_dims, .microbatches = 1, .schedule = -1,
+                           .zero = -1, .recompute = RECOMPUTE_MARKED};
     dm_diag d;
     dm_diag_init(&d, req->src, err);
     d.quiet_warnings = 1; /* the compile of the chosen plan prints them */
@@ -421,6 +427,8 @@ static void search_mesh(const dm_plan_request *req, const program_facts *f, cons
         for (int z = 0; z < zeros; z++)
             for (size_t r = 0; r < sizeof recompute_modes / sizeof *recompute_modes; r++) {
                 dm_plan_choice base = {.microbatches = counts[mc], .zero = z, .recompute = recompute_modes[r]};
+                for (int a = 0; a < SEARCHED_AXES; a++)
+                    if (f->axis_of[a] >= 0) base.axes |= 1u << a;
                 memcpy(base.mesh, mesh, sizeof base.mesh);
                 if (state_lower_bound(f, &base) > limit) {
                     (*too_big)++;
@@ -541,10 +549,116 @@ static const char *recompute_name(int r) {
 }
 
 void dm_plan_options_text(const dm_plan_choice *c, char *buf, size_t size) {
-    snprintf(buf, size, "--mesh data=%lld,tensor=%lld,pipeline=%lld --microbatches %d%s%s --zero %d --recompute %s",
-             (long long)c->mesh[0], (long long)c->mesh[1], (long long)c->mesh[2], c->microbatches,
+    /* the axes the program has (a --mesh naming another is refused); an axis left out
+     * would keep the program's size, so each is given, 1 included */
+    char mesh[160] = "";
+    size_t n = 0;
+    for (int a = 0; a < SEARCHED_AXES && n < sizeof mesh; a++)
+        if (!c->axes || (c->axes >> a & 1))
+            n += (size_t)snprintf(mesh + n, sizeof mesh - n, "%s%s=%lld", n ? "," : "", dm_plan_axes[a],
+                                  (long long)c->mesh[a]);
+    snprintf(buf, size, "--mesh %s --microbatches %d%s%s --zero %d --recompute %s", mesh, c->microbatches,
              c->mesh[2] > 1 ? " --schedule " : "", c->mesh[2] > 1 ? pipe_kind_name((pipe_kind)c->schedule) : "", c->zero,
              recompute_name(c->recompute));
+}
+
+/* A growing string (the commands printed), aborting when out of memory. */
+typedef struct text {
+    char *s;
+    size_t n, cap;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) abort();
+        if (t->s && t->n + (size_t)k < t->cap) {
+            t->n += (size_t)k;
+            return;
+        }
+        t->cap = 2 * (t->n + (size_t)k + 1) + 64;
+        t->s = realloc(t->s, t->cap);
+        if (!t->s) abort();
+        t->s[t->n] = 0;
+    }
+}
+
+/* One word of a shell command: single-quoted unless it needs no quotes. */
+static void text_word(text *t, const char *w) {
+    int plain = *w != 0;
+    for (const char *p = w; *p; p++)
+        if (!(isalnum((unsigned char)*p) || strchr("_-./=,:+@%", *p))) plain = 0;
+    if (plain) {
+        text_add(t, " %s", w);
+        return;
+    }
+    text_add(t, " '");
+    for (const char *p = w; *p; p++) {
+        if (*p == '\'') text_add(t, "'\\''");
+        else text_add(t, "%c", *p);
+    }
+    text_add(t, "'");
+}
+
+/* bytes over unit in the fewest digits that args.c reads back as bytes (times unit;
+ * rounded up to a byte where ceiled, as --bucket-mb is). */
+static void shortest(double bytes, double unit, int ceiled, char *buf, size_t size) {
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, bytes / unit);
+        double back = strtod(buf, NULL) * unit;
+        if ((ceiled ? ceil(back) : back) == bytes) return;
+    }
+}
+
+/* The options besides the plan's own that shaped the search, as dmc run takes them: the
+ * --set dims and the batch (--global-batch, which dmc run takes only with --mesh auto, as
+ * one more --set), --hardware, --precision (and --tf32), --target, --no-fuse-attention,
+ * --bucket-mb and --memory-gb. With the plan's options (dm_plan_options_text), or with
+ * --mesh auto --devices N, dmc run compiles the plan --plan printed. */
+static void shaping_options(const dm_plan_request *req, const dm_plan_result *r, text *t) {
+    if (req->n_dims || req->global_batch > 0) {
+        text set = {0};
+        for (int i = 0; i < req->n_dims; i++)
+            text_add(&set, "%s%s=%lld", i ? "," : "", req->dims[i].name, (long long)req->dims[i].value);
+        if (req->global_batch > 0)
+            text_add(&set, "%s%s=%lld", req->n_dims ? "," : "", r->batch_dim, (long long)req->global_batch);
+        text_add(t, " --set");
+        text_word(t, set.s);
+        free(set.s);
+    }
+    const dm_pipeline_options *po = req->pipeline;
+    const struct dm_hardware *hw = cost_hardware(&po->cost);
+    const char *preset = "preset ";
+    if (strncmp(hw->source, preset, strlen(preset)) == 0) {
+        if (strcmp(hw->source + strlen(preset), "nominal") != 0) text_add(t, " --hardware %s", hw->source + strlen(preset));
+    } else {
+        text_add(t, " --hardware");
+        text_word(t, hw->source);
+    }
+    if (req->target && strcmp(req->target, "c") != 0) text_add(t, " --target %s", req->target);
+    /* --tf32 is what makes the precision tf32 (cuda); --precision wins over a program's
+     * precision statement only when given */
+    if (po->cost.precision == DM_TF32) text_add(t, " --tf32");
+    if (req->precision_given) text_add(t, " --precision %s", dm_precision_name((dm_precision)po->cost.precision));
+    if (!req->fuse_attention && codegen_fuses_attention(req->target)) text_add(t, " --no-fuse-attention");
+    char number[32];
+    if (po->bucket_bytes > 0) {
+        shortest(po->bucket_bytes, 1024.0 * 1024, 1, number, sizeof number);
+        text_add(t, " --bucket-mb %s", number);
+    }
+    if (po->memory_limit_bytes > 0) {
+        shortest(po->memory_limit_bytes, 1024.0 * 1024 * 1024, 0, number, sizeof number);
+        text_add(t, " --memory-gb %s", number);
+    }
+}
+
+/* What --mesh auto needs besides the shaping options to pick the same plan. */
+static void auto_options(const dm_plan_request *req, text *t) {
+    text_add(t, " --mesh auto --devices %lld%s", (long long)req->devices, req->exhaustive ? " --plan-whole" : "");
 }
 
 static void gib(double bytes, char *buf, size_t size) {
@@ -589,9 +703,21 @@ static void print_json(const dm_plan_request *req, const dm_plan_result *r, int 
     explain_json_string(out, hw->name);
     fprintf(out, ", \"precision\": \"%s\", \"global_batch\": %lld, "
                  "\"memory_limit_bytes\": %.0f, \"method\": \"%s\", \"searched\": %d, \"fit\": %d, \"seconds\": %.6f, "
-                 "\"plans\": [",
+                 "\"run_options\": ",
             dm_precision_name((dm_precision)req->pipeline->cost.precision),
             (long long)r->global_batch, r->memory_bytes, r->probed ? "probe" : "whole", r->n, r->n_fit, r->seconds);
+    /* dmc run FILE run_options options: a plan as --plan made it; run_options auto_options:
+     * the first that fits, as --mesh auto picks it */
+    text shaping = {0}, auto_text = {0};
+    text_add(&shaping, "%s", "");
+    shaping_options(req, r, &shaping);
+    auto_options(req, &auto_text);
+    explain_json_string(out, shaping.s + (shaping.n > 0));
+    fprintf(out, ", \"auto_options\": ");
+    explain_json_string(out, auto_text.s + 1);
+    fprintf(out, ", \"plans\": [");
+    free(shaping.s);
+    free(auto_text.s);
     int shown = top > 0 && top < r->n ? top : r->n;
     for (int i = 0; i < shown; i++) {
         const dm_plan_choice *c = &r->plans[i];
@@ -653,5 +779,14 @@ void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top,
     print_why(r, out);
     char opts[256];
     dm_plan_options_text(&r->plans[0], opts, sizeof opts);
-    fprintf(out, "\nrun it: dmc run %s %s (or --mesh auto --devices %lld)\n", req->src->path, opts, (long long)req->devices);
+    text cmd = {0};
+    text_add(&cmd, "dmc run");
+    text_word(&cmd, req->src->path);
+    shaping_options(req, r, &cmd);
+    size_t common = cmd.n;
+    fprintf(out, "\nrun it: %s %s\n", cmd.s, opts);
+    cmd.n = common;
+    auto_options(req, &cmd);
+    fprintf(out, "    or: %s\n", cmd.s);
+    free(cmd.s);
 }

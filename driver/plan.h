@@ -38,6 +38,7 @@ typedef struct dm_plan_choice {
     double model_flops;         /* per device and step */
     int exact;                  /* from compiling the whole plan (else the probe's estimate) */
     int fits;
+    unsigned axes;              /* bit a: the program's mesh has axis a (dm_plan_axes), which --mesh sets */
 } dm_plan_choice;
 
 typedef struct dm_plan_result {
@@ -60,7 +61,8 @@ int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err);
 void dm_plan_result_free(dm_plan_result *r);
 /* The best `top` plans (0: all), and why the first wins; json: one object. */
 void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top, int json, FILE *out);
-/* The options that select plan c: "--mesh data=2,tensor=1,pipeline=1 --microbatches 1 ...". */
+/* The options that select plan c: "--mesh data=2,tensor=1,pipeline=1 --microbatches 1 ...",
+ * the --mesh of the axes the program's mesh has (c->axes) only. */
 void dm_plan_options_text(const dm_plan_choice *c, char *buf, size_t size);
 /* The mesh axes the search sizes, in dm_plan_choice.mesh's order. */
 extern const char *const dm_plan_axes[3];

@@ -10,13 +10,23 @@
   - the fast search of a deep model (small gpt, L=8, 8 and 12 devices: two-layer probes
     laid out eight times; pipeline=12 has stages without ops of their own) picks the same best plan as compiling every plan whole, and its step
     times are the whole compile's (1e-6) for plans without ZeRO 3;
-  - --mesh auto explains the plan --plan ranks first; bad uses are refused with a message.
+  - --mesh auto explains the plan --plan ranks first; bad uses are refused with a message;
+  - the commands --plan prints (`run it:` and `or:`, with --mesh auto) run the plan it
+    printed: each, through --explain, is accepted and predicts the plan's step and peak,
+    on a mesh without a pipeline axis (only the program's axes in --mesh) and with the
+    --set, --global-batch, --hardware and --memory-gb that shaped the plan; `--plan=json`'s
+    run_options and options alike;
+  - a program with `accumulate = 4` is planned for its whole batch (B, not B / 4), and
+    --mesh auto --memory-gb never compiles a plan over the limit (a limit no plan fits is
+    an error; one rank over --memory-gb is an error without stages too).
 Prints one line per check; exits 1 on any failure.
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = os.path.join(ROOT, "examples/mlp.dm")
@@ -120,12 +130,110 @@ def mesh_auto(dmc):
         check(rc != 0 and words in err, "%s is refused: %s" % (" ".join(args[2:]), err.strip()[:160]))
 
 
+def explained(dmc, args):
+    """--explain=json's predicted step (s) and peak per rank (B), or the error."""
+    rc, out, err = run(dmc, ["--explain=json"] + args)
+    if rc:
+        return None, None, err.strip()[:200]
+    e = json.loads(out)
+    return e["predicted"]["step_seconds"], e["memory_bytes_per_rank"]["peak_bytes_per_rank"], ""
+
+
+def printed_commands(dmc, args, what):
+    """--plan's first plan and the commands it prints for it, each run through --explain:
+    accepted, with the plan's step (the JSON's, and the text line's to its 3 decimals) and
+    peak. Returns the JSON plan (None on failure)."""
+    rc, out, err = run(dmc, ["--plan=json", "--top", "1"] + args)
+    rc2, text, err2 = run(dmc, ["--plan"] + args)
+    check(rc == 0 and rc2 == 0, "%s: --plan runs (%s)" % (what, (err + err2).strip()[:200]))
+    if rc or rc2:
+        return None
+    plan = json.loads(out)
+    best = plan["plans"][0]
+    row = [l.split() for l in text.splitlines() if l.startswith("  1 ")]
+    step_ms = float(row[0][8]) if row else None
+    commands = [l.split(":", 1)[1].split(" (or ")[0] for l in text.splitlines()
+                if l.startswith("run it:") or l.startswith("    or:")]
+    check(len(commands) == 2, "%s: --plan prints `run it:` and `or:` (%d)" % (what, len(commands)))
+    commands = list(zip(["run it", "or"], [shlex.split(c) for c in commands]))
+    check("run_options" in plan and "auto_options" in plan, "%s: --plan=json has run_options and auto_options" % what)
+    if "run_options" in plan and "auto_options" in plan:
+        shaping = ["dmc", "run", args[0]] + shlex.split(plan["run_options"])
+        commands += [("json options", shaping + best["options"].split()),
+                     ("json auto_options", shaping + plan["auto_options"].split())]
+    for how, words in commands:
+        if words[:2] != ["dmc", "run"]:
+            check(False, "%s: the %s command is dmc run: %s" % (what, how, " ".join(words)))
+            continue
+        step, peak, err = explained(dmc, words[2:])
+        check(step is not None and abs(step / best["step_seconds"] - 1) < 1e-9 and peak == best["memory_bytes"]
+              and step_ms is not None and abs(step * 1e3 - step_ms) < 6e-4,
+              "%s: %s `%s` is accepted and predicts the plan's %.4f ms and %d B: %s ms, %s B %s" %
+              (what, how, " ".join(words[2:]), best["step_seconds"] * 1e3, best["memory_bytes"],
+               step and "%.4f" % (step * 1e3), peak, err))
+    return best
+
+
+def run_commands(dmc):
+    # a mesh of data and tensor only: --mesh names no pipeline axis
+    best = printed_commands(dmc, [os.path.join(ROOT, "tests/spmd/forms.dm"), "--set", "D=24,H=32,K=8",
+                                  "--global-batch", "16", "--devices", "4", "--hardware", "cpu-2core"],
+                            "forms.dm (data x tensor)")
+    check(best is None or "pipeline" not in best["options"],
+          "forms.dm: the options name only the program's axes (%s)" % (best and best["options"]))
+    # --set, --global-batch, --hardware and --memory-gb shaped the plan: the commands carry them
+    printed_commands(dmc, [GPT, "--set", "V=256,T=64,C=128,NH=4,L=4", "--global-batch", "16", "--devices", "2",
+                           "--hardware", "cpu-2core", "--memory-gb", "0.01"], "small gpt")
+
+
+def accumulated(dmc):
+    with tempfile.TemporaryDirectory() as tmp:
+        acc = os.path.join(tmp, "mlp_acc.dm")
+        with open(acc, "w") as f:
+            f.write(open(MLP).read() + "\naccumulate = 4\n")   # B = 128 in micro-batches of 32
+        args = [acc, "--devices", "2", "--hardware", "cpu-2core"]
+        rc, out, err = run(dmc, ["--plan=json", "--top", "0"] + args)
+        check(rc == 0, "mlp.dm with accumulate = 4: --plan runs (%s)" % err.strip()[:200])
+        if rc:
+            return
+        plan = json.loads(out)
+        check(plan["global_batch"] == 128, "accumulate = 4: planned for the whole batch 128, not the micro-batch "
+              "(global batch %d)" % plan["global_batch"])
+        rc, text, err = run(dmc, ["--plan"] + args)
+        check(rc == 0 and "global batch 128," in text, "accumulate = 4: --plan says global batch 128 (%s)" %
+              text.splitlines()[0] if text else err)
+        printed_commands(dmc, args + ["--memory-gb", "0.02"], "accumulate = 4")
+        # --mesh auto under a limit: a plan that fits, or an error; never one over it
+        memory = sorted(p["memory_bytes"] for p in plan["plans"])
+        for limit in (0.0155 * 2**30, memory[len(memory) // 2], memory[0] / 2):
+            gb = "%.9f" % (limit / 2**30)
+            step, peak, err = explained(dmc, args[:1] + ["--mesh", "auto", "--memory-gb", gb] + args[1:])
+            fits = [p for p in plan["plans"] if p["memory_bytes"] <= float(gb) * 2**30]
+            check((peak is not None and peak <= float(gb) * 2**30 and fits) or (peak is None and not fits
+                                                                               and "fits" in err),
+                  "accumulate = 4: --mesh auto --memory-gb %s compiles a plan that fits or none (peak %s, %d of the "
+                  "plans fit) %s" % (gb, peak, len(fits), err[:100]))
+    # one stage, one rank over --memory-gb: an error, as a pipeline stage's is
+    opts = ["--mesh", "data=1,tensor=2,pipeline=1", "--microbatches", "1", "--hardware", "cpu-2core"]
+    step, peak, err = explained(dmc, [MLP] + opts)
+    if peak:
+        over = "%.9f" % (peak * 0.99 / 2**30)
+        _, peak2, err2 = explained(dmc, [MLP] + opts + ["--memory-gb", over])
+        check(peak2 is None and "over --memory-gb" in err2,
+              "one stage allocating %d B is refused at --memory-gb %s: %s" % (peak, over, err2[:160]))
+        enough = "%.9f" % (peak * 1.01 / 2**30)
+        _, peak3, err3 = explained(dmc, [MLP] + opts + ["--memory-gb", enough])
+        check(peak3 == peak, "and taken at --memory-gb %s (%s)" % (enough, err3[:160]))
+
+
 def main():
     dmc = sys.argv[1]
     exhaustive(dmc)
     probes_match_whole(dmc, 8)
     probes_match_whole(dmc, 12)   # pipeline=12 over 8 layers: stages of the estimate without a backward op
     mesh_auto(dmc)
+    run_commands(dmc)
+    accumulated(dmc)
     print("%d failed" % failures)
     return 1 if failures else 0
 
