@@ -151,8 +151,8 @@ static int check_quantize(const emitter *E, FILE *err) {
     }
     const char *why = E->partitioned || E->scheduled ? "makes serial inference programs: compile without a mesh of "
                                                          "more than one rank and without micro-batches"
-                      : !E->n_quant ? "found no product reading a 2-D parameter (x @ weight) to quantize (a weight "
-                                      "read transposed, x @ transpose(weight), as llama.dm's are, is not quantized yet)"
+                      : !E->n_quant ? "found no product reading a 2-D parameter (x @ weight, or x @ transpose(weight) "
+                                      "where nothing else reads it) to quantize"
                                     : NULL;
     if (!why) return 0;
     fprintf(err, "%s: error: --quantize %s\n", E->source_path, why);

@@ -1,6 +1,8 @@
 /* emit_quant.c: a quantized inference program (dmc --quantize int8-weights | int4-weights,
  * docs/compression.md). Every 2-D parameter that a forward product reads as its right
- * operand (x @ weight: weight [in, out]) gets a narrow copy in the context, a dmrt_qweight,
+ * operand (x @ weight: weight [in, out]; or x @ transpose(weight), weight [out, in], read
+ * so by every forward op reading it) gets a narrow copy in the context, a dmrt_qweight of
+ * the product's [k, n] (transposed set for the second),
  * made from the f32 parameter at create (and again by the trainer after --init of an f32
  * file, or read from a --save-quantized file), and those products call the dialect's
  * quant_gemm on it. The rest of the program (biases, norms, softmax, the loss) is the f32
@@ -12,8 +14,25 @@
 
 #include "emitter.h"
 
-/* Whether forward product v reads a parameter as a plain [k, n] right operand. */
+/* Whether forward product v reads a parameter as its right operand, quantized (x @ W, or
+ * x @ transpose(W): passes/quantize.c). */
 static int reads_weight(const emitter *E, const ir_value *v) { return dm_quantized_weight_of(E->g, v) >= 0; }
+
+/* Whether the products read parameter value w transposed (x @ transpose(W), W [n, k]): its
+ * narrow copy is the product's [k, n], made from and dequantized into the transpose. */
+static int read_transposed(const emitter *E, int w) {
+    for (int i = 0; i < E->g->n_values; i++)
+        if (reads_weight(E, V(E, i)) && V(E, i)->operands[1] == w) return V(E, i)->trans_b;
+    return 0;
+}
+
+/* The product's k (rows) and n (cols) of quantized parameter value w. */
+static void product_shape(const emitter *E, int w, int64_t *k, int64_t *n) {
+    const ir_type *t = T(E, w);
+    int tr = read_transposed(E, w);
+    *k = t->shape[tr ? 1 : 0];
+    *n = t->shape[tr ? 0 : 1];
+}
 
 void quant_mark(emitter *E) {
     const ir_graph *g = E->g;
@@ -33,9 +52,10 @@ void quant_mark(emitter *E) {
         if (E->quant_slot[i] == 0 && V(E, i)->role != ROLE_PARAM) E->quant_slot[i] = -1;
     for (int i = 0; i < g->n_values && E->dialect->quant_work_bytes; i++) {
         if (!reads_weight(E, V(E, i)) || E->quant_slot[V(E, i)->operands[1]] < 0) continue;
-        const ir_type *w = T(E, V(E, i)->operands[1]);
-        int64_t m = ir_numel(T(E, i)) / w->shape[1];
-        int64_t bytes = E->dialect->quant_work_bytes(E->quant_act, m, w->shape[0], w->shape[1]);
+        int64_t k, n;
+        product_shape(E, V(E, i)->operands[1], &k, &n);
+        int64_t m = ir_numel(T(E, i)) / n;
+        int64_t bytes = E->dialect->quant_work_bytes(E->quant_act, m, k, n);
         if (bytes > E->quant_work_bytes) E->quant_work_bytes = bytes;
     }
 }
@@ -85,7 +105,7 @@ void emit_quant_support(emitter *E) {
     cg_line(w, "int status = gather_param(ctx, p, 0, host);");
     cg_line(w, "if (status == DMRT_OK) {");
     cg_line(w, "    dmrt_quantize_weight(q, host);");
-    cg_line(w, "    dmrt_dequantize_rows(q, 0, q->rows, host);");
+    cg_line(w, "    dmrt_dequantize_param(q, host);");
     cg_line(w, "    status = scatter_param(ctx, p, host);");
     cg_line(w, "}");
     cg_line(w, "dmrt_free(host);");
@@ -109,9 +129,13 @@ void emit_quant_create(emitter *E) {
     for (int j = 0; j < E->n_quant; j++) {
         int p = E->quant_param[j];
         const ir_value *v = V(E, E->g->params[p]);
-        cg_line(w, "/* %s */", v->name);
+        int64_t k, n;
+        product_shape(E, v->id, &k, &n);
+        int transposed = read_transposed(E, v->id);
+        cg_line(w, "/* %s%s */", v->name, transposed ? ", read transposed: stored as the product's [k, n], its transpose" : "");
         cg_line(w, "if (dmrt_qweight_init(&ctx->quant[%d], %d, %lld, %lld, %lld) != 0) goto oom;", j, E->quant_bits,
-                (long long)v->type.shape[0], (long long)v->type.shape[1], (long long)E->quant_group);
+                (long long)k, (long long)n, (long long)E->quant_group);
+        if (transposed) cg_line(w, "ctx->quant[%d].transposed = 1;", j);
         if (E->dialect->separate_memory) {
             char lhs[64], bytes[160];
             snprintf(lhs, sizeof lhs, "ctx->quant_data[%d]", j);
@@ -124,8 +148,7 @@ void emit_quant_create(emitter *E) {
             cg_line(w, "if (quant_from_params(ctx, %d, %d) != DMRT_OK) goto fail;", j, p);
         } else {
             cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
-            cg_line(w, "dmrt_dequantize_rows(&ctx->quant[%d], 0, %lld, ctx->params + ctx->param_offsets[%d]);", j,
-                    (long long)v->type.shape[0], p);
+            cg_line(w, "dmrt_dequantize_param(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
         }
         /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
         if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);

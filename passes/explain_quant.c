@@ -11,7 +11,8 @@
 
 typedef struct quant_weight {
     int value;               /* the parameter */
-    int64_t rows, cols;
+    int64_t rows, cols;      /* its narrow copy's: the product's [k, n] */
+    int transposed;          /* read x @ transpose(W): the parameter is [cols, rows] */
     int64_t data_bytes;      /* the integers */
     int64_t scale_bytes;     /* the f32 scales (int8: its product's input scale too) */
 } quant_weight;
@@ -34,18 +35,20 @@ static int64_t group_of(const ir_graph *g, int64_t rows) {
 static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline,
                            quant_sizes *q) {
     memset(q, 0, sizeof *q);
-    char *narrow = calloc((size_t)g->n_values + 1, 1);
+    char *narrow = calloc((size_t)g->n_values + 1, 1); /* 1: read x @ W, 2: x @ transpose(W) */
     q->weights = calloc((size_t)g->n_params + 1, sizeof *q->weights);
     if (!narrow || !q->weights) abort();
     int64_t qa = 0, acc = 0; /* int8: runtime/gemm_int8.c's buffers grow to the largest call's */
     for (int i = 0; i < g->n_values; i++) {
         int w = dm_quantized_weight_of(g, g->values[i]);
         if (w < 0) continue;
-        narrow[w] = 1;
+        const int tr = g->values[i]->trans_b;
+        narrow[w] = (char)(1 + tr);
         const ir_type *wt = &g->values[w]->type;
-        int64_t m = ir_numel(&g->values[i]->type) / wt->shape[1];
-        if (m * wt->shape[0] > qa) qa = m * wt->shape[0];
-        if (m * wt->shape[1] * 4 > acc) acc = m * wt->shape[1] * 4;
+        const int64_t k = wt->shape[tr ? 1 : 0], n = wt->shape[tr ? 0 : 1]; /* the product's [k, n] */
+        int64_t m = ir_numel(&g->values[i]->type) / n;
+        if (m * k > qa) qa = m * k;
+        if (m * n * 4 > acc) acc = m * n * 4;
     }
     if (g->quantize_activations) q->activation_bytes = qa + acc;
     for (int p = 0; p < g->n_params; p++) {
@@ -58,8 +61,10 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         }
         quant_weight *w = &q->weights[q->n++];
         w->value = g->params[p];
-        w->rows = v->type.shape[0];
-        w->cols = v->type.shape[1];
+        const int tr = narrow[g->params[p]] == 2; /* stored as the product's [k, n]: the transpose */
+        w->rows = v->type.shape[tr ? 1 : 0];
+        w->cols = v->type.shape[tr ? 0 : 1];
+        w->transposed = tr;
         w->data_bytes = dmrt_qweight_data_bytes(g->quantize_bits, w->rows, w->cols);
         w->scale_bytes = (dmrt_qweight_scale_count(w->rows, w->cols, group_of(g, w->rows)) + (g->quantize_activations ? 1 : 0)) * 4;
         q->narrow_bytes += w->data_bytes + w->scale_bytes;
@@ -86,9 +91,11 @@ static void mode_name(const ir_graph *g, char *buf, size_t size) {
 /* one weight's line after its name: "f32[784, 1024]  0.5625 bytes/param (0.5 + 4 / 64 rows)  451584 bytes" */
 static void weight_tag(const ir_graph *g, const quant_weight *w, char *buf, size_t size) {
     char shape[48];
-    snprintf(shape, sizeof shape, "f32[%lld, %lld]", (long long)w->rows, (long long)w->cols);
-    snprintf(buf, size, "%-20s %.4f bytes/param (%s + 4 / %lld rows%s)  %lld bytes", shape, bytes_per_param(w),
-             g->quantize_bits == 8 ? "1" : "0.5", (long long)group_of(g, w->rows),
+    /* the parameter's shape; a transposed one's scales are per row of it, its groups along a row */
+    snprintf(shape, sizeof shape, "f32[%lld, %lld]", (long long)(w->transposed ? w->cols : w->rows),
+             (long long)(w->transposed ? w->rows : w->cols));
+    snprintf(buf, size, "%-20s %.4f bytes/param (%s + 4 / %lld %s%s)  %lld bytes", shape, bytes_per_param(w),
+             g->quantize_bits == 8 ? "1" : "0.5", (long long)group_of(g, w->rows), w->transposed ? "columns" : "rows",
              g->quantize_activations ? " + its input scale" : "", (long long)(w->data_bytes + w->scale_bytes));
 }
 
@@ -168,10 +175,10 @@ void explain_quant_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
         const quant_weight *w = &q.weights[i];
         fprintf(out, "%s{\"name\": ", i ? ", " : "");
         explain_json_string(out, g->values[w->value]->name ? g->values[w->value]->name : "?");
-        fprintf(out, ", \"rows\": %lld, \"cols\": %lld, \"group\": %lld, \"data_bytes\": %lld, \"scale_bytes\": %lld, "
-                     "\"bytes_per_param\": %.17g}",
-                (long long)w->rows, (long long)w->cols, (long long)group_of(g, w->rows), (long long)w->data_bytes,
-                (long long)w->scale_bytes, bytes_per_param(w));
+        fprintf(out, ", \"rows\": %lld, \"cols\": %lld, \"transposed\": %s, \"group\": %lld, \"data_bytes\": %lld, "
+                     "\"scale_bytes\": %lld, \"bytes_per_param\": %.17g}",
+                (long long)w->rows, (long long)w->cols, w->transposed ? "true" : "false", (long long)group_of(g, w->rows),
+                (long long)w->data_bytes, (long long)w->scale_bytes, bytes_per_param(w));
     }
     fprintf(out, "], \"narrow_bytes\": %lld, \"param_bytes\": %lld, \"param_bytes_f32\": %lld, "
                  "\"widening_buffer_bytes\": %lld, \"activation_buffer_bytes\": %lld, \"f32_peak_bytes\": %lld, "

@@ -428,8 +428,10 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan);
 const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast);
 
 /* --quantize (docs/compression.md, quantize.c): the parameter that forward product v reads
- * as its plain [k, n] right operand (x @ weight, both f32), which a quantized program stores
- * narrow (codegen/emit_quant.c) and --explain sizes (explain_quant.c); -1 for any other v. */
+ * as its right operand (x @ weight, both f32; or x @ transpose(weight) where every forward
+ * reader of the weight is such a product: v->trans_b says which), which a quantized
+ * program stores narrow as the product's [k, n] (codegen/emit_quant.c) and --explain sizes
+ * (explain_quant.c); -1 for any other v. */
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v);
 /* fuse_bias.c: the bias adds (bias_add_of) whose first reader, an activation, adds the
  * bias in its own pass instead of the product: activation_of (n_values) is that

@@ -2,10 +2,25 @@
  * generator's (codegen/emit_quant.c) and --explain's (explain_quant.c) one rule. */
 #include "passes.h"
 
+/* Whether every forward op reading parameter w is a product reading it x @ transpose(w):
+ * the one layout its narrow copy then has (a weight an embedding also gathers, gpt.dm's
+ * tied head, stays f32). */
+static int read_transposed_only(const ir_graph *g, int w) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->phase != PHASE_FORWARD) continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (v->operands[k] == w && !(v->op == OP_MATMUL && k == 1 && v->trans_b && !v->trans_a && !v->batch_dims))
+                return 0;
+    }
+    return 1;
+}
+
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v) {
-    if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD || v->trans_a || v->trans_b || v->batch_dims) return -1;
+    if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD || v->trans_a || v->batch_dims) return -1;
     const ir_value *b = g->values[v->operands[1]];
     int reads = b->role == ROLE_PARAM && b->type.rank == 2 && b->type.dtype == DT_F32 &&
                 g->values[v->operands[0]]->type.dtype == DT_F32;
-    return reads ? v->operands[1] : -1;
+    if (!reads || (v->trans_b && !read_transposed_only(g, b->id))) return -1;
+    return b->id;
 }

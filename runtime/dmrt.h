@@ -233,6 +233,10 @@ typedef struct dmrt_qweight {
     int quantize_input;
     float input_scale;
     struct dmrt_act_stats *calib;
+    /* The f32 parameter q is made from (and dequantized into) is stored cols x rows, [out,
+     * in]: a weight read x @ transpose(W) (llama.dm's projections). q itself is rows x cols
+     * as above, the product's [k, n], whichever it is. 0 after dmrt_qweight_init. */
+    int transposed;
 } dmrt_qweight;
 
 /* Allocates q's storage (zeroed): 0, or -1 when out of memory or the arguments are bad. */
@@ -240,9 +244,13 @@ int dmrt_qweight_init(dmrt_qweight *q, int bits, int64_t rows, int64_t cols, int
 void dmrt_qweight_free(dmrt_qweight *q);
 int64_t dmrt_qweight_groups(const dmrt_qweight *q);
 int64_t dmrt_qweight_bytes(const dmrt_qweight *q);
-/* q from the f32 weight w (rows x cols, row-major): scale = max|w| / qmax over each group
- * of a column, q = clamp(round-half-even(w * (1 / scale)), -qmax - 1, qmax). */
+/* q from the f32 weight w (rows x cols, row-major; cols x rows where q->transposed): scale =
+ * max|w| / qmax over each group of a column (of the product's [k, n]), q = clamp(round-half-
+ * even(w * (1 / scale)), -qmax - 1, qmax). */
 void dmrt_quantize_weight(dmrt_qweight *q, const float *w);
+/* The f32 parameter q is made from set to q's values: dmrt_dequantize_rows of every row,
+ * laid out as the parameter is (transposed where q->transposed). */
+void dmrt_dequantize_param(const dmrt_qweight *q, float *w);
 /* w[r, c] = q[r, c] * scale[r / group, c], rows r0 <= r < r1 into w (row-major, from r0). */
 void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *w);
 /* C[m, n] = A[m, k] W[k, n] + beta C with W = q dequantized (k = q->rows, n = q->cols), A

@@ -317,10 +317,13 @@ void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, 
     if (m <= 0) return;
     if (q->calib) {
         dmrt_act_stats_record(q->calib, m, a, lda, q->rows);
+        /* w_f32 is the parameter: [k, n], or [n, k] read transposed */
+        const int tb = q->transposed;
+        const int64_t ldb = tb ? q->rows : q->cols;
         if (threads > 1)
-            dmrt_sgemm_split(threads, 0, 0, m, q->cols, q->rows, 1.0f, a, lda, w_f32, q->cols, beta, c, ldc);
+            dmrt_sgemm_split(threads, 0, tb, m, q->cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
         else
-            dmrt_sgemm(0, 0, m, q->cols, q->rows, 1.0f, a, lda, w_f32, q->cols, beta, c, ldc);
+            dmrt_sgemm(0, tb, m, q->cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
         return;
     }
     if (!(q->input_scale > 0.0f) || q->bits != 8 || (beta != 0.0f && beta != 1.0f)) {

@@ -72,16 +72,31 @@ static int quantize_value(float w, float scale, float inverse, int qmax) {
 
 void dmrt_quantize_weight(dmrt_qweight *q, const float *w) {
     const int qmax = qmax_of(q->bits);
+    /* element (r, c) of the product's [k, n] in w's layout */
+    const int64_t row_step = q->transposed ? 1 : q->cols, col_step = q->transposed ? q->rows : 1;
     for (int64_t g = 0; g < dmrt_qweight_groups(q); g++) {
         int64_t r0 = g * q->group, r1 = r0 + q->group < q->rows ? r0 + q->group : q->rows;
         for (int64_t c = 0; c < q->cols; c++) {
             float amax = 0.0f;
-            for (int64_t r = r0; r < r1; r++) amax = fmaxf(amax, fabsf(w[r * q->cols + c]));
+            for (int64_t r = r0; r < r1; r++) amax = fmaxf(amax, fabsf(w[r * row_step + c * col_step]));
             float scale = amax > 0.0f ? amax / (float)qmax : 1.0f;
             float inverse = 1.0f / scale;
             q->scale[g * q->cols + c] = scale;
-            for (int64_t r = r0; r < r1; r++) q_set(q, r, c, quantize_value(w[r * q->cols + c], scale, inverse, qmax));
+            for (int64_t r = r0; r < r1; r++)
+                q_set(q, r, c, quantize_value(w[r * row_step + c * col_step], scale, inverse, qmax));
         }
+    }
+}
+
+void dmrt_dequantize_param(const dmrt_qweight *q, float *w) {
+    if (!q->transposed) {
+        dmrt_dequantize_rows(q, 0, q->rows, w);
+        return;
+    }
+    float *row = dmrt_thread_floats((size_t)q->cols, "dmrt_dequantize_param");
+    for (int64_t r = 0; r < q->rows; r++) {
+        dmrt_dequantize_rows(q, r, r + 1, row);
+        for (int64_t c = 0; c < q->cols; c++) w[c * q->rows + r] = row[c];
     }
 }
 

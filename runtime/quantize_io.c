@@ -57,7 +57,7 @@ int dmrt_quantize_params(const dmrt_model *model, void *ctx, char *err, size_t e
         float *copy, *w = param_on_host(model, ctx, i, 1, &copy, err, errlen);
         if (!w) return -1;
         dmrt_quantize_weight(q, w);
-        dmrt_dequantize_rows(q, 0, q->rows, w);
+        dmrt_dequantize_param(q, w);
         if (put_param(model, ctx, i, copy, 1, err, errlen) != 0 || sync_qweight(model, ctx, i, err, errlen) != 0) return -1;
     }
     return 0;
@@ -224,7 +224,7 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
         if (!q) continue;
         float *copy, *w = param_on_host(model, ctx, i, 0, &copy, err, errlen);
         if (!w) rc = -1;
-        else dmrt_dequantize_rows(q, 0, q->rows, w);
+        else dmrt_dequantize_param(q, w);
         if (w && (put_param(model, ctx, i, copy, 1, err, errlen) != 0 || sync_qweight(model, ctx, i, err, errlen) != 0))
             rc = -1;
     }

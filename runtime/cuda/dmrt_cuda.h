@@ -442,8 +442,8 @@ int dmrt_gpu_attention16_backward_inner(dmrt_gpu *g, int half, const float *q, c
  * C (m, q->cols) = A (m, q->rows) W (+ C when beta is 1; beta 0 or 1), row-major, row
  * strides lda and ldc. */
 /* The weight-only modes: W widened to f32 into w (q * scale, one rounding: the C target's
- * dmrt_dequantize_rows; rows x cols floats, the generated code's f32 parameter, which
- * holds those values already), then dmrt_gpu_sgemm. */
+ * dmrt_dequantize_rows; rows x cols floats, cols x rows where q->transposed: the generated
+ * code's f32 parameter, which holds those values already), then dmrt_gpu_sgemm. */
 int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
                      const float *a, int64_t lda, float beta, float *c, int64_t ldc);
 /* --quantize int8, runtime/gemm_int8.c's three steps: q_x = clamp(round-half-even(x /

@@ -12,9 +12,10 @@
 /* ---- the weight-only modes --------------------------------------------------------------- */
 
 /* w[r, c] = q[r, c] * scale[r / group, c]: dmrt_dequantize_rows's one rounding. int4: two
- * per byte along a row, column 2j in the low nibble, two's complement. */
+ * per byte along a row, column 2j in the low nibble, two's complement. transposed: into
+ * w[c, r], the parameter's [n, k] layout. */
 __global__ static void widen_kernel(const uint8_t *data, const float *scale, float *w, int bits, int64_t rows,
-                                    int64_t cols, int64_t group) {
+                                    int64_t cols, int64_t group, int transposed) {
     const int64_t n = rows * cols, packed = (cols + 1) / 2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / cols, c = i % cols;
@@ -25,7 +26,7 @@ __global__ static void widen_kernel(const uint8_t *data, const float *scale, flo
             const int byte = data[r * packed + c / 2], nibble = (c & 1) ? byte >> 4 : byte & 15;
             v = nibble >= 8 ? nibble - 16 : nibble;
         }
-        w[i] = __fmul_rn((float)v, scale[(r / group) * cols + c]);
+        w[transposed ? c * rows + r : i] = __fmul_rn((float)v, scale[(r / group) * cols + c]);
     }
 }
 
@@ -35,9 +36,11 @@ int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, co
     ARG_CHECK(g, q && data && scale && w && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0);
     if (m == 0) return DMRT_OK;
     widen_kernel<<<gpu_blocks(q->rows * q->cols, 256), 256, 0, g->stream>>>(data, scale, w, q->bits, q->rows, q->cols,
-                                                                           q->group);
+                                                                           q->group, q->transposed);
     LAUNCH_CHECK(g, "widen_kernel");
-    return dmrt_gpu_sgemm(g, 0, 0, m, q->cols, q->rows, a, lda, w, q->cols, beta, c, ldc, 1, 0, 0, 0);
+    /* w is the parameter's storage: [k, n], or [n, k] read transposed */
+    return dmrt_gpu_sgemm(g, 0, q->transposed, m, q->cols, q->rows, a, lda, w, q->transposed ? q->rows : q->cols, beta, c,
+                          ldc, 1, 0, 0, 0);
 }
 
 /* ---- int8 -------------------------------------------------------------------------------- */
@@ -114,7 +117,9 @@ static int calibration_product(dmrt_gpu *g, const dmrt_qweight *q, const float *
     if (rc == DMRT_OK) rc = dmrt_gpu_copy(g, host, a, bytes, DMRT_DEVICE_TO_HOST);
     if (rc != DMRT_OK) return rc;
     dmrt_act_stats_record(q->calib, m, host, lda, q->rows);
-    return dmrt_gpu_sgemm(g, 0, 0, m, q->cols, q->rows, a, lda, w_f32, q->cols, beta, c, ldc, 1, 0, 0, 0);
+    /* w_f32 is the parameter: [k, n], or [n, k] read transposed */
+    return dmrt_gpu_sgemm(g, 0, q->transposed, m, q->cols, q->rows, a, lda, w_f32, q->transposed ? q->rows : q->cols, beta,
+                          c, ldc, 1, 0, 0, 0);
 }
 
 int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,

@@ -4,7 +4,8 @@ them: the model name of a long file name is terminated, --stop-after stops at ea
 --help names, one command at a time (-o beside --emit, --explain, --plan; dmc run beside
 --explain), the last --quantize wins whole, dmc run --compact refuses --resume, and
 --grad-reduce and --compress exclude each other in either order (each given once), and a
---bucket-mb under a byte is the smallest bucket (it was the 25 MiB default).
+--bucket-mb under a byte is the smallest bucket (it was the 25 MiB default), and
+llama.dm's weights, read transposed, quantized.
 
 usage: test_options.py DMC SOURCE_ROOT
 """
@@ -89,16 +90,18 @@ def check_quantize_repeated(exe, root, check):
 
 
 def check_quantize_transposed(exe, root, tmp, check):
-    """llama.dm reads every weight x @ transpose(W), which --quantize does not take: refused,
-    saying so, by --check as by -o (which writes nothing)."""
+    """llama.dm reads every weight x @ transpose(W): --quantize stores each narrow as the
+    product's [in, out], its transpose (--check and -o alike; it was refused: no weight)."""
     llama = os.path.join(root, 'examples', 'llama.dm')
     out_dir = os.path.join(tmp, 'llama-quantized')
     base = [llama, '--set', 'V=256,T=16,C=32,NH=4,NKV=2,F=48,L=1,B=2', '--quantize', 'int8-weights']
-    for label, args in (('--check', ['--check'] + base), ('-o', base + ['-o', out_dir])):
-        rc, out, err = dmc(exe, args)
-        check(rc == 1 and 'x @ transpose(weight), as llama.dm\'s are, is not quantized yet' in err
-              and not (os.path.isdir(out_dir) and os.listdir(out_dir)),
-              'dmc %s llama.dm --quantize int8-weights: exit %d, %r' % (label, rc, err.strip()))
+    rc, out, err = dmc(exe, ['--check'] + base)
+    check(rc == 0 and not err, 'dmc --check llama.dm --quantize int8-weights: exit %d, %r' % (rc, err.strip()))
+    rc, out, err = dmc(exe, base + ['-o', out_dir])
+    code = open(os.path.join(out_dir, 'llama.c')).read() if rc == 0 else ''
+    check(rc == 0 and code.count('.transposed = 1;') == 8,
+          'dmc -o llama.dm --quantize int8-weights: its 8 weights stored transposed: exit %d, %d, %r'
+          % (rc, code.count('.transposed = 1;'), err.strip()))
 
 
 def check_compact_company(exe, root, check):

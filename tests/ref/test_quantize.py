@@ -26,7 +26,13 @@ last column) and random f32 weights:
   f) the C API (quant_api.c, the generated int8-weights and int4-weights mlp.c compiled
      with warnings as errors, under ASan and UBSan where available): train_step refused
      with its reason, changing nothing (forward's logits and the saved weights bit for bit
-     the same after), forward and predict running.
+     the same after), forward and predict running;
+  g) examples/llama.dm, whose weights W [out, in] are read x @ transpose(W): every one
+     stored narrow as the product's [in, out] (W's transpose), int8 equal to
+     torch.quantize_per_channel of W along its rows (axis 0) and int4:16 to the group-wise
+     formula on W's transpose; its --predict logits equal the f32 llama program's with
+     --init of the fake-quantized weights within 1e-5, and the --save-quantized file
+     predicts them bit for bit.
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -219,6 +225,64 @@ def check_api(dmc, root, d):
                            "C API, " + mode)
 
 
+LLAMA_SETS = "V=64,T=8,C=32,NH=4,NKV=2,F=48,L=2,B=3"
+LLAMA_WEIGHTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                 "mlp.up_proj", "mlp.down_proj")
+
+
+def check_llama(dmc, root, d, np, torch):
+    """g: llama.dm's weights, read x @ transpose(W), quantized as W's transpose."""
+    src = os.path.join(root, "examples", "llama.dm")
+    rng = np.random.default_rng(3)
+    stio.save({"tokens": rng.integers(0, 64, (1, 3, 8)).astype(np.int32),
+               "targets": rng.integers(0, 64, (1, 3, 8)).astype(np.int32)}, os.path.join(d, "lb.st"))
+    dmc_run(dmc, src, [], ["--batch-file", "lb.st", "--steps", "0", "--save", "lw.st"], d, sets=LLAMA_SETS)
+    w = stio.load(os.path.join(d, "lw.st"))
+    names = ["model.layers.%d.%s.weight" % (l, k) for l in range(2) for k in LLAMA_WEIGHTS] + ["lm_head.weight"]
+    stio.save({"tokens": rng.integers(0, 64, (7, 8)).astype(np.int32)}, os.path.join(d, "lt.st"))
+    dmc_run(dmc, src, [], ["--init", "lw.st", "--predict", "--batch-file", "lt.st", "--out", "lof.st"], d, sets=LLAMA_SETS)
+    f32 = stio.load(os.path.join(d, "lof.st"))["logits"]
+    worst = 0.0
+    for mode, reference in (("int8-weights", lambda v: int8_reference(torch, v)),
+                            ("int4-weights:16", lambda v: int4_reference(np, torch, v, 16))):
+        tag = mode.replace(":", "-")
+        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lw.st", "--save-quantized", "lq-%s.st" % tag], d,
+                sets=LLAMA_SETS)
+        saved = stio.load(os.path.join(d, "lq-%s.st" % tag))
+        fake = dict(w)
+        for name in names:
+            wt = np.ascontiguousarray(w[name].T)  # the product's [in, out]
+            want_q, want_scale = reference(wt)
+            got_q = saved[name] if saved[name].dtype == np.int8 else unpack_int4(np, saved[name], wt.shape[1])
+            if got_q.shape != want_q.shape or not np.array_equal(got_q, want_q):
+                raise dmcrun.Failure("llama %s %s: narrow %s differs from PyTorch's on W's transpose %s"
+                                     % (mode, name, got_q.shape, want_q.shape))
+            if not np.array_equal(saved[name + ".scale"], want_scale):
+                raise dmcrun.Failure("llama %s %s.scale differs from PyTorch's" % (mode, name))
+            group = wt.shape[0] if want_scale.shape[0] == 1 else -(-wt.shape[0] // want_scale.shape[0])
+            deq = want_q.astype(np.float32) * np.repeat(want_scale, group, axis=0)[:wt.shape[0]]
+            fake[name] = np.ascontiguousarray(deq.astype(np.float32).T)
+        stio.save(fake, os.path.join(d, "lfake.st"))
+        dmc_run(dmc, src, [], ["--init", "lfake.st", "--predict", "--batch-file", "lt.st", "--out", "lo32.st"], d,
+                sets=LLAMA_SETS)
+        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lw.st", "--predict", "--batch-file", "lt.st", "--out", "loq.st"],
+                d, sets=LLAMA_SETS)
+        want = stio.load(os.path.join(d, "lo32.st"))["logits"]
+        got = stio.load(os.path.join(d, "loq.st"))["logits"]
+        diff = float(np.abs(got - want).max())
+        if diff > 1e-5 * max(1.0, float(np.abs(want).max())):
+            raise dmcrun.Failure("llama %s: logits differ from the f32 program's on the fake-quantized weights by %g"
+                                 % (mode, diff))
+        if float(np.abs(got - f32).max()) < 100 * diff + 1e-6:
+            raise dmcrun.Failure("llama %s: logits as close to the f32 weights' as to the quantized ones'" % mode)
+        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lq-%s.st" % tag, "--predict", "--batch-file", "lt.st", "--out",
+                                                 "loq2.st"], d, sets=LLAMA_SETS)
+        if not np.array_equal(stio.load(os.path.join(d, "loq2.st"))["logits"], got):
+            raise dmcrun.Failure("llama %s: --init of the --save-quantized file predicts other logits" % mode)
+        worst = max(worst, diff)
+    return worst
+
+
 def body(dmc, root, np, torch):
     src = os.path.join(root, "examples", "mlp.dm")
     w, x = random_model(np)
@@ -230,8 +294,10 @@ def body(dmc, root, np, torch):
         d4 = check_mode(dmc, src, d, np, torch, w, x, "int4-weights:32", lambda v: int4_reference(np, torch, v, 32))
         check_failures(dmc, src, d)
         check_api(dmc, root, d)
+        dl = check_llama(dmc, root, d, np, torch)
     return ("int8 per channel and int4 groups of 32 equal PyTorch's; logits within %.1e / %.1e of the fake-quantized "
-            "forward; saved files reload bit for bit; bad files and modes refused; train_step refused by the C API" % (d8, d4))
+            "forward; saved files reload bit for bit; bad files and modes refused; train_step refused by the C API; "
+            "llama.dm's transposed weights quantized as their transposes, logits within %.1e" % (d8, d4, dl))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
  * reciprocal (all |w| subnormal, below about 2.9e-39 * qmax): each w quantized as w / scale
  * (not every nonzero w at a bound, nor 0 * inf = NaN made an integer), next to an ordinary
  * column, whose integers are torch.quantize_per_channel's (w times the f32 reciprocal);
- * and a NaN or infinite w, which becomes 0. int8 and int4 (one group). */
+ * and a NaN or infinite w, which becomes 0. int8 and int4 (one group). A weight read
+ * transposed (q.transposed, the parameter [cols, rows]): the integers and scales of its
+ * transpose read plainly, and dmrt_dequantize_param writing them back in its layout. */
 #include <math.h>
 #include <stdint.h>
 
@@ -48,6 +50,41 @@ static int check_width(int bits, const int *want_tiny, const int *want_ordinary,
     return fails;
 }
 
+/* The [ROWS, 3] weight above given transposed, [3, ROWS]: the same q and scales as the
+ * plain one, and dmrt_dequantize_param's values the plain dequantization's, transposed. */
+static int check_transposed(int bits, const float *col2) {
+    int fails = 0;
+    float w[ROWS * 3], wt[3 * ROWS], back[ROWS * 3], back_t[3 * ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        w[r * 3] = tiny[r], w[r * 3 + 1] = ordinary[r] * 3.0f, w[r * 3 + 2] = col2[r];
+        for (int c = 0; c < 3; c++) wt[c * ROWS + r] = w[r * 3 + c];
+    }
+    dmrt_qweight plain, transposed;
+    if (dmrt_qweight_init(&plain, bits, ROWS, 3, ROWS) != 0 || dmrt_qweight_init(&transposed, bits, ROWS, 3, ROWS) != 0) {
+        fprintf(stderr, "dmrt_qweight_init failed\n");
+        return 1;
+    }
+    transposed.transposed = 1;
+    dmrt_quantize_weight(&plain, w);
+    dmrt_quantize_weight(&transposed, wt);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 3; c++)
+            CHECK(q_at(&plain, r, c) == q_at(&transposed, r, c), "int%d transposed: q[%d, %d] %d, the plain one's %d", bits,
+                  r, c, q_at(&transposed, r, c), q_at(&plain, r, c));
+    for (int c = 0; c < 3; c++)
+        CHECK(plain.scale[c] == transposed.scale[c], "int%d transposed: scale %d differs", bits, c);
+    dmrt_dequantize_param(&plain, back);
+    dmrt_dequantize_param(&transposed, back_t);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < 3; c++)
+            CHECK(back_t[c * ROWS + r] == back[r * 3 + c] || (isnan(back_t[c * ROWS + r]) && isnan(back[r * 3 + c])),
+                  "int%d transposed: dequantized [%d, %d] %g, the plain one's %g", bits, c, r,
+                  (double)back_t[c * ROWS + r], (double)back[r * 3 + c]);
+    dmrt_qweight_free(&plain);
+    dmrt_qweight_free(&transposed);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
     /* NaN and inf w: quantized to 0, the others of the column beside them as its scale says
@@ -68,6 +105,11 @@ int main(void) {
         const int nan4[ROWS] = {0, 7, -7, 3, 0}, inf4[ROWS] = {0, 0, 0, 0, 0};
         fails += check_width(4, tiny4, ordinary4, nan_col, nan4);
         fails += check_width(4, tiny4, ordinary4, inf_col, inf4);
+    }
+    {
+        const float col2[ROWS] = {0.3f, -2.0f, 1.25f, 0.0f, -0.7f};
+        fails += check_transposed(8, col2);
+        fails += check_transposed(4, col2);
     }
     if (fails) fprintf(stderr, "test_quantize_weight: %d failed\n", fails);
     else printf("test_quantize_weight: ok\n");
