@@ -21,7 +21,8 @@ parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --p
 (mlp.dm element by element, by rows and on data=2; gpt.dm element by element and by
 attention heads), sequence
 parallelism (gpt.dm on data=2 x tensor=2) and recomputation (gpt.dm on data=2),
---quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; these run
+--quantize int8-weights, int4-weights:32 and int8 (mlp.dm and gpt.dm, serial; llama.dm's
+int8-weights and int8, its weights read transposed; these run
 --predict, or int8 calibrates and --save-quantized, instead of a training step),
 for distillation
 (tests/ref/test_distill.py's students and teachers, both compiled by nvcc into one program:
@@ -159,6 +160,10 @@ QUANT_MLP, QUANT_GPT = "B=16,D=784,H=63,K=10", "V=256,T=64,C=128,NH=4,L=2,B=4"
 CASES += [("%s-quantize-%s" % (model, mode.split(":")[0]), "examples/%s.dm" % model, sets, None, ["--quantize", mode], None)
           for model, sets in (("mlp", QUANT_MLP), ("gpt", QUANT_GPT))
           for mode in ("int8-weights", "int4-weights:32", "int8")]
+# llama.dm's weights are read x @ transpose(W): narrow copies of their transposes, widened
+# back into the parameter's layout (quant.cu's widen_kernel, transposed)
+CASES += [("llama-quantize-%s" % mode, "examples/llama.dm", "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4", None,
+           ["--quantize", mode], None) for mode in ("int8-weights", "int8")]
 
 
 def batch_file(tmp, dm, sets):
@@ -187,7 +192,7 @@ def quantized_run(tmp, name, dm, sets, mode):
         path = os.path.join(tmp, name + "-inputs.safetensors")
         stio.save(inputs, path)
         return ["--predict", "--batch-file", path, "--out", out], out
-    if "gpt" in dm:
+    if "gpt" in dm or "llama" in dm:
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "wb") as f:
             f.write(bytes(np.random.default_rng(0).integers(32, 127, 8192).astype(np.uint8)))
