@@ -88,7 +88,7 @@ static FILE *quiet(void) {
 static int program_facts_of(const dm_plan_request *req, program_facts *f, FILE *err) {
     memset(f, 0, sizeof *f);
     dm_override *dims = xcalloc((size_t)req->n_dims + 1, sizeof *dims);
-    memcpy(dims, req->dims, sizeof *dims * (size_t)req->n_dims);
+    if (req->n_dims) memcpy(dims, req->dims, sizeof *dims * (size_t)req->n_dims);
     int n_dims = req->n_dims;
     f->batch_dim = batch_dim_of(req->prog);
     if (req->global_batch > 0) {
@@ -507,7 +507,7 @@ int dm_plan_search(const dm_plan_request *req, dm_plan_result *out, FILE *err) {
     plan_list list = {0};
     int too_big = 0;
     search_all(&searched, &f, probing, &list, limit, &too_big);
-    qsort(list.items, (size_t)list.n, sizeof *list.items, by_step);
+    if (list.n > 1) qsort(list.items, (size_t)list.n, sizeof *list.items, by_step); /* (none: items NULL) */
     if (probing) confirm_best(&searched, &f, &list, limit);
     dm_cut_memo_free(pipeline.cut_memo);
     front_cache_free(&fronts);
