@@ -389,6 +389,7 @@ static void emitter_close(emitter *E) {
     free(E->for_outputs);
     free(E->quant_slot);
     free(E->quant_param);
+    free(E->quant_transposed);
     for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
     free(E->cname);
     free(E->line_start);

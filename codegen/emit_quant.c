@@ -18,42 +18,46 @@
  * x @ transpose(W): passes/quantize.c). */
 static int reads_weight(const emitter *E, const ir_value *v) { return dm_quantized_weight_of(E->g, v) >= 0; }
 
-/* Whether the products read parameter value w transposed (x @ transpose(W), W [n, k]): its
- * narrow copy is the product's [k, n], made from and dequantized into the transpose. */
-static int read_transposed(const emitter *E, int w) {
-    for (int i = 0; i < E->g->n_values; i++)
-        if (reads_weight(E, V(E, i)) && V(E, i)->operands[1] == w) return V(E, i)->trans_b;
-    return 0;
-}
-
-/* The product's k (rows) and n (cols) of quantized parameter value w. */
-static void product_shape(const emitter *E, int w, int64_t *k, int64_t *n) {
+/* The product's k (rows) and n (cols) of parameter value w, read transposed or not (W [n, k]
+ * for x @ transpose(W): its narrow copy is the product's [k, n], made from and dequantized
+ * into the transpose). */
+static void product_shape(const emitter *E, int w, int transposed, int64_t *k, int64_t *n) {
     const ir_type *t = T(E, w);
-    int tr = read_transposed(E, w);
-    *k = t->shape[tr ? 1 : 0];
-    *n = t->shape[tr ? 0 : 1];
+    *k = t->shape[transposed ? 1 : 0];
+    *n = t->shape[transposed ? 0 : 1];
 }
 
 void quant_mark(emitter *E) {
     const ir_graph *g = E->g;
     E->quant_slot = malloc(((size_t)g->n_values + 1) * sizeof(int));
     E->quant_param = malloc(((size_t)g->n_params + 1) * sizeof(int));
-    if (!E->quant_slot || !E->quant_param) abort();
+    E->quant_transposed = calloc((size_t)g->n_params + 1, 1);
+    char *transposed = calloc((size_t)g->n_values + 1, 1);
+    if (!E->quant_slot || !E->quant_param || !E->quant_transposed || !transposed) abort();
     for (int i = 0; i < g->n_values; i++) E->quant_slot[i] = -1;
-    if (!E->quant_bits) return;
+    if (!E->quant_bits) {
+        free(transposed);
+        return;
+    }
+    /* a weight read transposed is read so by every product that quantizes it (passes/quantize.c) */
     for (int i = 0; i < g->n_values; i++)
-        if (reads_weight(E, V(E, i))) E->quant_slot[V(E, i)->operands[1]] = 0;
+        if (reads_weight(E, V(E, i))) {
+            E->quant_slot[V(E, i)->operands[1]] = 0;
+            transposed[V(E, i)->operands[1]] = (char)V(E, i)->trans_b;
+        }
     for (int p = 0; p < g->n_params; p++)
         if (E->quant_slot[g->params[p]] == 0) {
             E->quant_slot[g->params[p]] = E->n_quant;
+            E->quant_transposed[E->n_quant] = transposed[g->params[p]];
             E->quant_param[E->n_quant++] = p;
         }
+    free(transposed);
     for (int i = 0; i < g->n_values; i++)
         if (E->quant_slot[i] == 0 && V(E, i)->role != ROLE_PARAM) E->quant_slot[i] = -1;
     for (int i = 0; i < g->n_values && E->dialect->quant_work_bytes; i++) {
         if (!reads_weight(E, V(E, i)) || E->quant_slot[V(E, i)->operands[1]] < 0) continue;
         int64_t k, n;
-        product_shape(E, V(E, i)->operands[1], &k, &n);
+        product_shape(E, V(E, i)->operands[1], V(E, i)->trans_b, &k, &n);
         int64_t m = ir_numel(T(E, i)) / n;
         int64_t bytes = E->dialect->quant_work_bytes(E->quant_act, m, k, n);
         if (bytes > E->quant_work_bytes) E->quant_work_bytes = bytes;
@@ -130,8 +134,8 @@ void emit_quant_create(emitter *E) {
         int p = E->quant_param[j];
         const ir_value *v = V(E, E->g->params[p]);
         int64_t k, n;
-        product_shape(E, v->id, &k, &n);
-        int transposed = read_transposed(E, v->id);
+        int transposed = E->quant_transposed[j];
+        product_shape(E, v->id, transposed, &k, &n);
         cg_line(w, "/* %s%s */", v->name, transposed ? ", read transposed: stored as the product's [k, n], its transpose" : "");
         cg_line(w, "if (dmrt_qweight_init(&ctx->quant[%d], %d, %lld, %lld, %lld) != 0) goto oom;", j, E->quant_bits,
                 (long long)k, (long long)n, (long long)E->quant_group);

@@ -112,6 +112,7 @@ typedef struct emitter {
     int quant_act;             /* --quantize int8: int8 activations, int8 x int8 products */
     int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
     int *quant_param;          /* (n_quant) the parameter index of each */
+    char *quant_transposed;    /* (n_quant) 1: read x @ transpose(W), stored as its transpose */
     int n_quant;
     int64_t quant_work_bytes;  /* the dialect's work memory for the products (quant_work_bytes) */
     char prefix_upper[128];
