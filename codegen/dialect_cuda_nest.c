@@ -12,45 +12,18 @@
  * is named k<serial>_<its first output>, static (no external symbol), and launched on
  * the rank's stream with a dmrt_gpu_check_launch after it. */
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dialect.h"
 #include "dialect_cuda_internal.h"
+#include "text_buf.h"
 #include "../runtime/cuda/dmrt_cuda_sizes.h"
 
 #define THREADS 256       /* per block of a loop-nest kernel */
 #define SUM_THREADS 64    /* per block of one that sums: its few long-running threads
                            * spread over more multiprocessors */
 #define MAX_BLOCKS 65535  /* the grid-stride loop covers the rest */
-
-/* ---- text --------------------------------------------------------------------------------- */
-
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) abort();
-        if (b->s && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap <= b->n + (size_t)w) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) abort();
-        b->s = s, b->cap = cap;
-    }
-}
 
 /* "ctx->scratch + 12" -> "ctx_scratch_12": a name part, at most 32 characters. */
 static void sanitise(const char *s, char *out, size_t size) {
@@ -122,14 +95,14 @@ void cg_cuda_finish(cg_writer *w) {
 
 /* The name of the kernel whose text is head NAME tail: one written before, or a new one
  * (k<serial>_<out>) written now into the kernels section. */
-static const char *kernel_named(cg_writer *w, const char *out, const sbuf *head, const sbuf *tail) {
+static const char *kernel_named(cg_writer *w, const char *out, const dm_text *head, const dm_text *tail) {
     kernel_table *t = table_of(w);
-    sbuf key = {0};
-    sb_printf(&key, "%s\x01%s", head->s, tail->s);
+    dm_text key = {0};
+    dm_text_printf(&key, "%s\x01%s", head->s, tail->s);
     uint64_t h = fnv1a(key.s);
     for (int i = 0; i < t->n; i++)
         if (t->e[i].hash == h && strcmp(t->e[i].key, key.s) == 0) {
-            free(key.s);
+            dm_text_free(&key);
             return t->e[i].name;
         }
     char part[40], name[64];
@@ -147,8 +120,8 @@ static const char *kernel_named(cg_writer *w, const char *out, const sbuf *head,
     e->name = strdup(name);
     if (!e->name) abort();
     /* the section's lines, at its indent */
-    sbuf text = {0};
-    sb_printf(&text, "%s%s%s", head->s, name, tail->s);
+    dm_text text = {0};
+    dm_text_printf(&text, "%s%s%s", head->s, name, tail->s);
     for (const char *line = text.s; *line;) {
         const char *nl = strchr(line, '\n');
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
@@ -157,7 +130,7 @@ static const char *kernel_named(cg_writer *w, const char *out, const sbuf *head,
         line += len + (nl ? 1 : 0);
     }
     cg_blank(w->kernels);
-    free(text.s);
+    dm_text_free(&text);
     return e->name;
 }
 
@@ -192,7 +165,7 @@ static const char *local_equals(const char *rest, const char *end) {
     return NULL;
 }
 
-static void expr_locals(sbuf *b, const char *ind, const char *expr, const char **result) {
+static void expr_locals(dm_text *b, const char *ind, const char *expr, const char **result) {
     const char *rest = expr;
     for (const char *semi; (semi = strchr(rest, ';')); rest = semi + 1) {
         const char *eq = local_equals(rest, semi);
@@ -202,7 +175,7 @@ static void expr_locals(sbuf *b, const char *ind, const char *expr, const char *
         while (name_end > name && isspace((unsigned char)name_end[-1])) name_end--;
         while (value < value_end && isspace((unsigned char)*value)) value++;
         while (value_end > value && isspace((unsigned char)value_end[-1])) value_end--;
-        sb_printf(b, "%sconst float %.*s = %.*s;\n", ind, (int)(name_end - name), name, (int)(value_end - value), value);
+        dm_text_printf(b, "%sconst float %.*s = %.*s;\n", ind, (int)(name_end - name), name, (int)(value_end - value), value);
     }
     while (isspace((unsigned char)*rest)) rest++;
     *result = rest;
@@ -297,147 +270,147 @@ static int covers(const nest *s) {
 /* The flat index, at the thread's position, of an array with these strides: offset, then
  * p where its strides over the kept dims are p's own, else i_d * stride over them, then
  * the summed dims'. Marks the kept dims it names in *dims. */
-static void array_index(const nest *s, const int64_t *stride, int64_t offset, unsigned *dims, sbuf *b) {
+static void array_index(const nest *s, const int64_t *stride, int64_t offset, unsigned *dims, dm_text *b) {
     size_t start = b->n;
-    if (offset) sb_printf(b, "%lld", (long long)offset);
+    if (offset) dm_text_printf(b, "%lld", (long long)offset);
     int linear = s->n_kept > 0;
     for (int j = 0; j < s->n_kept; j++) linear &= stride[s->kept[j]] == s->canon[s->kept[j]];
-    if (linear) sb_printf(b, "%sp", b->n > start ? " + " : "");
+    if (linear) dm_text_printf(b, "%sp", b->n > start ? " + " : "");
     for (int d = 0; d < s->rank; d++) {
         int kept = s->out_stride[d] != 0;
         if (stride[d] == 0 || (kept && linear)) continue;
         if (kept) *dims |= 1u << d;
-        if (stride[d] == 1) sb_printf(b, "%si%d", b->n > start ? " + " : "", d);
-        else sb_printf(b, "%si%d * %lld", b->n > start ? " + " : "", d, (long long)stride[d]);
+        if (stride[d] == 1) dm_text_printf(b, "%si%d", b->n > start ? " + " : "", d);
+        else dm_text_printf(b, "%si%d * %lld", b->n > start ? " + " : "", d, (long long)stride[d]);
     }
-    if (b->n == start) sb_printf(b, "0");
+    if (b->n == start) dm_text_printf(b, "0");
 }
 
 /* "(8192, 768)" */
-static void sizes_text(const nest *s, sbuf *b) {
-    sb_printf(b, "(");
-    for (int d = 0; d < s->rank; d++) sb_printf(b, "%s%lld", d ? ", " : "", (long long)s->size[d]);
-    sb_printf(b, ")");
+static void sizes_text(const nest *s, dm_text *b) {
+    dm_text_printf(b, "(");
+    for (int d = 0; d < s->rank; d++) dm_text_printf(b, "%s%lld", d ? ", " : "", (long long)s->size[d]);
+    dm_text_printf(b, ")");
 }
 
 /* "template <...>\nstatic __global__ void " and, after the name, "(T_out *out, ...)"
  * (without out unless with_out) with the pointers of the operands expr names, then
  * `last` when given. */
-static void kernel_signature_with(const nest *s, int with_out, const char *last, sbuf *head, sbuf *tail) {
+static void kernel_signature_with(const nest *s, int with_out, const char *last, dm_text *head, dm_text *tail) {
     const cg_loop_nest *k = s->k;
     int params = 0;
-    sb_printf(tail, "(");
+    dm_text_printf(tail, "(");
     if (with_out) {
-        sb_printf(head, "template <typename T_out");
-        sb_printf(tail, "T_out *out");
+        dm_text_printf(head, "template <typename T_out");
+        dm_text_printf(tail, "T_out *out");
         params = 1;
     }
     for (int i = 0; i < k->n_in; i++) {
         if (!s->used[i] || k->constant[i]) continue;
-        sb_printf(head, "%stypename T_%s", params ? ", " : "template <", k->var[i]);
-        sb_printf(tail, "%sconst T_%s *%s_", params ? ", " : "", k->var[i], k->var[i]);
+        dm_text_printf(head, "%stypename T_%s", params ? ", " : "template <", k->var[i]);
+        dm_text_printf(tail, "%sconst T_%s *%s_", params ? ", " : "", k->var[i], k->var[i]);
         params++;
     }
-    if (last) sb_printf(tail, "%s%s", params ? ", " : "", last);
-    sb_printf(head, "%sstatic __global__ void ", params ? ">\n" : "");
-    sb_printf(tail, ") {\n");
+    if (last) dm_text_printf(tail, "%s%s", params ? ", " : "", last);
+    dm_text_printf(head, "%sstatic __global__ void ", params ? ">\n" : "");
+    dm_text_printf(tail, ") {\n");
 }
 
 /* Each operand expr names as a local of its name: `const T_x x = x_[index];` or the
  * literal of a constant operand. */
-static void operand_loads(const nest *s, const char *ind, unsigned *dims, sbuf *b) {
+static void operand_loads(const nest *s, const char *ind, unsigned *dims, dm_text *b) {
     const cg_loop_nest *k = s->k;
     for (int i = 0; i < k->n_in; i++) {
         if (!s->used[i]) continue;
         if (k->constant[i]) {
-            sb_printf(b, "%sconst float %s = %s;\n", ind, k->var[i], k->constant[i]);
+            dm_text_printf(b, "%sconst float %s = %s;\n", ind, k->var[i], k->constant[i]);
             continue;
         }
-        sb_printf(b, "%sconst T_%s %s = %s_[", ind, k->var[i], k->var[i], k->var[i]);
+        dm_text_printf(b, "%sconst T_%s %s = %s_[", ind, k->var[i], k->var[i], k->var[i]);
         array_index(s, s->stride[i], k->offset[i], dims, b);
-        sb_printf(b, "];\n");
+        dm_text_printf(b, "];\n");
     }
 }
 
 /* p's digits for the kept dims in dims, the fastest kept dim first: `const int64_t iD = ...;` */
-static void kept_digits(const nest *s, unsigned dims, const char *ind, sbuf *b) {
+static void kept_digits(const nest *s, unsigned dims, const char *ind, dm_text *b) {
     for (int d = 0; d < s->rank; d++) {
         if (!(dims >> d & 1u)) continue;
         int j = 0;
         while (s->kept[j] != d) j++;
         int64_t below = 1;
         for (int l = 0; l < j; l++) below *= s->size[s->kept[l]];
-        sb_printf(b, "%sconst int64_t i%d = ", ind, d);
-        if (below == 1) sb_printf(b, "p");
-        else sb_printf(b, "p / %lld", (long long)below);
-        if (j < s->n_kept - 1) sb_printf(b, " %% %lld", (long long)s->size[d]);
-        sb_printf(b, ";\n");
+        dm_text_printf(b, "%sconst int64_t i%d = ", ind, d);
+        if (below == 1) dm_text_printf(b, "p");
+        else dm_text_printf(b, "p / %lld", (long long)below);
+        if (j < s->n_kept - 1) dm_text_printf(b, " %% %lld", (long long)s->size[d]);
+        dm_text_printf(b, ";\n");
     }
 }
 
 /* The kernel of a nest the threads can split: one thread per output position. */
-static void parallel_kernel(const nest *s, int fold_scale, sbuf *head, sbuf *tail) {
+static void parallel_kernel(const nest *s, int fold_scale, dm_text *head, dm_text *tail) {
     const cg_loop_nest *k = s->k;
-    sb_printf(head, "/* out = %s over ", k->expr);
+    dm_text_printf(head, "/* out = %s over ", k->expr);
     sizes_text(s, head);
     if (s->n_summed) {
-        sb_printf(head, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
-        for (int j = 0; j < s->n_summed; j++) sb_printf(head, "%s %d", j ? "," : "", s->summed[j]);
+        dm_text_printf(head, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
+        for (int j = 0; j < s->n_summed; j++) dm_text_printf(head, "%s %d", j ? "," : "", s->summed[j]);
     }
-    if (fold_scale) sb_printf(head, ", times %s", k->scale);
+    if (fold_scale) dm_text_printf(head, ", times %s", k->scale);
     char also[64] = "", extra[64];
     if (k->also_out) first_local(k->expr, also, sizeof also);
-    if (k->also_out) sb_printf(head, "; and also_ = %s", also);
-    if (k->cast_out) sb_printf(head, "; and cast_ = %s(out)", cg_round_function(k->cast_dtype));
-    sb_printf(head, " */\n");
+    if (k->also_out) dm_text_printf(head, "; and also_ = %s", also);
+    if (k->cast_out) dm_text_printf(head, "; and cast_ = %s(out)", cg_round_function(k->cast_dtype));
+    dm_text_printf(head, " */\n");
     kernel_signature_with(s, 1, extra_params(k, extra, sizeof extra), head, tail);
 
     /* the body first: it tells which kept dims need their index */
     unsigned dims = 0;
-    sbuf body = {0};
+    dm_text body = {0};
     const char *ind = "        ";
     const char *result;
     char inner_ind[64];
     snprintf(inner_ind, sizeof inner_ind, "%s", ind);
     if (k->accumulate && s->n_summed) {
-        sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
+        dm_text_printf(&body, "%sfloat acc = 0.0f;\n", ind);
         for (int j = 0; j < s->n_summed; j++) {
             int d = s->summed[j];
-            sb_printf(&body, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", inner_ind, d, d, (long long)s->size[d], d);
+            dm_text_printf(&body, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", inner_ind, d, d, (long long)s->size[d], d);
             strcat(inner_ind, "    ");
         }
         operand_loads(s, inner_ind, &dims, &body);
         expr_locals(&body, inner_ind, k->expr, &result);
-        sb_printf(&body, "%sacc += %s;\n", inner_ind, result);
+        dm_text_printf(&body, "%sacc += %s;\n", inner_ind, result);
         for (int j = s->n_summed - 1; j >= 0; j--) {
             inner_ind[strlen(inner_ind) - 4] = 0;
-            sb_printf(&body, "%s}\n", inner_ind);
+            dm_text_printf(&body, "%s}\n", inner_ind);
         }
-        sb_printf(&body, "%sout[", ind);
+        dm_text_printf(&body, "%sout[", ind);
         array_index(s, s->out_stride, k->out_offset, &dims, &body);
-        if (fold_scale) sb_printf(&body, "] = acc * %s;\n", k->scale);
-        else sb_printf(&body, "] = acc;\n");
+        if (fold_scale) dm_text_printf(&body, "] = acc * %s;\n", k->scale);
+        else dm_text_printf(&body, "] = acc;\n");
     } else {
         operand_loads(s, ind, &dims, &body);
         expr_locals(&body, ind, k->expr, &result);
-        sbuf at = {0};
+        dm_text at = {0};
         array_index(s, s->out_stride, k->out_offset, &dims, &at);
         /* also_out: out dense (a bias's activation), so the same index */
-        if (k->also_out) sb_printf(&body, "%salso_[%s] = %s;\n", ind, at.s, also);
-        if (fold_scale) sb_printf(&body, "%sout[%s] = (%s) * %s;\n", ind, at.s, result, k->scale);
-        else sb_printf(&body, "%sout[%s] = %s;\n", ind, at.s, result);
+        if (k->also_out) dm_text_printf(&body, "%salso_[%s] = %s;\n", ind, at.s, also);
+        if (fold_scale) dm_text_printf(&body, "%sout[%s] = (%s) * %s;\n", ind, at.s, result, k->scale);
+        else dm_text_printf(&body, "%sout[%s] = %s;\n", ind, at.s, result);
         /* the cast's copy (cast_out: out dense, so the same index) */
         if (k->cast_out)
-            sb_printf(&body, "%scast_[%s] = %s((float)out[%s]);\n", ind, at.s,
+            dm_text_printf(&body, "%scast_[%s] = %s((float)out[%s]);\n", ind, at.s,
                       cg_round_function(k->cast_dtype), at.s);
-        free(at.s);
+        dm_text_free(&at);
     }
 
-    sb_printf(tail, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
+    dm_text_printf(tail, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
               (long long)s->kept_total);
     kept_digits(s, dims, ind, tail);
-    sb_printf(tail, "%s    }\n}\n", body.s);
-    free(body.s);
+    dm_text_printf(tail, "%s    }\n}\n", body.s);
+    dm_text_free(&body);
 }
 
 /* A long sum with few outputs would leave most of the GPU idle at one thread per output:
@@ -474,88 +447,88 @@ int cg_cuda_sum_is_split(const cg_loop_nest *k) {
 
 /* The two kernels of a split sum (split_chunk): head1/tail1 the chunks', head2/tail2 the
  * one that adds them. */
-static void split_kernels(const nest *s, int64_t chunk, int fold_scale, sbuf *head1, sbuf *tail1, sbuf *head2,
-                          sbuf *tail2) {
+static void split_kernels(const nest *s, int64_t chunk, int fold_scale, dm_text *head1, dm_text *tail1, dm_text *head2,
+                          dm_text *tail2) {
     const cg_loop_nest *k = s->k;
     int64_t chunks = (s->summed_total + chunk - 1) / chunk, partials = chunks * s->kept_total;
     const char *ind = "        ", *inner = "            ";
     /* the chunks: partial[c * kept + p] = the sum of chunk c for output p */
-    sb_printf(head1, "/* partial sums of %s over ", k->expr);
+    dm_text_printf(head1, "/* partial sums of %s over ", k->expr);
     sizes_text(s, head1);
-    sb_printf(head1, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
-    for (int j = 0; j < s->n_summed; j++) sb_printf(head1, "%s %d", j ? "," : "", s->summed[j]);
-    sb_printf(head1, ": %lld chunks of %lld */\n", (long long)chunks, (long long)chunk);
+    dm_text_printf(head1, ", summed over dim%s", s->n_summed > 1 ? "s" : "");
+    for (int j = 0; j < s->n_summed; j++) dm_text_printf(head1, "%s %d", j ? "," : "", s->summed[j]);
+    dm_text_printf(head1, ": %lld chunks of %lld */\n", (long long)chunks, (long long)chunk);
     kernel_signature_with(s, 0, "float *partial", head1, tail1);
     unsigned dims = 0;
-    sbuf body = {0};
-    sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
-    sb_printf(&body, "%sconst int64_t end = (c + 1) * %lld < %lld ? (c + 1) * %lld : %lld;\n", ind, (long long)chunk,
+    dm_text body = {0};
+    dm_text_printf(&body, "%sfloat acc = 0.0f;\n", ind);
+    dm_text_printf(&body, "%sconst int64_t end = (c + 1) * %lld < %lld ? (c + 1) * %lld : %lld;\n", ind, (long long)chunk,
               (long long)s->summed_total, (long long)chunk, (long long)s->summed_total);
-    sb_printf(&body, "%sfor (int64_t r = c * %lld; r < end; r++) {\n", ind, (long long)chunk);
+    dm_text_printf(&body, "%sfor (int64_t r = c * %lld; r < end; r++) {\n", ind, (long long)chunk);
     int64_t after = s->summed_total;
     for (int j = 0; j < s->n_summed; j++) {
         int d = s->summed[j], named = 0;
         after /= s->size[d];
         for (int i = 0; i < k->n_in; i++) named |= s->used[i] && !k->constant[i] && s->stride[i][d] != 0;
         if (!named) continue;   /* an unused local is an nvcc warning */
-        sb_printf(&body, "%sconst int64_t i%d = r", inner, d);
-        if (after > 1) sb_printf(&body, " / %lld", (long long)after);
-        if (j > 0) sb_printf(&body, " %% %lld", (long long)s->size[d]);
-        sb_printf(&body, ";\n");
+        dm_text_printf(&body, "%sconst int64_t i%d = r", inner, d);
+        if (after > 1) dm_text_printf(&body, " / %lld", (long long)after);
+        if (j > 0) dm_text_printf(&body, " %% %lld", (long long)s->size[d]);
+        dm_text_printf(&body, ";\n");
     }
     operand_loads(s, inner, &dims, &body);
     const char *result;
     expr_locals(&body, inner, k->expr, &result);
-    sb_printf(&body, "%sacc += %s;\n%s}\n", inner, result, ind);
-    sb_printf(&body, "%spartial[q] = acc;\n", ind);
-    sb_printf(tail1, "    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += (int64_t)gridDim.x * blockDim.x) {\n",
+    dm_text_printf(&body, "%sacc += %s;\n%s}\n", inner, result, ind);
+    dm_text_printf(&body, "%spartial[q] = acc;\n", ind);
+    dm_text_printf(tail1, "    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < %lld; q += (int64_t)gridDim.x * blockDim.x) {\n",
               (long long)partials);
     /* q = c * kept + p: the chunk is q / kept also where no operand reads the output's
      * position p (every output the same sum) */
     if (s->n_kept && (dims || names(body.s, "p")))
-        sb_printf(tail1, "%sconst int64_t p = q %% %lld, c = q / %lld;\n", ind, (long long)s->kept_total, (long long)s->kept_total);
+        dm_text_printf(tail1, "%sconst int64_t p = q %% %lld, c = q / %lld;\n", ind, (long long)s->kept_total, (long long)s->kept_total);
     else if (s->n_kept && s->kept_total > 1)
-        sb_printf(tail1, "%sconst int64_t c = q / %lld;\n", ind, (long long)s->kept_total);
+        dm_text_printf(tail1, "%sconst int64_t c = q / %lld;\n", ind, (long long)s->kept_total);
     else
-        sb_printf(tail1, "%sconst int64_t c = q;\n", ind);
+        dm_text_printf(tail1, "%sconst int64_t c = q;\n", ind);
     kept_digits(s, dims, ind, tail1);
-    sb_printf(tail1, "%s    }\n}\n", body.s);
-    free(body.s);
+    dm_text_printf(tail1, "%s    }\n}\n", body.s);
+    dm_text_free(&body);
 
     /* the outputs: the chunks in order */
-    sb_printf(head2, "/* out = the %lld chunk sums of each of %lld outputs, in order%s%s */\n", (long long)chunks,
+    dm_text_printf(head2, "/* out = the %lld chunk sums of each of %lld outputs, in order%s%s */\n", (long long)chunks,
               (long long)s->kept_total, fold_scale ? ", times " : "", fold_scale ? k->scale : "");
-    sb_printf(head2, "template <typename T_out>\nstatic __global__ void ");
-    sb_printf(tail2, "(T_out *out, const float *partial) {\n");
+    dm_text_printf(head2, "template <typename T_out>\nstatic __global__ void ");
+    dm_text_printf(tail2, "(T_out *out, const float *partial) {\n");
     dims = 0;
-    body = (sbuf){0};
-    sb_printf(&body, "%sfloat acc = 0.0f;\n", ind);
-    sb_printf(&body, "%sfor (int64_t c = 0; c < %lld; c++) acc += partial[c * %lld + p];\n", ind, (long long)chunks,
+    body = (dm_text){0};
+    dm_text_printf(&body, "%sfloat acc = 0.0f;\n", ind);
+    dm_text_printf(&body, "%sfor (int64_t c = 0; c < %lld; c++) acc += partial[c * %lld + p];\n", ind, (long long)chunks,
               (long long)s->kept_total);
-    sb_printf(&body, "%sout[", ind);
+    dm_text_printf(&body, "%sout[", ind);
     array_index(s, s->out_stride, k->out_offset, &dims, &body);
-    if (fold_scale) sb_printf(&body, "] = acc * %s;\n", k->scale);
-    else sb_printf(&body, "] = acc;\n");
-    sb_printf(tail2, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
+    if (fold_scale) dm_text_printf(&body, "] = acc * %s;\n", k->scale);
+    else dm_text_printf(&body, "] = acc;\n");
+    dm_text_printf(tail2, "    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < %lld; p += (int64_t)gridDim.x * blockDim.x) {\n",
               (long long)s->kept_total);
     kept_digits(s, dims, ind, tail2);
-    sb_printf(tail2, "%s    }\n}\n", body.s);
-    free(body.s);
+    dm_text_printf(tail2, "%s    }\n}\n", body.s);
+    dm_text_free(&body);
 }
 
 /* The kernel of a nest whose positions may write one element twice (never made by the
  * emitter; kept for completeness): C's loops in one thread, scale included. */
-static void serial_kernel(const nest *s, sbuf *head, sbuf *tail) {
+static void serial_kernel(const nest *s, dm_text *head, dm_text *tail) {
     const cg_loop_nest *k = s->k;
-    sb_printf(head, "/* out %s %s over ", k->accumulate ? "+=" : "=", k->expr);
+    dm_text_printf(head, "/* out %s %s over ", k->accumulate ? "+=" : "=", k->expr);
     sizes_text(s, head);
-    sb_printf(head, ", in one thread (positions share elements of out) */\n");
+    dm_text_printf(head, ", in one thread (positions share elements of out) */\n");
     char also[64] = "", extra[64];
     if (k->also_out) first_local(k->expr, also, sizeof also);
     kernel_signature_with(s, 1, extra_params(k, extra, sizeof extra), head, tail);
     char ind[80] = "    ";
     for (int d = 0; d < s->rank; d++) {
-        sb_printf(tail, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", ind, d, d, (long long)s->size[d], d);
+        dm_text_printf(tail, "%sfor (int64_t i%d = 0; i%d < %lld; i%d++) {\n", ind, d, d, (long long)s->size[d], d);
         strcat(ind, "    ");
     }
     /* every dim is a loop here: p never appears (no kept dims in the index rule) */
@@ -566,17 +539,17 @@ static void serial_kernel(const nest *s, sbuf *head, sbuf *tail) {
     operand_loads(&all, ind, &dims, tail);
     const char *result;
     expr_locals(tail, ind, k->expr, &result);
-    sbuf at = {0};
+    dm_text at = {0};
     array_index(&all, s->out_stride, k->out_offset, &dims, &at);
-    if (k->also_out) sb_printf(tail, "%salso_[%s] = %s;\n", ind, at.s, also);
-    sb_printf(tail, "%sout[%s] %s %s;\n", ind, at.s, k->accumulate ? "+=" : "=", result);
-    free(at.s);
+    if (k->also_out) dm_text_printf(tail, "%salso_[%s] = %s;\n", ind, at.s, also);
+    dm_text_printf(tail, "%sout[%s] %s %s;\n", ind, at.s, k->accumulate ? "+=" : "=", result);
+    dm_text_free(&at);
     for (int d = s->rank - 1; d >= 0; d--) {
         ind[strlen(ind) - 4] = 0;
-        sb_printf(tail, "%s}\n", ind);
+        dm_text_printf(tail, "%s}\n", ind);
     }
-    if (k->scale) sb_printf(tail, "    for (int64_t i = 0; i < %lld; i++) out[i] *= %s;\n", (long long)k->out_elems, k->scale);
-    sb_printf(tail, "}\n");
+    if (k->scale) dm_text_printf(tail, "    for (int64_t i = 0; i < %lld; i++) out[i] *= %s;\n", (long long)k->out_elems, k->scale);
+    dm_text_printf(tail, "}\n");
 }
 
 static void check_launch(cg_writer *w, const char *name) {
@@ -591,27 +564,27 @@ static void launch(cg_writer *w, const char *name, int64_t positions, int thread
 }
 
 /* ", buffer" for each operand the kernel takes (kernel_signature's order). */
-static void operand_args(const nest *s, sbuf *args) {
+static void operand_args(const nest *s, dm_text *args) {
     for (int i = 0; i < s->k->n_in; i++)
-        if (s->used[i] && !s->k->constant[i]) sb_printf(args, ", %s", s->k->buffer[i]);
+        if (s->used[i] && !s->k->constant[i]) dm_text_printf(args, ", %s", s->k->buffer[i]);
 }
 
 static void split_launch(cg_writer *w, const nest *s, int64_t chunk, int fold_scale) {
     const cg_loop_nest *k = s->k;
-    sbuf head1 = {0}, tail1 = {0}, head2 = {0}, tail2 = {0}, args = {0};
+    dm_text head1 = {0}, tail1 = {0}, head2 = {0}, tail2 = {0}, args = {0};
     split_kernels(s, chunk, fold_scale, &head1, &tail1, &head2, &tail2);
     char part[64];
     snprintf(part, sizeof part, "%s_partial", k->out);
     const char *chunks_kernel = kernel_named(w, part, &head1, &tail1), *sum_kernel = kernel_named(w, k->out, &head2, &tail2);
     operand_args(s, &args);
-    sb_printf(&args, ", dmrt_gpu_sum_partials(ctx->gpu)");
+    dm_text_printf(&args, ", dmrt_gpu_sum_partials(ctx->gpu)");
     int64_t chunks = (s->summed_total + chunk - 1) / chunk;
     cg_line(w, "/* a long sum, split in %lld chunks: their sums, then each output's in chunk order */", (long long)chunks);
     launch(w, chunks_kernel, chunks * s->kept_total, THREADS, args.s + 2);
     args.n = 0;
-    sb_printf(&args, "%s, dmrt_gpu_sum_partials(ctx->gpu)", k->out);
+    dm_text_printf(&args, "%s, dmrt_gpu_sum_partials(ctx->gpu)", k->out);
     launch(w, sum_kernel, s->kept_total, SUM_THREADS, args.s);
-    free(head1.s), free(tail1.s), free(head2.s), free(tail2.s), free(args.s);
+    dm_text_free(&head1), dm_text_free(&tail1), dm_text_free(&head2), dm_text_free(&tail2), dm_text_free(&args);
 }
 
 
@@ -663,18 +636,18 @@ void cg_cuda_loop_nest(cg_writer *w, const cg_loop_nest *k) {
         split_launch(w, &s, chunk, fold_scale);
         return;
     }
-    sbuf head = {0}, tail = {0};
+    dm_text head = {0}, tail = {0};
     if (parallel) parallel_kernel(&s, fold_scale, &head, &tail);
     else serial_kernel(&s, &head, &tail);
     const char *name = kernel_named(w, k->out, &head, &tail);
-    free(head.s);
-    free(tail.s);
-    sbuf args = {0};
-    sb_printf(&args, "%s", k->out);
+    dm_text_free(&head);
+    dm_text_free(&tail);
+    dm_text args = {0};
+    dm_text_printf(&args, "%s", k->out);
     operand_args(&s, &args);
-    if (k->also_out) sb_printf(&args, ", %s", k->also_out);
-    if (k->cast_out) sb_printf(&args, ", %s", k->cast_out);
+    if (k->also_out) dm_text_printf(&args, ", %s", k->also_out);
+    if (k->cast_out) dm_text_printf(&args, ", %s", k->cast_out);
     if (parallel) launch(w, name, s.kept_total, s.n_summed ? SUM_THREADS : THREADS, args.s);
     else launch(w, name, 1, 1, args.s);
-    free(args.s);
+    dm_text_free(&args);
 }

@@ -10,12 +10,12 @@
  * compiled whole, so the numbers printed are --explain's. */
 #include <ctype.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "codegen.h"
+#include "text_buf.h"
 #include "compile.h"
 #include "explain.h"
 #include "hardware.h"
@@ -562,46 +562,21 @@ void dm_plan_options_text(const dm_plan_choice *c, char *buf, size_t size) {
              recompute_name(c->recompute));
 }
 
-/* A growing string (the commands printed), aborting when out of memory. */
-typedef struct text {
-    char *s;
-    size_t n, cap;
-} text;
-
-static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) abort();
-        if (t->s && t->n + (size_t)k < t->cap) {
-            t->n += (size_t)k;
-            return;
-        }
-        t->cap = 2 * (t->n + (size_t)k + 1) + 64;
-        t->s = realloc(t->s, t->cap);
-        if (!t->s) abort();
-        t->s[t->n] = 0;
-    }
-}
-
 /* One word of a shell command: single-quoted unless it needs no quotes. */
-static void text_word(text *t, const char *w) {
+static void text_word(dm_text *t, const char *w) {
     int plain = *w != 0;
     for (const char *p = w; *p; p++)
         if (!(isalnum((unsigned char)*p) || strchr("_-./=,:+@%", *p))) plain = 0;
     if (plain) {
-        text_add(t, " %s", w);
+        dm_text_printf(t, " %s", w);
         return;
     }
-    text_add(t, " '");
+    dm_text_printf(t, " '");
     for (const char *p = w; *p; p++) {
-        if (*p == '\'') text_add(t, "'\\''");
-        else text_add(t, "%c", *p);
+        if (*p == '\'') dm_text_printf(t, "'\\''");
+        else dm_text_printf(t, "%c", *p);
     }
-    text_add(t, "'");
+    dm_text_printf(t, "'");
 }
 
 /* bytes over unit in the fewest digits that args.c reads back as bytes (times unit;
@@ -619,46 +594,46 @@ static void shortest(double bytes, double unit, int ceiled, char *buf, size_t si
  * one more --set), --hardware, --precision (and --tf32), --target, --no-fuse-attention,
  * --bucket-mb and --memory-gb. With the plan's options (dm_plan_options_text), or with
  * --mesh auto --devices N, dmc run compiles the plan --plan printed. */
-static void shaping_options(const dm_plan_request *req, const dm_plan_result *r, text *t) {
+static void shaping_options(const dm_plan_request *req, const dm_plan_result *r, dm_text *t) {
     if (req->n_dims || req->global_batch > 0) {
-        text set = {0};
+        dm_text set = {0};
         for (int i = 0; i < req->n_dims; i++)
-            text_add(&set, "%s%s=%lld", i ? "," : "", req->dims[i].name, (long long)req->dims[i].value);
+            dm_text_printf(&set, "%s%s=%lld", i ? "," : "", req->dims[i].name, (long long)req->dims[i].value);
         if (req->global_batch > 0)
-            text_add(&set, "%s%s=%lld", req->n_dims ? "," : "", r->batch_dim, (long long)req->global_batch);
-        text_add(t, " --set");
+            dm_text_printf(&set, "%s%s=%lld", req->n_dims ? "," : "", r->batch_dim, (long long)req->global_batch);
+        dm_text_printf(t, " --set");
         text_word(t, set.s);
-        free(set.s);
+        dm_text_free(&set);
     }
     const dm_pipeline_options *po = req->pipeline;
     const struct dm_hardware *hw = cost_hardware(&po->cost);
     const char *preset = "preset ";
     if (strncmp(hw->source, preset, strlen(preset)) == 0) {
-        if (strcmp(hw->source + strlen(preset), "nominal") != 0) text_add(t, " --hardware %s", hw->source + strlen(preset));
+        if (strcmp(hw->source + strlen(preset), "nominal") != 0) dm_text_printf(t, " --hardware %s", hw->source + strlen(preset));
     } else {
-        text_add(t, " --hardware");
+        dm_text_printf(t, " --hardware");
         text_word(t, hw->source);
     }
-    if (req->target && strcmp(req->target, "c") != 0) text_add(t, " --target %s", req->target);
+    if (req->target && strcmp(req->target, "c") != 0) dm_text_printf(t, " --target %s", req->target);
     /* --tf32 is what makes the precision tf32 (cuda); --precision wins over a program's
      * precision statement only when given */
-    if (po->cost.precision == DM_TF32) text_add(t, " --tf32");
-    if (req->precision_given) text_add(t, " --precision %s", dm_precision_name((dm_precision)po->cost.precision));
-    if (!req->fuse_attention && codegen_fuses_attention(req->target)) text_add(t, " --no-fuse-attention");
+    if (po->cost.precision == DM_TF32) dm_text_printf(t, " --tf32");
+    if (req->precision_given) dm_text_printf(t, " --precision %s", dm_precision_name((dm_precision)po->cost.precision));
+    if (!req->fuse_attention && codegen_fuses_attention(req->target)) dm_text_printf(t, " --no-fuse-attention");
     char number[32];
     if (po->bucket_bytes > 0) {
         shortest(po->bucket_bytes, 1024.0 * 1024, 1, number, sizeof number);
-        text_add(t, " --bucket-mb %s", number);
+        dm_text_printf(t, " --bucket-mb %s", number);
     }
     if (po->memory_limit_bytes > 0) {
         shortest(po->memory_limit_bytes, 1024.0 * 1024 * 1024, 0, number, sizeof number);
-        text_add(t, " --memory-gb %s", number);
+        dm_text_printf(t, " --memory-gb %s", number);
     }
 }
 
 /* What --mesh auto needs besides the shaping options to pick the same plan. */
-static void auto_options(const dm_plan_request *req, text *t) {
-    text_add(t, " --mesh auto --devices %lld%s", (long long)req->devices, req->exhaustive ? " --plan-whole" : "");
+static void auto_options(const dm_plan_request *req, dm_text *t) {
+    dm_text_printf(t, " --mesh auto --devices %lld%s", (long long)req->devices, req->exhaustive ? " --plan-whole" : "");
 }
 
 static void gib(double bytes, char *buf, size_t size) {
@@ -708,16 +683,16 @@ static void print_json(const dm_plan_request *req, const dm_plan_result *r, int 
             (long long)r->global_batch, r->memory_bytes, r->probed ? "probe" : "whole", r->n, r->n_fit, r->seconds);
     /* dmc run FILE run_options options: a plan as --plan made it; run_options auto_options:
      * the first that fits, as --mesh auto picks it */
-    text shaping = {0}, auto_text = {0};
-    text_add(&shaping, "%s", "");
+    dm_text shaping = {0}, auto_text = {0};
+    dm_text_printf(&shaping, "%s", "");
     shaping_options(req, r, &shaping);
     auto_options(req, &auto_text);
     explain_json_string(out, shaping.s + (shaping.n > 0));
     fprintf(out, ", \"auto_options\": ");
     explain_json_string(out, auto_text.s + 1);
     fprintf(out, ", \"plans\": [");
-    free(shaping.s);
-    free(auto_text.s);
+    dm_text_free(&shaping);
+    dm_text_free(&auto_text);
     int shown = top > 0 && top < r->n ? top : r->n;
     for (int i = 0; i < shown; i++) {
         const dm_plan_choice *c = &r->plans[i];
@@ -779,8 +754,8 @@ void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top,
     print_why(r, out);
     char opts[256];
     dm_plan_options_text(&r->plans[0], opts, sizeof opts);
-    text cmd = {0};
-    text_add(&cmd, "dmc run");
+    dm_text cmd = {0};
+    dm_text_printf(&cmd, "dmc run");
     text_word(&cmd, req->src->path);
     shaping_options(req, r, &cmd);
     size_t common = cmd.n;
@@ -788,5 +763,5 @@ void dm_plan_print(const dm_plan_request *req, const dm_plan_result *r, int top,
     cmd.n = common;
     auto_options(req, &cmd);
     fprintf(out, "    or: %s\n", cmd.s);
-    free(cmd.s);
+    dm_text_free(&cmd);
 }

@@ -12,7 +12,8 @@ NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 $CC -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -Iir -Icodegen -Ipasses -Ifrontend \
-    tests/tools/cuda_dialect_smoke.c codegen/dialect_cuda*.c codegen/dialect_c.c codegen/dialect_c_rows.c -o "$out/smoke"
+    tests/tools/cuda_dialect_smoke.c codegen/dialect_cuda*.c codegen/dialect_c.c codegen/dialect_c_rows.c ir/text_buf.c \
+    -o "$out/smoke"
 "$out/smoke" "$out" "$@"
 # the same float operations on both sides: no contraction into fma
 $CXX -std=c++17 -O1 -ffp-contract=off -Wall -Wextra -Werror -Iruntime "$out/smoke_emu.cpp" -o "$out/emu"
