@@ -6,6 +6,8 @@
  * requires: shapes, autodiff, optimizer, shard, pipeline (+ readers), memory, buckets. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -196,18 +198,14 @@ static int section_open(cg_writer *w, section *sec) {
     return f ? 0 : -1;
 }
 
-/* Writes the file via a temporary name and rename, so a failed run leaves no
- * half-written file. The source is three sections: head (includes, the context),
- * kernels (the dialect's), body (host functions); a header is one. */
-static int write_file(emitter *E, const char *dir, const char *name, void (*head)(emitter *), void (*body)(emitter *),
-                      FILE *err) {
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    section sec[3];
+/* The text of one file, rendered in memory: the source is three sections, head (includes,
+ * the context), kernels (the dialect's) and body (host functions); a header is one. */
+static int render_file(emitter *E, void (*head)(emitter *), void (*body)(emitter *), char **text, size_t *len) {
+    section sec[3] = {{0}};
     int failed = section_open(&E->w, &sec[0]);
     if (!failed) head(E);
     if (!failed && fclose(E->w.f) != 0) failed = 1;
+    E->w.f = NULL;
     if (!failed && body) {
         failed = section_open(&E->kernels, &sec[1]) || section_open(&E->w, &sec[2]);
         E->w.kernels = &E->kernels;
@@ -216,28 +214,86 @@ static int write_file(emitter *E, const char *dir, const char *name, void (*head
         if (E->kernels.f && fclose(E->kernels.f) != 0) failed = 1;
         if (E->w.f && fclose(E->w.f) != 0) failed = 1;
     }
-    int n_sections = body ? 3 : 1;
-    FILE *f = failed ? NULL : fopen(tmp, "w");
-    if (!f) {
-        fprintf(err, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
-        failed = 1;
-    }
-    for (int i = 0; f && i < n_sections; i++) {
+    E->w = (cg_writer){0};
+    E->kernels = (cg_writer){0};
+    FILE *f = failed ? NULL : open_memstream(text, len);
+    if (!f) failed = 1;
+    for (int i = 0; f && i < (body ? 3 : 1); i++) {
         if (i == 1 && sec[1].size) fputs("\n/* ---- kernels ---- */\n\n", f);
         if (sec[i].size && fwrite(sec[i].text, 1, sec[i].size, f) != sec[i].size) failed = 1;
     }
-    for (int i = 0; i < n_sections; i++) free(sec[i].text);
-    if (f) {
-        if (ferror(f)) failed = 1;
-        if (fclose(f) != 0) failed = 1;
-        if (failed || rename(tmp, path) != 0) {
-            fprintf(err, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
-            remove(tmp);
+    if (f && fclose(f) != 0) failed = 1;
+    for (int i = 0; i < 3; i++) free(sec[i].text);
+    return failed ? -1 : 0;
+}
+
+/* One file of the pair written whole under a temporary name beside it (created new, so no
+ * other file is written through), flushed to the disk; renamed into place by the caller. */
+typedef struct out_file {
+    char path[4096], tmp[4200];
+    char *text;
+    size_t len;
+    int written; /* the temporary holds the text */
+} out_file;
+
+static int write_temporary(out_file *o, FILE *err) {
+    static int serial;
+    int n = snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->path, (long)getpid(), serial++);
+    int fd = n > 0 && (size_t)n < sizeof o->tmp ? open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666) : -1;
+    int failed = fd < 0;
+    /* a file replaced keeps its permissions (a group-readable pair stays so) */
+    struct stat old;
+    if (!failed && stat(o->path, &old) == 0 && fchmod(fd, old.st_mode & 07777) != 0) failed = 1;
+    for (size_t done = 0; !failed && done < o->len;) {
+        ssize_t n = write(fd, o->text + done, o->len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) failed = 1;
+        else done += (size_t)n;
+    }
+    if (!failed && fsync(fd) != 0) failed = 1;
+    int saved = errno;
+    if (fd >= 0 && close(fd) != 0 && !failed) failed = 1, saved = errno;
+    if (failed) {
+        fprintf(err, "dmc: error: cannot write %s: %s\n", o->path, strerror(saved));
+        if (fd >= 0) unlink(o->tmp);
+        return -1;
+    }
+    o->written = 1;
+    return 0;
+}
+
+/* Writes the header and the source as a pair: both are rendered and written to temporaries
+ * first, and only when both are whole are they renamed into place, so that a failed run (a
+ * full disk, an emitter error) leaves the previous pair as it was, never a new header beside
+ * an old source. */
+static int write_pair(emitter *E, const char *dir, const char *header, const char *source, FILE *err) {
+    out_file files[2];
+    memset(files, 0, sizeof files);
+    snprintf(files[0].path, sizeof files[0].path, "%s/%s", dir, header);
+    snprintf(files[1].path, sizeof files[1].path, "%s/%s", dir, source);
+    int failed = render_file(E, emit_header, NULL, &files[0].text, &files[0].len) ||
+                 render_file(E, emit_source_head, emit_source_body, &files[1].text, &files[1].len);
+    if (failed) fprintf(err, "dmc: error: cannot render %s: %s\n", files[1].path, strerror(errno));
+    /* what a rename cannot replace is refused before either file changes */
+    for (int i = 0; i < 2 && !failed; i++) {
+        struct stat st;
+        if (stat(files[i].path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            fprintf(err, "dmc: error: cannot write %s: not a regular file\n", files[i].path);
             failed = 1;
         }
     }
-    E->w = (cg_writer){0};
-    E->kernels = (cg_writer){0};
+    for (int i = 0; i < 2 && !failed; i++) failed = write_temporary(&files[i], err);
+    for (int i = 0; i < 2 && !failed; i++)
+        if (rename(files[i].tmp, files[i].path) != 0) {
+            fprintf(err, "dmc: error: cannot write %s: %s\n", files[i].path, strerror(errno));
+            failed = 1;
+        } else {
+            files[i].written = 0;
+        }
+    for (int i = 0; i < 2; i++) {
+        if (files[i].written) unlink(files[i].tmp);
+        free(files[i].text);
+    }
     return failed ? -1 : 0;
 }
 
@@ -412,8 +468,7 @@ int codegen_write(const ir_graph *g, const codegen_plans *plans, const char *sou
     char h[300], c[300];
     snprintf(h, sizeof h, "%s.h", g->model);
     snprintf(c, sizeof c, "%s.%s", g->model, E.dialect->source_suffix);
-    if (!status) status = write_file(&E, out_dir, h, emit_header, NULL, err);
-    if (!status) status = write_file(&E, out_dir, c, emit_source_head, emit_source_body, err);
+    if (!status) status = write_pair(&E, out_dir, h, c, err);
     emitter_close(&E);
     return status;
 }

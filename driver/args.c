@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "explain.h"
 #include "run_options.h"
@@ -640,6 +641,14 @@ static int trainer_arg_given(const dm_options *o, const char *flag) {
 static int check_compact_options(const dm_options *o) {
     if (o->save_compacted && !o->compact) {
         fprintf(stderr, "dmc: error: --save-compacted writes what --compact PRUNED makes: give --compact\n");
+        return -1;
+    }
+    struct stat pruned, compacted;
+    if (o->save_compacted && stat(o->compact, &pruned) == 0 && stat(o->save_compacted, &compacted) == 0 &&
+        pruned.st_dev == compacted.st_dev && pruned.st_ino == compacted.st_ino) {
+        /* before anything is written: compacting is not undone */
+        fprintf(stderr, "dmc: error: --save-compacted %s is the --compact file: the compacted weights would replace "
+                        "the pruned ones (give --save-compacted another file)\n", o->save_compacted);
         return -1;
     }
     if (o->compact && (o->plan || o->mesh_auto)) {

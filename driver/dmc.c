@@ -2,10 +2,12 @@
  * the generated code with the system C compiler and trains it: the command line is
  * args.c's, the build toolchain.c's, the processes and the build directory
  * supervise.c's. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "ast.h"
@@ -130,6 +132,13 @@ static int save_compacted(const dm_options *o, const dm_compaction *compaction, 
         fprintf(stderr, "dmc: error: --save-compacted: the path is too long\n");
         return 1;
     }
+    /* the pruned weights stay: compacting is not undone */
+    struct stat in, out;
+    if (stat(o->compact, &in) == 0 && stat(path, &out) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+        fprintf(stderr, "dmc: error: --save-compacted %s is the --compact file: the compacted weights would replace the "
+                        "pruned ones (give --save-compacted another file)\n", path);
+        return 1;
+    }
     return dm_compact_save(compaction, path);
 }
 
@@ -213,5 +222,11 @@ int main(int argc, char **argv) {
     dm_compiled_free(&c);
     dm_source_free(&src);
     dm_options_free(&o);
+    /* --explain, --emit and --plan write to stdout: a full disk or a closed pipe there is a
+     * failure, not a truncated plan reported as success */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "dmc: error: writing to standard output: %s\n", strerror(errno));
+        if (status == 0) status = 1;
+    }
     return status;
 }

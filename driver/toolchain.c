@@ -80,13 +80,36 @@ static int split_words(char *s, char **argv, int n, int max) {
 
 /* main.c of `dmc run`: the generic trainer of libdmrt; under MPI its ranks are this
  * process's one (dmrt_mpi_run). */
+static const char main_marker[] = "/* main.c: written by dmc run";
+
+/* Whether path may be (re)written as dmc run's main.c: absent, or one dmc run wrote
+ * (`-o DIR` may name a folder that holds the user's own host program's main.c). */
+static int main_ours(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT;
+    char first[sizeof main_marker] = "";
+    size_t n = fread(first, 1, sizeof main_marker - 1, f);
+    fclose(f);
+    return n == sizeof main_marker - 1 && memcmp(first, main_marker, n) == 0;
+}
+
 static int write_main(const char *path, const ir_graph *g, const dm_teacher_link *teacher, int mpi) {
+    if (strcmp(g->model, "main") == 0 || (teacher && strcmp(teacher->model, "main") == 0)) {
+        fprintf(stderr, "dmc: error: dmc run cannot build a model named 'main': its main.c is the trainer's "
+                        "(name it otherwise with --name)\n");
+        return -1;
+    }
+    if (!main_ours(path)) {
+        fprintf(stderr, "dmc: error: %s is not one dmc run wrote: not overwritten (give dmc run another -o folder)\n",
+                path);
+        return -1;
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "dmc: error: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
-    fprintf(f, "/* main.c: written by dmc run: the generic trainer of libdmrt on model %s. */\n", g->model);
+    fprintf(f, "%s: the generic trainer of libdmrt on model %s. */\n", main_marker, g->model);
     if (teacher) {
         /* two generated modules: their headers are not both included (each defines its
          * context's types), only their descriptors declared */

@@ -5,11 +5,19 @@ them: the model name of a long file name is terminated, --stop-after stops at ea
 --explain), the last --quantize wins whole, dmc run --compact refuses --resume, and
 --grad-reduce and --compress exclude each other in either order (each given once), and a
 --bucket-mb under a byte is the smallest bucket (it was the 25 MiB default), and
-llama.dm's weights, read transposed, quantized.
+llama.dm's weights, read transposed, quantized. And what dmc writes is whole or not
+written: a source that cannot be written (a file-size limit between the header's and the
+source's sizes, or a folder in its place) leaves the previous header and source as they were
+(a new header beside an old source before), a replaced pair keeps its permissions,
+--explain/--emit/--plan into a full stdout fail, and dmc run -o DIR keeps a main.c it did
+not write (and refuses a model named main, whose source is main.c).
 
 usage: test_options.py DMC SOURCE_ROOT
 """
 import os
+import resource
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -149,6 +157,60 @@ def check_tiny_bucket(exe, root, tmp, check):
           'dmc --bucket-mb 1e-7: the code of --bucket-mb 1e-6 (one-float buckets), not the default\'s')
 
 
+def check_whole_outputs(exe, root, tmp, check):
+    """The pair dmc -o writes is replaced whole or not at all."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    out = os.path.join(tmp, 'pair')
+    rc, _, err = dmc(exe, [mlp, '-o', out])
+    os.chmod(os.path.join(out, 'mlp.h'), 0o640)
+    before = {f: open(os.path.join(out, f)).read() for f in ('mlp.h', 'mlp.c')}
+    limit = len(before['mlp.h']) + 2048   # the header fits, the source (about 30 KB) does not
+    check(rc == 0 and len(before['mlp.c']) > limit, 'dmc -o: the first pair written (%s)' % err.strip())
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    r = subprocess.run([exe, mlp, '--set', 'H=32,B=64', '-o', out], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=120, preexec_fn=limited)
+    after = {f: open(os.path.join(out, f)).read() for f in ('mlp.h', 'mlp.c')}
+    check(r.returncode == 1 and 'cannot write %s/mlp.c' % out in r.stderr and after == before and
+          sorted(os.listdir(out)) == ['mlp.c', 'mlp.h'],
+          'dmc -o, the source past a file-size limit: exit 1, the previous pair unchanged, no temporary left: '
+          'exit %d, %s' % (r.returncode, r.stderr.strip()))
+    rc, _, err = dmc(exe, [mlp, '--set', 'H=32', '-o', out])
+    mode = stat.S_IMODE(os.stat(os.path.join(out, 'mlp.h')).st_mode)
+    check(rc == 0 and '{784, 32}' in open(os.path.join(out, 'mlp.c')).read() and mode == 0o640,
+          'dmc -o over a pair: replaced, the header keeps its mode 0640: exit %d, mode %o' % (rc, mode))
+    folder = os.path.join(tmp, 'folder')
+    os.makedirs(os.path.join(folder, 'mlp.c'))
+    rc, _, err = dmc(exe, [mlp, '-o', folder])
+    check(rc == 1 and 'mlp.c: not a regular file' in err and os.listdir(folder) == ['mlp.c'],
+          'dmc -o where mlp.c is a folder: refused, no header written: exit %d, %s' % (rc, err.strip()))
+    for command in (['--explain=json'], ['--emit=ir'], ['--plan', '--devices', '2']):
+        with open('/dev/full', 'w') as full:
+            r = subprocess.run([exe] + command + [mlp], stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=120)
+        check(r.returncode == 1 and 'writing to standard output' in r.stderr,
+              'dmc %s into a full stdout: exit 1: exit %d, %s' % (command[0], r.returncode, r.stderr.strip()))
+
+
+def check_run_main(exe, root, tmp, check):
+    """dmc run -o DIR writes DIR/main.c, the trainer's: never over the user's own."""
+    host = os.path.join(tmp, 'host')
+    os.makedirs(host)
+    mine = 'int main(void) { return 0; }\n'
+    with open(os.path.join(host, 'main.c'), 'w') as f:
+        f.write(mine)
+    rc, _, err = dmc(exe, ['run', os.path.join(root, 'examples', 'mlp.dm'), '-o', host, '--', '--steps', '1'])
+    check(rc == 1 and 'main.c is not one dmc run wrote' in err and open(os.path.join(host, 'main.c')).read() == mine,
+          'dmc run -o DIR over a main.c of its own: refused, the file unchanged: exit %d, %s' % (rc, err.strip()))
+    named = os.path.join(tmp, 'named')
+    rc, _, err = dmc(exe, ['run', os.path.join(root, 'examples', 'mlp.dm'), '--name', 'main', '-o', named, '--',
+                           '--steps', '1'])
+    check(rc == 1 and "cannot build a model named 'main'" in err,
+          'dmc run --name main: refused: exit %d, %s' % (rc, err.strip()))
+
+
 def main(argv):
     exe, root = os.path.abspath(argv[1]), argv[2]
     failures = []
@@ -167,6 +229,8 @@ def main(argv):
         check_compact_company(exe, root, check)
         check_reduce_once(exe, root, check)
         check_tiny_bucket(exe, root, tmp, check)
+        check_whole_outputs(exe, root, tmp, check)
+        check_run_main(exe, root, tmp, check)
     for f in failures:
         print('FAIL: ' + f)
     print('%d failures' % len(failures))

@@ -22,7 +22,7 @@ the pruned and of the compacted weights, numpy's gather and fold, the uncompacte
   f) errors, each a message naming the file and nothing written: weights pruned without
      :rows (no zero column), a file of another model size (naming the tensor), a file
      that is no safetensors, --save-compacted without --compact, --compact with --mesh auto,
-     --init with dmc run --compact, a NaN in the pruned file (naming it and the tensor), and
+     --init with dmc run --compact, --save-compacted naming the --compact file, a NaN in the pruned file (naming it and the tensor), and
      finite weights whose fold overflows (the compacted file not written).
 Prints one line per check; exits 1 on any failure.
 """
@@ -200,6 +200,8 @@ def check_errors(exe, tmp):
             "--compact cannot be combined with --mesh auto", "--compact with --mesh auto")
     refused(exe, bad, ["run", MODEL] + SETS + ["--compact", "pruned.st", "--", "--init", "pruned.st", "--predict"],
             "--init cannot be given with --compact", "dmc run --compact with --init")
+    refused(exe, bad, [MODEL] + SETS + ["--compact", "pruned.st", "--save-compacted", "./pruned.st", "-o", "gen"],
+            "--save-compacted ./pruned.st is the --compact file", "--save-compacted over the --compact file")
     check_non_finite(exe, bad, p, out)
 
 
