@@ -6,9 +6,10 @@
  * created when the layer is declared so that parameters are registered in declaration
  * order, as in PyTorch), and a call scope for the lets of one call of a block.
  *
- * Expressions are lowered in lower_builtins.c, constant expressions evaluated in
- * lower_constants.c, the setting statements (dim, mesh, optimizer, schedule, zero) in
- * lower_settings.c; lower_internal.h is what they share. */
+ * Scopes and written types are lower_scopes.c's; expressions are lowered in
+ * lower_builtins.c, constant expressions evaluated in lower_constants.c, the setting
+ * statements (dim, mesh, optimizer, schedule, zero) in lower_settings.c; lower_internal.h
+ * is what they share. */
 #include "lower_internal.h"
 
 #include <math.h>
@@ -35,215 +36,6 @@ struct instance {
     int result;               /* the value the last of them returned (a cut after the layer) */
     instance *next_alloc;     /* every instance, for freeing */
 };
-
-/* ---- scopes ---------------------------------------------------------------------------- */
-
-static binding *scope_find_local(scope *s, const char *name) {
-    if (!s->n_slots) return NULL;
-    for (unsigned i = ir_hash_string(name) & (unsigned)(s->n_slots - 1);; i = (i + 1) & (unsigned)(s->n_slots - 1)) {
-        int k = s->slots[i];
-        if (k < 0) return NULL;
-        if (strcmp(s->items[k].name, name) == 0) return &s->items[k];
-    }
-}
-
-static void slot_insert(scope *s, int k) {
-    unsigned mask = (unsigned)(s->n_slots - 1), i = ir_hash_string(s->items[k].name) & mask;
-    while (s->slots[i] >= 0) i = (i + 1) & mask;
-    s->slots[i] = k;
-}
-
-/* Indexes the newest binding, keeping the index at most half full (rebuilt twice as
- * large when it would not be), so lookups stay short however many names. */
-static void scope_index(scope *s) {
-    if (s->n * 2 < s->n_slots) {
-        slot_insert(s, s->n - 1);
-        return;
-    }
-    free(s->slots);
-    s->n_slots = s->n_slots ? s->n_slots * 2 : 32;
-    s->slots = malloc((size_t)s->n_slots * sizeof(int));
-    if (!s->slots) abort();
-    for (int i = 0; i < s->n_slots; i++) s->slots[i] = -1;
-    for (int k = 0; k < s->n; k++) slot_insert(s, k);
-}
-
-binding *lower_scope_find(scope *s, const char *name) {
-    for (; s; s = s->parent) {
-        binding *b = scope_find_local(s, name);
-        if (b) return b;
-    }
-    return NULL;
-}
-
-const char *lower_binding_kind_name(binding_kind k) {
-    static const char *const names[] = {"dimension", "value", "layer", "block"};
-    return names[k];
-}
-
-static void report_redefinition(lowerer *L, const char *name, dm_loc loc, const binding *old) {
-    dm_error(L->d, loc, "redefinition of '%s'", name);
-    dm_note(L->d, old->loc, "previous definition of '%s' (a %s) is here", name, lower_binding_kind_name(old->kind));
-}
-
-/* A dotted name (fc1.weight) is a path into layers, which only a layer's block defines. */
-static void report_dotted(lowerer *L, const char *name, dm_loc loc) {
-    dm_error(L->d, loc, "'%s' is a path into a layer: only the layer's block defines what it names (a definition takes a "
-                        "name without '.')", name);
-}
-
-/* Adds a binding for a name s does not hold yet. */
-static binding *scope_add(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 16;
-        binding *grown = realloc(s->items, (size_t)s->cap * sizeof *grown);
-        if (!grown) abort();
-        s->items = grown;
-    }
-    binding *b = &s->items[s->n++];
-    memset(b, 0, sizeof *b);
-    b->name = ir_intern(L->g, name);
-    b->kind = kind;
-    b->loc = loc;
-    scope_index(s);
-    return b;
-}
-
-/* Adds a binding; a name already bound in the same scope is a redefinition. */
-void lower_bind_value(lowerer *L, binding *b, int v) {
-    b->value = v;
-    if (v > L->newest_bound) L->newest_bound = v;
-}
-
-binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc) {
-    binding *old = scope_find_local(s, name);
-    if (old) {
-        report_redefinition(L, name, loc, old);
-        return NULL;
-    }
-    return scope_add(L, s, name, kind, loc);
-}
-
-/* Up to max names bound in s and the scopes around it, of the kinds in the mask (a bit
- * per binding_kind), for "did you mean". */
-int lower_visible_names(const scope *s, unsigned kinds, const char **out, int max) {
-    int n = 0;
-    for (; s; s = s->parent)
-        for (int k = 0; k < s->n && n < max; k++)
-            if (kinds >> s->items[k].kind & 1) out[n++] = s->items[k].name;
-    return n;
-}
-
-/* "; did you mean 'NAME'?" for a name unknown in s, or "" when none is near. Nothing is
- * searched once errors are no longer printed (hostile input with thousands of them). */
-void lower_near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size) {
-    enum { MAX_CANDIDATES = 4096 };
-    buf[0] = 0;
-    if (L->d->n_errors >= L->d->max_errors) return;
-    const char **names = malloc(MAX_CANDIDATES * sizeof *names);
-    if (!names) abort();
-    int n = lower_visible_names(s, kinds, names, MAX_CANDIDATES);
-    dm_format_suggestion(buf, size, dm_nearest_name(name, names, n), "", NULL, 0);
-    free(names);
-}
-
-static void scope_free(scope *s) {
-    free(s->items);
-    free(s->slots);
-}
-
-/* ---- types ----------------------------------------------------------------------------- */
-
-int lower_axis_index(const ir_graph *g, const char *name) {
-    for (int i = 0; i < g->n_axes; i++)
-        if (strcmp(g->axes[i].name, name) == 0) return i;
-    return -1;
-}
-
-/* The name a type prints for a dim written as e: a global dimension's own name, a
- * block parameter's name at the call site (D, not IN), or NULL for arithmetic. */
-const char *lower_dim_name_of(scope *s, const dm_expr *e) {
-    if (e->kind != EXPR_NAME) return NULL;
-    binding *b = lower_scope_find(s, e->name);
-    return b && b->kind == B_DIM ? b->display : NULL;
-}
-
-/* A tensor over the element limit: its name, its dims with their values (the sizes --set
- * made), and, in a block, the layer whose declaration gave them. */
-static void report_too_large(lowerer *L, const dm_type *t, const char *what, const ir_type *shape) {
-    char sizes[512];
-    ir_format_sizes(shape, sizes, sizeof sizes);
-    double numel = 1;
-    for (int i = 0; i < shape->rank; i++) numel *= (double)shape->shape[i];
-    dm_error(L->d, t->loc, "tensor '%s' is too large: %s has %.3g elements (at most 2^40)", what, sizes, numel);
-    if (L->layer_path) dm_note(L->d, L->layer_loc, "in layer '%s', declared here", L->layer_path);
-}
-
-/* The type written as t, for the tensor named what (for messages). A split that does not
- * divide its dim is reported and left out, so that the name is still defined and later
- * uses of it do not cascade into more errors. */
-static int eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, ir_type *out) {
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < IR_MAX_RANK; i++) out->split[i] = IR_REPLICATED;
-    if (strcmp(t->dtype, "f32") == 0) out->dtype = DT_F32;
-    else if (strcmp(t->dtype, "i32") == 0) out->dtype = DT_I32;
-    else {
-        dm_error(L->d, t->dtype_loc, "unknown dtype '%s' (expected f32 or i32)", t->dtype);
-        return -1;
-    }
-    if (t->rank > IR_MAX_RANK) {
-        dm_error(L->d, t->loc, "rank %d exceeds the maximum of %d", t->rank, IR_MAX_RANK);
-        return -1;
-    }
-    out->rank = t->rank;
-    int errors = 0, too_large = 0;
-    int64_t numel = 1;
-    for (int i = 0; i < t->rank; i++) {
-        int64_t size;
-        if (lower_eval_dim(L, s, t->dims[i], &size)) { errors++; continue; }
-        if (size <= 0) {
-            dm_error(L->d, t->dims[i]->loc, "dimension must be positive, got %lld", (long long)size);
-            errors++;
-            continue;
-        }
-        if (mul_checked(numel, size, &numel) || numel > MAX_NUMEL) too_large = 1;
-        out->shape[i] = size;
-        const char *dn = lower_dim_name_of(s, t->dims[i]);
-        out->dim_name[i] = dn ? ir_intern(L->g, dn) : NULL;
-        if (too_large) continue;
-        if (t->axes[i]) {
-            int a = lower_axis_index(L->g, t->axes[i]);
-            if (a < 0) {
-                dm_error(L->d, t->axis_locs[i], "unknown mesh axis '%s'", t->axes[i]);
-                if (L->g->n_axes == 0) dm_note(L->d, t->axis_locs[i], "declare the mesh first: mesh(%s = 2)", t->axes[i]);
-                errors++;
-                continue;
-            }
-            if (a == L->g->pipe_axis) {
-                dm_error(L->d, t->axis_locs[i], "the pipeline axis splits the model into stages, not dims");
-                dm_note(L->d, t->axis_locs[i], "dmc chooses the stages (dmc --explain shows them); drop '@%s'", t->axes[i]);
-                errors++;
-                continue;
-            }
-            if (size % L->g->axes[a].size != 0) {
-                int64_t parts = L->g->axes[a].size, padded = (size + parts - 1) / parts * parts;
-                dm_error(L->d, t->axis_locs[i], "'%s' cannot be split evenly: dim %d has size %lld, mesh axis '%s' has size %lld",
-                         what, i, (long long)size, t->axes[i], (long long)parts);
-                dm_note(L->d, t->axis_locs[i], "dims are not padded: make it a multiple of %lld (%lld), or drop '@%s'",
-                        (long long)parts, (long long)padded, t->axes[i]);
-                continue;
-            }
-            for (int k = 0; k < i; k++)
-                if (out->split[k] == a) {
-                    dm_error(L->d, t->axis_locs[i], "mesh axis '%s' already splits dim %d", t->axes[i], k);
-                    errors++;
-                }
-            out->split[i] = (int8_t)a;
-        }
-    }
-    if (too_large && !errors) report_too_large(L, t, what, out);
-    return errors || too_large ? -1 : 0;
-}
 
 /* ---- layers and blocks ----------------------------------------------------------------- */
 
@@ -319,7 +111,7 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
  * reporting why it has none. */
 static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name, ir_value *out) {
     ir_type t;
-    if (eval_type(L, s, st->type, full_name, &t)) return -1;
+    if (lower_eval_type(L, s, st->type, full_name, &t)) return -1;
     if (t.dtype != DT_F32) {
         dm_error(L->d, st->type->dtype_loc, "parameters must be f32, '%s' is %s", st->name, ir_dtype_name(t.dtype));
         return -1;
@@ -365,7 +157,7 @@ static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
         /* the checkpoint's shape: the same elements, row-major, seen as other dims */
         dm_type shape = *st->stored;
         shape.dtype = "f32";
-        if (eval_type(L, s, &shape, full_name, &stored)) return -1;
+        if (lower_eval_type(L, s, &shape, full_name, &stored)) return -1;
         for (int d = 0; d < shape.rank; d++)
             if (shape.axes[d]) {
                 dm_error(L->d, shape.axis_locs[d], "the stored shape of a parameter cannot be split (split the dims of its type)");
@@ -474,7 +266,7 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
 static int check_let_type(lowerer *L, scope *s, const dm_stmt *st, int v) {
     if (!st->type) return 0;
     ir_type want;
-    if (eval_type(L, s, st->type, st->name, &want)) return 1;
+    if (lower_eval_type(L, s, st->type, st->name, &want)) return 1;
     ir_type *have = &val(L, v)->type;
     int same = want.dtype == have->dtype && want.rank == have->rank;
     for (int i = 0; same && i < want.rank; i++) same = want.shape[i] == have->shape[i];
@@ -496,7 +288,7 @@ static int check_let_type(lowerer *L, scope *s, const dm_stmt *st, int v) {
  * layer) was reported with the block (check_block_names); it is left unbound so that the
  * instance's stays visible and its uses do not cascade into more errors. */
 static binding *bind_call_name(lowerer *L, instance *in, scope *locals, const char *name, dm_loc loc) {
-    if (scope_find_local(&in->env, name)) return NULL;
+    if (lower_scope_find_local(&in->env, name)) return NULL;
     return lower_bind(L, locals, name, B_VALUE, loc);
 }
 
@@ -558,7 +350,7 @@ static int call_instance(lowerer *L, instance *in, const int *args, int n_args, 
     }
     L->depth--;
     L->member_depth -= member;
-    scope_free(&locals);
+    lower_scope_free(&locals);
     close_segment(L, call_start, member, segments_before);
     if (!returned) {
         dm_error(L->d, call->loc, "block '%s' has no return statement", block->name);
@@ -710,13 +502,13 @@ static binding_kind kind_defined(dm_stmt_kind k) {
 
 static void add_block_name(lowerer *L, block_names *n, int in_call, const char *name, binding_kind kind, dm_loc loc) {
     if (strchr(name, '.')) {
-        report_dotted(L, name, loc);
+        lower_report_dotted(L, name, loc);
         return;
     }
     scope *mine = in_call ? &n->call : &n->instance, *other = in_call ? &n->instance : &n->call;
-    binding *old = scope_find_local(other, name);
-    if (old) report_redefinition(L, name, loc, old);
-    else if (!scope_find_local(mine, name)) scope_add(L, mine, name, kind, loc);
+    binding *old = lower_scope_find_local(other, name);
+    if (old) lower_report_redefinition(L, name, loc, old);
+    else if (!lower_scope_find_local(mine, name)) lower_scope_add(L, mine, name, kind, loc);
 }
 
 static void check_block_names(lowerer *L, const dm_stmt *block) {
@@ -729,8 +521,8 @@ static void check_block_names(lowerer *L, const dm_stmt *block) {
         if (defines_name(st->kind) && st->kind != STMT_INPUT && st->kind != STMT_BLOCK)
             add_block_name(L, &n, st->kind == STMT_LET, st->name, kind_defined(st->kind), st->name_loc);
     }
-    scope_free(&n.instance);
-    scope_free(&n.call);
+    lower_scope_free(&n.instance);
+    lower_scope_free(&n.call);
 }
 
 static void check_block_body(lowerer *L, const dm_stmt *block) {
@@ -754,7 +546,7 @@ static void check_block_body(lowerer *L, const dm_stmt *block) {
 static void lower_input(lowerer *L, scope *s, const dm_stmt *st) {
     ir_graph *g = L->g;
     ir_type t;
-    if (eval_type(L, s, st->type, st->name, &t)) {
+    if (lower_eval_type(L, s, st->type, st->name, &t)) {
         lower_bind_failed(L, s, st, B_VALUE);
         return;
     }
@@ -848,10 +640,10 @@ static int refuse_dotted(lowerer *L, scope *s, const dm_stmt *st) {
     binding *old = lower_resolve_path(L, s, st->name, st->name_loc);
     if (L->d->n_errors > errors || old == &L->failed_path) return 1; /* reported already */
     if (old) {
-        report_redefinition(L, st->name, st->name_loc, old);
+        lower_report_redefinition(L, st->name, st->name_loc, old);
         return 1; /* unbound: its uses still reach the layer's */
     }
-    report_dotted(L, st->name, st->name_loc);
+    lower_report_dotted(L, st->name, st->name_loc);
     lower_bind_failed(L, s, st, kind_defined(st->kind));
     return 1;
 }
@@ -984,11 +776,11 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     check_sequence_parallel(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
-        scope_free(&in->env);
+        lower_scope_free(&in->env);
         free(in->members);
         free(in);
     }
-    scope_free(&L.global);
+    lower_scope_free(&L.global);
     if (d->n_errors > errors_before) {
         ir_graph_free(L.g);
         return NULL;

@@ -1,7 +1,7 @@
 /* lower_internal.h: what the files of the lowering share; not part of lower.h.
  *
- * lower.c owns the names: scopes, the evaluation of types, layer instances and the walk
- * over the program; lower_constants.c evaluates constant expressions (dims, numbers).
+ * lower_scopes.c owns the names (scopes) and the evaluation of types; lower.c the layer
+ * instances and the walk over the program; lower_constants.c evaluates constant expressions (dims, numbers).
  * lower_builtins.c lowers expressions, and lower_settings.c the statements that set up
  * the training rather than compute (dim, mesh, optimizer, schedule, zero). They read and
  * extend the lowerer's graph and scopes, and lower.c hands them every expression and
@@ -77,18 +77,31 @@ typedef struct lowerer {
 static inline ir_value *val(lowerer *L, int id) { return L->g->values[id]; }
 static inline int mul_checked(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
 
-/* ---- lower.c --------------------------------------------------------------------------- */
+/* ---- lower_scopes.c -------------------------------------------------------------------- */
 
+/* The binding of name in s or the scopes around it, or NULL. */
 binding *lower_scope_find(scope *s, const char *name);
+/* The binding of name in s itself, or NULL. */
+binding *lower_scope_find_local(scope *s, const char *name);
+/* A new binding of name in s (a redefinition or a dotted name is reported). */
+binding *lower_scope_add(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc);
+void lower_scope_free(scope *s);
 const char *lower_binding_kind_name(binding_kind k);
+void lower_report_redefinition(lowerer *L, const char *name, dm_loc loc, const binding *old);
+void lower_report_dotted(lowerer *L, const char *name, dm_loc loc);
 binding *lower_bind(lowerer *L, scope *s, const char *name, binding_kind kind, dm_loc loc);
 /* b names value v (B_VALUE), noted in L->newest_bound. */
 void lower_bind_value(lowerer *L, binding *b, int v);
-void lower_bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
 int lower_visible_names(const scope *s, unsigned kinds, const char **out, int max);
 void lower_near_name(lowerer *L, scope *s, const char *name, unsigned kinds, char *buf, size_t size);
 int lower_axis_index(const ir_graph *g, const char *name);
 const char *lower_dim_name_of(scope *s, const dm_expr *e);
+/* The type written as t into out, for the tensor named what: 0, or -1 when reported. */
+int lower_eval_type(lowerer *L, scope *s, const dm_type *t, const char *what, ir_type *out);
+
+/* ---- lower.c --------------------------------------------------------------------------- */
+
+void lower_bind_failed(lowerer *L, scope *s, const dm_stmt *st, binding_kind kind);
 binding *lower_resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc);
 int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, const dm_expr *call);
 
