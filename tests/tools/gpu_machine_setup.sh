@@ -14,8 +14,8 @@
 #   whose python3 links to /usr/bin/python3 finds its pyvenv.cfg and does not loop).
 # The build it runs has no oneDNN (-Donednn=disabled: the machine has no libdnnl).
 # Then run the GPU tests from the build's own test list:
-#   meson introspect build-gpu --tests > tests.json      (on the build machine)
-#   JOBS=4 python3 tests/tools/run_tests_from_json.py tests.json gpu-kernels gpu-ref-mlp ...
+#   meson introspect build-gpu --tests > build-gpu/tests.json      (on the build machine)
+#   cd build-gpu && JOBS=4 python3 ../tests/tools/run_tests_from_json.py tests.json gpu-kernels ...
 here=$(pwd)
 mkdir -p /work
 if [ "$here" != /work/main ]; then rm -rf /work/main; ln -sfn "$here" /work/main; fi

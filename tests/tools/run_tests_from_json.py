@@ -6,8 +6,9 @@ output:
   CUT (stopped at the end of BUDGET, before its own timeout: not a verdict),
   NOT RUN (BUDGET spent before it started).
 For a GPU machine that runs a build carried from another (tests/tools/gpu_machine_setup.sh);
-run it from the build directory, as meson does. Logs go to $OUT/logs (default
-/tmp/out/logs). A test's whole process group is killed when it is stopped, so that its
+run it from the build directory, as meson does. Logs go to $LOGS (default $OUT/logs,
+$OUT by default /tmp/out). Each test's line is printed as it ends (not in the order
+given), so that a run stopped from outside has printed every verdict it reached. A test's whole process group is killed when it is stopped, so that its
 programs do not run on beside the next tests. Its Python output is unbuffered, so that the
 log of a stopped test holds what it printed.
 The last line counts each outcome; exit status 1 when a test failed or timed out, or when
@@ -54,7 +55,7 @@ def main(argv):
     unknown = [n for n in argv[2:] if n not in tests]
     if unknown:
         sys.exit("run_tests_from_json: no such tests: %s" % ", ".join(unknown))
-    logs = os.path.join(os.environ.get("OUT", "/tmp/out"), "logs")
+    logs = os.environ.get("LOGS") or os.path.join(os.environ.get("OUT", "/tmp/out"), "logs")
     os.makedirs(logs, exist_ok=True)
     deadline = time.time() + float(os.environ.get("BUDGET", "3600"))
     skip_fails = os.environ.get("SKIP_FAILS") == "1"
@@ -73,7 +74,9 @@ def main(argv):
     failing = {"FAIL", "TIMEOUT"} | ({"SKIP"} if skip_fails else set())
     counts = {}
     with concurrent.futures.ThreadPoolExecutor(int(os.environ.get("JOBS", "4"))) as pool:
-        for name, status, seconds in pool.map(run, argv[2:]):
+        futures = [pool.submit(run, name) for name in argv[2:]]
+        for done in concurrent.futures.as_completed(futures):
+            name, status, seconds = done.result()
             print("%-24s %-10s %6.1fs" % (name, status, seconds), flush=True)
             kind = status.split()[0]
             counts[kind] = counts.get(kind, 0) + 1
