@@ -382,9 +382,12 @@ static int attention16_backward(dmrt_gpu *g, int half, const float *q, const flo
     data[DMRT_SDPA_STATS] = stats, data[DMRT_SDPA_ROWSUM] = rowsum, data[DMRT_SDPA_DQ_F32] = dq_f32;
     if (dmrt_sdpa_plan_run(p, g->sdpa->handle, data, at.workspace))
         return dmrt_gpu_fail(g, DMRT_ERR_DEVICE, __FILE__, __LINE__, "attention %s: %s", name, p->graph.error);
-    float *grads[3] = {dq, dk, dv};
-    for (int i = 0; i < 3 && rc == DMRT_OK; i++)
-        rc = widen16(g, half, grads[i], at.copies[5 + i], n, layout, i > 0 ? group : 1);
+    /* dq from the graph's f32 sum, not from its 16-bit copy: no rounding the f32 dq never
+     * had (dk and dv have no f32 form in the graph; theirs stays) */
+    widen_as<float>(g, dq, dq_f32, n, layout, 1);
+    LAUNCH_CHECK(g, "attention16 dq");
+    float *grads[2] = {dk, dv};
+    for (int i = 0; i < 2 && rc == DMRT_OK; i++) rc = widen16(g, half, grads[i], at.copies[6 + i], n, layout, group);
     return rc;
 }
 

@@ -79,8 +79,10 @@ int dmrt_gpu_nccl_init(dmrt_gpu *g) {
 }
 
 void dmrt_gpu_nccl_destroy(dmrt_gpu *g) {
+    /* after a failure a peer may be gone, or stopped inside a collective: ncclCommDestroy
+     * would wait for it, where ncclCommAbort does not */
     for (int i = 0; i < g->n_nccl; i++)
-        if (g->nccl[i].nccl) (void)ncclCommDestroy(g->nccl[i].nccl);
+        if (g->nccl[i].nccl) (void)(g->error[0] ? ncclCommAbort(g->nccl[i].nccl) : ncclCommDestroy(g->nccl[i].nccl));
     g->n_nccl = 0;
 }
 

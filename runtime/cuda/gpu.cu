@@ -294,21 +294,22 @@ int dmrt_gpu_upload_reserve(dmrt_gpu *g, size_t bytes) {
 
 int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_t offset) {
     GPU_ENTER(g);
+    /* Offset 0 starts a step's uploads: the previous step's copies out of this memory
+     * must be done (they are, once that step has ended; not after a launch failure). The
+     * step's later uploads write other bytes and do not wait. A step that failed before
+     * its end (an argument or launch error) left any fault it recorded set: cleared on
+     * the stream, so that it neither skips this step's update nor names the old batch
+     * (also when the step's first input is empty: no bytes to copy). */
+    if (offset == 0) {
+        CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
+        CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
+    }
     if (bytes == 0) return DMRT_OK;
     ARG_CHECK(g, dst && src);
     if (!g->upload || offset > g->upload_bytes || bytes > g->upload_bytes - offset)
         return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__,
                              "dmrt_gpu_upload: %zu bytes at %zu do not fit the %zu reserved", bytes,
                              offset, g->upload_bytes);
-    /* Offset 0 starts a step's uploads: the previous step's copies out of this memory
-     * must be done (they are, once that step has ended; not after a launch failure). The
-     * step's later uploads write other bytes and do not wait. A step that failed before
-     * its end (an argument or launch error) left any fault it recorded set: cleared on
-     * the stream, so that it neither skips this step's update nor names the old batch. */
-    if (offset == 0) {
-        CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
-        CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
-    }
     memcpy(g->upload + offset, src, bytes);
     CUDA_CHECK(g, cudaMemcpyAsync(dst, g->upload + offset, bytes, cudaMemcpyHostToDevice, g->stream));
     CUDA_CHECK(g, cudaEventRecord(g->upload_event, g->stream));
