@@ -77,7 +77,17 @@ static void emit_output_gather(emitter *E, const ir_value *v, const char *local,
         snprintf(dst, sizeof dst, "ctx->host_output_%s", E->cname[v->id]);
         const char *saved = E->on_fail;
         E->on_fail = "return NULL;";
+        /* on a pipeline only the output's stage holds it (the others' buffer has no bytes:
+         * a copy of n elements there would read past the device block) */
+        if (E->pipe_axis >= 0) {
+            cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == %d) { /* the output's stage */", rank_of(E, v->stage));
+            w->indent++;
+        }
         cg_copy_elems(E, dst, local, n, "float", CG_DEVICE_TO_HOST);
+        if (E->pipe_axis >= 0) {
+            w->indent--;
+            cg_line(w, "}");
+        }
         E->on_fail = saved;
         cg_line(w, "const float *local = ctx->host_output_%s;", E->cname[v->id]);
     } else {

@@ -10,6 +10,10 @@ up with dmrt_gpu_upload at offsets inside the reserve create makes; a clipped pr
 norm and factor are the device's (dmrt_gpu_clip_squares, _factor, _scale). fp16's loss scaling, --prune
 and meshes keep their phases' checks (dmrt_gpu_fault_take), which the test also asserts,
 so that the list of what still synchronises (docs/gpu.md) stays true.
+
+Also, on pipelines (mlp.dm and gpt.dm, pipeline=2): an output accessor copies the output's
+device buffer to the host only on the stage whose buffer holds it, the stage the
+allocation sizes it on (the others' has no bytes: a copy there read past the device block).
 """
 import os
 import re
@@ -108,6 +112,31 @@ def check(name, source, model, sync, allowed, ends):
     return None
 
 
+PIPELINE_CASES = [
+    ("mlp-pipeline", "examples/mlp.dm", "B=64,D=8,H=16,K=512", ["--mesh", "pipeline=2", "--microbatches", "2"]),
+    ("gpt-pipeline", "examples/gpt.dm", TINY_GPT, ["--mesh", "pipeline=2", "--microbatches", "2"]),
+]
+
+
+def check_pipeline_outputs(source, model):
+    """The reason an output accessor copies off its stage, or None."""
+    funcs = functions(source)
+    outputs = re.findall(r"^\s*at\[\d+\] = .*\(ctx->coord\[PIPELINE_AXIS\] == (\d+) \? \d+ : 0\).*/\* output_(\w+) \*/",
+                         source, re.M)
+    if not outputs:
+        return "no output sized by stage (the allocation's form changed?)"
+    for stage, name in outputs:
+        body = funcs.get("%s_output_%s" % (model, name), "")
+        copy = re.search(r"^( *)if \(dmrt_gpu_copy\(ctx->gpu, ctx->host_output_%s, .*DMRT_DEVICE_TO_HOST\)" % name, body, re.M)
+        if not copy:
+            return "%s_output_%s: no copy to the host found" % (model, name)
+        guard = "if (ctx->coord[PIPELINE_AXIS] == %s) {" % stage
+        before = body[:copy.start()].rstrip().splitlines()
+        if not before or before[-1].strip().split(" /*")[0] != guard:
+            return "%s_output_%s copies its device buffer on every stage (want it under `%s`)" % (model, name, guard)
+    return None
+
+
 def main(argv):
     dmc, root = os.path.abspath(argv[1]), os.path.abspath(argv[2])
     sync = synchronising(root)
@@ -127,7 +156,19 @@ def main(argv):
             print("%-10s %s" % (name, "ok" if not why else "FAIL: " + why))
             if why:
                 failures.append("%s: %s" % (name, why))
-    print("%d passed, %d failed" % (len(CASES) - len(failures), len(failures)))
+        for i, (name, dm, sets, extra) in enumerate(PIPELINE_CASES):
+            out = os.path.join(tmp, "pipeline-%d" % i)
+            r = subprocess.run([dmc, os.path.join(root, dm), "--target", "cuda", "--set", sets, "-o", out] + extra,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+            why = "dmc exited %d: %s" % (r.returncode, r.stderr) if r.returncode else None
+            if not why:
+                cu = [f for f in os.listdir(out) if f.endswith(".cu")][0]
+                with open(os.path.join(out, cu)) as f:
+                    why = check_pipeline_outputs(f.read(), cu[:-3])
+            print("%-12s %s" % (name, "ok" if not why else "FAIL: " + why))
+            if why:
+                failures.append("%s: %s" % (name, why))
+    print("%d passed, %d failed" % (len(CASES) + len(PIPELINE_CASES) - len(failures), len(failures)))
     return 1 if failures else 0
 
 
