@@ -128,6 +128,12 @@ static int nccl_ready(dmrt_gpu *g, gpu_nccl_comm *nc) {
     return DMRT_OK;
 }
 
+int dmrt_gpu_nccl_join(dmrt_gpu *g) {
+    for (int i = 0; i < g->n_nccl; i++)
+        if (g->nccl[i].pending && g->nccl[i].nccl) return nccl_ready(g, &g->nccl[i]);
+    return DMRT_OK;
+}
+
 static int check_call(dmrt_gpu *g, dmrt_comm *c, int64_t n, const char *op, const char *what) {
     if (!c)
         return dmrt_gpu_fail(g, DMRT_ERR_COMM, __FILE__, __LINE__, "%s (%s) on a NULL communicator",

@@ -303,6 +303,10 @@ int dmrt_gpu_upload(dmrt_gpu *g, void *dst, const void *src, size_t bytes, size_
     if (offset == 0) {
         CUDA_CHECK(g, cudaEventSynchronize(g->upload_event));
         CUDA_CHECK(g, cudaMemsetAsync(g->fault, 0, sizeof *g->fault, g->stream));
+        /* a collective a failed step started and never waited for is done before this
+         * step's kernels reuse its buffers (none pending after a whole step: no cost) */
+        int rc = dmrt_gpu_nccl_join(g);
+        if (rc != DMRT_OK) return rc;
     }
     if (bytes == 0) return DMRT_OK;
     ARG_CHECK(g, dst && src);

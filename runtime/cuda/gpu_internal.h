@@ -159,6 +159,10 @@ int dmrt_gpu_wait_stream(dmrt_gpu *g, cudaStream_t s);
 /* NCCL bootstrap over the rank's mesh axes (create), and teardown (destroy). */
 int dmrt_gpu_nccl_init(dmrt_gpu *g);
 void dmrt_gpu_nccl_destroy(dmrt_gpu *g);
+/* The main stream waits (on the device) for every collective started on the comm stream
+ * and not yet waited for: a step that failed between a start and its wait leaves one
+ * writing its buffer, which the next step's kernels may reuse. */
+int dmrt_gpu_nccl_join(dmrt_gpu *g);
 /* attention16.cu's cuDNN plans and handle, freed (destroy). */
 void dmrt_gpu_sdpa_destroy(dmrt_gpu *g);
 /* gemm_epilogue.cu's cuBLASLt plans and handle, freed (destroy). */
