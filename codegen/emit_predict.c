@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch_rows.h"
 #include "emitter.h"
 
 /* E->for_outputs: the forward values the outputs need, through operands. */
@@ -33,49 +34,14 @@ int predict_runs(const emitter *E, int id) {
     return V(E, id)->phase != PHASE_FORWARD || E->for_outputs[id];
 }
 
-/* Where t has the dim named name: its index, -1 when it has none, -2 when more than one
- * (a [B, B] value: rows against rows). */
-static int dim_at(const ir_type *t, const char *name) {
-    int at = -1;
-    for (int d = 0; d < t->rank; d++)
-        if (t->dim_name[d] && strcmp(t->dim_name[d], name) == 0) at = at == -1 ? d : -2;
-    return at;
-}
-
-/* Whether forward op v, whose operands' and own batch dims are where dim_at says, makes a
- * row of its result from other rows: a reduction or contraction over the batch, a value
- * holding it twice or anywhere but first (moved there: the ops after it would work along
- * it), a result whose batch is not its operands' (a reduction kept as a dim of 1, a slice),
- * or an op along the batch itself (softmax, a mask, a norm, a slice or pad along it). */
-static int op_mixes_rows(const emitter *E, const ir_value *v, const char *batch) {
-    int at = dim_at(&v->type, batch);
-    if (at == -2 || at > 0) return 1;
-    for (int k = 0; k < v->n_operands; k++) {
-        const ir_type *t = &V(E, v->operands[k])->type;
-        int in = dim_at(t, batch);
-        if (in == -1) continue;
-        if (at == -1 || in != 0 || t->shape[0] != v->type.shape[0]) return 1;
-        /* a product contracts A's last dim and B's second last: a batch there is summed over */
-        if (v->op == OP_MATMUL && (k == 0 ? t->rank == 1 : t->rank <= 2)) return 1;
-    }
-    if (at != 0) return 0;
-    switch (ir_op_info_of(v->op)->cls) {
-    case OPC_SOFTMAX:
-    case OPC_SLICE: return v->axis == 0;
-    case OPC_MASK: return v->type.rank <= 2; /* over the last two dims */
-    case OPC_NORM: return v->type.rank == 1; /* over the last dim */
-    default: return 0;
-    }
-}
-
-/* A value the outputs need that combines rows of the batch (dim `batch`: op_mixes_rows),
+/* A value the outputs need that combines rows of the batch (dim `batch`: ir_mixes_rows),
  * except reshapes (they move no element, and name their dims anew); -1 when none. */
 static int mixes_rows(const emitter *E, const char *batch) {
     for (int i = 0; i < E->g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (!E->for_outputs[i] || v->phase != PHASE_FORWARD) continue;
         if (ir_op_info_of(v->op)->cls == OPC_RESHAPE || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
-        if (op_mixes_rows(E, v, batch)) return i;
+        if (ir_mixes_rows(E->g, v, batch)) return i;
     }
     return -1;
 }

@@ -20,6 +20,7 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
     VERIFY("lower");
     if (pass_trainable(g, d)) return 1;
+    if (pass_microbatch_loss(g, d)) return 1;
     g->attention_heads_inner = codegen_attention_heads_inner(target);
     g->attention_kv_groups = codegen_attention_kv_groups(target);
     g->residual_norms = codegen_residual_norms(target);

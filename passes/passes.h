@@ -73,6 +73,11 @@ int pass_slice_views(ir_graph *g);
  * model prices it as no copy from the start (the pipeline's and the plan search's costs). */
 int dm_slice_reads_in_place(const ir_graph *g, const ir_value *v);
 
+/* microbatch_loss.c: with micro-batches, refuses a loss that is not a mean over the batch's
+ * rows, each made from its own (a sum over the batch, a batch statistic): the step takes
+ * the mean of the micro-batches'. requires: lower (the forward graph, before autodiff). */
+int pass_microbatch_loss(const ir_graph *g, dm_diag *d);
+
 /* autodiff.c: appends the backward graph of g->loss with respect to every parameter;
  * sets g->grads. requires: typed forward graph, g->loss. */
 int pass_autodiff(ir_graph *g, dm_diag *d);
