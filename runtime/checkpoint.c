@@ -6,7 +6,8 @@
  * the updates done ("dmc.step"), every tensor's CRC-32C ("dmc.crc32c.<name>") and what the
  * caller adds (the trainer: its run, seed, data). Whole tensors make it independent of the mesh
  * that wrote it. Writing is atomic (dmrt_st_write); loading checks every tensor, its checksum
- * included, before it changes anything. */
+ * included, before it changes anything. The checksums' metadata is shared with the other
+ * files of weights (dmrt_file_meta_with_crc32c: --save, --save-quantized). */
 #include "crc32c.h"
 #include "internal.h"
 
@@ -14,9 +15,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* 2: every tensor has its "dmc.crc32c.<name>"; 1 (read, not written): no checksums */
 #define CKPT_FORMAT "dmc checkpoint 2"
@@ -54,17 +57,14 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     const void **data = calloc(n ? (size_t)n : 1, sizeof *data);
     dmrt_tensor_desc *descs = calloc(n ? (size_t)n : 1, sizeof *descs);
     /* the metadata: the checkpoint's own (the loss scaler's four keys only where there is
-     * one), a checksum per tensor, the caller's */
+     * one), the caller's, then a checksum per tensor */
     const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(ctx) : NULL;
     int n_own = ls ? CKPT_OWN_META : 3;
-    int n_all = n_own + n + n_meta;
-    const char **all_keys = calloc((size_t)n_all, sizeof *all_keys);
-    const char **all_values = calloc((size_t)n_all, sizeof *all_values);
-    char **crc_keys = calloc(n ? (size_t)n : 1, sizeof *crc_keys);
-    char (*crc_values)[9] = calloc(n ? (size_t)n : 1, sizeof *crc_values);
+    const char **own_keys = calloc((size_t)(n_own + n_meta), sizeof *own_keys);
+    const char **own_values = calloc((size_t)(n_own + n_meta), sizeof *own_values);
+    dmrt_file_meta meta = {0};
     int rc = 0;
-    if (!whole || !data || !descs || !all_keys || !all_values || !crc_keys || !crc_values)
-        rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    if (!whole || !data || !descs || !own_keys || !own_values) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
     int64_t most = 0;
     for (int i = 0; i < n && rc == 0; i++) most = ckpt_desc(m, i)->numel > most ? ckpt_desc(m, i)->numel : most;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -91,36 +91,62 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
         snprintf(interval, sizeof interval, "%" PRId64, ls->interval);
     }
     if (rc == 0 && writer) {
-        const char *own_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.loss_scale",
-                                               "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped",
-                                               "dmc.loss_scale_interval"};
-        const char *own_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped, interval};
-        for (int k = 0; k < n_own; k++) all_keys[k] = own_keys[k], all_values[k] = own_values[k];
-        for (int i = 0; i < n && rc == 0; i++) {
-            size_t klen = strlen(CKPT_CRC_PREFIX) + strlen(descs[i].name) + 1;
-            if (!(crc_keys[i] = malloc(klen))) {
-                rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
-                break;
-            }
-            snprintf(crc_keys[i], klen, CKPT_CRC_PREFIX "%s", descs[i].name);
-            dmrt_crc32c_hex(dmrt_crc32c(0, data[i], (size_t)descs[i].numel * dmrt_dtype_size(descs[i].dtype)),
-                            crc_values[i]);
-            all_keys[n_own + i] = crc_keys[i], all_values[n_own + i] = crc_values[i];
-        }
-        for (int k = 0; k < n_meta; k++)
-            all_keys[n_own + n + k] = keys[k], all_values[n_own + n + k] = values[k];
-        if (rc == 0) rc = dmrt_st_write_meta(path, n, descs, data, n_all, all_keys, all_values, err, errlen);
+        const char *ckpt_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.loss_scale",
+                                                "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped",
+                                                "dmc.loss_scale_interval"};
+        const char *ckpt_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped, interval};
+        for (int k = 0; k < n_own; k++) own_keys[k] = ckpt_keys[k], own_values[k] = ckpt_values[k];
+        for (int k = 0; k < n_meta; k++) own_keys[n_own + k] = keys[k], own_values[n_own + k] = values[k];
+        if (dmrt_file_meta_with_crc32c(&meta, n_own + n_meta, own_keys, own_values, n, descs, data) != 0)
+            rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+        else
+            rc = dmrt_st_write_meta(path, n, descs, data, meta.n, meta.keys, meta.values, err, errlen);
     }
-    for (int i = 0; crc_keys && i < n; i++) free(crc_keys[i]);
-    free(crc_keys);
-    free(crc_values);
+    dmrt_file_meta_free(&meta);
     for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
     free(whole);
     free(data);
     free(descs);
-    free(all_keys);
-    free(all_values);
+    free(own_keys);
+    free(own_values);
     return rc;
+}
+
+int dmrt_file_meta_with_crc32c(dmrt_file_meta *meta, int n_own, const char *const *own_keys,
+                               const char *const *own_values, int n, const dmrt_tensor_desc *descs,
+                               const void *const *data) {
+    *meta = (dmrt_file_meta){0};
+    /* every checksum's key and value in one block: "dmc.crc32c.<name>\0" and 8 digits and a NUL */
+    size_t text = 1;
+    for (int i = 0; i < n; i++) text += strlen(CKPT_CRC_PREFIX) + strlen(descs[i].name) + 1 + 9;
+    meta->keys = calloc((size_t)(n_own + n) + 1, sizeof *meta->keys);
+    meta->values = calloc((size_t)(n_own + n) + 1, sizeof *meta->values);
+    meta->text = malloc(text);
+    if (!meta->keys || !meta->values || !meta->text) {
+        dmrt_file_meta_free(meta);
+        return -1;
+    }
+    for (int k = 0; k < n_own; k++) meta->keys[k] = own_keys[k], meta->values[k] = own_values[k];
+    char *at = meta->text;
+    for (int i = 0; i < n; i++) {
+        int key_len = sprintf(at, CKPT_CRC_PREFIX "%s", descs[i].name);
+        meta->keys[n_own + i] = at;
+        at += key_len + 1;
+        /* (a tensor without data is the writer's to refuse, naming it) */
+        size_t bytes = data[i] ? (size_t)descs[i].numel * dmrt_dtype_size(descs[i].dtype) : 0;
+        dmrt_crc32c_hex(dmrt_crc32c(0, data[i], bytes), at);
+        meta->values[n_own + i] = at;
+        at += 9;
+    }
+    meta->n = n_own + n;
+    return 0;
+}
+
+void dmrt_file_meta_free(dmrt_file_meta *meta) {
+    free(meta->keys);
+    free(meta->values);
+    free(meta->text);
+    *meta = (dmrt_file_meta){0};
 }
 
 /* A count in the metadata (s, which may be NULL): digits only (no sign or space), below
@@ -335,6 +361,82 @@ static int64_t name_step(const char *name) {
     return step;
 }
 
+/* The step of a file named as the trainer names checkpoints (step-%08d: an unpadded
+ * step-3.safetensors would be read, and pruned, as step-00000003.safetensors), or -1. */
+static int64_t checkpoint_name_step(const char *name) {
+    int64_t s = name_step(name);
+    char canonical[64];
+    if (s < 0) return -1;
+    snprintf(canonical, sizeof canonical, CKPT_PREFIX "%08" PRId64 CKPT_SUFFIX, s);
+    return strcmp(canonical, name) == 0 ? s : -1;
+}
+
+int64_t dmrt_checkpoint_file_step(const char *dir, const char *path) {
+    char parent[4096];
+    const char *slash = strrchr(path, '/');
+    int64_t step = checkpoint_name_step(slash ? slash + 1 : path);
+    if (step < 0 || dmrt_parent_dir(path, parent, sizeof parent) != 0) return -1;
+    return dmrt_same_file(parent, dir) ? step : -1;
+}
+
+/* Whether name is a checkpoint write's temporary file: a checkpoint's name, then ".tmp." and
+ * mkstemp's six characters (dmrt_temporary_beside). */
+static int unfinished_name(const char *name) {
+    const char *tmp = strstr(name, CKPT_SUFFIX ".tmp.");
+    if (!tmp) return 0;
+    size_t base = (size_t)(tmp - name) + strlen(CKPT_SUFFIX);
+    char checkpoint[256];
+    if (base >= sizeof checkpoint || strlen(tmp + strlen(CKPT_SUFFIX ".tmp.")) != 6) return 0;
+    memcpy(checkpoint, name, base);
+    checkpoint[base] = '\0';
+    return checkpoint_name_step(checkpoint) >= 0;
+}
+
+static int compare_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int dmrt_checkpoint_remove_unfinished(const char *dir, char *removed, size_t len, char *err, size_t errlen) {
+    removed[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) return dmrt_errorf(err, errlen, "%s: cannot open the directory: %s", dir, strerror(errno));
+    char **names = NULL;
+    int n = 0, cap = 0, rc = 0;
+    for (struct dirent *de; rc == 0 && (de = readdir(d));) {
+        if (!unfinished_name(de->d_name)) continue;
+        if (n == cap) {
+            char **grown = realloc(names, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *names);
+            if (!grown) {
+                rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+                break;
+            }
+            names = grown;
+        }
+        if (!(names[n] = strdup(de->d_name))) rc = dmrt_errorf(err, errlen, "%s: out of memory", dir);
+        else n++;
+    }
+    closedir(d);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, compare_names); /* the message in a stable order */
+    int count = 0;
+    size_t used = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char path[4096];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) continue;
+        /* a file mkstemp made; anything else of such a name (a link, a directory) is not one */
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (unlink(path) != 0) {
+            rc = dmrt_errorf(err, errlen, "%s: cannot remove the unfinished checkpoint file: %s", path, strerror(errno));
+            break;
+        }
+        int k = snprintf(removed + used, len - used, "%s%s", count ? ", " : "", names[i]);
+        if (k > 0) used = used + (size_t)k < len ? used + (size_t)k : len - 1;
+        count++;
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc == 0 ? count : -1;
+}
+
+
 /* dir's checkpoints, ascending by step, malloc'd into *out with each one's run (its header's
  * DMRT_CKPT_RUN_KEY: the data are not read); how many, or -1. */
 int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size_t errlen) {
@@ -343,13 +445,8 @@ int dmrt_checkpoint_list(const char *dir, dmrt_ckpt_entry **out, char *err, size
     int n = 0, cap = 0, rc = 0;
     dmrt_ckpt_entry *e = NULL;
     for (struct dirent *de; rc == 0 && (de = readdir(d));) {
-        int64_t s = name_step(de->d_name);
+        int64_t s = checkpoint_name_step(de->d_name);
         if (s < 0) continue;
-        /* only the names the trainer writes (step-%08d): an unpadded step-3.safetensors
-         * would be read, and pruned, as step-00000003.safetensors */
-        char canonical[64];
-        snprintf(canonical, sizeof canonical, CKPT_PREFIX "%08" PRId64 CKPT_SUFFIX, s);
-        if (strcmp(canonical, de->d_name) != 0) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             dmrt_ckpt_entry *grown = realloc(e, (size_t)cap * sizeof *e);

@@ -121,9 +121,32 @@ int dmrt_check_tensor(const dmrt_model *model, const char *path, const dmrt_st_t
  * n_tensors 0), reading the length and the header, not the data. dmrt_st_close frees it. */
 int dmrt_st_read_meta(dmrt_st_file *f, const char *path, char *err, size_t errlen);
 
+/* checkpoint.c: the metadata of a file of n tensors (descs, data): the caller's n_own pairs,
+ * then every tensor's "dmc.crc32c.<name>", the CRC-32C of its bytes as stored (8 lowercase
+ * hex digits), which dmrt_check_crc32c checks on load (--init, --resume, a quantized file's
+ * --init). Checkpoints, --save, --dump-grads and --save-quantized files carry them. keys and
+ * values point into meta (free with dmrt_file_meta_free); 0, or -1 when out of memory. */
+typedef struct dmrt_file_meta {
+    int n;
+    const char **keys, **values;
+    char *text; /* the checksums' keys and values */
+} dmrt_file_meta;
+int dmrt_file_meta_with_crc32c(dmrt_file_meta *meta, int n_own, const char *const *own_keys,
+                               const char *const *own_values, int n, const dmrt_tensor_desc *descs,
+                               const void *const *data);
+void dmrt_file_meta_free(dmrt_file_meta *meta);
+
 /* checkpoint.c: the trainer's directory of checkpoints, DIR/step-<8 digits>.safetensors.
  * path: the file of step (-1: too long for len). */
 int dmrt_checkpoint_path(const char *dir, int64_t step, char *path, size_t len);
+/* The step of path when it names a checkpoint of dir (a file of dir, or one it would hold,
+ * named step-<8 or more digits>.safetensors as the trainer names them), else -1. */
+int64_t dmrt_checkpoint_file_step(const char *dir, const char *path);
+/* Removes dir's temporary files of checkpoint writes that never reached their rename
+ * (step-<N>.safetensors.tmp.XXXXXX: a run killed while writing); only a writer that holds
+ * the directory's lock may call it, as no other can be writing. Their names, comma-separated,
+ * into removed (truncated to len); how many, or -1 with a message. */
+int dmrt_checkpoint_remove_unfinished(const char *dir, char *removed, size_t len, char *err, size_t errlen);
 /* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);
 /* Tensor t of file f against its CRC-32C in f's metadata ("dmc.crc32c.<name>"): 0 when they
@@ -157,6 +180,9 @@ int dmrt_checkpoint_latest(const char *dir, char *path, size_t len, char *err, s
  * newest keep; the files of other runs and unreadable ones stay. */
 int dmrt_checkpoint_prune(const char *dir, int keep, const char *run, char *err, size_t errlen);
 
+/* trace_files.c: the picture --trace writes beside its file: FILE.json's FILE.svg, any other
+ * name's FILE.svg appended. */
+void dmrt_trace_picture_path(const char *trace, char *out, size_t size);
 /* trace_files.c: the trainer's --trace: every rank's pipeline actions into path (a Chrome
  * trace) and path's .svg (the last training step), and the measured bubble on out.
  * Every rank calls it; world rank 0 writes. 0, or -1 with a message in err. */
@@ -184,6 +210,47 @@ typedef struct dmrt_init_opts {
  * f32 forward;
  * --calibrate with a file that holds the scales is refused. 0, or -1 with a message. */
 int dmrt_trainer_init_params(const dmrt_model *m, void *ctx, const dmrt_init_opts *io, char *err, size_t errlen);
+
+/* trainer_data.c: whether paths a and b name one file: the same string; else, both existing,
+ * the same device and inode (another name, a hard or symbolic link); else, neither existing
+ * yet, the same name in the same directory ("./w.st" and "w.st"). */
+int dmrt_same_file(const char *a, const char *b);
+
+/* trainer_data.c: what a run reads and writes, for the check, before anything runs, that it
+ * writes no file it reads (--save over --init's weights, or the --batch-file) and no file
+ * twice (--dump-grads over --save), and no output over a checkpoint of its --checkpoint
+ * directory: each file with what names it in messages. */
+typedef struct dmrt_run_file {
+    const char *option;  /* "--save": what the message asks to give another file */
+    const char *subject; /* how the message names it first: "--save", "--trace's picture" */
+    const char *object;  /* how it names it second: "the --init file", "a --data text: file" */
+    const char *holds;   /* "the trained weights", "the inputs" */
+    char *path;          /* as given (a copy) */
+    char *target;        /* what is read or written: through a symbolic link, the file it names */
+    int writes;
+    int checkpoint;      /* the --resume checkpoint: may lie in --checkpoint's directory */
+} dmrt_run_file;
+typedef struct dmrt_run_files {
+    dmrt_run_file *files;
+    int n, cap;
+    int out_of_memory;
+} dmrt_run_files;
+/* A file the run reads (path NULL: none). */
+void dmrt_run_files_read(dmrt_run_files *fs, const char *option, const char *object, const char *holds,
+                         const char *path);
+/* The --resume checkpoint the run reads. */
+void dmrt_run_files_resumed(dmrt_run_files *fs, const char *path);
+/* A file the run writes (path NULL: none); subject NULL: the option. */
+void dmrt_run_files_write(dmrt_run_files *fs, const char *option, const char *subject, const char *object,
+                          const char *holds, const char *path);
+/* The data files the run reads: text_list's files (--data text:A,B), else, when mnist_dir is
+ * not NULL, Fashion-MNIST's four files in it. */
+void dmrt_run_files_data(dmrt_run_files *fs, const char *text_list, const char *mnist_dir);
+/* Every written file against every other one and, with checkpoint_dir, against the
+ * checkpoints of that directory (which the run writes and prunes); so is every file read but
+ * the --resume checkpoint. 0, or -1 with a message naming both files. */
+int dmrt_run_files_check(const dmrt_run_files *fs, const char *checkpoint_dir, char *err, size_t errlen);
+void dmrt_run_files_free(dmrt_run_files *fs);
 
 /* predict.c: the trainer's --predict for one rank (NULL: serial); the exit status (0 or 1). */
 int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_init_opts *io, const char *path,

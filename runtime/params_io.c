@@ -3,8 +3,9 @@
  * Loading is all-or-nothing: the whole file is read and every parameter checked
  * (present, dtype, shape) before the first byte is copied into the context, so a
  * bad file leaves the context as it was; a tensor with a CRC-32C in the file's metadata (a
- * checkpoint's "dmc.crc32c.<name>") must match it. A parameter missing under its own name is
- * also looked up with the prefix "transformer." (Hugging Face GPT-2 checkpoints). */
+ * checkpoint's or a --save file's "dmc.crc32c.<name>") must match it, and saving writes
+ * them. A parameter missing under its own name is also looked up with the prefix
+ * "transformer." (Hugging Face GPT-2 checkpoints). */
 #include "internal.h"
 
 #include <math.h>
@@ -151,9 +152,11 @@ int dmrt_check_finite_to_write(const char *path, const char *what, const dmrt_te
                        path, what, d->name, (double)data[at], (long long)at, shape, (long long)step);
 }
 
-/* Every parameter (grad 0) or gradient (grad 1) to path. An SPMD model's tensors are
- * gathered whole on every rank (a collective), and only world rank 0 writes: it keeps
- * each one, the other ranks gather each into one buffer of the largest, reused. */
+/* Every parameter (grad 0) or gradient (grad 1) to path, with each tensor's CRC-32C in the
+ * metadata ("dmc.crc32c.<name>", as checkpoints: a flipped bit on the disk is refused by the
+ * --init that loads it). An SPMD model's tensors are gathered whole on every rank (a
+ * collective), and only world rank 0 writes: it keeps each one, the other ranks gather each
+ * into one buffer of the largest, reused. */
 static int save_tensors(const dmrt_model *model, void *ctx, int grad, const char *path, char *err,
                         size_t errlen) {
     int n = model->n_params;
@@ -186,7 +189,14 @@ static int save_tensors(const dmrt_model *model, void *ctx, int grad, const char
         if (rc == 0 && !grad)
             rc = dmrt_check_finite_to_write(path, "parameter", &model->params[i], data[i], step, err, errlen);
     }
-    if (rc == 0 && writes) rc = dmrt_st_write(path, n, model->params, data, err, errlen);
+    if (rc == 0 && writes) {
+        dmrt_file_meta meta;
+        if (dmrt_file_meta_with_crc32c(&meta, 0, NULL, NULL, n, model->params, data) != 0)
+            rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+        else
+            rc = dmrt_st_write_meta(path, n, model->params, data, meta.n, meta.keys, meta.values, err, errlen);
+        dmrt_file_meta_free(&meta);
+    }
     for (int i = 0; whole && i < n; i++) dmrt_free(whole[i]);
     dmrt_free(passing);
     free(whole);

@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "dmrt.h"
 #include "dmrt_comm.h"
 #include "internal.h"
 #include "trainer_guards.h"
+#include "trainer_options.h"
 
 /* Outputs that are not finite are not written (weights that overflow in the forward):
  * 0, or -1 naming the output, its row and the value. */
@@ -110,24 +110,28 @@ static int run_chunks(const dmrt_model *m, void *ctx, const char *path, const dm
     return status;
 }
 
-/* Whether paths a and b name one file: the same string, or (both existing) the same device
- * and inode (another name, a link). */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    if (strcmp(a, b) == 0) return 1;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+/* The files an --init (and an int8 program's calibration) reads: the weights, and the data
+ * of the calibration (a --data text: corpus, else Fashion-MNIST's files in --data-dir). The
+ * calibration reads its data only when the weights are f32 ones; the data named is listed
+ * either way (an output over it is refused, not only when it would be read). */
+static void init_files(dmrt_run_files *fs, const dmrt_model *m, const dmrt_init_opts *io) {
+    dmrt_run_files_read(fs, "--init", "the --init file", "the weights", io->init);
+    if (m->quantize && dmrt_quantizes_activations(m))
+        dmrt_run_files_data(fs, io->text, io->text ? NULL : io->data_dir ? io->data_dir : DMRT_TRAINER_DEFAULT_DATA_DIR);
 }
 
-/* --out must not replace what the run reads: the inputs, or the weights. 0, or -1 with the
- * message. */
-static int out_distinct(const dmrt_init_opts *io, const char *batch_file, const char *out_path, char *err, size_t errlen) {
-    if (same_file(out_path, batch_file))
-        return dmrt_errorf(err, errlen, "--out %s is the --batch-file %s: the outputs would replace the inputs (give "
-                           "--out another file)", out_path, batch_file);
-    if (io->init && same_file(out_path, io->init))
-        return dmrt_errorf(err, errlen, "--out %s is the --init file %s: the outputs would replace the weights (give "
-                           "--out another file)", out_path, io->init);
-    return 0;
+/* The one file `option` writes (holding `holds`) must not replace what the run reads: the
+ * inputs (a batch file), the weights, the calibration's data. 0, or -1 with the message. */
+static int output_distinct(const dmrt_model *m, const dmrt_init_opts *io, const char *batch_file, const char *option,
+                           const char *holds, const char *path, char *err, size_t errlen) {
+    dmrt_run_files fs = {0};
+    dmrt_run_files_read(&fs, "--batch-file", "the --batch-file", "the inputs", batch_file);
+    init_files(&fs, m, io);
+    /* (the one output: never named second) */
+    dmrt_run_files_write(&fs, option, NULL, option, holds, path);
+    int rc = dmrt_run_files_check(&fs, NULL, err, errlen);
+    dmrt_run_files_free(&fs);
+    return rc;
 }
 
 /* Checks, creates, loads, predicts and writes; 0 or -1 with the message. */
@@ -146,7 +150,8 @@ static int predict_file(const dmrt_model *m, uint64_t seed, const dmrt_init_opts
         dmrt_errorf(err, errlen, "out of memory");
         goto done;
     }
-    if (out_distinct(io, batch_file, out_path, err, errlen) != 0 || dmrt_st_read(&f, batch_file, err, errlen) != 0 ||
+    if (output_distinct(m, io, batch_file, "--out", "the outputs", out_path, err, errlen) != 0 ||
+        dmrt_st_read(&f, batch_file, err, errlen) != 0 ||
         (n = check_inputs(m, &f, t, err, errlen)) < 0 ||
         dmrt_trainer_guard_writable("--out", out_path, err, errlen) != 0)
         goto done;
@@ -214,6 +219,7 @@ int dmrt_trainer_save_quantized(const dmrt_model *m, uint64_t seed, const dmrt_i
     void *ctx = m->create(seed, err, sizeof err);
     /* threads: the int8 calibration's f32 forward runs on them */
     int ok = ctx && (!threads || dmrt_trainer_set_threads(m, ctx, threads, err, sizeof err) == 0) &&
+             output_distinct(m, io, NULL, "--save-quantized", "the quantized weights", path, err, sizeof err) == 0 &&
              dmrt_trainer_guard_writable("--save-quantized", path, err, sizeof err) == 0 &&
              dmrt_trainer_init_params(m, ctx, io, err, sizeof err) == 0 &&
              dmrt_save_quantized(m, ctx, path, err, sizeof err) == 0;

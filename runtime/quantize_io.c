@@ -80,19 +80,20 @@ static void qweight_descs(const dmrt_tensor_desc *d, const dmrt_qweight *q, char
                                 dmrt_qweight_groups(q) * q->cols};
 }
 
-/* The file's tensors: every parameter (f32 or narrow), then the scales, then (int8) the
- * input scales. descs, data and names hold TENSORS_MAX(model); returns how many. An f32
- * parameter the host cannot address is a host copy in copies[i] (gathered when saving:
- * `read`), -1 with a message when that fails. */
+/* The file's tensors: every parameter (f32 or narrow), then the weights' scales, from
+ * *inputs_at on (int8) the input scales. descs, data and names hold TENSORS_MAX(model);
+ * returns how many. An f32 parameter the host cannot address is a host copy in copies[i]
+ * (gathered when saving: `read`), -1 with a message when that fails. */
 #define TENSORS_MAX(model) (3 * (size_t)(model)->n_params + 1)
 static int quantized_tensors(const dmrt_model *model, void *ctx, dmrt_tensor_desc *descs, const void **data,
-                             char (*names)[256], float **copies, int read, char *err, size_t errlen) {
+                             char (*names)[256], float **copies, int read, int *inputs_at, char *err, size_t errlen) {
     int n = 0, n_scales = 0;
     for (int i = 0; i < model->n_params; i++) {
         const dmrt_qweight *q = model->qweight(ctx, i);
         if (q) n_scales++;
     }
     int scale_at = model->n_params, input_at = model->n_params + n_scales;
+    *inputs_at = input_at;
     for (int i = 0; i < model->n_params; i++) {
         const dmrt_tensor_desc *d = &model->params[i];
         dmrt_qweight *q = model->qweight(ctx, i);
@@ -122,10 +123,28 @@ static int put_copies(const dmrt_model *model, void *ctx, float **copies, int wr
     return rc;
 }
 
+/* The float at element i of x, which may lie at any address (a file's f32 tensor after
+ * 1-byte ones). */
+static float float_at(const void *x, int64_t i) {
+    float v;
+    memcpy(&v, (const char *)x + i * (int64_t)sizeof v, sizeof v);
+    return v;
+}
+
+/* The first negative element of the floats x[0..n), or -1. A weight's scale is max|w| / qmax
+ * (0 for a column of weights too small for a finite reciprocal), never negative: one that is
+ * would flip the column's signs. */
+static int64_t first_negative(const void *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (float_at(x, i) < 0.0f) return i;
+    return -1;
+}
+
 /* What dmrt_load_quantized would refuse is not written: every f32 tensor (a bias, a weight's
- * scales, an input scale) finite, and an input scale positive. 0, or -1 naming the tensor. */
-static int writable_tensors(const char *path, int count, const dmrt_tensor_desc *descs, const void **data, char *err,
-                            size_t errlen) {
+ * scales, an input scale) finite, a weight's scales (tensors scales_at .. inputs_at) not
+ * negative, and an input scale (from inputs_at) positive. 0, or -1 naming the tensor. */
+static int writable_tensors(const char *path, int count, const dmrt_tensor_desc *descs, const void **data, int scales_at,
+                            int inputs_at, char *err, size_t errlen) {
     char shape[256];
     for (int k = 0; k < count; k++) {
         if (descs[k].dtype != DMRT_F32) continue;
@@ -135,8 +154,11 @@ static int writable_tensors(const char *path, int count, const dmrt_tensor_desc 
             return dmrt_errorf(err, errlen, "%s not written: tensor '%s' holds a non-finite value (%g at element %lld of "
                                "%s)", path, descs[k].name, (double)v[at], (long long)at,
                                dmrt_shape_str(shape, sizeof shape, descs[k].rank, descs[k].shape));
-        size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
-        if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0 && !(v[0] > 0.0f))
+        if (k >= scales_at && k < inputs_at && (at = first_negative(v, descs[k].numel)) >= 0)
+            return dmrt_errorf(err, errlen, "%s not written: tensor '%s' holds a negative scale (%g at element %lld of "
+                               "%s)", path, descs[k].name, (double)v[at], (long long)at,
+                               dmrt_shape_str(shape, sizeof shape, descs[k].rank, descs[k].shape));
+        if (k >= inputs_at && !(v[0] > 0.0f))
             return dmrt_errorf(err, errlen, "%s not written: tensor '%s' is %g: an input scale must be positive (not "
                                "calibrated)", path, descs[k].name, (double)v[0]);
     }
@@ -153,12 +175,17 @@ int dmrt_save_quantized(const dmrt_model *model, void *ctx, const char *path, ch
         free(descs), free(data), free(names), free(copies);
         return dmrt_errorf(err, errlen, "%s: out of memory", path);
     }
-    int count = quantized_tensors(model, ctx, descs, data, names, copies, 1, err, errlen);
+    int inputs_at = 0;
+    int count = quantized_tensors(model, ctx, descs, data, names, copies, 1, &inputs_at, err, errlen);
+    /* and every tensor's CRC-32C, which the loader checks: a flipped bit on the disk */
     const char *keys[] = {"dmc.format", "dmc.model", "dmc.quantize"};
     const char *values[] = {QUANTIZED_FORMAT, model->name, model->quantize};
-    int rc = count < 0 || writable_tensors(path, count, descs, data, err, errlen) != 0
-                 ? -1
-                 : dmrt_st_write_meta(path, count, descs, data, 3, keys, values, err, errlen);
+    dmrt_file_meta meta = {0};
+    int rc = count < 0 || writable_tensors(path, count, descs, data, model->n_params, inputs_at, err, errlen) != 0 ? -1 : 0;
+    if (rc == 0 && dmrt_file_meta_with_crc32c(&meta, 3, keys, values, count, descs, data) != 0)
+        rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    if (rc == 0) rc = dmrt_st_write_meta(path, count, descs, data, meta.n, meta.keys, meta.values, err, errlen);
+    dmrt_file_meta_free(&meta);
     put_copies(model, ctx, copies, 0, err, errlen);
     free(descs), free(data), free(names);
     return rc;
@@ -172,9 +199,12 @@ static const dmrt_st_tensor *checked(const dmrt_model *model, const dmrt_st_file
     return t;
 }
 
-/* Checks the file's model and mode, then every tensor, before anything is copied. */
+/* Checks the file's model and mode, then every tensor before anything is copied: its dtype
+ * and shape, its CRC-32C where the file has one (files of before them have none), an f32
+ * tensor finite, a weight's scales (tensors from model->n_params to inputs_at) not
+ * negative, an input scale (from inputs_at) positive. */
 static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_st_file *f, const dmrt_tensor_desc *descs,
-                                int count, const dmrt_st_tensor **source, char *err, size_t errlen) {
+                                int count, int inputs_at, const dmrt_st_tensor **source, char *err, size_t errlen) {
     const char *format = dmrt_st_meta(f, "dmc.format"), *name = dmrt_st_meta(f, "dmc.model");
     const char *mode = dmrt_st_meta(f, "dmc.quantize");
     if (!format || strcmp(format, QUANTIZED_FORMAT) != 0 || !mode)
@@ -186,15 +216,21 @@ static int check_quantized_file(const dmrt_model *model, void *ctx, const dmrt_s
         return dmrt_errorf(err, errlen, "%s: weights quantized as --quantize %s, but this program is --quantize %s", f->path,
                            mode, model->quantize);
     (void)ctx;
+    char shape[256];
     for (int k = 0; k < count; k++) {
         if (!(source[k] = checked(model, f, &descs[k], err, errlen))) return -1;
+        if (dmrt_check_crc32c(f, source[k], 0, err, errlen) != 0) return -1;
         /* its f32 tensors (the biases, the weights' scales) finite, as --init's f32 files */
         if (descs[k].dtype == DMRT_F32 &&
             dmrt_check_finite_to_load(f->path, source[k], &descs[k], "quantized tensor", err, errlen) != 0)
             return -1;
-        size_t len = strlen(descs[k].name), suffix = strlen(".input_scale");
-        float v = 1.0f;
-        if (len > suffix && strcmp(descs[k].name + len - suffix, ".input_scale") == 0) memcpy(&v, source[k]->data, sizeof v);
+        int64_t at = k >= model->n_params && k < inputs_at ? first_negative(source[k]->data, descs[k].numel) : -1;
+        if (at >= 0)
+            return dmrt_errorf(err, errlen, "%s: tensor '%s' holds a negative scale (%g at element %lld of %s): a "
+                               "weight's scales are never negative (max|w| / qmax): the file is corrupt or was "
+                               "altered", f->path, descs[k].name, (double)float_at(source[k]->data, at), (long long)at,
+                               dmrt_shape_str(shape, sizeof shape, descs[k].rank, descs[k].shape));
+        float v = k >= inputs_at ? float_at(source[k]->data, 0) : 1.0f;
         if (!(v > 0.0f && v <= FLT_MAX))
             return dmrt_errorf(err, errlen, "%s: tensor '%s' is %g: an input scale must be positive and finite", f->path,
                                descs[k].name, (double)v);
@@ -212,9 +248,10 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
     char(*names)[256] = calloc(n, sizeof *names);
     float **copies = calloc(n, sizeof *copies);
     int rc = !descs || !data || !source || !names || !copies ? dmrt_errorf(err, errlen, "%s: out of memory", path) : 0;
-    int count = rc ? 0 : quantized_tensors(model, ctx, descs, data, names, copies, 0, err, errlen);
+    int inputs_at = 0;
+    int count = rc ? 0 : quantized_tensors(model, ctx, descs, data, names, copies, 0, &inputs_at, err, errlen);
     if (count < 0) rc = -1;
-    if (rc == 0) rc = check_quantized_file(model, ctx, &f, descs, count, source, err, errlen);
+    if (rc == 0) rc = check_quantized_file(model, ctx, &f, descs, count, inputs_at, source, err, errlen);
     for (int k = 0; rc == 0 && k < count; k++)
         memcpy((void *)data[k], source[k]->data, (size_t)descs[k].numel * dmrt_dtype_size(descs[k].dtype));
     if (put_copies(model, ctx, copies, rc == 0, err, errlen) != 0) rc = -1;

@@ -206,8 +206,7 @@ done:
     free(n);
 }
 
-/* path.json -> path.svg; any other name gets .svg appended. */
-static void svg_path_of(const char *path, char *out, size_t size) {
+void dmrt_trace_picture_path(const char *path, char *out, size_t size) {
     size_t n = strlen(path);
     if (n > 5 && strcmp(path + n - 5, ".json") == 0) snprintf(out, size, "%.*s.svg", (int)(n - 5), path);
     else snprintf(out, size, "%s.svg", path);
@@ -289,7 +288,7 @@ int dmrt_trace_write(const dmrt_model *m, dmrt_rank *rank, const char *path, FIL
     if (!f) goto done;
     write_json(m, all, counts, ranks, t0, f);
     if (close_tmp(f, tmp, to, err, errlen)) goto done;
-    svg_path_of(path, svg, sizeof svg);
+    dmrt_trace_picture_path(path, svg, sizeof svg);
     if (pictured) {
         if (!(to = atomic_target(svg, target, sizeof target, err, errlen))) goto done;
         if (!(f = open_tmp(to, tmp, sizeof tmp, err, errlen))) goto done;

@@ -8,9 +8,13 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The file whose flock a run into a checkpoint directory holds from its start to its end. */
+#define CKPT_LOCK_NAME ".lock"
 
 /* Whether the checkpoint `file` lies in directory dir (the same directory: device and inode). */
 static int file_in_dir(const char *file, const char *dir) {
@@ -19,8 +23,88 @@ static int file_in_dir(const char *file, const char *dir) {
     return dmrt_parent_dir(file, parent, sizeof parent) == 0 && stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, char *err,
-                                size_t errlen) {
+static int lock_path(const char *dir, char *path, size_t len) {
+    int k = snprintf(path, len, "%s/" CKPT_LOCK_NAME, dir);
+    return k < 0 || (size_t)k >= len ? -1 : 0;
+}
+
+/* What the lock's holder wrote into it ("pid 1234 on node7"), into buf; "" when there is
+ * nothing to read (it has not written it yet). */
+static void lock_holder(const char *path, char *buf, size_t len) {
+    buf[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Takes dir's lock for the run: 0 with *lock, or with -1 and a note where the file system
+ * has no locks; -1 with a message where another run holds it. */
+static int lock_dir(const char *dir, int *lock, char *note, size_t notelen, char *err, size_t errlen) {
+    char path[4096];
+    *lock = -1;
+    if (lock_path(dir, path, sizeof path) != 0) return dmrt_errorf(err, errlen, "--checkpoint %s: path too long", dir);
+    /* a run that ends removes the file while it holds it (dmrt_trainer_checkpoint_unlock): a
+     * lock taken meanwhile is of a file no other run opens any more, so it is taken again on
+     * the name's new file (a few times at most: each try follows another run's end) */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        /* O_NOFOLLOW: a link planted at the name would make the run create a file elsewhere */
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd < 0)
+            return dmrt_errorf(err, errlen, "--checkpoint %s: cannot create its lock file %s: %s", dir, path,
+                               strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK) {
+                char holder[256];
+                lock_holder(path, holder, sizeof holder);
+                return dmrt_errorf(err, errlen,
+                                   "--checkpoint %s is in use by another run (%s%sholds its lock %s): two runs writing "
+                                   "there would replace each other's checkpoints of the same steps: wait for that run "
+                                   "to end, or write this run's into another directory",
+                                   dir, holder, holder[0] ? ", which " : "which ", path);
+            }
+            if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
+                unlink(path);
+                snprintf(note, notelen,
+                         "--checkpoint %s: its file system cannot lock %s (%s): a second run into it is refused only "
+                         "when it starts, and temporary files of checkpoint writes that did not finish are left there",
+                         dir, path, strerror(e));
+                return 0;
+            }
+            return dmrt_errorf(err, errlen, "--checkpoint %s: cannot lock %s: %s", dir, path, strerror(e));
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino) {
+            /* who holds it, for the message of a run refused (which only lacks it if this fails) */
+            char who[320], host[256] = "";
+            if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+            snprintf(who, sizeof who, "pid %ld%s%s\n", (long)getpid(), host[0] ? " on " : "", host);
+            int told = ftruncate(fd, 0) == 0 && pwrite(fd, who, strlen(who), 0) == (ssize_t)strlen(who);
+            (void)told;
+            *lock = fd;
+            return 0;
+        }
+        close(fd);
+    }
+    return dmrt_errorf(err, errlen, "--checkpoint %s: cannot lock %s: another run keeps replacing it", dir, path);
+}
+
+void dmrt_trainer_checkpoint_unlock(const char *dir, int lock) {
+    char path[4096];
+    if (lock < 0) return;
+    if (lock_path(dir, path, sizeof path) == 0) unlink(path);
+    close(lock);
+}
+
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, int *lock,
+                                char *note, size_t notelen, char *err, size_t errlen) {
+    *lock = -1;
+    note[0] = '\0';
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return dmrt_errorf(err, errlen, "--checkpoint %s: cannot create the directory: %s", dir, strerror(errno));
     struct stat st;
@@ -30,6 +114,21 @@ int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *ad
     if (dmrt_checkpoint_path(dir, 0, probe, sizeof probe) != 0)
         return dmrt_errorf(err, errlen, "--checkpoint %s: path too long", dir);
     if (dmrt_trainer_guard_writable("--checkpoint", probe, err, errlen) != 0) return -1;
+    if (lock_dir(dir, lock, note, notelen, err, errlen) != 0) return -1;
+    if (*lock >= 0) {
+        /* no other run writes here now: a temporary file of a checkpoint's name is a killed
+         * write's, which nothing would ever remove (a preemptible job's would fill the disk) */
+        char removed[2048];
+        int n = dmrt_checkpoint_remove_unfinished(dir, removed, sizeof removed, err, errlen);
+        if (n < 0) {
+            dmrt_trainer_checkpoint_unlock(dir, *lock);
+            *lock = -1;
+            return -1;
+        }
+        if (n > 0)
+            snprintf(note, notelen, "--checkpoint %s: removed %d unfinished checkpoint file%s (%s), left by a run stopped "
+                     "while writing %s", dir, n, n == 1 ? "" : "s", removed, n == 1 ? "it" : "them");
+    }
     /* one run per directory: another run's checkpoints would be overwritten (the same steps)
      * or pruned by this one */
     dmrt_ckpt_entry *e = NULL;
@@ -59,6 +158,10 @@ int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *ad
                          e[i].unreadable ? "" : dir);
     }
     dmrt_checkpoint_list_free(e, n > 0 ? n : 0);
+    if (rc != 0) {
+        dmrt_trainer_checkpoint_unlock(dir, *lock);
+        *lock = -1;
+    }
     return rc;
 }
 

@@ -7,16 +7,29 @@
 
 #include "internal.h"
 
-/* --checkpoint DIR, before training (the lead rank): DIR is created when missing (its
- * parent must exist) and a file is tried there; a DIR that holds checkpoints of a run other
- * than run (or without a run, or unreadable) is refused, naming the newest such file. A run
- * without a name (run NULL: resumed from a checkpoint without one, adopted) owns the files
- * without a run of adopted's directory, and no others. A run resumed after step
- * resumed_step (-1: not resumed) is refused where DIR holds its own checkpoints of later
- * steps: its new ones would make a second history beside them, which --checkpoint-keep
- * would prune first (they are older by step) and --resume DIR would pass over. */
-int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, char *err,
-                                size_t errlen);
+/* --checkpoint DIR, before training (the lead rank: world rank 0, the one rank that writes
+ * checkpoints, in a process of its own under MPI or a thread of the process of every rank):
+ * DIR is created when missing (its parent must exist) and a file is tried there. The run
+ * then holds DIR's lock until dmrt_trainer_checkpoint_unlock (*lock: its descriptor, or -1
+ * where the file system has no locks, said in note): an exclusive flock of DIR/.lock, which
+ * another run holds is refused, naming DIR and the holder; the kernel lets go of a killed
+ * run's. The check below is once, at the start; the lock keeps a second run out for the
+ * whole run (it would replace checkpoints of the same steps, which the first has not
+ * written yet). Holding it, no other run can be writing there: temporary files of
+ * checkpoint writes that never reached their rename (a run killed while writing) are
+ * removed, and note says which. A DIR that holds checkpoints of a run other than run (or
+ * without a run, or unreadable) is refused, naming the newest such file. A run without a
+ * name (run NULL: resumed from a checkpoint without one, adopted) owns the files without a
+ * run of adopted's directory, and no others. A run resumed after step resumed_step (-1: not
+ * resumed) is refused where DIR holds its own checkpoints of later steps: its new ones would
+ * make a second history beside them, which --checkpoint-keep would prune first (they are
+ * older by step) and --resume DIR would pass over. note: "" when there is nothing to say.
+ * A refusal lets go of the lock. */
+int dmrt_trainer_checkpoint_dir(const char *dir, const char *run, const char *adopted, int64_t resumed_step, int *lock,
+                                char *note, size_t notelen, char *err, size_t errlen);
+/* The end of the run: DIR/.lock removed while still held (a run that opened it meanwhile
+ * finds its lock is of a removed file, and takes a new one), then let go. */
+void dmrt_trainer_checkpoint_unlock(const char *dir, int lock);
 
 /* A run's identity ("trainer.run"): the resumed checkpoint's ("" when it has none), else 16
  * hex digits of a fresh random 64-bit number. Only world rank 0 writes checkpoints and

@@ -1,8 +1,15 @@
-/* trainer_data.c: where the trainer's batches come from (trainer_data.h). */
+/* trainer_data.c: where the trainer's batches come from (trainer_data.h), and the files a run
+ * reads and writes, checked to be distinct before it starts (internal.h: dmrt_same_file,
+ * dmrt_run_files). */
 #include "trainer_data.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* Fashion-MNIST's four files, as --data-dir holds them (Debian's dataset-fashion-mnist). */
+static const char *const mnist_files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
 /* "x: f32[8, 784]" */
 char *dmrt_trainer_desc_str(char *buf, size_t len, const dmrt_tensor_desc *d) {
@@ -125,9 +132,7 @@ static int check_pair(const dmrt_idx *x, const dmrt_idx *y, const char *dir, con
 
 int dmrt_trainer_open_mnist(tr_data *d, int64_t batch, const char *dir, uint64_t seed, char *err,
                       size_t errlen) {
-    static const char *const names[4] = {"train-images-idx3-ubyte.gz",
-                                         "train-labels-idx1-ubyte.gz",
-                                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    const char *const *names = mnist_files;
     d->mnist = 1;
     d->batch = batch;
     if (!(d->source = strdup(dir))) return dmrt_errorf(err, errlen, "out of memory");
@@ -398,4 +403,135 @@ void dmrt_trainer_data_hash(const tr_data *d, const dmrt_model *m, char hex[17])
             h = fnv1a(h, d->bt[i]->data, (size_t)d->bt[i]->numel * dmrt_dtype_size(d->bt[i]->dtype));
     }
     snprintf(hex, 17, "%016llx", (unsigned long long)h);
+}
+
+/* ---- the files a run reads and writes ------------------------------------------------------ */
+
+/* path without its trailing slashes ("/" stays) into buf; NULL when it does not fit. */
+static const char *without_trailing_slashes(const char *path, char *buf, size_t len) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    if (n >= len) return NULL;
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+int dmrt_same_file(const char *a, const char *b) {
+    if (strcmp(a, b) == 0) return 1;
+    struct stat sa, sb;
+    int has_a = stat(a, &sa) == 0, has_b = stat(b, &sb) == 0;
+    if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (has_a || has_b) return 0;
+    /* neither is there yet (two outputs): the same name in the same directory, which may be
+     * spelled differently too ("./w.st", "sub/../w.st"); each step up shortens the paths */
+    char ta[4096], tb[4096], da[4096], db[4096];
+    if (!(a = without_trailing_slashes(a, ta, sizeof ta)) || !(b = without_trailing_slashes(b, tb, sizeof tb))) return 0;
+    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+    na = na ? na + 1 : a, nb = nb ? nb + 1 : b;
+    if (strcmp(na, nb) != 0 || !*na || dmrt_parent_dir(a, da, sizeof da) != 0 || dmrt_parent_dir(b, db, sizeof db) != 0)
+        return 0;
+    return strcmp(da, a) != 0 && strcmp(db, b) != 0 && dmrt_same_file(da, db);
+}
+
+/* One more file; path copied, and compared as what is written or read: through a link, its
+ * target (dmrt_atomic_target); what that refuses (a FIFO) is the probes' to report. */
+static void add_file(dmrt_run_files *fs, dmrt_run_file f, const char *path) {
+    if (fs->n == fs->cap) {
+        int cap = fs->cap ? 2 * fs->cap : 8;
+        dmrt_run_file *grown = realloc(fs->files, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            fs->out_of_memory = 1;
+            return;
+        }
+        fs->files = grown, fs->cap = cap;
+    }
+    char target[4096], why[256];
+    const char *to = dmrt_atomic_target(path, target, sizeof target, why, sizeof why);
+    f.path = strdup(path);
+    f.target = strdup(to ? to : path);
+    if (!f.path || !f.target) {
+        free(f.path), free(f.target);
+        fs->out_of_memory = 1;
+        return;
+    }
+    fs->files[fs->n++] = f;
+}
+
+void dmrt_run_files_read(dmrt_run_files *fs, const char *option, const char *object, const char *holds,
+                         const char *path) {
+    if (path) add_file(fs, (dmrt_run_file){.option = option, .subject = option, .object = object, .holds = holds}, path);
+}
+
+void dmrt_run_files_resumed(dmrt_run_files *fs, const char *path) {
+    if (path)
+        add_file(fs, (dmrt_run_file){.option = "--resume", .subject = "--resume", .object = "the --resume checkpoint",
+                                     .holds = "the checkpoint", .checkpoint = 1}, path);
+}
+
+void dmrt_run_files_write(dmrt_run_files *fs, const char *option, const char *subject, const char *object,
+                          const char *holds, const char *path) {
+    if (path)
+        add_file(fs, (dmrt_run_file){.option = option, .subject = subject ? subject : option, .object = object,
+                                     .holds = holds, .writes = 1}, path);
+}
+
+void dmrt_run_files_data(dmrt_run_files *fs, const char *text_list, const char *mnist_dir) {
+    if (text_list) {
+        /* the names between the commas, as dmrt_trainer_open_text splits them */
+        for (const char *p = text_list;;) {
+            size_t n = strcspn(p, ",");
+            char *name = strndup(p, n);
+            if (!name) fs->out_of_memory = 1;
+            else dmrt_run_files_read(fs, "--data text:", "a --data text: file", "the corpus", name);
+            free(name);
+            if (!p[n]) break;
+            p += n + 1;
+        }
+        return;
+    }
+    if (!mnist_dir) return;
+    for (int i = 0; i < 4; i++) {
+        char *path = join_path(mnist_dir, mnist_files[i]);
+        if (!path) fs->out_of_memory = 1;
+        else dmrt_run_files_read(fs, "--data-dir", "the --data-dir file", "the data set", path);
+        free(path);
+    }
+}
+
+int dmrt_run_files_check(const dmrt_run_files *fs, const char *checkpoint_dir, char *err, size_t errlen) {
+    if (fs->out_of_memory) return dmrt_errorf(err, errlen, "out of memory");
+    for (int i = 0; i < fs->n; i++) {
+        const dmrt_run_file *f = &fs->files[i];
+        /* the run's checkpoints replace, and --checkpoint-keep removes, what has their names
+         * (but the checkpoint it resumes from, which it never writes again) */
+        if (checkpoint_dir && !f->checkpoint && dmrt_checkpoint_file_step(checkpoint_dir, f->target) >= 0)
+            return dmrt_errorf(err, errlen,
+                               "%s %s is a checkpoint's name in --checkpoint %s (the run writes its checkpoints "
+                               "there, as step-<8 digits>.safetensors, and --checkpoint-keep removes them): %s %s "
+                               "(give %s another file%s)",
+                               f->subject, f->path, checkpoint_dir, f->holds,
+                               f->writes ? "and a checkpoint would replace each other" : "would be replaced by one",
+                               f->option, f->writes ? "" : ", or the checkpoints another directory");
+        if (!f->writes) continue;
+        for (int j = 0; j < fs->n; j++) {
+            const dmrt_run_file *g = &fs->files[j];
+            if (j == i || (g->writes && j > i) || !dmrt_same_file(f->target, g->target)) continue;
+            if (g->writes) /* each pair of written files once: the later one named first */
+                return dmrt_errorf(err, errlen, "%s %s is %s %s: %s and %s would go to one file (give %s another file)",
+                                   f->subject, f->path, g->object, g->path, f->holds, g->holds, f->option);
+            return dmrt_errorf(err, errlen, "%s %s is %s %s: %s would replace %s (give %s another file)", f->subject,
+                               f->path, g->object, g->path, f->holds, g->holds, f->option);
+        }
+    }
+    return 0;
+}
+
+void dmrt_run_files_free(dmrt_run_files *fs) {
+    for (int i = 0; i < fs->n; i++) {
+        free(fs->files[i].path);
+        free(fs->files[i].target);
+    }
+    free(fs->files);
+    *fs = (dmrt_run_files){0};
 }

@@ -108,6 +108,7 @@ typedef struct tr_run {
     int blas_on;
     dmrt_blas_time blas;       /* what the train_step calls spent in dmrt_sgemm */
     char checkpoint_failed[2048]; /* the error of the final checkpoint, reported after --save */
+    int checkpoint_lock;       /* the lead's lock of --checkpoint's directory for the whole run, or -1 */
 } tr_run;
 
 /* A failure of phase code: the message into r->err, TR_RUNTIME. */
@@ -213,24 +214,58 @@ static int open_resume(tr_run *r) {
     return TR_OK;
 }
 
+/* No file the run writes is one it reads (the weights of --init, the --resume checkpoint,
+ * the data), nor another it writes, nor a checkpoint of --checkpoint's directory: each
+ * would be lost (--save over --init's weights, over the --batch-file; --dump-grads over
+ * --save). picture: --trace's (NULL without --trace). */
+static int outputs_distinct(tr_run *r, const char *picture) {
+    const tr_opts *o = r->o;
+    dmrt_run_files fs = {0};
+    dmrt_run_files_read(&fs, "--init", "the --init file", "the weights", o->init);
+    if (r->resumed) dmrt_run_files_resumed(&fs, r->resume_file.path);
+    dmrt_run_files_read(&fs, "--batch-file", "the --batch-file", "the inputs", o->batch_file);
+    /* the data open_data reads: a batch file, else a corpus, else Fashion-MNIST's files */
+    int mnist = !o->batch_file && !o->text_files && r->batch > 0;
+    dmrt_run_files_data(&fs, o->batch_file ? NULL : o->text_files,
+                        mnist ? o->data_dir ? o->data_dir : TR_DEFAULT_DATA_DIR : NULL);
+    dmrt_run_files_write(&fs, "--save", NULL, "the --save file", "the trained weights", o->save);
+    dmrt_run_files_write(&fs, "--dump-grads", NULL, "the --dump-grads file", "the gradients", o->dump_grads);
+    dmrt_run_files_write(&fs, "--trace", NULL, "the --trace file", "the trace", o->trace);
+    dmrt_run_files_write(&fs, "--trace", "--trace's picture", "--trace's picture", "the trace's picture", picture);
+    int rc = dmrt_run_files_check(&fs, o->checkpoint, r->err, sizeof r->err);
+    dmrt_run_files_free(&fs);
+    return rc == 0 ? TR_OK : TR_RUNTIME;
+}
+
 /* The run's identity, and what training will write, tried before it starts (only the lead
- * rank writes). */
+ * rank writes): distinct files, --checkpoint's directory (locked for the run), and a file
+ * beside each output. */
 static int probe_outputs(tr_run *r) {
     const tr_opts *o = r->o;
     /* the run's identity: its checkpoint's when resumed; its checkpoints go where no other run's are */
     dmrt_trainer_run_id(r->resumed ? &r->resume_file : NULL, r->run_id);
     const char *adopted = r->resumed && !r->run_id[0] ? r->resume_file.path : NULL; /* resumed from one without a run */
     if (!r->lead) return TR_OK;
+    char picture[4096], picture_option[4200];
+    if (o->trace) {
+        dmrt_trace_picture_path(o->trace, picture, sizeof picture);
+        snprintf(picture_option, sizeof picture_option, "--trace %s: its picture", o->trace);
+    }
+    if (outputs_distinct(r, o->trace ? picture : NULL) != TR_OK) return TR_RUNTIME;
     /* the checkpoint's step (its file's number); a bad one is the load's to report, below */
     uint64_t resumed_step = 0;
-    char unused[256];
+    char unused[256], note[3000];
     int has_step = r->resumed && dmrt_trainer_meta_u64(&r->resume_file, "dmc.step", &resumed_step, unused, sizeof unused) > 0;
-    if (o->checkpoint &&
-        dmrt_trainer_checkpoint_dir(o->checkpoint, r->run_id[0] ? r->run_id : NULL, adopted,
-                                    has_step ? (int64_t)resumed_step : -1, r->err, sizeof r->err) != 0)
-        return TR_RUNTIME;
-    const char *options[] = {"--save", "--dump-grads", "--trace"}, *paths[] = {o->save, o->dump_grads, o->trace};
-    for (int i = 0; i < 3; i++)
+    if (o->checkpoint) {
+        int rc = dmrt_trainer_checkpoint_dir(o->checkpoint, r->run_id[0] ? r->run_id : NULL, adopted,
+                                             has_step ? (int64_t)resumed_step : -1, &r->checkpoint_lock, note,
+                                             sizeof note, r->err, sizeof r->err);
+        if (note[0]) fprintf(r->errs, "%s: note: %s\n", r->prog, note);
+        if (rc != 0) return TR_RUNTIME;
+    }
+    const char *options[] = {"--save", "--dump-grads", "--trace", picture_option},
+               *paths[] = {o->save, o->dump_grads, o->trace, o->trace ? picture : NULL};
+    for (int i = 0; i < 4; i++)
         if (paths[i] && dmrt_trainer_guard_writable(options[i], paths[i], r->err, sizeof r->err) != 0) return TR_RUNTIME;
     return TR_OK;
 }
@@ -460,7 +495,8 @@ static int end_training(tr_run *r) {
     }
     if (o->checkpoint && r->checkpointed != r->step) {
         char path[4096];
-        if (dmrt_checkpoint_path(o->checkpoint, r->step, path, sizeof path) != 0 || strcmp(path, r->resumed_from) != 0) {
+        if (dmrt_checkpoint_path(o->checkpoint, r->step, path, sizeof path) != 0 || !r->resumed_from[0] ||
+            !dmrt_same_file(path, r->resumed_from)) {
             if (write_checkpoint(r) != 0) {
                 if (r->stop || !o->save) return TR_RUNTIME;
                 snprintf(r->checkpoint_failed, sizeof r->checkpoint_failed, "%s", r->err);
@@ -491,22 +527,30 @@ static void leave_stepping(tr_run *r) {
     if (sig && !r->stop) raise(sig); /* the handler was reset by its delivery: the default action */
 }
 
-/* What a finished run writes and prints: the trace, --save, the final test accuracy or
- * validation loss, the "trained" line, --memory, and last the sample. */
+/* What a finished run writes and prints: --save, the trace, the final test accuracy or
+ * validation loss, the "trained" line, --memory, and last the sample. --save comes first:
+ * a trace that cannot be written (its picture's path made a directory meanwhile) does not
+ * cost the run its trained weights; the run fails after them, saying they were written. */
 static int finish(tr_run *r) {
     const dmrt_model *m = r->m;
     const tr_opts *o = r->o;
     if (o->dump_grads && r->step == r->start)
         fprintf(r->errs, "%s: note: no step was run; --dump-grads wrote nothing\n", r->prog);
+    if (o->save && dmrt_save_params(m, r->ctx, o->save, r->err, sizeof r->err) != 0) {
+        if (r->checkpoint_failed[0])
+            snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err), "; and %s", r->checkpoint_failed);
+        return TR_RUNTIME;
+    }
     if (r->step_seconds) dmrt_trace_step_time(m, r->step_seconds + r->start, r->step - r->start, r->outs);
     if (o->trace && !r->rank)
         fprintf(r->errs, "%s: note: --trace records the ranks of a partitioned model; this one runs on one: no timeline "
                          "written\n", r->prog);
-    if (o->trace && r->rank && dmrt_trace_write(m, r->rank, o->trace, r->outs, r->err, sizeof r->err) != 0)
-        return TR_RUNTIME;
-    if (o->save && dmrt_save_params(m, r->ctx, o->save, r->err, sizeof r->err) != 0) {
+    if (o->trace && r->rank && dmrt_trace_write(m, r->rank, o->trace, r->outs, r->err, sizeof r->err) != 0) {
+        size_t used = strlen(r->err);
         if (r->checkpoint_failed[0])
-            snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err), "; and %s", r->checkpoint_failed);
+            used += (size_t)snprintf(r->err + used, sizeof r->err - used, "; and %s", r->checkpoint_failed);
+        if (o->save && used < sizeof r->err)
+            snprintf(r->err + used, sizeof r->err - used, " (--save %s was written)", o->save);
         return TR_RUNTIME;
     }
     leave_stepping(r);
@@ -565,6 +609,8 @@ static void report_failure(tr_run *r, char *fail, size_t faillen) {
 }
 
 static void close_run(tr_run *r) {
+    /* the checkpoints are written: another run may write into the directory now */
+    dmrt_trainer_checkpoint_unlock(r->o->checkpoint, r->checkpoint_lock);
     if (r->resumed) dmrt_st_close(&r->resume_file);
     free(r->step_seconds);
     if (r->ctx) r->m->destroy(r->ctx);
@@ -587,7 +633,8 @@ int dmrt_trainer_run(const dmrt_model *m, const tr_opts *o, const char *prog, dm
         else fprintf(stderr, "%s: error: out of memory\n", prog);
         return TR_RUNTIME;
     }
-    *r = (tr_run){.m = m, .o = o, .prog = prog, .rank = rank, .lead = !rank || dmrt_rank_id(rank) == 0};
+    *r = (tr_run){.m = m, .o = o, .prog = prog, .rank = rank, .lead = !rank || dmrt_rank_id(rank) == 0,
+                  .checkpoint_lock = -1};
     r->outs = stdout, r->errs = stderr;
     if (!r->lead && !(r->devnull = fopen("/dev/null", "w"))) {
         int status = run_failed(r, "cannot open /dev/null: %s", strerror(errno));

@@ -30,6 +30,15 @@ Oracle: the same program run straight.
     files, a text corpus's files in another order refused, the same data resumed bitwise);
     checksums (every tensor's dmc.crc32c.<name> against a Python CRC-32C; a flipped bit
     refused by --resume and --init; a format 1 file still resumes);
+  - one run at a time per directory: a run holds DIR/.lock (flock) from its start to its
+    end, so a second run started before the first's first checkpoint is refused, naming
+    DIR (it used to pass the check of checkpoints and then replace the first's); the ranks
+    of one run do not refuse each other (every mesh above, and MPI below, write
+    checkpoints); the lock of a killed run holds nothing; the lock file goes at the end;
+  - a killed checkpoint write's temporary file (step-<N>.safetensors.tmp.XXXXXX) is removed
+    by the next run into the directory, which says so; other files stay;
+  - --save files carry dmc.crc32c.<name> too, and --init checks them (a flipped bit used to
+    load silently); --save over a Fashion-MNIST file of --data-dir is refused;
   - ranks that would continue from different steps (each reads its own --resume: on
     several hosts a DIR's newest may differ): refused before the first step, naming both
     steps (MPI, one rank given step 5's checkpoint and the other step 10's; skipped
@@ -372,6 +381,77 @@ def one_run_per_directory(t, tmp):
                 "a run resumed from a checkpoint without a run, into another directory of checkpoints without a run")
 
 
+def directory_in_use(t, tmp):
+    """Two runs into one directory at once: the second is refused while the first holds it,
+    even before the first has written a checkpoint; a killed run's lock holds nothing."""
+    d = os.path.join(tmp, "in-use")
+    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", d], cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    for line in p.stdout:
+        if line.startswith("step 1 "):
+            break
+    second = t.run(["--steps", "4", "--checkpoint", d])
+    refused_run(second, r"--checkpoint %s is in use by another run \(pid %d" % (re.escape(d), p.pid),
+                "a second run into a directory a running run holds, before its first checkpoint")
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    said = re.search(r"stopped by a signal after step (\d+)", err)
+    left = sorted(os.listdir(d)) if os.path.isdir(d) else []
+    run = read_safetensors(os.path.join(d, left[0]))[1].get("trainer.run") if len(left) == 1 else None
+    check(p.returncode == 128 + signal.SIGTERM and said is not None and left == ["step-%08d.safetensors" % int(said.group(1))]
+          and run is not None, "the first run's checkpoint alone is left, and no lock file (%s; %s)" % (left, err.strip()[-200:]))
+    # a run killed outright leaves its lock file, which holds nothing
+    killed = os.path.join(tmp, "killed")
+    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", killed], cwd=tmp,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+    for line in p.stdout:
+        if line.startswith("step 1 "):
+            break
+    p.kill()
+    p.communicate()
+    r = t.run(["--steps", "2", "--checkpoint", killed])
+    check(r.returncode == 0 and sorted(os.listdir(killed)) == ["step-00000002.safetensors"],
+          "a run into the directory of a killed one (its lock file left) runs, and removes it (%s; %s)"
+          % (sorted(os.listdir(killed)), r.stderr.strip()[-200:]))
+
+
+def unfinished_writes(t, tmp):
+    """A checkpoint write killed before its rename leaves step-<N>.safetensors.tmp.XXXXXX; the
+    next run into the directory removes those (no other run can be writing there: it holds
+    the lock) and says so; any other file stays."""
+    d = os.path.join(tmp, "unfinished")
+    os.makedirs(d)
+    orphans = ["step-00000003.safetensors.tmp.Ab12Cd", "step-00000004.safetensors.tmp.xY9z0Q"]
+    others = ["notes.txt", "step-3.safetensors.tmp.Ab12Cd", "step-00000003.safetensors.tmp", "w.st.tmp.Ab12Cd"]
+    for n in orphans + others:
+        with open(os.path.join(d, n), "w") as f:
+            f.write("half a checkpoint")
+    r = t.run(["--steps", "2", "--checkpoint", d])
+    left = sorted(os.listdir(d))
+    check(r.returncode == 0 and left == sorted(others + ["step-00000002.safetensors"])
+          and re.search(r"--checkpoint %s: removed 2 unfinished checkpoint files \(%s, %s\)" %
+                        (re.escape(d), re.escape(orphans[0]), re.escape(orphans[1])), r.stderr) is not None,
+          "a run removes the directory's unfinished checkpoint files, says so, and keeps the others (%s; %s)"
+          % (left, r.stderr.strip()[-240:]))
+
+
+def save_distinct_from_data(t, tmp):
+    """--save over a file of the Fashion-MNIST directory the run reads: refused, the file kept."""
+    copy = os.path.join(tmp, "data-save")
+    shutil.copytree(t.data, copy)
+    target = os.path.join(copy, "t10k-labels-idx1-ubyte.gz")
+    before = open(target, "rb").read()
+    refused_run(subprocess.run([t.exe, "--quiet", "--data-dir", copy, "--steps", "1", "--save", target], cwd=tmp,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600),
+                r"--save %s is the --data-dir file %s: the trained weights would replace the data set"
+                % (re.escape(target), re.escape(target)), "--save over a file of --data-dir")
+    check(open(target, "rb").read() == before, "the Fashion-MNIST file is as it was")
+
+
 def batch_file(path, seed, steps=2):
     rng = random.Random(seed)
     labels = [rng.randrange(10) for _ in range(steps * BATCH)]
@@ -523,6 +603,19 @@ def checksums(t, tmp, ckpt):
     write_safetensors(old, tensors, meta1)
     r = t.run(["--steps", "7", "--resume", old])
     check(r.returncode == 0, "a 'dmc checkpoint 1' file (no checksums) still resumes (%s)" % r.stderr.strip()[-200:])
+    # --save's files have them too, which --init checks
+    saved = os.path.join(tmp, "crc-save.safetensors")
+    r = t.run(["--steps", "1", "--save", saved])
+    tensors, meta = read_safetensors(saved) if r.returncode == 0 else ({}, {})
+    bad = [k for k, v in tensors.items() if meta.get("dmc.crc32c." + k) != "%08x" % crc32c(v[2])]
+    check(r.returncode == 0 and tensors and not bad and "dmc.format" not in meta,
+          "--save: every one of %d tensors has its CRC-32C in dmc.crc32c.<name> (wrong or missing: %s; %s)"
+          % (len(tensors), bad[:3], r.stderr.strip()[-200:]))
+    flipped_save = os.path.join(tmp, "flipped-save.safetensors")
+    flip_bit(saved, flipped_save, "fc1.weight", byte=9, bit=1)
+    refused_run(t.run(["--steps", "1", "--init", flipped_save]),
+                r"%s: tensor 'fc1.weight' fails its CRC-32C check" % re.escape(flipped_save),
+                "--init of a --save file with one bit flipped")
 
 
 def ranks_resume_alike(dmc, model, tmp, data):
@@ -584,6 +677,9 @@ def main():
             failure_cases(trainers[0], tmp, sources[0])
             checksums(trainers[0], tmp, sources[0])
         one_run_per_directory(trainers[0], tmp)
+        directory_in_use(trainers[0], tmp)
+        unfinished_writes(trainers[0], tmp)
+        save_distinct_from_data(trainers[0], tmp)
         ranks_resume_alike(dmc, model, tmp, data)
         same_data(trainers[0], tmp)
         text_order(dmc, tmp)

@@ -20,7 +20,16 @@
   - SIGTERM and SIGINT sent to dmc during training: the trainer stops at a step boundary,
     says so, prints no test accuracy for the epoch it cut short, writes no --save, dmc exits
     128 + the signal and removes its build directory
-    (TMPDIR is a directory of the test's, empty afterwards); serial and data=2.
+    (TMPDIR is a directory of the test's, empty afterwards); serial and data=2;
+  - no file the trainer writes is one it reads, nor another it writes: --dump-grads or
+    --save over --init's weights (also through a link, or spelled otherwise), --save over
+    the --batch-file, a --data text: file or the --resume checkpoint, --save into
+    --checkpoint's own names, --dump-grads over --save, --save-quantized over --init (a
+    --quantize program): refused before the first step, naming both, the files as they
+    were (each used to be overwritten, exit 0);
+  - --trace's picture (FILE.svg) is tried before training as FILE is, and --save is written
+    before the trace: a picture that cannot be written after training still leaves --save
+    written, exit 1 naming both (it used to lose the trained weights).
 Prints one line per check; exits 1 on any failure.
 """
 import json
@@ -330,6 +339,123 @@ def outside_the_steps(dmc, tmp):
         check(False, "a FIFO as --batch-file: the program waited 10 s in its open")
 
 
+def keep_program(dmc, tmp, name, args, trainer_args):
+    """dmc run ARGS --keep tmp/NAME -- TRAINER_ARGS: the program's path, or None (a failed check)."""
+    keep = os.path.join(tmp, name)
+    r = subprocess.run([dmc, "run"] + args + ["--keep", keep, "--"] + trainer_args, cwd=tmp, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    model = os.path.splitext(os.path.basename(args[0]))[0]
+    check(r.returncode == 0, "building %s with %s (%s)" % (model, " ".join(args[1:]), r.stderr.strip()[-200:]))
+    return os.path.join(keep, model) if r.returncode == 0 else None
+
+
+def contents(tmp, names):
+    """name -> bytes of each file (None: missing)."""
+    out = {}
+    for n in names:
+        p = os.path.join(tmp, n)
+        out[n] = open(p, "rb").read() if os.path.isfile(p) else None
+    return out
+
+
+def outputs_over_inputs(dmc, tmp):
+    """Every file the trainer writes is distinct from what it reads and from its other
+    outputs: refused before the first step, naming both, nothing written."""
+    d = os.path.join(tmp, "same-files")
+    os.makedirs(d)
+    batches = os.path.basename(small_batches(d, 1))
+    prog = keep_program(dmc, d, "k1", [MLP] + SMALL, ["--batch-file", batches, "--steps", "0", "--quiet"])
+    if not prog:
+        return
+
+    def trainer(program, args):
+        return subprocess.run([program, "--quiet"] + args, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=600)
+
+    made = [trainer(prog, ["--batch-file", batches, "--steps", "0", "--save", "w1.st"]),
+            trainer(prog, ["--batch-file", batches, "--steps", "2", "--checkpoint", "ck2"])]
+    check(all(r.returncode == 0 for r in made), "the weights and the checkpoint the cases read (%s)"
+          % " ".join(r.stderr.strip()[-200:] for r in made))
+    os.symlink("w1.st", os.path.join(d, "w1-link.st"))
+    with open(os.path.join(d, "corpus.txt"), "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog\n" * 20)
+    ck = "ck2/step-00000002.safetensors"
+    b = ["--batch-file", batches]
+    cases = [
+        (prog, b + ["--init", "w1.st", "--steps", "1", "--dump-grads", "w1.st"],
+         "--dump-grads w1.st is the --init file w1.st: the gradients would replace the weights (give --dump-grads "
+         "another file)", ["w1.st"]),
+        (prog, b + ["--steps", "1", "--save", batches],
+         "--save %s is the --batch-file %s: the trained weights would replace the inputs" % (batches, batches), [batches]),
+        (prog, b + ["--init", "w1.st", "--steps", "1", "--save", "w1-link.st"],
+         "--save w1-link.st is the --init file w1.st: the trained weights would replace the weights", ["w1.st"]),
+        (prog, b + ["--init", "./w1.st", "--steps", "1", "--save", "w1.st"],
+         "--save w1.st is the --init file ./w1.st", ["w1.st"]),
+        (prog, b + ["--steps", "3", "--resume", "ck2", "--save", ck],
+         "--save %s is the --resume checkpoint %s: the trained weights would replace the checkpoint" % (ck, ck), [ck]),
+        (prog, b + ["--steps", "1", "--save", "g.st", "--dump-grads", "./g.st"],
+         "--dump-grads ./g.st is the --save file g.st: the gradients and the trained weights would go to one file", ["g.st"]),
+        (prog, b + ["--steps", "2", "--checkpoint", "ck3", "--save", "ck3/step-00000002.safetensors"],
+         "--save ck3/step-00000002.safetensors is a checkpoint's name in --checkpoint ck3", ["ck3/step-00000002.safetensors"]),
+    ]
+    # (the small gpt outside_the_steps built, when it did: a compile less)
+    lm = os.path.join(tmp, "lm", "gpt")
+    if not os.path.exists(lm):
+        lm = keep_program(dmc, d, "k2", [GPT, "--set", "V=256,T=8,C=16,NH=2,L=1,B=2"],
+                          ["--steps", "0", "--sample", "1", "--quiet"])
+    if lm:
+        cases.append((lm, ["--data", "text:w1.st,corpus.txt", "--steps", "1", "--save", "corpus.txt"],
+                      "--save corpus.txt is a --data text: file corpus.txt: the trained weights would replace the corpus",
+                      ["corpus.txt"]))
+    quantized = keep_program(dmc, d, "k3", [MLP] + SMALL + ["--quantize", "int8-weights"],
+                             ["--init", "w1.st", "--save-quantized", "q.st", "--quiet"])
+    if quantized:
+        cases.append((quantized, ["--init", "w1.st", "--save-quantized", "w1.st"],
+                      "--save-quantized w1.st is the --init file w1.st: the quantized weights would replace the "
+                      "weights", ["w1.st"]))
+    for program, args, want, kept in cases:
+        small_batches(d, 1)  # (again: a case that failed wrote over it)
+        before = contents(d, kept)
+        r = trainer(program, args)
+        check(r.returncode == 1 and want in r.stderr and "step 1" not in r.stdout and contents(d, kept) == before,
+              "%s: refused before the first step, the files as they were (exit %d, %s)"
+              % (" ".join(args), r.returncode, r.stderr.strip()[-300:]))
+
+
+def trace_failure_keeps_save(dmc, tmp):
+    """--trace's picture: tried before training (a directory there is refused at once); one
+    that fails after training still leaves --save written (the trace is written after it)."""
+    d = os.path.join(tmp, "trace-save")
+    os.makedirs(d)
+    batches = os.path.basename(small_batches(d, 1))
+    prog = keep_program(dmc, d, "k", [MLP] + SMALL + ["--mesh", "pipeline=2"], ["--batch-file", batches, "--steps", "0",
+                                                                                  "--quiet"])
+    if not prog:
+        return
+    os.makedirs(os.path.join(d, "t.svg"))
+    r = subprocess.run([prog, "--quiet", "--batch-file", batches, "--steps", "2", "--trace", "t.json", "--save", "w.st"],
+                       cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    check(r.returncode == 1 and "--trace t.json: its picture t.svg: cannot write there: it is a directory" in r.stderr
+          and "step 1" not in r.stdout and not os.path.exists(os.path.join(d, "w.st")),
+          "a --trace whose picture is a directory: refused before training (exit %d, %s)"
+          % (r.returncode, r.stderr.strip()[-240:]))
+    # the picture's path becomes a directory during training (after the probes): the steps'
+    # lines (2500 of about 45 bytes) overfill the pipe, so the run cannot end before the
+    # directory is made
+    p = subprocess.Popen([prog, "--quiet", "--batch-file", batches, "--steps", "2500", "--trace", "u.json", "--save",
+                          "w.st"], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    for line in p.stdout:
+        if line.startswith("step 1 "):
+            break
+    os.makedirs(os.path.join(d, "u.svg"))
+    out, err = p.communicate(timeout=600)
+    saved = os.path.join(d, "w.st")
+    check(p.returncode == 1 and "cannot write u.svg" in err and "(--save w.st was written)" in err
+          and os.path.exists(saved) and "fc1.weight" in read_safetensors(saved),
+          "a --trace picture that fails after training: --save is written, exit 1 naming both (exit %d, %s)"
+          % (p.returncode, err.strip()[-240:]))
+
+
 def main():
     dmc = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="dmc-guards-") as tmp:
@@ -344,6 +470,8 @@ def main():
         stopped_by(dmc, tmp, signal.SIGTERM, [])
         stopped_by(dmc, tmp, signal.SIGINT, ["--mesh", "data=2"])
         outside_the_steps(dmc, tmp)
+        outputs_over_inputs(dmc, tmp)
+        trace_failure_keeps_save(dmc, tmp)
     print("%d failed" % failures)
     return 1 if failures else 0
 

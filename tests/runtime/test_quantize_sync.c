@@ -8,8 +8,11 @@
  *   - --save-quantized: the narrow tensors, and the f32 bias gathered, in the file;
  *   - --init of that file into a zeroed context: everything back, through scatter and
  *     qweight_sync, the same bytes as the direct quantization;
- *   - --save-quantized of a NaN bias or an infinite scale: refused, naming the tensor, and
- *     no file written. */
+ *   - --save-quantized of a NaN bias, an infinite or a negative scale: refused, naming the
+ *     tensor, and no file written;
+ *   - the file's "dmc.crc32c.<name>" of every tensor (dmrt_crc32c of its bytes as stored), a
+ *     flipped bit refused by its --init, and a negative scale refused by --init where the file
+ *     has no checksums (written by another tool). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "crc32c.h"
 #include "dmrt.h"
 #include "testutil.h"
 
@@ -95,7 +99,8 @@ static int refuses_non_finite(sync_ctx *c, const char *dir) {
         float value;
         const char *phrase;
     } cases[] = {{&c->bias[1], NAN, "tensor 'fc.bias' holds a non-finite value (nan at element 1 of [3])"},
-                 {&c->q.scale[2], INFINITY, "tensor 'fc.weight.scale' holds a non-finite value (inf at element 2 of [1, 3])"}};
+                 {&c->q.scale[2], INFINITY, "tensor 'fc.weight.scale' holds a non-finite value (inf at element 2 of [1, 3])"},
+                 {&c->q.scale[1], -0.5f, "tensor 'fc.weight.scale' holds a negative scale (-0.5 at element 1 of [1, 3])"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         float was = *cases[k].at;
         *cases[k].at = cases[k].value;
@@ -106,6 +111,82 @@ static int refuses_non_finite(sync_ctx *c, const char *dir) {
         remove(path);
         *cases[k].at = was;
     }
+    return fails;
+}
+
+/* The saved file's checksums: every tensor's "dmc.crc32c.<name>", the CRC-32C of its bytes. */
+static int has_checksums(const char *path) {
+    int fails = 0;
+    dmrt_st_file f;
+    char err[1024], key[300], hex[9];
+    if (dmrt_st_read(&f, path, err, sizeof err) != 0) {
+        CHECK(0, "reading %s: %s", path, err);
+        return fails;
+    }
+    CHECK(f.n_tensors == 3, "%s holds %d tensors, expected 3", path, f.n_tensors);
+    for (int i = 0; i < f.n_tensors; i++) {
+        const dmrt_st_tensor *t = &f.tensors[i];
+        snprintf(key, sizeof key, "dmc.crc32c.%s", t->name);
+        dmrt_crc32c_hex(dmrt_crc32c(0, t->data, (size_t)t->numel * dmrt_dtype_size(t->dtype)), hex);
+        const char *stored = dmrt_st_meta(&f, key);
+        CHECK(stored && strcmp(stored, hex) == 0, "%s: metadata \"%s\" is %s, the tensor's CRC-32C %s", path, key,
+              stored ? stored : "missing", hex);
+    }
+    dmrt_st_close(&f);
+    return fails;
+}
+
+/* The file with the sign of its last float flipped (fc.weight.scale[2], the last tensor: a
+ * negative scale), and that scale negated in a file without checksums, as another tool would
+ * write it: both refused by --init, naming the file and the tensor. */
+static int refuses_corrupt(const char *dir, const char *quantized) {
+    int fails = 0;
+    char flipped[4096], unsummed[4096], err[1024];
+    tu_path(flipped, sizeof flipped, dir, "flipped.safetensors");
+    tu_path(unsummed, sizeof unsummed, dir, "negative.safetensors");
+    FILE *in = fopen(quantized, "rb");
+    static unsigned char bytes[1 << 16];
+    size_t n = in ? fread(bytes, 1, sizeof bytes, in) : 0;
+    if (in) fclose(in);
+    CHECK(n > 8 && n < sizeof bytes, "reading %s: %zu bytes", quantized, n);
+    if (n <= 8 || n >= sizeof bytes) return fails;
+    bytes[n - 1] ^= 0x80;
+    FILE *out = fopen(flipped, "wb");
+    CHECK(out && fwrite(bytes, 1, n, out) == n && fclose(out) == 0, "writing %s", flipped);
+    sync_ctx *c = fresh();
+    err[0] = '\0';
+    CHECK(dmrt_load_init(&model, c, flipped, err, sizeof err) != 0, "--init of a file with a flipped bit loaded");
+    CHECK_MSG(err, flipped, "tensor 'fc.weight.scale' fails its CRC-32C check");
+
+    dmrt_st_file f;
+    CHECK(dmrt_st_read(&f, quantized, err, sizeof err) == 0, "reading %s: %s", quantized, err);
+    dmrt_tensor_desc d[3];
+    const void *data[3];
+    float scale[COLS];
+    for (int i = 0; i < 3 && i < f.n_tensors; i++) {
+        const dmrt_st_tensor *t = &f.tensors[i];
+        d[i] = (dmrt_tensor_desc){.name = t->name, .dtype = t->dtype, .rank = t->rank, .numel = t->numel};
+        memcpy(d[i].shape, t->shape, sizeof d[i].shape);
+        data[i] = t->data;
+        if (strcmp(t->name, "fc.weight.scale") == 0) {
+            memcpy(scale, t->data, sizeof scale);
+            scale[2] = -scale[2];
+            data[i] = scale;
+        }
+    }
+    const char *keys[] = {"dmc.format", "dmc.model", "dmc.quantize"};
+    const char *values[] = {dmrt_st_meta(&f, "dmc.format"), dmrt_st_meta(&f, "dmc.model"), dmrt_st_meta(&f, "dmc.quantize")};
+    CHECK(f.n_tensors == 3 && dmrt_st_write_meta(unsummed, 3, d, data, 3, keys, values, err, sizeof err) == 0,
+          "writing %s: %s", unsummed, err);
+    dmrt_st_close(&f);
+    err[0] = '\0';
+    CHECK(dmrt_load_init(&model, c, unsummed, err, sizeof err) != 0, "--init of a file with a negative scale loaded");
+    CHECK_MSG(err, unsummed, "tensor 'fc.weight.scale' holds a negative scale (");
+    CHECK(c->scatters == 0 && c->syncs == 0, "a refused --init changed the context (%d scatters, %d syncs)", c->scatters,
+          c->syncs);
+    dmrt_qweight_free(&c->q);
+    free(c);
+    remove(flipped), remove(unsummed);
     return fails;
 }
 
@@ -134,6 +215,8 @@ int main(void) {
           "the saved file's fc.weight is not the narrow weight");
     dmrt_st_close(&file);
 
+    fails += has_checksums(quantized);
+    fails += refuses_corrupt(dir, quantized);
     fails += refuses_non_finite(c, dir);
 
     sync_ctx *d = fresh();
