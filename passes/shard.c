@@ -38,6 +38,8 @@ typedef struct shard_state {
      * a sum made there may stay pending (join_pending_sum) */
     unsigned char *feeds_sums_only;
     int visiting;        /* the old value being decided */
+    int *uses;           /* (old values) how many ops read the value */
+    int operand_uses[MAX_OPERANDS]; /* the visiting value's operands' uses */
     int *first_cache;    /* (cache_ids) index into cache, or -1 */
     int cache_ids;
     struct cached { int result, next; } *cache;
@@ -302,6 +304,13 @@ static void rule_elementwise(shard_state *S, const ir_value *v, decision *D) {
     int sum = v->op == OP_ADD || v->op == OP_SUB, joined = 0;
     if (sum && !alike) keep = joined = join_pending_sum(S, v, D);
     else if (!sum && (carriers != 1 || !linear_in(v, carrier))) keep = 0;
+    /* sequence parallelism: a pending sum read by other ops too is completed here, once,
+     * and they reuse it (use_reduced_operands); kept pending through this op, it would be
+     * reduce-scattered again where the other ops read it beside split rows (an RMSNorm's
+     * output gradient: by the weight's gradient, and times the weight by the input's) */
+    else if (!sum && dm_sequence_axis(S->g) >= 0 && carrier < MAX_OPERANDS && S->operand_uses[carrier] > 1 &&
+             ((keep >> dm_sequence_axis(S->g)) & 1u))
+        keep = 0;
     keep &= ~split_axes(&D->res);
     D->res.partial = keep;
     for (int k = 0; k < n; k++) {
@@ -676,14 +685,26 @@ static void mark_sums_only(const ir_graph *g, ir_value *const *old, int n_old, u
 
 /* An operand already reduced for another consumer is used reduced: that sum is paid for,
  * and a pending one would need its own collective later. */
+/* Whether r is t with its pending sums completed and nothing else moved: allreduced (the
+ * same splits), or reduce-scattered (a dim t holds whole split over a pending axis, as
+ * sequence parallelism does: an RMSNorm's output gradient, pending after the products,
+ * is read by the weight's gradient and by the input's, and completing it once serves
+ * both, where each kept pending would be reduce-scattered again). */
+static int reduced_form_of(const ir_type *r, const ir_type *t) {
+    if (r->partial || r->rank != t->rank) return 0;
+    for (int i = 0; i < t->rank; i++) {
+        if (r->split[i] == t->split[i]) continue;
+        if (t->split[i] != IR_REPLICATED || r->split[i] == IR_REPLICATED || !((t->partial >> r->split[i]) & 1u)) return 0;
+    }
+    return 1;
+}
+
 static void use_reduced_operands(shard_state *S, ir_value *v) {
     for (int k = 0; k < v->n_operands; k++) {
         const ir_type *t = &V(S, v->operands[k])->type;
         if (!t->partial) continue;
         for (int c = S->first_cache[v->operands[k]]; c >= 0; c = S->cache[c].next) {
-            ir_type whole = *t;
-            whole.partial = 0;
-            if (same_sharding(&V(S, S->cache[c].result)->type, &whole)) {
+            if (reduced_form_of(&V(S, S->cache[c].result)->type, t)) {
                 v->operands[k] = S->cache[c].result;
                 break;
             }
@@ -758,11 +779,16 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     S.feeds_sums_only = malloc((size_t)(n_old ? n_old : 1));
     if (!S.map || !S.feeds_sums_only) abort();
     mark_sums_only(g, old, n_old, S.feeds_sums_only);
+    S.uses = calloc((size_t)(n_old ? n_old : 1), sizeof *S.uses);
+    if (!S.uses) abort();
+    for (int i = 0; i < n_old; i++)
+        for (int k = 0; k < old[i]->n_operands; k++) S.uses[old[i]->operands[k]]++;
     g->values = NULL;
     g->n_values = g->cap_values = 0;
 
     for (int i = 0; i < n_old; i++) {
         ir_value *v = old[i];
+        for (int k = 0; k < v->n_operands && k < MAX_OPERANDS; k++) S.operand_uses[k] = S.uses[v->operands[k]];
         for (int k = 0; k < v->n_operands; k++) v->operands[k] = S.map[v->operands[k]];
         if (v->op == OP_STATE && v->param_index >= 0) {
             const ir_type *pt = &g->values[S.map[g->params[v->param_index]]]->type;
@@ -808,6 +834,7 @@ int pass_shard(ir_graph *g, dm_reshard_list *log, dm_diag *d) {
     adopt_reduced_grads(g, S.map);
     free(S.map);
     free(S.feeds_sums_only);
+    free(S.uses);
     free(S.first_cache);
     free(S.cache);
     return S.errors;

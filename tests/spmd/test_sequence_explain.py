@@ -109,8 +109,41 @@ def main():
         bound = n * 4 * act * (t - 1) // t
         check(0 < saved <= 1.05 * bound, "%s activation arena: %d bytes less (the kept values' saving: %d)"
               % (tag, saved, bound), failures)
+    check_llama(dmc, os.path.join(root, "examples", "llama.dm"), failures)
     print("%d failed" % len(failures))
     return 1 if failures else 0
+
+
+def check_llama(dmc, dm_file, failures):
+    """llama.dm's RMSNorm (x * rsqrt(mean(x^2)) * weight) reads its output gradient twice in
+    the backward, for the weight's gradient and, times the weight, for the input's: one
+    reduce-scatter serves both, so the backward mirrors the forward there too: 2L+1
+    reduce-scatters and all-gathers per phase (it had 2(2L+1) reduce-scatters)."""
+    sizes = dict(SIZES, F=256)
+    for mesh, layers in (("tensor=2", 2), ("data=2,tensor=2", 3)):
+        axes = dict(kv.split("=") for kv in mesh.split(","))
+        d = int(axes.get("data", 1))
+        n, act = 2 * layers + 1, sizes["B"] // d * sizes["T"] * sizes["C"]
+        size_arg = ",".join("%s=%d" % kv for kv in dict(sizes, L=layers).items())
+        plans = []
+        for extra in ([], ["--sequence-parallel"]):
+            cmd = [dmc, "--explain=json", dm_file, "--set", size_arg, "--mesh", mesh] + extra
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, universal_newlines=True, timeout=120)
+            if r.returncode != 0:
+                raise SystemExit("FAIL: %s exited %d" % (" ".join(cmd), r.returncode))
+            plans.append(json.loads(r.stdout))
+        plain, sp = plans
+        tag = "llama.dm %s L=%d:" % (mesh, layers)
+        for phase in ("forward", "backward"):
+            ar = activation_collectives(plain, phase, "allreduce", act)
+            rs = activation_collectives(sp, phase, "reduce_scatter", act)
+            ag = activation_collectives(sp, phase, "allgather", act)
+            # (without: the backward's residual gradients join one pending sum where two meet,
+            # one allreduce fewer; each is still one reduce-scatter with)
+            want_ar = n if phase == "forward" else n - 1
+            check(len(ar) == want_ar and len(rs) == n and len(ag) == n,
+                  "%s %s: %d allreduces of [b, T, C] without (want %d), %d reduce-scatters and %d all-gathers "
+                  "with (want %d)" % (tag, phase, len(ar), want_ar, len(rs), len(ag), n), failures)
 
 
 if __name__ == "__main__":
