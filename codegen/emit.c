@@ -87,9 +87,12 @@ static int check_stages(const emitter *E, FILE *err) {
     int bad = 0;
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_value *v = V(E, g->outputs[i]);
+        /* passes/supported.c refuses an input, a parameter or a reshape of one, with a caret;
+         * this catches what only the memory plan shares (a parameter's window read in place) */
         if (E->plan->region[v->id] != REGION_ARENA) {
-            fprintf(err, "%s:%d: error: output '%s' is not computed: with micro-batches or stages, outputs are results of ops\n",
-                    E->source_path, v->loc.line, v->name);
+            dm_loc at = g->output_locs ? g->output_locs[i] : v->loc;
+            fprintf(err, "%s:%d:%d: error: output '%s' is not computed: with micro-batches or stages, outputs are results "
+                         "of ops\n", E->source_path, at.line, at.col, v->name);
             bad = -1;
         }
     }

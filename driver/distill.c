@@ -234,6 +234,7 @@ int dm_distill_teacher(const dm_options *o, const ir_graph *student, const dm_co
     req.stop_after = NULL;
     req.plan_memory = 1;
     int status = dm_compile(prog, &req, &diag, &out->compiled);
+    dm_diag_finish(&diag);
     dm_program_free(prog);
     if (status) return -1;
     int output = check_teacher(out->compiled.g, student, o->teacher, o->input);

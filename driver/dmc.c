@@ -214,6 +214,7 @@ int main(int argc, char **argv) {
     dm_compact_input *pruned = NULL;
     if (status == 0 && o.compact && !(pruned = dm_compact_open(o.compact, &compaction))) status = 1;
     if (status == 0 && !o.plan) status = compile(&o, prog, &diag, model, &c, &teacher, &compaction);
+    dm_diag_finish(&diag);
     dm_program_free(prog);
     if (status == 0 && !o.plan) status = output(&o, &c, &src, &teacher, &compaction);
     dm_compaction_free(&compaction);

@@ -101,7 +101,9 @@ void dm_diag_init(dm_diag *d, const dm_source *src, FILE *out) {
     d->n_errors = 0;
     d->max_errors = 20;
     d->n_warnings = 0;
+    d->max_warnings = 20;
     d->quiet_warnings = 0;
+    d->last_hidden = 0;
 }
 
 /* Prints the source line of loc and a caret under it. Long lines are shown as a window
@@ -145,7 +147,8 @@ static void report(dm_diag *d, dm_loc loc, const char *kind, const char *fmt, va
 
 void dm_verror(dm_diag *d, dm_loc loc, const char *fmt, va_list ap) {
     d->n_errors++;
-    if (d->n_errors > d->max_errors) {
+    d->last_hidden = d->n_errors > d->max_errors;
+    if (d->last_hidden) {
         if (d->n_errors == d->max_errors + 1)
             fprintf(d->out, "%s: too many errors, stopping\n", d->src ? d->src->path : "dmc");
         return;
@@ -160,9 +163,13 @@ void dm_error(dm_diag *d, dm_loc loc, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* Past max_warnings they are counted, not printed: a program can make one per parameter
+ * (65536 layer instances of several each), and printing them all took seconds and buried
+ * the errors. */
 void dm_warning(dm_diag *d, dm_loc loc, const char *fmt, ...) {
     d->n_warnings++;
-    if (d->quiet_warnings || d->n_errors > d->max_errors) return;
+    d->last_hidden = d->quiet_warnings || d->n_errors > d->max_errors || d->n_warnings > d->max_warnings;
+    if (d->last_hidden) return;
     va_list ap;
     va_start(ap, fmt);
     report(d, loc, "warning", fmt, ap);
@@ -187,8 +194,15 @@ dm_loc dm_source_end(const dm_source *src) {
     return loc;
 }
 
+void dm_diag_finish(dm_diag *d) {
+    int hidden = d->n_warnings - d->max_warnings;
+    if (hidden <= 0 || d->quiet_warnings || d->n_errors > d->max_errors) return;
+    fprintf(d->out, "%s: %d more warning%s not shown (at most %d are printed)\n", d->src ? d->src->path : "dmc", hidden,
+            hidden == 1 ? "" : "s", d->max_warnings);
+}
+
 void dm_note(dm_diag *d, dm_loc loc, const char *fmt, ...) {
-    if (d->n_errors > d->max_errors) return;
+    if (d->last_hidden || d->n_errors > d->max_errors) return;
     va_list ap;
     va_start(ap, fmt);
     report(d, loc, "note", fmt, ap);

@@ -25,9 +25,11 @@ typedef struct dm_diag {
     const dm_source *src;
     FILE *out;
     int n_errors;
-    int max_errors;  /* past this, one "too many errors" line and silence */
+    int max_errors;  /* past this, one "too many errors" line and silence (-1: silent from the start) */
     int n_warnings;
+    int max_warnings;   /* printed at most; the rest are counted (dm_diag_finish says how many) */
     int quiet_warnings; /* count warnings but print none (the planner's trial compiles) */
+    int last_hidden;    /* the last error or warning was not printed: nor are its notes */
 } dm_diag;
 
 /* The largest source dmc reads: far above any model file, and within the int length
@@ -53,7 +55,11 @@ void dm_warning(dm_diag *d, dm_loc loc, const char *fmt, ...)
 /* The location just past the source's last non-blank character, for what a program
  * lacks (no loss, no optimizer): a caret where the missing statement would go. */
 dm_loc dm_source_end(const dm_source *src);
-/* A note attached to the previous error or warning (not counted). */
+/* After the last diagnostic: one line saying how many warnings past max_warnings were
+ * not printed, if any. */
+void dm_diag_finish(dm_diag *d);
+/* A note attached to the previous error or warning (not counted; not printed when that
+ * one was not). */
 void dm_note(dm_diag *d, dm_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -193,6 +193,7 @@ void ir_graph_free(ir_graph *g) {
     free(g->inputs);
     free(g->cut_after);
     free(g->outputs);
+    free(g->output_locs);
     free(g->grads);
     free(g->dim_names);
     free(g->dim_values);
@@ -262,6 +263,7 @@ ir_graph *ir_graph_copy(const ir_graph *g) {
     c->params = copy_growable(g->params, g->n_params, sizeof *g->params);
     c->inputs = copy_growable(g->inputs, g->n_inputs, sizeof *g->inputs);
     c->outputs = copy_growable(g->outputs, g->n_outputs, sizeof *g->outputs);
+    c->output_locs = copy_growable(g->output_locs, g->n_outputs, sizeof *g->output_locs);
     c->grads = g->grads ? copy_growable(g->grads, g->n_params, sizeof *g->grads) : NULL;
     c->dim_names = g->dim_names ? copy_growable(g->dim_names, g->n_dims, sizeof *g->dim_names) : NULL;
     c->dim_values = g->dim_values ? copy_growable(g->dim_values, g->n_dims, sizeof *g->dim_values) : NULL;

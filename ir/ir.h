@@ -240,6 +240,7 @@ typedef struct ir_graph {
     int *inputs;              /* (n_inputs) INPUT value ids */
     int n_inputs;
     int *outputs;             /* (n_outputs) values returned by forward */
+    dm_loc *output_locs;      /* (n_outputs) each one's name in its output statement, for messages */
     int n_outputs;
     int loss;                 /* scalar f32 value minimised, or -1 */
     dm_loc loss_loc;          /* the minimize statement */

@@ -12,6 +12,7 @@
  * is what they share. */
 #include "lower_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@ struct instance {
     int n_members;
     int calls;                /* calls lowered (a group: calls of the whole chain) */
     int result;               /* the value the last of them returned (a cut after the layer) */
+    const dm_stmt *decl;      /* the layer statement that declared it; NULL for a repeat's member */
+    int reached;              /* a dotted path read into it (wte.weight): used, if never called */
+    instance *parent;         /* the instance whose block declared it, or NULL at the top level */
     instance *next_alloc;     /* every instance, for freeing */
 };
 
@@ -47,6 +51,7 @@ static instance *new_instance(lowerer *L, const char *path) {
     in->path = ir_intern(L->g, path);
     in->env.parent = &L->global;
     in->env.prefix = ir_internf(L->g, "%s.", path);
+    in->parent = L->instantiating;
     in->next_alloc = L->instances;
     L->instances = in;
     return in;
@@ -81,6 +86,7 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
     if (!b) return;
     if (!st->repeat) {
         b->layer = instantiate(L, block, path, st->value, s);
+        if (b->layer) b->layer->decl = st;
         return;
     }
     int64_t count;
@@ -90,6 +96,7 @@ static void lower_layer(lowerer *L, scope *s, const dm_stmt *st, const char *pat
         return;
     }
     instance *group = new_instance(L, path);
+    group->decl = st;
     group->members = calloc((size_t)count, sizeof(instance *));
     if (!group->members) abort();
     int errors_before = L->d->n_errors;
@@ -135,8 +142,9 @@ static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
         return -1;
     }
     if (want_args && (lower_eval_number(L, s, e->args[0], &init.a) || lower_eval_number(L, s, e->args[1], &init.b))) return -1;
-    /* as torch's normal_ and uniform_ refuse them: every weight would be NaN or inf */
-    if (want_args && (!isfinite(init.a) || !isfinite(init.b))) {
+    /* as torch's normal_ and uniform_ refuse them: every weight would be NaN or inf (f32:
+     * past its range too) */
+    if (want_args && (!(fabs(init.a) <= FLT_MAX) || !(fabs(init.b) <= FLT_MAX))) {
         dm_error(L->d, e->loc, "%s's arguments must be finite, got %g and %g", kind, init.a, init.b);
         return -1;
     }
@@ -244,6 +252,8 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
         }
     }
     L->depth++;
+    instance *enclosing = L->instantiating;
+    L->instantiating = in;
     for (int i = 0; i < block->n_body; i++) {
         const dm_stmt *st = block->body[i];
         char full[MAX_PATH];
@@ -256,6 +266,7 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
         else if (st->kind == STMT_PARAM) lower_param(L, &in->env, st, full);
         else if (st->kind == STMT_LAYER) lower_layer(L, &in->env, st, full);
     }
+    L->instantiating = enclosing;
     L->depth--;
     return in;
 }
@@ -430,6 +441,7 @@ binding *lower_resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc) 
     if (!h || h->kind != B_LAYER) return NULL;
     instance *in = h->layer;
     const char *rest = dot + 1;
+    if (in) in->reached = 1;
     while (in && in->members) {
         /* a repeat group: the next component is the member index */
         char *end;
@@ -439,6 +451,7 @@ binding *lower_resolve_path(lowerer *L, scope *s, const char *name, dm_loc loc) 
             return NULL;
         }
         in = in->members[idx];
+        in->reached = 1;
         if (!*end) return NULL;
         rest = end + 1;
     }
@@ -525,7 +538,19 @@ static void check_block_names(lowerer *L, const dm_stmt *block) {
     lower_scope_free(&n.call);
 }
 
+/* A layer or block named after a built-in function could never be called by its name:
+ * `relu(x)` always calls the function (lower_expr tries the builtins first), so the
+ * definition is refused, as one named with a reserved word is. Reported once per
+ * statement (a layer inside a block: with the block, not per instance). */
+static void refuse_builtin_name(lowerer *L, const dm_stmt *st) {
+    if ((st->kind == STMT_LAYER || st->kind == STMT_BLOCK) && lower_is_builtin_function(st->name))
+        dm_error(L->d, st->name_loc, "'%s' is a built-in function and cannot name a %s", st->name,
+                 st->kind == STMT_BLOCK ? "block" : "layer");
+}
+
 static void check_block_body(lowerer *L, const dm_stmt *block) {
+    refuse_builtin_name(L, block);
+    for (int i = 0; i < block->n_body; i++) refuse_builtin_name(L, block->body[i]);
     check_block_names(L, block);
     int has_return = 0;
     for (int i = 0; i < block->n_body; i++) {
@@ -601,6 +626,8 @@ static void lower_output(lowerer *L, scope *s, const dm_stmt *st) {
             dm_error(L->d, e->loc, "'%s' is already an output", e->name);
             continue;
         }
+        g->output_locs = ir_grow(g->output_locs, g->n_outputs, sizeof *g->output_locs);
+        g->output_locs[g->n_outputs] = e->loc;
         ir_append_id(g, &g->outputs, &g->n_outputs, v);
     }
 }
@@ -663,6 +690,7 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_INPUT: lower_input(L, s, st); break;
     case STMT_PARAM: lower_param(L, s, st, st->name); break;
     case STMT_LAYER:
+        refuse_builtin_name(L, st);
         L->layer_path = st->name;
         L->layer_loc = st->loc;
         lower_layer(L, s, st, st->name);
@@ -678,6 +706,38 @@ static void lower_top(lowerer *L, const dm_stmt *st, dm_loc *loss_loc) {
     case STMT_PRECISION: lower_precision(L, st); break;
     case STMT_RETURN: dm_error(L->d, st->loc, "return is only allowed inside a block"); break;
     }
+}
+
+static int by_declaration(const void *a, const void *b) {
+    const dm_stmt *x = *(const dm_stmt *const *)a, *y = *(const dm_stmt *const *)b;
+    if (x->name_loc.line != y->name_loc.line) return x->name_loc.line < y->name_loc.line ? -1 : 1;
+    if (x->name_loc.col != y->name_loc.col) return x->name_loc.col < y->name_loc.col ? -1 : 1;
+    return x == y ? 0 : x < y ? -1 : 1;
+}
+
+/* A layer declared and never called (nor read into by a path: `wte.weight`) computes
+ * nothing: its block's lets and return are never lowered, so their errors would go
+ * unreported. A warning at the declaration, once per statement (a layer of a block many
+ * layers use), in source order; only the outermost of nested uncalled layers (the inner
+ * ones' blocks never ran either). */
+static void warn_uncalled_layers(lowerer *L) {
+    int n = 0, cap = 0;
+    const dm_stmt **decls = NULL;
+    for (instance *in = L->instances; in; in = in->next_alloc) {
+        if (!in->decl || in->calls || in->reached || (in->parent && !in->parent->calls)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            decls = realloc(decls, (size_t)cap * sizeof *decls);
+            if (!decls) abort();
+        }
+        decls[n++] = in->decl;
+    }
+    if (n) qsort(decls, (size_t)n, sizeof *decls, by_declaration);
+    for (int i = 0; i < n; i++)
+        if (i == 0 || decls[i] != decls[i - 1])
+            dm_warning(L->d, decls[i]->name_loc, "layer '%s' is never called: its block '%s' computes nothing, and its "
+                       "lets and return are not checked", decls[i]->name, decls[i]->value->name);
+    free(decls);
 }
 
 /* --set and --mesh names the program does not have, with the nearest it has. */
@@ -734,15 +794,11 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
                  .failed_path = {.kind = B_VALUE, .value = -1, .failed = 1}};
     L.global.prefix = "";
     int errors_before = d->n_errors;
-    /* The mesh first: types anywhere in the file may name its axes. */
-    for (int i = 0; i < prog->n_stmts; i++)
-        if (prog->stmts[i]->kind == STMT_MESH) lower_mesh(&L, prog->stmts[i]);
-    /* Then the micro-batches: the batch dim is lowered as one micro-batch. */
+    /* The mesh and the micro-batches first: types anywhere in the file may name the mesh's
+     * axes, and the batch dim is lowered as one micro-batch. */
     int micro = 0;
     dm_loc micro_loc = {0};
-    for (int i = 0; i < prog->n_stmts; i++)
-        if (prog->stmts[i]->kind == STMT_SCHEDULE || prog->stmts[i]->kind == STMT_ACCUMULATE)
-            lower_schedule(&L, prog->stmts[i], &micro, &micro_loc);
+    lower_read_settings(&L, &micro, &micro_loc);
     /* --schedule replaces the program's schedule, its chunks with it unless --chunks gives them */
     if (opts->schedule >= 0 && opts->schedule != L.g->schedule) L.g->chunks = 0, L.g->chunks_loc = (dm_loc){0};
     if (opts->schedule >= 0) L.g->schedule = opts->schedule;
@@ -774,6 +830,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
     }
     report_unused_overrides(&L);
     check_sequence_parallel(&L);
+    if (d->n_errors == errors_before) warn_uncalled_layers(&L);
     for (instance *in = L.instances, *next; in; in = next) {
         next = in->next_alloc;
         lower_scope_free(&in->env);
@@ -781,6 +838,7 @@ ir_graph *dm_lower(const dm_program *prog, const dm_lower_options *opts, dm_diag
         free(in);
     }
     lower_scope_free(&L.global);
+    lower_scope_free(&L.setting_dims);
     if (d->n_errors > errors_before) {
         ir_graph_free(L.g);
         return NULL;

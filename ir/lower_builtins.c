@@ -7,6 +7,7 @@
  * lower_call_layer). */
 #include "lower_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,27 @@ static int make_const(lowerer *L, double value, dm_loc loc) {
     v->role = ROLE_CONST;
     shapes_infer(L->g, v, L->d);
     return v->id;
+}
+
+/* A constant the program computes is an f32 in the generated code: one past f32's range,
+ * inf or NaN (1e39, 0 / 0, exp(1000), log(0)) would poison every value it reaches, so it
+ * is refused where it is made. what describes it ("1e+39", "0 / 0 = nan"). Returns 1 after
+ * reporting. */
+static int refuse_nonfinite(lowerer *L, double value, dm_loc loc, const char *what) {
+    if (fabs(value) <= FLT_MAX) return 0;
+    dm_error(L->d, loc, "constant %s is not a finite f32 number (f32 holds magnitudes up to %.2g)", what, FLT_MAX);
+    return 1;
+}
+
+/* %g's text, but NaN as "nan" whatever its sign bit (0.0 / 0.0 is -nan on x86). */
+static const char *number_text(double x, char *buf, size_t size) {
+    snprintf(buf, size, isnan(x) ? "nan" : "%g", x);
+    return buf;
+}
+
+/* make_const of a value computed from the program's constants; -1 after refusing it. */
+static int make_checked_const(lowerer *L, double value, dm_loc loc, const char *what) {
+    return refuse_nonfinite(L, value, loc, what) ? -1 : make_const(L, value, loc);
 }
 
 /* ---- expressions ----------------------------------------------------------------------- */
@@ -85,8 +107,11 @@ static int fold_unary(ir_op op, double x, double *out) {
 
 int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
     switch (e->kind) {
-    case EXPR_NUM:
-        return make_const(L, e->num, e->loc);
+    case EXPR_NUM: {
+        char what[64];
+        snprintf(what, sizeof what, "%g", e->num);
+        return make_checked_const(L, e->num, e->loc, what);
+    }
     case EXPR_NAME: {
         binding *b = lower_resolve_path(L, s, e->name, e->loc);
         if (!b) {
@@ -119,7 +144,9 @@ int lower_expr(lowerer *L, scope *s, const dm_expr *e) {
         if (va->op == OP_CONST && vb->op == OP_CONST) {
             double x = va->scalar, y = vb->scalar;
             double r = e->op == '+' ? x + y : e->op == '-' ? x - y : e->op == '*' ? x * y : x / y;
-            return make_const(L, r, e->loc);
+            char what[128], rs[32];
+            snprintf(what, sizeof what, "%g %c %g = %s", x, e->op, y, number_text(r, rs, sizeof rs));
+            return make_checked_const(L, r, e->loc, what);
         }
         ir_op op = e->op == '+' ? OP_ADD : e->op == '-' ? OP_SUB : e->op == '*' ? OP_MUL : OP_DIV;
         int ab[2] = {a, b};
@@ -235,8 +262,8 @@ static int lower_layernorm(lowerer *L, scope *s, const dm_expr *e, int *out) {
             return 1;
         }
         if (lower_eval_number(L, s, kw->lhs, &eps)) return 1;
-        if (!(eps > 0)) {
-            dm_error(L->d, kw->lhs->loc, "layernorm eps must be positive, got %g", eps);
+        if (!(eps > 0 && eps <= FLT_MAX)) {
+            dm_error(L->d, kw->lhs->loc, "layernorm eps must be positive%s, got %g", eps > 0 ? " and a finite f32" : "", eps);
             return 1;
         }
     }
@@ -391,6 +418,11 @@ static int lower_arange(lowerer *L, scope *s, const dm_expr *e, int *out) {
     double a[3] = {0, 0, 1};
     for (int i = 0; i < e->n_args; i++)
         if (lower_eval_number(L, s, e->args[i], &a[e->n_args == 1 ? 1 : i])) return 1;
+    for (int i = 0; i < e->n_args; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%g", a[e->n_args == 1 ? 1 : i]);
+        if (refuse_nonfinite(L, a[e->n_args == 1 ? 1 : i], e->args[i]->loc, what)) return 1;
+    }
     double start = a[0], end = a[1], step = a[2];
     double count = step != 0 ? ceil((end - start) / step) : 0;
     if (!(count >= 1) || count > (double)(1 << 24)) {
@@ -548,18 +580,14 @@ static int lower_expand(lowerer *L, scope *s, const dm_expr *e, int *out) {
  * shares the reduction's buffer, and both have their gradient and sharding rules. */
 static int lower_reduce(lowerer *L, scope *s, const dm_expr *e, int *out) {
     int n = e->n_args;
-    double keep = 0;
+    int keep = 0;
     if (n > 0 && e->args[n - 1]->kind == EXPR_KWARG) {
         const dm_expr *kw = e->args[--n];
         if (strcmp(kw->name, "keepdim") != 0) {
             dm_error(L->d, kw->loc, "%s has no argument '%s' (it takes keepdim)", e->name, kw->name);
             return 1;
         }
-        if (lower_eval_number(L, s, kw->lhs, &keep)) return 1;
-        if (keep != 0 && keep != 1) {
-            dm_error(L->d, kw->lhs->loc, "keepdim must be true or false, got %g", keep);
-            return 1;
-        }
+        if (lower_eval_flag(L, s, kw->lhs, "keepdim", &keep)) return 1;
     }
     for (int i = 0; i < n; i++)
         if (e->args[i]->kind == EXPR_KWARG) {
@@ -582,6 +610,11 @@ static int lower_reduce(lowerer *L, scope *s, const dm_expr *e, int *out) {
     for (int i = 1; i < n; i++) {
         int a = resolve_axis(L, t, e->args[i]);
         if (a < 0) return 1;
+        /* sum(x, T, T): a slip for another dim, not a reduction over T twice */
+        if (axes >> a & 1) {
+            dm_error(L->d, e->args[i]->loc, "%s names dim %d twice: each dim is reduced once", e->name, a);
+            return 1;
+        }
         axes |= 1u << a;
     }
     ir_type kept = *t;
@@ -787,6 +820,11 @@ static int lower_transpose(lowerer *L, scope *s, const dm_expr *e, int *out) {
         d0 = resolve_axis(L, t, e->args[1]);
         d1 = resolve_axis(L, t, e->args[2]);
         if (d0 < 0 || d1 < 0) return 1;
+        /* transpose(x, T, T) would be x: a slip for another dim */
+        if (d0 == d1) {
+            dm_error(L->d, e->args[2]->loc, "transpose swaps two different dims; both arguments name dim %d", d0);
+            return 1;
+        }
     }
     ir_value *v = make(L, s, OP_TRANSPOSE, &x, 1, e->loc);
     for (int i = 0; i < t->rank; i++) v->perm[i] = i;
@@ -828,12 +866,25 @@ static const builtin_lowering builtin_lowerings[] = {
 static int lower_unary(lowerer *L, scope *s, const dm_expr *e, ir_op unary, int *out) {
     if (want_args(L, e, 1, 1)) return 1;
     int x = lower_expr(L, s, e->args[0]);
-    double folded;
-    if (x >= 0 && val(L, x)->op == OP_CONST && fold_unary(unary, val(L, x)->scalar, &folded))
-        *out = make_const(L, folded, e->loc);
-    else if (x >= 0)
+    if (x < 0) return 1;
+    double folded = 0;
+    /* (log, sqrt, rsqrt of a constant outside their domain are not folded, but computed
+     * they would be inf or NaN all the same: refused as folded ones are) */
+    if (val(L, x)->op == OP_CONST && (fold_unary(unary, val(L, x)->scalar, &folded) || !(fabs(folded) <= FLT_MAX))) {
+        char what[128], rs[32];
+        snprintf(what, sizeof what, "%s(%g) = %s", e->name, val(L, x)->scalar, number_text(folded, rs, sizeof rs));
+        *out = make_checked_const(L, folded, e->loc, what);
+    } else {
         *out = make_typed(L, s, unary, &x, 1, e->loc);
+    }
     return 1;
+}
+
+int lower_is_builtin_function(const char *name) {
+    for (size_t i = 0; i < sizeof builtin_lowerings / sizeof *builtin_lowerings; i++)
+        if (strcmp(name, builtin_lowerings[i].name) == 0) return 1;
+    ir_op unary = ir_op_by_name(name);
+    return unary != OP_COUNT && ir_op_info_of(unary)->cls == OPC_UNARY;
 }
 
 /* Lowers a call of a builtin into *out (-1 after an error); 0 when e->name is none. */

@@ -89,9 +89,10 @@ int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {
             *out = (double)b->dim;
             return 0;
         }
+        /* `lr = true` is a slip, not 1 (flags are lower_eval_flag's) */
         if (strcmp(e->name, "true") == 0 || strcmp(e->name, "false") == 0) {
-            *out = e->name[0] == 't';
-            return 0;
+            dm_error(L->d, e->loc, "'%s' is a flag (true or false), not a number", e->name);
+            return -1;
         }
         dm_error(L->d, e->loc, "'%s' is not a constant", e->name);
         return -1;
@@ -129,4 +130,22 @@ int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {
         dm_error(L->d, e->loc, "expected a number");
         return -1;
     }
+}
+
+int lower_eval_flag(lowerer *L, scope *s, const dm_expr *e, const char *what, int *out) {
+    if (e->kind == EXPR_NAME && (strcmp(e->name, "true") == 0 || strcmp(e->name, "false") == 0)) {
+        binding *b = lower_scope_find(s, e->name);
+        if (!b || b->kind != B_DIM) { /* (a dim named true is a number) */
+            *out = e->name[0] == 't';
+            return 0;
+        }
+    }
+    double v;
+    if (lower_eval_number(L, s, e, &v)) return -1;
+    if (v != 0 && v != 1) {
+        dm_error(L->d, e->loc, "%s must be true or false, got %g", what, v);
+        return -1;
+    }
+    *out = v == 1;
+    return 0;
 }

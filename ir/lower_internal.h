@@ -55,7 +55,12 @@ typedef struct lowerer {
     const dm_lower_options *opts;
     const dm_program *prog;   /* the program (settings read first look ahead in it) */
     scope global;
+    /* the top-level dims as written (or --set: the whole batch, not one micro-batch), for
+     * the settings read before the program (mesh sizes, microbatches, accumulate, chunks):
+     * lower_read_settings fills it as it reaches each dim */
+    scope setting_dims;
     instance *instances;
+    instance *instantiating;  /* the instance whose block's body is being instantiated, or NULL */
     int depth;                /* nested instantiation / calls */
     int segments;             /* recomputation segments so far (ir_value.segment; close_segment) */
     int member_depth;         /* calls of repeated layers' members open */
@@ -63,7 +68,7 @@ typedef struct lowerer {
     int dropouts;             /* dropout ops so far (ir_value.rng_op) */
     const dm_expr *cuts;      /* the schedule's cuts = [...], resolved after the program */
     /* the first statement of each setting: a second would silently replace it */
-    const dm_stmt *schedule_stmt, *accumulate_stmt, *zero_stmt, *precision_stmt;
+    const dm_stmt *mesh_stmt, *schedule_stmt, *accumulate_stmt, *zero_stmt, *precision_stmt;
     binding failed_path;      /* what a dotted path into a failed layer resolves to */
     const char *layer_path;   /* the top-level layer being instantiated, or NULL */
     int newest_bound;         /* the largest value id a name was bound to (-1: none): the
@@ -111,18 +116,27 @@ int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, cons
 int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out);
 /* Real-valued constants (hyper-parameters, initialisers' arguments): 0 and *out, or -1. */
 int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out);
+/* A flag (keepdim, nesterov): true or false (or 1 or 0) into *out and 0, or reported
+ * ("WHAT must be true or false") and -1. */
+int lower_eval_flag(lowerer *L, scope *s, const dm_expr *e, const char *what, int *out);
 
 /* ---- lower_builtins.c ------------------------------------------------------------------ */
 
 int lower_expr(lowerer *L, scope *s, const dm_expr *e);
+/* Whether name is a built-in function (relu, softmax, sum, ...): a call by that name
+ * always means the function. */
+int lower_is_builtin_function(const char *name);
 
 /* ---- lower_settings.c ------------------------------------------------------------------ */
 
 /* Blocks declare dims too (overridable 0): lower.c calls it for those as well. */
 void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable);
-void lower_mesh(lowerer *L, const dm_stmt *st);
+/* The settings read before the rest of the program, in program order: the mesh (types
+ * anywhere may name its axes), the schedule and accumulate (the batch dim is lowered as
+ * one micro-batch); the dims written before each may size it. *micro and *micro_loc:
+ * the micro-batches given (0: none) and where. */
+void lower_read_settings(lowerer *L, int *micro, dm_loc *micro_loc);
 void lower_optimizer(lowerer *L, const dm_stmt *st);
-void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc);
 void lower_zero(lowerer *L, const dm_stmt *st);
 void lower_precision(lowerer *L, const dm_stmt *st);
 void lower_resolve_cuts(lowerer *L, const dm_expr *list);

@@ -4,6 +4,7 @@
  * global scope's dims; dm_lower (lower.c) decides when each runs. */
 #include "lower_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,13 +110,16 @@ static void check_mesh_ranks(lowerer *L, const dm_stmt *st) {
     dm_error(L->d, st->loc, "the mesh has %.0f ranks (%s): at most %d (2^20)", product, axes, MAX_MESH_RANKS);
 }
 
-void lower_mesh(lowerer *L, const dm_stmt *st) {
+static void lower_mesh(lowerer *L, const dm_stmt *st) {
     ir_graph *g = L->g;
-    if (g->n_axes) {
+    /* (by the statement, not its axes: `mesh()` declares a mesh of none) */
+    if (L->mesh_stmt) {
+        const dm_stmt *first = L->mesh_stmt;
         dm_error(L->d, st->loc, "the mesh is already declared");
-        dm_note(L->d, g->axes[0].loc, "first declared here");
+        dm_note(L->d, first->n_args ? first->args[0]->loc : first->loc, "first declared here");
         return;
     }
+    L->mesh_stmt = st;
     for (int i = 0; i < st->n_args; i++) {
         const dm_expr *a = st->args[i];
         if (a->kind != EXPR_KWARG) {
@@ -131,7 +135,7 @@ void lower_mesh(lowerer *L, const dm_stmt *st) {
             continue;
         }
         int64_t size;
-        if (lower_eval_dim(L, &L->global, a->lhs, &size)) continue;
+        if (lower_eval_dim(L, &L->setting_dims, a->lhs, &size)) continue;
         dm_override *o = find_override(L->opts->mesh, L->opts->n_mesh, a->name);
         if (o) size = o->value, o->used = 1;
         if (size < 1 || size > 65536) {
@@ -219,8 +223,15 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         if (repeated_setting(L, a, given)) continue;
+        if (slot == &nesterov_value) { /* a flag: nesterov = 3 is a slip, not true */
+            int flag;
+            if (!lower_eval_flag(L, &L->global, a->lhs, "nesterov", &flag)) nesterov_value = flag;
+            continue;
+        }
         if (lower_eval_number(L, &L->global, a->lhs, slot)) continue;
-        if (*slot < 0 || !isfinite(*slot)) dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
+        /* the update computes in f32: a value past its range would be inf there */
+        if (*slot < 0 || !(*slot <= FLT_MAX))
+            dm_error(L->d, a->lhs->loc, "'%s' must be a finite, non-negative number", a->name);
         else if (slot == &o->clip && *slot == 0)
             dm_error(L->d, a->lhs->loc, "clip is the largest gradient norm let through, above 0 (leave it out not to clip)");
     }
@@ -251,7 +262,7 @@ static int dim_like(lowerer *L, const dm_expr *e) {
     switch (e->kind) {
     case EXPR_NUM: return 1;
     case EXPR_NAME: {
-        binding *b = lower_scope_find(&L->global, e->name);
+        binding *b = lower_scope_find(&L->setting_dims, e->name);
         return b ? b->kind == B_DIM : !declared_not_dim(L->prog, e->name);
     }
     case EXPR_NEG: return dim_like(L, e->lhs);
@@ -270,7 +281,7 @@ static int reserved_setting(lowerer *L, const dm_stmt *st, const char *word, con
 
 static int micro_count(lowerer *L, const dm_expr *e, const char *what, int *out) {
     int64_t v;
-    if (lower_eval_dim(L, &L->global, e, &v)) return -1;
+    if (lower_eval_dim(L, &L->setting_dims, e, &v)) return -1;
     if (v < 1 || v > 4096) {
         dm_error(L->d, e->loc, "%s must be from 1 to 4096, got %lld", what, (long long)v);
         return -1;
@@ -282,7 +293,7 @@ static int micro_count(lowerer *L, const dm_expr *e, const char *what, int *out)
 /* `schedule 1f1b(microbatches = 8)` and `accumulate = 4`: the micro-batches of a step
  * (the same count: Megatron-LM's number of micro-batches is its accumulation) and the
  * pipeline schedule. Read before anything else: the batch dim is lowered divided. */
-void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc) {
+static void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc) {
     ir_graph *g = L->g;
     int m = 0;
     dm_loc at = st->loc;
@@ -334,6 +345,37 @@ void lower_schedule(lowerer *L, const dm_stmt *st, int *micro, dm_loc *micro_loc
     }
     *micro = m;
     *micro_loc = at;
+}
+
+/* A top-level dim into L->setting_dims, as lower_dim evaluates it but whole (the batch
+ * is not yet divided into micro-batches) and silently: lower_dim reports its errors when
+ * the program is lowered, and a dim that fails here is bound as failed, so that a setting
+ * using it adds no error of its own. */
+static void read_setting_dim(lowerer *L, const dm_stmt *st) {
+    if (lower_scope_find_local(&L->setting_dims, st->name)) return; /* a redefinition: lower_dim says so */
+    dm_diag *d = L->d;
+    dm_diag silent = {.src = d->src, .out = d->out, .max_errors = -1}; /* past its limit from the start: prints nothing */
+    L->d = &silent;
+    int64_t v = 0;
+    int failed = lower_eval_dim(L, &L->setting_dims, st->value, &v) != 0;
+    dm_override *o = find_override(L->opts->dims, L->opts->n_dims, st->name);
+    if (o) v = o->value, failed = 0;
+    binding *b = lower_scope_add(L, &L->setting_dims, st->name, B_DIM, st->name_loc);
+    L->d = d;
+    if (!b) return;
+    b->dim = v;
+    b->display = b->name;
+    b->failed = failed || v <= 0;
+}
+
+void lower_read_settings(lowerer *L, int *micro, dm_loc *micro_loc) {
+    const dm_program *prog = L->prog;
+    for (int i = 0; i < prog->n_stmts; i++) {
+        const dm_stmt *st = prog->stmts[i];
+        if (st->kind == STMT_DIM) read_setting_dim(L, st);
+        else if (st->kind == STMT_MESH) lower_mesh(L, st);
+        else if (st->kind == STMT_SCHEDULE || st->kind == STMT_ACCUMULATE) lower_schedule(L, st, micro, micro_loc);
+    }
 }
 
 /* `zero = 2`: the ZeRO stage (passes/zero.c says what each splits). */

@@ -37,15 +37,30 @@ static int check_inputs(const ir_graph *g, dm_diag *d) {
     return errors;
 }
 
-/* With micro-batches, each micro-batch's rows of an output are copied into the step's. */
+/* The value whose buffer v is read from: v itself, or what a reshape or another view
+ * reads in place (the memory plan gives them their operand's buffer). */
+static const ir_value *buffer_owner(const ir_graph *g, const ir_value *v) {
+    while (ir_in_operand_buffer(v)) v = g->values[v->operands[0]];
+    return v;
+}
+
+/* With micro-batches or stages, an output is written by the op that computes it, each
+ * micro-batch's rows copied into the step's: it must be the result of an op (not an
+ * input or a parameter, nor a reshape of one, which live in the caller's buffers), and
+ * with micro-batches lead with the batch. Said at the output statement. */
 static int check_outputs(const ir_graph *g, dm_diag *d) {
     int errors = 0;
-    for (int i = 0; g->microbatches > 1 && i < g->n_outputs; i++) {
+    for (int i = 0; ir_is_scheduled(g) && i < g->n_outputs; i++) {
         const ir_value *v = g->values[g->outputs[i]];
         const ir_type *t = &v->type;
-        if (t->rank == 0 || !t->dim_name[0] || strcmp(t->dim_name[0], g->batch_dim) != 0) {
-            dm_error(d, v->loc, "output '%s' does not lead with the batch '%s': with micro-batches, outputs are the "
-                                "step's rows", v->name, g->batch_dim);
+        dm_loc at = g->output_locs ? g->output_locs[i] : v->loc;
+        if (buffer_owner(g, v)->role != ROLE_TEMP) {
+            dm_error(d, at, "output '%s' is not computed: with micro-batches or stages, outputs are results of ops "
+                            "(not an input or parameter, nor a reshape of one)", v->name);
+            errors++;
+        } else if (g->microbatches > 1 && (t->rank == 0 || !t->dim_name[0] || strcmp(t->dim_name[0], g->batch_dim) != 0)) {
+            dm_error(d, at, "output '%s' does not lead with the batch '%s': with micro-batches, outputs are the "
+                            "step's rows", v->name, g->batch_dim);
             errors++;
         }
     }

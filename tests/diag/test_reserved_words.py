@@ -7,7 +7,10 @@ The reserved words are the keywords frontend/lexer.l returns as tokens (its
   - docs/language.md's "Reserved words (keywords):" list is exactly that set;
   - for each word W, `dmc --check` of a program that names a parameter W, and one that
     defines a value `W = ...` at the start of a line, exits 1 with
-    "'W' is a reserved word" in its one error.
+    "'W' is a reserved word" in its one error;
+  - likewise, every built-in function of docs/language.md's "Expressions" table
+    (`relu(x)`, `softmax(x)`, ...) cannot name a layer (a call by that name would always
+    call the function): "'F' is a built-in function" is the one error.
 Exit status: 0 pass, 1 failure.
 """
 import os
@@ -28,14 +31,25 @@ def documented(root):
     return set(m.group(1).split()) if m else set()
 
 
-def check(dmc, tmp, word, program):
+def documented_functions(root):
+    """The functions the "Expressions" table's first column calls: `relu(x)`, ..."""
+    text = open(os.path.join(root, "docs", "language.md")).read()
+    section = text.split("## Expressions")[1].split("\n## ")[0]
+    names = set()
+    for row in section.splitlines():
+        if row.startswith("| `"):
+            names |= set(re.findall(r"`([a-z_]+)\(", row.split(" | ")[0]))
+    return names
+
+
+def check(dmc, tmp, word, program, said="'%s' is a reserved word"):
     path = os.path.join(tmp, "reserved.dm")
     with open(path, "w") as f:
         f.write(program)
     r = subprocess.run([dmc, "--check", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=60)
     errors = [line for line in r.stderr.splitlines() if ": error: " in line]
-    if r.returncode != 1 or len(errors) != 1 or ("'%s' is a reserved word" % word) not in errors[0]:
+    if r.returncode != 1 or len(errors) != 1 or (said % word) not in errors[0]:
         return ["%r: exit %d, stderr:\n%s" % (program, r.returncode, r.stderr)]
     return []
 
@@ -55,6 +69,13 @@ def main(argv):
         for word in sorted(words):
             failures += check(dmc, tmp, word, "param %s : f32[4] = zeros\n" % word + tail)
             failures += check(dmc, tmp, word, "%s = relu(w)\n" % word + tail)
+        functions = documented_functions(root)
+        if len(functions) < 20:
+            failures.append("found only %d functions in docs/language.md's Expressions table: %s"
+                            % (len(functions), sorted(functions)))
+        for name in sorted(functions):
+            failures += check(dmc, tmp, name, "block b(x) {\n    return x\n}\nlayer %s = b\n" % name + tail,
+                              "'%s' is a built-in function and cannot name a layer")
     for f in failures:
         print("FAIL " + f)
     print("%d reserved words: %s" % (len(words), " ".join(sorted(words))))
