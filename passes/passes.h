@@ -267,6 +267,11 @@ typedef struct dm_pipeline_options {
  * n_ops forward ops op[] (value ids): the errors found. */
 int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d);
 int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, int chunks, int *boundary, dm_diag *d);
+/* The pipedream schedule sends a tied parameter's updates only to the stages after the one
+ * updating it (emit_2bw.c): an error at each op reading a parameter on an earlier stage (off
+ * the loss path: place_the_rest puts a parameter where its gradient is made, the first op on
+ * the loss path reading it). The errors found. */
+int pipeline_tied_order(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d);
 /* A warning when dmc's own cut leaves the slowest stage over 1.5x the mean (at: the
  * pipeline axis's declaration, if any). */
 void pipeline_warn_imbalance(const ir_graph *g, const dm_pipeline_plan *plan, dm_loc at, dm_diag *d);

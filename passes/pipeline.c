@@ -1,7 +1,8 @@
 /* pipeline.c: pipeline stages. The forward ops, in program order, are cut into P
  * contiguous stages; every other op follows: a backward op runs where the forward op it
- * differentiates ran (v->origin), an update where its parameter lives, a collective the
- * shard pass inserted where its operand is.
+ * differentiates ran (v->origin), an update where its parameter lives (where its gradient
+ * is made: the stage of the first op on the loss path reading it, gradient_origin), a
+ * collective the shard pass inserted where its operand is.
  *
  * The cut minimises the slowest stage (the pipeline runs at its pace), where a stage's
  * time is its forward ops' predicted time, their backward ops' and receiving the values
@@ -54,6 +55,25 @@ static void prefix_sum(double *v, int n) {
 
 static int is_forward_op(const ir_value *v) {
     return v->phase == PHASE_FORWARD && ir_op_info_of(v->op)->cls != OPC_SOURCE;
+}
+
+/* The forward op whose gradient rule makes parameter p's gradient: autodiff adds a
+ * parameter's contributions in reverse program order, so the last, which makes the
+ * gradient, is that of the first op on the loss path reading it (through the copy autodiff
+ * may add, an identity whose origin is the parameter, and the shard pass's reductions,
+ * which have none). NULL where no op's gradient reaches it (its gradient is zeros, or it
+ * has none). Not always the parameter's first reader: `dead = x @ w` off the loss path
+ * reads w first and makes no gradient. */
+static const ir_value *gradient_origin(const ir_graph *g, int p) {
+    if (!g->grads || p < 0 || p >= g->n_params || g->grads[p] < 0) return NULL;
+    const ir_value *v = g->values[g->grads[p]];
+    for (int hops = 0; hops < g->n_values; hops++) {
+        if (v->origin && is_forward_op(v->origin)) return v->origin;
+        int copies = v->op == OP_IDENTITY || ir_op_info_of(v->op)->cls == OPC_COLLECTIVE;
+        if (!copies || v->n_operands < 1) return NULL;
+        v = g->values[v->operands[0]];
+    }
+    return NULL;
 }
 
 /* Length of the layer part of a value's name: up to the first member index of a repeated
@@ -171,7 +191,12 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     double *across = pipe_xcalloc((size_t)n + 2, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (v->op == OP_PARAM && first_use[i] < n) c->params[first_use[i]] += (double)ir_local_numel(g, &v->type) * state;
+        if (v->op == OP_PARAM && first_use[i] < n) {
+            /* on the stage that makes its gradient and updates it (place_the_rest) */
+            const ir_value *o = gradient_origin(g, v->param_index);
+            int at = o && pos[o->id] >= 0 ? pos[o->id] : first_use[i];
+            c->params[at] += (double)ir_local_numel(g, &v->type) * state;
+        }
         if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
         double elems = (double)ir_storage_elems(g, v);
         /* it crosses every boundary after it up to its last user */
@@ -534,7 +559,12 @@ static void place_the_rest(ir_graph *g, dm_pipeline_plan *plan) {
     for (int i = 0; i < g->n_values; i++) {
         ir_value *v = g->values[i];
         if (ir_op_info_of(v->op)->cls == OPC_SOURCE && v->phase == PHASE_FORWARD) v->stage = low[i] < plan->stages ? low[i] : 0;
-        if (v->op == OP_PARAM && high[i] > low[i]) {
+        /* a parameter lives where its gradient is made (the stage of the first op on the loss
+         * path reading it: the last the backward pass reaches), which sums it and updates it;
+         * a stage reading it before, off the loss path, holds a copy (tied) */
+        const ir_value *o = v->op == OP_PARAM ? gradient_origin(g, v->param_index) : NULL;
+        if (o) v->stage = o->stage;
+        if (v->op == OP_PARAM && (high[i] > low[i] || (high[i] >= 0 && v->stage != low[i]))) {
             plan->tied = realloc(plan->tied, (size_t)(plan->n_tied + 1) * sizeof(int));
             plan->tied_on = realloc(plan->tied_on, (size_t)(plan->n_tied + 1) * sizeof(uint64_t));
             if (!plan->tied || !plan->tied_on) abort();
@@ -785,6 +815,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
         for (int k = 0; k < stages; k++)
             for (int q = boundary[k]; q < boundary[k + 1]; q++) g->values[c.op[q]]->stage = k;
         place_the_rest(g, plan);
+        errors += pipeline_tied_order(g, plan, d);
         summarise(g, &c, boundary, plan);
         time_schedule(g, plan, opts ? opts->bucket_bytes : 0);
         if (!errors) pipeline_warn_imbalance(g, plan, at, d);

@@ -156,6 +156,27 @@ int pipeline_user_cuts(const ir_graph *g, int n_ops, const int *op, int stages, 
     return errors;
 }
 
+int pipeline_tied_order(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag *d) {
+    if (plan->ranks < 2 || plan->chunks > 1 || !dm_runs_pipedream(g)) return 0;
+    int errors = 0;
+    for (int t = 0; t < plan->n_tied; t++) {
+        const ir_value *p = g->values[plan->tied[t]];
+        for (int i = 0; i < g->n_values; i++) {
+            const ir_value *v = g->values[i];
+            if (v->phase != PHASE_FORWARD || ir_op_info_of(v->op)->cls == OPC_SOURCE || v->stage >= p->stage) continue;
+            int reads = 0;
+            for (int k = 0; k < v->n_operands; k++) reads |= v->operands[k] == p->id;
+            if (!reads) continue;
+            dm_error(d, v->loc, "'%s' is read here on pipeline stage %d, but its gradient is made and it is updated on "
+                                "stage %d (where the loss path first reads it): the pipedream schedule sends a parameter's "
+                                "updates only to later stages", p->name, v->stage, p->stage);
+            dm_note(d, v->loc, "use another schedule (gpipe, 1f1b, 2bw), or read '%s' on the loss path first", p->name);
+            errors++;
+            break; /* one error a parameter */
+        }
+    }
+    return errors;
+}
 
 /* A stage's slowest at over this times the mean is warned of when dmc chose the cuts. */
 #define UNBALANCED 1.5
