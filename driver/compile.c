@@ -71,6 +71,8 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (pass_supported(g, d)) return 1;
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
+    /* the pipeline pass timed the step before the gathers existed */
+    pipeline_retime_zero_gathers(g, &out->pipeline, po.bucket_bytes);
     pass_precision(g, &out->pipeline, &out->reshards);
     VERIFY("precision");
     pass_slice_views(g);

@@ -100,12 +100,14 @@ dm_op_cost cost_of_op(const ir_graph *g, const ir_value *v) {
     case OPC_MATMUL: {
         const ir_value *a = g->values[v->operands[0]];
         int r = a->type.rank;
-        int kdim = v->trans_a ? r - 2 : r - 1;
         ir_type a_local = ir_local_type(g, &a->type);
-        double k = (double)a_local.shape[kdim];
-        /* a weight's gradient x^T dy of a batched x [B, T, C] (a 2-D result): the sum runs
-         * over every row of x, all but its last dim */
-        if (v->trans_a && r > 2 && v->type.rank == 2) k = (double)ir_numel(&a_local) / (double)a_local.shape[r - 1];
+        /* the summed length (ir/shapes.c's rules): a's last dim; batched with trans_a, its
+         * second last; unbatched a^T b (a weight's gradient x^T dy), every row of a, all but
+         * its last dim: [B, T, C] gives B T, [N, C] N, and a vector [C] one row (the outer
+         * product of v @ w's gradient, where r - 2 would index shape[-1]) */
+        double k = !v->trans_a         ? (double)a_local.shape[r - 1]
+                   : v->batch_dims > 0 ? (double)a_local.shape[r - 2]
+                                       : (double)ir_numel(&a_local) / (double)a_local.shape[r - 1];
         c.flops = 2.0 * out * k;
         c.matmul = 1;
         /* operands of rank 3 and more on both sides: a product per matrix (codegen loops over them) */

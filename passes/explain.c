@@ -94,19 +94,25 @@ double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c) {
 
 const char *const explain_phase_names[3] = {"forward", "backward", "update"};
 
-/* What each rank sends, summed by phase and mesh axis (sent[phase][axis]); with ZeRO (zero
- * not NULL), its collectives in place of the allreduces they replace. */
+int explain_per_step(const ir_graph *g, int phase) {
+    return phase == PHASE_UPDATE || g->microbatches < 1 ? 1 : g->microbatches;
+}
+
+/* What each rank sends in a step, summed by phase and mesh axis (sent[phase][axis]): the
+ * forward's and backward's collectives once per micro-batch; with ZeRO (zero not NULL), its
+ * collectives in place of the allreduces they replace. */
 static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
                                double sent[3][IR_MAX_AXES]) {
     memset(sent, 0, sizeof(double) * 3 * IR_MAX_AXES);
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
         if (!explain_replaced(g, zero, r->items[i].value))
-            sent[c->phase][explain_collective_axis(g, c)] += explain_collective_sent_bytes(g, c);
+            sent[c->phase][explain_collective_axis(g, c)] +=
+                explain_per_step(g, c->phase) * explain_collective_sent_bytes(g, c);
     }
     explain_zero_collective *zc;
     int n = explain_zero_collectives(g, zero, &zc);
-    for (int i = 0; i < n; i++) sent[zc[i].phase][zc[i].axis] += zc[i].sent;
+    for (int i = 0; i < n; i++) sent[zc[i].phase][zc[i].axis] += explain_per_step(g, zc[i].phase) * zc[i].sent;
     free(zc);
 }
 
@@ -128,9 +134,10 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
             by_servers++;
             continue;
         }
-        total += explain_collective_bytes(g, c);
-        total_sent += explain_collective_sent_bytes(g, c);
-        calls += explain_collective_calls(c);
+        int times = explain_per_step(g, c->phase);
+        total += times * explain_collective_bytes(g, c);
+        total_sent += times * explain_collective_sent_bytes(g, c);
+        calls += times * explain_collective_calls(c);
     }
     char t[32], s[32];
     explain_mib((double)total / 4.0, t, sizeof t);
@@ -147,6 +154,9 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
         }
     if (by_servers)
         fprintf(out, "; not counted: the %d listed below that the parameter servers replace", by_servers);
+    if (g->microbatches > 1)
+        fprintf(out, "; the forward's and backward's each of the %d micro-batches (the rows below: one call)",
+                g->microbatches);
     fprintf(out, "\n  %-8s %-28s %-30s %-28s %12s %12s\n", "phase", "collective", "value", "type", "operand", "sent");
     for (int i = 0; i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
@@ -206,7 +216,8 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero
             explain_json_string(out, g->axes[a].name);
             fprintf(out, ", \"sent_bytes_per_rank\": %.0f}", sent[p][a]);
         }
-    fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f}", total, total);
+    fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f, \"microbatches\": %d}", total,
+            total, explain_per_step(g, PHASE_FORWARD));
 }
 
 /* "h1 (line 43)" */

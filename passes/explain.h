@@ -35,6 +35,9 @@ const char *explain_collective_kind(const ir_value *c);
 int explain_collective_calls(const ir_value *c);
 int64_t explain_collective_bytes(const ir_graph *g, const ir_value *c);
 double explain_collective_sent_bytes(const ir_graph *g, const ir_value *c);
+/* How many times a step runs a collective of this phase: a forward or backward one once per
+ * micro-batch (the step's M of them), an update's once. The per-step sums multiply by it. */
+int explain_per_step(const ir_graph *g, int phase);
 /* ZeRO's collectives (passes/zero.c) in place of its buckets' gradient allreduces: per
  * bucket a reduce-scatter in the update and, for a bucket held whole, an all-gather of its
  * parameters after it; per ZeRO 3 gather, an all-gather before its readers in the forward or

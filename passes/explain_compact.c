@@ -84,9 +84,10 @@ static int zero_rows(const ir_graph *g, const dm_zero_plan *zero, collective_gro
             grp->phase = zc[i].phase, grp->axis = zc[i].axis, grp->kind = zc[i].kind, grp->zero_order = k;
             snprintf(grp->zero_largest, sizeof grp->zero_largest, "%s", zc[i].what);
         }
-        grp->calls++;
-        grp->bytes += zc[i].bytes;
-        grp->sent += zc[i].sent;
+        int times = explain_per_step(g, zc[i].phase);
+        grp->calls += times;
+        grp->bytes += times * zc[i].bytes;
+        grp->sent += times * zc[i].sent;
     }
     free(zc);
     return n_groups;
@@ -115,9 +116,10 @@ static int group_collectives(const ir_graph *g, const dm_reshard_list *r, const 
             n_groups--;
         }
         grp->items[grp->n++] = i;
-        grp->calls += explain_collective_calls(c);
-        grp->bytes += explain_collective_bytes(g, c);
-        grp->sent += explain_collective_sent_bytes(g, c);
+        int times = explain_per_step(g, c->phase);
+        grp->calls += times * explain_collective_calls(c);
+        grp->bytes += times * explain_collective_bytes(g, c);
+        grp->sent += times * explain_collective_sent_bytes(g, c);
     }
     n_groups = zero_rows(g, zero, groups, n_groups);
     qsort(groups, (size_t)n_groups, sizeof *groups, by_phase_axis_first);
@@ -140,7 +142,8 @@ static void largest_contributors(const ir_graph *g, const dm_reshard_list *r, co
     explain_name_group *named;
     int n_named = explain_collapse_names(names, NULL, grp->n, &named, group_of);
     for (int i = 0; i < grp->n; i++)
-        bytes[group_of[i]] += (double)explain_collective_bytes(g, g->values[r->items[grp->items[i]].value]);
+        bytes[group_of[i]] += (double)explain_per_step(g, grp->phase) *
+                              (double)explain_collective_bytes(g, g->values[r->items[grp->items[i]].value]);
     size_t len = 0;
     buf[0] = 0;
     for (int shown = 0; shown < SHOWN && shown < n_named && len < size; shown++) {
@@ -174,7 +177,8 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, co
     human_bytes((double)bytes, b, sizeof b);
     human_bytes(sent, s, sizeof s);
     fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s "
-                 "(and receives as much)\n", calls, b, s);
+                 "(and receives as much)%s\n", calls, b, s,
+            g->microbatches > 1 ? "; the forward's and backward's once per micro-batch" : "");
     fprintf(out, "  %-8s %-8s %-20s %5s %11s %11s  %s\n", "phase", "axis", "kind", "calls", "operands", "sent", "largest");
     for (int k = 0; k < n_groups; k++) {
         const collective_group *grp = &groups[k];

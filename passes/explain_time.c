@@ -39,6 +39,14 @@ static void explain_precision_note(const ir_graph *g, FILE *out) {
             ir_dtype_name(g->product_dtype), casts, (double)elems / 1e6);
 }
 
+/* --param-servers: the model still times the gradient allreduces the servers replace and
+ * the workers' optimizer update (docs/parallelism.md, "Parameter servers", says why). */
+static void explain_param_servers_note(const ir_graph *g, FILE *out) {
+    if (!g->param_servers.servers) return;
+    fprintf(out, "  (not priced: the %d parameter server%s; this times the allreduces and update they replace)\n",
+            g->param_servers.servers, g->param_servers.servers == 1 ? "" : "s");
+}
+
 /* Every figure, with what each covers and what the model leaves out (--explain=full). */
 static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out) {
     const dm_hardware *hw = cost_hardware(&pl->cost);
@@ -58,6 +66,7 @@ static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *
                      "  and step)\n", pl->model_flops / step / 1e12, pl->model_flops / 1e9);
     }
     explain_precision_note(g, out);
+    explain_param_servers_note(g, out);
     fprintf(out, "  (%s; docs/cost.md)\n\n",
             strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
                                              : "the hardware's peaks times its efficiencies");
@@ -81,6 +90,7 @@ static void time_text_compact(const ir_graph *g, const dm_pipeline_plan *pl, FIL
                 pl->model_flops / step / 1e12, pl->model_flops / 1e9);
     }
     explain_precision_note(g, out);
+    explain_param_servers_note(g, out);
     fprintf(out, "\n");
 }
 
@@ -100,8 +110,9 @@ void explain_time_json(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out)
     explain_json_string(out, hw->source);
     fprintf(out, ", \"precision\": \"%s\", \"step_seconds\": %.10g, \"schedule_seconds\": %.10g, \"update_seconds\": %.10g, "
                  "\"bubble\": %.10g, \"samples_per_second\": %.10g, \"tokens_per_second\": %.10g, "
-                 "\"model_flops_per_device\": %.10g, \"tflops_per_device\": %.10g}",
+                 "\"model_flops_per_device\": %.10g, \"tflops_per_device\": %.10g%s}",
             dm_precision_name((dm_precision)pl->cost.precision), step, pl->timed.step, pl->update_seconds, pl->bubble,
             step > 0 ? samples / step : 0, step > 0 ? tokens / step : 0, pl->model_flops,
-            step > 0 ? pl->model_flops / step / 1e12 : 0);
+            step > 0 ? pl->model_flops / step / 1e12 : 0,
+            g->param_servers.servers ? ", \"param_servers_priced\": false" : "");
 }

@@ -474,6 +474,15 @@ int *dm_summed_partials(const ir_graph *g);
  * pass_buckets's grouping (bucket_floats as there). requires: pipeline; renumbers values
  * (and the value ids in pipe and reshards). */
 int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
+/* (n_params) 1 for each parameter a zero_gather reads (held in ZeRO 3's shares: its
+ * gradient is reduce-scattered, and no all-gather follows its update); NULL when there are
+ * none. Free with free(). */
+char *dm_zero_gathered_params(const ir_graph *g);
+/* After pass_zero_gather: the plan's predicted step again with ZeRO 3's gathers in each
+ * stage's forward and backward (what prefetching hides of them, as far as the hardware
+ * overlaps communication with computation, left out) and its shares' gradients
+ * reduce-scattered rather than allreduced (pipeline.c). Nothing without gathers. */
+void pipeline_retime_zero_gathers(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes);
 /* After a pass rebuilt the value list (map: old id -> new id): the value ids the plans made
  * so far hold, renamed (either plan may be NULL). */
 void dm_plans_renumber(const int *map, dm_pipeline_plan *pipe, dm_reshard_list *reshards);

@@ -109,6 +109,34 @@ static void mark_layers(const ir_graph *g, pipe_costs *c) {
     }
 }
 
+/* One element-wise pass over a gradient of elems elements: an operation an element, and
+ * bytes_per bytes; f32 whatever the products' precision (the gradients and their sums are). */
+static double grad_pass_seconds(const ir_graph *g, const dm_cost_model *m, double elems, double bytes_per) {
+    if (elems <= 0) return 0;
+    dm_op_cost c = {.flops = elems, .bytes = bytes_per * elems, .calls = 1, .fp32_master = 1};
+    return cost_seconds(g, m, c);
+}
+
+double pipe_grad_sum_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems) {
+    /* 16-bit plans are costed as Megatron-LM runs them (cost_seconds' 2-byte activations):
+     * its weight-gradient products accumulate into the fp32 gradient in place (beta = 1,
+     * gradient_accumulation_fusion), no pass of their own. Pricing dmc's add here put the
+     * published runs of many micro-batches 6 to 7 points further off (docs/cost.md). */
+    if (microbatches <= 1 || (m && (m->precision == DM_BF16 || m->precision == DM_FP16))) return 0;
+    return grad_pass_seconds(g, m, elems, dm_runs_pipedream(g) ? 8 : 12);
+}
+
+double pipe_grad_mean_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems) {
+    if (microbatches <= 1 || dm_runs_pipedream(g)) return 0;
+    return grad_pass_seconds(g, m, elems, 8);
+}
+
+/* The elements of parameter p's gradient on a rank (0 when it has none). */
+static double grad_elems(const ir_graph *g, int p) {
+    int grad = g->grads ? g->grads[p] : -1;
+    return grad >= 0 ? (double)ir_local_numel(g, &g->values[grad]->type) : 0;
+}
+
 /* Each forward op's costs, its own (not yet summed), the values crossing each boundary and
  * where layers start. */
 void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
@@ -166,6 +194,16 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
         int at = where[i];
         if (at >= 0 && g->values[i]->phase == PHASE_BACKWARD && last_sent[at] >= 0 && i > last_sent[at])
             c->send_tail[at] += op_seconds[i];
+    }
+    /* several micro-batches: each adds a parameter's gradient into the step's sum once it is
+     * made, in the backward of the parameter's first reader (a layer's weight gradients,
+     * which come after the send: the tail) */
+    for (int p = 0; c->microbatches > 1 && p < g->n_params; p++) {
+        int at = first_use[g->params[p]];
+        if (at >= n) continue;
+        double t = pipe_grad_sum_seconds(g, c->model, c->microbatches, grad_elems(g, p));
+        c->seconds[at] += t;
+        c->send_tail[at] += t;
     }
     free(where);
     free(last_sent);
@@ -638,10 +676,17 @@ double pipe_model_flops_of(const ir_value *v, const dm_op_cost *oc) {
  * reduced[axis], and the ring steps of one reduction to steps[axis] (reductions_seconds pays
  * them per bucket). Its time with its bytes in cache is added to *cached_seconds, and the
  * bytes it moves to *bytes (the update's working set, whose share in cache decides between
- * the two: update_seconds_of). */
-double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
-                              double *steps, double *link_seconds, double *cached_seconds, double *bytes) {
+ * the two: update_seconds_of). The gradient of a parameter ZeRO 3 holds in shares
+ * (in_shares) is reduce-scattered and the update all-gathers nothing (passes/zero.c): half
+ * the allreduce's ring, (n - 1) / n of the bytes in n - 1 steps. ZeRO 1 and 2's
+ * reduce-scatter and all-gather send what the allreduce sends. */
+double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, const char *in_shares,
+                              double *reduced, double *steps, double *link_seconds, double *cached_seconds,
+                              double *bytes) {
     dm_op_cost oc = cost_of_op(g, v);
+    if (in_shares && v->op == OP_ALLREDUCE && v->param_index >= 0 && v->param_index < g->n_params &&
+        in_shares[v->param_index] && g->grads && g->grads[v->param_index] == v->id)
+        oc.sent /= 2, oc.messages /= 2;
     if (oc.messages > 0) {
         reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
         if (oc.messages > steps[oc.axis]) steps[oc.axis] = oc.messages;
@@ -699,13 +744,14 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     double *reduced = pipe_xcalloc((size_t)P * IR_MAX_AXES, sizeof(double)), *steps = pipe_xcalloc((size_t)P * IR_MAX_AXES, sizeof(double));
     double *link = pipe_xcalloc((size_t)P, sizeof(double));
     double *cached = pipe_xcalloc((size_t)P, sizeof(double)), *bytes = pipe_xcalloc((size_t)P, sizeof(double));
+    char *in_shares = dm_zero_gathered_params(g);
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->stage < 0 || v->stage >= P) continue;
         size_t at = (size_t)v->stage * IR_MAX_AXES;
         if (v->phase == PHASE_UPDATE)
-            update[v->stage] += pipe_update_op_seconds(g, &plan->cost, v, reduced + at, steps + at, &link[v->stage],
-                                                  &cached[v->stage], &bytes[v->stage]);
+            update[v->stage] += pipe_update_op_seconds(g, &plan->cost, v, in_shares, reduced + at, steps + at,
+                                                       &link[v->stage], &cached[v->stage], &bytes[v->stage]);
         else {
             dm_op_cost oc = cost_of_op(g, v);
             flops[v->stage] += pipe_model_flops_of(v, &oc);
@@ -714,9 +760,16 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
     /* a rank's chunks share its cache */
     double *by_rank = pipe_xcalloc((size_t)plan->ranks, sizeof(double)), *rank_bytes = pipe_xcalloc((size_t)plan->ranks, sizeof(double));
     for (int k = 0; k < P; k++) rank_bytes[dm_rank_of_stage(plan, k)] += bytes[k];
+    /* several micro-batches: the mean of each stage's gradient sums, before its update */
+    double *mean = pipe_xcalloc((size_t)P, sizeof(double));
+    for (int p = 0; g->microbatches > 1 && p < g->n_params; p++) {
+        int st = g->values[g->params[p]]->stage;
+        if (st >= 0 && st < P) mean[st] += pipe_grad_mean_seconds(g, &plan->cost, g->microbatches, grad_elems(g, p));
+    }
     for (int k = 0; k < P; k++) {
         size_t at = (size_t)k * IR_MAX_AXES;
-        update[k] = pipe_update_seconds_of(g, &plan->cost, update[k], cached[k], rank_bytes[dm_rank_of_stage(plan, k)]);
+        update[k] = pipe_update_seconds_of(g, &plan->cost, update[k], cached[k], rank_bytes[dm_rank_of_stage(plan, k)]) +
+                    mean[k];
         update[k] += pipe_reductions_seconds(g, &plan->cost, reduced + at, steps + at, link[k], plan->stage[k].backward_seconds,
                                         P, g->microbatches, bucket_bytes);
         /* pipedream updates after every backward: M updates a step, priced as if they
@@ -729,6 +782,8 @@ static void predict_update(const ir_graph *g, dm_pipeline_plan *plan, double buc
         if (by_rank[r] > plan->update_seconds) plan->update_seconds = by_rank[r];
     free(by_rank);
     free(rank_bytes);
+    free(mean);
+    free(in_shares);
     free(cached);
     free(bytes);
     free(reduced);
@@ -765,6 +820,52 @@ static void time_schedule(const ir_graph *g, dm_pipeline_plan *plan, double buck
     free(backward);
 }
 
+/* ZeRO 3's gathers (passes/zero_gather.c, after this pass) in each stage's forward and
+ * backward: each an all-gather over its axis (cost.c), run once per micro-batch before the
+ * first reader of its bucket. The gather of the next bucket is started after the current
+ * one's views, so that it runs during the current bucket's computation: where the hardware
+ * overlaps communication with computation (efficiency.overlap), that share of min(the
+ * gathers but the phase's first, the phase's computation) is hidden, as the update's
+ * buckets are (pipe_reductions_seconds). Then the schedule and the update again. */
+void pipeline_retime_zero_gathers(const ir_graph *g, dm_pipeline_plan *plan, double bucket_bytes) {
+    if (!plan->timed.actions || !plan->stage) return;
+    int S = plan->stages;
+    double *gathers = pipe_xcalloc((size_t)S * 2, sizeof(double)), *first = pipe_xcalloc((size_t)S * 2, sizeof(double));
+    int any = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ZERO_GATHER || v->stage < 0 || v->stage >= S || v->phase == PHASE_UPDATE) continue;
+        size_t at = (size_t)v->stage * 2 + (v->phase == PHASE_BACKWARD);
+        double t = cost_seconds(g, &plan->cost, cost_of_op(g, v));
+        if (gathers[at] == 0) first[at] = t;
+        gathers[at] += t;
+        any = 1;
+    }
+    if (any) {
+        double overlap = cost_hardware(&plan->cost)->overlap;
+        for (int k = 0; k < S; k++) {
+            dm_stage_plan *s = &plan->stage[k];
+            double added[2];
+            for (int b = 0; b < 2; b++) {
+                double total = gathers[2 * k + b], hideable = total - first[2 * k + b];
+                double compute = b ? s->backward_seconds : s->forward_seconds;
+                added[b] = total - overlap * (hideable < compute ? hideable : compute);
+            }
+            s->forward_seconds += added[0];
+            s->backward_seconds += added[1];
+            s->seconds += added[0] + added[1];
+            /* the backward's gathers precede its send (the first layer's weights' gradients
+             * come last) */
+            if (s->send_seconds > 0) s->send_seconds += added[1];
+        }
+        pipe_schedule_free(&plan->timed);
+        plan->update_seconds = plan->model_flops = 0;
+        time_schedule(g, plan, bucket_bytes);
+    }
+    free(gathers);
+    free(first);
+}
+
 int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan *plan, dm_diag *d) {
     memset(plan, 0, sizeof *plan);
     int ranks = g->pipe_axis >= 0 ? (int)g->axes[g->pipe_axis].size : 1, chunks = pipeline_chunks(g, ranks, d);
@@ -774,7 +875,7 @@ int pass_pipeline(ir_graph *g, const dm_pipeline_options *opts, dm_pipeline_plan
     plan->stage = pipe_xcalloc((size_t)stages, sizeof *plan->stage);
     pipe_costs c = {0};
     plan->cost = opts ? opts->cost : (dm_cost_model){0};
-    c.g = g, c.model = &plan->cost;
+    c.g = g, c.model = &plan->cost, c.microbatches = g->microbatches;
     measure(g, &c);
     /* the schedule does not depend on the cuts: built once, kept for explain and codegen */
     c.in_flight = pipe_xcalloc((size_t)stages, sizeof(int));

@@ -13,6 +13,8 @@
 typedef struct pipe_costs {
     const ir_graph *g;
     const dm_cost_model *model;
+    int microbatches;       /* the step's (the graph's, or a probe's plan's): above 1, each
+                             * micro-batch adds its gradients into the step's sum */
     int n;                  /* forward ops */
     int *op;                /* (n) their value ids, in order */
     double *seconds;        /* (n + 1) forward time + the time of the backward ops it originates */
@@ -52,9 +54,11 @@ double pipe_send_seconds_of(const pipe_costs *c, int i, double backward);
 int pipe_choose_cuts(const pipe_costs *c, int stages, double limit, struct dm_cut_memo *memo, int *boundary);
 /* Model flops as Megatron-LM counts them (products forward and backward, not recomputed). */
 double pipe_model_flops_of(const ir_value *v, const dm_op_cost *oc);
-/* An update-phase op's time, its reduction's latency left out (pipeline.c says how). */
-double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, double *reduced,
-                              double *steps, double *link_seconds, double *cached_seconds, double *bytes);
+/* An update-phase op's time, its reduction's latency left out (pipeline.c says how);
+ * in_shares: dm_zero_gathered_params's (may be NULL). */
+double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, const char *in_shares,
+                              double *reduced, double *steps, double *link_seconds, double *cached_seconds,
+                              double *bytes);
 /* A rank's update ops over `bytes`, the share in its cache at the cache's bandwidth. */
 double pipe_update_seconds_of(const ir_graph *g, const dm_cost_model *m, double seconds, double cached,
                               double bytes);
@@ -62,6 +66,15 @@ double pipe_update_seconds_of(const ir_graph *g, const dm_cost_model *m, double 
 double pipe_reductions_seconds(const ir_graph *g, const dm_cost_model *m, const double *reduced, const double *steps,
                                double link_seconds, double backward, int stages, int microbatches,
                                double bucket_bytes);
+/* Gradient accumulation (codegen/emit_step.c) of a parameter of `elems` gradient elements in
+ * a step of `microbatches`: per micro-batch, its gradient added into the step's sum (a
+ * loop reading both and writing the sum, 12 bytes an element; pipedream copies it, 8);
+ * the mean of the sums into the gradients the update reads, once a step (8 bytes an
+ * element; none for pipedream, which updates after each micro-batch). 0 with one
+ * micro-batch; the per-micro-batch sum 0 under 16-bit precision (Megatron-LM's fused
+ * accumulation, pipeline.c). Priced as the other element-wise kernels are (cost_seconds). */
+double pipe_grad_sum_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems);
+double pipe_grad_mean_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems);
 /* A stage's time for one action as the schedule simulation takes it (never 0). */
 double pipe_action_seconds(double seconds);
 

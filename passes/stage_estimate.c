@@ -79,6 +79,7 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
     u->model_flops = pipe_xcalloc((size_t)n + 1, sizeof(double));
     memset(u->steps, 0, sizeof u->steps);
     int *pos = pipe_xcalloc((size_t)g->n_values, sizeof(int)), *param_at = pipe_xcalloc((size_t)g->n_params + 1, sizeof(int));
+    char *in_shares = dm_zero_gathered_params(g);
     for (int i = 0; i < g->n_values; i++) pos[i] = -1;
     for (int j = 0; j < n; j++) pos[c->op[j]] = j;
     for (int p = 0; p < g->n_params; p++) param_at[p] = n - 1;
@@ -89,14 +90,23 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
             if (x->op == OP_PARAM && x->param_index >= 0) param_at[x->param_index] = j;
         }
     }
+    /* the mean of the micro-batches' gradient sums (pipeline.c's predict_update): at its
+     * parameter, the same in memory and in cache (it is not the update's working set) */
+    for (int p = 0; c->microbatches > 1 && p < g->n_params; p++) {
+        int grad = g->grads ? g->grads[p] : -1;
+        if (grad < 0 || param_at[p] < 0) continue;
+        double t = pipe_grad_mean_seconds(g, c->model, c->microbatches, (double)ir_local_numel(g, &g->values[grad]->type));
+        u->seconds[param_at[p]] += t;
+        u->cached[param_at[p]] += t;
+    }
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->phase == PHASE_UPDATE) {
             int p = param_of(g, v), at = p >= 0 ? param_at[p] : n - 1;
             if (at >= 0)
                 u->seconds[at] +=
-                    pipe_update_op_seconds(g, c->model, v, u->reduced + (size_t)at * IR_MAX_AXES, u->steps, &u->link[at],
-                                      &u->cached[at], &u->bytes[at]);
+                    pipe_update_op_seconds(g, c->model, v, in_shares, u->reduced + (size_t)at * IR_MAX_AXES, u->steps,
+                                           &u->link[at], &u->cached[at], &u->bytes[at]);
             continue;
         }
         int at = pos[i] >= 0 ? pos[i] : v->origin ? pos[v->origin->id] : -1;
@@ -106,6 +116,7 @@ static void measure_update(const ir_graph *g, const pipe_costs *c, update_costs 
     }
     free(pos);
     free(param_at);
+    free(in_shares);
 }
 
 static void update_costs_free(update_costs *u) {
@@ -227,7 +238,8 @@ static void estimate_stage(const ir_graph *g, const dm_pipeline_options *opts, c
 int pipeline_estimate_stages(const ir_graph *g, const dm_pipeline_options *opts, const char *group, int64_t layers,
                              int stages, dm_stage_estimate *out) {
     memset(out, 0, sizeof *out);
-    pipe_costs c = {.g = g, .model = &opts->cost};
+    /* the probe runs one micro-batch; the plan's gradient sums are its micro-batches' */
+    pipe_costs c = {.g = g, .model = &opts->cost, .microbatches = opts->microbatches ? opts->microbatches : g->microbatches};
     pipe_measure_ops(g, &c);
     int a0, n = c.n, status = -1;
     layout l = {.n = n, .layers = layers};

@@ -242,3 +242,17 @@ int pass_zero_gather(ir_graph *g, int64_t bucket_floats, dm_pipeline_plan *pipe,
     free(view);
     return 0;
 }
+
+char *dm_zero_gathered_params(const ir_graph *g) {
+    char *in_shares = NULL;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->op != OP_ZERO_GATHER) continue;
+        if (!in_shares && !(in_shares = calloc((size_t)g->n_params + 1, 1))) abort();
+        for (int k = 0; k < v->n_operands; k++) {
+            int p = g->values[v->operands[k]]->param_index;
+            if (p >= 0 && p < g->n_params) in_shares[p] = 1;
+        }
+    }
+    return in_shares;
+}

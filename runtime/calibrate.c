@@ -567,7 +567,7 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
                         (fs.max_relative_error > fs_on_a ? fs.max_relative_error : fs_on_a);
     const alpha_beta *link = use_allreduce ? &fa : &fs;
 
-    char host[64] = "", name[64], when[32] = "?", notes[1024];
+    char host[64] = "", name[64], when[32] = "?", notes[1536];
     if (gethostname(host, sizeof host - 1) != 0 || !*host) snprintf(host, sizeof host, "this machine");
     snprintf(name, sizeof name, "calibrated %.50s", host);
     time_t now = time(NULL);
@@ -579,7 +579,8 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
              "OpenBLAS per core with every core busy (lone_rank: one rank with %d threads); memory, vector and kernel "
              "figures per core with every core busy; links: the %s backend with %d ranks, intra_node is the "
              "%s fit (the %s fit: latency %.3g s, bandwidth %.3g B/s); inter_node copies intra_node: one "
-             "machine cannot measure it",
+             "machine cannot measure it; peak_flops.tf32 and .bf16 copy the fp32 peak, not measured (bf16 products "
+             "through dmrt_gemm_bf16 are not timed: docs/calibrate.md)",
              cfg->quick ? " --quick" : "", host, when, T, blas ? blas : "OpenBLAS", T, BACKEND, lr->ranks,
              use_allreduce ? "allreduce" : "send/recv", use_allreduce ? "send/recv" : "allreduce",
              use_allreduce ? fs.latency : fa.latency, use_allreduce ? fs.bandwidth : fa.bandwidth);
@@ -591,6 +592,9 @@ static json_t *describe(const config *cfg, const results *res, const link_run *l
     json_t *root = json_object();
     json_object_set_new(root, "name", json_string(name));
     json_object_set_new(root, "notes", json_string(notes));
+    /* Only sgemm is timed: tf32 and bf16 get its peak, whatever the CPU (an AVX512-BF16 one
+     * with oneDNN may multiply bf16 faster, one without converts operands and multiplies
+     * slower). The notes and docs/calibrate.md say so rather than claim a measured figure. */
     json_object_set_new(root, "device",
                         json_pack("{s{sfsfsf}, sI, sf, sf}", "peak_flops", "fp32", peak, "tf32", peak, "bf16", peak,
                                   "memory_bytes", (json_int_t)(res->memory_bytes / T), "memory_bandwidth", bandwidth,

@@ -6,7 +6,9 @@ algorithm's figure for its op over its axis of n ranks, from the bytes of its op
 shard S (bytes_per_rank): allreduce 2 (n - 1) / n S, allgather (n - 1) S, reduce-scatter
 and all-to-all (n - 1) / n S, a local shard_slice 0, and the split cross-entropy's
 statistics (n - 1) S / 3 (the row maxima gathered) + 2 (n - 1) / n 2 S / 3 (two floats a
-row summed). The communication summary must add them up by phase and axis. And,
+row summed). The communication summary must add them up by phase and axis, per step: a
+forward or backward collective once per micro-batch (M = 4 sends 4 x what M = 1 does in
+those phases, the same in the update). And,
 independently of explain's operand figures: mlp.dm on data=4 sends 2 (3/4) x 4 bytes x
 every parameter element in its update (one gradient allreduce per parameter), the
 figure issue 14 measured for a ring (11.19 MB, where explain printed 7.46). And a LLaMA
@@ -62,7 +64,9 @@ def check(dmc, dm, args):
             fails.append("%s %s of %s: sent %s, ring formula %.0f" % (c["phase"], c["op"], c["value"],
                                                                      c["sent_bytes_per_rank"], want))
         key = (c["phase"], c["axis"])
-        by[key] = by.get(key, 0) + c["sent_bytes_per_rank"]
+        # a forward or backward collective runs once per micro-batch; the summary is the step's
+        times = 1 if c["phase"] == "update" else plan["communication"]["microbatches"]
+        by[key] = by.get(key, 0) + times * c["sent_bytes_per_rank"]
     comm = plan["communication"]
     got = {(e["phase"], e["axis"]): e["sent_bytes_per_rank"] for e in comm["by_phase_axis"]}
     for key in set(by) | set(got):
@@ -119,10 +123,45 @@ def by_loss(plan):
     return sum(c["sent_bytes_per_rank"] for c in plan["collectives"] if c["value"] == "loss.local")
 
 
+def summary(dmc, dm, args):
+    r = subprocess.run([dmc, "--explain=json", os.path.join(ROOT, dm)] + args, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    if r.returncode != 0:
+        return None
+    comm = json.loads(r.stdout)["communication"]
+    return comm, {(e["phase"], e["axis"]): e["sent_bytes_per_rank"] for e in comm["by_phase_axis"]}
+
+
+def check_microbatches(dmc):
+    """The summary is per step: with M micro-batches of b samples, the forward's and backward's
+    collectives (tensor's allreduces, data's loss mean, ZeRO 3's gathers) send M times what one
+    step of one micro-batch of b sends, the update's what it sends (the formula: M x the bytes
+    for M = 1). mlp.dm, micro-batches of 32, M = 4 against M = 1."""
+    fails = []
+    for dm, mesh in (("examples/mlp.dm", "data=2,tensor=2"), ("examples/mlp.dm", "data=4"),
+                     ("examples/gpt.dm", "tensor=2,pipeline=2")):
+        extra = ["--zero", "3"] if mesh == "data=4" else []
+        dims = "V=64,T=16,C=32,NH=4,L=2," if dm.endswith("gpt.dm") else ""
+        one = summary(dmc, dm, ["--mesh", mesh, "--set", dims + "B=32"] + extra)
+        four = summary(dmc, dm, ["--mesh", mesh, "--set", dims + "B=128", "--microbatches", "4"] + extra)
+        if not one or not four:
+            fails.append("%s %s: explain failed" % (dm, mesh))
+            continue
+        want = {k: (v if k[0] == "update" else 4 * v) for k, v in one[1].items()}
+        ok = four[0]["microbatches"] == 4 and set(want) == set(four[1]) and \
+            all(abs(four[1][k] - want[k]) <= 1e-9 * want[k] + 4 for k in want)
+        print("%-22s %-50s M=4 sends %s, formula (M x M=1's forward and backward) %s%s" % (
+            dm, mesh + " " + " ".join(extra), sorted(four[1].items()), sorted(want.items()), "" if ok else " FAIL"))
+        if not ok:
+            fails.append("%s %s M=4: %s, want %s" % (dm, mesh, four[1], want))
+    return fails
+
+
 def main(argv):
     failures = []
     for dm, args in CASES:
         failures += ["%s %s: %s" % (dm, " ".join(args), f) for f in check(argv[1], dm, args)]
+    failures += ["micro-batches: %s" % f for f in check_microbatches(argv[1])]
     for f in failures:
         print("FAIL " + f)
     print("%d passed, %d failed" % (len(CASES) - len({f.split(":")[0] for f in failures}), len(failures)))

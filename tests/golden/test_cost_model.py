@@ -24,7 +24,13 @@
     all or a quarter of those bytes, that share at the cache's bandwidth;
   - efficiency.overlap: with one micro-batch the backward pass hides the update's
     reductions but the bucket completed last, min(reductions - last bucket, backward),
-    scaled by the overlap; with micro-batches it hides nothing.
+    scaled by the overlap; with micro-batches it hides nothing;
+  - v @ w of a vector: 2 D D flops and its outer-product gradient 2 D D (model flops 4 D D);
+  - ZeRO 3: the step adds each gather's alpha-beta time per micro-batch, and its update
+    reduce-scatters (half the allreduce's ring) and all-gathers nothing;
+  - gradient accumulation: per micro-batch 12 bytes a parameter (the sum), per step 8 (the
+    mean), at the memory's bandwidth; under bf16 the sum is free (Megatron-LM fuses it);
+  - --param-servers: --explain's time section says the servers are not priced.
 Prints one line per check; exits 1 on any failure.
 """
 import json
@@ -152,6 +158,102 @@ def check_cache(dmc, write, check):
               (100 * share, got, want))
 
 
+VECTOR_MATMUL = """dim D = 48
+input v : f32[D]
+param w : f32[D, D] = xavier
+loss = sum(v @ w)
+minimize loss
+optimizer sgd(lr = 0.1)
+"""
+
+
+def check_vector_matmul(dmc, write, check):
+    """v @ w of a vector v [D]: the product sums over D, 2 D D flops; its weight gradient
+    v^T dy is an outer product (one row summed), 2 D D more. The model flops are 4 D D, and
+    on a machine where only products cost (at 1e10 flop/s) the schedule their time (the
+    summed dim used to be read at shape[-1]: garbage, and UBSan's error)."""
+    d = 48
+    hw = json.loads(json.dumps(FREE))
+    hw["device"]["peak_flops"] = {"fp32": 1e10, "tf32": 1e10, "bf16": 1e10}
+    hw["device"]["vector_flops"] = 1e30
+    rc, plan, err = explain(dmc, ["--hardware", write("vm.json", hw), write("vm.dm", VECTOR_MATMUL)])
+    got = plan["predicted"]["model_flops_per_device"] if rc == 0 else float("nan")
+    check(close(got, 2 * d * d + 2 * d * d), "v @ w, D=%d: model flops %s, formula 2 D D forward + 2 D D gradient = %d"
+          % (d, got, 4 * d * d))
+    got = plan["predicted"]["schedule_seconds"] if rc == 0 else float("nan")
+    check(close(got, 4 * d * d / 1e10), "v @ w: products' time %s s, formula 4 D D / 1e10 = %.9g s" % (got, 4 * d * d / 1e10))
+
+
+def check_zero3(dmc, write, check):
+    """ZeRO 3 on mlp.dm over data=4 (--bucket-mb 1), compute and memory free, overlap 0: the
+    step is ZeRO 0's schedule plus each forward and backward gather (--explain=json's
+    zero.collectives, once per micro-batch) at n - 1 link latencies and its sent bytes over
+    the bandwidth, and an update that reduce-scatters each bucket (n - 1 steps a bucket,
+    (n - 1)/n x 4 bytes x its elements) and all-gathers nothing."""
+    hw = json.loads(json.dumps(FREE))
+    path = write("zero3.json", hw)
+    n, lat, bw = 4, hw["intra_node"]["latency"], hw["intra_node"]["bandwidth"]
+    for micro in (1, 2):
+        base = ["--hardware", path, "--mesh", "data=4", "--bucket-mb", "1", "--microbatches", str(micro), MLP]
+        rc0, plan0, err0 = explain(dmc, base + ["--zero", "0"])
+        rc3, plan3, err3 = explain(dmc, base + ["--zero", "3"])
+        if rc0 or rc3:
+            check(False, "zero 3 explain: %s %s" % (err0, err3))
+            return
+        gathers = [c for c in plan3["zero"]["collectives"] if c["phase"] != "update"]
+        gather_s = micro * sum((n - 1) * lat + c["sent_bytes_per_rank"] / bw for c in gathers)
+        reduced = 4.0 * sum(p["elements"] for p in plan3["params"])
+        buckets = -(-reduced // (1024 * 1024))
+        update = buckets * (n - 1) * lat + (n - 1) / n * reduced / bw
+        p0, p3 = plan0["predicted"], plan3["predicted"]
+        check(len(gathers) > 0 and close(p3["schedule_seconds"], p0["schedule_seconds"] + gather_s),
+              "zero 3, M=%d: forward and backward %.9g s, ZeRO 0's %.9g s + %d gathers x M = %.9g s" %
+              (micro, p3["schedule_seconds"], p0["schedule_seconds"], len(gathers), p0["schedule_seconds"] + gather_s))
+        check(close(p3["update_seconds"], update) and p3["update_seconds"] < p0["update_seconds"],
+              "zero 3, M=%d: update %.9g s, reduce-scatters only %.9g s (ZeRO 0's allreduces %.9g s)" %
+              (micro, p3["update_seconds"], update, p0["update_seconds"]))
+
+
+def check_accumulation(dmc, write, check):
+    """Gradient accumulation where only memory costs (1e9 B/s): mlp.dm with 4 micro-batches of
+    32 takes 4 x one micro-batch of 32's forward and backward plus, per micro-batch, its
+    gradients added into the step's sum (12 bytes x P, P the parameters), and an update of
+    the same plus the mean of the sums (8 bytes x P). Under bf16 the sum is Megatron-LM's
+    fused one (free), the mean stays."""
+    hw = json.loads(json.dumps(FREE))
+    hw["device"].update(memory_bandwidth=1e9, vector_flops=1e30)
+    hw["intra_node"] = hw["inter_node"] = {"bandwidth": 1e30, "latency": 0}
+    path = write("accumulate.json", hw)
+    for precision, sum_bytes in (("fp32", 12), ("bf16", 0)):
+        rc1, one, err1 = explain(dmc, ["--hardware", path, "--precision", precision, "--set", "B=32", MLP])
+        rc4, four, err4 = explain(dmc, ["--hardware", path, "--precision", precision, "--set", "B=128",
+                                        "--microbatches", "4", MLP])
+        if rc1 or rc4:
+            check(False, "accumulation explain: %s %s" % (err1, err4))
+            return
+        params = sum(p["elements"] for p in one["params"])
+        want_s = 4 * one["predicted"]["schedule_seconds"] + 4 * sum_bytes * params / 1e9
+        want_u = one["predicted"]["update_seconds"] + 8 * params / 1e9
+        got_s, got_u = four["predicted"]["schedule_seconds"], four["predicted"]["update_seconds"]
+        check(close(got_s, want_s) and close(got_u, want_u),
+              "%s, 4 micro-batches: forward and backward %.9g s, formula 4 x %.9g + 4 x %d B x %d / 1e9 = %.9g s; "
+              "update %.9g s, formula + 8 B x P / 1e9 = %.9g s" % (precision, got_s, one["predicted"]["schedule_seconds"],
+                                                                   sum_bytes, params, want_s, got_u, want_u))
+
+
+def check_param_servers_caveat(dmc, check):
+    """--param-servers: the time section says the servers are not priced (once), the JSON too."""
+    r = subprocess.run([dmc, "--explain", "--mesh", "data=2", "--param-servers", "2", MLP], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    plain = subprocess.run([dmc, "--explain", "--mesh", "data=2", MLP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
+    section = r.stdout.split("predicted step", 1)[-1].split("\n\n", 1)[0]
+    rc, plan, err = explain(dmc, ["--mesh", "data=2", "--param-servers", "2", MLP])
+    check(r.returncode == 0 and section.count("not priced: the 2 parameter servers") == 1 and
+          "not priced" not in plain.stdout and plan["predicted"].get("param_servers_priced") is False,
+          "parameter servers: a caveat in the predicted step's section and the JSON")
+
+
 def main(argv):
     dmc = argv[1]
     fails, checks = [], 0
@@ -234,6 +336,10 @@ def main(argv):
         check_products(dmc, write, check)
         check_overlap(dmc, write, check)
         check_cache(dmc, write, check)
+        check_vector_matmul(dmc, write, check)
+        check_zero3(dmc, write, check)
+        check_accumulation(dmc, write, check)
+    check_param_servers_caveat(dmc, check)
 
     rc, plan, err = explain(dmc, ["--mesh", "pipeline=2", "--microbatches", "4", MLP])
     p = plan["predicted"]

@@ -11,7 +11,8 @@ line by line, without grouping):
     lines come in the order of their first member;
   - collectives: one row per (phase, axis, kind) of the JSON's collectives, in phase and
     mesh order; each row's calls (2 for allgather+allreduce), operand and sent bytes are
-    the sums over them, and the header's the sums over all; the largest values named are
+    the sums over them per step (a forward or backward one once per micro-batch), and the
+    header's the sums over all; the largest values named are
     the groups of largest total (values alike but for their first numeric dot-part,
     grouped here independently), their names expanded are exactly those values and
     their bytes their sums, and "+N more" counts the rest;
@@ -157,12 +158,25 @@ def check_largest(what, text, items):
     return problems
 
 
+def per_step(plan, cs):
+    """The JSON's collectives (one call each) as a step makes them: a forward or backward one
+    once per micro-batch, its bytes and calls (`times`) multiplied by the step's micro-batches
+    (the pipeline's M, 1 without one); an update's once."""
+    m = plan["pipeline"]["microbatches"] if "pipeline" in plan else 1
+    out = []
+    for c in cs:
+        t = 1 if c["phase"] == "update" else m
+        out.append(dict(c, times=t, bytes_per_rank=t * c["bytes_per_rank"],
+                        sent_bytes_per_rank=t * c["sent_bytes_per_rank"]))
+    return out
+
+
 def plan_collectives(plan):
     """The collectives a step makes: the reshard list's, but those ZeRO or the parameter servers
     replace, then ZeRO's
-    reduce-scatters and all-gathers (from its own section of the JSON)."""
+    reduce-scatters and all-gathers (from its own section of the JSON), per step (per_step)."""
     kept = [c for c in plan["collectives"] if not c.get("replaced_by_zero") and not c.get("replaced_by_param_servers")]
-    return kept + plan.get("zero", {}).get("collectives", [])
+    return per_step(plan, kept + plan.get("zero", {}).get("collectives", []))
 
 
 def check_zero_collectives(what, plan):
@@ -208,7 +222,7 @@ def check_collectives(what, lines, plan):
     check([(r.group(1), r.group(2), r.group(3)) for r in rows] == order,
           "%s: a row per (phase, axis, kind) of the JSON's collectives, in phase and mesh order: %s" %
           (what, [(r.group(1), r.group(2), r.group(3)) for r in rows]))
-    calls = lambda cs: sum(2 if c["op"] == "allgather+allreduce" else 1 for c in cs)
+    calls = lambda cs: sum((2 if c["op"] == "allgather+allreduce" else 1) * c["times"] for c in cs)
     bad = []
     for r in rows:
         cs = groups.get((r.group(1), r.group(2), r.group(3)), [])
@@ -282,14 +296,14 @@ def check_full(what, full, plan):
         check(any(l.startswith("  stage 0   F0") for l in lines), "%s: --explain=full draws the schedule" % what)
     # the full list's header sums its rows, but those the parameter servers replace, which it counts apart
     servers = [c for c in cs if c.get("replaced_by_param_servers")]
-    counted = [c for c in cs if not c.get("replaced_by_param_servers")]
+    counted = per_step(plan, [c for c in cs if not c.get("replaced_by_param_servers")])
     head = " ".join(l for l in lines if l.startswith("collectives:") or l.startswith("receives as much"))
     if not cs:
         check(head.startswith("collectives: none"), "%s: --explain=full says there are no collectives" % what)
         return
     m = re.match(r"collectives: (\d+) per step on (%s) of operands per rank; by ring algorithms each rank sends (%s)"
                  % (SIZE, SIZE), head)
-    calls = sum(2 if c["op"] == "allgather+allreduce" else 1 for c in counted)
+    calls = sum((2 if c["op"] == "allgather+allreduce" else 1) * c["times"] for c in counted)
     check(m and int(m.group(1)) == calls and close(m.group(2), sum(c["bytes_per_rank"] for c in counted)) and
           close(m.group(3), sum(c["sent_bytes_per_rank"] for c in counted)) and
           (("not counted: the %d listed below that the parameter servers replace" % len(servers)) in head) == bool(servers),
