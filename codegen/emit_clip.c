@@ -330,3 +330,11 @@ void emit_clip(emitter *E, int stage) {
 const char *cg_updates_done(const emitter *E) {
     return E->g->loss_scale > 0 ? "(ctx->step - ctx->loss_scale.skipped)" : "ctx->step";
 }
+
+const ir_optimizer *cg_param_optimizer(const emitter *E, int p, ir_optimizer *scratch) {
+    const ir_graph *g = E->g;
+    if (!g->optimizer.no_decay_1d || p < 0 || !ir_param_is_1d(g, p)) return &g->optimizer;
+    *scratch = g->optimizer;
+    scratch->weight_decay = 0;
+    return scratch;
+}

@@ -24,7 +24,8 @@ static int64_t region_offset(const emitter *E, int id, dm_region region) {
 
 /* What rules the single call out for the whole program: more than one rank or a pipeline,
  * the update split (clipping, loss scaling), ZeRO, parameter servers, --quantize,
- * micro-batches or accumulated gradients. (The update's part, E->update_part, is asked
+ * micro-batches or accumulated gradients, weight_decay_1d = false (hyper-parameters that
+ * differ by parameter). (The update's part, E->update_part, is asked
  * where the call is emitted.) */
 static int program_allows(const emitter *E) {
     const ir_graph *g = E->g;
@@ -32,7 +33,7 @@ static int program_allows(const emitter *E) {
         if (g->axes[a].size > 1) return 0;
     return E->dialect->can.flat_update && E->ranks == 1 && E->plan->stages <= 1 && !E->scheduled &&
            g->microbatches <= 1 && !g->zero && !g->param_servers.servers && g->optimizer.clip <= 0 && g->loss_scale <= 0 &&
-           !E->quant_bits;
+           !E->quant_bits && !g->optimizer.no_decay_1d;
 }
 
 /* Update op v as the next member of f (its parameter `expect` elements after the first's):

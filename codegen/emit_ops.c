@@ -880,8 +880,9 @@ static void emit_update(emitter *E, const ir_value *v) {
     if (emit_flat_update(E, v)) return;
     char count[32];
     snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, v->operands[0])));
-    cg_update k = {.opt = &E->g->optimizer, .count = count, .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]],
-                   .updates = cg_updates_done(E)};
+    ir_optimizer own;
+    cg_update k = {.opt = cg_param_optimizer(E, v->param_index, &own), .count = count,
+                   .param = E->cname[v->operands[0]], .grad = E->cname[v->operands[1]], .updates = cg_updates_done(E)};
     int mask = V(E, v->operands[v->n_operands - 1])->prune_mask, states = v->n_operands - 2 - mask;
     if (states > 0) k.state0 = E->cname[v->operands[2]];
     if (states > 1) k.state1 = E->cname[v->operands[3]];

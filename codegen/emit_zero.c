@@ -85,7 +85,8 @@ static void emit_member_update(emitter *E, const dm_zero_bucket *b, int p, const
     else
         cg_line(&E->w, "float *%s = ctx->params + %lld + lo;", names[0], (long long)b->param_begin);
     cg_line(&E->w, "const float *%s = %s + (lo - share_begin);", names[1], grad_share);
-    cg_update k = {.opt = &g->optimizer, .count = "(hi - lo)", .param = names[0], .grad = names[1], .updates = cg_updates_done(E), .state0 = names[2],
+    ir_optimizer own;
+    cg_update k = {.opt = cg_param_optimizer(E, p, &own), .count = "(hi - lo)", .param = names[0], .grad = names[1], .updates = cg_updates_done(E), .state0 = names[2],
                    .state1 = names[3]};
     if (g->optimizer.kind == OPTIM_SGD) E->dialect->sgd(&E->w, &k);
     else E->dialect->adamw(&E->w, &k);

@@ -417,6 +417,10 @@ void emit_range_gather(emitter *E, const char *row, const char *send, const char
 /* C expression (int64_t): the optimizer's updates so far, the one in progress counted:
  * ctx->step, less the steps loss scaling skipped. */
 const char *cg_updates_done(const emitter *E);
+/* The optimizer that updates parameter p: the program's, or with weight_decay_1d = false
+ * and p of one dim in weight files (a bias, a norm's weight) a copy without weight decay,
+ * in *scratch. */
+const ir_optimizer *cg_param_optimizer(const emitter *E, int p, ir_optimizer *scratch);
 /* emit_predict.c: <model>_predict, and the guard that makes the forward skip the loss */
 void predict_mark(emitter *E);
 int predict_runs(const emitter *E, int id);

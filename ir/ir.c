@@ -387,3 +387,8 @@ void ir_append_id(ir_graph *g, int **list, int *n, int id) {
     *list = ir_grow(*list, *n, sizeof **list);
     (*list)[(*n)++] = id;
 }
+
+int ir_param_is_1d(const ir_graph *g, int p) {
+    const ir_value *v = g->values[g->params[p]];
+    return (v->stored_rank ? v->stored_rank : v->type.rank) <= 1;
+}

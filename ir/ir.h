@@ -118,6 +118,9 @@ typedef struct ir_optimizer {
     ir_decay decay;                           /* over the run's total steps, after the warmup */
     double min_lr;                            /* where the decay ends */
     double clip;                              /* clip_grad_norm_'s max_norm, 0: no clipping */
+    int no_decay_1d;                          /* weight_decay_1d = false: no weight decay on the
+                                               * parameters of one dim in weight files (biases,
+                                               * norms' weights), nanoGPT's groups */
     dm_loc loc;
 } ir_optimizer;
 
@@ -367,6 +370,9 @@ int ir_role_axis(const struct ir_graph *g, int axis);
 int ir_is_scheduled(const struct ir_graph *g);
 /* Ranks of the mesh: the product of its axis sizes (1 without a mesh). */
 int64_t ir_mesh_ranks(const struct ir_graph *g);
+/* Whether parameter p has one dim (or none) in weight files (its `as` shape, else its
+ * type's): a bias, a norm's weight; weight_decay_1d = false exempts those from decay. */
+int ir_param_is_1d(const struct ir_graph *g, int p);
 /* Whether any value is split or has a pending sum (the program runs partitioned). */
 int ir_is_partitioned(const struct ir_graph *g);
 /* For cross-entropy's statistics or its gradient over logits whose classes (last dim) are

@@ -168,6 +168,7 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
     const dm_expr *decay_given = NULL;
     int n = 0;
     double nesterov_value = 0;   /* a flag, read as a number: nesterov = true */
+    double decay_1d_value = 1;   /* a flag: weight_decay_1d = false */
     *o = (ir_optimizer){.lr = 1e-3, .loc = st->loc};
     if (strcmp(call->name, "sgd") == 0) {
         o->kind = OPTIM_SGD;
@@ -195,6 +196,7 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
     hypers[n].name = "warmup", hypers[n++].slot = &o->warmup;
     hypers[n].name = "min_lr", hypers[n++].slot = &o->min_lr;
     hypers[n].name = "clip", hypers[n++].slot = &o->clip;
+    hypers[n].name = "weight_decay_1d", hypers[n++].slot = &decay_1d_value;
     for (int i = 0; i < call->n_args; i++) {
         const dm_expr *a = call->args[i];
         if (a->kind != EXPR_KWARG) {
@@ -223,9 +225,9 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
             continue;
         }
         if (repeated_setting(L, a, given)) continue;
-        if (slot == &nesterov_value) { /* a flag: nesterov = 3 is a slip, not true */
+        if (slot == &nesterov_value || slot == &decay_1d_value) { /* a flag: nesterov = 3 is a slip, not true */
             int flag;
-            if (!lower_eval_flag(L, &L->global, a->lhs, "nesterov", &flag)) nesterov_value = flag;
+            if (!lower_eval_flag(L, &L->global, a->lhs, a->name, &flag)) *slot = flag;
             continue;
         }
         if (lower_eval_number(L, &L->global, a->lhs, slot)) continue;
@@ -236,6 +238,7 @@ void lower_optimizer(lowerer *L, const dm_stmt *st) {
             dm_error(L->d, a->lhs->loc, "clip is the largest gradient norm let through, above 0 (leave it out not to clip)");
     }
     o->nesterov = nesterov_value != 0;
+    o->no_decay_1d = decay_1d_value == 0;
     if (o->kind == OPTIM_SGD && o->nesterov && (o->momentum <= 0 || o->dampening != 0))
         dm_error(L->d, call->loc, "nesterov momentum requires a momentum and zero dampening");
     if (o->kind == OPTIM_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))

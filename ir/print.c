@@ -172,5 +172,6 @@ void ir_print(const ir_graph *g, FILE *out) {
         if (o->warmup > 0 || o->decay != DECAY_NONE)
             fprintf(out, "schedule warmup=%.9g decay=%s min_lr=%.9g\n", o->warmup, ir_decay_name(o->decay), o->min_lr);
         if (o->clip > 0) fprintf(out, "clip max_norm=%.9g\n", o->clip);
+        if (o->no_decay_1d) fprintf(out, "weight_decay_1d=false (no decay on the 1-D parameters)\n");
     }
 }

@@ -100,7 +100,7 @@ static int check_compress(const ir_graph *g, dm_diag *d) {
 
 /* Parameter servers take the place of the data axis's allreduce and of the update: a
  * mesh of that axis alone (>= 2 workers), an optimizer, and none of what changes the
- * allreduce or the update (ZeRO, compression, clipping). */
+ * allreduce or the update (ZeRO, compression, clipping, decay by parameter). */
 static int check_param_servers(const ir_graph *g, dm_diag *d) {
     if (!g->param_servers.servers) return 0;
     const char *why = NULL;
@@ -124,6 +124,9 @@ static int check_param_servers(const ir_graph *g, dm_diag *d) {
         why = "parameter servers already hold the optimizer state in shards: drop ZeRO";
     else if (!why && g->compress.kind != COMPRESS_NONE)
         why = "parameter servers take whole gradients: drop --compress";
+    else if (!why && g->optimizer.no_decay_1d && g->optimizer.weight_decay != 0)
+        why = "parameter servers run one update for every shard: weight_decay_1d = false (decay by parameter) is not "
+              "built for them";
     if (!why) return 0;
     fprintf(d->out, "dmc: error: --param-servers %d: %s\n", g->param_servers.servers, why);
     d->n_errors++;

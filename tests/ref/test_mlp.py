@@ -18,7 +18,8 @@ the file still has the structure mirrored here:
      torch.optim.AdamW;
   plus the other optimizer paths the same way: SGD with nesterov, SGD with dampening,
   plain SGD, and an AdamW with non-default betas/eps and a large weight decay (in (c)
-  the decay is too small to see; see optimizer_cases).
+  the decay is too small to see; see optimizer_cases), and AdamW and SGD with
+  weight_decay_1d = false against torch's two groups (nanoGPT's: no decay on the biases).
 
 Bounds (all checked element-wise; each measured maximum is printed):
   losses:   |dmc - torch| <= 1e-5 * |torch|
@@ -182,7 +183,25 @@ def optimizer_cases(torch):
         # m/sqrt(v) rounding-sensitive, torch f32 vs f64 differs by > 1e-5 there.)
         ("adamw-hp", "optimizer adamw(lr = 2e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-5, weight_decay = 1.0)",
          lambda ps: AdamW(ps, lr=2e-3, betas=(0.8, 0.99), eps=1e-5, weight_decay=1.0)),
+        # weight_decay_1d = false: nanoGPT's two groups, the biases (1-D) without decay. Against
+        # the same optimizer with one group the biases part by far more than the bound
+        # (DECAY_1D_APART checks it: else a program ignoring the setting would pass)
+        ("adamw-decay-2d",
+         "optimizer adamw(lr = 2e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-5, weight_decay = 1.0, weight_decay_1d = false)",
+         lambda ps: AdamW(decay_groups(ps), lr=2e-3, betas=(0.8, 0.99), eps=1e-5, weight_decay=1.0)),
+        ("sgd-decay-2d", "optimizer sgd(lr = 0.05, momentum = 0.9, weight_decay = 0.5, weight_decay_1d = false)",
+         lambda ps: SGD(decay_groups(ps), lr=0.05, momentum=0.9, weight_decay=0.5)),
     ]
+
+
+def decay_groups(params):
+    """nanoGPT's parameter groups: weight decay on the matrices, none on the 1-D tensors."""
+    return [{"params": [p for p in params if p.dim() >= 2]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+# the least the biases of a decay-2d case must differ from one group's (10 x WEIGHT_ATOL)
+DECAY_1D_APART = 1e-4
 
 
 def run_dmc(dmc, dm_file, tmp, args):
@@ -267,8 +286,26 @@ def run_checks(dmc, root, np, torch):
             _, _, t_final64 = torch_run(torch, init, xs, ys, make_opt, STEPS, torch.float64, norm)
             check_losses(label, d_losses, t_losses)
             check_tensors(np, label, stio.load(out), t_final, WEIGHT_ATOL, 0.0, t_final64)
+            if label.endswith("decay-2d"):
+                check_decay_matters(torch, np, init, xs, ys, norm, label, make_opt, t_final)
     return ("examples/mlp.dm matches PyTorch (B=%d, H=%d): step-1 loss and gradients, %d steps of SGD and of AdamW"
             % (B, H, STEPS))
+
+
+def check_decay_matters(torch, np, init, xs, ys, norm, label, make_opt, t_final):
+    """The case's biases against the same optimizer in one group (every parameter decayed):
+    they must part by DECAY_1D_APART, or the case cannot tell the setting from its absence."""
+    torch_opt = make_opt([torch.zeros(2, 2, requires_grad=True), torch.zeros(2, requires_grad=True)])
+    decay = torch_opt.param_groups[0]["weight_decay"]
+    kind = type(torch_opt)
+    extra = {k: v for k, v in torch_opt.defaults.items() if k in ("lr", "betas", "eps", "momentum")}
+    one_group = lambda ps: kind(ps, weight_decay=decay, **extra)  # noqa: E731
+    _, _, single = torch_run(torch, init, xs, ys, one_group, STEPS, torch.float32, norm)
+    apart = max(float(np.max(np.abs(single[n] - t_final[n]))) for n in single if single[n].ndim < 2)
+    print("%-16s biases apart from one group's by %.3g (at least %g)" % (label, apart, DECAY_1D_APART))
+    if apart < DECAY_1D_APART:
+        raise Failure("%s: the biases part from one group's by only %.3g: the case no longer tests weight_decay_1d"
+                      % (label, apart))
 
 
 def main(argv):

@@ -3,7 +3,9 @@
 # b1 are split over tensor, w2 split on its rows, b2, w3 and b3 a copy on every tensor
 # rank; data replicas hold equal gradients after the allreduce, ZeRO holds shares, and
 # pipeline stages hold disjoint parameters. clip is small enough to act at every step,
-# and SGD passes the clipped gradient straight into the weights.
+# and SGD passes the clipped gradient straight into the weights. Its weight decay spares
+# the biases (weight_decay_1d = false): every ZeRO share, tensor block and pipeline stage
+# decays its matrices' elements alone, as the serial program does.
 dim B = 16
 dim D = 24
 dim H = 32
@@ -27,4 +29,4 @@ logits = h2 @ w3 + b3
 loss = cross_entropy(logits, y)
 
 minimize loss
-optimizer sgd(lr = 0.1, momentum = 0.9, weight_decay = 1e-4, warmup = 3, decay = cosine, min_lr = 0.01, clip = 0.25)
+optimizer sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.05, weight_decay_1d = false, warmup = 3, decay = cosine, min_lr = 0.01, clip = 0.25)
