@@ -197,21 +197,33 @@ def every_and_keep(t, tmp):
           "--checkpoint-keep 2 keeps the newest two (%s)" % sorted(os.listdir(d)))
 
 
+def long_run(t, tmp, directory, until_step, stderr=subprocess.PIPE):
+    """A run of 100000 steps into --checkpoint directory, started and read up to its line of
+    step until_step (it runs on)."""
+    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", directory],
+                         cwd=tmp, stdout=subprocess.PIPE, stderr=stderr, universal_newlines=True)
+    for line in p.stdout:
+        if line.startswith("step %d " % until_step):
+            break
+    return p
+
+
+def terminated(p):
+    """p stopped by SIGTERM (killed when it does not end within a minute): its (stdout, stderr)."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate()
+
+
 def stopped_and_resumed(t, tmp):
     """SIGTERM with --checkpoint: the stop's checkpoint resumes to the straight run's weights. t's
     model has no decay, so that a run's length does not change its steps."""
     d = os.path.join(tmp, "stopped")
-    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", d], cwd=tmp,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-    for line in p.stdout:
-        if line.startswith("step 2 "):
-            break
-    p.send_signal(signal.SIGTERM)
-    try:
-        out, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
+    p = long_run(t, tmp, d, 2)
+    out, err = terminated(p)
     said = re.search(r"stopped by a signal after step (\d+) of 100000.*the checkpoint of that step was written", err)
     ckpts = sorted(os.listdir(d)) if os.path.isdir(d) else []
     check(p.returncode == 128 + signal.SIGTERM and said is not None and ckpts == ["step-%08d.safetensors" % int(said.group(1))],
@@ -385,20 +397,11 @@ def directory_in_use(t, tmp):
     """Two runs into one directory at once: the second is refused while the first holds it,
     even before the first has written a checkpoint; a killed run's lock holds nothing."""
     d = os.path.join(tmp, "in-use")
-    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", d], cwd=tmp,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-    for line in p.stdout:
-        if line.startswith("step 1 "):
-            break
+    p = long_run(t, tmp, d, 1)
     second = t.run(["--steps", "4", "--checkpoint", d])
     refused_run(second, r"--checkpoint %s is in use by another run \(pid %d" % (re.escape(d), p.pid),
                 "a second run into a directory a running run holds, before its first checkpoint")
-    p.send_signal(signal.SIGTERM)
-    try:
-        out, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
+    out, err = terminated(p)
     said = re.search(r"stopped by a signal after step (\d+)", err)
     left = sorted(os.listdir(d)) if os.path.isdir(d) else []
     run = read_safetensors(os.path.join(d, left[0]))[1].get("trainer.run") if len(left) == 1 else None
@@ -406,11 +409,7 @@ def directory_in_use(t, tmp):
           and run is not None, "the first run's checkpoint alone is left, and no lock file (%s; %s)" % (left, err.strip()[-200:]))
     # a run killed outright leaves its lock file, which holds nothing
     killed = os.path.join(tmp, "killed")
-    p = subprocess.Popen([t.exe, "--quiet", "--data-dir", t.data, "--steps", "100000", "--checkpoint", killed], cwd=tmp,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
-    for line in p.stdout:
-        if line.startswith("step 1 "):
-            break
+    p = long_run(t, tmp, killed, 1, stderr=subprocess.DEVNULL)
     p.kill()
     p.communicate()
     r = t.run(["--steps", "2", "--checkpoint", killed])
