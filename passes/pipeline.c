@@ -931,8 +931,13 @@ void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_m
     plan->readers = pipe_xcalloc((size_t)g->n_values + 1, sizeof(uint64_t));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        /* a reshape sharing its operand's buffer runs no code: it reads nothing */
-        if (ir_op_info_of(v->op)->cls == OPC_SOURCE || mem->storage_of[i] != i || v->stage >= 64) continue;
+        /* a reshape or view in its operand's buffer runs no code: it reads nothing. Other
+         * values in another's buffer do run and read their operands: the pads and adds of a
+         * window assembly writing into their sum's (a concat's pieces), a bias's or a sum's
+         * add, a cross-entropy gradient over its logits */
+        if (ir_op_info_of(v->op)->cls == OPC_SOURCE || v->stage >= 64 ||
+            (ir_in_operand_buffer(v) && mem->storage_of[i] == mem->storage_of[v->operands[0]]))
+            continue;
         for (int k = 0; k < v->n_operands; k++)
             if (ir_reads_operand(v, k)) plan->readers[mem->storage_of[v->operands[k]]] |= (uint64_t)1 << v->stage;
     }
