@@ -102,8 +102,28 @@ static loss_class class_of(const ir_graph *g, const ir_value *v, const loss_clas
     return (loss_class){ROWS, -1, 0};
 }
 
+/* A parameter shaped by the batch dim would be made at the micro-batch's size (the program
+ * is lowered for one micro-batch): fewer rows than the file of weights and the serial
+ * program have, an embedding's ids past its table. The errors found. */
+static int params_of_batch(const ir_graph *g, dm_diag *d) {
+    int errors = 0;
+    for (int p = 0; p < g->n_params; p++) {
+        const ir_value *v = g->values[g->params[p]];
+        if (ir_batch_dim_at(&v->type, g->batch_dim) == -1) continue;
+        dm_error(d, v->loc, "parameter '%s' has the batch dim '%s' in its shape, which %d micro-batches split: it would be "
+                 "made with a micro-batch's %lld rows, not the batch's %lld (give it a dim of its own)",
+                 v->name, g->batch_dim, g->microbatches, (long long)(g->batch_whole / g->microbatches),
+                 (long long)g->batch_whole);
+        errors++;
+    }
+    if (errors && g->schedule_loc.line > 0) dm_note(d, g->schedule_loc, "the micro-batches are set here");
+    return errors;
+}
+
 int pass_microbatch_loss(const ir_graph *g, dm_diag *d) {
-    if (g->microbatches <= 1 || !g->batch_dim || g->loss < 0) return 0;
+    if (g->microbatches <= 1 || !g->batch_dim) return 0;
+    if (params_of_batch(g, d)) return 1;
+    if (g->loss < 0) return 0;
     loss_class *cls = calloc((size_t)g->n_values + 1, sizeof *cls);
     if (!cls) abort();
     for (int i = 0; i <= g->loss && i < g->n_values; i++) {
