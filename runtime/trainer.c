@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Before main: a program with the trainer in it (dmrt_trainer_main, dmrt_distill_main; the
  * generated main.c of `dmc run`) waits for OpenMP work as dmrt_openmp_wait_default says.
@@ -483,6 +484,14 @@ int dmrt_trainer_main_spmd(const dmrt_model *model, int argc, char **argv, dmrt_
     /* every rank learns the first failure; the one hosting rank 0 says it (the MPI
      * launcher may fail before any rank ran: then every process does) */
     if (s.lead || !s.ran) fprintf(stderr, "%s: error: %s\n", prog, err[0] ? err : "a rank failed");
+    if (!s.lead && s.ran) {
+        /* the process hosting rank 0 says it, after MPI_Finalize like this one: mpirun ends
+         * the job as soon as one process exits with a failure, and a process that got there
+         * first killed the one about to print (the message lost, the job's "1 process
+         * returned a non-zero exit code" alone). A failure's exit waits half a second. */
+        struct timespec wait = {0, 500000000};
+        nanosleep(&wait, NULL);
+    }
     return TR_RUNTIME;
 }
 
