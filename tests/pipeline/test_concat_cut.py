@@ -28,6 +28,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import stio  # noqa: E402
+import trained  # noqa: E402
+from trained import dmc_run, worst  # noqa: E402
 
 STEPS = 4
 WEIGHT_ATOL = 1e-6
@@ -40,23 +42,8 @@ TWO_BW = [["--mesh", "pipeline=2", "--microbatches", "2", "--schedule", "2bw"],
           ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw", "--recompute", "full"]]
 
 
-def dmc_run(dmc, dm, tmp, args):
-    p = subprocess.run([dmc, "run", dm, "--quiet"] + args, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, timeout=300, env=dict(os.environ, TMPDIR=tmp))
-    if p.returncode != 0:
-        raise AssertionError("dmc run %s: exit %d\n%s" % (" ".join(args), p.returncode, p.stderr[-3000:]))
-
-
 def train(dmc, dm, tmp, batch_file, tag, args):
-    saved = os.path.join(tmp, "w-%s.safetensors" % tag)
-    dmc_run(dmc, dm, tmp, ["--batch-file", batch_file, "--steps", str(STEPS), "--seed", "7", "--save", saved] + args)
-    return stio.load(saved)
-
-
-def worst(got, want):
-    if sorted(got) != sorted(want):
-        raise AssertionError("saved %s, expected %s" % (sorted(got), sorted(want)))
-    return max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    return trained.train(dmc, dm, tmp, batch_file, tag, args, STEPS)
 
 
 def tag_of(args):
