@@ -16,11 +16,10 @@
 /* The file whose flock a run into a checkpoint directory holds from its start to its end. */
 #define CKPT_LOCK_NAME ".lock"
 
-/* Whether the checkpoint `file` lies in directory dir (the same directory: device and inode). */
+/* Whether the checkpoint `file` lies in directory dir (the same directory, however named). */
 static int file_in_dir(const char *file, const char *dir) {
     char parent[4096];
-    struct stat a, b;
-    return dmrt_parent_dir(file, parent, sizeof parent) == 0 && stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return dmrt_parent_dir(file, parent, sizeof parent) == 0 && dmrt_same_file(parent, dir);
 }
 
 static int lock_path(const char *dir, char *path, size_t len) {
