@@ -56,11 +56,7 @@ def main(argv):
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-concatcut-") as tmp:
         def case(what, fn):
-            try:
-                fn()
-            except AssertionError as e:
-                print("FAIL %s: %s" % (what, e))
-                failures.append(what)
+            trained.checked(failures, what, fn)
 
         def compile_sends():
             out = os.path.join(tmp, "gen")

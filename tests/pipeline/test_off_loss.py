@@ -51,11 +51,7 @@ def main(argv):
     failures = []
     with tempfile.TemporaryDirectory(prefix="dmc-offloss-") as tmp:
         def case(what, fn):
-            try:
-                fn()
-            except AssertionError as e:
-                print("FAIL %s: %s" % (what, e))
-                failures.append(what)
+            trained.checked(failures, what, fn)
 
         def explain():
             p = subprocess.run([dmc, "--explain=json", "--mesh", "pipeline=2", dm], stdout=subprocess.PIPE,

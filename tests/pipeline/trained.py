@@ -29,3 +29,12 @@ def worst(got, want):
     if sorted(got) != sorted(want):
         raise AssertionError("saved %s, expected %s" % (sorted(got), sorted(want)))
     return max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+
+
+def checked(failures, what, fn):
+    """Runs check fn; its AssertionError printed as what's failure and what added to failures."""
+    try:
+        fn()
+    except AssertionError as e:
+        print("FAIL %s: %s" % (what, e))
+        failures.append(what)
