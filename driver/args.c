@@ -831,6 +831,13 @@ static int check_quantize_options(dm_options *o) {
                 dm_precision_name((dm_precision)o->precision));
         return -1;
     }
+    if (o->codegen.quantize_bits && (o->plan || o->mesh_auto)) {
+        /* the plans are meshes and schedules of a training step; a quantized program is one serial forward */
+        fprintf(stderr, "dmc: error: --quantize makes a serial program that predicts, and %s searches meshes for "
+                        "training: plan the f32 program, or drop %s\n", o->plan ? "--plan" : "--mesh auto",
+                o->plan ? "--plan" : "--mesh auto");
+        return -1;
+    }
     if (o->codegen.quantize_bits && o->prune.ratio > 0) {
         /* pruning happens in the updates, which a quantized program never runs: nothing would be pruned */
         fprintf(stderr, "dmc: error: --quantize makes a program that predicts and never trains, and --prune prunes in "

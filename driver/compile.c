@@ -16,8 +16,10 @@ static int stops_at(const dm_compile_request *req, const char *pass) {
 #endif
 
 /* Lowering's checks, the attention's fusion and autodiff: what neither ZeRO nor
- * recomputation changes. */
-static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
+ * recomputation changes. A forward-only graph (--quantize: a program that predicts and
+ * evaluates, never trains) stops before autodiff: no backward, so no gradients, and no
+ * activations kept for one. */
+static int differentiate(ir_graph *g, const char *target, int forward_only, dm_diag *d) {
     VERIFY("lower");
     if (pass_trainable(g, d)) return 1;
     if (pass_microbatch_loss(g, d)) return 1;
@@ -26,6 +28,7 @@ static int differentiate(ir_graph *g, const char *target, dm_diag *d) {
     g->residual_norms = codegen_residual_norms(target);
     pass_fuse_attention(g);
     VERIFY("fuse_attention");
+    if (forward_only) return 0;
     if (pass_autodiff(g, d)) return 1;
     VERIFY("autodiff");
     return 0;
@@ -59,9 +62,11 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     g->quantize_bits = req->quantize_bits;
     g->quantize_group = req->quantize_group;
     g->quantize_activations = req->quantize_activations;
-    if (pass_recompute(g, d)) return 1;
+    /* a forward-only graph (--quantize) has no backward to recompute for and no update */
+    int forward_only = req->quantize_bits != 0;
+    if (!forward_only && pass_recompute(g, d)) return 1;
     VERIFY("recompute");
-    if (pass_optimizer(g, d)) return 1;
+    if (!forward_only && pass_optimizer(g, d)) return 1;
     VERIFY("optimizer");
     if (stops_at(req, "optimizer")) return 0;
     if (pass_shard(g, &out->reshards, d)) return 1;
@@ -85,7 +90,7 @@ static int run_passes(ir_graph *g, const dm_compile_request *req, dm_diag *d, dm
         VERIFY("lower");
         return 0;
     }
-    if (differentiate(g, req->target, d)) return 1;
+    if (differentiate(g, req->target, req->quantize_bits != 0, d)) return 1;
     if (stops_at(req, "autodiff")) return 0;
     return run_after_autodiff(g, req, d, out);
 }
@@ -179,7 +184,7 @@ int dm_compile(const dm_program *prog, const dm_compile_request *req, dm_diag *d
 ir_graph *dm_lower_differentiated(const dm_program *prog, const dm_lower_options *lower, const char *target,
                                   dm_diag *d) {
     ir_graph *g = dm_lower(prog, lower, d);
-    if (g && differentiate(g, target, d)) {
+    if (g && differentiate(g, target, 0, d)) {
         ir_graph_free(g);
         return NULL;
     }

@@ -756,8 +756,8 @@ static void memory_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
     }
     /* as the compact table says: the narrow weights are untracked, outside both peaks */
     if (g->quantize_bits)
-        fprintf(out, "  peak: the f32 program's tracked buffers (`dmc run --memory`'s model peak), not the narrow weights "
-                     "(below)\n");
+        fprintf(out, "  peak: the f32 parameters and the forward's buffers, tracked (`dmc run --memory`'s model peak), "
+                     "not the narrow weights (below)\n");
     for (int k = 0; k < plan->stages && plan->stages > 1; k++) {
         const dm_stage_memory *m = &plan->stage[k];
         explain_mib((double)m->param_elems, p, sizeof p);

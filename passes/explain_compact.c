@@ -238,8 +238,8 @@ void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const d
     /* --quantize's narrow weights and their buffers are allocated apart from the context's
      * tracked buffers: neither this peak nor `dmc run --memory`'s model peak counts them */
     fprintf(out, "  peak: %s; activations: those in flight, one micro-batch's arena %s%s (%s without buffer reuse)\n",
-            g->quantize_bits ? "the f32 program's tracked buffers at most (`dmc run --memory`'s model peak), not the narrow "
-                               "weights (below)"
+            g->quantize_bits ? "the f32 parameters and the forward's buffers, tracked (`dmc run --memory`'s model peak), "
+                               "not the narrow weights (below)"
                              : "what a rank allocates at most",
             arena, plan->stages > 1 ? " at most" : "", unshared);
     explain_at_create(g, plan, out);

@@ -145,21 +145,23 @@ void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
     explain_mib((double)(q.widening_bytes + q.activation_bytes) / 4, widening, sizeof widening);
     explain_mib((double)(q.f32_peak + q.narrow_bytes + q.widening_bytes + q.activation_bytes) / 4, total, sizeof total);
     if (g->quantize_activations)
-        fprintf(out, "  the program allocates %s: the f32 program's peak %s above (it keeps the f32 parameters,\n"
-                     "  gradients and optimizer state) + the int8 weights %s + buffers %s (the largest product's input\n"
-                     "  in int8 and its int32 sums) per thread that runs products (one in a serial program)\n",
+        fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32, which the\n"
+                     "  calibration's f32 forward reads, and one forward's activations: no gradients or optimizer\n"
+                     "  state) + the int8 weights %s + buffers %s (the largest product's input in int8 and its int32\n"
+                     "  sums) per thread that runs products (one in a serial program)\n",
                 total, peak, narrow, widening);
     else
-        fprintf(out, "  the program allocates %s: the f32 program's peak %s above (it keeps the f32 parameters,\n"
-                     "  gradients and optimizer state) + the narrow weights %s + a widening buffer %s (the largest\n"
-                     "  quantized weight in f32) per thread that runs products (one in a serial program)\n",
+        fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32 and one\n"
+                     "  forward's activations: no gradients or optimizer state) + the narrow weights %s + a widening\n"
+                     "  buffer %s (the largest quantized weight in f32) per thread that runs products (one in a serial\n"
+                     "  program)\n",
                 total, peak, narrow, widening);
     /* the peak above and `dmc run --memory` count the context's tracked buffers; the narrow
      * weights (dmrt_qweight_init) and the products' buffers are allocated untracked */
     char apart[32];
     explain_mib((double)(q.narrow_bytes + q.widening_bytes + q.activation_bytes) / 4, apart, sizeof apart);
     fprintf(out, "  (the memory table's peak, --explain=json's peak_bytes_per_rank and `dmc run --memory`'s model peak\n"
-                 "  are the f32 program's %s alone: the %s of narrow weights and buffers are allocated untracked)\n",
+                 "  are the tracked %s alone: the %s of narrow weights and buffers are allocated untracked)\n",
             peak, apart);
     free(q.weights);
 }

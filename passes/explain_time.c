@@ -16,13 +16,17 @@ double samples_per_step(const ir_graph *g, double *tokens) {
     return samples;
 }
 
-/* A --quantize program never trains: the figures above are its f32 model's training step. */
+/* A --quantize program never trains: its graph is the forward alone (driver/compile.c), priced
+ * with f32 products. */
 static void explain_quantize_note(const ir_graph *g, FILE *out) {
     if (!g->quantize_bits) return;
-    fprintf(out, "  (--quantize: this program predicts and evaluates only; the step above is the f32 model's training\n"
-                 "  step, forward, backward and update with f32 products, not a price of its %s forward)\n",
+    fprintf(out, "  (--quantize: this program predicts and evaluates only, so the step above is one forward of the\n"
+                 "  batch, priced with f32 products, not with its %s products)\n",
             g->quantize_activations ? "int8 x int8" : "narrow-weight");
 }
+
+/* What a step runs: a forward-only graph (--quantize) has no backward and no update. */
+static const char *passes_phrase(const ir_graph *g) { return g->grads ? "forward and backward" : "forward"; }
 
 /* Under --precision bf16: what passes/precision.c made of the products, and what runs them. */
 static void explain_precision_note(const ir_graph *g, FILE *out) {
@@ -53,17 +57,18 @@ static void time_text_full(const ir_graph *g, const dm_pipeline_plan *pl, FILE *
     double tokens, samples = samples_per_step(g, &tokens), step = pl->step_seconds;
     fprintf(out, "predicted step on %s (%s), %s products: %.3f ms\n", hw->name, hw->source,
             dm_precision_name((dm_precision)pl->cost.precision), step * 1e3);
-    fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)\n", g->microbatches,
-            g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.step * 1e3,
-            100 * pl->bubble);
-    fprintf(out, "  update: %.3f ms (the optimizer, and the gradient reductions by buckets less what the backward\n"
-                 "  pass hides of them: %s)\n", pl->update_seconds * 1e3,
-            hw->overlap > 0 ? "the hardware overlaps them by its efficiency.overlap" : "nothing on this hardware");
+    fprintf(out, "  %s of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)\n", passes_phrase(g),
+            g->microbatches, g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s",
+            pl->timed.step * 1e3, 100 * pl->bubble);
+    if (g->grads)
+        fprintf(out, "  update: %.3f ms (the optimizer, and the gradient reductions by buckets less what the backward\n"
+                     "  pass hides of them: %s)\n", pl->update_seconds * 1e3,
+                hw->overlap > 0 ? "the hardware overlaps them by its efficiency.overlap" : "nothing on this hardware");
     if (step > 0 && samples > 0) {
         fprintf(out, "  %.4g samples/s", samples / step);
         if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);
-        fprintf(out, ";\n  %.3g TFLOP/s per device of model flops (matrix products forward and backward: %.3g GFLOP per device\n"
-                     "  and step)\n", pl->model_flops / step / 1e12, pl->model_flops / 1e9);
+        fprintf(out, ";\n  %.3g TFLOP/s per device of model flops (matrix products %s: %.3g GFLOP per device\n"
+                     "  and step)\n", pl->model_flops / step / 1e12, passes_phrase(g), pl->model_flops / 1e9);
     }
     explain_precision_note(g, out);
     explain_param_servers_note(g, out);
@@ -80,9 +85,11 @@ static void time_text_compact(const ir_graph *g, const dm_pipeline_plan *pl, FIL
             dm_precision_name((dm_precision)pl->cost.precision), step * 1e3,
             strcmp(hw->name, "nominal") == 0 ? "a nominal roofline, not a machine: --hardware picks one"
                                              : "the hardware's peaks times its efficiencies");
-    fprintf(out, "  forward and backward of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%); update: %.3f ms\n",
-            g->microbatches, g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s",
-            pl->timed.step * 1e3, 100 * pl->bubble, pl->update_seconds * 1e3);
+    fprintf(out, "  %s of %d micro-batch%s on %d stage%s: %.3f ms (bubble %.1f%%)", passes_phrase(g), g->microbatches,
+            g->microbatches == 1 ? "" : "es", pl->stages, pl->stages == 1 ? "" : "s", pl->timed.step * 1e3,
+            100 * pl->bubble);
+    if (g->grads) fprintf(out, "; update: %.3f ms", pl->update_seconds * 1e3);
+    fprintf(out, "\n");
     if (step > 0 && samples > 0) {
         fprintf(out, "  %.4g samples/s", samples / step);
         if (tokens > 0) fprintf(out, ", %.4g tokens/s", tokens / step);

@@ -2,7 +2,7 @@
 """dmc's options against each other, where a --check golden (tests/diag/args_*) cannot see
 them: the model name of a long file name is terminated, --stop-after stops at each pass
 --help names, one command at a time (-o beside --emit, --explain, --plan; dmc run beside
---explain), the last --quantize wins whole, dmc run --compact refuses --resume, and
+--explain), the last --quantize wins whole and --plan and --mesh auto refuse it, dmc run --compact refuses --resume, and
 --grad-reduce and --compress exclude each other in either order (each given once), and a
 --bucket-mb under a byte is the smallest bucket (it was the 25 MiB default), and
 llama.dm's weights, read transposed, quantized. And what dmc writes is whole or not
@@ -95,6 +95,18 @@ def check_quantize_repeated(exe, root, check):
         rc, out, err = dmc(exe, ['--explain', mlp] + args)
         check(rc == 0 and line in out, 'dmc --explain mlp.dm %s: exit %d, %s (want %r)'
               % (' '.join(args), rc, err.strip() or [l for l in out.splitlines() if 'quantize' in l][:1], line))
+
+
+def check_quantize_plans(exe, root, check):
+    """--plan and --mesh auto search meshes for training: a quantized program is one serial
+    forward, so both refuse --quantize (exit 2) instead of planning a training step."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    for args, what in [(['--plan', '--devices', '2'], '--plan'), (['--mesh', 'auto', '--devices', '2', '--explain'],
+                                                                     '--mesh auto')]:
+        rc, out, err = dmc(exe, [mlp, '--quantize', 'int8-weights'] + args)
+        want = '--quantize makes a serial program that predicts, and %s searches meshes' % what
+        check(rc == 2 and want in err and not out, 'dmc mlp.dm --quantize int8-weights %s: exit %d, %r'
+              % (' '.join(args), rc, err.strip()))
 
 
 def check_quantize_transposed(exe, root, tmp, check):
@@ -225,6 +237,7 @@ def main(argv):
         check_stop_after(exe, root, check)
         check_commands(exe, tmp, check)
         check_quantize_repeated(exe, root, check)
+        check_quantize_plans(exe, root, check)
         check_quantize_transposed(exe, root, tmp, check)
         check_compact_company(exe, root, check)
         check_reduce_once(exe, root, check)
