@@ -73,6 +73,9 @@ int codegen_fuses_bias(const char *target);
 /* Whether the target updates a serial program's parameters in one launch where it can
  * (emit_flat_update.c), its gradients and optimizer state then laid out as its parameters (memory_update_layout): CUDA's does. */
 int codegen_flat_update(const char *target);
+/* Whether --quantize int8-weights / int4-weights keeps a weight that only quantized products
+ * read narrow only, without its f32 copy (cg_capabilities.narrow_only): C's does. */
+int codegen_narrow_only(const char *target);
 /* The scratch the target's kernels need (dm_scratch_elems), for --explain's prediction. */
 void codegen_scratch_rules(const char *target, dm_scratch_rules *out);
 /* The target's toolchain (NULL: the default target's). */

@@ -276,6 +276,8 @@ typedef struct cg_capabilities {
     int bf16, f16;          /* 16-bit product operands (--precision bf16, fp16): the casts'
                              * round_to and cg_gemm.operands */
     int quantize;           /* --quantize's narrow weights and their products (quant_gemm) */
+    int narrow_only;        /* int8-weights / int4-weights: a weight only quantized products read keeps no
+                             * f32 copy (its products widen it into a buffer of their own, not into it) */
     int flat_update;        /* a serial program's update in one sgd or adamw call over its parameters
                              * laid end to end, where that is the same arithmetic (emit_flat_update.c) */
     int attention_bf16, attention_f16; /* under --precision bf16 (fp16) the fused attention

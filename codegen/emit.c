@@ -317,6 +317,7 @@ static int has_attention(const char *target) {
 
 int codegen_fuses_bias(const char *target) { return capabilities_of(target).bias_activation; }
 int codegen_flat_update(const char *target) { return capabilities_of(target).flat_update; }
+int codegen_narrow_only(const char *target) { return capabilities_of(target).narrow_only; }
 int codegen_fuses_casts(const char *target) { return capabilities_of(target).fused_cast; }
 int codegen_residual_norms(const char *target) { return capabilities_of(target).residual_norm; }
 int codegen_loss_grad_16bit(const char *target) { return capabilities_of(target).loss_grad_16bit; }

@@ -29,6 +29,7 @@ void emit_source_body(emitter *E) {
     int trains = g->loss >= 0 && g->grads;
     if (E->partitioned) emit_spmd_support(E);
     else if (E->dialect->separate_memory) emit_host_param_copies(E);
+    else if (E->n_narrow_only) emit_narrow_param_copies(E);
     emit_quant_support(E);
     emit_init(E);
     emit_schedule(E);

@@ -379,6 +379,7 @@ void emit_create_destroy(emitter *E) {
                 E->g->loss_scale, (long long)E->g->loss_scale_interval);
     emit_2bw_create(E);
     emit_compress_create(E);
+    emit_quant_alloc(E);
     cg_line(w, "if (init_params(ctx, seed) != DMRT_OK) {");
     cg_line(w, "    if (!ctx->error[0]) goto oom;");
     cg_line(w, "    goto fail;");

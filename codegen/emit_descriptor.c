@@ -81,7 +81,7 @@ static void emit_model_wrappers(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    int trains = g->loss >= 0 && g->grads, copies = E->partitioned || E->dialect->separate_memory;
+    int trains = g->loss >= 0 && g->grads, copies = E->partitioned || E->dialect->separate_memory || E->n_narrow_only;
     if (E->partitioned) {
         cg_line(w, "static void *model_create_rank(uint64_t seed, dmrt_rank *rank, char *err, size_t errlen) {");
         cg_line(w, "    return %s_create_rank(seed, rank, err, errlen);", m);
@@ -179,7 +179,7 @@ void emit_descriptor(emitter *E) {
     const ir_graph *g = E->g;
     const char *m = g->model;
     cg_writer *w = &E->w;
-    int copies = E->partitioned || E->dialect->separate_memory;
+    int copies = E->partitioned || E->dialect->separate_memory || E->n_narrow_only;
     const dm_pipeline_plan *pl = E->predicted;
     char hardware[64];
     emit_model_wrappers(E);

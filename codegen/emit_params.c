@@ -41,7 +41,9 @@ void emit_init(emitter *E) {
         /* a split parameter (ZeRO 3's in shares too), or any in a separate memory, is drawn
          * whole in host memory first */
         const dm_zero_bucket *zb = zero_bucket_of(E, p);
-        int split = is_split(&v->type) || (zb && zb->param_at >= 0), staged = split || E->dialect->separate_memory;
+        int narrow = quant_narrow_slot(E, p); /* --quantize: drawn in f32, kept narrow only */
+        int split = is_split(&v->type) || (zb && zb->param_at >= 0);
+        int staged = split || E->dialect->separate_memory || narrow >= 0;
         long long n = (long long)ir_numel(&v->type), off = (long long)E->plan->offset[v->id];
         /* pipeline stages hold their own parameters: each at its stage's offset */
         int by_stage = E->plan->stages > 1;
@@ -97,7 +99,10 @@ void emit_init(emitter *E) {
             break;
         }
         }
-        if (split) {
+        if (narrow >= 0) {
+            cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], whole);", narrow);
+            cg_line(w, "dmrt_free(whole);");
+        } else if (split) {
             cg_line(w, "int status = scatter_param(ctx, %d, whole);", p);
             cg_line(w, "dmrt_free(whole);");
             cg_line(w, "if (status != DMRT_OK) return status;");

@@ -49,6 +49,7 @@ void quant_mark(emitter *E) {
         if (E->quant_slot[g->params[p]] == 0) {
             E->quant_slot[g->params[p]] = E->n_quant;
             E->quant_transposed[E->n_quant] = transposed[g->params[p]];
+            E->n_narrow_only += dm_weight_held_narrow(g, g->params[p]);
             E->quant_param[E->n_quant++] = p;
         }
     free(transposed);
@@ -122,8 +123,12 @@ void emit_quant_support(emitter *E) {
 /* In create: a failed allocation in the products' memory (device_failed names it). */
 #define DEVICE_ALLOC_FAILED "{ (void)device_failed(ctx); goto fail; }"
 
-/* In create, after init_params: the narrow weights' storage and values. */
-void emit_quant_create(emitter *E) {
+int quant_narrow_slot(const emitter *E, int p) {
+    int slot = E->quant_bits ? E->quant_slot[E->g->params[p]] : -1;
+    return slot >= 0 && dm_weight_held_narrow(E->g, E->g->params[p]) ? slot : -1;
+}
+
+void emit_quant_alloc(emitter *E) {
     cg_writer *w = &E->w;
     if (E->quant_work_bytes && E->n_quant) {
         char bytes[32];
@@ -136,27 +141,92 @@ void emit_quant_create(emitter *E) {
         int64_t k, n;
         int transposed = E->quant_transposed[j];
         product_shape(E, v->id, transposed, &k, &n);
-        cg_line(w, "/* %s%s */", v->name, transposed ? ", read transposed: stored as the product's [k, n], its transpose" : "");
+        cg_line(w, "/* %s%s%s */", v->name, transposed ? ", read transposed: stored as the product's [k, n], its transpose" : "",
+                quant_narrow_slot(E, p) >= 0 ? ", held narrow only (no f32 copy)" : "");
         cg_line(w, "if (dmrt_qweight_init(&ctx->quant[%d], %d, %lld, %lld, %lld) != 0) goto oom;", j, E->quant_bits,
                 (long long)k, (long long)n, (long long)E->quant_group);
         if (transposed) cg_line(w, "ctx->quant[%d].transposed = 1;", j);
+        if (quant_narrow_slot(E, p) >= 0) cg_line(w, "ctx->quant[%d].narrow_only = 1;", j);
+        /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
+        if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
+        if (!E->dialect->separate_memory) continue;
+        char lhs[64], bytes[160];
+        snprintf(lhs, sizeof lhs, "ctx->quant_data[%d]", j);
+        snprintf(bytes, sizeof bytes, "(size_t)dmrt_qweight_bytes(&ctx->quant[%d])", j);
+        E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
+        snprintf(lhs, sizeof lhs, "ctx->quant_scale[%d]", j);
+        snprintf(bytes, sizeof bytes, "(size_t)(dmrt_qweight_groups(&ctx->quant[%d]) * ctx->quant[%d].cols) * sizeof(float)",
+                 j, j);
+        E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
+    }
+}
+
+void emit_quant_create(emitter *E) {
+    cg_writer *w = &E->w;
+    for (int j = 0; j < E->n_quant; j++) {
+        int p = E->quant_param[j];
+        if (quant_narrow_slot(E, p) >= 0) continue; /* init_params quantized it */
         if (E->dialect->separate_memory) {
-            char lhs[64], bytes[160];
-            snprintf(lhs, sizeof lhs, "ctx->quant_data[%d]", j);
-            snprintf(bytes, sizeof bytes, "(size_t)dmrt_qweight_bytes(&ctx->quant[%d])", j);
-            E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
-            snprintf(lhs, sizeof lhs, "ctx->quant_scale[%d]", j);
-            snprintf(bytes, sizeof bytes, "(size_t)(dmrt_qweight_groups(&ctx->quant[%d]) * ctx->quant[%d].cols) * sizeof(float)",
-                     j, j);
-            E->dialect->alloc(w, lhs, bytes, DEVICE_ALLOC_FAILED);
             cg_line(w, "if (quant_from_params(ctx, %d, %d) != DMRT_OK) goto fail;", j, p);
         } else {
             cg_line(w, "dmrt_quantize_weight(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
             cg_line(w, "dmrt_dequantize_param(&ctx->quant[%d], ctx->params + ctx->param_offsets[%d]);", j, p);
         }
-        /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
-        if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
     }
+}
+
+/* gather_param: a narrow-only weight dequantized (the values its products multiply), the
+ * others copied; scatter_param: a narrow-only weight quantized from an aligned copy of
+ * whole (a file's tensor may lie at any address), the others copied. */
+void emit_narrow_param_copies(emitter *E) {
+    cg_writer *w = &E->w;
+    const ir_graph *g = E->g;
+    const char *m = g->model;
+    cg_line(w, "/* Parameter p into whole: a weight held narrow only (no f32 copy) dequantized. */");
+    cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
+    w->indent++;
+    cg_line(w, "if (grad) return DMRT_ERR_ARG; /* a --quantize program has no gradients */");
+    cg_line(w, "switch (p) {");
+    for (int p = 0; p < g->n_params; p++)
+        if (quant_narrow_slot(E, p) >= 0)
+            cg_line(w, "case %d: dmrt_dequantize_param(&ctx->quant[%d], whole); return DMRT_OK; /* %s */", p,
+                    quant_narrow_slot(E, p), V(E, g->params[p])->name);
+    cg_line(w, "default: break;");
+    cg_line(w, "}");
+    cg_line(w, "memcpy(whole, ctx->params + ctx->param_offsets[p], (size_t)param_descs[p].numel * sizeof(float));");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "/* Weight j, held narrow only, quantized from whole. */");
+    cg_line(w, "static int quantize_narrow(struct_ctx *ctx, int j, int p, const float *whole) {");
+    w->indent++;
+    cg_line(w, "size_t bytes = (size_t)param_descs[p].numel * sizeof(float);");
+    cg_line(w, "float *aligned = (float *)dmrt_alloc(bytes);");
+    cg_line(w, "if (!aligned) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory\");", m);
+    cg_line(w, "    return DMRT_ERR_NOMEM;");
+    cg_line(w, "}");
+    cg_line(w, "memcpy(aligned, whole, bytes);");
+    cg_line(w, "dmrt_quantize_weight(&ctx->quant[j], aligned);");
+    cg_line(w, "dmrt_free(aligned);");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_line(w, "/* Parameter p from whole: a weight held narrow only quantized from it. */");
+    cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
+    w->indent++;
+    cg_line(w, "switch (p) {");
+    for (int p = 0; p < g->n_params; p++)
+        if (quant_narrow_slot(E, p) >= 0)
+            cg_line(w, "case %d: return quantize_narrow(ctx, %d, p, whole); /* %s */", p, quant_narrow_slot(E, p),
+                    V(E, g->params[p])->name);
+    cg_line(w, "default: break;");
+    cg_line(w, "}");
+    cg_line(w, "memcpy(ctx->params + ctx->param_offsets[p], whole, (size_t)param_descs[p].numel * sizeof(float));");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
 }
 
 void emit_quant_destroy(emitter *E) {
@@ -210,8 +280,9 @@ int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
     if (!is_quant_product(E, v)) return 0;
     int j = E->quant_slot[v->operands[1]];
     char w_f32[96];
-    /* the f32 weight: what the calibration's f32 forward multiplies */
-    snprintf(w_f32, sizeof w_f32, "ctx->params + ctx->param_offsets[%d]", E->quant_param[j]);
+    /* the f32 weight: what the calibration's f32 forward multiplies (none held narrow only) */
+    if (quant_narrow_slot(E, E->quant_param[j]) >= 0) snprintf(w_f32, sizeof w_f32, "NULL");
+    else snprintf(w_f32, sizeof w_f32, "ctx->params + ctx->param_offsets[%d]", E->quant_param[j]);
     cg_quant_gemm q = {.slot = j, .activations = E->quant_act, .m = k->m, .lda = k->lda, .ldc = k->ldc, .a = k->a,
                        .c = k->c, .w_f32 = w_f32, .b = k->b, .accumulate = k->accumulate};
     E->dialect->quant_gemm(&E->w, &q);

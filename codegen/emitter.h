@@ -114,6 +114,7 @@ typedef struct emitter {
     int *quant_param;          /* (n_quant) the parameter index of each */
     char *quant_transposed;    /* (n_quant) 1: read x @ transpose(W), stored as its transpose */
     int n_quant;
+    int n_narrow_only;         /* of them, held narrow only: no f32 copy (dm_weight_held_narrow) */
     int64_t quant_work_bytes;  /* the dialect's work memory for the products (quant_work_bytes) */
     char prefix_upper[128];
     cg_writer w;               /* host functions */
@@ -439,7 +440,15 @@ int is_quant_product(const emitter *E, const ir_value *v);
  * place of its gemm) */
 void quant_mark(emitter *E);
 void emit_quant_fields(emitter *E);
+/* In create: the narrow weights' storage (before init_params, which quantizes those held
+ * narrow only), then the values of the others, quantized from their f32 parameters. */
+void emit_quant_alloc(emitter *E);
 void emit_quant_create(emitter *E);
+/* Narrow weight j of parameter p, when it has no f32 copy: its slot, else -1. */
+int quant_narrow_slot(const emitter *E, int p);
+/* A serial program with weights held narrow only: gather_param and scatter_param (the
+ * descriptor's gather and scatter), which dequantize and quantize those and copy the rest. */
+void emit_narrow_param_copies(emitter *E);
 void emit_quant_support(emitter *E);
 void emit_quant_destroy(emitter *E);
 void emit_quant_accessor(emitter *E);

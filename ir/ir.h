@@ -321,6 +321,10 @@ typedef struct ir_graph {
     int quantize_bits;        /* --quantize int8-weights (8), int4-weights (4): what --explain sizes; 0: none */
     int64_t quantize_group;   /* int4-weights: rows per scale */
     int quantize_activations; /* --quantize int8: the products' inputs quantized too (int8 x int8) */
+    /* The target keeps a weight whose every reader is a quantized product narrow only, with
+     * no f32 copy (dm_weight_held_narrow); set by the driver for int8-weights and int4-weights
+     * on a target that can (cg_capabilities.narrow_only). */
+    int quantize_narrow_only;
     dm_loc precision_loc;     /* the precision statement, if any */
     ir_param_servers param_servers; /* --param-servers: servers 0 for none */
     dm_loc zero_loc;          /* the zero statement, if any */

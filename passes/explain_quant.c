@@ -13,6 +13,7 @@ typedef struct quant_weight {
     int value;               /* the parameter */
     int64_t rows, cols;      /* its narrow copy's: the product's [k, n] */
     int transposed;          /* read x @ transpose(W): the parameter is [cols, rows] */
+    int f32_copy;            /* the program keeps its f32 parameter too (not dm_weight_held_narrow) */
     int64_t data_bytes;      /* the integers */
     int64_t scale_bytes;     /* the f32 scales (int8: its product's input scale too) */
 } quant_weight;
@@ -20,12 +21,13 @@ typedef struct quant_weight {
 typedef struct quant_sizes {
     int n;
     quant_weight *weights;   /* (n) in the order of the parameters, as the program holds them */
+    int held_narrow;         /* of them, those without an f32 copy */
     int64_t narrow_bytes;    /* the weights' integers and scales */
     int64_t param_bytes;     /* every parameter as the --save-quantized file holds it */
     int64_t param_bytes_f32; /* every parameter in f32 */
     int64_t widening_bytes;  /* the largest quantized weight in f32: a product thread's buffer (not int8) */
     int64_t activation_bytes;/* int8: the largest product's input in int8 and its int32 sums (a thread's) */
-    int64_t f32_peak;        /* the f32 program's peak, which the quantized one keeps */
+    int64_t f32_peak;        /* the tracked peak (the memory plan's): the f32 parameters kept and the forward's buffers */
 } quant_sizes;
 
 static int64_t group_of(const ir_graph *g, int64_t rows) {
@@ -65,6 +67,8 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         w->rows = v->type.shape[tr ? 1 : 0];
         w->cols = v->type.shape[tr ? 0 : 1];
         w->transposed = tr;
+        w->f32_copy = !dm_weight_held_narrow(g, g->params[p]);
+        q->held_narrow += !w->f32_copy;
         w->data_bytes = dmrt_qweight_data_bytes(g->quantize_bits, w->rows, w->cols);
         w->scale_bytes = (dmrt_qweight_scale_count(w->rows, w->cols, group_of(g, w->rows)) + (g->quantize_activations ? 1 : 0)) * 4;
         q->narrow_bytes += w->data_bytes + w->scale_bytes;
@@ -150,6 +154,12 @@ void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
                      "  state) + the int8 weights %s + buffers %s (the largest product's input in int8 and its int32\n"
                      "  sums) per thread that runs products (one in a serial program)\n",
                 total, peak, narrow, widening);
+    else if (q.held_narrow)
+        fprintf(out, "  the program allocates %s: the tracked peak %s above (the f32 parameters but the %d weight%s\n"
+                     "  held narrow only, and one forward's activations: no gradients or optimizer state) + the\n"
+                     "  narrow weights %s + a widening buffer %s (the largest quantized weight in f32) per thread\n"
+                     "  that runs products (one in a serial program)\n",
+                total, peak, q.held_narrow, q.held_narrow == 1 ? "" : "s", narrow, widening);
     else
         fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32 and one\n"
                      "  forward's activations: no gradients or optimizer state) + the narrow weights %s + a widening\n"
@@ -178,9 +188,9 @@ void explain_quant_json(const ir_graph *g, const dm_memory_plan *plan, const dm_
         fprintf(out, "%s{\"name\": ", i ? ", " : "");
         explain_json_string(out, g->values[w->value]->name ? g->values[w->value]->name : "?");
         fprintf(out, ", \"rows\": %lld, \"cols\": %lld, \"transposed\": %s, \"group\": %lld, \"data_bytes\": %lld, "
-                     "\"scale_bytes\": %lld, \"bytes_per_param\": %.17g}",
+                     "\"scale_bytes\": %lld, \"bytes_per_param\": %.17g, \"f32_copy\": %s}",
                 (long long)w->rows, (long long)w->cols, w->transposed ? "true" : "false", (long long)group_of(g, w->rows),
-                (long long)w->data_bytes, (long long)w->scale_bytes, bytes_per_param(w));
+                (long long)w->data_bytes, (long long)w->scale_bytes, bytes_per_param(w), w->f32_copy ? "true" : "false");
     }
     fprintf(out, "], \"narrow_bytes\": %lld, \"param_bytes\": %lld, \"param_bytes_f32\": %lld, "
                  "\"widening_buffer_bytes\": %lld, \"activation_buffer_bytes\": %lld, \"f32_peak_bytes\": %lld, "

@@ -519,6 +519,11 @@ static void assign_regions(const ir_graph *g, dm_memory_plan *plan) {
         case ROLE_CONST: plan->region[i] = REGION_NONE; continue;
         case ROLE_INPUT: plan->region[i] = REGION_INPUT; continue;
         case ROLE_PARAM:
+            if (dm_weight_held_narrow(g, i)) { /* --quantize: its narrow copy only, allocated apart */
+                plan->region[i] = REGION_NONE;
+                plan->offset[i] = -1;
+                continue;
+            }
             plan->region[i] = REGION_PARAMS;
             plan->offset[i] = plan->param_elems;
             plan->param_elems += dm_persistent_elems(g, ir_local_numel(g, &v->type));

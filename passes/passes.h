@@ -443,6 +443,10 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast);
  * program stores narrow as the product's [k, n] (codegen/emit_quant.c) and --explain sizes
  * (explain_quant.c); -1 for any other v. */
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v);
+/* Whether parameter value w is held narrow only, without an f32 copy: g->quantize_narrow_only
+ * and every op reading it a product that quantizes it (a weight something else reads, a
+ * penalty in the loss, keeps its f32 copy). */
+int dm_weight_held_narrow(const ir_graph *g, int w);
 /* fuse_bias.c: the bias adds (bias_add_of) whose first reader, an activation, adds the
  * bias in its own pass instead of the product: activation_of (n_values) is that
  * activation for such an add, -1 for every other value (all -1 unless enabled: the

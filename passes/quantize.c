@@ -16,6 +16,20 @@ static int read_transposed_only(const ir_graph *g, int w) {
     return 1;
 }
 
+int dm_weight_held_narrow(const ir_graph *g, int w) {
+    if (!g->quantize_narrow_only || g->values[w]->role != ROLE_PARAM) return 0;
+    int products = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        for (int k = 0; k < v->n_operands; k++)
+            if (v->operands[k] == w) {
+                if (k != 1 || dm_quantized_weight_of(g, v) != w) return 0;
+                products++;
+            }
+    }
+    return products > 0;
+}
+
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v) {
     if (v->op != OP_MATMUL || v->phase != PHASE_FORWARD || v->trans_a || v->batch_dims) return -1;
     const ir_value *b = g->values[v->operands[1]];

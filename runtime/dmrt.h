@@ -194,7 +194,10 @@ typedef struct dmrt_model {
     /* A quantized inference program (dmc --quantize, docs/compression.md): its mode as
      * --quantize spells it ("int8", "int8-weights", "int4-weights:64"), and the narrow copy of
      * parameter i that its forward's products read (NULL for a parameter kept in f32). NULL
-     * in the other models (and in models built before). */
+     * in the other models (and in models built before). A weight held narrow only (the C
+     * target's int8-weights and int4-weights, when only quantized products read it) has no
+     * f32 copy (its dmrt_qweight's narrow_only): param(ctx, i) is NULL, gather dequantizes it
+     * and scatter quantizes it. */
     const char *quantize;
     struct dmrt_qweight *(*qweight)(void *ctx, int i);
     /* After the host changed qweight(ctx, i)'s integers or scales (dmrt_quantize_params,
@@ -237,6 +240,9 @@ typedef struct dmrt_qweight {
      * in]: a weight read x @ transpose(W) (llama.dm's projections). q itself is rows x cols
      * as above, the product's [k, n], whichever it is. 0 after dmrt_qweight_init. */
     int transposed;
+    /* 1: the program keeps no f32 copy of the weight (the descriptor's gather dequantizes
+     * q, its scatter quantizes into q); 0 after dmrt_qweight_init. */
+    int narrow_only;
 } dmrt_qweight;
 
 /* Allocates q's storage (zeroed): 0, or -1 when out of memory or the arguments are bad. */

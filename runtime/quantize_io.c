@@ -4,7 +4,9 @@
  * parameters are model->param's host memory, or (the CUDA target: gather and scatter set)
  * device memory reached through host copies. The narrow weights' host copy (qweight) is
  * the one this file reads and writes; qweight_sync, where set, then puts it where the
- * products read it. */
+ * products read it. On the C target, int8-weights and int4-weights hold a weight that only
+ * quantized products read narrow only (qweight's narrow_only): param NULL, gather
+ * dequantizes it and scatter quantizes it (an --init f32 file's values, once). */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +55,7 @@ static int sync_qweight(const dmrt_model *model, void *ctx, int i, char *err, si
 int dmrt_quantize_params(const dmrt_model *model, void *ctx, char *err, size_t errlen) {
     for (int i = 0; i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
-        if (!q) continue;
+        if (!q || q->narrow_only) continue; /* scatter quantized it from the f32 values it was given */
         float *copy, *w = param_on_host(model, ctx, i, 1, &copy, err, errlen);
         if (!w) return -1;
         dmrt_quantize_weight(q, w);
@@ -255,10 +257,11 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
     for (int k = 0; rc == 0 && k < count; k++)
         memcpy((void *)data[k], source[k]->data, (size_t)descs[k].numel * dmrt_dtype_size(descs[k].dtype));
     if (put_copies(model, ctx, copies, rc == 0, err, errlen) != 0) rc = -1;
-    /* the f32 copies: what the products use, for --save and the accessors */
+    /* the f32 copies, where a weight has one: what the products use, for --save and the
+     * accessors (a weight held narrow only has none: gather dequantizes it) */
     for (int i = 0; rc == 0 && i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
-        if (!q) continue;
+        if (!q || q->narrow_only) continue;
         float *copy, *w = param_on_host(model, ctx, i, 0, &copy, err, errlen);
         if (!w) rc = -1;
         else dmrt_dequantize_param(q, w);

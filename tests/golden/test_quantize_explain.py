@@ -14,8 +14,9 @@ int8 plus the largest int32 sums, B rows each):
      param_bytes those plus 4 bytes per other parameter; param_bytes_f32 4 per parameter;
      widening_buffer_bytes the largest weight in f32; f32_peak_bytes the memory section's peak;
      program_bytes their sum with the narrow weights; the memory section a forward's alone
-     (the program never trains): no gradients or optimizer state, every parameter f32
-     (4 bytes each, at most 64 of alignment per tensor), and a peak at most the f32
+     (the program never trains): no gradients or optimizer state, the parameters it keeps
+     in f32 (4 bytes each, at most 64 of alignment per tensor: int8 every one, for its
+     calibration; int8-weights and int4 only the biases, each weight's f32_copy false), and a peak at most the f32
      training program's less its gradients and optimizer state (but the 64 bytes each of
      their empty buffers);
   b) the text --explain prints the section with those numbers, and says that the memory
@@ -27,7 +28,9 @@ int8 plus the largest int32 sums, B rows each):
      weight's data and scale bytes; and `--evaluate --memory` from that file measures the
      model peak f32_peak_bytes, to the byte;
   d) examples/gpt.dm (small dims), int8-weights: the weights --explain sizes are those the
-     generated program quantizes (its dmrt_qweight_init calls, in order, with their shapes).
+     generated program quantizes (its dmrt_qweight_init calls, in order, with their shapes);
+  e) a weight that a penalty in the loss also reads keeps its f32 copy (f32_copy true, its
+     4 bytes a parameter in the memory section), the other weight none.
 Exit status: 0 pass, 1 failure.
 """
 import json
@@ -74,12 +77,13 @@ def expected_weight(mode, rows, cols):
 
 
 def check_forward_memory(mode, mem, train_mem, f32):
-    """a)'s memory section: a forward's, without the training state"""
+    """a)'s memory section: a forward's, without the training state; f32 the bytes of the
+    parameters it keeps in f32"""
     if mem["grads"] != 0 or mem["optimizer_state"] != 0:
         raise Failure("%s: a program that never trains plans %d bytes of gradients and %d of optimizer state" %
                       (mode, mem["grads"], mem["optimizer_state"]))
     if not f32 <= mem["params"] <= f32 + 64 * 2 * len(LAYERS):
-        raise Failure("%s: %d bytes of parameters, the f32 parameters are %d" % (mode, mem["params"], f32))
+        raise Failure("%s: %d bytes of parameters, the f32 parameters it keeps are %d" % (mode, mem["params"], f32))
     training_state = train_mem["grads"] + train_mem["optimizer_state"]
     # + 128: the empty gradient and optimizer buffers still take one 64-byte unit each
     if mem["peak_bytes_per_rank"] > train_mem["peak_bytes_per_rank"] - training_state + 128:
@@ -118,7 +122,12 @@ def check_json(dmc, src, mode, train_mem):
     for key, value in want.items():
         if q[key] != value:
             raise Failure("%s: %s %s, expected %s" % (mode, key, q[key], value))
-    check_forward_memory(mode, j["memory_bytes_per_rank"], train_mem, f32)
+    # int8-weights and int4 keep no f32 copy of a weight only its products read (all three
+    # here): the biases alone are f32; int8's calibration multiplies the f32 weights
+    copies = [w["f32_copy"] for w in q["weights"]]
+    if copies != [mode == "int8"] * len(LAYERS):
+        raise Failure("%s: f32 copies of the weights %s" % (mode, copies))
+    check_forward_memory(mode, j["memory_bytes_per_rank"], train_mem, f32 if mode == "int8" else biases)
     return q
 
 
@@ -204,6 +213,35 @@ def check_gpt(dmc, root, d):
     return len(made)
 
 
+PENALTY = """dim B = 8
+dim D = 16
+dim H = 32
+dim K = 4
+input x : f32[B, D]
+input y : i32[B]
+param w1 : f32[D, H] = xavier
+param w2 : f32[H, K] = xavier
+logits = relu(x @ w1) @ w2
+output logits
+loss = cross_entropy(logits, y) + 0.001 * sum(w2 * w2)
+minimize loss
+optimizer sgd(lr = 0.1)
+"""
+
+
+def check_penalty(dmc, d):
+    """e)"""
+    src = os.path.join(d, "penalty.dm")
+    with open(src, "w") as f:
+        f.write(PENALTY)
+    j = json.loads(run([dmc, src, "--explain=json", "--quantize", "int8-weights"]))
+    copies = [(w["name"], w["f32_copy"]) for w in j["quantized"]["weights"]]
+    if copies != [("w1", False), ("w2", True)]:
+        raise Failure("penalty.dm: f32 copies %s, want w1 none and w2 one (the penalty reads it)" % copies)
+    if j["memory_bytes_per_rank"]["params"] != 4 * 32 * 4:
+        raise Failure("penalty.dm: %d bytes of f32 parameters, want w2's %d" % (j["memory_bytes_per_rank"]["params"], 512))
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: test_quantize_explain.py DMC SOURCE_ROOT", file=sys.stderr)
@@ -222,6 +260,7 @@ def main(argv):
                 if mode in ("int8-weights", "int4-weights:128", "int8"):
                     check_file(dmc, src, mode, q, d)
             n_gpt = check_gpt(dmc, root, d)
+            check_penalty(dmc, d)
     except (Failure, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         print("FAIL: %s" % e)
         return 1
