@@ -187,9 +187,32 @@ static int define_param(lowerer *L, scope *s, const dm_stmt *st, const char *ful
     return 0;
 }
 
+/* A parameter whose shape has a dim computed from the batch (not the batch dim itself, which
+ * passes/microbatch_loss.c refuses by name): under micro-batches the program is lowered for
+ * one micro-batch, so the parameter would be made at that size, not the serial program's.
+ * Returns the errors. */
+static int param_of_derived_batch(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
+    const ir_graph *g = L->g;
+    if (g->microbatches <= 1 || !g->batch_dim || !st->type) return 0;
+    for (int d = 0; d < st->type->rank; d++) {
+        const dm_expr *e = st->type->dims[d];
+        const char *name = lower_dim_name_of(s, e);
+        if ((name && strcmp(name, g->batch_dim) == 0) || !lower_dim_reads_batch(s, e)) continue;
+        const dm_expr *first = e; /* the caret at the expression's start, not its operator */
+        while (first->kind == EXPR_BINARY) first = first->lhs;
+        dm_error(L->d, first->loc, "parameter '%s' has a dim computed from the batch dim '%s', which %d micro-batches "
+                 "split: it would be sized from a micro-batch's %lld rows, not the batch's %lld (give it a dim of its "
+                 "own)", full_name, g->batch_dim, g->microbatches, (long long)(g->batch_whole / g->microbatches),
+                 (long long)g->batch_whole);
+        if (g->schedule_loc.line > 0) dm_note(L->d, g->schedule_loc, "the micro-batches are set here");
+        return 1;
+    }
+    return 0;
+}
+
 static void lower_param(lowerer *L, scope *s, const dm_stmt *st, const char *full_name) {
     ir_value proto = {0};
-    if (define_param(L, s, st, full_name, &proto)) {
+    if (param_of_derived_batch(L, s, st, full_name) || define_param(L, s, st, full_name, &proto)) {
         lower_bind_failed(L, s, st, B_VALUE);
         return;
     }
@@ -249,6 +272,7 @@ static instance *instantiate(lowerer *L, const dm_stmt *block, const char *path,
         if (b) {
             b->dim = v;
             b->display = lower_dim_name_of(caller, call->dim_args[i]);
+            b->of_batch = lower_dim_reads_batch(caller, call->dim_args[i]);
         }
     }
     L->depth++;

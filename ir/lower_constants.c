@@ -75,6 +75,18 @@ int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out) {
     }
 }
 
+int lower_dim_reads_batch(scope *s, const dm_expr *e) {
+    switch (e->kind) {
+    case EXPR_NAME: {
+        binding *b = lower_scope_find(s, e->name);
+        return b && b->kind == B_DIM && b->of_batch;
+    }
+    case EXPR_NEG: return lower_dim_reads_batch(s, e->lhs);
+    case EXPR_BINARY: return lower_dim_reads_batch(s, e->lhs) || lower_dim_reads_batch(s, e->rhs);
+    default: return 0;
+    }
+}
+
 /* Real-valued constants (hyper-parameters, initialiser arguments): numbers, dims and
  * arithmetic. */
 int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out) {

@@ -36,6 +36,8 @@ typedef struct binding {
     const dm_stmt *block; /* B_BLOCK */
     int failed;           /* its definition failed and was reported: uses of it stay silent
                            * rather than cascade into "unknown name" */
+    int of_batch;         /* B_DIM: the batch dim micro-batches split, or a dim computed from it
+                           * (lowered at a micro-batch's size) */
 } binding;
 
 typedef struct scope {
@@ -114,6 +116,8 @@ int lower_call_layer(lowerer *L, instance *in, const int *args, int n_args, cons
 
 /* Integer dimension arithmetic over dim names: 0 and *out, or reported and -1. */
 int lower_eval_dim(lowerer *L, scope *s, const dm_expr *e, int64_t *out);
+/* Whether dimension expression e reads a dim of the batch (binding.of_batch). */
+int lower_dim_reads_batch(scope *s, const dm_expr *e);
 /* Real-valued constants (hyper-parameters, initialisers' arguments): 0 and *out, or -1. */
 int lower_eval_number(lowerer *L, scope *s, const dm_expr *e, double *out);
 /* A flag (keepdim, nesterov): true or false (or 1 or 0) into *out and 0, or reported

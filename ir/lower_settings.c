@@ -74,9 +74,12 @@ void lower_dim(lowerer *L, scope *s, const dm_stmt *st, int overridable) {
             v /= gm->microbatches;
         }
     }
+    int of_batch = gm->batch_dim && ((overridable && strcmp(gm->batch_dim, st->name) == 0) ||
+                                     (!o && lower_dim_reads_batch(s, st->value)));
     binding *b = lower_bind(L, s, st->name, B_DIM, st->name_loc);
     if (!b) return;
     b->dim = v;
+    b->of_batch = of_batch;
     b->display = overridable ? b->name : NULL;
     if (overridable) {
         ir_graph *g = L->g;
