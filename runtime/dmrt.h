@@ -642,7 +642,8 @@ double dmrt_now(void);
 
 /* ---- safetensors ------------------------------------------------------------------------ */
 
-/* A file read whole: header parsed and validated (8-byte size, JSON, dtypes, offsets
+/* A file read whole (mapped, shared with every reader of it on the machine: it must not
+ * shrink while open): header parsed and validated (8-byte size, JSON, dtypes, offsets
  * inside the data area, no overlap, shape products matching byte lengths). */
 typedef struct dmrt_st_tensor {
     char *name;
@@ -657,8 +658,9 @@ typedef struct dmrt_st_file {
     char *path;
     int n_tensors;
     dmrt_st_tensor *tensors;   /* (n_tensors) */
-    void *buffer;              /* whole file */
+    void *buffer;              /* whole file: mapped read-only (dmrt_st_read), or in memory */
     size_t size;
+    size_t mapped;             /* bytes mapped at buffer (munmap'd by dmrt_st_close); 0: malloc'd */
     /* the header's "__metadata__": string keys and values (other values are skipped) */
     int n_meta;
     char **meta_keys, **meta_values; /* (n_meta) */

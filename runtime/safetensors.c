@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +45,15 @@ static int refuse_special(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-static int read_whole(const char *path, void **buf, size_t *size, char *err, size_t errlen) {
+/* The file's bytes, mapped read-only (*mapped set: munmap at close) rather than copied: the
+ * ranks of one machine that read the same weights or checkpoint (threads of one process,
+ * or processes) share its pages in the page cache, and each touches only the tensors, or
+ * blocks of them, it copies; a file copied into every rank's own memory was that many
+ * copies at once (8 ranks loading GPT-2 124M: 4 GB). A file the system cannot map (or an
+ * empty one) is read into memory instead. The file must not shrink while it is open (a
+ * page past its new end would fault): dmc replaces its files by rename, never in place. */
+static int read_whole(const char *path, void **buf, size_t *size, size_t *mapped, char *err, size_t errlen) {
+    *mapped = 0;
     if (refuse_special(path, err, errlen) != 0) return -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) return dmrt_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -54,6 +63,15 @@ static int read_whole(const char *path, void **buf, size_t *size, char *err, siz
         return dmrt_errorf(err, errlen, "%s: not a regular file", path);
     }
     size_t n = (size_t)st.st_size;
+    if (n > 0) {
+        void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fileno(fp), 0);
+        if (p != MAP_FAILED) {
+            fclose(fp);
+            *buf = p;
+            *size = *mapped = n;
+            return 0;
+        }
+    }
     char *p = malloc(n ? n : 1);
     if (!p) {
         fclose(fp);
@@ -275,7 +293,7 @@ static int parse_file(dmrt_st_file *f, int meta_only, char *msg, size_t msglen) 
 
 int dmrt_st_read(dmrt_st_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
-    if (read_whole(path, &f->buffer, &f->size, err, errlen) != 0) return -1;
+    if (read_whole(path, &f->buffer, &f->size, &f->mapped, err, errlen) != 0) return -1;
     f->path = strdup(path);
     char msg[1024];
     msg[0] = '\0';
@@ -327,7 +345,8 @@ void dmrt_st_close(dmrt_st_file *f) {
     }
     free(f->meta_keys);
     free(f->meta_values);
-    free(f->buffer);
+    if (f->mapped) munmap(f->buffer, f->mapped);
+    else free(f->buffer);
     free(f->path);
     memset(f, 0, sizeof *f);
 }

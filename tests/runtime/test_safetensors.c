@@ -1,5 +1,6 @@
-/* test_safetensors: round trip, standard layout, atomic writes, and a corpus of bad
- * files whose messages must name the file and the problem. */
+/* test_safetensors: round trip, standard layout, atomic writes, a corpus of bad files
+ * whose messages must name the file and the problem, and a large file read mapped, not
+ * copied into the process's own memory. */
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -368,13 +369,62 @@ static int metadata(const char *dir) {
     return fails;
 }
 
+/* The process's anonymous resident memory (RssAnon of /proc/self/status), in kB; -1 where
+ * the system does not say. */
+static long rss_anon_kb(void) {
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (fp && fgets(line, sizeof line, fp))
+        if (strncmp(line, "RssAnon:", 8) == 0) kb = strtol(line + 8, NULL, 10);
+    if (fp) fclose(fp);
+    return kb;
+}
+
+/* A 32 MiB file is mapped (f.mapped), and reading every byte of its tensor leaves the
+ * process's anonymous memory within half of that: every rank of a machine reading the same
+ * weights shares the file's pages instead of holding a copy each. */
+static int mapped(const char *dir) {
+    int fails = 0;
+    char path[4200], err[512];
+    snprintf(path, sizeof path, "%s/large.safetensors", dir);
+    const size_t bytes = (size_t)32 << 20;
+    char header[160];
+    snprintf(header, sizeof header, "{\"t\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", bytes / 4, bytes);
+    CHECK(write_raw(path, header, bytes, 0) == 0, "writing %s", path);
+    long before = rss_anon_kb();
+    dmrt_st_file f;
+    if (dmrt_st_read(&f, path, err, sizeof err) != 0) {
+        CHECK(0, "read: %s", err);
+        return fails;
+    }
+    CHECK(f.mapped == f.size && f.size > bytes, "%zu bytes mapped of %zu", f.mapped, f.size);
+    const dmrt_st_tensor *t = dmrt_st_find(&f, "t");
+    if (!t) {
+        CHECK(0, "tensor 't' not found");
+        dmrt_st_close(&f);
+        return fails;
+    }
+    const unsigned char *data = t->data;
+    unsigned sum = 0;
+    for (size_t i = 0; i < bytes; i++) sum += data[i];
+    long after = rss_anon_kb();
+    dmrt_st_close(&f);
+    CHECK(sum == 0, "the zeros read back sum to %u", sum);
+    if (before >= 0 && after >= 0)
+        CHECK(after - before < (long)(bytes >> 11), "anonymous memory grew by %ld kB reading a %zu kB file", after - before,
+              bytes >> 10);
+    unlink(path);
+    return fails;
+}
+
 int main(void) {
     char dir[4096];
     if (tu_mkdtemp(dir, sizeof dir) != 0) {
         perror("mkdtemp");
         return 1;
     }
-    int fails = round_trip(dir) + atomic(dir) + concurrent_writers(dir) + bad_files(dir) + metadata(dir);
+    int fails = round_trip(dir) + atomic(dir) + concurrent_writers(dir) + bad_files(dir) + metadata(dir) + mapped(dir);
     tu_rmdir(dir);
     if (fails) fprintf(stderr, "test_safetensors: %d failures\n", fails);
     return fails != 0;
