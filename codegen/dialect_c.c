@@ -583,7 +583,13 @@ static void c_embed_grad(cg_writer *w, const cg_embed *k) {
     }
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;
-    cg_line(w, "float *out_row = %s + (int64_t)%s[r] * %lld;", k->out, k->ids, c);
+    if (k->first_row) { /* a vocabulary split over ranks: this rank's rows only */
+        cg_line(w, "const int64_t row = (int64_t)%s[r] - (%s);", k->ids, k->first_row);
+        cg_line(w, "if (row < 0 || row >= %lld) continue;", (long long)k->n);
+        cg_line(w, "float *out_row = %s + row * %lld;", k->out, c);
+    } else {
+        cg_line(w, "float *out_row = %s + (int64_t)%s[r] * %lld;", k->out, k->ids, c);
+    }
     cg_line(w, "for (int64_t j = first; j < end; j++) out_row[j] += %s[r * %lld + j];", k->dy, c);
     w->indent--;
     cg_line(w, "}");

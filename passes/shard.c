@@ -527,9 +527,37 @@ static void rule_slice(shard_state *S, const ir_value *v, decision *D) {
     for (int i = 0; i < v->type.rank; i++) D->res.split[i] = D->want[0].split[i];
 }
 
+/* embed_grad of a table whose rows are split over axis a (vocabulary parallel, Megatron's
+ * VocabParallelEmbedding), ids and dy whole over a: each rank makes the gradient of its own
+ * rows (the ids in its range), split as the table is, instead of every row's gradient
+ * pending over a, which would be reduce-scattered to that split. A dy pending over a is
+ * completed first where its allreduce sends less than that reduce-scatter would (dy's
+ * elements twice against the gradient's once: llama.dm on tensor=2, 4 MiB against 31). */
+static void embed_grad_rows(shard_state *S, const ir_value *v, decision *D) {
+    const ir_value *forward = v->origin;
+    if (!forward || forward->op != OP_EMBED) return;
+    int a = V(S, S->map[forward->operands[0]])->type.split[0];
+    const ir_type *ids = operand(S, v, 0), *dy = operand(S, v, 1);
+    if (a == IR_REPLICATED || (ids->partial >> a & 1u)) return;
+    for (int i = 0; i < ids->rank; i++)
+        if (ids->split[i] == a) return;
+    for (int i = 0; i < dy->rank; i++)
+        if (dy->split[i] == a) return;
+    uint32_t bit = 1u << a;
+    if (dy->partial & bit) {
+        if (2.0 * (double)ir_local_numel(S->g, dy) >= (double)ir_local_numel(S->g, &D->res)) return;
+        D->want[1].partial &= ~bit;
+        D->reason = "each rank makes its vocabulary rows' gradient from dy complete (sends less than reduce-scattering "
+                    "every row's)";
+    }
+    D->res.partial &= ~bit;
+    D->res.split[0] = a;
+}
+
 /* embed(table, ids): leading dims split like ids, the width like the table; a table
  * split over its rows (vocabulary) gives a pending sum (rows a rank lacks are zero).
- * embed_grad(ids, dy): rows spread over ranks leave a pending sum. */
+ * embed_grad(ids, dy): rows spread over ranks leave a pending sum; a table split over
+ * its rows gets its gradient made so (embed_grad_rows). */
 static void rule_gather(shard_state *S, const ir_value *v, decision *D) {
     if (v->op == OP_EMBED) {
         const ir_type *table = operand(S, v, 0), *ids = operand(S, v, 1);
@@ -548,6 +576,7 @@ static void rule_gather(shard_state *S, const ir_value *v, decision *D) {
     D->res.split[1] = dy->split[ids->rank];
     D->res.partial |= dy->partial;
     if (!same_sharding(dy, operand(S, v, 1))) D->reason = "embedding gradient rows sharded like the ids";
+    embed_grad_rows(S, v, D);
 }
 
 /* Fused attention and its backward: the batch dims (all but the positions and the head's

@@ -14,6 +14,10 @@ every parameter element in its update (one gradient allreduce per parameter), th
 figure issue 14 measured for a ring (11.19 MB, where explain printed 7.46). And a LLaMA
 on tensor=2, its RMSNorms written from ops, completes each norm's backward with one
 allreduce of the residual's gradient (2 a layer, like GPT's layernorms), not three.
+And a table split over its vocabulary rows gets its gradient made on its rows: the
+LLaMA's embedding (its dy pending) by one allreduce of dy (B T C floats: 2 x 8 KiB sent
+against the 32 KiB a reduce-scatter of the [V, C] gradient would send) and no
+reduce-scatter; GPT's (its dy complete) with no collective at all.
 Prints one line per case; exits 1 on any failure.
 """
 import json
@@ -96,6 +100,9 @@ def check(dmc, dm, args):
                          (got.get(("update", "data")), params, want))
     if dm == "examples/llama.dm":
         fails += norm_allreduces(plan, 3, 2 * 16 * 64 * 4)
+        fails += embedding_rows(plan, "model.embed_tokens", 2 * 16 * 64 * 4)
+    if dm == "examples/gpt.dm":
+        fails += embedding_rows(plan, "wte", 0)
     print("%-22s %-50s %3d collectives, %.0f bytes sent per rank%s" % (
         dm, " ".join(args), len(plan["collectives"]), comm["sent_bytes_per_rank"], " FAIL" if fails else ""))
     return fails
@@ -106,7 +113,8 @@ def norm_allreduces(plan, layers, activation_bytes):
     terms from each norm (issue 38); they must be summed by one allreduce per norm, as
     GPT's layernorm has: 2 per layer, none of them an as_pending's (which moves nothing)."""
     backward = [c for c in plan["collectives"] if c["phase"] == "backward" and c["axis"] == "tensor"
-                and c["op"] == "allreduce" and c["bytes_per_rank"] == activation_bytes]
+                and c["op"] == "allreduce" and c["bytes_per_rank"] == activation_bytes
+                and not c["value"].startswith("d_model.embed_tokens")]
     joins = [c for c in plan["collectives"] if c["op"] == "as_pending"]
     fails = []
     if len(backward) != 2 * layers:
@@ -115,6 +123,23 @@ def norm_allreduces(plan, layers, activation_bytes):
     if not joins or any(c["sent_bytes_per_rank"] != 0 or c["reason"] != "whole operands join the pending sum they are added to"
                         for c in joins):
         fails.append("as_pending rows: %s" % joins)
+    return fails
+
+
+def embedding_rows(plan, table, dy_bytes):
+    """The vocabulary-split table's gradient made on its rows: no reduce-scatter or slice of
+    it in the backward; dy_bytes > 0: one allreduce of the embedding's dy, of that size, made
+    for that reason; 0: none (dy was complete)."""
+    backward = [c for c in plan["collectives"] if c["phase"] == "backward" and c["axis"] == "tensor"]
+    of_table = [c for c in backward if c["value"].startswith(table + ".weight.grad") or c["value"] == "d_" + table + ".weight"]
+    of_dy = [c for c in backward if c["value"] == "d_" + table]
+    fails = []
+    if of_table:
+        fails.append("%s's gradient is moved in the backward: %s" % (table, of_table))
+    want = [("allreduce", dy_bytes)] if dy_bytes else []
+    if [(c["op"], c["bytes_per_rank"]) for c in of_dy] != want or \
+            any("vocabulary rows' gradient" not in c["reason"] for c in of_dy):
+        fails.append("%s's dy: %s, want %s" % (table, of_dy, want))
     return fails
 
 
