@@ -225,34 +225,39 @@ void emit_loss_unscale(emitter *E, int stage) {
 }
 
 /* Interleaved: a rank's chunks are stages with update functions of their own, but one
- * model to the scaler, whose rule is one decision a step over every gradient. Were each
- * chunk's function to decide, a step would halve the scale once per chunk that overflowed,
- * count as many skips (the optimizer's update count, step - skipped, then runs behind and
- * below zero: AdamW's bias correction turns NaN), the chunks could disagree on skipping,
- * and a later chunk would unscale by a scale an earlier one had already grown. So each
- * chunk's update is split in two (emit_step.c): its reductions then this, its part of the
- * check into the rank's flag; the rank decides (emit_rank_loss_skip); then each chunk
- * unscales (emit_chunk_unscale) and updates; then the rank counts the clean step
- * (emit_rank_loss_clean). Compression, ZeRO and parameter servers do not run interleaved. */
-void emit_chunk_loss_check(emitter *E, int stage) {
+ * model to the scaler and to clipping, whose rules are one decision a step over every
+ * gradient. Were each chunk's function to decide, a step would halve the scale once per
+ * chunk that overflowed, count as many skips (the optimizer's update count, step - skipped,
+ * then runs behind and below zero: AdamW's bias correction turns NaN), the chunks could
+ * disagree on skipping, and a later chunk would unscale by a scale an earlier one had
+ * already grown; clipping would take a norm per chunk. So each chunk's update is split in
+ * two (emit_step.c): its reductions then this, its gradients' squares added to the rank's
+ * sum; the rank decides (emit_rank_loss_skip: not finite, a skipped step; emit_rank_clip:
+ * the norm over the mesh and the factor); then each chunk unscales (emit_chunk_unscale) or
+ * clips (emit_chunk_clip) and updates; then the rank counts the clean step
+ * (emit_rank_loss_clean). Compression, ZeRO and parameter servers do not run interleaved,
+ * nor fp16 with clipping (the squares would be of the scaled gradients). */
+void emit_chunk_squares(emitter *E, int stage) {
     cg_writer *w = &E->w;
     cg_blank(w);
     if (each_gradient(E, stage, COUNT_ONLY, NULL) == 0) {
-        cg_line(w, "(void)not_finite; /* fp16's check: this stage updates no parameter */");
+        cg_line(w, "(void)rank_squares; /* this stage updates no parameter */");
         return;
     }
-    cg_line(w, "/* fp16's loss scaler: this stage's part of the check, into the rank's flag (its update function");
+    cg_line(w, "/* %s: this stage's part, the squares of its gradients, into the rank's sum (its update function",
+            E->g->loss_scale > 0 ? "fp16's loss scaler" : "gradient clipping");
     cg_line(w, " * decides once for all its chunks, over the mesh) */");
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
     each_gradient(E, stage, ADD_SQUARES, NULL);
-    cg_line(w, "if (!isfinite(sum_squares)) *not_finite = 1.0f;");
+    cg_line(w, "*rank_squares += sum_squares;");
     w->indent--;
     cg_line(w, "}");
 }
 
 void emit_rank_loss_skip(emitter *E) {
+    cg_line(&E->w, "float not_finite = isfinite(rank_squares) ? 0.0f : 1.0f; /* 1: some chunk's gradients hold an element that is not */");
     cg_line(&E->w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule), decided once for the rank's chunks as");
     cg_line(&E->w, " * for one model: a step with any gradient element not finite on any chunk of any rank is skipped");
     cg_line(&E->w, " * by every chunk (no update, not counted) and the scale halved once; else each chunk unscales");
@@ -270,6 +275,34 @@ void emit_chunk_unscale(emitter *E, int stage) {
     w->indent++;
     cg_line(w, "const float unscale = (float)(1.0 / ctx->loss_scale.scale);");
     each_gradient(E, stage, UNSCALE, "unscale");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+void emit_rank_clip(emitter *E) {
+    const ir_optimizer *o = &E->g->optimizer;
+    cg_writer *w = &E->w;
+    char clip[64];
+    cg_float_literal(o->clip, clip, sizeof clip);
+    cg_line(w, "/* clip = %g: the L2 norm of every chunk's gradients over the mesh, each element counted once, as", o->clip);
+    cg_line(w, " * for one model; each chunk scales its gradients by clip / (norm + 1e-6) where that is below 1");
+    cg_line(w, " * (torch.nn.utils.clip_grad_norm_) */");
+    cg_line(w, "float norm_squared = (float)rank_squares;");
+    cg_sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
+    cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
+}
+
+void emit_chunk_clip(emitter *E, int stage) {
+    cg_writer *w = &E->w;
+    if (each_gradient(E, stage, COUNT_ONLY, NULL) == 0) {
+        cg_line(w, "(void)clip_scale; /* this stage updates no parameter */");
+        return;
+    }
+    cg_blank(w);
+    cg_line(w, "/* gradient clipping: the factor its rank computed over every chunk's gradients */");
+    cg_line(w, "if (clip_scale < 1.0f) {");
+    w->indent++;
+    each_gradient(E, stage, SCALE, "clip_scale");
     w->indent--;
     cg_line(w, "}");
 }

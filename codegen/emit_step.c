@@ -214,7 +214,10 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
             if (half) emit_chunk_unscale(E, stage);
             else emit_loss_unscale(E, stage);
         }
-        if (part == 2 && clipped) emit_clip(E, stage);
+        if (part == 2 && clipped) {
+            if (half) emit_chunk_clip(E, stage);
+            else emit_clip(E, stage);
+        }
         E->update_part = parts == 2 ? part : 0;
         for (int i = 0; i < g->n_values; i++) {
             int updates = ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE;
@@ -232,7 +235,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
         }
     }
     if (guarded) E->w.indent--, cg_line(&E->w, "}");
-    if (half == 1) emit_chunk_loss_check(E, stage);
+    if (half == 1) emit_chunk_squares(E, stage);
     E->update_part = 0;
     free(start_after);
 }
@@ -394,8 +397,10 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     cg_line(&E->w, "/* %s */", what);
     if (micro)
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
-    else if (phase == PHASE_UPDATE && E->update_half == 1) /* (emit_chunk_loss_check) */
-        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, float *not_finite) {", fn, g->model);
+    else if (phase == PHASE_UPDATE && E->update_half == 1) /* (emit_chunk_squares) */
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, double *rank_squares) {", fn, g->model);
+    else if (phase == PHASE_UPDATE && E->update_half == 2 && g->optimizer.clip > 0) /* (emit_chunk_clip) */
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, float clip_scale) {", fn, g->model);
     else
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch) {", fn, g->model);
     E->w.indent++;
@@ -505,10 +510,10 @@ void emit_constants_call(emitter *E) {
     }
 }
 
-/* Interleaved fp16: each chunk's update is two functions, the rank's update deciding
- * whether to skip the step between them, once for all its chunks (emit_clip.c,
- * emit_chunk_loss_check says why). */
-static int splits_update(const emitter *E) { return E->chunks > 1 && E->g->loss_scale > 0; }
+/* Interleaved fp16 or clipping: each chunk's update is two functions, the rank's update
+ * deciding between them, once for all its chunks, whether to skip the step (fp16) or by
+ * what to scale the gradients (clipping) (emit_clip.c, emit_chunk_squares says why). */
+static int splits_update(const emitter *E) { return E->chunks > 1 && (E->g->loss_scale > 0 || E->g->optimizer.clip > 0); }
 
 /* Stage st's functions: forward and backward of one micro-batch, its update. */
 static void emit_stage_functions(emitter *E, int st) {
@@ -531,13 +536,17 @@ static void emit_stage_functions(emitter *E, int st) {
     if (g->optimizer.kind == OPTIM_NONE) return;
     if (splits_update(E)) { /* fp16's one decision for a rank's chunks between the halves */
         snprintf(fn, sizeof fn, "stage%d_reduce", st);
-        snprintf(what, sizeof what, "Stage %d's gradients reduced, and its part of fp16's check: *not_finite set where an\n"
-                 " * element is not (rank%d_update decides for all its chunks).", st, rank_of(E, st));
+        snprintf(what, sizeof what, "Stage %d's gradients reduced, and their squares added to *rank_squares (%s: rank%d_update\n"
+                 " * decides for all its chunks).", st, g->loss_scale > 0 ? "fp16's check" : "clipping's norm", rank_of(E, st));
         E->update_half = 1;
         emit_phase(E, PHASE_UPDATE, st, fn, what);
         snprintf(fn, sizeof fn, "stage%d_update", st);
-        snprintf(what, sizeof what, "Stage %d's optimizer update: its gradients unscaled, then its parameters (rank%d_update\n"
-                 " * calls it when no chunk's gradients overflowed; ctx->step already counts it).", st, rank_of(E, st));
+        if (g->loss_scale > 0)
+            snprintf(what, sizeof what, "Stage %d's optimizer update: its gradients unscaled, then its parameters (rank%d_update\n"
+                     " * calls it when no chunk's gradients overflowed; ctx->step already counts it).", st, rank_of(E, st));
+        else
+            snprintf(what, sizeof what, "Stage %d's optimizer update: its gradients clipped by clip_scale, which rank%d_update\n"
+                     " * computed over every chunk's, then its parameters (ctx->step already counts it).", st, rank_of(E, st));
         E->update_half = 2;
         emit_phase(E, PHASE_UPDATE, st, fn, what);
         E->update_half = 0;
@@ -687,14 +696,16 @@ static void emit_rank_schedule(emitter *E, int r) {
     w->indent++;
     cg_line(w, "int status;");
     if (splits_update(E)) {
-        cg_line(w, "float not_finite = 0.0f; /* 1: some chunk's gradients hold an element that is not finite */");
+        cg_line(w, "double rank_squares = 0.0; /* the squares of every chunk's gradients (NaN or inf: some element is not finite) */");
         for (int st = r; st < E->stages; st += P)
-            cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &not_finite)) != DMRT_OK) return status;", st);
-        emit_rank_loss_skip(E);
+            cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &rank_squares)) != DMRT_OK) return status;", st);
+        if (g->loss_scale > 0) emit_rank_loss_skip(E);
+        else emit_rank_clip(E);
     }
     for (int st = r; st < E->stages; st += P)
-        cg_line(w, "if ((status = stage%d_update(ctx, batch)) != DMRT_OK) return status;", st);
-    if (splits_update(E)) emit_rank_loss_clean(E);
+        cg_line(w, "if ((status = stage%d_update(ctx, batch%s)) != DMRT_OK) return status;", st,
+                splits_update(E) && g->optimizer.clip > 0 ? ", clip_scale" : "");
+    if (splits_update(E) && g->loss_scale > 0) emit_rank_loss_clean(E);
     for (int which = TIED_SENDS; which <= TIED_RECEIVES; which++)
         for (int st = r; st < E->stages; st += P) {
             E->cur_stage = st;

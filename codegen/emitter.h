@@ -83,11 +83,12 @@ typedef struct emitter {
                                 * (passes/hoist_constants.c), which the step's functions skip */
     int update_part;           /* an update function split by clipping or loss scaling (emit_clip.c): 1 while its
                                 * gradient reductions are emitted, 2 its updates; 0: unsplit */
-    int update_half;           /* interleaved fp16: a stage's update as two functions, the rank's
-                                * update deciding for its chunks between them (emit_clip.c,
-                                * emit_chunk_loss_check): 1 while the first is emitted (stage%d_reduce:
-                                * the reductions and the stage's part of the check), 2 the second
-                                * (stage%d_update: the unscaling and the updates); 0: one function */
+    int update_half;           /* interleaved fp16 or clipping: a stage's update as two functions, the
+                                * rank's update deciding for its chunks between them (emit_clip.c,
+                                * emit_chunk_squares): 1 while the first is emitted (stage%d_reduce:
+                                * the reductions and the squares of the stage's gradients), 2 the
+                                * second (stage%d_update: the unscaling or clipping, and the updates);
+                                * 0: one function */
     int *summed;               /* (n_values) dm_summed_partials: outside the micro-batches'
                                 * functions, such a gradient is read from ctx->grad_sum */
     const int *activation_of_bias; /* (n_values) a bias's add run with its product: the activation
@@ -395,13 +396,17 @@ void emit_loss_unscale(emitter *E, int stage);
  * over AXIS"); a failed sum returns comm_failed(ctx) from the generated function. */
 void cg_sum_over_mesh(emitter *E, const char *x, const char *what);
 /* The same with the interleaved schedule's chunks, one decision a step for all of a rank's
- * (emit_step.c splits each chunk's update function around it): a chunk's part of the check
- * (at the end of its stage%d_reduce, into `float *not_finite`), the rank's decision (in
- * rank%d_update, on its `float not_finite`: a skipped step returns), a chunk's unscaling (at
- * the start of its stage%d_update), the rank's count of a clean step (after its chunks'). */
-void emit_chunk_loss_check(emitter *E, int stage);
+ * (emit_step.c splits each chunk's update function around it): a chunk's squares (at the
+ * end of its stage%d_reduce, added to `double *rank_squares`), the rank's decision (in
+ * rank%d_update, on its `double rank_squares`: fp16's skip, which returns, or clipping's
+ * factor `clip_scale` over the mesh), a chunk's unscaling or clipping (at the start of its
+ * stage%d_update, clipping's given `float clip_scale`), the rank's count of a clean step
+ * (fp16, after its chunks'). */
+void emit_chunk_squares(emitter *E, int stage);
 void emit_rank_loss_skip(emitter *E);
+void emit_rank_clip(emitter *E);
 void emit_chunk_unscale(emitter *E, int stage);
+void emit_chunk_clip(emitter *E, int stage);
 void emit_rank_loss_clean(emitter *E);
 /* emit_params.c: in a generated gather or scatter function, the rank's block of the whole
  * tensor into its shard (C expression), or the shard (`shard`) into the whole tensor,

@@ -1,5 +1,6 @@
-# args: --mesh pipeline=2 --microbatches 2 --schedule interleaved --chunks 2
-# Clipping's norm over every gradient would be taken chunk by chunk.
+# args: --mesh pipeline=2 --microbatches 2 --schedule interleaved --chunks 2 --precision fp16
+# Clipping under fp16's loss scaling: a rank's chunks sum their gradients' squares before the
+# step's skip is decided, of the scaled gradients (clipping alone is built: spmd-interleaved-clip).
 dim B = 8
 mesh(pipeline = 1)
 input x : f32[B, 3]
