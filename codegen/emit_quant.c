@@ -185,7 +185,10 @@ void emit_narrow_param_copies(emitter *E) {
     cg_line(w, "/* Parameter p into whole: a weight held narrow only (no f32 copy) dequantized. */");
     cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
     w->indent++;
-    cg_line(w, "if (grad) return DMRT_ERR_ARG; /* a --quantize program has no gradients */");
+    cg_line(w, "if (grad) { /* a --quantize program has no gradients */");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: a --quantize program has no gradients\");", m);
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
     cg_line(w, "switch (p) {");
     for (int p = 0; p < g->n_params; p++)
         if (quant_narrow_slot(E, p) >= 0)

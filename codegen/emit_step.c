@@ -206,7 +206,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
      * function's reductions, then the norm and scaling, then its updates */
     int clipped = phase == PHASE_UPDATE && g->optimizer.clip > 0, scaled = phase == PHASE_UPDATE && g->loss_scale > 0;
     int parts = clipped || scaled ? 2 : 1;
-    int half = phase == PHASE_UPDATE ? E->update_half : 0; /* (interleaved fp16: one part a function) */
+    int half = phase == PHASE_UPDATE ? E->update_half : 0; /* (interleaved fp16 or clipping: one part a function) */
     int guarded = 0; /* inside predict's guard (emit_predict.c) */
     for (int part = 1; part <= parts; part++) {
         if (half && part != half) continue;
@@ -255,7 +255,7 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = V(E, i);
         if (!in_function(E, v, phase, stage) || ir_op_info_of(v->op)->cls == OPC_SOURCE) continue;
-        /* an update split in two (interleaved fp16): the reductions, or the updates */
+        /* an update split in two (interleaved fp16 or clipping): the reductions, or the updates */
         int updates = ir_op_info_of(v->op)->cls == OPC_UPDATE;
         if (phase == PHASE_UPDATE && E->update_half && updates != (E->update_half == 2)) {
             /* (the first half's check reads the gradients the updates will) */

@@ -85,7 +85,8 @@ typedef struct dmrt_model {
     void *(*create)(uint64_t seed, char *err, size_t errlen);
     void (*destroy)(void *ctx);
     /* Storage of parameter i (n_params of them) and its gradient after the last
-     * train_step; dtype and shape as params[i]. */
+     * train_step; dtype and shape as params[i]. NULL for a parameter this rank does not
+     * hold (another pipeline stage's) or holds narrow only (qweight below): gather reaches it. */
     void *(*param)(void *ctx, int i);
     void *(*grad)(void *ctx, int i);
     /* inputs[i] points at data of the shape and dtype of inputs[i] (desc above). */
@@ -114,7 +115,9 @@ typedef struct dmrt_model {
     /* The rank's block of parameter i from the whole tensor (local, no communication).
      * Returns DMRT_OK or an error status (message from error()). A model whose storage
      * is not host memory (the CUDA target) sets gather and scatter also when serial:
-     * param and grad then return device pointers, which tools must not dereference. */
+     * param and grad then return device pointers, which tools must not dereference. So
+     * does a serial C --quantize program with weights held narrow only (their param NULL;
+     * gather dequantizes them, scatter quantizes them, the others are copied). */
     int (*scatter)(void *ctx, int i, const float *whole);
     /* World rank of the context (0 writes files). */
     int (*rank_id)(void *ctx);
@@ -308,7 +311,8 @@ int dmrt_quantizes_activations(const dmrt_model *model);
  * of an f32 file); the f32 copy of each quantized weight is then set to its dequantized
  * values, so that the parameters read back (--save) are what the products use. A model
  * whose parameters the host cannot address (gather/scatter set) goes through host copies,
- * and qweight_sync follows. 0, or -1 with a message. */
+ * and qweight_sync follows. A weight held narrow only (narrow_only) is skipped: scatter
+ * quantized it from the values it was given. 0, or -1 with a message. */
 int dmrt_quantize_params(const dmrt_model *model, void *ctx, char *err, size_t errlen);
 /* Whether the safetensors file at path holds a quantized program's weights (its
  * "dmc.quantize" metadata): 1, 0, or -1 with a message when it cannot be read. */
