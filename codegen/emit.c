@@ -450,6 +450,7 @@ static void emitter_close(emitter *E) {
     free(E->quant_slot);
     free(E->quant_param);
     free(E->quant_transposed);
+    free(E->quant_narrow);
     for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
     free(E->cname);
     free(E->line_start);

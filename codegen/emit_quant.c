@@ -32,8 +32,9 @@ void quant_mark(emitter *E) {
     E->quant_slot = malloc(((size_t)g->n_values + 1) * sizeof(int));
     E->quant_param = malloc(((size_t)g->n_params + 1) * sizeof(int));
     E->quant_transposed = calloc((size_t)g->n_params + 1, 1);
+    E->quant_narrow = calloc((size_t)g->n_params + 1, 1);
     char *transposed = calloc((size_t)g->n_values + 1, 1);
-    if (!E->quant_slot || !E->quant_param || !E->quant_transposed || !transposed) abort();
+    if (!E->quant_slot || !E->quant_param || !E->quant_transposed || !E->quant_narrow || !transposed) abort();
     for (int i = 0; i < g->n_values; i++) E->quant_slot[i] = -1;
     if (!E->quant_bits) {
         free(transposed);
@@ -49,7 +50,8 @@ void quant_mark(emitter *E) {
         if (E->quant_slot[g->params[p]] == 0) {
             E->quant_slot[g->params[p]] = E->n_quant;
             E->quant_transposed[E->n_quant] = transposed[g->params[p]];
-            E->n_narrow_only += dm_weight_held_narrow(g, g->params[p]);
+            E->quant_narrow[E->n_quant] = (char)dm_weight_held_narrow(g, g->params[p]);
+            E->n_narrow_only += E->quant_narrow[E->n_quant];
             E->quant_param[E->n_quant++] = p;
         }
     free(transposed);
@@ -125,7 +127,7 @@ void emit_quant_support(emitter *E) {
 
 int quant_narrow_slot(const emitter *E, int p) {
     int slot = E->quant_bits ? E->quant_slot[E->g->params[p]] : -1;
-    return slot >= 0 && dm_weight_held_narrow(E->g, E->g->params[p]) ? slot : -1;
+    return slot >= 0 && E->quant_narrow[slot] ? slot : -1;
 }
 
 void emit_quant_alloc(emitter *E) {

@@ -114,6 +114,7 @@ typedef struct emitter {
     int *quant_slot;           /* (n_values) a quantized weight's index in ctx->quant, or -1 */
     int *quant_param;          /* (n_quant) the parameter index of each */
     char *quant_transposed;    /* (n_quant) 1: read x @ transpose(W), stored as its transpose */
+    char *quant_narrow;        /* (n_quant) 1: held narrow only (dm_weight_held_narrow, asked once) */
     int n_quant;
     int n_narrow_only;         /* of them, held narrow only: no f32 copy (dm_weight_held_narrow) */
     int64_t quant_work_bytes;  /* the dialect's work memory for the products (quant_work_bytes) */
