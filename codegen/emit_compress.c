@@ -1,8 +1,10 @@
 /* emit_compress.c: gradient compression on the data axis (passes/compress.c): each
  * compressed bucket's tensors as a table of segments, PowerSGD's shared start, and the
  * bucket's reduction through dmrt_comm.h's compressed calls instead of the allreduce
- * (under fp16's loss scaling, top-k's and PowerSGD's checked and unscaled first). */
+ * (under fp16's loss scaling, top-k's and PowerSGD's checked and unscaled first); the
+ * error-feedback state's tensors in checkpoints and their moves (dmrt_state_layout). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "emitter.h"
 
@@ -51,26 +53,54 @@ static void emit_segment_table(emitter *E, int k) {
     cg_line(&E->w, "};");
 }
 
-/* Where the error-feedback state of each parameter lives: optimizer state, under these names. */
-static void emit_state_comment(emitter *E) {
+/* One checkpoint tensor of top-k's or PowerSGD's state: a gradient's residual, or its Q. */
+typedef struct compress_state {
+    int param, stage, is_q;  /* its parameter and pipeline stage; 1: PowerSGD's Q, 0: the residual */
+    int64_t at, elems;       /* its place in ctx->state on a rank holding it, and its elements there */
+    int64_t blocks, cols;    /* Q: the gradient's blocks over the mesh, its local matrix's columns */
+} compress_state;
+
+/* The state tensors in checkpoint order (as the comment of emit_state_comment lists them)
+ * into out (NULL: counted only); how many. */
+static int compress_states(const emitter *E, compress_state *out) {
     const ir_graph *g = E->g;
-    cg_line(&E->w, "/* Error-feedback state, kept in ctx->state after the optimizer's (elements: offset, count):");
+    int n = 0;
+    if (E->compress->kind != COMPRESS_TOPK && E->compress->kind != COMPRESS_POWERSGD) return 0;
     for (int k = 0; k < E->compress->n_buckets; k++) {
         const dm_compress_bucket *b = &E->compress->bucket[k];
         if (b->residual_at < 0) continue;
         int64_t q_at = b->q_at;
         for (int p = b->first; p <= b->last; p++) {
             const ir_value *grad = V(E, g->grads[p]);
-            int64_t at = E->plan->offset[grad->id] - b->grad_begin, count = ir_numel(T(E, grad->id)), rows, cols;
-            const char *name = V(E, g->params[p])->name;
-            cg_line(&E->w, " *   %s.error_feedback: %lld, %lld", name, (long long)(b->residual_at + at), (long long)count);
-            if (E->compress->kind == COMPRESS_POWERSGD && dm_powersgd_matrix(g, grad, &rows, &cols)) {
-                cg_line(&E->w, " *   %s.powersgd_q: %lld, %lld", name, (long long)q_at, (long long)(cols * g->compress.rank));
-                q_at += cols * g->compress.rank;
-            }
+            int64_t local = ir_numel(T(E, grad->id)), rows, cols;
+            if (out)
+                out[n] = (compress_state){.param = p, .stage = b->stage, .at = b->residual_at + E->plan->offset[grad->id] - b->grad_begin,
+                                          .elems = local};
+            n++;
+            if (E->compress->kind != COMPRESS_POWERSGD || !dm_powersgd_matrix(g, grad, &rows, &cols)) continue;
+            if (out)
+                out[n] = (compress_state){.param = p, .stage = b->stage, .is_q = 1, .at = q_at, .elems = cols * g->compress.rank,
+                                          .blocks = ir_numel(&grad->type) / (local ? local : 1), .cols = cols};
+            q_at += cols * g->compress.rank;
+            n++;
         }
     }
-    cg_line(&E->w, " * (%s) */", E->plan->stages > 1 ? "in the state of the parameter's pipeline stage" : "every rank alike");
+    return n;
+}
+
+/* Where the error-feedback state of each parameter lives: optimizer state, under these names. */
+static void emit_state_comment(emitter *E) {
+    int n = compress_states(E, NULL);
+    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
+    if (!s) abort();
+    compress_states(E, s);
+    cg_line(&E->w, "/* Error-feedback state, kept in ctx->state after the optimizer's (elements: offset, count):");
+    for (int i = 0; i < n; i++)
+        cg_line(&E->w, " *   %s.%s: %lld, %lld", V(E, E->g->params[s[i].param])->name, s[i].is_q ? "powersgd_q" : "error_feedback",
+                (long long)s[i].at, (long long)s[i].elems);
+    cg_line(&E->w, " * (each rank its own%s; checkpoints hold them as gather_compress_state says) */",
+            E->plan->stages > 1 ? ", in the state of the parameter's pipeline stage" : "");
+    free(s);
 }
 
 void emit_compress_tables(emitter *E) {
@@ -234,4 +264,174 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
     emit_compressed_call(E, b, label);
     E->w.indent--;
     cg_line(&E->w, "}");
+}
+
+/* ---- checkpoints: the error-feedback state --------------------------------------------- */
+
+int cg_compress_state_count(const emitter *E) { return compress_states(E, NULL); }
+
+static int data_axis(const emitter *E) { return E->compress->bucket[0].axis; }
+
+void emit_compress_state_descs(emitter *E) {
+    int n = compress_states(E, NULL);
+    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
+    if (!s) abort();
+    compress_states(E, s);
+    int64_t ranks = E->g->axes[data_axis(E)].size;
+    for (int i = 0; i < n; i++) {
+        const ir_value *param = V(E, E->g->params[s[i].param]);
+        const ir_type *t = &param->type;
+        char dims[256];
+        int rank, len;
+        if (s[i].is_q) {
+            rank = 3;
+            len = snprintf(dims, sizeof dims, "%lld, %lld, %d", (long long)s[i].blocks, (long long)s[i].cols, E->g->compress.rank);
+        } else if (t->rank + 1 <= IR_MAX_RANK) { /* [data ranks, ...its parameter] */
+            rank = t->rank + 1;
+            len = snprintf(dims, sizeof dims, "%lld", (long long)ranks);
+            for (int d = 0; d < t->rank && len > 0 && (size_t)len < sizeof dims; d++)
+                len += snprintf(dims + len, sizeof dims - (size_t)len, ", %lld", (long long)t->shape[d]);
+        } else { /* no room for the rows' dim: [data ranks, its parameter's elements] */
+            rank = 2;
+            len = snprintf(dims, sizeof dims, "%lld, %lld", (long long)ranks, (long long)ir_numel(t));
+        }
+        (void)len;
+        long long numel = s[i].is_q ? (long long)(s[i].blocks * s[i].elems) : (long long)(ranks * ir_numel(t));
+        cg_line(&E->w, "{\"%s.%s\", DMRT_F32, %d, {%s}, %lld},", param->name, s[i].is_q ? "powersgd_q" : "error_feedback",
+                rank, dims, numel);
+    }
+    free(s);
+}
+
+void emit_compress_state_layouts(emitter *E) {
+    int n = compress_states(E, NULL);
+    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
+    if (!s) abort();
+    compress_states(E, s);
+    for (int i = 0; i < n; i++)
+        cg_line(&E->w, "    %s, /* %s */", s[i].is_q ? "DMRT_STATE_WARM_START" : "DMRT_STATE_PER_DATA_RANK",
+                V(E, E->g->params[s[i].param])->name);
+    free(s);
+}
+
+/* The tables of gather_compress_state and scatter_compress_state. */
+static void emit_compress_state_tables(emitter *E, const compress_state *s, int n) {
+    cg_writer *w = &E->w;
+    cg_line(w, "/* Gradient compression's state as checkpoints hold it, after the optimizer's: {its parameter, its");
+    cg_line(w, " * pipeline stage, its offset in ctx->state there, its elements on a rank, 1: PowerSGD's Q (0: the");
+    cg_line(w, " * residual)}, and the mesh axis splitting each dim of its gradient (-1: whole on every rank). */");
+    cg_line(w, "static const int64_t compress_states[%d][5] = {", n);
+    for (int i = 0; i < n; i++)
+        cg_line(w, "    {%d, %d, %lld, %lld, %d}, /* %s.%s */", s[i].param, s[i].stage, (long long)s[i].at, (long long)s[i].elems,
+                s[i].is_q, V(E, E->g->params[s[i].param])->name, s[i].is_q ? "powersgd_q" : "error_feedback");
+    cg_line(w, "};");
+    cg_line(w, "static const int8_t compress_split[%d][%d] = {", n, IR_MAX_RANK);
+    for (int i = 0; i < n; i++) {
+        const ir_type *t = T(E, E->g->grads[s[i].param]);
+        char row[128] = "";
+        size_t len = 0;
+        for (int d = 0; d < IR_MAX_RANK; d++) {
+            int k = snprintf(row + len, sizeof row - len, "%s%d", d ? ", " : "", d < t->rank ? t->split[d] : -1);
+            if (k > 0) len += (size_t)k;
+        }
+        cg_line(w, "    {%s},", row);
+    }
+    cg_line(w, "};");
+    cg_line(w, "/* Which row of state j's checkpoint tensor this rank's part is: a residual's, its data rank; a Q's,");
+    cg_line(w, " * its gradient's block (start and block as rank_block gives them). */");
+    cg_line(w, "static int64_t compress_state_row(const struct_ctx *ctx, int j, const int64_t *start, const int64_t *block) {");
+    cg_line(w, "    const int p = (int)compress_states[j][0];");
+    cg_line(w, "    if (!compress_states[j][4]) return ctx->coord[%d]; /* the data axis */", data_axis(E));
+    cg_line(w, "    int64_t row = 0;");
+    cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) row = row * (param_shapes[p][1 + d] / block[d]) + start[d] / block[d];");
+    cg_line(w, "    return row;");
+    cg_line(w, "}");
+}
+
+/* gather_compress_state: rows of zeros, this rank's part written into its row, the rows summed
+ * over the axes whose ranks hold different rows. */
+static void emit_compress_gather(emitter *E, int n_optimizer) {
+    cg_writer *w = &E->w;
+    int pipe = E->pipe_axis >= 0, separate = E->dialect->separate_memory;
+    cg_line(w, "/* Compression state j whole (checkpoint tensor %d + j): a residual as [data ranks, ...its parameter],", n_optimizer);
+    cg_line(w, " * row r data rank r's, whole over the other axes; a Q as [blocks, columns, rank], row b the factor of");
+    cg_line(w, " * the gradient's block b, which every rank of the data axis holds alike. The holding ranks write");
+    cg_line(w, " * their rows into zeros and the rows are summed over the axes that tell them apart (x + 0 is");
+    cg_line(w, " * exact). Every rank must call it. */");
+    cg_line(w, "static int gather_compress_state(struct_ctx *ctx, int j, float *rows) {");
+    w->indent++;
+    cg_line(w, "const int p = (int)compress_states[j][0], is_q = (int)compress_states[j][4];");
+    cg_line(w, "const dmrt_tensor_desc *desc = &state_descs[%d + j];", n_optimizer);
+    cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
+    cg_line(w, "rank_block(ctx, p, compress_split[j], start, block);");
+    cg_line(w, "memset(rows, 0, (size_t)desc->numel * sizeof(float));");
+    if (pipe) {
+        cg_line(w, "if (ctx->coord[PIPELINE_AXIS] == compress_states[j][1]) {");
+        w->indent++;
+    }
+    cg_line(w, "float *whole = rows + compress_state_row(ctx, j, start, block) * (desc->numel / desc->shape[0]);");
+    cg_line(w, "const float *shard = ctx->state + compress_states[j][2];");
+    cg_line(w, "if (is_q) {");
+    w->indent++;
+    if (separate) E->dialect->copy(w, "whole", "shard", "(size_t)compress_states[j][3] * sizeof(float)", CG_DEVICE_TO_HOST, E->on_fail);
+    else cg_line(w, "memcpy(whole, shard, (size_t)compress_states[j][3] * sizeof(float));");
+    w->indent--;
+    cg_line(w, "} else {");
+    w->indent++;
+    cg_shard_into_block(E, NULL);
+    w->indent--;
+    cg_line(w, "}");
+    if (pipe) {
+        w->indent--;
+        cg_line(w, "}");
+    }
+    cg_line(w, "for (int axis = 0; axis < %d; axis++) {", E->g->n_axes);
+    cg_line(w, "    int splits = %s(!is_q && axis == %d);", pipe ? "axis == PIPELINE_AXIS || " : "", data_axis(E));
+    cg_line(w, "    for (int d = 0; d < param_shapes[p][0]; d++) splits |= compress_split[j][d] == axis;");
+    cg_line(w, "    if (splits && dmrt_allreduce_sum(ctx->comm[axis], rows, desc->numel, desc->name) != 0) return comm_failed(ctx);");
+    cg_line(w, "}");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+static void emit_compress_scatter(emitter *E, int n_optimizer) {
+    cg_writer *w = &E->w;
+    cg_line(w, "/* Compression state j's row for this rank into its storage (local, no communication). */");
+    cg_line(w, "static int scatter_compress_state(struct_ctx *ctx, int j, const float *rows) {");
+    w->indent++;
+    cg_line(w, "const int p = (int)compress_states[j][0];");
+    cg_line(w, "const dmrt_tensor_desc *desc = &state_descs[%d + j];", n_optimizer);
+    cg_line(w, "int64_t start[DMRT_MAX_RANK], block[DMRT_MAX_RANK];");
+    cg_line(w, "rank_block(ctx, p, compress_split[j], start, block);");
+    if (E->pipe_axis >= 0)
+        cg_line(w, "if (ctx->coord[PIPELINE_AXIS] != compress_states[j][1]) return DMRT_OK; /* another stage's */");
+    cg_line(w, "const float *whole = rows + compress_state_row(ctx, j, start, block) * (desc->numel / desc->shape[0]);");
+    cg_line(w, "if (compress_states[j][4]) {");
+    w->indent++;
+    if (E->dialect->separate_memory)
+        E->dialect->copy(w, "ctx->state + compress_states[j][2]", "whole", "(size_t)compress_states[j][3] * sizeof(float)",
+                         CG_HOST_TO_DEVICE, E->on_fail);
+    else cg_line(w, "memcpy(ctx->state + compress_states[j][2], whole, (size_t)compress_states[j][3] * sizeof(float));");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_block_into_shard(E, "ctx->state + compress_states[j][2]");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+void emit_compress_state_moves(emitter *E, int n_optimizer) {
+    int n = compress_states(E, NULL);
+    if (!n) return;
+    compress_state *s = malloc(sizeof *s * (size_t)n);
+    if (!s) abort();
+    compress_states(E, s);
+    emit_compress_state_tables(E, s, n);
+    emit_compress_gather(E, n_optimizer);
+    emit_compress_scatter(E, n_optimizer);
+    free(s);
 }

@@ -36,8 +36,6 @@ static int state_values(const emitter *E, int *ids) {
 /* Why this program cannot write checkpoints, or NULL when it can. */
 static const char *checkpoints_unsupported(const emitter *E) {
     if (!E->dialect->can.checkpoints) return "this target's generated code does not read its optimizer state into checkpoints yet";
-    if (E->g->compress.kind == COMPRESS_TOPK || E->g->compress.kind == COMPRESS_POWERSGD)
-        return "gradient compression's error-feedback state (--compress topk, powersgd) is not in checkpoints yet";
     if (emits_2bw(E))
         return dm_runs_pipedream(E->g) ? "the pipedream schedule's stashed weight versions and owed backwards are not in "
                                          "checkpoints yet"
@@ -56,6 +54,9 @@ void emit_state_declarations(emitter *E) {
             E->partitioned ? "\n * Every rank must call them; world rank 0 writes" : "",
             checkpoints_supported(E) ? "" : "\n * Not this program (both return DMRT_ERR_ARG): ",
             checkpoints_supported(E) ? "" : checkpoints_unsupported(E));
+    if (checkpoints_supported(E) && cg_compress_state_count(E))
+        cg_line(w, "/* --compress's error feedback is each data rank's: files hold a row per data rank; loaded on another\n"
+                   " * number of them, each rank starts from the rows' sum over its count (docs/trainer.md). */");
     cg_line(w, "int %s_save_checkpoint(%s_ctx *ctx, const char *path);", m, m);
     cg_line(w, "int %s_load_checkpoint(%s_ctx *ctx, const char *path);", m, m);
     cg_line(w, "/* Optimizer updates done: train_step counts them, a loaded checkpoint sets them. */");
@@ -63,17 +64,41 @@ void emit_state_declarations(emitter *E) {
     cg_blank(w);
 }
 
-/* The tables: each state's descriptor, parameter, stage and place. */
+/* The descriptors of the n optimizer states and the compression states after them, and
+ * each one's layout where there are compression states. */
+static void emit_state_descs(emitter *E, const int *ids, int n) {
+    const ir_graph *g = E->g;
+    cg_writer *w = &E->w;
+    int n_compress = cg_compress_state_count(E);
+    cg_line(w, "/* The optimizer's state as checkpoints hold it: whole, shaped like its parameter%s. */",
+            n_compress ? "; then gradient compression's (gather_compress_state)" : "");
+    cg_line(w, "static const dmrt_tensor_desc state_descs[%d] = {", n + n_compress);
+    w->indent++;
+    for (int i = 0; i < n; i++) emit_tensor_desc(E, V(E, g->params[V(E, ids[i])->param_index]), V(E, ids[i])->name);
+    emit_compress_state_descs(E);
+    w->indent--;
+    cg_line(w, "};");
+    if (!n_compress) return;
+    cg_line(w, "static const signed char state_layouts[%d] = {", n + n_compress);
+    if (n) cg_line(w, "    /* the optimizer's %d */", n);
+    for (int i = 0; i < n; i += 6) {
+        char row[160] = "";
+        size_t len = 0;
+        for (int k = i; k < n && k < i + 6; k++) {
+            int c = snprintf(row + len, sizeof row - len, "%sDMRT_STATE_WHOLE,", k > i ? " " : "");
+            if (c > 0) len += (size_t)c;
+        }
+        cg_line(w, "    %s", row);
+    }
+    emit_compress_state_layouts(E);
+    cg_line(w, "};");
+}
+
+/* The tables of the n optimizer states: each one's parameter, stage and place. */
 static void emit_state_tables(emitter *E, const int *ids, int n) {
     const ir_graph *g = E->g;
     cg_writer *w = &E->w;
     int zero = E->zero->n_buckets > 0;
-    cg_line(w, "/* The optimizer's state as checkpoints hold it: whole, shaped like its parameter. */");
-    cg_line(w, "static const dmrt_tensor_desc state_descs[%d] = {", n);
-    w->indent++;
-    for (int i = 0; i < n; i++) emit_tensor_desc(E, V(E, g->params[V(E, ids[i])->param_index]), V(E, ids[i])->name);
-    w->indent--;
-    cg_line(w, "};");
     cg_line(w, "/* Where this program keeps state i: {its parameter, the pipeline coordinate of the ranks holding");
     cg_line(w, " * it, its offset in ctx->state on those ranks%s}. */", zero ? " (-1: in ZeRO's shares, zero_states)" : "");
     cg_line(w, "static const int64_t state_places[%d][3] = {", n);
@@ -217,14 +242,29 @@ void emit_state_support(emitter *E) {
         fprintf(stderr, "dmc: out of memory\n");
         exit(1);
     }
-    E->n_states = checkpoints_supported(E) ? state_values(E, ids) : 0;
-    if (E->n_states) {
-        emit_state_tables(E, ids, E->n_states);
+    int n_optimizer = checkpoints_supported(E) ? state_values(E, ids) : 0;
+    int n_compress = checkpoints_supported(E) ? cg_compress_state_count(E) : 0;
+    E->n_states = n_optimizer + n_compress;
+    if (E->n_states) emit_state_descs(E, ids, n_optimizer);
+    if (n_optimizer) {
+        emit_state_tables(E, ids, n_optimizer);
         if (E->partitioned) emit_spmd_state_moves(E);
         else emit_serial_state_moves(E);
+    }
+    if (n_compress) emit_compress_state_moves(E, n_optimizer); /* (a data axis: partitioned) */
+    if (E->n_states && !n_compress) {
         cg_line(w, "static int model_state_gather(void *ctx, int i, float *whole) { return gather_state((struct_ctx *)ctx, i, whole); }");
         cg_line(w, "static int model_state_scatter(void *ctx, int i, const float *whole) {");
         cg_line(w, "    return scatter_state((struct_ctx *)ctx, i, whole);");
+        cg_line(w, "}");
+    } else if (n_compress) {
+        const char *opt_gather = n_optimizer ? "gather_state((struct_ctx *)ctx, i, whole)" : "DMRT_ERR_ARG";
+        const char *opt_scatter = n_optimizer ? "scatter_state((struct_ctx *)ctx, i, whole)" : "DMRT_ERR_ARG";
+        cg_line(w, "static int model_state_gather(void *ctx, int i, float *whole) {");
+        cg_line(w, "    return i < %d ? %s : gather_compress_state((struct_ctx *)ctx, i - %d, whole);", n_optimizer, opt_gather, n_optimizer);
+        cg_line(w, "}");
+        cg_line(w, "static int model_state_scatter(void *ctx, int i, const float *whole) {");
+        cg_line(w, "    return i < %d ? %s : scatter_compress_state((struct_ctx *)ctx, i - %d, whole);", n_optimizer, opt_scatter, n_optimizer);
         cg_line(w, "}");
     }
     free(ids);
@@ -264,6 +304,7 @@ void emit_state_descriptor(emitter *E) {
     else cg_line(w, ".checkpoints_unsupported = \"%s\",", checkpoints_unsupported(E));
     cg_line(w, ".n_states = %d,", n);
     cg_line(w, ".states = %s,", n ? "state_descs" : "NULL");
+    cg_line(w, ".state_layouts = %s,", n && cg_compress_state_count(E) ? "state_layouts" : "NULL");
     cg_line(w, ".state_gather = %s,", n ? "model_state_gather" : "NULL");
     cg_line(w, ".state_scatter = %s,", n ? "model_state_scatter" : "NULL");
     cg_line(w, ".step = model_step,");

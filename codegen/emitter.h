@@ -105,7 +105,7 @@ typedef struct emitter {
     int *reads;                /* (n_values) cg_index_readers: the operands that are x and that
                                 * their op reads (ir_reads_operand: an elementwise gradient reads
                                 * its forward's result only where its rule names y) */
-    int n_states;              /* optimizer state tensors a checkpoint holds (emit_state.c) */
+    int n_states;              /* state tensors a checkpoint holds: the optimizer's, then compression's (emit_state.c) */
     unsigned char *for_outputs;/* (n_values) the values the outputs need: predict runs only these
                                 * of the forward (emit_predict.c) */
     int quant_bits;            /* --quantize: 8 or 4 (weights stored narrow, emit_quant.c), 0 without */
@@ -245,6 +245,13 @@ void emit_compress_fields(emitter *E);
 void emit_compress_tables(emitter *E);
 void emit_compress_create(emitter *E);
 void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char *label);
+/* Top-k's and PowerSGD's state in checkpoints, after the optimizer's n_optimizer tensors:
+ * how many tensors; their descriptors (rows of state_descs); their dmrt_state_layout (rows
+ * of state_layouts); the tables and gather_compress_state / scatter_compress_state. */
+int cg_compress_state_count(const emitter *E);
+void emit_compress_state_descs(emitter *E);
+void emit_compress_state_layouts(emitter *E);
+void emit_compress_state_moves(emitter *E, int n_optimizer);
 /* Whether fp16's loss scaling meets top-k or PowerSGD: the compressed buckets are then
  * checked and unscaled before their reduction (their error feedback never holds a skipped
  * step's gradients nor loss-scaled ones), which the scaler (emit_clip.c) joins. */

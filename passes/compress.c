@@ -8,8 +8,8 @@
  *                 feedback; vectors, and matrices whose factors are no smaller, exactly.
  * Tensor and pipeline traffic is untouched. The residuals (one per element of a bucket's
  * range) and PowerSGD's Q factors live in ctx->state after the optimizer's state: they are
- * optimizer state (saved and restored with it, named "<param>.error_feedback" and
- * "<param>.powersgd_q"). The cost model prices a compressed allreduce by what it sends
+ * optimizer state (checkpoints hold them, codegen/emit_compress.c: "<param>.error_feedback"
+ * a row per data rank, "<param>.powersgd_q" a factor per block of the gradient). The cost model prices a compressed allreduce by what it sends
  * (dm_compress_sent); a bucket's reduction needs scratch (work_elems), as dmrt_comm.h's
  * _work functions compute it.
  *

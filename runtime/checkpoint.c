@@ -264,12 +264,137 @@ static int check_same_program(const dmrt_model *m, const dmrt_st_file *f, char *
     for (int j = 0; j < f->n_tensors; j++)
         if (!reads_tensor(m, f->tensors[j].name))
             return dmrt_errorf(err, errlen,
-                               "%s: tensor '%s' is not one this program reads (another optimizer's state, or a "
-                               "--prune mask: the checkpoint was written by a program compiled with another optimizer "
-                               "or --prune), and resuming would drop it: resume with that program, or start from its "
-                               "parameters with --init",
+                               "%s: tensor '%s' is not one this program reads (another optimizer's state, a --prune "
+                               "mask, or --compress topk's or powersgd's error feedback: the checkpoint was written by "
+                               "a program compiled with another optimizer, --prune or --compress), and resuming would "
+                               "drop it: resume with that program, or start from its parameters with --init",
                                f->path, f->tensors[j].name);
     return 0;
+}
+
+static dmrt_state_layout layout_of(const dmrt_model *m, int i) {
+    return i < m->n_params || !m->state_layouts ? DMRT_STATE_WHOLE : (dmrt_state_layout)m->state_layouts[i - m->n_params];
+}
+
+/* How tensor i of the checkpoint loads from f (dmrt_state_layout): as the file holds it, as
+ * rows redistributed over this program's data ranks, as zeros, or not at all. */
+typedef enum { LOAD_AS_IS, LOAD_REDISTRIBUTED, LOAD_ZEROS, LOAD_SKIPPED } load_how;
+
+static load_how how_to_load(const dmrt_model *m, int i, const dmrt_st_tensor *t) {
+    const dmrt_tensor_desc *d = ckpt_desc(m, i);
+    dmrt_state_layout layout = layout_of(m, i);
+    int same = t && t->dtype == d->dtype && t->rank == d->rank &&
+               memcmp(t->shape, d->shape, sizeof(int64_t) * (size_t)d->rank) == 0;
+    if (layout == DMRT_STATE_WARM_START) return same ? LOAD_AS_IS : LOAD_SKIPPED;
+    if (layout != DMRT_STATE_PER_DATA_RANK || same) return LOAD_AS_IS;
+    if (!t) return LOAD_ZEROS;
+    /* the same tensor per row, another number of rows: the file's data-axis size differs */
+    int rows_only = t->dtype == d->dtype && t->rank == d->rank && t->rank >= 1 && t->shape[0] >= 1 &&
+                    memcmp(t->shape + 1, d->shape + 1, sizeof(int64_t) * (size_t)(d->rank - 1)) == 0;
+    return rows_only ? LOAD_REDISTRIBUTED : LOAD_AS_IS; /* (as is: its shape check fails, naming both) */
+}
+
+/* The file's rows [R, n] as this program's [rows, n]: each row the file's rows' sum (in
+ * their order) over rows. NULL when out of memory. */
+static float *redistributed_rows(const dmrt_st_tensor *t, const dmrt_tensor_desc *d) {
+    int64_t rows = d->shape[0], per_row = d->numel / rows, file_rows = t->shape[0];
+    float *out = dmrt_alloc((size_t)d->numel * sizeof(float));
+    if (!out) return NULL;
+    for (int64_t e = 0; e < per_row; e++) {
+        float sum = 0;
+        for (int64_t r = 0; r < file_rows; r++) {
+            float v;
+            memcpy(&v, (const char *)t->data + (size_t)(r * per_row + e) * sizeof v, sizeof v);
+            sum += v;
+        }
+        out[e] = sum / (float)rows;
+    }
+    for (int64_t r = 1; r < rows; r++) memcpy(out + r * per_row, out, (size_t)per_row * sizeof(float));
+    return out;
+}
+
+/* Tensor i of f checked (present, dtype, shape, checksum, finite) as how loads it. */
+static int check_source(const dmrt_model *m, const dmrt_st_file *f, int i, const dmrt_st_tensor *t, load_how how,
+                        int checksummed, char *err, size_t errlen) {
+    const dmrt_tensor_desc *d = ckpt_desc(m, i);
+    const char *what = i < m->n_params ? "parameter" : "optimizer state";
+    if (how == LOAD_ZEROS || (how == LOAD_SKIPPED && !t)) return 0;
+    dmrt_tensor_desc as_filed = *d; /* a tensor loaded otherwise is checked in the file's shape */
+    if (how != LOAD_AS_IS) {
+        as_filed.rank = t->rank;
+        memcpy(as_filed.shape, t->shape, sizeof as_filed.shape);
+        as_filed.numel = t->numel;
+    }
+    if (how == LOAD_AS_IS && dmrt_check_tensor(m, f->path, t, d, what, NULL, err, errlen) != 0) return -1;
+    if (dmrt_check_crc32c(f, t, checksummed, err, errlen) != 0) return -1;
+    if (t->dtype != DMRT_F32) return 0; /* (a skipped one of another dtype is never read) */
+    return dmrt_check_finite_to_load(f->path, t, &as_filed, what, err, errlen);
+}
+
+/* Tensor i into the program from its source as how says. */
+static int load_tensor(const dmrt_model *m, void *ctx, int i, const dmrt_st_tensor *t, load_how how) {
+    const dmrt_tensor_desc *d = ckpt_desc(m, i);
+    if (how == LOAD_SKIPPED) return DMRT_OK;
+    if (i < m->n_params) {
+        if (m->scatter) return m->scatter(ctx, i, t->data);
+        memcpy(m->param(ctx, i), t->data, (size_t)d->numel * sizeof(float));
+        return DMRT_OK;
+    }
+    if (how == LOAD_AS_IS) return m->state_scatter(ctx, i - m->n_params, t->data);
+    float *rows = how == LOAD_ZEROS ? dmrt_alloc((size_t)d->numel * sizeof(float)) : redistributed_rows(t, d);
+    if (!rows) return DMRT_ERR_NOMEM;
+    if (how == LOAD_ZEROS) memset(rows, 0, (size_t)d->numel * sizeof(float));
+    int status = m->state_scatter(ctx, i - m->n_params, rows);
+    dmrt_free(rows);
+    return status;
+}
+
+/* Appends a clause to buf (len bytes), "; " before all but the first; n: its length so far. */
+static size_t append_clause(char *buf, size_t len, size_t n, const char *clause) {
+    if (!len || n >= len - 1) return n;
+    int k = snprintf(buf + n, len - n, "%s%s", n ? "; " : "", clause);
+    return k < 0 ? n : (n + (size_t)k < len ? n + (size_t)k : len - 1);
+}
+
+size_t dmrt_checkpoint_adapted(const dmrt_model *m, const dmrt_st_file *f, char *buf, size_t len) {
+    int redistributed = 0, zeros = 0, skipped = 0;
+    int64_t file_rows = 0, rows = 0;
+    for (int i = m->n_params; i < m->n_params + m->n_states; i++) {
+        const dmrt_st_tensor *t = dmrt_st_find(f, ckpt_desc(m, i)->name);
+        switch (how_to_load(m, i, t)) {
+        case LOAD_REDISTRIBUTED:
+            redistributed++, file_rows = t->shape[0], rows = ckpt_desc(m, i)->shape[0];
+            break;
+        case LOAD_ZEROS: zeros++; break;
+        case LOAD_SKIPPED: skipped++; break;
+        default: break;
+        }
+    }
+    char clause[256];
+    size_t n = 0;
+    if (len) buf[0] = 0;
+    if (redistributed) {
+        snprintf(clause, sizeof clause,
+                 "the error feedback of %d gradients was written by %" PRId64 " data ranks and this run has %" PRId64
+                 ": each rank starts from their sum over %" PRId64,
+                 redistributed, file_rows, rows, rows);
+        n = append_clause(buf, len, n, clause);
+    }
+    if (zeros) {
+        snprintf(clause, sizeof clause,
+                 "the file holds no error feedback for %d gradients (written without --compress topk or powersgd): "
+                 "it starts from zeros",
+                 zeros);
+        n = append_clause(buf, len, n, clause);
+    }
+    if (skipped) {
+        snprintf(clause, sizeof clause,
+                 "PowerSGD's factors of %d gradients are missing from the file or of another mesh: this run keeps "
+                 "its own, drawn from its seed",
+                 skipped);
+        n = append_clause(buf, len, n, clause);
+    }
+    return n;
 }
 
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen) {
@@ -280,7 +405,8 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     int n = m->n_params + m->n_states, rc = 0, checksummed = 0;
     int64_t step = 0;
     const dmrt_st_tensor **source = calloc(n ? (size_t)n : 1, sizeof *source);
-    if (!source) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
+    load_how *how = calloc(n ? (size_t)n : 1, sizeof *how);
+    if (!source || !how) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
     if (rc == 0) rc = read_step(f, &step, &checksummed, err, errlen);
     if (rc == 0) rc = check_same_program(m, f, err, errlen);
     /* everything checked before anything changes (the loss scaler read into a copy) */
@@ -288,27 +414,21 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     if (m->loss_scale) scaler = *m->loss_scale(ctx);
     if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, &scaler, err, errlen);
     for (int i = 0; i < n && rc == 0; i++) {
-        const dmrt_tensor_desc *d = ckpt_desc(m, i);
-        source[i] = dmrt_st_find(f, d->name);
-        rc = dmrt_check_tensor(m, path, source[i], d, i < m->n_params ? "parameter" : "optimizer state", NULL, err,
-                               errlen);
-        if (rc == 0) rc = dmrt_check_crc32c(f, source[i], checksummed, err, errlen);
-        if (rc == 0)
-            rc = dmrt_check_finite_to_load(path, source[i], d, i < m->n_params ? "parameter" : "optimizer state", err,
-                                           errlen);
+        source[i] = dmrt_st_find(f, ckpt_desc(m, i)->name);
+        how[i] = how_to_load(m, i, source[i]);
+        rc = check_source(m, f, i, source[i], how[i], checksummed, err, errlen);
     }
     for (int i = 0; i < n && rc == 0; i++) {
-        const dmrt_tensor_desc *d = ckpt_desc(m, i);
-        int status;
-        if (i >= m->n_params) status = m->state_scatter(ctx, i - m->n_params, source[i]->data);
-        else if (m->scatter) status = m->scatter(ctx, i, source[i]->data);
-        else status = (memcpy(m->param(ctx, i), source[i]->data, (size_t)d->numel * sizeof(float)), DMRT_OK);
-        if (status != DMRT_OK) rc = dmrt_errorf(err, errlen, "%s: loading '%s': %s", path, d->name, m->error(ctx));
+        int status = load_tensor(m, ctx, i, source[i], how[i]);
+        if (status == DMRT_ERR_NOMEM) rc = dmrt_errorf(err, errlen, "%s: loading '%s': out of memory", path, ckpt_desc(m, i)->name);
+        else if (status != DMRT_OK)
+            rc = dmrt_errorf(err, errlen, "%s: loading '%s': %s", path, ckpt_desc(m, i)->name, m->error(ctx));
     }
     if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
     if (rc == 0 && m->loss_scale) *m->loss_scale(ctx) = scaler;
     free(source);
+    free(how);
     return rc;
 }
 

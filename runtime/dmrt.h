@@ -71,6 +71,19 @@ struct dmrt_ps_stats; /* dmrt_ps.h */
 
 /* What a generated model exposes to generic tools (the trainer, tests). The context
  * is opaque (void *); every function pointer is implemented by the generated code. */
+/* How a checkpoint holds a state tensor, and what loading one of another shape does. */
+typedef enum dmrt_state_layout {
+    DMRT_STATE_WHOLE = 0,         /* shaped like its parameter: the same on every mesh */
+    DMRT_STATE_PER_DATA_RANK = 1, /* --compress topk, powersgd's residuals ("<param>.error_feedback"):
+                                   * [data ranks, ...parameter], row r data rank r's, whole over the
+                                   * other axes. A file with another number of rows loads as rows each
+                                   * the file's rows' sum over this program's count (the gradient not
+                                   * yet sent, in total, is kept); a file without it, as zeros. */
+    DMRT_STATE_WARM_START = 2,    /* PowerSGD's Q factors ("<param>.powersgd_q"): [blocks, cols, rank],
+                                   * row b the factor of the gradient's block b on this mesh. A file
+                                   * without it, or with another shape, leaves the program's own. */
+} dmrt_state_layout;
+
 typedef struct dmrt_model {
     const char *name;                   /* model prefix, e.g. "mlp" */
     int n_inputs;
@@ -158,15 +171,17 @@ typedef struct dmrt_model {
     const char *predict_unsupported;
 
     /* Checkpoints (runtime/checkpoint.c). checkpoints 0: the model cannot write them, and
-     * checkpoints_unsupported says why (the CUDA target's state is device memory). The optimizer's state as whole tensors, n_states of them, each named after
-     * its parameter and shaped like it ("fc1.weight.exp_avg"): state_gather puts state i
-     * whole into whole (every rank must call it), state_scatter keeps the rank's part of it
+     * checkpoints_unsupported says why. The optimizer's state as whole tensors, n_states of
+     * them, each named after its parameter and shaped like it ("fc1.weight.exp_avg"), then
+     * gradient compression's state as state_layouts says: state_gather puts state i whole
+     * into whole (every rank must call it), state_scatter keeps the rank's part of it
      * (local). step: the optimizer updates done; set_step sets them (step >= 0). Each
      * returns DMRT_OK or an error status (message from error()). */
     int checkpoints;
     const char *checkpoints_unsupported; /* with checkpoints 0: why */
     int n_states;
     const dmrt_tensor_desc *states; /* (n_states) */
+    const signed char *state_layouts; /* (n_states) dmrt_state_layout of each; NULL: every one DMRT_STATE_WHOLE */
     int (*state_gather)(void *ctx, int i, float *whole);
     int (*state_scatter)(void *ctx, int i, const float *whole);
     int64_t (*step)(void *ctx);

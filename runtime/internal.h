@@ -149,6 +149,10 @@ int64_t dmrt_checkpoint_file_step(const char *dir, const char *path);
 int dmrt_checkpoint_remove_unfinished(const char *dir, char *removed, size_t len, char *err, size_t errlen);
 /* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);
+/* What loading f into m does otherwise than as the file holds it (gradient compression's
+ * state of another data-axis size, missing, or of another mesh: dmrt_state_layout), as a
+ * sentence into buf (empty when nothing); its length. */
+size_t dmrt_checkpoint_adapted(const dmrt_model *m, const dmrt_st_file *f, char *buf, size_t len);
 /* Tensor t of file f against its CRC-32C in f's metadata ("dmc.crc32c.<name>"): 0 when they
  * agree, or when there is none and !required; else -1 with a message naming the file and the
  * tensor. */

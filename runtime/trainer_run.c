@@ -89,6 +89,7 @@ typedef struct tr_run {
     dmrt_st_file resume_file;  /* --resume's checkpoint, until its tensors are in ctx */
     int resumed;               /* resume_file is open */
     char resumed_from[4096];
+    char resume_adapted[1024]; /* what loading the checkpoint did otherwise than as it holds (dmrt_checkpoint_adapted) */
     int64_t resumed_total;     /* the steps the checkpoint's run was to train (0: unknown) */
     const char *data_kind;     /* fashion-mnist, text, batch-file or none (the checkpoints' trainer.data) */
     char data_hash[17];        /* what the run trains on (trainer.data_hash), with --checkpoint or --resume */
@@ -333,6 +334,7 @@ static int create_model(tr_run *r) {
         if (dmrt_trainer_meta_u64(&r->resume_file, "trainer.total_steps", &planned, r->err, sizeof r->err) < 0)
             return TR_RUNTIME;
         r->resumed_total = (int64_t)planned;
+        dmrt_checkpoint_adapted(m, &r->resume_file, r->resume_adapted, sizeof r->resume_adapted);
         dmrt_st_close(&r->resume_file); /* what the run needs of it is in ctx now */
         r->resumed = 0;
     }
@@ -357,6 +359,7 @@ static int plan_steps(tr_run *r) {
     if (r->resumed_from[0] && !o->quiet)
         fprintf(r->errs, "%s: resuming from %s after step %lld%s\n", r->prog, r->resumed_from, (long long)r->start,
                 r->start >= r->total ? ": no step left to train" : "");
+    if (r->resume_adapted[0] && !o->quiet) fprintf(r->errs, "%s: note: %s\n", r->prog, r->resume_adapted);
     /* (the model does not say whether its schedule decays: the note holds for either) */
     if (r->resumed_total > 0 && r->resumed_total != r->total && m->set_total_steps)
         fprintf(r->errs, "%s: note: the run that wrote the checkpoint was to train %lld steps, this one %lld: a "

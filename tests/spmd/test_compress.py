@@ -171,12 +171,21 @@ def make_data(np, torch):
     return init, xs, ys
 
 
-def partial_gradients(torch, params, x, y, norm):
+def write_data(np, torch, tmp):
+    """make_data's, and the trainer's options that read them from files in tmp."""
+    init, xs, ys = make_data(np, torch)
+    files = [os.path.join(tmp, "init.safetensors"), os.path.join(tmp, "batches.safetensors")]
+    stio.save(init, files[0])
+    stio.save({"x": xs, "y": ys}, files[1])
+    return init, xs, ys, ["--init", files[0], "--batch-file", files[1]]
+
+
+def partial_gradients(torch, params, x, y, norm, ranks=RANKS):
     """Each rank's loss share and gradient: cross-entropy of its rows summed, over B."""
     import torch.nn.functional as F
     losses, partials = [], []
-    for r in range(RANKS):
-        rows = slice(r * B // RANKS, (r + 1) * B // RANKS)
+    for r in range(ranks):
+        rows = slice(r * B // ranks, (r + 1) * B // ranks)
         p = {n: torch.tensor(v, requires_grad=True) for n, v in params.items()}
         xb = torch.tensor(x[rows])
         xn = (xb - torch.tensor(norm[0], dtype=torch.float32)) / torch.tensor(norm[1], dtype=torch.float32)
@@ -332,11 +341,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dmc-compress-")
     failures = []
     try:
-        init, xs, ys = make_data(np, torch)
-        files = [os.path.join(tmp, "init.safetensors"), os.path.join(tmp, "batches.safetensors")]
-        stio.save(init, files[0])
-        stio.save({"x": xs, "y": ys}, files[1])
-        files = ["--init", files[0], "--batch-file", files[1]]
+        init, xs, ys, files = write_data(np, torch, tmp)
         runs = {}
         for mode in MODES:
             try:
