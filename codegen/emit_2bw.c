@@ -466,6 +466,16 @@ void emit_2bw_api(emitter *E) {
     const char *m = E->g->model;
     cg_writer *w = &E->w;
     if (!emits_2bw(E)) return;
+    cg_line(w, "/* A checkpoint loaded (its step set): the stream starts again, as after create or a drain (a");
+    cg_line(w, " * checkpoint is written drained)%s. */", stashes(E) ? "; every step made one update a micro-batch" : "");
+    cg_line(w, "static void restart_stream(struct_ctx *ctx) {");
+    w->indent++;
+    cg_line(w, "ctx->owed = -1;");
+    if (stashes(E)) cg_line(w, "ctx->updates = ctx->step * %d;", E->g->microbatches);
+    else cg_line(w, "ctx->current = ctx->newest;");
+    cg_line(w, "use_batch(ctx, 0);");
+    w->indent--;
+    cg_line(w, "}");
     cg_line(w, "int %s_drain(%s_ctx *ctx) {", m, m);
     w->indent++;
     cg_line(w, "ctx->error[0] = 0;");

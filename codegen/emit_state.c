@@ -36,10 +36,6 @@ static int state_values(const emitter *E, int *ids) {
 /* Why this program cannot write checkpoints, or NULL when it can. */
 static const char *checkpoints_unsupported(const emitter *E) {
     if (!E->dialect->can.checkpoints) return "this target's generated code does not read its optimizer state into checkpoints yet";
-    if (emits_2bw(E))
-        return dm_runs_pipedream(E->g) ? "the pipedream schedule's stashed weight versions and owed backwards are not in "
-                                         "checkpoints yet"
-                                       : "the 2bw schedule's second weight version and owed backwards are not in checkpoints yet";
     if (emits_param_servers(E)) return "the optimizer state is the parameter servers' (--param-servers), not in checkpoints yet";
     return NULL;
 }
@@ -54,6 +50,9 @@ void emit_state_declarations(emitter *E) {
             E->partitioned ? "\n * Every rank must call them; world rank 0 writes" : "",
             checkpoints_supported(E) ? "" : "\n * Not this program (both return DMRT_ERR_ARG): ",
             checkpoints_supported(E) ? "" : checkpoints_unsupported(E));
+    if (checkpoints_supported(E) && emits_2bw(E))
+        cg_line(w, "/* Saving one first drains the pipeline (%s_drain): a file holds neither owed backwards nor a\n"
+                   " * second weight version, and the run goes on as one loaded from it would. */", m);
     if (checkpoints_supported(E) && cg_compress_state_count(E))
         cg_line(w, "/* --compress's error feedback is each data rank's: files hold a row per data rank; loaded on another\n"
                    " * number of them, each rank starts from the rows' sum over its count (docs/trainer.md). */");
@@ -272,6 +271,7 @@ void emit_state_support(emitter *E) {
     cg_line(w, "static int model_set_step(void *ctx, int64_t step) {");
     cg_line(w, "    if (step < 0) return DMRT_ERR_ARG;");
     cg_line(w, "    ((struct_ctx *)ctx)->step = step;");
+    if (emits_2bw(E)) cg_line(w, "    restart_stream((struct_ctx *)ctx); /* a checkpoint's state: the pipeline drained */");
     cg_line(w, "    return DMRT_OK;");
     cg_line(w, "}");
     cg_line(w, "int64_t %s_step(const %s_ctx *ctx) { return ctx->step; }", m, m);
@@ -309,4 +309,5 @@ void emit_state_descriptor(emitter *E) {
     cg_line(w, ".state_scatter = %s,", n ? "model_state_scatter" : "NULL");
     cg_line(w, ".step = model_step,");
     cg_line(w, ".set_step = model_set_step,");
+    cg_line(w, ".checkpoint_drains = %d,", checkpoints_supported(E) && emits_2bw(E));
 }

@@ -44,11 +44,17 @@ static int gather_whole(const dmrt_model *m, void *ctx, int i, float *whole) {
     return DMRT_OK;
 }
 
+int dmrt_checkpoint_drain(const dmrt_model *m, void *ctx, const char *path, char *err, size_t errlen) {
+    if (!m->checkpoint_drains || !m->drain || m->drain(ctx) == DMRT_OK) return 0;
+    return dmrt_errorf(err, errlen, "%s: draining the pipeline before the checkpoint: %s", path, m->error(ctx));
+}
+
 int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n_meta, const char *const *keys,
                          const char *const *values, char *err, size_t errlen) {
     if (!m->checkpoints || !m->step)
         return dmrt_errorf(err, errlen, "%s: model '%s' cannot write checkpoints: %s", path, m->name,
                            m->checkpoints_unsupported ? m->checkpoints_unsupported : "it does not say how");
+    if (dmrt_checkpoint_drain(m, ctx, path, err, errlen) != 0) return -1;
     int n = m->n_params + m->n_states;
     int writer = !m->rank_id || m->rank_id(ctx) == 0;
     /* the writing rank keeps every tensor until the file is written; the others gather into

@@ -186,6 +186,10 @@ typedef struct dmrt_model {
     int (*state_scatter)(void *ctx, int i, const float *whole);
     int64_t (*step)(void *ctx);
     int (*set_step)(void *ctx, int64_t step);
+    /* 1: dmrt_save_checkpoint first runs drain (2bw, pipedream: a checkpoint holds no owed
+     * backward nor a second weight version, so the pipeline is flushed and the run goes on
+     * as one resumed from the file would). */
+    int checkpoint_drains;
 
     /* What the end of training owes, so that the weights saved and evaluated are those of
      * every step run (<model>_drain); every rank must call it. Pipelines whose steps do not
@@ -722,7 +726,8 @@ int dmrt_save_grads(const dmrt_model *model, void *ctx, const char *path, char *
  * tensor (model->states), whole, and metadata: "dmc.format" ("dmc checkpoint 2"), "dmc.model",
  * "dmc.step" (the updates done), "dmc.crc32c.<name>" for every tensor (its CRC-32C, 8 hex
  * digits), then the caller's n_meta pairs keys[i]: values[i]. An SPMD model gathers the
- * tensors (every rank must call it) and world rank 0 writes. */
+ * tensors (every rank must call it) and world rank 0 writes. A model with checkpoint_drains
+ * (2bw, pipedream) is drained first. */
 int dmrt_save_checkpoint(const dmrt_model *model, void *ctx, const char *path, int n_meta,
                          const char *const *keys, const char *const *values, char *err,
                          size_t errlen);

@@ -270,6 +270,8 @@ int dmrt_trainer_checkpoint_write(const dmrt_model *m, void *ctx, const char *di
                                   int lead, int n_meta,
                                   const char *const *keys, const char *const *values, char *path, size_t len,
                                   char *err, size_t errlen) {
+    /* (a pipeline that a checkpoint drains makes its owed updates first: the file's step) */
+    if (dmrt_checkpoint_drain(m, ctx, dir, err, errlen) != 0) return -1;
     if (dmrt_checkpoint_path(dir, m->step(ctx), path, len) != 0)
         return dmrt_errorf(err, errlen, "--checkpoint %s: path too long", dir);
     if (dmrt_save_checkpoint(m, ctx, path, n_meta, keys, values, err, errlen) != 0) return -1;

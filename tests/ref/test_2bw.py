@@ -41,6 +41,12 @@ spans every stage's and rank's gradients of the batch. fp16's loss scaler (FP16_
 a run whose first updates are skipped (the scale overflowing) as the run without those
 batches, losses and weights bit for bit (check_fp16 says why that is the rule).
 
+Checkpoints (CHECKPOINT_CASES): a checkpoint drains the pipeline first, so a run
+checkpointed every 5 of 10 steps has the rule's weights with a drain after step 5 (the
+next batch on the newest weights), which end far from the undrained rule's; the run
+resumed from the step-5 checkpoint ends with its weights bit for bit (check_checkpoints,
+which test_pipedream.py runs for its schedule too).
+
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
 import json
@@ -97,17 +103,21 @@ def mlp_loss(torch, w, x, y, norm):
     return F.cross_entropy(h2 @ w["fc3.weight"] + w["fc3.bias"], y)
 
 
-def train(torch, init, loss_of, make_opt, steps, stale=True, clip=None):
+def train(torch, init, loss_of, make_opt, steps, stale=True, clip=None, drains=()):
     """The 2BW rule (stale=True) or synchronous training from weights init (a dict of
     arrays): loss_of(w, t) is batch t's loss at weights w; make_opt(params) the optimizer;
-    clip: the gradients clipped to that norm first (torch's clip_grad_norm_). Returns
-    (losses, final weights as float64 arrays)."""
+    clip: the gradients clipped to that norm first (torch's clip_grad_norm_); drains: the
+    steps after which the pipeline is drained (a checkpoint's), the next batch then running
+    on the newest weights, as the first does. Returns (losses, final weights as float64
+    arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}  # W(t)
     opt = make_opt([live[n] for n in names])
     older = {n: live[n].detach().clone() for n in names}  # W(t - 1); W(-1) = W(0)
     losses = []
     for t in range(steps):
+        if t in drains:
+            older = {n: live[n].detach().clone() for n in names}
         at = older if stale else {n: live[n].detach() for n in names}
         w = {n: at[n].clone().requires_grad_(True) for n in names}
         loss = loss_of(w, t)
@@ -122,12 +132,56 @@ def train(torch, init, loss_of, make_opt, steps, stale=True, clip=None):
     return losses, {n: live[n].detach().double().numpy() for n in names}
 
 
-def reference(torch, init, xs, ys, kind, steps, norm, stale=True):
+def reference(torch, init, xs, ys, kind, steps, norm, stale=True, drains=()):
     """examples/mlp.dm under the 2BW rule (or synchronous): (losses, final weights)."""
     def loss_of(w, t):
         return mlp_loss(torch, w, torch.tensor(xs[t]), torch.tensor(ys[t], dtype=torch.int64), norm)
     return train(torch, init, loss_of, lambda ps: make_optimizer(torch, kind, ps), steps, stale,
-                 CLIP if kind == "clip" else None)
+                 CLIP if kind == "clip" else None, drains)
+
+
+# checkpoints: written every CHECKPOINT_EVERY steps, each draining the pipeline first
+CHECKPOINT_EVERY = 5
+CHECKPOINT_CASES = [("ckpt-p2-m2-adamw", "pipeline=2", 2, "adamw"), ("ckpt-p2xd2-m2-sgd", "data=2,pipeline=2", 2, "sgd")]
+
+
+def check_checkpoints(dmc, tmp, np, stio, common, files, schedule, want_of):
+    """A schedule that does not flush, checkpointed every CHECKPOINT_EVERY of STEPS steps:
+    each checkpoint drains the pipeline first, so the run's weights are the rule's with a
+    drain there (want_of(kind, mesh, micros, drains): the reference's final weights), far
+    from the rule's without one (or the check could not tell); and the run resumed from the
+    first checkpoint ends with its weights bit for bit."""
+    for label, mesh, micros, kind in CHECKPOINT_CASES:
+        ckpt, out = os.path.join(tmp, label), os.path.join(tmp, label + ".safetensors")
+        args = schedule_args(common, label, mesh, micros, schedule, out)
+        test_mlp.run_dmc(dmc, files[kind], tmp, args + ["--checkpoint", ckpt, "--checkpoint-every", str(CHECKPOINT_EVERY)])
+        drained = want_of(kind, mesh, micros, (CHECKPOINT_EVERY,))
+        undrained = want_of(kind, mesh, micros, ())
+        apart = max(float(np.max(np.abs(drained[n] - undrained[n]))) for n in drained)
+        if apart <= DISTINCT:
+            raise Failure("%s: the rule with and without a drain after step %d ends %.3g apart: the check would not "
+                          "tell them apart" % (label, CHECKPOINT_EVERY, apart))
+        written = stio.load(out)
+        test_mlp.check_tensors(np, label + " checkpointed", written, drained, WEIGHT_ATOL, 0.0)
+        first = os.path.join(ckpt, "step-%08d.safetensors" % CHECKPOINT_EVERY)
+        if not os.path.exists(first):
+            raise Failure("%s: no %s (a checkpoint is named after the updates done, the drain's included)" % (label, first))
+        again = os.path.join(tmp, label + "-resumed")
+        os.makedirs(again)
+        os.link(first, os.path.join(again, os.path.basename(first)))
+        resumed_out = out + ".resumed"
+        at = common.index("--init")
+        resume_args = common[:at] + common[at + 2:] + ["--resume", again]
+        dmcrun.run_dmc_steps(dmc, files[kind], tmp, ["--set", "B=%d,H=%d" % (test_mlp.B, test_mlp.H)] +
+                             schedule_args(resume_args, label, mesh, micros, schedule, resumed_out), timeout=240,
+                             first_step=CHECKPOINT_EVERY + 1)
+        resumed = stio.load(resumed_out)
+        for n in written:
+            if not np.array_equal(written[n], resumed[n]):
+                raise Failure("%s: resumed from step %d, %s differs from the uninterrupted run's by %.3g"
+                              % (label, CHECKPOINT_EVERY, n, float(np.max(np.abs(written[n] - resumed[n])))))
+        print("%-22s checkpointed every %d steps: the rule drained there (it ends %.3g from the undrained rule); "
+              "resumed bit for bit" % (label, CHECKPOINT_EVERY, apart))
 
 
 EMBED = {"B": 16, "T": 4, "V": 32, "C": 16}
@@ -279,6 +333,9 @@ def run_checks(dmc, root, np, torch):
         check_embed(np, torch, stio, dmc, root, tmp)
         check_embed(np, torch, stio, dmc, root, tmp, tied=True)
         check_trace(dmc, tmp, common, files)
+        check_checkpoints(dmc, tmp, np, stio, common, files, "2bw",
+                          lambda kind, mesh, micros, drains: reference(torch, init, xs, ys, kind, STEPS, norm,
+                                                                       drains=drains)[1])
     return ("the 2bw schedule follows W(t+1) = W(t) - opt(grad at W(t-1)) (PyTorch) on %d meshes, %d steps"
             % (len(CASES) + len(EMBED_CASES) + len(TIED_CASES), STEPS))
 

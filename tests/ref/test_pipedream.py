@@ -109,24 +109,29 @@ def stages_of(dmc, dm_file, mesh, micros, sets=None):
     return stage_of, len(plan["pipeline"]["stage"])
 
 
-def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_loss, tied=None):
+def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_loss, tied=None, drains=()):
     """PipeDream's rule from weights init (a dict of arrays): micro-batch i (step t's m:
     micro_loss(w, t, m)) on each parameter's stage's version, max(0, i - (P - 1 -
     stage_of[n])) updates old; an update per micro-batch. tied: the name of a parameter
     a later stage holds a copy of, at the owner's version for the same micro-batch (its
     copies follow the owner's versions): micro_loss gets it as w["(copy)"], a tensor of its
-    own, and update i is made with both uses' summed gradient. Returns (each step's mean
-    loss, final weights as float64 arrays)."""
+    own, and update i is made with both uses' summed gradient. drains: the steps after
+    which the pipeline is drained (a checkpoint's): the stream starts again, its first
+    micro-batch j on the weights of the updates before it and max(0, j - (P - 1 - s)) since.
+    Returns (each step's mean loss, final weights as float64 arrays)."""
     names = sorted(init)
     live = {n: torch.tensor(init[n], dtype=torch.float32, requires_grad=True) for n in names}
     opt = make_opt([live[n] for n in names])
     history = {n: [live[n].detach().clone()] for n in names}  # history[n][k]: after k updates
-    losses = []
+    losses, start = [], 0  # start: the micro-batch the stream (re)started at
     for i in range(steps * micros):
         t, m = divmod(i, micros)
-        w = {n: history[n][max(0, i - (stages - 1 - stage_of[n]))].clone().requires_grad_(True) for n in names}
+        if m == 0 and t in drains:
+            start = i
+        w = {n: history[n][start + max(0, i - start - (stages - 1 - stage_of[n]))].clone().requires_grad_(True)
+             for n in names}
         if tied:
-            w["(copy)"] = history[tied][max(0, i - (stages - 1 - stage_of[tied]))].clone().requires_grad_(True)
+            w["(copy)"] = history[tied][start + max(0, i - start - (stages - 1 - stage_of[tied]))].clone().requires_grad_(True)
         loss = micro_loss(w, t, m)
         loss.backward()
         if m == 0:
@@ -140,7 +145,7 @@ def stashed_train(torch, init, make_opt, steps, micros, stage_of, stages, micro_
     return losses, {n: live[n].detach().double().numpy() for n in names}
 
 
-def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
+def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm, drains=()):
     """examples/mlp.dm under PipeDream's rule: (each step's mean loss, final weights).
     Micro-batch m of a batch is its rows m B / M .. (m + 1) B / M - 1 (with a data axis too:
     the ranks split each micro-batch, and the gradient is the mean over all its rows)."""
@@ -151,7 +156,7 @@ def reference(torch, init, xs, ys, kind, steps, micros, stage_of, stages, norm):
         y = torch.tensor(ys[t][m * rows:(m + 1) * rows], dtype=torch.int64)
         return test_2bw.mlp_loss(torch, w, x, y, norm)
     return stashed_train(torch, init, lambda ps: make_optimizer(torch, kind, ps), steps, micros, stage_of, stages,
-                         micro_loss)
+                         micro_loss, drains=drains)
 
 
 def distinct_from_others(np, torch, init, xs, ys, kind, norm, final, label):
@@ -230,6 +235,11 @@ def run_checks(dmc, root, np, torch):
             test_mlp.check_tensors(np, label, stio.load(out), final, WEIGHT_ATOL, 0.0)
         check_tied(np, torch, stio, dmc, root, tmp)
         test_2bw.check_trace(dmc, tmp, common, files, "pipedream")
+
+        def want_of(kind, mesh, micros, drains):
+            stage_of, stages = stages_of(dmc, files[kind], mesh, micros)
+            return reference(torch, init, xs, ys, kind, STEPS, micros, stage_of, stages, norm, drains)[1]
+        test_2bw.check_checkpoints(dmc, tmp, np, stio, common, files, "pipedream", want_of)
     return "the pipedream schedule follows PipeDream's weight-stashing rule (PyTorch) on %d meshes, %d steps" % (
         len(CASES) + len(TIED_CASES), STEPS)
 
