@@ -102,7 +102,8 @@ static int checks_before_compression(const emitter *E, int stage) {
 }
 
 /* Every gradient the function's updates read, whole or (ZeRO) the rank's share of it,
- * done `what` to; how many there are (ZeRO's outside the count: not on the device path). */
+ * done `what` to; how many there are (ZeRO's outside the count but for COUNT_ONLY: not on
+ * the device path). */
 static int each_gradient(emitter *E, int stage, int what, const char *factor) {
     const ir_graph *g = E->g;
     char count[32];
@@ -122,10 +123,14 @@ static int each_gradient(emitter *E, int stage, int what, const char *factor) {
         else if (what == DEVICE_SCALE) E->dialect->clip_scale(&E->w, E->cname[grad], count);
         slot++;
     }
-    if (what == COUNT_ONLY || what == DEVICE_SQUARES || what == DEVICE_SCALE) return slot;
+    if (what == DEVICE_SQUARES || what == DEVICE_SCALE) return slot;
     for (int k = 0; k < E->zero->n_buckets; k++) {
         const dm_zero_bucket *b = &E->zero->bucket[k];
         if (stage >= 0 && V(E, g->params[b->first])->stage != stage) continue;
+        if (what == COUNT_ONLY) {
+            slot++;
+            continue;
+        }
         char share[96];
         zero_grad_share(E, b, share, sizeof share);
         cg_line(&E->w, "{");
@@ -235,7 +240,7 @@ void emit_loss_unscale(emitter *E, int stage) {
  * sum; the rank decides (emit_rank_loss_skip: not finite, a skipped step; emit_rank_clip:
  * the norm over the mesh and the factor); then each chunk unscales (emit_chunk_unscale) or
  * clips (emit_chunk_clip) and updates; then the rank counts the clean step
- * (emit_rank_loss_clean). Compression, ZeRO and parameter servers do not run interleaved,
+ * (emit_rank_loss_clean); a ZeRO bucket counts its rank's share. Compression and parameter servers do not run interleaved,
  * nor fp16 with clipping (the squares would be of the scaled gradients). */
 void emit_chunk_squares(emitter *E, int stage) {
     cg_writer *w = &E->w;

@@ -258,8 +258,9 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
         /* an update split in two (interleaved fp16 or clipping): the reductions, or the updates */
         int updates = ir_op_info_of(v->op)->cls == OPC_UPDATE;
         if (phase == PHASE_UPDATE && E->update_half && updates != (E->update_half == 2)) {
-            /* (the first half's check reads the gradients the updates will) */
-            if (E->update_half == 1) used[v->operands[1]] = *any = 1;
+            /* (the first half's check reads the gradients the updates will; a ZeRO bucket's
+             * by its range) */
+            if (E->update_half == 1 && !zero_bucket_of(E, v->param_index)) used[v->operands[1]] = *any = 1;
             continue;
         }
         *any = 1;

@@ -114,14 +114,8 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
         error_at(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
         return -1;
     }
-    /* not built yet: ZeRO lays out each stage's shares as a rank's whole region; clipping's
-     * norm under fp16 would be of the scaled gradients (its chunks' squares are summed before
-     * the step's skip is decided, codegen/emit_clip.c) */
-    if (g->zero > 0) {
-        error_at(d, g->zero_loc.line > 0 ? g->zero_loc : at, "ZeRO (zero = %d) is not built for the interleaved schedule",
-                 g->zero);
-        return -1;
-    }
+    /* not built yet: clipping's norm under fp16 would be of the scaled gradients (its chunks'
+     * squares are summed before the step's skip is decided, codegen/emit_clip.c) */
     if (g->optimizer.clip > 0 && g->product_dtype == DT_F16) {
         dm_error(d, g->optimizer.loc, "gradient clipping with fp16's loss scaling is not built for the interleaved schedule");
         return -1;

@@ -15,6 +15,8 @@
  *           but those of parameters tied across pipeline stages): ctx->params holds the
  *           rank's share, updated in place, and no all-gather follows the update.
  * The same bytes cross the links as the allreduce (a reduce-scatter and an all-gather).
+ * Interleaved, a bucket is one chunk's (a stage's): its shares are laid out in the stage's
+ * part of its rank's regions, the parts one after the other as memory_stages.c stacks them.
  *
  * requires: memory (and memory_plan_stages), buckets; rewrites the memory plan's
  * optimizer state (and, for zero 2, gradient) layout: members' state values get no
@@ -86,6 +88,31 @@ static void mark_gathered(const ir_graph *g, dm_zero_plan *z) {
     }
 }
 
+static void stack_stages(const dm_memory_plan *mem, const int64_t *size, int64_t *base, int64_t *rank_size);
+
+/* ZeRO 3, interleaved: each stage's part of ctx->params (its parameters, the copies it
+ * holds and its buckets' shares, laid out from 0 by relayout_params) moved to where it
+ * starts in its rank's region. */
+static void restack_params(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z) {
+    int S = mem->stages;
+    int64_t *size = calloc((size_t)S, sizeof(int64_t)), *base = calloc((size_t)S, sizeof(int64_t));
+    int64_t *rank_size = calloc((size_t)mem->ranks, sizeof(int64_t));
+    if (!size || !base || !rank_size) abort();
+    for (int s = 0; s < S; s++) size[s] = mem->stage[s].param_elems;
+    stack_stages(mem, size, base, rank_size);
+    for (int i = 0; i < g->n_values; i++) {
+        if (mem->region[i] != REGION_PARAMS || mem->storage_of[i] != i) continue;
+        if (mem->offset[i] >= 0) mem->offset[i] += base[g->values[i]->stage];
+        for (int k = mem->copy_first[i]; k < mem->copy_first[i + 1]; k++) mem->copy_offset[k] += base[mem->copy_stage[k]];
+    }
+    for (int b = 0; b < z->n_buckets; b++)
+        if (z->bucket[b].param_at >= 0) z->bucket[b].param_at += base[z->bucket[b].stage];
+    for (int r = 0; r < mem->ranks; r++) mem->rank[r].param_elems = rank_size[r];
+    free(size);
+    free(base);
+    free(rank_size);
+}
+
 /* ZeRO 3: ctx->params again, stage by stage: the parameters outside gathered buckets
  * (and the copies of tied ones the stage holds) in their order, then each gathered
  * bucket's share. Members lose their storage. */
@@ -125,23 +152,37 @@ static void relayout_params(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan
         if (top > most) most = top;
     }
     mem->param_elems = most;
+    if (mem->rank) restack_params(g, mem, z);
     for (int i = 0; i < g->n_values; i++)
         if (mem->region[i] == REGION_PARAMS && mem->offset[i] < 0) mem->region[i] = REGION_NONE;
 }
 
+/* Interleaved (mem->rank set), a rank holds its chunks' stages one after the other, as
+ * memory_stages.c stacks them: where stage k's part of a region of size[k] starts in its
+ * rank's (base[k]), and each rank's total into rank_size[r]. */
+static void stack_stages(const dm_memory_plan *mem, const int64_t *size, int64_t *base, int64_t *rank_size) {
+    for (int r = 0; r < mem->ranks; r++) {
+        int64_t at = 0;
+        for (int k = r; k < mem->stages; k += mem->ranks) base[k] = at, at += size[k];
+        rank_size[r] = at;
+    }
+}
+
 /* Lays out region (state or gradients) again, stage by stage: the values of parameters
  * outside the buckets in their order, then each bucket's shares (`per_bucket` tensors of
- * a share each). Members' values lose their storage. */
+ * a share each). Members' values lose their storage. Interleaved, each stage's part is then
+ * moved to where it starts in its rank's region. */
 static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm_region region, int per_bucket) {
     int S = mem->stages > 1 ? mem->stages : 1;
-    int64_t *top = calloc((size_t)S, sizeof(int64_t));
-    int *param_of = malloc(((size_t)g->n_values + 1) * sizeof(int));
-    if (!top || !param_of) abort();
+    int64_t *top = calloc((size_t)S, sizeof(int64_t)), *base = calloc((size_t)S, sizeof(int64_t));
+    int *param_of = malloc(((size_t)g->n_values + 1) * sizeof(int)), *stage_of = malloc(((size_t)g->n_values + 1) * sizeof(int));
+    if (!top || !base || !param_of || !stage_of) abort();
     for (int i = 0; i < g->n_values; i++) param_of[i] = region == REGION_STATE ? g->values[i]->param_index : -1;
     for (int p = 0; region == REGION_GRADS && p < g->n_params; p++)
         if (g->grads[p] >= 0) param_of[g->grads[p]] = p;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
+        stage_of[i] = 0;
         if (mem->region[i] != region || mem->storage_of[i] != i) continue;
         int p = param_of[i] >= 0 && param_of[i] < g->n_params ? param_of[i] : -1;
         int s = S > 1 ? (p >= 0 ? g->values[g->params[p]]->stage : v->stage) : 0;
@@ -150,15 +191,9 @@ static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm
             mem->offset[i] = -1;
             continue;
         }
+        stage_of[i] = s;
         mem->offset[i] = top[s];
         top[s] += align16(ir_local_numel(g, &v->type));
-    }
-    /* values sharing a buffer (reshapes) follow it */
-    for (int i = 0; i < g->n_values; i++) {
-        int root = mem->storage_of[i];
-        if (root == i || mem->region[i] != region) continue;
-        mem->region[i] = mem->region[root];
-        mem->offset[i] = mem->offset[root] < 0 ? -1 : mem->offset[root] + mem->within[i];
     }
     for (int b = 0; b < z->n_buckets; b++) {
         dm_zero_bucket *zb = &z->bucket[b];
@@ -172,6 +207,30 @@ static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm
                                                 : (S > 1 ? &mem->stage[s].grad_elems : &mem->grad_elems);
         *elems = top[s];
     }
+    if (mem->rank) { /* interleaved: the stages' parts stacked in their ranks' regions */
+        int64_t *rank_size = calloc((size_t)mem->ranks, sizeof(int64_t));
+        if (!rank_size) abort();
+        stack_stages(mem, top, base, rank_size);
+        for (int i = 0; i < g->n_values; i++)
+            if (mem->region[i] == region && mem->storage_of[i] == i && mem->offset[i] >= 0) mem->offset[i] += base[stage_of[i]];
+        for (int b = 0; b < z->n_buckets; b++) {
+            dm_zero_bucket *zb = &z->bucket[b];
+            if (region == REGION_STATE) zb->state_at += base[zb->stage];
+            else zb->grad_at += base[zb->stage];
+        }
+        for (int r = 0; r < mem->ranks; r++) {
+            if (region == REGION_STATE) mem->rank[r].state_elems = rank_size[r];
+            else mem->rank[r].grad_elems = rank_size[r];
+        }
+        free(rank_size);
+    }
+    /* values sharing a buffer (reshapes) follow it */
+    for (int i = 0; i < g->n_values; i++) {
+        int root = mem->storage_of[i];
+        if (root == i || mem->region[i] != region) continue;
+        mem->region[i] = mem->region[root];
+        mem->offset[i] = mem->offset[root] < 0 ? -1 : mem->offset[root] + mem->within[i];
+    }
     if (S > 1) {
         int64_t most = 0;
         for (int s = 0; s < S; s++) {
@@ -182,7 +241,9 @@ static void relayout(const ir_graph *g, dm_memory_plan *mem, dm_zero_plan *z, dm
         else mem->grad_elems = most;
     }
     free(top);
+    free(base);
     free(param_of);
+    free(stage_of);
 }
 
 int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buckets, dm_zero_plan *z) {

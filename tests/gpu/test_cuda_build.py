@@ -15,7 +15,7 @@ runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both c
 32-bit gpt.dm or llama.dm for the f32 kernel's instead; gpt.dm's are the _inner calls, its
 heads' transposes folded into the attention), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks; clip.dm so, with its
-clipping), 2bw (mlp.dm on data=2 x
+clipping, and on data=2 x pipeline=2 with ZeRO 3), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
@@ -111,6 +111,9 @@ CASES = [
     # and with clipping: each chunk's squares into its rank's sum, the rank's factor
     ("clip-pipeline2-interleaved", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2",
      ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"], None),
+    # ZeRO 3 on interleaved chunks, clipped: each chunk's shares, its squares in its rank's sum
+    ("clip-data2-pipeline2-interleaved-zero3", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2,pipeline=2",
+     ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--zero", "3"], None),
     # the asynchronous pipelines: weight versions copied on the device, the previous batch's
     # inputs kept there (input_X pointed at them in an owed backward), and gpt.dm's tied
     # wte sent between the stages' copies (pipedream: before the forward that reads it)

@@ -11,7 +11,7 @@ Oracle: the same program run straight.
   - 10 steps straight and 5 + --resume + 5 give bitwise-identical weights (--save) and the
     same loss lines for steps 6-10: serial, data=2 x tensor=2, pipeline=2 (2 micro-batches),
     data=2 with ZeRO 1 (the optimizer state in shares) and ZeRO 3, and interleaved 1F1B
-    (pipeline=2, 2 chunks; without clipping, which it refuses);
+    (data=2 x pipeline=2, 2 chunks, with clipping and ZeRO 2: each chunk's shares);
   - a checkpoint of one mesh loads on every other: resumed with no step left and written
     again there, its tensors are those of the file it came from (every layout's gather and
     scatter of parameters and optimizer state);
@@ -689,13 +689,9 @@ def main():
         with open(model_constant, "w") as f:
             f.write(constant)
         stopped_and_resumed(Trainer(dmc, model_constant, tmp, data, [], "serial, no decay"), tmp)
-        # interleaved 1F1B (two model chunks per pipeline rank) refuses clipping
-        model_unclipped = os.path.join(tmp, "unclipped", "small.dm")
-        os.makedirs(os.path.dirname(model_unclipped))
-        with open(model_unclipped, "w") as f:
-            f.write(constant.replace(", clip = 1.0", ""))
-        interleaved = Trainer(dmc, model_unclipped, tmp, data, ["--mesh", "pipeline=2", "--microbatches", "2",
-                                                                "--schedule", "interleaved", "--chunks", "2"])
+        # interleaved 1F1B (two model chunks per pipeline rank), clipped, with ZeRO 2
+        interleaved = Trainer(dmc, model_constant, tmp, data, ["--mesh", "data=2,pipeline=2", "--microbatches", "2",
+                                                               "--schedule", "interleaved", "--chunks", "2", "--zero", "2"])
         straight_vs_resumed(interleaved, tmp)
         if sources[1]:
             cross_mesh([interleaved], sources[1], tmp)

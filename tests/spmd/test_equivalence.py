@@ -87,6 +87,10 @@ INTERLEAVED_MESHES = [("pipeline=2", ["--microbatches", "4", "--schedule", "inte
                       ("pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "3"]),
                       ("pipeline=2", ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2"]),
                       ("pipeline=4", ["--microbatches", "8", "--schedule", "interleaved", "--chunks", "2"]),
+                      ("data=2,pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
+                                             "--zero", "2", "--bucket-mb", "0.004"]),
+                      ("data=2,pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
+                                             "--zero", "3", "--bucket-mb", "0.004"]),
                       ("data=2,tensor=2,pipeline=2", ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
                                                       "--recompute", "full"])]
 # sequence parallelism (--sequence-parallel, MESH_SET seqpar): the rows between tensor-parallel

@@ -2,7 +2,7 @@
 
 For mlp.dm and the tiny gpt.dm on the serial program, data=2, tensor=2, accumulation,
 pipeline=2 (GPipe, 1F1B and interleaved 1F1B with 2 chunks, 4 micro-batches) and
-data=2 x tensor=2 x pipeline=2 (also interleaved), ZeRO, --precision bf16, and 2bw and
+data=2 x tensor=2 x pipeline=2 (also interleaved), ZeRO (also interleaved), --precision bf16, and 2bw and
 pipedream on pipeline=2 and pipedream on pipeline=4 (these to the byte), the
 peak of each rank's model allocations (`dmc run --memory`: the generated context counts
 every buffer it allocates, dmrt_alloc_tracked) must be within 5% of `dmc
@@ -34,6 +34,9 @@ MESHES = [[], ["--mesh", "data=2"], ["--mesh", "tensor=2"], ["--accumulate", "2"
           ["--mesh", "data=2", "--zero", "1"], ["--mesh", "data=4", "--zero", "2"],
           ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--zero", "2"],
           ["--mesh", "data=2", "--zero", "3"],
+          # ZeRO's shares of each chunk's buckets stacked in their rank's regions
+          ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--zero", "2"],
+          ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--zero", "3"],
           ["--mesh", "data=2,tensor=2,pipeline=2", "--microbatches", "4", "--schedule", "1f1b", "--zero", "3"],
           # bf16 products: the casts' 2-byte buffers counted exactly
           ["--precision", "bf16"],
