@@ -116,9 +116,57 @@ static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, cons
     free(zc);
 }
 
+int explain_pipeline_ranks(const ir_graph *g, const dm_pipeline_plan *pl) {
+    (void)g;
+    return pl && pl->stages > 1 && pl->ranks > 1 ? pl->ranks : 1;
+}
+
+void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                                   const dm_pipeline_plan *pl, double *by_rank) {
+    int P = explain_pipeline_ranks(g, pl);
+    for (int k = 0; k < P; k++) by_rank[k] = 0;
+    for (int i = 0; r && i < r->n; i++) {
+        const ir_value *c = g->values[r->items[i].value];
+        if (explain_replaced(g, zero, r->items[i].value)) continue;
+        by_rank[c->stage > 0 ? c->stage % P : 0] += explain_per_step(g, c->phase) * explain_collective_sent_bytes(g, c);
+    }
+    explain_zero_collective *zc;
+    int n = explain_zero_collectives(g, zero, &zc);
+    for (int i = 0; i < n; i++) {
+        int stage = zero->bucket[zc[i].bucket].stage;
+        by_rank[stage > 0 ? stage % P : 0] += explain_per_step(g, zc[i].phase) * zc[i].sent;
+    }
+    free(zc);
+}
+
+/* The headline's "each rank sends": one figure, or (a pipeline) one per pipeline rank,
+ * which sends only its stages' collectives. */
+void explain_sent_headline(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
+                           double total, void (*bytes_str)(double bytes, char *buf, size_t size), FILE *out) {
+    char s[32];
+    int P = explain_pipeline_ranks(g, pl);
+    if (P == 1) {
+        bytes_str(total, s, sizeof s);
+        fprintf(out, "by ring algorithms each rank sends %s (and receives as much)", s);
+        return;
+    }
+    double *by_rank = calloc((size_t)P, sizeof(double));
+    if (!by_rank) abort();
+    explain_sent_by_pipeline_rank(g, r, zero, pl, by_rank);
+    fprintf(out, "by ring algorithms a rank sends its own stages' (and receives as much): on pipeline rank");
+    for (int k = 0; k < P; k++) {
+        bytes_str(by_rank[k], s, sizeof s);
+        fprintf(out, "%s %d %s", k ? "," : "", k, s);
+    }
+    free(by_rank);
+}
+
+static void mib_of_bytes(double bytes, char *buf, size_t size) { explain_mib(bytes / 4.0, buf, size); }
+
 /* --explain=full: the reshard list as the passes placed it; a row that ZeRO's buckets or
  * the parameter servers replace says so (their sections say with what). */
-static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
+static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                             const dm_pipeline_plan *pl, FILE *out) {
     if (!r || r->n == 0) {
         fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
         return;
@@ -141,9 +189,15 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
     }
     char t[32], s[32];
     explain_mib((double)total / 4.0, t, sizeof t);
-    explain_mib(total_sent / 4.0, s, sizeof s);
-    fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s (and\n"
-                 "receives as much):", calls, t, s);
+    if (explain_pipeline_ranks(g, pl) > 1) {
+        fprintf(out, "\ncollectives: %d per step on %s of operands over the pipeline's stages; ", calls, t);
+        explain_sent_headline(g, r, NULL, pl, total_sent, mib_of_bytes, out);
+        fprintf(out, "\n  in all:");
+    } else {
+        explain_mib(total_sent / 4.0, s, sizeof s);
+        fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s (and\n"
+                     "receives as much):", calls, t, s);
+    }
     double sent[3][IR_MAX_AXES];
     sent_by_phase_axis(g, r, NULL, sent); /* the list's own collectives, as its rows */
     for (int p = 0, n = 0; p < 3; p++)
@@ -177,6 +231,7 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
 }
 
 static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
+    /* (each names its pipeline stage: a rank sends only its stages') */
     fprintf(out, "[");
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
@@ -189,7 +244,7 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
         explain_json_string(out, g->axes[explain_collective_axis(g, c)].name);
         if (c->op != OP_ALLREDUCE && !is_split_cross_entropy(c)) fprintf(out, ", \"dim\": %d", c->axis);
         if (c->op == OP_ALLTOALL) fprintf(out, ", \"to_dim\": %d", c->axis2);
-        fprintf(out, ", \"phase\": \"%s\", \"value\": ", explain_phase_names[c->phase]);
+        fprintf(out, ", \"phase\": \"%s\", \"stage\": %d, \"value\": ", explain_phase_names[c->phase], c->stage > 0 ? c->stage : 0);
         explain_json_string(out, src->name ? src->name : ir_op_info_of(src->op)->name);
         fprintf(out, ", \"type\": ");
         explain_json_string(out, type);
@@ -203,8 +258,10 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
     fprintf(out, "]");
 }
 
-/* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis */
-static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
+/* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis
+ * (a pipeline's: every stage's collectives, and by pipeline coordinate what its ranks send) */
+static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
+                      FILE *out) {
     double sent[3][IR_MAX_AXES], total = 0;
     sent_by_phase_axis(g, r, zero, sent);
     fprintf(out, ", \"communication\": {\"algorithm\": \"ring\", \"by_phase_axis\": [");
@@ -216,8 +273,19 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero
             explain_json_string(out, g->axes[a].name);
             fprintf(out, ", \"sent_bytes_per_rank\": %.0f}", sent[p][a]);
         }
-    fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f, \"microbatches\": %d}", total,
+    fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f, \"microbatches\": %d", total,
             total, explain_per_step(g, PHASE_FORWARD));
+    int P = explain_pipeline_ranks(g, pl);
+    if (P > 1) {
+        double *by_rank = calloc((size_t)P, sizeof(double));
+        if (!by_rank) abort();
+        explain_sent_by_pipeline_rank(g, r, zero, pl, by_rank);
+        fprintf(out, ", \"sent_bytes_by_pipeline_rank\": [");
+        for (int k = 0; k < P; k++) fprintf(out, "%s%.0f", k ? ", " : "", by_rank[k]);
+        fprintf(out, "]");
+        free(by_rank);
+    }
+    fprintf(out, "}");
 }
 
 /* "h1 (line 43)" */
@@ -598,8 +666,9 @@ static void zero_json(const ir_graph *g, const dm_zero_plan *z, FILE *out) {
     for (int i = 0; i < n; i++) {
         fprintf(out, "%s{\"op\": \"%s\", \"axis\": ", i ? ", " : "", zc[i].kind);
         explain_json_string(out, g->axes[zc[i].axis].name);
-        fprintf(out, ", \"phase\": \"%s\", \"bucket\": %d, \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f}",
-                explain_phase_names[zc[i].phase], zc[i].bucket, (long long)zc[i].bytes, zc[i].sent);
+        fprintf(out, ", \"phase\": \"%s\", \"bucket\": %d, \"stage\": %d, \"bytes_per_rank\": %lld, \"sent_bytes_per_rank\": %.0f}",
+                explain_phase_names[zc[i].phase], zc[i].bucket, z->bucket[zc[i].bucket].stage, (long long)zc[i].bytes,
+                zc[i].sent);
     }
     free(zc);
     fprintf(out, "]}");
@@ -673,7 +742,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     list_values_json(g, g->outputs, g->n_outputs, out);
     fprintf(out, ", \"collectives\": ");
     list_collectives_json(g, reshards, zero, out);
-    sent_json(g, reshards, zero, out);
+    sent_json(g, reshards, zero, pipeline, out);
     explain_compress_json(g, out);
     explain_ps_json(g, out);
     explain_prune_json(g, out);
@@ -800,8 +869,8 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     if (g->loss >= 0)
         fprintf(out, "loss: %s, line %d\n", g->values[g->loss]->name ? g->values[g->loss]->name : "?",
                 g->values[g->loss]->loc.line);
-    if (full) list_collectives(g, reshards, zero, out);
-    else explain_collectives_grouped(g, reshards, zero, out);
+    if (full) list_collectives(g, reshards, zero, pipeline, out);
+    else explain_collectives_grouped(g, reshards, zero, pipeline, out);
     explain_compress_text(g, full, out);
     explain_ps_text(g, out);
     explain_prune_text(g, out);

@@ -93,7 +93,18 @@ void explain_sequence_json(const ir_graph *g, FILE *out);
 /* The compact sections of the default text (explain_compact.c). */
 void explain_values_collapsed(const ir_graph *g, const char *title, const int *ids, int n, FILE *out);
 /* zero: its buckets' reduce-scatters and all-gathers replace their allreduces (may be NULL) */
-void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out);
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                                 const dm_pipeline_plan *pl, FILE *out);
+/* The pipeline ranks a collective's traffic is told apart by (1 without a pipeline). */
+int explain_pipeline_ranks(const ir_graph *g, const dm_pipeline_plan *pl);
+/* What a rank at each pipeline coordinate sends in a step (by ring algorithms): the
+ * collectives of its stages (by_rank: explain_pipeline_ranks entries). */
+void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                                   const dm_pipeline_plan *pl, double *by_rank);
+/* "by ring algorithms each rank sends X (and receives as much)", or per pipeline coordinate;
+ * total: the bytes of every collective; bytes_str writes a count of bytes as the table does. */
+void explain_sent_headline(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
+                           double total, void (*bytes_str)(double bytes, char *buf, size_t size), FILE *out);
 void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out);
 
 /* One line of a collapsed list of names (explain_names.c). */

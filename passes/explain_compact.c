@@ -162,7 +162,8 @@ static void largest_contributors(const ir_graph *g, const dm_reshard_list *r, co
     free(names);
 }
 
-void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, FILE *out) {
+void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
+                                 const dm_pipeline_plan *pl, FILE *out) {
     if (!r || r->n == 0) {
         fprintf(out, "\ncollectives: none (every value is whole on every rank)\n\n");
         return;
@@ -175,10 +176,10 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, co
     for (int k = 0; k < n_groups; k++) calls += groups[k].calls, bytes += groups[k].bytes, sent += groups[k].sent;
     char b[32], s[32];
     human_bytes((double)bytes, b, sizeof b);
-    human_bytes(sent, s, sizeof s);
-    fprintf(out, "\ncollectives: %d per step on %s of operands per rank; by ring algorithms each rank sends %s "
-                 "(and receives as much)%s\n", calls, b, s,
-            g->microbatches > 1 ? "; the forward's and backward's once per micro-batch" : "");
+    fprintf(out, "\ncollectives: %d per step on %s of operands %s; ", calls, b,
+            explain_pipeline_ranks(g, pl) > 1 ? "over the pipeline's stages" : "per rank");
+    explain_sent_headline(g, r, zero, pl, sent, human_bytes, out);
+    fprintf(out, "%s\n", g->microbatches > 1 ? "; the forward's and backward's once per micro-batch" : "");
     fprintf(out, "  %-8s %-8s %-20s %5s %11s %11s  %s\n", "phase", "axis", "kind", "calls", "operands", "sent", "largest");
     for (int k = 0; k < n_groups; k++) {
         const collective_group *grp = &groups[k];

@@ -17,7 +17,9 @@ allreduce of the residual's gradient (2 a layer, like GPT's layernorms), not thr
 And a table split over its vocabulary rows gets its gradient made on its rows: the
 LLaMA's embedding (its dy pending) by one allreduce of dy (B T C floats: 2 x 8 KiB sent
 against the 32 KiB a reduce-scatter of the [V, C] gradient would send) and no
-reduce-scatter; GPT's (its dy complete) with no collective at all.
+reduce-scatter; GPT's (its dy complete) with no collective at all. With pipeline stages
+(gpt.dm on data=2 x pipeline=2; mlp.dm interleaved with ZeRO 3) each pipeline coordinate's
+figure is the sum of its stages' collectives (by each one's stage), and they add to the total.
 Prints one line per case; exits 1 on any failure.
 """
 import json
@@ -36,6 +38,10 @@ CASES = [
     ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "1"]),
     ("examples/mlp.dm", ["--mesh", "data=4", "--zero", "3", "--bucket-mb", "1"]),
     ("examples/llama.dm", ["--mesh", "tensor=2", "--set", SMALL_LLAMA]),
+    # pipelines: a rank sends its own stages' collectives alone (interleaved: its chunks')
+    ("examples/gpt.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]),
+    ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
+                         "--zero", "3"]),
 ]
 
 
@@ -80,11 +86,11 @@ def check(dmc, dm, args):
         fails.append("total %s, collectives add to %.0f" % (comm["sent_bytes_per_rank"], sum(by.values())))
     if "--zero" in args and args[args.index("--zero") + 1] == "3":
         # ZeRO 3: besides the reduce-scatter of every bucket in the update, (n - 1)/n of every
-        # element the forward and backward passes gather
-        n, zero = sizes["data"], plan["zero"]
+        # element the forward and backward passes gather, once per micro-batch
+        n, zero, M = sizes["data"], plan["zero"], comm["microbatches"]
         want_update = sum(4 * b["elements"] * (n - 1) / n for b in zero["buckets"])
-        want_early = 4 * zero["gathered_elements"] * (n - 1) / n
-        early = got.get(("forward", "data"), 0) + got.get(("backward", "data"), 0) - by_loss(plan)
+        want_early = M * 4 * zero["gathered_elements"] * (n - 1) / n
+        early = got.get(("forward", "data"), 0) + got.get(("backward", "data"), 0) - M * by_loss(plan)
         if abs(got.get(("update", "data"), 0) - want_update) > 1 or abs(early - want_early) > 8:
             fails.append("zero 3: update %s (buckets' formula %.0f), gathers %.0f (formula %.0f)" %
                          (got.get(("update", "data")), want_update, early, want_early))
@@ -98,6 +104,8 @@ def check(dmc, dm, args):
         if abs(got.get(("update", "data"), 0) - want) > 1:
             fails.append("mlp data=4 update: sent %s, 1.5 x 4 bytes x %d parameters = %.0f" %
                          (got.get(("update", "data")), params, want))
+    if "pipeline" in plan and plan["pipeline"]["ranks"] > 1:
+        fails += by_pipeline_rank(plan, made)
     if dm == "examples/llama.dm":
         fails += norm_allreduces(plan, 3, 2 * 16 * 64 * 4)
         fails += embedding_rows(plan, "model.embed_tokens", 2 * 16 * 64 * 4)
@@ -106,6 +114,25 @@ def check(dmc, dm, args):
     print("%-22s %-50s %3d collectives, %.0f bytes sent per rank%s" % (
         dm, " ".join(args), len(plan["collectives"]), comm["sent_bytes_per_rank"], " FAIL" if fails else ""))
     return fails
+
+
+def by_pipeline_rank(plan, made):
+    """A rank at pipeline coordinate r runs the collectives of its stages (stage % ranks = r)
+    alone: communication.sent_bytes_by_pipeline_rank[r] is their sum per step, and the
+    coordinates' figures add up to the summary's total (which counts every stage's)."""
+    P, comm = plan["pipeline"]["ranks"], plan["communication"]
+    want = [0.0] * P
+    for c in made:
+        times = 1 if c["phase"] == "update" else comm["microbatches"]
+        want[c["stage"] % P] += times * c["sent_bytes_per_rank"]
+    got = comm.get("sent_bytes_by_pipeline_rank")
+    if not got or len(got) != P or any(abs(g - w) > 1 + 1e-9 * w for g, w in zip(got, want)):
+        return ["by pipeline rank: %s, the stages' collectives add to %s" % (got, want)]
+    if sum(want) == 0 or min(want) == max(want):
+        return ["by pipeline rank: %s, which would not tell the coordinates apart" % want]
+    if abs(sum(got) - comm["sent_bytes_per_rank"]) > P + 1e-9 * sum(got):
+        return ["by pipeline rank: %s, summing to %.0f, not the total %s" % (got, sum(got), comm["sent_bytes_per_rank"])]
+    return []
 
 
 def norm_allreduces(plan, layers, activation_bytes):

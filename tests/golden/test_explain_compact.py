@@ -179,6 +179,26 @@ def plan_collectives(plan):
     return per_step(plan, kept + plan.get("zero", {}).get("collectives", []))
 
 
+HEADER = re.compile(r"collectives: (\d+) per step on (%s) of operands (?:per rank; by ring algorithms each rank sends (%s)|"
+                    r"over the pipeline's stages; by ring algorithms a rank sends its own stages' \(and receives as much\): "
+                    r"on pipeline rank 0 (%s)((?:, \d+ %s)*))" % (SIZE, SIZE, SIZE, SIZE))
+
+
+def header_sent(plan, head, cs):
+    """The collectives header (HEADER's match, or None) and whether its sent figures are the
+    collectives cs's sums: one per rank, or with pipeline stages one per pipeline coordinate
+    (its stages' collectives alone: stage % ranks)."""
+    m = HEADER.match(head)
+    if not m:
+        return None, False
+    if m.group(3):
+        return m, close(m.group(3), sum(c["sent_bytes_per_rank"] for c in cs))
+    ranks = plan["pipeline"]["ranks"]
+    printed = [m.group(4)] + re.findall(r", \d+ (%s)" % SIZE, m.group(5))
+    want = [sum(c["sent_bytes_per_rank"] for c in cs if c["stage"] % ranks == r) for r in range(ranks)]
+    return m, len(printed) == ranks and all(close(p, w) for p, w in zip(printed, want))
+
+
 def check_zero_collectives(what, plan):
     """ZeRO's collectives against its buckets: a reduce-scatter of each bucket, an all-gather of
     each bucket held whole, the gathers of those held in shares; ring traffic (k-1)/k."""
@@ -236,11 +256,9 @@ def check_collectives(what, lines, plan):
             continue
         bad += ["%s %s %s: %s" % (r.group(1), r.group(2), r.group(3), p) for p in check_largest(what, r.group(7), cs)]
     check(not bad, "%s: each row's calls, operand and sent bytes and largest values are the JSON's %s" % (what, bad[:3]))
-    m = re.match(r"collectives: (\d+) per step on (%s) of operands per rank; by ring algorithms each rank sends (%s)"
-                 % (SIZE, SIZE), head)
     cs = plan_collectives(plan)
-    check(m and int(m.group(1)) == calls(cs) and close(m.group(2), sum(c["bytes_per_rank"] for c in cs)) and
-          close(m.group(3), sum(c["sent_bytes_per_rank"] for c in cs)),
+    m, sent_ok = header_sent(plan, head, cs)
+    check(m and int(m.group(1)) == calls(cs) and close(m.group(2), sum(c["bytes_per_rank"] for c in cs)) and sent_ok,
           "%s: the header's calls and bytes are the sums over the JSON (%s)" % (what, head[:100]))
     return len(rows)
 
@@ -301,11 +319,9 @@ def check_full(what, full, plan):
     if not cs:
         check(head.startswith("collectives: none"), "%s: --explain=full says there are no collectives" % what)
         return
-    m = re.match(r"collectives: (\d+) per step on (%s) of operands per rank; by ring algorithms each rank sends (%s)"
-                 % (SIZE, SIZE), head)
+    m, sent_ok = header_sent(plan, head, counted)
     calls = sum((2 if c["op"] == "allgather+allreduce" else 1) * c["times"] for c in counted)
-    check(m and int(m.group(1)) == calls and close(m.group(2), sum(c["bytes_per_rank"] for c in counted)) and
-          close(m.group(3), sum(c["sent_bytes_per_rank"] for c in counted)) and
+    check(m and int(m.group(1)) == calls and close(m.group(2), sum(c["bytes_per_rank"] for c in counted)) and sent_ok and
           (("not counted: the %d listed below that the parameter servers replace" % len(servers)) in head) == bool(servers),
           "%s: --explain=full's header sums the rows the parameter servers do not replace (%d of %d; %s)" %
           (what, len(counted), len(cs), head[:160]))
