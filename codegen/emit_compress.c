@@ -122,7 +122,8 @@ void emit_compress_tables(emitter *E) {
         const dm_compress_bucket *b = &E->compress->bucket[k];
         if (!b->q_elems) continue;
         int guard = E->pipe_axis >= 0;
-        if (guard) cg_line(&E->w, "if (ctx->coord[%d] == %d) /* the bucket's pipeline stage */", E->pipe_axis, b->stage);
+        if (guard) cg_line(&E->w, "if (ctx->coord[%d] == %d) /* the rank of the bucket's pipeline stage */", E->pipe_axis,
+                           rank_of(E, b->stage));
         if (device)
             cg_line(&E->w, "%sif (dmrt_gpu_powersgd_init(ctx->gpu, ctx->state + %lld, compress_segments_%d, %d, %d, seed) != "
                            "DMRT_OK) return DMRT_ERR_DEVICE;", guard ? "    " : "", (long long)b->q_at, k,
@@ -274,6 +275,7 @@ static int data_axis(const emitter *E) { return E->compress->bucket[0].axis; }
 
 void emit_compress_state_descs(emitter *E) {
     int n = compress_states(E, NULL);
+    if (!n) return; /* (no bucket: no data axis to name) */
     compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
     if (!s) abort();
     compress_states(E, s);
@@ -317,12 +319,13 @@ void emit_compress_state_layouts(emitter *E) {
 /* The tables of gather_compress_state and scatter_compress_state. */
 static void emit_compress_state_tables(emitter *E, const compress_state *s, int n) {
     cg_writer *w = &E->w;
-    cg_line(w, "/* Gradient compression's state as checkpoints hold it, after the optimizer's: {its parameter, its");
-    cg_line(w, " * pipeline stage, its offset in ctx->state there, its elements on a rank, 1: PowerSGD's Q (0: the");
-    cg_line(w, " * residual)}, and the mesh axis splitting each dim of its gradient (-1: whole on every rank). */");
+    cg_line(w, "/* Gradient compression's state as checkpoints hold it, after the optimizer's: {its parameter, the");
+    cg_line(w, " * pipeline coordinate of the ranks holding it, its offset in ctx->state there, its elements on a rank,");
+    cg_line(w, " * 1: PowerSGD's Q (0: the residual)}, and the mesh axis splitting each dim of its gradient (-1: whole");
+    cg_line(w, " * on every rank). */");
     cg_line(w, "static const int64_t compress_states[%d][5] = {", n);
     for (int i = 0; i < n; i++)
-        cg_line(w, "    {%d, %d, %lld, %lld, %d}, /* %s.%s */", s[i].param, s[i].stage, (long long)s[i].at, (long long)s[i].elems,
+        cg_line(w, "    {%d, %d, %lld, %lld, %d}, /* %s.%s */", s[i].param, rank_of(E, s[i].stage), (long long)s[i].at, (long long)s[i].elems,
                 s[i].is_q, V(E, E->g->params[s[i].param])->name, s[i].is_q ? "powersgd_q" : "error_feedback");
     cg_line(w, "};");
     cg_line(w, "static const int8_t compress_split[%d][%d] = {", n, IR_MAX_RANK);
