@@ -240,8 +240,10 @@ void emit_loss_unscale(emitter *E, int stage) {
  * sum; the rank decides (emit_rank_loss_skip: not finite, a skipped step; emit_rank_clip:
  * the norm over the mesh and the factor); then each chunk unscales (emit_chunk_unscale) or
  * clips (emit_chunk_clip) and updates; then the rank counts the clean step
- * (emit_rank_loss_clean); a ZeRO bucket counts its rank's share. Compression and parameter servers do not run interleaved,
- * nor fp16 with clipping (the squares would be of the scaled gradients). */
+ * (emit_rank_loss_clean); a ZeRO bucket counts its rank's share. Under fp16 with clipping
+ * the squares are of the scaled gradients, and the rank divides their sum by the scale
+ * squared (exact: a power of two) before the norm. Parameter servers do not run interleaved,
+ * nor top-k and PowerSGD under fp16 (their check would be each chunk's). */
 void emit_chunk_squares(emitter *E, int stage) {
     cg_writer *w = &E->w;
     cg_blank(w);
@@ -292,7 +294,13 @@ void emit_rank_clip(emitter *E) {
     cg_line(w, "/* clip = %g: the L2 norm of every chunk's gradients over the mesh, each element counted once, as", o->clip);
     cg_line(w, " * for one model; each chunk scales its gradients by clip / (norm + 1e-6) where that is below 1");
     cg_line(w, " * (torch.nn.utils.clip_grad_norm_) */");
-    cg_line(w, "float norm_squared = (float)rank_squares;");
+    if (E->g->loss_scale > 0) {
+        cg_line(w, "/* fp16: the chunks' squares are of the scaled gradients; over the scale squared (a power of two:");
+        cg_line(w, " * exact) they are the unscaled gradients' squares, which the norm is of */");
+        cg_line(w, "float norm_squared = (float)(rank_squares / (ctx->loss_scale.scale * ctx->loss_scale.scale));");
+    } else {
+        cg_line(w, "float norm_squared = (float)rank_squares;");
+    }
     cg_sum_over_mesh(E, "norm_squared", "gradient clipping: the squares");
     cg_line(w, "const float clip_scale = %s / (sqrtf(norm_squared) + 1e-6f);", clip);
 }

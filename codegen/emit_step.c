@@ -701,7 +701,7 @@ static void emit_rank_schedule(emitter *E, int r) {
         for (int st = r; st < E->stages; st += P)
             cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &rank_squares)) != DMRT_OK) return status;", st);
         if (g->loss_scale > 0) emit_rank_loss_skip(E);
-        else emit_rank_clip(E);
+        if (g->optimizer.clip > 0) emit_rank_clip(E);
     }
     for (int st = r; st < E->stages; st += P)
         cg_line(w, "if ((status = stage%d_update(ctx, batch%s)) != DMRT_OK) return status;", st,

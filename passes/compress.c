@@ -155,11 +155,15 @@ static int64_t bucket_work(const ir_graph *g, const dm_compress_bucket *b) {
     return total;
 }
 
-/* Appends state of `elems` to stage s's ctx->state; returns its offset. */
+/* Appends state of `elems` to stage s's ctx->state; returns its offset. Interleaved (mem->rank
+ * set), a rank's region holds its chunks' stages one after the other: the state goes after
+ * all of them, at the end of the rank's region (the stage's share of it grows alike). */
 static int64_t take_state(dm_memory_plan *mem, int stage, int64_t elems) {
-    int64_t *top = mem->stages > 1 ? &mem->stage[stage].state_elems : &mem->state_elems;
+    int64_t *top = mem->rank ? &mem->rank[stage % mem->ranks].state_elems
+                   : mem->stages > 1 ? &mem->stage[stage].state_elems : &mem->state_elems;
     int64_t at = *top;
     *top += align16(elems);
+    if (mem->rank) mem->stage[stage].state_elems += align16(elems);
     if (mem->stages > 1 && *top > mem->state_elems) mem->state_elems = *top;
     return at;
 }

@@ -1,5 +1,5 @@
-# args: --mesh data=2,pipeline=2 --microbatches 2 --schedule interleaved --chunks 2 --compress powersgd:2
-# Compression's bucket tables are laid out by stage, not by pipeline rank.
+# args: --mesh data=2,pipeline=2 --microbatches 2 --schedule interleaved --chunks 2 --compress powersgd:2 --precision fp16
+# PowerSGD's check under fp16 would be each chunk's, where the loss scaler decides once a rank.
 dim B = 8
 mesh(data = 1, pipeline = 1)
 input x : f32[B@data, 3]

@@ -15,9 +15,10 @@ runtime/cuda/attention16.cu, forward and backward: the .cu is checked for both c
 32-bit gpt.dm or llama.dm for the f32 kernel's instead; gpt.dm's are the _inner calls, its
 heads' transposes folded into the attention), ZeRO 1, 2 (with clipping) and 3 (with a checkpoint) on data=2,
 the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks; clip.dm so, with its
-clipping, and on data=2 x pipeline=2 with ZeRO 3), 2bw (mlp.dm on data=2 x
+clipping, under fp16 too, and on data=2 x pipeline=2 with ZeRO 3), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
-gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2),
+gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2, topk
+there interleaved),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
 (mlp.dm element by element, by rows and on data=2; gpt.dm element by element and by
 attention heads), sequence
@@ -111,6 +112,9 @@ CASES = [
     # and with clipping: each chunk's squares into its rank's sum, the rank's factor
     ("clip-pipeline2-interleaved", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2",
      ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"], None),
+    # fp16's loss scaler with clipping, interleaved: the squares of scaled gradients over scale^2
+    ("clip-pipeline2-interleaved-fp16", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "pipeline=2",
+     ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--precision", "fp16"], None),
     # ZeRO 3 on interleaved chunks, clipped: each chunk's shares, its squares in its rank's sum
     ("clip-data2-pipeline2-interleaved-zero3", "tests/spmd/clip.dm", "B=16,D=24,H=32,K=8", "data=2,pipeline=2",
      ["--microbatches", "4", "--schedule", "interleaved", "--chunks", "2", "--zero", "3"], None),
@@ -129,6 +133,9 @@ CASES = [
     ("gpt-data2-compress-powersgd", "examples/gpt.dm", TINY_GPT, "data=2", ["--compress", "powersgd:2"], None),
     ("mlp-data2-pipeline2-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
      ["--microbatches", "2", "--compress", "powersgd:4"], None),
+    # and interleaved: each chunk's buckets, their state after the rank's optimizer state
+    ("mlp-data2-pipeline2-interleaved-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
+     ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2", "--compress", "topk:0.1"], None),
     # parameter servers: the workers' params and grads staged to the host servers, which run
     # the C dialect's update; synchronous and asynchronous
     ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2"], None),

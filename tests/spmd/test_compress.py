@@ -275,6 +275,17 @@ def same_bits(np, what, a, b):
     print("%-40s the same, bit for bit" % what)
 
 
+def close_runs(np, what, a, b):
+    """Runs a and b ((losses, grads, weights)) agree within the reference comparison's bounds:
+    the same rule, its sums in another order."""
+    loss_err = max(abs(x - y) / abs(y) for x, y in zip(a[0], b[0]))
+    weight_err = max(float(np.max(np.abs(a[2][n] - b[2][n]))) for n, _ in PARAMS)
+    if len(a[0]) != len(b[0]) or loss_err > LOSS_RTOL or weight_err > WEIGHT_ATOL:
+        raise Failure("%s: losses %.3g apart (bound %.0e), weights %.3g (%.0e)" % (what, loss_err, LOSS_RTOL, weight_err,
+                                                                                 WEIGHT_ATOL))
+    print("%-55s losses %.1e apart, weights %.1e" % (what, loss_err, weight_err))
+
+
 def explain_json(dmc, dm_file, mesh, mode):
     cmd = [dmc, "--explain=json", dm_file, "--set", "B=%d,D=%d,H=%d,K=%d" % (B, D, H, K), "--mesh", mesh, "--compress", mode]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
@@ -376,7 +387,20 @@ def main():
                     np, "data=2 x pipeline=2 and data=2, topk:0.05", runs["topk:0.05"],
                     dmc_run(dmc, dm_file, tmp, "pipe_topk", files, backend, ["--mesh", "data=2,pipeline=2", "--compress",
                                                                               "topk:0.05"])))]
-        elif backend == "threads":
+        if backend == "threads":
+            # interleaved chunks: each chunk's buckets compressed in its own function, their
+            # residuals and factors after the rank's optimizer state; as data=2 with the same
+            # 2 micro-batches (accumulated), summed in another order
+            for mode in ("topk:0.05", "powersgd:2"):
+                tag = mode.replace(":", "_")
+                checks.append(("interleaved " + mode, lambda mode=mode, tag=tag: close_runs(
+                    np, "data=2 x pipeline=2 interleaved and data=2, " + mode,
+                    dmc_run(dmc, dm_file, tmp, "inter_" + tag, files, backend,
+                            ["--mesh", "data=2,pipeline=2", "--microbatches", "2", "--schedule", "interleaved",
+                             "--chunks", "2", "--compress", mode]),
+                    dmc_run(dmc, dm_file, tmp, "acc2_" + tag, files, backend,
+                            ["--mesh", "data=2", "--accumulate", "2", "--compress", mode]))))
+        if backend == "threads" and dmcrun.TARGET == "cuda":
             print("pipeline powersgd, pipeline topk: not compared on the CUDA target (bias gradients summed "
                   "in another order by a pipeline's program; bit for bit on the C target)")
         if backend == "threads":

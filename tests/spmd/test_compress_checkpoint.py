@@ -8,8 +8,8 @@ batches made here, writing a checkpoint every 3 steps. Checked, for topk:0.05 an
     reference's residual of each rank after 3 steps, and "<param>.powersgd_q" ([1, cols, rank]
     on data=2) its Q (absolute 1e-6, relative to the tensor's largest element);
   - 3 steps resumed from it give the uninterrupted run's weights bit for bit, on data=2 and
-    (from their own checkpoints) on data=2,tensor=2 and data=2,pipeline=2; without the state
-    (as before) they would not;
+    (from their own checkpoints) on data=2,tensor=2, data=2,pipeline=2 and the latter
+    interleaved (2 chunks); without the state (as before) they would not;
   - resumed on data=4, the file's residuals load as docs/trainer.md says: each of the 4 ranks
     starts from the 2 ranks' sum over 4 (the trainer says so in a note), and the final weights
     are the reference's that does the same (absolute 1e-5);
@@ -218,10 +218,13 @@ def main():
                       reference(np, torch, mode, init, xs, ys, norm, 4, "redistribute")[0])
 
             def on_other_meshes():
-                for mesh in ("data=2,tensor=2", "data=2,pipeline=2"):
-                    compiled = ["--mesh", mesh, "--compress", mode]
-                    step3, straight = R.checkpointed(tag + mesh, compiled)
-                    same_bits(np, "%s %s, 3 steps + resumed 3" % (mode, mesh), R.resumed(tag + mesh, compiled, step3)[1],
+                for k, mesh in enumerate((["data=2,tensor=2"], ["data=2,pipeline=2"],
+                                          ["data=2,pipeline=2", "--microbatches", "2", "--schedule", "interleaved",
+                                           "--chunks", "2"])):
+                    compiled = ["--mesh"] + mesh + ["--compress", mode]
+                    step3, straight = R.checkpointed("%s-%d" % (tag, k), compiled)
+                    label = mesh[0] + (" interleaved" if "interleaved" in mesh else "")
+                    same_bits(np, "%s %s, 3 steps + resumed 3" % (mode, label), R.resumed("%s-%d" % (tag, k), compiled, step3)[1],
                               straight)
 
             for label, check in ((mode + " data=2", on_data2), (mode + " other meshes", on_other_meshes)):

@@ -138,7 +138,7 @@ QUICK_SEQUENCE_MESHES = [SEQUENCE_MESHES[2], SEQUENCE_MESHES[-1]]
 # 7e-4 in the step-1 loss).
 BF16_MESHES = [MESHES[0], MESHES[2], MESHES[4], MESHES[-1], PIPELINE_MESHES[0], PIPELINE_MESHES[4],
                PIPELINE_MESHES[9]]
-BF16_BOUNDS = {"mlp": (2e-4, 1e-6, 1e-3), "gpt": (5e-5, 1e-4, 5e-3)}
+BF16_BOUNDS = {"mlp": (2e-4, 1e-6, 1e-3), "gpt": (5e-5, 1e-4, 5e-3), "clip": (2e-4, 1e-6, 1e-3)}
 # fp16 adds the interleaved schedule: a rank's model chunks are one model to the loss
 # scaler, so a step is skipped (and the scale halved once) on every chunk of every rank or
 # on none: data=2 x pipeline=2 with 2 chunks of 2 micro-batches, and 3 chunks of 4
