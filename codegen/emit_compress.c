@@ -88,12 +88,19 @@ static int compress_states(const emitter *E, compress_state *out) {
     return n;
 }
 
-/* Where the error-feedback state of each parameter lives: optimizer state, under these names. */
-static void emit_state_comment(emitter *E) {
-    int n = compress_states(E, NULL);
-    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
+/* The state tensors as a list (free it), their count into *n. */
+static compress_state *compress_state_list(const emitter *E, int *n) {
+    *n = compress_states(E, NULL);
+    compress_state *s = malloc(sizeof *s * (size_t)(*n ? *n : 1));
     if (!s) abort();
     compress_states(E, s);
+    return s;
+}
+
+/* Where the error-feedback state of each parameter lives: optimizer state, under these names. */
+static void emit_state_comment(emitter *E) {
+    int n;
+    compress_state *s = compress_state_list(E, &n);
     cg_line(&E->w, "/* Error-feedback state, kept in ctx->state after the optimizer's (elements: offset, count):");
     for (int i = 0; i < n; i++)
         cg_line(&E->w, " *   %s.%s: %lld, %lld", V(E, E->g->params[s[i].param])->name, s[i].is_q ? "powersgd_q" : "error_feedback",
@@ -274,11 +281,12 @@ int cg_compress_state_count(const emitter *E) { return compress_states(E, NULL);
 static int data_axis(const emitter *E) { return E->compress->bucket[0].axis; }
 
 void emit_compress_state_descs(emitter *E) {
-    int n = compress_states(E, NULL);
-    if (!n) return; /* (no bucket: no data axis to name) */
-    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
-    if (!s) abort();
-    compress_states(E, s);
+    int n;
+    compress_state *s = compress_state_list(E, &n);
+    if (!n) { /* (no bucket: no data axis to name) */
+        free(s);
+        return;
+    }
     int64_t ranks = E->g->axes[data_axis(E)].size;
     for (int i = 0; i < n; i++) {
         const ir_value *param = V(E, E->g->params[s[i].param]);
@@ -306,10 +314,8 @@ void emit_compress_state_descs(emitter *E) {
 }
 
 void emit_compress_state_layouts(emitter *E) {
-    int n = compress_states(E, NULL);
-    compress_state *s = malloc(sizeof *s * (size_t)(n ? n : 1));
-    if (!s) abort();
-    compress_states(E, s);
+    int n;
+    compress_state *s = compress_state_list(E, &n);
     for (int i = 0; i < n; i++)
         cg_line(&E->w, "    %s, /* %s */", s[i].is_q ? "DMRT_STATE_WARM_START" : "DMRT_STATE_PER_DATA_RANK",
                 V(E, E->g->params[s[i].param])->name);
@@ -428,11 +434,12 @@ static void emit_compress_scatter(emitter *E, int n_optimizer) {
 }
 
 void emit_compress_state_moves(emitter *E, int n_optimizer) {
-    int n = compress_states(E, NULL);
-    if (!n) return;
-    compress_state *s = malloc(sizeof *s * (size_t)n);
-    if (!s) abort();
-    compress_states(E, s);
+    int n;
+    compress_state *s = compress_state_list(E, &n);
+    if (!n) {
+        free(s);
+        return;
+    }
     emit_compress_state_tables(E, s, n);
     emit_compress_gather(E, n_optimizer);
     emit_compress_scatter(E, n_optimizer);

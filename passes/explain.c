@@ -116,14 +116,13 @@ static void sent_by_phase_axis(const ir_graph *g, const dm_reshard_list *r, cons
     free(zc);
 }
 
-int explain_pipeline_ranks(const ir_graph *g, const dm_pipeline_plan *pl) {
-    (void)g;
+int explain_pipeline_ranks(const dm_pipeline_plan *pl) {
     return pl && pl->stages > 1 && pl->ranks > 1 ? pl->ranks : 1;
 }
 
 void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
                                    const dm_pipeline_plan *pl, double *by_rank) {
-    int P = explain_pipeline_ranks(g, pl);
+    int P = explain_pipeline_ranks(pl);
     for (int k = 0; k < P; k++) by_rank[k] = 0;
     for (int i = 0; r && i < r->n; i++) {
         const ir_value *c = g->values[r->items[i].value];
@@ -144,7 +143,7 @@ void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, 
 void explain_sent_headline(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
                            double total, void (*bytes_str)(double bytes, char *buf, size_t size), FILE *out) {
     char s[32];
-    int P = explain_pipeline_ranks(g, pl);
+    int P = explain_pipeline_ranks(pl);
     if (P == 1) {
         bytes_str(total, s, sizeof s);
         fprintf(out, "by ring algorithms each rank sends %s (and receives as much)", s);
@@ -189,7 +188,7 @@ static void list_collectives(const ir_graph *g, const dm_reshard_list *r, const 
     }
     char t[32], s[32];
     explain_mib((double)total / 4.0, t, sizeof t);
-    if (explain_pipeline_ranks(g, pl) > 1) {
+    if (explain_pipeline_ranks(pl) > 1) {
         fprintf(out, "\ncollectives: %d per step on %s of operands over the pipeline's stages; ", calls, t);
         explain_sent_headline(g, r, NULL, pl, total_sent, mib_of_bytes, out);
         fprintf(out, "\n  in all:");
@@ -275,7 +274,7 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero
         }
     fprintf(out, "], \"sent_bytes_per_rank\": %.0f, \"received_bytes_per_rank\": %.0f, \"microbatches\": %d", total,
             total, explain_per_step(g, PHASE_FORWARD));
-    int P = explain_pipeline_ranks(g, pl);
+    int P = explain_pipeline_ranks(pl);
     if (P > 1) {
         double *by_rank = calloc((size_t)P, sizeof(double));
         if (!by_rank) abort();

@@ -96,7 +96,7 @@ void explain_values_collapsed(const ir_graph *g, const char *title, const int *i
 void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,
                                  const dm_pipeline_plan *pl, FILE *out);
 /* The pipeline ranks a collective's traffic is told apart by (1 without a pipeline). */
-int explain_pipeline_ranks(const ir_graph *g, const dm_pipeline_plan *pl);
+int explain_pipeline_ranks(const dm_pipeline_plan *pl);
 /* What a rank at each pipeline coordinate sends in a step (by ring algorithms): the
  * collectives of its stages (by_rank: explain_pipeline_ranks entries). */
 void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero,

@@ -177,7 +177,7 @@ void explain_collectives_grouped(const ir_graph *g, const dm_reshard_list *r, co
     char b[32], s[32];
     human_bytes((double)bytes, b, sizeof b);
     fprintf(out, "\ncollectives: %d per step on %s of operands %s; ", calls, b,
-            explain_pipeline_ranks(g, pl) > 1 ? "over the pipeline's stages" : "per rank");
+            explain_pipeline_ranks(pl) > 1 ? "over the pipeline's stages" : "per rank");
     explain_sent_headline(g, r, zero, pl, sent, human_bytes, out);
     fprintf(out, "%s\n", g->microbatches > 1 ? "; the forward's and backward's once per micro-batch" : "");
     fprintf(out, "  %-8s %-8s %-20s %5s %11s %11s  %s\n", "phase", "axis", "kind", "calls", "operands", "sent", "largest");
