@@ -228,6 +228,7 @@ void emit_descriptor(emitter *E) {
     cg_line(w, ".loss_scale = %s,", g->loss_scale > 0 ? "model_loss_scale" : "NULL");
     emit_quant_descriptor(E);
     cg_line(w, ".create_beside = %s,", E->partitioned ? "NULL" : "model_create_beside");
+    emit_ps_checkpoint_descriptor(E);
     w->indent--;
     cg_line(w, "};");
 }

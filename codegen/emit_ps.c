@@ -22,10 +22,76 @@ static int ps_updated(const emitter *E, int p) {
 }
 
 /* The optimizer state floats per parameter float: those of the first update op. */
-static int ps_states(const emitter *E) {
+int cg_ps_states(const emitter *E) {
     for (int i = 0; i < E->g->n_values; i++)
         if (ir_op_info_of(V(E, i)->op)->cls == OPC_UPDATE) return V(E, i)->n_operands - 2;
     return 0;
+}
+
+/* The floats of the parameters the servers hold, end to end. */
+static int64_t ps_total(const emitter *E) {
+    int64_t total = 0;
+    for (int p = 0; p < E->g->n_params; p++)
+        if (ps_updated(E, p)) total += ir_numel(T(E, E->g->params[p]));
+    return total;
+}
+
+int64_t cg_ps_state_at(const emitter *E, int p, int k) {
+    int64_t at = k * ps_total(E);
+    for (int q = 0; q < p; q++)
+        if (ps_updated(E, q)) at += ir_numel(T(E, E->g->params[q]));
+    return at;
+}
+
+static void ps_call_failed(emitter *E, const char *call) {
+    cg_line(&E->w, "if (%s != %s)", call, E->dialect->separate_memory ? "DMRT_OK" : "0");
+    cg_line(&E->w, "    return comm_failed(ctx);");
+}
+
+/* ps_start (worker 0 starts the servers, once) and ps_snapshot (a checkpoint's view of them). */
+static void emit_ps_start_and_snapshot(emitter *E, int states) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    int gpu = E->dialect->separate_memory;
+    cg_line(w, "/* Before any other message to the servers, once: worker 0 sends them their shards of the");
+    cg_line(w, " * parameters and of a loaded checkpoint's optimizer state and updates (zeros and 0 without one). */");
+    cg_line(w, "static int ps_start(struct_ctx *ctx) {");
+    w->indent++;
+    cg_line(w, "if (ctx->ps_started) return DMRT_OK;");
+    cg_line(w, "if (ctx->ps_finished) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s_drain told the parameter servers this worker is done: no step or checkpoint after it\");", m);
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
+    cg_line(w, "ctx->ps_started = 1;");
+    ps_call_failed(E, gpu ? "dmrt_gpu_ps_start(ctx->gpu, ctx->rank, &ps_layout, ctx->params, ctx->ps_state, ctx->ps_updates)"
+                          : "dmrt_ps_start(ctx->rank, &ps_layout, ctx->params, ctx->ps_state, ctx->ps_updates)");
+    cg_line(w, "dmrt_free(ctx->ps_state); /* the servers hold it now */");
+    cg_line(w, "ctx->ps_state = NULL;");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+    cg_line(w, "/* A checkpoint's view of the servers after this step (every worker asks after the same one):");
+    cg_line(w, " * their parameters into ctx->params (as a pull), their optimizer state into ctx->ps_state and");
+    cg_line(w, " * their updates into ctx->ps_updates. Once a step: the file's tensors are read from it. */");
+    cg_line(w, "static int ps_snapshot(struct_ctx *ctx) {");
+    w->indent++;
+    cg_line(w, "if (ctx->ps_snapshot_fresh) return DMRT_OK;");
+    cg_line(w, "int status = ps_start(ctx);");
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    if (states) {
+        cg_line(w, "if (!ctx->ps_state && !(ctx->ps_state = (float *)dmrt_alloc((size_t)%lld * sizeof(float)))) {", (long long)(states * ps_total(E)));
+        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for the parameter servers' state\");", m);
+        cg_line(w, "    return DMRT_ERR_NOMEM;");
+        cg_line(w, "}");
+    }
+    ps_call_failed(E, gpu ? "dmrt_gpu_ps_snapshot(ctx->gpu, ctx->rank, &ps_layout, ctx->step, ctx->params, ctx->ps_state, &ctx->ps_updates)"
+                          : "dmrt_ps_snapshot(ctx->rank, &ps_layout, ctx->step, ctx->params, ctx->ps_state, &ctx->ps_updates)");
+    cg_line(w, "ctx->ps_snapshot_fresh = 1;");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
 }
 
 /* In the source's head: the segments, the update the servers run, the layout. */
@@ -52,7 +118,7 @@ void emit_ps_tables(emitter *E) {
             cg_line(w, "    /* %s: not updated (no gradient reaches it), not on the servers */", V(E, g->params[p])->name);
     cg_line(w, "};");
     cg_blank(w);
-    int states = ps_states(E);
+    int states = cg_ps_states(E);
     char line[160];
     cg_source_line(E, g->optimizer.loc.line, line, sizeof line);
     cg_line(w, "/* A server's update of n elements of its shard: the optimizer's, as run_update's.");
@@ -76,12 +142,18 @@ void emit_ps_tables(emitter *E) {
     cg_line(w, "    .n_segments = %d, .segments = ps_segments, .states = %d, .update = ps_update,", segments, states);
     cg_line(w, "};");
     cg_blank(w);
+    emit_ps_start_and_snapshot(E, states);
 }
 
 void emit_ps_fields(emitter *E) {
     if (!emits_param_servers(E)) return;
-    cg_line(&E->w, "int ps_pushed; /* this worker pushed to the parameter servers (worker 0 sent them the parameters) */");
+    cg_line(&E->w, "int ps_started; /* worker 0 sent the parameter servers their shards (dmrt_ps_start) */");
     cg_line(&E->w, "int ps_finished; /* this worker told the servers it is done (drain): no step after it */");
+    cg_line(&E->w, "float *ps_state; /* (%d x %lld) the servers' optimizer state, as dmrt_ps_start lays it out: a loaded", cg_ps_states(E),
+            (long long)ps_total(E));
+    cg_line(&E->w, "                  * checkpoint's to start them from, or a snapshot's to write one; NULL: none */");
+    cg_line(&E->w, "int64_t ps_updates; /* the servers' updates: a loaded checkpoint's, or a snapshot's */");
+    cg_line(&E->w, "int ps_snapshot_fresh; /* ps_state and ps_updates are the servers' after this worker's last step */");
 }
 
 /* The exchange of a worker's step; grads: "ctx->grads", or "NULL" for a step the loss
@@ -93,14 +165,16 @@ static void ps_exchange_call(emitter *E, const char *grads) {
             E->g->model);
     cg_line(w, "    return DMRT_ERR_ARG;");
     cg_line(w, "}");
-    if (E->dialect->separate_memory) { /* staged through host memory */
-        cg_line(w, "if (dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, !ctx->ps_pushed, %s, ctx->params, ctx->step,", grads);
-        cg_line(w, "                         ctx->lr) != DMRT_OK)");
-    } else {
-        cg_line(w, "if (dmrt_ps_exchange(ctx->rank, &ps_layout, !ctx->ps_pushed, %s, ctx->params, ctx->step, ctx->lr) != 0)", grads);
-    }
-    cg_line(w, "    return comm_failed(ctx);");
-    cg_line(w, "ctx->ps_pushed = 1;");
+    cg_line(w, "int ps_status = ps_start(ctx);");
+    cg_line(w, "if (ps_status != DMRT_OK) return ps_status;");
+    char call[256];
+    if (E->dialect->separate_memory) /* staged through host memory */
+        snprintf(call, sizeof call, "dmrt_gpu_ps_exchange(ctx->gpu, ctx->rank, &ps_layout, %s, ctx->params, ctx->step, ctx->lr)", grads);
+    else snprintf(call, sizeof call, "dmrt_ps_exchange(ctx->rank, &ps_layout, %s, ctx->params, ctx->step, ctx->lr)", grads);
+    ps_call_failed(E, call);
+    cg_line(w, "ctx->ps_snapshot_fresh = 0; /* a snapshot's state is of before this step */");
+    cg_line(w, "dmrt_free(ctx->ps_state);");
+    cg_line(w, "ctx->ps_state = NULL;");
 }
 
 /* At the end of a worker's update phase. */
@@ -129,11 +203,12 @@ void emit_ps_skipped_exchange(emitter *E) {
 /* In destroy: the servers stop once every worker is done. */
 void emit_ps_finish(emitter *E) {
     if (!emits_param_servers(E)) return;
-    cg_line(&E->w, "if (ctx->rank && ctx->params && !ctx->ps_finished) /* the servers stop once every worker says it is done */");
-    if (E->dialect->separate_memory)
-        cg_line(&E->w, "    (void)dmrt_gpu_ps_finish(ctx->gpu, ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
-    else
-        cg_line(&E->w, "    (void)dmrt_ps_finish(ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params);");
+    cg_line(&E->w, "/* the servers stop once every worker says it is done (and began: a worker 0 that never");
+    cg_line(&E->w, " * stepped starts them first) */");
+    cg_line(&E->w, "if (ctx->rank && ctx->params && !ctx->ps_finished && ps_start(ctx) == DMRT_OK)");
+    if (E->dialect->separate_memory) cg_line(&E->w, "    (void)dmrt_gpu_ps_finish(ctx->gpu, ctx->rank, &ps_layout);");
+    else cg_line(&E->w, "    (void)dmrt_ps_finish(ctx->rank, &ps_layout);");
+    cg_line(&E->w, "dmrt_free(ctx->ps_state);");
 }
 
 void emit_ps_declaration(emitter *E) {
@@ -174,12 +249,11 @@ void emit_ps_api(emitter *E) {
     w->indent++;
     cg_line(w, "ctx->error[0] = 0;");
     cg_line(w, "if (ctx->ps_finished) return DMRT_OK;");
+    cg_line(w, "int status = ps_start(ctx); /* a worker 0 that never stepped starts the servers first */");
     cg_line(w, "ctx->ps_finished = 1; /* destroy does not say it again, even when this fails */");
-    if (E->dialect->separate_memory)
-        cg_line(w, "if (dmrt_gpu_ps_finish_pull(ctx->gpu, ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params) != DMRT_OK)");
-    else
-        cg_line(w, "if (dmrt_ps_finish_pull(ctx->rank, &ps_layout, ctx->ps_pushed, ctx->params) != 0)");
-    cg_line(w, "    return comm_failed(ctx);");
+    cg_line(w, "if (status != DMRT_OK) return status;");
+    ps_call_failed(E, E->dialect->separate_memory ? "dmrt_gpu_ps_finish_pull(ctx->gpu, ctx->rank, &ps_layout, ctx->params)"
+                                                  : "dmrt_ps_finish_pull(ctx->rank, &ps_layout, ctx->params)");
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
@@ -195,4 +269,80 @@ void emit_ps_descriptor(emitter *E) {
     int on = emits_param_servers(E);
     cg_line(&E->w, ".param_servers = %d,", on ? E->g->param_servers.servers : 0);
     cg_line(&E->w, ".serve = %s,", on ? "model_serve" : "NULL");
+}
+
+/* The descriptor's hooks for checkpoints (dmrt_model's last fields). */
+void emit_ps_checkpoint_descriptor(emitter *E) {
+    int on = emits_param_servers(E);
+    cg_line(&E->w, ".ps_snapshot = %s,", on ? "model_ps_snapshot" : "NULL");
+    cg_line(&E->w, ".ps_updates = %s,", on ? "model_ps_updates" : "NULL");
+    cg_line(&E->w, ".set_ps_updates = %s,", on ? "model_set_ps_updates" : "NULL");
+}
+
+/* The state moves of a checkpoint (the workers hold no optimizer state): state i read from the
+ * servers' snapshot, or kept from a loaded file until ps_start sends it; the descriptor's
+ * wrappers of ps_snapshot and the update count. ids: the n optimizer state values, by
+ * parameter, in the update op's order. */
+void emit_ps_state_moves(emitter *E, const int *ids, int n) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    int states = cg_ps_states(E);
+    cg_line(w, "/* Where state i is in ctx->ps_state (state k of the parameters end to end after k whole copies). */");
+    cg_line(w, "static const int64_t ps_state_at[%d] = {", n);
+    for (int i = 0, k = 0; i < n; i++) {
+        const ir_value *s = V(E, ids[i]);
+        k = i > 0 && V(E, ids[i - 1])->param_index == s->param_index ? k + 1 : 0;
+        cg_line(w, "    %lld, /* %s */", (long long)cg_ps_state_at(E, s->param_index, k), s->name);
+    }
+    cg_line(w, "};");
+    cg_line(w, "/* State i, whole: the servers' (a snapshot after this step). Every worker must call it. */");
+    cg_line(w, "static int gather_state(struct_ctx *ctx, int i, float *whole) {");
+    cg_line(w, "    int status = ps_snapshot(ctx);");
+    cg_line(w, "    if (status != DMRT_OK) return status;");
+    cg_line(w, "    memcpy(whole, ctx->ps_state + ps_state_at[i], (size_t)state_descs[i].numel * sizeof(float));");
+    cg_line(w, "    return DMRT_OK;");
+    cg_line(w, "}");
+    cg_line(w, "/* State i from a checkpoint, kept until worker 0 starts the servers with it (ps_start). */");
+    cg_line(w, "static int scatter_state(struct_ctx *ctx, int i, const float *whole) {");
+    w->indent++;
+    cg_line(w, "if (ctx->ps_started) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: the parameter servers hold the optimizer state from the first step on: \"", m);
+    cg_line(w, "             \"load a checkpoint before it\");");
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
+    cg_line(w, "if (!ctx->ps_state || ctx->ps_snapshot_fresh) {");
+    cg_line(w, "    if (!ctx->ps_state && !(ctx->ps_state = (float *)dmrt_alloc((size_t)%lld * sizeof(float)))) {", (long long)(states * ps_total(E)));
+    cg_line(w, "        snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for the parameter servers' state\");", m);
+    cg_line(w, "        return DMRT_ERR_NOMEM;");
+    cg_line(w, "    }");
+    cg_line(w, "    memset(ctx->ps_state, 0, (size_t)%lld * sizeof(float)); /* a state the file does not set: zeros */",
+            (long long)(states * ps_total(E)));
+    cg_line(w, "    ctx->ps_snapshot_fresh = 0;");
+    cg_line(w, "}");
+    cg_line(w, "memcpy(ctx->ps_state + ps_state_at[i], whole, (size_t)state_descs[i].numel * sizeof(float));");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
+}
+
+/* The descriptor's ps_snapshot, ps_updates and set_ps_updates. */
+void emit_ps_checkpoint_hooks(emitter *E) {
+    if (!emits_param_servers(E)) return;
+    cg_writer *w = &E->w;
+    cg_line(w, "static int model_ps_snapshot(void *ctx) { return ps_snapshot((struct_ctx *)ctx); }");
+    cg_line(w, "static int64_t model_ps_updates(void *ctx) { return ((struct_ctx *)ctx)->ps_updates; }");
+    cg_line(w, "static int model_set_ps_updates(void *ctx_, int64_t updates) {");
+    w->indent++;
+    cg_line(w, "struct_ctx *ctx = (struct_ctx *)ctx_;");
+    cg_line(w, "if (updates < 0 || ctx->ps_started) {");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: %%s\", updates < 0 ? \"a negative count of updates\"", E->g->model);
+    cg_line(w, "             : \"the parameter servers count their updates from the first step on: load a checkpoint before it\");");
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
+    cg_line(w, "ctx->ps_updates = updates;");
+    cg_line(w, "return DMRT_OK;");
+    w->indent--;
+    cg_line(w, "}");
+    cg_blank(w);
 }

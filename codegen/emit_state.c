@@ -36,7 +36,6 @@ static int state_values(const emitter *E, int *ids) {
 /* Why this program cannot write checkpoints, or NULL when it can. */
 static const char *checkpoints_unsupported(const emitter *E) {
     if (!E->dialect->can.checkpoints) return "this target's generated code does not read its optimizer state into checkpoints yet";
-    if (emits_param_servers(E)) return "the optimizer state is the parameter servers' (--param-servers), not in checkpoints yet";
     return NULL;
 }
 static int checkpoints_supported(const emitter *E) { return checkpoints_unsupported(E) == NULL; }
@@ -245,7 +244,9 @@ void emit_state_support(emitter *E) {
     int n_compress = checkpoints_supported(E) ? cg_compress_state_count(E) : 0;
     E->n_states = n_optimizer + n_compress;
     if (E->n_states) emit_state_descs(E, ids, n_optimizer);
-    if (n_optimizer) {
+    if (n_optimizer && emits_param_servers(E)) {
+        emit_ps_state_moves(E, ids, n_optimizer);
+    } else if (n_optimizer) {
         emit_state_tables(E, ids, n_optimizer);
         if (E->partitioned) emit_spmd_state_moves(E);
         else emit_serial_state_moves(E);
@@ -276,6 +277,7 @@ void emit_state_support(emitter *E) {
     cg_line(w, "}");
     cg_line(w, "int64_t %s_step(const %s_ctx *ctx) { return ctx->step; }", m, m);
     cg_blank(w);
+    emit_ps_checkpoint_hooks(E);
     for (int save = 1; save >= 0; save--) {
         cg_line(w, "int %s_%s_checkpoint(%s_ctx *ctx, const char *path) {", m, save ? "save" : "load", m);
         w->indent++;

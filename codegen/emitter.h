@@ -272,6 +272,13 @@ void emit_ps_finish(emitter *E);
 void emit_ps_declaration(emitter *E);
 void emit_ps_api(emitter *E);
 void emit_ps_descriptor(emitter *E);
+void emit_ps_checkpoint_descriptor(emitter *E);  /* the descriptor's last fields */
+void emit_ps_checkpoint_hooks(emitter *E);       /* the descriptor's ps_snapshot, ps_updates, set_ps_updates */
+/* Checkpoints: gather_state and scatter_state of the n optimizer states ids, through the
+ * servers' snapshot (the workers hold no optimizer state). */
+void emit_ps_state_moves(emitter *E, const int *ids, int n);
+int cg_ps_states(const emitter *E);                      /* optimizer state floats per parameter float */
+int64_t cg_ps_state_at(const emitter *E, int p, int k);  /* state k of parameter p in the servers' layout */
 
 /* emit_2bw.c: the schedules that do not flush, 2bw (PipeDream-2BW) and pipedream (weight
  * stashing): whether the program runs one (a pipeline that trains with an optimizer); the

@@ -27,9 +27,9 @@
 #define CKPT_CRC_PREFIX "dmc.crc32c."
 #define CKPT_PREFIX "step-"
 #define CKPT_SUFFIX ".safetensors"
-/* metadata the checkpoint itself needs (format, model, step, and fp16's loss scaler with
- * its interval); callers add theirs after these */
-enum { CKPT_OWN_META = 7 };
+/* metadata the checkpoint itself needs (format, model, step, fp16's loss scaler with its
+ * interval, the parameter servers' updates); callers add theirs after these */
+enum { CKPT_OWN_META = 8 };
 
 /* Tensor i of the checkpoint: parameters first, then the optimizer's state. */
 static const dmrt_tensor_desc *ckpt_desc(const dmrt_model *m, int i) {
@@ -45,6 +45,8 @@ static int gather_whole(const dmrt_model *m, void *ctx, int i, float *whole) {
 }
 
 int dmrt_checkpoint_drain(const dmrt_model *m, void *ctx, const char *path, char *err, size_t errlen) {
+    if (m->param_servers && m->ps_snapshot && m->ps_snapshot(ctx) != DMRT_OK)
+        return dmrt_errorf(err, errlen, "%s: reading the parameter servers' state: %s", path, m->error(ctx));
     if (!m->checkpoint_drains || !m->drain || m->drain(ctx) == DMRT_OK) return 0;
     return dmrt_errorf(err, errlen, "%s: draining the pipeline before the checkpoint: %s", path, m->error(ctx));
 }
@@ -65,9 +67,10 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
     /* the metadata: the checkpoint's own (the loss scaler's four keys only where there is
      * one), the caller's, then a checksum per tensor */
     const dmrt_loss_scale *ls = m->loss_scale ? m->loss_scale(ctx) : NULL;
-    int n_own = ls ? CKPT_OWN_META : 3;
-    const char **own_keys = calloc((size_t)(n_own + n_meta), sizeof *own_keys);
-    const char **own_values = calloc((size_t)(n_own + n_meta), sizeof *own_values);
+    int servers = m->param_servers && m->ps_updates;
+    int n_own = 0;
+    const char **own_keys = calloc((size_t)(CKPT_OWN_META + n_meta), sizeof *own_keys);
+    const char **own_values = calloc((size_t)(CKPT_OWN_META + n_meta), sizeof *own_values);
     dmrt_file_meta meta = {0};
     int rc = 0;
     if (!whole || !data || !descs || !own_keys || !own_values) rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
@@ -88,8 +91,9 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
                                             err, errlen);
         data[i] = into;
     }
-    char step[32], scale[32] = "", good[32] = "", skipped[32] = "", interval[32] = "";
+    char step[32], scale[32] = "", good[32] = "", skipped[32] = "", interval[32] = "", updates[32] = "";
     snprintf(step, sizeof step, "%" PRId64, m->step(ctx));
+    if (servers) snprintf(updates, sizeof updates, "%" PRId64, m->ps_updates(ctx));
     if (ls) {
         snprintf(scale, sizeof scale, "%.17g", ls->scale);
         snprintf(good, sizeof good, "%" PRId64, ls->good_steps);
@@ -97,11 +101,17 @@ int dmrt_save_checkpoint(const dmrt_model *m, void *ctx, const char *path, int n
         snprintf(interval, sizeof interval, "%" PRId64, ls->interval);
     }
     if (rc == 0 && writer) {
-        const char *ckpt_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.loss_scale",
+        const char *ckpt_keys[CKPT_OWN_META] = {"dmc.format", "dmc.model", "dmc.step", "dmc.ps_updates", "dmc.loss_scale",
                                                 "dmc.loss_scale_good_steps", "dmc.loss_scale_skipped",
                                                 "dmc.loss_scale_interval"};
-        const char *ckpt_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, scale, good, skipped, interval};
-        for (int k = 0; k < n_own; k++) own_keys[k] = ckpt_keys[k], own_values[k] = ckpt_values[k];
+        const char *ckpt_values[CKPT_OWN_META] = {CKPT_FORMAT, m->name, step, updates, scale, good, skipped, interval};
+        /* the first three, then the servers' count and the loss scaler's four where there are */
+        for (int k = 0; k < CKPT_OWN_META; k++)
+            if (k < 3 || (k == 3 && servers) || (k > 3 && ls)) {
+                own_keys[n_own] = ckpt_keys[k];
+                own_values[n_own] = ckpt_values[k];
+                n_own++;
+            }
         for (int k = 0; k < n_meta; k++) own_keys[n_own + k] = keys[k], own_values[n_own + k] = values[k];
         if (dmrt_file_meta_with_crc32c(&meta, n_own + n_meta, own_keys, own_values, n, descs, data) != 0)
             rc = dmrt_errorf(err, errlen, "%s: out of memory", path);
@@ -419,6 +429,11 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     dmrt_loss_scale scaler = {0};
     if (m->loss_scale) scaler = *m->loss_scale(ctx);
     if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, &scaler, err, errlen);
+    /* the parameter servers' updates: a file of a program without servers, its step */
+    const char *ps_updates = dmrt_st_meta(f, "dmc.ps_updates");
+    int64_t updates = step;
+    if (rc == 0 && ps_updates && metadata_count(ps_updates, &updates) != 0)
+        rc = dmrt_errorf(err, errlen, "%s: metadata \"dmc.ps_updates\" is '%s', not a count of updates", path, ps_updates);
     for (int i = 0; i < n && rc == 0; i++) {
         source[i] = dmrt_st_find(f, ckpt_desc(m, i)->name);
         how[i] = how_to_load(m, i, source[i]);
@@ -432,6 +447,8 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     }
     if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
+    if (rc == 0 && m->param_servers && m->set_ps_updates && m->set_ps_updates(ctx, updates) != DMRT_OK)
+        rc = dmrt_errorf(err, errlen, "%s: the parameter servers' %" PRId64 " updates: %s", path, updates, m->error(ctx));
     if (rc == 0 && m->loss_scale) *m->loss_scale(ctx) = scaler;
     free(source);
     free(how);

@@ -234,6 +234,17 @@ typedef struct dmrt_model {
      * created so beside each rank of its student (runtime/distill.c). NULL in partitioned
      * models (and in models built before). */
     void *(*create_beside)(uint64_t seed, dmrt_rank *beside, char *err, size_t errlen);
+    /* Checkpoints of a model with parameter servers (param_servers > 0; NULL in the others
+     * and in models built before), whose optimizer state is the servers'. ps_snapshot reads
+     * their parameters, state and update count into the worker for a checkpoint of this
+     * step (every worker calls it after the same step; dmrt_checkpoint_drain does);
+     * ps_updates: the servers' updates at that snapshot ("dmc.ps_updates" in the file:
+     * synchronous servers update once a step, asynchronous ones once a push); set_ps_updates:
+     * the count a loaded checkpoint's servers go on from (before the first step; a file
+     * without the key: its step). DMRT_OK or an error status (message from error()). */
+    int (*ps_snapshot)(void *ctx);
+    int64_t (*ps_updates)(void *ctx);
+    int (*set_ps_updates)(void *ctx, int64_t updates);
 } dmrt_model;
 
 /* ---- weight-only quantization (gemm_quant.c, quantize_io.c) ------------------------------- */

@@ -147,9 +147,11 @@ int64_t dmrt_checkpoint_file_step(const char *dir, const char *path);
  * the directory's lock may call it, as no other can be writing. Their names, comma-separated,
  * into removed (truncated to len); how many, or -1 with a message. */
 int dmrt_checkpoint_remove_unfinished(const char *dir, char *removed, size_t len, char *err, size_t errlen);
-/* A model whose checkpoints drain its pipeline first (checkpoint_drains: 2bw, pipedream)
- * drained, so that its step is the one the file records (every rank calls it; nothing
- * owed: nothing done): 0, or -1 with a message naming path. dmrt_save_checkpoint calls it. */
+/* Before a checkpoint is gathered: a model whose checkpoints drain its pipeline first
+ * (checkpoint_drains: 2bw, pipedream) drained, so that its step is the one the file records
+ * (nothing owed: nothing done); a model with parameter servers given their snapshot
+ * (ps_snapshot: once a step). Every rank calls it: 0, or -1 with a message naming path.
+ * dmrt_save_checkpoint calls it. */
 int dmrt_checkpoint_drain(const dmrt_model *m, void *ctx, const char *path, char *err, size_t errlen);
 /* dmrt_load_checkpoint from a file already read (the trainer reads its metadata first). */
 int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file *f, char *err, size_t errlen);

@@ -479,23 +479,16 @@ static int train(tr_run *r) {
     return TR_OK;
 }
 
-/* The end, or a stop asked by a signal: a pipeline that does not flush (2bw) drained, a
- * parameter servers' worker given their final parameters (the model's drain), the
- * checkpoint of the last step (not twice, and not over the one this run resumed from). At
- * the end a checkpoint that cannot be written (a full disk) does not cost the run its
- * --save: that is still written, and the run fails after it with the checkpoint's error. */
+/* The end, or a stop asked by a signal: the checkpoint of the last step (not twice, and
+ * not over the one this run resumed from), then what the model owes (its drain): a pipeline
+ * that does not flush (2bw) drained, a parameter servers' worker given their final
+ * parameters. The checkpoint comes first because the servers stop at the drain; a 2bw
+ * checkpoint drains the pipeline itself, so it holds the same either way. At the end a
+ * checkpoint that cannot be written (a full disk) does not cost the run its --save: that
+ * is still written, and the run fails after it with the checkpoint's error. */
 static int end_training(tr_run *r) {
     const dmrt_model *m = r->m;
     const tr_opts *o = r->o;
-    /* the backwards and update a 2bw pipeline owes, or the parameter servers' last updates,
-     * so that the weights saved and evaluated are those of every step run */
-    if (m->drain) {
-        if (m->drain(r->ctx) != 0)
-            return run_failed(r, "%s after step %lld: %s",
-                              m->param_servers ? "pulling the parameter servers' final parameters" : "draining the pipeline",
-                              (long long)r->step, dmrt_trainer_ctx_error(m, r->ctx));
-        r->acc_fresh = r->val_fresh = 0; /* an evaluation of the last step saw the weights before the drain */
-    }
     if (o->checkpoint && r->checkpointed != r->step) {
         char path[4096];
         if (dmrt_checkpoint_path(o->checkpoint, r->step, path, sizeof path) != 0 || !r->resumed_from[0] ||
@@ -505,6 +498,15 @@ static int end_training(tr_run *r) {
                 snprintf(r->checkpoint_failed, sizeof r->checkpoint_failed, "%s", r->err);
             }
         }
+    }
+    /* the backwards and update a 2bw pipeline owes, or the parameter servers' last updates,
+     * so that the weights saved and evaluated are those of every step run */
+    if (m->drain) {
+        if (m->drain(r->ctx) != 0)
+            return run_failed(r, "%s after step %lld: %s",
+                              m->param_servers ? "pulling the parameter servers' final parameters" : "draining the pipeline",
+                              (long long)r->step, dmrt_trainer_ctx_error(m, r->ctx));
+        r->acc_fresh = r->val_fresh = 0; /* an evaluation of the last step saw the weights before the drain */
     }
     if (r->stop) {
         /* the step is whole on every rank; what the run would write at its end is not

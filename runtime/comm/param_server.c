@@ -2,7 +2,9 @@
  *
  * A push is one message per server: a header (what it is, the worker's step and learning
  * rate, bit for bit) and the gradients of the server's shard. A pull is the shard's
- * parameters. Each kind has a channel of its own, above the pipelines' channels. */
+ * parameters. A shard whole (worker 0's start, a snapshot's answer) is the updates done
+ * (an int64 as 2 floats), the parameters, then each optimizer state's n floats. Each kind
+ * has a channel of its own, above the pipelines' channels. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +13,11 @@
 #include "comm_internal.h"
 #include "dmrt_ps.h"
 
-enum { TAG_INIT = DMRT_MAX_TAG - 2, TAG_PUSH = DMRT_MAX_TAG - 1, TAG_PULL = DMRT_MAX_TAG };
+enum { TAG_SNAPSHOT = DMRT_MAX_TAG - 3, TAG_INIT = DMRT_MAX_TAG - 2, TAG_PUSH = DMRT_MAX_TAG - 1, TAG_PULL = DMRT_MAX_TAG };
 /* SKIP: a step fp16's loss scaler skipped (no gradients); FINAL: done, and wants the
- * final parameters once every worker is done (dmrt_ps_finish_pull) */
-enum { KIND_PUSH = 1, KIND_DONE = 2, KIND_SKIP = 3, KIND_FINAL = 4 };
+ * final parameters once every worker is done (dmrt_ps_finish_pull); SNAPSHOT: wants the
+ * shard whole (parameters, state, updates) once every worker still training asks too */
+enum { KIND_PUSH = 1, KIND_DONE = 2, KIND_SKIP = 3, KIND_FINAL = 4, KIND_SNAPSHOT = 5 };
 /* the header: kind, then the step (int64) and the learning rate (double) as 2 floats each */
 #define HEADER 5
 
@@ -77,16 +80,50 @@ static int fail(dmrt_rank *r, const char *what, const char *message) {
     return dmrt_comm_fail(dmrt_rank_world(r), &call, "%s", message);
 }
 
-/* Worker 0 sends each server its shard of the parameters. */
-static int send_initial(dmrt_rank *r, const dmrt_ps_layout *L, const float *params, float *buf) {
-    for (int s = 0; s < L->servers; s++) {
+/* The floats of server s's shard whole: updates, parameters, state. */
+static int64_t whole_floats(const dmrt_ps_layout *L, int64_t n) { return 2 + n * (1 + L->states); }
+
+/* Between the worker's parameters (at param_at) and its states (states[k * total + e]:
+ * state k of element e of the parameters end to end; NULL: zeros, or not wanted) and
+ * server s's shard whole in msg. */
+static void shard_pack(const dmrt_ps_layout *L, int s, const float *params, const float *states, int64_t updates,
+                       float *msg) {
+    int64_t b, e, total = dmrt_ps_total(L);
+    dmrt_ps_shard(L, s, &b, &e);
+    memcpy(msg, &updates, sizeof updates);
+    copy_range(L, b, e, (float *)params, 0, msg + 2, 1);
+    for (int k = 0; k < L->states; k++) {
+        float *into = msg + 2 + (e - b) * (1 + k);
+        if (states) memcpy(into, states + k * total + b, (size_t)(e - b) * sizeof(float));
+        else memset(into, 0, (size_t)(e - b) * sizeof(float));
+    }
+}
+
+static int64_t shard_unpack(const dmrt_ps_layout *L, int s, const float *msg, float *params, float *states) {
+    int64_t b, e, total = dmrt_ps_total(L), updates;
+    dmrt_ps_shard(L, s, &b, &e);
+    memcpy(&updates, msg, sizeof updates);
+    copy_range(L, b, e, params, 0, (float *)msg + 2, 0);
+    for (int k = 0; states && k < L->states; k++)
+        memcpy(states + k * total + b, msg + 2 + (e - b) * (1 + k), (size_t)(e - b) * sizeof(float));
+    return updates;
+}
+
+int dmrt_ps_start(dmrt_rank *r, const dmrt_ps_layout *L, const float *params, const float *states, int64_t updates) {
+    if (dmrt_rank_id(r) != 0) return 0;
+    float *buf = malloc((size_t)whole_floats(L, largest_shard(L)) * sizeof(float));
+    if (!buf) return fail(r, "the parameters, to their server", "out of memory");
+    int rc = 0;
+    for (int s = 0; rc == 0 && s < L->servers; s++) {
         int64_t b, e;
         dmrt_ps_shard(L, s, &b, &e);
-        copy_range(L, b, e, (float *)params, 0, buf, 1);
-        if (dmrt_send_tagged(dmrt_rank_world(r), L->workers + s, TAG_INIT, buf, e - b, "the parameters, to their server"))
-            return DMRT_ERR_COMM;
+        shard_pack(L, s, params, states, updates, buf);
+        if (dmrt_send_tagged(dmrt_rank_world(r), L->workers + s, TAG_INIT, buf, whole_floats(L, e - b),
+                             "the parameters, to their server"))
+            rc = DMRT_ERR_COMM;
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 /* Sends every server a header of this kind and, for a push, its shard of grads. */
@@ -118,34 +155,50 @@ static int pull(dmrt_rank *r, const dmrt_ps_layout *L, float *params, float *buf
     return rc;
 }
 
-int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads, float *params,
-                     int64_t step, double lr) {
+int dmrt_ps_exchange(dmrt_rank *r, const dmrt_ps_layout *L, const float *grads, float *params, int64_t step, double lr) {
     float *buf = malloc((size_t)(HEADER + largest_shard(L)) * sizeof(float));
     if (!buf) return fail(r, "the gradients, to their server", "out of memory for a push");
-    int rc = first && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
-    if (rc == 0) rc = push(r, L, grads ? KIND_PUSH : KIND_SKIP, grads, step, lr, buf);
+    int rc = push(r, L, grads ? KIND_PUSH : KIND_SKIP, grads, step, lr, buf);
     if (rc == 0) rc = pull(r, L, params, buf);
     free(buf);
     return rc;
 }
 
 /* done (KIND_DONE), or done and the final parameters into params (KIND_FINAL) */
-static int finish(dmrt_rank *r, const dmrt_ps_layout *L, int kind, int pushed, float *params) {
+static int finish(dmrt_rank *r, const dmrt_ps_layout *L, int kind, float *params) {
     float *buf = malloc((size_t)(HEADER + largest_shard(L)) * sizeof(float));
     if (!buf) return fail(r, "done, to the servers", "out of memory");
-    int rc = !pushed && dmrt_rank_id(r) == 0 ? send_initial(r, L, params, buf) : 0;
-    if (rc == 0) rc = push(r, L, kind, NULL, 0, 0, buf);
+    int rc = push(r, L, kind, NULL, 0, 0, buf);
     if (rc == 0 && kind == KIND_FINAL) rc = pull(r, L, params, buf);
     free(buf);
     return rc;
 }
 
-int dmrt_ps_finish(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
-    return finish(r, L, KIND_DONE, pushed, (float *)params); /* params only read: no pull */
-}
+int dmrt_ps_finish(dmrt_rank *r, const dmrt_ps_layout *L) { return finish(r, L, KIND_DONE, NULL); }
 
-int dmrt_ps_finish_pull(dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params) {
-    return finish(r, L, KIND_FINAL, pushed, params);
+int dmrt_ps_finish_pull(dmrt_rank *r, const dmrt_ps_layout *L, float *params) { return finish(r, L, KIND_FINAL, params); }
+
+int dmrt_ps_snapshot(dmrt_rank *r, const dmrt_ps_layout *L, int64_t step, float *params, float *states, int64_t *updates) {
+    int64_t most = largest_shard(L);
+    float *buf = malloc((size_t)(HEADER + most + whole_floats(L, most)) * sizeof(float));
+    if (!buf) return fail(r, "a snapshot, from the servers", "out of memory");
+    int rc = push(r, L, KIND_SNAPSHOT, NULL, step, 0, buf);
+    for (int s = 0; rc == 0 && s < L->servers; s++) {
+        int64_t b, e;
+        dmrt_ps_shard(L, s, &b, &e);
+        rc = dmrt_recv_tagged(dmrt_rank_world(r), L->workers + s, TAG_SNAPSHOT, buf, whole_floats(L, e - b),
+                              "a snapshot, from the servers");
+        int64_t done = rc == 0 ? shard_unpack(L, s, buf, params, states) : 0;
+        if (rc == 0 && s > 0 && done != *updates) {
+            char why[160];
+            dmrt_comm_format(why, sizeof why, "server 0 has made %lld updates and server %d %lld: they take every push",
+                             (long long)*updates, s, (long long)done);
+            rc = fail(r, "a snapshot, from the servers", why);
+        }
+        *updates = done;
+    }
+    free(buf);
+    return rc;
 }
 
 /* ---- the server ----------------------------------------------------------------------- */
@@ -157,13 +210,16 @@ typedef struct server {
     int64_t n;              /* the shard's elements */
     float *param, *sum;     /* (n) */
     float *state[2];        /* (n) each, the first L->states of them */
+    int64_t updates;        /* of the shard: this run's and those of the checkpoint it started from */
     float *msg;             /* (HEADER + n) */
+    float *whole;           /* (whole_floats(n)) the shard whole: worker 0's start, a snapshot */
     char *wants_final;      /* (workers) the worker said it is done with KIND_FINAL */
     dmrt_ps_stats *stats;
 } server;
 
 static void apply(server *sv, const float *grad, double lr) {
-    sv->step.step = ++sv->stats->updates;
+    sv->stats->updates++;
+    sv->step.step = ++sv->updates;
     sv->step.lr = lr;
     sv->L->update(&sv->step, sv->param, grad, sv->state, sv->n);
 }
@@ -174,14 +230,15 @@ static int receive_push(server *sv, int w, push_header *h) {
     sv->stats->waited_seconds += dmrt_comm_now() - start;
     if (rc) return rc;
     *h = header_read(sv->msg);
-    if (h->kind != KIND_PUSH && h->kind != KIND_DONE && h->kind != KIND_SKIP && h->kind != KIND_FINAL) {
+    if (h->kind != KIND_PUSH && h->kind != KIND_DONE && h->kind != KIND_SKIP && h->kind != KIND_FINAL &&
+        h->kind != KIND_SNAPSHOT) {
         char why[128];
         dmrt_comm_format(why, sizeof why, "worker %d sent a push of unknown kind %d", w, h->kind);
         return fail(sv->r, "a push, from its worker", why);
     }
     if (h->kind == KIND_FINAL) sv->wants_final[w] = 1;
     if (h->kind == KIND_FINAL) h->kind = KIND_DONE; /* done either way; the final parameters are sent at the end */
-    if (h->kind != KIND_DONE) sv->stats->pushes++;
+    if (h->kind == KIND_PUSH || h->kind == KIND_SKIP) sv->stats->pushes++;
     if (h->kind == KIND_SKIP) sv->stats->skipped++;
     if (h->kind == KIND_SKIP && sv->L->staleness < 0) {
         char why[128];
@@ -196,6 +253,28 @@ static int send_pull(server *sv, int w) {
     return dmrt_send_tagged(dmrt_rank_world(sv->r), w, TAG_PULL, sv->param, sv->n, "the parameters, to their worker");
 }
 
+/* The shard whole (updates, parameters, state) to worker w. */
+static int send_snapshot(server *sv, int w) {
+    memcpy(sv->whole, &sv->updates, sizeof sv->updates);
+    memcpy(sv->whole + 2, sv->param, (size_t)sv->n * sizeof(float));
+    for (int k = 0; k < sv->L->states; k++)
+        memcpy(sv->whole + 2 + sv->n * (1 + k), sv->state[k], (size_t)sv->n * sizeof(float));
+    return dmrt_send_tagged(dmrt_rank_world(sv->r), w, TAG_SNAPSHOT, sv->whole, whole_floats(sv->L, sv->n),
+                            "a snapshot, to its worker");
+}
+
+/* Worker 0's start: the shard whole (a checkpoint's, or the parameters with zero state). */
+static int receive_start(server *sv) {
+    int rc = dmrt_recv_tagged(dmrt_rank_world(sv->r), 0, TAG_INIT, sv->whole, whole_floats(sv->L, sv->n),
+                              "the parameters, from worker 0");
+    if (rc) return rc;
+    memcpy(&sv->updates, sv->whole, sizeof sv->updates);
+    memcpy(sv->param, sv->whole + 2, (size_t)sv->n * sizeof(float));
+    for (int k = 0; k < sv->L->states; k++)
+        memcpy(sv->state[k], sv->whole + 2 + sv->n * (1 + k), (size_t)sv->n * sizeof(float));
+    return 0;
+}
+
 /* Every worker is done: the shard as it ends, to each that asked for it (asynchronous
  * servers apply pushes that come after a worker's last pull). */
 static int send_final(server *sv) {
@@ -203,6 +282,10 @@ static int send_final(server *sv) {
     for (int w = 0; rc == 0 && w < sv->L->workers; w++)
         if (sv->wants_final[w]) rc = send_pull(sv, w);
     return rc;
+}
+
+static const char *kind_verb(int kind) {
+    return kind == KIND_DONE ? "is done, after step" : kind == KIND_SNAPSHOT ? "asks for a snapshot after step" : "pushed step";
 }
 
 /* Every worker's push of a step, summed in worker order, one update; until they are done. */
@@ -219,14 +302,18 @@ static int serve_synchronous(server *sv) {
                 char why[256];
                 dmrt_comm_format(why, sizeof why,
                                  "synchronous servers take the workers' steps together: worker 0 %s %lld, worker %d %s %lld",
-                                 first.kind == KIND_DONE ? "is done, after step" : "pushed step", (long long)first.step, w,
-                                 h.kind == KIND_DONE ? "is done, after step" : "pushed step", (long long)h.step);
+                                 kind_verb(first.kind), (long long)first.step, w, kind_verb(h.kind), (long long)h.step);
                 return fail(sv->r, "a push, from its worker", why);
             }
             const float *g = sv->msg + HEADER;
             for (int64_t i = 0; h.kind == KIND_PUSH && i < sv->n; i++) sv->sum[i] += g[i];
         }
         if (first.kind == KIND_DONE) return send_final(sv);
+        if (first.kind == KIND_SNAPSHOT) { /* the workers are between the same steps: the shard to each */
+            for (int w = 0; w < L->workers; w++)
+                if ((rc = send_snapshot(sv, w))) return rc;
+            continue;
+        }
         apply(sv, sv->sum, first.lr);
         for (int w = 0; w < L->workers; w++)
             if ((rc = send_pull(sv, w))) return rc;
@@ -239,8 +326,8 @@ static int serve_asynchronous(server *sv) {
     const dmrt_ps_layout *L = sv->L;
     int W = L->workers, left = W, rc = 0;
     int64_t *pushes = calloc((size_t)W, sizeof *pushes);
-    char *done = calloc((size_t)W, 1), *owed = calloc((size_t)W, 1);
-    if (!pushes || !done || !owed) rc = fail(sv->r, "a push, from its worker", "out of memory");
+    char *done = calloc((size_t)W, 1), *owed = calloc((size_t)W, 1), *snapshot = calloc((size_t)W, 1);
+    if (!pushes || !done || !owed || !snapshot) rc = fail(sv->r, "a push, from its worker", "out of memory");
     double last = dmrt_comm_now(), idle_since = -1;
     while (rc == 0 && left > 0) {
         int progressed = 0;
@@ -257,6 +344,10 @@ static int serve_asynchronous(server *sv) {
                 left--;
                 continue;
             }
+            if (h.kind == KIND_SNAPSHOT) { /* answered once every worker still training asks */
+                snapshot[w] = 1;
+                continue;
+            }
             if (h.kind == KIND_PUSH) apply(sv, sv->msg + HEADER, h.lr);
             pushes[w]++; /* a skipped step counts: the bound is in steps */
             owed[w] = 1;
@@ -270,6 +361,19 @@ static int serve_asynchronous(server *sv) {
                 if (lead > sv->stats->max_lead) sv->stats->max_lead = lead;
                 owed[w] = 0;
                 rc = send_pull(sv, w);
+            }
+        /* a snapshot holds every push made before it: each worker asking waits for it (it
+         * pushes nothing more), and the others are to ask too (the workers take a checkpoint
+         * after the same step) */
+        int asking = 0, all = left > 0;
+        for (int w = 0; w < W; w++) {
+            asking |= snapshot[w];
+            all &= done[w] || snapshot[w];
+        }
+        for (int w = 0; rc == 0 && asking && all && w < W; w++)
+            if (snapshot[w]) {
+                snapshot[w] = 0;
+                rc = send_snapshot(sv, w);
             }
         double now = dmrt_comm_now();
         if (progressed) {
@@ -292,6 +396,7 @@ static int serve_asynchronous(server *sv) {
     free(pushes);
     free(done);
     free(owed);
+    free(snapshot);
     return rc;
 }
 
@@ -314,17 +419,18 @@ int dmrt_ps_serve(dmrt_rank *r, const dmrt_ps_layout *L, int threads, dmrt_ps_st
     sv.param = malloc(bytes);
     sv.sum = malloc(bytes);
     sv.msg = malloc(bytes + HEADER * sizeof(float));
+    sv.whole = malloc((size_t)whole_floats(L, sv.n) * sizeof(float));
     sv.wants_final = calloc((size_t)L->workers, 1);
     for (int k = 0; k < L->states; k++) sv.state[k] = calloc(1, bytes);
     int rc = 0;
-    if (!sv.param || !sv.sum || !sv.msg || !sv.wants_final || (L->states > 0 && !sv.state[0]) || (L->states > 1 && !sv.state[1]))
+    if (!sv.param || !sv.sum || !sv.msg || !sv.whole || !sv.wants_final || (L->states > 0 && !sv.state[0]) || (L->states > 1 && !sv.state[1]))
         rc = fail(r, "serving parameters", "out of memory for the shard");
-    if (rc == 0)
-        rc = dmrt_recv_tagged(dmrt_rank_world(r), 0, TAG_INIT, sv.param, sv.n, "the parameters, from worker 0");
+    if (rc == 0) rc = receive_start(&sv);
     if (rc == 0) rc = L->staleness < 0 ? serve_synchronous(&sv) : serve_asynchronous(&sv);
     free(sv.param);
     free(sv.sum);
     free(sv.msg);
+    free(sv.whole);
     free(sv.wants_final);
     free(sv.state[0]);
     free(sv.state[1]);

@@ -473,8 +473,23 @@ static int64_t ps_extent(const dmrt_ps_layout *L, int grads) {
     return end;
 }
 
-int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
-                         float *params, int64_t step, double lr) {
+int dmrt_gpu_ps_start(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, const float *params, const float *states,
+                      int64_t updates) {
+    GPU_ENTER(g);
+    if (dmrt_rank_id(r) != 0) return DMRT_OK; /* worker 0 starts the servers */
+    const int64_t np = ps_extent(L, 0);
+    float *h;
+    int rc = stage_begin(g, np, &h);
+    if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK) return rc;
+    if (dmrt_ps_start(r, L, h, states, updates) != 0) {
+        snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
+        return DMRT_ERR_COMM;
+    }
+    return DMRT_OK;
+}
+
+int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, const float *grads, float *params,
+                         int64_t step, double lr) {
     GPU_ENTER(g);
     const int64_t np = ps_extent(L, 0), ng = ps_extent(L, 1);
     float *h;
@@ -482,32 +497,45 @@ int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int
     if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK ||
         (grads && (rc = stage_out(g, h + np, grads, ng)) != DMRT_OK))
         return rc;
-    if (dmrt_ps_exchange(r, L, first, grads ? h + np : NULL, h, step, lr) != 0) {
+    if (dmrt_ps_exchange(r, L, grads ? h + np : NULL, h, step, lr) != 0) {
         snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
         return DMRT_ERR_COMM;
     }
     return stage_in(g, params, h, np);
 }
 
-/* done (pull 0), or done and the servers' final parameters into params (pull 1) */
-static int ps_finish_staged(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params, int pull) {
+/* The servers' parameters into the device's params: a snapshot's (their state into the host's
+ * states), or the final ones (finish_pull) */
+static int ps_pull_staged(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, float *params, int64_t step,
+                          float *states, int64_t *updates, int snapshot) {
     const int64_t np = ps_extent(L, 0);
     float *h;
     int rc = stage_begin(g, np, &h);
+    /* (the staging holds the device's copy: the parameters the segments do not reach stay) */
     if (rc != DMRT_OK || (rc = stage_out(g, h, params, np)) != DMRT_OK) return rc;
-    if ((pull ? dmrt_ps_finish_pull(r, L, pushed, h) : dmrt_ps_finish(r, L, pushed, h)) != 0) {
+    if ((snapshot ? dmrt_ps_snapshot(r, L, step, h, states, updates) : dmrt_ps_finish_pull(r, L, h)) != 0) {
         snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
         return DMRT_ERR_COMM;
     }
-    return pull ? stage_in(g, params, h, np) : DMRT_OK;
+    return stage_in(g, params, h, np);
 }
 
-int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params) {
+int dmrt_gpu_ps_snapshot(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int64_t step, float *params,
+                         float *states, int64_t *updates) {
     GPU_ENTER(g);
-    return ps_finish_staged(g, r, L, pushed, (float *)params, 0); /* params only read */
+    return ps_pull_staged(g, r, L, params, step, states, updates, 1);
 }
 
-int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params) {
+int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L) {
     GPU_ENTER(g);
-    return ps_finish_staged(g, r, L, pushed, params, 1);
+    if (dmrt_ps_finish(r, L) != 0) {
+        snprintf(g->error, sizeof g->error, "%s", dmrt_rank_error(r));
+        return DMRT_ERR_COMM;
+    }
+    return DMRT_OK;
+}
+
+int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, float *params) {
+    GPU_ENTER(g);
+    return ps_pull_staged(g, r, L, params, 0, NULL, NULL, 0);
 }

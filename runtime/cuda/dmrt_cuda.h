@@ -144,6 +144,7 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
     "dmrt_gpu_comm_wait dmrt_gpu_send dmrt_gpu_recv dmrt_gpu_send_tagged dmrt_gpu_recv_tagged " \
     "dmrt_gpu_allreduce_sum_half dmrt_gpu_allreduce_topk dmrt_gpu_allreduce_powersgd "         \
     "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_ps_finish_pull dmrt_gpu_prune "          \
+    "dmrt_gpu_ps_start dmrt_gpu_ps_snapshot "                                                  \
     "dmrt_gpu_prune_heads "                                                                    \
     "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
 
@@ -342,11 +343,16 @@ int dmrt_gpu_powersgd_init(dmrt_gpu *g, float *q, const dmrt_powersgd_segment *s
 /* Parameter servers (--param-servers, codegen/emit_ps.c): dmrt_ps.h's worker calls on the
  * context's device params and grads, staged through host memory (the servers are host
  * code: they hold their shards in host memory and run the C dialect's update). grads
- * NULL: a step the loss scaler skipped (dmrt_ps_exchange). */
-int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int first, const float *grads,
-                         float *params, int64_t step, double lr);
-int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, const float *params);
-int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int pushed, float *params);
+ * NULL: a step the loss scaler skipped (dmrt_ps_exchange). states: host memory, as
+ * dmrt_ps_start and dmrt_ps_snapshot take them. */
+int dmrt_gpu_ps_start(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, const float *params, const float *states,
+                      int64_t updates);
+int dmrt_gpu_ps_exchange(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, const float *grads, float *params,
+                         int64_t step, double lr);
+int dmrt_gpu_ps_snapshot(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, int64_t step, float *params,
+                         float *states, int64_t *updates);
+int dmrt_gpu_ps_finish(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L);
+int dmrt_gpu_ps_finish_pull(dmrt_gpu *g, dmrt_rank *r, const dmrt_ps_layout *L, float *params);
 
 /* Magnitude pruning (--prune, codegen/emit_prune.c) after update t of a device weight w and
  * its device mask: dmrt_prune's result (dmrt.h) bit for bit. On the ramp (dmrt_prune_chooses)

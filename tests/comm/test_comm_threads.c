@@ -96,16 +96,43 @@ static void test_compress(void) {
 
 /* ---- parameter servers' final parameters --------------------------------------------- */
 
-/* W workers and S servers on one world; a shard's update is param -= grad (integers: the
- * sums are exact, whatever the order). Worker w pushes grad (w + 1) at every element for
- * STEPS steps; the last worker sleeps before its last push, so that with a staleness bound
- * of 1 the others' last pulls are answered before it comes. The oracle: every push is in
- * the final parameters, init - STEPS * (1 + 2 + ... + W), on every worker. */
-enum { PS_WORKERS = 3, PS_SERVERS = 2, PS_STEPS = 4, PS_N = 7 };
+/* W workers and S servers on one world; a shard's update is param -= grad, its first state
+ * sums the gradients and its second is the update's count (integers: the sums are exact,
+ * whatever the order). Worker 0 starts the servers from a checkpoint's state (first state
+ * PS_STATE0 everywhere, PS_UPDATES0 updates done). Worker w pushes grad (w + 1) at every
+ * element for STEPS steps; the last worker sleeps before its last push, so that with a
+ * staleness bound of 1 the others' last pulls are answered before it comes. The oracles:
+ * every push is in the final parameters, init - STEPS * (1 + 2 + ... + W), on every worker;
+ * a snapshot after step PS_SNAPSHOT_AFTER holds every push of the steps before (on every
+ * worker, asynchronous servers too) and the update count goes on from the start's. */
+enum { PS_WORKERS = 3, PS_SERVERS = 2, PS_STEPS = 4, PS_N = 7, PS_SNAPSHOT_AFTER = 2, PS_UPDATES0 = 10 };
+#define PS_STATE0 5.0f
 
 static void ps_sgd(const dmrt_ps_step *ctx, float *param, const float *grad, float *const *state, int64_t n) {
-    (void)ctx, (void)state;
-    for (int64_t i = 0; i < n; i++) param[i] -= grad[i];
+    for (int64_t i = 0; i < n; i++) {
+        param[i] -= grad[i];
+        state[0][i] += grad[i];
+        state[1][i] = (float)ctx->step;
+    }
+}
+
+/* Worker id's snapshot after step PS_SNAPSHOT_AFTER against what every push of those steps
+ * makes. */
+static int check_ps_snapshot(dmrt_rank *r, const dmrt_ps_layout *L, int id, float *params) {
+    float states[2 * PS_N];
+    int64_t updates = -1;
+    int fails = CASE_EXPECT(r, dmrt_ps_snapshot(r, L, PS_SNAPSHOT_AFTER, params, states, &updates) == 0, "snapshot: %s",
+                            dmrt_rank_error(r));
+    const int64_t made = L->staleness < 0 ? PS_SNAPSHOT_AFTER : PS_WORKERS * PS_SNAPSHOT_AFTER;
+    const float pushed = PS_SNAPSHOT_AFTER * (PS_WORKERS * (PS_WORKERS + 1) / 2);
+    fails += CASE_EXPECT(r, fails || updates == PS_UPDATES0 + made, "worker %d: the snapshot's %lld updates, want %lld", id,
+                         (long long)updates, (long long)(PS_UPDATES0 + made));
+    for (int i = 0; i < PS_N && !fails; i++)
+        fails += CASE_EXPECT(r, params[i] == 1000.0f - pushed && states[i] == PS_STATE0 + pushed &&
+                                    states[PS_N + i] == (float)(PS_UPDATES0 + made),
+                             "worker %d, element %d: snapshot %g, %g, %g; want %g, %g, %g", id, i, params[i], states[i],
+                             states[PS_N + i], 1000.0f - pushed, PS_STATE0 + pushed, (float)(PS_UPDATES0 + made));
+    return fails;
 }
 
 typedef struct ps_case {
@@ -116,7 +143,7 @@ typedef struct ps_case {
 static int main_ps(dmrt_rank *r, void *arg) {
     ps_case *c = arg;
     static const dmrt_ps_segment segment = {0, 0, PS_N};
-    const dmrt_ps_layout L = {PS_WORKERS, PS_SERVERS, c->staleness, 1, &segment, 0, ps_sgd};
+    const dmrt_ps_layout L = {PS_WORKERS, PS_SERVERS, c->staleness, 1, &segment, 2, ps_sgd};
     int id = dmrt_rank_id(r), fails = 0;
     if (id >= PS_WORKERS) {
         dmrt_ps_stats stats;
@@ -127,14 +154,18 @@ static int main_ps(dmrt_rank *r, void *arg) {
         return fails ? 1 : 0;
     }
     float params[PS_N], grads[PS_N];
+    float start_states[2 * PS_N];
     for (int i = 0; i < PS_N; i++) params[i] = 1000.0f, grads[i] = (float)(id + 1);
+    for (int i = 0; i < PS_N; i++) start_states[i] = PS_STATE0, start_states[PS_N + i] = 0;
+    fails += CASE_EXPECT(r, dmrt_ps_start(r, &L, params, start_states, PS_UPDATES0) == 0, "start: %s", dmrt_rank_error(r));
     for (int step = 1; step <= PS_STEPS && !fails; step++) {
         if (id == PS_WORKERS - 1 && step == PS_STEPS) case_sleep(1.0);
-        fails += CASE_EXPECT(r, dmrt_ps_exchange(r, &L, step == 1, grads, params, step, 1.0) == 0, "exchange: %s",
-                             dmrt_rank_error(r));
+        if (id == 1 && step == PS_SNAPSHOT_AFTER) case_sleep(0.2); /* the others ask first */
+        fails += CASE_EXPECT(r, dmrt_ps_exchange(r, &L, grads, params, step, 1.0) == 0, "exchange: %s", dmrt_rank_error(r));
+        if (step == PS_SNAPSHOT_AFTER && !fails) fails += check_ps_snapshot(r, &L, id, params);
     }
     c->last_pull[id] = params[0];
-    fails += CASE_EXPECT(r, !fails && dmrt_ps_finish_pull(r, &L, 1, params) == 0, "finish_pull: %s", dmrt_rank_error(r));
+    fails += CASE_EXPECT(r, !fails && dmrt_ps_finish_pull(r, &L, params) == 0, "finish_pull: %s", dmrt_rank_error(r));
     const float want = 1000.0f - PS_STEPS * (PS_WORKERS * (PS_WORKERS + 1) / 2);
     for (int i = 0; i < PS_N && !fails; i++)
         fails += CASE_EXPECT(r, params[i] == want, "worker %d, element %d: final %g, want %g", id, i, params[i], want);
@@ -155,7 +186,7 @@ static void test_ps(void) {
             for (int w = 0; w < PS_WORKERS; w++) EXPECT(c.last_pull[w] == final, "synchronous worker %d: %g", w, c.last_pull[w]);
         else
             EXPECT(c.last_pull[0] > final, "asynchronous: worker 0's last pull %g already final", c.last_pull[0]);
-        printf("parameter servers, %s: the final parameters hold every push: %s\n",
+        printf("parameter servers, %s: a snapshot and the final parameters hold every push before them: %s\n",
                staleness < 0 ? "synchronous" : "asynchronous (bound 1)", rc ? "FAILED" : "ok");
     }
 }

@@ -138,7 +138,8 @@ CASES = [
      ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2", "--compress", "topk:0.1"], None),
     # parameter servers: the workers' params and grads staged to the host servers, which run
     # the C dialect's update; synchronous and asynchronous
-    ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2"], None),
+    # (and their checkpoints: the snapshot's parameters staged into device memory)
+    ("mlp-data2-ps", "examples/mlp.dm", SMALL_MLP, "data=2", ["--param-servers", "2", "--checkpoint", "ckpt-ps"], None),
     ("gpt-data2-ps-stale", "examples/gpt.dm", TINY_GPT, "data=2", ["--param-servers", "1", "--ps-staleness", "1"], None),
     ("mlp-data2-ps-stale-fp16", "examples/mlp.dm", SMALL_MLP, "data=2",
      ["--param-servers", "2", "--ps-staleness", "1", "--precision", "fp16"], None),

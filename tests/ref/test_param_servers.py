@@ -33,6 +33,14 @@ Oracles:
     the program updates: they decayed it on every update), and asynchronous servers
     (staleness 1) leave it at its initial value too; --explain=json counts only the
     updated parameters' traffic;
+  - checkpoints (the servers' parameters, optimizer state and update count, read back at
+    a snapshot every worker asks for after the same step): the synchronous servers'
+    checkpoints hold the allreduce's tensors byte for byte (AdamW, and fp16 with its loss
+    scaler); resuming one ends on the uninterrupted run's weights byte for byte, on the
+    same servers, on 3 servers, and on allreduce data parallelism (and the reverse);
+    asynchronous servers' checkpoints count every push as an update ("dmc.ps_updates"),
+    a resumed run counts on from it, and with staleness 0 and plain SGD a run resumed from
+    step 5 ends on PyTorch's weights (a push missing from the snapshot would show);
   - what is refused: a mesh with another axis, --ps-staleness alone, --trace.
 
 usage: test_param_servers.py DMC SOURCE_ROOT
@@ -284,6 +292,94 @@ def check_fp16_asynchronous(dmc, src_path, sgd_path, tmp, common, np, stio):
           "%d steps (to %g); skipped pushes counted, not applied; bound 1 held on 4 workers" % (skipped, FP16_WEIGHT_ATOL))
 
 
+def checkpoint_tensors(stio, directory, step):
+    """(the tensors, the metadata) of directory's checkpoint of step"""
+    path = os.path.join(directory, "step-%08d.safetensors" % step)
+    return stio.load(path), stio.load_metadata(path)
+
+
+def same_tensors(np, label, got, want):
+    if sorted(got) != sorted(want):
+        raise Failure("%s: tensors %s, expected %s" % (label, sorted(got), sorted(want)))
+    for name in want:
+        if not np.array_equal(got[name], want[name]):
+            raise Failure("%s: %s differs (max |difference| %g)" % (label, name, np.abs(got[name] - want[name]).max()))
+
+
+def check_checkpoints(dmc, src, sgd_path, tmp, common, sync_weights, np, stio, sgd_final):
+    """Checkpoints of the servers' state: synchronous = allreduce, byte for byte; resumed runs
+    end where the uninterrupted ones do; asynchronous servers' update counts."""
+    half = STEPS // 2
+    steps = ["--steps", str(STEPS), "--checkpoint-every", str(half)]
+    dirs = {}
+    for name, mesh in (("allreduce", []), ("servers", ["--param-servers", "2"])):
+        dirs[name] = os.path.join(tmp, "ckpt-" + name)
+        run(dmc, src, tmp, common + ["--mesh", "data=2"] + mesh + steps + ["--checkpoint", dirs[name]])
+    for step in (half, STEPS):
+        (ar, ar_meta), (ps, ps_meta) = (checkpoint_tensors(stio, dirs[n], step) for n in ("allreduce", "servers"))
+        if not any(n.endswith(".exp_avg_sq") for n in ps):
+            raise Failure("servers' checkpoint of step %d: no optimizer state in %s" % (step, sorted(ps)))
+        same_tensors(np, "the servers' checkpoint of step %d against the allreduce's" % step, ps, ar)
+        if ps_meta.get("dmc.ps_updates") != str(step) or ps_meta.get("dmc.step") != str(step):
+            raise Failure("servers' checkpoint of step %d: dmc.step %s, dmc.ps_updates %s" % (
+                step, ps_meta.get("dmc.step"), ps_meta.get("dmc.ps_updates")))
+    want = stio.load(sync_weights)
+    at = common.index("--init")
+    batches = common[:at] + common[at + 2:]  # a resumed run takes its parameters from the checkpoint
+    resumed_from = lambda name: ["--resume", os.path.join(dirs[name], "step-%08d.safetensors" % half)]
+    for label, mesh, source in (("servers from servers", ["--param-servers", "2"], "servers"),
+                                ("3 servers from 2", ["--param-servers", "3"], "servers"),
+                                ("servers from allreduce", ["--param-servers", "2"], "allreduce"),
+                                ("allreduce from servers", [], "servers")):
+        path = os.path.join(tmp, "resumed-%s.safetensors" % label.replace(" ", "-"))
+        run(dmc, src, tmp, batches + ["--mesh", "data=2"] + mesh + ["--steps", str(STEPS)] + resumed_from(source) +
+            ["--save", path])
+        same_tensors(np, "resumed at step %d, %s, against the uninterrupted run" % (half, label), stio.load(path), want)
+    print("synchronous servers' checkpoints: the allreduce's tensors byte for byte (parameters, AdamW's state); "
+          "resumed on 2 or 3 servers or on the allreduce (and the reverse): the uninterrupted weights, byte for byte")
+
+    # fp16: the loss scaler's state beside the servers'
+    scaler = ["--precision", "fp16", "--loss-scale", "2097152", "--loss-scale-interval", "2"]
+    for name, mesh in (("allreduce", []), ("servers", ["--param-servers", "2"])):
+        dirs[name] = os.path.join(tmp, "ckpt-fp16-" + name)
+        run(dmc, src, tmp, common + scaler + ["--mesh", "data=2"] + mesh + steps + ["--checkpoint", dirs[name]])
+    (ar, ar_meta), (ps, ps_meta) = (checkpoint_tensors(stio, dirs[n], half) for n in ("allreduce", "servers"))
+    same_tensors(np, "fp16: the servers' checkpoint against the allreduce's", ps, ar)
+    scale_keys = [k for k in ar_meta if k.startswith("dmc.loss_scale")]
+    if len(scale_keys) != 4 or any(ps_meta.get(k) != ar_meta[k] for k in scale_keys) or ps_meta.get("dmc.ps_updates") is None:
+        raise Failure("fp16: the servers' checkpoint's metadata %s, the allreduce's %s" % (ps_meta, ar_meta))
+
+    # asynchronous: every push an update, counted on by a resumed run
+    async_dir = os.path.join(tmp, "ckpt-async")
+    run(dmc, src, tmp, common + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1", "--steps", "6",
+                                 "--checkpoint-every", "2", "--checkpoint", async_dir])
+    for step in (2, 4, 6):
+        tensors, meta = checkpoint_tensors(stio, async_dir, step)
+        if meta.get("dmc.ps_updates") != str(4 * step) or not all(np.isfinite(t).all() for t in tensors.values()):
+            raise Failure("asynchronous checkpoint of step %d: dmc.ps_updates %s, expected %d (4 workers' pushes)"
+                          % (step, meta.get("dmc.ps_updates"), 4 * step))
+    resumed_dir = os.path.join(tmp, "ckpt-async-resumed")
+    out = run(dmc, src, tmp, batches + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1", "--steps", "6",
+                                        "--resume", os.path.join(async_dir, "step-%08d.safetensors" % 2),
+                                       "--checkpoint", resumed_dir])
+    _, meta = checkpoint_tensors(stio, resumed_dir, 6)
+    if meta.get("dmc.ps_updates") != "24" or any(int(u) != 16 for _, _, u, _, _, _, _ in servers_of(out, 3)):
+        raise Failure("asynchronous servers resumed at step 2: dmc.ps_updates %s (expected 24), reports:\n%s"
+                      % (meta.get("dmc.ps_updates"), out))
+    # staleness 0, plain SGD: a snapshot holds every push (one missing would be lr x a gradient off)
+    sgd_dir = os.path.join(tmp, "ckpt-async0")
+    async0 = ["--mesh", "data=2", "--param-servers", "2", "--ps-staleness", "0"]
+    run(dmc, sgd_path, tmp, common + async0 + ["--steps", str(half), "--checkpoint", sgd_dir])
+    path = os.path.join(tmp, "async0-resumed.safetensors")
+    run(dmc, sgd_path, tmp, batches + async0 + ["--steps", str(STEPS), "--save", path,
+                                               "--resume", os.path.join(sgd_dir, "step-%08d.safetensors" % half)])
+    test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD, resumed at step %d" % half, stio.load(path),
+                           sgd_final, WEIGHT_ATOL, 0.0)
+    print("fp16: the servers' checkpoint is the allreduce's, loss scaler included; asynchronous servers' checkpoints "
+          "count every push, a resumed run counts on (24 after 6 steps of 4 workers), and staleness 0 resumed at "
+          "step %d ends on PyTorch's SGD weights to %g" % (half, WEIGHT_ATOL))
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     dmcrun.require_target()  # the GPU suite's run (DMC_TEST_TARGET=cuda) needs a GPU
@@ -316,6 +412,7 @@ def run_checks(dmc, root, np, torch):
             test_mlp.check_tensors(np, "asynchronous servers, staleness 0, SGD%s" % (" (MPI)" if backend else ""),
                                    stio.load(out_path), final, WEIGHT_ATOL, 0.0)
         print("asynchronous servers, staleness 0: PyTorch's SGD weights to %g (an update per push)" % WEIGHT_ATOL)
+        check_checkpoints(dmc, src_path, sgd_path, tmp, common, sync_weights, np, stio, final)
 
         # asynchronous, bound 1, 4 workers: the bound holds in every server's report
         out = run(dmc, src_path, tmp, common + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1",
