@@ -7,7 +7,7 @@
 # --predict runs per mode, the modes in turn in each round, the median printed; default 7),
 # THREADS (the programs' --threads, default 1), DMC_DATA_DIR (the trainer's default data
 # directory), FORTUNES (the GPT's corpus, default /usr/share/games/fortunes/cookie; absent:
-# no GPT rows).
+# no GPT rows), SKIP_MLP=1 (the GPT's rows alone).
 #
 # mlp.dm is trained once in fp32 (EPOCHS, SEED) and saved; then each mode is a program built
 # once (dmc run --keep; fp32 is the same model without --quantize) that
@@ -66,6 +66,7 @@ refused() { # mode $1, which dmc --check refused in $tmp/check.out
     esac
 }
 
+if [ "${SKIP_MLP:-0}" != 1 ]; then # (SKIP_MLP=1: the GPT rows alone)
 # the mlp trained once, in fp32
 # shellcheck disable=SC2086
 "$dmc" run "$root/examples/mlp.dm" --epochs "$epochs" --seed "$seed" --quiet --save "$tmp/fp32.safetensors" $data >/dev/null
@@ -119,6 +120,7 @@ for mode in fp32 int8-weights int4-weights:64 int4-weights:128 int8; do
         -v t="$(median <"$tmp/$mode.times")" -v t0="$fp32_time" \
         'BEGIN { printf "%-16s %-9s %+-8.2f %9d (%.3f) %8.4f (%.2f)\n", m, a, 100 * (a - a0), s, s / s0, t, t / t0 }'
 done
+fi
 
 [ -r "$fortunes" ] || { echo "GPT: no corpus $fortunes: skipped"; exit 0; }
 gpt="$root/examples/gpt.dm"

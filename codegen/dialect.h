@@ -237,6 +237,9 @@ typedef struct cg_quant_gemm {
     const char *a, *c, *w_f32;
     const char *b;                                  /* the f32 weight as the phase names it (a local) */
     int accumulate;
+    /* cols > 0: the product reads columns [col0, col0 + cols) of the weight's [k, n] alone
+     * (a window: passes/quantize.c); 0: the whole */
+    int64_t col0, cols;
 } cg_quant_gemm;
 
 /* Magnitude pruning after a weight's update (emit_prune.c): weight's n elements whose mask

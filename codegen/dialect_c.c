@@ -241,7 +241,15 @@ static void c_gemm(cg_writer *w, const cg_gemm *k) {
  * (gemm_quant.c, gemm_int8.c). */
 static void c_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
     const char *beta = k->accumulate ? "1.0f" : "0.0f";
-    if (k->activations)
+    if (k->cols > 0 && k->activations)
+        cg_line(w, "dmrt_gemm_i8_window_split(ctx->threads, &ctx->quant[%d], %s, %lld, %lld, %lld, %s, %lld, %s, %s, %lld);",
+                k->slot, k->w_f32, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda, beta,
+                k->c, (long long)k->ldc);
+    else if (k->cols > 0)
+        cg_line(w, "dmrt_gemm_wq_window_split(ctx->threads, &ctx->quant[%d], %lld, %lld, %lld, %s, %lld, %s, %s, %lld);",
+                k->slot, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda, beta, k->c,
+                (long long)k->ldc);
+    else if (k->activations)
         cg_line(w, "dmrt_gemm_i8_split(ctx->threads, &ctx->quant[%d], %s, %lld, %s, %lld, %s, %s, %lld);", k->slot, k->w_f32,
                 (long long)k->m, k->a, (long long)k->lda, beta, k->c, (long long)k->ldc);
     else

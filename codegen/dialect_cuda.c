@@ -132,7 +132,15 @@ static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
 static void cuda_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
     char call[1024], weight[160];
     snprintf(weight, sizeof weight, "&ctx->quant[%d], ctx->quant_data[%d], ctx->quant_scale[%d]", k->slot, k->slot, k->slot);
-    if (k->activations)
+    if (k->cols > 0 && k->activations) /* a window: b is its first column in the parameter */
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_i8_window(ctx->gpu, %s, %s, ctx->quant_work, %lld, %lld, %lld, %s, %lld, %s, %s, %lld",
+                 weight, k->b, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda,
+                 k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+    else if (k->cols > 0)
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_wq_window(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, %lld, %s, %s, %lld", weight,
+                 k->b, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda,
+                 k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+    else if (k->activations)
         snprintf(call, sizeof call, "dmrt_gpu_gemm_i8(ctx->gpu, %s, %s, ctx->quant_work, %lld, %s, %lld, %s, %s, %lld", weight,
                  k->b, (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
     else

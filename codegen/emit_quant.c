@@ -24,7 +24,7 @@ static int reads_weight(const emitter *E, const ir_value *v) { return dm_quantiz
 static void product_shape(const emitter *E, int w, int transposed, int64_t *k, int64_t *n) {
     const ir_type *t = T(E, w);
     *k = t->shape[transposed ? 1 : 0];
-    *n = t->shape[transposed ? 0 : 1];
+    *n = ir_numel(t) / *k; /* a weight of more dims: [its first dim, the rest] */
 }
 
 void quant_mark(emitter *E) {
@@ -43,8 +43,9 @@ void quant_mark(emitter *E) {
     /* a weight read transposed is read so by every product that quantizes it (passes/quantize.c) */
     for (int i = 0; i < g->n_values; i++)
         if (reads_weight(E, V(E, i))) {
-            E->quant_slot[V(E, i)->operands[1]] = 0;
-            transposed[V(E, i)->operands[1]] = (char)V(E, i)->trans_b;
+            int w = dm_quantized_weight_of(g, V(E, i));
+            E->quant_slot[w] = 0;
+            transposed[w] = (char)V(E, i)->trans_b;
         }
     for (int p = 0; p < g->n_params; p++)
         if (E->quant_slot[g->params[p]] == 0) {
@@ -58,9 +59,10 @@ void quant_mark(emitter *E) {
     for (int i = 0; i < g->n_values; i++)
         if (E->quant_slot[i] == 0 && V(E, i)->role != ROLE_PARAM) E->quant_slot[i] = -1;
     for (int i = 0; i < g->n_values && E->dialect->quant_work_bytes; i++) {
-        if (!reads_weight(E, V(E, i)) || E->quant_slot[V(E, i)->operands[1]] < 0) continue;
-        int64_t k, n;
-        product_shape(E, V(E, i)->operands[1], V(E, i)->trans_b, &k, &n);
+        if (!is_quant_product(E, V(E, i))) continue;
+        int64_t k, n, col0;
+        product_shape(E, dm_quantized_weight_of(g, V(E, i)), V(E, i)->trans_b, &k, &n);
+        (void)dm_quantized_window(g, V(E, i), &col0, &n); /* the columns it reads */
         int64_t m = ir_numel(T(E, i)) / n;
         int64_t bytes = E->dialect->quant_work_bytes(E->quant_act, m, k, n);
         if (bytes > E->quant_work_bytes) E->quant_work_bytes = bytes;
@@ -278,18 +280,29 @@ void emit_quant_descriptor(emitter *E) {
 }
 
 int is_quant_product(const emitter *E, const ir_value *v) {
-    return reads_weight(E, v) && E->quant_slot[v->operands[1]] >= 0;
+    return reads_weight(E, v) && E->quant_slot[dm_quantized_weight_of(E->g, v)] >= 0;
 }
 
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {
     if (!is_quant_product(E, v)) return 0;
-    int j = E->quant_slot[v->operands[1]];
+    int j = E->quant_slot[dm_quantized_weight_of(E->g, v)];
+    int64_t col0, cols;
+    int window = dm_quantized_window(E->g, v, &col0, &cols) == 1;
     char w_f32[96];
     /* the f32 weight: what the calibration's f32 forward multiplies (none held narrow only) */
     if (quant_narrow_slot(E, E->quant_param[j]) >= 0) snprintf(w_f32, sizeof w_f32, "NULL");
+    else if (window)
+        snprintf(w_f32, sizeof w_f32, "ctx->params + ctx->param_offsets[%d] + %lld", E->quant_param[j], (long long)col0);
     else snprintf(w_f32, sizeof w_f32, "ctx->params + ctx->param_offsets[%d]", E->quant_param[j]);
     cg_quant_gemm q = {.slot = j, .activations = E->quant_act, .m = k->m, .lda = k->lda, .ldc = k->ldc, .a = k->a,
-                       .c = k->c, .w_f32 = w_f32, .b = k->b, .accumulate = k->accumulate};
+                       .c = k->c, .w_f32 = w_f32, .b = k->b, .accumulate = k->accumulate,
+                       .col0 = window ? col0 : 0, .cols = window ? cols : 0};
+    if (window) {
+        int64_t rows, n;
+        product_shape(E, E->g->params[E->quant_param[j]], 0, &rows, &n);
+        cg_line(&E->w, "/* its columns %lld to %lld of %s's narrow [%lld, %lld] */", (long long)col0, (long long)(col0 + cols),
+                V(E, E->g->params[E->quant_param[j]])->name, (long long)rows, (long long)n);
+    }
     E->dialect->quant_gemm(&E->w, &q);
     return 1;
 }

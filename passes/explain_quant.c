@@ -25,7 +25,8 @@ typedef struct quant_sizes {
     int64_t narrow_bytes;    /* the weights' integers and scales */
     int64_t param_bytes;     /* every parameter as the --save-quantized file holds it */
     int64_t param_bytes_f32; /* every parameter in f32 */
-    int64_t widening_bytes;  /* the largest quantized weight in f32: a product thread's buffer (not int8) */
+    int64_t widening_bytes;  /* the most a product widens (a weight, or a window of its columns) in f32: a
+                              * product thread's buffer (not int8) */
     int64_t activation_bytes;/* int8: the largest product's input in int8 and its int32 sums (a thread's) */
     int64_t f32_peak;        /* the tracked peak (the memory plan's): the f32 parameters kept and the forward's buffers */
 } quant_sizes;
@@ -42,15 +43,18 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
     if (!narrow || !q->weights) abort();
     int64_t qa = 0, acc = 0; /* int8: runtime/gemm_int8.c's buffers grow to the largest call's */
     for (int i = 0; i < g->n_values; i++) {
+        int64_t col0, n; /* the columns of the weight's [k, n] the product reads */
+        if (dm_quantized_window(g, g->values[i], &col0, &n) < 0) continue;
         int w = dm_quantized_weight_of(g, g->values[i]);
-        if (w < 0) continue;
         const int tr = g->values[i]->trans_b;
         narrow[w] = (char)(1 + tr);
         const ir_type *wt = &g->values[w]->type;
-        const int64_t k = wt->shape[tr ? 1 : 0], n = wt->shape[tr ? 0 : 1]; /* the product's [k, n] */
+        const int64_t k = wt->shape[tr ? 1 : 0];
         int64_t m = ir_numel(&g->values[i]->type) / n;
         if (m * k > qa) qa = m * k;
         if (m * n * 4 > acc) acc = m * n * 4;
+        /* the weight-only modes widen what the product reads (gemm_quant.c) */
+        if (k * n * 4 > q->widening_bytes && !g->quantize_activations) q->widening_bytes = k * n * 4;
     }
     if (g->quantize_activations) q->activation_bytes = qa + acc;
     for (int p = 0; p < g->n_params; p++) {
@@ -65,7 +69,7 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         w->value = g->params[p];
         const int tr = narrow[g->params[p]] == 2; /* stored as the product's [k, n]: the transpose */
         w->rows = v->type.shape[tr ? 1 : 0];
-        w->cols = v->type.shape[tr ? 0 : 1];
+        w->cols = ir_numel(&v->type) / w->rows; /* [its first dim, the rest] */
         w->transposed = tr;
         w->f32_copy = !dm_weight_held_narrow(g, g->params[p]);
         q->held_narrow += !w->f32_copy;
@@ -73,7 +77,6 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         w->scale_bytes = (dmrt_qweight_scale_count(w->rows, w->cols, group_of(g, w->rows)) + (g->quantize_activations ? 1 : 0)) * 4;
         q->narrow_bytes += w->data_bytes + w->scale_bytes;
         q->param_bytes += w->data_bytes + w->scale_bytes;
-        if (f32 > q->widening_bytes && !g->quantize_activations) q->widening_bytes = f32;
     }
     free(narrow);
     dm_memory_peak pk;
@@ -157,14 +160,14 @@ void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
     else if (q.held_narrow)
         fprintf(out, "  the program allocates %s: the tracked peak %s above (the f32 parameters but the %d weight%s\n"
                      "  held narrow only, and one forward's activations: no gradients or optimizer state) + the\n"
-                     "  narrow weights %s + a widening buffer %s (the largest quantized weight in f32) per thread\n"
-                     "  that runs products (one in a serial program)\n",
+                     "  narrow weights %s + a widening buffer %s (the largest weight or window a product widens,\n"
+                     "  in f32) per thread that runs products (one in a serial program)\n",
                 total, peak, q.held_narrow, q.held_narrow == 1 ? "" : "s", narrow, widening);
     else
         fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32 and one\n"
                      "  forward's activations: no gradients or optimizer state) + the narrow weights %s + a widening\n"
-                     "  buffer %s (the largest quantized weight in f32) per thread that runs products (one in a serial\n"
-                     "  program)\n",
+                     "  buffer %s (the largest weight or window a product widens, in f32) per thread that runs\n"
+                     "  products (one in a serial program)\n",
                 total, peak, narrow, widening);
     /* the peak above and `dmc run --memory` count the context's tracked buffers; the narrow
      * weights (dmrt_qweight_init) and the products' buffers are allocated untracked */

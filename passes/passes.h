@@ -439,10 +439,19 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast);
 
 /* --quantize (docs/compression.md, quantize.c): the parameter that forward product v reads
  * as its right operand (x @ weight, both f32; or x @ transpose(weight) where every forward
- * reader of the weight is such a product: v->trans_b says which), which a quantized
- * program stores narrow as the product's [k, n] (codegen/emit_quant.c) and --explain sizes
- * (explain_quant.c); -1 for any other v. */
+ * reader of the weight is such a product: v->trans_b says which; or x @ a window of
+ * weight's columns, below), which a quantized program stores narrow as the product's
+ * [k, n] (codegen/emit_quant.c; a weight of more dims as [its first dim, the rest]) and
+ * --explain sizes (explain_quant.c); -1 for any other v. */
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v);
+/* For such a product: 1 when it reads a window of the weight's columns, [*col0, *col0 +
+ * *cols) of its [k, n] (gpt.dm's q, k and v: reshape(slice(c_attn, 1, P, P + 1), [C, C]) of
+ * the [C, 3, C] weight, columns P C to (P + 1) C), 0 when it reads the whole (*col0 0, *cols
+ * n), -1 when it quantizes none. */
+int dm_quantized_window(const ir_graph *g, const ir_value *v, int64_t *col0, int64_t *cols);
+/* Whether value id is a slice of a weight that only quantized products read (their column
+ * windows): it is no copy (passes/slice_views.c), as they read the narrow weight. */
+int dm_quantized_window_view(const ir_graph *g, int id);
 /* Whether parameter value w is held narrow only, without an f32 copy: g->quantize_narrow_only
  * and every op reading it a product that quantizes it (a weight something else reads, a
  * penalty in the loss, keeps its f32 copy). */

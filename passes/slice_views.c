@@ -12,9 +12,11 @@
  *     takes an operand's rows any distance apart (lda, ldb: ir_rows_apart).
  * Only windows of a parameter itself: it lives through the step and nothing writes it
  * before the update, so a view of it reads the same numbers the copy held; a window of an
- * activation would keep the whole activation alive for the window's readers instead. Not
- * for --quantize, whose products read their weight from its narrow copy; strided windows
- * only where products are f32 (a 16-bit product reads a cast of the window).
+ * activation would keep the whole activation alive for the window's readers instead.
+ * Under --quantize, a window that only quantized products read is no copy either: they
+ * read its columns of the narrow weight (dm_quantized_window_view), and there may be no
+ * f32 weight to copy from; other windows are copies there. Strided windows only where
+ * products are f32 (a 16-bit product reads a cast of the window).
  *
  * requires: the final graph (after pass_precision); sets slice_view and slice_rows_apart;
  * changes nothing else. */
@@ -46,6 +48,11 @@ static int only_products_read(const ir_graph *g, int id, int64_t rows, int64_t c
 static int reads_in_place(const ir_graph *g, const ir_value *v, int64_t *rows_apart) {
     if (v->op != OP_SLICE || v->role != ROLE_TEMP) return 0;
     const ir_value *p = g->values[v->operands[0]];
+    if (dm_quantized_window_view(g, v->id)) { /* --quantize: its products read the narrow weight's columns */
+        int64_t first, rows, cols;
+        ir_type whole = ir_local_type(g, &p->type), piece = ir_local_type(g, &v->type);
+        return dm_window_layout(&whole, &piece, v->axis, v->offset, &first, &rows, &cols, rows_apart);
+    }
     if (p->op != OP_PARAM || p->role != ROLE_PARAM || p->type.dtype != v->type.dtype || v->type.rank == 0 ||
         p->type.split[v->axis] != IR_REPLICATED)
         return 0;

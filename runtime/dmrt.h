@@ -297,6 +297,11 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
  * multiplied by dmrt_sgemm_split on `threads` threads (1: dmrt_sgemm). */
 void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
                         float *c, int64_t ldc);
+/* The same of columns [col0, col0 + cols) of W alone (C[m, cols]): a product reading a
+ * window of the weight's columns (gpt.dm's q, k and v, each C columns of its [C, 3C]
+ * c_attn), only those widened. A weight read transposed has no window. */
+void dmrt_gemm_wq_window_split(int threads, const dmrt_qweight *q, int64_t col0, int64_t cols, int64_t m,
+                               const float *a, int64_t lda, float beta, float *c, int64_t ldc);
 
 /* ---- int8 products (--quantize int8: gemm_int8.c) ----
  * C[m, n] = A[m, k] W[k, n] + beta C (beta 0 or 1) with int8 operands: q_x as above, W
@@ -309,6 +314,11 @@ void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const flo
  * (the f32 forward). threads: as dmrt_gemm_wq_split's. */
 void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
                         int64_t lda, float beta, float *c, int64_t ldc);
+/* The same of columns [col0, col0 + cols) of W alone (C[m, cols]; w_f32 the window's first
+ * column in the f32 parameter, its rows q->cols apart): the window's integers copied
+ * together into the calling thread's buffer. */
+void dmrt_gemm_i8_window_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t col0, int64_t cols,
+                               int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc);
 /* The int32 accumulations alone: acc[m, n] = qa[m, k] qw[k, n] (row-major, contiguous);
  * by oneDNN when it can (1 returned), else plain C (0). */
 int dmrt_gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t *qa, const int8_t *qw, int32_t *acc);

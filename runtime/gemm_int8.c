@@ -292,38 +292,44 @@ int dmrt_gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t *qa, const i
 
 /* ---- the product ----------------------------------------------------------------------------- */
 
-/* Rows [r0, r1) of C: quantize, multiply, scale back. */
-static void product_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, const float *a, int64_t lda, float beta,
-                         float *c, int64_t ldc) {
-    int64_t m = r1 - r0, k = q->rows, n = q->cols;
+/* Rows [r0, r1) of C: quantize, multiply qw (k x n, contiguous: the weight's columns the
+ * product reads), scale back with those columns' scales. */
+static void product_rows(const dmrt_qweight *q, const int8_t *qw, const float *scale, int64_t n, int64_t r0, int64_t r1,
+                         const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    int64_t m = r1 - r0, k = q->rows;
     i8_state *s = this_thread_state((size_t)(m * k), (size_t)(m * n));
     for (int64_t i = 0; i < m; i++) dmrt_quantize_activations(a + (r0 + i) * lda, k, q->input_scale, s->qa + i * k);
-    s8s8s32_on(s, m, n, k, s->qa, (const int8_t *)q->data, s->acc);
+    s8s8s32_on(s, m, n, k, s->qa, qw, s->acc);
     for (int64_t i = 0; i < m; i++) {
         float *row = c + (r0 + i) * ldc;
         const int32_t *acc = s->acc + i * n;
         if (beta == 0.0f) {
             SIMD_LOOP
-            for (int64_t j = 0; j < n; j++) row[j] = (float)acc[j] * (q->input_scale * q->scale[j]);
+            for (int64_t j = 0; j < n; j++) row[j] = (float)acc[j] * (q->input_scale * scale[j]);
         } else {
             SIMD_LOOP
-            for (int64_t j = 0; j < n; j++) row[j] += (float)acc[j] * (q->input_scale * q->scale[j]);
+            for (int64_t j = 0; j < n; j++) row[j] += (float)acc[j] * (q->input_scale * scale[j]);
         }
     }
 }
 
-void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
-                        int64_t lda, float beta, float *c, int64_t ldc) {
+void dmrt_gemm_i8_window_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t col0, int64_t cols,
+                               int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    if (col0 < 0 || cols <= 0 || col0 + cols > q->cols || (q->transposed && cols != q->cols)) {
+        fprintf(stderr, "dmrt_gemm_i8: columns %lld to %lld of a weight of %lld%s\n", (long long)col0,
+                (long long)(col0 + cols), (long long)q->cols, q->transposed ? ", read transposed (no window)" : "");
+        abort();
+    }
     if (m <= 0) return;
     if (q->calib) {
         dmrt_act_stats_record(q->calib, m, a, lda, q->rows);
-        /* w_f32 is the parameter: [k, n], or [n, k] read transposed */
+        /* w_f32 is the parameter: [k, n] (a window: at its first column), or [n, k] read transposed */
         const int tb = q->transposed;
         const int64_t ldb = tb ? q->rows : q->cols;
         if (threads > 1)
-            dmrt_sgemm_split(threads, 0, tb, m, q->cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
+            dmrt_sgemm_split(threads, 0, tb, m, cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
         else
-            dmrt_sgemm(0, tb, m, q->cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
+            dmrt_sgemm(0, tb, m, cols, q->rows, 1.0f, a, lda, w_f32, ldb, beta, c, ldc);
         return;
     }
     if (!(q->input_scale > 0.0f) || q->bits != 8 || (beta != 0.0f && beta != 1.0f)) {
@@ -332,8 +338,20 @@ void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, 
                                                                       : "the product's input scale was never calibrated");
         abort();
     }
+    /* a window's columns copied together (the calling thread's buffer, read by every panel) */
+    const int8_t *qw = (const int8_t *)q->data;
+    if (cols != q->cols) {
+        int8_t *window = (int8_t *)dmrt_thread_floats((size_t)((q->rows * cols + 3) / 4), "dmrt_gemm_i8");
+        for (int64_t r = 0; r < q->rows; r++) memcpy(window + r * cols, qw + r * q->cols + col0, (size_t)cols);
+        qw = window;
+    }
     int panels = threads > 1 ? (int)(m < threads ? m : threads) : 1;
     DMRT_PARALLEL_FOR(panels)
     for (int p = 0; p < panels; p++)
-        product_rows(q, m * p / panels, m * (p + 1) / panels, a, lda, beta, c, ldc);
+        product_rows(q, qw, q->scale + col0, cols, m * p / panels, m * (p + 1) / panels, a, lda, beta, c, ldc);
+}
+
+void dmrt_gemm_i8_split(int threads, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
+                        int64_t lda, float beta, float *c, int64_t ldc) {
+    dmrt_gemm_i8_window_split(threads, q, w_f32, 0, q->cols, m, a, lda, beta, c, ldc);
 }

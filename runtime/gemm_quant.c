@@ -118,15 +118,37 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
 /* the calling thread's buffer of at least count floats (thread_floats.c) */
 static float *thread_buffer(size_t count) { return dmrt_thread_floats(count, "dmrt_gemm_wq"); }
 
-void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
-                        float *c, int64_t ldc) {
-    float *w = thread_buffer((size_t)(q->rows * q->cols));
+/* Columns [col0, col0 + cols) of row r of q, dequantized into w: dmrt_dequantize_rows's
+ * values of those columns. */
+static void dequantize_row_window(const dmrt_qweight *q, int64_t r, int64_t col0, int64_t cols, float *w) {
+    const float *scale = q->scale + (r / q->group) * q->cols + col0;
+    if (q->bits == 8) {
+        const int8_t *src = (const int8_t *)q->data + r * q->cols + col0;
+        for (int64_t c = 0; c < cols; c++) w[c] = (float)src[c] * scale[c];
+    } else {
+        for (int64_t c = 0; c < cols; c++) w[c] = (float)q_at(q, r, col0 + c) * scale[c];
+    }
+}
+
+void dmrt_gemm_wq_window_split(int threads, const dmrt_qweight *q, int64_t col0, int64_t cols, int64_t m,
+                               const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    if (col0 < 0 || cols <= 0 || col0 + cols > q->cols || (q->transposed && cols != q->cols)) {
+        fprintf(stderr, "dmrt_gemm_wq: columns %lld to %lld of a weight of %lld%s\n", (long long)col0,
+                (long long)(col0 + cols), (long long)q->cols, q->transposed ? ", read transposed (no window)" : "");
+        abort();
+    }
+    float *w = thread_buffer((size_t)(q->rows * cols));
     int workers = threads > 1 ? threads : 1;
     (void)workers; /* unused without OpenMP */
     DMRT_PARALLEL_FOR(workers)
-    for (int64_t r = 0; r < q->rows; r++) dmrt_dequantize_rows(q, r, r + 1, w + r * q->cols);
+    for (int64_t r = 0; r < q->rows; r++) dequantize_row_window(q, r, col0, cols, w + r * cols);
     if (threads > 1)
-        dmrt_sgemm_split(threads, 0, 0, m, q->cols, q->rows, 1.0f, a, lda, w, q->cols, beta, c, ldc);
+        dmrt_sgemm_split(threads, 0, 0, m, cols, q->rows, 1.0f, a, lda, w, cols, beta, c, ldc);
     else
-        dmrt_sgemm(0, 0, m, q->cols, q->rows, 1.0f, a, lda, w, q->cols, beta, c, ldc);
+        dmrt_sgemm(0, 0, m, cols, q->rows, 1.0f, a, lda, w, cols, beta, c, ldc);
+}
+
+void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
+                        float *c, int64_t ldc) {
+    dmrt_gemm_wq_window_split(threads, q, 0, q->cols, m, a, lda, beta, c, ldc);
 }

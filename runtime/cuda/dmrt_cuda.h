@@ -146,7 +146,8 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
     "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_ps_finish_pull dmrt_gpu_prune "          \
     "dmrt_gpu_ps_start dmrt_gpu_ps_snapshot "                                                  \
     "dmrt_gpu_prune_heads "                                                                    \
-    "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
+    "dmrt_gpu_xent_stats_split dmrt_gpu_gemm_i8 dmrt_gpu_gemm_i8_window "                      \
+    "dmrt_gpu_allreduce_start dmrt_gpu_allgather_start"
 
 /* ---- matrix products (cuBLAS) -------------------------------------------------------------
  *
@@ -461,6 +462,18 @@ int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, co
  * Synchronises only while calibrating. */
 int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
                      void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc);
+/* Both of columns [col0, col0 + cols) of W alone (C (m, cols)): a product reading a window
+ * of the weight's columns (gpt.dm's q, k and v of its [C, 3C] c_attn). w and w_f32 point
+ * at the window's first column in the f32 parameter (its rows q->cols apart): the
+ * weight-only one widens the whole weight into the parameter and multiplies the window's
+ * columns; int8 reads the window's integers in place, rows q->cols apart, and its scales
+ * from col0. A weight read transposed has no window. */
+int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w,
+                            int64_t col0, int64_t cols, int64_t m, const float *a, int64_t lda, float beta, float *c,
+                            int64_t ldc);
+int dmrt_gpu_gemm_i8_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale,
+                            const float *w_f32, void *work, int64_t col0, int64_t cols, int64_t m, const float *a,
+                            int64_t lda, float beta, float *c, int64_t ldc);
 
 /* ---- collectives on device buffers --------------------------------------------------------
  *

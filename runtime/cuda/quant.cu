@@ -30,17 +30,32 @@ __global__ static void widen_kernel(const uint8_t *data, const float *scale, flo
     }
 }
 
-int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
-                     const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+/* A window of columns [col0, col0 + cols) of q (cols q->cols: the whole): the arguments'
+ * check. */
+static int window_ok(const dmrt_qweight *q, int64_t col0, int64_t cols) {
+    return col0 >= 0 && cols > 0 && col0 + cols <= q->cols && (!q->transposed || cols == q->cols);
+}
+
+int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w,
+                            int64_t col0, int64_t cols, int64_t m, const float *a, int64_t lda, float beta, float *c,
+                            int64_t ldc) {
     GPU_ENTER(g);
-    ARG_CHECK(g, q && data && scale && w && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0);
+    ARG_CHECK(g, q && data && scale && w && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0 &&
+                     window_ok(q, col0, cols));
     if (m == 0) return DMRT_OK;
-    widen_kernel<<<gpu_blocks(q->rows * q->cols, 256), 256, 0, g->stream>>>(data, scale, w, q->bits, q->rows, q->cols,
-                                                                           q->group, q->transposed);
+    /* the whole weight widened into the parameter (w is the window's first column in it),
+     * the product reading the window's columns, rows q->cols apart */
+    widen_kernel<<<gpu_blocks(q->rows * q->cols, 256), 256, 0, g->stream>>>(data, scale, w - col0, q->bits, q->rows,
+                                                                           q->cols, q->group, q->transposed);
     LAUNCH_CHECK(g, "widen_kernel");
     /* w is the parameter's storage: [k, n], or [n, k] read transposed */
-    return dmrt_gpu_sgemm(g, 0, q->transposed, m, q->cols, q->rows, a, lda, w, q->transposed ? q->rows : q->cols, beta, c,
+    return dmrt_gpu_sgemm(g, 0, q->transposed, m, cols, q->rows, a, lda, w, q->transposed ? q->rows : q->cols, beta, c,
                           ldc, 1, 0, 0, 0);
+}
+
+int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
+                     const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    return dmrt_gpu_gemm_wq_window(g, q, data, scale, w, 0, q ? q->cols : 0, m, a, lda, beta, c, ldc);
 }
 
 /* ---- int8 -------------------------------------------------------------------------------- */
@@ -57,15 +72,15 @@ __global__ static void quantize_kernel(const float *a, int64_t lda, int64_t m, i
     }
 }
 
-/* acc[i, j] = sum over p of qa[i, p] qw[p, j] in int32: where cuBLAS does not take the
- * shape. Exact, so its order does not matter. */
-__global__ static void s8s8s32_kernel(const int8_t *qa, const int8_t *qw, int32_t *acc, int64_t m, int64_t n,
-                                      int64_t k) {
+/* acc[i, j] = sum over p of qa[i, p] qw[p, j] in int32 (qw's rows ldw apart): where cuBLAS
+ * does not take the shape. Exact, so its order does not matter. */
+__global__ static void s8s8s32_kernel(const int8_t *qa, const int8_t *qw, int64_t ldw, int32_t *acc, int64_t m,
+                                      int64_t n, int64_t k) {
     const int64_t count = m * n;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const int8_t *row = qa + (i / n) * k, *col = qw + i % n;
         int32_t sum = 0;
-        for (int64_t p = 0; p < k; p++) sum += (int32_t)row[p] * (int32_t)col[p * n];
+        for (int64_t p = 0; p < k; p++) sum += (int32_t)row[p] * (int32_t)col[p * ldw];
         acc[i] = sum;
     }
 }
@@ -85,30 +100,32 @@ __global__ static void scale_back_kernel(const int32_t *acc, const float *scale,
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* The int32 sums acc (m, n) = qa (m, k) qw (k, n), row-major and contiguous. cuBLAS's int8
- * GemmEx (CUBLAS_COMPUTE_32I) asks for dimensions and leading dimensions that are
- * multiples of 4 and aligned pointers; elsewhere, or where it refuses the call, the plain
- * kernel runs. Row-major acc is column-major acc^T = qw^T qa^T: the operands swapped. */
-static int s8s8s32(dmrt_gpu *g, const int8_t *qa, const int8_t *qw, int32_t *acc, int64_t m, int64_t n, int64_t k) {
-    const int fits = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
-                     aligned16(qa) && aligned16(qw) && aligned16(acc);
+/* The int32 sums acc (m, n) = qa (m, k) qw (k, n), row-major, qw's rows ldw apart (a
+ * window's columns), the others contiguous. cuBLAS's int8 GemmEx (CUBLAS_COMPUTE_32I)
+ * asks for dimensions and leading dimensions that are multiples of 4 and aligned pointers;
+ * elsewhere, or where it refuses the call, the plain kernel runs. Row-major acc is
+ * column-major acc^T = qw^T qa^T: the operands swapped. */
+static int s8s8s32(dmrt_gpu *g, const int8_t *qa, const int8_t *qw, int64_t ldw, int32_t *acc, int64_t m, int64_t n,
+                   int64_t k) {
+    const int fits = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && ldw % 4 == 0 && m <= INT_MAX && ldw <= INT_MAX &&
+                     k <= INT_MAX && aligned16(qa) && aligned16(qw) && aligned16(acc);
     if (fits) {
         const int32_t one = 1, zero = 0;
         cublasStatus_t st = cublasGemmEx(g->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, qw, CUDA_R_8I,
-                                         (int)n, qa, CUDA_R_8I, (int)k, &zero, acc, CUDA_R_32I, (int)n, CUBLAS_COMPUTE_32I,
-                                         CUBLAS_GEMM_DEFAULT);
+                                         (int)ldw, qa, CUDA_R_8I, (int)k, &zero, acc, CUDA_R_32I, (int)n,
+                                         CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
         if (st == CUBLAS_STATUS_SUCCESS) return DMRT_OK;
         (void)cudaGetLastError();
     }
-    s8s8s32_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(qa, qw, acc, m, n, k);
+    s8s8s32_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(qa, qw, ldw, acc, m, n, k);
     LAUNCH_CHECK(g, "s8s8s32_kernel");
     return DMRT_OK;
 }
 
 /* Calibration: A's |x| recorded on the host (its rows through pinned memory), then the f32
  * forward's product. */
-static int calibration_product(dmrt_gpu *g, const dmrt_qweight *q, const float *w_f32, int64_t m, const float *a,
-                               int64_t lda, float beta, float *c, int64_t ldc) {
+static int calibration_product(dmrt_gpu *g, const dmrt_qweight *q, const float *w_f32, int64_t col0, int64_t cols,
+                               int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
     ARG_CHECK(g, w_f32 != NULL);
     const size_t bytes = (size_t)((m - 1) * lda + q->rows) * sizeof(float);
     float *host = NULL;
@@ -117,29 +134,36 @@ static int calibration_product(dmrt_gpu *g, const dmrt_qweight *q, const float *
     if (rc == DMRT_OK) rc = dmrt_gpu_copy(g, host, a, bytes, DMRT_DEVICE_TO_HOST);
     if (rc != DMRT_OK) return rc;
     dmrt_act_stats_record(q->calib, m, host, lda, q->rows);
-    /* w_f32 is the parameter: [k, n], or [n, k] read transposed */
-    return dmrt_gpu_sgemm(g, 0, q->transposed, m, q->cols, q->rows, a, lda, w_f32, q->transposed ? q->rows : q->cols, beta,
-                          c, ldc, 1, 0, 0, 0);
+    /* w_f32 is the parameter: [k, n] (a window: at its first column), or [n, k] read transposed */
+    (void)col0;
+    return dmrt_gpu_sgemm(g, 0, q->transposed, m, cols, q->rows, a, lda, w_f32, q->transposed ? q->rows : q->cols, beta, c,
+                          ldc, 1, 0, 0, 0);
 }
 
-int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
-                     void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+int dmrt_gpu_gemm_i8_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale,
+                            const float *w_f32, void *work, int64_t col0, int64_t cols, int64_t m, const float *a,
+                            int64_t lda, float beta, float *c, int64_t ldc) {
     GPU_ENTER(g);
-    ARG_CHECK(g, q && data && scale && work && m >= 0 && (beta == 0.0f || beta == 1.0f));
+    ARG_CHECK(g, q && data && scale && work && m >= 0 && (beta == 0.0f || beta == 1.0f) && window_ok(q, col0, cols));
     if (m == 0) return DMRT_OK;
-    if (q->calib) return calibration_product(g, q, w_f32, m, a, lda, beta, c, ldc);
+    if (q->calib) return calibration_product(g, q, w_f32, col0, cols, m, a, lda, beta, c, ldc);
     if (q->bits != 8 || !(q->input_scale > 0.0f))
         return dmrt_gpu_fail(g, DMRT_ERR_ARG, __FILE__, __LINE__, "dmrt_gpu_gemm_i8: %s",
                              q->bits != 8 ? "the weight is not int8" : "the product's input scale was never calibrated");
-    const int64_t k = q->rows, n = q->cols;
+    const int64_t k = q->rows, n = cols;
     int8_t *qa = (int8_t *)work;
     int32_t *acc = (int32_t *)((char *)work + (m * k + 255) / 256 * 256);
     quantize_kernel<<<gpu_blocks(m * k, 256), 256, 0, g->stream>>>(a, lda, m, k, q->input_scale, qa);
     LAUNCH_CHECK(g, "quantize_kernel");
-    int rc = s8s8s32(g, qa, (const int8_t *)data, acc, m, n, k);
+    int rc = s8s8s32(g, qa, (const int8_t *)data + col0, q->cols, acc, m, n, k);
     if (rc != DMRT_OK) return rc;
-    scale_back_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(acc, scale, q->input_scale, c, ldc, m, n,
+    scale_back_kernel<<<gpu_blocks(m * n, 256), 256, 0, g->stream>>>(acc, scale + col0, q->input_scale, c, ldc, m, n,
                                                                      beta != 0.0f);
     LAUNCH_CHECK(g, "scale_back_kernel");
     return DMRT_OK;
+}
+
+int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
+                     void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
+    return dmrt_gpu_gemm_i8_window(g, q, data, scale, w_f32, work, 0, q ? q->cols : 0, m, a, lda, beta, c, ldc);
 }

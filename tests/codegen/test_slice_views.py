@@ -9,7 +9,8 @@ columns [P, P + w) of a parameter whose rows are n long has its rows n apart, so
 product reading it passes n as its lda or ldb; gpt.dm's q, k and v windows of the [C, 3, C]
 c_attn weight have rows 3C apart (3C / tensor on a tensor-split weight), forward and
 backward. A window read by anything but a product, a window of an activation, a window
-read by a cast (--precision bf16) and a product of a quantized weight keep their copies.
+read by a cast (--precision bf16) keep their copies; under --quantize the windows are no
+copies either, their products reading columns 0, C and 2C of the narrow c_attn.
 PyTorch checks the values (tests/ref/ops/slice_views.dm in ref-ops-pytorch, gpt.dm in
 ref-gpt-pytorch and the meshes of spmd-equivalence).
 
@@ -79,8 +80,14 @@ def body(check, dmc, root, tmp):
     code = generate(dmc, gpt, ["--set", dims, "--precision", "bf16"], os.path.join(tmp, "bf16"))
     check(not in_place(code, "h_0_attn_c_attn_weight") and len(in_place(code, "h_0_attn_c_attn_bias")) == 3,
           "gpt.dm bf16: the weight windows, read by casts, are copied; the bias windows are in place")
-    code = generate(dmc, gpt, ["--set", dims, "--quantize", "int8-weights"], os.path.join(tmp, "quant"))
-    check(not in_place(code, "h_0_attn_c_attn_weight"), "gpt.dm --quantize: the quantized weight's windows are copied")
+    # --quantize: the products read their columns of the narrow weight (passes/quantize.c)
+    for mode, call in (("int8-weights", "dmrt_gemm_wq_window_split"), ("int8", "dmrt_gemm_i8_window_split")):
+        code = generate(dmc, gpt, ["--set", dims, "--quantize", mode], os.path.join(tmp, "quant-" + mode))
+        windows = sorted(int(c0) for c0 in re.findall(r"%s\(ctx->threads, &ctx->quant\[0\], (?:[^,]+, )?(\d+), %d," % (call, C),
+                                                           code))
+        check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3 and windows == [0, C, 2 * C],
+              "gpt.dm --quantize %s: the weight windows no copies; its 3 products read columns %s of the narrow "
+              "weight by %s" % (mode, windows, call))
     code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
     check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3,
           "gpt.dm --target cuda: the weight windows in place, rows 3C apart")

@@ -5,7 +5,8 @@
  * dmrt_gemm_i8_split's f32 output bit for bit against the documented formula, beta 0 (C
  * holding NaN, not read) and 1, padded strides, on 1 and 3 threads. The path is the
  * process's (DMRT_INT8_GEMM, set per test by tests/runtime/meson.build): "onednn" where it
- * cannot run here exits 77 (skipped). */
+ * cannot run here exits 77 (skipped). dmrt_gemm_i8_window_split of a window of the
+ * weight's columns (gpt.dm's q, k, v of [C, 3C], and an odd one) against the same formula. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -66,22 +67,29 @@ static int check_accumulations(int64_t m, int64_t n, int64_t k, int fill, int wa
 }
 
 /* dmrt_gemm_i8_split against: q_x = clamp(round(x / s_x)), acc in int64, then
- * (float)acc * (s_x * s_w[j]) (+ C). */
-static int check_product(int threads, int64_t m, int64_t n, int64_t k, int64_t pad, float beta) {
+ * (float)acc * (s_x * s_w[j]) (+ C). cols > 0: dmrt_gemm_i8_window_split of the weight's
+ * columns [col0, col0 + cols) alone, against the same formula of those columns (C is
+ * m x cols). */
+static int check_product(int threads, int64_t m, int64_t n, int64_t k, int64_t pad, float beta, int64_t col0,
+                         int64_t cols) {
     int fails = 0;
+    const int64_t all = n; /* the weight's columns; n: those the product makes */
+    if (cols > 0) n = cols;
+    else col0 = 0;
     int64_t lda = k + pad, ldc = n + pad;
-    float *w = malloc((size_t)(k * n) * sizeof *w), *a = malloc((size_t)(m * lda) * sizeof *a);
+    float *w = malloc((size_t)(k * all) * sizeof *w), *a = malloc((size_t)(m * lda) * sizeof *a);
     float *c = malloc((size_t)(m * ldc) * sizeof *c), *c0 = malloc((size_t)(m * ldc) * sizeof *c0);
     int8_t *qx = malloc((size_t)k);
     dmrt_qweight q;
-    if (!w || !a || !c || !c0 || !qx || dmrt_qweight_init(&q, 8, k, n, k) != 0) abort();
-    for (int64_t i = 0; i < k * n; i++) w[i] = random_f(0.1f);
+    if (!w || !a || !c || !c0 || !qx || dmrt_qweight_init(&q, 8, k, all, k) != 0) abort();
+    for (int64_t i = 0; i < k * all; i++) w[i] = random_f(0.1f);
     for (int64_t i = 0; i < m * lda; i++) a[i] = random_f(3.0f);
     for (int64_t i = 0; i < m * ldc; i++) c0[i] = c[i] = beta == 0.0f ? NAN : random_f(1.0f);
     dmrt_quantize_weight(&q, w);
     q.quantize_input = 1;
     q.input_scale = 2.5f / 127.0f; /* some |x| past 2.5 clamp */
-    dmrt_gemm_i8_split(threads, &q, w, m, a, lda, beta, c, ldc);
+    if (cols > 0) dmrt_gemm_i8_window_split(threads, &q, w + col0, col0, cols, m, a, lda, beta, c, ldc);
+    else dmrt_gemm_i8_split(threads, &q, w, m, a, lda, beta, c, ldc);
     for (int64_t i = 0; i < m && !fails; i++) {
         for (int64_t p = 0; p < k; p++) {
             float v = nearbyintf(a[i * lda + p] / q.input_scale);
@@ -89,13 +97,13 @@ static int check_product(int threads, int64_t m, int64_t n, int64_t k, int64_t p
         }
         for (int64_t j = 0; j < n && !fails; j++) {
             int64_t acc = 0;
-            for (int64_t p = 0; p < k; p++) acc += (int64_t)qx[p] * ((const int8_t *)q.data)[p * n + j];
-            float want = (float)acc * (q.input_scale * q.scale[j]);
+            for (int64_t p = 0; p < k; p++) acc += (int64_t)qx[p] * ((const int8_t *)q.data)[p * all + col0 + j];
+            float want = (float)acc * (q.input_scale * q.scale[col0 + j]);
             if (beta != 0.0f) want = c0[i * ldc + j] + want;
             CHECK(memcmp(&want, &c[i * ldc + j], sizeof want) == 0,
-                  "threads %d, %lld x %lld x %lld, beta %g: C[%lld, %lld] = %.9g, want %.9g", threads, (long long)m,
-                  (long long)n, (long long)k, (double)beta, (long long)i, (long long)j, (double)c[i * ldc + j],
-                  (double)want);
+                  "threads %d, %lld x %lld x %lld (columns from %lld of %lld), beta %g: C[%lld, %lld] = %.9g, want %.9g",
+                  threads, (long long)m, (long long)n, (long long)k, (long long)col0, (long long)all, (double)beta,
+                  (long long)i, (long long)j, (double)c[i * ldc + j], (double)want);
         }
         for (int64_t j = n; j < ldc && !fails; j++) /* the padding is not written */
             CHECK(memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof *c) == 0, "C[%lld, %lld] past n was written",
@@ -126,8 +134,12 @@ int main(void) {
     for (int threads = 1; threads <= 3; threads += 2)
         for (int pad = 0; pad <= 3; pad += 3)
             for (int beta = 0; beta <= 1; beta++) {
-                fails += check_product(threads, 17, 33, 65, pad, (float)beta);
-                fails += check_product(threads, 40, 10, 300, pad, (float)beta);
+                fails += check_product(threads, 17, 33, 65, pad, (float)beta, 0, 0);
+                fails += check_product(threads, 40, 10, 300, pad, (float)beta, 0, 0);
+                /* windows: gpt.dm's q, k, v of a [C, 3C] weight, and an odd one */
+                for (int part = 0; part < 3; part++)
+                    fails += check_product(threads, 9, 3 * 16, 16, pad, (float)beta, part * 16, 16);
+                fails += check_product(threads, 5, 33, 20, pad, (float)beta, 7, 11);
             }
     if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
     else printf("all int8 product checks passed\n");
