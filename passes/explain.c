@@ -259,8 +259,8 @@ static void list_collectives_json(const ir_graph *g, const dm_reshard_list *r, c
 
 /* "communication": each rank's sent bytes by ring algorithms, in all and by phase and axis
  * (a pipeline's: every stage's collectives, and by pipeline coordinate what its ranks send) */
-static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
-                      FILE *out) {
+static void sent_json(const ir_graph *g, const dm_memory_plan *mem, const dm_reshard_list *r, const dm_zero_plan *zero,
+                      const dm_pipeline_plan *pl, FILE *out) {
     double sent[3][IR_MAX_AXES], total = 0;
     sent_by_phase_axis(g, r, zero, sent);
     fprintf(out, ", \"communication\": {\"algorithm\": \"ring\", \"by_phase_axis\": [");
@@ -283,6 +283,7 @@ static void sent_json(const ir_graph *g, const dm_reshard_list *r, const dm_zero
         for (int k = 0; k < P; k++) fprintf(out, "%s%.0f", k ? ", " : "", by_rank[k]);
         fprintf(out, "]");
         free(by_rank);
+        explain_p2p_json(g, mem, pl, out);
     }
     fprintf(out, "}");
 }
@@ -400,7 +401,8 @@ static void bubble_text(const ir_graph *g, const dm_pipeline_plan *pl, FILE *out
 
 /* draw_grid: the schedule, one column per forward time (as wide as 3 (M + P - 1) + 2 M
  * columns, so only in --explain=full) */
-static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int draw_grid, FILE *out) {
+static void pipeline_text(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeline_plan *pl, int draw_grid,
+                          FILE *out) {
     int P = pl->stages, M = g->microbatches;
     if (P == 1) {
         fprintf(out, "micro-batches: %d of %s = %lld each, their gradients summed (accumulation): the step's batch\n"
@@ -428,6 +430,7 @@ static void pipeline_text(const ir_graph *g, const dm_pipeline_plan *pl, int dra
         fprintf(out, ": each holds it, stage %d sums its gradient and updates it, then sends it to the others\n",
                 v->stage);
     }
+    explain_p2p_text(g, mem, pl, draw_grid, out);
     if (draw_grid && pl->chunks > 1) {
         fprintf(out, "\nschedule %s, one column per forward time of a stage (a backward takes two), Fmc/Bmc:\n"
                      "forward/backward of micro-batch m on the rank's chunk c (a, b, ...), '.': idle\n", pipe_kind_name(kind));
@@ -741,7 +744,7 @@ static void explain_json(const ir_graph *g, const dm_memory_plan *plan, const dm
     list_values_json(g, g->outputs, g->n_outputs, out);
     fprintf(out, ", \"collectives\": ");
     list_collectives_json(g, reshards, zero, out);
-    sent_json(g, reshards, zero, pipeline, out);
+    sent_json(g, plan, reshards, zero, pipeline, out);
     explain_compress_json(g, out);
     explain_ps_json(g, out);
     explain_prune_json(g, out);
@@ -873,7 +876,7 @@ static void explain_text(const ir_graph *g, const dm_memory_plan *plan, const dm
     explain_compress_text(g, full, out);
     explain_ps_text(g, out);
     explain_prune_text(g, out);
-    if (pipelined(g, pipeline)) pipeline_text(g, pipeline, full, out);
+    if (pipelined(g, pipeline)) pipeline_text(g, plan, pipeline, full, out);
     explain_time_text(g, pipeline, full, out);
     if (zero && zero->n_buckets > 0) zero_text(g, zero, full, out);
     recompute_text(g, out);

@@ -105,6 +105,20 @@ void explain_sent_by_pipeline_rank(const ir_graph *g, const dm_reshard_list *r, 
  * total: the bytes of every collective; bytes_str writes a count of bytes as the table does. */
 void explain_sent_headline(const ir_graph *g, const dm_reshard_list *r, const dm_zero_plan *zero, const dm_pipeline_plan *pl,
                            double total, void (*bytes_str)(double bytes, char *buf, size_t size), FILE *out);
+/* A pipeline's point-to-point traffic in a step (explain_p2p.c): what each pipeline rank
+ * sends to the others, and the value that moves the most. */
+typedef struct explain_p2p {
+    int ranks;          /* pipeline ranks: by_rank's entries */
+    double *by_rank;    /* (ranks) bytes each sends in a step */
+    int largest;        /* the value whose sends move the most bytes in a step; -1: none */
+    double largest_bytes;
+} explain_p2p;
+/* Fills p; returns its ranks (<= 1: no pipeline traffic, nothing to free). */
+int explain_p2p_of(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeline_plan *pl, explain_p2p *p);
+void explain_p2p_free(explain_p2p *p);
+/* The pipeline section's line, and the JSON's communication.p2p_sent_bytes_by_pipeline_rank. */
+void explain_p2p_text(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeline_plan *pl, int full, FILE *out);
+void explain_p2p_json(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeline_plan *pl, FILE *out);
 void explain_memory_table(const ir_graph *g, const dm_memory_plan *plan, const dm_pipeline_plan *pipeline, FILE *out);
 
 /* One line of a collapsed list of names (explain_names.c). */

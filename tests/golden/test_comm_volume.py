@@ -20,12 +20,19 @@ against the 32 KiB a reduce-scatter of the [V, C] gradient would send) and no
 reduce-scatter; GPT's (its dy complete) with no collective at all. With pipeline stages
 (gpt.dm on data=2 x pipeline=2; mlp.dm interleaved with ZeRO 3) each pipeline coordinate's
 figure is the sum of its stages' collectives (by each one's stage), and they add to the total.
+A pipeline's point-to-point traffic (communication.p2p_sent_bytes_by_pipeline_rank) against
+the generated C (`dmc -o`): every dmrt_send and dmrt_send_tagged in stage k's forward and
+backward functions, its floats x 4 bytes x the micro-batches (once a step in the update),
+summed on stage k's rank (k mod P), sends to its own rank left out (gpt.dm with its tied
+embedding on data=2 x pipeline=2 and on pipeline=3, mlp.dm interleaved and as pipedream).
 Prints one line per case; exits 1 on any failure.
 """
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL_LLAMA = "L=3,V=256,T=16,C=64,NH=4,F=128,B=2"
@@ -209,11 +216,54 @@ def check_microbatches(dmc):
     return fails
 
 
+P2P_CASES = [
+    ("examples/gpt.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]),
+    ("examples/gpt.dm", ["--mesh", "pipeline=3", "--microbatches", "3", "--schedule", "1f1b",
+                         "--set", "V=64,T=16,C=32,NH=4,L=6,B=6"]),
+    ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"]),
+    ("examples/mlp.dm", ["--mesh", "pipeline=3", "--microbatches", "4", "--schedule", "pipedream"]),
+]
+SEND_RE = re.compile(r"dmrt_send(_tagged)?\(ctx->comm\[\d+\], (\d+), (?:\d+, )?[^,]+, (\d+), \"")
+
+
+def p2p_of_code(code, ranks, micro):
+    """What each pipeline rank's dmrt_send calls move in a step, from the generated C."""
+    sent = [0] * ranks
+    for m in re.finditer(r"^static int stage(\d+)_(forward|backward|update)\(.*?^}", code, re.M | re.S):
+        stage, phase = int(m.group(1)), m.group(2)
+        for call in SEND_RE.finditer(m.group(0)):
+            peer, floats = int(call.group(2)), int(call.group(3))
+            if peer != stage % ranks:
+                sent[stage % ranks] += 4 * floats * (1 if phase == "update" else micro)
+    return sent
+
+
+def check_p2p(dmc):
+    fails = []
+    for dm, args in P2P_CASES:
+        plan = json.loads(subprocess.run([dmc, "--explain=json", os.path.join(ROOT, dm)] + args, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, universal_newlines=True, check=True).stdout)
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([dmc, os.path.join(ROOT, dm), "-o", tmp] + args, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=True)
+            name = os.path.basename(dm)[:-3]
+            code = open(os.path.join(tmp, name + ".c")).read()
+        want = p2p_of_code(code, plan["pipeline"]["ranks"], plan["pipeline"]["microbatches"])
+        got = plan["communication"].get("p2p_sent_bytes_by_pipeline_rank")
+        ok = got == want and sum(want) > 0
+        print("%-18s %-60s point to point by pipeline rank %s, the generated sends %s%s" % (
+            dm, " ".join(args), got, want, "" if ok else " FAIL"))
+        if not ok:
+            fails.append("%s %s: p2p %s, the generated code's sends %s" % (dm, " ".join(args), got, want))
+    return fails
+
+
 def main(argv):
     failures = []
     for dm, args in CASES:
         failures += ["%s %s: %s" % (dm, " ".join(args), f) for f in check(argv[1], dm, args)]
     failures += ["micro-batches: %s" % f for f in check_microbatches(argv[1])]
+    failures += ["point to point: %s" % f for f in check_p2p(argv[1])]
     for f in failures:
         print("FAIL " + f)
     print("%d passed, %d failed" % (len(CASES) - len({f.split(":")[0] for f in failures}), len(failures)))
