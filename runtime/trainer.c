@@ -175,7 +175,8 @@ static int check_save_quantized(const tr_opts *o, const char *prog, const dmrt_m
     return TR_OK;
 }
 
-/* A parameter server takes no steps: it has no trace, no checkpoint, no prediction. */
+/* A model with parameter servers has no trace (no pipeline), no prediction and no dumped
+ * gradients (the servers sum them); its checkpoints read the servers' state. */
 static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!model->param_servers) return TR_OK;
     /* --dump-grads: the servers sum the workers' gradients, which no rank holds whole (the
