@@ -50,8 +50,10 @@ static void counted_here(const emitter *E, const ir_type *t, int zero_axis, char
     if (!w) snprintf(why, why_size, "whole here");
 }
 
-/* Squares of the block into sum_squares, by the ranks that count it. */
-static void add_squares(emitter *E, const char *name, const ir_type *t, int zero_axis, const char *x, const char *count) {
+/* Squares of the block into acc (a double: sum_squares, or unscaled_squares), by the ranks
+ * that count it. */
+static void add_squares(emitter *E, const char *name, const ir_type *t, int zero_axis, const char *x, const char *count,
+                        const char *acc) {
     char cond[256], why[256];
     counted_here(E, t, zero_axis, cond, sizeof cond, why, sizeof why);
     cg_line(&E->w, "/* %s: %s%s */", name, why, cond[0] ? "; counted by the first copy" : "");
@@ -59,7 +61,7 @@ static void add_squares(emitter *E, const char *name, const ir_type *t, int zero
         cg_line(&E->w, "if (%s) {", cond);
         E->w.indent++;
     }
-    E->dialect->sum_squares(&E->w, x, count, "sum_squares");
+    E->dialect->sum_squares(&E->w, x, count, acc);
     if (cond[0]) {
         E->w.indent--;
         cg_line(&E->w, "}");
@@ -116,7 +118,9 @@ static int each_gradient(emitter *E, int stage, int what, const char *factor) {
         int grad = v->operands[1];
         snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad)));
         if (what == ADD_SQUARES)
-            add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count);
+            /* an interleaved chunk's gradient compression unscaled: its squares apart (emit_chunk_squares) */
+            add_squares(E, V(E, g->params[v->param_index])->name, &V(E, grad)->type, -1, E->cname[grad], count,
+                        E->update_half == 1 && unscaled_before(E, v->param_index) ? "unscaled_squares" : "sum_squares");
         else if (what == SCALE || (what == UNSCALE && !unscaled_before(E, v->param_index)))
             E->dialect->scale(&E->w, E->cname[grad], count, factor);
         else if (what == DEVICE_SQUARES) E->dialect->clip_squares(&E->w, E->cname[grad], count, slot);
@@ -140,7 +144,8 @@ static int each_gradient(emitter *E, int stage, int what, const char *factor) {
         for (int p = b->first; p <= b->last; p++) {
             zero_open_member(E, b, p);
             cg_line(&E->w, "float *grad_share = %s + (lo - share_begin);", share);
-            if (what == ADD_SQUARES) add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)");
+            if (what == ADD_SQUARES)
+                add_squares(E, "its share", &V(E, g->grads[p])->type, b->axis, "grad_share", "(hi - lo)", "sum_squares");
             else E->dialect->scale(&E->w, "grad_share", "(hi - lo)", factor);
             zero_close_member(E);
         }
@@ -242,8 +247,10 @@ void emit_loss_unscale(emitter *E, int stage) {
  * clips (emit_chunk_clip) and updates; then the rank counts the clean step
  * (emit_rank_loss_clean); a ZeRO bucket counts its rank's share. Under fp16 with clipping
  * the squares are of the scaled gradients, and the rank divides their sum by the scale
- * squared (exact: a power of two) before the norm. Parameter servers do not run interleaved,
- * nor top-k and PowerSGD under fp16 (their check would be each chunk's). */
+ * squared (exact: a power of two) before the norm. Parameter servers do not run interleaved.
+ * Top-k and PowerSGD under fp16 check every chunk's partials in the rank's update before
+ * any chunk reduces (emit_rank_compress_check), and the gradients they unscaled count
+ * their squares times the scale squared, as the others' scaled ones. */
 void emit_chunk_squares(emitter *E, int stage) {
     cg_writer *w = &E->w;
     cg_blank(w);
@@ -257,7 +264,14 @@ void emit_chunk_squares(emitter *E, int stage) {
     cg_line(w, "{");
     w->indent++;
     cg_line(w, "double sum_squares = 0.0; /* NaN or inf when an element is: a float's square stays finite in a double */");
+    if (cg_compress_checks_scaled(E))
+        cg_line(w, "double unscaled_squares = 0.0; /* of the gradients compression unscaled before reducing them */");
     each_gradient(E, stage, ADD_SQUARES, NULL);
+    if (cg_compress_checks_scaled(E)) {
+        cg_line(w, "/* as the scaled gradients' squares, which the rank's sum is of (x the scale squared: a power");
+        cg_line(w, " * of two, exact) */");
+        cg_line(w, "sum_squares += unscaled_squares * (ctx->loss_scale.scale * ctx->loss_scale.scale);");
+    }
     cg_line(w, "*rank_squares += sum_squares;");
     w->indent--;
     cg_line(w, "}");
@@ -265,6 +279,8 @@ void emit_chunk_squares(emitter *E, int stage) {
 
 void emit_rank_loss_skip(emitter *E) {
     cg_line(&E->w, "float not_finite = isfinite(rank_squares) ? 0.0f : 1.0f; /* 1: some chunk's gradients hold an element that is not */");
+    if (cg_compress_checks_scaled(E))
+        cg_line(&E->w, "if (compress_not_finite != 0.0f) not_finite = 1.0f; /* the compressed gradients were not reduced */");
     cg_line(&E->w, "/* loss scaling (fp16, torch.cuda.amp.GradScaler's rule), decided once for the rank's chunks as");
     cg_line(&E->w, " * for one model: a step with any gradient element not finite on any chunk of any rank is skipped");
     cg_line(&E->w, " * by every chunk (no update, not counted) and the scale halved once; else each chunk unscales");

@@ -181,34 +181,61 @@ static int first_in_function(const emitter *E, const dm_compress_bucket *b) {
 }
 
 /* The squares of every compressed bucket's partials in this function (still loss-scaled;
- * each rank its own) into sum_squares: NaN or inf when an element is. */
-static void add_partial_squares(emitter *E) {
+ * each rank its own) into sum_squares: NaN or inf when an element is. by_storage: name each
+ * partial by where it lies (a rank's update function, which declares no locals of its
+ * stages' values), else by its local in the stage's function. */
+static void add_partial_squares(emitter *E, int by_storage) {
     const ir_graph *g = E->g;
-    char count[32];
+    char count[32], where[160];
     for (int k = 0; k < E->compress->n_buckets; k++) {
         const dm_compress_bucket *b = &E->compress->bucket[k];
         if (!in_function(E, b)) continue;
         for (int p = b->first; p <= b->last; p++) {
             const ir_value *grad = V(E, g->grads[p]);
             snprintf(count, sizeof count, "%lld", (long long)ir_numel(T(E, grad->id)));
-            E->dialect->sum_squares(&E->w, E->cname[grad->operands[0]], count, "sum_squares");
+            if (by_storage) {
+                char expr[140];
+                cg_storage_expr(E, grad->operands[0], expr, sizeof expr);
+                snprintf(where, sizeof where, "(%s)", expr);
+            } else {
+                snprintf(where, sizeof where, "%s", E->cname[grad->operands[0]]);
+            }
+            E->dialect->sum_squares(&E->w, where, count, "sum_squares");
         }
     }
+}
+
+/* compress_not_finite: the squares of the compressed partials of this function (rank < 0),
+ * or of every chunk of pipeline rank `rank`, not finite; summed over the mesh. */
+static void emit_check(emitter *E, int rank) {
+    cg_line(&E->w, "float compress_not_finite = 0.0f;");
+    cg_line(&E->w, "{");
+    E->w.indent++;
+    cg_line(&E->w, "double sum_squares = 0.0; /* a float's square stays finite in a double */");
+    if (rank < 0) add_partial_squares(E, 0);
+    for (int st = rank; rank >= 0 && st < E->stages; st += E->ranks > 1 ? E->ranks : E->stages) {
+        E->cur_stage = st;
+        add_partial_squares(E, 1);
+    }
+    if (rank >= 0) E->cur_stage = -1;
+    cg_line(&E->w, "compress_not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
+    E->w.indent--;
+    cg_line(&E->w, "}");
+    cg_sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
 }
 
 static void emit_feedback_check(emitter *E) {
     cg_line(&E->w, "/* fp16 loss scaling: a step the scaler skips must not reach the error-feedback state, so this");
     cg_line(&E->w, " * rank's own gradients (still scaled) are checked first and the mesh agrees; none is reduced on");
     cg_line(&E->w, " * a step to be skipped, and the scaler's check below skips it (docs/comm.md) */");
-    cg_line(&E->w, "float compress_not_finite = 0.0f;");
-    cg_line(&E->w, "{");
-    E->w.indent++;
-    cg_line(&E->w, "double sum_squares = 0.0; /* a float's square stays finite in a double */");
-    add_partial_squares(E);
-    cg_line(&E->w, "compress_not_finite = isfinite(sum_squares) ? 0.0f : 1.0f;");
-    E->w.indent--;
-    cg_line(&E->w, "}");
-    cg_sum_over_mesh(E, "compress_not_finite", "loss scaling: the check before compression");
+    emit_check(E, -1);
+}
+
+void emit_rank_compress_check(emitter *E, int rank) {
+    cg_line(&E->w, "/* fp16 loss scaling: a step the scaler skips must not reach the error-feedback state, so every");
+    cg_line(&E->w, " * chunk's compressed partials (still scaled) are checked before any chunk reduces one, and the");
+    cg_line(&E->w, " * mesh agrees; none is reduced on a step to be skipped (each chunk's reduction is told) */");
+    emit_check(E, rank);
 }
 
 /* The bucket's compressed reduction itself: the runtime's call for the kind. */
@@ -260,7 +287,8 @@ void emit_compressed_reduce(emitter *E, const dm_compress_bucket *b, const char 
         emit_compressed_call(E, b, label);
         return;
     }
-    if (first_in_function(E, b)) emit_feedback_check(E);
+    /* (a chunk's reduction of the interleaved schedule is given its rank's check: update_half 1) */
+    if (first_in_function(E, b) && E->update_half != 1) emit_feedback_check(E);
     char grads[64];
     snprintf(grads, sizeof grads, "(ctx->grads + %lld)", (long long)b->grad_begin);
     char count[32];

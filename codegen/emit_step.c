@@ -398,8 +398,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     cg_line(&E->w, "/* %s */", what);
     if (micro)
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, int64_t micro) {", fn, g->model);
-    else if (phase == PHASE_UPDATE && E->update_half == 1) /* (emit_chunk_squares) */
-        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, double *rank_squares) {", fn, g->model);
+    else if (phase == PHASE_UPDATE && E->update_half == 1) /* (emit_chunk_squares; emit_rank_compress_check) */
+        cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, double *rank_squares%s) {", fn, g->model,
+                cg_compress_checks_scaled(E) ? ", float compress_not_finite" : "");
     else if (phase == PHASE_UPDATE && E->update_half == 2 && g->optimizer.clip > 0) /* (emit_chunk_clip) */
         cg_line(&E->w, "static int %s(struct_ctx *ctx, const %s_batch *batch, float clip_scale) {", fn, g->model);
     else
@@ -697,9 +698,11 @@ static void emit_rank_schedule(emitter *E, int r) {
     w->indent++;
     cg_line(w, "int status;");
     if (splits_update(E)) {
+        if (cg_compress_checks_scaled(E)) emit_rank_compress_check(E, r);
         cg_line(w, "double rank_squares = 0.0; /* the squares of every chunk's gradients (NaN or inf: some element is not finite) */");
         for (int st = r; st < E->stages; st += P)
-            cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &rank_squares)) != DMRT_OK) return status;", st);
+            cg_line(w, "if ((status = stage%d_reduce(ctx, batch, &rank_squares%s)) != DMRT_OK) return status;", st,
+                    cg_compress_checks_scaled(E) ? ", compress_not_finite" : "");
         if (g->loss_scale > 0) emit_rank_loss_skip(E);
         if (g->optimizer.clip > 0) emit_rank_clip(E);
     }

@@ -256,6 +256,10 @@ void emit_compress_state_moves(emitter *E, int n_optimizer);
  * checked and unscaled before their reduction (their error feedback never holds a skipped
  * step's gradients nor loss-scaled ones), which the scaler (emit_clip.c) joins. */
 int cg_compress_checks_scaled(const emitter *E);
+/* The interleaved schedule's form of that check, in pipeline rank `rank`'s update before any
+ * of its chunks reduces: every chunk's compressed partials, `float compress_not_finite`
+ * agreed over the mesh, which each chunk's stage%d_reduce then takes. */
+void emit_rank_compress_check(emitter *E, int rank);
 
 /* emit_ps.c: parameter servers (--param-servers): whether the program has them (a data
  * mesh that trains with an optimizer); the tables, the update the servers run and the

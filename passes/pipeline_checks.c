@@ -114,15 +114,6 @@ int pipeline_chunks(const ir_graph *g, int ranks, dm_diag *d) {
         error_at(d, at, "at most 64 stages, and %d pipeline ranks x %d chunks make %d", ranks, chunks, ranks * chunks);
         return -1;
     }
-    /* not built yet: top-k's and PowerSGD's check under fp16 (codegen/emit_compress.c) is
-     * decided by each chunk's function, where the scaler's is the rank's, over its chunks */
-    if ((g->compress.kind == COMPRESS_TOPK || g->compress.kind == COMPRESS_POWERSGD) && g->product_dtype == DT_F16) {
-        char compress[64];
-        dm_compress_name(&g->compress, compress, sizeof compress);
-        error_at(d, at, "gradient compression (--compress %s) with fp16's loss scaling is not built for the interleaved "
-                 "schedule", compress);
-        return -1;
-    }
     return chunks;
 }
 

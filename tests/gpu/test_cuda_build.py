@@ -136,6 +136,10 @@ CASES = [
     # and interleaved: each chunk's buckets, their state after the rank's optimizer state
     ("mlp-data2-pipeline2-interleaved-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
      ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2", "--compress", "topk:0.1"], None),
+    # ... under fp16: the rank checks every chunk's compressed partials before any compresses
+    ("mlp-data2-pipeline2-interleaved-compress-fp16", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
+     ["--microbatches", "2", "--schedule", "interleaved", "--chunks", "2", "--compress", "powersgd:2", "--precision",
+      "fp16"], None),
     # parameter servers: the workers' params and grads staged to the host servers, which run
     # the C dialect's update; synchronous and asynchronous
     # (and their checkpoints: the snapshot's parameters staged into device memory)

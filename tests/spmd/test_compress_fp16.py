@@ -20,6 +20,13 @@ examples/mlp.dm (test_mlp.py's weights and 10 batches, B=16, H=64) trains on dat
              fp16's rounding of tiny values). A residual kept in scaled units is carried
              into the next step at twice its weight when the scale doubles: before the
              fix the losses were 3e-2 (top-k) and 6e-2 (PowerSGD) apart.
+  interleaved the overflow run on data=2 x pipeline=2 with 2 chunks and 2 micro-batches,
+             against data=2 accumulating the same 2 micro-batches: the same losses, scales
+             and skips bit for bit (the rank checks every chunk's partials before any chunk
+             compresses; a chunk that compressed before another's overflow was known would
+             leave that step in its residual). The same with clip = 0.5 in the optimizer:
+             the norm counts the gradients compression unscaled as scaled ones (their
+             squares times the scale squared) before the rank divides by it.
 
 docs/comm.md, "Under fp16 loss scaling". Exit 77 (a meson skip) without torch/numpy, or
 for mpi without mpirun.
@@ -43,9 +50,14 @@ SCALE_STEPS = 12
 SCALE_RTOL = 1e-4
 
 
-def steps(dmc, dm_file, tmp, backend, common, extra):
-    """[(loss, scale, skipped)] of a data=2 fp16 run."""
-    args = ["--set", "B=%d,H=%d" % (mlp.B, mlp.H), "--precision", "fp16", "--mesh", "data=2", "--backend", backend]
+INTERLEAVED = ["--mesh", "data=2,pipeline=2", "--microbatches", "2", "--schedule", "interleaved", "--chunks", "2"]
+ACCUMULATED = ["--mesh", "data=2", "--accumulate", "2"]
+CLIP_LINE = "optimizer adamw(lr = 1e-3, weight_decay = 1e-4, clip = 0.5)"
+
+
+def steps(dmc, dm_file, tmp, backend, common, extra, mesh=("--mesh", "data=2")):
+    """[(loss, scale, skipped)] of a data=2 fp16 run (mesh: its --mesh and schedule)."""
+    args = ["--set", "B=%d,H=%d" % (mlp.B, mlp.H), "--precision", "fp16", "--backend", backend] + list(mesh)
     fields = dmcrun.run_dmc_steps(dmc, dm_file, tmp, args + extra + common + ["--seed", "1"], timeout=300)
     return [(f["loss"], f["scale"], f.get("skipped") == 1.0) for f in fields]
 
@@ -79,7 +91,19 @@ def check_scale_change(mode, fixed, moving):
                       % (mode, [l for l, _, _ in moving], [l for l, _, _ in fixed]))
 
 
-def run_checks(dmc, dm_file, tmp, backend, np, torch):
+def check_interleaved(dmc, dm_file, tmp, backend, common, mode, label):
+    """Interleaved chunks as the accumulated micro-batches, bit for bit, skips and all."""
+    extra = OVERFLOW + ["--compress", mode]
+    got = steps(dmc, dm_file, tmp, backend, common, extra, INTERLEAVED)
+    want = steps(dmc, dm_file, tmp, backend, common, extra, ACCUMULATED)
+    skips = sum(k for _, _, k in want)
+    if got != want or skips < 3:
+        raise Failure("%s interleaved: %s; accumulated %s (%d skipped)" % (label, got, want, skips))
+    print("%-11s interleaved%s: the accumulated run's losses, scales and %d skips bit for bit"
+          % (mode, " (clip)" if "clip" in label else "", skips))
+
+
+def run_checks(dmc, dm_file, tmp, backend, np, torch, src):
     _, _, _, common = mlp.write_data(np, torch, tmp)
     failures = []
 
@@ -106,6 +130,12 @@ def run_checks(dmc, dm_file, tmp, backend, np, torch):
         print("topk:1      overflow: the uncompressed run's losses, scales and skips bit for bit")
     attempt("topk:1", topk_all)
 
+    clip_file = mlp.with_optimizer(src, CLIP_LINE, os.path.join(tmp, "clip"))
+    for mode in MODES:
+        attempt(mode + " interleaved", lambda: check_interleaved(dmc, dm_file, tmp, backend, common, mode, mode))
+        attempt(mode + " interleaved clip",
+                lambda: check_interleaved(dmc, clip_file, tmp, backend, common, mode, mode + " clip"))
+
     scale = ["--loss-scale", "1024", "--steps", str(SCALE_STEPS)]
     for mode in MODES:
         attempt(mode + " scale", lambda: check_scale_change(
@@ -124,10 +154,10 @@ def main():
     if mods is None:
         return 77
     np, torch = mods
-    dm_file, _, _ = mlp.example(os.path.abspath(root), "test_compress_fp16.py")
+    dm_file, src, _ = mlp.example(os.path.abspath(root), "test_compress_fp16.py")
     tmp = tempfile.mkdtemp(prefix="dmc-compress-fp16-")
     try:
-        failures = run_checks(dmc, dm_file, tmp, backend, np, torch)
+        failures = run_checks(dmc, dm_file, tmp, backend, np, torch, src)
     except Failure as e:
         print("FAIL %s" % e)
         failures = ["setup"]
