@@ -175,14 +175,14 @@ static int check_save_quantized(const tr_opts *o, const char *prog, const dmrt_m
     return TR_OK;
 }
 
-/* A model with parameter servers has no trace (no pipeline), no prediction and no dumped
- * gradients (the servers sum them); its checkpoints read the servers' state. */
+/* A model with parameter servers has no trace (no pipeline) and no dumped gradients (the
+ * servers sum them); its checkpoints read the servers' state, and --predict runs on the
+ * workers' parameters (the servers start from worker 0's and stop when the workers are done). */
 static int check_param_servers(const tr_opts *o, const char *prog, const dmrt_model *model) {
     if (!model->param_servers) return TR_OK;
     /* --dump-grads: the servers sum the workers' gradients, which no rank holds whole (the
      * file would be worker 0's part) */
     const char *other = o->trace        ? "--trace (a pipeline's timeline)"
-                        : o->predict    ? "--predict"
                         : o->dump_grads ? "--dump-grads (the servers sum the workers' gradients)"
                                         : NULL;
     if (other)

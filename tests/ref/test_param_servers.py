@@ -41,6 +41,8 @@ Oracles:
     asynchronous servers' checkpoints count every push as an update ("dmc.ps_updates"),
     a resumed run counts on from it, and with staleness 0 and plain SGD a run resumed from
     step 5 ends on PyTorch's weights (a push missing from the snapshot would show);
+  - --predict with --init of saved weights: the outputs of allreduce data parallelism's
+    program, byte for byte (the workers predict; the servers start and stop);
   - what is refused: a mesh with another axis, --ps-staleness alone, --trace.
 
 usage: test_param_servers.py DMC SOURCE_ROOT
@@ -380,6 +382,25 @@ def check_checkpoints(dmc, src, sgd_path, tmp, common, sync_weights, np, stio, s
           "step %d ends on PyTorch's SGD weights to %g" % (half, WEIGHT_ATOL))
 
 
+def check_predict(dmc, src, tmp, weights, np, stio):
+    """--predict on servers: the workers' forward of --init's weights, the allreduce program's
+    outputs byte for byte."""
+    rows = os.path.join(tmp, "predict-rows.safetensors")
+    stio.save({"x": np.random.default_rng(9).random((21, 784)).astype(np.float32)}, rows)
+    outs = {}
+    for name, mesh in (("allreduce", []), ("servers", ["--param-servers", "2"]),
+                       ("async", ["--param-servers", "2", "--ps-staleness", "1"])):
+        outs[name] = os.path.join(tmp, "predict-%s.safetensors" % name)
+        run(dmc, src, tmp, ["--mesh", "data=2"] + mesh + ["--predict", "--init", weights, "--batch-file", rows, "--out",
+                                                          outs[name]])
+    want = stio.load(outs["allreduce"])
+    for name in ("servers", "async"):
+        got = stio.load(outs[name])
+        if sorted(got) != sorted(want) or any(not np.array_equal(got[k], want[k]) for k in want):
+            raise Failure("--predict with %s servers: outputs differ from the allreduce program's" % name)
+    print("--predict on synchronous and asynchronous servers: the allreduce program's outputs, byte for byte")
+
+
 def run_checks(dmc, root, np, torch):
     import stio
     dmcrun.require_target()  # the GPU suite's run (DMC_TEST_TARGET=cuda) needs a GPU
@@ -413,6 +434,7 @@ def run_checks(dmc, root, np, torch):
                                    stio.load(out_path), final, WEIGHT_ATOL, 0.0)
         print("asynchronous servers, staleness 0: PyTorch's SGD weights to %g (an update per push)" % WEIGHT_ATOL)
         check_checkpoints(dmc, src_path, sgd_path, tmp, common, sync_weights, np, stio, final)
+        check_predict(dmc, src_path, tmp, sync_weights, np, stio)
 
         # asynchronous, bound 1, 4 workers: the bound holds in every server's report
         out = run(dmc, src_path, tmp, common + ["--mesh", "data=4", "--param-servers", "3", "--ps-staleness", "1",
