@@ -77,6 +77,10 @@ static void emit_ps_start_and_snapshot(emitter *E, int states) {
     cg_line(w, "static int ps_snapshot(struct_ctx *ctx) {");
     w->indent++;
     cg_line(w, "if (ctx->ps_snapshot_fresh) return DMRT_OK;");
+    cg_line(w, "if (ctx->ps_finished) { /* the servers have stopped */");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s_drain told the parameter servers this worker is done: write checkpoints before it\");", m);
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
     cg_line(w, "int status = ps_start(ctx);");
     cg_line(w, "if (status != DMRT_OK) return status;");
     if (states) {

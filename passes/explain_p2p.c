@@ -21,11 +21,11 @@ static double value_bytes(const ir_graph *g, const ir_value *v) {
  * stage `from` to every stage of `to` on another rank. */
 static void add_sends(explain_p2p *p, const dm_pipeline_plan *pl, int value, int from, uint64_t to, double bytes, int times) {
     int r = dm_rank_of_stage(pl, from);
-    for (int t = 0; t < pl->stages && t < 64; t++) {
-        if (!(to >> t & 1) || dm_rank_of_stage(pl, t) == r) continue;
-        p->by_rank[r] += bytes * times;
-        if (bytes * times > p->largest_bytes) p->largest_bytes = bytes * times, p->largest = value;
-    }
+    double all = 0; /* to every destination */
+    for (int t = 0; t < pl->stages && t < 64; t++)
+        if (to >> t & 1 && dm_rank_of_stage(pl, t) != r) all += bytes * times;
+    p->by_rank[r] += all;
+    if (all > p->largest_bytes) p->largest_bytes = all, p->largest = value;
 }
 
 int explain_p2p_of(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeline_plan *pl, explain_p2p *p) {

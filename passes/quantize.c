@@ -16,13 +16,36 @@ static int read_transposed_only(const ir_graph *g, int w) {
     return 1;
 }
 
+/* Whether every reader of value id, directly or through reshapes to 2 dims, is a forward
+ * product reading it as x @ it (f32 x): the window's readers then all read the narrow
+ * weight, and the slice is no copy (dm_quantized_window_view), which they depend on. */
+static int read_as_windows_only(const ir_graph *g, int id) {
+    int readers = 0;
+    for (int i = id + 1; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        for (int k = 0; k < v->n_operands; k++) {
+            if (v->operands[k] != id) continue;
+            int product = v->op == OP_MATMUL && k == 1 && v->phase == PHASE_FORWARD && !v->trans_a && !v->trans_b &&
+                          !v->batch_dims && g->values[v->operands[0]]->type.dtype == DT_F32;
+            int reshape = v->op == OP_RESHAPE && v->type.rank == 2 && read_as_windows_only(g, i);
+            if (!product && !reshape) return 0;
+            readers++;
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == id) return 0;
+    return readers > 0 && g->loss != id;
+}
+
 /* Whether v is the reshape (or none) of a slice of an f32 parameter that is a range of the
- * parameter's columns seen as [k, n] (k its first dim): gpt.dm's reshape(slice(c_attn, 1,
- * P, P + 1), [C, C]) of its [C, 3, C] weight, columns P C to (P + 1) C of [C, 3 C]. The
- * parameter's id, and the range in *col0, *cols; -1 for any other v. */
+ * parameter's columns seen as [k, n] (k its first dim), which only products read (x @ it):
+ * gpt.dm's reshape(slice(c_attn, 1, P, P + 1), [C, C]) of its [C, 3, C] weight, columns P C
+ * to (P + 1) C of [C, 3 C]. The parameter's id, and the range in *col0, *cols; -1 for any
+ * other v. */
 static int column_window_of(const ir_graph *g, const ir_value *v, int64_t *col0, int64_t *cols) {
     if (v->op == OP_RESHAPE && v->type.rank == 2) v = g->values[v->operands[0]];
-    if (v->op != OP_SLICE || v->role != ROLE_TEMP || v->phase != PHASE_FORWARD) return -1;
+    if (v->op != OP_SLICE || v->role != ROLE_TEMP || v->phase != PHASE_FORWARD || !read_as_windows_only(g, v->id))
+        return -1;
     const ir_value *p = g->values[v->operands[0]];
     if (p->role != ROLE_PARAM || p->type.dtype != DT_F32 || v->type.dtype != DT_F32 || p->type.rank < 2) return -1;
     int64_t first, rows, run, apart;

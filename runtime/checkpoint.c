@@ -429,9 +429,12 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     dmrt_loss_scale scaler = {0};
     if (m->loss_scale) scaler = *m->loss_scale(ctx);
     if (rc == 0 && m->loss_scale) rc = read_loss_scale(f, &scaler, err, errlen);
-    /* the parameter servers' updates: a file of a program without servers, its step */
+    /* the parameter servers' updates: a file of a program without servers, its optimizer's
+     * (its step, less fp16's skipped updates) */
     const char *ps_updates = dmrt_st_meta(f, "dmc.ps_updates");
-    int64_t updates = step;
+    int64_t updates = step, skipped = 0;
+    if (!ps_updates && metadata_count(dmrt_st_meta(f, "dmc.loss_scale_skipped"), &skipped) == 0 && skipped <= step)
+        updates = step - skipped;
     if (rc == 0 && ps_updates && metadata_count(ps_updates, &updates) != 0)
         rc = dmrt_errorf(err, errlen, "%s: metadata \"dmc.ps_updates\" is '%s', not a count of updates", path, ps_updates);
     for (int i = 0; i < n && rc == 0; i++) {
@@ -439,6 +442,10 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
         how[i] = how_to_load(m, i, source[i]);
         rc = check_source(m, f, i, source[i], how[i], checksummed, err, errlen);
     }
+    /* every tensor checked; the servers' count first (it refuses once they have started, and
+     * then nothing else has changed) */
+    if (rc == 0 && m->param_servers && m->set_ps_updates && m->set_ps_updates(ctx, updates) != DMRT_OK)
+        rc = dmrt_errorf(err, errlen, "%s: the parameter servers' %" PRId64 " updates: %s", path, updates, m->error(ctx));
     for (int i = 0; i < n && rc == 0; i++) {
         int status = load_tensor(m, ctx, i, source[i], how[i]);
         if (status == DMRT_ERR_NOMEM) rc = dmrt_errorf(err, errlen, "%s: loading '%s': out of memory", path, ckpt_desc(m, i)->name);
@@ -447,8 +454,6 @@ int dmrt_load_checkpoint_file(const dmrt_model *m, void *ctx, const dmrt_st_file
     }
     if (rc == 0 && m->set_step(ctx, step) != DMRT_OK)
         rc = dmrt_errorf(err, errlen, "%s: step %" PRId64 ": %s", path, step, m->error(ctx));
-    if (rc == 0 && m->param_servers && m->set_ps_updates && m->set_ps_updates(ctx, updates) != DMRT_OK)
-        rc = dmrt_errorf(err, errlen, "%s: the parameter servers' %" PRId64 " updates: %s", path, updates, m->error(ctx));
     if (rc == 0 && m->loss_scale) *m->loss_scale(ctx) = scaler;
     free(source);
     free(how);

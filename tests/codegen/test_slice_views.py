@@ -10,7 +10,9 @@ product reading it passes n as its lda or ldb; gpt.dm's q, k and v windows of th
 c_attn weight have rows 3C apart (3C / tensor on a tensor-split weight), forward and
 backward. A window read by anything but a product, a window of an activation, a window
 read by a cast (--precision bf16) keep their copies; under --quantize the windows are no
-copies either, their products reading columns 0, C and 2C of the narrow c_attn.
+copies either, their products reading columns 0, C and 2C of the narrow c_attn; a window
+that something else also reads (a product of its transpose) stays a copy there, and its
+products stay f32, on both targets.
 PyTorch checks the values (tests/ref/ops/slice_views.dm in ref-ops-pytorch, gpt.dm in
 ref-gpt-pytorch and the meshes of spmd-equivalence).
 
@@ -39,6 +41,21 @@ def copied(code, name):
 def operand_lds(code, name):
     """The leading dimension passed with `name` in every product that reads it."""
     return [int(ld) for ld in re.findall(r"dmrt_(?:sgemm|gpu_sgemm)\w*\([^;]*?\b%s, (\d+)," % name, code)]
+
+
+MIXED_WINDOWS = """dim B = 4
+dim C = 8
+input x : f32[B, C]
+input y : i32[B]
+param weight : f32[C, 3, C] = normal(0, 0.02)
+w0 = reshape(slice(weight, 1, 1, 2), [C, C])
+w1 = reshape(slice(weight, 1, 2, 3), [C, C])
+logits = x @ w0 + x @ transpose(w0) + x @ w1
+loss = cross_entropy(logits, y)
+output logits
+minimize loss
+optimizer sgd(lr = 0.1)
+"""
 
 
 def body(check, dmc, root, tmp):
@@ -88,6 +105,16 @@ def body(check, dmc, root, tmp):
         check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3 and windows == [0, C, 2 * C],
               "gpt.dm --quantize %s: the weight windows no copies; its 3 products read columns %s of the narrow "
               "weight by %s" % (mode, windows, call))
+    # a window something else also reads (a product of its transpose) stays a copy, and its
+    # products f32: a quantized window's call reads the narrow weight's columns in place
+    mixed = os.path.join(tmp, "mixed.dm")
+    with open(mixed, "w") as f:
+        f.write(MIXED_WINDOWS)
+    for target, ext, call in (("c", ".c", "dmrt_gemm_wq_window_split"), ("cuda", ".cu", "dmrt_gpu_gemm_wq_window")):
+        code = generate(dmc, mixed, ["--quantize", "int8-weights", "--target", target], os.path.join(tmp, "mixed-" + target), ext)
+        check(list(in_place(code, "weight").values()) == [24] and code.count(call + "(") == 1,
+              "--quantize --target %s: only the window read by products alone (w1) is in place, its one product "
+              "quantized (%s); w0, also read transposed, a copy multiplied in f32" % (target, call))
     code = generate(dmc, gpt, ["--set", dims, "--target", "cuda"], os.path.join(tmp, "cuda"), ".cu")
     check(sorted(in_place(code, "h_0_attn_c_attn_weight").values()) == [3 * C] * 3,
           "gpt.dm --target cuda: the weight windows in place, rows 3C apart")

@@ -342,14 +342,25 @@ def check_checkpoints(dmc, src, sgd_path, tmp, common, sync_weights, np, stio, s
 
     # fp16: the loss scaler's state beside the servers'
     scaler = ["--precision", "fp16", "--loss-scale", "2097152", "--loss-scale-interval", "2"]
+    fp16_final = os.path.join(tmp, "fp16-allreduce-final.safetensors")
     for name, mesh in (("allreduce", []), ("servers", ["--param-servers", "2"])):
         dirs[name] = os.path.join(tmp, "ckpt-fp16-" + name)
-        run(dmc, src, tmp, common + scaler + ["--mesh", "data=2"] + mesh + steps + ["--checkpoint", dirs[name]])
+        run(dmc, src, tmp, common + scaler + ["--mesh", "data=2"] + mesh + steps + ["--checkpoint", dirs[name]] +
+            (["--save", fp16_final] if name == "allreduce" else []))
     (ar, ar_meta), (ps, ps_meta) = (checkpoint_tensors(stio, dirs[n], half) for n in ("allreduce", "servers"))
     same_tensors(np, "fp16: the servers' checkpoint against the allreduce's", ps, ar)
     scale_keys = [k for k in ar_meta if k.startswith("dmc.loss_scale")]
-    if len(scale_keys) != 4 or any(ps_meta.get(k) != ar_meta[k] for k in scale_keys) or ps_meta.get("dmc.ps_updates") is None:
-        raise Failure("fp16: the servers' checkpoint's metadata %s, the allreduce's %s" % (ps_meta, ar_meta))
+    skipped = int(ar_meta.get("dmc.loss_scale_skipped", "0"))
+    if len(scale_keys) != 4 or any(ps_meta.get(k) != ar_meta[k] for k in scale_keys) or \
+            ps_meta.get("dmc.ps_updates") != str(half - skipped) or not skipped:
+        raise Failure("fp16: the servers' checkpoint's metadata %s, the allreduce's %s (expected updates: step %d less "
+                      "%d skipped)" % (ps_meta, ar_meta, half, skipped))
+    # the allreduce's file (no dmc.ps_updates): the servers count on from its step less the skipped
+    path = os.path.join(tmp, "fp16-servers-from-allreduce.safetensors")
+    run(dmc, src, tmp, batches + scaler + ["--mesh", "data=2", "--param-servers", "2", "--steps", str(STEPS), "--save", path,
+                                           "--resume", os.path.join(dirs["allreduce"], "step-%08d.safetensors" % half)])
+    same_tensors(np, "fp16: servers resumed from the allreduce's checkpoint (%d skipped) against the allreduce run" % skipped,
+                 stio.load(path), stio.load(fp16_final))
 
     # asynchronous: every push an update, counted on by a resumed run
     async_dir = os.path.join(tmp, "ckpt-async")
