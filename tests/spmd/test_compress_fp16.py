@@ -26,7 +26,11 @@ examples/mlp.dm (test_mlp.py's weights and 10 batches, B=16, H=64) trains on dat
              compresses; a chunk that compressed before another's overflow was known would
              leave that step in its residual). The same with clip = 0.5 in the optimizer:
              the norm counts the gradients compression unscaled as scaled ones (their
-             squares times the scale squared) before the rank divides by it.
+             squares times the scale squared) before the rank divides by it; there the
+             scales and skips are the same and the losses within 1e-4 relative, as the
+             chunks' squares are summed in another order than one model's (3.8e-6 apart
+             after 30 steps in the sanitized build, 0 in the optimised one; without the
+             rescaled squares 3e-3).
 
 docs/comm.md, "Under fp16 loss scaling". Exit 77 (a meson skip) without torch/numpy, or
 for mpi without mpirun.
@@ -91,16 +95,21 @@ def check_scale_change(mode, fixed, moving):
                       % (mode, [l for l, _, _ in moving], [l for l, _, _ in fixed]))
 
 
-def check_interleaved(dmc, dm_file, tmp, backend, common, mode, label):
-    """Interleaved chunks as the accumulated micro-batches, bit for bit, skips and all."""
+def check_interleaved(dmc, dm_file, tmp, backend, common, mode, label, rtol=0.0):
+    """Interleaved chunks as the accumulated micro-batches, skips and all: the losses bit for
+    bit (rtol 0) or within rtol relative."""
     extra = OVERFLOW + ["--compress", mode]
     got = steps(dmc, dm_file, tmp, backend, common, extra, INTERLEAVED)
     want = steps(dmc, dm_file, tmp, backend, common, extra, ACCUMULATED)
     skips = sum(k for _, _, k in want)
-    if got != want or skips < 3:
-        raise Failure("%s interleaved: %s; accumulated %s (%d skipped)" % (label, got, want, skips))
-    print("%-11s interleaved%s: the accumulated run's losses, scales and %d skips bit for bit"
-          % (mode, " (clip)" if "clip" in label else "", skips))
+    same_steps = [(s, k) for _, s, k in got] == [(s, k) for _, s, k in want]
+    worst = max(dmcrun.nan_worst(abs(a - b) / abs(b)) for (a, _, _), (b, _, _) in zip(got, want)) if got else 1.0
+    if not same_steps or len(got) != len(want) or worst > rtol or skips < 3:
+        raise Failure("%s interleaved: %s; accumulated %s (%d skipped; losses %.2e apart, bound %.0e)"
+                      % (label, got, want, skips, worst, rtol))
+    print("%-11s interleaved%s: the accumulated run's scales and %d skips, losses %s"
+          % (mode, " (clip)" if "clip" in label else "", skips,
+             "bit for bit" if rtol == 0.0 else "within %.2e (bound %.0e)" % (worst, rtol)))
 
 
 def run_checks(dmc, dm_file, tmp, backend, np, torch, src):
@@ -134,7 +143,7 @@ def run_checks(dmc, dm_file, tmp, backend, np, torch, src):
     for mode in MODES:
         attempt(mode + " interleaved", lambda: check_interleaved(dmc, dm_file, tmp, backend, common, mode, mode))
         attempt(mode + " interleaved clip",
-                lambda: check_interleaved(dmc, clip_file, tmp, backend, common, mode, mode + " clip"))
+                lambda: check_interleaved(dmc, clip_file, tmp, backend, common, mode, mode + " clip", SCALE_RTOL))
 
     scale = ["--loss-scale", "1024", "--steps", str(SCALE_STEPS)]
     for mode in MODES:
