@@ -53,6 +53,17 @@ static void emit_ps_start_and_snapshot(emitter *E, int states) {
     cg_writer *w = &E->w;
     const char *m = E->g->model;
     int gpu = E->dialect->separate_memory;
+    if (states) {
+        cg_line(w, "/* ctx->ps_state allocated (host memory, %d x %lld floats), where it is not yet */", states,
+                (long long)ps_total(E));
+        cg_line(w, "static int ps_state_held(struct_ctx *ctx) {");
+        cg_line(w, "    if (ctx->ps_state || (ctx->ps_state = (float *)dmrt_alloc((size_t)%lld * sizeof(float)))) return DMRT_OK;",
+                (long long)(states * ps_total(E)));
+        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for the parameter servers' state\");", m);
+        cg_line(w, "    return DMRT_ERR_NOMEM;");
+        cg_line(w, "}");
+        cg_blank(w);
+    }
     cg_line(w, "/* Before any other message to the servers, once: worker 0 sends them their shards of the");
     cg_line(w, " * parameters and of a loaded checkpoint's optimizer state and updates (zeros and 0 without one). */");
     cg_line(w, "static int ps_start(struct_ctx *ctx) {");
@@ -83,12 +94,7 @@ static void emit_ps_start_and_snapshot(emitter *E, int states) {
     cg_line(w, "}");
     cg_line(w, "int status = ps_start(ctx);");
     cg_line(w, "if (status != DMRT_OK) return status;");
-    if (states) {
-        cg_line(w, "if (!ctx->ps_state && !(ctx->ps_state = (float *)dmrt_alloc((size_t)%lld * sizeof(float)))) {", (long long)(states * ps_total(E)));
-        cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for the parameter servers' state\");", m);
-        cg_line(w, "    return DMRT_ERR_NOMEM;");
-        cg_line(w, "}");
-    }
+    if (states) cg_line(w, "if ((status = ps_state_held(ctx)) != DMRT_OK) return status;");
     ps_call_failed(E, gpu ? "dmrt_gpu_ps_snapshot(ctx->gpu, ctx->rank, &ps_layout, ctx->step, ctx->params, ctx->ps_state, &ctx->ps_updates)"
                           : "dmrt_ps_snapshot(ctx->rank, &ps_layout, ctx->step, ctx->params, ctx->ps_state, &ctx->ps_updates)");
     cg_line(w, "ctx->ps_snapshot_fresh = 1;");
@@ -314,13 +320,10 @@ void emit_ps_state_moves(emitter *E, const int *ids, int n) {
     cg_line(w, "             \"load a checkpoint before it\");");
     cg_line(w, "    return DMRT_ERR_ARG;");
     cg_line(w, "}");
-    cg_line(w, "if (!ctx->ps_state || ctx->ps_snapshot_fresh) {");
-    cg_line(w, "    if (!ctx->ps_state && !(ctx->ps_state = (float *)dmrt_alloc((size_t)%lld * sizeof(float)))) {", (long long)(states * ps_total(E)));
-    cg_line(w, "        snprintf(ctx->error, sizeof ctx->error, \"%s: out of memory for the parameter servers' state\");", m);
-    cg_line(w, "        return DMRT_ERR_NOMEM;");
-    cg_line(w, "    }");
-    cg_line(w, "    memset(ctx->ps_state, 0, (size_t)%lld * sizeof(float)); /* a state the file does not set: zeros */",
-            (long long)(states * ps_total(E)));
+    cg_line(w, "if (!ctx->ps_state || ctx->ps_snapshot_fresh) { /* a state the file does not set: zeros */");
+    cg_line(w, "    int status = ps_state_held(ctx);");
+    cg_line(w, "    if (status != DMRT_OK) return status;");
+    cg_line(w, "    memset(ctx->ps_state, 0, (size_t)%lld * sizeof(float));", (long long)(states * ps_total(E)));
     cg_line(w, "    ctx->ps_snapshot_fresh = 0;");
     cg_line(w, "}");
     cg_line(w, "memcpy(ctx->ps_state + ps_state_at[i], whole, (size_t)state_descs[i].numel * sizeof(float));");

@@ -280,7 +280,8 @@ void emit_quant_descriptor(emitter *E) {
 }
 
 int is_quant_product(const emitter *E, const ir_value *v) {
-    return reads_weight(E, v) && E->quant_slot[dm_quantized_weight_of(E->g, v)] >= 0;
+    int w = dm_quantized_weight_of(E->g, v);
+    return w >= 0 && E->quant_slot[w] >= 0;
 }
 
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {

@@ -83,6 +83,10 @@ static int fail(dmrt_rank *r, const char *what, const char *message) {
 /* The floats of server s's shard whole: updates, parameters, state. */
 static int64_t whole_floats(const dmrt_ps_layout *L, int64_t n) { return 2 + n * (1 + L->states); }
 
+/* Part `part` of a shard whole of n elements: 0 the parameters, 1 + k optimizer state k
+ * (n floats each, after the update count's 2). */
+static float *whole_part(const float *whole, int64_t n, int part) { return (float *)whole + 2 + n * part; }
+
 /* Between the worker's parameters (at param_at) and its states (states[k * total + e]:
  * state k of element e of the parameters end to end; NULL: zeros, or not wanted) and
  * server s's shard whole in msg. */
@@ -91,9 +95,9 @@ static void shard_pack(const dmrt_ps_layout *L, int s, const float *params, cons
     int64_t b, e, total = dmrt_ps_total(L);
     dmrt_ps_shard(L, s, &b, &e);
     memcpy(msg, &updates, sizeof updates);
-    copy_range(L, b, e, (float *)params, 0, msg + 2, 1);
+    copy_range(L, b, e, (float *)params, 0, whole_part(msg, e - b, 0), 1);
     for (int k = 0; k < L->states; k++) {
-        float *into = msg + 2 + (e - b) * (1 + k);
+        float *into = whole_part(msg, e - b, 1 + k);
         if (states) memcpy(into, states + k * total + b, (size_t)(e - b) * sizeof(float));
         else memset(into, 0, (size_t)(e - b) * sizeof(float));
     }
@@ -103,9 +107,9 @@ static int64_t shard_unpack(const dmrt_ps_layout *L, int s, const float *msg, fl
     int64_t b, e, total = dmrt_ps_total(L), updates;
     dmrt_ps_shard(L, s, &b, &e);
     memcpy(&updates, msg, sizeof updates);
-    copy_range(L, b, e, params, 0, (float *)msg + 2, 0);
+    copy_range(L, b, e, params, 0, whole_part(msg, e - b, 0), 0);
     for (int k = 0; states && k < L->states; k++)
-        memcpy(states + k * total + b, msg + 2 + (e - b) * (1 + k), (size_t)(e - b) * sizeof(float));
+        memcpy(states + k * total + b, whole_part(msg, e - b, 1 + k), (size_t)(e - b) * sizeof(float));
     return updates;
 }
 
@@ -256,9 +260,9 @@ static int send_pull(server *sv, int w) {
 /* The shard whole (updates, parameters, state) to worker w. */
 static int send_snapshot(server *sv, int w) {
     memcpy(sv->whole, &sv->updates, sizeof sv->updates);
-    memcpy(sv->whole + 2, sv->param, (size_t)sv->n * sizeof(float));
+    memcpy(whole_part(sv->whole, sv->n, 0), sv->param, (size_t)sv->n * sizeof(float));
     for (int k = 0; k < sv->L->states; k++)
-        memcpy(sv->whole + 2 + sv->n * (1 + k), sv->state[k], (size_t)sv->n * sizeof(float));
+        memcpy(whole_part(sv->whole, sv->n, 1 + k), sv->state[k], (size_t)sv->n * sizeof(float));
     return dmrt_send_tagged(dmrt_rank_world(sv->r), w, TAG_SNAPSHOT, sv->whole, whole_floats(sv->L, sv->n),
                             "a snapshot, to its worker");
 }
@@ -269,9 +273,9 @@ static int receive_start(server *sv) {
                               "the parameters, from worker 0");
     if (rc) return rc;
     memcpy(&sv->updates, sv->whole, sizeof sv->updates);
-    memcpy(sv->param, sv->whole + 2, (size_t)sv->n * sizeof(float));
+    memcpy(sv->param, whole_part(sv->whole, sv->n, 0), (size_t)sv->n * sizeof(float));
     for (int k = 0; k < sv->L->states; k++)
-        memcpy(sv->state[k], sv->whole + 2 + sv->n * (1 + k), (size_t)sv->n * sizeof(float));
+        memcpy(sv->state[k], whole_part(sv->whole, sv->n, 1 + k), (size_t)sv->n * sizeof(float));
     return 0;
 }
 
