@@ -25,6 +25,21 @@ static void declare_buffers(emitter *E, const char *used) {
 }
 
 
+/* sum (+)= part, n elements: the first micro-batch's copied, the others' added. */
+static void emit_add_to_sum(emitter *E, const char *sum, const char *part, long long n) {
+    cg_line(&E->w, "if (micro == 0) {");
+    E->w.indent++;
+    cg_copy_elems(E, sum, part, n, "float", CG_DEVICE_TO_DEVICE);
+    E->w.indent--;
+    cg_line(&E->w, "} else {");
+    E->w.indent++;
+    cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, part}, .stride = {{1}, {1}},
+                      .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
+    E->dialect->loop_nest(&E->w, &k);
+    E->w.indent--;
+    cg_line(&E->w, "}");
+}
+
 /* Adds a micro-batch's gradient of parameter p into ctx->grad_sum (the first one is
  * copied): the step's gradient is their mean. pipedream updates after every backward, with
  * that micro-batch's gradient alone: each is copied. */
@@ -41,17 +56,20 @@ static void emit_micro_grad_sum(emitter *E, int p) {
     }
     cg_line(&E->w, "/* %s's gradient, added to the step's (ctx->grad_sum is laid out as ctx->grads) */",
             V(E, E->g->params[p])->name);
-    cg_line(&E->w, "if (micro == 0) {");
-    E->w.indent++;
-    cg_copy_elems(E, sum, grad, n, "float", CG_DEVICE_TO_DEVICE);
-    E->w.indent--;
-    cg_line(&E->w, "} else {");
-    E->w.indent++;
-    cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, grad}, .stride = {{1}, {1}},
-                      .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
-    E->dialect->loop_nest(&E->w, &k);
-    E->w.indent--;
-    cg_line(&E->w, "}");
+    emit_add_to_sum(E, sum, grad, n);
+}
+
+/* A tied parameter's partial gradient made on this stage (passes/tied_partials.c), added
+ * to its sum over the step's micro-batches, which goes to the owner once a step
+ * (emit_tied_partial_sums). */
+static void emit_tied_partial_add(emitter *E, int id) {
+    const ir_value *v = V(E, id);
+    const ir_value *param = V(E, E->g->params[v->tied_partial_of - 1]);
+    char sum[96];
+    snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->partial_sum_offset[id]);
+    cg_line(&E->w, "/* %s's partial gradient, added to the step's sum of it, which goes to stage %d once a step */",
+            param->name, param->stage);
+    emit_add_to_sum(E, sum, E->cname[id], (long long)ir_numel(T(E, id)));
 }
 
 /* Whether buffer owner r reaches `stage` from another stage in this phase's function:
@@ -71,6 +89,7 @@ static int received(const emitter *E, int r, ir_phase phase, int stage) {
  * values have channels after these. */
 static int stage_channel(int from, int to, int gradient) { return (from * 64 + to) * 2 + gradient; }
 static int tied_channel(int owner, int holder) { return 64 * 64 * 2 + owner * 64 + holder; }
+static int tied_sum_channel(int owner, int holder) { return 64 * 64 * 3 + holder * 64 + owner; }
 
 /* `callee` (send or recv) of pipeline traffic to or from stage peer's ranks: with model
  * chunks (or `tagged`) on channel `channel`, untagged without. */
@@ -230,6 +249,8 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
                     emit_micro_grad_sum(E, sum_after[i]);
                     sum_after[i] = -1;
                 }
+                if (E->in_micro && phase == PHASE_BACKWARD && V(E, i)->tied_partial_of && E->plan->partial_sum_offset)
+                    emit_tied_partial_add(E, i);
             }
             if (part == 1) emit_bucket_start(E, start_after, i);
         }
@@ -559,6 +580,51 @@ static void emit_stage_functions(emitter *E, int st) {
     emit_phase(E, PHASE_UPDATE, st, fn, what);
 }
 
+/* After the step's micro-batches, before their means: each tied partial's sum that stage
+ * st made, to its parameter's owner (TIED_SENDS); on the owner st, each sum received into
+ * the buffer of the micro-batch gradient (free once summed) and added to the step's sum of
+ * the gradient, before the mean, the reductions, clipping or the loss scaler read it
+ * (TIED_RECEIVES). Sends are buffered: a rank sends its sums before it receives. */
+static void emit_tied_partial_sums(emitter *E, int st, int which) {
+    const ir_graph *g = E->g;
+    const dm_memory_plan *P = E->plan;
+    for (int i = 0; P->partial_sum_offset && i < g->n_values; i++) {
+        const ir_value *v = V(E, i);
+        if (!v->tied_partial_of || P->partial_sum_offset[i] < 0) continue;
+        int p = v->tied_partial_of - 1, owner = V(E, g->params[p])->stage;
+        const char *name = V(E, g->params[p])->name;
+        long long n = (long long)ir_numel(T(E, i));
+        char call[160], sum[96], part[128];
+        if (which == TIED_SENDS && v->stage == st) {
+            cg_line(&E->w, "/* %s's partial gradient from stage %d (%s:%d), summed over the micro-batches, to stage %d */",
+                    name, st, E->source_path, v->loc.line, owner);
+            snprintf(sum, sizeof sum, "ctx->grad_sum + %lld", (long long)P->partial_sum_offset[i]);
+            p2p_call_on(E, "send", owner, tied_sum_channel(owner, st), 0, call, sizeof call);
+            cg_line(&E->w, "if (%s, %s, %lld, \"micro-batches' sum of %s's partial gradient to stage %d\") != 0)", call, sum, n,
+                    name, owner);
+            cg_line(&E->w, "    return comm_failed(ctx);");
+        }
+        if (which == TIED_RECEIVES && owner == st) {
+            int saved_micro = E->in_micro, saved_stage = E->cur_stage;
+            E->in_micro = 1, E->cur_stage = st; /* the micro-batch gradient's own buffer, not its sum */
+            cg_storage_expr(E, dm_micro_grad(g, p), part, sizeof part);
+            E->in_micro = saved_micro, E->cur_stage = saved_stage;
+            cg_line(&E->w, "/* %s: stage %d's partial gradient summed over the micro-batches (%s:%d), added to the step's */",
+                    name, v->stage, E->source_path, v->loc.line);
+            p2p_call_on(E, "recv", v->stage, tied_sum_channel(st, v->stage), 0, call, sizeof call);
+            cg_line(&E->w, "if (%s, %s, %lld, \"micro-batches' sum of %s's partial gradient from stage %d\") != 0)", call, part, n,
+                    name, v->stage);
+            cg_line(&E->w, "    return comm_failed(ctx);");
+            snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(P, g->grads[p]));
+            char from[140];
+            snprintf(from, sizeof from, "(%s)", part);
+            cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, from},
+                              .stride = {{1}, {1}}, .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
+            E->dialect->loop_nest(&E->w, &k);
+        }
+    }
+}
+
 /* Stage st's gradients from ctx->grad_sum, divided by `divisor`, into where the update reads
  * them (with a data axis, the sums themselves: then a divisor of 1 has nothing to do). */
 static void emit_summed_gradients(emitter *E, int st, int *any, int divisor, const char *title) {
@@ -639,6 +705,8 @@ static void emit_stage_schedule(emitter *E, int st) {
         cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status;", st,
                 a->kind == 'F' ? "forward" : "backward", a->micro);
     }
+    emit_tied_partial_sums(E, st, TIED_SENDS);
+    emit_tied_partial_sums(E, st, TIED_RECEIVES);
     int any = 0;
     emit_gradient_means(E, st, &any);
     cg_line(w, "return DMRT_OK;");
@@ -686,6 +754,8 @@ static void emit_rank_schedule(emitter *E, int r) {
         cg_line(w, "if ((status = stage%d_%s(ctx, batch, %d)) != DMRT_OK) return status; /* %c%d%c */", a->chunk * P + r,
                 a->kind == 'F' ? "forward" : "backward", a->micro, a->kind, a->micro, 'a' + a->chunk);
     }
+    for (int which = TIED_SENDS; which <= TIED_RECEIVES; which++)
+        for (int st = r; st < E->stages; st += P) emit_tied_partial_sums(E, st, which);
     int any = 0;
     for (int st = r; st < E->stages; st += P) emit_gradient_means(E, st, &any);
     cg_line(w, "return DMRT_OK;");

@@ -76,6 +76,8 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     if (stops_at(req, "shard")) return 0;
     if (pass_pipeline(g, &po, &out->pipeline, d)) return 1;
     if (pass_supported(g, d)) return 1;
+    pass_tied_partials(g, &out->pipeline, &out->reshards);
+    VERIFY("tied_partials");
     pass_zero_gather(g, req->bucket_floats, &out->pipeline, &out->reshards);
     VERIFY("zero_gather");
     /* the pipeline pass timed the step before the gathers existed */
@@ -156,6 +158,7 @@ static void plan_memory(const dm_compile_request *req, dm_compiled *out) {
     out->memory.scratch_elems = dm_scratch_elems(g, &scratch_rules);
     pass_buckets(g, &out->memory, req->bucket_floats, &out->buckets);
     pass_zero(g, &out->memory, &out->buckets, &out->zero);
+    memory_plan_tied_sums(&out->memory, g);
     if (out->zero.scratch_elems > out->memory.scratch_elems) out->memory.scratch_elems = out->zero.scratch_elems;
     pass_compress(g, &out->memory, &out->buckets, &out->compress);
     pass_fuse_bias(g, &out->memory, codegen_fuses_bias(req->target), &out->bias);

@@ -217,6 +217,11 @@ typedef struct ir_value {
     int unreached;            /* PARAM: the loss does not depend on it (passes/trainable.c), so,
                                * as torch.optim skips a parameter whose .grad is None, the
                                * optimizer neither updates nor decays it */
+    int tied_partial_of;      /* a micro-batch's partial gradient of a tied parameter, made on
+                               * a pipeline rank other than its owner's (passes/tied_partials.c):
+                               * that parameter's index + 1; its stage sums it over the
+                               * micro-batches and sends the sum to the owner once a step.
+                               * 0 for every other value */
 } ir_value;
 
 /* --prune (docs/compression.md, "Pruning"): magnitude pruning of every weight matrix,

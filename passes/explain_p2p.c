@@ -2,8 +2,11 @@
  * sends in a step besides its collectives, as the generated code sends it
  * (codegen/emit_step.c):
  *   - every value a stage makes that other stages read goes to each of them, once per
- *     micro-batch: activations in the forward, gradients in the backward (a tied
- *     parameter's partial gradient to its owner among them);
+ *     micro-batch: activations in the forward, gradients in the backward;
+ *   - a tied parameter's partial gradient made on another rank goes to its owner: summed
+ *     over the micro-batches and sent once a step where the step has several and one
+ *     update (passes/tied_partials.c), else with the other gradients (one micro-batch,
+ *     2bw, pipedream);
  *   - a tied parameter's owner sends its new values to every other rank holding a copy,
  *     once per step, after the update.
  * Sends between stages of one rank (model chunks) move nothing between ranks: not
@@ -40,6 +43,12 @@ int explain_p2p_of(const ir_graph *g, const dm_memory_plan *mem, const dm_pipeli
         uint64_t to = pl->readers[i] & ~((uint64_t)1 << v->stage);
         if (to) add_sends(p, pl, i, v->stage, to, value_bytes(g, v), explain_per_step(g, v->phase));
     }
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (!v->tied_partial_of || v->stage >= 64) continue;
+        int owner = g->values[g->params[v->tied_partial_of - 1]]->stage;
+        if (owner < 64) add_sends(p, pl, i, v->stage, (uint64_t)1 << owner, value_bytes(g, v), 1);
+    }
     for (int t = 0; t < pl->n_tied; t++) {
         const ir_value *v = g->values[pl->tied[t]];
         int root = mem->storage_of[v->id];
@@ -67,7 +76,8 @@ void explain_p2p_text(const ir_graph *g, const dm_memory_plan *mem, const dm_pip
     }
     if (full)
         fprintf(out, "\n  (each micro-batch's activations to the stages that read them and its gradients back; tied\n"
-                     "  parameters' new values after the update)\n ");
+                     "  parameters' partial gradients %s, and their new values after the\n  update)\n ",
+                dm_runs_2bw(g) ? "among those" : "summed over the micro-batches");
     if (p.largest >= 0) {
         const ir_value *v = g->values[p.largest];
         explain_mib(p.largest_bytes / 4.0, s, sizeof s);

@@ -618,6 +618,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->copy_stage);
     free(plan->copy_offset);
     free(plan->sum_offset);
+    free(plan->partial_sum_offset);
     free(plan->region);
     free(plan->offset);
     free(plan->storage_of);

@@ -384,3 +384,26 @@ int64_t dm_offset_on_rank(const dm_memory_plan *plan, const ir_graph *g, int id,
     return -1;
 }
 
+
+/* The micro-batches' sum of each tied partial (ir_value.tied_partial_of: a tied parameter's
+ * partial gradient made on a rank other than its owner's) sits after its rank's gradient
+ * sums, which grow by it: that rank adds each micro-batch's partial there and sends the sum
+ * once a step (codegen/emit_step.c). */
+void memory_plan_tied_sums(dm_memory_plan *plan, const ir_graph *g) {
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (!v->tied_partial_of || plan->stages <= 1) continue;
+        if (!plan->partial_sum_offset) {
+            plan->partial_sum_offset = malloc(((size_t)g->n_values + 1) * sizeof(int64_t));
+            if (!plan->partial_sum_offset) abort();
+            for (int k = 0; k < g->n_values; k++) plan->partial_sum_offset[k] = -1;
+        }
+        int r = mem_rank_of(plan, v->stage);
+        dm_stage_memory *m = plan->rank ? &plan->rank[r] : &plan->stage[r];
+        int64_t at = m->grad_sum_elems ? m->grad_sum_elems : m->grad_elems;
+        plan->partial_sum_offset[i] = at;
+        m->grad_sum_elems = at + (ir_local_numel(g, &v->type) + 15) / 16 * 16;
+        int64_t largest = plan->grad_sum_elems ? plan->grad_sum_elems : plan->grad_elems;
+        if (m->grad_sum_elems > largest) plan->grad_sum_elems = m->grad_sum_elems;
+    }
+}

@@ -276,6 +276,15 @@ int pipeline_tied_order(const ir_graph *g, const dm_pipeline_plan *plan, dm_diag
  * pipeline axis's declaration, if any). */
 void pipeline_warn_imbalance(const ir_graph *g, const dm_pipeline_plan *plan, dm_loc at, dm_diag *d);
 
+/* tied_partials.c: with several micro-batches a step (GPipe, 1F1B, interleaved), a tied
+ * parameter's partial gradient made on a pipeline rank other than its owner's is summed
+ * there over the micro-batches and sent once a step (codegen/emit_step.c), not after every
+ * micro-batch: its add on the owner's stage is dropped (the owner's own partial becomes
+ * the micro-batch gradient) and the partial marked (ir_value.tied_partial_of). requires:
+ * pipeline; renumbers values (and the ids in pipe and reshards). Returns the partials
+ * marked. */
+int pass_tied_partials(ir_graph *g, dm_pipeline_plan *pipe, dm_reshard_list *reshards);
+
 /* The pipeline coordinate of the ranks running stage k. */
 static inline int dm_rank_of_stage(const dm_pipeline_plan *plan, int k) { return plan->ranks > 1 ? k % plan->ranks : 0; }
 
@@ -381,6 +390,9 @@ typedef struct dm_memory_plan {
      * gradient sums keep the whole layout, where gradient i sits at sum_offset[i] */
     int64_t *sum_offset;     /* (n_values) NULL: offset */
     int64_t grad_sum_elems;  /* 0: grad_elems */
+    /* a tied partial's (ir_value.tied_partial_of) sum over the micro-batches: where it sits in
+     * its rank's grad_sum, after the gradients' (memory_plan_tied_sums) */
+    int64_t *partial_sum_offset; /* (n_values) -1 for every other value; NULL: none */
 } dm_memory_plan;
 
 /* Whether cross-entropy gradient v is written over its logits, in their buffer (the
@@ -516,6 +528,9 @@ void pipeline_plan_readers(dm_pipeline_plan *plan, const ir_graph *g, const dm_m
  * own ops and the values it receives), so that a rank allocates only its stage's share.
  * Leaves a one-stage plan as it is. */
 void memory_plan_stages(dm_memory_plan *plan, const ir_graph *g, const dm_pipeline_plan *pipe);
+/* memory_stages.c, after pass_zero (whose layout of the sums it extends): a place in
+ * its rank's gradient sums for each tied partial's sum (partial_sum_offset). */
+void memory_plan_tied_sums(dm_memory_plan *plan, const ir_graph *g);
 /* memory.c, for a target that updates a one-stage program's parameters in one call
  * (codegen_flat_update): the gradients in the order of the updates that read them (not
  * the backward pass's), and the optimizer state by slot, every update's first state tensor

@@ -22,9 +22,11 @@ reduce-scatter; GPT's (its dy complete) with no collective at all. With pipeline
 figure is the sum of its stages' collectives (by each one's stage), and they add to the total.
 A pipeline's point-to-point traffic (communication.p2p_sent_bytes_by_pipeline_rank) against
 the generated C (`dmc -o`): every dmrt_send and dmrt_send_tagged in stage k's forward and
-backward functions, its floats x 4 bytes x the micro-batches (once a step in the update),
-summed on stage k's rank (k mod P), sends to its own rank left out (gpt.dm with its tied
-embedding on data=2 x pipeline=2 and on pipeline=3, mlp.dm interleaved and as pipedream).
+backward functions, its floats x 4 bytes x the micro-batches (once a step in the update and
+the step's function), summed on stage k's rank (k mod P), sends to its own rank left out
+(gpt.dm with its tied embedding on data=2 x pipeline=2, on pipeline=3, interleaved and as
+2bw; mlp.dm interleaved and as pipedream). The head's partial gradient of the tied
+embedding goes once a step (GPipe, 1F1B, interleaved) or once a micro-batch (2bw).
 Prints one line per case; exits 1 on any failure.
 """
 import json
@@ -220,21 +222,40 @@ P2P_CASES = [
     ("examples/gpt.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]),
     ("examples/gpt.dm", ["--mesh", "pipeline=3", "--microbatches", "3", "--schedule", "1f1b",
                          "--set", "V=64,T=16,C=32,NH=4,L=6,B=6"]),
+    ("examples/gpt.dm", ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2",
+                         "--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]),
+    ("examples/gpt.dm", ["--mesh", "pipeline=2", "--microbatches", "4", "--schedule", "2bw",
+                         "--set", "V=64,T=16,C=32,NH=4,L=4,B=8"]),
     ("examples/mlp.dm", ["--mesh", "data=2,pipeline=2", "--microbatches", "4", "--schedule", "interleaved", "--chunks", "2"]),
     ("examples/mlp.dm", ["--mesh", "pipeline=3", "--microbatches", "4", "--schedule", "pipedream"]),
 ]
+# gpt.dm's tied head: the V x C floats of the head's partial gradient of wte.weight
+TIED_PARTIAL_FLOATS = 64 * 32
+
+
+def tied_partial_sends(code):
+    """The sends of the head's partial gradient (V x C floats) in the backward functions
+    (once a micro-batch) and in the step's (once a step)."""
+    per = {"micro": 0, "step": 0}
+    for m in re.finditer(r"^static int (?:stage|rank)\d+_(backward|train)\(.*?^}", code, re.M | re.S):
+        for call in SEND_RE.finditer(m.group(0)):
+            if int(call.group(3)) == TIED_PARTIAL_FLOATS:
+                per["micro" if m.group(1) == "backward" else "step"] += 1
+    return per
 SEND_RE = re.compile(r"dmrt_send(_tagged)?\(ctx->comm\[\d+\], (\d+), (?:\d+, )?[^,]+, (\d+), \"")
 
 
 def p2p_of_code(code, ranks, micro):
-    """What each pipeline rank's dmrt_send calls move in a step, from the generated C."""
+    """What each pipeline rank's dmrt_send calls move in a step, from the generated C: a
+    stage's forward and backward functions run once a micro-batch; its update, its step
+    (stageK_train) and, interleaved, its rank's (rankR_train, rankR_update) once a step."""
     sent = [0] * ranks
-    for m in re.finditer(r"^static int stage(\d+)_(forward|backward|update)\(.*?^}", code, re.M | re.S):
-        stage, phase = int(m.group(1)), m.group(2)
+    for m in re.finditer(r"^static int (stage|rank)(\d+)_(forward|backward|update|train)\(.*?^}", code, re.M | re.S):
+        rank, phase = int(m.group(2)) % ranks, m.group(3)
         for call in SEND_RE.finditer(m.group(0)):
             peer, floats = int(call.group(2)), int(call.group(3))
-            if peer != stage % ranks:
-                sent[stage % ranks] += 4 * floats * (1 if phase == "update" else micro)
+            if peer != rank:
+                sent[rank] += 4 * floats * (micro if phase in ("forward", "backward") else 1)
     return sent
 
 
@@ -255,6 +276,15 @@ def check_p2p(dmc):
             dm, " ".join(args), got, want, "" if ok else " FAIL"))
         if not ok:
             fails.append("%s %s: p2p %s, the generated code's sends %s" % (dm, " ".join(args), got, want))
+        if "gpt" in dm:
+            # the head's partial gradient of the tied embedding: summed over the micro-batches
+            # and sent once a step where one update follows them; 2bw sends each micro-batch's
+            tied = tied_partial_sends(code)
+            expect = {"micro": 1, "step": 0} if "2bw" in args else {"micro": 0, "step": 1}
+            print("%-18s %-60s the tied head's partial gradient: %s sends (want %s)%s" % (
+                dm, " ".join(args), tied, expect, "" if tied == expect else " FAIL"))
+            if tied != expect:
+                fails.append("%s %s: the tied partial's sends %s, want %s" % (dm, " ".join(args), tied, expect))
     return fails
 
 
