@@ -143,9 +143,23 @@ static void emit_bucket_reduce(emitter *E, const dm_zero_bucket *b, const char *
     if (!two || E->update_part != 1) declare_share_begin(E, b); /* zero 2 reduces into a share that does not need it */
     zero_grad_share(E, b, share, sizeof share);
     char callee[96];
-    cg_line(&E->w, "if (%sctx->comm[%d], %s, %s, %lld, \"reduce-scatter of the gradients %s\") != 0)",
-            cg_comm_callee(E, "reduce_scatter_sum", callee, sizeof callee), b->axis, whole, two ? share : "ctx->scratch",
-            (long long)b->share, label);
+    int half = dm_zero_reduces_half(g, b->axis);
+    if (half) {
+        /* --compress bf16|fp16: 16-bit values on the wire, summed in float; the C target's
+         * work in scratch after what the bucket holds there, the CUDA target's staged */
+        char work[96] = "";
+        int64_t used = two ? b->span : b->share;
+        if (!E->dialect->separate_memory)
+            snprintf(work, sizeof work, "ctx->scratch + %lld, %lld, ", (long long)used, (long long)(E->scratch_elems - used));
+        cg_line(&E->w, "if (%sctx->comm[%d], %s, %s, %lld, %s, %s\"reduce-scatter of the gradients %s in %s\") != 0)",
+                cg_comm_callee(E, "reduce_scatter_sum_half", callee, sizeof callee), b->axis, whole,
+                two ? share : "ctx->scratch", (long long)b->share, half == 1 ? "DMRT_BF16" : "DMRT_FP16", work, label,
+                half == 1 ? "bf16" : "fp16");
+    } else {
+        cg_line(&E->w, "if (%sctx->comm[%d], %s, %s, %lld, \"reduce-scatter of the gradients %s\") != 0)",
+                cg_comm_callee(E, "reduce_scatter_sum", callee, sizeof callee), b->axis, whole, two ? share : "ctx->scratch",
+                (long long)b->share, label);
+    }
     cg_line(&E->w, "    return comm_failed(ctx);");
     /* zero 1 receives its share in scratch and puts it back in place */
     if (!two) cg_copy_elems(E, share, "ctx->scratch", (long long)b->share, "float", CG_DEVICE_TO_DEVICE);

@@ -13,8 +13,13 @@
  * (dm_compress_sent); a bucket's reduction needs scratch (work_elems), as dmrt_comm.h's
  * _work functions compute it.
  *
- * requires: memory (and memory_plan_stages), buckets; not ZeRO (pass_supported refuses
- * it). Grows the memory plan's state (per stage) and scratch. */
+ * With ZeRO the gradients are reduce-scattered, not allreduced (passes/zero.c): bf16 and
+ * fp16 then ride on ZeRO's reduce-scatters (dmrt_reduce_scatter_sum_half,
+ * dm_zero_reduces_half) and this pass has nothing to do; top-k and PowerSGD are refused
+ * (passes/supported.c).
+ *
+ * requires: memory (and memory_plan_stages), buckets. Grows the memory plan's state (per
+ * stage) and scratch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,10 +71,22 @@ int dm_compress_axis(const ir_graph *g) {
     return g->compress.kind == COMPRESS_NONE ? -1 : ir_role_axis(g, g->data_axis);
 }
 
-int dm_compressed_allreduce(const ir_graph *g, const ir_value *v) {
+/* Whether v is a gradient's allreduce over the compressed axis (the update's). */
+static int data_grad_allreduce(const ir_graph *g, const ir_value *v) {
     int axis = dm_compress_axis(g);
     return axis >= 0 && v->op == OP_ALLREDUCE && v->phase == PHASE_UPDATE && v->mesh_axis == axis &&
            v->param_index >= 0 && g->grads && g->grads[v->param_index] == v->id;
+}
+
+int dm_compressed_allreduce(const ir_graph *g, const ir_value *v) { return !g->zero && data_grad_allreduce(g, v); }
+
+int dm_zero_reduces_half(const ir_graph *g, int axis) {
+    if (!g->zero || axis < 0 || axis != dm_compress_axis(g)) return 0;
+    return g->compress.kind == COMPRESS_BF16 ? 1 : g->compress.kind == COMPRESS_FP16 ? 2 : 0;
+}
+
+int dm_zero_half_reduction(const ir_graph *g, const ir_value *v) {
+    return data_grad_allreduce(g, v) && dm_zero_reduces_half(g, v->mesh_axis);
 }
 
 int64_t dm_topk_keep(const ir_compress *c, int64_t n) {

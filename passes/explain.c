@@ -619,11 +619,13 @@ int explain_replaced(const ir_graph *g, const dm_zero_plan *zero, int value) {
 static void add_zero_collective(const ir_graph *g, explain_zero_collective **out, int *n, int phase, int bucket,
                                 const dm_zero_bucket *b, const char *kind, const char *what, int64_t span) {
     int64_t k = g->axes[b->axis].size;
+    /* the gradients' reduce-scatter in 16 bits under --compress bf16|fp16 */
+    int width = strcmp(kind, "reduce_scatter") == 0 && dm_zero_reduces_half(g, b->axis) ? 2 : 4;
     *out = ir_grow(*out, *n, sizeof **out);
     (*out)[(*n)++] = (explain_zero_collective){
         .phase = phase, .axis = b->axis, .kind = kind, .what = what, .bucket = bucket,
-        .bytes = 4 * (strcmp(kind, "allgather") == 0 ? span / k : span),
-        .sent = 4.0 * (double)span * (double)(k - 1) / (double)k};
+        .bytes = width * (strcmp(kind, "allgather") == 0 ? span / k : span),
+        .sent = width * (double)span * (double)(k - 1) / (double)k};
 }
 
 int explain_zero_collectives(const ir_graph *g, const dm_zero_plan *zero, explain_zero_collective **out) {

@@ -1,6 +1,7 @@
 /* explain_compress.c: what --compress does to the plan (passes/compress.c), in --explain:
  * the bytes each rank sends per step for the data axis's gradients, compressed and as
- * the plain allreduce would, and the error-feedback state it keeps. */
+ * the plain allreduce would (under ZeRO: its reduce-scatters, in 16 bits and in f32), and
+ * the error-feedback state it keeps. */
 #include <stdio.h>
 
 #include "explain.h"
@@ -24,9 +25,16 @@ static void total(const ir_graph *g, double *sent, double *plain, double *state,
     double by_stage[3][64] = {{0}};
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (!dm_compressed_allreduce(g, v)) continue;
         double messages;
-        compressed_grad c = {v, dm_compress_sent(g, v, &messages), plain_sent(g, v)};
+        compressed_grad c = {v, 0, 0};
+        if (dm_compressed_allreduce(g, v)) {
+            c.sent = dm_compress_sent(g, v, &messages), c.plain = plain_sent(g, v);
+        } else if (dm_zero_half_reduction(g, v)) {
+            /* ZeRO's reduce-scatter of it, in 16 bits (what an f32 one sends: half the allreduce's) */
+            c.plain = plain_sent(g, v) / 2, c.sent = c.plain / 2;
+        } else {
+            continue;
+        }
         int s = stages > 1 && v->stage >= 0 && v->stage < 64 ? v->stage : 0;
         by_stage[0][s] += c.sent;
         by_stage[1][s] += c.plain;
@@ -91,8 +99,13 @@ void explain_compress_text(const ir_graph *g, int full, FILE *out) {
     human(plain, p, sizeof p);
     human(state, st, sizeof st);
     fprintf(out, "gradient compression over %s (--compress %s):\n  %s\n", g->axes[axis].name, name, rule_text(g));
-    fprintf(out, "  bytes per step on the data axis, per rank%s (ring algorithms): %s sent, %s uncompressed (%.1fx less)\n",
-            ir_pipeline_axis(g) >= 0 ? " of the stage sending most" : "", s, p, sent > 0 ? plain / sent : 0.0);
+    if (g->zero)
+        fprintf(out, "  in ZeRO %d's reduce-scatters of the gradients (the parameters' all-gathers stay f32): per step\n"
+                     "  and rank%s, %s sent, %s in f32 (%.1fx less)\n", g->zero,
+                ir_pipeline_axis(g) >= 0 ? " of the stage sending most" : "", s, p, sent > 0 ? plain / sent : 0.0);
+    else
+        fprintf(out, "  bytes per step on the data axis, per rank%s (ring algorithms): %s sent, %s uncompressed (%.1fx less)\n",
+                ir_pipeline_axis(g) >= 0 ? " of the stage sending most" : "", s, p, sent > 0 ? plain / sent : 0.0);
     if (state > 0) fprintf(out, "  error-feedback state %s per rank, kept with the optimizer state\n", st);
     if (full) {
         fprintf(out, "  %-44s %-24s %12s %12s\n", "gradient", "sent as", "sent", "uncompressed");

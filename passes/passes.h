@@ -681,8 +681,15 @@ void dm_compress_name(const ir_compress *c, char *buf, size_t size);
 /* The mesh axis whose gradient allreduces are compressed: the one named data, when
  * compression is on and it has more than one rank; else -1. */
 int dm_compress_axis(const ir_graph *g);
-/* Whether v is a gradient's allreduce that compression replaces. */
+/* Whether v is a gradient's allreduce that compression replaces (none under ZeRO, whose
+ * reduce-scatters replace them). */
 int dm_compressed_allreduce(const ir_graph *g, const ir_value *v);
+/* Under ZeRO with --compress bf16|fp16: ZeRO's reduce-scatters of gradients over `axis`
+ * carry 16-bit values (dmrt_reduce_scatter_sum_half): 1 for bf16, 2 for fp16 (dmrt's
+ * DMRT_BF16, DMRT_FP16); 0 when they carry f32. And whether gradient allreduce v is one
+ * that such a reduce-scatter replaces. */
+int dm_zero_reduces_half(const ir_graph *g, int axis);
+int dm_zero_half_reduction(const ir_graph *g, const ir_value *v);
 /* Top-k: the elements a rank sends of a gradient of n: round(ratio x n), at least 1. */
 int64_t dm_topk_keep(const ir_compress *c, int64_t n);
 /* PowerSGD: the local gradient as rows x cols (the last dim, and the product of the

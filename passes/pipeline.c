@@ -679,14 +679,18 @@ double pipe_model_flops_of(const ir_value *v, const dm_op_cost *oc) {
  * the two: update_seconds_of). The gradient of a parameter ZeRO 3 holds in shares
  * (in_shares) is reduce-scattered and the update all-gathers nothing (passes/zero.c): half
  * the allreduce's ring, (n - 1) / n of the bytes in n - 1 steps. ZeRO 1 and 2's
- * reduce-scatter and all-gather send what the allreduce sends. */
+ * reduce-scatter and all-gather send what the allreduce sends; a 16-bit reduce-scatter
+ * (--compress bf16|fp16) half its part. */
 double pipe_update_op_seconds(const ir_graph *g, const dm_cost_model *m, const ir_value *v, const char *in_shares,
                               double *reduced, double *steps, double *link_seconds, double *cached_seconds,
                               double *bytes) {
     dm_op_cost oc = cost_of_op(g, v);
-    if (in_shares && v->op == OP_ALLREDUCE && v->param_index >= 0 && v->param_index < g->n_params &&
-        in_shares[v->param_index] && g->grads && g->grads[v->param_index] == v->id)
-        oc.sent /= 2, oc.messages /= 2;
+    int shares = in_shares && v->op == OP_ALLREDUCE && v->param_index >= 0 && v->param_index < g->n_params &&
+                 in_shares[v->param_index] && g->grads && g->grads[v->param_index] == v->id;
+    if (shares) oc.sent /= 2, oc.messages /= 2;
+    /* --compress bf16|fp16 under ZeRO: the reduce-scatter (half the allreduce's bytes) in 16
+     * bits; ZeRO 1 and 2's all-gather of the parameters stays f32 */
+    if (dm_zero_half_reduction(g, v)) oc.sent *= shares ? 0.5 : 0.75;
     if (oc.messages > 0) {
         reduced[oc.axis] += 4.0 * (double)ir_local_numel(g, &g->values[v->operands[0]]->type);
         if (oc.messages > steps[oc.axis]) steps[oc.axis] = oc.messages;

@@ -81,18 +81,23 @@ static int check_dropout(const ir_graph *g, dm_diag *d) {
     return 0;
 }
 
-/* Gradient compression replaces the gradient allreduces that ZeRO turns into
- * reduce-scatters: the two do not combine (yet). */
+/* ZeRO turns the gradient allreduces into reduce-scatters: bf16 and fp16 compression
+ * ride on those; top-k's and PowerSGD's error feedback, per allreduced gradient, do not
+ * combine with them (yet). */
 static int check_compress(const ir_graph *g, dm_diag *d) {
     if (g->compress.kind == COMPRESS_NONE || !g->zero) return 0;
+    /* bf16 and fp16 ride on ZeRO's reduce-scatters (dm_zero_reduces_half) */
+    if (g->compress.kind == COMPRESS_BF16 || g->compress.kind == COMPRESS_FP16) return 0;
     char name[64];
     dm_compress_name(&g->compress, name, sizeof name);
     if (g->zero_loc.line > 0) {
-        dm_error(d, g->zero_loc, "--compress %s does not combine with ZeRO (zero = %d): ZeRO reduce-scatters the "
-                                 "gradients that compression would allreduce; drop one of them", name, g->zero);
+        dm_error(d, g->zero_loc, "--compress %s does not combine with ZeRO (zero = %d): its error feedback is per "
+                                 "allreduced gradient, and ZeRO reduce-scatters them (bf16 and fp16 do combine); drop "
+                                 "one of them", name, g->zero);
     } else {
-        fprintf(d->out, "dmc: error: --compress %s does not combine with --zero %d: ZeRO reduce-scatters the gradients "
-                        "that compression would allreduce; drop one of them\n", name, g->zero);
+        fprintf(d->out, "dmc: error: --compress %s does not combine with --zero %d: its error feedback is per allreduced "
+                        "gradient, and ZeRO reduce-scatters them (bf16 and fp16 do combine); drop one of them\n", name,
+                g->zero);
         d->n_errors++;
     }
     return 1;

@@ -283,6 +283,9 @@ int pass_zero(const ir_graph *g, dm_memory_plan *mem, const dm_bucket_plan *buck
     for (int b = 0; b < z->n_buckets; b++) {
         /* zero 1 receives its share; zero 2 assembles the whole range there */
         int64_t need = g->zero >= 2 ? z->bucket[b].span : z->bucket[b].share;
+        /* and after it, a 16-bit reduce-scatter's work (dmrt_reduce_scatter_half_work) */
+        if (dm_zero_reduces_half(g, z->bucket[b].axis))
+            need += 2 * g->axes[z->bucket[b].axis].size * ((z->bucket[b].share + 1) / 2);
         if (need > z->scratch_elems) z->scratch_elems = need;
     }
     return 0;

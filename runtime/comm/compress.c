@@ -182,6 +182,42 @@ int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_forma
     return 0;
 }
 
+int64_t dmrt_reduce_scatter_half_work(int64_t n_per_rank, int ranks) {
+    if (ranks < 1 || n_per_rank <= 0) return 0;
+    /* the packed send blocks, then the received ones */
+    return 2 * (int64_t)ranks * ((n_per_rank + 1) / 2);
+}
+
+int dmrt_reduce_scatter_sum_half(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                                 dmrt_half_format format, float *work, int64_t work_elems, const char *what) {
+    if (!c) return DMRT_ERR_COMM;
+    if (format != DMRT_BF16 && format != DMRT_FP16)
+        return dmrt_comm_compress_fail(c, what, "unknown 16-bit format %d", (int)format);
+    if (n_per_rank < 0) return dmrt_comm_compress_fail(c, what, "negative count %lld", (long long)n_per_rank);
+    if (n_per_rank == 0) return 0;
+    if (!send || !recv) return dmrt_comm_compress_fail(c, what, "a NULL buffer for %lld floats", (long long)n_per_rank);
+    int ranks = c->size, me = c->me, fp16 = format == DMRT_FP16;
+    if (dmrt_comm_check_work(c, what, work, work_elems, dmrt_reduce_scatter_half_work(n_per_rank, ranks)))
+        return DMRT_ERR_COMM;
+    int64_t slots = (n_per_rank + 1) / 2;
+    float *packed = work, *got = work + (int64_t)ranks * slots;
+    /* block k of packed: block k of send, for rank k */
+    for (int k = 0; k < ranks; k++) {
+        if (fp16) pack_all(send + (int64_t)k * n_per_rank, n_per_rank, 2 * slots, packed + (int64_t)k * slots, 1);
+        else pack_all(send + (int64_t)k * n_per_rank, n_per_rank, 2 * slots, packed + (int64_t)k * slots, 0);
+    }
+    if (dmrt_alltoall(c, packed, got, slots, what)) return DMRT_ERR_COMM;
+    /* block k of got: rank k's values of this rank's block, summed into block me */
+    if (fp16) {
+        sum_blocks(got, ranks, me, slots, 1);
+        unpack_all(got + (int64_t)me * slots, n_per_rank, recv, 1);
+    } else {
+        sum_blocks(got, ranks, me, slots, 0);
+        unpack_all(got + (int64_t)me * slots, n_per_rank, recv, 0);
+    }
+    return 0;
+}
+
 /* ---- top-k --------------------------------------------------------------------------- */
 
 void dmrt_comm_feedback_add(float *acc, const float *grad, int64_t n) {

@@ -215,6 +215,16 @@ int64_t dmrt_allreduce_half_work(int64_t n, int ranks);
 int dmrt_allreduce_sum_half(dmrt_comm *c, float *buf, int64_t n, dmrt_half_format format, float *work,
                             int64_t work_elems, const char *what);
 
+/* dmrt_reduce_scatter_sum with 16 bits on the wire (ZeRO's reduction under --compress
+ * bf16|fp16): rank i's recv (n_per_rank) = block i of every rank's send, each value rounded
+ * to the format, added in float in comm-rank order, the sum rounded once and widened back:
+ * element for element what dmrt_allreduce_sum_half makes. An all-to-all of 16-bit blocks.
+ * work: dmrt_reduce_scatter_half_work(n_per_rank, size of c) floats, not overlapping send
+ * or recv. */
+int64_t dmrt_reduce_scatter_half_work(int64_t n_per_rank, int ranks);
+int dmrt_reduce_scatter_sum_half(dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                                 dmrt_half_format format, float *work, int64_t work_elems, const char *what);
+
 /* A tensor in a range of gradients: top-k keeps k of its count elements per rank. */
 typedef struct dmrt_topk_segment {
     int64_t offset;  /* where it starts in the range */

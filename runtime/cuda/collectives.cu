@@ -416,6 +416,20 @@ int dmrt_gpu_allreduce_sum_half(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n
     return stage_in(g, buf, h, n);
 }
 
+int dmrt_gpu_reduce_scatter_sum_half(dmrt_gpu *g, dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                                     dmrt_half_format format, const char *what) {
+    GPU_ENTER(g);
+    int rc = check_call(g, c, n_per_rank, "reduce_scatter_sum_half", what);
+    if (rc != DMRT_OK) return rc;
+    const int64_t total = dmrt_comm_size(c) * n_per_rank, work = dmrt_reduce_scatter_half_work(n_per_rank, dmrt_comm_size(c));
+    float *h;
+    if ((rc = stage_begin(g, total + n_per_rank + work, &h)) != DMRT_OK || (rc = stage_out(g, h, send, total)) != DMRT_OK)
+        return rc;
+    if (dmrt_reduce_scatter_sum_half(c, h, h + total, n_per_rank, format, h + total + n_per_rank, work, what) != 0)
+        return host_failed(g, c);
+    return stage_in(g, recv, h + total, n_per_rank);
+}
+
 int dmrt_gpu_allreduce_topk(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, int64_t n,
                             const dmrt_topk_segment *segs, int n_segs, const char *what) {
     GPU_ENTER(g);

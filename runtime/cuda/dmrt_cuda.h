@@ -143,6 +143,7 @@ int dmrt_gpu_step_end(dmrt_gpu *g, const float *loss, float *loss_host, dmrt_fau
     "dmrt_gpu_allreduce_sum dmrt_gpu_allgather dmrt_gpu_reduce_scatter_sum dmrt_gpu_alltoall " \
     "dmrt_gpu_comm_wait dmrt_gpu_send dmrt_gpu_recv dmrt_gpu_send_tagged dmrt_gpu_recv_tagged " \
     "dmrt_gpu_allreduce_sum_half dmrt_gpu_allreduce_topk dmrt_gpu_allreduce_powersgd "         \
+    "dmrt_gpu_reduce_scatter_sum_half "                                                        \
     "dmrt_gpu_ps_exchange dmrt_gpu_ps_finish dmrt_gpu_ps_finish_pull dmrt_gpu_prune "          \
     "dmrt_gpu_ps_start dmrt_gpu_ps_snapshot "                                                  \
     "dmrt_gpu_prune_heads "                                                                    \
@@ -335,6 +336,10 @@ int dmrt_gpu_allreduce_sum_half(dmrt_gpu *g, dmrt_comm *c, float *buf, int64_t n
                                 const char *what);
 int dmrt_gpu_allreduce_topk(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, int64_t n,
                             const dmrt_topk_segment *segs, int n_segs, const char *what);
+/* ZeRO's reduce-scatter under --compress bf16|fp16: dmrt_reduce_scatter_sum_half of device
+ * buffers, staged through host memory (its work there). */
+int dmrt_gpu_reduce_scatter_sum_half(dmrt_gpu *g, dmrt_comm *c, const float *send, float *recv, int64_t n_per_rank,
+                                     dmrt_half_format format, const char *what);
 int dmrt_gpu_allreduce_powersgd(dmrt_gpu *g, dmrt_comm *c, float *grads, float *residual, float *q, int64_t n,
                                 const dmrt_powersgd_segment *segs, int n_segs, int rank, uint64_t seed, int64_t step,
                                 const char *what);

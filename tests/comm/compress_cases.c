@@ -118,6 +118,33 @@ static int check_half_allreduce(dmrt_comm *c, uint32_t seed, int64_t n, dmrt_hal
     return fails;
 }
 
+/* ---- 16-bit reduce-scatter (ZeRO under --compress bf16|fp16): block me of every rank's
+ * send, each value rounded, summed in rank order, rounded: the allreduce's rule ------------ */
+
+static int check_half_reduce_scatter(dmrt_comm *c, uint32_t seed, int64_t n_per_rank, dmrt_half_format f) {
+    dmrt_rank *r = dmrt_comm_owner(c);
+    int size = dmrt_comm_size(c), me = dmrt_comm_rank(c);
+    int64_t total = size * n_per_rank, need = dmrt_reduce_scatter_half_work(n_per_rank, size);
+    float *send = floats(total), *got = floats(n_per_rank), *want = floats(n_per_rank), *other = floats(total);
+    float *work = floats(need);
+    case_fill(send, total, seed, dmrt_comm_member(c, me));
+    for (int k = 0; k < size; k++) {
+        case_fill(other, total, seed, dmrt_comm_member(c, k));
+        for (int64_t i = 0; i < n_per_rank; i++) {
+            float x = dmrt_half_to_float(dmrt_half_from_float(other[me * n_per_rank + i], f), f);
+            want[i] = k == 0 ? x : want[i] + x;
+        }
+    }
+    for (int64_t i = 0; i < n_per_rank; i++) want[i] = dmrt_half_to_float(dmrt_half_from_float(want[i], f), f);
+    char what[128];
+    snprintf(what, sizeof what, "%s reduce-scatter of %lld a rank", f == DMRT_FP16 ? "fp16" : "bf16", (long long)n_per_rank);
+    int fails = CASE_EXPECT(r, dmrt_reduce_scatter_sum_half(c, send, got, n_per_rank, f, work, need, what) == 0, "%s",
+                            dmrt_rank_error(r));
+    fails += !case_same(r, what, got, want, n_per_rank);
+    free(send), free(got), free(want), free(other), free(work);
+    return fails;
+}
+
 /* ---- top-k: the serial rule with a sort ------------------------------------------------- */
 
 typedef struct keyed {
@@ -367,6 +394,8 @@ int case_compressed(dmrt_comm *c, uint32_t seed) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !fails; i++) {
         uint32_t s = seed + 16 * (uint32_t)i;
         fails += check_half_allreduce(c, s, sizes[i], DMRT_BF16) + check_half_allreduce(c, s + 1, sizes[i], DMRT_FP16);
+        fails += check_half_reduce_scatter(c, s + 4, sizes[i], DMRT_BF16) +
+                 check_half_reduce_scatter(c, s + 5, sizes[i], DMRT_FP16);
         for (int k_mode = 0; k_mode < 3; k_mode++)
             fails += check_topk(c, s + 2, sizes[i], k_mode, 0) + check_topk(c, s + 3, sizes[i], k_mode, 1);
     }
@@ -379,5 +408,8 @@ int case_compressed(dmrt_comm *c, uint32_t seed) {
                                 case_has(dmrt_rank_error(r), "small on axis world") &&
                                 case_has(dmrt_rank_error(r), "scratch of 1 floats, it needs"),
                          "too little scratch: %s", dmrt_rank_error(r));
+    fails += CASE_EXPECT(r, dmrt_reduce_scatter_sum_half(c, buf, buf + 50, 5, DMRT_FP16, work, 1, "small rs") ==
+                                    DMRT_ERR_COMM && case_has(dmrt_rank_error(r), "scratch of 1 floats, it needs"),
+                         "too little scratch for the reduce-scatter: %s", dmrt_rank_error(r));
     return fails;
 }

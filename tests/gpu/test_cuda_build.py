@@ -18,7 +18,7 @@ the interleaved schedule (gpt.dm, 4 layers on pipeline=2 x 2 chunks; clip.dm so,
 clipping, under fp16 too, and on data=2 x pipeline=2 with ZeRO 3), 2bw (mlp.dm on data=2 x
 pipeline=2, gpt.dm on pipeline=2) and pipedream (gpt.dm on pipeline=3, wte tied across it),
 gradient compression (bf16, topk and powersgd on data=2, powersgd on data=2 x pipeline=2, topk
-there interleaved),
+there interleaved, bf16 with ZeRO 2),
 parameter servers (mlp.dm with 2, gpt.dm with 1 and staleness 1, on data=2), --prune
 (mlp.dm element by element, by rows and on data=2; gpt.dm element by element and by
 attention heads), sequence
@@ -131,6 +131,8 @@ CASES = [
     ("mlp-data2-compress-bf16", "examples/mlp.dm", SMALL_MLP, "data=2", ["--compress", "bf16"], None),
     ("mlp-data2-compress-topk", "examples/mlp.dm", SMALL_MLP, "data=2", ["--compress", "topk:0.1"], None),
     ("gpt-data2-compress-powersgd", "examples/gpt.dm", TINY_GPT, "data=2", ["--compress", "powersgd:2"], None),
+    # ZeRO 2 under bf16 compression: its reduce-scatters in 16 bits, staged
+    ("mlp-data2-zero2-compress-bf16", "examples/mlp.dm", SMALL_MLP, "data=2", ["--zero", "2", "--compress", "bf16"], None),
     ("mlp-data2-pipeline2-compress", "examples/mlp.dm", SMALL_MLP, "data=2,pipeline=2",
      ["--microbatches", "2", "--compress", "powersgd:4"], None),
     # and interleaved: each chunk's buckets, their state after the rank's optimizer state

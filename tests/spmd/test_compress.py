@@ -22,7 +22,9 @@ partials sit on either side of a rounding boundary, at most 0.5% of elements) an
 final weights (absolute 1e-5). Also: topk:1 equals the uncompressed run bit for bit (also
 with --accumulate 2); data=2 x pipeline=2 equals data=2 under powersgd:2 and topk (each
 stage's residuals and factors in its own state); --explain=json's bytes per step are the
-formulas of docs/parallelism.md; ZeRO, --target cuda and bad modes are refused with their
+formulas of docs/parallelism.md (under ZeRO: its reduce-scatters' bytes); bf16 and fp16
+under ZeRO 1 and 2 (16-bit reduce-scatters) equal the allreduce's runs bit for bit, and ZeRO 3
+matches the reference; top-k and PowerSGD with ZeRO, and bad modes, are refused with their
 messages. BACKEND threads runs all of it; mpi (suite heavy) the reference comparisons.
 Exit 77 (a meson skip) without torch, or for mpi without mpirun.
 """
@@ -286,8 +288,9 @@ def close_runs(np, what, a, b):
     print("%-55s losses %.1e apart, weights %.1e" % (what, loss_err, weight_err))
 
 
-def explain_json(dmc, dm_file, mesh, mode):
-    cmd = [dmc, "--explain=json", dm_file, "--set", "B=%d,D=%d,H=%d,K=%d" % (B, D, H, K), "--mesh", mesh, "--compress", mode]
+def explain_json(dmc, dm_file, mesh, mode, extra=()):
+    cmd = [dmc, "--explain=json", dm_file, "--set", "B=%d,D=%d,H=%d,K=%d" % (B, D, H, K), "--mesh", mesh, "--compress",
+           mode] + list(extra)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
     if r.returncode != 0:
         raise Failure("`%s` exited %d: %s" % (" ".join(cmd), r.returncode, r.stderr))
@@ -316,14 +319,23 @@ def check_explain(np, dmc, dm_file):
             if abs(got["sent_bytes_per_rank"] - want) > 1 or abs(got["uncompressed_sent_bytes_per_rank"] - plain) > 1:
                 raise Failure("--explain data=%d --compress %s: sent %s, uncompressed %s; formulas %.0f, %.0f"
                               % (ranks, mode, got["sent_bytes_per_rank"], got["uncompressed_sent_bytes_per_rank"], want, plain))
-    print("--explain's bytes per step: the formulas, on data=2 and data=4, every mode")
+        # under ZeRO: its reduce-scatters, 4 e (n-1)/n in f32, in 16 bits half that
+        for zero in ("1", "3"):
+            got = explain_json(dmc, dm_file, "data=%d" % ranks, "bf16", ["--zero", zero])
+            if abs(got["sent_bytes_per_rank"] - plain / 4) > 1 or abs(got["uncompressed_sent_bytes_per_rank"] - plain / 2) > 1:
+                raise Failure("--explain data=%d --zero %s --compress bf16: sent %s, in f32 %s; formulas %.0f, %.0f"
+                              % (ranks, zero, got["sent_bytes_per_rank"], got["uncompressed_sent_bytes_per_rank"],
+                                 plain / 4, plain / 2))
+    print("--explain's bytes per step: the formulas, on data=2 and data=4, every mode, and under ZeRO")
 
 
 def check_refusals(dmc, dm_file, tmp):
     """What is not built says so before anything runs."""
     sets = ["--set", "B=%d,D=%d,H=%d,K=%d" % (B, D, H, K)]
-    cases = [([dmc, "--check", dm_file, "--mesh", "data=2", "--zero", "1", "--compress", "bf16"] + sets,
-              "--compress bf16 does not combine with --zero 1"),
+    cases = [([dmc, "--check", dm_file, "--mesh", "data=2", "--zero", "1", "--compress", "topk:0.05"] + sets,
+              "--compress topk:0.05 does not combine with --zero 1"),
+             ([dmc, "--check", dm_file, "--mesh", "data=2", "--zero", "2", "--compress", "powersgd:2"] + sets,
+              "--compress powersgd:2 does not combine with --zero 2"),
              ([dmc, "--check", dm_file, "--compress", "topk:0"], "--compress topk:RATIO takes a fraction in (0, 1], got '0'"),
              ([dmc, "--check", dm_file, "--compress", "powersgd:x"], "powersgd:RANK takes an integer from 1 to 1024"),
              ([dmc, "--check", dm_file, "--compress", "int8"], "takes bf16, fp16, topk:RATIO, powersgd:RANK or none"),
@@ -332,7 +344,7 @@ def check_refusals(dmc, dm_file, tmp):
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
         if r.returncode == 0 or message not in r.stderr:
             raise Failure("`%s` exited %d without '%s':\n%s" % (" ".join(cmd), r.returncode, message, r.stderr))
-    print("refused with their messages: ZeRO, bad modes, --plan")
+    print("refused with their messages: top-k and PowerSGD with ZeRO, bad modes, --plan")
 
 
 def main():
@@ -403,6 +415,24 @@ def main():
         if backend == "threads" and dmcrun.TARGET == "cuda":
             print("pipeline powersgd, pipeline topk: not compared on the CUDA target (bias gradients summed "
                   "in another order by a pipeline's program; bit for bit on the C target)")
+        if backend == "threads":
+            # ZeRO's reduce-scatters carry the 16-bit values: the same rule element by element
+            # (each rank's value rounded, summed in rank order, rounded), so ZeRO 1 and 2 are
+            # the allreduce's run bit for bit, and match the reference; ZeRO 3, whose forward
+            # reads gathered copies, within the reference's bounds (as it is in f32)
+            for mode in ("bf16", "fp16"):
+                for zero in ("1", "2", "3"):
+                    tag = "%s_zero%s" % (mode, zero)
+                    run = (lambda mode=mode, zero=zero, tag=tag: dmc_run(
+                        dmc, dm_file, tmp, tag, files, backend, ["--mesh", "data=2", "--zero", zero, "--compress", mode]))
+                    what = "data=2 --zero %s and data=2, --compress %s" % (zero, mode)
+                    # (the CUDA target updates a ZeRO program's parameters by other kernels than the
+                    # flat update of a plain one: there each run against the reference)
+                    if zero == "3" or dmcrun.TARGET == "cuda":
+                        checks.append((tag, lambda mode=mode, run=run: compare(
+                            np, mode, run(), reference_run(np, torch, mode, init, xs, ys, norm))))
+                    else:
+                        checks.append((tag, lambda mode=mode, run=run, what=what: same_bits(np, what, run(), runs[mode])))
         if backend == "threads":
             checks += [
                 ("explain", lambda: check_explain(np, dmc, dm_file)),
