@@ -64,6 +64,11 @@ static void emit_micro_grad_sum(emitter *E, int p) {
  * (emit_tied_partial_sums). */
 static void emit_tied_partial_add(emitter *E, int id) {
     const ir_value *v = V(E, id);
+    if (!E->plan->partial_sum_offset || E->plan->partial_sum_offset[id] < 0) {
+        fprintf(stderr, "dmc: internal error: the tied partial '%s' has no sum planned (memory_plan_tied_sums)\n",
+                v->name ? v->name : "?");
+        abort();
+    }
     const ir_value *param = V(E, E->g->params[v->tied_partial_of - 1]);
     char sum[96];
     snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)E->plan->partial_sum_offset[id]);
@@ -249,8 +254,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
                     emit_micro_grad_sum(E, sum_after[i]);
                     sum_after[i] = -1;
                 }
-                if (E->in_micro && phase == PHASE_BACKWARD && V(E, i)->tied_partial_of && E->plan->partial_sum_offset)
-                    emit_tied_partial_add(E, i);
+                if (E->in_micro && phase == PHASE_BACKWARD && V(E, i)->tied_partial_of) emit_tied_partial_add(E, i);
             }
             if (part == 1) emit_bucket_start(E, start_after, i);
         }
