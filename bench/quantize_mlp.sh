@@ -21,7 +21,8 @@
 # ratio to the f32 file, the median time and its ratio to fp32's. int8 (int8 activations)
 # is measured when dmc accepts --quantize int8 and is "not built" otherwise.
 # The GPT (V=256, T=32, C=64, NH=4, L=2, B=16) trains GPT_STEPS steps on the fortunes and
-# each mode prints its validation loss (--evaluate's "val loss") and file size.
+# each mode prints its validation loss (--evaluate's "val loss") and file size; MODE+emb is
+# MODE with --quantize-embeddings (the tied wte narrow too).
 # docs/compression.md ("Quantization, measured") has the figures.
 set -eu
 dmc=${1:?usage: bench/quantize_mlp.sh DMC [EPOCHS] [SEED] [GPT_STEPS]}
@@ -50,9 +51,10 @@ images = np.frombuffer(raw, dtype=np.uint8, offset=16).reshape(-1, 784)[:int(sys
 stio.save({"x": images.astype(np.float32) / 255.0}, sys.argv[3])
 PY
 
-mode_args() { # dmc's options for mode $1
+mode_args() { # dmc's options for mode $1 (MODE+emb: with --quantize-embeddings)
     case $1 in
     fp32) ;;
+    *+emb) echo "--quantize ${1%+emb} --quantize-embeddings" ;;
     *) echo "--quantize $1" ;;
     esac
 }
@@ -132,7 +134,7 @@ echo
 echo "gpt.dm ($dims), fortunes, $gpt_steps steps, seed $seed"
 printf '%-16s %-11s %-8s %s\n' mode "val loss" "x fp32" "file bytes"
 fp32_loss=""
-for mode in fp32 int8-weights int4-weights:64 int8; do
+for mode in fp32 int8-weights int4-weights:64 int8 int8-weights+emb int4-weights:64+emb int8+emb; do
     # shellcheck disable=SC2046
     if ! "$dmc" "$gpt" --set "$dims" $(mode_args $mode) --check >"$tmp/check.out" 2>&1; then
         refused "$mode"
@@ -147,7 +149,7 @@ for mode in fp32 int8-weights int4-weights:64 int8; do
         weights="$tmp/gpt-$mode.safetensors"
         # int8 calibrates its input scales on the corpus's training windows
         calibrate=""
-        [ $mode = int8 ] && calibrate="--data text:$fortunes"
+        case $mode in int8 | int8+emb) calibrate="--data text:$fortunes" ;; esac
         # shellcheck disable=SC2086
         "$keep/gpt" --init "$tmp/gpt.safetensors" --save-quantized "$weights" --quiet $calibrate >/dev/null
     fi

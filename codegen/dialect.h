@@ -131,6 +131,10 @@ typedef struct cg_embed {
                                                      * step's whole batch, which a fault reports
                                                      * (a rank's block, a micro-batch) */
     const char *scratch;                            /* the gradient: scratch_bytes of it, or NULL */
+    const char *qtable;                             /* the forward: a const dmrt_qweight * (C expression)
+                                                     * the rows come from, dequantized, when the table
+                                                     * is held narrow only (--quantize-embeddings); NULL:
+                                                     * table */
 } cg_embed;
 
 /* Cross-entropy over rows of logits (rows, classes) with i32 targets, as three kernels

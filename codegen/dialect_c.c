@@ -549,6 +549,12 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
     cg_line(w, "}");
     cg_line(w, "if (!ctx->fault.site) {");
     w->indent++;
+    if (k->qtable) { /* a table held narrow only (serial: the whole vocabulary) */
+        cg_line(w, "dmrt_qweight_gather_rows(%s, %s, %lld, %s);", k->qtable, k->ids, (long long)k->rows, k->out);
+        w->indent--;
+        cg_line(w, "}");
+        return;
+    }
     if (k->rows * k->cols >= PARALLEL_MIN_ELEMS) cg_c_parallel_for(w, 1);
     cg_line(w, "for (int64_t r = 0; r < %lld; r++) {", (long long)k->rows);
     w->indent++;

@@ -580,7 +580,15 @@ static void emit_embed(emitter *E, const ir_value *v) {
         if (E->dialect->embed_grad_scratch_bytes(k.rows) > 0) k.scratch = "ctx->scratch";
         E->dialect->embed_grad(&E->w, &k);
     } else {
-        k.table = E->cname[v->operands[0]];
+        char qtable[64];
+        int slot = quant_gather_slot(E, v);
+        if (slot >= 0) {
+            snprintf(qtable, sizeof qtable, "&ctx->quant[%d]", slot);
+            k.qtable = qtable;
+            cg_line(&E->w, "/* %s's rows from its narrow copy, dequantized (--quantize-embeddings) */", V(E, v->operands[0])->name);
+        } else {
+            k.table = E->cname[v->operands[0]];
+        }
         E->dialect->embed(&E->w, &k);
         E->dialect->fault_check(&E->w, 0);
         E->phase_faults = 1;

@@ -40,13 +40,18 @@ void quant_mark(emitter *E) {
         free(transposed);
         return;
     }
-    /* a weight read transposed is read so by every product that quantizes it (passes/quantize.c) */
+    /* a weight read transposed is read so by every product that quantizes it (passes/quantize.c);
+     * an embedding's table (--quantize-embeddings) is laid out so too: a scale per row */
     for (int i = 0; i < g->n_values; i++)
         if (reads_weight(E, V(E, i))) {
             int w = dm_quantized_weight_of(g, V(E, i));
             E->quant_slot[w] = 0;
             transposed[w] = (char)V(E, i)->trans_b;
         }
+    for (int i = 0; i < g->n_values; i++) {
+        int w = dm_quantized_table(g, V(E, i));
+        if (w >= 0) E->quant_slot[w] = 0, transposed[w] = 1;
+    }
     for (int p = 0; p < g->n_params; p++)
         if (E->quant_slot[g->params[p]] == 0) {
             E->quant_slot[g->params[p]] = E->n_quant;
@@ -127,6 +132,13 @@ void emit_quant_support(emitter *E) {
 /* In create: a failed allocation in the products' memory (device_failed names it). */
 #define DEVICE_ALLOC_FAILED "{ (void)device_failed(ctx); goto fail; }"
 
+/* Whether a quantized product reads weight w (not only embeddings). */
+static int read_by_product(const emitter *E, int w) {
+    for (int i = 0; i < E->g->n_values; i++)
+        if (dm_quantized_weight_of(E->g, V(E, i)) == w) return 1;
+    return 0;
+}
+
 int quant_narrow_slot(const emitter *E, int p) {
     int slot = E->quant_bits ? E->quant_slot[E->g->params[p]] : -1;
     return slot >= 0 && E->quant_narrow[slot] ? slot : -1;
@@ -151,8 +163,9 @@ void emit_quant_alloc(emitter *E) {
                 (long long)k, (long long)n, (long long)E->quant_group);
         if (transposed) cg_line(w, "ctx->quant[%d].transposed = 1;", j);
         if (quant_narrow_slot(E, p) >= 0) cg_line(w, "ctx->quant[%d].narrow_only = 1;", j);
-        /* int8: its input scale comes from the trainer's calibration or a --save-quantized file */
-        if (E->quant_act) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
+        /* int8: its input scale comes from the trainer's calibration or a --save-quantized file
+         * (a table only embeddings read has no input) */
+        if (E->quant_act && read_by_product(E, v->id)) cg_line(w, "ctx->quant[%d].quantize_input = 1;", j);
         if (!E->dialect->separate_memory) continue;
         char lhs[64], bytes[160];
         snprintf(lhs, sizeof lhs, "ctx->quant_data[%d]", j);
@@ -282,6 +295,11 @@ void emit_quant_descriptor(emitter *E) {
 int is_quant_product(const emitter *E, const ir_value *v) {
     int w = dm_quantized_weight_of(E->g, v);
     return w >= 0 && E->quant_slot[w] >= 0;
+}
+
+int quant_gather_slot(const emitter *E, const ir_value *v) {
+    int w = dm_quantized_table(E->g, v);
+    return w >= 0 ? quant_narrow_slot(E, V(E, w)->param_index) : -1;
 }
 
 int emit_quant_product(emitter *E, const ir_value *v, const cg_gemm *k) {

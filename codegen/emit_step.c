@@ -269,6 +269,7 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
  * its weight through the narrow copy, and the f32 one by that name only where the dialect
  * says so (the C dialect's int8 calibration reaches it through ctx, emit_quant_product). */
 static int reads_local(const emitter *E, const ir_value *v, int k) {
+    if (k == 0 && v->op == OP_EMBED && quant_gather_slot(E, v) >= 0) return 0; /* its narrow table, through ctx */
     return ir_reads_operand(v, k) && !(k == 1 && is_quant_product(E, v) && !E->dialect->quant_gemm_reads_b);
 }
 

@@ -456,6 +456,9 @@ void emit_predict_wrapper(emitter *E);
 void emit_predict_fields(emitter *E);
 /* Whether product v reads a --quantize'd weight (emit_quant_product runs it). */
 int is_quant_product(const emitter *E, const ir_value *v);
+/* Whether embedding v gathers its rows from a table held narrow only (--quantize-embeddings
+ * on the C target): the slot of its dmrt_qweight, or -1. */
+int quant_gather_slot(const emitter *E, const ir_value *v);
 
 /* emit_quant.c: --quantize's narrow weights: which (quant_mark), the context's fields, their
  * making in create and freeing in destroy, where the storage is separate the helpers that

@@ -73,6 +73,9 @@ static const char usage[] =
     "                             trainer --calibrate), int8 x int8 products summed in int32\n"
     "                             (oneDNN with AVX512-VNNI, else plain C; CUDA: cuBLAS)\n"
     "  --quantize-group G         int4-weights: rows per scale (as int4-weights:G)\n"
+    "  --quantize-embeddings      with --quantize: the tables embeddings read narrow too (a\n"
+    "                             head tied to one included: GPT's wte), a scale per row\n"
+    "                             (default: they stay f32, as bitsandbytes and GPTQ leave them)\n"
     "  --loss-scale S             fp16: the initial loss scale (default 65536), halved and the\n"
     "                             step skipped when a gradient is not finite\n"
     "  --loss-scale-interval N    fp16: clean steps before the scale doubles (default 2000)\n"
@@ -417,6 +420,7 @@ static int parse_common(int argc, char **argv, int *i, dm_options *o) {
     if (strcmp(argv[*i], "--no-hoist-constants") == 0) return o->no_hoist_constants = 1;
     if (strcmp(argv[*i], "--no-fuse-casts") == 0) return o->no_fuse_casts = 1;
     if (strcmp(argv[*i], "--sequence-parallel") == 0) return o->sequence_parallel = 1;
+    if (strcmp(argv[*i], "--quantize-embeddings") == 0) return o->quantize_embeddings = 1;
     double size;
     if ((v = option_value(argc, argv, i, "--bucket-mb"))) {
         if (parse_size("--bucket-mb", v, "MiB", &size)) return -1;
@@ -499,7 +503,7 @@ static int check_compact_options(const dm_options *o);
 static const char *const known_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb", "--target", "--tf32",
     "--microbatches", "--accumulate", "--hardware", "--precision", "--loss-scale", "--loss-scale-interval", "--memory-gb", "--recompute", "--zero",
-    "--prune", "--prune-start", "--prune-end", "--compact", "--save-compacted", "--no-fuse-attention", "--no-hoist-constants", "--no-fuse-casts", "--quantize", "--quantize-group", "--sequence-parallel",
+    "--prune", "--prune-start", "--prune-end", "--compact", "--save-compacted", "--no-fuse-attention", "--no-hoist-constants", "--no-fuse-casts", "--quantize", "--quantize-group", "--quantize-embeddings", "--sequence-parallel",
     "--schedule", "--chunks", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--name", "--emit", "--stop-after", "--explain", "--plan", "--check", "-o", "--keep", "--cc", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha",
     "--backend", "--mpirun", "--march", "--help", "--version"};
 
@@ -826,6 +830,10 @@ int dm_parse_args(int argc, char **argv, dm_options *o) {
 /* --quantize's group and company, once the precision is known: 0, or -1 after a message. */
 static int check_quantize_options(dm_options *o) {
     if (o->codegen.quantize_bits == 4 && !o->codegen.quantize_group) o->codegen.quantize_group = 64;
+    if (o->quantize_embeddings && !o->codegen.quantize_bits) {
+        fprintf(stderr, "dmc: error: --quantize-embeddings applies to a --quantize program only\n");
+        return -1;
+    }
     if (o->codegen.quantize_group && o->codegen.quantize_bits != 4) {
         fprintf(stderr, "dmc: error: --quantize-group applies to --quantize int4-weights only\n");
         return -1;

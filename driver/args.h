@@ -60,6 +60,7 @@ typedef struct dm_options {
     int no_hoist_constants;   /* --no-hoist-constants */
     int no_fuse_casts;        /* --no-fuse-casts */
     int sequence_parallel;    /* --sequence-parallel */
+    int quantize_embeddings;  /* --quantize-embeddings */
     ir_compress compress;     /* --compress */
     const char *reduce_chosen_by; /* "--compress" or "--grad-reduce", the one given (NULL: neither) */
     ir_param_servers param_servers; /* --param-servers, --ps-staleness (-1: synchronous) */

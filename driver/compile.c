@@ -62,6 +62,7 @@ static int run_after_autodiff(ir_graph *g, const dm_compile_request *req, dm_dia
     g->quantize_bits = req->quantize_bits;
     g->quantize_group = req->quantize_group;
     g->quantize_activations = req->quantize_activations;
+    g->quantize_embeddings = req->quantize_embeddings;
     /* int8 keeps every f32 weight: its calibration's f32 forward multiplies them */
     g->quantize_narrow_only = req->quantize_bits && !req->quantize_activations && codegen_narrow_only(req->target);
     /* a forward-only graph (--quantize) has no backward to recompute for and no update */

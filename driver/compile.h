@@ -23,6 +23,7 @@ typedef struct dm_compile_request {
     int quantize_bits;          /* --quantize: 8, 4, or 0 (the code generator's option, for --explain) */
     int64_t quantize_group;     /* int4-weights: rows per scale */
     int quantize_activations;   /* --quantize int8 */
+    int quantize_embeddings;    /* --quantize-embeddings */
     double distill_temperature; /* > 0: the loss becomes distillation's (passes/distill.c) */
     double distill_alpha;       /* with distill_temperature: the cross-entropy's weight */
     dm_compaction *compact;     /* --compact: the pruned file in, the compacted weights out; or NULL */

@@ -101,7 +101,8 @@ static int compile(const dm_options *o, const dm_program *prog, dm_diag *diag, c
                               .loss_scale_interval = o->loss_scale_interval,
                               .prune = o->prune, .compact = o->compact ? compaction : NULL,
                               .quantize_bits = o->codegen.quantize_bits, .quantize_group = o->codegen.quantize_group,
-                              .quantize_activations = o->codegen.quantize_activations};
+                              .quantize_activations = o->codegen.quantize_activations,
+                              .quantize_embeddings = o->quantize_embeddings};
     int distill = dm_distill_options(o, &req.distill_temperature, &req.distill_alpha);
     if (distill < 0) return 1;
     if (dm_compile(prog, &req, diag, c) != 0) return 1;

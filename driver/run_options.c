@@ -75,6 +75,7 @@ enum { N_TRAINER_OPTIONS = sizeof trainer_options / sizeof trainer_options[0] };
 static const char *const dmc_options[] = {
     "--set", "--mesh", "--devices", "--global-batch", "--top", "--plan-whole", "--bucket-mb",
     "--target", "--tf32", "--microbatches", "--accumulate", "--hardware", "--precision", "--quantize", "--quantize-group",
+    "--quantize-embeddings",
     "--loss-scale", "--loss-scale-interval", "--prune", "--prune-start", "--prune-end", "--memory-gb", "--recompute", "--zero", "--compress", "--grad-reduce", "--param-servers", "--ps-staleness", "--schedule", "--chunks", "--keep", "--cc", "--backend",
     "--mpirun", "--march", "--teacher", "--teacher-init", "--distill-temperature", "--distill-alpha"};
 

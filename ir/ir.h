@@ -326,6 +326,7 @@ typedef struct ir_graph {
     int quantize_bits;        /* --quantize int8-weights (8), int4-weights (4): what --explain sizes; 0: none */
     int64_t quantize_group;   /* int4-weights: rows per scale */
     int quantize_activations; /* --quantize int8: the products' inputs quantized too (int8 x int8) */
+    int quantize_embeddings;  /* --quantize-embeddings: embedding tables narrow too (passes/quantize.c) */
     /* The target keeps a weight whose every reader is a quantized product narrow only, with
      * no f32 copy (dm_weight_held_narrow); set by the driver for int8-weights and int4-weights
      * on a target that can (cg_capabilities.narrow_only). */

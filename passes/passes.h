@@ -456,6 +456,9 @@ const ir_value *dm_cast_producer(const ir_graph *g, const ir_value *cast);
  * [k, n] (codegen/emit_quant.c; a weight of more dims as [its first dim, the rest]) and
  * --explain sizes (explain_quant.c); -1 for any other v. */
 int dm_quantized_weight_of(const ir_graph *g, const ir_value *v);
+/* With --quantize-embeddings: the table forward embedding v gathers, when it is held narrow
+ * (a scale per row, the layout of x @ transpose(table)), or -1. */
+int dm_quantized_table(const ir_graph *g, const ir_value *v);
 /* For such a product: 1 when it reads a window of the weight's columns, [*col0, *col0 +
  * *cols) of its [k, n] (gpt.dm's q, k and v: reshape(slice(c_attn, 1, P, P + 1), [C, C]) of
  * the [C, 3, C] weight, columns P C to (P + 1) C), 0 when it reads the whole (*col0 0, *cols

@@ -2,18 +2,30 @@
  * generator's (codegen/emit_quant.c) and --explain's (explain_quant.c) one rule. */
 #include "passes.h"
 
-/* Whether every forward op reading parameter w is a product reading it x @ transpose(w):
- * the one layout its narrow copy then has (a weight an embedding also gathers, gpt.dm's
- * tied head, stays f32). */
+/* Whether forward op v reads its operand k as an embedding's table (rows gathered). */
+static int gathers_table(const ir_value *v, int k) { return v->op == OP_EMBED && k == 0; }
+
+/* Whether every forward op reading parameter w is a product reading it x @ transpose(w),
+ * or with --quantize-embeddings an embedding gathering its rows: the one layout its
+ * narrow copy then has, a scale per row of w (without the option, a weight an embedding
+ * also gathers, gpt.dm's tied head, stays f32). */
 static int read_transposed_only(const ir_graph *g, int w) {
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         if (v->phase != PHASE_FORWARD) continue;
         for (int k = 0; k < v->n_operands; k++)
-            if (v->operands[k] == w && !(v->op == OP_MATMUL && k == 1 && v->trans_b && !v->trans_a && !v->batch_dims))
+            if (v->operands[k] == w && !(v->op == OP_MATMUL && k == 1 && v->trans_b && !v->trans_a && !v->batch_dims) &&
+                !(g->quantize_embeddings && gathers_table(v, k)))
                 return 0;
     }
     return 1;
+}
+
+int dm_quantized_table(const ir_graph *g, const ir_value *v) {
+    if (!g->quantize_bits || !g->quantize_embeddings || v->phase != PHASE_FORWARD || v->op != OP_EMBED) return -1;
+    const ir_value *t = g->values[v->operands[0]];
+    if (t->role != ROLE_PARAM || t->type.rank != 2 || t->type.dtype != DT_F32) return -1;
+    return read_transposed_only(g, t->id) ? t->id : -1;
 }
 
 /* Whether every reader of value id, directly or through reshapes to 2 dims, is a forward
@@ -94,7 +106,8 @@ static int read_by_quantized_products(const ir_graph *g, int id, int w) {
         const ir_value *v = g->values[i];
         for (int k = 0; k < v->n_operands; k++) {
             if (v->operands[k] != id) continue;
-            if (k == 1 && dm_quantized_weight_of(g, v) == w) readers++;
+            if ((k == 1 && dm_quantized_weight_of(g, v) == w) || (gathers_table(v, k) && dm_quantized_table(g, v) == w))
+                readers++;
             else if ((v->op == OP_SLICE || v->op == OP_RESHAPE) && k == 0 && read_by_quantized_products(g, i, w)) readers++;
             else return 0;
         }

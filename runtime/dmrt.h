@@ -292,6 +292,11 @@ void dmrt_quantize_weight(dmrt_qweight *q, const float *w);
 void dmrt_dequantize_param(const dmrt_qweight *q, float *w);
 /* w[r, c] = q[r, c] * scale[r / group, c], rows r0 <= r < r1 into w (row-major, from r0). */
 void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *w);
+/* An embedding of a table held narrow (--quantize-embeddings; q transposed: the table [n
+ * rows, k] is q's transpose): out[r, c] = the table's row ids[r] dequantized, q[c, ids[r]] *
+ * scale[c / group, ids[r]] for c < q->rows; dmrt_dequantize_param's values of that row. ids
+ * in [0, q->cols), checked by the caller. */
+void dmrt_qweight_gather_rows(const dmrt_qweight *q, const int32_t *ids, int64_t n, float *out);
 /* C[m, n] = A[m, k] W[k, n] + beta C with W = q dequantized (k = q->rows, n = q->cols), A
  * row-major with row stride lda; W is widened into the calling thread's buffer and
  * multiplied by dmrt_sgemm_split on `threads` threads (1: dmrt_sgemm). */

@@ -113,6 +113,19 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
     }
 }
 
+void dmrt_qweight_gather_rows(const dmrt_qweight *q, const int32_t *ids, int64_t n, float *out) {
+    /* row id of the parameter is column id of q (its transpose): q->rows values, one per row of q */
+    for (int64_t r = 0; r < n; r++) {
+        int64_t id = ids[r];
+        float *dst = out + r * q->rows;
+        for (int64_t c = 0; c < q->rows; c++) {
+            float scale = q->scale[(c / q->group) * q->cols + id];
+            int q_value = q->bits == 8 ? ((const int8_t *)q->data)[c * q->cols + id] : q_at(q, c, id);
+            dst[c] = (float)q_value * scale;
+        }
+    }
+}
+
 /* ---- the product ------------------------------------------------------------------------ */
 
 /* the calling thread's buffer of at least count floats (thread_floats.c) */

@@ -97,6 +97,14 @@ def check_quantize_repeated(exe, root, check):
               % (' '.join(args), rc, err.strip() or [l for l in out.splitlines() if 'quantize' in l][:1], line))
 
 
+def check_quantize_embeddings_alone(exe, root, check):
+    """--quantize-embeddings changes a --quantize program only: alone it is refused (exit 2)."""
+    mlp = os.path.join(root, 'examples', 'mlp.dm')
+    rc, out, err = dmc(exe, ['--explain', mlp, '--quantize-embeddings'])
+    want = '--quantize-embeddings applies to a --quantize program only'
+    check(rc == 2 and want in err and not out, 'dmc --explain mlp.dm --quantize-embeddings: exit %d, %r' % (rc, err.strip()))
+
+
 def check_quantize_plans(exe, root, check):
     """--plan and --mesh auto search meshes for training: a quantized program is one serial
     forward, so both refuse --quantize (exit 2) instead of planning a training step."""
@@ -238,6 +246,7 @@ def main(argv):
         check_commands(exe, tmp, check)
         check_quantize_repeated(exe, root, check)
         check_quantize_plans(exe, root, check)
+        check_quantize_embeddings_alone(exe, root, check)
         check_quantize_transposed(exe, root, tmp, check)
         check_compact_company(exe, root, check)
         check_reduce_once(exe, root, check)

@@ -185,6 +185,10 @@ CASES += [("%s-quantize-%s" % (model, mode.split(":")[0]), "examples/%s.dm" % mo
 # back into the parameter's layout (quant.cu's widen_kernel, transposed)
 CASES += [("llama-quantize-%s" % mode, "examples/llama.dm", "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4", None,
            ["--quantize", mode], None) for mode in ("int8-weights", "int8")]
+# --quantize-embeddings: gpt.dm's tied wte narrow too (its head product, its embedding
+# reading the f32 copy, which holds the dequantized values on a separate memory's target)
+CASES += [("gpt-quantize-%s-embeddings" % mode.split(":")[0], "examples/gpt.dm", QUANT_GPT, None,
+           ["--quantize", mode, "--quantize-embeddings"], None) for mode in ("int4-weights:32", "int8")]
 
 
 def batch_file(tmp, dm, sets):

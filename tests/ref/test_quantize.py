@@ -36,7 +36,10 @@ last column) and random f32 weights:
   h) examples/gpt.dm likewise, its weights read x @ W: c_attn [C, 3C] stored narrow whole,
      its three products (q, k, v) each reading a window of C columns, equal to
      torch.quantize_per_channel and the group-wise formula on [C, 3C]; the tied wte and
-     wpe stay f32; logits and the saved file as in g).
+     wpe stay f32; logits and the saved file as in g);
+  i) --quantize-embeddings: gpt.dm's tied wte (int4:16) and llama.dm's embed_tokens (int8)
+     narrow too, equal to torch.quantize_per_channel along the table's rows (axis 0) and the
+     group-wise formula on its transpose; wpe stays f32; logits and the saved file as in g).
 
 Exit status: 0 pass, 1 failure, 77 torch/numpy unavailable (skip), 2 usage.
 """
@@ -241,10 +244,17 @@ GPT_SETS = "V=64,T=8,C=32,NH=4,L=2,B=3"
 GPT_WEIGHTS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 
-def check_language_model(dmc, src, d, np, torch, sets, names, transposed, f32_names, label):
-    """g, h: a language model's weights quantized (names; transposed: read x @ transpose(W),
-    stored as W's transpose) and its --predict logits against the f32 program's on the
-    fake-quantized weights; f32_names stay f32 in the --save-quantized file."""
+MODES = (("int8-weights", lambda np, torch, v: int8_reference(torch, v)),
+         ("int4-weights:16", lambda np, torch, v: int4_reference(np, torch, v, 16)))
+
+
+def check_language_model(dmc, src, d, np, torch, sets, names, transposed, f32_names, label, extra=(), modes=MODES):
+    """g, h, i: a language model's weights quantized (names; transposed: those of them read
+    x @ transpose(W), or an embedding's table, stored as W's transpose: True for all, or a
+    set of names) and its --predict logits against the f32 program's on the fake-quantized
+    weights; f32_names stay f32 in the --save-quantized file. extra: more dmc options."""
+    if transposed is True or transposed is False:
+        transposed = set(names) if transposed else set()
     rng = np.random.default_rng(3)
     stio.save({"tokens": rng.integers(0, 64, (1, 3, 8)).astype(np.int32),
                "targets": rng.integers(0, 64, (1, 3, 8)).astype(np.int32)}, os.path.join(d, "lb.st"))
@@ -254,32 +264,33 @@ def check_language_model(dmc, src, d, np, torch, sets, names, transposed, f32_na
     dmc_run(dmc, src, [], ["--init", "lw.st", "--predict", "--batch-file", "lt.st", "--out", "lof.st"], d, sets=sets)
     f32 = stio.load(os.path.join(d, "lof.st"))["logits"]
     worst = 0.0
-    for mode, reference in (("int8-weights", lambda v: int8_reference(torch, v)),
-                            ("int4-weights:16", lambda v: int4_reference(np, torch, v, 16))):
+    for mode, reference in modes:
         tag = mode.replace(":", "-")
-        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lw.st", "--save-quantized", "lq-%s.st" % tag], d, sets=sets)
+        quantize = ["--quantize", mode] + list(extra)
+        dmc_run(dmc, src, quantize, ["--init", "lw.st", "--save-quantized", "lq-%s.st" % tag], d, sets=sets)
         saved = stio.load(os.path.join(d, "lq-%s.st" % tag))
         for name in f32_names:
             if saved[name].dtype != np.float32 or not np.array_equal(saved[name], w[name]):
                 raise dmcrun.Failure("%s %s: %s is not kept f32" % (label, mode, name))
         fake = dict(w)
         for name in names:
-            wt = np.ascontiguousarray(w[name].T if transposed else w[name])  # the product's [in, out]
-            want_q, want_scale = reference(wt)
+            flip = name in transposed
+            wt = np.ascontiguousarray(w[name].T if flip else w[name])  # the product's [in, out]
+            want_q, want_scale = reference(np, torch, wt)
             got_q = saved[name] if saved[name].dtype == np.int8 else unpack_int4(np, saved[name], wt.shape[1])
             if got_q.shape != want_q.shape or not np.array_equal(got_q, want_q):
                 raise dmcrun.Failure("%s %s %s: narrow %s differs from PyTorch's on %s %s"
-                                     % (label, mode, name, got_q.shape, "W's transpose" if transposed else "W",
+                                     % (label, mode, name, got_q.shape, "W's transpose" if flip else "W",
                                         want_q.shape))
             if not np.array_equal(saved[name + ".scale"], want_scale):
                 raise dmcrun.Failure("%s %s %s.scale differs from PyTorch's" % (label, mode, name))
             group = wt.shape[0] if want_scale.shape[0] == 1 else -(-wt.shape[0] // want_scale.shape[0])
             deq = (want_q.astype(np.float32) * np.repeat(want_scale, group, axis=0)[:wt.shape[0]]).astype(np.float32)
-            fake[name] = np.ascontiguousarray(deq.T if transposed else deq)
+            fake[name] = np.ascontiguousarray(deq.T if flip else deq)
         stio.save(fake, os.path.join(d, "lfake.st"))
         dmc_run(dmc, src, [], ["--init", "lfake.st", "--predict", "--batch-file", "lt.st", "--out", "lo32.st"], d,
                 sets=sets)
-        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lw.st", "--predict", "--batch-file", "lt.st", "--out", "loq.st"],
+        dmc_run(dmc, src, quantize, ["--init", "lw.st", "--predict", "--batch-file", "lt.st", "--out", "loq.st"],
                 d, sets=sets)
         want = stio.load(os.path.join(d, "lo32.st"))["logits"]
         got = stio.load(os.path.join(d, "loq.st"))["logits"]
@@ -289,8 +300,8 @@ def check_language_model(dmc, src, d, np, torch, sets, names, transposed, f32_na
                                  % (label, mode, diff))
         if float(np.abs(got - f32).max()) < 100 * diff + 1e-6:
             raise dmcrun.Failure("%s %s: logits as close to the f32 weights' as to the quantized ones'" % (label, mode))
-        dmc_run(dmc, src, ["--quantize", mode], ["--init", "lq-%s.st" % tag, "--predict", "--batch-file", "lt.st", "--out",
-                                                 "loq2.st"], d, sets=sets)
+        dmc_run(dmc, src, quantize, ["--init", "lq-%s.st" % tag, "--predict", "--batch-file", "lt.st", "--out",
+                                     "loq2.st"], d, sets=sets)
         if not np.array_equal(stio.load(os.path.join(d, "loq2.st"))["logits"], got):
             raise dmcrun.Failure("%s %s: --init of the --save-quantized file predicts other logits" % (label, mode))
         worst = max(worst, diff)
@@ -311,6 +322,22 @@ def check_gpt(dmc, root, d, np, torch):
                                 ["wte.weight", "wpe.weight"], "gpt")
 
 
+def check_embeddings(dmc, root, d, np, torch):
+    """i: --quantize-embeddings: gpt.dm's tied wte (its embedding and its head) and llama.dm's
+    embed_tokens (an embedding alone) narrow too, a scale per row (stored as the table's
+    transpose); wpe stays f32 (added, not gathered). int4 groups of 16 of gpt's C, int8 for
+    llama, each once."""
+    gpt = ["h.%d.%s.weight" % (l, k) for l in range(2) for k in GPT_WEIGHTS] + ["wte.weight"]
+    worst = check_language_model(dmc, os.path.join(root, "examples", "gpt.dm"), d, np, torch, GPT_SETS, gpt,
+                                 {"wte.weight"}, ["wpe.weight"], "gpt --quantize-embeddings", ["--quantize-embeddings"],
+                                 MODES[1:])
+    llama = (["model.layers.%d.%s.weight" % (l, k) for l in range(2) for k in LLAMA_WEIGHTS] +
+             ["lm_head.weight", "model.embed_tokens.weight"])
+    return max(worst, check_language_model(dmc, os.path.join(root, "examples", "llama.dm"), d, np, torch, LLAMA_SETS,
+                                           llama, True, [], "llama --quantize-embeddings", ["--quantize-embeddings"],
+                                           MODES[:1]))
+
+
 def body(dmc, root, np, torch):
     src = os.path.join(root, "examples", "mlp.dm")
     w, x = random_model(np)
@@ -324,10 +351,11 @@ def body(dmc, root, np, torch):
         check_api(dmc, root, d)
         dl = check_llama(dmc, root, d, np, torch)
         dg = check_gpt(dmc, root, d, np, torch)
+        de = check_embeddings(dmc, root, d, np, torch)
     return ("int8 per channel and int4 groups of 32 equal PyTorch's; logits within %.1e / %.1e of the fake-quantized "
             "forward; saved files reload bit for bit; bad files and modes refused; train_step refused by the C API; "
             "llama.dm's transposed weights quantized as their transposes, logits within %.1e; gpt.dm's, c_attn's windows "
-            "included, within %.1e" % (d8, d4, dl, dg))
+            "included, within %.1e; with --quantize-embeddings the tables too, within %.1e" % (d8, d4, dl, dg, de))
 
 
 if __name__ == "__main__":

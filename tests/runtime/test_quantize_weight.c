@@ -5,7 +5,8 @@
  * column, whose integers are torch.quantize_per_channel's (w times the f32 reciprocal);
  * and a NaN or infinite w, which becomes 0. int8 and int4 (one group). A weight read
  * transposed (q.transposed, the parameter [cols, rows]): the integers and scales of its
- * transpose read plainly, and dmrt_dequantize_param writing them back in its layout. */
+ * transpose read plainly, and dmrt_dequantize_param writing them back in its layout; and an
+ * embedding's rows gathered from such a weight (dmrt_qweight_gather_rows). */
 #include <math.h>
 #include <stdint.h>
 
@@ -85,8 +86,37 @@ static int check_transposed(int bits, const float *col2) {
     return fails;
 }
 
+/* An embedding of a table held narrow (--quantize-embeddings): dmrt_qweight_gather_rows's
+ * rows are dmrt_dequantize_param's rows of the table, bit for bit, for a table of V rows
+ * and C columns (int8; int4 in groups of 3 of its C, odd V so a byte holds two rows' halves),
+ * ids in any order and repeated. */
+static int check_gather(int bits) {
+    enum { V = 7, C = 8 };
+    int fails = 0;
+    float table[V * C], whole[V * C], rows[6 * C];
+    for (int v = 0; v < V; v++)
+        for (int c = 0; c < C; c++) table[v * C + c] = (float)((v * 7 + c * 5) % 11) * 0.37f - 1.8f + (float)v * 0.01f;
+    dmrt_qweight q;
+    if (dmrt_qweight_init(&q, bits, C, V, bits == 4 ? 3 : C) != 0) {
+        fprintf(stderr, "dmrt_qweight_init failed\n");
+        return 1;
+    }
+    q.transposed = 1;
+    dmrt_quantize_weight(&q, table);
+    dmrt_dequantize_param(&q, whole);
+    const int32_t ids[6] = {6, 0, 3, 3, 5, 1};
+    dmrt_qweight_gather_rows(&q, ids, 6, rows);
+    for (int r = 0; r < 6; r++)
+        for (int c = 0; c < C; c++)
+            CHECK(rows[r * C + c] == whole[ids[r] * C + c], "int%d gather: row %d (id %d) [%d] %g, dequantized %g", bits, r,
+                  ids[r], c, (double)rows[r * C + c], (double)whole[ids[r] * C + c]);
+    dmrt_qweight_free(&q);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
+    fails += check_gather(8) + check_gather(4);
     /* NaN and inf w: quantized to 0, the others of the column beside them as its scale says
      * (NaN is left out of amax by fmaxf; inf makes the scale inf, so every finite w is 0) */
     const float nan_col[ROWS] = {NAN, 1.0f, -1.0f, 0.5f, 0.0f};
