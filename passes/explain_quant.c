@@ -53,10 +53,17 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         int64_t m = ir_numel(&g->values[i]->type) / n;
         if (m * k > qa) qa = m * k;
         if (m * n * 4 > acc) acc = m * n * 4;
-        /* the weight-only modes widen what the product reads (gemm_quant.c) */
-        if (k * n * 4 > q->widening_bytes && !g->quantize_activations) q->widening_bytes = k * n * 4;
+        /* the weight-only modes widen what the product reads (gemm_quant.c): on the C target
+         * (the one holding weights narrow only) a block of its columns at a time */
+        int64_t widened = k * (g->quantize_narrow_only ? dmrt_qweight_widen_cols(k, n) : n) * 4;
+        if (widened > q->widening_bytes && !g->quantize_activations) q->widening_bytes = widened;
     }
     if (g->quantize_activations) q->activation_bytes = qa + acc;
+    /* a table only embeddings read (--quantize-embeddings), laid out as read transposed */
+    for (int i = 0; i < g->n_values; i++) {
+        int w = dm_quantized_table(g, g->values[i]);
+        if (w >= 0 && !narrow[w]) narrow[w] = 2;
+    }
     for (int p = 0; p < g->n_params; p++) {
         const ir_value *v = g->values[g->params[p]];
         int64_t f32 = ir_numel(&v->type) * 4;

@@ -299,7 +299,9 @@ void dmrt_dequantize_rows(const dmrt_qweight *q, int64_t r0, int64_t r1, float *
 void dmrt_qweight_gather_rows(const dmrt_qweight *q, const int32_t *ids, int64_t n, float *out);
 /* C[m, n] = A[m, k] W[k, n] + beta C with W = q dequantized (k = q->rows, n = q->cols), A
  * row-major with row stride lda; W is widened into the calling thread's buffer and
- * multiplied by dmrt_sgemm_split on `threads` threads (1: dmrt_sgemm). */
+ * multiplied by dmrt_sgemm_split on `threads` threads (1: dmrt_sgemm), a block of
+ * dmrt_qweight_widen_cols(k, n) columns at a time (all of them but for a weight over 16
+ * MiB in f32: dmrt_quant_size.h). */
 void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,
                         float *c, int64_t ldc);
 /* The same of columns [col0, col0 + cols) of W alone (C[m, cols]): a product reading a

@@ -20,4 +20,16 @@ static inline int64_t dmrt_qweight_scale_count(int64_t rows, int64_t cols, int64
     return (rows + group - 1) / group * cols;
 }
 
+/* The columns of a weight's [rows, cols] (or of a window of them) that a weight-only
+ * product on the C target widens to f32 at once, into its thread's buffer, and multiplies
+ * (runtime/gemm_quant.c): every column up to DMRT_WIDEN_FLOATS floats (16 MiB), else
+ * blocks of a multiple of 64 columns that fit in it (GPT-2's head read narrow, [768,
+ * 50304]: 5440 at a time, 16 MiB rather than 147). The buffer holds rows x that. */
+#define DMRT_WIDEN_FLOATS ((int64_t)1 << 22)
+static inline int64_t dmrt_qweight_widen_cols(int64_t rows, int64_t cols) {
+    if (rows * cols <= DMRT_WIDEN_FLOATS) return cols;
+    int64_t block = DMRT_WIDEN_FLOATS / (rows > 0 ? rows : 1) / 64 * 64;
+    return block < 64 ? 64 : block;
+}
+
 #endif

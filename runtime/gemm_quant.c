@@ -150,15 +150,20 @@ void dmrt_gemm_wq_window_split(int threads, const dmrt_qweight *q, int64_t col0,
                 (long long)(col0 + cols), (long long)q->cols, q->transposed ? ", read transposed (no window)" : "");
         abort();
     }
-    float *w = thread_buffer((size_t)(q->rows * cols));
+    /* a block of columns at a time (all of them but for a large weight: dmrt_quant_size.h) */
+    const int64_t step = dmrt_qweight_widen_cols(q->rows, cols);
+    float *w = thread_buffer((size_t)(q->rows * step));
     int workers = threads > 1 ? threads : 1;
     (void)workers; /* unused without OpenMP */
-    DMRT_PARALLEL_FOR(workers)
-    for (int64_t r = 0; r < q->rows; r++) dequantize_row_window(q, r, col0, cols, w + r * cols);
-    if (threads > 1)
-        dmrt_sgemm_split(threads, 0, 0, m, cols, q->rows, 1.0f, a, lda, w, cols, beta, c, ldc);
-    else
-        dmrt_sgemm(0, 0, m, cols, q->rows, 1.0f, a, lda, w, cols, beta, c, ldc);
+    for (int64_t b0 = 0; b0 < cols; b0 += step) {
+        const int64_t nb = cols - b0 < step ? cols - b0 : step;
+        DMRT_PARALLEL_FOR(workers)
+        for (int64_t r = 0; r < q->rows; r++) dequantize_row_window(q, r, col0 + b0, nb, w + r * nb);
+        if (threads > 1)
+            dmrt_sgemm_split(threads, 0, 0, m, nb, q->rows, 1.0f, a, lda, w, nb, beta, c + b0, ldc);
+        else
+            dmrt_sgemm(0, 0, m, nb, q->rows, 1.0f, a, lda, w, nb, beta, c + b0, ldc);
+    }
 }
 
 void dmrt_gemm_wq_split(int threads, const dmrt_qweight *q, int64_t m, const float *a, int64_t lda, float beta,

@@ -9,9 +9,11 @@
  * embedding's rows gathered from such a weight (dmrt_qweight_gather_rows). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "dmrt.h"
+#include "dmrt_quant_size.h"
 
 #define ROWS 5
 
@@ -114,9 +116,49 @@ static int check_gather(int bits) {
     return fails;
 }
 
+/* A weight-only product over a weight wider than one widening block (dmrt_quant_size.h:
+ * more than 16 MiB in f32, so widened and multiplied a block of columns at a time): C = A W +
+ * beta C against the dot products in double of A and dmrt_dequantize_param's W, within the
+ * rounding of f32 sums (|A| |W| 2^-20); C's padding untouched. */
+static int check_blocked_product(int bits, float beta) {
+    enum { M = 3, K = 16, PAD = 5 };
+    const int64_t n = DMRT_WIDEN_FLOATS / K + 100, ldc = n + PAD;
+    int fails = 0;
+    CHECK(dmrt_qweight_widen_cols(K, n) < n, "a [%d, %lld] weight is widened whole", K, (long long)n);
+    float *w = malloc((size_t)(K * n) * sizeof *w), *back = malloc((size_t)(K * n) * sizeof *back);
+    float *c = malloc((size_t)(M * ldc) * sizeof *c), *c0 = malloc((size_t)(M * ldc) * sizeof *c0);
+    float a[M * K];
+    dmrt_qweight q;
+    if (!w || !back || !c || !c0 || dmrt_qweight_init(&q, bits, K, n, bits == 4 ? 4 : K) != 0) abort();
+    for (int64_t i = 0; i < K * n; i++) w[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7 - 3) * 0.5f;
+    for (int64_t i = 0; i < M * ldc; i++) c0[i] = c[i] = (float)(i % 5) - 2.0f;
+    dmrt_quantize_weight(&q, w);
+    dmrt_dequantize_param(&q, back);
+    dmrt_gemm_wq_split(2, &q, M, a, K, beta, c, ldc);
+    for (int i = 0; i < M && !fails; i++) {
+        for (int64_t j = 0; j < n && !fails; j++) {
+            double want = beta * (double)c0[i * ldc + j], size = fabs(want);
+            for (int p = 0; p < K; p++) {
+                want += (double)a[i * K + p] * back[p * n + j];
+                size += fabs((double)a[i * K + p] * back[p * n + j]);
+            }
+            CHECK(fabs(c[i * ldc + j] - want) <= size * 0x1p-20, "int%d blocked product, beta %g: C[%d, %lld] = %.9g, want %.9g",
+                  bits, (double)beta, i, (long long)j, (double)c[i * ldc + j], want);
+        }
+        for (int64_t j = n; j < ldc && !fails; j++)
+            CHECK(c[i * ldc + j] == c0[i * ldc + j], "int%d blocked product: C[%d, %lld] past n was written", bits, i,
+                  (long long)j);
+    }
+    dmrt_qweight_free(&q);
+    free(w), free(back), free(c), free(c0);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
     fails += check_gather(8) + check_gather(4);
+    fails += check_blocked_product(8, 0.0f) + check_blocked_product(4, 1.0f);
     /* NaN and inf w: quantized to 0, the others of the column beside them as its scale says
      * (NaN is left out of amax by fmaxf; inf makes the scale inf, so every finite w is 0) */
     const float nan_col[ROWS] = {NAN, 1.0f, -1.0f, 0.5f, 0.0f};
