@@ -330,6 +330,11 @@ static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
 }
 
 static void cuda_embed(cg_writer *w, const cg_embed *k) {
+    /* this target keeps every quantized table's f32 copy (dequantized): no narrow gather */
+    if (k->qtable) {
+        fprintf(stderr, "dmc: internal error: the CUDA target was asked to gather rows from a narrow table\n");
+        abort();
+    }
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_embed(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s", k->table, k->ids,
              k->out, (long long)k->rows, (long long)k->n, (long long)k->cols, (long long)k->vocab,
