@@ -25,6 +25,13 @@ static void declare_buffers(emitter *E, const char *used) {
 }
 
 
+/* sum += part, n elements (both parenthesised C expressions). */
+static void emit_accumulate(emitter *E, const char *sum, const char *part, long long n) {
+    cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, part}, .stride = {{1}, {1}},
+                      .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
+    E->dialect->loop_nest(&E->w, &k);
+}
+
 /* sum (+)= part, n elements: the first micro-batch's copied, the others' added. */
 static void emit_add_to_sum(emitter *E, const char *sum, const char *part, long long n) {
     cg_line(&E->w, "if (micro == 0) {");
@@ -33,9 +40,7 @@ static void emit_add_to_sum(emitter *E, const char *sum, const char *part, long 
     E->w.indent--;
     cg_line(&E->w, "} else {");
     E->w.indent++;
-    cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, part}, .stride = {{1}, {1}},
-                      .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
-    E->dialect->loop_nest(&E->w, &k);
+    emit_accumulate(E, sum, part, n);
     E->w.indent--;
     cg_line(&E->w, "}");
 }
@@ -623,9 +628,7 @@ static void emit_tied_partial_sums(emitter *E, int st, int which) {
             snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(P, g->grads[p]));
             char from[140];
             snprintf(from, sizeof from, "(%s)", part);
-            cg_loop_nest k = {.rank = 1, .size = {n}, .n_in = 2, .var = {"a", "b"}, .buffer = {sum, from},
-                              .stride = {{1}, {1}}, .out = sum, .out_stride = {1}, .out_elems = n, .expr = "a + b"};
-            E->dialect->loop_nest(&E->w, &k);
+            emit_accumulate(E, sum, from, n);
         }
     }
 }

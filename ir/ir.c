@@ -52,6 +52,13 @@ int64_t ir_numel(const ir_type *t) {
     return n;
 }
 
+int ir_same_type(const ir_type *a, const ir_type *b) {
+    if (a->rank != b->rank || a->dtype != b->dtype || a->partial != b->partial) return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || a->split[d] != b->split[d]) return 0;
+    return 1;
+}
+
 int64_t ir_local_numel(const ir_graph *g, const ir_type *t) {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++)

@@ -93,6 +93,8 @@ typedef struct ir_type {
 /* The product of t's sizes; INT64_MAX when it overflows (a type shapes_infer has passed
  * is at most IR_MAX_NUMEL). */
 int64_t ir_numel(const ir_type *t);
+/* Whether a and b are the same type: dtype, shape, splits and pending sums (dim names aside). */
+int ir_same_type(const ir_type *a, const ir_type *b);
 
 typedef enum ir_init_kind { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_XAVIER } ir_init_kind;
 

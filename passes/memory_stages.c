@@ -390,9 +390,9 @@ int64_t dm_offset_on_rank(const dm_memory_plan *plan, const ir_graph *g, int id,
  * sums, which grow by it: that rank adds each micro-batch's partial there and sends the sum
  * once a step (codegen/emit_step.c). */
 void memory_plan_tied_sums(dm_memory_plan *plan, const ir_graph *g) {
-    for (int i = 0; i < g->n_values; i++) {
+    for (int i = 0; plan->stages > 1 && i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (!v->tied_partial_of || plan->stages <= 1) continue;
+        if (!v->tied_partial_of) continue;
         if (!plan->partial_sum_offset) {
             plan->partial_sum_offset = malloc(((size_t)g->n_values + 1) * sizeof(int64_t));
             if (!plan->partial_sum_offset) abort();
@@ -402,7 +402,7 @@ void memory_plan_tied_sums(dm_memory_plan *plan, const ir_graph *g) {
         dm_stage_memory *m = plan->rank ? &plan->rank[r] : &plan->stage[r];
         int64_t at = m->grad_sum_elems ? m->grad_sum_elems : m->grad_elems;
         plan->partial_sum_offset[i] = at;
-        m->grad_sum_elems = at + (ir_local_numel(g, &v->type) + 15) / 16 * 16;
+        m->grad_sum_elems = at + mem_round_up(ir_local_numel(g, &v->type));
         int64_t largest = plan->grad_sum_elems ? plan->grad_sum_elems : plan->grad_elems;
         if (m->grad_sum_elems > largest) plan->grad_sum_elems = m->grad_sum_elems;
     }

@@ -12,18 +12,11 @@
 
 #include "passes.h"
 
-static int same_type(const ir_type *a, const ir_type *b) {
-    if (a->rank != b->rank || a->dtype != b->dtype || a->partial != b->partial) return 0;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d] || a->split[d] != b->split[d]) return 0;
-    return 1;
-}
-
 /* A value of the tree under root: alike in type, stage and phase, a temporary read once. */
 static int joins_tree(const ir_graph *g, const int *readers, const ir_value *root, int id) {
     const ir_value *v = g->values[id];
     return v->role == ROLE_TEMP && readers[id] == 1 && v->stage == root->stage && v->phase == root->phase &&
-           same_type(&v->type, &root->type);
+           ir_same_type(&v->type, &root->type);
 }
 
 /* a sum of more pieces than this is left as pads and adds */

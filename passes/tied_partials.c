@@ -20,13 +20,6 @@
 
 #include "passes.h"
 
-static int same_type(const ir_type *a, const ir_type *b) {
-    if (a->dtype != b->dtype || a->rank != b->rank || a->partial != b->partial) return 0;
-    for (int i = 0; i < a->rank; i++)
-        if (a->shape[i] != b->shape[i] || a->split[i] != b->split[i]) return 0;
-    return 1;
-}
-
 /* How many ops read value id (each operand slot once). */
 static int readers_of(const ir_graph *g, int id) {
     int n = 0;
@@ -45,7 +38,7 @@ static int off_rank_partial(const ir_graph *g, const dm_pipeline_plan *pipe, int
         const ir_value *other = g->values[sum->operands[k]], *mine = g->values[sum->operands[1 - k]];
         if (dm_rank_of_stage(pipe, other->stage) == dm_rank_of_stage(pipe, owner) || mine->stage != owner) continue;
         if (other->phase != PHASE_BACKWARD || other->role != ROLE_TEMP || mine->phase != PHASE_BACKWARD) continue;
-        if (!same_type(&other->type, &sum->type) || !same_type(&mine->type, &sum->type)) continue;
+        if (!ir_same_type(&other->type, &sum->type) || !ir_same_type(&mine->type, &sum->type)) continue;
         if (readers_of(g, other->id) != 1 || readers_of(g, mine->id) != 1) continue;
         *own = mine->id;
         return other->id;
