@@ -70,6 +70,10 @@ typedef struct cg_gemm {
     int64_t m, n, k, lda, ldb, ldc;
     const char *a, *b, *c;
     int accumulate;
+    const char *beta;                               /* batch 1, no bias: the beta as a C expression
+                                                     * of the run (a product made in its micro-
+                                                     * batches' sum: 0 for the first, else 1);
+                                                     * NULL: accumulate's */
     const char *bias;                               /* can.gemm_bias, batch 1: c = bias + the product,
                                                      * the bias (n floats) added to every row; NULL */
     const char *bias_grad;                          /* can.gemm_bias_grad, batch 1, op(b) not
@@ -80,6 +84,9 @@ typedef struct cg_gemm {
     int64_t batch;                                  /* 1 for a single product */
     int64_t batch_stride_a, batch_stride_b, batch_stride_c;
 } cg_gemm;
+
+/* A product's beta as the dialects spell it. */
+static inline const char *cg_gemm_beta(const cg_gemm *k) { return k->beta ? k->beta : k->accumulate ? "1.0f" : "0.0f"; }
 
 /* The longest row a layernorm makes in a local array where only its copy is stored
  * (cg_rowwise.out_unread): 64 KiB of the thread's stack. */

@@ -207,7 +207,7 @@ static void c_loop_nest(cg_writer *w, const cg_loop_nest *k) {
 }
 
 static void c_gemm(cg_writer *w, const cg_gemm *k) {
-    const char *beta = k->accumulate ? "1.0f" : "0.0f";
+    const char *beta = cg_gemm_beta(k);
     /* 16-bit operands: the runtime's product of them, accumulated in f32 (bf16: oneDNN where
      * the CPU has AVX512-BF16, else converted for sgemm; f16: converted) */
     const char *gemm = k->operands == DT_BF16 ? "dmrt_gemm_bf16" : k->operands == DT_F16 ? "dmrt_gemm_f16" : "dmrt_sgemm";

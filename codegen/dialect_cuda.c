@@ -119,7 +119,7 @@ static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
     else snprintf(callee, sizeof callee, "dmrt_gpu_gemm_half(ctx->gpu, %d, ", k->operands == DT_BF16);
     snprintf(call, sizeof call, "%s%d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %s, %lld, %lld, %lld, %lld, %lld",
              callee, k->trans_a, k->trans_b, (long long)k->m, (long long)k->n, (long long)k->k, k->a, (long long)k->lda, k->b,
-             (long long)k->ldb, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc, (long long)(k->batch > 1 ? k->batch : 1),
+             (long long)k->ldb, cg_gemm_beta(k), k->c, (long long)k->ldc, (long long)(k->batch > 1 ? k->batch : 1),
              (long long)k->batch_stride_a, (long long)k->batch_stride_b, (long long)k->batch_stride_c);
     cg_cuda_checked(w, call);
 }

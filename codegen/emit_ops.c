@@ -395,7 +395,11 @@ static void emit_product(emitter *E, const ir_value *v, const ir_value *bias_gra
         cg_line(&E->w, "/* %s, made here for the sum %s of %s's rows, which it also makes (its k runs over them) */",
                 E->cname[v->id], k.bias_grad, k.b);
     }
-    if (sum_add >= 0) {
+    if (E->in_micro && made_in_sum(E, v->id)) {
+        cg_line(&E->w, "/* %s, made in %sthe step's sum over the micro-batches: beta 0 for the first, 1 after */",
+                E->cname[v->id], E->plan->storage_of[v->id] == v->id ? "" : "its window of ");
+        k.beta = "micro > 0 ? 1.0f : 0.0f";
+    } else if (sum_add >= 0) {
         cg_line(&E->w, "/* the product %s, added to %s in its buffer (beta 1): the sum */", E->cname[v->id],
                 E->cname[dm_sum_added_to(E->plan, V(E, sum_add))]);
         k.accumulate = 1;

@@ -15,6 +15,11 @@ static void declare_buffers(emitter *E, const char *used) {
         char where[128], type[256];
         cg_storage_expr(E, i, where, sizeof where);
         cg_shape_comment(E, &v->type, type, sizeof type);
+        if (E->in_micro && made_in_sum(E, i))
+            strncat(type, E->plan->storage_of[i] != i ? ", in its window of the sum over the micro-batches"
+                          : v->op == OP_ADD ? ", its sum over the micro-batches: its pieces' products add to it"
+                                            : ", its sum over the micro-batches: its product adds to it",
+                    sizeof type - strlen(type) - 1);
         int readonly = E->plan->region[i] == REGION_INPUT;
         if (v->type.dtype != DT_F32 && E->plan->region[i] == REGION_ARENA)
             cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
@@ -53,6 +58,7 @@ static void emit_micro_grad_sum(emitter *E, int p) {
     const char *grad = E->cname[dm_micro_grad(E->g, p)];
     char sum[96];
     snprintf(sum, sizeof sum, "(ctx->grad_sum + %lld)", (long long)dm_grad_sum_offset(E->plan, E->g->grads[p]));
+    if (made_in_sum(E, dm_micro_grad(E->g, p))) return; /* by its product */
     if (dm_runs_pipedream(E->g)) {
         cg_line(&E->w, "/* %s's gradient, for this micro-batch's update (ctx->grad_sum is laid out as ctx->grads) */",
                 V(E, E->g->params[p])->name);
@@ -69,6 +75,7 @@ static void emit_micro_grad_sum(emitter *E, int p) {
  * (emit_tied_partial_sums). */
 static void emit_tied_partial_add(emitter *E, int id) {
     const ir_value *v = V(E, id);
+    if (made_in_sum(E, id)) return; /* by its product */
     if (!E->plan->partial_sum_offset || E->plan->partial_sum_offset[id] < 0) {
         fprintf(stderr, "dmc: internal error: the tied partial '%s' has no sum planned (memory_plan_tied_sums)\n",
                 v->name ? v->name : "?");
@@ -346,8 +353,8 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
         if (received(E, i, phase, stage)) used[i] = *any = 1;
     /* the micro-batch's gradients, summed; its loss and outputs, kept */
     int sums = micro && phase == PHASE_BACKWARD && g->microbatches > 1 && g->grads;
-    for (int p = 0; sums && p < g->n_params; p++)
-        if (V(E, g->params[p])->stage == stage) used[dm_micro_grad(E->g, p)] = *any = 1;
+    for (int p = 0; sums && p < g->n_params; p++) /* (one made in its sum: by its op, or its pieces') */
+        if (V(E, g->params[p])->stage == stage && !made_in_sum(E, dm_micro_grad(E->g, p))) used[dm_micro_grad(E->g, p)] = *any = 1;
     /* parameters tied across stages: the owner's update goes to the other holders' copies
      * (with model chunks, after the rank's updates: emit_rank_update; pipedream's holders
      * receive before a forward, not in their update) */

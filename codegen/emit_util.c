@@ -107,6 +107,21 @@ void cg_fault_position_base(const emitter *E, int id, char *buf, size_t size) {
     else snprintf(buf, size, "0");
 }
 
+void cg_sum_made_in(const emitter *E, int id, char *buf, size_t size) {
+    const dm_memory_plan *p = E->plan;
+    int root = p->storage_of[id];
+    long long at = -1;
+    if (p->made_in_sum[root] == DM_IN_PARTIAL_SUM && p->partial_sum_offset) at = (long long)p->partial_sum_offset[root];
+    for (int q = 0; p->made_in_sum[root] == DM_IN_GRAD_SUM && q < E->g->n_params; q++)
+        if (E->g->grads[q] >= 0 && dm_micro_grad(E->g, q) == root) at = (long long)dm_grad_sum_offset(p, E->g->grads[q]);
+    if (at < 0) {
+        fprintf(stderr, "dmc: internal error: '%s' is made in a sum that has no place in ctx->grad_sum\n",
+                V(E, id)->name ? V(E, id)->name : "?");
+        abort();
+    }
+    snprintf(buf, size, "ctx->grad_sum + %lld", at + (long long)p->within[id]);
+}
+
 /* The pointer through which code reaches a value's storage. */
 void cg_storage_expr(const emitter *E, int id, char *buf, size_t size) {
     const dm_memory_plan *p = E->plan;
@@ -121,6 +136,10 @@ void cg_storage_expr(const emitter *E, int id, char *buf, size_t size) {
                     V(E, id)->name ? V(E, id)->name : "?", E->cur_stage);
             abort();
         }
+    }
+    if (E->in_micro && made_in_sum(E, id)) {
+        cg_sum_made_in(E, id, buf, size);
+        return;
     }
     if (!E->in_micro && E->summed && E->summed[id] >= 0) {
         snprintf(buf, size, "ctx->grad_sum + %lld", (long long)dm_grad_sum_offset(p, E->g->grads[E->summed[id]]));

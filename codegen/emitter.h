@@ -148,7 +148,13 @@ static inline int emits_nothing(const emitter *E, const ir_value *v) {
            !dm_xent_grad_over_logits(E->plan, v);
 }
 
-static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE; }
+/* Whether value id is made in its micro-batches' sum (pass_memory's made_in_sum), or in a
+ * window of one (an assembly's piece). */
+static inline int made_in_sum(const emitter *E, int id) {
+    return E->plan->made_in_sum && E->plan->made_in_sum[E->plan->storage_of[id]];
+}
+/* (a value made in its micro-batches' sum has no buffer of its own, but is declared there) */
+static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE || made_in_sum(E, id); }
 
 static inline const char *ctype(ir_dtype t) { return t == DT_I32 ? "int32_t" : ir_dtype_is_half(t) ? "uint16_t" : "float"; }
 
@@ -313,6 +319,9 @@ void cg_source_line(const emitter *E, int line, char *buf, size_t size);
 void cg_contiguous_strides(const ir_type *t, int64_t *stride);
 void cg_coalesce(cg_loop_nest *k);
 void cg_storage_expr(const emitter *E, int id, char *buf, size_t size);
+/* Where in ctx->grad_sum value id is made (dm_memory_plan.made_in_sum): its gradient's
+ * sum, or its tied partial's; an assembly's piece, its window there. */
+void cg_sum_made_in(const emitter *E, int id, char *buf, size_t size);
 /* Where this rank's block of input id starts in the caller's whole batch, in elements. */
 void cg_input_block_offset(const emitter *E, int id, char *buf, size_t size);
 /* The position in the step's batch of element 0 of the ids (targets) `id` a kernel

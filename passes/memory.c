@@ -212,6 +212,82 @@ int *dm_summed_partials(const ir_graph *g) {
     return param_of;
 }
 
+/* (n_values) 1 for a value read outside the update phase: by a micro-batch's passes, or by
+ * the caller (an output, the loss). */
+static char *reads_outside_update(const ir_graph *g) {
+    char *outside = calloc((size_t)g->n_values + 1, 1);
+    if (!outside) abort();
+    for (int i = 0; i < g->n_values; i++)
+        for (int k = 0; k < g->values[i]->n_operands; k++)
+            if (g->values[i]->phase != PHASE_UPDATE) outside[g->values[i]->operands[k]] = 1;
+    for (int i = 0; i < g->n_outputs; i++) outside[g->outputs[i]] = 1;
+    if (g->loss >= 0) outside[g->loss] = 1;
+    return outside;
+}
+
+/* A backward product a micro-batch's sum can be made in: f32 (as the sums are), one
+ * product (not a batch of them), read by the update phase only; or_add: or an add (the
+ * memory plan's window assemblies of products, checked by the caller). */
+static int product_for_sum(const ir_value *v, const char *outside, int or_add) {
+    return (v->op == OP_MATMUL || (or_add && v->op == OP_ADD)) && v->batch_dims == 0 && v->phase == PHASE_BACKWARD &&
+           v->type.dtype == DT_F32 && (v->role == ROLE_TEMP || v->role == ROLE_GRAD) && !outside[v->id];
+}
+
+static char *micro_grads_in_sums(const ir_graph *g, const char *outside, int or_add) {
+    char *in_sum = calloc((size_t)g->n_params + 1, 1);
+    if (!in_sum) abort();
+    if (g->loss < 0 || !g->grads || dm_runs_pipedream(g)) return in_sum;
+    for (int p = 0; p < g->n_params; p++)
+        in_sum[p] = g->grads[p] >= 0 && product_for_sum(g->values[dm_micro_grad(g, p)], outside, or_add);
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i]->tied_partial_of) in_sum[g->values[i]->tied_partial_of - 1] = 0;
+    return in_sum;
+}
+
+char *dm_micro_grads_in_sums(const ir_graph *g) {
+    char *outside = reads_outside_update(g), *in_sum = micro_grads_in_sums(g, outside, 0);
+    free(outside);
+    return in_sum;
+}
+
+/* Whether window assembly `root` (dm_plan_window_assemblies) is made by products alone,
+ * each in its window of the root's buffer: gpt.dm's fused c_attn weight gradient, whose
+ * q, k and v products write its windows. */
+static int assembled_by_products(const ir_graph *g, const dm_memory_plan *plan, int root) {
+    if (plan->assembled_in[root] != root) return 0;
+    for (int j = 0; j < root; j++) {
+        if (plan->assembled_in[j] != root) continue;
+        const ir_value *v = g->values[j];
+        if (v->op == OP_PAD ? !dm_piece_in_place(plan, v) : v->op != OP_ADD && v->op != OP_MATMUL) return 0;
+    }
+    return 1;
+}
+
+/* Which values are made in their sums (made_in_sum), with several micro-batches, where the
+ * memory plan lets them: a product with a buffer of its own (no reshape shares it),
+ * written whole (no window, no bias or sum added in it), or an assembly of products
+ * in windows (each then makes its window of the sum). A tied partial
+ * (ir_value.tied_partial_of) is made in its own sum likewise. */
+static void plan_made_in_sums(const ir_graph *g, dm_memory_plan *plan) {
+    plan->made_in_sum = calloc((size_t)g->n_values + 1, 1);
+    if (!plan->made_in_sum) abort();
+    if (g->microbatches <= 1) return;
+    char *outside = reads_outside_update(g), *in_sum = micro_grads_in_sums(g, outside, 1);
+    for (int p = 0; p < g->n_params; p++)
+        if (in_sum[p]) plan->made_in_sum[dm_micro_grad(g, p)] = DM_IN_GRAD_SUM;
+    for (int i = 0; i < g->n_values; i++) {
+        const ir_value *v = g->values[i];
+        if (v->tied_partial_of && v->role == ROLE_TEMP && !dm_runs_pipedream(g) && product_for_sum(v, outside, 0))
+            plan->made_in_sum[i] = DM_IN_PARTIAL_SUM;
+        int pieces = v->op == OP_ADD ? assembled_by_products(g, plan, i) : plan->assembled_in[i] < 0;
+        if (plan->made_in_sum[i] && (plan->storage_of[i] != i || plan->row_stride[i] != 0 || plan->bias_add_of[i] >= 0 ||
+                                     plan->sum_add_of[i] >= 0 || !pieces))
+            plan->made_in_sum[i] = 0;
+    }
+    free(outside);
+    free(in_sum);
+}
+
 /* Whether value reader's read of its operand k extends that buffer's life: not a read
  * after the micro-batches of a partial gradient, which reads the step's sum instead. */
 int mem_read_keeps_alive(const int *summed, const ir_value *reader, int k) {
@@ -545,7 +621,7 @@ static void assign_regions(const ir_graph *g, dm_memory_plan *plan) {
             plan->region[i] = REGION_NONE;
             continue;
         }
-        if (plan->storage_of[i] == i) plan->region[i] = REGION_ARENA;
+        if (plan->storage_of[i] == i) plan->region[i] = plan->made_in_sum[i] ? REGION_NONE : REGION_ARENA;
     }
     for (int i = 0; i < n; i++)
         if (plan->storage_of[i] != i) plan->region[i] = plan->region[plan->storage_of[i]];
@@ -602,6 +678,7 @@ int pass_memory(const ir_graph *g, dm_memory_plan *plan) {
     char *read_in_step = calloc((size_t)n + 1, 1);
     if (!plan->region || !plan->offset || !plan->storage_of || !plan->within || !last_use || !read_in_step) abort();
     share_buffers(g, plan);
+    plan_made_in_sums(g, plan);
     dm_plan_at_create(g, plan);
     buffer_lifetimes(g, plan, last_use, read_in_step);
     assign_regions(g, plan);
@@ -627,6 +704,7 @@ void dm_memory_plan_free(dm_memory_plan *plan) {
     free(plan->sum_add_of);
     free(plan->assembled_in);
     free(plan->row_stride);
+    free(plan->made_in_sum);
     free(plan->at_create);
     memset(plan, 0, sizeof *plan);
 }

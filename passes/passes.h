@@ -370,6 +370,11 @@ typedef struct dm_memory_plan {
                               * buffer they share; -1 for every other value */
     int64_t *row_stride;     /* (n_values) a product writing its piece into a window whose rows
                               * lie that far apart in the sum (its ldc); 0: its own width */
+    char *made_in_sum;       /* (n_values) DM_IN_GRAD_SUM, DM_IN_PARTIAL_SUM: a product made
+                              * straight into its micro-batches' sum in grad_sum (beta 0 for
+                              * the first micro-batch, 1 after: dm_micro_grads_in_sums),
+                              * held nowhere else in a micro-batch's passes (a temporary
+                              * has no arena buffer); 0 for every other */
     char *at_create;         /* (n_values) 1: made once by create, not in a step (the step only
                               * reads it): a constant (passes/hoist_constants.c), its buffer in
                               * the arena shared with no step value */
@@ -495,6 +500,16 @@ int dm_micro_grad_is_temporary(const ir_graph *g, int p);
  * (grad_sum) as soon as it is computed, and after the micro-batches reads the sum, never
  * this value; -1 for every other value. Free with free(). */
 int *dm_summed_partials(const ir_graph *g);
+/* Gradient accumulation in the product, as Megatron-LM's gradient_accumulation_fusion:
+ * (n_params) 1 for each parameter whose micro-batch gradient is a weight-gradient product
+ * (f32, not batched) that only the update reads, the micro-batches' gradients summed for
+ * one update (not pipedream). With several micro-batches its product then writes the
+ * step's sum itself, beta 0 for the first micro-batch and 1 after: no buffer of its own in
+ * the backward, no pass adding it (pass_memory's made_in_sum, codegen/emit_ops.c). Not a
+ * tied parameter owner's, whose buffer receives the other rank's partial sum. A tied
+ * partial (ir_value.tied_partial_of) is made in its own sum likewise. Free with free(). */
+char *dm_micro_grads_in_sums(const ir_graph *g);
+enum { DM_IN_GRAD_SUM = 1, DM_IN_PARTIAL_SUM = 2 }; /* dm_memory_plan.made_in_sum */
 
 /* zero_gather.c: with g->zero == 3, each gradient bucket's parameters are read from a
  * range all-gathered before their first reader in the forward pass and again in the

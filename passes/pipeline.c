@@ -197,14 +197,17 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     }
     /* several micro-batches: each adds a parameter's gradient into the step's sum once it is
      * made, in the backward of the parameter's first reader (a layer's weight gradients,
-     * which come after the send: the tail) */
+     * which come after the send: the tail); a weight gradient's product makes the sum
+     * itself (dm_micro_grads_in_sums): no pass */
+    char *in_sum = dm_micro_grads_in_sums(g);
     for (int p = 0; c->microbatches > 1 && p < g->n_params; p++) {
         int at = first_use[g->params[p]];
-        if (at >= n) continue;
+        if (at >= n || in_sum[p]) continue;
         double t = pipe_grad_sum_seconds(g, c->model, c->microbatches, grad_elems(g, p));
         c->seconds[at] += t;
         c->send_tail[at] += t;
     }
+    free(in_sum);
     free(where);
     free(last_sent);
     free(op_seconds);

@@ -72,7 +72,8 @@ double pipe_reductions_seconds(const ir_graph *g, const dm_cost_model *m, const 
  * the mean of the sums into the gradients the update reads, once a step (8 bytes an
  * element; none for pipedream, which updates after each micro-batch). 0 with one
  * micro-batch; the per-micro-batch sum 0 under 16-bit precision (Megatron-LM's fused
- * accumulation, pipeline.c). Priced as the other element-wise kernels are (cost_seconds). */
+ * accumulation, pipeline.c; dmc's own for a weight-gradient product, dm_micro_grads_in_sums,
+ * which the caller leaves out). Priced as the other element-wise kernels are (cost_seconds). */
 double pipe_grad_sum_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems);
 double pipe_grad_mean_seconds(const ir_graph *g, const dm_cost_model *m, int microbatches, double elems);
 /* A stage's time for one action as the schedule simulation takes it (never 0). */

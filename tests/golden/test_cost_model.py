@@ -217,9 +217,10 @@ def check_zero3(dmc, write, check):
 def check_accumulation(dmc, write, check):
     """Gradient accumulation where only memory costs (1e9 B/s): mlp.dm with 4 micro-batches of
     32 takes 4 x one micro-batch of 32's forward and backward plus, per micro-batch, its
-    gradients added into the step's sum (12 bytes x P, P the parameters), and an update of
-    the same plus the mean of the sums (8 bytes x P). Under bf16 the sum is Megatron-LM's
-    fused one (free), the mean stays."""
+    biases' gradients added into the step's sum (12 bytes x P_b, P_b the bias elements: a
+    weight's gradient is a product, x^T dy, that makes the sum itself, beta 1), and an update
+    of the same plus the mean of the sums (8 bytes x P, every parameter). Under bf16 the
+    bias sums are free too, as in Megatron-LM's fused accumulation; the mean stays."""
     hw = json.loads(json.dumps(FREE))
     hw["device"].update(memory_bandwidth=1e9, vector_flops=1e30)
     hw["intra_node"] = hw["inter_node"] = {"bandwidth": 1e30, "latency": 0}
@@ -232,13 +233,17 @@ def check_accumulation(dmc, write, check):
             check(False, "accumulation explain: %s %s" % (err1, err4))
             return
         params = sum(p["elements"] for p in one["params"])
-        want_s = 4 * one["predicted"]["schedule_seconds"] + 4 * sum_bytes * params / 1e9
+        biases = sum(p["elements"] for p in one["params"] if p["type"].count(",") == 0)
+        if not 0 < biases < params:
+            check(False, "accumulation: mlp.dm's biases %d of %d parameter elements" % (biases, params))
+            return
+        want_s = 4 * one["predicted"]["schedule_seconds"] + 4 * sum_bytes * biases / 1e9
         want_u = one["predicted"]["update_seconds"] + 8 * params / 1e9
         got_s, got_u = four["predicted"]["schedule_seconds"], four["predicted"]["update_seconds"]
         check(close(got_s, want_s) and close(got_u, want_u),
-              "%s, 4 micro-batches: forward and backward %.9g s, formula 4 x %.9g + 4 x %d B x %d / 1e9 = %.9g s; "
+              "%s, 4 micro-batches: forward and backward %.9g s, formula 4 x %.9g + 4 x %d B x %d bias elements / 1e9 = %.9g s; "
               "update %.9g s, formula + 8 B x P / 1e9 = %.9g s" % (precision, got_s, one["predicted"]["schedule_seconds"],
-                                                                   sum_bytes, params, want_s, got_u, want_u))
+                                                                   sum_bytes, biases, want_s, got_u, want_u))
 
 
 def check_param_servers_caveat(dmc, check):
