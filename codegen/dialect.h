@@ -138,6 +138,10 @@ typedef struct cg_embed {
                                                      * step's whole batch, which a fault reports
                                                      * (a rank's block, a micro-batch) */
     const char *scratch;                            /* the gradient: scratch_bytes of it, or NULL */
+    const char *accumulate_if;                      /* the gradient: a C condition of the run under
+                                                     * which out is added to, not overwritten (a
+                                                     * micro-batches' sum made in place: micro > 0);
+                                                     * NULL: never */
     const char *qtable;                             /* the forward: a const dmrt_qweight * (C expression)
                                                      * the rows come from, dequantized, when the table
                                                      * is held narrow only (--quantize-embeddings); NULL:

@@ -582,6 +582,11 @@ static void emit_embed(emitter *E, const ir_value *v) {
     if (grad) {
         k.dy = E->cname[v->operands[1]];
         if (E->dialect->embed_grad_scratch_bytes(k.rows) > 0) k.scratch = "ctx->scratch";
+        if (E->in_micro && made_in_sum(E, v->id)) {
+            cg_line(&E->w, "/* %s, made in the step's sum over the micro-batches: zeroed for the first, added to after */",
+                    E->cname[v->id]);
+            k.accumulate_if = "micro > 0";
+        }
         E->dialect->embed_grad(&E->w, &k);
     } else {
         char qtable[64];

@@ -17,8 +17,9 @@ static void declare_buffers(emitter *E, const char *used) {
         cg_shape_comment(E, &v->type, type, sizeof type);
         if (E->in_micro && made_in_sum(E, i))
             strncat(type, E->plan->storage_of[i] != i ? ", in its window of the sum over the micro-batches"
-                          : v->op == OP_ADD ? ", its sum over the micro-batches: its pieces' products add to it"
-                                            : ", its sum over the micro-batches: its product adds to it",
+                          : v->op == OP_ADD        ? ", its sum over the micro-batches: its pieces' products add to it"
+                          : v->op == OP_EMBED_GRAD ? ", its sum over the micro-batches: its rows are added to it"
+                                                   : ", its sum over the micro-batches: its product adds to it",
                     sizeof type - strlen(type) - 1);
         int readonly = E->plan->region[i] == REGION_INPUT;
         if (v->type.dtype != DT_F32 && E->plan->region[i] == REGION_ARENA)

@@ -225,12 +225,14 @@ static char *reads_outside_update(const ir_graph *g) {
     return outside;
 }
 
-/* A backward product a micro-batch's sum can be made in: f32 (as the sums are), one
- * product (not a batch of them), read by the update phase only; or_add: or an add (the
- * memory plan's window assemblies of products, checked by the caller). */
+/* A backward op a micro-batch's sum can be made in: a product (not a batch of them) or an
+ * embedding's gradient (its rows added at their ids), f32 as the sums are, read by the
+ * update phase only; or_add: or an add (the memory plan's window assemblies of products,
+ * checked by the caller). */
 static int product_for_sum(const ir_value *v, const char *outside, int or_add) {
-    return (v->op == OP_MATMUL || (or_add && v->op == OP_ADD)) && v->batch_dims == 0 && v->phase == PHASE_BACKWARD &&
-           v->type.dtype == DT_F32 && (v->role == ROLE_TEMP || v->role == ROLE_GRAD) && !outside[v->id];
+    return (v->op == OP_MATMUL || v->op == OP_EMBED_GRAD || (or_add && v->op == OP_ADD)) && v->batch_dims == 0 &&
+           v->phase == PHASE_BACKWARD && v->type.dtype == DT_F32 && (v->role == ROLE_TEMP || v->role == ROLE_GRAD) &&
+           !outside[v->id];
 }
 
 static char *micro_grads_in_sums(const ir_graph *g, const char *outside, int or_add) {

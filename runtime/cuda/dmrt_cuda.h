@@ -281,12 +281,13 @@ int dmrt_gpu_embed(dmrt_gpu *g, const float *table, const int32_t *ids, float *o
                    int site, int64_t position_base);
 /* out (n, cols) = zeros + the rows of dy added at their ids, deterministically: each
  * table row sums its positions in position order (the same order as the C target). ids
- * outside the window (or the vocabulary) add nothing. scratch: device memory of at
- * least dmrt_gpu_embed_grad_scratch(rows) bytes. */
+ * outside the window (or the vocabulary) add nothing. accumulate: out is added to, not
+ * zeroed first (a row's positions summed, then added to it: a micro-batches' sum). scratch:
+ * device memory of at least dmrt_gpu_embed_grad_scratch(rows) bytes. */
 size_t dmrt_gpu_embed_grad_scratch(int64_t rows);
 int dmrt_gpu_embed_grad(dmrt_gpu *g, const int32_t *ids, const float *dy, float *out,
                         int64_t rows, int64_t n, int64_t cols, int64_t first_row,
-                        void *scratch);
+                        int accumulate, void *scratch);
 
 /* ---- optimizer updates ---------------------------------------------------------------------
  *

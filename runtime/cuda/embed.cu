@@ -57,10 +57,11 @@ __global__ static void embed_keys_kernel(const int32_t *ids, unsigned *keys, int
 }
 
 /* Block i starts at sorted index i; only the first index of a run of equal keys does
- * work: out[key] = 0 + dy[p0] + dy[p1] + ... over the run's positions, in order. */
+ * work: out[key] = 0 + dy[p0] + dy[p1] + ... over the run's positions, in order
+ * (accumulate: out[key] + that sum). */
 __global__ static void embed_segments_kernel(const unsigned *keys, const int32_t *positions,
                                              const float *dy, float *out, int64_t rows,
-                                             int64_t n, int64_t cols) {
+                                             int64_t n, int64_t cols, int accumulate) {
     for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
         const unsigned key = keys[i];
         if ((int64_t)key >= n || (i > 0 && keys[i - 1] == key)) continue;
@@ -68,7 +69,8 @@ __global__ static void embed_segments_kernel(const unsigned *keys, const int32_t
             float acc = 0.0f;
             for (int64_t p = i; p < rows && keys[p] == key; p++)
                 acc = __fadd_rn(acc, dy[(int64_t)positions[p] * cols + j]);
-            out[(int64_t)key * cols + j] = acc;
+            float *at = out + (int64_t)key * cols + j;
+            *at = accumulate ? __fadd_rn(*at, acc) : acc;
         }
     }
 }
@@ -94,12 +96,12 @@ size_t dmrt_gpu_embed_grad_scratch(int64_t rows) {
 
 int dmrt_gpu_embed_grad(dmrt_gpu *g, const int32_t *ids, const float *dy, float *out,
                         int64_t rows, int64_t n, int64_t cols, int64_t first_row,
-                        void *scratch) {
+                        int accumulate, void *scratch) {
     GPU_ENTER(g);
     ARG_CHECK(g, rows >= 0 && rows <= INT_MAX && n >= 0 && n < (int64_t)UINT_MAX &&
                      cols >= 0 && first_row >= 0);
     if (n == 0 || cols == 0) return DMRT_OK;
-    CUDA_CHECK(g, cudaMemsetAsync(out, 0, (size_t)n * (size_t)cols * sizeof(float), g->stream));
+    if (!accumulate) CUDA_CHECK(g, cudaMemsetAsync(out, 0, (size_t)n * (size_t)cols * sizeof(float), g->stream));
     if (rows == 0) return DMRT_OK;
     ARG_CHECK(g, scratch != NULL);
 
@@ -134,7 +136,7 @@ int dmrt_gpu_embed_grad(dmrt_gpu *g, const int32_t *ids, const float *dy, float 
     CUDA_CHECK(g, cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, positions, (int)rows,
                                                   0, end_bit, g->stream));
     embed_segments_kernel<<<gpu_row_blocks(rows), gpu_row_threads(cols), 0, g->stream>>>(
-        keys.Current(), positions.Current(), dy, out, rows, n, cols);
+        keys.Current(), positions.Current(), dy, out, rows, n, cols, accumulate);
     LAUNCH_CHECK(g, "embed_segments_kernel");
     return DMRT_OK;
 }

@@ -14,7 +14,8 @@ pass. The sums are laid out as the gradients are: in declaration order, each rou
 device (--accumulate 4, the micro-batch gradient is the gradient buffer), data=2 (it is a
 temporary the allreduce reads: no arena buffer), pipeline=2, the CUDA target, and
 pipedream (which updates after each micro-batch: nothing made in a sum); gpt.dm's fused
-q/k/v weight, whose three products each make their window of its sum; gpt.dm's head on
+q/k/v weight, whose three products each make their window of its sum; llama.dm's embedding
+table, whose rows are added into its sum (zeroed by the first micro-batch); gpt.dm's head on
 the last of two stages, whose [V, C] partial gradient of the tied wte.weight is made in its
 own sum, sent once a step. The values are checked by the spmd suite's accumulation and
 pipeline meshes against the serial program (docs/parallelism.md), and the cost model's
@@ -105,6 +106,22 @@ def body(check, dmc, root, tmp):
         check(code.count(FUSED) == 2 * 6 and windows == 2 * 3 and pieces == ["ctx->grad_sum"] * 6,
               "gpt.dm %s: 12 products make their sums, 6 of them in c_attn's windows (%d, %d, pieces declared at %s)" %
               (label, code.count(FUSED), windows, pieces))
+
+    # an embedding table's gradient (llama.dm's, untied): its rows added into the sum, which
+    # the first micro-batch zeroes; on CUDA the runtime's call told to add
+    llama = os.path.join(root, "examples/llama.dm")
+    for label, args, ext in (("accumulate 2", ["--accumulate", "2"], ".c"),
+                             ("data=2 x tensor=2 x 2, cuda", ["--mesh", "data=2,tensor=2", "--accumulate", "2",
+                                                              "--target", "cuda"], ".cu")):
+        code = generate(dmc, llama, ["--set", "V=64,T=8,C=32,NH=4,F=48,L=2,B=4"] + args,
+                        os.path.join(tmp, "llama" + str(len(args))), ext)
+        var = "model_embed_tokens_weight_grad" + ("_partial" if "data=2" in label else "")
+        at = declared(code).get(var, "")
+        made = ("if (!(micro > 0))\n        memset(%s, 0," % var in code if ext == ".c" else
+                re.search(r"dmrt_gpu_embed_grad\(ctx->gpu, [^;]*\b%s, [^;]*, micro > 0, ctx->scratch\)" % var, code))
+        check(at.startswith("ctx->grad_sum") and made and
+              "model.embed_tokens.weight's gradient, added to the step's" not in code,
+              "llama.dm %s: the embedding's gradient made in its sum (declared at %s)" % (label, at))
 
     args = ["--set", "V=64,T=16,C=32,NH=4,L=2,B=4", "--mesh", "pipeline=2", "--microbatches", "2"]
     code = generate(dmc, gpt, args, os.path.join(tmp, "gpt"))

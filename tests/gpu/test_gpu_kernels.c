@@ -533,17 +533,25 @@ static void embed_case(dmrt_gpu *g, int64_t rows, int64_t cols, int64_t vocab, i
     void *scratch = NULL;
     GPU_OK(g, dmrt_gpu_alloc(g, &scratch, scratch_bytes + 4));
     ref_embed_grad(ids, dy, want, rows, n, cols, first_row);
-    GPU_OK(g, dmrt_gpu_embed_grad(g, dids, ddy, dout, rows, n, cols, first_row,
+    GPU_OK(g, dmrt_gpu_embed_grad(g, dids, ddy, dout, rows, n, cols, first_row, 0,
                                   (char *)scratch + 4));
     from_device(g, got, dout, (size_t)(n * cols) * sizeof(float));
     snprintf(what, sizeof what, "embed_grad %lld positions into rows [%lld, %lld), %lld cols",
              (long long)rows, (long long)first_row, (long long)(first_row + n), (long long)cols);
     compare_bits(what, got, want, n * cols);
-    GPU_OK(g, dmrt_gpu_embed_grad(g, dids, ddy, dout, rows, n, cols, first_row,
+    GPU_OK(g, dmrt_gpu_embed_grad(g, dids, ddy, dout, rows, n, cols, first_row, 0,
                                   (char *)scratch + 4));
     from_device(g, got2, dout, (size_t)(n * cols) * sizeof(float));
     snprintf(what, sizeof what, "embed_grad %lld positions run twice", (long long)rows);
     compare_bits(what, got2, got, n * cols);
+    /* accumulate (a micro-batches' sum made in place): each row's sum added to what out
+     * holds, here the first run's result */
+    for (int64_t i = 0; i < n * cols; i++) want[i] = got[i] + want[i];
+    GPU_OK(g, dmrt_gpu_embed_grad(g, dids, ddy, dout, rows, n, cols, first_row, 1,
+                                  (char *)scratch + 4));
+    from_device(g, got2, dout, (size_t)(n * cols) * sizeof(float));
+    snprintf(what, sizeof what, "embed_grad %lld positions added to the first run's", (long long)rows);
+    compare_bits(what, got2, want, n * cols);
 
     dmrt_gpu_free(g, scratch);
     dmrt_gpu_free(g, dtable);
