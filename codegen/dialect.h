@@ -142,6 +142,7 @@ typedef struct cg_embed {
                                                      * which out is added to, not overwritten (a
                                                      * micro-batches' sum made in place: micro > 0);
                                                      * NULL: never */
+    int accumulate;                                 /* the gradient: out is always added to */
     const char *qtable;                             /* the forward: a const dmrt_qweight * (C expression)
                                                      * the rows come from, dequantized, when the table
                                                      * is held narrow only (--quantize-embeddings); NULL:

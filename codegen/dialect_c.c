@@ -583,7 +583,7 @@ static void c_embed(cg_writer *w, const cg_embed *k) {
 static void c_embed_grad(cg_writer *w, const cg_embed *k) {
     long long c = (long long)k->cols;
     if (k->accumulate_if) cg_line(w, "if (!(%s))", k->accumulate_if), w->indent++;
-    cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n * c);
+    if (!k->accumulate) cg_line(w, "memset(%s, 0, %lld * sizeof(float));", k->out, (long long)k->n * c);
     if (k->accumulate_if) w->indent--;
     int split = k->rows * c >= PARALLEL_MIN_ELEMS && c >= 2 * REDUCE_BLOCK;
     if (split) {

@@ -346,7 +346,7 @@ static void cuda_embed_grad(cg_writer *w, const cg_embed *k) {
     char call[1024];
     snprintf(call, sizeof call, "dmrt_gpu_embed_grad(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %s, %s, %s", k->ids, k->dy, k->out,
              (long long)k->rows, (long long)k->n, (long long)k->cols, k->first_row ? k->first_row : "0",
-             k->accumulate_if ? k->accumulate_if : "0", k->scratch ? k->scratch : "NULL");
+             k->accumulate ? "1" : k->accumulate_if ? k->accumulate_if : "0", k->scratch ? k->scratch : "NULL");
     cg_cuda_checked(w, call);
 }
 

@@ -185,6 +185,11 @@ static void emit_elementwise(emitter *E, const ir_value *v) {
                 E->cname[v->operands[1]], E->cname[E->plan->assembled_in[v->id]]);
         return;
     }
+    if (E->in_micro && add_made_by_operands(E, v)) {
+        cg_line(&E->w, "/* %s = %s + %s: both made in the step's sum over the micro-batches, above */", E->cname[v->id],
+                E->cname[v->operands[0]], E->cname[v->operands[1]]);
+        return;
+    }
     const ir_op_info *info = ir_op_info_of(v->op);
     cg_loop_nest k = {0};
     literal lits[CG_MAX_OPERANDS];
@@ -395,9 +400,16 @@ static void emit_product(emitter *E, const ir_value *v, const ir_value *bias_gra
         cg_line(&E->w, "/* %s, made here for the sum %s of %s's rows, which it also makes (its k runs over them) */",
                 E->cname[v->id], k.bias_grad, k.b);
     }
-    if (E->in_micro && made_in_sum(E, v->id)) {
+    if (E->in_micro && made_in_sum(E, v->id) && !cg_sum_adds_if(E, v->id)) {
+        cg_line(&E->w, "/* %s, added to the step's sum over the micro-batches (beta 1), which %s made first */",
+                E->cname[v->id], E->cname[V(E, E->plan->storage_of[v->id])->operands[0] == v->id
+                                              ? V(E, E->plan->storage_of[v->id])->operands[1]
+                                              : V(E, E->plan->storage_of[v->id])->operands[0]]);
+        k.accumulate = 1;
+    } else if (E->in_micro && made_in_sum(E, v->id)) {
         cg_line(&E->w, "/* %s, made in %sthe step's sum over the micro-batches: beta 0 for the first, 1 after */",
-                E->cname[v->id], E->plan->storage_of[v->id] == v->id ? "" : "its window of ");
+                E->cname[v->id], E->plan->storage_of[v->id] == v->id || add_made_by_operands(E, V(E, E->plan->storage_of[v->id]))
+                                     ? "" : "its window of ");
         k.beta = "micro > 0 ? 1.0f : 0.0f";
     } else if (sum_add >= 0) {
         cg_line(&E->w, "/* the product %s, added to %s in its buffer (beta 1): the sum */", E->cname[v->id],
@@ -582,10 +594,14 @@ static void emit_embed(emitter *E, const ir_value *v) {
     if (grad) {
         k.dy = E->cname[v->operands[1]];
         if (E->dialect->embed_grad_scratch_bytes(k.rows) > 0) k.scratch = "ctx->scratch";
-        if (E->in_micro && made_in_sum(E, v->id)) {
+        if (E->in_micro && made_in_sum(E, v->id) && !cg_sum_adds_if(E, v->id)) {
+            cg_line(&E->w, "/* %s, added to the step's sum over the micro-batches, which was written before it */",
+                    E->cname[v->id]);
+            k.accumulate = 1;
+        } else if (E->in_micro && made_in_sum(E, v->id)) {
             cg_line(&E->w, "/* %s, made in the step's sum over the micro-batches: zeroed for the first, added to after */",
                     E->cname[v->id]);
-            k.accumulate_if = "micro > 0";
+            k.accumulate_if = cg_sum_adds_if(E, v->id);
         }
         E->dialect->embed_grad(&E->w, &k);
     } else {

@@ -16,7 +16,8 @@ static void declare_buffers(emitter *E, const char *used) {
         cg_storage_expr(E, i, where, sizeof where);
         cg_shape_comment(E, &v->type, type, sizeof type);
         if (E->in_micro && made_in_sum(E, i))
-            strncat(type, E->plan->storage_of[i] != i ? ", in its window of the sum over the micro-batches"
+            strncat(type, add_made_by_operands(E, V(E, E->plan->storage_of[i])) ? ", the sum over the micro-batches, which it and the add's other operand make"
+                          : E->plan->storage_of[i] != i ? ", in its window of the sum over the micro-batches"
                           : v->op == OP_ADD        ? ", its sum over the micro-batches: its pieces' products add to it"
                           : v->op == OP_EMBED_GRAD ? ", its sum over the micro-batches: its rows are added to it"
                                                    : ", its sum over the micro-batches: its product adds to it",
@@ -318,7 +319,7 @@ static void phase_buffers(emitter *E, ir_phase phase, int stage, char *used, int
         }
         /* a window assembly's sum is made by its pieces (its adds emit a comment); it is
          * read only when sent */
-        if (v->op == OP_ADD && E->plan->assembled_in[i] >= 0) {
+        if (v->op == OP_ADD && (E->plan->assembled_in[i] >= 0 || (micro && add_made_by_operands(E, v)))) {
             if (stage >= 0 && (E->needed_on[i] & ~((uint64_t)1 << stage))) used[i] = 1;
             continue;
         }

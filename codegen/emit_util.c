@@ -107,6 +107,15 @@ void cg_fault_position_base(const emitter *E, int id, char *buf, size_t size) {
     else snprintf(buf, size, "0");
 }
 
+const char *cg_sum_adds_if(const emitter *E, int id) {
+    const ir_value *root = V(E, E->plan->storage_of[id]);
+    if (root->id != id && add_made_by_operands(E, root)) {
+        int first = root->operands[0] < root->operands[1] ? root->operands[0] : root->operands[1];
+        if (id != first) return NULL;
+    }
+    return "micro > 0";
+}
+
 void cg_sum_made_in(const emitter *E, int id, char *buf, size_t size) {
     const dm_memory_plan *p = E->plan;
     int root = p->storage_of[id];

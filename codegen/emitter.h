@@ -141,18 +141,24 @@ static inline int writes_window(const emitter *E, const ir_value *v) {
     return E->plan->assembled_in[v->id] >= 0 && v->op != OP_ADD && !(v->op == OP_PAD && dm_piece_in_place(E->plan, v));
 }
 
-/* A value that shares another's buffer and emits no code (a reshape, a view, a window
- * assembly's add; not a cross-entropy gradient written over its logits). */
-static inline int emits_nothing(const emitter *E, const ir_value *v) {
-    return shares_buffer(E, v->id) && !runs_product(E, v) && !writes_window(E, v) &&
-           !dm_xent_grad_over_logits(E->plan, v);
-}
-
 /* Whether value id is made in its micro-batches' sum (pass_memory's made_in_sum), or in a
  * window of one (an assembly's piece). */
 static inline int made_in_sum(const emitter *E, int id) {
     return E->plan->made_in_sum && E->plan->made_in_sum[E->plan->storage_of[id]];
 }
+/* Whether add v is a micro-batch gradient made in its sum by its two operands (passes/
+ * memory.c's add_of_two_in_place): it emits nothing. */
+static inline int add_made_by_operands(const emitter *E, const ir_value *v) {
+    return v->op == OP_ADD && E->plan->made_in_sum && E->plan->made_in_sum[v->id] && E->plan->assembled_in[v->id] < 0;
+}
+/* A value that shares another's buffer and emits no code (a reshape, a view, a window
+ * assembly's add; not a cross-entropy gradient written over its logits, nor an operand of
+ * an add made in its sum by them). */
+static inline int emits_nothing(const emitter *E, const ir_value *v) {
+    return shares_buffer(E, v->id) && !runs_product(E, v) && !writes_window(E, v) &&
+           !dm_xent_grad_over_logits(E->plan, v) && !add_made_by_operands(E, V(E, E->plan->storage_of[v->id]));
+}
+
 /* (a value made in its micro-batches' sum has no buffer of its own, but is declared there) */
 static inline int has_storage(const emitter *E, int id) { return E->plan->region[id] != REGION_NONE || made_in_sum(E, id); }
 
@@ -319,6 +325,10 @@ void cg_source_line(const emitter *E, int line, char *buf, size_t size);
 void cg_contiguous_strides(const ir_type *t, int64_t *stride);
 void cg_coalesce(cg_loop_nest *k);
 void cg_storage_expr(const emitter *E, int id, char *buf, size_t size);
+/* For value id made in its micro-batches' sum: the run-time condition under which it adds
+ * to the sum rather than overwrites it ("micro > 0"), or NULL when it always adds (the
+ * later of an add's two operands made there: the earlier one wrote it first). */
+const char *cg_sum_adds_if(const emitter *E, int id);
 /* Where in ctx->grad_sum value id is made (dm_memory_plan.made_in_sum): its gradient's
  * sum, or its tied partial's; an assembly's piece, its window there. */
 void cg_sum_made_in(const emitter *E, int id, char *buf, size_t size);

@@ -265,11 +265,36 @@ static int assembled_by_products(const ir_graph *g, const dm_memory_plan *plan, 
     return 1;
 }
 
+/* Whether `add` (a micro-batch gradient: gpt.dm's tied wte, the head's product plus the
+ * embedding's gradient on one rank) adds two values that can each be made in place in its
+ * buffer: products or embedding gradients, temporaries of its type read by it alone, on its
+ * stage, with buffers of their own. They then share the add's buffer (storage_of): the
+ * earlier one made in the sum as a lone product is, the later one adding to it. */
+static int add_of_two_in_place(const ir_graph *g, dm_memory_plan *plan, const ir_value *add) {
+    if (add->op != OP_ADD || plan->assembled_in[add->id] >= 0 || add->operands[0] == add->operands[1]) return 0;
+    for (int k = 0; k < 2; k++) {
+        const ir_value *x = g->values[add->operands[k]];
+        int id = x->id, readers = 0;
+        if (!((x->op == OP_MATMUL && x->batch_dims == 0) || x->op == OP_EMBED_GRAD) || x->role != ROLE_TEMP ||
+            x->phase != PHASE_BACKWARD || x->stage != add->stage || x->tied_partial_of || !ir_same_type(&x->type, &add->type) ||
+            plan->storage_of[id] != id || plan->row_stride[id] != 0 || plan->bias_add_of[id] >= 0 ||
+            plan->sum_add_of[id] >= 0 || plan->assembled_in[id] >= 0)
+            return 0;
+        for (int i = id + 1; i < g->n_values; i++)
+            for (int j = 0; j < g->values[i]->n_operands; j++) readers += g->values[i]->operands[j] == id;
+        for (int i = 0; i < g->n_outputs; i++) readers += g->outputs[i] == id;
+        if (readers != 1 || g->loss == id) return 0;
+    }
+    plan->storage_of[add->operands[0]] = plan->storage_of[add->operands[1]] = add->id;
+    return 1;
+}
+
 /* Which values are made in their sums (made_in_sum), with several micro-batches, where the
  * memory plan lets them: a product with a buffer of its own (no reshape shares it),
- * written whole (no window, no bias or sum added in it), or an assembly of products
- * in windows (each then makes its window of the sum). A tied partial
- * (ir_value.tied_partial_of) is made in its own sum likewise. */
+ * written whole (no window, no bias or sum added in it), an assembly of products in
+ * windows (each then makes its window of the sum), or an add of two values each made in
+ * place (add_of_two_in_place). A tied partial (ir_value.tied_partial_of) is made in its own
+ * sum likewise. */
 static void plan_made_in_sums(const ir_graph *g, dm_memory_plan *plan) {
     plan->made_in_sum = calloc((size_t)g->n_values + 1, 1);
     if (!plan->made_in_sum) abort();
@@ -281,10 +306,12 @@ static void plan_made_in_sums(const ir_graph *g, dm_memory_plan *plan) {
         const ir_value *v = g->values[i];
         if (v->tied_partial_of && v->role == ROLE_TEMP && !dm_runs_pipedream(g) && product_for_sum(v, outside, 0))
             plan->made_in_sum[i] = DM_IN_PARTIAL_SUM;
-        int pieces = v->op == OP_ADD ? assembled_by_products(g, plan, i) : plan->assembled_in[i] < 0;
         if (plan->made_in_sum[i] && (plan->storage_of[i] != i || plan->row_stride[i] != 0 || plan->bias_add_of[i] >= 0 ||
-                                     plan->sum_add_of[i] >= 0 || !pieces))
+                                     plan->sum_add_of[i] >= 0))
             plan->made_in_sum[i] = 0;
+        if (plan->made_in_sum[i] && v->op == OP_ADD && !assembled_by_products(g, plan, i) && !add_of_two_in_place(g, plan, v))
+            plan->made_in_sum[i] = 0;
+        if (plan->made_in_sum[i] && v->op != OP_ADD && plan->assembled_in[i] >= 0) plan->made_in_sum[i] = 0;
     }
     free(outside);
     free(in_sum);

@@ -14,8 +14,10 @@ pass. The sums are laid out as the gradients are: in declaration order, each rou
 device (--accumulate 4, the micro-batch gradient is the gradient buffer), data=2 (it is a
 temporary the allreduce reads: no arena buffer), pipeline=2, the CUDA target, and
 pipedream (which updates after each micro-batch: nothing made in a sum); gpt.dm's fused
-q/k/v weight, whose three products each make their window of its sum; llama.dm's embedding
-table, whose rows are added into its sum (zeroed by the first micro-batch); gpt.dm's head on
+q/k/v weight, whose three products each make their window of its sum; gpt.dm's tied wte on
+one rank, whose sum the head's product makes and the embedding's gradient adds to;
+llama.dm's embedding table, whose rows are added into its sum (zeroed by the first
+micro-batch); gpt.dm's head on
 the last of two stages, whose [V, C] partial gradient of the tied wte.weight is made in its
 own sum, sent once a step. The values are checked by the spmd suite's accumulation and
 pipeline meshes against the serial program (docs/parallelism.md), and the cost model's
@@ -100,12 +102,21 @@ def body(check, dmc, root, tmp):
         code = generate(dmc, gpt, ["--set", "V=64,T=16,C=32,NH=4,L=2,B=4"] + args, os.path.join(tmp, "gpt" + args[1]))
         windows = code.count("made in its window of the step's sum")
         # per layer: attn.c_proj, mlp.c_fc and mlp.c_proj's products, and c_attn's q, k and v
-        # products each in its window of the fused weight's sum (the tied head's gradient is
-        # added to the embedding's on the same rank: a sum, not a product)
+        # products each in its window of the fused weight's sum; and the tied wte's: the
+        # head's product makes the sum, the embedding's gradient adds its rows to it
         pieces = re.findall(r"float \*\w+ = (ctx->\w+) \+ \d+; /\* f32\[C, C\]\S*, in its window of the sum", code)
-        check(code.count(FUSED) == 2 * 6 and windows == 2 * 3 and pieces == ["ctx->grad_sum"] * 6,
-              "gpt.dm %s: 12 products make their sums, 6 of them in c_attn's windows (%d, %d, pieces declared at %s)" %
-              (label, code.count(FUSED), windows, pieces))
+        where = declared(code)
+        head = [l for l in code.splitlines() if FUSED in l and "d_wte_weight," in l]
+        check(code.count(FUSED) == 2 * 6 + 1 and windows == 2 * 3 and pieces == ["ctx->grad_sum"] * 6 and len(head) == 1,
+              "gpt.dm %s: 13 products make their sums, 6 of them in c_attn's windows, one the head's (%d, %d, %d, "
+              "pieces declared at %s)" % (label, code.count(FUSED), windows, len(head), pieces))
+        embed = re.findall(r"/\* (d_wte_weight_\d+), added to the step's sum over the micro-batches, which was written "
+                           r"before it \*/", code)
+        check(len(embed) == 1 and "memset(%s," % embed[0] not in code and
+              (where.get(embed[0]) or "?") == where.get("d_wte_weight") and
+              "wte.weight's gradient, added to the step's" not in code,
+              "gpt.dm %s: wte's embedding gradient adds its rows to the sum the head's product made (%s at %s)" %
+              (label, embed, where.get(embed[0]) if embed else None))
 
     # an embedding table's gradient (llama.dm's, untied): its rows added into the sum, which
     # the first micro-batch zeroes; on CUDA the runtime's call told to add
