@@ -566,7 +566,12 @@ static void test_timeout(void) {
     rc = dmrt_threads_run(3, main_stuck, NULL, err, sizeof err);
     took = case_now() - t0;
     EXPECT(rc == DMRT_ERR_COMM, "stuck run returned %d: %s", rc, err);
-    EXPECT_HAS(NULL, err, "timed out after 1 s: rank 1 did not arrive");
+    /* rank 1 named among the missing; a thread descheduled past the 1 s deadline after the
+     * meeting (ASan on a loaded machine, seen once in CI) may be named beside it */
+    EXPECT(case_has(err, "timed out after 1 s: rank 1 did not arrive") ||
+               case_has(err, "timed out after 1 s: ranks 1, 2 did not arrive") ||
+               case_has(err, "timed out after 1 s: ranks 0, 1 did not arrive"),
+           "message lacks rank 1 among the ranks that did not arrive: %s", err);
     EXPECT_HAS(NULL, err, "; still running, not waited for: rank 1");
     EXPECT(took > 0.9 && took < 1.0 + 1.0 + 0.5, "stuck run took %.2f s (deadline 1 s, grace 1 s)", took);
     printf("stuck: %s (%.2f s)\n", err, took);
