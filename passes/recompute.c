@@ -4,10 +4,11 @@
  * segment, the backward pass reads only what crosses its boundary (its inputs, and the
  * values later segments or the top level read: the next block's input); every other
  * value the backward reads is computed again, by a copy of the ops that made it, placed
- * just before the first backward op that needs one of them. The originals then die when
- * the forward pass is done with them, and the memory plan's liveness, --explain and the
- * pipeline cut's activation count see it with no rule of their own. The copies are the
- * same ops on the same operands, so the step's results are bitwise those without.
+ * just before the first op that reads it (a backward op, or another copy). The originals
+ * then die when the forward pass is done with them, and the memory plan's liveness,
+ * --explain and the pipeline cut's activation count see it with no rule of their own. The
+ * copies are the same ops on the same operands, so the step's results are bitwise those
+ * without.
  *
  * Which values (g->recompute): MARKED, those of segments made inside recompute(...);
  * FULL, every segment's; SELECTIVE, every segment's values that are cheap to make again
@@ -70,42 +71,34 @@ static char *recompute_candidates(const ir_graph *g) {
     return candidate;
 }
 
-/* Where each candidate the backward needs is made again (insert_at: the first backward
- * reader of its segment, -1 where not needed): what the backward reads of them, and their
- * recomputable operands of the same segment. Returns how many. */
+/* Where each candidate the backward needs is made again (insert_at: -1 where not
+ * needed): what the backward reads of them, and their recomputable operands of the same
+ * segment. A copy is made just before the first op that reads it (a backward op, or a
+ * copy made from it), not all of a segment's at its first backward reader: a selective
+ * plan's copies (a norm's output the weight gradient reads, say) then live only from
+ * there to their last reader, not through the whole segment's backward, where together
+ * they could hold more than the originals they spare (a pipeline stage's working
+ * buffers). Returns how many. */
 static int plan_copies(const ir_graph *g, const char *candidate, int *insert_at) {
-    int n = g->n_values, segments = 0;
-    char *needed = calloc((size_t)n + 1, 1);
-    for (int i = 0; i < n; i++)
-        if (g->values[i]->segment > segments) segments = g->values[i]->segment;
-    int *first_reader = malloc(((size_t)segments + 1) * sizeof(int));
-    if (!needed || !first_reader) abort();
-    for (int s = 0; s <= segments; s++) first_reader[s] = -1;
+    int n = g->n_values, copies = 0;
+    for (int i = 0; i < n; i++) insert_at[i] = -1;
     for (int i = 0; i < n; i++) {
         const ir_value *v = g->values[i];
         if (v->phase != PHASE_BACKWARD) continue;
+        for (int k = 0; k < v->n_operands; k++)
+            if (candidate[v->operands[k]] && insert_at[v->operands[k]] < 0) insert_at[v->operands[k]] = i;
+    }
+    /* a copy's operands before it: forward order runs the other way, walk down */
+    for (int i = n - 1; i >= 0; i--) {
+        if (insert_at[i] < 0) continue;
+        const ir_value *v = g->values[i];
+        copies++;
         for (int k = 0; k < v->n_operands; k++) {
             int o = v->operands[k];
-            if (!candidate[o]) continue;
-            needed[o] = 1;
-            int s = g->values[o]->segment;
-            if (first_reader[s] < 0) first_reader[s] = i;
+            if (!candidate[o] || g->values[o]->segment != v->segment) continue;
+            if (insert_at[o] < 0 || insert_at[o] > insert_at[i]) insert_at[o] = insert_at[i];
         }
     }
-    /* (forward order runs the other way: walk down) */
-    for (int i = n - 1; i >= 0; i--) {
-        if (!needed[i]) continue;
-        const ir_value *v = g->values[i];
-        for (int k = 0; k < v->n_operands; k++)
-            if (candidate[v->operands[k]] && g->values[v->operands[k]]->segment == v->segment) needed[v->operands[k]] = 1;
-    }
-    int copies = 0;
-    for (int i = 0; i < n; i++) {
-        insert_at[i] = needed[i] ? first_reader[g->values[i]->segment] : -1;
-        copies += needed[i];
-    }
-    free(needed);
-    free(first_reader);
     return copies;
 }
 
