@@ -331,6 +331,10 @@ static int nccl_one_rank_main(dmrt_rank *r, void *arg) {
 }
 
 void test_nccl_one_rank(void) {
+#ifdef DMRT_CUDA_EMULATED
+    printf("SKIP nccl-1rank: NCCL is not emulated on the CPU (tests/gpu/emu)\n");
+    return;
+#endif
     /* the options must decide here: DMRT_GPU_COMM would override them */
     char saved[64] = "";
     const char *env = getenv("DMRT_GPU_COMM");

@@ -14,7 +14,7 @@ same f32 weights (2 steps trained on the C target, --init):
     (weight-only: the same widened weights, sgemm's order of sums; int8: the same integers
     and scales, the int32 sums exact, so only the f32 parts between products differ: none
     in mlp.dm, whose int8 logits should be the same bits; in gpt.dm a rounding apart can
-    move one q_x across a half, which tie_flips allows in 1 logit in 1000);
+    move one q_x across a half, which tie_flips allows in 1 position in 100);
   - the round trip: the CUDA program's --init of its own saved file saves the same file
     again, and predicts what --init of the f32 file (quantized, for int8 calibrated, at
     load; not for gpt's int8, whose --data text cannot go with --batch-file) does, bit for
@@ -112,9 +112,13 @@ def compare_files(tag, cuda, c):
 def tie_flips(got, want, close):
     """gpt's int8: a product input that the f32 parts (layernorm, gelu, attention) give a
     rounding apart on the two targets can land on the other side of a half in x / s_x, and
-    its q_x then differs by one, moving the logits downstream by about s_x * |w|: allowed
-    in at most 1 in 1000 logits, each within 1e-2 of the logits' range."""
-    return close.mean() >= 0.999 and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
+    its q_x then differs by one, moving the logits downstream by about s_x * |w|: all V
+    logits of its position (and, through attention, of later ones). Allowed in at most 1
+    position in 100, each logit within 1e-2 of the logits' range. (This said "1 logit in
+    1000" until the test first ran, on the CPU emulation of the CUDA target, 2026-12-02:
+    one flip moved the 253 of 256 logits of one position in 448, 0.26% of the range.)"""
+    positions = (~close).reshape(-1, close.shape[-1]).any(axis=1)
+    return positions.mean() <= 0.01 and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
 
 
 def predict(prog, init, inputs_file, out, tmp, extra=()):

@@ -12,7 +12,11 @@ TARGET = os.environ.get("DMC_TEST_TARGET", "c")
 
 
 def gpu_count():
-    """GPUs nvidia-smi lists (0 without a driver)."""
+    """GPUs nvidia-smi lists (0 without a driver); 1 under the CPU emulation of the CUDA
+    target (DMC_CUDA_EMULATED=1, set with NVCC and DMC_CFLAGS by the gpu-emulated suite:
+    tests/gpu/emu)."""
+    if os.environ.get("DMC_CUDA_EMULATED") == "1":
+        return 1
     smi = shutil.which("nvidia-smi")
     if not smi:
         return 0
