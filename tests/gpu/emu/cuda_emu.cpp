@@ -22,6 +22,20 @@
 #include <mutex>
 #include <vector>
 
+/* Under valgrind the fibers' stacks are registered as stacks, or its memcheck takes their
+ * switches for wild stack-pointer moves (tests/gpu/emu: valgrind as a memcheck) */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define EMU_STACK_REGISTER(start, end) VALGRIND_STACK_REGISTER(start, end)
+#define EMU_STACK_DEREGISTER(id) VALGRIND_STACK_DEREGISTER(id)
+#endif
+#endif
+#ifndef EMU_STACK_REGISTER
+#define EMU_STACK_REGISTER(start, end) 0u
+#define EMU_STACK_DEREGISTER(id) ((void)(id))
+#endif
+
 #include "cuda_emu.h"
 
 thread_local dmemu_thread dmemu_now;
@@ -55,6 +69,7 @@ struct block_run {
 thread_local block_run *running = NULL;
 thread_local char *stacks = NULL;
 thread_local size_t stacks_bytes = 0;
+thread_local std::vector<unsigned> stack_ids;  /* valgrind's, one a fiber stack */
 const size_t STACK_BYTES = 128 * 1024;
 
 void stop(const char *what, const char *kernel) {
@@ -88,10 +103,14 @@ void resume(block_run *b, fiber *f) {
  * passed when every thread has reached it. */
 void run_block_as_fibers(block_run *b, unsigned threads) {
     if (stacks_bytes < threads * STACK_BYTES) {
+        for (unsigned id : stack_ids) EMU_STACK_DEREGISTER(id);
+        stack_ids.clear();
         free(stacks);
         stacks_bytes = threads * STACK_BYTES;
         stacks = (char *)malloc(stacks_bytes);
         if (!stacks) stop("no memory for the fibers' stacks", b->kernel);
+        for (unsigned t = 0; t < threads; t++)
+            stack_ids.push_back(EMU_STACK_REGISTER(stacks + t * STACK_BYTES, stacks + (t + 1) * STACK_BYTES));
     }
     b->fibers.assign(threads, fiber());
     b->lanes.assign(threads, 0);
