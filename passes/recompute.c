@@ -88,15 +88,16 @@ static int plan_copies(const ir_graph *g, const char *candidate, int *insert_at)
         for (int k = 0; k < v->n_operands; k++)
             if (candidate[v->operands[k]] && insert_at[v->operands[k]] < 0) insert_at[v->operands[k]] = i;
     }
-    /* a copy's operands before it: forward order runs the other way, walk down */
+    /* a copy's operands before it: forward order runs the other way, walk down (a
+     * candidate's candidate operands are of its segment: recompute_candidates drops
+     * values another segment reads) */
     for (int i = n - 1; i >= 0; i--) {
         if (insert_at[i] < 0) continue;
         const ir_value *v = g->values[i];
         copies++;
         for (int k = 0; k < v->n_operands; k++) {
             int o = v->operands[k];
-            if (!candidate[o] || g->values[o]->segment != v->segment) continue;
-            if (insert_at[o] < 0 || insert_at[o] > insert_at[i]) insert_at[o] = insert_at[i];
+            if (candidate[o] && (insert_at[o] < 0 || insert_at[o] > insert_at[i])) insert_at[o] = insert_at[i];
         }
     }
     return copies;

@@ -208,6 +208,23 @@ cudaError_t fail(cudaError_t e) {
     return e;
 }
 
+}  // namespace
+
+/* A handle the library only passes back (a stream, an event, a cuBLAS handle): a byte of
+ * its own, so that handles differ and a double free shows. */
+template <typename H>
+static H new_handle() {
+    H h = (H)malloc(1);
+    if (!h) abort();
+    return h;
+}
+template <typename H>
+static void free_handle(H h) {
+    free((void *)h);
+}
+
+namespace {
+
 /* Whether [p, p + bytes) lies inside one block of `blocks`. */
 bool inside(const std::map<uintptr_t, size_t> &blocks, const void *p, size_t bytes) {
     std::lock_guard<std::mutex> hold(memory_lock);
@@ -294,9 +311,11 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, const void *p)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     (void)stream;
     if (bytes == 0) return cudaSuccess;
-    bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind == cudaMemcpyHostToHost || kind == cudaMemcpyDefault) dst_device = src_device = false;
+    /* cudaMemcpyDefault: each side where its pointer lies */
+    bool dst_device = kind == cudaMemcpyDefault ? on_device(dst, 1)
+                                                : kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_device = kind == cudaMemcpyDefault ? on_device(src, 1)
+                                                : kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if ((dst_device && !on_device(dst, bytes)) || (src_device && !on_device(src, bytes)) ||
         (!dst_device && on_device(dst, 1)) || (!src_device && on_device(src, 1)))
         return fail(cudaErrorInvalidValue);
@@ -319,44 +338,27 @@ cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int value, size_t width, si
 }
 
 /* Streams and events: every call has finished when it returns. */
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    (void)flags;
-    *s = (cudaStream_t)malloc(1);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = new_handle<cudaStream_t>();
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    free(s);
+    free_handle(s);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)e, (void)flags;
-    return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    (void)flags;
-    *e = (cudaEvent_t)malloc(1);
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new_handle<cudaEvent_t>();
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    free(e);
+    free_handle(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)e, (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    (void)e;
-    return cudaSuccess;
-}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 
 /* ---- products ---------------------------------------------------------------------------- */
 
@@ -467,21 +469,15 @@ cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 }  // namespace
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
-    *h = (cublasHandle_t)malloc(1);
+    *h = new_handle<cublasHandle_t>();
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
-    free(h);
+    free_handle(h);
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
-    (void)h, (void)s;
-    return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
-    (void)h, (void)mode;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 const char *cublasGetStatusString(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -528,11 +524,11 @@ struct lt_layout {
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
-    *h = (cublasLtHandle_t)malloc(1);
+    *h = new_handle<cublasLtHandle_t>();
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-    free(h);
+    free_handle(h);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
@@ -582,16 +578,15 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
-    *p = (cublasLtMatmulPreference_t)malloc(1);
+    *p = new_handle<cublasLtMatmulPreference_t>();
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    free(p);
+    free_handle(p);
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t what,
-                                                    const void *buf, size_t bytes) {
-    (void)p, (void)what, (void)buf, (void)bytes;
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void *, size_t) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
@@ -649,62 +644,33 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     memset(id, 0, sizeof *id);
     return NCCL_ABSENT;
 }
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int ranks, ncclUniqueId id, int rank) {
-    (void)ranks, (void)id, (void)rank;
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int, ncclUniqueId, int) {
     *comm = NULL;
     return NCCL_ABSENT;
 }
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-    (void)comm;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    (void)comm;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e) {
-    (void)comm;
+ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *e) {
     *e = ncclSuccess;
     return ncclSuccess;
 }
-const char *ncclGetErrorString(ncclResult_t e) {
-    (void)e;
-    return "NCCL is not emulated on the CPU";
-}
-const char *ncclGetLastError(ncclComm_t comm) {
-    (void)comm;
-    return "NCCL is not emulated on the CPU";
-}
+const char *ncclGetErrorString(ncclResult_t) { return "NCCL is not emulated on the CPU"; }
+const char *ncclGetLastError(ncclComm_t) { return "NCCL is not emulated on the CPU"; }
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t st) {
-    (void)s, (void)r, (void)n, (void)t, (void)op, (void)c, (void)st;
+ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
     return NCCL_ABSENT;
 }
-ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st) {
-    (void)s, (void)r, (void)n, (void)t, (void)c, (void)st;
+ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) { return NCCL_ABSENT; }
+ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
     return NCCL_ABSENT;
 }
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
-                               cudaStream_t st) {
-    (void)s, (void)r, (void)n, (void)t, (void)op, (void)c, (void)st;
-    return NCCL_ABSENT;
-}
-ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
-    (void)s, (void)n, (void)t, (void)peer, (void)c, (void)st;
-    return NCCL_ABSENT;
-}
-ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
-    (void)r, (void)n, (void)t, (void)peer, (void)c, (void)st;
-    return NCCL_ABSENT;
-}
+ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return NCCL_ABSENT; }
+ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return NCCL_ABSENT; }
 
 extern "C" {
 size_t cudnnGetVersion(void) { return 0; }
-const char *cudnnGetErrorString(cudnnStatus_t s) {
-    (void)s;
-    return "cuDNN is not emulated on the CPU";
-}
+const char *cudnnGetErrorString(cudnnStatus_t) { return "cuDNN is not emulated on the CPU"; }
 void cudnnGetLastErrorString(char *message, size_t max) {
     if (max) snprintf(message, max, "cuDNN is not emulated on the CPU");
 }
@@ -712,40 +678,24 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *h) {
     *h = NULL;
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
-cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
-    (void)h;
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
-    (void)h, (void)s;
-    return CUDNN_STATUS_NOT_SUPPORTED;
-}
-cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t *d) {
-    (void)t;
+cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_NOT_SUPPORTED; }
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *d) {
     *d = NULL;
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
-cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
-    (void)d;
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
-    (void)d;
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t) { return CUDNN_STATUS_NOT_SUPPORTED; }
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+                                       int64_t, const void *) {
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
-cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t n,
-                                       cudnnBackendAttributeType_t t, int64_t count, const void *v) {
-    (void)d, (void)n, (void)t, (void)count, (void)v;
-    return CUDNN_STATUS_NOT_SUPPORTED;
-}
-cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t n,
-                                       cudnnBackendAttributeType_t t, int64_t requested, int64_t *count, void *v) {
-    (void)d, (void)n, (void)t, (void)requested, (void)v;
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+                                       cudnnBackendAttributeType_t, int64_t, int64_t *count, void *) {
     if (count) *count = 0;
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
-cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
-    (void)h, (void)plan, (void)pack;
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) {
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
 }

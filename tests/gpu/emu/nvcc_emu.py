@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import rewrite_launches  # noqa: E402
 CUDA_HOME = os.environ.get("DMC_CUDA_HOME", "/usr/local/cuda")
 # nvcc options that take a value as the next word
 WITH_VALUE = {"-gencode", "-Xcompiler", "-arch", "-code", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-options", "-Werror"}
@@ -34,7 +36,7 @@ def main(argv):
         sys.stderr.write("nvcc_emu: expected -c FILE.cu -o FILE.o, got %s\n" % " ".join(argv[1:]))
         return 2
     cpp = output + ".emu.cpp"
-    subprocess.check_call([sys.executable, os.path.join(HERE, "rewrite_launches.py"), source, cpp])
+    rewrite_launches.main([None, source, cpp])
     cxx = os.environ.get("CXX", "c++").split()
     cmd = cxx + ["-std=c++17", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-include", "cuda_emu.h",
                  "-I" + HERE, "-I" + os.path.join(CUDA_HOME, "include")] + includes + ["-c", cpp, "-o", output]
