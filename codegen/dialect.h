@@ -147,6 +147,8 @@ typedef struct cg_embed {
                                                      * the rows come from, dequantized, when the table
                                                      * is held narrow only (--quantize-embeddings); NULL:
                                                      * table */
+    int qslot;                                      /* with qtable: its slot j (ctx->quant[j], and on a
+                                                     * separate memory ctx->quant_data[j], quant_scale[j]) */
 } cg_embed;
 
 /* Cross-entropy over rows of logits (rows, classes) with i32 targets, as three kernels
@@ -474,7 +476,6 @@ typedef struct cg_dialect {
      * of m rows by a [rows, cols] weight needs (ctx->quant_work, the largest of them), NULL
      * when none. */
     void (*quant_gemm)(cg_writer *w, const cg_quant_gemm *k);
-    int quant_gemm_reads_b;  /* 1: quant_gemm reads the f32 weight by its local name (b) */
     int64_t (*quant_work_bytes)(int activations, int64_t m, int64_t rows, int64_t cols);
     /* After the last hook of a file (w: its host writer): frees what the dialect keeps in
      * w->kernels->dialect_state. NULL: nothing to do. */

@@ -126,26 +126,21 @@ static void cuda_gemm(cg_writer *w, const cg_gemm *k) {
 
 /* --quantize: libdmrt_cuda's products of the narrow weight's device copy (quant.cu); the
  * host copy ctx->quant[slot] gives its shape, input scale and calibration record. The
- * weight-only modes widen it into the f32 parameter's storage (which holds the same
- * dequantized values: create and the trainer set it so), int8's calibration multiplies
- * that parameter. */
+ * weight-only modes widen the columns a product reads into ctx->quant_work, as the C
+ * target widens into its thread's buffer (a weight only they read has no f32 parameter);
+ * int8's calibration multiplies the f32 parameter, w_f32. */
 static void cuda_quant_gemm(cg_writer *w, const cg_quant_gemm *k) {
-    char call[1024], weight[160];
+    char call[1024], weight[160], window[64] = "";
     snprintf(weight, sizeof weight, "&ctx->quant[%d], ctx->quant_data[%d], ctx->quant_scale[%d]", k->slot, k->slot, k->slot);
-    if (k->cols > 0 && k->activations) /* a window: b is its first column in the parameter */
-        snprintf(call, sizeof call, "dmrt_gpu_gemm_i8_window(ctx->gpu, %s, %s, ctx->quant_work, %lld, %lld, %lld, %s, %lld, %s, %s, %lld",
-                 weight, k->b, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda,
+    if (k->cols > 0) snprintf(window, sizeof window, ", %lld, %lld", (long long)k->col0, (long long)k->cols);
+    if (k->activations)
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_i8%s(ctx->gpu, %s, %s, ctx->quant_work%s, %lld, %s, %lld, %s, %s, %lld",
+                 k->cols > 0 ? "_window" : "", weight, k->w_f32, window, (long long)k->m, k->a, (long long)k->lda,
                  k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
-    else if (k->cols > 0)
-        snprintf(call, sizeof call, "dmrt_gpu_gemm_wq_window(ctx->gpu, %s, %s, %lld, %lld, %lld, %s, %lld, %s, %s, %lld", weight,
-                 k->b, (long long)k->col0, (long long)k->cols, (long long)k->m, k->a, (long long)k->lda,
-                 k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
-    else if (k->activations)
-        snprintf(call, sizeof call, "dmrt_gpu_gemm_i8(ctx->gpu, %s, %s, ctx->quant_work, %lld, %s, %lld, %s, %s, %lld", weight,
-                 k->b, (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
     else
-        snprintf(call, sizeof call, "dmrt_gpu_gemm_wq(ctx->gpu, %s, %s, %lld, %s, %lld, %s, %s, %lld", weight, k->b,
-                 (long long)k->m, k->a, (long long)k->lda, k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
+        snprintf(call, sizeof call, "dmrt_gpu_gemm_wq%s(ctx->gpu, %s, ctx->quant_work%s, %lld, %s, %lld, %s, %s, %lld",
+                 k->cols > 0 ? "_window" : "", weight, window, (long long)k->m, k->a, (long long)k->lda,
+                 k->accumulate ? "1.0f" : "0.0f", k->c, (long long)k->ldc);
     cg_cuda_checked(w, call);
 }
 
@@ -330,12 +325,15 @@ static void cuda_layernorm_wgrad(cg_writer *w, const cg_rowwise *k) {
 }
 
 static void cuda_embed(cg_writer *w, const cg_embed *k) {
-    /* this target keeps every quantized table's f32 copy (dequantized): no narrow gather */
-    if (k->qtable) {
-        fprintf(stderr, "dmc: internal error: the CUDA target was asked to gather rows from a narrow table\n");
-        abort();
-    }
     char call[1024];
+    if (k->qtable) { /* a table held narrow only (serial: the whole vocabulary), its device copy */
+        snprintf(call, sizeof call,
+                 "dmrt_gpu_embed_narrow(ctx->gpu, %s, ctx->quant_data[%d], ctx->quant_scale[%d], %s, %s, %lld, %d, %s",
+                 k->qtable, k->qslot, k->qslot, k->ids, k->out, (long long)k->rows, k->fault_site,
+                 k->position_base ? k->position_base : "0");
+        cg_cuda_checked(w, call);
+        return;
+    }
     snprintf(call, sizeof call, "dmrt_gpu_embed(ctx->gpu, %s, %s, %s, %lld, %lld, %lld, %lld, %s, %d, %s", k->table, k->ids,
              k->out, (long long)k->rows, (long long)k->n, (long long)k->cols, (long long)k->vocab,
              k->first_row ? k->first_row : "0", k->fault_site, k->position_base ? k->position_base : "0");
@@ -364,7 +362,7 @@ const cg_dialect cg_dialect_cuda = {
     .can = {.predict = 1, .checkpoints = 1, .dropout = 1, .bf16 = 1, .f16 = 1, .zero = 1, .interleaved = 1, .weight_versions = 1,
             .compress = 1, .param_servers = 1, .quantize = 1, .flat_update = 1, .attention_bf16 = 1, .attention_f16 = 1,
             .fused_cast = 1, .attention_heads_inner = 1, .attention_kv_groups = 1, .bias_activation = 1, .wgrad_bias = 1, .gemm_bias = 1, .gemm_bias_grad = 1,
-            .residual_norm = 1, .fused_cast_layernorm = 1, .loss_grad_16bit = 1},
+            .residual_norm = 1, .fused_cast_layernorm = 1, .loss_grad_16bit = 1, .narrow_only = 1},
     .round_to = {[DT_BF16] = "dmrt_bf16_round(x)", [DT_F16] = "dmrt_f16_round(x)"},
     .toolchain = {.compiler = "nvcc", .compiler_env = "NVCC", .toolkit = "CUDA",
                   .libraries = "-ldmrt_cuda -lcudart -lcublas -lcublasLt -lnccl -lcudnn -lstdc++", .toolkit_libs = 1, .tf32 = 1},
@@ -416,7 +414,6 @@ const cg_dialect cg_dialect_cuda = {
     .embed = cuda_embed,
     .embed_grad = cuda_embed_grad,
     .quant_gemm = cuda_quant_gemm,
-    .quant_gemm_reads_b = 1,
     .quant_work_bytes = dmrt_cuda_quant_work_bytes,
     .finish = cg_cuda_finish,
 };

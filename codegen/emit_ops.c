@@ -610,6 +610,7 @@ static void emit_embed(emitter *E, const ir_value *v) {
         if (slot >= 0) {
             snprintf(qtable, sizeof qtable, "&ctx->quant[%d]", slot);
             k.qtable = qtable;
+            k.qslot = slot;
             cg_line(&E->w, "/* %s's rows from its narrow copy, dequantized (--quantize-embeddings) */", V(E, v->operands[0])->name);
         } else {
             k.table = E->cname[v->operands[0]];

@@ -340,9 +340,17 @@ void emit_spmd_support(emitter *E) {
 void emit_host_param_copies(emitter *E) {
     cg_writer *w = &E->w;
     int trains = E->g->loss >= 0 && E->g->grads;
+    if (E->n_narrow_only) emit_quantize_narrow(E);
     cg_line(w, "/* Parameter p (or its gradient) into whole, host memory. */");
     cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
     w->indent++;
+    if (E->n_narrow_only) {
+        cg_line(w, "if (!grad) {");
+        w->indent++;
+        emit_narrow_param_cases(E, 1);
+        w->indent--;
+        cg_line(w, "}");
+    }
     if (trains) cg_line(w, "const float *shard = grad ? ctx->grads + ctx->grad_offsets[p] : ctx->params + ctx->param_offsets[p];");
     else cg_line(w, "const float *shard = grad ? NULL : ctx->params + ctx->param_offsets[p];");
     cg_line(w, "if (!shard) return DMRT_ERR_ARG;");
@@ -353,6 +361,7 @@ void emit_host_param_copies(emitter *E) {
     cg_line(w, "/* Parameter p from whole, host memory. */");
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
+    emit_narrow_param_cases(E, 0);
     E->dialect->copy(w, "ctx->params + ctx->param_offsets[p]", "whole", "(size_t)param_descs[p].numel * sizeof(float)",
                      CG_HOST_TO_DEVICE, E->on_fail);
     cg_line(w, "return DMRT_OK;");

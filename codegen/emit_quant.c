@@ -94,8 +94,9 @@ void emit_quant_fields(emitter *E) {
 }
 
 /* Separate memory: quant_upload(ctx, j), the host copy of narrow weight j into the products'
- * memory, and quant_from_params(ctx, j), weight j quantized from its f32 parameter (and
- * that set to the dequantized values) through host memory, as dmrt_quantize_params does. */
+ * memory, and (where some weight keeps its f32 copy) quant_from_params(ctx, j), weight j
+ * quantized from its f32 parameter (and that set to the dequantized values) through host
+ * memory, as dmrt_quantize_params does. */
 void emit_quant_support(emitter *E) {
     cg_writer *w = &E->w;
     if (!E->n_quant || !E->dialect->separate_memory) return;
@@ -108,6 +109,7 @@ void emit_quant_support(emitter *E) {
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
+    if (E->n_narrow_only == E->n_quant) return; /* every weight held narrow only: none to quantize from its f32 copy */
     cg_line(w, "static int quant_from_params(struct_ctx *ctx, int j, int p) {");
     w->indent++;
     cg_line(w, "dmrt_qweight *q = &ctx->quant[j];");
@@ -182,7 +184,10 @@ void emit_quant_create(emitter *E) {
     cg_writer *w = &E->w;
     for (int j = 0; j < E->n_quant; j++) {
         int p = E->quant_param[j];
-        if (quant_narrow_slot(E, p) >= 0) continue; /* init_params quantized it */
+        if (quant_narrow_slot(E, p) >= 0) { /* init_params quantized it: its products' copy follows */
+            if (E->dialect->separate_memory) cg_line(w, "if (quant_upload(ctx, %d) != DMRT_OK) goto fail;", j);
+            continue;
+        }
         if (E->dialect->separate_memory) {
             cg_line(w, "if (quant_from_params(ctx, %d, %d) != DMRT_OK) goto fail;", j, p);
         } else {
@@ -192,31 +197,13 @@ void emit_quant_create(emitter *E) {
     }
 }
 
-/* gather_param: a narrow-only weight dequantized (the values its products multiply), the
- * others copied; scatter_param: a narrow-only weight quantized from an aligned copy of
- * whole (a file's tensor may lie at any address), the others copied. */
-void emit_narrow_param_copies(emitter *E) {
+/* quantize_narrow(ctx, j, p, whole): weight j (parameter p), held narrow only, quantized
+ * from an aligned copy of whole (a file's tensor may lie at any address); where the
+ * products read another copy (separate memory), that copy follows (quant_upload). */
+void emit_quantize_narrow(emitter *E) {
     cg_writer *w = &E->w;
-    const ir_graph *g = E->g;
-    const char *m = g->model;
-    cg_line(w, "/* Parameter p into whole: a weight held narrow only (no f32 copy) dequantized. */");
-    cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
-    w->indent++;
-    cg_line(w, "if (grad) { /* a --quantize program has no gradients */");
-    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: a --quantize program has no gradients\");", m);
-    cg_line(w, "    return DMRT_ERR_ARG;");
-    cg_line(w, "}");
-    cg_line(w, "switch (p) {");
-    for (int p = 0; p < g->n_params; p++)
-        if (quant_narrow_slot(E, p) >= 0)
-            cg_line(w, "case %d: dmrt_dequantize_param(&ctx->quant[%d], whole); return DMRT_OK; /* %s */", p,
-                    quant_narrow_slot(E, p), V(E, g->params[p])->name);
-    cg_line(w, "default: break;");
-    cg_line(w, "}");
-    cg_line(w, "memcpy(whole, ctx->params + ctx->param_offsets[p], (size_t)param_descs[p].numel * sizeof(float));");
-    cg_line(w, "return DMRT_OK;");
-    w->indent--;
-    cg_line(w, "}");
+    const char *m = E->g->model;
+    if (E->dialect->separate_memory) cg_line(w, "static int quant_upload(struct_ctx *ctx, int j); /* below */");
     cg_line(w, "/* Weight j, held narrow only, quantized from whole. */");
     cg_line(w, "static int quantize_narrow(struct_ctx *ctx, int j, int p, const float *whole) {");
     w->indent++;
@@ -229,19 +216,48 @@ void emit_narrow_param_copies(emitter *E) {
     cg_line(w, "memcpy(aligned, whole, bytes);");
     cg_line(w, "dmrt_quantize_weight(&ctx->quant[j], aligned);");
     cg_line(w, "dmrt_free(aligned);");
+    cg_line(w, "return %s;", E->dialect->separate_memory ? "quant_upload(ctx, j)" : "DMRT_OK");
+    w->indent--;
+    cg_line(w, "}");
+}
+
+void emit_narrow_param_cases(emitter *E, int gather) {
+    cg_writer *w = &E->w;
+    const ir_graph *g = E->g;
+    if (!E->n_narrow_only) return;
+    cg_line(w, "switch (p) { /* held narrow only (no f32 copy): %s */", gather ? "dequantized" : "quantized");
+    for (int p = 0; p < g->n_params; p++) {
+        int j = quant_narrow_slot(E, p);
+        if (j < 0) continue;
+        if (gather)
+            cg_line(w, "case %d: dmrt_dequantize_param(&ctx->quant[%d], whole); return DMRT_OK; /* %s */", p, j,
+                    V(E, g->params[p])->name);
+        else cg_line(w, "case %d: return quantize_narrow(ctx, %d, p, whole); /* %s */", p, j, V(E, g->params[p])->name);
+    }
+    cg_line(w, "default: break;");
+    cg_line(w, "}");
+}
+
+void emit_narrow_param_copies(emitter *E) {
+    cg_writer *w = &E->w;
+    const char *m = E->g->model;
+    emit_quantize_narrow(E);
+    cg_line(w, "/* Parameter p into whole: a weight held narrow only (no f32 copy) dequantized. */");
+    cg_line(w, "static int gather_param(struct_ctx *ctx, int p, int grad, float *whole) {");
+    w->indent++;
+    cg_line(w, "if (grad) { /* a --quantize program has no gradients */");
+    cg_line(w, "    snprintf(ctx->error, sizeof ctx->error, \"%s: a --quantize program has no gradients\");", m);
+    cg_line(w, "    return DMRT_ERR_ARG;");
+    cg_line(w, "}");
+    emit_narrow_param_cases(E, 1);
+    cg_line(w, "memcpy(whole, ctx->params + ctx->param_offsets[p], (size_t)param_descs[p].numel * sizeof(float));");
     cg_line(w, "return DMRT_OK;");
     w->indent--;
     cg_line(w, "}");
     cg_line(w, "/* Parameter p from whole: a weight held narrow only quantized from it. */");
     cg_line(w, "static int scatter_param(struct_ctx *ctx, int p, const float *whole) {");
     w->indent++;
-    cg_line(w, "switch (p) {");
-    for (int p = 0; p < g->n_params; p++)
-        if (quant_narrow_slot(E, p) >= 0)
-            cg_line(w, "case %d: return quantize_narrow(ctx, %d, p, whole); /* %s */", p, quant_narrow_slot(E, p),
-                    V(E, g->params[p])->name);
-    cg_line(w, "default: break;");
-    cg_line(w, "}");
+    emit_narrow_param_cases(E, 0);
     cg_line(w, "memcpy(ctx->params + ctx->param_offsets[p], whole, (size_t)param_descs[p].numel * sizeof(float));");
     cg_line(w, "return DMRT_OK;");
     w->indent--;

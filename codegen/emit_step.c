@@ -280,11 +280,11 @@ static void emit_phase_ops(emitter *E, ir_phase phase, int stage, int *sum_after
 }
 
 /* Whether v's kernel reads operand k through its local name: a --quantize'd product reads
- * its weight through the narrow copy, and the f32 one by that name only where the dialect
- * says so (the C dialect's int8 calibration reaches it through ctx, emit_quant_product). */
+ * its weight through the narrow copy, and int8's calibration the f32 one through ctx
+ * (emit_quant_product's w_f32). */
 static int reads_local(const emitter *E, const ir_value *v, int k) {
     if (k == 0 && v->op == OP_EMBED && quant_gather_slot(E, v) >= 0) return 0; /* its narrow table, through ctx */
-    return ir_reads_operand(v, k) && !(k == 1 && is_quant_product(E, v) && !E->dialect->quant_gemm_reads_b);
+    return ir_reads_operand(v, k) && !(k == 1 && is_quant_product(E, v));
 }
 
 /* The buffers one phase (of one stage: stage >= 0) names, marked in used; *any: whether

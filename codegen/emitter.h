@@ -495,6 +495,12 @@ int quant_narrow_slot(const emitter *E, int p);
 /* A serial program with weights held narrow only: gather_param and scatter_param (the
  * descriptor's gather and scatter), which dequantize and quantize those and copy the rest. */
 void emit_narrow_param_copies(emitter *E);
+/* The generated quantize_narrow(ctx, j, p, whole) (a weight held narrow only quantized
+ * from f32 values, and uploaded where the products read another copy); and the switch
+ * that opens gather_param (gather 1: such a weight dequantized into whole) or
+ * scatter_param (0: quantized from it). Nothing where no weight is held narrow only. */
+void emit_quantize_narrow(emitter *E);
+void emit_narrow_param_cases(emitter *E, int gather);
 void emit_quant_support(emitter *E);
 void emit_quant_destroy(emitter *E);
 void emit_quant_accessor(emitter *E);

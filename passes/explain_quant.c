@@ -53,8 +53,9 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         int64_t m = ir_numel(&g->values[i]->type) / n;
         if (m * k > qa) qa = m * k;
         if (m * n * 4 > acc) acc = m * n * 4;
-        /* the weight-only modes widen what the product reads (gemm_quant.c): on the C target
-         * (the one holding weights narrow only) a block of its columns at a time */
+        /* the weight-only modes widen what the product reads (gemm_quant.c, and the CUDA
+         * target's quant.cu alike): a block of its columns at a time on a target holding
+         * weights narrow only (both do) */
         int64_t widened = k * (g->quantize_narrow_only ? dmrt_qweight_widen_cols(k, n) : n) * 4;
         if (widened > q->widening_bytes && !g->quantize_activations) q->widening_bytes = widened;
     }
@@ -162,19 +163,19 @@ void explain_quant_text(const ir_graph *g, const dm_memory_plan *plan, const dm_
         fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32, which the\n"
                      "  calibration's f32 forward reads, and one forward's activations: no gradients or optimizer\n"
                      "  state) + the int8 weights %s + buffers %s (the largest product's input in int8 and its int32\n"
-                     "  sums) per thread that runs products (one in a serial program)\n",
+                     "  sums) per thread that runs products (one in a serial program, and on the GPU)\n",
                 total, peak, narrow, widening);
     else if (q.held_narrow)
         fprintf(out, "  the program allocates %s: the tracked peak %s above (the f32 parameters but the %d weight%s\n"
                      "  held narrow only, and one forward's activations: no gradients or optimizer state) + the\n"
                      "  narrow weights %s + a widening buffer %s (the largest weight or window a product widens,\n"
-                     "  in f32) per thread that runs products (one in a serial program)\n",
+                     "  in f32) per thread that runs products (one in a serial program, and on the GPU)\n",
                 total, peak, q.held_narrow, q.held_narrow == 1 ? "" : "s", narrow, widening);
     else
         fprintf(out, "  the program allocates %s: the tracked peak %s above (every parameter in f32 and one\n"
                      "  forward's activations: no gradients or optimizer state) + the narrow weights %s + a widening\n"
                      "  buffer %s (the largest weight or window a product widens, in f32) per thread that runs\n"
-                     "  products (one in a serial program)\n",
+                     "  products (one in a serial program, and on the GPU)\n",
                 total, peak, narrow, widening);
     /* the peak above and `dmc run --memory` count the context's tracked buffers; the narrow
      * weights (dmrt_qweight_init) and the products' buffers are allocated untracked */

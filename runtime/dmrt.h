@@ -216,8 +216,8 @@ typedef struct dmrt_model {
     /* A quantized inference program (dmc --quantize, docs/compression.md): its mode as
      * --quantize spells it ("int8", "int8-weights", "int4-weights:64"), and the narrow copy of
      * parameter i that its forward's products read (NULL for a parameter kept in f32). NULL
-     * in the other models (and in models built before). A weight held narrow only (the C
-     * target's int8-weights and int4-weights, when only quantized products read it) has no
+     * in the other models (and in models built before). A weight held narrow only (int8-weights
+     * and int4-weights, on both targets, when only quantized products read it) has no
      * f32 copy (its dmrt_qweight's narrow_only): param(ctx, i) is NULL, gather dequantizes it
      * and scatter quantizes it. */
     const char *quantize;

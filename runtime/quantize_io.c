@@ -4,9 +4,10 @@
  * parameters are model->param's host memory, or (the CUDA target: gather and scatter set)
  * device memory reached through host copies. The narrow weights' host copy (qweight) is
  * the one this file reads and writes; qweight_sync, where set, then puts it where the
- * products read it. On the C target, int8-weights and int4-weights hold a weight that only
- * quantized products read narrow only (qweight's narrow_only): param NULL, gather
- * dequantizes it and scatter quantizes it (an --init f32 file's values, once). */
+ * products read it. int8-weights and int4-weights hold a weight that only quantized
+ * products read narrow only (qweight's narrow_only), on both targets: no f32 parameter,
+ * gather dequantizes it and scatter quantizes it (an --init f32 file's values, once; on the
+ * CUDA target scatter uploads it too). */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,10 +259,15 @@ int dmrt_load_quantized(const dmrt_model *model, void *ctx, const char *path, ch
         memcpy((void *)data[k], source[k]->data, (size_t)descs[k].numel * dmrt_dtype_size(descs[k].dtype));
     if (put_copies(model, ctx, copies, rc == 0, err, errlen) != 0) rc = -1;
     /* the f32 copies, where a weight has one: what the products use, for --save and the
-     * accessors (a weight held narrow only has none: gather dequantizes it) */
+     * accessors (a weight held narrow only has none: gather dequantizes it); and the
+     * products' own copy where it is another (the CUDA target's device copy) */
     for (int i = 0; rc == 0 && i < model->n_params; i++) {
         dmrt_qweight *q = model->qweight(ctx, i);
-        if (!q || q->narrow_only) continue;
+        if (!q) continue;
+        if (q->narrow_only) {
+            if (sync_qweight(model, ctx, i, err, errlen) != 0) rc = -1;
+            continue;
+        }
         float *copy, *w = param_on_host(model, ctx, i, 0, &copy, err, errlen);
         if (!w) rc = -1;
         else dmrt_dequantize_param(q, w);

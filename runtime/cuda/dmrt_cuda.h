@@ -450,14 +450,16 @@ int dmrt_gpu_attention16_backward_inner(dmrt_gpu *g, int half, const float *q, c
  * q is the host copy of the narrow weight (dmrt.h's dmrt_qweight: its shape, bits, group,
  * input scale and, while a calibration runs, q->calib); data and scale are its integers
  * and scales in device memory (the generated context's copy, which the descriptor's
- * qweight_sync refreshes from q). work (int8): device memory of at least
- * dmrt_cuda_quant_work_bytes(1, m, q->rows, q->cols) bytes (dmrt_cuda_sizes.h).
+ * qweight_sync refreshes from q). work: device memory of at least
+ * dmrt_cuda_quant_work_bytes(int8 ? 1 : 0, m, q->rows, q->cols) bytes (dmrt_cuda_sizes.h).
  * C (m, q->cols) = A (m, q->rows) W (+ C when beta is 1; beta 0 or 1), row-major, row
  * strides lda and ldc. */
-/* The weight-only modes: W widened to f32 into w (q * scale, one rounding: the C target's
- * dmrt_dequantize_rows; rows x cols floats, cols x rows where q->transposed: the generated
- * code's f32 parameter, which holds those values already), then dmrt_gpu_sgemm. */
-int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
+/* The weight-only modes: W widened to f32 into work (q * scale, one rounding: the C
+ * target's dmrt_dequantize_rows; [rows, cols] floats, a block of dmrt_qweight_widen_cols
+ * columns at a time: dmrt_cuda_quant_work_bytes(0, m, q->rows, q->cols) bytes), then
+ * dmrt_gpu_sgemm, a block at a time. No f32 parameter is read or written: a weight only
+ * these products read has none (docs/compression.md). */
+int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, void *work, int64_t m,
                      const float *a, int64_t lda, float beta, float *c, int64_t ldc);
 /* --quantize int8, runtime/gemm_int8.c's three steps: q_x = clamp(round-half-even(x /
  * input_scale), -127, 127) (NaN: 0), the int32 sums of q_x q_w (cuBLAS's int8 GemmEx where
@@ -469,17 +471,23 @@ int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, co
 int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
                      void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc);
 /* Both of columns [col0, col0 + cols) of W alone (C (m, cols)): a product reading a window
- * of the weight's columns (gpt.dm's q, k and v of its [C, 3C] c_attn). w and w_f32 point
- * at the window's first column in the f32 parameter (its rows q->cols apart): the
- * weight-only one widens the whole weight into the parameter and multiplies the window's
- * columns; int8 reads the window's integers in place, rows q->cols apart, and its scales
- * from col0. A weight read transposed has no window. */
-int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w,
+ * of the weight's columns (gpt.dm's q, k and v of its [C, 3C] c_attn): the weight-only one
+ * widens those columns alone into work (dmrt_cuda_quant_work_bytes(0, m, q->rows, cols)
+ * bytes); int8 reads the window's integers in place, rows q->cols apart, and its scales
+ * from col0, and w_f32 (calibration) points at the window's first column in the f32
+ * parameter (its rows q->cols apart). A weight read transposed has no window. */
+int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, void *work,
                             int64_t col0, int64_t cols, int64_t m, const float *a, int64_t lda, float beta, float *c,
                             int64_t ldc);
 int dmrt_gpu_gemm_i8_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale,
                             const float *w_f32, void *work, int64_t col0, int64_t cols, int64_t m, const float *a,
                             int64_t lda, float beta, float *c, int64_t ldc);
+/* --quantize-embeddings: out (rows, q->rows) = the rows ids of a table held narrow only,
+ * dequantized (dmrt_qweight_gather_rows's values: q is the table's transpose, q->cols its
+ * vocabulary); an id outside the vocabulary records fault `site` at position
+ * position_base + r and gives a zero row, as dmrt_gpu_embed. */
+int dmrt_gpu_embed_narrow(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale,
+                          const int32_t *ids, float *out, int64_t rows, int site, int64_t position_base);
 
 /* ---- collectives on device buffers --------------------------------------------------------
  *

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "../dmrt_quant_size.h"
+
 /* Room for aligning sub-buffers (each to 256 bytes) and for the partials of a final
  * fixed-order sum: 4096 floats (16 KiB). */
 #define DMRT_CUDA_SCRATCH_SLACK_FLOATS 4096
@@ -70,12 +72,14 @@ static inline int64_t dmrt_cuda_layernorm_wgrad_scratch_floats(int64_t rows, int
     return 2 * rows + (chunks > 1 ? 2 * chunks * n : 0);
 }
 
-/* Bytes of device work a quantized product (--quantize, dmrt_gpu_gemm_wq/_i8) needs: none
- * for the weight-only modes (they widen the weight into the f32 parameter's storage);
- * int8 quantizes the left operand (m x rows int8, the sums' start rounded up to 256
- * bytes) and keeps the int32 sums (m x cols). */
+/* Bytes of device work a quantized product (--quantize, dmrt_gpu_gemm_wq/_i8) of m rows by
+ * a [rows, cols] weight (or window of one) needs: the weight-only modes widen the columns
+ * to f32, a block of dmrt_qweight_widen_cols at a time (the C target's blocks,
+ * dmrt_quant_size.h: every column but for a weight over 16 MiB in f32); int8 quantizes the
+ * left operand (m x rows int8, the sums' start rounded up to 256 bytes) and keeps the
+ * int32 sums (m x cols). */
 static inline int64_t dmrt_cuda_quant_work_bytes(int activations, int64_t m, int64_t rows, int64_t cols) {
-    if (!activations) return 0;
+    if (!activations) return rows * dmrt_qweight_widen_cols(rows, cols) * (int64_t)sizeof(float);
     return (m * rows + 255) / 256 * 256 + m * cols * 4;
 }
 

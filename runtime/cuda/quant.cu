@@ -11,22 +11,24 @@
 
 /* ---- the weight-only modes --------------------------------------------------------------- */
 
-/* w[r, c] = q[r, c] * scale[r / group, c]: dmrt_dequantize_rows's one rounding. int4: two
- * per byte along a row, column 2j in the low nibble, two's complement. transposed: into
- * w[c, r], the parameter's [n, k] layout. */
+/* w[r, c - col0] = q[r, c] * scale[r / group, c] for the columns [col0, col0 + cols) of
+ * q's [rows, q->cols]: dmrt_dequantize_rows's one rounding, into a [rows, cols] block (the
+ * layout runtime/gemm_quant.c widens into; a weight read transposed is stored as the
+ * product's [k, n] already). */
+/* q[r, c] of a narrow [rows, cols] weight: int8 a byte each; int4 two per byte along a
+ * row, column 2j in the low nibble, two's complement. */
+__device__ static inline int narrow_at(const uint8_t *data, int bits, int64_t cols, int64_t r, int64_t c) {
+    if (bits == 8) return ((const int8_t *)data)[r * cols + c];
+    const int byte = data[r * ((cols + 1) / 2) + c / 2], nibble = (c & 1) ? byte >> 4 : byte & 15;
+    return nibble >= 8 ? nibble - 16 : nibble;
+}
+
 __global__ static void widen_kernel(const uint8_t *data, const float *scale, float *w, int bits, int64_t rows,
-                                    int64_t cols, int64_t group, int transposed) {
-    const int64_t n = rows * cols, packed = (cols + 1) / 2;
+                                    int64_t q_cols, int64_t group, int64_t col0, int64_t cols) {
+    const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / cols, c = i % cols;
-        int v;
-        if (bits == 8) {
-            v = ((const int8_t *)data)[i];
-        } else {
-            const int byte = data[r * packed + c / 2], nibble = (c & 1) ? byte >> 4 : byte & 15;
-            v = nibble >= 8 ? nibble - 16 : nibble;
-        }
-        w[transposed ? c * rows + r : i] = __fmul_rn((float)v, scale[(r / group) * cols + c]);
+        const int64_t r = i / cols, c = col0 + i % cols;
+        w[i] = __fmul_rn((float)narrow_at(data, bits, q_cols, r, c), scale[(r / group) * q_cols + c]);
     }
 }
 
@@ -36,26 +38,32 @@ static int window_ok(const dmrt_qweight *q, int64_t col0, int64_t cols) {
     return col0 >= 0 && cols > 0 && col0 + cols <= q->cols && (!q->transposed || cols == q->cols);
 }
 
-int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w,
+int dmrt_gpu_gemm_wq_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, void *work,
                             int64_t col0, int64_t cols, int64_t m, const float *a, int64_t lda, float beta, float *c,
                             int64_t ldc) {
     GPU_ENTER(g);
-    ARG_CHECK(g, q && data && scale && w && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0 &&
+    ARG_CHECK(g, q && data && scale && work && (q->bits == 8 || q->bits == 4) && q->group > 0 && m >= 0 &&
                      window_ok(q, col0, cols));
     if (m == 0) return DMRT_OK;
-    /* the whole weight widened into the parameter (w is the window's first column in it),
-     * the product reading the window's columns, rows q->cols apart */
-    widen_kernel<<<gpu_blocks(q->rows * q->cols, 256), 256, 0, g->stream>>>(data, scale, w - col0, q->bits, q->rows,
-                                                                           q->cols, q->group, q->transposed);
-    LAUNCH_CHECK(g, "widen_kernel");
-    /* w is the parameter's storage: [k, n], or [n, k] read transposed */
-    return dmrt_gpu_sgemm(g, 0, q->transposed, m, cols, q->rows, a, lda, w, q->transposed ? q->rows : q->cols, beta, c,
-                          ldc, 1, 0, 0, 0);
+    /* the window's columns widened a block at a time into work (all of them but for a
+     * weight over 16 MiB in f32: dmrt_quant_size.h, as the C target does), each block
+     * multiplied into its columns of c */
+    float *w = (float *)work;
+    const int64_t step = dmrt_qweight_widen_cols(q->rows, cols);
+    for (int64_t b0 = 0; b0 < cols; b0 += step) {
+        const int64_t nb = cols - b0 < step ? cols - b0 : step;
+        widen_kernel<<<gpu_blocks(q->rows * nb, 256), 256, 0, g->stream>>>(data, scale, w, q->bits, q->rows, q->cols,
+                                                                         q->group, col0 + b0, nb);
+        LAUNCH_CHECK(g, "widen_kernel");
+        int status = dmrt_gpu_sgemm(g, 0, 0, m, nb, q->rows, a, lda, w, nb, beta, c + b0, ldc, 1, 0, 0, 0);
+        if (status != DMRT_OK) return status;
+    }
+    return DMRT_OK;
 }
 
-int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, float *w, int64_t m,
+int dmrt_gpu_gemm_wq(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, void *work, int64_t m,
                      const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
-    return dmrt_gpu_gemm_wq_window(g, q, data, scale, w, 0, q ? q->cols : 0, m, a, lda, beta, c, ldc);
+    return dmrt_gpu_gemm_wq_window(g, q, data, scale, work, 0, q ? q->cols : 0, m, a, lda, beta, c, ldc);
 }
 
 /* ---- int8 -------------------------------------------------------------------------------- */
@@ -166,4 +174,38 @@ int dmrt_gpu_gemm_i8_window(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *d
 int dmrt_gpu_gemm_i8(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale, const float *w_f32,
                      void *work, int64_t m, const float *a, int64_t lda, float beta, float *c, int64_t ldc) {
     return dmrt_gpu_gemm_i8_window(g, q, data, scale, w_f32, work, 0, q ? q->cols : 0, m, a, lda, beta, c, ldc);
+}
+
+/* ---- a table held narrow only (--quantize-embeddings) -------------------------------------- */
+
+/* out[r, c] = q[c, ids[r]] * scale[c / group, ids[r]]: row id of the parameter is column id
+ * of q (its transpose), dmrt_qweight_gather_rows's values; an id outside [0, q->cols)
+ * records the fault and gives a zero row (dmrt_gpu_embed's rule). */
+__global__ static void embed_narrow_kernel(const uint8_t *data, const float *scale, int bits, int64_t width,
+                                           int64_t vocab, int64_t group, const int32_t *ids, float *out, int64_t rows,
+                                           dmrt_fault *fault, int site, int64_t position_base) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int32_t id = ids[r];
+        const int bad = id < 0 || id >= vocab;
+        if (bad && threadIdx.x == 0) gpu_record_fault(fault, site, id, position_base + r);
+        float *dst = out + r * width;
+        for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+            if (bad) {
+                dst[c] = 0.0f;
+                continue;
+            }
+            dst[c] = __fmul_rn((float)narrow_at(data, bits, vocab, c, id), scale[(c / group) * vocab + id]);
+        }
+    }
+}
+
+int dmrt_gpu_embed_narrow(dmrt_gpu *g, const dmrt_qweight *q, const uint8_t *data, const float *scale,
+                          const int32_t *ids, float *out, int64_t rows, int site, int64_t position_base) {
+    GPU_ENTER(g);
+    ARG_CHECK(g, q && data && scale && ids && out && (q->bits == 8 || q->bits == 4) && q->group > 0 && rows >= 0);
+    if (rows == 0 || q->rows == 0) return DMRT_OK;
+    embed_narrow_kernel<<<gpu_row_blocks(rows), gpu_row_threads(q->rows), 0, g->stream>>>(
+        data, scale, q->bits, q->rows, q->cols, q->group, ids, out, rows, g->fault, site, position_base);
+    LAUNCH_CHECK(g, "embed_narrow_kernel");
+    return DMRT_OK;
 }

@@ -2,8 +2,10 @@
 
 MODE: int8-weights, int4-weights (groups of 16 rows) or int8. For examples/mlp.dm (B=8,
 H=63: an odd width, so cuBLAS's int8 GEMM refuses some products and the plain kernel runs)
-and examples/gpt.dm (V=256, T=64, C=128, NH=4, L=2, B=4: widths cuBLAS takes), from the
-same f32 weights (2 steps trained on the C target, --init):
+and examples/gpt.dm (V=256, T=64, C=128, NH=4, L=2, B=4: widths cuBLAS takes; also with
+--quantize-embeddings, its tied wte narrow, whose embedding gathers rows of the narrow
+table: dmrt_gpu_embed_narrow), from the same f32 weights (2 steps trained on the C target,
+--init):
   - --save-quantized on both targets writes the same tensors bit for bit (the integers and
     scales are made on the host from the same f32 values; int8: the input scales come from
     each target's calibration, its f32 forward on the GPU, and agree within 1e-5 relative:
@@ -15,6 +17,15 @@ same f32 weights (2 steps trained on the C target, --init):
     and scales, the int32 sums exact, so only the f32 parts between products differ: none
     in mlp.dm, whose int8 logits should be the same bits; in gpt.dm a rounding apart can
     move one q_x across a half, which tie_flips allows in 1 position in 100);
+  - device memory: `dmc --explain=json --target cuda` holds narrow only (no f32 copy) the
+    weights the C target does (the weight-only modes: every weight only quantized products
+    read), and the CUDA program's device peak (`--evaluate --memory` from the C target's
+    saved file: libdmrt_cuda's count of its
+    allocations) is at most what that explain says the program allocates ("program_bytes":
+    the f32 parameters kept, the forward's buffers, the narrow weights and the products'
+    work buffer) + the inputs' device buffers + libdmrt_cuda's own (its 4 MiB of reduction
+    partials and a step record): so a program that kept the f32 copies fails, their bytes
+    being more than the 16 KiB allowed for alignment;
   - the round trip: the CUDA program's --init of its own saved file saves the same file
     again, and predicts what --init of the f32 file (quantized, for int8 calibrated, at
     load; not for gpt's int8, whose --data text cannot go with --batch-file) does, bit for
@@ -23,7 +34,9 @@ Calibration data: a Fashion-MNIST-format directory of random pixels (mlp), a tex
 (gpt), written here. Exit 77 (a meson skip) without a GPU: this test has not run on a GPU
 when it was written; the cuda-build test compiles the same programs.
 """
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,19 +54,29 @@ import test_equivalence as eq  # noqa: E402
 from test_quantize_int8 import run, write_fashion_mnist  # noqa: E402
 
 MODES = {"int8-weights": "int8-weights", "int4-weights": "int4-weights:16", "int8": "int8"}
-MODELS = {"mlp": ("examples/mlp.dm", "B=8,D=784,H=63,K=10"), "gpt": ("examples/gpt.dm", "V=256,T=64,C=128,NH=4,L=2,B=4")}
+# each case: its model (the batches', calibration's and inputs' kind), file, --set and dmc flags
+GPT_SETS = "V=256,T=64,C=128,NH=4,L=2,B=4"
+MODELS = {"mlp": ("mlp", "examples/mlp.dm", "B=8,D=784,H=63,K=10", []),
+          "gpt": ("gpt", "examples/gpt.dm", GPT_SETS, []),
+          # the tied wte narrow too: its embedding gathers rows of the narrow table
+          "gpt-embeddings": ("gpt", "examples/gpt.dm", GPT_SETS, ["--quantize-embeddings"])}
+# the device buffers of each model's inputs, bytes (its --set's B, D, T): mlp's x (f32) and y,
+# gpt's x and y (int32)
+INPUT_BYTES = {"mlp": 8 * 784 * 4 + 8 * 4, "gpt": 2 * 4 * 64 * 4}
+RUNTIME_BYTES = (1 << 20) * 4  # DMRT_CUDA_SUM_PARTIALS_FLOATS floats (dmrt_cuda_sizes.h)
+ALIGNMENT_SLACK = 16 << 10     # every buffer rounded up to 256 bytes, and the step record
 RTOL, ATOL = 1e-4, 1e-5
 SCALE_RTOL = 1e-5
 CALIBRATE = 20
 
 
-def build(dmc, dm_file, sets, target, mode, tmp):
+def build(dmc, dm_file, sets, target, mode, tmp, flags=(), tag=""):
     """The program of dm_file for target (mode: a --quantize MODE, or None for f32), built once
     (the run itself is given no data and fails: only the program is wanted)."""
     name = os.path.splitext(os.path.basename(dm_file))[0]
-    keep = os.path.join(tmp, "%s-%s-%s" % (name, target, mode or "f32"))
+    keep = os.path.join(tmp, "%s%s-%s-%s" % (name, tag, target, mode or "f32"))
     cmd = [dmc, "run", dm_file, "--set", sets, "--target", target, "--keep", keep]
-    cmd += (["--quantize", mode] if mode else []) + ["--", "--steps", "0", "--batch-file", "none.st"]
+    cmd += (["--quantize", mode] if mode else []) + list(flags) + ["--", "--steps", "0", "--batch-file", "none.st"]
     r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                        timeout=600, env=dict(os.environ, TMPDIR=tmp))
     if not os.path.exists(os.path.join(keep, name)):
@@ -126,17 +149,51 @@ def predict(prog, init, inputs_file, out, tmp, extra=()):
     return stio.load(out)
 
 
+def explain_quantized(dmc, dm_file, sets, target, mode, flags, tmp):
+    """--explain=json's "quantized" object for the program."""
+    r = subprocess.run([dmc, "--explain=json", dm_file, "--set", sets, "--target", target, "--quantize", mode] + flags,
+                       cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    if r.returncode != 0:
+        raise Failure("dmc --explain=json --target %s --quantize %s: exit %d\n%s" % (target, mode, r.returncode, r.stderr))
+    return json.loads(r.stdout)["quantized"]
+
+
+def check_device_memory(dmc, model, base, dm_file, sets, flags, mode, prog, init, tmp):
+    """The CUDA program holds narrow only what the C target does, and allocates no more device
+    memory than --explain says (with the inputs and libdmrt_cuda's own buffers)."""
+    plans = {t: explain_quantized(dmc, dm_file, sets, t, mode, flags, tmp) for t in ("c", "cuda")}
+    narrow = {t: sorted(w["name"] for w in plans[t]["weights"] if not w["f32_copy"]) for t in plans}
+    if narrow["cuda"] != narrow["c"]:
+        raise Failure("%s %s: held narrow only on CUDA %s, on C %s" % (model, mode, narrow["cuda"], narrow["c"]))
+    if mode != "int8" and not narrow["cuda"]:
+        raise Failure("%s %s: no weight held narrow only" % (model, mode))
+    data = calibration_args(base, tmp)[:2]  # the data alone: --evaluate over it, no calibration
+    out = run(prog, ["--init", init, "--evaluate", "--memory"] + data, tmp)
+    m = re.search(r"memory rank 0: model peak (\d+) bytes", out)
+    if not m:
+        raise Failure("%s %s: no 'memory rank 0' line in:\n%s" % (model, mode, out))
+    peak, allowed = int(m.group(1)), plans["cuda"]["program_bytes"] + INPUT_BYTES[base] + RUNTIME_BYTES
+    f32_copies = sum(4 * w["rows"] * w["cols"] for w in plans["cuda"]["weights"] if not w["f32_copy"])
+    if peak > allowed + ALIGNMENT_SLACK:
+        raise Failure("%s %s: the CUDA program's device peak is %d bytes, %d more than --explain's %d + inputs + "
+                      "libdmrt_cuda's own" % (model, mode, peak, peak - allowed, plans["cuda"]["program_bytes"]))
+    if mode != "int8" and f32_copies <= ALIGNMENT_SLACK:
+        raise Failure("%s %s: the check cannot tell: the f32 copies not held are %d bytes" % (model, mode, f32_copies))
+    return "device peak %d bytes (%+d of the bound)" % (peak, peak - allowed)
+
+
 def check_model(dmc, root, model, mode, tmp):
-    dm_file, sets = MODELS[model]
+    base, dm_file, sets, flags = MODELS[model]
     dm_file = os.path.join(root, dm_file)
-    weights, inputs_file = f32_weights(dmc, model, dm_file, sets, tmp)
-    cal = calibration_args(model, tmp) if mode == "int8" else []
-    progs = {t: build(dmc, dm_file, sets, t, mode, tmp) for t in ("c", "cuda")}
+    weights, inputs_file = f32_weights(dmc, base, dm_file, sets, tmp)
+    cal = calibration_args(base, tmp) if mode == "int8" else []
+    progs = {t: build(dmc, dm_file, sets, t, mode, tmp, flags, model[len(base):]) for t in ("c", "cuda")}
     saved = {}
     for t in progs:
         saved[t] = os.path.join(tmp, "q-%s-%s.safetensors" % (model, t))
         run(progs[t], ["--init", weights, "--save-quantized", saved[t], "--quiet"] + cal, tmp)
     worst_scale = compare_files("%s %s" % (model, mode), stio.load(saved["cuda"]), stio.load(saved["c"]))
+    memory = check_device_memory(dmc, model, base, dm_file, sets, flags, mode, progs["cuda"], saved["c"], tmp)
     outs = {t: predict(progs[t], saved["c"], inputs_file, os.path.join(tmp, "out-%s-%s.st" % (model, t)), tmp)
             for t in progs}
     worst = 0.0
@@ -145,7 +202,7 @@ def check_model(dmc, root, model, mode, tmp):
         if got is None or got.shape != want.shape:
             raise Failure("%s %s: --predict's %s is missing or of another shape on CUDA" % (model, mode, name))
         close = np.isclose(got, want, rtol=RTOL, atol=ATOL)
-        if not close.all() and not (mode == "int8" and model == "gpt" and tie_flips(got, want, close)):
+        if not close.all() and not (mode == "int8" and base == "gpt" and tie_flips(got, want, close)):
             raise Failure("%s %s: --predict's %s differs between CUDA and C (%d values, max %.3g)" % (
                 model, mode, name, int((~close).sum()), float(np.max(np.abs(got - want)))))
         worst = max(worst, float(np.max(np.abs(got - want))))
@@ -155,15 +212,15 @@ def check_model(dmc, root, model, mode, tmp):
             stio.load(again)[k].tobytes() != v.tobytes() for k, v in stio.load(saved["cuda"]).items()):
         raise Failure("%s %s: --init of the CUDA program's saved file and --save-quantized again differ" % (model, mode))
     # a calibration reads --data-dir beside --batch-file, not --data text (trainer.c)
-    if mode != "int8" or model == "mlp":
+    if mode != "int8" or base == "mlp":
         own = predict(progs["cuda"], saved["cuda"], inputs_file, os.path.join(tmp, "own-%s.st" % model), tmp)
         fresh = predict(progs["cuda"], weights, inputs_file, os.path.join(tmp, "fresh-%s.st" % model), tmp, cal)
         for name in own:
             if own[name].tobytes() != fresh[name].tobytes():
                 raise Failure("%s %s: --init of the saved file and of the f32 file predict different %s on CUDA" % (
                     model, mode, name))
-    return "%s: files equal (input scales within %.1e), logits within %.1e of C's, round trip bit for bit" % (
-        model, worst_scale, worst)
+    return "%s: files equal (input scales within %.1e), logits within %.1e of C's, round trip bit for bit, %s" % (
+        model, worst_scale, worst, memory)
 
 
 def main(argv):

@@ -10,6 +10,10 @@
  *     qweight_sync, the same bytes as the direct quantization;
  *   - --save-quantized of a NaN bias, an infinite or a negative scale: refused, naming the
  *     tensor, and no file written;
+ *   - the same with the weight held narrow only (qweight's narrow_only: no f32 parameter,
+ *     gather dequantizes it, scatter quantizes and uploads it, as the CUDA target's
+ *     int8-weights and int4-weights programs do): --init of the f32 file and of the saved
+ *     file leave the device copy the direct quantization's;
  *   - the file's "dmc.crc32c.<name>" of every tensor (dmrt_crc32c of its bytes as stored), a
  *     flipped bit refused by its --init, and a negative scale refused by --init where the file
  *     has no checksums (written by another tool). */
@@ -33,6 +37,7 @@ typedef struct {
     int8_t device_data[ROWS * COLS];       /* what the products read */
     float device_scale[COLS];
     int syncs, scatters;
+    int narrow;                            /* the weight held narrow only: `weight` unused */
 } sync_ctx;
 
 static const dmrt_tensor_desc descs[2] = {
@@ -41,13 +46,22 @@ static const dmrt_tensor_desc descs[2] = {
 
 static float *storage(sync_ctx *c, int i) { return i == 0 ? c->weight : c->bias; }
 static void *no_param(void *ctx, int i) { (void)ctx, (void)i; return NULL; }
+static int qweight_sync(void *ctx, int i);
 static int gather(void *ctx, int i, int grad, float *whole) {
     if (grad) return DMRT_ERR_ARG;
+    if (i == 0 && ((sync_ctx *)ctx)->narrow) {
+        dmrt_dequantize_param(&((sync_ctx *)ctx)->q, whole);
+        return DMRT_OK;
+    }
     memcpy(whole, storage(ctx, i), (size_t)descs[i].numel * sizeof(float));
     return DMRT_OK;
 }
 static int scatter(void *ctx, int i, const float *whole) {
     ((sync_ctx *)ctx)->scatters++;
+    if (i == 0 && ((sync_ctx *)ctx)->narrow) {
+        dmrt_quantize_weight(&((sync_ctx *)ctx)->q, whole);
+        return qweight_sync(ctx, 0);
+    }
     memcpy(storage(ctx, i), whole, (size_t)descs[i].numel * sizeof(float));
     return DMRT_OK;
 }
@@ -66,11 +80,13 @@ static const dmrt_model model = {.name = "sync", .n_params = 2, .params = descs,
                                  .scatter = scatter, .error = error_of, .quantize = "int8-weights", .qweight = qweight,
                                  .qweight_sync = qweight_sync};
 
-static sync_ctx *fresh(void) {
+static sync_ctx *fresh_of(int narrow) {
     sync_ctx *c = calloc(1, sizeof *c);
     if (!c || dmrt_qweight_init(&c->q, 8, ROWS, COLS, 0) != 0) abort();
+    c->narrow = c->q.narrow_only = narrow;
     return c;
 }
+static sync_ctx *fresh(void) { return fresh_of(0); }
 
 /* The context's device copy and f32 weight as dmrt_quantize_weight of w gives them. */
 static int matches(const sync_ctx *c, const float *w, const char *when) {
@@ -83,7 +99,8 @@ static int matches(const sync_ctx *c, const float *w, const char *when) {
     CHECK(memcmp(c->q.data, want.data, sizeof c->device_data) == 0, "%s: the host integers", when);
     CHECK(memcmp(c->device_data, want.data, sizeof c->device_data) == 0, "%s: the device integers", when);
     CHECK(memcmp(c->device_scale, want.scale, sizeof c->device_scale) == 0, "%s: the device scales", when);
-    CHECK(memcmp(c->weight, dequantized, sizeof dequantized) == 0, "%s: the f32 weight is not the dequantized one", when);
+    CHECK(c->narrow || memcmp(c->weight, dequantized, sizeof dequantized) == 0,
+          "%s: the f32 weight is not the dequantized one", when);
     dmrt_qweight_free(&want);
     return fails;
 }
@@ -190,6 +207,28 @@ static int refuses_corrupt(const char *dir, const char *quantized) {
     return fails;
 }
 
+/* The weight held narrow only: --init of the f32 file quantizes it in scatter (which
+ * uploads it), --save-quantized writes it, --init of that file into a fresh context syncs
+ * the device copy (nothing else would: no scatter reaches a narrow tensor of the file). */
+static int narrow_only(const char *dir, const char *f32, const float *w) {
+    int fails = 0;
+    char quantized[4096], err[1024];
+    sync_ctx *c = fresh_of(1);
+    CHECK(dmrt_load_init(&model, c, f32, err, sizeof err) == 0, "narrow only: --init of the f32 file: %s", err);
+    fails += matches(c, w, "narrow only: --init of the f32 file");
+    tu_path(quantized, sizeof quantized, dir, "narrow.safetensors");
+    CHECK(dmrt_save_quantized(&model, c, quantized, err, sizeof err) == 0, "narrow only: --save-quantized: %s", err);
+    sync_ctx *d = fresh_of(1);
+    CHECK(dmrt_load_init(&model, d, quantized, err, sizeof err) == 0, "narrow only: --init of the saved file: %s", err);
+    fails += matches(d, w, "narrow only: --init of the saved file");
+    CHECK(d->syncs == 1 && d->scatters == 1, "narrow only: --init of the saved file: %d syncs and %d scatters, expected "
+          "1 and 1 (the bias)", d->syncs, d->scatters);
+    dmrt_qweight_free(&c->q), dmrt_qweight_free(&d->q);
+    free(c), free(d);
+    remove(quantized);
+    return fails;
+}
+
 int main(void) {
     int fails = 0;
     char dir[4096], f32[4096], quantized[4096], err[1024];
@@ -225,6 +264,8 @@ int main(void) {
     CHECK(d->syncs == 1 && d->scatters == 2, "--init of the saved file: %d syncs and %d scatters, expected 1 and 2",
           d->syncs, d->scatters);
     CHECK(memcmp(d->bias, b, sizeof b) == 0, "--init of the saved file: the bias");
+
+    fails += narrow_only(dir, f32, w);
 
     dmrt_qweight_free(&c->q), dmrt_qweight_free(&d->q);
     free(c), free(d);
