@@ -53,10 +53,9 @@ static void quant_sizes_of(const ir_graph *g, const dm_memory_plan *plan, const 
         int64_t m = ir_numel(&g->values[i]->type) / n;
         if (m * k > qa) qa = m * k;
         if (m * n * 4 > acc) acc = m * n * 4;
-        /* the weight-only modes widen what the product reads (gemm_quant.c, and the CUDA
-         * target's quant.cu alike): a block of its columns at a time on a target holding
-         * weights narrow only (both do) */
-        int64_t widened = k * (g->quantize_narrow_only ? dmrt_qweight_widen_cols(k, n) : n) * 4;
+        /* the weight-only modes widen what the product reads a block of its columns at a
+         * time (gemm_quant.c, and the CUDA target's quant.cu alike) */
+        int64_t widened = k * dmrt_qweight_widen_cols(k, n) * 4;
         if (widened > q->widening_bytes && !g->quantize_activations) q->widening_bytes = widened;
     }
     if (g->quantize_activations) q->activation_bytes = qa + acc;

@@ -189,13 +189,8 @@ __global__ static void embed_narrow_kernel(const uint8_t *data, const float *sca
         const int bad = id < 0 || id >= vocab;
         if (bad && threadIdx.x == 0) gpu_record_fault(fault, site, id, position_base + r);
         float *dst = out + r * width;
-        for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
-            if (bad) {
-                dst[c] = 0.0f;
-                continue;
-            }
-            dst[c] = __fmul_rn((float)narrow_at(data, bits, vocab, c, id), scale[(c / group) * vocab + id]);
-        }
+        for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+            dst[c] = bad ? 0.0f : __fmul_rn((float)narrow_at(data, bits, vocab, c, id), scale[(c / group) * vocab + id]);
     }
 }
 

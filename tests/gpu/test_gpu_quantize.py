@@ -63,9 +63,20 @@ MODELS = {"mlp": ("mlp", "examples/mlp.dm", "B=8,D=784,H=63,K=10", []),
           "gpt-embeddings": ("gpt", "examples/gpt.dm", GPT_SETS, ["--quantize-embeddings"]),
           # every product x @ transpose(W): narrow copies of the weights' transposes
           "llama": ("llama", "examples/llama.dm", "V=256,T=16,C=32,NH=4,NKV=2,F=48,L=2,B=4", [])}
-# the device buffers of each model's inputs, bytes (its --set's B, D, T): mlp's x (f32) and y,
-# gpt's x and y (int32)
-INPUT_BYTES = {"mlp": 8 * 784 * 4 + 8 * 4, "gpt": 2 * 4 * 64 * 4, "llama": 2 * 4 * 16 * 4}
+
+
+def dims_of(sets):
+    """A --set's sizes: {"B": 8, ...}."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in sets.split(","))}
+
+
+def input_bytes(base, sets):
+    """The device buffers of a case's inputs, bytes, from its --set: mlp's x (f32, [B, D]) and
+    y (int32, [B]); the token models' tokens and targets (int32, [B, T] each)."""
+    dims = dims_of(sets)
+    return dims["B"] * dims["D"] * 4 + dims["B"] * 4 if base == "mlp" else 2 * dims["B"] * dims["T"] * 4
+
+
 RUNTIME_BYTES = (1 << 20) * 4  # DMRT_CUDA_SUM_PARTIALS_FLOATS floats (dmrt_cuda_sizes.h)
 ALIGNMENT_SLACK = 16 << 10     # every buffer rounded up to 256 bytes, and the step record
 RTOL, ATOL = 1e-4, 1e-5
@@ -96,8 +107,7 @@ def f32_weights(dmc, model, dm_file, sets, tmp):
     weights = os.path.join(tmp, "w-%s.safetensors" % model)
     run(build(dmc, dm_file, sets, "c", None, tmp), ["--seed", "7", "--batch-file", batch_file, "--steps", "2", "--save",
                                                     weights, "--quiet"], tmp)
-    rows = dict(kv.split("=") for kv in sets.split(","))["B"]
-    inputs = {k: np.concatenate([v[2], v[3]])[:int(rows) + 3] for k, v in train.items() if k in ("x", "tokens")}
+    inputs = {k: np.concatenate([v[2], v[3]])[:dims_of(sets)["B"] + 3] for k, v in train.items() if k in ("x", "tokens")}
     inputs_file = os.path.join(tmp, "inputs-%s.safetensors" % model)
     stio.save(inputs, inputs_file)
     return weights, inputs_file
@@ -175,7 +185,7 @@ def check_device_memory(dmc, model, base, dm_file, sets, flags, mode, prog, init
     m = re.search(r"memory rank 0: model peak (\d+) bytes", out)
     if not m:
         raise Failure("%s %s: no 'memory rank 0' line in:\n%s" % (model, mode, out))
-    peak, allowed = int(m.group(1)), plans["cuda"]["program_bytes"] + INPUT_BYTES[base] + RUNTIME_BYTES
+    peak, allowed = int(m.group(1)), plans["cuda"]["program_bytes"] + input_bytes(base, sets) + RUNTIME_BYTES
     f32_copies = sum(4 * w["rows"] * w["cols"] for w in plans["cuda"]["weights"] if not w["f32_copy"])
     if peak > allowed + ALIGNMENT_SLACK:
         raise Failure("%s %s: the CUDA program's device peak is %d bytes, %d more than --explain's %d + inputs + "
