@@ -4,12 +4,13 @@
  * with its scale and the mask fused (keys after the query skipped), the product with v;
  * backward the two products of the output's gradient, the softmax's gradient and the two
  * products giving dq and dk. Compiled as generated code is (-O3 -march=native
- * -fno-math-errno), its loops written as dialect_c.c writes them.
+ * -fno-math-errno), its loops written as dialect_c.c writes them; the fused kernels are
+ * libdmrt's set for those flags (dmrt_attention.h), printed.
  *
  * usage: attention_kernel [HEADS [T [D [REPS [OPERANDS]]]]]   (default 64 256 32 20 f32: the mid
  *        GPT of bench/gpt_step.py, B x NH = 8 x 8)
  * OPERANDS: f32, or bf16: the fused kernel's tile products on operands rounded to bf16
- * (--precision bf16; where the compiler targets AVX512-BF16, vdpbf16ps products:
+ * (--precision bf16; with the avx512bf16 set, vdpbf16ps products:
  * runtime/dmrt_attention_tiles.h); the unfused side stays f32, so the results' distance
  * is then the rounding's.
  * Prints the best of REPS of each side, forward and backward, and how far apart their
@@ -142,10 +143,10 @@ int main(int argc, char **argv) {
         t[4] = now();
         for (int i = 0; i < 4; i++) best[i] = fmin(best[i], t[i + 1] - t[i]);
     }
-    printf("heads %lld, T %lld, D %lld, causal, %s operands%s, best of %d: forward fused %.2f ms, unfused %.2f ms; backward fused "
+    printf("heads %lld, T %lld, D %lld, causal, %s operands, kernels %s, best of %d: forward fused %.2f ms, unfused %.2f ms; backward fused "
            "%.2f ms, unfused %.2f ms; results apart: out %.2g, dq dk dv %.2g\n",
            (long long)L.heads, (long long)L.T, (long long)L.D, type,
-           operands == DMRT_ATTENTION_BF16 && DMRT_ATTENTION_BF16_KERNEL ? " (vdpbf16ps)" : "", reps, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
+           DMRT_ATTENTION_ISA_NAME, reps, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
            best[3] * 1e3, max_apart(L.out, L.out_unfused, n), max_apart(L.grads, L.grads_unfused, 3 * n));
     float *buffers[] = {L.q, L.k, L.v, L.dout, L.scores, L.probs, L.dprobs, L.dscores, L.out, L.lse, L.grads,
                         L.out_unfused, L.grads_unfused, L.work};

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dialect_c_internal.h"
+#include "../runtime/dmrt.h"
 #include "../runtime/dmrt_attention.h"
 
 void cg_line(cg_writer *w, const char *fmt, ...) {

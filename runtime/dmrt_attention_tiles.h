@@ -17,7 +17,7 @@
  * block of keys' three packings, which the backward keeps for all its blocks of queries
  * (dmrt_attention_backward_head_bf16_).
  *
- * Not a public interface: included by dmrt_attention.h. */
+ * Not a public interface: included by attention_kernels.h. */
 #ifndef DMRT_ATTENTION_TILES_H
 #define DMRT_ATTENTION_TILES_H
 
@@ -25,10 +25,8 @@
 #include <string.h>
 
 #include "dmrt.h"
+#include "dmrt_attention.h"
 #include "dmrt_half.h"
-
-/* The attention's operand types (dmrt_attention_forward's `operands`). */
-enum { DMRT_ATTENTION_F32 = 0, DMRT_ATTENTION_BF16 = 1 };
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -36,24 +34,6 @@ enum { DMRT_ATTENTION_F32 = 0, DMRT_ATTENTION_BF16 = 1 };
 #else
 #define DMRT_ATTENTION_BF16_KERNEL 0
 #endif
-
-/* Columns of a packed right operand, padded so that the kernel's 32-column blocks read
- * zeros past n. */
-static inline int64_t dmrt_attention_packed_cols_(int64_t n) { return (n + 31) / 32 * 32; }
-
-/* bf16 values of room for one packed operand of tiles `tile` rows and heads `width` wide:
- * at most max(tile, width) + 1 rows (pairs of rows) by that rounded up to 32. */
-static inline int64_t dmrt_attention_pack_room_(int64_t tile, int64_t width) {
-    int64_t side = (tile > width ? tile : width) + 1;
-    return side * dmrt_attention_packed_cols_(side);
-}
-
-/* Floats of work the bf16 tile products need beside the kernel's own: two operands' rounded
- * f32 copies, or five packed as bf16 (a product's two, and the backward's three of a block
- * of keys, kept for its blocks of queries). */
-static inline int64_t dmrt_attention_pack_floats_(int64_t tile, int64_t width) {
-    return 5 * dmrt_attention_pack_room_(tile, width) / 2 + 8;
-}
 
 static inline float dmrt_attention_bf16_value_(float x) { return dmrt_bf16_to_f32(dmrt_bf16_round(x)); }
 

@@ -22,8 +22,34 @@
 
 #include "check.h"
 #include "dmrt.h"
-#include "dmrt_attention.h"
+#include "internal.h"
+#include "attention_kernels.h"
 #include "dmrt_attention_rows.h"
+
+/* The kernels under test: each set libdmrt holds (dmrt_attention.h) that this CPU can run,
+ * one after the other (main). Every AVX2 CPU has F16C, which clang cannot ask about. */
+typedef struct kernel_set {
+    const char *name;
+    int runs; /* the CPU has its instructions */
+    void (*forward)(const float *, const float *, const float *, float *, float *, int64_t, int64_t, int64_t, int64_t,
+                    float, int, int, int, float *);
+    void (*forward_grouped)(const float *, const float *, const float *, float *, float *, int64_t, int64_t, int64_t,
+                            int64_t, float, int, int, int, float *);
+    void (*backward)(const float *, const float *, const float *, const float *, const float *, const float *, float *,
+                     float *, float *, int64_t, int64_t, int64_t, int64_t, float, int, int, int, float *);
+    void (*backward_grouped)(const float *, const float *, const float *, const float *, const float *, const float *,
+                             float *, float *, float *, int64_t, int64_t, int64_t, int64_t, float, int, int, int, float *);
+} kernel_set;
+
+#define KERNEL_SET(isa, cpu_runs)                                                                                   \
+    {#isa, cpu_runs, dmrt_attention_forward_##isa, dmrt_attention_forward_grouped_##isa, dmrt_attention_backward_##isa, \
+     dmrt_attention_backward_grouped_##isa}
+#define CPU_AVX2 (DMRT_CPU_SUPPORTS("avx2") && DMRT_CPU_SUPPORTS("fma"))
+#define CPU_AVX512                                                                                                  \
+    (CPU_AVX2 && DMRT_CPU_SUPPORTS("avx512f") && DMRT_CPU_SUPPORTS("avx512bw") && DMRT_CPU_SUPPORTS("avx512dq") && \
+     DMRT_CPU_SUPPORTS("avx512vl"))
+
+static kernel_set kernels;
 
 typedef struct sizes {
     int heads, positions, width, causal;
@@ -191,9 +217,9 @@ static int heads_inner_same_bits(const sizes *z, const float *in, const float *g
         for (int t = 0; t < 4; t++) relayout(in + t * n, side + t * n, outer, inner, T, D, 1);
         for (int threads = 1; threads <= 3; threads += 2) {
             float *out = res, *lse = res + n, *dq = res + n + rows;
-            dmrt_attention_forward(side, side + n, side + 2 * n, out, lse, z->heads, inner, T, D, scale, z->causal,
+            kernels.forward(side, side + n, side + 2 * n, out, lse, z->heads, inner, T, D, scale, z->causal,
                                    operands, threads, work);
-            dmrt_attention_backward(side, side + n, side + 2 * n, out, lse, side + 3 * n, dq, dq + n, dq + 2 * n,
+            kernels.backward(side, side + n, side + 2 * n, out, lse, side + 3 * n, dq, dq + n, dq + 2 * n,
                                     z->heads, inner, T, D, scale, z->causal, operands, threads, work);
             relayout(out, back, outer, inner, T, D, 0);
             relayout(lse, back + n, outer, inner, T, 1, 0);
@@ -251,8 +277,8 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, int
             }
         const float *q = in, *dout = in + 3 * n;
         float *out = plain, *lse = plain + n, *dq = plain + n + rows;
-        dmrt_attention_forward(q, repeated, repeated + n, out, lse, z->heads, 1, T, D, scale, z->causal, operands, 1, work);
-        dmrt_attention_backward(q, repeated, repeated + n, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, T, D,
+        kernels.forward(q, repeated, repeated + n, out, lse, z->heads, 1, T, D, scale, z->causal, operands, 1, work);
+        kernels.backward(q, repeated, repeated + n, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, T, D,
                                 scale, z->causal, operands, 1, work);
         for (size_t part = 0; part < 2; part++)
             for (size_t g = 0; g < kv_heads; g++)
@@ -264,9 +290,9 @@ static int grouped_as_repeated(const sizes *z, const float *in, float scale, int
         float *first = NULL;
         for (int threads = 1; threads <= 3; threads += 2) {
             float *g_out = grouped, *g_lse = grouped + n, *g_dq = grouped + n + rows, *g_dk = g_dq + n, *g_dv = g_dk + kv_n;
-            dmrt_attention_forward_grouped(q, kv, kv + kv_n, g_out, g_lse, z->heads, group, T, D, scale, z->causal,
+            kernels.forward_grouped(q, kv, kv + kv_n, g_out, g_lse, z->heads, group, T, D, scale, z->causal,
                                            operands, threads, work);
-            dmrt_attention_backward_grouped(q, kv, kv + kv_n, g_out, g_lse, dout, g_dq, g_dk, g_dv, z->heads, group, T, D,
+            kernels.backward_grouped(q, kv, kv + kv_n, g_out, g_lse, dout, g_dq, g_dk, g_dv, z->heads, group, T, D,
                                             scale, z->causal, operands, threads, work);
             CHECK(memcmp(grouped, plain, sizeof(float) * (2 * n + rows)) == 0,
                   "heads %d in groups of %d T %d D %d causal %d, %d thread(s): out, lse or dq not the repeated heads' bits",
@@ -310,8 +336,8 @@ static int one(const sizes *z) {
     const float scale = 1.0f / sqrtf((float)z->width);
     reference(z, q, k, v, dout, scale, want, want + n, want + n + rows, want + 2 * n + rows, want + 3 * n + rows);
     float *out = got, *lse = got + n, *dq = got + n + rows;
-    dmrt_attention_forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, DMRT_ATTENTION_F32, 1, work);
-    dmrt_attention_backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
+    kernels.forward(q, k, v, out, lse, z->heads, 1, z->positions, z->width, scale, z->causal, DMRT_ATTENTION_F32, 1, work);
+    kernels.backward(q, k, v, out, lse, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width, scale,
                             z->causal, DMRT_ATTENTION_F32, 1, work);
     float *row_got = malloc(sizeof(float) * (4 * n + rows));
     by_rows(z, q, k, v, dout, scale, row_got, row_got + n, row_got + n + rows, row_got + 2 * n + rows,
@@ -321,9 +347,9 @@ static int one(const sizes *z) {
     /* heads shared over 2 and 3 threads: each head is computed as one thread computes it */
     float *split = malloc(sizeof(float) * (4 * n + rows));
     for (int threads = 2; threads <= 3; threads++) {
-        dmrt_attention_forward(q, k, v, split, split + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+        kernels.forward(q, k, v, split, split + n, z->heads, 1, z->positions, z->width, scale, z->causal,
                                DMRT_ATTENTION_F32, threads, work);
-        dmrt_attention_backward(q, k, v, split, split + n, dout, split + n + rows, split + 2 * n + rows,
+        kernels.backward(q, k, v, split, split + n, dout, split + n + rows, split + 2 * n + rows,
                                 split + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal,
                                 DMRT_ATTENTION_F32, threads, work);
         CHECK(memcmp(split, got, sizeof(float) * (4 * n + rows)) == 0,
@@ -502,9 +528,9 @@ static int one_bf16(const sizes *z) {
               want + 2 * n + rows, want + 3 * n + rows);
     const float *q = in, *k = in + n, *v = in + 2 * n, *dout = in + 3 * n;
     float *dq = got + n + rows;
-    dmrt_attention_forward(q, k, v, got, got + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+    kernels.forward(q, k, v, got, got + n, z->heads, 1, z->positions, z->width, scale, z->causal,
                            DMRT_ATTENTION_BF16, 1, work);
-    dmrt_attention_backward(q, k, v, got, got + n, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width,
+    kernels.backward(q, k, v, got, got + n, dout, dq, dq + n, dq + 2 * n, z->heads, 1, z->positions, z->width,
                             scale, z->causal, DMRT_ATTENTION_BF16, 1, work);
     static const char *const names[] = {"out", "lse", "dq", "dk", "dv"};
     const size_t at[] = {0, n, n + rows, 2 * n + rows, 3 * n + rows}, count[] = {n, rows, n, n, n};
@@ -517,9 +543,9 @@ static int one_bf16(const sizes *z) {
               z->causal, names[t], abs_err);
     }
     /* heads shared over 3 threads: each computed as one thread computes it */
-    dmrt_attention_forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+    kernels.forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
                            DMRT_ATTENTION_BF16, 3, work);
-    dmrt_attention_backward(q, k, v, other, other + n, dout, other + n + rows, other + 2 * n + rows,
+    kernels.backward(q, k, v, other, other + n, dout, other + n + rows, other + 2 * n + rows,
                             other + 3 * n + rows, z->heads, 1, z->positions, z->width, scale, z->causal,
                             DMRT_ATTENTION_BF16, 3, work);
     CHECK(memcmp(other, got, sizeof(float) * (4 * n + rows)) == 0, "bf16: heads %d T %d D %d causal %d: 3 threads differ from one",
@@ -528,7 +554,7 @@ static int one_bf16(const sizes *z) {
     fails += grouped_as_repeated(z, in, scale, DMRT_ATTENTION_BF16, work);
     /* the f32 kernel on the same inputs: the rounding must show in the result */
     float *f32_work = malloc(sizeof(float) * (size_t)dmrt_attention_work_floats(z->positions));
-    dmrt_attention_forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
+    kernels.forward(q, k, v, other, other + n, z->heads, 1, z->positions, z->width, scale, z->causal,
                            DMRT_ATTENTION_F32, 1, f32_work);
     double apart = 0.0;
     for (size_t i = 0; i < n; i++) apart = fmax(apart, fabs((double)other[i] - got[i]));
@@ -550,13 +576,37 @@ int main(void) {
         {1, 130, 16, 1}, {3, 130, 1, 1}, {2, 65, 3, 0},  {1, 130, 16, 0}, {1, 1, 3, 0},
         {4, 70, 5, 1},  {6, 9, 4, 0},
     };
+    /* first the set this file's own flags call (dmrt_attention.h), then every other one
+     * libdmrt was built with (runtime/meson.build passes DMRT_TEST_ATTENTION_<ISA>) */
+    const kernel_set sets[] = {
+        {"this build's (" DMRT_ATTENTION_ISA_NAME ")", 1, dmrt_attention_forward, dmrt_attention_forward_grouped,
+         dmrt_attention_backward, dmrt_attention_backward_grouped},
+        KERNEL_SET(base, 1),
+#ifdef DMRT_TEST_ATTENTION_AVX2
+        KERNEL_SET(avx2, CPU_AVX2),
+#endif
+#ifdef DMRT_TEST_ATTENTION_AVX512
+        KERNEL_SET(avx512, CPU_AVX512),
+#endif
+#ifdef DMRT_TEST_ATTENTION_AVX512BF16
+        KERNEL_SET(avx512bf16, CPU_AVX512 && DMRT_CPU_SUPPORTS("avx512bf16")),
+#endif
+    };
     int fails = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one(&cases[i]);
     fails += tile_products_bf16();
 #if DMRT_ATTENTION_BF16_KERNEL
     fails += pack_transposed_bf16();
 #endif
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one_bf16(&cases[i]);
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        kernels = sets[s];
+        if (!kernels.runs) {
+            printf("kernels %s: skipped, this CPU lacks their instructions\n", kernels.name);
+            continue;
+        }
+        printf("kernels %s\n", kernels.name);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one(&cases[i]);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) fails += one_bf16(&cases[i]);
+    }
     if (fails) fprintf(stderr, "%d checks failed\n", fails);
     return fails ? 1 : 0;
 }
