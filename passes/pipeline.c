@@ -137,38 +137,27 @@ static double grad_elems(const ir_graph *g, int p) {
     return grad >= 0 ? (double)ir_local_numel(g, &g->values[grad]->type) : 0;
 }
 
-/* Each forward op's costs, its own (not yet summed), the values crossing each boundary and
- * where layers start. */
-void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
-    int n = 0;
-    int *pos = pipe_xcalloc((size_t)g->n_values, sizeof(int));
-    c->op = pipe_xcalloc((size_t)g->n_values, sizeof(int));
-    for (int i = 0; i < g->n_values; i++) {
-        pos[i] = -1;
-        if (is_forward_op(g->values[i])) pos[i] = n, c->op[n++] = i;
-    }
-    c->n = n;
-    c->seconds = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->forward = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->flops = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->activation = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->params = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->cross = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    c->send_tail = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    double *delta = pipe_xcalloc((size_t)n + 2, sizeof(double));
-    int *first_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
-    int *last_use = pipe_xcalloc((size_t)g->n_values, sizeof(int));
-    char *read_backward = pipe_xcalloc((size_t)g->n_values, 1);
-    int *first_backward = pipe_xcalloc((size_t)g->n_values, sizeof(int)); /* the first position a backward reads it at */
+/* Where each value is read, by forward position (n_values entries each). */
+typedef struct value_uses {
+    int *pos;            /* the value's own forward position, or -1 */
+    int *first_use;      /* the first position reading it (n: none) */
+    int *last_use;       /* the last (-1: none) */
+    char *read_backward; /* a backward op reads it */
+    int *first_backward; /* the first position a backward reads it at (n: none) */
+} value_uses;
+
+/* Each position's seconds, forward seconds, flops and send tail (the backward ops after the
+ * last value sent to an earlier stage), and where every value is read. */
+static void time_positions(const ir_graph *g, pipe_costs *c, value_uses *u) {
+    const int n = c->n;
     int *where = pipe_xcalloc((size_t)g->n_values, sizeof(int)), *last_sent = pipe_xcalloc((size_t)n + 1, sizeof(int));
     double *op_seconds = pipe_xcalloc((size_t)g->n_values, sizeof(double));
-    for (int i = 0; i < g->n_values; i++) first_use[i] = n, last_use[i] = -1, first_backward[i] = n;
     for (int j = 0; j <= n; j++) last_sent[j] = -1;
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
         /* where the op runs, as a forward position: its own, or its origin's */
-        int at = pos[i];
-        if (at < 0 && v->origin && pos[v->origin->id] >= 0) at = pos[v->origin->id];
+        int at = u->pos[i];
+        if (at < 0 && v->origin && u->pos[v->origin->id] >= 0) at = u->pos[v->origin->id];
         where[i] = at;
         if (at < 0) continue;
         dm_op_cost oc = cost_of_op(g, v);
@@ -179,11 +168,11 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
         c->flops[at] += oc.flops;
         for (int k = 0; k < v->n_operands; k++) {
             int x = v->operands[k];
-            if (at < first_use[x]) first_use[x] = at;
-            if (at > last_use[x]) last_use[x] = at;
+            if (at < u->first_use[x]) u->first_use[x] = at;
+            if (at > u->last_use[x]) u->last_use[x] = at;
             if (v->phase == PHASE_BACKWARD) {
-                read_backward[x] = 1;
-                if (at < first_backward[x]) first_backward[x] = at;
+                u->read_backward[x] = 1;
+                if (at < u->first_backward[x]) u->first_backward[x] = at;
             }
             /* a backward value an op of an earlier position reads: sent there by a cut at x's */
             const ir_value *xv = g->values[x];
@@ -201,7 +190,7 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
      * itself (dm_micro_grads_in_sums): no pass */
     char *in_sum = dm_micro_grads_in_sums(g);
     for (int p = 0; c->microbatches > 1 && p < g->n_params; p++) {
-        int at = first_use[g->params[p]];
+        int at = u->first_use[g->params[p]];
         if (at >= n || in_sum[p]) continue;
         double t = pipe_grad_sum_seconds(g, c->model, c->microbatches, grad_elems(g, p));
         c->seconds[at] += t;
@@ -211,65 +200,102 @@ void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
     free(where);
     free(last_sent);
     free(op_seconds);
-    /* the backward reading a reshape or view reads its operand's buffer: counted once, as
-     * the operand's (gpt.dm's merged heads are a reshape of the attention's output, which
-     * the attention's backward reads too). So does a parameter's window that
-     * pass_slice_views, which runs after the cut, will read in place: gpt.dm's c_attn q/k/v
-     * weight windows, 27 MiB a micro-batch of GPT-2 124M's stages counted as activations the
-     * memory plan does not have (dm_slice_reads_in_place: cost.c counts them alike) */
+}
+
+/* The backward reading a reshape or view reads its operand's buffer: counted once, as the
+ * operand's (gpt.dm's merged heads are a reshape of the attention's output, which the
+ * attention's backward reads too). So does a parameter's window that pass_slice_views,
+ * which runs after the cut, will read in place: gpt.dm's c_attn q/k/v weight windows, 27
+ * MiB a micro-batch of GPT-2 124M's stages counted as activations the memory plan does not
+ * have (dm_slice_reads_in_place: cost.c counts them alike). */
+static void backward_reads_through_views(const ir_graph *g, value_uses *u) {
     for (int i = g->n_values - 1; i >= 0; i--)
-        if (read_backward[i] && (ir_in_operand_buffer(g->values[i]) || dm_slice_reads_in_place(g, g->values[i]))) {
+        if (u->read_backward[i] && (ir_in_operand_buffer(g->values[i]) || dm_slice_reads_in_place(g, g->values[i]))) {
             int x = g->values[i]->operands[0];
-            read_backward[x] = 1;
-            if (first_backward[i] < first_backward[x]) first_backward[x] = first_backward[i];
-            read_backward[i] = 0;
+            u->read_backward[x] = 1;
+            if (u->first_backward[i] < u->first_backward[x]) u->first_backward[x] = u->first_backward[i];
+            u->read_backward[i] = 0;
         }
+}
+
+/* Each position's parameter state and kept activations, the values crossing each
+ * boundary, and those a later stage keeps for its backward (kept_across). */
+static void measure_memory(const ir_graph *g, pipe_costs *c, const value_uses *u) {
+    const int n = c->n;
     /* parameters, gradients and optimizer state, ZeRO's shares of them */
     double state = dm_state_per_param(g->zero, dm_optimizer_states(g), zero_shares(g));
     /* a value made from numbers alone is made once, at create (passes/hoist_constants.c):
      * no micro-batch keeps a copy of it (RoPE's tables) */
     char *constant = dm_constant_values(g);
-    double *across = pipe_xcalloc((size_t)n + 2, sizeof(double));
+    double *delta = pipe_xcalloc((size_t)n + 2, sizeof(double)), *across = pipe_xcalloc((size_t)n + 2, sizeof(double));
     for (int i = 0; i < g->n_values; i++) {
         const ir_value *v = g->values[i];
-        if (v->op == OP_PARAM && first_use[i] < n) {
+        if (v->op == OP_PARAM && u->first_use[i] < n) {
             /* on the stage that makes its gradient and updates it (place_the_rest) */
             const ir_value *o = gradient_origin(g, v->param_index);
-            int at = o && pos[o->id] >= 0 ? pos[o->id] : first_use[i];
+            int at = o && u->pos[o->id] >= 0 ? u->pos[o->id] : u->first_use[i];
             c->params[at] += (double)ir_local_numel(g, &v->type) * state;
         }
-        if (pos[i] < 0 || v->type.dtype == DT_VOID || last_use[i] <= pos[i]) continue;
+        const int at = u->pos[i];
+        if (at < 0 || v->type.dtype == DT_VOID || u->last_use[i] <= at) continue;
         double elems = (double)ir_storage_elems(g, v);
         /* it crosses every boundary after it up to its last user */
-        delta[pos[i] + 1] += elems;
-        delta[last_use[i] + 1] -= elems;
-        if (read_backward[i] && !constant[i]) {
-            c->activation[pos[i]] += elems;
+        delta[at + 1] += elems;
+        delta[u->last_use[i] + 1] -= elems;
+        if (u->read_backward[i] && !constant[i]) {
+            c->activation[at] += elems;
             /* a stage's last output that only the next stage's backward reads is kept there,
              * received, and not by its maker (memory_stages.c): across boundaries pos + 1 ..
              * its first backward reader's */
-            if (first_backward[i] > pos[i] && first_backward[i] < n) {
-                across[pos[i] + 1] += elems;
-                across[first_backward[i] + 1] -= elems;
+            if (u->first_backward[i] > at && u->first_backward[i] < n) {
+                across[at + 1] += elems;
+                across[u->first_backward[i] + 1] -= elems;
             }
         }
     }
     free(constant);
     c->kept_across = pipe_xcalloc((size_t)n + 1, sizeof(double));
-    double kept_run = 0;
+    double kept_run = 0, run = 0;
     for (int j = 0; j <= n; j++) c->kept_across[j] = (kept_run += across[j]);
     c->kept_across[0] = c->kept_across[n] = 0;
-    free(across);
-    free(first_backward);
-    double run = 0;
     for (int j = 0; j <= n; j++) c->cross[j] = (run += delta[j]);
     c->cross[0] = c->cross[n] = 0;
-    mark_layers(g, c);
+    free(across);
     free(delta);
-    free(first_use);
-    free(last_use);
-    free(read_backward);
-    free(pos);
+}
+
+/* Each forward op's costs, its own (not yet summed), the values crossing each boundary and
+ * where layers start. */
+void pipe_measure_ops(const ir_graph *g, pipe_costs *c) {
+    int n = 0;
+    value_uses u = {.pos = pipe_xcalloc((size_t)g->n_values, sizeof(int)),
+                    .first_use = pipe_xcalloc((size_t)g->n_values, sizeof(int)),
+                    .last_use = pipe_xcalloc((size_t)g->n_values, sizeof(int)),
+                    .read_backward = pipe_xcalloc((size_t)g->n_values, 1),
+                    .first_backward = pipe_xcalloc((size_t)g->n_values, sizeof(int))};
+    c->op = pipe_xcalloc((size_t)g->n_values, sizeof(int));
+    for (int i = 0; i < g->n_values; i++) {
+        u.pos[i] = -1;
+        if (is_forward_op(g->values[i])) u.pos[i] = n, c->op[n++] = i;
+    }
+    c->n = n;
+    for (int i = 0; i < g->n_values; i++) u.first_use[i] = n, u.last_use[i] = -1, u.first_backward[i] = n;
+    c->seconds = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->forward = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->flops = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->activation = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->params = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->cross = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    c->send_tail = pipe_xcalloc((size_t)n + 1, sizeof(double));
+    time_positions(g, c, &u);
+    backward_reads_through_views(g, &u);
+    measure_memory(g, c, &u);
+    mark_layers(g, c);
+    free(u.pos);
+    free(u.first_use);
+    free(u.last_use);
+    free(u.read_backward);
+    free(u.first_backward);
 }
 
 /* Per op (at j) into sums over the ops before j. */
