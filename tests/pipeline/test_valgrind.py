@@ -9,7 +9,10 @@ accesses, definite leaks):
   - dmc --explain of gpt.dm interleaved (2 ranks x 3 chunks, a memory limit);
   - tests/pipeline's schedule test;
   - one step of the generated mlp.dm trainer on pipeline=2 with 2 micro-batches (threads),
-    and interleaved with 2 chunks (tagged sends, a rank's schedule over its chunks).
+    and interleaved with 2 chunks (tagged sends, a rank's schedule over its chunks);
+  - one step of a small gpt.dm trainer: its fused attention is libdmrt's kernels, and the
+    baseline build links the base set of them alone (runtime/dmrt_attention.h; checked
+    with nm before valgrind runs).
 The trainers are built for the baseline instruction set (`dmc run --march x86-64`):
 valgrind 3.19 cannot execute AVX-512, which -march=native emits on CPUs that have it.
 Not registered in sanitized builds (valgrind cannot run ASan binaries). Exit 77 without
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import platform
+import re
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,9 +60,29 @@ def main(argv):
                                             keep_interleaved, "--steps", "0", "--quiet", "--batch-file", batch],
                                            cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            universal_newlines=True, env=dict(os.environ, TMPDIR=tmp))
-        for b in (build, build_interleaved):
+        # gpt.dm's fused attention: libdmrt's kernels for the baseline set (dmrt_attention.h
+        # calls the set a build's flags allow; valgrind stops on an AVX-512 instruction)
+        keep_gpt = os.path.join(tmp, "build-gpt")
+        gpt_batch = os.path.join(tmp, "gpt-batch.safetensors")
+        stio.save({"tokens": rng.integers(0, 64, (1, 2, 16)).astype(np.int32),
+                   "targets": rng.integers(0, 64, (1, 2, 16)).astype(np.int32)}, gpt_batch)
+        build_gpt = subprocess.run([dmc, "run", gpt, "--set", "V=64,T=16,C=32,NH=4,L=1,B=2", *BASELINE, "--keep", keep_gpt,
+                                    "--steps", "0", "--quiet", "--batch-file", gpt_batch],
+                                   cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   universal_newlines=True, env=dict(os.environ, TMPDIR=tmp))
+        for b in (build, build_interleaved, build_gpt):
             if b.returncode != 0:
                 print("FAIL: building the pipeline trainer: %s" % b.stderr)
+                return 1
+        # the baseline build links the base set alone (valgrind would not tell: at these
+        # sizes the AVX-512 sets' loops run 256-bit instructions, which it executes)
+        if BASELINE and shutil.which("nm"):
+            symbols = subprocess.run(["nm", os.path.join(keep_gpt, "gpt")], stdout=subprocess.PIPE,
+                                     universal_newlines=True, check=True).stdout
+            sets = sorted(set(re.findall(r" T dmrt_attention_(?:forward|backward)(?:_grouped)?_(\w+)$", symbols, re.M)))
+            print("gpt --march x86-64 links the attention kernels of the sets %s" % sets)
+            if sets != ["base"]:
+                print("FAIL: a --march x86-64 build must call libdmrt's base attention kernels alone")
                 return 1
         cases = [
             ("explain gpt L=4 on 10 stages", [dmc, "--explain", gpt, "--set", "L=4,B=10,T=64,V=256,C=64,NH=4",
@@ -77,13 +101,15 @@ def main(argv):
                                                   "--quiet"]),
             ("trainer mlp interleaved, one step", [os.path.join(keep_interleaved, "mlp"), "--batch-file", batch, "--steps",
                                                    "1", "--quiet"]),
+            ("trainer gpt, fused attention, one step", [os.path.join(keep_gpt, "gpt"), "--batch-file", gpt_batch,
+                                                        "--steps", "1", "--quiet"]),
         ]
         for name, cmd in cases:
             runs += 1
             r = subprocess.run(VALGRIND + cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                universal_newlines=True, timeout=900)
             ok = r.returncode == 0
-            print("%-36s %s" % (name, "clean" if ok else "exit %d" % r.returncode))
+            print("%-40s %s" % (name, "clean" if ok else "exit %d" % r.returncode))
             if not ok:
                 failures.append("%s:\n%s" % (name, r.stderr[-6000:]))
     for f in failures:
