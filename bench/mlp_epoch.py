@@ -134,7 +134,8 @@ def run_dmc(args, env, precision="fp32"):
     """Returns (compile_s, train_s, steps, accuracy, wall_s, blas_share)."""
     extra = ["--precision", "bf16"] if precision == "bf16" else []
     with tempfile.TemporaryDirectory(prefix="dmc-bench-") as tmp:
-        env = dict(env, TMPDIR=tmp)
+        # every run compiles: compile_s is the build's time, not a copy from dmc run's cache
+        env = dict(env, TMPDIR=tmp, DMC_BUILD_CACHE="off")
         t0 = time.perf_counter()
         r = subprocess.run([args.dmc, "run", args.model, "--help"] + extra, env=env, cwd=tmp,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True)

@@ -51,6 +51,10 @@ static const char run_usage[] =
     "  compiler and the GPU architecture. Under --precision bf16/fp16 the attention runs\n"
     "  through cuDNN, a shape cuDNN does not run on the f32 kernel with a line on stderr\n"
     "  (DMRT_CUDNN_ATTENTION=require fails instead, =off never uses cuDNN).\n"
+    "  Built programs are kept in a cache and reused when a build would read the same files,\n"
+    "  flags, compiler and runtime (docs/trainer.md, \"Build cache\"): DMC_BUILD_CACHE is its\n"
+    "  directory (default $XDG_CACHE_HOME/dmc/builds, else ~/.cache/dmc/builds) or off,\n"
+    "  DMC_BUILD_CACHE_MB its size in MiB (default 1024).\n"
     "\n"
     "trainer options (docs/trainer.md):\n";
 

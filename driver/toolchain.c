@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "codegen.h"
+#include "build_cache.h"
 #include "supervise.h"
 
 #ifndef DMC_OPENMP_FLAG
@@ -173,29 +174,31 @@ static int run_compiler(char *const argv[], const char *dir) {
     return status;
 }
 
-/* Compiles the generated source (.cu) into model_o with the target's compiler (nvcc) as
- * the toolkit's runtime library libdmrt_cuda is compiled (DMC_NVCC_FLAGS: C++, which the
- * CUDA dialect's C also is; warnings as errors), for the architecture $DMC_CUDA_ARCH or the
- * build's (sm_90: H100, H200) with PTX for newer GPUs. */
-static int compile_source(const codegen_toolchain *tc, const char *nvcc, const char *dir, const char *model_cu,
-                          const char *model_o, char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
+/* The command compiling a generated source (.cu) into an object with the target's compiler
+ * (nvcc) as the toolkit's runtime library libdmrt_cuda is compiled (DMC_NVCC_FLAGS: C++,
+ * which the CUDA dialect's C also is; warnings as errors), for the architecture
+ * $DMC_CUDA_ARCH or the build's (sm_90: H100, H200) with PTX for newer GPUs. */
+typedef struct device_command {
+    char gencode[2][96];
+    char flags[sizeof DMC_NVCC_FLAGS];
+    char *argv[40];
+} device_command;
+
+static void make_device_command(device_command *cmd, const char *nvcc, const char *source, const char *object,
+                                char inc_flag[3][PATH_MAX + 2], const char *out_inc_flag) {
     const char *arch = getenv("DMC_CUDA_ARCH");
     if (!arch || !*arch) arch = DMC_CUDA_ARCH;
-    char gencode[2][96], flags[] = DMC_NVCC_FLAGS;
-    snprintf(gencode[0], sizeof gencode[0], "arch=compute_%s,code=sm_%s", arch, arch);
-    snprintf(gencode[1], sizeof gencode[1], "arch=compute_%s,code=compute_%s", arch, arch);
-    char *argv[40];
+    snprintf(cmd->flags, sizeof cmd->flags, "%s", DMC_NVCC_FLAGS);
+    snprintf(cmd->gencode[0], sizeof cmd->gencode[0], "arch=compute_%s,code=sm_%s", arch, arch);
+    snprintf(cmd->gencode[1], sizeof cmd->gencode[1], "arch=compute_%s,code=compute_%s", arch, arch);
     int n = 0;
-    argv[n++] = (char *)nvcc;
-    argv[n++] = "-c";
-    n = split_words(flags, argv, n, 24);
-    char *rest[] = {"-gencode", gencode[0], "-gencode", gencode[1], inc_flag[0], inc_flag[1], inc_flag[2],
-                    (char *)out_inc_flag, (char *)model_cu, "-o", (char *)model_o};
-    for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) argv[n++] = rest[k];
-    argv[n] = NULL;
-    int status = run_compiler(argv, dir);
-    if (status != 0) fprintf(stderr, "dmc: error: compiling the generated %s failed (%s)\n", tc->toolkit, nvcc);
-    return status;
+    cmd->argv[n++] = (char *)nvcc;
+    cmd->argv[n++] = "-c";
+    n = split_words(cmd->flags, cmd->argv, n, 24);
+    char *rest[] = {"-gencode", cmd->gencode[0], "-gencode", cmd->gencode[1], inc_flag[0], inc_flag[1], inc_flag[2],
+                    (char *)out_inc_flag, (char *)source, "-o", (char *)object};
+    for (size_t k = 0; k < sizeof rest / sizeof *rest; k++) cmd->argv[n++] = rest[k];
+    cmd->argv[n] = NULL;
 }
 
 /* dir/name+ext into path: 0, or -1 after a message when it is too long. */
@@ -232,6 +235,75 @@ static char *c_flags(const dm_options *o) {
 
 static int uses_mpi(const dm_options *o) { return o->backend && strcmp(o->backend, "mpi") == 0; }
 
+/* The command building the program exe: the C compiler (c_compiler) with c_flags, the
+ * generated code (or its objects), main.c, libdmrt and the target's libraries. A malloc'd
+ * argv whose words live in *storage (free both), or NULL when out of memory. */
+static char **make_c_command(const dm_options *o, const codegen_toolchain *tc, int mpi, char inc_flag[3][PATH_MAX + 2],
+                             char lib_flag[3][PATH_MAX + 2], const char *out_inc_flag, const char *const inputs[3],
+                             const char *exe, char **storage) {
+    const char *cc = c_compiler(o, mpi);
+    char *flags = c_flags(o);
+    static const char link_words[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
+    /* the target's libraries, after the toolkit's lib64 where they are there */
+    char target_link[1024];
+    snprintf(target_link, sizeof target_link, "%s%s", tc->toolkit_libs ? "-L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 " : "",
+             tc->libraries);
+    /* the words of flags, the target's libraries and link_words, each NUL-ended, in one block */
+    size_t flags_len = flags ? strlen(flags) + 1 : 0, target_len = strlen(target_link) + 1;
+    char *words = flags ? malloc(flags_len + target_len + sizeof link_words) : NULL;
+    /* every word of $DMC_CFLAGS, however many; 16: the compiler, paths and -o exe */
+    int most = flags ? count_words(flags) + count_words(target_link) + count_words(link_words) + 16 : 0;
+    char **argv = words ? calloc((size_t)most + 1, sizeof *argv) : NULL;
+    if (!argv) {
+        free(words);
+        free(flags);
+        return NULL;
+    }
+    memcpy(words, flags, flags_len);
+    memcpy(words + flags_len, target_link, target_len);
+    memcpy(words + flags_len + target_len, link_words, sizeof link_words);
+    free(flags);
+    int n = 0;
+    argv[n++] = (char *)cc;
+    n = split_words(words, argv, n, most);
+    argv[n++] = inc_flag[0];
+    argv[n++] = inc_flag[1];
+    argv[n++] = (char *)out_inc_flag;
+    for (int i = 0; i < 3; i++)
+        if (inputs[i]) argv[n++] = (char *)inputs[i];
+    for (int i = 0; i < 3; i++) argv[n++] = lib_flag[i];
+    n = split_words(words + flags_len, argv, n, most);
+    if (mpi) argv[n++] = "-ldmrt_comm_mpi";
+    n = split_words(words + flags_len + target_len, argv, n, most);
+    argv[n++] = "-o";
+    argv[n++] = (char *)exe;
+    argv[n] = NULL;
+    *storage = words;
+    return argv;
+}
+
+/* Runs the build's commands: the device compiles (device[0..n_device)), then the C
+ * compiler's cc_argv. 0, 1 after a message, or 128 + the signal that stopped dmc run. */
+static int run_build(const codegen_toolchain *tc, device_command *device, int n_device, char **cc_argv, int mpi,
+                     const char *dir) {
+    for (int i = 0; i < n_device; i++) {
+        int status = dm_stop_signal() ? -1 : run_compiler(device[i].argv, dir);
+        if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
+        if (status != 0) {
+            fprintf(stderr, "dmc: error: compiling the generated %s failed (%s)\n", tc->toolkit, device[i].argv[0]);
+            return 1;
+        }
+    }
+    int status = dm_stop_signal() ? -1 : run_compiler(cc_argv, dir);
+    if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
+    if (status != 0) {
+        fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc_argv[0],
+                mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
+        return 1;
+    }
+    return 0;
+}
+
 int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teacher, const char *dir,
              char exe[PATH_MAX]) {
     int mpi = uses_mpi(o);
@@ -253,58 +325,39 @@ int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teac
         snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
     }
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
+    /* the target's own compiles (nvcc): the model's source and distillation's teacher's */
+    device_command device[2];
+    int n_device = 0;
     if (tc->compiler) {
         const char *compiler = find_compiler(target, tc);
         char source[PATH_MAX], teacher_source[PATH_MAX];
         if (!compiler || in_dir(source, dir, g->model, source_ext) ||
-            compile_source(tc, compiler, dir, source, model_c, inc_flag, out_inc_flag) != 0)
+            (teacher && in_dir(teacher_source, dir, teacher->model, source_ext)))
             return 1;
-        /* distillation's teacher: a second generated source, compiled alike */
-        if (teacher && (in_dir(teacher_source, dir, teacher->model, source_ext) ||
-                        compile_source(tc, compiler, dir, teacher_source, teacher_c, inc_flag, out_inc_flag) != 0))
-            return 1;
+        make_device_command(&device[n_device++], compiler, source, model_c, inc_flag, out_inc_flag);
+        if (teacher) make_device_command(&device[n_device++], compiler, teacher_source, teacher_c, inc_flag, out_inc_flag);
     }
-    const char *cc = c_compiler(o, mpi);
-    char *flags = c_flags(o);
-    if (!flags) return 1;
-    char link[] = "-ldmrt -ldmrt_comm " DMC_LINK_FLAGS " -lm -lpthread";
-    /* the target's libraries, after the toolkit's lib64 where they are there */
-    char target_link[1024];
-    snprintf(target_link, sizeof target_link, "%s%s", tc->toolkit_libs ? "-L" DMC_CUDA_HOME "/lib64 -Wl,-rpath," DMC_CUDA_HOME "/lib64 " : "",
-             tc->libraries);
-    /* every word of $DMC_CFLAGS, however many; 16: the compiler, paths and -o exe */
-    int most = count_words(flags) + count_words(target_link) + count_words(link) + 16;
-    char **cc_argv = calloc((size_t)most + 1, sizeof *cc_argv);
-    if (!cc_argv) {
-        free(flags);
+    const char *inputs[3] = {model_c, teacher ? teacher_c : NULL, main_path};
+    char *words = NULL, **cc_argv = make_c_command(o, tc, mpi, inc_flag, lib_flag, out_inc_flag, inputs, exe, &words);
+    dm_build_cache cache;
+    const char *inc_dirs[3] = {inc[0], inc[1], inc[2]}, *lib_dirs[3] = {lib[0], lib[1], lib[2]};
+    if (!cc_argv || dm_build_cache_begin(&cache, dir, inc_dirs, 3, lib_dirs, 3) != 0) {
+        free(cc_argv);
+        free(words);
+        fprintf(stderr, "dmc: error: out of memory\n");
         return 1;
     }
-    int n = 0;
-    cc_argv[n++] = (char *)cc;
-    n = split_words(flags, cc_argv, n, most);
-    cc_argv[n++] = inc_flag[0];
-    cc_argv[n++] = inc_flag[1];
-    cc_argv[n++] = out_inc_flag;
-    cc_argv[n++] = model_c;
-    if (teacher) cc_argv[n++] = teacher_c;
-    cc_argv[n++] = main_path;
-    for (int i = 0; i < 3; i++) cc_argv[n++] = lib_flag[i];
-    n = split_words(target_link, cc_argv, n, most);
-    if (mpi) cc_argv[n++] = "-ldmrt_comm_mpi";
-    n = split_words(link, cc_argv, n, most);
-    cc_argv[n++] = "-o";
-    cc_argv[n++] = exe;
-    cc_argv[n] = NULL;
-    int status = dm_stop_signal() ? -1 : run_compiler(cc_argv, dir);
+    for (int i = 0; i < n_device; i++) dm_build_cache_add_command(&cache, device[i].argv);
+    dm_build_cache_add_command(&cache, cc_argv);
+    int status = 0;
+    if (!dm_build_cache_fetch(&cache, exe)) {
+        status = run_build(tc, device, n_device, cc_argv, mpi, dir);
+        if (status == 0) dm_build_cache_store(&cache, exe);
+    }
+    dm_build_cache_end(&cache);
     free(cc_argv);
-    free(flags);
-    if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
-    if (status != 0) {
-        fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc,
-                mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
-        return 1;
-    }
-    return 0;
+    free(words);
+    return status;
 }
 
 int dm_run_trainer(const dm_options *o, const ir_graph *g, const char *exe) {

@@ -92,7 +92,7 @@ def killed_run(dmc, mlp, root, label, extra, at_compile=False):
     args = [dmc, "run", mlp, "--set", "B=16,H=64", "--batch-file", os.path.join(root, "batch.safetensors"),
             "--steps", "10000000", "--quiet", "--save", save] + extra
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        p = subprocess.Popen(args, cwd=case, stdout=out, stderr=err, env=dict(os.environ, TMPDIR=tmpdir))
+        p = subprocess.Popen(args, cwd=case, stdout=out, stderr=err, env=dict(os.environ, TMPDIR=tmpdir, DMC_BUILD_CACHE="off"))
 
     def started():
         if at_compile:

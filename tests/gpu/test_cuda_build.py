@@ -311,7 +311,7 @@ def run_case(dmc, root, tmp, case, has_gpu):
         print("%-18s skipped: no mpirun" % name)
         return None
     r = subprocess.run(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                       timeout=900, env=dict(os.environ, TMPDIR=tmp))
+                       timeout=900, env=dict(os.environ, TMPDIR=tmp, DMC_BUILD_CACHE="off"))
     out = r.stdout + r.stderr
     if build_error:
         if r.returncode == 0 or build_error not in out:
