@@ -149,12 +149,18 @@ def tie_flips(got, want, close):
     """gpt's int8: a product input that the f32 parts (layernorm, gelu, attention) give a
     rounding apart on the two targets can land on the other side of a half in x / s_x, and
     its q_x then differs by one, moving the logits downstream by about s_x * |w|: all V
-    logits of its position (and, through attention, of later ones). Allowed in at most 1
-    position in 100, each logit within 1e-2 of the logits' range. (This said "1 logit in
-    1000" until the test first ran, on the CPU emulation of the CUDA target, 2026-12-02:
-    one flip moved the 253 of 256 logits of one position in 448, 0.26% of the range.)"""
-    positions = (~close).reshape(-1, close.shape[-1]).any(axis=1)
-    return positions.mean() <= 0.01 and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
+    logits of its position and, through the causal attention, of every later position of
+    its sequence. Allowed where a flip starts (a sequence's first position that differs)
+    in at most 1 position in 100, each logit within 1e-2 of the logits' range. (This said
+    "1 logit in 1000" until the test first ran, on the CPU emulation of the CUDA target,
+    2026-12-02: one flip moved the 253 of 256 logits of one position in 448, 0.26% of the
+    range; then "1 position in 100" until a CPU without AVX-512 the same day, where the C
+    target's f32 sums run 8 lanes wide: one flip at position 9 of a sequence of 64 moved it
+    and the 54 after it, 0.59% of the range.)"""
+    # (sequences, positions): whether any logit of the position differs
+    differs = (~close).reshape(close.shape[0], -1, close.shape[-1]).any(axis=2)
+    starts = int(differs.any(axis=1).sum())
+    return starts <= 0.01 * differs.size and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.ptp(want))
 
 
 def predict(prog, init, inputs_file, out, tmp, extra=()):
