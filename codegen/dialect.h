@@ -22,6 +22,10 @@ typedef struct cg_writer {
     void *dialect_state;         /* the dialect's own, per file, on the kernels writer (CUDA: the
                                   * kernels written so far, to reuse); freed by the dialect's
                                   * finish hook; NULL at first (writers start zeroed) */
+    unsigned c_helpers;          /* the C dialect's file-scope helpers written so far, a bit each,
+                                  * on the kernels writer: apart from dialect_state, since the C
+                                  * dialect's loops also run in other dialects' files (parameter
+                                  * servers' updates in a CUDA program) */
 } cg_writer;
 
 void cg_line(cg_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -506,6 +510,8 @@ typedef struct cg_adamw_literals {
     char beta1[64], one_minus_beta1[64], beta2[64], one_minus_beta2[64], eps[64];
 } cg_adamw_literals;
 void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit);
+/* The literals alone (no prologue written). */
+void cg_adamw_literals_of(const ir_optimizer *o, cg_adamw_literals *lit);
 
 /* The CUDA dialect's step hooks (dialect_cuda_step.c). */
 void cuda_upload(cg_writer *w, const char *dst, const char *src, const char *bytes, long long offset, const char *on_fail);

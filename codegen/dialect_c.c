@@ -94,9 +94,11 @@ void cg_c_parallel_for(cg_writer *w, int loops) {
 }
 
 /* The same for an innermost loop of `count` iterations (blocks at multiples of 16). */
-static void parallel_for_vector(cg_writer *w, const char *count) {
-    cg_line(w, "DMRT_PARALLEL_FOR_VECTOR(ctx->threads, %s)", count);
+static void parallel_for_vector_threads(cg_writer *w, const char *threads, const char *count) {
+    cg_line(w, "DMRT_PARALLEL_FOR_VECTOR(%s, %s)", threads, count);
 }
+
+static void parallel_for_vector(cg_writer *w, const char *count) { parallel_for_vector_threads(w, "ctx->threads", count); }
 
 /* Where a loop nest splits over threads: before the loop of dim `at`, over `loops` nested
  * loops (0: it stays on one thread). Only dims whose iterations write elements of their
@@ -422,68 +424,174 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
     cg_line(w, "}");
 }
 
+/* The file-scope helpers of the C dialect, written into w->kernels where first used. */
+enum { C_HELPER_ATTENTION = 1, C_HELPER_SGD = 2, C_HELPER_ADAMW = 4 };
+
+/* Whether this is the file's first use of helper (marked used now). */
+static int first_use(cg_writer *w, unsigned helper) {
+    if (w->kernels->c_helpers & helper) return 0;
+    w->kernels->c_helpers |= helper;
+    return 1;
+}
+
+/* What an optimizer's element loop reads and writes, as C expressions: the parameter, its
+ * gradient and state (state1 AdamW's), the updates made (this one counted) and the
+ * learning rate (float). */
+typedef struct update_names {
+    const char *param, *grad, *state0, *state1, *updates, *lr;
+} update_names;
+
+typedef void (*update_body)(cg_writer *w, const ir_optimizer *o, const update_names *n);
+
+/* `for` over count elements (a C expression) with body's element i; split over `threads`
+ * (a C expression), or on one thread where that is NULL. */
+static void write_update_loop(cg_writer *w, const ir_optimizer *o, update_body body, const update_names *n,
+                              const char *count, const char *threads) {
+    if (threads) parallel_for_vector_threads(w, threads, count);
+    cg_line(w, "for (int64_t i = 0; i < %s; i++) {", count);
+    w->indent++;
+    body(w, o, n);
+    w->indent--;
+    cg_line(w, "}");
+}
+
+/* Whether an update of count elements (a C expression) splits over the threads: a literal
+ * of PARALLEL_MIN_ELEMS or more, or an expression known when it runs. */
+static int update_splits(const char *count) {
+    char *end;
+    long long n = strtoll(count, &end, 10);
+    return *end || n >= PARALLEL_MIN_ELEMS;
+}
+
+/* An optimizer's element loop lives in a helper written once a file and called for each
+ * parameter: the same float operations as a loop written in place at each call, compiled
+ * once (a loop a parameter was 10-15% of a small GPT's compile). The loop splits over
+ * `threads`, 1 for a parameter of fewer than PARALLEL_MIN_ELEMS elements (no OpenMP region
+ * entered). Its hyper-parameters are the program's one optimizer's (ir_graph.optimizer),
+ * the same at every call in a file. Where the writer has no file-scope section (the
+ * parameter servers' ps_update, written among the context's declarations), the loop is
+ * written in place: whether the helper is there to call. */
+static int write_update_helper(cg_writer *w, unsigned helper, const char *signature, const char *comment,
+                               const ir_optimizer *o, update_body body, const update_names *n) {
+    if (!w->kernels) return 0;
+    if (!first_use(w, helper)) return 1;
+    cg_writer *h = w->kernels;
+    cg_line(h, "/* %s */", comment);
+    cg_line(h, "static void %s {", signature);
+    h->indent++;
+    cg_line(h, "if (threads > 1) {");
+    h->indent++;
+    write_update_loop(h, o, body, n, "count", "threads");
+    h->indent--;
+    cg_line(h, "} else {");
+    h->indent++;
+    write_update_loop(h, o, body, n, "count", NULL);
+    h->indent--;
+    cg_line(h, "}");
+    h->indent--;
+    cg_line(h, "}");
+    cg_blank(h);
+    return 1;
+}
+
 /* torch.optim.SGD: d = g + wd * p; buf = d on the first step, else
  * momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf;
  * p -= lr * d, lr the update's (ctx->lr, emit_schedule.c). */
 /* Before a loop over `count` elements (a literal, or an expression known when it runs). */
 static void parallel_for_count(cg_writer *w, const char *count) {
-    char *end;
-    long long n = strtoll(count, &end, 10);
-    if (*end || n >= PARALLEL_MIN_ELEMS) parallel_for_vector(w, count);
+    if (update_splits(count)) parallel_for_vector(w, count);
 }
 
-static void c_sgd(cg_writer *w, const cg_update *k) {
-    const ir_optimizer *o = k->opt;
+static void sgd_body(cg_writer *w, const ir_optimizer *o, const update_names *n) {
     char wd[64], mom[64], damp[64];
     cg_float_literal(o->weight_decay, wd, sizeof wd);
     cg_float_literal(o->momentum, mom, sizeof mom);
     cg_float_literal(1.0 - o->dampening, damp, sizeof damp);
-    parallel_for_count(w, k->count);
-    cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
-    w->indent++;
-    if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", k->grad, wd, k->param);
-    else cg_line(w, "float d = %s[i];", k->grad);
-    if (k->state0) {
-        cg_line(w, "%s[i] = %s == 1 ? d : %s * %s[i] + %s * d;", k->state0, k->updates, mom, k->state0, damp);
-        if (o->nesterov) cg_line(w, "d = d + %s * %s[i];", mom, k->state0);
-        else cg_line(w, "d = %s[i];", k->state0);
+    if (o->weight_decay != 0) cg_line(w, "float d = %s[i] + %s * %s[i];", n->grad, wd, n->param);
+    else cg_line(w, "float d = %s[i];", n->grad);
+    if (n->state0) {
+        cg_line(w, "%s[i] = %s == 1 ? d : %s * %s[i] + %s * d;", n->state0, n->updates, mom, n->state0, damp);
+        if (o->nesterov) cg_line(w, "d = d + %s * %s[i];", mom, n->state0);
+        else cg_line(w, "d = %s[i];", n->state0);
     }
-    cg_line(w, "%s[i] -= (float)ctx->lr * d;", k->param);
-    w->indent--;
-    cg_line(w, "}");
+    cg_line(w, "%s[i] -= %s * d;", n->param, n->lr);
+}
+
+static void c_sgd(cg_writer *w, const cg_update *k) {
+    /* with momentum or without: a program's parameters all have a buffer or none */
+    int momentum = k->state0 != NULL;
+    const update_names helper = {"param", "grad", momentum ? "momentum_buffer" : NULL, NULL, "updates", "lr"};
+    if (!write_update_helper(
+            w, C_HELPER_SGD,
+            momentum ? "sgd_update(float *param, const float *grad, float *momentum_buffer, int64_t count, "
+                       "int64_t updates, float lr, int threads)"
+                     : "sgd_update(float *param, const float *grad, int64_t count, float lr, int threads)",
+            "torch.optim.SGD on one parameter's count elements, the program's hyper-parameters;\n"
+            " * updates: the optimizer's updates, this one counted (the buffer is d on the first);\n"
+            " * threads 1: no OpenMP region",
+            k->opt, sgd_body, &helper)) {
+        const update_names here = {k->param, k->grad, k->state0, NULL, k->updates, "(float)ctx->lr"};
+        write_update_loop(w, k->opt, sgd_body, &here, k->count, update_splits(k->count) ? "ctx->threads" : NULL);
+    } else if (momentum) {
+        cg_line(w, "sgd_update(%s, %s, %s, %s, %s, (float)ctx->lr, %s);", k->param, k->grad, k->state0, k->count,
+                k->updates, update_splits(k->count) ? "ctx->threads" : "1");
+    } else {
+        cg_line(w, "sgd_update(%s, %s, %s, (float)ctx->lr, %s);", k->param, k->grad, k->count,
+                update_splits(k->count) ? "ctx->threads" : "1");
+    }
 }
 
 /* torch.optim.AdamW (single-tensor path): p *= 1 - lr * wd; m = beta1 * m + (1 - beta1) * g;
  * v = beta2 * v + (1 - beta2) * g * g; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). */
-void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit) {
-    const ir_optimizer *o = k->opt;
+void cg_adamw_literals_of(const ir_optimizer *o, cg_adamw_literals *lit) {
     cg_float_literal(o->beta1, lit->beta1, sizeof lit->beta1);
     cg_float_literal(1.0 - o->beta1, lit->one_minus_beta1, sizeof lit->one_minus_beta1);
     cg_float_literal(o->beta2, lit->beta2, sizeof lit->beta2);
     cg_float_literal(1.0 - o->beta2, lit->one_minus_beta2, sizeof lit->one_minus_beta2);
     cg_float_literal(o->eps, lit->eps, sizeof lit->eps);
+}
+
+void cg_adamw_prologue(cg_writer *w, const cg_update *k, cg_adamw_literals *lit) {
+    const ir_optimizer *o = k->opt;
+    cg_adamw_literals_of(o, lit);
     cg_line(w, "const float decay = (float)(1.0 - ctx->lr * %.17g);", o->weight_decay);
     cg_line(w, "const float step_size = (float)(ctx->lr / (1.0 - pow(%.17g, (double)%s)));", o->beta1, k->updates);
     cg_line(w, "const float bc2_sqrt = (float)sqrt(1.0 - pow(%.17g, (double)%s));", o->beta2, k->updates);
 }
 
+/* (decay, step_size and bc2_sqrt: cg_adamw_prologue's, in scope where the body is) */
+static void adamw_body(cg_writer *w, const ir_optimizer *o, const update_names *n) {
+    cg_adamw_literals lit;
+    cg_adamw_literals_of(o, &lit);
+    cg_line(w, "float g = %s[i];", n->grad);
+    cg_line(w, "%s[i] *= decay;", n->param);
+    cg_line(w, "%s[i] = %s * %s[i] + %s * g;", n->state0, lit.beta1, n->state0, lit.one_minus_beta1);
+    cg_line(w, "%s[i] = %s * %s[i] + %s * g * g;", n->state1, lit.beta2, n->state1, lit.one_minus_beta2);
+    cg_line(w, "float denom = sqrtf(%s[i]) / bc2_sqrt + %s;", n->state1, lit.eps);
+    cg_line(w, "%s[i] -= step_size * (%s[i] / denom);", n->param, n->state0);
+}
+
 static void c_adamw(cg_writer *w, const cg_update *k) {
+    static const update_names helper = {"param", "grad", "exp_avg", "exp_avg_sq", NULL, NULL};
+    int called = write_update_helper(
+        w, C_HELPER_ADAMW,
+        "adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, int64_t count, "
+        "float decay, float step_size, float bc2_sqrt, int threads)",
+        "torch.optim.AdamW (single-tensor) on one parameter's count elements, the program's\n"
+        " * betas and eps; decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^step),\n"
+        " * bc2_sqrt = sqrt(1 - beta2^step); threads 1: no OpenMP region",
+        k->opt, adamw_body, &helper);
     cg_adamw_literals lit;
     cg_line(w, "{");
     w->indent++;
     cg_adamw_prologue(w, k, &lit);
-    const char *b1 = lit.beta1, *b1c = lit.one_minus_beta1, *b2 = lit.beta2, *b2c = lit.one_minus_beta2, *eps = lit.eps;
-    parallel_for_count(w, k->count);
-    cg_line(w, "for (int64_t i = 0; i < %s; i++) {", k->count);
-    w->indent++;
-    cg_line(w, "float g = %s[i];", k->grad);
-    cg_line(w, "%s[i] *= decay;", k->param);
-    cg_line(w, "%s[i] = %s * %s[i] + %s * g;", k->state0, b1, k->state0, b1c);
-    cg_line(w, "%s[i] = %s * %s[i] + %s * g * g;", k->state1, b2, k->state1, b2c);
-    cg_line(w, "float denom = sqrtf(%s[i]) / bc2_sqrt + %s;", k->state1, eps);
-    cg_line(w, "%s[i] -= step_size * (%s[i] / denom);", k->param, k->state0);
-    w->indent--;
-    cg_line(w, "}");
+    if (called) {
+        cg_line(w, "adamw_update(%s, %s, %s, %s, %s, decay, step_size, bc2_sqrt, %s);", k->param, k->grad, k->state0,
+                k->state1, k->count, update_splits(k->count) ? "ctx->threads" : "1");
+    } else {
+        const update_names here = {k->param, k->grad, k->state0, k->state1, k->updates, NULL};
+        write_update_loop(w, k->opt, adamw_body, &here, k->count, update_splits(k->count) ? "ctx->threads" : NULL);
+    }
     w->indent--;
     cg_line(w, "}");
 }
@@ -617,10 +725,9 @@ static void c_embed_grad(cg_writer *w, const cg_embed *k) {
 /* The kernels of fused attention are runtime/dmrt_attention.h's, included once per file
  * where the first one is used. */
 static void include_attention_kernels(cg_writer *w) {
-    static const char included = 1;
-    if (w->kernels->dialect_state == &included) return;
-    w->kernels->dialect_state = (void *)&included;
+    if (!first_use(w, C_HELPER_ATTENTION)) return;
     cg_line(w->kernels, "#include \"dmrt_attention.h\"  /* fused attention: dmrt_attention_forward, _backward */");
+    cg_blank(w->kernels);
 }
 
 /* The kernels' operand type for products of dtype: bf16 where the products are bf16

@@ -2,7 +2,8 @@
 
 For the simple serial case (codegen/emit_flat_update.c) `dmc -o DIR --target cuda` must
 write ONE dmrt_gpu_adamw / dmrt_gpu_sgd call over the parameters laid end to end, and
-`--target c` ONE update loop, with a comment at every other update. Checked against the
+`--target c` ONE call of its update helper (adamw_update, sgd_update: the element loop,
+written once a file), with a comment at every other update. Checked against the
 program's own tables (param_descs, stage_param_offsets, stage_grad_offsets, state_places,
 which the checkpoints read):
   - the call covers exactly the updated parameters (first offset to the last one's end),
@@ -34,7 +35,8 @@ PER_PARAM = [(MLP, ["--prune", "0.5"]), (MLP, ["--mesh", "data=2"]), (MLP, ["--p
 CALL = re.compile(r"dmrt_gpu_(adamw|sgd)\(ctx->gpu, ([^;]*)\) != DMRT_OK")
 # the flat update's ranges (emit_flat_update.c), and the C target's loop over them
 RANGE = re.compile(r"\*const (all_\w+) = ctx->(?:params|grads|state) \+ (\d+)")
-C_LOOP = re.compile(r"for \(int64_t i = 0; i < (\d+); i\+\+\) \{\n\s*(?:float g = all_grads\[i\];|float d = all_grads)")
+# (the C dialect's element loop is a helper, written once a file, called per parameter)
+C_CALL = re.compile(r"\b(adamw|sgd)_update\((all_params, all_grads, [^;]*)\);")
 
 
 def generate(dmc, root, dm, args, target, tmp):
@@ -100,11 +102,16 @@ def flat_call(src, target, failures, label):
         kind, args = calls[0][0], [a.strip() for a in calls[0][1].split(",")]
         count = int(args[2 + (2 if kind == "adamw" else 1)])
     else:
-        loops = C_LOOP.findall(src)
-        if len(loops) != 1 or "all_params" not in ranges:
-            failures.append("%s: %d loops over the flat ranges, not 1" % (label, len(loops)))
+        calls = C_CALL.findall(src)
+        if len(calls) != 1 or "all_params" not in ranges:
+            failures.append("%s: %d update calls over the flat ranges, not 1" % (label, len(calls)))
             return None
-        kind, count = "adamw" if "all_exp_avg_sq" in ranges else "sgd", int(loops[0])
+        kind = "adamw" if "all_exp_avg_sq" in ranges else "sgd"
+        if calls[0][0] != kind:
+            failures.append("%s: the flat ranges are %s's, the call %s's" % (label, kind, calls[0][0]))
+            return None
+        # the element count: the first argument after the buffers
+        count = int(next(a for a in (x.strip() for x in calls[0][1].split(",")) if a.isdigit()))
     return kind, ranges, count
 
 
