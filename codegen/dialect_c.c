@@ -425,7 +425,7 @@ static void c_cross_entropy_grad(cg_writer *w, const cg_xent *k) {
 }
 
 /* The file-scope helpers of the C dialect, written into w->kernels where first used. */
-enum { C_HELPER_ATTENTION = 1, C_HELPER_SGD = 2, C_HELPER_ADAMW = 4 };
+enum { C_HELPER_ATTENTION = 1, C_HELPER_SGD = 2, C_HELPER_SGD_NO_DECAY = 4, C_HELPER_ADAMW = 8 };
 
 /* Whether this is the file's first use of helper (marked used now). */
 static int first_use(cg_writer *w, unsigned helper) {
@@ -468,7 +468,9 @@ static int update_splits(const char *count) {
  * once (a loop a parameter was 10-15% of a small GPT's compile). The loop splits over
  * `threads`, 1 for a parameter of fewer than PARALLEL_MIN_ELEMS elements (no OpenMP region
  * entered). Its hyper-parameters are the program's one optimizer's (ir_graph.optimizer),
- * the same at every call in a file. Where the writer has no file-scope section (the
+ * the same at every call in a file but the weight decay, which weight_decay_1d = false
+ * takes off the 1-D parameters (cg_param_optimizer): AdamW's is an argument (its decay
+ * factor), SGD has a helper without it (sgd_update_no_decay). Where the writer has no file-scope section (the
  * parameter servers' ps_update, written among the context's declarations), the loop is
  * written in place: whether the helper is there to call. */
 static int write_update_helper(cg_writer *w, unsigned helper, const char *signature, const char *comment,
@@ -519,25 +521,27 @@ static void sgd_body(cg_writer *w, const ir_optimizer *o, const update_names *n)
 
 static void c_sgd(cg_writer *w, const cg_update *k) {
     /* with momentum or without: a program's parameters all have a buffer or none */
-    int momentum = k->state0 != NULL;
+    int momentum = k->state0 != NULL, decay = k->opt->weight_decay != 0;
+    const char *name = decay ? "sgd_update" : "sgd_update_no_decay";
+    char signature[256], comment[512];
+    snprintf(signature, sizeof signature, "%s(float *param, const float *grad, %sint64_t count, %sfloat lr, int threads)",
+             name, momentum ? "float *momentum_buffer, " : "", momentum ? "int64_t updates, " : "");
+    snprintf(comment, sizeof comment,
+             "torch.optim.SGD on one parameter's count elements, the program's hyper-parameters%s;\n"
+             "%s * threads 1: no OpenMP region",
+             decay ? "" : ", no weight decay",
+             momentum ? " * updates: the optimizer's updates, this one counted (the buffer is d on the first);\n" : "");
     const update_names helper = {"param", "grad", momentum ? "momentum_buffer" : NULL, NULL, "updates", "lr"};
-    if (!write_update_helper(
-            w, C_HELPER_SGD,
-            momentum ? "sgd_update(float *param, const float *grad, float *momentum_buffer, int64_t count, "
-                       "int64_t updates, float lr, int threads)"
-                     : "sgd_update(float *param, const float *grad, int64_t count, float lr, int threads)",
-            "torch.optim.SGD on one parameter's count elements, the program's hyper-parameters;\n"
-            " * updates: the optimizer's updates, this one counted (the buffer is d on the first);\n"
-            " * threads 1: no OpenMP region",
-            k->opt, sgd_body, &helper)) {
+    const char *threads = update_splits(k->count) ? "ctx->threads" : "1";
+    if (!write_update_helper(w, decay ? C_HELPER_SGD : C_HELPER_SGD_NO_DECAY, signature, comment, k->opt, sgd_body,
+                             &helper)) {
         const update_names here = {k->param, k->grad, k->state0, NULL, k->updates, "(float)ctx->lr"};
         write_update_loop(w, k->opt, sgd_body, &here, k->count, update_splits(k->count) ? "ctx->threads" : NULL);
     } else if (momentum) {
-        cg_line(w, "sgd_update(%s, %s, %s, %s, %s, (float)ctx->lr, %s);", k->param, k->grad, k->state0, k->count,
-                k->updates, update_splits(k->count) ? "ctx->threads" : "1");
+        cg_line(w, "%s(%s, %s, %s, %s, %s, (float)ctx->lr, %s);", name, k->param, k->grad, k->state0, k->count,
+                k->updates, threads);
     } else {
-        cg_line(w, "sgd_update(%s, %s, %s, (float)ctx->lr, %s);", k->param, k->grad, k->count,
-                update_splits(k->count) ? "ctx->threads" : "1");
+        cg_line(w, "%s(%s, %s, %s, (float)ctx->lr, %s);", name, k->param, k->grad, k->count, threads);
     }
 }
 

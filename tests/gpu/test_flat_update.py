@@ -2,7 +2,7 @@
 
 For the simple serial case (codegen/emit_flat_update.c) `dmc -o DIR --target cuda` must
 write ONE dmrt_gpu_adamw / dmrt_gpu_sgd call over the parameters laid end to end, and
-`--target c` ONE call of its update helper (adamw_update, sgd_update: the element loop,
+`--target c` ONE call of its update helper (adamw_update, sgd_update[_no_decay]: the element loop,
 written once a file), with a comment at every other update. Checked against the
 program's own tables (param_descs, stage_param_offsets, stage_grad_offsets, state_places,
 which the checkpoints read):
@@ -36,7 +36,7 @@ CALL = re.compile(r"dmrt_gpu_(adamw|sgd)\(ctx->gpu, ([^;]*)\) != DMRT_OK")
 # the flat update's ranges (emit_flat_update.c), and the C target's loop over them
 RANGE = re.compile(r"\*const (all_\w+) = ctx->(?:params|grads|state) \+ (\d+)")
 # (the C dialect's element loop is a helper, written once a file, called per parameter)
-C_CALL = re.compile(r"\b(adamw|sgd)_update\((all_params, all_grads, [^;]*)\);")
+C_CALL = re.compile(r"\b(adamw|sgd)_update(?:_no_decay)?\((all_params, all_grads, [^;]*)\);")
 
 
 def generate(dmc, root, dm, args, target, tmp):
