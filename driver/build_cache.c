@@ -58,9 +58,19 @@ static int has_suffix(const char *name, const char *suffix) {
     return n >= s && strcmp(name + n - s, suffix) == 0;
 }
 
-/* The regular files of dir that keep(name) accepts, in name order: their names and bytes
- * (not dir's path: the build directory's is new each time). */
-static void add_files(dm_build_cache *c, const char *dir, int (*keep)(const char *name)) {
+/* A file's size, time of change and inode: what stands for a library's bytes, which a
+ * sanitized dmc (unoptimised) hashed at 8 MB/s, most of a second a build. */
+static void add_identity(dm_build_cache *c, const struct stat *st) {
+    char identity[96];
+    snprintf(identity, sizeof identity, "%lld %lld.%09ld %lld", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+             st->st_mtim.tv_nsec, (long long)st->st_ino);
+    add_text(c, identity);
+}
+
+/* The regular files of dir that keep(name) accepts, in name order: their names and bytes,
+ * or their identities (add_identity) where by_identity (not dir's path: the build
+ * directory's is new each time). */
+static void add_files(dm_build_cache *c, const char *dir, int (*keep)(const char *name), int by_identity) {
     DIR *d = opendir(dir);
     if (!d) return;
     char **names = NULL;
@@ -84,7 +94,8 @@ static void add_files(dm_build_cache *c, const char *dir, int (*keep)(const char
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path && stat(path, &st) == 0 &&
             S_ISREG(st.st_mode)) {
             add_text(c, names[i]);
-            add_file(c, path);
+            if (by_identity) add_identity(c, &st);
+            else add_file(c, path);
         }
         free(names[i]);
     }
@@ -129,13 +140,9 @@ static void add_program(dm_build_cache *c, const char *argv0) {
         }
     }
     struct stat st;
-    char identity[PATH_MAX + 96];
-    if (path[0] && stat(path, &st) == 0)
-        snprintf(identity, sizeof identity, "%s %lld %lld.%09ld %lld", path, (long long)st.st_size,
-                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_ino);
-    else
-        snprintf(identity, sizeof identity, "%s not found", argv0);
-    add_text(c, identity);
+    add_text(c, path[0] ? path : argv0);
+    if (path[0] && stat(path, &st) == 0) add_identity(c, &st);
+    else add_text(c, "not found");
 }
 
 /* The cache's directory, or NULL when off. */
@@ -168,12 +175,12 @@ int dm_build_cache_begin(dm_build_cache *c, const char *build_dir, const char *c
     for (int i = 0; i < n_include_dirs; i++)
         if (i == 0 || strcmp(include_dirs[i], include_dirs[i - 1]) != 0) {
             add_text(c, include_dirs[i]);
-            add_files(c, include_dirs[i], runtime_header);
+            add_files(c, include_dirs[i], runtime_header, 0);
         }
     for (int i = 0; i < n_lib_dirs; i++)
         if (i == 0 || strcmp(lib_dirs[i], lib_dirs[i - 1]) != 0) {
             add_text(c, lib_dirs[i]);
-            add_files(c, lib_dirs[i], runtime_library);
+            add_files(c, lib_dirs[i], runtime_library, 1);
         }
     return 0;
 }
@@ -233,7 +240,7 @@ int dm_build_cache_fetch(dm_build_cache *c, const char *exe) {
         add_text(c, compiler_environment[i]);
         add_text(c, value ? value : "(unset)");
     }
-    add_files(c, c->build_dir, build_source);
+    add_files(c, c->build_dir, build_source, 0);
     char key[65];
     dm_sha256_final_hex(c->hash, key);
     struct stat st;

@@ -4,8 +4,8 @@
  * the same program again. The cache keeps each program built, under a key (SHA-256) of
  * everything the build reads: the files dmc wrote (sources, headers), the compiler commands
  * (the build directory's path left out), the compilers themselves (path, size, time),
- * the environment variables compilers read, libdmrt's installed headers and libraries (their
- * bytes) and the CPU (-march=native). A later build with the same key copies the program
+ * the environment variables compilers read, libdmrt's installed headers (their bytes) and
+ * libraries (path, size, time of change) and the CPU (-march=native). A later build with the same key copies the program
  * instead of compiling it. Only programs that built are kept; a failed build always runs.
  *
  * Where: $DMC_BUILD_CACHE (a directory, or "off"), else $XDG_CACHE_HOME/dmc/builds, else
@@ -27,8 +27,8 @@ typedef struct dm_build_cache {
 } dm_build_cache;
 
 /* Starts the key of a build in build_dir: the cache's settings from the environment, the
- * CPU, the environment variables compilers read, and the runtime (every dmrt*.h of the
- * include directories, every libdmrt*.a of the library directories). Returns 0, or -1
+ * CPU, and the runtime (the bytes of every dmrt*.h of the include directories, the size,
+ * time of change and inode of every libdmrt* of the library directories). Returns 0, or -1
  * when out of memory (the cache then off). */
 int dm_build_cache_begin(dm_build_cache *c, const char *build_dir, const char *const include_dirs[],
                          int n_include_dirs, const char *const lib_dirs[], int n_lib_dirs);

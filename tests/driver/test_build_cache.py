@@ -4,9 +4,9 @@ is a stand-in that counts its runs and calls cc, so the oracle is how many times
 - a second identical run compiles nothing, its log line says hit, and it prints the same
   losses as the first;
 - DMC_BUILD_CACHE=off compiles and keeps nothing;
-- another program (--set), other flags ($DMC_CFLAGS), another compiler (a second stand-in)
-  and a runtime header whose bytes changed (DMC_RUNTIME_DIR, a copy of the runtime) each
-  build again; the same again after each hits;
+- another program (--set), other flags ($DMC_CFLAGS), another compiler (a second stand-in),
+  a runtime header whose bytes changed and a runtime library whose time of change moved
+  (DMC_RUNTIME_DIR, a copy of the runtime) each build again; the same again after each hits;
 - an entry cut to nothing is built again; DMC_BUILD_CACHE_MB=1 keeps the newest program
   alone; a cache that cannot be written gives a note and the run goes on; two runs at
   once into an empty cache both train and leave one program.
@@ -130,6 +130,14 @@ def main():
         r.run(cache, cc, env_extra=env_runtime)
         r.run(cache, cc, env_extra=env_runtime)
         check(runs_of(cc) == before + 2, "a runtime header's bytes changed: built again, then reused (%d builds for 3 runs)"
+              % (runs_of(cc) - before))
+        library = os.path.join(runtime, "libdmrt.a")
+        st = os.stat(library)
+        os.utime(library, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+        before = runs_of(cc)
+        r.run(cache, cc, env_extra=env_runtime)
+        r.run(cache, cc, env_extra=env_runtime)
+        check(runs_of(cc) == before + 1, "libdmrt.a's time of change moved: built again, then reused (%d builds for 2 runs)"
               % (runs_of(cc) - before))
 
         open(os.path.join(cache, key), "w").close()
