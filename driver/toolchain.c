@@ -325,12 +325,13 @@ int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teac
         snprintf(lib_flag[i], sizeof lib_flag[i], "-L%s", lib[i]);
     }
     snprintf(out_inc_flag, sizeof out_inc_flag, "-I%s", dir);
-    /* the target's own compiles (nvcc): the model's source and distillation's teacher's */
+    /* the target's own compiles (nvcc): the model's source and distillation's teacher's
+     * (their paths here: the commands point at them until they have run) */
     device_command device[2];
     int n_device = 0;
+    char source[PATH_MAX], teacher_source[PATH_MAX];
     if (tc->compiler) {
         const char *compiler = find_compiler(target, tc);
-        char source[PATH_MAX], teacher_source[PATH_MAX];
         if (!compiler || in_dir(source, dir, g->model, source_ext) ||
             (teacher && in_dir(teacher_source, dir, teacher->model, source_ext)))
             return 1;
