@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "supervise.h"
 
 #ifndef DMC_VERSION
 #define DMC_VERSION "unknown"
@@ -254,21 +255,6 @@ int dm_build_cache_fetch(dm_build_cache *c, const char *exe) {
     return hit;
 }
 
-/* mkdir -p path: 0, or -1 with errno set. */
-static int make_dirs(const char *path) {
-    char partial[PATH_MAX];
-    snprintf(partial, sizeof partial, "%s", path);
-    for (char *s = partial + 1;; s++) {
-        if (*s == '/' || *s == '\0') {
-            char was = *s;
-            *s = '\0';
-            if (mkdir(partial, 0755) != 0 && errno != EEXIST) return -1;
-            if (!(*s = was)) break;
-        }
-    }
-    return 0;
-}
-
 typedef struct {
     char name[80];
     long long bytes;
@@ -327,7 +313,7 @@ void dm_build_cache_store(dm_build_cache *c, const char *exe) {
     if (!c->enabled || !c->entry[0]) return;
     char temporary[PATH_MAX];
     if (snprintf(temporary, sizeof temporary, "%s/.new-%ld", c->dir, (long)getpid()) >= (int)sizeof temporary) return;
-    if (make_dirs(c->dir) != 0 || copy_file(exe, temporary) != 0 || rename(temporary, c->entry) != 0) {
+    if (dm_make_path(c->dir) != 0 || copy_file(exe, temporary) != 0 || rename(temporary, c->entry) != 0) {
         fprintf(stderr, "dmc: note: the build cache %s cannot be written (%s): the program is not kept there\n", c->dir,
                 strerror(errno));
         unlink(temporary);

@@ -139,17 +139,23 @@ int dm_make_dir(const char *given, char path[PATH_MAX]) {
         return -1;
     }
     snprintf(path, PATH_MAX, "%s", given);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(path, 0777);
-            *p = '/';
-        }
-    if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+    if (dm_make_path(path) != 0) {
         fprintf(stderr, "dmc: error: cannot create directory %s: %s\n", given, strerror(errno));
         return -1;
     }
     return 0;
+}
+
+int dm_make_path(const char *path) {
+    char partial[PATH_MAX];
+    snprintf(partial, sizeof partial, "%s", path);
+    for (char *p = partial + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(partial, 0777);
+            *p = '/';
+        }
+    return mkdir(partial, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 int dm_remove_tree(const char *path) {

@@ -39,6 +39,8 @@ int dm_run_process(char *const argv[], dm_run_kind kind);
  * $TMPDIR/dmc-run-XXXXXX (/tmp without TMPDIR), its path in `path`. 0, or -1 after a
  * message. */
 int dm_make_dir(const char *given, char path[PATH_MAX]);
+/* mkdir -p path, quietly: 0 (also when it exists), or -1 with errno set. */
+int dm_make_path(const char *path);
 /* Removes a file or a directory with everything in it: 0, or -1. */
 int dm_remove_tree(const char *path);
 

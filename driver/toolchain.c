@@ -284,24 +284,27 @@ static char **make_c_command(const dm_options *o, const codegen_toolchain *tc, i
 
 /* Runs the build's commands: the device compiles (device[0..n_device)), then the C
  * compiler's cc_argv. 0, 1 after a message, or 128 + the signal that stopped dmc run. */
+/* One of them: 0, 1 when it failed, or 128 + the signal that stopped dmc run. */
+static int run_step(char *const argv[], const char *dir) {
+    int status = dm_stop_signal() ? -1 : run_compiler(argv, dir);
+    if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
+    return status != 0;
+}
+
 static int run_build(const codegen_toolchain *tc, device_command *device, int n_device, char **cc_argv, int mpi,
                      const char *dir) {
     for (int i = 0; i < n_device; i++) {
-        int status = dm_stop_signal() ? -1 : run_compiler(device[i].argv, dir);
-        if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
-        if (status != 0) {
+        int status = run_step(device[i].argv, dir);
+        if (status == 1)
             fprintf(stderr, "dmc: error: compiling the generated %s failed (%s)\n", tc->toolkit, device[i].argv[0]);
-            return 1;
-        }
+        if (status != 0) return status;
     }
-    int status = dm_stop_signal() ? -1 : run_compiler(cc_argv, dir);
-    if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
-    if (status != 0) {
+    int status = run_step(cc_argv, dir);
+    if (status == 1) {
         fprintf(stderr, "dmc: error: building the generated code failed (%s%s)\n", cc_argv[0],
                 mpi ? "; --backend mpi needs Open MPI's mpicc and the runtime's libdmrt_comm_mpi.a" : "");
-        return 1;
     }
-    return 0;
+    return status;
 }
 
 int dm_build(const dm_options *o, const ir_graph *g, const dm_teacher_link *teacher, const char *dir,
