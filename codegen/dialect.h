@@ -323,6 +323,8 @@ typedef struct cg_capabilities {
                              * (cg_loop_nest.cast_out): the cast's own loop, which would read the
                              * f32 value again, is not written (emit_fused_cast.c) */
     int fused_cast_layernorm; /* so do layernorm and its input gradient (cg_rowwise.cast_out) */
+    int outline_loops;      /* an op's loops are a static function written once a file and called by
+                             * every op whose loops are the same (outline_loops.c) */
     int copy_alone;         /* such a kernel stores only the copy where nothing else reads the
                              * f32 value (out_unread; cg_stores_copy_alone): layernorm rows of
                              * at most CG_LOCAL_ROW_MAX made in a local array */

@@ -39,6 +39,9 @@ static int is_reserved(const char *s) {
     if (s[0] == 'i' && isdigit((unsigned char)s[1])) return 1;   /* loop indices */
     /* the runtime's names, and the CUDA dialect's kernels (k<serial>_...) */
     if (s[0] == 'k' && isdigit((unsigned char)s[1])) return 1;
+    /* the ops' outlined loops (outline_loops.c: <op>_loops_<n>) */
+    const char *loops = strstr(s, "_loops_");
+    if (loops && loops[7] && strspn(loops + 7, "0123456789") == strlen(loops + 7)) return 1;
     return strncmp(s, "dmrt", 4) == 0;
 }
 
@@ -212,6 +215,7 @@ static int render_file(emitter *E, void (*head)(emitter *), void (*body)(emitter
     if (!failed && body) {
         failed = section_open(&E->kernels, &sec[1]) || section_open(&E->w, &sec[2]);
         E->w.kernels = &E->kernels;
+        outline_free(E); /* the helpers written are this file's */
         if (!failed) body(E);
         if (E->dialect->finish) E->dialect->finish(&E->w);
         if (E->kernels.f && fclose(E->kernels.f) != 0) failed = 1;
@@ -451,6 +455,7 @@ static void emitter_close(emitter *E) {
     free(E->quant_param);
     free(E->quant_transposed);
     free(E->quant_narrow);
+    outline_free(E);
     for (int i = 0; i < E->g->n_values; i++) free(E->cname[i]);
     free(E->cname);
     free(E->line_start);

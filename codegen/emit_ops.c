@@ -925,18 +925,8 @@ static void emit_update(emitter *E, const ir_value *v) {
     if (mask) emit_prune(E, v->operands[v->n_operands - 1]);
 }
 
-void emit_op(emitter *E, const ir_value *v) {
+static void emit_op_body(emitter *E, const ir_value *v) {
     const ir_op_info *info = ir_op_info_of(v->op);
-    if (info->cls == OPC_SOURCE) return;
-    char line[160], type[256];
-    cg_source_line(E, v->loc.line, line, sizeof line);
-    cg_shape_comment(E, &v->type, type, sizeof type);
-    cg_blank(&E->w);
-    cg_line(&E->w, "/* %s:%d: %s */", E->source_path, v->loc.line, line);
-    if (v->type.dtype == DT_VOID)
-        cg_line(&E->w, "/* %s(%s) */", info->name, E->cname[v->operands[0]]);
-    else
-        cg_line(&E->w, "/* %s = %s : %s */", E->cname[v->id], info->name, type);
     if (v->op == OP_DROPOUT) {
         emit_dropout(E, v);
         return;
@@ -992,4 +982,21 @@ void emit_op(emitter *E, const ir_value *v) {
         break;
     case OPC_SOURCE: break;
     }
+}
+
+void emit_op(emitter *E, const ir_value *v) {
+    const ir_op_info *info = ir_op_info_of(v->op);
+    if (info->cls == OPC_SOURCE) return;
+    char line[160], type[256];
+    cg_source_line(E, v->loc.line, line, sizeof line);
+    cg_shape_comment(E, &v->type, type, sizeof type);
+    cg_blank(&E->w);
+    cg_line(&E->w, "/* %s:%d: %s */", E->source_path, v->loc.line, line);
+    if (v->type.dtype == DT_VOID)
+        cg_line(&E->w, "/* %s(%s) */", info->name, E->cname[v->operands[0]]);
+    else
+        cg_line(&E->w, "/* %s = %s : %s */", E->cname[v->id], info->name, type);
+    outline_op_begin(E);
+    emit_op_body(E, v);
+    outline_op_end(E, v);
 }

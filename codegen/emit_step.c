@@ -7,6 +7,10 @@
 
 #include "emitter.h"
 
+void cg_buffer_type(const emitter *E, int i, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s *", E->plan->region[i] == REGION_INPUT ? "const " : "", ctype(V(E, i)->type.dtype));
+}
+
 static void declare_buffers(emitter *E, const char *used) {
     const ir_graph *g = E->g;
     for (int i = 0; i < g->n_values; i++) {
@@ -470,7 +474,9 @@ void emit_phase(emitter *E, ir_phase phase, int stage, const char *fn, const cha
     for (int i = 0; i < g->n_values; i++) sum_after[i] = -1;
     for (int p = 0; sums && p < g->n_params; p++)
         if (V(E, g->params[p])->stage == stage) sum_after[dm_micro_grad(E->g, p)] = p;
+    outline_phase_begin(E, used);
     emit_phase_ops(E, phase, stage, sum_after);
+    outline_phase_end(E);
     if (phase == PHASE_BACKWARD) emit_bucket_waits(E);
     if (phase == PHASE_UPDATE) emit_ps_exchange(E);
     /* (pipedream: a holder receives before its next forward, emit_tied_receives) */

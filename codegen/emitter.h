@@ -121,6 +121,7 @@ typedef struct emitter {
     char prefix_upper[128];
     cg_writer w;               /* host functions */
     cg_writer kernels;         /* file-scope kernels (the dialect's) */
+    struct cg_outline *outline; /* the ops' loops written once a file (outline_loops.c), NULL until used */
 } emitter;
 
 static inline const ir_value *V(const emitter *E, int id) { return E->g->values[id]; }
@@ -534,5 +535,18 @@ void emit_descriptor(emitter *E);
 /* emit_api.c: the source's head and its host functions */
 void emit_source_head(emitter *E);
 void emit_source_body(emitter *E);
+
+/* outline_loops.c: where the dialect can (can.outline_loops), an op's loops become a static
+ * function written once a file and called by every op whose loops are the same. Between a
+ * phase function's begin and end (its buffers: used, as declare_buffers declares them), each
+ * op's text from outline_op_begin to outline_op_end is captured and written as a call or,
+ * when it is not self-contained, as it was. */
+void outline_phase_begin(emitter *E, const char *used);
+void outline_phase_end(emitter *E);
+void outline_op_begin(emitter *E);
+void outline_op_end(emitter *E, const ir_value *v);
+void outline_free(emitter *E);
+/* The C type declare_buffers gives value i's pointer ("float *", "const int32_t *"). */
+void cg_buffer_type(const emitter *E, int i, char *buf, size_t size);
 
 #endif

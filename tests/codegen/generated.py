@@ -6,9 +6,15 @@ import sys
 import tempfile
 
 
-def generate(dmc, model, args, out, ext=".c"):
-    """The generated source (.c, or .cu for --target cuda) of `model` compiled with args."""
-    subprocess.run([dmc, model, "-o", out] + args, check=True)
+def generate(dmc, model, args, out, ext=".c", outline=False):
+    """The generated source (.c, or .cu for --target cuda) of `model` compiled with args.
+    Every op's loops are written in place (DMC_OUTLINE_LOOPS=off), where the shape checks
+    read them, unless outline: then as dmc writes them by default, each distinct op's loops
+    a function called by every op whose loops are the same (codegen/outline_loops.c)."""
+    env = dict(os.environ)
+    if not outline:
+        env["DMC_OUTLINE_LOOPS"] = "off"
+    subprocess.run([dmc, model, "-o", out] + args, check=True, env=env)
     with open(os.path.join(out, os.path.splitext(os.path.basename(model))[0] + ext)) as f:
         return f.read()
 

@@ -50,7 +50,10 @@ def check_generated(dmc, llama, tmp, mesh, makers):
     for hoisted in (True, False):
         out = os.path.join(tmp, "code-%s-%d" % ("-".join(mesh) or "serial", hoisted))
         cmd = [dmc, llama, "--set", SIZES, "-o", out] + mesh + ([] if hoisted else ["--no-hoist-constants"])
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+        # the loops in place (not in helpers written once, codegen/outline_loops.c): which
+        # function computes the sines is what is checked
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120,
+                           env=dict(os.environ, DMC_OUTLINE_LOOPS="off"))
         if r.returncode != 0:
             raise Failure("`%s` exited %d:\n%s" % (" ".join(cmd), r.returncode, r.stdout))
         with open(os.path.join(out, "llama.c")) as f:
