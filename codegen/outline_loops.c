@@ -239,10 +239,8 @@ static int classify(const emitter *E, outline_scan *s) {
     const token *prev = NULL, *prev2 = NULL;
     for (int i = 0; i < s->n; i++) {
         token *k = &s->t[i];
-        if (k->kind == TOK_COMMENT) {
-            if (i > s->first_code) return -1; /* a comment among the code: it would name one caller's buffers */
+        if (k->kind == TOK_COMMENT) /* kept in the helper: only ops whose comments are the same too share it */
             continue;
-        }
         if (k->kind == TOK_PUNCT) {
             char c = k->at[0];
             if (c == '(' || c == '[' || c == '{') depth++;
