@@ -202,6 +202,7 @@ typedef struct outline_scan {
     int first_code;            /* tokens before it are the leading comments */
     outline_param p[OUTLINE_MAX_PARAMS];
     int n_params;
+    int apart;                 /* every buffer parameter's elements apart from the others' (buffers_apart) */
 } outline_scan;
 
 static int declared_here(const outline_scan *s, int i) {
@@ -220,10 +221,13 @@ static int declared_here(const outline_scan *s, int i) {
 static int add_param(const emitter *E, outline_scan *s, int i, int id) {
     char where[160] = "";
     if (id >= 0) cg_storage_expr(E, id, where, sizeof where);
-    for (int q = 0; q < s->n_params; q++)
-        if ((s->p[q].len == s->t[i].len && memcmp(s->p[q].at, s->t[i].at, s->t[i].len) == 0) ||
-            (id >= 0 && s->p[q].id >= 0 && strcmp(s->p[q].where, where) == 0))
-            return s->t[i].param = q, 0;
+    for (int q = 0; q < s->n_params; q++) {
+        int same_name = s->p[q].len == s->t[i].len && memcmp(s->p[q].at, s->t[i].at, s->t[i].len) == 0;
+        int same_place = id >= 0 && s->p[q].id >= 0 && strcmp(s->p[q].where, where) == 0 &&
+                         V(E, id)->type.dtype == V(E, s->p[q].id)->type.dtype &&
+                         E->plan->region[id] == E->plan->region[s->p[q].id]; /* (the same C type) */
+        if (same_name || same_place) return s->t[i].param = q, 0;
+    }
     if (s->n_params == OUTLINE_MAX_PARAMS) return -1;
     s->p[s->n_params] = (outline_param){.id = id, .at = s->t[i].at, .len = s->t[i].len};
     snprintf(s->p[s->n_params].where, sizeof s->p[s->n_params].where, "%s", where);
@@ -308,9 +312,48 @@ static void name_params(const ir_value *v, outline_scan *s) {
     }
 }
 
-/* The C type of parameter p (declare_buffers' for a buffer). */
-static void param_type(const emitter *E, const outline_param *p, char *buf, size_t size) {
-    if (p->id >= 0) cg_buffer_type(E, p->id, buf, size);
+/* Whether the buffers s's parameters name lie apart (no element of one is an element of
+ * another), as the memory plan places values live at once: then each pointer is restrict,
+ * and the compiler vectorises the helper's loops as it did the loops in place, whose
+ * buffers it saw at constant offsets of one allocation (without, it would add a run-time
+ * overlap check, which gcc's -O2 does not: the loops would stay scalar). Known only for
+ * buffers at "BASE + N" of the context's allocations; the batch's inputs are only read;
+ * anything else (the phase function's arena or kept pointer itself) and no pointer is
+ * restrict. */
+static int buffers_apart(const emitter *E, const outline_scan *s) {
+    struct { char base[32]; long long from, to; } at[OUTLINE_MAX_PARAMS];
+    int n = 0;
+    for (int q = 0; q < s->n_params; q++) {
+        const outline_param *p = &s->p[q];
+        if (p->id < 0) {
+            if ((p->len == 5 && memcmp(p->at, "arena", 5) == 0) || (p->len == 4 && memcmp(p->at, "kept", 4) == 0)) return 0;
+            continue; /* ctx, batch, micro */
+        }
+        if (E->plan->region[p->id] == REGION_INPUT) continue;
+        char base[32];
+        long long off;
+        if (sscanf(p->where, "%31s + %lld", base, &off) != 2) return 0;
+        if (strcmp(base, "arena") == 0) snprintf(base, sizeof base, "ctx->arena");
+        if (strcmp(base, "ctx->params") && strcmp(base, "ctx->grads") && strcmp(base, "ctx->state") &&
+            strcmp(base, "ctx->arena") && strcmp(base, "ctx->grad_sum"))
+            return 0; /* (kept: a micro-batch's copy somewhere in the arena) */
+        /* offsets count floats; a 16-bit value's elements take half as many */
+        long long floats = ((long long)ir_numel(T(E, p->id)) * ir_dtype_bytes(V(E, p->id)->type.dtype) + 3) / 4;
+        for (int r = 0; r < n; r++)
+            if (strcmp(at[r].base, base) == 0 && off < at[r].to && at[r].from < off + floats) return 0;
+        snprintf(at[n].base, sizeof at[n].base, "%s", base);
+        at[n].from = off, at[n].to = off + floats;
+        n++;
+    }
+    return 1;
+}
+
+/* The C type of parameter p (declare_buffers' for a buffer, restrict where they lie apart). */
+static void param_type(const emitter *E, const outline_scan *s, const outline_param *p, char *buf, size_t size) {
+    if (p->id >= 0) {
+        cg_buffer_type(E, p->id, buf, size);
+        if (s->apart && strlen(buf) + 10 < size) strcat(buf, "restrict ");
+    }
     else if (p->len == 3 && memcmp(p->at, "ctx", 3) == 0) snprintf(buf, size, "struct_ctx *");
     else if (p->len == 5 && memcmp(p->at, "batch", 5) == 0) snprintf(buf, size, "const %s_batch *", E->g->model);
     else if (p->len == 5 && memcmp(p->at, "micro", 5) == 0) snprintf(buf, size, "int64_t ");
@@ -341,7 +384,7 @@ static char *helper_text(const emitter *E, const outline_scan *s, int indent) {
     if (!(f = open_memstream(&out, &len))) abort();
     for (int q = 0; q < s->n_params; q++) {
         char type[96];
-        param_type(E, &s->p[q], type, sizeof type);
+        param_type(E, s, &s->p[q], type, sizeof type);
         fprintf(f, "%s%s%s", q ? ", " : "", type, s->p[q].name);
     }
     fputc('\n', f);
@@ -403,6 +446,7 @@ static int outline(emitter *E, const ir_value *v, const char *text) {
     char *key = NULL;
     if (s.first_code < s.n && classify(E, &s) == 0) {
         name_params(v, &s);
+        s.apart = buffers_apart(E, &s);
         key = helper_text(E, &s, E->w.indent);
     }
     if (!key) {

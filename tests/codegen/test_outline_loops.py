@@ -13,9 +13,12 @@ The oracles:
     before) trains to the same bits, compiled unoptimised (DMC_CFLAGS=-O0: the same float
     operations in the same order, none vectorised): `dmc run --save` after 3 steps of gpt.dm
     on data=2 x tensor=2 and of llama.dm (RoPE, SwiGLU, RMSNorm: other loops) in bf16, the
-    files compared byte for byte; optimised (the run's own flags), the weights agree within
-    1e-6 of their largest (the compiler may vectorise a helper's loop where it left the loop
-    in place scalar, and libmvec's vector tanhf and expf round apart from libm's scalar ones);
+    files compared byte for byte; optimised (the run's own flags), the first step's
+    gradients (--dump-grads) agree within 1e-5 of each tensor's largest: the compiler may
+    vectorise a helper's loop where it left the same loop scalar in a long function (gcc
+    -O2 did so for gpt.dm's GELU), and libmvec's vector tanhf rounds apart from libm's
+    scalar one (AdamW's first steps, which divide by the gradients' own size, make such
+    roundings of near-zero gradients into differences of lr, so weights are no oracle);
   - the CUDA target writes its kernels as before (its dialect dedups kernels itself).
 
 Exit status: 0 pass, 1 failure, 2 usage.
@@ -47,12 +50,14 @@ def calls_by_op(code):
 
 
 def train(dmc, model, args, trainer, out, outline, cflags=None):
+    """dmc run: 3 steps saved to out (-O0), or one step's gradients dumped to it (optimised)."""
     env = dict(os.environ)
     if not outline:
         env["DMC_OUTLINE_LOOPS"] = "off"
     if cflags is not None:
         env["DMC_CFLAGS"] = cflags
-    done = subprocess.run([dmc, "run", model] + args + ["--"] + trainer + ["--steps", "3", "--quiet", "--save", out],
+    what = ["--steps", "3", "--save", out] if cflags else ["--steps", "1", "--dump-grads", out]
+    done = subprocess.run([dmc, "run", model] + args + ["--"] + trainer + what + ["--quiet"],
                           env=env, capture_output=True, text=True)
     if done.returncode != 0:
         print(done.stdout + done.stderr)
@@ -97,7 +102,7 @@ def body(check, dmc, root, tmp):
             for outline in (True, False):
                 saved[outline] = os.path.join(tmp, "%s-%s-%d.safetensors" % (re.sub(r"\W+", "-", label), cflags, outline))
                 check(train(dmc, model, args, text, saved[outline], outline, cflags),
-                      "%s %s: dmc run trains 3 steps (%s)" % (label, cflags or "optimised",
+                      "%s %s: dmc run trains (%s)" % (label, cflags or "optimised",
                                                               "loops written once" if outline else "loops in place"))
             if not all(os.path.exists(p) for p in saved.values()):
                 continue
@@ -108,8 +113,8 @@ def body(check, dmc, root, tmp):
             else:
                 a, b = stio.load(saved[True]), stio.load(saved[False])
                 worst = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(b[k]).max(), 1e-30)) for k in b)
-                check(a.keys() == b.keys() and worst <= 1e-6,
-                      "%s optimised: the weights after 3 steps agree within 1e-6 of each tensor's largest (%.3g)"
+                check(a.keys() == b.keys() and len(b) > 0 and worst <= 1e-5,
+                      "%s optimised: the first step's gradients agree within 1e-5 of each tensor's largest (%.3g)"
                       % (label, worst))
 
 
