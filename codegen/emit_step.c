@@ -26,12 +26,12 @@ static void declare_buffers(emitter *E, const char *used) {
                           : v->op == OP_EMBED_GRAD ? ", its sum over the micro-batches: its rows are added to it"
                                                    : ", its sum over the micro-batches: its product adds to it",
                     sizeof type - strlen(type) - 1);
-        int readonly = E->plan->region[i] == REGION_INPUT;
+        char ptr[48];
+        cg_buffer_type(E, i, ptr, sizeof ptr); /* (the outlined loops' parameters are declared so too) */
         if (v->type.dtype != DT_F32 && E->plan->region[i] == REGION_ARENA)
-            cg_line(&E->w, "%s%s *%s = (%s *)(%s); /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i],
-                    ctype(v->type.dtype), where, type);
+            cg_line(&E->w, "%s%s = (%s *)(%s); /* %s */", ptr, E->cname[i], ctype(v->type.dtype), where, type);
         else
-            cg_line(&E->w, "%s%s *%s = %s; /* %s */", readonly ? "const " : "", ctype(v->type.dtype), E->cname[i], where, type);
+            cg_line(&E->w, "%s%s = %s; /* %s */", ptr, E->cname[i], where, type);
     }
 }
 

@@ -100,7 +100,7 @@ typedef struct token {
     const char *at;
     size_t len;
     tok_kind kind;
-    int param; /* TOK_IDENT: the parameter it names, or -1 */
+    int param; /* TOK_IDENT: the parameter it names; -2 where the text declares it; else -1 */
 } token;
 
 /* The tokens of text (NUL-terminated), malloc'd, or NULL where the text is not one this
@@ -125,7 +125,10 @@ static token *tokenize(const char *text, int *count) {
         token k = {.at = p, .param = -1};
         if (p[0] == '/' && p[1] == '*') {
             const char *end = strstr(p + 2, "*/");
-            if (!end) break;
+            if (!end) { /* (never written so) */
+                free(t);
+                return NULL;
+            }
             k.kind = TOK_COMMENT, k.len = (size_t)(end + 2 - p);
         } else if (*p == '"' || *p == '\'') {
             const char *q = p + 1;
@@ -133,8 +136,9 @@ static token *tokenize(const char *text, int *count) {
             k.kind = TOK_STRING, k.len = (size_t)(q - p) + (*q ? 1 : 0);
         } else if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
             const char *q = p;
+            int hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
             while (isalnum((unsigned char)*q) || *q == '.' || *q == '_' ||
-                   ((*q == '+' || *q == '-') && strchr("eEpP", q[-1])))
+                   ((*q == '+' || *q == '-') && strchr(hex ? "pP" : "eE", q[-1])))
                 q++;
             k.kind = TOK_NUMBER, k.len = (size_t)(q - p);
         } else if (isalpha((unsigned char)*p) || *p == '_') {
