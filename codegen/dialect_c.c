@@ -532,11 +532,12 @@ static void c_sgd(cg_writer *w, const cg_update *k) {
              decay ? "" : ", no weight decay",
              momentum ? " * updates: the optimizer's updates, this one counted (the buffer is d on the first);\n" : "");
     const update_names helper = {"param", "grad", momentum ? "momentum_buffer" : NULL, NULL, "updates", "lr"};
-    const char *threads = update_splits(k->count) ? "ctx->threads" : "1";
+    int splits = update_splits(k->count);
+    const char *threads = splits ? "ctx->threads" : "1";
     if (!write_update_helper(w, decay ? C_HELPER_SGD : C_HELPER_SGD_NO_DECAY, signature, comment, k->opt, sgd_body,
                              &helper)) {
         const update_names here = {k->param, k->grad, k->state0, NULL, k->updates, "(float)ctx->lr"};
-        write_update_loop(w, k->opt, sgd_body, &here, k->count, update_splits(k->count) ? "ctx->threads" : NULL);
+        write_update_loop(w, k->opt, sgd_body, &here, k->count, splits ? "ctx->threads" : NULL);
     } else if (momentum) {
         cg_line(w, "%s(%s, %s, %s, %s, %s, (float)ctx->lr, %s);", name, k->param, k->grad, k->state0, k->count,
                 k->updates, threads);

@@ -175,8 +175,20 @@ static const char *const library_functions[] = {
     "exp", "expf", "exp2f", "expm1f", "log", "logf", "log1pf", "sqrt", "sqrtf", "tanh", "tanhf", "erf", "erff", "fabs", "fabsf",
     "fmax", "fmaxf", "fmin", "fminf", "pow", "powf", "sin", "sinf", "cos", "cosf", "floor", "floorf", "ceil", "ceilf",
     "nearbyintf", "rintf", "roundf", "isnan", "isinf", "isfinite", "memcpy", "memset", "memmove", NULL};
-/* the phase functions' own names a loop may read (emit_phase): they pass on by name */
-static const char *const phase_names[] = {"ctx", "batch", "micro", "arena", "kept", NULL};
+/* the phase functions' own names a loop may read (emit_phase): they pass on by name, with
+ * their type ("%s": the model's name); arena and kept reach the whole arena */
+static const struct phase_name {
+    const char *name, *type;
+    int whole_arena;
+} phase_names[] = {{"ctx", "struct_ctx *", 0}, {"batch", "const %s_batch *", 0}, {"micro", "int64_t ", 0},
+                   {"arena", "float *", 1}, {"kept", "float *", 1}};
+
+/* The phase function's own name k, or NULL. */
+static const struct phase_name *phase_name(const token *k) {
+    for (size_t i = 0; i < sizeof phase_names / sizeof *phase_names; i++)
+        if (is(k, phase_names[i].name)) return &phase_names[i];
+    return NULL;
+}
 
 static int prefixed(const token *k, const char *prefix) {
     return k->len > strlen(prefix) && memcmp(k->at, prefix, strlen(prefix)) == 0;
@@ -191,6 +203,7 @@ static int is_macro(const token *k) {
 /* A parameter of the helper: a buffer (value id >= 0) or one of phase_names (id -1). */
 typedef struct outline_param {
     int id;
+    const struct phase_name *phase; /* id -1: which */
     const char *at; /* the caller's name */
     size_t len;
     char name[40];  /* the helper's */
@@ -218,10 +231,9 @@ static int declared_here(const outline_scan *s, int i) {
 }
 
 /* Token i (buffer id, or -1: one of phase_names) as a parameter. Two names of one place
- * (an op made in its operand's buffer) are one parameter: the helper then reads and writes
- * through one pointer, as the loops in place did, and the compiler vectorises them alike
- * (with two, it would add a run-time overlap check, whose scalar fallback calls libm's
- * scalar functions where the vector loop calls libmvec's, which round differently). */
+ * (an op made in its operand's buffer) of one C type are one parameter: the helper reads
+ * and writes through one pointer, as the loops in place did, and its other pointers can be
+ * restrict (buffers_apart). */
 static int add_param(const emitter *E, outline_scan *s, int i, int id) {
     char where[160] = "";
     if (id >= 0) cg_storage_expr(E, id, where, sizeof where);
@@ -233,7 +245,8 @@ static int add_param(const emitter *E, outline_scan *s, int i, int id) {
         if (same_name || same_place) return s->t[i].param = q, 0;
     }
     if (s->n_params == OUTLINE_MAX_PARAMS) return -1;
-    s->p[s->n_params] = (outline_param){.id = id, .at = s->t[i].at, .len = s->t[i].len};
+    s->p[s->n_params] = (outline_param){.id = id, .phase = id < 0 ? phase_name(&s->t[i]) : NULL, .at = s->t[i].at,
+                                        .len = s->t[i].len};
     snprintf(s->p[s->n_params].where, sizeof s->p[s->n_params].where, "%s", where);
     s->t[i].param = s->n_params++;
     return 0;
@@ -274,7 +287,7 @@ static int classify(const emitter *E, outline_scan *s) {
                 /* one of its locals */
             } else {
                 int id = buffer_named(E, k->at, k->len);
-                if (id >= 0 || in_list(k, phase_names)) {
+                if (id >= 0 || phase_name(k)) {
                     if (add_param(E, s, i, id) != 0) return -1;
                 } else if (next && is(next, "(")) {
                     if (!prefixed(k, "dmrt_") && !prefixed(k, "DMRT_") && !in_list(k, library_functions)) return -1;
@@ -330,7 +343,7 @@ static int buffers_apart(const emitter *E, const outline_scan *s) {
     for (int q = 0; q < s->n_params; q++) {
         const outline_param *p = &s->p[q];
         if (p->id < 0) {
-            if ((p->len == 5 && memcmp(p->at, "arena", 5) == 0) || (p->len == 4 && memcmp(p->at, "kept", 4) == 0)) return 0;
+            if (p->phase->whole_arena) return 0;
             continue; /* ctx, batch, micro */
         }
         if (E->plan->region[p->id] == REGION_INPUT) continue;
@@ -354,14 +367,12 @@ static int buffers_apart(const emitter *E, const outline_scan *s) {
 
 /* The C type of parameter p (declare_buffers' for a buffer, restrict where they lie apart). */
 static void param_type(const emitter *E, const outline_scan *s, const outline_param *p, char *buf, size_t size) {
-    if (p->id >= 0) {
-        cg_buffer_type(E, p->id, buf, size);
-        if (s->apart && strlen(buf) + 10 < size) strcat(buf, "restrict ");
+    if (p->id < 0) {
+        snprintf(buf, size, p->phase->type, E->g->model);
+        return;
     }
-    else if (p->len == 3 && memcmp(p->at, "ctx", 3) == 0) snprintf(buf, size, "struct_ctx *");
-    else if (p->len == 5 && memcmp(p->at, "batch", 5) == 0) snprintf(buf, size, "const %s_batch *", E->g->model);
-    else if (p->len == 5 && memcmp(p->at, "micro", 5) == 0) snprintf(buf, size, "int64_t ");
-    else snprintf(buf, size, "float *"); /* arena, kept */
+    cg_buffer_type(E, p->id, buf, size);
+    if (s->apart && strlen(buf) + 10 < size) strcat(buf, "restrict ");
 }
 
 /* The helper's text, malloc'd: its parameter list, a newline, then its body (the code,
@@ -423,8 +434,10 @@ static const char *helper_for(emitter *E, const ir_value *v, char *key) {
             free(key);
             return o->helpers[i].name;
         }
-    if (o->n_helpers == o->cap && !(o->helpers = realloc(o->helpers, (size_t)(o->cap = o->cap ? 2 * o->cap : 16) * sizeof *o->helpers)))
-        abort();
+    if (o->n_helpers == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 16;
+        if (!(o->helpers = realloc(o->helpers, (size_t)o->cap * sizeof *o->helpers))) abort();
+    }
     outline_helper *k = &o->helpers[o->n_helpers++];
     *k = (outline_helper){.hash = h, .key = key};
     snprintf(k->name, sizeof k->name, "%s_loops_%d", ir_op_info_of(v->op)->name, o->n_helpers);

@@ -148,7 +148,10 @@ int dm_make_dir(const char *given, char path[PATH_MAX]) {
 
 int dm_make_path(const char *path) {
     char partial[PATH_MAX];
-    snprintf(partial, sizeof partial, "%s", path);
+    if (snprintf(partial, sizeof partial, "%s", path) >= (int)sizeof partial) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     for (char *p = partial + 1; *p; p++)
         if (*p == '/') {
             *p = 0;

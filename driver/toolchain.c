@@ -282,15 +282,15 @@ static char **make_c_command(const dm_options *o, const codegen_toolchain *tc, i
     return argv;
 }
 
-/* Runs the build's commands: the device compiles (device[0..n_device)), then the C
- * compiler's cc_argv. 0, 1 after a message, or 128 + the signal that stopped dmc run. */
-/* One of them: 0, 1 when it failed, or 128 + the signal that stopped dmc run. */
+/* One compiler command: 0, 1 when it failed, or 128 + the signal that stopped dmc run. */
 static int run_step(char *const argv[], const char *dir) {
     int status = dm_stop_signal() ? -1 : run_compiler(argv, dir);
     if (status < 0 && dm_stop_signal()) return 128 + dm_stop_signal();
     return status != 0;
 }
 
+/* Runs the build's commands: the device compiles (device[0..n_device)), then the C
+ * compiler's cc_argv. 0, 1 after a message, or 128 + the signal that stopped dmc run. */
 static int run_build(const codegen_toolchain *tc, device_command *device, int n_device, char **cc_argv, int mpi,
                      const char *dir) {
     for (int i = 0; i < n_device; i++) {
